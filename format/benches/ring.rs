@@ -1,0 +1,40 @@
+//! Ring push cost per record and drain throughput (issue target: push <= 20 ns, drain >= 20 M records/s/core).
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use cuflight_format::{event::EventKind, ring::HeapRing, RawEvent};
+
+fn push(c: &mut Criterion) {
+    let ring = HeapRing::new(1 << 16);
+    let mut producer = ring.producer();
+    let mut consumer = ring.consumer();
+    let ev = RawEvent::new(EventKind::Api, 1, 2, 3);
+    let mut sink = Vec::with_capacity(1 << 16);
+    let mut g = c.benchmark_group("ring");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("push", |b| {
+        b.iter(|| {
+            if !producer.push(std::hint::black_box(&ev)) {
+                sink.clear();
+                consumer.drain_into(&mut sink);
+            }
+        })
+    });
+    const BATCH: u64 = 1 << 15;
+    g.throughput(Throughput::Elements(BATCH));
+    g.bench_function("drain_32k", |b| {
+        b.iter_batched_ref(
+            || {
+                let mut p = ring.producer();
+                for _ in 0..BATCH {
+                    p.push(&ev);
+                }
+                Vec::with_capacity(BATCH as usize)
+            },
+            |out| ring.consumer().drain_into(out),
+            BatchSize::LargeInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, push);
+criterion_main!(benches);

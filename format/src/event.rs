@@ -1,0 +1,217 @@
+//! The fixed-size event record written by the agent's hot path.
+//!
+//! Every observation (an API call, a kernel, a copy, an NVTX push...) becomes one 64-byte [`RawEvent`]. Fields
+//! whose meaning depends on the kind are documented on [`EventKind`]; names are ids into the process's string
+//! region (see [`crate::segment`]), never pointers.
+
+use bytemuck::{Pod, Zeroable};
+
+/// What a [`RawEvent`] records. The comment on each variant says how the generic fields are used.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventKind {
+    /// A CUDA runtime (`sub` = 1) or driver (`sub` = 2) API call on host thread `tid`, `start`..`end` in CUPTI
+    /// time. `name` = the callback name, `correlation` = CUPTI correlation id, `a` = callback id, `b` = the
+    /// call's return code.
+    Api = 1,
+    /// A kernel on `device`/`stream`. `name` = kernel name, `a` = grid x | grid y << 32, `b` = grid z | block x
+    /// << 16 | block y << 32 | block z << 48, `c` = registers | static shared memory << 16 | dynamic shared
+    /// memory << 40 (see [`LaunchConfig`]).
+    Kernel = 2,
+    /// A memcpy on `device`/`stream`. `sub` = CUPTI memcpy kind (1 HtoD, 2 DtoH, ... 8 DtoD, 10 PtoP), `a` =
+    /// bytes, `b` = source memory kind | destination memory kind << 8 (CUPTI memory kinds: 1 pageable, 2
+    /// pinned, 3 device, ...), `flags` bit 0 = asynchronous.
+    Memcpy = 3,
+    /// A memset on `device`/`stream`. `a` = bytes, `b` = value, `sub` = CUPTI memory kind.
+    Memset = 4,
+    /// An allocation seen by an API callback at time `start`. `sub` = [`MemKind`], `a` = address, `b` = bytes.
+    Alloc = 5,
+    /// A free seen by an API callback at time `start`. `sub` = [`MemKind`], `a` = address.
+    Free = 6,
+    /// A CUPTI synchronization activity: `sub` = CUPTI synchronization type (1 event sync, 2 stream wait
+    /// event, 3 stream sync, 4 context/device sync), `stream`, `a` = CUDA event handle, `start`..`end`.
+    Sync = 7,
+    /// `nvtxRangePush*` at `start`: `name` = message, `c` = domain (string id, 0 = default domain).
+    NvtxPush = 8,
+    /// `nvtxRangePop` at `start`: `c` = domain.
+    NvtxPop = 9,
+    /// `nvtxRangeStart*` at `start`: `a` = range id, `name` = message, `c` = domain.
+    NvtxStart = 10,
+    /// `nvtxRangeEnd` at `start`: `a` = range id, `c` = domain.
+    NvtxEnd = 11,
+    /// `nvtxMark*` at `start`: `name` = message, `c` = domain.
+    NvtxMark = 12,
+    /// `nvtxNameOsThread*`: `a` = OS thread id, `name` = its name.
+    ThreadName = 13,
+    /// CUPTI overhead activity: `sub` = CUPTI overhead kind, `start`..`end`.
+    Overhead = 14,
+    /// A clock pair: `start` = CUPTI timestamp, `end` = CLOCK_MONOTONIC ns, `a` = CLOCK_REALTIME ns.
+    ClockSync = 15,
+    /// CUPTI MEMORY2 activity: `sub` = operation (1 allocation, 2 release), `a` = address, `b` = bytes, `c` =
+    /// CUPTI memory kind, at `start`.
+    MemoryActivity = 16,
+    /// A device: `device` = ordinal, `name` = device name, `a` = global memory bytes, `b` = major << 8 | minor,
+    /// `c` = multiprocessor count.
+    Device = 17,
+}
+
+impl EventKind {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        use EventKind::*;
+        Some(match v {
+            1 => Api,
+            2 => Kernel,
+            3 => Memcpy,
+            4 => Memset,
+            5 => Alloc,
+            6 => Free,
+            7 => Sync,
+            8 => NvtxPush,
+            9 => NvtxPop,
+            10 => NvtxStart,
+            11 => NvtxEnd,
+            12 => NvtxMark,
+            13 => ThreadName,
+            14 => Overhead,
+            15 => ClockSync,
+            16 => MemoryActivity,
+            17 => Device,
+            _ => return None,
+        })
+    }
+}
+
+/// Kind of memory an [`EventKind::Alloc`] / [`EventKind::Free`] refers to.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemKind {
+    /// `cudaMalloc`, `cuMemAlloc`.
+    Device = 1,
+    /// `cudaMallocHost`, `cudaHostAlloc`, `cuMemAllocHost`.
+    PinnedHost = 2,
+    /// `cudaMallocManaged`.
+    Managed = 3,
+    /// Stream-ordered `cudaMallocAsync` / `cudaFreeAsync`.
+    DeviceAsync = 4,
+}
+
+impl MemKind {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => MemKind::Device,
+            2 => MemKind::PinnedHost,
+            3 => MemKind::Managed,
+            4 => MemKind::DeviceAsync,
+            _ => return None,
+        })
+    }
+    /// True for memory that lives on the device.
+    pub fn is_device(self) -> bool {
+        matches!(self, MemKind::Device | MemKind::DeviceAsync | MemKind::Managed)
+    }
+}
+
+/// `sub` of an [`EventKind::Api`] event.
+pub const API_RUNTIME: u8 = 1;
+/// `sub` of an [`EventKind::Api`] event.
+pub const API_DRIVER: u8 = 2;
+/// `flags` bit of a memcpy/memset: issued with an `*Async` call.
+pub const FLAG_ASYNC: u16 = 1;
+
+/// One observation. 64 bytes, one cache line, no padding, so it can be copied as bytes into a ring.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct RawEvent {
+    pub kind: u8,
+    pub sub: u8,
+    pub flags: u16,
+    /// System thread id of the host thread (0 for device-side events).
+    pub tid: u32,
+    pub start: u64,
+    pub end: u64,
+    pub correlation: u32,
+    /// String id (see [`crate::segment`]); 0 = none.
+    pub name: u32,
+    pub device: u32,
+    pub stream: u32,
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<RawEvent>() == 64);
+
+impl RawEvent {
+    pub fn new(kind: EventKind, tid: u32, start: u64, end: u64) -> Self {
+        RawEvent { kind: kind as u8, tid, start, end, ..Default::default() }
+    }
+    pub fn kind(&self) -> Option<EventKind> {
+        EventKind::from_u8(self.kind)
+    }
+    pub fn duration(&self) -> u64 {
+        self.end.saturating_sub(self.start)
+    }
+}
+
+/// A kernel's launch configuration, packed into `a`, `b`, `c` of an [`EventKind::Kernel`] event.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub registers: u16,
+    pub static_shared: u32,
+    pub dynamic_shared: u32,
+}
+
+impl LaunchConfig {
+    /// Packs into (a, b, c). Grid y/z and block dimensions fit 16 bits (CUDA limits: 65535 and 1024); shared
+    /// memory sizes are clamped to 24 bits (16 MiB, far above any GPU's per-block limit).
+    pub fn pack(&self) -> (u64, u64, u64) {
+        let a = self.grid[0] as u64 | (self.grid[1] as u64) << 32;
+        let b = (self.grid[2] as u64 & 0xffff)
+            | (self.block[0] as u64 & 0xffff) << 16
+            | (self.block[1] as u64 & 0xffff) << 32
+            | (self.block[2] as u64 & 0xffff) << 48;
+        let c = self.registers as u64
+            | (self.static_shared.min(0xff_ffff) as u64) << 16
+            | (self.dynamic_shared.min(0xff_ffff) as u64) << 40;
+        (a, b, c)
+    }
+    pub fn unpack(a: u64, b: u64, c: u64) -> Self {
+        LaunchConfig {
+            grid: [a as u32, (a >> 32) as u32, (b & 0xffff) as u32],
+            block: [(b >> 16 & 0xffff) as u32, (b >> 32 & 0xffff) as u32, (b >> 48) as u32],
+            registers: c as u16,
+            static_shared: (c >> 16 & 0xff_ffff) as u32,
+            dynamic_shared: (c >> 40 & 0xff_ffff) as u32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_config_round_trips_at_cuda_limits() {
+        let cfg = LaunchConfig {
+            grid: [0x7fff_ffff, 65535, 65535],
+            block: [1024, 1024, 64],
+            registers: 255,
+            static_shared: 48 * 1024,
+            dynamic_shared: 227 * 1024,
+        };
+        let (a, b, c) = cfg.pack();
+        assert_eq!(LaunchConfig::unpack(a, b, c), cfg);
+    }
+
+    #[test]
+    fn every_kind_round_trips_through_u8() {
+        for v in 0..=255u8 {
+            if let Some(k) = EventKind::from_u8(v) {
+                assert_eq!(k as u8, v);
+            }
+        }
+        assert_eq!(EventKind::from_u8(0), None);
+    }
+}

@@ -1,0 +1,27 @@
+//! cuflight's shared formats, used by the in-process agent and by the collector.
+//!
+//! - [`event`]: [`RawEvent`], the one fixed-size (64-byte, `repr(C)`) record every observation becomes.
+//! - [`ring`]: a lock-free single-producer/single-consumer ring of `RawEvent`s over any memory region, so that it
+//!   can live in a shared-memory segment that the agent writes and the collector drains from another process.
+//! - [`segment`]: the layout of a process's shared-memory segment (header, string region, rings).
+//! - [`file`] (feature `file`): the compressed, versioned trace file the collector writes.
+//!
+//! ```
+//! use cuflight_format::{event::{EventKind, RawEvent}, ring::HeapRing};
+//! let ring = HeapRing::new(1024);
+//! let mut producer = ring.producer();
+//! assert!(producer.push(&RawEvent::new(EventKind::Kernel, 1, 10, 20)));
+//! let mut out = Vec::new();
+//! ring.consumer().drain_into(&mut out);
+//! assert_eq!(out.len(), 1);
+//! ```
+
+pub mod event;
+#[cfg(feature = "file")]
+pub mod file;
+pub mod ring;
+pub mod segment;
+#[cfg(feature = "file")]
+mod varint;
+
+pub use event::{EventKind, RawEvent};

@@ -1,0 +1,300 @@
+//! A lock-free single-producer/single-consumer ring of [`RawEvent`]s over a caller-provided memory region.
+//!
+//! The index protocol is the classic one (as in rtrb): monotonically increasing 64-bit `write` and `read`
+//! counters, slot = counter & mask, the producer publishes with a release store of `write`, the consumer frees
+//! slots with a release store of `read`. Each counter sits on its own cache line and the producer keeps a cached
+//! copy of `read` so a push touches the consumer's line only when the ring looks full.
+//!
+//! The storage is not owned: [`RingRef`] points into any region laid out as [`RingHeader`] followed by
+//! `capacity` slots, which is how the agent's rings live in a shared-memory segment while the collector drains
+//! them from another process. Atomics on `AtomicU64` are address-free, so they work across processes.
+//! A full ring never blocks: the event is refused and counted in `dropped`.
+
+use crate::event::RawEvent;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+#[repr(C, align(128))]
+struct Padded<T>(T);
+
+/// The shared part of a ring. Zeroed memory is a valid empty, unowned ring.
+#[repr(C)]
+pub struct RingHeader {
+    write: Padded<AtomicU64>,
+    read: Padded<AtomicU64>,
+    /// Events refused because the ring was full (written by the producer only).
+    dropped: Padded<AtomicU64>,
+    /// System tid of the thread that owns the producer side; 0 when free.
+    owner: Padded<AtomicU32>,
+}
+
+/// Bytes taken by a ring's header; slots follow it.
+pub const RING_HEADER_SIZE: usize = std::mem::size_of::<RingHeader>();
+const SLOT: usize = std::mem::size_of::<RawEvent>();
+
+/// Bytes a ring of `capacity` slots takes (header included).
+pub const fn ring_bytes(capacity: u32) -> usize {
+    RING_HEADER_SIZE + capacity as usize * SLOT
+}
+
+/// A view of one ring in memory someone else owns.
+#[derive(Clone, Copy, Debug)]
+pub struct RingRef {
+    header: *const RingHeader,
+    slots: *mut RawEvent,
+    mask: u64,
+}
+
+// SAFETY: a RingRef is a pair of pointers into memory that outlives every view of it (a mapped segment or a
+// HeapRing); all shared state is accessed through atomics, and slot accesses follow the SPSC protocol.
+unsafe impl Send for RingRef {}
+// SAFETY: as above; `&RingRef` only exposes atomic operations.
+unsafe impl Sync for RingRef {}
+
+impl RingRef {
+    /// # Safety
+    /// `base` must be 128-byte aligned and point to at least [`ring_bytes`]`(capacity)` bytes that stay mapped
+    /// and writable for as long as any copy of the returned view is used. `capacity` must be a power of two.
+    pub unsafe fn from_raw(base: *mut u8, capacity: u32) -> RingRef {
+        debug_assert!(capacity.is_power_of_two());
+        debug_assert_eq!(base as usize % 128, 0);
+        RingRef {
+            header: base as *const RingHeader,
+            // SAFETY: the caller guarantees the region holds the header followed by the slots.
+            slots: unsafe { base.add(RING_HEADER_SIZE) } as *mut RawEvent,
+            mask: capacity as u64 - 1,
+        }
+    }
+
+    fn header(&self) -> &RingHeader {
+        // SAFETY: from_raw's contract keeps the header mapped and aligned while the view is alive.
+        unsafe { &*self.header }
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.mask + 1
+    }
+
+    /// Events refused because the ring was full.
+    pub fn dropped(&self) -> u64 {
+        self.header().dropped.0.load(Ordering::Relaxed)
+    }
+
+    /// Takes the producer side for thread `tid`; false if another thread holds it.
+    pub fn try_claim(&self, tid: u32) -> bool {
+        self.header().owner.0.compare_exchange(0, tid, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
+    /// Gives the producer side back (the events stay for the consumer).
+    pub fn release(&self) {
+        self.header().owner.0.store(0, Ordering::Release);
+    }
+
+    /// Tid of the producer's owner, 0 when free.
+    pub fn owner(&self) -> u32 {
+        self.header().owner.0.load(Ordering::Relaxed)
+    }
+
+    /// Events written and not yet drained.
+    pub fn len(&self) -> u64 {
+        let h = self.header();
+        h.write.0.load(Ordering::Acquire).wrapping_sub(h.read.0.load(Ordering::Acquire))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The producer side. Only one may be live at a time per ring (see [`RingRef::try_claim`]).
+    pub fn producer(&self) -> Producer {
+        Producer { ring: *self, cached_read: self.header().read.0.load(Ordering::Acquire) }
+    }
+
+    /// The consumer side. Only one may be live at a time per ring (the collector).
+    pub fn consumer(&self) -> Consumer {
+        Consumer { ring: *self }
+    }
+}
+
+/// Writes events; owned by one thread at a time.
+#[derive(Debug)]
+pub struct Producer {
+    ring: RingRef,
+    cached_read: u64,
+}
+
+impl Producer {
+    /// Appends `ev`; returns false (and counts a drop) when the ring is full. Never blocks, never allocates.
+    #[inline]
+    pub fn push(&mut self, ev: &RawEvent) -> bool {
+        let h = self.ring.header();
+        let w = h.write.0.load(Ordering::Relaxed);
+        if w.wrapping_sub(self.cached_read) > self.ring.mask {
+            self.cached_read = h.read.0.load(Ordering::Acquire);
+            if w.wrapping_sub(self.cached_read) > self.ring.mask {
+                h.dropped.0.store(h.dropped.0.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                return false;
+            }
+        }
+        // SAFETY: slot `w & mask` lies inside the region (from_raw's contract) and is free: the consumer has
+        // read everything below `cached_read` and never touches slots at or above `write`.
+        unsafe { self.ring.slots.add((w & self.ring.mask) as usize).write(*ev) };
+        h.write.0.store(w.wrapping_add(1), Ordering::Release);
+        true
+    }
+
+    pub fn ring(&self) -> RingRef {
+        self.ring
+    }
+}
+
+/// Drains events; one per ring (the collector).
+#[derive(Debug)]
+pub struct Consumer {
+    ring: RingRef,
+}
+
+impl Consumer {
+    /// Moves every published event into `out`; returns how many. The producer's counters are untrusted (another
+    /// process wrote them): an impossible distance is clamped to the capacity instead of reading out of bounds.
+    pub fn drain_into(&mut self, out: &mut Vec<RawEvent>) -> usize {
+        let h = self.ring.header();
+        let mut r = h.read.0.load(Ordering::Relaxed);
+        let w = h.write.0.load(Ordering::Acquire);
+        let mut n = w.wrapping_sub(r);
+        if n > self.ring.capacity() {
+            r = w.wrapping_sub(self.ring.capacity());
+            n = self.ring.capacity();
+        }
+        let start = (r & self.ring.mask) as usize;
+        let first = (n as usize).min(self.ring.capacity() as usize - start);
+        out.reserve(n as usize);
+        // SAFETY: both ranges lie inside the slot array; the producer published them with its release store of
+        // `write` (acquired above) and will not overwrite them until we advance `read` below.
+        unsafe {
+            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots.add(start), first));
+            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots, n as usize - first));
+        }
+        h.read.0.store(w, Ordering::Release);
+        n as usize
+    }
+}
+
+/// A ring in ordinary heap memory, for tests and benchmarks.
+pub struct HeapRing {
+    _mem: Vec<Align128>,
+    view: RingRef,
+}
+
+#[repr(C, align(128))]
+#[derive(Clone, Copy)]
+struct Align128([u8; 128]);
+
+impl HeapRing {
+    /// `capacity` is rounded up to a power of two.
+    pub fn new(capacity: u32) -> HeapRing {
+        let capacity = capacity.max(2).next_power_of_two();
+        let mut mem = vec![Align128([0; 128]); ring_bytes(capacity).div_ceil(128)];
+        // SAFETY: `mem` is 128-byte aligned, zeroed (a valid empty ring), large enough, and owned by the
+        // HeapRing for as long as `view` can be used through it (moving a Vec does not move its buffer).
+        let view = unsafe { RingRef::from_raw(mem.as_mut_ptr() as *mut u8, capacity) };
+        HeapRing { _mem: mem, view }
+    }
+    pub fn view(&self) -> RingRef {
+        self.view
+    }
+    pub fn producer(&self) -> Producer {
+        self.view.producer()
+    }
+    pub fn consumer(&self) -> Consumer {
+        self.view.consumer()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::EventKind;
+
+    fn ev(i: u64) -> RawEvent {
+        RawEvent { a: i, ..RawEvent::new(EventKind::Api, 7, i, i + 1) }
+    }
+
+    #[test]
+    fn full_ring_refuses_and_counts() {
+        let ring = HeapRing::new(8);
+        let mut p = ring.producer();
+        for i in 0..8 {
+            assert!(p.push(&ev(i)));
+        }
+        assert!(!p.push(&ev(8)));
+        assert!(!p.push(&ev(9)));
+        assert_eq!(ring.view().dropped(), 2);
+        let mut out = Vec::new();
+        assert_eq!(ring.consumer().drain_into(&mut out), 8);
+        assert_eq!(out.iter().map(|e| e.a).collect::<Vec<_>>(), (0..8).collect::<Vec<_>>());
+        assert!(p.push(&ev(10)), "space freed by the drain is reused");
+    }
+
+    #[test]
+    fn wraps_around_in_order() {
+        let ring = HeapRing::new(4);
+        let mut p = ring.producer();
+        let mut c = ring.consumer();
+        let mut out = Vec::new();
+        for i in 0..103 {
+            assert!(p.push(&ev(i)));
+            if i % 3 == 2 {
+                c.drain_into(&mut out);
+            }
+        }
+        c.drain_into(&mut out);
+        assert_eq!(out.iter().map(|e| e.a).collect::<Vec<_>>(), (0..103).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn concurrent_producer_and_consumer_lose_nothing_but_counted_drops() {
+        let ring = HeapRing::new(256);
+        let view = ring.view();
+        const N: u64 = 200_000;
+        let producer = std::thread::spawn(move || {
+            let mut p = view.producer();
+            let mut pushed = Vec::new();
+            for i in 0..N {
+                if p.push(&ev(i)) {
+                    pushed.push(i);
+                }
+            }
+            pushed
+        });
+        let mut out = Vec::new();
+        let mut c = ring.consumer();
+        while !producer.is_finished() {
+            c.drain_into(&mut out);
+        }
+        let pushed = producer.join().unwrap();
+        c.drain_into(&mut out);
+        assert_eq!(out.iter().map(|e| e.a).collect::<Vec<_>>(), pushed);
+        assert_eq!(pushed.len() as u64 + view.dropped(), N);
+    }
+
+    #[test]
+    fn corrupt_counters_are_clamped_not_followed() {
+        let ring = HeapRing::new(8);
+        let view = ring.view();
+        // Simulate a producer that scribbled its write counter far ahead.
+        // SAFETY: the header is valid for the HeapRing's lifetime; tests poke the counter directly.
+        unsafe { (*view.header).write.0.store(1 << 40, Ordering::Relaxed) };
+        let mut out = Vec::new();
+        assert_eq!(ring.consumer().drain_into(&mut out), 8);
+    }
+
+    #[test]
+    fn one_owner_at_a_time() {
+        let ring = HeapRing::new(8);
+        assert!(ring.view().try_claim(11));
+        assert!(!ring.view().try_claim(12));
+        ring.view().release();
+        assert!(ring.view().try_claim(12));
+        assert_eq!(ring.view().owner(), 12);
+    }
+}
