@@ -1,0 +1,367 @@
+//! The trace file: what `cuflight record` writes and every other command reads.
+//!
+//! ```text
+//! "CUFLTRC\0"  u32 version  u32 flags(0)
+//! block*:  u8 tag  u32 pid  u32 raw_len  u32 zstd_len  [zstd frame with checksum, zstd_len bytes]
+//! ```
+//! Tags: 1 process facts (postcard [`ProcessInfo`]; a later one for the same pid replaces an earlier one),
+//! 2 strings (u64 region offset + region bytes, see [`crate::segment`]), 3 events, 4 footer (postcard
+//! [`Footer`], always last). A file without a footer is truncated and rejected.
+//!
+//! Events are encoded row by row: kind, sub, then varints of flags, tid, start as a zigzag delta from the
+//! previous event's start, duration, correlation, name, device, stream, a, b, c. Deltas keep timestamps to 1-3
+//! bytes and zstd removes most of the rest (see `benches/`).
+
+use crate::event::RawEvent;
+use crate::varint;
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+
+pub const FILE_MAGIC: [u8; 8] = *b"CUFLTRC\0";
+pub const FILE_VERSION: u32 = 1;
+const MAX_BLOCK: u32 = 1 << 30;
+const ZSTD_LEVEL: i32 = 3;
+
+const TAG_PROCESS: u8 = 1;
+const TAG_STRINGS: u8 = 2;
+const TAG_EVENTS: u8 = 3;
+const TAG_FOOTER: u8 = 4;
+
+/// Records lost, by cause. Nothing is lost silently: every drop lands in one of these.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Drops {
+    /// Events refused by a full ring (the collector drained too slowly).
+    pub ring_full: u64,
+    /// Events from threads that found no free ring.
+    pub no_ring: u64,
+    /// Strings that did not fit the string region.
+    pub strings_full: u64,
+    /// Records CUPTI itself dropped.
+    pub cupti_dropped: u64,
+    /// Activity records skipped because their size or kind was unexpected.
+    pub records_skipped: u64,
+}
+
+impl Drops {
+    pub fn total(&self) -> u64 {
+        self.ring_full + self.no_ring + self.cupti_dropped + self.records_skipped
+    }
+}
+
+/// Facts about one profiled process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub ppid: u32,
+    pub cmdline: Vec<String>,
+    pub exe: String,
+    pub host: String,
+    /// `cuptiGetVersion`, 0 if the process never initialised CUDA.
+    pub cupti_version: u32,
+    pub cupti_path: String,
+    /// Empty, or why the agent disabled itself.
+    pub status: String,
+    pub start_realtime_ns: u64,
+    /// The agent flushed and finished at exit (false: the process died abruptly, e.g. SIGKILL).
+    pub finished: bool,
+    pub drops: Drops,
+}
+
+/// The last block of a complete file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Footer {
+    pub events: u64,
+    pub command: Vec<String>,
+    pub exit_code: Option<i32>,
+}
+
+/// One block of a trace file.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Block {
+    Process(ProcessInfo),
+    Strings { pid: u32, base: u64, bytes: Vec<u8> },
+    Events { pid: u32, events: Vec<RawEvent> },
+    Footer(Footer),
+}
+
+/// Why a trace file cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("not a cuflight trace (bad magic)")]
+    BadMagic,
+    #[error("unsupported trace version {0} (this cuflight reads version {FILE_VERSION})")]
+    Version(u32),
+    #[error("truncated trace: {0}")]
+    Truncated(&'static str),
+    #[error("corrupt trace: {0}")]
+    Corrupt(String),
+}
+
+/// Streams blocks into a file.
+pub struct TraceWriter<W: Write> {
+    out: W,
+    events: u64,
+    scratch: Vec<u8>,
+}
+
+impl<W: Write> TraceWriter<W> {
+    pub fn new(mut out: W) -> Result<Self, FileError> {
+        out.write_all(&FILE_MAGIC)?;
+        out.write_all(&FILE_VERSION.to_le_bytes())?;
+        out.write_all(&0u32.to_le_bytes())?;
+        Ok(TraceWriter { out, events: 0, scratch: Vec::new() })
+    }
+
+    fn block(&mut self, tag: u8, pid: u32, raw: &[u8]) -> Result<(), FileError> {
+        let mut enc = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
+        enc.include_checksum(true)?;
+        let comp = enc.compress(raw)?;
+        self.out.write_all(&[tag])?;
+        for v in [pid, raw.len() as u32, comp.len() as u32] {
+            self.out.write_all(&v.to_le_bytes())?;
+        }
+        self.out.write_all(&comp)?;
+        Ok(())
+    }
+
+    pub fn write_process(&mut self, info: &ProcessInfo) -> Result<(), FileError> {
+        let raw = postcard::to_stdvec(info).map_err(|e| FileError::Corrupt(e.to_string()))?;
+        self.block(TAG_PROCESS, info.pid, &raw)
+    }
+
+    pub fn write_strings(&mut self, pid: u32, base: u64, bytes: &[u8]) -> Result<(), FileError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let mut raw = Vec::with_capacity(8 + bytes.len());
+        raw.extend_from_slice(&base.to_le_bytes());
+        raw.extend_from_slice(bytes);
+        self.block(TAG_STRINGS, pid, &raw)
+    }
+
+    pub fn write_events(&mut self, pid: u32, events: &[RawEvent]) -> Result<(), FileError> {
+        // Large batches are split so that a reader's block buffer stays bounded.
+        for chunk in events.chunks(1 << 16) {
+            let mut raw = std::mem::take(&mut self.scratch);
+            raw.clear();
+            encode_events(chunk, &mut raw);
+            self.block(TAG_EVENTS, pid, &raw)?;
+            self.scratch = raw;
+            self.events += chunk.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Events written so far.
+    pub fn events_written(&self) -> u64 {
+        self.events
+    }
+
+    /// Writes the footer (its `events` is filled in) and returns the sink.
+    pub fn finish(mut self, mut footer: Footer) -> Result<W, FileError> {
+        footer.events = self.events;
+        let raw = postcard::to_stdvec(&footer).map_err(|e| FileError::Corrupt(e.to_string()))?;
+        self.block(TAG_FOOTER, 0, &raw)?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// Encodes events in the file's row format (public for the size benchmark).
+pub fn encode_events(events: &[RawEvent], out: &mut Vec<u8>) {
+    varint::put(out, events.len() as u64);
+    let mut prev_start = 0u64;
+    for e in events {
+        out.push(e.kind);
+        out.push(e.sub);
+        varint::put(out, e.flags as u64);
+        varint::put(out, e.tid as u64);
+        varint::put(out, varint::zigzag(e.start.wrapping_sub(prev_start) as i64));
+        varint::put(out, varint::zigzag(e.end.wrapping_sub(e.start) as i64));
+        prev_start = e.start;
+        for v in [e.correlation as u64, e.name as u64, e.device as u64, e.stream as u64, e.a, e.b, e.c] {
+            varint::put(out, v);
+        }
+    }
+}
+
+fn decode_events(raw: &[u8]) -> Option<Vec<RawEvent>> {
+    let mut at = 0;
+    let n = varint::get(raw, &mut at)? as usize;
+    // Each event takes at least 13 bytes: never trust a count the payload cannot hold.
+    if n > raw.len() / 13 + 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut prev_start = 0u64;
+    for _ in 0..n {
+        let kind = *raw.get(at)?;
+        let sub = *raw.get(at + 1)?;
+        at += 2;
+        let mut v = [0u64; 11];
+        for slot in v.iter_mut() {
+            *slot = varint::get(raw, &mut at)?;
+        }
+        let start = prev_start.wrapping_add(varint::unzigzag(v[2]) as u64);
+        prev_start = start;
+        out.push(RawEvent {
+            kind,
+            sub,
+            flags: u16::try_from(v[0]).ok()?,
+            tid: u32::try_from(v[1]).ok()?,
+            start,
+            end: start.wrapping_add(varint::unzigzag(v[3]) as u64),
+            correlation: u32::try_from(v[4]).ok()?,
+            name: u32::try_from(v[5]).ok()?,
+            device: u32::try_from(v[6]).ok()?,
+            stream: u32::try_from(v[7]).ok()?,
+            a: v[8],
+            b: v[9],
+            c: v[10],
+        });
+    }
+    (at == raw.len()).then_some(out)
+}
+
+/// Reads blocks from a file, validating as it goes.
+pub struct TraceReader<R: Read> {
+    input: R,
+    done: bool,
+}
+
+impl<R: Read> TraceReader<R> {
+    pub fn new(mut input: R) -> Result<Self, FileError> {
+        let mut head = [0u8; 16];
+        read_exact(&mut input, &mut head, "file shorter than its header")?;
+        if head[..8] != FILE_MAGIC {
+            return Err(FileError::BadMagic);
+        }
+        let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+        if version != FILE_VERSION {
+            return Err(FileError::Version(version));
+        }
+        Ok(TraceReader { input, done: false })
+    }
+
+    /// The next block; `Ok(None)` after the footer. A file that ends before its footer is an error.
+    pub fn next_block(&mut self) -> Result<Option<Block>, FileError> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut head = [0u8; 13];
+        read_exact(&mut self.input, &mut head, "missing footer (the recording was cut short)")?;
+        let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
+        let (tag, pid, raw_len, comp_len) = (head[0], word(1), word(5), word(9));
+        if raw_len > MAX_BLOCK || comp_len > MAX_BLOCK {
+            return Err(FileError::Corrupt(format!("block of {raw_len}/{comp_len} bytes")));
+        }
+        let mut comp = vec![0u8; comp_len as usize];
+        read_exact(&mut self.input, &mut comp, "last block cut short")?;
+        let raw = zstd::bulk::decompress(&comp, raw_len as usize)
+            .map_err(|e| FileError::Corrupt(format!("block does not decompress: {e}")))?;
+        if raw.len() != raw_len as usize {
+            return Err(FileError::Corrupt("block size mismatch".into()));
+        }
+        let corrupt = |what: &str| FileError::Corrupt(format!("undecodable {what} block"));
+        Ok(Some(match tag {
+            TAG_PROCESS => Block::Process(postcard::from_bytes(&raw).map_err(|_| corrupt("process"))?),
+            TAG_STRINGS => {
+                let base = u64::from_le_bytes(raw.get(..8).ok_or_else(|| corrupt("strings"))?.try_into().expect("8"));
+                Block::Strings { pid, base, bytes: raw[8..].to_vec() }
+            }
+            TAG_EVENTS => Block::Events { pid, events: decode_events(&raw).ok_or_else(|| corrupt("events"))? },
+            TAG_FOOTER => {
+                self.done = true;
+                Block::Footer(postcard::from_bytes(&raw).map_err(|_| corrupt("footer"))?)
+            }
+            t => return Err(FileError::Corrupt(format!("unknown block tag {t}"))),
+        }))
+    }
+}
+
+fn read_exact<R: Read>(r: &mut R, buf: &mut [u8], what: &'static str) -> Result<(), FileError> {
+    r.read_exact(buf).map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => FileError::Truncated(what),
+        _ => FileError::Io(e),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::EventKind;
+
+    fn sample() -> Vec<RawEvent> {
+        (0..1000u64)
+            .map(|i| RawEvent {
+                correlation: i as u32,
+                name: 4 + (i % 3) as u32 * 8,
+                stream: 7,
+                a: 0x7f00_0000_0000 + i * 256,
+                b: 1 << 20,
+                ..RawEvent::new(EventKind::Memcpy, 1234, 1_000_000 + i * 1500, 1_000_000 + i * 1500 + 700)
+            })
+            .collect()
+    }
+
+    fn write(events: &[RawEvent]) -> Vec<u8> {
+        let mut w = TraceWriter::new(Vec::new()).unwrap();
+        w.write_process(&ProcessInfo { pid: 9, cmdline: vec!["x".into()], ..Default::default() }).unwrap();
+        w.write_strings(9, 0, b"\0\0\0\0").unwrap();
+        w.write_events(9, events).unwrap();
+        w.finish(Footer { exit_code: Some(3), ..Default::default() }).unwrap()
+    }
+
+    fn read_all(bytes: &[u8]) -> Result<Vec<Block>, FileError> {
+        let mut r = TraceReader::new(bytes)?;
+        let mut out = Vec::new();
+        while let Some(b) = r.next_block()? {
+            out.push(b);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn round_trip_preserves_every_field() {
+        let events = sample();
+        let blocks = read_all(&write(&events)).unwrap();
+        assert_eq!(blocks.len(), 4);
+        assert_eq!(blocks[2], Block::Events { pid: 9, events: events.clone() });
+        let Block::Footer(f) = &blocks[3] else { panic!("no footer") };
+        assert_eq!((f.events, f.exit_code), (1000, Some(3)));
+    }
+
+    #[test]
+    fn every_truncation_is_an_error_never_a_panic() {
+        let bytes = write(&sample());
+        for cut in 0..bytes.len() {
+            assert!(read_all(&bytes[..cut]).is_err(), "cut at {cut} accepted");
+        }
+    }
+
+    #[test]
+    fn flipped_bytes_are_detected() {
+        let bytes = write(&sample());
+        for i in (16..bytes.len()).step_by(7) {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x5a;
+            let _ = read_all(&bad); // must not panic; zstd checksums catch payload damage
+        }
+    }
+
+    #[test]
+    fn wrong_magic_and_version_are_named() {
+        assert!(matches!(read_all(b"GARBAGE!GARBAGE!"), Err(FileError::BadMagic)));
+        let mut bytes = write(&[]);
+        bytes[8] = 9;
+        assert!(matches!(read_all(&bytes), Err(FileError::Version(9))));
+    }
+
+    #[test]
+    fn events_compress_well_below_24_bytes() {
+        let bytes = write(&sample());
+        assert!(bytes.len() < 1000 * 24, "{} bytes for 1000 events", bytes.len());
+    }
+}
