@@ -1,0 +1,42 @@
+//! **cudasim is a test double.** It is a CPU-backed stand-in for the CUDA driver (`libcuda.so.1`), runtime
+//! (`libcudart.so.13`) and CUPTI (`libcupti.so.13`), built so that cuflight can be developed and tested on
+//! machines without a GPU. It proves nothing about real GPUs; `scripts/gpu-validate` does that on hardware.
+//!
+//! It behaves like the real stack wherever the agent can tell:
+//! - the first CUDA call runs `cuInit`, which loads `CUDA_INJECTION64_PATH` and calls `InitializeInjection`;
+//! - CUPTI subscribers get runtime and driver API enter/exit callbacks with correlation ids, the real
+//!   `*_params` structs and `symbolName`; activity records travel through the registered buffer callbacks with
+//!   flush and dropped-record counts, in the record versions of the CUPTI it claims to be:
+//!   `CUDASIM_CUPTI_VERSION=12` reports API version 28 and writes Kernel9/Memcpy6/Memset4, the default (13)
+//!   reports 130500 and writes Kernel13/Memcpy7/Memset5;
+//! - a kernel is a host function `void k(void **args)`; each stream has a device thread that runs kernels, copies
+//!   and memsets in stream order, so durations, overlap and waiting are real. Device memory is host memory.
+//!
+//! Conventions a real GPU does not need: kernel argument arrays end with a NULL entry and each argument is copied
+//! as 8 bytes at launch (the simulator cannot read parameter sizes from a cubin); apps link with `-rdynamic` so
+//! kernel names resolve through `dladdr` when not registered with `__cudaRegisterFunction`.
+
+mod cupti;
+mod device;
+mod driver;
+mod memory;
+mod records;
+mod runtime;
+
+use cupti_sys::cuda13 as c;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Runs an exported entry point, turning a panic into an error code: a test double must not unwind into C.
+fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
+}
+
+/// CLOCK_MONOTONIC in ns: the simulator's CUPTI timestamp, as real CUPTI's is on Linux.
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub(crate) type CudaError = c::cudaError_t;

@@ -1,0 +1,244 @@
+//! Simulated devices: one worker thread per stream runs its operations in order, so that kernels, copies and
+//! memsets overlap across streams and take real time. The legacy default stream (handle 0) synchronises with the
+//! device's blocking streams, as CUDA's legacy semantics require.
+
+use crate::cupti::{self, current_correlation};
+use crate::records::SimRecord;
+use crate::now_ns;
+use crossbeam_channel::{unbounded, Sender};
+use once_cell::sync::Lazy;
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::ffi::c_char;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// `cudaStreamNonBlocking` (a macro in driver_types.h, so not in the bindings).
+pub(crate) const STREAM_NON_BLOCKING: u32 = 1;
+pub(crate) const MAX_DEVICES: u32 = 8;
+
+pub(crate) type KernelFn = unsafe extern "C" fn(*mut *mut libc::c_void);
+
+pub(crate) enum Work {
+    Kernel { f: KernelFn, args: Vec<u64>, grid: [i32; 3], block: [i32; 3], shared: i32, name: *const c_char },
+    Memcpy { dst: usize, src: usize, bytes: usize, is_async: bool },
+    Memset { dst: usize, value: u8, bytes: usize, is_async: bool },
+    Record(Arc<Event>),
+    /// Wait until `stream` has completed operation `seq`.
+    Wait(Arc<Stream>, u64),
+    Free(usize),
+}
+
+// SAFETY: raw pointers in Work are addresses of simulated device memory and static kernel names, valid across
+// threads by the CUDA programming model (the app keeps them alive until the stream is synchronised).
+unsafe impl Send for Work {}
+
+struct Op {
+    work: Work,
+    correlation: u32,
+}
+
+pub(crate) struct Stream {
+    pub(crate) id: u32,
+    pub(crate) device: u32,
+    pub(crate) blocking: bool,
+    tx: Mutex<Option<Sender<Op>>>,
+    submitted: AtomicU64,
+    done: Mutex<u64>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+pub(crate) struct Event {
+    pub(crate) id: u32,
+    /// (stream, seq) of the record operation, once recorded.
+    pub(crate) recorded: Mutex<Option<(Arc<Stream>, u64)>>,
+    pub(crate) timestamp: AtomicU64,
+}
+
+static NEXT_STREAM_ID: AtomicU32 = AtomicU32::new(7);
+pub(crate) static NEXT_EVENT_ID: AtomicU32 = AtomicU32::new(1);
+static STREAMS: Lazy<Mutex<HashMap<usize, Arc<Stream>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+static LEGACY: Lazy<Vec<Arc<Stream>>> = Lazy::new(|| (0..MAX_DEVICES).map(|d| Stream::spawn(d, true, Some(d + 1))).collect());
+
+impl Stream {
+    /// A stream with its worker thread. Legacy default streams get CUPTI stream ids 1..; others count from 7.
+    fn spawn(device: u32, blocking: bool, id: Option<u32>) -> Arc<Stream> {
+        let (tx, rx) = unbounded::<Op>();
+        let id = id.unwrap_or_else(|| NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed));
+        let s = Arc::new(Stream {
+            id,
+            device,
+            blocking,
+            tx: Mutex::new(Some(tx)),
+            submitted: AtomicU64::new(0),
+            done: Mutex::new(0),
+            cv: Condvar::new(),
+        });
+        let me = s.clone();
+        let spawned = std::thread::Builder::new().name(format!("cudasim-stream-{id}")).spawn(move || {
+            for op in rx {
+                me.execute(op);
+                *me.done.lock() += 1;
+                me.cv.notify_all();
+            }
+        });
+        if spawned.is_err() {
+            // No thread: drop the sender so enqueues fail instead of hanging.
+            *s.tx.lock() = None;
+        }
+        s
+    }
+
+    fn execute(&self, op: Op) {
+        let start = now_ns();
+        match op.work {
+            Work::Kernel { f, mut args, grid, block, shared, name } => {
+                let mut ptrs: Vec<*mut libc::c_void> =
+                    args.iter_mut().map(|a| a as *mut u64 as *mut libc::c_void).collect();
+                // SAFETY: the app launched `f` as a kernel taking `void **args`; each entry points at an 8-byte
+                // copy of the argument taken at launch, alive for the call.
+                unsafe { f(ptrs.as_mut_ptr()) };
+                cupti::emit(SimRecord::Kernel {
+                    start,
+                    end: now_ns(),
+                    device: self.device,
+                    stream: self.id,
+                    correlation: op.correlation,
+                    grid,
+                    block,
+                    dynamic_shared: shared,
+                    name,
+                });
+            }
+            Work::Memcpy { dst, src, bytes, is_async } => {
+                let (sk, dk) = (crate::memory::cupti_kind_of(src), crate::memory::cupti_kind_of(dst));
+                // SAFETY: the app passed valid ranges of `bytes` bytes (host memory stands in for device memory).
+                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
+                cupti::emit(SimRecord::Memcpy {
+                    start,
+                    end: now_ns(),
+                    device: self.device,
+                    stream: self.id,
+                    correlation: op.correlation,
+                    bytes: bytes as u64,
+                    copy_kind: crate::memory::copy_kind(sk, dk),
+                    src_kind: sk,
+                    dst_kind: dk,
+                    is_async,
+                });
+            }
+            Work::Memset { dst, value, bytes, is_async } => {
+                // SAFETY: the app passed a valid range of `bytes` bytes.
+                unsafe { std::ptr::write_bytes(dst as *mut u8, value, bytes) };
+                cupti::emit(SimRecord::Memset {
+                    start,
+                    end: now_ns(),
+                    device: self.device,
+                    stream: self.id,
+                    correlation: op.correlation,
+                    bytes: bytes as u64,
+                    value: value as u32,
+                    memory_kind: crate::memory::cupti_kind_of(dst) as u16,
+                    is_async,
+                });
+            }
+            Work::Record(ev) => ev.timestamp.store(start, Ordering::Release),
+            Work::Wait(other, seq) => other.wait_for(seq),
+            Work::Free(p) => {
+                crate::memory::free(p as *mut u8, &[crate::memory::Space::Device]);
+            }
+        }
+    }
+
+    /// Queues `work`; returns its sequence number (1-based), or None if the stream is gone.
+    pub(crate) fn enqueue(self: &Arc<Self>, work: Work) -> Option<u64> {
+        self.order_against_legacy();
+        self.push(work)
+    }
+
+    fn push(&self, work: Work) -> Option<u64> {
+        let tx = self.tx.lock();
+        let seq = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
+        tx.as_ref()?.send(Op { work, correlation: current_correlation() }).ok()?;
+        Some(seq)
+    }
+
+    /// Legacy default-stream semantics: work on the legacy stream waits for all blocking streams of its device,
+    /// and work on a blocking stream waits for the legacy stream's earlier work.
+    fn order_against_legacy(self: &Arc<Self>) {
+        let legacy = &LEGACY[self.device as usize];
+        if Arc::ptr_eq(self, legacy) {
+            let others: Vec<Arc<Stream>> =
+                STREAMS.lock().values().filter(|s| s.blocking && s.device == self.device).cloned().collect();
+            for s in others {
+                let seq = s.submitted.load(Ordering::Acquire);
+                if *s.done.lock() < seq {
+                    self.push(Work::Wait(s, seq));
+                }
+            }
+        } else if self.blocking {
+            let seq = legacy.submitted.load(Ordering::Acquire);
+            if *legacy.done.lock() < seq {
+                self.push(Work::Wait(legacy.clone(), seq));
+            }
+        }
+    }
+
+    /// Blocks until operation `seq` has completed.
+    pub(crate) fn wait_for(&self, seq: u64) {
+        let mut done = self.done.lock();
+        while *done < seq {
+            self.cv.wait(&mut done);
+        }
+    }
+
+    /// Blocks until everything queued so far has completed.
+    pub(crate) fn synchronize(&self) {
+        self.wait_for(self.submitted.load(Ordering::Acquire));
+    }
+
+    pub(crate) fn is_idle(&self) -> bool {
+        *self.done.lock() >= self.submitted.load(Ordering::Acquire)
+    }
+
+    fn close(&self) {
+        *self.tx.lock() = None;
+    }
+}
+
+/// The stream behind a `cudaStream_t` handle on `device` (0 = legacy default stream).
+pub(crate) fn stream(handle: usize, device: u32) -> Option<Arc<Stream>> {
+    // cudaStreamLegacy is (cudaStream_t)1 and cudaStreamPerThread is 2; both map to the default stream here.
+    if handle <= 2 {
+        return LEGACY.get(device as usize).cloned();
+    }
+    STREAMS.lock().get(&handle).cloned()
+}
+
+pub(crate) fn create_stream(device: u32, flags: u32) -> usize {
+    let s = Stream::spawn(device, flags & STREAM_NON_BLOCKING == 0, None);
+    let handle = Arc::as_ptr(&s) as usize;
+    STREAMS.lock().insert(handle, s);
+    handle
+}
+
+/// Destroys a stream after its queued work completes (as cudaStreamDestroy does).
+pub(crate) fn destroy_stream(handle: usize) -> bool {
+    let Some(s) = STREAMS.lock().remove(&handle) else { return false };
+    s.close();
+    true
+}
+
+/// Every stream of `device`, legacy first.
+pub(crate) fn device_streams(device: u32) -> Vec<Arc<Stream>> {
+    let mut all = vec![LEGACY[device as usize].clone()];
+    all.extend(STREAMS.lock().values().filter(|s| s.device == device).cloned());
+    all
+}
+
+/// Records a synchronization activity for a host wait of `start..now`.
+pub(crate) fn sync_record(kind: u32, stream: u32, event: u32, start: u64) {
+    cupti::emit(SimRecord::Sync { start, end: now_ns(), kind, stream, correlation: current_correlation(), event });
+}
+

@@ -1,0 +1,272 @@
+//! The simulated driver (`libcuda.so.1`): `cuInit` loads the injection library named by `CUDA_INJECTION64_PATH`
+//! and calls its `InitializeInjection`, exactly as the real driver does, before any API callback can fire.
+
+use crate::cupti::api_call;
+use crate::device::{self, Work, MAX_DEVICES};
+use crate::memory::{self, Space};
+use crate::records::SimRecord;
+use crate::runtime::{current_device, kernel_name};
+use crate::{c, guard, now_ns};
+use once_cell::sync::OnceCell;
+use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+
+static INIT: OnceCell<Result<(), u32>> = OnceCell::new();
+
+/// Number of simulated devices: `CUDASIM_DEVICES` (default 1, at most 8; 0 behaves like a machine without GPU).
+pub(crate) fn device_count() -> u32 {
+    std::env::var("CUDASIM_DEVICES").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1).min(MAX_DEVICES)
+}
+
+/// Runs `cuInit` once per process; the runtime calls this before its first API call, as cudart does.
+pub(crate) fn ensure_init() -> Result<(), u32> {
+    *INIT.get_or_init(|| {
+        if device_count() == 0 {
+            return Err(c::cudaErrorNoDevice);
+        }
+        load_injection();
+        Ok(())
+    })
+}
+
+fn load_injection() {
+    let Some(path) = std::env::var_os("CUDA_INJECTION64_PATH").filter(|p| !p.is_empty()) else { return };
+    let Ok(cpath) = CString::new(path.as_encoded_bytes()) else { return };
+    // SAFETY: dlopen/dlsym with NUL-terminated strings; the symbol is called with the documented signature
+    // `int InitializeInjection(void)` (the real driver ignores its result too).
+    unsafe {
+        let handle = libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
+        if handle.is_null() {
+            eprintln!("cudasim: cannot load CUDA_INJECTION64_PATH={}", path.to_string_lossy());
+            return;
+        }
+        let init = libc::dlsym(handle, c"InitializeInjection".as_ptr());
+        if !init.is_null() {
+            let init: extern "C" fn() -> c_int = std::mem::transmute(init);
+            init();
+        }
+    }
+}
+
+/// An H100-like device (the name says it is simulated).
+pub(crate) fn device_properties() -> c::cudaDeviceProp {
+    // SAFETY: cudaDeviceProp is plain C data; all-zero is valid.
+    let mut p: c::cudaDeviceProp = unsafe { std::mem::zeroed() };
+    for (dst, src) in p.name.iter_mut().zip(b"NVIDIA H100 80GB HBM3 (cudasim)") {
+        *dst = *src as c_char;
+    }
+    p.totalGlobalMem = 80 << 30;
+    p.sharedMemPerBlock = 48 << 10;
+    p.regsPerBlock = 65536;
+    p.warpSize = 32;
+    p.maxThreadsPerBlock = 1024;
+    p.maxThreadsDim = [1024, 1024, 64];
+    p.maxGridSize = [i32::MAX, 65535, 65535];
+    p.major = 9;
+    p.minor = 0;
+    p.multiProcessorCount = 132;
+    p.l2CacheSize = 50 << 20;
+    p.maxThreadsPerMultiProcessor = 2048;
+    p.sharedMemPerMultiprocessor = 228 << 10;
+    p.regsPerMultiprocessor = 65536;
+    p.memoryBusWidth = 5120;
+    p
+}
+
+/// `cuMemAlloc_v2` with its CUPTI callbacks (called directly, or nested inside `cudaMalloc`).
+pub(crate) fn mem_alloc(dptr: *mut c::CUdeviceptr, bytesize: usize) -> c::CUresult {
+    let params = c::cuMemAlloc_v2_params { dptr, bytesize };
+    api_call(
+        c::CUPTI_CB_DOMAIN_DRIVER_API,
+        c::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
+        c"cuMemAlloc_v2",
+        &params,
+        std::ptr::null(),
+        || {
+            if dptr.is_null() {
+                return c::CUDA_ERROR_INVALID_VALUE;
+            }
+            let Some(p) = memory::alloc(bytesize, Space::Device, current_device()) else {
+                return c::CUDA_ERROR_OUT_OF_MEMORY;
+            };
+            // SAFETY: non-null out-parameter from the caller.
+            unsafe { dptr.write(p as c::CUdeviceptr) };
+            crate::cupti::emit(SimRecord::Memory {
+                release: false,
+                timestamp: now_ns(),
+                device: current_device(),
+                stream: 0,
+                correlation: crate::cupti::current_correlation(),
+                address: p as u64,
+                bytes: bytesize as u64,
+                memory_kind: Space::Device.cupti_kind(),
+                is_async: false,
+            });
+            c::CUDA_SUCCESS
+        },
+    )
+}
+
+/// `cuLaunchKernel` with its CUPTI callbacks: copies the NULL-terminated argument array and queues the kernel.
+pub(crate) fn launch(
+    f: usize,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+    stream: usize,
+    args: *mut *mut c_void,
+) -> u32 {
+    let name = kernel_name(f);
+    let params = c::cuLaunchKernel_params {
+        f: f as c::CUfunction,
+        gridDimX: grid[0],
+        gridDimY: grid[1],
+        gridDimZ: grid[2],
+        blockDimX: block[0],
+        blockDimY: block[1],
+        blockDimZ: block[2],
+        sharedMemBytes: shared,
+        hStream: stream as c::CUstream,
+        kernelParams: args,
+        extra: std::ptr::null_mut(),
+    };
+    api_call(c::CUPTI_CB_DOMAIN_DRIVER_API, c::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, c"cuLaunchKernel", &params, name.as_ptr(), || {
+        if grid.contains(&0) || block.contains(&0) || block.iter().product::<u32>() > 1024 {
+            return c::cudaErrorInvalidConfiguration;
+        }
+        let Some(s) = device::stream(stream, current_device()) else { return c::cudaErrorInvalidResourceHandle };
+        let mut values = Vec::new();
+        for i in 0..64 {
+            if args.is_null() {
+                break;
+            }
+            // SAFETY: the simulator's launch convention: `args` is a NULL-terminated array of pointers to 8-byte
+            // arguments (see the crate docs).
+            let p = unsafe { *args.add(i) };
+            if p.is_null() {
+                break;
+            }
+            // SAFETY: as above; each entry points at an argument of at least 8 bytes.
+            values.push(unsafe { (p as *const u64).read_unaligned() });
+        }
+        // SAFETY: the app passed a kernel, which in the simulator is a host function taking `void **args`.
+        let func = unsafe { std::mem::transmute::<usize, device::KernelFn>(f) };
+        let work = Work::Kernel {
+            f: func,
+            args: values,
+            grid: grid.map(|v| v as i32),
+            block: block.map(|v| v as i32),
+            shared: shared as i32,
+            name: name.as_ptr(),
+        };
+        s.enqueue(work).map_or(c::cudaErrorUnknown, |_| c::cudaSuccess)
+    })
+}
+
+/// # Safety
+/// Called from C like `cuInit`.
+#[no_mangle]
+pub unsafe extern "C" fn cuInit(_flags: c_uint) -> c::CUresult {
+    guard(c::CUDA_ERROR_UNKNOWN, || match ensure_init() {
+        Ok(()) => c::CUDA_SUCCESS,
+        Err(_) => c::CUDA_ERROR_NO_DEVICE,
+    })
+}
+
+/// # Safety
+/// Called from C like `cuDriverGetVersion`.
+#[no_mangle]
+pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> c::CUresult {
+    if version.is_null() {
+        return c::CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: non-null out-parameter.
+    unsafe { version.write(c::CUDA_VERSION as c_int) };
+    c::CUDA_SUCCESS
+}
+
+/// # Safety
+/// Called from C like `cuDeviceGetCount`.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> c::CUresult {
+    if count.is_null() {
+        return c::CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: non-null out-parameter.
+    unsafe { count.write(device_count() as c_int) };
+    c::CUDA_SUCCESS
+}
+
+/// # Safety
+/// Called from C like `cuLaunchKernel` (simulator conventions for `f` and `kernelParams`, see the crate docs).
+#[no_mangle]
+#[allow(clippy::too_many_arguments, non_snake_case)]
+pub unsafe extern "C" fn cuLaunchKernel(
+    f: c::CUfunction,
+    gridDimX: c_uint,
+    gridDimY: c_uint,
+    gridDimZ: c_uint,
+    blockDimX: c_uint,
+    blockDimY: c_uint,
+    blockDimZ: c_uint,
+    sharedMemBytes: c_uint,
+    hStream: c::CUstream,
+    kernelParams: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> c::CUresult {
+    guard(c::CUDA_ERROR_UNKNOWN, || {
+        if ensure_init().is_err() {
+            return c::CUDA_ERROR_NOT_INITIALIZED;
+        }
+        if f.is_null() {
+            return c::CUDA_ERROR_INVALID_VALUE;
+        }
+        let grid = [gridDimX, gridDimY, gridDimZ];
+        let block = [blockDimX, blockDimY, blockDimZ];
+        match launch(f as usize, grid, block, sharedMemBytes, hStream as usize, kernelParams) {
+            0 => c::CUDA_SUCCESS,
+            _ => c::CUDA_ERROR_INVALID_VALUE,
+        }
+    })
+}
+
+/// # Safety
+/// Called from C like `cuMemAlloc_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut c::CUdeviceptr, bytesize: usize) -> c::CUresult {
+    guard(c::CUDA_ERROR_UNKNOWN, || {
+        if ensure_init().is_err() {
+            return c::CUDA_ERROR_NOT_INITIALIZED;
+        }
+        mem_alloc(dptr, bytesize)
+    })
+}
+
+/// # Safety
+/// Called from C like `cuMemFree_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFree_v2(dptr: c::CUdeviceptr) -> c::CUresult {
+    guard(c::CUDA_ERROR_UNKNOWN, || {
+        let params = c::cuMemFree_v2_params { dptr };
+        api_call(c::CUPTI_CB_DOMAIN_DRIVER_API, c::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, c"cuMemFree_v2", &params, std::ptr::null(), || {
+            for s in device::device_streams(current_device()) {
+                s.synchronize();
+            }
+            match memory::free(dptr as *mut u8, &[Space::Device]) {
+                Some(_) => c::CUDA_SUCCESS,
+                None => c::CUDA_ERROR_INVALID_VALUE,
+            }
+        })
+    })
+}
+
+/// # Safety
+/// Called from C like `cuCtxSynchronize`.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSynchronize() -> c::CUresult {
+    guard(c::CUDA_ERROR_UNKNOWN, || {
+        for s in device::device_streams(current_device()) {
+            s.synchronize();
+        }
+        c::CUDA_SUCCESS
+    })
+}

@@ -1,0 +1,84 @@
+//! Simulated memory: device, managed and pinned host allocations are host memory, tracked by address range so
+//! copies can report pinned vs pageable and device vs host, as CUPTI does.
+
+use crate::c;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Space {
+    Device,
+    Managed,
+    Pinned,
+}
+
+impl Space {
+    /// CUPTI memory kind of this space.
+    pub(crate) fn cupti_kind(self) -> u32 {
+        match self {
+            Space::Device => c::CUPTI_ACTIVITY_MEMORY_KIND_DEVICE,
+            Space::Managed => c::CUPTI_ACTIVITY_MEMORY_KIND_MANAGED,
+            Space::Pinned => c::CUPTI_ACTIVITY_MEMORY_KIND_PINNED,
+        }
+    }
+}
+
+struct Allocation {
+    len: usize,
+    space: Space,
+    device: u32,
+}
+
+static ALLOCATIONS: Mutex<BTreeMap<usize, Allocation>> = Mutex::new(BTreeMap::new());
+
+/// Allocates `len` bytes (256-byte aligned, as cudaMalloc guarantees) in `space`.
+pub(crate) fn alloc(len: usize, space: Space, device: u32) -> Option<*mut u8> {
+    let mut p: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: posix_memalign writes a fresh allocation into `p` or returns an error.
+    if unsafe { libc::posix_memalign(&mut p, 256, len.max(1)) } != 0 {
+        return None;
+    }
+    ALLOCATIONS.lock().insert(p as usize, Allocation { len, space, device });
+    Some(p as *mut u8)
+}
+
+/// Frees an allocation made by [`alloc`] in one of `spaces`; returns its size, or None if `p` is not one.
+pub(crate) fn free(p: *mut u8, spaces: &[Space]) -> Option<(usize, Space)> {
+    let mut map = ALLOCATIONS.lock();
+    let a = map.get(&(p as usize))?;
+    if !spaces.contains(&a.space) {
+        return None;
+    }
+    let a = map.remove(&(p as usize))?;
+    // SAFETY: `p` came from posix_memalign in `alloc` and is removed from the registry, so freed once.
+    unsafe { libc::free(p as *mut libc::c_void) };
+    Some((a.len, a.space))
+}
+
+/// The space and device `p` points into, if it lies inside a tracked allocation.
+pub(crate) fn lookup(p: usize) -> Option<(Space, u32)> {
+    let map = ALLOCATIONS.lock();
+    let (&base, a) = map.range(..=p).next_back()?;
+    (p < base + a.len.max(1)).then_some((a.space, a.device))
+}
+
+/// CUPTI memory kind of the memory at `p`: untracked host memory is pageable.
+pub(crate) fn cupti_kind_of(p: usize) -> u8 {
+    lookup(p).map_or(c::CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE, |(s, _)| s.cupti_kind()) as u8
+}
+
+/// CUPTI memcpy kind from the two sides' memory kinds.
+pub(crate) fn copy_kind(src: u8, dst: u8) -> u8 {
+    let dev = |k: u8| k as u32 == c::CUPTI_ACTIVITY_MEMORY_KIND_DEVICE || k as u32 == c::CUPTI_ACTIVITY_MEMORY_KIND_MANAGED;
+    (match (dev(src), dev(dst)) {
+        (false, true) => c::CUPTI_ACTIVITY_MEMCPY_KIND_HTOD,
+        (true, false) => c::CUPTI_ACTIVITY_MEMCPY_KIND_DTOH,
+        (true, true) => c::CUPTI_ACTIVITY_MEMCPY_KIND_DTOD,
+        (false, false) => c::CUPTI_ACTIVITY_MEMCPY_KIND_HTOH,
+    }) as u8
+}
+
+/// Size of the allocation starting exactly at `p`.
+pub(crate) fn size_of(p: usize) -> Option<usize> {
+    ALLOCATIONS.lock().get(&p).map(|a| a.len)
+}
