@@ -1,0 +1,93 @@
+//! `libcuflight.so`, the cuflight agent. It runs inside the profiled process and records CUDA API calls,
+//! kernels, copies, memsets, allocations, synchronisation and NVTX ranges into lock-free per-thread rings in a
+//! shared-memory segment that `cuflight record` drains.
+//!
+//! Entry points (all catch panics; a failure disables the agent with one line on stderr and never harms the
+//! host process):
+//! - `InitializeInjection`: called by the CUDA driver inside the first `cuInit` when `CUDA_INJECTION64_PATH`
+//!   names this library; loads CUPTI and starts recording.
+//! - `InitializeInjectionNvtx2`: called by every NVTX-using library when `NVTX_INJECTION64_PATH` names this
+//!   library; CPU-only processes get NVTX too.
+//! - a constructor for `LD_PRELOAD=libcuflight.so`: it only points `CUDA_INJECTION64_PATH` and
+//!   `NVTX_INJECTION64_PATH` at this library when unset, so nothing happens until the process touches CUDA.
+//!
+//! ```text
+//! CUFLIGHT_SESSION=abc CUDA_INJECTION64_PATH=libcuflight.so ./app   # what `cuflight record -- ./app` sets up
+//! ```
+
+mod activity;
+mod callbacks;
+mod clock;
+mod cupti;
+mod devices;
+pub mod emit;
+mod nvtx;
+mod state;
+
+use std::ffi::{c_char, c_int, CStr};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+const UNINITIALISED: u8 = 0;
+const INITIALISING: u8 = 1;
+const ENABLED: u8 = 2;
+const DISABLED: u8 = 3;
+static INIT: AtomicU8 = AtomicU8::new(UNINITIALISED);
+
+/// Called by the CUDA driver during `cuInit` (CUDA_INJECTION64_PATH). Idempotent.
+#[no_mangle]
+pub extern "C" fn InitializeInjection() -> c_int {
+    std::panic::catch_unwind(|| {
+        if INIT.compare_exchange(UNINITIALISED, INITIALISING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return 1;
+        }
+        if state::is_fork_child() {
+            // CUDA in a forked child is the child's business; CUPTI state belongs to the parent.
+            INIT.store(DISABLED, Ordering::Release);
+            return 1;
+        }
+        match cupti::start() {
+            Ok(()) => INIT.store(ENABLED, Ordering::Release),
+            Err(why) => {
+                INIT.store(DISABLED, Ordering::Release);
+                state::disable(&why);
+            }
+        }
+        1
+    })
+    .unwrap_or(0)
+}
+
+/// Called by each NVTX-using library on its first NVTX call (NVTX_INJECTION64_PATH).
+///
+/// # Safety
+/// `get_export_table` must be NVTX's export-table getter, as the NVTX loader passes it.
+#[no_mangle]
+pub unsafe extern "C" fn InitializeInjectionNvtx2(get_export_table: cupti_sys::cuda13::NvtxGetExportTableFunc_t) -> c_int {
+    std::panic::catch_unwind(|| nvtx::install(get_export_table)).unwrap_or(0)
+}
+
+#[used]
+#[link_section = ".init_array"]
+static PRELOAD_CONSTRUCTOR: extern "C" fn() = preload_constructor;
+
+/// Under LD_PRELOAD, route the driver's and NVTX's injection to this library (only when the user set none).
+extern "C" fn preload_constructor() {
+    let _ = std::panic::catch_unwind(|| {
+        let preloaded = std::env::var_os("LD_PRELOAD").is_some_and(|v| v.to_string_lossy().contains("cuflight"));
+        if !preloaded {
+            return;
+        }
+        // SAFETY: dladdr on one of our own functions; Dl_info is plain data.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::dladdr(preload_constructor as *const libc::c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+            return;
+        }
+        // SAFETY: dli_fname is the loader's NUL-terminated path of this library.
+        let own: &CStr = unsafe { CStr::from_ptr(info.dli_fname) };
+        for var in [c"CUDA_INJECTION64_PATH", c"NVTX_INJECTION64_PATH"] {
+            // SAFETY: constructors run before main, single-threaded; setenv with overwrite=0 keeps user values.
+            unsafe { libc::setenv(var.as_ptr(), own.as_ptr() as *const c_char, 0) };
+        }
+    });
+}

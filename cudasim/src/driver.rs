@@ -270,3 +270,52 @@ pub unsafe extern "C" fn cuCtxSynchronize() -> c::CUresult {
         c::CUDA_SUCCESS
     })
 }
+
+/// # Safety
+/// Called from C like `cuDeviceGetName`.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> c::CUresult {
+    if name.is_null() || len <= 0 || dev < 0 || dev as u32 >= device_count() {
+        return c::CUDA_ERROR_INVALID_VALUE;
+    }
+    let props = device_properties();
+    let n = (len as usize - 1).min(props.name.len() - 1);
+    // SAFETY: the caller's buffer holds `len` bytes; we write at most len - 1 plus the NUL.
+    unsafe {
+        std::ptr::copy_nonoverlapping(props.name.as_ptr(), name, n);
+        *name.add(n) = 0;
+    }
+    c::CUDA_SUCCESS
+}
+
+/// # Safety
+/// Called from C like `cuDeviceTotalMem_v2`.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> c::CUresult {
+    if bytes.is_null() || dev < 0 || dev as u32 >= device_count() {
+        return c::CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: non-null out-parameter.
+    unsafe { bytes.write(device_properties().totalGlobalMem) };
+    c::CUDA_SUCCESS
+}
+
+/// # Safety
+/// Called from C like `cuDeviceGetAttribute` (SM count and compute capability; others are unsupported).
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: c_int) -> c::CUresult {
+    if value.is_null() || dev < 0 || dev as u32 >= device_count() {
+        return c::CUDA_ERROR_INVALID_VALUE;
+    }
+    let p = device_properties();
+    let v = match attrib as u32 {
+        c::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT => p.multiProcessorCount,
+        c::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR => p.major,
+        c::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => p.minor,
+        c::CU_DEVICE_ATTRIBUTE_WARP_SIZE => p.warpSize,
+        _ => return c::CUDA_ERROR_NOT_SUPPORTED,
+    };
+    // SAFETY: non-null out-parameter.
+    unsafe { value.write(v) };
+    c::CUDA_SUCCESS
+}

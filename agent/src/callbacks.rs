@@ -1,0 +1,177 @@
+//! The CUPTI API callback: every runtime call, and direct (non-nested) driver calls of interest, become one
+//! [`EventKind::Api`] event at exit; allocation and free calls also become Alloc/Free events, with the sizes and
+//! addresses read from the real `*_params` structs.
+
+use crate::{clock, cupti, emit, state};
+use cuflight_format::event::{MemKind, API_DRIVER, API_RUNTIME};
+use cuflight_format::{EventKind, RawEvent};
+use cupti_sys::cuda13 as c;
+use std::cell::Cell;
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+const MAX_CBID: usize = 1024;
+/// Interned callback names per domain (0 = driver, 1 = runtime) and cbid; 0 = not yet interned.
+static NAMES: [[AtomicU32; MAX_CBID]; 2] = [const { [const { AtomicU32::new(0) }; MAX_CBID] }; 2];
+
+thread_local! {
+    /// Depth of runtime calls on this thread: driver callbacks inside one are the runtime's own work.
+    static RUNTIME_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// # Safety
+/// Called by CUPTI with `cbdata` pointing to a `CUpti_CallbackData` for the API domains we enabled.
+pub unsafe extern "C" fn api_callback(_user: *mut c_void, domain: c::CUpti_CallbackDomain, cbid: u32, cbdata: *const c_void) {
+    let _ = std::panic::catch_unwind(|| {
+        if cbdata.is_null() || state::is_fork_child() {
+            return;
+        }
+        // SAFETY: CUPTI passes a CUpti_CallbackData for the runtime and driver domains.
+        let data = unsafe { &*(cbdata as *const c::CUpti_CallbackData) };
+        handle(domain, cbid, data);
+    });
+}
+
+fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackData) {
+    let runtime = domain == c::CUPTI_CB_DOMAIN_RUNTIME_API;
+    if data.callbackSite == c::CUPTI_API_ENTER {
+        if runtime {
+            RUNTIME_DEPTH.with(|d| d.set(d.get() + 1));
+            if cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaDeviceReset_v3020 {
+                // The context and its pending records die with the reset: collect them first.
+                cupti::flush(true);
+            }
+        }
+        if !data.correlationData.is_null() {
+            // SAFETY: CUPTI gives each call a u64 slot shared by its enter and exit callbacks.
+            unsafe { *data.correlationData = clock::monotonic_ns() };
+        }
+        return;
+    }
+    let end = clock::monotonic_ns();
+    if runtime {
+        RUNTIME_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    } else if RUNTIME_DEPTH.with(|d| d.get()) > 0 {
+        return; // a driver call made by the runtime on our behalf
+    }
+    let start = if data.correlationData.is_null() {
+        end
+    } else {
+        // SAFETY: as above; written at enter.
+        unsafe { *data.correlationData }
+    };
+    let ret = if data.functionReturnValue.is_null() {
+        0
+    } else {
+        // SAFETY: at exit CUPTI points this at the call's cudaError_t / CUresult (both 32-bit enums).
+        unsafe { *(data.functionReturnValue as *const u32) }
+    };
+    let mut ev = RawEvent::new(EventKind::Api, 0, start, end);
+    ev.sub = if runtime { API_RUNTIME } else { API_DRIVER };
+    ev.correlation = data.correlationId;
+    ev.name = api_name(runtime, cbid, data);
+    ev.a = cbid as u64;
+    ev.b = ret as u64;
+    emit::push(ev);
+    if ret == 0 && !data.functionParams.is_null() {
+        memory_event(runtime, cbid, data.functionParams, end);
+    }
+    if runtime && cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000 {
+        cupti::flush(true);
+    }
+}
+
+fn api_name(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData) -> u32 {
+    let Some(slot) = NAMES[runtime as usize].get(cbid as usize) else { return 0 };
+    let id = slot.load(Ordering::Relaxed);
+    if id != 0 || data.functionName.is_null() {
+        return id;
+    }
+    // SAFETY: functionName is a static NUL-terminated string per the CUPTI documentation.
+    let name = unsafe { CStr::from_ptr(data.functionName) };
+    let id = state::intern(name.to_bytes());
+    slot.store(id, Ordering::Relaxed);
+    id
+}
+
+/// Reads `*out` where `out` is an out-parameter the call just filled (`void **`, `CUdeviceptr *`).
+fn read_out(p: *const c_void) -> u64 {
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: the call succeeded, so its out-parameter points at a written pointer-sized value.
+    unsafe { *(p as *const u64) }
+}
+
+fn memory_event(runtime: bool, cbid: u32, params: *const c_void, ts: u64) {
+    macro_rules! p {
+        ($ty:ident) => {
+            // SAFETY: CUPTI's functionParams for this cbid is this params struct (generated_*_meta.h).
+            unsafe { &*(params as *const c::$ty) }
+        };
+    }
+    use MemKind::*;
+    let (kind, mem, addr, bytes) = if runtime {
+        match cbid {
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020 => {
+                let p = p!(cudaMalloc_v3020_params);
+                (EventKind::Alloc, Device, read_out(p.devPtr as _), p.size as u64)
+            }
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020 => {
+                let p = p!(cudaMallocHost_v3020_params);
+                (EventKind::Alloc, PinnedHost, read_out(p.ptr as _), p.size as u64)
+            }
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020 => {
+                let p = p!(cudaHostAlloc_v3020_params);
+                (EventKind::Alloc, PinnedHost, read_out(p.pHost as _), p.size as u64)
+            }
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000 => {
+                let p = p!(cudaMallocManaged_v6000_params);
+                (EventKind::Alloc, Managed, read_out(p.devPtr as _), p.size as u64)
+            }
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020 => {
+                let p = p!(cudaMallocAsync_v11020_params);
+                (EventKind::Alloc, DeviceAsync, read_out(p.devPtr as _), p.size as u64)
+            }
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020 => (EventKind::Free, Device, p!(cudaFree_v3020_params).devPtr as u64, 0),
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020 => {
+                (EventKind::Free, PinnedHost, p!(cudaFreeHost_v3020_params).ptr as u64, 0)
+            }
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020 => {
+                (EventKind::Free, DeviceAsync, p!(cudaFreeAsync_v11020_params).devPtr as u64, 0)
+            }
+            _ => return,
+        }
+    } else {
+        match cbid {
+            c::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2 => {
+                let p = p!(cuMemAlloc_v2_params);
+                (EventKind::Alloc, Device, read_out(p.dptr as _), p.bytesize as u64)
+            }
+            c::CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2 => {
+                let p = p!(cuMemAllocHost_v2_params);
+                (EventKind::Alloc, PinnedHost, read_out(p.pp as _), p.bytesize as u64)
+            }
+            c::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged => {
+                let p = p!(cuMemAllocManaged_params);
+                (EventKind::Alloc, Managed, read_out(p.dptr as _), p.bytesize as u64)
+            }
+            c::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync => {
+                let p = p!(cuMemAllocAsync_params);
+                (EventKind::Alloc, DeviceAsync, read_out(p.dptr as _), p.bytesize as u64)
+            }
+            c::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2 => (EventKind::Free, Device, p!(cuMemFree_v2_params).dptr, 0),
+            c::CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost => (EventKind::Free, PinnedHost, p!(cuMemFreeHost_params).p as u64, 0),
+            c::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync => (EventKind::Free, DeviceAsync, p!(cuMemFreeAsync_params).dptr, 0),
+            _ => return,
+        }
+    };
+    if addr == 0 {
+        return; // cudaFree(NULL) and friends free nothing
+    }
+    let mut ev = RawEvent::new(kind, 0, ts, ts);
+    ev.sub = mem as u8;
+    ev.a = addr;
+    ev.b = bytes;
+    emit::push(ev);
+}

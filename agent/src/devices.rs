@@ -1,0 +1,64 @@
+//! Device facts (name, memory, compute capability, SM count) as [`EventKind::Device`] events, read through the
+//! driver API once CUDA is up (from the flush thread, never from inside `InitializeInjection`).
+
+use crate::{emit, state};
+use cuflight_format::{EventKind, RawEvent};
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+type GetCount = unsafe extern "C" fn(*mut c_int) -> c_int;
+type GetName = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> c_int;
+type TotalMem = unsafe extern "C" fn(*mut usize, c_int) -> c_int;
+type GetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> c_int;
+
+// CUdevice_attribute values (cuda.h).
+const ATTR_SM_COUNT: c_int = 16;
+const ATTR_CC_MAJOR: c_int = 75;
+const ATTR_CC_MINOR: c_int = 76;
+
+fn sym(name: &CStr) -> *mut c_void {
+    // SAFETY: dlsym on the global scope with a NUL-terminated name.
+    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
+}
+
+pub fn record() {
+    let (count, name, mem, attr) =
+        (sym(c"cuDeviceGetCount"), sym(c"cuDeviceGetName"), sym(c"cuDeviceTotalMem_v2"), sym(c"cuDeviceGetAttribute"));
+    if [count, name, mem, attr].iter().any(|p| p.is_null()) {
+        return;
+    }
+    // SAFETY: these are the driver's exported functions with the cuda.h signatures above.
+    let (count, name, mem, attr) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, GetCount>(count),
+            std::mem::transmute::<*mut c_void, GetName>(name),
+            std::mem::transmute::<*mut c_void, TotalMem>(mem),
+            std::mem::transmute::<*mut c_void, GetAttribute>(attr),
+        )
+    };
+    let mut n = 0;
+    // SAFETY: valid out-pointer.
+    if unsafe { count(&mut n) } != 0 {
+        return;
+    }
+    for dev in 0..n.min(64) {
+        let mut buf = [0 as c_char; 256];
+        let (mut bytes, mut sms, mut major, mut minor) = (0usize, 0, 0, 0);
+        // SAFETY: valid buffers and out-pointers; the driver NUL-terminates names within the given length.
+        let label = unsafe {
+            name(buf.as_mut_ptr(), buf.len() as c_int, dev);
+            mem(&mut bytes, dev);
+            attr(&mut sms, ATTR_SM_COUNT, dev);
+            attr(&mut major, ATTR_CC_MAJOR, dev);
+            attr(&mut minor, ATTR_CC_MINOR, dev);
+            buf[255] = 0;
+            CStr::from_ptr(buf.as_ptr())
+        };
+        let mut ev = RawEvent::new(EventKind::Device, 0, 0, 0);
+        ev.device = dev as u32;
+        ev.name = state::intern(label.to_bytes());
+        ev.a = bytes as u64;
+        ev.b = (major as u64) << 8 | minor as u64;
+        ev.c = sms as u64;
+        emit::push(ev);
+    }
+}

@@ -1,0 +1,243 @@
+//! NVTX injection: `InitializeInjectionNvtx2` fills the CORE and CORE2 function tables of every NVTX-using
+//! library that calls it (each library embeds its own copy of NVTX and calls us separately). Ranges, marks,
+//! domains, registered strings and thread names become events on the calling thread's ring.
+
+use crate::{clock, emit, state};
+use cuflight_format::{EventKind, RawEvent};
+use cupti_sys::cuda13 as c;
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static NEXT_RANGE: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static DEPTH: Cell<i32> = const { Cell::new(0) };
+}
+
+/// Offset just past `message` in nvtxEventAttributes_v2: attributes smaller than this are not read.
+const ATTR_MIN_SIZE: u16 = std::mem::size_of::<c::nvtxEventAttributes_t>() as u16;
+
+fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(fallback)
+}
+
+fn cstr_id(s: *const c_char) -> u32 {
+    if s.is_null() {
+        return 0;
+    }
+    // SAFETY: NVTX messages are NUL-terminated strings valid for the call.
+    state::intern(unsafe { CStr::from_ptr(s) }.to_bytes())
+}
+
+/// (message id, category | color << 32) of an attributes struct.
+fn attr(a: *const c::nvtxEventAttributes_t) -> (u32, u64) {
+    if a.is_null() {
+        return (0, 0);
+    }
+    // SAFETY: NVTX passes a valid attributes struct; we only read it if its declared size covers the fields.
+    let a = unsafe { &*a };
+    if a.size < ATTR_MIN_SIZE {
+        return (0, 0);
+    }
+    let extra = a.category as u64 | (a.color as u64) << 32;
+    // SAFETY: the union member read matches messageType, as NVTX requires of callers.
+    let id = unsafe {
+        match a.messageType as u32 {
+            c::NVTX_MESSAGE_TYPE_ASCII => cstr_id(a.message.ascii),
+            c::NVTX_MESSAGE_TYPE_REGISTERED => a.message.registered as usize as u32,
+            c::NVTX_MESSAGE_TYPE_UNICODE if !a.message.unicode.is_null() => {
+                let mut s = String::new();
+                let mut p = a.message.unicode;
+                while *p != 0 && s.len() < 4096 {
+                    s.push(char::from_u32(*p as u32).unwrap_or('?'));
+                    p = p.add(1);
+                }
+                state::intern(s.as_bytes())
+            }
+            _ => 0,
+        }
+    };
+    (id, extra)
+}
+
+fn event(kind: EventKind, domain: u32, name: u32, extra: u64, a: u64) {
+    let now = clock::monotonic_ns();
+    let mut ev = RawEvent::new(kind, 0, now, now);
+    ev.name = name;
+    ev.c = domain as u64;
+    ev.b = extra;
+    ev.a = a;
+    emit::push(ev);
+}
+
+fn push_range(domain: u32, name: u32, extra: u64) -> c_int {
+    event(EventKind::NvtxPush, domain, name, extra, 0);
+    DEPTH.with(|d| {
+        d.set(d.get() + 1);
+        d.get() - 1
+    })
+}
+
+fn pop_range(domain: u32) -> c_int {
+    event(EventKind::NvtxPop, domain, 0, 0, 0);
+    DEPTH.with(|d| {
+        if d.get() == 0 {
+            return -1;
+        }
+        d.set(d.get() - 1);
+        d.get()
+    })
+}
+
+fn start_range(domain: u32, name: u32, extra: u64) -> u64 {
+    let id = NEXT_RANGE.fetch_add(1, Ordering::Relaxed);
+    event(EventKind::NvtxStart, domain, name, extra, id);
+    id
+}
+
+fn domain_id(d: c::nvtxDomainHandle_t) -> u32 {
+    d as usize as u32
+}
+
+unsafe extern "C" fn mark_ex(a: *const c::nvtxEventAttributes_t) {
+    guard((), || {
+        let (id, extra) = attr(a);
+        event(EventKind::NvtxMark, 0, id, extra, 0)
+    })
+}
+unsafe extern "C" fn mark_a(m: *const c_char) {
+    guard((), || event(EventKind::NvtxMark, 0, cstr_id(m), 0, 0))
+}
+unsafe extern "C" fn range_start_ex(a: *const c::nvtxEventAttributes_t) -> u64 {
+    guard(0, || {
+        let (id, extra) = attr(a);
+        start_range(0, id, extra)
+    })
+}
+unsafe extern "C" fn range_start_a(m: *const c_char) -> u64 {
+    guard(0, || start_range(0, cstr_id(m), 0))
+}
+unsafe extern "C" fn range_end(id: u64) {
+    guard((), || event(EventKind::NvtxEnd, 0, 0, 0, id))
+}
+unsafe extern "C" fn range_push_ex(a: *const c::nvtxEventAttributes_t) -> c_int {
+    guard(-1, || {
+        let (id, extra) = attr(a);
+        push_range(0, id, extra)
+    })
+}
+unsafe extern "C" fn range_push_a(m: *const c_char) -> c_int {
+    guard(-1, || push_range(0, cstr_id(m), 0))
+}
+unsafe extern "C" fn range_pop() -> c_int {
+    guard(-1, || pop_range(0))
+}
+unsafe extern "C" fn name_os_thread_a(tid: u32, name: *const c_char) {
+    guard((), || event(EventKind::ThreadName, 0, cstr_id(name), 0, tid as u64))
+}
+unsafe extern "C" fn domain_mark_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) {
+    guard((), || {
+        let (id, extra) = attr(a);
+        event(EventKind::NvtxMark, domain_id(d), id, extra, 0)
+    })
+}
+unsafe extern "C" fn domain_range_start_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) -> u64 {
+    guard(0, || {
+        let (id, extra) = attr(a);
+        start_range(domain_id(d), id, extra)
+    })
+}
+unsafe extern "C" fn domain_range_end(d: c::nvtxDomainHandle_t, id: u64) {
+    guard((), || event(EventKind::NvtxEnd, domain_id(d), 0, 0, id))
+}
+unsafe extern "C" fn domain_range_push_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) -> c_int {
+    guard(-1, || {
+        let (id, extra) = attr(a);
+        push_range(domain_id(d), id, extra)
+    })
+}
+unsafe extern "C" fn domain_range_pop(d: c::nvtxDomainHandle_t) -> c_int {
+    guard(-1, || pop_range(domain_id(d)))
+}
+/// Registered strings and domains are handed out as their string ids (0, the null handle, when not recording).
+unsafe extern "C" fn domain_register_string_a(_d: c::nvtxDomainHandle_t, s: *const c_char) -> c::nvtxStringHandle_t {
+    guard(std::ptr::null_mut(), || cstr_id(s) as usize as c::nvtxStringHandle_t)
+}
+unsafe extern "C" fn domain_create_a(name: *const c_char) -> c::nvtxDomainHandle_t {
+    guard(std::ptr::null_mut(), || cstr_id(name) as usize as c::nvtxDomainHandle_t)
+}
+unsafe extern "C" fn domain_destroy(_d: c::nvtxDomainHandle_t) {}
+unsafe extern "C" fn initialize(_reserved: *const std::ffi::c_void) {}
+
+type Entry = (u32, c::NvtxFunctionPointer);
+
+macro_rules! entry {
+    ($cbid:expr, $f:expr) => {
+        // SAFETY: NVTX calls each slot with the signature of its cbid (nvtxTypes.h), which `$f` has; the table
+        // stores them type-erased as `void (*)(void)`.
+        ($cbid, Some(unsafe { std::mem::transmute::<*const (), unsafe extern "C" fn()>($f as *const ()) }))
+    };
+}
+
+fn core_entries() -> [Entry; 9] {
+    [
+        entry!(c::NVTX_CBID_CORE_MarkEx, mark_ex),
+        entry!(c::NVTX_CBID_CORE_MarkA, mark_a),
+        entry!(c::NVTX_CBID_CORE_RangeStartEx, range_start_ex),
+        entry!(c::NVTX_CBID_CORE_RangeStartA, range_start_a),
+        entry!(c::NVTX_CBID_CORE_RangeEnd, range_end),
+        entry!(c::NVTX_CBID_CORE_RangePushEx, range_push_ex),
+        entry!(c::NVTX_CBID_CORE_RangePushA, range_push_a),
+        entry!(c::NVTX_CBID_CORE_RangePop, range_pop),
+        entry!(c::NVTX_CBID_CORE_NameOsThreadA, name_os_thread_a),
+    ]
+}
+
+fn core2_entries() -> [Entry; 9] {
+    [
+        entry!(c::NVTX_CBID_CORE2_DomainMarkEx, domain_mark_ex),
+        entry!(c::NVTX_CBID_CORE2_DomainRangeStartEx, domain_range_start_ex),
+        entry!(c::NVTX_CBID_CORE2_DomainRangeEnd, domain_range_end),
+        entry!(c::NVTX_CBID_CORE2_DomainRangePushEx, domain_range_push_ex),
+        entry!(c::NVTX_CBID_CORE2_DomainRangePop, domain_range_pop),
+        entry!(c::NVTX_CBID_CORE2_DomainRegisterStringA, domain_register_string_a),
+        entry!(c::NVTX_CBID_CORE2_DomainCreateA, domain_create_a),
+        entry!(c::NVTX_CBID_CORE2_DomainDestroy, domain_destroy),
+        entry!(c::NVTX_CBID_CORE2_Initialize, initialize),
+    ]
+}
+
+/// Fills the calling NVTX library's tables. Returns 1 on success, as `InitializeInjectionNvtx2` must.
+pub fn install(get_export_table: c::NvtxGetExportTableFunc_t) -> c_int {
+    let Some(get) = get_export_table else { return 0 };
+    // SAFETY: NVTX's export-table getter; NVTX_ETID_CALLBACKS yields an NvtxExportTableCallbacks.
+    let table = unsafe { get(c::NVTX_ETID_CALLBACKS) } as *const c::NvtxExportTableCallbacks;
+    if table.is_null() {
+        return 0;
+    }
+    // SAFETY: non-null table from NVTX, valid for the process lifetime.
+    let Some(get_module) = (unsafe { &*table }).GetModuleFunctionTable else { return 0 };
+    for (module, entries) in [(c::NVTX_CB_MODULE_CORE, core_entries()), (c::NVTX_CB_MODULE_CORE2, core2_entries())] {
+        let mut slots: c::NvtxFunctionTable = std::ptr::null_mut();
+        let mut size: u32 = 0;
+        // SAFETY: NVTX fills the out-parameters with its table of slot pointers and their count.
+        if unsafe { get_module(module, &mut slots, &mut size) } == 0 || slots.is_null() {
+            continue;
+        }
+        for (cbid, f) in entries {
+            if cbid == 0 || cbid > size {
+                continue;
+            }
+            // SAFETY: `slots` has `size + 1` entries (index 0 unused); each non-null entry points at the
+            // library's function-pointer variable for that cbid.
+            unsafe {
+                let slot = *slots.add(cbid as usize);
+                if !slot.is_null() {
+                    *slot = f;
+                }
+            }
+        }
+    }
+    1
+}

@@ -1,0 +1,161 @@
+//! Process-wide agent state: the shared-memory segment of this process (created on first need), fork handling,
+//! and the one-line "disabled" notice.
+//!
+//! After `fork` the child must never write into its parent's rings (the mapping is inherited) nor call CUPTI
+//! (its state belongs to the parent): the atfork child handler bumps a generation counter, forgets the segment
+//! and marks the process as a fork child; the child's first event creates a segment of its own.
+
+use crate::emit::Interner;
+use cuflight_format::segment::{self, state as seg_state, Layout, MappedSegment};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::Once;
+
+pub struct Agent {
+    pub seg: MappedSegment,
+    pub interner: Interner,
+}
+
+static AGENT: AtomicPtr<Agent> = AtomicPtr::new(std::ptr::null_mut());
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+static FORK_CHILD: AtomicBool = AtomicBool::new(false);
+/// Set when segment creation failed or no session exists: stop retrying on every event.
+static NO_SEGMENT: AtomicBool = AtomicBool::new(false);
+static CREATE: Mutex<()> = Mutex::new(());
+static HOOKS: Once = Once::new();
+static NOTICE: AtomicBool = AtomicBool::new(false);
+
+pub fn generation() -> u64 {
+    GENERATION.load(Ordering::Acquire)
+}
+
+/// True in a child created by fork (no CUPTI there).
+pub fn is_fork_child() -> bool {
+    FORK_CHILD.load(Ordering::Relaxed)
+}
+
+/// Prints one line about the agent turning itself off (once per process).
+pub fn notice(msg: &str) {
+    if !NOTICE.swap(true, Ordering::Relaxed) {
+        eprintln!("cuflight: {msg}; profiling is off, the program continues");
+    }
+}
+
+/// The agent of this process, creating its segment on first use. None when not recording.
+pub fn agent() -> Option<&'static Agent> {
+    let p = AGENT.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: AGENT only ever holds a leaked Box<Agent>, never freed.
+        return Some(unsafe { &*p });
+    }
+    if NO_SEGMENT.load(Ordering::Relaxed) {
+        return None;
+    }
+    create()
+}
+
+pub fn segment() -> Option<&'static MappedSegment> {
+    agent().map(|a| &a.seg)
+}
+
+/// Interns `s` in this process's segment (0 when not recording).
+pub fn intern(s: &[u8]) -> u32 {
+    agent().map_or(0, |a| a.interner.intern(&a.seg, s))
+}
+
+fn env_u32(name: &str, default: u32) -> u32 {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
+}
+
+#[cold]
+fn create() -> Option<&'static Agent> {
+    let _guard = CREATE.lock();
+    let p = AGENT.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: as in `agent`.
+        return Some(unsafe { &*p });
+    }
+    if NO_SEGMENT.load(Ordering::Relaxed) {
+        return None;
+    }
+    let Some(session) = std::env::var("CUFLIGHT_SESSION").ok().filter(|s| !s.is_empty() && !s.contains('/')) else {
+        NO_SEGMENT.store(true, Ordering::Relaxed);
+        notice("agent loaded outside a recording session (start the program with `cuflight record`)");
+        return None;
+    };
+    let pid = std::process::id();
+    let path = segment::segment_dir().join(format!("{}{pid}", segment::session_prefix(&session)));
+    let default = Layout::default();
+    let layout = Layout {
+        ring_count: env_u32("CUFLIGHT_RINGS", default.ring_count).clamp(1, 4096),
+        ring_capacity: env_u32("CUFLIGHT_RING_EVENTS", default.ring_capacity).clamp(64, 1 << 24).next_power_of_two(),
+        strings_capacity: default.strings_capacity,
+    };
+    // SAFETY: getppid has no preconditions.
+    let ppid = unsafe { libc::getppid() } as u32;
+    let seg = match MappedSegment::create(&path, layout, pid, ppid, crate::clock::realtime_ns()) {
+        Ok(s) => s,
+        Err(e) => {
+            NO_SEGMENT.store(true, Ordering::Relaxed);
+            notice(&format!("cannot create the trace segment {}: {e}", path.display()));
+            return None;
+        }
+    };
+    let agent: &'static Agent = Box::leak(Box::new(Agent { seg, interner: Interner::new() }));
+    record_process_facts(agent);
+    agent.seg.header().state.store(seg_state::RECORDING, Ordering::Release);
+    AGENT.store(agent as *const Agent as *mut Agent, Ordering::Release);
+    HOOKS.call_once(|| {
+        // SAFETY: registering plain extern "C" handlers with libc.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_in_child));
+            libc::atexit(at_exit);
+        }
+    });
+    Some(agent)
+}
+
+fn record_process_facts(agent: &Agent) {
+    let h = agent.seg.header();
+    let intern = |s: &[u8]| agent.interner.intern(&agent.seg, s);
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    h.cmdline.store(intern(cmdline.strip_suffix(b"\0").unwrap_or(&cmdline)), Ordering::Relaxed);
+    let exe = std::fs::read_link("/proc/self/exe").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+    h.exe.store(intern(exe.as_bytes()), Ordering::Relaxed);
+    let mut host = [0u8; 256];
+    // SAFETY: gethostname writes at most host.len() bytes into the buffer.
+    let host = if unsafe { libc::gethostname(host.as_mut_ptr() as *mut libc::c_char, host.len()) } == 0 {
+        host.split(|b| *b == 0).next().unwrap_or_default().to_vec()
+    } else {
+        Vec::new()
+    };
+    h.host.store(intern(&host), Ordering::Relaxed);
+}
+
+/// Marks the segment DISABLED with `why` and prints the notice.
+pub fn disable(why: &str) {
+    if let Some(seg) = segment() {
+        seg.set_disabled(why);
+    }
+    notice(why);
+}
+
+extern "C" fn after_fork_in_child() {
+    // Runs in the child, single-threaded, before fork returns: only atomics, no allocation.
+    FORK_CHILD.store(true, Ordering::Relaxed);
+    NO_SEGMENT.store(false, Ordering::Relaxed);
+    AGENT.store(std::ptr::null_mut(), Ordering::Release);
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        crate::cupti::final_flush();
+        if let Some(seg) = segment() {
+            let h = seg.header();
+            if h.state.load(Ordering::Acquire) == seg_state::RECORDING {
+                h.state.store(seg_state::FINISHED, Ordering::Release);
+            }
+        }
+    });
+}
