@@ -7,7 +7,9 @@ use std::path::PathBuf;
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     // OUT_DIR = target/<profile>/build/cudasim-<hash>/out
-    let Some(profile_dir) = out.ancestors().nth(3) else { return };
+    let Some(profile_dir) = out.ancestors().nth(3) else {
+        return;
+    };
     let dir = profile_dir.join("cudasim");
     let _ = std::fs::create_dir_all(&dir);
     for name in [

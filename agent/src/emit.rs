@@ -35,19 +35,26 @@ thread_local! {
 
 /// System thread id of the caller (cached per thread; refreshed after fork).
 pub fn tid() -> u32 {
-    RING.try_with(|r| r.try_borrow().ok().filter(|r| r.generation == state::generation()).map(|r| r.tid))
-        .ok()
-        .flatten()
-        // SAFETY: gettid has no preconditions.
-        .unwrap_or_else(|| unsafe { libc::gettid() as u32 })
+    RING.try_with(|r| {
+        r.try_borrow()
+            .ok()
+            .filter(|r| r.generation == state::generation())
+            .map(|r| r.tid)
+    })
+    .ok()
+    .flatten()
+    // SAFETY: gettid has no preconditions.
+    .unwrap_or_else(|| unsafe { libc::gettid() as u32 })
 }
 
 fn claim(seg: &MappedSegment, tid: u32) -> Option<Producer> {
     let n = seg.layout().ring_count;
-    (0..n).map(|i| (tid.wrapping_mul(2654435761) % n + i) % n).find_map(|i| {
-        let ring = seg.ring(i)?;
-        ring.try_claim(tid).then(|| ring.producer())
-    })
+    (0..n)
+        .map(|i| (tid.wrapping_mul(2654435761) % n + i) % n)
+        .find_map(|i| {
+            let ring = seg.ring(i)?;
+            ring.try_claim(tid).then(|| ring.producer())
+        })
 }
 
 /// Writes `ev` (its `tid` filled in when 0) into the calling thread's ring. Never blocks; a full ring or a
@@ -55,7 +62,9 @@ fn claim(seg: &MappedSegment, tid: u32) -> Option<Producer> {
 pub fn push(mut ev: RawEvent) {
     let Some(seg) = state::segment() else { return };
     let pushed = RING.try_with(|cell| {
-        let Ok(mut r) = cell.try_borrow_mut() else { return false };
+        let Ok(mut r) = cell.try_borrow_mut() else {
+            return false;
+        };
         let generation = state::generation();
         if r.generation != generation {
             // First event of this thread, or first after fork: never reuse a parent's ring.
@@ -75,9 +84,31 @@ pub fn push(mut ev: RawEvent) {
             None => false,
         }
     });
-    if pushed != Ok(true) {
-        seg.header().no_ring_drops.fetch_add(1, Ordering::Relaxed);
+    match pushed {
+        Ok(true) => {}
+        // The thread's TLS is gone (glibc destroys the main thread's TLS before atexit handlers, where the
+        // final CUPTI flush runs) or busy: borrow a free ring for this one event.
+        Err(_) | Ok(false) if push_borrowed(seg, &mut ev) => {}
+        _ => {
+            seg.header().no_ring_drops.fetch_add(1, Ordering::Relaxed);
+        }
     }
+}
+
+/// Slow path: claims any free ring for one push and gives it back.
+#[cold]
+fn push_borrowed(seg: &MappedSegment, ev: &mut RawEvent) -> bool {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() as u32 };
+    if ev.tid == 0 {
+        ev.tid = tid;
+    }
+    let Some(mut producer) = claim(seg, tid) else {
+        return false;
+    };
+    let ok = producer.push(ev);
+    producer.ring().release();
+    ok
 }
 
 const TABLE: usize = 1 << 16;
@@ -111,7 +142,9 @@ impl Interner {
         let mut slot = h as usize & (TABLE - 1);
         for _ in 0..64 {
             if self.keys[slot].load(Ordering::Relaxed) == 0 {
-                let Some(id) = seg.append_string(s) else { return 0 };
+                let Some(id) = seg.append_string(s) else {
+                    return 0;
+                };
                 self.ids[slot].store(id, Ordering::Relaxed);
                 self.keys[slot].store(h, Ordering::Release);
                 return id;
@@ -177,8 +210,18 @@ mod tests {
     fn interning_is_idempotent_and_distinguishes_strings() {
         let path = std::env::temp_dir().join(format!("cuflight-intern-{}", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let seg = MappedSegment::create(&path, Layout { ring_count: 1, ring_capacity: 2, strings_capacity: 1 << 16 }, 1, 0, 0)
-            .unwrap();
+        let seg = MappedSegment::create(
+            &path,
+            Layout {
+                ring_count: 1,
+                ring_capacity: 2,
+                strings_capacity: 1 << 16,
+            },
+            1,
+            0,
+            0,
+        )
+        .unwrap();
         let i = Interner::new();
         let a = i.intern(&seg, b"gemm_kernel");
         let b = i.intern(&seg, b"relu_kernel");

@@ -37,7 +37,15 @@ static INIT: AtomicU8 = AtomicU8::new(UNINITIALISED);
 #[no_mangle]
 pub extern "C" fn InitializeInjection() -> c_int {
     std::panic::catch_unwind(|| {
-        if INIT.compare_exchange(UNINITIALISED, INITIALISING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        if INIT
+            .compare_exchange(
+                UNINITIALISED,
+                INITIALISING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
             return 1;
         }
         if state::is_fork_child() {
@@ -62,7 +70,9 @@ pub extern "C" fn InitializeInjection() -> c_int {
 /// # Safety
 /// `get_export_table` must be NVTX's export-table getter, as the NVTX loader passes it.
 #[no_mangle]
-pub unsafe extern "C" fn InitializeInjectionNvtx2(get_export_table: cupti_sys::cuda13::NvtxGetExportTableFunc_t) -> c_int {
+pub unsafe extern "C" fn InitializeInjectionNvtx2(
+    get_export_table: cupti_sys::cuda13::NvtxGetExportTableFunc_t,
+) -> c_int {
     std::panic::catch_unwind(|| nvtx::install(get_export_table)).unwrap_or(0)
 }
 
@@ -73,14 +83,17 @@ static PRELOAD_CONSTRUCTOR: extern "C" fn() = preload_constructor;
 /// Under LD_PRELOAD, route the driver's and NVTX's injection to this library (only when the user set none).
 extern "C" fn preload_constructor() {
     let _ = std::panic::catch_unwind(|| {
-        let preloaded = std::env::var_os("LD_PRELOAD").is_some_and(|v| v.to_string_lossy().contains("cuflight"));
+        let preloaded = std::env::var_os("LD_PRELOAD")
+            .is_some_and(|v| v.to_string_lossy().contains("cuflight"));
         if !preloaded {
             return;
         }
         // SAFETY: dladdr on one of our own functions; Dl_info is plain data.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
-        if unsafe { libc::dladdr(preload_constructor as *const libc::c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        if unsafe { libc::dladdr(preload_constructor as *const libc::c_void, &mut info) } == 0
+            || info.dli_fname.is_null()
+        {
             return;
         }
         // SAFETY: dli_fname is the loader's NUL-terminated path of this library.

@@ -1,0 +1,15 @@
+//! The cuflight collector library: recording ([`record`]), the in-memory trace model ([`trace`]) and the
+//! analyses behind the `cuflight` subcommands ([`stats`]). `main.rs` only parses arguments.
+//!
+//! ```no_run
+//! let trace = cuflight_collector::trace::Trace::load(std::path::Path::new("run.cuf")).unwrap();
+//! let stats = cuflight_collector::stats::Stats::compute(&trace);
+//! println!("{}", stats.to_table());
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod names;
+pub mod record;
+pub mod stats;
+mod table;
+pub mod trace;

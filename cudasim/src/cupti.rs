@@ -22,10 +22,17 @@ struct Buffers {
 }
 
 static SUBSCRIBER: RwLock<Option<Subscriber>> = RwLock::new(None);
-static ENABLED: [RwLock<[bool; MAX_CBID]>; 2] = [RwLock::new([false; MAX_CBID]), RwLock::new([false; MAX_CBID])];
+static ENABLED: [RwLock<[bool; MAX_CBID]>; 2] = [
+    RwLock::new([false; MAX_CBID]),
+    RwLock::new([false; MAX_CBID]),
+];
 static ACTIVITY_KINDS: AtomicU64 = AtomicU64::new(0);
 /// Held while records are appended or buffers handed over, so buffers reach the client whole and in order.
-static BUFFERS: Mutex<Buffers> = Mutex::new(Buffers { request: None, complete: None, current: None });
+static BUFFERS: Mutex<Buffers> = Mutex::new(Buffers {
+    request: None,
+    complete: None,
+    current: None,
+});
 static DROPPED: AtomicUsize = AtomicUsize::new(0);
 static CORRELATION: AtomicU32 = AtomicU32::new(0);
 static FINALIZED: AtomicBool = AtomicBool::new(false);
@@ -40,8 +47,9 @@ thread_local! {
 
 /// True when `CUDASIM_CUPTI_VERSION=12`: report CUPTI 12.9 and write its record versions.
 pub(crate) fn claims_cupti12() -> bool {
-    static V12: once_cell::sync::Lazy<bool> =
-        once_cell::sync::Lazy::new(|| std::env::var("CUDASIM_CUPTI_VERSION").is_ok_and(|v| v.trim() == "12"));
+    static V12: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
+        std::env::var("CUDASIM_CUPTI_VERSION").is_ok_and(|v| v.trim() == "12")
+    });
     *V12
 }
 
@@ -78,8 +86,18 @@ pub(crate) fn api_call<P>(
     if let Some(slot) = domain_index(domain).and_then(|d| NAMES[d].get(cbid as usize)) {
         slot.store(name.as_ptr() as *mut c_char, Ordering::Relaxed);
     }
-    let enabled = domain_index(domain).is_some_and(|d| ENABLED[d].read().get(cbid as usize).copied().unwrap_or(false));
-    let subscriber = if enabled { SUBSCRIBER.read().as_ref().map(|s| (s.callback, s.userdata)) } else { None };
+    let enabled = domain_index(domain).is_some_and(|d| {
+        ENABLED[d]
+            .read()
+            .get(cbid as usize)
+            .copied()
+            .unwrap_or(false)
+    });
+    let subscriber = if enabled {
+        SUBSCRIBER.read().as_ref().map(|s| (s.callback, s.userdata))
+    } else {
+        None
+    };
     let mut correlation_data = 0u64;
     let mut ret = 0u32;
     let mut data = c::CUpti_CallbackData {
@@ -95,14 +113,28 @@ pub(crate) fn api_call<P>(
     };
     if let Some((Some(cb), userdata)) = subscriber {
         // SAFETY: the subscriber registered this C callback; `data` and the params outlive the call.
-        unsafe { cb(userdata as *mut c_void, domain, cbid, &data as *const _ as *const c_void) };
+        unsafe {
+            cb(
+                userdata as *mut c_void,
+                domain,
+                cbid,
+                &data as *const _ as *const c_void,
+            )
+        };
     }
     ret = body().max(ret);
     if let Some((Some(cb), userdata)) = subscriber {
         data.callbackSite = c::CUPTI_API_EXIT;
         data.functionReturnValue = &mut ret as *mut u32 as *mut c_void;
         // SAFETY: as above; the return value pointer is valid for the call.
-        unsafe { cb(userdata as *mut c_void, domain, cbid, &data as *const _ as *const c_void) };
+        unsafe {
+            cb(
+                userdata as *mut c_void,
+                domain,
+                cbid,
+                &data as *const _ as *const c_void,
+            )
+        };
     }
     if outer {
         OUTER_CORRELATION.with(|c| c.set(0));
@@ -170,176 +202,235 @@ macro_rules! cupti_entry {
     };
 }
 
-cupti_entry!(fn cuptiGetVersion(version: *mut u32) {
-    if version.is_null() {
-        return c::CUPTI_ERROR_INVALID_PARAMETER;
-    }
-    // SAFETY: non-null out-parameter from the caller.
-    unsafe { *version = if claims_cupti12() { 28 } else { 130500 } };
-    c::CUPTI_SUCCESS
-});
-
-cupti_entry!(fn cuptiGetResultString(result: c::CUptiResult, out: *mut *const c_char) {
-    if out.is_null() {
-        return c::CUPTI_ERROR_INVALID_PARAMETER;
-    }
-    let s: &'static CStr = match result {
-        c::CUPTI_SUCCESS => c"CUPTI_SUCCESS",
-        c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED => c"CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED",
-        c::CUPTI_ERROR_INVALID_PARAMETER => c"CUPTI_ERROR_INVALID_PARAMETER",
-        c::CUPTI_ERROR_INVALID_KIND => c"CUPTI_ERROR_INVALID_KIND",
-        c::CUPTI_ERROR_MAX_LIMIT_REACHED => c"CUPTI_ERROR_MAX_LIMIT_REACHED",
-        _ => c"CUPTI_ERROR_UNKNOWN",
-    };
-    // SAFETY: non-null out-parameter; the string is static.
-    unsafe { *out = s.as_ptr() };
-    c::CUPTI_SUCCESS
-});
-
-cupti_entry!(fn cuptiSubscribe(handle: *mut c::CUpti_SubscriberHandle, callback: c::CUpti_CallbackFunc, userdata: *mut c_void) {
-    if handle.is_null() {
-        return c::CUPTI_ERROR_INVALID_PARAMETER;
-    }
-    let mut sub = SUBSCRIBER.write();
-    if sub.is_some() {
-        return c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
-    }
-    *sub = Some(Subscriber { callback, userdata: userdata as usize });
-    // SAFETY: non-null out-parameter; the handle is an opaque non-null token.
-    unsafe { *handle = 1usize as c::CUpti_SubscriberHandle };
-    c::CUPTI_SUCCESS
-});
-
-cupti_entry!(fn cuptiUnsubscribe(_handle: c::CUpti_SubscriberHandle) {
-    *SUBSCRIBER.write() = None;
-    for d in &ENABLED {
-        *d.write() = [false; MAX_CBID];
-    }
-    c::CUPTI_SUCCESS
-});
-
-cupti_entry!(fn cuptiEnableDomain(enable: u32, _handle: c::CUpti_SubscriberHandle, domain: c::CUpti_CallbackDomain) {
-    match domain_index(domain) {
-        Some(d) => {
-            *ENABLED[d].write() = [enable != 0; MAX_CBID];
-            c::CUPTI_SUCCESS
+cupti_entry!(
+    fn cuptiGetVersion(version: *mut u32) {
+        if version.is_null() {
+            return c::CUPTI_ERROR_INVALID_PARAMETER;
         }
-        // Resource, synchronize, NVTX and state domains exist in CUPTI; the simulator never raises them.
-        None if domain < c::CUPTI_CB_DOMAIN_SIZE && domain != 0 => c::CUPTI_SUCCESS,
-        None => c::CUPTI_ERROR_INVALID_PARAMETER,
+        // SAFETY: non-null out-parameter from the caller.
+        unsafe { *version = if claims_cupti12() { 28 } else { 130500 } };
+        c::CUPTI_SUCCESS
     }
-});
+);
 
-cupti_entry!(fn cuptiEnableCallback(enable: u32, _handle: c::CUpti_SubscriberHandle, domain: c::CUpti_CallbackDomain, cbid: u32) {
-    match (domain_index(domain), (cbid as usize) < MAX_CBID) {
-        (Some(d), true) => {
-            ENABLED[d].write()[cbid as usize] = enable != 0;
-            c::CUPTI_SUCCESS
+cupti_entry!(
+    fn cuptiGetResultString(result: c::CUptiResult, out: *mut *const c_char) {
+        if out.is_null() {
+            return c::CUPTI_ERROR_INVALID_PARAMETER;
         }
-        _ => c::CUPTI_ERROR_INVALID_PARAMETER,
+        let s: &'static CStr = match result {
+            c::CUPTI_SUCCESS => c"CUPTI_SUCCESS",
+            c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED => {
+                c"CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
+            }
+            c::CUPTI_ERROR_INVALID_PARAMETER => c"CUPTI_ERROR_INVALID_PARAMETER",
+            c::CUPTI_ERROR_INVALID_KIND => c"CUPTI_ERROR_INVALID_KIND",
+            c::CUPTI_ERROR_MAX_LIMIT_REACHED => c"CUPTI_ERROR_MAX_LIMIT_REACHED",
+            _ => c"CUPTI_ERROR_UNKNOWN",
+        };
+        // SAFETY: non-null out-parameter; the string is static.
+        unsafe { *out = s.as_ptr() };
+        c::CUPTI_SUCCESS
     }
-});
+);
 
-cupti_entry!(fn cuptiGetCallbackName(domain: c::CUpti_CallbackDomain, cbid: u32, name: *mut *const c_char) {
-    if name.is_null() {
-        return c::CUPTI_ERROR_INVALID_PARAMETER;
-    }
-    let found = domain_index(domain)
-        .and_then(|d| NAMES[d].get(cbid as usize))
-        .map(|p| p.load(Ordering::Relaxed))
-        .filter(|p| !p.is_null());
-    match found {
-        Some(p) => {
-            // SAFETY: non-null out-parameter; registered names are static C strings.
-            unsafe { *name = p };
-            c::CUPTI_SUCCESS
+cupti_entry!(
+    fn cuptiSubscribe(
+        handle: *mut c::CUpti_SubscriberHandle,
+        callback: c::CUpti_CallbackFunc,
+        userdata: *mut c_void,
+    ) {
+        if handle.is_null() {
+            return c::CUPTI_ERROR_INVALID_PARAMETER;
         }
-        None => c::CUPTI_ERROR_INVALID_PARAMETER,
-    }
-});
-
-cupti_entry!(fn cuptiActivityEnable(kind: c::CUpti_ActivityKind) {
-    match kind {
-        c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
-        | c::CUPTI_ACTIVITY_KIND_KERNEL
-        | c::CUPTI_ACTIVITY_KIND_MEMCPY
-        | c::CUPTI_ACTIVITY_KIND_MEMSET
-        | c::CUPTI_ACTIVITY_KIND_MEMORY2
-        | c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
-        | c::CUPTI_ACTIVITY_KIND_OVERHEAD => {
-            ACTIVITY_KINDS.fetch_or(1 << kind, Ordering::Relaxed);
-            c::CUPTI_SUCCESS
+        let mut sub = SUBSCRIBER.write();
+        if sub.is_some() {
+            return c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
         }
-        _ => c::CUPTI_ERROR_NOT_SUPPORTED,
+        *sub = Some(Subscriber {
+            callback,
+            userdata: userdata as usize,
+        });
+        // SAFETY: non-null out-parameter; the handle is an opaque non-null token.
+        unsafe { *handle = 1usize as c::CUpti_SubscriberHandle };
+        c::CUPTI_SUCCESS
     }
-});
+);
 
-cupti_entry!(fn cuptiActivityDisable(kind: c::CUpti_ActivityKind) {
-    if kind < 64 {
-        ACTIVITY_KINDS.fetch_and(!(1 << kind), Ordering::Relaxed);
+cupti_entry!(
+    fn cuptiUnsubscribe(_handle: c::CUpti_SubscriberHandle) {
+        *SUBSCRIBER.write() = None;
+        for d in &ENABLED {
+            *d.write() = [false; MAX_CBID];
+        }
+        c::CUPTI_SUCCESS
     }
-    c::CUPTI_SUCCESS
-});
+);
 
-cupti_entry!(fn cuptiActivityRegisterCallbacks(request: c::CUpti_BuffersCallbackRequestFunc, complete: c::CUpti_BuffersCallbackCompleteFunc) {
-    if request.is_none() || complete.is_none() {
-        return c::CUPTI_ERROR_INVALID_PARAMETER;
+cupti_entry!(
+    fn cuptiEnableDomain(
+        enable: u32,
+        _handle: c::CUpti_SubscriberHandle,
+        domain: c::CUpti_CallbackDomain,
+    ) {
+        match domain_index(domain) {
+            Some(d) => {
+                *ENABLED[d].write() = [enable != 0; MAX_CBID];
+                c::CUPTI_SUCCESS
+            }
+            // Resource, synchronize, NVTX and state domains exist in CUPTI; the simulator never raises them.
+            None if domain < c::CUPTI_CB_DOMAIN_SIZE && domain != 0 => c::CUPTI_SUCCESS,
+            None => c::CUPTI_ERROR_INVALID_PARAMETER,
+        }
     }
-    let mut st = BUFFERS.lock();
-    st.request = request;
-    st.complete = complete;
-    c::CUPTI_SUCCESS
-});
+);
 
-cupti_entry!(fn cuptiActivityFlushAll(_flag: u32) {
-    flush();
-    c::CUPTI_SUCCESS
-});
-
-cupti_entry!(fn cuptiActivityGetNextRecord(buffer: *mut u8, valid: usize, record: *mut *mut c::CUpti_Activity) {
-    if buffer.is_null() || record.is_null() {
-        return c::CUPTI_ERROR_INVALID_PARAMETER;
+cupti_entry!(
+    fn cuptiEnableCallback(
+        enable: u32,
+        _handle: c::CUpti_SubscriberHandle,
+        domain: c::CUpti_CallbackDomain,
+        cbid: u32,
+    ) {
+        match (domain_index(domain), (cbid as usize) < MAX_CBID) {
+            (Some(d), true) => {
+                ENABLED[d].write()[cbid as usize] = enable != 0;
+                c::CUPTI_SUCCESS
+            }
+            _ => c::CUPTI_ERROR_INVALID_PARAMETER,
+        }
     }
-    // SAFETY: `record` is the caller's cursor: null to start, else a record we returned from this buffer.
-    let cur = unsafe { *record } as *mut u8;
-    let next = if cur.is_null() {
-        0
-    } else {
-        // SAFETY: `cur` points at a record header inside the buffer (we returned it).
-        let kind = unsafe { (*(cur as *const c::CUpti_Activity)).kind };
-        (cur as usize - buffer as usize) + record_size(kind, claims_cupti12())
-    };
-    if next + 4 > valid {
-        return c::CUPTI_ERROR_MAX_LIMIT_REACHED;
+);
+
+cupti_entry!(
+    fn cuptiGetCallbackName(domain: c::CUpti_CallbackDomain, cbid: u32, name: *mut *const c_char) {
+        if name.is_null() {
+            return c::CUPTI_ERROR_INVALID_PARAMETER;
+        }
+        let found = domain_index(domain)
+            .and_then(|d| NAMES[d].get(cbid as usize))
+            .map(|p| p.load(Ordering::Relaxed))
+            .filter(|p| !p.is_null());
+        match found {
+            Some(p) => {
+                // SAFETY: non-null out-parameter; registered names are static C strings.
+                unsafe { *name = p };
+                c::CUPTI_SUCCESS
+            }
+            None => c::CUPTI_ERROR_INVALID_PARAMETER,
+        }
     }
-    // SAFETY: next < valid, inside the buffer the caller owns.
-    unsafe { *record = buffer.add(next) as *mut c::CUpti_Activity };
-    c::CUPTI_SUCCESS
-});
+);
 
-cupti_entry!(fn cuptiActivityGetNumDroppedRecords(_ctx: c::CUcontext, _stream: u32, dropped: *mut usize) {
-    if dropped.is_null() {
-        return c::CUPTI_ERROR_INVALID_PARAMETER;
+cupti_entry!(
+    fn cuptiActivityEnable(kind: c::CUpti_ActivityKind) {
+        match kind {
+            c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+            | c::CUPTI_ACTIVITY_KIND_KERNEL
+            | c::CUPTI_ACTIVITY_KIND_MEMCPY
+            | c::CUPTI_ACTIVITY_KIND_MEMSET
+            | c::CUPTI_ACTIVITY_KIND_MEMORY2
+            | c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
+            | c::CUPTI_ACTIVITY_KIND_OVERHEAD => {
+                ACTIVITY_KINDS.fetch_or(1 << kind, Ordering::Relaxed);
+                c::CUPTI_SUCCESS
+            }
+            _ => c::CUPTI_ERROR_NOT_SUPPORTED,
+        }
     }
-    // SAFETY: non-null out-parameter. Reading resets the count, as in CUPTI.
-    unsafe { *dropped = DROPPED.swap(0, Ordering::Relaxed) };
-    c::CUPTI_SUCCESS
-});
+);
 
-cupti_entry!(fn cuptiGetTimestamp(ts: *mut u64) {
-    if ts.is_null() {
-        return c::CUPTI_ERROR_INVALID_PARAMETER;
+cupti_entry!(
+    fn cuptiActivityDisable(kind: c::CUpti_ActivityKind) {
+        if kind < 64 {
+            ACTIVITY_KINDS.fetch_and(!(1 << kind), Ordering::Relaxed);
+        }
+        c::CUPTI_SUCCESS
     }
-    // SAFETY: non-null out-parameter.
-    unsafe { *ts = now_ns() };
-    c::CUPTI_SUCCESS
-});
+);
 
-cupti_entry!(fn cuptiSetThreadIdType(_kind: c::CUpti_ActivityThreadIdType) { c::CUPTI_SUCCESS });
+cupti_entry!(
+    fn cuptiActivityRegisterCallbacks(
+        request: c::CUpti_BuffersCallbackRequestFunc,
+        complete: c::CUpti_BuffersCallbackCompleteFunc,
+    ) {
+        if request.is_none() || complete.is_none() {
+            return c::CUPTI_ERROR_INVALID_PARAMETER;
+        }
+        let mut st = BUFFERS.lock();
+        st.request = request;
+        st.complete = complete;
+        c::CUPTI_SUCCESS
+    }
+);
 
-cupti_entry!(fn cuptiFinalize() {
-    flush();
-    FINALIZED.store(true, Ordering::Relaxed);
-    *SUBSCRIBER.write() = None;
-    c::CUPTI_SUCCESS
-});
+cupti_entry!(
+    fn cuptiActivityFlushAll(_flag: u32) {
+        flush();
+        c::CUPTI_SUCCESS
+    }
+);
+
+cupti_entry!(
+    fn cuptiActivityGetNextRecord(
+        buffer: *mut u8,
+        valid: usize,
+        record: *mut *mut c::CUpti_Activity,
+    ) {
+        if buffer.is_null() || record.is_null() {
+            return c::CUPTI_ERROR_INVALID_PARAMETER;
+        }
+        // SAFETY: `record` is the caller's cursor: null to start, else a record we returned from this buffer.
+        let cur = unsafe { *record } as *mut u8;
+        let next = if cur.is_null() {
+            0
+        } else {
+            // SAFETY: `cur` points at a record header inside the buffer (we returned it).
+            let kind = unsafe { (*(cur as *const c::CUpti_Activity)).kind };
+            (cur as usize - buffer as usize) + record_size(kind, claims_cupti12())
+        };
+        if next + 4 > valid {
+            return c::CUPTI_ERROR_MAX_LIMIT_REACHED;
+        }
+        // SAFETY: next < valid, inside the buffer the caller owns.
+        unsafe { *record = buffer.add(next) as *mut c::CUpti_Activity };
+        c::CUPTI_SUCCESS
+    }
+);
+
+cupti_entry!(
+    fn cuptiActivityGetNumDroppedRecords(_ctx: c::CUcontext, _stream: u32, dropped: *mut usize) {
+        if dropped.is_null() {
+            return c::CUPTI_ERROR_INVALID_PARAMETER;
+        }
+        // SAFETY: non-null out-parameter. Reading resets the count, as in CUPTI.
+        unsafe { *dropped = DROPPED.swap(0, Ordering::Relaxed) };
+        c::CUPTI_SUCCESS
+    }
+);
+
+cupti_entry!(
+    fn cuptiGetTimestamp(ts: *mut u64) {
+        if ts.is_null() {
+            return c::CUPTI_ERROR_INVALID_PARAMETER;
+        }
+        // SAFETY: non-null out-parameter.
+        unsafe { *ts = now_ns() };
+        c::CUPTI_SUCCESS
+    }
+);
+
+cupti_entry!(
+    fn cuptiSetThreadIdType(_kind: c::CUpti_ActivityThreadIdType) {
+        c::CUPTI_SUCCESS
+    }
+);
+
+cupti_entry!(
+    fn cuptiFinalize() {
+        flush();
+        FINALIZED.store(true, Ordering::Relaxed);
+        *SUBSCRIBER.write() = None;
+        c::CUPTI_SUCCESS
+    }
+);

@@ -3,8 +3,8 @@
 //! device's blocking streams, as CUDA's legacy semantics require.
 
 use crate::cupti::{self, current_correlation};
-use crate::records::SimRecord;
 use crate::now_ns;
+use crate::records::SimRecord;
 use crossbeam_channel::{unbounded, Sender};
 use once_cell::sync::Lazy;
 use parking_lot::{Condvar, Mutex};
@@ -20,9 +20,26 @@ pub(crate) const MAX_DEVICES: u32 = 8;
 pub(crate) type KernelFn = unsafe extern "C" fn(*mut *mut libc::c_void);
 
 pub(crate) enum Work {
-    Kernel { f: KernelFn, args: Vec<u64>, grid: [i32; 3], block: [i32; 3], shared: i32, name: *const c_char },
-    Memcpy { dst: usize, src: usize, bytes: usize, is_async: bool },
-    Memset { dst: usize, value: u8, bytes: usize, is_async: bool },
+    Kernel {
+        f: KernelFn,
+        args: Vec<u64>,
+        grid: [i32; 3],
+        block: [i32; 3],
+        shared: i32,
+        name: *const c_char,
+    },
+    Memcpy {
+        dst: usize,
+        src: usize,
+        bytes: usize,
+        is_async: bool,
+    },
+    Memset {
+        dst: usize,
+        value: u8,
+        bytes: usize,
+        is_async: bool,
+    },
     Record(Arc<Event>),
     /// Wait until `stream` has completed operation `seq`.
     Wait(Arc<Stream>, u64),
@@ -59,7 +76,11 @@ pub(crate) struct Event {
 static NEXT_STREAM_ID: AtomicU32 = AtomicU32::new(7);
 pub(crate) static NEXT_EVENT_ID: AtomicU32 = AtomicU32::new(1);
 static STREAMS: Lazy<Mutex<HashMap<usize, Arc<Stream>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
-static LEGACY: Lazy<Vec<Arc<Stream>>> = Lazy::new(|| (0..MAX_DEVICES).map(|d| Stream::spawn(d, true, Some(d + 1))).collect());
+static LEGACY: Lazy<Vec<Arc<Stream>>> = Lazy::new(|| {
+    (0..MAX_DEVICES)
+        .map(|d| Stream::spawn(d, true, Some(d + 1)))
+        .collect()
+});
 
 impl Stream {
     /// A stream with its worker thread. Legacy default streams get CUPTI stream ids 1..; others count from 7.
@@ -76,13 +97,15 @@ impl Stream {
             cv: Condvar::new(),
         });
         let me = s.clone();
-        let spawned = std::thread::Builder::new().name(format!("cudasim-stream-{id}")).spawn(move || {
-            for op in rx {
-                me.execute(op);
-                *me.done.lock() += 1;
-                me.cv.notify_all();
-            }
-        });
+        let spawned = std::thread::Builder::new()
+            .name(format!("cudasim-stream-{id}"))
+            .spawn(move || {
+                for op in rx {
+                    me.execute(op);
+                    *me.done.lock() += 1;
+                    me.cv.notify_all();
+                }
+            });
         if spawned.is_err() {
             // No thread: drop the sender so enqueues fail instead of hanging.
             *s.tx.lock() = None;
@@ -93,9 +116,18 @@ impl Stream {
     fn execute(&self, op: Op) {
         let start = now_ns();
         match op.work {
-            Work::Kernel { f, mut args, grid, block, shared, name } => {
-                let mut ptrs: Vec<*mut libc::c_void> =
-                    args.iter_mut().map(|a| a as *mut u64 as *mut libc::c_void).collect();
+            Work::Kernel {
+                f,
+                mut args,
+                grid,
+                block,
+                shared,
+                name,
+            } => {
+                let mut ptrs: Vec<*mut libc::c_void> = args
+                    .iter_mut()
+                    .map(|a| a as *mut u64 as *mut libc::c_void)
+                    .collect();
                 // SAFETY: the app launched `f` as a kernel taking `void **args`; each entry points at an 8-byte
                 // copy of the argument taken at launch, alive for the call.
                 unsafe { f(ptrs.as_mut_ptr()) };
@@ -111,8 +143,16 @@ impl Stream {
                     name,
                 });
             }
-            Work::Memcpy { dst, src, bytes, is_async } => {
-                let (sk, dk) = (crate::memory::cupti_kind_of(src), crate::memory::cupti_kind_of(dst));
+            Work::Memcpy {
+                dst,
+                src,
+                bytes,
+                is_async,
+            } => {
+                let (sk, dk) = (
+                    crate::memory::cupti_kind_of(src),
+                    crate::memory::cupti_kind_of(dst),
+                );
                 // SAFETY: the app passed valid ranges of `bytes` bytes (host memory stands in for device memory).
                 unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
                 cupti::emit(SimRecord::Memcpy {
@@ -128,7 +168,12 @@ impl Stream {
                     is_async,
                 });
             }
-            Work::Memset { dst, value, bytes, is_async } => {
+            Work::Memset {
+                dst,
+                value,
+                bytes,
+                is_async,
+            } => {
                 // SAFETY: the app passed a valid range of `bytes` bytes.
                 unsafe { std::ptr::write_bytes(dst as *mut u8, value, bytes) };
                 cupti::emit(SimRecord::Memset {
@@ -160,7 +205,12 @@ impl Stream {
     fn push(&self, work: Work) -> Option<u64> {
         let tx = self.tx.lock();
         let seq = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
-        tx.as_ref()?.send(Op { work, correlation: current_correlation() }).ok()?;
+        tx.as_ref()?
+            .send(Op {
+                work,
+                correlation: current_correlation(),
+            })
+            .ok()?;
         Some(seq)
     }
 
@@ -169,8 +219,12 @@ impl Stream {
     fn order_against_legacy(self: &Arc<Self>) {
         let legacy = &LEGACY[self.device as usize];
         if Arc::ptr_eq(self, legacy) {
-            let others: Vec<Arc<Stream>> =
-                STREAMS.lock().values().filter(|s| s.blocking && s.device == self.device).cloned().collect();
+            let others: Vec<Arc<Stream>> = STREAMS
+                .lock()
+                .values()
+                .filter(|s| s.blocking && s.device == self.device)
+                .cloned()
+                .collect();
             for s in others {
                 let seq = s.submitted.load(Ordering::Acquire);
                 if *s.done.lock() < seq {
@@ -225,7 +279,9 @@ pub(crate) fn create_stream(device: u32, flags: u32) -> usize {
 
 /// Destroys a stream after its queued work completes (as cudaStreamDestroy does).
 pub(crate) fn destroy_stream(handle: usize) -> bool {
-    let Some(s) = STREAMS.lock().remove(&handle) else { return false };
+    let Some(s) = STREAMS.lock().remove(&handle) else {
+        return false;
+    };
     s.close();
     true
 }
@@ -233,12 +289,24 @@ pub(crate) fn destroy_stream(handle: usize) -> bool {
 /// Every stream of `device`, legacy first.
 pub(crate) fn device_streams(device: u32) -> Vec<Arc<Stream>> {
     let mut all = vec![LEGACY[device as usize].clone()];
-    all.extend(STREAMS.lock().values().filter(|s| s.device == device).cloned());
+    all.extend(
+        STREAMS
+            .lock()
+            .values()
+            .filter(|s| s.device == device)
+            .cloned(),
+    );
     all
 }
 
 /// Records a synchronization activity for a host wait of `start..now`.
 pub(crate) fn sync_record(kind: u32, stream: u32, event: u32, start: u64) {
-    cupti::emit(SimRecord::Sync { start, end: now_ns(), kind, stream, correlation: current_correlation(), event });
+    cupti::emit(SimRecord::Sync {
+        start,
+        end: now_ns(),
+        kind,
+        stream,
+        correlation: current_correlation(),
+        event,
+    });
 }
-

@@ -14,7 +14,11 @@ static INIT: OnceCell<Result<(), u32>> = OnceCell::new();
 
 /// Number of simulated devices: `CUDASIM_DEVICES` (default 1, at most 8; 0 behaves like a machine without GPU).
 pub(crate) fn device_count() -> u32 {
-    std::env::var("CUDASIM_DEVICES").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1).min(MAX_DEVICES)
+    std::env::var("CUDASIM_DEVICES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(1)
+        .min(MAX_DEVICES)
 }
 
 /// Runs `cuInit` once per process; the runtime calls this before its first API call, as cudart does.
@@ -29,14 +33,21 @@ pub(crate) fn ensure_init() -> Result<(), u32> {
 }
 
 fn load_injection() {
-    let Some(path) = std::env::var_os("CUDA_INJECTION64_PATH").filter(|p| !p.is_empty()) else { return };
-    let Ok(cpath) = CString::new(path.as_encoded_bytes()) else { return };
+    let Some(path) = std::env::var_os("CUDA_INJECTION64_PATH").filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let Ok(cpath) = CString::new(path.as_encoded_bytes()) else {
+        return;
+    };
     // SAFETY: dlopen/dlsym with NUL-terminated strings; the symbol is called with the documented signature
     // `int InitializeInjection(void)` (the real driver ignores its result too).
     unsafe {
         let handle = libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
         if handle.is_null() {
-            eprintln!("cudasim: cannot load CUDA_INJECTION64_PATH={}", path.to_string_lossy());
+            eprintln!(
+                "cudasim: cannot load CUDA_INJECTION64_PATH={}",
+                path.to_string_lossy()
+            );
             return;
         }
         let init = libc::dlsym(handle, c"InitializeInjection".as_ptr());
@@ -129,37 +140,47 @@ pub(crate) fn launch(
         kernelParams: args,
         extra: std::ptr::null_mut(),
     };
-    api_call(c::CUPTI_CB_DOMAIN_DRIVER_API, c::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, c"cuLaunchKernel", &params, name.as_ptr(), || {
-        if grid.contains(&0) || block.contains(&0) || block.iter().product::<u32>() > 1024 {
-            return c::cudaErrorInvalidConfiguration;
-        }
-        let Some(s) = device::stream(stream, current_device()) else { return c::cudaErrorInvalidResourceHandle };
-        let mut values = Vec::new();
-        for i in 0..64 {
-            if args.is_null() {
-                break;
+    api_call(
+        c::CUPTI_CB_DOMAIN_DRIVER_API,
+        c::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+        c"cuLaunchKernel",
+        &params,
+        name.as_ptr(),
+        || {
+            if grid.contains(&0) || block.contains(&0) || block.iter().product::<u32>() > 1024 {
+                return c::cudaErrorInvalidConfiguration;
             }
-            // SAFETY: the simulator's launch convention: `args` is a NULL-terminated array of pointers to 8-byte
-            // arguments (see the crate docs).
-            let p = unsafe { *args.add(i) };
-            if p.is_null() {
-                break;
+            let Some(s) = device::stream(stream, current_device()) else {
+                return c::cudaErrorInvalidResourceHandle;
+            };
+            let mut values = Vec::new();
+            for i in 0..64 {
+                if args.is_null() {
+                    break;
+                }
+                // SAFETY: the simulator's launch convention: `args` is a NULL-terminated array of pointers to 8-byte
+                // arguments (see the crate docs).
+                let p = unsafe { *args.add(i) };
+                if p.is_null() {
+                    break;
+                }
+                // SAFETY: as above; each entry points at an argument of at least 8 bytes.
+                values.push(unsafe { (p as *const u64).read_unaligned() });
             }
-            // SAFETY: as above; each entry points at an argument of at least 8 bytes.
-            values.push(unsafe { (p as *const u64).read_unaligned() });
-        }
-        // SAFETY: the app passed a kernel, which in the simulator is a host function taking `void **args`.
-        let func = unsafe { std::mem::transmute::<usize, device::KernelFn>(f) };
-        let work = Work::Kernel {
-            f: func,
-            args: values,
-            grid: grid.map(|v| v as i32),
-            block: block.map(|v| v as i32),
-            shared: shared as i32,
-            name: name.as_ptr(),
-        };
-        s.enqueue(work).map_or(c::cudaErrorUnknown, |_| c::cudaSuccess)
-    })
+            // SAFETY: the app passed a kernel, which in the simulator is a host function taking `void **args`.
+            let func = unsafe { std::mem::transmute::<usize, device::KernelFn>(f) };
+            let work = Work::Kernel {
+                f: func,
+                args: values,
+                grid: grid.map(|v| v as i32),
+                block: block.map(|v| v as i32),
+                shared: shared as i32,
+                name: name.as_ptr(),
+            };
+            s.enqueue(work)
+                .map_or(c::cudaErrorUnknown, |_| c::cudaSuccess)
+        },
+    )
 }
 
 /// # Safety
@@ -222,7 +243,14 @@ pub unsafe extern "C" fn cuLaunchKernel(
         }
         let grid = [gridDimX, gridDimY, gridDimZ];
         let block = [blockDimX, blockDimY, blockDimZ];
-        match launch(f as usize, grid, block, sharedMemBytes, hStream as usize, kernelParams) {
+        match launch(
+            f as usize,
+            grid,
+            block,
+            sharedMemBytes,
+            hStream as usize,
+            kernelParams,
+        ) {
             0 => c::CUDA_SUCCESS,
             _ => c::CUDA_ERROR_INVALID_VALUE,
         }
@@ -247,15 +275,22 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut c::CUdeviceptr, bytesize: usiz
 pub unsafe extern "C" fn cuMemFree_v2(dptr: c::CUdeviceptr) -> c::CUresult {
     guard(c::CUDA_ERROR_UNKNOWN, || {
         let params = c::cuMemFree_v2_params { dptr };
-        api_call(c::CUPTI_CB_DOMAIN_DRIVER_API, c::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, c"cuMemFree_v2", &params, std::ptr::null(), || {
-            for s in device::device_streams(current_device()) {
-                s.synchronize();
-            }
-            match memory::free(dptr as *mut u8, &[Space::Device]) {
-                Some(_) => c::CUDA_SUCCESS,
-                None => c::CUDA_ERROR_INVALID_VALUE,
-            }
-        })
+        api_call(
+            c::CUPTI_CB_DOMAIN_DRIVER_API,
+            c::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
+            c"cuMemFree_v2",
+            &params,
+            std::ptr::null(),
+            || {
+                for s in device::device_streams(current_device()) {
+                    s.synchronize();
+                }
+                match memory::free(dptr as *mut u8, &[Space::Device]) {
+                    Some(_) => c::CUDA_SUCCESS,
+                    None => c::CUDA_ERROR_INVALID_VALUE,
+                }
+            },
+        )
     })
 }
 
@@ -303,7 +338,11 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> c
 /// # Safety
 /// Called from C like `cuDeviceGetAttribute` (SM count and compute capability; others are unsupported).
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: c_int) -> c::CUresult {
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    value: *mut c_int,
+    attrib: c_int,
+    dev: c_int,
+) -> c::CUresult {
     if value.is_null() || dev < 0 || dev as u32 >= device_count() {
         return c::CUDA_ERROR_INVALID_VALUE;
     }

@@ -1,0 +1,132 @@
+//! `cuflight`: record CUDA programs and analyse their traces. Each subcommand is a thin layer over the library.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use cuflight_collector::record::{self, Inject, RecordOptions};
+use cuflight_collector::stats::Stats;
+use cuflight_collector::trace::Trace;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "cuflight",
+    version,
+    about = "A zero-code-change GPU profiler for CUDA programs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a command with the agent injected and write its trace.
+    Record {
+        /// Trace file to write (default: cuflight-N.cuf in the current directory).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// How the agent enters the program.
+        #[arg(long, value_enum, default_value_t = InjectArg::Driver)]
+        inject: InjectArg,
+        /// How often the agent flushes CUPTI's activity buffers, in ms (default 1000).
+        #[arg(long)]
+        flush_ms: Option<u64>,
+        /// How often the collector drains the rings, in ms.
+        #[arg(long, default_value_t = 50)]
+        drain_ms: u64,
+        /// Seconds to keep recording processes that outlive the command.
+        #[arg(long, default_value_t = 10)]
+        linger_secs: u64,
+        /// The program and its arguments (after `--`).
+        #[arg(last = true, required = true, num_args = 1..)]
+        command: Vec<String>,
+    },
+    /// Summary tables of a trace, as `nsys stats` prints them.
+    Stats {
+        trace: PathBuf,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum InjectArg {
+    /// CUDA_INJECTION64_PATH and NVTX_INJECTION64_PATH (the CUDA driver loads the agent).
+    Driver,
+    /// LD_PRELOAD.
+    Preload,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("cuflight: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Cmd::Record {
+            output,
+            inject,
+            flush_ms,
+            drain_ms,
+            linger_secs,
+            command,
+        } => {
+            let Some(agent) = record::find_agent() else {
+                bail!("cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path");
+            };
+            let opts = RecordOptions {
+                output: output.unwrap_or_else(record::default_output),
+                command,
+                agent,
+                inject: match inject {
+                    InjectArg::Driver => Inject::Driver,
+                    InjectArg::Preload => Inject::Preload,
+                },
+                drain_interval: Duration::from_millis(drain_ms.clamp(1, 10_000)),
+                flush_ms,
+                linger: Duration::from_secs(linger_secs),
+            };
+            let s = record::record(&opts).context("recording failed")?;
+            for (pid, why) in &s.disabled {
+                eprintln!("cuflight: agent was off in process {pid}: {why}");
+            }
+            eprintln!(
+                "cuflight: wrote {} ({} events from {} process(es), {} bytes, {:.1} bytes/event); dropped {} (ring full {}, no ring {}, CUPTI {}, skipped {})",
+                opts.output.display(),
+                s.events,
+                s.processes,
+                s.bytes,
+                s.bytes as f64 / s.events.max(1) as f64,
+                s.drops.total(),
+                s.drops.ring_full,
+                s.drops.no_ring,
+                s.drops.cupti_dropped,
+                s.drops.records_skipped,
+            );
+            Ok(s.exit_code)
+        }
+        Cmd::Stats { trace, format } => {
+            let trace = Trace::load(&trace)?;
+            let stats = Stats::compute(&trace);
+            match format {
+                Format::Table => print!("{}", stats.to_table()),
+                Format::Json => println!("{}", stats.to_json()),
+            }
+            Ok(0)
+        }
+    }
+}

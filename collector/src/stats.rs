@@ -1,0 +1,517 @@
+//! `cuflight stats`: what `nsys stats` reports, from a cuflight trace: kernels, CUDA API calls, memcpy by kind
+//! and host memory, memset, device and pinned memory, NVTX ranges and marks, synchronisation, drops, processes.
+
+use crate::names;
+use crate::table::Table;
+use crate::trace::{Process, Trace};
+use cuflight_format::event::{MemKind, FLAG_ASYNC};
+use cuflight_format::EventKind;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+
+/// Count and duration summary of one name.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DurationRow {
+    pub name: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub avg_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    /// Share of the table's total time, in percent.
+    pub percent: f64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NvtxRow {
+    pub domain: String,
+    pub name: String,
+    /// "range" or "mark".
+    pub kind: &'static str,
+    pub count: u64,
+    pub total_ns: u64,
+    pub avg_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MemcpyRow {
+    pub kind: String,
+    /// Host side of the copy: pageable, pinned, managed; "device" when both sides are on the device.
+    pub host_memory: String,
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+    pub gbps: f64,
+    pub async_count: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MemsetRow {
+    pub kind: String,
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct MemoryUse {
+    pub malloc_count: u64,
+    pub free_count: u64,
+    pub alloc_bytes: u64,
+    pub peak_bytes: u64,
+    pub live_bytes_at_end: u64,
+}
+
+/// Device memory at top level (as the JSON schema promises), pinned host memory beside it.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct MemoryStats {
+    #[serde(flatten)]
+    pub device: MemoryUse,
+    pub pinned_host: MemoryUse,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SyncRow {
+    pub kind: String,
+    pub count: u64,
+    pub total_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProcessRow {
+    pub pid: u32,
+    pub ppid: u32,
+    pub command: String,
+    pub host: String,
+    pub cupti_version: u32,
+    pub status: String,
+    pub finished: bool,
+    pub events: u64,
+    pub drops: cuflight_format::file::Drops,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Stats {
+    pub kernels: Vec<DurationRow>,
+    pub api: Vec<DurationRow>,
+    pub memcpy: Vec<MemcpyRow>,
+    pub memset: Vec<MemsetRow>,
+    pub memory: MemoryStats,
+    pub nvtx: Vec<NvtxRow>,
+    pub sync: Vec<SyncRow>,
+    /// Total records lost, all causes and processes (see `processes[].drops`).
+    pub dropped: u64,
+    pub processes: Vec<ProcessRow>,
+}
+
+#[derive(Default)]
+struct Acc {
+    count: u64,
+    total: u64,
+    min: u64,
+    max: u64,
+}
+
+impl Acc {
+    fn add(&mut self, d: u64) {
+        self.min = if self.count == 0 { d } else { self.min.min(d) };
+        self.max = self.max.max(d);
+        self.count += 1;
+        self.total += d;
+    }
+}
+
+fn duration_rows(map: HashMap<String, Acc>) -> Vec<DurationRow> {
+    let all: u64 = map.values().map(|a| a.total).sum();
+    let mut rows: Vec<DurationRow> = map
+        .into_iter()
+        .map(|(name, a)| DurationRow {
+            name,
+            count: a.count,
+            total_ns: a.total,
+            avg_ns: a.total / a.count.max(1),
+            min_ns: a.min,
+            max_ns: a.max,
+            percent: if all == 0 {
+                0.0
+            } else {
+                100.0 * a.total as f64 / all as f64
+            },
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    rows
+}
+
+fn nvtx_domain(p: &Process, id: u64) -> String {
+    if id == 0 {
+        "default".into()
+    } else {
+        p.string(id as u32).to_string()
+    }
+}
+
+impl Stats {
+    pub fn compute(trace: &Trace) -> Stats {
+        let mut kernels: HashMap<String, Acc> = HashMap::new();
+        let mut api: HashMap<String, Acc> = HashMap::new();
+        let mut memcpy: BTreeMap<(String, String), (MemcpyRow, u64)> = BTreeMap::new();
+        let mut memset: BTreeMap<String, MemsetRow> = BTreeMap::new();
+        let mut sync: BTreeMap<String, SyncRow> = BTreeMap::new();
+        let mut nvtx: BTreeMap<(String, String, &'static str), Acc> = BTreeMap::new();
+        let mut allocs = Vec::new();
+        let mut processes = Vec::new();
+        let mut dropped = 0;
+
+        for (&pid, p) in &trace.processes {
+            // NVTX push/pop pair per (thread, domain); start/end pair by range id.
+            let mut stacks: HashMap<(u32, u64), Vec<(u64, u32)>> = HashMap::new();
+            let mut open: HashMap<u64, (u64, u32, u64)> = HashMap::new();
+            for e in &p.events {
+                match e.kind() {
+                    Some(EventKind::Kernel) => kernels
+                        .entry(p.string(e.name).to_string())
+                        .or_default()
+                        .add(e.duration()),
+                    Some(EventKind::Api) => api
+                        .entry(p.string(e.name).to_string())
+                        .or_default()
+                        .add(e.duration()),
+                    Some(EventKind::Memcpy) => {
+                        let (src, dst) = ((e.b & 0xff) as u8, (e.b >> 8 & 0xff) as u8);
+                        let host = match e.sub {
+                            1 => names::memory_kind(src), // HtoD: the source is host memory
+                            2 => names::memory_kind(dst),
+                            9 => names::memory_kind(src),
+                            _ => "device",
+                        };
+                        let key = (names::memcpy_kind(e.sub).to_string(), host.to_string());
+                        let (row, _) = memcpy.entry(key.clone()).or_insert_with(|| {
+                            (
+                                MemcpyRow {
+                                    kind: key.0,
+                                    host_memory: key.1,
+                                    count: 0,
+                                    bytes: 0,
+                                    total_ns: 0,
+                                    gbps: 0.0,
+                                    async_count: 0,
+                                },
+                                0,
+                            )
+                        });
+                        row.count += 1;
+                        row.bytes += e.a;
+                        row.total_ns += e.duration();
+                        row.async_count += (e.flags & FLAG_ASYNC != 0) as u64;
+                    }
+                    Some(EventKind::Memset) => {
+                        let kind = names::memory_kind(e.sub).to_string();
+                        let row = memset.entry(kind.clone()).or_insert(MemsetRow {
+                            kind,
+                            count: 0,
+                            bytes: 0,
+                            total_ns: 0,
+                        });
+                        row.count += 1;
+                        row.bytes += e.a;
+                        row.total_ns += e.duration();
+                    }
+                    Some(EventKind::Sync) => {
+                        let kind = names::sync_kind(e.sub).to_string();
+                        let row = sync.entry(kind.clone()).or_insert(SyncRow {
+                            kind,
+                            count: 0,
+                            total_ns: 0,
+                        });
+                        row.count += 1;
+                        row.total_ns += e.duration();
+                    }
+                    Some(EventKind::Alloc | EventKind::Free) => allocs.push((e.start, pid, *e)),
+                    Some(EventKind::NvtxPush) => stacks
+                        .entry((e.tid, e.c))
+                        .or_default()
+                        .push((e.start, e.name)),
+                    Some(EventKind::NvtxPop) => {
+                        if let Some((start, name)) =
+                            stacks.get_mut(&(e.tid, e.c)).and_then(Vec::pop)
+                        {
+                            let key = (nvtx_domain(p, e.c), p.string(name).to_string(), "range");
+                            nvtx.entry(key)
+                                .or_default()
+                                .add(e.start.saturating_sub(start));
+                        }
+                    }
+                    Some(EventKind::NvtxStart) => {
+                        open.insert(e.a, (e.start, e.name, e.c));
+                    }
+                    Some(EventKind::NvtxEnd) => {
+                        if let Some((start, name, domain)) = open.remove(&e.a) {
+                            let key = (nvtx_domain(p, domain), p.string(name).to_string(), "range");
+                            nvtx.entry(key)
+                                .or_default()
+                                .add(e.start.saturating_sub(start));
+                        }
+                    }
+                    Some(EventKind::NvtxMark) => {
+                        nvtx.entry((nvtx_domain(p, e.c), p.string(e.name).to_string(), "mark"))
+                            .or_default()
+                            .add(0);
+                    }
+                    _ => {}
+                }
+            }
+            dropped += p.info.drops.total();
+            processes.push(ProcessRow {
+                pid,
+                ppid: p.info.ppid,
+                command: p.info.cmdline.join(" "),
+                host: p.info.host.clone(),
+                cupti_version: p.info.cupti_version,
+                status: p.info.status.clone(),
+                finished: p.info.finished,
+                events: p.events.len() as u64,
+                drops: p.info.drops,
+            });
+        }
+
+        let memcpy = memcpy
+            .into_values()
+            .map(|(mut r, _)| {
+                r.gbps = if r.total_ns == 0 {
+                    0.0
+                } else {
+                    r.bytes as f64 / r.total_ns as f64
+                };
+                r
+            })
+            .collect();
+        let nvtx = nvtx
+            .into_iter()
+            .map(|((domain, name, kind), a)| NvtxRow {
+                domain,
+                name,
+                kind,
+                count: a.count,
+                total_ns: a.total,
+                avg_ns: a.total / a.count.max(1),
+                min_ns: a.min,
+                max_ns: a.max,
+            })
+            .collect();
+        Stats {
+            kernels: duration_rows(kernels),
+            api: duration_rows(api),
+            memcpy,
+            memset: memset.into_values().collect(),
+            memory: memory_stats(allocs),
+            nvtx,
+            sync: sync.into_values().collect(),
+            dropped,
+            processes,
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let dur = |title: &str, rows: &[DurationRow], out: &mut String| {
+            let mut t = Table::new(
+                title,
+                &[
+                    "Time (%)",
+                    "Total Time (ns)",
+                    "Instances",
+                    "Avg (ns)",
+                    "Min (ns)",
+                    "Max (ns)",
+                    "Name",
+                ],
+            );
+            for r in rows {
+                t.row(vec![
+                    format!("{:.1}", r.percent),
+                    r.total_ns.to_string(),
+                    r.count.to_string(),
+                    r.avg_ns.to_string(),
+                    r.min_ns.to_string(),
+                    r.max_ns.to_string(),
+                    r.name.clone(),
+                ]);
+            }
+            t.render(out);
+        };
+        dur("CUDA kernels (GPU time)", &self.kernels, &mut out);
+        dur("CUDA API calls (host time)", &self.api, &mut out);
+        let mut t = Table::new(
+            "Memory copies",
+            &[
+                "Count",
+                "Total (bytes)",
+                "Total Time (ns)",
+                "GB/s",
+                "Async",
+                "Host memory",
+                "Kind",
+            ],
+        );
+        for r in &self.memcpy {
+            t.row(vec![
+                r.count.to_string(),
+                r.bytes.to_string(),
+                r.total_ns.to_string(),
+                format!("{:.2}", r.gbps),
+                r.async_count.to_string(),
+                r.host_memory.clone(),
+                r.kind.clone(),
+            ]);
+        }
+        t.render(&mut out);
+        let mut t = Table::new(
+            "Memsets",
+            &["Count", "Total (bytes)", "Total Time (ns)", "Memory"],
+        );
+        for r in &self.memset {
+            t.row(vec![
+                r.count.to_string(),
+                r.bytes.to_string(),
+                r.total_ns.to_string(),
+                r.kind.clone(),
+            ]);
+        }
+        t.render(&mut out);
+        let mut t = Table::new(
+            "Memory",
+            &[
+                "Allocs",
+                "Frees",
+                "Allocated (bytes)",
+                "Peak (bytes)",
+                "Live at end (bytes)",
+                "Memory",
+            ],
+        );
+        for (name, m) in [
+            ("device", &self.memory.device),
+            ("pinned host", &self.memory.pinned_host),
+        ] {
+            t.row(vec![
+                m.malloc_count.to_string(),
+                m.free_count.to_string(),
+                m.alloc_bytes.to_string(),
+                m.peak_bytes.to_string(),
+                m.live_bytes_at_end.to_string(),
+                name.to_string(),
+            ]);
+        }
+        t.render(&mut out);
+        let mut t = Table::new(
+            "NVTX",
+            &[
+                "Kind",
+                "Count",
+                "Total Time (ns)",
+                "Avg (ns)",
+                "Domain",
+                "Name",
+            ],
+        );
+        for r in &self.nvtx {
+            t.row(vec![
+                r.kind.to_string(),
+                r.count.to_string(),
+                r.total_ns.to_string(),
+                r.avg_ns.to_string(),
+                r.domain.clone(),
+                r.name.clone(),
+            ]);
+        }
+        t.render(&mut out);
+        let mut t = Table::new("Synchronization", &["Count", "Total Time (ns)", "Kind"]);
+        for r in &self.sync {
+            t.row(vec![
+                r.count.to_string(),
+                r.total_ns.to_string(),
+                r.kind.clone(),
+            ]);
+        }
+        t.render(&mut out);
+        let mut t = Table::new(
+            "Processes",
+            &[
+                "PID", "PPID", "CUPTI", "Events", "Dropped", "Finished", "Command",
+            ],
+        );
+        for p in &self.processes {
+            let command = if p.status.is_empty() {
+                p.command.clone()
+            } else {
+                format!("{} [agent off: {}]", p.command, p.status)
+            };
+            t.row(vec![
+                p.pid.to_string(),
+                p.ppid.to_string(),
+                p.cupti_version.to_string(),
+                p.events.to_string(),
+                p.drops.total().to_string(),
+                if p.finished { "yes" } else { "no (killed?)" }.to_string(),
+                command,
+            ]);
+        }
+        t.render(&mut out);
+        out.push_str(&format!("\nDropped records: {}\n", self.dropped));
+        out
+    }
+}
+
+/// Replays allocations and frees in time order across processes to find peak and final live memory.
+fn memory_stats(mut allocs: Vec<(u64, u32, cuflight_format::RawEvent)>) -> MemoryStats {
+    allocs.sort_by_key(|(t, pid, _)| (*t, *pid));
+    let mut live: HashMap<(u32, u64), (u64, bool)> = HashMap::new();
+    let (mut dev, mut pinned) = (MemoryUse::default(), MemoryUse::default());
+    let (mut dev_now, mut pinned_now) = (0u64, 0u64);
+    for (_, pid, e) in allocs {
+        if e.kind() == Some(EventKind::Alloc) {
+            let device = MemKind::from_u8(e.sub).is_none_or(MemKind::is_device);
+            let (m, now) = if device {
+                (&mut dev, &mut dev_now)
+            } else {
+                (&mut pinned, &mut pinned_now)
+            };
+            m.malloc_count += 1;
+            m.alloc_bytes += e.b;
+            *now += e.b;
+            m.peak_bytes = m.peak_bytes.max(*now);
+            live.insert((pid, e.a), (e.b, device));
+        } else {
+            // The allocation decides the bucket; a free of an unknown address still counts by its own kind.
+            let found = live.remove(&(pid, e.a));
+            let device = found.map_or_else(
+                || MemKind::from_u8(e.sub).is_none_or(MemKind::is_device),
+                |(_, d)| d,
+            );
+            let (m, now) = if device {
+                (&mut dev, &mut dev_now)
+            } else {
+                (&mut pinned, &mut pinned_now)
+            };
+            m.free_count += 1;
+            *now -= found.map_or(0, |(bytes, _)| bytes);
+        }
+    }
+    dev.live_bytes_at_end = dev_now;
+    pinned.live_bytes_at_end = pinned_now;
+    MemoryStats {
+        device: dev,
+        pinned_host: pinned,
+    }
+}

@@ -1,0 +1,125 @@
+//! A trace file loaded into memory: per process, its facts, its strings and its events, with device timestamps
+//! moved onto the host clock.
+
+use cuflight_format::file::{Block, FileError, Footer, ProcessInfo, TraceReader};
+use cuflight_format::segment::parse_strings;
+use cuflight_format::{EventKind, RawEvent};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// Why a trace could not be loaded (one line each, for the CLI).
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("cannot open {path}: {source}")]
+    Open {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Format { path: String, source: FileError },
+}
+
+/// One profiled process.
+#[derive(Debug, Default)]
+pub struct Process {
+    pub info: ProcessInfo,
+    pub strings: HashMap<u32, String>,
+    pub events: Vec<RawEvent>,
+    /// CLOCK_MONOTONIC minus CUPTI time, applied to device events (0 when no clock pair was recorded).
+    pub clock_offset_ns: i64,
+}
+
+impl Process {
+    /// The string behind an id ("" for 0 or unknown ids).
+    pub fn string(&self, id: u32) -> &str {
+        self.strings.get(&id).map_or("", String::as_str)
+    }
+}
+
+/// A whole trace.
+#[derive(Debug, Default)]
+pub struct Trace {
+    pub processes: BTreeMap<u32, Process>,
+    pub footer: Footer,
+}
+
+/// Events stamped by CUPTI's clock (the rest are stamped with CLOCK_MONOTONIC by the agent).
+pub fn is_device_event(kind: Option<EventKind>) -> bool {
+    matches!(
+        kind,
+        Some(
+            EventKind::Kernel
+                | EventKind::Memcpy
+                | EventKind::Memset
+                | EventKind::Sync
+                | EventKind::Overhead
+                | EventKind::MemoryActivity
+        )
+    )
+}
+
+impl Trace {
+    pub fn load(path: &Path) -> Result<Trace, TraceError> {
+        let shown = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(|source| TraceError::Open {
+            path: shown.clone(),
+            source,
+        })?;
+        let fmt = |source| TraceError::Format {
+            path: shown.clone(),
+            source,
+        };
+        let mut reader = TraceReader::new(std::io::BufReader::new(file)).map_err(fmt)?;
+        let mut trace = Trace::default();
+        while let Some(block) = reader.next_block().map_err(fmt)? {
+            match block {
+                Block::Process(info) => {
+                    let pid = info.pid;
+                    trace.processes.entry(pid).or_default().info = info;
+                }
+                Block::Strings { pid, base, bytes } => {
+                    let p = trace.processes.entry(pid).or_default();
+                    for (id, s) in parse_strings(base, &bytes) {
+                        p.strings
+                            .insert(id, String::from_utf8_lossy(s).into_owned());
+                    }
+                }
+                Block::Events { pid, events } => trace
+                    .processes
+                    .entry(pid)
+                    .or_default()
+                    .events
+                    .extend(events),
+                Block::Footer(f) => trace.footer = f,
+            }
+        }
+        for p in trace.processes.values_mut() {
+            p.align_clocks();
+        }
+        Ok(trace)
+    }
+}
+
+impl Process {
+    /// Moves device events onto CLOCK_MONOTONIC using the median offset of the recorded clock pairs.
+    fn align_clocks(&mut self) {
+        let mut offsets: Vec<i64> = self
+            .events
+            .iter()
+            .filter(|e| e.kind() == Some(EventKind::ClockSync))
+            .map(|e| e.end as i64 - e.start as i64)
+            .collect();
+        if offsets.is_empty() {
+            return;
+        }
+        offsets.sort_unstable();
+        let off = offsets[offsets.len() / 2];
+        self.clock_offset_ns = off;
+        for e in &mut self.events {
+            if is_device_event(e.kind()) && e.start != 0 {
+                e.start = e.start.wrapping_add_signed(off);
+                e.end = e.end.wrapping_add_signed(off);
+            }
+        }
+    }
+}
