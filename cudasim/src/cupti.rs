@@ -45,12 +45,27 @@ thread_local! {
     static OUTER_CORRELATION: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// True when `CUDASIM_CUPTI_VERSION=12`: report CUPTI 12.9 and write its record versions.
-pub(crate) fn claims_cupti12() -> bool {
-    static V12: once_cell::sync::Lazy<bool> = once_cell::sync::Lazy::new(|| {
-        std::env::var("CUDASIM_CUPTI_VERSION").is_ok_and(|v| v.trim() == "12")
+/// The version `cuptiGetVersion` reports: `CUDASIM_CUPTI_VERSION=12` claims CUPTI 12.9 (API version 28, with
+/// 12.x record layouts), 13 or unset claims 13.5 (130500); any other number is reported as is (to test how
+/// clients refuse versions they do not know) with 13.x layouts.
+pub(crate) fn claimed_version() -> u32 {
+    static V: once_cell::sync::Lazy<u32> = once_cell::sync::Lazy::new(|| {
+        match std::env::var("CUDASIM_CUPTI_VERSION")
+            .ok()
+            .as_deref()
+            .map(str::trim)
+        {
+            Some("12") => 28,
+            None | Some("13") | Some("") => 130500,
+            Some(v) => v.parse().unwrap_or(130500),
+        }
     });
-    *V12
+    *V
+}
+
+/// True when the claimed version writes CUPTI 12.x record layouts.
+pub(crate) fn claims_cupti12() -> bool {
+    claimed_version() < 100
 }
 
 fn domain_index(domain: c::CUpti_CallbackDomain) -> Option<usize> {
@@ -192,7 +207,7 @@ pub(crate) fn flush() {
 }
 
 macro_rules! cupti_entry {
-    (fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
+    (fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
         /// # Safety
         /// Called from C with the arguments documented for this CUPTI function.
         #[no_mangle]
@@ -208,7 +223,7 @@ cupti_entry!(
             return c::CUPTI_ERROR_INVALID_PARAMETER;
         }
         // SAFETY: non-null out-parameter from the caller.
-        unsafe { *version = if claims_cupti12() { 28 } else { 130500 } };
+        unsafe { *version = claimed_version() };
         c::CUPTI_SUCCESS
     }
 );

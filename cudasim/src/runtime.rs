@@ -95,7 +95,7 @@ const fn cname(s: &'static str) -> &'static CStr {
 
 /// Defines an exported runtime function whose arguments are named after the fields of its CUPTI params struct.
 macro_rules! runtime_fn {
-    ($name:ident($($arg:ident: $ty:ty),*) => $cbid:ident, $params:ident $body:block) => {
+    ($name:ident($($arg:ident: $ty:ty),* $(,)?) => $cbid:ident, $params:ident $body:block) => {
         /// # Safety
         /// Called from C with the arguments of the CUDA runtime function of the same name.
         #[no_mangle]

@@ -1,1 +1,169 @@
+//! Helpers for the end-to-end tests: build a C program from `tests/c/` against the real CUDA 13.5 headers
+//! (installed by `scripts/fetch-cuda-headers`), run it under `cuflight record` on cudasim (the CPU test double),
+//! and read `cuflight stats --format json`.
+//!
+//! The workspace must be built first (`cargo build`): the tests use the `cuflight` binary, `libcuflight.so` and
+//! `target/<profile>/cudasim/` from the same profile as the test binary.
+#![forbid(unsafe_code)]
 
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// `target/<profile>` of the running test binary (`target/<profile>/deps/<test>`).
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps")
+        .to_path_buf()
+}
+
+fn require(path: &Path, hint: &str) -> PathBuf {
+    assert!(path.exists(), "{} is missing: {hint}", path.display());
+    path.to_path_buf()
+}
+
+pub fn cuflight_bin() -> PathBuf {
+    require(
+        &profile_dir().join("cuflight"),
+        "run `cargo build` (scripts/test does) before the tests",
+    )
+}
+
+pub fn cudasim_dir() -> PathBuf {
+    require(
+        &profile_dir().join("cudasim/libcudart.so"),
+        "run `cargo build` (it builds cudasim)",
+    );
+    profile_dir().join("cudasim")
+}
+
+pub fn cuda_include() -> PathBuf {
+    require(
+        &repo_root().join(".cache/cuda/13/include/cuda_runtime_api.h"),
+        "run scripts/fetch-cuda-headers",
+    );
+    repo_root().join(".cache/cuda/13/include")
+}
+
+/// A scratch directory unique to one test.
+pub fn scratch(test: &str) -> PathBuf {
+    let dir = profile_dir().join("test-scratch").join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Compiles `tests/c/<name>.c` into `dir` with gcc against the real headers, linked to cudasim's libcudart.
+pub fn build_c(name: &str, dir: &Path) -> PathBuf {
+    let out = dir.join(name);
+    let src = repo_root().join("tests/c").join(format!("{name}.c"));
+    let status = Command::new("gcc")
+        .args([
+            "-O1",
+            "-g",
+            "-rdynamic",
+            "-pthread",
+            "-Wall",
+            "-Werror",
+            "-Wno-unused-function",
+        ])
+        .arg("-I")
+        .arg(cuda_include())
+        .arg(&src)
+        .arg("-L")
+        .arg(cudasim_dir())
+        .args(["-lcudart", "-ldl", "-o"])
+        .arg(&out)
+        .status()
+        .expect("gcc runs");
+    assert!(status.success(), "gcc failed on {}", src.display());
+    out
+}
+
+/// Result of one `cuflight record` run.
+pub struct Recorded {
+    pub output: Output,
+    pub trace: PathBuf,
+}
+
+impl Recorded {
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+}
+
+/// Runs `cuflight record [flags] -- program args` with cudasim on the library path and segments kept in `dir`.
+pub fn record(
+    dir: &Path,
+    flags: &[&str],
+    program: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Recorded {
+    let trace = dir.join("trace.cuf");
+    let mut cmd = Command::new(cuflight_bin());
+    cmd.arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .args(flags)
+        .arg("--")
+        .arg(program)
+        .args(args);
+    cmd.env("LD_LIBRARY_PATH", cudasim_dir())
+        .env("CUFLIGHT_SHM_DIR", dir)
+        .env_remove("CUDASIM_CUPTI_VERSION");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let output = cmd.output().expect("cuflight runs");
+    Recorded { output, trace }
+}
+
+/// `cuflight stats --format json` of a trace.
+pub fn stats(trace: &Path) -> Value {
+    let out = Command::new(cuflight_bin())
+        .args(["stats", "--format", "json"])
+        .arg(trace)
+        .output()
+        .expect("cuflight runs");
+    assert!(
+        out.status.success(),
+        "stats failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stats prints JSON")
+}
+
+/// The row of `table` whose `key` field equals `value` (and, optionally, whose `key2` equals `value2`).
+pub fn row<'a>(stats: &'a Value, table: &str, key: &str, value: &str) -> &'a Value {
+    stats[table]
+        .as_array()
+        .unwrap_or_else(|| panic!("no table {table}"))
+        .iter()
+        .find(|r| r[key] == value)
+        .unwrap_or_else(|| panic!("no {table} row with {key}={value} in {}", stats[table]))
+}
+
+pub fn rows<'a>(stats: &'a Value, table: &str, key: &str, value: &str) -> Vec<&'a Value> {
+    stats[table]
+        .as_array()
+        .map(|a| a.iter().filter(|r| r[key] == value).collect())
+        .unwrap_or_default()
+}
+
+/// Count of `table` rows matching `key` = `value`, or 0.
+pub fn count(stats: &Value, table: &str, key: &str, value: &str) -> u64 {
+    rows(stats, table, key, value)
+        .iter()
+        .map(|r| r["count"].as_u64().unwrap_or(0))
+        .sum()
+}

@@ -1,0 +1,214 @@
+//! Capture end to end on cudasim: exact counts, bytes and names from real C programs.
+
+use cuflight_integration::*;
+use serde_json::Value;
+
+fn memcpy(stats: &Value, kind: &str, host: &str) -> (u64, u64) {
+    stats["memcpy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == kind && r["host_memory"] == host)
+        .fold((0, 0), |(c, b), r| {
+            (
+                c + r["count"].as_u64().unwrap(),
+                b + r["bytes"].as_u64().unwrap(),
+            )
+        })
+}
+
+fn check_streams(stats: &Value, cupti_version: u64) {
+    assert_eq!(count(stats, "kernels", "name", "saxpy"), 100);
+    assert_eq!(count(stats, "kernels", "name", "relu"), 100);
+    assert_eq!(stats["kernels"].as_array().unwrap().len(), 2);
+    assert_eq!(memcpy(stats, "HtoD", "pinned"), (100, 100 * 65536));
+    assert_eq!(memcpy(stats, "DtoH", "pinned"), (100, 100 * 65536));
+    assert_eq!(memcpy(stats, "HtoD", "pageable"), (2, 2 << 20));
+    assert_eq!(memcpy(stats, "DtoD", "device"), (2, 2 * 65536));
+    assert_eq!(count(stats, "memset", "kind", "device"), 100);
+    assert_eq!(row(stats, "memset", "kind", "device")["bytes"], 100 * 65536);
+    for (name, n) in [
+        ("cudaLaunchKernel", 200),
+        ("cudaMemcpyAsync", 200),
+        ("cudaMemsetAsync", 100),
+        ("cudaMemcpy", 4),
+        ("cudaStreamSynchronize", 100),
+        ("cudaEventRecord", 50),
+        ("cudaStreamWaitEvent", 50),
+        ("cudaEventSynchronize", 2),
+        ("cudaDeviceSynchronize", 2),
+        ("cudaStreamCreateWithFlags", 4),
+        ("cudaStreamDestroy", 4),
+        ("cudaMalloc", 8),
+        ("cudaFree", 8),
+        ("cudaMallocHost", 2),
+        ("cudaFreeHost", 2),
+    ] {
+        assert_eq!(count(stats, "api", "name", name), n, "API {name}");
+    }
+    // The runtime's own driver calls are not API calls of the program.
+    assert_eq!(count(stats, "api", "name", "cuLaunchKernel"), 0);
+    assert_eq!(count(stats, "api", "name", "cuMemAlloc_v2"), 0);
+    let m = &stats["memory"];
+    assert_eq!(
+        (m["malloc_count"].as_u64(), m["free_count"].as_u64()),
+        (Some(8), Some(8))
+    );
+    assert_eq!(m["alloc_bytes"], 2 * (3 * 65536 + (1 << 20)));
+    assert_eq!(m["live_bytes_at_end"], 0);
+    let peak = m["peak_bytes"].as_u64().unwrap();
+    assert!(
+        (3 * 65536..=2 * (3 * 65536 + (1 << 20))).contains(&peak),
+        "peak {peak}"
+    );
+    assert_eq!(m["pinned_host"]["malloc_count"], 2);
+    assert_eq!(
+        m["pinned_host"]["peak_bytes"].as_u64().unwrap() % (2 * 16384 * 4),
+        0
+    );
+    assert_eq!(count(stats, "sync", "kind", "cudaStreamSynchronize"), 100);
+    assert_eq!(count(stats, "sync", "kind", "cudaStreamWaitEvent"), 50);
+    assert_eq!(count(stats, "sync", "kind", "cudaEventSynchronize"), 2);
+    assert_eq!(count(stats, "sync", "kind", "cudaDeviceSynchronize"), 2);
+    assert_eq!(stats["dropped"], 0);
+    let procs = stats["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1);
+    assert_eq!(procs[0]["cupti_version"], cupti_version);
+    assert_eq!(procs[0]["finished"], true);
+}
+
+#[test]
+fn threads_and_streams_are_counted_exactly_with_cupti_13() {
+    let dir = scratch("streams13");
+    let prog = build_c("streams", &dir);
+    let r = record(&dir, &[], &prog, &[], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    check_streams(&stats(&r.trace), 130500);
+}
+
+#[test]
+fn cupti_12_records_decode_to_the_same_counts() {
+    let dir = scratch("streams12");
+    let prog = build_c("streams", &dir);
+    let r = record(&dir, &[], &prog, &[], &[("CUDASIM_CUPTI_VERSION", "12")]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    check_streams(&stats(&r.trace), 28);
+}
+
+#[test]
+fn ld_preload_injection_records_the_same() {
+    let dir = scratch("preload");
+    let prog = build_c("streams", &dir);
+    let r = record(&dir, &["--inject", "preload"], &prog, &[], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    check_streams(&stats(&r.trace), 130500);
+}
+
+#[test]
+fn kernel_times_are_real_and_on_the_host_clock() {
+    let dir = scratch("times");
+    let prog = build_c("streams", &dir);
+    let r = record(&dir, &[], &prog, &[], &[]);
+    let s = stats(&r.trace);
+    // saxpy spins 20 us, relu 10 us.
+    let saxpy = row(&s, "kernels", "name", "saxpy");
+    assert!(saxpy["min_ns"].as_u64().unwrap() >= 20_000, "{saxpy}");
+    assert!(
+        row(&s, "kernels", "name", "relu")["min_ns"]
+            .as_u64()
+            .unwrap()
+            >= 10_000
+    );
+}
+
+#[test]
+fn fork_children_get_their_own_segments_and_no_cuda() {
+    let dir = scratch("fork");
+    let prog = build_c("fork", &dir);
+    let r = record(&dir, &[], &prog, &[], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    let s = stats(&r.trace);
+    let procs = s["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 3, "{procs:?}");
+    let parent = procs
+        .iter()
+        .find(|p| p["cupti_version"] == 130500)
+        .expect("parent recorded CUDA");
+    let children: Vec<_> = procs
+        .iter()
+        .filter(|p| p["ppid"] == parent["pid"])
+        .collect();
+    assert_eq!(children.len(), 2);
+    for c in &children {
+        assert_eq!(c["cupti_version"], 0, "a fork child never calls CUPTI");
+    }
+    assert_eq!(count(&s, "kernels", "name", "step"), 10);
+    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 10);
+    assert_eq!(count(&s, "nvtx", "name", "parent"), 2);
+    assert_eq!(count(&s, "nvtx", "name", "child-before"), 1);
+    assert_eq!(count(&s, "nvtx", "name", "child-after"), 1);
+    assert_eq!(s["dropped"], 0);
+}
+
+#[test]
+fn sigkill_keeps_everything_flushed_before_the_kill() {
+    let dir = scratch("killed");
+    let prog = build_c("killed", &dir);
+    let r = record(&dir, &["--flush-ms", "100"], &prog, &[], &[]);
+    assert_eq!(
+        r.output.status.code(),
+        Some(128 + 9),
+        "cuflight exits with the command's status"
+    );
+    let s = stats(&r.trace);
+    assert_eq!(count(&s, "kernels", "name", "work"), 40);
+    assert_eq!(count(&s, "nvtx", "name", "before-kill"), 1);
+    assert_eq!(
+        s["processes"][0]["finished"], false,
+        "the process never reached its exit handler"
+    );
+}
+
+#[test]
+fn a_second_cupti_subscriber_disables_the_agent_not_the_program() {
+    let dir = scratch("subscriber");
+    let prog = build_c("subscriber", &dir);
+    let r = record(&dir, &[], &prog, &[], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    assert!(String::from_utf8_lossy(&r.output.stdout).contains("subscriber: ok"));
+    let notices: Vec<_> = r
+        .stderr()
+        .lines()
+        .filter(|l| l.contains("another CUPTI client"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        notices.len(),
+        2,
+        "one line from the agent, one from the collector: {}",
+        r.stderr()
+    );
+    let s = stats(&r.trace);
+    assert!(s["processes"][0]["status"]
+        .as_str()
+        .unwrap()
+        .contains("already subscribed"));
+}
+
+#[test]
+fn unsupported_cupti_versions_are_refused_cleanly() {
+    let dir = scratch("badversion");
+    let prog = build_c("streams", &dir);
+    let r = record(&dir, &[], &prog, &[], &[("CUDASIM_CUPTI_VERSION", "11")]);
+    assert!(
+        r.output.status.success(),
+        "the program is unharmed: {}",
+        r.stderr()
+    );
+    assert!(
+        r.stderr().contains("unsupported CUPTI version"),
+        "{}",
+        r.stderr()
+    );
+    assert_eq!(stats(&r.trace)["kernels"].as_array().unwrap().len(), 0);
+}
