@@ -3,6 +3,7 @@
  *   default domain: "outer" x1 containing "inner" x3 (push/pop, main thread), "worker" x4 (push/pop on a second
  *   thread), "handoff" x1 (start on the worker, end on main), mark "checkpoint" x2;
  *   domain "io": "read" x5 (registered string, push/pop), mark "eof" x1. */
+#define _GNU_SOURCE
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
 #include <stdio.h>
