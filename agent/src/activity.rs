@@ -44,11 +44,7 @@ pub fn init_pool() {
 
 /// # Safety
 /// Called by CUPTI with valid out-pointers.
-pub unsafe extern "C" fn buffer_requested(
-    buffer: *mut *mut u8,
-    size: *mut usize,
-    max_records: *mut usize,
-) {
+pub unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
     let _ = std::panic::catch_unwind(|| {
         let p = POOL.get().and_then(|q| q.pop()).unwrap_or(0);
         // SAFETY: CUPTI's out-pointers; a null buffer tells CUPTI to drop (and count) records.
@@ -62,26 +58,17 @@ pub unsafe extern "C" fn buffer_requested(
 
 /// # Safety
 /// Called by CUPTI with a buffer from `buffer_requested` holding `valid` bytes of records.
-pub unsafe extern "C" fn buffer_completed(
-    ctx: c::CUcontext,
-    stream: u32,
-    buffer: *mut u8,
-    _size: usize,
-    valid: usize,
-) {
+pub unsafe extern "C" fn buffer_completed(ctx: c::CUcontext, stream: u32, buffer: *mut u8, _size: usize, valid: usize) {
     let _ = std::panic::catch_unwind(|| {
         if let Some(l) = cupti::loaded() {
             drain(l, buffer, valid);
             let mut dropped = 0usize;
             // SAFETY: plain CUPTI query with a valid out-pointer.
-            if unsafe { (l.api.activity_get_num_dropped_records)(ctx, stream, &mut dropped) }
-                == c::CUPTI_SUCCESS
+            if unsafe { (l.api.activity_get_num_dropped_records)(ctx, stream, &mut dropped) } == c::CUPTI_SUCCESS
                 && dropped > 0
             {
                 if let Some(seg) = state::segment() {
-                    seg.header()
-                        .cupti_dropped
-                        .fetch_add(dropped as u64, Ordering::Relaxed);
+                    seg.header().cupti_dropped.fetch_add(dropped as u64, Ordering::Relaxed);
                 }
             }
         }
@@ -117,9 +104,7 @@ fn drain(l: &cupti::Loaded, buffer: *mut u8, valid: usize) {
     }
     if skipped > 0 {
         if let Some(seg) = state::segment() {
-            seg.header()
-                .records_skipped
-                .fetch_add(skipped, Ordering::Relaxed);
+            seg.header().records_skipped.fetch_add(skipped, Ordering::Relaxed);
         }
     }
 }
@@ -213,10 +198,7 @@ macro_rules! memset {
 
 /// Decodes one activity record of the given layout family.
 pub fn decode(family: CuptiFamily, bytes: &[u8]) -> Decoded {
-    let Some(kind) = bytes
-        .get(..4)
-        .map(|k| u32::from_le_bytes(k.try_into().expect("4 bytes")))
-    else {
+    let Some(kind) = bytes.get(..4).map(|k| u32::from_le_bytes(k.try_into().expect("4 bytes"))) else {
         return Decoded::Skipped;
     };
     use CuptiFamily::*;
@@ -231,15 +213,11 @@ pub fn decode(family: CuptiFamily, bytes: &[u8]) -> Decoded {
                 .or_else(|| exact::<c::CUpti_ActivityKernel11>(bytes).map(|r| kernel!(r)))
                 .or_else(|| exact::<c::CUpti_ActivityKernel10>(bytes).map(|r| kernel!(r)))
         }
-        (c::CUPTI_ACTIVITY_KIND_MEMCPY, Cuda12) => {
-            exact::<c12::CUpti_ActivityMemcpy6>(bytes).map(|r| memcpy!(r))
-        }
+        (c::CUPTI_ACTIVITY_KIND_MEMCPY, Cuda12) => exact::<c12::CUpti_ActivityMemcpy6>(bytes).map(|r| memcpy!(r)),
         (c::CUPTI_ACTIVITY_KIND_MEMCPY, Cuda13) => exact::<c::CUpti_ActivityMemcpy7>(bytes)
             .map(|r| memcpy!(r))
             .or_else(|| exact::<c::CUpti_ActivityMemcpy6>(bytes).map(|r| memcpy!(r))),
-        (c::CUPTI_ACTIVITY_KIND_MEMSET, Cuda12) => {
-            exact::<c12::CUpti_ActivityMemset4>(bytes).map(|r| memset!(r))
-        }
+        (c::CUPTI_ACTIVITY_KIND_MEMSET, Cuda12) => exact::<c12::CUpti_ActivityMemset4>(bytes).map(|r| memset!(r)),
         (c::CUPTI_ACTIVITY_KIND_MEMSET, Cuda13) => exact::<c::CUpti_ActivityMemset5>(bytes)
             .map(|r| memset!(r))
             .or_else(|| exact::<c::CUpti_ActivityMemset4>(bytes).map(|r| memset!(r))),
@@ -254,23 +232,19 @@ pub fn decode(family: CuptiFamily, bytes: &[u8]) -> Decoded {
             ev.c = r.memoryKind as u64;
             ev
         }),
-        (c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, _) => {
-            exact::<c::CUpti_ActivitySynchronization2>(bytes).map(|r| {
-                let mut ev = RawEvent::new(EventKind::Sync, 0, r.start, r.end);
-                ev.sub = r.type_ as u8;
-                ev.stream = r.streamId;
-                ev.correlation = r.correlationId;
-                ev.a = r.cudaEventId as u64;
-                ev
-            })
-        }
-        (c::CUPTI_ACTIVITY_KIND_OVERHEAD, _) => {
-            exact::<c::CUpti_ActivityOverhead3>(bytes).map(|r| {
-                let mut ev = RawEvent::new(EventKind::Overhead, 0, r.start, r.end);
-                ev.sub = r.overheadKind as u8;
-                ev
-            })
-        }
+        (c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, _) => exact::<c::CUpti_ActivitySynchronization2>(bytes).map(|r| {
+            let mut ev = RawEvent::new(EventKind::Sync, 0, r.start, r.end);
+            ev.sub = r.type_ as u8;
+            ev.stream = r.streamId;
+            ev.correlation = r.correlationId;
+            ev.a = r.cudaEventId as u64;
+            ev
+        }),
+        (c::CUPTI_ACTIVITY_KIND_OVERHEAD, _) => exact::<c::CUpti_ActivityOverhead3>(bytes).map(|r| {
+            let mut ev = RawEvent::new(EventKind::Overhead, 0, r.start, r.end);
+            ev.sub = r.overheadKind as u8;
+            ev
+        }),
         _ => return Decoded::Ignored,
     };
     ev.map_or(Decoded::Skipped, Decoded::Event)
@@ -283,13 +257,7 @@ mod tests {
     fn bytes_of<T>(r: &T) -> Vec<u8> {
         let mut v = vec![0u8; size_of::<T>().next_multiple_of(8)];
         // SAFETY: copying a plain C struct into a large enough byte buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                r as *const T as *const u8,
-                v.as_mut_ptr(),
-                size_of::<T>(),
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(r as *const T as *const u8, v.as_mut_ptr(), size_of::<T>()) };
         v
     }
 
@@ -307,18 +275,10 @@ mod tests {
         r.streamId = 7;
         r.correlationId = 99;
         let b = bytes_of(&r);
-        let Decoded::Event(ev) = decode(CuptiFamily::Cuda12, &b) else {
-            panic!("not decoded")
-        };
-        assert_eq!(
-            (ev.a, ev.sub, ev.b, ev.stream, ev.correlation, ev.duration()),
-            (4096, 1, 1 | 3 << 8, 7, 99, 20)
-        );
+        let Decoded::Event(ev) = decode(CuptiFamily::Cuda12, &b) else { panic!("not decoded") };
+        assert_eq!((ev.a, ev.sub, ev.b, ev.stream, ev.correlation, ev.duration()), (4096, 1, 1 | 3 << 8, 7, 99, 20));
         // A 13.x-sized record in a 12.x buffer, or a truncated one, is never misread.
-        assert_eq!(
-            decode(CuptiFamily::Cuda12, &b[..b.len() - 8]),
-            Decoded::Skipped
-        );
+        assert_eq!(decode(CuptiFamily::Cuda12, &b[..b.len() - 8]), Decoded::Skipped);
         let mut longer = b.clone();
         longer.extend_from_slice(&[0; 16]);
         assert_eq!(decode(CuptiFamily::Cuda12, &longer), Decoded::Skipped);
@@ -337,23 +297,15 @@ mod tests {
         (r.blockX, r.blockY, r.blockZ) = (256, 1, 1);
         r.registersPerThread = 40;
         r.dynamicSharedMemory = 1024;
-        let Decoded::Event(ev) = decode(CuptiFamily::Cuda13, &bytes_of(&r)) else {
-            panic!("not decoded")
-        };
+        let Decoded::Event(ev) = decode(CuptiFamily::Cuda13, &bytes_of(&r)) else { panic!("not decoded") };
         let cfg = LaunchConfig::unpack(ev.a, ev.b, ev.c);
-        assert_eq!(
-            (cfg.grid, cfg.block, cfg.registers, cfg.dynamic_shared),
-            ([128, 2, 1], [256, 1, 1], 40, 1024)
-        );
+        assert_eq!((cfg.grid, cfg.block, cfg.registers, cfg.dynamic_shared), ([128, 2, 1], [256, 1, 1], 40, 1024));
         assert_eq!(decode(CuptiFamily::Cuda12, &bytes_of(&r)), Decoded::Skipped);
     }
 
     #[test]
     fn unknown_kinds_are_ignored_and_garbage_is_skipped() {
-        assert_eq!(
-            decode(CuptiFamily::Cuda13, &[5, 0, 0, 0, 0, 0, 0, 0]),
-            Decoded::Ignored
-        );
+        assert_eq!(decode(CuptiFamily::Cuda13, &[5, 0, 0, 0, 0, 0, 0, 0]), Decoded::Ignored);
         assert_eq!(decode(CuptiFamily::Cuda13, &[1, 0]), Decoded::Skipped);
     }
 }

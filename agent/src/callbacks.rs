@@ -122,122 +122,60 @@ fn memory_event(runtime: bool, cbid: u32, params: *const c_void, ts: u64) {
         match cbid {
             c::CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020 => {
                 let p = p!(cudaMalloc_v3020_params);
-                (
-                    EventKind::Alloc,
-                    Device,
-                    read_out(p.devPtr as _),
-                    p.size as u64,
-                )
+                (EventKind::Alloc, Device, read_out(p.devPtr as _), p.size as u64)
             }
             c::CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020 => {
                 let p = p!(cudaMallocHost_v3020_params);
-                (
-                    EventKind::Alloc,
-                    PinnedHost,
-                    read_out(p.ptr as _),
-                    p.size as u64,
-                )
+                (EventKind::Alloc, PinnedHost, read_out(p.ptr as _), p.size as u64)
             }
             c::CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020 => {
                 let p = p!(cudaHostAlloc_v3020_params);
-                (
-                    EventKind::Alloc,
-                    PinnedHost,
-                    read_out(p.pHost as _),
-                    p.size as u64,
-                )
+                (EventKind::Alloc, PinnedHost, read_out(p.pHost as _), p.size as u64)
             }
             c::CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000 => {
                 let p = p!(cudaMallocManaged_v6000_params);
-                (
-                    EventKind::Alloc,
-                    Managed,
-                    read_out(p.devPtr as _),
-                    p.size as u64,
-                )
+                (EventKind::Alloc, Managed, read_out(p.devPtr as _), p.size as u64)
             }
             c::CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020 => {
                 let p = p!(cudaMallocAsync_v11020_params);
-                (
-                    EventKind::Alloc,
-                    DeviceAsync,
-                    read_out(p.devPtr as _),
-                    p.size as u64,
-                )
+                (EventKind::Alloc, DeviceAsync, read_out(p.devPtr as _), p.size as u64)
             }
-            c::CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020 => (
-                EventKind::Free,
-                Device,
-                p!(cudaFree_v3020_params).devPtr as u64,
-                0,
-            ),
-            c::CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020 => (
-                EventKind::Free,
-                PinnedHost,
-                p!(cudaFreeHost_v3020_params).ptr as u64,
-                0,
-            ),
-            c::CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020 => (
-                EventKind::Free,
-                DeviceAsync,
-                p!(cudaFreeAsync_v11020_params).devPtr as u64,
-                0,
-            ),
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020 => {
+                (EventKind::Free, Device, p!(cudaFree_v3020_params).devPtr as u64, 0)
+            }
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020 => {
+                (EventKind::Free, PinnedHost, p!(cudaFreeHost_v3020_params).ptr as u64, 0)
+            }
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020 => {
+                (EventKind::Free, DeviceAsync, p!(cudaFreeAsync_v11020_params).devPtr as u64, 0)
+            }
             _ => return,
         }
     } else {
         match cbid {
             c::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2 => {
                 let p = p!(cuMemAlloc_v2_params);
-                (
-                    EventKind::Alloc,
-                    Device,
-                    read_out(p.dptr as _),
-                    p.bytesize as u64,
-                )
+                (EventKind::Alloc, Device, read_out(p.dptr as _), p.bytesize as u64)
             }
             c::CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2 => {
                 let p = p!(cuMemAllocHost_v2_params);
-                (
-                    EventKind::Alloc,
-                    PinnedHost,
-                    read_out(p.pp as _),
-                    p.bytesize as u64,
-                )
+                (EventKind::Alloc, PinnedHost, read_out(p.pp as _), p.bytesize as u64)
             }
             c::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged => {
                 let p = p!(cuMemAllocManaged_params);
-                (
-                    EventKind::Alloc,
-                    Managed,
-                    read_out(p.dptr as _),
-                    p.bytesize as u64,
-                )
+                (EventKind::Alloc, Managed, read_out(p.dptr as _), p.bytesize as u64)
             }
             c::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync => {
                 let p = p!(cuMemAllocAsync_params);
-                (
-                    EventKind::Alloc,
-                    DeviceAsync,
-                    read_out(p.dptr as _),
-                    p.bytesize as u64,
-                )
+                (EventKind::Alloc, DeviceAsync, read_out(p.dptr as _), p.bytesize as u64)
             }
-            c::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2 => {
-                (EventKind::Free, Device, p!(cuMemFree_v2_params).dptr, 0)
+            c::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2 => (EventKind::Free, Device, p!(cuMemFree_v2_params).dptr, 0),
+            c::CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost => {
+                (EventKind::Free, PinnedHost, p!(cuMemFreeHost_params).p as u64, 0)
             }
-            c::CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost => (
-                EventKind::Free,
-                PinnedHost,
-                p!(cuMemFreeHost_params).p as u64,
-                0,
-            ),
-            c::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync => (
-                EventKind::Free,
-                DeviceAsync,
-                p!(cuMemFreeAsync_params).dptr,
-                0,
-            ),
+            c::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync => {
+                (EventKind::Free, DeviceAsync, p!(cuMemFreeAsync_params).dptr, 0)
+            }
             _ => return,
         }
     };

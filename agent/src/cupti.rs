@@ -75,16 +75,9 @@ fn check(cupti: &Cupti, r: c::CUptiResult, what: &str) -> Result<(), String> {
         return Ok(());
     }
     if r == c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
-        return Err(
-            "another CUPTI client (a profiler such as nsys or torch.profiler) already subscribed"
-                .into(),
-        );
+        return Err("another CUPTI client (a profiler such as nsys or torch.profiler) already subscribed".into());
     }
-    Err(format!(
-        "{what} failed: {} (libcupti: {})",
-        cupti.result_string(r),
-        cupti.path
-    ))
+    Err(format!("{what} failed: {} (libcupti: {})", cupti.result_string(r), cupti.path))
 }
 
 /// Loads and configures CUPTI. Called once from `InitializeInjection` (inside the first cuInit).
@@ -94,38 +87,22 @@ pub fn start() -> Result<(), String> {
     let api = cupti.api;
     let mut version = 0u32;
     // SAFETY: valid out-pointer.
-    check(
-        &cupti,
-        unsafe { (api.get_version)(&mut version) },
-        "cuptiGetVersion",
-    )?;
+    let r = unsafe { (api.get_version)(&mut version) };
+    check(&cupti, r, "cuptiGetVersion")?;
     let family = CuptiFamily::from_version(version).ok_or_else(|| {
-        format!(
-            "unsupported CUPTI version {version} at {} (cuflight supports CUPTI 12.x and 13.x)",
-            cupti.path
-        )
+        format!("unsupported CUPTI version {version} at {} (cuflight supports CUPTI 12.x and 13.x)", cupti.path)
     })?;
     let h = seg.header();
     h.cupti_version.store(version, Ordering::Relaxed);
-    h.cupti_path
-        .store(state::intern(cupti.path.as_bytes()), Ordering::Relaxed);
+    h.cupti_path.store(state::intern(cupti.path.as_bytes()), Ordering::Relaxed);
     activity::init_pool();
     if CUPTI.set(Loaded { api, family }).is_err() {
         return Ok(()); // already started
     }
     let mut subscriber: c::CUpti_SubscriberHandle = std::ptr::null_mut();
     // SAFETY: the callback is a panic-catching extern "C" fn; userdata is unused.
-    check(
-        &cupti,
-        unsafe {
-            (api.subscribe)(
-                &mut subscriber,
-                Some(callbacks::api_callback),
-                std::ptr::null_mut(),
-            )
-        },
-        "cuptiSubscribe",
-    )?;
+    let r = unsafe { (api.subscribe)(&mut subscriber, Some(callbacks::api_callback), std::ptr::null_mut()) };
+    check(&cupti, r, "cuptiSubscribe")?;
     // SAFETY: plain CUPTI configuration calls on our subscriber.
     unsafe {
         check(
@@ -144,10 +121,7 @@ pub fn start() -> Result<(), String> {
         (api.set_thread_id_type)(c::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
         check(
             &cupti,
-            (api.activity_register_callbacks)(
-                Some(activity::buffer_requested),
-                Some(activity::buffer_completed),
-            ),
+            (api.activity_register_callbacks)(Some(activity::buffer_requested), Some(activity::buffer_completed)),
             "registering activity buffers",
         )?;
         for &(kind, required) in ACTIVITY_KINDS {
@@ -158,9 +132,7 @@ pub fn start() -> Result<(), String> {
         }
     }
     write_clock_pair();
-    let spawned = std::thread::Builder::new()
-        .name("cuflight-flush".into())
-        .spawn(flush_loop);
+    let spawned = std::thread::Builder::new().name("cuflight-flush".into()).spawn(flush_loop);
     if spawned.is_err() {
         return Err("cannot start the flush thread".into());
     }
@@ -168,10 +140,7 @@ pub fn start() -> Result<(), String> {
 }
 
 fn flush_period() -> Duration {
-    let ms = std::env::var("CUFLIGHT_FLUSH_MS")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(1000u64);
+    let ms = std::env::var("CUFLIGHT_FLUSH_MS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1000u64);
     Duration::from_millis(ms.clamp(10, 60_000))
 }
 
@@ -193,11 +162,7 @@ fn flush_loop() {
 /// Asks CUPTI for every completed record (forced: also for records still being written).
 pub fn flush(forced: bool) {
     let Some(l) = loaded() else { return };
-    let flag = if forced {
-        c::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
-    } else {
-        0
-    };
+    let flag = if forced { c::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED } else { 0 };
     // SAFETY: plain CUPTI call; buffer callbacks run on this thread or CUPTI's.
     unsafe { (l.api.activity_flush_all)(flag) };
     write_clock_pair();

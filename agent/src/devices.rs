@@ -21,12 +21,8 @@ fn sym(name: &CStr) -> *mut c_void {
 }
 
 pub fn record() {
-    let (count, name, mem, attr) = (
-        sym(c"cuDeviceGetCount"),
-        sym(c"cuDeviceGetName"),
-        sym(c"cuDeviceTotalMem_v2"),
-        sym(c"cuDeviceGetAttribute"),
-    );
+    let (count, name, mem, attr) =
+        (sym(c"cuDeviceGetCount"), sym(c"cuDeviceGetName"), sym(c"cuDeviceTotalMem_v2"), sym(c"cuDeviceGetAttribute"));
     if [count, name, mem, attr].iter().any(|p| p.is_null()) {
         return;
     }

@@ -35,26 +35,19 @@ thread_local! {
 
 /// System thread id of the caller (cached per thread; refreshed after fork).
 pub fn tid() -> u32 {
-    RING.try_with(|r| {
-        r.try_borrow()
-            .ok()
-            .filter(|r| r.generation == state::generation())
-            .map(|r| r.tid)
-    })
-    .ok()
-    .flatten()
-    // SAFETY: gettid has no preconditions.
-    .unwrap_or_else(|| unsafe { libc::gettid() as u32 })
+    RING.try_with(|r| r.try_borrow().ok().filter(|r| r.generation == state::generation()).map(|r| r.tid))
+        .ok()
+        .flatten()
+        // SAFETY: gettid has no preconditions.
+        .unwrap_or_else(|| unsafe { libc::gettid() as u32 })
 }
 
 fn claim(seg: &MappedSegment, tid: u32) -> Option<Producer> {
     let n = seg.layout().ring_count;
-    (0..n)
-        .map(|i| (tid.wrapping_mul(2654435761) % n + i) % n)
-        .find_map(|i| {
-            let ring = seg.ring(i)?;
-            ring.try_claim(tid).then(|| ring.producer())
-        })
+    (0..n).map(|i| (tid.wrapping_mul(2654435761) % n + i) % n).find_map(|i| {
+        let ring = seg.ring(i)?;
+        ring.try_claim(tid).then(|| ring.producer())
+    })
 }
 
 /// Writes `ev` (its `tid` filled in when 0) into the calling thread's ring. Never blocks; a full ring or a
@@ -182,9 +175,7 @@ impl Default for Interner {
 
 fn stored_equals(seg: &MappedSegment, id: u32, s: &[u8]) -> bool {
     let bytes = seg.strings_since(id as u64);
-    bytes.len() >= 4 + s.len()
-        && bytes[..4] == (s.len() as u32).to_le_bytes()
-        && &bytes[4..4 + s.len()] == s
+    bytes.len() >= 4 + s.len() && bytes[..4] == (s.len() as u32).to_le_bytes() && &bytes[4..4 + s.len()] == s
 }
 
 /// A fast 64-bit hash (FxHash-style multiply-rotate over 8-byte words); quality is enough for a probe table
@@ -212,11 +203,7 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let seg = MappedSegment::create(
             &path,
-            Layout {
-                ring_count: 1,
-                ring_capacity: 2,
-                strings_capacity: 1 << 16,
-            },
+            Layout { ring_count: 1, ring_capacity: 2, strings_capacity: 1 << 16 },
             1,
             0,
             0,

@@ -37,15 +37,7 @@ static INIT: AtomicU8 = AtomicU8::new(UNINITIALISED);
 #[no_mangle]
 pub extern "C" fn InitializeInjection() -> c_int {
     std::panic::catch_unwind(|| {
-        if INIT
-            .compare_exchange(
-                UNINITIALISED,
-                INITIALISING,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_err()
-        {
+        if INIT.compare_exchange(UNINITIALISED, INITIALISING, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return 1;
         }
         if state::is_fork_child() {
@@ -83,8 +75,7 @@ static PRELOAD_CONSTRUCTOR: extern "C" fn() = preload_constructor;
 /// Under LD_PRELOAD, route the driver's and NVTX's injection to this library (only when the user set none).
 extern "C" fn preload_constructor() {
     let _ = std::panic::catch_unwind(|| {
-        let preloaded = std::env::var_os("LD_PRELOAD")
-            .is_some_and(|v| v.to_string_lossy().contains("cuflight"));
+        let preloaded = std::env::var_os("LD_PRELOAD").is_some_and(|v| v.to_string_lossy().contains("cuflight"));
         if !preloaded {
             return;
         }

@@ -134,9 +134,7 @@ unsafe extern "C" fn range_pop() -> c_int {
     guard(-1, || pop_range(0))
 }
 unsafe extern "C" fn name_os_thread_a(tid: u32, name: *const c_char) {
-    guard((), || {
-        event(EventKind::ThreadName, 0, cstr_id(name), 0, tid as u64)
-    })
+    guard((), || event(EventKind::ThreadName, 0, cstr_id(name), 0, tid as u64))
 }
 unsafe extern "C" fn domain_mark_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) {
     guard((), || {
@@ -144,10 +142,7 @@ unsafe extern "C" fn domain_mark_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxE
         event(EventKind::NvtxMark, domain_id(d), id, extra, 0)
     })
 }
-unsafe extern "C" fn domain_range_start_ex(
-    d: c::nvtxDomainHandle_t,
-    a: *const c::nvtxEventAttributes_t,
-) -> u64 {
+unsafe extern "C" fn domain_range_start_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) -> u64 {
     guard(0, || {
         let (id, extra) = attr(a);
         start_range(domain_id(d), id, extra)
@@ -156,10 +151,7 @@ unsafe extern "C" fn domain_range_start_ex(
 unsafe extern "C" fn domain_range_end(d: c::nvtxDomainHandle_t, id: u64) {
     guard((), || event(EventKind::NvtxEnd, domain_id(d), 0, 0, id))
 }
-unsafe extern "C" fn domain_range_push_ex(
-    d: c::nvtxDomainHandle_t,
-    a: *const c::nvtxEventAttributes_t,
-) -> c_int {
+unsafe extern "C" fn domain_range_push_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) -> c_int {
     guard(-1, || {
         let (id, extra) = attr(a);
         push_range(domain_id(d), id, extra)
@@ -169,18 +161,11 @@ unsafe extern "C" fn domain_range_pop(d: c::nvtxDomainHandle_t) -> c_int {
     guard(-1, || pop_range(domain_id(d)))
 }
 /// Registered strings and domains are handed out as their string ids (0, the null handle, when not recording).
-unsafe extern "C" fn domain_register_string_a(
-    _d: c::nvtxDomainHandle_t,
-    s: *const c_char,
-) -> c::nvtxStringHandle_t {
-    guard(std::ptr::null_mut(), || {
-        cstr_id(s) as usize as c::nvtxStringHandle_t
-    })
+unsafe extern "C" fn domain_register_string_a(_d: c::nvtxDomainHandle_t, s: *const c_char) -> c::nvtxStringHandle_t {
+    guard(std::ptr::null_mut(), || cstr_id(s) as usize as c::nvtxStringHandle_t)
 }
 unsafe extern "C" fn domain_create_a(name: *const c_char) -> c::nvtxDomainHandle_t {
-    guard(std::ptr::null_mut(), || {
-        cstr_id(name) as usize as c::nvtxDomainHandle_t
-    })
+    guard(std::ptr::null_mut(), || cstr_id(name) as usize as c::nvtxDomainHandle_t)
 }
 unsafe extern "C" fn domain_destroy(_d: c::nvtxDomainHandle_t) {}
 unsafe extern "C" fn initialize(_reserved: *const std::ffi::c_void) {}
@@ -216,10 +201,7 @@ fn core2_entries() -> [Entry; 9] {
         entry!(c::NVTX_CBID_CORE2_DomainRangeEnd, domain_range_end),
         entry!(c::NVTX_CBID_CORE2_DomainRangePushEx, domain_range_push_ex),
         entry!(c::NVTX_CBID_CORE2_DomainRangePop, domain_range_pop),
-        entry!(
-            c::NVTX_CBID_CORE2_DomainRegisterStringA,
-            domain_register_string_a
-        ),
+        entry!(c::NVTX_CBID_CORE2_DomainRegisterStringA, domain_register_string_a),
         entry!(c::NVTX_CBID_CORE2_DomainCreateA, domain_create_a),
         entry!(c::NVTX_CBID_CORE2_DomainDestroy, domain_destroy),
         entry!(c::NVTX_CBID_CORE2_Initialize, initialize),
@@ -240,10 +222,7 @@ pub fn install(get_export_table: c::NvtxGetExportTableFunc_t) -> c_int {
     let Some(get_module) = (unsafe { &*table }).GetModuleFunctionTable else {
         return 0;
     };
-    for (module, entries) in [
-        (c::NVTX_CB_MODULE_CORE, core_entries()),
-        (c::NVTX_CB_MODULE_CORE2, core2_entries()),
-    ] {
+    for (module, entries) in [(c::NVTX_CB_MODULE_CORE, core_entries()), (c::NVTX_CB_MODULE_CORE2, core2_entries())] {
         let mut slots: c::NvtxFunctionTable = std::ptr::null_mut();
         let mut size: u32 = 0;
         // SAFETY: NVTX fills the out-parameters with its table of slot pointers and their count.

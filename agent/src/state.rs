@@ -64,10 +64,7 @@ pub fn intern(s: &[u8]) -> u32 {
 }
 
 fn env_u32(name: &str, default: u32) -> u32 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
 }
 
 #[cold]
@@ -81,14 +78,9 @@ fn create() -> Option<&'static Agent> {
     if NO_SEGMENT.load(Ordering::Relaxed) {
         return None;
     }
-    let Some(session) = std::env::var("CUFLIGHT_SESSION")
-        .ok()
-        .filter(|s| !s.is_empty() && !s.contains('/'))
-    else {
+    let Some(session) = std::env::var("CUFLIGHT_SESSION").ok().filter(|s| !s.is_empty() && !s.contains('/')) else {
         NO_SEGMENT.store(true, Ordering::Relaxed);
-        notice(
-            "agent loaded outside a recording session (start the program with `cuflight record`)",
-        );
+        notice("agent loaded outside a recording session (start the program with `cuflight record`)");
         return None;
     };
     let pid = std::process::id();
@@ -96,9 +88,7 @@ fn create() -> Option<&'static Agent> {
     let default = Layout::default();
     let layout = Layout {
         ring_count: env_u32("CUFLIGHT_RINGS", default.ring_count).clamp(1, 4096),
-        ring_capacity: env_u32("CUFLIGHT_RING_EVENTS", default.ring_capacity)
-            .clamp(64, 1 << 24)
-            .next_power_of_two(),
+        ring_capacity: env_u32("CUFLIGHT_RING_EVENTS", default.ring_capacity).clamp(64, 1 << 24).next_power_of_two(),
         strings_capacity: default.strings_capacity,
     };
     // SAFETY: getppid has no preconditions.
@@ -107,23 +97,13 @@ fn create() -> Option<&'static Agent> {
         Ok(s) => s,
         Err(e) => {
             NO_SEGMENT.store(true, Ordering::Relaxed);
-            notice(&format!(
-                "cannot create the trace segment {}: {e}",
-                path.display()
-            ));
+            notice(&format!("cannot create the trace segment {}: {e}", path.display()));
             return None;
         }
     };
-    let agent: &'static Agent = Box::leak(Box::new(Agent {
-        seg,
-        interner: Interner::new(),
-    }));
+    let agent: &'static Agent = Box::leak(Box::new(Agent { seg, interner: Interner::new() }));
     record_process_facts(agent);
-    agent
-        .seg
-        .header()
-        .state
-        .store(seg_state::RECORDING, Ordering::Release);
+    agent.seg.header().state.store(seg_state::RECORDING, Ordering::Release);
     AGENT.store(agent as *const Agent as *mut Agent, Ordering::Release);
     HOOKS.call_once(|| {
         // SAFETY: registering plain extern "C" handlers with libc.
@@ -139,22 +119,16 @@ fn record_process_facts(agent: &Agent) {
     let h = agent.seg.header();
     let intern = |s: &[u8]| agent.interner.intern(&agent.seg, s);
     let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
-    h.cmdline.store(
-        intern(cmdline.strip_suffix(b"\0").unwrap_or(&cmdline)),
-        Ordering::Relaxed,
-    );
-    let exe = std::fs::read_link("/proc/self/exe")
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    h.cmdline.store(intern(cmdline.strip_suffix(b"\0").unwrap_or(&cmdline)), Ordering::Relaxed);
+    let exe = std::fs::read_link("/proc/self/exe").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
     h.exe.store(intern(exe.as_bytes()), Ordering::Relaxed);
     let mut host = [0u8; 256];
     // SAFETY: gethostname writes at most host.len() bytes into the buffer.
-    let host =
-        if unsafe { libc::gethostname(host.as_mut_ptr() as *mut libc::c_char, host.len()) } == 0 {
-            host.split(|b| *b == 0).next().unwrap_or_default().to_vec()
-        } else {
-            Vec::new()
-        };
+    let host = if unsafe { libc::gethostname(host.as_mut_ptr() as *mut libc::c_char, host.len()) } == 0 {
+        host.split(|b| *b == 0).next().unwrap_or_default().to_vec()
+    } else {
+        Vec::new()
+    };
     h.host.store(intern(&host), Ordering::Relaxed);
 }
 

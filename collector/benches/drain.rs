@@ -26,12 +26,7 @@ fn realistic(n: usize) -> Vec<RawEvent> {
                     a: 108 | 1 << 32,
                     b: 1 | 256 << 16 | 1 << 32 | 1 << 48,
                     c: 32,
-                    ..RawEvent::new(
-                        EventKind::Kernel,
-                        0,
-                        t + 5_000,
-                        t + 5_000 + 3_000 + (i % 13) * 100,
-                    )
+                    ..RawEvent::new(EventKind::Kernel, 0, t + 5_000, t + 5_000 + 3_000 + (i % 13) * 100)
                 }
             }
         })
@@ -62,12 +57,7 @@ fn bench(c: &mut Criterion) {
     let mut w = TraceWriter::new(Vec::new()).unwrap();
     w.write_events(1, &events).unwrap();
     let bytes = w.finish(Default::default()).unwrap().len();
-    println!(
-        "bytes per record on disk: {:.2} ({} records, {} bytes)",
-        bytes as f64 / N as f64,
-        N,
-        bytes
-    );
+    println!("bytes per record on disk: {:.2} ({} records, {} bytes)", bytes as f64 / N as f64, N, bytes);
 }
 
 criterion_group!(benches, bench);

@@ -9,11 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(
-    name = "cuflight",
-    version,
-    about = "A zero-code-change GPU profiler for CUDA programs"
-)]
+#[command(name = "cuflight", version, about = "A zero-code-change GPU profiler for CUDA programs")]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -77,14 +73,7 @@ fn main() {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Cmd::Record {
-            output,
-            inject,
-            flush_ms,
-            drain_ms,
-            linger_secs,
-            command,
-        } => {
+        Cmd::Record { output, inject, flush_ms, drain_ms, linger_secs, command } => {
             let Some(agent) = record::find_agent() else {
                 bail!("cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path");
             };

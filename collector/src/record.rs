@@ -39,20 +39,11 @@ pub struct RecordOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     #[error("cannot run '{command}': {source}")]
-    Spawn {
-        command: String,
-        source: std::io::Error,
-    },
+    Spawn { command: String, source: std::io::Error },
     #[error("cannot write {path}: {source}")]
-    Write {
-        path: String,
-        source: cuflight_format::file::FileError,
-    },
+    Write { path: String, source: cuflight_format::file::FileError },
     #[error("cannot create {path}: {source}")]
-    Create {
-        path: String,
-        source: std::io::Error,
-    },
+    Create { path: String, source: std::io::Error },
 }
 
 /// What a recording produced.
@@ -79,18 +70,11 @@ pub fn find_agent() -> Option<PathBuf> {
     }
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
-    [
-        dir.join("libcuflight.so"),
-        dir.join("../lib/libcuflight.so"),
-    ]
-    .into_iter()
-    .find(|p| p.is_file())
+    [dir.join("libcuflight.so"), dir.join("../lib/libcuflight.so")].into_iter().find(|p| p.is_file())
 }
 
 fn session_id() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     format!("{}x{:08x}", std::process::id(), nanos)
 }
 
@@ -107,9 +91,9 @@ fn string_at(seg: &MappedSegment, id: u32) -> String {
 /// The process is gone (exited, or a zombie waiting for its parent).
 fn process_gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+        Ok(stat) => {
+            stat.rsplit_once(')').is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+        }
         Err(_) => true,
     }
 }
@@ -124,10 +108,7 @@ fn process_info(t: &Tracked) -> ProcessInfo {
         records_skipped: h.records_skipped.load(Ordering::Relaxed),
         ..Default::default()
     };
-    drops.ring_full = (0..h.ring_count)
-        .filter_map(|i| t.seg.ring(i))
-        .map(|r| r.dropped())
-        .sum();
+    drops.ring_full = (0..h.ring_count).filter_map(|i| t.seg.ring(i)).map(|r| r.dropped()).sum();
     let cmdline = string_at(&t.seg, h.cmdline.load(Ordering::Relaxed));
     ProcessInfo {
         pid: h.pid,
@@ -137,11 +118,7 @@ fn process_info(t: &Tracked) -> ProcessInfo {
         host: string_at(&t.seg, h.host.load(Ordering::Relaxed)),
         cupti_version: h.cupti_version.load(Ordering::Relaxed),
         cupti_path: string_at(&t.seg, h.cupti_path.load(Ordering::Relaxed)),
-        status: if st == state::DISABLED {
-            t.seg.status()
-        } else {
-            String::new()
-        },
+        status: if st == state::DISABLED { t.seg.status() } else { String::new() },
         start_realtime_ns: h.start_realtime_ns,
         finished: st == state::FINISHED || st == state::DISABLED,
         drops,
@@ -159,10 +136,7 @@ struct Recorder<W: std::io::Write> {
 
 impl<W: std::io::Write> Recorder<W> {
     fn write_err(&self, source: cuflight_format::file::FileError) -> RecordError {
-        RecordError::Write {
-            path: self.output.clone(),
-            source,
-        }
+        RecordError::Write { path: self.output.clone(), source }
     }
 
     /// Maps segments of this session that appeared since the last call.
@@ -172,10 +146,8 @@ impl<W: std::io::Write> Recorder<W> {
         };
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let Some(pid) = name
-                .to_str()
-                .and_then(|n| n.strip_prefix(&self.prefix))
-                .and_then(|p| p.parse::<u32>().ok())
+            let Some(pid) =
+                name.to_str().and_then(|n| n.strip_prefix(&self.prefix)).and_then(|p| p.parse::<u32>().ok())
             else {
                 continue;
             };
@@ -184,14 +156,7 @@ impl<W: std::io::Write> Recorder<W> {
             }
             match MappedSegment::open(&entry.path()) {
                 Ok(seg) => {
-                    self.tracked.insert(
-                        pid,
-                        Tracked {
-                            seg,
-                            path: entry.path(),
-                            strings_read: 0,
-                        },
-                    );
+                    self.tracked.insert(pid, Tracked { seg, path: entry.path(), strings_read: 0 });
                 }
                 Err(SegmentError::NotReady) => {} // being created: next round
                 Err(e) => eprintln!("cuflight: ignoring {}: {e}", entry.path().display()),
@@ -212,16 +177,12 @@ impl<W: std::io::Write> Recorder<W> {
             }
             let strings = t.seg.strings_since(t.strings_read).to_vec();
             let base = t.strings_read;
-            self.writer
-                .write_strings(pid, base, &strings)
-                .map_err(|e| self.write_err(e))?;
+            self.writer.write_strings(pid, base, &strings).map_err(|e| self.write_err(e))?;
             if let Some(t) = self.tracked.get_mut(&pid) {
                 t.strings_read += strings.len() as u64;
             }
             let events = std::mem::take(&mut self.scratch);
-            self.writer
-                .write_events(pid, &events)
-                .map_err(|e| self.write_err(e))?;
+            self.writer.write_events(pid, &events).map_err(|e| self.write_err(e))?;
             self.scratch = events;
         }
         Ok(())
@@ -241,24 +202,12 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
     let dir = segment::segment_dir();
     let prefix = segment::session_prefix(&session);
     let out_path = opts.output.display().to_string();
-    let file = std::fs::File::create(&opts.output).map_err(|source| RecordError::Create {
-        path: out_path.clone(),
-        source,
-    })?;
-    let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file)).map_err(|source| {
-        RecordError::Write {
-            path: out_path.clone(),
-            source,
-        }
-    })?;
-    let mut rec = Recorder {
-        dir,
-        prefix,
-        tracked: BTreeMap::new(),
-        writer,
-        scratch: Vec::new(),
-        output: out_path.clone(),
-    };
+    let file =
+        std::fs::File::create(&opts.output).map_err(|source| RecordError::Create { path: out_path.clone(), source })?;
+    let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file))
+        .map_err(|source| RecordError::Write { path: out_path.clone(), source })?;
+    let mut rec =
+        Recorder { dir, prefix, tracked: BTreeMap::new(), writer, scratch: Vec::new(), output: out_path.clone() };
 
     // Ctrl-C reaches the whole process group: the program stops, and we stay to finish the file.
     let interrupted = Arc::new(AtomicBool::new(false));
@@ -267,12 +216,10 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
     }
 
     let mut cmd = Command::new(&opts.command[0]);
-    cmd.args(&opts.command[1..])
-        .env("CUFLIGHT_SESSION", &session);
+    cmd.args(&opts.command[1..]).env("CUFLIGHT_SESSION", &session);
     match opts.inject {
         Inject::Driver => {
-            cmd.env("CUDA_INJECTION64_PATH", &opts.agent)
-                .env("NVTX_INJECTION64_PATH", &opts.agent);
+            cmd.env("CUDA_INJECTION64_PATH", &opts.agent).env("NVTX_INJECTION64_PATH", &opts.agent);
         }
         Inject::Preload => {
             let preload = match std::env::var("LD_PRELOAD") {
@@ -285,10 +232,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
     if let Some(ms) = opts.flush_ms {
         cmd.env("CUFLIGHT_FLUSH_MS", ms.to_string());
     }
-    let mut child = cmd.spawn().map_err(|source| RecordError::Spawn {
-        command: opts.command[0].clone(),
-        source,
-    })?;
+    let mut child = cmd.spawn().map_err(|source| RecordError::Spawn { command: opts.command[0].clone(), source })?;
 
     let status = loop {
         rec.discover();
@@ -315,9 +259,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
     let mut disabled = Vec::new();
     let infos: Vec<ProcessInfo> = rec.tracked.values().map(process_info).collect();
     for info in &infos {
-        rec.writer
-            .write_process(info)
-            .map_err(|e| rec.write_err(e))?;
+        rec.writer.write_process(info).map_err(|e| rec.write_err(e))?;
         let d = info.drops;
         drops.ring_full += d.ring_full;
         drops.no_ring += d.no_ring;
@@ -331,31 +273,13 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
     for t in rec.tracked.values() {
         let _ = std::fs::remove_file(&t.path);
     }
-    let exit_code = status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     let events = rec.writer.events_written();
-    let footer = Footer {
-        events,
-        command: opts.command.clone(),
-        exit_code: Some(exit_code),
-    };
+    let footer = Footer { events, command: opts.command.clone(), exit_code: Some(exit_code) };
     let processes = rec.tracked.len();
-    rec.writer
-        .finish(footer)
-        .map_err(|source| RecordError::Write {
-            path: out_path.clone(),
-            source,
-        })?;
+    rec.writer.finish(footer).map_err(|source| RecordError::Write { path: out_path.clone(), source })?;
     let bytes = std::fs::metadata(&opts.output).map_or(0, |m| m.len());
-    Ok(RecordSummary {
-        exit_code,
-        events,
-        processes,
-        drops,
-        bytes,
-        disabled,
-    })
+    Ok(RecordSummary { exit_code, events, processes, drops, bytes, disabled })
 }
 
 /// Default trace name in the current directory: `cuflight-<n>.cuf`, the first that does not exist.

@@ -134,18 +134,10 @@ fn duration_rows(map: HashMap<String, Acc>) -> Vec<DurationRow> {
             avg_ns: a.total / a.count.max(1),
             min_ns: a.min,
             max_ns: a.max,
-            percent: if all == 0 {
-                0.0
-            } else {
-                100.0 * a.total as f64 / all as f64
-            },
+            percent: if all == 0 { 0.0 } else { 100.0 * a.total as f64 / all as f64 },
         })
         .collect();
-    rows.sort_by(|a, b| {
-        b.total_ns
-            .cmp(&a.total_ns)
-            .then_with(|| a.name.cmp(&b.name))
-    });
+    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
     rows
 }
 
@@ -175,14 +167,10 @@ impl Stats {
             let mut open: HashMap<u64, (u64, u32, u64)> = HashMap::new();
             for e in &p.events {
                 match e.kind() {
-                    Some(EventKind::Kernel) => kernels
-                        .entry(p.string(e.name).to_string())
-                        .or_default()
-                        .add(e.duration()),
-                    Some(EventKind::Api) => api
-                        .entry(p.string(e.name).to_string())
-                        .or_default()
-                        .add(e.duration()),
+                    Some(EventKind::Kernel) => {
+                        kernels.entry(p.string(e.name).to_string()).or_default().add(e.duration())
+                    }
+                    Some(EventKind::Api) => api.entry(p.string(e.name).to_string()).or_default().add(e.duration()),
                     Some(EventKind::Memcpy) => {
                         let (src, dst) = ((e.b & 0xff) as u8, (e.b >> 8 & 0xff) as u8);
                         let host = match e.sub {
@@ -213,39 +201,24 @@ impl Stats {
                     }
                     Some(EventKind::Memset) => {
                         let kind = names::memory_kind(e.sub).to_string();
-                        let row = memset.entry(kind.clone()).or_insert(MemsetRow {
-                            kind,
-                            count: 0,
-                            bytes: 0,
-                            total_ns: 0,
-                        });
+                        let row =
+                            memset.entry(kind.clone()).or_insert(MemsetRow { kind, count: 0, bytes: 0, total_ns: 0 });
                         row.count += 1;
                         row.bytes += e.a;
                         row.total_ns += e.duration();
                     }
                     Some(EventKind::Sync) => {
                         let kind = names::sync_kind(e.sub).to_string();
-                        let row = sync.entry(kind.clone()).or_insert(SyncRow {
-                            kind,
-                            count: 0,
-                            total_ns: 0,
-                        });
+                        let row = sync.entry(kind.clone()).or_insert(SyncRow { kind, count: 0, total_ns: 0 });
                         row.count += 1;
                         row.total_ns += e.duration();
                     }
                     Some(EventKind::Alloc | EventKind::Free) => allocs.push((e.start, pid, *e)),
-                    Some(EventKind::NvtxPush) => stacks
-                        .entry((e.tid, e.c))
-                        .or_default()
-                        .push((e.start, e.name)),
+                    Some(EventKind::NvtxPush) => stacks.entry((e.tid, e.c)).or_default().push((e.start, e.name)),
                     Some(EventKind::NvtxPop) => {
-                        if let Some((start, name)) =
-                            stacks.get_mut(&(e.tid, e.c)).and_then(Vec::pop)
-                        {
+                        if let Some((start, name)) = stacks.get_mut(&(e.tid, e.c)).and_then(Vec::pop) {
                             let key = (nvtx_domain(p, e.c), p.string(name).to_string(), "range");
-                            nvtx.entry(key)
-                                .or_default()
-                                .add(e.start.saturating_sub(start));
+                            nvtx.entry(key).or_default().add(e.start.saturating_sub(start));
                         }
                     }
                     Some(EventKind::NvtxStart) => {
@@ -254,15 +227,11 @@ impl Stats {
                     Some(EventKind::NvtxEnd) => {
                         if let Some((start, name, domain)) = open.remove(&e.a) {
                             let key = (nvtx_domain(p, domain), p.string(name).to_string(), "range");
-                            nvtx.entry(key)
-                                .or_default()
-                                .add(e.start.saturating_sub(start));
+                            nvtx.entry(key).or_default().add(e.start.saturating_sub(start));
                         }
                     }
                     Some(EventKind::NvtxMark) => {
-                        nvtx.entry((nvtx_domain(p, e.c), p.string(e.name).to_string(), "mark"))
-                            .or_default()
-                            .add(0);
+                        nvtx.entry((nvtx_domain(p, e.c), p.string(e.name).to_string(), "mark")).or_default().add(0);
                     }
                     _ => {}
                 }
@@ -284,11 +253,7 @@ impl Stats {
         let memcpy = memcpy
             .into_values()
             .map(|(mut r, _)| {
-                r.gbps = if r.total_ns == 0 {
-                    0.0
-                } else {
-                    r.bytes as f64 / r.total_ns as f64
-                };
+                r.gbps = if r.total_ns == 0 { 0.0 } else { r.bytes as f64 / r.total_ns as f64 };
                 r
             })
             .collect();
@@ -327,15 +292,7 @@ impl Stats {
         let dur = |title: &str, rows: &[DurationRow], out: &mut String| {
             let mut t = Table::new(
                 title,
-                &[
-                    "Time (%)",
-                    "Total Time (ns)",
-                    "Instances",
-                    "Avg (ns)",
-                    "Min (ns)",
-                    "Max (ns)",
-                    "Name",
-                ],
+                &["Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Min (ns)", "Max (ns)", "Name"],
             );
             for r in rows {
                 t.row(vec![
@@ -354,15 +311,7 @@ impl Stats {
         dur("CUDA API calls (host time)", &self.api, &mut out);
         let mut t = Table::new(
             "Memory copies",
-            &[
-                "Count",
-                "Total (bytes)",
-                "Total Time (ns)",
-                "GB/s",
-                "Async",
-                "Host memory",
-                "Kind",
-            ],
+            &["Count", "Total (bytes)", "Total Time (ns)", "GB/s", "Async", "Host memory", "Kind"],
         );
         for r in &self.memcpy {
             t.row(vec![
@@ -376,34 +325,16 @@ impl Stats {
             ]);
         }
         t.render(&mut out);
-        let mut t = Table::new(
-            "Memsets",
-            &["Count", "Total (bytes)", "Total Time (ns)", "Memory"],
-        );
+        let mut t = Table::new("Memsets", &["Count", "Total (bytes)", "Total Time (ns)", "Memory"]);
         for r in &self.memset {
-            t.row(vec![
-                r.count.to_string(),
-                r.bytes.to_string(),
-                r.total_ns.to_string(),
-                r.kind.clone(),
-            ]);
+            t.row(vec![r.count.to_string(), r.bytes.to_string(), r.total_ns.to_string(), r.kind.clone()]);
         }
         t.render(&mut out);
         let mut t = Table::new(
             "Memory",
-            &[
-                "Allocs",
-                "Frees",
-                "Allocated (bytes)",
-                "Peak (bytes)",
-                "Live at end (bytes)",
-                "Memory",
-            ],
+            &["Allocs", "Frees", "Allocated (bytes)", "Peak (bytes)", "Live at end (bytes)", "Memory"],
         );
-        for (name, m) in [
-            ("device", &self.memory.device),
-            ("pinned host", &self.memory.pinned_host),
-        ] {
+        for (name, m) in [("device", &self.memory.device), ("pinned host", &self.memory.pinned_host)] {
             t.row(vec![
                 m.malloc_count.to_string(),
                 m.free_count.to_string(),
@@ -414,17 +345,7 @@ impl Stats {
             ]);
         }
         t.render(&mut out);
-        let mut t = Table::new(
-            "NVTX",
-            &[
-                "Kind",
-                "Count",
-                "Total Time (ns)",
-                "Avg (ns)",
-                "Domain",
-                "Name",
-            ],
-        );
+        let mut t = Table::new("NVTX", &["Kind", "Count", "Total Time (ns)", "Avg (ns)", "Domain", "Name"]);
         for r in &self.nvtx {
             t.row(vec![
                 r.kind.to_string(),
@@ -438,19 +359,10 @@ impl Stats {
         t.render(&mut out);
         let mut t = Table::new("Synchronization", &["Count", "Total Time (ns)", "Kind"]);
         for r in &self.sync {
-            t.row(vec![
-                r.count.to_string(),
-                r.total_ns.to_string(),
-                r.kind.clone(),
-            ]);
+            t.row(vec![r.count.to_string(), r.total_ns.to_string(), r.kind.clone()]);
         }
         t.render(&mut out);
-        let mut t = Table::new(
-            "Processes",
-            &[
-                "PID", "PPID", "CUPTI", "Events", "Dropped", "Finished", "Command",
-            ],
-        );
+        let mut t = Table::new("Processes", &["PID", "PPID", "CUPTI", "Events", "Dropped", "Finished", "Command"]);
         for p in &self.processes {
             let command = if p.status.is_empty() {
                 p.command.clone()
@@ -482,11 +394,7 @@ fn memory_stats(mut allocs: Vec<(u64, u32, cuflight_format::RawEvent)>) -> Memor
     for (_, pid, e) in allocs {
         if e.kind() == Some(EventKind::Alloc) {
             let device = MemKind::from_u8(e.sub).is_none_or(MemKind::is_device);
-            let (m, now) = if device {
-                (&mut dev, &mut dev_now)
-            } else {
-                (&mut pinned, &mut pinned_now)
-            };
+            let (m, now) = if device { (&mut dev, &mut dev_now) } else { (&mut pinned, &mut pinned_now) };
             m.malloc_count += 1;
             m.alloc_bytes += e.b;
             *now += e.b;
@@ -495,23 +403,13 @@ fn memory_stats(mut allocs: Vec<(u64, u32, cuflight_format::RawEvent)>) -> Memor
         } else {
             // The allocation decides the bucket; a free of an unknown address still counts by its own kind.
             let found = live.remove(&(pid, e.a));
-            let device = found.map_or_else(
-                || MemKind::from_u8(e.sub).is_none_or(MemKind::is_device),
-                |(_, d)| d,
-            );
-            let (m, now) = if device {
-                (&mut dev, &mut dev_now)
-            } else {
-                (&mut pinned, &mut pinned_now)
-            };
+            let device = found.map_or_else(|| MemKind::from_u8(e.sub).is_none_or(MemKind::is_device), |(_, d)| d);
+            let (m, now) = if device { (&mut dev, &mut dev_now) } else { (&mut pinned, &mut pinned_now) };
             m.free_count += 1;
             *now -= found.map_or(0, |(bytes, _)| bytes);
         }
     }
     dev.live_bytes_at_end = dev_now;
     pinned.live_bytes_at_end = pinned_now;
-    MemoryStats {
-        device: dev,
-        pinned_host: pinned,
-    }
+    MemoryStats { device: dev, pinned_host: pinned }
 }

@@ -8,11 +8,7 @@ pub struct Table {
 
 impl Table {
     pub fn new(title: impl Into<String>, headers: &[&'static str]) -> Table {
-        Table {
-            title: title.into(),
-            headers: headers.to_vec(),
-            rows: Vec::new(),
-        }
+        Table { title: title.into(), headers: headers.to_vec(), rows: Vec::new() }
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
@@ -46,13 +42,7 @@ impl Table {
             out.push('\n');
         };
         line(self.headers.clone(), out);
-        line(
-            widths
-                .iter()
-                .map(|w| &"----------------------------------------"[..(*w).min(40)])
-                .collect(),
-            out,
-        );
+        line(widths.iter().map(|w| &"----------------------------------------"[..(*w).min(40)]).collect(), out);
         for r in &self.rows {
             line(r.iter().map(String::as_str).collect(), out);
         }

@@ -11,10 +11,7 @@ use std::path::Path;
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     #[error("cannot open {path}: {source}")]
-    Open {
-        path: String,
-        source: std::io::Error,
-    },
+    Open { path: String, source: std::io::Error },
     #[error("{path}: {source}")]
     Format { path: String, source: FileError },
 }
@@ -61,14 +58,8 @@ pub fn is_device_event(kind: Option<EventKind>) -> bool {
 impl Trace {
     pub fn load(path: &Path) -> Result<Trace, TraceError> {
         let shown = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|source| TraceError::Open {
-            path: shown.clone(),
-            source,
-        })?;
-        let fmt = |source| TraceError::Format {
-            path: shown.clone(),
-            source,
-        };
+        let file = std::fs::File::open(path).map_err(|source| TraceError::Open { path: shown.clone(), source })?;
+        let fmt = |source| TraceError::Format { path: shown.clone(), source };
         let mut reader = TraceReader::new(std::io::BufReader::new(file)).map_err(fmt)?;
         let mut trace = Trace::default();
         while let Some(block) = reader.next_block().map_err(fmt)? {
@@ -80,16 +71,10 @@ impl Trace {
                 Block::Strings { pid, base, bytes } => {
                     let p = trace.processes.entry(pid).or_default();
                     for (id, s) in parse_strings(base, &bytes) {
-                        p.strings
-                            .insert(id, String::from_utf8_lossy(s).into_owned());
+                        p.strings.insert(id, String::from_utf8_lossy(s).into_owned());
                     }
                 }
-                Block::Events { pid, events } => trace
-                    .processes
-                    .entry(pid)
-                    .or_default()
-                    .events
-                    .extend(events),
+                Block::Events { pid, events } => trace.processes.entry(pid).or_default().events.extend(events),
                 Block::Footer(f) => trace.footer = f,
             }
         }

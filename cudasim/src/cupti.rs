@@ -22,17 +22,10 @@ struct Buffers {
 }
 
 static SUBSCRIBER: RwLock<Option<Subscriber>> = RwLock::new(None);
-static ENABLED: [RwLock<[bool; MAX_CBID]>; 2] = [
-    RwLock::new([false; MAX_CBID]),
-    RwLock::new([false; MAX_CBID]),
-];
+static ENABLED: [RwLock<[bool; MAX_CBID]>; 2] = [RwLock::new([false; MAX_CBID]), RwLock::new([false; MAX_CBID])];
 static ACTIVITY_KINDS: AtomicU64 = AtomicU64::new(0);
 /// Held while records are appended or buffers handed over, so buffers reach the client whole and in order.
-static BUFFERS: Mutex<Buffers> = Mutex::new(Buffers {
-    request: None,
-    complete: None,
-    current: None,
-});
+static BUFFERS: Mutex<Buffers> = Mutex::new(Buffers { request: None, complete: None, current: None });
 static DROPPED: AtomicUsize = AtomicUsize::new(0);
 static CORRELATION: AtomicU32 = AtomicU32::new(0);
 static FINALIZED: AtomicBool = AtomicBool::new(false);
@@ -49,17 +42,12 @@ thread_local! {
 /// 12.x record layouts), 13 or unset claims 13.5 (130500); any other number is reported as is (to test how
 /// clients refuse versions they do not know) with 13.x layouts.
 pub(crate) fn claimed_version() -> u32 {
-    static V: once_cell::sync::Lazy<u32> = once_cell::sync::Lazy::new(|| {
-        match std::env::var("CUDASIM_CUPTI_VERSION")
-            .ok()
-            .as_deref()
-            .map(str::trim)
-        {
+    static V: once_cell::sync::Lazy<u32> =
+        once_cell::sync::Lazy::new(|| match std::env::var("CUDASIM_CUPTI_VERSION").ok().as_deref().map(str::trim) {
             Some("12") => 28,
             None | Some("13") | Some("") => 130500,
             Some(v) => v.parse().unwrap_or(130500),
-        }
-    });
+        });
     *V
 }
 
@@ -101,18 +89,8 @@ pub(crate) fn api_call<P>(
     if let Some(slot) = domain_index(domain).and_then(|d| NAMES[d].get(cbid as usize)) {
         slot.store(name.as_ptr() as *mut c_char, Ordering::Relaxed);
     }
-    let enabled = domain_index(domain).is_some_and(|d| {
-        ENABLED[d]
-            .read()
-            .get(cbid as usize)
-            .copied()
-            .unwrap_or(false)
-    });
-    let subscriber = if enabled {
-        SUBSCRIBER.read().as_ref().map(|s| (s.callback, s.userdata))
-    } else {
-        None
-    };
+    let enabled = domain_index(domain).is_some_and(|d| ENABLED[d].read().get(cbid as usize).copied().unwrap_or(false));
+    let subscriber = if enabled { SUBSCRIBER.read().as_ref().map(|s| (s.callback, s.userdata)) } else { None };
     let mut correlation_data = 0u64;
     let mut ret = 0u32;
     let mut data = c::CUpti_CallbackData {
@@ -128,28 +106,14 @@ pub(crate) fn api_call<P>(
     };
     if let Some((Some(cb), userdata)) = subscriber {
         // SAFETY: the subscriber registered this C callback; `data` and the params outlive the call.
-        unsafe {
-            cb(
-                userdata as *mut c_void,
-                domain,
-                cbid,
-                &data as *const _ as *const c_void,
-            )
-        };
+        unsafe { cb(userdata as *mut c_void, domain, cbid, &data as *const _ as *const c_void) };
     }
     ret = body().max(ret);
     if let Some((Some(cb), userdata)) = subscriber {
         data.callbackSite = c::CUPTI_API_EXIT;
         data.functionReturnValue = &mut ret as *mut u32 as *mut c_void;
         // SAFETY: as above; the return value pointer is valid for the call.
-        unsafe {
-            cb(
-                userdata as *mut c_void,
-                domain,
-                cbid,
-                &data as *const _ as *const c_void,
-            )
-        };
+        unsafe { cb(userdata as *mut c_void, domain, cbid, &data as *const _ as *const c_void) };
     }
     if outer {
         OUTER_CORRELATION.with(|c| c.set(0));
@@ -182,7 +146,7 @@ pub(crate) fn emit(rec: SimRecord) {
         let (mut buf, mut cap, mut max) = (std::ptr::null_mut::<u8>(), 0usize, 0usize);
         // SAFETY: the client's request callback fills the three out-parameters.
         unsafe { request(&mut buf, &mut cap, &mut max) };
-        if buf.is_null() || cap < size || buf as usize % 8 != 0 {
+        if buf.is_null() || cap < size || !(buf as usize).is_multiple_of(8) {
             break;
         }
         st.current = Some((buf as usize, cap, 0));
@@ -235,9 +199,7 @@ cupti_entry!(
         }
         let s: &'static CStr = match result {
             c::CUPTI_SUCCESS => c"CUPTI_SUCCESS",
-            c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED => {
-                c"CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
-            }
+            c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED => c"CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED",
             c::CUPTI_ERROR_INVALID_PARAMETER => c"CUPTI_ERROR_INVALID_PARAMETER",
             c::CUPTI_ERROR_INVALID_KIND => c"CUPTI_ERROR_INVALID_KIND",
             c::CUPTI_ERROR_MAX_LIMIT_REACHED => c"CUPTI_ERROR_MAX_LIMIT_REACHED",
@@ -250,11 +212,7 @@ cupti_entry!(
 );
 
 cupti_entry!(
-    fn cuptiSubscribe(
-        handle: *mut c::CUpti_SubscriberHandle,
-        callback: c::CUpti_CallbackFunc,
-        userdata: *mut c_void,
-    ) {
+    fn cuptiSubscribe(handle: *mut c::CUpti_SubscriberHandle, callback: c::CUpti_CallbackFunc, userdata: *mut c_void) {
         if handle.is_null() {
             return c::CUPTI_ERROR_INVALID_PARAMETER;
         }
@@ -262,10 +220,7 @@ cupti_entry!(
         if sub.is_some() {
             return c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
         }
-        *sub = Some(Subscriber {
-            callback,
-            userdata: userdata as usize,
-        });
+        *sub = Some(Subscriber { callback, userdata: userdata as usize });
         // SAFETY: non-null out-parameter; the handle is an opaque non-null token.
         unsafe { *handle = 1usize as c::CUpti_SubscriberHandle };
         c::CUPTI_SUCCESS
@@ -283,11 +238,7 @@ cupti_entry!(
 );
 
 cupti_entry!(
-    fn cuptiEnableDomain(
-        enable: u32,
-        _handle: c::CUpti_SubscriberHandle,
-        domain: c::CUpti_CallbackDomain,
-    ) {
+    fn cuptiEnableDomain(enable: u32, _handle: c::CUpti_SubscriberHandle, domain: c::CUpti_CallbackDomain) {
         match domain_index(domain) {
             Some(d) => {
                 *ENABLED[d].write() = [enable != 0; MAX_CBID];
@@ -387,11 +338,7 @@ cupti_entry!(
 );
 
 cupti_entry!(
-    fn cuptiActivityGetNextRecord(
-        buffer: *mut u8,
-        valid: usize,
-        record: *mut *mut c::CUpti_Activity,
-    ) {
+    fn cuptiActivityGetNextRecord(buffer: *mut u8, valid: usize, record: *mut *mut c::CUpti_Activity) {
         if buffer.is_null() || record.is_null() {
             return c::CUPTI_ERROR_INVALID_PARAMETER;
         }

@@ -76,11 +76,8 @@ pub(crate) struct Event {
 static NEXT_STREAM_ID: AtomicU32 = AtomicU32::new(7);
 pub(crate) static NEXT_EVENT_ID: AtomicU32 = AtomicU32::new(1);
 static STREAMS: Lazy<Mutex<HashMap<usize, Arc<Stream>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
-static LEGACY: Lazy<Vec<Arc<Stream>>> = Lazy::new(|| {
-    (0..MAX_DEVICES)
-        .map(|d| Stream::spawn(d, true, Some(d + 1)))
-        .collect()
-});
+static LEGACY: Lazy<Vec<Arc<Stream>>> =
+    Lazy::new(|| (0..MAX_DEVICES).map(|d| Stream::spawn(d, true, Some(d + 1))).collect());
 
 impl Stream {
     /// A stream with its worker thread. Legacy default streams get CUPTI stream ids 1..; others count from 7.
@@ -97,15 +94,13 @@ impl Stream {
             cv: Condvar::new(),
         });
         let me = s.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("cudasim-stream-{id}"))
-            .spawn(move || {
-                for op in rx {
-                    me.execute(op);
-                    *me.done.lock() += 1;
-                    me.cv.notify_all();
-                }
-            });
+        let spawned = std::thread::Builder::new().name(format!("cudasim-stream-{id}")).spawn(move || {
+            for op in rx {
+                me.execute(op);
+                *me.done.lock() += 1;
+                me.cv.notify_all();
+            }
+        });
         if spawned.is_err() {
             // No thread: drop the sender so enqueues fail instead of hanging.
             *s.tx.lock() = None;
@@ -116,18 +111,9 @@ impl Stream {
     fn execute(&self, op: Op) {
         let start = now_ns();
         match op.work {
-            Work::Kernel {
-                f,
-                mut args,
-                grid,
-                block,
-                shared,
-                name,
-            } => {
-                let mut ptrs: Vec<*mut libc::c_void> = args
-                    .iter_mut()
-                    .map(|a| a as *mut u64 as *mut libc::c_void)
-                    .collect();
+            Work::Kernel { f, mut args, grid, block, shared, name } => {
+                let mut ptrs: Vec<*mut libc::c_void> =
+                    args.iter_mut().map(|a| a as *mut u64 as *mut libc::c_void).collect();
                 // SAFETY: the app launched `f` as a kernel taking `void **args`; each entry points at an 8-byte
                 // copy of the argument taken at launch, alive for the call.
                 unsafe { f(ptrs.as_mut_ptr()) };
@@ -143,16 +129,8 @@ impl Stream {
                     name,
                 });
             }
-            Work::Memcpy {
-                dst,
-                src,
-                bytes,
-                is_async,
-            } => {
-                let (sk, dk) = (
-                    crate::memory::cupti_kind_of(src),
-                    crate::memory::cupti_kind_of(dst),
-                );
+            Work::Memcpy { dst, src, bytes, is_async } => {
+                let (sk, dk) = (crate::memory::cupti_kind_of(src), crate::memory::cupti_kind_of(dst));
                 // SAFETY: the app passed valid ranges of `bytes` bytes (host memory stands in for device memory).
                 unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
                 cupti::emit(SimRecord::Memcpy {
@@ -168,12 +146,7 @@ impl Stream {
                     is_async,
                 });
             }
-            Work::Memset {
-                dst,
-                value,
-                bytes,
-                is_async,
-            } => {
+            Work::Memset { dst, value, bytes, is_async } => {
                 // SAFETY: the app passed a valid range of `bytes` bytes.
                 unsafe { std::ptr::write_bytes(dst as *mut u8, value, bytes) };
                 cupti::emit(SimRecord::Memset {
@@ -205,12 +178,7 @@ impl Stream {
     fn push(&self, work: Work) -> Option<u64> {
         let tx = self.tx.lock();
         let seq = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
-        tx.as_ref()?
-            .send(Op {
-                work,
-                correlation: current_correlation(),
-            })
-            .ok()?;
+        tx.as_ref()?.send(Op { work, correlation: current_correlation() }).ok()?;
         Some(seq)
     }
 
@@ -219,12 +187,8 @@ impl Stream {
     fn order_against_legacy(self: &Arc<Self>) {
         let legacy = &LEGACY[self.device as usize];
         if Arc::ptr_eq(self, legacy) {
-            let others: Vec<Arc<Stream>> = STREAMS
-                .lock()
-                .values()
-                .filter(|s| s.blocking && s.device == self.device)
-                .cloned()
-                .collect();
+            let others: Vec<Arc<Stream>> =
+                STREAMS.lock().values().filter(|s| s.blocking && s.device == self.device).cloned().collect();
             for s in others {
                 let seq = s.submitted.load(Ordering::Acquire);
                 if *s.done.lock() < seq {
@@ -289,24 +253,11 @@ pub(crate) fn destroy_stream(handle: usize) -> bool {
 /// Every stream of `device`, legacy first.
 pub(crate) fn device_streams(device: u32) -> Vec<Arc<Stream>> {
     let mut all = vec![LEGACY[device as usize].clone()];
-    all.extend(
-        STREAMS
-            .lock()
-            .values()
-            .filter(|s| s.device == device)
-            .cloned(),
-    );
+    all.extend(STREAMS.lock().values().filter(|s| s.device == device).cloned());
     all
 }
 
 /// Records a synchronization activity for a host wait of `start..now`.
 pub(crate) fn sync_record(kind: u32, stream: u32, event: u32, start: u64) {
-    cupti::emit(SimRecord::Sync {
-        start,
-        end: now_ns(),
-        kind,
-        stream,
-        correlation: current_correlation(),
-        event,
-    });
+    cupti::emit(SimRecord::Sync { start, end: now_ns(), kind, stream, correlation: current_correlation(), event });
 }

@@ -14,11 +14,7 @@ static INIT: OnceCell<Result<(), u32>> = OnceCell::new();
 
 /// Number of simulated devices: `CUDASIM_DEVICES` (default 1, at most 8; 0 behaves like a machine without GPU).
 pub(crate) fn device_count() -> u32 {
-    std::env::var("CUDASIM_DEVICES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(1)
-        .min(MAX_DEVICES)
+    std::env::var("CUDASIM_DEVICES").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1).min(MAX_DEVICES)
 }
 
 /// Runs `cuInit` once per process; the runtime calls this before its first API call, as cudart does.
@@ -44,10 +40,7 @@ fn load_injection() {
     unsafe {
         let handle = libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
         if handle.is_null() {
-            eprintln!(
-                "cudasim: cannot load CUDA_INJECTION64_PATH={}",
-                path.to_string_lossy()
-            );
+            eprintln!("cudasim: cannot load CUDA_INJECTION64_PATH={}", path.to_string_lossy());
             return;
         }
         let init = libc::dlsym(handle, c"InitializeInjection".as_ptr());
@@ -177,8 +170,7 @@ pub(crate) fn launch(
                 shared: shared as i32,
                 name: name.as_ptr(),
             };
-            s.enqueue(work)
-                .map_or(c::cudaErrorUnknown, |_| c::cudaSuccess)
+            s.enqueue(work).map_or(c::cudaErrorUnknown, |_| c::cudaSuccess)
         },
     )
 }
@@ -243,14 +235,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
         }
         let grid = [gridDimX, gridDimY, gridDimZ];
         let block = [blockDimX, blockDimY, blockDimZ];
-        match launch(
-            f as usize,
-            grid,
-            block,
-            sharedMemBytes,
-            hStream as usize,
-            kernelParams,
-        ) {
+        match launch(f as usize, grid, block, sharedMemBytes, hStream as usize, kernelParams) {
             0 => c::CUDA_SUCCESS,
             _ => c::CUDA_ERROR_INVALID_VALUE,
         }
@@ -338,11 +323,7 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: c_int) -> c
 /// # Safety
 /// Called from C like `cuDeviceGetAttribute` (SM count and compute capability; others are unsupported).
 #[no_mangle]
-pub unsafe extern "C" fn cuDeviceGetAttribute(
-    value: *mut c_int,
-    attrib: c_int,
-    dev: c_int,
-) -> c::CUresult {
+pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: c_int) -> c::CUresult {
     if value.is_null() || dev < 0 || dev as u32 >= device_count() {
         return c::CUDA_ERROR_INVALID_VALUE;
     }

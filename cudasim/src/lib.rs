@@ -33,10 +33,7 @@ fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
 
 /// CLOCK_MONOTONIC in ns: the simulator's CUPTI timestamp, as real CUPTI's is on Linux.
 pub(crate) fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the valid timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64

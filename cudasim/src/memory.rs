@@ -38,9 +38,7 @@ pub(crate) fn alloc(len: usize, space: Space, device: u32) -> Option<*mut u8> {
     if unsafe { libc::posix_memalign(&mut p, 256, len.max(1)) } != 0 {
         return None;
     }
-    ALLOCATIONS
-        .lock()
-        .insert(p as usize, Allocation { len, space, device });
+    ALLOCATIONS.lock().insert(p as usize, Allocation { len, space, device });
     Some(p as *mut u8)
 }
 
@@ -66,17 +64,13 @@ pub(crate) fn lookup(p: usize) -> Option<(Space, u32)> {
 
 /// CUPTI memory kind of the memory at `p`: untracked host memory is pageable.
 pub(crate) fn cupti_kind_of(p: usize) -> u8 {
-    lookup(p).map_or(c::CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE, |(s, _)| {
-        s.cupti_kind()
-    }) as u8
+    lookup(p).map_or(c::CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE, |(s, _)| s.cupti_kind()) as u8
 }
 
 /// CUPTI memcpy kind from the two sides' memory kinds.
 pub(crate) fn copy_kind(src: u8, dst: u8) -> u8 {
-    let dev = |k: u8| {
-        k as u32 == c::CUPTI_ACTIVITY_MEMORY_KIND_DEVICE
-            || k as u32 == c::CUPTI_ACTIVITY_MEMORY_KIND_MANAGED
-    };
+    let dev =
+        |k: u8| k as u32 == c::CUPTI_ACTIVITY_MEMORY_KIND_DEVICE || k as u32 == c::CUPTI_ACTIVITY_MEMORY_KIND_MANAGED;
     (match (dev(src), dev(dst)) {
         (false, true) => c::CUPTI_ACTIVITY_MEMCPY_KIND_HTOD,
         (true, false) => c::CUPTI_ACTIVITY_MEMCPY_KIND_DTOH,

@@ -76,9 +76,7 @@ pub(crate) fn record_size(kind: c::CUpti_ActivityKind, v12: bool) -> usize {
         (c::CUPTI_ACTIVITY_KIND_MEMSET, true) => size_of::<c12::CUpti_ActivityMemset4>(),
         (c::CUPTI_ACTIVITY_KIND_MEMSET, false) => size_of::<c::CUpti_ActivityMemset5>(),
         (c::CUPTI_ACTIVITY_KIND_MEMORY2, _) => size_of::<c::CUpti_ActivityMemory4>(),
-        (c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, _) => {
-            size_of::<c::CUpti_ActivitySynchronization2>()
-        }
+        (c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, _) => size_of::<c::CUpti_ActivitySynchronization2>(),
         (c::CUPTI_ACTIVITY_KIND_OVERHEAD, _) => size_of::<c::CUpti_ActivityOverhead3>(),
         _ => 8,
     };
@@ -169,17 +167,7 @@ impl SimRecord {
         // SAFETY: guaranteed by the caller.
         let p = unsafe { buf.add(at) };
         match *self {
-            SimRecord::Kernel {
-                start,
-                end,
-                device,
-                stream,
-                correlation,
-                grid,
-                block,
-                dynamic_shared,
-                name,
-            } => {
+            SimRecord::Kernel { start, end, device, stream, correlation, grid, block, dynamic_shared, name } => {
                 if v12 {
                     fill_kernel!(
                         c12::CUpti_ActivityKernel9,
@@ -254,17 +242,7 @@ impl SimRecord {
                     )
                 }
             }
-            SimRecord::Memset {
-                start,
-                end,
-                device,
-                stream,
-                correlation,
-                bytes,
-                value,
-                memory_kind,
-                is_async,
-            } => {
+            SimRecord::Memset { start, end, device, stream, correlation, bytes, value, memory_kind, is_async } => {
                 if v12 {
                     fill_memset!(
                         c12::CUpti_ActivityMemset4,
@@ -327,14 +305,7 @@ impl SimRecord {
                 // SAFETY: the caller checked the record fits at this offset.
                 unsafe { (p as *mut c::CUpti_ActivityMemory4).write_unaligned(r) };
             }
-            SimRecord::Sync {
-                start,
-                end,
-                kind,
-                stream,
-                correlation,
-                event,
-            } => {
+            SimRecord::Sync { start, end, kind, stream, correlation, event } => {
                 // SAFETY: all-zero bytes are a valid value of this plain C struct.
                 let mut r: c::CUpti_ActivitySynchronization2 = unsafe { std::mem::zeroed() };
                 r.kind = c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;

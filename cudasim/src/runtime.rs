@@ -19,8 +19,7 @@ thread_local! {
 }
 
 static EVENTS: Lazy<Mutex<HashMap<usize, Arc<Event>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
-static KERNEL_NAMES: Lazy<Mutex<HashMap<usize, &'static CStr>>> =
-    Lazy::new(|| Mutex::new(HashMap::new()));
+static KERNEL_NAMES: Lazy<Mutex<HashMap<usize, &'static CStr>>> = Lazy::new(|| Mutex::new(HashMap::new()));
 
 pub(crate) fn current_device() -> u32 {
     CURRENT_DEVICE.with(|d| d.get())
@@ -52,8 +51,7 @@ pub(crate) fn kernel_name(f: usize) -> &'static CStr {
     // SAFETY: dladdr only inspects the address; Dl_info is plain data.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
-    let found =
-        unsafe { libc::dladdr(f as *const c_void, &mut info) } != 0 && !info.dli_sname.is_null();
+    let found = unsafe { libc::dladdr(f as *const c_void, &mut info) } != 0 && !info.dli_sname.is_null();
     let name = if found {
         // SAFETY: dli_sname is a NUL-terminated symbol name from the loader.
         unsafe { CStr::from_ptr(info.dli_sname) }.to_owned()
@@ -65,14 +63,7 @@ pub(crate) fn kernel_name(f: usize) -> &'static CStr {
     leaked
 }
 
-fn memory_record(
-    release: bool,
-    address: usize,
-    bytes: usize,
-    space: Space,
-    stream: u32,
-    is_async: bool,
-) {
+fn memory_record(release: bool, address: usize, bytes: usize, space: Space, stream: u32, is_async: bool) {
     emit(SimRecord::Memory {
         release,
         timestamp: now_ns(),
@@ -127,13 +118,7 @@ macro_rules! runtime_fn {
     };
 }
 
-fn alloc_into(
-    out: *mut *mut c_void,
-    size: usize,
-    space: Space,
-    stream: u32,
-    is_async: bool,
-) -> CudaError {
+fn alloc_into(out: *mut *mut c_void, size: usize, space: Space, stream: u32, is_async: bool) -> CudaError {
     if out.is_null() {
         return c::cudaErrorInvalidValue;
     }
@@ -215,13 +200,7 @@ fn memory_len(p: usize) -> usize {
 }
 
 /// Queues a copy; blocks the host as CUDA does (synchronous copies, and async copies touching pageable memory).
-fn copy(
-    dst: *mut c_void,
-    src: *const c_void,
-    count: usize,
-    stream: c::cudaStream_t,
-    is_async: bool,
-) -> CudaError {
+fn copy(dst: *mut c_void, src: *const c_void, count: usize, stream: c::cudaStream_t, is_async: bool) -> CudaError {
     let Some(s) = device::stream(stream as usize, current_device()) else {
         return c::cudaErrorInvalidResourceHandle;
     };
@@ -233,16 +212,8 @@ fn copy(
     }
     let (d, sr) = (memory::lookup(dst as usize), memory::lookup(src as usize));
     let pageable = d.is_none() || sr.is_none();
-    let device_only = matches!(
-        (d, sr),
-        (Some((Space::Device, _)), Some((Space::Device, _)))
-    );
-    let Some(seq) = s.enqueue(Work::Memcpy {
-        dst: dst as usize,
-        src: src as usize,
-        bytes: count,
-        is_async,
-    }) else {
+    let device_only = matches!((d, sr), (Some((Space::Device, _)), Some((Space::Device, _))));
+    let Some(seq) = s.enqueue(Work::Memcpy { dst: dst as usize, src: src as usize, bytes: count, is_async }) else {
         return c::cudaErrorUnknown;
     };
     if (!is_async && !device_only) || (is_async && pageable) {
@@ -260,26 +231,15 @@ runtime_fn!(cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, count: usize, 
     copy(dst, src, count, stream, true)
 });
 
-fn set(
-    dst: *mut c_void,
-    value: c_int,
-    count: usize,
-    stream: c::cudaStream_t,
-    is_async: bool,
-) -> CudaError {
+fn set(dst: *mut c_void, value: c_int, count: usize, stream: c::cudaStream_t, is_async: bool) -> CudaError {
     let Some(s) = device::stream(stream as usize, current_device()) else {
         return c::cudaErrorInvalidResourceHandle;
     };
     if memory::lookup(dst as usize).is_none() {
         return c::cudaErrorInvalidValue;
     }
-    s.enqueue(Work::Memset {
-        dst: dst as usize,
-        value: value as u8,
-        bytes: count,
-        is_async,
-    })
-    .map_or(c::cudaErrorUnknown, |_| c::cudaSuccess)
+    s.enqueue(Work::Memset { dst: dst as usize, value: value as u8, bytes: count, is_async })
+        .map_or(c::cudaErrorUnknown, |_| c::cudaSuccess)
 }
 
 runtime_fn!(cudaMemset(devPtr: *mut c_void, value: c_int, count: usize) => CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020, cudaMemset_v3020_params {
@@ -309,14 +269,7 @@ pub unsafe extern "C" fn cudaLaunchKernel(
         if func.is_null() {
             return set_error(c::cudaErrorInvalidValue);
         }
-        let params = c::cudaLaunchKernel_v7000_params {
-            func,
-            gridDim,
-            blockDim,
-            args,
-            sharedMem,
-            stream,
-        };
+        let params = c::cudaLaunchKernel_v7000_params { func, gridDim, blockDim, args, sharedMem, stream };
         let name = kernel_name(func as usize);
         let r = api_call(
             c::CUPTI_CB_DOMAIN_RUNTIME_API,
@@ -328,14 +281,7 @@ pub unsafe extern "C" fn cudaLaunchKernel(
                 let grid = [gridDim.x, gridDim.y, gridDim.z];
                 let block = [blockDim.x, blockDim.y, blockDim.z];
                 // The real runtime launches through the driver; CUPTI reports the nested cuLaunchKernel.
-                crate::driver::launch(
-                    func as usize,
-                    grid,
-                    block,
-                    sharedMem as u32,
-                    stream as usize,
-                    args,
-                )
+                crate::driver::launch(func as usize, grid, block, sharedMem as u32, stream as usize, args)
             },
         );
         set_error(r)
@@ -371,10 +317,7 @@ fn event(handle: c::cudaEvent_t) -> Option<Arc<Event>> {
 }
 
 fn create_event(out: *mut c::cudaEvent_t) -> CudaError {
-    let ev = Arc::new(Event {
-        id: NEXT_EVENT_ID.fetch_add(1, Ordering::Relaxed),
-        ..Default::default()
-    });
+    let ev = Arc::new(Event { id: NEXT_EVENT_ID.fetch_add(1, Ordering::Relaxed), ..Default::default() });
     let handle = Arc::as_ptr(&ev) as usize;
     if !put(out, handle as c::cudaEvent_t) {
         return c::cudaErrorInvalidValue;
@@ -484,9 +427,7 @@ runtime_fn!(cudaDriverGetVersion(driverVersion: *mut c_int) => CUPTI_RUNTIME_TRA
 /// Called from C like `cudaGetLastError`.
 #[no_mangle]
 pub unsafe extern "C" fn cudaGetLastError() -> CudaError {
-    guard(c::cudaErrorUnknown, || {
-        LAST_ERROR.with(|l| l.replace(c::cudaSuccess))
-    })
+    guard(c::cudaErrorUnknown, || LAST_ERROR.with(|l| l.replace(c::cudaSuccess)))
 }
 
 /// # Safety
@@ -520,12 +461,7 @@ pub unsafe extern "C" fn cudaGetErrorString(error: CudaError) -> *const c_char {
 /// Called from C like `cudaGetErrorName`; returns a static string.
 #[no_mangle]
 pub unsafe extern "C" fn cudaGetErrorName(error: CudaError) -> *const c_char {
-    if error == c::cudaSuccess {
-        c"cudaSuccess"
-    } else {
-        c"cudaError"
-    }
-    .as_ptr()
+    if error == c::cudaSuccess { c"cudaSuccess" } else { c"cudaError" }.as_ptr()
 }
 
 /// Registration hooks that nvcc-generated host code calls; a C test may call `__cudaRegisterFunction` itself to
@@ -564,9 +500,7 @@ pub unsafe extern "C" fn __cudaRegisterFunction(
         }
         // SAFETY: non-null, NUL-terminated by the contract above.
         let name = unsafe { CStr::from_ptr(device_name) }.to_owned();
-        KERNEL_NAMES
-            .lock()
-            .insert(host_fun as usize, Box::leak(name.into_boxed_c_str()));
+        KERNEL_NAMES.lock().insert(host_fun as usize, Box::leak(name.into_boxed_c_str()));
     })
 }
 

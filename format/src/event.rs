@@ -107,10 +107,7 @@ impl MemKind {
     }
     /// True for memory that lives on the device.
     pub fn is_device(self) -> bool {
-        matches!(
-            self,
-            MemKind::Device | MemKind::DeviceAsync | MemKind::Managed
-        )
+        matches!(self, MemKind::Device | MemKind::DeviceAsync | MemKind::Managed)
     }
 }
 
@@ -146,13 +143,7 @@ const _: () = assert!(std::mem::size_of::<RawEvent>() == 64);
 
 impl RawEvent {
     pub fn new(kind: EventKind, tid: u32, start: u64, end: u64) -> Self {
-        RawEvent {
-            kind: kind as u8,
-            tid,
-            start,
-            end,
-            ..Default::default()
-        }
+        RawEvent { kind: kind as u8, tid, start, end, ..Default::default() }
     }
     pub fn kind(&self) -> Option<EventKind> {
         EventKind::from_u8(self.kind)
@@ -189,11 +180,7 @@ impl LaunchConfig {
     pub fn unpack(a: u64, b: u64, c: u64) -> Self {
         LaunchConfig {
             grid: [a as u32, (a >> 32) as u32, (b & 0xffff) as u32],
-            block: [
-                (b >> 16 & 0xffff) as u32,
-                (b >> 32 & 0xffff) as u32,
-                (b >> 48) as u32,
-            ],
+            block: [(b >> 16 & 0xffff) as u32, (b >> 32 & 0xffff) as u32, (b >> 48) as u32],
             registers: c as u16,
             static_shared: (c >> 16 & 0xff_ffff) as u32,
             dynamic_shared: (c >> 40 & 0xff_ffff) as u32,

@@ -111,11 +111,7 @@ impl<W: Write> TraceWriter<W> {
         out.write_all(&FILE_MAGIC)?;
         out.write_all(&FILE_VERSION.to_le_bytes())?;
         out.write_all(&0u32.to_le_bytes())?;
-        Ok(TraceWriter {
-            out,
-            events: 0,
-            scratch: Vec::new(),
-        })
+        Ok(TraceWriter { out, events: 0, scratch: Vec::new() })
     }
 
     fn block(&mut self, tag: u8, pid: u32, raw: &[u8]) -> Result<(), FileError> {
@@ -185,15 +181,7 @@ pub fn encode_events(events: &[RawEvent], out: &mut Vec<u8>) {
         varint::put(out, varint::zigzag(e.start.wrapping_sub(prev_start) as i64));
         varint::put(out, varint::zigzag(e.end.wrapping_sub(e.start) as i64));
         prev_start = e.start;
-        for v in [
-            e.correlation as u64,
-            e.name as u64,
-            e.device as u64,
-            e.stream as u64,
-            e.a,
-            e.b,
-            e.c,
-        ] {
+        for v in [e.correlation as u64, e.name as u64, e.device as u64, e.stream as u64, e.a, e.b, e.c] {
             varint::put(out, v);
         }
     }
@@ -263,17 +251,11 @@ impl<R: Read> TraceReader<R> {
             return Ok(None);
         }
         let mut head = [0u8; 13];
-        read_exact(
-            &mut self.input,
-            &mut head,
-            "missing footer (the recording was cut short)",
-        )?;
+        read_exact(&mut self.input, &mut head, "missing footer (the recording was cut short)")?;
         let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
         let (tag, pid, raw_len, comp_len) = (head[0], word(1), word(5), word(9));
         if raw_len > MAX_BLOCK || comp_len > MAX_BLOCK {
-            return Err(FileError::Corrupt(format!(
-                "block of {raw_len}/{comp_len} bytes"
-            )));
+            return Err(FileError::Corrupt(format!("block of {raw_len}/{comp_len} bytes")));
         }
         let mut comp = vec![0u8; comp_len as usize];
         read_exact(&mut self.input, &mut comp, "last block cut short")?;
@@ -284,26 +266,12 @@ impl<R: Read> TraceReader<R> {
         }
         let corrupt = |what: &str| FileError::Corrupt(format!("undecodable {what} block"));
         Ok(Some(match tag {
-            TAG_PROCESS => {
-                Block::Process(postcard::from_bytes(&raw).map_err(|_| corrupt("process"))?)
-            }
+            TAG_PROCESS => Block::Process(postcard::from_bytes(&raw).map_err(|_| corrupt("process"))?),
             TAG_STRINGS => {
-                let base = u64::from_le_bytes(
-                    raw.get(..8)
-                        .ok_or_else(|| corrupt("strings"))?
-                        .try_into()
-                        .expect("8"),
-                );
-                Block::Strings {
-                    pid,
-                    base,
-                    bytes: raw[8..].to_vec(),
-                }
+                let base = u64::from_le_bytes(raw.get(..8).ok_or_else(|| corrupt("strings"))?.try_into().expect("8"));
+                Block::Strings { pid, base, bytes: raw[8..].to_vec() }
             }
-            TAG_EVENTS => Block::Events {
-                pid,
-                events: decode_events(&raw).ok_or_else(|| corrupt("events"))?,
-            },
+            TAG_EVENTS => Block::Events { pid, events: decode_events(&raw).ok_or_else(|| corrupt("events"))? },
             TAG_FOOTER => {
                 self.done = true;
                 Block::Footer(postcard::from_bytes(&raw).map_err(|_| corrupt("footer"))?)
@@ -333,31 +301,17 @@ mod tests {
                 stream: 7,
                 a: 0x7f00_0000_0000 + i * 256,
                 b: 1 << 20,
-                ..RawEvent::new(
-                    EventKind::Memcpy,
-                    1234,
-                    1_000_000 + i * 1500,
-                    1_000_000 + i * 1500 + 700,
-                )
+                ..RawEvent::new(EventKind::Memcpy, 1234, 1_000_000 + i * 1500, 1_000_000 + i * 1500 + 700)
             })
             .collect()
     }
 
     fn write(events: &[RawEvent]) -> Vec<u8> {
         let mut w = TraceWriter::new(Vec::new()).unwrap();
-        w.write_process(&ProcessInfo {
-            pid: 9,
-            cmdline: vec!["x".into()],
-            ..Default::default()
-        })
-        .unwrap();
+        w.write_process(&ProcessInfo { pid: 9, cmdline: vec!["x".into()], ..Default::default() }).unwrap();
         w.write_strings(9, 0, b"\0\0\0\0").unwrap();
         w.write_events(9, events).unwrap();
-        w.finish(Footer {
-            exit_code: Some(3),
-            ..Default::default()
-        })
-        .unwrap()
+        w.finish(Footer { exit_code: Some(3), ..Default::default() }).unwrap()
     }
 
     fn read_all(bytes: &[u8]) -> Result<Vec<Block>, FileError> {
@@ -374,16 +328,8 @@ mod tests {
         let events = sample();
         let blocks = read_all(&write(&events)).unwrap();
         assert_eq!(blocks.len(), 4);
-        assert_eq!(
-            blocks[2],
-            Block::Events {
-                pid: 9,
-                events: events.clone()
-            }
-        );
-        let Block::Footer(f) = &blocks[3] else {
-            panic!("no footer")
-        };
+        assert_eq!(blocks[2], Block::Events { pid: 9, events: events.clone() });
+        let Block::Footer(f) = &blocks[3] else { panic!("no footer") };
         assert_eq!((f.events, f.exit_code), (1000, Some(3)));
     }
 
@@ -407,10 +353,7 @@ mod tests {
 
     #[test]
     fn wrong_magic_and_version_are_named() {
-        assert!(matches!(
-            read_all(b"GARBAGE!GARBAGE!"),
-            Err(FileError::BadMagic)
-        ));
+        assert!(matches!(read_all(b"GARBAGE!GARBAGE!"), Err(FileError::BadMagic)));
         let mut bytes = write(&[]);
         bytes[8] = 9;
         assert!(matches!(read_all(&bytes), Err(FileError::Version(9))));
@@ -419,10 +362,6 @@ mod tests {
     #[test]
     fn events_compress_well_below_24_bytes() {
         let bytes = write(&sample());
-        assert!(
-            bytes.len() < 1000 * 24,
-            "{} bytes for 1000 events",
-            bytes.len()
-        );
+        assert!(bytes.len() < 1000 * 24, "{} bytes for 1000 events", bytes.len());
     }
 }

@@ -56,7 +56,7 @@ impl RingRef {
     /// and writable for as long as any copy of the returned view is used. `capacity` must be a power of two.
     pub unsafe fn from_raw(base: *mut u8, capacity: u32) -> RingRef {
         debug_assert!(capacity.is_power_of_two());
-        debug_assert_eq!(base as usize % 128, 0);
+        debug_assert!((base as usize).is_multiple_of(128));
         RingRef {
             header: base as *const RingHeader,
             // SAFETY: the caller guarantees the region holds the header followed by the slots.
@@ -81,11 +81,7 @@ impl RingRef {
 
     /// Takes the producer side for thread `tid`; false if another thread holds it.
     pub fn try_claim(&self, tid: u32) -> bool {
-        self.header()
-            .owner
-            .0
-            .compare_exchange(0, tid, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
+        self.header().owner.0.compare_exchange(0, tid, Ordering::Acquire, Ordering::Relaxed).is_ok()
     }
 
     /// Gives the producer side back (the events stay for the consumer).
@@ -101,10 +97,7 @@ impl RingRef {
     /// Events written and not yet drained.
     pub fn len(&self) -> u64 {
         let h = self.header();
-        h.write
-            .0
-            .load(Ordering::Acquire)
-            .wrapping_sub(h.read.0.load(Ordering::Acquire))
+        h.write.0.load(Ordering::Acquire).wrapping_sub(h.read.0.load(Ordering::Acquire))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -113,10 +106,7 @@ impl RingRef {
 
     /// The producer side. Only one may be live at a time per ring (see [`RingRef::try_claim`]).
     pub fn producer(&self) -> Producer {
-        Producer {
-            ring: *self,
-            cached_read: self.header().read.0.load(Ordering::Acquire),
-        }
+        Producer { ring: *self, cached_read: self.header().read.0.load(Ordering::Acquire) }
     }
 
     /// The consumer side. Only one may be live at a time per ring (the collector).
@@ -141,20 +131,13 @@ impl Producer {
         if w.wrapping_sub(self.cached_read) > self.ring.mask {
             self.cached_read = h.read.0.load(Ordering::Acquire);
             if w.wrapping_sub(self.cached_read) > self.ring.mask {
-                h.dropped
-                    .0
-                    .store(h.dropped.0.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                h.dropped.0.store(h.dropped.0.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
                 return false;
             }
         }
         // SAFETY: slot `w & mask` lies inside the region (from_raw's contract) and is free: the consumer has
         // read everything below `cached_read` and never touches slots at or above `write`.
-        unsafe {
-            self.ring
-                .slots
-                .add((w & self.ring.mask) as usize)
-                .write(*ev)
-        };
+        unsafe { self.ring.slots.add((w & self.ring.mask) as usize).write(*ev) };
         h.write.0.store(w.wrapping_add(1), Ordering::Release);
         true
     }
@@ -188,14 +171,8 @@ impl Consumer {
         // SAFETY: both ranges lie inside the slot array; the producer published them with its release store of
         // `write` (acquired above) and will not overwrite them until we advance `read` below.
         unsafe {
-            out.extend_from_slice(std::slice::from_raw_parts(
-                self.ring.slots.add(start),
-                first,
-            ));
-            out.extend_from_slice(std::slice::from_raw_parts(
-                self.ring.slots,
-                n as usize - first,
-            ));
+            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots.add(start), first));
+            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots, n as usize - first));
         }
         h.read.0.store(w, Ordering::Release);
         n as usize
@@ -239,10 +216,7 @@ mod tests {
     use crate::event::EventKind;
 
     fn ev(i: u64) -> RawEvent {
-        RawEvent {
-            a: i,
-            ..RawEvent::new(EventKind::Api, 7, i, i + 1)
-        }
+        RawEvent { a: i, ..RawEvent::new(EventKind::Api, 7, i, i + 1) }
     }
 
     #[test]
@@ -257,10 +231,7 @@ mod tests {
         assert_eq!(ring.view().dropped(), 2);
         let mut out = Vec::new();
         assert_eq!(ring.consumer().drain_into(&mut out), 8);
-        assert_eq!(
-            out.iter().map(|e| e.a).collect::<Vec<_>>(),
-            (0..8).collect::<Vec<_>>()
-        );
+        assert_eq!(out.iter().map(|e| e.a).collect::<Vec<_>>(), (0..8).collect::<Vec<_>>());
         assert!(p.push(&ev(10)), "space freed by the drain is reused");
     }
 
@@ -277,10 +248,7 @@ mod tests {
             }
         }
         c.drain_into(&mut out);
-        assert_eq!(
-            out.iter().map(|e| e.a).collect::<Vec<_>>(),
-            (0..103).collect::<Vec<_>>()
-        );
+        assert_eq!(out.iter().map(|e| e.a).collect::<Vec<_>>(), (0..103).collect::<Vec<_>>());
     }
 
     #[test]

@@ -94,11 +94,7 @@ impl Layout {
 impl Default for Layout {
     /// 64 rings of 16 Ki events (1 MiB each) and 4 MiB of strings: tmpfs only backs the pages touched.
     fn default() -> Self {
-        Layout {
-            ring_count: 64,
-            ring_capacity: 1 << 14,
-            strings_capacity: 4 << 20,
-        }
+        Layout { ring_count: 64, ring_capacity: 1 << 14, strings_capacity: 4 << 20 }
     }
 }
 
@@ -126,9 +122,7 @@ impl std::error::Error for SegmentError {}
 
 /// Directory holding segments: `$CUFLIGHT_SHM_DIR` or `/dev/shm`.
 pub fn segment_dir() -> PathBuf {
-    std::env::var_os("CUFLIGHT_SHM_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/shm"))
+    std::env::var_os("CUFLIGHT_SHM_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/dev/shm"))
 }
 
 /// File name prefix of a session's segments.
@@ -150,8 +144,8 @@ unsafe impl Sync for MappedSegment {}
 
 fn map(path: &Path, flags: i32, size: Option<u64>) -> Result<(*mut u8, usize), SegmentError> {
     let io = |e| SegmentError::Io(path.to_path_buf(), e);
-    let cpath = CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| SegmentError::Corrupt("path contains NUL"))?;
+    let cpath =
+        CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| SegmentError::Corrupt("path contains NUL"))?;
     // SAFETY: plain syscalls on a NUL-terminated path; every result is checked and the fd closed.
     unsafe {
         let fd = libc::open(cpath.as_ptr(), flags | libc::O_CLOEXEC, 0o600);
@@ -181,14 +175,7 @@ fn map(path: &Path, flags: i32, size: Option<u64>) -> Result<(*mut u8, usize), S
             libc::close(fd);
             return Err(SegmentError::NotReady);
         }
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        );
+        let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
         libc::close(fd);
         if p == libc::MAP_FAILED {
             return Err(io(std::io::Error::last_os_error()));
@@ -199,18 +186,8 @@ fn map(path: &Path, flags: i32, size: Option<u64>) -> Result<(*mut u8, usize), S
 
 impl MappedSegment {
     /// Creates (exclusively) and publishes a new segment. Called by the agent once per process.
-    pub fn create(
-        path: &Path,
-        layout: Layout,
-        pid: u32,
-        ppid: u32,
-        realtime_ns: u64,
-    ) -> Result<Self, SegmentError> {
-        let (base, len) = map(
-            path,
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
-            Some(layout.total_size()),
-        )?;
+    pub fn create(path: &Path, layout: Layout, pid: u32, ppid: u32, realtime_ns: u64) -> Result<Self, SegmentError> {
+        let (base, len) = map(path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, Some(layout.total_size()))?;
         let seg = MappedSegment { base, len };
         // SAFETY: the fresh mapping is zero-filled, page aligned and large enough for the header; nobody else
         // reads it before `magic` is published at the end.
@@ -247,9 +224,7 @@ impl MappedSegment {
             || h.total_size != layout.total_size()
             || layout.total_size() > len as u64
         {
-            return Err(SegmentError::Corrupt(
-                "sizes in the header do not match the file",
-            ));
+            return Err(SegmentError::Corrupt("sizes in the header do not match the file"));
         }
         Ok(seg)
     }
@@ -261,11 +236,7 @@ impl MappedSegment {
 
     pub fn layout(&self) -> Layout {
         let h = self.header();
-        Layout {
-            ring_count: h.ring_count,
-            ring_capacity: h.ring_capacity,
-            strings_capacity: h.strings_capacity,
-        }
+        Layout { ring_count: h.ring_count, ring_capacity: h.ring_capacity, strings_capacity: h.strings_capacity }
     }
 
     /// Ring `i`; None past the end.
@@ -283,19 +254,11 @@ impl MappedSegment {
     /// Published string bytes from `from` (an earlier `strings_len`) up to the current `strings_len`.
     pub fn strings_since(&self, from: u64) -> &[u8] {
         let h = self.header();
-        let end = h
-            .strings_len
-            .load(Ordering::Acquire)
-            .min(h.strings_capacity);
+        let end = h.strings_len.load(Ordering::Acquire).min(h.strings_capacity);
         let from = from.min(end);
         // SAFETY: [strings_offset + from, strings_offset + end) lies inside the mapping (capacity checked in
         // open/create) and those bytes were published before `strings_len` (acquired above); they never change.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.base.add((h.strings_offset + from) as usize),
-                (end - from) as usize,
-            )
-        }
+        unsafe { std::slice::from_raw_parts(self.base.add((h.strings_offset + from) as usize), (end - from) as usize) }
     }
 
     /// Appends a string; returns its id, or None when the region is full (counted). Not thread-safe: the agent
@@ -329,9 +292,7 @@ impl MappedSegment {
             std::ptr::copy_nonoverlapping(why.as_ptr(), status, n);
         }
         self.header().status_len.store(n as u32, Ordering::Relaxed);
-        self.header()
-            .state
-            .store(state::DISABLED, Ordering::Release);
+        self.header().state.store(state::DISABLED, Ordering::Release);
     }
 
     /// The disable reason, if any.
@@ -375,18 +336,11 @@ mod tests {
     fn agent_and_collector_views_agree() {
         let path = temp_path("views");
         let _ = std::fs::remove_file(&path);
-        let layout = Layout {
-            ring_count: 4,
-            ring_capacity: 64,
-            strings_capacity: 256,
-        };
+        let layout = Layout { ring_count: 4, ring_capacity: 64, strings_capacity: 256 };
         let agent = MappedSegment::create(&path, layout, 42, 1, 7).unwrap();
         let id = agent.append_string(b"my_kernel").unwrap();
         assert!(agent.ring(0).unwrap().try_claim(42));
-        agent.ring(0).unwrap().producer().push(&RawEvent {
-            name: id,
-            ..RawEvent::new(EventKind::Kernel, 0, 1, 2)
-        });
+        agent.ring(0).unwrap().producer().push(&RawEvent { name: id, ..RawEvent::new(EventKind::Kernel, 0, 1, 2) });
 
         let collector = MappedSegment::open(&path).unwrap();
         assert_eq!(collector.header().pid, 42);
@@ -403,18 +357,9 @@ mod tests {
     fn full_string_region_counts_drops() {
         let path = temp_path("strings");
         let _ = std::fs::remove_file(&path);
-        let seg = MappedSegment::create(
-            &path,
-            Layout {
-                ring_count: 1,
-                ring_capacity: 2,
-                strings_capacity: 32,
-            },
-            1,
-            0,
-            0,
-        )
-        .unwrap();
+        let seg =
+            MappedSegment::create(&path, Layout { ring_count: 1, ring_capacity: 2, strings_capacity: 32 }, 1, 0, 0)
+                .unwrap();
         assert!(seg.append_string(&[b'x'; 20]).is_some());
         assert!(seg.append_string(&[b'y'; 20]).is_none());
         assert_eq!(seg.header().string_drops.load(Ordering::Relaxed), 1);
@@ -425,10 +370,7 @@ mod tests {
     fn garbage_files_are_rejected() {
         let path = temp_path("garbage");
         std::fs::write(&path, vec![0xabu8; 8192]).unwrap();
-        assert!(matches!(
-            MappedSegment::open(&path),
-            Err(SegmentError::NotReady)
-        ));
+        assert!(matches!(MappedSegment::open(&path), Err(SegmentError::NotReady)));
         std::fs::write(&path, b"tiny").unwrap();
         assert!(MappedSegment::open(&path).is_err());
         std::fs::remove_file(&path).unwrap();
@@ -438,18 +380,9 @@ mod tests {
     fn disable_reason_round_trips() {
         let path = temp_path("status");
         let _ = std::fs::remove_file(&path);
-        let seg = MappedSegment::create(
-            &path,
-            Layout {
-                ring_count: 1,
-                ring_capacity: 2,
-                strings_capacity: 64,
-            },
-            1,
-            0,
-            0,
-        )
-        .unwrap();
+        let seg =
+            MappedSegment::create(&path, Layout { ring_count: 1, ring_capacity: 2, strings_capacity: 64 }, 1, 0, 0)
+                .unwrap();
         seg.set_disabled("no libcupti found");
         assert_eq!(seg.header().state.load(Ordering::Acquire), state::DISABLED);
         assert_eq!(seg.status(), "no libcupti found");

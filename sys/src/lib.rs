@@ -83,18 +83,12 @@ mod tests {
     #[test]
     fn shared_abi_is_identical_across_versions() {
         use std::mem::size_of;
-        assert_eq!(
-            size_of::<cuda12::CUpti_CallbackData>(),
-            size_of::<cuda13::CUpti_CallbackData>()
-        );
+        assert_eq!(size_of::<cuda12::CUpti_CallbackData>(), size_of::<cuda13::CUpti_CallbackData>());
         assert_eq!(
             cuda12::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
             cuda13::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000
         );
-        assert_eq!(
-            cuda12::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
-            cuda13::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel
-        );
+        assert_eq!(cuda12::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, cuda13::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
         assert_eq!(
             size_of::<cuda12::CUpti_ActivitySynchronization2>(),
             size_of::<cuda13::CUpti_ActivitySynchronization2>()

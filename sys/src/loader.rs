@@ -58,11 +58,7 @@ pub fn mapped_library(prefix: &str) -> Option<PathBuf> {
         prefix: &'a str,
         found: Option<PathBuf>,
     }
-    unsafe extern "C" fn visit(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> c_int {
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
         // SAFETY: the loader passes a valid dl_phdr_info; `data` is the &mut Search passed below.
         let (info, search) = unsafe { (&*info, &mut *(data as *mut Search)) };
         if info.dlpi_name.is_null() {
@@ -71,19 +67,13 @@ pub fn mapped_library(prefix: &str) -> Option<PathBuf> {
         // SAFETY: dlpi_name is a NUL-terminated string owned by the loader for the call's duration.
         let name = unsafe { CStr::from_ptr(info.dlpi_name) }.to_string_lossy();
         let path = Path::new(name.as_ref());
-        if path
-            .file_name()
-            .is_some_and(|f| f.to_string_lossy().starts_with(search.prefix))
-        {
+        if path.file_name().is_some_and(|f| f.to_string_lossy().starts_with(search.prefix)) {
             search.found = Some(path.to_path_buf());
             return 1;
         }
         0
     }
-    let mut search = Search {
-        prefix,
-        found: None,
-    };
+    let mut search = Search { prefix, found: None };
     // SAFETY: `visit` only reads the loader's records and writes into `search`, which outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
     search.found
@@ -188,9 +178,7 @@ mod tests {
             Some("/opt/my/libcupti.so"),
             Some(Path::new("/mapped/libcupti.so.12")),
             Some("/usr/local/cuda"),
-            Some(Path::new(
-                "/venv/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12",
-            )),
+            Some(Path::new("/venv/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12")),
         );
         let shown: Vec<String> = list.iter().map(|p| p.display().to_string()).collect();
         assert_eq!(
@@ -212,13 +200,7 @@ mod tests {
     #[test]
     fn empty_environment_falls_back_to_the_loader() {
         let list = candidates(Some(""), None, None, None);
-        assert_eq!(
-            list,
-            [
-                PathBuf::from("libcupti.so.13"),
-                PathBuf::from("libcupti.so.12")
-            ]
-        );
+        assert_eq!(list, [PathBuf::from("libcupti.so.13"), PathBuf::from("libcupti.so.12")]);
     }
 
     #[test]

@@ -11,19 +11,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_path_buf()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
 }
 
 /// `target/<profile>` of the running test binary (`target/<profile>/deps/<test>`).
 pub fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps")
-        .to_path_buf()
+    exe.parent().and_then(Path::parent).expect("target/<profile>/deps").to_path_buf()
 }
 
 fn require(path: &Path, hint: &str) -> PathBuf {
@@ -32,25 +26,16 @@ fn require(path: &Path, hint: &str) -> PathBuf {
 }
 
 pub fn cuflight_bin() -> PathBuf {
-    require(
-        &profile_dir().join("cuflight"),
-        "run `cargo build` (scripts/test does) before the tests",
-    )
+    require(&profile_dir().join("cuflight"), "run `cargo build` (scripts/test does) before the tests")
 }
 
 pub fn cudasim_dir() -> PathBuf {
-    require(
-        &profile_dir().join("cudasim/libcudart.so"),
-        "run `cargo build` (it builds cudasim)",
-    );
+    require(&profile_dir().join("cudasim/libcudart.so"), "run `cargo build` (it builds cudasim)");
     profile_dir().join("cudasim")
 }
 
 pub fn cuda_include() -> PathBuf {
-    require(
-        &repo_root().join(".cache/cuda/13/include/cuda_runtime_api.h"),
-        "run scripts/fetch-cuda-headers",
-    );
+    require(&repo_root().join(".cache/cuda/13/include/cuda_runtime_api.h"), "run scripts/fetch-cuda-headers");
     repo_root().join(".cache/cuda/13/include")
 }
 
@@ -67,15 +52,7 @@ pub fn build_c(name: &str, dir: &Path) -> PathBuf {
     let out = dir.join(name);
     let src = repo_root().join("tests/c").join(format!("{name}.c"));
     let status = Command::new("gcc")
-        .args([
-            "-O1",
-            "-g",
-            "-rdynamic",
-            "-pthread",
-            "-Wall",
-            "-Werror",
-            "-Wno-unused-function",
-        ])
+        .args(["-O1", "-g", "-rdynamic", "-pthread", "-Wall", "-Werror", "-Wno-unused-function"])
         .arg("-I")
         .arg(cuda_include())
         .arg(&src)
@@ -102,25 +79,11 @@ impl Recorded {
 }
 
 /// Runs `cuflight record [flags] -- program args` with cudasim on the library path and segments kept in `dir`.
-pub fn record(
-    dir: &Path,
-    flags: &[&str],
-    program: &Path,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> Recorded {
+pub fn record(dir: &Path, flags: &[&str], program: &Path, args: &[&str], env: &[(&str, &str)]) -> Recorded {
     let trace = dir.join("trace.cuf");
     let mut cmd = Command::new(cuflight_bin());
-    cmd.arg("record")
-        .arg("-o")
-        .arg(&trace)
-        .args(flags)
-        .arg("--")
-        .arg(program)
-        .args(args);
-    cmd.env("LD_LIBRARY_PATH", cudasim_dir())
-        .env("CUFLIGHT_SHM_DIR", dir)
-        .env_remove("CUDASIM_CUPTI_VERSION");
+    cmd.arg("record").arg("-o").arg(&trace).args(flags).arg("--").arg(program).args(args);
+    cmd.env("LD_LIBRARY_PATH", cudasim_dir()).env("CUFLIGHT_SHM_DIR", dir).env_remove("CUDASIM_CUPTI_VERSION");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -130,16 +93,9 @@ pub fn record(
 
 /// `cuflight stats --format json` of a trace.
 pub fn stats(trace: &Path) -> Value {
-    let out = Command::new(cuflight_bin())
-        .args(["stats", "--format", "json"])
-        .arg(trace)
-        .output()
-        .expect("cuflight runs");
-    assert!(
-        out.status.success(),
-        "stats failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out =
+        Command::new(cuflight_bin()).args(["stats", "--format", "json"]).arg(trace).output().expect("cuflight runs");
+    assert!(out.status.success(), "stats failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("stats prints JSON")
 }
 
@@ -154,16 +110,10 @@ pub fn row<'a>(stats: &'a Value, table: &str, key: &str, value: &str) -> &'a Val
 }
 
 pub fn rows<'a>(stats: &'a Value, table: &str, key: &str, value: &str) -> Vec<&'a Value> {
-    stats[table]
-        .as_array()
-        .map(|a| a.iter().filter(|r| r[key] == value).collect())
-        .unwrap_or_default()
+    stats[table].as_array().map(|a| a.iter().filter(|r| r[key] == value).collect()).unwrap_or_default()
 }
 
 /// Count of `table` rows matching `key` = `value`, or 0.
 pub fn count(stats: &Value, table: &str, key: &str, value: &str) -> u64 {
-    rows(stats, table, key, value)
-        .iter()
-        .map(|r| r["count"].as_u64().unwrap_or(0))
-        .sum()
+    rows(stats, table, key, value).iter().map(|r| r["count"].as_u64().unwrap_or(0)).sum()
 }

@@ -9,12 +9,7 @@ fn memcpy(stats: &Value, kind: &str, host: &str) -> (u64, u64) {
         .unwrap()
         .iter()
         .filter(|r| r["kind"] == kind && r["host_memory"] == host)
-        .fold((0, 0), |(c, b), r| {
-            (
-                c + r["count"].as_u64().unwrap(),
-                b + r["bytes"].as_u64().unwrap(),
-            )
-        })
+        .fold((0, 0), |(c, b), r| (c + r["count"].as_u64().unwrap(), b + r["bytes"].as_u64().unwrap()))
 }
 
 fn check_streams(stats: &Value, cupti_version: u64) {
@@ -50,22 +45,13 @@ fn check_streams(stats: &Value, cupti_version: u64) {
     assert_eq!(count(stats, "api", "name", "cuLaunchKernel"), 0);
     assert_eq!(count(stats, "api", "name", "cuMemAlloc_v2"), 0);
     let m = &stats["memory"];
-    assert_eq!(
-        (m["malloc_count"].as_u64(), m["free_count"].as_u64()),
-        (Some(8), Some(8))
-    );
+    assert_eq!((m["malloc_count"].as_u64(), m["free_count"].as_u64()), (Some(8), Some(8)));
     assert_eq!(m["alloc_bytes"], 2 * (3 * 65536 + (1 << 20)));
     assert_eq!(m["live_bytes_at_end"], 0);
     let peak = m["peak_bytes"].as_u64().unwrap();
-    assert!(
-        (3 * 65536..=2 * (3 * 65536 + (1 << 20))).contains(&peak),
-        "peak {peak}"
-    );
+    assert!((3 * 65536..=2 * (3 * 65536 + (1 << 20))).contains(&peak), "peak {peak}");
     assert_eq!(m["pinned_host"]["malloc_count"], 2);
-    assert_eq!(
-        m["pinned_host"]["peak_bytes"].as_u64().unwrap() % (2 * 16384 * 4),
-        0
-    );
+    assert_eq!(m["pinned_host"]["peak_bytes"].as_u64().unwrap() % (2 * 16384 * 4), 0);
     assert_eq!(count(stats, "sync", "kind", "cudaStreamSynchronize"), 100);
     assert_eq!(count(stats, "sync", "kind", "cudaStreamWaitEvent"), 50);
     assert_eq!(count(stats, "sync", "kind", "cudaEventSynchronize"), 2);
@@ -113,12 +99,7 @@ fn kernel_times_are_real_and_on_the_host_clock() {
     // saxpy spins 20 us, relu 10 us.
     let saxpy = row(&s, "kernels", "name", "saxpy");
     assert!(saxpy["min_ns"].as_u64().unwrap() >= 20_000, "{saxpy}");
-    assert!(
-        row(&s, "kernels", "name", "relu")["min_ns"]
-            .as_u64()
-            .unwrap()
-            >= 10_000
-    );
+    assert!(row(&s, "kernels", "name", "relu")["min_ns"].as_u64().unwrap() >= 10_000);
 }
 
 #[test]
@@ -130,14 +111,8 @@ fn fork_children_get_their_own_segments_and_no_cuda() {
     let s = stats(&r.trace);
     let procs = s["processes"].as_array().unwrap();
     assert_eq!(procs.len(), 3, "{procs:?}");
-    let parent = procs
-        .iter()
-        .find(|p| p["cupti_version"] == 130500)
-        .expect("parent recorded CUDA");
-    let children: Vec<_> = procs
-        .iter()
-        .filter(|p| p["ppid"] == parent["pid"])
-        .collect();
+    let parent = procs.iter().find(|p| p["cupti_version"] == 130500).expect("parent recorded CUDA");
+    let children: Vec<_> = procs.iter().filter(|p| p["ppid"] == parent["pid"]).collect();
     assert_eq!(children.len(), 2);
     for c in &children {
         assert_eq!(c["cupti_version"], 0, "a fork child never calls CUPTI");
@@ -155,18 +130,11 @@ fn sigkill_keeps_everything_flushed_before_the_kill() {
     let dir = scratch("killed");
     let prog = build_c("killed", &dir);
     let r = record(&dir, &["--flush-ms", "100"], &prog, &[], &[]);
-    assert_eq!(
-        r.output.status.code(),
-        Some(128 + 9),
-        "cuflight exits with the command's status"
-    );
+    assert_eq!(r.output.status.code(), Some(128 + 9), "cuflight exits with the command's status");
     let s = stats(&r.trace);
     assert_eq!(count(&s, "kernels", "name", "work"), 40);
     assert_eq!(count(&s, "nvtx", "name", "before-kill"), 1);
-    assert_eq!(
-        s["processes"][0]["finished"], false,
-        "the process never reached its exit handler"
-    );
+    assert_eq!(s["processes"][0]["finished"], false, "the process never reached its exit handler");
 }
 
 #[test]
@@ -176,23 +144,11 @@ fn a_second_cupti_subscriber_disables_the_agent_not_the_program() {
     let r = record(&dir, &[], &prog, &[], &[]);
     assert!(r.output.status.success(), "{}", r.stderr());
     assert!(String::from_utf8_lossy(&r.output.stdout).contains("subscriber: ok"));
-    let notices: Vec<_> = r
-        .stderr()
-        .lines()
-        .filter(|l| l.contains("another CUPTI client"))
-        .map(str::to_string)
-        .collect();
-    assert_eq!(
-        notices.len(),
-        2,
-        "one line from the agent, one from the collector: {}",
-        r.stderr()
-    );
+    let notices: Vec<_> =
+        r.stderr().lines().filter(|l| l.contains("another CUPTI client")).map(str::to_string).collect();
+    assert_eq!(notices.len(), 2, "one line from the agent, one from the collector: {}", r.stderr());
     let s = stats(&r.trace);
-    assert!(s["processes"][0]["status"]
-        .as_str()
-        .unwrap()
-        .contains("already subscribed"));
+    assert!(s["processes"][0]["status"].as_str().unwrap().contains("already subscribed"));
 }
 
 #[test]
@@ -200,15 +156,7 @@ fn unsupported_cupti_versions_are_refused_cleanly() {
     let dir = scratch("badversion");
     let prog = build_c("streams", &dir);
     let r = record(&dir, &[], &prog, &[], &[("CUDASIM_CUPTI_VERSION", "11")]);
-    assert!(
-        r.output.status.success(),
-        "the program is unharmed: {}",
-        r.stderr()
-    );
-    assert!(
-        r.stderr().contains("unsupported CUPTI version"),
-        "{}",
-        r.stderr()
-    );
+    assert!(r.output.status.success(), "the program is unharmed: {}", r.stderr());
+    assert!(r.stderr().contains("unsupported CUPTI version"), "{}", r.stderr());
     assert_eq!(stats(&r.trace)["kernels"].as_array().unwrap().len(), 0);
 }

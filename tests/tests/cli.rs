@@ -4,14 +4,8 @@ use cuflight_integration::*;
 use std::process::Command;
 
 fn cuflight(args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(cuflight_bin())
-        .args(args)
-        .output()
-        .expect("cuflight runs");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let out = Command::new(cuflight_bin()).args(args).output().expect("cuflight runs");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 fn assert_one_line_error(code: Option<i32>, stderr: &str, needle: &str) {
@@ -32,11 +26,7 @@ fn truncated_and_corrupt_traces_are_named_not_panicked_on() {
     let dir = scratch("truncated");
     let trace = a_trace(&dir);
     let bytes = std::fs::read(&trace).unwrap();
-    for (cut, needle) in [
-        (bytes.len() - 3, "truncated trace"),
-        (bytes.len() / 2, "trace"),
-        (10, "truncated trace"),
-    ] {
+    for (cut, needle) in [(bytes.len() - 3, "truncated trace"), (bytes.len() / 2, "trace"), (10, "truncated trace")] {
         let bad = dir.join(format!("cut{cut}.cuf"));
         std::fs::write(&bad, &bytes[..cut]).unwrap();
         let (code, err) = cuflight(&["stats", bad.to_str().unwrap()]);
@@ -66,13 +56,7 @@ fn bad_flags_missing_files_and_commands_fail_cleanly() {
     assert_one_line_error(code, &err, "required");
     let dir = scratch("nocommand");
     let out = dir.join("x.cuf");
-    let (code, err) = cuflight(&[
-        "record",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        "/nonexistent/program",
-    ]);
+    let (code, err) = cuflight(&["record", "-o", out.to_str().unwrap(), "--", "/nonexistent/program"]);
     assert_one_line_error(code, &err, "cannot run '/nonexistent/program'");
 }
 
@@ -80,22 +64,9 @@ fn bad_flags_missing_files_and_commands_fail_cleanly() {
 fn record_returns_the_commands_exit_code_and_a_table() {
     let dir = scratch("exitcode");
     let trace = a_trace(&dir);
-    let r = record(
-        &scratch("exitcode-sh"),
-        &[],
-        std::path::Path::new("/bin/sh"),
-        &["-c", "exit 7"],
-        &[],
-    );
+    let r = record(&scratch("exitcode-sh"), &[], std::path::Path::new("/bin/sh"), &["-c", "exit 7"], &[]);
     assert_eq!(r.output.status.code(), Some(7));
-    let out = Command::new(cuflight_bin())
-        .arg("stats")
-        .arg(&trace)
-        .output()
-        .unwrap();
+    let out = Command::new(cuflight_bin()).arg("stats").arg(&trace).output().unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        table.contains("CUDA kernels") && table.contains("scale"),
-        "{table}"
-    );
+    assert!(table.contains("CUDA kernels") && table.contains("scale"), "{table}");
 }

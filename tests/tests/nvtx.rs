@@ -22,28 +22,19 @@ fn ranges_marks_and_domains_across_threads() {
     let s = stats(&r.trace);
     let outer = nvtx_row(&s, "default", "outer", "range");
     let inner = nvtx_row(&s, "default", "inner", "range");
-    assert_eq!(
-        (outer["count"].as_u64(), inner["count"].as_u64()),
-        (Some(1), Some(3))
-    );
+    assert_eq!((outer["count"].as_u64(), inner["count"].as_u64()), (Some(1), Some(3)));
     // Nesting: the outer range contains the three inner ones (each sleeps 300 us).
     assert!(inner["min_ns"].as_u64().unwrap() >= 300_000);
     assert!(outer["total_ns"].as_u64().unwrap() >= inner["total_ns"].as_u64().unwrap());
     assert_eq!(nvtx_row(&s, "default", "worker", "range")["count"], 4);
     let handoff = nvtx_row(&s, "default", "handoff", "range");
     assert_eq!(handoff["count"], 1);
-    assert!(
-        handoff["total_ns"].as_u64().unwrap() >= 500_000,
-        "started on one thread, ended on another"
-    );
+    assert!(handoff["total_ns"].as_u64().unwrap() >= 500_000, "started on one thread, ended on another");
     assert_eq!(nvtx_row(&s, "default", "checkpoint", "mark")["count"], 2);
     assert_eq!(nvtx_row(&s, "io", "read", "range")["count"], 5);
     assert_eq!(nvtx_row(&s, "io", "eof", "mark")["count"], 1);
     assert_eq!(s["nvtx"].as_array().unwrap().len(), 7);
     assert_eq!(s["kernels"].as_array().unwrap().len(), 0);
-    assert_eq!(
-        s["processes"][0]["cupti_version"], 0,
-        "a CPU-only process never loads CUPTI"
-    );
+    assert_eq!(s["processes"][0]["cupti_version"], 0, "a CPU-only process never loads CUPTI");
     assert_eq!(s["dropped"], 0);
 }
