@@ -413,3 +413,86 @@ fn memory_stats(mut allocs: Vec<(u64, u32, cuflight_format::RawEvent)>) -> Memor
     pinned.live_bytes_at_end = pinned_now;
     MemoryStats { device: dev, pinned_host: pinned }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::Process;
+    use cuflight_format::RawEvent;
+
+    fn ev(kind: EventKind, tid: u32, t: u64) -> RawEvent {
+        RawEvent::new(kind, tid, t, t)
+    }
+
+    fn trace_of(events: Vec<RawEvent>, strings: &[(u32, &str)]) -> Trace {
+        let mut p = Process { events, ..Default::default() };
+        p.strings = strings.iter().map(|(id, s)| (*id, s.to_string())).collect();
+        p.events.sort_by_key(|e| e.start);
+        let mut t = Trace::default();
+        t.processes.insert(1, p);
+        t
+    }
+
+    #[test]
+    fn ranges_pair_across_threads_and_push_pop_per_thread() {
+        let start = RawEvent { a: 9, name: 4, ..ev(EventKind::NvtxStart, 1, 100) };
+        let end = RawEvent { a: 9, ..ev(EventKind::NvtxEnd, 2, 700) };
+        let push_a = RawEvent { name: 8, ..ev(EventKind::NvtxPush, 1, 200) };
+        let push_b = RawEvent { name: 8, ..ev(EventKind::NvtxPush, 2, 250) };
+        let pop_a = ev(EventKind::NvtxPop, 1, 300);
+        let pop_b = ev(EventKind::NvtxPop, 2, 650);
+        // Stored as two per-thread rings would deliver them: thread 2's ring first.
+        let t = trace_of(vec![push_b, pop_b, end, start, push_a, pop_a], &[(4, "handoff"), (8, "step")]);
+        let s = Stats::compute(&t);
+        let handoff = s.nvtx.iter().find(|r| r.name == "handoff").unwrap();
+        assert_eq!((handoff.count, handoff.total_ns), (1, 600));
+        let step = s.nvtx.iter().find(|r| r.name == "step").unwrap();
+        assert_eq!((step.count, step.total_ns, step.min_ns, step.max_ns), (2, 500, 100, 400));
+    }
+
+    #[test]
+    fn memory_replay_tracks_peak_and_live_bytes_by_kind() {
+        let alloc = |t, addr, bytes, kind: MemKind| RawEvent {
+            a: addr,
+            b: bytes,
+            sub: kind as u8,
+            ..ev(EventKind::Alloc, 1, t)
+        };
+        let free = |t, addr, kind: MemKind| RawEvent { a: addr, sub: kind as u8, ..ev(EventKind::Free, 1, t) };
+        let t = trace_of(
+            vec![
+                alloc(1, 0x1000, 100, MemKind::Device),
+                alloc(2, 0x2000, 50, MemKind::Device),
+                free(3, 0x1000, MemKind::Device),
+                alloc(4, 0x3000, 70, MemKind::DeviceAsync),
+                alloc(5, 0x9000, 4096, MemKind::PinnedHost),
+                free(6, 0xdead, MemKind::Device),
+            ],
+            &[],
+        );
+        let m = Stats::compute(&t).memory;
+        assert_eq!((m.device.malloc_count, m.device.free_count), (3, 2));
+        assert_eq!((m.device.peak_bytes, m.device.live_bytes_at_end, m.device.alloc_bytes), (150, 120, 220));
+        assert_eq!((m.pinned_host.malloc_count, m.pinned_host.live_bytes_at_end), (1, 4096));
+    }
+
+    #[test]
+    fn memcpy_rows_split_by_kind_and_host_memory() {
+        let copy = |t, kind: u8, src: u64, dst: u64, bytes| RawEvent {
+            sub: kind,
+            a: bytes,
+            b: src | dst << 8,
+            ..RawEvent::new(EventKind::Memcpy, 0, t, t + 1000)
+        };
+        let t = trace_of(
+            vec![copy(1, 1, 1, 3, 4000), copy(2, 1, 2, 3, 8000), copy(3, 1, 2, 3, 8000), copy(4, 2, 3, 1, 10)],
+            &[],
+        );
+        let s = Stats::compute(&t);
+        let find = |k: &str, h: &str| s.memcpy.iter().find(|r| r.kind == k && r.host_memory == h).unwrap().clone();
+        assert_eq!((find("HtoD", "pinned").count, find("HtoD", "pinned").bytes), (2, 16000));
+        assert_eq!(find("HtoD", "pageable").bytes, 4000);
+        assert_eq!(find("DtoH", "pageable").count, 1);
+        assert!((find("HtoD", "pinned").gbps - 8.0).abs() < 1e-9);
+    }
+}

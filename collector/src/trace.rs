@@ -80,6 +80,9 @@ impl Trace {
         }
         for p in trace.processes.values_mut() {
             p.align_clocks();
+            // Events arrive ring by ring (one ring per thread); analyses want one timeline. The sort is stable,
+            // so a thread's events with equal timestamps keep their order.
+            p.events.sort_by_key(|e| e.start);
         }
         Ok(trace)
     }
