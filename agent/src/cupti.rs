@@ -153,7 +153,7 @@ fn flush_loop() {
             return;
         }
         if std::mem::take(&mut first) {
-            let _ = std::panic::catch_unwind(crate::devices::record);
+            record_devices_once();
         }
         let _ = std::panic::catch_unwind(|| flush(false));
     }
@@ -170,7 +170,16 @@ pub fn flush(forced: bool) {
 
 /// The flush at process exit (atexit).
 pub fn final_flush() {
+    record_devices_once();
     flush(true);
+}
+
+/// Device facts, from the flush thread once CUDA is up, or at exit for programs shorter than a flush period.
+fn record_devices_once() {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if loaded().is_some() && !DONE.swap(true, Ordering::AcqRel) {
+        let _ = std::panic::catch_unwind(crate::devices::record);
+    }
 }
 
 /// Writes (CUPTI time, CLOCK_MONOTONIC, CLOCK_REALTIME) so the collector can map device time to host time.

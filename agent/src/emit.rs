@@ -224,3 +224,8 @@ mod tests {
         assert_ne!(hash(b"a"), hash(b"a\0"));
     }
 }
+
+/// Interns `s` in this process's segment (0 when not recording).
+pub fn intern(s: &[u8]) -> u32 {
+    state::intern(s)
+}

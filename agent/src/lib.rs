@@ -16,7 +16,8 @@
 //! ```
 
 mod activity;
-mod callbacks;
+#[doc(hidden)]
+pub mod callbacks;
 mod clock;
 mod cupti;
 mod devices;

@@ -65,10 +65,23 @@ fn main() {
     match run(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("cuflight: {e:#}");
+            eprintln!("cuflight: {}", one_line(&e));
             std::process::exit(1);
         }
     }
+}
+
+/// The error and its causes on one line, skipping causes whose text the message already includes.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg
 }
 
 fn run(cli: Cli) -> Result<i32> {

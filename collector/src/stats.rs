@@ -93,6 +93,16 @@ pub struct ProcessRow {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DeviceRow {
+    pub pid: u32,
+    pub device: u32,
+    pub name: String,
+    pub memory_bytes: u64,
+    pub compute_capability: String,
+    pub multiprocessors: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Stats {
     pub kernels: Vec<DurationRow>,
     pub api: Vec<DurationRow>,
@@ -104,6 +114,7 @@ pub struct Stats {
     /// Total records lost, all causes and processes (see `processes[].drops`).
     pub dropped: u64,
     pub processes: Vec<ProcessRow>,
+    pub devices: Vec<DeviceRow>,
 }
 
 #[derive(Default)]
@@ -159,6 +170,7 @@ impl Stats {
         let mut nvtx: BTreeMap<(String, String, &'static str), Acc> = BTreeMap::new();
         let mut allocs = Vec::new();
         let mut processes = Vec::new();
+        let mut devices = Vec::new();
         let mut dropped = 0;
 
         for (&pid, p) in &trace.processes {
@@ -230,6 +242,14 @@ impl Stats {
                             nvtx.entry(key).or_default().add(e.start.saturating_sub(start));
                         }
                     }
+                    Some(EventKind::Device) => devices.push(DeviceRow {
+                        pid,
+                        device: e.device,
+                        name: p.string(e.name).to_string(),
+                        memory_bytes: e.a,
+                        compute_capability: format!("{}.{}", e.b >> 8, e.b & 0xff),
+                        multiprocessors: e.c,
+                    }),
                     Some(EventKind::NvtxMark) => {
                         nvtx.entry((nvtx_domain(p, e.c), p.string(e.name).to_string(), "mark")).or_default().add(0);
                     }
@@ -280,6 +300,7 @@ impl Stats {
             sync: sync.into_values().collect(),
             dropped,
             processes,
+            devices,
         }
     }
 
@@ -377,6 +398,18 @@ impl Stats {
                 p.drops.total().to_string(),
                 if p.finished { "yes" } else { "no (killed?)" }.to_string(),
                 command,
+            ]);
+        }
+        t.render(&mut out);
+        let mut t = Table::new("Devices", &["PID", "Device", "Memory (GiB)", "CC", "SMs", "Name"]);
+        for d in &self.devices {
+            t.row(vec![
+                d.pid.to_string(),
+                d.device.to_string(),
+                format!("{:.1}", d.memory_bytes as f64 / (1u64 << 30) as f64),
+                d.compute_capability.clone(),
+                d.multiprocessors.to_string(),
+                d.name.clone(),
             ]);
         }
         t.render(&mut out);

@@ -160,3 +160,64 @@ fn unsupported_cupti_versions_are_refused_cleanly() {
     assert!(r.stderr().contains("unsupported CUPTI version"), "{}", r.stderr());
     assert_eq!(stats(&r.trace)["kernels"].as_array().unwrap().len(), 0);
 }
+
+#[test]
+fn driver_api_registered_names_async_and_host_allocations_and_profiler_stop_flush() {
+    let dir = scratch("misc");
+    let prog = build_c("misc", &dir);
+    let r = record(&dir, &["--flush-ms", "60000"], &prog, &[], &[("CUDASIM_DEVICES", "2")]);
+    assert_eq!(
+        r.output.status.code(),
+        Some(137),
+        "misc.c ends with SIGKILL (exit 3 = legacy stream did not wait): {}",
+        r.stderr()
+    );
+    let s = stats(&r.trace);
+    // Everything before cudaProfilerStop arrived although the flush period never elapsed and exit never ran.
+    assert_eq!(count(&s, "kernels", "name", "drv_kernel"), 3);
+    assert_eq!(count(&s, "kernels", "name", "my_registered_kernel"), 2, "named by __cudaRegisterFunction");
+    assert_eq!(count(&s, "kernels", "name", "on_device1"), 1);
+    assert_eq!(count(&s, "api", "name", "cuLaunchKernel"), 3, "direct driver calls are API calls");
+    assert_eq!(count(&s, "api", "name", "cuMemAlloc_v2"), 1);
+    assert_eq!(count(&s, "api", "name", "cuMemFree_v2"), 1);
+    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 5);
+    let m = &s["memory"];
+    assert_eq!((m["malloc_count"].as_u64(), m["free_count"].as_u64()), (Some(2), Some(2)));
+    assert_eq!(m["alloc_bytes"], 4096 + 8192);
+    assert_eq!(m["live_bytes_at_end"], 0);
+    assert_eq!(
+        (m["pinned_host"]["malloc_count"].as_u64(), m["pinned_host"]["alloc_bytes"].as_u64()),
+        (Some(1), Some(16384))
+    );
+}
+
+#[test]
+fn devices_are_recorded_even_for_short_programs() {
+    let dir = scratch("devices");
+    let prog = build_c("smoke", &dir);
+    let r = record(&dir, &[], &prog, &[], &[]);
+    let s = stats(&r.trace);
+    let d = &s["devices"][0];
+    assert_eq!((d["compute_capability"].as_str(), d["multiprocessors"].as_u64()), (Some("9.0"), Some(132)));
+    assert!(d["name"].as_str().unwrap().contains("H100"));
+}
+
+#[test]
+fn without_libcupti_the_agent_is_off_and_the_program_unharmed() {
+    let dir = scratch("nocupti");
+    let prog = build_c("smoke", &dir);
+    // A library directory with the runtime and driver but no libcupti under any name.
+    let libs = dir.join("libs");
+    std::fs::create_dir_all(&libs).unwrap();
+    let sim = std::fs::canonicalize(cudasim_dir().join("../libcudasim.so")).unwrap();
+    for name in ["libcudart.so", "libcuda.so.1"] {
+        std::os::unix::fs::symlink(&sim, libs.join(name)).unwrap();
+    }
+    let libs = libs.to_str().unwrap();
+    let r = record(&dir, &[], &prog, &[], &[("LD_LIBRARY_PATH", libs), ("CUDA_HOME", "")]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    assert!(String::from_utf8_lossy(&r.output.stdout).contains("host[255]=510.0"));
+    assert!(r.stderr().contains("no libcupti found"), "{}", r.stderr());
+    let s = stats(&r.trace);
+    assert!(s["processes"][0]["status"].as_str().unwrap().contains("CUFLIGHT_CUPTI"));
+}
