@@ -6,18 +6,12 @@ use crate::{clock, cupti, emit, state};
 use cuflight_format::event::{MemKind, API_DRIVER, API_RUNTIME};
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
-use std::cell::Cell;
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 const MAX_CBID: usize = 1024;
 /// Interned callback names per domain (0 = driver, 1 = runtime) and cbid; 0 = not yet interned.
 static NAMES: [[AtomicU32; MAX_CBID]; 2] = [const { [const { AtomicU32::new(0) }; MAX_CBID] }; 2];
-
-thread_local! {
-    /// Depth of runtime calls on this thread: driver callbacks inside one are the runtime's own work.
-    static RUNTIME_DEPTH: Cell<u32> = const { Cell::new(0) };
-}
 
 /// # Safety
 /// Called by CUPTI with `cbdata` pointing to a `CUpti_CallbackData` for the API domains we enabled.
@@ -41,7 +35,7 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
     let runtime = domain == c::CUPTI_CB_DOMAIN_RUNTIME_API;
     if data.callbackSite == c::CUPTI_API_ENTER {
         if runtime {
-            RUNTIME_DEPTH.with(|d| d.set(d.get() + 1));
+            emit::with_thread(|t| t.runtime_depth.set(t.runtime_depth.get() + 1));
             if cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaDeviceReset_v3020 {
                 // The context and its pending records die with the reset: collect them first.
                 cupti::flush(true);
@@ -54,11 +48,24 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         return;
     }
     let end = clock::monotonic_ns();
-    if runtime {
-        RUNTIME_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
-    } else if RUNTIME_DEPTH.with(|d| d.get()) > 0 {
-        return; // a driver call made by the runtime on our behalf
+    // One thread-local access for the depth bookkeeping and the pushes; without TLS (exit) the slow path.
+    let done = emit::with_thread(|t| {
+        if runtime {
+            t.runtime_depth.set(t.runtime_depth.get().saturating_sub(1));
+        } else if t.runtime_depth.get() > 0 {
+            return; // a driver call made by the runtime on our behalf
+        }
+        on_exit(runtime, cbid, data, end, |ev| t.push(ev));
+    });
+    if done.is_none() {
+        on_exit(runtime, cbid, data, end, emit::push);
     }
+    if runtime && cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000 {
+        cupti::flush(true);
+    }
+}
+
+fn on_exit(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData, end: u64, push: impl Fn(RawEvent)) {
     let start = if data.correlationData.is_null() {
         end
     } else {
@@ -77,12 +84,11 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
     ev.name = api_name(runtime, cbid, data);
     ev.a = cbid as u64;
     ev.b = ret as u64;
-    emit::push(ev);
+    push(ev);
     if ret == 0 && !data.functionParams.is_null() {
-        memory_event(runtime, cbid, data.functionParams, end);
-    }
-    if runtime && cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000 {
-        cupti::flush(true);
+        if let Some(mem) = memory_event(runtime, cbid, data.functionParams, end) {
+            push(mem);
+        }
     }
 }
 
@@ -110,7 +116,7 @@ fn read_out(p: *const c_void) -> u64 {
     unsafe { *(p as *const u64) }
 }
 
-fn memory_event(runtime: bool, cbid: u32, params: *const c_void, ts: u64) {
+fn memory_event(runtime: bool, cbid: u32, params: *const c_void, ts: u64) -> Option<RawEvent> {
     macro_rules! p {
         ($ty:ident) => {
             // SAFETY: CUPTI's functionParams for this cbid is this params struct (generated_*_meta.h).
@@ -149,7 +155,7 @@ fn memory_event(runtime: bool, cbid: u32, params: *const c_void, ts: u64) {
             c::CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020 => {
                 (EventKind::Free, DeviceAsync, p!(cudaFreeAsync_v11020_params).devPtr as u64, 0)
             }
-            _ => return,
+            _ => return None,
         }
     } else {
         match cbid {
@@ -176,15 +182,15 @@ fn memory_event(runtime: bool, cbid: u32, params: *const c_void, ts: u64) {
             c::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync => {
                 (EventKind::Free, DeviceAsync, p!(cuMemFreeAsync_params).dptr, 0)
             }
-            _ => return,
+            _ => return None,
         }
     };
     if addr == 0 {
-        return; // cudaFree(NULL) and friends free nothing
+        return None; // cudaFree(NULL) and friends free nothing
     }
     let mut ev = RawEvent::new(kind, 0, ts, ts);
     ev.sub = mem as u8;
     ev.a = addr;
     ev.b = bytes;
-    emit::push(ev);
+    Some(ev)
 }

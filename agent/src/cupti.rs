@@ -111,11 +111,8 @@ pub fn start() -> Result<(), String> {
             "enabling runtime callbacks",
         )?;
         for &cbid in DRIVER_CBIDS {
-            check(
-                &cupti,
-                (api.enable_callback)(1, subscriber, c::CUPTI_CB_DOMAIN_DRIVER_API, cbid),
-                "enabling driver callbacks",
-            )?;
+            // An older CUPTI may not know a newer entry point (e.g. cuLaunchKernelEx): skip it, keep the rest.
+            let _ = (api.enable_callback)(1, subscriber, c::CUPTI_CB_DOMAIN_DRIVER_API, cbid);
         }
         // System thread ids, so API calls and activity records name the same threads.
         (api.set_thread_id_type)(c::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);

@@ -9,7 +9,7 @@ use crate::state;
 use cuflight_format::ring::Producer;
 use cuflight_format::segment::MappedSegment;
 use cuflight_format::RawEvent;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 struct ThreadRing {
@@ -29,14 +29,35 @@ impl Drop for ThreadRing {
     }
 }
 
+/// Everything the agent keeps per thread, in one thread-local: inside a dlopen'ed library every thread-local
+/// access is a `__tls_get_addr` call, so each callback touches this once.
+pub struct ThreadState {
+    ring: RefCell<ThreadRing>,
+    /// Depth of runtime API calls: driver callbacks inside one are the runtime's own work.
+    pub runtime_depth: Cell<u32>,
+    /// NVTX push/pop nesting depth (what nvtxRangePush returns).
+    pub nvtx_depth: Cell<i32>,
+}
+
 thread_local! {
-    static RING: RefCell<ThreadRing> = const { RefCell::new(ThreadRing { generation: u64::MAX, tid: 0, producer: None }) };
+    static THREAD: ThreadState = const {
+        ThreadState {
+            ring: RefCell::new(ThreadRing { generation: u64::MAX, tid: 0, producer: None }),
+            runtime_depth: Cell::new(0),
+            nvtx_depth: Cell::new(0),
+        }
+    };
+}
+
+/// Runs `f` with this thread's state; None once the thread's TLS is gone (thread or process exit).
+#[inline]
+pub fn with_thread<R>(f: impl FnOnce(&ThreadState) -> R) -> Option<R> {
+    THREAD.try_with(f).ok()
 }
 
 /// System thread id of the caller (cached per thread; refreshed after fork).
 pub fn tid() -> u32 {
-    RING.try_with(|r| r.try_borrow().ok().filter(|r| r.generation == state::generation()).map(|r| r.tid))
-        .ok()
+    with_thread(|t| t.ring.try_borrow().ok().filter(|r| r.generation == state::generation()).map(|r| r.tid))
         .flatten()
         // SAFETY: gettid has no preconditions.
         .unwrap_or_else(|| unsafe { libc::gettid() as u32 })
@@ -50,14 +71,19 @@ fn claim(seg: &MappedSegment, tid: u32) -> Option<Producer> {
     })
 }
 
-/// Writes `ev` (its `tid` filled in when 0) into the calling thread's ring. Never blocks; a full ring or a
-/// missing segment counts the loss.
-pub fn push(mut ev: RawEvent) {
-    let Some(seg) = state::segment() else { return };
-    let pushed = RING.try_with(|cell| {
-        let Ok(mut r) = cell.try_borrow_mut() else {
-            return false;
-        };
+impl ThreadState {
+    /// Writes `ev` (its `tid` filled in when 0) into this thread's ring; see [`push`].
+    #[inline]
+    pub fn push(&self, mut ev: RawEvent) {
+        let Some(seg) = state::segment() else { return };
+        if !self.try_push(seg, &mut ev) {
+            fallback(seg, &mut ev);
+        }
+    }
+
+    /// False when the event could not even be offered to a ring (no ring, or re-entered).
+    fn try_push(&self, seg: &MappedSegment, ev: &mut RawEvent) -> bool {
+        let Ok(mut r) = self.ring.try_borrow_mut() else { return false };
         let generation = state::generation();
         if r.generation != generation {
             // First event of this thread, or first after fork: never reuse a parent's ring.
@@ -71,20 +97,29 @@ pub fn push(mut ev: RawEvent) {
         }
         match r.producer.as_mut() {
             Some(p) => {
-                p.push(&ev);
+                p.push(ev); // a full ring refuses and counts the event itself
                 true
             }
             None => false,
         }
-    });
-    match pushed {
-        Ok(true) => {}
+    }
+}
+
+/// Writes `ev` (its `tid` filled in when 0) into the calling thread's ring. Never blocks; a full ring or a
+/// missing ring counts the loss.
+pub fn push(mut ev: RawEvent) {
+    let Some(seg) = state::segment() else { return };
+    if with_thread(|t| t.try_push(seg, &mut ev)) != Some(true) {
         // The thread's TLS is gone (glibc destroys the main thread's TLS before atexit handlers, where the
         // final CUPTI flush runs) or busy: borrow a free ring for this one event.
-        Err(_) | Ok(false) if push_borrowed(seg, &mut ev) => {}
-        _ => {
-            seg.header().no_ring_drops.fetch_add(1, Ordering::Relaxed);
-        }
+        fallback(seg, &mut ev);
+    }
+}
+
+#[cold]
+fn fallback(seg: &MappedSegment, ev: &mut RawEvent) {
+    if !push_borrowed(seg, ev) {
+        seg.header().no_ring_drops.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -192,6 +227,11 @@ pub fn hash(s: &[u8]) -> u64 {
     (h.rotate_left(5) ^ u64::from_le_bytes(tail)).wrapping_mul(K)
 }
 
+/// Interns `s` in this process's segment (0 when not recording).
+pub fn intern(s: &[u8]) -> u32 {
+    state::intern(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,9 +263,4 @@ mod tests {
         assert_ne!(hash(b"abcdefgh1"), hash(b"abcdefgh2"));
         assert_ne!(hash(b"a"), hash(b"a\0"));
     }
-}
-
-/// Interns `s` in this process's segment (0 when not recording).
-pub fn intern(s: &[u8]) -> u32 {
-    state::intern(s)
 }

@@ -5,15 +5,10 @@
 use crate::{clock, emit, state};
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
-use std::cell::Cell;
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static NEXT_RANGE: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    static DEPTH: Cell<i32> = const { Cell::new(0) };
-}
 
 /// Offset just past `message` in nvtxEventAttributes_v2: attributes smaller than this are not read.
 const ATTR_MIN_SIZE: u16 = std::mem::size_of::<c::nvtxEventAttributes_t>() as u16;
@@ -62,31 +57,46 @@ fn attr(a: *const c::nvtxEventAttributes_t) -> (u32, u64) {
 }
 
 fn event(kind: EventKind, domain: u32, name: u32, extra: u64, a: u64) {
+    emit::push(RawEvent { a, ..nvtx_event(kind, domain, name, extra) });
+}
+
+fn nvtx_event(kind: EventKind, domain: u32, name: u32, extra: u64) -> RawEvent {
     let now = clock::monotonic_ns();
     let mut ev = RawEvent::new(kind, 0, now, now);
     ev.name = name;
     ev.c = domain as u64;
     ev.b = extra;
-    ev.a = a;
-    emit::push(ev);
+    ev
 }
 
+/// Push and pop touch the thread state once: the depth NVTX returns and the ring.
 fn push_range(domain: u32, name: u32, extra: u64) -> c_int {
-    event(EventKind::NvtxPush, domain, name, extra, 0);
-    DEPTH.with(|d| {
-        d.set(d.get() + 1);
-        d.get() - 1
+    let ev = nvtx_event(EventKind::NvtxPush, domain, name, extra);
+    emit::with_thread(|t| {
+        t.push(ev);
+        t.nvtx_depth.set(t.nvtx_depth.get() + 1);
+        t.nvtx_depth.get() - 1
+    })
+    .unwrap_or_else(|| {
+        emit::push(ev);
+        0
     })
 }
 
 fn pop_range(domain: u32) -> c_int {
-    event(EventKind::NvtxPop, domain, 0, 0, 0);
-    DEPTH.with(|d| {
-        if d.get() == 0 {
+    let ev = nvtx_event(EventKind::NvtxPop, domain, 0, 0);
+    emit::with_thread(|t| {
+        t.push(ev);
+        let d = t.nvtx_depth.get();
+        if d == 0 {
             return -1;
         }
-        d.set(d.get() - 1);
-        d.get()
+        t.nvtx_depth.set(d - 1);
+        d - 1
+    })
+    .unwrap_or_else(|| {
+        emit::push(ev);
+        -1
     })
 }
 

@@ -58,6 +58,13 @@ pub fn segment() -> Option<&'static MappedSegment> {
     agent().map(|a| &a.seg)
 }
 
+/// The segment if this process already has one (never creates one).
+fn existing_segment() -> Option<&'static MappedSegment> {
+    let p = AGENT.load(Ordering::Acquire);
+    // SAFETY: AGENT only ever holds a leaked Box<Agent>, never freed.
+    (!p.is_null()).then(|| unsafe { &(*p).seg })
+}
+
 /// Interns `s` in this process's segment (0 when not recording).
 pub fn intern(s: &[u8]) -> u32 {
     agent().map_or(0, |a| a.interner.intern(&a.seg, s))
@@ -151,7 +158,8 @@ extern "C" fn after_fork_in_child() {
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
         crate::cupti::final_flush();
-        if let Some(seg) = segment() {
+        // A fork child that recorded nothing has no segment; do not create one just to close it.
+        if let Some(seg) = existing_segment() {
             let h = seg.header();
             if h.state.load(Ordering::Acquire) == seg_state::RECORDING {
                 h.state.store(seg_state::FINISHED, Ordering::Release);

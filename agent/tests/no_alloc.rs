@@ -48,7 +48,9 @@ fn call(cbid: u32, site: u32, params: *const c_void, ret: &mut u32, slot: &mut u
         correlationId: 7,
     };
     // SAFETY: a well-formed CUpti_CallbackData, as CUPTI passes it.
-    unsafe { api_callback(std::ptr::null_mut(), c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &data as *const _ as *const c_void) };
+    unsafe {
+        api_callback(std::ptr::null_mut(), c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &data as *const _ as *const c_void)
+    };
 }
 
 #[test]

@@ -53,6 +53,14 @@ fn bench(c: &mut Criterion) {
             w.finish(Default::default()).unwrap().len()
         })
     });
+    g.bench_function("encode_only_64k", |b| {
+        let mut buf = Vec::with_capacity(N * 24);
+        b.iter(|| {
+            buf.clear();
+            cuflight_format::file::encode_events(&events, &mut buf);
+            buf.len()
+        })
+    });
     g.finish();
     let mut w = TraceWriter::new(Vec::new()).unwrap();
     w.write_events(1, &events).unwrap();

@@ -29,7 +29,7 @@ enum Cmd {
         #[arg(long)]
         flush_ms: Option<u64>,
         /// How often the collector drains the rings, in ms.
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 10)]
         drain_ms: u64,
         /// Seconds to keep recording processes that outlive the command.
         #[arg(long, default_value_t = 10)]

@@ -20,7 +20,7 @@ use std::io::{Read, Write};
 pub const FILE_MAGIC: [u8; 8] = *b"CUFLTRC\0";
 pub const FILE_VERSION: u32 = 1;
 const MAX_BLOCK: u32 = 1 << 30;
-const ZSTD_LEVEL: i32 = 3;
+const ZSTD_LEVEL: i32 = 1;
 
 const TAG_PROCESS: u8 = 1;
 const TAG_STRINGS: u8 = 2;

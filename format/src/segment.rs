@@ -92,7 +92,8 @@ impl Layout {
 }
 
 impl Default for Layout {
-    /// 64 rings of 16 Ki events (1 MiB each) and 4 MiB of strings: tmpfs only backs the pages touched.
+    /// 64 rings of 16 Ki events (1 MiB each, so a producing thread stays within L2) and 4 MiB of strings; tmpfs
+    /// only backs the pages a thread touches.
     fn default() -> Self {
         Layout { ring_count: 64, ring_capacity: 1 << 14, strings_capacity: 4 << 20 }
     }

@@ -1,6 +1,13 @@
-/* Cost of intercepted calls, measured by the program itself: run it plain and under `cuflight record`
- * (benches/agent-overhead does both, side by side) and compare. Usage: overhead [calls] */
+/* Cost of intercepted calls, measured by the program itself: run it plain, with a no-op CUPTI subscriber (the
+ * cost of CUPTI's own callback dispatch), and under `cuflight record` (benches/agent-overhead runs all three side
+ * by side). Usage: overhead [calls] [null-subscriber] */
 #include "sim.h"
+#include <cupti.h>
+#include <string.h>
+
+static void CUPTIAPI noop_callback(void *u, CUpti_CallbackDomain d, CUpti_CallbackId c, const void *data) {
+    (void)u; (void)d; (void)c; (void)data;
+}
 
 void empty(void **a) { (void)a; }
 
@@ -12,6 +19,12 @@ static double now_ns(void) {
 
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 200000;
+    if (argc > 2 && strcmp(argv[2], "null-subscriber") == 0) {
+        CUpti_SubscriberHandle sub;
+        if (cuptiSubscribe(&sub, (CUpti_CallbackFunc)noop_callback, NULL) != CUPTI_SUCCESS) return 20;
+        cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API);
+        cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+    }
     int dev;
     CHECK(cudaGetDevice(&dev)); /* initialise outside the timed loops */
     double t0 = now_ns();
