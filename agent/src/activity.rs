@@ -30,8 +30,8 @@ pub fn init_pool() {
             .unwrap_or(8usize)
             .clamp(2, 1024);
         let q = ArrayQueue::new(n);
+        let Ok(layout) = std::alloc::Layout::from_size_align(BUFFER_SIZE, 8) else { return q };
         for _ in 0..n {
-            let layout = std::alloc::Layout::from_size_align(BUFFER_SIZE, 8).expect("valid layout");
             // SAFETY: non-zero size; the buffer lives for the process (returned to the pool, never freed).
             let p = unsafe { std::alloc::alloc(layout) };
             if !p.is_null() {
@@ -198,9 +198,10 @@ macro_rules! memset {
 
 /// Decodes one activity record of the given layout family.
 pub fn decode(family: CuptiFamily, bytes: &[u8]) -> Decoded {
-    let Some(kind) = bytes.get(..4).map(|k| u32::from_le_bytes(k.try_into().expect("4 bytes"))) else {
+    let Some(&[k0, k1, k2, k3]) = bytes.get(..4) else {
         return Decoded::Skipped;
     };
+    let kind = u32::from_le_bytes([k0, k1, k2, k3]);
     use CuptiFamily::*;
     let ev = match (kind, family) {
         (c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL, Cuda12) => {

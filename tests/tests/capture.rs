@@ -221,3 +221,18 @@ fn without_libcupti_the_agent_is_off_and_the_program_unharmed() {
     let s = stats(&r.trace);
     assert!(s["processes"][0]["status"].as_str().unwrap().contains("CUFLIGHT_CUPTI"));
 }
+
+#[test]
+fn every_process_a_shell_starts_is_recorded() {
+    let dir = scratch("shell");
+    let prog = build_c("smoke", &dir);
+    let p = prog.to_str().unwrap();
+    let script = format!("{p} & {p} & {p}; wait");
+    let r = record(&dir, &[], std::path::Path::new("/bin/sh"), &["-c", &script], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    let s = stats(&r.trace);
+    let procs = s["processes"].as_array().unwrap();
+    assert_eq!(procs.iter().filter(|p| p["cupti_version"] == 130500).count(), 3, "{procs:?}");
+    assert_eq!(count(&s, "kernels", "name", "scale"), 3);
+    assert_eq!(count(&s, "api", "name", "cudaMalloc"), 3);
+}

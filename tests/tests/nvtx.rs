@@ -38,3 +38,45 @@ fn ranges_marks_and_domains_across_threads() {
     assert_eq!(s["processes"][0]["cupti_version"], 0, "a CPU-only process never loads CUPTI");
     assert_eq!(s["dropped"], 0);
 }
+
+#[test]
+fn every_library_embedding_nvtx_is_injected_not_only_the_first() {
+    let dir = scratch("nvtx_two");
+    let lib = dir.join("libnvtx_lib.so");
+    let inc = cuda_include();
+    let gcc = |args: &[&std::ffi::OsStr]| {
+        let st = std::process::Command::new("gcc").args(args).status().unwrap();
+        assert!(st.success(), "gcc {args:?}");
+    };
+    let src = repo_root().join("tests/c");
+    gcc(&[
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-I".as_ref(),
+        inc.as_os_str(),
+        src.join("nvtx_lib.c").as_os_str(),
+        "-ldl".as_ref(),
+        "-o".as_ref(),
+        lib.as_os_str(),
+    ]);
+    let prog = dir.join("nvtx_two");
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    gcc(&[
+        "-I".as_ref(),
+        inc.as_os_str(),
+        src.join("nvtx_two.c").as_os_str(),
+        "-L".as_ref(),
+        dir.as_os_str(),
+        "-lnvtx_lib".as_ref(),
+        rpath.as_ref(),
+        "-ldl".as_ref(),
+        "-o".as_ref(),
+        prog.as_os_str(),
+    ]);
+    let r = record(&dir, &[], &prog, &[], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    let s = stats(&r.trace);
+    assert_eq!(nvtx_row(&s, "default", "from-main", "range")["count"], 3);
+    assert_eq!(nvtx_row(&s, "default", "from-lib", "range")["count"], 3);
+    assert_eq!(nvtx_row(&s, "default", "lib-mark", "mark")["count"], 3);
+}
