@@ -5,6 +5,10 @@
 //! the layout family comes from `cuptiGetVersion` and, inside a family, a record's size (the distance to the
 //! next record) identifies its version, because every version of a record has a distinct size. A record whose
 //! size matches no known version of its kind is skipped and counted, never misread.
+//!
+//! CUPTI hands over thousands of records at once, on its own thread (or the flushing one). That is the one place
+//! where the agent waits: when the thread's ring is nearly full it gives the collector up to 200 ms per buffer to
+//! drain, instead of dropping a burst that the collector would have absorbed. API threads never wait.
 
 use crate::{cupti, emit, state};
 use crossbeam_queue::ArrayQueue;
@@ -18,10 +22,10 @@ use std::ffi::CStr;
 use std::mem::size_of;
 use std::sync::atomic::Ordering;
 
-const BUFFER_SIZE: usize = 4 << 20;
+const BUFFER_SIZE: usize = 512 << 10;
 static POOL: OnceCell<ArrayQueue<usize>> = OnceCell::new();
 
-/// Allocates the buffer pool (`CUFLIGHT_CUPTI_BUFFERS`, default 8 buffers of 4 MiB).
+/// Allocates the buffer pool (`CUFLIGHT_CUPTI_BUFFERS`, default 32 buffers of 512 KiB).
 pub fn init_pool() {
     POOL.get_or_init(|| {
         let n = std::env::var("CUFLIGHT_CUPTI_BUFFERS")
@@ -88,7 +92,13 @@ fn drain(l: &cupti::Loaded, buffer: *mut u8, valid: usize) {
     let mut prev: Option<usize> = None;
     let mut skipped = 0u64;
     let end = buffer as usize + valid;
+    let mut waited = 0;
+    let mut n = 0u32;
     loop {
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(256) {
+            waited = make_room(waited);
+        }
         // SAFETY: CUPTI walks its own buffer; `cursor` is null or the record it returned last.
         let r = unsafe { (l.api.activity_get_next_record)(buffer, valid, &mut cursor) };
         if r != c::CUPTI_SUCCESS {
@@ -107,6 +117,19 @@ fn drain(l: &cupti::Loaded, buffer: *mut u8, valid: usize) {
             seg.header().records_skipped.fetch_add(skipped, Ordering::Relaxed);
         }
     }
+}
+
+const WAIT_STEP: std::time::Duration = std::time::Duration::from_millis(1);
+const MAX_WAIT_STEPS: u32 = 200;
+
+/// Backpressure for bursts: while this thread's ring has fewer than 1024 free slots, sleep in 1 ms steps (at most
+/// 200 per buffer) so the collector can drain it. Returns the steps used so far.
+fn make_room(mut waited: u32) -> u32 {
+    while waited < MAX_WAIT_STEPS && emit::ring_space().is_some_and(|free| free < 1024) {
+        std::thread::sleep(WAIT_STEP);
+        waited += 1;
+    }
+    waited
 }
 
 /// Decodes and emits one record; returns true if it had to be skipped.

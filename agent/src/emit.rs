@@ -105,6 +105,16 @@ impl ThreadState {
     }
 }
 
+/// Free slots in the calling thread's ring (None before its first event or without TLS).
+pub fn ring_space() -> Option<u64> {
+    with_thread(|t| {
+        let r = t.ring.try_borrow().ok()?;
+        let ring = r.producer.as_ref()?.ring();
+        Some(ring.capacity().saturating_sub(ring.len()))
+    })
+    .flatten()
+}
+
 /// Writes `ev` (its `tid` filled in when 0) into the calling thread's ring. Never blocks; a full ring or a
 /// missing ring counts the loss.
 pub fn push(mut ev: RawEvent) {

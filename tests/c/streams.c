@@ -1,6 +1,6 @@
 /* Several host threads, each with two streams: pinned and pageable copies, memsets, kernels, events, waits.
  * Exact counts are asserted by tests/tests/capture.rs:
- *   THREADS=2, STREAMS_PER_THREAD=2, ITERS=25  ->  per (thread, stream) per iter: 1 HtoD pinned (64 KiB),
+ *   THREADS=2, STREAMS_PER_THREAD=2, iterations=25 (argv[1])  ->  per (thread, stream) per iter: 1 HtoD pinned (64 KiB),
  *   1 memset (64 KiB), kernels saxpy + relu, 1 DtoH pinned (64 KiB); per thread: 1 pageable HtoD (1 MiB) and
  *   1 DtoD (64 KiB), 3 cudaMalloc + 1 cudaMallocHost, all freed.  */
 #include "sim.h"
@@ -9,7 +9,6 @@
 
 #define THREADS 2
 #define STREAMS_PER_THREAD 2
-#define ITERS 25
 #define N (16 * 1024)
 
 void saxpy(void **args) {
@@ -26,6 +25,8 @@ void relu(void **args) {
     busy_us(10);
 }
 
+static int iters = 25;
+
 static void *worker(void *arg) {
     (void)arg;
     cudaStream_t streams[STREAMS_PER_THREAD];
@@ -41,7 +42,7 @@ static void *worker(void *arg) {
     cudaEvent_t done;
     CHECK(cudaEventCreate(&done));
     int64_t n = N;
-    for (int it = 0; it < ITERS; it++) {
+    for (int it = 0; it < iters; it++) {
         for (int s = 0; s < STREAMS_PER_THREAD; s++) {
             float *h = host + s * N;
             void *args[] = {&dev[s], &n, NULL};
@@ -78,7 +79,8 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1) iters = atoi(argv[1]);
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, worker, NULL);
     for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);

@@ -236,3 +236,19 @@ fn every_process_a_shell_starts_is_recorded() {
     assert_eq!(count(&s, "kernels", "name", "scale"), 3);
     assert_eq!(count(&s, "api", "name", "cudaMalloc"), 3);
 }
+
+#[test]
+fn activity_bursts_larger_than_the_ring_are_not_dropped() {
+    // 1000 iterations: 20,000 activity records arrive in CUPTI buffers of ~2,000 records, into rings of 1,024
+    // events: only the agent's backpressure on the delivery thread keeps them all.
+    let dir = scratch("burst");
+    let prog = build_c("streams", &dir);
+    let r = record(&dir, &[], &prog, &["1000"], &[("CUFLIGHT_RING_EVENTS", "1024")]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    let s = stats(&r.trace);
+    assert_eq!(s["dropped"], 0, "{}", r.stderr());
+    assert_eq!(count(&s, "kernels", "name", "saxpy"), 4000);
+    assert_eq!(count(&s, "kernels", "name", "relu"), 4000);
+    assert_eq!(count(&s, "memset", "kind", "device"), 4000);
+    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 8000);
+}
