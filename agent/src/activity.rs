@@ -227,8 +227,11 @@ pub fn decode(family: CuptiFamily, bytes: &[u8]) -> Decoded {
     let kind = u32::from_le_bytes([k0, k1, k2, k3]);
     use CuptiFamily::*;
     let ev = match (kind, family) {
+        // Earlier 12.x releases may write the previous layouts; sizes tell them apart.
         (c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL, Cuda12) => {
-            exact::<c12::CUpti_ActivityKernel9>(bytes).map(|r| kernel!(r))
+            exact::<c12::CUpti_ActivityKernel9>(bytes)
+                .map(|r| kernel!(r))
+                .or_else(|| exact::<c12::CUpti_ActivityKernel8>(bytes).map(|r| kernel!(r)))
         }
         (c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL, Cuda13) => {
             exact::<c::CUpti_ActivityKernel13>(bytes)
@@ -237,7 +240,9 @@ pub fn decode(family: CuptiFamily, bytes: &[u8]) -> Decoded {
                 .or_else(|| exact::<c::CUpti_ActivityKernel11>(bytes).map(|r| kernel!(r)))
                 .or_else(|| exact::<c::CUpti_ActivityKernel10>(bytes).map(|r| kernel!(r)))
         }
-        (c::CUPTI_ACTIVITY_KIND_MEMCPY, Cuda12) => exact::<c12::CUpti_ActivityMemcpy6>(bytes).map(|r| memcpy!(r)),
+        (c::CUPTI_ACTIVITY_KIND_MEMCPY, Cuda12) => exact::<c12::CUpti_ActivityMemcpy6>(bytes)
+            .map(|r| memcpy!(r))
+            .or_else(|| exact::<c12::CUpti_ActivityMemcpy5>(bytes).map(|r| memcpy!(r))),
         (c::CUPTI_ACTIVITY_KIND_MEMCPY, Cuda13) => exact::<c::CUpti_ActivityMemcpy7>(bytes)
             .map(|r| memcpy!(r))
             .or_else(|| exact::<c::CUpti_ActivityMemcpy6>(bytes).map(|r| memcpy!(r))),
@@ -302,7 +307,7 @@ mod tests {
         let Decoded::Event(ev) = decode(CuptiFamily::Cuda12, &b) else { panic!("not decoded") };
         assert_eq!((ev.a, ev.sub, ev.b, ev.stream, ev.correlation, ev.duration()), (4096, 1, 1 | 3 << 8, 7, 99, 20));
         // A 13.x-sized record in a 12.x buffer, or a truncated one, is never misread.
-        assert_eq!(decode(CuptiFamily::Cuda12, &b[..b.len() - 8]), Decoded::Skipped);
+        assert_eq!(decode(CuptiFamily::Cuda12, &b[..b.len() - 4]), Decoded::Skipped);
         let mut longer = b.clone();
         longer.extend_from_slice(&[0; 16]);
         assert_eq!(decode(CuptiFamily::Cuda12, &longer), Decoded::Skipped);
@@ -325,6 +330,20 @@ mod tests {
         let cfg = LaunchConfig::unpack(ev.a, ev.b, ev.c);
         assert_eq!((cfg.grid, cfg.block, cfg.registers, cfg.dynamic_shared), ([128, 2, 1], [256, 1, 1], 40, 1024));
         assert_eq!(decode(CuptiFamily::Cuda12, &bytes_of(&r)), Decoded::Skipped);
+    }
+
+    #[test]
+    fn older_12x_layouts_are_recognised_by_size() {
+        // SAFETY: zeroed plain C structs.
+        let (mut k, mut m): (c12::CUpti_ActivityKernel8, c12::CUpti_ActivityMemcpy5) = unsafe { std::mem::zeroed() };
+        k.kind = c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+        (k.start, k.end, k.gridX) = (1, 5, 3);
+        m.kind = c::CUPTI_ACTIVITY_KIND_MEMCPY;
+        m.bytes = 77;
+        let Decoded::Event(ke) = decode(CuptiFamily::Cuda12, &bytes_of(&k)) else { panic!("Kernel8") };
+        assert_eq!((ke.duration(), LaunchConfig::unpack(ke.a, ke.b, ke.c).grid[0]), (4, 3));
+        let Decoded::Event(me) = decode(CuptiFamily::Cuda12, &bytes_of(&m)) else { panic!("Memcpy5") };
+        assert_eq!(me.a, 77);
     }
 
     #[test]
