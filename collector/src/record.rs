@@ -61,7 +61,16 @@ struct Tracked {
     seg: MappedSegment,
     path: PathBuf,
     strings_read: u64,
+    /// Drained but not yet written: strings (from region offset `pending_base`) and events.
+    pending_strings: Vec<u8>,
+    pending_base: u64,
+    pending_events: Vec<RawEvent>,
 }
+
+/// Drained data is written in blocks of this many events at most this old: large blocks compress far better
+/// than one per 10 ms drain, and memory stays bounded.
+const WRITE_EVENTS: usize = 1 << 16;
+const WRITE_AGE: Duration = Duration::from_millis(500);
 
 /// Finds `libcuflight.so`: `$CUFLIGHT_AGENT`, next to the running executable, or in `../lib` beside it.
 pub fn find_agent() -> Option<PathBuf> {
@@ -130,8 +139,9 @@ struct Recorder<W: std::io::Write> {
     prefix: String,
     tracked: BTreeMap<u32, Tracked>,
     writer: TraceWriter<W>,
-    scratch: Vec<RawEvent>,
     output: String,
+    pending: usize,
+    last_write: Instant,
 }
 
 impl<W: std::io::Write> Recorder<W> {
@@ -156,7 +166,15 @@ impl<W: std::io::Write> Recorder<W> {
             }
             match MappedSegment::open(&entry.path()) {
                 Ok(seg) => {
-                    self.tracked.insert(pid, Tracked { seg, path: entry.path(), strings_read: 0 });
+                    let t = Tracked {
+                        seg,
+                        path: entry.path(),
+                        strings_read: 0,
+                        pending_strings: Vec::new(),
+                        pending_base: 0,
+                        pending_events: Vec::new(),
+                    };
+                    self.tracked.insert(pid, t);
                 }
                 Err(SegmentError::NotReady) => {} // being created: next round
                 Err(e) => eprintln!("cuflight: ignoring {}: {e}", entry.path().display()),
@@ -164,27 +182,41 @@ impl<W: std::io::Write> Recorder<W> {
         }
     }
 
-    /// Moves everything published so far into the file (strings first, then the events that name them).
-    fn drain(&mut self) -> Result<(), RecordError> {
-        let pids: Vec<u32> = self.tracked.keys().copied().collect();
-        for pid in pids {
-            self.scratch.clear();
-            let t = &self.tracked[&pid];
+    /// Empties every ring (strings after events, so every id an event names is included), and writes what was
+    /// drained once enough has accumulated, or when `force`d.
+    fn drain(&mut self, force: bool) -> Result<(), RecordError> {
+        for t in self.tracked.values_mut() {
+            let before = t.pending_events.len();
             for i in 0..t.seg.layout().ring_count {
                 if let Some(ring) = t.seg.ring(i) {
-                    ring.consumer().drain_into(&mut self.scratch);
+                    ring.consumer().drain_into(&mut t.pending_events);
                 }
             }
-            let strings = t.seg.strings_since(t.strings_read).to_vec();
-            let base = t.strings_read;
-            self.writer.write_strings(pid, base, &strings).map_err(|e| self.write_err(e))?;
-            if let Some(t) = self.tracked.get_mut(&pid) {
-                t.strings_read += strings.len() as u64;
+            self.pending += t.pending_events.len() - before;
+            let strings = t.seg.strings_since(t.strings_read);
+            if t.pending_strings.is_empty() {
+                t.pending_base = t.strings_read;
             }
-            let events = std::mem::take(&mut self.scratch);
-            self.writer.write_events(pid, &events).map_err(|e| self.write_err(e))?;
-            self.scratch = events;
+            t.pending_strings.extend_from_slice(strings);
+            t.strings_read += strings.len() as u64;
         }
+        if force || self.pending >= WRITE_EVENTS || self.last_write.elapsed() >= WRITE_AGE {
+            self.write_pending()?;
+        }
+        Ok(())
+    }
+
+    fn write_pending(&mut self) -> Result<(), RecordError> {
+        let output = &self.output;
+        let err = |source| RecordError::Write { path: output.clone(), source };
+        for (&pid, t) in self.tracked.iter_mut() {
+            self.writer.write_strings(pid, t.pending_base, &t.pending_strings).map_err(err)?;
+            self.writer.write_events(pid, &t.pending_events).map_err(err)?;
+            t.pending_strings.clear();
+            t.pending_events.clear();
+        }
+        self.pending = 0;
+        self.last_write = Instant::now();
         Ok(())
     }
 
@@ -206,8 +238,15 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
         std::fs::File::create(&opts.output).map_err(|source| RecordError::Create { path: out_path.clone(), source })?;
     let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file))
         .map_err(|source| RecordError::Write { path: out_path.clone(), source })?;
-    let mut rec =
-        Recorder { dir, prefix, tracked: BTreeMap::new(), writer, scratch: Vec::new(), output: out_path.clone() };
+    let mut rec = Recorder {
+        dir,
+        prefix,
+        tracked: BTreeMap::new(),
+        writer,
+        output: out_path.clone(),
+        pending: 0,
+        last_write: Instant::now(),
+    };
 
     // Ctrl-C reaches the whole process group: the program stops, and we stay to finish the file.
     let interrupted = Arc::new(AtomicBool::new(false));
@@ -236,7 +275,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
 
     let status = loop {
         rec.discover();
-        rec.drain()?;
+        rec.drain(false)?;
         if let Ok(Some(status)) = child.try_wait() {
             break status;
         }
@@ -246,14 +285,14 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
     let deadline = Instant::now() + opts.linger;
     loop {
         rec.discover();
-        rec.drain()?;
+        rec.drain(false)?;
         if rec.all_done() || Instant::now() > deadline {
             break;
         }
         std::thread::sleep(opts.drain_interval);
     }
     rec.discover();
-    rec.drain()?;
+    rec.drain(true)?;
 
     let mut drops = Drops::default();
     let mut disabled = Vec::new();
