@@ -8,6 +8,8 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod export;
+pub mod import;
 pub mod names;
 pub mod record;
 pub mod stats;

@@ -4,7 +4,6 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use cuflight_collector::record::{self, Inject, RecordOptions};
 use cuflight_collector::stats::Stats;
-use cuflight_collector::trace::Trace;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -38,12 +37,29 @@ enum Cmd {
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<String>,
     },
-    /// Summary tables of a trace, as `nsys stats` prints them.
+    /// Summary tables of a trace (cuflight, Kineto JSON or nsys SQLite), as `nsys stats` prints them.
     Stats {
         trace: PathBuf,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+    /// Timeline of a trace (cuflight, Kineto JSON or nsys SQLite) for Perfetto or Kineto-style tools.
+    Export {
+        trace: PathBuf,
+        #[arg(long, value_enum, default_value_t = ExportFormat::Perfetto)]
+        format: ExportFormat,
+        /// Output file (default: the trace's name with .perfetto-trace or .json).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ExportFormat {
+    /// Perfetto protobuf (open in ui.perfetto.dev or trace_processor).
+    Perfetto,
+    /// Kineto-compatible Chrome JSON (Holistic Trace Analysis, TensorBoard, chrome://tracing).
+    Chrome,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -121,8 +137,39 @@ fn run(cli: Cli) -> Result<i32> {
             );
             Ok(s.exit_code)
         }
+        Cmd::Export { trace, format, output } => {
+            let ext = match format {
+                ExportFormat::Perfetto => "perfetto-trace",
+                ExportFormat::Chrome => "json",
+            };
+            let output = output.unwrap_or_else(|| trace.with_extension(ext));
+            let loaded = cuflight_collector::import::load(&trace)?;
+            let file = std::fs::File::create(&output).with_context(|| format!("cannot create {}", output.display()))?;
+            let w = std::io::BufWriter::with_capacity(1 << 20, file);
+            let write_err = || format!("cannot write {}", output.display());
+            match format {
+                ExportFormat::Perfetto => {
+                    let c = cuflight_collector::export::perfetto::export(&loaded, w).with_context(write_err)?;
+                    eprintln!(
+                        "cuflight: wrote {}: {} packets, {} slices, {} instants, {} flows, {} counter values, {} tracks",
+                        output.display(),
+                        c.packets,
+                        c.slices,
+                        c.instants,
+                        c.flows,
+                        c.counter_values,
+                        c.tracks
+                    );
+                }
+                ExportFormat::Chrome => {
+                    let n = cuflight_collector::export::chrome::export(&loaded, w).with_context(write_err)?;
+                    eprintln!("cuflight: wrote {}: {n} trace events", output.display());
+                }
+            }
+            Ok(0)
+        }
         Cmd::Stats { trace, format } => {
-            let trace = Trace::load(&trace)?;
+            let trace = cuflight_collector::import::load(&trace)?;
             let stats = Stats::compute(&trace);
             match format {
                 Format::Table => print!("{}", stats.to_table()),

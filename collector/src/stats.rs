@@ -250,6 +250,10 @@ impl Stats {
                         compute_capability: format!("{}.{}", e.b >> 8, e.b & 0xff),
                         multiprocessors: e.c,
                     }),
+                    Some(EventKind::Range) => {
+                        let key = (p.string(e.c as u32).to_string(), p.string(e.name).to_string(), "range");
+                        nvtx.entry(key).or_default().add(e.duration());
+                    }
                     Some(EventKind::NvtxMark) => {
                         nvtx.entry((nvtx_domain(p, e.c), p.string(e.name).to_string(), "mark")).or_default().add(0);
                     }

@@ -14,6 +14,8 @@ pub enum TraceError {
     Open { path: String, source: std::io::Error },
     #[error("{path}: {source}")]
     Format { path: String, source: FileError },
+    #[error("{path}: {what}")]
+    Import { path: String, what: String },
 }
 
 /// One profiled process.
@@ -24,6 +26,31 @@ pub struct Process {
     pub events: Vec<RawEvent>,
     /// CLOCK_MONOTONIC minus CUPTI time, applied to device events (0 when no clock pair was recorded).
     pub clock_offset_ns: i64,
+    /// A display name from an imported trace (Kineto `process_name`), if any.
+    pub name: String,
+    /// Distributed rank, when the trace says (Kineto `distributedInfo`).
+    pub rank: Option<u32>,
+}
+
+/// Builds a process's string table while importing: the same text always gets the same id.
+#[derive(Debug, Default)]
+pub struct StringTable {
+    ids: HashMap<String, u32>,
+}
+
+impl StringTable {
+    pub fn id(&mut self, p: &mut Process, s: &str) -> u32 {
+        if s.is_empty() {
+            return 0;
+        }
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.ids.len() as u32 + 1;
+        self.ids.insert(s.to_string(), id);
+        p.strings.insert(id, s.to_string());
+        id
+    }
 }
 
 impl Process {

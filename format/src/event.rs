@@ -53,6 +53,9 @@ pub enum EventKind {
     /// A device: `device` = ordinal, `name` = device name, `a` = global memory bytes, `b` = major << 8 | minor,
     /// `c` = multiprocessor count.
     Device = 17,
+    /// A complete range known by its start and end (imported annotations, operators): `name`, `c` = domain or
+    /// category (string id), `start`..`end` on thread `tid`; with [`FLAG_DEVICE`] it lies on `device`/`stream`.
+    Range = 18,
 }
 
 impl EventKind {
@@ -76,6 +79,7 @@ impl EventKind {
             15 => ClockSync,
             16 => MemoryActivity,
             17 => Device,
+            18 => Range,
             _ => return None,
         })
     }
@@ -117,6 +121,8 @@ pub const API_RUNTIME: u8 = 1;
 pub const API_DRIVER: u8 = 2;
 /// `flags` bit of a memcpy/memset: issued with an `*Async` call.
 pub const FLAG_ASYNC: u16 = 1;
+/// `flags` bit of a [`EventKind::Range`]: the range lies on a device stream, not a host thread.
+pub const FLAG_DEVICE: u16 = 2;
 
 /// One observation. 64 bytes, one cache line, no padding, so it can be copied as bytes into a ring.
 #[repr(C)]

@@ -117,3 +117,37 @@ pub fn rows<'a>(stats: &'a Value, table: &str, key: &str, value: &str) -> Vec<&'
 pub fn count(stats: &Value, table: &str, key: &str, value: &str) -> u64 {
     rows(stats, table, key, value).iter().map(|r| r["count"].as_u64().unwrap_or(0)).sum()
 }
+
+/// `../shared/traces/<name>`: third-party traces recorded on real GPUs (read in place, never copied).
+pub fn shared_trace(name: &str) -> PathBuf {
+    require(&repo_root().join("../shared/traces").join(name), "the shared traces live beside the repository")
+}
+
+/// The Kineto and nsys traces under `../shared/traces/`.
+pub const SHARED_TRACES: &[&str] = &[
+    "kineto-2rank-r0.json.gz",
+    "kineto-2rank-r1.json.gz",
+    "kineto-a100-nccl-r0.json.gz",
+    "kineto-h100-qwen-inference.json.gz",
+    "kineto-v100-ddp-ns.json.gz",
+    "nsys-a100-cloverleaf.sqlite",
+];
+
+/// Runs `python3 tests/py/<script> args...` and parses its JSON output.
+pub fn python_json(script: &str, args: &[&std::ffi::OsStr]) -> Value {
+    let out = Command::new("python3")
+        .arg(repo_root().join("tests/py").join(script))
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    assert!(out.status.success(), "{script} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{script} printed {stdout}: {e}"))
+}
+
+/// Runs `cuflight` with `args`; returns (success, stderr).
+pub fn cuflight(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    let out = Command::new(cuflight_bin()).args(args).output().expect("cuflight runs");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}

@@ -34,9 +34,9 @@ fn truncated_and_corrupt_traces_are_named_not_panicked_on() {
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
     let garbage = dir.join("garbage.cuf");
-    std::fs::write(&garbage, b"{\"traceEvents\": []}").unwrap();
+    std::fs::write(&garbage, b"\x7fELF not a trace at all").unwrap();
     let (code, err) = cuflight(&["stats", garbage.to_str().unwrap()]);
-    assert_one_line_error(code, &err, "not a cuflight trace");
+    assert_one_line_error(code, &err, "unknown format");
     let mut flipped = bytes.clone();
     let mid = flipped.len() / 2;
     flipped[mid] ^= 0xff;

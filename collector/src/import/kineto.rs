@@ -1,0 +1,441 @@
+//! torch.profiler / Kineto JSON (Chrome trace format), plain or gzip, both the 2021 schema (`Kernel`, `Runtime`,
+//! `Memcpy`, flows in cat `async`) and the current one (`kernel`, `cuda_runtime`, `gpu_memcpy`, `ac2g` flows).
+//!
+//! The file is streamed event by event (serde visitor over `traceEvents`), never held as one JSON tree.
+//! Timestamps are parsed from their decimal text into integer nanoseconds: float microseconds like
+//! `1712195495506161.2` are beyond f64's precision at nanosecond scale. GPU events (Kineto puts them in
+//! pid = device, tid = stream) are attached to the host process that launched them, found through the
+//! correlation id of the launching runtime call (or the `ac2g` flow when a kernel has no correlation).
+
+use crate::trace::{Process, StringTable, Trace};
+use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE};
+use cuflight_format::{EventKind, RawEvent};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+#[derive(Deserialize)]
+struct Event {
+    ph: Option<String>,
+    cat: Option<String>,
+    #[serde(default)]
+    name: String,
+    pid: Option<Value>,
+    tid: Option<Value>,
+    ts: Option<Box<RawValue>>,
+    dur: Option<Box<RawValue>>,
+    id: Option<Value>,
+    #[serde(default)]
+    args: Map<String, Value>,
+}
+
+/// Decimal microseconds (as written) to integer nanoseconds, exactly.
+fn us_to_ns(raw: &str) -> Option<u64> {
+    let raw = raw.trim().trim_matches('"');
+    if raw.contains(['e', 'E']) {
+        let v: f64 = raw.parse().ok()?;
+        return (v >= 0.0).then(|| (v * 1000.0).round() as u64);
+    }
+    let (int, frac) = raw.split_once('.').unwrap_or((raw, ""));
+    let int: u64 = int.parse().ok()?;
+    let mut frac_ns = 0u64;
+    for (i, c) in frac.chars().take(3).enumerate() {
+        frac_ns += c.to_digit(10)? as u64 * [100, 10, 1][i];
+    }
+    // Round on the fourth decimal (sub-nanosecond).
+    let round = frac.chars().nth(3).and_then(|c| c.to_digit(10)).is_some_and(|d| d >= 5) as u64;
+    int.checked_mul(1000)?.checked_add(frac_ns + round)
+}
+
+/// pid/tid as numbers; strings (some traces name threads) hash to a stable number.
+fn id_of(v: &Option<Value>) -> u64 {
+    match v {
+        Some(Value::Number(n)) => n.as_u64().or_else(|| n.as_f64().map(|f| f as u64)).unwrap_or(0),
+        Some(Value::String(s)) => s.parse().unwrap_or_else(|_| crate::names::stable_hash(s) & 0x7fff_ffff),
+        _ => 0,
+    }
+}
+
+fn arg_u64(args: &Map<String, Value>, key: &str) -> Option<u64> {
+    args.get(key).and_then(|v| v.as_u64().or_else(|| v.as_f64().map(|f| f as u64)))
+}
+
+fn dims(args: &Map<String, Value>, key: &str) -> [u32; 3] {
+    let mut d = [1u32; 3];
+    if let Some(a) = args.get(key).and_then(Value::as_array) {
+        for (slot, v) in d.iter_mut().zip(a) {
+            *slot = v.as_u64().unwrap_or(1) as u32;
+        }
+    }
+    d
+}
+
+/// "Memcpy HtoD (Pageable -> Device)" → (CUPTI copy kind, source kind, destination kind).
+fn memcpy_kinds(name: &str) -> (u8, u8, u8) {
+    let kind = ["HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"]
+        .iter()
+        .position(|k| name.contains(k))
+        .map_or(0, |i| i as u8 + 1);
+    let (src, dst) = name
+        .split_once('(')
+        .and_then(|(_, rest)| rest.trim_end_matches(')').split_once("->"))
+        .map_or((0, 0), |(s, d)| (memory_kind(s.trim()), memory_kind(d.trim())));
+    (kind, src, dst)
+}
+
+fn memory_kind(s: &str) -> u8 {
+    match s.to_ascii_lowercase().as_str() {
+        "pageable" => 1,
+        "pinned" => 2,
+        "device" => 3,
+        "array" => 4,
+        "managed" => 5,
+        _ => 0,
+    }
+}
+
+/// What the import collects before GPU events can be attached to their host process.
+#[derive(Default)]
+struct Importer {
+    host: BTreeMap<u32, (Process, StringTable)>,
+    /// GPU-side events with their name, category and raw (pid, tid), placed at the end.
+    gpu: Vec<(RawEvent, String, String, (u64, u64))>,
+    correlation_pid: HashMap<u32, u32>,
+    /// ac2g/async flow ends on GPU tracks: (device pid, stream, ts) → flow id (the correlation).
+    flow_ends: HashMap<(u64, u64, u64), u32>,
+    thread_names: Vec<(u32, u32, String)>,
+    process_names: HashMap<u32, String>,
+    devices: Vec<Value>,
+    rank: Option<u32>,
+    events: u64,
+}
+
+impl Importer {
+    fn process(&mut self, pid: u32) -> &mut (Process, StringTable) {
+        self.host.entry(pid).or_insert_with(|| {
+            let p = Process {
+                info: cuflight_format::file::ProcessInfo { pid, ..Default::default() },
+                ..Default::default()
+            };
+            (p, StringTable::default())
+        })
+    }
+
+    fn host_event(&mut self, pid: u32, ev: RawEvent, name: &str, domain: Option<&str>) {
+        let (p, t) = self.process(pid);
+        let mut ev = ev;
+        ev.name = t.id(p, name);
+        if let Some(d) = domain {
+            ev.c = t.id(p, d) as u64;
+        }
+        p.events.push(ev);
+    }
+
+    fn add(&mut self, e: Event) {
+        self.events += 1;
+        let ph = e.ph.as_deref().unwrap_or("");
+        let cat = e.cat.as_deref().unwrap_or("");
+        let (pid, tid) = (id_of(&e.pid), id_of(&e.tid));
+        if let Some(Value::String(label)) = &e.pid {
+            self.process_names.entry(pid as u32).or_insert_with(|| label.clone());
+        }
+        let ts = e.ts.as_deref().and_then(|r| us_to_ns(r.get()));
+        match ph {
+            "M" => {
+                let name = e.args.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+                match e.name.as_str() {
+                    "process_name" => {
+                        self.process_names.insert(pid as u32, name);
+                    }
+                    "thread_name" => self.thread_names.push((pid as u32, tid as u32, name)),
+                    _ => {}
+                }
+                return;
+            }
+            "s" | "f" | "t" => {
+                if ph == "f" && matches!(cat, "ac2g" | "async") {
+                    if let (Some(ts), Some(id)) = (ts, e.id.as_ref().and_then(Value::as_u64)) {
+                        self.flow_ends.insert((pid, tid, ts), id as u32);
+                    }
+                }
+                return;
+            }
+            "X" | "i" | "I" => {}
+            _ => return,
+        }
+        let Some(start) = ts else { return };
+        let end = start + e.dur.as_deref().and_then(|r| us_to_ns(r.get())).unwrap_or(0);
+        let corr = arg_u64(&e.args, "correlation").unwrap_or(0) as u32;
+        let mut ev = RawEvent::new(EventKind::Range, tid as u32, start, end);
+        ev.correlation = corr;
+        match (ph, cat) {
+            ("X", "kernel" | "Kernel") => {
+                ev.kind = EventKind::Kernel as u8;
+                ev.tid = 0;
+                ev.device = arg_u64(&e.args, "device").unwrap_or(pid) as u32;
+                ev.stream = arg_u64(&e.args, "stream").unwrap_or(tid) as u32;
+                let cfg = LaunchConfig {
+                    grid: dims(&e.args, "grid"),
+                    block: dims(&e.args, "block"),
+                    registers: arg_u64(&e.args, "registers per thread").unwrap_or(0) as u16,
+                    static_shared: arg_u64(&e.args, "shared memory").unwrap_or(0) as u32,
+                    dynamic_shared: 0,
+                };
+                (ev.a, ev.b, ev.c) = cfg.pack();
+                self.gpu.push((ev, e.name, String::new(), (pid, tid)));
+            }
+            ("X", "gpu_memcpy" | "Memcpy") => {
+                let (kind, src, dst) = memcpy_kinds(&e.name);
+                ev.kind = EventKind::Memcpy as u8;
+                ev.tid = 0;
+                ev.sub = kind;
+                ev.device = arg_u64(&e.args, "device").unwrap_or(pid) as u32;
+                ev.stream = arg_u64(&e.args, "stream").unwrap_or(tid) as u32;
+                ev.a = arg_u64(&e.args, "bytes").unwrap_or(0);
+                ev.b = src as u64 | (dst as u64) << 8;
+                if e.args.get("async").and_then(Value::as_bool) == Some(true) {
+                    ev.flags = FLAG_ASYNC;
+                }
+                self.gpu.push((ev, String::new(), String::new(), (pid, tid)));
+            }
+            ("X", "gpu_memset" | "Memset") => {
+                ev.kind = EventKind::Memset as u8;
+                ev.tid = 0;
+                ev.sub = e.name.split_once('(').map_or(3, |(_, k)| memory_kind(k.trim_end_matches(')')));
+                ev.device = arg_u64(&e.args, "device").unwrap_or(pid) as u32;
+                ev.stream = arg_u64(&e.args, "stream").unwrap_or(tid) as u32;
+                ev.a = arg_u64(&e.args, "bytes").unwrap_or(0);
+                self.gpu.push((ev, String::new(), String::new(), (pid, tid)));
+            }
+            ("X", "gpu_user_annotation") => {
+                ev.flags = FLAG_DEVICE;
+                ev.tid = 0;
+                ev.device = pid as u32;
+                ev.stream = tid as u32;
+                self.gpu.push((ev, e.name, cat.to_string(), (pid, tid)));
+            }
+            ("X", "cuda_runtime" | "Runtime" | "cuda_driver" | "Driver") => {
+                ev.kind = EventKind::Api as u8;
+                ev.sub = if cat.contains("river") { API_DRIVER } else { API_RUNTIME };
+                ev.a = arg_u64(&e.args, "cbid").unwrap_or(0);
+                if corr != 0 {
+                    self.correlation_pid.insert(corr, pid as u32);
+                }
+                self.host_event(pid as u32, ev, &e.name, None);
+            }
+            ("X", "cuda_sync") => {
+                ev.kind = EventKind::Sync as u8;
+                ev.tid = 0;
+                let kind = e.args.get("cuda_sync_kind").and_then(Value::as_str).unwrap_or(&e.name);
+                ev.sub = crate::names::sync_kind_from_name(kind);
+                ev.device = arg_u64(&e.args, "device").unwrap_or(pid) as u32;
+                ev.stream = e.args.get("stream").and_then(Value::as_i64).unwrap_or(tid as i64) as u32;
+                self.gpu.push((ev, String::new(), String::new(), (pid, tid)));
+            }
+            ("X", _) => {
+                // cuflight's own exports keep the NVTX domain in args; Kineto's user annotations have none.
+                let domain =
+                    e.args.get("domain").and_then(Value::as_str).unwrap_or(if cat.is_empty() { "other" } else { cat });
+                self.host_event(pid as u32, ev, &e.name, Some(domain));
+            }
+            (_, _) if e.name == "[memory]" => {
+                // torch.profiler memory events: Bytes < 0 frees; Device Type 1 is CUDA.
+                let bytes = e.args.get("Bytes").and_then(Value::as_i64).unwrap_or(0);
+                let device = e.args.get("Device Type").and_then(Value::as_u64).unwrap_or(0) == 1;
+                ev.kind = if bytes >= 0 { EventKind::Alloc } else { EventKind::Free } as u8;
+                ev.end = start;
+                ev.sub = if device { MemKind::Device } else { MemKind::PinnedHost } as u8;
+                ev.a = arg_u64(&e.args, "Addr").unwrap_or(0);
+                ev.b = bytes.unsigned_abs();
+                ev.device = arg_u64(&e.args, "Device Id").unwrap_or(0) as u32;
+                // Host-side allocator events are CPU memory: keep device ones, and pinned memory cuflight marked.
+                let pinned = e.args.get("pinned").and_then(Value::as_bool) == Some(true);
+                if device || pinned {
+                    self.host_event(pid as u32, ev, "", None);
+                }
+            }
+            (_, _) => {
+                ev.kind = EventKind::NvtxMark as u8;
+                ev.end = start;
+                let domain = e.args.get("domain").and_then(Value::as_str).unwrap_or(if cat.is_empty() {
+                    "instant"
+                } else {
+                    cat
+                });
+                self.host_event(pid as u32, ev, &e.name, Some(domain));
+            }
+        }
+    }
+
+    fn finish(mut self) -> Trace {
+        let hosts: Vec<u32> = self.host.keys().copied().collect();
+        let default_host = hosts.first().copied().unwrap_or(0);
+        let gpu = std::mem::take(&mut self.gpu);
+        for (mut ev, name, domain, (pid, tid)) in gpu {
+            if ev.correlation == 0 {
+                if let Some(&id) = self.flow_ends.get(&(pid, tid, ev.start)) {
+                    ev.correlation = id;
+                }
+            }
+            let pid = self.correlation_pid.get(&ev.correlation).copied().unwrap_or(default_host);
+            let (p, t) = self.process(pid);
+            ev.name = t.id(p, &name);
+            if !domain.is_empty() {
+                ev.c = t.id(p, &domain) as u64;
+            }
+            p.events.push(ev);
+        }
+        for (pid, tid, name) in std::mem::take(&mut self.thread_names) {
+            if let Some((p, t)) = self.host.get_mut(&pid) {
+                let mut ev = RawEvent::new(EventKind::ThreadName, tid, 0, 0);
+                ev.a = tid as u64;
+                ev.name = t.id(p, &name);
+                p.events.push(ev);
+            }
+        }
+        let devices = std::mem::take(&mut self.devices);
+        if let Some((p, t)) = self.host.get_mut(&default_host) {
+            for d in devices {
+                let mut ev = RawEvent::new(EventKind::Device, 0, 0, 0);
+                ev.device = d.get("id").and_then(Value::as_u64).unwrap_or(0) as u32;
+                ev.name = t.id(p, d.get("name").and_then(Value::as_str).unwrap_or("GPU"));
+                ev.a = d.get("totalGlobalMem").and_then(Value::as_u64).unwrap_or(0);
+                let cc = |k| d.get(k).and_then(Value::as_u64).unwrap_or(0);
+                ev.b = cc("computeMajor") << 8 | cc("computeMinor");
+                ev.c = cc("numSms");
+                p.events.push(ev);
+            }
+        }
+        let mut trace = Trace::default();
+        for (pid, (mut p, _)) in self.host {
+            p.name = self.process_names.get(&pid).cloned().unwrap_or_default();
+            p.info.cmdline = vec![p.name.clone()];
+            p.info.finished = true;
+            p.rank = self.rank;
+            p.events.sort_by_key(|e| e.start);
+            trace.processes.insert(pid, p);
+        }
+        trace
+    }
+}
+
+/// Visits the top-level object, streaming `traceEvents` into the importer.
+struct TopLevel<'a>(&'a mut Importer);
+
+impl<'de> Visitor<'de> for TopLevel<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a Chrome/Kineto trace object with traceEvents")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut saw_events = false;
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "traceEvents" => {
+                    map.next_value_seed(Events(&mut *self.0))?;
+                    saw_events = true;
+                }
+                "deviceProperties" => self.0.devices = map.next_value()?,
+                "distributedInfo" => {
+                    let v: Value = map.next_value()?;
+                    self.0.rank = v.get("rank").and_then(Value::as_u64).map(|r| r as u32);
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        if !saw_events {
+            return Err(serde::de::Error::custom("JSON has no traceEvents: not a Chrome/Kineto trace"));
+        }
+        Ok(())
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for TopLevel<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+struct Events<'a>(&'a mut Importer);
+
+impl<'de> Visitor<'de> for Events<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of trace events")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(e) = seq.next_element::<Event>()? {
+            self.0.add(e);
+        }
+        Ok(())
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Events<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+/// Imports a Kineto/Chrome JSON trace from a reader (already decompressed).
+pub fn import<R: std::io::Read>(reader: R) -> Result<Trace, serde_json::Error> {
+    let mut importer = Importer::default();
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    TopLevel(&mut importer).deserialize(&mut de)?;
+    de.end()?;
+    Ok(importer.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_microseconds_become_exact_nanoseconds() {
+        assert_eq!(us_to_ns("1712195495506161.2"), Some(1712195495506161200));
+        assert_eq!(us_to_ns("1682725898082228"), Some(1682725898082228000));
+        assert_eq!(us_to_ns("2.368"), Some(2368));
+        assert_eq!(us_to_ns("0.0004"), Some(0));
+        assert_eq!(us_to_ns("1.0005"), Some(1001));
+        assert_eq!(us_to_ns("1e3"), Some(1_000_000));
+        assert_eq!(us_to_ns("-3"), None);
+        assert_eq!(us_to_ns("x"), None);
+    }
+
+    #[test]
+    fn memcpy_names_give_kinds() {
+        assert_eq!(memcpy_kinds("Memcpy HtoD (Pageable -> Device)"), (1, 1, 3));
+        assert_eq!(memcpy_kinds("Memcpy DtoH (Device -> Pinned)"), (2, 3, 2));
+        assert_eq!(memcpy_kinds("Memcpy DtoD (Device -> Device)"), (8, 3, 3));
+    }
+
+    #[test]
+    fn old_and_new_schemas_import_alike() {
+        let new = r#"{"traceEvents":[
+            {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":10,"tid":11,"ts":100,"dur":5,"args":{"correlation":7,"cbid":211}},
+            {"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":110.5,"dur":2.25,"args":{"correlation":7,"device":0,"stream":7,"grid":[4,1,1],"block":[128,1,1]}}]}"#;
+        let old = r#"{"traceEvents":[
+            {"ph":"X","cat":"Runtime","name":"cudaLaunchKernel","pid":10,"tid":11,"ts":100,"dur":5,"args":{"correlation":7}},
+            {"ph":"X","cat":"Kernel","name":"k","pid":0,"tid":"stream 7","ts":110.5,"dur":2.25,"args":{"device":0,"stream":7}},
+            {"ph":"f","cat":"async","id":7,"pid":0,"tid":"stream 7","ts":110.5}]}"#;
+        for text in [new, old] {
+            let t = import(text.as_bytes()).unwrap();
+            let p = &t.processes[&10];
+            let k = p.events.iter().find(|e| e.kind() == Some(EventKind::Kernel)).unwrap();
+            assert_eq!((k.start, k.end, k.correlation, p.string(k.name)), (110_500, 112_750, 7, "k"));
+        }
+    }
+
+    #[test]
+    fn json_without_trace_events_is_refused() {
+        assert!(import(r#"{"hello": 1}"#.as_bytes()).is_err());
+        assert!(import(r#"[1,2"#.as_bytes()).is_err());
+    }
+}

@@ -1,0 +1,56 @@
+//! Loading any supported trace, detected by content (never by file name): cuflight's own trace file,
+//! torch.profiler/Kineto JSON (plain or gzip), and Nsight Systems SQLite exports.
+
+pub mod kineto;
+pub mod nsys;
+
+use crate::trace::{Trace, TraceError};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+/// What a file holds, from its first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Native,
+    KinetoJson,
+    KinetoJsonGzip,
+    NsysSqlite,
+}
+
+pub fn sniff(head: &[u8]) -> Option<Format> {
+    if head.starts_with(&cuflight_format::file::FILE_MAGIC) {
+        Some(Format::Native)
+    } else if head.starts_with(&[0x1f, 0x8b]) {
+        Some(Format::KinetoJsonGzip)
+    } else if head.starts_with(b"SQLite format 3\0") {
+        Some(Format::NsysSqlite)
+    } else if head.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        Some(Format::KinetoJson)
+    } else {
+        None
+    }
+}
+
+/// Loads a trace of any supported format.
+pub fn load(path: &Path) -> Result<Trace, TraceError> {
+    let shown = path.display().to_string();
+    let open_err = |source| TraceError::Open { path: shown.clone(), source };
+    let file = std::fs::File::open(path).map_err(open_err)?;
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let head = reader.fill_buf().map_err(open_err)?.to_vec();
+    let bad = |what: String| TraceError::Import { path: shown.clone(), what };
+    match sniff(&head) {
+        Some(Format::Native) => Trace::load(path),
+        Some(Format::KinetoJson) => kineto::import(reader).map_err(|e| bad(format!("Kineto JSON: {e}"))),
+        Some(Format::KinetoJsonGzip) => {
+            let mut gz = BufReader::with_capacity(1 << 20, flate2::read::GzDecoder::new(reader));
+            let inner = gz.fill_buf().map_err(|e| bad(format!("gzip: {e}")))?.to_vec();
+            if sniff(&inner) != Some(Format::KinetoJson) {
+                return Err(bad("gzip file does not hold a JSON trace".into()));
+            }
+            kineto::import(gz).map_err(|e| bad(format!("Kineto JSON (gzip): {e}")))
+        }
+        Some(Format::NsysSqlite) => nsys::import(path).map_err(|e| bad(format!("Nsight Systems SQLite: {e}"))),
+        None => Err(bad("unknown format (expected a cuflight trace, Kineto JSON or an nsys SQLite export)".into())),
+    }
+}

@@ -1,0 +1,74 @@
+"""Decodes a Perfetto trace with the official schema (perfetto_trace_pb2 from PyPI's `perfetto`) and checks it.
+
+Checks: every packet decodes; track events name known tracks; every SLICE_END closes a SLICE_BEGIN on its track
+(in timestamp order, as trace processor sorts); interned names, categories and annotation names resolve; each
+flow id starts once and terminates once. Prints the counts as JSON for the caller to compare.
+Usage: check_perfetto.py TRACE
+"""
+import json
+import sys
+from collections import defaultdict
+
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+
+def main(path):
+    trace = Trace()
+    with open(path, "rb") as f:
+        trace.ParseFromString(f.read())
+    tracks, names, cats, anns = {}, {}, {}, {}
+    events = []
+    for seq, p in enumerate(trace.packet):
+        if p.HasField("track_descriptor"):
+            d = p.track_descriptor
+            tracks[d.uuid] = d
+        if p.HasField("interned_data"):
+            for n in p.interned_data.event_names:
+                names[n.iid] = n.name
+            for c in p.interned_data.event_categories:
+                cats[c.iid] = c.name
+            for a in p.interned_data.debug_annotation_names:
+                anns[a.iid] = a.name
+        if p.HasField("track_event"):
+            events.append((p.timestamp, seq, p.track_event))
+    counts = defaultdict(int)
+    counts["packets"] = len(trace.packet)
+    counts["tracks"] = len(tracks)
+    open_slices = defaultdict(list)
+    flows_started, flows_ended = defaultdict(int), defaultdict(int)
+    # END before BEGIN at equal timestamps closes zero-length neighbours first, as the exporter emits them.
+    events.sort(key=lambda e: (e[0], e[1]))
+    for ts, _, e in events:
+        assert e.track_uuid in tracks, f"event on unknown track {e.track_uuid}"
+        if e.type == TrackEvent.TYPE_SLICE_BEGIN:
+            assert e.name_iid in names, f"uninterned name {e.name_iid}"
+            for c in e.category_iids:
+                assert c in cats, f"uninterned category {c}"
+            for a in e.debug_annotations:
+                assert a.name_iid in anns, f"uninterned annotation name {a.name_iid}"
+            open_slices[e.track_uuid].append(ts)
+            counts["slices"] += 1
+            for f in e.flow_ids:
+                flows_started[f] += 1
+            for f in e.terminating_flow_ids:
+                flows_ended[f] += 1
+        elif e.type == TrackEvent.TYPE_SLICE_END:
+            assert open_slices[e.track_uuid], f"SLICE_END without BEGIN on track {e.track_uuid} at {ts}"
+            start = open_slices[e.track_uuid].pop()
+            assert start <= ts
+        elif e.type == TrackEvent.TYPE_INSTANT:
+            counts["instants"] += 1
+        elif e.type == TrackEvent.TYPE_COUNTER:
+            assert tracks[e.track_uuid].HasField("counter"), "counter value on a non-counter track"
+            counts["counter_values"] += 1
+    unclosed = sum(len(v) for v in open_slices.values())
+    assert unclosed == 0, f"{unclosed} slices never end"
+    assert all(v == 1 for v in flows_started.values()), "a flow starts twice"
+    assert set(flows_started) == set(flows_ended), "flows that start but never end, or end without start"
+    counts["flows"] = len(flows_started)
+    counts["slice_names"] = len(names)
+    print(json.dumps(counts, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,31 @@
+"""Runs Holistic Trace Analysis' temporal breakdown on one Kineto JSON trace (plain or .gz) and prints it as JSON:
+{"idle_us", "compute_us", "non_compute_us", "kernel_us"} for the trace's rank. Usage: hta_breakdown.py TRACE
+"""
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis  # noqa: E402
+
+
+def main(path):
+    with tempfile.TemporaryDirectory() as d:
+        name = "rank-0.json.gz" if path.endswith(".gz") else "rank-0.json"
+        shutil.copy(path, os.path.join(d, name))
+        analyzer = TraceAnalysis(trace_dir=d)
+        df = analyzer.get_temporal_breakdown(visualize=False)
+        row = df.iloc[0]
+        print(json.dumps({
+            "idle_us": float(row["idle_time(us)"]),
+            "compute_us": float(row["compute_time(us)"]),
+            "non_compute_us": float(row["non_compute_time(us)"]),
+            "kernel_us": float(row["kernel_time(us)"]),
+        }))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
