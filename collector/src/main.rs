@@ -143,13 +143,19 @@ fn run(cli: Cli) -> Result<i32> {
                 ExportFormat::Chrome => "json",
             };
             let output = output.unwrap_or_else(|| trace.with_extension(ext));
-            let loaded = cuflight_collector::import::load(&trace)?;
+            let native = cuflight_collector::import::detect(&trace)? == cuflight_collector::import::Format::Native;
             let file = std::fs::File::create(&output).with_context(|| format!("cannot create {}", output.display()))?;
             let w = std::io::BufWriter::with_capacity(1 << 20, file);
             let write_err = || format!("cannot write {}", output.display());
             match format {
                 ExportFormat::Perfetto => {
-                    let c = cuflight_collector::export::perfetto::export(&loaded, w).with_context(write_err)?;
+                    // cuflight traces stream block by block; imported ones are converted in memory first.
+                    let c = if native {
+                        cuflight_collector::export::perfetto::export_file(&trace, w)?
+                    } else {
+                        let loaded = cuflight_collector::import::load(&trace)?;
+                        cuflight_collector::export::perfetto::export(&loaded, w).with_context(write_err)?
+                    };
                     eprintln!(
                         "cuflight: wrote {}: {} packets, {} slices, {} instants, {} flows, {} counter values, {} tracks",
                         output.display(),
@@ -162,6 +168,7 @@ fn run(cli: Cli) -> Result<i32> {
                     );
                 }
                 ExportFormat::Chrome => {
+                    let loaded = cuflight_collector::import::load(&trace)?;
                     let n = cuflight_collector::export::chrome::export(&loaded, w).with_context(write_err)?;
                     eprintln!("cuflight: wrote {}: {n} trace events", output.display());
                 }

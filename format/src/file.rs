@@ -22,10 +22,10 @@ pub const FILE_VERSION: u32 = 1;
 const MAX_BLOCK: u32 = 1 << 30;
 const ZSTD_LEVEL: i32 = 1;
 
-const TAG_PROCESS: u8 = 1;
-const TAG_STRINGS: u8 = 2;
-const TAG_EVENTS: u8 = 3;
-const TAG_FOOTER: u8 = 4;
+pub const TAG_PROCESS: u8 = 1;
+pub const TAG_STRINGS: u8 = 2;
+pub const TAG_EVENTS: u8 = 3;
+pub const TAG_FOOTER: u8 = 4;
 
 /// Records lost, by cause. Nothing is lost silently: every drop lands in one of these.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -247,6 +247,12 @@ impl<R: Read> TraceReader<R> {
 
     /// The next block; `Ok(None)` after the footer. A file that ends before its footer is an error.
     pub fn next_block(&mut self) -> Result<Option<Block>, FileError> {
+        Ok(self.next_block_where(|_| true)?.flatten())
+    }
+
+    /// Like [`TraceReader::next_block`], but blocks whose tag `want` rejects are skipped without being
+    /// decompressed (`Some(None)`), so a pass over one kind of block is cheap.
+    pub fn next_block_where(&mut self, want: impl Fn(u8) -> bool) -> Result<Option<Option<Block>>, FileError> {
         if self.done {
             return Ok(None);
         }
@@ -257,6 +263,13 @@ impl<R: Read> TraceReader<R> {
         if raw_len > MAX_BLOCK || comp_len > MAX_BLOCK {
             return Err(FileError::Corrupt(format!("block of {raw_len}/{comp_len} bytes")));
         }
+        if tag != TAG_FOOTER && !want(tag) {
+            let skipped = std::io::copy(&mut (&mut self.input).take(comp_len as u64), &mut std::io::sink())?;
+            if skipped != comp_len as u64 {
+                return Err(FileError::Truncated("last block cut short"));
+            }
+            return Ok(Some(None));
+        }
         let mut comp = vec![0u8; comp_len as usize];
         read_exact(&mut self.input, &mut comp, "last block cut short")?;
         let raw = zstd::bulk::decompress(&comp, raw_len as usize)
@@ -265,7 +278,7 @@ impl<R: Read> TraceReader<R> {
             return Err(FileError::Corrupt("block size mismatch".into()));
         }
         let corrupt = |what: &str| FileError::Corrupt(format!("undecodable {what} block"));
-        Ok(Some(match tag {
+        Ok(Some(Some(match tag {
             TAG_PROCESS => Block::Process(postcard::from_bytes(&raw).map_err(|_| corrupt("process"))?),
             TAG_STRINGS => {
                 let base = u64::from_le_bytes(raw.get(..8).ok_or_else(|| corrupt("strings"))?.try_into().expect("8"));
@@ -277,7 +290,7 @@ impl<R: Read> TraceReader<R> {
                 Block::Footer(postcard::from_bytes(&raw).map_err(|_| corrupt("footer"))?)
             }
             t => return Err(FileError::Corrupt(format!("unknown block tag {t}"))),
-        }))
+        })))
     }
 }
 

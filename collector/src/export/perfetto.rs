@@ -91,6 +91,7 @@ struct Exporter<W: Write> {
     annotations: HashMap<&'static str, u64>,
     tracks: HashMap<TrackKey, u64>,
     counts: ExportCounts,
+    process_labels: HashMap<u32, String>,
     /// Interned entries a packet must carry, built before the packet.
     new_names: Vec<(u64, String)>,
     new_categories: Vec<(u64, &'static str)>,
@@ -184,7 +185,7 @@ impl<W: Write> Exporter<W> {
     }
 
     /// The uuid of a track, writing its descriptor the first time.
-    fn track(&mut self, key: TrackKey, p: &Process, label: &dyn Fn() -> String) -> std::io::Result<u64> {
+    fn track(&mut self, key: TrackKey, label: &dyn Fn() -> String) -> std::io::Result<u64> {
         if let Some(&uuid) = self.tracks.get(&key) {
             return Ok(uuid);
         }
@@ -195,7 +196,10 @@ impl<W: Write> Exporter<W> {
             TrackKey::Thread(pid, _)
             | TrackKey::Stream(pid, ..)
             | TrackKey::Counter(pid, _)
-            | TrackKey::Async(pid, _) => Some(self.track(TrackKey::Process(pid), p, &|| process_label(p))?),
+            | TrackKey::Async(pid, _) => {
+                let name = self.process_labels.get(&pid).cloned().unwrap_or_else(|| format!("pid {pid}"));
+                Some(self.track(TrackKey::Process(pid), &|| name.clone())?)
+            }
         };
         let name = label();
         self.counts.tracks += 1;
@@ -335,73 +339,222 @@ fn is_device_work(k: Option<EventKind>) -> bool {
     matches!(k, Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset))
 }
 
-/// Writes `trace` to `out` as a Perfetto protobuf trace.
+impl<W: Write> Exporter<W> {
+    fn new(out: W) -> Self {
+        Exporter {
+            out,
+            w: Writer::default(),
+            first: true,
+            names: HashMap::new(),
+            categories: HashMap::new(),
+            annotations: HashMap::new(),
+            tracks: HashMap::new(),
+            counts: ExportCounts::default(),
+            process_labels: HashMap::new(),
+            new_names: Vec::new(),
+            new_categories: Vec::new(),
+            new_annotations: Vec::new(),
+        }
+    }
+}
+
+/// Writes `trace` (in memory) to `out` as a Perfetto protobuf trace.
 pub fn export<W: Write>(trace: &Trace, out: W) -> std::io::Result<ExportCounts> {
-    let mut x = Exporter {
-        out,
-        w: Writer::default(),
-        first: true,
-        names: HashMap::new(),
-        categories: HashMap::new(),
-        annotations: HashMap::new(),
-        tracks: HashMap::new(),
-        counts: ExportCounts::default(),
-        new_names: Vec::new(),
-        new_categories: Vec::new(),
-        new_annotations: Vec::new(),
-    };
+    let mut x = Exporter::new(out);
     for (&pid, p) in &trace.processes {
-        export_process(&mut x, pid, p)?;
+        x.process_labels.insert(pid, process_label(p));
+        let mut st = ProcessState::new(pid, p.strings.clone());
+        st.exact_flows(&p.events);
+        for e in p.events.iter().filter(|e| e.kind() == Some(EventKind::ThreadName)) {
+            st.thread_names.insert(e.a as u32, e.name);
+        }
+        for e in &p.events {
+            st.event(&mut x, e)?;
+        }
     }
     x.out.flush()?;
     Ok(x.counts)
 }
 
-fn export_process<W: Write>(x: &mut Exporter<W>, pid: u32, p: &Process) -> std::io::Result<()> {
-    x.track(TrackKey::Process(pid), p, &|| process_label(p))?;
-    let thread_names: HashMap<u32, &str> = p
-        .events
-        .iter()
-        .filter(|e| e.kind() == Some(EventKind::ThreadName))
-        .map(|e| (e.a as u32, p.string(e.name)))
-        .collect();
-    // A flow needs both ends: a launch with device work, device work with a recorded launch.
-    let launched: HashSet<u32> =
-        p.events.iter().filter(|e| is_device_work(e.kind()) && e.correlation != 0).map(|e| e.correlation).collect();
-    let api: HashSet<u32> = p
-        .events
-        .iter()
-        .filter(|e| e.kind() == Some(EventKind::Api) && e.correlation != 0)
-        .map(|e| e.correlation)
-        .collect();
-    let mut stacks: HashMap<(u32, u64), Vec<(u64, u32)>> = HashMap::new();
-    let mut open: HashMap<u64, (u64, u32, u64, u32)> = HashMap::new();
-    let mut live: HashMap<u64, u64> = HashMap::new();
-    let mut device_bytes: i64 = 0;
-    let mut flows_ended: HashSet<u32> = HashSet::new();
-    let thread = |x: &mut Exporter<W>, tid: u32| {
-        x.track(TrackKey::Thread(pid, tid), p, &|| {
-            thread_names.get(&tid).map_or_else(|| format!("thread {tid}"), |n| n.to_string())
-        })
+/// Streams a cuflight trace file to Perfetto block by block: memory stays bounded by one block (64K events) plus
+/// per-process state (strings, open ranges, live allocations, launches in flight), whatever the trace's size.
+pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCounts, crate::trace::TraceError> {
+    use cuflight_format::file::{Block, TraceReader, TAG_EVENTS, TAG_PROCESS, TAG_STRINGS};
+    let shown = path.display().to_string();
+    let open = || -> Result<TraceReader<std::io::BufReader<std::fs::File>>, crate::trace::TraceError> {
+        let f = std::fs::File::open(path)
+            .map_err(|source| crate::trace::TraceError::Open { path: shown.clone(), source })?;
+        TraceReader::new(std::io::BufReader::with_capacity(1 << 20, f))
+            .map_err(|source| crate::trace::TraceError::Format { path: shown.clone(), source })
     };
-    for e in &p.events {
-        let name = p.string(e.name);
+    let fmt = |source| crate::trace::TraceError::Format { path: shown.clone(), source };
+    let io =
+        |e: std::io::Error| crate::trace::TraceError::Import { path: shown.clone(), what: format!("writing: {e}") };
+    let mut x = Exporter::new(out);
+    // Pass 1: process facts only (written last by `record`); other blocks are skipped undecompressed.
+    let mut reader = open()?;
+    while let Some(block) = reader.next_block_where(|t| t == TAG_PROCESS).map_err(fmt)? {
+        if let Some(Block::Process(info)) = block {
+            let p = Process { info, ..Default::default() };
+            x.process_labels.insert(p.info.pid, process_label(&p));
+        }
+    }
+    // Pass 2: strings and events, in file order.
+    let mut states: HashMap<u32, ProcessState> = HashMap::new();
+    let mut reader = open()?;
+    while let Some(block) = reader.next_block_where(|t| t == TAG_STRINGS || t == TAG_EVENTS).map_err(fmt)? {
+        match block {
+            Some(Block::Strings { pid, base, bytes }) => {
+                let st = states.entry(pid).or_insert_with(|| ProcessState::new(pid, HashMap::new()));
+                for (id, s) in cuflight_format::segment::parse_strings(base, &bytes) {
+                    st.strings.insert(id, String::from_utf8_lossy(s).into_owned());
+                }
+            }
+            Some(Block::Events { pid, mut events }) => {
+                let st = states.entry(pid).or_insert_with(|| ProcessState::new(pid, HashMap::new()));
+                st.align(&mut events);
+                // A block holds one ring after another; in time order a launch precedes its device work.
+                events.sort_by_key(|e| e.start);
+                for e in &events {
+                    if e.kind() == Some(EventKind::ThreadName) {
+                        st.thread_names.insert(e.a as u32, e.name);
+                    }
+                    st.event(&mut x, e).map_err(io)?;
+                }
+            }
+            _ => {}
+        }
+    }
+    x.out.flush().map_err(io)?;
+    Ok(x.counts)
+}
+
+/// What one process needs while its events stream by.
+struct ProcessState {
+    pid: u32,
+    strings: HashMap<u32, String>,
+    thread_names: HashMap<u32, u32>,
+    /// Exact flow ends when the whole trace is known: correlations with device work and with an API call.
+    exact: Option<(HashSet<u32>, HashSet<u32>)>,
+    /// Streaming: launches seen whose device work has not appeared yet.
+    in_flight: HashSet<u32>,
+    flows_ended: HashSet<u32>,
+    launcher_names: HashMap<u32, bool>,
+    stacks: HashMap<(u32, u64), Vec<(u64, u32)>>,
+    open: HashMap<u64, (u64, u32, u64)>,
+    early_ends: HashMap<u64, u64>,
+    live: HashMap<u64, u64>,
+    device_bytes: i64,
+    /// CLOCK_MONOTONIC - CUPTI time from the first clock pair (streaming only).
+    offset: Option<i64>,
+}
+
+impl ProcessState {
+    fn new(pid: u32, strings: HashMap<u32, String>) -> Self {
+        ProcessState {
+            pid,
+            strings,
+            thread_names: HashMap::new(),
+            exact: None,
+            in_flight: HashSet::new(),
+            flows_ended: HashSet::new(),
+            launcher_names: HashMap::new(),
+            stacks: HashMap::new(),
+            open: HashMap::new(),
+            early_ends: HashMap::new(),
+            live: HashMap::new(),
+            device_bytes: 0,
+            offset: None,
+        }
+    }
+
+    fn string(&self, id: u32) -> &str {
+        self.strings.get(&id).map_or("", String::as_str)
+    }
+
+    fn exact_flows(&mut self, events: &[cuflight_format::RawEvent]) {
+        let with = |f: &dyn Fn(Option<EventKind>) -> bool| -> HashSet<u32> {
+            events.iter().filter(|e| f(e.kind()) && e.correlation != 0).map(|e| e.correlation).collect()
+        };
+        self.exact = Some((with(&is_device_work), with(&|k| k == Some(EventKind::Api))));
+    }
+
+    /// Moves device timestamps onto the host clock (the in-memory path did this at load).
+    fn align(&mut self, events: &mut [cuflight_format::RawEvent]) {
+        if self.offset.is_none() {
+            self.offset =
+                events.iter().find(|e| e.kind() == Some(EventKind::ClockSync)).map(|e| e.end as i64 - e.start as i64);
+        }
+        let off = self.offset.unwrap_or(0);
+        for e in events.iter_mut() {
+            if crate::trace::is_device_event(e.kind()) && e.start != 0 {
+                e.start = e.start.wrapping_add_signed(off);
+                e.end = e.end.wrapping_add_signed(off);
+            }
+        }
+    }
+
+    /// Whether this API call starts a flow to device work.
+    fn flow_start(&mut self, e: &cuflight_format::RawEvent) -> bool {
+        if e.correlation == 0 {
+            return false;
+        }
+        if let Some((launched, _)) = &self.exact {
+            return launched.contains(&e.correlation);
+        }
+        let name = e.name;
+        let strings = &self.strings;
+        let launcher = *self.launcher_names.entry(name).or_insert_with(|| {
+            let n = strings.get(&name).map_or("", String::as_str);
+            ["Launch", "Memcpy", "Memset", "memcpy", "memset"].iter().any(|k| n.contains(k))
+        });
+        if launcher {
+            self.in_flight.insert(e.correlation);
+        }
+        launcher
+    }
+
+    /// Whether this device op terminates its launch's flow (once per launch).
+    fn flow_end(&mut self, e: &cuflight_format::RawEvent) -> bool {
+        if e.correlation == 0 {
+            return false;
+        }
+        match &self.exact {
+            Some((_, api)) => api.contains(&e.correlation) && self.flows_ended.insert(e.correlation),
+            None => self.in_flight.remove(&e.correlation),
+        }
+    }
+
+    fn thread<W: Write>(&self, x: &mut Exporter<W>, tid: u32) -> std::io::Result<u64> {
+        let name = self.thread_names.get(&tid).map(|&n| self.string(n).to_string());
+        x.track(TrackKey::Thread(self.pid, tid), &|| name.clone().unwrap_or_else(|| format!("thread {tid}")))
+    }
+
+    fn stream<W: Write>(&self, x: &mut Exporter<W>, device: u32, stream: u32) -> std::io::Result<u64> {
+        x.track(TrackKey::Stream(self.pid, device, stream), &|| format!("GPU {device} stream {stream}"))
+    }
+
+    fn domain(&self, id: u64) -> &str {
+        if id == 0 {
+            "default"
+        } else {
+            self.string(id as u32)
+        }
+    }
+
+    fn event<W: Write>(&mut self, x: &mut Exporter<W>, e: &cuflight_format::RawEvent) -> std::io::Result<()> {
+        let pid = self.pid;
         match e.kind() {
             Some(EventKind::Api) => {
-                let track = thread(x, e.tid)?;
-                let flow =
-                    (e.correlation != 0 && launched.contains(&e.correlation)).then(|| flow_id(pid, e.correlation));
+                let track = self.thread(x, e.tid)?;
+                let flow = self.flow_start(e).then(|| flow_id(pid, e.correlation));
                 let cat = if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" };
                 let args = [Arg::U("correlation", e.correlation as u64), Arg::U("cbid", e.a), Arg::U("return", e.b)];
-                x.slice(track, e.start, e.end, name, cat, &args, flow, None)?;
+                x.slice(track, e.start, e.end, self.string(e.name), cat, &args, flow, None)?;
             }
             Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
-                let track = x.track(TrackKey::Stream(pid, e.device, e.stream), p, &|| {
-                    format!("GPU {} stream {}", e.device, e.stream)
-                })?;
-                // One flow per launch: a second device op with the same correlation does not re-terminate it.
-                let term = (e.correlation != 0 && api.contains(&e.correlation) && flows_ended.insert(e.correlation))
-                    .then(|| flow_id(pid, e.correlation));
+                let track = self.stream(x, e.device, e.stream)?;
+                let term = self.flow_end(e).then(|| flow_id(pid, e.correlation));
                 let corr = Arg::U("correlation", e.correlation as u64);
                 match k {
                     EventKind::Kernel => {
@@ -415,22 +568,20 @@ fn export_process<W: Write>(x: &mut Exporter<W>, pid: u32, p: &Process) -> std::
                             Arg::U("dynamic shared memory", c.dynamic_shared as u64),
                             corr,
                         ];
-                        x.slice(track, e.start, e.end, name, "kernel", &args, None, term)?;
+                        x.slice(track, e.start, e.end, self.string(e.name), "kernel", &args, None, term)?;
                     }
                     EventKind::Memcpy => {
                         let (src, dst) = (names::memory_kind(e.b as u8), names::memory_kind((e.b >> 8) as u8));
                         let label = format!("Memcpy {} ({src} -> {dst})", names::memcpy_kind(e.sub));
                         let args = [Arg::U("bytes", e.a), Arg::S("source", src), Arg::S("destination", dst), corr];
                         x.slice(track, e.start, e.end, &label, "gpu_memcpy", &args, None, term)?;
-                        let bw =
-                            x.track(TrackKey::Counter(pid, "bandwidth"), p, &|| "Memcpy bandwidth (GB/s)".into())?;
+                        let bw = x.track(TrackKey::Counter(pid, "bandwidth"), &|| "Memcpy bandwidth (GB/s)".into())?;
                         let gbps = if e.duration() == 0 { 0.0 } else { e.a as f64 / e.duration() as f64 };
                         x.counter(bw, e.start, Counter::Double(gbps))?;
                         x.counter(bw, e.end.max(e.start), Counter::Double(0.0))?;
                     }
                     _ => {
-                        let memory = names::memory_kind(e.sub);
-                        let label = format!("Memset ({memory})");
+                        let label = format!("Memset ({})", names::memory_kind(e.sub));
                         x.slice(
                             track,
                             e.start,
@@ -445,69 +596,76 @@ fn export_process<W: Write>(x: &mut Exporter<W>, pid: u32, p: &Process) -> std::
                 }
             }
             Some(EventKind::Range) => {
-                let domain = p.string(e.c as u32);
                 let track = if e.flags & FLAG_DEVICE != 0 {
-                    x.track(TrackKey::Stream(pid, e.device, e.stream), p, &|| {
-                        format!("GPU {} stream {}", e.device, e.stream)
-                    })?
+                    self.stream(x, e.device, e.stream)?
                 } else {
-                    thread(x, e.tid)?
+                    self.thread(x, e.tid)?
                 };
-                x.slice(track, e.start, e.end, name, "range", &[Arg::S("domain", domain)], None, None)?;
+                let args = [Arg::S("domain", self.string(e.c as u32))];
+                x.slice(track, e.start, e.end, self.string(e.name), "range", &args, None, None)?;
             }
-            Some(EventKind::NvtxPush) => stacks.entry((e.tid, e.c)).or_default().push((e.start, e.name)),
+            Some(EventKind::NvtxPush) => self.stacks.entry((e.tid, e.c)).or_default().push((e.start, e.name)),
             Some(EventKind::NvtxPop) => {
-                if let Some((start, n)) = stacks.get_mut(&(e.tid, e.c)).and_then(Vec::pop) {
-                    let track = thread(x, e.tid)?;
-                    let domain = if e.c == 0 { "default" } else { p.string(e.c as u32) };
-                    x.slice(track, start, e.start, p.string(n), "nvtx", &[Arg::S("domain", domain)], None, None)?;
+                if let Some((start, n)) = self.stacks.get_mut(&(e.tid, e.c)).and_then(Vec::pop) {
+                    let track = self.thread(x, e.tid)?;
+                    let args = [Arg::S("domain", self.domain(e.c))];
+                    x.slice(track, start, e.start, self.string(n), "nvtx", &args, None, None)?;
                 }
             }
-            Some(EventKind::NvtxStart) => {
-                open.insert(e.a, (e.start, e.name, e.c, e.tid));
-            }
-            Some(EventKind::NvtxEnd) => {
-                if let Some((start, n, domain, _)) = open.remove(&e.a) {
-                    // Start/end ranges may overlap: one async track per range name keeps slices nested.
-                    let track = x.track(TrackKey::Async(pid, n), p, &|| format!("NVTX {}", p.string(n)))?;
-                    let domain = if domain == 0 { "default" } else { p.string(domain as u32) };
-                    x.slice(track, start, e.start, p.string(n), "nvtx", &[Arg::S("domain", domain)], None, None)?;
+            Some(EventKind::NvtxStart) => match self.early_ends.remove(&e.a) {
+                Some(end) => self.range(x, e.start, end, e.name, e.c)?,
+                None => {
+                    self.open.insert(e.a, (e.start, e.name, e.c));
                 }
-            }
+            },
+            Some(EventKind::NvtxEnd) => match self.open.remove(&e.a) {
+                Some((start, n, domain)) => self.range(x, start, e.start, n, domain)?,
+                // Ended on another thread whose ring came first in this block: pair it when the start arrives.
+                None => {
+                    self.early_ends.insert(e.a, e.start);
+                }
+            },
             Some(EventKind::NvtxMark) => {
-                let track = thread(x, e.tid)?;
-                x.instant(track, e.start, name, "nvtx")?;
+                let track = self.thread(x, e.tid)?;
+                x.instant(track, e.start, self.string(e.name), "nvtx")?;
             }
             Some(EventKind::Alloc | EventKind::Free) => {
                 if !MemKind::from_u8(e.sub).is_none_or(MemKind::is_device) {
-                    continue;
+                    return Ok(());
                 }
                 if e.kind() == Some(EventKind::Alloc) {
-                    live.insert(e.a, e.b);
-                    device_bytes += e.b as i64;
+                    self.live.insert(e.a, e.b);
+                    self.device_bytes += e.b as i64;
                 } else {
-                    device_bytes -= live.remove(&e.a).unwrap_or(0) as i64;
+                    self.device_bytes -= self.live.remove(&e.a).unwrap_or(0) as i64;
                 }
-                let track = x.track(TrackKey::Counter(pid, "memory"), p, &|| "Device memory in use (bytes)".into())?;
-                x.counter(track, e.start, Counter::Int(device_bytes))?;
+                let track = x.track(TrackKey::Counter(pid, "memory"), &|| "Device memory in use (bytes)".into())?;
+                x.counter(track, e.start, Counter::Int(self.device_bytes))?;
             }
             Some(EventKind::Sync) => {
-                let track = x.track(TrackKey::Async(pid, u32::MAX), p, &|| "CUDA synchronization".into())?;
-                x.slice(
-                    track,
-                    e.start,
-                    e.end,
-                    names::sync_kind(e.sub),
-                    "sync",
-                    &[Arg::U("stream", e.stream as u64)],
-                    None,
-                    None,
-                )?;
+                let track = x.track(TrackKey::Async(pid, u32::MAX), &|| "CUDA synchronization".into())?;
+                let args = [Arg::U("stream", e.stream as u64)];
+                x.slice(track, e.start, e.end, names::sync_kind(e.sub), "sync", &args, None, None)?;
             }
             _ => {}
         }
+        Ok(())
     }
-    Ok(())
+
+    /// A start/end range: one async track per range name, since such ranges may overlap.
+    fn range<W: Write>(
+        &self,
+        x: &mut Exporter<W>,
+        start: u64,
+        end: u64,
+        name: u32,
+        domain: u64,
+    ) -> std::io::Result<()> {
+        let label = format!("NVTX {}", self.string(name));
+        let track = x.track(TrackKey::Async(self.pid, name), &|| label.clone())?;
+        let args = [Arg::S("domain", self.domain(domain))];
+        x.slice(track, start, end, self.string(name), "nvtx", &args, None, None)
+    }
 }
 
 #[cfg(test)]

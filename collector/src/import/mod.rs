@@ -5,7 +5,7 @@ pub mod kineto;
 pub mod nsys;
 
 use crate::trace::{Trace, TraceError};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 /// What a file holds, from its first bytes.
@@ -29,6 +29,20 @@ pub fn sniff(head: &[u8]) -> Option<Format> {
     } else {
         None
     }
+}
+
+/// The format of a file, from its first bytes.
+pub fn detect(path: &Path) -> Result<Format, TraceError> {
+    let shown = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|source| TraceError::Open { path: shown.clone(), source })?;
+    let mut head = Vec::with_capacity(64);
+    std::io::Read::take(file, 64)
+        .read_to_end(&mut head)
+        .map_err(|source| TraceError::Open { path: shown.clone(), source })?;
+    sniff(&head).ok_or(TraceError::Import {
+        path: shown,
+        what: "unknown format (expected a cuflight trace, Kineto JSON or an nsys SQLite export)".into(),
+    })
 }
 
 /// Loads a trace of any supported format.
