@@ -12,7 +12,7 @@ use crate::names;
 use crate::trace::{Process, Trace};
 use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, FLAG_DEVICE};
 use cuflight_format::EventKind;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::io::Write;
 
 // Field numbers from Perfetto's protos.
@@ -68,6 +68,34 @@ pub struct ExportCounts {
     pub tracks: u64,
 }
 
+/// Categories and debug-annotation names are a fixed vocabulary, interned once in the first packet (iid =
+/// position + 1), so events never look them up.
+const CATEGORIES: &[&str] =
+    &["cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset", "range", "nvtx", "sync"];
+const ANNOTATIONS: &[&str] = &[
+    "correlation",
+    "cbid",
+    "return",
+    "grid",
+    "block",
+    "registers per thread",
+    "static shared memory",
+    "dynamic shared memory",
+    "bytes",
+    "source",
+    "destination",
+    "domain",
+    "stream",
+];
+
+fn cat(name: &str) -> u64 {
+    CATEGORIES.iter().position(|c| *c == name).map_or(0, |i| i as u64 + 1)
+}
+
+fn ann(name: &str) -> u64 {
+    ANNOTATIONS.iter().position(|c| *c == name).map_or(0, |i| i as u64 + 1)
+}
+
 enum Arg<'a> {
     U(&'static str, u64),
     S(&'static str, &'a str),
@@ -87,25 +115,21 @@ struct Exporter<W: Write> {
     w: Writer,
     first: bool,
     names: HashMap<String, u64>,
-    categories: HashMap<&'static str, u64>,
-    annotations: HashMap<&'static str, u64>,
+    /// Name iids by (pid, string id): kernel names are long, hashing a pair is not.
+    name_ids: HashMap<(u32, u32), u64>,
     tracks: HashMap<TrackKey, u64>,
     counts: ExportCounts,
     process_labels: HashMap<u32, String>,
-    /// Interned entries a packet must carry, built before the packet.
+    /// Interned names a packet must carry, built before the packet.
     new_names: Vec<(u64, String)>,
-    new_categories: Vec<(u64, &'static str)>,
-    new_annotations: Vec<(u64, &'static str)>,
 }
 
 impl<W: Write> Exporter<W> {
     fn emit(&mut self, ts: Option<u64>, body: impl FnOnce(&mut Writer)) -> std::io::Result<()> {
         let flags = if std::mem::take(&mut self.first) { SEQ_CLEARED } else { SEQ_NEEDS_STATE };
-        let (names, cats, anns) = (
-            std::mem::take(&mut self.new_names),
-            std::mem::take(&mut self.new_categories),
-            std::mem::take(&mut self.new_annotations),
-        );
+        let first = flags == SEQ_CLEARED;
+        let names = std::mem::take(&mut self.new_names);
+        let (cats, anns): (&[&str], &[&str]) = if first { (CATEGORIES, ANNOTATIONS) } else { (&[], &[]) };
         let w = &mut self.w;
         w.begin();
         if let Some(ts) = ts {
@@ -115,9 +139,9 @@ impl<W: Write> Exporter<W> {
         w.uint(PKT_SEQ_FLAGS, flags);
         if !names.is_empty() || !cats.is_empty() || !anns.is_empty() {
             w.message(PKT_INTERNED_DATA, |w| {
-                for (iid, name) in &cats {
+                for (i, name) in cats.iter().enumerate() {
                     w.message(ID_CATEGORIES, |w| {
-                        w.uint(1, *iid);
+                        w.uint(1, i as u64 + 1);
                         w.string(2, name);
                     });
                 }
@@ -127,9 +151,9 @@ impl<W: Write> Exporter<W> {
                         w.string(2, name);
                     });
                 }
-                for (iid, name) in &anns {
+                for (i, name) in anns.iter().enumerate() {
                     w.message(ID_ANNOTATION_NAMES, |w| {
-                        w.uint(1, *iid);
+                        w.uint(1, i as u64 + 1);
                         w.string(2, name);
                     });
                 }
@@ -139,15 +163,16 @@ impl<W: Write> Exporter<W> {
         let out = &mut self.out;
         w.finish(|packet| {
             // Each packet is field 1 of the Trace message: tag, length, bytes.
-            let mut head = Vec::with_capacity(6);
-            head.push(((TRACE_PACKET << 3) | 2) as u8);
-            let mut n = packet.len() as u64;
+            let mut head = [0u8; 11];
+            head[0] = ((TRACE_PACKET << 3) | 2) as u8;
+            let (mut n, mut len) = (packet.len() as u64, 1);
             while n >= 0x80 {
-                head.push(n as u8 | 0x80);
+                head[len] = n as u8 | 0x80;
                 n >>= 7;
+                len += 1;
             }
-            head.push(n as u8);
-            out.write_all(&head)?;
+            head[len] = n as u8;
+            out.write_all(&head[..=len])?;
             out.write_all(packet)
         })?;
         self.counts.packets += 1;
@@ -164,23 +189,13 @@ impl<W: Write> Exporter<W> {
         iid
     }
 
-    fn category_iid(&mut self, cat: &'static str) -> u64 {
-        if let Some(&iid) = self.categories.get(cat) {
+    /// Name iid of string `id` of process `pid`.
+    fn id_iid(&mut self, pid: u32, id: u32, text: &str) -> u64 {
+        if let Some(&iid) = self.name_ids.get(&(pid, id)) {
             return iid;
         }
-        let iid = self.categories.len() as u64 + 1;
-        self.categories.insert(cat, iid);
-        self.new_categories.push((iid, cat));
-        iid
-    }
-
-    fn annotation_iid(&mut self, name: &'static str) -> u64 {
-        if let Some(&iid) = self.annotations.get(name) {
-            return iid;
-        }
-        let iid = self.annotations.len() as u64 + 1;
-        self.annotations.insert(name, iid);
-        self.new_annotations.push((iid, name));
+        let iid = self.name_iid(text);
+        self.name_ids.insert((pid, id), iid);
         iid
     }
 
@@ -230,41 +245,35 @@ impl<W: Write> Exporter<W> {
         Ok(uuid)
     }
 
+    /// A slice: `name` is an interned name iid, `category` a [`CATEGORIES`] iid.
     #[allow(clippy::too_many_arguments)]
     fn slice(
         &mut self,
         track: u64,
         start: u64,
         end: u64,
-        name: &str,
-        cat: &'static str,
+        name: u64,
+        category: u64,
         args: &[Arg],
         flow: Option<u64>,
         terminating: Option<u64>,
     ) -> std::io::Result<()> {
-        let name = self.name_iid(name);
-        let cat = self.category_iid(cat);
-        let args: Vec<(u64, &Arg)> = args
-            .iter()
-            .map(|a| {
-                let key = match a {
-                    Arg::U(k, _) | Arg::S(k, _) => *k,
-                };
-                (self.annotation_iid(key), a)
-            })
-            .collect();
+        let (cat, args) = (category, args);
         self.emit(Some(start), |w| {
             w.message(PKT_TRACK_EVENT, |w| {
                 w.uint(TE_TYPE, TYPE_BEGIN);
                 w.uint(TE_TRACK, track);
                 w.uint(TE_NAME_IID, name);
                 w.uint(TE_CATEGORY_IIDS, cat);
-                for (iid, a) in &args {
-                    w.message(TE_DEBUG, |w| {
-                        w.uint(DA_NAME_IID, *iid);
-                        match a {
-                            Arg::U(_, v) => w.uint(DA_UINT, *v),
-                            Arg::S(_, v) => w.string(DA_STRING, v),
+                for a in args {
+                    w.message(TE_DEBUG, |w| match a {
+                        Arg::U(k, v) => {
+                            w.uint(DA_NAME_IID, ann(k));
+                            w.uint(DA_UINT, *v);
+                        }
+                        Arg::S(k, v) => {
+                            w.uint(DA_NAME_IID, ann(k));
+                            w.string(DA_STRING, v);
                         }
                     });
                 }
@@ -287,9 +296,7 @@ impl<W: Write> Exporter<W> {
         Ok(())
     }
 
-    fn instant(&mut self, track: u64, ts: u64, name: &str, cat: &'static str) -> std::io::Result<()> {
-        let name = self.name_iid(name);
-        let cat = self.category_iid(cat);
+    fn instant(&mut self, track: u64, ts: u64, name: u64, cat: u64) -> std::io::Result<()> {
         self.counts.instants += 1;
         self.emit(Some(ts), |w| {
             w.message(PKT_TRACK_EVENT, |w| {
@@ -345,15 +352,12 @@ impl<W: Write> Exporter<W> {
             out,
             w: Writer::default(),
             first: true,
-            names: HashMap::new(),
-            categories: HashMap::new(),
-            annotations: HashMap::new(),
-            tracks: HashMap::new(),
+            names: HashMap::default(),
+            name_ids: HashMap::default(),
+            tracks: HashMap::default(),
             counts: ExportCounts::default(),
-            process_labels: HashMap::new(),
+            process_labels: HashMap::default(),
             new_names: Vec::new(),
-            new_categories: Vec::new(),
-            new_annotations: Vec::new(),
         }
     }
 }
@@ -363,7 +367,7 @@ pub fn export<W: Write>(trace: &Trace, out: W) -> std::io::Result<ExportCounts> 
     let mut x = Exporter::new(out);
     for (&pid, p) in &trace.processes {
         x.process_labels.insert(pid, process_label(p));
-        let mut st = ProcessState::new(pid, p.strings.clone());
+        let mut st = ProcessState::new(pid, p.strings.iter().map(|(k, v)| (*k, v.clone())).collect());
         st.exact_flows(&p.events);
         for e in p.events.iter().filter(|e| e.kind() == Some(EventKind::ThreadName)) {
             st.thread_names.insert(e.a as u32, e.name);
@@ -400,22 +404,27 @@ pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCou
         }
     }
     // Pass 2: strings and events, in file order.
-    let mut states: HashMap<u32, ProcessState> = HashMap::new();
+    let mut states: HashMap<u32, ProcessState> = HashMap::default();
+    let mut order: Vec<(u64, u32)> = Vec::new();
     let mut reader = open()?;
     while let Some(block) = reader.next_block_where(|t| t == TAG_STRINGS || t == TAG_EVENTS).map_err(fmt)? {
         match block {
             Some(Block::Strings { pid, base, bytes }) => {
-                let st = states.entry(pid).or_insert_with(|| ProcessState::new(pid, HashMap::new()));
+                let st = states.entry(pid).or_insert_with(|| ProcessState::new(pid, HashMap::default()));
                 for (id, s) in cuflight_format::segment::parse_strings(base, &bytes) {
                     st.strings.insert(id, String::from_utf8_lossy(s).into_owned());
                 }
             }
             Some(Block::Events { pid, mut events }) => {
-                let st = states.entry(pid).or_insert_with(|| ProcessState::new(pid, HashMap::new()));
+                let st = states.entry(pid).or_insert_with(|| ProcessState::new(pid, HashMap::default()));
                 st.align(&mut events);
-                // A block holds one ring after another; in time order a launch precedes its device work.
-                events.sort_by_key(|e| e.start);
-                for e in &events {
+                // A block holds one ring after another; in time order a launch precedes its device work. Sorting
+                // (time, position) keys keeps equal times in ring order and moves 16 bytes instead of 64.
+                order.clear();
+                order.extend(events.iter().enumerate().map(|(i, e)| (e.start, i as u32)));
+                order.sort_unstable();
+                for &(_, i) in &order {
+                    let e = &events[i as usize];
                     if e.kind() == Some(EventKind::ThreadName) {
                         st.thread_names.insert(e.a as u32, e.name);
                     }
@@ -447,6 +456,9 @@ struct ProcessState {
     device_bytes: i64,
     /// CLOCK_MONOTONIC - CUPTI time from the first clock pair (streaming only).
     offset: Option<i64>,
+    labels: HashMap<u64, u64>,
+    grid: String,
+    block: String,
 }
 
 impl ProcessState {
@@ -454,17 +466,20 @@ impl ProcessState {
         ProcessState {
             pid,
             strings,
-            thread_names: HashMap::new(),
+            thread_names: HashMap::default(),
             exact: None,
-            in_flight: HashSet::new(),
-            flows_ended: HashSet::new(),
-            launcher_names: HashMap::new(),
-            stacks: HashMap::new(),
-            open: HashMap::new(),
-            early_ends: HashMap::new(),
-            live: HashMap::new(),
+            in_flight: HashSet::default(),
+            flows_ended: HashSet::default(),
+            launcher_names: HashMap::default(),
+            stacks: HashMap::default(),
+            open: HashMap::default(),
+            early_ends: HashMap::default(),
+            live: HashMap::default(),
             device_bytes: 0,
             offset: None,
+            labels: HashMap::default(),
+            grid: String::new(),
+            block: String::new(),
         }
     }
 
@@ -548,9 +563,10 @@ impl ProcessState {
             Some(EventKind::Api) => {
                 let track = self.thread(x, e.tid)?;
                 let flow = self.flow_start(e).then(|| flow_id(pid, e.correlation));
-                let cat = if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" };
+                let category = cat(if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" });
                 let args = [Arg::U("correlation", e.correlation as u64), Arg::U("cbid", e.a), Arg::U("return", e.b)];
-                x.slice(track, e.start, e.end, self.string(e.name), cat, &args, flow, None)?;
+                let name = x.id_iid(pid, e.name, self.string(e.name));
+                x.slice(track, e.start, e.end, name, category, &args, flow, None)?;
             }
             Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
                 let track = self.stream(x, e.device, e.stream)?;
@@ -559,39 +575,40 @@ impl ProcessState {
                 match k {
                     EventKind::Kernel => {
                         let c = LaunchConfig::unpack(e.a, e.b, e.c);
-                        let (grid, block) = (format!("{:?}", c.grid), format!("{:?}", c.block));
+                        let (mut grid, mut block) = (std::mem::take(&mut self.grid), std::mem::take(&mut self.block));
+                        super::protobuf::dims(&mut grid, c.grid);
+                        super::protobuf::dims(&mut block, c.block);
                         let args = [
+                            corr,
                             Arg::S("grid", &grid),
                             Arg::S("block", &block),
                             Arg::U("registers per thread", c.registers as u64),
                             Arg::U("static shared memory", c.static_shared as u64),
                             Arg::U("dynamic shared memory", c.dynamic_shared as u64),
-                            corr,
                         ];
-                        x.slice(track, e.start, e.end, self.string(e.name), "kernel", &args, None, term)?;
+                        // Shared memory sizes only when used: most kernels use none, and every byte counts here.
+                        let used = if c.static_shared == 0 && c.dynamic_shared == 0 { 4 } else { 6 };
+                        let name = x.id_iid(pid, e.name, self.string(e.name));
+                        x.slice(track, e.start, e.end, name, cat("kernel"), &args[..used], None, term)?;
+                        (self.grid, self.block) = (grid, block);
                     }
                     EventKind::Memcpy => {
                         let (src, dst) = (names::memory_kind(e.b as u8), names::memory_kind((e.b >> 8) as u8));
-                        let label = format!("Memcpy {} ({src} -> {dst})", names::memcpy_kind(e.sub));
-                        let args = [Arg::U("bytes", e.a), Arg::S("source", src), Arg::S("destination", dst), corr];
-                        x.slice(track, e.start, e.end, &label, "gpu_memcpy", &args, None, term)?;
+                        let name = self.label(x, 1 << 32 | (e.b & 0xffff) << 8 | e.sub as u64, || {
+                            format!("Memcpy {} ({src} -> {dst})", names::memcpy_kind(e.sub))
+                        });
+                        let args = [corr, Arg::U("bytes", e.a), Arg::S("source", src), Arg::S("destination", dst)];
+                        x.slice(track, e.start, e.end, name, cat("gpu_memcpy"), &args, None, term)?;
                         let bw = x.track(TrackKey::Counter(pid, "bandwidth"), &|| "Memcpy bandwidth (GB/s)".into())?;
                         let gbps = if e.duration() == 0 { 0.0 } else { e.a as f64 / e.duration() as f64 };
                         x.counter(bw, e.start, Counter::Double(gbps))?;
                         x.counter(bw, e.end.max(e.start), Counter::Double(0.0))?;
                     }
                     _ => {
-                        let label = format!("Memset ({})", names::memory_kind(e.sub));
-                        x.slice(
-                            track,
-                            e.start,
-                            e.end,
-                            &label,
-                            "gpu_memset",
-                            &[Arg::U("bytes", e.a), corr],
-                            None,
-                            term,
-                        )?;
+                        let name =
+                            self.label(x, 2 << 32 | e.sub as u64, || format!("Memset ({})", names::memory_kind(e.sub)));
+                        let args = [corr, Arg::U("bytes", e.a)];
+                        x.slice(track, e.start, e.end, name, cat("gpu_memset"), &args, None, term)?;
                     }
                 }
             }
@@ -602,14 +619,16 @@ impl ProcessState {
                     self.thread(x, e.tid)?
                 };
                 let args = [Arg::S("domain", self.string(e.c as u32))];
-                x.slice(track, e.start, e.end, self.string(e.name), "range", &args, None, None)?;
+                let name = x.id_iid(pid, e.name, self.string(e.name));
+                x.slice(track, e.start, e.end, name, cat("range"), &args, None, None)?;
             }
             Some(EventKind::NvtxPush) => self.stacks.entry((e.tid, e.c)).or_default().push((e.start, e.name)),
             Some(EventKind::NvtxPop) => {
                 if let Some((start, n)) = self.stacks.get_mut(&(e.tid, e.c)).and_then(Vec::pop) {
                     let track = self.thread(x, e.tid)?;
                     let args = [Arg::S("domain", self.domain(e.c))];
-                    x.slice(track, start, e.start, self.string(n), "nvtx", &args, None, None)?;
+                    let name = x.id_iid(pid, n, self.string(n));
+                    x.slice(track, start, e.start, name, cat("nvtx"), &args, None, None)?;
                 }
             }
             Some(EventKind::NvtxStart) => match self.early_ends.remove(&e.a) {
@@ -627,7 +646,8 @@ impl ProcessState {
             },
             Some(EventKind::NvtxMark) => {
                 let track = self.thread(x, e.tid)?;
-                x.instant(track, e.start, self.string(e.name), "nvtx")?;
+                let name = x.id_iid(pid, e.name, self.string(e.name));
+                x.instant(track, e.start, name, cat("nvtx"))?;
             }
             Some(EventKind::Alloc | EventKind::Free) => {
                 if !MemKind::from_u8(e.sub).is_none_or(MemKind::is_device) {
@@ -645,7 +665,8 @@ impl ProcessState {
             Some(EventKind::Sync) => {
                 let track = x.track(TrackKey::Async(pid, u32::MAX), &|| "CUDA synchronization".into())?;
                 let args = [Arg::U("stream", e.stream as u64)];
-                x.slice(track, e.start, e.end, names::sync_kind(e.sub), "sync", &args, None, None)?;
+                let name = self.label(x, 3 << 32 | e.sub as u64, || names::sync_kind(e.sub).to_string());
+                x.slice(track, e.start, e.end, name, cat("sync"), &args, None, None)?;
             }
             _ => {}
         }
@@ -664,7 +685,18 @@ impl ProcessState {
         let label = format!("NVTX {}", self.string(name));
         let track = x.track(TrackKey::Async(self.pid, name), &|| label.clone())?;
         let args = [Arg::S("domain", self.domain(domain))];
-        x.slice(track, start, end, self.string(name), "nvtx", &args, None, None)
+        let iid = x.id_iid(self.pid, name, self.string(name));
+        x.slice(track, start, end, iid, cat("nvtx"), &args, None, None)
+    }
+
+    /// Name iid of a label built from event fields (copy kinds, memory kinds, sync kinds), built once per key.
+    fn label<W: Write>(&mut self, x: &mut Exporter<W>, key: u64, text: impl FnOnce() -> String) -> u64 {
+        if let Some(&iid) = self.labels.get(&key) {
+            return iid;
+        }
+        let iid = x.name_iid(&text());
+        self.labels.insert(key, iid);
+        iid
     }
 }
 

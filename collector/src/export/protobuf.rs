@@ -1,6 +1,10 @@
 //! A minimal protobuf writer (proto2 wire format: varints, fixed64, doubles, length-delimited fields) for the
-//! Perfetto exporter. Nested messages are encoded into buffers reused from a pool, then length-prefixed into
-//! their parent, so a steady stream of packets allocates nothing.
+//! Perfetto exporter.
+//!
+//! Everything is written into one buffer. A nested message reserves one length byte, is written in place, and
+//! its length is patched in afterwards; only a message of 128 bytes or more needs its bytes shifted to make room
+//! for a longer length. So nesting copies nothing in the common case and the encoding stays canonical (the
+//! smallest varint), which keeps files small.
 
 const VARINT: u32 = 0;
 const FIXED64: u32 = 1;
@@ -8,10 +12,18 @@ const LEN: u32 = 2;
 
 #[derive(Default)]
 pub struct Writer {
-    stack: Vec<Vec<u8>>,
-    pool: Vec<Vec<u8>>,
+    buf: Vec<u8>,
+    /// Start offsets of the open messages (where their length byte sits).
+    open: Vec<usize>,
 }
 
+#[inline]
+fn varint_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros()).div_ceil(7) as usize
+}
+
+/// Byte pushes: most varints here are 1-2 bytes, where a `memcpy` call costs more than the bytes.
+#[inline]
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
@@ -21,27 +33,21 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 impl Writer {
-    /// Starts a top-level message; `finish` returns its bytes.
+    /// Starts a top-level message; `finish` hands its bytes over.
     pub fn begin(&mut self) {
-        let buf = self.pool.pop().unwrap_or_default();
-        self.stack.push(buf);
+        self.buf.clear();
+        self.open.clear();
     }
 
-    fn top(&mut self) -> &mut Vec<u8> {
-        if self.stack.is_empty() {
-            self.stack.push(Vec::new());
-        }
-        let last = self.stack.len() - 1;
-        &mut self.stack[last]
-    }
-
+    #[inline]
     fn tag(&mut self, field: u32, wire: u32) {
-        put_varint(self.top(), ((field << 3) | wire) as u64);
+        put_varint(&mut self.buf, ((field << 3) | wire) as u64);
     }
 
+    #[inline]
     pub fn uint(&mut self, field: u32, v: u64) {
         self.tag(field, VARINT);
-        put_varint(self.top(), v);
+        put_varint(&mut self.buf, v);
     }
 
     pub fn int(&mut self, field: u32, v: i64) {
@@ -50,44 +56,73 @@ impl Writer {
 
     pub fn fixed64(&mut self, field: u32, v: u64) {
         self.tag(field, FIXED64);
-        self.top().extend_from_slice(&v.to_le_bytes());
+        self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
     pub fn double(&mut self, field: u32, v: f64) {
         self.tag(field, FIXED64);
-        self.top().extend_from_slice(&v.to_le_bytes());
+        self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
     pub fn bytes(&mut self, field: u32, v: &[u8]) {
         self.tag(field, LEN);
-        put_varint(self.top(), v.len() as u64);
-        self.top().extend_from_slice(v);
+        put_varint(&mut self.buf, v.len() as u64);
+        self.buf.extend_from_slice(v);
     }
 
     pub fn string(&mut self, field: u32, v: &str) {
         self.bytes(field, v.as_bytes());
     }
 
-    /// A nested message in `field`, written by `f`.
+    /// A nested message in `field`, written by `f` directly into the buffer.
     pub fn message(&mut self, field: u32, f: impl FnOnce(&mut Self)) {
-        self.begin();
+        self.tag(field, LEN);
+        let at = self.buf.len();
+        self.buf.push(0);
+        self.open.push(at);
         f(self);
-        let inner = self.stack.pop().unwrap_or_default();
-        self.bytes(field, &inner);
-        self.recycle(inner);
+        self.open.pop();
+        let len = self.buf.len() - at - 1;
+        let need = varint_len(len as u64);
+        if need > 1 {
+            // Rare: make room for a longer length by shifting the message body.
+            let body_end = self.buf.len();
+            self.buf.resize(body_end + need - 1, 0);
+            self.buf.copy_within(at + 1..body_end, at + need);
+        }
+        let mut v = len as u64;
+        for i in 0..need {
+            self.buf[at + i] = if i + 1 < need { v as u8 | 0x80 } else { v as u8 };
+            v >>= 7;
+        }
     }
 
     /// Ends the top-level message and hands its bytes to `sink`.
     pub fn finish<R>(&mut self, sink: impl FnOnce(&[u8]) -> R) -> R {
-        let buf = self.stack.pop().unwrap_or_default();
-        let r = sink(&buf);
-        self.recycle(buf);
-        r
+        sink(&self.buf)
     }
+}
 
-    fn recycle(&mut self, mut buf: Vec<u8>) {
-        buf.clear();
-        self.pool.push(buf);
+/// Appends `a,b,c` in decimal (kernel grid and block), without the formatting machinery.
+pub fn dims(out: &mut String, d: [u32; 3]) {
+    out.clear();
+    for (i, v) in d.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let mut digits = [0u8; 10];
+        let (mut v, mut n) = (*v, 0);
+        loop {
+            digits[n] = b'0' + (v % 10) as u8;
+            v /= 10;
+            n += 1;
+            if v == 0 {
+                break;
+            }
+        }
+        for d in digits[..n].iter().rev() {
+            out.push(*d as char);
+        }
     }
 }
 
@@ -105,5 +140,24 @@ mod tests {
         w.fixed64(4, 1);
         let bytes = w.finish(|b| b.to_vec());
         assert_eq!(bytes, [0x08, 0x96, 0x01, 0x12, 2, b'h', b'i', 0x1a, 2, 0x08, 1, 0x21, 1, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn long_nested_messages_get_canonical_lengths() {
+        let mut w = Writer::default();
+        w.begin();
+        let body = vec![7u8; 300];
+        w.message(1, |w| w.message(2, |w| w.bytes(3, &body)));
+        let bytes = w.finish(|b| b.to_vec());
+        // field 1: len 306 = [0xb2, 0x02]; field 2: len 303 = [0xaf, 0x02]; field 3: len 300 = [0xac, 0x02]
+        assert_eq!(&bytes[..9], &[0x0a, 0xb2, 0x02, 0x12, 0xaf, 0x02, 0x1a, 0xac, 0x02]);
+        assert_eq!(bytes.len(), 9 + 300);
+    }
+
+    #[test]
+    fn dims_print_like_display() {
+        let mut s = String::new();
+        dims(&mut s, [108, 1, 4294967295]);
+        assert_eq!(s, "108,1,4294967295");
     }
 }
