@@ -35,7 +35,7 @@ pub struct Process {
 /// Builds a process's string table while importing: the same text always gets the same id.
 #[derive(Debug, Default)]
 pub struct StringTable {
-    ids: HashMap<String, u32>,
+    ids: rustc_hash::FxHashMap<String, u32>,
 }
 
 impl StringTable {

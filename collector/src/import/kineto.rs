@@ -10,26 +10,153 @@
 use crate::trace::{Process, StringTable, Trace};
 use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE};
 use cuflight_format::{EventKind, RawEvent};
-use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::Visitor;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 #[derive(Deserialize)]
 struct Event {
-    ph: Option<String>,
-    cat: Option<String>,
+    ph: Option<Small>,
+    cat: Option<Small>,
     #[serde(default)]
     name: String,
-    pid: Option<Value>,
-    tid: Option<Value>,
+    pid: Option<Id>,
+    tid: Option<Id>,
+    /// Kept as text: epoch microseconds like 1712195495506161.2 need more digits than f64 holds.
     ts: Option<Box<RawValue>>,
-    dur: Option<Box<RawValue>>,
-    id: Option<Value>,
+    /// Durations are small enough that f64 holds them to the nanosecond.
+    dur: Option<f64>,
+    id: Option<Id>,
     #[serde(default)]
-    args: Map<String, Value>,
+    args: Args,
+}
+
+/// The args cuflight reads; everything else is skipped without being built into values.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Args {
+    correlation: Option<Num>,
+    device: Option<Num>,
+    stream: Option<Num>,
+    cbid: Option<Num>,
+    bytes: Option<Num>,
+    grid: Option<Vec<Num>>,
+    block: Option<Vec<Num>>,
+    #[serde(rename = "registers per thread")]
+    registers: Option<Num>,
+    #[serde(rename = "shared memory")]
+    shared_memory: Option<Num>,
+    name: Option<String>,
+    cuda_sync_kind: Option<String>,
+    domain: Option<String>,
+    #[serde(rename = "async")]
+    is_async: Option<bool>,
+    pinned: Option<bool>,
+    #[serde(rename = "Addr")]
+    addr: Option<Num>,
+    #[serde(rename = "Bytes")]
+    signed_bytes: Option<Num>,
+    #[serde(rename = "Device Type")]
+    device_type: Option<Num>,
+    #[serde(rename = "Device Id")]
+    device_id: Option<Num>,
+}
+
+/// A short string (phase, category) kept inline: no allocation per event.
+#[derive(Default)]
+struct Small {
+    len: u8,
+    bytes: [u8; 31],
+}
+
+impl Small {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl<'de> Deserialize<'de> for Small {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Small;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Small, E> {
+                // Longer categories than any Kineto writes are cut at a character boundary; they stay distinct
+                // enough to be reported as their own domain.
+                let mut end = v.len().min(31);
+                while !v.is_char_boundary(end) {
+                    end -= 1;
+                }
+                let mut s = Small { len: end as u8, ..Default::default() };
+                s.bytes[..end].copy_from_slice(&v.as_bytes()[..end]);
+                Ok(s)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A JSON number read as i64 (floats truncated); anything else reads as absent.
+#[derive(Clone, Copy)]
+struct Num(i64);
+
+impl<'de> Deserialize<'de> for Num {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Num;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number")
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Num, E> {
+                Ok(Num(v as i64))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Num, E> {
+                Ok(Num(v))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Num, E> {
+                Ok(Num(v as i64))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A pid, tid or flow id: a number, or a string (hashed to a stable number, the text kept for names).
+enum Id {
+    Num(u64),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Id;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number or a string")
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Id, E> {
+                Ok(Id::Num(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Id, E> {
+                Ok(Id::Num(v as u64))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Id, E> {
+                Ok(Id::Num(v as u64))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Id, E> {
+                Ok(v.parse().map_or_else(|_| Id::Text(v.to_string()), Id::Num))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// Decimal microseconds (as written) to integer nanoseconds, exactly.
@@ -51,24 +178,22 @@ fn us_to_ns(raw: &str) -> Option<u64> {
 }
 
 /// pid/tid as numbers; strings (some traces name threads) hash to a stable number.
-fn id_of(v: &Option<Value>) -> u64 {
+fn id_of(v: &Option<Id>) -> u64 {
     match v {
-        Some(Value::Number(n)) => n.as_u64().or_else(|| n.as_f64().map(|f| f as u64)).unwrap_or(0),
-        Some(Value::String(s)) => s.parse().unwrap_or_else(|_| crate::names::stable_hash(s) & 0x7fff_ffff),
-        _ => 0,
+        Some(Id::Num(n)) => *n,
+        Some(Id::Text(s)) => crate::names::stable_hash(s) & 0x7fff_ffff,
+        None => 0,
     }
 }
 
-fn arg_u64(args: &Map<String, Value>, key: &str) -> Option<u64> {
-    args.get(key).and_then(|v| v.as_u64().or_else(|| v.as_f64().map(|f| f as u64)))
+fn u(v: Option<Num>) -> Option<u64> {
+    v.map(|n| n.0.max(0) as u64)
 }
 
-fn dims(args: &Map<String, Value>, key: &str) -> [u32; 3] {
+fn dims(v: &Option<Vec<Num>>) -> [u32; 3] {
     let mut d = [1u32; 3];
-    if let Some(a) = args.get(key).and_then(Value::as_array) {
-        for (slot, v) in d.iter_mut().zip(a) {
-            *slot = v.as_u64().unwrap_or(1) as u32;
-        }
+    for (slot, n) in d.iter_mut().zip(v.iter().flatten()) {
+        *slot = n.0.max(0) as u32;
     }
     d
 }
@@ -136,16 +261,16 @@ impl Importer {
 
     fn add(&mut self, e: Event) {
         self.events += 1;
-        let ph = e.ph.as_deref().unwrap_or("");
-        let cat = e.cat.as_deref().unwrap_or("");
+        let ph = e.ph.as_ref().map_or("", Small::as_str);
+        let cat = e.cat.as_ref().map_or("", Small::as_str);
         let (pid, tid) = (id_of(&e.pid), id_of(&e.tid));
-        if let Some(Value::String(label)) = &e.pid {
+        if let Some(Id::Text(label)) = &e.pid {
             self.process_names.entry(pid as u32).or_insert_with(|| label.clone());
         }
         let ts = e.ts.as_deref().and_then(|r| us_to_ns(r.get()));
         match ph {
             "M" => {
-                let name = e.args.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+                let name = e.args.name.clone().unwrap_or_default();
                 match e.name.as_str() {
                     "process_name" => {
                         self.process_names.insert(pid as u32, name);
@@ -157,8 +282,8 @@ impl Importer {
             }
             "s" | "f" | "t" => {
                 if ph == "f" && matches!(cat, "ac2g" | "async") {
-                    if let (Some(ts), Some(id)) = (ts, e.id.as_ref().and_then(Value::as_u64)) {
-                        self.flow_ends.insert((pid, tid, ts), id as u32);
+                    if let (Some(ts), Some(Id::Num(id))) = (ts, &e.id) {
+                        self.flow_ends.insert((pid, tid, ts), *id as u32);
                     }
                 }
                 return;
@@ -167,21 +292,22 @@ impl Importer {
             _ => return,
         }
         let Some(start) = ts else { return };
-        let end = start + e.dur.as_deref().and_then(|r| us_to_ns(r.get())).unwrap_or(0);
-        let corr = arg_u64(&e.args, "correlation").unwrap_or(0) as u32;
+        let end = start + e.dur.map_or(0, |d| (d.max(0.0) * 1000.0).round() as u64);
+        let a = &e.args;
+        let corr = u(a.correlation).unwrap_or(0) as u32;
         let mut ev = RawEvent::new(EventKind::Range, tid as u32, start, end);
         ev.correlation = corr;
         match (ph, cat) {
             ("X", "kernel" | "Kernel") => {
                 ev.kind = EventKind::Kernel as u8;
                 ev.tid = 0;
-                ev.device = arg_u64(&e.args, "device").unwrap_or(pid) as u32;
-                ev.stream = arg_u64(&e.args, "stream").unwrap_or(tid) as u32;
+                ev.device = u(a.device).unwrap_or(pid) as u32;
+                ev.stream = u(a.stream).unwrap_or(tid) as u32;
                 let cfg = LaunchConfig {
-                    grid: dims(&e.args, "grid"),
-                    block: dims(&e.args, "block"),
-                    registers: arg_u64(&e.args, "registers per thread").unwrap_or(0) as u16,
-                    static_shared: arg_u64(&e.args, "shared memory").unwrap_or(0) as u32,
+                    grid: dims(&a.grid),
+                    block: dims(&a.block),
+                    registers: u(a.registers).unwrap_or(0) as u16,
+                    static_shared: u(a.shared_memory).unwrap_or(0) as u32,
                     dynamic_shared: 0,
                 };
                 (ev.a, ev.b, ev.c) = cfg.pack();
@@ -192,11 +318,11 @@ impl Importer {
                 ev.kind = EventKind::Memcpy as u8;
                 ev.tid = 0;
                 ev.sub = kind;
-                ev.device = arg_u64(&e.args, "device").unwrap_or(pid) as u32;
-                ev.stream = arg_u64(&e.args, "stream").unwrap_or(tid) as u32;
-                ev.a = arg_u64(&e.args, "bytes").unwrap_or(0);
+                ev.device = u(a.device).unwrap_or(pid) as u32;
+                ev.stream = u(a.stream).unwrap_or(tid) as u32;
+                ev.a = u(a.bytes).unwrap_or(0);
                 ev.b = src as u64 | (dst as u64) << 8;
-                if e.args.get("async").and_then(Value::as_bool) == Some(true) {
+                if a.is_async == Some(true) {
                     ev.flags = FLAG_ASYNC;
                 }
                 self.gpu.push((ev, String::new(), String::new(), (pid, tid)));
@@ -205,9 +331,9 @@ impl Importer {
                 ev.kind = EventKind::Memset as u8;
                 ev.tid = 0;
                 ev.sub = e.name.split_once('(').map_or(3, |(_, k)| memory_kind(k.trim_end_matches(')')));
-                ev.device = arg_u64(&e.args, "device").unwrap_or(pid) as u32;
-                ev.stream = arg_u64(&e.args, "stream").unwrap_or(tid) as u32;
-                ev.a = arg_u64(&e.args, "bytes").unwrap_or(0);
+                ev.device = u(a.device).unwrap_or(pid) as u32;
+                ev.stream = u(a.stream).unwrap_or(tid) as u32;
+                ev.a = u(a.bytes).unwrap_or(0);
                 self.gpu.push((ev, String::new(), String::new(), (pid, tid)));
             }
             ("X", "gpu_user_annotation") => {
@@ -220,7 +346,7 @@ impl Importer {
             ("X", "cuda_runtime" | "Runtime" | "cuda_driver" | "Driver") => {
                 ev.kind = EventKind::Api as u8;
                 ev.sub = if cat.contains("river") { API_DRIVER } else { API_RUNTIME };
-                ev.a = arg_u64(&e.args, "cbid").unwrap_or(0);
+                ev.a = u(a.cbid).unwrap_or(0);
                 if corr != 0 {
                     self.correlation_pid.insert(corr, pid as u32);
                 }
@@ -229,30 +355,29 @@ impl Importer {
             ("X", "cuda_sync") => {
                 ev.kind = EventKind::Sync as u8;
                 ev.tid = 0;
-                let kind = e.args.get("cuda_sync_kind").and_then(Value::as_str).unwrap_or(&e.name);
+                let kind = a.cuda_sync_kind.as_deref().unwrap_or(&e.name);
                 ev.sub = crate::names::sync_kind_from_name(kind);
-                ev.device = arg_u64(&e.args, "device").unwrap_or(pid) as u32;
-                ev.stream = e.args.get("stream").and_then(Value::as_i64).unwrap_or(tid as i64) as u32;
+                ev.device = u(a.device).unwrap_or(pid) as u32;
+                ev.stream = a.stream.map_or(tid as i64, |n| n.0) as u32;
                 self.gpu.push((ev, String::new(), String::new(), (pid, tid)));
             }
             ("X", _) => {
                 // cuflight's own exports keep the NVTX domain in args; Kineto's user annotations have none.
-                let domain =
-                    e.args.get("domain").and_then(Value::as_str).unwrap_or(if cat.is_empty() { "other" } else { cat });
+                let domain = a.domain.as_deref().unwrap_or(if cat.is_empty() { "other" } else { cat });
                 self.host_event(pid as u32, ev, &e.name, Some(domain));
             }
             (_, _) if e.name == "[memory]" => {
                 // torch.profiler memory events: Bytes < 0 frees; Device Type 1 is CUDA.
-                let bytes = e.args.get("Bytes").and_then(Value::as_i64).unwrap_or(0);
-                let device = e.args.get("Device Type").and_then(Value::as_u64).unwrap_or(0) == 1;
+                let bytes = a.signed_bytes.map_or(0, |n| n.0);
+                let device = a.device_type.map_or(0, |n| n.0) == 1;
                 ev.kind = if bytes >= 0 { EventKind::Alloc } else { EventKind::Free } as u8;
                 ev.end = start;
                 ev.sub = if device { MemKind::Device } else { MemKind::PinnedHost } as u8;
-                ev.a = arg_u64(&e.args, "Addr").unwrap_or(0);
+                ev.a = u(a.addr).unwrap_or(0);
                 ev.b = bytes.unsigned_abs();
-                ev.device = arg_u64(&e.args, "Device Id").unwrap_or(0) as u32;
+                ev.device = u(a.device_id).unwrap_or(0) as u32;
                 // Host-side allocator events are CPU memory: keep device ones, and pinned memory cuflight marked.
-                let pinned = e.args.get("pinned").and_then(Value::as_bool) == Some(true);
+                let pinned = a.pinned == Some(true);
                 if device || pinned {
                     self.host_event(pid as u32, ev, "", None);
                 }
@@ -260,11 +385,7 @@ impl Importer {
             (_, _) => {
                 ev.kind = EventKind::NvtxMark as u8;
                 ev.end = start;
-                let domain = e.args.get("domain").and_then(Value::as_str).unwrap_or(if cat.is_empty() {
-                    "instant"
-                } else {
-                    cat
-                });
+                let domain = a.domain.as_deref().unwrap_or(if cat.is_empty() { "instant" } else { cat });
                 self.host_event(pid as u32, ev, &e.name, Some(domain));
             }
         }
@@ -322,74 +443,23 @@ impl Importer {
     }
 }
 
-/// Visits the top-level object, streaming `traceEvents` into the importer.
-struct TopLevel<'a>(&'a mut Importer);
-
-impl<'de> Visitor<'de> for TopLevel<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a Chrome/Kineto trace object with traceEvents")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut saw_events = false;
-        while let Some(key) = map.next_key::<String>()? {
-            match key.as_str() {
-                "traceEvents" => {
-                    map.next_value_seed(Events(&mut *self.0))?;
-                    saw_events = true;
-                }
-                "deviceProperties" => self.0.devices = map.next_value()?,
-                "distributedInfo" => {
-                    let v: Value = map.next_value()?;
-                    self.0.rank = v.get("rank").and_then(Value::as_u64).map(|r| r as u32);
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        if !saw_events {
-            return Err(serde::de::Error::custom("JSON has no traceEvents: not a Chrome/Kineto trace"));
-        }
-        Ok(())
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for TopLevel<'_> {
-    type Value = ();
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-struct Events<'a>(&'a mut Importer);
-
-impl<'de> Visitor<'de> for Events<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an array of trace events")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(e) = seq.next_element::<Event>()? {
-            self.0.add(e);
-        }
-        Ok(())
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for Events<'_> {
-    type Value = ();
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
 /// Imports a Kineto/Chrome JSON trace from a reader (already decompressed).
-pub fn import<R: std::io::Read>(reader: R) -> Result<Trace, serde_json::Error> {
+pub fn import<R: std::io::BufRead>(reader: R) -> Result<Trace, String> {
     let mut importer = Importer::default();
-    let mut de = serde_json::Deserializer::from_reader(reader);
-    TopLevel(&mut importer).deserialize(&mut de)?;
-    de.end()?;
+    let (rest, _) = super::json_split::split(reader, |bytes| {
+        let e: Event = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        importer.add(e);
+        Ok(())
+    })
+    .map_err(|e| e.to_string())?;
+    let top: Value = serde_json::from_slice(&rest).map_err(|e| e.to_string())?;
+    if top.get("traceEvents").is_none() {
+        return Err("JSON has no traceEvents: not a Chrome/Kineto trace".into());
+    }
+    if let Some(devices) = top.get("deviceProperties").and_then(Value::as_array) {
+        importer.devices = devices.clone();
+    }
+    importer.rank = top.get("distributedInfo").and_then(|d| d.get("rank")).and_then(Value::as_u64).map(|r| r as u32);
     Ok(importer.finish())
 }
 

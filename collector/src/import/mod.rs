@@ -1,6 +1,7 @@
 //! Loading any supported trace, detected by content (never by file name): cuflight's own trace file,
 //! torch.profiler/Kineto JSON (plain or gzip), and Nsight Systems SQLite exports.
 
+mod json_split;
 pub mod kineto;
 pub mod nsys;
 
