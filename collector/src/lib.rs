@@ -9,6 +9,8 @@
 #![forbid(unsafe_code)]
 
 pub mod export;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod import;
 pub mod names;
 pub mod record;

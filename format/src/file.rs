@@ -270,9 +270,15 @@ impl<R: Read> TraceReader<R> {
             }
             return Ok(Some(None));
         }
-        let mut comp = vec![0u8; comp_len as usize];
-        read_exact(&mut self.input, &mut comp, "last block cut short")?;
-        let raw = zstd::bulk::decompress(&comp, raw_len as usize)
+        // Buffers grow with the bytes actually present: a corrupt header's sizes never allocate by themselves.
+        let mut comp = Vec::new();
+        (&mut self.input).take(comp_len as u64).read_to_end(&mut comp)?;
+        if comp.len() != comp_len as usize {
+            return Err(FileError::Truncated("last block cut short"));
+        }
+        let mut raw = Vec::new();
+        zstd::stream::read::Decoder::new(&comp[..])
+            .and_then(|d| d.take(raw_len as u64 + 1).read_to_end(&mut raw))
             .map_err(|e| FileError::Corrupt(format!("block does not decompress: {e}")))?;
         if raw.len() != raw_len as usize {
             return Err(FileError::Corrupt("block size mismatch".into()));

@@ -1,0 +1,122 @@
+//! A deterministic mutation run over the trace reader and both importers, on stable Rust, in every CI run:
+//! seeds are mutated (bit flips, byte sets, truncations, duplicated and deleted ranges) and every result must
+//! be a value or an error, never a panic. Coverage-guided fuzzing of the same entry points: `scripts/fuzz`.
+
+use cuflight_collector::fuzzing;
+use cuflight_format::file::{Footer, ProcessInfo, TraceWriter};
+use cuflight_format::{EventKind, RawEvent};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn mutate(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let mut d = seed.to_vec();
+    for _ in 0..1 + rng.below(4) {
+        let len = d.len().max(1);
+        match rng.below(6) {
+            0 if !d.is_empty() => {
+                let i = rng.below(d.len());
+                d[i] ^= 1 << rng.below(8);
+            }
+            1 if !d.is_empty() => {
+                let i = rng.below(d.len());
+                d[i] = rng.next() as u8;
+            }
+            2 => d.truncate(rng.below(len)),
+            3 if !d.is_empty() => {
+                let (a, b) = (rng.below(d.len()), rng.below(d.len()));
+                let (a, b) = (a.min(b), a.max(b).min(a + 64));
+                let dup = d[a..b].to_vec();
+                let at = rng.below(d.len());
+                d.splice(at..at, dup);
+            }
+            4 if !d.is_empty() => {
+                let a = rng.below(d.len());
+                let b = (a + rng.below(32)).min(d.len());
+                d.drain(a..b);
+            }
+            _ => {
+                let at = rng.below(len).min(d.len());
+                let junk: Vec<u8> = (0..rng.below(8)).map(|_| rng.next() as u8).collect();
+                d.splice(at..at, junk);
+            }
+        }
+    }
+    d
+}
+
+fn run(name: &str, seed: &[u8], iterations: usize, f: fn(&[u8])) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.len() as u64);
+    f(seed);
+    for i in 0..iterations {
+        let input = mutate(seed, &mut rng);
+        if std::panic::catch_unwind(|| f(&input)).is_err() {
+            let path = std::env::temp_dir().join(format!("cuflight-mutation-{name}-{i}.bin"));
+            let _ = std::fs::write(&path, &input);
+            panic!("{name}: mutation {i} panicked; input saved to {}", path.display());
+        }
+    }
+}
+
+fn native_seed() -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new()).unwrap();
+    w.write_process(&ProcessInfo { pid: 7, cmdline: vec!["app".into()], ..Default::default() }).unwrap();
+    w.write_strings(7, 0, b"\0\0\0\0\x01\0\0\0k\0\0\0").unwrap();
+    let events: Vec<RawEvent> = (0..50u64)
+        .map(|i| RawEvent {
+            name: 4,
+            correlation: i as u32,
+            ..RawEvent::new(EventKind::Kernel, 0, i * 100, i * 100 + 50)
+        })
+        .collect();
+    w.write_events(7, &events).unwrap();
+    w.finish(Footer::default()).unwrap()
+}
+
+const KINETO_SEED: &str = r#"{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU", "totalGlobalMem": 1, "computeMajor": 9, "computeMinor": 0, "numSms": 132}],
+"distributedInfo": {"rank": 1},
+"traceEvents": [
+{"ph": "M", "name": "process_name", "pid": 10, "tid": 0, "args": {"name": "trainer"}},
+{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 100.5, "dur": 5, "args": {"correlation": 7, "cbid": 211}},
+{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 110.25, "dur": 2.5, "args": {"correlation": 7, "device": 0, "stream": 7, "grid": [4, 1, 1], "block": [128, 1, 1], "registers per thread": 32}},
+{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7, "ts": 120, "dur": 3, "args": {"bytes": 4096, "correlation": 8}},
+{"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": 7, "ts": 130, "dur": 1, "args": {"bytes": 64}},
+{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 10, "tid": 11, "ts": 90, "dur": 60},
+{"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 10, "tid": 11, "ts": 95, "args": {"Addr": 1, "Bytes": -4, "Device Type": 1}},
+{"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 7, "pid": 10, "tid": 11, "ts": 100.5},
+{"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 7, "pid": 0, "tid": 7, "ts": 110.25, "bp": "e"}
+]}"#;
+
+#[test]
+fn the_trace_reader_survives_mutations() {
+    run("native", &native_seed(), 3000, |d| {
+        fuzzing::trace_reader(d);
+    });
+}
+
+#[test]
+fn the_kineto_importer_survives_mutations() {
+    run("kineto", KINETO_SEED.as_bytes(), 3000, |d| {
+        fuzzing::kineto(d);
+    });
+}
+
+#[test]
+fn the_nsys_importer_survives_mutations() {
+    let seed = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces/nsys-a100-cloverleaf.sqlite"))
+        .expect("the shared nsys export beside the repository");
+    run("nsys", &seed, 60, |d| {
+        fuzzing::nsys(d);
+    });
+}
