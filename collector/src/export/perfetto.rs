@@ -74,7 +74,6 @@ const CATEGORIES: &[&str] =
     &["cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset", "range", "nvtx", "sync"];
 const ANNOTATIONS: &[&str] = &[
     "correlation",
-    "cbid",
     "return",
     "grid",
     "block",
@@ -126,7 +125,19 @@ struct Exporter<W: Write> {
 
 impl<W: Write> Exporter<W> {
     fn emit(&mut self, ts: Option<u64>, body: impl FnOnce(&mut Writer)) -> std::io::Result<()> {
-        let flags = if std::mem::take(&mut self.first) { SEQ_CLEARED } else { SEQ_NEEDS_STATE };
+        self.emit_with(ts, true, body)
+    }
+
+    /// `interned`: whether the packet refers to interned data (and so needs the sequence's incremental state).
+    /// Slice ends do not; leaving the flag off them saves two bytes per slice.
+    fn emit_with(&mut self, ts: Option<u64>, interned: bool, body: impl FnOnce(&mut Writer)) -> std::io::Result<()> {
+        let flags = if std::mem::take(&mut self.first) {
+            SEQ_CLEARED
+        } else if interned || !self.new_names.is_empty() {
+            SEQ_NEEDS_STATE
+        } else {
+            0
+        };
         let first = flags == SEQ_CLEARED;
         let names = std::mem::take(&mut self.new_names);
         let (cats, anns): (&[&str], &[&str]) = if first { (CATEGORIES, ANNOTATIONS) } else { (&[], &[]) };
@@ -136,7 +147,9 @@ impl<W: Write> Exporter<W> {
             w.uint(PKT_TIMESTAMP, ts);
         }
         w.uint(PKT_SEQ_ID, SEQUENCE);
-        w.uint(PKT_SEQ_FLAGS, flags);
+        if flags != 0 {
+            w.uint(PKT_SEQ_FLAGS, flags);
+        }
         if !names.is_empty() || !cats.is_empty() || !anns.is_empty() {
             w.message(PKT_INTERNED_DATA, |w| {
                 for (i, name) in cats.iter().enumerate() {
@@ -285,7 +298,7 @@ impl<W: Write> Exporter<W> {
                 }
             })
         })?;
-        self.emit(Some(end.max(start)), |w| {
+        self.emit_with(Some(end.max(start)), false, |w| {
             w.message(PKT_TRACK_EVENT, |w| {
                 w.uint(TE_TYPE, TYPE_END);
                 w.uint(TE_TRACK, track);
@@ -564,9 +577,11 @@ impl ProcessState {
                 let track = self.thread(x, e.tid)?;
                 let flow = self.flow_start(e).then(|| flow_id(pid, e.correlation));
                 let category = cat(if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" });
-                let args = [Arg::U("correlation", e.correlation as u64), Arg::U("cbid", e.a), Arg::U("return", e.b)];
+                // The return code only when it is an error (success is the rule); the callback id repeats the name.
+                let args = [Arg::U("correlation", e.correlation as u64), Arg::U("return", e.b)];
+                let args = if e.b == 0 { &args[..1] } else { &args[..] };
                 let name = x.id_iid(pid, e.name, self.string(e.name));
-                x.slice(track, e.start, e.end, name, category, &args, flow, None)?;
+                x.slice(track, e.start, e.end, name, category, args, flow, None)?;
             }
             Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
                 let track = self.stream(x, e.device, e.stream)?;
