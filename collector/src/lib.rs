@@ -13,6 +13,7 @@ pub mod export;
 pub mod fuzzing;
 pub mod import;
 pub mod names;
+pub mod ranges;
 pub mod record;
 pub mod stats;
 mod table;

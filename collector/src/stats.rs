@@ -174,10 +174,13 @@ impl Stats {
         let mut dropped = 0;
 
         for (&pid, p) in &trace.processes {
-            // NVTX push/pop pair per (thread, domain); start/end pair by range id.
-            let mut stacks: HashMap<(u32, u64), Vec<(u64, u32)>> = HashMap::new();
-            let mut open: HashMap<u64, (u64, u32, u64)> = HashMap::new();
+            let mut pairer = crate::ranges::Pairer::default();
             for e in &p.events {
+                if let Some(r) = pairer.feed(e) {
+                    let key = (nvtx_domain(p, r.domain), p.string(r.name).to_string(), "range");
+                    nvtx.entry(key).or_default().add(r.end - r.start);
+                    continue;
+                }
                 match e.kind() {
                     Some(EventKind::Kernel) => {
                         kernels.entry(p.string(e.name).to_string()).or_default().add(e.duration())
@@ -226,22 +229,6 @@ impl Stats {
                         row.total_ns += e.duration();
                     }
                     Some(EventKind::Alloc | EventKind::Free) => allocs.push((e.start, pid, *e)),
-                    Some(EventKind::NvtxPush) => stacks.entry((e.tid, e.c)).or_default().push((e.start, e.name)),
-                    Some(EventKind::NvtxPop) => {
-                        if let Some((start, name)) = stacks.get_mut(&(e.tid, e.c)).and_then(Vec::pop) {
-                            let key = (nvtx_domain(p, e.c), p.string(name).to_string(), "range");
-                            nvtx.entry(key).or_default().add(e.start.saturating_sub(start));
-                        }
-                    }
-                    Some(EventKind::NvtxStart) => {
-                        open.insert(e.a, (e.start, e.name, e.c));
-                    }
-                    Some(EventKind::NvtxEnd) => {
-                        if let Some((start, name, domain)) = open.remove(&e.a) {
-                            let key = (nvtx_domain(p, domain), p.string(name).to_string(), "range");
-                            nvtx.entry(key).or_default().add(e.start.saturating_sub(start));
-                        }
-                    }
                     Some(EventKind::Device) => devices.push(DeviceRow {
                         pid,
                         device: e.device,

@@ -113,11 +113,15 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
         .map(|e| e.correlation)
         .collect();
     let mut flow_ended = HashSet::new();
-    let mut stacks: HashMap<(u32, u64), Vec<(u64, u32)>> = HashMap::new();
-    let mut open: HashMap<u64, (u64, u32, u32, u64)> = HashMap::new();
+    let mut pairer = crate::ranges::Pairer::default();
     let mut live_sizes: HashMap<u64, u64> = HashMap::new();
     let pid = pid as u64;
     for e in &p.events {
+        if let Some(r) = pairer.feed(e) {
+            let args = json!({"domain": nvtx_domain(p, r.domain)});
+            out.complete("user_annotation", p.string(r.name), pid, r.tid as u64, r.start, r.end, args)?;
+            continue;
+        }
         let name = p.string(e.name);
         let corr = e.correlation;
         match e.kind() {
@@ -190,22 +194,6 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
                 } else {
                     let cat = if domain.is_empty() { "user_annotation" } else { domain };
                     out.complete(cat, name, pid, e.tid as u64, e.start, e.end, json!({}))?;
-                }
-            }
-            Some(EventKind::NvtxPush) => stacks.entry((e.tid, e.c)).or_default().push((e.start, e.name)),
-            Some(EventKind::NvtxPop) => {
-                if let Some((start, n)) = stacks.get_mut(&(e.tid, e.c)).and_then(Vec::pop) {
-                    let args = json!({"domain": nvtx_domain(p, e.c)});
-                    out.complete("user_annotation", p.string(n), pid, e.tid as u64, start, e.start, args)?;
-                }
-            }
-            Some(EventKind::NvtxStart) => {
-                open.insert(e.a, (e.start, e.name, e.tid, e.c));
-            }
-            Some(EventKind::NvtxEnd) => {
-                if let Some((start, n, tid, domain)) = open.remove(&e.a) {
-                    let args = json!({"domain": nvtx_domain(p, domain)});
-                    out.complete("user_annotation", p.string(n), pid, tid as u64, start, e.start, args)?;
                 }
             }
             Some(EventKind::NvtxMark) => {

@@ -462,9 +462,7 @@ struct ProcessState {
     in_flight: HashSet<u32>,
     flows_ended: HashSet<u32>,
     launcher_names: HashMap<u32, bool>,
-    stacks: HashMap<(u32, u64), Vec<(u64, u32)>>,
-    open: HashMap<u64, (u64, u32, u64)>,
-    early_ends: HashMap<u64, u64>,
+    ranges: crate::ranges::Pairer,
     live: HashMap<u64, u64>,
     device_bytes: i64,
     /// CLOCK_MONOTONIC - CUPTI time from the first clock pair (streaming only).
@@ -484,9 +482,7 @@ impl ProcessState {
             in_flight: HashSet::default(),
             flows_ended: HashSet::default(),
             launcher_names: HashMap::default(),
-            stacks: HashMap::default(),
-            open: HashMap::default(),
-            early_ends: HashMap::default(),
+            ranges: crate::ranges::Pairer::default(),
             live: HashMap::default(),
             device_bytes: 0,
             offset: None,
@@ -572,6 +568,16 @@ impl ProcessState {
 
     fn event<W: Write>(&mut self, x: &mut Exporter<W>, e: &cuflight_format::RawEvent) -> std::io::Result<()> {
         let pid = self.pid;
+        if let Some(r) = self.ranges.feed(e) {
+            return if r.async_range {
+                self.range(x, r.start, r.end, r.name, r.domain)
+            } else {
+                let track = self.thread(x, r.tid)?;
+                let args = [Arg::S("domain", self.domain(r.domain))];
+                let name = x.id_iid(pid, r.name, self.string(r.name));
+                x.slice(track, r.start, r.end, name, cat("nvtx"), &args, None, None)
+            };
+        }
         match e.kind() {
             Some(EventKind::Api) => {
                 let track = self.thread(x, e.tid)?;
@@ -637,28 +643,6 @@ impl ProcessState {
                 let name = x.id_iid(pid, e.name, self.string(e.name));
                 x.slice(track, e.start, e.end, name, cat("range"), &args, None, None)?;
             }
-            Some(EventKind::NvtxPush) => self.stacks.entry((e.tid, e.c)).or_default().push((e.start, e.name)),
-            Some(EventKind::NvtxPop) => {
-                if let Some((start, n)) = self.stacks.get_mut(&(e.tid, e.c)).and_then(Vec::pop) {
-                    let track = self.thread(x, e.tid)?;
-                    let args = [Arg::S("domain", self.domain(e.c))];
-                    let name = x.id_iid(pid, n, self.string(n));
-                    x.slice(track, start, e.start, name, cat("nvtx"), &args, None, None)?;
-                }
-            }
-            Some(EventKind::NvtxStart) => match self.early_ends.remove(&e.a) {
-                Some(end) => self.range(x, e.start, end, e.name, e.c)?,
-                None => {
-                    self.open.insert(e.a, (e.start, e.name, e.c));
-                }
-            },
-            Some(EventKind::NvtxEnd) => match self.open.remove(&e.a) {
-                Some((start, n, domain)) => self.range(x, start, e.start, n, domain)?,
-                // Ended on another thread whose ring came first in this block: pair it when the start arrives.
-                None => {
-                    self.early_ends.insert(e.a, e.start);
-                }
-            },
             Some(EventKind::NvtxMark) => {
                 let track = self.thread(x, e.tid)?;
                 let name = x.id_iid(pid, e.name, self.string(e.name));

@@ -1,0 +1,92 @@
+//! Turns NVTX push/pop and start/end events into completed ranges: one mechanism for `stats` and both exports.
+//!
+//! Push/pop pair per (thread, domain) stack. Start/end pair by range id across threads; an end seen before its
+//! start (their threads' rings were drained in the other order) waits for the start.
+
+use cuflight_format::{EventKind, RawEvent};
+use rustc_hash::FxHashMap;
+
+/// A range whose start and end are both known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Range {
+    pub start: u64,
+    pub end: u64,
+    /// String id of the message.
+    pub name: u32,
+    /// String id of the domain (0: the default domain).
+    pub domain: u64,
+    /// The thread it opened on.
+    pub tid: u32,
+    /// From a start/end pair (may overlap others), not a push/pop (nests on its thread).
+    pub async_range: bool,
+}
+
+#[derive(Default)]
+pub struct Pairer {
+    stacks: FxHashMap<(u32, u64), Vec<(u64, u32)>>,
+    open: FxHashMap<u64, (u64, u32, u64, u32)>,
+    early_ends: FxHashMap<u64, u64>,
+}
+
+impl Pairer {
+    /// Feeds one event; returns the range it completes, if any. Other event kinds are ignored.
+    pub fn feed(&mut self, e: &RawEvent) -> Option<Range> {
+        match e.kind()? {
+            EventKind::NvtxPush => {
+                self.stacks.entry((e.tid, e.c)).or_default().push((e.start, e.name));
+                None
+            }
+            EventKind::NvtxPop => {
+                let (start, name) = self.stacks.get_mut(&(e.tid, e.c))?.pop()?;
+                Some(Range { start, end: e.start, name, domain: e.c, tid: e.tid, async_range: false })
+            }
+            EventKind::NvtxStart => match self.early_ends.remove(&e.a) {
+                Some(end) => Some(Range {
+                    start: e.start,
+                    end: end.max(e.start),
+                    name: e.name,
+                    domain: e.c,
+                    tid: e.tid,
+                    async_range: true,
+                }),
+                None => {
+                    self.open.insert(e.a, (e.start, e.name, e.c, e.tid));
+                    None
+                }
+            },
+            EventKind::NvtxEnd => match self.open.remove(&e.a) {
+                Some((start, name, domain, tid)) => {
+                    Some(Range { start, end: e.start.max(start), name, domain, tid, async_range: true })
+                }
+                None => {
+                    self.early_ends.insert(e.a, e.start);
+                    None
+                }
+            },
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: EventKind, tid: u32, t: u64, a: u64) -> RawEvent {
+        RawEvent { a, name: 5, ..RawEvent::new(kind, tid, t, t) }
+    }
+
+    #[test]
+    fn pairs_nesting_per_thread_and_ranges_across_threads_in_any_order() {
+        let mut p = Pairer::default();
+        assert_eq!(p.feed(&ev(EventKind::NvtxPush, 1, 10, 0)), None);
+        assert_eq!(p.feed(&ev(EventKind::NvtxPush, 1, 20, 0)), None);
+        assert_eq!(p.feed(&ev(EventKind::NvtxPop, 1, 30, 0)).map(|r| (r.start, r.end)), Some((20, 30)));
+        assert_eq!(p.feed(&ev(EventKind::NvtxPop, 2, 35, 0)), None, "another thread's pop closes nothing here");
+        assert_eq!(p.feed(&ev(EventKind::NvtxPop, 1, 40, 0)).map(|r| (r.start, r.end)), Some((10, 40)));
+        // End (thread 3) seen before its start (thread 4).
+        assert_eq!(p.feed(&ev(EventKind::NvtxEnd, 3, 90, 77)), None);
+        let r = p.feed(&ev(EventKind::NvtxStart, 4, 50, 77)).unwrap();
+        assert_eq!((r.start, r.end, r.tid, r.async_range), (50, 90, 4, true));
+    }
+}
