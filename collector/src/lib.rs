@@ -15,6 +15,7 @@ pub mod import;
 pub mod names;
 pub mod ranges;
 pub mod record;
+pub mod report;
 pub mod stats;
 mod table;
 pub mod trace;

@@ -43,6 +43,12 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+    /// Where the GPU's time goes (HTA's temporal breakdown) and the training steps, per process.
+    Report {
+        trace: PathBuf,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+    },
     /// Timeline of a trace (cuflight, Kineto JSON or nsys SQLite) for Perfetto or Kineto-style tools.
     Export {
         trace: PathBuf,
@@ -52,6 +58,12 @@ enum Cmd {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ReportFormat {
+    Text,
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -172,6 +184,15 @@ fn run(cli: Cli) -> Result<i32> {
                     let n = cuflight_collector::export::chrome::export(&loaded, w).with_context(write_err)?;
                     eprintln!("cuflight: wrote {}: {n} trace events", output.display());
                 }
+            }
+            Ok(0)
+        }
+        Cmd::Report { trace, format } => {
+            let loaded = cuflight_collector::import::load(&trace)?;
+            let report = cuflight_collector::report::Report::compute(&loaded);
+            match format {
+                ReportFormat::Text => print!("{}", report.to_text()),
+                ReportFormat::Json => println!("{}", report.to_json()),
             }
             Ok(0)
         }

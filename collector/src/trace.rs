@@ -65,6 +65,8 @@ impl Process {
 pub struct Trace {
     pub processes: BTreeMap<u32, Process>,
     pub footer: Footer,
+    /// Imported from Kineto JSON whose timestamps have fractions of a microsecond (HTA rounds those).
+    pub fractional_us_timestamps: bool,
 }
 
 /// Events stamped by CUPTI's clock (the rest are stamped with CLOCK_MONOTONIC by the agent).

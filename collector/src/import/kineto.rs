@@ -236,6 +236,7 @@ struct Importer {
     devices: Vec<Value>,
     rank: Option<u32>,
     events: u64,
+    fractional: bool,
 }
 
 impl Importer {
@@ -268,6 +269,9 @@ impl Importer {
             self.process_names.entry(pid as u32).or_insert_with(|| label.clone());
         }
         let ts = e.ts.as_deref().and_then(|r| us_to_ns(r.get()));
+        if !self.fractional {
+            self.fractional = ts.is_some_and(|t| t % 1000 != 0);
+        }
         match ph {
             "M" => {
                 let name = e.args.name.clone().unwrap_or_default();
@@ -392,8 +396,14 @@ impl Importer {
     }
 
     fn finish(mut self) -> Trace {
-        let hosts: Vec<u32> = self.host.keys().copied().collect();
-        let default_host = hosts.first().copied().unwrap_or(0);
+        // GPU work whose launch is not in the trace goes to the process that launches the most (the main one).
+        let default_host = self
+            .host
+            .iter()
+            .max_by_key(|(pid, (p, _))| {
+                (p.events.iter().filter(|e| e.kind() == Some(EventKind::Api)).count(), std::cmp::Reverse(**pid))
+            })
+            .map_or(0, |(pid, _)| *pid);
         let gpu = std::mem::take(&mut self.gpu);
         for (mut ev, name, domain, (pid, tid)) in gpu {
             if ev.correlation == 0 {
@@ -430,7 +440,7 @@ impl Importer {
                 p.events.push(ev);
             }
         }
-        let mut trace = Trace::default();
+        let mut trace = Trace { fractional_us_timestamps: self.fractional, ..Default::default() };
         for (pid, (mut p, _)) in self.host {
             p.name = self.process_names.get(&pid).cloned().unwrap_or_default();
             p.info.cmdline = vec![p.name.clone()];
