@@ -43,11 +43,20 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
-    /// Where the GPU's time goes (HTA's temporal breakdown) and the training steps, per process.
+    /// Diagnose a run: the bottleneck, what it costs and the fix; breakdowns per step and per process. Several
+    /// traces are several ranks of one job.
     Report {
-        trace: PathBuf,
+        #[arg(required = true, num_args = 1..)]
+        traces: Vec<PathBuf>,
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
+        /// Steps are the ranges with this name (or starting with it), instead of ProfilerStep#N, step-like NVTX
+        /// ranges or the repeating launch pattern.
+        #[arg(long)]
+        step: Option<String>,
+        /// Write the report here instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
     },
     /// Timeline of a trace (cuflight, Kineto JSON or nsys SQLite) for Perfetto or Kineto-style tools.
     Export {
@@ -64,6 +73,8 @@ enum Cmd {
 enum ReportFormat {
     Text,
     Json,
+    /// A self-contained page with plots (no network needed).
+    Html,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -187,12 +198,24 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Report { trace, format } => {
-            let loaded = cuflight_collector::import::load(&trace)?;
-            let report = cuflight_collector::report::Report::compute(&loaded);
-            match format {
-                ReportFormat::Text => print!("{}", report.to_text()),
-                ReportFormat::Json => println!("{}", report.to_json()),
+        Cmd::Report { traces, format, step, output } => {
+            let mut loaded = Vec::new();
+            for t in &traces {
+                loaded.push((t.display().to_string(), cuflight_collector::import::load(t)?));
+            }
+            let opts = cuflight_collector::report::Options { step };
+            let report = cuflight_collector::report::Report::compute(&loaded, &opts)?;
+            let text = match format {
+                ReportFormat::Text => report.to_text(),
+                ReportFormat::Json => report.to_json() + "\n",
+                ReportFormat::Html => report.to_html(),
+            };
+            match output {
+                Some(path) => {
+                    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+                    eprintln!("cuflight: wrote {}", path.display());
+                }
+                None => print!("{text}"),
             }
             Ok(0)
         }

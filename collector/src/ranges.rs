@@ -66,6 +66,12 @@ impl Pairer {
             _ => None,
         }
     }
+
+    /// Ranges opened and never closed (push without pop, start without end): (name, start).
+    pub fn unclosed(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        let pushed = self.stacks.values().flatten().map(|&(start, name)| (name, start));
+        pushed.chain(self.open.values().map(|&(start, name, _, _)| (name, start)))
+    }
 }
 
 #[cfg(test)]

@@ -79,6 +79,60 @@ fn merge(mut v: Vec<(i64, i64)>) -> (i64, i64, i64) {
     (total, first, last_end)
 }
 
+/// HTA's idle time breakdown (`get_idle_time_breakdown`, default `consecutive_kernel_delay` 30 µs): on each
+/// stream, the gap before each GPU op (its start minus the previous op's end, in start order) is **host wait**
+/// when the op's launch call started after the previous op ended (the host had not queued it yet), else
+/// **kernel wait** when shorter than 30 µs (back-to-back launch overhead), else **other** (e.g. waiting on
+/// another stream). Summed over streams, so it can exceed the breakdown's idle time on multi-stream ranks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct IdleSplit {
+    pub host_wait_ns: i64,
+    pub kernel_wait_ns: i64,
+    pub other_ns: i64,
+}
+
+const CONSECUTIVE_KERNEL_DELAY_NS: i64 = 30_000;
+
+fn interval(start: u64, end: u64, hta_rounding: bool) -> (i64, i64) {
+    if hta_rounding {
+        let ts = start as f64 / 1000.0;
+        let end = ts + end.saturating_sub(start) as f64 / 1000.0;
+        (ts.ceil() as i64 * 1000, end.floor() as i64 * 1000)
+    } else {
+        (start as i64, end.max(start) as i64)
+    }
+}
+
+pub fn idle_split(p: &Process, hta_rounding: bool) -> IdleSplit {
+    let mut launch: rustc_hash::FxHashMap<u32, i64> = rustc_hash::FxHashMap::default();
+    for e in p.events.iter().filter(|e| e.kind() == Some(EventKind::Api) && e.correlation != 0) {
+        launch.entry(e.correlation).or_insert(interval(e.start, e.end, hta_rounding).0);
+    }
+    let mut by_stream: rustc_hash::FxHashMap<u32, Vec<(i64, i64, Option<i64>)>> = Default::default();
+    for e in &p.events {
+        if matches!(e.kind(), Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) {
+            let (s, end) = interval(e.start, e.end, hta_rounding);
+            by_stream.entry(e.stream).or_default().push((s, end, launch.get(&e.correlation).copied()));
+        }
+    }
+    let mut out = IdleSplit::default();
+    for ops in by_stream.values_mut() {
+        ops.sort_by_key(|o| o.0);
+        for w in ops.windows(2) {
+            let ((_, prev_end, _), (start, _, launched)) = (w[0], w[1]);
+            let gap = start - prev_end;
+            if launched.is_some_and(|t| t > prev_end) {
+                out.host_wait_ns += gap;
+            } else if gap < CONSECUTIVE_KERNEL_DELAY_NS {
+                out.kernel_wait_ns += gap;
+            } else {
+                out.other_ns += gap;
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 fn union_ns(v: Vec<(u64, u64)>) -> u64 {
     merge(v.into_iter().map(|(s, e)| (s as i64, e as i64)).collect()).0.max(0) as u64
@@ -112,14 +166,8 @@ pub fn breakdown(p: &Process, hta_rounding: bool) -> Breakdown {
         if keep.as_ref().is_some_and(|k| !k.contains(&e.correlation)) {
             continue;
         }
-        let interval = if hta_rounding {
-            // HTA holds µs in float64 (0.25 µs resolution at epoch magnitudes), adds dur, then rounds.
-            let ts = e.start as f64 / 1000.0;
-            let end = ts + e.duration() as f64 / 1000.0;
-            (ts.ceil() as i64 * 1000, end.floor() as i64 * 1000)
-        } else {
-            (e.start as i64, e.end.max(e.start) as i64)
-        };
+        // HTA holds µs in float64 (0.25 µs resolution at epoch magnitudes), adds dur, then rounds.
+        let interval = interval(e.start, e.end, hta_rounding);
         all.push(interval);
         if kind == Some(EventKind::Kernel) && is_compute_kernel(p.string(e.name)) {
             compute.push(interval);

@@ -1,0 +1,351 @@
+//! Findings read off the GPU work itself: pageable and heavy copies, fp32 GEMMs, exposed communication, memory
+//! growth and the hot kernels. Everything is measured inside the step windows.
+
+use super::findings::{ms, Ctx, Evidence, Finding, KernelRow, Severity};
+use super::idle::Example;
+use super::spans::{intersect, merge, subtract, total, Span};
+use super::timeline::is_comm_kernel;
+use cuflight_format::event::LaunchConfig;
+use cuflight_format::{EventKind, RawEvent};
+use rustc_hash::FxHashMap;
+
+pub const FIX_PAGEABLE: &str = "Copy from pinned memory: DataLoader(pin_memory=True) with tensor.to(device, \
+     non_blocking=True); in CUDA code allocate host buffers with cudaMallocHost (or cudaHostRegister them) and use \
+     cudaMemcpyAsync.";
+pub const FIX_MEMCPY: &str = "Keep data on the GPU: create tensors on the device, avoid repeated .to()/.cpu() \
+     round trips, and overlap the remaining copies with compute on a side stream.";
+pub const FIX_FP32: &str = "Run matmuls and convolutions on Tensor Cores: torch.autocast(\"cuda\", \
+     dtype=torch.bfloat16) (or fp16 with GradScaler); at least torch.set_float32_matmul_precision(\"high\") for TF32.";
+pub const FIX_NCCL: &str = "Overlap communication with compute: DDP bucket_cap_mb (fewer, larger buckets), \
+     gradient_as_bucket_view=True, no_sync() during gradient accumulation; FSDP backward_prefetch/forward_prefetch; \
+     check the interconnect with NCCL_DEBUG=INFO.";
+pub const FIX_GROWTH: &str = "Find what keeps tensors alive across steps: accumulate loss.item() or loss.detach(), \
+     not loss; clear lists of outputs; check caches. torch.cuda.memory._record_memory_history() shows where the \
+     growing blocks were allocated.";
+pub const FIX_HOT: &str = "Optimise where the time goes: check the occupancy of the top kernels (block size, \
+     registers, shared memory), fuse neighbouring elementwise kernels (torch.compile), use tuned libraries \
+     (cuBLAS/cuDNN, FlashAttention).";
+
+/// Assumed speed-up of a GEMM moved from fp32 SIMT to bf16 Tensor Cores: conservative next to the 8-16x peak
+/// ratios of V100..H100, since real GEMMs are partly memory-bound.
+pub const TENSOR_CORE_SPEEDUP: f64 = 4.0;
+
+fn windows(ctx: &Ctx) -> Vec<Span> {
+    merge(ctx.steps.windows.clone())
+}
+
+fn ops_in_steps<'a>(ctx: &'a Ctx, kind: EventKind) -> impl Iterator<Item = (u32, &'a RawEvent)> + 'a {
+    let w = &ctx.steps.windows;
+    ctx.tl
+        .ops
+        .iter()
+        .map(move |&i| (i, ctx.tl.event(i)))
+        .filter(move |(_, e)| e.kind() == Some(kind) && super::findings::in_windows(w, e.start))
+}
+
+fn example(ctx: &Ctx, e: &RawEvent, what: String) -> Example {
+    let step = ctx.steps.windows.partition_point(|w| w.0 <= e.start).checked_sub(1);
+    Example { start_ns: e.start, end_ns: e.end, duration_ns: e.duration(), step, what }
+}
+
+fn worst(mut v: Vec<&RawEvent>) -> Vec<&RawEvent> {
+    v.sort_by_key(|e| std::cmp::Reverse(e.duration()));
+    v.truncate(5);
+    v
+}
+
+fn copy_label(e: &RawEvent) -> String {
+    format!(
+        "{} {} bytes ({} -> {})",
+        crate::names::memcpy_kind(e.sub),
+        e.a,
+        crate::names::memory_kind(e.b as u8),
+        crate::names::memory_kind((e.b >> 8) as u8)
+    )
+}
+
+pub fn pageable_memcpy(ctx: &Ctx) -> Option<Finding> {
+    let copies: Vec<&RawEvent> = ops_in_steps(ctx, EventKind::Memcpy)
+        .map(|(_, e)| e)
+        .filter(|e| e.b as u8 == 1 || (e.b >> 8) as u8 == 1)
+        .collect();
+    if copies.is_empty() {
+        return None;
+    }
+    let spans = merge(copies.iter().map(|e| (e.start, e.end)).collect());
+    let lost = total(&intersect(&spans, &windows(ctx)));
+    let bytes: u64 = copies.iter().map(|e| e.a).sum();
+    let busy: u64 = copies.iter().map(|e| e.duration()).sum();
+    let mut ev = Evidence::default();
+    ev.facts.push(format!(
+        "{} copies touching pageable host memory moved {:.1} MB at {:.2} GB/s and took {}; the driver stages them \
+         through a bounce buffer and the host blocks on them",
+        copies.len(),
+        bytes as f64 / 1e6,
+        if busy == 0 { 0.0 } else { bytes as f64 / busy as f64 },
+        ms(lost)
+    ));
+    ev.metrics.insert("copies", copies.len() as f64);
+    ev.metrics.insert("bytes", bytes as f64);
+    ev.examples = worst(copies).into_iter().map(|e| example(ctx, e, copy_label(e))).collect();
+    let summary = format!("copies from/to pageable memory: {} per step", ms(lost / ctx.steps_count() as u64));
+    Some(ctx.finding("pageable_memcpy", lost, summary, ev, FIX_PAGEABLE))
+}
+
+/// Copies (other than pageable ones, reported above) not hidden behind compute.
+pub fn memcpy_heavy(ctx: &Ctx) -> Option<Finding> {
+    let copies: Vec<&RawEvent> = ops_in_steps(ctx, EventKind::Memcpy)
+        .map(|(_, e)| e)
+        .filter(|e| e.b as u8 != 1 && (e.b >> 8) as u8 != 1)
+        .collect();
+    let spans = merge(copies.iter().map(|e| (e.start, e.end)).collect());
+    let exposed = subtract(&intersect(&spans, &windows(ctx)), &ctx.tl.compute_busy);
+    let lost = total(&exposed);
+    if copies.is_empty() || ctx.share(lost) < super::findings::MIN_SHARE {
+        return None;
+    }
+    let mut ev = Evidence::default();
+    let bytes: u64 = copies.iter().map(|e| e.a).sum();
+    ev.facts.push(format!(
+        "{} copies ({:.1} MB) kept the GPU busy {} without compute running beside them",
+        copies.len(),
+        bytes as f64 / 1e6,
+        ms(lost)
+    ));
+    ev.metrics.insert("bytes", bytes as f64);
+    ev.examples = worst(copies).into_iter().map(|e| example(ctx, e, copy_label(e))).collect();
+    let summary = format!("copies take {:.0}% of step time", 100.0 * ctx.share(lost));
+    Some(ctx.finding("memcpy_heavy", lost, summary, ev, FIX_MEMCPY))
+}
+
+/// GEMM/convolution kernels that run in fp32 on CUDA cores, judged by the names cuBLAS, cuDNN and CUTLASS give
+/// their kernels (`sgemm`, `f32f32`, `<float>` and no Tensor Core marker such as `tensorop`, `s1688`, `bf16`).
+pub fn is_fp32_gemm(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    let matmul = ["gemm", "conv", "matmul"].iter().any(|k| l.contains(k));
+    let tensor_cores = [
+        "tensorop", "hmma", "wgmma", "gmma", "h884", "h1688", "h16816", "s1688", "s16816", "i8816", "imma", "bf16",
+        "f16", "half", "tf32", "fp8", "e4m3", "e5m2", "int8",
+    ];
+    let fp32 = ["sgemm", "f32f32", "<float", "float>", "fp32", "_f32", "simt"];
+    matmul && !tensor_cores.iter().any(|k| l.contains(k)) && fp32.iter().any(|k| l.contains(k))
+}
+
+pub fn fp32_gemm(ctx: &Ctx) -> Option<Finding> {
+    if ctx.tl.capability.is_some_and(|(major, _)| major < 7) {
+        return None; // no Tensor Cores before Volta
+    }
+    let p = ctx.tl.p;
+    let kernels: Vec<&RawEvent> =
+        ops_in_steps(ctx, EventKind::Kernel).map(|(_, e)| e).filter(|e| is_fp32_gemm(p.string(e.name))).collect();
+    if kernels.is_empty() {
+        return None;
+    }
+    let time = total(&merge(kernels.iter().map(|e| (e.start, e.end)).collect()));
+    let lost = (time as f64 * (1.0 - 1.0 / TENSOR_CORE_SPEEDUP)) as u64;
+    let mut ev = Evidence::default();
+    let gpu = match ctx.tl.capability {
+        Some((major, minor)) => format!("compute capability {major}.{minor}, which has Tensor Cores"),
+        None => "a GPU the trace does not name (assumed to have Tensor Cores)".to_string(),
+    };
+    ev.facts.push(format!(
+        "{} fp32 GEMM/convolution kernels ran {} on CUDA cores of {gpu}; at a conservative {TENSOR_CORE_SPEEDUP}x \
+         Tensor Core speed-up, {} would be saved",
+        kernels.len(),
+        ms(time),
+        ms(lost)
+    ));
+    ev.metrics.insert("fp32_gemm_ns", time as f64);
+    ev.metrics.insert("assumed_speedup", TENSOR_CORE_SPEEDUP);
+    ev.kernels = kernel_rows(ctx, &kernels, 5);
+    let summary =
+        format!("fp32 GEMMs with Tensor Cores idle: {} of GEMM time per step", ms(time / ctx.steps_count() as u64));
+    Some(ctx.finding("fp32_gemm", lost, summary, ev, FIX_FP32))
+}
+
+/// Communication kernels not overlapped by compute. `wait` gives, per comm op (event index), how long it only
+/// waited for other ranks (reported as `straggler`, so left out here).
+pub fn nccl_exposed(ctx: &Ctx, wait: &FxHashMap<u32, u64>) -> Option<Finding> {
+    let p = ctx.tl.p;
+    let comm: Vec<(u32, &RawEvent)> =
+        ops_in_steps(ctx, EventKind::Kernel).filter(|(_, e)| is_comm_kernel(p.string(e.name))).collect();
+    if comm.is_empty() {
+        return None;
+    }
+    let spans =
+        merge(comm.iter().map(|(i, e)| ((e.start + wait.get(i).copied().unwrap_or(0)).min(e.end), e.end)).collect());
+    let exposed = subtract(&intersect(&spans, &windows(ctx)), &ctx.tl.compute_busy);
+    let lost = total(&exposed);
+    if ctx.share(lost) < super::findings::MIN_SHARE {
+        return None;
+    }
+    let comm_time = total(&merge(comm.iter().map(|(_, e)| (e.start, e.end)).collect()));
+    let mut ev = Evidence::default();
+    ev.facts.push(format!(
+        "{} communication kernels ran {}; {} of it had no compute beside it{}",
+        comm.len(),
+        ms(comm_time),
+        ms(lost),
+        if wait.is_empty() { "" } else { " (time spent waiting for a slower rank is counted under straggler)" }
+    ));
+    ev.metrics.insert("overlap", 1.0 - lost as f64 / comm_time.max(1) as f64);
+    ev.kernels = kernel_rows(ctx, &comm.iter().map(|(_, e)| *e).collect::<Vec<_>>(), 5);
+    let summary =
+        format!("communication not overlapped with compute: {} per step", ms(lost / ctx.steps_count() as u64));
+    Some(ctx.finding("nccl_exposed", lost, summary, ev, FIX_NCCL))
+}
+
+/// Live device memory at the end of each step rising step over step.
+pub fn memory_growth(ctx: &Ctx) -> Option<Finding> {
+    let windows = &ctx.steps.windows;
+    if windows.len() < 4 {
+        return None;
+    }
+    let mut mem: Vec<&RawEvent> = ctx
+        .tl
+        .p
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind(), Some(EventKind::Alloc | EventKind::Free)))
+        .filter(|e| cuflight_format::event::MemKind::from_u8(e.sub).is_some_and(|k| k.is_device()))
+        .collect();
+    mem.sort_by_key(|e| e.start);
+    let mut live: FxHashMap<u64, u64> = FxHashMap::default();
+    let mut bytes: i64 = 0;
+    let mut at_end = Vec::with_capacity(windows.len());
+    let mut it = mem.iter().peekable();
+    for w in windows {
+        while let Some(e) = it.next_if(|e| e.start < w.1) {
+            if e.kind() == Some(EventKind::Alloc) {
+                live.insert(e.a, e.b);
+                bytes += e.b as i64;
+            } else {
+                bytes -= live.remove(&e.a).unwrap_or(e.b) as i64;
+            }
+        }
+        at_end.push(bytes);
+    }
+    let rises = at_end.windows(2).filter(|w| w[1] > w[0]).count();
+    let growth = at_end[at_end.len() - 1] - at_end[0];
+    let per_step = growth / (at_end.len() as i64 - 1);
+    let peak = *at_end.iter().max().unwrap_or(&0);
+    if growth <= 0 || rises * 10 < (at_end.len() - 1) * 6 || growth < (1 << 20).max(peak / 100) {
+        return None;
+    }
+    let capacity = ctx.tl.device_memory.unwrap_or(0) as i64;
+    let steps_left = (capacity > 0).then(|| (capacity - at_end[at_end.len() - 1]).max(0) / per_step.max(1));
+    let severity = match steps_left {
+        Some(n) if n < 10_000 => Severity::High,
+        Some(n) if n < 1_000_000 => Severity::Medium,
+        Some(_) => Severity::Low,
+        None => Severity::Medium,
+    };
+    let mut ev = Evidence::default();
+    ev.facts.push(format!(
+        "live device memory grew from {:.1} MiB to {:.1} MiB over {} steps ({:.2} MiB per step, rising in {rises} of \
+         {} steps){}",
+        at_end[0] as f64 / 1048576.0,
+        at_end[at_end.len() - 1] as f64 / 1048576.0,
+        at_end.len(),
+        per_step as f64 / 1048576.0,
+        at_end.len() - 1,
+        steps_left.map_or(String::new(), |n| format!("; at this rate the device runs out in about {n} steps"))
+    ));
+    ev.metrics.insert("growth_per_step_bytes", per_step as f64);
+    if let Some(n) = steps_left {
+        ev.metrics.insert("steps_to_out_of_memory", n as f64);
+    }
+    let summary = format!("device memory grows {:.2} MiB per step", per_step as f64 / 1048576.0);
+    let mut f = ctx.finding("memory_growth", 0, summary, ev, FIX_GROWTH);
+    f.severity = severity;
+    Some(f)
+}
+
+pub fn hot_kernels(ctx: &Ctx) -> Option<Finding> {
+    let kernels: Vec<&RawEvent> = ops_in_steps(ctx, EventKind::Kernel).map(|(_, e)| e).collect();
+    if kernels.is_empty() {
+        return None;
+    }
+    let rows = kernel_rows(ctx, &kernels, 5);
+    let mut ev = Evidence::default();
+    let top: f64 = rows.iter().map(|r| r.share_of_kernel_time).sum();
+    ev.facts.push(format!("the top {} kernels take {:.0}% of kernel time", rows.len(), 100.0 * top));
+    let summary =
+        format!("{} takes {:.0}% of kernel time", short_name(&rows[0].name), 100.0 * rows[0].share_of_kernel_time);
+    ev.kernels = rows;
+    let mut f = ctx.finding("hot_kernels", 0, summary, ev, FIX_HOT);
+    f.severity = Severity::Info;
+    Some(f)
+}
+
+pub fn short_name(name: &str) -> String {
+    if name.chars().count() > 60 {
+        format!("{}...", name.chars().take(57).collect::<String>())
+    } else {
+        name.to_string()
+    }
+}
+
+/// Kernels grouped by name, most time first.
+pub fn kernel_rows(ctx: &Ctx, kernels: &[&RawEvent], top: usize) -> Vec<KernelRow> {
+    let p = ctx.tl.p;
+    let mut by_name: FxHashMap<u32, (u64, u64, &RawEvent)> = FxHashMap::default();
+    let mut all = 0u64;
+    for e in kernels {
+        let r = by_name.entry(e.name).or_insert((0, 0, e));
+        r.0 += 1;
+        r.1 += e.duration();
+        all += e.duration();
+    }
+    let mut rows: Vec<KernelRow> = by_name
+        .into_values()
+        .map(|(count, total_ns, e)| {
+            let cfg = LaunchConfig::unpack(e.a, e.b, e.c);
+            let shared = cfg.static_shared + cfg.dynamic_shared;
+            KernelRow {
+                name: p.string(e.name).to_string(),
+                count,
+                total_ns,
+                mean_ns: total_ns / count,
+                share_of_kernel_time: total_ns as f64 / all.max(1) as f64,
+                grid: cfg.grid,
+                block: cfg.block,
+                registers_per_thread: cfg.registers as u32,
+                shared_memory_bytes: shared,
+                occupancy: ctx.tl.capability.and_then(|cc| super::occupancy::estimate(cc, &cfg)),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+    rows.truncate(top);
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fp32_gemms_are_told_from_tensor_core_ones_by_name() {
+        for n in [
+            "volta_sgemm_128x64_nn",
+            "ampere_sgemm_128x32_tn",
+            "void cutlass::Kernel<cutlass_80_simt_sgemm_128x128_8x4_nn_align1>(Params)",
+            "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3",
+            "void gemmSN_TN_kernel<float, 128, 16, 2, 4, 4, 4, true>(cublasGemmSmallNParams<float>)",
+            "void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, true, false, true>(int, int)",
+        ] {
+            assert!(is_fp32_gemm(n), "{n}");
+        }
+        for n in [
+            "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_nn",
+            "volta_h884gemm_64x64_ldg8_nn",
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off",
+            "cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4",
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int)",
+            "sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize64x128x32",
+        ] {
+            assert!(!is_fp32_gemm(n), "{n}");
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! Why the GPU idles inside steps. Every idle stretch inside a step window is given to one cause by looking at
+//! what the launching threads were doing at that moment:
+//!
+//! - the next GPU op had already been launched before the stretch began: the GPU waited on itself (a
+//!   cross-stream dependency or launch latency), not on the host (`device_wait`, not a host finding);
+//! - inside a data-loading annotation: **data loading**;
+//! - inside a CUDA call: a synchronising call → **sync stall**; `cudaMalloc`/`cudaFree` → **allocator churn**;
+//!   any other call (launches) → **launch bound**;
+//! - outside CUDA, after a synchronising call (the queue was drained by it) → **sync stall**; after
+//!   `cudaFree` → **allocator churn**; after the step began and before its first CUDA call (the host is
+//!   preparing the step's input) → **data loading**; otherwise the host is busy between launches (Python
+//!   overhead, tiny kernels) → **launch bound**.
+
+use super::spans::{clip, merge, subtract, Span};
+use super::timeline::{CallClass, Timeline};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Example {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub duration_ns: u64,
+    pub step: Option<usize>,
+    pub what: String,
+}
+
+/// Idle time given to one cause.
+#[derive(Debug, Clone, Default)]
+pub struct Cause {
+    pub total_ns: u64,
+    pub per_step: Vec<u64>,
+    /// Longest stretches (at most 5).
+    pub worst: Vec<Example>,
+    /// The CUDA call blamed (inside or just before), by name: (count, ns).
+    pub calls: std::collections::BTreeMap<String, (u64, u64)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CauseKind {
+    DataLoading = 0,
+    SyncStall = 1,
+    LaunchBound = 2,
+    AllocatorChurn = 3,
+    DeviceWait = 4,
+}
+
+#[derive(Debug, Default)]
+pub struct IdleCauses {
+    pub causes: [Cause; 5],
+    pub idle_in_steps_ns: u64,
+}
+
+impl IdleCauses {
+    pub fn get(&self, k: CauseKind) -> &Cause {
+        &self.causes[k as usize]
+    }
+
+    fn add(&mut self, k: CauseKind, (a, b): Span, step: Option<usize>, call: Option<&str>, steps: usize) {
+        if b <= a {
+            return;
+        }
+        let c = &mut self.causes[k as usize];
+        c.total_ns += b - a;
+        if c.per_step.len() < steps {
+            c.per_step.resize(steps, 0);
+        }
+        if let Some(s) = step {
+            c.per_step[s] += b - a;
+        }
+        if let Some(name) = call {
+            let e = c.calls.entry(name.to_string()).or_default();
+            e.0 += 1;
+            e.1 += b - a;
+        }
+        let what = match call {
+            Some(name) => format!("GPU idle, host in or after {name}"),
+            None => "GPU idle, host outside CUDA".to_string(),
+        };
+        let ex = Example { start_ns: a, end_ns: b, duration_ns: b - a, step, what };
+        let at = c.worst.partition_point(|w| w.duration_ns >= ex.duration_ns);
+        if at < 5 {
+            c.worst.insert(at, ex);
+            c.worst.truncate(5);
+        }
+    }
+}
+
+pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCauses {
+    let mut out = IdleCauses::default();
+    let n = windows.len();
+    let idle = subtract(&merge(windows.to_vec()), &tl.busy);
+    out.idle_in_steps_ns = super::spans::total(&idle);
+    let step_of = |t: u64| {
+        let k = windows.partition_point(|w| w.0 <= t);
+        k.checked_sub(1).filter(|&k| t < windows[k].1)
+    };
+    for (a, b) in idle {
+        let step = step_of(a);
+        // The op that ends this stretch: already launched before it began → the GPU waited on itself.
+        let next_busy = tl.busy.partition_point(|x| x.0 < b);
+        let next_op = tl.busy.get(next_busy).filter(|x| x.0 == b).and_then(|_| {
+            let i = tl.ops.partition_point(|&i| tl.event(i).start < b);
+            tl.ops.get(i).map(|&i| tl.event(i))
+        });
+        if next_op.and_then(|op| tl.launch_time(op)).is_some_and(|t| t <= a) {
+            out.add(CauseKind::DeviceWait, (a, b), step, None, n);
+            continue;
+        }
+        let mut t = a;
+        let first = tl.calls.partition_point(|c| c.end <= a);
+        for c in tl.calls[first..].iter().take_while(|c| c.start < b) {
+            if c.start > t {
+                outside(tl, &mut out, (t, c.start), step, step_starts, n);
+            }
+            let piece = (c.start.max(t), c.end.min(b));
+            let kind = match c.class {
+                CallClass::Sync => CauseKind::SyncStall,
+                CallClass::Alloc => CauseKind::AllocatorChurn,
+                CallClass::Launch => CauseKind::LaunchBound,
+            };
+            out.add(kind, piece, step, Some(tl.name(c.event)), n);
+            t = t.max(c.end.min(b));
+        }
+        if t < b {
+            outside(tl, &mut out, (t, b), step, step_starts, n);
+        }
+    }
+    out
+}
+
+/// Idle time while the launching threads were outside CUDA.
+fn outside(tl: &Timeline, out: &mut IdleCauses, (a, b): Span, step: Option<usize>, starts: &[u64], n: usize) {
+    let mut t = a;
+    let loading: Vec<Span> = clip(&tl.loader, a, b).collect();
+    for piece in loading {
+        if piece.0 > t {
+            by_previous_call(tl, out, (t, piece.0), step, starts, n);
+        }
+        out.add(CauseKind::DataLoading, piece, step, None, n);
+        t = piece.1;
+    }
+    if t < b {
+        by_previous_call(tl, out, (t, b), step, starts, n);
+    }
+}
+
+fn by_previous_call(tl: &Timeline, out: &mut IdleCauses, (a, b): Span, step: Option<usize>, starts: &[u64], n: usize) {
+    let prev = tl.call_before(a);
+    let prev_end = prev.map_or(0, |c| c.end);
+    let (kind, call) = match prev {
+        Some(c) if c.class == CallClass::Sync => (CauseKind::SyncStall, Some(tl.name(c.event))),
+        Some(c) if c.class == CallClass::Alloc && tl.name(c.event).contains("Free") => {
+            (CauseKind::AllocatorChurn, Some(tl.name(c.event)))
+        }
+        _ => {
+            // A step began since the last CUDA call: the host is getting the step's input ready.
+            let k = starts.partition_point(|&s| s <= prev_end);
+            if starts.get(k).is_some_and(|&s| s < b) {
+                (CauseKind::DataLoading, None)
+            } else {
+                (CauseKind::LaunchBound, prev.map(|c| tl.name(c.event)))
+            }
+        }
+    };
+    out.add(kind, (a, b), step, call, n);
+}

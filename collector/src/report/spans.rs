@@ -1,0 +1,81 @@
+//! Interval arithmetic on sorted, disjoint `[start, end)` spans (ns): the vocabulary of every analysis.
+
+pub type Span = (u64, u64);
+
+/// Sorted, disjoint, non-empty spans covering the same time as `v`.
+pub fn merge(mut v: Vec<Span>) -> Vec<Span> {
+    v.retain(|s| s.1 > s.0);
+    v.sort_unstable();
+    let mut out: Vec<Span> = Vec::with_capacity(v.len());
+    for (s, e) in v {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+pub fn total(u: &[Span]) -> u64 {
+    u.iter().map(|(s, e)| e - s).sum()
+}
+
+/// The spans of `u` (merged) that overlap `[s, e)`, clipped to it.
+pub fn clip(u: &[Span], s: u64, e: u64) -> impl Iterator<Item = Span> + '_ {
+    let first = u.partition_point(|x| x.1 <= s);
+    u[first..].iter().take_while(move |x| x.0 < e).map(move |x| (x.0.max(s), x.1.min(e))).filter(|x| x.1 > x.0)
+}
+
+/// Time of `u` (merged) inside `[s, e)`.
+pub fn within(u: &[Span], s: u64, e: u64) -> u64 {
+    clip(u, s, e).map(|(a, b)| b - a).sum()
+}
+
+/// `a` minus `b` (both merged).
+pub fn subtract(a: &[Span], b: &[Span]) -> Vec<Span> {
+    let mut out = Vec::new();
+    for &(s, e) in a {
+        let mut t = s;
+        for (bs, be) in clip(b, s, e) {
+            if bs > t {
+                out.push((t, bs));
+            }
+            t = be;
+        }
+        if t < e {
+            out.push((t, e));
+        }
+    }
+    out
+}
+
+/// `a` intersected with `b` (both merged).
+pub fn intersect(a: &[Span], b: &[Span]) -> Vec<Span> {
+    a.iter().flat_map(|&(s, e)| clip(b, s, e)).collect()
+}
+
+/// Median of a list (0 when empty).
+pub fn median(mut v: Vec<u64>) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    let mid = v.len() / 2;
+    *v.select_nth_unstable(mid).1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_operations() {
+        let a = merge(vec![(10, 20), (0, 5), (15, 30), (40, 40)]);
+        assert_eq!(a, vec![(0, 5), (10, 30)]);
+        let b = merge(vec![(3, 12), (25, 50)]);
+        assert_eq!(subtract(&a, &b), vec![(0, 3), (12, 25)]);
+        assert_eq!(intersect(&a, &b), vec![(3, 5), (10, 12), (25, 30)]);
+        assert_eq!(within(&a, 4, 26), 1 + 16);
+        assert_eq!(total(&a), 25);
+        assert_eq!(median(vec![5, 1, 9]), 5);
+    }
+}

@@ -1,0 +1,254 @@
+//! One process prepared for diagnosis: its GPU operations in time order and the unions of their busy time, the
+//! launching threads' CUDA calls classified by what they do to the pipeline, and its host ranges (NVTX,
+//! torch.profiler annotations and operators).
+
+use super::spans::{merge, Span};
+use crate::trace::Process;
+use cuflight_format::event::FLAG_DEVICE;
+use cuflight_format::{EventKind, RawEvent};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// What a CUDA call does to the GPU's queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CallClass {
+    /// Issues work and returns (launches, async copies, event records...).
+    Launch,
+    /// `cudaMalloc`/`cudaFree` and friends (`cudaFree` also synchronises the device).
+    Alloc,
+    /// Blocks the host until the GPU catches up: stream/device/event synchronisation, synchronous copies and
+    /// device-to-host copies into pageable memory.
+    Sync,
+}
+
+/// A stretch of time in which a launching thread was inside CUDA calls.
+#[derive(Clone, Copy, Debug)]
+pub struct HostCall {
+    pub start: u64,
+    pub end: u64,
+    pub class: CallClass,
+    /// Index of the (first, outermost) call's event.
+    pub event: u32,
+}
+
+/// A completed host range (NVTX range or imported annotation/operator).
+#[derive(Clone, Copy, Debug)]
+pub struct HostRange {
+    pub start: u64,
+    pub end: u64,
+    pub name: u32,
+    pub tid: u32,
+}
+
+pub struct Timeline<'a> {
+    pub p: &'a Process,
+    /// Kernels, memcpys and memsets, sorted by start (indices into `p.events`).
+    pub ops: Vec<u32>,
+    pub busy: Vec<Span>,
+    pub kernel_busy: Vec<Span>,
+    pub compute_busy: Vec<Span>,
+    pub memcpy_busy: Vec<Span>,
+    pub memset_busy: Vec<Span>,
+    /// Correlation id → the API call that launched it.
+    pub launch_of: FxHashMap<u32, u32>,
+    /// Disjoint CUDA-call stretches of the launching threads, sorted.
+    pub calls: Vec<HostCall>,
+    /// CUDA API time of every thread (merged).
+    pub runtime_busy: Vec<Span>,
+    pub ranges: Vec<HostRange>,
+    /// Ranges pushed but never popped: (name, start).
+    pub unclosed: Vec<(String, u64)>,
+    /// Data-loading annotations (merged).
+    pub loader: Vec<Span>,
+    /// Other host ranges and operators (merged): TensorBoard's "CPU Exec".
+    pub cpu: Vec<Span>,
+    /// (compute capability major, minor) of the first device, when the trace says.
+    pub capability: Option<(u32, u32)>,
+    pub device_memory: Option<u64>,
+}
+
+pub fn is_comm_kernel(name: &str) -> bool {
+    name.starts_with("nccl") && name.contains("Kernel") || name.starts_with("ncclDev")
+}
+
+/// Annotations that mark data loading (torch's `enumerate(DataLoader)#...__next__`, common NVTX names).
+pub fn is_loader_range(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    ["dataloader", "data_load", "data load", "load_batch", "next_batch", "fetch_batch"].iter().any(|k| l.contains(k))
+}
+
+pub fn classify_call(name: &str, copy: Option<&RawEvent>) -> CallClass {
+    if name.contains("Synchronize") {
+        return CallClass::Sync;
+    }
+    let is_async = name.contains("Async");
+    if (name.contains("Malloc") || name.contains("MemAlloc") || name.contains("Free")) && !is_async {
+        return CallClass::Alloc;
+    }
+    if name.contains("Memcpy") {
+        // Asynchronous copies into pageable host memory still block (the driver stages them).
+        let to_pageable = copy.is_some_and(|c| c.sub == 2 && (c.b >> 8) as u8 == 1);
+        if !is_async || to_pageable {
+            return CallClass::Sync;
+        }
+    }
+    CallClass::Launch
+}
+
+impl<'a> Timeline<'a> {
+    pub fn new(p: &'a Process) -> Timeline<'a> {
+        let ev = &p.events;
+        let mut ops: Vec<u32> = Vec::new();
+        let mut copy_of: FxHashMap<u32, u32> = FxHashMap::default();
+        let (mut all, mut kern, mut comp, mut mcpy, mut mset) = (vec![], vec![], vec![], vec![], vec![]);
+        let mut capability = None;
+        let mut device_memory = None;
+        for (i, e) in ev.iter().enumerate() {
+            let span = (e.start, e.end.max(e.start));
+            match e.kind() {
+                Some(EventKind::Kernel) => {
+                    kern.push(span);
+                    if super::breakdown::is_compute_kernel(p.string(e.name)) {
+                        comp.push(span);
+                    }
+                }
+                Some(EventKind::Memcpy) => {
+                    mcpy.push(span);
+                    copy_of.insert(e.correlation, i as u32);
+                }
+                Some(EventKind::Memset) => mset.push(span),
+                Some(EventKind::Device) if capability.is_none() => {
+                    capability = Some(((e.b >> 8) as u32, (e.b & 0xff) as u32)).filter(|c| c.0 > 0);
+                    device_memory = Some(e.a).filter(|&m| m > 0);
+                    continue;
+                }
+                _ => continue,
+            }
+            all.push(span);
+            ops.push(i as u32);
+        }
+        ops.sort_by_key(|&i| ev[i as usize].start);
+
+        // Launching threads: those whose calls have GPU work correlated to them.
+        let mut launch_of = FxHashMap::default();
+        let gpu_corr: FxHashSet<u32> = ops.iter().map(|&i| ev[i as usize].correlation).filter(|&c| c != 0).collect();
+        let mut launchers: FxHashSet<u32> = FxHashSet::default();
+        let mut runtime = Vec::new();
+        for (i, e) in ev.iter().enumerate() {
+            if e.kind() == Some(EventKind::Api) {
+                runtime.push((e.start, e.end));
+                if e.correlation != 0 && gpu_corr.contains(&e.correlation) {
+                    launch_of.entry(e.correlation).or_insert(i as u32);
+                    launchers.insert(e.tid);
+                }
+            }
+        }
+        let mut raw_calls: Vec<HostCall> = ev
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.kind() == Some(EventKind::Api) && launchers.contains(&e.tid))
+            .map(|(i, e)| {
+                let copy = copy_of.get(&e.correlation).map(|&c| &ev[c as usize]);
+                let class = classify_call(p.string(e.name), copy);
+                HostCall { start: e.start, end: e.end.max(e.start), class, event: i as u32 }
+            })
+            .collect();
+        raw_calls.sort_by_key(|c| c.start);
+        let mut calls: Vec<HostCall> = Vec::with_capacity(raw_calls.len());
+        for c in raw_calls {
+            match calls.last_mut() {
+                // Nested or overlapping calls (runtime over driver, two launching threads) form one stretch; the
+                // most blocking class names it.
+                Some(last) if c.start < last.end => {
+                    last.end = last.end.max(c.end);
+                    if c.class > last.class {
+                        last.class = c.class;
+                        last.event = c.event;
+                    }
+                }
+                _ => calls.push(c),
+            }
+        }
+
+        let mut pairer = crate::ranges::Pairer::default();
+        let mut ranges: Vec<HostRange> = Vec::new();
+        for e in ev {
+            if e.kind() == Some(EventKind::Range) && e.flags & FLAG_DEVICE == 0 {
+                ranges.push(HostRange { start: e.start, end: e.end.max(e.start), name: e.name, tid: e.tid });
+            } else if let Some(r) = pairer.feed(e) {
+                ranges.push(HostRange { start: r.start, end: r.end, name: r.name, tid: r.tid });
+            }
+        }
+        ranges.sort_by_key(|r| r.start);
+        let unclosed = pairer.unclosed().map(|(name, start)| (p.string(name).to_string(), start)).collect();
+        Timeline {
+            p,
+            ops,
+            busy: merge(all),
+            kernel_busy: merge(kern),
+            compute_busy: merge(comp),
+            memcpy_busy: merge(mcpy),
+            memset_busy: merge(mset),
+            launch_of,
+            calls,
+            runtime_busy: merge(runtime),
+            ranges,
+            unclosed,
+            loader: vec![],
+            cpu: vec![],
+            capability,
+            device_memory,
+        }
+    }
+
+    /// Splits host ranges other than the steps into data loading and CPU work.
+    pub fn classify_ranges(&mut self, is_step: impl Fn(&HostRange) -> bool) {
+        let (mut loader, mut cpu) = (vec![], vec![]);
+        for r in self.ranges.iter().filter(|r| !is_step(r)) {
+            let target = if is_loader_range(self.p.string(r.name)) { &mut loader } else { &mut cpu };
+            target.push((r.start, r.end));
+        }
+        self.loader = merge(loader);
+        self.cpu = merge(cpu);
+    }
+
+    pub fn event(&self, i: u32) -> &RawEvent {
+        &self.p.events[i as usize]
+    }
+
+    /// When the host issued this GPU op (its launch call's start), if the launch is in the trace.
+    pub fn launch_time(&self, op: &RawEvent) -> Option<u64> {
+        self.launch_of.get(&op.correlation).map(|&i| self.event(i).start)
+    }
+
+    /// The last CUDA-call stretch that ended at or before `t`.
+    pub fn call_before(&self, t: u64) -> Option<&HostCall> {
+        let n = self.calls.partition_point(|c| c.end <= t);
+        n.checked_sub(1).map(|i| &self.calls[i])
+    }
+
+    pub fn name(&self, i: u32) -> &str {
+        self.p.string(self.event(i).name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_are_classified_by_their_effect_on_the_queue() {
+        assert_eq!(classify_call("cudaStreamSynchronize", None), CallClass::Sync);
+        assert_eq!(classify_call("cuCtxSynchronize", None), CallClass::Sync);
+        assert_eq!(classify_call("cudaMemcpy", None), CallClass::Sync);
+        assert_eq!(classify_call("cudaMemcpyAsync", None), CallClass::Launch);
+        let mut dtoh_pageable = RawEvent::new(EventKind::Memcpy, 0, 0, 1);
+        (dtoh_pageable.sub, dtoh_pageable.b) = (2, 3 | 1 << 8);
+        assert_eq!(classify_call("cudaMemcpyAsync", Some(&dtoh_pageable)), CallClass::Sync);
+        assert_eq!(classify_call("cudaFree", None), CallClass::Alloc);
+        assert_eq!(classify_call("cudaMallocAsync", None), CallClass::Launch);
+        assert_eq!(classify_call("cudaLaunchKernel", None), CallClass::Launch);
+        assert!(is_loader_range("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"));
+        assert!(is_comm_kernel("ncclKernel_AllReduce_RING_LL_Sum_float"));
+        assert!(is_comm_kernel("ncclDevKernel_AllGather_RING_LL"));
+    }
+}
