@@ -133,6 +133,7 @@ impl Stream {
                 let (sk, dk) = (crate::memory::cupti_kind_of(src), crate::memory::cupti_kind_of(dst));
                 // SAFETY: the app passed valid ranges of `bytes` bytes (host memory stands in for device memory).
                 unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
+                crate::memory::pace_like_pcie(start, bytes, sk, dk);
                 cupti::emit(SimRecord::Memcpy {
                     start,
                     end: now_ns(),

@@ -79,6 +79,27 @@ pub(crate) fn copy_kind(src: u8, dst: u8) -> u8 {
     }) as u8
 }
 
+/// Host-device copies take as long as they would over PCIe 4.0 x16 (the test double models the link, so that
+/// pinned and pageable copies differ in time as on real hardware): 24 GB/s from or to pinned memory, 8 GB/s
+/// through pageable memory (the driver stages it). Device-to-device and host-to-host copies are not paced.
+pub(crate) fn pace_like_pcie(start_ns: u64, bytes: usize, src: u8, dst: u8) {
+    let pageable = c::CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE as u8;
+    let bytes_per_us = match copy_kind(src, dst) as u32 {
+        c::CUPTI_ACTIVITY_MEMCPY_KIND_HTOD | c::CUPTI_ACTIVITY_MEMCPY_KIND_DTOH
+            if src == pageable || dst == pageable =>
+        {
+            8_000
+        }
+        c::CUPTI_ACTIVITY_MEMCPY_KIND_HTOD | c::CUPTI_ACTIVITY_MEMCPY_KIND_DTOH => 24_000,
+        _ => return,
+    };
+    let target = start_ns + (bytes as u64 * 1000).div_ceil(bytes_per_us);
+    let now = crate::now_ns();
+    if target > now {
+        std::thread::sleep(std::time::Duration::from_nanos(target - now));
+    }
+}
+
 /// Size of the allocation starting exactly at `p`.
 pub(crate) fn size_of(p: usize) -> Option<usize> {
     ALLOCATIONS.lock().get(&p).map(|a| a.len)

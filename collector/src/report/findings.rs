@@ -216,7 +216,8 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses) -> Vec<Finding> {
         let (kernels, short, median_kernel, median_launch) = launch_stats(ctx);
         ev.facts.push(format!(
             "{kernels} kernels in steps ({:.0} per step), {short} of them shorter than the median launch call \
-             ({}); median kernel {:.1} µs; the GPU idled {} per step waiting for the host to issue work",
+             ({}); median kernel {:.1} µs; the GPU idled {} per step between launches (host issue time and \
+             per-kernel gaps)",
             kernels as f64 / steps as f64,
             format_us(median_launch),
             median_kernel as f64 / 1e3,

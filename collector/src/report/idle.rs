@@ -1,8 +1,9 @@
 //! Why the GPU idles inside steps. Every idle stretch inside a step window is given to one cause by looking at
 //! what the launching threads were doing at that moment:
 //!
-//! - the next GPU op had already been launched before the stretch began: the GPU waited on itself (a
-//!   cross-stream dependency or launch latency), not on the host (`device_wait`, not a host finding);
+//! - the next GPU op had already been launched before the stretch began: under 30 µs, the per-kernel launch
+//!   overhead of back-to-back kernels (HTA's "kernel wait") → **launch bound**; longer, the GPU waited on
+//!   another stream or event, not on the host (`device_wait`, not a host finding);
 //! - inside a data-loading annotation: **data loading**;
 //! - inside a CUDA call: a synchronising call → **sync stall**; `cudaMalloc`/`cudaFree` → **allocator churn**;
 //!   any other call (launches) → **launch bound**;
@@ -12,7 +13,7 @@
 //!   overhead, tiny kernels) → **launch bound**.
 
 use super::spans::{clip, merge, subtract, Span};
-use super::timeline::{CallClass, Timeline};
+use super::timeline::{CallClass, HostCall, Timeline};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -72,9 +73,10 @@ impl IdleCauses {
             e.0 += 1;
             e.1 += b - a;
         }
-        let what = match call {
-            Some(name) => format!("GPU idle, host in or after {name}"),
-            None => "GPU idle, host outside CUDA".to_string(),
+        let what = match (call, k) {
+            (Some(name), _) => format!("GPU idle, host in or after {name}"),
+            (None, CauseKind::LaunchBound | CauseKind::DeviceWait) => "GPU idle with work already queued".to_string(),
+            (None, _) => "GPU idle, host outside CUDA".to_string(),
         };
         let ex = Example { start_ns: a, end_ns: b, duration_ns: b - a, step, what };
         let at = c.worst.partition_point(|w| w.duration_ns >= ex.duration_ns);
@@ -84,6 +86,9 @@ impl IdleCauses {
         }
     }
 }
+
+/// Gaps between queued GPU ops shorter than this are launch overhead (HTA's `consecutive_kernel_delay`).
+const KERNEL_WAIT_NS: u64 = 30_000;
 
 pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCauses {
     let mut out = IdleCauses::default();
@@ -102,8 +107,20 @@ pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCa
             let i = tl.ops.partition_point(|&i| tl.event(i).start < b);
             tl.ops.get(i).map(|&i| tl.event(i))
         });
-        if next_op.and_then(|op| tl.launch_time(op)).is_some_and(|t| t <= a) {
-            out.add(CauseKind::DeviceWait, (a, b), step, None, n);
+        // The whole GPU gap (the piece may be clipped by a step boundary).
+        let gap_start = next_busy.checked_sub(1).map_or(a, |i| tl.busy[i].1).min(a);
+        if next_op.and_then(|op| tl.launch_time(op)).is_some_and(|t| t <= gap_start) {
+            // Short gaps between queued kernels are the per-kernel launch overhead (HTA's "kernel wait"); long
+            // ones are waits on other streams or events. Without cross-stream waits, a gap between queued ops of
+            // one stream can only be the GPU front end working through the launches: launch overhead too.
+            let same_stream =
+                !tl.has_stream_waits && prev_op(tl, gap_start).zip(next_op).is_some_and(|(p, n)| p.stream == n.stream);
+            let kind = if b - gap_start < KERNEL_WAIT_NS || same_stream {
+                CauseKind::LaunchBound
+            } else {
+                CauseKind::DeviceWait
+            };
+            out.add(kind, (a, b), step, None, n);
             continue;
         }
         let mut t = a;
@@ -125,7 +142,20 @@ pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCa
             outside(tl, &mut out, (t, b), step, step_starts, n);
         }
     }
+    if std::env::var_os("CUFLIGHT_DEBUG_IDLE").is_some() {
+        eprintln!(
+            "idle {} causes {:?}",
+            out.idle_in_steps_ns,
+            out.causes.iter().map(|c| c.total_ns).collect::<Vec<_>>()
+        );
+    }
     out
+}
+
+/// The GPU op that ended at `t` (the last before an idle stretch).
+fn prev_op<'a>(tl: &'a Timeline, t: u64) -> Option<&'a cuflight_format::RawEvent> {
+    let i = tl.ops.partition_point(|&i| tl.event(i).start < t);
+    tl.ops[..i].iter().rev().take(64).map(|&i| tl.event(i)).find(|e| e.end == t)
 }
 
 /// Idle time while the launching threads were outside CUDA.
@@ -147,9 +177,11 @@ fn outside(tl: &Timeline, out: &mut IdleCauses, (a, b): Span, step: Option<usize
 fn by_previous_call(tl: &Timeline, out: &mut IdleCauses, (a, b): Span, step: Option<usize>, starts: &[u64], n: usize) {
     let prev = tl.call_before(a);
     let prev_end = prev.map_or(0, |c| c.end);
+    // Only a sync inside the loop drains the queue step after step; one before the steps (setup) does not count.
+    let in_loop = |c: &HostCall| starts.first().is_some_and(|&s| c.start >= s);
     let (kind, call) = match prev {
-        Some(c) if c.class == CallClass::Sync => (CauseKind::SyncStall, Some(tl.name(c.event))),
-        Some(c) if c.class == CallClass::Alloc && tl.name(c.event).contains("Free") => {
+        Some(c) if c.class == CallClass::Sync && in_loop(c) => (CauseKind::SyncStall, Some(tl.name(c.event))),
+        Some(c) if c.class == CallClass::Alloc && tl.name(c.event).contains("Free") && in_loop(c) => {
             (CauseKind::AllocatorChurn, Some(tl.name(c.event)))
         }
         _ => {

@@ -245,7 +245,9 @@ fn verdict(findings: &[Finding], processes: &[ProcessReport]) -> String {
             } else {
                 String::new()
             };
-            format!("{}: {}{who}, {:.0}% of step time.{util}", f.kind, f.summary, f.share * 100.0)
+            let cost =
+                if f.time_lost_ns > 0 { format!(", {:.0}% of step time", f.share * 100.0) } else { String::new() };
+            format!("{}: {}{who}{cost}.{util}", f.kind, f.summary)
         }
         Some(f) => format!(
             "No major bottleneck; the largest is {}: {} ({:.1}% of step time).{util}",

@@ -155,9 +155,13 @@ fn pattern_steps(tl: &Timeline) -> Vec<HostRange> {
         .collect();
     periods.sort_unstable();
     periods.dedup();
+    // A step holds every kernel that recurs (3 times or more); this rules out periods that only repeat one
+    // kernel among many (1000 identical tiny kernels per step make a period of 1 otherwise).
+    let recurring = positions.values().filter(|pos| pos.len() >= 3).count();
     let periodic = |p: usize| {
         let matches = (0..n - p).filter(|&i| seq[i].1 == seq[i + p].1).count();
-        n >= 3 * p && matches * 10 >= (n - p) * 9
+        let distinct: rustc_hash::FxHashSet<u32> = seq[..p.min(n)].iter().map(|x| x.1).collect();
+        n >= 3 * p && matches * 10 >= (n - p) * 9 && distinct.len() * 10 >= recurring * 9
     };
     let Some(period) = periods.into_iter().find(|&p| periodic(p)) else { return vec![] };
     // The boundary: the in-period offset with the longest total pause before its launch.

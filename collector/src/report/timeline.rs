@@ -63,6 +63,8 @@ pub struct Timeline<'a> {
     pub cpu: Vec<Span>,
     /// (compute capability major, minor) of the first device, when the trace says.
     pub capability: Option<(u32, u32)>,
+    /// Streams wait on events recorded in other streams (cudaStreamWaitEvent): GPU gaps may be dependencies.
+    pub has_stream_waits: bool,
     pub device_memory: Option<u64>,
 }
 
@@ -180,8 +182,13 @@ impl<'a> Timeline<'a> {
         }
         ranges.sort_by_key(|r| r.start);
         let unclosed = pairer.unclosed().map(|(name, start)| (p.string(name).to_string(), start)).collect();
+        let has_stream_waits = ev.iter().any(|e| {
+            e.kind() == Some(EventKind::Sync) && e.sub == 2
+                || e.kind() == Some(EventKind::Api) && p.string(e.name).contains("StreamWaitEvent")
+        });
         Timeline {
             p,
+            has_stream_waits,
             ops,
             busy: merge(all),
             kernel_busy: merge(kern),

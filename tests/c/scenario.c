@@ -1,0 +1,141 @@
+/* Training loops with one planted bottleneck each, for `cuflight report` tests. Kernels sleep for their
+ * planted duration (cudasim runs a kernel as a host function on the stream's device thread).
+ *
+ * Usage: scenario MODE [steps] [rank world barrier-file]
+ *   clean     per step: pinned async 1 MiB batch copy, 4 Tensor Core GEMMs (2 ms) + 2 elementwise (0.3 ms), a stream
+ *             sync at the end with nothing for the host to do after it: no bottleneck above a few percent.
+ *   dataload  12 ms of host-side input preparation per step (no annotation), then 4 x 1 ms GEMMs; no syncs:
+ *             the GPU idles about 12 - 4.2 ms per step.
+ *   item      3 ms of host work per step before its launches, and the loss read back with a synchronous
+ *             device-to-host copy (.item()) at its end: the 3 ms are exposed.
+ *   pageable  a 32 MiB copy from pageable memory per step (4.2 ms at the simulated 8 GB/s) + 4 x 1 ms GEMMs.
+ *   tiny      1000 kernels of about 2 us per step + one 1 ms kernel, no step annotations: launch-bound, steps
+ *             from the launch pattern.
+ *   fp32      as clean with fp32 SIMT GEMM names (ampere_sgemm_*).
+ *   leak      as clean plus a 16 MiB cudaMalloc per step that is never freed.
+ *   rank      as clean plus an all-reduce kernel that waits for every rank (a counter in a shared file); rank 1
+ *             runs an extra 3 ms kernel per step, so the others wait about 3 ms per step. */
+#include "sim.h"
+#include <fcntl.h>
+#include <nvtx3/nvToolsExt.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static void sleep_us(long us) {
+    struct timespec t = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&t, NULL);
+}
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* What was actually planted (sleeps overshoot on a loaded machine): printed at exit for the tests. */
+static int64_t planted_ns;
+
+/* Sleeps and counts the time slept as planted. */
+static void plant_us(long us) {
+    int64_t t0 = now_ns();
+    sleep_us(us);
+    __atomic_add_fetch(&planted_ns, now_ns() - t0, __ATOMIC_RELAXED);
+}
+
+void ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_nn(void **a) { (void)a; sleep_us(2000); }
+void ampere_sgemm_128x64_nn(void **a) { (void)a; sleep_us(2000); }
+void ampere_bf16_s16816gemm_bf16_64x64_nn(void **a) { (void)a; sleep_us(1000); }
+void vectorized_elementwise_kernel(void **a) { (void)a; sleep_us(300); }
+void tiny_add_kernel(void **a) { (void)a; busy_us(2); }
+void reduce_kernel(void **a) { (void)a; sleep_us(1000); }
+void slow_rank_extra_kernel(void **a) { (void)a; plant_us(3000); }
+
+static volatile long *barrier_counter;
+static int world = 1;
+static long collectives;
+
+/* Joins when every rank has joined this collective, then "transfers" for 0.5 ms. */
+void ncclKernel_AllReduce_RING_LL_Sum_float(void **a) {
+    (void)a;
+    long target = world * ++collectives;
+    __atomic_add_fetch(barrier_counter, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(barrier_counter, __ATOMIC_SEQ_CST) < target) sleep_us(20);
+    sleep_us(500);
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "clean";
+    int steps = argc > 2 ? atoi(argv[2]) : 12;
+    int rank = argc > 3 ? atoi(argv[3]) : 0;
+    if (argc > 5) {
+        world = atoi(argv[4]);
+        int fd = open(argv[5], O_RDWR | O_CREAT, 0600);
+        if (fd < 0 || ftruncate(fd, 4096) != 0) return 2;
+        barrier_counter = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (barrier_counter == MAP_FAILED) return 2;
+    }
+#define MODE(m) (strcmp(mode, m) == 0)
+    size_t batch_bytes = MODE("pageable") ? (32u << 20) : (1u << 20);
+    char *pinned = NULL, *pageable = malloc(batch_bytes);
+    CHECK(cudaMallocHost((void **)&pinned, batch_bytes));
+    float *d_batch = NULL, *d_loss = NULL, loss = 0;
+    CHECK(cudaMalloc((void **)&d_batch, batch_bytes));
+    CHECK(cudaMalloc((void **)&d_loss, sizeof(float)));
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    /* Warm-up outside the steps, as a real job's first iterations: touch every buffer once. */
+    memset(pinned, 1, batch_bytes);
+    memset(pageable, 1, batch_bytes);
+    CHECK(cudaMemset(d_batch, 0, batch_bytes));
+    CHECK(cudaMemcpy(d_batch, pinned, batch_bytes, cudaMemcpyHostToDevice));
+    void *args[] = {&d_batch, NULL};
+    if (MODE("rank")) { /* ranks start at different moments: line them up once, as DDP's initial broadcast does */
+        launch(ncclKernel_AllReduce_RING_LL_Sum_float, 8, 512, s, args);
+        CHECK(cudaStreamSynchronize(s));
+    }
+    void (*gemm)(void **) =
+        MODE("fp32") ? ampere_sgemm_128x64_nn : ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_nn;
+    char name[64];
+    for (int step = 0; step < steps; step++) {
+        if (!MODE("tiny")) {
+            snprintf(name, sizeof name, "ProfilerStep#%d", step);
+            nvtxRangePushA(name);
+        }
+        if (MODE("dataload")) {
+            plant_us(12000); /* decoding and augmentation on the host */
+            CHECK(cudaMemcpyAsync(d_batch, pinned, batch_bytes, cudaMemcpyHostToDevice, s));
+            for (int i = 0; i < 4; i++) launch(ampere_bf16_s16816gemm_bf16_64x64_nn, 132, 256, s, args);
+        } else if (MODE("pageable")) {
+            CHECK(cudaMemcpy(d_batch, pageable, batch_bytes, cudaMemcpyHostToDevice));
+            for (int i = 0; i < 4; i++) launch(ampere_bf16_s16816gemm_bf16_64x64_nn, 132, 256, s, args);
+            CHECK(cudaStreamSynchronize(s));
+        } else if (MODE("tiny")) {
+            for (int i = 0; i < 1000; i++) launch(tiny_add_kernel, 1, 64, s, args);
+            launch(reduce_kernel, 132, 256, s, args);
+            CHECK(cudaStreamSynchronize(s));
+        } else {
+            if (MODE("item")) plant_us(3000); /* the forward pass's Python before its first kernel */
+            if (MODE("leak")) {
+                void *leaked = NULL;
+                CHECK(cudaMalloc(&leaked, 16u << 20)); /* kept alive "by a list of outputs" */
+            }
+            CHECK(cudaMemcpyAsync(d_batch, pinned, batch_bytes, cudaMemcpyHostToDevice, s));
+            for (int i = 0; i < 4; i++) launch(gemm, 132, 256, s, args);
+            for (int i = 0; i < 2; i++) launch(vectorized_elementwise_kernel, 1024, 256, s, args);
+            if (MODE("rank")) {
+                if (rank == 1) launch(slow_rank_extra_kernel, 132, 256, s, args);
+                launch(ncclKernel_AllReduce_RING_LL_Sum_float, 8, 512, s, args);
+            }
+            if (MODE("item")) {
+                CHECK(cudaMemcpy(&loss, d_loss, sizeof loss, cudaMemcpyDeviceToHost)); /* loss.item() */
+            } else {
+                CHECK(cudaStreamSynchronize(s));
+            }
+        }
+        if (!MODE("tiny")) nvtxRangePop();
+    }
+    CHECK(cudaDeviceSynchronize());
+    printf("scenario %s: %d steps\nplanted_ns=%lld\n", mode, steps, (long long)planted_ns);
+    return 0;
+}
