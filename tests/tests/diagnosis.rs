@@ -145,7 +145,10 @@ fn thousand_tiny_kernels_are_launch_bound_and_steps_come_from_the_pattern() {
     let steps = r["processes"][0]["steps"].as_array().unwrap().len();
     assert!((23..=24).contains(&steps), "{steps} pattern steps");
     let (_, idle) = step_facts(&r);
-    assert_near("share vs idle in steps", f64_of(&f["share"]), idle, 0.05, &r);
+    // 2 µs kernels launched back to back: nearly all idle time is launch overhead. The margin is wider than
+    // elsewhere because this scenario keeps both cores of a CI machine busy (launching thread and simulated
+    // GPU thread), so a descheduled host after the per-step sync (a few ms) lands in sync_stall.
+    assert_near("share vs idle in steps", f64_of(&f["share"]), idle, 0.07, &r);
     assert!(f64_of(&f["evidence"]["metrics"]["kernels_per_step"]) > 990.0);
 }
 

@@ -174,7 +174,11 @@ pub const FIX_CHURN: &str = "Stop allocating in steady state: reuse buffers, let
      memory (no torch.cuda.empty_cache() in the loop), PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; in CUDA \
      code use cudaMallocAsync or a memory pool.";
 
-/// data_loading, sync_stall, launch_bound and the idle part of allocator_churn.
+pub const FIX_CPU: &str = "Find the host hot spot between launches (py-spy or perf on the training process); move \
+     preprocessing into DataLoader workers or onto the GPU; replace Python loops over tensors with batched ops; \
+     torch.compile removes per-op Python overhead.";
+
+/// data_loading, sync_stall, launch_bound, cpu_bound (the idle part of allocator_churn is in its own finding).
 pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses) -> Vec<Finding> {
     let mut out = Vec::new();
     let steps = ctx.steps_count();
@@ -228,6 +232,17 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses) -> Vec<Finding> {
         ev.metrics.insert("median_launch_ns", median_launch as f64);
         let summary = format!("GPU waits for kernel launches: {} idle per step", per_step(c.total_ns));
         out.push(ctx.finding("launch_bound", c.total_ns, summary, ev, FIX_LAUNCH));
+    }
+    let c = idle.get(CauseKind::CpuBound);
+    if c.total_ns > 0 {
+        let mut ev = idle_evidence(ctx, c);
+        ev.facts.push(format!(
+            "the GPU idled {} per step while the launching threads ran CPU work (outside CUDA, stretches over \
+             100 µs) between launches",
+            per_step(c.total_ns)
+        ));
+        let summary = format!("GPU waits for host CPU work between launches: {} per step", per_step(c.total_ns));
+        out.push(ctx.finding("cpu_bound", c.total_ns, summary, ev, FIX_CPU));
     }
     out
 }

@@ -1,16 +1,18 @@
 //! Why the GPU idles inside steps. Every idle stretch inside a step window is given to one cause by looking at
 //! what the launching threads were doing at that moment:
 //!
-//! - the next GPU op had already been launched before the stretch began: under 30 µs, the per-kernel launch
+//! - the next GPU op had already been launched (from its launch on): under 30 µs, the per-kernel launch
 //!   overhead of back-to-back kernels (HTA's "kernel wait") → **launch bound**; longer, the GPU waited on
-//!   another stream or event, not on the host (`device_wait`, not a host finding);
+//!   another stream or event, not on the host (`device_wait`, not a host finding), except when the steps use a
+//!   single stream and no event waits, where nothing but the launch pipeline can hold the GPU → **launch bound**;
 //! - inside a data-loading annotation: **data loading**;
 //! - inside a CUDA call: a synchronising call → **sync stall**; `cudaMalloc`/`cudaFree` → **allocator churn**;
 //!   any other call (launches) → **launch bound**;
 //! - outside CUDA, after a synchronising call (the queue was drained by it) → **sync stall**; after
 //!   `cudaFree` → **allocator churn**; after the step began and before its first CUDA call (the host is
-//!   preparing the step's input) → **data loading**; otherwise the host is busy between launches (Python
-//!   overhead, tiny kernels) → **launch bound**.
+//!   preparing the step's input) → **data loading**; otherwise the host is busy between launches: up to
+//!   100 µs at a time, per-op overhead (Python, dispatch, tiny kernels) → **launch bound**; longer, CPU work
+//!   the GPU waits for → **CPU bound**.
 
 use super::spans::{clip, merge, subtract, Span};
 use super::timeline::{CallClass, HostCall, Timeline};
@@ -43,15 +45,42 @@ pub enum CauseKind {
     LaunchBound = 2,
     AllocatorChurn = 3,
     DeviceWait = 4,
+    CpuBound = 5,
+}
+
+/// Where the GPU's idle time inside steps went (JSON `idle_causes`).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct IdleSummary {
+    pub idle_in_steps_ns: u64,
+    pub data_loading_ns: u64,
+    pub sync_stall_ns: u64,
+    pub launch_bound_ns: u64,
+    pub cpu_bound_ns: u64,
+    pub allocator_churn_ns: u64,
+    /// Work was queued but waited on another stream or event.
+    pub device_wait_ns: u64,
 }
 
 #[derive(Debug, Default)]
 pub struct IdleCauses {
-    pub causes: [Cause; 5],
+    pub causes: [Cause; 6],
     pub idle_in_steps_ns: u64,
 }
 
 impl IdleCauses {
+    pub fn summary(&self) -> IdleSummary {
+        let t = |k: CauseKind| self.get(k).total_ns;
+        IdleSummary {
+            idle_in_steps_ns: self.idle_in_steps_ns,
+            data_loading_ns: t(CauseKind::DataLoading),
+            sync_stall_ns: t(CauseKind::SyncStall),
+            launch_bound_ns: t(CauseKind::LaunchBound),
+            cpu_bound_ns: t(CauseKind::CpuBound),
+            allocator_churn_ns: t(CauseKind::AllocatorChurn),
+            device_wait_ns: t(CauseKind::DeviceWait),
+        }
+    }
+
     pub fn get(&self, k: CauseKind) -> &Cause {
         &self.causes[k as usize]
     }
@@ -87,6 +116,10 @@ impl IdleCauses {
     }
 }
 
+/// Host time between launches up to this long is per-op overhead (Python, framework dispatch) of a launch-bound
+/// loop; longer stretches are CPU work the GPU waits for.
+const HOST_OVERHEAD_NS: u64 = 100_000;
+
 /// Gaps between queued GPU ops shorter than this are launch overhead (HTA's `consecutive_kernel_delay`).
 const KERNEL_WAIT_NS: u64 = 30_000;
 
@@ -99,6 +132,16 @@ pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCa
         let k = windows.partition_point(|w| w.0 <= t);
         k.checked_sub(1).filter(|&k| t < windows[k].1)
     };
+    let single_stream = !tl.has_stream_waits && {
+        let mut streams = tl
+            .ops
+            .iter()
+            .map(|&i| tl.event(i))
+            .filter(|e| super::findings::in_windows(windows, e.start))
+            .map(|e| (e.device, e.stream));
+        let first = streams.next();
+        streams.all(|s| Some(s) == first)
+    };
     for (a, b) in idle {
         let step = step_of(a);
         // The op that ends this stretch: already launched before it began → the GPU waited on itself.
@@ -109,20 +152,24 @@ pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCa
         });
         // The whole GPU gap (the piece may be clipped by a step boundary).
         let gap_start = next_busy.checked_sub(1).map_or(a, |i| tl.busy[i].1).min(a);
-        if next_op.and_then(|op| tl.launch_time(op)).is_some_and(|t| t <= gap_start) {
-            // Short gaps between queued kernels are the per-kernel launch overhead (HTA's "kernel wait"); long
-            // ones are waits on other streams or events. Without cross-stream waits, a gap between queued ops of
-            // one stream can only be the GPU front end working through the launches: launch overhead too.
-            let same_stream =
-                !tl.has_stream_waits && prev_op(tl, gap_start).zip(next_op).is_some_and(|(p, n)| p.stream == n.stream);
-            let kind = if b - gap_start < KERNEL_WAIT_NS || same_stream {
+        // Once the next op is launched, the GPU waits on itself, not on the host.
+        let launched = next_op.and_then(|op| tl.launch_time(op)).unwrap_or(b);
+        if launched < b {
+            // Short gaps between queued ops are the per-kernel launch overhead (HTA's "kernel wait"); long ones
+            // are waits on other streams or events. With one stream and no event waits there is nothing else to
+            // wait on: the GPU front end is working through the launches, launch overhead too.
+            let queued = (a.max(launched), b);
+            let kind = if b - gap_start.max(launched) < KERNEL_WAIT_NS || single_stream {
                 CauseKind::LaunchBound
             } else {
                 CauseKind::DeviceWait
             };
-            out.add(kind, (a, b), step, None, n);
-            continue;
+            out.add(kind, queued, step, None, n);
+            if launched <= a {
+                continue;
+            }
         }
+        let b = b.min(launched);
         let mut t = a;
         let first = tl.calls.partition_point(|c| c.end <= a);
         for c in tl.calls[first..].iter().take_while(|c| c.start < b) {
@@ -142,20 +189,7 @@ pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCa
             outside(tl, &mut out, (t, b), step, step_starts, n);
         }
     }
-    if std::env::var_os("CUFLIGHT_DEBUG_IDLE").is_some() {
-        eprintln!(
-            "idle {} causes {:?}",
-            out.idle_in_steps_ns,
-            out.causes.iter().map(|c| c.total_ns).collect::<Vec<_>>()
-        );
-    }
     out
-}
-
-/// The GPU op that ended at `t` (the last before an idle stretch).
-fn prev_op<'a>(tl: &'a Timeline, t: u64) -> Option<&'a cuflight_format::RawEvent> {
-    let i = tl.ops.partition_point(|&i| tl.event(i).start < t);
-    tl.ops[..i].iter().rev().take(64).map(|&i| tl.event(i)).find(|e| e.end == t)
 }
 
 /// Idle time while the launching threads were outside CUDA.
@@ -189,8 +223,10 @@ fn by_previous_call(tl: &Timeline, out: &mut IdleCauses, (a, b): Span, step: Opt
             let k = starts.partition_point(|&s| s <= prev_end);
             if starts.get(k).is_some_and(|&s| s < b) {
                 (CauseKind::DataLoading, None)
-            } else {
+            } else if b - a < HOST_OVERHEAD_NS {
                 (CauseKind::LaunchBound, prev.map(|c| tl.name(c.event)))
+            } else {
+                (CauseKind::CpuBound, prev.map(|c| tl.name(c.event)))
             }
         }
     };

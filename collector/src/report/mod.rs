@@ -40,6 +40,8 @@ pub struct ProcessReport {
     pub command: String,
     pub breakdown: breakdown::Breakdown,
     pub idle_breakdown: breakdown::IdleSplit,
+    /// cuflight's attribution of the idle time inside steps (see [`idle`]).
+    pub idle_causes: idle::IdleSummary,
     pub step_source: StepSource,
     pub steps: Vec<StepRow>,
     /// All steps together (sums; utilisation over their total time).
@@ -184,6 +186,7 @@ impl Report {
                 command,
                 breakdown: breakdown::breakdown(p, rounding),
                 idle_breakdown: breakdown::idle_split(p, rounding),
+                idle_causes: idle.summary(),
                 step_source: ctx.steps.source,
                 steps: rows,
                 step_total,

@@ -95,6 +95,18 @@ fn process(out: &mut String, p: &ProcessReport) {
         ms(i.kernel_wait_ns.max(0) as u64),
         ms(i.other_ns.max(0) as u64)
     ));
+    let c = &p.idle_causes;
+    out.push_str(&format!(
+        "  idle inside steps {}: data loading {}, sync stalls {}, launch overhead {}, host CPU work {}, allocator {}, \
+         queued work waiting on other streams/events {}\n",
+        ms(c.idle_in_steps_ns),
+        ms(c.data_loading_ns),
+        ms(c.sync_stall_ns),
+        ms(c.launch_bound_ns),
+        ms(c.cpu_bound_ns),
+        ms(c.allocator_churn_ns),
+        ms(c.device_wait_ns)
+    ));
     if let Some(t) = &p.step_total {
         let source = match p.step_source {
             StepSource::Option => "--step",
