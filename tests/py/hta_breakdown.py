@@ -1,5 +1,6 @@
 """Runs Holistic Trace Analysis' temporal breakdown on one Kineto JSON trace (plain or .gz) and prints it as JSON:
-{"idle_us", "compute_us", "non_compute_us", "kernel_us"} for the trace's rank. Usage: hta_breakdown.py TRACE
+{"idle_us", "compute_us", "non_compute_us", "kernel_us"} for the trace's rank, and its idle time breakdown
+summed over streams: {"host_wait_us", "kernel_wait_us", "other_us"}. Usage: hta_breakdown.py TRACE
 """
 import json
 import logging
@@ -19,12 +20,17 @@ def main(path):
         analyzer = TraceAnalysis(trace_dir=d)
         df = analyzer.get_temporal_breakdown(visualize=False)
         row = df.iloc[0]
-        print(json.dumps({
+        out = {
             "idle_us": float(row["idle_time(us)"]),
             "compute_us": float(row["compute_time(us)"]),
             "non_compute_us": float(row["non_compute_time(us)"]),
             "kernel_us": float(row["kernel_time(us)"]),
-        }))
+        }
+        idle = analyzer.get_idle_time_breakdown(visualize=False)[0]
+        for category in ("host_wait", "kernel_wait", "other"):
+            rows = idle[idle["idle_category"] == category]
+            out[category + "_us"] = float(rows["idle_time"].sum())
+        print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -79,7 +79,8 @@ fn merge(mut v: Vec<(i64, i64)>) -> (i64, i64, i64) {
     (total, first, last_end)
 }
 
-/// HTA's idle time breakdown (`get_idle_time_breakdown`, default `consecutive_kernel_delay` 30 µs): on each
+/// HTA's idle time breakdown (`get_idle_time_breakdown`, default `consecutive_kernel_delay` 30 µs), over the
+/// GPU ops the traced-iterations filter keeps (as the temporal breakdown): on each
 /// stream, the gap before each GPU op (its start minus the previous op's end, in start order) is **host wait**
 /// when the op's launch call started after the previous op ended (the host had not queued it yet), else
 /// **kernel wait** when shorter than 30 µs (back-to-back launch overhead), else **other** (e.g. waiting on
@@ -104,13 +105,15 @@ fn interval(start: u64, end: u64, hta_rounding: bool) -> (i64, i64) {
 }
 
 pub fn idle_split(p: &Process, hta_rounding: bool) -> IdleSplit {
+    let keep = kept_correlations(p);
+    let kept = |c: u32| keep.as_ref().is_none_or(|k| k.contains(&c));
     let mut launch: rustc_hash::FxHashMap<u32, i64> = rustc_hash::FxHashMap::default();
-    for e in p.events.iter().filter(|e| e.kind() == Some(EventKind::Api) && e.correlation != 0) {
+    for e in p.events.iter().filter(|e| e.kind() == Some(EventKind::Api) && e.correlation != 0 && kept(e.correlation)) {
         launch.entry(e.correlation).or_insert(interval(e.start, e.end, hta_rounding).0);
     }
     let mut by_stream: rustc_hash::FxHashMap<u32, Vec<(i64, i64, Option<i64>)>> = Default::default();
     for e in &p.events {
-        if matches!(e.kind(), Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) {
+        if matches!(e.kind(), Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) && kept(e.correlation) {
             let (s, end) = interval(e.start, e.end, hta_rounding);
             by_stream.entry(e.stream).or_default().push((s, end, launch.get(&e.correlation).copied()));
         }
@@ -140,7 +143,9 @@ fn union_ns(v: Vec<(u64, u64)>) -> u64 {
 
 /// The breakdown of one process (a rank); `hta_rounding` rounds to whole µs as HTA does for ns-resolution
 /// Kineto traces.
-pub fn breakdown(p: &Process, hta_rounding: bool) -> Breakdown {
+/// HTA's filter for traced iterations: with two or more `ProfilerStep`s, the correlation ids of host events
+/// that start before the last step starts (GPU ops count only if their launch is among them); None keeps all.
+fn kept_correlations(p: &Process) -> Option<FxHashSet<u32>> {
     let steps: Vec<(u64, u32)> = p
         .events
         .iter()
@@ -148,14 +153,18 @@ pub fn breakdown(p: &Process, hta_rounding: bool) -> Breakdown {
         .map(|e| (e.start, e.name))
         .collect();
     let distinct: FxHashSet<u32> = steps.iter().map(|(_, n)| *n).collect();
-    let keep: Option<FxHashSet<u32>> = (distinct.len() >= 2).then(|| {
+    (distinct.len() >= 2).then(|| {
         let last_start = steps.iter().map(|(s, _)| *s).max().unwrap_or(u64::MAX);
         p.events
             .iter()
             .filter(|e| e.kind() == Some(EventKind::Api) && e.start < last_start && e.correlation != 0)
             .map(|e| e.correlation)
             .collect()
-    });
+    })
+}
+
+pub fn breakdown(p: &Process, hta_rounding: bool) -> Breakdown {
+    let keep = kept_correlations(p);
     let mut all = Vec::new();
     let mut compute = Vec::new();
     for e in &p.events {
