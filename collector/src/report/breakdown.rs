@@ -146,10 +146,15 @@ fn union_ns(v: Vec<(u64, u64)>) -> u64 {
 /// HTA's filter for traced iterations: with two or more `ProfilerStep`s, the correlation ids of host events
 /// that start before the last step starts (GPU ops count only if their launch is among them); None keeps all.
 fn kept_correlations(p: &Process) -> Option<FxHashSet<u32>> {
+    let step_names: FxHashSet<u32> =
+        p.strings.iter().filter(|(_, s)| s.contains("ProfilerStep")).map(|(&id, _)| id).collect();
+    if step_names.len() < 2 {
+        return None;
+    }
     let steps: Vec<(u64, u32)> = p
         .events
         .iter()
-        .filter(|e| e.kind() == Some(EventKind::Range) && p.string(e.name).contains("ProfilerStep"))
+        .filter(|e| e.kind() == Some(EventKind::Range) && step_names.contains(&e.name))
         .map(|e| (e.start, e.name))
         .collect();
     let distinct: FxHashSet<u32> = steps.iter().map(|(_, n)| *n).collect();
@@ -165,6 +170,7 @@ fn kept_correlations(p: &Process) -> Option<FxHashSet<u32>> {
 
 pub fn breakdown(p: &Process, hta_rounding: bool) -> Breakdown {
     let keep = kept_correlations(p);
+    let compute_names = super::timeline::NameFlags::new(p);
     let mut all = Vec::new();
     let mut compute = Vec::new();
     for e in &p.events {
@@ -178,7 +184,7 @@ pub fn breakdown(p: &Process, hta_rounding: bool) -> Breakdown {
         // HTA holds µs in float64 (0.25 µs resolution at epoch magnitudes), adds dur, then rounds.
         let interval = interval(e.start, e.end, hta_rounding);
         all.push(interval);
-        if kind == Some(EventKind::Kernel) && is_compute_kernel(p.string(e.name)) {
+        if kind == Some(EventKind::Kernel) && compute_names.has(e.name, super::timeline::NameFlags::COMPUTE) {
             compute.push(interval);
         }
     }

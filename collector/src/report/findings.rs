@@ -98,6 +98,23 @@ pub struct Ctx<'a> {
     pub step_total_ns: u64,
     pub pid: u32,
     pub rank: Option<u32>,
+    /// Per GPU op (parallel to `tl.ops`): whether it starts inside a step window.
+    pub op_in_steps: Vec<bool>,
+}
+
+/// Which ops (sorted by start) start inside the windows (sorted, not overlapping): one merge walk.
+pub fn ops_in_windows(tl: &Timeline, windows: &[(u64, u64)]) -> Vec<bool> {
+    let mut w = 0;
+    tl.ops
+        .iter()
+        .map(|&i| {
+            let t = tl.event(i).start;
+            while w < windows.len() && windows[w].1 <= t {
+                w += 1;
+            }
+            w < windows.len() && windows[w].0 <= t
+        })
+        .collect()
 }
 
 impl Ctx<'_> {
@@ -278,14 +295,16 @@ fn launch_stats(ctx: &Ctx) -> (u64, u64, u64, u64) {
     let tl = ctx.tl;
     let mut kernel_durations = Vec::new();
     let mut launch_durations = Vec::new();
-    for &i in &tl.ops {
+    for ((&i, &(launched, launch_ns)), _) in
+        tl.ops.iter().zip(&tl.op_launch).zip(&ctx.op_in_steps).filter(|(_, &inside)| inside)
+    {
         let e = tl.event(i);
-        if e.kind() != Some(cuflight_format::EventKind::Kernel) || !in_windows(&ctx.steps.windows, e.start) {
+        if e.kind() != Some(cuflight_format::EventKind::Kernel) {
             continue;
         }
         kernel_durations.push(e.duration());
-        if let Some(&l) = tl.launch_of.get(&e.correlation) {
-            launch_durations.push(tl.event(l).duration());
+        if launched != u64::MAX {
+            launch_durations.push(launch_ns);
         }
     }
     let median_launch = super::spans::median(launch_durations);
@@ -301,11 +320,10 @@ pub fn allocator_churn(ctx: &Ctx, idle: &IdleCauses) -> Option<Finding> {
     let steady = ctx.steps.windows.get(1..).unwrap_or(&[]);
     let mut rows: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for e in tl.p.events.iter().filter(|e| e.kind() == Some(cuflight_format::EventKind::Api)) {
-        let name = tl.p.string(e.name);
-        if super::timeline::classify_call(name, None) == super::timeline::CallClass::Alloc
-            && in_windows(steady, e.start)
-        {
-            let r = rows.entry(name).or_default();
+        let f = tl.names.get(e.name);
+        let alloc = f & super::timeline::NameFlags::ALLOC != 0 && f & super::timeline::NameFlags::ASYNC == 0;
+        if alloc && in_windows(steady, e.start) {
+            let r = rows.entry(tl.p.string(e.name)).or_default();
             r.0 += 1;
             r.1 += e.duration();
         }

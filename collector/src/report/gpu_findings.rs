@@ -4,7 +4,7 @@
 use super::findings::{ms, Ctx, Evidence, Finding, KernelRow, Severity};
 use super::idle::Example;
 use super::spans::{intersect, merge, subtract, total, Span};
-use super::timeline::is_comm_kernel;
+use super::timeline::NameFlags;
 use cuflight_format::event::LaunchConfig;
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::FxHashMap;
@@ -35,12 +35,13 @@ fn windows(ctx: &Ctx) -> Vec<Span> {
 }
 
 fn ops_in_steps<'a>(ctx: &'a Ctx, kind: EventKind) -> impl Iterator<Item = (u32, &'a RawEvent)> + 'a {
-    let w = &ctx.steps.windows;
     ctx.tl
         .ops
         .iter()
-        .map(move |&i| (i, ctx.tl.event(i)))
-        .filter(move |(_, e)| e.kind() == Some(kind) && super::findings::in_windows(w, e.start))
+        .zip(&ctx.op_in_steps)
+        .filter(|(_, &inside)| inside)
+        .map(move |(&i, _)| (i, ctx.tl.event(i)))
+        .filter(move |(_, e)| e.kind() == Some(kind))
 }
 
 fn example(ctx: &Ctx, e: &RawEvent, what: String) -> Example {
@@ -135,9 +136,10 @@ pub fn fp32_gemm(ctx: &Ctx) -> Option<Finding> {
     if ctx.tl.capability.is_some_and(|(major, _)| major < 7) {
         return None; // no Tensor Cores before Volta
     }
-    let p = ctx.tl.p;
-    let kernels: Vec<&RawEvent> =
-        ops_in_steps(ctx, EventKind::Kernel).map(|(_, e)| e).filter(|e| is_fp32_gemm(p.string(e.name))).collect();
+    let kernels: Vec<&RawEvent> = ops_in_steps(ctx, EventKind::Kernel)
+        .map(|(_, e)| e)
+        .filter(|e| ctx.tl.names.has(e.name, NameFlags::FP32_GEMM))
+        .collect();
     if kernels.is_empty() {
         return None;
     }
@@ -166,9 +168,8 @@ pub fn fp32_gemm(ctx: &Ctx) -> Option<Finding> {
 /// Communication kernels not overlapped by compute. `wait` gives, per comm op (event index), how long it only
 /// waited for other ranks (reported as `straggler`, so left out here).
 pub fn nccl_exposed(ctx: &Ctx, wait: &FxHashMap<u32, u64>) -> Option<Finding> {
-    let p = ctx.tl.p;
     let comm: Vec<(u32, &RawEvent)> =
-        ops_in_steps(ctx, EventKind::Kernel).filter(|(_, e)| is_comm_kernel(p.string(e.name))).collect();
+        ops_in_steps(ctx, EventKind::Kernel).filter(|(_, e)| ctx.tl.names.has(e.name, NameFlags::COMM)).collect();
     if comm.is_empty() {
         return None;
     }

@@ -149,6 +149,7 @@ impl Report {
                     step_total_ns: steps[i].windows.iter().map(|w| w.1 - w.0).sum(),
                     pid: *pid,
                     rank,
+                    op_in_steps: findings::ops_in_windows(&tls[i], &steps[i].windows),
                 }
             })
             .collect();

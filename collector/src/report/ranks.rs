@@ -9,7 +9,7 @@
 
 use super::findings::{ms, Ctx, Evidence, Finding, MIN_SHARE};
 use super::idle::Example;
-use super::timeline::is_comm_kernel;
+use super::timeline::NameFlags;
 use cuflight_format::EventKind;
 use rustc_hash::FxHashMap;
 
@@ -42,7 +42,9 @@ pub fn straggler(ctxs: &[Ctx]) -> Straggler {
             tl.ops
                 .iter()
                 .copied()
-                .filter(|&i| tl.event(i).kind() == Some(EventKind::Kernel) && is_comm_kernel(tl.name(i)))
+                .filter(|&i| {
+                    tl.event(i).kind() == Some(EventKind::Kernel) && tl.names.has(tl.event(i).name, NameFlags::COMM)
+                })
                 .collect()
         })
         .collect();

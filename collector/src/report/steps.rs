@@ -102,9 +102,11 @@ pub fn detect(tl: &Timeline, step_option: Option<&str>) -> Steps {
 /// Step windows: host range extended to the end of the GPU work it launched, never overlapping the previous.
 fn windows(tl: &Timeline, host: &[HostRange]) -> Vec<Span> {
     let mut gpu_end = vec![0u64; host.len()];
-    for &i in &tl.ops {
+    for (&i, &(t, _)) in tl.ops.iter().zip(&tl.op_launch) {
+        if t == u64::MAX {
+            continue;
+        }
         let op = tl.event(i);
-        let Some(t) = tl.launch_time(op) else { continue };
         let k = host.partition_point(|r| r.start <= t);
         if k > 0 && t < host[k - 1].end {
             gpu_end[k - 1] = gpu_end[k - 1].max(op.end);
@@ -128,9 +130,10 @@ fn pattern_steps(tl: &Timeline) -> Vec<HostRange> {
     let mut seq: Vec<(u64, u32)> = tl
         .ops
         .iter()
-        .map(|&i| tl.event(i))
-        .filter(|e| e.kind() == Some(cuflight_format::EventKind::Kernel))
-        .map(|e| (tl.launch_time(e).unwrap_or(e.start), e.name))
+        .zip(&tl.op_launch)
+        .map(|(&i, &(t, _))| (tl.event(i), t))
+        .filter(|(e, _)| e.kind() == Some(cuflight_format::EventKind::Kernel))
+        .map(|(e, t)| (if t == u64::MAX { e.start } else { t }, e.name))
         .collect();
     seq.sort_by_key(|x| x.0);
     let n = seq.len();

@@ -41,6 +41,7 @@ pub struct HostRange {
 
 pub struct Timeline<'a> {
     pub p: &'a Process,
+    pub names: NameFlags,
     /// Kernels, memcpys and memsets, sorted by start (indices into `p.events`).
     pub ops: Vec<u32>,
     pub busy: Vec<Span>,
@@ -48,8 +49,10 @@ pub struct Timeline<'a> {
     pub compute_busy: Vec<Span>,
     pub memcpy_busy: Vec<Span>,
     pub memset_busy: Vec<Span>,
-    /// Correlation id → the API call that launched it.
+    /// Correlation id → the API call with that id (the launch, for GPU ops).
     pub launch_of: FxHashMap<u32, u32>,
+    /// Per op (parallel to `ops`): its launch call's start and duration; start u64::MAX when not in the trace.
+    pub op_launch: Vec<(u64, u64)>,
     /// Disjoint CUDA-call stretches of the launching threads, sorted.
     pub calls: Vec<HostCall>,
     /// CUDA API time of every thread (merged).
@@ -79,14 +82,18 @@ pub fn is_loader_range(name: &str) -> bool {
 }
 
 pub fn classify_call(name: &str, copy: Option<&RawEvent>) -> CallClass {
-    if name.contains("Synchronize") {
+    classify_flags(NameFlags::of(name), copy)
+}
+
+fn classify_flags(f: u16, copy: Option<&RawEvent>) -> CallClass {
+    if f & NameFlags::SYNC != 0 {
         return CallClass::Sync;
     }
-    let is_async = name.contains("Async");
-    if (name.contains("Malloc") || name.contains("MemAlloc") || name.contains("Free")) && !is_async {
+    let is_async = f & NameFlags::ASYNC != 0;
+    if f & NameFlags::ALLOC != 0 && !is_async {
         return CallClass::Alloc;
     }
-    if name.contains("Memcpy") {
+    if f & NameFlags::MEMCPY != 0 {
         // Asynchronous copies into pageable host memory still block (the driver stages them).
         let to_pageable = copy.is_some_and(|c| c.sub == 2 && (c.b >> 8) as u8 == 1);
         if !is_async || to_pageable {
@@ -96,8 +103,63 @@ pub fn classify_call(name: &str, copy: Option<&RawEvent>) -> CallClass {
     CallClass::Launch
 }
 
+/// What the analyses need to know about each name, computed once per distinct string (not per event: a
+/// 10M-event trace has a few thousand names).
+#[derive(Default)]
+pub struct NameFlags(FxHashMap<u32, u16>);
+
+impl NameFlags {
+    pub const COMPUTE: u16 = 1;
+    pub const COMM: u16 = 2;
+    pub const FP32_GEMM: u16 = 4;
+    pub const PROFILER_STEP: u16 = 8;
+    pub const STEP_LIKE: u16 = 16;
+    pub const LOADER: u16 = 32;
+    pub const SYNC: u16 = 64;
+    pub const ALLOC: u16 = 128;
+    pub const FREE: u16 = 256;
+    pub const MEMCPY: u16 = 512;
+    pub const ASYNC: u16 = 1024;
+    pub const STREAM_WAIT: u16 = 2048;
+
+    pub fn of(name: &str) -> u16 {
+        let mut f = 0;
+        let mut set = |cond: bool, flag: u16| {
+            if cond {
+                f |= flag;
+            }
+        };
+        set(super::breakdown::is_compute_kernel(name), Self::COMPUTE);
+        set(is_comm_kernel(name), Self::COMM);
+        set(super::gpu_findings::is_fp32_gemm(name), Self::FP32_GEMM);
+        set(name.contains("ProfilerStep"), Self::PROFILER_STEP);
+        set(super::steps::step_like(name), Self::STEP_LIKE);
+        set(is_loader_range(name), Self::LOADER);
+        set(name.contains("Synchronize"), Self::SYNC);
+        set(name.contains("Malloc") || name.contains("MemAlloc") || name.contains("Free"), Self::ALLOC);
+        set(name.contains("Free"), Self::FREE);
+        set(name.contains("Memcpy"), Self::MEMCPY);
+        set(name.contains("Async"), Self::ASYNC);
+        set(name.contains("StreamWaitEvent"), Self::STREAM_WAIT);
+        f
+    }
+
+    pub fn new(p: &Process) -> NameFlags {
+        NameFlags(p.strings.iter().map(|(&id, s)| (id, Self::of(s))).collect())
+    }
+
+    pub fn get(&self, id: u32) -> u16 {
+        self.0.get(&id).copied().unwrap_or(0)
+    }
+
+    pub fn has(&self, id: u32, flag: u16) -> bool {
+        self.get(id) & flag != 0
+    }
+}
+
 impl<'a> Timeline<'a> {
     pub fn new(p: &'a Process) -> Timeline<'a> {
+        let names = NameFlags::new(p);
         let ev = &p.events;
         let mut ops: Vec<u32> = Vec::new();
         let mut copy_of: FxHashMap<u32, u32> = FxHashMap::default();
@@ -109,7 +171,7 @@ impl<'a> Timeline<'a> {
             match e.kind() {
                 Some(EventKind::Kernel) => {
                     kern.push(span);
-                    if super::breakdown::is_compute_kernel(p.string(e.name)) {
+                    if names.has(e.name, NameFlags::COMPUTE) {
                         comp.push(span);
                     }
                 }
@@ -131,26 +193,35 @@ impl<'a> Timeline<'a> {
         ops.sort_by_key(|&i| ev[i as usize].start);
 
         // Launching threads: those whose calls have GPU work correlated to them.
-        let mut launch_of = FxHashMap::default();
-        let gpu_corr: FxHashSet<u32> = ops.iter().map(|&i| ev[i as usize].correlation).filter(|&c| c != 0).collect();
-        let mut launchers: FxHashSet<u32> = FxHashSet::default();
+        let mut launch_of: FxHashMap<u32, u32> = FxHashMap::default();
         let mut runtime = Vec::new();
         for (i, e) in ev.iter().enumerate() {
             if e.kind() == Some(EventKind::Api) {
                 runtime.push((e.start, e.end));
-                if e.correlation != 0 && gpu_corr.contains(&e.correlation) {
+                if e.correlation != 0 {
                     launch_of.entry(e.correlation).or_insert(i as u32);
-                    launchers.insert(e.tid);
                 }
             }
         }
+        let mut launchers: FxHashSet<u32> = FxHashSet::default();
+        let op_launch: Vec<(u64, u64)> = ops
+            .iter()
+            .map(|&i| match launch_of.get(&ev[i as usize].correlation) {
+                Some(&l) if ev[i as usize].correlation != 0 => {
+                    let call = &ev[l as usize];
+                    launchers.insert(call.tid);
+                    (call.start, call.duration())
+                }
+                _ => (u64::MAX, 0),
+            })
+            .collect();
         let mut raw_calls: Vec<HostCall> = ev
             .iter()
             .enumerate()
             .filter(|(_, e)| e.kind() == Some(EventKind::Api) && launchers.contains(&e.tid))
             .map(|(i, e)| {
                 let copy = copy_of.get(&e.correlation).map(|&c| &ev[c as usize]);
-                let class = classify_call(p.string(e.name), copy);
+                let class = classify_flags(names.get(e.name), copy);
                 HostCall { start: e.start, end: e.end.max(e.start), class, event: i as u32 }
             })
             .collect();
@@ -184,10 +255,11 @@ impl<'a> Timeline<'a> {
         let unclosed = pairer.unclosed().map(|(name, start)| (p.string(name).to_string(), start)).collect();
         let has_stream_waits = ev.iter().any(|e| {
             e.kind() == Some(EventKind::Sync) && e.sub == 2
-                || e.kind() == Some(EventKind::Api) && p.string(e.name).contains("StreamWaitEvent")
+                || e.kind() == Some(EventKind::Api) && names.has(e.name, NameFlags::STREAM_WAIT)
         });
         Timeline {
             p,
+            names,
             has_stream_waits,
             ops,
             busy: merge(all),
@@ -196,6 +268,7 @@ impl<'a> Timeline<'a> {
             memcpy_busy: merge(mcpy),
             memset_busy: merge(mset),
             launch_of,
+            op_launch,
             calls,
             runtime_busy: merge(runtime),
             ranges,
@@ -211,7 +284,7 @@ impl<'a> Timeline<'a> {
     pub fn classify_ranges(&mut self, is_step: impl Fn(&HostRange) -> bool) {
         let (mut loader, mut cpu) = (vec![], vec![]);
         for r in self.ranges.iter().filter(|r| !is_step(r)) {
-            let target = if is_loader_range(self.p.string(r.name)) { &mut loader } else { &mut cpu };
+            let target = if self.names.has(r.name, NameFlags::LOADER) { &mut loader } else { &mut cpu };
             target.push((r.start, r.end));
         }
         self.loader = merge(loader);
