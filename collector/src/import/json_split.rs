@@ -77,7 +77,7 @@ pub fn split<R: BufRead>(
                     i += 1;
                     continue;
                 }
-                let stop = chunk[i..].iter().position(|&c| c == b'"' || c == b'\\').map_or(n, |p| i + p);
+                let stop = memchr::memchr2(b'"', b'\\', &chunk[i..]).map_or(n, |p| i + p);
                 if key_open {
                     key.extend_from_slice(&chunk[i..stop]);
                 }
@@ -94,8 +94,9 @@ pub fn split<R: BufRead>(
                 continue;
             }
             if in_events && depth >= 3 {
-                // Inside an element only quotes and brackets matter: jump to the next one.
-                match chunk[i..].iter().position(|&c| matches!(c, b'"' | b'{' | b'}' | b'[' | b']')) {
+                // Inside an element only quotes and braces decide where it ends (brackets nest inside them,
+                // balanced; a malformed element fails when it is parsed): jump to the next one.
+                match memchr::memchr3(b'"', b'{', b'}', &chunk[i..]) {
                     Some(p) => i += p,
                     None => break,
                 }
@@ -126,8 +127,16 @@ pub fn split<R: BufRead>(
                 b'}' | b']' => {
                     depth = depth.checked_sub(1).ok_or(SplitError::NotObjects)?;
                     if in_events && depth == 2 {
-                        flush!(i + 1);
-                        on_event(&element).map_err(|message| SplitError::Event { index: events, message })?;
+                        // An element that lies within this chunk is parsed in place, without a copy.
+                        let parsed = if element.is_empty() {
+                            let whole = &chunk[seg..i + 1];
+                            seg = i + 1;
+                            on_event(whole)
+                        } else {
+                            flush!(i + 1);
+                            on_event(&element)
+                        };
+                        parsed.map_err(|message| SplitError::Event { index: events, message })?;
                         events += 1;
                         element.clear();
                         dest = Dest::Drop;
