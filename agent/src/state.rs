@@ -137,6 +137,12 @@ fn record_process_facts(agent: &Agent) {
         Vec::new()
     };
     h.host.store(intern(&host), Ordering::Relaxed);
+    // The rank as launchers set it (torchrun/torch.distributed, Open MPI, MPICH/PMI, Slurm): lets the collector
+    // line up the ranks of one job.
+    let rank = ["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.trim().parse::<u32>().ok());
+    h.rank_plus_one.store(rank.map_or(0, |r| r.saturating_add(1)), Ordering::Relaxed);
 }
 
 /// Marks the segment DISABLED with `why` and prints the notice.

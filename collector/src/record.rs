@@ -131,6 +131,7 @@ fn process_info(t: &Tracked) -> ProcessInfo {
         start_realtime_ns: h.start_realtime_ns,
         finished: st == state::FINISHED || st == state::DISABLED,
         drops,
+        rank: h.rank_plus_one.load(Ordering::Relaxed).checked_sub(1),
     }
 }
 

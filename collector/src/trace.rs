@@ -28,7 +28,7 @@ pub struct Process {
     pub clock_offset_ns: i64,
     /// A display name from an imported trace (Kineto `process_name`), if any.
     pub name: String,
-    /// Distributed rank, when the trace says (Kineto `distributedInfo`).
+    /// Distributed rank, when the trace says (Kineto `distributedInfo`, the launcher's `RANK` for captures).
     pub rank: Option<u32>,
 }
 
@@ -95,7 +95,9 @@ impl Trace {
             match block {
                 Block::Process(info) => {
                     let pid = info.pid;
-                    trace.processes.entry(pid).or_default().info = info;
+                    let p = trace.processes.entry(pid).or_default();
+                    p.rank = info.rank;
+                    p.info = info;
                 }
                 Block::Strings { pid, base, bytes } => {
                     let p = trace.processes.entry(pid).or_default();

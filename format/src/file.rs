@@ -65,6 +65,45 @@ pub struct ProcessInfo {
     /// The agent flushed and finished at exit (false: the process died abruptly, e.g. SIGKILL).
     pub finished: bool,
     pub drops: Drops,
+    /// Distributed rank from the launcher's environment (torchrun's `RANK`, MPI, Slurm), if any.
+    pub rank: Option<u32>,
+}
+
+/// [`ProcessInfo`] as written before `rank` existed (postcard is positional: old blocks lack the field).
+#[derive(Deserialize)]
+struct ProcessInfoV0 {
+    pid: u32,
+    ppid: u32,
+    cmdline: Vec<String>,
+    exe: String,
+    host: String,
+    cupti_version: u32,
+    cupti_path: String,
+    status: String,
+    start_realtime_ns: u64,
+    finished: bool,
+    drops: Drops,
+}
+
+fn decode_process(raw: &[u8]) -> Option<ProcessInfo> {
+    if let Ok(info) = postcard::from_bytes::<ProcessInfo>(raw) {
+        return Some(info);
+    }
+    let v: ProcessInfoV0 = postcard::from_bytes(raw).ok()?;
+    Some(ProcessInfo {
+        pid: v.pid,
+        ppid: v.ppid,
+        cmdline: v.cmdline,
+        exe: v.exe,
+        host: v.host,
+        cupti_version: v.cupti_version,
+        cupti_path: v.cupti_path,
+        status: v.status,
+        start_realtime_ns: v.start_realtime_ns,
+        finished: v.finished,
+        drops: v.drops,
+        rank: None,
+    })
 }
 
 /// The last block of a complete file.
@@ -285,7 +324,7 @@ impl<R: Read> TraceReader<R> {
         }
         let corrupt = |what: &str| FileError::Corrupt(format!("undecodable {what} block"));
         Ok(Some(Some(match tag {
-            TAG_PROCESS => Block::Process(postcard::from_bytes(&raw).map_err(|_| corrupt("process"))?),
+            TAG_PROCESS => Block::Process(decode_process(&raw).ok_or_else(|| corrupt("process"))?),
             TAG_STRINGS => {
                 let base = u64::from_le_bytes(raw.get(..8).ok_or_else(|| corrupt("strings"))?.try_into().expect("8"));
                 Block::Strings { pid, base, bytes: raw[8..].to_vec() }
@@ -310,6 +349,16 @@ fn read_exact<R: Read>(r: &mut R, buf: &mut [u8], what: &'static str) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn process_facts_written_before_rank_existed_still_load() {
+        let info = ProcessInfo { pid: 5, cmdline: vec!["a".into()], finished: true, ..Default::default() };
+        let mut raw = postcard::to_stdvec(&info).unwrap();
+        assert_eq!(raw.pop(), Some(0), "rank None is one trailing byte");
+        assert_eq!(decode_process(&raw), Some(info.clone()));
+        let ranked = ProcessInfo { rank: Some(3), ..info };
+        assert_eq!(decode_process(&postcard::to_stdvec(&ranked).unwrap()).unwrap().rank, Some(3));
+    }
     use crate::event::EventKind;
 
     fn sample() -> Vec<RawEvent> {

@@ -64,6 +64,9 @@ pub struct SegmentHeader {
     pub exe: AtomicU32,
     pub host: AtomicU32,
     pub cupti_path: AtomicU32,
+    /// Distributed rank + 1 from the launcher's environment (`RANK`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`,
+    /// `SLURM_PROCID`); 0 when none is set.
+    pub rank_plus_one: AtomicU32,
     pub status_len: AtomicU32,
     /// Why the agent disabled itself (UTF-8, `status_len` bytes), written before `state` becomes DISABLED.
     pub status: [u8; STATUS_LEN],

@@ -185,7 +185,8 @@ fn a_slow_rank_is_found_as_the_straggler() {
     let barrier = dir.join("barrier");
     let p = prog.display();
     let b = barrier.display();
-    let script = format!("{p} rank 24 0 2 {b} & {p} rank 24 1 2 {b}; wait");
+    // RANK as torchrun sets it: the agent records it, so the report names ranks as the job does.
+    let script = format!("RANK=0 {p} rank 24 0 2 {b} & RANK=1 {p} rank 24 1 2 {b}; wait");
     let rec = record(&dir, &[], std::path::Path::new("/bin/sh"), &["-c", &script], &[]);
     assert!(rec.output.status.success(), "{}", rec.stderr());
     let r = report_json(&[rec.trace.as_os_str()]);
@@ -196,6 +197,7 @@ fn a_slow_rank_is_found_as_the_straggler() {
     let slow = procs.iter().find(|p| p["command"].as_str().unwrap().contains("rank 24 1")).unwrap();
     let fast = procs.iter().find(|p| p["command"].as_str().unwrap().contains("rank 24 0")).unwrap();
     assert_eq!(f["pid"], slow["pid"]);
+    assert_eq!((slow["rank"].as_u64(), fast["rank"].as_u64(), f["rank"].as_u64()), (Some(1), Some(0), Some(1)));
     // Rank 1's extra 3 ms kernel per step (as it measured it) is what rank 0 waits for, plus whatever else
     // slows rank 1 down: two ranks with two threads each share this machine's cores, hence the wider margin.
     let planted = planted_ns(&rec.output.stdout);

@@ -58,6 +58,29 @@ fn report_works_where_hta_fails_and_on_captures() {
     assert!(p["breakdown"]["compute_ns"].as_u64().unwrap() > 0);
     let text = Command::new(cuflight_bin()).arg("report").arg(&rec.trace).output().unwrap();
     assert!(String::from_utf8_lossy(&text.stdout).contains("GPU time breakdown"));
+    // --step names the step range: the inner "forward" ranges are then the steps.
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = Command::new(cuflight_bin())
+            .args(["report", "--format", "json"])
+            .args(args)
+            .arg(&rec.trace)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let fwd = json(&["--step", "forward"]);
+    assert_eq!(fwd["processes"][0]["step_source"], "option");
+    let steps = fwd["processes"][0]["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 4);
+    assert!(steps.iter().all(|s| s["name"] == "forward"));
+    let none = json(&["--step", "no_such_range"]);
+    assert_eq!(none["processes"][0]["steps"].as_array().unwrap().len(), 0);
+    assert!(
+        none["processes"][0]["warnings"].to_string().contains("no range named"),
+        "{}",
+        none["processes"][0]["warnings"]
+    );
 }
 
 #[test]
