@@ -2,18 +2,23 @@
 
 pub type Span = (u64, u64);
 
-/// Sorted, disjoint, non-empty spans covering the same time as `v`.
+/// Sorted, disjoint, non-empty spans covering the same time as `v` (compacted in place: no second buffer).
 pub fn merge(mut v: Vec<Span>) -> Vec<Span> {
     v.retain(|s| s.1 > s.0);
     v.sort_unstable();
-    let mut out: Vec<Span> = Vec::with_capacity(v.len());
-    for (s, e) in v {
-        match out.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => out.push((s, e)),
+    let mut w = 0;
+    for r in 0..v.len() {
+        let (s, e) = v[r];
+        if w > 0 && s <= v[w - 1].1 {
+            v[w - 1].1 = v[w - 1].1.max(e);
+        } else {
+            v[w] = (s, e);
+            w += 1;
         }
     }
-    out
+    v.truncate(w);
+    v.shrink_to_fit();
+    v
 }
 
 pub fn total(u: &[Span]) -> u64 {

@@ -226,21 +226,26 @@ impl<'a> Timeline<'a> {
             })
             .collect();
         raw_calls.sort_by_key(|c| c.start);
-        let mut calls: Vec<HostCall> = Vec::with_capacity(raw_calls.len());
-        for c in raw_calls {
-            match calls.last_mut() {
-                // Nested or overlapping calls (runtime over driver, two launching threads) form one stretch; the
-                // most blocking class names it.
-                Some(last) if c.start < last.end => {
-                    last.end = last.end.max(c.end);
-                    if c.class > last.class {
-                        last.class = c.class;
-                        last.event = c.event;
-                    }
+        // Compacted in place: nested or overlapping calls (runtime over driver, two launching threads) form one
+        // stretch; the most blocking class names it.
+        let mut calls = raw_calls;
+        let mut w = 0;
+        for r in 0..calls.len() {
+            let c = calls[r];
+            if w > 0 && c.start < calls[w - 1].end {
+                let last = &mut calls[w - 1];
+                last.end = last.end.max(c.end);
+                if c.class > last.class {
+                    last.class = c.class;
+                    last.event = c.event;
                 }
-                _ => calls.push(c),
+            } else {
+                calls[w] = c;
+                w += 1;
             }
         }
+        calls.truncate(w);
+        calls.shrink_to_fit();
 
         let mut pairer = crate::ranges::Pairer::default();
         let mut ranges: Vec<HostRange> = Vec::new();
