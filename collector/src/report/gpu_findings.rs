@@ -115,7 +115,7 @@ pub fn memcpy_heavy(ctx: &Ctx) -> Option<Finding> {
     ));
     ev.metrics.insert("bytes", bytes as f64);
     ev.examples = worst(copies).into_iter().map(|e| example(ctx, e, copy_label(e))).collect();
-    let summary = format!("copies take {:.0}% of step time", 100.0 * ctx.share(lost));
+    let summary = format!("copies with no compute beside them: {} per step", ms(lost / ctx.steps_count() as u64));
     Some(ctx.finding("memcpy_heavy", lost, summary, ev, FIX_MEMCPY))
 }
 

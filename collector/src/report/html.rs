@@ -7,6 +7,15 @@ use super::text::{severity, who};
 use super::{ProcessReport, Report};
 use std::fmt::Write;
 
+/// Kernel names cut to fit the table (the full name is the cell's tooltip).
+fn short_label(name: &str) -> String {
+    if name.chars().count() > 44 {
+        format!("{}…", name.chars().take(43).collect::<String>())
+    } else {
+        name.to_string()
+    }
+}
+
 const CATEGORIES: [(&str, &str); 7] = [
     ("Kernel", "#4e79a7"),
     ("Memcpy", "#f28e2b"),
@@ -48,8 +57,15 @@ fn finding_card(out: &mut String, f: &Finding) {
     for fact in &f.evidence.facts {
         let _ = write!(out, "<li>{}</li>", esc(fact));
     }
-    for c in f.evidence.api_calls.iter().take(3) {
-        let _ = write!(out, "<li>{} ×{} ({})</li>", esc(&c.name), c.count, ms(c.total_ns));
+    if !f.evidence.api_calls.is_empty() {
+        let calls: Vec<String> = f
+            .evidence
+            .api_calls
+            .iter()
+            .take(3)
+            .map(|c| format!("{} ×{} ({})", esc(&c.name), c.count, ms(c.total_ns)))
+            .collect();
+        let _ = write!(out, "<li>{}: {}</li>", super::text::calls_label(f), calls.join(", "));
     }
     if f.kind != "hot_kernels" {
         for k in f.evidence.kernels.iter().take(3) {
@@ -141,7 +157,7 @@ fn kernel_chart(out: &mut String, p: &ProcessReport) {
             out,
             "<tr><td title=\"{}\">{}</td><td><div class=kbar style=\"width:{:.0}px\"></div> {:.1}%</td><td>{}</td><td>{}</td><td>{}×{}×{}</td><td>{}×{}×{}</td><td>{}</td><td>{}</td></tr>",
             esc(&k.name),
-            esc(&short_name(&k.name)),
+            esc(&short_label(&k.name)),
             k.share_of_kernel_time * 200.0,
             k.share_of_kernel_time * 100.0,
             ms(k.total_ns),
@@ -163,8 +179,8 @@ pub fn render(r: &Report) -> String {
          .card{margin:12px 0;padding:8px 12px;background:#fafafa;border-radius:4px}\
          .sev{color:#fff;padding:1px 6px;border-radius:3px;font-size:12px}.cost,.who{color:#555;margin-left:8px}\
          .bar{height:6px;background:#eee;margin:6px 0}.bar div{height:6px}.fix{color:#1a5276}\
-         .axis{font-size:11px;fill:#333}table{border-collapse:collapse}td,th{padding:2px 8px;text-align:left;\
-         border-bottom:1px solid #eee;font-size:13px}.kbar{display:inline-block;height:10px;background:#4e79a7}\
+         .axis{font-size:11px;fill:#333}table{border-collapse:collapse;width:100%}td,th{padding:2px 6px;\
+         text-align:left;border-bottom:1px solid #eee;font-size:12px;white-space:nowrap}.kbar{display:inline-block;height:10px;background:#4e79a7}\
          </style></head><body><h1>cuflight report</h1>",
     );
     let _ = write!(out, "<p class=verdict>{}</p><h2>Findings</h2>", esc(&r.verdict));

@@ -38,7 +38,7 @@ fn finding(out: &mut String, i: usize, f: &Finding) {
     if !ev.api_calls.is_empty() {
         let s: Vec<String> =
             ev.api_calls.iter().take(3).map(|c| format!("{} x{} ({})", c.name, c.count, ms(c.total_ns))).collect();
-        out.push_str(&format!("    - calls: {}\n", s.join(", ")));
+        out.push_str(&format!("    - {}: {}\n", calls_label(f), s.join(", ")));
     }
     if f.kind != "hot_kernels" {
         for k in ev.kernels.iter().take(3) {
@@ -49,6 +49,15 @@ fn finding(out: &mut String, i: usize, f: &Finding) {
         }
     }
     out.push_str(&format!("    fix: {}\n", f.fix));
+}
+
+/// Idle-time findings list the CUDA calls the idle time happened in or right after; the others, the calls found.
+pub fn calls_label(f: &Finding) -> &'static str {
+    match f.kind {
+        "data_loading" | "launch_bound" | "cpu_bound" => "idle in or right after",
+        "sync_stall" | "allocator_churn" => "calls",
+        _ => "calls",
+    }
 }
 
 pub fn severity(s: super::Severity) -> &'static str {
