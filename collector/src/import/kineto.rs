@@ -17,27 +17,29 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
+/// Borrowed from the element's bytes where possible: no allocation per event for names and timestamps.
 #[derive(Deserialize)]
-struct Event {
+struct Event<'a> {
     ph: Option<Small>,
     cat: Option<Small>,
-    #[serde(default)]
-    name: String,
+    #[serde(default, borrow)]
+    name: std::borrow::Cow<'a, str>,
     pid: Option<Id>,
     tid: Option<Id>,
     /// Kept as text: epoch microseconds like 1712195495506161.2 need more digits than f64 holds.
-    ts: Option<Box<RawValue>>,
+    #[serde(borrow)]
+    ts: Option<&'a RawValue>,
     /// Durations are small enough that f64 holds them to the nanosecond.
     dur: Option<f64>,
     id: Option<Id>,
-    #[serde(default)]
-    args: Args,
+    #[serde(default, borrow)]
+    args: Args<'a>,
 }
 
 /// The args cuflight reads; everything else is skipped without being built into values.
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct Args {
+struct Args<'a> {
     correlation: Option<Num>,
     device: Option<Num>,
     stream: Option<Num>,
@@ -49,9 +51,12 @@ struct Args {
     registers: Option<Num>,
     #[serde(rename = "shared memory")]
     shared_memory: Option<Num>,
-    name: Option<String>,
-    cuda_sync_kind: Option<String>,
-    domain: Option<String>,
+    #[serde(borrow)]
+    name: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    cuda_sync_kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    domain: Option<std::borrow::Cow<'a, str>>,
     #[serde(rename = "async")]
     is_async: Option<bool>,
     pinned: Option<bool>,
@@ -260,7 +265,7 @@ impl Importer {
         p.events.push(ev);
     }
 
-    fn add(&mut self, e: Event) {
+    fn add(&mut self, e: Event<'_>) {
         self.events += 1;
         let ph = e.ph.as_ref().map_or("", Small::as_str);
         let cat = e.cat.as_ref().map_or("", Small::as_str);
@@ -268,18 +273,18 @@ impl Importer {
         if let Some(Id::Text(label)) = &e.pid {
             self.process_names.entry(pid as u32).or_insert_with(|| label.clone());
         }
-        let ts = e.ts.as_deref().and_then(|r| us_to_ns(r.get()));
+        let ts = e.ts.and_then(|r| us_to_ns(r.get()));
         if !self.fractional {
             self.fractional = ts.is_some_and(|t| t % 1000 != 0);
         }
         match ph {
             "M" => {
                 let name = e.args.name.clone().unwrap_or_default();
-                match e.name.as_str() {
+                match e.name.as_ref() {
                     "process_name" => {
-                        self.process_names.insert(pid as u32, name);
+                        self.process_names.insert(pid as u32, name.into_owned());
                     }
-                    "thread_name" => self.thread_names.push((pid as u32, tid as u32, name)),
+                    "thread_name" => self.thread_names.push((pid as u32, tid as u32, name.into_owned())),
                     _ => {}
                 }
                 return;
@@ -315,7 +320,7 @@ impl Importer {
                     dynamic_shared: 0,
                 };
                 (ev.a, ev.b, ev.c) = cfg.pack();
-                self.gpu.push((ev, e.name, String::new(), (pid, tid)));
+                self.gpu.push((ev, e.name.into_owned(), String::new(), (pid, tid)));
             }
             ("X", "gpu_memcpy" | "Memcpy") => {
                 let (kind, src, dst) = memcpy_kinds(&e.name);
@@ -345,7 +350,7 @@ impl Importer {
                 ev.tid = 0;
                 ev.device = pid as u32;
                 ev.stream = tid as u32;
-                self.gpu.push((ev, e.name, cat.to_string(), (pid, tid)));
+                self.gpu.push((ev, e.name.into_owned(), cat.to_string(), (pid, tid)));
             }
             ("X", "cuda_runtime" | "Runtime" | "cuda_driver" | "Driver") => {
                 ev.kind = EventKind::Api as u8;
