@@ -1,5 +1,5 @@
 //! The cuflight collector library: recording ([`record`]), the in-memory trace model ([`trace`]) and the
-//! analyses behind the `cuflight` subcommands ([`stats`]). `main.rs` only parses arguments.
+//! analyses behind the `cuflight` subcommands ([`stats`], [`report`]). `main.rs` only parses arguments.
 //!
 //! ```no_run
 //! let trace = cuflight_collector::trace::Trace::load(std::path::Path::new("run.cuf")).unwrap();
