@@ -13,13 +13,27 @@ pub fn trace_reader(data: &[u8]) -> usize {
     n
 }
 
-/// The Kineto importer over arbitrary bytes (gunzipped first when they look like gzip).
+/// The Kineto importer over arbitrary bytes (gunzipped first when they look like gzip), then the report and its
+/// three renderings on whatever imported.
 pub fn kineto(data: &[u8]) -> bool {
-    if data.starts_with(&[0x1f, 0x8b]) {
-        let gz = std::io::BufReader::new(flate2::read::GzDecoder::new(data));
-        return crate::import::kineto::import(gz).is_ok();
+    let imported = if data.starts_with(&[0x1f, 0x8b]) {
+        crate::import::kineto::import(std::io::BufReader::new(flate2::read::GzDecoder::new(data)))
+    } else {
+        crate::import::kineto::import(data)
+    };
+    let Ok(trace) = imported else { return false };
+    report(trace);
+    true
+}
+
+/// `cuflight report` over an imported trace: it may refuse it (no GPU work), never panic.
+fn report(trace: crate::trace::Trace) {
+    let traces = [("fuzz".to_string(), trace)];
+    for step in [None, Some("ProfilerStep".to_string())] {
+        if let Ok(r) = crate::report::Report::compute(&traces, &crate::report::Options { step }) {
+            let _ = (r.to_text(), r.to_json(), r.to_html());
+        }
     }
-    crate::import::kineto::import(data).is_ok()
 }
 
 /// The nsys importer over arbitrary bytes written to a temporary file (SQLite reads files).

@@ -198,10 +198,19 @@ fn a_slow_rank_is_found_as_the_straggler() {
     let fast = procs.iter().find(|p| p["command"].as_str().unwrap().contains("rank 24 0")).unwrap();
     assert_eq!(f["pid"], slow["pid"]);
     assert_eq!((slow["rank"].as_u64(), fast["rank"].as_u64(), f["rank"].as_u64()), (Some(1), Some(0), Some(1)));
-    // Rank 1's extra 3 ms kernel per step (as it measured it) is what rank 0 waits for, plus whatever else
-    // slows rank 1 down: two ranks with two threads each share this machine's cores, hence the wider margin.
+    // Rank 1's extra 3 ms kernel per step (as it measured it) is what rank 0 waits for in each collective. Two
+    // ranks with two threads each share this machine's cores, so rank 1 is sometimes descheduled too: that
+    // only adds waiting (the share has a floor), and the median wait per collective stays at the plant.
     let planted = planted_ns(&rec.output.stdout);
-    assert_near("share", f64_of(&f["share"]), planted / f64_of(&fast["step_total"]["duration_ns"]), 0.07, &r);
+    let share = f64_of(&f["share"]);
+    assert!(share >= planted / f64_of(&fast["step_total"]["duration_ns"]) - 0.05, "share {share}: {f}");
+    assert_near(
+        "median wait (ms)",
+        f64_of(&f["evidence"]["metrics"]["median_wait_ns"]) / 1e6,
+        planted / 24.0 / 1e6,
+        0.6,
+        &r,
+    );
 }
 
 #[test]

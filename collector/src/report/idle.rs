@@ -14,7 +14,7 @@
 //!   100 µs at a time, per-op overhead (Python, dispatch, tiny kernels) → **launch bound**; longer, CPU work
 //!   the GPU waits for → **CPU bound**.
 
-use super::spans::{clip, merge, subtract, Span};
+use super::spans::{clip, subtract, Span};
 use super::timeline::{CallClass, HostCall, Timeline};
 use serde::Serialize;
 
@@ -126,12 +126,13 @@ const KERNEL_WAIT_NS: u64 = 30_000;
 pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCauses {
     let mut out = IdleCauses::default();
     let n = windows.len();
-    let idle = subtract(&merge(windows.to_vec()), &tl.busy);
-    out.idle_in_steps_ns = super::spans::total(&idle);
-    let step_of = |t: u64| {
-        let k = windows.partition_point(|w| w.0 <= t);
-        k.checked_sub(1).filter(|&k| t < windows[k].1)
-    };
+    // Idle stretches window by window (windows do not overlap), so that no stretch crosses a step boundary.
+    let idle: Vec<(Span, usize)> = windows
+        .iter()
+        .enumerate()
+        .flat_map(|(k, &w)| subtract(&[w], &tl.busy).into_iter().map(move |piece| (piece, k)))
+        .collect();
+    out.idle_in_steps_ns = idle.iter().map(|((a, b), _)| b - a).sum();
     let single_stream = !tl.has_stream_waits && {
         let mut streams = tl
             .ops
@@ -142,8 +143,8 @@ pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCa
         let first = streams.next();
         streams.all(|s| Some(s) == first)
     };
-    for (a, b) in idle {
-        let step = step_of(a);
+    for ((a, b), k) in idle {
+        let step = Some(k);
         // The op that ends this stretch: already launched before it began → the GPU waited on itself.
         let next_busy = tl.busy.partition_point(|x| x.0 < b);
         let next_op = tl.busy.get(next_busy).filter(|x| x.0 == b).and_then(|_| {

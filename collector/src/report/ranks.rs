@@ -108,6 +108,9 @@ pub fn straggler(ctxs: &[Ctx]) -> Straggler {
         })
         .collect();
     ev.metrics.insert("collectives", k_max as f64);
+    // The typical wait, robust to a one-off stall of the slow rank (its mean is time_lost / collectives).
+    let typical = super::spans::median(worst.iter().filter(|w| w.2 != slow).map(|w| w.0).collect());
+    ev.metrics.insert("median_wait_ns", typical as f64);
     let summary = format!(
         "{} is the straggler: the others wait {:.0}% of their step time",
         rank_label(&ctxs[slow]),
