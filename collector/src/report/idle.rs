@@ -3,8 +3,9 @@
 //!
 //! - the next GPU op had already been launched (from its launch on): under 30 µs, the per-kernel launch
 //!   overhead of back-to-back kernels (HTA's "kernel wait") → **launch bound**; longer, the GPU waited on
-//!   another stream or event, not on the host (`device_wait`, not a host finding), except when the steps use a
-//!   single stream and no event waits, where nothing but the launch pipeline can hold the GPU → **launch bound**;
+//!   another stream or event, not on the host (`device_wait`, not a host finding), except before a tiny kernel
+//!   (under 10 µs) when the steps use a single stream and no event waits: nothing but the launch pipeline can
+//!   hold the GPU → **launch bound**;
 //! - inside a data-loading annotation: **data loading**;
 //! - inside a CUDA call: a synchronising call → **sync stall**; `cudaMalloc`/`cudaFree` → **allocator churn**;
 //!   any other call (launches) → **launch bound**;
@@ -120,6 +121,9 @@ impl IdleCauses {
 /// loop; longer stretches are CPU work the GPU waits for.
 const HOST_OVERHEAD_NS: u64 = 100_000;
 
+/// Kernels shorter than this are "tiny": their launch costs about as much as their work.
+const TINY_KERNEL_NS: u64 = 10_000;
+
 /// Gaps between queued GPU ops shorter than this are launch overhead (HTA's `consecutive_kernel_delay`).
 const KERNEL_WAIT_NS: u64 = 30_000;
 
@@ -158,9 +162,11 @@ pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCa
         if launched < b {
             // Short gaps between queued ops are the per-kernel launch overhead (HTA's "kernel wait"); long ones
             // are waits on other streams or events. With one stream and no event waits there is nothing else to
-            // wait on: the GPU front end is working through the launches, launch overhead too.
+            // wait on, so a gap before a tiny kernel is the front end working through a stream of launches:
+            // launch overhead too.
             let queued = (a.max(launched), b);
-            let kind = if b - gap_start.max(launched) < KERNEL_WAIT_NS || single_stream {
+            let tiny_next = next_op.is_some_and(|op| op.duration() < TINY_KERNEL_NS);
+            let kind = if b - gap_start.max(launched) < KERNEL_WAIT_NS || single_stream && tiny_next {
                 CauseKind::LaunchBound
             } else {
                 CauseKind::DeviceWait

@@ -107,7 +107,7 @@ fn process(out: &mut String, p: &ProcessReport) {
     let c = &p.idle_causes;
     out.push_str(&format!(
         "  idle inside steps {}: data loading {}, sync stalls {}, launch overhead {}, host CPU work {}, allocator {}, \
-         queued work waiting on other streams/events {}\n",
+         queued work waiting (other streams, events, the device) {}\n",
         ms(c.idle_in_steps_ns),
         ms(c.data_loading_ns),
         ms(c.sync_stall_ns),
