@@ -163,10 +163,16 @@ pub fn ms(ns: u64) -> String {
     format!("{:.2} ms", ns as f64 / 1e6)
 }
 
-fn call_rows(c: &Cause) -> Vec<CallRow> {
+/// (name, (count, total ns)) pairs as call rows, most time first.
+fn rows_by_time<S: ToString>(calls: impl IntoIterator<Item = (S, (u64, u64))>) -> Vec<CallRow> {
     let mut v: Vec<CallRow> =
-        c.calls.iter().map(|(name, &(count, total_ns))| CallRow { name: name.clone(), count, total_ns }).collect();
+        calls.into_iter().map(|(n, (count, total_ns))| CallRow { name: n.to_string(), count, total_ns }).collect();
     v.sort_by_key(|r| std::cmp::Reverse(r.total_ns));
+    v
+}
+
+fn call_rows(c: &Cause) -> Vec<CallRow> {
+    let mut v = rows_by_time(c.calls.iter().map(|(name, &counts)| (name, counts)));
     v.truncate(5);
     v
 }
@@ -279,10 +285,7 @@ fn sync_calls_in_steps(ctx: &Ctx) -> Vec<CallRow> {
             r.1 += c.end - c.start;
         }
     }
-    let mut v: Vec<CallRow> =
-        rows.into_iter().map(|(n, (count, total_ns))| CallRow { name: n.to_string(), count, total_ns }).collect();
-    v.sort_by_key(|r| std::cmp::Reverse(r.total_ns));
-    v
+    rows_by_time(rows)
 }
 
 pub fn in_windows(windows: &[(u64, u64)], t: u64) -> bool {
@@ -335,8 +338,7 @@ pub fn allocator_churn(ctx: &Ctx, idle: &IdleCauses) -> Option<Finding> {
     let host_ns: u64 = rows.values().map(|r| r.1).sum();
     let count: u64 = rows.values().map(|r| r.0).sum();
     let mut ev = idle_evidence(ctx, c);
-    ev.api_calls =
-        rows.into_iter().map(|(n, (count, total_ns))| CallRow { name: n.to_string(), count, total_ns }).collect();
+    ev.api_calls = rows_by_time(rows);
     let steady_steps = steady.len().max(1) as f64;
     ev.facts.push(format!(
         "{count} allocation calls in {} steady-state steps ({:.1} per step) took {} of host time; the GPU idled {} \

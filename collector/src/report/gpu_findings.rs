@@ -279,12 +279,19 @@ pub fn hot_kernels(ctx: &Ctx) -> Option<Finding> {
     Some(f)
 }
 
-pub fn short_name(name: &str) -> String {
-    if name.chars().count() > 60 {
-        format!("{}...", name.chars().take(57).collect::<String>())
+/// A name cut to at most `max` characters, ending in `ellipsis` when cut.
+pub fn shorten(name: &str, max: usize, ellipsis: &str) -> String {
+    if name.chars().count() > max {
+        let keep = max - ellipsis.chars().count();
+        format!("{}{ellipsis}", name.chars().take(keep).collect::<String>())
     } else {
         name.to_string()
     }
+}
+
+/// Kernel names for the terminal.
+pub fn short_name(name: &str) -> String {
+    shorten(name, 60, "...")
 }
 
 /// Kernels grouped by name, most time first.

@@ -9,11 +9,7 @@ use std::fmt::Write;
 
 /// Kernel names cut to fit the table (the full name is the cell's tooltip).
 fn short_label(name: &str) -> String {
-    if name.chars().count() > 44 {
-        format!("{}…", name.chars().take(43).collect::<String>())
-    } else {
-        name.to_string()
-    }
+    super::gpu_findings::shorten(name, 44, "…")
 }
 
 const CATEGORIES: [(&str, &str); 7] = [
