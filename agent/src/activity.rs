@@ -1,57 +1,112 @@
 //! CUPTI activity buffers and record decoding.
 //!
-//! Buffers come from a pool allocated once at start; when the pool is empty CUPTI is given no buffer and counts
-//! the records it drops (reported through `cuptiActivityGetNumDroppedRecords`). Records are decoded by layout:
-//! the layout family comes from `cuptiGetVersion` and, inside a family, a record's size (the distance to the
-//! next record) identifies its version, because every version of a record has a distinct size. A record whose
-//! size matches no known version of its kind is skipped and counted, never misread.
+//! **Buffers.** CUPTI asks for a buffer whenever it needs one: from its worker thread, and on CUDA 13 from every
+//! thread that issues CUDA work (`CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER` defaults to 1 in the 13.x
+//! header, 0 in 12.9), so a process with many CUDA threads holds many buffers at once. We keep CUPTI's default
+//! (per-thread buffers spare CUPTI a global lock on the launch path) and size for it: a pool of
+//! `CUFLIGHT_CUPTI_BUFFERS` (default 16) buffers of 512 KiB is allocated at start and grows on demand up to a hard
+//! cap of 256 buffers (128 MiB); completed buffers go back to the pool, never to the allocator. At the cap the
+//! answer depends on the release: from CUPTI API version 27 (CUDA 12.9) a NULL buffer makes CUPTI drop and count
+//! the records; below 27 a NULL buffer crashes libcupti (Kineto issue 1275, fixed in Kineto PR 1534 only for
+//! version 27 and later), so there we allocate beyond the cap rather than ever return NULL. Both are counted.
+//!
+//! **Layouts.** Record layouts only ever append fields: every field read here sits at the same offset in every
+//! version from the oldest layout that holds it to the newest (checked in the tests below for Kernel5..13,
+//! Memcpy4..7, Memset3..5, Memory2..4, Synchronization 1..2, Overhead 1..3). A record is decoded through that
+//! oldest layout when it is at least that long, so CUDA 12.0's Memcpy5, 12.8's Synchronization2, 13.5's
+//! Kernel13 and a future 13.x whose kernel record grows all decode. Shorter records are skipped and counted per
+//! class, and so are records with zero or unfinished timestamps (forced flushes deliver those).
 //!
 //! CUPTI hands over thousands of records at once, on its own thread (or the flushing one). That is the one place
-//! where the agent waits: when the thread's ring is nearly full it gives the collector up to 200 ms per buffer to
-//! drain, instead of dropping a burst that the collector would have absorbed. API threads never wait.
+//! where the agent waits: when the thread's ring is nearly full it gives the collector time to drain, instead of
+//! dropping a burst that the collector would have absorbed; it waits only while the collector's drain heartbeat
+//! is fresh, so a dead or stopped collector never slows the program. API threads never wait.
 
 use crate::{cupti, emit, state};
 use crossbeam_queue::ArrayQueue;
 use cuflight_format::event::{LaunchConfig, FLAG_ASYNC};
+use cuflight_format::segment::record_class as class;
 use cuflight_format::{EventKind, RawEvent};
-use cupti_sys::cuda12 as c12;
 use cupti_sys::cuda13 as c;
-use cupti_sys::CuptiFamily;
 use once_cell::sync::OnceCell;
 use std::ffi::CStr;
 use std::mem::size_of;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 const BUFFER_SIZE: usize = 512 << 10;
-static POOL: OnceCell<ArrayQueue<usize>> = OnceCell::new();
+/// Buffers allocated at start unless `CUFLIGHT_CUPTI_BUFFERS` says otherwise.
+pub const DEFAULT_POOL: usize = 16;
+/// Most buffers the agent ever holds (128 MiB): beyond it, CUPTI >= 27 gets NULL and counts its drops.
+pub const MAX_BUFFERS: usize = 256;
+/// First CUPTI API version that accepts a NULL buffer (CUDA 12.9; cupti_version.h).
+const NULL_BUFFER_OK_FROM: u32 = 27;
 
-/// Allocates the buffer pool (`CUFLIGHT_CUPTI_BUFFERS`, default 32 buffers of 512 KiB).
+static POOL: OnceCell<ArrayQueue<usize>> = OnceCell::new();
+static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+
+fn buffer_layout() -> std::alloc::Layout {
+    // 8-byte alignment is what CUPTI requires of activity buffers (cupti_activity.h, BuffersCallbackRequestFunc).
+    std::alloc::Layout::from_size_align(BUFFER_SIZE, 8).unwrap_or(std::alloc::Layout::new::<u64>())
+}
+
+fn allocate() -> usize {
+    // SAFETY: non-zero size; buffers live for the process (recycled through the pool, never freed).
+    let p = unsafe { std::alloc::alloc(buffer_layout()) } as usize;
+    if p != 0 {
+        ALLOCATED.fetch_add(1, Ordering::Relaxed);
+    }
+    p
+}
+
+/// Allocates the buffer pool (`CUFLIGHT_CUPTI_BUFFERS`, default [`DEFAULT_POOL`] buffers of 512 KiB).
 pub fn init_pool() {
     POOL.get_or_init(|| {
         let n = std::env::var("CUFLIGHT_CUPTI_BUFFERS")
             .ok()
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(8usize)
-            .clamp(2, 1024);
-        let q = ArrayQueue::new(n);
-        let Ok(layout) = std::alloc::Layout::from_size_align(BUFFER_SIZE, 8) else { return q };
+            .unwrap_or(DEFAULT_POOL)
+            .clamp(1, MAX_BUFFERS);
+        // Room for every buffer up to the cap, so completed ones always find their way back.
+        let q = ArrayQueue::new(MAX_BUFFERS);
         for _ in 0..n {
-            // SAFETY: non-zero size; the buffer lives for the process (returned to the pool, never freed).
-            let p = unsafe { std::alloc::alloc(layout) };
-            if !p.is_null() {
-                let _ = q.push(p as usize);
+            let p = allocate();
+            if p != 0 {
+                let _ = q.push(p);
             }
         }
         q
     });
 }
 
+/// A buffer for CUPTI: from the pool, else a new one up to the cap; 0 only when CUPTI accepts NULL.
+fn take_buffer(version: u32) -> usize {
+    if let Some(p) = POOL.get().and_then(|q| q.pop()) {
+        return p;
+    }
+    let header = state::segment().map(|s| s.header());
+    let at_cap = ALLOCATED.load(Ordering::Relaxed) >= MAX_BUFFERS;
+    if at_cap && version >= NULL_BUFFER_OK_FROM {
+        if let Some(h) = header {
+            h.buffers_refused.fetch_add(1, Ordering::Relaxed);
+        }
+        return 0;
+    }
+    let p = allocate();
+    if p != 0 {
+        if let Some(h) = header {
+            h.buffers_grown.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    p
+}
+
 /// # Safety
 /// Called by CUPTI with valid out-pointers.
 pub unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
     let _ = std::panic::catch_unwind(|| {
-        let p = POOL.get().and_then(|q| q.pop()).unwrap_or(0);
-        // SAFETY: CUPTI's out-pointers; a null buffer tells CUPTI to drop (and count) records.
+        let version = cupti::loaded().map_or(0, |l| l.version);
+        let p = take_buffer(version);
+        // SAFETY: CUPTI's out-pointers. p == 0 only where CUPTI's version accepts it (drops and counts records).
         unsafe {
             *buffer = p as *mut u8;
             *size = if p == 0 { 0 } else { BUFFER_SIZE };
@@ -65,16 +120,8 @@ pub unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize
 pub unsafe extern "C" fn buffer_completed(ctx: c::CUcontext, stream: u32, buffer: *mut u8, _size: usize, valid: usize) {
     let _ = std::panic::catch_unwind(|| {
         if let Some(l) = cupti::loaded() {
-            drain(l, buffer, valid);
-            let mut dropped = 0usize;
-            // SAFETY: plain CUPTI query with a valid out-pointer.
-            if unsafe { (l.api.activity_get_num_dropped_records)(ctx, stream, &mut dropped) } == c::CUPTI_SUCCESS
-                && dropped > 0
-            {
-                if let Some(seg) = state::segment() {
-                    seg.header().cupti_dropped.fetch_add(dropped as u64, Ordering::Relaxed);
-                }
-            }
+            drain(buffer, valid, l);
+            cupti::collect_dropped(l, ctx, stream);
         }
         if !buffer.is_null() {
             if let Some(q) = POOL.get() {
@@ -84,20 +131,20 @@ pub unsafe extern "C" fn buffer_completed(ctx: c::CUcontext, stream: u32, buffer
     });
 }
 
-fn drain(l: &cupti::Loaded, buffer: *mut u8, valid: usize) {
+fn drain(buffer: *mut u8, valid: usize, l: &cupti::Loaded) {
     if buffer.is_null() {
         return;
     }
     let mut cursor: *mut c::CUpti_Activity = std::ptr::null_mut();
     let mut prev: Option<usize> = None;
-    let mut skipped = 0u64;
+    let mut unused = Unused::default();
     let end = buffer as usize + valid;
-    let mut waited = 0;
     let mut n = 0u32;
+    let mut room = Room::default();
     loop {
         n = n.wrapping_add(1);
         if n.is_multiple_of(256) {
-            waited = make_room(waited);
+            room.make();
         }
         // SAFETY: CUPTI walks its own buffer; `cursor` is null or the record it returned last.
         let r = unsafe { (l.api.activity_get_next_record)(buffer, valid, &mut cursor) };
@@ -105,44 +152,85 @@ fn drain(l: &cupti::Loaded, buffer: *mut u8, valid: usize) {
             break;
         }
         if let Some(p) = prev {
-            skipped += handle(l.family, p, cursor as usize - p) as u64;
+            handle(p, cursor as usize - p, &mut unused);
         }
         prev = Some(cursor as usize);
     }
     if let Some(p) = prev {
-        skipped += handle(l.family, p, end.saturating_sub(p)) as u64;
+        handle(p, end.saturating_sub(p), &mut unused);
     }
-    if skipped > 0 {
-        if let Some(seg) = state::segment() {
-            seg.header().records_skipped.fetch_add(skipped, Ordering::Relaxed);
+    unused.publish();
+}
+
+/// Per-class counts of records not turned into events, published once per buffer.
+#[derive(Default)]
+struct Unused {
+    skipped: [u64; class::COUNT],
+    incomplete: [u64; class::COUNT],
+}
+
+impl Unused {
+    fn publish(&self) {
+        if self.skipped.iter().chain(&self.incomplete).all(|&n| n == 0) {
+            return;
+        }
+        let Some(seg) = state::segment() else { return };
+        let h = seg.header();
+        for i in 0..class::COUNT {
+            if self.skipped[i] > 0 {
+                h.skipped_by_class[i].fetch_add(self.skipped[i], Ordering::Relaxed);
+                h.records_skipped.fetch_add(self.skipped[i], Ordering::Relaxed);
+            }
+            if self.incomplete[i] > 0 {
+                h.incomplete_by_class[i].fetch_add(self.incomplete[i], Ordering::Relaxed);
+            }
         }
     }
 }
 
 const WAIT_STEP: std::time::Duration = std::time::Duration::from_millis(1);
+/// Longest wait for one buffer.
 const MAX_WAIT_STEPS: u32 = 200;
+/// A collector that has not drained for this long is gone or stuck: its rings are not waited on.
+const COLLECTOR_SILENT_NS: u64 = 1_000_000_000;
 
-/// Backpressure for bursts: while this thread's ring has fewer than 1024 free slots, sleep in 1 ms steps (at most
-/// 200 per buffer) so the collector can drain it. Returns the steps used so far.
-fn make_room(mut waited: u32) -> u32 {
-    while waited < MAX_WAIT_STEPS && emit::ring_space().is_some_and(|free| free < 1024) {
-        std::thread::sleep(WAIT_STEP);
-        waited += 1;
-    }
-    waited
+/// Backpressure for bursts on the delivery thread.
+#[derive(Default)]
+struct Room {
+    waited: u32,
 }
 
-/// Decodes and emits one record; returns true if it had to be skipped.
-fn handle(family: CuptiFamily, at: usize, size: usize) -> bool {
+impl Room {
+    /// While this thread's ring has fewer than 1024 free slots (half of a smaller ring), sleep in 1 ms steps so
+    /// the collector can drain it: at most 200 steps per buffer, and only while the collector is draining (its
+    /// heartbeat in the segment is under a second old), never for a ring nobody drains.
+    fn make(&mut self) {
+        let Some((space, capacity)) = emit::ring_space() else { return };
+        let want = 1024.min(capacity / 2);
+        if space >= want {
+            return;
+        }
+        let Some(seg) = state::segment() else { return };
+        let draining = || {
+            let last = seg.header().collector_drained_ns.load(Ordering::Relaxed);
+            last != 0 && crate::clock::monotonic_ns().saturating_sub(last) < COLLECTOR_SILENT_NS
+        };
+        while self.waited < MAX_WAIT_STEPS && draining() && emit::ring_space().is_some_and(|(free, _)| free < want) {
+            std::thread::sleep(WAIT_STEP);
+            self.waited += 1;
+        }
+    }
+}
+
+/// Decodes and emits one record, counting it when it cannot be used.
+fn handle(at: usize, size: usize, unused: &mut Unused) {
     // SAFETY: `at` points at a record inside the buffer CUPTI handed us, `size` bytes long.
     let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, size) };
-    match decode(family, bytes) {
-        Decoded::Event(ev) => {
-            emit::push(ev);
-            false
-        }
-        Decoded::Ignored => false,
-        Decoded::Skipped => true,
+    match decode(bytes) {
+        Decoded::Event(ev) => emit::push(ev),
+        Decoded::Ignored => {}
+        Decoded::Skipped(k) => unused.skipped[k] += 1,
+        Decoded::Incomplete(k) => unused.incomplete[k] += 1,
     }
 }
 
@@ -152,105 +240,113 @@ pub enum Decoded {
     Event(RawEvent),
     /// A kind we did not ask for (harmless).
     Ignored,
-    /// Unexpected size for its kind: not read.
-    Skipped,
+    /// Too short for the oldest layout holding the fields we read: not read (record class).
+    Skipped(usize),
+    /// Zero or unfinished timestamps (record class): kept out of the trace, counted.
+    Incomplete(usize),
 }
 
-/// Reads a `T` from the start of `bytes` if `bytes` is exactly one `T` (8-byte rounded).
-fn exact<T: Copy>(bytes: &[u8]) -> Option<T> {
-    (bytes.len() == size_of::<T>().next_multiple_of(8)).then(|| {
+/// Reads the first `size_of::<T>()` bytes of `bytes` as a `T` if the record is at least that long: `T` is the
+/// oldest layout that holds every field read, and later layouts only append.
+fn prefix<T: Copy>(bytes: &[u8]) -> Option<T> {
+    (bytes.len() >= size_of::<T>()).then(|| {
         // SAFETY: the slice holds at least size_of::<T>() bytes; T is a plain C struct; unaligned read is fine.
         unsafe { (bytes.as_ptr() as *const T).read_unaligned() }
     })
 }
 
-macro_rules! kernel {
-    ($r:expr) => {{
-        let r = $r;
-        let mut ev = RawEvent::new(EventKind::Kernel, 0, r.start, r.end);
-        ev.device = r.deviceId;
-        ev.stream = r.streamId;
-        ev.correlation = r.correlationId;
-        ev.name = if r.name.is_null() {
-            0
-        } else {
-            // SAFETY: CUPTI's kernel name is a NUL-terminated string valid while the buffer is processed.
-            state::intern(unsafe { CStr::from_ptr(r.name) }.to_bytes())
-        };
-        let cfg = LaunchConfig {
-            grid: [r.gridX as u32, r.gridY as u32, r.gridZ as u32],
-            block: [r.blockX as u32, r.blockY as u32, r.blockZ as u32],
-            registers: r.registersPerThread,
-            static_shared: r.staticSharedMemory as u32,
-            dynamic_shared: r.dynamicSharedMemory as u32,
-        };
-        (ev.a, ev.b, ev.c) = cfg.pack();
-        ev
-    }};
+/// Whether a device interval is usable: CUPTI writes 0 for both when it could not collect them, and a forced
+/// flush hands over records still being written (end 0, or before start).
+fn finished(start: u64, end: u64) -> bool {
+    start != 0 && end != 0 && end >= start
 }
 
-macro_rules! memcpy {
-    ($r:expr) => {{
-        let r = $r;
-        let mut ev = RawEvent::new(EventKind::Memcpy, 0, r.start, r.end);
-        ev.sub = r.copyKind;
-        ev.device = r.deviceId;
-        ev.stream = r.streamId;
-        ev.correlation = r.correlationId;
-        ev.a = r.bytes;
-        ev.b = r.srcKind as u64 | (r.dstKind as u64) << 8;
-        ev.flags = if r.flags & 1 != 0 { FLAG_ASYNC } else { 0 };
-        ev
-    }};
+/// The activity class a record kind is counted under.
+pub fn class_of(kind: c::CUpti_ActivityKind) -> usize {
+    match kind {
+        c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL => class::KERNEL,
+        c::CUPTI_ACTIVITY_KIND_MEMCPY => class::MEMCPY,
+        c::CUPTI_ACTIVITY_KIND_MEMSET => class::MEMSET,
+        c::CUPTI_ACTIVITY_KIND_MEMORY2 => class::MEMORY,
+        c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => class::SYNC,
+        c::CUPTI_ACTIVITY_KIND_OVERHEAD => class::OVERHEAD,
+        _ => class::OTHER,
+    }
 }
 
-macro_rules! memset {
-    ($r:expr) => {{
-        let r = $r;
-        let mut ev = RawEvent::new(EventKind::Memset, 0, r.start, r.end);
-        ev.sub = r.memoryKind as u8;
-        ev.device = r.deviceId;
-        ev.stream = r.streamId;
-        ev.correlation = r.correlationId;
-        ev.a = r.bytes;
-        ev.b = r.value as u64;
-        ev.flags = if r.flags & 1 != 0 { FLAG_ASYNC } else { 0 };
-        ev
-    }};
+/// The shortest record of `kind` the decoder accepts (the oldest layout holding the fields read).
+pub fn min_size(kind: c::CUpti_ActivityKind) -> Option<usize> {
+    Some(match kind {
+        c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL => {
+            size_of::<c::CUpti_ActivityKernel5>()
+        }
+        c::CUPTI_ACTIVITY_KIND_MEMCPY => size_of::<c::CUpti_ActivityMemcpy4>(),
+        c::CUPTI_ACTIVITY_KIND_MEMSET => size_of::<c::CUpti_ActivityMemset3>(),
+        c::CUPTI_ACTIVITY_KIND_MEMORY2 => size_of::<c::CUpti_ActivityMemory2>(),
+        c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => size_of::<c::CUpti_ActivitySynchronization>(),
+        c::CUPTI_ACTIVITY_KIND_OVERHEAD => size_of::<c::CUpti_ActivityOverhead>(),
+        _ => return None,
+    })
 }
 
-/// Decodes one activity record of the given layout family.
-pub fn decode(family: CuptiFamily, bytes: &[u8]) -> Decoded {
+fn kernel(r: c::CUpti_ActivityKernel5) -> RawEvent {
+    let mut ev = RawEvent::new(EventKind::Kernel, 0, r.start, r.end);
+    ev.device = r.deviceId;
+    ev.stream = r.streamId;
+    ev.correlation = r.correlationId;
+    ev.name = if r.name.is_null() {
+        0
+    } else {
+        // SAFETY: CUPTI's kernel name is a NUL-terminated string valid while the buffer is processed.
+        state::intern(unsafe { CStr::from_ptr(r.name) }.to_bytes())
+    };
+    let cfg = LaunchConfig {
+        grid: [r.gridX as u32, r.gridY as u32, r.gridZ as u32],
+        block: [r.blockX as u32, r.blockY as u32, r.blockZ as u32],
+        registers: r.registersPerThread,
+        static_shared: r.staticSharedMemory as u32,
+        dynamic_shared: r.dynamicSharedMemory as u32,
+    };
+    (ev.a, ev.b, ev.c) = cfg.pack();
+    ev
+}
+
+fn memcpy(r: c::CUpti_ActivityMemcpy4) -> RawEvent {
+    let mut ev = RawEvent::new(EventKind::Memcpy, 0, r.start, r.end);
+    ev.sub = r.copyKind;
+    ev.device = r.deviceId;
+    ev.stream = r.streamId;
+    ev.correlation = r.correlationId;
+    ev.a = r.bytes;
+    ev.b = r.srcKind as u64 | (r.dstKind as u64) << 8;
+    ev.flags = if r.flags & 1 != 0 { FLAG_ASYNC } else { 0 };
+    ev
+}
+
+fn memset(r: c::CUpti_ActivityMemset3) -> RawEvent {
+    let mut ev = RawEvent::new(EventKind::Memset, 0, r.start, r.end);
+    ev.sub = r.memoryKind as u8;
+    ev.device = r.deviceId;
+    ev.stream = r.streamId;
+    ev.correlation = r.correlationId;
+    ev.a = r.bytes;
+    ev.b = r.value as u64;
+    ev.flags = if r.flags & 1 != 0 { FLAG_ASYNC } else { 0 };
+    ev
+}
+
+/// Decodes one activity record of any layout from CUDA 12.0 to 13.5 (and later ones that append).
+pub fn decode(bytes: &[u8]) -> Decoded {
     let Some(&[k0, k1, k2, k3]) = bytes.get(..4) else {
-        return Decoded::Skipped;
+        return Decoded::Skipped(class::OTHER);
     };
     let kind = u32::from_le_bytes([k0, k1, k2, k3]);
-    use CuptiFamily::*;
-    let ev = match (kind, family) {
-        // Earlier 12.x releases may write the previous layouts; sizes tell them apart.
-        (c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL, Cuda12) => {
-            exact::<c12::CUpti_ActivityKernel9>(bytes)
-                .map(|r| kernel!(r))
-                .or_else(|| exact::<c12::CUpti_ActivityKernel8>(bytes).map(|r| kernel!(r)))
-        }
-        (c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL, Cuda13) => {
-            exact::<c::CUpti_ActivityKernel13>(bytes)
-                .map(|r| kernel!(r))
-                .or_else(|| exact::<c::CUpti_ActivityKernel12>(bytes).map(|r| kernel!(r)))
-                .or_else(|| exact::<c::CUpti_ActivityKernel11>(bytes).map(|r| kernel!(r)))
-                .or_else(|| exact::<c::CUpti_ActivityKernel10>(bytes).map(|r| kernel!(r)))
-        }
-        (c::CUPTI_ACTIVITY_KIND_MEMCPY, Cuda12) => exact::<c12::CUpti_ActivityMemcpy6>(bytes)
-            .map(|r| memcpy!(r))
-            .or_else(|| exact::<c12::CUpti_ActivityMemcpy5>(bytes).map(|r| memcpy!(r))),
-        (c::CUPTI_ACTIVITY_KIND_MEMCPY, Cuda13) => exact::<c::CUpti_ActivityMemcpy7>(bytes)
-            .map(|r| memcpy!(r))
-            .or_else(|| exact::<c::CUpti_ActivityMemcpy6>(bytes).map(|r| memcpy!(r))),
-        (c::CUPTI_ACTIVITY_KIND_MEMSET, Cuda12) => exact::<c12::CUpti_ActivityMemset4>(bytes).map(|r| memset!(r)),
-        (c::CUPTI_ACTIVITY_KIND_MEMSET, Cuda13) => exact::<c::CUpti_ActivityMemset5>(bytes)
-            .map(|r| memset!(r))
-            .or_else(|| exact::<c::CUpti_ActivityMemset4>(bytes).map(|r| memset!(r))),
-        (c::CUPTI_ACTIVITY_KIND_MEMORY2, _) => exact::<c::CUpti_ActivityMemory4>(bytes).map(|r| {
+    let cls = class_of(kind);
+    let ev = match kind {
+        c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL => prefix(bytes).map(kernel),
+        c::CUPTI_ACTIVITY_KIND_MEMCPY => prefix(bytes).map(memcpy),
+        c::CUPTI_ACTIVITY_KIND_MEMSET => prefix(bytes).map(memset),
+        c::CUPTI_ACTIVITY_KIND_MEMORY2 => prefix::<c::CUpti_ActivityMemory2>(bytes).map(|r| {
             let mut ev = RawEvent::new(EventKind::MemoryActivity, 0, r.timestamp, r.timestamp);
             ev.sub = r.memoryOperationType as u8;
             ev.device = r.deviceId;
@@ -261,7 +357,7 @@ pub fn decode(family: CuptiFamily, bytes: &[u8]) -> Decoded {
             ev.c = r.memoryKind as u64;
             ev
         }),
-        (c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, _) => exact::<c::CUpti_ActivitySynchronization2>(bytes).map(|r| {
+        c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => prefix::<c::CUpti_ActivitySynchronization>(bytes).map(|r| {
             let mut ev = RawEvent::new(EventKind::Sync, 0, r.start, r.end);
             ev.sub = r.type_ as u8;
             ev.stream = r.streamId;
@@ -269,19 +365,25 @@ pub fn decode(family: CuptiFamily, bytes: &[u8]) -> Decoded {
             ev.a = r.cudaEventId as u64;
             ev
         }),
-        (c::CUPTI_ACTIVITY_KIND_OVERHEAD, _) => exact::<c::CUpti_ActivityOverhead3>(bytes).map(|r| {
+        c::CUPTI_ACTIVITY_KIND_OVERHEAD => prefix::<c::CUpti_ActivityOverhead>(bytes).map(|r| {
             let mut ev = RawEvent::new(EventKind::Overhead, 0, r.start, r.end);
             ev.sub = r.overheadKind as u8;
             ev
         }),
         _ => return Decoded::Ignored,
     };
-    ev.map_or(Decoded::Skipped, Decoded::Event)
+    match ev {
+        None => Decoded::Skipped(cls),
+        Some(ev) if !finished(ev.start, ev.end) => Decoded::Incomplete(cls),
+        Some(ev) => Decoded::Event(ev),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cupti_sys::cuda12 as c12;
+    use std::mem::offset_of;
 
     fn bytes_of<T>(r: &T) -> Vec<u8> {
         let mut v = vec![0u8; size_of::<T>().next_multiple_of(8)];
@@ -290,65 +392,135 @@ mod tests {
         v
     }
 
+    /// The premise of prefix decoding: every field read sits at the same offset in every later layout.
     #[test]
-    fn cuda12_memcpy_decodes_and_wrong_sizes_are_skipped() {
-        // SAFETY: zeroed plain C struct.
-        let mut r: c12::CUpti_ActivityMemcpy6 = unsafe { std::mem::zeroed() };
-        r.kind = c::CUPTI_ACTIVITY_KIND_MEMCPY;
-        r.copyKind = 1;
-        r.srcKind = 1;
-        r.dstKind = 3;
-        r.bytes = 4096;
-        r.start = 10;
-        r.end = 30;
-        r.streamId = 7;
-        r.correlationId = 99;
-        let b = bytes_of(&r);
-        let Decoded::Event(ev) = decode(CuptiFamily::Cuda12, &b) else { panic!("not decoded") };
-        assert_eq!((ev.a, ev.sub, ev.b, ev.stream, ev.correlation, ev.duration()), (4096, 1, 1 | 3 << 8, 7, 99, 20));
-        // A 13.x-sized record in a 12.x buffer, or a truncated one, is never misread.
-        assert_eq!(decode(CuptiFamily::Cuda12, &b[..b.len() - 4]), Decoded::Skipped);
-        let mut longer = b.clone();
-        longer.extend_from_slice(&[0; 16]);
-        assert_eq!(decode(CuptiFamily::Cuda12, &longer), Decoded::Skipped);
-        // The same bytes are a valid (older) layout in 13.x.
-        assert!(matches!(decode(CuptiFamily::Cuda13, &b), Decoded::Event(_)));
+    fn layouts_only_append_the_fields_we_read() {
+        macro_rules! fields {
+            ($base:ty, $t:ty, [$($f:ident),+]) => {$(
+                assert_eq!(offset_of!($base, $f), offset_of!($t, $f), "{} {}", stringify!($t), stringify!($f));
+            )+};
+        }
+        macro_rules! same {
+            ($base:ty => $($t:ty),+ ; $fs:tt) => {$( fields!($base, $t, $fs); )+};
+        }
+        same!(c::CUpti_ActivityKernel5 => c::CUpti_ActivityKernel8, c12::CUpti_ActivityKernel9, c::CUpti_ActivityKernel10,
+            c::CUpti_ActivityKernel11, c::CUpti_ActivityKernel12, c::CUpti_ActivityKernel13;
+            [start, end, deviceId, streamId, correlationId, gridX, gridY, gridZ, blockX, blockY, blockZ,
+            registersPerThread, staticSharedMemory, dynamicSharedMemory, name, graphId, graphNodeId]);
+        same!(c::CUpti_ActivityMemcpy4 => c12::CUpti_ActivityMemcpy5, c12::CUpti_ActivityMemcpy6, c::CUpti_ActivityMemcpy7;
+            [copyKind, srcKind, dstKind, flags, bytes, start, end, deviceId, streamId, correlationId, graphId]);
+        same!(c::CUpti_ActivityMemset3 => c12::CUpti_ActivityMemset4, c::CUpti_ActivityMemset5;
+            [value, bytes, start, end, deviceId, streamId, correlationId, flags, memoryKind]);
+        same!(c::CUpti_ActivityMemory2 => c12::CUpti_ActivityMemory3, c::CUpti_ActivityMemory4;
+            [memoryOperationType, memoryKind, correlationId, address, bytes, timestamp, deviceId, streamId]);
+        same!(c::CUpti_ActivitySynchronization => c::CUpti_ActivitySynchronization2;
+            [type_, start, end, correlationId, streamId, cudaEventId]);
+        same!(c::CUpti_ActivityOverhead => c::CUpti_ActivityOverhead2, c::CUpti_ActivityOverhead3;
+            [overheadKind, start, end]);
+    }
+
+    macro_rules! record {
+        ($t:ty, $kind:expr) => {{
+            // SAFETY: zeroed plain C struct.
+            let mut r: $t = unsafe { std::mem::zeroed() };
+            r.kind = $kind;
+            r.start = 100;
+            r.end = 250;
+            bytes_of(&r)
+        }};
     }
 
     #[test]
-    fn cuda13_kernel_decodes_launch_config() {
+    fn every_layout_from_cuda_12_0_to_13_5_decodes() {
+        let k = c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+        let (m, s, y, o) = (
+            c::CUPTI_ACTIVITY_KIND_MEMCPY,
+            c::CUPTI_ACTIVITY_KIND_MEMSET,
+            c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+            c::CUPTI_ACTIVITY_KIND_OVERHEAD,
+        );
+        let all = [
+            record!(c12::CUpti_ActivityKernel9, k),
+            record!(c::CUpti_ActivityKernel10, k),
+            record!(c::CUpti_ActivityKernel11, k),
+            record!(c::CUpti_ActivityKernel12, k),
+            record!(c::CUpti_ActivityKernel13, k),
+            record!(c12::CUpti_ActivityMemcpy5, m),
+            record!(c12::CUpti_ActivityMemcpy6, m),
+            record!(c::CUpti_ActivityMemcpy7, m),
+            record!(c12::CUpti_ActivityMemset4, s),
+            record!(c::CUpti_ActivityMemset5, s),
+            record!(c::CUpti_ActivitySynchronization, y),
+            record!(c::CUpti_ActivitySynchronization2, y),
+            record!(c::CUpti_ActivityOverhead, o),
+            record!(c::CUpti_ActivityOverhead2, o),
+            record!(c::CUpti_ActivityOverhead3, o),
+        ];
+        for b in &all {
+            let Decoded::Event(ev) = decode(b) else { panic!("{} bytes of kind {} not decoded", b.len(), b[0]) };
+            assert_eq!((ev.start, ev.end), (100, 250));
+        }
+        for (v, size) in [(3u32, size_of::<c12::CUpti_ActivityMemory3>()), (4, size_of::<c::CUpti_ActivityMemory4>())] {
+            let mut b = vec![0u8; size];
+            b[..4].copy_from_slice(&c::CUPTI_ACTIVITY_KIND_MEMORY2.to_le_bytes());
+            b[32..40].copy_from_slice(&77u64.to_le_bytes()); // timestamp
+            assert!(matches!(decode(&b), Decoded::Event(e) if e.start == 77), "Memory{v}");
+        }
+    }
+
+    #[test]
+    fn a_longer_future_kernel_record_still_decodes() {
         // SAFETY: zeroed plain C struct.
         let mut r: c::CUpti_ActivityKernel13 = unsafe { std::mem::zeroed() };
         r.kind = c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-        r.start = 100;
-        r.end = 250;
+        (r.start, r.end) = (100, 250);
         (r.gridX, r.gridY, r.gridZ) = (128, 2, 1);
         (r.blockX, r.blockY, r.blockZ) = (256, 1, 1);
         r.registersPerThread = 40;
         r.dynamicSharedMemory = 1024;
-        let Decoded::Event(ev) = decode(CuptiFamily::Cuda13, &bytes_of(&r)) else { panic!("not decoded") };
+        let mut b = bytes_of(&r);
+        b.extend_from_slice(&[0xAB; 64]); // fields a later 13.x appends
+        let Decoded::Event(ev) = decode(&b) else { panic!("not decoded") };
         let cfg = LaunchConfig::unpack(ev.a, ev.b, ev.c);
         assert_eq!((cfg.grid, cfg.block, cfg.registers, cfg.dynamic_shared), ([128, 2, 1], [256, 1, 1], 40, 1024));
-        assert_eq!(decode(CuptiFamily::Cuda12, &bytes_of(&r)), Decoded::Skipped);
     }
 
     #[test]
-    fn older_12x_layouts_are_recognised_by_size() {
-        // SAFETY: zeroed plain C structs.
-        let (mut k, mut m): (c12::CUpti_ActivityKernel8, c12::CUpti_ActivityMemcpy5) = unsafe { std::mem::zeroed() };
+    fn short_records_are_skipped_and_unfinished_ones_are_incomplete_per_class() {
+        let b = record!(c12::CUpti_ActivityMemcpy6, c::CUPTI_ACTIVITY_KIND_MEMCPY);
+        assert_eq!(decode(&b[..size_of::<c::CUpti_ActivityMemcpy4>() - 8]), Decoded::Skipped(class::MEMCPY));
+        // SAFETY: zeroed plain C struct.
+        let mut k: c::CUpti_ActivityKernel13 = unsafe { std::mem::zeroed() };
         k.kind = c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-        (k.start, k.end, k.gridX) = (1, 5, 3);
-        m.kind = c::CUPTI_ACTIVITY_KIND_MEMCPY;
-        m.bytes = 77;
-        let Decoded::Event(ke) = decode(CuptiFamily::Cuda12, &bytes_of(&k)) else { panic!("Kernel8") };
-        assert_eq!((ke.duration(), LaunchConfig::unpack(ke.a, ke.b, ke.c).grid[0]), (4, 3));
-        let Decoded::Event(me) = decode(CuptiFamily::Cuda12, &bytes_of(&m)) else { panic!("Memcpy5") };
-        assert_eq!(me.a, 77);
+        k.start = 500; // a forced flush: started, never finished
+        assert_eq!(decode(&bytes_of(&k)), Decoded::Incomplete(class::KERNEL));
+        k.start = 0; // CUPTI could not collect timestamps
+        assert_eq!(decode(&bytes_of(&k)), Decoded::Incomplete(class::KERNEL));
     }
 
     #[test]
     fn unknown_kinds_are_ignored_and_garbage_is_skipped() {
-        assert_eq!(decode(CuptiFamily::Cuda13, &[5, 0, 0, 0, 0, 0, 0, 0]), Decoded::Ignored);
-        assert_eq!(decode(CuptiFamily::Cuda13, &[1, 0]), Decoded::Skipped);
+        assert_eq!(decode(&[5, 0, 0, 0, 0, 0, 0, 0]), Decoded::Ignored);
+        assert_eq!(decode(&[1, 0]), Decoded::Skipped(class::OTHER));
+    }
+
+    #[test]
+    fn null_is_never_handed_to_a_cupti_that_crashes_on_it() {
+        init_pool();
+        let q = POOL.get().unwrap();
+        let mut held = Vec::new();
+        while let Some(p) = q.pop() {
+            held.push(p);
+        }
+        while ALLOCATED.load(Ordering::Relaxed) < MAX_BUFFERS {
+            held.push(take_buffer(28));
+        }
+        assert_eq!(take_buffer(28), 0, "CUPTI 12.9u1 (API 28) drops and counts records at the cap");
+        let beyond = take_buffer(26);
+        assert_ne!(beyond, 0, "CUPTI 12.8 (API 26) crashes on NULL: allocate beyond the cap");
+        held.push(beyond);
+        for p in held {
+            let _ = q.push(p);
+        }
     }
 }

@@ -22,7 +22,16 @@ pub unsafe extern "C" fn api_callback(
     cbdata: *const c_void,
 ) {
     let _ = std::panic::catch_unwind(|| {
-        if cbdata.is_null() || state::is_fork_child() {
+        if cbdata.is_null() {
+            return;
+        }
+        if !state::enabled() {
+            if state::inherited_cupti() {
+                // Callbacks inherited from a profiled parent across fork: say once why this child is silent.
+                state::disable(
+                    "fork child of a process that was already profiling CUDA (its CUPTI state belongs to the parent)",
+                );
+            }
             return;
         }
         // SAFETY: CUPTI passes a CUpti_CallbackData for the runtime and driver domains.
@@ -37,8 +46,9 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         if runtime {
             emit::with_thread(|t| t.runtime_depth.set(t.runtime_depth.get() + 1));
             if cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaDeviceReset_v3020 {
-                // The context and its pending records die with the reset: collect them first.
-                cupti::flush(true);
+                // The context and its pending records die with the reset: collect the finished ones first. Not
+                // forced: a forced flush hands over unfinished records (NVIDIA's injection sample flushes with 0).
+                cupti::flush(false);
             }
         }
         if !data.correlationData.is_null() {
@@ -61,7 +71,7 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         on_exit(runtime, cbid, data, end, emit::push);
     }
     if runtime && cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000 {
-        cupti::flush(true);
+        cupti::flush(false);
     }
 }
 

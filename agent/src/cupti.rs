@@ -7,19 +7,23 @@ use cupti_sys::cuda13 as c;
 use cupti_sys::loader::{Cupti, CuptiApi};
 use cupti_sys::CuptiFamily;
 use once_cell::sync::OnceCell;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub struct Loaded {
     pub api: CuptiApi,
-    pub family: CuptiFamily,
+    /// `cuptiGetVersion`'s answer (API version 19-28 on 12.x, 130000+ on 13.x).
+    pub version: u32,
 }
 
 static CUPTI: OnceCell<Loaded> = OnceCell::new();
+/// Contexts seen in buffer completions (their dropped counts are kept per context): a few suffice.
+static CONTEXTS: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 
-/// The loaded CUPTI, unless this is a fork child (CUPTI belongs to the parent there).
+/// Our CUPTI session, once `cuptiSubscribe` succeeded and setup finished; None in a fork child of a profiled
+/// process and after a failed setup (never another tool's session).
 pub fn loaded() -> Option<&'static Loaded> {
-    if state::is_fork_child() {
+    if !state::enabled() {
         return None;
     }
     CUPTI.get()
@@ -74,13 +78,61 @@ fn check(cupti: &Cupti, r: c::CUptiResult, what: &str) -> Result<(), String> {
     if r == c::CUPTI_SUCCESS {
         return Ok(());
     }
-    if r == c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
-        return Err("another CUPTI client (a profiler such as nsys or torch.profiler) already subscribed".into());
-    }
     Err(format!("{what} failed: {} (libcupti: {})", cupti.result_string(r), cupti.path))
 }
 
-/// Loads and configures CUPTI. Called once from `InitializeInjection` (inside the first cuInit).
+/// The answer to timestamp requests once registered: CUPTI then stamps every record with the clock the agent
+/// stamps host events with, so device and host events need no alignment.
+extern "C" fn timestamp_ns() -> u64 {
+    clock::monotonic_ns()
+}
+
+/// Subscribes, naming ourselves (13.x `cuptiSubscribe_v2`), and names the other tool when CUPTI is taken.
+fn subscribe(cupti: &Cupti) -> Result<c::CUpti_SubscriberHandle, String> {
+    let mut subscriber: c::CUpti_SubscriberHandle = std::ptr::null_mut();
+    let mut other = [0 as std::ffi::c_char; 256];
+    let v1 = |subscriber: &mut c::CUpti_SubscriberHandle| {
+        // SAFETY: the callback is a panic-catching extern "C" fn; userdata is unused.
+        unsafe { (cupti.api.subscribe)(subscriber, Some(callbacks::api_callback), std::ptr::null_mut()) }
+    };
+    let mut r = match cupti.optional.subscribe_v2 {
+        Some(subscribe_v2) => {
+            // SAFETY: all-zero is a valid CUpti_SubscriberParams (pointers null, sizes 0).
+            let mut params: c::CUpti_SubscriberParams = unsafe { std::mem::zeroed() };
+            params.structSize = std::mem::size_of::<c::CUpti_SubscriberParams>();
+            params.subscriberName = c"cuflight".as_ptr();
+            params.oldSubscriberName = other.as_mut_ptr();
+            params.oldSubscriberSize = other.len();
+            // SAFETY: the callback is a panic-catching extern "C" fn; params and `other` outlive the call.
+            unsafe { subscribe_v2(&mut subscriber, Some(callbacks::api_callback), std::ptr::null_mut(), &mut params) }
+        }
+        None => v1(&mut subscriber),
+    };
+    if r != c::CUPTI_SUCCESS && r != c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
+        // A v2 entry point this release refuses: nothing was subscribed, the v1 call is the documented one.
+        r = v1(&mut subscriber);
+    }
+    if r == c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
+        other[other.len() - 1] = 0;
+        // SAFETY: NUL-terminated above; CUPTI wrote a C string or left zeros.
+        let name = unsafe { std::ffi::CStr::from_ptr(other.as_ptr()) }.to_string_lossy().into_owned();
+        let who = if name.is_empty() { "a profiler such as nsys or torch.profiler".to_string() } else { name };
+        return Err(format!("another CUPTI client ({who}) is already subscribed"));
+    }
+    check(cupti, r, "cuptiSubscribe")?;
+    Ok(subscriber)
+}
+
+/// The CUPTI version as a release, for messages.
+fn unsupported(version: u32, path: &str) -> String {
+    if (13..19).contains(&version) {
+        return format!("CUPTI API version {version} at {path} is CUDA 11.x; cuflight supports CUDA 12.0 and later");
+    }
+    format!("unsupported CUPTI version {version} at {path} (cuflight supports CUPTI 12.x and 13.x)")
+}
+
+/// Loads and configures CUPTI. Called once from `InitializeInjection` (inside the first cuInit). Nothing of
+/// CUPTI is kept unless the subscription succeeds, and a later failure unsubscribes again.
 pub fn start() -> Result<(), String> {
     let seg = state::segment().ok_or("no recording session")?;
     let cupti = Cupti::load().map_err(|e| e.to_string())?;
@@ -89,51 +141,80 @@ pub fn start() -> Result<(), String> {
     // SAFETY: valid out-pointer.
     let r = unsafe { (api.get_version)(&mut version) };
     check(&cupti, r, "cuptiGetVersion")?;
-    let family = CuptiFamily::from_version(version).ok_or_else(|| {
-        format!("unsupported CUPTI version {version} at {} (cuflight supports CUPTI 12.x and 13.x)", cupti.path)
-    })?;
+    CuptiFamily::from_version(version).ok_or_else(|| unsupported(version, &cupti.path))?;
     let h = seg.header();
     h.cupti_version.store(version, Ordering::Relaxed);
     h.cupti_path.store(state::intern(cupti.path.as_bytes()), Ordering::Relaxed);
+    let subscriber = subscribe(&cupti)?;
     activity::init_pool();
-    if CUPTI.set(Loaded { api, family }).is_err() {
+    if CUPTI.set(Loaded { api, version }).is_err() {
         return Ok(()); // already started
     }
-    let mut subscriber: c::CUpti_SubscriberHandle = std::ptr::null_mut();
-    // SAFETY: the callback is a panic-catching extern "C" fn; userdata is unused.
-    let r = unsafe { (api.subscribe)(&mut subscriber, Some(callbacks::api_callback), std::ptr::null_mut()) };
-    check(&cupti, r, "cuptiSubscribe")?;
+    if let Err(why) = configure(&cupti, subscriber) {
+        // SAFETY: our own subscriber; unsubscribing leaves CUPTI free for another tool.
+        unsafe { (api.unsubscribe)(subscriber) };
+        return Err(why);
+    }
+    let spawned = std::thread::Builder::new().name("cuflight-flush".into()).spawn(flush_loop);
+    if spawned.is_err() {
+        // SAFETY: as above.
+        unsafe { (api.unsubscribe)(subscriber) };
+        return Err("cannot start the flush thread".into());
+    }
+    Ok(())
+}
+
+fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle) -> Result<(), String> {
+    let api = cupti.api;
     // SAFETY: plain CUPTI configuration calls on our subscriber.
     unsafe {
-        check(
-            &cupti,
-            (api.enable_domain)(1, subscriber, c::CUPTI_CB_DOMAIN_RUNTIME_API),
-            "enabling runtime callbacks",
-        )?;
+        check(cupti, (api.enable_domain)(1, subscriber, c::CUPTI_CB_DOMAIN_RUNTIME_API), "enabling runtime callbacks")?;
         for &cbid in DRIVER_CBIDS {
             // An older CUPTI may not know a newer entry point (e.g. cuLaunchKernelEx): skip it, keep the rest.
             let _ = (api.enable_callback)(1, subscriber, c::CUPTI_CB_DOMAIN_DRIVER_API, cbid);
         }
         // System thread ids, so API calls and activity records name the same threads.
         (api.set_thread_id_type)(c::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+        // One clock: CUPTI's default on Linux is CLOCK_REALTIME (CLOCK_MONOTONIC_RAW on WSL), which NTP steps and
+        // slews. The callback must be registered before any activity kind is enabled (cupti_activity.h).
+        if let Some(register) = cupti.optional.register_timestamp_callback {
+            if register(Some(timestamp_ns)) == c::CUPTI_SUCCESS {
+                if let Some(seg) = state::segment() {
+                    seg.header().device_clock_monotonic.store(1, Ordering::Relaxed);
+                }
+            }
+        }
         check(
-            &cupti,
+            cupti,
             (api.activity_register_callbacks)(Some(activity::buffer_requested), Some(activity::buffer_completed)),
             "registering activity buffers",
         )?;
         for &(kind, required) in ACTIVITY_KINDS {
+            if !layout_is_readable(cupti, kind) {
+                if required {
+                    return Err(format!("CUPTI at {} writes activity records older than cuflight reads", cupti.path));
+                }
+                continue;
+            }
             let r = (api.activity_enable)(kind);
             if required {
-                check(&cupti, r, "enabling activity records")?;
+                check(cupti, r, "enabling activity records")?;
             }
         }
     }
-    write_clock_pair();
-    let spawned = std::thread::Builder::new().name("cuflight-flush".into()).spawn(flush_loop);
-    if spawned.is_err() {
-        return Err("cannot start the flush thread".into());
-    }
     Ok(())
+}
+
+/// Where the release says how long its records of `kind` are (13.x `cuptiActivityGetStructSize`), check that
+/// they hold every field the decoder reads.
+fn layout_is_readable(cupti: &Cupti, kind: c::CUpti_ActivityKind) -> bool {
+    let (Some(get), Some(min)) = (cupti.optional.get_struct_size, activity::min_size(kind)) else {
+        return true;
+    };
+    let mut size = 0usize;
+    // SAFETY: valid out-pointer; version 0 asks for this release's layout.
+    let r = unsafe { get(kind, 0, &mut size) };
+    r != c::CUPTI_SUCCESS || size >= min
 }
 
 fn flush_period() -> Duration {
@@ -146,7 +227,7 @@ fn flush_loop() {
     let mut first = true;
     loop {
         std::thread::sleep(period);
-        if state::is_fork_child() {
+        if loaded().is_none() {
             return;
         }
         if std::mem::take(&mut first) {
@@ -156,16 +237,41 @@ fn flush_loop() {
     }
 }
 
-/// Asks CUPTI for every completed record (forced: also for records still being written).
+/// Asks CUPTI for every completed record. Forced (exit only): also records still being written, which come with
+/// zero or unfinished timestamps and are counted, not used.
 pub fn flush(forced: bool) {
     let Some(l) = loaded() else { return };
     let flag = if forced { c::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED } else { 0 };
     // SAFETY: plain CUPTI call; buffer callbacks run on this thread or CUPTI's.
     unsafe { (l.api.activity_flush_all)(flag) };
+    // Records dropped while CUPTI had no buffer are only reported here, not in a completion that never came.
+    collect_dropped(l, std::ptr::null_mut(), 0);
+    for slot in &CONTEXTS {
+        let ctx = slot.load(Ordering::Relaxed);
+        if ctx != 0 {
+            collect_dropped(l, ctx as c::CUcontext, 0);
+        }
+    }
     write_clock_pair();
 }
 
-/// The flush at process exit (atexit).
+/// Adds CUPTI's dropped-record count for (context, stream) to the segment (reading it resets it in CUPTI).
+pub fn collect_dropped(l: &Loaded, ctx: c::CUcontext, stream: u32) {
+    if !ctx.is_null() && !CONTEXTS.iter().any(|s| s.load(Ordering::Relaxed) == ctx as usize) {
+        let _ =
+            CONTEXTS.iter().find(|s| s.compare_exchange(0, ctx as usize, Ordering::Relaxed, Ordering::Relaxed).is_ok());
+    }
+    let mut dropped = 0usize;
+    // SAFETY: plain CUPTI query with a valid out-pointer.
+    if unsafe { (l.api.activity_get_num_dropped_records)(ctx, stream, &mut dropped) } == c::CUPTI_SUCCESS && dropped > 0
+    {
+        if let Some(seg) = state::segment() {
+            seg.header().cupti_dropped.fetch_add(dropped as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The flush at process exit (atexit): forced, so that nothing finished is left behind.
 pub fn final_flush() {
     record_devices_once();
     flush(true);

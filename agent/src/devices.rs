@@ -15,14 +15,32 @@ const ATTR_SM_COUNT: c_int = 16;
 const ATTR_CC_MAJOR: c_int = 75;
 const ATTR_CC_MINOR: c_int = 76;
 
-fn sym(name: &CStr) -> *mut c_void {
-    // SAFETY: dlsym on the global scope with a NUL-terminated name.
-    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }
+/// The driver this process already loaded. libcudart opens libcuda.so.1 with RTLD_LOCAL in most programs, so
+/// its symbols are not in the global scope: ask the loader for the library itself (RTLD_NOLOAD never loads one).
+fn driver() -> *mut c_void {
+    // SAFETY: dlopen with a NUL-terminated name; RTLD_NOLOAD only returns an already loaded library (and takes a
+    // reference, which is never dropped: the driver stays loaded for the process's life anyway).
+    let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    if h.is_null() {
+        libc::RTLD_DEFAULT
+    } else {
+        h
+    }
+}
+
+fn sym(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    // SAFETY: dlsym on a live handle (or the global scope) with a NUL-terminated name.
+    unsafe { libc::dlsym(handle, name.as_ptr()) }
 }
 
 pub fn record() {
-    let (count, name, mem, attr) =
-        (sym(c"cuDeviceGetCount"), sym(c"cuDeviceGetName"), sym(c"cuDeviceTotalMem_v2"), sym(c"cuDeviceGetAttribute"));
+    let h = driver();
+    let (count, name, mem, attr) = (
+        sym(h, c"cuDeviceGetCount"),
+        sym(h, c"cuDeviceGetName"),
+        sym(h, c"cuDeviceTotalMem_v2"),
+        sym(h, c"cuDeviceGetAttribute"),
+    );
     if [count, name, mem, attr].iter().any(|p| p.is_null()) {
         return;
     }

@@ -105,12 +105,12 @@ impl ThreadState {
     }
 }
 
-/// Free slots in the calling thread's ring (None before its first event or without TLS).
-pub fn ring_space() -> Option<u64> {
+/// (free slots, capacity) of the calling thread's ring (None before its first event or without TLS).
+pub fn ring_space() -> Option<(u64, u64)> {
     with_thread(|t| {
         let r = t.ring.try_borrow().ok()?;
         let ring = r.producer.as_ref()?.ring();
-        Some(ring.capacity().saturating_sub(ring.len()))
+        Some((ring.capacity().saturating_sub(ring.len()), ring.capacity()))
     })
     .flatten()
 }

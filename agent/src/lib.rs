@@ -26,30 +26,27 @@ mod nvtx;
 mod state;
 
 use std::ffi::{c_char, c_int, CStr};
-use std::sync::atomic::{AtomicU8, Ordering};
-
-const UNINITIALISED: u8 = 0;
-const INITIALISING: u8 = 1;
-const ENABLED: u8 = 2;
-const DISABLED: u8 = 3;
-static INIT: AtomicU8 = AtomicU8::new(UNINITIALISED);
 
 /// Called by the CUDA driver during `cuInit` (CUDA_INJECTION64_PATH). Idempotent.
 #[no_mangle]
 pub extern "C" fn InitializeInjection() -> c_int {
     std::panic::catch_unwind(|| {
-        if INIT.compare_exchange(UNINITIALISED, INITIALISING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        if !state::begin_init() {
             return 1;
         }
-        if state::is_fork_child() {
-            // CUDA in a forked child is the child's business; CUPTI state belongs to the parent.
-            INIT.store(DISABLED, Ordering::Release);
+        if state::inherited_cupti() {
+            // A fork child of a process whose CUPTI was running: that state belongs to the parent (CUDA itself
+            // does not support a context inherited across fork). Children of CUPTI-less parents trace normally.
+            state::finish_init(false);
+            state::disable(
+                "fork child of a process that was already profiling CUDA (its CUPTI state belongs to the parent)",
+            );
             return 1;
         }
         match cupti::start() {
-            Ok(()) => INIT.store(ENABLED, Ordering::Release),
+            Ok(()) => state::finish_init(true),
             Err(why) => {
-                INIT.store(DISABLED, Ordering::Release);
+                state::finish_init(false);
                 state::disable(&why);
             }
         }

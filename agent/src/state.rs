@@ -8,7 +8,7 @@
 use crate::emit::Interner;
 use cuflight_format::segment::{self, state as seg_state, Layout, MappedSegment};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::Once;
 
 pub struct Agent {
@@ -18,20 +18,45 @@ pub struct Agent {
 
 static AGENT: AtomicPtr<Agent> = AtomicPtr::new(std::ptr::null_mut());
 static GENERATION: AtomicU64 = AtomicU64::new(1);
-static FORK_CHILD: AtomicBool = AtomicBool::new(false);
 /// Set when segment creation failed or no session exists: stop retrying on every event.
 static NO_SEGMENT: AtomicBool = AtomicBool::new(false);
 static CREATE: Mutex<()> = Mutex::new(());
 static HOOKS: Once = Once::new();
 static NOTICE: AtomicBool = AtomicBool::new(false);
+static DISABLED_ONCE: AtomicBool = AtomicBool::new(false);
+
+/// The agent's CUPTI state machine: uninitialised -> initialising -> enabled | disabled. Reached from
+/// `InitializeInjection` only; the CUPTI and NVTX handlers ask [`enabled`].
+const UNINITIALISED: u8 = 0;
+const INITIALISING: u8 = 1;
+const ENABLED: u8 = 2;
+const DISABLED: u8 = 3;
+static INIT: AtomicU8 = AtomicU8::new(UNINITIALISED);
+/// Set in a fork child whose parent had CUPTI running (copied at fork, before the child runs any code).
+static INHERITED_CUPTI: AtomicBool = AtomicBool::new(false);
+
+/// Claims initialisation; false when it already happened (or is happening).
+pub fn begin_init() -> bool {
+    INIT.compare_exchange(UNINITIALISED, INITIALISING, Ordering::AcqRel, Ordering::Acquire).is_ok()
+}
+
+pub fn finish_init(enabled: bool) {
+    INIT.store(if enabled { ENABLED } else { DISABLED }, Ordering::Release);
+}
+
+/// CUPTI is set up and ours to use in this process.
+#[inline]
+pub fn enabled() -> bool {
+    INIT.load(Ordering::Acquire) == ENABLED
+}
+
+/// This process is a fork child of a process whose CUPTI was running.
+pub fn inherited_cupti() -> bool {
+    INHERITED_CUPTI.load(Ordering::Relaxed)
+}
 
 pub fn generation() -> u64 {
     GENERATION.load(Ordering::Acquire)
-}
-
-/// True in a child created by fork (no CUPTI there).
-pub fn is_fork_child() -> bool {
-    FORK_CHILD.load(Ordering::Relaxed)
 }
 
 /// Prints one line about the agent turning itself off (once per process).
@@ -145,8 +170,11 @@ fn record_process_facts(agent: &Agent) {
     h.rank_plus_one.store(rank.map_or(0, |r| r.saturating_add(1)), Ordering::Relaxed);
 }
 
-/// Marks the segment DISABLED with `why` and prints the notice.
+/// Marks the segment DISABLED with `why` and prints the notice (once).
 pub fn disable(why: &str) {
+    if DISABLED_ONCE.swap(true, Ordering::Relaxed) {
+        return;
+    }
     if let Some(seg) = segment() {
         seg.set_disabled(why);
     }
@@ -155,7 +183,15 @@ pub fn disable(why: &str) {
 
 extern "C" fn after_fork_in_child() {
     // Runs in the child, single-threaded, before fork returns: only atomics, no allocation.
-    FORK_CHILD.store(true, Ordering::Relaxed);
+    // The child has a segment of its own, which gets its own notice.
+    NOTICE.store(false, Ordering::Relaxed);
+    DISABLED_ONCE.store(false, Ordering::Relaxed);
+    // A running CUPTI stays the parent's; a child of a CUPTI-less parent may initialise its own (DataLoader and
+    // multiprocessing workers that start CUDA themselves).
+    if INIT.load(Ordering::Acquire) != UNINITIALISED {
+        INHERITED_CUPTI.store(INIT.load(Ordering::Acquire) == ENABLED, Ordering::Relaxed);
+        INIT.store(DISABLED, Ordering::Release);
+    }
     NO_SEGMENT.store(false, Ordering::Relaxed);
     AGENT.store(std::ptr::null_mut(), Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);

@@ -1,4 +1,22 @@
-//! Human names for CUPTI enumerations that appear in events.
+//! Human names for CUPTI enumerations and kernel symbols that appear in events.
+
+/// The readable form of a mangled (Itanium C++ ABI, `_Z...`) kernel name, as CUPTI reports them; None for names
+/// that are not mangled (C kernels, `extern "C"` cuBLAS kernels such as `sm90_xmma_gemm_...`, Kineto's names,
+/// which torch.profiler already demangled) or that do not demangle.
+pub fn demangle(name: &str) -> Option<String> {
+    if !name.starts_with("_Z") {
+        return None;
+    }
+    let sym = cpp_demangle::Symbol::new(name.as_bytes()).ok()?;
+    let opts = cpp_demangle::DemangleOptions::default();
+    sym.demangle(&opts).ok().filter(|s| !s.is_empty())
+}
+
+/// The function a kernel name names, without a leading return type (`void at::native::k<4>(int)` ->
+/// `at::native::k<4>(int)`), so that classifiers match names with and without one.
+pub fn function_part(name: &str) -> &str {
+    name.strip_prefix("void ").unwrap_or(name)
+}
 
 /// CUPTI memcpy kind → short name.
 pub fn memcpy_kind(k: u8) -> &'static str {
@@ -56,4 +74,30 @@ pub fn sync_kind(k: u8) -> &'static str {
 /// FNV-1a: a hash that stays the same across runs and builds (for ids derived from names).
 pub fn stable_hash(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn real_kernel_names_demangle() {
+        // Symbols as nvcc registers them for NCCL, PyTorch and CUTLASS kernels and a plain CUDA C++ kernel.
+        for (mangled, readable) in [
+            ("_Z6vecAddPfS_S_i", "vecAdd(float*, float*, float*, int)"),
+            (
+                "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE",
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)",
+            ),
+            (
+                "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEviT0_T1_",
+                "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)",
+            ),
+        ] {
+            assert_eq!(demangle(mangled).as_deref(), Some(readable), "{mangled}");
+        }
+        assert_eq!(demangle("sm90_xmma_gemm_f16f16_f32_tn_n"), None);
+        assert_eq!(demangle("_Znot-a-symbol"), None);
+        assert_eq!(function_part("void at::native::k<4>(int)"), "at::native::k<4>(int)");
+    }
 }

@@ -4,7 +4,7 @@
 //! segment outlives it and is drained at the end.
 
 use cuflight_format::file::{Drops, Footer, ProcessInfo, TraceWriter};
-use cuflight_format::segment::{self, parse_strings, state, MappedSegment, SegmentError};
+use cuflight_format::segment::{self, parse_strings, record_class, state, MappedSegment, SegmentError};
 use cuflight_format::RawEvent;
 use std::collections::BTreeMap;
 use std::io::BufWriter;
@@ -65,7 +65,12 @@ struct Tracked {
     pending_strings: Vec<u8>,
     pending_base: u64,
     pending_events: Vec<RawEvent>,
+    /// (CUPTI, CLOCK_MONOTONIC) pairs seen so far, written into the process facts (bounded).
+    clock_pairs: Vec<(u64, u64)>,
 }
+
+/// Clock pairs kept per process: one per agent flush (1 s) is 18 hours; past it every other pair is dropped.
+const MAX_CLOCK_PAIRS: usize = 1 << 16;
 
 /// Drained data is written in blocks of this many events at most this old: large blocks compress far better
 /// than one per 10 ms drain, and memory stays bounded.
@@ -119,6 +124,15 @@ fn process_info(t: &Tracked) -> ProcessInfo {
     };
     drops.ring_full = (0..h.ring_count).filter_map(|i| t.seg.ring(i)).map(|r| r.dropped()).sum();
     let cmdline = string_at(&t.seg, h.cmdline.load(Ordering::Relaxed));
+    let records_unused = record_class::NAMES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let load = |a: &[std::sync::atomic::AtomicU64; record_class::COUNT]| a[i].load(Ordering::Relaxed);
+            (name.to_string(), load(&h.skipped_by_class), load(&h.incomplete_by_class))
+        })
+        .filter(|&(_, s, i)| s + i > 0)
+        .collect();
     ProcessInfo {
         pid: h.pid,
         ppid: h.ppid,
@@ -132,6 +146,11 @@ fn process_info(t: &Tracked) -> ProcessInfo {
         finished: st == state::FINISHED || st == state::DISABLED,
         drops,
         rank: h.rank_plus_one.load(Ordering::Relaxed).checked_sub(1),
+        records_unused,
+        buffers_grown: h.buffers_grown.load(Ordering::Relaxed),
+        buffers_refused: h.buffers_refused.load(Ordering::Relaxed),
+        device_clock_monotonic: h.device_clock_monotonic.load(Ordering::Relaxed) == 1,
+        clock_pairs: t.clock_pairs.clone(),
     }
 }
 
@@ -174,6 +193,7 @@ impl<W: std::io::Write> Recorder<W> {
                         pending_strings: Vec::new(),
                         pending_base: 0,
                         pending_events: Vec::new(),
+                        clock_pairs: Vec::new(),
                     };
                     self.tracked.insert(pid, t);
                 }
@@ -186,7 +206,9 @@ impl<W: std::io::Write> Recorder<W> {
     /// Empties every ring (strings after events, so every id an event names is included), and writes what was
     /// drained once enough has accumulated, or when `force`d.
     fn drain(&mut self, force: bool) -> Result<(), RecordError> {
+        let now = segment::monotonic_ns();
         for t in self.tracked.values_mut() {
+            t.seg.header().collector_drained_ns.store(now, Ordering::Relaxed);
             let before = t.pending_events.len();
             for i in 0..t.seg.layout().ring_count {
                 if let Some(ring) = t.seg.ring(i) {
@@ -194,6 +216,18 @@ impl<W: std::io::Write> Recorder<W> {
                 }
             }
             self.pending += t.pending_events.len() - before;
+            for e in &t.pending_events[before..] {
+                if e.kind() == Some(cuflight_format::EventKind::ClockSync) {
+                    if t.clock_pairs.len() >= MAX_CLOCK_PAIRS {
+                        let mut i = 0;
+                        t.clock_pairs.retain(|_| {
+                            i += 1;
+                            i % 2 == 0
+                        });
+                    }
+                    t.clock_pairs.push((e.start, e.end));
+                }
+            }
             let strings = t.seg.strings_since(t.strings_read);
             if t.pending_strings.is_empty() {
                 t.pending_base = t.strings_read;

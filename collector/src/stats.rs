@@ -90,6 +90,22 @@ pub struct ProcessRow {
     pub finished: bool,
     pub events: u64,
     pub drops: cuflight_format::file::Drops,
+    /// Activity records kept out, by class: records too short to read, and records with zero or unfinished
+    /// timestamps (e.g. from the forced flush at exit).
+    pub records_unused: Vec<UnusedRow>,
+    /// CUPTI buffers the agent allocated beyond its pool, and requests it refused at its cap.
+    pub buffers_grown: u64,
+    pub buffers_refused: u64,
+    /// How device timestamps were put on the host clock: "monotonic" (CUPTI stamped CLOCK_MONOTONIC), "aligned"
+    /// (piecewise-linear over the clock pairs), or "none" (no device work or no pair).
+    pub device_clock: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct UnusedRow {
+    pub class: String,
+    pub skipped: u64,
+    pub incomplete: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -258,6 +274,26 @@ impl Stats {
                 finished: p.info.finished,
                 events: p.events.len() as u64,
                 drops: p.info.drops,
+                records_unused: p
+                    .info
+                    .records_unused
+                    .iter()
+                    .map(|(class, skipped, incomplete)| UnusedRow {
+                        class: class.clone(),
+                        skipped: *skipped,
+                        incomplete: *incomplete,
+                    })
+                    .collect(),
+                buffers_grown: p.info.buffers_grown,
+                buffers_refused: p.info.buffers_refused,
+                device_clock: if p.info.device_clock_monotonic {
+                    "monotonic"
+                } else if p.clock.is_identity() {
+                    "none"
+                } else {
+                    "aligned"
+                }
+                .to_string(),
             });
         }
 
@@ -376,11 +412,15 @@ impl Stats {
         t.render(&mut out);
         let mut t = Table::new("Processes", &["PID", "PPID", "CUPTI", "Events", "Dropped", "Finished", "Command"]);
         for p in &self.processes {
-            let command = if p.status.is_empty() {
+            let mut command = if p.status.is_empty() {
                 p.command.clone()
             } else {
                 format!("{} [agent off: {}]", p.command, p.status)
             };
+            for u in &p.records_unused {
+                command
+                    .push_str(&format!(" [{} records: {} skipped, {} unfinished]", u.class, u.skipped, u.incomplete));
+            }
             t.row(vec![
                 p.pid.to_string(),
                 p.ppid.to_string(),

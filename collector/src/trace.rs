@@ -1,7 +1,7 @@
 //! A trace file loaded into memory: per process, its facts, its strings and its events, with device timestamps
 //! moved onto the host clock.
 
-use cuflight_format::file::{Block, FileError, Footer, ProcessInfo, TraceReader};
+use cuflight_format::file::{Block, ClockMap, FileError, Footer, ProcessInfo, TraceReader};
 use cuflight_format::segment::parse_strings;
 use cuflight_format::{EventKind, RawEvent};
 use std::collections::{BTreeMap, HashMap};
@@ -24,12 +24,34 @@ pub struct Process {
     pub info: ProcessInfo,
     pub strings: HashMap<u32, String>,
     pub events: Vec<RawEvent>,
-    /// CLOCK_MONOTONIC minus CUPTI time, applied to device events (0 when no clock pair was recorded).
-    pub clock_offset_ns: i64,
+    /// How device (CUPTI) timestamps were moved onto CLOCK_MONOTONIC at load.
+    pub clock: ClockMap,
     /// A display name from an imported trace (Kineto `process_name`), if any.
     pub name: String,
     /// Distributed rank, when the trace says (Kineto `distributedInfo`, the launcher's `RANK` for captures).
     pub rank: Option<u32>,
+    /// The mangled form of string ids that held a mangled kernel name (now readable in `strings`).
+    pub mangled: HashMap<u32, String>,
+}
+
+/// Adds one entry of a trace's string table: a mangled kernel name (as CUPTI reports names) is stored readable,
+/// demangled once per distinct name, and its mangled form is kept in `mangled`.
+pub fn insert_string<S: std::hash::BuildHasher>(
+    strings: &mut HashMap<u32, String, S>,
+    mangled: &mut HashMap<u32, String>,
+    id: u32,
+    bytes: &[u8],
+) {
+    let s = String::from_utf8_lossy(bytes).into_owned();
+    match crate::names::demangle(&s) {
+        Some(readable) => {
+            strings.insert(id, readable);
+            mangled.insert(id, s);
+        }
+        None => {
+            strings.insert(id, s);
+        }
+    }
 }
 
 /// Builds a process's string table while importing: the same text always gets the same id.
@@ -102,7 +124,7 @@ impl Trace {
                 Block::Strings { pid, base, bytes } => {
                     let p = trace.processes.entry(pid).or_default();
                     for (id, s) in parse_strings(base, &bytes) {
-                        p.strings.insert(id, String::from_utf8_lossy(s).into_owned());
+                        insert_string(&mut p.strings, &mut p.mangled, id, s);
                     }
                 }
                 Block::Events { pid, events } => trace.processes.entry(pid).or_default().events.extend(events),
@@ -119,26 +141,35 @@ impl Trace {
     }
 }
 
+/// The one rule that places device timestamps on the host clock, for every consumer: none when the agent had
+/// CUPTI stamp records with CLOCK_MONOTONIC, else piecewise-linear over every clock pair (from the process facts,
+/// or, in traces written before they held them, from the ClockSync events).
+pub fn clock_map(info: &ProcessInfo, events: &[RawEvent]) -> ClockMap {
+    if info.device_clock_monotonic {
+        return ClockMap::identity();
+    }
+    if !info.clock_pairs.is_empty() {
+        return ClockMap::from_pairs(info.clock_pairs.iter().copied());
+    }
+    ClockMap::from_pairs(events.iter().filter(|e| e.kind() == Some(EventKind::ClockSync)).map(|e| (e.start, e.end)))
+}
+
+/// Moves device events onto CLOCK_MONOTONIC with `map`.
+pub fn align_device_events(map: &ClockMap, events: &mut [RawEvent]) {
+    if map.is_identity() {
+        return;
+    }
+    for e in events {
+        if is_device_event(e.kind()) && e.start != 0 {
+            e.start = map.map(e.start);
+            e.end = map.map(e.end);
+        }
+    }
+}
+
 impl Process {
-    /// Moves device events onto CLOCK_MONOTONIC using the median offset of the recorded clock pairs.
     fn align_clocks(&mut self) {
-        let mut offsets: Vec<i64> = self
-            .events
-            .iter()
-            .filter(|e| e.kind() == Some(EventKind::ClockSync))
-            .map(|e| e.end as i64 - e.start as i64)
-            .collect();
-        if offsets.is_empty() {
-            return;
-        }
-        offsets.sort_unstable();
-        let off = offsets[offsets.len() / 2];
-        self.clock_offset_ns = off;
-        for e in &mut self.events {
-            if is_device_event(e.kind()) && e.start != 0 {
-                e.start = e.start.wrapping_add_signed(off);
-                e.end = e.end.wrapping_add_signed(off);
-            }
-        }
+        self.clock = clock_map(&self.info, &self.events);
+        align_device_events(&self.clock, &mut self.events);
     }
 }

@@ -120,8 +120,16 @@ fn the_kineto_importer_survives_mutations() {
 
 #[test]
 fn the_nsys_importer_survives_mutations() {
-    let seed = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces/nsys-a100-cloverleaf.sqlite"))
-        .expect("the shared nsys export beside the repository");
+    // The shared traces: $CUFLIGHT_TRACES, else ../shared/traces; skipped where absent, except under CI=true.
+    let dir = std::env::var_os("CUFLIGHT_TRACES")
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/traces").into());
+    let Ok(seed) = std::fs::read(dir.join("nsys-a100-cloverleaf.sqlite")) else {
+        assert!(std::env::var("CI").map_or(true, |v| v != "true"), "shared nsys export missing under CI=true");
+        eprintln!("skipped: shared trace nsys-a100-cloverleaf.sqlite not found (set CUFLIGHT_TRACES)");
+        return;
+    };
     run("nsys", &seed, 60, |d| {
         fuzzing::nsys(d);
     });

@@ -1,8 +1,12 @@
 //! The simulator's CUPTI: one subscriber, per-callback enables, API enter/exit dispatch with correlation ids,
-//! and activity buffers delivered through the client's request/complete callbacks.
+//! and activity buffers delivered through the client's request/complete callbacks, behaving like the release
+//! `CUDASIM_CUPTI_VERSION` names (`release.rs`): its version, record layouts, buffer rules and clock.
 
 use crate::records::{record_size, SimRecord};
+use crate::release::{self, Release};
 use crate::{c, guard, now_ns};
+use crossbeam_channel::{unbounded, Sender};
+use once_cell::sync::Lazy;
 use parking_lot::{Mutex, RwLock};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -17,15 +21,29 @@ struct Subscriber {
 struct Buffers {
     request: c::CUpti_BuffersCallbackRequestFunc,
     complete: c::CUpti_BuffersCallbackCompleteFunc,
-    /// (buffer, size, used)
-    current: Option<(usize, usize, usize)>,
+    /// Buffers being filled, (thread key, (buffer, size, used)): one per thread that produces records where the
+    /// release allocates per-thread buffers (13.x default), else one (key 0).
+    current: Vec<(u64, (usize, usize, usize))>,
+}
+
+/// A kernel running on a simulated device: a forced flush hands it over unfinished (end 0), as CUPTI's forced
+/// flush does with records still being written (cupti_activity.h, CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), and then
+/// it is not delivered again when it completes.
+struct Running {
+    token: u64,
+    record: SimRecord,
+    delivered: bool,
 }
 
 static SUBSCRIBER: RwLock<Option<Subscriber>> = RwLock::new(None);
 static ENABLED: [RwLock<[bool; MAX_CBID]>; 2] = [RwLock::new([false; MAX_CBID]), RwLock::new([false; MAX_CBID])];
 static ACTIVITY_KINDS: AtomicU64 = AtomicU64::new(0);
 /// Held while records are appended or buffers handed over, so buffers reach the client whole and in order.
-static BUFFERS: Mutex<Buffers> = Mutex::new(Buffers { request: None, complete: None, current: None });
+static BUFFERS: Mutex<Buffers> = Mutex::new(Buffers { request: None, complete: None, current: Vec::new() });
+static RUNNING: Mutex<Vec<Running>> = Mutex::new(Vec::new());
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+/// The client's timestamp callback (`cuptiActivityRegisterTimestampCallback`), as a function address; 0 = none.
+static TIMESTAMP_CALLBACK: AtomicUsize = AtomicUsize::new(0);
 static DROPPED: AtomicUsize = AtomicUsize::new(0);
 static CORRELATION: AtomicU32 = AtomicU32::new(0);
 static FINALIZED: AtomicBool = AtomicBool::new(false);
@@ -38,22 +56,32 @@ thread_local! {
     static OUTER_CORRELATION: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// The version `cuptiGetVersion` reports: `CUDASIM_CUPTI_VERSION=12` claims CUPTI 12.9 (API version 28, with
-/// 12.x record layouts), 13 or unset claims 13.5 (130500); any other number is reported as is (to test how
-/// clients refuse versions they do not know) with 13.x layouts.
-pub(crate) fn claimed_version() -> u32 {
-    static V: once_cell::sync::Lazy<u32> =
-        once_cell::sync::Lazy::new(|| match std::env::var("CUDASIM_CUPTI_VERSION").ok().as_deref().map(str::trim) {
-            Some("12") => 28,
-            None | Some("13") | Some("") => 130500,
-            Some(v) => v.parse().unwrap_or(130500),
-        });
-    *V
+/// The release being modelled.
+pub(crate) fn rel() -> Release {
+    release::current()
 }
 
-/// True when the claimed version writes CUPTI 12.x record layouts.
-pub(crate) fn claims_cupti12() -> bool {
-    claimed_version() < 100
+/// CUPTI's clock: the registered timestamp callback, else CLOCK_REALTIME ("Linux and Android use
+/// clock_gettime(CLOCK_REALTIME, ..)", cuptiActivityRegisterTimestampCallback in cupti_activity.h).
+fn cupti_now() -> u64 {
+    let f = TIMESTAMP_CALLBACK.load(Ordering::Acquire);
+    if f != 0 {
+        // SAFETY: the address of the client's `uint64_t (*)(void)` callback, registered through the CUPTI API.
+        let f = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> u64>(f) };
+        // SAFETY: the client's callback takes no arguments.
+        return unsafe { f() };
+    }
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Moves a simulated-device time (CLOCK_MONOTONIC) onto CUPTI's clock, as CUPTI converts GPU timestamps to CPU
+/// time when it post-processes records (the documentation of the timestamp callback); 0 stays 0.
+fn to_cupti_time(record: SimRecord) -> SimRecord {
+    let offset = cupti_now() as i64 - now_ns() as i64;
+    record.map_times(|t| if t == 0 { 0 } else { t.wrapping_add_signed(offset) })
 }
 
 fn domain_index(domain: c::CUpti_CallbackDomain) -> Option<usize> {
@@ -125,48 +153,144 @@ pub(crate) fn activity_enabled(kind: c::CUpti_ActivityKind) -> bool {
     kind < 64 && ACTIVITY_KINDS.load(Ordering::Relaxed) & (1 << kind) != 0
 }
 
-/// Appends a record to the current activity buffer, handing full buffers to the client.
+/// Marks a kernel as running on the device (see [`Running`]); returns the token for [`kernel_finished`].
+pub(crate) fn kernel_started(record: SimRecord) -> u64 {
+    let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+    RUNNING.lock().push(Running { token, record, delivered: false });
+    token
+}
+
+/// Emits a finished kernel's record, unless a forced flush already handed it over unfinished.
+pub(crate) fn kernel_finished(token: u64, record: SimRecord) {
+    let delivered = {
+        let mut running = RUNNING.lock();
+        let i = running.iter().position(|r| r.token == token);
+        i.map(|i| running.swap_remove(i).delivered).unwrap_or(false)
+    };
+    if !delivered {
+        emit(record);
+    }
+}
+
+fn thread_key() -> u64 {
+    if !rel().per_thread_buffers() {
+        return 0;
+    }
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u64 }
+}
+
+/// Appends a record to the producing thread's activity buffer, handing full buffers to the client.
 pub(crate) fn emit(rec: SimRecord) {
     if !activity_enabled(rec.activity_kind()) || FINALIZED.load(Ordering::Relaxed) {
         return;
     }
-    let size = record_size(rec.activity_kind(), claims_cupti12());
+    let release = rel();
+    let rec = to_cupti_time(rec);
+    let size = record_size(rec.activity_kind(), &release);
+    let key = thread_key();
     let mut st = BUFFERS.lock();
     for _ in 0..2 {
-        if let Some((buf, cap, used)) = st.current {
+        if let Some(i) = st.current.iter().position(|(k, _)| *k == key) {
+            let (buf, cap, used) = st.current[i].1;
             if used + size <= cap {
                 // SAFETY: the client gave us `cap` bytes at `buf`; [used, used + size) is inside and unused.
-                unsafe { rec.write(buf as *mut u8, used, claims_cupti12()) };
-                st.current = Some((buf, cap, used + size));
+                unsafe { rec.write(buf as *mut u8, used, &release) };
+                st.current[i].1 = (buf, cap, used + size);
                 return;
             }
-            deliver(&mut st);
+            let full = st.current.swap_remove(i).1;
+            deliver(&st, full);
         }
         let Some(request) = st.request else { break };
         let (mut buf, mut cap, mut max) = (std::ptr::null_mut::<u8>(), 0usize, 0usize);
         // SAFETY: the client's request callback fills the three out-parameters.
         unsafe { request(&mut buf, &mut cap, &mut max) };
+        if buf.is_null() && release.null_buffer_crashes() {
+            // The real libcupti dereferences it (Kineto issue 1275): model the crash, loudly.
+            eprintln!(
+                "cudasim: CUPTI {} (API version {}) was handed a NULL activity buffer; the real library crashes here",
+                release.name, release.api_version
+            );
+            std::process::abort();
+        }
         if buf.is_null() || cap < size || !(buf as usize).is_multiple_of(8) {
             break;
         }
-        st.current = Some((buf as usize, cap, 0));
+        st.current.push((key, (buf as usize, cap, 0)));
     }
     DROPPED.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Hands the current buffer to the client's completion callback.
-fn deliver(st: &mut Buffers) {
-    if let (Some((buf, cap, used)), Some(complete)) = (st.current.take(), st.complete) {
-        // SAFETY: returns the client's own buffer with the number of valid bytes, as CUPTI does.
-        unsafe { complete(std::ptr::null_mut(), 0, buf as *mut u8, cap, used) };
+/// Hands a full buffer to the client's completion callback on CUPTI's own worker thread, as the real library
+/// does outside flushes, so the thread that filled it carries on (and no lock is held while the client works).
+fn deliver(st: &Buffers, b: (usize, usize, usize)) {
+    let Some(complete) = st.complete else { return };
+    /// (completion callback address, (buffer, size, valid bytes))
+    type Delivery = (usize, (usize, usize, usize));
+    static WORKER: Lazy<Option<Sender<Delivery>>> = Lazy::new(|| {
+        let (tx, rx) = unbounded::<Delivery>();
+        let spawned = std::thread::Builder::new().name("cudasim-cupti-worker".into()).spawn(move || {
+            for (complete, b) in rx {
+                call_complete(complete, b);
+                IN_DELIVERY.fetch_sub(1, Ordering::AcqRel);
+            }
+        });
+        spawned.ok().map(|_| tx)
+    });
+    IN_DELIVERY.fetch_add(1, Ordering::AcqRel);
+    let sent = WORKER.as_ref().is_some_and(|tx| tx.send((complete as usize, b)).is_ok());
+    if !sent {
+        IN_DELIVERY.fetch_sub(1, Ordering::AcqRel);
+        call_complete(complete as usize, b);
     }
 }
 
-/// Flushes pending records (kernels still running are not yet records, as with real CUPTI).
-pub(crate) fn flush() {
-    let mut st = BUFFERS.lock();
-    if st.current.is_some_and(|(_, _, used)| used > 0) {
-        deliver(&mut st);
+/// Buffers handed to the worker and not yet returned to the client.
+static IN_DELIVERY: AtomicUsize = AtomicUsize::new(0);
+
+fn call_complete(complete: usize, (buf, cap, used): (usize, usize, usize)) {
+    // SAFETY: `complete` is the client's registered CUpti_BuffersCallbackCompleteFunc.
+    let complete = unsafe {
+        std::mem::transmute::<usize, unsafe extern "C" fn(c::CUcontext, u32, *mut u8, usize, usize)>(complete)
+    };
+    // SAFETY: returns the client's own buffer with the number of valid bytes, as CUPTI does.
+    unsafe { complete(std::ptr::null_mut(), 0, buf as *mut u8, cap, used) };
+}
+
+/// Flushes pending records. Kernels still running are not records yet, except under a forced flush, which hands
+/// them over unfinished (end timestamp 0).
+pub(crate) fn flush(forced: bool) {
+    if forced {
+        let unfinished: Vec<SimRecord> = RUNNING
+            .lock()
+            .iter_mut()
+            .filter(|r| !r.delivered)
+            .map(|r| {
+                r.delivered = true;
+                r.record
+            })
+            .collect();
+        for r in unfinished {
+            emit(r);
+        }
+    }
+    // A flush returns only when every record so far reached the client: first the worker's queue, then the
+    // partly filled buffers, on the flushing thread.
+    while IN_DELIVERY.load(Ordering::Acquire) > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    let (complete, pending) = {
+        let mut st = BUFFERS.lock();
+        let all = std::mem::take(&mut st.current);
+        let (full, empty): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, b)| b.2 > 0);
+        st.current = empty; // nothing in them yet: keep filling them
+        (st.complete, full)
+    };
+    if let Some(complete) = complete {
+        for (_, b) in pending {
+            call_complete(complete as usize, b);
+        }
     }
 }
 
@@ -187,7 +311,7 @@ cupti_entry!(
             return c::CUPTI_ERROR_INVALID_PARAMETER;
         }
         // SAFETY: non-null out-parameter from the caller.
-        unsafe { *version = claimed_version() };
+        unsafe { *version = rel().api_version };
         c::CUPTI_SUCCESS
     }
 );
@@ -331,8 +455,8 @@ cupti_entry!(
 );
 
 cupti_entry!(
-    fn cuptiActivityFlushAll(_flag: u32) {
-        flush();
+    fn cuptiActivityFlushAll(flag: u32) {
+        flush(flag & c::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED != 0);
         c::CUPTI_SUCCESS
     }
 );
@@ -349,7 +473,7 @@ cupti_entry!(
         } else {
             // SAFETY: `cur` points at a record header inside the buffer (we returned it).
             let kind = unsafe { (*(cur as *const c::CUpti_Activity)).kind };
-            (cur as usize - buffer as usize) + record_size(kind, claims_cupti12())
+            (cur as usize - buffer as usize) + record_size(kind, &rel())
         };
         if next + 4 > valid {
             return c::CUPTI_ERROR_MAX_LIMIT_REACHED;
@@ -376,8 +500,8 @@ cupti_entry!(
         if ts.is_null() {
             return c::CUPTI_ERROR_INVALID_PARAMETER;
         }
-        // SAFETY: non-null out-parameter.
-        unsafe { *ts = now_ns() };
+        // SAFETY: non-null out-parameter. Normalised like the records' timestamps (cupti_activity.h).
+        unsafe { *ts = cupti_now() };
         c::CUPTI_SUCCESS
     }
 );
@@ -390,9 +514,76 @@ cupti_entry!(
 
 cupti_entry!(
     fn cuptiFinalize() {
-        flush();
+        flush(false);
         FINALIZED.store(true, Ordering::Relaxed);
         *SUBSCRIBER.write() = None;
+        c::CUPTI_SUCCESS
+    }
+);
+
+cupti_entry!(
+    fn cuptiActivityRegisterTimestampCallback(callback: c::CUpti_TimestampCallbackFunc) {
+        match callback {
+            Some(f) => {
+                TIMESTAMP_CALLBACK.store(f as usize, Ordering::Release);
+                c::CUPTI_SUCCESS
+            }
+            None => c::CUPTI_ERROR_INVALID_PARAMETER,
+        }
+    }
+);
+
+// The simulator is one library for every release, so it cannot leave out the symbols a release lacks; it refuses
+// them instead, which the client sees as the entry point being unusable.
+cupti_entry!(
+    fn cuptiSubscribe_v2(
+        handle: *mut c::CUpti_SubscriberHandle,
+        callback: c::CUpti_CallbackFunc,
+        userdata: *mut c_void,
+        params: *mut c::CUpti_SubscriberParams,
+    ) {
+        if !rel().has_subscribe_v2() {
+            return c::CUPTI_ERROR_NOT_SUPPORTED;
+        }
+        // SAFETY: params is null or the caller's CUpti_SubscriberParams (cupti_callbacks.h).
+        let params = unsafe { params.as_mut() };
+        if params.as_ref().is_some_and(|p| p.structSize == 0) {
+            return c::CUPTI_ERROR_INVALID_PARAMETER;
+        }
+        // SAFETY: forwarded from our caller.
+        let r = unsafe { cuptiSubscribe(handle, callback, userdata) };
+        if r == c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
+            // "the name of the incompatible tool or the existing CUPTI subscriber will be written to this location"
+            if let Some(p) = params.filter(|p| !p.oldSubscriberName.is_null() && p.oldSubscriberSize > 0) {
+                let name = OTHER_SUBSCRIBER_NAME.to_bytes();
+                let n = name.len().min(p.oldSubscriberSize - 1);
+                // SAFETY: the caller's buffer holds oldSubscriberSize bytes; we write n + 1 <= that many.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(name.as_ptr(), p.oldSubscriberName as *mut u8, n);
+                    *p.oldSubscriberName.add(n) = 0;
+                }
+            }
+        }
+        r
+    }
+);
+
+/// What a v2 subscriber is told holds CUPTI when the subscription is refused.
+const OTHER_SUBSCRIBER_NAME: &CStr = c"CUPTI for cudasim-test-subscriber";
+
+cupti_entry!(
+    fn cuptiActivityGetStructSize(kind: c::CUpti_ActivityKind, version: u32, size: *mut usize) {
+        if !rel().has_struct_size() {
+            return c::CUPTI_ERROR_NOT_SUPPORTED;
+        }
+        if size.is_null() {
+            return c::CUPTI_ERROR_INVALID_PARAMETER;
+        }
+        if version != 0 && version < 130000 {
+            return c::CUPTI_ERROR_NOT_SUPPORTED;
+        }
+        // SAFETY: non-null out-parameter.
+        unsafe { *size = record_size(kind, &rel()) };
         c::CUPTI_SUCCESS
     }
 );

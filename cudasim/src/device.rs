@@ -114,12 +114,9 @@ impl Stream {
             Work::Kernel { f, mut args, grid, block, shared, name } => {
                 let mut ptrs: Vec<*mut libc::c_void> =
                     args.iter_mut().map(|a| a as *mut u64 as *mut libc::c_void).collect();
-                // SAFETY: the app launched `f` as a kernel taking `void **args`; each entry points at an 8-byte
-                // copy of the argument taken at launch, alive for the call.
-                unsafe { f(ptrs.as_mut_ptr()) };
-                cupti::emit(SimRecord::Kernel {
+                let record = SimRecord::Kernel {
                     start,
-                    end: now_ns(),
+                    end: 0,
                     device: self.device,
                     stream: self.id,
                     correlation: op.correlation,
@@ -127,7 +124,13 @@ impl Stream {
                     block,
                     dynamic_shared: shared,
                     name,
-                });
+                };
+                let token = cupti::kernel_started(record);
+                // SAFETY: the app launched `f` as a kernel taking `void **args`; each entry points at an 8-byte
+                // copy of the argument taken at launch, alive for the call.
+                unsafe { f(ptrs.as_mut_ptr()) };
+                let end = now_ns();
+                cupti::kernel_finished(token, record.map_times(|t| if t == 0 { end } else { t }));
             }
             Work::Memcpy { dst, src, bytes, is_async } => {
                 let (sk, dk) = (crate::memory::cupti_kind_of(src), crate::memory::cupti_kind_of(dst));

@@ -23,6 +23,8 @@ pub(crate) fn ensure_init() -> Result<(), u32> {
         if device_count() == 0 {
             return Err(c::cudaErrorNoDevice);
         }
+        // The modelled release is fixed at initialisation; an unknown one stops here with one line.
+        let _ = crate::release::current();
         load_injection();
         Ok(())
     })

@@ -6,9 +6,13 @@
 //! - the first CUDA call runs `cuInit`, which loads `CUDA_INJECTION64_PATH` and calls `InitializeInjection`;
 //! - CUPTI subscribers get runtime and driver API enter/exit callbacks with correlation ids, the real
 //!   `*_params` structs and `symbolName`; activity records travel through the registered buffer callbacks with
-//!   flush and dropped-record counts, in the record versions of the CUPTI it claims to be:
-//!   `CUDASIM_CUPTI_VERSION=12` reports API version 28 and writes Kernel9/Memcpy6/Memset4, the default (13)
-//!   reports 130500 and writes Kernel13/Memcpy7/Memset5;
+//!   flush and dropped-record counts;
+//! - `CUDASIM_CUPTI_VERSION` picks the CUDA release modelled (12.0 to 13.5, see `release.rs` for each fact and
+//!   its source): `cuptiGetVersion`, each kind's record layout, a NULL buffer aborting the process below API
+//!   version 27 (as the real library crashes), per-thread buffers on 13.x, `cuptiSubscribe_v2` and
+//!   `cuptiActivityGetStructSize` on 13.x only; timestamps on CLOCK_REALTIME unless a timestamp callback is
+//!   registered; forced flushes hand over running kernels unfinished (end 0); full buffers are completed on a
+//!   worker thread, as CUPTI's own;
 //! - a kernel is a host function `void k(void **args)`; each stream has a device thread that runs kernels, copies
 //!   and memsets in stream order, so durations, overlap and waiting are real. Device memory is host memory.
 //!
@@ -21,6 +25,7 @@ mod device;
 mod driver;
 mod memory;
 mod records;
+mod release;
 mod runtime;
 
 use cupti_sys::cuda13 as c;
@@ -31,7 +36,8 @@ fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
 }
 
-/// CLOCK_MONOTONIC in ns: the simulator's CUPTI timestamp, as real CUPTI's is on Linux.
+/// CLOCK_MONOTONIC in ns: the simulated devices' clock. Records are moved onto CUPTI's clock (CLOCK_REALTIME
+/// unless the client registered a timestamp callback) when they are written (`cupti::emit`).
 pub(crate) fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the valid timespec.

@@ -1,10 +1,12 @@
-//! Activity records in the layout of the CUPTI version the simulator claims (12.9 or 13.5).
+//! Activity records in the layouts of the CUDA release the simulator models (see `release.rs` for the sources).
 
 use crate::c;
+use crate::release::{self, Release};
 use cupti_sys::cuda12 as c12;
 use std::ffi::c_char;
 
 /// What happened on the simulated device, before it is laid out as a versioned CUPTI record.
+#[derive(Clone, Copy)]
 pub(crate) enum SimRecord {
     Kernel {
         start: u64,
@@ -61,23 +63,34 @@ pub(crate) enum SimRecord {
     },
 }
 
-/// Size of one record of `kind` in the claimed version, rounded to CUPTI's 8-byte record alignment.
-pub(crate) fn record_size(kind: c::CUpti_ActivityKind, v12: bool) -> usize {
+/// Size of one record of `kind` in `rel`'s layout, rounded to CUPTI's 8-byte record alignment.
+pub(crate) fn record_size(kind: c::CUpti_ActivityKind, rel: &Release) -> usize {
     use std::mem::size_of;
-    let s = match (kind, v12) {
-        (c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL, true) => {
-            size_of::<c12::CUpti_ActivityKernel9>()
-        }
-        (c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL, false) => {
-            size_of::<c::CUpti_ActivityKernel13>()
-        }
-        (c::CUPTI_ACTIVITY_KIND_MEMCPY, true) => size_of::<c12::CUpti_ActivityMemcpy6>(),
-        (c::CUPTI_ACTIVITY_KIND_MEMCPY, false) => size_of::<c::CUpti_ActivityMemcpy7>(),
-        (c::CUPTI_ACTIVITY_KIND_MEMSET, true) => size_of::<c12::CUpti_ActivityMemset4>(),
-        (c::CUPTI_ACTIVITY_KIND_MEMSET, false) => size_of::<c::CUpti_ActivityMemset5>(),
-        (c::CUPTI_ACTIVITY_KIND_MEMORY2, _) => size_of::<c::CUpti_ActivityMemory4>(),
-        (c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, _) => size_of::<c::CUpti_ActivitySynchronization2>(),
-        (c::CUPTI_ACTIVITY_KIND_OVERHEAD, _) => size_of::<c::CUpti_ActivityOverhead3>(),
+    let s = match kind {
+        c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL => match rel.kernel {
+            release::Kernel::V9 => size_of::<c12::CUpti_ActivityKernel9>(),
+            release::Kernel::V10 => size_of::<c::CUpti_ActivityKernel10>(),
+            release::Kernel::V12 => size_of::<c::CUpti_ActivityKernel12>(),
+            release::Kernel::V13 => size_of::<c::CUpti_ActivityKernel13>(),
+        },
+        c::CUPTI_ACTIVITY_KIND_MEMCPY => match rel.memcpy {
+            release::Memcpy::V5 => size_of::<c12::CUpti_ActivityMemcpy5>(),
+            release::Memcpy::V6 => size_of::<c12::CUpti_ActivityMemcpy6>(),
+            release::Memcpy::V7 => size_of::<c::CUpti_ActivityMemcpy7>(),
+        },
+        c::CUPTI_ACTIVITY_KIND_MEMSET => match rel.memset {
+            release::Memset::V4 => size_of::<c12::CUpti_ActivityMemset4>(),
+            release::Memset::V5 => size_of::<c::CUpti_ActivityMemset5>(),
+        },
+        c::CUPTI_ACTIVITY_KIND_MEMORY2 => match rel.memory {
+            release::Memory::V3 => size_of::<c12::CUpti_ActivityMemory3>(),
+            release::Memory::V4 => size_of::<c::CUpti_ActivityMemory4>(),
+        },
+        c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => match rel.sync {
+            release::Sync::V1 => size_of::<c12::CUpti_ActivitySynchronization>(),
+            release::Sync::V2 => size_of::<c::CUpti_ActivitySynchronization2>(),
+        },
+        c::CUPTI_ACTIVITY_KIND_OVERHEAD => size_of::<c::CUpti_ActivityOverhead3>(),
         _ => 8,
     };
     s.next_multiple_of(8)
@@ -148,6 +161,9 @@ macro_rules! fill_memset {
     }};
 }
 
+// SAFETY: the only pointer is a kernel name, a static string registered with the runtime.
+unsafe impl Send for SimRecord {}
+
 impl SimRecord {
     pub(crate) fn activity_kind(&self) -> c::CUpti_ActivityKind {
         match self {
@@ -159,43 +175,41 @@ impl SimRecord {
         }
     }
 
-    /// Writes the record at `buf + at`.
+    /// The same record with every timestamp passed through `f` (device clock to CUPTI's clock), or with `end`
+    /// zeroed for a record handed over unfinished by a forced flush.
+    pub(crate) fn map_times(mut self, f: impl Fn(u64) -> u64) -> Self {
+        match &mut self {
+            SimRecord::Kernel { start, end, .. }
+            | SimRecord::Memcpy { start, end, .. }
+            | SimRecord::Memset { start, end, .. }
+            | SimRecord::Sync { start, end, .. } => {
+                *start = f(*start);
+                *end = f(*end);
+            }
+            SimRecord::Memory { timestamp, .. } => *timestamp = f(*timestamp),
+        }
+        self
+    }
+
+    /// Writes the record at `buf + at` in `rel`'s layout.
     ///
     /// # Safety
-    /// `buf + at .. + record_size(kind, v12)` must be writable.
-    pub(crate) unsafe fn write(&self, buf: *mut u8, at: usize, v12: bool) {
+    /// `buf + at .. + record_size(kind, rel)` must be writable.
+    pub(crate) unsafe fn write(&self, buf: *mut u8, at: usize, rel: &Release) {
         // SAFETY: guaranteed by the caller.
         let p = unsafe { buf.add(at) };
         match *self {
             SimRecord::Kernel { start, end, device, stream, correlation, grid, block, dynamic_shared, name } => {
-                if v12 {
-                    fill_kernel!(
-                        c12::CUpti_ActivityKernel9,
-                        p,
-                        start,
-                        end,
-                        device,
-                        stream,
-                        correlation,
-                        grid,
-                        block,
-                        dynamic_shared,
-                        name
-                    )
-                } else {
-                    fill_kernel!(
-                        c::CUpti_ActivityKernel13,
-                        p,
-                        start,
-                        end,
-                        device,
-                        stream,
-                        correlation,
-                        grid,
-                        block,
-                        dynamic_shared,
-                        name
-                    )
+                macro_rules! k {
+                    ($t:ty) => {
+                        fill_kernel!($t, p, start, end, device, stream, correlation, grid, block, dynamic_shared, name)
+                    };
+                }
+                match rel.kernel {
+                    release::Kernel::V9 => k!(c12::CUpti_ActivityKernel9),
+                    release::Kernel::V10 => k!(c::CUpti_ActivityKernel10),
+                    release::Kernel::V12 => k!(c::CUpti_ActivityKernel12),
+                    release::Kernel::V13 => k!(c::CUpti_ActivityKernel13),
                 }
             }
             SimRecord::Memcpy {
@@ -210,71 +224,55 @@ impl SimRecord {
                 dst_kind,
                 is_async,
             } => {
-                if v12 {
-                    fill_memcpy!(
-                        c12::CUpti_ActivityMemcpy6,
-                        p,
-                        start,
-                        end,
-                        device,
-                        stream,
-                        correlation,
-                        bytes,
-                        copy_kind,
-                        src_kind,
-                        dst_kind,
-                        is_async
-                    )
-                } else {
-                    fill_memcpy!(
-                        c::CUpti_ActivityMemcpy7,
-                        p,
-                        start,
-                        end,
-                        device,
-                        stream,
-                        correlation,
-                        bytes,
-                        copy_kind,
-                        src_kind,
-                        dst_kind,
-                        is_async
-                    )
+                macro_rules! m {
+                    ($t:ty) => {
+                        fill_memcpy!(
+                            $t,
+                            p,
+                            start,
+                            end,
+                            device,
+                            stream,
+                            correlation,
+                            bytes,
+                            copy_kind,
+                            src_kind,
+                            dst_kind,
+                            is_async
+                        )
+                    };
+                }
+                match rel.memcpy {
+                    release::Memcpy::V5 => m!(c12::CUpti_ActivityMemcpy5),
+                    release::Memcpy::V6 => m!(c12::CUpti_ActivityMemcpy6),
+                    release::Memcpy::V7 => m!(c::CUpti_ActivityMemcpy7),
                 }
             }
             SimRecord::Memset { start, end, device, stream, correlation, bytes, value, memory_kind, is_async } => {
-                if v12 {
-                    fill_memset!(
-                        c12::CUpti_ActivityMemset4,
-                        p,
-                        start,
-                        end,
-                        device,
-                        stream,
-                        correlation,
-                        bytes,
-                        value,
-                        memory_kind,
-                        is_async
-                    )
-                } else {
-                    fill_memset!(
-                        c::CUpti_ActivityMemset5,
-                        p,
-                        start,
-                        end,
-                        device,
-                        stream,
-                        correlation,
-                        bytes,
-                        value,
-                        memory_kind,
-                        is_async
-                    )
+                macro_rules! s {
+                    ($t:ty) => {
+                        fill_memset!(
+                            $t,
+                            p,
+                            start,
+                            end,
+                            device,
+                            stream,
+                            correlation,
+                            bytes,
+                            value,
+                            memory_kind,
+                            is_async
+                        )
+                    };
+                }
+                match rel.memset {
+                    release::Memset::V4 => s!(c12::CUpti_ActivityMemset4),
+                    release::Memset::V5 => s!(c::CUpti_ActivityMemset5),
                 }
             }
             SimRecord::Memory {
-                release,
+                release: is_release,
                 timestamp,
                 device,
                 stream,
@@ -284,40 +282,56 @@ impl SimRecord {
                 memory_kind,
                 is_async,
             } => {
-                // SAFETY: all-zero bytes are a valid value of this plain C struct.
-                let mut r: c::CUpti_ActivityMemory4 = unsafe { std::mem::zeroed() };
-                r.kind = c::CUPTI_ACTIVITY_KIND_MEMORY2;
-                r.memoryOperationType = if release {
-                    c::CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE
-                } else {
-                    c::CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION
-                };
-                r.memoryKind = memory_kind;
-                r.correlationId = correlation;
-                r.address = address;
-                r.bytes = bytes;
-                r.timestamp = timestamp;
-                r.processId = std::process::id();
-                r.deviceId = device;
-                r.contextId = device + 1;
-                r.streamId = stream;
-                r.isAsync = is_async as u32;
-                // SAFETY: the caller checked the record fits at this offset.
-                unsafe { (p as *mut c::CUpti_ActivityMemory4).write_unaligned(r) };
+                macro_rules! mem {
+                    ($t:ty) => {{
+                        // SAFETY: all-zero bytes are a valid value of this plain C struct.
+                        let mut r: $t = unsafe { std::mem::zeroed() };
+                        r.kind = c::CUPTI_ACTIVITY_KIND_MEMORY2;
+                        r.memoryOperationType = if is_release {
+                            c::CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE
+                        } else {
+                            c::CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION
+                        };
+                        r.memoryKind = memory_kind;
+                        r.correlationId = correlation;
+                        r.address = address;
+                        r.bytes = bytes;
+                        r.timestamp = timestamp;
+                        r.processId = std::process::id();
+                        r.deviceId = device;
+                        r.contextId = device + 1;
+                        r.streamId = stream;
+                        r.isAsync = is_async as u32;
+                        // SAFETY: the caller checked the record fits at this offset.
+                        unsafe { (p as *mut $t).write_unaligned(r) };
+                    }};
+                }
+                match rel.memory {
+                    release::Memory::V3 => mem!(c12::CUpti_ActivityMemory3),
+                    release::Memory::V4 => mem!(c::CUpti_ActivityMemory4),
+                }
             }
             SimRecord::Sync { start, end, kind, stream, correlation, event } => {
-                // SAFETY: all-zero bytes are a valid value of this plain C struct.
-                let mut r: c::CUpti_ActivitySynchronization2 = unsafe { std::mem::zeroed() };
-                r.kind = c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
-                r.type_ = kind;
-                r.start = start;
-                r.end = end;
-                r.correlationId = correlation;
-                r.contextId = 1;
-                r.streamId = stream;
-                r.cudaEventId = event;
-                // SAFETY: the caller checked the record fits at this offset.
-                unsafe { (p as *mut c::CUpti_ActivitySynchronization2).write_unaligned(r) };
+                macro_rules! y {
+                    ($t:ty) => {{
+                        // SAFETY: all-zero bytes are a valid value of this plain C struct.
+                        let mut r: $t = unsafe { std::mem::zeroed() };
+                        r.kind = c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
+                        r.type_ = kind;
+                        r.start = start;
+                        r.end = end;
+                        r.correlationId = correlation;
+                        r.contextId = 1;
+                        r.streamId = stream;
+                        r.cudaEventId = event;
+                        // SAFETY: the caller checked the record fits at this offset.
+                        unsafe { (p as *mut $t).write_unaligned(r) };
+                    }};
+                }
+                match rel.sync {
+                    release::Sync::V1 => y!(c12::CUpti_ActivitySynchronization),
+                    release::Sync::V2 => y!(c::CUpti_ActivitySynchronization2),
+                }
             }
         }
     }

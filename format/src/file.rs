@@ -67,6 +67,84 @@ pub struct ProcessInfo {
     pub drops: Drops,
     /// Distributed rank from the launcher's environment (torchrun's `RANK`, MPI, Slurm), if any.
     pub rank: Option<u32>,
+    /// Activity records kept out of the trace, by record class ([`crate::segment::record_class::NAMES`]):
+    /// `(class, skipped, incomplete)`, only classes with a non-zero count.
+    pub records_unused: Vec<(String, u64, u64)>,
+    /// CUPTI activity buffers allocated beyond the agent's pool, and requests refused at its hard cap.
+    pub buffers_grown: u64,
+    pub buffers_refused: u64,
+    /// Device records are stamped with CLOCK_MONOTONIC (no clock alignment needed).
+    pub device_clock_monotonic: bool,
+    /// (CUPTI timestamp, CLOCK_MONOTONIC) pairs recorded over the run, in order: the collector aligns device time
+    /// piecewise-linearly between them (see [`ClockMap`]).
+    pub clock_pairs: Vec<(u64, u64)>,
+}
+
+/// Maps CUPTI timestamps onto CLOCK_MONOTONIC from every recorded clock pair: linear interpolation between
+/// neighbouring pairs (so NTP slewing of CLOCK_REALTIME, CUPTI's default clock, is followed), the nearest pair's
+/// offset outside them. Every consumer of device timestamps uses this one rule.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClockMap {
+    /// Sorted by CUPTI time, strictly increasing.
+    pairs: Vec<(u64, u64)>,
+}
+
+impl ClockMap {
+    /// The identity (device time is already CLOCK_MONOTONIC).
+    pub fn identity() -> ClockMap {
+        ClockMap { pairs: Vec::new() }
+    }
+
+    pub fn from_pairs(pairs: impl IntoIterator<Item = (u64, u64)>) -> ClockMap {
+        let mut pairs: Vec<(u64, u64)> = pairs.into_iter().filter(|&(c, m)| c != 0 && m != 0).collect();
+        pairs.sort_unstable();
+        pairs.dedup_by_key(|p| p.0);
+        ClockMap { pairs }
+    }
+
+    pub fn is_identity(&self) -> bool {
+        self.pairs.iter().all(|&(c, m)| c == m)
+    }
+
+    /// Offset (monotonic - CUPTI) at CUPTI time `t`.
+    pub fn offset_at(&self, t: u64) -> i64 {
+        let off = |(c, m): (u64, u64)| m as i64 - c as i64;
+        let i = self.pairs.partition_point(|&(c, _)| c <= t);
+        match (i.checked_sub(1).and_then(|j| self.pairs.get(j)), self.pairs.get(i)) {
+            (None, None) => 0,
+            (Some(&p), None) | (None, Some(&p)) => off(p),
+            (Some(&a), Some(&b)) => {
+                let (oa, ob) = (off(a) as i128, off(b) as i128);
+                let span = (b.0 - a.0) as i128;
+                (oa + (ob - oa) * (t - a.0) as i128 / span) as i64
+            }
+        }
+    }
+
+    /// `t` (CUPTI time) on CLOCK_MONOTONIC; 0 stays 0 (no timestamp).
+    pub fn map(&self, t: u64) -> u64 {
+        if t == 0 {
+            return 0;
+        }
+        t.wrapping_add_signed(self.offset_at(t))
+    }
+}
+
+/// [`ProcessInfo`] as written before the per-class record counts and clock pairs existed.
+#[derive(Deserialize)]
+struct ProcessInfoV1 {
+    pid: u32,
+    ppid: u32,
+    cmdline: Vec<String>,
+    exe: String,
+    host: String,
+    cupti_version: u32,
+    cupti_path: String,
+    status: String,
+    start_realtime_ns: u64,
+    finished: bool,
+    drops: Drops,
+    rank: Option<u32>,
 }
 
 /// [`ProcessInfo`] as written before `rank` existed (postcard is positional: old blocks lack the field).
@@ -89,6 +167,23 @@ fn decode_process(raw: &[u8]) -> Option<ProcessInfo> {
     if let Ok(info) = postcard::from_bytes::<ProcessInfo>(raw) {
         return Some(info);
     }
+    if let Ok(v) = postcard::from_bytes::<ProcessInfoV1>(raw) {
+        return Some(ProcessInfo {
+            pid: v.pid,
+            ppid: v.ppid,
+            cmdline: v.cmdline,
+            exe: v.exe,
+            host: v.host,
+            cupti_version: v.cupti_version,
+            cupti_path: v.cupti_path,
+            status: v.status,
+            start_realtime_ns: v.start_realtime_ns,
+            finished: v.finished,
+            drops: v.drops,
+            rank: v.rank,
+            ..Default::default()
+        });
+    }
     let v: ProcessInfoV0 = postcard::from_bytes(raw).ok()?;
     Some(ProcessInfo {
         pid: v.pid,
@@ -102,7 +197,7 @@ fn decode_process(raw: &[u8]) -> Option<ProcessInfo> {
         start_realtime_ns: v.start_realtime_ns,
         finished: v.finished,
         drops: v.drops,
-        rank: None,
+        ..Default::default()
     })
 }
 
@@ -116,6 +211,8 @@ pub struct Footer {
 
 /// One block of a trace file.
 #[derive(Clone, Debug, PartialEq)]
+// One Process block per process in a file and events by the block: the size of the enum does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Block {
     Process(ProcessInfo),
     Strings { pid: u32, base: u64, bytes: Vec<u8> },
@@ -360,6 +457,30 @@ mod tests {
         assert_eq!(decode_process(&postcard::to_stdvec(&ranked).unwrap()).unwrap().rank, Some(3));
     }
     use crate::event::EventKind;
+
+    #[test]
+    fn process_facts_written_before_clock_pairs_existed_still_load() {
+        #[derive(serde::Serialize)]
+        struct V1<'a>(u32, u32, Vec<&'a str>, &'a str, &'a str, u32, &'a str, &'a str, u64, bool, Drops, Option<u32>);
+        let raw =
+            postcard::to_allocvec(&V1(9, 1, vec!["x"], "/x", "h", 28, "/c", "", 5, true, Drops::default(), Some(3)))
+                .unwrap();
+        let info = decode_process(&raw).unwrap();
+        assert_eq!((info.pid, info.rank, info.clock_pairs.len()), (9, Some(3), 0));
+    }
+
+    #[test]
+    fn clock_map_follows_every_pair_piecewise_linearly() {
+        // CUPTI time runs 1000 ns ahead of monotonic at first, then (slewed) 2000 ns ahead 1 s later.
+        let m = ClockMap::from_pairs([(1_000_001_000, 1_000_000_000), (2_000_002_000, 2_000_000_000)]);
+        assert_eq!(m.map(1_000_001_000), 1_000_000_000);
+        assert_eq!(m.map(1_500_001_500), 1_500_000_000, "halfway between the pairs, halfway between offsets");
+        assert_eq!(m.map(3_000_002_000), 3_000_000_000, "after the last pair: its offset");
+        assert_eq!(m.map(500), 0u64.wrapping_sub(500), "before the first pair: its offset");
+        assert_eq!(m.map(0), 0, "no timestamp stays no timestamp");
+        assert!(ClockMap::from_pairs([(5, 5), (9, 9)]).is_identity());
+        assert_eq!(ClockMap::identity().map(42), 42);
+    }
 
     fn sample() -> Vec<RawEvent> {
         (0..1000u64)

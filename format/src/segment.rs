@@ -70,6 +70,33 @@ pub struct SegmentHeader {
     pub status_len: AtomicU32,
     /// Why the agent disabled itself (UTF-8, `status_len` bytes), written before `state` becomes DISABLED.
     pub status: [u8; STATUS_LEN],
+    /// Activity records not used, per [`record_class`]: skipped (a size or layout no release writes) and
+    /// incomplete (zero or unfinished timestamps, e.g. from a forced flush). `records_skipped` is their total.
+    pub skipped_by_class: [AtomicU64; record_class::COUNT],
+    pub incomplete_by_class: [AtomicU64; record_class::COUNT],
+    /// CUPTI activity buffers allocated beyond the preallocated pool, and requests refused at the hard cap.
+    pub buffers_grown: AtomicU64,
+    pub buffers_refused: AtomicU64,
+    /// 1 when CUPTI stamps device records with CLOCK_MONOTONIC (the agent registered a timestamp callback), so
+    /// device and host events share one clock and need no alignment.
+    pub device_clock_monotonic: AtomicU32,
+    /// CLOCK_MONOTONIC of the collector's latest drain of this segment (0: none yet). The agent's backpressure
+    /// waits only for a collector that drained recently: a ring nobody drains is never waited on.
+    pub collector_drained_ns: AtomicU64,
+}
+
+/// Classes of CUPTI activity records counted in the header (index into the `*_by_class` arrays).
+pub mod record_class {
+    pub const KERNEL: usize = 0;
+    pub const MEMCPY: usize = 1;
+    pub const MEMSET: usize = 2;
+    pub const MEMORY: usize = 3;
+    pub const SYNC: usize = 4;
+    pub const OVERHEAD: usize = 5;
+    pub const OTHER: usize = 6;
+    pub const COUNT: usize = 7;
+    /// Names in index order, as the trace and `stats` show them.
+    pub const NAMES: [&str; COUNT] = ["kernel", "memcpy", "memset", "memory", "synchronization", "overhead", "other"];
 }
 
 const _: () = assert!(std::mem::size_of::<SegmentHeader>() <= HEADER_SIZE);
@@ -123,6 +150,14 @@ impl std::fmt::Display for SegmentError {
 }
 
 impl std::error::Error for SegmentError {}
+
+/// CLOCK_MONOTONIC in ns: the clock of the agent's host events and of the collector's drain heartbeat.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// Directory holding segments: `$CUFLIGHT_SHM_DIR` or `/dev/shm`.
 pub fn segment_dir() -> PathBuf {

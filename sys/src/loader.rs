@@ -1,12 +1,15 @@
 //! Opens libcupti at run time and resolves the entry points cuflight uses.
 //!
-//! Search order (first that opens wins), so that the agent uses the CUPTI matching the process's CUDA:
+//! Search order (first that opens wins), so that the agent uses the CUPTI of the process's own CUDA:
 //! 1. `$CUFLIGHT_CUPTI` (a path);
 //! 2. a libcupti already mapped into the process (a framework loaded it);
-//! 3. `$CUDA_HOME/extras/CUPTI/lib64/libcupti.so`;
-//! 4. next to the process's libcudart: its own directory, then the PyPI wheel layouts `nvidia/cu13/lib` (CUDA 13)
+//! 3. next to the process's libcudart: its own directory, then the PyPI wheel layouts `nvidia/cu13/lib` (CUDA 13)
 //!    and `nvidia/cuda_cupti/lib` (CUDA 12 `nvidia-cuda-cupti-cu12`);
-//! 5. `libcupti.so.13`, then `libcupti.so.12`, through the dynamic loader's own search.
+//! 4. `/usr/local/cuda-X.Y/extras/CUPTI/lib64` for the process's runtime version X.Y (nvcc links cudart
+//!    statically by default, so there may be no libcudart to look beside);
+//! 5. `$CUDA_HOME/extras/CUPTI/lib64`, then `/usr/local/cuda/extras/CUPTI/lib64` (after the process's own CUDA:
+//!    when they disagree, the process's wins);
+//! 6. `libcupti.so.13`, then `libcupti.so.12`, through the dynamic loader's own search.
 
 use crate::cuda13 as c;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -17,28 +20,33 @@ use std::path::{Path, PathBuf};
 pub enum LoadError {
     #[error("no libcupti found (tried {0}); set CUFLIGHT_CUPTI to its path")]
     NotFound(String),
+    #[error("{0}")]
+    Unsupported(String),
     #[error("{path} lacks symbol {symbol}: not a CUPTI library, or too old")]
     MissingSymbol { path: String, symbol: &'static str },
 }
 
+/// What the search for libcupti knows about the process.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SearchInputs<'a> {
+    pub override_path: Option<&'a str>,
+    pub mapped_cupti: Option<&'a Path>,
+    pub mapped_cudart: Option<&'a Path>,
+    /// The process's CUDA runtime version (major, minor), when known.
+    pub runtime: Option<(u32, u32)>,
+    pub cuda_home: Option<&'a str>,
+}
+
 /// Where to look for libcupti, in order (pure, for tests).
-pub fn candidates(
-    override_path: Option<&str>,
-    mapped_cupti: Option<&Path>,
-    cuda_home: Option<&str>,
-    mapped_cudart: Option<&Path>,
-) -> Vec<PathBuf> {
+pub fn candidates(i: SearchInputs) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    if let Some(p) = override_path.filter(|p| !p.is_empty()) {
+    if let Some(p) = i.override_path.filter(|p| !p.is_empty()) {
         out.push(PathBuf::from(p));
     }
-    if let Some(p) = mapped_cupti {
+    if let Some(p) = i.mapped_cupti {
         out.push(p.to_path_buf());
     }
-    if let Some(home) = cuda_home.filter(|h| !h.is_empty()) {
-        out.push(Path::new(home).join("extras/CUPTI/lib64/libcupti.so"));
-    }
-    if let Some(dir) = mapped_cudart.and_then(Path::parent) {
+    if let Some(dir) = i.mapped_cudart.and_then(Path::parent) {
         out.push(dir.join("libcupti.so.13"));
         out.push(dir.join("libcupti.so.12"));
         // .../site-packages/nvidia/<component>/lib/libcudart.so.N
@@ -46,10 +54,34 @@ pub fn candidates(
             out.push(nvidia.join("cu13/lib/libcupti.so.13"));
             out.push(nvidia.join("cuda_cupti/lib/libcupti.so.12"));
         }
+        // A toolkit's lib64/libcudart.so.X next to extras/CUPTI/lib64.
+        if let Some(toolkit) = dir.parent() {
+            out.push(toolkit.join("extras/CUPTI/lib64/libcupti.so"));
+        }
     }
+    if let Some((major, minor)) = i.runtime {
+        out.push(PathBuf::from(format!("/usr/local/cuda-{major}.{minor}/extras/CUPTI/lib64/libcupti.so")));
+    }
+    if let Some(home) = i.cuda_home.filter(|h| !h.is_empty()) {
+        out.push(Path::new(home).join("extras/CUPTI/lib64/libcupti.so"));
+    }
+    out.push(PathBuf::from("/usr/local/cuda/extras/CUPTI/lib64/libcupti.so"));
     out.push(PathBuf::from("libcupti.so.13"));
     out.push(PathBuf::from("libcupti.so.12"));
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|p| seen.insert(p.clone()));
     out
+}
+
+/// The runtime version (major, minor) a libcudart file name carries (`libcudart.so.12.4.127`), following
+/// symbolic links to the real file.
+pub fn runtime_version_of(cudart: &Path) -> Option<(u32, u32)> {
+    let real = std::fs::canonicalize(cudart).unwrap_or_else(|_| cudart.to_path_buf());
+    let name = real.file_name()?.to_string_lossy().into_owned();
+    let mut parts = name.split_once(".so.")?.1.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next().and_then(|m| m.parse().ok())?;
+    Some((major, minor))
 }
 
 /// Paths of the shared objects mapped into this process whose file name starts with `prefix`.
@@ -125,21 +157,78 @@ cupti_api! {
     finalize: "cuptiFinalize" => fn() -> c::CUptiResult;
 }
 
+/// `cuptiSubscribe_v2` (CUDA 13.0+): names the tool that holds CUPTI when it refuses us.
+pub type SubscribeV2 = unsafe extern "C" fn(
+    *mut c::CUpti_SubscriberHandle,
+    c::CUpti_CallbackFunc,
+    *mut c_void,
+    *mut c::CUpti_SubscriberParams,
+) -> c::CUptiResult;
+/// `cuptiActivityRegisterTimestampCallback` (12.x and 13.x headers).
+pub type RegisterTimestampCallback = unsafe extern "C" fn(c::CUpti_TimestampCallbackFunc) -> c::CUptiResult;
+/// `cuptiActivityGetStructSize` (13.x): the size of `kind`'s record in a CUPTI version (0 = this one).
+pub type GetStructSize = unsafe extern "C" fn(c::CUpti_ActivityKind, u32, *mut usize) -> c::CUptiResult;
+
+/// Entry points that only some releases export: looked up one by one, absent ones are `None`, so one agent
+/// binary serves every release.
+#[derive(Clone, Copy, Default)]
+pub struct CuptiOptional {
+    pub subscribe_v2: Option<SubscribeV2>,
+    pub register_timestamp_callback: Option<RegisterTimestampCallback>,
+    pub get_struct_size: Option<GetStructSize>,
+}
+
+impl CuptiOptional {
+    fn resolve(handle: *mut c_void) -> CuptiOptional {
+        let sym = |name: &CStr| {
+            // SAFETY: handle is a live dlopen handle and the name is NUL-terminated.
+            let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
+            (!p.is_null()).then_some(p)
+        };
+        CuptiOptional {
+            subscribe_v2: sym(c"cuptiSubscribe_v2").map(|p| {
+                // SAFETY: CUPTI's exported cuptiSubscribe_v2 (cupti_callbacks.h, 13.x).
+                unsafe { std::mem::transmute::<*mut c_void, SubscribeV2>(p) }
+            }),
+            register_timestamp_callback: sym(c"cuptiActivityRegisterTimestampCallback").map(|p| {
+                // SAFETY: CUPTI's exported cuptiActivityRegisterTimestampCallback (cupti_activity.h).
+                unsafe { std::mem::transmute::<*mut c_void, RegisterTimestampCallback>(p) }
+            }),
+            get_struct_size: sym(c"cuptiActivityGetStructSize").map(|p| {
+                // SAFETY: CUPTI's exported cuptiActivityGetStructSize (cupti_activity.h, 13.x).
+                unsafe { std::mem::transmute::<*mut c_void, GetStructSize>(p) }
+            }),
+        }
+    }
+}
+
 /// An opened libcupti.
 pub struct Cupti {
     pub api: CuptiApi,
+    pub optional: CuptiOptional,
     pub path: String,
 }
 
 impl Cupti {
     /// Opens the first libcupti of [`candidates`] for this process's environment.
     pub fn load() -> Result<Cupti, LoadError> {
-        let list = candidates(
-            std::env::var("CUFLIGHT_CUPTI").ok().as_deref(),
-            mapped_library("libcupti.so").as_deref(),
-            std::env::var("CUDA_HOME").ok().as_deref(),
-            mapped_library("libcudart.so").as_deref(),
-        );
+        let (override_path, cuda_home) = (std::env::var("CUFLIGHT_CUPTI").ok(), std::env::var("CUDA_HOME").ok());
+        let (mapped_cupti, mapped_cudart) = (mapped_library("libcupti.so"), mapped_library("libcudart.so"));
+        // Never call into CUDA here: this runs inside cuInit (InitializeInjection), where a runtime call re-enters
+        // the driver's initialisation. A statically linked cudart leaves no file name to read: then $CUDA_HOME.
+        let runtime = mapped_cudart.as_deref().and_then(runtime_version_of);
+        if let Some((major, minor)) = runtime.filter(|&(major, _)| major < 12) {
+            return Err(LoadError::Unsupported(format!(
+                "the program uses CUDA {major}.{minor}; cuflight supports CUDA 12.0 and later"
+            )));
+        }
+        let list = candidates(SearchInputs {
+            override_path: override_path.as_deref(),
+            mapped_cupti: mapped_cupti.as_deref(),
+            mapped_cudart: mapped_cudart.as_deref(),
+            runtime,
+            cuda_home: cuda_home.as_deref(),
+        });
         for path in &list {
             let Ok(cpath) = CString::new(path.as_os_str().as_encoded_bytes()) else {
                 continue;
@@ -150,7 +239,8 @@ impl Cupti {
                 continue;
             }
             let shown = path.display().to_string();
-            return CuptiApi::resolve(handle, &shown).map(|api| Cupti { api, path: shown });
+            let optional = CuptiOptional::resolve(handle);
+            return CuptiApi::resolve(handle, &shown).map(|api| Cupti { api, optional, path: shown });
         }
         let tried: Vec<String> = list.iter().map(|p| p.display().to_string()).collect();
         Err(LoadError::NotFound(tried.join(", ")))
@@ -174,33 +264,52 @@ mod tests {
 
     #[test]
     fn search_order_follows_the_documented_priority() {
-        let list = candidates(
-            Some("/opt/my/libcupti.so"),
-            Some(Path::new("/mapped/libcupti.so.12")),
-            Some("/usr/local/cuda"),
-            Some(Path::new("/venv/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12")),
-        );
+        let list = candidates(SearchInputs {
+            override_path: Some("/opt/my/libcupti.so"),
+            mapped_cupti: Some(Path::new("/mapped/libcupti.so.12")),
+            mapped_cudart: Some(Path::new("/venv/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12")),
+            runtime: Some((12, 4)),
+            cuda_home: Some("/opt/cuda-13.0"),
+        });
         let shown: Vec<String> = list.iter().map(|p| p.display().to_string()).collect();
         assert_eq!(
             shown,
             [
                 "/opt/my/libcupti.so",
                 "/mapped/libcupti.so.12",
-                "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
                 "/venv/site-packages/nvidia/cuda_runtime/lib/libcupti.so.13",
                 "/venv/site-packages/nvidia/cuda_runtime/lib/libcupti.so.12",
                 "/venv/site-packages/nvidia/cu13/lib/libcupti.so.13",
                 "/venv/site-packages/nvidia/cuda_cupti/lib/libcupti.so.12",
+                "/venv/site-packages/nvidia/cuda_runtime/extras/CUPTI/lib64/libcupti.so",
+                "/usr/local/cuda-12.4/extras/CUPTI/lib64/libcupti.so",
+                "/opt/cuda-13.0/extras/CUPTI/lib64/libcupti.so",
+                "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so",
                 "libcupti.so.13",
                 "libcupti.so.12",
+            ],
+            "the process's own CUDA (its libcudart, its runtime version) comes before $CUDA_HOME"
+        );
+    }
+
+    #[test]
+    fn empty_environment_falls_back_to_the_toolkit_and_the_loader() {
+        let list = candidates(SearchInputs { override_path: Some(""), ..Default::default() });
+        assert_eq!(
+            list,
+            [
+                PathBuf::from("/usr/local/cuda/extras/CUPTI/lib64/libcupti.so"),
+                PathBuf::from("libcupti.so.13"),
+                PathBuf::from("libcupti.so.12")
             ]
         );
     }
 
     #[test]
-    fn empty_environment_falls_back_to_the_loader() {
-        let list = candidates(Some(""), None, None, None);
-        assert_eq!(list, [PathBuf::from("libcupti.so.13"), PathBuf::from("libcupti.so.12")]);
+    fn runtime_versions_come_from_versioned_file_names() {
+        assert_eq!(runtime_version_of(Path::new("/nonexistent/libcudart.so.12.4.127")), Some((12, 4)));
+        assert_eq!(runtime_version_of(Path::new("/nonexistent/libcudart.so.11.8.89")), Some((11, 8)));
+        assert_eq!(runtime_version_of(Path::new("/nonexistent/libcudart.so.13")), None);
     }
 
     #[test]

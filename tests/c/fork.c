@@ -1,7 +1,9 @@
-/* fork before and after CUDA use. Children only use NVTX and must get segments of their own; the parent's
- * CUDA work is recorded once. Expected (tests/tests/capture.rs): 3 processes (a fourth child records nothing); parent: 10 "step" kernels,
- * NVTX "parent" x2; first child: NVTX "child-before" x1, no CUDA; second child: NVTX "child-after" x1, no CUDA
- * and no kernel events even though it inherited the parent's initialised CUDA state. */
+/* fork before and after CUDA use. The parent uses NVTX before its first fork (so the agent is live in it, with
+ * its fork handlers, but CUPTI is not). Expected (tests/tests/capture.rs): 3 processes (a fourth child records
+ * nothing); parent: 10 "step" kernels, NVTX "parent" x2 and "setup" x1; first child (forked before the parent
+ * touched CUDA, like a DataLoader worker that starts CUDA itself): NVTX "child-before" x1 and 3 "child_step"
+ * kernels of its own; second child: NVTX "child-after" x1 and no kernel events, since the CUPTI state it
+ * inherited belongs to the parent. */
 #include "sim.h"
 #include <nvtx3/nvToolsExt.h>
 #include <sys/wait.h>
@@ -12,17 +14,32 @@ void step(void **args) {
     busy_us(50);
 }
 
-static void child(const char *name) {
+void child_step(void **args) {
+    (void)args;
+    busy_us(50);
+}
+
+static void child(const char *name, int use_cuda) {
     nvtxRangePushA(name);
     busy_us(1000);
+    if (use_cuda) {
+        void *args[] = {NULL};
+        for (int i = 0; i < 3; i++) launch(child_step, 1, 32, 0, args);
+        CHECK(cudaDeviceSynchronize());
+    }
     nvtxRangePop();
     fflush(stdout);
+    /* A CUDA child leaves through exit(), so the agent's exit handler flushes its CUPTI records (_exit skips
+     * every handler: records younger than the flush period would be lost). */
+    if (use_cuda) exit(0);
     _exit(0);
 }
 
 int main(void) {
+    nvtxRangePushA("setup");
+    nvtxRangePop();
     pid_t a = fork();
-    if (a == 0) child("child-before");
+    if (a == 0) child("child-before", 1);
     waitpid(a, NULL, 0);
 
     nvtxRangePushA("parent");
@@ -32,7 +49,7 @@ int main(void) {
     nvtxRangePop();
 
     pid_t b = fork();
-    if (b == 0) child("child-after");
+    if (b == 0) child("child-after", 0);
     waitpid(b, NULL, 0);
 
     /* A child that records nothing and leaves through exit(): the inherited atexit handler runs in it and must

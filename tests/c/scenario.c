@@ -52,6 +52,26 @@ void tiny_add_kernel(void **a) { (void)a; busy_us(2); }
 void reduce_kernel(void **a) { (void)a; sleep_us(1000); }
 void slow_rank_extra_kernel(void **a) { (void)a; plant_us(3000); }
 
+/* nvcc registers each kernel's device symbol, mangled (Itanium C++ ABI), and CUPTI reports that name: the
+ * all-reduce as NCCL 2.19+ names its kernels and the elementwise kernel as PyTorch's. cuBLAS kernels such as
+ * ampere_sgemm_128x64_nn are not C++-mangled and keep their plain names. */
+extern void **__cudaRegisterFatBinary(void *);
+extern void __cudaRegisterFunction(void **, const char *, char *, const char *, int, void *, void *, void *, void *,
+                                   int *);
+void ncclKernel_AllReduce_RING_LL_Sum_float(void **a);
+static void register_device_names(void) {
+    void **h = __cudaRegisterFatBinary(NULL);
+    __cudaRegisterFunction(h, (const char *)ncclKernel_AllReduce_RING_LL_Sum_float,
+                           "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE",
+                           "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE", -1, NULL,
+                           NULL, NULL, NULL, NULL);
+    __cudaRegisterFunction(
+        h, (const char *)vectorized_elementwise_kernel,
+        "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEviT0_T1_",
+        "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEviT0_T1_", -1,
+        NULL, NULL, NULL, NULL, NULL);
+}
+
 static volatile long *barrier_counter;
 static int world = 1;
 static long collectives;
@@ -66,6 +86,7 @@ void ncclKernel_AllReduce_RING_LL_Sum_float(void **a) {
 }
 
 int main(int argc, char **argv) {
+    register_device_names();
     const char *mode = argc > 1 ? argv[1] : "clean";
     int steps = argc > 2 ? atoi(argv[2]) : 12;
     int rank = argc > 3 ? atoi(argv[3]) : 0;

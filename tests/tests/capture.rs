@@ -103,7 +103,7 @@ fn kernel_times_are_real_and_on_the_host_clock() {
 }
 
 #[test]
-fn fork_children_get_their_own_segments_and_no_cuda() {
+fn fork_children_trace_their_own_cuda_unless_the_parent_was_profiling() {
     let dir = scratch("fork");
     let prog = build_c("fork", &dir);
     let r = record(&dir, &[], &prog, &[], &[]);
@@ -111,14 +111,17 @@ fn fork_children_get_their_own_segments_and_no_cuda() {
     let s = stats(&r.trace);
     let procs = s["processes"].as_array().unwrap();
     assert_eq!(procs.len(), 3, "{procs:?}");
-    let parent = procs.iter().find(|p| p["cupti_version"] == 130500).expect("parent recorded CUDA");
+    let parent = procs.iter().find(|p| procs.iter().filter(|c| c["ppid"] == p["pid"]).count() == 2).expect("parent");
+    assert_eq!(parent["cupti_version"], 130500);
     let children: Vec<_> = procs.iter().filter(|p| p["ppid"] == parent["pid"]).collect();
-    assert_eq!(children.len(), 2);
-    for c in &children {
-        assert_eq!(c["cupti_version"], 0, "a fork child never calls CUPTI");
-    }
+    assert_eq!(children.len(), 2, "{procs:?}");
+    // The child forked before the parent touched CUDA started CUDA itself, so it has its own CUPTI; the one
+    // forked after stays quiet (its inherited CUPTI state is the parent's).
+    let with_cupti = children.iter().filter(|c| c["cupti_version"] == 130500).count();
+    assert_eq!(with_cupti, 1, "{children:?}");
     assert_eq!(count(&s, "kernels", "name", "step"), 10);
-    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 10);
+    assert_eq!(count(&s, "kernels", "name", "child_step"), 3, "a CUDA-starting fork child is traced");
+    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 13);
     assert_eq!(count(&s, "nvtx", "name", "parent"), 2);
     assert_eq!(count(&s, "nvtx", "name", "child-before"), 1);
     assert_eq!(count(&s, "nvtx", "name", "child-after"), 1);
@@ -155,10 +158,26 @@ fn a_second_cupti_subscriber_disables_the_agent_not_the_program() {
 fn unsupported_cupti_versions_are_refused_cleanly() {
     let dir = scratch("badversion");
     let prog = build_c("streams", &dir);
-    let r = record(&dir, &[], &prog, &[], &[("CUDASIM_CUPTI_VERSION", "11")]);
+    // CUPTI API version 17 is CUDA 11.6 (cupti_version.h): named as such, and the program runs on.
+    let r = record(&dir, &[], &prog, &[], &[("CUDASIM_CUPTI_VERSION", "api:17")]);
     assert!(r.output.status.success(), "the program is unharmed: {}", r.stderr());
-    assert!(r.stderr().contains("unsupported CUPTI version"), "{}", r.stderr());
+    assert!(r.stderr().contains("is CUDA 11.x; cuflight supports CUDA 12.0 and later"), "{}", r.stderr());
     assert_eq!(stats(&r.trace)["kernels"].as_array().unwrap().len(), 0);
+    let r = record(&dir, &[], &prog, &[], &[("CUDASIM_CUPTI_VERSION", "api:990000")]);
+    assert!(r.stderr().contains("unsupported CUPTI version 990000"), "{}", r.stderr());
+}
+
+#[test]
+fn cudasim_refuses_releases_it_does_not_model() {
+    let dir = scratch("unknown-release");
+    let prog = build_c("smoke", &dir);
+    let out = std::process::Command::new(&prog)
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .env("CUDASIM_CUPTI_VERSION", "12.1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a modelled release"));
 }
 
 #[test]
@@ -246,9 +265,12 @@ fn activity_bursts_larger_than_the_ring_are_not_dropped() {
     let r = record(&dir, &[], &prog, &["1000"], &[("CUFLIGHT_RING_EVENTS", "1024")]);
     assert!(r.output.status.success(), "{}", r.stderr());
     let s = stats(&r.trace);
-    assert_eq!(s["dropped"], 0, "{}", r.stderr());
-    assert_eq!(count(&s, "kernels", "name", "saxpy"), 4000);
+    assert_eq!(count(&s, "kernels", "name", "saxpy"), 4000, "{}", r.stderr());
     assert_eq!(count(&s, "kernels", "name", "relu"), 4000);
     assert_eq!(count(&s, "memset", "kind", "device"), 4000);
-    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 8000);
+    // API threads never wait: on a starved machine (the test suite in parallel on 2 cores) their 1,024-event
+    // rings may overflow; every such event is counted as "ring full", never lost silently.
+    let dropped = s["dropped"].as_u64().unwrap();
+    assert_eq!(dropped, s["processes"][0]["drops"]["ring_full"].as_u64().unwrap());
+    assert!(count(&s, "api", "name", "cudaLaunchKernel") + dropped >= 8000);
 }

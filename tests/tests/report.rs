@@ -12,7 +12,7 @@ fn report(path: &std::path::Path) -> serde_json::Value {
 #[test]
 fn breakdown_equals_hta_within_one_percent() {
     for name in ["kineto-2rank-r0.json.gz", "kineto-a100-nccl-r0.json.gz", "kineto-v100-ddp-ns.json.gz"] {
-        let path = shared_trace(name);
+        let Some(path) = shared_trace(name) else { continue };
         let hta = python_json("hta_breakdown.py", &[path.as_os_str()]);
         let ours = &report(&path)["processes"][0]["breakdown"];
         for (k_ours, k_hta) in [
@@ -40,13 +40,16 @@ fn breakdown_equals_hta_within_one_percent() {
 #[test]
 fn report_works_where_hta_fails_and_on_captures() {
     // HTA 0.5 stops with an AssertionError on this trace; we still break it down.
-    let r = report(&shared_trace("kineto-h100-qwen-inference.json.gz"));
-    let main = r["processes"].as_array().unwrap().iter().max_by_key(|p| p["breakdown"]["gpu_ops"].as_u64()).unwrap();
-    let b = &main["breakdown"];
-    let sum =
-        b["idle_ns"].as_u64().unwrap() + b["compute_ns"].as_u64().unwrap() + b["non_compute_ns"].as_u64().unwrap();
-    assert_eq!(sum, b["span_ns"].as_u64().unwrap());
-    assert_eq!(b["gpu_ops"].as_u64().unwrap(), 1707, "every GPU op, launched in the trace or not");
+    if let Some(qwen) = shared_trace("kineto-h100-qwen-inference.json.gz") {
+        let r = report(&qwen);
+        let main =
+            r["processes"].as_array().unwrap().iter().max_by_key(|p| p["breakdown"]["gpu_ops"].as_u64()).unwrap();
+        let b = &main["breakdown"];
+        let sum =
+            b["idle_ns"].as_u64().unwrap() + b["compute_ns"].as_u64().unwrap() + b["non_compute_ns"].as_u64().unwrap();
+        assert_eq!(sum, b["span_ns"].as_u64().unwrap());
+        assert_eq!(b["gpu_ops"].as_u64().unwrap(), 1707, "every GPU op, launched in the trace or not");
+    }
     // A cudasim capture of the demo loop: steps found from the NVTX ProfilerStep ranges.
     let dir = scratch("report");
     let prog = build_c("train", &dir);
@@ -126,7 +129,10 @@ fn a_step_that_never_ends_is_left_out_with_a_warning() {
 
 #[test]
 fn several_traces_are_ranks_of_one_job() {
-    let (r0, r1) = (shared_trace("kineto-2rank-r0.json.gz"), shared_trace("kineto-2rank-r1.json.gz"));
+    let (Some(r0), Some(r1)) = (shared_trace("kineto-2rank-r0.json.gz"), shared_trace("kineto-2rank-r1.json.gz"))
+    else {
+        return;
+    };
     let out = Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(&r0).arg(&r1).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -149,6 +149,9 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
                         args.insert("block".into(), json!(c.block));
                         args.insert("registers per thread".into(), json!(c.registers));
                         args.insert("shared memory".into(), json!(c.static_shared + c.dynamic_shared));
+                        if let Some(m) = p.mangled.get(&e.name) {
+                            args.insert("mangled".into(), json!(m)); // cuflight's addition: the symbol as CUPTI named it
+                        }
                         ("kernel", name.to_string())
                     }
                     EventKind::Memcpy => {

@@ -85,6 +85,7 @@ const ANNOTATIONS: &[&str] = &[
     "destination",
     "domain",
     "stream",
+    "mangled name",
 ];
 
 fn cat(name: &str) -> u64 {
@@ -381,6 +382,7 @@ pub fn export<W: Write>(trace: &Trace, out: W) -> std::io::Result<ExportCounts> 
     for (&pid, p) in &trace.processes {
         x.process_labels.insert(pid, process_label(p));
         let mut st = ProcessState::new(pid, p.strings.iter().map(|(k, v)| (*k, v.clone())).collect());
+        st.mangled = p.mangled.clone();
         st.exact_flows(&p.events);
         for e in p.events.iter().filter(|e| e.kind() == Some(EventKind::ThreadName)) {
             st.thread_names.insert(e.a as u32, e.name);
@@ -410,10 +412,12 @@ pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCou
     let mut x = Exporter::new(out);
     // Pass 1: process facts only (written last by `record`); other blocks are skipped undecompressed.
     let mut reader = open()?;
+    let mut infos: HashMap<u32, cuflight_format::file::ProcessInfo> = HashMap::default();
     while let Some(block) = reader.next_block_where(|t| t == TAG_PROCESS).map_err(fmt)? {
         if let Some(Block::Process(info)) = block {
             let p = Process { info, ..Default::default() };
             x.process_labels.insert(p.info.pid, process_label(&p));
+            infos.insert(p.info.pid, p.info);
         }
     }
     // Pass 2: strings and events, in file order.
@@ -425,12 +429,12 @@ pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCou
             Some(Block::Strings { pid, base, bytes }) => {
                 let st = states.entry(pid).or_insert_with(|| ProcessState::new(pid, HashMap::default()));
                 for (id, s) in cuflight_format::segment::parse_strings(base, &bytes) {
-                    st.strings.insert(id, String::from_utf8_lossy(s).into_owned());
+                    crate::trace::insert_string(&mut st.strings, &mut st.mangled, id, s);
                 }
             }
             Some(Block::Events { pid, mut events }) => {
                 let st = states.entry(pid).or_insert_with(|| ProcessState::new(pid, HashMap::default()));
-                st.align(&mut events);
+                st.align(infos.get(&pid), &mut events);
                 // A block holds one ring after another; in time order a launch precedes its device work. Sorting
                 // (time, position) keys keeps equal times in ring order and moves 16 bytes instead of 64.
                 order.clear();
@@ -455,6 +459,8 @@ pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCou
 struct ProcessState {
     pid: u32,
     strings: HashMap<u32, String>,
+    /// Mangled forms of demangled kernel names (a debug annotation on their slices).
+    mangled: std::collections::HashMap<u32, String>,
     thread_names: HashMap<u32, u32>,
     /// Exact flow ends when the whole trace is known: correlations with device work and with an API call.
     exact: Option<(HashSet<u32>, HashSet<u32>)>,
@@ -465,8 +471,8 @@ struct ProcessState {
     ranges: crate::ranges::Pairer,
     live: HashMap<u64, u64>,
     device_bytes: i64,
-    /// CLOCK_MONOTONIC - CUPTI time from the first clock pair (streaming only).
-    offset: Option<i64>,
+    /// How device time maps onto the host clock (streaming only; fixed at the first block that can tell).
+    clock: Option<cuflight_format::file::ClockMap>,
     labels: HashMap<u64, u64>,
     grid: String,
     block: String,
@@ -477,6 +483,7 @@ impl ProcessState {
         ProcessState {
             pid,
             strings,
+            mangled: Default::default(),
             thread_names: HashMap::default(),
             exact: None,
             in_flight: HashSet::default(),
@@ -485,7 +492,7 @@ impl ProcessState {
             ranges: crate::ranges::Pairer::default(),
             live: HashMap::default(),
             device_bytes: 0,
-            offset: None,
+            clock: None,
             labels: HashMap::default(),
             grid: String::new(),
             block: String::new(),
@@ -504,17 +511,20 @@ impl ProcessState {
     }
 
     /// Moves device timestamps onto the host clock (the in-memory path did this at load).
-    fn align(&mut self, events: &mut [cuflight_format::RawEvent]) {
-        if self.offset.is_none() {
-            self.offset =
-                events.iter().find(|e| e.kind() == Some(EventKind::ClockSync)).map(|e| e.end as i64 - e.start as i64);
-        }
-        let off = self.offset.unwrap_or(0);
-        for e in events.iter_mut() {
-            if crate::trace::is_device_event(e.kind()) && e.start != 0 {
-                e.start = e.start.wrapping_add_signed(off);
-                e.end = e.end.wrapping_add_signed(off);
+    /// Moves device timestamps onto the host clock with the same rule as the in-memory path
+    /// ([`crate::trace::clock_map`]); traces older than the pairs in the process facts use the pairs in the first
+    /// block that has any.
+    fn align(&mut self, info: Option<&cuflight_format::file::ProcessInfo>, events: &mut [cuflight_format::RawEvent]) {
+        if self.clock.is_none() {
+            let default = cuflight_format::file::ProcessInfo::default();
+            let info = info.unwrap_or(&default);
+            let has_pairs = events.iter().any(|e| e.kind() == Some(EventKind::ClockSync));
+            if info.device_clock_monotonic || !info.clock_pairs.is_empty() || has_pairs {
+                self.clock = Some(crate::trace::clock_map(info, events));
             }
+        }
+        if let Some(map) = &self.clock {
+            crate::trace::align_device_events(map, events);
         }
     }
 
@@ -599,16 +609,22 @@ impl ProcessState {
                         let (mut grid, mut block) = (std::mem::take(&mut self.grid), std::mem::take(&mut self.block));
                         super::protobuf::dims(&mut grid, c.grid);
                         super::protobuf::dims(&mut block, c.block);
-                        let args = [
+                        let mangled = self.mangled.get(&e.name);
+                        let mut args = [
                             corr,
                             Arg::S("grid", &grid),
                             Arg::S("block", &block),
                             Arg::U("registers per thread", c.registers as u64),
                             Arg::U("static shared memory", c.static_shared as u64),
                             Arg::U("dynamic shared memory", c.dynamic_shared as u64),
+                            Arg::S("mangled name", mangled.map_or("", String::as_str)),
                         ];
                         // Shared memory sizes only when used: most kernels use none, and every byte counts here.
-                        let used = if c.static_shared == 0 && c.dynamic_shared == 0 { 4 } else { 6 };
+                        let mut used = if c.static_shared == 0 && c.dynamic_shared == 0 { 4 } else { 6 };
+                        if mangled.is_some() {
+                            args.swap(used, 6);
+                            used += 1;
+                        }
                         let name = x.id_iid(pid, e.name, self.string(e.name));
                         x.slice(track, e.start, e.end, name, cat("kernel"), &args[..used], None, term)?;
                         (self.grid, self.block) = (grid, block);

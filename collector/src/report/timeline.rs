@@ -71,7 +71,10 @@ pub struct Timeline<'a> {
     pub device_memory: Option<u64>,
 }
 
+/// NCCL's kernels, by the names CUPTI reports once demangled (`ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`,
+/// `ncclKernel_...`) or torch.profiler's (which may carry the return type: `void ncclKernel_...`).
 pub fn is_comm_kernel(name: &str) -> bool {
+    let name = crate::names::function_part(name);
     name.starts_with("nccl") && name.contains("Kernel") || name.starts_with("ncclDev")
 }
 
@@ -335,5 +338,9 @@ mod tests {
         assert!(is_loader_range("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"));
         assert!(is_comm_kernel("ncclKernel_AllReduce_RING_LL_Sum_float"));
         assert!(is_comm_kernel("ncclDevKernel_AllGather_RING_LL"));
+        assert!(is_comm_kernel(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)"
+        ));
+        assert!(is_comm_kernel("void ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)"));
     }
 }
