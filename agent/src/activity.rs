@@ -43,6 +43,8 @@ const NULL_BUFFER_OK_FROM: u32 = 27;
 
 static POOL: OnceCell<ArrayQueue<usize>> = OnceCell::new();
 static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+/// The cap in force: [`MAX_BUFFERS`], or lower with `CUFLIGHT_CUPTI_BUFFERS_MAX` (to bound the agent's memory).
+static CAP: AtomicUsize = AtomicUsize::new(MAX_BUFFERS);
 
 fn buffer_layout() -> std::alloc::Layout {
     // 8-byte alignment is what CUPTI requires of activity buffers (cupti_activity.h, BuffersCallbackRequestFunc).
@@ -66,6 +68,8 @@ pub fn init_pool() {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(DEFAULT_POOL)
             .clamp(1, MAX_BUFFERS);
+        let cap = std::env::var("CUFLIGHT_CUPTI_BUFFERS_MAX").ok().and_then(|v| v.trim().parse().ok());
+        CAP.store(cap.unwrap_or(MAX_BUFFERS).clamp(n, MAX_BUFFERS), Ordering::Relaxed);
         // Room for every buffer up to the cap, so completed ones always find their way back.
         let q = ArrayQueue::new(MAX_BUFFERS);
         for _ in 0..n {
@@ -84,7 +88,7 @@ fn take_buffer(version: u32) -> usize {
         return p;
     }
     let header = state::segment().map(|s| s.header());
-    let at_cap = ALLOCATED.load(Ordering::Relaxed) >= MAX_BUFFERS;
+    let at_cap = ALLOCATED.load(Ordering::Relaxed) >= CAP.load(Ordering::Relaxed);
     if at_cap && version >= NULL_BUFFER_OK_FROM {
         if let Some(h) = header {
             h.buffers_refused.fetch_add(1, Ordering::Relaxed);

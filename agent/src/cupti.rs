@@ -177,7 +177,9 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle) -> Result<(),
         (api.set_thread_id_type)(c::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
         // One clock: CUPTI's default on Linux is CLOCK_REALTIME (CLOCK_MONOTONIC_RAW on WSL), which NTP steps and
         // slews. The callback must be registered before any activity kind is enabled (cupti_activity.h).
-        if let Some(register) = cupti.optional.register_timestamp_callback {
+        // CUFLIGHT_DEVICE_CLOCK=cupti keeps CUPTI's own clock (aligned through clock pairs by the collector).
+        let keep_cupti_clock = std::env::var("CUFLIGHT_DEVICE_CLOCK").is_ok_and(|v| v.trim() == "cupti");
+        if let Some(register) = cupti.optional.register_timestamp_callback.filter(|_| !keep_cupti_clock) {
             if register(Some(timestamp_ns)) == c::CUPTI_SUCCESS {
                 if let Some(seg) = state::segment() {
                     seg.header().device_clock_monotonic.store(1, Ordering::Relaxed);
@@ -225,6 +227,10 @@ fn flush_period() -> Duration {
 fn flush_loop() {
     let period = flush_period();
     let mut first = true;
+    // A first clock pair once CUPTI has settled (never inside InitializeInjection, where wprof found
+    // cuptiGetTimestamp unsettled on CUDA 13), so early device work lies between pairs rather than before them.
+    std::thread::sleep(period.min(Duration::from_millis(10)));
+    write_clock_pair();
     loop {
         std::thread::sleep(period);
         if loaded().is_none() {

@@ -74,7 +74,26 @@ fn cupti_now() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the valid timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    let realtime = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    realtime.wrapping_add_signed(slew_ns())
+}
+
+/// `CUDASIM_REALTIME_SLEW_PPM`: CLOCK_REALTIME drifts against CLOCK_MONOTONIC by this many parts per million, as
+/// when NTP slews it ("CLOCK_REALTIME ... is affected by ... the incremental adjustments performed by adjtime(3)
+/// and NTP", clock_gettime(2)); ntpd slews by up to 500 ppm, tests exaggerate it so a short run shows the effect.
+fn slew_ns() -> i64 {
+    static PPM: Lazy<Option<(i64, u64)>> = Lazy::new(|| {
+        let ppm: i64 = std::env::var("CUDASIM_REALTIME_SLEW_PPM").ok()?.trim().parse().ok()?;
+        Some((ppm, now_ns()))
+    });
+    PPM.map_or(0, |(ppm, t0)| (now_ns().saturating_sub(t0) as i128 * ppm as i128 / 1_000_000) as i64)
+}
+
+/// `CUDASIM_FAIL=<CUPTI function>`: that entry point fails with CUPTI_ERROR_UNKNOWN (fault injection, to test how
+/// clients clean up after a setup step fails).
+fn injected_failure(name: &str) -> bool {
+    static FAIL: Lazy<Option<String>> = Lazy::new(|| std::env::var("CUDASIM_FAIL").ok());
+    FAIL.as_deref() == Some(name)
 }
 
 /// Moves a simulated-device time (CLOCK_MONOTONIC) onto CUPTI's clock, as CUPTI converts GPU timestamps to CPU
@@ -446,6 +465,9 @@ cupti_entry!(
     ) {
         if request.is_none() || complete.is_none() {
             return c::CUPTI_ERROR_INVALID_PARAMETER;
+        }
+        if injected_failure("cuptiActivityRegisterCallbacks") {
+            return c::CUPTI_ERROR_UNKNOWN;
         }
         let mut st = BUFFERS.lock();
         st.request = request;

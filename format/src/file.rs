@@ -81,8 +81,8 @@ pub struct ProcessInfo {
 }
 
 /// Maps CUPTI timestamps onto CLOCK_MONOTONIC from every recorded clock pair: linear interpolation between
-/// neighbouring pairs (so NTP slewing of CLOCK_REALTIME, CUPTI's default clock, is followed), the nearest pair's
-/// offset outside them. Every consumer of device timestamps uses this one rule.
+/// neighbouring pairs (so NTP slewing of CLOCK_REALTIME, CUPTI's default clock, is followed), the nearest
+/// segment's line outside them. Every consumer of device timestamps uses this one rule.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClockMap {
     /// Sorted by CUPTI time, strictly increasing.
@@ -108,16 +108,20 @@ impl ClockMap {
 
     /// Offset (monotonic - CUPTI) at CUPTI time `t`.
     pub fn offset_at(&self, t: u64) -> i64 {
-        let off = |(c, m): (u64, u64)| m as i64 - c as i64;
+        let off = |(c, m): (u64, u64)| (m as i64 - c as i64) as i128;
+        // Along the segment a..b (the nearest one outside the pairs: the slope goes on, as a slew does).
+        let along = |a: (u64, u64), b: (u64, u64)| {
+            let span = (b.0 - a.0) as i128;
+            (off(a) + (off(b) - off(a)) * (t as i128 - a.0 as i128) / span) as i64
+        };
+        let n = self.pairs.len();
         let i = self.pairs.partition_point(|&(c, _)| c <= t);
-        match (i.checked_sub(1).and_then(|j| self.pairs.get(j)), self.pairs.get(i)) {
-            (None, None) => 0,
-            (Some(&p), None) | (None, Some(&p)) => off(p),
-            (Some(&a), Some(&b)) => {
-                let (oa, ob) = (off(a) as i128, off(b) as i128);
-                let span = (b.0 - a.0) as i128;
-                (oa + (ob - oa) * (t - a.0) as i128 / span) as i64
-            }
+        match n {
+            0 => 0,
+            1 => off(self.pairs[0]) as i64,
+            _ if i == 0 => along(self.pairs[0], self.pairs[1]),
+            _ if i == n => along(self.pairs[n - 2], self.pairs[n - 1]),
+            _ => along(self.pairs[i - 1], self.pairs[i]),
         }
     }
 
@@ -475,8 +479,9 @@ mod tests {
         let m = ClockMap::from_pairs([(1_000_001_000, 1_000_000_000), (2_000_002_000, 2_000_000_000)]);
         assert_eq!(m.map(1_000_001_000), 1_000_000_000);
         assert_eq!(m.map(1_500_001_500), 1_500_000_000, "halfway between the pairs, halfway between offsets");
-        assert_eq!(m.map(3_000_002_000), 3_000_000_000, "after the last pair: its offset");
-        assert_eq!(m.map(500), 0u64.wrapping_sub(500), "before the first pair: its offset");
+        assert_eq!(m.map(3_000_003_000), 3_000_000_000, "after the last pair: the slew goes on");
+        assert_eq!(m.map(500_000_500), 500_000_000, "before the first pair: likewise");
+        assert_eq!(ClockMap::from_pairs([(1_000, 400)]).map(2_000), 1_400, "one pair: its offset");
         assert_eq!(m.map(0), 0, "no timestamp stays no timestamp");
         assert!(ClockMap::from_pairs([(5, 5), (9, 9)]).is_identity());
         assert_eq!(ClockMap::identity().map(42), 42);

@@ -9,11 +9,15 @@ static void CUPTIAPI on_api(void *u, CUpti_CallbackDomain d, CUpti_CallbackId c,
 
 void noop(void **args) { (void)args; }
 
-int main(void) {
+/* With "late", the program subscribes only after CUDA started (and the agent set itself up, or failed to): it
+ * exits 20 if CUPTI is still held by an agent that gave up. */
+int main(int argc, char **argv) {
+    int late = argc > 1 && argv[1][0] == 'l';
     CUpti_SubscriberHandle sub;
-    if (cuptiSubscribe(&sub, (CUpti_CallbackFunc)on_api, NULL) != CUPTI_SUCCESS) return 20;
+    if (!late && cuptiSubscribe(&sub, (CUpti_CallbackFunc)on_api, NULL) != CUPTI_SUCCESS) return 20;
     void *args[] = {NULL};
     launch(noop, 1, 1, 0, args);
+    if (late && cuptiSubscribe(&sub, (CUpti_CallbackFunc)on_api, NULL) != CUPTI_SUCCESS) return 20;
     CHECK(cudaDeviceSynchronize());
     printf("subscriber: ok\n");
     return 0;

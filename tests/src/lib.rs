@@ -49,6 +49,11 @@ pub fn scratch(test: &str) -> PathBuf {
 
 /// Compiles `tests/c/<name>.c` into `dir` with gcc against the real headers, linked to cudasim's libcudart.
 pub fn build_c(name: &str, dir: &Path) -> PathBuf {
+    build_c_linked(name, dir, true)
+}
+
+/// As [`build_c`]; `link_cudart: false` leaves the runtime out (the program loads it itself).
+pub fn build_c_linked(name: &str, dir: &Path, link_cudart: bool) -> PathBuf {
     let out = dir.join(name);
     let src = repo_root().join("tests/c").join(format!("{name}.c"));
     let status = Command::new("gcc")
@@ -58,7 +63,7 @@ pub fn build_c(name: &str, dir: &Path) -> PathBuf {
         .arg(&src)
         .arg("-L")
         .arg(cudasim_dir())
-        .args(["-lcudart", "-ldl", "-o"])
+        .args(if link_cudart { &["-lcudart", "-ldl", "-o"][..] } else { &["-ldl", "-o"][..] })
         .arg(&out)
         .status()
         .expect("gcc runs");
