@@ -35,8 +35,11 @@ pub struct ThreadState {
     ring: RefCell<ThreadRing>,
     /// Depth of runtime API calls: driver callbacks inside one are the runtime's own work.
     pub runtime_depth: Cell<u32>,
-    /// NVTX push/pop nesting depth (what nvtxRangePush returns).
+    /// NVTX push/pop nesting depth of the default domain (what nvtxRangePush returns).
     pub nvtx_depth: Cell<i32>,
+    /// The same for other domains, (domain, depth): NVTX keeps one push/pop stack per domain and thread. A thread
+    /// nesting ranges in more domains than this gets depths counted together for the extra ones.
+    pub nvtx_domain_depths: [Cell<(u32, i32)>; 8],
 }
 
 thread_local! {
@@ -45,6 +48,7 @@ thread_local! {
             ring: RefCell::new(ThreadRing { generation: u64::MAX, tid: 0, producer: None }),
             runtime_depth: Cell::new(0),
             nvtx_depth: Cell::new(0),
+            nvtx_domain_depths: [const { Cell::new((0, 0)) }; 8],
         }
     };
 }
@@ -101,6 +105,46 @@ impl ThreadState {
                 true
             }
             None => false,
+        }
+    }
+}
+
+impl ThreadState {
+    /// This thread's push/pop depth cell for `domain` (0 = the default domain).
+    pub fn nvtx_depth_of(&self, domain: u32) -> NvtxDepth<'_> {
+        if domain == 0 {
+            return NvtxDepth::Default(&self.nvtx_depth);
+        }
+        let slots = &self.nvtx_domain_depths;
+        let i = slots
+            .iter()
+            .position(|c| c.get().0 == domain)
+            .or_else(|| slots.iter().position(|c| c.get().1 == 0))
+            .unwrap_or(slots.len() - 1);
+        if slots[i].get().1 == 0 {
+            slots[i].set((domain, 0));
+        }
+        NvtxDepth::Domain(&slots[i])
+    }
+}
+
+/// A push/pop depth of one domain on one thread.
+pub enum NvtxDepth<'a> {
+    Default(&'a Cell<i32>),
+    Domain(&'a Cell<(u32, i32)>),
+}
+
+impl NvtxDepth<'_> {
+    pub fn get(&self) -> i32 {
+        match self {
+            NvtxDepth::Default(c) => c.get(),
+            NvtxDepth::Domain(c) => c.get().1,
+        }
+    }
+    pub fn set(&self, v: i32) {
+        match self {
+            NvtxDepth::Default(c) => c.set(v),
+            NvtxDepth::Domain(c) => c.set((c.get().0, v)),
         }
     }
 }

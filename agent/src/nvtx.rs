@@ -6,6 +6,8 @@ use crate::{clock, emit, state};
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
 use std::ffi::{c_char, c_int, CStr};
+
+type WChar = c::wchar_t;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static NEXT_RANGE: AtomicU64 = AtomicU64::new(1);
@@ -25,6 +27,23 @@ fn cstr_id(s: *const c_char) -> u32 {
     state::intern(unsafe { CStr::from_ptr(s) }.to_bytes())
 }
 
+/// Interns a wide (wchar_t, UTF-32 on Linux) NVTX string, at most 4096 characters.
+fn wstr_id(p: *const WChar) -> u32 {
+    if p.is_null() {
+        return 0;
+    }
+    let mut s = String::new();
+    let mut p = p;
+    // SAFETY: NVTX's W messages are NUL-terminated wchar_t strings valid for the call; we stop at the NUL.
+    unsafe {
+        while *p != 0 && s.len() < 4096 {
+            s.push(char::from_u32(*p as u32).unwrap_or('\u{FFFD}'));
+            p = p.add(1);
+        }
+    }
+    state::intern(s.as_bytes())
+}
+
 /// (message id, category | color << 32) of an attributes struct.
 fn attr(a: *const c::nvtxEventAttributes_t) -> (u32, u64) {
     if a.is_null() {
@@ -41,15 +60,7 @@ fn attr(a: *const c::nvtxEventAttributes_t) -> (u32, u64) {
         match a.messageType as u32 {
             c::NVTX_MESSAGE_TYPE_ASCII => cstr_id(a.message.ascii),
             c::NVTX_MESSAGE_TYPE_REGISTERED => a.message.registered as usize as u32,
-            c::NVTX_MESSAGE_TYPE_UNICODE if !a.message.unicode.is_null() => {
-                let mut s = String::new();
-                let mut p = a.message.unicode;
-                while *p != 0 && s.len() < 4096 {
-                    s.push(char::from_u32(*p as u32).unwrap_or('?'));
-                    p = p.add(1);
-                }
-                state::intern(s.as_bytes())
-            }
+            c::NVTX_MESSAGE_TYPE_UNICODE => wstr_id(a.message.unicode),
             _ => 0,
         }
     };
@@ -69,13 +80,15 @@ fn nvtx_event(kind: EventKind, domain: u32, name: u32, extra: u64) -> RawEvent {
     ev
 }
 
-/// Push and pop touch the thread state once: the depth NVTX returns and the ring.
+/// Push and pop touch the thread state once: the depth NVTX returns (per domain, as NVTX keeps one stack per
+/// domain) and the ring.
 fn push_range(domain: u32, name: u32, extra: u64) -> c_int {
     let ev = nvtx_event(EventKind::NvtxPush, domain, name, extra);
     emit::with_thread(|t| {
         t.push(ev);
-        t.nvtx_depth.set(t.nvtx_depth.get() + 1);
-        t.nvtx_depth.get() - 1
+        let depth = t.nvtx_depth_of(domain);
+        depth.set(depth.get() + 1);
+        depth.get() - 1
     })
     .unwrap_or_else(|| {
         emit::push(ev);
@@ -87,11 +100,12 @@ fn pop_range(domain: u32) -> c_int {
     let ev = nvtx_event(EventKind::NvtxPop, domain, 0, 0);
     emit::with_thread(|t| {
         t.push(ev);
-        let d = t.nvtx_depth.get();
+        let depth = t.nvtx_depth_of(domain);
+        let d = depth.get();
         if d == 0 {
             return -1;
         }
-        t.nvtx_depth.set(d - 1);
+        depth.set(d - 1);
         d - 1
     })
     .unwrap_or_else(|| {
@@ -170,6 +184,36 @@ unsafe extern "C" fn domain_range_push_ex(d: c::nvtxDomainHandle_t, a: *const c:
 unsafe extern "C" fn domain_range_pop(d: c::nvtxDomainHandle_t) -> c_int {
     guard(-1, || pop_range(domain_id(d)))
 }
+unsafe extern "C" fn mark_w(m: *const WChar) {
+    guard((), || event(EventKind::NvtxMark, 0, wstr_id(m), 0, 0))
+}
+unsafe extern "C" fn range_start_w(m: *const WChar) -> u64 {
+    guard(0, || start_range(0, wstr_id(m), 0))
+}
+unsafe extern "C" fn range_push_w(m: *const WChar) -> c_int {
+    guard(-1, || push_range(0, wstr_id(m), 0))
+}
+unsafe extern "C" fn name_os_thread_w(tid: u32, name: *const WChar) {
+    guard((), || event(EventKind::ThreadName, 0, wstr_id(name), 0, tid as u64))
+}
+unsafe extern "C" fn name_category_a(category: u32, name: *const c_char) {
+    guard((), || event(EventKind::NvtxCategory, 0, cstr_id(name), 0, category as u64))
+}
+unsafe extern "C" fn name_category_w(category: u32, name: *const WChar) {
+    guard((), || event(EventKind::NvtxCategory, 0, wstr_id(name), 0, category as u64))
+}
+unsafe extern "C" fn domain_name_category_a(d: c::nvtxDomainHandle_t, category: u32, name: *const c_char) {
+    guard((), || event(EventKind::NvtxCategory, domain_id(d), cstr_id(name), 0, category as u64))
+}
+unsafe extern "C" fn domain_name_category_w(d: c::nvtxDomainHandle_t, category: u32, name: *const WChar) {
+    guard((), || event(EventKind::NvtxCategory, domain_id(d), wstr_id(name), 0, category as u64))
+}
+unsafe extern "C" fn domain_register_string_w(_d: c::nvtxDomainHandle_t, s: *const WChar) -> c::nvtxStringHandle_t {
+    guard(std::ptr::null_mut(), || wstr_id(s) as usize as c::nvtxStringHandle_t)
+}
+unsafe extern "C" fn domain_create_w(name: *const WChar) -> c::nvtxDomainHandle_t {
+    guard(std::ptr::null_mut(), || wstr_id(name) as usize as c::nvtxDomainHandle_t)
+}
 /// Registered strings and domains are handed out as their string ids (0, the null handle, when not recording).
 unsafe extern "C" fn domain_register_string_a(_d: c::nvtxDomainHandle_t, s: *const c_char) -> c::nvtxStringHandle_t {
     guard(std::ptr::null_mut(), || cstr_id(s) as usize as c::nvtxStringHandle_t)
@@ -190,8 +234,14 @@ macro_rules! entry {
     };
 }
 
-fn core_entries() -> [Entry; 9] {
+fn core_entries() -> [Entry; 15] {
     [
+        entry!(c::NVTX_CBID_CORE_MarkW, mark_w),
+        entry!(c::NVTX_CBID_CORE_RangeStartW, range_start_w),
+        entry!(c::NVTX_CBID_CORE_RangePushW, range_push_w),
+        entry!(c::NVTX_CBID_CORE_NameOsThreadW, name_os_thread_w),
+        entry!(c::NVTX_CBID_CORE_NameCategoryA, name_category_a),
+        entry!(c::NVTX_CBID_CORE_NameCategoryW, name_category_w),
         entry!(c::NVTX_CBID_CORE_MarkEx, mark_ex),
         entry!(c::NVTX_CBID_CORE_MarkA, mark_a),
         entry!(c::NVTX_CBID_CORE_RangeStartEx, range_start_ex),
@@ -204,8 +254,12 @@ fn core_entries() -> [Entry; 9] {
     ]
 }
 
-fn core2_entries() -> [Entry; 9] {
+fn core2_entries() -> [Entry; 13] {
     [
+        entry!(c::NVTX_CBID_CORE2_DomainNameCategoryA, domain_name_category_a),
+        entry!(c::NVTX_CBID_CORE2_DomainNameCategoryW, domain_name_category_w),
+        entry!(c::NVTX_CBID_CORE2_DomainRegisterStringW, domain_register_string_w),
+        entry!(c::NVTX_CBID_CORE2_DomainCreateW, domain_create_w),
         entry!(c::NVTX_CBID_CORE2_DomainMarkEx, domain_mark_ex),
         entry!(c::NVTX_CBID_CORE2_DomainRangeStartEx, domain_range_start_ex),
         entry!(c::NVTX_CBID_CORE2_DomainRangeEnd, domain_range_end),
@@ -232,14 +286,15 @@ pub fn install(get_export_table: c::NvtxGetExportTableFunc_t) -> c_int {
     let Some(get_module) = (unsafe { &*table }).GetModuleFunctionTable else {
         return 0;
     };
-    for (module, entries) in [(c::NVTX_CB_MODULE_CORE, core_entries()), (c::NVTX_CB_MODULE_CORE2, core2_entries())] {
+    let (core, core2) = (core_entries(), core2_entries());
+    for (module, entries) in [(c::NVTX_CB_MODULE_CORE, &core[..]), (c::NVTX_CB_MODULE_CORE2, &core2[..])] {
         let mut slots: c::NvtxFunctionTable = std::ptr::null_mut();
         let mut size: u32 = 0;
         // SAFETY: NVTX fills the out-parameters with its table of slot pointers and their count.
         if unsafe { get_module(module, &mut slots, &mut size) } == 0 || slots.is_null() {
             continue;
         }
-        for (cbid, f) in entries {
+        for &(cbid, f) in entries {
             if cbid == 0 || cbid > size {
                 continue;
             }

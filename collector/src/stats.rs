@@ -126,11 +126,20 @@ pub struct Stats {
     pub memset: Vec<MemsetRow>,
     pub memory: MemoryStats,
     pub nvtx: Vec<NvtxRow>,
+    /// NVTX category names (`nvtxNameCategory*`), by domain and category id.
+    pub nvtx_categories: Vec<NvtxCategoryRow>,
     pub sync: Vec<SyncRow>,
     /// Total records lost, all causes and processes (see `processes[].drops`).
     pub dropped: u64,
     pub processes: Vec<ProcessRow>,
     pub devices: Vec<DeviceRow>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, PartialOrd, Eq, Ord)]
+pub struct NvtxCategoryRow {
+    pub domain: String,
+    pub category: u64,
+    pub name: String,
 }
 
 #[derive(Default)]
@@ -184,6 +193,7 @@ impl Stats {
         let mut memset: BTreeMap<String, MemsetRow> = BTreeMap::new();
         let mut sync: BTreeMap<String, SyncRow> = BTreeMap::new();
         let mut nvtx: BTreeMap<(String, String, &'static str), Acc> = BTreeMap::new();
+        let mut nvtx_categories = std::collections::BTreeSet::new();
         let mut allocs = Vec::new();
         let mut processes = Vec::new();
         let mut devices = Vec::new();
@@ -257,6 +267,10 @@ impl Stats {
                         let key = (p.string(e.c as u32).to_string(), p.string(e.name).to_string(), "range");
                         nvtx.entry(key).or_default().add(e.duration());
                     }
+                    Some(EventKind::NvtxCategory) => {
+                        let name = p.string(e.name).to_string();
+                        nvtx_categories.insert(NvtxCategoryRow { domain: nvtx_domain(p, e.c), category: e.a, name });
+                    }
                     Some(EventKind::NvtxMark) => {
                         nvtx.entry((nvtx_domain(p, e.c), p.string(e.name).to_string(), "mark")).or_default().add(0);
                     }
@@ -324,6 +338,7 @@ impl Stats {
             memset: memset.into_values().collect(),
             memory: memory_stats(allocs),
             nvtx,
+            nvtx_categories: nvtx_categories.into_iter().collect(),
             sync: sync.into_values().collect(),
             dropped,
             processes,

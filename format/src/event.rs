@@ -56,6 +56,8 @@ pub enum EventKind {
     /// A complete range known by its start and end (imported annotations, operators): `name`, `c` = domain or
     /// category (string id), `start`..`end` on thread `tid`; with [`FLAG_DEVICE`] it lies on `device`/`stream`.
     Range = 18,
+    /// `nvtxNameCategory*` / `nvtxDomainNameCategory*`: `a` = category id, `name` = its name, `c` = domain.
+    NvtxCategory = 19,
 }
 
 impl EventKind {
@@ -80,6 +82,7 @@ impl EventKind {
             16 => MemoryActivity,
             17 => Device,
             18 => Range,
+            19 => NvtxCategory,
             _ => return None,
         })
     }

@@ -2,7 +2,10 @@
  * the agent through NVTX_INJECTION64_PATH. Expected (asserted by tests/tests/nvtx.rs):
  *   default domain: "outer" x1 containing "inner" x3 (push/pop, main thread), "worker" x4 (push/pop on a second
  *   thread), "handoff" x1 (start on the worker, end on main), mark "checkpoint" x2;
- *   domain "io": "read" x5 (registered string, push/pop), mark "eof" x1. */
+ *   domain "io": "read" x5 (registered string, push/pop), mark "eof" x1;
+ *   wide strings: "wide" x1 (push/pop), mark "wide-mark" x1, domain "io" "wide-read" x1 (nvtxDomainRangePushEx
+ *   with a unicode message); categories: 7 "data" (default domain), 3 "disk" (domain "io");
+ *   depths are kept per domain: a push in "io" inside a default-domain range returns 0 (exit 3 otherwise). */
 #define _GNU_SOURCE
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
@@ -65,6 +68,23 @@ int main(void) {
     mark.message.ascii = "eof";
     nvtxDomainMarkEx(io, &mark);
     nvtxMarkA("checkpoint");
+
+    nvtxNameCategoryA(7, "data");
+    nvtxDomainNameCategoryA(io, 3, "disk");
+    nvtxRangePushW(L"wide");
+    nvtxMarkW(L"wide-mark");
+    nvtxEventAttributes_t wide = {0};
+    wide.version = NVTX_VERSION;
+    wide.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    wide.messageType = NVTX_MESSAGE_TYPE_UNICODE;
+    wide.message.unicode = L"wide-read";
+    int depth = nvtxDomainRangePushEx(io, &wide);
+    nvtxDomainRangePop(io);
+    nvtxRangePop();
+    if (depth != 0) {
+        fprintf(stderr, "io depth %d inside a default-domain range: depths must be per domain\n", depth);
+        return 3;
+    }
     printf("nvtx: ok\n");
     return 0;
 }

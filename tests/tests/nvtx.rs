@@ -33,7 +33,19 @@ fn ranges_marks_and_domains_across_threads() {
     assert_eq!(nvtx_row(&s, "default", "checkpoint", "mark")["count"], 2);
     assert_eq!(nvtx_row(&s, "io", "read", "range")["count"], 5);
     assert_eq!(nvtx_row(&s, "io", "eof", "mark")["count"], 1);
-    assert_eq!(s["nvtx"].as_array().unwrap().len(), 7);
+    assert_eq!(nvtx_row(&s, "default", "wide", "range")["count"], 1);
+    assert_eq!(nvtx_row(&s, "default", "wide-mark", "mark")["count"], 1);
+    assert_eq!(nvtx_row(&s, "io", "wide-read", "range")["count"], 1);
+    assert_eq!(s["nvtx"].as_array().unwrap().len(), 10);
+    let categories: Vec<(String, u64, String)> = s["nvtx_categories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (c["domain"].as_str().unwrap().into(), c["category"].as_u64().unwrap(), c["name"].as_str().unwrap().into())
+        })
+        .collect();
+    assert_eq!(categories, [("default".into(), 7, "data".into()), ("io".into(), 3, "disk".into())]);
     assert_eq!(s["kernels"].as_array().unwrap().len(), 0);
     assert_eq!(s["processes"][0]["cupti_version"], 0, "a CPU-only process never loads CUPTI");
     assert_eq!(s["dropped"], 0);
