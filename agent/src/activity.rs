@@ -232,6 +232,10 @@ fn handle(at: usize, size: usize, unused: &mut Unused) {
     let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, size) };
     match decode(bytes) {
         Decoded::Event(ev) => emit::push(ev),
+        Decoded::GraphKernel(kernel, node) => {
+            emit::push(kernel);
+            emit::push(node);
+        }
         Decoded::Ignored => {}
         Decoded::Skipped(k) => unused.skipped[k] += 1,
         Decoded::Incomplete(k) => unused.incomplete[k] += 1,
@@ -242,6 +246,8 @@ fn handle(at: usize, size: usize, unused: &mut Unused) {
 #[derive(Debug, PartialEq)]
 pub enum Decoded {
     Event(RawEvent),
+    /// A kernel launched as a CUDA graph node, and its [`EventKind::GraphNode`] event.
+    GraphKernel(RawEvent, RawEvent),
     /// A kind we did not ask for (harmless).
     Ignored,
     /// Too short for the oldest layout holding the fields we read: not read (record class).
@@ -290,6 +296,19 @@ pub fn min_size(kind: c::CUpti_ActivityKind) -> Option<usize> {
         c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => size_of::<c::CUpti_ActivitySynchronization>(),
         c::CUPTI_ACTIVITY_KIND_OVERHEAD => size_of::<c::CUpti_ActivityOverhead>(),
         _ => return None,
+    })
+}
+
+/// The [`EventKind::GraphNode`] event of a kernel record, when the kernel ran as a graph node.
+fn graph_node(r: &c::CUpti_ActivityKernel5) -> Option<RawEvent> {
+    (r.graphId != 0).then(|| {
+        let mut ev = RawEvent::new(EventKind::GraphNode, 0, r.start, r.end);
+        ev.device = r.deviceId;
+        ev.stream = r.streamId;
+        ev.correlation = r.correlationId;
+        ev.a = r.graphId as u64;
+        ev.b = r.graphNodeId;
+        ev
     })
 }
 
@@ -347,7 +366,16 @@ pub fn decode(bytes: &[u8]) -> Decoded {
     let kind = u32::from_le_bytes([k0, k1, k2, k3]);
     let cls = class_of(kind);
     let ev = match kind {
-        c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL => prefix(bytes).map(kernel),
+        c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL => {
+            let Some(r) = prefix::<c::CUpti_ActivityKernel5>(bytes) else { return Decoded::Skipped(cls) };
+            if !finished(r.start, r.end) {
+                return Decoded::Incomplete(cls);
+            }
+            return match graph_node(&r) {
+                Some(node) => Decoded::GraphKernel(kernel(r), node),
+                None => Decoded::Event(kernel(r)),
+            };
+        }
         c::CUPTI_ACTIVITY_KIND_MEMCPY => prefix(bytes).map(memcpy),
         c::CUPTI_ACTIVITY_KIND_MEMSET => prefix(bytes).map(memset),
         c::CUPTI_ACTIVITY_KIND_MEMORY2 => prefix::<c::CUpti_ActivityMemory2>(bytes).map(|r| {

@@ -128,11 +128,23 @@ pub struct Stats {
     pub nvtx: Vec<NvtxRow>,
     /// NVTX category names (`nvtxNameCategory*`), by domain and category id.
     pub nvtx_categories: Vec<NvtxCategoryRow>,
+    /// CUDA graphs whose nodes ran: launches (distinct launch calls), kernels, their total time.
+    pub graphs: Vec<GraphRow>,
     pub sync: Vec<SyncRow>,
     /// Total records lost, all causes and processes (see `processes[].drops`).
     pub dropped: u64,
     pub processes: Vec<ProcessRow>,
     pub devices: Vec<DeviceRow>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct GraphRow {
+    pub pid: u32,
+    pub graph_id: u64,
+    pub launches: u64,
+    pub kernels: u64,
+    pub nodes: u64,
+    pub kernel_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, PartialOrd, Eq, Ord)]
@@ -194,6 +206,8 @@ impl Stats {
         let mut sync: BTreeMap<String, SyncRow> = BTreeMap::new();
         let mut nvtx: BTreeMap<(String, String, &'static str), Acc> = BTreeMap::new();
         let mut nvtx_categories = std::collections::BTreeSet::new();
+        type GraphAcc = (std::collections::HashSet<u32>, std::collections::HashSet<u64>, u64, u64);
+        let mut graphs: BTreeMap<(u32, u64), GraphAcc> = BTreeMap::new();
         let mut allocs = Vec::new();
         let mut processes = Vec::new();
         let mut devices = Vec::new();
@@ -267,6 +281,13 @@ impl Stats {
                         let key = (p.string(e.c as u32).to_string(), p.string(e.name).to_string(), "range");
                         nvtx.entry(key).or_default().add(e.duration());
                     }
+                    Some(EventKind::GraphNode) => {
+                        let g = graphs.entry((pid, e.a)).or_default();
+                        g.0.insert(e.correlation);
+                        g.1.insert(e.b);
+                        g.2 += 1;
+                        g.3 += e.duration();
+                    }
                     Some(EventKind::NvtxCategory) => {
                         let name = p.string(e.name).to_string();
                         nvtx_categories.insert(NvtxCategoryRow { domain: nvtx_domain(p, e.c), category: e.a, name });
@@ -339,6 +360,17 @@ impl Stats {
             memory: memory_stats(allocs),
             nvtx,
             nvtx_categories: nvtx_categories.into_iter().collect(),
+            graphs: graphs
+                .into_iter()
+                .map(|((pid, graph_id), (launches, nodes, kernels, kernel_ns))| GraphRow {
+                    pid,
+                    graph_id,
+                    launches: launches.len() as u64,
+                    kernels,
+                    nodes: nodes.len() as u64,
+                    kernel_ns,
+                })
+                .collect(),
             sync: sync.into_values().collect(),
             dropped,
             processes,

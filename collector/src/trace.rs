@@ -102,6 +102,7 @@ pub fn is_device_event(kind: Option<EventKind>) -> bool {
                 | EventKind::Sync
                 | EventKind::Overhead
                 | EventKind::MemoryActivity
+                | EventKind::GraphNode
         )
     )
 }

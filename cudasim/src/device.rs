@@ -19,6 +19,7 @@ pub(crate) const MAX_DEVICES: u32 = 8;
 
 pub(crate) type KernelFn = unsafe extern "C" fn(*mut *mut libc::c_void);
 
+#[derive(Clone)]
 pub(crate) enum Work {
     Kernel {
         f: KernelFn,
@@ -32,6 +33,16 @@ pub(crate) enum Work {
         dst: usize,
         src: usize,
         bytes: usize,
+        is_async: bool,
+    },
+    /// cudaMemcpy2D: `height` rows of `width` bytes, `dpitch`/`spitch` apart; one record of width x height bytes.
+    Memcpy2D {
+        dst: usize,
+        dpitch: usize,
+        src: usize,
+        spitch: usize,
+        width: usize,
+        height: usize,
         is_async: bool,
     },
     Memset {
@@ -49,10 +60,21 @@ pub(crate) enum Work {
 // SAFETY: raw pointers in Work are addresses of simulated device memory and static kernel names, valid across
 // threads by the CUDA programming model (the app keeps them alive until the stream is synchronised).
 unsafe impl Send for Work {}
+// SAFETY: as above; graph nodes hold Work that is only read (cloned) once captured.
+unsafe impl Sync for Work {}
 
 struct Op {
     work: Work,
     correlation: u32,
+    /// (graph id, node id) for work launched as a node of an instantiated graph.
+    graph: Option<(u32, u64)>,
+}
+
+/// A stream capture in progress (cudaStreamBeginCapture): work is recorded as graph nodes instead of run.
+pub(crate) struct Capture {
+    pub(crate) nodes: Vec<Work>,
+    /// A call that is illegal during capture (e.g. synchronising the stream) happened: the capture fails.
+    pub(crate) invalidated: bool,
 }
 
 pub(crate) struct Stream {
@@ -63,6 +85,7 @@ pub(crate) struct Stream {
     submitted: AtomicU64,
     done: Mutex<u64>,
     cv: Condvar,
+    pub(crate) capture: Mutex<Option<Capture>>,
 }
 
 #[derive(Default)]
@@ -92,6 +115,7 @@ impl Stream {
             submitted: AtomicU64::new(0),
             done: Mutex::new(0),
             cv: Condvar::new(),
+            capture: Mutex::new(None),
         });
         let me = s.clone();
         let spawned = std::thread::Builder::new().name(format!("cudasim-stream-{id}")).spawn(move || {
@@ -106,6 +130,31 @@ impl Stream {
             *s.tx.lock() = None;
         }
         s
+    }
+
+    /// Paces a finished copy like the link it used and emits its record. Between two devices the copy is a
+    /// peer-to-peer one (CUPTI_ACTIVITY_MEMCPY_KIND_PTOP).
+    fn copied(&self, start: u64, correlation: u32, dst: usize, src: usize, bytes: usize, is_async: bool) {
+        let (sk, dk) = (crate::memory::cupti_kind_of(src), crate::memory::cupti_kind_of(dst));
+        crate::memory::pace_like_pcie(start, bytes, sk, dk);
+        let peer = matches!(
+            (crate::memory::lookup(src), crate::memory::lookup(dst)),
+            (Some((crate::memory::Space::Device, a)), Some((crate::memory::Space::Device, b))) if a != b
+        );
+        let copy_kind =
+            if peer { crate::c::CUPTI_ACTIVITY_MEMCPY_KIND_PTOP as u8 } else { crate::memory::copy_kind(sk, dk) };
+        cupti::emit(SimRecord::Memcpy {
+            start,
+            end: now_ns(),
+            device: self.device,
+            stream: self.id,
+            correlation,
+            bytes: bytes as u64,
+            copy_kind,
+            src_kind: sk,
+            dst_kind: dk,
+            is_async,
+        });
     }
 
     fn execute(&self, op: Op) {
@@ -124,6 +173,7 @@ impl Stream {
                     block,
                     dynamic_shared: shared,
                     name,
+                    graph: op.graph.unwrap_or((0, 0)),
                 };
                 let token = cupti::kernel_started(record);
                 // SAFETY: the app launched `f` as a kernel taking `void **args`; each entry points at an 8-byte
@@ -133,23 +183,20 @@ impl Stream {
                 cupti::kernel_finished(token, record.map_times(|t| if t == 0 { end } else { t }));
             }
             Work::Memcpy { dst, src, bytes, is_async } => {
-                let (sk, dk) = (crate::memory::cupti_kind_of(src), crate::memory::cupti_kind_of(dst));
                 // SAFETY: the app passed valid ranges of `bytes` bytes (host memory stands in for device memory).
                 unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
-                crate::memory::pace_like_pcie(start, bytes, sk, dk);
-                cupti::emit(SimRecord::Memcpy {
-                    start,
-                    end: now_ns(),
-                    device: self.device,
-                    stream: self.id,
-                    correlation: op.correlation,
-                    bytes: bytes as u64,
-                    copy_kind: crate::memory::copy_kind(sk, dk),
-                    src_kind: sk,
-                    dst_kind: dk,
-                    is_async,
-                });
+                self.copied(start, op.correlation, dst, src, bytes, is_async);
             }
+            Work::Memcpy2D { dst, dpitch, src, spitch, width, height, is_async } => {
+                for row in 0..height {
+                    // SAFETY: the app passed 2D ranges of `height` rows of `width` bytes at the given pitches.
+                    unsafe {
+                        std::ptr::copy((src + row * spitch) as *const u8, (dst + row * dpitch) as *mut u8, width)
+                    };
+                }
+                self.copied(start, op.correlation, dst, src, width * height, is_async);
+            }
+
             Work::Memset { dst, value, bytes, is_async } => {
                 // SAFETY: the app passed a valid range of `bytes` bytes.
                 unsafe { std::ptr::write_bytes(dst as *mut u8, value, bytes) };
@@ -173,17 +220,41 @@ impl Stream {
         }
     }
 
-    /// Queues `work`; returns its sequence number (1-based), or None if the stream is gone.
+    /// Queues `work`; returns its sequence number (1-based), or None if the stream is gone. While the stream is
+    /// capturing, kernels, copies and memsets become graph nodes instead (sequence 0: nothing to wait for).
     pub(crate) fn enqueue(self: &Arc<Self>, work: Work) -> Option<u64> {
+        if let Some(capture) = self.capture.lock().as_mut() {
+            if matches!(work, Work::Kernel { .. } | Work::Memcpy { .. } | Work::Memcpy2D { .. } | Work::Memset { .. }) {
+                capture.nodes.push(work);
+            }
+            return Some(0);
+        }
         self.order_against_legacy();
-        self.push(work)
+        self.push(work, None)
     }
 
-    fn push(&self, work: Work) -> Option<u64> {
+    /// Queues one node of a graph launch.
+    pub(crate) fn enqueue_node(self: &Arc<Self>, work: Work, graph: (u32, u64)) -> Option<u64> {
+        self.order_against_legacy();
+        self.push(work, Some(graph))
+    }
+
+    fn push(&self, work: Work, graph: Option<(u32, u64)>) -> Option<u64> {
         let tx = self.tx.lock();
         let seq = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
-        tx.as_ref()?.send(Op { work, correlation: current_correlation() }).ok()?;
+        tx.as_ref()?.send(Op { work, correlation: current_correlation(), graph }).ok()?;
         Some(seq)
+    }
+
+    /// True while capturing; marks the capture failed (a call illegal during capture).
+    pub(crate) fn invalidate_capture(&self) -> bool {
+        match self.capture.lock().as_mut() {
+            Some(c) => {
+                c.invalidated = true;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Legacy default-stream semantics: work on the legacy stream waits for all blocking streams of its device,
@@ -196,13 +267,13 @@ impl Stream {
             for s in others {
                 let seq = s.submitted.load(Ordering::Acquire);
                 if *s.done.lock() < seq {
-                    self.push(Work::Wait(s, seq));
+                    self.push(Work::Wait(s, seq), None);
                 }
             }
         } else if self.blocking {
             let seq = legacy.submitted.load(Ordering::Acquire);
             if *legacy.done.lock() < seq {
-                self.push(Work::Wait(legacy.clone(), seq));
+                self.push(Work::Wait(legacy.clone(), seq), None);
             }
         }
     }

@@ -20,13 +20,52 @@
 //! as 8 bytes at launch (the simulator cannot read parameter sizes from a cubin); apps link with `-rdynamic` so
 //! kernel names resolve through `dladdr` when not registered with `__cudaRegisterFunction`.
 
+#[macro_use]
+mod macros {
+    /// Defines an exported runtime function whose arguments are named after the fields of its CUPTI params struct.
+    macro_rules! runtime_fn {
+        ($name:ident($($arg:ident: $ty:ty),* $(,)?) => $cbid:ident, $params:ident $body:block) => {
+            /// # Safety
+            /// Called from C with the arguments of the CUDA runtime function of the same name.
+            #[no_mangle]
+            #[allow(non_snake_case)]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::CudaError {
+                $crate::guard($crate::c::cudaErrorUnknown, || {
+                    if let Err(e) = crate::driver::ensure_init() {
+                        return $crate::runtime::set_error(e);
+                    }
+                    let params = $crate::c::$params { $($arg),* };
+                    let name = const { $crate::runtime::cname(concat!(stringify!($name), "\0")) };
+                    $crate::runtime::set_error($crate::cupti::api_call($crate::c::CUPTI_CB_DOMAIN_RUNTIME_API, $crate::c::$cbid, name, &params, std::ptr::null(), || $body))
+                })
+            }
+        };
+        ($name:ident() => $cbid:ident $body:block) => {
+            /// # Safety
+            /// Called from C, like the CUDA runtime function of the same name.
+            #[no_mangle]
+            pub unsafe extern "C" fn $name() -> $crate::CudaError {
+                $crate::guard($crate::c::cudaErrorUnknown, || {
+                    if let Err(e) = crate::driver::ensure_init() {
+                        return $crate::runtime::set_error(e);
+                    }
+                    let name = const { $crate::runtime::cname(concat!(stringify!($name), "\0")) };
+                    $crate::runtime::set_error($crate::cupti::api_call($crate::c::CUPTI_CB_DOMAIN_RUNTIME_API, $crate::c::$cbid, name, &(), std::ptr::null(), || $body))
+                })
+            }
+        };
+    }
+}
+
 mod cupti;
 mod device;
 mod driver;
+mod graphs;
 mod memory;
 mod records;
 mod release;
 mod runtime;
+mod runtime_extra;
 
 use cupti_sys::cuda13 as c;
 use std::panic::{catch_unwind, AssertUnwindSafe};

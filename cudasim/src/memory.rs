@@ -27,6 +27,8 @@ struct Allocation {
     len: usize,
     space: Space,
     device: u32,
+    /// Host memory the application owns, page-locked by cudaHostRegister: never freed here.
+    registered: bool,
 }
 
 static ALLOCATIONS: Mutex<BTreeMap<usize, Allocation>> = Mutex::new(BTreeMap::new());
@@ -38,15 +40,34 @@ pub(crate) fn alloc(len: usize, space: Space, device: u32) -> Option<*mut u8> {
     if unsafe { libc::posix_memalign(&mut p, 256, len.max(1)) } != 0 {
         return None;
     }
-    ALLOCATIONS.lock().insert(p as usize, Allocation { len, space, device });
+    ALLOCATIONS.lock().insert(p as usize, Allocation { len, space, device, registered: false });
     Some(p as *mut u8)
+}
+
+/// cudaHostRegister: the application's own range counts as pinned host memory from now on.
+pub(crate) fn register(p: usize, len: usize, device: u32) -> bool {
+    let mut map = ALLOCATIONS.lock();
+    if p == 0 || len == 0 || map.contains_key(&p) {
+        return false;
+    }
+    map.insert(p, Allocation { len, space: Space::Pinned, device, registered: true });
+    true
+}
+
+/// cudaHostUnregister: forgets a registered range (the memory stays the application's).
+pub(crate) fn unregister(p: usize) -> bool {
+    let mut map = ALLOCATIONS.lock();
+    if !map.get(&p).is_some_and(|a| a.registered) {
+        return false;
+    }
+    map.remove(&p).is_some()
 }
 
 /// Frees an allocation made by [`alloc`] in one of `spaces`; returns its size, or None if `p` is not one.
 pub(crate) fn free(p: *mut u8, spaces: &[Space]) -> Option<(usize, Space)> {
     let mut map = ALLOCATIONS.lock();
     let a = map.get(&(p as usize))?;
-    if !spaces.contains(&a.space) {
+    if !spaces.contains(&a.space) || a.registered {
         return None;
     }
     let a = map.remove(&(p as usize))?;

@@ -18,6 +18,8 @@ pub(crate) enum SimRecord {
         block: [i32; 3],
         dynamic_shared: i32,
         name: *const c_char,
+        /// (graphId, graphNodeId) of a kernel launched as a graph node; (0, 0) otherwise.
+        graph: (u32, u64),
     },
     Memcpy {
         start: u64,
@@ -97,7 +99,7 @@ pub(crate) fn record_size(kind: c::CUpti_ActivityKind, rel: &Release) -> usize {
 }
 
 macro_rules! fill_kernel {
-    ($ty:ty, $buf:expr, $start:expr, $end:expr, $device:expr, $stream:expr, $corr:expr, $grid:expr, $block:expr, $dyn:expr, $name:expr) => {{
+    ($ty:ty, $buf:expr, $start:expr, $end:expr, $device:expr, $stream:expr, $corr:expr, $grid:expr, $block:expr, $dyn:expr, $name:expr, $graph:expr) => {{
         // SAFETY: all-zero bytes are a valid value of this plain C struct.
         let mut r: $ty = unsafe { std::mem::zeroed() };
         r.kind = c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
@@ -114,6 +116,7 @@ macro_rules! fill_kernel {
         r.registersPerThread = 32;
         r.name = $name;
         r.launchType = 0;
+        (r.graphId, r.graphNodeId) = $graph;
         // SAFETY: the caller checked the record fits at this offset; unaligned writes are fine for memcpy.
         unsafe { ($buf as *mut $ty).write_unaligned(r) };
     }};
@@ -199,10 +202,23 @@ impl SimRecord {
         // SAFETY: guaranteed by the caller.
         let p = unsafe { buf.add(at) };
         match *self {
-            SimRecord::Kernel { start, end, device, stream, correlation, grid, block, dynamic_shared, name } => {
+            SimRecord::Kernel { start, end, device, stream, correlation, grid, block, dynamic_shared, name, graph } => {
                 macro_rules! k {
                     ($t:ty) => {
-                        fill_kernel!($t, p, start, end, device, stream, correlation, grid, block, dynamic_shared, name)
+                        fill_kernel!(
+                            $t,
+                            p,
+                            start,
+                            end,
+                            device,
+                            stream,
+                            correlation,
+                            grid,
+                            block,
+                            dynamic_shared,
+                            name,
+                            graph
+                        )
                     };
                 }
                 match rel.kernel {

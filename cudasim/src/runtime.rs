@@ -25,7 +25,7 @@ pub(crate) fn current_device() -> u32 {
     CURRENT_DEVICE.with(|d| d.get())
 }
 
-fn set_error(e: CudaError) -> CudaError {
+pub(crate) fn set_error(e: CudaError) -> CudaError {
     if e != c::cudaSuccess {
         LAST_ERROR.with(|l| l.set(e));
     }
@@ -33,7 +33,7 @@ fn set_error(e: CudaError) -> CudaError {
 }
 
 /// Writes `v` through an out-parameter; false if it is null.
-fn put<T>(p: *mut T, v: T) -> bool {
+pub(crate) fn put<T>(p: *mut T, v: T) -> bool {
     if p.is_null() {
         return false;
     }
@@ -77,45 +77,11 @@ fn memory_record(release: bool, address: usize, bytes: usize, space: Space, stre
     });
 }
 
-const fn cname(s: &'static str) -> &'static CStr {
+pub(crate) const fn cname(s: &'static str) -> &'static CStr {
     match CStr::from_bytes_with_nul(s.as_bytes()) {
         Ok(c) => c,
         Err(_) => panic!("missing NUL"),
     }
-}
-
-/// Defines an exported runtime function whose arguments are named after the fields of its CUPTI params struct.
-macro_rules! runtime_fn {
-    ($name:ident($($arg:ident: $ty:ty),* $(,)?) => $cbid:ident, $params:ident $body:block) => {
-        /// # Safety
-        /// Called from C with the arguments of the CUDA runtime function of the same name.
-        #[no_mangle]
-        #[allow(non_snake_case)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> CudaError {
-            guard(c::cudaErrorUnknown, || {
-                if let Err(e) = crate::driver::ensure_init() {
-                    return set_error(e);
-                }
-                let params = c::$params { $($arg),* };
-                let name = const { cname(concat!(stringify!($name), "\0")) };
-                set_error(api_call(c::CUPTI_CB_DOMAIN_RUNTIME_API, c::$cbid, name, &params, std::ptr::null(), || $body))
-            })
-        }
-    };
-    ($name:ident() => $cbid:ident $body:block) => {
-        /// # Safety
-        /// Called from C, like the CUDA runtime function of the same name.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name() -> CudaError {
-            guard(c::cudaErrorUnknown, || {
-                if let Err(e) = crate::driver::ensure_init() {
-                    return set_error(e);
-                }
-                let name = const { cname(concat!(stringify!($name), "\0")) };
-                set_error(api_call(c::CUPTI_CB_DOMAIN_RUNTIME_API, c::$cbid, name, &(), std::ptr::null(), || $body))
-            })
-        }
-    };
 }
 
 fn alloc_into(out: *mut *mut c_void, size: usize, space: Space, stream: u32, is_async: bool) -> CudaError {
@@ -299,6 +265,9 @@ runtime_fn!(cudaStreamDestroy(stream: c::cudaStream_t) => CUPTI_RUNTIME_TRACE_CB
 });
 runtime_fn!(cudaStreamSynchronize(stream: c::cudaStream_t) => CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020, cudaStreamSynchronize_v3020_params {
     let Some(s) = device::stream(stream as usize, current_device()) else { return c::cudaErrorInvalidResourceHandle };
+    if s.invalidate_capture() {
+        return c::cudaErrorStreamCaptureUnsupported;
+    }
     let t0 = now_ns();
     s.synchronize();
     device::sync_record(c::CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE, s.id, 0, t0);
@@ -515,21 +484,4 @@ macro_rules! unsupported {
     )*};
 }
 
-unsupported!(
-    cudaGraphLaunch,
-    cudaGraphInstantiate,
-    cudaStreamBeginCapture,
-    cudaStreamEndCapture,
-    cudaMemcpy2D,
-    cudaMemcpy2DAsync,
-    cudaMemcpyPeer,
-    cudaMemcpyPeerAsync,
-    cudaFuncGetAttributes,
-    cudaFuncSetAttribute,
-    cudaLaunchKernelExC,
-    cudaLaunchCooperativeKernel,
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor,
-    cudaDeviceGetAttribute,
-    cudaHostRegister,
-    cudaHostUnregister
-);
+unsupported!(cudaLaunchCooperativeKernel);

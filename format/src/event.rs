@@ -58,6 +58,9 @@ pub enum EventKind {
     Range = 18,
     /// `nvtxNameCategory*` / `nvtxDomainNameCategory*`: `a` = category id, `name` = its name, `c` = domain.
     NvtxCategory = 19,
+    /// The kernel recorded just before it on the same ring ran as a node of a CUDA graph: `a` = CUPTI graphId,
+    /// `b` = graphNodeId, `correlation` = the graph launch's, `start`..`end` = the kernel's.
+    GraphNode = 20,
 }
 
 impl EventKind {
@@ -83,6 +86,7 @@ impl EventKind {
             17 => Device,
             18 => Range,
             19 => NvtxCategory,
+            20 => GraphNode,
             _ => return None,
         })
     }

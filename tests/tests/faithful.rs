@@ -199,3 +199,48 @@ fn a_failed_setup_leaves_cupti_to_other_tools() {
     assert_eq!(r.output.status.code(), Some(0), "the program subscribes after the agent gave up: {}", r.stderr());
     assert!(r.stderr().contains("registering activity buffers failed"), "{}", r.stderr());
 }
+
+#[test]
+fn cuda_graph_kernels_carry_their_graph_and_capture_still_works() {
+    let dir = scratch("graphs");
+    let prog = build_c("graphs", &dir);
+    let r = record(&dir, &[], &prog, &[], &[]);
+    assert_eq!(r.output.status.code(), Some(0), "stream capture works under the agent: {}", r.stderr());
+    let s = stats(&r.trace);
+    for k in ["g_a", "g_b", "g_c"] {
+        assert_eq!(count(&s, "kernels", "name", k), 7, "{k}");
+    }
+    assert_eq!(count(&s, "api", "name", "cudaGraphLaunch"), 5);
+    assert_eq!(count(&s, "api", "name", "cuGraphLaunch"), 2, "direct driver launches are recorded");
+    assert_eq!(count(&s, "api", "name", "cudaStreamBeginCapture"), 1);
+    let graphs = s["graphs"].as_array().unwrap();
+    assert_eq!(graphs.len(), 1, "{graphs:?}");
+    assert_eq!((graphs[0]["launches"].as_u64(), graphs[0]["kernels"].as_u64()), (Some(7), Some(21)));
+    assert_eq!(graphs[0]["nodes"], 3);
+}
+
+#[test]
+fn runtime_calls_pytorch_makes_are_modelled_and_recorded() {
+    let dir = scratch("torch-apis");
+    let prog = build_c("torch_apis", &dir);
+    let r = record(&dir, &[], &prog, &[], &[("CUDASIM_DEVICES", "2")]);
+    assert_eq!(r.output.status.code(), Some(0), "{}", r.stderr());
+    let s = stats(&r.trace);
+    let copies: Vec<(String, String, u64, u64)> = s["memcpy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let field = |k: &str| m[k].as_str().unwrap_or("").to_string();
+            (field("kind"), field("host_memory"), m["count"].as_u64().unwrap(), m["bytes"].as_u64().unwrap())
+        })
+        .collect();
+    let has = |kind: &str, host: &str, n: u64, bytes: u64| copies.contains(&(kind.into(), host.into(), n, bytes));
+    assert!(has("HtoD", "pinned", 1, 1 << 20), "cudaHostRegister'ed memory is pinned: {copies:?}");
+    assert!(copies.iter().any(|c| c.0 == "HtoD" && c.3 == 1024 && c.2 == 1), "one 2D copy record: {copies:?}");
+    assert!(copies.iter().any(|c| c.0 == "PtoP" && c.3 == 64 << 10), "a peer copy: {copies:?}");
+    assert_eq!(count(&s, "kernels", "name", "ex_kernel"), 1);
+    for api in ["cudaLaunchKernelExC", "cudaMemcpy2D", "cudaMemcpyPeer", "cudaHostRegister", "cudaFuncGetAttributes"] {
+        assert_eq!(count(&s, "api", "name", api), 1, "{api}");
+    }
+}

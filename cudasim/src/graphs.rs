@@ -1,0 +1,143 @@
+//! CUDA Graphs as the simulator models them (cuda_runtime_api.h, "Graph Management" and "Stream Management"):
+//! `cudaStreamBeginCapture` turns the stream's kernels, copies and memsets into graph nodes instead of running
+//! them; `cudaStreamEndCapture` returns the graph; `cudaGraphInstantiate` makes an executable graph; each
+//! `cudaGraphLaunch` / `cuGraphLaunch` queues its nodes on a stream. Kernel records of graph nodes carry the
+//! graph's id and a node id (`graphId`, `graphNodeId` of CUpti_ActivityKernel*) and the correlation id of the
+//! launch call, as CUPTI reports them. Synchronising a capturing stream is illegal: it returns
+//! `cudaErrorStreamCaptureUnsupported` and the capture fails at its end with `cudaErrorStreamCaptureInvalidated`.
+//! Nodes run in capture order (the simulator keeps no dependency edges besides stream order).
+
+use crate::device::{self, Capture, Work};
+use crate::runtime::{current_device, put};
+use crate::{c, CudaError};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+struct Graph {
+    id: u32,
+    /// (node id, work)
+    nodes: Vec<(u64, Work)>,
+}
+
+static NEXT_GRAPH: AtomicU32 = AtomicU32::new(1);
+static NEXT_NODE: AtomicU64 = AtomicU64::new(1);
+/// Graphs and executable graphs by handle (the address of their Arc).
+static GRAPHS: Mutex<Option<HashMap<usize, Arc<Graph>>>> = Mutex::new(None);
+static EXECS: Mutex<Option<HashMap<usize, Arc<Graph>>>> = Mutex::new(None);
+
+fn insert(table: &Mutex<Option<HashMap<usize, Arc<Graph>>>>, g: Arc<Graph>) -> usize {
+    let handle = Arc::as_ptr(&g) as usize;
+    table.lock().get_or_insert_with(HashMap::new).insert(handle, g);
+    handle
+}
+
+fn get(table: &Mutex<Option<HashMap<usize, Arc<Graph>>>>, handle: usize) -> Option<Arc<Graph>> {
+    table.lock().as_ref()?.get(&handle).cloned()
+}
+
+fn remove(table: &Mutex<Option<HashMap<usize, Arc<Graph>>>>, handle: usize) -> bool {
+    table.lock().as_mut().and_then(|t| t.remove(&handle)).is_some()
+}
+
+/// Queues an executable graph's nodes on `stream`.
+fn launch(exec: usize, stream: usize) -> CudaError {
+    let Some(g) = get(&EXECS, exec) else { return c::cudaErrorInvalidResourceHandle };
+    let Some(s) = device::stream(stream, current_device()) else { return c::cudaErrorInvalidResourceHandle };
+    if s.capture.lock().is_some() {
+        return c::cudaErrorStreamCaptureUnsupported; // (child-graph capture is not modelled)
+    }
+    for (node, work) in &g.nodes {
+        if s.enqueue_node(work.clone(), (g.id, *node)).is_none() {
+            return c::cudaErrorUnknown;
+        }
+    }
+    c::cudaSuccess
+}
+
+runtime_fn!(cudaStreamBeginCapture(stream: c::cudaStream_t, mode: c::cudaStreamCaptureMode) => CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_v10000, cudaStreamBeginCapture_v10000_params {
+    let _ = mode;
+    // The legacy default stream cannot be captured (cudaErrorStreamCaptureUnsupported).
+    if (stream as usize) <= 2 {
+        return c::cudaErrorStreamCaptureUnsupported;
+    }
+    let Some(s) = device::stream(stream as usize, current_device()) else { return c::cudaErrorInvalidResourceHandle };
+    let mut capture = s.capture.lock();
+    if capture.is_some() {
+        return c::cudaErrorIllegalState;
+    }
+    *capture = Some(Capture { nodes: Vec::new(), invalidated: false });
+    c::cudaSuccess
+});
+
+runtime_fn!(cudaStreamEndCapture(stream: c::cudaStream_t, pGraph: *mut c::cudaGraph_t) => CUPTI_RUNTIME_TRACE_CBID_cudaStreamEndCapture_v10000, cudaStreamEndCapture_v10000_params {
+    let Some(s) = device::stream(stream as usize, current_device()) else { return c::cudaErrorInvalidResourceHandle };
+    let Some(capture) = s.capture.lock().take() else { return c::cudaErrorIllegalState };
+    if capture.invalidated {
+        return c::cudaErrorStreamCaptureInvalidated;
+    }
+    let nodes = capture.nodes.into_iter().map(|w| (NEXT_NODE.fetch_add(1, Ordering::Relaxed), w)).collect();
+    let g = Arc::new(Graph { id: NEXT_GRAPH.fetch_add(1, Ordering::Relaxed), nodes });
+    if put(pGraph, insert(&GRAPHS, g) as c::cudaGraph_t) { c::cudaSuccess } else { c::cudaErrorInvalidValue }
+});
+
+runtime_fn!(cudaStreamIsCapturing(stream: c::cudaStream_t, pCaptureStatus: *mut c::cudaStreamCaptureStatus) => CUPTI_RUNTIME_TRACE_CBID_cudaStreamIsCapturing_v10000, cudaStreamIsCapturing_v10000_params {
+    let Some(s) = device::stream(stream as usize, current_device()) else { return c::cudaErrorInvalidResourceHandle };
+    let status = match s.capture.lock().as_ref() {
+        None => c::cudaStreamCaptureStatusNone,
+        Some(c) if c.invalidated => c::cudaStreamCaptureStatusInvalidated,
+        Some(_) => c::cudaStreamCaptureStatusActive,
+    };
+    if put(pCaptureStatus, status) { c::cudaSuccess } else { c::cudaErrorInvalidValue }
+});
+
+runtime_fn!(cudaGraphInstantiate(pGraphExec: *mut c::cudaGraphExec_t, graph: c::cudaGraph_t, flags: std::ffi::c_ulonglong) => CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v12000, cudaGraphInstantiate_v12000_params {
+    let _ = flags;
+    let Some(g) = get(&GRAPHS, graph as usize) else { return c::cudaErrorInvalidValue };
+    // An executable graph is a snapshot: later changes to the graph do not reach it.
+    let exec = Arc::new(Graph { id: g.id, nodes: g.nodes.clone() });
+    if put(pGraphExec, insert(&EXECS, exec) as c::cudaGraphExec_t) { c::cudaSuccess } else { c::cudaErrorInvalidValue }
+});
+
+runtime_fn!(cudaGraphLaunch(graphExec: c::cudaGraphExec_t, stream: c::cudaStream_t) => CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, cudaGraphLaunch_v10000_params {
+    // The real runtime launches through the driver; CUPTI reports the nested cuGraphLaunch.
+    cu_graph_launch(graphExec as usize, stream as usize)
+});
+
+runtime_fn!(cudaGraphExecDestroy(graphExec: c::cudaGraphExec_t) => CUPTI_RUNTIME_TRACE_CBID_cudaGraphExecDestroy_v10000, cudaGraphExecDestroy_v10000_params {
+    if remove(&EXECS, graphExec as usize) { c::cudaSuccess } else { c::cudaErrorInvalidValue }
+});
+
+runtime_fn!(cudaGraphDestroy(graph: c::cudaGraph_t) => CUPTI_RUNTIME_TRACE_CBID_cudaGraphDestroy_v10000, cudaGraphDestroy_v10000_params {
+    if remove(&GRAPHS, graph as usize) { c::cudaSuccess } else { c::cudaErrorInvalidValue }
+});
+
+/// `cuGraphLaunch` with its driver callbacks.
+fn cu_graph_launch(exec: usize, stream: usize) -> CudaError {
+    let params = c::cuGraphLaunch_params { hGraph: exec as c::CUgraphExec, hStream: stream as c::CUstream };
+    crate::cupti::api_call(
+        c::CUPTI_CB_DOMAIN_DRIVER_API,
+        c::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+        c"cuGraphLaunch",
+        &params,
+        std::ptr::null(),
+        || launch(exec, stream),
+    )
+}
+
+/// # Safety
+/// Called from C like `cuGraphLaunch`.
+#[no_mangle]
+pub unsafe extern "C" fn cuGraphLaunch(h_graph: c::CUgraphExec, h_stream: c::CUstream) -> c::CUresult {
+    crate::guard(c::CUDA_ERROR_UNKNOWN, || {
+        if crate::driver::ensure_init().is_err() {
+            return c::CUDA_ERROR_NOT_INITIALIZED;
+        }
+        match cu_graph_launch(h_graph as usize, h_stream as usize) {
+            c::cudaSuccess => c::CUDA_SUCCESS,
+            c::cudaErrorInvalidResourceHandle => c::CUDA_ERROR_INVALID_HANDLE,
+            _ => c::CUDA_ERROR_INVALID_VALUE,
+        }
+    })
+}
