@@ -18,17 +18,11 @@ runtime_fn!(cudaHostUnregister(ptr: *mut c_void) => CUPTI_RUNTIME_TRACE_CBID_cud
     if memory::unregister(ptr as usize) { c::cudaSuccess } else { c::cudaErrorHostMemoryNotRegistered }
 });
 
-/// Queues a 2D copy; blocks like a 1D copy of the same memory would.
-fn copy_2d(
-    dst: usize,
-    dpitch: usize,
-    src: usize,
-    spitch: usize,
-    width: usize,
-    height: usize,
-    stream: usize,
-    is_async: bool,
-) -> CudaError {
+/// Queues a 2D copy (`Work::Memcpy2D`); blocks like a 1D copy of the same memory would.
+fn copy_2d(work: Work, stream: usize) -> CudaError {
+    let Work::Memcpy2D { dst, dpitch, src, spitch, width, height, is_async } = work else {
+        return c::cudaErrorInvalidValue;
+    };
     if width > dpitch || width > spitch {
         return c::cudaErrorInvalidPitchValue;
     }
@@ -37,7 +31,7 @@ fn copy_2d(
     }
     let Some(s) = device::stream(stream, current_device()) else { return c::cudaErrorInvalidResourceHandle };
     let pageable = memory::lookup(dst).is_none() || memory::lookup(src).is_none();
-    let Some(seq) = s.enqueue(Work::Memcpy2D { dst, dpitch, src, spitch, width, height, is_async }) else {
+    let Some(seq) = s.enqueue(work) else {
         return c::cudaErrorUnknown;
     };
     if !is_async || pageable {
@@ -48,12 +42,14 @@ fn copy_2d(
 
 runtime_fn!(cudaMemcpy2D(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c::cudaMemcpyKind) => CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_v3020, cudaMemcpy2D_v3020_params {
     let _ = kind;
-    copy_2d(dst as usize, dpitch, src as usize, spitch, width, height, 0, false)
+    let (dst, src) = (dst as usize, src as usize);
+    copy_2d(Work::Memcpy2D { dst, dpitch, src, spitch, width, height, is_async: false }, 0)
 });
 
 runtime_fn!(cudaMemcpy2DAsync(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c::cudaMemcpyKind, stream: c::cudaStream_t) => CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2DAsync_v3020, cudaMemcpy2DAsync_v3020_params {
     let _ = kind;
-    copy_2d(dst as usize, dpitch, src as usize, spitch, width, height, stream as usize, true)
+    let (dst, src) = (dst as usize, src as usize);
+    copy_2d(Work::Memcpy2D { dst, dpitch, src, spitch, width, height, is_async: true }, stream as usize)
 });
 
 fn copy_peer(
