@@ -1,0 +1,96 @@
+"""PyTorch training loops with one planted bottleneck each, for scripts/gpu-validate on a real GPU.
+
+`python planted_torch.py VARIANT STEPS [--timing OUT.json]` runs the loop; each step is an NVTX range "step#N"
+(what `cuflight report` finds steps by). The variant and the finding `cuflight report` should put first:
+
+  clean      bf16 autocast MLP, data already on the GPU           -> no finding above a few percent
+  dataload   DataLoader(num_workers=0) over a dataset that sleeps  -> data_loading
+  item       loss.item() every step after host work                -> sync_stall
+  pageable   a pageable 64 MiB host->device copy every step        -> pageable_memcpy
+  tiny       2000 tiny elementwise ops per step                    -> launch_bound
+  fp32       fp32 matmuls with TF32 off                            -> fp32_gemm
+  leak       a list that keeps 16 MiB per step alive               -> memory_growth
+
+`--timing` writes the mean step time (after warm-up) so the same script measures profiler overhead;
+`--torchprof` runs the measured steps under torch.profiler (CUDA activities), for the comparison.
+"""
+import json
+import sys
+import time
+
+import torch
+
+
+class SlowDataset(torch.utils.data.Dataset):
+    def __len__(self):
+        return 1 << 20
+
+    def __getitem__(self, i):
+        time.sleep(0.0002)  # 200 us of "decoding" per sample, 64 samples a batch: ~13 ms per step
+        return torch.randn(1024), int(i % 10)
+
+
+def main():
+    variant, steps = sys.argv[1], int(sys.argv[2])
+    timing = sys.argv[sys.argv.index("--timing") + 1] if "--timing" in sys.argv else None
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = torch.nn.Sequential(
+        torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 10)
+    ).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(512, 1024, device="cuda")
+    y = torch.randint(0, 10, (512,), device="cuda")
+    loader = iter(torch.utils.data.DataLoader(SlowDataset(), batch_size=64, num_workers=0))
+    pageable = torch.randn(16 << 20)  # 64 MiB, not pinned
+    kept = []
+
+    def step(i):
+        nonlocal x, y
+        if variant == "dataload":
+            xb, yb = next(loader)
+            x, y = xb.cuda(non_blocking=True), yb.cuda(non_blocking=True)
+        if variant == "pageable":
+            pageable.cuda()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=variant != "fp32"):
+            out = model(x)
+            loss = torch.nn.functional.cross_entropy(out.float(), y)
+        if variant == "tiny":
+            t = torch.zeros(16, device="cuda")
+            for _ in range(2000):
+                t = t + 1
+        loss.backward()
+        opt.step()
+        if variant == "leak":
+            kept.append(torch.empty(4 << 20, device="cuda"))
+        if variant == "item":
+            time.sleep(0.003)
+            loss.item()
+
+    for i in range(3):
+        step(i)
+    torch.cuda.synchronize()
+    prof = None
+    if "--torchprof" in sys.argv:
+        from torch.profiler import ProfilerActivity, profile
+
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        prof.__enter__()
+    t0 = time.perf_counter()
+    for i in range(steps):
+        torch.cuda.nvtx.range_push(f"step#{i}")
+        step(i)
+        torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    if prof is not None:
+        prof.__exit__(None, None, None)
+    if timing:
+        with open(timing, "w") as f:
+            json.dump({"variant": variant, "steps": steps, "step_ms": (t1 - t0) * 1e3 / steps}, f)
+
+
+if __name__ == "__main__":
+    main()
