@@ -44,17 +44,30 @@ fn wstr_id(p: *const WChar) -> u32 {
     state::intern(s.as_bytes())
 }
 
-/// (message id, category | color << 32) of an attributes struct.
-fn attr(a: *const c::nvtxEventAttributes_t) -> (u32, u64) {
+/// What an attributes struct says besides the message: category | color << 32, and the payload (type, bits).
+#[derive(Clone, Copy, Default)]
+struct Extra {
+    category_color: u64,
+    payload: (u8, u64),
+}
+
+/// (message id, the rest) of an attributes struct.
+fn attr(a: *const c::nvtxEventAttributes_t) -> (u32, Extra) {
     if a.is_null() {
-        return (0, 0);
+        return (0, Extra::default());
     }
     // SAFETY: NVTX passes a valid attributes struct; we only read it if its declared size covers the fields.
     let a = unsafe { &*a };
     if a.size < ATTR_MIN_SIZE {
-        return (0, 0);
+        return (0, Extra::default());
     }
-    let extra = a.category as u64 | (a.color as u64) << 32;
+    // Payload types 1..=6 (nvToolsExt.h: NVTX_PAYLOAD_TYPE_UNSIGNED_INT64 .. _FLOAT); the union's 8 bytes hold it.
+    let payload = match a.payloadType {
+        // SAFETY: every member of the 8-byte payload union is plain data; ullValue reads all its bits.
+        t @ 1..=6 => (t as u8, unsafe { a.payload.ullValue }),
+        _ => (0, 0),
+    };
+    let extra = Extra { category_color: a.category as u64 | (a.color as u64) << 32, payload };
     // SAFETY: the union member read matches messageType, as NVTX requires of callers.
     let id = unsafe {
         match a.messageType as u32 {
@@ -67,22 +80,27 @@ fn attr(a: *const c::nvtxEventAttributes_t) -> (u32, u64) {
     (id, extra)
 }
 
-fn event(kind: EventKind, domain: u32, name: u32, extra: u64, a: u64) {
+fn no_extra() -> Extra {
+    Extra::default()
+}
+
+fn event(kind: EventKind, domain: u32, name: u32, extra: Extra, a: u64) {
     emit::push(RawEvent { a, ..nvtx_event(kind, domain, name, extra) });
 }
 
-fn nvtx_event(kind: EventKind, domain: u32, name: u32, extra: u64) -> RawEvent {
+fn nvtx_event(kind: EventKind, domain: u32, name: u32, extra: Extra) -> RawEvent {
     let now = clock::monotonic_ns();
     let mut ev = RawEvent::new(kind, 0, now, now);
     ev.name = name;
     ev.c = domain as u64;
-    ev.b = extra;
+    ev.b = extra.category_color;
+    (ev.sub, ev.device, ev.stream) = (extra.payload.0, extra.payload.1 as u32, (extra.payload.1 >> 32) as u32);
     ev
 }
 
 /// Push and pop touch the thread state once: the depth NVTX returns (per domain, as NVTX keeps one stack per
 /// domain) and the ring.
-fn push_range(domain: u32, name: u32, extra: u64) -> c_int {
+fn push_range(domain: u32, name: u32, extra: Extra) -> c_int {
     let ev = nvtx_event(EventKind::NvtxPush, domain, name, extra);
     emit::with_thread(|t| {
         t.push(ev);
@@ -97,7 +115,7 @@ fn push_range(domain: u32, name: u32, extra: u64) -> c_int {
 }
 
 fn pop_range(domain: u32) -> c_int {
-    let ev = nvtx_event(EventKind::NvtxPop, domain, 0, 0);
+    let ev = nvtx_event(EventKind::NvtxPop, domain, 0, no_extra());
     emit::with_thread(|t| {
         t.push(ev);
         let depth = t.nvtx_depth_of(domain);
@@ -114,7 +132,7 @@ fn pop_range(domain: u32) -> c_int {
     })
 }
 
-fn start_range(domain: u32, name: u32, extra: u64) -> u64 {
+fn start_range(domain: u32, name: u32, extra: Extra) -> u64 {
     let id = NEXT_RANGE.fetch_add(1, Ordering::Relaxed);
     event(EventKind::NvtxStart, domain, name, extra, id);
     id
@@ -131,7 +149,7 @@ unsafe extern "C" fn mark_ex(a: *const c::nvtxEventAttributes_t) {
     })
 }
 unsafe extern "C" fn mark_a(m: *const c_char) {
-    guard((), || event(EventKind::NvtxMark, 0, cstr_id(m), 0, 0))
+    guard((), || event(EventKind::NvtxMark, 0, cstr_id(m), no_extra(), 0))
 }
 unsafe extern "C" fn range_start_ex(a: *const c::nvtxEventAttributes_t) -> u64 {
     guard(0, || {
@@ -140,10 +158,10 @@ unsafe extern "C" fn range_start_ex(a: *const c::nvtxEventAttributes_t) -> u64 {
     })
 }
 unsafe extern "C" fn range_start_a(m: *const c_char) -> u64 {
-    guard(0, || start_range(0, cstr_id(m), 0))
+    guard(0, || start_range(0, cstr_id(m), no_extra()))
 }
 unsafe extern "C" fn range_end(id: u64) {
-    guard((), || event(EventKind::NvtxEnd, 0, 0, 0, id))
+    guard((), || event(EventKind::NvtxEnd, 0, 0, no_extra(), id))
 }
 unsafe extern "C" fn range_push_ex(a: *const c::nvtxEventAttributes_t) -> c_int {
     guard(-1, || {
@@ -152,13 +170,13 @@ unsafe extern "C" fn range_push_ex(a: *const c::nvtxEventAttributes_t) -> c_int 
     })
 }
 unsafe extern "C" fn range_push_a(m: *const c_char) -> c_int {
-    guard(-1, || push_range(0, cstr_id(m), 0))
+    guard(-1, || push_range(0, cstr_id(m), no_extra()))
 }
 unsafe extern "C" fn range_pop() -> c_int {
     guard(-1, || pop_range(0))
 }
 unsafe extern "C" fn name_os_thread_a(tid: u32, name: *const c_char) {
-    guard((), || event(EventKind::ThreadName, 0, cstr_id(name), 0, tid as u64))
+    guard((), || event(EventKind::ThreadName, 0, cstr_id(name), no_extra(), tid as u64))
 }
 unsafe extern "C" fn domain_mark_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) {
     guard((), || {
@@ -173,7 +191,7 @@ unsafe extern "C" fn domain_range_start_ex(d: c::nvtxDomainHandle_t, a: *const c
     })
 }
 unsafe extern "C" fn domain_range_end(d: c::nvtxDomainHandle_t, id: u64) {
-    guard((), || event(EventKind::NvtxEnd, domain_id(d), 0, 0, id))
+    guard((), || event(EventKind::NvtxEnd, domain_id(d), 0, no_extra(), id))
 }
 unsafe extern "C" fn domain_range_push_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) -> c_int {
     guard(-1, || {
@@ -185,28 +203,28 @@ unsafe extern "C" fn domain_range_pop(d: c::nvtxDomainHandle_t) -> c_int {
     guard(-1, || pop_range(domain_id(d)))
 }
 unsafe extern "C" fn mark_w(m: *const WChar) {
-    guard((), || event(EventKind::NvtxMark, 0, wstr_id(m), 0, 0))
+    guard((), || event(EventKind::NvtxMark, 0, wstr_id(m), no_extra(), 0))
 }
 unsafe extern "C" fn range_start_w(m: *const WChar) -> u64 {
-    guard(0, || start_range(0, wstr_id(m), 0))
+    guard(0, || start_range(0, wstr_id(m), no_extra()))
 }
 unsafe extern "C" fn range_push_w(m: *const WChar) -> c_int {
-    guard(-1, || push_range(0, wstr_id(m), 0))
+    guard(-1, || push_range(0, wstr_id(m), no_extra()))
 }
 unsafe extern "C" fn name_os_thread_w(tid: u32, name: *const WChar) {
-    guard((), || event(EventKind::ThreadName, 0, wstr_id(name), 0, tid as u64))
+    guard((), || event(EventKind::ThreadName, 0, wstr_id(name), no_extra(), tid as u64))
 }
 unsafe extern "C" fn name_category_a(category: u32, name: *const c_char) {
-    guard((), || event(EventKind::NvtxCategory, 0, cstr_id(name), 0, category as u64))
+    guard((), || event(EventKind::NvtxCategory, 0, cstr_id(name), no_extra(), category as u64))
 }
 unsafe extern "C" fn name_category_w(category: u32, name: *const WChar) {
-    guard((), || event(EventKind::NvtxCategory, 0, wstr_id(name), 0, category as u64))
+    guard((), || event(EventKind::NvtxCategory, 0, wstr_id(name), no_extra(), category as u64))
 }
 unsafe extern "C" fn domain_name_category_a(d: c::nvtxDomainHandle_t, category: u32, name: *const c_char) {
-    guard((), || event(EventKind::NvtxCategory, domain_id(d), cstr_id(name), 0, category as u64))
+    guard((), || event(EventKind::NvtxCategory, domain_id(d), cstr_id(name), no_extra(), category as u64))
 }
 unsafe extern "C" fn domain_name_category_w(d: c::nvtxDomainHandle_t, category: u32, name: *const WChar) {
-    guard((), || event(EventKind::NvtxCategory, domain_id(d), wstr_id(name), 0, category as u64))
+    guard((), || event(EventKind::NvtxCategory, domain_id(d), wstr_id(name), no_extra(), category as u64))
 }
 unsafe extern "C" fn domain_register_string_w(_d: c::nvtxDomainHandle_t, s: *const WChar) -> c::nvtxStringHandle_t {
     guard(std::ptr::null_mut(), || wstr_id(s) as usize as c::nvtxStringHandle_t)

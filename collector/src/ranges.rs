@@ -7,7 +7,7 @@ use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::FxHashMap;
 
 /// A range whose start and end are both known.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Range {
     pub start: u64,
     pub end: u64,
@@ -19,12 +19,49 @@ pub struct Range {
     pub tid: u32,
     /// From a start/end pair (may overlap others), not a push/pop (nests on its thread).
     pub async_range: bool,
+    /// The NVTX payload its opening event carried.
+    pub payload: Option<Payload>,
 }
+
+/// An NVTX payload (nvtxEventAttributes_t::payload), by its declared type.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Payload {
+    Unsigned(u64),
+    Signed(i64),
+    Float(f64),
+}
+
+impl Payload {
+    /// The payload of an NVTX push, start or mark event (see `EventKind::NvtxPush`).
+    pub fn of(e: &RawEvent) -> Option<Payload> {
+        let bits = e.device as u64 | (e.stream as u64) << 32;
+        Some(match e.sub {
+            1 => Payload::Unsigned(bits),
+            2 => Payload::Signed(bits as i64),
+            3 => Payload::Float(f64::from_bits(bits)),
+            4 => Payload::Unsigned(bits as u32 as u64),
+            5 => Payload::Signed(bits as u32 as i32 as i64),
+            6 => Payload::Float(f32::from_bits(bits as u32) as f64),
+            _ => return None,
+        })
+    }
+
+    pub fn to_json(self) -> serde_json::Value {
+        match self {
+            Payload::Unsigned(v) => v.into(),
+            Payload::Signed(v) => v.into(),
+            Payload::Float(v) => v.into(),
+        }
+    }
+}
+
+type Opened = (u64, u32, Option<Payload>);
 
 #[derive(Default)]
 pub struct Pairer {
-    stacks: FxHashMap<(u32, u64), Vec<(u64, u32)>>,
-    open: FxHashMap<u64, (u64, u32, u64, u32)>,
+    /// Per (thread, domain): the open pushes, (start, name, payload).
+    stacks: FxHashMap<(u32, u64), Vec<Opened>>,
+    open: FxHashMap<u64, (u64, u32, u64, u32, Option<Payload>)>,
     early_ends: FxHashMap<u64, u64>,
 }
 
@@ -33,12 +70,12 @@ impl Pairer {
     pub fn feed(&mut self, e: &RawEvent) -> Option<Range> {
         match e.kind()? {
             EventKind::NvtxPush => {
-                self.stacks.entry((e.tid, e.c)).or_default().push((e.start, e.name));
+                self.stacks.entry((e.tid, e.c)).or_default().push((e.start, e.name, Payload::of(e)));
                 None
             }
             EventKind::NvtxPop => {
-                let (start, name) = self.stacks.get_mut(&(e.tid, e.c))?.pop()?;
-                Some(Range { start, end: e.start, name, domain: e.c, tid: e.tid, async_range: false })
+                let (start, name, payload) = self.stacks.get_mut(&(e.tid, e.c))?.pop()?;
+                Some(Range { start, end: e.start, name, domain: e.c, tid: e.tid, async_range: false, payload })
             }
             EventKind::NvtxStart => match self.early_ends.remove(&e.a) {
                 Some(end) => Some(Range {
@@ -48,15 +85,16 @@ impl Pairer {
                     domain: e.c,
                     tid: e.tid,
                     async_range: true,
+                    payload: Payload::of(e),
                 }),
                 None => {
-                    self.open.insert(e.a, (e.start, e.name, e.c, e.tid));
+                    self.open.insert(e.a, (e.start, e.name, e.c, e.tid, Payload::of(e)));
                     None
                 }
             },
             EventKind::NvtxEnd => match self.open.remove(&e.a) {
-                Some((start, name, domain, tid)) => {
-                    Some(Range { start, end: e.start.max(start), name, domain, tid, async_range: true })
+                Some((start, name, domain, tid, payload)) => {
+                    Some(Range { start, end: e.start.max(start), name, domain, tid, async_range: true, payload })
                 }
                 None => {
                     self.early_ends.insert(e.a, e.start);
@@ -69,8 +107,8 @@ impl Pairer {
 
     /// Ranges opened and never closed (push without pop, start without end): (name, start).
     pub fn unclosed(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
-        let pushed = self.stacks.values().flatten().map(|&(start, name)| (name, start));
-        pushed.chain(self.open.values().map(|&(start, name, _, _)| (name, start)))
+        let pushed = self.stacks.values().flatten().map(|&(start, name, _)| (name, start));
+        pushed.chain(self.open.values().map(|&(start, name, _, _, _)| (name, start)))
     }
 }
 

@@ -31,7 +31,9 @@ pub enum EventKind {
     /// A CUPTI synchronization activity: `sub` = CUPTI synchronization type (1 event sync, 2 stream wait
     /// event, 3 stream sync, 4 context/device sync), `stream`, `a` = CUDA event handle, `start`..`end`.
     Sync = 7,
-    /// `nvtxRangePush*` at `start`: `name` = message, `c` = domain (string id, 0 = default domain).
+    /// `nvtxRangePush*` at `start`: `name` = message, `c` = domain (string id, 0 = default domain). Push, start
+    /// and mark events carry the NVTX payload, if any: `sub` = NVTX payload type (1 u64, 2 i64, 3 double, 4 u32,
+    /// 5 i32, 6 float; 0 none), `device` | `stream` << 32 = its 64 bits.
     NvtxPush = 8,
     /// `nvtxRangePop` at `start`: `c` = domain.
     NvtxPop = 9,

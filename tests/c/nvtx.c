@@ -5,7 +5,8 @@
  *   domain "io": "read" x5 (registered string, push/pop), mark "eof" x1;
  *   wide strings: "wide" x1 (push/pop), mark "wide-mark" x1, domain "io" "wide-read" x1 (nvtxDomainRangePushEx
  *   with a unicode message); categories: 7 "data" (default domain), 3 "disk" (domain "io");
- *   depths are kept per domain: a push in "io" inside a default-domain range returns 0 (exit 3 otherwise). */
+ *   depths are kept per domain: a push in "io" inside a default-domain range returns 0 (exit 3 otherwise);
+ *   payloads: range "batch" x1 with int64 payload 42, mark "loss" x1 with double payload 2.5. */
 #define _GNU_SOURCE
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
@@ -85,6 +86,20 @@ int main(void) {
         fprintf(stderr, "io depth %d inside a default-domain range: depths must be per domain\n", depth);
         return 3;
     }
+    nvtxEventAttributes_t batch = {0};
+    batch.version = NVTX_VERSION;
+    batch.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    batch.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    batch.message.ascii = "batch";
+    batch.payloadType = NVTX_PAYLOAD_TYPE_INT64;
+    batch.payload.llValue = 42;
+    nvtxRangePushEx(&batch);
+    nvtxRangePop();
+    nvtxEventAttributes_t loss = batch;
+    loss.message.ascii = "loss";
+    loss.payloadType = NVTX_PAYLOAD_TYPE_DOUBLE;
+    loss.payload.dValue = 2.5;
+    nvtxMarkEx(&loss);
     printf("nvtx: ok\n");
     return 0;
 }

@@ -36,7 +36,25 @@ fn ranges_marks_and_domains_across_threads() {
     assert_eq!(nvtx_row(&s, "default", "wide", "range")["count"], 1);
     assert_eq!(nvtx_row(&s, "default", "wide-mark", "mark")["count"], 1);
     assert_eq!(nvtx_row(&s, "io", "wide-read", "range")["count"], 1);
-    assert_eq!(s["nvtx"].as_array().unwrap().len(), 10);
+    assert_eq!(s["nvtx"].as_array().unwrap().len(), 12);
+    // Payloads travel into the Kineto JSON export.
+    let json = dir.join("nvtx.json");
+    let (ok, err) = cuflight(&[
+        "export".as_ref(),
+        r.trace.as_os_str(),
+        "--format".as_ref(),
+        "chrome".as_ref(),
+        "-o".as_ref(),
+        json.as_os_str(),
+    ]);
+    assert!(ok, "{err}");
+    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let payload = |name: &str| {
+        let e = v["traceEvents"].as_array().unwrap().iter().find(|e| e["name"] == name).expect(name);
+        e["args"]["payload"].clone()
+    };
+    assert_eq!(payload("batch"), 42);
+    assert_eq!(payload("loss"), 2.5);
     let categories: Vec<(String, u64, String)> = s["nvtx_categories"]
         .as_array()
         .unwrap()

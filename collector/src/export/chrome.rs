@@ -118,7 +118,10 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
     let pid = pid as u64;
     for e in &p.events {
         if let Some(r) = pairer.feed(e) {
-            let args = json!({"domain": nvtx_domain(p, r.domain)});
+            let mut args = json!({"domain": nvtx_domain(p, r.domain)});
+            if let Some(payload) = r.payload {
+                args["payload"] = payload.to_json(); // cuflight's addition: the NVTX payload
+            }
             out.complete("user_annotation", p.string(r.name), pid, r.tid as u64, r.start, r.end, args)?;
             continue;
         }
@@ -205,7 +208,10 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
                     json!(name),
                     e.tid,
                     us(e.start),
-                    json!({"domain": nvtx_domain(p, e.c)})
+                    match crate::ranges::Payload::of(e) {
+                        Some(v) => json!({"domain": nvtx_domain(p, e.c), "payload": v.to_json()}),
+                        None => json!({"domain": nvtx_domain(p, e.c)}),
+                    }
                 );
                 out.raw(&i)?;
             }
