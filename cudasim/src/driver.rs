@@ -149,18 +149,36 @@ pub(crate) fn launch(
                 return c::cudaErrorInvalidResourceHandle;
             };
             let mut values = Vec::new();
-            for i in 0..64 {
-                if args.is_null() {
-                    break;
+            if let Some(sizes) = crate::runtime::kernel_params(f) {
+                // A kernel with registered parameters: exactly that many, each of its own size (zero-extended).
+                for (i, &size) in sizes.iter().enumerate() {
+                    if args.is_null() {
+                        return c::cudaErrorInvalidValue;
+                    }
+                    // SAFETY: `args` holds one pointer per registered parameter, as kernelParams does for cuLaunchKernel.
+                    let p = unsafe { *args.add(i) } as *const u8;
+                    if p.is_null() {
+                        return c::cudaErrorInvalidValue;
+                    }
+                    let mut bytes = [0u8; 8];
+                    // SAFETY: each pointer refers to a parameter of `size` bytes (1..=8).
+                    unsafe { std::ptr::copy_nonoverlapping(p, bytes.as_mut_ptr(), size) };
+                    values.push(u64::from_le_bytes(bytes));
                 }
-                // SAFETY: the simulator's launch convention: `args` is a NULL-terminated array of pointers to 8-byte
-                // arguments (see the crate docs).
-                let p = unsafe { *args.add(i) };
-                if p.is_null() {
-                    break;
+            } else {
+                for i in 0..64 {
+                    if args.is_null() {
+                        break;
+                    }
+                    // SAFETY: the simulator's fallback convention: `args` is a NULL-terminated array of pointers to
+                    // 8-byte arguments (see the crate docs).
+                    let p = unsafe { *args.add(i) };
+                    if p.is_null() {
+                        break;
+                    }
+                    // SAFETY: as above; each entry points at an argument of at least 8 bytes.
+                    values.push(unsafe { (p as *const u64).read_unaligned() });
                 }
-                // SAFETY: as above; each entry points at an argument of at least 8 bytes.
-                values.push(unsafe { (p as *const u64).read_unaligned() });
             }
             // SAFETY: the app passed a kernel, which in the simulator is a host function taking `void **args`.
             let func = unsafe { std::mem::transmute::<usize, device::KernelFn>(f) };

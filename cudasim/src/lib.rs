@@ -16,8 +16,10 @@
 //! - a kernel is a host function `void k(void **args)`; each stream has a device thread that runs kernels, copies
 //!   and memsets in stream order, so durations, overlap and waiting are real. Device memory is host memory.
 //!
-//! Conventions a real GPU does not need: kernel argument arrays end with a NULL entry and each argument is copied
-//! as 8 bytes at launch (the simulator cannot read parameter sizes from a cubin); apps link with `-rdynamic` so
+//! Conventions a real GPU does not need: the simulator cannot read parameter sizes from a cubin, so a kernel's
+//! parameters are either registered with `cudasimRegisterKernelParams(func, count, sizes)` (a table standing in
+//! for the cubin's metadata: then the argument array is exactly as CUDA C passes it) or, unregistered, its
+//! argument array ends with a NULL entry and each argument is copied as 8 bytes; apps link with `-rdynamic` so
 //! kernel names resolve through `dladdr` when not registered with `__cudaRegisterFunction`.
 
 #[macro_use]

@@ -473,6 +473,38 @@ pub unsafe extern "C" fn __cudaRegisterFunction(
     })
 }
 
+/// Parameter sizes of registered kernels (see [`cudasimRegisterKernelParams`]).
+static KERNEL_PARAMS: Lazy<Mutex<HashMap<usize, Vec<usize>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
+
+/// The registered parameter sizes of kernel `f`, if any.
+pub(crate) fn kernel_params(f: usize) -> Option<Vec<usize>> {
+    KERNEL_PARAMS.lock().get(&f).cloned()
+}
+
+/// **cudasim only** (a test double's table, standing in for the parameter layout a real driver reads from the
+/// cubin's kernel metadata): kernel `func` takes `count` parameters of `sizes[i]` bytes (at most 8 each). A
+/// registered kernel is launched with exactly that many arguments, so its argument array needs no NULL entry.
+/// Returns 0, or 1 for a bad table.
+///
+/// # Safety
+/// `sizes` must point at `count` values.
+#[no_mangle]
+pub unsafe extern "C" fn cudasimRegisterKernelParams(func: *const c_void, count: c_int, sizes: *const usize) -> c_int {
+    guard(1, || {
+        if func.is_null() || !(0..=64).contains(&count) || (count > 0 && sizes.is_null()) {
+            return 1;
+        }
+        // SAFETY: `count` values at `sizes`, by the contract above.
+        let sizes =
+            if count == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(sizes, count as usize) }.to_vec() };
+        if sizes.iter().any(|&s| s == 0 || s > 8) {
+            return 1;
+        }
+        KERNEL_PARAMS.lock().insert(func as usize, sizes);
+        0
+    })
+}
+
 /// Runtime entry points the simulator does not implement: they fail cleanly with cudaErrorNotSupported. Declared
 /// without parameters, which is ABI-safe on x86-64 SysV for any caller (the caller owns its arguments).
 macro_rules! unsupported {

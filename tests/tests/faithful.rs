@@ -244,3 +244,12 @@ fn runtime_calls_pytorch_makes_are_modelled_and_recorded() {
         assert_eq!(count(&s, "api", "name", api), 1, "{api}");
     }
 }
+
+#[test]
+fn kernels_with_registered_parameters_take_ordinary_argument_arrays() {
+    let dir = scratch("params");
+    let prog = build_c("params", &dir);
+    let r = record(&dir, &[], &prog, &[], &[]);
+    assert_eq!(r.output.status.code(), Some(0), "the kernel saw its 4-byte int and its double: {}", r.stderr());
+    assert_eq!(count(&stats(&r.trace), "kernels", "name", "scale_n"), 1);
+}
