@@ -494,9 +494,12 @@ pub unsafe extern "C" fn cudasimRegisterKernelParams(func: *const c_void, count:
         if func.is_null() || !(0..=64).contains(&count) || (count > 0 && sizes.is_null()) {
             return 1;
         }
-        // SAFETY: `count` values at `sizes`, by the contract above.
-        let sizes =
-            if count == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(sizes, count as usize) }.to_vec() };
+        let sizes = if count == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: `count` values at `sizes`, by the contract above.
+            unsafe { std::slice::from_raw_parts(sizes, count as usize) }.to_vec()
+        };
         if sizes.iter().any(|&s| s == 0 || s > 8) {
             return 1;
         }
