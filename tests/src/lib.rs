@@ -165,6 +165,20 @@ pub fn python_json(script: &str, args: &[&std::ffi::OsStr]) -> Value {
         .unwrap_or_else(|e| panic!("{script} printed {stdout}: {e}"))
 }
 
+/// `cuflight export TRACE --format chrome -o OUT`, parsed.
+pub fn export_chrome(trace: &Path, out: &Path) -> Value {
+    let (ok, err) = cuflight(&[
+        "export".as_ref(),
+        trace.as_os_str(),
+        "--format".as_ref(),
+        "chrome".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(ok, "{err}");
+    serde_json::from_slice(&std::fs::read(out).expect("export written")).expect("export is JSON")
+}
+
 /// Runs `cuflight` with `args`; returns (success, stderr).
 pub fn cuflight(args: &[&std::ffi::OsStr]) -> (bool, String) {
     let out = Command::new(cuflight_bin()).args(args).output().expect("cuflight runs");

@@ -4,7 +4,6 @@
 
 use cuflight_integration::*;
 use serde_json::Value;
-use std::ffi::OsStr;
 
 const RELEASES: &[(&str, u64)] = &[
     ("12.0", 19),
@@ -107,17 +106,7 @@ fn only_the_exit_flush_is_forced_and_unfinished_records_are_counted() {
 
 /// Kernels, from the Kineto JSON export, with their launch call's start (by correlation).
 fn kernels_with_launches(trace: &std::path::Path, dir: &std::path::Path) -> Vec<(String, f64, f64, f64)> {
-    let json = dir.join("trace.json");
-    let (ok, err) = cuflight(&[
-        OsStr::new("export"),
-        trace.as_os_str(),
-        OsStr::new("--format"),
-        OsStr::new("chrome"),
-        OsStr::new("-o"),
-        json.as_os_str(),
-    ]);
-    assert!(ok, "{err}");
-    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let v = export_chrome(trace, &dir.join("trace.json"));
     let events = v["traceEvents"].as_array().unwrap();
     let launches: std::collections::HashMap<u64, (f64, f64)> = events
         .iter()
@@ -166,17 +155,7 @@ fn mangled_kernel_names_are_demangled_and_kept() {
     let readable = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, \
                     at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)";
     assert!(count(&s, "kernels", "name", readable) > 0, "{}", s["kernels"]);
-    let json = dir.join("names.json");
-    let (ok, err) = cuflight(&[
-        OsStr::new("export"),
-        r.trace.as_os_str(),
-        OsStr::new("--format"),
-        OsStr::new("chrome"),
-        OsStr::new("-o"),
-        json.as_os_str(),
-    ]);
-    assert!(ok, "{err}");
-    let text = std::fs::read_to_string(&json).unwrap();
+    let text = export_chrome(&r.trace, &dir.join("names.json")).to_string();
     assert!(text.contains(r#""mangled":"_ZN2at6native29vectorized_elementwise_kernel"#), "the symbol stays available");
 }
 
@@ -217,6 +196,16 @@ fn cuda_graph_kernels_carry_their_graph_and_capture_still_works() {
     assert_eq!(graphs.len(), 1, "{graphs:?}");
     assert_eq!((graphs[0]["launches"].as_u64(), graphs[0]["kernels"].as_u64()), (Some(7), Some(21)));
     assert_eq!(graphs[0]["nodes"], 3);
+    // The Kineto JSON export names each kernel's graph and node.
+    let v = export_chrome(&r.trace, &dir.join("graphs.json"));
+    let nodes: std::collections::HashSet<u64> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "kernel")
+        .map(|e| e["args"]["graph node id"].as_u64().expect("every kernel here ran in the graph"))
+        .collect();
+    assert_eq!(nodes.len(), 3);
 }
 
 #[test]

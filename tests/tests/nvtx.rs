@@ -38,17 +38,7 @@ fn ranges_marks_and_domains_across_threads() {
     assert_eq!(nvtx_row(&s, "io", "wide-read", "range")["count"], 1);
     assert_eq!(s["nvtx"].as_array().unwrap().len(), 12);
     // Payloads travel into the Kineto JSON export.
-    let json = dir.join("nvtx.json");
-    let (ok, err) = cuflight(&[
-        "export".as_ref(),
-        r.trace.as_os_str(),
-        "--format".as_ref(),
-        "chrome".as_ref(),
-        "-o".as_ref(),
-        json.as_os_str(),
-    ]);
-    assert!(ok, "{err}");
-    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let v = export_chrome(&r.trace, &dir.join("nvtx.json"));
     let payload = |name: &str| {
         let e = v["traceEvents"].as_array().unwrap().iter().find(|e| e["name"] == name).expect(name);
         e["args"]["payload"].clone()

@@ -113,6 +113,13 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
         .map(|e| e.correlation)
         .collect();
     let mut flow_ended = HashSet::new();
+    // Kernels run as CUDA graph nodes: (correlation, start) -> (graph id, node id).
+    let graph_of: HashMap<(u32, u64), (u64, u64)> = p
+        .events
+        .iter()
+        .filter(|e| e.kind() == Some(EventKind::GraphNode))
+        .map(|e| ((e.correlation, e.start), (e.a, e.b)))
+        .collect();
     let mut pairer = crate::ranges::Pairer::default();
     let mut live_sizes: HashMap<u64, u64> = HashMap::new();
     let pid = pid as u64;
@@ -152,6 +159,10 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
                         args.insert("block".into(), json!(c.block));
                         args.insert("registers per thread".into(), json!(c.registers));
                         args.insert("shared memory".into(), json!(c.static_shared + c.dynamic_shared));
+                        if let Some(&(graph, node)) = graph_of.get(&(e.correlation, e.start)) {
+                            args.insert("graph id".into(), json!(graph)); // cuflight's addition
+                            args.insert("graph node id".into(), json!(node));
+                        }
                         if let Some(m) = p.mangled.get(&e.name) {
                             args.insert("mangled".into(), json!(m)); // cuflight's addition: the symbol as CUPTI named it
                         }
