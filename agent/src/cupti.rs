@@ -7,7 +7,7 @@ use cupti_sys::cuda13 as c;
 use cupti_sys::loader::{Cupti, CuptiApi};
 use cupti_sys::CuptiFamily;
 use once_cell::sync::OnceCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 pub struct Loaded {
@@ -17,8 +17,6 @@ pub struct Loaded {
 }
 
 static CUPTI: OnceCell<Loaded> = OnceCell::new();
-/// Contexts seen in buffer completions (their dropped counts are kept per context): a few suffice.
-static CONTEXTS: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 
 /// Our CUPTI session, once `cuptiSubscribe` succeeded and setup finished; None in a fork child of a profiled
 /// process and after a failed setup (never another tool's session).
@@ -250,23 +248,15 @@ pub fn flush(forced: bool) {
     let flag = if forced { c::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED } else { 0 };
     // SAFETY: plain CUPTI call; buffer callbacks run on this thread or CUPTI's.
     unsafe { (l.api.activity_flush_all)(flag) };
-    // Records dropped while CUPTI had no buffer are only reported here, not in a completion that never came.
+    // Records dropped while CUPTI had no buffer are only reported here, not in a completion that never came: the
+    // global queue (NULL context). Per-context queues are read in their completion callbacks, with the context
+    // CUPTI passes (never a remembered one, which may have been destroyed since).
     collect_dropped(l, std::ptr::null_mut(), 0);
-    for slot in &CONTEXTS {
-        let ctx = slot.load(Ordering::Relaxed);
-        if ctx != 0 {
-            collect_dropped(l, ctx as c::CUcontext, 0);
-        }
-    }
     write_clock_pair();
 }
 
 /// Adds CUPTI's dropped-record count for (context, stream) to the segment (reading it resets it in CUPTI).
 pub fn collect_dropped(l: &Loaded, ctx: c::CUcontext, stream: u32) {
-    if !ctx.is_null() && !CONTEXTS.iter().any(|s| s.load(Ordering::Relaxed) == ctx as usize) {
-        let _ =
-            CONTEXTS.iter().find(|s| s.compare_exchange(0, ctx as usize, Ordering::Relaxed, Ordering::Relaxed).is_ok());
-    }
     let mut dropped = 0usize;
     // SAFETY: plain CUPTI query with a valid out-pointer.
     if unsafe { (l.api.activity_get_num_dropped_records)(ctx, stream, &mut dropped) } == c::CUPTI_SUCCESS && dropped > 0
