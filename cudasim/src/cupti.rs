@@ -2,14 +2,13 @@
 //! and activity buffers delivered through the client's request/complete callbacks, behaving like the release
 //! `CUDASIM_CUPTI_VERSION` names (`release.rs`): its version, record layouts, buffer rules and clock.
 
-use crate::records::{record_size, SimRecord};
+use crate::activity::{cupti_now, flush, injected_failure, BUFFERS, DROPPED, TIMESTAMP_CALLBACK};
+use crate::records::record_size;
 use crate::release::{self, Release};
-use crate::{c, guard, now_ns};
-use crossbeam_channel::{unbounded, Sender};
-use once_cell::sync::Lazy;
-use parking_lot::{Mutex, RwLock};
+use crate::{c, guard};
+use parking_lot::RwLock;
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 const MAX_CBID: usize = 1024;
 
@@ -18,33 +17,10 @@ struct Subscriber {
     userdata: usize,
 }
 
-struct Buffers {
-    request: c::CUpti_BuffersCallbackRequestFunc,
-    complete: c::CUpti_BuffersCallbackCompleteFunc,
-    /// Buffers being filled, (thread key, (buffer, size, used)): one per thread that produces records where the
-    /// release allocates per-thread buffers (13.x default), else one (key 0).
-    current: Vec<(u64, (usize, usize, usize))>,
-}
-
-/// A kernel running on a simulated device: a forced flush hands it over unfinished (end 0), as CUPTI's forced
-/// flush does with records still being written (cupti_activity.h, CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), and then
-/// it is not delivered again when it completes.
-struct Running {
-    token: u64,
-    record: SimRecord,
-    delivered: bool,
-}
-
 static SUBSCRIBER: RwLock<Option<Subscriber>> = RwLock::new(None);
 static ENABLED: [RwLock<[bool; MAX_CBID]>; 2] = [RwLock::new([false; MAX_CBID]), RwLock::new([false; MAX_CBID])];
 static ACTIVITY_KINDS: AtomicU64 = AtomicU64::new(0);
 /// Held while records are appended or buffers handed over, so buffers reach the client whole and in order.
-static BUFFERS: Mutex<Buffers> = Mutex::new(Buffers { request: None, complete: None, current: Vec::new() });
-static RUNNING: Mutex<Vec<Running>> = Mutex::new(Vec::new());
-static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
-/// The client's timestamp callback (`cuptiActivityRegisterTimestampCallback`), as a function address; 0 = none.
-static TIMESTAMP_CALLBACK: AtomicUsize = AtomicUsize::new(0);
-static DROPPED: AtomicUsize = AtomicUsize::new(0);
 static CORRELATION: AtomicU32 = AtomicU32::new(0);
 static FINALIZED: AtomicBool = AtomicBool::new(false);
 /// Callback names by domain and cbid, registered by the first call of each API (for cuptiGetCallbackName).
@@ -59,48 +35,6 @@ thread_local! {
 /// The release being modelled.
 pub(crate) fn rel() -> Release {
     release::current()
-}
-
-/// CUPTI's clock: the registered timestamp callback, else CLOCK_REALTIME ("Linux and Android use
-/// clock_gettime(CLOCK_REALTIME, ..)", cuptiActivityRegisterTimestampCallback in cupti_activity.h).
-fn cupti_now() -> u64 {
-    let f = TIMESTAMP_CALLBACK.load(Ordering::Acquire);
-    if f != 0 {
-        // SAFETY: the address of the client's `uint64_t (*)(void)` callback, registered through the CUPTI API.
-        let f = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> u64>(f) };
-        // SAFETY: the client's callback takes no arguments.
-        return unsafe { f() };
-    }
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes into the valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    let realtime = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
-    realtime.wrapping_add_signed(slew_ns())
-}
-
-/// `CUDASIM_REALTIME_SLEW_PPM`: CLOCK_REALTIME drifts against CLOCK_MONOTONIC by this many parts per million, as
-/// when NTP slews it ("CLOCK_REALTIME ... is affected by ... the incremental adjustments performed by adjtime(3)
-/// and NTP", clock_gettime(2)); ntpd slews by up to 500 ppm, tests exaggerate it so a short run shows the effect.
-fn slew_ns() -> i64 {
-    static PPM: Lazy<Option<(i64, u64)>> = Lazy::new(|| {
-        let ppm: i64 = std::env::var("CUDASIM_REALTIME_SLEW_PPM").ok()?.trim().parse().ok()?;
-        Some((ppm, now_ns()))
-    });
-    PPM.map_or(0, |(ppm, t0)| (now_ns().saturating_sub(t0) as i128 * ppm as i128 / 1_000_000) as i64)
-}
-
-/// `CUDASIM_FAIL=<CUPTI function>`: that entry point fails with CUPTI_ERROR_UNKNOWN (fault injection, to test how
-/// clients clean up after a setup step fails).
-fn injected_failure(name: &str) -> bool {
-    static FAIL: Lazy<Option<String>> = Lazy::new(|| std::env::var("CUDASIM_FAIL").ok());
-    FAIL.as_deref() == Some(name)
-}
-
-/// Moves a simulated-device time (CLOCK_MONOTONIC) onto CUPTI's clock, as CUPTI converts GPU timestamps to CPU
-/// time when it post-processes records (the documentation of the timestamp callback); 0 stays 0.
-fn to_cupti_time(record: SimRecord) -> SimRecord {
-    let offset = cupti_now() as i64 - now_ns() as i64;
-    record.map_times(|t| if t == 0 { 0 } else { t.wrapping_add_signed(offset) })
 }
 
 fn domain_index(domain: c::CUpti_CallbackDomain) -> Option<usize> {
@@ -168,149 +102,13 @@ pub(crate) fn api_call<P>(
     ret
 }
 
+/// cuptiFinalize was called: no more records.
+pub(crate) fn finalized() -> bool {
+    FINALIZED.load(Ordering::Relaxed)
+}
+
 pub(crate) fn activity_enabled(kind: c::CUpti_ActivityKind) -> bool {
     kind < 64 && ACTIVITY_KINDS.load(Ordering::Relaxed) & (1 << kind) != 0
-}
-
-/// Marks a kernel as running on the device (see [`Running`]); returns the token for [`kernel_finished`].
-pub(crate) fn kernel_started(record: SimRecord) -> u64 {
-    let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
-    RUNNING.lock().push(Running { token, record, delivered: false });
-    token
-}
-
-/// Emits a finished kernel's record, unless a forced flush already handed it over unfinished.
-pub(crate) fn kernel_finished(token: u64, record: SimRecord) {
-    let delivered = {
-        let mut running = RUNNING.lock();
-        let i = running.iter().position(|r| r.token == token);
-        i.map(|i| running.swap_remove(i).delivered).unwrap_or(false)
-    };
-    if !delivered {
-        emit(record);
-    }
-}
-
-fn thread_key() -> u64 {
-    if !rel().per_thread_buffers() {
-        return 0;
-    }
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() as u64 }
-}
-
-/// Appends a record to the producing thread's activity buffer, handing full buffers to the client.
-pub(crate) fn emit(rec: SimRecord) {
-    if !activity_enabled(rec.activity_kind()) || FINALIZED.load(Ordering::Relaxed) {
-        return;
-    }
-    let release = rel();
-    let rec = to_cupti_time(rec);
-    let size = record_size(rec.activity_kind(), &release);
-    let key = thread_key();
-    let mut st = BUFFERS.lock();
-    for _ in 0..2 {
-        if let Some(i) = st.current.iter().position(|(k, _)| *k == key) {
-            let (buf, cap, used) = st.current[i].1;
-            if used + size <= cap {
-                // SAFETY: the client gave us `cap` bytes at `buf`; [used, used + size) is inside and unused.
-                unsafe { rec.write(buf as *mut u8, used, &release) };
-                st.current[i].1 = (buf, cap, used + size);
-                return;
-            }
-            let full = st.current.swap_remove(i).1;
-            deliver(&st, full);
-        }
-        let Some(request) = st.request else { break };
-        let (mut buf, mut cap, mut max) = (std::ptr::null_mut::<u8>(), 0usize, 0usize);
-        // SAFETY: the client's request callback fills the three out-parameters.
-        unsafe { request(&mut buf, &mut cap, &mut max) };
-        if buf.is_null() && release.null_buffer_crashes() {
-            // The real libcupti dereferences it (Kineto issue 1275): model the crash, loudly.
-            eprintln!(
-                "cudasim: CUPTI {} (API version {}) was handed a NULL activity buffer; the real library crashes here",
-                release.name, release.api_version
-            );
-            std::process::abort();
-        }
-        if buf.is_null() || cap < size || !(buf as usize).is_multiple_of(8) {
-            break;
-        }
-        st.current.push((key, (buf as usize, cap, 0)));
-    }
-    DROPPED.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Hands a full buffer to the client's completion callback on CUPTI's own worker thread, as the real library
-/// does outside flushes, so the thread that filled it carries on (and no lock is held while the client works).
-fn deliver(st: &Buffers, b: (usize, usize, usize)) {
-    let Some(complete) = st.complete else { return };
-    /// (completion callback address, (buffer, size, valid bytes))
-    type Delivery = (usize, (usize, usize, usize));
-    static WORKER: Lazy<Option<Sender<Delivery>>> = Lazy::new(|| {
-        let (tx, rx) = unbounded::<Delivery>();
-        let spawned = std::thread::Builder::new().name("cudasim-cupti-worker".into()).spawn(move || {
-            for (complete, b) in rx {
-                call_complete(complete, b);
-                IN_DELIVERY.fetch_sub(1, Ordering::AcqRel);
-            }
-        });
-        spawned.ok().map(|_| tx)
-    });
-    IN_DELIVERY.fetch_add(1, Ordering::AcqRel);
-    let sent = WORKER.as_ref().is_some_and(|tx| tx.send((complete as usize, b)).is_ok());
-    if !sent {
-        IN_DELIVERY.fetch_sub(1, Ordering::AcqRel);
-        call_complete(complete as usize, b);
-    }
-}
-
-/// Buffers handed to the worker and not yet returned to the client.
-static IN_DELIVERY: AtomicUsize = AtomicUsize::new(0);
-
-fn call_complete(complete: usize, (buf, cap, used): (usize, usize, usize)) {
-    // SAFETY: `complete` is the client's registered CUpti_BuffersCallbackCompleteFunc.
-    let complete = unsafe {
-        std::mem::transmute::<usize, unsafe extern "C" fn(c::CUcontext, u32, *mut u8, usize, usize)>(complete)
-    };
-    // SAFETY: returns the client's own buffer with the number of valid bytes, as CUPTI does.
-    unsafe { complete(std::ptr::null_mut(), 0, buf as *mut u8, cap, used) };
-}
-
-/// Flushes pending records. Kernels still running are not records yet, except under a forced flush, which hands
-/// them over unfinished (end timestamp 0).
-pub(crate) fn flush(forced: bool) {
-    if forced {
-        let unfinished: Vec<SimRecord> = RUNNING
-            .lock()
-            .iter_mut()
-            .filter(|r| !r.delivered)
-            .map(|r| {
-                r.delivered = true;
-                r.record
-            })
-            .collect();
-        for r in unfinished {
-            emit(r);
-        }
-    }
-    // A flush returns only when every record so far reached the client: first the worker's queue, then the
-    // partly filled buffers, on the flushing thread.
-    while IN_DELIVERY.load(Ordering::Acquire) > 0 {
-        std::thread::sleep(std::time::Duration::from_micros(200));
-    }
-    let (complete, pending) = {
-        let mut st = BUFFERS.lock();
-        let all = std::mem::take(&mut st.current);
-        let (full, empty): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, b)| b.2 > 0);
-        st.current = empty; // nothing in them yet: keep filling them
-        (st.complete, full)
-    };
-    if let Some(complete) = complete {
-        for (_, b) in pending {
-            call_complete(complete as usize, b);
-        }
-    }
 }
 
 macro_rules! cupti_entry {

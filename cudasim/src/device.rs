@@ -2,7 +2,8 @@
 //! memsets overlap across streams and take real time. The legacy default stream (handle 0) synchronises with the
 //! device's blocking streams, as CUDA's legacy semantics require.
 
-use crate::cupti::{self, current_correlation};
+use crate::activity;
+use crate::cupti::current_correlation;
 use crate::now_ns;
 use crate::records::SimRecord;
 use crossbeam_channel::{unbounded, Sender};
@@ -143,7 +144,7 @@ impl Stream {
         );
         let copy_kind =
             if peer { crate::c::CUPTI_ACTIVITY_MEMCPY_KIND_PTOP as u8 } else { crate::memory::copy_kind(sk, dk) };
-        cupti::emit(SimRecord::Memcpy {
+        activity::emit(SimRecord::Memcpy {
             start,
             end: now_ns(),
             device: self.device,
@@ -175,12 +176,12 @@ impl Stream {
                     name,
                     graph: op.graph.unwrap_or((0, 0)),
                 };
-                let token = cupti::kernel_started(record);
+                let token = activity::kernel_started(record);
                 // SAFETY: the app launched `f` as a kernel taking `void **args`; each entry points at an 8-byte
                 // copy of the argument taken at launch, alive for the call.
                 unsafe { f(ptrs.as_mut_ptr()) };
                 let end = now_ns();
-                cupti::kernel_finished(token, record.map_times(|t| if t == 0 { end } else { t }));
+                activity::kernel_finished(token, record.map_times(|t| if t == 0 { end } else { t }));
             }
             Work::Memcpy { dst, src, bytes, is_async } => {
                 // SAFETY: the app passed valid ranges of `bytes` bytes (host memory stands in for device memory).
@@ -200,7 +201,7 @@ impl Stream {
             Work::Memset { dst, value, bytes, is_async } => {
                 // SAFETY: the app passed a valid range of `bytes` bytes.
                 unsafe { std::ptr::write_bytes(dst as *mut u8, value, bytes) };
-                cupti::emit(SimRecord::Memset {
+                activity::emit(SimRecord::Memset {
                     start,
                     end: now_ns(),
                     device: self.device,
@@ -334,5 +335,5 @@ pub(crate) fn device_streams(device: u32) -> Vec<Arc<Stream>> {
 
 /// Records a synchronization activity for a host wait of `start..now`.
 pub(crate) fn sync_record(kind: u32, stream: u32, event: u32, start: u64) {
-    cupti::emit(SimRecord::Sync { start, end: now_ns(), kind, stream, correlation: current_correlation(), event });
+    activity::emit(SimRecord::Sync { start, end: now_ns(), kind, stream, correlation: current_correlation(), event });
 }

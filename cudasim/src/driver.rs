@@ -96,7 +96,7 @@ pub(crate) fn mem_alloc(dptr: *mut c::CUdeviceptr, bytesize: usize) -> c::CUresu
             };
             // SAFETY: non-null out-parameter from the caller.
             unsafe { dptr.write(p as c::CUdeviceptr) };
-            crate::cupti::emit(SimRecord::Memory {
+            crate::activity::emit(SimRecord::Memory {
                 release: false,
                 timestamp: now_ns(),
                 device: current_device(),

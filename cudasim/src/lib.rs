@@ -59,6 +59,7 @@ mod macros {
     }
 }
 
+mod activity;
 mod cupti;
 mod device;
 mod driver;

@@ -1,6 +1,7 @@
 //! The simulated CUDA runtime (`libcudart.so.13`): the exported C API, each call wrapped in CUPTI callbacks.
 
-use crate::cupti::{api_call, emit};
+use crate::activity::emit;
+use crate::cupti::api_call;
 use crate::device::{self, Event, Work, NEXT_EVENT_ID};
 use crate::memory::{self, Space};
 use crate::records::SimRecord;
