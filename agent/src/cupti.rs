@@ -281,17 +281,27 @@ fn record_devices_once() {
     }
 }
 
-/// Writes (CUPTI time, CLOCK_MONOTONIC, CLOCK_REALTIME) so the collector can map device time to host time.
+/// Writes (CUPTI time, CLOCK_MONOTONIC, CLOCK_REALTIME) so the collector can map device time to host time. Of
+/// three readings it keeps the one bracketed most tightly by its two monotonic reads (a thread descheduled
+/// between them would shift the pair by up to the gap).
 pub fn write_clock_pair() {
     let Some(l) = loaded() else { return };
-    let mono0 = clock::monotonic_ns();
-    let mut cupti_ts = 0u64;
-    // SAFETY: valid out-pointer.
-    if unsafe { (l.api.get_timestamp)(&mut cupti_ts) } != c::CUPTI_SUCCESS {
-        return;
+    let mut best: Option<(u64, u64, u64)> = None; // (gap, cupti, monotonic midpoint)
+    for _ in 0..3 {
+        let mono0 = clock::monotonic_ns();
+        let mut cupti_ts = 0u64;
+        // SAFETY: valid out-pointer.
+        if unsafe { (l.api.get_timestamp)(&mut cupti_ts) } != c::CUPTI_SUCCESS {
+            return;
+        }
+        let mono1 = clock::monotonic_ns();
+        let gap = mono1.saturating_sub(mono0);
+        if best.is_none_or(|(g, _, _)| gap < g) {
+            best = Some((gap, cupti_ts, mono0 / 2 + mono1 / 2));
+        }
     }
-    let mono1 = clock::monotonic_ns();
-    let mut ev = RawEvent::new(EventKind::ClockSync, 0, cupti_ts, mono0 / 2 + mono1 / 2);
+    let Some((_, cupti_ts, mono)) = best else { return };
+    let mut ev = RawEvent::new(EventKind::ClockSync, 0, cupti_ts, mono);
     ev.a = clock::realtime_ns();
     crate::emit::push(ev);
 }

@@ -45,22 +45,26 @@ pub(crate) fn cupti_now() -> u64 {
         // SAFETY: the client's callback takes no arguments.
         return unsafe { f() };
     }
+    realtime_raw().wrapping_add_signed(slew_at(now_ns()))
+}
+
+fn realtime_raw() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes into the valid timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    let realtime = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
-    realtime.wrapping_add_signed(slew_ns())
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// `CUDASIM_REALTIME_SLEW_PPM`: CLOCK_REALTIME drifts against CLOCK_MONOTONIC by this many parts per million, as
 /// when NTP slews it ("CLOCK_REALTIME ... is affected by ... the incremental adjustments performed by adjtime(3)
 /// and NTP", clock_gettime(2)); ntpd slews by up to 500 ppm, tests exaggerate it so a short run shows the effect.
-fn slew_ns() -> i64 {
+/// Returns the drift accumulated at monotonic time `t`.
+fn slew_at(t: u64) -> i64 {
     static PPM: Lazy<Option<(i64, u64)>> = Lazy::new(|| {
         let ppm: i64 = std::env::var("CUDASIM_REALTIME_SLEW_PPM").ok()?.trim().parse().ok()?;
         Some((ppm, now_ns()))
     });
-    PPM.map_or(0, |(ppm, t0)| (now_ns().saturating_sub(t0) as i128 * ppm as i128 / 1_000_000) as i64)
+    PPM.map_or(0, |(ppm, t0)| ((t as i128 - t0 as i128) * ppm as i128 / 1_000_000) as i64)
 }
 
 /// `CUDASIM_FAIL=<CUPTI function>`: that entry point fails with CUPTI_ERROR_UNKNOWN (fault injection, to test how
@@ -72,9 +76,16 @@ pub(crate) fn injected_failure(name: &str) -> bool {
 
 /// Moves a simulated-device time (CLOCK_MONOTONIC) onto CUPTI's clock, as CUPTI converts GPU timestamps to CPU
 /// time when it post-processes records (the documentation of the timestamp callback); 0 stays 0.
+/// Each timestamp gets CUPTI's clock as it read at that moment: the callback's offset (a steady clock), or
+/// CLOCK_REALTIME's, including the slew accumulated by then.
 fn to_cupti_time(record: SimRecord) -> SimRecord {
-    let offset = cupti_now() as i64 - now_ns() as i64;
-    record.map_times(|t| if t == 0 { 0 } else { t.wrapping_add_signed(offset) })
+    let now = now_ns();
+    if TIMESTAMP_CALLBACK.load(Ordering::Acquire) != 0 {
+        let offset = cupti_now() as i64 - now as i64;
+        return record.map_times(|t| if t == 0 { 0 } else { t.wrapping_add_signed(offset) });
+    }
+    let base = realtime_raw() as i64 - now as i64;
+    record.map_times(|t| if t == 0 { 0 } else { t.wrapping_add_signed(base + slew_at(t)) })
 }
 
 /// Marks a kernel as running on the device (see [`Running`]); returns the token for [`kernel_finished`].
