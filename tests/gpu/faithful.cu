@@ -3,7 +3,7 @@
 //   24 host threads, each with its own stream, launch 50 "tick" each (1200; more threads than the agent's
 //   initial buffer pool, so CUDA 13's per-thread buffers make it grow);
 //   3 "templated<4>" kernels (a mangled template name, demangled as "void templated<4>(float*, int)");
-//   1 memset of 1 MiB, 1 cudaMallocAsync/cudaFreeAsync pair of 1 MiB;
+//   1 memset of 1 MiB, 1 cudaMallocAsync/cudaFreeAsync pair of 1 MiB, 1 pageable and 1 pinned HtoD copy of 1 MiB;
 //   a CUDA graph of 2 kernels ("graph_a", "graph_b") captured once, launched 5 times (10 kernels, 1 graph);
 //   2 "driver_kernel" through cuLaunchKernel (cudaGetFuncBySymbol);
 //   NVTX: "outer" x1 on the main thread, "worker" x24 (one per thread), domain "io": "read" x2.
@@ -64,6 +64,12 @@ int main() {
 
     for (int i = 0; i < 3; i++) templated<4><<<1, 32>>>(d, 32);
     CHECK(cudaMemset(d, 0, 1 << 20));
+    char *pageable = (char *)calloc(1, 1 << 20), *pinned;
+    CHECK(cudaMallocHost(&pinned, 1 << 20));
+    CHECK(cudaMemcpy(d, pageable, 1 << 20, cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(d, pinned, 1 << 20, cudaMemcpyHostToDevice));
+    CHECK(cudaFreeHost(pinned));
+    free(pageable);
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     void *a;
