@@ -143,13 +143,19 @@ pub fn start() -> Result<(), String> {
     let h = seg.header();
     h.cupti_version.store(version, Ordering::Relaxed);
     h.cupti_path.store(state::intern(cupti.path.as_bytes()), Ordering::Relaxed);
-    let subscriber = subscribe(&cupti)?;
-    activity::init_pool();
-    if CUPTI.set(Loaded { api, version }).is_err() {
+    if CUPTI.get().is_some() {
         return Ok(()); // already started
     }
+    let subscriber = subscribe(&cupti)?;
+    activity::init_pool();
+    let _ = CUPTI.set(Loaded { api, version });
     if let Err(why) = configure(&cupti, subscriber) {
-        // SAFETY: our own subscriber; unsubscribing leaves CUPTI free for another tool.
+        // Leave CUPTI as we found it for another tool: no activity kind of ours enabled, no subscriber.
+        for &(kind, _) in ACTIVITY_KINDS {
+            // SAFETY: plain CUPTI call; disabling a kind that was never enabled is harmless.
+            unsafe { (api.activity_disable)(kind) };
+        }
+        // SAFETY: our own subscriber.
         unsafe { (api.unsubscribe)(subscriber) };
         return Err(why);
     }
