@@ -223,9 +223,17 @@ fn layout_is_readable(cupti: &Cupti, kind: c::CUpti_ActivityKind) -> bool {
     r != c::CUPTI_SUCCESS || size >= min
 }
 
+/// How often CUPTI is flushed: `CUFLIGHT_FLUSH_MS` (1 s). A fork child flushes at least every 100 ms: workers
+/// (Python's multiprocessing, DataLoader) often leave through `_exit`, which runs no exit handler, so whatever
+/// was not flushed by then is lost.
 fn flush_period() -> Duration {
     let ms = std::env::var("CUFLIGHT_FLUSH_MS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1000u64);
-    Duration::from_millis(ms.clamp(10, 60_000))
+    let period = Duration::from_millis(ms.clamp(10, 60_000));
+    if state::forked() {
+        period.min(Duration::from_millis(100))
+    } else {
+        period
+    }
 }
 
 fn flush_loop() {

@@ -181,8 +181,15 @@ pub fn disable(why: &str) {
     notice(why);
 }
 
+/// This process was forked from one the agent was live in (a worker: they often leave through `_exit`).
+pub fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+static FORKED: AtomicBool = AtomicBool::new(false);
+
 extern "C" fn after_fork_in_child() {
     // Runs in the child, single-threaded, before fork returns: only atomics, no allocation.
+    FORKED.store(true, Ordering::Relaxed);
     // The child has a segment of its own, which gets its own notice.
     NOTICE.store(false, Ordering::Relaxed);
     DISABLED_ONCE.store(false, Ordering::Relaxed);

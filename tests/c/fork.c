@@ -29,9 +29,12 @@ static void child(const char *name, int use_cuda) {
     }
     nvtxRangePop();
     fflush(stdout);
-    /* A CUDA child leaves through exit(), so the agent's exit handler flushes its CUPTI records (_exit skips
-     * every handler: records younger than the flush period would be lost). */
-    if (use_cuda) exit(0);
+    /* The CUDA child leaves through _exit(), as Python's multiprocessing workers do: no exit handler runs, so
+     * its records must already have been flushed (a fork child flushes every 100 ms; it waits 400 ms). */
+    if (use_cuda) {
+        struct timespec t = {0, 400 * 1000 * 1000};
+        nanosleep(&t, NULL);
+    }
     _exit(0);
 }
 
