@@ -151,44 +151,18 @@ struct ProcessInfoV1 {
     rank: Option<u32>,
 }
 
-/// [`ProcessInfo`] as written before `rank` existed (postcard is positional: old blocks lack the field).
-#[derive(Deserialize)]
-struct ProcessInfoV0 {
-    pid: u32,
-    ppid: u32,
-    cmdline: Vec<String>,
-    exe: String,
-    host: String,
-    cupti_version: u32,
-    cupti_path: String,
-    status: String,
-    start_realtime_ns: u64,
-    finished: bool,
-    drops: Drops,
-}
-
 fn decode_process(raw: &[u8]) -> Option<ProcessInfo> {
     if let Ok(info) = postcard::from_bytes::<ProcessInfo>(raw) {
         return Some(info);
     }
-    if let Ok(v) = postcard::from_bytes::<ProcessInfoV1>(raw) {
-        return Some(ProcessInfo {
-            pid: v.pid,
-            ppid: v.ppid,
-            cmdline: v.cmdline,
-            exe: v.exe,
-            host: v.host,
-            cupti_version: v.cupti_version,
-            cupti_path: v.cupti_path,
-            status: v.status,
-            start_realtime_ns: v.start_realtime_ns,
-            finished: v.finished,
-            drops: v.drops,
-            rank: v.rank,
-            ..Default::default()
-        });
-    }
-    let v: ProcessInfoV0 = postcard::from_bytes(raw).ok()?;
+    // Postcard is positional: a block written before `rank` existed is a V1 block without its trailing
+    // `Option`, which is one 0 byte (None).
+    let v = postcard::from_bytes::<ProcessInfoV1>(raw).or_else(|_| {
+        let mut padded = raw.to_vec();
+        padded.push(0);
+        postcard::from_bytes::<ProcessInfoV1>(&padded)
+    });
+    let v = v.ok()?;
     Some(ProcessInfo {
         pid: v.pid,
         ppid: v.ppid,
@@ -201,6 +175,7 @@ fn decode_process(raw: &[u8]) -> Option<ProcessInfo> {
         start_realtime_ns: v.start_realtime_ns,
         finished: v.finished,
         drops: v.drops,
+        rank: v.rank,
         ..Default::default()
     })
 }
@@ -471,6 +446,13 @@ mod tests {
                 .unwrap();
         let info = decode_process(&raw).unwrap();
         assert_eq!((info.pid, info.rank, info.clock_pairs.len()), (9, Some(3), 0));
+        // And the layout from before `rank`.
+        #[derive(serde::Serialize)]
+        struct V0<'a>(u32, u32, Vec<&'a str>, &'a str, &'a str, u32, &'a str, &'a str, u64, bool, Drops);
+        let raw =
+            postcard::to_allocvec(&V0(4, 1, vec!["y"], "/y", "h", 28, "/c", "", 5, true, Drops::default())).unwrap();
+        let info = decode_process(&raw).unwrap();
+        assert_eq!((info.pid, info.rank, info.cmdline), (4, None, vec!["y".to_string()]));
     }
 
     #[test]
