@@ -145,9 +145,11 @@ fn drain(buffer: *mut u8, valid: usize, l: &cupti::Loaded) {
     let end = buffer as usize + valid;
     let mut n = 0u32;
     let mut room = Room::default();
+    // Look at the ring often enough that a small ring cannot fill between two looks.
+    let every = emit::ring_space().map_or(256, |(_, cap)| (cap / 4).clamp(16, 256) as u32);
     loop {
         n = n.wrapping_add(1);
-        if n.is_multiple_of(256) {
+        if n.is_multiple_of(every) {
             room.make();
         }
         // SAFETY: CUPTI walks its own buffer; `cursor` is null or the record it returned last.
@@ -206,8 +208,9 @@ struct Room {
 
 impl Room {
     /// While this thread's ring has fewer than 1024 free slots (half of a smaller ring), sleep in 1 ms steps so
-    /// the collector can drain it: at most 200 steps per buffer, and only while the collector is draining (its
-    /// heartbeat in the segment is under a second old), never for a ring nobody drains.
+    /// the collector can drain it (the ring's watermark has woken it): at most 200 steps per buffer, and only while
+    /// the collector is draining (its heartbeat in the segment is under a second old, and 0 once it stopped),
+    /// never for a ring nobody drains.
     fn make(&mut self) {
         let Some((space, capacity)) = emit::ring_space() else { return };
         let want = 1024.min(capacity / 2);

@@ -267,6 +267,12 @@ pub fn flush(forced: bool) {
     // CUPTI passes (never a remembered one, which may have been destroyed since).
     collect_dropped(l, std::ptr::null_mut(), 0);
     write_clock_pair();
+    // How much a process that ends without its final flush (SIGKILL, _exit) may lose: what CUPTI held since.
+    if let Some(seg) = state::segment() {
+        let h = seg.header();
+        h.last_flush_ns.store(crate::clock::monotonic_ns(), Ordering::Relaxed);
+        h.flush_period_ms.store(flush_period().as_millis() as u32, Ordering::Relaxed);
+    }
 }
 
 /// Adds CUPTI's dropped-record count for (context, stream) to the segment (reading it resets it in CUPTI).

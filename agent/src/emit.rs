@@ -67,12 +67,42 @@ pub fn tid() -> u32 {
         .unwrap_or_else(|| unsafe { libc::gettid() as u32 })
 }
 
+/// A free ring for thread `tid`: a reserved one given back by an exited thread, else a newly reserved one (rings
+/// are reserved on demand up to the segment's count; see `segment`). Cold: once per thread.
 fn claim(seg: &MappedSegment, tid: u32) -> Option<Producer> {
-    let n = seg.layout().ring_count;
-    (0..n).map(|i| (tid.wrapping_mul(2654435761) % n + i) % n).find_map(|i| {
+    loop {
+        let n = seg.reserved_rings();
+        let found = (0..n).map(|i| (tid.wrapping_mul(2654435761) % n.max(1) + i) % n.max(1)).find_map(|i| {
+            let ring = seg.ring(i)?;
+            ring.try_claim(tid).then(|| ring.producer())
+        });
+        if found.is_some() {
+            return found;
+        }
+        // Every reserved ring is taken: reserve another (None at the count, or without memory: counted).
+        let i = seg.reserve_ring()?;
         let ring = seg.ring(i)?;
-        ring.try_claim(tid).then(|| ring.producer())
-    })
+        if ring.try_claim(tid) {
+            return Some(ring.producer());
+        }
+    }
+}
+
+/// Wakes the collector when a ring passes its watermark, once until the collector has drained.
+#[inline]
+fn maybe_wake(p: &mut Producer) {
+    if p.above_watermark() {
+        wake();
+    }
+}
+
+#[cold]
+fn wake() {
+    if let Some(a) = state::existing_agent() {
+        if a.seg.header().wake_pending.swap(1, Ordering::Relaxed) == 0 {
+            cuflight_format::channel::wake(std::os::fd::AsRawFd::as_raw_fd(&a.conn));
+        }
+    }
 }
 
 impl ThreadState {
@@ -101,7 +131,10 @@ impl ThreadState {
         }
         match r.producer.as_mut() {
             Some(p) => {
-                p.push(ev); // a full ring refuses and counts the event itself
+                // A full ring refuses and counts the event itself.
+                if p.push(ev) {
+                    maybe_wake(p);
+                }
                 true
             }
             None => false,
@@ -170,6 +203,8 @@ pub fn push(mut ev: RawEvent) {
     }
 }
 
+/// Counts the event as lost for want of a ring, unless a borrowed ring took it (or refused it, which the ring
+/// counted itself: each loss is counted exactly once).
 #[cold]
 fn fallback(seg: &MappedSegment, ev: &mut RawEvent) {
     if !push_borrowed(seg, ev) {
@@ -177,7 +212,7 @@ fn fallback(seg: &MappedSegment, ev: &mut RawEvent) {
     }
 }
 
-/// Slow path: claims any free ring for one push and gives it back.
+/// Slow path: claims any free ring for one push and gives it back. False only when no ring could be claimed.
 #[cold]
 fn push_borrowed(seg: &MappedSegment, ev: &mut RawEvent) -> bool {
     // SAFETY: gettid has no preconditions.
@@ -188,9 +223,11 @@ fn push_borrowed(seg: &MappedSegment, ev: &mut RawEvent) -> bool {
     let Some(mut producer) = claim(seg, tid) else {
         return false;
     };
-    let ok = producer.push(ev);
+    if producer.push(ev) {
+        maybe_wake(&mut producer);
+    }
     producer.ring().release();
-    ok
+    true
 }
 
 const TABLE: usize = 1 << 16;
@@ -295,23 +332,14 @@ mod tests {
 
     #[test]
     fn interning_is_idempotent_and_distinguishes_strings() {
-        let path = std::env::temp_dir().join(format!("cuflight-intern-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let seg = MappedSegment::create(
-            &path,
-            Layout { ring_count: 1, ring_capacity: 2, strings_capacity: 1 << 16 },
-            1,
-            0,
-            0,
-        )
-        .unwrap();
+        let seg = MappedSegment::create(Layout { ring_count: 1, ring_capacity: 2, strings_capacity: 1 << 16 }, 1, 0, 0)
+            .unwrap();
         let i = Interner::new();
         let a = i.intern(&seg, b"gemm_kernel");
         let b = i.intern(&seg, b"relu_kernel");
         assert_ne!(a, b);
         assert_eq!(i.intern(&seg, b"gemm_kernel"), a);
         assert_eq!(i.intern(&seg, b""), i.intern(&seg, b""));
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! and marks the process as a fork child; the child's first event creates a segment of its own.
 
 use crate::emit::Interner;
+use cuflight_format::channel;
 use cuflight_format::segment::{self, state as seg_state, Layout, MappedSegment};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
@@ -14,6 +15,8 @@ use std::sync::Once;
 pub struct Agent {
     pub seg: MappedSegment,
     pub interner: Interner,
+    /// The connection to the collector the segment was handed to: a byte written here wakes its drain.
+    pub conn: std::os::fd::OwnedFd,
 }
 
 static AGENT: AtomicPtr<Agent> = AtomicPtr::new(std::ptr::null_mut());
@@ -83,6 +86,13 @@ pub fn segment() -> Option<&'static MappedSegment> {
     agent().map(|a| &a.seg)
 }
 
+/// The agent if this process already has its segment (never creates one).
+pub fn existing_agent() -> Option<&'static Agent> {
+    let p = AGENT.load(Ordering::Acquire);
+    // SAFETY: AGENT only ever holds a leaked Box<Agent>, never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
 /// The segment if this process already has one (never creates one).
 fn existing_segment() -> Option<&'static MappedSegment> {
     let p = AGENT.load(Ordering::Acquire);
@@ -116,24 +126,35 @@ fn create() -> Option<&'static Agent> {
         return None;
     };
     let pid = std::process::id();
-    let path = segment::segment_dir().join(format!("{}{pid}", segment::session_prefix(&session)));
     let default = Layout::default();
     let layout = Layout {
-        ring_count: env_u32("CUFLIGHT_RINGS", default.ring_count).clamp(1, 4096),
-        ring_capacity: env_u32("CUFLIGHT_RING_EVENTS", default.ring_capacity).clamp(64, 1 << 24).next_power_of_two(),
+        ring_count: env_u32("CUFLIGHT_RINGS", default.ring_count).clamp(1, segment::MAX_RINGS),
+        ring_capacity: env_u32("CUFLIGHT_RING_EVENTS", default.ring_capacity)
+            .clamp(64, segment::MAX_RING_CAPACITY)
+            .next_power_of_two(),
         strings_capacity: default.strings_capacity,
     };
     // SAFETY: getppid has no preconditions.
     let ppid = unsafe { libc::getppid() } as u32;
-    let seg = match MappedSegment::create(&path, layout, pid, ppid, crate::clock::realtime_ns()) {
+    let seg = match MappedSegment::create(layout, pid, ppid, crate::clock::realtime_ns()) {
         Ok(s) => s,
         Err(e) => {
             NO_SEGMENT.store(true, Ordering::Relaxed);
-            notice(&format!("cannot create the trace segment {}: {e}", path.display()));
+            notice(&format!("cannot create the trace segment: {e}"));
             return None;
         }
     };
-    let agent: &'static Agent = Box::leak(Box::new(Agent { seg, interner: Interner::new() }));
+    // Hand the segment to the session's collector. None there (it exited, or this process outlived it): the
+    // segment is dropped and nothing is recorded.
+    let conn = match channel::send(&session, seg.fd()) {
+        Ok(c) => c,
+        Err(e) => {
+            NO_SEGMENT.store(true, Ordering::Relaxed);
+            notice(&format!("cannot reach the cuflight collector of session {session} ({e})"));
+            return None;
+        }
+    };
+    let agent: &'static Agent = Box::leak(Box::new(Agent { seg, interner: Interner::new(), conn }));
     record_process_facts(agent);
     agent.seg.header().state.store(seg_state::RECORDING, Ordering::Release);
     AGENT.store(agent as *const Agent as *mut Agent, Ordering::Release);

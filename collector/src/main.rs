@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use cuflight_collector::output::{self, Output};
 use cuflight_collector::record::{self, Inject, RecordOptions};
 use cuflight_collector::stats::Stats;
 use std::path::PathBuf;
@@ -30,6 +31,9 @@ enum Cmd {
         /// How often the collector drains the rings, in ms.
         #[arg(long, default_value_t = 10)]
         drain_ms: u64,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
         /// Seconds to keep recording processes that outlive the command.
         #[arg(long, default_value_t = 10)]
         linger_secs: u64,
@@ -57,6 +61,9 @@ enum Cmd {
         /// Write the report here instead of standard output.
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
     },
     /// Timeline of a trace (cuflight, Kineto JSON or nsys SQLite) for Perfetto or Kineto-style tools.
     Export {
@@ -66,6 +73,21 @@ enum Cmd {
         /// Output file (default: the trace's name with .perfetto-trace or .json).
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Rewrites a trace whose recording was cut short (collector killed, disk full) as a complete one: every
+    /// complete block, and a footer saying what was lost. Every command already reads such a trace, with a
+    /// warning.
+    Recover {
+        trace: PathBuf,
+        /// Output file (default: the trace's name with .recovered.cuf).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -110,6 +132,22 @@ fn main() {
     }
 }
 
+/// Loads a trace of any format, warning when it was cut short.
+fn load(path: &std::path::Path) -> Result<cuflight_collector::trace::Trace> {
+    let trace = cuflight_collector::import::load(path)?;
+    warn_cut_short(path, trace.cut_short.as_deref());
+    Ok(trace)
+}
+
+fn warn_cut_short(path: &std::path::Path, why: Option<&str>) {
+    if let Some(why) = why {
+        eprintln!(
+            "cuflight: warning: {}: {why}; read up to its last complete block (`cuflight recover` writes a complete copy)",
+            path.display()
+        );
+    }
+}
+
 /// The error and its causes on one line, skipping causes whose text the message already includes.
 fn one_line(e: &anyhow::Error) -> String {
     let mut msg = e.to_string();
@@ -125,7 +163,7 @@ fn one_line(e: &anyhow::Error) -> String {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Cmd::Record { output, inject, flush_ms, drain_ms, linger_secs, command } => {
+        Cmd::Record { output, inject, flush_ms, drain_ms, force, linger_secs, command } => {
             let Some(agent) = record::find_agent() else {
                 bail!("cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path");
             };
@@ -140,13 +178,22 @@ fn run(cli: Cli) -> Result<i32> {
                 drain_interval: Duration::from_millis(drain_ms.clamp(1, 10_000)),
                 flush_ms,
                 linger: Duration::from_secs(linger_secs),
+                force,
             };
             let s = record::record(&opts).context("recording failed")?;
             for (pid, why) in &s.disabled {
                 eprintln!("cuflight: agent was off in process {pid}: {why}");
             }
+            for sig in &s.forwarded {
+                eprintln!("cuflight: forwarded {sig} to the program");
+            }
+            for (pid, period) in &s.unflushed {
+                eprintln!(
+                    "cuflight: process {pid} ended without its final flush (killed, or left through _exit): device records of up to its last {period} ms are missing"
+                );
+            }
             eprintln!(
-                "cuflight: wrote {} ({} events from {} process(es), {} bytes, {:.1} bytes/event); dropped {} (ring full {}, no ring {}, CUPTI {}, skipped {})",
+                "cuflight: wrote {} ({} events from {} process(es), {} bytes, {:.1} bytes/event); dropped {} (ring full {}, no ring {}, CUPTI {}, skipped {}), strings dropped {}",
                 opts.output.display(),
                 s.events,
                 s.processes,
@@ -157,26 +204,32 @@ fn run(cli: Cli) -> Result<i32> {
                 s.drops.no_ring,
                 s.drops.cupti_dropped,
                 s.drops.records_skipped,
+                s.drops.strings_full,
             );
+            if let Some(why) = &s.stopped {
+                bail!("recording stopped early ({why}); the program ran to its end with status {}", s.exit_code);
+            }
             Ok(s.exit_code)
         }
-        Cmd::Export { trace, format, output } => {
+        Cmd::Export { trace, format, output, force } => {
             let ext = match format {
                 ExportFormat::Perfetto => "perfetto-trace",
                 ExportFormat::Chrome => "json",
             };
-            let output = output.unwrap_or_else(|| trace.with_extension(ext));
+            let output = output.unwrap_or_else(|| output::default_beside(&trace, ext));
             let native = cuflight_collector::import::detect(&trace)? == cuflight_collector::import::Format::Native;
-            let file = std::fs::File::create(&output).with_context(|| format!("cannot create {}", output.display()))?;
-            let w = std::io::BufWriter::with_capacity(1 << 20, file);
+            let out = Output::create(&output, &[&trace], force)?;
+            let w = std::io::BufWriter::with_capacity(1 << 20, out.try_clone()?);
             let write_err = || format!("cannot write {}", output.display());
             match format {
                 ExportFormat::Perfetto => {
                     // cuflight traces stream block by block; imported ones are converted in memory first.
                     let c = if native {
-                        cuflight_collector::export::perfetto::export_file(&trace, w)?
+                        let c = cuflight_collector::export::perfetto::export_file(&trace, w)?;
+                        warn_cut_short(&trace, c.cut_short);
+                        c
                     } else {
-                        let loaded = cuflight_collector::import::load(&trace)?;
+                        let loaded = load(&trace)?;
                         cuflight_collector::export::perfetto::export(&loaded, w).with_context(write_err)?
                     };
                     eprintln!(
@@ -191,17 +244,20 @@ fn run(cli: Cli) -> Result<i32> {
                     );
                 }
                 ExportFormat::Chrome => {
-                    let loaded = cuflight_collector::import::load(&trace)?;
+                    let loaded = load(&trace)?;
                     let n = cuflight_collector::export::chrome::export(&loaded, w).with_context(write_err)?;
                     eprintln!("cuflight: wrote {}: {n} trace events", output.display());
                 }
             }
+            out.commit()?;
             Ok(0)
         }
-        Cmd::Report { traces, format, step, output } => {
+        Cmd::Report { traces, format, step, output, force } => {
+            let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
+            let out = output.as_deref().map(|o| Output::create(o, &inputs, force)).transpose()?;
             let mut loaded = Vec::new();
             for t in &traces {
-                loaded.push((t.display().to_string(), cuflight_collector::import::load(t)?));
+                loaded.push((t.display().to_string(), load(t)?));
             }
             let opts = cuflight_collector::report::Options { step };
             let report = cuflight_collector::report::Report::compute(&loaded, &opts)?;
@@ -210,17 +266,35 @@ fn run(cli: Cli) -> Result<i32> {
                 ReportFormat::Json => report.to_json() + "\n",
                 ReportFormat::Html => report.to_html(),
             };
-            match output {
-                Some(path) => {
-                    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
-                    eprintln!("cuflight: wrote {}", path.display());
+            match out {
+                Some(out) => {
+                    let path = out.path().display().to_string();
+                    out.write_all_and_commit(text.as_bytes())?;
+                    eprintln!("cuflight: wrote {path}");
                 }
                 None => print!("{text}"),
             }
             Ok(0)
         }
+        Cmd::Recover { trace, output, force } => {
+            let output = output.unwrap_or_else(|| output::default_beside(&trace, "recovered.cuf"));
+            let out = Output::create(&output, &[&trace], force)?;
+            let r = cuflight_collector::recover::recover(&trace, std::io::BufWriter::new(out.try_clone()?))?;
+            out.commit()?;
+            match r.cut_short {
+                Some(why) => eprintln!(
+                    "cuflight: wrote {}: {} events in {} blocks kept; {} bytes after the last complete block dropped ({why})",
+                    output.display(),
+                    r.events,
+                    r.blocks,
+                    r.dropped_bytes
+                ),
+                None => eprintln!("cuflight: wrote {}: {} events; {} was already complete", output.display(), r.events, trace.display()),
+            }
+            Ok(0)
+        }
         Cmd::Stats { trace, format } => {
-            let trace = cuflight_collector::import::load(&trace)?;
+            let trace = load(&trace)?;
             let stats = Stats::compute(&trace);
             match format {
                 Format::Table => print!("{}", stats.to_table()),

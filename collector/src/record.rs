@@ -1,18 +1,29 @@
-//! `cuflight record`: runs a command with the agent injected, discovers every process of the run by its
-//! shared-memory segment (children included), drains their rings while they run and streams everything into
-//! one trace file. A process that dies abruptly (SIGKILL) loses only what the agent had not flushed yet: its
-//! segment outlives it and is drained at the end.
-
+//! `cuflight record`: runs a command with the agent injected, receives the shared-memory segment of every process
+//! of the run (children included) over a private socket, drains their rings while they run and streams
+//! everything into one trace file.
+//!
+//! What it promises whatever happens: blocks reach the file at least every half second and the file is readable
+//! up to its last complete block even if `record` is killed; SIGINT, SIGTERM and SIGHUP sent to `record` are
+//! forwarded to the program (a terminal's Ctrl-C already reached it), and `record` then finishes the file and
+//! exits with the program's status; a write error (full disk) stops recording but never the program, whose
+//! agents see the drain heartbeat stop and run on at full speed. A process that dies abruptly (SIGKILL) loses
+//! only what its agent had not flushed yet: the collector still holds its segment and drains it.
+use crate::output::{Output, OutputError};
+use cuflight_format::channel::{self, Listener};
 use cuflight_format::file::{Drops, Footer, ProcessInfo, TraceWriter};
-use cuflight_format::segment::{self, parse_strings, record_class, state, MappedSegment, SegmentError};
+use cuflight_format::segment::{self, parse_strings, record_class, state, MappedSegment};
 use cuflight_format::RawEvent;
-use std::collections::BTreeMap;
-use std::io::BufWriter;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::low_level::siginfo::Cause;
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufWriter, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// How the agent enters the program.
@@ -34,6 +45,8 @@ pub struct RecordOptions {
     pub flush_ms: Option<u64>,
     /// How long to keep draining processes that outlive the command.
     pub linger: Duration,
+    /// Replace an existing output file.
+    pub force: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -42,8 +55,10 @@ pub enum RecordError {
     Spawn { command: String, source: std::io::Error },
     #[error("cannot write {path}: {source}")]
     Write { path: String, source: cuflight_format::file::FileError },
-    #[error("cannot create {path}: {source}")]
-    Create { path: String, source: std::io::Error },
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    #[error("cannot open the agents' channel: {0}")]
+    Channel(cuflight_format::channel::ChannelError),
 }
 
 /// What a recording produced.
@@ -55,11 +70,23 @@ pub struct RecordSummary {
     pub drops: Drops,
     pub bytes: u64,
     pub disabled: Vec<(u32, String)>,
+    /// Signals forwarded to the program (by name).
+    pub forwarded: Vec<&'static str>,
+    /// Why recording stopped before the program ended (a write error); the file holds what came before.
+    pub stopped: Option<String>,
+    /// Processes that ended without their final flush: (pid, flush period in ms).
+    pub unflushed: Vec<(u32, u32)>,
 }
 
 struct Tracked {
     seg: MappedSegment,
-    path: PathBuf,
+    /// The agent's connection: wake-ups arrive here.
+    conn: OwnedFd,
+    /// The pid as this collector sees it (the sender's credentials).
+    pid: u32,
+    /// Process facts as last written to the file, and when.
+    written: Option<ProcessInfo>,
+    written_at: Instant,
     strings_read: u64,
     /// Drained but not yet written: strings (from region offset `pending_base`) and events.
     pending_strings: Vec<u8>,
@@ -85,11 +112,6 @@ pub fn find_agent() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
     [dir.join("libcuflight.so"), dir.join("../lib/libcuflight.so")].into_iter().find(|p| p.is_file())
-}
-
-fn session_id() -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    format!("{}x{:08x}", std::process::id(), nanos)
 }
 
 fn string_at(seg: &MappedSegment, id: u32) -> String {
@@ -122,7 +144,7 @@ fn process_info(t: &Tracked) -> ProcessInfo {
         records_skipped: h.records_skipped.load(Ordering::Relaxed),
         ..Default::default()
     };
-    drops.ring_full = (0..h.ring_count).filter_map(|i| t.seg.ring(i)).map(|r| r.dropped()).sum();
+    drops.ring_full = (0..t.seg.reserved_rings()).filter_map(|i| t.seg.ring(i)).map(|r| r.dropped()).sum();
     let cmdline = string_at(&t.seg, h.cmdline.load(Ordering::Relaxed));
     let records_unused = record_class::NAMES
         .iter()
@@ -134,7 +156,7 @@ fn process_info(t: &Tracked) -> ProcessInfo {
         .filter(|&(_, s, i)| s + i > 0)
         .collect();
     ProcessInfo {
-        pid: h.pid,
+        pid: t.pid,
         ppid: h.ppid,
         cmdline: cmdline.split('\0').map(str::to_string).collect(),
         exe: string_at(&t.seg, h.exe.load(Ordering::Relaxed)),
@@ -151,66 +173,87 @@ fn process_info(t: &Tracked) -> ProcessInfo {
         buffers_refused: h.buffers_refused.load(Ordering::Relaxed),
         device_clock_monotonic: h.device_clock_monotonic.load(Ordering::Relaxed) == 1,
         clock_pairs: t.clock_pairs.clone(),
+        rings_refused: h.rings_refused.load(Ordering::Relaxed),
+        last_flush_ns: h.last_flush_ns.load(Ordering::Relaxed),
+        flush_period_ms: h.flush_period_ms.load(Ordering::Relaxed),
     }
 }
 
-struct Recorder<W: std::io::Write> {
-    dir: PathBuf,
-    prefix: String,
-    tracked: BTreeMap<u32, Tracked>,
+/// Process facts are rewritten at most this often while they change (a later block replaces an earlier one):
+/// a trace cut short still names its processes.
+const INFO_EVERY: Duration = Duration::from_secs(5);
+
+struct Recorder<W: Write> {
+    listener: Listener,
+    /// Live processes by arrival order (pids may be reused within a run).
+    tracked: BTreeMap<u64, Tracked>,
+    next_key: u64,
+    /// Facts of processes already ended and let go.
+    ended: Vec<ProcessInfo>,
     writer: TraceWriter<W>,
     output: String,
     pending: usize,
     last_write: Instant,
+    last_liveness: Instant,
+    /// Set by a write error: nothing more is drained or written.
+    stopped: Option<String>,
+    /// Refused peers already reported (a hostile peer must not flood stderr).
+    complained: HashSet<String>,
 }
 
-impl<W: std::io::Write> Recorder<W> {
-    fn write_err(&self, source: cuflight_format::file::FileError) -> RecordError {
-        RecordError::Write { path: self.output.clone(), source }
-    }
-
-    /// Maps segments of this session that appeared since the last call.
-    fn discover(&mut self) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(pid) =
-                name.to_str().and_then(|n| n.strip_prefix(&self.prefix)).and_then(|p| p.parse::<u32>().ok())
-            else {
-                continue;
+impl<W: Write> Recorder<W> {
+    /// Takes every segment agents have handed over since the last call.
+    fn accept(&mut self) {
+        while let Some(r) = self.listener.accept() {
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    self.complain(e.to_string());
+                    continue;
+                }
             };
-            if self.tracked.contains_key(&pid) {
-                continue;
-            }
-            match MappedSegment::open(&entry.path()) {
+            match MappedSegment::from_fd(r.fd) {
                 Ok(seg) => {
                     let t = Tracked {
                         seg,
-                        path: entry.path(),
+                        conn: r.conn,
+                        pid: r.pid,
+                        written: None,
+                        written_at: Instant::now(),
                         strings_read: 0,
                         pending_strings: Vec::new(),
                         pending_base: 0,
                         pending_events: Vec::new(),
                         clock_pairs: Vec::new(),
                     };
-                    self.tracked.insert(pid, t);
+                    self.tracked.insert(self.next_key, t);
+                    self.next_key += 1;
                 }
-                Err(SegmentError::NotReady) => {} // being created: next round
-                Err(e) => eprintln!("cuflight: ignoring {}: {e}", entry.path().display()),
+                Err(e) => self.complain(format!("ignoring the segment of process {}: {e}", r.pid)),
             }
+        }
+    }
+
+    /// Reports a refused peer or segment once per distinct message, at most 20 times a run.
+    fn complain(&mut self, msg: String) {
+        if self.complained.len() < 20 && self.complained.insert(msg.clone()) {
+            eprintln!("cuflight: {msg}");
         }
     }
 
     /// Empties every ring (strings after events, so every id an event names is included), and writes what was
     /// drained once enough has accumulated, or when `force`d.
-    fn drain(&mut self, force: bool) -> Result<(), RecordError> {
+    fn drain(&mut self, force: bool) {
+        if self.stopped.is_some() {
+            return;
+        }
         let now = segment::monotonic_ns();
         for t in self.tracked.values_mut() {
-            t.seg.header().collector_drained_ns.store(now, Ordering::Relaxed);
+            let h = t.seg.header();
+            h.collector_drained_ns.store(now, Ordering::Relaxed);
+            h.wake_pending.store(0, Ordering::Relaxed);
             let before = t.pending_events.len();
-            for i in 0..t.seg.layout().ring_count {
+            for i in 0..t.seg.reserved_rings() {
                 if let Some(ring) = t.seg.ring(i) {
                     ring.consumer().drain_into(&mut t.pending_events);
                 }
@@ -236,58 +279,140 @@ impl<W: std::io::Write> Recorder<W> {
             t.strings_read += strings.len() as u64;
         }
         if force || self.pending >= WRITE_EVENTS || self.last_write.elapsed() >= WRITE_AGE {
-            self.write_pending()?;
+            if let Err(e) = self.write_pending() {
+                self.stop(e);
+            }
         }
-        Ok(())
+    }
+
+    /// A write error: stop draining and writing, and tell the agents no collector is draining (so none waits).
+    fn stop(&mut self, e: RecordError) {
+        eprintln!("cuflight: {e}; recording stops here, the program runs on");
+        self.stopped = Some(e.to_string());
+        for t in self.tracked.values() {
+            t.seg.header().collector_drained_ns.store(0, Ordering::Relaxed);
+        }
     }
 
     fn write_pending(&mut self) -> Result<(), RecordError> {
         let output = &self.output;
         let err = |source| RecordError::Write { path: output.clone(), source };
-        for (&pid, t) in self.tracked.iter_mut() {
-            self.writer.write_strings(pid, t.pending_base, &t.pending_strings).map_err(err)?;
-            self.writer.write_events(pid, &t.pending_events).map_err(err)?;
+        for t in self.tracked.values_mut() {
+            let info = process_info(t);
+            let changed = t.written.as_ref().is_none_or(|w| {
+                w.drops != info.drops || w.status != info.status || w.cupti_version != info.cupti_version
+            });
+            if t.written.is_none() || (changed && t.written_at.elapsed() >= INFO_EVERY) {
+                self.writer.write_process(&info).map_err(err)?;
+                t.written = Some(info);
+                t.written_at = Instant::now();
+            }
+            self.writer.write_strings(t.pid, t.pending_base, &t.pending_strings).map_err(err)?;
+            self.writer.write_events(t.pid, &t.pending_events).map_err(err)?;
             t.pending_strings.clear();
             t.pending_events.clear();
         }
+        // Into the kernel now: a collector killed from here on leaves these blocks readable.
+        self.writer.flush().map_err(err)?;
         self.pending = 0;
         self.last_write = Instant::now();
         Ok(())
     }
 
-    fn all_done(&self) -> bool {
-        self.tracked.values().all(|t| {
-            let st = t.seg.header().state.load(Ordering::Acquire);
-            st == state::FINISHED || st == state::DISABLED || process_gone(t.seg.header().pid)
-        })
+    /// Lets go of processes that have ended: a last drain, their final facts, and their memory freed.
+    fn retire_ended(&mut self, check_all: bool) {
+        if !check_all && self.last_liveness.elapsed() < Duration::from_millis(250) {
+            return;
+        }
+        self.last_liveness = Instant::now();
+        let ended: Vec<u64> = self
+            .tracked
+            .iter()
+            .filter(|(_, t)| {
+                let st = t.seg.header().state.load(Ordering::Acquire);
+                process_gone(t.pid) || (st == state::DISABLED && t.seg.reserved_rings() == 0)
+            })
+            .map(|(&k, _)| k)
+            .collect();
+        if ended.is_empty() {
+            return;
+        }
+        self.drain(true);
+        for k in ended {
+            let t = self.tracked.remove(&k).expect("listed above");
+            let info = process_info(&t);
+            if self.stopped.is_none() {
+                if let Err(source) = self.writer.write_process(&info) {
+                    self.stop(RecordError::Write { path: self.output.clone(), source });
+                }
+            }
+            self.ended.push(info);
+        }
+    }
+
+    fn all_ended(&self) -> bool {
+        self.tracked.is_empty()
+    }
+
+    fn conns(&self) -> Vec<i32> {
+        self.tracked.values().map(|t| t.conn.as_raw_fd()).collect()
+    }
+}
+
+/// A session name nobody else uses: the collector's pid and random bits (the socket name also holds the uid).
+fn session_id(attempt: u32) -> String {
+    let mut bytes = [0u8; 8];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let bits = if random.is_ok() { u64::from_le_bytes(bytes) } else { nanos ^ attempt as u64 };
+    format!("{}-{bits:016x}", std::process::id())
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        SIGINT => "SIGINT",
+        SIGTERM => "SIGTERM",
+        SIGHUP => "SIGHUP",
+        _ => "a signal",
     }
 }
 
 /// Runs the command under the agent and writes the trace.
 pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
-    let session = session_id();
-    let dir = segment::segment_dir();
-    let prefix = segment::session_prefix(&session);
+    let mut bound = None;
+    for attempt in 0..8 {
+        let session = session_id(attempt);
+        match Listener::bind(&session) {
+            Ok(l) => {
+                bound = Some((session, l));
+                break;
+            }
+            Err(e) if attempt == 7 => return Err(RecordError::Channel(e)),
+            Err(_) => {}
+        }
+    }
+    let (session, listener) = bound.expect("bound or returned");
     let out_path = opts.output.display().to_string();
-    let file =
-        std::fs::File::create(&opts.output).map_err(|source| RecordError::Create { path: out_path.clone(), source })?;
-    let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file))
+    let output = Output::create(&opts.output, &[], opts.force)?;
+    let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.try_clone()?))
         .map_err(|source| RecordError::Write { path: out_path.clone(), source })?;
     let mut rec = Recorder {
-        dir,
-        prefix,
+        listener,
         tracked: BTreeMap::new(),
+        next_key: 0,
+        ended: Vec::new(),
         writer,
         output: out_path.clone(),
         pending: 0,
         last_write: Instant::now(),
+        last_liveness: Instant::now(),
+        stopped: None,
+        complained: HashSet::new(),
     };
 
-    // Ctrl-C reaches the whole process group: the program stops, and we stay to finish the file.
-    let interrupted = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, interrupted.clone());
-    }
+    // Signals for the program: a terminal's Ctrl-C reaches the whole foreground group (the program too), so
+    // only signals sent to `record` itself (kill, docker stop, a batch system's time limit) are forwarded.
+    let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP]).ok();
 
     let mut cmd = Command::new(&opts.command[0]);
     cmd.args(&opts.command[1..]).env("CUFLIGHT_SESSION", &session);
@@ -306,34 +431,59 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
     if let Some(ms) = opts.flush_ms {
         cmd.env("CUFLIGHT_FLUSH_MS", ms.to_string());
     }
+    // On failure the output is dropped, which removes what this command created (never an existing file).
     let mut child = cmd.spawn().map_err(|source| RecordError::Spawn { command: opts.command[0].clone(), source })?;
+    let wait_ms = opts.drain_interval.as_millis().clamp(1, 10_000) as i32;
+    let mut forwarded = Vec::new();
+    let mut forward = |signals: &mut Option<SignalsInfo<WithOrigin>>, pid: Option<u32>| {
+        let Some(signals) = signals.as_mut() else { return false };
+        let mut any = false;
+        for origin in signals.pending() {
+            any = true;
+            if let (Some(pid), false) = (pid, matches!(origin.cause, Cause::Kernel)) {
+                let _ = channel::signal_process(pid, origin.signal);
+                forwarded.push(signal_name(origin.signal));
+            }
+        }
+        any
+    };
 
     let status = loop {
-        rec.discover();
-        rec.drain(false)?;
+        rec.accept();
+        rec.drain(false);
+        rec.retire_ended(false);
+        forward(&mut signals, Some(child.id()));
         if let Ok(Some(status)) = child.try_wait() {
             break status;
         }
-        std::thread::sleep(opts.drain_interval);
+        rec.listener.wait(&rec.conns(), wait_ms);
     };
-    // Children may outlive the command; keep draining until they finish or the linger time is up.
+    // Children may outlive the command; keep draining until they end, the linger time is up, or a signal asks
+    // to stop.
     let deadline = Instant::now() + opts.linger;
     loop {
-        rec.discover();
-        rec.drain(false)?;
-        if rec.all_done() || Instant::now() > deadline {
+        rec.accept();
+        rec.drain(false);
+        rec.retire_ended(true);
+        if rec.all_ended() || Instant::now() > deadline || forward(&mut signals, None) {
             break;
         }
-        std::thread::sleep(opts.drain_interval);
+        rec.listener.wait(&rec.conns(), wait_ms);
     }
-    rec.discover();
-    rec.drain(true)?;
+    rec.accept();
+    rec.drain(true);
 
+    let mut infos = std::mem::take(&mut rec.ended);
+    infos.extend(rec.tracked.values().map(process_info));
     let mut drops = Drops::default();
     let mut disabled = Vec::new();
-    let infos: Vec<ProcessInfo> = rec.tracked.values().map(process_info).collect();
+    let mut unflushed = Vec::new();
     for info in &infos {
-        rec.writer.write_process(info).map_err(|e| rec.write_err(e))?;
+        if rec.stopped.is_none() {
+            if let Err(source) = rec.writer.write_process(info) {
+                rec.stop(RecordError::Write { path: out_path.clone(), source });
+            }
+        }
         let d = info.drops;
         drops.ring_full += d.ring_full;
         drops.no_ring += d.no_ring;
@@ -343,17 +493,42 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
         if !info.status.is_empty() {
             disabled.push((info.pid, info.status.clone()));
         }
-    }
-    for t in rec.tracked.values() {
-        let _ = std::fs::remove_file(&t.path);
+        if !info.finished && info.cupti_version != 0 {
+            unflushed.push((info.pid, info.flush_period_ms));
+        }
     }
     let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     let events = rec.writer.events_written();
-    let footer = Footer { events, command: opts.command.clone(), exit_code: Some(exit_code) };
-    let processes = rec.tracked.len();
-    rec.writer.finish(footer).map_err(|source| RecordError::Write { path: out_path.clone(), source })?;
+    let processes = infos.len();
+    if rec.stopped.is_none() {
+        let footer = Footer { events, command: opts.command.clone(), exit_code: Some(exit_code) };
+        match rec.writer.finish(footer) {
+            Ok(mut w) => {
+                if let Err(e) = w.flush() {
+                    rec.stopped = Some(format!("cannot write {out_path}: {e}"));
+                }
+            }
+            Err(source) => rec.stopped = Some(RecordError::Write { path: out_path.clone(), source }.to_string()),
+        }
+    }
+    // What reached the file is kept even after a write error (readable up to its last complete block); only a
+    // replacement of an existing file is abandoned then, leaving the old file as it was.
+    let commit = if rec.stopped.is_none() { output.commit() } else { output.keep_partial() };
+    if let Err(e) = commit {
+        rec.stopped.get_or_insert(e.to_string());
+    }
     let bytes = std::fs::metadata(&opts.output).map_or(0, |m| m.len());
-    Ok(RecordSummary { exit_code, events, processes, drops, bytes, disabled })
+    Ok(RecordSummary {
+        exit_code,
+        events,
+        processes,
+        drops,
+        bytes,
+        disabled,
+        forwarded,
+        stopped: rec.stopped,
+        unflushed,
+    })
 }
 
 /// Default trace name in the current directory: `cuflight-<n>.cuf`, the first that does not exist.

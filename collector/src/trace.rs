@@ -89,7 +89,13 @@ pub struct Trace {
     pub footer: Footer,
     /// Imported from Kineto JSON whose timestamps have fractions of a microsecond (HTA rounds those).
     pub fractional_us_timestamps: bool,
+    /// Why the file ended before its footer (read up to its last complete block), if it did.
+    pub cut_short: Option<String>,
 }
+
+/// Most string bytes a trace may hold, all processes together: a process's string region is 4 MiB in the
+/// agent, so this only stops files crafted to exhaust memory through the string table.
+pub const MAX_STRING_BYTES: u64 = 256 << 20;
 
 /// Events stamped by CUPTI's clock (the rest are stamped with CLOCK_MONOTONIC by the agent).
 pub fn is_device_event(kind: Option<EventKind>) -> bool {
@@ -114,6 +120,7 @@ impl Trace {
         let fmt = |source| TraceError::Format { path: shown.clone(), source };
         let mut reader = TraceReader::new(std::io::BufReader::new(file)).map_err(fmt)?;
         let mut trace = Trace::default();
+        let mut string_bytes = 0u64;
         while let Some(block) = reader.next_block().map_err(fmt)? {
             match block {
                 Block::Process(info) => {
@@ -123,8 +130,16 @@ impl Trace {
                     p.info = info;
                 }
                 Block::Strings { pid, base, bytes } => {
+                    string_bytes += bytes.len() as u64;
+                    if string_bytes > MAX_STRING_BYTES {
+                        return Err(fmt(FileError::Corrupt(format!(
+                            "more than {} MiB of strings (no recording holds that many)",
+                            MAX_STRING_BYTES >> 20
+                        ))));
+                    }
                     let p = trace.processes.entry(pid).or_default();
-                    for (id, s) in parse_strings(base, &bytes) {
+                    // Empty entries are what an unknown id reads as anyway: not stored.
+                    for (id, s) in parse_strings(base, &bytes).filter(|(_, s)| !s.is_empty()) {
                         insert_string(&mut p.strings, &mut p.mangled, id, s);
                     }
                 }
@@ -132,6 +147,7 @@ impl Trace {
                 Block::Footer(f) => trace.footer = f,
             }
         }
+        trace.cut_short = reader.cut_short().map(str::to_string);
         for p in trace.processes.values_mut() {
             p.align_clocks();
             // Events arrive ring by ring (one ring per thread); analyses want one timeline. The sort is stable,

@@ -6,7 +6,12 @@
 //! ```
 //! Tags: 1 process facts (postcard [`ProcessInfo`]; a later one for the same pid replaces an earlier one),
 //! 2 strings (u64 region offset + region bytes, see [`crate::segment`]), 3 events, 4 footer (postcard
-//! [`Footer`], always last). A file without a footer is truncated and rejected.
+//! [`Footer`], always last). A file without a footer was cut short (its collector was killed, its disk filled):
+//! it is read up to its last complete block and [`TraceReader::cut_short`] says so.
+//!
+//! Reading is bounded: a block holds at most [`MAX_BLOCK_RAW`] bytes decompressed and [`MAX_BLOCK_EVENTS`]
+//! events, and a reader holds one block at a time, so no file, however small and however crafted, makes a
+//! reader decompress more than that at once.
 //!
 //! Events are encoded row by row: kind, sub, then varints of flags, tid, start as a zigzag delta from the
 //! previous event's start, duration, correlation, name, device, stream, a, b, c. Deltas keep timestamps to 1-3
@@ -19,7 +24,12 @@ use std::io::{Read, Write};
 
 pub const FILE_MAGIC: [u8; 8] = *b"CUFLTRC\0";
 pub const FILE_VERSION: u32 = 1;
-const MAX_BLOCK: u32 = 1 << 30;
+/// Largest decompressed block a writer writes and a reader accepts.
+pub const MAX_BLOCK_RAW: u32 = 16 << 20;
+/// Most events in one block.
+pub const MAX_BLOCK_EVENTS: usize = 1 << 16;
+/// Strings blocks are cut (at entry boundaries) to at most this many bytes.
+const STRINGS_PIECE: usize = 8 << 20;
 const ZSTD_LEVEL: i32 = 1;
 
 pub const TAG_PROCESS: u8 = 1;
@@ -78,6 +88,13 @@ pub struct ProcessInfo {
     /// (CUPTI timestamp, CLOCK_MONOTONIC) pairs recorded over the run, in order: the collector aligns device time
     /// piecewise-linearly between them (see [`ClockMap`]).
     pub clock_pairs: Vec<(u64, u64)>,
+    /// Threads that found no ring because its memory could not be reserved (their events are in `no_ring`).
+    pub rings_refused: u64,
+    /// For a process that ended without its final flush (`finished` false: SIGKILL, `_exit`, a crash): the
+    /// CLOCK_MONOTONIC of its last CUPTI flush (0: none) and its flush period. Device records completed after
+    /// that flush were still inside CUPTI and are missing.
+    pub last_flush_ns: u64,
+    pub flush_period_ms: u32,
 }
 
 /// Maps CUPTI timestamps onto CLOCK_MONOTONIC from every recorded clock pair: linear interpolation between
@@ -134,50 +151,14 @@ impl ClockMap {
     }
 }
 
-/// [`ProcessInfo`] as written before the per-class record counts and clock pairs existed.
-#[derive(Deserialize)]
-struct ProcessInfoV1 {
-    pid: u32,
-    ppid: u32,
-    cmdline: Vec<String>,
-    exe: String,
-    host: String,
-    cupti_version: u32,
-    cupti_path: String,
-    status: String,
-    start_realtime_ns: u64,
-    finished: bool,
-    drops: Drops,
-    rank: Option<u32>,
-}
-
+/// Decodes process facts of any version. Postcard is positional and every field added since the first version
+/// was appended at the end with a type whose zero bytes decode to its default (0, false, None, empty), so an
+/// older block padded with zeros decodes with defaults for what it lacks (trailing bytes are ignored).
 fn decode_process(raw: &[u8]) -> Option<ProcessInfo> {
-    if let Ok(info) = postcard::from_bytes::<ProcessInfo>(raw) {
-        return Some(info);
-    }
-    // Postcard is positional: a block written before `rank` existed is a V1 block without its trailing
-    // `Option`, which is one 0 byte (None).
-    let v = postcard::from_bytes::<ProcessInfoV1>(raw).or_else(|_| {
-        let mut padded = raw.to_vec();
-        padded.push(0);
-        postcard::from_bytes::<ProcessInfoV1>(&padded)
-    });
-    let v = v.ok()?;
-    Some(ProcessInfo {
-        pid: v.pid,
-        ppid: v.ppid,
-        cmdline: v.cmdline,
-        exe: v.exe,
-        host: v.host,
-        cupti_version: v.cupti_version,
-        cupti_path: v.cupti_path,
-        status: v.status,
-        start_realtime_ns: v.start_realtime_ns,
-        finished: v.finished,
-        drops: v.drops,
-        rank: v.rank,
-        ..Default::default()
-    })
+    let mut padded = Vec::with_capacity(raw.len() + 32);
+    padded.extend_from_slice(raw);
+    padded.extend_from_slice(&[0u8; 32]);
+    postcard::from_bytes::<ProcessInfo>(&padded).ok()
 }
 
 /// The last block of a complete file.
@@ -246,19 +227,36 @@ impl<W: Write> TraceWriter<W> {
         self.block(TAG_PROCESS, info.pid, &raw)
     }
 
+    /// Writes string-region bytes starting at region offset `base`, in pieces that end on entry boundaries.
     pub fn write_strings(&mut self, pid: u32, base: u64, bytes: &[u8]) -> Result<(), FileError> {
-        if bytes.is_empty() {
-            return Ok(());
+        let mut from = 0usize;
+        while from < bytes.len() {
+            let mut end = from;
+            // Whole entries up to the piece size (one longer entry goes alone; entries are at most 4 GiB, and
+            // the agent's region is far smaller).
+            while end < bytes.len() {
+                let len = bytes
+                    .get(end..end + 4)
+                    .map_or(usize::MAX, |w| u32::from_le_bytes(w.try_into().expect("4")) as usize);
+                let next = end.saturating_add(len.saturating_add(4).next_multiple_of(4)).min(bytes.len());
+                if next - from > STRINGS_PIECE && end > from {
+                    break;
+                }
+                end = next;
+            }
+            let piece = &bytes[from..end];
+            let mut raw = Vec::with_capacity(8 + piece.len());
+            raw.extend_from_slice(&(base + from as u64).to_le_bytes());
+            raw.extend_from_slice(piece);
+            self.block(TAG_STRINGS, pid, &raw)?;
+            from = end;
         }
-        let mut raw = Vec::with_capacity(8 + bytes.len());
-        raw.extend_from_slice(&base.to_le_bytes());
-        raw.extend_from_slice(bytes);
-        self.block(TAG_STRINGS, pid, &raw)
+        Ok(())
     }
 
     pub fn write_events(&mut self, pid: u32, events: &[RawEvent]) -> Result<(), FileError> {
         // Large batches are split so that a reader's block buffer stays bounded.
-        for chunk in events.chunks(1 << 16) {
+        for chunk in events.chunks(MAX_BLOCK_EVENTS) {
             let mut raw = std::mem::take(&mut self.scratch);
             raw.clear();
             encode_events(chunk, &mut raw);
@@ -266,6 +264,12 @@ impl<W: Write> TraceWriter<W> {
             self.scratch = raw;
             self.events += chunk.len() as u64;
         }
+        Ok(())
+    }
+
+    /// Pushes buffered blocks to the sink (for a file: into the kernel, where a killed writer cannot lose them).
+    pub fn flush(&mut self) -> Result<(), FileError> {
+        self.out.flush()?;
         Ok(())
     }
 
@@ -306,7 +310,7 @@ fn decode_events(raw: &[u8]) -> Option<Vec<RawEvent>> {
     let mut at = 0;
     let n = varint::get(raw, &mut at)? as usize;
     // Each event takes at least 13 bytes: never trust a count the payload cannot hold.
-    if n > raw.len() / 13 + 1 {
+    if n > raw.len() / 13 + 1 || n > MAX_BLOCK_EVENTS {
         return None;
     }
     let mut out = Vec::with_capacity(n);
@@ -344,6 +348,10 @@ fn decode_events(raw: &[u8]) -> Option<Vec<RawEvent>> {
 pub struct TraceReader<R: Read> {
     input: R,
     done: bool,
+    /// Why the file ended before its footer, once it did.
+    cut_short: Option<&'static str>,
+    /// Bytes of complete blocks read so far (header included).
+    complete_bytes: u64,
 }
 
 impl<R: Read> TraceReader<R> {
@@ -357,10 +365,26 @@ impl<R: Read> TraceReader<R> {
         if version != FILE_VERSION {
             return Err(FileError::Version(version));
         }
-        Ok(TraceReader { input, done: false })
+        Ok(TraceReader { input, done: false, cut_short: None, complete_bytes: 16 })
     }
 
-    /// The next block; `Ok(None)` after the footer. A file that ends before its footer is an error.
+    /// Why the file ended before its footer (`None` for a complete file, or before the end is reached).
+    pub fn cut_short(&self) -> Option<&'static str> {
+        self.cut_short
+    }
+
+    /// Bytes of the file up to the end of the last complete block read.
+    pub fn complete_bytes(&self) -> u64 {
+        self.complete_bytes
+    }
+
+    fn end_cut_short(&mut self, why: &'static str) -> Result<Option<Option<Block>>, FileError> {
+        self.done = true;
+        self.cut_short = Some(why);
+        Ok(None)
+    }
+
+    /// The next block; `Ok(None)` after the footer, or at the end of a file that has none ([`Self::cut_short`]).
     pub fn next_block(&mut self) -> Result<Option<Block>, FileError> {
         Ok(self.next_block_where(|_| true)?.flatten())
     }
@@ -372,24 +396,33 @@ impl<R: Read> TraceReader<R> {
             return Ok(None);
         }
         let mut head = [0u8; 13];
-        read_exact(&mut self.input, &mut head, "missing footer (the recording was cut short)")?;
+        match read_exact(&mut self.input, &mut head, "") {
+            Ok(()) => {}
+            Err(FileError::Truncated(_)) => {
+                return self.end_cut_short("no footer: the recording was cut short (collector killed or disk full)")
+            }
+            Err(e) => return Err(e),
+        }
         let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
         let (tag, pid, raw_len, comp_len) = (head[0], word(1), word(5), word(9));
-        if raw_len > MAX_BLOCK || comp_len > MAX_BLOCK {
-            return Err(FileError::Corrupt(format!("block of {raw_len}/{comp_len} bytes")));
+        if raw_len > MAX_BLOCK_RAW || comp_len > MAX_BLOCK_RAW + MAX_BLOCK_RAW / 8 + 4096 {
+            return Err(FileError::Corrupt(format!(
+                "a block declares {raw_len} bytes ({comp_len} compressed); the format's limit is {MAX_BLOCK_RAW}"
+            )));
         }
         if tag != TAG_FOOTER && !want(tag) {
             let skipped = std::io::copy(&mut (&mut self.input).take(comp_len as u64), &mut std::io::sink())?;
             if skipped != comp_len as u64 {
-                return Err(FileError::Truncated("last block cut short"));
+                return self.end_cut_short("the last block is incomplete: the recording was cut short");
             }
+            self.complete_bytes += 13 + comp_len as u64;
             return Ok(Some(None));
         }
         // Buffers grow with the bytes actually present: a corrupt header's sizes never allocate by themselves.
         let mut comp = Vec::new();
         (&mut self.input).take(comp_len as u64).read_to_end(&mut comp)?;
         if comp.len() != comp_len as usize {
-            return Err(FileError::Truncated("last block cut short"));
+            return self.end_cut_short("the last block is incomplete: the recording was cut short");
         }
         let mut raw = Vec::new();
         zstd::stream::read::Decoder::new(&comp[..])
@@ -398,6 +431,7 @@ impl<R: Read> TraceReader<R> {
         if raw.len() != raw_len as usize {
             return Err(FileError::Corrupt("block size mismatch".into()));
         }
+        self.complete_bytes += 13 + comp_len as u64;
         let corrupt = |what: &str| FileError::Corrupt(format!("undecodable {what} block"));
         Ok(Some(Some(match tag {
             TAG_PROCESS => Block::Process(decode_process(&raw).ok_or_else(|| corrupt("process"))?),
@@ -510,11 +544,66 @@ mod tests {
     }
 
     #[test]
-    fn every_truncation_is_an_error_never_a_panic() {
+    fn a_file_cut_anywhere_reads_up_to_its_last_complete_block() {
         let bytes = write(&sample());
+        let whole = read_all(&bytes).unwrap();
         for cut in 0..bytes.len() {
-            assert!(read_all(&bytes[..cut]).is_err(), "cut at {cut} accepted");
+            if cut < 16 {
+                assert!(read_all(&bytes[..cut]).is_err(), "cut at {cut} inside the file header accepted");
+                continue;
+            }
+            let mut r = TraceReader::new(&bytes[..cut]).unwrap();
+            let mut got = Vec::new();
+            while let Some(b) = r.next_block().unwrap() {
+                got.push(b);
+            }
+            assert!(r.cut_short().is_some(), "cut at {cut} not reported");
+            assert!(r.complete_bytes() <= cut as u64);
+            assert_eq!(got[..], whole[..got.len()], "cut at {cut}: not a prefix");
         }
+    }
+
+    #[test]
+    fn declared_sizes_beyond_the_limit_are_refused_before_decompressing() {
+        let mut bytes = write(&sample());
+        // The first block's raw_len field sits after tag and pid.
+        bytes[16 + 5..16 + 9].copy_from_slice(&(1u32 << 30).to_le_bytes());
+        let err = read_all(&bytes).unwrap_err().to_string();
+        assert!(err.contains("limit"), "{err}");
+        // A bomb: one block of zeros that really decompresses to its declared size within the limit is fine,
+        // one that claims more than it holds is a mismatch, never a larger buffer.
+        let mut w = TraceWriter::new(Vec::new()).unwrap();
+        w.block(TAG_STRINGS, 1, &vec![0u8; MAX_BLOCK_RAW as usize]).unwrap();
+        let bomb = w.finish(Footer::default()).unwrap();
+        assert!(bomb.len() < 4096, "{} bytes", bomb.len());
+        assert_eq!(read_all(&bomb).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn long_string_regions_are_written_in_bounded_pieces_on_entry_boundaries() {
+        let mut region = Vec::new();
+        let mut ids = Vec::new();
+        for i in 0..40_000u32 {
+            ids.push(region.len() as u64 + 100);
+            let s = format!("kernel_name_{i}_{}", "x".repeat(300));
+            region.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            region.extend_from_slice(s.as_bytes());
+            while region.len() % 4 != 0 {
+                region.push(0);
+            }
+        }
+        let mut w = TraceWriter::new(Vec::new()).unwrap();
+        w.write_strings(3, 100, &region).unwrap();
+        let blocks = read_all(&w.finish(Footer::default()).unwrap()).unwrap();
+        let mut seen = Vec::new();
+        for b in &blocks {
+            if let Block::Strings { base, bytes, .. } = b {
+                assert!(bytes.len() <= STRINGS_PIECE);
+                seen.extend(crate::segment::parse_strings(*base, bytes).map(|(id, _)| id as u64));
+            }
+        }
+        assert!(blocks.len() > 2, "split into pieces");
+        assert_eq!(seen, ids);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! - [`event`]: [`RawEvent`], the one fixed-size (64-byte, `repr(C)`) record every observation becomes.
 //! - [`ring`]: a lock-free single-producer/single-consumer ring of `RawEvent`s over any memory region, so that it
 //!   can live in a shared-memory segment that the agent writes and the collector drains from another process.
-//! - [`segment`]: the layout of a process's shared-memory segment (header, string region, rings).
+//! - [`segment`]: the layout of a process's shared-memory segment (header, string region, rings), a sealed memfd.
+//! - [`channel`]: how an agent hands its segment to its collector (a Unix socket, credentials checked).
 //! - [`file`] (feature `file`): the compressed, versioned trace file the collector writes.
 //!
 //! ```
@@ -16,6 +17,7 @@
 //! assert_eq!(out.len(), 1);
 //! ```
 
+pub mod channel;
 pub mod event;
 #[cfg(feature = "file")]
 pub mod file;

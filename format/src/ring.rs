@@ -145,6 +145,20 @@ impl Producer {
     pub fn ring(&self) -> RingRef {
         self.ring
     }
+
+    /// Whether the ring is more than half full (the watermark at which the agent wakes its collector, as perf's
+    /// `wakeup_events` does). Costs a subtraction while the cached fill is below; reads the consumer's counter
+    /// only above it.
+    #[inline]
+    pub fn above_watermark(&mut self) -> bool {
+        let h = self.ring.header();
+        let w = h.write.0.load(Ordering::Relaxed);
+        if w.wrapping_sub(self.cached_read) <= self.ring.mask / 2 {
+            return false;
+        }
+        self.cached_read = h.read.0.load(Ordering::Acquire);
+        w.wrapping_sub(self.cached_read) > self.ring.mask / 2
+    }
 }
 
 /// Drains events; one per ring (the collector).

@@ -1,25 +1,42 @@
-//! The shared-memory segment of one profiled process: `/dev/shm/cuflight-<session>-<pid>`.
+//! The shared-memory segment of one profiled process.
 //!
 //! Layout (all offsets in the header, so readers need no constants but the header's):
 //! ```text
 //! [SegmentHeader, 4 KiB] [string region] [ring 0] [ring 1] ... [ring N-1]
 //! ```
-//! The agent creates the file, sizes it, writes the header and publishes it by storing `magic` last (release).
-//! Strings are appended as `[u32 len][bytes][pad to 4]`; a string's id is its offset in the region (offset 0
-//! holds the empty string), and `strings_len` is published with a release store after each append, so every id
-//! found in a drained event refers to bytes already visible. Each ring belongs to one producer thread at a time.
-//! The collector maps the file read-write (it advances ring read counters) and trusts nothing in it: every
-//! offset and size is checked against the mapping before use.
+//! The segment is an anonymous memfd, never a file in /dev/shm: nobody else can open, plant, replace or
+//! symlink it, it is not limited by the size of /dev/shm (64 MB in a default Docker container), and it is freed
+//! when the last of agent and collector lets go of it, so a crash leaves nothing behind. The agent sizes it,
+//! seals it against shrinking (a collector mapping it can never fault on a truncated page) and hands it to the
+//! collector over the session's socket (see [`crate::channel`]).
+//!
+//! Memory is reserved (`fallocate`) before it is touched, never merely mapped: a page that tmpfs cannot back
+//! would kill the program with SIGBUS on its first write. The header and the first strings are reserved at
+//! creation; each ring when a thread first needs one ([`MappedSegment::reserve_ring`]), so an idle process costs
+//! 68 KiB, not 68 MiB; strings in chunks as they grow. A reservation that fails is counted and the thread or
+//! string goes without; the collector only touches rings below `rings_reserved`.
+//!
+//! The agent writes the header and publishes it by storing `magic` last (release). Strings are appended as
+//! `[u32 len][bytes][pad to 4]`; a string's id is its offset in the region (offset 0 holds the empty string),
+//! and `strings_len` is published with a release store after each append, so every id found in a drained event
+//! refers to bytes already visible. Each ring belongs to one producer thread at a time. The collector maps the
+//! segment read-write (it advances ring read counters and writes its drain heartbeat) and trusts nothing in it:
+//! the layout is validated once, with checked arithmetic and limits, into a copy that every later access uses.
 
 use crate::ring::{ring_bytes, RingRef};
-use std::ffi::CString;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"CUFLSEG1");
-pub const SEGMENT_VERSION: u32 = 1;
+pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"CUFLSEG2");
+pub const SEGMENT_VERSION: u32 = 2;
 pub const HEADER_SIZE: usize = 4096;
 const STATUS_LEN: usize = 512;
+/// Most rings, events per ring and string bytes a segment may declare (the agent's own limits).
+pub const MAX_RINGS: u32 = 4096;
+pub const MAX_RING_CAPACITY: u32 = 1 << 24;
+pub const MAX_STRINGS_CAPACITY: u64 = 64 << 20;
+/// The string region is reserved in chunks of this many bytes.
+const STRINGS_CHUNK: u64 = 64 << 10;
 
 /// Agent states stored in [`SegmentHeader::state`].
 pub mod state {
@@ -83,6 +100,20 @@ pub struct SegmentHeader {
     /// CLOCK_MONOTONIC of the collector's latest drain of this segment (0: none yet). The agent's backpressure
     /// waits only for a collector that drained recently: a ring nobody drains is never waited on.
     pub collector_drained_ns: AtomicU64,
+    /// Rings whose memory is reserved (`0..rings_reserved`); only these are ever touched.
+    pub rings_reserved: AtomicU32,
+    /// Ring reservations refused because the memory could not be reserved (the thread recorded nothing).
+    pub rings_refused: AtomicU64,
+    /// Bytes of the string region reserved so far.
+    pub strings_reserved: AtomicU64,
+    /// CLOCK_MONOTONIC of the agent's latest CUPTI flush (0: none): how much a process that ended without its
+    /// final flush may have lost.
+    pub last_flush_ns: AtomicU64,
+    /// CUPTI's flush period in ms, as the agent uses it.
+    pub flush_period_ms: AtomicU32,
+    /// 1 from an agent's wake-up (a ring passed its watermark) until the collector's next drain, so a burst
+    /// costs one wake-up, not one per event.
+    pub wake_pending: AtomicU32,
 }
 
 /// Classes of CUPTI activity records counted in the header (index into the `*_by_class` arrays).
@@ -119,32 +150,46 @@ impl Layout {
     pub fn total_size(&self) -> u64 {
         self.rings_offset() + self.ring_count as u64 * ring_bytes(self.ring_capacity) as u64
     }
-}
-
-impl Default for Layout {
-    /// 64 rings of 16 Ki events (1 MiB each, so a producing thread stays within L2) and 4 MiB of strings; tmpfs
-    /// only backs the pages a thread touches.
-    fn default() -> Self {
-        Layout { ring_count: 64, ring_capacity: 1 << 14, strings_capacity: 4 << 20 }
+    /// Offset of ring `i`.
+    pub fn ring_offset(&self, i: u32) -> u64 {
+        self.rings_offset() + i as u64 * ring_bytes(self.ring_capacity) as u64
+    }
+    /// Within the limits every agent keeps (so none of the arithmetic above can overflow).
+    pub fn is_valid(&self) -> bool {
+        (1..=MAX_RINGS).contains(&self.ring_count)
+            && self.ring_capacity.is_power_of_two()
+            && (2..=MAX_RING_CAPACITY).contains(&self.ring_capacity)
+            && (4..=MAX_STRINGS_CAPACITY).contains(&self.strings_capacity)
     }
 }
 
-/// Errors opening or validating a segment.
+impl Default for Layout {
+    /// Up to 256 rings of 16 Ki events (1 MiB each, so a producing thread stays within L2) and 4 MiB of
+    /// strings; only the rings threads use are reserved (a thread keeps its ring until it exits).
+    fn default() -> Self {
+        Layout { ring_count: 256, ring_capacity: 1 << 14, strings_capacity: 4 << 20 }
+    }
+}
+
+/// Errors creating, receiving or validating a segment.
 #[derive(Debug)]
 pub enum SegmentError {
-    Io(PathBuf, std::io::Error),
-    /// Not (yet) a published cuflight segment, or one of another version.
+    Io(&'static str, std::io::Error),
+    /// Not a published cuflight segment, or one of another version.
     NotReady,
-    /// A header whose sizes do not fit the file.
+    /// A header whose sizes are impossible or do not fit the memory.
     Corrupt(&'static str),
+    /// The memory could not be reserved (no room in memory, or a file size limit).
+    NoMemory(String),
 }
 
 impl std::fmt::Display for SegmentError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SegmentError::Io(p, e) => write!(f, "{}: {e}", p.display()),
-            SegmentError::NotReady => write!(f, "segment not published yet"),
+            SegmentError::Io(what, e) => write!(f, "{what}: {e}"),
+            SegmentError::NotReady => write!(f, "not a cuflight segment of this version"),
             SegmentError::Corrupt(why) => write!(f, "corrupt segment: {why}"),
+            SegmentError::NoMemory(why) => write!(f, "{why}"),
         }
     }
 }
@@ -159,20 +204,18 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Directory holding segments: `$CUFLIGHT_SHM_DIR` or `/dev/shm`.
-pub fn segment_dir() -> PathBuf {
-    std::env::var_os("CUFLIGHT_SHM_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/dev/shm"))
-}
-
-/// File name prefix of a session's segments.
-pub fn session_prefix(session: &str) -> String {
-    format!("cuflight-{session}-")
-}
-
 /// A mapped segment. Unmapped on drop.
 pub struct MappedSegment {
     base: *mut u8,
     len: usize,
+    /// The agent keeps its memfd (to reserve rings); the collector closes its copy once mapped (one descriptor
+    /// fewer per process).
+    fd: Option<OwnedFd>,
+    /// Validated once; every access uses this copy, never the header's (which its writer may change).
+    layout: Layout,
+    pid: u32,
+    /// Serialises ring reservations (agent side; cold path).
+    reserving: std::sync::Mutex<()>,
 }
 
 // SAFETY: the mapping is shared memory accessed through atomics and the SPSC ring protocol; the pointer stays
@@ -181,55 +224,65 @@ unsafe impl Send for MappedSegment {}
 // SAFETY: as above; shared access only goes through atomics or read-only copies of published bytes.
 unsafe impl Sync for MappedSegment {}
 
-fn map(path: &Path, flags: i32, size: Option<u64>) -> Result<(*mut u8, usize), SegmentError> {
-    let io = |e| SegmentError::Io(path.to_path_buf(), e);
-    let cpath =
-        CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| SegmentError::Corrupt("path contains NUL"))?;
-    // SAFETY: plain syscalls on a NUL-terminated path; every result is checked and the fd closed.
-    unsafe {
-        let fd = libc::open(cpath.as_ptr(), flags | libc::O_CLOEXEC, 0o600);
-        if fd < 0 {
-            return Err(io(std::io::Error::last_os_error()));
-        }
-        let len = match size {
-            Some(s) => {
-                if libc::ftruncate(fd, s as libc::off_t) != 0 {
-                    let e = std::io::Error::last_os_error();
-                    libc::close(fd);
-                    return Err(io(e));
-                }
-                s as usize
-            }
-            None => {
-                let mut st: libc::stat = std::mem::zeroed();
-                if libc::fstat(fd, &mut st) != 0 {
-                    let e = std::io::Error::last_os_error();
-                    libc::close(fd);
-                    return Err(io(e));
-                }
-                st.st_size as usize
-            }
-        };
-        if len < HEADER_SIZE {
-            libc::close(fd);
-            return Err(SegmentError::NotReady);
-        }
-        let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
-        libc::close(fd);
-        if p == libc::MAP_FAILED {
-            return Err(io(std::io::Error::last_os_error()));
-        }
-        Ok((p as *mut u8, len))
+fn last_error(what: &'static str) -> SegmentError {
+    SegmentError::Io(what, std::io::Error::last_os_error())
+}
+
+/// Reserves `[off, off + len)` of `fd`'s memory, so touching it can never fault.
+fn reserve(fd: RawFd, off: u64, len: u64) -> Result<(), SegmentError> {
+    // SAFETY: fallocate on an fd we own; mode 0 allocates without changing the size (the range is inside it).
+    let r = unsafe { libc::fallocate(fd, 0, off as libc::off_t, len as libc::off_t) };
+    if r != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(SegmentError::NoMemory(format!("cannot reserve {} KiB of shared memory: {e}", len >> 10)));
     }
+    Ok(())
 }
 
 impl MappedSegment {
-    /// Creates (exclusively) and publishes a new segment. Called by the agent once per process.
-    pub fn create(path: &Path, layout: Layout, pid: u32, ppid: u32, realtime_ns: u64) -> Result<Self, SegmentError> {
-        let (base, len) = map(path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, Some(layout.total_size()))?;
-        let seg = MappedSegment { base, len };
-        // SAFETY: the fresh mapping is zero-filled, page aligned and large enough for the header; nobody else
-        // reads it before `magic` is published at the end.
+    /// Creates a sealed memfd segment and publishes its header. Called by the agent once per process.
+    pub fn create(layout: Layout, pid: u32, ppid: u32, realtime_ns: u64) -> Result<Self, SegmentError> {
+        if !layout.is_valid() {
+            return Err(SegmentError::Corrupt("layout beyond the limits"));
+        }
+        let total = layout.total_size();
+        // Sizing a file past RLIMIT_FSIZE raises SIGXFSZ, which kills the program: ask first.
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes into the valid struct.
+        if unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim) } == 0
+            && lim.rlim_cur != libc::RLIM_INFINITY
+            && lim.rlim_cur < total
+        {
+            return Err(SegmentError::NoMemory(format!(
+                "the file size limit (ulimit -f, {} KiB) is below the segment's {} MiB",
+                lim.rlim_cur >> 10,
+                total >> 20
+            )));
+        }
+        // SAFETY: memfd_create with a static NUL-terminated name; the fd is owned below.
+        let raw =
+            unsafe { libc::memfd_create(c"cuflight-segment".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        if raw < 0 {
+            return Err(last_error("memfd_create"));
+        }
+        // SAFETY: `raw` is a fresh fd nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: plain syscalls on our fd.
+        unsafe {
+            if libc::ftruncate(raw, total as libc::off_t) != 0 {
+                return Err(last_error("ftruncate"));
+            }
+            let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+            if libc::fcntl(raw, libc::F_ADD_SEALS, seals) != 0 {
+                return Err(last_error("sealing the segment"));
+            }
+        }
+        let first_strings = STRINGS_CHUNK.min(layout.strings_capacity);
+        reserve(raw, 0, HEADER_SIZE as u64 + first_strings)?;
+        let (base, len) = map(raw, total)?;
+        let seg = MappedSegment { base, len, fd: Some(fd), layout, pid, reserving: std::sync::Mutex::new(()) };
+        // SAFETY: the fresh mapping is zero-filled, page aligned, reserved for the header; nobody else reads it
+        // before `magic` is published at the end.
         let h = unsafe { &mut *(base as *mut SegmentHeader) };
         h.version = SEGMENT_VERSION;
         h.header_size = HEADER_SIZE as u32;
@@ -240,84 +293,160 @@ impl MappedSegment {
         h.strings_offset = layout.strings_offset();
         h.strings_capacity = layout.strings_capacity;
         h.rings_offset = layout.rings_offset();
-        h.total_size = layout.total_size();
+        h.total_size = total;
         h.start_realtime_ns = realtime_ns;
+        h.strings_reserved.store(first_strings, Ordering::Relaxed);
         // The empty string at offset 0 (a zero length word, already zero) makes id 0 mean "none".
         h.strings_len.store(4, Ordering::Relaxed);
         h.magic.store(SEGMENT_MAGIC, Ordering::Release);
         Ok(seg)
     }
 
-    /// Maps an existing segment and validates its header against the file. Called by the collector.
-    pub fn open(path: &Path) -> Result<Self, SegmentError> {
-        let (base, len) = map(path, libc::O_RDWR, None)?;
-        let seg = MappedSegment { base, len };
-        let h = seg.header();
+    /// Maps a segment received from an agent and validates it once. Called by the collector: the memory must
+    /// be a memfd sealed against shrinking (so no access can fault), and every size must be within the limits
+    /// and fit the memory.
+    pub fn from_fd(fd: OwnedFd) -> Result<Self, SegmentError> {
+        let raw = fd.as_raw_fd();
+        // SAFETY: fstat/fcntl on a valid fd, into a zeroed struct.
+        let (st, seals) = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(raw, &mut st) != 0 {
+                return Err(last_error("fstat"));
+            }
+            (st, libc::fcntl(raw, libc::F_GET_SEALS))
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(SegmentError::Corrupt("not a regular memory file"));
+        }
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(SegmentError::Corrupt("not sealed against shrinking"));
+        }
+        let len = u64::try_from(st.st_size).map_err(|_| SegmentError::Corrupt("negative size"))?;
+        if len < HEADER_SIZE as u64 || len > 1 << 40 {
+            return Err(SegmentError::Corrupt("impossible size"));
+        }
+        let (base, len) = map(raw, len)?;
+        // SAFETY: the mapping holds at least the header (checked above) and is page aligned.
+        let h = unsafe { &*(base as *const SegmentHeader) };
+        let unmap = |e| {
+            // SAFETY: base/len come from the successful mmap above and nothing refers to them yet.
+            unsafe { libc::munmap(base as *mut libc::c_void, len) };
+            Err(e)
+        };
         if h.magic.load(Ordering::Acquire) != SEGMENT_MAGIC || h.version != SEGMENT_VERSION {
-            return Err(SegmentError::NotReady);
+            return unmap(SegmentError::NotReady);
         }
-        let layout = seg.layout();
-        if !layout.ring_capacity.is_power_of_two()
-            || h.strings_offset != layout.strings_offset()
-            || h.rings_offset != layout.rings_offset()
-            || h.total_size != layout.total_size()
-            || layout.total_size() > len as u64
-        {
-            return Err(SegmentError::Corrupt("sizes in the header do not match the file"));
+        // Each field read once into the copy; from here on the header's sizes are never read again.
+        let layout =
+            Layout { ring_count: h.ring_count, ring_capacity: h.ring_capacity, strings_capacity: h.strings_capacity };
+        let pid = h.pid;
+        if !layout.is_valid() {
+            return unmap(SegmentError::Corrupt("sizes beyond the limits"));
         }
-        Ok(seg)
+        if layout.total_size() > len as u64 {
+            return unmap(SegmentError::Corrupt("sizes in the header do not fit the memory"));
+        }
+        drop(fd);
+        Ok(MappedSegment { base, len, fd: None, layout, pid, reserving: std::sync::Mutex::new(()) })
+    }
+
+    /// The memfd (what the agent hands to the collector); -1 on the collector's side.
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_ref().map_or(-1, |f| f.as_raw_fd())
     }
 
     pub fn header(&self) -> &SegmentHeader {
-        // SAFETY: the mapping is at least HEADER_SIZE bytes (checked in `map`) and page aligned.
+        // SAFETY: the mapping is at least HEADER_SIZE bytes (checked in create/from_fd) and page aligned.
         unsafe { &*(self.base as *const SegmentHeader) }
     }
 
+    /// The validated layout.
     pub fn layout(&self) -> Layout {
-        let h = self.header();
-        Layout { ring_count: h.ring_count, ring_capacity: h.ring_capacity, strings_capacity: h.strings_capacity }
+        self.layout
     }
 
-    /// Ring `i`; None past the end.
+    /// The pid the segment was created by (as validated).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Rings with reserved memory, `0..n`: the only ones a consumer may touch.
+    pub fn reserved_rings(&self) -> u32 {
+        self.header().rings_reserved.load(Ordering::Acquire).min(self.layout.ring_count)
+    }
+
+    /// Ring `i`; None past the end. Only rings below [`Self::reserved_rings`] are backed by memory.
     pub fn ring(&self, i: u32) -> Option<RingRef> {
-        let l = self.layout();
-        if i >= l.ring_count {
+        if i >= self.layout.ring_count {
             return None;
         }
-        let off = l.rings_offset() as usize + i as usize * ring_bytes(l.ring_capacity);
-        // SAFETY: create/open checked that every ring lies inside the mapping; offsets are 4096 + multiples of
-        // the ring size (a multiple of 128), so the ring is 128-byte aligned.
-        Some(unsafe { RingRef::from_raw(self.base.add(off), l.ring_capacity) })
+        let off = self.layout.ring_offset(i) as usize;
+        // SAFETY: the validated layout places every ring inside the mapping; offsets are 4096 + multiples of the
+        // ring size (a multiple of 128), so the ring is 128-byte aligned.
+        Some(unsafe { RingRef::from_raw(self.base.add(off), self.layout.ring_capacity) })
+    }
+
+    /// Reserves the memory of one more ring and publishes it; its index, or None when every ring is reserved
+    /// or the memory cannot be had (counted in `rings_refused`). Agent side.
+    pub fn reserve_ring(&self) -> Option<u32> {
+        let _guard = self.reserving.lock().unwrap_or_else(|e| e.into_inner());
+        let h = self.header();
+        let i = h.rings_reserved.load(Ordering::Relaxed);
+        if i >= self.layout.ring_count {
+            return None;
+        }
+        if reserve(self.fd(), self.layout.ring_offset(i), ring_bytes(self.layout.ring_capacity) as u64).is_err() {
+            h.rings_refused.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        h.rings_reserved.store(i + 1, Ordering::Release);
+        Some(i)
     }
 
     /// Published string bytes from `from` (an earlier `strings_len`) up to the current `strings_len`.
     pub fn strings_since(&self, from: u64) -> &[u8] {
         let h = self.header();
-        let end = h.strings_len.load(Ordering::Acquire).min(h.strings_capacity);
+        let end = h.strings_len.load(Ordering::Acquire).min(self.layout.strings_capacity);
         let from = from.min(end);
-        // SAFETY: [strings_offset + from, strings_offset + end) lies inside the mapping (capacity checked in
-        // open/create) and those bytes were published before `strings_len` (acquired above); they never change.
-        unsafe { std::slice::from_raw_parts(self.base.add((h.strings_offset + from) as usize), (end - from) as usize) }
+        // SAFETY: [strings_offset + from, strings_offset + end) lies inside the mapping (the validated capacity)
+        // and those bytes were published before `strings_len` (acquired above).
+        unsafe {
+            std::slice::from_raw_parts(
+                self.base.add((self.layout.strings_offset() + from) as usize),
+                (end - from) as usize,
+            )
+        }
     }
 
-    /// Appends a string; returns its id, or None when the region is full (counted). Not thread-safe: the agent
-    /// serialises appends.
+    /// Appends a string; returns its id, or None when the region is full or its memory cannot be reserved
+    /// (counted). Not thread-safe: the agent serialises appends.
     pub fn append_string(&self, s: &[u8]) -> Option<u32> {
         let h = self.header();
         let at = h.strings_len.load(Ordering::Relaxed);
         let need = (4 + s.len() as u64).next_multiple_of(4);
-        if at + need > h.strings_capacity || at > u32::MAX as u64 {
+        let end = at + need;
+        if end > self.layout.strings_capacity || at > u32::MAX as u64 {
             h.string_drops.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        // SAFETY: the range [at, at + need) lies inside the string region, past everything published, so no
+        let reserved = h.strings_reserved.load(Ordering::Relaxed);
+        if end > reserved {
+            let upto = end.next_multiple_of(STRINGS_CHUNK).min(self.layout.strings_capacity);
+            let off = self.layout.strings_offset() + reserved;
+            if reserve(self.fd(), off, upto - reserved).is_err() {
+                h.string_drops.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            h.strings_reserved.store(upto, Ordering::Relaxed);
+        }
+        // SAFETY: the range [at, end) lies inside the reserved string region, past everything published, so no
         // reader looks at it until the release store below.
         unsafe {
-            let p = self.base.add((h.strings_offset + at) as usize);
+            let p = self.base.add((self.layout.strings_offset() + at) as usize);
             std::ptr::copy_nonoverlapping((s.len() as u32).to_le_bytes().as_ptr(), p, 4);
             std::ptr::copy_nonoverlapping(s.as_ptr(), p.add(4), s.len());
         }
-        h.strings_len.store(at + need, Ordering::Release);
+        h.strings_len.store(end, Ordering::Release);
         Some(at as u32)
     }
 
@@ -338,8 +467,21 @@ impl MappedSegment {
     pub fn status(&self) -> String {
         let h = self.header();
         let n = (h.status_len.load(Ordering::Acquire) as usize).min(STATUS_LEN);
-        String::from_utf8_lossy(&h.status[..n]).into_owned()
+        let mut bytes = [0u8; STATUS_LEN];
+        bytes[..n].copy_from_slice(&h.status[..n]);
+        String::from_utf8_lossy(&bytes[..n]).into_owned()
     }
+}
+
+fn map(fd: RawFd, len: u64) -> Result<(*mut u8, usize), SegmentError> {
+    // SAFETY: mmap of a valid fd; the result is checked.
+    let p = unsafe {
+        libc::mmap(std::ptr::null_mut(), len as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+    };
+    if p == libc::MAP_FAILED {
+        return Err(last_error("mmap"));
+    }
+    Ok((p as *mut u8, len as usize))
 }
 
 impl Drop for MappedSegment {
@@ -367,64 +509,115 @@ mod tests {
     use super::*;
     use crate::event::{EventKind, RawEvent};
 
-    fn temp_path(tag: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("cuflight-test-{tag}-{}", std::process::id()))
+    fn dup(seg: &MappedSegment) -> OwnedFd {
+        // SAFETY: dup of a valid fd, owned by the result.
+        unsafe { OwnedFd::from_raw_fd(libc::dup(seg.fd())) }
     }
 
     #[test]
     fn agent_and_collector_views_agree() {
-        let path = temp_path("views");
-        let _ = std::fs::remove_file(&path);
         let layout = Layout { ring_count: 4, ring_capacity: 64, strings_capacity: 256 };
-        let agent = MappedSegment::create(&path, layout, 42, 1, 7).unwrap();
+        let agent = MappedSegment::create(layout, 42, 1, 7).unwrap();
         let id = agent.append_string(b"my_kernel").unwrap();
+        assert_eq!(agent.reserve_ring(), Some(0));
         assert!(agent.ring(0).unwrap().try_claim(42));
         agent.ring(0).unwrap().producer().push(&RawEvent { name: id, ..RawEvent::new(EventKind::Kernel, 0, 1, 2) });
 
-        let collector = MappedSegment::open(&path).unwrap();
-        assert_eq!(collector.header().pid, 42);
+        let collector = MappedSegment::from_fd(dup(&agent)).unwrap();
+        assert_eq!((collector.pid(), collector.reserved_rings()), (42, 1));
         let mut out = Vec::new();
         collector.ring(0).unwrap().consumer().drain_into(&mut out);
         let strings: Vec<_> = parse_strings(0, collector.strings_since(0)).collect();
         assert_eq!(strings, vec![(0, &b""[..]), (id, &b"my_kernel"[..])]);
         assert_eq!(out[0].name, id);
         assert!(collector.ring(4).is_none());
-        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn rings_are_reserved_one_by_one_up_to_the_count() {
+        let seg =
+            MappedSegment::create(Layout { ring_count: 2, ring_capacity: 64, strings_capacity: 64 }, 1, 0, 0).unwrap();
+        assert_eq!(seg.reserved_rings(), 0);
+        assert_eq!((seg.reserve_ring(), seg.reserve_ring(), seg.reserve_ring()), (Some(0), Some(1), None));
+        assert_eq!(seg.reserved_rings(), 2);
     }
 
     #[test]
     fn full_string_region_counts_drops() {
-        let path = temp_path("strings");
-        let _ = std::fs::remove_file(&path);
         let seg =
-            MappedSegment::create(&path, Layout { ring_count: 1, ring_capacity: 2, strings_capacity: 32 }, 1, 0, 0)
-                .unwrap();
+            MappedSegment::create(Layout { ring_count: 1, ring_capacity: 2, strings_capacity: 32 }, 1, 0, 0).unwrap();
         assert!(seg.append_string(&[b'x'; 20]).is_some());
         assert!(seg.append_string(&[b'y'; 20]).is_none());
         assert_eq!(seg.header().string_drops.load(Ordering::Relaxed), 1);
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
-    fn garbage_files_are_rejected() {
-        let path = temp_path("garbage");
-        std::fs::write(&path, vec![0xabu8; 8192]).unwrap();
-        assert!(matches!(MappedSegment::open(&path), Err(SegmentError::NotReady)));
-        std::fs::write(&path, b"tiny").unwrap();
-        assert!(MappedSegment::open(&path).is_err());
+    fn strings_beyond_the_first_chunk_are_reserved_as_they_come() {
+        let seg = MappedSegment::create(Layout { ring_count: 1, ring_capacity: 2, strings_capacity: 1 << 20 }, 1, 0, 0)
+            .unwrap();
+        let big = vec![b'k'; 1000];
+        let ids: Vec<u32> = (0..500).map(|_| seg.append_string(&big).unwrap()).collect();
+        assert!(seg.header().strings_reserved.load(Ordering::Relaxed) > STRINGS_CHUNK);
+        assert_eq!(parse_strings(0, seg.strings_since(0)).count(), 501);
+        assert_eq!(ids[499] as usize, 4 + 499 * 1004);
+    }
+
+    #[test]
+    fn unsealed_memory_garbage_and_impossible_layouts_are_refused() {
+        // A plain file: not sealed, so it could be truncated under the collector.
+        let path = std::env::temp_dir().join(format!("cuflight-plain-{}", std::process::id()));
+        std::fs::write(&path, vec![0u8; 8192]).unwrap();
+        let plain: OwnedFd = std::fs::File::open(&path).unwrap().into();
+        assert!(matches!(MappedSegment::from_fd(plain), Err(SegmentError::Corrupt(_))));
         std::fs::remove_file(&path).unwrap();
+
+        let seg =
+            MappedSegment::create(Layout { ring_count: 2, ring_capacity: 64, strings_capacity: 64 }, 1, 0, 0).unwrap();
+        // SAFETY: the test owns the segment and rewrites header fields as a hostile writer would.
+        let h = unsafe { &mut *(seg.base as *mut SegmentHeader) };
+        for (count, cap, strings) in
+            [(u32::MAX, 64, 64), (2, 1 << 31, 64), (2, 63, 64), (2, 64, u64::MAX), (4000, 1 << 20, 64), (0, 64, 64)]
+        {
+            (h.ring_count, h.ring_capacity, h.strings_capacity) = (count, cap, strings);
+            assert!(
+                matches!(MappedSegment::from_fd(dup(&seg)), Err(SegmentError::Corrupt(_))),
+                "{count} {cap} {strings}"
+            );
+        }
+        h.magic.store(0, Ordering::Relaxed);
+        assert!(matches!(MappedSegment::from_fd(dup(&seg)), Err(SegmentError::NotReady)));
+    }
+
+    #[test]
+    fn a_validated_layout_ignores_later_rewrites() {
+        let seg =
+            MappedSegment::create(Layout { ring_count: 2, ring_capacity: 64, strings_capacity: 64 }, 1, 0, 0).unwrap();
+        let collector = MappedSegment::from_fd(dup(&seg)).unwrap();
+        // SAFETY: as above.
+        let h = unsafe { &mut *(seg.base as *mut SegmentHeader) };
+        (h.ring_count, h.ring_capacity, h.strings_capacity) = (4096, 1 << 24, 64 << 20);
+        h.rings_reserved.store(u32::MAX, Ordering::Relaxed);
+        h.strings_len.store(u64::MAX, Ordering::Relaxed);
+        assert_eq!(collector.layout().ring_count, 2);
+        assert_eq!(collector.reserved_rings(), 2);
+        assert_eq!(collector.strings_since(0).len(), 64);
+        assert!(collector.ring(2).is_none());
+    }
+
+    #[test]
+    fn a_sealed_segment_cannot_be_truncated() {
+        let seg =
+            MappedSegment::create(Layout { ring_count: 1, ring_capacity: 64, strings_capacity: 64 }, 1, 0, 0).unwrap();
+        // SAFETY: ftruncate on our own fd (expected to fail).
+        assert_ne!(unsafe { libc::ftruncate(seg.fd(), 0) }, 0);
     }
 
     #[test]
     fn disable_reason_round_trips() {
-        let path = temp_path("status");
-        let _ = std::fs::remove_file(&path);
         let seg =
-            MappedSegment::create(&path, Layout { ring_count: 1, ring_capacity: 2, strings_capacity: 64 }, 1, 0, 0)
-                .unwrap();
+            MappedSegment::create(Layout { ring_count: 1, ring_capacity: 2, strings_capacity: 64 }, 1, 0, 0).unwrap();
         seg.set_disabled("no libcupti found");
         assert_eq!(seg.header().state.load(Ordering::Acquire), state::DISABLED);
         assert_eq!(seg.status(), "no libcupti found");
-        std::fs::remove_file(&path).unwrap();
     }
 }

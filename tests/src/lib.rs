@@ -83,12 +83,13 @@ impl Recorded {
     }
 }
 
-/// Runs `cuflight record [flags] -- program args` with cudasim on the library path and segments kept in `dir`.
+/// Runs `cuflight record --force -o dir/trace.cuf [flags] -- program args` with cudasim on the library path
+/// (tests record into the same file again and again).
 pub fn record(dir: &Path, flags: &[&str], program: &Path, args: &[&str], env: &[(&str, &str)]) -> Recorded {
     let trace = dir.join("trace.cuf");
     let mut cmd = Command::new(cuflight_bin());
-    cmd.arg("record").arg("-o").arg(&trace).args(flags).arg("--").arg(program).args(args);
-    cmd.env("LD_LIBRARY_PATH", cudasim_dir()).env("CUFLIGHT_SHM_DIR", dir).env_remove("CUDASIM_CUPTI_VERSION");
+    cmd.arg("record").arg("--force").arg("-o").arg(&trace).args(flags).arg("--").arg(program).args(args);
+    cmd.env("LD_LIBRARY_PATH", cudasim_dir()).env_remove("CUDASIM_CUPTI_VERSION");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -165,13 +166,14 @@ pub fn python_json(script: &str, args: &[&std::ffi::OsStr]) -> Value {
         .unwrap_or_else(|e| panic!("{script} printed {stdout}: {e}"))
 }
 
-/// `cuflight export TRACE --format chrome -o OUT`, parsed.
+/// `cuflight export TRACE --format chrome --force -o OUT`, parsed.
 pub fn export_chrome(trace: &Path, out: &Path) -> Value {
     let (ok, err) = cuflight(&[
         "export".as_ref(),
         trace.as_os_str(),
         "--format".as_ref(),
         "chrome".as_ref(),
+        "--force".as_ref(),
         "-o".as_ref(),
         out.as_os_str(),
     ]);

@@ -22,16 +22,27 @@ fn a_trace(dir: &std::path::Path) -> std::path::PathBuf {
 }
 
 #[test]
-fn truncated_and_corrupt_traces_are_named_not_panicked_on() {
+fn traces_cut_short_read_with_one_warning_and_recover_completes_them() {
     let dir = scratch("truncated");
     let trace = a_trace(&dir);
     let bytes = std::fs::read(&trace).unwrap();
-    for (cut, needle) in [(bytes.len() - 3, "truncated trace"), (bytes.len() / 2, "trace"), (10, "truncated trace")] {
+    std::fs::write(dir.join("cut10.cuf"), &bytes[..10]).unwrap();
+    let (code, err) = cuflight(&["stats", dir.join("cut10.cuf").to_str().unwrap()]);
+    assert_one_line_error(code, &err, "truncated trace");
+    for cut in [bytes.len() - 3, bytes.len() / 2, 40] {
         let bad = dir.join(format!("cut{cut}.cuf"));
         std::fs::write(&bad, &bytes[..cut]).unwrap();
         let (code, err) = cuflight(&["stats", bad.to_str().unwrap()]);
-        assert_one_line_error(code, &err, needle);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(err.contains("cut short") && err.contains("cuflight recover"), "{err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
+        let fixed = dir.join(format!("cut{cut}.recovered.cuf"));
+        let _ = std::fs::remove_file(&fixed);
+        let (code, err) = cuflight(&["recover", bad.to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(err.contains("dropped"), "{err}");
+        let (code, err) = cuflight(&["stats", fixed.to_str().unwrap()]);
+        assert_eq!((code, err.as_str()), (Some(0), ""), "a recovered trace reads without a warning");
     }
     let garbage = dir.join("garbage.cuf");
     std::fs::write(&garbage, b"\x7fELF not a trace at all").unwrap();
@@ -69,4 +80,62 @@ fn record_returns_the_commands_exit_code_and_a_table() {
     let out = Command::new(cuflight_bin()).arg("stats").arg(&trace).output().unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("CUDA kernels") && table.contains("scale"), "{table}");
+}
+
+#[test]
+fn no_command_destroys_its_input_or_an_existing_file() {
+    let dir = scratch("outputs");
+    let trace = a_trace(&dir);
+    let t = trace.to_str().unwrap();
+    // Chrome export of a JSON trace: the default name would be the input.
+    let json = dir.join("k.json");
+    let (code, err) = cuflight(&["export", t, "--format", "chrome", "--force", "-o", json.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let original = std::fs::read(&json).unwrap();
+    let (code, err) = cuflight(&["export", json.to_str().unwrap(), "--format", "chrome"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("k.cuflight.json"), "{err}");
+    assert_eq!(std::fs::read(&json).unwrap(), original, "input untouched");
+    // An output that is an input, by name or through a link, even with --force.
+    for args in
+        [vec!["report", t, "-o", t, "--force"], vec!["export", t, "-o", t, "--force"], vec!["recover", t, "-o", t]]
+    {
+        let (code, err) = cuflight(&args);
+        assert_one_line_error(code, &err, "is also an input");
+    }
+    let link = dir.join("link.cuf");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&trace, &link).unwrap();
+    let (code, err) = cuflight(&["report", t, "-o", link.to_str().unwrap(), "--force"]);
+    assert_one_line_error(code, &err, "is also an input");
+    // Existing files need --force; a failed run with --force leaves them intact.
+    let keep = dir.join("keep.cuf");
+    std::fs::copy(&trace, &keep).unwrap();
+    let before = std::fs::read(&keep).unwrap();
+    let (code, err) = cuflight(&["record", "-o", keep.to_str().unwrap(), "--", "/bin/true"]);
+    assert_one_line_error(code, &err, "pass --force");
+    let (code, err) = cuflight(&["record", "--force", "-o", keep.to_str().unwrap(), "--", "/nonexistent/program"]);
+    assert_one_line_error(code, &err, "cannot run");
+    assert_eq!(std::fs::read(&keep).unwrap(), before, "a failed record leaves the old trace");
+    let fresh = dir.join("fresh.cuf");
+    let _ = std::fs::remove_file(&fresh);
+    let (code, _) = cuflight(&["record", "-o", fresh.to_str().unwrap(), "--", "/nonexistent/program"]);
+    assert_ne!(code, Some(0));
+    assert!(!fresh.exists(), "a failed record leaves no empty trace behind");
+    // A symlink to another file is not written through.
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, b"precious").unwrap();
+    let out_link = dir.join("out-link.txt");
+    let _ = std::fs::remove_file(&out_link);
+    std::os::unix::fs::symlink(&victim, &out_link).unwrap();
+    let (code, err) = cuflight(&["report", t, "--force", "-o", out_link.to_str().unwrap()]);
+    assert_one_line_error(code, &err, "symbolic link");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    // Nothing temporary left behind by any of this.
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("cuflight-tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 }

@@ -66,6 +66,8 @@ pub struct ExportCounts {
     pub flows: u64,
     pub counter_values: u64,
     pub tracks: u64,
+    /// Why the input ended before its footer (exported up to its last complete block), if it did.
+    pub cut_short: Option<&'static str>,
 }
 
 /// Categories and debug-annotation names are a fixed vocabulary, interned once in the first packet (iid =
@@ -424,11 +426,17 @@ pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCou
     let mut states: HashMap<u32, ProcessState> = HashMap::default();
     let mut order: Vec<(u64, u32)> = Vec::new();
     let mut reader = open()?;
+    let mut string_bytes = 0u64;
     while let Some(block) = reader.next_block_where(|t| t == TAG_STRINGS || t == TAG_EVENTS).map_err(fmt)? {
         match block {
             Some(Block::Strings { pid, base, bytes }) => {
+                string_bytes += bytes.len() as u64;
+                if string_bytes > crate::trace::MAX_STRING_BYTES {
+                    let why = format!("more than {} MiB of strings", crate::trace::MAX_STRING_BYTES >> 20);
+                    return Err(fmt(cuflight_format::file::FileError::Corrupt(why)));
+                }
                 let st = states.entry(pid).or_insert_with(|| ProcessState::new(pid, HashMap::default()));
-                for (id, s) in cuflight_format::segment::parse_strings(base, &bytes) {
+                for (id, s) in cuflight_format::segment::parse_strings(base, &bytes).filter(|(_, s)| !s.is_empty()) {
                     crate::trace::insert_string(&mut st.strings, &mut st.mangled, id, s);
                 }
             }
@@ -452,6 +460,7 @@ pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCou
         }
     }
     x.out.flush().map_err(io)?;
+    x.counts.cut_short = reader.cut_short();
     Ok(x.counts)
 }
 

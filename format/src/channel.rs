@@ -1,0 +1,339 @@
+//! The private channel from agents to their collector: each agent hands its segment (a sealed memfd) to the
+//! collector of its session over a Unix socket, with `SCM_RIGHTS`.
+//!
+//! The socket lives in the abstract namespace (`\0cuflight/<uid>/<session>`): no file to plant, replace or
+//! symlink, no directory whose mode matters, nothing left behind by a crash. Anybody may try to connect to an
+//! abstract name, so both ends check the other's credentials (`SO_PEERCRED`): the collector accepts segments
+//! only from processes of its own user, and an agent hands its memory only to a listener of its own user (a
+//! stranger who guessed the session name and bound it first gets nothing). The kernel keeps a descriptor in
+//! flight alive, so a process that dies right after sending (or before the collector accepts) loses nothing.
+//! An agent with no listener to reach (no `cuflight record`, or one that has exited) records nothing.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"CUFLCHN1");
+/// Longest an agent waits to connect (a listener with a full backlog) or a collector waits for a connected
+/// peer's message.
+const CONNECT_TIMEOUT_MS: i64 = 2000;
+const RECEIVE_TIMEOUT_MS: i64 = 200;
+
+/// Why a segment was not handed over.
+#[derive(Debug)]
+pub enum ChannelError {
+    Io(&'static str, io::Error),
+    /// The other end belongs to another user.
+    Stranger {
+        uid: u32,
+        pid: u32,
+    },
+    /// A peer that sent something else than one segment.
+    Protocol(&'static str),
+}
+
+impl std::fmt::Display for ChannelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChannelError::Io(what, e) => write!(f, "{what}: {e}"),
+            ChannelError::Stranger { uid, pid } => write!(f, "refused a peer of another user (uid {uid}, pid {pid})"),
+            ChannelError::Protocol(why) => write!(f, "peer broke the protocol: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ChannelError {}
+
+fn last(what: &'static str) -> ChannelError {
+    ChannelError::Io(what, io::Error::last_os_error())
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// The abstract socket address of a session (`sun_path` starts with NUL), and its length.
+fn address(session: &str) -> (libc::sockaddr_un, libc::socklen_t) {
+    // SAFETY: sockaddr_un is plain data; all-zero is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let name = format!("cuflight/{}/{session}", euid());
+    let n = name.len().min(addr.sun_path.len() - 1);
+    for (dst, &b) in addr.sun_path[1..=n].iter_mut().zip(name.as_bytes()) {
+        *dst = b as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + n;
+    (addr, len as libc::socklen_t)
+}
+
+fn socket(flags: i32) -> Result<OwnedFd, ChannelError> {
+    // SAFETY: socket(2) with constant arguments; the fd is owned by the result.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | flags, 0) };
+    if fd < 0 {
+        return Err(last("socket"));
+    }
+    // SAFETY: a fresh fd nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn set_timeout(fd: RawFd, opt: i32, ms: i64) {
+    let tv = libc::timeval { tv_sec: (ms / 1000) as _, tv_usec: ((ms % 1000) * 1000) as _ };
+    // SAFETY: setsockopt with a valid timeval of the size given.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            &tv as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+}
+
+/// (pid, uid) of the process at the other end of a connected socket.
+fn peer(fd: RawFd) -> Result<(u32, u32), ChannelError> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`.
+    let r = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, &mut cred as *mut _ as *mut libc::c_void, &mut len)
+    };
+    if r != 0 {
+        return Err(last("SO_PEERCRED"));
+    }
+    Ok((cred.pid as u32, cred.uid))
+}
+
+/// The collector's end: listens for the agents of one session.
+pub struct Listener {
+    fd: OwnedFd,
+}
+
+/// A segment handed over by an agent.
+#[derive(Debug)]
+pub struct Received {
+    pub fd: OwnedFd,
+    /// The connection: readable when the agent asks for a drain, hung up when every copy of its end is closed.
+    pub conn: OwnedFd,
+    /// The sender's pid as the kernel saw it (in the collector's pid namespace).
+    pub pid: u32,
+}
+
+impl Listener {
+    /// Binds the session's address; fails if it is taken (then choose another session name).
+    pub fn bind(session: &str) -> Result<Listener, ChannelError> {
+        let fd = socket(libc::SOCK_NONBLOCK)?;
+        let (addr, len) = address(session);
+        // SAFETY: bind/listen on our socket with a valid address of `len` bytes.
+        unsafe {
+            if libc::bind(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) != 0 {
+                return Err(last("bind"));
+            }
+            if libc::listen(fd.as_raw_fd(), 4096) != 0 {
+                return Err(last("listen"));
+            }
+        }
+        Ok(Listener { fd })
+    }
+
+    /// The next segment waiting, without blocking: None when nobody is waiting; Some(Err) for a refused peer
+    /// (another user, a broken message), which the caller reports and goes on.
+    pub fn accept(&self) -> Option<Result<Received, ChannelError>> {
+        // SAFETY: accept4 on our listening socket; the result is owned below.
+        let c = unsafe {
+            libc::accept4(self.fd.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_CLOEXEC)
+        };
+        if c < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => None,
+                _ => Some(Err(ChannelError::Io("accept", e))),
+            };
+        }
+        // SAFETY: a fresh fd from accept4.
+        let conn = unsafe { OwnedFd::from_raw_fd(c) };
+        Some(receive(conn))
+    }
+
+    /// Sleeps until `timeout_ms` passes, an agent connects, or one of `conns` asks for a drain or hangs up;
+    /// consumes the wake-up bytes. Returns whether any of `conns` hung up.
+    pub fn wait(&self, conns: &[RawFd], timeout_ms: i32) -> bool {
+        let mut fds: Vec<libc::pollfd> = std::iter::once(self.fd.as_raw_fd())
+            .chain(conns.iter().copied())
+            .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+            .collect();
+        // SAFETY: poll over a valid array of pollfds.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if n <= 0 {
+            return false;
+        }
+        let mut hung_up = false;
+        for p in &fds[1..] {
+            if p.revents & libc::POLLIN != 0 {
+                let mut buf = [0u8; 256];
+                // SAFETY: recv into a local buffer of the size given.
+                let r =
+                    unsafe { libc::recv(p.fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
+                hung_up |= r == 0;
+            }
+            hung_up |= p.revents & (libc::POLLHUP | libc::POLLERR) != 0;
+        }
+        hung_up
+    }
+}
+
+fn receive(conn: OwnedFd) -> Result<Received, ChannelError> {
+    let (pid, uid) = peer(conn.as_raw_fd())?;
+    if uid != euid() {
+        return Err(ChannelError::Stranger { uid, pid });
+    }
+    // A peer that connects and sends nothing must not stall the collector.
+    set_timeout(conn.as_raw_fd(), libc::SO_RCVTIMEO, RECEIVE_TIMEOUT_MS);
+    let mut payload = [0u8; 16];
+    let mut iov = libc::iovec { iov_base: payload.as_mut_ptr() as *mut libc::c_void, iov_len: payload.len() };
+    // Room for a few descriptors: extra ones a hostile peer sends are closed, not leaked.
+    let mut cbuf = [0u64; 8];
+    // SAFETY: msghdr is plain data; zeroed is valid and every pointer is set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    // SAFETY: recvmsg into the buffers described by `msg`, all alive for the call.
+    let n = unsafe { libc::recvmsg(conn.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(last("recvmsg"));
+    }
+    let mut fds = Vec::new();
+    // SAFETY: walking the control messages the kernel wrote into `cbuf`, with the libc macros.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg) as *const RawFd;
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if n as usize != payload.len() || u64::from_le_bytes(payload[..8].try_into().expect("8")) != MAGIC {
+        return Err(ChannelError::Protocol("not a segment message"));
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 || fds.len() != 1 {
+        return Err(ChannelError::Protocol("expected exactly one descriptor"));
+    }
+    // The connection stays open for wake-ups, which the collector reads without blocking.
+    // SAFETY: fcntl on a valid fd.
+    unsafe {
+        let flags = libc::fcntl(conn.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(conn.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+    Ok(Received { fd: fds.pop().expect("one"), conn, pid })
+}
+
+/// The agent's end: hands `segment` to the collector of `session`, after checking that the listener belongs
+/// to this user. Returns the connection, kept open to [`wake`] the collector.
+pub fn send(session: &str, segment: RawFd) -> Result<OwnedFd, ChannelError> {
+    let fd = socket(0)?;
+    set_timeout(fd.as_raw_fd(), libc::SO_SNDTIMEO, CONNECT_TIMEOUT_MS);
+    let (addr, len) = address(session);
+    // SAFETY: connect with a valid address of `len` bytes.
+    if unsafe { libc::connect(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) } != 0 {
+        return Err(last("connect"));
+    }
+    let (pid, uid) = peer(fd.as_raw_fd())?;
+    if uid != euid() {
+        return Err(ChannelError::Stranger { uid, pid });
+    }
+    let mut payload = [0u8; 16];
+    payload[..8].copy_from_slice(&MAGIC.to_le_bytes());
+    // SAFETY: getpid has no preconditions.
+    payload[8..12].copy_from_slice(&(unsafe { libc::getpid() } as u32).to_le_bytes());
+    let mut iov = libc::iovec { iov_base: payload.as_mut_ptr() as *mut libc::c_void, iov_len: payload.len() };
+    let mut cbuf = [0u64; 4];
+    // SAFETY: msghdr is plain data; zeroed is valid and every pointer is set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    // SAFETY: CMSG_SPACE/CMSG_LEN are pure size computations; the header written lies inside `cbuf`.
+    unsafe {
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        (libc::CMSG_DATA(cmsg) as *mut RawFd).write_unaligned(segment);
+    }
+    // SAFETY: sendmsg of the buffers described by `msg`, alive for the call; MSG_NOSIGNAL so a listener that
+    // went away cannot raise SIGPIPE in the program.
+    let n = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n != payload.len() as isize {
+        return Err(last("sendmsg"));
+    }
+    Ok(fd)
+}
+
+/// Asks the collector at the other end of `conn` to drain now (a ring passed its watermark). Never blocks and
+/// never raises SIGPIPE: a full socket buffer already holds a wake-up, and a gone collector needs none.
+pub fn wake(conn: RawFd) {
+    // SAFETY: send of one byte from a valid buffer; errors are ignored by design.
+    unsafe { libc::send(conn, b"w".as_ptr() as *const libc::c_void, 1, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+}
+
+/// Sends signal `sig` to process `pid` (what `cuflight record` forwards to its program).
+pub fn signal_process(pid: u32, sig: i32) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: kill(2) has no memory preconditions; pid is positive (a single process).
+    if pid <= 0 || unsafe { libc::kill(pid, sig) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_reaches_the_listener_of_its_session() {
+        let session = format!("test-{}-a", std::process::id());
+        let l = Listener::bind(&session).unwrap();
+        assert!(l.accept().is_none());
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        let conn = send(&session, file.as_raw_fd()).unwrap();
+        let r = l.accept().unwrap().unwrap();
+        assert_eq!(r.pid, std::process::id());
+        wake(conn.as_raw_fd());
+        let t = std::time::Instant::now();
+        assert!(!l.wait(&[r.conn.as_raw_fd()], 5000), "a wake-up, not a hang-up");
+        assert!(t.elapsed() < std::time::Duration::from_secs(1), "woken at once");
+        drop(conn);
+        assert!(l.wait(&[r.conn.as_raw_fd()], 5000), "the agent's end closed");
+        assert!(Listener::bind(&session).is_err(), "a taken name is refused");
+        assert!(send(&format!("test-{}-nobody", std::process::id()), file.as_raw_fd()).is_err());
+    }
+
+    #[test]
+    fn a_peer_that_sends_nothing_or_garbage_is_refused_without_stalling() {
+        let session = format!("test-{}-b", std::process::id());
+        let l = Listener::bind(&session).unwrap();
+        let s = socket(0).unwrap();
+        let (addr, len) = address(&session);
+        // SAFETY: connect with a valid address.
+        assert_eq!(unsafe { libc::connect(s.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) }, 0);
+        let t = std::time::Instant::now();
+        assert!(l.accept().unwrap().is_err());
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+        let s = socket(0).unwrap();
+        // SAFETY: as above; then a plain write of garbage.
+        unsafe {
+            libc::connect(s.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len);
+            libc::write(s.as_raw_fd(), b"0123456789abcdef".as_ptr() as *const libc::c_void, 16);
+        }
+        assert!(matches!(l.accept().unwrap(), Err(ChannelError::Protocol(_))));
+    }
+}
