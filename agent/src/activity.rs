@@ -4,8 +4,9 @@
 //! thread that issues CUDA work (`CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER` defaults to 1 in the 13.x
 //! header, 0 in 12.9), so a process with many CUDA threads holds many buffers at once. We keep CUPTI's default
 //! (per-thread buffers spare CUPTI a global lock on the launch path) and size for it: a pool of
-//! `CUFLIGHT_CUPTI_BUFFERS` (default 16) buffers of 512 KiB is allocated at start and grows on demand up to a hard
-//! cap of 256 buffers (128 MiB); completed buffers go back to the pool, never to the allocator. At the cap the
+//! `CUFLIGHT_CUPTI_BUFFERS` (default 16) buffers of 256 KiB is allocated at start and grows on demand up to a hard
+//! cap of 1024 buffers (256 MiB, reached only by processes with hundreds of launching threads: 200 threads hold
+//! over 256 buffers at once); completed buffers go back to the pool, never to the allocator. At the cap the
 //! answer depends on the release: from CUPTI API version 27 (CUDA 12.9) a NULL buffer makes CUPTI drop and count
 //! the records; below 27 a NULL buffer crashes libcupti (Kineto issue 1275, fixed in Kineto PR 1534 only for
 //! version 27 and later), so there we allocate beyond the cap rather than ever return NULL. Both are counted.
@@ -33,11 +34,11 @@ use std::ffi::CStr;
 use std::mem::size_of;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-const BUFFER_SIZE: usize = 512 << 10;
+const BUFFER_SIZE: usize = 256 << 10;
 /// Buffers allocated at start unless `CUFLIGHT_CUPTI_BUFFERS` says otherwise.
 pub const DEFAULT_POOL: usize = 16;
-/// Most buffers the agent ever holds (128 MiB): beyond it, CUPTI >= 27 gets NULL and counts its drops.
-pub const MAX_BUFFERS: usize = 256;
+/// Most buffers the agent ever holds (256 MiB): beyond it, CUPTI >= 27 gets NULL and counts its drops.
+pub const MAX_BUFFERS: usize = 1024;
 /// First CUPTI API version that accepts a NULL buffer (CUDA 12.9; cupti_version.h).
 const NULL_BUFFER_OK_FROM: u32 = 27;
 
@@ -60,7 +61,7 @@ fn allocate() -> usize {
     p
 }
 
-/// Allocates the buffer pool (`CUFLIGHT_CUPTI_BUFFERS`, default [`DEFAULT_POOL`] buffers of 512 KiB).
+/// Allocates the buffer pool (`CUFLIGHT_CUPTI_BUFFERS`, default [`DEFAULT_POOL`] buffers of 256 KiB).
 pub fn init_pool() {
     POOL.get_or_init(|| {
         let n = std::env::var("CUFLIGHT_CUPTI_BUFFERS")

@@ -18,6 +18,7 @@ pub mod ranges;
 pub mod record;
 pub mod recover;
 pub mod report;
+mod sink;
 pub mod stats;
 mod table;
 pub mod trace;

@@ -9,6 +9,7 @@
 //! agents see the drain heartbeat stop and run on at full speed. A process that dies abruptly (SIGKILL) loses
 //! only what its agent had not flushed yet: the collector still holds its segment and drains it.
 use crate::output::{Output, OutputError};
+use crate::sink::Sink;
 use cuflight_format::channel::{self, Listener};
 use cuflight_format::file::{Drops, Footer, ProcessInfo, TraceWriter};
 use cuflight_format::segment::{self, parse_strings, record_class, state, MappedSegment};
@@ -18,7 +19,7 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -183,14 +184,14 @@ fn process_info(t: &Tracked) -> ProcessInfo {
 /// a trace cut short still names its processes.
 const INFO_EVERY: Duration = Duration::from_secs(5);
 
-struct Recorder<W: Write> {
+struct Recorder {
     listener: Listener,
     /// Live processes by arrival order (pids may be reused within a run).
     tracked: BTreeMap<u64, Tracked>,
     next_key: u64,
     /// Facts of processes already ended and let go.
     ended: Vec<ProcessInfo>,
-    writer: TraceWriter<W>,
+    sink: Sink,
     output: String,
     pending: usize,
     last_write: Instant,
@@ -201,7 +202,7 @@ struct Recorder<W: Write> {
     complained: HashSet<String>,
 }
 
-impl<W: Write> Recorder<W> {
+impl Recorder {
     /// Takes every segment agents have handed over since the last call.
     fn accept(&mut self) {
         while let Some(r) = self.listener.accept() {
@@ -279,44 +280,44 @@ impl<W: Write> Recorder<W> {
             t.strings_read += strings.len() as u64;
         }
         if force || self.pending >= WRITE_EVENTS || self.last_write.elapsed() >= WRITE_AGE {
-            if let Err(e) = self.write_pending() {
-                self.stop(e);
-            }
+            self.write_pending();
+        }
+        if let Some(e) = self.sink.error() {
+            self.stop(format!("cannot write {}: {e}", self.output));
         }
     }
 
     /// A write error: stop draining and writing, and tell the agents no collector is draining (so none waits).
-    fn stop(&mut self, e: RecordError) {
-        eprintln!("cuflight: {e}; recording stops here, the program runs on");
-        self.stopped = Some(e.to_string());
+    fn stop(&mut self, why: String) {
+        if self.stopped.is_some() {
+            return;
+        }
+        eprintln!("cuflight: {why}; recording stops here, the program runs on");
+        self.stopped = Some(why);
         for t in self.tracked.values() {
             t.seg.header().collector_drained_ns.store(0, Ordering::Relaxed);
         }
     }
 
-    fn write_pending(&mut self) -> Result<(), RecordError> {
-        let output = &self.output;
-        let err = |source| RecordError::Write { path: output.clone(), source };
+    /// Hands what was drained to the writer thread (which encodes, compresses and writes it) and asks for the
+    /// file to be flushed, so blocks reach it at least every [`WRITE_AGE`].
+    fn write_pending(&mut self) {
         for t in self.tracked.values_mut() {
             let info = process_info(t);
             let changed = t.written.as_ref().is_none_or(|w| {
                 w.drops != info.drops || w.status != info.status || w.cupti_version != info.cupti_version
             });
             if t.written.is_none() || (changed && t.written_at.elapsed() >= INFO_EVERY) {
-                self.writer.write_process(&info).map_err(err)?;
+                self.sink.process(info.clone());
                 t.written = Some(info);
                 t.written_at = Instant::now();
             }
-            self.writer.write_strings(t.pid, t.pending_base, &t.pending_strings).map_err(err)?;
-            self.writer.write_events(t.pid, &t.pending_events).map_err(err)?;
-            t.pending_strings.clear();
-            t.pending_events.clear();
+            self.sink.strings(t.pid, t.pending_base, std::mem::take(&mut t.pending_strings));
+            self.sink.events(t.pid, std::mem::take(&mut t.pending_events));
         }
-        // Into the kernel now: a collector killed from here on leaves these blocks readable.
-        self.writer.flush().map_err(err)?;
+        self.sink.flush();
         self.pending = 0;
         self.last_write = Instant::now();
-        Ok(())
     }
 
     /// Lets go of processes that have ended: a last drain, their final facts, and their memory freed.
@@ -342,9 +343,7 @@ impl<W: Write> Recorder<W> {
             let t = self.tracked.remove(&k).expect("listed above");
             let info = process_info(&t);
             if self.stopped.is_none() {
-                if let Err(source) = self.writer.write_process(&info) {
-                    self.stop(RecordError::Write { path: self.output.clone(), source });
-                }
+                self.sink.process(info.clone());
             }
             self.ended.push(info);
         }
@@ -396,12 +395,13 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
     let output = Output::create(&opts.output, &[], opts.force)?;
     let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.try_clone()?))
         .map_err(|source| RecordError::Write { path: out_path.clone(), source })?;
+    let sink = Sink::start(writer);
     let mut rec = Recorder {
         listener,
         tracked: BTreeMap::new(),
         next_key: 0,
         ended: Vec::new(),
-        writer,
+        sink,
         output: out_path.clone(),
         pending: 0,
         last_write: Instant::now(),
@@ -480,9 +480,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
     let mut unflushed = Vec::new();
     for info in &infos {
         if rec.stopped.is_none() {
-            if let Err(source) = rec.writer.write_process(info) {
-                rec.stop(RecordError::Write { path: out_path.clone(), source });
-            }
+            rec.sink.process(info.clone());
         }
         let d = info.drops;
         drops.ring_full += d.ring_full;
@@ -498,18 +496,17 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
         }
     }
     let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-    let events = rec.writer.events_written();
+    let events = rec.sink.events_written();
     let processes = infos.len();
-    if rec.stopped.is_none() {
-        let footer = Footer { events, command: opts.command.clone(), exit_code: Some(exit_code) };
-        match rec.writer.finish(footer) {
-            Ok(mut w) => {
-                if let Err(e) = w.flush() {
-                    rec.stopped = Some(format!("cannot write {out_path}: {e}"));
-                }
-            }
-            Err(source) => rec.stopped = Some(RecordError::Write { path: out_path.clone(), source }.to_string()),
+    let footer = Footer { events, command: opts.command.clone(), exit_code: Some(exit_code) };
+    let stopped = rec.stopped.take();
+    if let Err(e) = rec.sink.finish(stopped.is_none().then_some(footer)) {
+        if stopped.is_none() {
+            eprintln!("cuflight: cannot write {out_path}: {e}");
         }
+        rec.stopped = Some(stopped.unwrap_or(format!("cannot write {out_path}: {e}")));
+    } else {
+        rec.stopped = stopped;
     }
     // What reached the file is kept even after a write error (readable up to its last complete block); only a
     // replacement of an existing file is abandoned then, leaving the old file as it was.

@@ -88,8 +88,15 @@ pub struct ProcessRow {
     pub cupti_version: u32,
     pub status: String,
     pub finished: bool,
+    /// Kernel launches of this process with no kernel record: for a process that ended without its final flush
+    /// (SIGKILL, `_exit`), the device work lost with it (0 for a process that finished).
+    pub launches_without_kernel: u64,
+    /// For such a process: its flush period, the longest stretch of device records it can have lost.
+    pub flush_period_ms: u32,
     pub events: u64,
     pub drops: cuflight_format::file::Drops,
+    /// Threads that recorded nothing because shared memory for their ring could not be reserved.
+    pub rings_refused: u64,
     /// Activity records kept out, by class: records too short to read, and records with zero or unfinished
     /// timestamps (e.g. from the forced flush at exit).
     pub records_unused: Vec<UnusedRow>,
@@ -299,7 +306,11 @@ impl Stats {
                 }
             }
             dropped += p.info.drops.total();
+            let launches_without_kernel = if p.info.finished { 0 } else { p.launches_without_kernel() };
             processes.push(ProcessRow {
+                launches_without_kernel,
+                flush_period_ms: p.info.flush_period_ms,
+                rings_refused: p.info.rings_refused,
                 pid,
                 ppid: p.info.ppid,
                 command: p.info.cmdline.join(" "),
@@ -464,6 +475,12 @@ impl Stats {
             } else {
                 format!("{} [agent off: {}]", p.command, p.status)
             };
+            if p.rings_refused > 0 {
+                command.push_str(&format!(" [{} threads got no ring: no shared memory]", p.rings_refused));
+            }
+            if p.drops.strings_full > 0 {
+                command.push_str(&format!(" [{} names lost: string region full]", p.drops.strings_full));
+            }
             for u in &p.records_unused {
                 command
                     .push_str(&format!(" [{} records: {} skipped, {} unfinished]", u.class, u.skipped, u.incomplete));
@@ -474,7 +491,11 @@ impl Stats {
                 p.cupti_version.to_string(),
                 p.events.to_string(),
                 p.drops.total().to_string(),
-                if p.finished { "yes" } else { "no (killed?)" }.to_string(),
+                match (p.finished, p.launches_without_kernel) {
+                    (true, _) => "yes".to_string(),
+                    (false, 0) => "no (killed?)".to_string(),
+                    (false, n) => format!("no (killed?): {n} launches lost their kernel"),
+                },
                 command,
             ]);
         }

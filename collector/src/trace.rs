@@ -80,6 +80,25 @@ impl Process {
     pub fn string(&self, id: u32) -> &str {
         self.strings.get(&id).map_or("", String::as_str)
     }
+
+    /// Kernel launches (API calls named `*LaunchKernel*`, `*LaunchCooperativeKernel*`) whose correlation id no
+    /// kernel record carries: in a process that ended without its final flush, the device work lost with it.
+    pub fn launches_without_kernel(&self) -> u64 {
+        let with_kernel: std::collections::HashSet<u32> = self
+            .events
+            .iter()
+            .filter(|e| matches!(e.kind(), Some(EventKind::Kernel | EventKind::GraphNode)))
+            .map(|e| e.correlation)
+            .collect();
+        self.events
+            .iter()
+            .filter(|e| e.kind() == Some(EventKind::Api) && e.correlation != 0 && !with_kernel.contains(&e.correlation))
+            .filter(|e| {
+                let n = self.string(e.name);
+                n.contains("LaunchKernel") || n.contains("LaunchCooperativeKernel")
+            })
+            .count() as u64
+    }
 }
 
 /// A whole trace.
