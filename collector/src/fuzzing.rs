@@ -13,6 +13,14 @@ pub fn trace_reader(data: &[u8]) -> usize {
     n
 }
 
+/// The collector's side of shared memory over arbitrary bytes: a sealed memfd holding them is validated and
+/// read as `record` reads an agent's segment (rings drained, strings parsed, process facts).
+pub fn segment(data: &[u8]) -> usize {
+    let Ok(fd) = cuflight_format::segment::sealed_memfd(data) else { return 0 };
+    let Ok(seg) = cuflight_format::segment::MappedSegment::from_fd(fd) else { return 0 };
+    crate::record::read_segment_once(seg)
+}
+
 /// The Kineto importer over arbitrary bytes (gunzipped first when they look like gzip), then the report and its
 /// three renderings on whatever imported.
 pub fn kineto(data: &[u8]) -> bool {

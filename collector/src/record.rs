@@ -250,34 +250,7 @@ impl Recorder {
         }
         let now = segment::monotonic_ns();
         for t in self.tracked.values_mut() {
-            let h = t.seg.header();
-            h.collector_drained_ns.store(now, Ordering::Relaxed);
-            h.wake_pending.store(0, Ordering::Relaxed);
-            let before = t.pending_events.len();
-            for i in 0..t.seg.reserved_rings() {
-                if let Some(ring) = t.seg.ring(i) {
-                    ring.consumer().drain_into(&mut t.pending_events);
-                }
-            }
-            self.pending += t.pending_events.len() - before;
-            for e in &t.pending_events[before..] {
-                if e.kind() == Some(cuflight_format::EventKind::ClockSync) {
-                    if t.clock_pairs.len() >= MAX_CLOCK_PAIRS {
-                        let mut i = 0;
-                        t.clock_pairs.retain(|_| {
-                            i += 1;
-                            i % 2 == 0
-                        });
-                    }
-                    t.clock_pairs.push((e.start, e.end));
-                }
-            }
-            let strings = t.seg.strings_since(t.strings_read);
-            if t.pending_strings.is_empty() {
-                t.pending_base = t.strings_read;
-            }
-            t.pending_strings.extend_from_slice(strings);
-            t.strings_read += strings.len() as u64;
+            self.pending += drain_one(t, now);
         }
         if force || self.pending >= WRITE_EVENTS || self.last_write.elapsed() >= WRITE_AGE {
             self.write_pending();
@@ -356,6 +329,61 @@ impl Recorder {
     fn conns(&self) -> Vec<i32> {
         self.tracked.values().map(|t| t.conn.as_raw_fd()).collect()
     }
+}
+
+/// Empties one process's rings and takes its new strings (after the events, so every id they name is
+/// included); returns how many events came. Everything read is checked: see `segment`.
+fn drain_one(t: &mut Tracked, now: u64) -> usize {
+    let h = t.seg.header();
+    h.collector_drained_ns.store(now, Ordering::Relaxed);
+    h.wake_pending.store(0, Ordering::Relaxed);
+    let before = t.pending_events.len();
+    for i in 0..t.seg.reserved_rings() {
+        if let Some(ring) = t.seg.ring(i) {
+            ring.consumer().drain_into(&mut t.pending_events);
+        }
+    }
+    for e in &t.pending_events[before..] {
+        if e.kind() == Some(cuflight_format::EventKind::ClockSync) {
+            if t.clock_pairs.len() >= MAX_CLOCK_PAIRS {
+                let mut i = 0;
+                t.clock_pairs.retain(|_| {
+                    i += 1;
+                    i % 2 == 0
+                });
+            }
+            t.clock_pairs.push((e.start, e.end));
+        }
+    }
+    let strings = t.seg.strings_since(t.strings_read);
+    if t.pending_strings.is_empty() {
+        t.pending_base = t.strings_read;
+    }
+    t.pending_strings.extend_from_slice(strings);
+    t.strings_read += strings.len() as u64;
+    t.pending_events.len() - before
+}
+
+/// Reads a segment the way `record` does (drain, strings, process facts): for fuzzing the collector's side of
+/// shared memory. Returns how many events and strings it found.
+#[doc(hidden)]
+pub fn read_segment_once(seg: MappedSegment) -> usize {
+    let Ok(null) = std::fs::File::open("/dev/null") else { return 0 };
+    let mut t = Tracked {
+        pid: seg.pid(),
+        seg,
+        conn: null.into(),
+        written: None,
+        written_at: Instant::now(),
+        strings_read: 0,
+        pending_strings: Vec::new(),
+        pending_base: 0,
+        pending_events: Vec::new(),
+        clock_pairs: Vec::new(),
+    };
+    let n = drain_one(&mut t, 1) + drain_one(&mut t, 2);
+    let info = process_info(&t);
+    n + parse_strings(0, &t.pending_strings).count() + info.cmdline.len()
 }
 
 /// A session name nobody else uses: the collector's pid and random bits (the socket name also holds the uid).

@@ -111,6 +111,37 @@ fn the_trace_reader_survives_mutations() {
     });
 }
 
+/// A real agent segment (one ring with events, strings, process facts) as a byte image.
+fn segment_seed() -> Vec<u8> {
+    use cuflight_format::segment::{Layout, MappedSegment};
+    let seg = MappedSegment::create(Layout { ring_count: 2, ring_capacity: 8, strings_capacity: 64 }, 7, 1, 5).unwrap();
+    let id = seg.append_string(b"gemm").unwrap();
+    seg.header().cmdline.store(seg.append_string(b"app\0--x").unwrap(), std::sync::atomic::Ordering::Relaxed);
+    let ring = seg.ring(seg.reserve_ring().unwrap()).unwrap();
+    assert!(ring.try_claim(7));
+    let mut p = ring.producer();
+    for i in 0..6 {
+        p.push(&RawEvent { name: id, ..RawEvent::new(EventKind::Kernel, 7, i * 10, i * 10 + 5) });
+    }
+    seg.image()
+}
+
+#[test]
+fn the_collectors_side_of_shared_memory_survives_mutations() {
+    static SEED: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let seed = SEED.get_or_init(segment_seed);
+    assert!(fuzzing::segment(seed) >= 6 + 3, "the seed itself is read");
+    // Mutations of the header (where the sizes live), then of the whole image.
+    run("segment-header", &seed[..256], 3000, |d| {
+        let mut image = d.to_vec();
+        image.extend_from_slice(&SEED.get().expect("set")[256..]);
+        fuzzing::segment(&image);
+    });
+    run("segment", seed, 500, |d| {
+        fuzzing::segment(d);
+    });
+}
+
 #[test]
 fn the_kineto_importer_survives_mutations() {
     run("kineto", KINETO_SEED.as_bytes(), 3000, |d| {

@@ -473,6 +473,40 @@ impl MappedSegment {
     }
 }
 
+/// A sealed memfd holding `bytes` (at least one header long), as an agent would hand it over: for fuzzing and
+/// tests of the collector's side.
+#[doc(hidden)]
+pub fn sealed_memfd(bytes: &[u8]) -> Result<OwnedFd, SegmentError> {
+    // SAFETY: memfd_create with a static name; the fd is owned below; then plain syscalls on it.
+    unsafe {
+        let raw = libc::memfd_create(c"cuflight-test".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING);
+        if raw < 0 {
+            return Err(last_error("memfd_create"));
+        }
+        let fd = OwnedFd::from_raw_fd(raw);
+        let len = bytes.len().max(HEADER_SIZE);
+        if libc::ftruncate(raw, len as libc::off_t) != 0 {
+            return Err(last_error("ftruncate"));
+        }
+        if libc::pwrite(raw, bytes.as_ptr() as *const libc::c_void, bytes.len(), 0) != bytes.len() as isize {
+            return Err(last_error("pwrite"));
+        }
+        if libc::fcntl(raw, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW) != 0 {
+            return Err(last_error("sealing"));
+        }
+        Ok(fd)
+    }
+}
+
+impl MappedSegment {
+    /// A copy of the whole segment's memory (for fuzzing seeds and tests).
+    #[doc(hidden)]
+    pub fn image(&self) -> Vec<u8> {
+        // SAFETY: the mapping is `len` bytes, alive while `self` is.
+        unsafe { std::slice::from_raw_parts(self.base, self.len) }.to_vec()
+    }
+}
+
 fn map(fd: RawFd, len: u64) -> Result<(*mut u8, usize), SegmentError> {
     // SAFETY: mmap of a valid fd; the result is checked.
     let p = unsafe {
