@@ -200,6 +200,9 @@ pub struct TraceWriter<W: Write> {
     out: W,
     events: u64,
     scratch: Vec<u8>,
+    /// One compression context for every block (creating one per block costs as much as a small block).
+    enc: zstd::bulk::Compressor<'static>,
+    comp: Vec<u8>,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -207,18 +210,20 @@ impl<W: Write> TraceWriter<W> {
         out.write_all(&FILE_MAGIC)?;
         out.write_all(&FILE_VERSION.to_le_bytes())?;
         out.write_all(&0u32.to_le_bytes())?;
-        Ok(TraceWriter { out, events: 0, scratch: Vec::new() })
+        let mut enc = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
+        enc.include_checksum(true)?;
+        Ok(TraceWriter { out, events: 0, scratch: Vec::new(), enc, comp: Vec::new() })
     }
 
     fn block(&mut self, tag: u8, pid: u32, raw: &[u8]) -> Result<(), FileError> {
-        let mut enc = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
-        enc.include_checksum(true)?;
-        let comp = enc.compress(raw)?;
+        self.comp.clear();
+        self.comp.reserve(zstd::zstd_safe::compress_bound(raw.len()));
+        self.enc.compress_to_buffer(raw, &mut self.comp)?;
         self.out.write_all(&[tag])?;
-        for v in [pid, raw.len() as u32, comp.len() as u32] {
+        for v in [pid, raw.len() as u32, self.comp.len() as u32] {
             self.out.write_all(&v.to_le_bytes())?;
         }
-        self.out.write_all(&comp)?;
+        self.out.write_all(&self.comp)?;
         Ok(())
     }
 
