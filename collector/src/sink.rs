@@ -45,7 +45,10 @@ impl Sink {
         let err = error.clone();
         let thread = std::thread::Builder::new()
             .name("cuflight-writer".into())
-            .spawn(move || run(writer, rx, footer_rx, err))
+            .spawn(move || {
+                cuflight_format::channel::lower_this_thread_priority();
+                run(writer, rx, footer_rx, err)
+            })
             .expect("spawn the writer thread");
         Sink { tx: Some(tx), thread: Some(thread), error, footer_tx, events: 0 }
     }

@@ -294,6 +294,16 @@ pub fn signal_process(pid: u32, sig: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Lowers the calling thread's scheduling priority (nice 10): the collector's background work (compression)
+/// must not take CPU from the program it records.
+pub fn lower_this_thread_priority() {
+    // SAFETY: gettid/setpriority have no memory preconditions; a per-thread nice value is Linux behaviour.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
