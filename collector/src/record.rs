@@ -97,6 +97,23 @@ struct Tracked {
     clock_pairs: Vec<(u64, u64)>,
 }
 
+impl Tracked {
+    fn new(seg: MappedSegment, conn: OwnedFd, pid: u32) -> Tracked {
+        Tracked {
+            seg,
+            conn,
+            pid,
+            written: None,
+            written_at: Instant::now(),
+            strings_read: 0,
+            pending_strings: Vec::new(),
+            pending_base: 0,
+            pending_events: Vec::new(),
+            clock_pairs: Vec::new(),
+        }
+    }
+}
+
 /// Clock pairs kept per process: one per agent flush (1 s) is 18 hours; past it every other pair is dropped.
 const MAX_CLOCK_PAIRS: usize = 1 << 16;
 
@@ -215,19 +232,7 @@ impl Recorder {
             };
             match MappedSegment::from_fd(r.fd) {
                 Ok(seg) => {
-                    let t = Tracked {
-                        seg,
-                        conn: r.conn,
-                        pid: r.pid,
-                        written: None,
-                        written_at: Instant::now(),
-                        strings_read: 0,
-                        pending_strings: Vec::new(),
-                        pending_base: 0,
-                        pending_events: Vec::new(),
-                        clock_pairs: Vec::new(),
-                    };
-                    self.tracked.insert(self.next_key, t);
+                    self.tracked.insert(self.next_key, Tracked::new(seg, r.conn, r.pid));
                     self.next_key += 1;
                 }
                 Err(e) => self.complain(format!("ignoring the segment of process {}: {e}", r.pid)),
@@ -369,18 +374,8 @@ fn drain_one(t: &mut Tracked, now: u64) -> usize {
 #[doc(hidden)]
 pub fn read_segment_once(seg: MappedSegment) -> usize {
     let Ok(null) = std::fs::File::open("/dev/null") else { return 0 };
-    let mut t = Tracked {
-        pid: seg.pid(),
-        seg,
-        conn: null.into(),
-        written: None,
-        written_at: Instant::now(),
-        strings_read: 0,
-        pending_strings: Vec::new(),
-        pending_base: 0,
-        pending_events: Vec::new(),
-        clock_pairs: Vec::new(),
-    };
+    let pid = seg.pid();
+    let mut t = Tracked::new(seg, null.into(), pid);
     let n = drain_one(&mut t, 1) + drain_one(&mut t, 2);
     let info = process_info(&t);
     n + parse_strings(0, &t.pending_strings).count() + info.cmdline.len()
