@@ -1,36 +1,66 @@
-//! Collector-side costs per record: draining a ring into the trace writer (varint encoding + zstd), and the
-//! bytes each record takes on disk. Targets: drain >= 20 M records/s per core, <= 24 bytes per record.
+//! Collector-side costs per record: draining a ring into the trace writer (encoding + zstd), and the bytes
+//! each record takes on disk. Targets: drain + encode + compress >= 20 M records/s per core, <= 24 bytes per
+//! record. Run: `cargo bench -p cuflight --bench drain`.
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use cuflight_format::codec::EventEncoder;
 use cuflight_format::file::TraceWriter;
 use cuflight_format::ring::HeapRing;
 use cuflight_format::{EventKind, RawEvent};
+use std::time::{Duration, Instant};
 
-/// A launch-heavy mix: API call + kernel pairs on two streams, as a training step produces.
+/// A launch-heavy mix as a training step produces: runtime API calls and their kernels on two streams, with
+/// jittered gaps and durations, 40 kernel names of skewed popularity, a handful of launch shapes, an NVTX
+/// range and a memcpy now and then. The jitter matters: perfectly periodic input compresses to nothing and
+/// would flatter every number below.
 fn realistic(n: usize) -> Vec<RawEvent> {
-    (0..n as u64)
-        .map(|i| {
-            let t = 1_000_000_000 + i * 2_300;
-            if i % 2 == 0 {
-                RawEvent {
-                    sub: 1,
-                    correlation: i as u32,
-                    name: 40,
-                    a: 211,
-                    ..RawEvent::new(EventKind::Api, 4242, t, t + 1_800)
-                }
-            } else {
-                RawEvent {
-                    correlation: i as u32 - 1,
-                    name: 100 + (i % 7) as u32 * 64,
-                    stream: 7 + (i % 2) as u32,
-                    a: 108 | 1 << 32,
-                    b: 1 | 256 << 16 | 1 << 32 | 1 << 48,
-                    c: 32,
-                    ..RawEvent::new(EventKind::Kernel, 0, t + 5_000, t + 5_000 + 3_000 + (i % 13) * 100)
-                }
-            }
-        })
-        .collect()
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rand = move |below: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % below
+    };
+    let mut out = Vec::with_capacity(n);
+    let (mut t, mut corr) = (1_000_000_000u64, 1u32);
+    while out.len() < n {
+        t += 800 + rand(3_000);
+        corr += 1 + rand(2) as u32;
+        let name = 100 + (rand(40) * rand(40) / 40) as u32 * 96;
+        let shape = rand(6);
+        match rand(50) {
+            0 => out.push(RawEvent { name: 9_000, ..RawEvent::new(EventKind::NvtxPush, 4242, t, t) }),
+            1 => out.push(RawEvent {
+                sub: 1,
+                stream: 7,
+                a: 4 << 20,
+                b: 2 | 3 << 8,
+                correlation: corr,
+                ..RawEvent::new(EventKind::Memcpy, 0, t + 4_000, t + 4_000 + 300_000 + rand(9_000))
+            }),
+            _ => {}
+        }
+        let api_end = t + 1_500 + rand(1_500);
+        out.push(RawEvent {
+            sub: 1,
+            correlation: corr,
+            name: 40,
+            a: 211,
+            ..RawEvent::new(EventKind::Api, 4242, t, api_end)
+        });
+        let k_start = t + 5_000 + rand(20_000);
+        out.push(RawEvent {
+            correlation: corr,
+            name,
+            stream: 7 + rand(2) as u32,
+            a: (108 << shape) | 1 << 32,
+            b: 1 | (64 << (shape % 3)) << 16 | 1 << 32 | 1 << 48,
+            c: (32 + shape * 8) | ((shape * 4096) << 16),
+            ..RawEvent::new(EventKind::Kernel, 0, k_start, k_start + 2_000 + rand(40_000))
+        });
+        t = api_end;
+    }
+    out.truncate(n);
+    out
 }
 
 fn bench(c: &mut Criterion) {
@@ -39,33 +69,71 @@ fn bench(c: &mut Criterion) {
     let ring = HeapRing::new(N as u32);
     let mut g = c.benchmark_group("collector");
     g.throughput(Throughput::Elements(N as u64));
+    // What the collector spends per record: the ring is filled outside the timed part (filling it is the
+    // agent's cost, see benches/agent-overhead), and one writer lives across iterations as in `record`.
     g.bench_function("drain_encode_compress_64k", |b| {
         let mut out = Vec::with_capacity(N);
-        b.iter(|| {
-            let mut p = ring.producer();
-            for e in &events {
-                p.push(e);
+        let mut w = TraceWriter::new(std::io::sink()).unwrap();
+        b.iter_custom(|iters| {
+            let mut spent = Duration::ZERO;
+            for _ in 0..iters {
+                let mut p = ring.producer();
+                for e in &events {
+                    p.push(e);
+                }
+                let t = Instant::now();
+                out.clear();
+                ring.consumer().drain_into(&mut out);
+                w.write_events(1, &out).unwrap();
+                spent += t.elapsed();
             }
-            out.clear();
-            ring.consumer().drain_into(&mut out);
-            let mut w = TraceWriter::new(Vec::with_capacity(1 << 20)).unwrap();
-            w.write_events(1, &out).unwrap();
-            w.finish(Default::default()).unwrap().len()
+            spent
         })
     });
-    g.bench_function("encode_only_64k", |b| {
-        let mut buf = Vec::with_capacity(N * 24);
+    // The same block through the version 1 encoding (rows) and the version 2 one (columns by kind), each
+    // followed by the writer's zstd settings: read the two side by side, from one run.
+    let mut z = zstd::bulk::Compressor::new(1).unwrap();
+    z.include_checksum(true).unwrap();
+    let mut dst = Vec::new();
+    let mut raw = Vec::with_capacity(N * 32);
+    let mut enc = EventEncoder::default();
+    for (name, columns) in [("encode_compress_v1_rows_64k", false), ("encode_compress_v2_columns_64k", true)] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                raw.clear();
+                if columns {
+                    enc.encode(&events, &mut raw);
+                } else {
+                    cuflight_format::codec::encode_rows(&events, &mut raw);
+                }
+                dst.clear();
+                dst.reserve(zstd::zstd_safe::compress_bound(raw.len()));
+                z.compress_to_buffer(&raw[..], &mut dst).unwrap()
+            })
+        });
+    }
+    g.bench_function("encode_v2_only_64k", |b| {
         b.iter(|| {
-            buf.clear();
-            cuflight_format::file::encode_events(&events, &mut buf);
-            buf.len()
+            raw.clear();
+            enc.encode(&events, &mut raw);
+            raw.len()
         })
     });
     g.finish();
-    let mut w = TraceWriter::new(Vec::new()).unwrap();
-    w.write_events(1, &events).unwrap();
-    let bytes = w.finish(Default::default()).unwrap().len();
-    println!("bytes per record on disk: {:.2} ({} records, {} bytes)", bytes as f64 / N as f64, N, bytes);
+    for (what, columns) in [("v1 rows", false), ("v2 columns", true)] {
+        raw.clear();
+        if columns {
+            enc.encode(&events, &mut raw);
+        } else {
+            cuflight_format::codec::encode_rows(&events, &mut raw);
+        }
+        let packed = z.compress(&raw).unwrap();
+        println!(
+            "{what}: {:.2} bytes per record encoded, {:.2} after zstd",
+            raw.len() as f64 / N as f64,
+            packed.len() as f64 / N as f64
+        );
+    }
 }
 
 criterion_group!(benches, bench);

@@ -5,29 +5,34 @@
 //! block*:  u8 tag  u32 pid  u32 raw_len  u32 zstd_len  [zstd frame with checksum, zstd_len bytes]
 //! ```
 //! Tags: 1 process facts (postcard [`ProcessInfo`]; a later one for the same pid replaces an earlier one),
-//! 2 strings (u64 region offset + region bytes, see [`crate::segment`]), 3 events, 4 footer (postcard
-//! [`Footer`], always last). A file without a footer was cut short (its collector was killed, its disk filled):
+//! 2 strings (u64 region offset + region bytes, see [`crate::segment`]), 5 events (3 in version 1 files), 4
+//! footer (postcard [`Footer`], always last). A file without a footer was cut short (its collector was killed, its disk filled):
 //! it is read up to its last complete block and [`TraceReader::cut_short`] says so.
 //!
 //! Reading is bounded: a block holds at most [`MAX_BLOCK_RAW`] bytes decompressed and [`MAX_BLOCK_EVENTS`]
 //! events, and a reader holds one block at a time, so no file, however small and however crafted, makes a
 //! reader decompress more than that at once.
 //!
-//! Events are encoded row by row: kind, sub, then varints of flags, tid, start as a zigzag delta from the
-//! previous event's start, duration, correlation, name, device, stream, a, b, c. Deltas keep timestamps to 1-3
-//! bytes and zstd removes most of the rest (see `benches/`).
+//! Events are encoded column by column ([`crate::codec`]): deltas keep timestamps to 1-3 bytes, and each
+//! column's repetition is what zstd removes (see `collector/benches/drain.rs`).
 
+use crate::codec::{self, EventEncoder};
 use crate::event::RawEvent;
-use crate::varint;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
 pub const FILE_MAGIC: [u8; 8] = *b"CUFLTRC\0";
-pub const FILE_VERSION: u32 = 1;
+/// Version 2 stores events in columns (tag [`TAG_EVENT_COLUMNS`]); version 1 (rows, tag [`TAG_EVENTS`]) is
+/// still read.
+pub const FILE_VERSION: u32 = 2;
+const OLDEST_READABLE_VERSION: u32 = 1;
 /// Largest decompressed block a writer writes and a reader accepts.
 pub const MAX_BLOCK_RAW: u32 = 16 << 20;
 /// Most events in one block.
 pub const MAX_BLOCK_EVENTS: usize = 1 << 16;
+/// Events a writer puts in one block: small enough that encoding works in cache (a block of 64-byte events
+/// four times this size spends most of its encoding time waiting on memory).
+const WRITE_BLOCK_EVENTS: usize = 1 << 13;
 /// Strings blocks are cut (at entry boundaries) to at most this many bytes.
 const STRINGS_PIECE: usize = 8 << 20;
 const ZSTD_LEVEL: i32 = 1;
@@ -36,6 +41,7 @@ pub const TAG_PROCESS: u8 = 1;
 pub const TAG_STRINGS: u8 = 2;
 pub const TAG_EVENTS: u8 = 3;
 pub const TAG_FOOTER: u8 = 4;
+pub const TAG_EVENT_COLUMNS: u8 = 5;
 
 /// Records lost, by cause. Nothing is lost silently: every drop lands in one of these.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -187,7 +193,7 @@ pub enum FileError {
     Io(#[from] std::io::Error),
     #[error("not a cuflight trace (bad magic)")]
     BadMagic,
-    #[error("unsupported trace version {0} (this cuflight reads version {FILE_VERSION})")]
+    #[error("unsupported trace version {0} (this cuflight reads versions {OLDEST_READABLE_VERSION} to {FILE_VERSION}): a newer cuflight wrote it")]
     Version(u32),
     #[error("truncated trace: {0}")]
     Truncated(&'static str),
@@ -203,6 +209,7 @@ pub struct TraceWriter<W: Write> {
     /// One compression context for every block (creating one per block costs as much as a small block).
     enc: zstd::bulk::Compressor<'static>,
     comp: Vec<u8>,
+    encoder: EventEncoder,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -212,7 +219,7 @@ impl<W: Write> TraceWriter<W> {
         out.write_all(&0u32.to_le_bytes())?;
         let mut enc = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
         enc.include_checksum(true)?;
-        Ok(TraceWriter { out, events: 0, scratch: Vec::new(), enc, comp: Vec::new() })
+        Ok(TraceWriter { out, events: 0, scratch: Vec::new(), enc, comp: Vec::new(), encoder: EventEncoder::default() })
     }
 
     fn block(&mut self, tag: u8, pid: u32, raw: &[u8]) -> Result<(), FileError> {
@@ -261,11 +268,11 @@ impl<W: Write> TraceWriter<W> {
 
     pub fn write_events(&mut self, pid: u32, events: &[RawEvent]) -> Result<(), FileError> {
         // Large batches are split so that a reader's block buffer stays bounded.
-        for chunk in events.chunks(MAX_BLOCK_EVENTS) {
+        for chunk in events.chunks(WRITE_BLOCK_EVENTS) {
             let mut raw = std::mem::take(&mut self.scratch);
             raw.clear();
-            encode_events(chunk, &mut raw);
-            self.block(TAG_EVENTS, pid, &raw)?;
+            self.encoder.encode(chunk, &mut raw);
+            self.block(TAG_EVENT_COLUMNS, pid, &raw)?;
             self.scratch = raw;
             self.events += chunk.len() as u64;
         }
@@ -293,62 +300,6 @@ impl<W: Write> TraceWriter<W> {
     }
 }
 
-/// Encodes events in the file's row format (public for the size benchmark).
-pub fn encode_events(events: &[RawEvent], out: &mut Vec<u8>) {
-    varint::put(out, events.len() as u64);
-    let mut prev_start = 0u64;
-    for e in events {
-        out.push(e.kind);
-        out.push(e.sub);
-        varint::put(out, e.flags as u64);
-        varint::put(out, e.tid as u64);
-        varint::put(out, varint::zigzag(e.start.wrapping_sub(prev_start) as i64));
-        varint::put(out, varint::zigzag(e.end.wrapping_sub(e.start) as i64));
-        prev_start = e.start;
-        for v in [e.correlation as u64, e.name as u64, e.device as u64, e.stream as u64, e.a, e.b, e.c] {
-            varint::put(out, v);
-        }
-    }
-}
-
-fn decode_events(raw: &[u8]) -> Option<Vec<RawEvent>> {
-    let mut at = 0;
-    let n = varint::get(raw, &mut at)? as usize;
-    // Each event takes at least 13 bytes: never trust a count the payload cannot hold.
-    if n > raw.len() / 13 + 1 || n > MAX_BLOCK_EVENTS {
-        return None;
-    }
-    let mut out = Vec::with_capacity(n);
-    let mut prev_start = 0u64;
-    for _ in 0..n {
-        let kind = *raw.get(at)?;
-        let sub = *raw.get(at + 1)?;
-        at += 2;
-        let mut v = [0u64; 11];
-        for slot in v.iter_mut() {
-            *slot = varint::get(raw, &mut at)?;
-        }
-        let start = prev_start.wrapping_add(varint::unzigzag(v[2]) as u64);
-        prev_start = start;
-        out.push(RawEvent {
-            kind,
-            sub,
-            flags: u16::try_from(v[0]).ok()?,
-            tid: u32::try_from(v[1]).ok()?,
-            start,
-            end: start.wrapping_add(varint::unzigzag(v[3]) as u64),
-            correlation: u32::try_from(v[4]).ok()?,
-            name: u32::try_from(v[5]).ok()?,
-            device: u32::try_from(v[6]).ok()?,
-            stream: u32::try_from(v[7]).ok()?,
-            a: v[8],
-            b: v[9],
-            c: v[10],
-        });
-    }
-    (at == raw.len()).then_some(out)
-}
-
 /// Reads blocks from a file, validating as it goes.
 pub struct TraceReader<R: Read> {
     input: R,
@@ -367,7 +318,7 @@ impl<R: Read> TraceReader<R> {
             return Err(FileError::BadMagic);
         }
         let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
-        if version != FILE_VERSION {
+        if !(OLDEST_READABLE_VERSION..=FILE_VERSION).contains(&version) {
             return Err(FileError::Version(version));
         }
         Ok(TraceReader { input, done: false, cut_short: None, complete_bytes: 16 })
@@ -444,7 +395,14 @@ impl<R: Read> TraceReader<R> {
                 let base = u64::from_le_bytes(raw.get(..8).ok_or_else(|| corrupt("strings"))?.try_into().expect("8"));
                 Block::Strings { pid, base, bytes: raw[8..].to_vec() }
             }
-            TAG_EVENTS => Block::Events { pid, events: decode_events(&raw).ok_or_else(|| corrupt("events"))? },
+            TAG_EVENTS => Block::Events {
+                pid,
+                events: codec::decode_rows(&raw, MAX_BLOCK_EVENTS).ok_or_else(|| corrupt("events"))?,
+            },
+            TAG_EVENT_COLUMNS => Block::Events {
+                pid,
+                events: codec::decode_columns(&raw, MAX_BLOCK_EVENTS).ok_or_else(|| corrupt("events"))?,
+            },
             TAG_FOOTER => {
                 self.done = true;
                 Block::Footer(postcard::from_bytes(&raw).map_err(|_| corrupt("footer"))?)
@@ -546,6 +504,50 @@ mod tests {
         assert_eq!(blocks[2], Block::Events { pid: 9, events: events.clone() });
         let Block::Footer(f) = &blocks[3] else { panic!("no footer") };
         assert_eq!((f.events, f.exit_code), (1000, Some(3)));
+    }
+
+    #[test]
+    fn version_1_files_with_row_encoded_events_still_read() {
+        let events = sample();
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&FILE_MAGIC);
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        let mut block = |tag: u8, raw: &[u8]| {
+            let comp = zstd::bulk::compress(raw, 1).unwrap();
+            bytes.push(tag);
+            for v in [9u32, raw.len() as u32, comp.len() as u32] {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+            bytes.extend_from_slice(&comp);
+        };
+        let mut rows = Vec::new();
+        codec::encode_rows(&events, &mut rows);
+        block(TAG_EVENTS, &rows);
+        block(TAG_FOOTER, &postcard::to_stdvec(&Footer { events: 1000, ..Default::default() }).unwrap());
+        let blocks = read_all(&bytes).unwrap();
+        assert_eq!(blocks[0], Block::Events { pid: 9, events });
+        // A file from a newer cuflight says so.
+        bytes[8..12].copy_from_slice(&(FILE_VERSION + 1).to_le_bytes());
+        let err = read_all(&bytes).unwrap_err().to_string();
+        assert!(err.contains("newer cuflight"), "{err}");
+    }
+
+    #[test]
+    fn large_batches_are_written_in_cache_sized_blocks() {
+        let events: Vec<RawEvent> =
+            (0..3 * WRITE_BLOCK_EVENTS as u64 + 5).map(|i| sample()[i as usize % 1000]).collect();
+        let blocks = read_all(&write(&events)).unwrap();
+        let got: Vec<RawEvent> = blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::Events { events, .. } => Some(events.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(got, events);
+        assert_eq!(blocks.len(), 3 + 4, "process, strings, 4 event blocks, footer");
     }
 
     #[test]

@@ -18,6 +18,8 @@
 //! ```
 
 pub mod channel;
+#[cfg(feature = "file")]
+pub mod codec;
 pub mod event;
 #[cfg(feature = "file")]
 pub mod file;

@@ -400,7 +400,7 @@ pub fn export<W: Write>(trace: &Trace, out: W) -> std::io::Result<ExportCounts> 
 /// Streams a cuflight trace file to Perfetto block by block: memory stays bounded by one block (64K events) plus
 /// per-process state (strings, open ranges, live allocations, launches in flight), whatever the trace's size.
 pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCounts, crate::trace::TraceError> {
-    use cuflight_format::file::{Block, TraceReader, TAG_EVENTS, TAG_PROCESS, TAG_STRINGS};
+    use cuflight_format::file::{Block, TraceReader, TAG_EVENTS, TAG_EVENT_COLUMNS, TAG_PROCESS, TAG_STRINGS};
     let shown = path.display().to_string();
     let open = || -> Result<TraceReader<std::io::BufReader<std::fs::File>>, crate::trace::TraceError> {
         let f = std::fs::File::open(path)
@@ -427,7 +427,9 @@ pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCou
     let mut order: Vec<(u64, u32)> = Vec::new();
     let mut reader = open()?;
     let mut string_bytes = 0u64;
-    while let Some(block) = reader.next_block_where(|t| t == TAG_STRINGS || t == TAG_EVENTS).map_err(fmt)? {
+    while let Some(block) =
+        reader.next_block_where(|t| matches!(t, TAG_STRINGS | TAG_EVENTS | TAG_EVENT_COLUMNS)).map_err(fmt)?
+    {
         match block {
             Some(Block::Strings { pid, base, bytes }) => {
                 string_bytes += bytes.len() as u64;
