@@ -18,8 +18,9 @@
 //! Kernel13 and a future 13.x whose kernel record grows all decode. Shorter records are skipped and counted per
 //! class, and so are records with zero or unfinished timestamps (forced flushes deliver those).
 //!
-//! CUPTI hands over thousands of records at once, on its own thread (or the flushing one). That is the one place
-//! where the agent waits: when the thread's ring is nearly full it gives the collector time to drain, instead of
+//! CUPTI hands over thousands of records at once, on its own thread (or the flushing one). They go to a ring
+//! reserved for delivery (see `emit::SharedRings`), which no application thread can hold. That is the one place
+//! where the agent waits: when that ring is nearly full it gives the collector time to drain, instead of
 //! dropping a burst that the collector would have absorbed; it waits only while the collector's drain heartbeat
 //! is fresh, so a dead or stopped collector never slows the program. API threads never wait.
 
@@ -146,12 +147,13 @@ fn drain(buffer: *mut u8, valid: usize, l: &cupti::Loaded) {
     let end = buffer as usize + valid;
     let mut n = 0u32;
     let mut room = Room::default();
+    let mut out = emit::delivery();
     // Look at the ring often enough that a small ring cannot fill between two looks.
-    let every = emit::ring_space().map_or(256, |(_, cap)| (cap / 4).clamp(16, 256) as u32);
+    let every = out.space().map_or(256, |(_, cap)| (cap / 4).clamp(16, 256) as u32);
     loop {
         n = n.wrapping_add(1);
         if n.is_multiple_of(every) {
-            room.make();
+            room.make(&out);
         }
         // SAFETY: CUPTI walks its own buffer; `cursor` is null or the record it returned last.
         let r = unsafe { (l.api.activity_get_next_record)(buffer, valid, &mut cursor) };
@@ -159,12 +161,12 @@ fn drain(buffer: *mut u8, valid: usize, l: &cupti::Loaded) {
             break;
         }
         if let Some(p) = prev {
-            handle(p, cursor as usize - p, &mut unused);
+            handle(p, cursor as usize - p, &mut unused, &mut out);
         }
         prev = Some(cursor as usize);
     }
     if let Some(p) = prev {
-        handle(p, end.saturating_sub(p), &mut unused);
+        handle(p, end.saturating_sub(p), &mut unused, &mut out);
     }
     unused.publish();
 }
@@ -208,12 +210,12 @@ struct Room {
 }
 
 impl Room {
-    /// While this thread's ring has fewer than 1024 free slots (half of a smaller ring), sleep in 1 ms steps so
-    /// the collector can drain it (the ring's watermark has woken it): at most 200 steps per buffer, and only while
-    /// the collector is draining (its heartbeat in the segment is under a second old, and 0 once it stopped),
-    /// never for a ring nobody drains.
-    fn make(&mut self) {
-        let Some((space, capacity)) = emit::ring_space() else { return };
+    /// While the ring records go to has fewer than 1024 free slots (half of a smaller ring), sleep in 1 ms steps
+    /// so the collector can drain it (the ring's watermark has woken it): at most 200 steps per buffer, and only
+    /// while the collector is draining (its heartbeat in the segment is under a second old, and 0 once it
+    /// stopped), never for a ring nobody drains.
+    fn make(&mut self, out: &emit::Delivery) {
+        let Some((space, capacity)) = out.space() else { return };
         let want = 1024.min(capacity / 2);
         if space >= want {
             return;
@@ -223,7 +225,7 @@ impl Room {
             let last = seg.header().collector_drained_ns.load(Ordering::Relaxed);
             last != 0 && crate::clock::monotonic_ns().saturating_sub(last) < COLLECTOR_SILENT_NS
         };
-        while self.waited < MAX_WAIT_STEPS && draining() && emit::ring_space().is_some_and(|(free, _)| free < want) {
+        while self.waited < MAX_WAIT_STEPS && draining() && out.space().is_some_and(|(free, _)| free < want) {
             std::thread::sleep(WAIT_STEP);
             self.waited += 1;
         }
@@ -231,14 +233,14 @@ impl Room {
 }
 
 /// Decodes and emits one record, counting it when it cannot be used.
-fn handle(at: usize, size: usize, unused: &mut Unused) {
+fn handle(at: usize, size: usize, unused: &mut Unused, out: &mut emit::Delivery) {
     // SAFETY: `at` points at a record inside the buffer CUPTI handed us, `size` bytes long.
     let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, size) };
     match decode(bytes) {
-        Decoded::Event(ev) => emit::push(ev),
+        Decoded::Event(ev) => out.push(ev),
         Decoded::GraphKernel(kernel, node) => {
-            emit::push(kernel);
-            emit::push(node);
+            out.push(kernel);
+            out.push(node);
         }
         Decoded::Ignored => {}
         Decoded::Skipped(k) => unused.skipped[k] += 1,

@@ -16,7 +16,12 @@ struct ThreadRing {
     generation: u64,
     tid: u32,
     producer: Option<Producer>,
+    /// Events until a thread without a ring looks for a free one again (threads exit and give theirs back).
+    retry_in: u32,
 }
+
+/// How often a ring-less thread retries [`claim`] (a scan of every ring): rare enough to cost nothing per event.
+const RETRY_CLAIM_EVERY: u32 = 4096;
 
 impl Drop for ThreadRing {
     fn drop(&mut self) {
@@ -45,7 +50,7 @@ pub struct ThreadState {
 thread_local! {
     static THREAD: ThreadState = const {
         ThreadState {
-            ring: RefCell::new(ThreadRing { generation: u64::MAX, tid: 0, producer: None }),
+            ring: RefCell::new(ThreadRing { generation: u64::MAX, tid: 0, producer: None, retry_in: 0 }),
             runtime_depth: Cell::new(0),
             nvtx_depth: Cell::new(0),
             nvtx_domain_depths: [const { Cell::new((0, 0)) }; 8],
@@ -67,9 +72,23 @@ pub fn tid() -> u32 {
         .unwrap_or_else(|| unsafe { libc::gettid() as u32 })
 }
 
+/// Rings kept back from per-thread claims for the [`SharedRings`] (none in segments too small to spare them).
+fn kept_back(ring_count: u32) -> u32 {
+    if ring_count >= 4 {
+        SHARED_RINGS
+    } else {
+        0
+    }
+}
+const SHARED_RINGS: u32 = 2;
+/// The owner recorded in a shared ring's header (no thread id reaches it: pid_max is at most 2^22).
+const SHARED_OWNER: u32 = u32::MAX;
+
 /// A free ring for thread `tid`: a reserved one given back by an exited thread, else a newly reserved one (rings
-/// are reserved on demand up to the segment's count; see `segment`). Cold: once per thread.
+/// are reserved on demand up to the segment's count less those kept for [`SharedRings`]; see `segment`). Cold:
+/// once per thread.
 fn claim(seg: &MappedSegment, tid: u32) -> Option<Producer> {
+    let limit = seg.layout().ring_count - kept_back(seg.layout().ring_count);
     loop {
         let n = seg.reserved_rings();
         let found = (0..n).map(|i| (tid.wrapping_mul(2654435761) % n.max(1) + i) % n.max(1)).find_map(|i| {
@@ -79,13 +98,105 @@ fn claim(seg: &MappedSegment, tid: u32) -> Option<Producer> {
         if found.is_some() {
             return found;
         }
-        // Every reserved ring is taken: reserve another (None at the count, or without memory: counted).
-        let i = seg.reserve_ring()?;
+        // Every reserved ring is taken: reserve another (None at the limit, or without memory: counted).
+        let i = seg.reserve_ring_below(limit)?;
         let ring = seg.ring(i)?;
         if ring.try_claim(tid) {
             return Some(ring.producer());
         }
     }
+}
+
+/// Rings no single thread owns, each taken with a `try_lock` that never waits:
+///
+/// - **delivery**: CUPTI hands over device records (kernels, copies) in buffers, on its own thread or on whichever
+///   thread flushes. Those records get a ring that idle or surplus application threads can never take, so a
+///   process with more CUDA threads than rings still records every kernel.
+/// - **overflow**: for events of threads that found every per-thread ring taken (more threads than rings, or
+///   rings held by threads that went idle), instead of losing them.
+///
+/// Each is reserved on first use from the rings kept back for them (see [`kept_back`]). A `try_lock` that finds
+/// the ring busy falls back (delivery: to the thread's own ring; overflow: counted as `no_ring`).
+#[derive(Default)]
+pub struct SharedRings {
+    delivery: parking_lot::Mutex<Shared>,
+    overflow: parking_lot::Mutex<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    producer: Option<Producer>,
+    /// Reservation was tried and failed (no memory, or no ring left): do not retry on every buffer.
+    failed: bool,
+}
+
+impl Shared {
+    fn producer(&mut self, seg: &MappedSegment) -> Option<&mut Producer> {
+        if self.producer.is_none() && !self.failed {
+            let ring = seg.reserve_ring().and_then(|i| seg.ring(i)).filter(|r| r.try_claim(SHARED_OWNER));
+            self.producer = ring.map(|r| r.producer());
+            self.failed = self.producer.is_none();
+        }
+        self.producer.as_mut()
+    }
+}
+
+/// Where one CUPTI buffer's records go: the delivery ring while this thread holds it, else the thread's own.
+pub struct Delivery {
+    shared: Option<parking_lot::MutexGuard<'static, Shared>>,
+    tid: u32,
+}
+
+/// Takes the delivery ring for one buffer (see [`SharedRings`]); never waits.
+pub fn delivery() -> Delivery {
+    let shared = state::agent().and_then(|a| {
+        let mut guard = a.shared.delivery.try_lock()?;
+        guard.producer(&a.seg)?;
+        Some(guard)
+    });
+    // SAFETY: gettid has no preconditions.
+    Delivery { shared, tid: unsafe { libc::gettid() as u32 } }
+}
+
+impl Delivery {
+    /// Writes `ev` (its `tid` filled in when 0); a full ring refuses and counts it.
+    pub fn push(&mut self, mut ev: RawEvent) {
+        match self.shared.as_mut().and_then(|s| s.producer.as_mut()) {
+            Some(p) => {
+                if ev.tid == 0 {
+                    ev.tid = self.tid;
+                }
+                if p.push(&ev) {
+                    maybe_wake(p);
+                }
+            }
+            None => push(ev),
+        }
+    }
+
+    /// (free slots, capacity) of the ring this delivery writes to.
+    pub fn space(&self) -> Option<(u64, u64)> {
+        match self.shared.as_ref().and_then(|s| s.producer.as_ref()) {
+            Some(p) => {
+                let ring = p.ring();
+                Some((ring.capacity().saturating_sub(ring.len()), ring.capacity()))
+            }
+            None => ring_space(),
+        }
+    }
+}
+
+/// Pushes into the overflow ring; false when it is busy or could not be had.
+#[cold]
+fn push_overflow(ev: &RawEvent) -> bool {
+    let Some(a) = state::existing_agent() else { return false };
+    let Some(mut guard) = a.shared.overflow.try_lock() else { return false };
+    let Some(p) = guard.producer(&a.seg) else { return false };
+    // A full ring refuses and counts the event itself.
+    if p.push(ev) {
+        maybe_wake(p);
+    }
+    true
 }
 
 /// Wakes the collector when a ring passes its watermark, once until the collector has drained.
@@ -125,6 +236,13 @@ impl ThreadState {
             // SAFETY: gettid has no preconditions.
             r.tid = unsafe { libc::gettid() as u32 };
             r.producer = claim(seg, r.tid);
+            r.retry_in = RETRY_CLAIM_EVERY;
+        } else if r.producer.is_none() {
+            r.retry_in = r.retry_in.saturating_sub(1);
+            if r.retry_in == 0 {
+                r.producer = claim(seg, r.tid);
+                r.retry_in = RETRY_CLAIM_EVERY;
+            }
         }
         if ev.tid == 0 {
             ev.tid = r.tid;
@@ -203,11 +321,15 @@ pub fn push(mut ev: RawEvent) {
     }
 }
 
-/// Counts the event as lost for want of a ring, unless a borrowed ring took it (or refused it, which the ring
-/// counted itself: each loss is counted exactly once).
+/// For a thread without a ring of its own: the overflow ring, else a free ring borrowed for this one event, else
+/// the event is counted as lost for want of a ring (a ring that refuses an event counts it itself: each loss is
+/// counted exactly once).
 #[cold]
 fn fallback(seg: &MappedSegment, ev: &mut RawEvent) {
-    if !push_borrowed(seg, ev) {
+    if ev.tid == 0 {
+        ev.tid = tid();
+    }
+    if !push_overflow(ev) && !push_borrowed(seg, ev) {
         seg.header().no_ring_drops.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -340,6 +462,28 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(i.intern(&seg, b"gemm_kernel"), a);
         assert_eq!(i.intern(&seg, b""), i.intern(&seg, b""));
+    }
+
+    #[test]
+    fn threads_never_take_the_rings_kept_for_delivery_and_overflow() {
+        let seg =
+            MappedSegment::create(Layout { ring_count: 8, ring_capacity: 64, strings_capacity: 1 << 16 }, 1, 0, 0)
+                .unwrap();
+        let claimed = (1..=20).filter(|&tid| claim(&seg, tid).is_some()).count();
+        assert_eq!(claimed, 6, "8 rings less the 2 kept back");
+        let (mut delivery, mut overflow) = (Shared::default(), Shared::default());
+        assert!(delivery.producer(&seg).is_some());
+        assert!(overflow.producer(&seg).is_some());
+        assert_eq!(seg.reserved_rings(), 8);
+        assert_eq!(seg.ring(7).unwrap().owner(), SHARED_OWNER);
+        // Nothing left: a third shared ring is refused once, then not retried.
+        let mut third = Shared::default();
+        assert!(third.producer(&seg).is_none() && third.failed);
+        // A segment too small to spare rings gives them all to threads.
+        let tiny =
+            MappedSegment::create(Layout { ring_count: 2, ring_capacity: 64, strings_capacity: 1 << 16 }, 1, 0, 0)
+                .unwrap();
+        assert_eq!((1..=5).filter(|&tid| claim(&tiny, tid).is_some()).count(), 2);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! (its state belongs to the parent): the atfork child handler bumps a generation counter, forgets the segment
 //! and marks the process as a fork child; the child's first event creates a segment of its own.
 
-use crate::emit::Interner;
+use crate::emit::{Interner, SharedRings};
 use cuflight_format::channel;
 use cuflight_format::segment::{self, state as seg_state, Layout, MappedSegment};
 use parking_lot::Mutex;
@@ -17,6 +17,8 @@ pub struct Agent {
     pub interner: Interner,
     /// The connection to the collector the segment was handed to: a byte written here wakes its drain.
     pub conn: std::os::fd::OwnedFd,
+    /// Rings not owned by one thread: CUPTI's record delivery, and threads that found no ring of their own.
+    pub shared: SharedRings,
 }
 
 static AGENT: AtomicPtr<Agent> = AtomicPtr::new(std::ptr::null_mut());
@@ -154,7 +156,8 @@ fn create() -> Option<&'static Agent> {
             return None;
         }
     };
-    let agent: &'static Agent = Box::leak(Box::new(Agent { seg, interner: Interner::new(), conn }));
+    let agent: &'static Agent =
+        Box::leak(Box::new(Agent { seg, interner: Interner::new(), conn, shared: SharedRings::default() }));
     record_process_facts(agent);
     agent.seg.header().state.store(seg_state::RECORDING, Ordering::Release);
     AGENT.store(agent as *const Agent as *mut Agent, Ordering::Release);

@@ -389,10 +389,16 @@ impl MappedSegment {
     /// Reserves the memory of one more ring and publishes it; its index, or None when every ring is reserved
     /// or the memory cannot be had (counted in `rings_refused`). Agent side.
     pub fn reserve_ring(&self) -> Option<u32> {
+        self.reserve_ring_below(self.layout.ring_count)
+    }
+
+    /// Like [`Self::reserve_ring`], but only while fewer than `limit` rings are reserved (the agent keeps the
+    /// last few for rings it shares between threads).
+    pub fn reserve_ring_below(&self, limit: u32) -> Option<u32> {
         let _guard = self.reserving.lock().unwrap_or_else(|e| e.into_inner());
         let h = self.header();
         let i = h.rings_reserved.load(Ordering::Relaxed);
-        if i >= self.layout.ring_count {
+        if i >= self.layout.ring_count.min(limit) {
             return None;
         }
         if reserve(self.fd(), self.layout.ring_offset(i), ring_bytes(self.layout.ring_capacity) as u64).is_err() {
