@@ -186,11 +186,23 @@ impl Delivery {
     }
 }
 
-/// Pushes into the overflow ring; false when it is busy or could not be had.
+const OVERFLOW_TRIES: u32 = 256;
+
+/// Pushes into the overflow ring; false when it stays busy or could not be had.
 #[cold]
 fn push_overflow(ev: &RawEvent) -> bool {
     let Some(a) = state::existing_agent() else { return false };
-    let Some(mut guard) = a.shared.overflow.try_lock() else { return false };
+    // A push holds the lock for tens of nanoseconds: a few hundred tries (a few microseconds at most, even when
+    // the holder was preempted) find it free almost always, and never sleep.
+    let Some(mut guard) = (0..OVERFLOW_TRIES).find_map(|_| {
+        let g = a.shared.overflow.try_lock();
+        if g.is_none() {
+            std::hint::spin_loop();
+        }
+        g
+    }) else {
+        return false;
+    };
     let Some(p) = guard.producer(&a.seg) else { return false };
     // A full ring refuses and counts the event itself.
     if p.push(ev) {

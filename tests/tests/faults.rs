@@ -206,7 +206,8 @@ fn two_hundred_threads_and_idle_threads_lose_nothing_and_count_every_loss_once()
     assert_eq!(drops_total(&s), 0);
     assert_eq!(count(&s, "kernels", "name", "tick"), 20_000);
     assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 20_000);
-    // Fewer rings than threads: the threads without one lose their events, counted once each.
+    // Fewer rings than threads: the threads without one share the overflow ring; what it cannot take (held too
+    // long by a preempted thread) is counted once each.
     let r = record(&dir, &[], &threads, &["200", "100"], &[("CUFLIGHT_RINGS", "16")]);
     assert!(r.output.status.success(), "{}", r.stderr());
     let s = stats(&r.trace);
