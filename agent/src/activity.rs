@@ -20,9 +20,10 @@
 //!
 //! CUPTI hands over thousands of records at once, on its own thread (or the flushing one). They go to a ring
 //! reserved for delivery (see `emit::SharedRings`), which no application thread can hold. That is the one place
-//! where the agent waits: when that ring is nearly full it gives the collector time to drain, instead of
+//! where the agent sleeps: when that ring is nearly full it gives the collector time to drain, instead of
 //! dropping a burst that the collector would have absorbed; it waits only while the collector's drain heartbeat
-//! is fresh, so a dead or stopped collector never slows the program. API threads never wait.
+//! is fresh, so a dead or stopped collector never slows the program. API threads never sleep: with a full ring
+//! they yield their core for at most 2 ms (see `emit::wait_for_room`).
 
 use crate::{cupti, emit, state};
 use crossbeam_queue::ArrayQueue;
@@ -200,8 +201,6 @@ impl Unused {
 const WAIT_STEP: std::time::Duration = std::time::Duration::from_millis(1);
 /// Longest wait for one buffer.
 const MAX_WAIT_STEPS: u32 = 200;
-/// A collector that has not drained for this long is gone or stuck: its rings are not waited on.
-const COLLECTOR_SILENT_NS: u64 = 1_000_000_000;
 
 /// Backpressure for bursts on the delivery thread.
 #[derive(Default)]
@@ -221,11 +220,10 @@ impl Room {
             return;
         }
         let Some(seg) = state::segment() else { return };
-        let draining = || {
-            let last = seg.header().collector_drained_ns.load(Ordering::Relaxed);
-            last != 0 && crate::clock::monotonic_ns().saturating_sub(last) < COLLECTOR_SILENT_NS
-        };
-        while self.waited < MAX_WAIT_STEPS && draining() && out.space().is_some_and(|(free, _)| free < want) {
+        while self.waited < MAX_WAIT_STEPS
+            && emit::collector_draining(seg)
+            && out.space().is_some_and(|(free, _)| free < want)
+        {
             std::thread::sleep(WAIT_STEP);
             self.waited += 1;
         }

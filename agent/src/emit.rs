@@ -1,7 +1,8 @@
 //! The hot path: per-thread rings in the process's segment and interned strings.
 //!
 //! A thread claims a free ring on its first event and keeps it in a thread-local until it exits; after that a
-//! push is a plain SPSC write (no lock, no allocation, no syscall). Strings are interned into the segment's
+//! push is a plain SPSC write (no lock, no allocation, no syscall). Only a full ring with a live collector makes
+//! a push wait, by yielding its core for at most 2 ms (see [`wait_for_room`]). Strings are interned into the segment's
 //! string region once: a lock-free open-addressing table maps a 64-bit hash of the bytes to the string's id,
 //! verified against the stored bytes; only a miss takes the interning lock.
 
@@ -211,6 +212,50 @@ fn push_overflow(ev: &RawEvent) -> bool {
     true
 }
 
+/// A collector that has not drained for this long is gone or stuck: its rings are never waited on.
+const COLLECTOR_SILENT_NS: u64 = 1_000_000_000;
+/// Longest a thread yields its core to the collector for one event when its ring is full.
+const FULL_RING_YIELD_NS: u64 = 2_000_000;
+
+/// The collector drained this segment within the last second (its heartbeat; 0 once it stopped).
+pub fn collector_draining(seg: &MappedSegment) -> bool {
+    let last = seg.header().collector_drained_ns.load(Ordering::Relaxed);
+    last != 0 && crate::clock::monotonic_ns().saturating_sub(last) < COLLECTOR_SILENT_NS
+}
+
+/// A full ring with a live collector: the collector was woken at the watermark but has not run yet, which on a
+/// machine whose cores the program keeps busy takes milliseconds. Yield this core to it (never sleep) for at most
+/// [`FULL_RING_YIELD_NS`]; a collector that is gone or stalled is never waited for, and what still does not fit
+/// is counted by the ring.
+/// A collector that has not drained for [`STALLED_NS`] although woken is stalled (stopped, killed, or starved):
+/// no thread waits for it again until it drains, so a dead collector costs the program a few waits, not one per
+/// event until its heartbeat goes stale.
+#[cold]
+#[inline(never)]
+fn wait_for_room(seg: &MappedSegment, p: &mut Producer) {
+    let beat = seg.header().collector_drained_ns.load(Ordering::Relaxed);
+    if !collector_draining(seg) || GAVE_UP_AT.load(Ordering::Relaxed) == beat {
+        return;
+    }
+    wake();
+    let start = crate::clock::monotonic_ns();
+    while p.is_full() {
+        let now = crate::clock::monotonic_ns();
+        if now.saturating_sub(start) >= FULL_RING_YIELD_NS {
+            let latest = seg.header().collector_drained_ns.load(Ordering::Relaxed);
+            if now.saturating_sub(latest) >= STALLED_NS {
+                GAVE_UP_AT.store(latest, Ordering::Relaxed);
+            }
+            return;
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+}
+static GAVE_UP_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+/// A woken collector drains within a millisecond or two even on a busy machine; ten is stalled.
+const STALLED_NS: u64 = 10_000_000;
+
 /// Wakes the collector when a ring passes its watermark, once until the collector has drained.
 #[inline]
 fn maybe_wake(p: &mut Producer) {
@@ -261,6 +306,9 @@ impl ThreadState {
         }
         match r.producer.as_mut() {
             Some(p) => {
+                if p.is_full() {
+                    wait_for_room(seg, p);
+                }
                 // A full ring refuses and counts the event itself.
                 if p.push(ev) {
                     maybe_wake(p);

@@ -156,6 +156,10 @@ fn create() -> Option<&'static Agent> {
             return None;
         }
     };
+    // The collector has the segment now and drains it within milliseconds: count it as draining from here, so a
+    // thread that fills its ring before the first drain waits for it like any later one (a collector that never
+    // drains is given up on after a second, as always).
+    seg.header().collector_drained_ns.store(crate::clock::monotonic_ns(), Ordering::Relaxed);
     let agent: &'static Agent =
         Box::leak(Box::new(Agent { seg, interner: Interner::new(), conn, shared: SharedRings::default() }));
     record_process_facts(agent);

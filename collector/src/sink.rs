@@ -6,6 +6,7 @@
 use cuflight_format::file::{FileError, Footer, ProcessInfo, TraceWriter};
 use cuflight_format::RawEvent;
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -25,11 +26,28 @@ enum Job {
     Flush,
 }
 
-/// Blocks waiting for the writer, at most: 16 batches of up to 64 Ki events (64 MiB of events).
-const QUEUE: usize = 16;
+impl Job {
+    /// What the job holds in memory until it is written.
+    fn bytes(&self) -> usize {
+        match self {
+            Job::Strings { bytes, .. } => bytes.len(),
+            Job::Events { events, .. } => std::mem::size_of_val(events.as_slice()),
+            Job::Process(_) | Job::Flush => 0,
+        }
+    }
+}
+
+/// Jobs the queue holds; what bounds its memory is [`QUEUED_BYTES`].
+const QUEUE: usize = 4096;
+/// Event and string bytes handed to the writer and not yet written, beyond which the drain loop waits for it.
+/// Generous, so that a writer that is starved of CPU for a while (it runs at low priority, and a busy program
+/// on a small machine takes the cores) delays the file rather than the drain: 4 M events.
+const QUEUED_BYTES: usize = 256 << 20;
 
 pub struct Sink {
     tx: Option<SyncSender<Job>>,
+    /// Bytes of queued strings and events (the writer subtracts what it has written).
+    queued: Arc<AtomicUsize>,
     thread: Option<JoinHandle<Result<(), FileError>>>,
     error: Arc<Mutex<Option<String>>>,
     /// Finished writer's footer goes through `finish`, which needs the writer back.
@@ -43,20 +61,27 @@ impl Sink {
         let (footer_tx, footer_rx) = sync_channel::<Footer>(1);
         let error = Arc::new(Mutex::new(None));
         let err = error.clone();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let written = queued.clone();
         let thread = std::thread::Builder::new()
             .name("cuflight-writer".into())
             .spawn(move || {
                 cuflight_format::channel::lower_this_thread_priority();
-                run(writer, rx, footer_rx, err)
+                run(writer, rx, footer_rx, err, written)
             })
             .expect("spawn the writer thread");
-        Sink { tx: Some(tx), thread: Some(thread), error, footer_tx, events: 0 }
+        Sink { tx: Some(tx), queued, thread: Some(thread), error, footer_tx, events: 0 }
     }
 
     fn send(&self, job: Job) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(job);
+        let Some(tx) = &self.tx else { return };
+        let bytes = job.bytes();
+        // Over budget: wait for the writer (it is alive while the channel is; a dead one discards, see `run`).
+        while bytes > 0 && self.queued.load(Ordering::Acquire) > QUEUED_BYTES && self.error().is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        self.queued.fetch_add(bytes, Ordering::AcqRel);
+        let _ = tx.send(job);
     }
 
     pub fn process(&self, info: ProcessInfo) {
@@ -110,9 +135,12 @@ fn run<W: Write>(
     rx: Receiver<Job>,
     footer: Receiver<Footer>,
     error: Arc<Mutex<Option<String>>>,
+    queued: Arc<AtomicUsize>,
 ) -> Result<(), FileError> {
     let mut failed = false;
     for job in rx {
+        let bytes = job.bytes();
+        let _done = Written(&queued, bytes);
         if failed {
             continue; // keep receiving so the drain loop never blocks on a dead writer
         }
@@ -137,4 +165,13 @@ fn run<W: Write>(
         w.flush()?;
     }
     Ok(())
+}
+
+/// Takes a job's bytes off the queue's count once the job is done with, however it ended.
+struct Written<'a>(&'a AtomicUsize, usize);
+
+impl Drop for Written<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::AcqRel);
+    }
 }

@@ -146,18 +146,30 @@ impl Producer {
         self.ring
     }
 
-    /// Whether the ring is more than half full (the watermark at which the agent wakes its collector, as perf's
-    /// `wakeup_events` does). Costs a subtraction while the cached fill is below; reads the consumer's counter
-    /// only above it.
+    /// Whether a push now would be refused (reads the consumer's counter only when the cached one says full).
+    #[inline]
+    pub fn is_full(&mut self) -> bool {
+        let w = self.ring.header().write.0.load(Ordering::Relaxed);
+        if w.wrapping_sub(self.cached_read) <= self.ring.mask {
+            return false;
+        }
+        self.cached_read = self.ring.header().read.0.load(Ordering::Acquire);
+        w.wrapping_sub(self.cached_read) > self.ring.mask
+    }
+
+    /// Whether the ring is more than a quarter full (the watermark at which the agent wakes its collector, as
+    /// perf's `wakeup_events` does): three quarters of the ring are left for the time the collector takes to be
+    /// scheduled, which on a machine whose cores the program keeps busy is milliseconds. Costs a subtraction
+    /// while the cached fill is below; reads the consumer's counter only above it.
     #[inline]
     pub fn above_watermark(&mut self) -> bool {
         let h = self.ring.header();
         let w = h.write.0.load(Ordering::Relaxed);
-        if w.wrapping_sub(self.cached_read) <= self.ring.mask / 2 {
+        if w.wrapping_sub(self.cached_read) <= self.ring.mask / 4 {
             return false;
         }
         self.cached_read = h.read.0.load(Ordering::Acquire);
-        w.wrapping_sub(self.cached_read) > self.ring.mask / 2
+        w.wrapping_sub(self.cached_read) > self.ring.mask / 4
     }
 }
 
