@@ -4,7 +4,7 @@
 use crate::names;
 use crate::table::Table;
 use crate::trace::{Process, Trace};
-use cuflight_format::event::{MemKind, FLAG_ASYNC};
+use cuflight_format::event::FLAG_ASYNC;
 use cuflight_format::EventKind;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -520,29 +520,21 @@ impl Stats {
 /// Replays allocations and frees in time order across processes to find peak and final live memory.
 fn memory_stats(mut allocs: Vec<(u64, u32, cuflight_format::RawEvent)>) -> MemoryStats {
     allocs.sort_by_key(|(t, pid, _)| (*t, *pid));
-    let mut live: HashMap<(u32, u64), (u64, bool)> = HashMap::new();
+    let mut live = crate::memory::LiveMemory::default();
     let (mut dev, mut pinned) = (MemoryUse::default(), MemoryUse::default());
-    let (mut dev_now, mut pinned_now) = (0u64, 0u64);
     for (_, pid, e) in allocs {
+        let Some(change) = live.apply(pid, &e) else { continue };
+        let m = if change.device { &mut dev } else { &mut pinned };
         if e.kind() == Some(EventKind::Alloc) {
-            let device = MemKind::from_u8(e.sub).is_none_or(MemKind::is_device);
-            let (m, now) = if device { (&mut dev, &mut dev_now) } else { (&mut pinned, &mut pinned_now) };
             m.malloc_count += 1;
             m.alloc_bytes += e.b;
-            *now += e.b;
-            m.peak_bytes = m.peak_bytes.max(*now);
-            live.insert((pid, e.a), (e.b, device));
+            m.peak_bytes = m.peak_bytes.max(change.live);
         } else {
-            // The allocation decides the bucket; a free of an unknown address still counts by its own kind.
-            let found = live.remove(&(pid, e.a));
-            let device = found.map_or_else(|| MemKind::from_u8(e.sub).is_none_or(MemKind::is_device), |(_, d)| d);
-            let (m, now) = if device { (&mut dev, &mut dev_now) } else { (&mut pinned, &mut pinned_now) };
             m.free_count += 1;
-            *now -= found.map_or(0, |(bytes, _)| bytes);
         }
     }
-    dev.live_bytes_at_end = dev_now;
-    pinned.live_bytes_at_end = pinned_now;
+    dev.live_bytes_at_end = live.device();
+    pinned.live_bytes_at_end = live.pinned();
     MemoryStats { device: dev, pinned_host: pinned }
 }
 
@@ -584,6 +576,7 @@ mod tests {
 
     #[test]
     fn memory_replay_tracks_peak_and_live_bytes_by_kind() {
+        use cuflight_format::event::MemKind;
         let alloc = |t, addr, bytes, kind: MemKind| RawEvent {
             a: addr,
             b: bytes,

@@ -165,3 +165,59 @@ fn several_traces_are_ranks_of_one_job() {
     assert!(out.status.success() && out.stdout.is_empty());
     assert!(std::fs::read_to_string(&html).unwrap().contains("rank 1"));
 }
+
+/// A torch.profiler trace of `steps` steps whose `[memory]` events carry signed sizes and no addresses (as
+/// torch.profiler writes them when addresses are off): each step allocates blocks of 1024, 512, 256, 128 and 64
+/// MiB and frees the first `freed` of them, oldest first.
+fn kineto_with_memory(steps: u64, freed: usize) -> String {
+    let mut ev = Vec::new();
+    let sizes = [1024u64 << 20, 512 << 20, 256 << 20, 128 << 20, 64 << 20];
+    for s in 0..steps {
+        let t0 = 1_000_000 + s * 20_000;
+        ev.push(format!(
+            r#"{{"ph":"X","cat":"user_annotation","name":"ProfilerStep#{s}","pid":1,"tid":1,"ts":{t0},"dur":19000}}"#
+        ));
+        for (k, bytes) in sizes.iter().enumerate() {
+            let t = t0 + 100 + k as u64 * 3000;
+            let corr = s * 10 + k as u64 + 1;
+            ev.push(format!(
+                r#"{{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":{t},"dur":10,"args":{{"correlation":{corr}}}}}"#
+            ));
+            ev.push(format!(
+                r#"{{"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":7,"ts":{},"dur":2500,"args":{{"device":0,"stream":7,"correlation":{corr}}}}}"#,
+                t + 20
+            ));
+            ev.push(format!(
+                r#"{{"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":1,"tid":1,"ts":{},"args":{{"Bytes":{bytes},"Device Type":1,"Device Id":0}}}}"#,
+                t + 1
+            ));
+        }
+        for (k, bytes) in sizes.iter().take(freed).enumerate() {
+            ev.push(format!(
+                r#"{{"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":1,"tid":1,"ts":{},"args":{{"Bytes":-{bytes},"Device Type":1,"Device Id":0}}}}"#,
+                t0 + 16_000 + k as u64
+            ));
+        }
+    }
+    format!(r#"{{"traceEvents":[{}]}}"#, ev.join(","))
+}
+
+#[test]
+fn memory_that_returns_each_step_is_not_growth_and_memory_that_does_not_is() {
+    let dir = scratch("report-memory");
+    let run = |freed: usize| -> (Vec<String>, serde_json::Value) {
+        let path = dir.join(format!("mem-{freed}.json"));
+        std::fs::write(&path, kineto_with_memory(8, freed)).unwrap();
+        let r = report(&path);
+        let kinds = r["findings"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap().to_string()).collect();
+        let out = Command::new(cuflight_bin()).args(["stats", "--format", "json"]).arg(&path).output().unwrap();
+        (kinds, serde_json::from_slice(&out.stdout).unwrap())
+    };
+    let (balanced, stats) = run(5);
+    assert!(!balanced.iter().any(|k| k == "memory_growth"), "false growth: {balanced:?}");
+    assert_eq!(stats["memory"]["live_bytes_at_end"], 0, "{}", stats["memory"]);
+    assert_eq!(stats["memory"]["peak_bytes"], 1984u64 << 20);
+    let (leaking, stats) = run(4);
+    assert!(leaking.iter().any(|k| k == "memory_growth"), "a real leak of 64 MiB a step: {leaking:?}");
+    assert_eq!(stats["memory"]["live_bytes_at_end"], 8 * (64u64 << 20));
+}

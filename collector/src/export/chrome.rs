@@ -8,7 +8,7 @@
 
 use crate::names;
 use crate::trace::{Process, Trace};
-use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, FLAG_ASYNC, FLAG_DEVICE};
+use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_ASYNC, FLAG_DEVICE};
 use cuflight_format::EventKind;
 use serde_json::json;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -121,7 +121,7 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
         .map(|e| ((e.correlation, e.start), (e.a, e.b)))
         .collect();
     let mut pairer = crate::ranges::Pairer::default();
-    let mut live_sizes: HashMap<u64, u64> = HashMap::new();
+    let mut memory = crate::memory::LiveMemory::default();
     let pid = pid as u64;
     for e in &p.events {
         if let Some(r) = pairer.feed(e) {
@@ -226,14 +226,10 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
                 );
                 out.raw(&i)?;
             }
-            Some(k @ (EventKind::Alloc | EventKind::Free)) => {
+            Some(EventKind::Alloc | EventKind::Free) => {
                 // torch.profiler's memory events: Bytes is negative for a free; Device Type 1 = CUDA, 0 = CPU.
-                let device = MemKind::from_u8(e.sub).is_none_or(MemKind::is_device);
-                let bytes =
-                    if k == EventKind::Alloc { e.b as i64 } else { -(live_sizes.remove(&e.a).unwrap_or(0) as i64) };
-                if k == EventKind::Alloc {
-                    live_sizes.insert(e.a, e.b);
-                }
+                let Some(change) = memory.apply(0, e) else { continue };
+                let (device, bytes) = (change.device, change.delta);
                 let mut args = json!({"Addr": e.a, "Bytes": bytes, "Device Type": device as u8, "Device Id": e.device});
                 if !device {
                     args["pinned"] = json!(true); // cuflight's addition: pinned host memory, not the CPU allocator

@@ -10,7 +10,7 @@
 use super::protobuf::Writer;
 use crate::names;
 use crate::trace::{Process, Trace};
-use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, FLAG_DEVICE};
+use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_DEVICE};
 use cuflight_format::EventKind;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::io::Write;
@@ -480,8 +480,7 @@ struct ProcessState {
     flows_ended: HashSet<u32>,
     launcher_names: HashMap<u32, bool>,
     ranges: crate::ranges::Pairer,
-    live: HashMap<u64, u64>,
-    device_bytes: i64,
+    memory: crate::memory::LiveMemory,
     /// How device time maps onto the host clock (streaming only; fixed at the first block that can tell).
     clock: Option<cuflight_format::file::ClockMap>,
     labels: HashMap<u64, u64>,
@@ -501,8 +500,7 @@ impl ProcessState {
             flows_ended: HashSet::default(),
             launcher_names: HashMap::default(),
             ranges: crate::ranges::Pairer::default(),
-            live: HashMap::default(),
-            device_bytes: 0,
+            memory: Default::default(),
             clock: None,
             labels: HashMap::default(),
             grid: String::new(),
@@ -676,17 +674,9 @@ impl ProcessState {
                 x.instant(track, e.start, name, cat("nvtx"))?;
             }
             Some(EventKind::Alloc | EventKind::Free) => {
-                if !MemKind::from_u8(e.sub).is_none_or(MemKind::is_device) {
-                    return Ok(());
-                }
-                if e.kind() == Some(EventKind::Alloc) {
-                    self.live.insert(e.a, e.b);
-                    self.device_bytes += e.b as i64;
-                } else {
-                    self.device_bytes -= self.live.remove(&e.a).unwrap_or(0) as i64;
-                }
+                let Some(change) = self.memory.apply(pid, e).filter(|c| c.device) else { return Ok(()) };
                 let track = x.track(TrackKey::Counter(pid, "memory"), &|| "Device memory in use (bytes)".into())?;
-                x.counter(track, e.start, Counter::Int(self.device_bytes))?;
+                x.counter(track, e.start, Counter::Int(change.live.min(i64::MAX as u64) as i64))?;
             }
             Some(EventKind::Sync) => {
                 let track = x.track(TrackKey::Async(pid, u32::MAX), &|| "CUDA synchronization".into())?;

@@ -202,29 +202,18 @@ pub fn memory_growth(ctx: &Ctx) -> Option<Finding> {
     if windows.len() < 4 {
         return None;
     }
-    let mut mem: Vec<&RawEvent> = ctx
-        .tl
-        .p
-        .events
-        .iter()
-        .filter(|e| matches!(e.kind(), Some(EventKind::Alloc | EventKind::Free)))
-        .filter(|e| cuflight_format::event::MemKind::from_u8(e.sub).is_some_and(|k| k.is_device()))
-        .collect();
+    let mut mem: Vec<&RawEvent> =
+        ctx.tl.p.events.iter().filter(|e| matches!(e.kind(), Some(EventKind::Alloc | EventKind::Free))).collect();
     mem.sort_by_key(|e| e.start);
-    let mut live: FxHashMap<u64, u64> = FxHashMap::default();
-    let mut bytes: i64 = 0;
+    let mut live = crate::memory::LiveMemory::default();
+    let pid = ctx.tl.p.info.pid;
     let mut at_end = Vec::with_capacity(windows.len());
     let mut it = mem.iter().peekable();
     for w in windows {
         while let Some(e) = it.next_if(|e| e.start < w.1) {
-            if e.kind() == Some(EventKind::Alloc) {
-                live.insert(e.a, e.b);
-                bytes += e.b as i64;
-            } else {
-                bytes -= live.remove(&e.a).unwrap_or(e.b) as i64;
-            }
+            live.apply(pid, e);
         }
-        at_end.push(bytes);
+        at_end.push(live.device().min(i64::MAX as u64) as i64);
     }
     let rises = at_end.windows(2).filter(|w| w[1] > w[0]).count();
     let growth = at_end[at_end.len() - 1] - at_end[0];
