@@ -2,12 +2,16 @@
 //!
 //! ```text
 //! "CUFLTRC\0"  u32 version  u32 flags(0)
-//! block*:  u8 tag  u32 pid  u32 raw_len  u32 zstd_len  [zstd frame with checksum, zstd_len bytes]
+//! block*:  u8 tag  u32 pid  u32 raw_len  u32 zstd_len  [events only: u64 first start  u64 last end  u32 count]
+//!          [zstd frame with checksum, zstd_len bytes]
+//! trailer: u64 offset of the index block  "CUFLIDX\0"        (after the footer; absent in a cut file)
 //! ```
 //! Tags: 1 process facts (postcard [`ProcessInfo`]; a later one for the same pid replaces an earlier one),
-//! 2 strings (u64 region offset + region bytes, see [`crate::segment`]), 5 events (3 in version 1 files), 4
-//! footer (postcard [`Footer`], always last). A file without a footer was cut short (its collector was killed, its disk filled):
-//! it is read up to its last complete block and [`TraceReader::cut_short`] says so.
+//! 2 strings (u64 region offset + region bytes, see [`crate::segment`]), 5 events ([`crate::codec`]; 3 in
+//! version 1 files, without the summary), 6 the block index ([`crate::index`]), 4 footer (postcard [`Footer`],
+//! the last block). A file without a footer was cut short (its collector was killed, its disk filled): it is
+//! read up to its last complete block and [`TraceReader::cut_short`] says so; its index is rebuilt from the
+//! block headers.
 //!
 //! Reading is bounded: a block holds at most [`MAX_BLOCK_RAW`] bytes decompressed and [`MAX_BLOCK_EVENTS`]
 //! events, and a reader holds one block at a time, so no file, however small and however crafted, makes a
@@ -18,6 +22,7 @@
 
 use crate::codec::{self, EventEncoder};
 use crate::event::RawEvent;
+pub use crate::index::IndexEntry;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
@@ -42,6 +47,13 @@ pub const TAG_STRINGS: u8 = 2;
 pub const TAG_EVENTS: u8 = 3;
 pub const TAG_FOOTER: u8 = 4;
 pub const TAG_EVENT_COLUMNS: u8 = 5;
+/// The block index (postcard `Vec<`[`IndexEntry`]`>`), just before the footer; see [`crate::index`].
+pub const TAG_INDEX: u8 = 6;
+/// Bytes every block header has: tag, pid, raw length, compressed length.
+pub const BLOCK_HEAD: usize = 13;
+/// Bytes an events block (tag 5) adds to its header: the first start and last end of its events (u64 each, in
+/// the clocks they were recorded on) and their count (u32), so readers can skip or seek without decompressing.
+pub const EVENTS_HEAD: usize = 20;
 
 /// Records lost, by cause. Nothing is lost silently: every drop lands in one of these.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -210,6 +222,9 @@ pub struct TraceWriter<W: Write> {
     enc: zstd::bulk::Compressor<'static>,
     comp: Vec<u8>,
     encoder: EventEncoder,
+    /// Bytes written so far (where the next block starts).
+    offset: u64,
+    index: Vec<IndexEntry>,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -219,10 +234,24 @@ impl<W: Write> TraceWriter<W> {
         out.write_all(&0u32.to_le_bytes())?;
         let mut enc = zstd::bulk::Compressor::new(ZSTD_LEVEL)?;
         enc.include_checksum(true)?;
-        Ok(TraceWriter { out, events: 0, scratch: Vec::new(), enc, comp: Vec::new(), encoder: EventEncoder::default() })
+        Ok(TraceWriter {
+            out,
+            events: 0,
+            scratch: Vec::new(),
+            enc,
+            comp: Vec::new(),
+            encoder: EventEncoder::default(),
+            offset: 16,
+            index: Vec::new(),
+        })
     }
 
     fn block(&mut self, tag: u8, pid: u32, raw: &[u8]) -> Result<(), FileError> {
+        self.block_with(tag, pid, raw, &[])
+    }
+
+    /// Writes one block: its header, `extra` header bytes (an events block's summary), the compressed payload.
+    fn block_with(&mut self, tag: u8, pid: u32, raw: &[u8], extra: &[u8]) -> Result<(), FileError> {
         self.comp.clear();
         self.comp.reserve(zstd::zstd_safe::compress_bound(raw.len()));
         self.enc.compress_to_buffer(raw, &mut self.comp)?;
@@ -230,7 +259,12 @@ impl<W: Write> TraceWriter<W> {
         for v in [pid, raw.len() as u32, self.comp.len() as u32] {
             self.out.write_all(&v.to_le_bytes())?;
         }
+        self.out.write_all(extra)?;
         self.out.write_all(&self.comp)?;
+        if tag != TAG_INDEX && tag != TAG_FOOTER {
+            self.index.push(IndexEntry { offset: self.offset, tag, pid, ..Default::default() });
+        }
+        self.offset += (BLOCK_HEAD + extra.len() + self.comp.len()) as u64;
         Ok(())
     }
 
@@ -272,8 +306,20 @@ impl<W: Write> TraceWriter<W> {
             let mut raw = std::mem::take(&mut self.scratch);
             raw.clear();
             self.encoder.encode(chunk, &mut raw);
-            self.block(TAG_EVENT_COLUMNS, pid, &raw)?;
+            let first = chunk.iter().map(|e| e.start).min().unwrap_or(0);
+            let last = chunk.iter().map(|e| e.end.max(e.start)).max().unwrap_or(0);
+            let mut head = [0u8; EVENTS_HEAD];
+            head[..8].copy_from_slice(&first.to_le_bytes());
+            head[8..16].copy_from_slice(&last.to_le_bytes());
+            head[16..].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
+            self.block_with(TAG_EVENT_COLUMNS, pid, &raw, &head)?;
             self.scratch = raw;
+            let mut tids: Vec<u32> = chunk.iter().map(|e| e.tid).collect();
+            tids.sort_unstable();
+            tids.dedup();
+            if let Some(entry) = self.index.last_mut() {
+                (entry.first, entry.last, entry.events, entry.tids) = (first, last, chunk.len() as u32, tids);
+            }
             self.events += chunk.len() as u64;
         }
         Ok(())
@@ -290,11 +336,21 @@ impl<W: Write> TraceWriter<W> {
         self.events
     }
 
-    /// Writes the footer (its `events` is filled in) and returns the sink.
+    /// Writes the block index, the footer (its `events` is filled in) and the trailer that locates the index;
+    /// returns the sink.
     pub fn finish(mut self, mut footer: Footer) -> Result<W, FileError> {
         footer.events = self.events;
+        let index_at = self.offset;
+        let index = postcard::to_stdvec(&self.index).map_err(|e| FileError::Corrupt(e.to_string()))?;
+        if index.len() <= MAX_BLOCK_RAW as usize {
+            self.block(TAG_INDEX, 0, &index)?;
+        }
         let raw = postcard::to_stdvec(&footer).map_err(|e| FileError::Corrupt(e.to_string()))?;
         self.block(TAG_FOOTER, 0, &raw)?;
+        if index.len() <= MAX_BLOCK_RAW as usize {
+            self.out.write_all(&index_at.to_le_bytes())?;
+            self.out.write_all(&crate::index::TRAILER_MAGIC)?;
+        }
         self.out.flush()?;
         Ok(self.out)
     }
@@ -342,7 +398,13 @@ impl<R: Read> TraceReader<R> {
 
     /// The next block; `Ok(None)` after the footer, or at the end of a file that has none ([`Self::cut_short`]).
     pub fn next_block(&mut self) -> Result<Option<Block>, FileError> {
-        Ok(self.next_block_where(|_| true)?.flatten())
+        // Only the index is ever stepped over here.
+        loop {
+            match self.next_block_where(|_| true)? {
+                Some(None) => continue,
+                other => return Ok(other.flatten()),
+            }
+        }
     }
 
     /// Like [`TraceReader::next_block`], but blocks whose tag `want` rejects are skipped without being
@@ -361,17 +423,31 @@ impl<R: Read> TraceReader<R> {
         }
         let word = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
         let (tag, pid, raw_len, comp_len) = (head[0], word(1), word(5), word(9));
+        // An events block's summary (not needed here: the payload says it all).
+        let extra = if tag == TAG_EVENT_COLUMNS { EVENTS_HEAD } else { 0 };
+        if extra > 0 {
+            let mut summary = [0u8; EVENTS_HEAD];
+            match read_exact(&mut self.input, &mut summary, "") {
+                Ok(()) => {}
+                Err(FileError::Truncated(_)) => {
+                    return self.end_cut_short("the last block is incomplete: the recording was cut short")
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let head_len = (BLOCK_HEAD + extra) as u64;
         if raw_len > MAX_BLOCK_RAW || comp_len > MAX_BLOCK_RAW + MAX_BLOCK_RAW / 8 + 4096 {
             return Err(FileError::Corrupt(format!(
                 "a block declares {raw_len} bytes ({comp_len} compressed); the format's limit is {MAX_BLOCK_RAW}"
             )));
         }
-        if tag != TAG_FOOTER && !want(tag) {
+        if tag != TAG_FOOTER && (tag == TAG_INDEX || !want(tag)) {
             let skipped = std::io::copy(&mut (&mut self.input).take(comp_len as u64), &mut std::io::sink())?;
             if skipped != comp_len as u64 {
                 return self.end_cut_short("the last block is incomplete: the recording was cut short");
             }
-            self.complete_bytes += 13 + comp_len as u64;
+            self.complete_bytes += head_len + comp_len as u64;
+            // (The index is for seeking readers, `crate::index`: a pass over blocks steps over it like this.)
             return Ok(Some(None));
         }
         // Buffers grow with the bytes actually present: a corrupt header's sizes never allocate by themselves.
@@ -387,7 +463,7 @@ impl<R: Read> TraceReader<R> {
         if raw.len() != raw_len as usize {
             return Err(FileError::Corrupt("block size mismatch".into()));
         }
-        self.complete_bytes += 13 + comp_len as u64;
+        self.complete_bytes += head_len + comp_len as u64;
         let corrupt = |what: &str| FileError::Corrupt(format!("undecodable {what} block"));
         Ok(Some(Some(match tag {
             TAG_PROCESS => Block::Process(decode_process(&raw).ok_or_else(|| corrupt("process"))?),
@@ -563,6 +639,11 @@ mod tests {
             let mut got = Vec::new();
             while let Some(b) = r.next_block().unwrap() {
                 got.push(b);
+            }
+            // A cut inside the 16-byte index trailer leaves every block whole (the index is then rebuilt).
+            if cut + 16 >= bytes.len() {
+                assert_eq!((r.cut_short(), got.len()), (None, whole.len()), "cut at {cut}");
+                continue;
             }
             assert!(r.cut_short().is_some(), "cut at {cut} not reported");
             assert!(r.complete_bytes() <= cut as u64);

@@ -23,6 +23,8 @@ pub mod codec;
 pub mod event;
 #[cfg(feature = "file")]
 pub mod file;
+#[cfg(feature = "file")]
+pub mod index;
 pub mod ring;
 pub mod segment;
 #[cfg(feature = "file")]
