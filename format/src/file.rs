@@ -380,6 +380,12 @@ impl<R: Read> TraceReader<R> {
         Ok(TraceReader { input, done: false, cut_short: None, complete_bytes: 16 })
     }
 
+    /// A reader of `input` positioned at a block boundary (an offset from [`crate::index`]) of a file whose
+    /// header a reader already checked.
+    pub fn resume(input: R) -> Self {
+        TraceReader { input, done: false, cut_short: None, complete_bytes: 0 }
+    }
+
     /// Why the file ended before its footer (`None` for a complete file, or before the end is reached).
     pub fn cut_short(&self) -> Option<&'static str> {
         self.cut_short

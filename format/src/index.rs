@@ -8,7 +8,10 @@
 //! index rebuilt from the block headers alone: an events block's header carries its time range and count
 //! ([`crate::file::EVENTS_HEAD`]), so only its thread set needs the payload, and that is left empty.
 
-use crate::file::{FileError, BLOCK_HEAD, EVENTS_HEAD, MAX_BLOCK_RAW, TAG_EVENT_COLUMNS, TAG_FOOTER, TAG_INDEX};
+use crate::file::{
+    Block, FileError, ProcessInfo, TraceReader, BLOCK_HEAD, EVENTS_HEAD, MAX_BLOCK_RAW, TAG_EVENT_COLUMNS, TAG_FOOTER,
+    TAG_INDEX, TAG_PROCESS,
+};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Seek, SeekFrom};
 
@@ -46,6 +49,22 @@ pub fn read_index<R: Read + Seek>(input: &mut R) -> Result<(Vec<IndexEntry>, Ind
         return Ok((index, IndexSource::Stored));
     }
     Ok((rebuild(input)?, IndexSource::Rebuilt))
+}
+
+/// Every process-facts block of the trace in `input`, in file order (a later one for a pid supersedes an
+/// earlier one), read by seeking through the index: nothing else is read or decompressed.
+pub fn process_facts<R: Read + Seek>(input: &mut R) -> Result<Vec<ProcessInfo>, FileError> {
+    input.seek(SeekFrom::Start(0))?;
+    TraceReader::new(&mut *input)?;
+    let (index, _) = read_index(input)?;
+    let mut out = Vec::new();
+    for e in index.iter().filter(|e| e.tag == TAG_PROCESS) {
+        input.seek(SeekFrom::Start(e.offset))?;
+        if let Some(Block::Process(info)) = TraceReader::resume(&mut *input).next_block()? {
+            out.push(info);
+        }
+    }
+    Ok(out)
 }
 
 fn stored<R: Read + Seek>(input: &mut R) -> Result<Option<Vec<IndexEntry>>, FileError> {
@@ -153,6 +172,13 @@ mod tests {
             n += 1;
         }
         assert_eq!((n, r.cut_short()), (index.len() + 1, None));
+    }
+
+    #[test]
+    fn process_facts_are_found_by_seeking() {
+        let facts = process_facts(&mut Cursor::new(trace())).unwrap();
+        assert_eq!(facts.iter().map(|p| p.pid).collect::<Vec<_>>(), vec![7]);
+        assert!(process_facts(&mut Cursor::new(b"not a trace at all".to_vec())).is_err());
     }
 
     #[test]

@@ -400,7 +400,7 @@ pub fn export<W: Write>(trace: &Trace, out: W) -> std::io::Result<ExportCounts> 
 /// Streams a cuflight trace file to Perfetto block by block: memory stays bounded by one block (64K events) plus
 /// per-process state (strings, open ranges, live allocations, launches in flight), whatever the trace's size.
 pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCounts, crate::trace::TraceError> {
-    use cuflight_format::file::{Block, TraceReader, TAG_EVENTS, TAG_EVENT_COLUMNS, TAG_PROCESS, TAG_STRINGS};
+    use cuflight_format::file::{Block, TraceReader, TAG_EVENTS, TAG_EVENT_COLUMNS, TAG_STRINGS};
     let shown = path.display().to_string();
     let open = || -> Result<TraceReader<std::io::BufReader<std::fs::File>>, crate::trace::TraceError> {
         let f = std::fs::File::open(path)
@@ -412,15 +412,14 @@ pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCou
     let io =
         |e: std::io::Error| crate::trace::TraceError::Import { path: shown.clone(), what: format!("writing: {e}") };
     let mut x = Exporter::new(out);
-    // Pass 1: process facts only (written last by `record`); other blocks are skipped undecompressed.
-    let mut reader = open()?;
+    // Pass 1: process facts only (written last by `record`), found through the block index: nothing else is read.
+    let mut file =
+        std::fs::File::open(path).map_err(|source| crate::trace::TraceError::Open { path: shown.clone(), source })?;
     let mut infos: HashMap<u32, cuflight_format::file::ProcessInfo> = HashMap::default();
-    while let Some(block) = reader.next_block_where(|t| t == TAG_PROCESS).map_err(fmt)? {
-        if let Some(Block::Process(info)) = block {
-            let p = Process { info, ..Default::default() };
-            x.process_labels.insert(p.info.pid, process_label(&p));
-            infos.insert(p.info.pid, p.info);
-        }
+    for info in cuflight_format::index::process_facts(&mut file).map_err(fmt)? {
+        let p = Process { info, ..Default::default() };
+        x.process_labels.insert(p.info.pid, process_label(&p));
+        infos.insert(p.info.pid, p.info);
     }
     // Pass 2: strings and events, in file order.
     let mut states: HashMap<u32, ProcessState> = HashMap::default();
