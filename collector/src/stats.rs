@@ -3,7 +3,7 @@
 
 use crate::names;
 use crate::table::Table;
-use crate::trace::{Process, Trace};
+use crate::trace::Trace;
 use cuflight_format::event::FLAG_ASYNC;
 use cuflight_format::EventKind;
 use serde::Serialize;
@@ -196,14 +196,6 @@ fn duration_rows(map: HashMap<String, Acc>) -> Vec<DurationRow> {
     rows
 }
 
-fn nvtx_domain(p: &Process, id: u64) -> String {
-    if id == 0 {
-        "default".into()
-    } else {
-        p.string(id as u32).to_string()
-    }
-}
-
 impl Stats {
     pub fn compute(trace: &Trace) -> Stats {
         let mut kernels: HashMap<String, Acc> = HashMap::new();
@@ -224,7 +216,7 @@ impl Stats {
             let mut pairer = crate::ranges::Pairer::default();
             for e in &p.events {
                 if let Some(r) = pairer.feed(e) {
-                    let key = (nvtx_domain(p, r.domain), p.string(r.name).to_string(), "range");
+                    let key = (p.nvtx_domain(r.domain).to_string(), p.string(r.name).to_string(), "range");
                     nvtx.entry(key).or_default().add(r.end - r.start);
                     continue;
                 }
@@ -234,7 +226,7 @@ impl Stats {
                     }
                     Some(EventKind::Api) => api.entry(p.string(e.name).to_string()).or_default().add(e.duration()),
                     Some(EventKind::Memcpy) => {
-                        let (src, dst) = ((e.b & 0xff) as u8, (e.b >> 8 & 0xff) as u8);
+                        let (src, dst) = e.copy_memory_kinds();
                         let host = match e.sub {
                             1 => names::memory_kind(src), // HtoD: the source is host memory
                             2 => names::memory_kind(dst),
@@ -281,7 +273,7 @@ impl Stats {
                         device: e.device,
                         name: p.string(e.name).to_string(),
                         memory_bytes: e.a,
-                        compute_capability: format!("{}.{}", e.b >> 8, e.b & 0xff),
+                        compute_capability: format!("{}.{}", e.compute_capability().0, e.compute_capability().1),
                         multiprocessors: e.c,
                     }),
                     Some(EventKind::Range) => {
@@ -297,10 +289,16 @@ impl Stats {
                     }
                     Some(EventKind::NvtxCategory) => {
                         let name = p.string(e.name).to_string();
-                        nvtx_categories.insert(NvtxCategoryRow { domain: nvtx_domain(p, e.c), category: e.a, name });
+                        nvtx_categories.insert(NvtxCategoryRow {
+                            domain: p.nvtx_domain(e.c).to_string(),
+                            category: e.a,
+                            name,
+                        });
                     }
                     Some(EventKind::NvtxMark) => {
-                        nvtx.entry((nvtx_domain(p, e.c), p.string(e.name).to_string(), "mark")).or_default().add(0);
+                        nvtx.entry((p.nvtx_domain(e.c).to_string(), p.string(e.name).to_string(), "mark"))
+                            .or_default()
+                            .add(0);
                     }
                     _ => {}
                 }

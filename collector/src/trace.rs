@@ -81,6 +81,21 @@ impl Process {
         self.strings.get(&id).map_or("", String::as_str)
     }
 
+    /// The name of an NVTX domain by its string id (0: the default domain).
+    pub fn nvtx_domain(&self, id: u64) -> &str {
+        nvtx_domain_name(id, |i| self.string(i))
+    }
+
+    /// How tables and timelines name the process: its command (or imported name), pid and rank.
+    pub fn label(&self) -> String {
+        let cmd = if self.name.is_empty() { self.info.cmdline.join(" ") } else { self.name.clone() };
+        let mut label = format!("{cmd} (pid {})", self.info.pid);
+        if let Some(rank) = self.rank {
+            label.push_str(&format!(" rank {rank}"));
+        }
+        label
+    }
+
     /// Kernel launches (API calls named `*LaunchKernel*`, `*LaunchCooperativeKernel*`) whose correlation id no
     /// kernel record carries: in a process that ended without its final flush, the device work lost with it.
     pub fn launches_without_kernel(&self) -> u64 {
@@ -200,6 +215,16 @@ pub fn align_device_events(map: &ClockMap, events: &mut [RawEvent]) {
             e.start = map.map(e.start);
             e.end = map.map(e.end);
         }
+    }
+}
+
+/// The name of NVTX domain `id` given a string lookup (0: the default domain): one rule for in-memory and
+/// streamed readers.
+pub fn nvtx_domain_name<'a>(id: u64, string: impl Fn(u32) -> &'a str) -> &'a str {
+    if id == 0 {
+        "default"
+    } else {
+        string(id as u32)
     }
 }
 

@@ -136,16 +136,10 @@ impl EventEncoder {
 }
 
 #[inline(always)]
-fn put(buf: &mut [u8], at: &mut usize, mut v: u64) {
+fn put(buf: &mut [u8], at: &mut usize, v: u64) {
+    // One bounds check a value: the ten bytes any u64 varint can take.
     let Some(dst) = buf.get_mut(*at..*at + MAX_VARINT) else { unreachable!("sized for the worst case") };
-    let mut i = 0;
-    while v >= 0x80 {
-        dst[i] = v as u8 | 0x80;
-        v >>= 7;
-        i += 1;
-    }
-    dst[i] = v as u8;
-    *at += i + 1;
+    *at += varint::write_into(dst, v);
 }
 
 /// Decodes a version 2 events block; `None` if it is malformed in any way (including trailing bytes).

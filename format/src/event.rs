@@ -163,6 +163,24 @@ impl RawEvent {
     pub fn kind(&self) -> Option<EventKind> {
         EventKind::from_u8(self.kind)
     }
+
+    /// A memcpy's (source, destination) CUPTI memory kinds (1 pageable, 2 pinned, 3 device, ...): `b`'s low bytes.
+    #[inline]
+    pub fn copy_memory_kinds(&self) -> (u8, u8) {
+        (self.b as u8, (self.b >> 8) as u8)
+    }
+
+    /// A device's (major, minor) compute capability (`b` = major << 8 | minor).
+    #[inline]
+    pub fn compute_capability(&self) -> (u32, u32) {
+        ((self.b >> 8) as u32, (self.b & 0xff) as u32)
+    }
+
+    /// Work the GPU did: a kernel, a copy or a memset (HTA's GPU ops; what occupies a stream).
+    #[inline]
+    pub fn is_gpu_work(&self) -> bool {
+        matches!(self.kind(), Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset))
+    }
     pub fn duration(&self) -> u64 {
         self.end.saturating_sub(self.start)
     }

@@ -28,6 +28,6 @@ pub mod index;
 pub mod ring;
 pub mod segment;
 #[cfg(feature = "file")]
-mod varint;
+pub mod varint;
 
 pub use event::{EventKind, RawEvent};

@@ -1,4 +1,5 @@
-//! LEB128 varints and zigzag, for the trace file's event encoding.
+//! LEB128 varints and zigzag: the one implementation the trace file, its codec and the collector's protobuf
+//! writer share.
 
 #[inline]
 pub fn put(out: &mut Vec<u8>, mut v: u64) {
@@ -7,6 +8,26 @@ pub fn put(out: &mut Vec<u8>, mut v: u64) {
         v >>= 7;
     }
     out.push(v as u8);
+}
+
+/// Writes `v` at the start of `dst` (which must hold its [`encoded_len`]: ten bytes hold any u64); returns the
+/// bytes written.
+#[inline(always)]
+pub fn write_into(dst: &mut [u8], mut v: u64) -> usize {
+    let mut i = 0;
+    while v >= 0x80 {
+        dst[i] = v as u8 | 0x80;
+        v >>= 7;
+        i += 1;
+    }
+    dst[i] = v as u8;
+    i + 1
+}
+
+/// Bytes `v` takes as a varint.
+#[inline]
+pub fn encoded_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros()).div_ceil(7) as usize
 }
 
 #[inline]
@@ -49,6 +70,14 @@ mod tests {
             assert_eq!(get(&buf, &mut at), Some(v));
         }
         assert_eq!(get(&buf, &mut at), None);
+        for v in vals {
+            let mut dst = [0u8; 10];
+            let n = write_into(&mut dst, v);
+            assert_eq!(n, encoded_len(v));
+            let mut one = Vec::new();
+            put(&mut one, v);
+            assert_eq!(&dst[..n], &one[..]);
+        }
         for v in [0i64, -1, 1, i64::MIN, i64::MAX] {
             assert_eq!(unzigzag(zigzag(v)), v);
         }

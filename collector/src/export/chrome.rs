@@ -67,7 +67,7 @@ pub fn export<W: Write>(trace: &Trace, w: W) -> std::io::Result<u64> {
         for e in p.events.iter().filter(|e| e.kind() == Some(EventKind::Device)) {
             devices.push(json!({
                 "id": e.device, "name": p.string(e.name), "totalGlobalMem": e.a,
-                "computeMajor": e.b >> 8, "computeMinor": e.b & 0xff, "numSms": e.c,
+                "computeMajor": e.compute_capability().0, "computeMinor": e.compute_capability().1, "numSms": e.c,
             }));
         }
     }
@@ -98,14 +98,8 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
             json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": e.a, "args": {"name": p.string(e.name)}});
         out.raw(&meta.to_string())?;
     }
-    let launched: HashSet<u32> = p
-        .events
-        .iter()
-        .filter(|e| {
-            matches!(e.kind(), Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) && e.correlation != 0
-        })
-        .map(|e| e.correlation)
-        .collect();
+    let launched: HashSet<u32> =
+        p.events.iter().filter(|e| e.is_gpu_work() && e.correlation != 0).map(|e| e.correlation).collect();
     let api: HashSet<u32> = p
         .events
         .iter()
@@ -125,7 +119,7 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
     let pid = pid as u64;
     for e in &p.events {
         if let Some(r) = pairer.feed(e) {
-            let mut args = json!({"domain": nvtx_domain(p, r.domain)});
+            let mut args = json!({"domain": p.nvtx_domain(r.domain)});
             if let Some(payload) = r.payload {
                 args["payload"] = payload.to_json(); // cuflight's addition: the NVTX payload
             }
@@ -169,7 +163,8 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
                         ("kernel", name.to_string())
                     }
                     EventKind::Memcpy => {
-                        let (src, dst) = (names::memory_kind(e.b as u8), names::memory_kind((e.b >> 8) as u8));
+                        let (src, dst) = e.copy_memory_kinds();
+                        let (src, dst) = (names::memory_kind(src), names::memory_kind(dst));
                         args.insert("bytes".into(), json!(e.a));
                         let gbps = if e.duration() == 0 { 0.0 } else { e.a as f64 / e.duration() as f64 };
                         args.insert("memory bandwidth (GB/s)".into(), json!(gbps));
@@ -220,8 +215,8 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
                     e.tid,
                     us(e.start),
                     match crate::ranges::Payload::of(e) {
-                        Some(v) => json!({"domain": nvtx_domain(p, e.c), "payload": v.to_json()}),
-                        None => json!({"domain": nvtx_domain(p, e.c)}),
+                        Some(v) => json!({"domain": p.nvtx_domain(e.c), "payload": v.to_json()}),
+                        None => json!({"domain": p.nvtx_domain(e.c)}),
                     }
                 );
                 out.raw(&i)?;
@@ -257,14 +252,6 @@ fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTr
         }
     }
     Ok(())
-}
-
-fn nvtx_domain(p: &Process, id: u64) -> &str {
-    if id == 0 {
-        "default"
-    } else {
-        p.string(id as u32)
-    }
 }
 
 /// "pageable" → "Pageable", as Kineto names memory kinds.

@@ -181,14 +181,8 @@ impl<W: Write> Exporter<W> {
             // Each packet is field 1 of the Trace message: tag, length, bytes.
             let mut head = [0u8; 11];
             head[0] = ((TRACE_PACKET << 3) | 2) as u8;
-            let (mut n, mut len) = (packet.len() as u64, 1);
-            while n >= 0x80 {
-                head[len] = n as u8 | 0x80;
-                n >>= 7;
-                len += 1;
-            }
-            head[len] = n as u8;
-            out.write_all(&head[..=len])?;
+            let len = 1 + cuflight_format::varint::write_into(&mut head[1..], packet.len() as u64);
+            out.write_all(&head[..len])?;
             out.write_all(packet)
         })?;
         self.counts.packets += 1;
@@ -345,21 +339,8 @@ enum Counter {
     Double(f64),
 }
 
-fn process_label(p: &Process) -> String {
-    let cmd = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
-    let mut label = format!("{cmd} (pid {})", p.info.pid);
-    if let Some(rank) = p.rank {
-        label.push_str(&format!(" rank {rank}"));
-    }
-    label
-}
-
 fn flow_id(pid: u32, correlation: u32) -> u64 {
     (pid as u64) << 32 | correlation as u64
-}
-
-fn is_device_work(k: Option<EventKind>) -> bool {
-    matches!(k, Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset))
 }
 
 impl<W: Write> Exporter<W> {
@@ -382,7 +363,7 @@ impl<W: Write> Exporter<W> {
 pub fn export<W: Write>(trace: &Trace, out: W) -> std::io::Result<ExportCounts> {
     let mut x = Exporter::new(out);
     for (&pid, p) in &trace.processes {
-        x.process_labels.insert(pid, process_label(p));
+        x.process_labels.insert(pid, p.label());
         let mut st = ProcessState::new(pid, p.strings.iter().map(|(k, v)| (*k, v.clone())).collect());
         st.mangled = p.mangled.clone();
         st.exact_flows(&p.events);
@@ -418,7 +399,7 @@ pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCou
     let mut infos: HashMap<u32, cuflight_format::file::ProcessInfo> = HashMap::default();
     for info in cuflight_format::index::process_facts(&mut file).map_err(fmt)? {
         let p = Process { info, ..Default::default() };
-        x.process_labels.insert(p.info.pid, process_label(&p));
+        x.process_labels.insert(p.info.pid, p.label());
         infos.insert(p.info.pid, p.info);
     }
     // Pass 2: strings and events, in file order.
@@ -512,10 +493,10 @@ impl ProcessState {
     }
 
     fn exact_flows(&mut self, events: &[cuflight_format::RawEvent]) {
-        let with = |f: &dyn Fn(Option<EventKind>) -> bool| -> HashSet<u32> {
-            events.iter().filter(|e| f(e.kind()) && e.correlation != 0).map(|e| e.correlation).collect()
+        let with = |f: &dyn Fn(&cuflight_format::RawEvent) -> bool| -> HashSet<u32> {
+            events.iter().filter(|e| f(e) && e.correlation != 0).map(|e| e.correlation).collect()
         };
-        self.exact = Some((with(&is_device_work), with(&|k| k == Some(EventKind::Api))));
+        self.exact = Some((with(&|e| e.is_gpu_work()), with(&|e| e.kind() == Some(EventKind::Api))));
     }
 
     /// Moves device timestamps onto the host clock (the in-memory path did this at load).
@@ -577,11 +558,7 @@ impl ProcessState {
     }
 
     fn domain(&self, id: u64) -> &str {
-        if id == 0 {
-            "default"
-        } else {
-            self.string(id as u32)
-        }
+        crate::trace::nvtx_domain_name(id, |i| self.string(i))
     }
 
     fn event<W: Write>(&mut self, x: &mut Exporter<W>, e: &cuflight_format::RawEvent) -> std::io::Result<()> {
@@ -638,7 +615,8 @@ impl ProcessState {
                         (self.grid, self.block) = (grid, block);
                     }
                     EventKind::Memcpy => {
-                        let (src, dst) = (names::memory_kind(e.b as u8), names::memory_kind((e.b >> 8) as u8));
+                        let (src, dst) = e.copy_memory_kinds();
+                        let (src, dst) = (names::memory_kind(src), names::memory_kind(dst));
                         let name = self.label(x, 1 << 32 | (e.b & 0xffff) << 8 | e.sub as u64, || {
                             format!("Memcpy {} ({src} -> {dst})", names::memcpy_kind(e.sub))
                         });

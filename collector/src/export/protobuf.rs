@@ -17,20 +17,7 @@ pub struct Writer {
     open: Vec<usize>,
 }
 
-#[inline]
-fn varint_len(v: u64) -> usize {
-    (64 - (v | 1).leading_zeros()).div_ceil(7) as usize
-}
-
-/// Byte pushes: most varints here are 1-2 bytes, where a `memcpy` call costs more than the bytes.
-#[inline]
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
+use cuflight_format::varint::{encoded_len, put as put_varint, write_into};
 
 impl Writer {
     /// Starts a top-level message; `finish` hands its bytes over.
@@ -83,18 +70,14 @@ impl Writer {
         f(self);
         self.open.pop();
         let len = self.buf.len() - at - 1;
-        let need = varint_len(len as u64);
+        let need = encoded_len(len as u64);
         if need > 1 {
             // Rare: make room for a longer length by shifting the message body.
             let body_end = self.buf.len();
             self.buf.resize(body_end + need - 1, 0);
             self.buf.copy_within(at + 1..body_end, at + need);
         }
-        let mut v = len as u64;
-        for i in 0..need {
-            self.buf[at + i] = if i + 1 < need { v as u8 | 0x80 } else { v as u8 };
-            v >>= 7;
-        }
+        write_into(&mut self.buf[at..at + need], len as u64);
     }
 
     /// Ends the top-level message and hands its bytes to `sink`.

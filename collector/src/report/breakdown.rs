@@ -113,7 +113,7 @@ pub fn idle_split(p: &Process, hta_rounding: bool) -> IdleSplit {
     }
     let mut by_stream: rustc_hash::FxHashMap<u32, Vec<(i64, i64, Option<i64>)>> = Default::default();
     for e in &p.events {
-        if matches!(e.kind(), Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) && kept(e.correlation) {
+        if e.is_gpu_work() && kept(e.correlation) {
             let (s, end) = interval(e.start, e.end, hta_rounding);
             by_stream.entry(e.stream).or_default().push((s, end, launch.get(&e.correlation).copied()));
         }
@@ -174,10 +174,10 @@ pub fn breakdown(p: &Process, hta_rounding: bool) -> Breakdown {
     let mut all = Vec::new();
     let mut compute = Vec::new();
     for e in &p.events {
-        let kind = e.kind();
-        if !matches!(kind, Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) {
+        if !e.is_gpu_work() {
             continue;
         }
+        let kind = e.kind();
         if keep.as_ref().is_some_and(|k| !k.contains(&e.correlation)) {
             continue;
         }

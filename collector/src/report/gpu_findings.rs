@@ -61,14 +61,14 @@ fn copy_label(e: &RawEvent) -> String {
         crate::names::memcpy_kind(e.sub),
         e.a,
         crate::names::memory_kind(e.b as u8),
-        crate::names::memory_kind((e.b >> 8) as u8)
+        crate::names::memory_kind(e.copy_memory_kinds().1)
     )
 }
 
 pub fn pageable_memcpy(ctx: &Ctx) -> Option<Finding> {
     let copies: Vec<&RawEvent> = ops_in_steps(ctx, EventKind::Memcpy)
         .map(|(_, e)| e)
-        .filter(|e| e.b as u8 == 1 || (e.b >> 8) as u8 == 1)
+        .filter(|e| e.copy_memory_kinds().0 == 1 || e.copy_memory_kinds().1 == 1)
         .collect();
     if copies.is_empty() {
         return None;
@@ -97,7 +97,7 @@ pub fn pageable_memcpy(ctx: &Ctx) -> Option<Finding> {
 pub fn memcpy_heavy(ctx: &Ctx) -> Option<Finding> {
     let copies: Vec<&RawEvent> = ops_in_steps(ctx, EventKind::Memcpy)
         .map(|(_, e)| e)
-        .filter(|e| e.b as u8 != 1 && (e.b >> 8) as u8 != 1)
+        .filter(|e| e.copy_memory_kinds().0 != 1 && e.copy_memory_kinds().1 != 1)
         .collect();
     let spans = merge(copies.iter().map(|e| (e.start, e.end)).collect());
     let exposed = subtract(&intersect(&spans, &windows(ctx)), &ctx.tl.compute_busy);

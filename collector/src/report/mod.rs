@@ -24,7 +24,6 @@ use steps::{StepRow, StepSource};
 use timeline::Timeline;
 
 use crate::trace::Trace;
-use cuflight_format::EventKind;
 
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -90,10 +89,7 @@ impl Report {
                 return Err(ReportError::Empty(file.clone()));
             }
             for (&pid, p) in &t.processes {
-                let gpu = p
-                    .events
-                    .iter()
-                    .any(|e| matches!(e.kind(), Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)));
+                let gpu = p.events.iter().any(|e| e.is_gpu_work());
                 if gpu {
                     procs.push((fi, file, pid, p, t.fractional_us_timestamps));
                 }

@@ -98,7 +98,7 @@ fn classify_flags(f: u16, copy: Option<&RawEvent>) -> CallClass {
     }
     if f & NameFlags::MEMCPY != 0 {
         // Asynchronous copies into pageable host memory still block (the driver stages them).
-        let to_pageable = copy.is_some_and(|c| c.sub == 2 && (c.b >> 8) as u8 == 1);
+        let to_pageable = copy.is_some_and(|c| c.sub == 2 && c.copy_memory_kinds().1 == 1);
         if !is_async || to_pageable {
             return CallClass::Sync;
         }
@@ -184,7 +184,7 @@ impl<'a> Timeline<'a> {
                 }
                 Some(EventKind::Memset) => mset.push(span),
                 Some(EventKind::Device) if capability.is_none() => {
-                    capability = Some(((e.b >> 8) as u32, (e.b & 0xff) as u32)).filter(|c| c.0 > 0);
+                    capability = Some(e.compute_capability()).filter(|c| c.0 > 0);
                     device_memory = Some(e.a).filter(|&m| m > 0);
                     continue;
                 }
