@@ -3,8 +3,10 @@
 
 use std::io::Write;
 
-/// The native trace reader over arbitrary bytes; returns how many blocks decoded.
+/// The native trace reader over arbitrary bytes, block by block and through its index; returns how many blocks
+/// decoded.
 pub fn trace_reader(data: &[u8]) -> usize {
+    let _ = cuflight_format::index::process_facts(&mut std::io::Cursor::new(data));
     let Ok(mut r) = cuflight_format::file::TraceReader::new(data) else { return 0 };
     let mut n = 0;
     while let Ok(Some(_)) = r.next_block() {

@@ -224,7 +224,7 @@ pub struct TraceWriter<W: Write> {
     encoder: EventEncoder,
     /// Bytes written so far (where the next block starts).
     offset: u64,
-    index: Vec<IndexEntry>,
+    pub(crate) index: Vec<IndexEntry>,
 }
 
 impl<W: Write> TraceWriter<W> {

@@ -99,7 +99,10 @@ fn stored<R: Read + Seek>(input: &mut R) -> Result<Option<Vec<IndexEntry>>, File
     if !ok || raw.len() != raw_len as usize {
         return Ok(None);
     }
-    Ok(postcard::from_bytes(&raw).ok())
+    // Entries in file order, each before the index: anything else was not written by a writer, and rebuilding
+    // beats trusting it (a crafted index could name one large block a million times).
+    let index: Option<Vec<IndexEntry>> = postcard::from_bytes(&raw).ok();
+    Ok(index.filter(|v| v.windows(2).all(|w| w[0].offset < w[1].offset) && v.last().is_none_or(|e| e.offset < at)))
 }
 
 /// Reads block headers from the start, seeking over payloads; stops at the footer, the index, the end, or the
@@ -201,6 +204,11 @@ mod tests {
         let (rebuilt, source) = read_index(&mut Cursor::new(&bytes[..cut])).unwrap();
         assert_eq!(source, IndexSource::Rebuilt);
         assert_eq!(rebuilt.len(), 3);
+        // An index that names blocks out of order (or beyond itself) is not trusted.
+        let mut crafted = TraceWriter::new(Vec::new()).unwrap();
+        crafted.index = vec![IndexEntry { offset: 16, tag: TAG_PROCESS, ..Default::default() }; 3];
+        let b = crafted.finish(Footer::default()).unwrap();
+        assert_eq!(read_index(&mut Cursor::new(&b)).unwrap().1, IndexSource::Rebuilt);
         // Garbage never panics nor allocates by its declared sizes.
         for n in [0, 5, 16, 40] {
             let _ = read_index(&mut Cursor::new(vec![0xffu8; n]));
