@@ -188,8 +188,13 @@ fn run(cli: Cli) -> Result<i32> {
                 eprintln!("cuflight: forwarded {sig} to the program");
             }
             for (pid, period) in &s.unflushed {
+                let missing = if *period > 0 {
+                    format!("device records of up to its last {period} ms are missing")
+                } else {
+                    "device records CUPTI had not yet handed over are missing".to_string()
+                };
                 eprintln!(
-                    "cuflight: process {pid} ended without its final flush (killed, or left through _exit): device records of up to its last {period} ms are missing"
+                    "cuflight: process {pid} ended without its final flush (killed, left through _exit, or replaced by exec): {missing}"
                 );
             }
             eprintln!(

@@ -85,6 +85,8 @@ struct Tracked {
     conn: OwnedFd,
     /// The pid as this collector sees it (the sender's credentials).
     pid: u32,
+    /// What its blocks carry in the file: the pid, or for a pid seen before in this recording a key of its own.
+    key: u32,
     /// Process facts as last written to the file, and when.
     written: Option<ProcessInfo>,
     written_at: Instant,
@@ -103,6 +105,7 @@ impl Tracked {
             seg,
             conn,
             pid,
+            key: pid,
             written: None,
             written_at: Instant::now(),
             strings_read: 0,
@@ -175,6 +178,7 @@ fn process_info(t: &Tracked) -> ProcessInfo {
         .collect();
     ProcessInfo {
         pid: t.pid,
+        key: if t.key == t.pid { 0 } else { t.key },
         ppid: h.ppid,
         cmdline: cmdline.split('\0').map(str::to_string).collect(),
         exe: string_at(&t.seg, h.exe.load(Ordering::Relaxed)),
@@ -206,6 +210,8 @@ struct Recorder {
     /// Live processes by arrival order (pids may be reused within a run).
     tracked: BTreeMap<u64, Tracked>,
     next_key: u64,
+    /// Every pid that handed over a segment in this recording.
+    pids_seen: HashSet<u32>,
     /// Facts of processes already ended and let go.
     ended: Vec<ProcessInfo>,
     sink: Sink,
@@ -232,7 +238,12 @@ impl Recorder {
             };
             match MappedSegment::from_fd(r.fd) {
                 Ok(seg) => {
-                    self.tracked.insert(self.next_key, Tracked::new(seg, r.conn, r.pid));
+                    let mut t = Tracked::new(seg, r.conn, r.pid);
+                    // Pids stay below 2^22 (pid_max): keys from 2^31 never collide with one.
+                    if !self.pids_seen.insert(r.pid) {
+                        t.key = 0x8000_0000 | (self.next_key as u32 & 0x7fff_ffff);
+                    }
+                    self.tracked.insert(self.next_key, t);
                     self.next_key += 1;
                 }
                 Err(e) => self.complain(format!("ignoring the segment of process {}: {e}", r.pid)),
@@ -290,8 +301,8 @@ impl Recorder {
                 t.written = Some(info);
                 t.written_at = Instant::now();
             }
-            self.sink.strings(t.pid, t.pending_base, std::mem::take(&mut t.pending_strings));
-            self.sink.events(t.pid, std::mem::take(&mut t.pending_events));
+            self.sink.strings(t.key, t.pending_base, std::mem::take(&mut t.pending_strings));
+            self.sink.events(t.key, std::mem::take(&mut t.pending_events));
         }
         self.sink.flush();
         self.pending = 0;
@@ -423,6 +434,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
         listener,
         tracked: BTreeMap::new(),
         next_key: 0,
+        pids_seen: HashSet::new(),
         ended: Vec::new(),
         sink,
         output: out_path.clone(),

@@ -269,7 +269,7 @@ impl Stats {
                     }
                     Some(EventKind::Alloc | EventKind::Free) => allocs.push((e.start, pid, *e)),
                     Some(EventKind::Device) => devices.push(DeviceRow {
-                        pid,
+                        pid: p.info.pid,
                         device: e.device,
                         name: p.string(e.name).to_string(),
                         memory_bytes: e.a,
@@ -309,7 +309,7 @@ impl Stats {
                 launches_without_kernel,
                 flush_period_ms: p.info.flush_period_ms,
                 rings_refused: p.info.rings_refused,
-                pid,
+                pid: p.info.pid,
                 ppid: p.info.ppid,
                 command: p.info.cmdline.join(" "),
                 host: p.info.host.clone(),

@@ -158,8 +158,7 @@ impl Trace {
         while let Some(block) = reader.next_block().map_err(fmt)? {
             match block {
                 Block::Process(info) => {
-                    let pid = info.pid;
-                    let p = trace.processes.entry(pid).or_default();
+                    let p = trace.processes.entry(info.file_key()).or_default();
                     p.rank = info.rank;
                     p.info = info;
                 }
@@ -182,7 +181,11 @@ impl Trace {
             }
         }
         trace.cut_short = reader.cut_short().map(str::to_string);
-        for p in trace.processes.values_mut() {
+        for (&key, p) in trace.processes.iter_mut() {
+            // A process whose facts never reached the file (cut short): its key is its pid.
+            if p.info.pid == 0 {
+                p.info.pid = key;
+            }
             p.align_clocks();
             // Events arrive ring by ring (one ring per thread); analyses want one timeline. The sort is stable,
             // so a thread's events with equal timestamps keep their order.

@@ -113,6 +113,20 @@ pub struct ProcessInfo {
     /// that flush were still inside CUPTI and are missing.
     pub last_flush_ns: u64,
     pub flush_period_ms: u32,
+    /// The process's key in this file when it is not its pid (0): blocks carry keys, and a pid seen twice in one
+    /// recording (reused, or one process exec'ing a second CUDA program) gets a key of its own above any pid.
+    pub key: u32,
+}
+
+impl ProcessInfo {
+    /// The key this process's blocks carry in the file.
+    pub fn file_key(&self) -> u32 {
+        if self.key != 0 {
+            self.key
+        } else {
+            self.pid
+        }
+    }
 }
 
 /// Maps CUPTI timestamps onto CLOCK_MONOTONIC from every recorded clock pair: linear interpolation between
@@ -270,7 +284,7 @@ impl<W: Write> TraceWriter<W> {
 
     pub fn write_process(&mut self, info: &ProcessInfo) -> Result<(), FileError> {
         let raw = postcard::to_stdvec(info).map_err(|e| FileError::Corrupt(e.to_string()))?;
-        self.block(TAG_PROCESS, info.pid, &raw)
+        self.block(TAG_PROCESS, info.file_key(), &raw)
     }
 
     /// Writes string-region bytes starting at region offset `base`, in pieces that end on entry boundaries.

@@ -277,3 +277,23 @@ fn activity_bursts_larger_than_the_ring_are_not_dropped() {
     assert_eq!(dropped, s["processes"][0]["drops"]["ring_full"].as_u64().unwrap());
     assert!(count(&s, "api", "name", "cudaLaunchKernel") + dropped >= 8000);
 }
+
+#[test]
+fn a_process_that_execs_a_second_cuda_program_is_two_processes_with_one_pid() {
+    // The two images have agents and segments of their own, whose string ids overlap: merged by pid, the
+    // second's names would be read through the first's strings.
+    let dir = scratch("exec");
+    let prog = build_c("exec", &dir);
+    let r = record(&dir, &[], &prog, &[], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    let s = stats(&r.trace);
+    let procs = s["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 2, "{procs:?}");
+    assert_eq!(procs[0]["pid"], procs[1]["pid"], "one pid, shown as the pid");
+    assert_eq!(count(&s, "kernels", "name", "second"), 1);
+    assert_eq!(count(&s, "api", "name", "cudaMemset"), 1);
+    assert_eq!(count(&s, "api", "name", "cudaMalloc"), 2);
+    // exec runs no atexit handler: the first image's kernel still inside CUPTI is lost, and said so.
+    let lost: u64 = procs.iter().map(|p| p["launches_without_kernel"].as_u64().unwrap()).sum();
+    assert_eq!(count(&s, "kernels", "name", "first") + lost, 1);
+}

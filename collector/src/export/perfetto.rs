@@ -399,8 +399,8 @@ pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCou
     let mut infos: HashMap<u32, cuflight_format::file::ProcessInfo> = HashMap::default();
     for info in cuflight_format::index::process_facts(&mut file).map_err(fmt)? {
         let p = Process { info, ..Default::default() };
-        x.process_labels.insert(p.info.pid, p.label());
-        infos.insert(p.info.pid, p.info);
+        x.process_labels.insert(p.info.file_key(), p.label());
+        infos.insert(p.info.file_key(), p.info);
     }
     // Pass 2: strings and events, in file order.
     let mut states: HashMap<u32, ProcessState> = HashMap::default();
