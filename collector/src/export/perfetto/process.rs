@@ -1,0 +1,261 @@
+//! One process's events turned into Perfetto packets: tracks for its threads and streams, slices, flows from
+//! launches to the work they launched, NVTX ranges, the device-memory counter. Used by the in-memory export and,
+//! block by block, by the streamed one.
+
+use super::*;
+use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_DEVICE};
+
+/// What one process needs while its events stream by.
+pub(super) struct ProcessState {
+    pub(super) pid: u32,
+    pub(super) strings: HashMap<u32, String>,
+    /// Mangled forms of demangled kernel names (a debug annotation on their slices).
+    pub(super) mangled: std::collections::HashMap<u32, String>,
+    pub(super) thread_names: HashMap<u32, u32>,
+    /// Exact flow ends when the whole trace is known: correlations with device work and with an API call.
+    pub(super) exact: Option<(HashSet<u32>, HashSet<u32>)>,
+    /// Streaming: launches seen whose device work has not appeared yet.
+    pub(super) in_flight: HashSet<u32>,
+    pub(super) flows_ended: HashSet<u32>,
+    pub(super) launcher_names: HashMap<u32, bool>,
+    pub(super) ranges: crate::ranges::Pairer,
+    pub(super) memory: crate::memory::LiveMemory,
+    /// How device time maps onto the host clock (streaming only; fixed at the first block that can tell).
+    pub(super) clock: Option<cuflight_format::file::ClockMap>,
+    pub(super) labels: HashMap<u64, u64>,
+    pub(super) grid: String,
+    pub(super) block: String,
+}
+
+impl ProcessState {
+    pub(super) fn new(pid: u32, strings: HashMap<u32, String>) -> Self {
+        ProcessState {
+            pid,
+            strings,
+            mangled: Default::default(),
+            thread_names: HashMap::default(),
+            exact: None,
+            in_flight: HashSet::default(),
+            flows_ended: HashSet::default(),
+            launcher_names: HashMap::default(),
+            ranges: crate::ranges::Pairer::default(),
+            memory: Default::default(),
+            clock: None,
+            labels: HashMap::default(),
+            grid: String::new(),
+            block: String::new(),
+        }
+    }
+
+    pub(super) fn string(&self, id: u32) -> &str {
+        self.strings.get(&id).map_or("", String::as_str)
+    }
+
+    pub(super) fn exact_flows(&mut self, events: &[cuflight_format::RawEvent]) {
+        let with = |f: &dyn Fn(&cuflight_format::RawEvent) -> bool| -> HashSet<u32> {
+            events.iter().filter(|e| f(e) && e.correlation != 0).map(|e| e.correlation).collect()
+        };
+        self.exact = Some((with(&|e| e.is_gpu_work()), with(&|e| e.kind() == Some(EventKind::Api))));
+    }
+
+    /// Moves device timestamps onto the host clock (the in-memory path did this at load).
+    /// Moves device timestamps onto the host clock with the same rule as the in-memory path
+    /// ([`crate::trace::clock_map`]); traces older than the pairs in the process facts use the pairs in the first
+    /// block that has any.
+    pub(super) fn align(
+        &mut self,
+        info: Option<&cuflight_format::file::ProcessInfo>,
+        events: &mut [cuflight_format::RawEvent],
+    ) {
+        if self.clock.is_none() {
+            let default = cuflight_format::file::ProcessInfo::default();
+            let info = info.unwrap_or(&default);
+            let has_pairs = events.iter().any(|e| e.kind() == Some(EventKind::ClockSync));
+            if info.device_clock_monotonic || !info.clock_pairs.is_empty() || has_pairs {
+                self.clock = Some(crate::trace::clock_map(info, events));
+            }
+        }
+        if let Some(map) = &self.clock {
+            crate::trace::align_device_events(map, events);
+        }
+    }
+
+    /// Whether this API call starts a flow to device work.
+    pub(super) fn flow_start(&mut self, e: &cuflight_format::RawEvent) -> bool {
+        if e.correlation == 0 {
+            return false;
+        }
+        if let Some((launched, _)) = &self.exact {
+            return launched.contains(&e.correlation);
+        }
+        let name = e.name;
+        let strings = &self.strings;
+        let launcher = *self.launcher_names.entry(name).or_insert_with(|| {
+            let n = strings.get(&name).map_or("", String::as_str);
+            ["Launch", "Memcpy", "Memset", "memcpy", "memset"].iter().any(|k| n.contains(k))
+        });
+        if launcher {
+            self.in_flight.insert(e.correlation);
+        }
+        launcher
+    }
+
+    /// Whether this device op terminates its launch's flow (once per launch).
+    pub(super) fn flow_end(&mut self, e: &cuflight_format::RawEvent) -> bool {
+        if e.correlation == 0 {
+            return false;
+        }
+        match &self.exact {
+            Some((_, api)) => api.contains(&e.correlation) && self.flows_ended.insert(e.correlation),
+            None => self.in_flight.remove(&e.correlation),
+        }
+    }
+
+    pub(super) fn thread<W: Write>(&self, x: &mut Exporter<W>, tid: u32) -> std::io::Result<u64> {
+        let name = self.thread_names.get(&tid).map(|&n| self.string(n).to_string());
+        x.track(TrackKey::Thread(self.pid, tid), &|| name.clone().unwrap_or_else(|| format!("thread {tid}")))
+    }
+
+    pub(super) fn stream<W: Write>(&self, x: &mut Exporter<W>, device: u32, stream: u32) -> std::io::Result<u64> {
+        x.track(TrackKey::Stream(self.pid, device, stream), &|| format!("GPU {device} stream {stream}"))
+    }
+
+    pub(super) fn domain(&self, id: u64) -> &str {
+        crate::trace::nvtx_domain_name(id, |i| self.string(i))
+    }
+
+    pub(super) fn event<W: Write>(
+        &mut self,
+        x: &mut Exporter<W>,
+        e: &cuflight_format::RawEvent,
+    ) -> std::io::Result<()> {
+        let pid = self.pid;
+        if let Some(r) = self.ranges.feed(e) {
+            return if r.async_range {
+                self.range(x, r.start, r.end, r.name, r.domain)
+            } else {
+                let track = self.thread(x, r.tid)?;
+                let args = [Arg::S("domain", self.domain(r.domain))];
+                let name = x.id_iid(pid, r.name, self.string(r.name));
+                x.slice(track, r.start, r.end, name, cat("nvtx"), &args, None, None)
+            };
+        }
+        match e.kind() {
+            Some(EventKind::Api) => {
+                let track = self.thread(x, e.tid)?;
+                let flow = self.flow_start(e).then(|| flow_id(pid, e.correlation));
+                let category = cat(if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" });
+                // The return code only when it is an error (success is the rule); the callback id repeats the name.
+                let args = [Arg::U("correlation", e.correlation as u64), Arg::U("return", e.b)];
+                let args = if e.b == 0 { &args[..1] } else { &args[..] };
+                let name = x.id_iid(pid, e.name, self.string(e.name));
+                x.slice(track, e.start, e.end, name, category, args, flow, None)?;
+            }
+            Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
+                let track = self.stream(x, e.device, e.stream)?;
+                let term = self.flow_end(e).then(|| flow_id(pid, e.correlation));
+                let corr = Arg::U("correlation", e.correlation as u64);
+                match k {
+                    EventKind::Kernel => {
+                        let c = LaunchConfig::unpack(e.a, e.b, e.c);
+                        let (mut grid, mut block) = (std::mem::take(&mut self.grid), std::mem::take(&mut self.block));
+                        crate::export::protobuf::dims(&mut grid, c.grid);
+                        crate::export::protobuf::dims(&mut block, c.block);
+                        let mangled = self.mangled.get(&e.name);
+                        let mut args = [
+                            corr,
+                            Arg::S("grid", &grid),
+                            Arg::S("block", &block),
+                            Arg::U("registers per thread", c.registers as u64),
+                            Arg::U("static shared memory", c.static_shared as u64),
+                            Arg::U("dynamic shared memory", c.dynamic_shared as u64),
+                            Arg::S("mangled name", mangled.map_or("", String::as_str)),
+                        ];
+                        // Shared memory sizes only when used: most kernels use none, and every byte counts here.
+                        let mut used = if c.static_shared == 0 && c.dynamic_shared == 0 { 4 } else { 6 };
+                        if mangled.is_some() {
+                            args.swap(used, 6);
+                            used += 1;
+                        }
+                        let name = x.id_iid(pid, e.name, self.string(e.name));
+                        x.slice(track, e.start, e.end, name, cat("kernel"), &args[..used], None, term)?;
+                        (self.grid, self.block) = (grid, block);
+                    }
+                    EventKind::Memcpy => {
+                        let (src, dst) = e.copy_memory_kinds();
+                        let (src, dst) = (names::memory_kind(src), names::memory_kind(dst));
+                        let name = self.label(x, 1 << 32 | (e.b & 0xffff) << 8 | e.sub as u64, || {
+                            format!("Memcpy {} ({src} -> {dst})", names::memcpy_kind(e.sub))
+                        });
+                        let args = [corr, Arg::U("bytes", e.a), Arg::S("source", src), Arg::S("destination", dst)];
+                        x.slice(track, e.start, e.end, name, cat("gpu_memcpy"), &args, None, term)?;
+                        let bw = x.track(TrackKey::Counter(pid, "bandwidth"), &|| "Memcpy bandwidth (GB/s)".into())?;
+                        let gbps = if e.duration() == 0 { 0.0 } else { e.a as f64 / e.duration() as f64 };
+                        x.counter(bw, e.start, Counter::Double(gbps))?;
+                        x.counter(bw, e.end.max(e.start), Counter::Double(0.0))?;
+                    }
+                    _ => {
+                        let name =
+                            self.label(x, 2 << 32 | e.sub as u64, || format!("Memset ({})", names::memory_kind(e.sub)));
+                        let args = [corr, Arg::U("bytes", e.a)];
+                        x.slice(track, e.start, e.end, name, cat("gpu_memset"), &args, None, term)?;
+                    }
+                }
+            }
+            Some(EventKind::Range) => {
+                let track = if e.flags & FLAG_DEVICE != 0 {
+                    self.stream(x, e.device, e.stream)?
+                } else {
+                    self.thread(x, e.tid)?
+                };
+                let args = [Arg::S("domain", self.string(e.c as u32))];
+                let name = x.id_iid(pid, e.name, self.string(e.name));
+                x.slice(track, e.start, e.end, name, cat("range"), &args, None, None)?;
+            }
+            Some(EventKind::NvtxMark) => {
+                let track = self.thread(x, e.tid)?;
+                let name = x.id_iid(pid, e.name, self.string(e.name));
+                x.instant(track, e.start, name, cat("nvtx"))?;
+            }
+            Some(EventKind::Alloc | EventKind::Free) => {
+                let Some(change) = self.memory.apply(pid, e).filter(|c| c.device) else { return Ok(()) };
+                let track = x.track(TrackKey::Counter(pid, "memory"), &|| "Device memory in use (bytes)".into())?;
+                x.counter(track, e.start, Counter::Int(change.live.min(i64::MAX as u64) as i64))?;
+            }
+            Some(EventKind::Sync) => {
+                let track = x.track(TrackKey::Async(pid, u32::MAX), &|| "CUDA synchronization".into())?;
+                let args = [Arg::U("stream", e.stream as u64)];
+                let name = self.label(x, 3 << 32 | e.sub as u64, || names::sync_kind(e.sub).to_string());
+                x.slice(track, e.start, e.end, name, cat("sync"), &args, None, None)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A start/end range: one async track per range name, since such ranges may overlap.
+    pub(super) fn range<W: Write>(
+        &self,
+        x: &mut Exporter<W>,
+        start: u64,
+        end: u64,
+        name: u32,
+        domain: u64,
+    ) -> std::io::Result<()> {
+        let label = format!("NVTX {}", self.string(name));
+        let track = x.track(TrackKey::Async(self.pid, name), &|| label.clone())?;
+        let args = [Arg::S("domain", self.domain(domain))];
+        let iid = x.id_iid(self.pid, name, self.string(name));
+        x.slice(track, start, end, iid, cat("nvtx"), &args, None, None)
+    }
+
+    /// Name iid of a label built from event fields (copy kinds, memory kinds, sync kinds), built once per key.
+    pub(super) fn label<W: Write>(&mut self, x: &mut Exporter<W>, key: u64, text: impl FnOnce() -> String) -> u64 {
+        if let Some(&iid) = self.labels.get(&key) {
+            return iid;
+        }
+        let iid = x.name_iid(&text());
+        self.labels.insert(key, iid);
+        iid
+    }
+}
