@@ -167,9 +167,7 @@ impl Delivery {
                 if ev.tid == 0 {
                     ev.tid = self.tid;
                 }
-                if p.push(&ev) {
-                    maybe_wake(p);
-                }
+                push_and_wake(p, &ev);
             }
             None => push(ev),
         }
@@ -178,10 +176,7 @@ impl Delivery {
     /// (free slots, capacity) of the ring this delivery writes to.
     pub fn space(&self) -> Option<(u64, u64)> {
         match self.shared.as_ref().and_then(|s| s.producer.as_ref()) {
-            Some(p) => {
-                let ring = p.ring();
-                Some((ring.capacity().saturating_sub(ring.len()), ring.capacity()))
-            }
+            Some(p) => Some(space_of(p)),
             None => ring_space(),
         }
     }
@@ -205,10 +200,7 @@ fn push_overflow(ev: &RawEvent) -> bool {
         return false;
     };
     let Some(p) = guard.producer(&a.seg) else { return false };
-    // A full ring refuses and counts the event itself.
-    if p.push(ev) {
-        maybe_wake(p);
-    }
+    push_and_wake(p, ev);
     true
 }
 
@@ -256,12 +248,19 @@ static GAVE_UP_AT: AtomicU64 = AtomicU64::new(u64::MAX);
 /// A woken collector drains within a millisecond or two even on a busy machine; ten is stalled.
 const STALLED_NS: u64 = 10_000_000;
 
-/// Wakes the collector when a ring passes its watermark, once until the collector has drained.
+/// Writes `ev` into `p` and wakes the collector when the ring passes its watermark (once until the collector has
+/// drained). A full ring refuses the event and counts it itself.
 #[inline]
-fn maybe_wake(p: &mut Producer) {
-    if p.above_watermark() {
+fn push_and_wake(p: &mut Producer, ev: &RawEvent) {
+    if p.push(ev) && p.above_watermark() {
         wake();
     }
+}
+
+/// (free slots, capacity) of the ring `p` writes to.
+fn space_of(p: &Producer) -> (u64, u64) {
+    let ring = p.ring();
+    (ring.capacity().saturating_sub(ring.len()), ring.capacity())
 }
 
 #[cold]
@@ -309,10 +308,7 @@ impl ThreadState {
                 if p.is_full() {
                     wait_for_room(seg, p);
                 }
-                // A full ring refuses and counts the event itself.
-                if p.push(ev) {
-                    maybe_wake(p);
-                }
+                push_and_wake(p, ev);
                 true
             }
             None => false,
@@ -364,8 +360,7 @@ impl NvtxDepth<'_> {
 pub fn ring_space() -> Option<(u64, u64)> {
     with_thread(|t| {
         let r = t.ring.try_borrow().ok()?;
-        let ring = r.producer.as_ref()?.ring();
-        Some((ring.capacity().saturating_sub(ring.len()), ring.capacity()))
+        Some(space_of(r.producer.as_ref()?))
     })
     .flatten()
 }
@@ -405,9 +400,7 @@ fn push_borrowed(seg: &MappedSegment, ev: &mut RawEvent) -> bool {
     let Some(mut producer) = claim(seg, tid) else {
         return false;
     };
-    if producer.push(ev) {
-        maybe_wake(&mut producer);
-    }
+    push_and_wake(&mut producer, ev);
     producer.ring().release();
     true
 }
