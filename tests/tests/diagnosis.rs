@@ -138,17 +138,26 @@ fn pageable_copies_are_found() {
 #[test]
 fn thousand_tiny_kernels_are_launch_bound_and_steps_come_from_the_pattern() {
     let _serial = serial();
-    let (r, _) = scenario("tiny");
+    // 72 steps of about 12 ms: a CI machine that deschedules the launching thread for 20 ms once (seen: it
+    // lands in cpu_bound, as a host that runs something else between launches does) weighs 2% of the run, not 7%.
+    let (r, _) = scenario_steps("tiny", "72");
     let f = top(&r);
     assert_eq!(f["kind"], "launch_bound", "{}", r["findings"]);
     assert_eq!(r["processes"][0]["step_source"], "pattern");
     let steps = r["processes"][0]["steps"].as_array().unwrap().len();
-    assert!((23..=24).contains(&steps), "{steps} pattern steps");
-    let (_, idle) = step_facts(&r);
-    // 2 µs kernels launched back to back: nearly all idle time is launch overhead. The margin is wider than
-    // elsewhere because this scenario keeps both cores of a CI machine busy (launching thread and simulated
-    // GPU thread), so a descheduled host after the per-step sync (a few ms) lands in sync_stall.
-    assert_near("share vs idle in steps", f64_of(&f["share"]), idle, 0.07, &r);
+    assert!((71..=72).contains(&steps), "{steps} pattern steps");
+    // 2 µs kernels launched back to back: nearly all idle time is launch overhead. What a loaded machine adds
+    // lands elsewhere, as it should: the launching thread descheduled after the per-step sync (sync_stall) or
+    // between launches (cpu_bound), and the simulated GPU thread descheduled with work queued (device_wait). On
+    // the 2-core CI machine this scenario keeps both cores busy, so those can reach a third of the idle time.
+    let causes = &r["processes"][0]["idle_causes"];
+    let idle_ns = f64_of(&causes["idle_in_steps_ns"]);
+    let launch_ns = f64_of(&causes["launch_bound_ns"]);
+    assert!(launch_ns >= 0.6 * idle_ns, "launch-bound {launch_ns} of {idle_ns} idle: {causes}");
+    let misplaced = f64_of(&causes["data_loading_ns"]) + f64_of(&causes["allocator_churn_ns"]);
+    assert!(misplaced <= 0.03 * idle_ns, "no data loading or allocator planted: {causes}");
+    let total = f64_of(&r["processes"][0]["step_total"]["duration_ns"]);
+    assert_near("share vs launch-bound idle", f64_of(&f["share"]), launch_ns / total, 0.01, &r);
     assert!(f64_of(&f["evidence"]["metrics"]["kernels_per_step"]) > 990.0);
 }
 
