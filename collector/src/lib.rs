@@ -20,6 +20,7 @@ pub mod record;
 pub mod recover;
 pub mod report;
 mod sink;
+pub mod source;
 pub mod stats;
 mod table;
 pub mod trace;

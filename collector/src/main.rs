@@ -299,8 +299,10 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Stats { trace, format } => {
-            let trace = load(&trace)?;
-            let stats = Stats::compute(&trace);
+            // Streamed: memory is bounded by the tables, whatever the trace's size.
+            let mut source = cuflight_collector::source::EventSource::open(&trace)?;
+            let stats = Stats::compute_source(&mut source)?;
+            warn_cut_short(&trace, source.cut_short.as_deref());
             match format {
                 Format::Table => print!("{}", stats.to_table()),
                 Format::Json => println!("{}", stats.to_json()),

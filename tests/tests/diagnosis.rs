@@ -163,6 +163,7 @@ fn thousand_tiny_kernels_are_launch_bound_and_steps_come_from_the_pattern() {
 
 #[test]
 fn fp32_gemms_are_found() {
+    let _serial = serial();
     let (r, trace) = scenario("fp32");
     let f = top(&r);
     assert_eq!(f["kind"], "fp32_gemm", "{}", r["findings"]);

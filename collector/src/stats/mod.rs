@@ -1,13 +1,13 @@
 //! `cuflight stats`: what `nsys stats` reports, from a cuflight trace: kernels, CUDA API calls, memcpy by kind
 //! and host memory, memset, device and pinned memory, NVTX ranges and marks, synchronisation, drops, processes.
 
-use crate::names;
+mod accumulate;
+
+use crate::source::EventSource;
 use crate::table::Table;
-use crate::trace::Trace;
-use cuflight_format::event::FLAG_ASYNC;
-use cuflight_format::EventKind;
+use crate::trace::{Process, Trace};
+pub use accumulate::StatsAcc;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
 
 /// Count and duration summary of one name.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -161,230 +161,25 @@ pub struct NvtxCategoryRow {
     pub name: String,
 }
 
-#[derive(Default)]
-struct Acc {
-    count: u64,
-    total: u64,
-    min: u64,
-    max: u64,
-}
-
-impl Acc {
-    fn add(&mut self, d: u64) {
-        self.min = if self.count == 0 { d } else { self.min.min(d) };
-        self.max = self.max.max(d);
-        self.count += 1;
-        self.total += d;
-    }
-}
-
-fn duration_rows(map: HashMap<String, Acc>) -> Vec<DurationRow> {
-    let all: u64 = map.values().map(|a| a.total).sum();
-    let mut rows: Vec<DurationRow> = map
-        .into_iter()
-        .map(|(name, a)| DurationRow {
-            name,
-            count: a.count,
-            total_ns: a.total,
-            avg_ns: a.total / a.count.max(1),
-            min_ns: a.min,
-            max_ns: a.max,
-            percent: if all == 0 { 0.0 } else { 100.0 * a.total as f64 / all as f64 },
-        })
-        .collect();
-    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
-    rows
-}
-
 impl Stats {
+    /// The tables of a loaded trace.
     pub fn compute(trace: &Trace) -> Stats {
-        let mut kernels: HashMap<String, Acc> = HashMap::new();
-        let mut api: HashMap<String, Acc> = HashMap::new();
-        let mut memcpy: BTreeMap<(String, String), (MemcpyRow, u64)> = BTreeMap::new();
-        let mut memset: BTreeMap<String, MemsetRow> = BTreeMap::new();
-        let mut sync: BTreeMap<String, SyncRow> = BTreeMap::new();
-        let mut nvtx: BTreeMap<(String, String, &'static str), Acc> = BTreeMap::new();
-        let mut nvtx_categories = std::collections::BTreeSet::new();
-        type GraphAcc = (std::collections::HashSet<u32>, std::collections::HashSet<u64>, u64, u64);
-        let mut graphs: BTreeMap<(u32, u64), GraphAcc> = BTreeMap::new();
-        let mut allocs = Vec::new();
-        let mut processes = Vec::new();
-        let mut devices = Vec::new();
-        let mut dropped = 0;
-
-        for (&pid, p) in &trace.processes {
-            let mut pairer = crate::ranges::Pairer::default();
-            for e in &p.events {
-                if let Some(r) = pairer.feed(e) {
-                    let key = (p.nvtx_domain(r.domain).to_string(), p.string(r.name).to_string(), "range");
-                    nvtx.entry(key).or_default().add(r.end - r.start);
-                    continue;
-                }
-                match e.kind() {
-                    Some(EventKind::Kernel) => {
-                        kernels.entry(p.string(e.name).to_string()).or_default().add(e.duration())
-                    }
-                    Some(EventKind::Api) => api.entry(p.string(e.name).to_string()).or_default().add(e.duration()),
-                    Some(EventKind::Memcpy) => {
-                        let (src, dst) = e.copy_memory_kinds();
-                        let host = match e.sub {
-                            1 => names::memory_kind(src), // HtoD: the source is host memory
-                            2 => names::memory_kind(dst),
-                            9 => names::memory_kind(src),
-                            _ => "device",
-                        };
-                        let key = (names::memcpy_kind(e.sub).to_string(), host.to_string());
-                        let (row, _) = memcpy.entry(key.clone()).or_insert_with(|| {
-                            (
-                                MemcpyRow {
-                                    kind: key.0,
-                                    host_memory: key.1,
-                                    count: 0,
-                                    bytes: 0,
-                                    total_ns: 0,
-                                    gbps: 0.0,
-                                    async_count: 0,
-                                },
-                                0,
-                            )
-                        });
-                        row.count += 1;
-                        row.bytes += e.a;
-                        row.total_ns += e.duration();
-                        row.async_count += (e.flags & FLAG_ASYNC != 0) as u64;
-                    }
-                    Some(EventKind::Memset) => {
-                        let kind = names::memory_kind(e.sub).to_string();
-                        let row =
-                            memset.entry(kind.clone()).or_insert(MemsetRow { kind, count: 0, bytes: 0, total_ns: 0 });
-                        row.count += 1;
-                        row.bytes += e.a;
-                        row.total_ns += e.duration();
-                    }
-                    Some(EventKind::Sync) => {
-                        let kind = names::sync_kind(e.sub).to_string();
-                        let row = sync.entry(kind.clone()).or_insert(SyncRow { kind, count: 0, total_ns: 0 });
-                        row.count += 1;
-                        row.total_ns += e.duration();
-                    }
-                    Some(EventKind::Alloc | EventKind::Free) => allocs.push((e.start, pid, *e)),
-                    Some(EventKind::Device) => devices.push(DeviceRow {
-                        pid: p.info.pid,
-                        device: e.device,
-                        name: p.string(e.name).to_string(),
-                        memory_bytes: e.a,
-                        compute_capability: format!("{}.{}", e.compute_capability().0, e.compute_capability().1),
-                        multiprocessors: e.c,
-                    }),
-                    Some(EventKind::Range) => {
-                        let key = (p.string(e.c as u32).to_string(), p.string(e.name).to_string(), "range");
-                        nvtx.entry(key).or_default().add(e.duration());
-                    }
-                    Some(EventKind::GraphNode) => {
-                        let g = graphs.entry((pid, e.a)).or_default();
-                        g.0.insert(e.correlation);
-                        g.1.insert(e.b);
-                        g.2 += 1;
-                        g.3 += e.duration();
-                    }
-                    Some(EventKind::NvtxCategory) => {
-                        let name = p.string(e.name).to_string();
-                        nvtx_categories.insert(NvtxCategoryRow {
-                            domain: p.nvtx_domain(e.c).to_string(),
-                            category: e.a,
-                            name,
-                        });
-                    }
-                    Some(EventKind::NvtxMark) => {
-                        nvtx.entry((p.nvtx_domain(e.c).to_string(), p.string(e.name).to_string(), "mark"))
-                            .or_default()
-                            .add(0);
-                    }
-                    _ => {}
-                }
-            }
-            dropped += p.info.drops.total();
-            let launches_without_kernel = if p.info.finished { 0 } else { p.launches_without_kernel() };
-            processes.push(ProcessRow {
-                launches_without_kernel,
-                flush_period_ms: p.info.flush_period_ms,
-                rings_refused: p.info.rings_refused,
-                pid: p.info.pid,
-                ppid: p.info.ppid,
-                command: p.info.cmdline.join(" "),
-                host: p.info.host.clone(),
-                cupti_version: p.info.cupti_version,
-                status: p.info.status.clone(),
-                finished: p.info.finished,
-                events: p.events.len() as u64,
-                drops: p.info.drops,
-                records_unused: p
-                    .info
-                    .records_unused
-                    .iter()
-                    .map(|(class, skipped, incomplete)| UnusedRow {
-                        class: class.clone(),
-                        skipped: *skipped,
-                        incomplete: *incomplete,
-                    })
-                    .collect(),
-                buffers_grown: p.info.buffers_grown,
-                buffers_refused: p.info.buffers_refused,
-                device_clock: if p.info.device_clock_monotonic {
-                    "monotonic"
-                } else if p.clock.is_identity() {
-                    "none"
-                } else {
-                    "aligned"
-                }
-                .to_string(),
-            });
+        let mut acc = StatsAcc::default();
+        let mut merged: Vec<(u32, &Process, &cuflight_format::RawEvent)> =
+            trace.processes.iter().flat_map(|(&k, p)| p.events.iter().map(move |e| (k, p, e))).collect();
+        // The order of [`crate::source`]: start, then process key (a stable sort keeps file order within both).
+        merged.sort_by_key(|(k, _, e)| (e.start, *k));
+        for (k, p, e) in merged {
+            acc.feed(k, p, e);
         }
+        acc.finish(&trace.processes)
+    }
 
-        let memcpy = memcpy
-            .into_values()
-            .map(|(mut r, _)| {
-                r.gbps = if r.total_ns == 0 { 0.0 } else { r.bytes as f64 / r.total_ns as f64 };
-                r
-            })
-            .collect();
-        let nvtx = nvtx
-            .into_iter()
-            .map(|((domain, name, kind), a)| NvtxRow {
-                domain,
-                name,
-                kind,
-                count: a.count,
-                total_ns: a.total,
-                avg_ns: a.total / a.count.max(1),
-                min_ns: a.min,
-                max_ns: a.max,
-            })
-            .collect();
-        Stats {
-            kernels: duration_rows(kernels),
-            api: duration_rows(api),
-            memcpy,
-            memset: memset.into_values().collect(),
-            memory: memory_stats(allocs),
-            nvtx,
-            nvtx_categories: nvtx_categories.into_iter().collect(),
-            graphs: graphs
-                .into_iter()
-                .map(|((pid, graph_id), (launches, nodes, kernels, kernel_ns))| GraphRow {
-                    pid,
-                    graph_id,
-                    launches: launches.len() as u64,
-                    kernels,
-                    nodes: nodes.len() as u64,
-                    kernel_ns,
-                })
-                .collect(),
-            sync: sync.into_values().collect(),
-            dropped,
-            processes,
-            devices,
-        }
+    /// The tables of any trace, streamed: memory is bounded by the tables, not by the trace.
+    pub fn compute_source(source: &mut EventSource) -> Result<Stats, crate::trace::TraceError> {
+        let mut acc = StatsAcc::default();
+        source.for_each(|k, p, e| acc.feed(k, p, e))?;
+        Ok(acc.finish(&source.processes))
     }
 
     pub fn to_json(&self) -> String {
@@ -515,32 +310,10 @@ impl Stats {
     }
 }
 
-/// Replays allocations and frees in time order across processes to find peak and final live memory.
-fn memory_stats(mut allocs: Vec<(u64, u32, cuflight_format::RawEvent)>) -> MemoryStats {
-    allocs.sort_by_key(|(t, pid, _)| (*t, *pid));
-    let mut live = crate::memory::LiveMemory::default();
-    let (mut dev, mut pinned) = (MemoryUse::default(), MemoryUse::default());
-    for (_, pid, e) in allocs {
-        let Some(change) = live.apply(pid, &e) else { continue };
-        let m = if change.device { &mut dev } else { &mut pinned };
-        if e.kind() == Some(EventKind::Alloc) {
-            m.malloc_count += 1;
-            m.alloc_bytes += e.b;
-            m.peak_bytes = m.peak_bytes.max(change.live);
-        } else {
-            m.free_count += 1;
-        }
-    }
-    dev.live_bytes_at_end = live.device();
-    pinned.live_bytes_at_end = live.pinned();
-    MemoryStats { device: dev, pinned_host: pinned }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::Process;
-    use cuflight_format::RawEvent;
+    use cuflight_format::{EventKind, RawEvent};
 
     fn ev(kind: EventKind, tid: u32, t: u64) -> RawEvent {
         RawEvent::new(kind, tid, t, t)

@@ -1,0 +1,441 @@
+//! A trace as one time-ordered stream of events, for analyses that accumulate as events go by (`stats`, and in
+//! time the report and exports), so that their memory is bounded by what they keep, not by the trace.
+//!
+//! A cuflight trace file is read through its block index: blocks are opened in the order of the earliest time they
+//! can hold and merged, so only blocks that overlap in time are in memory at once (a recording's blocks overlap by
+//! about one CUPTI flush period). Device timestamps are moved onto the host clock with the one rule of
+//! [`crate::trace::clock_map`] before merging. Imported traces (Kineto JSON, nsys SQLite) and version-1 files,
+//! whose blocks carry no time range, are loaded whole and merged across processes the same way.
+//!
+//! The order is the in-memory loader's, so either path gives equal results: by start time, then process key, then
+//! file order (blocks, and events within a block), which keeps a thread's events with equal times in ring order.
+
+use crate::trace::{clock_map, Process, Trace, TraceError, MAX_STRING_BYTES};
+use cuflight_format::file::{Block, FileError, Footer, TraceReader, TAG_EVENT_COLUMNS, TAG_PROCESS};
+use cuflight_format::file::{TAG_EVENTS, TAG_STRINGS};
+use cuflight_format::index::{read_index, IndexEntry};
+use cuflight_format::{EventKind, RawEvent};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::io::{BufReader, Seek, SeekFrom};
+use std::path::Path;
+
+/// A trace's processes (facts and strings; `events` left empty) and a time-ordered pass over its events.
+pub struct EventSource {
+    /// Processes by file key, as in [`Trace::processes`].
+    pub processes: BTreeMap<u32, Process>,
+    pub footer: Footer,
+    /// Why the file ended before its footer, if it did (known once the pass has run for rebuilt indexes).
+    pub cut_short: Option<String>,
+    pub fractional_us_timestamps: bool,
+    /// After [`EventSource::for_each`]: the most blocks held in memory at once (what bounds its memory).
+    pub peak_open_blocks: usize,
+    events: Events,
+}
+
+enum Events {
+    /// A loaded trace's events, per process key, each sorted by start.
+    Loaded(BTreeMap<u32, Vec<RawEvent>>),
+    File {
+        path: std::path::PathBuf,
+        blocks: Vec<PendingBlock>,
+    },
+}
+
+/// An events block not opened yet: the earliest host-clock time any of its events can have.
+struct PendingBlock {
+    earliest: u64,
+    seq: u32,
+    offset: u64,
+    pid: u32,
+}
+
+/// An opened block: its events on the host clock, sorted by start (stable: ring order within equal times).
+struct OpenBlock {
+    pid: u32,
+    seq: u32,
+    events: Vec<RawEvent>,
+    next: usize,
+}
+
+/// Heap key of an open block's next event: the documented order, then the slot that holds it.
+type HeadKey = Reverse<(u64, u32, u32, u32, usize)>;
+
+impl EventSource {
+    /// Any supported trace: cuflight files stream; other formats are loaded whole first.
+    pub fn open(path: &Path) -> Result<EventSource, TraceError> {
+        if crate::import::detect(path)? == crate::import::Format::Native {
+            if let Some(source) = Self::open_native(path)? {
+                return Ok(source);
+            }
+        }
+        Ok(Self::from_trace(crate::import::load(path)?))
+    }
+
+    /// A loaded trace as a source (its events move into the source).
+    pub fn from_trace(mut trace: Trace) -> EventSource {
+        let events = trace
+            .processes
+            .iter_mut()
+            .map(|(&k, p)| {
+                let mut events = std::mem::take(&mut p.events);
+                // Loaded native traces are sorted already (a stable sort of a sorted vector is one pass).
+                events.sort_by_key(|e| e.start);
+                (k, events)
+            })
+            .collect();
+        EventSource {
+            processes: trace.processes,
+            footer: trace.footer,
+            cut_short: trace.cut_short,
+            fractional_us_timestamps: trace.fractional_us_timestamps,
+            peak_open_blocks: 0,
+            events: Events::Loaded(events),
+        }
+    }
+
+    /// `None` when the file cannot stream (version 1: blocks without time ranges).
+    fn open_native(path: &Path) -> Result<Option<EventSource>, TraceError> {
+        let shown = path.display().to_string();
+        let fmt = |source| TraceError::Format { path: shown.clone(), source };
+        let file = std::fs::File::open(path).map_err(|source| TraceError::Open { path: shown.clone(), source })?;
+        let mut input = BufReader::with_capacity(1 << 16, file);
+        TraceReader::new(&mut input).map_err(fmt)?;
+        let (index, _) = read_index(&mut input).map_err(fmt)?;
+        if index.iter().any(|e| e.tag == TAG_EVENTS) {
+            return Ok(None);
+        }
+        let mut processes: BTreeMap<u32, Process> = BTreeMap::new();
+        let mut string_bytes = 0u64;
+        for e in index.iter().filter(|e| e.tag == TAG_PROCESS || e.tag == TAG_STRINGS) {
+            match block_at(&mut input, e.offset).map_err(fmt)? {
+                Some(Block::Process(info)) => {
+                    let p = processes.entry(info.file_key()).or_default();
+                    p.rank = info.rank;
+                    p.info = info;
+                }
+                Some(Block::Strings { pid, base, bytes }) => {
+                    string_bytes += bytes.len() as u64;
+                    if string_bytes > MAX_STRING_BYTES {
+                        let why = format!("more than {} MiB of strings", MAX_STRING_BYTES >> 20);
+                        return Err(fmt(FileError::Corrupt(why)));
+                    }
+                    let p = processes.entry(pid).or_default();
+                    for (id, s) in cuflight_format::segment::parse_strings(base, &bytes).filter(|(_, s)| !s.is_empty())
+                    {
+                        crate::trace::insert_string(&mut p.strings, &mut p.mangled, id, s);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let event_blocks: Vec<&IndexEntry> = index.iter().filter(|e| e.tag == TAG_EVENT_COLUMNS).collect();
+        for e in &event_blocks {
+            processes.entry(e.pid).or_default();
+        }
+        for (&key, p) in processes.iter_mut() {
+            if p.info.pid == 0 {
+                p.info.pid = key;
+            }
+            p.clock = if p.info.device_clock_monotonic || !p.info.clock_pairs.is_empty() {
+                clock_map(&p.info, &[])
+            } else {
+                // No pairs in the facts (cut short before them, or an older recording): the ClockSync events in
+                // its blocks, found by a first pass over that process's blocks alone.
+                let mut pairs = Vec::new();
+                for e in event_blocks.iter().filter(|e| e.pid == key) {
+                    if let Some(Block::Events { events, .. }) = block_at(&mut input, e.offset).map_err(fmt)? {
+                        pairs.extend(events.into_iter().filter(|e| e.kind() == Some(EventKind::ClockSync)));
+                    }
+                }
+                clock_map(&p.info, &pairs)
+            };
+        }
+        let mut blocks: Vec<PendingBlock> = event_blocks
+            .iter()
+            .enumerate()
+            .map(|(seq, e)| {
+                // Host events start no earlier than the block's first start, device events no earlier than its
+                // image on the host clock (the map is increasing).
+                let map = &processes[&e.pid].clock;
+                PendingBlock { earliest: e.first.min(map.map(e.first)), seq: seq as u32, offset: e.offset, pid: e.pid }
+            })
+            .collect();
+        blocks.sort_by_key(|b| (b.earliest, b.seq));
+        let (footer, cut_short) = match footer_of(&mut input, &index).map_err(fmt)? {
+            Ok(footer) => (footer, None),
+            Err(why) => (Footer::default(), Some(why)),
+        };
+        Ok(Some(EventSource {
+            processes,
+            footer,
+            cut_short,
+            fractional_us_timestamps: false,
+            peak_open_blocks: 0,
+            events: Events::File { path: path.to_path_buf(), blocks },
+        }))
+    }
+
+    /// Calls `f` with each event, in time order, with the key and facts of the process it belongs to. Runs once:
+    /// a second call sees no events.
+    pub fn for_each(&mut self, mut f: impl FnMut(u32, &Process, &RawEvent)) -> Result<(), TraceError> {
+        match std::mem::replace(&mut self.events, Events::Loaded(BTreeMap::new())) {
+            Events::Loaded(per_process) => {
+                let blocks = per_process
+                    .into_iter()
+                    .map(|(pid, events)| OpenBlock { pid, seq: 0, events, next: 0 })
+                    .collect::<Vec<_>>();
+                self.peak_open_blocks = merge(&self.processes, blocks, Vec::new(), |_| Ok(None), &mut f)?;
+            }
+            Events::File { path, blocks } => {
+                let shown = path.display().to_string();
+                let fmt = |source| TraceError::Format { path: shown.clone(), source };
+                let file =
+                    std::fs::File::open(&path).map_err(|source| TraceError::Open { path: shown.clone(), source })?;
+                let mut input = BufReader::with_capacity(1 << 20, file);
+                let processes = &self.processes;
+                let open = |b: &PendingBlock| -> Result<Option<OpenBlock>, TraceError> {
+                    let Some(Block::Events { mut events, .. }) = block_at(&mut input, b.offset).map_err(fmt)? else {
+                        return Ok(None);
+                    };
+                    crate::trace::align_device_events(&processes[&b.pid].clock, &mut events);
+                    events.sort_by_key(|e| e.start);
+                    Ok(Some(OpenBlock { pid: b.pid, seq: b.seq, events, next: 0 }))
+                };
+                self.peak_open_blocks = merge(processes, Vec::new(), blocks, open, &mut f)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// K-way merge of open blocks, opening pending ones (sorted by earliest time) as soon as they could hold the
+/// next event. Returns the most blocks open at once.
+fn merge(
+    processes: &BTreeMap<u32, Process>,
+    open: Vec<OpenBlock>,
+    pending: Vec<PendingBlock>,
+    mut open_block: impl FnMut(&PendingBlock) -> Result<Option<OpenBlock>, TraceError>,
+    f: &mut impl FnMut(u32, &Process, &RawEvent),
+) -> Result<usize, TraceError> {
+    let mut m = Merger { slots: Vec::new(), free: Vec::new(), heap: BinaryHeap::new() };
+    for b in open {
+        m.place(b);
+    }
+    let default = Process::default();
+    let mut pending = pending.into_iter().peekable();
+    loop {
+        if let Some(next) = pending.peek() {
+            // `>=`: a block that may start at the very time of the next event may also come before it.
+            if m.heap.peek().is_none_or(|Reverse(h)| h.0 >= next.earliest) {
+                let next = pending.next().expect("peeked");
+                if let Some(b) = open_block(&next)? {
+                    m.place(b);
+                }
+                continue;
+            }
+        }
+        let Some(Reverse((_, pid, seq, pos, slot))) = m.heap.pop() else { break };
+        let block = m.slots[slot].as_mut().expect("a slot in the heap holds its block");
+        f(pid, processes.get(&pid).unwrap_or(&default), &block.events[pos as usize]);
+        block.next += 1;
+        match block.events.get(block.next) {
+            Some(e) => m.heap.push(Reverse((e.start, pid, seq, block.next as u32, slot))),
+            None => {
+                m.slots[slot] = None;
+                m.free.push(slot);
+            }
+        }
+    }
+    Ok(m.slots.len())
+}
+
+struct Merger {
+    slots: Vec<Option<OpenBlock>>,
+    free: Vec<usize>,
+    heap: BinaryHeap<HeadKey>,
+}
+
+impl Merger {
+    fn place(&mut self, b: OpenBlock) {
+        let Some(first) = b.events.first() else { return };
+        let key = (first.start, b.pid, b.seq, 0);
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        self.slots[slot] = Some(b);
+        self.heap.push(Reverse((key.0, key.1, key.2, key.3, slot)));
+    }
+}
+
+fn block_at<R: std::io::Read + Seek>(input: &mut R, offset: u64) -> Result<Option<Block>, FileError> {
+    input.seek(SeekFrom::Start(offset))?;
+    TraceReader::resume(&mut *input).next_block()
+}
+
+/// The footer after the last indexed block, or why the file ends without one.
+fn footer_of<R: std::io::Read + Seek>(
+    input: &mut R,
+    index: &[IndexEntry],
+) -> Result<Result<Footer, String>, FileError> {
+    // After the last indexed block, or the file header when no block precedes the footer.
+    input.seek(SeekFrom::Start(index.last().map_or(16, |last| last.offset)))?;
+    let mut reader = TraceReader::resume(&mut *input);
+    while let Some(block) = reader.next_block_where(|t| t == cuflight_format::file::TAG_FOOTER)? {
+        if let Some(Block::Footer(f)) = block {
+            return Ok(Ok(f));
+        }
+    }
+    Ok(Err(reader.cut_short().unwrap_or("no footer").to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cuflight_format::file::{ProcessInfo, TraceWriter};
+
+    /// A file with three processes whose blocks overlap in time as a recording's do (device records arrive a
+    /// flush later than host ones): one on CLOCK_MONOTONIC, one whose device clock runs 7 µs ahead (clock pairs
+    /// in its facts), and one without facts (its ClockSync events tell).
+    fn write_trace(path: &Path, cut: bool) {
+        let mut w = TraceWriter::new(Vec::new()).unwrap();
+        let mut strings = vec![0u8; 4];
+        for s in ["cudaLaunchKernel", "gemm", "step"] {
+            strings.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            strings.extend_from_slice(s.as_bytes());
+            strings.resize(strings.len().next_multiple_of(4), 0);
+        }
+        let (launch, kernel, step) = (4, 4 + 4 + 16, 4 + 4 + 16 + 4 + 4);
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for pid in [10u32, 20, 30] {
+            w.write_strings(pid, 0, &strings).unwrap();
+        }
+        let offset = |pid: u32| if pid == 20 { 7_000 } else { 0 };
+        for flush in 0..40u64 {
+            for pid in [10u32, 20, 30] {
+                let mut block = Vec::new();
+                if pid == 30 && flush == 0 {
+                    block.push(RawEvent::new(EventKind::ClockSync, 0, 1_000, 1_000));
+                    block.push(RawEvent::new(EventKind::ClockSync, 0, 10_000_000, 10_000_000));
+                }
+                for i in 0..50u64 {
+                    let t = flush * 100_000 + i * 2_000 + next() % 500;
+                    let corr = (flush * 100 + i) as u32 + 1;
+                    block.push(RawEvent { name: step, ..RawEvent::new(EventKind::NvtxPush, pid, t, t) });
+                    let api =
+                        RawEvent { name: launch, correlation: corr, ..RawEvent::new(EventKind::Api, pid, t, t + 900) };
+                    block.push(api);
+                    block.push(RawEvent::new(EventKind::NvtxPop, pid, t + 950, t + 950));
+                    let mut mem = RawEvent::new(EventKind::Alloc, pid, t + 100, t + 100);
+                    (mem.a, mem.b) = (0x1000 + i, 1 << (i % 20));
+                    block.push(mem);
+                    // Device work from the previous flush (recorded on the device clock).
+                    if flush > 0 && next() % 8 != 0 {
+                        let d = t - 100_000 + 1_500 + offset(pid);
+                        let k = RawEvent {
+                            name: kernel,
+                            correlation: corr - 100,
+                            ..RawEvent::new(EventKind::Kernel, 0, d, d + 300)
+                        };
+                        block.push(k);
+                        let mut free = RawEvent::new(EventKind::Free, pid, t - 99_000, t - 99_000);
+                        free.a = 0x1000 + i;
+                        block.push(free);
+                    }
+                }
+                w.write_events(pid, &block).unwrap();
+            }
+        }
+        for pid in [10u32, 20] {
+            let mut info = ProcessInfo { pid, finished: pid == 10, ..Default::default() };
+            if pid == 10 {
+                info.device_clock_monotonic = true;
+            } else {
+                info.clock_pairs = vec![(1_007_000, 1_000_000), (10_007_000, 10_000_000)];
+                // (CUPTI, monotonic)
+            }
+            w.write_process(&info).unwrap();
+        }
+        let mut bytes = w.finish(Footer::default()).unwrap();
+        if cut {
+            bytes.truncate(bytes.len() / 2);
+        }
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    fn temp(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("cuflight-source-{}-{name}", std::process::id()))
+    }
+
+    /// The in-memory loader's order: each process sorted by start (stable over file order), then processes
+    /// merged by (start, key).
+    fn loaded_order(trace: &Trace) -> Vec<(u32, RawEvent)> {
+        let mut all: Vec<(u32, RawEvent)> =
+            trace.processes.iter().flat_map(|(&k, p)| p.events.iter().map(move |e| (k, *e))).collect();
+        all.sort_by_key(|(k, e)| (e.start, *k));
+        all
+    }
+
+    fn streamed(path: &Path) -> (EventSource, Vec<(u32, RawEvent)>) {
+        let mut source = EventSource::open(path).unwrap();
+        assert!(matches!(source.events, Events::File { .. }), "a version 2 file streams");
+        let mut out = Vec::new();
+        source.for_each(|k, _, e| out.push((k, *e))).unwrap();
+        (source, out)
+    }
+
+    #[test]
+    fn streamed_events_come_in_the_loaders_order_with_device_time_aligned() {
+        for (name, cut) in [("whole", false), ("cut", true)] {
+            let path = temp(name);
+            write_trace(&path, cut);
+            let trace = Trace::load(&path).unwrap();
+            let (source, events) = streamed(&path);
+            assert!(events.len() > 1000, "{name}: {} events", events.len());
+            assert_eq!(events, loaded_order(&trace), "{name}");
+            assert!(events.windows(2).all(|w| w[0].1.start <= w[1].1.start));
+            assert_eq!(source.cut_short.is_some(), cut, "{name}");
+            // Process 20's kernels moved back onto the host clock: 1.5 µs (± the launches' jitter) after their launch
+            // (in the whole file: the cut one lost the facts that hold the clock pairs, written last).
+            for (k, e) in events.iter().filter(|(k, e)| !cut && *k == 20 && e.kind() == Some(EventKind::Kernel)) {
+                let is_launch = |(pk, l): &&(u32, RawEvent)| {
+                    pk == k && l.kind() == Some(EventKind::Api) && l.correlation == e.correlation
+                };
+                let launch = events.iter().find(is_launch).unwrap();
+                assert!((1_000..=2_000).contains(&(e.start - launch.1.start)), "{name}: {e:?} after {launch:?}");
+            }
+            for (key, p) in &trace.processes {
+                let s = &source.processes[key];
+                assert_eq!((s.info.pid, s.strings.len()), (p.info.pid, p.strings.len()), "{name}");
+            }
+            let stats_loaded = crate::stats::Stats::compute(&trace);
+            let mut source = EventSource::open(&path).unwrap();
+            assert_eq!(crate::stats::Stats::compute_source(&mut source).unwrap(), stats_loaded, "{name}");
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+
+    #[test]
+    fn only_blocks_that_overlap_in_time_are_open_at_once() {
+        let path = temp("overlap");
+        write_trace(&path, false);
+        let mut source = EventSource::open(&path).unwrap();
+        let Events::File { blocks, .. } = &source.events else { panic!("streams") };
+        assert_eq!(blocks.len(), 120);
+        source.for_each(|_, _, _| {}).unwrap();
+        // A block holds one flush of a process plus the previous flush's device work: each overlaps the next
+        // block of every process, so at most about three per process are open, never the file.
+        assert!(source.peak_open_blocks <= 9, "{} blocks open at once", source.peak_open_blocks);
+        std::fs::remove_file(&path).unwrap();
+    }
+}

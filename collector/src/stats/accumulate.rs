@@ -1,0 +1,331 @@
+//! The `stats` tables as an accumulator fed one event at a time in time order (from [`crate::source`]): it keeps
+//! per-(process, name id) aggregates, open NVTX ranges, live allocations and unmatched launches, never the events,
+//! so its memory does not grow with the trace.
+
+use super::*;
+use crate::names;
+use crate::ranges::Pairer;
+use cuflight_format::event::FLAG_ASYNC;
+use cuflight_format::{EventKind, RawEvent};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+#[derive(Default, Clone, Copy)]
+struct Acc {
+    count: u64,
+    total: u64,
+    min: u64,
+    max: u64,
+}
+
+impl Acc {
+    fn add(&mut self, d: u64) {
+        self.merge(Acc { count: 1, total: d, min: d, max: d });
+    }
+
+    fn merge(&mut self, o: Acc) {
+        if o.count == 0 {
+            return;
+        }
+        self.min = if self.count == 0 { o.min } else { self.min.min(o.min) };
+        self.max = self.max.max(o.max);
+        self.count += o.count;
+        self.total += o.total;
+    }
+}
+
+/// Where an NVTX row's domain name comes from: a domain id (0 is "default") or, for imported ranges, a plain
+/// string id.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Domain {
+    Nvtx(u64),
+    Imported(u32),
+}
+
+/// Launches of a process that may have lost its device work (only tracked for processes that did not finish).
+#[derive(Default)]
+struct Launches {
+    /// Launch calls whose kernel has not been seen, by correlation id.
+    waiting: FxHashMap<u32, u64>,
+    /// Kernels seen before any launch with their correlation (clock alignment can put a kernel a little early).
+    early: FxHashSet<u32>,
+}
+
+/// Graph launches (distinct correlation ids), distinct nodes, kernels and their time.
+type GraphAcc = (FxHashSet<u32>, FxHashSet<u64>, u64, u64);
+
+#[derive(Default)]
+pub struct StatsAcc {
+    kernels: FxHashMap<(u32, u32), Acc>,
+    api: FxHashMap<(u32, u32), Acc>,
+    /// Whether an API name (per process and id) is a kernel launch.
+    is_launch: FxHashMap<(u32, u32), bool>,
+    memcpy: BTreeMap<(&'static str, &'static str), MemcpyRow>,
+    memset: BTreeMap<&'static str, MemsetRow>,
+    sync: BTreeMap<&'static str, SyncRow>,
+    nvtx: FxHashMap<(u32, Domain, u32, &'static str), Acc>,
+    nvtx_categories: BTreeSet<NvtxCategoryRow>,
+    graphs: BTreeMap<(u32, u64), GraphAcc>,
+    pairers: FxHashMap<u32, Pairer>,
+    live: crate::memory::LiveMemory,
+    device_memory: MemoryUse,
+    pinned_memory: MemoryUse,
+    devices: BTreeMap<u32, Vec<DeviceRow>>,
+    events: FxHashMap<u32, u64>,
+    launches: FxHashMap<u32, Launches>,
+}
+
+impl StatsAcc {
+    /// One event of process `key` (`p` its facts and strings); events must come in time order.
+    pub fn feed(&mut self, key: u32, p: &Process, e: &RawEvent) {
+        *self.events.entry(key).or_default() += 1;
+        if let Some(r) = self.pairers.entry(key).or_default().feed(e) {
+            self.nvtx.entry((key, Domain::Nvtx(r.domain), r.name, "range")).or_default().add(r.end - r.start);
+            return;
+        }
+        match e.kind() {
+            Some(EventKind::Kernel) => {
+                self.kernels.entry((key, e.name)).or_default().add(e.duration());
+                self.kernel_seen(key, p, e.correlation);
+            }
+            Some(EventKind::Api) => {
+                self.api.entry((key, e.name)).or_default().add(e.duration());
+                if !p.info.finished && e.correlation != 0 {
+                    let launch = *self.is_launch.entry((key, e.name)).or_insert_with(|| {
+                        let n = p.string(e.name);
+                        n.contains("LaunchKernel") || n.contains("LaunchCooperativeKernel")
+                    });
+                    if launch {
+                        let l = self.launches.entry(key).or_default();
+                        if !l.early.contains(&e.correlation) {
+                            *l.waiting.entry(e.correlation).or_default() += 1;
+                        }
+                    }
+                }
+            }
+            Some(EventKind::Memcpy) => {
+                let (src, dst) = e.copy_memory_kinds();
+                let host = match e.sub {
+                    1 => names::memory_kind(src), // HtoD: the source is host memory
+                    2 => names::memory_kind(dst),
+                    9 => names::memory_kind(src),
+                    _ => "device",
+                };
+                let (kind, host) = (names::memcpy_kind(e.sub), host);
+                let row = self.memcpy.entry((kind, host)).or_insert_with(|| MemcpyRow {
+                    kind: kind.to_string(),
+                    host_memory: host.to_string(),
+                    count: 0,
+                    bytes: 0,
+                    total_ns: 0,
+                    gbps: 0.0,
+                    async_count: 0,
+                });
+                row.count += 1;
+                row.bytes += e.a;
+                row.total_ns += e.duration();
+                row.async_count += (e.flags & FLAG_ASYNC != 0) as u64;
+            }
+            Some(EventKind::Memset) => {
+                let kind = names::memory_kind(e.sub);
+                let row = self.memset.entry(kind).or_insert_with(|| MemsetRow {
+                    kind: kind.to_string(),
+                    count: 0,
+                    bytes: 0,
+                    total_ns: 0,
+                });
+                row.count += 1;
+                row.bytes += e.a;
+                row.total_ns += e.duration();
+            }
+            Some(EventKind::Sync) => {
+                let kind = names::sync_kind(e.sub);
+                let row =
+                    self.sync.entry(kind).or_insert_with(|| SyncRow { kind: kind.to_string(), count: 0, total_ns: 0 });
+                row.count += 1;
+                row.total_ns += e.duration();
+            }
+            Some(k @ (EventKind::Alloc | EventKind::Free)) => {
+                let Some(change) = self.live.apply(key, e) else { return };
+                let m = if change.device { &mut self.device_memory } else { &mut self.pinned_memory };
+                if k == EventKind::Alloc {
+                    m.malloc_count += 1;
+                    m.alloc_bytes += e.b;
+                    m.peak_bytes = m.peak_bytes.max(change.live);
+                } else {
+                    m.free_count += 1;
+                }
+            }
+            Some(EventKind::Device) => self.devices.entry(key).or_default().push(DeviceRow {
+                pid: p.info.pid,
+                device: e.device,
+                name: p.string(e.name).to_string(),
+                memory_bytes: e.a,
+                compute_capability: format!("{}.{}", e.compute_capability().0, e.compute_capability().1),
+                multiprocessors: e.c,
+            }),
+            Some(EventKind::Range) => {
+                self.nvtx.entry((key, Domain::Imported(e.c as u32), e.name, "range")).or_default().add(e.duration());
+            }
+            Some(EventKind::GraphNode) => {
+                let g = self.graphs.entry((key, e.a)).or_default();
+                g.0.insert(e.correlation);
+                g.1.insert(e.b);
+                g.2 += 1;
+                g.3 += e.duration();
+                self.kernel_seen(key, p, e.correlation);
+            }
+            Some(EventKind::NvtxCategory) => {
+                self.nvtx_categories.insert(NvtxCategoryRow {
+                    domain: p.nvtx_domain(e.c).to_string(),
+                    category: e.a,
+                    name: p.string(e.name).to_string(),
+                });
+            }
+            Some(EventKind::NvtxMark) => {
+                self.nvtx.entry((key, Domain::Nvtx(e.c), e.name, "mark")).or_default().add(0);
+            }
+            _ => {}
+        }
+    }
+
+    fn kernel_seen(&mut self, key: u32, p: &Process, correlation: u32) {
+        if p.info.finished || correlation == 0 {
+            return;
+        }
+        let l = self.launches.entry(key).or_default();
+        if l.waiting.remove(&correlation).is_none() {
+            l.early.insert(correlation);
+        }
+    }
+
+    /// The tables, given every process of the trace (those without events get a row too).
+    pub fn finish(self, processes: &BTreeMap<u32, Process>) -> Stats {
+        let string = |key: u32, id: u32| processes.get(&key).map_or("", |p| p.string(id));
+        let by_name = |map: FxHashMap<(u32, u32), Acc>| {
+            let mut named: HashMap<String, Acc> = HashMap::new();
+            for ((key, id), acc) in map {
+                named.entry(string(key, id).to_string()).or_default().merge(acc);
+            }
+            duration_rows(named)
+        };
+        let mut nvtx: BTreeMap<(String, String, &'static str), Acc> = BTreeMap::new();
+        for ((key, domain, name, kind), acc) in self.nvtx {
+            let domain = match domain {
+                Domain::Nvtx(id) => processes.get(&key).map_or("", |p| p.nvtx_domain(id)),
+                Domain::Imported(id) => string(key, id),
+            };
+            nvtx.entry((domain.to_string(), string(key, name).to_string(), kind)).or_default().merge(acc);
+        }
+        let mut rows = Vec::new();
+        let mut dropped = 0;
+        for (&key, p) in processes {
+            dropped += p.info.drops.total();
+            let launches_without_kernel = self.launches.get(&key).map_or(0, |l| l.waiting.values().sum::<u64>());
+            rows.push(process_row(p, self.events.get(&key).copied().unwrap_or(0), launches_without_kernel));
+        }
+        let mut device_memory = self.device_memory;
+        let mut pinned_memory = self.pinned_memory;
+        device_memory.live_bytes_at_end = self.live.device();
+        pinned_memory.live_bytes_at_end = self.live.pinned();
+        Stats {
+            kernels: by_name(self.kernels),
+            api: by_name(self.api),
+            memcpy: self
+                .memcpy
+                .into_values()
+                .map(|mut r| {
+                    r.gbps = if r.total_ns == 0 { 0.0 } else { r.bytes as f64 / r.total_ns as f64 };
+                    r
+                })
+                .collect(),
+            memset: self.memset.into_values().collect(),
+            memory: MemoryStats { device: device_memory, pinned_host: pinned_memory },
+            nvtx: nvtx
+                .into_iter()
+                .map(|((domain, name, kind), a)| NvtxRow {
+                    domain,
+                    name,
+                    kind,
+                    count: a.count,
+                    total_ns: a.total,
+                    avg_ns: a.total / a.count.max(1),
+                    min_ns: a.min,
+                    max_ns: a.max,
+                })
+                .collect(),
+            nvtx_categories: self.nvtx_categories.into_iter().collect(),
+            graphs: self
+                .graphs
+                .into_iter()
+                .map(|((pid, graph_id), (launches, nodes, kernels, kernel_ns))| GraphRow {
+                    pid,
+                    graph_id,
+                    launches: launches.len() as u64,
+                    kernels,
+                    nodes: nodes.len() as u64,
+                    kernel_ns,
+                })
+                .collect(),
+            sync: self.sync.into_values().collect(),
+            dropped,
+            processes: rows,
+            devices: self.devices.into_values().flatten().collect(),
+        }
+    }
+}
+
+fn duration_rows(map: HashMap<String, Acc>) -> Vec<DurationRow> {
+    let all: u64 = map.values().map(|a| a.total).sum();
+    let mut rows: Vec<DurationRow> = map
+        .into_iter()
+        .map(|(name, a)| DurationRow {
+            name,
+            count: a.count,
+            total_ns: a.total,
+            avg_ns: a.total / a.count.max(1),
+            min_ns: a.min,
+            max_ns: a.max,
+            percent: if all == 0 { 0.0 } else { 100.0 * a.total as f64 / all as f64 },
+        })
+        .collect();
+    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+    rows
+}
+
+fn process_row(p: &Process, events: u64, launches_without_kernel: u64) -> ProcessRow {
+    ProcessRow {
+        launches_without_kernel,
+        flush_period_ms: p.info.flush_period_ms,
+        rings_refused: p.info.rings_refused,
+        pid: p.info.pid,
+        ppid: p.info.ppid,
+        command: p.info.cmdline.join(" "),
+        host: p.info.host.clone(),
+        cupti_version: p.info.cupti_version,
+        status: p.info.status.clone(),
+        finished: p.info.finished,
+        events,
+        drops: p.info.drops,
+        records_unused: p
+            .info
+            .records_unused
+            .iter()
+            .map(|(class, skipped, incomplete)| UnusedRow {
+                class: class.clone(),
+                skipped: *skipped,
+                incomplete: *incomplete,
+            })
+            .collect(),
+        buffers_grown: p.info.buffers_grown,
+        buffers_refused: p.info.buffers_refused,
+        device_clock: if p.info.device_clock_monotonic {
+            "monotonic"
+        } else if p.clock.is_identity() {
+            "none"
+        } else {
+            "aligned"
+        }
+        .to_string(),
+    }
+}
