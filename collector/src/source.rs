@@ -105,11 +105,18 @@ impl EventSource {
         if index.iter().any(|e| e.tag == TAG_EVENTS) {
             return Ok(None);
         }
+        let (footer, cut_short) = match footer_of(&mut input, &index).map_err(fmt)? {
+            Ok(footer) => (footer, None),
+            Err(why) => (Footer::default(), Some(why)),
+        };
+        let mut input = BlockFile { reader: TraceReader::resume(input), pos: None };
         let mut processes: BTreeMap<u32, Process> = BTreeMap::new();
+        let mut with_facts = std::collections::HashSet::new();
         let mut string_bytes = 0u64;
         for e in index.iter().filter(|e| e.tag == TAG_PROCESS || e.tag == TAG_STRINGS) {
-            match block_at(&mut input, e.offset).map_err(fmt)? {
+            match input.read(e.offset).map_err(fmt)? {
                 Some(Block::Process(info)) => {
+                    with_facts.insert(info.file_key());
                     let p = processes.entry(info.file_key()).or_default();
                     p.rank = info.rank;
                     p.info = info;
@@ -137,15 +144,17 @@ impl EventSource {
             if p.info.pid == 0 {
                 p.info.pid = key;
             }
-            p.clock = if p.info.device_clock_monotonic || !p.info.clock_pairs.is_empty() {
+            // Version 2 facts hold every clock pair the agent took (it takes none it does not put there). Without
+            // facts (cut short before they were written) the pairs are its ClockSync events, found by a first pass
+            // over that process's blocks alone.
+            p.clock = if with_facts.contains(&key) {
                 clock_map(&p.info, &[])
             } else {
-                // No pairs in the facts (cut short before them, or an older recording): the ClockSync events in
-                // its blocks, found by a first pass over that process's blocks alone.
                 let mut pairs = Vec::new();
                 for e in event_blocks.iter().filter(|e| e.pid == key) {
-                    if let Some(Block::Events { events, .. }) = block_at(&mut input, e.offset).map_err(fmt)? {
-                        pairs.extend(events.into_iter().filter(|e| e.kind() == Some(EventKind::ClockSync)));
+                    if let Some(Block::Events { events, .. }) = input.read(e.offset).map_err(fmt)? {
+                        pairs.extend(events.iter().filter(|e| e.kind() == Some(EventKind::ClockSync)));
+                        input.reader.recycle(events);
                     }
                 }
                 clock_map(&p.info, &pairs)
@@ -162,10 +171,6 @@ impl EventSource {
             })
             .collect();
         blocks.sort_by_key(|b| (b.earliest, b.seq));
-        let (footer, cut_short) = match footer_of(&mut input, &index).map_err(fmt)? {
-            Ok(footer) => (footer, None),
-            Err(why) => (Footer::default(), Some(why)),
-        };
         Ok(Some(EventSource {
             processes,
             footer,
@@ -185,21 +190,26 @@ impl EventSource {
                     .into_iter()
                     .map(|(pid, events)| OpenBlock { pid, seq: 0, events, next: 0 })
                     .collect::<Vec<_>>();
-                self.peak_open_blocks = merge(&self.processes, blocks, Vec::new(), |_| Ok(None), &mut f)?;
+                self.peak_open_blocks = merge(&self.processes, blocks, Vec::new(), |_, _| Ok(None), &mut f)?;
             }
             Events::File { path, blocks } => {
                 let shown = path.display().to_string();
                 let fmt = |source| TraceError::Format { path: shown.clone(), source };
                 let file =
                     std::fs::File::open(&path).map_err(|source| TraceError::Open { path: shown.clone(), source })?;
-                let mut input = BufReader::with_capacity(1 << 20, file);
+                let reader = TraceReader::resume(BufReader::with_capacity(1 << 18, file));
+                let mut input = BlockFile { reader, pos: None };
+                let mut sort = SortScratch::default();
                 let processes = &self.processes;
-                let open = |b: &PendingBlock| -> Result<Option<OpenBlock>, TraceError> {
-                    let Some(Block::Events { mut events, .. }) = block_at(&mut input, b.offset).map_err(fmt)? else {
+                let open = |b: &PendingBlock, spare: Option<Vec<RawEvent>>| -> Result<Option<OpenBlock>, TraceError> {
+                    if let Some(v) = spare {
+                        input.reader.recycle(v);
+                    }
+                    let Some(Block::Events { mut events, .. }) = input.read(b.offset).map_err(fmt)? else {
                         return Ok(None);
                     };
                     crate::trace::align_device_events(&processes[&b.pid].clock, &mut events);
-                    events.sort_by_key(|e| e.start);
+                    sort.stable_by_start(&mut events);
                     Ok(Some(OpenBlock { pid: b.pid, seq: b.seq, events, next: 0 }))
                 };
                 self.peak_open_blocks = merge(processes, Vec::new(), blocks, open, &mut f)?;
@@ -215,10 +225,10 @@ fn merge(
     processes: &BTreeMap<u32, Process>,
     open: Vec<OpenBlock>,
     pending: Vec<PendingBlock>,
-    mut open_block: impl FnMut(&PendingBlock) -> Result<Option<OpenBlock>, TraceError>,
+    mut open_block: impl FnMut(&PendingBlock, Option<Vec<RawEvent>>) -> Result<Option<OpenBlock>, TraceError>,
     f: &mut impl FnMut(u32, &Process, &RawEvent),
 ) -> Result<usize, TraceError> {
-    let mut m = Merger { slots: Vec::new(), free: Vec::new(), heap: BinaryHeap::new() };
+    let mut m = Merger { slots: Vec::new(), free: Vec::new(), heap: BinaryHeap::new(), spare: None };
     for b in open {
         m.place(b);
     }
@@ -229,7 +239,7 @@ fn merge(
             // `>=`: a block that may start at the very time of the next event may also come before it.
             if m.heap.peek().is_none_or(|Reverse(h)| h.0 >= next.earliest) {
                 let next = pending.next().expect("peeked");
-                if let Some(b) = open_block(&next)? {
+                if let Some(b) = open_block(&next, m.spare.take())? {
                     m.place(b);
                 }
                 continue;
@@ -242,7 +252,8 @@ fn merge(
         match block.events.get(block.next) {
             Some(e) => m.heap.push(Reverse((e.start, pid, seq, block.next as u32, slot))),
             None => {
-                m.slots[slot] = None;
+                // Its vector is decoded into again: no allocation per block.
+                m.spare = m.slots[slot].take().map(|b| b.events);
                 m.free.push(slot);
             }
         }
@@ -254,6 +265,7 @@ struct Merger {
     slots: Vec<Option<OpenBlock>>,
     free: Vec<usize>,
     heap: BinaryHeap<HeadKey>,
+    spare: Option<Vec<RawEvent>>,
 }
 
 impl Merger {
@@ -272,9 +284,53 @@ impl Merger {
     }
 }
 
-fn block_at<R: std::io::Read + Seek>(input: &mut R, offset: u64) -> Result<Option<Block>, FileError> {
-    input.seek(SeekFrom::Start(offset))?;
-    TraceReader::resume(&mut *input).next_block()
+/// A stable sort by start that allocates nothing once warm: (start, position) keys sorted unstably, then the
+/// events gathered into a second vector that is kept for the next block (a block holds one ring after another,
+/// each in its own order, so equal times must keep their positions).
+#[derive(Default)]
+struct SortScratch {
+    keys: Vec<(u64, u32)>,
+    sorted: Vec<RawEvent>,
+}
+
+impl SortScratch {
+    fn stable_by_start(&mut self, events: &mut Vec<RawEvent>) {
+        if events.is_sorted_by_key(|e| e.start) {
+            return;
+        }
+        self.keys.clear();
+        self.keys.extend(events.iter().enumerate().map(|(i, e)| (e.start, i as u32)));
+        self.keys.sort_unstable();
+        self.sorted.clear();
+        self.sorted.extend(self.keys.iter().map(|&(_, i)| events[i as usize]));
+        std::mem::swap(events, &mut self.sorted);
+    }
+}
+
+/// Reads blocks by offset, mostly in file order, with one reader whose working memory is reused: a block that
+/// starts within what is already buffered is reached without a seek (a seek empties the buffer).
+struct BlockFile {
+    reader: TraceReader<BufReader<std::fs::File>>,
+    /// Where the last block read ended (`None` after an error or before the first read).
+    pos: Option<u64>,
+}
+
+impl BlockFile {
+    fn read(&mut self, offset: u64) -> Result<Option<Block>, FileError> {
+        let input = self.reader.input_mut();
+        match self.pos {
+            Some(p) if offset >= p && offset - p <= input.buffer().len() as u64 => {
+                input.seek_relative((offset - p) as i64)?
+            }
+            _ => {
+                input.seek(SeekFrom::Start(offset))?;
+            }
+        }
+        self.reader.at_block();
+        let block = self.reader.next_block();
+        self.pos = matches!(block, Ok(Some(_))).then(|| offset + self.reader.complete_bytes());
+        block
+    }
 }
 
 /// The footer after the last indexed block, or why the file ends without one.

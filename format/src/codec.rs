@@ -143,9 +143,30 @@ fn put(buf: &mut [u8], at: &mut usize, v: u64) {
 }
 
 /// Decodes a version 2 events block; `None` if it is malformed in any way (including trailing bytes).
+pub fn decode_columns(raw: &[u8], max_events: usize) -> Option<Vec<RawEvent>> {
+    let mut out = Vec::new();
+    decode_columns_into(raw, max_events, &mut ColumnScratch::default(), &mut out)?;
+    Some(out)
+}
+
+/// Working memory of [`decode_columns_into`], kept by readers that decode block after block.
+#[derive(Default)]
+pub struct ColumnScratch {
+    order: Vec<u32>,
+    values: Vec<[u64; COLUMNS]>,
+}
+
+/// [`decode_columns`] into `out` (cleared first), with reused working memory: a reader decoding millions of
+/// events allocates nothing per block.
 // The column index picks each column's transform as well as its slot.
 #[allow(clippy::needless_range_loop)]
-pub fn decode_columns(raw: &[u8], max_events: usize) -> Option<Vec<RawEvent>> {
+pub fn decode_columns_into(
+    raw: &[u8],
+    max_events: usize,
+    scratch: &mut ColumnScratch,
+    out: &mut Vec<RawEvent>,
+) -> Option<()> {
+    out.clear();
     let mut at = 0;
     let n = usize::try_from(varint::get(raw, &mut at)?).ok()?;
     // Each event takes at least 13 bytes: never trust a count the payload cannot hold.
@@ -164,12 +185,16 @@ pub fn decode_columns(raw: &[u8], max_events: usize) -> Option<Vec<RawEvent>> {
         first[k + 1] += first[k];
     }
     let mut fill = first;
-    let mut order = vec![0u32; n];
+    let order = &mut scratch.order;
+    order.clear();
+    order.resize(n, 0);
     for (i, &k) in kinds.iter().enumerate() {
         order[fill[k as usize]] = i as u32;
         fill[k as usize] += 1;
     }
-    let mut values = vec![[0u64; COLUMNS]; n];
+    let values = &mut scratch.values;
+    values.clear();
+    values.resize(n, [0u64; COLUMNS]);
     for k in 0..KINDS {
         let members = &order[first[k]..first[k + 1]];
         if members.is_empty() {
@@ -186,27 +211,22 @@ pub fn decode_columns(raw: &[u8], max_events: usize) -> Option<Vec<RawEvent>> {
     if at != raw.len() {
         return None;
     }
-    Some(
-        values
-            .iter()
-            .zip(kinds.iter().zip(subs))
-            .map(|(v, (&kind, &sub))| RawEvent {
-                kind,
-                sub,
-                flags: v[0] as u16,
-                tid: v[4] as u32,
-                start: v[1],
-                end: v[1].wrapping_add(v[2]),
-                correlation: v[3] as u32,
-                name: v[5] as u32,
-                device: v[6] as u32,
-                stream: v[7] as u32,
-                a: v[8],
-                b: v[9],
-                c: v[10],
-            })
-            .collect(),
-    )
+    out.extend(values.iter().zip(kinds.iter().zip(subs)).map(|(v, (&kind, &sub))| RawEvent {
+        kind,
+        sub,
+        flags: v[0] as u16,
+        tid: v[4] as u32,
+        start: v[1],
+        end: v[1].wrapping_add(v[2]),
+        correlation: v[3] as u32,
+        name: v[5] as u32,
+        device: v[6] as u32,
+        stream: v[7] as u32,
+        a: v[8],
+        b: v[9],
+        c: v[10],
+    }));
+    Some(())
 }
 
 /// Decodes a row-encoded block of a version 1 file: per event kind, sub, then varints of flags, tid, start (a

@@ -378,6 +378,18 @@ pub struct TraceReader<R: Read> {
     cut_short: Option<&'static str>,
     /// Bytes of complete blocks read so far (header included).
     complete_bytes: u64,
+    /// Working memory reused block after block (a fresh allocation per block costs more than decoding it).
+    scratch: ReadScratch,
+}
+
+#[derive(Default)]
+struct ReadScratch {
+    comp: Vec<u8>,
+    raw: Vec<u8>,
+    dctx: Option<zstd::bulk::Decompressor<'static>>,
+    columns: codec::ColumnScratch,
+    /// An events vector handed back with [`TraceReader::recycle`].
+    spare: Option<Vec<RawEvent>>,
 }
 
 impl<R: Read> TraceReader<R> {
@@ -391,13 +403,28 @@ impl<R: Read> TraceReader<R> {
         if !(OLDEST_READABLE_VERSION..=FILE_VERSION).contains(&version) {
             return Err(FileError::Version(version));
         }
-        Ok(TraceReader { input, done: false, cut_short: None, complete_bytes: 16 })
+        Ok(TraceReader { input, done: false, cut_short: None, complete_bytes: 16, scratch: ReadScratch::default() })
     }
 
     /// A reader of `input` positioned at a block boundary (an offset from [`crate::index`]) of a file whose
     /// header a reader already checked.
     pub fn resume(input: R) -> Self {
-        TraceReader { input, done: false, cut_short: None, complete_bytes: 0 }
+        TraceReader { input, done: false, cut_short: None, complete_bytes: 0, scratch: ReadScratch::default() }
+    }
+
+    /// The input, to reposition it at another block boundary; then call [`TraceReader::at_block`].
+    pub fn input_mut(&mut self) -> &mut R {
+        &mut self.input
+    }
+
+    /// The input now stands at a block boundary (as after [`TraceReader::resume`]), keeping the working memory.
+    pub fn at_block(&mut self) {
+        (self.done, self.cut_short, self.complete_bytes) = (false, None, 0);
+    }
+
+    /// Gives back the events vector of a block that was used up, so the next events block decodes into it.
+    pub fn recycle(&mut self, events: Vec<RawEvent>) {
+        self.scratch.spare = Some(events);
     }
 
     /// Why the file ended before its footer (`None` for a complete file, or before the end is reached).
@@ -470,22 +497,31 @@ impl<R: Read> TraceReader<R> {
             // (The index is for seeking readers, `crate::index`: a pass over blocks steps over it like this.)
             return Ok(Some(None));
         }
-        // Buffers grow with the bytes actually present: a corrupt header's sizes never allocate by themselves.
-        let mut comp = Vec::new();
+        // The compressed bytes grow with what is actually present; the decompressed ones are reserved up to the
+        // declared size, which is bounded by MAX_BLOCK_RAW (reserved, not touched: only what decodes is written).
+        let mut comp = std::mem::take(&mut self.scratch.comp);
+        comp.clear();
         (&mut self.input).take(comp_len as u64).read_to_end(&mut comp)?;
         if comp.len() != comp_len as usize {
+            self.scratch.comp = comp;
             return self.end_cut_short("the last block is incomplete: the recording was cut short");
         }
-        let mut raw = Vec::new();
-        zstd::stream::read::Decoder::new(&comp[..])
-            .and_then(|d| d.take(raw_len as u64 + 1).read_to_end(&mut raw))
-            .map_err(|e| FileError::Corrupt(format!("block does not decompress: {e}")))?;
+        let mut raw = std::mem::take(&mut self.scratch.raw);
+        raw.clear();
+        raw.reserve(raw_len as usize + 1);
+        let dctx = match &mut self.scratch.dctx {
+            Some(d) => d,
+            none => none.insert(zstd::bulk::Decompressor::new()?),
+        };
+        let decoded = dctx.decompress_to_buffer(&comp[..], &mut raw);
+        self.scratch.comp = comp;
+        decoded.map_err(|e| FileError::Corrupt(format!("block does not decompress: {e}")))?;
         if raw.len() != raw_len as usize {
             return Err(FileError::Corrupt("block size mismatch".into()));
         }
         self.complete_bytes += head_len + comp_len as u64;
         let corrupt = |what: &str| FileError::Corrupt(format!("undecodable {what} block"));
-        Ok(Some(Some(match tag {
+        let block = match tag {
             TAG_PROCESS => Block::Process(decode_process(&raw).ok_or_else(|| corrupt("process"))?),
             TAG_STRINGS => {
                 let base = u64::from_le_bytes(raw.get(..8).ok_or_else(|| corrupt("strings"))?.try_into().expect("8"));
@@ -495,16 +531,20 @@ impl<R: Read> TraceReader<R> {
                 pid,
                 events: codec::decode_rows(&raw, MAX_BLOCK_EVENTS).ok_or_else(|| corrupt("events"))?,
             },
-            TAG_EVENT_COLUMNS => Block::Events {
-                pid,
-                events: codec::decode_columns(&raw, MAX_BLOCK_EVENTS).ok_or_else(|| corrupt("events"))?,
-            },
+            TAG_EVENT_COLUMNS => {
+                let mut events = self.scratch.spare.take().unwrap_or_default();
+                codec::decode_columns_into(&raw, MAX_BLOCK_EVENTS, &mut self.scratch.columns, &mut events)
+                    .ok_or_else(|| corrupt("events"))?;
+                Block::Events { pid, events }
+            }
             TAG_FOOTER => {
                 self.done = true;
                 Block::Footer(postcard::from_bytes(&raw).map_err(|_| corrupt("footer"))?)
             }
             t => return Err(FileError::Corrupt(format!("unknown block tag {t}"))),
-        })))
+        };
+        self.scratch.raw = raw;
+        Ok(Some(Some(block)))
     }
 }
 
