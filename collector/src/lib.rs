@@ -12,6 +12,7 @@ pub mod export;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod import;
+pub mod launches;
 pub mod memory;
 pub mod names;
 pub mod output;

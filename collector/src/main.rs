@@ -249,8 +249,10 @@ fn run(cli: Cli) -> Result<i32> {
                     );
                 }
                 ExportFormat::Chrome => {
-                    let loaded = load(&trace)?;
-                    let n = cuflight_collector::export::chrome::export(&loaded, w).with_context(write_err)?;
+                    // Streamed in time order (cuflight traces block by block; imported ones loaded first).
+                    let mut source = cuflight_collector::source::EventSource::open(&trace)?;
+                    warn_cut_short(&trace, source.cut_short.as_deref());
+                    let n = cuflight_collector::export::chrome::export(&mut source, w).with_context(write_err)?;
                     eprintln!("cuflight: wrote {}: {n} trace events", output.display());
                 }
             }

@@ -18,6 +18,18 @@ pub fn function_part(name: &str) -> &str {
     name.strip_prefix("void ").unwrap_or(name)
 }
 
+/// A CUDA API call that can queue device work (kernel launches, graph launches, copies, memsets), by its name
+/// in any dialect we read: runtime and driver (`cudaLaunchKernel`, `cuLaunchKernel_ptsz`, `cuMemcpyHtoDAsync_v2`,
+/// `cudaGraphLaunch`), nsys' and Kineto's spellings alike. Flows from launches to their work start only here.
+pub fn api_queues_work(name: &str) -> bool {
+    ["Launch", "Memcpy", "Memset", "memcpy", "memset"].iter().any(|k| name.contains(k))
+}
+
+/// A CUDA API call that launches a kernel (not a graph, copy or memset).
+pub fn api_launches_kernel(name: &str) -> bool {
+    name.contains("LaunchKernel") || name.contains("LaunchCooperativeKernel")
+}
+
 /// CUPTI memcpy kind → short name.
 pub fn memcpy_kind(k: u8) -> &'static str {
     match k {

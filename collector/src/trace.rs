@@ -108,10 +108,7 @@ impl Process {
         self.events
             .iter()
             .filter(|e| e.kind() == Some(EventKind::Api) && e.correlation != 0 && !with_kernel.contains(&e.correlation))
-            .filter(|e| {
-                let n = self.string(e.name);
-                n.contains("LaunchKernel") || n.contains("LaunchCooperativeKernel")
-            })
+            .filter(|e| crate::names::api_launches_kernel(self.string(e.name)))
             .count() as u64
     }
 }

@@ -2,21 +2,68 @@
 //! TensorBoard's profiler plugin read it as they read a torch.profiler trace: categories `kernel`, `gpu_memcpy`,
 //! `gpu_memset`, `cuda_runtime`, `cuda_driver`, `user_annotation` (and `gpu_user_annotation`), `ac2g` flows, GPU
 //! events in pid = device / tid = stream, args `correlation`, `stream`, `device`, `grid`, `block`, `registers per
-//! thread`, `shared memory`, plus `deviceProperties` and `distributedInfo`. Written event by event.
+//! thread`, `shared memory`, plus `deviceProperties` and `distributedInfo`.
 //!
-//! Timestamps are microseconds with three decimals printed from integer nanoseconds, so nothing is rounded.
+//! Streamed from an [`EventSource`] in time order and written text by text (no JSON values are built), so memory
+//! stays bounded by per-process state (open NVTX ranges, live allocations, launches whose work has not appeared).
+//! `deviceProperties` follows `traceEvents`, as devices are known once the events have gone by; JSON readers do
+//! not care about key order. Timestamps are microseconds with three decimals printed from integer nanoseconds, so
+//! nothing is rounded.
 
+use crate::launches::LaunchJoin;
 use crate::names;
-use crate::trace::{Process, Trace};
+use crate::source::EventSource;
+use crate::trace::{Process, TraceError};
 use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_ASYNC, FLAG_DEVICE};
-use cuflight_format::EventKind;
-use serde_json::json;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use cuflight_format::{EventKind, RawEvent};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::io::Write;
 
 /// Nanoseconds as Kineto's microsecond text, exactly (`1234567` → `1234.567`).
 pub fn us(ns: u64) -> String {
-    format!("{}.{:03}", ns / 1000, ns % 1000)
+    Us(ns).to_string()
+}
+
+/// [`us`] without the allocation.
+struct Us(u64);
+
+impl fmt::Display for Us {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
+    }
+}
+
+/// A JSON string literal (RFC 8259 escaping).
+struct Js<'a>(&'a str);
+
+impl fmt::Display for Js<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"")?;
+        let s = self.0;
+        let mut from = 0;
+        for (i, b) in s.bytes().enumerate() {
+            let esc = match b {
+                b'"' => "\\\"",
+                b'\\' => "\\\\",
+                b'\n' => "\\n",
+                b'\r' => "\\r",
+                b'\t' => "\\t",
+                0..=0x1f => "",
+                _ => continue,
+            };
+            f.write_str(&s[from..i])?;
+            if esc.is_empty() {
+                write!(f, "\\u{b:04x}")?;
+            } else {
+                f.write_str(esc)?;
+            }
+            from = i + 1;
+        }
+        f.write_str(&s[from..])?;
+        f.write_str("\"")
+    }
 }
 
 struct Out<W: Write> {
@@ -26,14 +73,16 @@ struct Out<W: Write> {
 }
 
 impl<W: Write> Out<W> {
-    fn raw(&mut self, event: &str) -> std::io::Result<()> {
+    /// Starts the next trace event (the separator) and counts it.
+    fn next(&mut self) -> std::io::Result<&mut W> {
         if !std::mem::take(&mut self.first) {
             self.w.write_all(b",\n")?;
         }
         self.events += 1;
-        self.w.write_all(event.as_bytes())
+        Ok(&mut self.w)
     }
 
+    /// A complete ("X") event; `args` is the inside of the args object.
     #[allow(clippy::too_many_arguments)]
     fn complete(
         &mut self,
@@ -43,215 +92,321 @@ impl<W: Write> Out<W> {
         tid: u64,
         start: u64,
         end: u64,
-        args: serde_json::Value,
+        args: fmt::Arguments,
     ) -> std::io::Result<()> {
-        let e = format!(
-            r#"{{"ph":"X","cat":{},"name":{},"pid":{pid},"tid":{tid},"ts":{},"dur":{},"args":{args}}}"#,
-            json!(cat),
-            json!(name),
-            us(start),
-            us(end.saturating_sub(start)),
-        );
-        self.raw(&e)
+        let (ts, dur) = (Us(start), Us(end.saturating_sub(start)));
+        write!(
+            self.next()?,
+            r#"{{"ph":"X","cat":{},"name":{},"pid":{pid},"tid":{tid},"ts":{ts},"dur":{dur},"args":{{{args}}}}}"#,
+            Js(cat),
+            Js(name),
+        )
+    }
+
+    fn metadata(&mut self, what: &str, pid: u64, tid: u64, name: &str) -> std::io::Result<()> {
+        write!(self.next()?, r#"{{"ph":"M","name":"{what}","pid":{pid},"tid":{tid},"args":{{"name":{}}}}}"#, Js(name))
     }
 }
 
-/// Writes `trace` as Kineto-style JSON; returns the number of trace events written.
-pub fn export<W: Write>(trace: &Trace, w: W) -> std::io::Result<u64> {
+/// What one process needs while its events stream by.
+#[derive(Default)]
+struct ProcessOut {
+    ranges: crate::ranges::Pairer,
+    memory: crate::memory::LiveMemory,
+    launches: LaunchJoin,
+    /// A kernel held back for one event: the agent records a graph kernel's [`EventKind::GraphNode`] right after
+    /// it (same start, same correlation), and its graph ids belong in the kernel's args.
+    held: Option<RawEvent>,
+}
+
+/// Writes the trace of `source` as Kineto-style JSON; returns the number of trace events written.
+pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceError> {
+    let io = |e: std::io::Error| TraceError::Import { path: "output".into(), what: e.to_string() };
     let mut out = Out { w, first: true, events: 0 };
-    out.w.write_all(b"{\"schemaVersion\": 1,\n")?;
-    let mut devices = Vec::new();
-    let mut rank = None;
-    for p in trace.processes.values() {
-        rank = rank.or(p.rank);
-        for e in p.events.iter().filter(|e| e.kind() == Some(EventKind::Device)) {
-            devices.push(json!({
-                "id": e.device, "name": p.string(e.name), "totalGlobalMem": e.a,
-                "computeMajor": e.compute_capability().0, "computeMinor": e.compute_capability().1, "numSms": e.c,
-            }));
-        }
+    out.w.write_all(b"{\"schemaVersion\": 1,\n").map_err(io)?;
+    let processes = &source.processes;
+    if let Some(rank) = processes.values().find_map(|p| p.rank) {
+        let world = processes.values().filter_map(|p| p.rank).max().map_or(1, |r| r + 1);
+        writeln!(out.w, "\"distributedInfo\": {{\"backend\": \"nccl\", \"rank\": {rank}, \"world_size\": {world}}},")
+            .map_err(io)?;
     }
-    out.w.write_all(format!("\"deviceProperties\": {},\n", serde_json::Value::Array(devices)).as_bytes())?;
-    if let Some(rank) = rank {
-        let info = json!({"backend": "nccl", "rank": rank, "world_size": trace.processes.values().filter_map(|p| p.rank).max().map_or(1, |r| r + 1)});
-        out.w.write_all(format!("\"distributedInfo\": {info},\n").as_bytes())?;
+    out.w.write_all(b"\"traceEvents\": [\n").map_err(io)?;
+    for (&pid, p) in processes {
+        let label = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
+        out.metadata("process_name", pid as u64, 0, &label).map_err(io)?;
     }
-    out.w.write_all(b"\"traceEvents\": [\n")?;
+    let mut state: FxHashMap<u32, ProcessOut> = FxHashMap::default();
     let mut gpu_pids = BTreeSet::new();
-    for (&pid, p) in &trace.processes {
-        process(&mut out, pid, p, &mut gpu_pids)?;
+    let mut devices: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let mut failed = None;
+    source.for_each(|key, p, e| {
+        if failed.is_some() {
+            return;
+        }
+        let st = state.entry(key).or_default();
+        if let Err(err) = event(&mut out, key, p, e, st, &mut gpu_pids, &mut devices) {
+            failed = Some(err);
+        }
+    })?;
+    if let Some(e) = failed {
+        return Err(io(e));
     }
-    for device in gpu_pids {
-        let meta = json!({"ph": "M", "name": "process_name", "pid": device, "tid": 0, "args": {"name": format!("GPU {device}")}});
-        out.raw(&meta.to_string())?;
-    }
-    out.w.write_all(b"\n]}\n")?;
-    out.w.flush()?;
+    let rest = || -> std::io::Result<()> {
+        for (&pid, st) in state.iter_mut() {
+            if let Some(k) = st.held.take() {
+                kernel(&mut out, &source.processes[&pid], &k, None)?;
+            }
+        }
+        for device in gpu_pids {
+            out.metadata("process_name", device as u64, 0, &format!("GPU {device}"))?;
+        }
+        out.w.write_all(b"\n],\n\"deviceProperties\": [")?;
+        for (i, d) in devices.values().flatten().enumerate() {
+            out.w.write_all(if i == 0 { b"\n" } else { b",\n" })?;
+            out.w.write_all(d.as_bytes())?;
+        }
+        out.w.write_all(b"\n]}\n")?;
+        out.w.flush()
+    };
+    rest().map_err(io)?;
     Ok(out.events)
 }
 
-fn process<W: Write>(out: &mut Out<W>, pid: u32, p: &Process, gpu_pids: &mut BTreeSet<u32>) -> std::io::Result<()> {
-    let label = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
-    out.raw(&json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": label}}).to_string())?;
-    for e in p.events.iter().filter(|e| e.kind() == Some(EventKind::ThreadName)) {
-        let meta =
-            json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": e.a, "args": {"name": p.string(e.name)}});
-        out.raw(&meta.to_string())?;
+fn event<W: Write>(
+    out: &mut Out<W>,
+    key: u32,
+    p: &Process,
+    e: &RawEvent,
+    st: &mut ProcessOut,
+    gpu_pids: &mut BTreeSet<u32>,
+    devices: &mut BTreeMap<u32, Vec<String>>,
+) -> std::io::Result<()> {
+    if let Some(k) = st.held.take() {
+        let node = (e.kind() == Some(EventKind::GraphNode) && e.correlation == k.correlation && e.start == k.start)
+            .then_some((e.a, e.b));
+        kernel(out, p, &k, node)?;
+        if node.is_some() {
+            return Ok(());
+        }
     }
-    let launched: HashSet<u32> =
-        p.events.iter().filter(|e| e.is_gpu_work() && e.correlation != 0).map(|e| e.correlation).collect();
-    let api: HashSet<u32> = p
-        .events
-        .iter()
-        .filter(|e| e.kind() == Some(EventKind::Api) && e.correlation != 0)
-        .map(|e| e.correlation)
-        .collect();
-    let mut flow_ended = HashSet::new();
-    // Kernels run as CUDA graph nodes: (correlation, start) -> (graph id, node id).
-    let graph_of: HashMap<(u32, u64), (u64, u64)> = p
-        .events
-        .iter()
-        .filter(|e| e.kind() == Some(EventKind::GraphNode))
-        .map(|e| ((e.correlation, e.start), (e.a, e.b)))
-        .collect();
-    let mut pairer = crate::ranges::Pairer::default();
-    let mut memory = crate::memory::LiveMemory::default();
-    let pid = pid as u64;
-    for e in &p.events {
-        if let Some(r) = pairer.feed(e) {
-            let mut args = json!({"domain": p.nvtx_domain(r.domain)});
-            if let Some(payload) = r.payload {
-                args["payload"] = payload.to_json(); // cuflight's addition: the NVTX payload
-            }
-            out.complete("user_annotation", p.string(r.name), pid, r.tid as u64, r.start, r.end, args)?;
-            continue;
+    let pid = key as u64;
+    if let Some(r) = st.ranges.feed(e) {
+        let domain = Js(p.nvtx_domain(r.domain));
+        return match r.payload {
+            // cuflight's addition: the NVTX payload
+            Some(v) => out.complete(
+                "user_annotation",
+                p.string(r.name),
+                pid,
+                r.tid as u64,
+                r.start,
+                r.end,
+                format_args!(r#""domain":{domain},"payload":{}"#, v.to_json()),
+            ),
+            None => out.complete(
+                "user_annotation",
+                p.string(r.name),
+                pid,
+                r.tid as u64,
+                r.start,
+                r.end,
+                format_args!(r#""domain":{domain}"#),
+            ),
+        };
+    }
+    let name = p.string(e.name);
+    let corr = e.correlation;
+    match e.kind() {
+        Some(EventKind::Api) => {
+            let cat = if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" };
+            let cbid = e.a;
+            out.complete(
+                cat,
+                name,
+                pid,
+                e.tid as u64,
+                e.start,
+                e.end,
+                format_args!(r#""correlation":{corr},"cbid":{cbid}"#),
+            )?;
+            st.launches.api(p, e);
         }
-        let name = p.string(e.name);
-        let corr = e.correlation;
-        match e.kind() {
-            Some(EventKind::Api) => {
-                let cat = if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" };
-                out.complete(cat, name, pid, e.tid as u64, e.start, e.end, json!({"correlation": corr, "cbid": e.a}))?;
-                if corr != 0 && launched.contains(&corr) {
-                    let s = format!(
-                        r#"{{"ph":"s","id":{corr},"pid":{pid},"tid":{},"ts":{},"cat":"ac2g","name":"ac2g"}}"#,
-                        e.tid,
-                        us(e.start)
-                    );
-                    out.raw(&s)?;
-                }
-            }
-            Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
+        Some(EventKind::Kernel) => {
+            // Written with the next event of its process, which may be its graph node.
+            gpu_pids.insert(e.device);
+            st.held = Some(*e);
+            return flow(out, pid, st, e);
+        }
+        Some(EventKind::Memcpy) => {
+            gpu_pids.insert(e.device);
+            let (src, dst) = e.copy_memory_kinds();
+            let (src, dst) = (names::memory_kind(src), names::memory_kind(dst));
+            let label = format!("Memcpy {} ({} -> {})", names::memcpy_kind(e.sub), title(src), title(dst));
+            let gbps = if e.duration() == 0 { 0.0 } else { e.a as f64 / e.duration() as f64 };
+            // `async` is cuflight's addition, ignored by Kineto tools.
+            let extra = if e.flags & FLAG_ASYNC != 0 { r#","async":true"# } else { "" };
+            out.complete(
+                "gpu_memcpy",
+                &label,
+                e.device as u64,
+                e.stream as u64,
+                e.start,
+                e.end,
+                format_args!(
+                    r#"{},"bytes":{},"memory bandwidth (GB/s)":{}{extra}"#,
+                    WorkArgs(e),
+                    e.a,
+                    serde_json::Number::from_f64(gbps).map_or("0".into(), |n| n.to_string())
+                ),
+            )?;
+            return flow(out, pid, st, e);
+        }
+        Some(EventKind::Memset) => {
+            gpu_pids.insert(e.device);
+            let label = format!("Memset ({})", title(names::memory_kind(e.sub)));
+            out.complete(
+                "gpu_memset",
+                &label,
+                e.device as u64,
+                e.stream as u64,
+                e.start,
+                e.end,
+                format_args!(r#"{},"bytes":{}"#, WorkArgs(e), e.a),
+            )?;
+            return flow(out, pid, st, e);
+        }
+        Some(EventKind::Range) => {
+            if e.flags & FLAG_DEVICE != 0 {
                 gpu_pids.insert(e.device);
-                let (dpid, stream) = (e.device as u64, e.stream as u64);
-                let base = json!({"device": e.device, "context": 1, "stream": e.stream, "correlation": corr});
-                let mut args = base.as_object().cloned().unwrap_or_default();
-                let (cat, label) = match k {
-                    EventKind::Kernel => {
-                        let c = LaunchConfig::unpack(e.a, e.b, e.c);
-                        args.insert("grid".into(), json!(c.grid));
-                        args.insert("block".into(), json!(c.block));
-                        args.insert("registers per thread".into(), json!(c.registers));
-                        args.insert("shared memory".into(), json!(c.static_shared + c.dynamic_shared));
-                        if let Some(&(graph, node)) = graph_of.get(&(e.correlation, e.start)) {
-                            args.insert("graph id".into(), json!(graph)); // cuflight's addition
-                            args.insert("graph node id".into(), json!(node));
-                        }
-                        if let Some(m) = p.mangled.get(&e.name) {
-                            args.insert("mangled".into(), json!(m)); // cuflight's addition: the symbol as CUPTI named it
-                        }
-                        ("kernel", name.to_string())
-                    }
-                    EventKind::Memcpy => {
-                        let (src, dst) = e.copy_memory_kinds();
-                        let (src, dst) = (names::memory_kind(src), names::memory_kind(dst));
-                        args.insert("bytes".into(), json!(e.a));
-                        let gbps = if e.duration() == 0 { 0.0 } else { e.a as f64 / e.duration() as f64 };
-                        args.insert("memory bandwidth (GB/s)".into(), json!(gbps));
-                        if e.flags & FLAG_ASYNC != 0 {
-                            args.insert("async".into(), json!(true)); // cuflight's addition, ignored by Kineto tools
-                        }
-                        (
-                            "gpu_memcpy",
-                            format!("Memcpy {} ({} -> {})", names::memcpy_kind(e.sub), title(src), title(dst)),
-                        )
-                    }
-                    _ => {
-                        args.insert("bytes".into(), json!(e.a));
-                        ("gpu_memset", format!("Memset ({})", title(names::memory_kind(e.sub))))
-                    }
-                };
-                out.complete(cat, &label, dpid, stream, e.start, e.end, serde_json::Value::Object(args))?;
-                if corr != 0 && api.contains(&corr) && flow_ended.insert(corr) {
-                    let f = format!(
-                        r#"{{"ph":"f","id":{corr},"pid":{dpid},"tid":{stream},"ts":{},"cat":"ac2g","name":"ac2g","bp":"e"}}"#,
-                        us(e.start)
-                    );
-                    out.raw(&f)?;
-                }
-            }
-            Some(EventKind::Range) => {
+                let (d, s) = (e.device as u64, e.stream as u64);
+                out.complete("gpu_user_annotation", name, d, s, e.start, e.end, format_args!(""))?;
+            } else {
                 let domain = p.string(e.c as u32);
-                if e.flags & FLAG_DEVICE != 0 {
-                    gpu_pids.insert(e.device);
-                    out.complete(
-                        "gpu_user_annotation",
-                        name,
-                        e.device as u64,
-                        e.stream as u64,
-                        e.start,
-                        e.end,
-                        json!({}),
-                    )?;
-                } else {
-                    let cat = if domain.is_empty() { "user_annotation" } else { domain };
-                    out.complete(cat, name, pid, e.tid as u64, e.start, e.end, json!({}))?;
-                }
+                let cat = if domain.is_empty() { "user_annotation" } else { domain };
+                out.complete(cat, name, pid, e.tid as u64, e.start, e.end, format_args!(""))?;
             }
-            Some(EventKind::NvtxMark) => {
-                let i = format!(
-                    r#"{{"ph":"i","s":"t","cat":"user_annotation","name":{},"pid":{pid},"tid":{},"ts":{},"args":{}}}"#,
-                    json!(name),
-                    e.tid,
-                    us(e.start),
-                    match crate::ranges::Payload::of(e) {
-                        Some(v) => json!({"domain": p.nvtx_domain(e.c), "payload": v.to_json()}),
-                        None => json!({"domain": p.nvtx_domain(e.c)}),
-                    }
-                );
-                out.raw(&i)?;
-            }
-            Some(EventKind::Alloc | EventKind::Free) => {
-                // torch.profiler's memory events: Bytes is negative for a free; Device Type 1 = CUDA, 0 = CPU.
-                let Some(change) = memory.apply(0, e) else { continue };
-                let (device, bytes) = (change.device, change.delta);
-                let mut args = json!({"Addr": e.a, "Bytes": bytes, "Device Type": device as u8, "Device Id": e.device});
-                if !device {
-                    args["pinned"] = json!(true); // cuflight's addition: pinned host memory, not the CPU allocator
-                }
-                let i = format!(
-                    r#"{{"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":{pid},"tid":{},"ts":{},"args":{args}}}"#,
-                    e.tid,
-                    us(e.start)
-                );
-                out.raw(&i)?;
-            }
-            Some(EventKind::Sync) => {
-                let args = json!({"cuda_sync_kind": names::sync_kind(e.sub), "stream": e.stream as i64, "correlation": corr, "device": e.device});
-                out.complete(
-                    "cuda_sync",
-                    names::sync_kind(e.sub),
-                    e.device as u64,
-                    e.stream as u64,
-                    e.start,
-                    e.end,
-                    args,
-                )?;
-            }
-            _ => {}
         }
+        Some(EventKind::NvtxMark) => {
+            let domain = Js(p.nvtx_domain(e.c));
+            let w = out.next()?;
+            write!(
+                w,
+                r#"{{"ph":"i","s":"t","cat":"user_annotation","name":{},"pid":{pid},"tid":{},"ts":{},"args":{{"domain":{domain}"#,
+                Js(name),
+                e.tid,
+                Us(e.start)
+            )?;
+            if let Some(v) = crate::ranges::Payload::of(e) {
+                write!(w, r#","payload":{}"#, v.to_json())?;
+            }
+            w.write_all(b"}}")?;
+        }
+        Some(EventKind::Alloc | EventKind::Free) => {
+            // torch.profiler's memory events: Bytes is negative for a free; Device Type 1 = CUDA, 0 = CPU.
+            let Some(change) = st.memory.apply(0, e) else { return Ok(()) };
+            // `pinned` is cuflight's addition: pinned host memory, not the CPU allocator.
+            let pinned = if change.device { "" } else { r#","pinned":true"# };
+            write!(
+                out.next()?,
+                r#"{{"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":{pid},"tid":{},"ts":{},"args":{{"Addr":{},"Bytes":{},"Device Type":{},"Device Id":{}{pinned}}}}}"#,
+                e.tid,
+                Us(e.start),
+                e.a,
+                change.delta,
+                change.device as u8,
+                e.device
+            )?;
+        }
+        Some(EventKind::Sync) => {
+            let kind = names::sync_kind(e.sub);
+            out.complete(
+                "cuda_sync",
+                kind,
+                e.device as u64,
+                e.stream as u64,
+                e.start,
+                e.end,
+                format_args!(
+                    r#""cuda_sync_kind":{},"stream":{},"correlation":{corr},"device":{}"#,
+                    Js(kind),
+                    e.stream,
+                    e.device
+                ),
+            )?;
+        }
+        Some(EventKind::ThreadName) => out.metadata("thread_name", pid, e.a, name)?,
+        Some(EventKind::Device) => {
+            let (major, minor) = e.compute_capability();
+            devices.entry(key).or_default().push(format!(
+                r#"{{"id":{},"name":{},"totalGlobalMem":{},"computeMajor":{major},"computeMinor":{minor},"numSms":{}}}"#,
+                e.device,
+                Js(name),
+                e.a,
+                e.c
+            ));
+        }
+        _ => {}
     }
     Ok(())
+}
+
+/// The args every piece of device work carries.
+struct WorkArgs<'a>(&'a RawEvent);
+
+impl fmt::Display for WorkArgs<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = self.0;
+        write!(f, r#""device":{},"context":1,"stream":{},"correlation":{}"#, e.device, e.stream, e.correlation)
+    }
+}
+
+fn kernel<W: Write>(out: &mut Out<W>, p: &Process, e: &RawEvent, node: Option<(u64, u64)>) -> std::io::Result<()> {
+    let c = LaunchConfig::unpack(e.a, e.b, e.c);
+    let (g, b) = (c.grid, c.block);
+    let graph = node.map(|(graph, node)| format!(r#","graph id":{graph},"graph node id":{node}"#)); // cuflight's addition
+                                                                                                    // cuflight's addition: the symbol as CUPTI named it.
+    let mangled = p.mangled.get(&e.name).map(|m| format!(r#","mangled":{}"#, Js(m)));
+    out.complete(
+        "kernel",
+        p.string(e.name),
+        e.device as u64,
+        e.stream as u64,
+        e.start,
+        e.end,
+        format_args!(
+            r#"{},"grid":[{},{},{}],"block":[{},{},{}],"registers per thread":{},"shared memory":{}{}{}"#,
+            WorkArgs(e),
+            g[0],
+            g[1],
+            g[2],
+            b[0],
+            b[1],
+            b[2],
+            c.registers,
+            c.static_shared + c.dynamic_shared,
+            graph.as_deref().unwrap_or(""),
+            mangled.as_deref().unwrap_or("")
+        ),
+    )
+}
+
+/// The `ac2g` flow from the call that launched `e` to `e`, when `e` is that call's first work.
+fn flow<W: Write>(out: &mut Out<W>, pid: u64, st: &mut ProcessOut, e: &RawEvent) -> std::io::Result<()> {
+    let Some(launch) = st.launches.work(e) else { return Ok(()) };
+    let corr = e.correlation;
+    write!(
+        out.next()?,
+        r#"{{"ph":"s","id":{corr},"pid":{pid},"tid":{},"ts":{},"cat":"ac2g","name":"ac2g"}}"#,
+        launch.tid,
+        Us(launch.start)
+    )?;
+    write!(
+        out.next()?,
+        r#"{{"ph":"f","id":{corr},"pid":{},"tid":{},"ts":{},"cat":"ac2g","name":"ac2g","bp":"e"}}"#,
+        e.device,
+        e.stream,
+        Us(e.start)
+    )
 }
 
 /// "pageable" → "Pageable", as Kineto names memory kinds.
@@ -269,5 +424,13 @@ mod tests {
         assert_eq!(us(1712195495506161200), "1712195495506161.200");
         assert_eq!(us(5), "0.005");
         assert_eq!(title("pinned"), "Pinned");
+    }
+
+    #[test]
+    fn strings_are_escaped_as_json() {
+        let s = "a\"b\\c\nd\u{1}é<>";
+        let text = Js(s).to_string();
+        assert_eq!(serde_json::from_str::<String>(&text).unwrap(), s);
+        assert_eq!(text, r#""a\"b\\c\nd\u0001é<>""#);
     }
 }

@@ -91,10 +91,10 @@ impl StatsAcc {
             Some(EventKind::Api) => {
                 self.api.entry((key, e.name)).or_default().add(e.duration());
                 if !p.info.finished && e.correlation != 0 {
-                    let launch = *self.is_launch.entry((key, e.name)).or_insert_with(|| {
-                        let n = p.string(e.name);
-                        n.contains("LaunchKernel") || n.contains("LaunchCooperativeKernel")
-                    });
+                    let launch = *self
+                        .is_launch
+                        .entry((key, e.name))
+                        .or_insert_with(|| names::api_launches_kernel(p.string(e.name)));
                     if launch {
                         let l = self.launches.entry(key).or_default();
                         if !l.early.contains(&e.correlation) {

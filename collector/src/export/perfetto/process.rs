@@ -92,7 +92,7 @@ impl ProcessState {
         let strings = &self.strings;
         let launcher = *self.launcher_names.entry(name).or_insert_with(|| {
             let n = strings.get(&name).map_or("", String::as_str);
-            ["Launch", "Memcpy", "Memset", "memcpy", "memset"].iter().any(|k| n.contains(k))
+            crate::names::api_queues_work(n)
         });
         if launcher {
             self.in_flight.insert(e.correlation);
