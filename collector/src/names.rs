@@ -88,6 +88,45 @@ pub fn stable_hash(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
+// Kernel and range classifiers: the one place that judges a name, for every analysis and output.
+
+/// Whether HTA would count a kernel of this name as computation.
+pub fn is_compute_kernel(name: &str) -> bool {
+    let comm = name.starts_with("nccl") && name.contains("Kernel");
+    !(comm || name.contains("Memcpy") || name.starts_with("Memset") || name.contains("Sync") || name.starts_with("dma"))
+}
+
+/// GEMM/convolution kernels that run in fp32 on CUDA cores, judged by the names cuBLAS, cuDNN and CUTLASS give
+/// their kernels (`sgemm`, `f32f32`, `<float>` and no Tensor Core marker such as `tensorop`, `s1688`, `bf16`).
+pub fn is_fp32_gemm(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    let matmul = ["gemm", "conv", "matmul"].iter().any(|k| l.contains(k));
+    let tensor_cores = [
+        "tensorop", "hmma", "wgmma", "gmma", "h884", "h1688", "h16816", "s1688", "s16816", "i8816", "imma", "bf16",
+        "f16", "half", "tf32", "fp8", "e4m3", "e5m2", "int8",
+    ];
+    let fp32 = ["sgemm", "f32f32", "<float", "float>", "fp32", "_f32", "simt"];
+    matmul && !tensor_cores.iter().any(|k| l.contains(k)) && fp32.iter().any(|k| l.contains(k))
+}
+
+pub fn step_like(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    ["profilerstep", "step", "iteration", "train_step", "training_step", "iter "].iter().any(|k| l.starts_with(k))
+}
+
+/// NCCL's kernels, by the names CUPTI reports once demangled (`ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`,
+/// `ncclKernel_...`) or torch.profiler's (which may carry the return type: `void ncclKernel_...`).
+pub fn is_comm_kernel(name: &str) -> bool {
+    let name = function_part(name);
+    name.starts_with("nccl") && name.contains("Kernel") || name.starts_with("ncclDev")
+}
+
+/// Annotations that mark data loading (torch's `enumerate(DataLoader)#...__next__`, common NVTX names).
+pub fn is_loader_range(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    ["dataloader", "data_load", "data load", "load_batch", "next_batch", "fetch_batch"].iter().any(|k| l.contains(k))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,12 +46,6 @@ impl Breakdown {
     }
 }
 
-/// Whether HTA would count a kernel of this name as computation.
-pub fn is_compute_kernel(name: &str) -> bool {
-    let comm = name.starts_with("nccl") && name.contains("Kernel");
-    !(comm || name.contains("Memcpy") || name.starts_with("Memset") || name.contains("Sync") || name.starts_with("dma"))
-}
-
 /// Merged intervals as HTA computes them: (busy time, first group's start, last group's end).
 fn merge(mut v: Vec<(i64, i64)>) -> (i64, i64, i64) {
     v.sort_unstable();
@@ -212,6 +206,7 @@ pub fn breakdown(p: &Process, hta_rounding: bool) -> Breakdown {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::is_compute_kernel;
     use cuflight_format::RawEvent;
 
     #[test]

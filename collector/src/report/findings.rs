@@ -2,6 +2,7 @@
 //! model and the host-side findings (why the GPU idles); `gpu_findings.rs` holds those read off GPU work.
 
 use super::idle::{Cause, CauseKind, Example, IdleCauses};
+use super::spans::in_windows;
 use super::steps::Steps;
 use super::timeline::Timeline;
 use serde::Serialize;
@@ -286,11 +287,6 @@ fn sync_calls_in_steps(ctx: &Ctx) -> Vec<CallRow> {
         }
     }
     rows_by_time(rows)
-}
-
-pub fn in_windows(windows: &[(u64, u64)], t: u64) -> bool {
-    let k = windows.partition_point(|w| w.0 <= t);
-    k > 0 && t < windows[k - 1].1
 }
 
 /// (kernels in steps, how many are shorter than the median launch call, median kernel ns, median launch ns).

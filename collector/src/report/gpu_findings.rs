@@ -119,19 +119,6 @@ pub fn memcpy_heavy(ctx: &Ctx) -> Option<Finding> {
     Some(ctx.finding("memcpy_heavy", lost, summary, ev, FIX_MEMCPY))
 }
 
-/// GEMM/convolution kernels that run in fp32 on CUDA cores, judged by the names cuBLAS, cuDNN and CUTLASS give
-/// their kernels (`sgemm`, `f32f32`, `<float>` and no Tensor Core marker such as `tensorop`, `s1688`, `bf16`).
-pub fn is_fp32_gemm(name: &str) -> bool {
-    let l = name.to_ascii_lowercase();
-    let matmul = ["gemm", "conv", "matmul"].iter().any(|k| l.contains(k));
-    let tensor_cores = [
-        "tensorop", "hmma", "wgmma", "gmma", "h884", "h1688", "h16816", "s1688", "s16816", "i8816", "imma", "bf16",
-        "f16", "half", "tf32", "fp8", "e4m3", "e5m2", "int8",
-    ];
-    let fp32 = ["sgemm", "f32f32", "<float", "float>", "fp32", "_f32", "simt"];
-    matmul && !tensor_cores.iter().any(|k| l.contains(k)) && fp32.iter().any(|k| l.contains(k))
-}
-
 pub fn fp32_gemm(ctx: &Ctx) -> Option<Finding> {
     if ctx.tl.capability.is_some_and(|(major, _)| major < 7) {
         return None; // no Tensor Cores before Volta
@@ -320,7 +307,7 @@ pub fn kernel_rows(ctx: &Ctx, kernels: &[&RawEvent], top: usize) -> Vec<KernelRo
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::names::is_fp32_gemm;
 
     #[test]
     fn fp32_gemms_are_told_from_tensor_core_ones_by_name() {

@@ -167,7 +167,14 @@ fn kernel_chart(out: &mut String, p: &ProcessReport) {
     out.push_str("</table>");
 }
 
-pub fn render(r: &Report) -> String {
+impl Report {
+    /// The report as one self-contained HTML page.
+    pub fn to_html(&self) -> String {
+        render(self)
+    }
+}
+
+fn render(r: &Report) -> String {
     let mut out = String::from(
         "<!doctype html><html><head><meta charset=utf-8><title>cuflight report</title><style>\
          body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:960px}\

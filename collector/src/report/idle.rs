@@ -142,7 +142,7 @@ pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCa
             .ops
             .iter()
             .map(|&i| tl.event(i))
-            .filter(|e| super::findings::in_windows(windows, e.start))
+            .filter(|e| super::spans::in_windows(windows, e.start))
             .map(|e| (e.device, e.stream));
         let first = streams.next();
         streams.all(|s| Some(s) == first)

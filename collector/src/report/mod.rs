@@ -108,7 +108,7 @@ impl Report {
             .map(|(tl, warn)| {
                 let mut s = steps::detect(tl, opts.step.as_deref());
                 for (name, start) in &tl.unclosed {
-                    if steps::step_like(name) || opts.step.as_deref().is_some_and(|o| name.starts_with(o)) {
+                    if crate::names::step_like(name) || opts.step.as_deref().is_some_and(|o| name.starts_with(o)) {
                         warn.push(format!("step range \"{name}\" opened at {start} ns never ended; it was left out"));
                     }
                 }
@@ -201,14 +201,6 @@ impl Report {
 
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
-    }
-
-    pub fn to_text(&self) -> String {
-        text::render(self)
-    }
-
-    pub fn to_html(&self) -> String {
-        html::render(self)
     }
 }
 

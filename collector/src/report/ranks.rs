@@ -63,7 +63,7 @@ pub fn straggler(ctxs: &[Ctx]) -> Straggler {
         for r in 0..ctxs.len() {
             let w = durs[r] - min;
             waits[r].insert(comm[r][k], w);
-            if super::findings::in_windows(&ctxs[r].steps.windows, ctxs[r].tl.event(comm[r][k]).start) {
+            if super::spans::in_windows(&ctxs[r].steps.windows, ctxs[r].tl.event(comm[r][k]).start) {
                 wait_total[r] += w;
                 worst.push((w, k, r));
             }

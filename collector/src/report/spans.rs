@@ -68,6 +68,12 @@ pub fn median(mut v: Vec<u64>) -> u64 {
     *v.select_nth_unstable(mid).1
 }
 
+/// Whether `t` falls inside one of `windows` (sorted, not overlapping).
+pub fn in_windows(windows: &[(u64, u64)], t: u64) -> bool {
+    let k = windows.partition_point(|w| w.0 <= t);
+    k > 0 && t < windows[k - 1].1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,11 +51,6 @@ pub struct Steps {
     pub names: Vec<String>,
 }
 
-pub fn step_like(name: &str) -> bool {
-    let l = name.to_ascii_lowercase();
-    ["profilerstep", "step", "iteration", "train_step", "training_step", "iter "].iter().any(|k| l.starts_with(k))
-}
-
 /// Keeps the outermost of nested or overlapping ranges, in time order.
 fn top_level(mut v: Vec<HostRange>) -> Vec<HostRange> {
     v.sort_by_key(|r| (r.start, std::cmp::Reverse(r.end)));
@@ -80,7 +75,7 @@ pub fn detect(tl: &Timeline, step_option: Option<&str>) -> Steps {
         if !profiler.is_empty() {
             (StepSource::ProfilerStep, profiler)
         } else {
-            let nvtx = pick(&step_like);
+            let nvtx = pick(&crate::names::step_like);
             if nvtx.len() >= 2 {
                 (StepSource::Nvtx, nvtx)
             } else {

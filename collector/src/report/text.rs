@@ -179,7 +179,14 @@ fn process(out: &mut String, p: &ProcessReport) {
     }
 }
 
-pub fn render(r: &Report) -> String {
+impl Report {
+    /// The report as text for a terminal.
+    pub fn to_text(&self) -> String {
+        render(self)
+    }
+}
+
+fn render(r: &Report) -> String {
     let mut out = format!("Verdict: {}\n", r.verdict);
     if !r.findings.is_empty() {
         out.push_str("\nFindings, most costly first:\n");

@@ -3,6 +3,7 @@
 //! torch.profiler annotations and operators).
 
 use super::spans::{merge, Span};
+use crate::names;
 use crate::trace::Process;
 use cuflight_format::event::FLAG_DEVICE;
 use cuflight_format::{EventKind, RawEvent};
@@ -71,19 +72,6 @@ pub struct Timeline<'a> {
     pub device_memory: Option<u64>,
 }
 
-/// NCCL's kernels, by the names CUPTI reports once demangled (`ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`,
-/// `ncclKernel_...`) or torch.profiler's (which may carry the return type: `void ncclKernel_...`).
-pub fn is_comm_kernel(name: &str) -> bool {
-    let name = crate::names::function_part(name);
-    name.starts_with("nccl") && name.contains("Kernel") || name.starts_with("ncclDev")
-}
-
-/// Annotations that mark data loading (torch's `enumerate(DataLoader)#...__next__`, common NVTX names).
-pub fn is_loader_range(name: &str) -> bool {
-    let l = name.to_ascii_lowercase();
-    ["dataloader", "data_load", "data load", "load_batch", "next_batch", "fetch_batch"].iter().any(|k| l.contains(k))
-}
-
 pub fn classify_call(name: &str, copy: Option<&RawEvent>) -> CallClass {
     classify_flags(NameFlags::of(name), copy)
 }
@@ -132,12 +120,12 @@ impl NameFlags {
                 f |= flag;
             }
         };
-        set(super::breakdown::is_compute_kernel(name), Self::COMPUTE);
-        set(is_comm_kernel(name), Self::COMM);
-        set(super::gpu_findings::is_fp32_gemm(name), Self::FP32_GEMM);
+        set(names::is_compute_kernel(name), Self::COMPUTE);
+        set(names::is_comm_kernel(name), Self::COMM);
+        set(names::is_fp32_gemm(name), Self::FP32_GEMM);
         set(name.contains("ProfilerStep"), Self::PROFILER_STEP);
-        set(super::steps::step_like(name), Self::STEP_LIKE);
-        set(is_loader_range(name), Self::LOADER);
+        set(names::step_like(name), Self::STEP_LIKE);
+        set(names::is_loader_range(name), Self::LOADER);
         set(name.contains("Synchronize"), Self::SYNC);
         set(name.contains("Malloc") || name.contains("MemAlloc") || name.contains("Free"), Self::ALLOC);
         set(name.contains("Free"), Self::FREE);
@@ -322,6 +310,7 @@ impl<'a> Timeline<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::{is_comm_kernel, is_loader_range};
 
     #[test]
     fn calls_are_classified_by_their_effect_on_the_queue() {
