@@ -20,7 +20,7 @@ pub fn trace_reader(data: &[u8]) -> usize {
 pub fn segment(data: &[u8]) -> usize {
     let Ok(fd) = cuflight_format::segment::sealed_memfd(data) else { return 0 };
     let Ok(seg) = cuflight_format::segment::MappedSegment::from_fd(fd) else { return 0 };
-    crate::record::read_segment_once(seg)
+    crate::capture::record::read_segment_once(seg)
 }
 
 /// The Kineto importer over arbitrary bytes (gunzipped first when they look like gzip), then the report and its
@@ -37,10 +37,10 @@ pub fn kineto(data: &[u8]) -> bool {
 }
 
 /// `cuflight report` over an imported trace: it may refuse it (no GPU work), never panic.
-fn report(trace: crate::trace::Trace) {
+fn report(trace: crate::model::trace::Trace) {
     let traces = [("fuzz".to_string(), trace)];
     for step in [None, Some("ProfilerStep".to_string())] {
-        if let Ok(r) = crate::report::Report::compute(&traces, &crate::report::Options { step }) {
+        if let Ok(r) = crate::analysis::report::Report::compute(&traces, &crate::analysis::report::Options { step }) {
             let _ = (r.to_text(), r.to_json(), r.to_html());
         }
     }

@@ -2,9 +2,9 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use cuflight_collector::output::{self, Output};
-use cuflight_collector::record::{self, Inject, RecordOptions};
-use cuflight_collector::stats::Stats;
+use cuflight_collector::analysis::stats::Stats;
+use cuflight_collector::capture::record::{self, Inject, RecordOptions};
+use cuflight_collector::export::output::{self, Output};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -133,7 +133,7 @@ fn main() {
 }
 
 /// Loads a trace of any format, warning when it was cut short.
-fn load(path: &std::path::Path) -> Result<cuflight_collector::trace::Trace> {
+fn load(path: &std::path::Path) -> Result<cuflight_collector::model::trace::Trace> {
     let trace = cuflight_collector::import::load(path)?;
     warn_cut_short(path, trace.cut_short.as_deref());
     Ok(trace)
@@ -250,7 +250,7 @@ fn run(cli: Cli) -> Result<i32> {
                 }
                 ExportFormat::Chrome => {
                     // Streamed in time order (cuflight traces block by block; imported ones loaded first).
-                    let mut source = cuflight_collector::source::EventSource::open(&trace)?;
+                    let mut source = cuflight_collector::model::source::EventSource::open(&trace)?;
                     warn_cut_short(&trace, source.cut_short.as_deref());
                     let n = cuflight_collector::export::chrome::export(&mut source, w).with_context(write_err)?;
                     eprintln!("cuflight: wrote {}: {n} trace events", output.display());
@@ -266,8 +266,8 @@ fn run(cli: Cli) -> Result<i32> {
             for t in &traces {
                 loaded.push((t.display().to_string(), load(t)?));
             }
-            let opts = cuflight_collector::report::Options { step };
-            let report = cuflight_collector::report::Report::compute(&loaded, &opts)?;
+            let opts = cuflight_collector::analysis::report::Options { step };
+            let report = cuflight_collector::analysis::report::Report::compute(&loaded, &opts)?;
             let text = match format {
                 ReportFormat::Text => report.to_text(),
                 ReportFormat::Json => report.to_json() + "\n",
@@ -286,7 +286,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Recover { trace, output, force } => {
             let output = output.unwrap_or_else(|| output::default_beside(&trace, "recovered.cuf"));
             let out = Output::create(&output, &[&trace], force)?;
-            let r = cuflight_collector::recover::recover(&trace, std::io::BufWriter::new(out.try_clone()?))?;
+            let r = cuflight_collector::capture::recover::recover(&trace, std::io::BufWriter::new(out.try_clone()?))?;
             out.commit()?;
             match r.cut_short {
                 Some(why) => eprintln!(
@@ -302,7 +302,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Stats { trace, format } => {
             // Streamed: memory is bounded by the tables, whatever the trace's size.
-            let mut source = cuflight_collector::source::EventSource::open(&trace)?;
+            let mut source = cuflight_collector::model::source::EventSource::open(&trace)?;
             let stats = Stats::compute_source(&mut source)?;
             warn_cut_short(&trace, source.cut_short.as_deref());
             match format {

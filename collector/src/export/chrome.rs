@@ -10,10 +10,10 @@
 //! not care about key order. Timestamps are microseconds with three decimals printed from integer nanoseconds, so
 //! nothing is rounded.
 
-use crate::launches::LaunchJoin;
-use crate::names;
-use crate::source::EventSource;
-use crate::trace::{Process, TraceError};
+use crate::model::launches::LaunchJoin;
+use crate::model::names;
+use crate::model::source::EventSource;
+use crate::model::trace::{Process, TraceError};
 use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_ASYNC, FLAG_DEVICE};
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::FxHashMap;
@@ -111,8 +111,8 @@ impl<W: Write> Out<W> {
 /// What one process needs while its events stream by.
 #[derive(Default)]
 struct ProcessOut {
-    ranges: crate::ranges::Pairer,
-    memory: crate::memory::LiveMemory,
+    ranges: crate::model::ranges::Pairer,
+    memory: crate::model::memory::LiveMemory,
     launches: LaunchJoin,
     /// A kernel held back for one event: the agent records a graph kernel's [`EventKind::GraphNode`] right after
     /// it (same start, same correlation), and its graph ids belong in the kernel's args.
@@ -296,7 +296,7 @@ fn event<W: Write>(
                 e.tid,
                 Us(e.start)
             )?;
-            if let Some(v) = crate::ranges::Payload::of(e) {
+            if let Some(v) = crate::model::ranges::Payload::of(e) {
                 write!(w, r#","payload":{}"#, v.to_json())?;
             }
             w.write_all(b"}}")?;

@@ -1,5 +1,9 @@
-//! Timeline exports: Perfetto protobuf ([`perfetto`]) and Kineto-compatible Chrome JSON ([`chrome`]).
+//! Outputs: timelines as Perfetto protobuf ([`perfetto`]) and Kineto-compatible Chrome JSON ([`chrome`]), the
+//! text tables the analyses print ([`table`]), and files written so that they never destroy an input
+//! ([`output`]).
 
 pub mod chrome;
+pub mod output;
 pub mod perfetto;
 mod protobuf;
+pub(crate) mod table;

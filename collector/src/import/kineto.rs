@@ -7,7 +7,7 @@
 //! pid = device, tid = stream) are attached to the host process that launched them, found through the
 //! correlation id of the launching runtime call (or the `ac2g` flow when a kernel has no correlation).
 
-use crate::trace::{Process, StringTable, Trace};
+use crate::model::trace::{Process, StringTable, Trace};
 use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE};
 use cuflight_format::{EventKind, RawEvent};
 use serde::de::Visitor;
@@ -186,7 +186,7 @@ fn us_to_ns(raw: &str) -> Option<u64> {
 fn id_of(v: &Option<Id>) -> u64 {
     match v {
         Some(Id::Num(n)) => *n,
-        Some(Id::Text(s)) => crate::names::stable_hash(s) & 0x7fff_ffff,
+        Some(Id::Text(s)) => crate::model::names::stable_hash(s) & 0x7fff_ffff,
         None => 0,
     }
 }
@@ -365,7 +365,7 @@ impl Importer {
                 ev.kind = EventKind::Sync as u8;
                 ev.tid = 0;
                 let kind = a.cuda_sync_kind.as_deref().unwrap_or(&e.name);
-                ev.sub = crate::names::sync_kind_from_name(kind);
+                ev.sub = crate::model::names::sync_kind_from_name(kind);
                 ev.device = u(a.device).unwrap_or(pid) as u32;
                 ev.stream = a.stream.map_or(tid as i64, |n| n.0) as u32;
                 self.gpu.push((ev, String::new(), String::new(), (pid, tid)));

@@ -5,7 +5,7 @@ mod json_split;
 pub mod kineto;
 pub mod nsys;
 
-use crate::trace::{Trace, TraceError};
+use crate::model::trace::{Trace, TraceError};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 

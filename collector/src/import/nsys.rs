@@ -6,7 +6,7 @@
 //! one less than CUPTI's (pageable = 1); API names carry CUPTI's version suffix (`cudaMalloc_v3020`), which is
 //! dropped so they read like cuflight's own. Columns missing in other schema versions read as NULL.
 
-use crate::trace::{Process, StringTable, Trace};
+use crate::model::trace::{Process, StringTable, Trace};
 use cuflight_format::event::{LaunchConfig, API_DRIVER, API_RUNTIME};
 use cuflight_format::file::ProcessInfo;
 use cuflight_format::{EventKind, RawEvent};

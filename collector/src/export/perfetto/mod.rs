@@ -8,8 +8,8 @@
 //! names are interned on one packet sequence.
 
 use super::protobuf::Writer;
-use crate::names;
-use crate::trace::{Process, Trace};
+use crate::model::names;
+use crate::model::trace::{Process, Trace};
 use cuflight_format::EventKind;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::io::Write;
@@ -382,22 +382,24 @@ pub fn export<W: Write>(trace: &Trace, out: W) -> std::io::Result<ExportCounts> 
 
 /// Streams a cuflight trace file to Perfetto block by block: memory stays bounded by one block (64K events) plus
 /// per-process state (strings, open ranges, live allocations, launches in flight), whatever the trace's size.
-pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCounts, crate::trace::TraceError> {
+pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCounts, crate::model::trace::TraceError> {
     use cuflight_format::file::{Block, TraceReader, TAG_EVENTS, TAG_EVENT_COLUMNS, TAG_STRINGS};
     let shown = path.display().to_string();
-    let open = || -> Result<TraceReader<std::io::BufReader<std::fs::File>>, crate::trace::TraceError> {
+    let open = || -> Result<TraceReader<std::io::BufReader<std::fs::File>>, crate::model::trace::TraceError> {
         let f = std::fs::File::open(path)
-            .map_err(|source| crate::trace::TraceError::Open { path: shown.clone(), source })?;
+            .map_err(|source| crate::model::trace::TraceError::Open { path: shown.clone(), source })?;
         TraceReader::new(std::io::BufReader::with_capacity(1 << 20, f))
-            .map_err(|source| crate::trace::TraceError::Format { path: shown.clone(), source })
+            .map_err(|source| crate::model::trace::TraceError::Format { path: shown.clone(), source })
     };
-    let fmt = |source| crate::trace::TraceError::Format { path: shown.clone(), source };
-    let io =
-        |e: std::io::Error| crate::trace::TraceError::Import { path: shown.clone(), what: format!("writing: {e}") };
+    let fmt = |source| crate::model::trace::TraceError::Format { path: shown.clone(), source };
+    let io = |e: std::io::Error| crate::model::trace::TraceError::Import {
+        path: shown.clone(),
+        what: format!("writing: {e}"),
+    };
     let mut x = Exporter::new(out);
     // Pass 1: process facts only (written last by `record`), found through the block index: nothing else is read.
-    let mut file =
-        std::fs::File::open(path).map_err(|source| crate::trace::TraceError::Open { path: shown.clone(), source })?;
+    let mut file = std::fs::File::open(path)
+        .map_err(|source| crate::model::trace::TraceError::Open { path: shown.clone(), source })?;
     let mut infos: HashMap<u32, cuflight_format::file::ProcessInfo> = HashMap::default();
     for info in cuflight_format::index::process_facts(&mut file).map_err(fmt)? {
         let p = Process { info, ..Default::default() };
@@ -415,13 +417,13 @@ pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCou
         match block {
             Some(Block::Strings { pid, base, bytes }) => {
                 string_bytes += bytes.len() as u64;
-                if string_bytes > crate::trace::MAX_STRING_BYTES {
-                    let why = format!("more than {} MiB of strings", crate::trace::MAX_STRING_BYTES >> 20);
+                if string_bytes > crate::model::trace::MAX_STRING_BYTES {
+                    let why = format!("more than {} MiB of strings", crate::model::trace::MAX_STRING_BYTES >> 20);
                     return Err(fmt(cuflight_format::file::FileError::Corrupt(why)));
                 }
                 let st = states.entry(pid).or_insert_with(|| ProcessState::new(pid, HashMap::default()));
                 for (id, s) in cuflight_format::segment::parse_strings(base, &bytes).filter(|(_, s)| !s.is_empty()) {
-                    crate::trace::insert_string(&mut st.strings, &mut st.mangled, id, s);
+                    crate::model::trace::insert_string(&mut st.strings, &mut st.mangled, id, s);
                 }
             }
             Some(Block::Events { pid, mut events }) => {

@@ -18,8 +18,8 @@ pub(super) struct ProcessState {
     pub(super) in_flight: HashSet<u32>,
     pub(super) flows_ended: HashSet<u32>,
     pub(super) launcher_names: HashMap<u32, bool>,
-    pub(super) ranges: crate::ranges::Pairer,
-    pub(super) memory: crate::memory::LiveMemory,
+    pub(super) ranges: crate::model::ranges::Pairer,
+    pub(super) memory: crate::model::memory::LiveMemory,
     /// How device time maps onto the host clock (streaming only; fixed at the first block that can tell).
     pub(super) clock: Option<cuflight_format::file::ClockMap>,
     pub(super) labels: HashMap<u64, u64>,
@@ -38,7 +38,7 @@ impl ProcessState {
             in_flight: HashSet::default(),
             flows_ended: HashSet::default(),
             launcher_names: HashMap::default(),
-            ranges: crate::ranges::Pairer::default(),
+            ranges: crate::model::ranges::Pairer::default(),
             memory: Default::default(),
             clock: None,
             labels: HashMap::default(),
@@ -60,7 +60,7 @@ impl ProcessState {
 
     /// Moves device timestamps onto the host clock (the in-memory path did this at load).
     /// Moves device timestamps onto the host clock with the same rule as the in-memory path
-    /// ([`crate::trace::clock_map`]); traces older than the pairs in the process facts use the pairs in the first
+    /// ([`crate::model::trace::clock_map`]); traces older than the pairs in the process facts use the pairs in the first
     /// block that has any.
     pub(super) fn align(
         &mut self,
@@ -72,11 +72,11 @@ impl ProcessState {
             let info = info.unwrap_or(&default);
             let has_pairs = events.iter().any(|e| e.kind() == Some(EventKind::ClockSync));
             if info.device_clock_monotonic || !info.clock_pairs.is_empty() || has_pairs {
-                self.clock = Some(crate::trace::clock_map(info, events));
+                self.clock = Some(crate::model::trace::clock_map(info, events));
             }
         }
         if let Some(map) = &self.clock {
-            crate::trace::align_device_events(map, events);
+            crate::model::trace::align_device_events(map, events);
         }
     }
 
@@ -92,7 +92,7 @@ impl ProcessState {
         let strings = &self.strings;
         let launcher = *self.launcher_names.entry(name).or_insert_with(|| {
             let n = strings.get(&name).map_or("", String::as_str);
-            crate::names::api_queues_work(n)
+            crate::model::names::api_queues_work(n)
         });
         if launcher {
             self.in_flight.insert(e.correlation);
@@ -121,7 +121,7 @@ impl ProcessState {
     }
 
     pub(super) fn domain(&self, id: u64) -> &str {
-        crate::trace::nvtx_domain_name(id, |i| self.string(i))
+        crate::model::trace::nvtx_domain_name(id, |i| self.string(i))
     }
 
     pub(super) fn event<W: Write>(

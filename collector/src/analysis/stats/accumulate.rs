@@ -1,10 +1,10 @@
-//! The `stats` tables as an accumulator fed one event at a time in time order (from [`crate::source`]): it keeps
+//! The `stats` tables as an accumulator fed one event at a time in time order (from [`crate::model::source`]): it keeps
 //! per-(process, name id) aggregates, open NVTX ranges, live allocations and unmatched launches, never the events,
 //! so its memory does not grow with the trace.
 
 use super::*;
-use crate::names;
-use crate::ranges::Pairer;
+use crate::model::names;
+use crate::model::ranges::Pairer;
 use cuflight_format::event::FLAG_ASYNC;
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -67,7 +67,7 @@ pub struct StatsAcc {
     nvtx_categories: BTreeSet<NvtxCategoryRow>,
     graphs: BTreeMap<(u32, u64), GraphAcc>,
     pairers: FxHashMap<u32, Pairer>,
-    live: crate::memory::LiveMemory,
+    live: crate::model::memory::LiveMemory,
     device_memory: MemoryUse,
     pinned_memory: MemoryUse,
     devices: BTreeMap<u32, Vec<DeviceRow>>,

@@ -8,8 +8,8 @@
 //! exits with the program's status; a write error (full disk) stops recording but never the program, whose
 //! agents see the drain heartbeat stop and run on at full speed. A process that dies abruptly (SIGKILL) loses
 //! only what its agent had not flushed yet: the collector still holds its segment and drains it.
-use crate::output::{Output, OutputError};
-use crate::sink::Sink;
+use crate::capture::sink::Sink;
+use crate::export::output::{Output, OutputError};
 use cuflight_format::channel::{self, Listener};
 use cuflight_format::file::{Drops, Footer, ProcessInfo, TraceWriter};
 use cuflight_format::segment::{self, parse_strings, record_class, state, MappedSegment};

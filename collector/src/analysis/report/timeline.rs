@@ -3,8 +3,8 @@
 //! torch.profiler annotations and operators).
 
 use super::spans::{merge, Span};
-use crate::names;
-use crate::trace::Process;
+use crate::model::names;
+use crate::model::trace::Process;
 use cuflight_format::event::FLAG_DEVICE;
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -238,7 +238,7 @@ impl<'a> Timeline<'a> {
         calls.truncate(w);
         calls.shrink_to_fit();
 
-        let mut pairer = crate::ranges::Pairer::default();
+        let mut pairer = crate::model::ranges::Pairer::default();
         let mut ranges: Vec<HostRange> = Vec::new();
         for e in ev {
             if e.kind() == Some(EventKind::Range) && e.flags & FLAG_DEVICE == 0 {
@@ -310,7 +310,7 @@ impl<'a> Timeline<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::names::{is_comm_kernel, is_loader_range};
+    use crate::model::names::{is_comm_kernel, is_loader_range};
 
     #[test]
     fn calls_are_classified_by_their_effect_on_the_queue() {

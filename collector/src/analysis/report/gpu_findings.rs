@@ -58,10 +58,10 @@ fn worst(mut v: Vec<&RawEvent>) -> Vec<&RawEvent> {
 fn copy_label(e: &RawEvent) -> String {
     format!(
         "{} {} bytes ({} -> {})",
-        crate::names::memcpy_kind(e.sub),
+        crate::model::names::memcpy_kind(e.sub),
         e.a,
-        crate::names::memory_kind(e.b as u8),
-        crate::names::memory_kind(e.copy_memory_kinds().1)
+        crate::model::names::memory_kind(e.b as u8),
+        crate::model::names::memory_kind(e.copy_memory_kinds().1)
     )
 }
 
@@ -192,7 +192,7 @@ pub fn memory_growth(ctx: &Ctx) -> Option<Finding> {
     let mut mem: Vec<&RawEvent> =
         ctx.tl.p.events.iter().filter(|e| matches!(e.kind(), Some(EventKind::Alloc | EventKind::Free))).collect();
     mem.sort_by_key(|e| e.start);
-    let mut live = crate::memory::LiveMemory::default();
+    let mut live = crate::model::memory::LiveMemory::default();
     let pid = ctx.tl.p.info.pid;
     let mut at_end = Vec::with_capacity(windows.len());
     let mut it = mem.iter().peekable();
@@ -307,7 +307,7 @@ pub fn kernel_rows(ctx: &Ctx, kernels: &[&RawEvent], top: usize) -> Vec<KernelRo
 
 #[cfg(test)]
 mod tests {
-    use crate::names::is_fp32_gemm;
+    use crate::model::names::is_fp32_gemm;
 
     #[test]
     fn fp32_gemms_are_told_from_tensor_core_ones_by_name() {

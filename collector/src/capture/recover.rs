@@ -2,7 +2,7 @@
 //! a complete file: every complete block, then a footer. Every reader already accepts such a trace with a
 //! warning; a recovered copy reads without one and can be handed to tools that expect a footer.
 
-use crate::trace::TraceError;
+use crate::model::trace::TraceError;
 use cuflight_format::file::{Block, Footer, TraceReader, TraceWriter};
 use std::io::Write;
 use std::path::Path;

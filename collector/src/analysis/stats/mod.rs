@@ -3,9 +3,9 @@
 
 mod accumulate;
 
-use crate::source::EventSource;
-use crate::table::Table;
-use crate::trace::{Process, Trace};
+use crate::export::table::Table;
+use crate::model::source::EventSource;
+use crate::model::trace::{Process, Trace};
 pub use accumulate::StatsAcc;
 use serde::Serialize;
 
@@ -167,7 +167,7 @@ impl Stats {
         let mut acc = StatsAcc::default();
         let mut merged: Vec<(u32, &Process, &cuflight_format::RawEvent)> =
             trace.processes.iter().flat_map(|(&k, p)| p.events.iter().map(move |e| (k, p, e))).collect();
-        // The order of [`crate::source`]: start, then process key (a stable sort keeps file order within both).
+        // The order of [`crate::model::source`]: start, then process key (a stable sort keeps file order within both).
         merged.sort_by_key(|(k, _, e)| (e.start, *k));
         for (k, p, e) in merged {
             acc.feed(k, p, e);
@@ -176,7 +176,7 @@ impl Stats {
     }
 
     /// The tables of any trace, streamed: memory is bounded by the tables, not by the trace.
-    pub fn compute_source(source: &mut EventSource) -> Result<Stats, crate::trace::TraceError> {
+    pub fn compute_source(source: &mut EventSource) -> Result<Stats, crate::model::trace::TraceError> {
         let mut acc = StatsAcc::default();
         source.for_each(|k, p, e| acc.feed(k, p, e))?;
         Ok(acc.finish(&source.processes))

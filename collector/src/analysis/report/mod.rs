@@ -23,7 +23,7 @@ use serde::Serialize;
 use steps::{StepRow, StepSource};
 use timeline::Timeline;
 
-use crate::trace::Trace;
+use crate::model::trace::Trace;
 
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -108,7 +108,7 @@ impl Report {
             .map(|(tl, warn)| {
                 let mut s = steps::detect(tl, opts.step.as_deref());
                 for (name, start) in &tl.unclosed {
-                    if crate::names::step_like(name) || opts.step.as_deref().is_some_and(|o| name.starts_with(o)) {
+                    if crate::model::names::step_like(name) || opts.step.as_deref().is_some_and(|o| name.starts_with(o)) {
                         warn.push(format!("step range \"{name}\" opened at {start} ns never ended; it was left out"));
                     }
                 }

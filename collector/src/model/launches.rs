@@ -1,10 +1,10 @@
 //! The launch↔work join for one process's events in time order: an API call that can queue device work
-//! ([`crate::names::api_queues_work`]) waits, by correlation id, for the first kernel, copy or memset that carries
+//! ([`crate::model::names::api_queues_work`]) waits, by correlation id, for the first kernel, copy or memset that carries
 //! its id. A call starts before its work, so a time-ordered stream never needs to look back; what is kept is the
 //! calls whose work has not appeared yet (in flight, or lost with a process killed before its last flush), never
 //! the trace.
 
-use crate::trace::Process;
+use crate::model::trace::Process;
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::FxHashMap;
 
@@ -28,7 +28,8 @@ impl LaunchJoin {
         if e.kind() != Some(EventKind::Api) || e.correlation == 0 {
             return false;
         }
-        let queues = *self.queues_work.entry(e.name).or_insert_with(|| crate::names::api_queues_work(p.string(e.name)));
+        let queues =
+            *self.queues_work.entry(e.name).or_insert_with(|| crate::model::names::api_queues_work(p.string(e.name)));
         if queues {
             self.waiting.insert(e.correlation, Launch { tid: e.tid, start: e.start });
         }

@@ -43,7 +43,7 @@ pub fn insert_string<S: std::hash::BuildHasher>(
     bytes: &[u8],
 ) {
     let s = String::from_utf8_lossy(bytes).into_owned();
-    match crate::names::demangle(&s) {
+    match crate::model::names::demangle(&s) {
         Some(readable) => {
             strings.insert(id, readable);
             mangled.insert(id, s);
@@ -108,7 +108,7 @@ impl Process {
         self.events
             .iter()
             .filter(|e| e.kind() == Some(EventKind::Api) && e.correlation != 0 && !with_kernel.contains(&e.correlation))
-            .filter(|e| crate::names::api_launches_kernel(self.string(e.name)))
+            .filter(|e| crate::model::names::api_launches_kernel(self.string(e.name)))
             .count() as u64
     }
 }

@@ -75,7 +75,7 @@ pub fn detect(tl: &Timeline, step_option: Option<&str>) -> Steps {
         if !profiler.is_empty() {
             (StepSource::ProfilerStep, profiler)
         } else {
-            let nvtx = pick(&crate::names::step_like);
+            let nvtx = pick(&crate::model::names::step_like);
             if nvtx.len() >= 2 {
                 (StepSource::Nvtx, nvtx)
             } else {
@@ -219,7 +219,7 @@ pub fn breakdown(tl: &Timeline, name: &str, (s, e): Span) -> StepRow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::Process;
+    use crate::model::trace::Process;
     use cuflight_format::{EventKind, RawEvent};
 
     fn kernel(name: u32, start: u64, dur: u64, corr: u32) -> RawEvent {

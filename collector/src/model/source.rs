@@ -4,13 +4,13 @@
 //! A cuflight trace file is read through its block index: blocks are opened in the order of the earliest time they
 //! can hold and merged, so only blocks that overlap in time are in memory at once (a recording's blocks overlap by
 //! about one CUPTI flush period). Device timestamps are moved onto the host clock with the one rule of
-//! [`crate::trace::clock_map`] before merging. Imported traces (Kineto JSON, nsys SQLite) and version-1 files,
+//! [`crate::model::trace::clock_map`] before merging. Imported traces (Kineto JSON, nsys SQLite) and version-1 files,
 //! whose blocks carry no time range, are loaded whole and merged across processes the same way.
 //!
 //! The order is the in-memory loader's, so either path gives equal results: by start time, then process key, then
 //! file order (blocks, and events within a block), which keeps a thread's events with equal times in ring order.
 
-use crate::trace::{clock_map, Process, Trace, TraceError, MAX_STRING_BYTES};
+use crate::model::trace::{clock_map, Process, Trace, TraceError, MAX_STRING_BYTES};
 use cuflight_format::file::{Block, FileError, Footer, TraceReader, TAG_EVENT_COLUMNS, TAG_PROCESS};
 use cuflight_format::file::{TAG_EVENTS, TAG_STRINGS};
 use cuflight_format::index::{read_index, IndexEntry};
@@ -130,7 +130,7 @@ impl EventSource {
                     let p = processes.entry(pid).or_default();
                     for (id, s) in cuflight_format::segment::parse_strings(base, &bytes).filter(|(_, s)| !s.is_empty())
                     {
-                        crate::trace::insert_string(&mut p.strings, &mut p.mangled, id, s);
+                        crate::model::trace::insert_string(&mut p.strings, &mut p.mangled, id, s);
                     }
                 }
                 _ => {}
@@ -208,7 +208,7 @@ impl EventSource {
                     let Some(Block::Events { mut events, .. }) = input.read(b.offset).map_err(fmt)? else {
                         return Ok(None);
                     };
-                    crate::trace::align_device_events(&processes[&b.pid].clock, &mut events);
+                    crate::model::trace::align_device_events(&processes[&b.pid].clock, &mut events);
                     sort.stable_by_start(&mut events);
                     Ok(Some(OpenBlock { pid: b.pid, seq: b.seq, events, next: 0 }))
                 };
@@ -474,9 +474,9 @@ mod tests {
                 let s = &source.processes[key];
                 assert_eq!((s.info.pid, s.strings.len()), (p.info.pid, p.strings.len()), "{name}");
             }
-            let stats_loaded = crate::stats::Stats::compute(&trace);
+            let stats_loaded = crate::analysis::stats::Stats::compute(&trace);
             let mut source = EventSource::open(&path).unwrap();
-            assert_eq!(crate::stats::Stats::compute_source(&mut source).unwrap(), stats_loaded, "{name}");
+            assert_eq!(crate::analysis::stats::Stats::compute_source(&mut source).unwrap(), stats_loaded, "{name}");
             std::fs::remove_file(&path).unwrap();
         }
     }

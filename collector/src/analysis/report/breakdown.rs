@@ -20,7 +20,7 @@
 //!   running maximum end; busy time is Σ(group end - group start), signed (rounding can make an interval
 //!   negative), and the span runs from the first group's start to the last group's end.
 
-use crate::trace::Process;
+use crate::model::trace::Process;
 use cuflight_format::EventKind;
 use rustc_hash::FxHashSet;
 use serde::Serialize;
@@ -206,7 +206,7 @@ pub fn breakdown(p: &Process, hta_rounding: bool) -> Breakdown {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::names::is_compute_kernel;
+    use crate::model::names::is_compute_kernel;
     use cuflight_format::RawEvent;
 
     #[test]

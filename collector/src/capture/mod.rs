@@ -1,0 +1,7 @@
+//! Capture: running a program under the agent and turning what its agents hand over into a trace file.
+//! [`record`] launches the program and drains its agents' shared-memory rings (its writer thread is `sink`);
+//! [`recover`] completes a trace whose recording was cut short.
+
+pub mod record;
+pub mod recover;
+mod sink;

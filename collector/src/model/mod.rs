@@ -1,0 +1,11 @@
+//! The trace model every reader produces and every analysis and output consumes: processes and their events
+//! ([`trace`]), the time-ordered event stream ([`source`]), and the one rule for each fact derived from events:
+//! device memory alive ([`memory`]), NVTX ranges ([`ranges`]), launch-to-work flows ([`launches`]) and what a name
+//! says (kernel classes, API calls, step and data-loading ranges: [`names`]).
+
+pub mod launches;
+pub mod memory;
+pub mod names;
+pub mod ranges;
+pub mod source;
+pub mod trace;
