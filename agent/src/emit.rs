@@ -1,17 +1,18 @@
-//! The hot path: per-thread rings in the process's segment and interned strings.
+//! The hot path: where an event goes (the thread's own ring, CUPTI's delivery ring, the overflow ring) and what
+//! happens when it is full.
 //!
-//! A thread claims a free ring on its first event and keeps it in a thread-local until it exits; after that a
-//! push is a plain SPSC write (no lock, no allocation, no syscall). Only a full ring with a live collector makes
-//! a push wait, by yielding its core for at most 2 ms (see [`wait_for_room`]). Strings are interned into the segment's
-//! string region once: a lock-free open-addressing table maps a 64-bit hash of the bytes to the string's id,
-//! verified against the stored bytes; only a miss takes the interning lock.
+//! A thread claims a free ring on its first event ([`crate::rings`]) and keeps it in a thread-local until it
+//! exits; after that a push is a plain SPSC write (no lock, no allocation, no syscall). Only a full ring with a
+//! live collector makes a push wait, by yielding its core for at most 2 ms (see [`wait_for_room`]). Strings go
+//! through the segment's interner ([`crate::interner`]).
 
+use crate::rings::{claim, Shared};
 use crate::state;
 use cuflight_format::ring::Producer;
 use cuflight_format::segment::MappedSegment;
 use cuflight_format::RawEvent;
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 struct ThreadRing {
     generation: u64,
@@ -71,75 +72,6 @@ pub fn tid() -> u32 {
         .flatten()
         // SAFETY: gettid has no preconditions.
         .unwrap_or_else(|| unsafe { libc::gettid() as u32 })
-}
-
-/// Rings kept back from per-thread claims for the [`SharedRings`] (none in segments too small to spare them).
-fn kept_back(ring_count: u32) -> u32 {
-    if ring_count >= 4 {
-        SHARED_RINGS
-    } else {
-        0
-    }
-}
-const SHARED_RINGS: u32 = 2;
-/// The owner recorded in a shared ring's header (no thread id reaches it: pid_max is at most 2^22).
-const SHARED_OWNER: u32 = u32::MAX;
-
-/// A free ring for thread `tid`: a reserved one given back by an exited thread, else a newly reserved one (rings
-/// are reserved on demand up to the segment's count less those kept for [`SharedRings`]; see `segment`). Cold:
-/// once per thread.
-fn claim(seg: &MappedSegment, tid: u32) -> Option<Producer> {
-    let limit = seg.layout().ring_count - kept_back(seg.layout().ring_count);
-    loop {
-        let n = seg.reserved_rings();
-        let found = (0..n).map(|i| (tid.wrapping_mul(2654435761) % n.max(1) + i) % n.max(1)).find_map(|i| {
-            let ring = seg.ring(i)?;
-            ring.try_claim(tid).then(|| ring.producer())
-        });
-        if found.is_some() {
-            return found;
-        }
-        // Every reserved ring is taken: reserve another (None at the limit, or without memory: counted).
-        let i = seg.reserve_ring_below(limit)?;
-        let ring = seg.ring(i)?;
-        if ring.try_claim(tid) {
-            return Some(ring.producer());
-        }
-    }
-}
-
-/// Rings no single thread owns, each taken with a `try_lock` that never waits:
-///
-/// - **delivery**: CUPTI hands over device records (kernels, copies) in buffers, on its own thread or on whichever
-///   thread flushes. Those records get a ring that idle or surplus application threads can never take, so a
-///   process with more CUDA threads than rings still records every kernel.
-/// - **overflow**: for events of threads that found every per-thread ring taken (more threads than rings, or
-///   rings held by threads that went idle), instead of losing them.
-///
-/// Each is reserved on first use from the rings kept back for them (see [`kept_back`]). A `try_lock` that finds
-/// the ring busy falls back (delivery: to the thread's own ring; overflow: counted as `no_ring`).
-#[derive(Default)]
-pub struct SharedRings {
-    delivery: parking_lot::Mutex<Shared>,
-    overflow: parking_lot::Mutex<Shared>,
-}
-
-#[derive(Default)]
-struct Shared {
-    producer: Option<Producer>,
-    /// Reservation was tried and failed (no memory, or no ring left): do not retry on every buffer.
-    failed: bool,
-}
-
-impl Shared {
-    fn producer(&mut self, seg: &MappedSegment) -> Option<&mut Producer> {
-        if self.producer.is_none() && !self.failed {
-            let ring = seg.reserve_ring().and_then(|i| seg.ring(i)).filter(|r| r.try_claim(SHARED_OWNER));
-            self.producer = ring.map(|r| r.producer());
-            self.failed = self.producer.is_none();
-        }
-        self.producer.as_mut()
-    }
 }
 
 /// Where one CUPTI buffer's records go: the delivery ring while this thread holds it, else the thread's own.
@@ -405,143 +337,7 @@ fn push_borrowed(seg: &MappedSegment, ev: &mut RawEvent) -> bool {
     true
 }
 
-const TABLE: usize = 1 << 16;
-
-/// Interned strings of the current segment.
-pub struct Interner {
-    keys: Box<[AtomicU64]>,
-    ids: Box<[AtomicU32]>,
-    lock: parking_lot::Mutex<()>,
-}
-
-impl Interner {
-    pub fn new() -> Self {
-        Interner {
-            keys: (0..TABLE).map(|_| AtomicU64::new(0)).collect(),
-            ids: (0..TABLE).map(|_| AtomicU32::new(0)).collect(),
-            lock: parking_lot::Mutex::new(()),
-        }
-    }
-
-    /// Id of `s` in `seg`'s string region, appending it on first sight; 0 if the region or table is full.
-    pub fn intern(&self, seg: &MappedSegment, s: &[u8]) -> u32 {
-        let h = hash(s) | 1;
-        if let Some(id) = self.find(seg, h, s) {
-            return id;
-        }
-        let _guard = self.lock.lock();
-        if let Some(id) = self.find(seg, h, s) {
-            return id;
-        }
-        let mut slot = h as usize & (TABLE - 1);
-        for _ in 0..64 {
-            if self.keys[slot].load(Ordering::Relaxed) == 0 {
-                let Some(id) = seg.append_string(s) else {
-                    return 0;
-                };
-                self.ids[slot].store(id, Ordering::Relaxed);
-                self.keys[slot].store(h, Ordering::Release);
-                return id;
-            }
-            slot = (slot + 1) & (TABLE - 1);
-        }
-        // Table neighbourhood full: store the string anyway, uncached.
-        seg.append_string(s).unwrap_or(0)
-    }
-
-    fn find(&self, seg: &MappedSegment, h: u64, s: &[u8]) -> Option<u32> {
-        let mut slot = h as usize & (TABLE - 1);
-        for _ in 0..64 {
-            let k = self.keys[slot].load(Ordering::Acquire);
-            if k == 0 {
-                return None;
-            }
-            if k == h {
-                let id = self.ids[slot].load(Ordering::Relaxed);
-                if stored_equals(seg, id, s) {
-                    return Some(id);
-                }
-            }
-            slot = (slot + 1) & (TABLE - 1);
-        }
-        None
-    }
-}
-
-impl Default for Interner {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-fn stored_equals(seg: &MappedSegment, id: u32, s: &[u8]) -> bool {
-    let bytes = seg.strings_since(id as u64);
-    bytes.len() >= 4 + s.len() && bytes[..4] == (s.len() as u32).to_le_bytes() && &bytes[4..4 + s.len()] == s
-}
-
-/// A fast 64-bit hash (FxHash-style multiply-rotate over 8-byte words); quality is enough for a probe table
-/// whose hits are verified byte for byte.
-pub fn hash(s: &[u8]) -> u64 {
-    const K: u64 = 0x517c_c1b7_2722_0a95;
-    let mut h = s.len() as u64;
-    let mut chunks = s.chunks_exact(8);
-    for c in &mut chunks {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
-    }
-    let mut tail = [0u8; 8];
-    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
-    (h.rotate_left(5) ^ u64::from_le_bytes(tail)).wrapping_mul(K)
-}
-
 /// Interns `s` in this process's segment (0 when not recording).
 pub fn intern(s: &[u8]) -> u32 {
     state::intern(s)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use cuflight_format::segment::Layout;
-
-    #[test]
-    fn interning_is_idempotent_and_distinguishes_strings() {
-        let seg = MappedSegment::create(Layout { ring_count: 1, ring_capacity: 2, strings_capacity: 1 << 16 }, 1, 0, 0)
-            .unwrap();
-        let i = Interner::new();
-        let a = i.intern(&seg, b"gemm_kernel");
-        let b = i.intern(&seg, b"relu_kernel");
-        assert_ne!(a, b);
-        assert_eq!(i.intern(&seg, b"gemm_kernel"), a);
-        assert_eq!(i.intern(&seg, b""), i.intern(&seg, b""));
-    }
-
-    #[test]
-    fn threads_never_take_the_rings_kept_for_delivery_and_overflow() {
-        let seg =
-            MappedSegment::create(Layout { ring_count: 8, ring_capacity: 64, strings_capacity: 1 << 16 }, 1, 0, 0)
-                .unwrap();
-        let claimed = (1..=20).filter(|&tid| claim(&seg, tid).is_some()).count();
-        assert_eq!(claimed, 6, "8 rings less the 2 kept back");
-        let (mut delivery, mut overflow) = (Shared::default(), Shared::default());
-        assert!(delivery.producer(&seg).is_some());
-        assert!(overflow.producer(&seg).is_some());
-        assert_eq!(seg.reserved_rings(), 8);
-        assert_eq!(seg.ring(7).unwrap().owner(), SHARED_OWNER);
-        // Nothing left: a third shared ring is refused once, then not retried.
-        let mut third = Shared::default();
-        assert!(third.producer(&seg).is_none() && third.failed);
-        // A segment too small to spare rings gives them all to threads.
-        let tiny =
-            MappedSegment::create(Layout { ring_count: 2, ring_capacity: 64, strings_capacity: 1 << 16 }, 1, 0, 0)
-                .unwrap();
-        assert_eq!((1..=5).filter(|&tid| claim(&tiny, tid).is_some()).count(), 2);
-    }
-
-    #[test]
-    fn hash_depends_on_every_byte() {
-        assert_ne!(hash(b"abcdefgh1"), hash(b"abcdefgh2"));
-        assert_ne!(hash(b"a"), hash(b"a\0"));
-    }
 }

@@ -22,7 +22,10 @@ mod clock;
 mod cupti;
 mod devices;
 pub mod emit;
+mod interner;
 mod nvtx;
+mod rings;
+mod setup;
 mod state;
 
 use std::ffi::{c_char, c_int, CStr};
@@ -43,7 +46,7 @@ pub extern "C" fn InitializeInjection() -> c_int {
             );
             return 1;
         }
-        match cupti::start() {
+        match setup::start() {
             Ok(()) => state::finish_init(true),
             Err(why) => {
                 state::finish_init(false);

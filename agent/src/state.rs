@@ -5,7 +5,8 @@
 //! (its state belongs to the parent): the atfork child handler bumps a generation counter, forgets the segment
 //! and marks the process as a fork child; the child's first event creates a segment of its own.
 
-use crate::emit::{Interner, SharedRings};
+use crate::interner::Interner;
+use crate::rings::SharedRings;
 use cuflight_format::channel;
 use cuflight_format::segment::{self, state as seg_state, Layout, MappedSegment};
 use parking_lot::Mutex;
@@ -233,8 +234,8 @@ extern "C" fn after_fork_in_child() {
 }
 
 extern "C" fn at_exit() {
+    // CUPTI's forced flush (`cupti::at_exit`, registered later) has run by now: handlers run in reverse order.
     let _ = std::panic::catch_unwind(|| {
-        crate::cupti::final_flush();
         // A fork child that recorded nothing has no segment; do not create one just to close it.
         if let Some(seg) = existing_segment() {
             let h = seg.header();

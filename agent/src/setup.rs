@@ -1,0 +1,206 @@
+//! CUPTI setup, once per process from `InitializeInjection`: load libcupti, check its version, subscribe (naming
+//! the other tool when CUPTI is taken), enable our callbacks and activity kinds, register the activity buffers,
+//! and start the flush thread. What keeps data flowing afterwards is in [`crate::cupti`].
+
+use crate::{activity, callbacks, clock, cupti, state};
+use cupti_sys::cuda13 as c;
+use cupti_sys::loader::Cupti;
+use cupti_sys::CuptiFamily;
+use std::sync::atomic::Ordering;
+
+/// Driver callbacks worth recording when called directly (runtime calls are recorded in the runtime domain and
+/// their nested driver calls skipped): launches, copies, memsets, allocation and synchronisation.
+const DRIVER_CBIDS: &[u32] = &[
+    c::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+    c::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    c::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+    c::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    c::CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+    c::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+    c::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpy,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,
+    c::CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,
+    c::CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
+    c::CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,
+    c::CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,
+    c::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent,
+];
+
+/// Activity kinds: never KIND_KERNEL, which serialises kernels.
+const ACTIVITY_KINDS: &[(c::CUpti_ActivityKind, bool)] = &[
+    (c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, true),
+    (c::CUPTI_ACTIVITY_KIND_MEMCPY, true),
+    (c::CUPTI_ACTIVITY_KIND_MEMSET, true),
+    (c::CUPTI_ACTIVITY_KIND_MEMORY2, false),
+    (c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, false),
+    (c::CUPTI_ACTIVITY_KIND_OVERHEAD, false),
+];
+
+fn check(cupti: &Cupti, r: c::CUptiResult, what: &str) -> Result<(), String> {
+    if r == c::CUPTI_SUCCESS {
+        return Ok(());
+    }
+    Err(format!("{what} failed: {} (libcupti: {})", cupti.result_string(r), cupti.path))
+}
+
+/// The answer to timestamp requests once registered: CUPTI then stamps every record with the clock the agent
+/// stamps host events with, so device and host events need no alignment.
+extern "C" fn timestamp_ns() -> u64 {
+    clock::monotonic_ns()
+}
+
+/// Subscribes, naming ourselves (13.x `cuptiSubscribe_v2`), and names the other tool when CUPTI is taken.
+fn subscribe(cupti: &Cupti) -> Result<c::CUpti_SubscriberHandle, String> {
+    let mut subscriber: c::CUpti_SubscriberHandle = std::ptr::null_mut();
+    let mut other = [0 as std::ffi::c_char; 256];
+    let v1 = |subscriber: &mut c::CUpti_SubscriberHandle| {
+        // SAFETY: the callback is a panic-catching extern "C" fn; userdata is unused.
+        unsafe { (cupti.api.subscribe)(subscriber, Some(callbacks::api_callback), std::ptr::null_mut()) }
+    };
+    let mut r = match cupti.optional.subscribe_v2 {
+        Some(subscribe_v2) => {
+            // SAFETY: all-zero is a valid CUpti_SubscriberParams (pointers null, sizes 0).
+            let mut params: c::CUpti_SubscriberParams = unsafe { std::mem::zeroed() };
+            params.structSize = std::mem::size_of::<c::CUpti_SubscriberParams>();
+            params.subscriberName = c"cuflight".as_ptr();
+            params.oldSubscriberName = other.as_mut_ptr();
+            params.oldSubscriberSize = other.len();
+            // SAFETY: the callback is a panic-catching extern "C" fn; params and `other` outlive the call.
+            unsafe { subscribe_v2(&mut subscriber, Some(callbacks::api_callback), std::ptr::null_mut(), &mut params) }
+        }
+        None => v1(&mut subscriber),
+    };
+    if r != c::CUPTI_SUCCESS && r != c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
+        // A v2 entry point this release refuses: nothing was subscribed, the v1 call is the documented one.
+        r = v1(&mut subscriber);
+    }
+    if r == c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
+        other[other.len() - 1] = 0;
+        // SAFETY: NUL-terminated above; CUPTI wrote a C string or left zeros.
+        let name = unsafe { std::ffi::CStr::from_ptr(other.as_ptr()) }.to_string_lossy().into_owned();
+        let who = if name.is_empty() { "a profiler such as nsys or torch.profiler".to_string() } else { name };
+        return Err(format!("another CUPTI client ({who}) is already subscribed"));
+    }
+    check(cupti, r, "cuptiSubscribe")?;
+    Ok(subscriber)
+}
+
+/// The CUPTI version as a release, for messages.
+fn unsupported(version: u32, path: &str) -> String {
+    if (13..19).contains(&version) {
+        return format!("CUPTI API version {version} at {path} is CUDA 11.x; cuflight supports CUDA 12.0 and later");
+    }
+    format!("unsupported CUPTI version {version} at {path} (cuflight supports CUPTI 12.x and 13.x)")
+}
+
+/// Loads and configures CUPTI. Called once from `InitializeInjection` (inside the first cuInit). Nothing of
+/// CUPTI is kept unless the subscription succeeds, and a later failure unsubscribes again.
+pub fn start() -> Result<(), String> {
+    let seg = state::segment().ok_or("no recording session")?;
+    let cupti = Cupti::load().map_err(|e| e.to_string())?;
+    let api = cupti.api;
+    let mut version = 0u32;
+    // SAFETY: valid out-pointer.
+    let r = unsafe { (api.get_version)(&mut version) };
+    check(&cupti, r, "cuptiGetVersion")?;
+    CuptiFamily::from_version(version).ok_or_else(|| unsupported(version, &cupti.path))?;
+    let h = seg.header();
+    h.cupti_version.store(version, Ordering::Relaxed);
+    h.cupti_path.store(state::intern(cupti.path.as_bytes()), Ordering::Relaxed);
+    if cupti::installed() {
+        return Ok(()); // already started
+    }
+    let subscriber = subscribe(&cupti)?;
+    activity::init_pool();
+    cupti::install(cupti::Loaded { api, version });
+    if let Err(why) = configure(&cupti, subscriber) {
+        // Leave CUPTI as we found it for another tool: no activity kind of ours enabled, no subscriber.
+        for &(kind, _) in ACTIVITY_KINDS {
+            // SAFETY: plain CUPTI call; disabling a kind that was never enabled is harmless.
+            unsafe { (api.activity_disable)(kind) };
+        }
+        // SAFETY: our own subscriber.
+        unsafe { (api.unsubscribe)(subscriber) };
+        return Err(why);
+    }
+    let spawned = std::thread::Builder::new().name("cuflight-flush".into()).spawn(cupti::flush_loop);
+    if spawned.is_err() {
+        // SAFETY: as above.
+        unsafe { (api.unsubscribe)(subscriber) };
+        return Err("cannot start the flush thread".into());
+    }
+    cupti::flush_at_exit();
+    Ok(())
+}
+
+fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle) -> Result<(), String> {
+    let api = cupti.api;
+    // SAFETY: plain CUPTI configuration calls on our subscriber.
+    unsafe {
+        check(cupti, (api.enable_domain)(1, subscriber, c::CUPTI_CB_DOMAIN_RUNTIME_API), "enabling runtime callbacks")?;
+        for &cbid in DRIVER_CBIDS {
+            // An older CUPTI may not know a newer entry point (e.g. cuLaunchKernelEx): skip it, keep the rest.
+            let _ = (api.enable_callback)(1, subscriber, c::CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+        }
+        // System thread ids, so API calls and activity records name the same threads.
+        (api.set_thread_id_type)(c::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+        // One clock: CUPTI's default on Linux is CLOCK_REALTIME (CLOCK_MONOTONIC_RAW on WSL), which NTP steps and
+        // slews. The callback must be registered before any activity kind is enabled (cupti_activity.h).
+        // CUFLIGHT_DEVICE_CLOCK=cupti keeps CUPTI's own clock (aligned through clock pairs by the collector).
+        let keep_cupti_clock = std::env::var("CUFLIGHT_DEVICE_CLOCK").is_ok_and(|v| v.trim() == "cupti");
+        if let Some(register) = cupti.optional.register_timestamp_callback.filter(|_| !keep_cupti_clock) {
+            if register(Some(timestamp_ns)) == c::CUPTI_SUCCESS {
+                if let Some(seg) = state::segment() {
+                    seg.header().device_clock_monotonic.store(1, Ordering::Relaxed);
+                }
+            }
+        }
+        check(
+            cupti,
+            (api.activity_register_callbacks)(Some(activity::buffer_requested), Some(activity::buffer_completed)),
+            "registering activity buffers",
+        )?;
+        for &(kind, required) in ACTIVITY_KINDS {
+            if !layout_is_readable(cupti, kind) {
+                if required {
+                    return Err(format!("CUPTI at {} writes activity records older than cuflight reads", cupti.path));
+                }
+                continue;
+            }
+            let r = (api.activity_enable)(kind);
+            if required {
+                check(cupti, r, "enabling activity records")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where the release says how long its records of `kind` are (13.x `cuptiActivityGetStructSize`), check that
+/// they hold every field the decoder reads.
+fn layout_is_readable(cupti: &Cupti, kind: c::CUpti_ActivityKind) -> bool {
+    let (Some(get), Some(min)) = (cupti.optional.get_struct_size, activity::min_size(kind)) else {
+        return true;
+    };
+    let mut size = 0usize;
+    // SAFETY: valid out-pointer; version 0 asks for this release's layout.
+    let r = unsafe { get(kind, 0, &mut size) };
+    r != c::CUPTI_SUCCESS || size >= min
+}
