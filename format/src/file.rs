@@ -155,6 +155,13 @@ impl ClockMap {
         self.pairs.iter().all(|&(c, m)| c == m)
     }
 
+    /// Later CUPTI times map to later (or equal) host times: CLOCK_MONOTONIC grows between every two pairs. Pairs
+    /// from a CUPTI clock that was stepped back, or crafted ones, break this; readers that merge by time must then
+    /// not trust mapped bounds.
+    pub fn is_increasing(&self) -> bool {
+        self.pairs.windows(2).all(|w| w[1].1 > w[0].1)
+    }
+
     /// Offset (monotonic - CUPTI) at CUPTI time `t`.
     pub fn offset_at(&self, t: u64) -> i64 {
         let off = |(c, m): (u64, u64)| (m as i64 - c as i64) as i128;

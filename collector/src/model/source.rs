@@ -165,9 +165,10 @@ impl EventSource {
             .enumerate()
             .map(|(seq, e)| {
                 // Host events start no earlier than the block's first start, device events no earlier than its
-                // image on the host clock (the map is increasing).
+                // image on the host clock when the map is increasing; otherwise nothing is known: open it first.
                 let map = &processes[&e.pid].clock;
-                PendingBlock { earliest: e.first.min(map.map(e.first)), seq: seq as u32, offset: e.offset, pid: e.pid }
+                let earliest = if map.is_increasing() { e.first.min(map.map(e.first)) } else { 0 };
+                PendingBlock { earliest, seq: seq as u32, offset: e.offset, pid: e.pid }
             })
             .collect();
         blocks.sort_by_key(|b| (b.earliest, b.seq));
@@ -210,6 +211,15 @@ impl EventSource {
                     };
                     crate::model::trace::align_device_events(&processes[&b.pid].clock, &mut events);
                     sort.stable_by_start(&mut events);
+                    // A writer never puts an event before the start its header declares: this block's header
+                    // (and the index built from it) cannot be trusted, and events would come out of order.
+                    if events.first().is_some_and(|e| e.start < b.earliest) {
+                        let why = format!(
+                            "the block at byte {} holds events earlier than its header declares (`cuflight recover` rewrites the headers)",
+                            b.offset
+                        );
+                        return Err(fmt(FileError::Corrupt(why)));
+                    }
                     Ok(Some(OpenBlock { pid: b.pid, seq: b.seq, events, next: 0 }))
                 };
                 self.peak_open_blocks = merge(processes, Vec::new(), blocks, open, &mut f)?;
@@ -492,6 +502,48 @@ mod tests {
         // A block holds one flush of a process plus the previous flush's device work: each overlaps the next
         // block of every process, so at most about three per process are open, never the file.
         assert!(source.peak_open_blocks <= 9, "{} blocks open at once", source.peak_open_blocks);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_block_whose_header_lies_about_its_time_is_refused_not_misordered() {
+        let path = temp("lying");
+        write_trace(&path, false);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let (index, _) = read_index(&mut std::io::Cursor::new(&bytes)).unwrap();
+        let second = index.iter().filter(|e| e.tag == TAG_EVENT_COLUMNS).nth(1).unwrap().offset as usize;
+        let at = second + cuflight_format::file::BLOCK_HEAD;
+        bytes[at..at + 8].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
+        bytes.truncate(bytes.len() - 16); // no trailer: the index is rebuilt from the (lying) headers
+        std::fs::write(&path, &bytes).unwrap();
+        let mut source = EventSource::open(&path).unwrap();
+        let err = source.for_each(|_, _, _| {}).unwrap_err().to_string();
+        assert!(err.contains("earlier than its header declares"), "{err}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_device_clock_that_steps_back_still_streams_in_order() {
+        // Pairs whose monotonic side goes back (a stepped CUPTI clock, or crafted): the map decreases, so a block's
+        // mapped first start is no lower bound; its blocks open first and the order is still the loader's.
+        let path = temp("stepped");
+        let mut w = TraceWriter::new(Vec::new()).unwrap();
+        let host: Vec<RawEvent> = (0..100)
+            .map(|i| RawEvent::new(EventKind::Api, 7, 1_500_000 + i * 10_000, 1_500_000 + i * 10_000 + 5))
+            .collect();
+        let device: Vec<RawEvent> = (0..100)
+            .map(|i| RawEvent::new(EventKind::Kernel, 0, 5_000_000 + i * 10_000, 5_000_000 + i * 10_000 + 5))
+            .collect();
+        w.write_events(20, &host).unwrap();
+        w.write_events(20, &device).unwrap();
+        let pairs = vec![(5_000_000, 3_000_000), (6_000_000, 1_000_000)];
+        assert!(!cuflight_format::file::ClockMap::from_pairs(pairs.clone()).is_increasing());
+        w.write_process(&ProcessInfo { pid: 20, clock_pairs: pairs, ..Default::default() }).unwrap();
+        std::fs::write(&path, w.finish(Footer::default()).unwrap()).unwrap();
+        let loaded = Trace::load(&path).unwrap();
+        let (_, events) = streamed(&path);
+        assert_eq!(events.len(), 200);
+        assert_eq!(events, loaded_order(&loaded));
         std::fs::remove_file(&path).unwrap();
     }
 }
