@@ -227,12 +227,40 @@ fn memory_kind(s: &str) -> u8 {
     }
 }
 
+/// Names of GPU events while their process is not known yet: id 0 is "".
+#[derive(Default)]
+struct GpuNames {
+    ids: rustc_hash::FxHashMap<String, u32>,
+    names: Vec<String>,
+}
+
+impl GpuNames {
+    fn id(&mut self, s: &str) -> u32 {
+        if s.is_empty() {
+            return 0;
+        }
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        self.names.push(s.to_string());
+        let id = self.names.len() as u32;
+        self.ids.insert(s.to_string(), id);
+        id
+    }
+
+    fn name(&self, id: u32) -> &str {
+        id.checked_sub(1).and_then(|i| self.names.get(i as usize)).map_or("", String::as_str)
+    }
+}
+
 /// What the import collects before GPU events can be attached to their host process.
 #[derive(Default)]
 struct Importer {
     host: BTreeMap<u32, (Process, StringTable)>,
-    /// GPU-side events with their name, category and raw (pid, tid), placed at the end.
-    gpu: Vec<(RawEvent, String, String, (u64, u64))>,
+    /// GPU-side events with their raw (pid, tid), placed at the end; `name` and `c` (the category of device
+    /// ranges) hold ids of `gpu_names` until then, so each distinct name is stored once, not once per kernel.
+    gpu: Vec<(RawEvent, (u64, u64))>,
+    gpu_names: GpuNames,
     correlation_pid: HashMap<u32, u32>,
     /// ac2g/async flow ends on GPU tracks: (device pid, stream, ts) → flow id (the correlation).
     flow_ends: HashMap<(u64, u64, u64), u32>,
@@ -320,7 +348,8 @@ impl Importer {
                     dynamic_shared: 0,
                 };
                 (ev.a, ev.b, ev.c) = cfg.pack();
-                self.gpu.push((ev, e.name.into_owned(), String::new(), (pid, tid)));
+                ev.name = self.gpu_names.id(&e.name);
+                self.gpu.push((ev, (pid, tid)));
             }
             ("X", "gpu_memcpy" | "Memcpy") => {
                 let (kind, src, dst) = memcpy_kinds(&e.name);
@@ -334,7 +363,7 @@ impl Importer {
                 if a.is_async == Some(true) {
                     ev.flags = FLAG_ASYNC;
                 }
-                self.gpu.push((ev, String::new(), String::new(), (pid, tid)));
+                self.gpu.push((ev, (pid, tid)));
             }
             ("X", "gpu_memset" | "Memset") => {
                 ev.kind = EventKind::Memset as u8;
@@ -343,14 +372,16 @@ impl Importer {
                 ev.device = u(a.device).unwrap_or(pid) as u32;
                 ev.stream = u(a.stream).unwrap_or(tid) as u32;
                 ev.a = u(a.bytes).unwrap_or(0);
-                self.gpu.push((ev, String::new(), String::new(), (pid, tid)));
+                self.gpu.push((ev, (pid, tid)));
             }
             ("X", "gpu_user_annotation") => {
                 ev.flags = FLAG_DEVICE;
                 ev.tid = 0;
                 ev.device = pid as u32;
                 ev.stream = tid as u32;
-                self.gpu.push((ev, e.name.into_owned(), cat.to_string(), (pid, tid)));
+                ev.name = self.gpu_names.id(&e.name);
+                ev.c = self.gpu_names.id(cat) as u64;
+                self.gpu.push((ev, (pid, tid)));
             }
             ("X", "cuda_runtime" | "Runtime" | "cuda_driver" | "Driver") => {
                 ev.kind = EventKind::Api as u8;
@@ -368,7 +399,7 @@ impl Importer {
                 ev.sub = crate::model::names::sync_kind_from_name(kind);
                 ev.device = u(a.device).unwrap_or(pid) as u32;
                 ev.stream = a.stream.map_or(tid as i64, |n| n.0) as u32;
-                self.gpu.push((ev, String::new(), String::new(), (pid, tid)));
+                self.gpu.push((ev, (pid, tid)));
             }
             ("X", _) => {
                 // cuflight's own exports keep the NVTX domain in args; Kineto's user annotations have none.
@@ -410,7 +441,10 @@ impl Importer {
             })
             .map_or(0, |(pid, _)| *pid);
         let gpu = std::mem::take(&mut self.gpu);
-        for (mut ev, name, domain, (pid, tid)) in gpu {
+        let names = std::mem::take(&mut self.gpu_names);
+        // (process, GPU name id) → the process's string id: each distinct name is looked up once per process.
+        let mut local: rustc_hash::FxHashMap<(u32, u32), u32> = Default::default();
+        for (mut ev, (pid, tid)) in gpu {
             if ev.correlation == 0 {
                 if let Some(&id) = self.flow_ends.get(&(pid, tid, ev.start)) {
                     ev.correlation = id;
@@ -418,9 +452,10 @@ impl Importer {
             }
             let pid = self.correlation_pid.get(&ev.correlation).copied().unwrap_or(default_host);
             let (p, t) = self.process(pid);
-            ev.name = t.id(p, &name);
-            if !domain.is_empty() {
-                ev.c = t.id(p, &domain) as u64;
+            let mut to_local = |id: u32| *local.entry((pid, id)).or_insert_with(|| t.id(p, names.name(id)));
+            ev.name = to_local(ev.name);
+            if ev.flags & FLAG_DEVICE != 0 && ev.c != 0 {
+                ev.c = to_local(ev.c as u32) as u64;
             }
             p.events.push(ev);
         }
