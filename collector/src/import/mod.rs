@@ -55,7 +55,7 @@ pub fn load(path: &Path) -> Result<Trace, TraceError> {
     let head = reader.fill_buf().map_err(open_err)?.to_vec();
     let bad = |what: String| TraceError::Import { path: shown.clone(), what };
     match sniff(&head) {
-        Some(Format::Native) => Trace::load(path),
+        Some(Format::Native) => crate::model::source::load_trace(path),
         Some(Format::KinetoJson) => kineto::import(reader).map_err(|e| bad(format!("Kineto JSON: {e}"))),
         Some(Format::KinetoJsonGzip) => {
             let mut gz = BufReader::with_capacity(1 << 20, flate2::read::GzDecoder::new(reader));

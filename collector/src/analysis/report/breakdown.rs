@@ -20,7 +20,7 @@
 //!   running maximum end; busy time is Σ(group end - group start), signed (rounding can make an interval
 //!   negative), and the span runs from the first group's start to the last group's end.
 
-use crate::model::trace::Process;
+use super::timeline::{NameFlags, Timeline};
 use cuflight_format::EventKind;
 use rustc_hash::FxHashSet;
 use serde::Serialize;
@@ -47,30 +47,66 @@ impl Breakdown {
 }
 
 /// Merged intervals as HTA computes them: (busy time, first group's start, last group's end).
+#[cfg(test)]
 fn merge(mut v: Vec<(i64, i64)>) -> (i64, i64, i64) {
     v.sort_unstable();
-    let (mut total, mut first, mut last_end) = (0i64, 0i64, 0i64);
-    let mut group: Option<(i64, i64)> = None;
-    let mut running_max = i64::MIN;
-    for (s, e) in v {
-        match group {
-            Some((gs, ge)) if s <= running_max => group = Some((gs, ge.max(e))),
+    let mut m = OnlineMerge::new();
+    v.into_iter().for_each(|iv| m.step(iv));
+    m.result()
+}
+
+/// [`merge`] over intervals that arrive sorted by start (events are): only the current group is kept, and
+/// intervals with equal starts are held until the start moves on and taken by end, as the sort orders them.
+struct OnlineMerge {
+    total: i64,
+    first: i64,
+    group: Option<(i64, i64)>,
+    running_max: i64,
+    ties: Vec<(i64, i64)>,
+}
+
+impl OnlineMerge {
+    fn new() -> OnlineMerge {
+        OnlineMerge { total: 0, first: 0, group: None, running_max: i64::MIN, ties: Vec::new() }
+    }
+
+    fn push(&mut self, iv: (i64, i64)) {
+        if self.ties.first().is_some_and(|t| t.0 != iv.0) {
+            self.flush_ties();
+        }
+        self.ties.push(iv);
+    }
+
+    fn flush_ties(&mut self) {
+        let mut ties = std::mem::take(&mut self.ties);
+        ties.sort_unstable();
+        ties.iter().for_each(|&iv| self.step(iv));
+        ties.clear();
+        self.ties = ties;
+    }
+
+    fn step(&mut self, (s, e): (i64, i64)) {
+        match self.group {
+            Some((gs, ge)) if s <= self.running_max => self.group = Some((gs, ge.max(e))),
             Some((gs, ge)) => {
-                total += ge - gs;
-                group = Some((s, e));
+                self.total += ge - gs;
+                self.group = Some((s, e));
             }
             None => {
-                first = s;
-                group = Some((s, e));
+                self.first = s;
+                self.group = Some((s, e));
             }
         }
-        running_max = running_max.max(e);
+        self.running_max = self.running_max.max(e);
     }
-    if let Some((gs, ge)) = group {
-        total += ge - gs;
-        last_end = ge;
+
+    fn result(mut self) -> (i64, i64, i64) {
+        self.flush_ties();
+        match self.group {
+            Some((gs, ge)) => (self.total + ge - gs, self.first, ge),
+            None => (self.total, self.first, 0),
+        }
     }
-    (total, first, last_end)
 }
 
 /// HTA's idle time breakdown (`get_idle_time_breakdown`, default `consecutive_kernel_delay` 30 µs), over the
@@ -98,27 +134,22 @@ fn interval(start: u64, end: u64, hta_rounding: bool) -> (i64, i64) {
     }
 }
 
-pub fn idle_split(p: &Process, hta_rounding: bool) -> IdleSplit {
-    let keep = kept_correlations(p);
-    let kept = |c: u32| keep.as_ref().is_none_or(|k| k.contains(&c));
-    let mut launch: rustc_hash::FxHashMap<u32, i64> = rustc_hash::FxHashMap::default();
-    for e in p.events.iter().filter(|e| e.kind() == Some(EventKind::Api) && e.correlation != 0 && kept(e.correlation)) {
-        launch.entry(e.correlation).or_insert(interval(e.start, e.end, hta_rounding).0);
-    }
-    let mut by_stream: rustc_hash::FxHashMap<u32, Vec<(i64, i64, Option<i64>)>> = Default::default();
-    for e in &p.events {
-        if e.is_gpu_work() && kept(e.correlation) {
-            let (s, end) = interval(e.start, e.end, hta_rounding);
-            by_stream.entry(e.stream).or_default().push((s, end, launch.get(&e.correlation).copied()));
-        }
-    }
+pub fn idle_split(tl: &Timeline, hta_rounding: bool) -> IdleSplit {
+    let p = tl.p;
+    debug_assert!(p.events.is_sorted_by_key(|e| e.start), "events sorted by start, as every loader gives them");
+    let kept = kept_correlations(tl);
+    // Per stream, the previous op's end: ops come in start order (a stable sort by start of each stream's ops).
+    let mut prev_end: rustc_hash::FxHashMap<u32, i64> = Default::default();
     let mut out = IdleSplit::default();
-    for ops in by_stream.values_mut() {
-        ops.sort_by_key(|o| o.0);
-        for w in ops.windows(2) {
-            let ((_, prev_end, _), (start, _, launched)) = (w[0], w[1]);
-            let gap = start - prev_end;
-            if launched.is_some_and(|t| t > prev_end) {
+    for e in p.events.iter().filter(|e| e.is_gpu_work() && kept(e.correlation)) {
+        let (start, end) = interval(e.start, e.end, hta_rounding);
+        let launched = (e.correlation != 0)
+            .then(|| tl.launch_of.get(&e.correlation))
+            .flatten()
+            .map(|&i| interval(tl.event(i).start, tl.event(i).end, hta_rounding).0);
+        if let Some(prev) = prev_end.insert(e.stream, end) {
+            let gap = start - prev;
+            if launched.is_some_and(|t| t > prev) {
                 out.host_wait_ns += gap;
             } else if gap < CONSECUTIVE_KERNEL_DELAY_NS {
                 out.kernel_wait_ns += gap;
@@ -139,55 +170,49 @@ fn union_ns(v: Vec<(u64, u64)>) -> u64 {
 /// Kineto traces.
 /// HTA's filter for traced iterations: with two or more `ProfilerStep`s, the correlation ids of host events
 /// that start before the last step starts (GPU ops count only if their launch is among them); None keeps all.
-fn kept_correlations(p: &Process) -> Option<FxHashSet<u32>> {
+fn kept_correlations<'t>(tl: &'t Timeline) -> impl Fn(u32) -> bool + 't {
+    let p = tl.p;
     let step_names: FxHashSet<u32> =
         p.strings.iter().filter(|(_, s)| s.contains("ProfilerStep")).map(|(&id, _)| id).collect();
-    if step_names.len() < 2 {
-        return None;
-    }
-    let steps: Vec<(u64, u32)> = p
-        .events
-        .iter()
-        .filter(|e| e.kind() == Some(EventKind::Range) && step_names.contains(&e.name))
-        .map(|e| (e.start, e.name))
-        .collect();
-    let distinct: FxHashSet<u32> = steps.iter().map(|(_, n)| *n).collect();
-    (distinct.len() >= 2).then(|| {
-        let last_start = steps.iter().map(|(s, _)| *s).max().unwrap_or(u64::MAX);
+    let steps: Vec<(u64, u32)> = if step_names.len() < 2 {
+        Vec::new()
+    } else {
         p.events
             .iter()
-            .filter(|e| e.kind() == Some(EventKind::Api) && e.start < last_start && e.correlation != 0)
-            .map(|e| e.correlation)
+            .filter(|e| e.kind() == Some(EventKind::Range) && step_names.contains(&e.name))
+            .map(|e| (e.start, e.name))
             .collect()
-    })
+    };
+    let distinct: FxHashSet<u32> = steps.iter().map(|(_, n)| *n).collect();
+    let last_start = (distinct.len() >= 2).then(|| steps.iter().map(|(s, _)| *s).max().unwrap_or(u64::MAX));
+    // A correlation is kept when a host call with it starts before the last step: the first such call (the
+    // timeline's launch_of) starts earliest, events being sorted by start.
+    move |c: u32| match last_start {
+        None => true,
+        Some(last) => c != 0 && tl.launch_of.get(&c).is_some_and(|&i| tl.event(i).start < last),
+    }
 }
 
-pub fn breakdown(p: &Process, hta_rounding: bool) -> Breakdown {
-    let keep = kept_correlations(p);
-    let compute_names = super::timeline::NameFlags::new(p);
-    let mut all = Vec::new();
-    let mut compute = Vec::new();
-    for e in &p.events {
-        if !e.is_gpu_work() {
-            continue;
-        }
-        let kind = e.kind();
-        if keep.as_ref().is_some_and(|k| !k.contains(&e.correlation)) {
-            continue;
-        }
+pub fn breakdown(tl: &Timeline, hta_rounding: bool) -> Breakdown {
+    let p = tl.p;
+    debug_assert!(p.events.is_sorted_by_key(|e| e.start), "events sorted by start, as every loader gives them");
+    let kept = kept_correlations(tl);
+    let (mut all, mut compute) = (OnlineMerge::new(), OnlineMerge::new());
+    let mut gpu_ops = 0u64;
+    for e in p.events.iter().filter(|e| e.is_gpu_work() && kept(e.correlation)) {
         // HTA holds µs in float64 (0.25 µs resolution at epoch magnitudes), adds dur, then rounds.
         let interval = interval(e.start, e.end, hta_rounding);
         all.push(interval);
-        if kind == Some(EventKind::Kernel) && compute_names.has(e.name, super::timeline::NameFlags::COMPUTE) {
+        gpu_ops += 1;
+        if e.kind() == Some(EventKind::Kernel) && tl.names.has(e.name, NameFlags::COMPUTE) {
             compute.push(interval);
         }
     }
-    let gpu_ops = all.len() as u64;
-    if all.is_empty() {
+    if gpu_ops == 0 {
         return Breakdown::default();
     }
-    let (busy, first, last) = merge(all);
-    let (compute_ns, _, _) = merge(compute);
+    let (busy, first, last) = all.result();
+    let (compute_ns, _, _) = compute.result();
     let span = (last - first).max(0);
     let idle = (span - busy).max(0);
     // With HTA's rounding, compute can exceed busy time by a few µs; HTA asserts there (that is why it fails on
@@ -207,6 +232,7 @@ pub fn breakdown(p: &Process, hta_rounding: bool) -> Breakdown {
 mod tests {
     use super::*;
     use crate::model::names::is_compute_kernel;
+    use crate::model::trace::Process;
     use cuflight_format::RawEvent;
 
     #[test]
@@ -237,7 +263,7 @@ mod tests {
         p.strings.insert(2, "ncclKernel_x".into());
         let k = |s, e, name| RawEvent { name, ..RawEvent::new(EventKind::Kernel, 0, s, e) };
         p.events = vec![k(0, 100, 1), k(50, 200, 2), k(300, 400, 1), RawEvent::new(EventKind::Memcpy, 0, 450, 500)];
-        let b = breakdown(&p, false);
+        let b = breakdown(&Timeline::new(&p), false);
         assert_eq!((b.span_ns, b.idle_ns, b.compute_ns, b.non_compute_ns), (500, 150, 200, 150));
     }
 }

@@ -21,6 +21,47 @@ pub fn merge(mut v: Vec<Span>) -> Vec<Span> {
     v
 }
 
+/// [`merge`] built span by span: spans that come sorted by start (events are) are merged as they arrive, so
+/// the union never holds more than its result; any out of order makes it keep them all and merge at the end.
+#[derive(Default)]
+pub struct Union {
+    spans: Vec<Span>,
+    sorted: bool,
+    last_start: u64,
+}
+
+impl Union {
+    pub fn new() -> Union {
+        Union { spans: Vec::new(), sorted: true, last_start: 0 }
+    }
+
+    pub fn push(&mut self, (s, e): Span) {
+        if e <= s {
+            return;
+        }
+        if !self.sorted || s < self.last_start {
+            self.sorted = false;
+            self.spans.push((s, e));
+            return;
+        }
+        self.last_start = s;
+        match self.spans.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => self.spans.push((s, e)),
+        }
+    }
+
+    pub fn finish(self) -> Vec<Span> {
+        if self.sorted {
+            let mut v = self.spans;
+            v.shrink_to_fit();
+            v
+        } else {
+            merge(self.spans)
+        }
+    }
+}
+
 pub fn total(u: &[Span]) -> u64 {
     u.iter().map(|(s, e)| e - s).sum()
 }
@@ -77,6 +118,18 @@ pub fn in_windows(windows: &[(u64, u64)], t: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_union_built_span_by_span_equals_merge_in_any_order() {
+        let spans = [(5, 9), (1, 3), (2, 4), (9, 12), (20, 20), (15, 18), (16, 17), (4, 4)];
+        let mut sorted = spans.to_vec();
+        sorted.sort_unstable();
+        for input in [spans.to_vec(), sorted] {
+            let mut u = Union::new();
+            input.iter().for_each(|&s| u.push(s));
+            assert_eq!(u.finish(), merge(input.clone()), "{input:?}");
+        }
+    }
 
     #[test]
     fn set_operations() {

@@ -2,7 +2,7 @@
 //! launching threads' CUDA calls classified by what they do to the pipeline, and its host ranges (NVTX,
 //! torch.profiler annotations and operators).
 
-use super::spans::{merge, Span};
+use super::spans::{merge, Span, Union};
 use crate::model::names;
 use crate::model::trace::Process;
 use cuflight_format::event::FLAG_DEVICE;
@@ -154,7 +154,9 @@ impl<'a> Timeline<'a> {
         let ev = &p.events;
         let mut ops: Vec<u32> = Vec::new();
         let mut copy_of: FxHashMap<u32, u32> = FxHashMap::default();
-        let (mut all, mut kern, mut comp, mut mcpy, mut mset) = (vec![], vec![], vec![], vec![], vec![]);
+        // Unions built as events go by (they come sorted by start): never a vector of every op's span.
+        let (mut all, mut kern, mut comp, mut mcpy, mut mset) =
+            (Union::new(), Union::new(), Union::new(), Union::new(), Union::new());
         let mut capability = None;
         let mut device_memory = None;
         for (i, e) in ev.iter().enumerate() {
@@ -185,7 +187,7 @@ impl<'a> Timeline<'a> {
 
         // Launching threads: those whose calls have GPU work correlated to them.
         let mut launch_of: FxHashMap<u32, u32> = FxHashMap::default();
-        let mut runtime = Vec::new();
+        let mut runtime = Union::new();
         for (i, e) in ev.iter().enumerate() {
             if e.kind() == Some(EventKind::Api) {
                 runtime.push((e.start, e.end));
@@ -206,37 +208,23 @@ impl<'a> Timeline<'a> {
                 _ => (u64::MAX, 0),
             })
             .collect();
-        let mut raw_calls: Vec<HostCall> = ev
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.kind() == Some(EventKind::Api) && launchers.contains(&e.tid))
-            .map(|(i, e)| {
-                let copy = copy_of.get(&e.correlation).map(|&c| &ev[c as usize]);
-                let class = classify_flags(names.get(e.name), copy);
-                HostCall { start: e.start, end: e.end.max(e.start), class, event: i as u32 }
-            })
-            .collect();
-        raw_calls.sort_by_key(|c| c.start);
-        // Compacted in place: nested or overlapping calls (runtime over driver, two launching threads) form one
-        // stretch; the most blocking class names it.
-        let mut calls = raw_calls;
-        let mut w = 0;
-        for r in 0..calls.len() {
-            let c = calls[r];
-            if w > 0 && c.start < calls[w - 1].end {
-                let last = &mut calls[w - 1];
-                last.end = last.end.max(c.end);
-                if c.class > last.class {
-                    last.class = c.class;
-                    last.event = c.event;
-                }
-            } else {
-                calls[w] = c;
-                w += 1;
-            }
-        }
-        calls.truncate(w);
-        calls.shrink_to_fit();
+        let launcher_calls =
+            ev.iter().enumerate().filter(|(_, e)| e.kind() == Some(EventKind::Api) && launchers.contains(&e.tid)).map(
+                |(i, e)| {
+                    let copy = copy_of.get(&e.correlation).map(|&c| &ev[c as usize]);
+                    let class = classify_flags(names.get(e.name), copy);
+                    HostCall { start: e.start, end: e.end.max(e.start), class, event: i as u32 }
+                },
+            );
+        // Events come sorted by start, and so do the calls: compacted as they come. (A hand-made process may not
+        // be sorted: its calls are collected and sorted first.)
+        let calls = if ev.is_sorted_by_key(|e| e.start) {
+            compact_calls(launcher_calls)
+        } else {
+            let mut raw: Vec<HostCall> = launcher_calls.collect();
+            raw.sort_by_key(|c| c.start);
+            compact_calls(raw.into_iter())
+        };
 
         let mut pairer = crate::model::ranges::Pairer::default();
         let mut ranges: Vec<HostRange> = Vec::new();
@@ -258,15 +246,15 @@ impl<'a> Timeline<'a> {
             names,
             has_stream_waits,
             ops,
-            busy: merge(all),
-            kernel_busy: merge(kern),
-            compute_busy: merge(comp),
-            memcpy_busy: merge(mcpy),
-            memset_busy: merge(mset),
+            busy: all.finish(),
+            kernel_busy: kern.finish(),
+            compute_busy: comp.finish(),
+            memcpy_busy: mcpy.finish(),
+            memset_busy: mset.finish(),
             launch_of,
             op_launch,
             calls,
-            runtime_busy: merge(runtime),
+            runtime_busy: runtime.finish(),
             ranges,
             unclosed,
             loader: vec![],
@@ -305,6 +293,26 @@ impl<'a> Timeline<'a> {
     pub fn name(&self, i: u32) -> &str {
         self.p.string(self.event(i).name)
     }
+}
+
+/// Nested or overlapping calls (runtime over driver, two launching threads), sorted by start, as disjoint
+/// stretches; the most blocking class names each.
+fn compact_calls(sorted: impl Iterator<Item = HostCall>) -> Vec<HostCall> {
+    let mut calls: Vec<HostCall> = Vec::new();
+    for c in sorted {
+        match calls.last_mut() {
+            Some(last) if c.start < last.end => {
+                last.end = last.end.max(c.end);
+                if c.class > last.class {
+                    last.class = c.class;
+                    last.event = c.event;
+                }
+            }
+            _ => calls.push(c),
+        }
+    }
+    calls.shrink_to_fit();
+    calls
 }
 
 #[cfg(test)]
