@@ -150,5 +150,7 @@ pub fn write_clock_pair() {
     let Some((_, cupti_ts, mono)) = best else { return };
     let mut ev = RawEvent::new(EventKind::ClockSync, 0, cupti_ts, mono);
     ev.a = clock::realtime_ns();
-    crate::emit::push(ev);
+    // Through the delivery ring, as device records: the flush thread holds no ring of its own when application
+    // threads have taken them all, and a clock pair lost would leave device time less well aligned.
+    crate::emit::delivery().push(ev);
 }
