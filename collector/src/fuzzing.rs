@@ -16,22 +16,15 @@ pub fn trace_reader(data: &[u8]) -> usize {
     n
 }
 
-/// The time-ordered event source over the same bytes (from a temporary file, as it seeks), with `stats` and the
-/// Chrome export accumulating over it: they may refuse the file, never panic.
+/// The time-ordered event source over the same bytes, with `stats` and the Chrome export accumulating over it:
+/// they may refuse the bytes, never panic.
 fn streamed(data: &[u8]) {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("cuflight-fuzz-{}-{n}.cuf", std::process::id()));
-    if std::fs::write(&path, data).is_err() {
-        return;
-    }
-    if let Ok(mut source) = crate::model::source::EventSource::open(&path) {
+    if let Ok(Some(mut source)) = crate::model::source::EventSource::from_bytes(data.to_vec(), "fuzz") {
         let _ = crate::analysis::stats::Stats::compute_source(&mut source).map(|s| s.to_table());
     }
-    if let Ok(mut source) = crate::model::source::EventSource::open(&path) {
+    if let Ok(Some(mut source)) = crate::model::source::EventSource::from_bytes(data.to_vec(), "fuzz") {
         let _ = crate::export::chrome::export(&mut source, std::io::sink());
     }
-    let _ = std::fs::remove_file(&path);
 }
 
 /// The collector's side of shared memory over arbitrary bytes: a sealed memfd holding them is validated and

@@ -37,7 +37,10 @@ enum Events {
     /// A loaded trace's events, per process key, each sorted by start.
     Loaded(BTreeMap<u32, Vec<RawEvent>>),
     File {
-        path: std::path::PathBuf,
+        /// How errors name the input.
+        shown: String,
+        /// Boxed: the reader's buffers make it large, and a source has one.
+        input: Box<BlockFile>,
         blocks: Vec<PendingBlock>,
     },
 }
@@ -99,9 +102,18 @@ impl EventSource {
     /// `None` when the file cannot stream (version 1: blocks without time ranges).
     fn open_native(path: &Path) -> Result<Option<EventSource>, TraceError> {
         let shown = path.display().to_string();
-        let fmt = |source| TraceError::Format { path: shown.clone(), source };
         let file = std::fs::File::open(path).map_err(|source| TraceError::Open { path: shown.clone(), source })?;
-        let mut input = BufReader::with_capacity(1 << 16, file);
+        Self::open_input(Box::new(file), shown)
+    }
+
+    /// A cuflight trace held in memory (fuzzing, tests); `None` for version 1.
+    pub fn from_bytes(bytes: Vec<u8>, name: &str) -> Result<Option<EventSource>, TraceError> {
+        Self::open_input(Box::new(std::io::Cursor::new(bytes)), name.to_string())
+    }
+
+    fn open_input(input: Box<dyn ReadSeek>, shown: String) -> Result<Option<EventSource>, TraceError> {
+        let fmt = |source| TraceError::Format { path: shown.clone(), source };
+        let mut input = BufReader::with_capacity(1 << 18, input);
         TraceReader::new(&mut input).map_err(fmt)?;
         let (index, _) = read_index(&mut input).map_err(fmt)?;
         if index.iter().any(|e| e.tag == TAG_EVENTS) {
@@ -180,7 +192,7 @@ impl EventSource {
             cut_short,
             fractional_us_timestamps: false,
             peak_open_blocks: 0,
-            events: Events::File { path: path.to_path_buf(), blocks },
+            events: Events::File { shown, input: Box::new(input), blocks },
         }))
     }
 
@@ -195,13 +207,8 @@ impl EventSource {
                     .collect::<Vec<_>>();
                 self.peak_open_blocks = merge(&self.processes, blocks, Vec::new(), |_, _| Ok(None), &mut f)?;
             }
-            Events::File { path, blocks } => {
-                let shown = path.display().to_string();
+            Events::File { shown, mut input, blocks } => {
                 let fmt = |source| TraceError::Format { path: shown.clone(), source };
-                let file =
-                    std::fs::File::open(&path).map_err(|source| TraceError::Open { path: shown.clone(), source })?;
-                let reader = TraceReader::resume(BufReader::with_capacity(1 << 18, file));
-                let mut input = BlockFile { reader, pos: None };
                 let mut sort = SortScratch::default();
                 let processes = &self.processes;
                 let open = |b: &PendingBlock, spare: Option<Vec<RawEvent>>| -> Result<Option<OpenBlock>, TraceError> {
@@ -350,10 +357,14 @@ impl SortScratch {
     }
 }
 
+/// What a source reads: a file, or bytes in memory.
+pub trait ReadSeek: std::io::Read + Seek {}
+impl<T: std::io::Read + Seek> ReadSeek for T {}
+
 /// Reads blocks by offset, mostly in file order, with one reader whose working memory is reused: a block that
 /// starts within what is already buffered is reached without a seek (a seek empties the buffer).
 struct BlockFile {
-    reader: TraceReader<BufReader<std::fs::File>>,
+    reader: TraceReader<BufReader<Box<dyn ReadSeek>>>,
     /// Where the last block read ended (`None` after an error or before the first read).
     pos: Option<u64>,
 }
