@@ -111,6 +111,11 @@ fn the_trace_reader_survives_mutations() {
     });
 }
 
+#[test]
+fn the_event_source_survives_mutations() {
+    run("source", &native_seed(), 1000, fuzzing::trace_source);
+}
+
 /// A real agent segment (one ring with events, strings, process facts) as a byte image.
 fn segment_seed() -> Vec<u8> {
     use cuflight_format::segment::{Layout, MappedSegment};
