@@ -191,28 +191,10 @@ fn event<W: Write>(
     }
     let pid = key as u64;
     if let Some(r) = st.ranges.feed(e) {
-        let domain = Js(p.nvtx_domain(r.domain));
-        return match r.payload {
-            // cuflight's addition: the NVTX payload
-            Some(v) => out.complete(
-                "user_annotation",
-                p.string(r.name),
-                pid,
-                r.tid as u64,
-                r.start,
-                r.end,
-                format_args!(r#""domain":{domain},"payload":{}"#, v.to_json()),
-            ),
-            None => out.complete(
-                "user_annotation",
-                p.string(r.name),
-                pid,
-                r.tid as u64,
-                r.start,
-                r.end,
-                format_args!(r#""domain":{domain}"#),
-            ),
-        };
+        let (domain, payload) = (Js(p.nvtx_domain(r.domain)), PayloadArg(r.payload));
+        let (name, tid) = (p.string(r.name), r.tid as u64);
+        let args = format_args!(r#""domain":{domain}{payload}"#);
+        return out.complete("user_annotation", name, pid, tid, r.start, r.end, args);
     }
     let name = p.string(e.name);
     let corr = e.correlation;
@@ -287,19 +269,14 @@ fn event<W: Write>(
             }
         }
         Some(EventKind::NvtxMark) => {
-            let domain = Js(p.nvtx_domain(e.c));
-            let w = out.next()?;
+            let (domain, payload) = (Js(p.nvtx_domain(e.c)), PayloadArg(crate::model::ranges::Payload::of(e)));
             write!(
-                w,
-                r#"{{"ph":"i","s":"t","cat":"user_annotation","name":{},"pid":{pid},"tid":{},"ts":{},"args":{{"domain":{domain}"#,
+                out.next()?,
+                r#"{{"ph":"i","s":"t","cat":"user_annotation","name":{},"pid":{pid},"tid":{},"ts":{},"args":{{"domain":{domain}{payload}}}}}"#,
                 Js(name),
                 e.tid,
                 Us(e.start)
             )?;
-            if let Some(v) = crate::model::ranges::Payload::of(e) {
-                write!(w, r#","payload":{}"#, v.to_json())?;
-            }
-            w.write_all(b"}}")?;
         }
         Some(EventKind::Alloc | EventKind::Free) => {
             // torch.profiler's memory events: Bytes is negative for a free; Device Type 1 = CUDA, 0 = CPU.
@@ -348,6 +325,18 @@ fn event<W: Write>(
         _ => {}
     }
     Ok(())
+}
+
+/// An NVTX payload as a trailing `"payload"` arg (cuflight's addition), or nothing.
+struct PayloadArg(Option<crate::model::ranges::Payload>);
+
+impl fmt::Display for PayloadArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(v) => write!(f, r#","payload":{}"#, v.to_json()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The args every piece of device work carries.
