@@ -46,6 +46,7 @@ enum Events {
 }
 
 /// An events block not opened yet: the earliest host-clock time any of its events can have.
+#[derive(Clone)]
 struct PendingBlock {
     earliest: u64,
     seq: u32,
@@ -196,16 +197,22 @@ impl EventSource {
         }))
     }
 
-    /// Calls `f` with each event, in time order, with the key and facts of the process it belongs to. Runs once:
-    /// a second call sees no events.
+    /// Calls `f` with each event, in time order, with the key and facts of the process it belongs to. Each call
+    /// is a whole pass (analyses that need a plan first, such as the report's step windows, make two or three):
+    /// a file is read again block by block, a loaded trace's events are lent and put back.
     pub fn for_each(&mut self, mut f: impl FnMut(u32, &Process, &RawEvent)) -> Result<(), TraceError> {
         match std::mem::replace(&mut self.events, Events::Loaded(BTreeMap::new())) {
-            Events::Loaded(per_process) => {
+            Events::Loaded(mut per_process) => {
+                // Processes without events keep their (empty) place; the others are lent to the merge.
+                let mut back: BTreeMap<u32, Vec<RawEvent>> = BTreeMap::new();
+                per_process.retain(|&pid, events| events.is_empty().then(|| back.insert(pid, Vec::new())).is_none());
                 let blocks = per_process
                     .into_iter()
                     .map(|(pid, events)| OpenBlock { pid, seq: 0, events, next: 0 })
                     .collect::<Vec<_>>();
-                self.peak_open_blocks = merge(&self.processes, blocks, Vec::new(), |_, _| Ok(None), &mut f)?;
+                let peak = merge(&self.processes, blocks, Vec::new(), |_, _| Ok(None), Some(&mut back), &mut f);
+                self.events = Events::Loaded(back);
+                self.peak_open_blocks = peak?;
             }
             Events::File { shown, mut input, blocks } => {
                 let fmt = |source| TraceError::Format { path: shown.clone(), source };
@@ -231,7 +238,9 @@ impl EventSource {
                     }
                     Ok(Some(OpenBlock { pid: b.pid, seq: b.seq, events, next: 0 }))
                 };
-                self.peak_open_blocks = merge(processes, Vec::new(), blocks, open, &mut f)?;
+                let peak = merge(processes, Vec::new(), blocks.clone(), open, None, &mut f);
+                self.events = Events::File { shown, input, blocks };
+                self.peak_open_blocks = peak?;
             }
         }
         Ok(())
@@ -276,6 +285,7 @@ fn merge(
     open: Vec<OpenBlock>,
     pending: Vec<PendingBlock>,
     mut open_block: impl FnMut(&PendingBlock, Option<Vec<RawEvent>>) -> Result<Option<OpenBlock>, TraceError>,
+    mut keep: Option<&mut BTreeMap<u32, Vec<RawEvent>>>,
     f: &mut impl FnMut(u32, &Process, &RawEvent),
 ) -> Result<usize, TraceError> {
     let mut m = Merger { slots: Vec::new(), free: Vec::new(), heap: BinaryHeap::new(), spare: None };
@@ -302,8 +312,13 @@ fn merge(
         match block.events.get(block.next) {
             Some(e) => m.heap.push(Reverse((e.start, pid, seq, block.next as u32, slot))),
             None => {
-                // Its vector is decoded into again: no allocation per block.
-                m.spare = m.slots[slot].take().map(|b| b.events);
+                let done = m.slots[slot].take().map(|b| b.events);
+                match keep.as_deref_mut() {
+                    // A loaded process's events, lent for the pass, go back.
+                    Some(kept) => kept.extend(done.map(|v| (pid, v))),
+                    // Its vector is decoded into again: no allocation per block.
+                    None => m.spare = done,
+                }
                 m.free.push(slot);
             }
         }
@@ -539,6 +554,26 @@ mod tests {
             assert_eq!(crate::analysis::stats::Stats::compute_source(&mut source).unwrap(), stats_loaded, "{name}");
             std::fs::remove_file(&path).unwrap();
         }
+    }
+
+    #[test]
+    fn every_pass_sees_every_event_again_from_a_file_or_a_loaded_trace() {
+        let path = temp("again");
+        write_trace(&path, false);
+        let mut trace = Trace::load(&path).unwrap();
+        trace.processes.entry(99).or_default(); // a process without events keeps its place
+        for mut source in [EventSource::open(&path).unwrap(), EventSource::from_trace(trace)] {
+            let pass = |s: &mut EventSource| {
+                let mut out = Vec::new();
+                s.for_each(|k, _, e| out.push((k, *e))).unwrap();
+                out
+            };
+            let first = pass(&mut source);
+            assert!(first.len() > 1000);
+            assert_eq!(pass(&mut source), first);
+            assert_eq!(pass(&mut source), first);
+        }
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
