@@ -50,9 +50,10 @@ pub fn kineto(data: &[u8]) -> bool {
 
 /// `cuflight report` over an imported trace: it may refuse it (no GPU work), never panic.
 fn report(trace: crate::model::trace::Trace) {
-    let traces = [("fuzz".to_string(), trace)];
+    let mut traces = [("fuzz".to_string(), crate::model::source::EventSource::from_trace(trace))];
     for step in [None, Some("ProfilerStep".to_string())] {
-        if let Ok(r) = crate::analysis::report::Report::compute(&traces, &crate::analysis::report::Options { step }) {
+        let opts = crate::analysis::report::Options { step };
+        if let Ok(r) = crate::analysis::report::Report::compute(&mut traces, &opts) {
             let _ = (r.to_text(), r.to_json(), r.to_html());
         }
     }

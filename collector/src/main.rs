@@ -262,12 +262,17 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Report { traces, format, step, output, force } => {
             let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
             let out = output.as_deref().map(|o| Output::create(o, &inputs, force)).transpose()?;
-            let mut loaded = Vec::new();
+            let mut sources = Vec::new();
             for t in &traces {
-                loaded.push((t.display().to_string(), load(t)?));
+                // Streamed: cuflight traces block by block in each pass, imported ones loaded once.
+                sources.push((t.display().to_string(), cuflight_collector::model::source::EventSource::open(t)?));
             }
             let opts = cuflight_collector::analysis::report::Options { step };
-            let report = cuflight_collector::analysis::report::Report::compute(&loaded, &opts)?;
+            let report = cuflight_collector::analysis::report::Report::compute(&mut sources, &opts);
+            for (t, (_, source)) in traces.iter().zip(&sources) {
+                warn_cut_short(t, source.cut_short.as_deref());
+            }
+            let report = report?;
             let text = match format {
                 ReportFormat::Text => report.to_text(),
                 ReportFormat::Json => report.to_json() + "\n",

@@ -306,21 +306,33 @@ fn merge(
             }
         }
         let Some(Reverse((_, pid, seq, pos, slot))) = m.heap.pop() else { break };
+        let process = processes.get(&pid).unwrap_or(&default);
         let block = m.slots[slot].as_mut().expect("a slot in the heap holds its block");
-        f(pid, processes.get(&pid).unwrap_or(&default), &block.events[pos as usize]);
-        block.next += 1;
-        match block.events.get(block.next) {
-            Some(e) => m.heap.push(Reverse((e.start, pid, seq, block.next as u32, slot))),
-            None => {
-                let done = m.slots[slot].take().map(|b| b.events);
-                match keep.as_deref_mut() {
-                    // A loaded process's events, lent for the pass, go back.
-                    Some(kept) => kept.extend(done.map(|v| (pid, v))),
-                    // Its vector is decoded into again: no allocation per block.
-                    None => m.spare = done,
-                }
-                m.free.push(slot);
+        // A run of this block's events that come before every other block's next one (and before any block not
+        // yet open may start) goes out without a trip through the heap: blocks overlap only at their edges.
+        let mut pos = pos as usize;
+        let exhausted = loop {
+            f(pid, process, &block.events[pos]);
+            pos += 1;
+            let Some(e) = block.events.get(pos) else { break true };
+            let key = (e.start, pid, seq, pos as u32);
+            let first = m.heap.peek().is_none_or(|Reverse(h)| key < (h.0, h.1, h.2, h.3))
+                && pending.peek().is_none_or(|next| e.start < next.earliest);
+            if !first {
+                m.heap.push(Reverse((e.start, pid, seq, pos as u32, slot)));
+                break false;
             }
+        };
+        block.next = pos;
+        if exhausted {
+            let done = m.slots[slot].take().map(|b| b.events);
+            match keep.as_deref_mut() {
+                // A loaded process's events, lent for the pass, go back.
+                Some(kept) => kept.extend(done.map(|v| (pid, v))),
+                // Its vector is decoded into again: no allocation per block.
+                None => m.spare = done,
+            }
+            m.free.push(slot);
         }
     }
     Ok(m.slots.len())

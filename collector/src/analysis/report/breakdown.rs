@@ -20,9 +20,7 @@
 //!   running maximum end; busy time is Σ(group end - group start), signed (rounding can make an interval
 //!   negative), and the span runs from the first group's start to the last group's end.
 
-use super::timeline::{NameFlags, Timeline};
-use cuflight_format::EventKind;
-use rustc_hash::FxHashSet;
+use cuflight_format::RawEvent;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -134,31 +132,84 @@ fn interval(start: u64, end: u64, hta_rounding: bool) -> (i64, i64) {
     }
 }
 
-pub fn idle_split(tl: &Timeline, hta_rounding: bool) -> IdleSplit {
-    let p = tl.p;
-    debug_assert!(p.events.is_sorted_by_key(|e| e.start), "events sorted by start, as every loader gives them");
-    let kept = kept_correlations(tl);
-    // Per stream, the previous op's end: ops come in start order (a stable sort by start of each stream's ops).
-    let mut prev_end: rustc_hash::FxHashMap<u32, i64> = Default::default();
-    let mut out = IdleSplit::default();
-    for e in p.events.iter().filter(|e| e.is_gpu_work() && kept(e.correlation)) {
-        let (start, end) = interval(e.start, e.end, hta_rounding);
-        let launched = (e.correlation != 0)
-            .then(|| tl.launch_of.get(&e.correlation))
-            .flatten()
-            .map(|&i| interval(tl.event(i).start, tl.event(i).end, hta_rounding).0);
-        if let Some(prev) = prev_end.insert(e.stream, end) {
+/// Both HTA breakdowns of one process, accumulated over its GPU ops in start order (as events stream).
+pub struct Hta {
+    rounding: bool,
+    /// The traced-iterations rule: ops count only if their launch starts before this (see the module docs).
+    last_step: Option<u64>,
+    all: OnlineMerge,
+    compute: OnlineMerge,
+    gpu_ops: u64,
+    /// Per stream, the previous op's end.
+    prev_end: rustc_hash::FxHashMap<u32, i64>,
+    split: IdleSplit,
+}
+
+impl Hta {
+    /// `hta_rounding` rounds to whole µs as HTA does for ns-resolution Kineto traces; `last_profiler_step`: with
+    /// two or more distinct `ProfilerStep` ranges, the last one's start.
+    pub fn new(hta_rounding: bool, last_profiler_step: Option<u64>) -> Hta {
+        Hta {
+            rounding: hta_rounding,
+            last_step: last_profiler_step,
+            all: OnlineMerge::new(),
+            compute: OnlineMerge::new(),
+            gpu_ops: 0,
+            prev_end: Default::default(),
+            split: IdleSplit::default(),
+        }
+    }
+
+    /// One GPU op (kernel, copy, memset), in start order; `launch`: its launch call's (start, end).
+    pub fn op(&mut self, e: &RawEvent, launch: Option<(u64, u64)>, compute: bool) {
+        // HTA's filter for traced iterations: a GPU op counts only if a host call with its correlation id (the
+        // first, which starts earliest) starts before the last step.
+        if let Some(last) = self.last_step {
+            if e.correlation == 0 || launch.is_none_or(|l| l.0 >= last) {
+                return;
+            }
+        }
+        // HTA holds µs in float64 (0.25 µs resolution at epoch magnitudes), adds dur, then rounds.
+        let (start, end) = interval(e.start, e.end, self.rounding);
+        self.all.push((start, end));
+        self.gpu_ops += 1;
+        if compute {
+            self.compute.push((start, end));
+        }
+        let launched = launch.filter(|_| e.correlation != 0).map(|(s, e)| interval(s, e, self.rounding).0);
+        if let Some(prev) = self.prev_end.insert(e.stream, end) {
             let gap = start - prev;
             if launched.is_some_and(|t| t > prev) {
-                out.host_wait_ns += gap;
+                self.split.host_wait_ns += gap;
             } else if gap < CONSECUTIVE_KERNEL_DELAY_NS {
-                out.kernel_wait_ns += gap;
+                self.split.kernel_wait_ns += gap;
             } else {
-                out.other_ns += gap;
+                self.split.other_ns += gap;
             }
         }
     }
-    out
+
+    pub fn finish(self) -> (Breakdown, IdleSplit) {
+        if self.gpu_ops == 0 {
+            return (Breakdown::default(), self.split);
+        }
+        let (busy, first, last) = self.all.result();
+        let (compute_ns, _, _) = self.compute.result();
+        let span = (last - first).max(0);
+        let idle = (span - busy).max(0);
+        // With HTA's rounding, compute can exceed busy time by a few µs; HTA asserts there (that is why it fails on
+        // kineto-h100-qwen-inference). Capping keeps idle + compute + non-compute = span.
+        let compute_ns = compute_ns.min(span - idle).max(0);
+        let clamp = |v: i64| v.max(0) as u64;
+        let b = Breakdown {
+            idle_ns: clamp(idle),
+            compute_ns: clamp(compute_ns),
+            non_compute_ns: clamp(span - idle - compute_ns),
+            span_ns: clamp(span),
+            gpu_ops: self.gpu_ops,
+        };
+        (b, self.split)
+    }
 }
 
 #[cfg(test)]
@@ -166,74 +217,11 @@ fn union_ns(v: Vec<(u64, u64)>) -> u64 {
     merge(v.into_iter().map(|(s, e)| (s as i64, e as i64)).collect()).0.max(0) as u64
 }
 
-/// The breakdown of one process (a rank); `hta_rounding` rounds to whole µs as HTA does for ns-resolution
-/// Kineto traces.
-/// HTA's filter for traced iterations: with two or more `ProfilerStep`s, the correlation ids of host events
-/// that start before the last step starts (GPU ops count only if their launch is among them); None keeps all.
-fn kept_correlations<'t>(tl: &'t Timeline) -> impl Fn(u32) -> bool + 't {
-    let p = tl.p;
-    let step_names: FxHashSet<u32> =
-        p.strings.iter().filter(|(_, s)| s.contains("ProfilerStep")).map(|(&id, _)| id).collect();
-    let steps: Vec<(u64, u32)> = if step_names.len() < 2 {
-        Vec::new()
-    } else {
-        p.events
-            .iter()
-            .filter(|e| e.kind() == Some(EventKind::Range) && step_names.contains(&e.name))
-            .map(|e| (e.start, e.name))
-            .collect()
-    };
-    let distinct: FxHashSet<u32> = steps.iter().map(|(_, n)| *n).collect();
-    let last_start = (distinct.len() >= 2).then(|| steps.iter().map(|(s, _)| *s).max().unwrap_or(u64::MAX));
-    // A correlation is kept when a host call with it starts before the last step: the first such call (the
-    // timeline's launch_of) starts earliest, events being sorted by start.
-    move |c: u32| match last_start {
-        None => true,
-        Some(last) => c != 0 && tl.launch_of.get(&c).is_some_and(|&i| tl.event(i).start < last),
-    }
-}
-
-pub fn breakdown(tl: &Timeline, hta_rounding: bool) -> Breakdown {
-    let p = tl.p;
-    debug_assert!(p.events.is_sorted_by_key(|e| e.start), "events sorted by start, as every loader gives them");
-    let kept = kept_correlations(tl);
-    let (mut all, mut compute) = (OnlineMerge::new(), OnlineMerge::new());
-    let mut gpu_ops = 0u64;
-    for e in p.events.iter().filter(|e| e.is_gpu_work() && kept(e.correlation)) {
-        // HTA holds µs in float64 (0.25 µs resolution at epoch magnitudes), adds dur, then rounds.
-        let interval = interval(e.start, e.end, hta_rounding);
-        all.push(interval);
-        gpu_ops += 1;
-        if e.kind() == Some(EventKind::Kernel) && tl.names.has(e.name, NameFlags::COMPUTE) {
-            compute.push(interval);
-        }
-    }
-    if gpu_ops == 0 {
-        return Breakdown::default();
-    }
-    let (busy, first, last) = all.result();
-    let (compute_ns, _, _) = compute.result();
-    let span = (last - first).max(0);
-    let idle = (span - busy).max(0);
-    // With HTA's rounding, compute can exceed busy time by a few µs; HTA asserts there (that is why it fails on
-    // kineto-h100-qwen-inference). Capping keeps idle + compute + non-compute = span.
-    let compute_ns = compute_ns.min(span - idle).max(0);
-    let clamp = |v: i64| v.max(0) as u64;
-    Breakdown {
-        idle_ns: clamp(idle),
-        compute_ns: clamp(compute_ns),
-        non_compute_ns: clamp(span - idle - compute_ns),
-        span_ns: clamp(span),
-        gpu_ops,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::names::is_compute_kernel;
-    use crate::model::trace::Process;
-    use cuflight_format::RawEvent;
+    use cuflight_format::EventKind;
 
     #[test]
     fn unions_merge_overlaps() {
@@ -258,12 +246,13 @@ mod tests {
 
     #[test]
     fn idle_compute_and_non_compute_add_up_to_the_span() {
-        let mut p = Process::default();
-        p.strings.insert(1, "gemm".into());
-        p.strings.insert(2, "ncclKernel_x".into());
-        let k = |s, e, name| RawEvent { name, ..RawEvent::new(EventKind::Kernel, 0, s, e) };
-        p.events = vec![k(0, 100, 1), k(50, 200, 2), k(300, 400, 1), RawEvent::new(EventKind::Memcpy, 0, 450, 500)];
-        let b = breakdown(&Timeline::new(&p), false);
+        let k = |s, e| RawEvent::new(EventKind::Kernel, 0, s, e);
+        let mut h = Hta::new(false, None);
+        h.op(&k(0, 100), None, true);
+        h.op(&k(50, 200), None, false);
+        h.op(&k(300, 400), None, true);
+        h.op(&RawEvent::new(EventKind::Memcpy, 0, 450, 500), None, false);
+        let (b, _) = h.finish();
         assert_eq!((b.span_ns, b.idle_ns, b.compute_ns, b.non_compute_ns), (500, 150, 200, 150));
     }
 }

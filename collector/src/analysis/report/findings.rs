@@ -1,10 +1,12 @@
 //! Findings: one bottleneck each, with the time it costs, the evidence and the fix. This file holds the finding
 //! model and the host-side findings (why the GPU idles); `gpu_findings.rs` holds those read off GPU work.
 
+use super::accum::CallTotals;
 use super::idle::{Cause, CauseKind, Example, IdleCauses};
-use super::spans::in_windows;
+use super::plan::Plan;
 use super::steps::Steps;
-use super::timeline::Timeline;
+use super::sweep::Swept;
+use crate::model::trace::Process;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -93,29 +95,13 @@ pub const MIN_SHARE: f64 = 0.01;
 
 /// What every finding builder needs about one process.
 pub struct Ctx<'a> {
-    pub tl: &'a Timeline<'a>,
+    pub p: &'a Process,
+    pub plan: &'a Plan,
     pub steps: &'a Steps,
     /// Σ step window durations (or the traced span).
     pub step_total_ns: u64,
     pub pid: u32,
     pub rank: Option<u32>,
-    /// Per GPU op (parallel to `tl.ops`): whether it starts inside a step window.
-    pub op_in_steps: Vec<bool>,
-}
-
-/// Which ops (sorted by start) start inside the windows (sorted, not overlapping): one merge walk.
-pub fn ops_in_windows(tl: &Timeline, windows: &[(u64, u64)]) -> Vec<bool> {
-    let mut w = 0;
-    tl.ops
-        .iter()
-        .map(|&i| {
-            let t = tl.event(i).start;
-            while w < windows.len() && windows[w].1 <= t {
-                w += 1;
-            }
-            w < windows.len() && windows[w].0 <= t
-        })
-        .collect()
 }
 
 impl Ctx<'_> {
@@ -165,7 +151,7 @@ pub fn ms(ns: u64) -> String {
 }
 
 /// (name, (count, total ns)) pairs as call rows, most time first.
-fn rows_by_time<S: ToString>(calls: impl IntoIterator<Item = (S, (u64, u64))>) -> Vec<CallRow> {
+pub fn rows_by_time<S: ToString>(calls: impl IntoIterator<Item = (S, (u64, u64))>) -> Vec<CallRow> {
     let mut v: Vec<CallRow> =
         calls.into_iter().map(|(n, (count, total_ns))| CallRow { name: n.to_string(), count, total_ns }).collect();
     v.sort_by_key(|r| std::cmp::Reverse(r.total_ns));
@@ -203,18 +189,17 @@ pub const FIX_CPU: &str = "Find the host hot spot between launches (py-spy or pe
      torch.compile removes per-op Python overhead.";
 
 /// data_loading, sync_stall, launch_bound, cpu_bound (the idle part of allocator_churn is in its own finding).
-pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses) -> Vec<Finding> {
+pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding> {
     let mut out = Vec::new();
     let steps = ctx.steps_count();
     let per_step = |ns: u64| ms(ns / steps as u64);
     let c = idle.get(CauseKind::DataLoading);
     if c.total_ns > 0 {
         let mut ev = idle_evidence(ctx, c);
-        let annotated = super::spans::total(&ctx.tl.loader);
         ev.facts.push(format!(
             "the GPU idled {} per step at step starts while the launching thread was outside CUDA{}",
             per_step(c.total_ns),
-            if annotated > 0 { " or inside DataLoader annotations" } else { "" }
+            if ctx.plan.loader_annotated { " or inside DataLoader annotations" } else { "" }
         ));
         ev.metrics.insert("idle_per_step_ns", (c.total_ns / steps as u64) as f64);
         let summary = format!("GPU waits for input data: {} per step", per_step(c.total_ns));
@@ -223,7 +208,7 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses) -> Vec<Finding> {
     let c = idle.get(CauseKind::SyncStall);
     if c.total_ns > 0 {
         let mut ev = idle_evidence(ctx, c);
-        let syncs = sync_calls_in_steps(ctx);
+        let syncs = rows_by_time(swept.sync_calls.iter().map(|(n, &c)| (n, c)));
         let blocked: u64 = syncs.iter().map(|r| r.total_ns).sum();
         let count: u64 = syncs.iter().map(|r| r.count).sum();
         ev.facts.push(format!(
@@ -241,7 +226,7 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses) -> Vec<Finding> {
     let c = idle.get(CauseKind::LaunchBound);
     if c.total_ns > 0 {
         let mut ev = idle_evidence(ctx, c);
-        let (kernels, short, median_kernel, median_launch) = launch_stats(ctx);
+        let (kernels, short, median_kernel, median_launch) = launch_stats(swept);
         ev.facts.push(format!(
             "{kernels} kernels in steps ({:.0} per step), {short} of them shorter than the median launch call \
              ({}); median kernel {:.1} µs; the GPU idled {} per step between launches (host issue time and \
@@ -275,58 +260,18 @@ fn format_us(ns: u64) -> String {
     format!("{:.1} µs", ns as f64 / 1e3)
 }
 
-/// Synchronising calls of the launching threads that start inside step windows.
-fn sync_calls_in_steps(ctx: &Ctx) -> Vec<CallRow> {
-    let p = ctx.tl.p;
-    let mut rows: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for c in ctx.tl.calls.iter().filter(|c| c.class == super::timeline::CallClass::Sync) {
-        if in_windows(&ctx.steps.windows, c.start) {
-            let r = rows.entry(p.string(p.events[c.event as usize].name)).or_default();
-            r.0 += 1;
-            r.1 += c.end - c.start;
-        }
-    }
-    rows_by_time(rows)
-}
-
 /// (kernels in steps, how many are shorter than the median launch call, median kernel ns, median launch ns).
-fn launch_stats(ctx: &Ctx) -> (u64, u64, u64, u64) {
-    let tl = ctx.tl;
-    let mut kernel_durations = Vec::new();
-    let mut launch_durations = Vec::new();
-    for ((&i, &(launched, launch_ns)), _) in
-        tl.ops.iter().zip(&tl.op_launch).zip(&ctx.op_in_steps).filter(|(_, &inside)| inside)
-    {
-        let e = tl.event(i);
-        if e.kind() != Some(cuflight_format::EventKind::Kernel) {
-            continue;
-        }
-        kernel_durations.push(e.duration());
-        if launched != u64::MAX {
-            launch_durations.push(launch_ns);
-        }
-    }
-    let median_launch = super::spans::median(launch_durations);
-    let short = kernel_durations.iter().filter(|&&d| d < median_launch).count() as u64;
-    let n = kernel_durations.len() as u64;
-    (n, short, super::spans::median(kernel_durations), median_launch)
+fn launch_stats(swept: &Swept) -> (u64, u64, u64, u64) {
+    let median_launch = swept.launch_durations.median();
+    let k = &swept.kernel_durations;
+    (k.len(), k.below(median_launch), k.median(), median_launch)
 }
 
 /// allocator_churn: allocation calls inside steady-state steps (every step but the first), and the GPU idle
 /// time they caused.
-pub fn allocator_churn(ctx: &Ctx, idle: &IdleCauses) -> Option<Finding> {
-    let tl = ctx.tl;
+pub fn allocator_churn(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> {
     let steady = ctx.steps.windows.get(1..).unwrap_or(&[]);
-    let mut rows: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for e in tl.p.events.iter().filter(|e| e.kind() == Some(cuflight_format::EventKind::Api)) {
-        let f = tl.names.get(e.name);
-        let alloc = f & super::timeline::NameFlags::ALLOC != 0 && f & super::timeline::NameFlags::ASYNC == 0;
-        if alloc && in_windows(steady, e.start) {
-            let r = rows.entry(tl.p.string(e.name)).or_default();
-            r.0 += 1;
-            r.1 += e.duration();
-        }
-    }
+    let rows: &CallTotals = &swept.alloc_calls;
     if rows.is_empty() {
         return None;
     }
@@ -334,7 +279,7 @@ pub fn allocator_churn(ctx: &Ctx, idle: &IdleCauses) -> Option<Finding> {
     let host_ns: u64 = rows.values().map(|r| r.1).sum();
     let count: u64 = rows.values().map(|r| r.0).sum();
     let mut ev = idle_evidence(ctx, c);
-    ev.api_calls = rows_by_time(rows);
+    ev.api_calls = rows_by_time(rows.iter().map(|(n, &c)| (n, c)));
     let steady_steps = steady.len().max(1) as f64;
     ev.facts.push(format!(
         "{count} allocation calls in {} steady-state steps ({:.1} per step) took {} of host time; the GPU idled {} \

@@ -1,13 +1,12 @@
 //! Findings read off the GPU work itself: pageable and heavy copies, fp32 GEMMs, exposed communication, memory
 //! growth and the hot kernels. Everything is measured inside the step windows.
 
+use super::accum::KernelAgg;
 use super::findings::{ms, Ctx, Evidence, Finding, KernelRow, Severity};
 use super::idle::Example;
-use super::spans::{intersect, merge, subtract, total, Span};
-use super::timeline::NameFlags;
+use super::sweep::Swept;
 use cuflight_format::event::LaunchConfig;
-use cuflight_format::{EventKind, RawEvent};
-use rustc_hash::FxHashMap;
+use cuflight_format::RawEvent;
 
 pub const FIX_PAGEABLE: &str = "Copy from pinned memory: DataLoader(pin_memory=True) with tensor.to(device, \
      non_blocking=True); in CUDA code allocate host buffers with cudaMallocHost (or cudaHostRegister them) and use \
@@ -30,29 +29,9 @@ pub const FIX_HOT: &str = "Optimise where the time goes: check the occupancy of 
 /// ratios of V100..H100, since real GEMMs are partly memory-bound.
 pub const TENSOR_CORE_SPEEDUP: f64 = 4.0;
 
-fn windows(ctx: &Ctx) -> Vec<Span> {
-    merge(ctx.steps.windows.clone())
-}
-
-fn ops_in_steps<'a>(ctx: &'a Ctx, kind: EventKind) -> impl Iterator<Item = (u32, &'a RawEvent)> + 'a {
-    ctx.tl
-        .ops
-        .iter()
-        .zip(&ctx.op_in_steps)
-        .filter(|(_, &inside)| inside)
-        .map(move |(&i, _)| (i, ctx.tl.event(i)))
-        .filter(move |(_, e)| e.kind() == Some(kind))
-}
-
 fn example(ctx: &Ctx, e: &RawEvent, what: String) -> Example {
     let step = ctx.steps.windows.partition_point(|w| w.0 <= e.start).checked_sub(1);
     Example { start_ns: e.start, end_ns: e.end, duration_ns: e.duration(), step, what }
-}
-
-fn worst(mut v: Vec<&RawEvent>) -> Vec<&RawEvent> {
-    v.sort_by_key(|e| std::cmp::Reverse(e.duration()));
-    v.truncate(5);
-    v
 }
 
 fn copy_label(e: &RawEvent) -> String {
@@ -65,142 +44,108 @@ fn copy_label(e: &RawEvent) -> String {
     )
 }
 
-pub fn pageable_memcpy(ctx: &Ctx) -> Option<Finding> {
-    let copies: Vec<&RawEvent> = ops_in_steps(ctx, EventKind::Memcpy)
-        .map(|(_, e)| e)
-        .filter(|e| e.copy_memory_kinds().0 == 1 || e.copy_memory_kinds().1 == 1)
-        .collect();
-    if copies.is_empty() {
+pub fn pageable_memcpy(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
+    let c = &swept.pageable;
+    if c.count == 0 {
         return None;
     }
-    let spans = merge(copies.iter().map(|e| (e.start, e.end)).collect());
-    let lost = total(&intersect(&spans, &windows(ctx)));
-    let bytes: u64 = copies.iter().map(|e| e.a).sum();
-    let busy: u64 = copies.iter().map(|e| e.duration()).sum();
+    let lost = c.lost_ns;
     let mut ev = Evidence::default();
     ev.facts.push(format!(
         "{} copies touching pageable host memory moved {:.1} MB at {:.2} GB/s and took {}; the driver stages them \
          through a bounce buffer and the host blocks on them",
-        copies.len(),
-        bytes as f64 / 1e6,
-        if busy == 0 { 0.0 } else { bytes as f64 / busy as f64 },
+        c.count,
+        c.bytes as f64 / 1e6,
+        if c.busy_ns == 0 { 0.0 } else { c.bytes as f64 / c.busy_ns as f64 },
         ms(lost)
     ));
-    ev.metrics.insert("copies", copies.len() as f64);
-    ev.metrics.insert("bytes", bytes as f64);
-    ev.examples = worst(copies).into_iter().map(|e| example(ctx, e, copy_label(e))).collect();
+    ev.metrics.insert("copies", c.count as f64);
+    ev.metrics.insert("bytes", c.bytes as f64);
+    ev.examples = c.longest.0.iter().map(|e| example(ctx, e, copy_label(e))).collect();
     let summary = format!("copies from/to pageable memory: {} per step", ms(lost / ctx.steps_count() as u64));
     Some(ctx.finding("pageable_memcpy", lost, summary, ev, FIX_PAGEABLE))
 }
 
 /// Copies (other than pageable ones, reported above) not hidden behind compute.
-pub fn memcpy_heavy(ctx: &Ctx) -> Option<Finding> {
-    let copies: Vec<&RawEvent> = ops_in_steps(ctx, EventKind::Memcpy)
-        .map(|(_, e)| e)
-        .filter(|e| e.copy_memory_kinds().0 != 1 && e.copy_memory_kinds().1 != 1)
-        .collect();
-    let spans = merge(copies.iter().map(|e| (e.start, e.end)).collect());
-    let exposed = subtract(&intersect(&spans, &windows(ctx)), &ctx.tl.compute_busy);
-    let lost = total(&exposed);
-    if copies.is_empty() || ctx.share(lost) < super::findings::MIN_SHARE {
+pub fn memcpy_heavy(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
+    let c = &swept.other_copies;
+    let lost = c.lost_ns;
+    if c.count == 0 || ctx.share(lost) < super::findings::MIN_SHARE {
         return None;
     }
     let mut ev = Evidence::default();
-    let bytes: u64 = copies.iter().map(|e| e.a).sum();
     ev.facts.push(format!(
         "{} copies ({:.1} MB) kept the GPU busy {} without compute running beside them",
-        copies.len(),
-        bytes as f64 / 1e6,
+        c.count,
+        c.bytes as f64 / 1e6,
         ms(lost)
     ));
-    ev.metrics.insert("bytes", bytes as f64);
-    ev.examples = worst(copies).into_iter().map(|e| example(ctx, e, copy_label(e))).collect();
+    ev.metrics.insert("bytes", c.bytes as f64);
+    ev.examples = c.longest.0.iter().map(|e| example(ctx, e, copy_label(e))).collect();
     let summary = format!("copies with no compute beside them: {} per step", ms(lost / ctx.steps_count() as u64));
     Some(ctx.finding("memcpy_heavy", lost, summary, ev, FIX_MEMCPY))
 }
 
-pub fn fp32_gemm(ctx: &Ctx) -> Option<Finding> {
-    if ctx.tl.capability.is_some_and(|(major, _)| major < 7) {
+pub fn fp32_gemm(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
+    if ctx.plan.capability.is_some_and(|(major, _)| major < 7) {
         return None; // no Tensor Cores before Volta
     }
-    let kernels: Vec<&RawEvent> = ops_in_steps(ctx, EventKind::Kernel)
-        .map(|(_, e)| e)
-        .filter(|e| ctx.tl.names.has(e.name, NameFlags::FP32_GEMM))
-        .collect();
-    if kernels.is_empty() {
+    if swept.fp32.count == 0 {
         return None;
     }
-    let time = total(&merge(kernels.iter().map(|e| (e.start, e.end)).collect()));
+    let time = swept.fp32_union_ns;
     let lost = (time as f64 * (1.0 - 1.0 / TENSOR_CORE_SPEEDUP)) as u64;
     let mut ev = Evidence::default();
-    let gpu = match ctx.tl.capability {
+    let gpu = match ctx.plan.capability {
         Some((major, minor)) => format!("compute capability {major}.{minor}, which has Tensor Cores"),
         None => "a GPU the trace does not name (assumed to have Tensor Cores)".to_string(),
     };
     ev.facts.push(format!(
         "{} fp32 GEMM/convolution kernels ran {} on CUDA cores of {gpu}; at a conservative {TENSOR_CORE_SPEEDUP}x \
          Tensor Core speed-up, {} would be saved",
-        kernels.len(),
+        swept.fp32.count,
         ms(time),
         ms(lost)
     ));
     ev.metrics.insert("fp32_gemm_ns", time as f64);
     ev.metrics.insert("assumed_speedup", TENSOR_CORE_SPEEDUP);
-    ev.kernels = kernel_rows(ctx, &kernels, 5);
+    ev.kernels = kernel_rows(ctx, &swept.fp32, 5);
     let summary =
         format!("fp32 GEMMs with Tensor Cores idle: {} of GEMM time per step", ms(time / ctx.steps_count() as u64));
     Some(ctx.finding("fp32_gemm", lost, summary, ev, FIX_FP32))
 }
 
-/// Communication kernels not overlapped by compute. `wait` gives, per comm op (event index), how long it only
-/// waited for other ranks (reported as `straggler`, so left out here).
-pub fn nccl_exposed(ctx: &Ctx, wait: &FxHashMap<u32, u64>) -> Option<Finding> {
-    let comm: Vec<(u32, &RawEvent)> =
-        ops_in_steps(ctx, EventKind::Kernel).filter(|(_, e)| ctx.tl.names.has(e.name, NameFlags::COMM)).collect();
-    if comm.is_empty() {
+/// Communication kernels not overlapped by compute. `waited`: whether any collective waited for other ranks
+/// (that time is reported as `straggler`, so left out here).
+pub fn nccl_exposed(ctx: &Ctx, swept: &Swept, waited: bool) -> Option<Finding> {
+    if swept.comm.count == 0 {
         return None;
     }
-    let spans =
-        merge(comm.iter().map(|(i, e)| ((e.start + wait.get(i).copied().unwrap_or(0)).min(e.end), e.end)).collect());
-    let exposed = subtract(&intersect(&spans, &windows(ctx)), &ctx.tl.compute_busy);
-    let lost = total(&exposed);
+    let lost = swept.comm_exposed_ns;
     if ctx.share(lost) < super::findings::MIN_SHARE {
         return None;
     }
-    let comm_time = total(&merge(comm.iter().map(|(_, e)| (e.start, e.end)).collect()));
+    let comm_time = swept.comm_union_ns;
     let mut ev = Evidence::default();
     ev.facts.push(format!(
         "{} communication kernels ran {}; {} of it had no compute beside it{}",
-        comm.len(),
+        swept.comm.count,
         ms(comm_time),
         ms(lost),
-        if wait.is_empty() { "" } else { " (time spent waiting for a slower rank is counted under straggler)" }
+        if !waited { "" } else { " (time spent waiting for a slower rank is counted under straggler)" }
     ));
     ev.metrics.insert("overlap", 1.0 - lost as f64 / comm_time.max(1) as f64);
-    ev.kernels = kernel_rows(ctx, &comm.iter().map(|(_, e)| *e).collect::<Vec<_>>(), 5);
+    ev.kernels = kernel_rows(ctx, &swept.comm, 5);
     let summary =
         format!("communication not overlapped with compute: {} per step", ms(lost / ctx.steps_count() as u64));
     Some(ctx.finding("nccl_exposed", lost, summary, ev, FIX_NCCL))
 }
 
 /// Live device memory at the end of each step rising step over step.
-pub fn memory_growth(ctx: &Ctx) -> Option<Finding> {
-    let windows = &ctx.steps.windows;
-    if windows.len() < 4 {
+pub fn memory_growth(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
+    let at_end = &swept.memory_at_end;
+    if ctx.steps.windows.len() < 4 || at_end.len() < 4 {
         return None;
-    }
-    let mut mem: Vec<&RawEvent> =
-        ctx.tl.p.events.iter().filter(|e| matches!(e.kind(), Some(EventKind::Alloc | EventKind::Free))).collect();
-    mem.sort_by_key(|e| e.start);
-    let mut live = crate::model::memory::LiveMemory::default();
-    let pid = ctx.tl.p.info.pid;
-    let mut at_end = Vec::with_capacity(windows.len());
-    let mut it = mem.iter().peekable();
-    for w in windows {
-        while let Some(e) = it.next_if(|e| e.start < w.1) {
-            live.apply(pid, e);
-        }
-        at_end.push(live.device().min(i64::MAX as u64) as i64);
     }
     let rises = at_end.windows(2).filter(|w| w[1] > w[0]).count();
     let growth = at_end[at_end.len() - 1] - at_end[0];
@@ -209,7 +154,7 @@ pub fn memory_growth(ctx: &Ctx) -> Option<Finding> {
     if growth <= 0 || rises * 10 < (at_end.len() - 1) * 6 || growth < (1 << 20).max(peak / 100) {
         return None;
     }
-    let capacity = ctx.tl.device_memory.unwrap_or(0) as i64;
+    let capacity = ctx.plan.device_memory.unwrap_or(0) as i64;
     let steps_left = (capacity > 0).then(|| (capacity - at_end[at_end.len() - 1]).max(0) / per_step.max(1));
     let severity = match steps_left {
         Some(n) if n < 10_000 => Severity::High,
@@ -238,12 +183,11 @@ pub fn memory_growth(ctx: &Ctx) -> Option<Finding> {
     Some(f)
 }
 
-pub fn hot_kernels(ctx: &Ctx) -> Option<Finding> {
-    let kernels: Vec<&RawEvent> = ops_in_steps(ctx, EventKind::Kernel).map(|(_, e)| e).collect();
-    if kernels.is_empty() {
+pub fn hot_kernels(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
+    if swept.kernels.count == 0 {
         return None;
     }
-    let rows = kernel_rows(ctx, &kernels, 5);
+    let rows = kernel_rows(ctx, &swept.kernels, 5);
     let mut ev = Evidence::default();
     let top: f64 = rows.iter().map(|r| r.share_of_kernel_time).sum();
     ev.facts.push(format!("the top {} kernels take {:.0}% of kernel time", rows.len(), 100.0 * top));
@@ -271,23 +215,16 @@ pub fn short_name(name: &str) -> String {
 }
 
 /// Kernels grouped by name, most time first.
-pub fn kernel_rows(ctx: &Ctx, kernels: &[&RawEvent], top: usize) -> Vec<KernelRow> {
-    let p = ctx.tl.p;
-    let mut by_name: FxHashMap<u32, (u64, u64, &RawEvent)> = FxHashMap::default();
-    let mut all = 0u64;
-    for e in kernels {
-        let r = by_name.entry(e.name).or_insert((0, 0, e));
-        r.0 += 1;
-        r.1 += e.duration();
-        all += e.duration();
-    }
-    let mut rows: Vec<KernelRow> = by_name
-        .into_values()
-        .map(|(count, total_ns, e)| {
-            let cfg = LaunchConfig::unpack(e.a, e.b, e.c);
+pub fn kernel_rows(ctx: &Ctx, agg: &KernelAgg, top: usize) -> Vec<KernelRow> {
+    let all = agg.total_ns;
+    let mut rows: Vec<KernelRow> = agg
+        .by_name
+        .iter()
+        .map(|(&name, &(count, total_ns, [a, b, c]))| {
+            let cfg = LaunchConfig::unpack(a, b, c);
             let shared = cfg.static_shared + cfg.dynamic_shared;
             KernelRow {
-                name: p.string(e.name).to_string(),
+                name: ctx.p.string(name).to_string(),
                 count,
                 total_ns,
                 mean_ns: total_ns / count,
@@ -296,7 +233,7 @@ pub fn kernel_rows(ctx: &Ctx, kernels: &[&RawEvent], top: usize) -> Vec<KernelRo
                 block: cfg.block,
                 registers_per_thread: cfg.registers as u32,
                 shared_memory_bytes: shared,
-                occupancy: ctx.tl.capability.and_then(|cc| super::occupancy::estimate(cc, &cfg)),
+                occupancy: ctx.plan.capability.and_then(|cc| super::occupancy::estimate(cc, &cfg)),
             }
         })
         .collect();

@@ -16,7 +16,7 @@
 //!   the GPU waits for → **CPU bound**.
 
 use super::spans::{clip, subtract, Span};
-use super::timeline::{CallClass, HostCall, Timeline};
+use super::window::{CallClass, HostCall, WindowView};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -127,45 +127,32 @@ const TINY_KERNEL_NS: u64 = 10_000;
 /// Gaps between queued GPU ops shorter than this are launch overhead (HTA's `consecutive_kernel_delay`).
 const KERNEL_WAIT_NS: u64 = 30_000;
 
-pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCauses {
-    let mut out = IdleCauses::default();
-    let n = windows.len();
+/// Attributes the idle time inside window `k` (of `n`), adding to `out`. `single_stream`: the steps' GPU ops
+/// all run on one stream and no stream waits on an event. `step_starts`: every step's host start.
+pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_starts: &[u64], out: &mut IdleCauses) {
     // Idle stretches window by window (windows do not overlap), so that no stretch crosses a step boundary.
-    let idle: Vec<(Span, usize)> = windows
-        .iter()
-        .enumerate()
-        .flat_map(|(k, &w)| subtract(&[w], &tl.busy).into_iter().map(move |piece| (piece, k)))
-        .collect();
-    out.idle_in_steps_ns = idle.iter().map(|((a, b), _)| b - a).sum();
-    let single_stream = !tl.has_stream_waits && {
-        let mut streams = tl
-            .ops
-            .iter()
-            .map(|&i| tl.event(i))
-            .filter(|e| super::spans::in_windows(windows, e.start))
-            .map(|e| (e.device, e.stream));
-        let first = streams.next();
-        streams.all(|s| Some(s) == first)
-    };
-    for ((a, b), k) in idle {
+    let idle = subtract(&[v.span], &v.busy);
+    out.idle_in_steps_ns += idle.iter().map(|(a, b)| b - a).sum::<u64>();
+    for (a, b) in idle {
         let step = Some(k);
         // The op that ends this stretch: already launched before it began → the GPU waited on itself.
-        let next_busy = tl.busy.partition_point(|x| x.0 < b);
-        let next_op = tl.busy.get(next_busy).filter(|x| x.0 == b).and_then(|_| {
-            let i = tl.ops.partition_point(|&i| tl.event(i).start < b);
-            tl.ops.get(i).map(|&i| tl.event(i))
+        let next_busy = v.busy.partition_point(|x| x.0 < b);
+        let next_op = v.busy.get(next_busy).filter(|x| x.0 == b).and_then(|_| {
+            let i = v.closers.partition_point(|c| c.start < b);
+            v.closers.get(i).filter(|c| c.start == b)
         });
         // The whole GPU gap (the piece may be clipped by a step boundary).
-        let gap_start = next_busy.checked_sub(1).map_or(a, |i| tl.busy[i].1).min(a);
+        let before = next_busy.checked_sub(1).map(|i| v.busy[i].1).or(v.busy_before);
+        let gap_start = before.map_or(a, |end| end.min(a));
         // Once the next op is launched, the GPU waits on itself, not on the host.
-        let launched = next_op.and_then(|op| tl.launch_time(op)).unwrap_or(b);
+        let launched = next_op.and_then(|op| op.launched).unwrap_or(b);
         if launched < b {
             // Short gaps between queued ops are the per-kernel launch overhead (HTA's "kernel wait"); long ones
             // are waits on other streams or events. With one stream and no event waits there is nothing else to
             // wait on, so a gap before a tiny kernel is the front end working through a stream of launches:
             // launch overhead too.
             let queued = (a.max(launched), b);
-            let tiny_next = next_op.is_some_and(|op| op.duration() < TINY_KERNEL_NS);
+            let tiny_next = next_op.is_some_and(|op| op.duration < TINY_KERNEL_NS);
             let kind = if b - gap_start.max(launched) < KERNEL_WAIT_NS || single_stream && tiny_next {
                 CauseKind::LaunchBound
             } else {
@@ -178,10 +165,10 @@ pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCa
         }
         let b = b.min(launched);
         let mut t = a;
-        let first = tl.calls.partition_point(|c| c.end <= a);
-        for c in tl.calls[first..].iter().take_while(|c| c.start < b) {
+        let first = v.calls.partition_point(|c| c.end <= a);
+        for c in v.calls[first..].iter().take_while(|c| c.start < b) {
             if c.start > t {
-                outside(tl, &mut out, (t, c.start), step, step_starts, n);
+                outside(v, out, (t, c.start), step, step_starts, n);
             }
             let piece = (c.start.max(t), c.end.min(b));
             let kind = match c.class {
@@ -189,41 +176,40 @@ pub fn attribute(tl: &Timeline, windows: &[Span], step_starts: &[u64]) -> IdleCa
                 CallClass::Alloc => CauseKind::AllocatorChurn,
                 CallClass::Launch => CauseKind::LaunchBound,
             };
-            out.add(kind, piece, step, Some(tl.name(c.event)), n);
+            out.add(kind, piece, step, Some(v.name(c.name)), n);
             t = t.max(c.end.min(b));
         }
         if t < b {
-            outside(tl, &mut out, (t, b), step, step_starts, n);
+            outside(v, out, (t, b), step, step_starts, n);
         }
     }
-    out
 }
 
 /// Idle time while the launching threads were outside CUDA.
-fn outside(tl: &Timeline, out: &mut IdleCauses, (a, b): Span, step: Option<usize>, starts: &[u64], n: usize) {
+fn outside(v: &WindowView, out: &mut IdleCauses, (a, b): Span, step: Option<usize>, starts: &[u64], n: usize) {
     let mut t = a;
-    let loading: Vec<Span> = clip(&tl.loader, a, b).collect();
+    let loading: Vec<Span> = clip(&v.loader, a, b).collect();
     for piece in loading {
         if piece.0 > t {
-            by_previous_call(tl, out, (t, piece.0), step, starts, n);
+            by_previous_call(v, out, (t, piece.0), step, starts, n);
         }
         out.add(CauseKind::DataLoading, piece, step, None, n);
         t = piece.1;
     }
     if t < b {
-        by_previous_call(tl, out, (t, b), step, starts, n);
+        by_previous_call(v, out, (t, b), step, starts, n);
     }
 }
 
-fn by_previous_call(tl: &Timeline, out: &mut IdleCauses, (a, b): Span, step: Option<usize>, starts: &[u64], n: usize) {
-    let prev = tl.call_before(a);
+fn by_previous_call(v: &WindowView, out: &mut IdleCauses, (a, b): Span, step: Option<usize>, starts: &[u64], n: usize) {
+    let prev = v.call_before(a);
     let prev_end = prev.map_or(0, |c| c.end);
     // Only a sync inside the loop drains the queue step after step; one before the steps (setup) does not count.
     let in_loop = |c: &HostCall| starts.first().is_some_and(|&s| c.start >= s);
     let (kind, call) = match prev {
-        Some(c) if c.class == CallClass::Sync && in_loop(c) => (CauseKind::SyncStall, Some(tl.name(c.event))),
-        Some(c) if c.class == CallClass::Alloc && tl.name(c.event).contains("Free") && in_loop(c) => {
-            (CauseKind::AllocatorChurn, Some(tl.name(c.event)))
+        Some(c) if c.class == CallClass::Sync && in_loop(c) => (CauseKind::SyncStall, Some(v.name(c.name))),
+        Some(c) if c.class == CallClass::Alloc && v.name(c.name).contains("Free") && in_loop(c) => {
+            (CauseKind::AllocatorChurn, Some(v.name(c.name)))
         }
         _ => {
             // A step began since the last CUDA call: the host is getting the step's input ready.
@@ -231,9 +217,9 @@ fn by_previous_call(tl: &Timeline, out: &mut IdleCauses, (a, b): Span, step: Opt
             if starts.get(k).is_some_and(|&s| s < b) {
                 (CauseKind::DataLoading, None)
             } else if b - a < HOST_OVERHEAD_NS {
-                (CauseKind::LaunchBound, prev.map(|c| tl.name(c.event)))
+                (CauseKind::LaunchBound, prev.map(|c| v.name(c.name)))
             } else {
-                (CauseKind::CpuBound, prev.map(|c| tl.name(c.event)))
+                (CauseKind::CpuBound, prev.map(|c| v.name(c.name)))
             }
         }
     };

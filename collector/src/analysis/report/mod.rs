@@ -5,25 +5,30 @@
 //! `findings.rs`), what the GPU work itself says (`gpu_findings.rs`) and, across ranks, the straggler
 //! (`ranks.rs`). Findings are sorted by severity, then by the time they cost; the verdict names the first.
 
+mod accum;
 pub mod breakdown;
 mod findings;
 mod gpu_findings;
 mod html;
 pub mod idle;
 mod occupancy;
+pub mod plan;
 mod ranks;
 pub mod spans;
 pub mod steps;
+mod sweep;
+#[cfg(test)]
+mod tests;
 mod text;
-pub mod timeline;
+pub mod window;
 
 use findings::{Ctx, MIN_SHARE};
 pub use findings::{Evidence, Finding, KernelRow, Severity};
 use serde::Serialize;
 use steps::{StepRow, StepSource};
-use timeline::Timeline;
 
-use crate::model::trace::Trace;
+use crate::model::source::EventSource;
+use crate::model::trace::TraceError;
 
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -67,130 +72,142 @@ pub enum ReportError {
     Empty(String),
     #[error("{0}: no GPU kernels, copies or memsets in the trace: nothing ran on the GPU while it was recorded")]
     NoGpuWork(String),
+    #[error(transparent)]
+    Trace(#[from] TraceError),
 }
 
 fn sort_findings(v: &mut [Finding]) {
     v.sort_by(|a, b| b.severity.cmp(&a.severity).then(b.time_lost_ns.cmp(&a.time_lost_ns)));
 }
 
-fn utilization_over_time(tl: &Timeline) -> Vec<f64> {
-    let (Some(first), Some(last)) = (tl.busy.first(), tl.busy.last()) else { return vec![] };
-    let (s, e) = (first.0, last.1);
-    let bin = (e - s).div_ceil(100).max(1);
-    (0..100).map(|i| spans::within(&tl.kernel_busy, s + i * bin, s + (i + 1) * bin) as f64 / bin as f64).collect()
-}
-
 impl Report {
-    /// `traces`: (display name, trace); several traces are several ranks of one job.
-    pub fn compute(traces: &[(String, Trace)], opts: &Options) -> Result<Report, ReportError> {
-        let mut procs = Vec::new();
-        for (fi, (file, t)) in traces.iter().enumerate() {
-            if t.processes.values().all(|p| p.events.is_empty()) {
+    /// `traces`: (display name, source); several traces are several ranks of one job. Each source is read in
+    /// two or three passes: the plan (steps and their windows), then the window sweep.
+    pub fn compute(traces: &mut [(String, EventSource)], opts: &Options) -> Result<Report, ReportError> {
+        let mut plans = Vec::with_capacity(traces.len());
+        for (file, source) in traces.iter_mut() {
+            let plan = plan::plan(source, opts.step.as_deref())?;
+            if plan.values().all(|p| p.events == 0) {
                 return Err(ReportError::Empty(file.clone()));
             }
-            for (&pid, p) in &t.processes {
-                let gpu = p.events.iter().any(|e| e.is_gpu_work());
-                if gpu {
-                    procs.push((fi, file, pid, p, t.fractional_us_timestamps));
-                }
-            }
+            plans.push(plan);
+        }
+        // Processes with GPU work, in file order, then by process key.
+        let mut procs: Vec<(usize, u32)> = Vec::new();
+        for (fi, (_, source)) in traces.iter().enumerate() {
+            procs.extend(
+                source.processes.keys().filter(|k| plans[fi].get(k).is_some_and(|p| p.gpu_ops > 0)).map(|&k| (fi, k)),
+            );
         }
         if procs.is_empty() {
             let names: Vec<&str> = traces.iter().map(|(f, _)| f.as_str()).collect();
             return Err(ReportError::NoGpuWork(names.join(", ")));
         }
         let several_files = traces.len() > 1;
-        let mut tls: Vec<Timeline> = procs.iter().map(|(_, _, _, p, _)| Timeline::new(p)).collect();
-        let mut warnings: Vec<Vec<String>> = vec![vec![]; procs.len()];
-        let steps: Vec<steps::Steps> = tls
-            .iter_mut()
-            .zip(&mut warnings)
-            .map(|(tl, warn)| {
-                let mut s = steps::detect(tl, opts.step.as_deref());
-                for (name, start) in &tl.unclosed {
+        let warnings: Vec<Vec<String>> = procs
+            .iter()
+            .map(|&(fi, k)| {
+                let plan = &plans[fi][&k];
+                let mut warn = Vec::new();
+                for (name, start) in &plan.unclosed {
                     if crate::model::names::step_like(name) || opts.step.as_deref().is_some_and(|o| name.starts_with(o)) {
                         warn.push(format!("step range \"{name}\" opened at {start} ns never ended; it was left out"));
                     }
                 }
-                if s.windows.is_empty() {
+                if plan.no_steps {
                     if opts.step.is_some() {
                         warn.push(format!("no range named {:?}: findings cover the whole trace", opts.step.as_deref().unwrap_or("")));
                     } else {
                         warn.push("no steps found (no ProfilerStep#N, no step-like NVTX range, no repeating launch pattern): findings cover the whole trace; name the step range with --step NAME".into());
                     }
-                    let first = tl.busy.first().map_or(0, |b| b.0).min(tl.calls.first().map_or(u64::MAX, |c| c.start));
-                    let last = tl.busy.last().map_or(0, |b| b.1).max(tl.calls.last().map_or(0, |c| c.end));
-                    s.windows = vec![(first, last.max(first))];
-                    s.names = vec!["whole trace".into()];
                 }
-                let step_names: rustc_hash::FxHashSet<u32> = s.host.iter().map(|r| r.name).collect();
-                tl.classify_ranges(|r| step_names.contains(&r.name));
-                s
+                warn
             })
             .collect();
         let ctxs: Vec<Ctx> = procs
             .iter()
             .enumerate()
-            .map(|(i, (fi, _, pid, p, _))| {
-                let rank = p.rank.or(if several_files {
-                    Some(*fi as u32)
-                } else if procs.len() > 1 {
-                    Some(i as u32)
-                } else {
-                    None
-                });
+            .map(|(i, &(fi, k))| {
+                let p = &traces[fi].1.processes[&k];
+                let plan = &plans[fi][&k];
                 Ctx {
-                    tl: &tls[i],
-                    steps: &steps[i],
-                    step_total_ns: steps[i].windows.iter().map(|w| w.1 - w.0).sum(),
-                    pid: *pid,
-                    rank,
-                    op_in_steps: findings::ops_in_windows(&tls[i], &steps[i].windows),
+                    p,
+                    plan,
+                    steps: &plan.steps,
+                    step_total_ns: plan.steps.windows.iter().map(|w| w.1 - w.0).sum(),
+                    pid: k,
+                    rank: straggler_rank(p, fi, i, several_files, procs.len()),
                 }
             })
             .collect();
         let straggler = ranks::straggler(&ctxs);
+        drop(ctxs);
+        // The sweep, file by file (every process of a file in one pass).
+        let mut swept: Vec<Option<sweep::Swept>> = (0..procs.len()).map(|_| None).collect();
+        for (fi, (_, source)) in traces.iter_mut().enumerate() {
+            let mine: Vec<usize> = (0..procs.len()).filter(|&i| procs[i].0 == fi).collect();
+            let rounding = source.fractional_us_timestamps;
+            let mut sweeps: rustc_hash::FxHashMap<u32, (usize, sweep::Sweep)> = mine
+                .iter()
+                .map(|&i| {
+                    let k = procs[i].1;
+                    (k, (i, sweep::Sweep::new(&plans[fi][&k], &straggler.waits[i], rounding)))
+                })
+                .collect();
+            source.for_each(|k, p, e| {
+                if let Some((_, s)) = sweeps.get_mut(&k) {
+                    s.event(p, e);
+                }
+            })?;
+            for (k, (i, s)) in sweeps {
+                swept[i] = Some(s.finish(&source.processes[&k]));
+            }
+        }
         let mut all = Vec::new();
         let mut processes = Vec::new();
-        for (i, ctx) in ctxs.iter().enumerate() {
-            let (_, file, pid, p, rounding) = procs[i];
-            let host_starts: Vec<u64> = ctx.steps.host.iter().map(|r| r.start).collect();
-            let idle = idle::attribute(ctx.tl, &ctx.steps.windows, &host_starts);
-            let mut fs = findings::idle_findings(ctx, &idle);
-            fs.extend(findings::allocator_churn(ctx, &idle));
-            fs.extend(gpu_findings::pageable_memcpy(ctx));
-            fs.extend(gpu_findings::memcpy_heavy(ctx));
-            fs.extend(gpu_findings::fp32_gemm(ctx));
-            fs.extend(gpu_findings::nccl_exposed(ctx, &straggler.waits[i]));
-            fs.extend(gpu_findings::memory_growth(ctx));
+        for (i, &(fi, k)) in procs.iter().enumerate() {
+            let p = &traces[fi].1.processes[&k];
+            let plan = &plans[fi][&k];
+            let ctx = Ctx {
+                p,
+                plan,
+                steps: &plan.steps,
+                step_total_ns: plan.steps.windows.iter().map(|w| w.1 - w.0).sum(),
+                pid: k,
+                rank: straggler_rank(p, fi, i, several_files, procs.len()),
+            };
+            let swept = swept[i].take().expect("every process swept");
+            let idle = &swept.idle;
+            let mut fs = findings::idle_findings(&ctx, idle, &swept);
+            fs.extend(findings::allocator_churn(&ctx, idle, &swept));
+            fs.extend(gpu_findings::pageable_memcpy(&ctx, &swept));
+            fs.extend(gpu_findings::memcpy_heavy(&ctx, &swept));
+            fs.extend(gpu_findings::fp32_gemm(&ctx, &swept));
+            fs.extend(gpu_findings::nccl_exposed(&ctx, &swept, !straggler.waits[i].is_empty()));
+            fs.extend(gpu_findings::memory_growth(&ctx, &swept));
             fs.retain(|f| f.share >= MIN_SHARE || f.kind == "memory_growth");
-            let hot = gpu_findings::hot_kernels(ctx);
+            let hot = gpu_findings::hot_kernels(&ctx, &swept);
             let top_kernels = hot.as_ref().map_or(vec![], |h| h.evidence.kernels.clone());
             fs.extend(hot);
             sort_findings(&mut fs);
             all.extend(fs.iter().filter(|f| f.severity > Severity::Info).cloned());
-            let rows: Vec<StepRow> = if ctx.steps.host.is_empty() {
-                vec![]
-            } else {
-                ctx.steps.windows.iter().zip(&ctx.steps.names).map(|(&w, n)| steps::breakdown(ctx.tl, n, w)).collect()
-            };
-            let step_total = (!rows.is_empty()).then(|| total_row(&rows));
+            let step_total = (!swept.rows.is_empty()).then(|| total_row(&swept.rows));
             let command = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
             processes.push(ProcessReport {
-                file: file.clone(),
-                pid,
+                file: traces[fi].0.clone(),
+                pid: k,
                 rank: ctx.rank,
                 command,
-                breakdown: breakdown::breakdown(ctx.tl, rounding),
-                idle_breakdown: breakdown::idle_split(ctx.tl, rounding),
+                breakdown: swept.breakdown,
+                idle_breakdown: swept.idle_split,
                 idle_causes: idle.summary(),
-                step_source: ctx.steps.source,
-                steps: rows,
+                step_source: plan.steps.source,
+                steps: swept.rows,
                 step_total,
                 findings: fs,
                 top_kernels,
-                utilization_over_time: utilization_over_time(ctx.tl),
-                warnings: std::mem::take(&mut warnings[i]),
+                utilization_over_time: swept.utilization,
+                warnings: warnings[i].clone(),
             });
         }
         all.extend(straggler.finding);
@@ -202,6 +219,24 @@ impl Report {
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
     }
+}
+
+/// A process's rank: the trace's, else its file's order when several files are ranks, else its order among several
+/// GPU processes of one trace.
+fn straggler_rank(
+    p: &crate::model::trace::Process,
+    fi: usize,
+    i: usize,
+    several_files: bool,
+    procs: usize,
+) -> Option<u32> {
+    p.rank.or(if several_files {
+        Some(fi as u32)
+    } else if procs > 1 {
+        Some(i as u32)
+    } else {
+        None
+    })
 }
 
 fn total_row(rows: &[StepRow]) -> StepRow {

@@ -9,13 +9,12 @@
 
 use super::findings::{ms, Ctx, Evidence, Finding, MIN_SHARE};
 use super::idle::Example;
-use super::timeline::NameFlags;
-use cuflight_format::EventKind;
 use rustc_hash::FxHashMap;
 
 pub struct Straggler {
     pub finding: Option<Finding>,
-    /// Per rank (in the order given): comm op event index → time it only waited for others.
+    /// Per rank (in the order given): communication kernel (by its order in the process) → time it only waited
+    /// for others.
     pub waits: Vec<FxHashMap<u32, u64>>,
 }
 
@@ -35,20 +34,8 @@ pub fn straggler(ctxs: &[Ctx]) -> Straggler {
     if ctxs.len() < 2 {
         return Straggler { finding: None, waits };
     }
-    let comm: Vec<Vec<u32>> = ctxs
-        .iter()
-        .map(|c| {
-            let tl = c.tl;
-            tl.ops
-                .iter()
-                .copied()
-                .filter(|&i| {
-                    tl.event(i).kind() == Some(EventKind::Kernel) && tl.names.has(tl.event(i).name, NameFlags::COMM)
-                })
-                .collect()
-        })
-        .collect();
-    let k_max = comm.iter().map(Vec::len).min().unwrap_or(0);
+    let comm: Vec<&[super::plan::CommOp]> = ctxs.iter().map(|c| c.plan.comm.as_slice()).collect();
+    let k_max = comm.iter().map(|c| c.len()).min().unwrap_or(0);
     if k_max == 0 {
         return Straggler { finding: by_step_time(ctxs), waits };
     }
@@ -57,13 +44,13 @@ pub fn straggler(ctxs: &[Ctx]) -> Straggler {
     let mut worst: Vec<(u64, usize, usize)> = Vec::new(); // (wait, collective, waiting rank)
     #[allow(clippy::needless_range_loop)] // k indexes every rank's list at once
     for k in 0..k_max {
-        let durs: Vec<u64> = (0..ctxs.len()).map(|r| ctxs[r].tl.event(comm[r][k]).duration()).collect();
+        let durs: Vec<u64> = (0..ctxs.len()).map(|r| comm[r][k].duration).collect();
         let (last, &min) = durs.iter().enumerate().min_by_key(|(_, d)| **d).expect("two ranks or more");
         last_count[last] += 1;
         for r in 0..ctxs.len() {
             let w = durs[r] - min;
-            waits[r].insert(comm[r][k], w);
-            if super::spans::in_windows(&ctxs[r].steps.windows, ctxs[r].tl.event(comm[r][k]).start) {
+            waits[r].insert(k as u32, w);
+            if super::spans::in_windows(&ctxs[r].steps.windows, comm[r][k].start) {
                 wait_total[r] += w;
                 worst.push((w, k, r));
             }
@@ -97,13 +84,13 @@ pub fn straggler(ctxs: &[Ctx]) -> Straggler {
         .iter()
         .take(5)
         .map(|&(w, k, r)| {
-            let e = ctxs[r].tl.event(comm[r][k]);
+            let e = comm[r][k];
             Example {
                 start_ns: e.start,
                 end_ns: e.start + w,
                 duration_ns: w,
                 step: None,
-                what: format!("{} waited in collective #{k} ({})", rank_label(&ctxs[r]), ctxs[r].tl.name(comm[r][k])),
+                what: format!("{} waited in collective #{k} ({})", rank_label(&ctxs[r]), ctxs[r].p.string(e.name)),
             }
         })
         .collect();
