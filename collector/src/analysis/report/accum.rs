@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 /// Exact order statistics of durations, kept as counts per distinct value.
 #[derive(Default, Debug)]
 pub struct Counts {
-    by_value: BTreeMap<u64, u64>,
+    by_value: FxHashMap<u64, u64>,
     n: u64,
 }
 
@@ -23,10 +23,16 @@ impl Counts {
         self.n
     }
 
+    fn sorted(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = self.by_value.iter().map(|(&v, &c)| (v, c)).collect();
+        v.sort_unstable();
+        v
+    }
+
     /// The value at index n/2 of the sorted values (the upper median), 0 when empty: [`super::spans::median`].
     pub fn median(&self) -> u64 {
         let mut seen = 0;
-        for (&v, &c) in &self.by_value {
+        for (v, c) in self.sorted() {
             seen += c;
             if seen > self.n / 2 {
                 return v;
@@ -37,7 +43,7 @@ impl Counts {
 
     /// How many values are below `v`.
     pub fn below(&self, v: u64) -> u64 {
-        self.by_value.range(..v).map(|(_, c)| c).sum()
+        self.by_value.iter().filter(|(&x, _)| x < v).map(|(_, c)| c).sum()
     }
 }
 

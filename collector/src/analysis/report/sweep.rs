@@ -247,6 +247,13 @@ impl<'a> Sweep<'a> {
     /// The window `t` falls in.
     fn window_of(&self, t: u64) -> Option<usize> {
         let w = self.windows();
+        // Most questions are about the window being filled (the first not done) or the next one.
+        for k in [self.done, self.done + 1] {
+            match w.get(k) {
+                Some(x) if x.0 <= t && t < x.1 && w.get(k + 1).is_none_or(|n| n.0 > t) => return Some(k),
+                _ => {}
+            }
+        }
         let k = w.partition_point(|x| x.0 <= t).checked_sub(1)?;
         (t < w[k].1).then_some(k)
     }
