@@ -7,6 +7,7 @@
 //! pid = device, tid = stream) are attached to the host process that launched them, found through the
 //! correlation id of the launching runtime call (or the `ac2g` flow when a kernel has no correlation).
 
+use crate::model::spool::Spool;
 use crate::model::trace::{Process, StringTable, Trace};
 use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE};
 use cuflight_format::{EventKind, RawEvent};
@@ -261,15 +262,78 @@ struct Importer {
     /// ranges) hold ids of `gpu_names` until then, so each distinct name is stored once, not once per kernel.
     gpu: Vec<(RawEvent, (u64, u64))>,
     gpu_names: GpuNames,
-    correlation_pid: HashMap<u32, u32>,
+    correlation_pid: rustc_hash::FxHashMap<u32, u32>,
     /// ac2g/async flow ends on GPU tracks: (device pid, stream, ts) → flow id (the correlation).
-    flow_ends: HashMap<(u64, u64, u64), u32>,
+    flow_ends: rustc_hash::FxHashMap<(u64, u64, u64), u32>,
     thread_names: Vec<(u32, u32, String)>,
     process_names: HashMap<u32, String>,
     devices: Vec<Value>,
     rank: Option<u32>,
     events: u64,
     fractional: bool,
+    /// API calls per process (the process that launches the most gets GPU work whose launch is missing).
+    api_calls: HashMap<u32, u64>,
+    /// Whether events may be set aside on disk (large traces read as a stream): host events go to `spool` in
+    /// runs, GPU events to `gpu_spill`, both created when the first run is full.
+    spooling: bool,
+    spool: Option<Spool>,
+    gpu_spill: Option<GpuSpill>,
+    /// Events held in the processes' vectors since the last run was written.
+    buffered: usize,
+    run: usize,
+    /// The first error while spooling (reported once the import ends).
+    spool_error: Option<String>,
+}
+
+/// GPU events waiting for their process (known only at the end), set aside on disk: the event's 64 bytes and
+/// its raw Kineto (pid, tid).
+struct GpuSpill {
+    file: std::io::BufWriter<std::fs::File>,
+    records: u64,
+}
+
+const GPU_RECORD: usize = 64 + 16;
+
+impl GpuSpill {
+    fn create() -> std::io::Result<GpuSpill> {
+        let spool = Spool::create()?;
+        Ok(GpuSpill { file: std::io::BufWriter::with_capacity(1 << 20, spool.into_file()), records: 0 })
+    }
+
+    fn write(&mut self, v: &[(RawEvent, (u64, u64))]) -> std::io::Result<()> {
+        use std::io::Write;
+        for (ev, (pid, tid)) in v {
+            self.file.write_all(bytemuck::bytes_of(ev))?;
+            self.file.write_all(&pid.to_le_bytes())?;
+            self.file.write_all(&tid.to_le_bytes())?;
+        }
+        self.records += v.len() as u64;
+        Ok(())
+    }
+
+    /// Every record, in the order written, in batches.
+    fn read(self, mut f: impl FnMut(Vec<(RawEvent, (u64, u64))>)) -> std::io::Result<()> {
+        use std::io::{Read, Seek};
+        let mut file = self.file.into_inner().map_err(|e| e.into_error())?;
+        file.seek(std::io::SeekFrom::Start(0))?;
+        let mut r = std::io::BufReader::with_capacity(1 << 20, file);
+        let mut left = self.records;
+        let mut rec = [0u8; GPU_RECORD];
+        while left > 0 {
+            let n = left.min(1 << 16);
+            let mut batch = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                r.read_exact(&mut rec)?;
+                let ev: RawEvent = bytemuck::pod_read_unaligned(&rec[..64]);
+                let pid = u64::from_le_bytes(rec[64..72].try_into().expect("8 bytes"));
+                let tid = u64::from_le_bytes(rec[72..80].try_into().expect("8 bytes"));
+                batch.push((ev, (pid, tid)));
+            }
+            left -= n;
+            f(batch);
+        }
+        Ok(())
+    }
 }
 
 impl Importer {
@@ -291,6 +355,49 @@ impl Importer {
             ev.c = t.id(p, d) as u64;
         }
         p.events.push(ev);
+        self.held(1);
+    }
+
+    /// `n` more events held in memory: a run goes to the spool once enough wait.
+    fn held(&mut self, n: usize) {
+        self.buffered += n;
+        if self.spooling && self.buffered >= self.run {
+            self.write_runs();
+        }
+    }
+
+    fn write_runs(&mut self) {
+        self.buffered = 0;
+        if self.spool.is_none() && self.spool_error.is_none() {
+            match Spool::create() {
+                Ok(s) => self.spool = Some(s),
+                Err(e) => self.spool_error = Some(spool_failed(&e)),
+            }
+        }
+        let Some(spool) = self.spool.as_mut() else { return };
+        for (&pid, (p, _)) in self.host.iter_mut().filter(|(_, (p, _))| !p.events.is_empty()) {
+            if let Err(e) = spool.run(pid, &mut p.events) {
+                self.spool_error.get_or_insert_with(|| spool.explain(&e));
+                p.events.clear();
+            }
+        }
+    }
+
+    fn gpu_event(&mut self, ev: RawEvent, at: (u64, u64)) {
+        self.gpu.push((ev, at));
+        if self.spooling && self.gpu.len() >= self.run {
+            let spill = match self.gpu_spill.take() {
+                Some(s) => Ok(s),
+                None => GpuSpill::create(),
+            };
+            match spill.and_then(|mut s| s.write(&self.gpu).map(|_| s)) {
+                Ok(s) => self.gpu_spill = Some(s),
+                Err(e) => {
+                    self.spool_error.get_or_insert_with(|| spool_failed(&e));
+                }
+            }
+            self.gpu.clear();
+        }
     }
 
     fn add(&mut self, e: Event<'_>) {
@@ -349,7 +456,7 @@ impl Importer {
                 };
                 (ev.a, ev.b, ev.c) = cfg.pack();
                 ev.name = self.gpu_names.id(&e.name);
-                self.gpu.push((ev, (pid, tid)));
+                self.gpu_event(ev, (pid, tid));
             }
             ("X", "gpu_memcpy" | "Memcpy") => {
                 let (kind, src, dst) = memcpy_kinds(&e.name);
@@ -363,7 +470,7 @@ impl Importer {
                 if a.is_async == Some(true) {
                     ev.flags = FLAG_ASYNC;
                 }
-                self.gpu.push((ev, (pid, tid)));
+                self.gpu_event(ev, (pid, tid));
             }
             ("X", "gpu_memset" | "Memset") => {
                 ev.kind = EventKind::Memset as u8;
@@ -372,7 +479,7 @@ impl Importer {
                 ev.device = u(a.device).unwrap_or(pid) as u32;
                 ev.stream = u(a.stream).unwrap_or(tid) as u32;
                 ev.a = u(a.bytes).unwrap_or(0);
-                self.gpu.push((ev, (pid, tid)));
+                self.gpu_event(ev, (pid, tid));
             }
             ("X", "gpu_user_annotation") => {
                 ev.flags = FLAG_DEVICE;
@@ -381,7 +488,7 @@ impl Importer {
                 ev.stream = tid as u32;
                 ev.name = self.gpu_names.id(&e.name);
                 ev.c = self.gpu_names.id(cat) as u64;
-                self.gpu.push((ev, (pid, tid)));
+                self.gpu_event(ev, (pid, tid));
             }
             ("X", "cuda_runtime" | "Runtime" | "cuda_driver" | "Driver") => {
                 ev.kind = EventKind::Api as u8;
@@ -390,6 +497,7 @@ impl Importer {
                 if corr != 0 {
                     self.correlation_pid.insert(corr, pid as u32);
                 }
+                *self.api_calls.entry(pid as u32).or_default() += 1;
                 self.host_event(pid as u32, ev, &e.name, None);
             }
             ("X", "cuda_sync") => {
@@ -399,7 +507,7 @@ impl Importer {
                 ev.sub = crate::model::names::sync_kind_from_name(kind);
                 ev.device = u(a.device).unwrap_or(pid) as u32;
                 ev.stream = a.stream.map_or(tid as i64, |n| n.0) as u32;
-                self.gpu.push((ev, (pid, tid)));
+                self.gpu_event(ev, (pid, tid));
             }
             ("X", _) => {
                 // cuflight's own exports keep the NVTX domain in args; Kineto's user annotations have none.
@@ -431,34 +539,42 @@ impl Importer {
         }
     }
 
-    fn finish(mut self) -> Trace {
+    fn finish(mut self) -> Result<(Trace, Option<Spool>), String> {
         // GPU work whose launch is not in the trace goes to the process that launches the most (the main one).
+        let api_calls = std::mem::take(&mut self.api_calls);
         let default_host = self
             .host
-            .iter()
-            .max_by_key(|(pid, (p, _))| {
-                (p.events.iter().filter(|e| e.kind() == Some(EventKind::Api)).count(), std::cmp::Reverse(**pid))
-            })
-            .map_or(0, |(pid, _)| *pid);
-        let gpu = std::mem::take(&mut self.gpu);
+            .keys()
+            .max_by_key(|pid| (api_calls.get(pid).copied().unwrap_or(0), std::cmp::Reverse(**pid)))
+            .map_or(0, |pid| *pid);
         let names = std::mem::take(&mut self.gpu_names);
         // (process, GPU name id) → the process's string id: each distinct name is looked up once per process.
         let mut local: rustc_hash::FxHashMap<(u32, u32), u32> = Default::default();
-        for (mut ev, (pid, tid)) in gpu {
-            if ev.correlation == 0 {
-                if let Some(&id) = self.flow_ends.get(&(pid, tid, ev.start)) {
-                    ev.correlation = id;
+        let mut place = |this: &mut Importer, gpu: Vec<(RawEvent, (u64, u64))>| {
+            let n = gpu.len();
+            for (mut ev, (pid, tid)) in gpu {
+                if ev.correlation == 0 {
+                    if let Some(&id) = this.flow_ends.get(&(pid, tid, ev.start)) {
+                        ev.correlation = id;
+                    }
                 }
+                let pid = this.correlation_pid.get(&ev.correlation).copied().unwrap_or(default_host);
+                let (p, t) = this.process(pid);
+                let mut to_local = |id: u32| *local.entry((pid, id)).or_insert_with(|| t.id(p, names.name(id)));
+                ev.name = to_local(ev.name);
+                if ev.flags & FLAG_DEVICE != 0 && ev.c != 0 {
+                    ev.c = to_local(ev.c as u32) as u64;
+                }
+                p.events.push(ev);
             }
-            let pid = self.correlation_pid.get(&ev.correlation).copied().unwrap_or(default_host);
-            let (p, t) = self.process(pid);
-            let mut to_local = |id: u32| *local.entry((pid, id)).or_insert_with(|| t.id(p, names.name(id)));
-            ev.name = to_local(ev.name);
-            if ev.flags & FLAG_DEVICE != 0 && ev.c != 0 {
-                ev.c = to_local(ev.c as u32) as u64;
-            }
-            p.events.push(ev);
+            this.held(n);
+        };
+        if let Some(spill) = self.gpu_spill.take() {
+            // Placed a batch at a time (placing writes runs out as they fill).
+            spill.read(|batch| place(&mut self, batch)).map_err(|e| spool_failed(&e))?;
         }
+        let gpu = std::mem::take(&mut self.gpu);
+        place(&mut self, gpu);
         for (pid, tid, name) in std::mem::take(&mut self.thread_names) {
             if let Some((p, t)) = self.host.get_mut(&pid) {
                 let mut ev = RawEvent::new(EventKind::ThreadName, tid, 0, 0);
@@ -480,6 +596,13 @@ impl Importer {
                 p.events.push(ev);
             }
         }
+        // Once runs went to disk, the rest follows; a trace that never filled a run stays in memory.
+        if self.spool.as_ref().is_some_and(|s| !s.chunks.is_empty()) {
+            self.write_runs();
+        }
+        if let Some(why) = self.spool_error.take() {
+            return Err(why);
+        }
         let mut trace = Trace { fractional_us_timestamps: self.fractional, ..Default::default() };
         for (pid, (mut p, _)) in self.host {
             p.name = self.process_names.get(&pid).cloned().unwrap_or_default();
@@ -489,13 +612,32 @@ impl Importer {
             p.events.sort_by_key(|e| e.start);
             trace.processes.insert(pid, p);
         }
-        trace
+        Ok((trace, self.spool))
     }
 }
 
-/// Imports a Kineto/Chrome JSON trace from a reader (already decompressed).
+/// Imports a Kineto/Chrome JSON trace from a reader (already decompressed), all in memory.
 pub fn import<R: std::io::BufRead>(reader: R) -> Result<Trace, String> {
-    let mut importer = Importer::default();
+    import_with(reader, false).map(|(t, _)| t)
+}
+
+/// Imports a Kineto/Chrome JSON trace to be read as a stream: once it holds more than
+/// [`crate::model::spool::run_events`] events, they are set aside on disk in sorted runs (the returned spool),
+/// and the trace's processes keep only their facts and strings.
+pub fn import_spooled<R: std::io::BufRead>(reader: R) -> Result<(Trace, Option<Spool>), String> {
+    import_with(reader, true)
+}
+
+fn spool_failed(e: &std::io::Error) -> String {
+    format!(
+        "a trace this large is read with its events set aside in {}, which failed ({e}): free space there or point \
+         TMPDIR at a larger disk",
+        std::env::temp_dir().display()
+    )
+}
+
+fn import_with<R: std::io::BufRead>(reader: R, spooling: bool) -> Result<(Trace, Option<Spool>), String> {
+    let mut importer = Importer { run: crate::model::spool::run_events(), spooling, ..Default::default() };
     let (rest, _) = super::json_split::split(reader, |bytes| {
         let e: Event = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         importer.add(e);
@@ -510,7 +652,9 @@ pub fn import<R: std::io::BufRead>(reader: R) -> Result<Trace, String> {
         importer.devices = devices.clone();
     }
     importer.rank = top.get("distributedInfo").and_then(|d| d.get("rank")).and_then(Value::as_u64).map(|r| r as u32);
-    Ok(importer.finish())
+    let (trace, spool) = importer.finish()?;
+    // A spool that took no run (a small trace) is not needed: its events stayed in memory.
+    Ok((trace, spool.filter(|s| !s.chunks.is_empty())))
 }
 
 #[cfg(test)]

@@ -8,4 +8,5 @@ pub mod memory;
 pub mod names;
 pub mod ranges;
 pub mod source;
+pub mod spool;
 pub mod trace;

@@ -20,6 +20,8 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::io::{BufReader, Seek, SeekFrom};
 use std::path::Path;
 
+use crate::model::spool::Spool;
+
 /// A trace's processes (facts and strings; `events` left empty) and a time-ordered pass over its events.
 pub struct EventSource {
     /// Processes by file key, as in [`Trace::processes`].
@@ -36,6 +38,9 @@ pub struct EventSource {
 enum Events {
     /// A loaded trace's events, per process key, each sorted by start.
     Loaded(BTreeMap<u32, Vec<RawEvent>>),
+    /// An imported trace's events set aside on disk in sorted runs ([`crate::model::spool`]): each chunk is a
+    /// block that needs no sorting.
+    Spooled { shown: String, spool: Box<Spool>, blocks: Vec<PendingBlock> },
     File {
         /// How errors name the input.
         shown: String,
@@ -75,7 +80,35 @@ impl EventSource {
                 return Ok(source);
             }
         }
-        Ok(Self::from_trace(crate::import::load(path)?))
+        Ok(match crate::import::load_streamable(path)? {
+            (trace, Some(spool)) => Self::from_spool(trace, spool, path.display().to_string()),
+            (trace, None) => Self::from_trace(trace),
+        })
+    }
+
+    /// An imported trace whose events wait in `spool`.
+    pub fn from_spool(trace: Trace, spool: Spool, shown: String) -> EventSource {
+        let mut blocks: Vec<PendingBlock> = spool
+            .chunks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| PendingBlock {
+                earliest: c.first_start,
+                seq: i as u32,
+                offset: i as u64,
+                pid: c.pid,
+                events: c.events,
+            })
+            .collect();
+        blocks.sort_by_key(|b| (b.earliest, b.seq));
+        EventSource {
+            processes: trace.processes,
+            footer: trace.footer,
+            cut_short: trace.cut_short,
+            fractional_us_timestamps: trace.fractional_us_timestamps,
+            peak_open_blocks: 0,
+            events: Events::Spooled { shown, spool: Box::new(spool), blocks },
+        }
     }
 
     /// A loaded trace as a source (its events move into the source).
@@ -212,6 +245,20 @@ impl EventSource {
                     .collect::<Vec<_>>();
                 let peak = merge(&self.processes, blocks, Vec::new(), |_, _| Ok(None), Some(&mut back), &mut f);
                 self.events = Events::Loaded(back);
+                self.peak_open_blocks = peak?;
+            }
+            Events::Spooled { shown, mut spool, blocks } => {
+                let open = |b: &PendingBlock, spare: Option<Vec<RawEvent>>| -> Result<Option<OpenBlock>, TraceError> {
+                    let mut events = spare.unwrap_or_default();
+                    let chunk = spool.chunks[b.offset as usize];
+                    spool.read(&chunk, &mut events).map_err(|e| TraceError::Import {
+                        path: shown.clone(),
+                        what: format!("reading back the events set aside in {}: {e}", std::env::temp_dir().display()),
+                    })?;
+                    Ok(Some(OpenBlock { pid: b.pid, seq: b.seq, events, next: 0 }))
+                };
+                let peak = merge(&self.processes, Vec::new(), blocks.clone(), open, None, &mut f);
+                self.events = Events::Spooled { shown, spool, blocks };
                 self.peak_open_blocks = peak?;
             }
             Events::File { shown, mut input, blocks } => {

@@ -57,8 +57,8 @@ struct Slot {
     call: Call,
 }
 
-/// Launches kept in the ring (8 MiB).
-pub const SLOTS: usize = 1 << 18;
+/// Launches kept in the ring (2 MiB).
+pub const SLOTS: usize = 1 << 16;
 
 impl Launches {
     fn spilled(&self, correlation: u32) -> Option<&Call> {
