@@ -132,13 +132,6 @@ fn main() {
     }
 }
 
-/// Loads a trace of any format, warning when it was cut short.
-fn load(path: &std::path::Path) -> Result<cuflight_collector::model::trace::Trace> {
-    let trace = cuflight_collector::import::load(path)?;
-    warn_cut_short(path, trace.cut_short.as_deref());
-    Ok(trace)
-}
-
 fn warn_cut_short(path: &std::path::Path, why: Option<&str>) {
     if let Some(why) = why {
         eprintln!(
@@ -222,21 +215,15 @@ fn run(cli: Cli) -> Result<i32> {
                 ExportFormat::Chrome => "json",
             };
             let output = output.unwrap_or_else(|| output::default_beside(&trace, ext));
-            let native = cuflight_collector::import::detect(&trace)? == cuflight_collector::import::Format::Native;
             let out = Output::create(&output, &[&trace], force)?;
             let w = std::io::BufWriter::with_capacity(1 << 20, out.try_clone()?);
             let write_err = || format!("cannot write {}", output.display());
             match format {
                 ExportFormat::Perfetto => {
-                    // cuflight traces stream block by block; imported ones are converted in memory first.
-                    let c = if native {
-                        let c = cuflight_collector::export::perfetto::export_file(&trace, w)?;
-                        warn_cut_short(&trace, c.cut_short);
-                        c
-                    } else {
-                        let loaded = load(&trace)?;
-                        cuflight_collector::export::perfetto::export(&loaded, w).with_context(write_err)?
-                    };
+                    // Streamed in time order (cuflight traces block by block, large Kineto ones spooled in runs).
+                    let mut source = cuflight_collector::model::source::EventSource::open(&trace)?;
+                    let c = cuflight_collector::export::perfetto::export(&mut source, w)?;
+                    warn_cut_short(&trace, source.cut_short.as_deref());
                     eprintln!(
                         "cuflight: wrote {}: {} packets, {} slices, {} instants, {} flows, {} counter values, {} tracks",
                         output.display(),

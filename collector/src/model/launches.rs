@@ -8,6 +8,11 @@ use crate::model::trace::Process;
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::FxHashMap;
 
+/// How long a launch call waits for its device work before analyses stop waiting: the GPU's queue holds about
+/// a thousand launches, so work that starts later than this after its call needs seconds-long kernels queued back
+/// to back; keeping every call instead would keep the trace.
+pub const LAUNCH_HORIZON_NS: u64 = 4_000_000_000;
+
 /// The launching call of a piece of device work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Launch {

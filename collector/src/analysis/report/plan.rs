@@ -15,10 +15,7 @@ use cuflight_format::event::FLAG_DEVICE;
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-/// How long a launch call waits for its device work before it is forgotten: device work that starts later
-/// than this after its call (between half of it and all of it) is not joined to it. The GPU's queue holds about a thousand launches, so a wait
-/// this long needs seconds-long kernels queued back to back; keeping every call instead would keep the trace.
-pub const LAUNCH_HORIZON_NS: u64 = 4_000_000_000;
+pub use crate::model::launches::LAUNCH_HORIZON_NS;
 
 /// The launching call of device work.
 #[derive(Clone, Copy, Debug, Default)]

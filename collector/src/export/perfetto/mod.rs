@@ -9,9 +9,9 @@
 
 use super::protobuf::Writer;
 use crate::model::names;
-use crate::model::trace::{Process, Trace};
+use crate::model::source::EventSource;
 use cuflight_format::EventKind;
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 
 mod process;
@@ -68,8 +68,6 @@ pub struct ExportCounts {
     pub flows: u64,
     pub counter_values: u64,
     pub tracks: u64,
-    /// Why the input ended before its footer (exported up to its last complete block), if it did.
-    pub cut_short: Option<&'static str>,
 }
 
 /// Categories and debug-annotation names are a fixed vocabulary, interned once in the first packet (iid =
@@ -361,98 +359,45 @@ impl<W: Write> Exporter<W> {
     }
 }
 
-/// Writes `trace` (in memory) to `out` as a Perfetto protobuf trace.
-pub fn export<W: Write>(trace: &Trace, out: W) -> std::io::Result<ExportCounts> {
+/// Writes a trace to `out` as a Perfetto protobuf trace, streamed in time order from `source`: memory stays
+/// bounded by the source's open blocks plus per-process state (strings, open ranges, live allocations, launches
+/// whose work has not appeared yet), whatever the trace's size and format.
+pub fn export<W: Write>(source: &mut EventSource, out: W) -> Result<ExportCounts, crate::model::trace::TraceError> {
+    let io = |e: std::io::Error| crate::model::trace::TraceError::Import { path: "output".into(), what: e.to_string() };
     let mut x = Exporter::new(out);
-    for (&pid, p) in &trace.processes {
-        x.process_labels.insert(pid, p.label());
-        let mut st = ProcessState::new(pid, p.strings.iter().map(|(k, v)| (*k, v.clone())).collect());
+    let mut states: HashMap<u32, ProcessState> = HashMap::default();
+    for (&key, p) in &source.processes {
+        x.process_labels.insert(key, p.label());
+        let mut st = ProcessState::new(key, p.strings.iter().map(|(k, v)| (*k, v.clone())).collect());
         st.mangled = p.mangled.clone();
-        st.exact_flows(&p.events);
-        for e in p.events.iter().filter(|e| e.kind() == Some(EventKind::ThreadName)) {
+        states.insert(key, st);
+    }
+    let mut failed = None;
+    source.for_each(|key, _, e| {
+        let Some(st) = states.get_mut(&key).filter(|_| failed.is_none()) else { return };
+        if e.kind() == Some(EventKind::ThreadName) {
             st.thread_names.insert(e.a as u32, e.name);
         }
-        for e in &p.events {
-            st.event(&mut x, e)?;
+        if let Err(err) = st.release(&mut x, e.start).and_then(|_| st.event(&mut x, e)) {
+            failed = Some(err);
         }
+    })?;
+    if let Some(e) = failed {
+        return Err(io(e));
     }
-    x.out.flush()?;
-    Ok(x.counts)
-}
-
-/// Streams a cuflight trace file to Perfetto block by block: memory stays bounded by one block (64K events) plus
-/// per-process state (strings, open ranges, live allocations, launches in flight), whatever the trace's size.
-pub fn export_file<W: Write>(path: &std::path::Path, out: W) -> Result<ExportCounts, crate::model::trace::TraceError> {
-    use cuflight_format::file::{Block, TraceReader, TAG_EVENTS, TAG_EVENT_COLUMNS, TAG_STRINGS};
-    let shown = path.display().to_string();
-    let open = || -> Result<TraceReader<std::io::BufReader<std::fs::File>>, crate::model::trace::TraceError> {
-        let f = std::fs::File::open(path)
-            .map_err(|source| crate::model::trace::TraceError::Open { path: shown.clone(), source })?;
-        TraceReader::new(std::io::BufReader::with_capacity(1 << 20, f))
-            .map_err(|source| crate::model::trace::TraceError::Format { path: shown.clone(), source })
-    };
-    let fmt = |source| crate::model::trace::TraceError::Format { path: shown.clone(), source };
-    let io = |e: std::io::Error| crate::model::trace::TraceError::Import {
-        path: shown.clone(),
-        what: format!("writing: {e}"),
-    };
-    let mut x = Exporter::new(out);
-    // Pass 1: process facts only (written last by `record`), found through the block index: nothing else is read.
-    let mut file = std::fs::File::open(path)
-        .map_err(|source| crate::model::trace::TraceError::Open { path: shown.clone(), source })?;
-    let mut infos: HashMap<u32, cuflight_format::file::ProcessInfo> = HashMap::default();
-    for info in cuflight_format::index::process_facts(&mut file).map_err(fmt)? {
-        let p = Process { info, ..Default::default() };
-        x.process_labels.insert(p.info.file_key(), p.label());
-        infos.insert(p.info.file_key(), p.info);
-    }
-    // Pass 2: strings and events, in file order.
-    let mut states: HashMap<u32, ProcessState> = HashMap::default();
-    let mut order: Vec<(u64, u32)> = Vec::new();
-    let mut reader = open()?;
-    let mut string_bytes = 0u64;
-    while let Some(block) =
-        reader.next_block_where(|t| matches!(t, TAG_STRINGS | TAG_EVENTS | TAG_EVENT_COLUMNS)).map_err(fmt)?
-    {
-        match block {
-            Some(Block::Strings { pid, base, bytes }) => {
-                string_bytes += bytes.len() as u64;
-                if string_bytes > crate::model::trace::MAX_STRING_BYTES {
-                    let why = format!("more than {} MiB of strings", crate::model::trace::MAX_STRING_BYTES >> 20);
-                    return Err(fmt(cuflight_format::file::FileError::Corrupt(why)));
-                }
-                let st = states.entry(pid).or_insert_with(|| ProcessState::new(pid, HashMap::default()));
-                for (id, s) in cuflight_format::segment::parse_strings(base, &bytes).filter(|(_, s)| !s.is_empty()) {
-                    crate::model::trace::insert_string(&mut st.strings, &mut st.mangled, id, s);
-                }
-            }
-            Some(Block::Events { pid, mut events }) => {
-                let st = states.entry(pid).or_insert_with(|| ProcessState::new(pid, HashMap::default()));
-                st.align(infos.get(&pid), &mut events);
-                // A block holds one ring after another; in time order a launch precedes its device work. Sorting
-                // (time, position) keys keeps equal times in ring order and moves 16 bytes instead of 64.
-                order.clear();
-                order.extend(events.iter().enumerate().map(|(i, e)| (e.start, i as u32)));
-                order.sort_unstable();
-                for &(_, i) in &order {
-                    let e = &events[i as usize];
-                    if e.kind() == Some(EventKind::ThreadName) {
-                        st.thread_names.insert(e.a as u32, e.name);
-                    }
-                    st.event(&mut x, e).map_err(io)?;
-                }
-            }
-            _ => {}
-        }
+    let mut keys: Vec<u32> = states.keys().copied().collect();
+    keys.sort_unstable();
+    for k in keys {
+        states.get_mut(&k).expect("listed").release(&mut x, u64::MAX).map_err(io)?;
     }
     x.out.flush().map_err(io)?;
-    x.counts.cut_short = reader.cut_short();
     Ok(x.counts)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::trace::{Process, Trace};
     use cuflight_format::RawEvent;
 
     fn device_event(kind: EventKind, start: u64, corr: u32) -> RawEvent {
@@ -473,7 +418,7 @@ mod tests {
         let mut t = Trace::default();
         t.processes.insert(5, p);
         let mut out = Vec::new();
-        let c = export(&t, &mut out).unwrap();
+        let c = export(&mut EventSource::from_trace(t), &mut out).unwrap();
         assert_eq!((c.slices, c.flows, c.counter_values), (3, 1, 2));
         // process, thread, stream, bandwidth counter
         assert_eq!(c.tracks, 4);

@@ -1,6 +1,5 @@
 //! One process's events turned into Perfetto packets: tracks for its threads and streams, slices, flows from
-//! launches to the work they launched, NVTX ranges, the device-memory counter. Used by the in-memory export and,
-//! block by block, by the streamed one.
+//! launches to the work they launched, NVTX ranges, the device-memory counter, as the events stream by.
 
 use super::*;
 use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_DEVICE};
@@ -12,16 +11,13 @@ pub(super) struct ProcessState {
     /// Mangled forms of demangled kernel names (a debug annotation on their slices).
     pub(super) mangled: std::collections::HashMap<u32, String>,
     pub(super) thread_names: HashMap<u32, u32>,
-    /// Exact flow ends when the whole trace is known: correlations with device work and with an API call.
-    pub(super) exact: Option<(HashSet<u32>, HashSet<u32>)>,
-    /// Streaming: launches seen whose device work has not appeared yet.
-    pub(super) in_flight: HashSet<u32>,
-    pub(super) flows_ended: HashSet<u32>,
+    /// Launch calls held back until their first device work appears (they then start its flow) or
+    /// [`LAUNCH_HORIZON_NS`] passes (written without one): a flow needs both ends.
+    pub(super) held: HashMap<u32, Vec<cuflight_format::RawEvent>>,
+    pub(super) held_order: std::collections::VecDeque<(u64, u32)>,
     pub(super) launcher_names: HashMap<u32, bool>,
     pub(super) ranges: crate::model::ranges::Pairer,
     pub(super) memory: crate::model::memory::LiveMemory,
-    /// How device time maps onto the host clock (streaming only; fixed at the first block that can tell).
-    pub(super) clock: Option<cuflight_format::file::ClockMap>,
     pub(super) labels: HashMap<u64, u64>,
     pub(super) grid: String,
     pub(super) block: String,
@@ -34,13 +30,11 @@ impl ProcessState {
             strings,
             mangled: Default::default(),
             thread_names: HashMap::default(),
-            exact: None,
-            in_flight: HashSet::default(),
-            flows_ended: HashSet::default(),
+            held: HashMap::default(),
+            held_order: Default::default(),
             launcher_names: HashMap::default(),
             ranges: crate::model::ranges::Pairer::default(),
             memory: Default::default(),
-            clock: None,
             labels: HashMap::default(),
             grid: String::new(),
             block: String::new(),
@@ -51,64 +45,48 @@ impl ProcessState {
         self.strings.get(&id).map_or("", String::as_str)
     }
 
-    pub(super) fn exact_flows(&mut self, events: &[cuflight_format::RawEvent]) {
-        let with = |f: &dyn Fn(&cuflight_format::RawEvent) -> bool| -> HashSet<u32> {
-            events.iter().filter(|e| f(e) && e.correlation != 0).map(|e| e.correlation).collect()
-        };
-        self.exact = Some((with(&|e| e.is_gpu_work()), with(&|e| e.kind() == Some(EventKind::Api))));
-    }
-
-    /// Moves device timestamps onto the host clock (the in-memory path did this at load).
-    /// Moves device timestamps onto the host clock with the same rule as the in-memory path
-    /// ([`crate::model::trace::clock_map`]); traces older than the pairs in the process facts use the pairs in the first
-    /// block that has any.
-    pub(super) fn align(
-        &mut self,
-        info: Option<&cuflight_format::file::ProcessInfo>,
-        events: &mut [cuflight_format::RawEvent],
-    ) {
-        if self.clock.is_none() {
-            let default = cuflight_format::file::ProcessInfo::default();
-            let info = info.unwrap_or(&default);
-            let has_pairs = events.iter().any(|e| e.kind() == Some(EventKind::ClockSync));
-            if info.device_clock_monotonic || !info.clock_pairs.is_empty() || has_pairs {
-                self.clock = Some(crate::model::trace::clock_map(info, events));
-            }
-        }
-        if let Some(map) = &self.clock {
-            crate::model::trace::align_device_events(map, events);
-        }
-    }
-
-    /// Whether this API call starts a flow to device work.
-    pub(super) fn flow_start(&mut self, e: &cuflight_format::RawEvent) -> bool {
+    /// Whether this API call may start a flow to device work (it can queue work).
+    fn launches(&mut self, e: &cuflight_format::RawEvent) -> bool {
         if e.correlation == 0 {
             return false;
-        }
-        if let Some((launched, _)) = &self.exact {
-            return launched.contains(&e.correlation);
         }
         let name = e.name;
         let strings = &self.strings;
-        let launcher = *self.launcher_names.entry(name).or_insert_with(|| {
+        *self.launcher_names.entry(name).or_insert_with(|| {
             let n = strings.get(&name).map_or("", String::as_str);
             crate::model::names::api_queues_work(n)
-        });
-        if launcher {
-            self.in_flight.insert(e.correlation);
-        }
-        launcher
+        })
     }
 
-    /// Whether this device op terminates its launch's flow (once per launch).
-    pub(super) fn flow_end(&mut self, e: &cuflight_format::RawEvent) -> bool {
-        if e.correlation == 0 {
-            return false;
+    fn api_slice<W: Write>(
+        &mut self,
+        x: &mut Exporter<W>,
+        e: &cuflight_format::RawEvent,
+        flow: Option<u64>,
+    ) -> std::io::Result<()> {
+        let track = self.thread(x, e.tid)?;
+        let category = cat(if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" });
+        // The return code only when it is an error (success is the rule); the callback id repeats the name.
+        let args = [Arg::U("correlation", e.correlation as u64), Arg::U("return", e.b)];
+        let args = if e.b == 0 { &args[..1] } else { &args[..] };
+        let name = x.id_iid(self.pid, e.name, self.string(e.name));
+        x.slice(track, e.start, e.end, name, category, args, flow, None)
+    }
+
+    /// Writes the held launch calls older than `now` minus the horizon (all of them for `u64::MAX`) without a flow.
+    pub(super) fn release<W: Write>(&mut self, x: &mut Exporter<W>, now: u64) -> std::io::Result<()> {
+        while let Some(&(start, corr)) = self.held_order.front() {
+            if now != u64::MAX && start.saturating_add(crate::model::launches::LAUNCH_HORIZON_NS) >= now {
+                break;
+            }
+            self.held_order.pop_front();
+            if self.held.get(&corr).and_then(|v| v.first()).is_some_and(|c| c.start == start) {
+                for call in self.held.remove(&corr).unwrap_or_default() {
+                    self.api_slice(x, &call, None)?;
+                }
+            }
         }
-        match &self.exact {
-            Some((_, api)) => api.contains(&e.correlation) && self.flows_ended.insert(e.correlation),
-            None => self.in_flight.remove(&e.correlation),
-        }
+        Ok(())
     }
 
     pub(super) fn thread<W: Write>(&self, x: &mut Exporter<W>, tid: u32) -> std::io::Result<u64> {
@@ -142,18 +120,24 @@ impl ProcessState {
         }
         match e.kind() {
             Some(EventKind::Api) => {
-                let track = self.thread(x, e.tid)?;
-                let flow = self.flow_start(e).then(|| flow_id(pid, e.correlation));
-                let category = cat(if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" });
-                // The return code only when it is an error (success is the rule); the callback id repeats the name.
-                let args = [Arg::U("correlation", e.correlation as u64), Arg::U("return", e.b)];
-                let args = if e.b == 0 { &args[..1] } else { &args[..] };
-                let name = x.id_iid(pid, e.name, self.string(e.name));
-                x.slice(track, e.start, e.end, name, category, args, flow, None)?;
+                if self.launches(e) {
+                    let calls = self.held.entry(e.correlation).or_default();
+                    if calls.is_empty() {
+                        self.held_order.push_back((e.start, e.correlation));
+                    }
+                    calls.push(*e);
+                } else {
+                    self.api_slice(x, e, None)?;
+                }
             }
             Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
                 let track = self.stream(x, e.device, e.stream)?;
-                let term = self.flow_end(e).then(|| flow_id(pid, e.correlation));
+                // The first work of held launch calls: they start the flow it ends (once per launch).
+                let calls = if e.correlation == 0 { None } else { self.held.remove(&e.correlation) };
+                let term = calls.as_ref().map(|_| flow_id(pid, e.correlation));
+                for call in calls.iter().flatten() {
+                    self.api_slice(x, call, term)?;
+                }
                 let corr = Arg::U("correlation", e.correlation as u64);
                 match k {
                     EventKind::Kernel => {
