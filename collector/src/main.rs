@@ -260,18 +260,31 @@ fn run(cli: Cli) -> Result<i32> {
                 warn_cut_short(t, source.cut_short.as_deref());
             }
             let report = report?;
-            let text = match format {
-                ReportFormat::Text => report.to_text(),
-                ReportFormat::Json => report.to_json() + "\n",
-                ReportFormat::Html => report.to_html(),
+            // JSON is written as it is serialised: a report of many steps is not built as one string first.
+            let write = |w: &mut dyn std::io::Write| -> std::io::Result<()> {
+                match format {
+                    ReportFormat::Text => w.write_all(report.to_text().as_bytes()),
+                    ReportFormat::Json => report.write_json(&mut *w),
+                    ReportFormat::Html => w.write_all(report.to_html().as_bytes()),
+                }
             };
             match out {
                 Some(out) => {
                     let path = out.path().display().to_string();
-                    out.write_all_and_commit(text.as_bytes())?;
+                    let mut w = std::io::BufWriter::with_capacity(1 << 20, out.try_clone()?);
+                    write(&mut w)
+                        .and_then(|_| std::io::Write::flush(&mut w))
+                        .with_context(|| format!("cannot write {path}"))?;
+                    drop(w);
+                    out.commit()?;
                     eprintln!("cuflight: wrote {path}");
                 }
-                None => print!("{text}"),
+                None => {
+                    let mut w = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+                    write(&mut w)
+                        .and_then(|_| std::io::Write::flush(&mut w))
+                        .context("cannot write the report to standard output")?;
+                }
             }
             Ok(0)
         }

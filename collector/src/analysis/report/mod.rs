@@ -219,6 +219,12 @@ impl Report {
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
     }
+
+    /// The JSON form, streamed into `w` with a final newline.
+    pub fn write_json(&self, mut w: impl std::io::Write) -> std::io::Result<()> {
+        serde_json::to_writer_pretty(&mut w, self)?;
+        w.write_all(b"\n")
+    }
 }
 
 /// A process's rank: the trace's, else its file's order when several files are ranks, else its order among several
