@@ -90,17 +90,54 @@ const ANNOTATIONS: &[&str] = &[
     "mangled name",
 ];
 
-fn cat(name: &str) -> u64 {
-    CATEGORIES.iter().position(|c| *c == name).map_or(0, |i| i as u64 + 1)
+/// The iid of `name` in `table` (position + 1; 0 when absent). Evaluated at compile time through [`cat!`] and
+/// [`Arg::u`]/[`Arg::s`] calls in constant position, so no event compares strings.
+const fn iid(table: &[&str], name: &str) -> u64 {
+    let mut i = 0;
+    while i < table.len() {
+        let (a, b) = (table[i].as_bytes(), name.as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return i as u64 + 1;
+            }
+        }
+        i += 1;
+    }
+    0
 }
 
-fn ann(name: &str) -> u64 {
-    ANNOTATIONS.iter().position(|c| *c == name).map_or(0, |i| i as u64 + 1)
+/// A category's iid, found at compile time.
+macro_rules! cat {
+    ($name:literal) => {
+        const {
+            let i = iid(CATEGORIES, $name);
+            assert!(i != 0, "not a category of CATEGORIES");
+            i
+        }
+    };
 }
+pub(crate) use cat;
 
+/// A debug annotation's iid, found at compile time.
+macro_rules! ann {
+    ($name:literal) => {
+        const {
+            let i = iid(ANNOTATIONS, $name);
+            assert!(i != 0, "not an annotation of ANNOTATIONS");
+            i
+        }
+    };
+}
+pub(crate) use ann;
+
+/// A debug annotation: (name iid, value).
 enum Arg<'a> {
-    U(&'static str, u64),
-    S(&'static str, &'a str),
+    U(u64, u64),
+    S(u64, &'a str),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -278,11 +315,11 @@ impl<W: Write> Exporter<W> {
                 for a in args {
                     w.message(TE_DEBUG, |w| match a {
                         Arg::U(k, v) => {
-                            w.uint(DA_NAME_IID, ann(k));
+                            w.uint(DA_NAME_IID, *k);
                             w.uint(DA_UINT, *v);
                         }
                         Arg::S(k, v) => {
-                            w.uint(DA_NAME_IID, ann(k));
+                            w.uint(DA_NAME_IID, *k);
                             w.string(DA_STRING, v);
                         }
                     });

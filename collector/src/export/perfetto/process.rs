@@ -65,9 +65,9 @@ impl ProcessState {
         flow: Option<u64>,
     ) -> std::io::Result<()> {
         let track = self.thread(x, e.tid)?;
-        let category = cat(if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" });
+        let category = if e.sub == API_DRIVER { cat!("cuda_driver") } else { cat!("cuda_runtime") };
         // The return code only when it is an error (success is the rule); the callback id repeats the name.
-        let args = [Arg::U("correlation", e.correlation as u64), Arg::U("return", e.b)];
+        let args = [Arg::U(ann!("correlation"), e.correlation as u64), Arg::U(ann!("return"), e.b)];
         let args = if e.b == 0 { &args[..1] } else { &args[..] };
         let name = x.id_iid(self.pid, e.name, self.string(e.name));
         x.slice(track, e.start, e.end, name, category, args, flow, None)
@@ -113,9 +113,9 @@ impl ProcessState {
                 self.range(x, r.start, r.end, r.name, r.domain)
             } else {
                 let track = self.thread(x, r.tid)?;
-                let args = [Arg::S("domain", self.domain(r.domain))];
+                let args = [Arg::S(ann!("domain"), self.domain(r.domain))];
                 let name = x.id_iid(pid, r.name, self.string(r.name));
-                x.slice(track, r.start, r.end, name, cat("nvtx"), &args, None, None)
+                x.slice(track, r.start, r.end, name, cat!("nvtx"), &args, None, None)
             };
         }
         match e.kind() {
@@ -138,7 +138,7 @@ impl ProcessState {
                 for call in calls.iter().flatten() {
                     self.api_slice(x, call, term)?;
                 }
-                let corr = Arg::U("correlation", e.correlation as u64);
+                let corr = Arg::U(ann!("correlation"), e.correlation as u64);
                 match k {
                     EventKind::Kernel => {
                         let c = LaunchConfig::unpack(e.a, e.b, e.c);
@@ -148,12 +148,12 @@ impl ProcessState {
                         let mangled = self.mangled.get(&e.name);
                         let mut args = [
                             corr,
-                            Arg::S("grid", &grid),
-                            Arg::S("block", &block),
-                            Arg::U("registers per thread", c.registers as u64),
-                            Arg::U("static shared memory", c.static_shared as u64),
-                            Arg::U("dynamic shared memory", c.dynamic_shared as u64),
-                            Arg::S("mangled name", mangled.map_or("", String::as_str)),
+                            Arg::S(ann!("grid"), &grid),
+                            Arg::S(ann!("block"), &block),
+                            Arg::U(ann!("registers per thread"), c.registers as u64),
+                            Arg::U(ann!("static shared memory"), c.static_shared as u64),
+                            Arg::U(ann!("dynamic shared memory"), c.dynamic_shared as u64),
+                            Arg::S(ann!("mangled name"), mangled.map_or("", String::as_str)),
                         ];
                         // Shared memory sizes only when used: most kernels use none, and every byte counts here.
                         let mut used = if c.static_shared == 0 && c.dynamic_shared == 0 { 4 } else { 6 };
@@ -162,7 +162,7 @@ impl ProcessState {
                             used += 1;
                         }
                         let name = x.id_iid(pid, e.name, self.string(e.name));
-                        x.slice(track, e.start, e.end, name, cat("kernel"), &args[..used], None, term)?;
+                        x.slice(track, e.start, e.end, name, cat!("kernel"), &args[..used], None, term)?;
                         (self.grid, self.block) = (grid, block);
                     }
                     EventKind::Memcpy => {
@@ -171,8 +171,13 @@ impl ProcessState {
                         let name = self.label(x, 1 << 32 | (e.b & 0xffff) << 8 | e.sub as u64, || {
                             format!("Memcpy {} ({src} -> {dst})", names::memcpy_kind(e.sub))
                         });
-                        let args = [corr, Arg::U("bytes", e.a), Arg::S("source", src), Arg::S("destination", dst)];
-                        x.slice(track, e.start, e.end, name, cat("gpu_memcpy"), &args, None, term)?;
+                        let args = [
+                            corr,
+                            Arg::U(ann!("bytes"), e.a),
+                            Arg::S(ann!("source"), src),
+                            Arg::S(ann!("destination"), dst),
+                        ];
+                        x.slice(track, e.start, e.end, name, cat!("gpu_memcpy"), &args, None, term)?;
                         let bw = x.track(TrackKey::Counter(pid, "bandwidth"), &|| "Memcpy bandwidth (GB/s)".into())?;
                         let gbps = if e.duration() == 0 { 0.0 } else { e.a as f64 / e.duration() as f64 };
                         x.counter(bw, e.start, Counter::Double(gbps))?;
@@ -181,8 +186,8 @@ impl ProcessState {
                     _ => {
                         let name =
                             self.label(x, 2 << 32 | e.sub as u64, || format!("Memset ({})", names::memory_kind(e.sub)));
-                        let args = [corr, Arg::U("bytes", e.a)];
-                        x.slice(track, e.start, e.end, name, cat("gpu_memset"), &args, None, term)?;
+                        let args = [corr, Arg::U(ann!("bytes"), e.a)];
+                        x.slice(track, e.start, e.end, name, cat!("gpu_memset"), &args, None, term)?;
                     }
                 }
             }
@@ -192,14 +197,14 @@ impl ProcessState {
                 } else {
                     self.thread(x, e.tid)?
                 };
-                let args = [Arg::S("domain", self.string(e.c as u32))];
+                let args = [Arg::S(ann!("domain"), self.string(e.c as u32))];
                 let name = x.id_iid(pid, e.name, self.string(e.name));
-                x.slice(track, e.start, e.end, name, cat("range"), &args, None, None)?;
+                x.slice(track, e.start, e.end, name, cat!("range"), &args, None, None)?;
             }
             Some(EventKind::NvtxMark) => {
                 let track = self.thread(x, e.tid)?;
                 let name = x.id_iid(pid, e.name, self.string(e.name));
-                x.instant(track, e.start, name, cat("nvtx"))?;
+                x.instant(track, e.start, name, cat!("nvtx"))?;
             }
             Some(EventKind::Alloc | EventKind::Free) => {
                 let Some(change) = self.memory.apply(pid, e).filter(|c| c.device) else { return Ok(()) };
@@ -208,9 +213,9 @@ impl ProcessState {
             }
             Some(EventKind::Sync) => {
                 let track = x.track(TrackKey::Async(pid, u32::MAX), &|| "CUDA synchronization".into())?;
-                let args = [Arg::U("stream", e.stream as u64)];
+                let args = [Arg::U(ann!("stream"), e.stream as u64)];
                 let name = self.label(x, 3 << 32 | e.sub as u64, || names::sync_kind(e.sub).to_string());
-                x.slice(track, e.start, e.end, name, cat("sync"), &args, None, None)?;
+                x.slice(track, e.start, e.end, name, cat!("sync"), &args, None, None)?;
             }
             _ => {}
         }
@@ -228,9 +233,9 @@ impl ProcessState {
     ) -> std::io::Result<()> {
         let label = format!("NVTX {}", self.string(name));
         let track = x.track(TrackKey::Async(self.pid, name), &|| label.clone())?;
-        let args = [Arg::S("domain", self.domain(domain))];
+        let args = [Arg::S(ann!("domain"), self.domain(domain))];
         let iid = x.id_iid(self.pid, name, self.string(name));
-        x.slice(track, start, end, iid, cat("nvtx"), &args, None, None)
+        x.slice(track, start, end, iid, cat!("nvtx"), &args, None, None)
     }
 
     /// Name iid of a label built from event fields (copy kinds, memory kinds, sync kinds), built once per key.
