@@ -15,15 +15,18 @@ pub fn trace_reader(data: &[u8]) -> usize {
     n
 }
 
-/// The time-ordered event source over arbitrary bytes, with `stats` and the Chrome export accumulating over it:
-/// they may refuse the bytes, never panic. (A target of its own: each input is read three times over, which would
-/// slow the block reader's fuzzing tenfold.)
+/// The time-ordered event source over arbitrary bytes, with everything that streams over it: `stats`, both
+/// exports and the report (its plan and window sweep). They may refuse the bytes, never panic. (A target of its
+/// own: each input is read several times over, which would slow the block reader's fuzzing tenfold.)
 pub fn trace_source(data: &[u8]) {
-    if let Ok(Some(mut source)) = crate::model::source::EventSource::from_bytes(data.to_vec(), "fuzz") {
-        let _ = crate::analysis::stats::Stats::compute_source(&mut source).map(|s| s.to_table());
-    }
-    if let Ok(Some(mut source)) = crate::model::source::EventSource::from_bytes(data.to_vec(), "fuzz") {
-        let _ = crate::export::chrome::export(&mut source, std::io::sink());
+    let Ok(Some(mut source)) = crate::model::source::EventSource::from_bytes(data.to_vec(), "fuzz") else { return };
+    let _ = crate::analysis::stats::Stats::compute_source(&mut source).map(|s| s.to_table());
+    let _ = crate::export::chrome::export(&mut source, std::io::sink());
+    let _ = crate::export::perfetto::export(&mut source, std::io::sink());
+    let mut traces = [("fuzz".to_string(), source)];
+    let opts = crate::analysis::report::Options::default();
+    if let Ok(r) = crate::analysis::report::Report::compute(&mut traces, &opts) {
+        let _ = (r.to_text(), r.to_json(), r.to_html());
     }
 }
 

@@ -2,7 +2,9 @@
 //! seeds are mutated (bit flips, byte sets, truncations, duplicated and deleted ranges) and every result must
 //! be a value or an error, never a panic. Coverage-guided fuzzing of the same entry points: `scripts/fuzz`.
 
+use cuflight_collector::analysis::report::{Options, Report};
 use cuflight_collector::fuzzing;
+use cuflight_collector::model::source::EventSource;
 use cuflight_format::file::{Footer, ProcessInfo, TraceWriter};
 use cuflight_format::{EventKind, RawEvent};
 
@@ -72,14 +74,46 @@ fn run(name: &str, seed: &[u8], iterations: usize, f: fn(&[u8])) {
 fn native_seed() -> Vec<u8> {
     let mut w = TraceWriter::new(Vec::new()).unwrap();
     w.write_process(&ProcessInfo { pid: 7, cmdline: vec!["app".into()], ..Default::default() }).unwrap();
-    w.write_strings(7, 0, b"\0\0\0\0\x01\0\0\0k\0\0\0").unwrap();
-    let events: Vec<RawEvent> = (0..50u64)
-        .map(|i| RawEvent {
-            name: 4,
-            correlation: i as u32,
-            ..RawEvent::new(EventKind::Kernel, 0, i * 100, i * 100 + 50)
-        })
-        .collect();
+    // The string region: ids are byte offsets of (length, bytes) entries padded to 4.
+    let mut region = vec![0u8; 4];
+    let mut intern = |s: &str| {
+        let id = region.len() as u32;
+        region.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        region.extend_from_slice(s.as_bytes());
+        region.resize(region.len().next_multiple_of(4), 0);
+        id
+    };
+    let (k, step, launch, sync) =
+        (intern("k"), intern("step"), intern("cudaLaunchKernel"), intern("cudaStreamSynchronize"));
+    w.write_strings(7, 0, &region).unwrap();
+    // Eight NVTX steps of launches, kernels, a copy, a sync and an allocation: enough for the report's plan and
+    // window sweep to have steps, launches and idle time to work through.
+    let mut events = Vec::new();
+    let (mut t, mut corr) = (1_000u64, 1u32);
+    for _ in 0..8 {
+        events.push(RawEvent { name: step, ..RawEvent::new(EventKind::NvtxPush, 7, t, t) });
+        for _ in 0..3 {
+            events.push(RawEvent { name: launch, correlation: corr, ..RawEvent::new(EventKind::Api, 7, t, t + 5) });
+            events.push(RawEvent {
+                name: k,
+                correlation: corr,
+                stream: 1,
+                ..RawEvent::new(EventKind::Kernel, 0, t + 8, t + 40)
+            });
+            (t, corr) = (t + 10, corr + 1);
+        }
+        events.push(RawEvent {
+            correlation: corr,
+            sub: 2,
+            a: 64,
+            b: 3 | 1 << 8,
+            ..RawEvent::new(EventKind::Memcpy, 0, t + 45, t + 50)
+        });
+        events.push(RawEvent { name: sync, ..RawEvent::new(EventKind::Api, 7, t, t + 60) });
+        events.push(RawEvent { a: 0x1000 + t, b: 256, ..RawEvent::new(EventKind::Alloc, 7, t + 61, t + 61) });
+        events.push(RawEvent { name: step, ..RawEvent::new(EventKind::NvtxPop, 7, t + 70, t + 70) });
+        t += 100;
+    }
     w.write_events(7, &events).unwrap();
     w.finish(Footer::default()).unwrap()
 }
@@ -113,6 +147,10 @@ fn the_trace_reader_survives_mutations() {
 
 #[test]
 fn the_event_source_survives_mutations() {
+    // The seed itself reaches the report's window sweep: eight steps, each with its row.
+    let mut traces = [("seed".to_string(), EventSource::from_bytes(native_seed(), "seed").unwrap().unwrap())];
+    let r = Report::compute(&mut traces, &Options::default()).unwrap();
+    assert_eq!(r.processes[0].steps.len(), 8, "{}", r.to_json());
     run("source", &native_seed(), 1000, fuzzing::trace_source);
 }
 
