@@ -73,9 +73,9 @@ impl KernelAgg {
     pub fn add(&mut self, e: &RawEvent) {
         let r = self.by_name.entry(e.name).or_insert((0, 0, [e.a, e.b, e.c]));
         r.0 += 1;
-        r.1 += e.duration();
+        r.1 = r.1.saturating_add(e.duration());
         self.count += 1;
-        self.total_ns += e.duration();
+        self.total_ns = self.total_ns.saturating_add(e.duration());
     }
 }
 
@@ -120,8 +120,8 @@ pub struct Copies {
 impl Copies {
     pub fn add(&mut self, e: &RawEvent) {
         self.count += 1;
-        self.bytes += e.a;
-        self.busy_ns += e.duration();
+        self.bytes = self.bytes.saturating_add(e.a);
+        self.busy_ns = self.busy_ns.saturating_add(e.duration());
         self.longest.add(e);
     }
 }
@@ -133,7 +133,7 @@ pub fn add_call(rows: &mut CallTotals, name: &str, ns: u64) {
     match rows.get_mut(name) {
         Some(r) => {
             r.0 += 1;
-            r.1 += ns;
+            r.1 = r.1.saturating_add(ns);
         }
         None => {
             rows.insert(name.to_string(), (1, ns));

@@ -87,7 +87,7 @@ impl OnlineMerge {
         match self.group {
             Some((gs, ge)) if s <= self.running_max => self.group = Some((gs, ge.max(e))),
             Some((gs, ge)) => {
-                self.total += ge - gs;
+                self.total = self.total.saturating_add(ge.saturating_sub(gs));
                 self.group = Some((s, e));
             }
             None => {
@@ -101,7 +101,7 @@ impl OnlineMerge {
     fn result(mut self) -> (i64, i64, i64) {
         self.flush_ties();
         match self.group {
-            Some((gs, ge)) => (self.total + ge - gs, self.first, ge),
+            Some((gs, ge)) => (self.total.saturating_add(ge.saturating_sub(gs)), self.first, ge),
             None => (self.total, self.first, 0),
         }
     }
@@ -122,13 +122,15 @@ pub struct IdleSplit {
 
 const CONSECUTIVE_KERNEL_DELAY_NS: i64 = 30_000;
 
+/// An op's interval in signed ns (HTA's arithmetic), saturating: a crafted trace's times past i64 stay ordered.
 fn interval(start: u64, end: u64, hta_rounding: bool) -> (i64, i64) {
+    let signed = |ns: u64| ns.min(i64::MAX as u64) as i64;
     if hta_rounding {
         let ts = start as f64 / 1000.0;
         let end = ts + end.saturating_sub(start) as f64 / 1000.0;
-        (ts.ceil() as i64 * 1000, end.floor() as i64 * 1000)
+        ((ts.ceil() as i64).saturating_mul(1000), (end.floor() as i64).saturating_mul(1000))
     } else {
-        (start as i64, end.max(start) as i64)
+        (signed(start), signed(end.max(start)))
     }
 }
 
@@ -178,13 +180,13 @@ impl Hta {
         }
         let launched = launch.filter(|_| e.correlation != 0).map(|(s, e)| interval(s, e, self.rounding).0);
         if let Some(prev) = self.prev_end.insert(e.stream, end) {
-            let gap = start - prev;
+            let gap = start.saturating_sub(prev);
             if launched.is_some_and(|t| t > prev) {
-                self.split.host_wait_ns += gap;
+                self.split.host_wait_ns = self.split.host_wait_ns.saturating_add(gap);
             } else if gap < CONSECUTIVE_KERNEL_DELAY_NS {
-                self.split.kernel_wait_ns += gap;
+                self.split.kernel_wait_ns = self.split.kernel_wait_ns.saturating_add(gap);
             } else {
-                self.split.other_ns += gap;
+                self.split.other_ns = self.split.other_ns.saturating_add(gap);
             }
         }
     }

@@ -154,7 +154,7 @@ pub fn memory_growth(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     if growth <= 0 || rises * 10 < (at_end.len() - 1) * 6 || growth < (1 << 20).max(peak / 100) {
         return None;
     }
-    let capacity = ctx.plan.device_memory.unwrap_or(0) as i64;
+    let capacity = ctx.plan.device_memory.unwrap_or(0).min(i64::MAX as u64) as i64;
     let steps_left = (capacity > 0).then(|| (capacity - at_end[at_end.len() - 1]).max(0) / per_step.max(1));
     let severity = match steps_left {
         Some(n) if n < 10_000 => Severity::High,

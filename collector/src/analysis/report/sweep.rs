@@ -115,7 +115,7 @@ struct Utilization {
 
 impl Utilization {
     fn new(extent: Option<Span>) -> Utilization {
-        let bin = extent.map_or(1, |(s, e)| (e - s).div_ceil(100).max(1));
+        let bin = extent.map_or(1, |(s, e)| e.saturating_sub(s).div_ceil(100).max(1));
         Utilization { extent, bin, acc: [0; 100], union: Growing::default() }
     }
 
@@ -130,7 +130,7 @@ impl Utilization {
         let Some((s, _)) = self.extent else { return };
         let mut i = (a.saturating_sub(s) / self.bin) as usize;
         while i < 100 {
-            let (bs, be) = (s + i as u64 * self.bin, s + (i as u64 + 1) * self.bin);
+            let (bs, be) = (s.saturating_add(i as u64 * self.bin), s.saturating_add((i as u64 + 1) * self.bin));
             if bs >= b {
                 break;
             }
@@ -379,7 +379,7 @@ impl<'a> Sweep<'a> {
                     self.out.comm.add(e);
                     self.comm_union.push((e.start, e.end));
                     let wait = self.waits.get(&ordinal).copied().unwrap_or(0);
-                    self.pieces.push((((e.start + wait).min(e.end), e.end), Piece::Comm));
+                    self.pieces.push(((e.start.saturating_add(wait).min(e.end), e.end), Piece::Comm));
                 }
             }
             Some(EventKind::Memcpy) => {
