@@ -7,7 +7,7 @@
 //! pid = device, tid = stream) are attached to the host process that launched them, found through the
 //! correlation id of the launching runtime call (or the `ac2g` flow when a kernel has no correlation).
 
-use crate::model::spool::Spool;
+use crate::model::spool::{GpuSpill, Spool};
 use crate::model::trace::{Process, StringTable, Trace};
 use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE};
 use cuflight_format::{EventKind, RawEvent};
@@ -283,57 +283,6 @@ struct Importer {
     run: usize,
     /// The first error while spooling (reported once the import ends).
     spool_error: Option<String>,
-}
-
-/// GPU events waiting for their process (known only at the end), set aside on disk: the event's 64 bytes and
-/// its raw Kineto (pid, tid).
-struct GpuSpill {
-    file: std::io::BufWriter<std::fs::File>,
-    records: u64,
-}
-
-const GPU_RECORD: usize = 64 + 16;
-
-impl GpuSpill {
-    fn create() -> std::io::Result<GpuSpill> {
-        let spool = Spool::create()?;
-        Ok(GpuSpill { file: std::io::BufWriter::with_capacity(1 << 20, spool.into_file()), records: 0 })
-    }
-
-    fn write(&mut self, v: &[(RawEvent, (u64, u64))]) -> std::io::Result<()> {
-        use std::io::Write;
-        for (ev, (pid, tid)) in v {
-            self.file.write_all(bytemuck::bytes_of(ev))?;
-            self.file.write_all(&pid.to_le_bytes())?;
-            self.file.write_all(&tid.to_le_bytes())?;
-        }
-        self.records += v.len() as u64;
-        Ok(())
-    }
-
-    /// Every record, in the order written, in batches.
-    fn read(self, mut f: impl FnMut(Vec<(RawEvent, (u64, u64))>)) -> std::io::Result<()> {
-        use std::io::{Read, Seek};
-        let mut file = self.file.into_inner().map_err(|e| e.into_error())?;
-        file.seek(std::io::SeekFrom::Start(0))?;
-        let mut r = std::io::BufReader::with_capacity(1 << 20, file);
-        let mut left = self.records;
-        let mut rec = [0u8; GPU_RECORD];
-        while left > 0 {
-            let n = left.min(1 << 16);
-            let mut batch = Vec::with_capacity(n as usize);
-            for _ in 0..n {
-                r.read_exact(&mut rec)?;
-                let ev: RawEvent = bytemuck::pod_read_unaligned(&rec[..64]);
-                let pid = u64::from_le_bytes(rec[64..72].try_into().expect("8 bytes"));
-                let tid = u64::from_le_bytes(rec[72..80].try_into().expect("8 bytes"));
-                batch.push((ev, (pid, tid)));
-            }
-            left -= n;
-            f(batch);
-        }
-        Ok(())
-    }
 }
 
 impl Importer {
@@ -658,48 +607,5 @@ fn import_with<R: std::io::BufRead>(reader: R, spooling: bool) -> Result<(Trace,
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decimal_microseconds_become_exact_nanoseconds() {
-        assert_eq!(us_to_ns("1712195495506161.2"), Some(1712195495506161200));
-        assert_eq!(us_to_ns("1682725898082228"), Some(1682725898082228000));
-        assert_eq!(us_to_ns("2.368"), Some(2368));
-        assert_eq!(us_to_ns("0.0004"), Some(0));
-        assert_eq!(us_to_ns("1.0005"), Some(1001));
-        assert_eq!(us_to_ns("1e3"), Some(1_000_000));
-        assert_eq!(us_to_ns("-3"), None);
-        assert_eq!(us_to_ns("x"), None);
-    }
-
-    #[test]
-    fn memcpy_names_give_kinds() {
-        assert_eq!(memcpy_kinds("Memcpy HtoD (Pageable -> Device)"), (1, 1, 3));
-        assert_eq!(memcpy_kinds("Memcpy DtoH (Device -> Pinned)"), (2, 3, 2));
-        assert_eq!(memcpy_kinds("Memcpy DtoD (Device -> Device)"), (8, 3, 3));
-    }
-
-    #[test]
-    fn old_and_new_schemas_import_alike() {
-        let new = r#"{"traceEvents":[
-            {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":10,"tid":11,"ts":100,"dur":5,"args":{"correlation":7,"cbid":211}},
-            {"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":110.5,"dur":2.25,"args":{"correlation":7,"device":0,"stream":7,"grid":[4,1,1],"block":[128,1,1]}}]}"#;
-        let old = r#"{"traceEvents":[
-            {"ph":"X","cat":"Runtime","name":"cudaLaunchKernel","pid":10,"tid":11,"ts":100,"dur":5,"args":{"correlation":7}},
-            {"ph":"X","cat":"Kernel","name":"k","pid":0,"tid":"stream 7","ts":110.5,"dur":2.25,"args":{"device":0,"stream":7}},
-            {"ph":"f","cat":"async","id":7,"pid":0,"tid":"stream 7","ts":110.5}]}"#;
-        for text in [new, old] {
-            let t = import(text.as_bytes()).unwrap();
-            let p = &t.processes[&10];
-            let k = p.events.iter().find(|e| e.kind() == Some(EventKind::Kernel)).unwrap();
-            assert_eq!((k.start, k.end, k.correlation, p.string(k.name)), (110_500, 112_750, 7, "k"));
-        }
-    }
-
-    #[test]
-    fn json_without_trace_events_is_refused() {
-        assert!(import(r#"{"hello": 1}"#.as_bytes()).is_err());
-        assert!(import(r#"[1,2"#.as_bytes()).is_err());
-    }
-}
+#[path = "kineto_tests.rs"]
+mod tests;

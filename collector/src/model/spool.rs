@@ -112,6 +112,57 @@ impl Spool {
     }
 }
 
+/// An importer's GPU events waiting for their process (known only at the end), set aside on disk: the event's 64 bytes and
+/// its raw Kineto (pid, tid).
+pub struct GpuSpill {
+    file: std::io::BufWriter<std::fs::File>,
+    records: u64,
+}
+
+const GPU_RECORD: usize = 64 + 16;
+
+impl GpuSpill {
+    pub fn create() -> std::io::Result<GpuSpill> {
+        let spool = Spool::create()?;
+        Ok(GpuSpill { file: std::io::BufWriter::with_capacity(1 << 20, spool.into_file()), records: 0 })
+    }
+
+    pub fn write(&mut self, v: &[(RawEvent, (u64, u64))]) -> std::io::Result<()> {
+        use std::io::Write;
+        for (ev, (pid, tid)) in v {
+            self.file.write_all(bytemuck::bytes_of(ev))?;
+            self.file.write_all(&pid.to_le_bytes())?;
+            self.file.write_all(&tid.to_le_bytes())?;
+        }
+        self.records += v.len() as u64;
+        Ok(())
+    }
+
+    /// Every record, in the order written, in batches.
+    pub fn read(self, mut f: impl FnMut(Vec<(RawEvent, (u64, u64))>)) -> std::io::Result<()> {
+        use std::io::{Read, Seek};
+        let mut file = self.file.into_inner().map_err(|e| e.into_error())?;
+        file.seek(std::io::SeekFrom::Start(0))?;
+        let mut r = std::io::BufReader::with_capacity(1 << 20, file);
+        let mut left = self.records;
+        let mut rec = [0u8; GPU_RECORD];
+        while left > 0 {
+            let n = left.min(1 << 16);
+            let mut batch = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                r.read_exact(&mut rec)?;
+                let ev: RawEvent = bytemuck::pod_read_unaligned(&rec[..64]);
+                let pid = u64::from_le_bytes(rec[64..72].try_into().expect("8 bytes"));
+                let tid = u64::from_le_bytes(rec[72..80].try_into().expect("8 bytes"));
+                batch.push((ev, (pid, tid)));
+            }
+            left -= n;
+            f(batch);
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

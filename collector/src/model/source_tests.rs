@@ -1,0 +1,214 @@
+//! The event source's tests: order equal to the loader's, repeated passes, bounded open blocks, hostile
+//! headers and clocks.
+
+use super::*;
+use cuflight_format::file::{ProcessInfo, TraceWriter};
+
+/// A file with three processes whose blocks overlap in time as a recording's do (device records arrive a
+/// flush later than host ones): one on CLOCK_MONOTONIC, one whose device clock runs 7 µs ahead (clock pairs
+/// in its facts), and one without facts (its ClockSync events tell).
+fn write_trace(path: &Path, cut: bool) {
+    let mut w = TraceWriter::new(Vec::new()).unwrap();
+    let mut strings = vec![0u8; 4];
+    for s in ["cudaLaunchKernel", "gemm", "step"] {
+        strings.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        strings.extend_from_slice(s.as_bytes());
+        strings.resize(strings.len().next_multiple_of(4), 0);
+    }
+    let (launch, kernel, step) = (4, 4 + 4 + 16, 4 + 4 + 16 + 4 + 4);
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for pid in [10u32, 20, 30] {
+        w.write_strings(pid, 0, &strings).unwrap();
+    }
+    let offset = |pid: u32| if pid == 20 { 7_000 } else { 0 };
+    for flush in 0..40u64 {
+        for pid in [10u32, 20, 30] {
+            let mut block = Vec::new();
+            if pid == 30 && flush == 0 {
+                block.push(RawEvent::new(EventKind::ClockSync, 0, 1_000, 1_000));
+                block.push(RawEvent::new(EventKind::ClockSync, 0, 10_000_000, 10_000_000));
+            }
+            for i in 0..50u64 {
+                let t = flush * 100_000 + i * 2_000 + next() % 500;
+                let corr = (flush * 100 + i) as u32 + 1;
+                block.push(RawEvent { name: step, ..RawEvent::new(EventKind::NvtxPush, pid, t, t) });
+                let api =
+                    RawEvent { name: launch, correlation: corr, ..RawEvent::new(EventKind::Api, pid, t, t + 900) };
+                block.push(api);
+                block.push(RawEvent::new(EventKind::NvtxPop, pid, t + 950, t + 950));
+                let mut mem = RawEvent::new(EventKind::Alloc, pid, t + 100, t + 100);
+                (mem.a, mem.b) = (0x1000 + i, 1 << (i % 20));
+                block.push(mem);
+                // Device work from the previous flush (recorded on the device clock).
+                if flush > 0 && next() % 8 != 0 {
+                    let d = t - 100_000 + 1_500 + offset(pid);
+                    let k = RawEvent {
+                        name: kernel,
+                        correlation: corr - 100,
+                        ..RawEvent::new(EventKind::Kernel, 0, d, d + 300)
+                    };
+                    block.push(k);
+                    let mut free = RawEvent::new(EventKind::Free, pid, t - 99_000, t - 99_000);
+                    free.a = 0x1000 + i;
+                    block.push(free);
+                }
+            }
+            w.write_events(pid, &block).unwrap();
+        }
+    }
+    for pid in [10u32, 20] {
+        let mut info = ProcessInfo { pid, finished: pid == 10, ..Default::default() };
+        if pid == 10 {
+            info.device_clock_monotonic = true;
+        } else {
+            info.clock_pairs = vec![(1_007_000, 1_000_000), (10_007_000, 10_000_000)];
+            // (CUPTI, monotonic)
+        }
+        w.write_process(&info).unwrap();
+    }
+    let mut bytes = w.finish(Footer::default()).unwrap();
+    if cut {
+        bytes.truncate(bytes.len() / 2);
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn temp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("cuflight-source-{}-{name}", std::process::id()))
+}
+
+/// The in-memory loader's order: each process sorted by start (stable over file order), then processes
+/// merged by (start, key).
+fn loaded_order(trace: &Trace) -> Vec<(u32, RawEvent)> {
+    let mut all: Vec<(u32, RawEvent)> =
+        trace.processes.iter().flat_map(|(&k, p)| p.events.iter().map(move |e| (k, *e))).collect();
+    all.sort_by_key(|(k, e)| (e.start, *k));
+    all
+}
+
+fn streamed(path: &Path) -> (EventSource, Vec<(u32, RawEvent)>) {
+    let mut source = EventSource::open(path).unwrap();
+    assert!(matches!(source.events, Events::File { .. }), "a version 2 file streams");
+    let mut out = Vec::new();
+    source.for_each(|k, _, e| out.push((k, *e))).unwrap();
+    (source, out)
+}
+
+#[test]
+fn streamed_events_come_in_the_loaders_order_with_device_time_aligned() {
+    for (name, cut) in [("whole", false), ("cut", true)] {
+        let path = temp(name);
+        write_trace(&path, cut);
+        let trace = Trace::load(&path).unwrap();
+        let (source, events) = streamed(&path);
+        assert!(events.len() > 1000, "{name}: {} events", events.len());
+        assert_eq!(events, loaded_order(&trace), "{name}");
+        assert!(events.windows(2).all(|w| w[0].1.start <= w[1].1.start));
+        assert_eq!(source.cut_short.is_some(), cut, "{name}");
+        // Process 20's kernels moved back onto the host clock: 1.5 µs (± the launches' jitter) after their launch
+        // (in the whole file: the cut one lost the facts that hold the clock pairs, written last).
+        for (k, e) in events.iter().filter(|(k, e)| !cut && *k == 20 && e.kind() == Some(EventKind::Kernel)) {
+            let is_launch = |(pk, l): &&(u32, RawEvent)| {
+                pk == k && l.kind() == Some(EventKind::Api) && l.correlation == e.correlation
+            };
+            let launch = events.iter().find(is_launch).unwrap();
+            assert!((1_000..=2_000).contains(&(e.start - launch.1.start)), "{name}: {e:?} after {launch:?}");
+        }
+        for (key, p) in &trace.processes {
+            let s = &source.processes[key];
+            assert_eq!((s.info.pid, s.strings.len()), (p.info.pid, p.strings.len()), "{name}");
+        }
+        let streamed_load = load_trace(&path).unwrap();
+        assert_eq!(streamed_load.processes.len(), trace.processes.len());
+        for (key, p) in &trace.processes {
+            assert_eq!(streamed_load.processes[key].events, p.events, "{name}: process {key}");
+        }
+        assert_eq!((&streamed_load.footer, &streamed_load.cut_short), (&trace.footer, &trace.cut_short), "{name}");
+        let stats_loaded = crate::analysis::stats::Stats::compute(&trace);
+        let mut source = EventSource::open(&path).unwrap();
+        assert_eq!(crate::analysis::stats::Stats::compute_source(&mut source).unwrap(), stats_loaded, "{name}");
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn every_pass_sees_every_event_again_from_a_file_or_a_loaded_trace() {
+    let path = temp("again");
+    write_trace(&path, false);
+    let mut trace = Trace::load(&path).unwrap();
+    trace.processes.entry(99).or_default(); // a process without events keeps its place
+    for mut source in [EventSource::open(&path).unwrap(), EventSource::from_trace(trace)] {
+        let pass = |s: &mut EventSource| {
+            let mut out = Vec::new();
+            s.for_each(|k, _, e| out.push((k, *e))).unwrap();
+            out
+        };
+        let first = pass(&mut source);
+        assert!(first.len() > 1000);
+        assert_eq!(pass(&mut source), first);
+        assert_eq!(pass(&mut source), first);
+    }
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn only_blocks_that_overlap_in_time_are_open_at_once() {
+    let path = temp("overlap");
+    write_trace(&path, false);
+    let mut source = EventSource::open(&path).unwrap();
+    let Events::File { blocks, .. } = &source.events else { panic!("streams") };
+    assert_eq!(blocks.len(), 120);
+    source.for_each(|_, _, _| {}).unwrap();
+    // A block holds one flush of a process plus the previous flush's device work: each overlaps the next
+    // block of every process, so at most about three per process are open, never the file.
+    assert!(source.peak_open_blocks <= 9, "{} blocks open at once", source.peak_open_blocks);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn a_block_whose_header_lies_about_its_time_is_refused_not_misordered() {
+    let path = temp("lying");
+    write_trace(&path, false);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let (index, _) = read_index(&mut std::io::Cursor::new(&bytes)).unwrap();
+    let second = index.iter().filter(|e| e.tag == TAG_EVENT_COLUMNS).nth(1).unwrap().offset as usize;
+    let at = second + cuflight_format::file::BLOCK_HEAD;
+    bytes[at..at + 8].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
+    bytes.truncate(bytes.len() - 16); // no trailer: the index is rebuilt from the (lying) headers
+    std::fs::write(&path, &bytes).unwrap();
+    let mut source = EventSource::open(&path).unwrap();
+    let err = source.for_each(|_, _, _| {}).unwrap_err().to_string();
+    assert!(err.contains("earlier than its header declares"), "{err}");
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn a_device_clock_that_steps_back_still_streams_in_order() {
+    // Pairs whose monotonic side goes back (a stepped CUPTI clock, or crafted): the map decreases, so a block's
+    // mapped first start is no lower bound; its blocks open first and the order is still the loader's.
+    let path = temp("stepped");
+    let mut w = TraceWriter::new(Vec::new()).unwrap();
+    let host: Vec<RawEvent> = (0..100)
+        .map(|i| RawEvent::new(EventKind::Api, 7, 1_500_000 + i * 10_000, 1_500_000 + i * 10_000 + 5))
+        .collect();
+    let device: Vec<RawEvent> = (0..100)
+        .map(|i| RawEvent::new(EventKind::Kernel, 0, 5_000_000 + i * 10_000, 5_000_000 + i * 10_000 + 5))
+        .collect();
+    w.write_events(20, &host).unwrap();
+    w.write_events(20, &device).unwrap();
+    let pairs = vec![(5_000_000, 3_000_000), (6_000_000, 1_000_000)];
+    assert!(!cuflight_format::file::ClockMap::from_pairs(pairs.clone()).is_increasing());
+    w.write_process(&ProcessInfo { pid: 20, clock_pairs: pairs, ..Default::default() }).unwrap();
+    std::fs::write(&path, w.finish(Footer::default()).unwrap()).unwrap();
+    let loaded = Trace::load(&path).unwrap();
+    let (_, events) = streamed(&path);
+    assert_eq!(events.len(), 200);
+    assert_eq!(events, loaded_order(&loaded));
+    std::fs::remove_file(&path).unwrap();
+}
