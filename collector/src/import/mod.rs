@@ -49,46 +49,42 @@ pub fn detect(path: &Path) -> Result<Format, TraceError> {
 /// Like [`load`], for a reader that streams: a large Kineto trace's events are set aside on disk in sorted runs
 /// (returned with the trace, whose processes then hold only facts and strings) instead of held in memory.
 pub fn load_streamable(path: &Path) -> Result<(Trace, Option<crate::model::spool::Spool>), TraceError> {
-    let shown = path.display().to_string();
-    let open_err = |source| TraceError::Open { path: shown.clone(), source };
-    let file = std::fs::File::open(path).map_err(open_err)?;
-    let mut reader = BufReader::with_capacity(1 << 20, file);
-    let head = reader.fill_buf().map_err(open_err)?.to_vec();
-    let bad = |what: String| TraceError::Import { path: shown.clone(), what };
-    match sniff(&head) {
-        Some(Format::KinetoJson) => kineto::import_spooled(reader).map_err(|e| bad(format!("Kineto JSON: {e}"))),
-        Some(Format::KinetoJsonGzip) => {
-            let mut gz = BufReader::with_capacity(1 << 20, flate2::read::GzDecoder::new(reader));
-            let inner = gz.fill_buf().map_err(|e| bad(format!("gzip: {e}")))?.to_vec();
-            if sniff(&inner) != Some(Format::KinetoJson) {
-                return Err(bad("gzip file does not hold a JSON trace".into()));
-            }
-            kineto::import_spooled(gz).map_err(|e| bad(format!("Kineto JSON (gzip): {e}")))
-        }
-        _ => load(path).map(|t| (t, None)),
-    }
+    load_with(path, true)
 }
 
 /// Loads a trace of any supported format.
 pub fn load(path: &Path) -> Result<Trace, TraceError> {
+    load_with(path, false).map(|(t, _)| t)
+}
+
+fn load_with(path: &Path, spool: bool) -> Result<(Trace, Option<crate::model::spool::Spool>), TraceError> {
     let shown = path.display().to_string();
     let open_err = |source| TraceError::Open { path: shown.clone(), source };
     let file = std::fs::File::open(path).map_err(open_err)?;
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let head = reader.fill_buf().map_err(open_err)?.to_vec();
     let bad = |what: String| TraceError::Import { path: shown.clone(), what };
+    let kineto = |r: &mut dyn std::io::BufRead| {
+        if spool {
+            kineto::import_spooled(r)
+        } else {
+            kineto::import(r).map(|t| (t, None))
+        }
+    };
     match sniff(&head) {
-        Some(Format::Native) => crate::model::source::load_trace(path),
-        Some(Format::KinetoJson) => kineto::import(reader).map_err(|e| bad(format!("Kineto JSON: {e}"))),
+        Some(Format::Native) => crate::model::source::load_trace(path).map(|t| (t, None)),
+        Some(Format::KinetoJson) => kineto(&mut reader).map_err(|e| bad(format!("Kineto JSON: {e}"))),
         Some(Format::KinetoJsonGzip) => {
             let mut gz = BufReader::with_capacity(1 << 20, flate2::read::GzDecoder::new(reader));
             let inner = gz.fill_buf().map_err(|e| bad(format!("gzip: {e}")))?.to_vec();
             if sniff(&inner) != Some(Format::KinetoJson) {
                 return Err(bad("gzip file does not hold a JSON trace".into()));
             }
-            kineto::import(gz).map_err(|e| bad(format!("Kineto JSON (gzip): {e}")))
+            kineto(&mut gz).map_err(|e| bad(format!("Kineto JSON (gzip): {e}")))
         }
-        Some(Format::NsysSqlite) => nsys::import(path).map_err(|e| bad(format!("Nsight Systems SQLite: {e}"))),
+        Some(Format::NsysSqlite) => {
+            nsys::import(path).map(|t| (t, None)).map_err(|e| bad(format!("Nsight Systems SQLite: {e}")))
+        }
         None => Err(bad("unknown format (expected a cuflight trace, Kineto JSON or an nsys SQLite export)".into())),
     }
 }

@@ -101,14 +101,7 @@ impl EventSource {
             })
             .collect();
         blocks.sort_by_key(|b| (b.earliest, b.seq));
-        EventSource {
-            processes: trace.processes,
-            footer: trace.footer,
-            cut_short: trace.cut_short,
-            fractional_us_timestamps: trace.fractional_us_timestamps,
-            peak_open_blocks: 0,
-            events: Events::Spooled { shown, spool: Box::new(spool), blocks },
-        }
+        Self::with_events(trace, Events::Spooled { shown, spool: Box::new(spool), blocks })
     }
 
     /// A loaded trace as a source (its events move into the source).
@@ -123,13 +116,18 @@ impl EventSource {
                 (k, events)
             })
             .collect();
+        Self::with_events(trace, Events::Loaded(events))
+    }
+
+    /// A trace's processes and facts with its events in `events`.
+    fn with_events(trace: Trace, events: Events) -> EventSource {
         EventSource {
             processes: trace.processes,
             footer: trace.footer,
             cut_short: trace.cut_short,
             fractional_us_timestamps: trace.fractional_us_timestamps,
             peak_open_blocks: 0,
-            events: Events::Loaded(events),
+            events,
         }
     }
 
