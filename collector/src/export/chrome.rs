@@ -117,6 +117,10 @@ struct ProcessOut {
     /// A kernel held back for one event: the agent records a graph kernel's [`EventKind::GraphNode`] right after
     /// it (same start, same correlation), and its graph ids belong in the kernel's args.
     held: Option<RawEvent>,
+    /// Added to correlation ids to make flow ids: correlation ids are per process, so with several processes each
+    /// gets its own range (its index + 1, shifted past 32 bits; below 2^53, so JSON readers keep it exact). A
+    /// single process keeps the bare correlation id, as Kineto writes it.
+    flow_base: u64,
 }
 
 /// Writes the trace of `source` as Kineto-style JSON; returns the number of trace events written.
@@ -138,12 +142,19 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
     let mut state: FxHashMap<u32, ProcessOut> = FxHashMap::default();
     let mut gpu_pids = BTreeSet::new();
     let mut devices: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let flow_bases: FxHashMap<u32, u64> = match processes.len() {
+        1 => processes.keys().map(|&k| (k, 0)).collect(),
+        _ => processes.keys().enumerate().map(|(i, &k)| (k, (i as u64 + 1) << 32)).collect(),
+    };
     let mut failed = None;
     source.for_each(|key, p, e| {
         if failed.is_some() {
             return;
         }
-        let st = state.entry(key).or_default();
+        let st = state.entry(key).or_insert_with(|| ProcessOut {
+            flow_base: flow_bases.get(&key).copied().unwrap_or(0),
+            ..Default::default()
+        });
         if let Err(err) = event(&mut out, key, p, e, st, &mut gpu_pids, &mut devices) {
             failed = Some(err);
         }
@@ -381,8 +392,8 @@ fn kernel<W: Write>(out: &mut Out<W>, p: &Process, e: &RawEvent, node: Option<(u
 
 /// The `ac2g` flow from the call that launched `e` to `e`, when `e` is that call's first work.
 fn flow<W: Write>(out: &mut Out<W>, pid: u64, st: &mut ProcessOut, e: &RawEvent) -> std::io::Result<()> {
-    let Some(launch) = st.launches.work(e) else { return Ok(()) };
-    let corr = e.correlation;
+    let Some(launch) = st.launches.work(e).filter(|w| w.first).map(|w| w.call) else { return Ok(()) };
+    let corr = st.flow_base | e.correlation as u64;
     write!(
         out.next()?,
         r#"{{"ph":"s","id":{corr},"pid":{pid},"tid":{},"ts":{},"cat":"ac2g","name":"ac2g"}}"#,

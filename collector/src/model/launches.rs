@@ -1,58 +1,121 @@
-//! The launch↔work join for one process's events in time order: an API call that can queue device work
-//! ([`crate::model::names::api_queues_work`]) waits, by correlation id, for the first kernel, copy or memset that carries
-//! its id. A call starts before its work, so a time-ordered stream never needs to look back; what is kept is the
-//! calls whose work has not appeared yet (in flight, or lost with a process killed before its last flush), never
-//! the trace.
+//! The launch↔work join, the one every analysis and export uses, for one process's events in time order.
+//!
+//! An API call that can queue device work ([`crate::model::names::api_queues_work`]) waits, by correlation id, for
+//! the kernels, copies and memsets that carry its id. A call starts before its work, so a time-ordered stream never
+//! looks back. The first call with an id is the launch: CUPTI gives the runtime call and the driver call it makes
+//! the same id, and the runtime call is the one the program made. Every piece of work with the id joins it (a
+//! graph launch's many kernels); the first one is marked, as exports draw one flow per launch.
+//!
+//! Calls sit in a ring of slots indexed by correlation id: ids grow by one per call, so calls and their work touch
+//! neighbouring slots (a hash table over millions of ids misses the cache on every access). When a later id takes
+//! a slot over, a call whose work has come is forgotten (a graph's kernels come together, long before [`SLOTS`]
+//! more launches); one still waiting for its work moves to a side table if it is younger than
+//! [`LAUNCH_HORIZON_NS`]. The side table keeps two generations, each half the horizon long, and drops the older
+//! one whole. What is kept is bounded by the launch rate, never by the trace.
 
 use crate::model::trace::Process;
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::FxHashMap;
 
-/// How long a launch call waits for its device work before analyses stop waiting: the GPU's queue holds about
-/// a thousand launches, so work that starts later than this after its call needs seconds-long kernels queued back
-/// to back; keeping every call instead would keep the trace.
+/// How long a launch call waits for its device work: the GPU's queue holds about a thousand launches, so work
+/// that starts later than this after its call needs seconds-long kernels queued back to back; keeping every call
+/// instead would keep the trace.
 pub const LAUNCH_HORIZON_NS: u64 = 4_000_000_000;
 
-/// The launching call of a piece of device work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Launch {
-    pub tid: u32,
+/// Launches kept in the ring (2 MiB once a process launches anything).
+pub const SLOTS: usize = 1 << 16;
+
+/// The launching call of device work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Call {
     pub start: u64,
+    pub end: u64,
+    pub tid: u32,
+}
+
+/// Device work joined to its launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Joined {
+    pub call: Call,
+    /// The launch's first work (the one a flow ends at).
+    pub first: bool,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    /// 0: empty.
+    correlation: u32,
+    /// Work with this id has been seen.
+    joined: bool,
+    call: Call,
 }
 
 #[derive(Default)]
 pub struct LaunchJoin {
-    waiting: FxHashMap<u32, Launch>,
+    /// Allocated at the first launch (a process that launches nothing costs nothing).
+    slots: Vec<Slot>,
+    young: FxHashMap<u32, Slot>,
+    old: FxHashMap<u32, Slot>,
+    /// When the young generation began.
+    since: u64,
     /// Whether a name id (of this process) queues work: classified once per name.
     queues_work: FxHashMap<u32, bool>,
 }
 
 impl LaunchJoin {
-    /// Feeds an API call of `p`; true when it may queue work (and now waits for it).
+    fn spilled(&mut self, correlation: u32) -> Option<&mut Slot> {
+        if self.young.is_empty() && self.old.is_empty() {
+            return None;
+        }
+        match self.young.get_mut(&correlation) {
+            Some(s) => Some(s),
+            None => self.old.get_mut(&correlation),
+        }
+    }
+
+    /// Feeds an API call of `p`; true when it may queue work (and, when it is the first call with its id, now
+    /// waits for it).
     pub fn api(&mut self, p: &Process, e: &RawEvent) -> bool {
         if e.kind() != Some(EventKind::Api) || e.correlation == 0 {
             return false;
         }
         let queues =
             *self.queues_work.entry(e.name).or_insert_with(|| crate::model::names::api_queues_work(p.string(e.name)));
-        if queues {
-            self.waiting.insert(e.correlation, Launch { tid: e.tid, start: e.start });
+        if !queues {
+            return false;
         }
-        queues
+        if self.slots.is_empty() {
+            self.slots = vec![Slot::default(); SLOTS];
+        }
+        let at = e.correlation as usize % SLOTS;
+        if self.slots[at].correlation == e.correlation || self.spilled(e.correlation).is_some() {
+            return true; // the first call with this id (the runtime's, before the driver call it makes) stays
+        }
+        let call = Call { start: e.start, end: e.end, tid: e.tid };
+        let taken = std::mem::replace(&mut self.slots[at], Slot { correlation: e.correlation, joined: false, call });
+        if taken.correlation != 0 && !taken.joined && taken.call.start.saturating_add(LAUNCH_HORIZON_NS) > e.start {
+            if e.start >= self.since.saturating_add(LAUNCH_HORIZON_NS / 2) {
+                self.old = std::mem::take(&mut self.young);
+                self.since = e.start;
+            }
+            self.young.entry(taken.correlation).or_insert(taken);
+        }
+        true
     }
 
-    /// Feeds device work; the call that launched it when this is the first work of that call (a graph launch's
-    /// later kernels, and work whose call was never seen, get `None`).
-    pub fn work(&mut self, e: &RawEvent) -> Option<Launch> {
+    /// Feeds device work: its launch, if the call is in the trace (and not past the horizon).
+    pub fn work(&mut self, e: &RawEvent) -> Option<Joined> {
         if e.correlation == 0 || !e.is_gpu_work() {
             return None;
         }
-        self.waiting.remove(&e.correlation)
-    }
-
-    /// Calls still waiting for their work.
-    pub fn waiting(&self) -> usize {
-        self.waiting.len()
+        let at = e.correlation as usize % SLOTS;
+        let slot = match self.slots.get_mut(at) {
+            Some(s) if s.correlation == e.correlation => s,
+            _ => self.spilled(e.correlation)?,
+        };
+        let first = !slot.joined;
+        slot.joined = true;
+        Some(Joined { call: slot.call, first })
     }
 }
 
@@ -60,23 +123,62 @@ impl LaunchJoin {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_call_joins_its_first_work_only_and_calls_without_work_wait() {
+    fn process() -> Process {
         let mut p = Process::default();
         p.strings.insert(1, "cudaLaunchKernel".into());
         p.strings.insert(2, "cudaStreamSynchronize".into());
         p.strings.insert(3, "cudaGraphLaunch".into());
-        let api = |name, corr, t| RawEvent { name, correlation: corr, ..RawEvent::new(EventKind::Api, 7, t, t + 5) };
-        let kernel = |corr, t| RawEvent { correlation: corr, ..RawEvent::new(EventKind::Kernel, 0, t, t + 5) };
+        p.strings.insert(4, "cuLaunchKernel".into());
+        p
+    }
+
+    fn api(name: u32, corr: u32, t: u64) -> RawEvent {
+        RawEvent { name, correlation: corr, ..RawEvent::new(EventKind::Api, 7, t, t + 5) }
+    }
+
+    fn kernel(corr: u32, t: u64) -> RawEvent {
+        RawEvent { correlation: corr, ..RawEvent::new(EventKind::Kernel, 0, t, t + 5) }
+    }
+
+    fn call(t: u64) -> Call {
+        Call { start: t, end: t + 5, tid: 7 }
+    }
+
+    #[test]
+    fn every_work_joins_the_first_call_and_the_first_work_is_marked() {
+        let p = process();
         let mut j = LaunchJoin::default();
         assert!(j.api(&p, &api(1, 10, 100)));
+        assert!(j.api(&p, &api(4, 10, 101)), "the driver call inside it queues work too");
         assert!(!j.api(&p, &api(2, 11, 110)), "a sync queues nothing");
         assert!(j.api(&p, &api(3, 12, 120)));
         assert!(j.api(&p, &api(1, 13, 130)));
-        assert_eq!(j.work(&kernel(10, 150)), Some(Launch { tid: 7, start: 100 }));
-        assert_eq!(j.work(&kernel(12, 160)), Some(Launch { tid: 7, start: 120 }));
-        assert_eq!(j.work(&kernel(12, 170)), None, "the graph's second kernel: one flow per launch");
+        assert_eq!(j.work(&kernel(10, 150)), Some(Joined { call: call(100), first: true }), "the runtime call");
+        assert_eq!(j.work(&kernel(12, 160)), Some(Joined { call: call(120), first: true }));
+        assert_eq!(j.work(&kernel(12, 170)), Some(Joined { call: call(120), first: false }), "the graph's second");
+        assert_eq!(j.work(&kernel(11, 180)), None);
         assert_eq!(j.work(&kernel(99, 180)), None);
-        assert_eq!(j.waiting(), 1, "launch 13's kernel never came");
+        assert_eq!(j.work(&RawEvent { correlation: 13, ..RawEvent::new(EventKind::Api, 7, 190, 195) }), None);
+    }
+
+    #[test]
+    fn the_ring_forgets_only_joined_or_stale_calls() {
+        let p = process();
+        let mut j = LaunchJoin::default();
+        let corr = 5u32;
+        j.api(&p, &api(1, corr, 100));
+        assert_eq!(j.work(&kernel(corr, 200)).map(|w| w.call.start), Some(100));
+        // Later ids take the slots over: the joined call goes, the one still waiting for its work stays.
+        j.api(&p, &api(1, corr + 7, 300));
+        j.api(&p, &api(1, corr + SLOTS as u32, 400));
+        j.api(&p, &api(1, corr + 7 + SLOTS as u32, 500));
+        assert!(j.work(&kernel(corr, 600)).is_none(), "joined, then taken over");
+        assert_eq!(j.work(&kernel(corr + 7, 600)).map(|w| (w.call.start, w.first)), Some((300, true)));
+        assert_eq!(j.work(&kernel(corr + 7, 601)).map(|w| w.first), Some(false), "spilled calls remember too");
+        assert_eq!(j.work(&kernel(corr + 7 + SLOTS as u32, 600)).map(|w| w.call.start), Some(500));
+        // A call past the horizon is not spilled when its slot is taken.
+        j.api(&p, &api(1, corr + 1, 1_000));
+        j.api(&p, &api(1, corr + 1 + SLOTS as u32, 1_000 + LAUNCH_HORIZON_NS));
+        assert!(j.work(&kernel(corr + 1, 2_000 + LAUNCH_HORIZON_NS)).is_none());
     }
 }

@@ -15,97 +15,7 @@ use cuflight_format::event::FLAG_DEVICE;
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-pub use crate::model::launches::LAUNCH_HORIZON_NS;
-
-/// The launching call of device work.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Call {
-    pub start: u64,
-    pub end: u64,
-    pub tid: u32,
-}
-
-/// The report's launch↔work join: a correlation id's first call that can queue work (every kernel, copy or
-/// memset with that id, a graph's many kernels included, joins it).
-///
-/// Calls sit in a ring of slots indexed by correlation id: ids grow by one per call, so calls and their work
-/// touch neighbouring slots (a hash table over millions of ids misses the cache on every access). When a later id
-/// takes a slot over, a call whose work has come is dropped (a graph's kernels come together, long before
-/// [`SLOTS`] more launches); one still waiting for its work moves to a side table if it is younger than
-/// [`LAUNCH_HORIZON_NS`]. The side table keeps two generations, each half the horizon long, and drops the older
-/// one whole.
-#[derive(Default)]
-pub struct Launches {
-    /// Allocated at the first launch (a process that launches nothing costs nothing).
-    slots: Vec<Slot>,
-    young: FxHashMap<u32, Call>,
-    old: FxHashMap<u32, Call>,
-    /// When the young generation began.
-    since: u64,
-    queues_work: FxHashMap<u32, bool>,
-}
-
-#[derive(Clone, Copy, Default)]
-struct Slot {
-    /// 0: empty.
-    correlation: u32,
-    /// Work with this id has been seen.
-    joined: bool,
-    call: Call,
-}
-
-/// Launches kept in the ring (2 MiB).
-pub const SLOTS: usize = 1 << 16;
-
-impl Launches {
-    fn spilled(&self, correlation: u32) -> Option<&Call> {
-        if self.young.is_empty() && self.old.is_empty() {
-            return None;
-        }
-        self.young.get(&correlation).or_else(|| self.old.get(&correlation))
-    }
-
-    pub fn api(&mut self, p: &Process, e: &RawEvent) {
-        if e.correlation == 0 {
-            return;
-        }
-        let queues =
-            *self.queues_work.entry(e.name).or_insert_with(|| crate::model::names::api_queues_work(p.string(e.name)));
-        if !queues {
-            return;
-        }
-        if self.slots.is_empty() {
-            self.slots = vec![Slot::default(); SLOTS];
-        }
-        let at = e.correlation as usize % SLOTS;
-        if self.slots[at].correlation == e.correlation || self.spilled(e.correlation).is_some() {
-            return; // the first call with this id (the runtime's, before the driver call it makes) stays
-        }
-        let call = Call { start: e.start, end: e.end, tid: e.tid };
-        let taken = std::mem::replace(&mut self.slots[at], Slot { correlation: e.correlation, joined: false, call });
-        if taken.correlation != 0 && !taken.joined && taken.call.start.saturating_add(LAUNCH_HORIZON_NS) > e.start {
-            if e.start >= self.since.saturating_add(LAUNCH_HORIZON_NS / 2) {
-                self.old = std::mem::take(&mut self.young);
-                self.since = e.start;
-            }
-            self.young.entry(taken.correlation).or_insert(taken.call);
-        }
-    }
-
-    /// The launch of device work `op`, if its call is in the trace.
-    pub fn of(&mut self, op: &RawEvent) -> Option<Call> {
-        if op.correlation == 0 {
-            return None;
-        }
-        if let Some(slot) = self.slots.get_mut(op.correlation as usize % SLOTS) {
-            if slot.correlation == op.correlation {
-                slot.joined = true;
-                return Some(slot.call);
-            }
-        }
-        self.spilled(op.correlation).copied()
-    }
-}
+use crate::model::launches::LaunchJoin;
 
 /// A communication kernel, in the process's GPU-op order (the k-th one of every rank is the same collective).
 #[derive(Clone, Copy, Debug)]
@@ -149,7 +59,7 @@ type DeviceFacts = (Option<(u32, u32)>, Option<u64>);
 /// Pass one's state for one process.
 struct First {
     names: NameFlags,
-    launches: Launches,
+    launches: LaunchJoin,
     pairer: Pairer,
     /// Host ranges that could be steps, whatever the source chosen later.
     candidates: Candidates,
@@ -180,7 +90,7 @@ impl First {
     fn new(p: &Process) -> First {
         First {
             names: NameFlags::new(p),
-            launches: Launches::default(),
+            launches: LaunchJoin::default(),
             pairer: Pairer::default(),
             candidates: Candidates::default(),
             has_stream_waits: false,
@@ -248,7 +158,7 @@ impl First {
                     x.1 = x.1.max(e.end);
                 }
                 self.max_op_end = Some(self.max_op_end.unwrap_or(0).max(e.end));
-                if let Some(call) = self.launches.of(e) {
+                if let Some(call) = self.launches.work(e).map(|w| w.call) {
                     self.launchers.insert(call.tid);
                     self.candidates.work(call.start, e.end);
                 }
@@ -368,7 +278,7 @@ fn steps_from_ranges(p: &Process, candidates: &[(HostRange, u64)], option: Optio
 /// every kernel, and (launch time, end) of every op whose launch is in the trace.
 #[derive(Default)]
 struct Pattern {
-    launches: Launches,
+    launches: LaunchJoin,
     seq: Vec<(u64, u32)>,
     launched: Vec<(u64, u64)>,
 }
@@ -395,9 +305,11 @@ pub fn plan(
         source.for_each(|k, p, e| {
             let Some(s) = pattern.get_mut(&k) else { return };
             match e.kind() {
-                Some(EventKind::Api) => s.launches.api(p, e),
+                Some(EventKind::Api) => {
+                    s.launches.api(p, e);
+                }
                 Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
-                    let t = s.launches.of(e).map(|c| c.start);
+                    let t = s.launches.work(e).map(|w| w.call.start);
                     if e.kind() == Some(EventKind::Kernel) {
                         s.seq.push((t.unwrap_or(e.start), e.name));
                     }

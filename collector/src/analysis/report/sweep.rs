@@ -8,10 +8,11 @@
 use super::accum::{add_call, CallTotals, Copies, Counts, KernelAgg, UnionTotal};
 use super::breakdown::{Breakdown, Hta, IdleSplit};
 use super::idle::IdleCauses;
-use super::plan::{Launches, Plan};
+use super::plan::Plan;
 use super::spans::{clip, merge, subtract, total, Span};
 use super::steps::StepRow;
 use super::window::{classify_flags, CallClass, Closer, HostCall, HostRange, NameFlags, WindowView};
+use crate::model::launches::LaunchJoin;
 use crate::model::memory::LiveMemory;
 use crate::model::ranges::Pairer;
 use crate::model::trace::Process;
@@ -164,7 +165,7 @@ pub struct Sweep<'a> {
     /// Per communication kernel (by its order in the process): time it only waited for other ranks.
     waits: &'a FxHashMap<u32, u64>,
     step_starts: Vec<u64>,
-    launches: Launches,
+    launches: LaunchJoin,
     pairer: Pairer,
     hta: Hta,
     utilization: Utilization,
@@ -204,7 +205,7 @@ impl<'a> Sweep<'a> {
             plan,
             waits,
             step_starts: plan.steps.host.iter().map(|r| r.start).collect(),
-            launches: Launches::default(),
+            launches: LaunchJoin::default(),
             pairer: Pairer::default(),
             hta: Hta::new(hta_rounding, plan.last_profiler_step),
             utilization: Utilization::new(plan.busy_extent),
@@ -330,7 +331,7 @@ impl<'a> Sweep<'a> {
     fn op(&mut self, e: &RawEvent) {
         let names = &self.plan.names;
         let kind = e.kind();
-        let launch = self.launches.of(e);
+        let launch = self.launches.work(e).map(|w| w.call);
         if self.group.is_none_or(|g| g.start != e.start) {
             let launched = launch.map(|c| c.start);
             self.group = Some(Closer { start: e.start, duration: e.duration(), launched });

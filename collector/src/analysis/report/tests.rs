@@ -1,7 +1,7 @@
 //! The report's planning and sweep on hand-made processes: what crosses window boundaries, and memory that
 //! stays with the windows.
 
-use super::plan::{plan, Launches, SLOTS};
+use super::plan::plan;
 use super::steps::StepSource;
 use super::sweep::{Sweep, Swept};
 use crate::model::source::EventSource;
@@ -143,23 +143,4 @@ fn the_sweep_keeps_one_steps_worth_however_long_the_trace() {
         a.peak_kept,
         b.peak_kept
     );
-}
-
-#[test]
-fn launches_join_across_the_ring_and_forget_only_joined_or_stale_calls() {
-    let p = process(&[(3, "cudaLaunchKernel"), (4, "cudaStreamSynchronize")], vec![]);
-    let mut l = Launches::default();
-    let corr = 5u32;
-    l.api(&p, &api(3, 100, 10, corr));
-    l.api(&p, &api(3, 105, 10, corr)); // the driver's call with the same id: the first one stays
-    l.api(&p, &api(4, 110, 10, corr + 1)); // queues nothing
-    assert_eq!(l.of(&kernel(2, 200, 5, corr)).map(|c| c.start), Some(100));
-    assert!(l.of(&kernel(2, 200, 5, corr + 1)).is_none());
-    // A later id takes both slots over: the joined call goes, the one still waiting for work stays.
-    l.api(&p, &api(3, 300, 10, corr + 7));
-    l.api(&p, &api(3, 400, 10, corr + SLOTS as u32));
-    l.api(&p, &api(3, 500, 10, corr + 7 + SLOTS as u32));
-    assert!(l.of(&kernel(2, 600, 5, corr)).is_none(), "joined, then taken over");
-    assert_eq!(l.of(&kernel(2, 600, 5, corr + 7)).map(|c| c.start), Some(300));
-    assert_eq!(l.of(&kernel(2, 600, 5, corr + 7 + SLOTS as u32)).map(|c| c.start), Some(500));
 }

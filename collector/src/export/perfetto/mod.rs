@@ -410,12 +410,12 @@ pub fn export<W: Write>(source: &mut EventSource, out: W) -> Result<ExportCounts
         states.insert(key, st);
     }
     let mut failed = None;
-    source.for_each(|key, _, e| {
+    source.for_each(|key, p, e| {
         let Some(st) = states.get_mut(&key).filter(|_| failed.is_none()) else { return };
         if e.kind() == Some(EventKind::ThreadName) {
             st.thread_names.insert(e.a as u32, e.name);
         }
-        if let Err(err) = st.release(&mut x, e.start).and_then(|_| st.event(&mut x, e)) {
+        if let Err(err) = st.release(&mut x, e.start).and_then(|_| st.event(&mut x, p, e)) {
             failed = Some(err);
         }
     })?;

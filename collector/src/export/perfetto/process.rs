@@ -11,11 +11,13 @@ pub(super) struct ProcessState {
     /// Mangled forms of demangled kernel names (a debug annotation on their slices).
     pub(super) mangled: std::collections::HashMap<u32, String>,
     pub(super) thread_names: HashMap<u32, u32>,
+    /// Which calls launch work and which work is a launch's first: the one join every output uses.
+    pub(super) launches: crate::model::launches::LaunchJoin,
     /// Launch calls held back until their first device work appears (they then start its flow) or
-    /// [`LAUNCH_HORIZON_NS`] passes (written without one): a flow needs both ends.
+    /// [`LAUNCH_HORIZON_NS`] passes (written without one): a flow needs both ends, and a call's slice is written
+    /// once, with its flow id in it.
     pub(super) held: HashMap<u32, Vec<cuflight_format::RawEvent>>,
     pub(super) held_order: std::collections::VecDeque<(u64, u32)>,
-    pub(super) launcher_names: HashMap<u32, bool>,
     pub(super) ranges: crate::model::ranges::Pairer,
     pub(super) memory: crate::model::memory::LiveMemory,
     pub(super) labels: HashMap<u64, u64>,
@@ -32,7 +34,7 @@ impl ProcessState {
             thread_names: HashMap::default(),
             held: HashMap::default(),
             held_order: Default::default(),
-            launcher_names: HashMap::default(),
+            launches: Default::default(),
             ranges: crate::model::ranges::Pairer::default(),
             memory: Default::default(),
             labels: HashMap::default(),
@@ -43,19 +45,6 @@ impl ProcessState {
 
     pub(super) fn string(&self, id: u32) -> &str {
         self.strings.get(&id).map_or("", String::as_str)
-    }
-
-    /// Whether this API call may start a flow to device work (it can queue work).
-    fn launches(&mut self, e: &cuflight_format::RawEvent) -> bool {
-        if e.correlation == 0 {
-            return false;
-        }
-        let name = e.name;
-        let strings = &self.strings;
-        *self.launcher_names.entry(name).or_insert_with(|| {
-            let n = strings.get(&name).map_or("", String::as_str);
-            crate::model::names::api_queues_work(n)
-        })
     }
 
     fn api_slice<W: Write>(
@@ -105,6 +94,7 @@ impl ProcessState {
     pub(super) fn event<W: Write>(
         &mut self,
         x: &mut Exporter<W>,
+        p: &crate::model::trace::Process,
         e: &cuflight_format::RawEvent,
     ) -> std::io::Result<()> {
         let pid = self.pid;
@@ -120,7 +110,7 @@ impl ProcessState {
         }
         match e.kind() {
             Some(EventKind::Api) => {
-                if self.launches(e) {
+                if self.launches.api(p, e) {
                     let calls = self.held.entry(e.correlation).or_default();
                     if calls.is_empty() {
                         self.held_order.push_back((e.start, e.correlation));
@@ -133,7 +123,8 @@ impl ProcessState {
             Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
                 let track = self.stream(x, e.device, e.stream)?;
                 // The first work of held launch calls: they start the flow it ends (once per launch).
-                let calls = if e.correlation == 0 { None } else { self.held.remove(&e.correlation) };
+                let first = self.launches.work(e).is_some_and(|w| w.first);
+                let calls = if first { self.held.remove(&e.correlation) } else { None };
                 let term = calls.as_ref().map(|_| flow_id(pid, e.correlation));
                 for call in calls.iter().flatten() {
                     self.api_slice(x, call, term)?;
