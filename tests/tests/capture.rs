@@ -126,6 +126,27 @@ fn fork_children_trace_their_own_cuda_unless_the_parent_was_profiling() {
     assert_eq!(count(&s, "nvtx", "name", "child-before"), 1);
     assert_eq!(count(&s, "nvtx", "name", "child-after"), 1);
     assert_eq!(s["dropped"], 0);
+    // Correlation ids restart in the child, so the Chrome export's flow ids must not be bare correlation ids:
+    // each of the 13 launches has one flow, starting in the launching process and ending on the GPU.
+    let v = export_chrome(&r.trace, &dir.join("fork.json"));
+    let flows: Vec<&Value> = v["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "ac2g").collect();
+    let mut ids = std::collections::BTreeMap::<u64, (Vec<&Value>, Vec<&Value>)>::new();
+    for f in &flows {
+        let e = ids.entry(f["id"].as_u64().unwrap()).or_default();
+        if f["ph"] == "s" {
+            e.0.push(f)
+        } else {
+            e.1.push(f)
+        }
+    }
+    assert_eq!(ids.len(), 13, "{flows:?}");
+    let launching: std::collections::BTreeSet<u64> = ids.values().map(|(s, _)| s[0]["pid"].as_u64().unwrap()).collect();
+    assert_eq!(launching.len(), 2, "the parent's 10 launches and the child's 3");
+    for (id, (starts, ends)) in &ids {
+        assert_eq!((starts.len(), ends.len()), (1, 1), "flow {id}: {starts:?} {ends:?}");
+        assert!(id < &(1 << 53), "flow ids stay exact in JSON readers");
+        assert!(starts[0]["ts"].as_f64() <= ends[0]["ts"].as_f64(), "flow {id} goes back in time");
+    }
 }
 
 #[test]
