@@ -222,15 +222,17 @@ fn memory_that_returns_each_step_is_not_growth_and_memory_that_does_not_is() {
     assert_eq!(stats["memory"]["live_bytes_at_end"], 8 * (64u64 << 20));
 }
 
-/// Large Kineto traces are read with their events set aside on disk in sorted runs (an external sort); forcing
+/// Large imported traces (Kineto JSON, nsys SQLite) are read with their events set aside on disk in sorted runs (an external sort); forcing
 /// tiny runs on the shared traces must change nothing any reader prints, and leave no file behind.
 #[test]
-fn kineto_traces_spooled_to_disk_read_the_same_as_in_memory() {
+fn imported_traces_spooled_to_disk_read_the_same_as_in_memory() {
     let tmp = std::env::temp_dir().join(format!("cuflight-spool-test-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
-    for name in SHARED_TRACES.iter().filter(|n| n.ends_with(".json.gz")) {
+    for name in SHARED_TRACES.iter().filter(|n| n.ends_with(".json.gz") || n.ends_with(".sqlite")) {
         let Some(path) = shared_trace(name) else { continue };
-        for args in [&["report", "--format", "json"][..], &["stats", "--format", "json"][..]] {
+        let json = tmp.join("chrome.json").to_str().unwrap().to_string();
+        let chrome = ["export", "--format", "chrome", "--force", "-o", json.as_str()];
+        for args in [&["report", "--format", "json"][..], &["stats", "--format", "json"][..], &chrome[..]] {
             let run = |spool: Option<&str>| {
                 let mut c = std::process::Command::new(cuflight_bin());
                 c.args(args).arg(&path).env("TMPDIR", &tmp);
@@ -239,11 +241,15 @@ fn kineto_traces_spooled_to_disk_read_the_same_as_in_memory() {
                 }
                 let out = c.output().unwrap();
                 assert!(out.status.success(), "{name} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-                out.stdout
+                match args[0] {
+                    "export" => std::fs::read(&json).unwrap(),
+                    _ => out.stdout,
+                }
             };
             assert!(run(Some("997")) == run(None), "{name} {args:?}: spooled output differs");
         }
     }
+    std::fs::remove_file(tmp.join("chrome.json")).ok();
     let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
     assert!(left.is_empty(), "spool files left behind: {left:?}");
     std::fs::remove_dir_all(&tmp).unwrap();

@@ -7,15 +7,16 @@
 //! pid = device, tid = stream) are attached to the host process that launched them, found through the
 //! correlation id of the launching runtime call (or the `ac2g` flow when a kernel has no correlation).
 
+use super::builder::{spool_failed, Processes};
 use crate::model::spool::{GpuSpill, Spool};
-use crate::model::trace::{Process, StringTable, Trace};
+use crate::model::trace::Trace;
 use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE};
 use cuflight_format::{EventKind, RawEvent};
 use serde::de::Visitor;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 
 /// Borrowed from the element's bytes where possible: no allocation per event for names and timestamps.
@@ -255,9 +256,8 @@ impl GpuNames {
 }
 
 /// What the import collects before GPU events can be attached to their host process.
-#[derive(Default)]
 struct Importer {
-    host: BTreeMap<u32, (Process, StringTable)>,
+    host: Processes,
     /// GPU-side events with their raw (pid, tid), placed at the end; `name` and `c` (the category of device
     /// ranges) hold ids of `gpu_names` until then, so each distinct name is stored once, not once per kernel.
     gpu: Vec<(RawEvent, (u64, u64))>,
@@ -273,63 +273,36 @@ struct Importer {
     fractional: bool,
     /// API calls per process (the process that launches the most gets GPU work whose launch is missing).
     api_calls: HashMap<u32, u64>,
-    /// Whether events may be set aside on disk (large traces read as a stream): host events go to `spool` in
-    /// runs, GPU events to `gpu_spill`, both created when the first run is full.
+    /// Whether events may be set aside on disk (large traces read as a stream): host events go to runs in
+    /// `host`'s spool, GPU events to `gpu_spill`, both created when the first run is full.
     spooling: bool,
-    spool: Option<Spool>,
     gpu_spill: Option<GpuSpill>,
-    /// Events held in the processes' vectors since the last run was written.
-    buffered: usize,
     run: usize,
-    /// The first error while spooling (reported once the import ends).
-    spool_error: Option<String>,
 }
 
 impl Importer {
-    fn process(&mut self, pid: u32) -> &mut (Process, StringTable) {
-        self.host.entry(pid).or_insert_with(|| {
-            let p = Process {
-                info: cuflight_format::file::ProcessInfo { pid, ..Default::default() },
-                ..Default::default()
-            };
-            (p, StringTable::default())
-        })
+    fn new(spooling: bool) -> Importer {
+        Importer {
+            host: Processes::new(spooling),
+            gpu: Vec::new(),
+            gpu_names: GpuNames::default(),
+            correlation_pid: Default::default(),
+            flow_ends: Default::default(),
+            thread_names: Vec::new(),
+            process_names: HashMap::new(),
+            devices: Vec::new(),
+            rank: None,
+            events: 0,
+            fractional: false,
+            api_calls: HashMap::new(),
+            spooling,
+            gpu_spill: None,
+            run: crate::model::spool::run_events(),
+        }
     }
 
     fn host_event(&mut self, pid: u32, ev: RawEvent, name: &str, domain: Option<&str>) {
-        let (p, t) = self.process(pid);
-        let mut ev = ev;
-        ev.name = t.id(p, name);
-        if let Some(d) = domain {
-            ev.c = t.id(p, d) as u64;
-        }
-        p.events.push(ev);
-        self.held(1);
-    }
-
-    /// `n` more events held in memory: a run goes to the spool once enough wait.
-    fn held(&mut self, n: usize) {
-        self.buffered += n;
-        if self.spooling && self.buffered >= self.run {
-            self.write_runs();
-        }
-    }
-
-    fn write_runs(&mut self) {
-        self.buffered = 0;
-        if self.spool.is_none() && self.spool_error.is_none() {
-            match Spool::create() {
-                Ok(s) => self.spool = Some(s),
-                Err(e) => self.spool_error = Some(spool_failed(&e)),
-            }
-        }
-        let Some(spool) = self.spool.as_mut() else { return };
-        for (&pid, (p, _)) in self.host.iter_mut().filter(|(_, (p, _))| !p.events.is_empty()) {
-            if let Err(e) = spool.run(pid, &mut p.events) {
-                self.spool_error.get_or_insert_with(|| spool.explain(&e));
-                p.events.clear();
-            }
-        }
+        self.host.push(pid, ev, name, domain);
     }
 
     fn gpu_event(&mut self, ev: RawEvent, at: (u64, u64)) {
@@ -341,9 +314,7 @@ impl Importer {
             };
             match spill.and_then(|mut s| s.write(&self.gpu).map(|_| s)) {
                 Ok(s) => self.gpu_spill = Some(s),
-                Err(e) => {
-                    self.spool_error.get_or_insert_with(|| spool_failed(&e));
-                }
+                Err(e) => self.host.failed(spool_failed(&e)),
             }
             self.gpu.clear();
         }
@@ -493,6 +464,7 @@ impl Importer {
         let api_calls = std::mem::take(&mut self.api_calls);
         let default_host = self
             .host
+            .host
             .keys()
             .max_by_key(|pid| (api_calls.get(pid).copied().unwrap_or(0), std::cmp::Reverse(**pid)))
             .map_or(0, |pid| *pid);
@@ -508,7 +480,7 @@ impl Importer {
                     }
                 }
                 let pid = this.correlation_pid.get(&ev.correlation).copied().unwrap_or(default_host);
-                let (p, t) = this.process(pid);
+                let (p, t) = this.host.process(pid);
                 let mut to_local = |id: u32| *local.entry((pid, id)).or_insert_with(|| t.id(p, names.name(id)));
                 ev.name = to_local(ev.name);
                 if ev.flags & FLAG_DEVICE != 0 && ev.c != 0 {
@@ -516,7 +488,7 @@ impl Importer {
                 }
                 p.events.push(ev);
             }
-            this.held(n);
+            this.host.held(n);
         };
         if let Some(spill) = self.gpu_spill.take() {
             // Placed a batch at a time (placing writes runs out as they fill).
@@ -525,7 +497,7 @@ impl Importer {
         let gpu = std::mem::take(&mut self.gpu);
         place(&mut self, gpu);
         for (pid, tid, name) in std::mem::take(&mut self.thread_names) {
-            if let Some((p, t)) = self.host.get_mut(&pid) {
+            if let Some((p, t)) = self.host.host.get_mut(&pid) {
                 let mut ev = RawEvent::new(EventKind::ThreadName, tid, 0, 0);
                 ev.a = tid as u64;
                 ev.name = t.id(p, &name);
@@ -533,7 +505,7 @@ impl Importer {
             }
         }
         let devices = std::mem::take(&mut self.devices);
-        if let Some((p, t)) = self.host.get_mut(&default_host) {
+        if let Some((p, t)) = self.host.host.get_mut(&default_host) {
             for d in devices {
                 let mut ev = RawEvent::new(EventKind::Device, 0, 0, 0);
                 ev.device = d.get("id").and_then(Value::as_u64).unwrap_or(0) as u32;
@@ -545,23 +517,16 @@ impl Importer {
                 p.events.push(ev);
             }
         }
-        // Once runs went to disk, the rest follows; a trace that never filled a run stays in memory.
-        if self.spool.as_ref().is_some_and(|s| !s.chunks.is_empty()) {
-            self.write_runs();
-        }
-        if let Some(why) = self.spool_error.take() {
-            return Err(why);
-        }
+        let (host, spool) = self.host.finish()?;
         let mut trace = Trace { fractional_us_timestamps: self.fractional, ..Default::default() };
-        for (pid, (mut p, _)) in self.host {
+        for (pid, (mut p, _)) in host {
             p.name = self.process_names.get(&pid).cloned().unwrap_or_default();
             p.info.cmdline = vec![p.name.clone()];
             p.info.finished = true;
             p.rank = self.rank;
-            p.events.sort_by_key(|e| e.start);
             trace.processes.insert(pid, p);
         }
-        Ok((trace, self.spool))
+        Ok((trace, spool))
     }
 }
 
@@ -577,16 +542,8 @@ pub fn import_spooled<R: std::io::BufRead>(reader: R) -> Result<(Trace, Option<S
     import_with(reader, true)
 }
 
-fn spool_failed(e: &std::io::Error) -> String {
-    format!(
-        "a trace this large is read with its events set aside in {}, which failed ({e}): free space there or point \
-         TMPDIR at a larger disk",
-        std::env::temp_dir().display()
-    )
-}
-
 fn import_with<R: std::io::BufRead>(reader: R, spooling: bool) -> Result<(Trace, Option<Spool>), String> {
-    let mut importer = Importer { run: crate::model::spool::run_events(), spooling, ..Default::default() };
+    let mut importer = Importer::new(spooling);
     let (rest, _) = super::json_split::split(reader, |bytes| {
         let e: Event = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         importer.add(e);
@@ -601,9 +558,7 @@ fn import_with<R: std::io::BufRead>(reader: R, spooling: bool) -> Result<(Trace,
         importer.devices = devices.clone();
     }
     importer.rank = top.get("distributedInfo").and_then(|d| d.get("rank")).and_then(Value::as_u64).map(|r| r as u32);
-    let (trace, spool) = importer.finish()?;
-    // A spool that took no run (a small trace) is not needed: its events stayed in memory.
-    Ok((trace, spool.filter(|s| !s.chunks.is_empty())))
+    importer.finish()
 }
 
 #[cfg(test)]

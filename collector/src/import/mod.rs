@@ -1,6 +1,7 @@
 //! Loading any supported trace, detected by content (never by file name): cuflight's own trace file,
 //! torch.profiler/Kineto JSON (plain or gzip), and Nsight Systems SQLite exports.
 
+mod builder;
 mod json_split;
 pub mod kineto;
 pub mod nsys;
@@ -46,7 +47,7 @@ pub fn detect(path: &Path) -> Result<Format, TraceError> {
     })
 }
 
-/// Like [`load`], for a reader that streams: a large Kineto trace's events are set aside on disk in sorted runs
+/// Like [`load`], for a reader that streams: a large imported trace's events are set aside on disk in sorted runs
 /// (returned with the trace, whose processes then hold only facts and strings) instead of held in memory.
 pub fn load_streamable(path: &Path) -> Result<(Trace, Option<crate::model::spool::Spool>), TraceError> {
     load_with(path, true)
@@ -83,7 +84,8 @@ fn load_with(path: &Path, spool: bool) -> Result<(Trace, Option<crate::model::sp
             kineto(&mut gz).map_err(|e| bad(format!("Kineto JSON (gzip): {e}")))
         }
         Some(Format::NsysSqlite) => {
-            nsys::import(path).map(|t| (t, None)).map_err(|e| bad(format!("Nsight Systems SQLite: {e}")))
+            let imported = if spool { nsys::import_spooled(path) } else { nsys::import(path).map(|t| (t, None)) };
+            imported.map_err(|e| bad(format!("Nsight Systems SQLite: {e}")))
         }
         None => Err(bad("unknown format (expected a cuflight trace, Kineto JSON or an nsys SQLite export)".into())),
     }

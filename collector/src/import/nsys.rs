@@ -6,12 +6,14 @@
 //! one less than CUPTI's (pageable = 1); API names carry CUPTI's version suffix (`cudaMalloc_v3020`), which is
 //! dropped so they read like cuflight's own. Columns missing in other schema versions read as NULL.
 
-use crate::model::trace::{Process, StringTable, Trace};
+use super::builder::Processes;
+use crate::model::spool::Spool;
+use crate::model::trace::Trace;
 use cuflight_format::event::{LaunchConfig, API_DRIVER, API_RUNTIME};
-use cuflight_format::file::ProcessInfo;
 use cuflight_format::{EventKind, RawEvent};
+use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 fn pid_of(global: i64) -> u32 {
@@ -45,24 +47,54 @@ struct Db {
     strings: HashMap<i64, String>,
 }
 
+/// One row of a query, its columns read as integers or text (NULL, and a column the schema lacks, read as 0 or
+/// no text).
+struct Row<'a, 'b>(&'a rusqlite::Row<'b>);
+
+impl Row<'_, '_> {
+    fn int(&self, i: usize) -> i64 {
+        match self.0.get_ref(i) {
+            Ok(ValueRef::Integer(v)) => v,
+            Ok(ValueRef::Real(f)) => f as i64,
+            _ => 0,
+        }
+    }
+
+    /// A time or size: negative values (absent, or corrupt) read as 0.
+    fn ns(&self, i: usize) -> u64 {
+        self.int(i).max(0) as u64
+    }
+
+    fn text(&self, i: usize) -> Option<&str> {
+        match self.0.get_ref(i) {
+            Ok(ValueRef::Text(t)) => std::str::from_utf8(t).ok(),
+            _ => None,
+        }
+    }
+}
+
 impl Db {
     fn columns(&self, table: &str) -> HashSet<String> {
         let Ok(mut st) = self.conn.prepare(&format!("PRAGMA table_info(\"{table}\")")) else { return HashSet::new() };
         st.query_map([], |r| r.get::<_, String>(1)).map(|rows| rows.flatten().collect()).unwrap_or_default()
     }
 
-    /// Rows of `table` with the given columns (NULL where a column does not exist), as i64/string values.
-    fn rows(&self, table: &str, cols: &[&str]) -> rusqlite::Result<Vec<Vec<rusqlite::types::Value>>> {
+    /// Calls `f` on each row of `table` with the given columns (NULL where a column does not exist), in the order
+    /// nsys wrote them (rowid), which is close to time order: the spool sorts each run, and asking SQLite to sort
+    /// by `start` doubled the import's time on a 20 M-event export. Rows stream: none is kept.
+    fn each(&self, table: &str, cols: &[&str], filter: &str, mut f: impl FnMut(&Row)) -> rusqlite::Result<()> {
         if !self.tables.contains(table) {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let have = self.columns(table);
         let list: Vec<String> =
             cols.iter().map(|c| if have.contains(*c) { format!("\"{c}\"") } else { "NULL".into() }).collect();
-        let mut st = self.conn.prepare(&format!("SELECT {} FROM \"{table}\"", list.join(", ")))?;
-        let n = cols.len();
-        let rows = st.query_map([], |r| (0..n).map(|i| r.get::<_, rusqlite::types::Value>(i)).collect())?;
-        rows.collect()
+        let mut st = self.conn.prepare(&format!("SELECT {} FROM \"{table}\"{filter}", list.join(", ")))?;
+        let mut rows = st.query([])?;
+        while let Some(r) = rows.next()? {
+            f(&Row(r));
+        }
+        Ok(())
     }
 
     fn string(&self, id: i64) -> &str {
@@ -70,42 +102,18 @@ impl Db {
     }
 }
 
-fn int(v: &rusqlite::types::Value) -> i64 {
-    match v {
-        rusqlite::types::Value::Integer(i) => *i,
-        rusqlite::types::Value::Real(f) => *f as i64,
-        _ => 0,
-    }
-}
-
-fn text(v: &rusqlite::types::Value) -> Option<&str> {
-    match v {
-        rusqlite::types::Value::Text(s) => Some(s),
-        _ => None,
-    }
-}
-
-#[derive(Default)]
-struct Builder {
-    procs: BTreeMap<u32, (Process, StringTable)>,
-}
-
-impl Builder {
-    fn push(&mut self, pid: u32, mut ev: RawEvent, name: &str, domain: Option<&str>) {
-        let (p, t) = self.procs.entry(pid).or_insert_with(|| {
-            let p = Process { info: ProcessInfo { pid, finished: true, ..Default::default() }, ..Default::default() };
-            (p, StringTable::default())
-        });
-        ev.name = t.id(p, name);
-        if let Some(d) = domain {
-            ev.c = t.id(p, d) as u64;
-        }
-        p.events.push(ev);
-    }
-}
-
-/// Imports an Nsight Systems SQLite export.
+/// Imports an Nsight Systems SQLite export, all in memory.
 pub fn import(path: &Path) -> Result<Trace, String> {
+    import_with(path, false).map(|(t, _)| t)
+}
+
+/// Imports an Nsight Systems SQLite export to be read as a stream: once it holds more than
+/// [`crate::model::spool::run_events`] events, they are set aside on disk in sorted runs (the returned spool).
+pub fn import_spooled(path: &Path) -> Result<(Trace, Option<Spool>), String> {
+    import_with(path, true)
+}
+
+fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), String> {
     let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
         .map_err(|e| e.to_string())?;
     let tables: HashSet<String> = conn
@@ -118,26 +126,25 @@ pub fn import(path: &Path) -> Result<Trace, String> {
     }
     let mut db = Db { conn, tables, strings: HashMap::new() };
     let sql = |e: rusqlite::Error| e.to_string();
-    db.strings = db
-        .rows("StringIds", &["id", "value"])
-        .map_err(sql)?
-        .iter()
-        .map(|r| (int(&r[0]), text(&r[1]).unwrap_or("").to_string()))
-        .collect();
-    let mut b = Builder::default();
-    let ns = |v: &rusqlite::types::Value| int(v).max(0) as u64;
+    let mut strings = HashMap::new();
+    db.each("StringIds", &["id", "value"], "", |r| {
+        strings.insert(r.int(0), r.text(1).unwrap_or("").to_string());
+    })
+    .map_err(sql)?;
+    db.strings = strings;
+    let mut b = Processes::new(spooling);
 
     for (table, sub) in [("CUPTI_ACTIVITY_KIND_RUNTIME", API_RUNTIME), ("CUPTI_ACTIVITY_KIND_DRIVER", API_DRIVER)] {
-        for r in
-            db.rows(table, &["start", "end", "globalTid", "correlationId", "nameId", "returnValue"]).map_err(sql)?
-        {
-            let g = int(&r[2]);
-            let mut ev = RawEvent::new(EventKind::Api, tid_of(g), ns(&r[0]), ns(&r[1]));
+        let cols = ["start", "end", "globalTid", "correlationId", "nameId", "returnValue"];
+        db.each(table, &cols, "", |r| {
+            let g = r.int(2);
+            let mut ev = RawEvent::new(EventKind::Api, tid_of(g), r.ns(0), r.ns(1));
             ev.sub = sub;
-            ev.correlation = int(&r[3]) as u32;
-            ev.b = int(&r[5]) as u64;
-            b.push(pid_of(g), ev, strip_version(db.string(int(&r[4]))), None);
-        }
+            ev.correlation = r.int(3) as u32;
+            ev.b = r.int(5) as u64;
+            b.push(pid_of(g), ev, strip_version(db.string(r.int(4))), None);
+        })
+        .map_err(sql)?;
     }
     let kcols = [
         "start",
@@ -157,12 +164,12 @@ pub fn import(path: &Path) -> Result<Trace, String> {
         "staticSharedMemory",
         "dynamicSharedMemory",
     ];
-    for r in db.rows("CUPTI_ACTIVITY_KIND_KERNEL", &kcols).map_err(sql)? {
-        let mut ev = RawEvent::new(EventKind::Kernel, 0, ns(&r[0]), ns(&r[1]));
-        ev.device = int(&r[2]) as u32;
-        ev.stream = int(&r[3]) as u32;
-        ev.correlation = int(&r[4]) as u32;
-        let d = |i: usize| int(&r[i]).max(0) as u32;
+    db.each("CUPTI_ACTIVITY_KIND_KERNEL", &kcols, "", |r| {
+        let mut ev = RawEvent::new(EventKind::Kernel, 0, r.ns(0), r.ns(1));
+        ev.device = r.int(2) as u32;
+        ev.stream = r.int(3) as u32;
+        ev.correlation = r.int(4) as u32;
+        let d = |i: usize| r.int(i).max(0) as u32;
         let cfg = LaunchConfig {
             grid: [d(8), d(9), d(10)],
             block: [d(11), d(12), d(13)],
@@ -171,8 +178,9 @@ pub fn import(path: &Path) -> Result<Trace, String> {
             dynamic_shared: d(15),
         };
         (ev.a, ev.b, ev.c) = cfg.pack();
-        b.push(pid_of(int(&r[5])), ev, db.string(int(&r[6])), None);
-    }
+        b.push(pid_of(r.int(5)), ev, db.string(r.int(6)), None);
+    })
+    .map_err(sql)?;
     let mcols = [
         "start",
         "end",
@@ -185,107 +193,111 @@ pub fn import(path: &Path) -> Result<Trace, String> {
         "srcKind",
         "dstKind",
     ];
-    for r in db.rows("CUPTI_ACTIVITY_KIND_MEMCPY", &mcols).map_err(sql)? {
-        let mut ev = RawEvent::new(EventKind::Memcpy, 0, ns(&r[0]), ns(&r[1]));
-        (ev.device, ev.stream, ev.correlation) = (int(&r[2]) as u32, int(&r[3]) as u32, int(&r[4]) as u32);
-        ev.a = ns(&r[6]);
-        ev.sub = int(&r[7]) as u8;
-        ev.b = mem_kind(int(&r[8])) | mem_kind(int(&r[9])) << 8;
-        b.push(pid_of(int(&r[5])), ev, "", None);
-    }
+    db.each("CUPTI_ACTIVITY_KIND_MEMCPY", &mcols, "", |r| {
+        let mut ev = RawEvent::new(EventKind::Memcpy, 0, r.ns(0), r.ns(1));
+        (ev.device, ev.stream, ev.correlation) = (r.int(2) as u32, r.int(3) as u32, r.int(4) as u32);
+        ev.a = r.ns(6);
+        ev.sub = r.int(7) as u8;
+        ev.b = mem_kind(r.int(8)) | mem_kind(r.int(9)) << 8;
+        b.push(pid_of(r.int(5)), ev, "", None);
+    })
+    .map_err(sql)?;
     let scols = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "memKind", "value"];
-    for r in db.rows("CUPTI_ACTIVITY_KIND_MEMSET", &scols).map_err(sql)? {
-        let mut ev = RawEvent::new(EventKind::Memset, 0, ns(&r[0]), ns(&r[1]));
-        (ev.device, ev.stream, ev.correlation) = (int(&r[2]) as u32, int(&r[3]) as u32, int(&r[4]) as u32);
-        ev.a = ns(&r[6]);
-        ev.sub = mem_kind(int(&r[7])) as u8;
-        ev.b = int(&r[8]) as u64;
-        b.push(pid_of(int(&r[5])), ev, "", None);
-    }
+    db.each("CUPTI_ACTIVITY_KIND_MEMSET", &scols, "", |r| {
+        let mut ev = RawEvent::new(EventKind::Memset, 0, r.ns(0), r.ns(1));
+        (ev.device, ev.stream, ev.correlation) = (r.int(2) as u32, r.int(3) as u32, r.int(4) as u32);
+        ev.a = r.ns(6);
+        ev.sub = mem_kind(r.int(7)) as u8;
+        ev.b = r.int(8) as u64;
+        b.push(pid_of(r.int(5)), ev, "", None);
+    })
+    .map_err(sql)?;
     let ycols = ["start", "end", "streamId", "correlationId", "globalPid", "syncType", "eventId"];
-    for r in db.rows("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", &ycols).map_err(sql)? {
-        let mut ev = RawEvent::new(EventKind::Sync, 0, ns(&r[0]), ns(&r[1]));
-        (ev.stream, ev.correlation) = (int(&r[2]) as u32, int(&r[3]) as u32);
-        ev.sub = int(&r[5]) as u8;
-        ev.a = int(&r[6]) as u64;
-        b.push(pid_of(int(&r[4])), ev, "", None);
-    }
+    db.each("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", &ycols, "", |r| {
+        let mut ev = RawEvent::new(EventKind::Sync, 0, r.ns(0), r.ns(1));
+        (ev.stream, ev.correlation) = (r.int(2) as u32, r.int(3) as u32);
+        ev.sub = r.int(5) as u8;
+        ev.a = r.int(6) as u64;
+        b.push(pid_of(r.int(4)), ev, "", None);
+    })
+    .map_err(sql)?;
     nvtx(&db, &mut b).map_err(sql)?;
 
-    let names: HashMap<u32, String> = db
-        .rows("PROCESSES", &["pid", "name"])
-        .map_err(sql)?
-        .iter()
-        .map(|r| (int(&r[0]) as u32, text(&r[1]).unwrap_or("").to_string()))
-        .collect();
-    for r in db.rows("ThreadNames", &["nameId", "globalTid"]).map_err(sql)? {
-        let g = int(&r[1]);
-        if b.procs.contains_key(&pid_of(g)) {
+    let mut names: HashMap<u32, String> = HashMap::new();
+    db.each("PROCESSES", &["pid", "name"], "", |r| {
+        names.insert(r.int(0) as u32, r.text(1).unwrap_or("").to_string());
+    })
+    .map_err(sql)?;
+    db.each("ThreadNames", &["nameId", "globalTid"], "", |r| {
+        let g = r.int(1);
+        if b.host.contains_key(&pid_of(g)) {
             let mut ev = RawEvent::new(EventKind::ThreadName, tid_of(g), 0, 0);
             ev.a = tid_of(g) as u64;
-            b.push(pid_of(g), ev, db.string(int(&r[0])), None);
+            b.push(pid_of(g), ev, db.string(r.int(0)), None);
         }
-    }
-    if let Some(&first) = b.procs.keys().next() {
-        for r in db
-            .rows("TARGET_INFO_GPU", &["id", "name", "totalMemory", "smCount", "computeMajor", "computeMinor"])
-            .map_err(sql)?
-        {
+    })
+    .map_err(sql)?;
+    if let Some(&first) = b.host.keys().next() {
+        let cols = ["id", "name", "totalMemory", "smCount", "computeMajor", "computeMinor"];
+        db.each("TARGET_INFO_GPU", &cols, "", |r| {
             let mut ev = RawEvent::new(EventKind::Device, 0, 0, 0);
-            ev.device = int(&r[0]) as u32;
-            ev.a = ns(&r[2]);
-            ev.c = ns(&r[3]);
-            ev.b = ns(&r[4]) << 8 | ns(&r[5]);
-            b.push(first, ev, text(&r[1]).unwrap_or("GPU"), None);
-        }
+            ev.device = r.int(0) as u32;
+            ev.a = r.ns(2);
+            ev.c = r.ns(3);
+            ev.b = r.ns(4) << 8 | r.ns(5);
+            b.push(first, ev, r.text(1).unwrap_or("GPU"), None);
+        })
+        .map_err(sql)?;
     }
+    let (host, spool) = b.finish()?;
     let mut trace = Trace::default();
-    for (pid, (mut p, _)) in b.procs {
+    for (pid, (mut p, _)) in host {
         p.name = names.get(&pid).cloned().unwrap_or_default();
         p.info.cmdline = vec![p.name.clone()];
-        p.events.sort_by_key(|e| e.start);
+        p.info.finished = true;
         trace.processes.insert(pid, p);
     }
-    Ok(trace)
+    Ok((trace, spool))
 }
 
 /// NVTX_EVENTS: push/pop and start/end ranges become Range events, marks NvtxMark, in their domains. Event type
 /// ids come from the file's own ENUM_NSYS_EVENT_TYPE when present.
-fn nvtx(db: &Db, b: &mut Builder) -> rusqlite::Result<()> {
+fn nvtx(db: &Db, b: &mut Processes) -> rusqlite::Result<()> {
     let mut ids: HashMap<String, i64> =
         [("NvtxMark", 34), ("NvtxPushPopRange", 59), ("NvtxStartEndRange", 60), ("NvtxDomainCreate", 75)]
             .into_iter()
             .map(|(n, i)| (n.to_string(), i))
             .collect();
-    for r in db.rows("ENUM_NSYS_EVENT_TYPE", &["id", "name"])? {
-        if let Some(name) = text(&r[1]) {
-            ids.insert(name.to_string(), int(&r[0]));
+    db.each("ENUM_NSYS_EVENT_TYPE", &["id", "name"], "", |r| {
+        if let Some(name) = r.text(1) {
+            ids.insert(name.to_string(), r.int(0));
         }
-    }
-    let rows = db.rows("NVTX_EVENTS", &["start", "end", "eventType", "text", "textId", "globalTid", "domainId"])?;
+    })?;
+    let cols = ["start", "end", "eventType", "text", "textId", "globalTid", "domainId"];
+    let text = |r: &Row| r.text(3).map_or_else(|| db.string(r.int(4)).to_string(), str::to_string);
+    // Domains are named by their creation events, which precede their ranges but are needed before any of them.
     let domain_create = ids["NvtxDomainCreate"];
-    let domains: HashMap<i64, String> = rows
-        .iter()
-        .filter(|r| int(&r[2]) == domain_create)
-        .map(|r| (int(&r[6]), text(&r[3]).map_or_else(|| db.string(int(&r[4])).to_string(), str::to_string)))
-        .collect();
-    for r in &rows {
-        let ty = int(&r[2]);
-        let kind = if ty == ids["NvtxPushPopRange"] || ty == ids["NvtxStartEndRange"] {
+    let mut domains: HashMap<i64, String> = HashMap::new();
+    let only_domains = format!(" WHERE \"eventType\" = {domain_create}");
+    db.each("NVTX_EVENTS", &cols, &only_domains, |r| {
+        domains.insert(r.int(6), text(r));
+    })?;
+    let (range, start_end, mark) = (ids["NvtxPushPopRange"], ids["NvtxStartEndRange"], ids["NvtxMark"]);
+    db.each("NVTX_EVENTS", &cols, "", |r| {
+        let ty = r.int(2);
+        let kind = if ty == range || ty == start_end {
             EventKind::Range
-        } else if ty == ids["NvtxMark"] {
+        } else if ty == mark {
             EventKind::NvtxMark
         } else {
-            continue;
+            return;
         };
-        let g = int(&r[5]);
-        let start = int(&r[0]).max(0) as u64;
-        let end = if kind == EventKind::Range { int(&r[1]).max(0) as u64 } else { start };
-        let name = text(&r[3]).map_or_else(|| db.string(int(&r[4])).to_string(), str::to_string);
-        let domain = domains.get(&int(&r[6])).map_or("default", String::as_str);
-        b.push(pid_of(g), RawEvent::new(kind, tid_of(g), start, end.max(start)), &name, Some(domain));
-    }
-    Ok(())
+        let g = r.int(5);
+        let start = r.ns(0);
+        let end = if kind == EventKind::Range { r.ns(1) } else { start };
+        let domain = domains.get(&r.int(6)).map_or("default", String::as_str);
+        b.push(pid_of(g), RawEvent::new(kind, tid_of(g), start, end.max(start)), &text(r), Some(domain));
+    })
 }
 
 #[cfg(test)]
