@@ -16,7 +16,7 @@ def main(path):
     trace = Trace()
     with open(path, "rb") as f:
         trace.ParseFromString(f.read())
-    tracks, names, cats, anns = {}, {}, {}, {}
+    tracks, names, cats, anns, values = {}, {}, {}, {}, {}
     events = []
     for seq, p in enumerate(trace.packet):
         if p.HasField("track_descriptor"):
@@ -29,6 +29,9 @@ def main(path):
                 cats[c.iid] = c.name
             for a in p.interned_data.debug_annotation_names:
                 anns[a.iid] = a.name
+            for v in p.interned_data.debug_annotation_string_values:
+                assert v.iid not in values, f"annotation value iid {v.iid} interned twice"
+                values[v.iid] = v.str
         if p.HasField("track_event"):
             events.append((p.timestamp, seq, p.track_event))
     counts = defaultdict(int)
@@ -46,6 +49,8 @@ def main(path):
                 assert c in cats, f"uninterned category {c}"
             for a in e.debug_annotations:
                 assert a.name_iid in anns, f"uninterned annotation name {a.name_iid}"
+                if a.HasField("string_value_iid"):
+                    assert a.string_value_iid in values, f"uninterned annotation value {a.string_value_iid}"
             open_slices[e.track_uuid].append(ts)
             counts["slices"] += 1
             for f in e.flow_ids:

@@ -1,7 +1,7 @@
 //! A minimal protobuf writer (proto2 wire format: varints, fixed64, doubles, length-delimited fields) for the
 //! Perfetto exporter.
 //!
-//! Everything is written into one buffer. A nested message reserves one length byte, is written in place, and
+//! Everything is written into one buffer, which the caller drains when it likes. A nested message reserves one length byte, is written in place, and
 //! its length is patched in afterwards; only a message of 128 bytes or more needs its bytes shifted to make room
 //! for a longer length. So nesting copies nothing in the common case and the encoding stays canonical (the
 //! smallest varint), which keeps files small.
@@ -13,17 +13,14 @@ const LEN: u32 = 2;
 #[derive(Default)]
 pub struct Writer {
     buf: Vec<u8>,
-    /// Start offsets of the open messages (where their length byte sits).
-    open: Vec<usize>,
 }
 
 use cuflight_format::varint::{encoded_len, put as put_varint, write_into};
 
 impl Writer {
-    /// Starts a top-level message; `finish` hands its bytes over.
-    pub fn begin(&mut self) {
-        self.buf.clear();
-        self.open.clear();
+    /// Bytes written and not yet drained.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
     }
 
     #[inline]
@@ -66,9 +63,7 @@ impl Writer {
         self.tag(field, LEN);
         let at = self.buf.len();
         self.buf.push(0);
-        self.open.push(at);
         f(self);
-        self.open.pop();
         let len = self.buf.len() - at - 1;
         let need = encoded_len(len as u64);
         if need > 1 {
@@ -80,9 +75,11 @@ impl Writer {
         write_into(&mut self.buf[at..at + need], len as u64);
     }
 
-    /// Ends the top-level message and hands its bytes to `sink`.
-    pub fn finish<R>(&mut self, sink: impl FnOnce(&[u8]) -> R) -> R {
-        sink(&self.buf)
+    /// Hands the bytes written so far to `sink` and starts over.
+    pub fn drain<R>(&mut self, sink: impl FnOnce(&[u8]) -> R) -> R {
+        let r = sink(&self.buf);
+        self.buf.clear();
+        r
     }
 }
 
@@ -116,22 +113,20 @@ mod tests {
     #[test]
     fn encodes_the_wire_format() {
         let mut w = Writer::default();
-        w.begin();
         w.uint(1, 150);
         w.string(2, "hi");
         w.message(3, |w| w.uint(1, 1));
         w.fixed64(4, 1);
-        let bytes = w.finish(|b| b.to_vec());
+        let bytes = w.drain(|b| b.to_vec());
         assert_eq!(bytes, [0x08, 0x96, 0x01, 0x12, 2, b'h', b'i', 0x1a, 2, 0x08, 1, 0x21, 1, 0, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]
     fn long_nested_messages_get_canonical_lengths() {
         let mut w = Writer::default();
-        w.begin();
         let body = vec![7u8; 300];
         w.message(1, |w| w.message(2, |w| w.bytes(3, &body)));
-        let bytes = w.finish(|b| b.to_vec());
+        let bytes = w.drain(|b| b.to_vec());
         // field 1: len 306 = [0xb2, 0x02]; field 2: len 303 = [0xaf, 0x02]; field 3: len 300 = [0xac, 0x02]
         assert_eq!(&bytes[..9], &[0x0a, 0xb2, 0x02, 0x12, 0xaf, 0x02, 0x1a, 0xac, 0x02]);
         assert_eq!(bytes.len(), 9 + 300);

@@ -48,9 +48,11 @@ const TE_TERMINATING_FLOWS: u32 = 48;
 const DA_NAME_IID: u32 = 1;
 const DA_UINT: u32 = 3;
 const DA_STRING: u32 = 6;
+const DA_STRING_IID: u32 = 17;
 const ID_CATEGORIES: u32 = 1;
 const ID_NAMES: u32 = 2;
 const ID_ANNOTATION_NAMES: u32 = 3;
+const ID_ANNOTATION_STRINGS: u32 = 29;
 const TYPE_BEGIN: u64 = 1;
 const TYPE_END: u64 = 2;
 const TYPE_INSTANT: u64 = 3;
@@ -138,6 +140,8 @@ pub(crate) use ann;
 enum Arg<'a> {
     U(u64, u64),
     S(u64, &'a str),
+    /// A string value interned with [`Exporter::value_iid`] (launch dimensions and mangled names repeat).
+    I(u64, u64),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -148,6 +152,9 @@ enum TrackKey {
     Counter(u32, &'static str),
     Async(u32, u32),
 }
+
+/// Packets are written into one buffer and handed to the output in chunks of about this size.
+const OUTPUT_CHUNK: usize = 1 << 20;
 
 struct Exporter<W: Write> {
     out: W,
@@ -161,6 +168,12 @@ struct Exporter<W: Write> {
     process_labels: HashMap<u32, String>,
     /// Interned names a packet must carry, built before the packet.
     new_names: Vec<(u64, String)>,
+    /// Interned annotation string values: launch dimensions by value, mangled names by (pid, string id).
+    dims_iids: HashMap<[u32; 3], u64>,
+    mangled_iids: HashMap<(u32, u32), u64>,
+    values: u64,
+    /// Interned values a packet must carry, built before the packet.
+    new_values: Vec<(u64, String)>,
 }
 
 impl<W: Write> Exporter<W> {
@@ -173,57 +186,93 @@ impl<W: Write> Exporter<W> {
     fn emit_with(&mut self, ts: Option<u64>, interned: bool, body: impl FnOnce(&mut Writer)) -> std::io::Result<()> {
         let flags = if std::mem::take(&mut self.first) {
             SEQ_CLEARED
-        } else if interned || !self.new_names.is_empty() {
+        } else if interned || !self.new_names.is_empty() || !self.new_values.is_empty() {
             SEQ_NEEDS_STATE
         } else {
             0
         };
         let first = flags == SEQ_CLEARED;
         let names = std::mem::take(&mut self.new_names);
+        let values = std::mem::take(&mut self.new_values);
         let (cats, anns): (&[&str], &[&str]) = if first { (CATEGORIES, ANNOTATIONS) } else { (&[], &[]) };
-        let w = &mut self.w;
-        w.begin();
-        if let Some(ts) = ts {
-            w.uint(PKT_TIMESTAMP, ts);
+        // Each packet is field 1 of the Trace message, written in place into the output buffer.
+        self.w.message(TRACE_PACKET, |w| {
+            if let Some(ts) = ts {
+                w.uint(PKT_TIMESTAMP, ts);
+            }
+            w.uint(PKT_SEQ_ID, SEQUENCE);
+            if flags != 0 {
+                w.uint(PKT_SEQ_FLAGS, flags);
+            }
+            if !names.is_empty() || !values.is_empty() || !cats.is_empty() || !anns.is_empty() {
+                w.message(PKT_INTERNED_DATA, |w| {
+                    for (i, name) in cats.iter().enumerate() {
+                        w.message(ID_CATEGORIES, |w| {
+                            w.uint(1, i as u64 + 1);
+                            w.string(2, name);
+                        });
+                    }
+                    for (iid, name) in &names {
+                        w.message(ID_NAMES, |w| {
+                            w.uint(1, *iid);
+                            w.string(2, name);
+                        });
+                    }
+                    for (i, name) in anns.iter().enumerate() {
+                        w.message(ID_ANNOTATION_NAMES, |w| {
+                            w.uint(1, i as u64 + 1);
+                            w.string(2, name);
+                        });
+                    }
+                    for (iid, value) in &values {
+                        w.message(ID_ANNOTATION_STRINGS, |w| {
+                            w.uint(1, *iid);
+                            w.string(2, value);
+                        });
+                    }
+                });
+            }
+            body(w);
+        });
+        if self.w.buffered() >= OUTPUT_CHUNK {
+            self.flush_buffer()?;
         }
-        w.uint(PKT_SEQ_ID, SEQUENCE);
-        if flags != 0 {
-            w.uint(PKT_SEQ_FLAGS, flags);
-        }
-        if !names.is_empty() || !cats.is_empty() || !anns.is_empty() {
-            w.message(PKT_INTERNED_DATA, |w| {
-                for (i, name) in cats.iter().enumerate() {
-                    w.message(ID_CATEGORIES, |w| {
-                        w.uint(1, i as u64 + 1);
-                        w.string(2, name);
-                    });
-                }
-                for (iid, name) in &names {
-                    w.message(ID_NAMES, |w| {
-                        w.uint(1, *iid);
-                        w.string(2, name);
-                    });
-                }
-                for (i, name) in anns.iter().enumerate() {
-                    w.message(ID_ANNOTATION_NAMES, |w| {
-                        w.uint(1, i as u64 + 1);
-                        w.string(2, name);
-                    });
-                }
-            });
-        }
-        body(w);
-        let out = &mut self.out;
-        w.finish(|packet| {
-            // Each packet is field 1 of the Trace message: tag, length, bytes.
-            let mut head = [0u8; 11];
-            head[0] = ((TRACE_PACKET << 3) | 2) as u8;
-            let len = 1 + cuflight_format::varint::write_into(&mut head[1..], packet.len() as u64);
-            out.write_all(&head[..len])?;
-            out.write_all(packet)
-        })?;
         self.counts.packets += 1;
         Ok(())
+    }
+
+    fn new_value(&mut self, text: String) -> u64 {
+        self.values += 1;
+        self.new_values.push((self.values, text));
+        self.values
+    }
+
+    /// The interned value of launch dimensions `d`, written `x,y,z`.
+    fn dims_iid(&mut self, d: [u32; 3]) -> u64 {
+        if let Some(&iid) = self.dims_iids.get(&d) {
+            return iid;
+        }
+        let mut text = String::new();
+        crate::export::protobuf::dims(&mut text, d);
+        let iid = self.new_value(text);
+        self.dims_iids.insert(d, iid);
+        iid
+    }
+
+    /// The interned value of string `id` of process `pid`, the mangled name `text`.
+    fn mangled_iid(&mut self, pid: u32, id: u32, text: &str) -> u64 {
+        if let Some(&iid) = self.mangled_iids.get(&(pid, id)) {
+            return iid;
+        }
+        let iid = self.new_value(text.to_string());
+        self.mangled_iids.insert((pid, id), iid);
+        iid
+    }
+
+    /// Hands the packets written so far to the output.
+    fn flush_buffer(&mut self) -> std::io::Result<()> {
+        let out = &mut self.out;
+        self.w.drain(|bytes| out.write_all(bytes))
     }
 
     fn name_iid(&mut self, name: &str) -> u64 {
@@ -322,6 +371,10 @@ impl<W: Write> Exporter<W> {
                             w.uint(DA_NAME_IID, *k);
                             w.string(DA_STRING, v);
                         }
+                        Arg::I(k, v) => {
+                            w.uint(DA_NAME_IID, *k);
+                            w.uint(DA_STRING_IID, *v);
+                        }
                     });
                 }
                 if let Some(f) = flow {
@@ -392,6 +445,10 @@ impl<W: Write> Exporter<W> {
             counts: ExportCounts::default(),
             process_labels: HashMap::default(),
             new_names: Vec::new(),
+            dims_iids: HashMap::default(),
+            mangled_iids: HashMap::default(),
+            values: 0,
+            new_values: Vec::new(),
         }
     }
 }
@@ -427,6 +484,7 @@ pub fn export<W: Write>(source: &mut EventSource, out: W) -> Result<ExportCounts
     for k in keys {
         states.get_mut(&k).expect("listed").release(&mut x, u64::MAX).map_err(io)?;
     }
+    x.flush_buffer().map_err(io)?;
     x.out.flush().map_err(io)?;
     Ok(x.counts)
 }

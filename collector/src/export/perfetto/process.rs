@@ -21,8 +21,6 @@ pub(super) struct ProcessState {
     pub(super) ranges: crate::model::ranges::Pairer,
     pub(super) memory: crate::model::memory::LiveMemory,
     pub(super) labels: HashMap<u64, u64>,
-    pub(super) grid: String,
-    pub(super) block: String,
 }
 
 impl ProcessState {
@@ -38,8 +36,6 @@ impl ProcessState {
             ranges: crate::model::ranges::Pairer::default(),
             memory: Default::default(),
             labels: HashMap::default(),
-            grid: String::new(),
-            block: String::new(),
         }
     }
 
@@ -133,18 +129,17 @@ impl ProcessState {
                 match k {
                     EventKind::Kernel => {
                         let c = LaunchConfig::unpack(e.a, e.b, e.c);
-                        let (mut grid, mut block) = (std::mem::take(&mut self.grid), std::mem::take(&mut self.block));
-                        crate::export::protobuf::dims(&mut grid, c.grid);
-                        crate::export::protobuf::dims(&mut block, c.block);
-                        let mangled = self.mangled.get(&e.name);
+                        // Launch dimensions and mangled names repeat: written once, then referred to by iid.
+                        let (grid, block) = (x.dims_iid(c.grid), x.dims_iid(c.block));
+                        let mangled = self.mangled.get(&e.name).map(|m| x.mangled_iid(pid, e.name, m));
                         let mut args = [
                             corr,
-                            Arg::S(ann!("grid"), &grid),
-                            Arg::S(ann!("block"), &block),
+                            Arg::I(ann!("grid"), grid),
+                            Arg::I(ann!("block"), block),
                             Arg::U(ann!("registers per thread"), c.registers as u64),
                             Arg::U(ann!("static shared memory"), c.static_shared as u64),
                             Arg::U(ann!("dynamic shared memory"), c.dynamic_shared as u64),
-                            Arg::S(ann!("mangled name"), mangled.map_or("", String::as_str)),
+                            Arg::I(ann!("mangled name"), mangled.unwrap_or(0)),
                         ];
                         // Shared memory sizes only when used: most kernels use none, and every byte counts here.
                         let mut used = if c.static_shared == 0 && c.dynamic_shared == 0 { 4 } else { 6 };
@@ -154,7 +149,6 @@ impl ProcessState {
                         }
                         let name = x.id_iid(pid, e.name, self.string(e.name));
                         x.slice(track, e.start, e.end, name, cat!("kernel"), &args[..used], None, term)?;
-                        (self.grid, self.block) = (grid, block);
                     }
                     EventKind::Memcpy => {
                         let (src, dst) = e.copy_memory_kinds();
