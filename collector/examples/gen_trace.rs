@@ -15,21 +15,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let file = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(out)?);
     let mut w = TraceWriter::new(file)?;
     let pid = 4242;
-    // The string region: ids are byte offsets, as in a real segment.
-    let mut region = vec![0u8; 4];
-    let mut intern = |s: &str| {
-        let id = region.len() as u32;
-        region.extend_from_slice(&(s.len() as u32).to_le_bytes());
-        region.extend_from_slice(s.as_bytes());
-        region.resize(region.len().next_multiple_of(4), 0);
-        id
-    };
+    let mut region = cuflight_format::strings::StringRegion::default();
+    let mut intern = |s: &str| region.intern(s);
     let launch = intern("cudaLaunchKernel");
     let memcpy = intern("cudaMemcpyAsync");
     let step = intern("step");
     let kernels: Vec<u32> =
         (0..48).map(|i| intern(&format!("void gemm_kernel<{i}, 128, 64>(float const*, float*, int)"))).collect();
-    w.write_strings(pid, 0, &region)?;
+    w.write_strings(pid, 0, region.bytes())?;
 
     let mut batch = Vec::with_capacity(1 << 16);
     let (mut t, mut corr, mut written) = (1_000_000_000u64, 0u32, 0u64);

@@ -220,7 +220,7 @@ fn run(cli: Cli) -> Result<i32> {
             let write_err = || format!("cannot write {}", output.display());
             match format {
                 ExportFormat::Perfetto => {
-                    // Streamed in time order (cuflight traces block by block, large Kineto ones spooled in runs).
+                    // Streamed in time order (cuflight traces block by block, large imported ones spooled in runs).
                     let mut source = cuflight_collector::model::source::EventSource::open(&trace)?;
                     let c = cuflight_collector::export::perfetto::export(&mut source, w)?;
                     warn_cut_short(&trace, source.cut_short.as_deref());
@@ -236,7 +236,7 @@ fn run(cli: Cli) -> Result<i32> {
                     );
                 }
                 ExportFormat::Chrome => {
-                    // Streamed in time order (cuflight traces block by block; imported ones loaded first).
+                    // Streamed in time order (cuflight traces block by block, large imported ones spooled in runs).
                     let mut source = cuflight_collector::model::source::EventSource::open(&trace)?;
                     warn_cut_short(&trace, source.cut_short.as_deref());
                     let n = cuflight_collector::export::chrome::export(&mut source, w).with_context(write_err)?;
@@ -251,7 +251,7 @@ fn run(cli: Cli) -> Result<i32> {
             let out = output.as_deref().map(|o| Output::create(o, &inputs, force)).transpose()?;
             let mut sources = Vec::new();
             for t in &traces {
-                // Streamed: cuflight traces block by block in each pass, imported ones loaded once.
+                // Streamed: cuflight traces block by block in each pass, imported ones read once (large ones spooled).
                 sources.push((t.display().to_string(), cuflight_collector::model::source::EventSource::open(t)?));
             }
             let opts = cuflight_collector::analysis::report::Options { step };

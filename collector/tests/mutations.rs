@@ -74,18 +74,11 @@ fn run(name: &str, seed: &[u8], iterations: usize, f: fn(&[u8])) {
 fn native_seed() -> Vec<u8> {
     let mut w = TraceWriter::new(Vec::new()).unwrap();
     w.write_process(&ProcessInfo { pid: 7, cmdline: vec!["app".into()], ..Default::default() }).unwrap();
-    // The string region: ids are byte offsets of (length, bytes) entries padded to 4.
-    let mut region = vec![0u8; 4];
-    let mut intern = |s: &str| {
-        let id = region.len() as u32;
-        region.extend_from_slice(&(s.len() as u32).to_le_bytes());
-        region.extend_from_slice(s.as_bytes());
-        region.resize(region.len().next_multiple_of(4), 0);
-        id
-    };
+    let mut region = cuflight_format::strings::StringRegion::default();
+    let mut intern = |s: &str| region.intern(s);
     let (k, step, launch, sync) =
         (intern("k"), intern("step"), intern("cudaLaunchKernel"), intern("cudaStreamSynchronize"));
-    w.write_strings(7, 0, &region).unwrap();
+    w.write_strings(7, 0, region.bytes()).unwrap();
     // Eight NVTX steps of launches, kernels, a copy, a sync and an allocation: enough for the report's plan and
     // window sweep to have steps, launches and idle time to work through.
     let mut events = Vec::new();

@@ -4,6 +4,7 @@
 //! - [`ring`]: a lock-free single-producer/single-consumer ring of `RawEvent`s over any memory region, so that it
 //!   can live in a shared-memory segment that the agent writes and the collector drains from another process.
 //! - [`segment`]: the layout of a process's shared-memory segment (header, string region, rings), a sealed memfd.
+//! - [`strings`]: the string region's layout (ids are byte offsets), with a parser and an in-memory builder.
 //! - [`channel`]: how an agent hands its segment to its collector (a Unix socket, credentials checked).
 //! - [`file`] (feature `file`): the compressed, versioned trace file the collector writes.
 //!
@@ -27,6 +28,7 @@ pub mod file;
 pub mod index;
 pub mod ring;
 pub mod segment;
+pub mod strings;
 #[cfg(feature = "file")]
 pub mod varint;
 

@@ -531,18 +531,7 @@ impl Drop for MappedSegment {
     }
 }
 
-/// Splits published string bytes (starting at region offset `base`) into `(id, bytes)` pairs. Stops at the first
-/// entry that does not fit, which only a corrupt segment or file can produce.
-pub fn parse_strings(base: u64, bytes: &[u8]) -> impl Iterator<Item = (u32, &[u8])> {
-    let mut at = 0usize;
-    std::iter::from_fn(move || {
-        let len = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize;
-        let s = bytes.get(at + 4..at + 4 + len)?;
-        let id = base + at as u64;
-        at += (4 + len).next_multiple_of(4);
-        Some((id as u32, s))
-    })
-}
+pub use crate::strings::parse_strings;
 
 #[cfg(test)]
 mod tests {

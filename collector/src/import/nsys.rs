@@ -102,6 +102,15 @@ impl Db {
     }
 }
 
+/// The columns every device-work table starts with here, read by [`gpu_event`]; the process is column 5.
+const GPU_COLS: [&str; 6] = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid"];
+
+fn gpu_event(r: &Row, kind: EventKind) -> RawEvent {
+    let mut ev = RawEvent::new(kind, 0, r.ns(0), r.ns(1));
+    (ev.device, ev.stream, ev.correlation) = (r.int(2) as u32, r.int(3) as u32, r.int(4) as u32);
+    ev
+}
+
 /// Imports an Nsight Systems SQLite export, all in memory.
 pub fn import(path: &Path) -> Result<Trace, String> {
     import_with(path, false).map(|(t, _)| t)
@@ -146,13 +155,9 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
         })
         .map_err(sql)?;
     }
-    let kcols = [
-        "start",
-        "end",
-        "deviceId",
-        "streamId",
-        "correlationId",
-        "globalPid",
+    // Device work: the same first six columns in every table, then its own.
+    let gpu_cols = |rest: &[&'static str]| [&GPU_COLS[..], rest].concat();
+    let kcols = gpu_cols(&[
         "demangledName",
         "registersPerThread",
         "gridX",
@@ -163,12 +168,9 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
         "blockZ",
         "staticSharedMemory",
         "dynamicSharedMemory",
-    ];
+    ]);
     db.each("CUPTI_ACTIVITY_KIND_KERNEL", &kcols, "", |r| {
-        let mut ev = RawEvent::new(EventKind::Kernel, 0, r.ns(0), r.ns(1));
-        ev.device = r.int(2) as u32;
-        ev.stream = r.int(3) as u32;
-        ev.correlation = r.int(4) as u32;
+        let mut ev = gpu_event(r, EventKind::Kernel);
         let d = |i: usize| r.int(i).max(0) as u32;
         let cfg = LaunchConfig {
             grid: [d(8), d(9), d(10)],
@@ -181,31 +183,18 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
         b.push(pid_of(r.int(5)), ev, db.string(r.int(6)), None);
     })
     .map_err(sql)?;
-    let mcols = [
-        "start",
-        "end",
-        "deviceId",
-        "streamId",
-        "correlationId",
-        "globalPid",
-        "bytes",
-        "copyKind",
-        "srcKind",
-        "dstKind",
-    ];
+    let mcols = gpu_cols(&["bytes", "copyKind", "srcKind", "dstKind"]);
     db.each("CUPTI_ACTIVITY_KIND_MEMCPY", &mcols, "", |r| {
-        let mut ev = RawEvent::new(EventKind::Memcpy, 0, r.ns(0), r.ns(1));
-        (ev.device, ev.stream, ev.correlation) = (r.int(2) as u32, r.int(3) as u32, r.int(4) as u32);
+        let mut ev = gpu_event(r, EventKind::Memcpy);
         ev.a = r.ns(6);
         ev.sub = r.int(7) as u8;
         ev.b = mem_kind(r.int(8)) | mem_kind(r.int(9)) << 8;
         b.push(pid_of(r.int(5)), ev, "", None);
     })
     .map_err(sql)?;
-    let scols = ["start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "memKind", "value"];
+    let scols = gpu_cols(&["bytes", "memKind", "value"]);
     db.each("CUPTI_ACTIVITY_KIND_MEMSET", &scols, "", |r| {
-        let mut ev = RawEvent::new(EventKind::Memset, 0, r.ns(0), r.ns(1));
-        (ev.device, ev.stream, ev.correlation) = (r.int(2) as u32, r.int(3) as u32, r.int(4) as u32);
+        let mut ev = gpu_event(r, EventKind::Memset);
         ev.a = r.ns(6);
         ev.sub = mem_kind(r.int(7)) as u8;
         ev.b = r.int(8) as u64;

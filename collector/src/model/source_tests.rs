@@ -9,13 +9,8 @@ use cuflight_format::file::{ProcessInfo, TraceWriter};
 /// in its facts), and one without facts (its ClockSync events tell).
 fn write_trace(path: &Path, cut: bool) {
     let mut w = TraceWriter::new(Vec::new()).unwrap();
-    let mut strings = vec![0u8; 4];
-    for s in ["cudaLaunchKernel", "gemm", "step"] {
-        strings.extend_from_slice(&(s.len() as u32).to_le_bytes());
-        strings.extend_from_slice(s.as_bytes());
-        strings.resize(strings.len().next_multiple_of(4), 0);
-    }
-    let (launch, kernel, step) = (4, 4 + 4 + 16, 4 + 4 + 16 + 4 + 4);
+    let mut strings = cuflight_format::strings::StringRegion::default();
+    let (launch, kernel, step) = (strings.intern("cudaLaunchKernel"), strings.intern("gemm"), strings.intern("step"));
     let mut rng = 0x2545_f491_4f6c_dd1du64;
     let mut next = || {
         rng ^= rng << 13;
@@ -24,7 +19,7 @@ fn write_trace(path: &Path, cut: bool) {
         rng
     };
     for pid in [10u32, 20, 30] {
-        w.write_strings(pid, 0, &strings).unwrap();
+        w.write_strings(pid, 0, strings.bytes()).unwrap();
     }
     let offset = |pid: u32| if pid == 20 { 7_000 } else { 0 };
     for flush in 0..40u64 {
