@@ -4,8 +4,13 @@
 (what `cuflight report` finds steps by). The variant and the finding `cuflight report` should put first:
 
   clean      bf16 autocast MLP, data already on the GPU           -> no finding above a few percent
+
+The MLP (8192 wide, batch 8192: about 3.7 TFLOP per step) keeps even an H100 busy for several milliseconds a step,
+so the clean loop is GPU-bound there; a smaller one (the first version had 4096 wide, batch 512: 0.15 ms of GPU
+work in a 1.5 ms step) is launch-bound on an H100, and cuflight rightly said so.
   dataload   DataLoader(num_workers=0) over a dataset that sleeps  -> data_loading
-  item       loss.item() every step after host work                -> sync_stall
+  item       loss.item() every step, then 3 ms of host work         -> sync_stall
+             (the sync drains the queue, so the host work that follows cannot overlap GPU work)
   pageable   a pageable 64 MiB host->device copy every step        -> pageable_memcpy
   tiny       2000 tiny elementwise ops per step                    -> launch_bound
   fp32       fp32 matmuls with TF32 off                            -> fp32_gemm
@@ -37,11 +42,11 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     model = torch.nn.Sequential(
-        torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 10)
+        torch.nn.Linear(1024, 8192), torch.nn.ReLU(), torch.nn.Linear(8192, 8192), torch.nn.ReLU(), torch.nn.Linear(8192, 10)
     ).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(512, 1024, device="cuda")
-    y = torch.randint(0, 10, (512,), device="cuda")
+    x = torch.randn(8192, 1024, device="cuda")
+    y = torch.randint(0, 10, (8192,), device="cuda")
     loader = iter(torch.utils.data.DataLoader(SlowDataset(), batch_size=64, num_workers=0))
     pageable = torch.randn(16 << 20)  # 64 MiB, not pinned
     kept = []
@@ -66,8 +71,8 @@ def main():
         if variant == "leak":
             kept.append(torch.empty(4 << 20, device="cuda"))
         if variant == "item":
-            time.sleep(0.003)
             loss.item()
+            time.sleep(0.003)
 
     for i in range(3):
         step(i)

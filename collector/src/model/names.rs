@@ -25,6 +25,55 @@ pub fn api_queues_work(name: &str) -> bool {
     ["Launch", "Memcpy", "Memset", "memcpy", "memset"].iter().any(|k| name.contains(k))
 }
 
+/// A CUDA API call that only reads state (the current device or context, the last error, attributes, versions,
+/// capture status): it neither queues work nor waits for the GPU. PyTorch makes hundreds a step (`cudaGetDevice`
+/// about 600 per training step on an H100 run), so analyses of what the GPU waits for treat the time in them as the
+/// host's own: otherwise the sync before them would lose its blame to a `cudaGetDevice`.
+pub fn api_is_query(name: &str) -> bool {
+    const QUERIES: &[&str] = &[
+        "cudaGetDevice",
+        "cudaGetDeviceCount",
+        "cudaGetDeviceProperties",
+        "cudaDeviceGetAttribute",
+        "cudaDeviceGetStreamPriorityRange",
+        "cudaGetLastError",
+        "cudaPeekAtLastError",
+        "cudaDriverGetVersion",
+        "cudaRuntimeGetVersion",
+        "cudaPointerGetAttributes",
+        "cudaFuncGetAttributes",
+        "cudaStreamIsCapturing",
+        "cudaStreamGetCaptureInfo",
+        "cudaStreamGetPriority",
+        "cudaThreadExchangeStreamCaptureMode",
+        "cuCtxGetCurrent",
+        "cuCtxGetDevice",
+        "cuCtxGetStreamPriorityRange",
+        "cuDeviceGet",
+        "cuDeviceGetCount",
+        "cuDeviceGetAttribute",
+        "cuDriverGetVersion",
+        "cuPointerGetAttribute",
+        "cuPointerGetAttributes",
+        "cuStreamIsCapturing",
+        "cuStreamGetCaptureInfo",
+        "cuFuncGetAttribute",
+        "cuGetErrorName",
+        "cuGetErrorString",
+    ];
+    // CUPTI's and nsys' spellings carry suffixes: `_v2`, `_v3020`, `_ptsz`, `_ptds`.
+    let mut base = name;
+    for suffix in ["_ptsz", "_ptds"] {
+        base = base.strip_suffix(suffix).unwrap_or(base);
+    }
+    if let Some((b, v)) = base.rsplit_once("_v") {
+        if !v.is_empty() && v.bytes().all(|c| c.is_ascii_digit()) {
+            base = b;
+        }
+    }
+    QUERIES.contains(&base)
+}
+
 /// A CUDA API call that launches a kernel (not a graph, copy or memset).
 pub fn api_launches_kernel(name: &str) -> bool {
     name.contains("LaunchKernel") || name.contains("LaunchCooperativeKernel")
@@ -130,6 +179,24 @@ pub fn is_loader_range(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn state_queries_in_every_spelling() {
+        for q in [
+            "cudaGetDevice",
+            "cudaGetLastError",
+            "cuCtxGetCurrent",
+            "cudaStreamGetCaptureInfo_v2",
+            "cuDeviceGetAttribute_ptsz",
+            "cudaGetDevice_v3020",
+        ] {
+            assert!(api_is_query(q), "{q}");
+        }
+        for c in ["cudaLaunchKernel", "cudaStreamSynchronize", "cudaGetDeviceFlags_foo", "cudaMalloc", "cudaGetDevices"]
+        {
+            assert!(!api_is_query(c), "{c}");
+        }
+    }
 
     #[test]
     fn real_kernel_names_demangle() {

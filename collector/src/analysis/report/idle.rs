@@ -7,6 +7,8 @@
 //!   (under 10 µs) when the steps use a single stream and no event waits: nothing but the launch pipeline can
 //!   hold the GPU → **launch bound**;
 //! - inside a data-loading annotation: **data loading**;
+//! - (calls that only read state, such as `cudaGetDevice`, count as host time, not as CUDA calls: they neither queue
+//!   nor wait, and PyTorch makes hundreds a step;)
 //! - inside a CUDA call: a synchronising call → **sync stall**; `cudaMalloc`/`cudaFree` → **allocator churn**;
 //!   any other call (launches) → **launch bound**;
 //! - outside CUDA, after a synchronising call (the queue was drained by it) → **sync stall**; after

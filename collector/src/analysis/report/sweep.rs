@@ -269,7 +269,8 @@ impl<'a> Sweep<'a> {
                 let span = (e.start, e.end.max(e.start));
                 self.runtime.push(span);
                 let f = names.get(e.name);
-                if self.plan.launchers.contains(&e.tid) {
+                // State queries neither queue nor wait: the time in them is the host's own (see idle.rs).
+                if self.plan.launchers.contains(&e.tid) && f & NameFlags::QUERY == 0 {
                     let class = classify_flags(f, self.plan.pageable_dtoh.contains(&e.correlation));
                     self.host_call(p, HostCall { start: span.0, end: span.1, class, name: e.name });
                 }

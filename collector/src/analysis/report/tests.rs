@@ -144,3 +144,37 @@ fn the_sweep_keeps_one_steps_worth_however_long_the_trace() {
         b.peak_kept
     );
 }
+
+/// PyTorch's pattern after `loss.item()`: the sync drains the queue, then the host works (logging, the next batch's
+/// Python) calling `cudaGetDevice` hundreds of times before it launches again. The idle GPU waits because of the
+/// sync; the state queries in between must not take the blame (they neither queue nor wait).
+#[test]
+fn state_queries_after_a_sync_leave_the_idle_time_to_the_sync() {
+    let strings =
+        [(1, "step"), (2, "gemm"), (3, "cudaLaunchKernel"), (4, "cudaStreamSynchronize"), (6, "cudaGetDevice")];
+    let mut ev = Vec::new();
+    let (mut t, mut corr) = (1_000_000u64, 1u32);
+    for _ in 0..20 {
+        let step_start = t;
+        for _ in 0..4 {
+            ev.push(api(3, t, 4_000, corr));
+            ev.push(kernel(2, t + 5_000, 100_000, corr));
+            corr += 1;
+            t += 5_000;
+        }
+        // The sync returns when the last kernel ends.
+        let end = t + 400_000;
+        ev.push(api(4, t, end - t, 0));
+        t = end;
+        // 3 ms of host work after the sync, with a state query every 10 µs.
+        for _ in 0..300 {
+            ev.push(api(6, t + 9_000, 200, 0));
+            t += 10_000;
+        }
+        ev.push(RawEvent { name: 1, ..RawEvent::new(EventKind::Range, 1, step_start, t) });
+    }
+    let mut src = source(process(&strings, ev));
+    let idle = sweep(&mut src, 1 << 20).idle.summary();
+    assert!(idle.sync_stall_ns > 19 * 2_900_000, "{idle:?}");
+    assert!(idle.cpu_bound_ns + idle.launch_bound_ns < idle.sync_stall_ns / 100, "{idle:?}");
+}

@@ -136,6 +136,8 @@ impl NameFlags {
     pub const MEMCPY: u16 = 512;
     pub const ASYNC: u16 = 1024;
     pub const STREAM_WAIT: u16 = 2048;
+    /// Reads state only ([`names::api_is_query`]): not a host call of the idle analysis.
+    pub const QUERY: u16 = 4096;
 
     pub fn of(name: &str) -> u16 {
         let mut f = 0;
@@ -156,6 +158,7 @@ impl NameFlags {
         set(name.contains("Memcpy"), Self::MEMCPY);
         set(name.contains("Async"), Self::ASYNC);
         set(name.contains("StreamWaitEvent"), Self::STREAM_WAIT);
+        set(names::api_is_query(name), Self::QUERY);
         f
     }
 
