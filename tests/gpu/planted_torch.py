@@ -14,7 +14,10 @@ work in a 1.5 ms step) is launch-bound on an H100, and cuflight rightly said so.
   pageable   a pageable 64 MiB host->device copy every step        -> pageable_memcpy
   tiny       2000 tiny elementwise ops per step                    -> launch_bound
   fp32       fp32 matmuls with TF32 off                            -> fp32_gemm
-  leak       a list that keeps 16 MiB per step alive               -> memory_growth
+  leak       a list that keeps 256 MiB per step alive              -> memory_growth
+             (cuflight sees device memory as the driver does: PyTorch's caching allocator serves a small leak from
+             blocks it already holds, so a 16 MiB-per-step leak stays invisible for the first 30 steps of this
+             model; a leak shows once it outgrows the cache, as every leak that ends in an out-of-memory error does)
 
 `--timing` writes the mean step time (after warm-up) so the same script measures profiler overhead;
 `--torchprof` runs the measured steps under torch.profiler (CUDA activities), for the comparison.
@@ -69,7 +72,7 @@ def main():
         loss.backward()
         opt.step()
         if variant == "leak":
-            kept.append(torch.empty(4 << 20, device="cuda"))
+            kept.append(torch.empty(64 << 20, device="cuda"))
         if variant == "item":
             loss.item()
             time.sleep(0.003)
