@@ -66,20 +66,68 @@ impl fmt::Display for Js<'_> {
     }
 }
 
+/// Appends `v` in decimal, without the formatting machinery (most of what this export writes is integers).
+fn push_u64(buf: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[i..]);
+}
+
+/// Appends [`Us`]'s text.
+fn push_us(buf: &mut Vec<u8>, ns: u64) {
+    push_u64(buf, ns / 1000);
+    let frac = ns % 1000;
+    buf.extend_from_slice(&[b'.', b'0' + (frac / 100) as u8, b'0' + (frac / 10 % 10) as u8, b'0' + (frac % 10) as u8]);
+}
+
+/// Appends [`Js`]'s text; names rarely need escaping, so those that do not are copied as they are.
+fn push_js(buf: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        buf.push(b'"');
+        buf.extend_from_slice(s.as_bytes());
+        buf.push(b'"');
+    } else {
+        let _ = write!(buf, "{}", Js(s));
+    }
+}
+
+/// Events are written into `buf`, handed to `w` in chunks of about this size.
+const OUTPUT_CHUNK: usize = 1 << 20;
+
 struct Out<W: Write> {
     w: W,
+    buf: Vec<u8>,
     first: bool,
     events: u64,
 }
 
 impl<W: Write> Out<W> {
     /// Starts the next trace event (the separator) and counts it.
-    fn next(&mut self) -> std::io::Result<&mut W> {
+    fn next(&mut self) -> std::io::Result<&mut Vec<u8>> {
+        if self.buf.len() >= OUTPUT_CHUNK {
+            self.w.write_all(&self.buf)?;
+            self.buf.clear();
+        }
         if !std::mem::take(&mut self.first) {
-            self.w.write_all(b",\n")?;
+            self.buf.extend_from_slice(b",\n");
         }
         self.events += 1;
-        Ok(&mut self.w)
+        Ok(&mut self.buf)
+    }
+
+    /// Hands what is buffered to the writer.
+    fn drain(&mut self) -> std::io::Result<()> {
+        self.w.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
     }
 
     /// A complete ("X") event; `args` is the inside of the args object.
@@ -94,13 +142,40 @@ impl<W: Write> Out<W> {
         end: u64,
         args: fmt::Arguments,
     ) -> std::io::Result<()> {
-        let (ts, dur) = (Us(start), Us(end.saturating_sub(start)));
-        write!(
-            self.next()?,
-            r#"{{"ph":"X","cat":{},"name":{},"pid":{pid},"tid":{tid},"ts":{ts},"dur":{dur},"args":{{{args}}}}}"#,
-            Js(cat),
-            Js(name),
-        )
+        self.complete_with(cat, name, pid, tid, start, end, |b| {
+            let _ = b.write_fmt(args);
+        })
+    }
+
+    /// [`Out::complete`] with the args written by `args` into the buffer.
+    #[allow(clippy::too_many_arguments)]
+    fn complete_with(
+        &mut self,
+        cat: &str,
+        name: &str,
+        pid: u64,
+        tid: u64,
+        start: u64,
+        end: u64,
+        args: impl FnOnce(&mut Vec<u8>),
+    ) -> std::io::Result<()> {
+        let b = self.next()?;
+        b.extend_from_slice(br#"{"ph":"X","cat":"#);
+        push_js(b, cat);
+        b.extend_from_slice(br#","name":"#);
+        push_js(b, name);
+        b.extend_from_slice(br#","pid":"#);
+        push_u64(b, pid);
+        b.extend_from_slice(br#","tid":"#);
+        push_u64(b, tid);
+        b.extend_from_slice(br#","ts":"#);
+        push_us(b, start);
+        b.extend_from_slice(br#","dur":"#);
+        push_us(b, end.saturating_sub(start));
+        b.extend_from_slice(br#","args":{"#);
+        args(b);
+        b.extend_from_slice(b"}}");
+        Ok(())
     }
 
     fn metadata(&mut self, what: &str, pid: u64, tid: u64, name: &str) -> std::io::Result<()> {
@@ -126,7 +201,7 @@ struct ProcessOut {
 /// Writes the trace of `source` as Kineto-style JSON; returns the number of trace events written.
 pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceError> {
     let io = |e: std::io::Error| TraceError::Import { path: "output".into(), what: e.to_string() };
-    let mut out = Out { w, first: true, events: 0 };
+    let mut out = Out { w, buf: Vec::with_capacity(OUTPUT_CHUNK + 4096), first: true, events: 0 };
     out.w.write_all(b"{\"schemaVersion\": 1,\n").map_err(io)?;
     let processes = &source.processes;
     if let Some(rank) = processes.values().find_map(|p| p.rank) {
@@ -171,6 +246,7 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
         for device in gpu_pids {
             out.metadata("process_name", device as u64, 0, &format!("GPU {device}"))?;
         }
+        out.drain()?;
         out.w.write_all(b"\n],\n\"deviceProperties\": [")?;
         for (i, d) in devices.values().flatten().enumerate() {
             out.w.write_all(if i == 0 { b"\n" } else { b",\n" })?;
@@ -212,16 +288,12 @@ fn event<W: Write>(
     match e.kind() {
         Some(EventKind::Api) => {
             let cat = if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" };
-            let cbid = e.a;
-            out.complete(
-                cat,
-                name,
-                pid,
-                e.tid as u64,
-                e.start,
-                e.end,
-                format_args!(r#""correlation":{corr},"cbid":{cbid}"#),
-            )?;
+            out.complete_with(cat, name, pid, e.tid as u64, e.start, e.end, |b| {
+                b.extend_from_slice(br#""correlation":"#);
+                push_u64(b, corr as u64);
+                b.extend_from_slice(br#","cbid":"#);
+                push_u64(b, e.a);
+            })?;
             st.launches.api(p, e);
         }
         Some(EventKind::Kernel) => {
@@ -350,6 +422,16 @@ impl fmt::Display for PayloadArg {
     }
 }
 
+/// [`WorkArgs`] into the buffer.
+fn work_args(b: &mut Vec<u8>, e: &RawEvent) {
+    b.extend_from_slice(br#""device":"#);
+    push_u64(b, e.device as u64);
+    b.extend_from_slice(br#","context":1,"stream":"#);
+    push_u64(b, e.stream as u64);
+    b.extend_from_slice(br#","correlation":"#);
+    push_u64(b, e.correlation as u64);
+}
+
 /// The args every piece of device work carries.
 struct WorkArgs<'a>(&'a RawEvent);
 
@@ -362,51 +444,58 @@ impl fmt::Display for WorkArgs<'_> {
 
 fn kernel<W: Write>(out: &mut Out<W>, p: &Process, e: &RawEvent, node: Option<(u64, u64)>) -> std::io::Result<()> {
     let c = LaunchConfig::unpack(e.a, e.b, e.c);
-    let (g, b) = (c.grid, c.block);
+    let (g, bl) = (c.grid, c.block);
     let graph = node.map(|(graph, node)| format!(r#","graph id":{graph},"graph node id":{node}"#)); // cuflight's addition
                                                                                                     // cuflight's addition: the symbol as CUPTI named it.
     let mangled = p.mangled.get(&e.name).map(|m| format!(r#","mangled":{}"#, Js(m)));
-    out.complete(
-        "kernel",
-        p.string(e.name),
-        e.device as u64,
-        e.stream as u64,
-        e.start,
-        e.end,
-        format_args!(
-            r#"{},"grid":[{},{},{}],"block":[{},{},{}],"registers per thread":{},"shared memory":{}{}{}"#,
-            WorkArgs(e),
-            g[0],
-            g[1],
-            g[2],
-            b[0],
-            b[1],
-            b[2],
-            c.registers,
-            c.static_shared + c.dynamic_shared,
-            graph.as_deref().unwrap_or(""),
-            mangled.as_deref().unwrap_or("")
-        ),
-    )
+    out.complete_with("kernel", p.string(e.name), e.device as u64, e.stream as u64, e.start, e.end, |b| {
+        work_args(b, e);
+        b.extend_from_slice(br#","grid":["#);
+        push_u64(b, g[0] as u64);
+        b.push(b',');
+        push_u64(b, g[1] as u64);
+        b.push(b',');
+        push_u64(b, g[2] as u64);
+        b.extend_from_slice(br#"],"block":["#);
+        push_u64(b, bl[0] as u64);
+        b.push(b',');
+        push_u64(b, bl[1] as u64);
+        b.push(b',');
+        push_u64(b, bl[2] as u64);
+        b.extend_from_slice(br#"],"registers per thread":"#);
+        push_u64(b, c.registers as u64);
+        b.extend_from_slice(br#","shared memory":"#);
+        push_u64(b, c.static_shared as u64 + c.dynamic_shared as u64);
+        b.extend_from_slice(graph.as_deref().unwrap_or("").as_bytes());
+        b.extend_from_slice(mangled.as_deref().unwrap_or("").as_bytes());
+    })
 }
 
 /// The `ac2g` flow from the call that launched `e` to `e`, when `e` is that call's first work.
 fn flow<W: Write>(out: &mut Out<W>, pid: u64, st: &mut ProcessOut, e: &RawEvent) -> std::io::Result<()> {
     let Some(launch) = st.launches.work(e).filter(|w| w.first).map(|w| w.call) else { return Ok(()) };
     let corr = st.flow_base | e.correlation as u64;
-    write!(
-        out.next()?,
-        r#"{{"ph":"s","id":{corr},"pid":{pid},"tid":{},"ts":{},"cat":"ac2g","name":"ac2g"}}"#,
-        launch.tid,
-        Us(launch.start)
-    )?;
-    write!(
-        out.next()?,
-        r#"{{"ph":"f","id":{corr},"pid":{},"tid":{},"ts":{},"cat":"ac2g","name":"ac2g","bp":"e"}}"#,
-        e.device,
-        e.stream,
-        Us(e.start)
-    )
+    let b = out.next()?;
+    b.extend_from_slice(br#"{"ph":"s","id":"#);
+    push_u64(b, corr);
+    b.extend_from_slice(br#","pid":"#);
+    push_u64(b, pid);
+    b.extend_from_slice(br#","tid":"#);
+    push_u64(b, launch.tid as u64);
+    b.extend_from_slice(br#","ts":"#);
+    push_us(b, launch.start);
+    b.extend_from_slice(br#","cat":"ac2g","name":"ac2g"}"#);
+    let b = out.next()?;
+    b.extend_from_slice(br#"{"ph":"f","id":"#);
+    push_u64(b, corr);
+    b.extend_from_slice(br#","pid":"#);
+    push_u64(b, e.device as u64);
+    b.extend_from_slice(br#","tid":"#);
+    push_u64(b, e.stream as u64);
+    b.extend_from_slice(br#","ts":"#);
+    push_us(b, e.start);
+    b.extend_from_slice(br#","cat":"ac2g","name":"ac2g","bp":"e"}"#);
+    Ok(())
 }
 
 /// "pageable" → "Pageable", as Kineto names memory kinds.
@@ -418,6 +507,22 @@ fn title(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hand_written_numbers_and_strings_match_their_display() {
+        for v in [0, 7, 999, 1000, 1001, 123_456_789, u32::MAX as u64, u64::MAX] {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            push_u64(&mut a, v);
+            push_us(&mut b, v);
+            assert_eq!(String::from_utf8(a).unwrap(), v.to_string());
+            assert_eq!(String::from_utf8(b).unwrap(), us(v));
+        }
+        for s in ["", "gemm", "void k<1>(float*)", "a\"b", "back\\slash", "tab\tnew\nline", "\u{1}", "µs ünïcode"] {
+            let mut a = Vec::new();
+            push_js(&mut a, s);
+            assert_eq!(String::from_utf8(a).unwrap(), Js(s).to_string(), "{s:?}");
+        }
+    }
 
     #[test]
     fn microseconds_are_exact() {
