@@ -113,8 +113,7 @@ impl<W: Write> Out<W> {
     /// Starts the next trace event (the separator) and counts it.
     fn next(&mut self) -> std::io::Result<&mut Vec<u8>> {
         if self.buf.len() >= OUTPUT_CHUNK {
-            self.w.write_all(&self.buf)?;
-            self.buf.clear();
+            self.drain()?;
         }
         if !std::mem::take(&mut self.first) {
             self.buf.extend_from_slice(b",\n");
