@@ -1,170 +1,22 @@
 //! torch.profiler / Kineto JSON (Chrome trace format), plain or gzip, both the 2021 schema (`Kernel`, `Runtime`,
 //! `Memcpy`, flows in cat `async`) and the current one (`kernel`, `cuda_runtime`, `gpu_memcpy`, `ac2g` flows).
 //!
-//! The file is streamed event by event (serde visitor over `traceEvents`), never held as one JSON tree.
+//! The file is streamed event by event (a one-pass scanner over a window, `json_scan` and `kineto_event`), never
+//! held as one JSON tree.
 //! Timestamps are parsed from their decimal text into integer nanoseconds: float microseconds like
 //! `1712195495506161.2` are beyond f64's precision at nanosecond scale. GPU events (Kineto puts them in
 //! pid = device, tid = stream) are attached to the host process that launched them, found through the
 //! correlation id of the launching runtime call (or the `ac2g` flow when a kernel has no correlation).
 
 use super::builder::{spool_failed, Processes};
+use super::json_scan::{self, Scan, Window, WindowError};
+use super::kineto_event::{parse_event, Event, Id};
 use crate::model::spool::{GpuSpill, Spool};
 use crate::model::trace::Trace;
 use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE};
 use cuflight_format::{EventKind, RawEvent};
-use serde::de::Visitor;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::fmt;
-
-/// Borrowed from the element's bytes where possible: no allocation per event for names and timestamps.
-#[derive(Deserialize)]
-struct Event<'a> {
-    ph: Option<Small>,
-    cat: Option<Small>,
-    #[serde(default, borrow)]
-    name: std::borrow::Cow<'a, str>,
-    pid: Option<Id>,
-    tid: Option<Id>,
-    /// Kept as text: epoch microseconds like 1712195495506161.2 need more digits than f64 holds.
-    #[serde(borrow)]
-    ts: Option<&'a RawValue>,
-    /// Durations are small enough that f64 holds them to the nanosecond.
-    dur: Option<f64>,
-    id: Option<Id>,
-    #[serde(default, borrow)]
-    args: Args<'a>,
-}
-
-/// The args cuflight reads; everything else is skipped without being built into values.
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Args<'a> {
-    correlation: Option<Num>,
-    device: Option<Num>,
-    stream: Option<Num>,
-    cbid: Option<Num>,
-    bytes: Option<Num>,
-    grid: Option<Vec<Num>>,
-    block: Option<Vec<Num>>,
-    #[serde(rename = "registers per thread")]
-    registers: Option<Num>,
-    #[serde(rename = "shared memory")]
-    shared_memory: Option<Num>,
-    #[serde(borrow)]
-    name: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow)]
-    cuda_sync_kind: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow)]
-    domain: Option<std::borrow::Cow<'a, str>>,
-    #[serde(rename = "async")]
-    is_async: Option<bool>,
-    pinned: Option<bool>,
-    #[serde(rename = "Addr")]
-    addr: Option<Num>,
-    #[serde(rename = "Bytes")]
-    signed_bytes: Option<Num>,
-    #[serde(rename = "Device Type")]
-    device_type: Option<Num>,
-    #[serde(rename = "Device Id")]
-    device_id: Option<Num>,
-}
-
-/// A short string (phase, category) kept inline: no allocation per event.
-#[derive(Default)]
-struct Small {
-    len: u8,
-    bytes: [u8; 31],
-}
-
-impl Small {
-    fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("")
-    }
-}
-
-impl<'de> Deserialize<'de> for Small {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Small;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Small, E> {
-                // Longer categories than any Kineto writes are cut at a character boundary; they stay distinct
-                // enough to be reported as their own domain.
-                let mut end = v.len().min(31);
-                while !v.is_char_boundary(end) {
-                    end -= 1;
-                }
-                let mut s = Small { len: end as u8, ..Default::default() };
-                s.bytes[..end].copy_from_slice(&v.as_bytes()[..end]);
-                Ok(s)
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-/// A JSON number read as i64 (floats truncated); anything else reads as absent.
-#[derive(Clone, Copy)]
-struct Num(i64);
-
-impl<'de> Deserialize<'de> for Num {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Num;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a number")
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Num, E> {
-                Ok(Num(v as i64))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Num, E> {
-                Ok(Num(v))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Num, E> {
-                Ok(Num(v as i64))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// A pid, tid or flow id: a number, or a string (hashed to a stable number, the text kept for names).
-enum Id {
-    Num(u64),
-    Text(String),
-}
-
-impl<'de> Deserialize<'de> for Id {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Id;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a number or a string")
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Id, E> {
-                Ok(Id::Num(v))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Id, E> {
-                Ok(Id::Num(v as u64))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Id, E> {
-                Ok(Id::Num(v as u64))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Id, E> {
-                Ok(v.parse().map_or_else(|_| Id::Text(v.to_string()), Id::Num))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
 
 /// Decimal microseconds (as written) to integer nanoseconds, exactly.
 fn us_to_ns(raw: &str) -> Option<u64> {
@@ -193,16 +45,8 @@ fn id_of(v: &Option<Id>) -> u64 {
     }
 }
 
-fn u(v: Option<Num>) -> Option<u64> {
-    v.map(|n| n.0.max(0) as u64)
-}
-
-fn dims(v: &Option<Vec<Num>>) -> [u32; 3] {
-    let mut d = [1u32; 3];
-    for (slot, n) in d.iter_mut().zip(v.iter().flatten()) {
-        *slot = n.0.max(0) as u32;
-    }
-    d
+fn u(v: Option<i64>) -> Option<u64> {
+    v.map(|n| n.max(0) as u64)
 }
 
 /// "Memcpy HtoD (Pageable -> Device)" → (CUPTI copy kind, source kind, destination kind).
@@ -322,13 +166,12 @@ impl Importer {
 
     fn add(&mut self, e: Event<'_>) {
         self.events += 1;
-        let ph = e.ph.as_ref().map_or("", Small::as_str);
-        let cat = e.cat.as_ref().map_or("", Small::as_str);
+        let (ph, cat) = (e.ph.as_ref(), e.cat.as_ref());
         let (pid, tid) = (id_of(&e.pid), id_of(&e.tid));
         if let Some(Id::Text(label)) = &e.pid {
-            self.process_names.entry(pid as u32).or_insert_with(|| label.clone());
+            self.process_names.entry(pid as u32).or_insert_with(|| label.to_string());
         }
-        let ts = e.ts.and_then(|r| us_to_ns(r.get()));
+        let ts = e.ts.and_then(us_to_ns);
         if !self.fractional {
             self.fractional = ts.is_some_and(|t| t % 1000 != 0);
         }
@@ -356,7 +199,7 @@ impl Importer {
             _ => return,
         }
         let Some(start) = ts else { return };
-        let end = start + e.dur.map_or(0, |d| (d.max(0.0) * 1000.0).round() as u64);
+        let end = start.saturating_add(e.dur.unwrap_or(0));
         let a = &e.args;
         let corr = u(a.correlation).unwrap_or(0) as u32;
         let mut ev = RawEvent::new(EventKind::Range, tid as u32, start, end);
@@ -368,8 +211,8 @@ impl Importer {
                 ev.device = u(a.device).unwrap_or(pid) as u32;
                 ev.stream = u(a.stream).unwrap_or(tid) as u32;
                 let cfg = LaunchConfig {
-                    grid: dims(&a.grid),
-                    block: dims(&a.block),
+                    grid: a.grid.unwrap_or([1; 3]),
+                    block: a.block.unwrap_or([1; 3]),
                     registers: u(a.registers).unwrap_or(0) as u16,
                     static_shared: u(a.shared_memory).unwrap_or(0) as u32,
                     dynamic_shared: 0,
@@ -426,7 +269,7 @@ impl Importer {
                 let kind = a.cuda_sync_kind.as_deref().unwrap_or(&e.name);
                 ev.sub = crate::model::names::sync_kind_from_name(kind);
                 ev.device = u(a.device).unwrap_or(pid) as u32;
-                ev.stream = a.stream.map_or(tid as i64, |n| n.0) as u32;
+                ev.stream = a.stream.unwrap_or(tid as i64) as u32;
                 self.gpu_event(ev, (pid, tid));
             }
             ("X", _) => {
@@ -436,8 +279,8 @@ impl Importer {
             }
             (_, _) if e.name == "[memory]" => {
                 // torch.profiler memory events: Bytes < 0 frees; Device Type 1 is CUDA.
-                let bytes = a.signed_bytes.map_or(0, |n| n.0);
-                let device = a.device_type.map_or(0, |n| n.0) == 1;
+                let bytes = a.signed_bytes.unwrap_or(0);
+                let device = a.device_type.unwrap_or(0) == 1;
                 ev.kind = if bytes >= 0 { EventKind::Alloc } else { EventKind::Free } as u8;
                 ev.end = start;
                 ev.sub = if device { MemKind::Device } else { MemKind::PinnedHost } as u8;
@@ -531,34 +374,128 @@ impl Importer {
 }
 
 /// Imports a Kineto/Chrome JSON trace from a reader (already decompressed), all in memory.
-pub fn import<R: std::io::BufRead>(reader: R) -> Result<Trace, String> {
+pub fn import<R: std::io::Read>(reader: R) -> Result<Trace, String> {
     import_with(reader, false).map(|(t, _)| t)
 }
 
 /// Imports a Kineto/Chrome JSON trace to be read as a stream: once it holds more than
 /// [`crate::model::spool::run_events`] events, they are set aside on disk in sorted runs (the returned spool),
 /// and the trace's processes keep only their facts and strings.
-pub fn import_spooled<R: std::io::BufRead>(reader: R) -> Result<(Trace, Option<Spool>), String> {
+pub fn import_spooled<R: std::io::Read>(reader: R) -> Result<(Trace, Option<Spool>), String> {
     import_with(reader, true)
 }
 
-fn import_with<R: std::io::BufRead>(reader: R, spooling: bool) -> Result<(Trace, Option<Spool>), String> {
+fn import_with<R: std::io::Read>(reader: R, spooling: bool) -> Result<(Trace, Option<Spool>), String> {
     let mut importer = Importer::new(spooling);
-    let (rest, _) = super::json_split::split(reader, |bytes| {
-        let e: Event = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        importer.add(e);
-        Ok(())
-    })
-    .map_err(|e| e.to_string())?;
-    let top: Value = serde_json::from_slice(&rest).map_err(|e| e.to_string())?;
-    if top.get("traceEvents").is_none() {
+    let mut window = Window::new(reader);
+    let top = scan_document(&mut window, &mut importer).map_err(|e| e.to_string())?;
+    if !top.trace_events {
         return Err("JSON has no traceEvents: not a Chrome/Kineto trace".into());
     }
-    if let Some(devices) = top.get("deviceProperties").and_then(Value::as_array) {
-        importer.devices = devices.clone();
+    if let Some(Value::Array(devices)) = top.device_properties {
+        importer.devices = devices;
     }
-    importer.rank = top.get("distributedInfo").and_then(|d| d.get("rank")).and_then(Value::as_u64).map(|r| r as u32);
+    importer.rank = top.distributed_info.as_ref().and_then(|d| d.get("rank")).and_then(Value::as_u64).map(|r| r as u32);
     importer.finish()
+}
+
+/// The top-level members cuflight reads besides the events.
+#[derive(Default)]
+struct TopLevel {
+    trace_events: bool,
+    device_properties: Option<Value>,
+    distributed_info: Option<Value>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum DocumentError {
+    #[error("{0}")]
+    Window(#[from] WindowError),
+    #[error("event {index}: {source}")]
+    Event { index: u64, source: WindowError },
+    #[error("{0}: {1}")]
+    Member(String, serde_json::Error),
+}
+
+/// Walks the top-level object: each `traceEvents` element goes to the importer as it is parsed, the two members
+/// read besides are parsed as values, and the rest is skipped.
+fn scan_document<R: std::io::Read>(w: &mut Window<R>, importer: &mut Importer) -> Result<TopLevel, DocumentError> {
+    let mut top = TopLevel::default();
+    let no_events = WindowError::Bad("JSON has no traceEvents: not a Chrome/Kineto trace");
+    let opened = w.item(|b| {
+        let at = json_scan::ws(b, 0)?;
+        Ok((b[at] == b'{', at + 1))
+    });
+    match opened {
+        Ok(true) => {}
+        Ok(false) | Err(WindowError::Eof) => return Err(no_events.into()),
+        Err(e) => return Err(e.into()),
+    }
+    if w.item(|b| json_scan::ws(b, 0).map(|at| (b[at] == b'}', at + (b[at] == b'}') as usize)))? {
+        return Ok(top);
+    }
+    loop {
+        let key = w.item(|b| {
+            let (key, after) = json_scan::string(b, 0)?;
+            let after = json_scan::expect(b, after, b':', "expected ':'")?;
+            let at = json_scan::ws(b, after)?;
+            Ok((key.key()?.into_owned(), at))
+        })?;
+        match key.as_slice() {
+            b"traceEvents" => {
+                top.trace_events = true;
+                events(w, importer)?;
+            }
+            b"deviceProperties" | b"distributedInfo" => {
+                let value = w.item(|b| json_scan::skip_value(b, 0).map(|end| (b[..end].to_vec(), end)))?;
+                let value: Value = serde_json::from_slice(&value)
+                    .map_err(|e| DocumentError::Member(String::from_utf8_lossy(&key).into_owned(), e))?;
+                match key.as_slice() {
+                    b"deviceProperties" => top.device_properties = Some(value),
+                    _ => top.distributed_info = Some(value),
+                }
+            }
+            _ => w.item(|b| json_scan::skip_value(b, 0).map(|end| ((), end)))?,
+        }
+        if w.item(|b| json_scan::next_or_close(b, 0, b'}').map(|(at, closed)| (closed, at)))? {
+            break;
+        }
+    }
+    if !w.at_end()? {
+        return Err(WindowError::Bad("trailing characters after the JSON document").into());
+    }
+    Ok(top)
+}
+
+/// The `traceEvents` array, element by element.
+fn events<R: std::io::Read>(w: &mut Window<R>, importer: &mut Importer) -> Result<(), DocumentError> {
+    match w.item(|b| {
+        let at = json_scan::ws(b, 0)?;
+        Ok((b[at], at + 1))
+    })? {
+        b'[' => {}
+        _ => return Err(WindowError::Bad("traceEvents is not an array").into()),
+    }
+    if w.item(|b| json_scan::ws(b, 0).map(|at| (b[at] == b']', at + (b[at] == b']') as usize)))? {
+        return Ok(());
+    }
+    let mut index = 0u64;
+    loop {
+        w.item(|b| {
+            let at = json_scan::ws(b, 0)?;
+            if b[at] != b'{' {
+                return Err(Scan::Bad("traceEvents holds something other than objects"));
+            }
+            let (event, end): (Event, usize) = parse_event(b, at)?;
+            importer.add(event);
+            Ok(((), end))
+        })
+        .map_err(|source| DocumentError::Event { index, source })?;
+        index += 1;
+        if w.item(|b| json_scan::next_or_close(b, 0, b']').map(|(at, closed)| (closed, at)))? {
+            return Ok(());
+        }
+    }
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 //! torch.profiler/Kineto JSON (plain or gzip), and Nsight Systems SQLite exports.
 
 mod builder;
-mod json_split;
+mod json_scan;
 pub mod kineto;
+mod kineto_event;
 pub mod nsys;
 
 use crate::model::trace::{Trace, TraceError};

@@ -1,0 +1,245 @@
+//! One `traceEvents` element of a Chrome/Kineto trace, parsed by hand from the scanner's window: only the members
+//! cuflight reads are decoded (names and short strings borrowed from the bytes, numbers from their text), and
+//! everything else is skipped without being built into values.
+//!
+//! Members of the wrong type read as absent rather than failing the whole trace: a tracer that writes
+//! `"dur": "5"` loses that event's duration, not the file.
+
+use super::json_scan::{as_i64, next_or_close, skip_value, string, token, us_token_to_ns_f64, ws, Scanned};
+use std::borrow::Cow;
+
+/// A pid, tid or flow id: a number, or a string (hashed to a stable number, the text kept for names).
+pub enum Id<'a> {
+    Num(u64),
+    Text(Cow<'a, str>),
+}
+
+#[derive(Default)]
+pub struct Event<'a> {
+    pub ph: Cow<'a, str>,
+    pub cat: Cow<'a, str>,
+    pub name: Cow<'a, str>,
+    pub pid: Option<Id<'a>>,
+    pub tid: Option<Id<'a>>,
+    /// The text of `ts` (a number, or a number in a string): epoch microseconds like 1712195495506161.2 need
+    /// more digits than f64 holds, so they are converted exactly from the decimal text.
+    pub ts: Option<&'a str>,
+    /// Nanoseconds.
+    pub dur: Option<u64>,
+    pub id: Option<Id<'a>>,
+    pub args: Args<'a>,
+}
+
+/// The args cuflight reads.
+#[derive(Default)]
+pub struct Args<'a> {
+    pub correlation: Option<i64>,
+    pub device: Option<i64>,
+    pub stream: Option<i64>,
+    pub cbid: Option<i64>,
+    pub bytes: Option<i64>,
+    pub grid: Option<[u32; 3]>,
+    pub block: Option<[u32; 3]>,
+    pub registers: Option<i64>,
+    pub shared_memory: Option<i64>,
+    pub name: Option<Cow<'a, str>>,
+    pub cuda_sync_kind: Option<Cow<'a, str>>,
+    pub domain: Option<Cow<'a, str>>,
+    pub is_async: Option<bool>,
+    pub pinned: Option<bool>,
+    pub addr: Option<i64>,
+    pub signed_bytes: Option<i64>,
+    pub device_type: Option<i64>,
+    pub device_id: Option<i64>,
+}
+
+/// Parses the object starting at `i` (after whitespace); returns it and the index after its closing brace.
+pub fn parse_event(b: &[u8], i: usize) -> Scanned<(Event<'_>, usize)> {
+    let mut e = Event::default();
+    let end = members(b, i, |key, b, at| {
+        Ok(match key {
+            b"ph" => text(b, at, &mut e.ph)?,
+            b"cat" => text(b, at, &mut e.cat)?,
+            b"name" => text(b, at, &mut e.name)?,
+            b"pid" => id(b, at, &mut e.pid)?,
+            b"tid" => id(b, at, &mut e.tid)?,
+            b"id" => id(b, at, &mut e.id)?,
+            b"ts" => {
+                let at = ws(b, at)?;
+                if b[at] == b'"' {
+                    let (s, end) = string(b, at)?;
+                    e.ts = std::str::from_utf8(s.bytes).ok();
+                    end
+                } else {
+                    let (tok, end) = token(b, at)?;
+                    e.ts = std::str::from_utf8(tok).ok();
+                    end
+                }
+            }
+            b"dur" => match number(b, at)? {
+                (Some(tok), end) => {
+                    e.dur = us_token_to_ns_f64(tok);
+                    end
+                }
+                (None, end) => end,
+            },
+            b"args" => args(b, at, &mut e.args)?,
+            _ => skip_value(b, at)?,
+        })
+    })?;
+    Ok((e, end))
+}
+
+fn args<'a>(b: &'a [u8], at: usize, a: &mut Args<'a>) -> Scanned<usize> {
+    let at = ws(b, at)?;
+    if b[at] != b'{' {
+        return skip_value(b, at);
+    }
+    members(b, at, |key, b, at| {
+        Ok(match key {
+            b"correlation" => int(b, at, &mut a.correlation)?,
+            b"device" => int(b, at, &mut a.device)?,
+            b"stream" => int(b, at, &mut a.stream)?,
+            b"cbid" => int(b, at, &mut a.cbid)?,
+            b"bytes" => int(b, at, &mut a.bytes)?,
+            b"grid" => dims(b, at, &mut a.grid)?,
+            b"block" => dims(b, at, &mut a.block)?,
+            b"registers per thread" => int(b, at, &mut a.registers)?,
+            b"shared memory" => int(b, at, &mut a.shared_memory)?,
+            b"name" => opt_text(b, at, &mut a.name)?,
+            b"cuda_sync_kind" => opt_text(b, at, &mut a.cuda_sync_kind)?,
+            b"domain" => opt_text(b, at, &mut a.domain)?,
+            b"async" => boolean(b, at, &mut a.is_async)?,
+            b"pinned" => boolean(b, at, &mut a.pinned)?,
+            b"Addr" => int(b, at, &mut a.addr)?,
+            b"Bytes" => int(b, at, &mut a.signed_bytes)?,
+            b"Device Type" => int(b, at, &mut a.device_type)?,
+            b"Device Id" => int(b, at, &mut a.device_id)?,
+            _ => skip_value(b, at)?,
+        })
+    })
+}
+
+/// Walks the members of the object at `i`, calling `member(key, bytes, index of the value)`, which returns the
+/// index after the value; returns the index after the closing brace.
+fn members<'a>(
+    b: &'a [u8],
+    i: usize,
+    mut member: impl FnMut(&[u8], &'a [u8], usize) -> Scanned<usize>,
+) -> Scanned<usize> {
+    let mut at = super::json_scan::expect(b, i, b'{', "expected an object")?;
+    at = ws(b, at)?;
+    if b[at] == b'}' {
+        return Ok(at + 1);
+    }
+    loop {
+        let (key, after) = string(b, at)?;
+        let after = super::json_scan::expect(b, after, b':', "expected ':'")?;
+        let key = key.key()?;
+        let end = member(&key, b, after)?;
+        let (next, closed) = next_or_close(b, end, b'}')?;
+        if closed {
+            return Ok(next);
+        }
+        at = next;
+    }
+}
+
+/// A number's text, or `None` (the value skipped) for any other type.
+fn number(b: &[u8], at: usize) -> Scanned<(Option<&[u8]>, usize)> {
+    let at = ws(b, at)?;
+    if matches!(b[at], b'-' | b'0'..=b'9') {
+        let (tok, end) = token(b, at)?;
+        return Ok((Some(tok), end));
+    }
+    Ok((None, skip_value(b, at)?))
+}
+
+fn int(b: &[u8], at: usize, out: &mut Option<i64>) -> Scanned<usize> {
+    let (tok, end) = number(b, at)?;
+    *out = tok.and_then(as_i64);
+    Ok(end)
+}
+
+fn boolean(b: &[u8], at: usize, out: &mut Option<bool>) -> Scanned<usize> {
+    let at = ws(b, at)?;
+    if matches!(b[at], b't' | b'f') {
+        let (tok, end) = token(b, at)?;
+        *out = match tok {
+            b"true" => Some(true),
+            b"false" => Some(false),
+            _ => None,
+        };
+        return Ok(end);
+    }
+    skip_value(b, at)
+}
+
+fn opt_text<'a>(b: &'a [u8], at: usize, out: &mut Option<Cow<'a, str>>) -> Scanned<usize> {
+    let at = ws(b, at)?;
+    if b[at] != b'"' {
+        return skip_value(b, at);
+    }
+    let (s, end) = string(b, at)?;
+    *out = Some(s.text()?);
+    Ok(end)
+}
+
+fn text<'a>(b: &'a [u8], at: usize, out: &mut Cow<'a, str>) -> Scanned<usize> {
+    let mut v = None;
+    let end = opt_text(b, at, &mut v)?;
+    *out = v.unwrap_or_default();
+    Ok(end)
+}
+
+/// A number (a negative one wraps, as JSON readers widen it to u64), or a string that holds one or a label.
+fn id<'a>(b: &'a [u8], at: usize, out: &mut Option<Id<'a>>) -> Scanned<usize> {
+    let at = ws(b, at)?;
+    if b[at] == b'"' {
+        let (s, end) = string(b, at)?;
+        let s = s.text()?;
+        *out = Some(s.parse().map_or(Id::Text(s), Id::Num));
+        return Ok(end);
+    }
+    let (tok, end) = number(b, at)?;
+    *out = tok.and_then(|tok| {
+        let text = std::str::from_utf8(tok).ok()?;
+        if tok.iter().any(|c| matches!(c, b'.' | b'e' | b'E')) {
+            return text.parse::<f64>().ok().map(|v| Id::Num(v as u64));
+        }
+        text.parse::<u64>()
+            .ok()
+            .or_else(|| text.parse::<i64>().ok().map(|v| v as u64))
+            .or_else(|| text.parse::<f64>().ok().map(|v| v as u64))
+            .map(Id::Num)
+    });
+    Ok(end)
+}
+
+/// `[x, y, z]`: missing or non-numeric entries read as 1.
+fn dims(b: &[u8], at: usize, out: &mut Option<[u32; 3]>) -> Scanned<usize> {
+    let mut at = ws(b, at)?;
+    if b[at] != b'[' {
+        return skip_value(b, at);
+    }
+    let mut d = [1u32; 3];
+    at = ws(b, at + 1)?;
+    if b[at] == b']' {
+        *out = Some(d);
+        return Ok(at + 1);
+    }
+    let mut k = 0;
+    loop {
+        let (tok, end) = number(b, at)?;
+        if let (Some(slot), Some(v)) = (d.get_mut(k), tok.and_then(as_i64)) {
+            *slot = v.max(0) as u32;
+        }
+        k += 1;
+        let (next, closed) = next_or_close(b, end, b']')?;
+        if closed {
+            *out = Some(d);
+            return Ok(next);
+        }
+        at = next;
+    }
+}
