@@ -289,14 +289,18 @@ fn activity_bursts_larger_than_the_ring_are_not_dropped() {
     let r = record(&dir, &[], &prog, &["1000"], &[("CUFLIGHT_RING_EVENTS", "1024")]);
     assert!(r.output.status.success(), "{}", r.stderr());
     let s = stats(&r.trace);
-    assert_eq!(count(&s, "kernels", "name", "saxpy"), 4000, "{}", r.stderr());
-    assert_eq!(count(&s, "kernels", "name", "relu"), 4000);
-    assert_eq!(count(&s, "memset", "kind", "device"), 4000);
-    // API threads never wait: on a starved machine (the test suite in parallel on 2 cores) their 1,024-event
-    // rings may overflow; every such event is counted as "ring full", never lost silently.
+    let kept = [("kernels", "name", "saxpy"), ("kernels", "name", "relu"), ("memset", "kind", "device")]
+        .map(|(table, key, value)| count(&s, table, key, value));
+    let launches = count(&s, "api", "name", "cudaLaunchKernel");
+    // Every event that did not arrive is counted as "ring full", never lost silently.
     let dropped = s["dropped"].as_u64().unwrap();
     assert_eq!(dropped, s["processes"][0]["drops"]["ring_full"].as_u64().unwrap());
-    assert!(count(&s, "api", "name", "cudaLaunchKernel") + dropped >= 8000);
+    let missing = kept.iter().map(|k| 4000 - k).sum::<u64>() + 8000u64.saturating_sub(launches);
+    assert!(missing <= dropped, "{kept:?} {launches} launches, {dropped} dropped: {}", r.stderr());
+    // The delivery thread waits for the collector only while the collector's heartbeat is under a second old,
+    // so a collector starved of CPU for longer (the whole suite in parallel on two cores: once, 577 drops)
+    // loses some of the burst; without backpressure half of every 2,000-record buffer would be lost.
+    assert!(kept.iter().sum::<u64>() >= 11_000, "{kept:?}: backpressure kept too little of the burst");
 }
 
 #[test]

@@ -16,10 +16,17 @@ use crate::model::trace::Trace;
 use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE};
 use cuflight_format::{EventKind, RawEvent};
 use serde_json::Value;
-use std::collections::HashMap;
 
 /// Decimal microseconds (as written) to integer nanoseconds, exactly.
 fn us_to_ns(raw: &str) -> Option<u64> {
+    // What Kineto writes (up to 16 integer digits, up to 3 decimals) is converted without going through `str`.
+    let b = raw.as_bytes();
+    let (int, frac) = b.split_at(memchr::memchr(b'.', b).unwrap_or(b.len()));
+    let frac = frac.get(1..).unwrap_or_default();
+    if (1..=16).contains(&int.len()) && frac.len() <= 3 && int.iter().chain(frac).all(u8::is_ascii_digit) {
+        let digits = |s: &[u8]| s.iter().fold(0u64, |v, &c| v * 10 + (c - b'0') as u64);
+        return Some(digits(int) * 1000 + digits(frac) * [0, 100, 10, 1][frac.len()]);
+    }
     let raw = raw.trim().trim_matches('"');
     if raw.contains(['e', 'E']) {
         let v: f64 = raw.parse().ok()?;
@@ -110,13 +117,13 @@ struct Importer {
     /// ac2g/async flow ends on GPU tracks: (device pid, stream, ts) → flow id (the correlation).
     flow_ends: rustc_hash::FxHashMap<(u64, u64, u64), u32>,
     thread_names: Vec<(u32, u32, String)>,
-    process_names: HashMap<u32, String>,
+    process_names: rustc_hash::FxHashMap<u32, String>,
     devices: Vec<Value>,
     rank: Option<u32>,
     events: u64,
     fractional: bool,
     /// API calls per process (the process that launches the most gets GPU work whose launch is missing).
-    api_calls: HashMap<u32, u64>,
+    api_calls: rustc_hash::FxHashMap<u32, u64>,
     /// Whether events may be set aside on disk (large traces read as a stream): host events go to runs in
     /// `host`'s spool, GPU events to `gpu_spill`, both created when the first run is full.
     spooling: bool,
@@ -133,12 +140,12 @@ impl Importer {
             correlation_pid: Default::default(),
             flow_ends: Default::default(),
             thread_names: Vec::new(),
-            process_names: HashMap::new(),
+            process_names: Default::default(),
             devices: Vec::new(),
             rank: None,
             events: 0,
             fractional: false,
-            api_calls: HashMap::new(),
+            api_calls: Default::default(),
             spooling,
             gpu_spill: None,
             run: crate::model::spool::run_events(),
@@ -167,6 +174,7 @@ impl Importer {
     fn add(&mut self, e: Event<'_>) {
         self.events += 1;
         let (ph, cat) = (e.ph.as_ref(), e.cat.as_ref());
+        let cat_text = || std::str::from_utf8(cat).unwrap_or("");
         let (pid, tid) = (id_of(&e.pid), id_of(&e.tid));
         if let Some(Id::Text(label)) = &e.pid {
             self.process_names.entry(pid as u32).or_insert_with(|| label.to_string());
@@ -176,7 +184,7 @@ impl Importer {
             self.fractional = ts.is_some_and(|t| t % 1000 != 0);
         }
         match ph {
-            "M" => {
+            b"M" => {
                 let name = e.args.name.clone().unwrap_or_default();
                 match e.name.as_ref() {
                     "process_name" => {
@@ -187,15 +195,15 @@ impl Importer {
                 }
                 return;
             }
-            "s" | "f" | "t" => {
-                if ph == "f" && matches!(cat, "ac2g" | "async") {
+            b"s" | b"f" | b"t" => {
+                if ph == b"f" && matches!(cat, b"ac2g" | b"async") {
                     if let (Some(ts), Some(Id::Num(id))) = (ts, &e.id) {
                         self.flow_ends.insert((pid, tid, ts), *id as u32);
                     }
                 }
                 return;
             }
-            "X" | "i" | "I" => {}
+            b"X" | b"i" | b"I" => {}
             _ => return,
         }
         let Some(start) = ts else { return };
@@ -205,7 +213,7 @@ impl Importer {
         let mut ev = RawEvent::new(EventKind::Range, tid as u32, start, end);
         ev.correlation = corr;
         match (ph, cat) {
-            ("X", "kernel" | "Kernel") => {
+            (b"X", b"kernel" | b"Kernel") => {
                 ev.kind = EventKind::Kernel as u8;
                 ev.tid = 0;
                 ev.device = u(a.device).unwrap_or(pid) as u32;
@@ -221,7 +229,7 @@ impl Importer {
                 ev.name = self.gpu_names.id(&e.name);
                 self.gpu_event(ev, (pid, tid));
             }
-            ("X", "gpu_memcpy" | "Memcpy") => {
+            (b"X", b"gpu_memcpy" | b"Memcpy") => {
                 let (kind, src, dst) = memcpy_kinds(&e.name);
                 ev.kind = EventKind::Memcpy as u8;
                 ev.tid = 0;
@@ -235,7 +243,7 @@ impl Importer {
                 }
                 self.gpu_event(ev, (pid, tid));
             }
-            ("X", "gpu_memset" | "Memset") => {
+            (b"X", b"gpu_memset" | b"Memset") => {
                 ev.kind = EventKind::Memset as u8;
                 ev.tid = 0;
                 ev.sub = e.name.split_once('(').map_or(3, |(_, k)| memory_kind(k.trim_end_matches(')')));
@@ -244,18 +252,18 @@ impl Importer {
                 ev.a = u(a.bytes).unwrap_or(0);
                 self.gpu_event(ev, (pid, tid));
             }
-            ("X", "gpu_user_annotation") => {
+            (b"X", b"gpu_user_annotation") => {
                 ev.flags = FLAG_DEVICE;
                 ev.tid = 0;
                 ev.device = pid as u32;
                 ev.stream = tid as u32;
                 ev.name = self.gpu_names.id(&e.name);
-                ev.c = self.gpu_names.id(cat) as u64;
+                ev.c = self.gpu_names.id(cat_text()) as u64;
                 self.gpu_event(ev, (pid, tid));
             }
-            ("X", "cuda_runtime" | "Runtime" | "cuda_driver" | "Driver") => {
+            (b"X", b"cuda_runtime" | b"Runtime" | b"cuda_driver" | b"Driver") => {
                 ev.kind = EventKind::Api as u8;
-                ev.sub = if cat.contains("river") { API_DRIVER } else { API_RUNTIME };
+                ev.sub = if cat_text().contains("river") { API_DRIVER } else { API_RUNTIME };
                 ev.a = u(a.cbid).unwrap_or(0);
                 if corr != 0 {
                     self.correlation_pid.insert(corr, pid as u32);
@@ -263,7 +271,7 @@ impl Importer {
                 *self.api_calls.entry(pid as u32).or_default() += 1;
                 self.host_event(pid as u32, ev, &e.name, None);
             }
-            ("X", "cuda_sync") => {
+            (b"X", b"cuda_sync") => {
                 ev.kind = EventKind::Sync as u8;
                 ev.tid = 0;
                 let kind = a.cuda_sync_kind.as_deref().unwrap_or(&e.name);
@@ -272,9 +280,9 @@ impl Importer {
                 ev.stream = a.stream.unwrap_or(tid as i64) as u32;
                 self.gpu_event(ev, (pid, tid));
             }
-            ("X", _) => {
+            (b"X", _) => {
                 // cuflight's own exports keep the NVTX domain in args; Kineto's user annotations have none.
-                let domain = a.domain.as_deref().unwrap_or(if cat.is_empty() { "other" } else { cat });
+                let domain = a.domain.as_deref().unwrap_or(if cat.is_empty() { "other" } else { cat_text() });
                 self.host_event(pid as u32, ev, &e.name, Some(domain));
             }
             (_, _) if e.name == "[memory]" => {
@@ -296,7 +304,7 @@ impl Importer {
             (_, _) => {
                 ev.kind = EventKind::NvtxMark as u8;
                 ev.end = start;
-                let domain = a.domain.as_deref().unwrap_or(if cat.is_empty() { "instant" } else { cat });
+                let domain = a.domain.as_deref().unwrap_or(if cat.is_empty() { "instant" } else { cat_text() });
                 self.host_event(pid as u32, ev, &e.name, Some(domain));
             }
         }
@@ -486,7 +494,8 @@ fn events<R: std::io::Read>(w: &mut Window<R>, importer: &mut Importer) -> Resul
             if b[at] != b'{' {
                 return Err(Scan::Bad("traceEvents holds something other than objects"));
             }
-            let (event, end): (Event, usize) = parse_event(b, at)?;
+            let mut event = Event::default();
+            let end = parse_event(b, at, &mut event)?;
             importer.add(event);
             Ok(((), end))
         })

@@ -5,7 +5,7 @@
 //! Members of the wrong type read as absent rather than failing the whole trace: a tracer that writes
 //! `"dur": "5"` loses that event's duration, not the file.
 
-use super::json_scan::{as_i64, next_or_close, skip_value, string, token, us_token_to_ns_f64, ws, Scanned};
+use super::json_scan::{as_i64, as_u64, next_or_close, skip_value, string, token, us_token_to_ns_f64, ws, Scanned};
 use std::borrow::Cow;
 
 /// A pid, tid or flow id: a number, or a string (hashed to a stable number, the text kept for names).
@@ -16,8 +16,9 @@ pub enum Id<'a> {
 
 #[derive(Default)]
 pub struct Event<'a> {
-    pub ph: Cow<'a, str>,
-    pub cat: Cow<'a, str>,
+    /// Phase and category as bytes (compared, rarely shown).
+    pub ph: Cow<'a, [u8]>,
+    pub cat: Cow<'a, [u8]>,
     pub name: Cow<'a, str>,
     pub pid: Option<Id<'a>>,
     pub tid: Option<Id<'a>>,
@@ -53,13 +54,13 @@ pub struct Args<'a> {
     pub device_id: Option<i64>,
 }
 
-/// Parses the object starting at `i` (after whitespace); returns it and the index after its closing brace.
-pub fn parse_event(b: &[u8], i: usize) -> Scanned<(Event<'_>, usize)> {
-    let mut e = Event::default();
-    let end = members(b, i, |key, b, at| {
+/// Parses the object starting at `i` (after whitespace) into `e` (filled in place: an event is large to move);
+/// returns the index after its closing brace.
+pub fn parse_event<'a>(b: &'a [u8], i: usize, e: &mut Event<'a>) -> Scanned<usize> {
+    members(b, i, |key, b, at| {
         Ok(match key {
-            b"ph" => text(b, at, &mut e.ph)?,
-            b"cat" => text(b, at, &mut e.cat)?,
+            b"ph" => raw(b, at, &mut e.ph)?,
+            b"cat" => raw(b, at, &mut e.cat)?,
             b"name" => text(b, at, &mut e.name)?,
             b"pid" => id(b, at, &mut e.pid)?,
             b"tid" => id(b, at, &mut e.tid)?,
@@ -86,8 +87,7 @@ pub fn parse_event(b: &[u8], i: usize) -> Scanned<(Event<'_>, usize)> {
             b"args" => args(b, at, &mut e.args)?,
             _ => skip_value(b, at)?,
         })
-    })?;
-    Ok((e, end))
+    })
 }
 
 fn args<'a>(b: &'a [u8], at: usize, a: &mut Args<'a>) -> Scanned<usize> {
@@ -185,6 +185,17 @@ fn opt_text<'a>(b: &'a [u8], at: usize, out: &mut Option<Cow<'a, str>>) -> Scann
     Ok(end)
 }
 
+/// A string's bytes with escapes decoded, not checked for UTF-8; other types read as empty.
+fn raw<'a>(b: &'a [u8], at: usize, out: &mut Cow<'a, [u8]>) -> Scanned<usize> {
+    let at = ws(b, at)?;
+    if b[at] != b'"' {
+        return skip_value(b, at);
+    }
+    let (s, end) = string(b, at)?;
+    *out = s.key()?;
+    Ok(end)
+}
+
 fn text<'a>(b: &'a [u8], at: usize, out: &mut Cow<'a, str>) -> Scanned<usize> {
     let mut v = None;
     let end = opt_text(b, at, &mut v)?;
@@ -202,17 +213,7 @@ fn id<'a>(b: &'a [u8], at: usize, out: &mut Option<Id<'a>>) -> Scanned<usize> {
         return Ok(end);
     }
     let (tok, end) = number(b, at)?;
-    *out = tok.and_then(|tok| {
-        let text = std::str::from_utf8(tok).ok()?;
-        if tok.iter().any(|c| matches!(c, b'.' | b'e' | b'E')) {
-            return text.parse::<f64>().ok().map(|v| Id::Num(v as u64));
-        }
-        text.parse::<u64>()
-            .ok()
-            .or_else(|| text.parse::<i64>().ok().map(|v| v as u64))
-            .or_else(|| text.parse::<f64>().ok().map(|v| v as u64))
-            .map(Id::Num)
-    });
+    *out = tok.and_then(as_u64).map(Id::Num);
     Ok(end)
 }
 

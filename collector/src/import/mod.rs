@@ -66,7 +66,7 @@ fn load_with(path: &Path, spool: bool) -> Result<(Trace, Option<crate::model::sp
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let head = reader.fill_buf().map_err(open_err)?.to_vec();
     let bad = |what: String| TraceError::Import { path: shown.clone(), what };
-    let kineto = |r: &mut dyn std::io::BufRead| {
+    let kineto = |r: &mut dyn std::io::Read| {
         if spool {
             kineto::import_spooled(r)
         } else {
@@ -77,12 +77,15 @@ fn load_with(path: &Path, spool: bool) -> Result<(Trace, Option<crate::model::sp
         Some(Format::Native) => crate::model::source::load_trace(path).map(|t| (t, None)),
         Some(Format::KinetoJson) => kineto(&mut reader).map_err(|e| bad(format!("Kineto JSON: {e}"))),
         Some(Format::KinetoJsonGzip) => {
-            let mut gz = BufReader::with_capacity(1 << 20, flate2::read::GzDecoder::new(reader));
-            let inner = gz.fill_buf().map_err(|e| bad(format!("gzip: {e}")))?.to_vec();
+            // The decoder is read directly (its first bytes, sniffed, put back in front): a buffered reader
+            // between it and the importer's window would copy every byte once more.
+            let mut gz = flate2::read::GzDecoder::new(reader);
+            let mut inner = Vec::with_capacity(64);
+            (&mut gz).take(64).read_to_end(&mut inner).map_err(|e| bad(format!("gzip: {e}")))?;
             if sniff(&inner) != Some(Format::KinetoJson) {
                 return Err(bad("gzip file does not hold a JSON trace".into()));
             }
-            kineto(&mut gz).map_err(|e| bad(format!("Kineto JSON (gzip): {e}")))
+            kineto(&mut inner.as_slice().chain(gz)).map_err(|e| bad(format!("Kineto JSON (gzip): {e}")))
         }
         Some(Format::NsysSqlite) => {
             let imported = if spool { nsys::import_spooled(path) } else { nsys::import(path).map(|t| (t, None)) };
