@@ -79,6 +79,32 @@ fn unrelate(i: usize, stored: u64, prev: u64) -> Option<u64> {
     })
 }
 
+/// Column `I` of the events `members` (indices into `out`), stored one after another from `*at`, written
+/// straight into the events' fields (the duration into `end`, made absolute once all columns are read).
+#[inline(always)]
+fn decode_column<const I: usize>(raw: &[u8], at: &mut usize, members: &[u32], out: &mut [RawEvent]) -> Option<()> {
+    let mut prev = 0u64;
+    for &m in members {
+        prev = unrelate(I, varint::get(raw, at)?, prev)?;
+        let e = out.get_mut(m as usize)?;
+        // `unrelate` has checked each narrow column's range.
+        match I {
+            0 => e.flags = prev as u16,
+            1 => e.start = prev,
+            2 => e.end = prev,
+            3 => e.correlation = prev as u32,
+            4 => e.tid = prev as u32,
+            5 => e.name = prev as u32,
+            6 => e.device = prev as u32,
+            7 => e.stream = prev as u32,
+            8 => e.a = prev,
+            9 => e.b = prev,
+            _ => e.c = prev,
+        }
+    }
+    Some(())
+}
+
 impl EventEncoder {
     /// Appends the encoding of `events` to `out`.
     pub fn encode(&mut self, events: &[RawEvent], out: &mut Vec<u8>) {
@@ -153,7 +179,6 @@ pub fn decode_columns(raw: &[u8], max_events: usize) -> Option<Vec<RawEvent>> {
 #[derive(Default)]
 pub struct ColumnScratch {
     order: Vec<u32>,
-    values: Vec<[u64; COLUMNS]>,
 }
 
 /// [`decode_columns`] into `out` (cleared first), with reused working memory: a reader decoding millions of
@@ -192,40 +217,24 @@ pub fn decode_columns_into(
         order[fill[k as usize]] = i as u32;
         fill[k as usize] += 1;
     }
-    let values = &mut scratch.values;
-    values.clear();
-    values.resize(n, [0u64; COLUMNS]);
+    out.extend(kinds.iter().zip(subs).map(|(&kind, &sub)| RawEvent { kind, sub, ..Default::default() }));
     for k in 0..KINDS {
         let members = &order[first[k]..first[k + 1]];
         if members.is_empty() {
             continue;
         }
-        for i in 0..COLUMNS {
-            let mut prev = 0u64;
-            for &m in members {
-                prev = unrelate(i, varint::get(raw, &mut at)?, prev)?;
-                values[m as usize][i] = prev;
-            }
+        // One loop per column, each with its transform and field fixed at compile time.
+        macro_rules! columns {
+            ($($i:literal)*) => {$(decode_column::<$i>(raw, &mut at, members, out)?;)*};
         }
+        columns!(0 1 2 3 4 5 6 7 8 9 10);
     }
     if at != raw.len() {
         return None;
     }
-    out.extend(values.iter().zip(kinds.iter().zip(subs)).map(|(v, (&kind, &sub))| RawEvent {
-        kind,
-        sub,
-        flags: v[0] as u16,
-        tid: v[4] as u32,
-        start: v[1],
-        end: v[1].wrapping_add(v[2]),
-        correlation: v[3] as u32,
-        name: v[5] as u32,
-        device: v[6] as u32,
-        stream: v[7] as u32,
-        a: v[8],
-        b: v[9],
-        c: v[10],
-    }));
+    for e in out.iter_mut() {
+        e.end = e.start.wrapping_add(e.end);
+    }
     Some(())
 }
 

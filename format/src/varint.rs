@@ -30,8 +30,20 @@ pub fn encoded_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros()).div_ceil(7) as usize
 }
 
+/// Reads a varint at `*at` and moves past it; `None` when the buffer ends inside it or it runs past 10 bytes.
 #[inline]
 pub fn get(buf: &[u8], at: &mut usize) -> Option<u64> {
+    // Most values in a trace (deltas, small ids) take one byte.
+    let first = *buf.get(*at)?;
+    if first < 0x80 {
+        *at += 1;
+        return Some(first as u64);
+    }
+    get_long(buf, at)
+}
+
+#[inline(never)]
+fn get_long(buf: &[u8], at: &mut usize) -> Option<u64> {
     let mut v = 0u64;
     for shift in (0..64).step_by(7) {
         let b = *buf.get(*at)?;
