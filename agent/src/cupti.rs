@@ -36,6 +36,11 @@ pub fn installed() -> bool {
     CUPTI.get().is_some()
 }
 
+/// The CUPTI API version in use, 0 before CUPTI is loaded.
+pub fn version() -> u32 {
+    CUPTI.get().map_or(0, |l| l.version)
+}
+
 /// Registers the forced flush at exit, once. Registered after the segment's own exit handler (the segment is
 /// made before CUPTI starts), so it runs before that handler marks the segment finished.
 pub fn flush_at_exit() {

@@ -80,3 +80,21 @@ pub fn record() {
         emit::push(ev);
     }
 }
+
+/// The driver's version (`cuDriverGetVersion`, e.g. 13000), 0 when no driver is loaded.
+pub fn driver_version() -> u32 {
+    type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
+    let f = sym(driver(), c"cuDriverGetVersion");
+    if f.is_null() {
+        return 0;
+    }
+    // SAFETY: the driver's exported function with the cuda.h signature above.
+    let f = unsafe { std::mem::transmute::<*mut c_void, GetVersion>(f) };
+    let mut v = 0;
+    // SAFETY: valid out-pointer; cuDriverGetVersion needs no cuInit.
+    if unsafe { f(&mut v) } == 0 {
+        v.max(0) as u32
+    } else {
+        0
+    }
+}

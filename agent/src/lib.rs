@@ -19,6 +19,7 @@ mod activity;
 #[doc(hidden)]
 pub mod callbacks;
 mod clock;
+mod control;
 mod cupti;
 mod devices;
 pub mod emit;
@@ -46,8 +47,18 @@ pub extern "C" fn InitializeInjection() -> c_int {
             );
             return 1;
         }
+        if state::session().is_none() {
+            // Injected without `cuflight record` (`cuflight launch`, or CUDA_INJECTION64_PATH by hand): dormant
+            // until a collector attaches; a CUDA call costs nothing, as no CUPTI callback is registered.
+            state::go_dormant();
+            control::start(cuflight_format::control::STATE_DORMANT);
+            return 1;
+        }
         match setup::start() {
-            Ok(()) => state::finish_init(true),
+            Ok(()) => {
+                state::finish_init(true);
+                control::start(cuflight_format::control::STATE_RECORDING);
+            }
             Err(why) => {
                 state::finish_init(false);
                 state::disable(&why);

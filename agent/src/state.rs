@@ -37,6 +37,8 @@ const UNINITIALISED: u8 = 0;
 const INITIALISING: u8 = 1;
 const ENABLED: u8 = 2;
 const DISABLED: u8 = 3;
+/// Injected outside any recording session: no CUPTI, no segment, only the control socket.
+const DORMANT: u8 = 4;
 static INIT: AtomicU8 = AtomicU8::new(UNINITIALISED);
 /// Set in a fork child whose parent had CUPTI running (copied at fork, before the child runs any code).
 static INHERITED_CUPTI: AtomicBool = AtomicBool::new(false);
@@ -48,6 +50,18 @@ pub fn begin_init() -> bool {
 
 pub fn finish_init(enabled: bool) {
     INIT.store(if enabled { ENABLED } else { DISABLED }, Ordering::Release);
+}
+
+/// The session this process records into (`cuflight record` sets it), if any.
+pub fn session() -> Option<String> {
+    std::env::var("CUFLIGHT_SESSION").ok().filter(|s| !s.is_empty() && !s.contains('/'))
+}
+
+/// Ends initialisation as a dormant agent: nothing recorded, no segment made, no notice printed.
+pub fn go_dormant() {
+    NO_SEGMENT.store(true, Ordering::Relaxed);
+    INIT.store(DORMANT, Ordering::Release);
+    install_hooks();
 }
 
 /// CUPTI is set up and ours to use in this process.
@@ -123,9 +137,9 @@ fn create() -> Option<&'static Agent> {
     if NO_SEGMENT.load(Ordering::Relaxed) {
         return None;
     }
-    let Some(session) = std::env::var("CUFLIGHT_SESSION").ok().filter(|s| !s.is_empty() && !s.contains('/')) else {
+    let Some(session) = session() else {
+        // Outside a session the agent is dormant (NVTX may ask before the driver initialises the agent).
         NO_SEGMENT.store(true, Ordering::Relaxed);
-        notice("agent loaded outside a recording session (start the program with `cuflight record`)");
         return None;
     };
     let pid = std::process::id();
@@ -166,6 +180,11 @@ fn create() -> Option<&'static Agent> {
     record_process_facts(agent);
     agent.seg.header().state.store(seg_state::RECORDING, Ordering::Release);
     AGENT.store(agent as *const Agent as *mut Agent, Ordering::Release);
+    install_hooks();
+    Some(agent)
+}
+
+fn install_hooks() {
     HOOKS.call_once(|| {
         // SAFETY: registering plain extern "C" handlers with libc.
         unsafe {
@@ -173,7 +192,6 @@ fn create() -> Option<&'static Agent> {
             libc::atexit(at_exit);
         }
     });
-    Some(agent)
 }
 
 fn record_process_facts(agent: &Agent) {
@@ -219,6 +237,7 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 extern "C" fn after_fork_in_child() {
     // Runs in the child, single-threaded, before fork returns: only atomics, no allocation.
     FORKED.store(true, Ordering::Relaxed);
+    crate::control::after_fork_in_child();
     // The child has a segment of its own, which gets its own notice.
     NOTICE.store(false, Ordering::Relaxed);
     DISABLED_ONCE.store(false, Ordering::Relaxed);

@@ -3,6 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use cuflight_collector::analysis::stats::Stats;
+use cuflight_collector::capture::agents;
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
 use cuflight_collector::export::output::{self, Output};
 use std::path::PathBuf;
@@ -40,6 +41,19 @@ enum Cmd {
         /// The program and its arguments (after `--`).
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<String>,
+    },
+    /// Run a command with the agent dormant: injected, recording nothing and costing nothing until a collector
+    /// attaches. Exits with the command's status (the command replaces this process).
+    Launch {
+        /// The program and its arguments (after `--`).
+        #[arg(last = true, required = true, num_args = 1..)]
+        command: Vec<String>,
+    },
+    /// The processes on this machine with a cuflight agent that this user may control: pid, state (dormant,
+    /// recording), since when, CUDA driver and CUPTI versions, command.
+    Ps {
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
     },
     /// Summary tables of a trace (cuflight, Kineto JSON or nsys SQLite), as `nsys stats` prints them.
     Stats {
@@ -208,6 +222,21 @@ fn run(cli: Cli) -> Result<i32> {
                 bail!("recording stopped early ({why}); the program ran to its end with status {}", s.exit_code);
             }
             Ok(s.exit_code)
+        }
+        Cmd::Launch { command } => {
+            let Some(agent) = record::find_agent() else {
+                bail!("cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path");
+            };
+            let e = agents::launch(&agent, &command);
+            bail!("cannot run {}: {e}", command[0]);
+        }
+        Cmd::Ps { format } => {
+            let rows = agents::list().context("cannot list agents (is /proc mounted?)")?;
+            match format {
+                Format::Table => print!("{}", agents::table(&rows)),
+                Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+            }
+            Ok(0)
         }
         Cmd::Export { trace, format, output, force } => {
             let ext = match format {

@@ -43,21 +43,25 @@ impl std::fmt::Display for ChannelError {
 
 impl std::error::Error for ChannelError {}
 
-fn last(what: &'static str) -> ChannelError {
+pub(crate) fn last(what: &'static str) -> ChannelError {
     ChannelError::Io(what, io::Error::last_os_error())
 }
 
-fn euid() -> u32 {
+pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
 }
 
 /// The abstract socket address of a session (`sun_path` starts with NUL), and its length.
 fn address(session: &str) -> (libc::sockaddr_un, libc::socklen_t) {
+    abstract_address(&format!("cuflight/{}/{session}", euid()))
+}
+
+/// The abstract socket address `\0name` (cut to what `sun_path` holds), and its length.
+pub(crate) fn abstract_address(name: &str) -> (libc::sockaddr_un, libc::socklen_t) {
     // SAFETY: sockaddr_un is plain data; all-zero is valid.
     let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let name = format!("cuflight/{}/{session}", euid());
     let n = name.len().min(addr.sun_path.len() - 1);
     for (dst, &b) in addr.sun_path[1..=n].iter_mut().zip(name.as_bytes()) {
         *dst = b as libc::c_char;
@@ -66,7 +70,7 @@ fn address(session: &str) -> (libc::sockaddr_un, libc::socklen_t) {
     (addr, len as libc::socklen_t)
 }
 
-fn socket(flags: i32) -> Result<OwnedFd, ChannelError> {
+pub(crate) fn socket(flags: i32) -> Result<OwnedFd, ChannelError> {
     // SAFETY: socket(2) with constant arguments; the fd is owned by the result.
     let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | flags, 0) };
     if fd < 0 {
@@ -76,7 +80,7 @@ fn socket(flags: i32) -> Result<OwnedFd, ChannelError> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn set_timeout(fd: RawFd, opt: i32, ms: i64) {
+pub(crate) fn set_timeout(fd: RawFd, opt: i32, ms: i64) {
     let tv = libc::timeval { tv_sec: (ms / 1000) as _, tv_usec: ((ms % 1000) * 1000) as _ };
     // SAFETY: setsockopt with a valid timeval of the size given.
     unsafe {
@@ -91,7 +95,7 @@ fn set_timeout(fd: RawFd, opt: i32, ms: i64) {
 }
 
 /// (pid, uid) of the process at the other end of a connected socket.
-fn peer(fd: RawFd) -> Result<(u32, u32), ChannelError> {
+pub(crate) fn peer(fd: RawFd) -> Result<(u32, u32), ChannelError> {
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `cred`.

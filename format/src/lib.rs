@@ -21,6 +21,7 @@
 pub mod channel;
 #[cfg(feature = "file")]
 pub mod codec;
+pub mod control;
 pub mod event;
 #[cfg(feature = "file")]
 pub mod file;

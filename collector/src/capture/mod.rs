@@ -1,7 +1,9 @@
 //! Capture: running a program under the agent and turning what its agents hand over into a trace file.
 //! [`record`] launches the program and drains its agents' shared-memory rings (its writer thread is `sink`);
-//! [`recover`] completes a trace whose recording was cut short.
+//! [`recover`] completes a trace whose recording was cut short; [`agents`] lists the agents running on this
+//! machine and starts programs with a dormant one.
 
+pub mod agents;
 pub mod record;
 pub mod recover;
 mod sink;

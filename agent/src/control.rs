@@ -1,0 +1,74 @@
+//! The agent's control socket (`cuflight_format::control`): a thread blocked in `accept` that answers `cuflight
+//! ps` (and later attach and dump requests). It is the only thing a dormant agent runs: no CUPTI subscription, no
+//! segment, no timer. A fork child does not inherit it (the atfork handler closes the listener's descriptor in
+//! the child, whose pid has no listener of its own).
+
+use crate::{clock, cupti, devices};
+
+use cuflight_format::control::{self, ControlListener, Status};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Once;
+
+static STATE: AtomicU8 = AtomicU8::new(0);
+static SINCE_NS: AtomicU64 = AtomicU64::new(0);
+/// The listener's descriptor, for the fork child to close (-1 when none).
+static LISTENER_FD: AtomicI32 = AtomicI32::new(-1);
+static STARTED: Once = Once::new();
+
+/// Enters `state` (a `control::STATE_*`) and, the first time, starts answering on the control socket. Failing to
+/// bind (the name taken in this network namespace) costs only `ps` and `attach` for this process.
+pub fn start(state: u8) {
+    set_state(state);
+    STARTED.call_once(|| {
+        let listener = match ControlListener::bind() {
+            Ok(l) => l,
+            // Nothing is printed: a dormant agent never writes to the program's output.
+            Err(_) => return,
+        };
+        LISTENER_FD.store(listener.as_raw_fd(), Ordering::Release);
+        let spawned = std::thread::Builder::new().name("cuflight-ctl".into()).spawn(move || serve(listener));
+        if spawned.is_err() {
+            LISTENER_FD.store(-1, Ordering::Release);
+        }
+    });
+}
+
+fn set_state(state: u8) {
+    STATE.store(state, Ordering::Release);
+    SINCE_NS.store(clock::realtime_ns(), Ordering::Release);
+}
+
+fn serve(listener: ControlListener) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
+        match listener.next() {
+            Ok(req) if req.command == control::COMMAND_STATUS => {
+                let _ = req.reply_status(&status());
+            }
+            // Unknown commands, strangers and broken requests are dropped with their connection.
+            Ok(_) | Err(cuflight_format::channel::ChannelError::Stranger { .. }) => {}
+            Err(cuflight_format::channel::ChannelError::Protocol(_)) => {}
+            // accept itself failing (descriptors exhausted): back off rather than spin.
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    }));
+}
+
+fn status() -> Status {
+    Status {
+        pid: std::process::id(),
+        state: STATE.load(Ordering::Acquire),
+        since_ns: SINCE_NS.load(Ordering::Acquire),
+        cupti_version: cupti::version(),
+        driver_version: devices::driver_version(),
+    }
+}
+
+/// In a fork child (single-threaded, before fork returns): the listener belongs to the parent's thread, which
+/// the child does not have; closing the child's copy keeps the name answering for the parent only.
+pub fn after_fork_in_child() {
+    let fd = LISTENER_FD.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        // SAFETY: close(2) is async-signal-safe; the descriptor is this process's inherited copy.
+        unsafe { libc::close(fd) };
+    }
+}

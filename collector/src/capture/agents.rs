@@ -1,0 +1,105 @@
+//! Agents already running in processes of this machine (`cuflight ps`), and starting a program with a dormant
+//! agent (`cuflight launch`). Finding and asking agents is `cuflight_format::control`; this module turns their
+//! answers into rows.
+
+use cuflight_format::control;
+use std::io::Read;
+use std::path::Path;
+
+/// One process with a cuflight agent that this user may control.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AgentRow {
+    /// In this process's pid namespace.
+    pub pid: u32,
+    pub uid: u32,
+    pub state: &'static str,
+    /// When the agent entered its state (Unix time, ns).
+    pub since_unix_ns: u64,
+    /// `cuDriverGetVersion` (e.g. 13000), 0 when unknown.
+    pub cuda_driver_version: u32,
+    /// The CUPTI API version in use; 0 while none is loaded (dormant).
+    pub cupti_version: u32,
+    pub command: String,
+}
+
+/// The agents this user may control, by pid.
+pub fn list() -> std::io::Result<Vec<AgentRow>> {
+    Ok(control::agents()?
+        .into_iter()
+        .map(|a| AgentRow {
+            pid: a.pid,
+            uid: a.uid,
+            state: control::state_name(a.status.state),
+            since_unix_ns: a.status.since_ns,
+            cuda_driver_version: a.status.driver_version,
+            cupti_version: a.status.cupti_version,
+            command: command_line(a.pid),
+        })
+        .collect())
+}
+
+/// `/proc/PID/cmdline` with spaces between arguments (at most 4 KiB of it).
+fn command_line(pid: u32) -> String {
+    let mut raw = Vec::new();
+    if let Ok(f) = std::fs::File::open(format!("/proc/{pid}/cmdline")) {
+        let _ = f.take(4096).read_to_end(&mut raw);
+    }
+    let text = String::from_utf8_lossy(&raw);
+    text.trim_end_matches('\0').replace('\0', " ")
+}
+
+fn elapsed(since_ns: u64) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let s = now.saturating_sub(since_ns) / 1_000_000_000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+fn driver(v: u32) -> String {
+    if v == 0 {
+        "-".into()
+    } else {
+        format!("{}.{}", v / 1000, v % 1000 / 10)
+    }
+}
+
+/// The rows as a table (`cuflight ps`).
+pub fn table(rows: &[AgentRow]) -> String {
+    if rows.is_empty() {
+        return "no cuflight agents this user may control (start a program with `cuflight launch -- CMD`)\n".into();
+    }
+    let mut out = format!("{:>8} {:<10} {:>8} {:>5} {:>7}  {}\n", "PID", "STATE", "SINCE", "CUDA", "CUPTI", "COMMAND");
+    for r in rows {
+        let cupti = if r.cupti_version == 0 { "-".to_string() } else { r.cupti_version.to_string() };
+        out += &format!(
+            "{:>8} {:<10} {:>8} {:>5} {:>7}  {}\n",
+            r.pid,
+            r.state,
+            elapsed(r.since_unix_ns),
+            driver(r.cuda_driver_version),
+            cupti,
+            r.command
+        );
+    }
+    out
+}
+
+/// Replaces this process with `command`, its agent dormant (the driver loads it through CUDA_INJECTION64_PATH,
+/// NVTX through NVTX_INJECTION64_PATH; no session, so it records nothing until asked). The program keeps this
+/// process's pid, signals and exit status. Returns only if the exec failed.
+pub fn launch(agent: &Path, command: &[String]) -> std::io::Error {
+    use std::os::unix::process::CommandExt;
+    let Some((program, args)) = command.split_first() else {
+        return std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command given");
+    };
+    std::process::Command::new(program)
+        .args(args)
+        .env("CUDA_INJECTION64_PATH", agent)
+        .env("NVTX_INJECTION64_PATH", agent)
+        .env_remove("CUFLIGHT_SESSION")
+        .exec()
+}

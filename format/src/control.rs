@@ -1,0 +1,303 @@
+//! The control socket of a running agent: how `cuflight ps` (and later `attach` and `dump`) finds and talks to
+//! agents that no collector started.
+//!
+//! Each agent listens on the abstract name `\0cuflight/<uid>/agent/<pid>` (like the session channel: no file to
+//! plant, nothing left behind when the process dies, and the name vanishes with it). Agents are found through
+//! `/proc/net/unix`, which lists the abstract names of listening sockets in this network namespace. Anybody may
+//! connect to an abstract name, so both ends check the other's credentials: an agent answers only its own user
+//! or root, and a collector believes only an agent of its own user (root: any user's).
+//!
+//! Messages are fixed-size little-endian records behind a magic, read with timeouts on both ends: a silent or
+//! hostile peer costs an agent's control thread at most a fraction of a second, never the program a stall.
+
+use crate::channel::{abstract_address, euid, last, peer, set_timeout, socket, ChannelError};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+const REQUEST_MAGIC: u64 = u64::from_le_bytes(*b"CUFLCTQ1");
+const REPLY_MAGIC: u64 = u64::from_le_bytes(*b"CUFLCTR1");
+/// Longest either end waits for the other's message.
+const TIMEOUT_MS: i64 = 500;
+
+/// What a request asks.
+pub const COMMAND_STATUS: u8 = 1;
+
+/// The agent is injected and holds no CUPTI subscription: it records nothing and costs nothing.
+pub const STATE_DORMANT: u8 = 1;
+/// The agent records into a collector's session (started by `cuflight record`).
+pub const STATE_RECORDING: u8 = 2;
+
+pub fn state_name(state: u8) -> &'static str {
+    match state {
+        STATE_DORMANT => "dormant",
+        STATE_RECORDING => "recording",
+        _ => "unknown",
+    }
+}
+
+/// An agent's answer to [`COMMAND_STATUS`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// The agent's pid as it sees itself (in its own pid namespace).
+    pub pid: u32,
+    pub state: u8,
+    /// When the agent entered this state (CLOCK_REALTIME, ns).
+    pub since_ns: u64,
+    /// The CUPTI API version in use, 0 while none is loaded (a dormant agent loads none).
+    pub cupti_version: u32,
+    /// The CUDA driver's version (`cuDriverGetVersion`, e.g. 13000), 0 if unknown.
+    pub driver_version: u32,
+}
+
+const STATUS_BYTES: usize = 32;
+
+impl Status {
+    fn encode(&self) -> [u8; STATUS_BYTES] {
+        let mut b = [0u8; STATUS_BYTES];
+        b[0..8].copy_from_slice(&REPLY_MAGIC.to_le_bytes());
+        b[8..12].copy_from_slice(&self.pid.to_le_bytes());
+        b[12] = self.state;
+        b[16..24].copy_from_slice(&self.since_ns.to_le_bytes());
+        b[24..28].copy_from_slice(&self.cupti_version.to_le_bytes());
+        b[28..32].copy_from_slice(&self.driver_version.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Status> {
+        let b: &[u8; STATUS_BYTES] = b.try_into().ok()?;
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        if u64::from_le_bytes(b[0..8].try_into().ok()?) != REPLY_MAGIC {
+            return None;
+        }
+        Some(Status {
+            pid: u32_at(8),
+            state: b[12],
+            since_ns: u64::from_le_bytes(b[16..24].try_into().ok()?),
+            cupti_version: u32_at(24),
+            driver_version: u32_at(28),
+        })
+    }
+}
+
+fn agent_name(uid: u32, pid: u32) -> String {
+    format!("cuflight/{uid}/agent/{pid}")
+}
+
+/// Reads exactly `buf.len()` bytes (the socket's receive timeout bounds the wait).
+fn read_exact(fd: &OwnedFd, buf: &mut [u8]) -> Result<(), ChannelError> {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: recv into the unfilled tail of `buf`.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf[got..].as_mut_ptr() as *mut libc::c_void, buf.len() - got, 0) };
+        match n {
+            0 => return Err(ChannelError::Protocol("closed before a whole message")),
+            n if n < 0 => {
+                if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(last("recv"));
+            }
+            n => got += n as usize,
+        }
+    }
+    Ok(())
+}
+
+fn write_all(fd: &OwnedFd, bytes: &[u8]) -> Result<(), ChannelError> {
+    // SAFETY: send from a valid buffer; MSG_NOSIGNAL so a peer that left raises no SIGPIPE in the program.
+    let n =
+        unsafe { libc::send(fd.as_raw_fd(), bytes.as_ptr() as *const libc::c_void, bytes.len(), libc::MSG_NOSIGNAL) };
+    if n != bytes.len() as isize {
+        return Err(last("send"));
+    }
+    Ok(())
+}
+
+/// The agent's end: the listening socket of this process.
+pub struct ControlListener {
+    fd: OwnedFd,
+}
+
+/// One request from a permitted peer, answered through [`Request::reply`].
+pub struct Request {
+    conn: OwnedFd,
+    pub command: u8,
+    /// The requester's pid as the kernel reported it.
+    pub peer_pid: u32,
+}
+
+impl ControlListener {
+    /// Binds this process's name (close-on-exec, so a program this one execs binds its own).
+    pub fn bind() -> Result<ControlListener, ChannelError> {
+        let fd = socket(0)?;
+        // SAFETY: getpid has no preconditions.
+        let (addr, len) = abstract_address(&agent_name(euid(), unsafe { libc::getpid() } as u32));
+        // SAFETY: bind/listen on our socket with a valid address of `len` bytes.
+        unsafe {
+            if libc::bind(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) != 0 {
+                return Err(last("bind"));
+            }
+            if libc::listen(fd.as_raw_fd(), 16) != 0 {
+                return Err(last("listen"));
+            }
+        }
+        Ok(ControlListener { fd })
+    }
+
+    pub fn as_raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    /// Waits for the next connection and reads its request. Peers of another user (other than root) and
+    /// malformed requests are errors the caller skips; the connection is closed with them.
+    pub fn next(&self) -> Result<Request, ChannelError> {
+        // SAFETY: accept4 on our listening socket; the result is owned below.
+        let c = unsafe {
+            libc::accept4(self.fd.as_raw_fd(), std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_CLOEXEC)
+        };
+        if c < 0 {
+            return Err(last("accept"));
+        }
+        // SAFETY: a fresh fd from accept4.
+        let conn = unsafe { OwnedFd::from_raw_fd(c) };
+        let (pid, uid) = peer(conn.as_raw_fd())?;
+        if uid != euid() && uid != 0 {
+            return Err(ChannelError::Stranger { uid, pid });
+        }
+        set_timeout(conn.as_raw_fd(), libc::SO_RCVTIMEO, TIMEOUT_MS);
+        set_timeout(conn.as_raw_fd(), libc::SO_SNDTIMEO, TIMEOUT_MS);
+        let mut req = [0u8; 16];
+        read_exact(&conn, &mut req)?;
+        if u64::from_le_bytes(req[..8].try_into().expect("8")) != REQUEST_MAGIC {
+            return Err(ChannelError::Protocol("not a control request"));
+        }
+        Ok(Request { conn, command: req[8], peer_pid: pid })
+    }
+}
+
+impl Request {
+    pub fn reply_status(self, status: &Status) -> Result<(), ChannelError> {
+        write_all(&self.conn, &status.encode())
+    }
+}
+
+/// An agent as a collector sees it.
+#[derive(Clone, Debug)]
+pub struct Agent {
+    /// The agent's pid in this process's pid namespace (from the kernel, not from the agent).
+    pub pid: u32,
+    pub uid: u32,
+    pub status: Status,
+}
+
+/// The abstract names of the agents' listening sockets in this network namespace that this user may control:
+/// its own, or everybody's for root.
+pub fn list_names() -> io::Result<Vec<String>> {
+    let table = std::fs::read_to_string("/proc/net/unix")?;
+    let me = euid();
+    let mut names: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            // Num RefCount Protocol Flags Type St Inode Path: a listening socket has __SO_ACCEPTCON (0x10000).
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let flags = u32::from_str_radix(f.get(3)?, 16).ok()?;
+            let name = f.get(7)?.strip_prefix('@')?;
+            let (uid, pid) = parse_agent_name(name)?;
+            (flags & 0x10000 != 0 && (uid == me || me == 0) && pid > 0).then(|| name.to_string())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// (uid, pid) from `cuflight/<uid>/agent/<pid>`.
+fn parse_agent_name(name: &str) -> Option<(u32, u32)> {
+    let rest = name.strip_prefix("cuflight/")?;
+    let (uid, pid) = rest.split_once("/agent/")?;
+    Some((uid.parse().ok()?, pid.parse().ok()?))
+}
+
+/// Asks the agent listening on `name` for its status, believing only an agent of this user (root: any).
+pub fn query(name: &str) -> Result<Agent, ChannelError> {
+    let fd = socket(0)?;
+    set_timeout(fd.as_raw_fd(), libc::SO_RCVTIMEO, TIMEOUT_MS);
+    set_timeout(fd.as_raw_fd(), libc::SO_SNDTIMEO, TIMEOUT_MS);
+    let (addr, len) = abstract_address(name);
+    // SAFETY: connect with a valid address of `len` bytes.
+    if unsafe { libc::connect(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) } != 0 {
+        return Err(last("connect"));
+    }
+    let (pid, uid) = peer(fd.as_raw_fd())?;
+    let me = euid();
+    if uid != me && me != 0 {
+        return Err(ChannelError::Stranger { uid, pid });
+    }
+    let mut req = [0u8; 16];
+    req[..8].copy_from_slice(&REQUEST_MAGIC.to_le_bytes());
+    req[8] = COMMAND_STATUS;
+    write_all(&fd, &req)?;
+    let mut reply = [0u8; STATUS_BYTES];
+    read_exact(&fd, &mut reply)?;
+    let status = Status::decode(&reply).ok_or(ChannelError::Protocol("not a status reply"))?;
+    Ok(Agent { pid, uid, status })
+}
+
+/// Every agent this user may control, with its status; agents that do not answer in time are skipped. They are
+/// asked in parallel, so a few silent ones cost one timeout, not one each.
+pub fn agents() -> io::Result<Vec<Agent>> {
+    let names = list_names()?;
+    let mut found: Vec<Agent> = std::thread::scope(|s| {
+        let asked: Vec<_> = names
+            .chunks(names.len().div_ceil(16).max(1))
+            .map(|chunk| s.spawn(move || chunk.iter().filter_map(|name| query(name).ok()).collect::<Vec<_>>()))
+            .collect();
+        asked.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+    });
+    found.sort_by_key(|a| a.pid);
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_round_trips_and_garbage_is_refused() {
+        let s =
+            Status { pid: 42, state: STATE_DORMANT, since_ns: 1 << 60, cupti_version: 130500, driver_version: 13000 };
+        assert_eq!(Status::decode(&s.encode()), Some(s));
+        assert_eq!(Status::decode(&[0u8; STATUS_BYTES]), None);
+        assert_eq!(Status::decode(&s.encode()[..31]), None);
+        assert_eq!(parse_agent_name("cuflight/1000/agent/77"), Some((1000, 77)));
+        assert_eq!(parse_agent_name("cuflight/1000/session-x"), None);
+    }
+
+    #[test]
+    fn a_listening_agent_is_listed_and_answers() {
+        let l = ControlListener::bind().unwrap();
+        assert!(ControlListener::bind().is_err(), "one listener per process");
+        let me = std::process::id();
+        let server = std::thread::spawn(move || {
+            let req = l.next().unwrap();
+            assert_eq!((req.command, req.peer_pid), (COMMAND_STATUS, me));
+            let status = Status { pid: me, state: STATE_DORMANT, since_ns: 5, ..Default::default() };
+            req.reply_status(&status).unwrap();
+            l
+        });
+        let name = agent_name(euid(), me);
+        assert!(list_names().unwrap().contains(&name));
+        let a = query(&name).unwrap();
+        assert_eq!((a.pid, a.status.state, a.status.since_ns), (me, STATE_DORMANT, 5));
+        let l = server.join().unwrap();
+        // A peer that connects and says nothing is dropped after the timeout, and the listener goes on.
+        let silent = socket(0).unwrap();
+        let (addr, len) = abstract_address(&name);
+        // SAFETY: connect with a valid address.
+        assert_eq!(unsafe { libc::connect(silent.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) }, 0);
+        let t = std::time::Instant::now();
+        assert!(l.next().is_err());
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,49 @@
+/* A long-running "server": launches a small kernel every 10 ms until SECONDS have passed (or, with SECONDS 0,
+ * until its standard input closes), printing "server: ready" once CUDA is up. With "subscribe" it first
+ * subscribes to CUPTI itself, as torch.profiler or nsys would: it exits 21 if an agent holds CUPTI. */
+#include "sim.h"
+#include <cupti.h>
+#include <poll.h>
+#include <string.h>
+#include <unistd.h>
+
+static void CUPTIAPI on_api(void *u, CUpti_CallbackDomain d, CUpti_CallbackId c, const void *data) {
+    (void)u; (void)d; (void)c; (void)data;
+}
+
+void tick(void **args) { (void)args; }
+
+static int stdin_closed(void) {
+    struct pollfd p = {0, POLLIN, 0};
+    char buf[64];
+    return poll(&p, 1, 0) > 0 && read(0, buf, sizeof buf) <= 0;
+}
+
+int main(int argc, char **argv) {
+    double seconds = argc > 1 ? atof(argv[1]) : 1.0;
+    int subscribe = argc > 2 && strcmp(argv[2], "subscribe") == 0;
+    void *args[] = {NULL};
+    launch(tick, 1, 1, 0, args);
+    CHECK(cudaDeviceSynchronize());
+    if (subscribe) {
+        CUpti_SubscriberHandle sub;
+        if (cuptiSubscribe(&sub, (CUpti_CallbackFunc)on_api, NULL) != CUPTI_SUCCESS) return 21;
+        cuptiUnsubscribe(sub);
+    }
+    printf("server: ready\n");
+    fflush(stdout);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long kernels = 1;
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double elapsed = (t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9;
+        if (seconds > 0 ? elapsed >= seconds : stdin_closed()) break;
+        launch(tick, 1, 1, 0, args);
+        kernels++;
+        usleep(10000);
+    }
+    CHECK(cudaDeviceSynchronize());
+    printf("server: %ld kernels\n", kernels);
+    return 0;
+}

@@ -1,0 +1,99 @@
+//! Agents that run without a recording collector: `cuflight launch` (dormant) and `cuflight ps`, on cudasim
+//! (the CPU test double for the driver, runtime and CUPTI).
+
+use cuflight_integration::*;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// Starts `cuflight ARGS -- server 0 [extra]` (it runs until its stdin closes) and waits for "server: ready".
+fn start_server(
+    dir: &std::path::Path,
+    cuflight_args: &[&str],
+    extra: &[&str],
+) -> (Child, BufReader<std::process::ChildStdout>) {
+    let prog = build_c("server", dir);
+    let mut child = Command::new(cuflight_bin())
+        .args(cuflight_args)
+        .arg("--")
+        .arg(&prog)
+        .arg("0")
+        .args(extra)
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .env_remove("CUDASIM_CUPTI_VERSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cuflight runs");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("server prints");
+    assert_eq!(line.trim(), "server: ready", "{line}");
+    (child, out)
+}
+
+fn ps() -> Vec<Value> {
+    let out = Command::new(cuflight_bin()).args(["ps", "--format", "json"]).output().expect("cuflight runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<Value>(&out.stdout).expect("ps prints JSON").as_array().expect("rows").clone()
+}
+
+/// The `ps` row of the process whose command runs `server`, if any (with its pid).
+fn server_row(rows: &[Value], pid: u32) -> Option<Value> {
+    rows.iter().find(|r| r["pid"] == pid).cloned()
+}
+
+#[test]
+fn a_launched_program_is_dormant_listed_and_leaves_cupti_to_others() {
+    let dir = scratch("agents-dormant");
+    // "subscribe": the program subscribes to CUPTI itself once CUDA runs; it exits 21 if the agent held it.
+    let (mut child, mut out) = start_server(&dir, &["launch"], &["subscribe"]);
+    // `launch` execs the program: its pid is the child's.
+    let pid = child.id();
+    let row = server_row(&ps(), pid).unwrap_or_else(|| panic!("pid {pid} not in {:?}", ps()));
+    assert_eq!(row["state"], "dormant", "{row}");
+    assert_eq!(row["cupti_version"], 0, "a dormant agent loads no CUPTI: {row}");
+    assert!(row["cuda_driver_version"].as_u64().unwrap() > 0, "{row}");
+    assert!(row["command"].as_str().unwrap().contains("server 0 subscribe"), "{row}");
+    let table = Command::new(cuflight_bin()).arg("ps").output().unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.lines().any(|l| l.contains(&pid.to_string()) && l.contains("dormant")), "{table}");
+    drop(child.stdin.take());
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "{rest}{err}");
+    // A dormant agent says nothing on the program's output.
+    assert!(!err.contains("cuflight"), "{err}");
+    assert!(server_row(&ps(), pid).is_none(), "an exited process leaves nothing behind");
+}
+
+#[test]
+fn a_recorded_program_is_listed_recording() {
+    let dir = scratch("agents-recording");
+    let trace = dir.join("trace.cuf");
+    let (mut child, _out) = start_server(&dir, &["record", "--force", "-o", trace.to_str().unwrap()], &[]);
+    let rows = ps();
+    let row = rows
+        .iter()
+        .find(|r| r["command"].as_str().is_some_and(|c| c.contains("server 0")))
+        .unwrap_or_else(|| panic!("no server in {rows:?}"));
+    assert_eq!(row["state"], "recording", "{row}");
+    assert!(row["cupti_version"].as_u64().unwrap() > 0, "{row}");
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    assert!(count(&stats(&trace), "kernels", "name", "tick") >= 1);
+}
+
+#[test]
+fn launch_exits_with_the_program_status_and_refuses_a_missing_program() {
+    let out = Command::new(cuflight_bin()).args(["launch", "--", "sh", "-c", "exit 7"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    let out = Command::new(cuflight_bin()).args(["launch", "--", "/nonexistent/program"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("cuflight: cannot run /nonexistent/program") && err.lines().count() == 1, "{err}");
+}
