@@ -19,6 +19,17 @@ fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(fallback)
 }
 
+/// [`guard`] for the per-event handlers (marks, ranges): while nothing records (a dormant agent, a process
+/// whose session is gone) they return at once, one predictable branch, without reading the clock or the
+/// string. Registration calls (domains, strings, categories) keep working, so handles stay valid for later.
+#[inline(always)]
+fn hot<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    if state::quiet() {
+        return fallback;
+    }
+    guard(fallback, f)
+}
+
 fn cstr_id(s: *const c_char) -> u32 {
     if s.is_null() {
         return 0;
@@ -143,73 +154,73 @@ fn domain_id(d: c::nvtxDomainHandle_t) -> u32 {
 }
 
 unsafe extern "C" fn mark_ex(a: *const c::nvtxEventAttributes_t) {
-    guard((), || {
+    hot((), || {
         let (id, extra) = attr(a);
         event(EventKind::NvtxMark, 0, id, extra, 0)
     })
 }
 unsafe extern "C" fn mark_a(m: *const c_char) {
-    guard((), || event(EventKind::NvtxMark, 0, cstr_id(m), no_extra(), 0))
+    hot((), || event(EventKind::NvtxMark, 0, cstr_id(m), no_extra(), 0))
 }
 unsafe extern "C" fn range_start_ex(a: *const c::nvtxEventAttributes_t) -> u64 {
-    guard(0, || {
+    hot(0, || {
         let (id, extra) = attr(a);
         start_range(0, id, extra)
     })
 }
 unsafe extern "C" fn range_start_a(m: *const c_char) -> u64 {
-    guard(0, || start_range(0, cstr_id(m), no_extra()))
+    hot(0, || start_range(0, cstr_id(m), no_extra()))
 }
 unsafe extern "C" fn range_end(id: u64) {
-    guard((), || event(EventKind::NvtxEnd, 0, 0, no_extra(), id))
+    hot((), || event(EventKind::NvtxEnd, 0, 0, no_extra(), id))
 }
 unsafe extern "C" fn range_push_ex(a: *const c::nvtxEventAttributes_t) -> c_int {
-    guard(-1, || {
+    hot(-1, || {
         let (id, extra) = attr(a);
         push_range(0, id, extra)
     })
 }
 unsafe extern "C" fn range_push_a(m: *const c_char) -> c_int {
-    guard(-1, || push_range(0, cstr_id(m), no_extra()))
+    hot(-1, || push_range(0, cstr_id(m), no_extra()))
 }
 unsafe extern "C" fn range_pop() -> c_int {
-    guard(-1, || pop_range(0))
+    hot(-1, || pop_range(0))
 }
 unsafe extern "C" fn name_os_thread_a(tid: u32, name: *const c_char) {
     guard((), || event(EventKind::ThreadName, 0, cstr_id(name), no_extra(), tid as u64))
 }
 unsafe extern "C" fn domain_mark_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) {
-    guard((), || {
+    hot((), || {
         let (id, extra) = attr(a);
         event(EventKind::NvtxMark, domain_id(d), id, extra, 0)
     })
 }
 unsafe extern "C" fn domain_range_start_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) -> u64 {
-    guard(0, || {
+    hot(0, || {
         let (id, extra) = attr(a);
         start_range(domain_id(d), id, extra)
     })
 }
 unsafe extern "C" fn domain_range_end(d: c::nvtxDomainHandle_t, id: u64) {
-    guard((), || event(EventKind::NvtxEnd, domain_id(d), 0, no_extra(), id))
+    hot((), || event(EventKind::NvtxEnd, domain_id(d), 0, no_extra(), id))
 }
 unsafe extern "C" fn domain_range_push_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) -> c_int {
-    guard(-1, || {
+    hot(-1, || {
         let (id, extra) = attr(a);
         push_range(domain_id(d), id, extra)
     })
 }
 unsafe extern "C" fn domain_range_pop(d: c::nvtxDomainHandle_t) -> c_int {
-    guard(-1, || pop_range(domain_id(d)))
+    hot(-1, || pop_range(domain_id(d)))
 }
 unsafe extern "C" fn mark_w(m: *const WChar) {
-    guard((), || event(EventKind::NvtxMark, 0, wstr_id(m), no_extra(), 0))
+    hot((), || event(EventKind::NvtxMark, 0, wstr_id(m), no_extra(), 0))
 }
 unsafe extern "C" fn range_start_w(m: *const WChar) -> u64 {
-    guard(0, || start_range(0, wstr_id(m), no_extra()))
+    hot(0, || start_range(0, wstr_id(m), no_extra()))
 }
 unsafe extern "C" fn range_push_w(m: *const WChar) -> c_int {
-    guard(-1, || push_range(0, wstr_id(m), no_extra()))
+    hot(-1, || push_range(0, wstr_id(m), no_extra()))
 }
 unsafe extern "C" fn name_os_thread_w(tid: u32, name: *const WChar) {
     guard((), || event(EventKind::ThreadName, 0, wstr_id(name), no_extra(), tid as u64))

@@ -86,6 +86,12 @@ pub fn notice(msg: &str) {
     }
 }
 
+/// Nothing records in this process (dormant, or no session to hand a segment to): event handlers return at once.
+#[inline(always)]
+pub fn quiet() -> bool {
+    NO_SEGMENT.load(Ordering::Relaxed)
+}
+
 /// The agent of this process, creating its segment on first use. None when not recording.
 pub fn agent() -> Option<&'static Agent> {
     let p = AGENT.load(Ordering::Acquire);

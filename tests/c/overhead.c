@@ -1,8 +1,10 @@
 /* Cost of intercepted calls, measured by the program itself: run it plain, with a no-op CUPTI subscriber (the
- * cost of CUPTI's own callback dispatch), and under `cuflight record` (benches/agent-overhead runs all three side
- * by side). Usage: overhead [calls] [null-subscriber] */
+ * cost of CUPTI's own callback dispatch), under `cuflight launch` (dormant agent) and under `cuflight record`
+ * (benches/agent-overhead runs them side by side). NVTX push/pop pairs are timed too: without an injected tool
+ * NVTX's own stubs return at once. Usage: overhead [calls] [null-subscriber] */
 #include "sim.h"
 #include <cupti.h>
+#include <nvtx3/nvToolsExt.h>
 #include <string.h>
 
 static void CUPTIAPI noop_callback(void *u, CUpti_CallbackDomain d, CUpti_CallbackId c, const void *data) {
@@ -36,7 +38,16 @@ int main(int argc, char **argv) {
     for (long i = 0; i < launches; i++) launch(empty, 1, 1, 0, args);
     double t3 = now_ns();
     CHECK(cudaDeviceSynchronize());
+    nvtxRangePushA("warm-up"); /* the first NVTX call loads the injected tool, if any */
+    nvtxRangePop();
+    double t4 = now_ns();
+    for (long i = 0; i < n; i++) {
+        nvtxRangePushA("step");
+        nvtxRangePop();
+    }
+    double t5 = now_ns();
     printf("cudaGetDevice_ns %.1f\n", (t1 - t0) / n);
     printf("cudaLaunchKernel_ns %.1f\n", (t3 - t2) / launches);
+    printf("nvtxPushPop_ns %.1f\n", (t5 - t4) / n);
     return 0;
 }
