@@ -3,7 +3,7 @@
 //! segment, no timer. A fork child does not inherit it (the atfork handler closes the listener's descriptor in
 //! the child, whose pid has no listener of its own).
 
-use crate::{clock, cupti, devices};
+use crate::{clock, cupti, devices, setup, state};
 
 use cuflight_format::control::{self, ControlListener, Status};
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, Ordering};
@@ -44,6 +44,15 @@ fn serve(listener: ControlListener) {
             Ok(req) if req.command == control::COMMAND_STATUS => {
                 let _ = req.reply_status(&status());
             }
+            Ok(req) if req.command == control::COMMAND_ATTACH => {
+                let result = std::str::from_utf8(&req.payload)
+                    .map_err(|_| "session name is not UTF-8".to_string())
+                    .and_then(attach);
+                let _ = req.reply_result(result);
+            }
+            Ok(req) if req.command == control::COMMAND_DETACH => {
+                let _ = req.reply_result(detach());
+            }
             // Unknown commands, strangers and broken requests are dropped with their connection.
             Ok(_) | Err(cuflight_format::channel::ChannelError::Stranger { .. }) => {}
             Err(cuflight_format::channel::ChannelError::Protocol(_)) => {}
@@ -51,6 +60,44 @@ fn serve(listener: ControlListener) {
             Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
         }
     }));
+}
+
+/// Wakes a dormant agent into `session` (a `cuflight attach` collector): segment, CUPTI, recording.
+fn attach(session: &str) -> Result<(), String> {
+    if session.is_empty() || session.contains('/') || session.len() > 100 {
+        return Err("bad session name".into());
+    }
+    if !state::dormant() {
+        return Err(match STATE.load(Ordering::Acquire) {
+            control::STATE_RECORDING => "already recording (another collector attached, or `cuflight record`)".into(),
+            _ => "the agent is off in this process".into(),
+        });
+    }
+    state::wake_for(session)?;
+    match setup::start() {
+        Ok(()) => {
+            state::finish_init(true);
+            cupti::record_devices_now();
+            set_state(control::STATE_RECORDING);
+            Ok(())
+        }
+        Err(why) => {
+            // Back to dormant, the collector told why (another CUPTI client, an unsupported CUPTI).
+            state::back_to_dormant();
+            Err(why)
+        }
+    }
+}
+
+/// Ends the window of an attached collector; the agent is dormant again.
+fn detach() -> Result<(), String> {
+    if STATE.load(Ordering::Acquire) != control::STATE_RECORDING || state::session_from_env() {
+        return Err("not recording for an attached collector".into());
+    }
+    setup::stop();
+    state::back_to_dormant();
+    set_state(control::STATE_DORMANT);
+    Ok(())
 }
 
 fn status() -> Status {

@@ -31,11 +31,6 @@ pub fn install(l: Loaded) {
     let _ = CUPTI.set(l);
 }
 
-/// A session was installed (even in a process where it is no longer ours to use).
-pub fn installed() -> bool {
-    CUPTI.get().is_some()
-}
-
 /// The CUPTI API version in use, 0 before CUPTI is loaded.
 pub fn version() -> u32 {
     CUPTI.get().map_or(0, |l| l.version)
@@ -78,6 +73,9 @@ pub fn flush_loop() {
     loop {
         std::thread::sleep(period);
         if loaded().is_none() {
+            if state::dormant() {
+                continue; // detached: nothing to flush until the next attach
+            }
             return;
         }
         if std::mem::take(&mut first) {
@@ -125,10 +123,17 @@ pub fn final_flush() {
     flush(true);
 }
 
+static DEVICES_RECORDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Each attach window is a trace of its own: its device facts are recorded at its start (CUDA is up by then).
+pub fn record_devices_now() {
+    DEVICES_RECORDED.store(true, Ordering::Release);
+    let _ = std::panic::catch_unwind(crate::devices::record);
+}
+
 /// Device facts, from the flush thread once CUDA is up, or at exit for programs shorter than a flush period.
 fn record_devices_once() {
-    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if loaded().is_some() && !DONE.swap(true, Ordering::AcqRel) {
+    if loaded().is_some() && !DEVICES_RECORDED.swap(true, Ordering::AcqRel) {
         let _ = std::panic::catch_unwind(crate::devices::record);
     }
 }

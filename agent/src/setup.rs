@@ -6,7 +6,7 @@ use crate::{activity, callbacks, clock, cupti, state};
 use cupti_sys::cuda13 as c;
 use cupti_sys::loader::Cupti;
 use cupti_sys::CuptiFamily;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// Driver callbacks worth recording when called directly (runtime calls are recorded in the runtime domain and
 /// their nested driver calls skipped): launches, copies, memsets, allocation and synchronisation.
@@ -110,44 +110,81 @@ fn unsupported(version: u32, path: &str) -> String {
     format!("unsupported CUPTI version {version} at {path} (cuflight supports CUPTI 12.x and 13.x)")
 }
 
-/// Loads and configures CUPTI. Called once from `InitializeInjection` (inside the first cuInit). Nothing of
-/// CUPTI is kept unless the subscription succeeds, and a later failure unsubscribes again.
+/// libcupti, loaded once per process (attach cycles reuse it).
+static LIB: once_cell::sync::OnceCell<Cupti> = once_cell::sync::OnceCell::new();
+/// Our subscriber while recording (null otherwise), for detach.
+static SUBSCRIBER: AtomicPtr<c::CUpti_Subscriber_st> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Loads and configures CUPTI: from `InitializeInjection` under `cuflight record`, or from the control thread
+/// when `cuflight attach` wakes a dormant agent (CUPTI initialises lazily and accepts a subscriber after contexts
+/// exist). Nothing of CUPTI is kept unless the subscription succeeds, and a later failure unsubscribes again.
 pub fn start() -> Result<(), String> {
     let seg = state::segment().ok_or("no recording session")?;
-    let cupti = Cupti::load().map_err(|e| e.to_string())?;
+    let cupti = match LIB.get() {
+        Some(c) => c,
+        None => {
+            let loaded = Cupti::load().map_err(|e| e.to_string())?;
+            LIB.get_or_init(|| loaded)
+        }
+    };
     let api = cupti.api;
     let mut version = 0u32;
     // SAFETY: valid out-pointer.
     let r = unsafe { (api.get_version)(&mut version) };
-    check(&cupti, r, "cuptiGetVersion")?;
+    check(cupti, r, "cuptiGetVersion")?;
     CuptiFamily::from_version(version).ok_or_else(|| unsupported(version, &cupti.path))?;
     let h = seg.header();
     h.cupti_version.store(version, Ordering::Relaxed);
     h.cupti_path.store(state::intern(cupti.path.as_bytes()), Ordering::Relaxed);
-    if cupti::installed() {
-        return Ok(()); // already started
+    if !SUBSCRIBER.load(Ordering::Acquire).is_null() {
+        return Ok(()); // already recording
     }
-    let subscriber = subscribe(&cupti)?;
+    let subscriber = subscribe(cupti)?;
     activity::init_pool();
     cupti::install(cupti::Loaded { api, version });
-    if let Err(why) = configure(&cupti, subscriber) {
-        // Leave CUPTI as we found it for another tool: no activity kind of ours enabled, no subscriber.
-        for &(kind, _) in ACTIVITY_KINDS {
-            // SAFETY: plain CUPTI call; disabling a kind that was never enabled is harmless.
-            unsafe { (api.activity_disable)(kind) };
-        }
-        // SAFETY: our own subscriber.
-        unsafe { (api.unsubscribe)(subscriber) };
+    if let Err(why) = configure(cupti, subscriber) {
+        release(api, subscriber);
         return Err(why);
     }
-    let spawned = std::thread::Builder::new().name("cuflight-flush".into()).spawn(cupti::flush_loop);
-    if spawned.is_err() {
-        // SAFETY: as above.
-        unsafe { (api.unsubscribe)(subscriber) };
+    static FLUSH_THREAD: std::sync::Once = std::sync::Once::new();
+    let mut spawned = true;
+    FLUSH_THREAD.call_once(|| {
+        spawned = std::thread::Builder::new().name("cuflight-flush".into()).spawn(cupti::flush_loop).is_ok();
+    });
+    if !spawned {
+        release(api, subscriber);
         return Err("cannot start the flush thread".into());
     }
+    SUBSCRIBER.store(subscriber, Ordering::Release);
     cupti::flush_at_exit();
     Ok(())
+}
+
+/// Leaves CUPTI as we found it for another tool: no activity kind of ours enabled, no subscriber.
+fn release(api: cupti_sys::loader::CuptiApi, subscriber: c::CUpti_SubscriberHandle) {
+    for &(kind, _) in ACTIVITY_KINDS {
+        // SAFETY: plain CUPTI call; disabling a kind that was never enabled is harmless.
+        unsafe { (api.activity_disable)(kind) };
+    }
+    // SAFETY: our own subscriber.
+    unsafe { (api.unsubscribe)(subscriber) };
+}
+
+/// Ends a window (`cuflight attach`'s detach): every completed record is flushed into the rings first, then the
+/// activity kinds are disabled and the subscriber removed, so no callback of ours runs until the next attach.
+/// `cuptiFinalize` is not called: it must run from an API-exit callback to be safe, and after it CUPTI would
+/// be initialised again by the next attach anyway; without a subscriber or an enabled kind CUPTI adds no
+/// per-call work.
+pub fn stop() {
+    let subscriber = SUBSCRIBER.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    let Some(lib) = LIB.get() else { return };
+    if subscriber.is_null() {
+        return;
+    }
+    cupti::flush(false);
+    release(lib.api, subscriber);
+    // Records CUPTI completed while the kinds were being disabled.
+    cupti::flush(false);
 }
 
 fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle) -> Result<(), String> {

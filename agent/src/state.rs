@@ -52,9 +52,60 @@ pub fn finish_init(enabled: bool) {
     INIT.store(if enabled { ENABLED } else { DISABLED }, Ordering::Release);
 }
 
-/// The session this process records into (`cuflight record` sets it), if any.
+/// The session a collector attached this dormant agent to (`cuflight attach`).
+static ATTACHED: Mutex<Option<String>> = Mutex::new(None);
+
+/// The session this process records into: `cuflight record` sets it in the environment, `cuflight attach`
+/// through the control socket.
 pub fn session() -> Option<String> {
+    if let Some(s) = ATTACHED.lock().clone() {
+        return Some(s);
+    }
     std::env::var("CUFLIGHT_SESSION").ok().filter(|s| !s.is_empty() && !s.contains('/'))
+}
+
+/// This process records for `cuflight record` (its session came with the environment, not by attach).
+pub fn session_from_env() -> bool {
+    ATTACHED.lock().is_none() && std::env::var_os("CUFLIGHT_SESSION").is_some_and(|s| !s.is_empty())
+}
+
+/// The agent is dormant (injected without a session, or detached): nothing records.
+pub fn dormant() -> bool {
+    INIT.load(Ordering::Acquire) == DORMANT
+}
+
+/// Leaves dormancy for `session`: the segment is made (first attach) or handed to the new session's collector
+/// (later ones, the same segment: its rings and strings carry on). CUPTI is not touched here.
+pub fn wake_for(session: &str) -> Result<&'static Agent, String> {
+    *ATTACHED.lock() = Some(session.to_string());
+    NO_SEGMENT.store(false, Ordering::Relaxed);
+    let Some(agent) = existing_agent() else {
+        return agent().ok_or_else(|| "cannot make the trace segment or reach the collector".to_string());
+    };
+    let conn = channel::send(session, agent.seg.fd()).map_err(|e| format!("cannot reach the collector: {e}"))?;
+    // The new connection takes the old one's descriptor number: a thread waking the collector at this moment
+    // writes to one or the other, never to a number the program may have reused.
+    // SAFETY: dup2 between two descriptors this agent owns; the new one is closed when `conn` drops.
+    if unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&conn), std::os::fd::AsRawFd::as_raw_fd(&agent.conn)) } < 0 {
+        return Err(format!("dup2: {}", std::io::Error::last_os_error()));
+    }
+    let h = agent.seg.header();
+    h.collector_drained_ns.store(crate::clock::monotonic_ns(), Ordering::Relaxed);
+    h.state.store(seg_state::RECORDING, Ordering::Release);
+    Ok(agent)
+}
+
+/// Recording stopped (detach): the CUPTI handlers are quiet from here, the segment is marked finished and the
+/// collector's connection shut down (it sees the hang-up and ends the window); the descriptor stays ours.
+pub fn back_to_dormant() {
+    INIT.store(DORMANT, Ordering::Release);
+    NO_SEGMENT.store(true, Ordering::Relaxed);
+    *ATTACHED.lock() = None;
+    if let Some(agent) = existing_agent() {
+        agent.seg.header().state.store(seg_state::FINISHED, Ordering::Release);
+        // SAFETY: shutdown on our own connection; it stays open (its number is reused by the next attach).
+        unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&agent.conn), libc::SHUT_RDWR) };
+    }
 }
 
 /// Ends initialisation as a dormant agent: nothing recorded, no segment made, no notice printed.

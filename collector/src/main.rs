@@ -3,8 +3,8 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use cuflight_collector::analysis::stats::Stats;
-use cuflight_collector::capture::agents;
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
+use cuflight_collector::capture::{agents, attach};
 use cuflight_collector::export::output::{self, Output};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -48,6 +48,21 @@ enum Cmd {
         /// The program and its arguments (after `--`).
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<String>,
+    },
+    /// Record a window of a running process whose agent is dormant (started with `cuflight launch`), then leave
+    /// it dormant again. Ctrl-C ends the window early; the trace is written either way.
+    Attach {
+        /// The process (as `cuflight ps` lists it).
+        pid: u32,
+        /// Trace file to write (default: cuflight-N.cuf in the current directory).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// How long to record: 10s, 500ms, 2m.
+        #[arg(long, default_value = "10s", value_parser = attach::parse_duration)]
+        duration: Duration,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
     },
     /// The processes on this machine with a cuflight agent that this user may control: pid, state (dormant,
     /// recording), since when, CUDA driver and CUPTI versions, command.
@@ -229,6 +244,33 @@ fn run(cli: Cli) -> Result<i32> {
             };
             let e = agents::launch(&agent, &command);
             bail!("cannot run {}: {e}", command[0]);
+        }
+        Cmd::Attach { pid, output, duration, force } => {
+            let opts = attach::AttachOptions {
+                pid,
+                output: output.unwrap_or_else(record::default_output),
+                duration,
+                drain_interval: Duration::from_millis(10),
+                force,
+            };
+            let a = attach::attach(&opts)?;
+            let s = &a.summary;
+            eprintln!(
+                "cuflight: wrote {} ({} events, {} bytes; {}); dropped {} (ring full {}, no ring {}, CUPTI {}, skipped {})",
+                opts.output.display(),
+                s.events,
+                s.bytes,
+                a.ended,
+                s.drops.total(),
+                s.drops.ring_full,
+                s.drops.no_ring,
+                s.drops.cupti_dropped,
+                s.drops.records_skipped,
+            );
+            if let Some(why) = &s.stopped {
+                bail!("recording stopped early ({why})");
+            }
+            Ok(0)
         }
         Cmd::Ps { format } => {
             let rows = agents::list().context("cannot list agents (is /proc mounted?)")?;

@@ -21,6 +21,15 @@ const TIMEOUT_MS: i64 = 500;
 
 /// What a request asks.
 pub const COMMAND_STATUS: u8 = 1;
+/// Start recording into the session named in the payload (a `cuflight attach` collector listens on it).
+pub const COMMAND_ATTACH: u8 = 2;
+/// Stop recording: flush CUPTI, unsubscribe, hand the rest of the window over, and go back to dormant.
+pub const COMMAND_DETACH: u8 = 3;
+/// Longest request payload (a session name).
+const MAX_PAYLOAD: usize = 128;
+/// Longest message in a result.
+const MAX_MESSAGE: usize = 1024;
+const RESULT_MAGIC: u64 = u64::from_le_bytes(*b"CUFLCTX1");
 
 /// The agent is injected and holds no CUPTI subscription: it records nothing and costs nothing.
 pub const STATE_DORMANT: u8 = 1;
@@ -118,12 +127,14 @@ pub struct ControlListener {
     fd: OwnedFd,
 }
 
-/// One request from a permitted peer, answered through [`Request::reply`].
+/// One request from a permitted peer, answered through [`Request::reply_status`] or [`Request::reply_result`].
 pub struct Request {
     conn: OwnedFd,
     pub command: u8,
     /// The requester's pid as the kernel reported it.
     pub peer_pid: u32,
+    /// What follows the header (a session name for [`COMMAND_ATTACH`]), at most 128 bytes.
+    pub payload: Vec<u8>,
 }
 
 impl ControlListener {
@@ -171,13 +182,37 @@ impl ControlListener {
         if u64::from_le_bytes(req[..8].try_into().expect("8")) != REQUEST_MAGIC {
             return Err(ChannelError::Protocol("not a control request"));
         }
-        Ok(Request { conn, command: req[8], peer_pid: pid })
+        let len = u16::from_le_bytes([req[10], req[11]]) as usize;
+        if len > MAX_PAYLOAD {
+            return Err(ChannelError::Protocol("request payload too long"));
+        }
+        let mut payload = vec![0u8; len];
+        read_exact(&conn, &mut payload)?;
+        Ok(Request { conn, command: req[8], peer_pid: pid, payload })
     }
 }
 
 impl Request {
     pub fn reply_status(self, status: &Status) -> Result<(), ChannelError> {
         write_all(&self.conn, &status.encode())
+    }
+
+    /// Answers an attach or detach: `Ok` or the reason it was refused (cut to 1 KiB).
+    pub fn reply_result(self, result: Result<(), String>) -> Result<(), ChannelError> {
+        let (code, message) = match &result {
+            Ok(()) => (0u32, ""),
+            Err(why) => (1, why.as_str()),
+        };
+        let mut end = message.len().min(MAX_MESSAGE);
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut out = Vec::with_capacity(16 + end);
+        out.extend_from_slice(&RESULT_MAGIC.to_le_bytes());
+        out.extend_from_slice(&code.to_le_bytes());
+        out.extend_from_slice(&(end as u32).to_le_bytes());
+        out.extend_from_slice(&message.as_bytes()[..end]);
+        write_all(&self.conn, &out)
     }
 }
 
@@ -219,10 +254,11 @@ fn parse_agent_name(name: &str) -> Option<(u32, u32)> {
     Some((uid.parse().ok()?, pid.parse().ok()?))
 }
 
-/// Asks the agent listening on `name` for its status, believing only an agent of this user (root: any).
-pub fn query(name: &str) -> Result<Agent, ChannelError> {
+/// Connects to the agent listening on `name`, believing only an agent of this user (root: any), and sends a
+/// request; returns the connection (for the reply, read within `reply_ms`) and the agent's (pid, uid).
+fn request(name: &str, command: u8, payload: &[u8], reply_ms: i64) -> Result<(OwnedFd, u32, u32), ChannelError> {
     let fd = socket(0)?;
-    set_timeout(fd.as_raw_fd(), libc::SO_RCVTIMEO, TIMEOUT_MS);
+    set_timeout(fd.as_raw_fd(), libc::SO_RCVTIMEO, reply_ms);
     set_timeout(fd.as_raw_fd(), libc::SO_SNDTIMEO, TIMEOUT_MS);
     let (addr, len) = abstract_address(name);
     // SAFETY: connect with a valid address of `len` bytes.
@@ -234,10 +270,45 @@ pub fn query(name: &str) -> Result<Agent, ChannelError> {
     if uid != me && me != 0 {
         return Err(ChannelError::Stranger { uid, pid });
     }
-    let mut req = [0u8; 16];
+    if payload.len() > MAX_PAYLOAD {
+        return Err(ChannelError::Protocol("request payload too long"));
+    }
+    let mut req = vec![0u8; 16];
     req[..8].copy_from_slice(&REQUEST_MAGIC.to_le_bytes());
-    req[8] = COMMAND_STATUS;
+    req[8] = command;
+    req[10..12].copy_from_slice(&(payload.len() as u16).to_le_bytes());
+    req.extend_from_slice(payload);
     write_all(&fd, &req)?;
+    Ok((fd, pid, uid))
+}
+
+/// Sends an attach or detach and waits up to `reply_ms` for the agent's answer: `Ok(Ok(()))` when it did it,
+/// `Ok(Err(why))` when it refused.
+pub fn command(name: &str, command: u8, payload: &[u8], reply_ms: i64) -> Result<Result<(), String>, ChannelError> {
+    let (fd, _, _) = request(name, command, payload, reply_ms)?;
+    let mut head = [0u8; 16];
+    read_exact(&fd, &mut head)?;
+    if u64::from_le_bytes(head[..8].try_into().expect("8")) != RESULT_MAGIC {
+        return Err(ChannelError::Protocol("not a result"));
+    }
+    let code = u32::from_le_bytes(head[8..12].try_into().expect("4"));
+    let len = u32::from_le_bytes(head[12..16].try_into().expect("4")) as usize;
+    if len > MAX_MESSAGE {
+        return Err(ChannelError::Protocol("result message too long"));
+    }
+    let mut message = vec![0u8; len];
+    read_exact(&fd, &mut message)?;
+    Ok(if code == 0 { Ok(()) } else { Err(String::from_utf8_lossy(&message).into_owned()) })
+}
+
+/// The control socket name of the agent in process `pid` (as this process sees pids), if it answers.
+pub fn find(pid: u32) -> io::Result<Option<String>> {
+    Ok(list_names()?.into_iter().find(|name| query(name).is_ok_and(|a| a.pid == pid)))
+}
+
+/// Asks the agent listening on `name` for its status, believing only an agent of this user (root: any).
+pub fn query(name: &str) -> Result<Agent, ChannelError> {
+    let (fd, pid, uid) = request(name, COMMAND_STATUS, &[], TIMEOUT_MS)?;
     let mut reply = [0u8; STATUS_BYTES];
     read_exact(&fd, &mut reply)?;
     let status = Status::decode(&reply).ok_or(ChannelError::Protocol("not a status reply"))?;

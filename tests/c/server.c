@@ -1,6 +1,8 @@
 /* A long-running "server": launches a small kernel every 10 ms until SECONDS have passed (or, with SECONDS 0,
  * until its standard input closes), printing "server: ready" once CUDA is up. With "subscribe" it first
- * subscribes to CUPTI itself, as torch.profiler or nsys would: it exits 21 if an agent holds CUPTI. */
+ * subscribes to CUPTI itself, as torch.profiler or nsys would: it exits 21 if an agent holds CUPTI.
+ * "server cmd" instead obeys lines on stdin: "k N" launches N kernels, synchronises and prints "done N";
+ * "s" subscribes to CUPTI and unsubscribes, printing "subscribed" or "refused"; EOF ends it. */
 #include "sim.h"
 #include <cupti.h>
 #include <poll.h>
@@ -19,7 +21,35 @@ static int stdin_closed(void) {
     return poll(&p, 1, 0) > 0 && read(0, buf, sizeof buf) <= 0;
 }
 
+static int commands(void) {
+    void *args[] = {NULL};
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        if (line[0] == 'k') {
+            long n = atol(line + 1);
+            for (long i = 0; i < n; i++) launch(tick, 1, 1, 0, args);
+            CHECK(cudaDeviceSynchronize());
+            printf("done %ld\n", n);
+        } else if (line[0] == 's') {
+            CUpti_SubscriberHandle sub;
+            int ok = cuptiSubscribe(&sub, (CUpti_CallbackFunc)on_api, NULL) == CUPTI_SUCCESS;
+            if (ok) cuptiUnsubscribe(sub);
+            printf(ok ? "subscribed\n" : "refused\n");
+        }
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "cmd") == 0) {
+        void *args[] = {NULL};
+        launch(tick, 1, 1, 0, args);
+        CHECK(cudaDeviceSynchronize());
+        printf("server: ready\n");
+        fflush(stdout);
+        return commands();
+    }
     double seconds = argc > 1 ? atof(argv[1]) : 1.0;
     int subscribe = argc > 2 && strcmp(argv[2], "subscribe") == 0;
     void *args[] = {NULL};

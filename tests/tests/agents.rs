@@ -79,7 +79,7 @@ fn a_recorded_program_is_listed_recording() {
     let rows = ps();
     let row = rows
         .iter()
-        .find(|r| r["command"].as_str().is_some_and(|c| c.contains("server 0")))
+        .find(|r| r["command"].as_str().is_some_and(|c| c.contains("agents-recording/server 0")))
         .unwrap_or_else(|| panic!("no server in {rows:?}"));
     assert_eq!(row["state"], "recording", "{row}");
     assert!(row["cupti_version"].as_u64().unwrap() > 0, "{row}");
@@ -96,4 +96,124 @@ fn launch_exits_with_the_program_status_and_refuses_a_missing_program() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.starts_with("cuflight: cannot run /nonexistent/program") && err.lines().count() == 1, "{err}");
+}
+
+/// A `server cmd` under `cuflight launch`: it obeys lines on stdin.
+struct Server {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+    stdin: std::process::ChildStdin,
+}
+
+impl Server {
+    fn start(dir: &std::path::Path) -> Server {
+        let prog = build_c("server", dir);
+        let mut child = Command::new(cuflight_bin())
+            .args(["launch", "--"])
+            .arg(&prog)
+            .arg("cmd")
+            .env("LD_LIBRARY_PATH", cudasim_dir())
+            .env_remove("CUDASIM_CUPTI_VERSION")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("cuflight runs");
+        let stdin = child.stdin.take().expect("stdin");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "server: ready");
+        Server { child, out, stdin }
+    }
+
+    fn cmd(&mut self, line: &str) -> String {
+        use std::io::Write;
+        writeln!(self.stdin, "{line}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut reply = String::new();
+        self.out.read_line(&mut reply).unwrap();
+        reply.trim().to_string()
+    }
+}
+
+fn wait_for_state(pid: u32, state: &str) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(10) {
+        if server_row(&ps(), pid).is_some_and(|r| r["state"] == state) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("process {pid} never became {state}: {:?}", ps());
+}
+
+#[test]
+fn attach_windows_hold_exactly_the_work_inside_them_and_leave_the_process_as_before() {
+    let dir = scratch("agents-attach");
+    let mut server = Server::start(&dir);
+    let pid = server.child.id();
+    assert_eq!(server.cmd("k 5"), "done 5"); // before any window: not recorded
+    for (window, n) in [(1, 7), (2, 11), (3, 2)] {
+        let trace = dir.join(format!("window{window}.cuf"));
+        let attach = Command::new(cuflight_bin())
+            .args(["attach", &pid.to_string(), "--duration", "60s", "--force", "-o"])
+            .arg(&trace)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for_state(pid, "recording");
+        // While cuflight records, CUPTI (one subscriber below 13.3) is taken.
+        assert_eq!(server.cmd("s"), "refused");
+        assert_eq!(server.cmd(&format!("k {n}")), format!("done {n}"));
+        // Ctrl-C ends the window early; the trace is still written.
+        assert!(Command::new("kill").args(["-INT", &attach.id().to_string()]).status().unwrap().success());
+        let out = attach.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && err.contains("interrupted"), "{err}");
+        wait_for_state(pid, "dormant");
+        // Detached: CUPTI is free for another tool again, and work between windows is not recorded.
+        assert_eq!(server.cmd("s"), "subscribed");
+        assert_eq!(server.cmd("k 3"), "done 3");
+        let s = stats(&trace);
+        assert_eq!(count(&s, "kernels", "name", "tick"), n, "window {window}");
+        assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), n, "window {window}");
+        assert_eq!(s["dropped"], 0);
+        assert!(s["devices"][0]["name"].as_str().is_some_and(|n| n.contains("H100")), "every window names its devices");
+    }
+    drop(server.stdin);
+    assert!(server.child.wait().unwrap().success());
+}
+
+#[test]
+fn attach_refuses_what_it_cannot_record_with_one_line() {
+    let dir = scratch("agents-attach-refused");
+    // No agent in this process (the test itself).
+    let out = Command::new(cuflight_bin())
+        .args(["attach", &std::process::id().to_string(), "-o"])
+        .arg(dir.join("none.cuf"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("no cuflight agent answers") && err.lines().count() == 1, "{err}");
+    assert!(!dir.join("none.cuf").exists(), "nothing left behind");
+    // An agent already recording for `cuflight record` is not taken over.
+    let trace = dir.join("trace.cuf");
+    let (mut child, _out) = start_server(&dir, &["record", "--force", "-o", trace.to_str().unwrap()], &[]);
+    let pid = ps()
+        .iter()
+        .find(|r| r["command"].as_str().is_some_and(|c| c.contains("agents-attach-refused/server 0")))
+        .and_then(|r| r["pid"].as_u64())
+        .expect("the recorded server is listed") as u32;
+    let out = Command::new(cuflight_bin())
+        .args(["attach", &pid.to_string(), "-o"])
+        .arg(dir.join("taken.cuf"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(err.contains("already recording"), "{err}");
+    assert!(!dir.join("taken.cuf").exists());
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
 }

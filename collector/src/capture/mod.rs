@@ -1,9 +1,11 @@
 //! Capture: running a program under the agent and turning what its agents hand over into a trace file.
 //! [`record`] launches the program and drains its agents' shared-memory rings (its writer thread is `sink`);
 //! [`recover`] completes a trace whose recording was cut short; [`agents`] lists the agents running on this
-//! machine and starts programs with a dormant one.
+//! machine and starts programs with a dormant one; [`attach`] records a window of a running program's dormant
+//! agent.
 
 pub mod agents;
+pub mod attach;
 pub mod record;
 pub mod recover;
 mod sink;

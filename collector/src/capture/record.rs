@@ -410,47 +410,145 @@ fn signal_name(sig: i32) -> &'static str {
     }
 }
 
-/// Runs the command under the agent and writes the trace.
-pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
-    let mut bound = None;
-    for attempt in 0..8 {
-        let session = session_id(attempt);
-        match Listener::bind(&session) {
-            Ok(l) => {
-                bound = Some((session, l));
-                break;
+/// A collector session: the listener agents hand their segments to, and the trace being written.
+pub(super) struct Session {
+    pub name: String,
+    rec: Recorder,
+    output: Output,
+    out_path: String,
+}
+
+impl Session {
+    /// Binds a fresh session name and creates the output (refusing to replace a file without `force`).
+    pub fn open(path: &Path, force: bool) -> Result<Session, RecordError> {
+        let mut bound = None;
+        for attempt in 0..8 {
+            let session = session_id(attempt);
+            match Listener::bind(&session) {
+                Ok(l) => {
+                    bound = Some((session, l));
+                    break;
+                }
+                Err(e) if attempt == 7 => return Err(RecordError::Channel(e)),
+                Err(_) => {}
             }
-            Err(e) if attempt == 7 => return Err(RecordError::Channel(e)),
-            Err(_) => {}
+        }
+        let (name, listener) = bound.expect("bound or returned");
+        let out_path = path.display().to_string();
+        let output = Output::create(path, &[], force)?;
+        let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.try_clone()?))
+            .map_err(|source| RecordError::Write { path: out_path.clone(), source })?;
+        let rec = Recorder {
+            listener,
+            tracked: BTreeMap::new(),
+            next_key: 0,
+            pids_seen: HashSet::new(),
+            ended: Vec::new(),
+            sink: Sink::start(writer),
+            output: out_path.clone(),
+            pending: 0,
+            last_write: Instant::now(),
+            last_liveness: Instant::now(),
+            stopped: None,
+            complained: HashSet::new(),
+        };
+        Ok(Session { name, rec, output, out_path })
+    }
+
+    /// One round: takes new segments, drains, lets ended processes go (all of them checked when `check_all`).
+    pub fn step(&mut self, check_all: bool) {
+        self.rec.accept();
+        self.rec.drain(false);
+        self.rec.retire_ended(check_all);
+    }
+
+    /// Sleeps until `timeout_ms` passes or an agent connects, asks for a drain or hangs up.
+    pub fn wait(&self, timeout_ms: i32) -> bool {
+        self.rec.listener.wait(&self.rec.conns(), timeout_ms)
+    }
+
+    pub fn all_ended(&self) -> bool {
+        self.rec.all_ended()
+    }
+
+    /// The processes recorded so far (live or ended).
+    pub fn processes(&self) -> usize {
+        self.rec.tracked.len() + self.rec.ended.len()
+    }
+
+    /// A last drain, every process's facts, the footer; commits the file (or keeps what reached it after a
+    /// write error).
+    pub fn finish(self, command: Vec<String>, exit_code: Option<i32>) -> RecordSummary {
+        let Session { mut rec, output, out_path, .. } = self;
+        rec.accept();
+        rec.drain(true);
+        let mut infos = std::mem::take(&mut rec.ended);
+        infos.extend(rec.tracked.values().map(process_info));
+        let mut drops = Drops::default();
+        let mut disabled = Vec::new();
+        let mut unflushed = Vec::new();
+        for info in &infos {
+            if rec.stopped.is_none() {
+                rec.sink.process(info.clone());
+            }
+            let d = info.drops;
+            drops.ring_full += d.ring_full;
+            drops.no_ring += d.no_ring;
+            drops.strings_full += d.strings_full;
+            drops.cupti_dropped += d.cupti_dropped;
+            drops.records_skipped += d.records_skipped;
+            if !info.status.is_empty() {
+                disabled.push((info.pid, info.status.clone()));
+            }
+            if !info.finished && info.cupti_version != 0 {
+                unflushed.push((info.pid, info.flush_period_ms));
+            }
+        }
+        let events = rec.sink.events_written();
+        let processes = infos.len();
+        let footer = Footer { events, command, exit_code };
+        let stopped = rec.stopped.take();
+        let out_path = &out_path;
+        if let Err(e) = rec.sink.finish(stopped.is_none().then_some(footer)) {
+            if stopped.is_none() {
+                eprintln!("cuflight: cannot write {out_path}: {e}");
+            }
+            rec.stopped = Some(stopped.unwrap_or(format!("cannot write {out_path}: {e}")));
+        } else {
+            rec.stopped = stopped;
+        }
+        // What reached the file is kept even after a write error (readable up to its last complete block); only a
+        // replacement of an existing file is abandoned then, leaving the old file as it was.
+        let commit = if rec.stopped.is_none() { output.commit() } else { output.keep_partial() };
+        if let Err(e) = commit {
+            rec.stopped.get_or_insert(e.to_string());
+        }
+        let bytes = std::fs::metadata(out_path).map_or(0, |m| m.len());
+        RecordSummary {
+            exit_code: exit_code.unwrap_or(0),
+            events,
+            processes,
+            drops,
+            bytes,
+            disabled,
+            forwarded: Vec::new(),
+            stopped: rec.stopped.take(),
+            unflushed,
         }
     }
-    let (session, listener) = bound.expect("bound or returned");
-    let out_path = opts.output.display().to_string();
-    let output = Output::create(&opts.output, &[], opts.force)?;
-    let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.try_clone()?))
-        .map_err(|source| RecordError::Write { path: out_path.clone(), source })?;
-    let sink = Sink::start(writer);
-    let mut rec = Recorder {
-        listener,
-        tracked: BTreeMap::new(),
-        next_key: 0,
-        pids_seen: HashSet::new(),
-        ended: Vec::new(),
-        sink,
-        output: out_path.clone(),
-        pending: 0,
-        last_write: Instant::now(),
-        last_liveness: Instant::now(),
-        stopped: None,
-        complained: HashSet::new(),
-    };
+}
+
+/// Runs the command under the agent and writes the trace.
+pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
+    let mut session = Session::open(&opts.output, opts.force)?;
+    let session_name = session.name.clone();
 
     // Signals for the program: a terminal's Ctrl-C reaches the whole foreground group (the program too), so
     // only signals sent to `record` itself (kill, docker stop, a batch system's time limit) are forwarded.
     let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP]).ok();
 
     let mut cmd = Command::new(&opts.command[0]);
-    cmd.args(&opts.command[1..]).env("CUFLIGHT_SESSION", &session);
+    cmd.args(&opts.command[1..]).env("CUFLIGHT_SESSION", &session_name);
     match opts.inject {
         Inject::Driver => {
             cmd.env("CUDA_INJECTION64_PATH", &opts.agent).env("NVTX_INJECTION64_PATH", &opts.agent);
@@ -484,83 +582,27 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
     };
 
     let status = loop {
-        rec.accept();
-        rec.drain(false);
-        rec.retire_ended(false);
+        session.step(false);
         forward(&mut signals, Some(child.id()));
         if let Ok(Some(status)) = child.try_wait() {
             break status;
         }
-        rec.listener.wait(&rec.conns(), wait_ms);
+        session.wait(wait_ms);
     };
     // Children may outlive the command; keep draining until they end, the linger time is up, or a signal asks
     // to stop.
     let deadline = Instant::now() + opts.linger;
     loop {
-        rec.accept();
-        rec.drain(false);
-        rec.retire_ended(true);
-        if rec.all_ended() || Instant::now() > deadline || forward(&mut signals, None) {
+        session.step(true);
+        if session.all_ended() || Instant::now() > deadline || forward(&mut signals, None) {
             break;
         }
-        rec.listener.wait(&rec.conns(), wait_ms);
-    }
-    rec.accept();
-    rec.drain(true);
-
-    let mut infos = std::mem::take(&mut rec.ended);
-    infos.extend(rec.tracked.values().map(process_info));
-    let mut drops = Drops::default();
-    let mut disabled = Vec::new();
-    let mut unflushed = Vec::new();
-    for info in &infos {
-        if rec.stopped.is_none() {
-            rec.sink.process(info.clone());
-        }
-        let d = info.drops;
-        drops.ring_full += d.ring_full;
-        drops.no_ring += d.no_ring;
-        drops.strings_full += d.strings_full;
-        drops.cupti_dropped += d.cupti_dropped;
-        drops.records_skipped += d.records_skipped;
-        if !info.status.is_empty() {
-            disabled.push((info.pid, info.status.clone()));
-        }
-        if !info.finished && info.cupti_version != 0 {
-            unflushed.push((info.pid, info.flush_period_ms));
-        }
+        session.wait(wait_ms);
     }
     let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
-    let events = rec.sink.events_written();
-    let processes = infos.len();
-    let footer = Footer { events, command: opts.command.clone(), exit_code: Some(exit_code) };
-    let stopped = rec.stopped.take();
-    if let Err(e) = rec.sink.finish(stopped.is_none().then_some(footer)) {
-        if stopped.is_none() {
-            eprintln!("cuflight: cannot write {out_path}: {e}");
-        }
-        rec.stopped = Some(stopped.unwrap_or(format!("cannot write {out_path}: {e}")));
-    } else {
-        rec.stopped = stopped;
-    }
-    // What reached the file is kept even after a write error (readable up to its last complete block); only a
-    // replacement of an existing file is abandoned then, leaving the old file as it was.
-    let commit = if rec.stopped.is_none() { output.commit() } else { output.keep_partial() };
-    if let Err(e) = commit {
-        rec.stopped.get_or_insert(e.to_string());
-    }
-    let bytes = std::fs::metadata(&opts.output).map_or(0, |m| m.len());
-    Ok(RecordSummary {
-        exit_code,
-        events,
-        processes,
-        drops,
-        bytes,
-        disabled,
-        forwarded,
-        stopped: rec.stopped,
-        unflushed,
-    })
+    let mut summary = session.finish(opts.command.clone(), Some(exit_code));
+    summary.forwarded = forwarded;
+    Ok(summary)
 }
 
 /// Default trace name in the current directory: `cuflight-<n>.cuf`, the first that does not exist.

@@ -1,0 +1,119 @@
+//! `cuflight attach PID`: records a window of a process whose agent is dormant (started with `cuflight launch`
+//! or `CUDA_INJECTION64_PATH`), then leaves it dormant again.
+//!
+//! The collector opens a session as `record` does, asks the agent over its control socket to attach to it (the
+//! agent makes or reuses its shared-memory segment, hands it over, subscribes to CUPTI), drains the window, and
+//! asks it to detach: the agent flushes CUPTI into its rings, unsubscribes and marks the segment finished before
+//! it answers, so the last drain after the answer holds the whole window.
+
+use super::record::{RecordError, RecordSummary, Session};
+use cuflight_format::control;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct AttachOptions {
+    pub pid: u32,
+    pub output: PathBuf,
+    pub duration: Duration,
+    pub drain_interval: Duration,
+    pub force: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error("no cuflight agent answers in process {0} (start the program with `cuflight launch`; `cuflight ps` lists the agents you may control)")]
+    NoAgent(u32),
+    #[error("cannot list agents: {0}")]
+    List(std::io::Error),
+    #[error("the agent in process {pid} refused to attach: {why}")]
+    Refused { pid: u32, why: String },
+    #[error("cannot reach the agent in process {pid}: {source}")]
+    Control { pid: u32, source: cuflight_format::channel::ChannelError },
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+/// How long an agent may take to set CUPTI up or to flush it.
+const REPLY_MS: i64 = 10_000;
+
+/// What an attach produced, and why its window ended.
+pub struct Attached {
+    pub summary: RecordSummary,
+    pub ended: &'static str,
+}
+
+pub fn attach(opts: &AttachOptions) -> Result<Attached, AttachError> {
+    let name = control::find(opts.pid).map_err(AttachError::List)?.ok_or(AttachError::NoAgent(opts.pid))?;
+    let mut session = Session::open(&opts.output, opts.force)?;
+    let pid = opts.pid;
+    match control::command(&name, control::COMMAND_ATTACH, session.name.as_bytes(), REPLY_MS) {
+        Ok(Ok(())) => {}
+        // The output is dropped uncommitted: nothing is left behind.
+        Ok(Err(why)) => return Err(AttachError::Refused { pid, why }),
+        Err(source) => return Err(AttachError::Control { pid, source }),
+    }
+    // Ctrl-C, SIGTERM or SIGHUP end the window early; the trace is still written.
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).ok();
+    let wait_ms = opts.drain_interval.as_millis().clamp(1, 10_000) as i32;
+    let deadline = Instant::now() + opts.duration;
+    let ended = loop {
+        session.step(false);
+        if session.all_ended() && session.processes() > 0 {
+            break "the process exited";
+        }
+        if signals.as_mut().is_some_and(|s| s.pending().next().is_some()) {
+            break "interrupted";
+        }
+        if Instant::now() >= deadline {
+            break "the duration passed";
+        }
+        session.wait(wait_ms);
+    };
+    if ended != "the process exited" {
+        match control::command(&name, control::COMMAND_DETACH, &[], REPLY_MS) {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => eprintln!("cuflight: the agent in process {pid} did not detach cleanly: {why}"),
+            Err(e) => eprintln!("cuflight: cannot reach the agent in process {pid} to detach: {e}"),
+        }
+    }
+    let summary = session.finish(vec![format!("attach {pid}")], None);
+    Ok(Attached { summary, ended })
+}
+
+/// A duration as users write it: `10s`, `500ms`, `2m`, `1h`, or plain seconds (`1.5`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: f64 = number.trim().parse().map_err(|_| format!("'{text}' is not a duration (e.g. 10s, 500ms, 2m)"))?;
+    let scale = match unit {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("'{text}': unknown unit '{unit}' (use ms, s, m or h)")),
+    };
+    let secs = value * scale;
+    if !secs.is_finite() || secs <= 0.0 || secs > 7.0 * 86400.0 {
+        return Err(format!("'{text}': a duration must be positive and at most a week"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_as_written() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("10 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}
