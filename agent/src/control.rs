@@ -40,6 +40,19 @@ fn set_state(state: u8) {
 
 fn serve(listener: ControlListener) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
+        // While an attached collector records, its connection is watched: a collector that dies (killed, out
+        // of memory) ends the window here, so the program is not left recording into rings nobody drains.
+        let watch = (STATE.load(Ordering::Acquire) == control::STATE_RECORDING && !state::session_from_env())
+            .then(state::collector_conn)
+            .flatten();
+        let (request, collector_gone) = listener.poll(watch, 1000);
+        if collector_gone {
+            let _ = detach();
+            continue;
+        }
+        if !request {
+            continue;
+        }
         match listener.next() {
             Ok(req) if req.command == control::COMMAND_STATUS => {
                 let _ = req.reply_status(&status());
@@ -53,8 +66,14 @@ fn serve(listener: ControlListener) {
             Ok(req) if req.command == control::COMMAND_DETACH => {
                 let _ = req.reply_result(detach());
             }
-            // Unknown commands, strangers and broken requests are dropped with their connection.
-            Ok(_) | Err(cuflight_format::channel::ChannelError::Stranger { .. }) => {}
+            // A newer collector's command: say so, rather than leave it guessing.
+            Ok(req) => {
+                let command = req.command;
+                let _ =
+                    req.reply_result(Err(format!("this agent does not know command {command} (an older cuflight)")));
+            }
+            // Strangers and broken requests are dropped with their connection.
+            Err(cuflight_format::channel::ChannelError::Stranger { .. }) => {}
             Err(cuflight_format::channel::ChannelError::Protocol(_)) => {}
             // accept itself failing (descriptors exhausted): back off rather than spin.
             Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),

@@ -69,6 +69,11 @@ pub fn session_from_env() -> bool {
     ATTACHED.lock().is_none() && std::env::var_os("CUFLIGHT_SESSION").is_some_and(|s| !s.is_empty())
 }
 
+/// The descriptor of the connection to the collector the segment was handed to, if there is one.
+pub fn collector_conn() -> Option<i32> {
+    existing_agent().map(|a| std::os::fd::AsRawFd::as_raw_fd(&a.conn))
+}
+
 /// The agent is dormant (injected without a session, or detached): nothing records.
 pub fn dormant() -> bool {
     INIT.load(Ordering::Acquire) == DORMANT
@@ -82,6 +87,13 @@ pub fn wake_for(session: &str) -> Result<&'static Agent, String> {
     let Some(agent) = existing_agent() else {
         return agent().ok_or_else(|| "cannot make the trace segment or reach the collector".to_string());
     };
+    // What the previous window's collector left unread (it was killed mid-window) is not this window's: the
+    // rings start empty. No collector holds the segment now, so the agent may act as its consumer.
+    for i in 0..agent.seg.reserved_rings() {
+        if let Some(ring) = agent.seg.ring(i) {
+            ring.consumer().skip_all();
+        }
+    }
     let conn = channel::send(session, agent.seg.fd()).map_err(|e| format!("cannot reach the collector: {e}"))?;
     // The new connection takes the old one's descriptor number: a thread waking the collector at this moment
     // writes to one or the other, never to a number the program may have reused.

@@ -159,6 +159,22 @@ impl ControlListener {
         self.fd.as_raw_fd()
     }
 
+    /// Waits up to `timeout_ms` for a request, watching `watch` (the connection to an attached collector) as
+    /// well: returns (a request is waiting, `watch` hung up).
+    pub fn poll(&self, watch: Option<i32>, timeout_ms: i32) -> (bool, bool) {
+        let mut fds = [
+            libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: watch.unwrap_or(-1), events: libc::POLLRDHUP, revents: 0 },
+        ];
+        // SAFETY: poll over a valid array of pollfds (a negative fd is ignored by the kernel).
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if n <= 0 {
+            return (false, false);
+        }
+        let gone = libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR;
+        (fds[0].revents & libc::POLLIN != 0, watch.is_some() && fds[1].revents & gone != 0)
+    }
+
     /// Waits for the next connection and reads its request. Peers of another user (other than root) and
     /// malformed requests are errors the caller skips; the connection is closed with them.
     pub fn next(&self) -> Result<Request, ChannelError> {

@@ -180,6 +180,16 @@ pub struct Consumer {
 }
 
 impl Consumer {
+    /// Discards every published event (what a collector that died left unread, before the next one takes over
+    /// the segment); returns how many.
+    pub fn skip_all(&mut self) -> u64 {
+        let h = self.ring.header();
+        let r = h.read.0.load(Ordering::Relaxed);
+        let w = h.write.0.load(Ordering::Acquire);
+        h.read.0.store(w, Ordering::Release);
+        w.wrapping_sub(r).min(self.ring.capacity())
+    }
+
     /// Moves every published event into `out`; returns how many. The producer's counters are untrusted (another
     /// process wrote them): an impossible distance is clamped to the capacity instead of reading out of bounds.
     pub fn drain_into(&mut self, out: &mut Vec<RawEvent>) -> usize {

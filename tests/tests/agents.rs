@@ -217,3 +217,98 @@ fn attach_refuses_what_it_cannot_record_with_one_line() {
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn a_killed_attach_collector_leaves_the_agent_dormant_again() {
+    let dir = scratch("agents-attach-killed");
+    let mut server = Server::start(&dir);
+    let pid = server.child.id();
+    let trace = dir.join("killed.cuf");
+    let mut attach = Command::new(cuflight_bin())
+        .args(["attach", &pid.to_string(), "--duration", "60s", "--force", "-o"])
+        .arg(&trace)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_state(pid, "recording");
+    assert_eq!(server.cmd("k 4"), "done 4");
+    attach.kill().unwrap();
+    attach.wait().unwrap();
+    // The agent sees its collector's connection close and detaches by itself: CUPTI is free again.
+    wait_for_state(pid, "dormant");
+    assert_eq!(server.cmd("s"), "subscribed");
+    // What reached the file before the kill is readable; a new window works as before.
+    let second = dir.join("after.cuf");
+    let attach = Command::new(cuflight_bin())
+        .args(["attach", &pid.to_string(), "--duration", "60s", "--force", "-o"])
+        .arg(&second)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_state(pid, "recording");
+    assert_eq!(server.cmd("k 6"), "done 6");
+    assert!(Command::new("kill").args(["-TERM", &attach.id().to_string()]).status().unwrap().success());
+    assert!(attach.wait_with_output().unwrap().status.success());
+    assert_eq!(count(&stats(&second), "kernels", "name", "tick"), 6);
+    drop(server.stdin);
+    assert!(server.child.wait().unwrap().success());
+}
+
+#[test]
+fn a_window_ends_with_its_process_and_keeps_everything_up_to_the_exit() {
+    let dir = scratch("agents-attach-exit");
+    let mut server = Server::start(&dir);
+    let pid = server.child.id();
+    let trace = dir.join("exit.cuf");
+    let attach = Command::new(cuflight_bin())
+        .args(["attach", &pid.to_string(), "--duration", "60s", "--force", "-o"])
+        .arg(&trace)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_state(pid, "recording");
+    assert_eq!(server.cmd("k 9"), "done 9");
+    drop(server.stdin);
+    assert!(server.child.wait().unwrap().success());
+    let out = attach.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("the process exited"), "{err}");
+    assert_eq!(count(&stats(&trace), "kernels", "name", "tick"), 9);
+}
+
+/// Open descriptors, threads and resident memory (KiB) of a process.
+fn footprint(pid: u32) -> (usize, usize, u64) {
+    let count = |dir: String| std::fs::read_dir(dir).map_or(0, |d| d.count());
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss =
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().split(' ').next()?.parse().ok());
+    (count(format!("/proc/{pid}/fd")), count(format!("/proc/{pid}/task")), rss.unwrap_or(0))
+}
+
+#[test]
+fn a_hundred_attach_cycles_leave_no_descriptor_thread_or_memory_behind() {
+    let dir = scratch("agents-cycles");
+    let mut server = Server::start(&dir);
+    let pid = server.child.id();
+    let trace = dir.join("cycle.cuf");
+    let cycle = |n: usize| {
+        for _ in 0..n {
+            let out = Command::new(cuflight_bin())
+                .args(["attach", &pid.to_string(), "--duration", "5ms", "--force", "-o"])
+                .arg(&trace)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+    };
+    cycle(5); // the first attach loads CUPTI and makes the segment: measured after it
+    let (fds, threads, rss) = footprint(pid);
+    cycle(100);
+    let (fds2, threads2, rss2) = footprint(pid);
+    assert_eq!((fds2, threads2), (fds, threads), "descriptors and threads after 100 cycles");
+    assert!(rss2 < rss + 1024, "resident memory grew {rss} -> {rss2} KiB over 100 cycles");
+    assert_eq!(server.cmd("s"), "subscribed", "CUPTI is free after the last detach");
+    assert_eq!(server.cmd("k 2"), "done 2");
+    drop(server.stdin);
+    assert!(server.child.wait().unwrap().success());
+}
