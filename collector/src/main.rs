@@ -60,7 +60,14 @@ enum Cmd {
         /// How long to record: 10s, 500ms, 2m.
         #[arg(long, default_value = "10s", value_parser = attach::parse_duration)]
         duration: Duration,
-        /// Replace the output file if it exists.
+        /// Sampling: start a window this often (the agent is dormant and CUPTI-free in between); window N is
+        /// written to <output stem>-N.<ext>.
+        #[arg(long, value_parser = attach::parse_duration, requires = "count")]
+        every: Option<Duration>,
+        /// How many sampling windows (with --every).
+        #[arg(long, requires = "every", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        count: Option<u32>,
+        /// Replace the output files if they exist.
         #[arg(long)]
         force: bool,
     },
@@ -245,29 +252,39 @@ fn run(cli: Cli) -> Result<i32> {
             let e = agents::launch(&agent, &command);
             bail!("cannot run {}: {e}", command[0]);
         }
-        Cmd::Attach { pid, output, duration, force } => {
+        Cmd::Attach { pid, output, duration, every, count, force } => {
+            if every.is_some_and(|e| e < duration) {
+                bail!("--every must be at least --duration (windows cannot overlap)");
+            }
             let opts = attach::AttachOptions {
                 pid,
                 output: output.unwrap_or_else(record::default_output),
                 duration,
                 drain_interval: Duration::from_millis(10),
                 force,
+                every,
+                count: count.unwrap_or(1),
             };
-            let a = attach::attach(&opts)?;
-            let s = &a.summary;
-            eprintln!(
-                "cuflight: wrote {} ({} events, {} bytes; {}); dropped {} (ring full {}, no ring {}, CUPTI {}, skipped {})",
-                opts.output.display(),
-                s.events,
-                s.bytes,
-                a.ended,
-                s.drops.total(),
-                s.drops.ring_full,
-                s.drops.no_ring,
-                s.drops.cupti_dropped,
-                s.drops.records_skipped,
-            );
-            if let Some(why) = &s.stopped {
+            let mut stopped = None;
+            attach::attach(&opts, |path, a| {
+                let s = &a.summary;
+                eprintln!(
+                    "cuflight: wrote {} ({} events, {} bytes; {}); dropped {} (ring full {}, no ring {}, CUPTI {}, skipped {})",
+                    path.display(),
+                    s.events,
+                    s.bytes,
+                    a.ended,
+                    s.drops.total(),
+                    s.drops.ring_full,
+                    s.drops.no_ring,
+                    s.drops.cupti_dropped,
+                    s.drops.records_skipped,
+                );
+                if stopped.is_none() {
+                    stopped = s.stopped.clone();
+                }
+            })?;
+            if let Some(why) = stopped {
                 bail!("recording stopped early ({why})");
             }
             Ok(0)

@@ -312,3 +312,45 @@ fn a_hundred_attach_cycles_leave_no_descriptor_thread_or_memory_behind() {
     drop(server.stdin);
     assert!(server.child.wait().unwrap().success());
 }
+
+#[test]
+fn sampling_windows_record_only_inside_each_window() {
+    let dir = scratch("agents-sampling");
+    // The server launches one kernel every 10 ms until its stdin closes.
+    let (mut child, mut out) = start_server(&dir, &["launch"], &[]);
+    let pid = child.id();
+    let t = std::time::Instant::now();
+    let run = Command::new(cuflight_bin())
+        .args(["attach", &pid.to_string(), "--duration", "200ms", "--every", "500ms", "--count", "3", "--force", "-o"])
+        .arg(dir.join("sample.cuf"))
+        .output()
+        .unwrap();
+    let elapsed = t.elapsed();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert!(elapsed >= std::time::Duration::from_millis(1200), "three windows 500 ms apart took {elapsed:?}");
+    let mut total = 0;
+    for n in 1..=3 {
+        let s = stats(&dir.join(format!("sample-{n}.cuf")));
+        let k = count(&s, "kernels", "name", "tick");
+        // 200 ms at one kernel per 10 ms, on a loaded machine.
+        assert!((5..=40).contains(&k), "window {n}: {k} kernels\n{err}");
+        total += k;
+    }
+    assert_eq!(server_row(&ps(), pid).map(|r| r["state"].clone()), Some("dormant".into()));
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let launched: u64 = rest.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap();
+    // Between windows the agent was dormant: the 300 ms gaps are not in any trace.
+    assert!(total * 3 / 2 < launched, "{total} kernels in windows of {launched} launched");
+}
+
+#[test]
+fn attach_flags_that_contradict_are_refused() {
+    for args in [&["--every", "1s"][..], &["--count", "3"], &["--duration", "2s", "--every", "1s", "--count", "2"]] {
+        let out = Command::new(cuflight_bin()).args(["attach", "1"]).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(if args.len() == 6 { 1 } else { 2 }), "{args:?}");
+    }
+}

@@ -9,16 +9,21 @@
 use super::record::{RecordError, RecordSummary, Session};
 use cuflight_format::control;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug)]
 pub struct AttachOptions {
     pub pid: u32,
+    /// The trace; with several windows, window N goes to `<stem>-N.<ext>`.
     pub output: PathBuf,
     pub duration: Duration,
     pub drain_interval: Duration,
     pub force: bool,
+    /// Sampling: a window starts every `every` (the agent is dormant, CUPTI-free, in between)...
+    pub every: Option<Duration>,
+    /// ... `count` times.
+    pub count: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,18 +49,63 @@ pub struct Attached {
     pub ended: &'static str,
 }
 
-pub fn attach(opts: &AttachOptions) -> Result<Attached, AttachError> {
+/// The file of window `n` (1-based) of `count`.
+pub fn window_path(output: &Path, n: u32, count: u32) -> PathBuf {
+    if count <= 1 {
+        return output.to_path_buf();
+    }
+    let stem = output.file_stem().map_or_else(|| "window".into(), |s| s.to_string_lossy().into_owned());
+    let name = match output.extension() {
+        Some(ext) => format!("{stem}-{n}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-{n}"),
+    };
+    output.with_file_name(name)
+}
+
+/// Records the windows asked for, calling `done` with each window's file and result as it completes. Stops
+/// early when the process exits or a signal arrives (the window in progress is still written).
+pub fn attach(opts: &AttachOptions, mut done: impl FnMut(&Path, &Attached)) -> Result<u32, AttachError> {
     let name = control::find(opts.pid).map_err(AttachError::List)?.ok_or(AttachError::NoAgent(opts.pid))?;
-    let mut session = Session::open(&opts.output, opts.force)?;
+    // Ctrl-C, SIGTERM or SIGHUP end the window in progress (still written) and the sampling.
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).ok();
+    let count = opts.count.max(1);
+    let mut next_start = Instant::now();
+    for n in 1..=count {
+        let path = window_path(&opts.output, n, count);
+        let window = record_window(opts, &name, &path, &mut signals)?;
+        done(&path, &window);
+        if window.ended != "the duration passed" || n == count {
+            return Ok(n);
+        }
+        // Dormant until the next window: wait in short steps, watching for signals and the process's end.
+        next_start += opts.every.unwrap_or(opts.duration);
+        while Instant::now() < next_start {
+            if signals.as_mut().is_some_and(|s| s.pending().next().is_some()) {
+                return Ok(n);
+            }
+            if control::query(&name).is_err() {
+                return Ok(n); // the process (or its agent) is gone
+            }
+            std::thread::sleep(next_start.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
+        }
+    }
+    Ok(count)
+}
+
+fn record_window(
+    opts: &AttachOptions,
+    name: &str,
+    path: &Path,
+    signals: &mut Option<signal_hook::iterator::Signals>,
+) -> Result<Attached, AttachError> {
+    let mut session = Session::open(path, opts.force)?;
     let pid = opts.pid;
-    match control::command(&name, control::COMMAND_ATTACH, session.name.as_bytes(), REPLY_MS) {
+    match control::command(name, control::COMMAND_ATTACH, session.name.as_bytes(), REPLY_MS) {
         Ok(Ok(())) => {}
         // The output is dropped uncommitted: nothing is left behind.
         Ok(Err(why)) => return Err(AttachError::Refused { pid, why }),
         Err(source) => return Err(AttachError::Control { pid, source }),
     }
-    // Ctrl-C, SIGTERM or SIGHUP end the window early; the trace is still written.
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).ok();
     let wait_ms = opts.drain_interval.as_millis().clamp(1, 10_000) as i32;
     let deadline = Instant::now() + opts.duration;
     let ended = loop {
@@ -72,7 +122,7 @@ pub fn attach(opts: &AttachOptions) -> Result<Attached, AttachError> {
         session.wait(wait_ms);
     };
     if ended != "the process exited" {
-        match control::command(&name, control::COMMAND_DETACH, &[], REPLY_MS) {
+        match control::command(name, control::COMMAND_DETACH, &[], REPLY_MS) {
             Ok(Ok(())) => {}
             Ok(Err(why)) => eprintln!("cuflight: the agent in process {pid} did not detach cleanly: {why}"),
             Err(e) => eprintln!("cuflight: cannot reach the agent in process {pid} to detach: {e}"),
@@ -105,6 +155,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_get_numbered_files() {
+        assert_eq!(window_path(Path::new("w.cuf"), 1, 1), PathBuf::from("w.cuf"));
+        assert_eq!(window_path(Path::new("out/w.cuf"), 2, 3), PathBuf::from("out/w-2.cuf"));
+        assert_eq!(window_path(Path::new("w"), 3, 3), PathBuf::from("w-3"));
+    }
 
     #[test]
     fn durations_parse_as_written() {
