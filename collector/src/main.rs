@@ -57,9 +57,21 @@ enum Cmd {
         /// Trace file to write (default: cuflight-N.cuf in the current directory).
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// How long to record: 10s, 500ms, 2m.
-        #[arg(long, default_value = "10s", value_parser = attach::parse_duration)]
-        duration: Duration,
+        /// How long to record: 10s, 500ms, 2m (default 10s; with --steps or --capture-range, the longest a
+        /// window may wait and last, unbounded by default).
+        #[arg(long, value_parser = attach::parse_duration)]
+        duration: Option<Duration>,
+        /// Record N steps (step-like NVTX ranges: ProfilerStep#N, step, train_step, ...), like torch.profiler's
+        /// active steps.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "capture_range")]
+        steps: Option<u32>,
+        /// Steps to let pass first (torch.profiler's wait + warmup).
+        #[arg(long, requires = "steps", default_value_t = 0)]
+        skip_steps: u32,
+        /// Record only inside the program's own marks: cudaProfilerApi (cudaProfilerStart..Stop) or
+        /// nvtx:NAME[@DOMAIN] (the first NVTX range of that name).
+        #[arg(long, value_parser = cuflight_collector::capture::window::Range::parse)]
+        capture_range: Option<cuflight_collector::capture::window::Range>,
         /// Sampling: start a window this often (the agent is dormant and CUPTI-free in between); window N is
         /// written to <output stem>-N.<ext>.
         #[arg(long, value_parser = attach::parse_duration, requires = "count")]
@@ -252,14 +264,20 @@ fn run(cli: Cli) -> Result<i32> {
             let e = agents::launch(&agent, &command);
             bail!("cannot run {}: {e}", command[0]);
         }
-        Cmd::Attach { pid, output, duration, every, count, force } => {
-            if every.is_some_and(|e| e < duration) {
+        Cmd::Attach { pid, output, duration, steps, skip_steps, capture_range, every, count, force } => {
+            let range = match steps {
+                Some(count) => Some(cuflight_collector::capture::window::Range::Steps { skip: skip_steps, count }),
+                None => capture_range,
+            };
+            let duration = duration.or((range.is_none()).then_some(Duration::from_secs(10)));
+            if every.zip(duration).is_some_and(|(e, d)| e < d) {
                 bail!("--every must be at least --duration (windows cannot overlap)");
             }
             let opts = attach::AttachOptions {
                 pid,
                 output: output.unwrap_or_else(record::default_output),
                 duration,
+                range,
                 drain_interval: Duration::from_millis(10),
                 force,
                 every,

@@ -2,9 +2,12 @@
  * until its standard input closes), printing "server: ready" once CUDA is up. With "subscribe" it first
  * subscribes to CUPTI itself, as torch.profiler or nsys would: it exits 21 if an agent holds CUPTI.
  * "server cmd" instead obeys lines on stdin: "k N" launches N kernels, synchronises and prints "done N";
- * "s" subscribes to CUPTI and unsubscribes, printing "subscribed" or "refused"; EOF ends it. */
+ * "s" subscribes to CUPTI and unsubscribes, printing "subscribed" or "refused"; "t N M" runs N steps (an NVTX
+ * range "step" around M kernels each); "r NAME M" runs M kernels inside an NVTX range NAME; "p" and "P" call
+ * cudaProfilerStart and cudaProfilerStop; each prints "done"; EOF ends it. */
 #include "sim.h"
 #include <cupti.h>
+#include <nvtx3/nvToolsExt.h>
 #include <poll.h>
 #include <string.h>
 #include <unistd.h>
@@ -12,6 +15,10 @@
 static void CUPTIAPI on_api(void *u, CUpti_CallbackDomain d, CUpti_CallbackId c, const void *data) {
     (void)u; (void)d; (void)c; (void)data;
 }
+
+/* cuda_profiler_api.h (not in the header wheels) declares these two libcudart entry points. */
+extern cudaError_t CUDARTAPI cudaProfilerStart(void);
+extern cudaError_t CUDARTAPI cudaProfilerStop(void);
 
 void tick(void **args) { (void)args; }
 
@@ -30,6 +37,28 @@ static int commands(void) {
             for (long i = 0; i < n; i++) launch(tick, 1, 1, 0, args);
             CHECK(cudaDeviceSynchronize());
             printf("done %ld\n", n);
+        } else if (line[0] == 't') {
+            long steps = 0, per = 0;
+            sscanf(line + 1, "%ld %ld", &steps, &per);
+            for (long i = 0; i < steps; i++) {
+                nvtxRangePushA("step");
+                for (long k = 0; k < per; k++) launch(tick, 1, 1, 0, args);
+                CHECK(cudaDeviceSynchronize());
+                nvtxRangePop();
+            }
+            printf("done\n");
+        } else if (line[0] == 'r') {
+            char name[32] = "";
+            long per = 0;
+            sscanf(line + 1, "%31s %ld", name, &per);
+            nvtxRangePushA(name);
+            for (long k = 0; k < per; k++) launch(tick, 1, 1, 0, args);
+            CHECK(cudaDeviceSynchronize());
+            nvtxRangePop();
+            printf("done\n");
+        } else if (line[0] == 'p' || line[0] == 'P') {
+            CHECK(line[0] == 'p' ? cudaProfilerStart() : cudaProfilerStop());
+            printf("done\n");
         } else if (line[0] == 's') {
             CUpti_SubscriberHandle sub;
             int ok = cuptiSubscribe(&sub, (CUpti_CallbackFunc)on_api, NULL) == CUPTI_SUCCESS;

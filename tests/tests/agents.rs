@@ -354,3 +354,68 @@ fn attach_flags_that_contradict_are_refused() {
         assert_eq!(out.status.code(), Some(if args.len() == 6 { 1 } else { 2 }), "{args:?}");
     }
 }
+
+/// Starts `cuflight attach PID ARGS -o TRACE` in the background and waits until the agent records.
+fn attach_in_background(pid: u32, trace: &std::path::Path, args: &[&str]) -> Child {
+    let child = Command::new(cuflight_bin())
+        .args(["attach", &pid.to_string(), "--force", "-o"])
+        .arg(trace)
+        .args(args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_state(pid, "recording");
+    child
+}
+
+fn ended_by_itself(attach: Child, why: &str) {
+    let out = attach.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains(why), "{err}");
+}
+
+#[test]
+fn windows_bounded_by_steps_profiler_calls_and_nvtx_ranges_hold_exactly_their_work() {
+    let dir = scratch("agents-ranges");
+    let mut server = Server::start(&dir);
+    let pid = server.child.id();
+
+    // Steps 2 and 3 of five (one skipped), three kernels each: six kernels, two step ranges.
+    let trace = dir.join("steps.cuf");
+    let attach = attach_in_background(pid, &trace, &["--steps", "2", "--skip-steps", "1"]);
+    assert_eq!(server.cmd("k 4"), "done 4"); // before the first step: not in the window
+    assert_eq!(server.cmd("t 5 3"), "done");
+    ended_by_itself(attach, "the range ended");
+    wait_for_state(pid, "dormant");
+    let s = stats(&trace);
+    assert_eq!(count(&s, "kernels", "name", "tick"), 6);
+    assert_eq!(count(&s, "nvtx", "name", "step"), 2, "{}", s["nvtx"]);
+
+    // cudaProfilerStart..cudaProfilerStop.
+    let trace = dir.join("profiler.cuf");
+    let attach = attach_in_background(pid, &trace, &["--capture-range", "cudaProfilerApi"]);
+    for (cmd, reply) in [("k 2", "done 2"), ("p", "done"), ("k 5", "done 5"), ("P", "done"), ("k 3", "done 3")] {
+        assert_eq!(server.cmd(cmd), reply);
+    }
+    ended_by_itself(attach, "the range ended");
+    wait_for_state(pid, "dormant");
+    assert_eq!(count(&stats(&trace), "kernels", "name", "tick"), 5);
+
+    // The first NVTX range named "fwd".
+    let trace = dir.join("nvtx.cuf");
+    let attach = attach_in_background(pid, &trace, &["--capture-range", "nvtx:fwd"]);
+    for (cmd, reply) in [("r bwd 2", "done"), ("r fwd 7", "done"), ("r fwd 1", "done")] {
+        assert_eq!(server.cmd(cmd), reply);
+    }
+    ended_by_itself(attach, "the range ended");
+    assert_eq!(count(&stats(&trace), "kernels", "name", "tick"), 7);
+
+    // A range that never comes: the duration bounds the wait, and says so.
+    let trace = dir.join("never.cuf");
+    let attach = attach_in_background(pid, &trace, &["--capture-range", "nvtx:never", "--duration", "300ms"]);
+    assert_eq!(server.cmd("k 2"), "done 2");
+    ended_by_itself(attach, "before the range started");
+    assert_eq!(count(&stats(&trace), "kernels", "name", "tick"), 0);
+    drop(server.stdin);
+    assert!(server.child.wait().unwrap().success());
+}

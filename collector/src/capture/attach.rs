@@ -17,7 +17,10 @@ pub struct AttachOptions {
     pub pid: u32,
     /// The trace; with several windows, window N goes to `<stem>-N.<ext>`.
     pub output: PathBuf,
-    pub duration: Duration,
+    /// How long a window lasts; with a `range`, the longest it may wait and last (None: until the range ends).
+    pub duration: Option<Duration>,
+    /// A window bounded by the program's own marks (profiler API, an NVTX range, steps).
+    pub range: Option<super::window::Range>,
     pub drain_interval: Duration,
     pub force: bool,
     /// Sampling: a window starts every `every` (the agent is dormant, CUPTI-free, in between)...
@@ -74,11 +77,11 @@ pub fn attach(opts: &AttachOptions, mut done: impl FnMut(&Path, &Attached)) -> R
         let path = window_path(&opts.output, n, count);
         let window = record_window(opts, &name, &path, &mut signals)?;
         done(&path, &window);
-        if window.ended != "the duration passed" || n == count {
+        if !matches!(window.ended, "the duration passed" | "the range ended") || n == count {
             return Ok(n);
         }
         // Dormant until the next window: wait in short steps, watching for signals and the process's end.
-        next_start += opts.every.unwrap_or(opts.duration);
+        next_start += opts.every.or(opts.duration).unwrap_or_default();
         while Instant::now() < next_start {
             if signals.as_mut().is_some_and(|s| s.pending().next().is_some()) {
                 return Ok(n);
@@ -99,6 +102,9 @@ fn record_window(
     signals: &mut Option<signal_hook::iterator::Signals>,
 ) -> Result<Attached, AttachError> {
     let mut session = Session::open(path, opts.force)?;
+    if let Some(range) = &opts.range {
+        session.set_window(super::window::Window::new(range.clone()));
+    }
     let pid = opts.pid;
     match control::command(name, control::COMMAND_ATTACH, session.name.as_bytes(), REPLY_MS) {
         Ok(Ok(())) => {}
@@ -107,17 +113,24 @@ fn record_window(
         Err(source) => return Err(AttachError::Control { pid, source }),
     }
     let wait_ms = opts.drain_interval.as_millis().clamp(1, 10_000) as i32;
-    let deadline = Instant::now() + opts.duration;
+    let deadline = opts.duration.map(|d| Instant::now() + d);
     let ended = loop {
         session.step(false);
         if session.all_ended() && session.processes() > 0 {
             break "the process exited";
         }
+        if matches!(session.window_phase(), Some(super::window::Phase::Closed(..))) {
+            break "the range ended";
+        }
         if signals.as_mut().is_some_and(|s| s.pending().next().is_some()) {
             break "interrupted";
         }
-        if Instant::now() >= deadline {
-            break "the duration passed";
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break if opts.range.is_some() && session.window_phase() == Some(super::window::Phase::Waiting) {
+                "the duration passed before the range started"
+            } else {
+                "the duration passed"
+            };
         }
         session.wait(wait_ms);
     };

@@ -9,3 +9,4 @@ pub mod attach;
 pub mod record;
 pub mod recover;
 mod sink;
+pub mod window;

@@ -223,6 +223,8 @@ struct Recorder {
     stopped: Option<String>,
     /// Refused peers already reported (a hostile peer must not flood stderr).
     complained: HashSet<String>,
+    /// An attach window bounded by the program's own marks: what lies outside is dropped as it is drained.
+    window: Option<super::window::Window>,
 }
 
 impl Recorder {
@@ -266,7 +268,15 @@ impl Recorder {
         }
         let now = segment::monotonic_ns();
         for t in self.tracked.values_mut() {
-            self.pending += drain_one(t, now);
+            let before = t.pending_events.len();
+            let n = drain_one(t, now);
+            match self.window.as_mut() {
+                Some(w) => {
+                    w.filter(&t.seg, &mut t.pending_events, before);
+                    self.pending += t.pending_events.len() - before;
+                }
+                None => self.pending += n,
+            }
         }
         if force || self.pending >= WRITE_EVENTS || self.last_write.elapsed() >= WRITE_AGE {
             self.write_pending();
@@ -451,6 +461,7 @@ impl Session {
             last_liveness: Instant::now(),
             stopped: None,
             complained: HashSet::new(),
+            window: None,
         };
         Ok(Session { name, rec, output, out_path })
     }
@@ -469,6 +480,16 @@ impl Session {
 
     pub fn all_ended(&self) -> bool {
         self.rec.all_ended()
+    }
+
+    /// Keeps only what lies inside `window` from here on.
+    pub fn set_window(&mut self, window: super::window::Window) {
+        self.rec.window = Some(window);
+    }
+
+    /// Where the window set by [`Self::set_window`] stands.
+    pub fn window_phase(&self) -> Option<super::window::Phase> {
+        self.rec.window.as_ref().map(|w| w.phase)
     }
 
     /// The processes recorded so far (live or ended).
