@@ -38,6 +38,17 @@ enum Cmd {
         /// Seconds to keep recording processes that outlive the command.
         #[arg(long, default_value_t = 10)]
         linger_secs: u64,
+        /// Keep N steps (step-like NVTX ranges: ProfilerStep#N, step, train_step, ...), like torch.profiler's
+        /// active steps.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "capture_range")]
+        steps: Option<u32>,
+        /// Steps to let pass first (torch.profiler's wait + warmup).
+        #[arg(long, requires = "steps", default_value_t = 0)]
+        skip_steps: u32,
+        /// Keep only what lies inside the program's own marks: cudaProfilerApi (cudaProfilerStart..Stop) or
+        /// nvtx:NAME[@DOMAIN] (the first NVTX range of that name).
+        #[arg(long, value_parser = cuflight_collector::capture::window::Range::parse)]
+        capture_range: Option<cuflight_collector::capture::window::Range>,
         /// The program and its arguments (after `--`).
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<String>,
@@ -204,7 +215,18 @@ fn one_line(e: &anyhow::Error) -> String {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Cmd::Record { output, inject, flush_ms, drain_ms, force, linger_secs, command } => {
+        Cmd::Record {
+            output,
+            inject,
+            flush_ms,
+            drain_ms,
+            force,
+            linger_secs,
+            steps,
+            skip_steps,
+            capture_range,
+            command,
+        } => {
             let Some(agent) = record::find_agent() else {
                 bail!("cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path");
             };
@@ -220,10 +242,17 @@ fn run(cli: Cli) -> Result<i32> {
                 flush_ms,
                 linger: Duration::from_secs(linger_secs),
                 force,
+                range: match steps {
+                    Some(count) => Some(cuflight_collector::capture::window::Range::Steps { skip: skip_steps, count }),
+                    None => capture_range,
+                },
             };
             let s = record::record(&opts).context("recording failed")?;
             for (pid, why) in &s.disabled {
                 eprintln!("cuflight: agent was off in process {pid}: {why}");
+            }
+            if s.range_never_started {
+                eprintln!("cuflight: the capture range or steps asked for never started: the trace holds no events of the program");
             }
             for sig in &s.forwarded {
                 eprintln!("cuflight: forwarded {sig} to the program");

@@ -48,6 +48,8 @@ pub struct RecordOptions {
     pub linger: Duration,
     /// Replace an existing output file.
     pub force: bool,
+    /// Keep only what lies inside the program's own marks (steps, profiler API, an NVTX range).
+    pub range: Option<super::window::Range>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +79,8 @@ pub struct RecordSummary {
     pub stopped: Option<String>,
     /// Processes that ended without their final flush: (pid, flush period in ms).
     pub unflushed: Vec<(u32, u32)>,
+    /// A capture range or step window was asked for and never started.
+    pub range_never_started: bool,
 }
 
 struct Tracked {
@@ -555,6 +559,7 @@ impl Session {
             forwarded: Vec::new(),
             stopped: rec.stopped.take(),
             unflushed,
+            range_never_started: false,
         }
     }
 }
@@ -562,6 +567,9 @@ impl Session {
 /// Runs the command under the agent and writes the trace.
 pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
     let mut session = Session::open(&opts.output, opts.force)?;
+    if let Some(range) = &opts.range {
+        session.set_window(super::window::Window::new(range.clone()));
+    }
     let session_name = session.name.clone();
 
     // Signals for the program: a terminal's Ctrl-C reaches the whole foreground group (the program too), so
@@ -621,7 +629,9 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
         session.wait(wait_ms);
     }
     let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let never_started = session.window_phase() == Some(super::window::Phase::Waiting);
     let mut summary = session.finish(opts.command.clone(), Some(exit_code));
+    summary.range_never_started = never_started;
     summary.forwarded = forwarded;
     Ok(summary)
 }
