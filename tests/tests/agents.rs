@@ -456,3 +456,76 @@ fn record_keeps_only_the_steps_or_range_asked_for() {
     let s = run(&[], "k 3\np\nk 6\nP\nk 5\n");
     assert_eq!(count(&s, "kernels", "name", "tick"), 15);
 }
+
+/// This test process runs as root (read from /proc, the tests use no unsafe code).
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:")).map(|u| u.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false)
+}
+
+#[test]
+fn strangers_neither_see_nor_control_an_agent() {
+    if !running_as_root() || !std::path::Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv to run processes as two other users");
+        return;
+    }
+    let dir = scratch("agents-strangers");
+    let open = |p: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
+    };
+    open(&dir);
+    let as_user = |uid: &str| {
+        let mut c = Command::new("setpriv");
+        c.args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups"]);
+        c
+    };
+    let reachable = as_user("65534").arg(cuflight_bin()).arg("--version").output().is_ok_and(|o| o.status.success());
+    if !reachable {
+        eprintln!("skipped: uid 65534 cannot run {} (a checkout under a private directory)", cuflight_bin().display());
+        return;
+    }
+    let prog = build_c("server", &dir);
+    // The agent's process belongs to uid 65534.
+    let mut owner = as_user("65534");
+    let mut child = owner
+        .arg(cuflight_bin())
+        .args(["launch", "--"])
+        .arg(&prog)
+        .arg("0")
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "server: ready");
+    let pid = child.id();
+    // Root sees it; uid 65533 neither sees nor attaches to it.
+    assert!(server_row(&ps(), pid).is_some());
+    let listed = as_user("65533").arg(cuflight_bin()).args(["ps", "--format", "json"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&listed.stdout).trim(), "[]");
+    let attached = as_user("65533")
+        .arg(cuflight_bin())
+        .args(["attach", &pid.to_string(), "--duration", "100ms", "-o"])
+        .arg(dir.join("stranger.cuf"))
+        .output()
+        .unwrap();
+    assert_eq!(attached.status.code(), Some(1));
+    assert!(!dir.join("stranger.cuf").exists());
+    // Its own user may.
+    let mine = as_user("65534")
+        .arg(cuflight_bin())
+        .args(["attach", &pid.to_string(), "--duration", "200ms", "-o"])
+        .arg(dir.join("owner.cuf"))
+        .output()
+        .unwrap();
+    assert!(mine.status.success(), "{}", String::from_utf8_lossy(&mine.stderr));
+    assert!(count(&stats(&dir.join("owner.cuf")), "kernels", "name", "tick") > 0);
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+}
