@@ -529,3 +529,26 @@ fn strangers_neither_see_nor_control_an_agent() {
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn the_gpu_attach_check_passes_on_cudasim() {
+    // scripts/gpu-validate runs tests/py/attach_check.py against tests/gpu/server.cu on a real GPU; running it
+    // here against the cudasim server keeps the script from rotting between GPU sessions.
+    let dir = scratch("agents-attach-check");
+    let prog = build_c("server", &dir);
+    let out = Command::new("python3")
+        .arg(repo_root().join("tests/py/attach_check.py"))
+        .arg(cuflight_bin())
+        .arg(dir.join("out"))
+        .arg("20")
+        .arg("--")
+        .arg(&prog)
+        .arg("cmd")
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .env_remove("CUDASIM_CUPTI_VERSION")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+}
