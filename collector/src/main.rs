@@ -4,6 +4,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use cuflight_collector::analysis::stats::Stats;
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
+use cuflight_collector::capture::window::Range;
 use cuflight_collector::capture::{agents, attach};
 use cuflight_collector::export::output::{self, Output};
 use std::path::PathBuf;
@@ -38,17 +39,8 @@ enum Cmd {
         /// Seconds to keep recording processes that outlive the command.
         #[arg(long, default_value_t = 10)]
         linger_secs: u64,
-        /// Keep N steps (step-like NVTX ranges: ProfilerStep#N, step, train_step, ...), like torch.profiler's
-        /// active steps.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "capture_range")]
-        steps: Option<u32>,
-        /// Steps to let pass first (torch.profiler's wait + warmup).
-        #[arg(long, requires = "steps", default_value_t = 0)]
-        skip_steps: u32,
-        /// Keep only what lies inside the program's own marks: cudaProfilerApi (cudaProfilerStart..Stop) or
-        /// nvtx:NAME[@DOMAIN] (the first NVTX range of that name).
-        #[arg(long, value_parser = cuflight_collector::capture::window::Range::parse)]
-        capture_range: Option<cuflight_collector::capture::window::Range>,
+        #[command(flatten)]
+        window: WindowArgs,
         /// The program and its arguments (after `--`).
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<String>,
@@ -72,17 +64,8 @@ enum Cmd {
         /// window may wait and last, unbounded by default).
         #[arg(long, value_parser = attach::parse_duration)]
         duration: Option<Duration>,
-        /// Record N steps (step-like NVTX ranges: ProfilerStep#N, step, train_step, ...), like torch.profiler's
-        /// active steps.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "capture_range")]
-        steps: Option<u32>,
-        /// Steps to let pass first (torch.profiler's wait + warmup).
-        #[arg(long, requires = "steps", default_value_t = 0)]
-        skip_steps: u32,
-        /// Record only inside the program's own marks: cudaProfilerApi (cudaProfilerStart..Stop) or
-        /// nvtx:NAME[@DOMAIN] (the first NVTX range of that name).
-        #[arg(long, value_parser = cuflight_collector::capture::window::Range::parse)]
-        capture_range: Option<cuflight_collector::capture::window::Range>,
+        #[command(flatten)]
+        window: WindowArgs,
         /// Sampling: start a window this often (the agent is dormant and CUPTI-free in between); window N is
         /// written to <output stem>-N.<ext>.
         #[arg(long, value_parser = attach::parse_duration, requires = "count")]
@@ -150,6 +133,31 @@ enum Cmd {
     },
 }
 
+/// A window bounded by the program's own marks (`record` and `attach` alike).
+#[derive(clap::Args)]
+struct WindowArgs {
+    /// Keep N steps (step-like NVTX ranges: ProfilerStep#N, step, train_step, ...), like torch.profiler's
+    /// active steps.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "capture_range")]
+    steps: Option<u32>,
+    /// Steps to let pass first (torch.profiler's wait + warmup).
+    #[arg(long, requires = "steps", default_value_t = 0)]
+    skip_steps: u32,
+    /// Keep only what lies inside the program's own marks: cudaProfilerApi (cudaProfilerStart..Stop) or
+    /// nvtx:NAME[@DOMAIN] (the first NVTX range of that name).
+    #[arg(long, value_parser = Range::parse)]
+    capture_range: Option<Range>,
+}
+
+impl WindowArgs {
+    fn range(self) -> Option<Range> {
+        match self.steps {
+            Some(count) => Some(Range::Steps { skip: self.skip_steps, count }),
+            None => self.capture_range,
+        }
+    }
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum ReportFormat {
     Text,
@@ -215,18 +223,7 @@ fn one_line(e: &anyhow::Error) -> String {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Cmd::Record {
-            output,
-            inject,
-            flush_ms,
-            drain_ms,
-            force,
-            linger_secs,
-            steps,
-            skip_steps,
-            capture_range,
-            command,
-        } => {
+        Cmd::Record { output, inject, flush_ms, drain_ms, force, linger_secs, window, command } => {
             let Some(agent) = record::find_agent() else {
                 bail!("cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path");
             };
@@ -242,10 +239,7 @@ fn run(cli: Cli) -> Result<i32> {
                 flush_ms,
                 linger: Duration::from_secs(linger_secs),
                 force,
-                range: match steps {
-                    Some(count) => Some(cuflight_collector::capture::window::Range::Steps { skip: skip_steps, count }),
-                    None => capture_range,
-                },
+                range: window.range(),
             };
             let s = record::record(&opts).context("recording failed")?;
             for (pid, why) in &s.disabled {
@@ -293,11 +287,8 @@ fn run(cli: Cli) -> Result<i32> {
             let e = agents::launch(&agent, &command);
             bail!("cannot run {}: {e}", command[0]);
         }
-        Cmd::Attach { pid, output, duration, steps, skip_steps, capture_range, every, count, force } => {
-            let range = match steps {
-                Some(count) => Some(cuflight_collector::capture::window::Range::Steps { skip: skip_steps, count }),
-                None => capture_range,
-            };
+        Cmd::Attach { pid, output, duration, window, every, count, force } => {
+            let range = window.range();
             let duration = duration.or((range.is_none()).then_some(Duration::from_secs(10)));
             if every.zip(duration).is_some_and(|(e, d)| e < d) {
                 bail!("--every must be at least --duration (windows cannot overlap)");

@@ -155,13 +155,7 @@ fn attach_windows_hold_exactly_the_work_inside_them_and_leave_the_process_as_bef
     assert_eq!(server.cmd("k 5"), "done 5"); // before any window: not recorded
     for (window, n) in [(1, 7), (2, 11), (3, 2)] {
         let trace = dir.join(format!("window{window}.cuf"));
-        let attach = Command::new(cuflight_bin())
-            .args(["attach", &pid.to_string(), "--duration", "60s", "--force", "-o"])
-            .arg(&trace)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for_state(pid, "recording");
+        let attach = attach_in_background(pid, &trace, &["--duration", "60s"]);
         // While cuflight records, CUPTI (one subscriber below 13.3) is taken.
         assert_eq!(server.cmd("s"), "refused");
         assert_eq!(server.cmd(&format!("k {n}")), format!("done {n}"));
@@ -224,13 +218,7 @@ fn a_killed_attach_collector_leaves_the_agent_dormant_again() {
     let mut server = Server::start(&dir);
     let pid = server.child.id();
     let trace = dir.join("killed.cuf");
-    let mut attach = Command::new(cuflight_bin())
-        .args(["attach", &pid.to_string(), "--duration", "60s", "--force", "-o"])
-        .arg(&trace)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_state(pid, "recording");
+    let mut attach = attach_in_background(pid, &trace, &["--duration", "60s"]);
     assert_eq!(server.cmd("k 4"), "done 4");
     attach.kill().unwrap();
     attach.wait().unwrap();
@@ -239,13 +227,7 @@ fn a_killed_attach_collector_leaves_the_agent_dormant_again() {
     assert_eq!(server.cmd("s"), "subscribed");
     // What reached the file before the kill is readable; a new window works as before.
     let second = dir.join("after.cuf");
-    let attach = Command::new(cuflight_bin())
-        .args(["attach", &pid.to_string(), "--duration", "60s", "--force", "-o"])
-        .arg(&second)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_state(pid, "recording");
+    let attach = attach_in_background(pid, &second, &["--duration", "60s"]);
     assert_eq!(server.cmd("k 6"), "done 6");
     assert!(Command::new("kill").args(["-TERM", &attach.id().to_string()]).status().unwrap().success());
     assert!(attach.wait_with_output().unwrap().status.success());
@@ -260,13 +242,7 @@ fn a_window_ends_with_its_process_and_keeps_everything_up_to_the_exit() {
     let mut server = Server::start(&dir);
     let pid = server.child.id();
     let trace = dir.join("exit.cuf");
-    let attach = Command::new(cuflight_bin())
-        .args(["attach", &pid.to_string(), "--duration", "60s", "--force", "-o"])
-        .arg(&trace)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_state(pid, "recording");
+    let attach = attach_in_background(pid, &trace, &["--duration", "60s"]);
     assert_eq!(server.cmd("k 9"), "done 9");
     drop(server.stdin);
     assert!(server.child.wait().unwrap().success());

@@ -139,7 +139,7 @@ pub fn find_agent() -> Option<PathBuf> {
     [dir.join("libcuflight.so"), dir.join("../lib/libcuflight.so")].into_iter().find(|p| p.is_file())
 }
 
-fn string_at(seg: &MappedSegment, id: u32) -> String {
+pub(super) fn string_at(seg: &MappedSegment, id: u32) -> String {
     if id == 0 {
         return String::new();
     }

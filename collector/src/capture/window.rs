@@ -9,7 +9,7 @@
 //! before the window arrive late and are dropped by their start time. Facts that are not bound to a time (devices,
 //! thread names, clock pairs, NVTX categories) are always kept.
 
-use cuflight_format::segment::{parse_strings, MappedSegment};
+use cuflight_format::segment::MappedSegment;
 use cuflight_format::{EventKind, RawEvent};
 use std::collections::HashMap;
 
@@ -84,15 +84,7 @@ impl Window {
     }
 
     fn name(&mut self, seg: &MappedSegment, id: u32) -> &str {
-        self.names.entry((seg.pid(), id)).or_insert_with(|| {
-            if id == 0 {
-                return String::new();
-            }
-            parse_strings(id as u64, seg.strings_since(id as u64))
-                .next()
-                .map(|(_, s)| String::from_utf8_lossy(s).into_owned())
-                .unwrap_or_default()
-        })
+        self.names.entry((seg.pid(), id)).or_insert_with(|| super::record::string_at(seg, id))
     }
 
     fn open(&mut self, at: u64) {
