@@ -4,7 +4,8 @@
  * "server cmd" instead obeys lines on stdin: "k N" launches N kernels, synchronises and prints "done N";
  * "s" subscribes to CUPTI and unsubscribes, printing "subscribed" or "refused"; "t N M" runs N steps (an NVTX
  * range "step" around M kernels each); "r NAME M" runs M kernels inside an NVTX range NAME; "p" and "P" call
- * cudaProfilerStart and cudaProfilerStop; each prints "done"; EOF ends it. */
+ * cudaProfilerStart and cudaProfilerStop; each prints "done"; "S" subscribes to CUPTI and keeps the subscription
+ * (as a profiler would), "U" drops it; EOF ends it. */
 #include "sim.h"
 #include <cupti.h>
 #include <nvtx3/nvToolsExt.h>
@@ -30,6 +31,7 @@ static int stdin_closed(void) {
 
 static int commands(void) {
     void *args[] = {NULL};
+    CUpti_SubscriberHandle held = NULL;
     char line[64];
     while (fgets(line, sizeof line, stdin)) {
         if (line[0] == 'k') {
@@ -58,6 +60,12 @@ static int commands(void) {
             printf("done\n");
         } else if (line[0] == 'p' || line[0] == 'P') {
             CHECK(line[0] == 'p' ? cudaProfilerStart() : cudaProfilerStop());
+            printf("done\n");
+        } else if (line[0] == 'S') {
+            printf(cuptiSubscribe(&held, (CUpti_CallbackFunc)on_api, NULL) == CUPTI_SUCCESS ? "subscribed\n" : "refused\n");
+        } else if (line[0] == 'U') {
+            if (held) cuptiUnsubscribe(held);
+            held = NULL;
             printf("done\n");
         } else if (line[0] == 's') {
             CUpti_SubscriberHandle sub;

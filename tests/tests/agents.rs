@@ -528,3 +528,32 @@ fn the_gpu_attach_check_passes_on_cudasim() {
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(!stdout.contains("FAIL"), "{stdout}");
 }
+
+#[test]
+fn attach_names_the_cupti_client_that_holds_cupti_and_stays_dormant() {
+    let dir = scratch("agents-attach-taken");
+    let mut server = Server::start(&dir);
+    let pid = server.child.id();
+    // The program itself holds CUPTI, as torch.profiler or nsys would.
+    assert_eq!(server.cmd("S"), "subscribed");
+    let trace = dir.join("taken.cuf");
+    let out = Command::new(cuflight_bin())
+        .args(["attach", &pid.to_string(), "--duration", "1s", "-o"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("another CUPTI client") && err.lines().count() == 1, "{err}");
+    assert!(!trace.exists());
+    assert_eq!(server_row(&ps(), pid).map(|r| r["state"].clone()), Some("dormant".into()));
+    // Once the other client lets go, a window works.
+    assert_eq!(server.cmd("U"), "done");
+    let attach = attach_in_background(pid, &trace, &["--duration", "60s"]);
+    assert_eq!(server.cmd("k 3"), "done 3");
+    assert!(Command::new("kill").args(["-INT", &attach.id().to_string()]).status().unwrap().success());
+    ended_by_itself(attach, "interrupted");
+    assert_eq!(count(&stats(&trace), "kernels", "name", "tick"), 3);
+    drop(server.stdin);
+    assert!(server.child.wait().unwrap().success());
+}
