@@ -52,21 +52,26 @@ pub fn finish_init(enabled: bool) {
     INIT.store(if enabled { ENABLED } else { DISABLED }, Ordering::Release);
 }
 
-/// The session a collector attached this dormant agent to (`cuflight attach`).
+/// The session a collector attached this dormant agent to (`cuflight attach`), and whether there is one. The
+/// flag is read first so that nothing but the control thread ever takes the lock: a fork child inherits a lock
+/// held by the parent's control thread at the moment of fork as held forever.
 static ATTACHED: Mutex<Option<String>> = Mutex::new(None);
+static ATTACH_ACTIVE: AtomicBool = AtomicBool::new(false);
 
 /// The session this process records into: `cuflight record` sets it in the environment, `cuflight attach`
 /// through the control socket.
 pub fn session() -> Option<String> {
-    if let Some(s) = ATTACHED.lock().clone() {
-        return Some(s);
+    if ATTACH_ACTIVE.load(Ordering::Acquire) {
+        if let Some(s) = ATTACHED.lock().clone() {
+            return Some(s);
+        }
     }
     std::env::var("CUFLIGHT_SESSION").ok().filter(|s| !s.is_empty() && !s.contains('/'))
 }
 
 /// This process records for `cuflight record` (its session came with the environment, not by attach).
 pub fn session_from_env() -> bool {
-    ATTACHED.lock().is_none() && std::env::var_os("CUFLIGHT_SESSION").is_some_and(|s| !s.is_empty())
+    !ATTACH_ACTIVE.load(Ordering::Acquire) && std::env::var_os("CUFLIGHT_SESSION").is_some_and(|s| !s.is_empty())
 }
 
 /// The descriptor of the connection to the collector the segment was handed to, if there is one.
@@ -83,6 +88,7 @@ pub fn dormant() -> bool {
 /// (later ones, the same segment: its rings and strings carry on). CUPTI is not touched here.
 pub fn wake_for(session: &str) -> Result<&'static Agent, String> {
     *ATTACHED.lock() = Some(session.to_string());
+    ATTACH_ACTIVE.store(true, Ordering::Release);
     NO_SEGMENT.store(false, Ordering::Relaxed);
     let Some(agent) = existing_agent() else {
         return agent().ok_or_else(|| "cannot make the trace segment or reach the collector".to_string());
@@ -112,6 +118,7 @@ pub fn wake_for(session: &str) -> Result<&'static Agent, String> {
 pub fn back_to_dormant() {
     INIT.store(DORMANT, Ordering::Release);
     NO_SEGMENT.store(true, Ordering::Relaxed);
+    ATTACH_ACTIVE.store(false, Ordering::Release);
     *ATTACHED.lock() = None;
     if let Some(agent) = existing_agent() {
         agent.seg.header().state.store(seg_state::FINISHED, Ordering::Release);
@@ -312,11 +319,14 @@ extern "C" fn after_fork_in_child() {
     DISABLED_ONCE.store(false, Ordering::Relaxed);
     // A running CUPTI stays the parent's; a child of a CUPTI-less parent may initialise its own (DataLoader and
     // multiprocessing workers that start CUDA themselves).
+    // The child of a dormant or attached process is quiet: it has no control thread of its own, so nobody could
+    // attach to it or detach it (a child of an attached parent would otherwise record on for good).
+    let quiet = ATTACH_ACTIVE.swap(false, Ordering::AcqRel) || INIT.load(Ordering::Acquire) == DORMANT;
     if INIT.load(Ordering::Acquire) != UNINITIALISED {
         INHERITED_CUPTI.store(INIT.load(Ordering::Acquire) == ENABLED, Ordering::Relaxed);
         INIT.store(DISABLED, Ordering::Release);
     }
-    NO_SEGMENT.store(false, Ordering::Relaxed);
+    NO_SEGMENT.store(quiet, Ordering::Relaxed);
     AGENT.store(std::ptr::null_mut(), Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
 }

@@ -5,11 +5,13 @@
  * "s" subscribes to CUPTI and unsubscribes, printing "subscribed" or "refused"; "t N M" runs N steps (an NVTX
  * range "step" around M kernels each); "r NAME M" runs M kernels inside an NVTX range NAME; "p" and "P" call
  * cudaProfilerStart and cudaProfilerStop; each prints "done"; "S" subscribes to CUPTI and keeps the subscription
- * (as a profiler would), "U" drops it; EOF ends it. */
+ * (as a profiler would), "U" drops it; "F" forks a child that opens 5 NVTX ranges "child" and exits, and waits for
+ * it; EOF ends it. */
 #include "sim.h"
 #include <cupti.h>
 #include <nvtx3/nvToolsExt.h>
 #include <poll.h>
+#include <sys/wait.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -63,6 +65,18 @@ static int commands(void) {
             printf("done\n");
         } else if (line[0] == 'S') {
             printf(cuptiSubscribe(&held, (CUpti_CallbackFunc)on_api, NULL) == CUPTI_SUCCESS ? "subscribed\n" : "refused\n");
+        } else if (line[0] == 'F') {
+            pid_t child = fork();
+            if (child == 0) {
+                for (int i = 0; i < 5; i++) {
+                    nvtxRangePushA("child");
+                    nvtxRangePop();
+                }
+                _exit(0);
+            }
+            int status = 1;
+            waitpid(child, &status, 0);
+            printf(WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "done\n" : "child failed\n");
         } else if (line[0] == 'U') {
             if (held) cuptiUnsubscribe(held);
             held = NULL;

@@ -557,3 +557,26 @@ fn attach_names_the_cupti_client_that_holds_cupti_and_stays_dormant() {
     drop(server.stdin);
     assert!(server.child.wait().unwrap().success());
 }
+
+#[test]
+fn a_fork_child_of_an_attached_process_stays_quiet_and_unharmed() {
+    let dir = scratch("agents-attach-fork");
+    let mut server = Server::start(&dir);
+    let pid = server.child.id();
+    let trace = dir.join("fork.cuf");
+    let attach = attach_in_background(pid, &trace, &["--duration", "60s"]);
+    // The child has no control thread, so nobody could detach it: it records nothing and never blocks.
+    assert_eq!(server.cmd("F"), "done");
+    assert_eq!(server.cmd("r parent 2"), "done");
+    assert!(Command::new("kill").args(["-INT", &attach.id().to_string()]).status().unwrap().success());
+    ended_by_itself(attach, "interrupted");
+    let s = stats(&trace);
+    assert_eq!(count(&s, "nvtx", "name", "child"), 0, "{}", s["nvtx"]);
+    assert_eq!(count(&s, "nvtx", "name", "parent"), 1, "{}", s["nvtx"]);
+    assert_eq!(s["processes"].as_array().unwrap().len(), 1);
+    // A child of a dormant process, too.
+    wait_for_state(pid, "dormant");
+    assert_eq!(server.cmd("F"), "done");
+    drop(server.stdin);
+    assert!(server.child.wait().unwrap().success());
+}
