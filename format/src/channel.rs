@@ -54,7 +54,11 @@ pub(crate) fn euid() -> u32 {
 
 /// The abstract socket address of a session (`sun_path` starts with NUL), and its length.
 fn address(session: &str) -> (libc::sockaddr_un, libc::socklen_t) {
-    abstract_address(&format!("cuflight/{}/{session}", euid()))
+    abstract_address(&session_name(session))
+}
+
+fn session_name(session: &str) -> String {
+    format!("cuflight/{}/{session}", euid())
 }
 
 /// The abstract socket address `\0name` (cut to what `sun_path` holds), and its length.
@@ -108,6 +112,23 @@ pub(crate) fn peer(fd: RawFd) -> Result<(u32, u32), ChannelError> {
     Ok((cred.pid as u32, cred.uid))
 }
 
+/// A listening socket on the abstract name `name` (socket `flags` such as SOCK_NONBLOCK; close-on-exec always);
+/// fails if the name is taken.
+pub(crate) fn listen_at(name: &str, flags: i32, backlog: i32) -> Result<OwnedFd, ChannelError> {
+    let fd = socket(flags)?;
+    let (addr, len) = abstract_address(name);
+    // SAFETY: bind/listen on our socket with a valid address of `len` bytes.
+    unsafe {
+        if libc::bind(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) != 0 {
+            return Err(last("bind"));
+        }
+        if libc::listen(fd.as_raw_fd(), backlog) != 0 {
+            return Err(last("listen"));
+        }
+    }
+    Ok(fd)
+}
+
 /// The collector's end: listens for the agents of one session.
 pub struct Listener {
     fd: OwnedFd,
@@ -126,17 +147,7 @@ pub struct Received {
 impl Listener {
     /// Binds the session's address; fails if it is taken (then choose another session name).
     pub fn bind(session: &str) -> Result<Listener, ChannelError> {
-        let fd = socket(libc::SOCK_NONBLOCK)?;
-        let (addr, len) = address(session);
-        // SAFETY: bind/listen on our socket with a valid address of `len` bytes.
-        unsafe {
-            if libc::bind(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) != 0 {
-                return Err(last("bind"));
-            }
-            if libc::listen(fd.as_raw_fd(), 4096) != 0 {
-                return Err(last("listen"));
-            }
-        }
+        let fd = listen_at(&session_name(session), libc::SOCK_NONBLOCK, 4096)?;
         Ok(Listener { fd })
     }
 

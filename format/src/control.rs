@@ -10,7 +10,7 @@
 //! Messages are fixed-size little-endian records behind a magic, read with timeouts on both ends: a silent or
 //! hostile peer costs an agent's control thread at most a fraction of a second, never the program a stall.
 
-use crate::channel::{abstract_address, euid, last, peer, set_timeout, socket, ChannelError};
+use crate::channel::{abstract_address, euid, last, listen_at, peer, set_timeout, socket, ChannelError};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -140,18 +140,7 @@ pub struct Request {
 impl ControlListener {
     /// Binds this process's name (close-on-exec, so a program this one execs binds its own).
     pub fn bind() -> Result<ControlListener, ChannelError> {
-        let fd = socket(0)?;
-        // SAFETY: getpid has no preconditions.
-        let (addr, len) = abstract_address(&agent_name(euid(), unsafe { libc::getpid() } as u32));
-        // SAFETY: bind/listen on our socket with a valid address of `len` bytes.
-        unsafe {
-            if libc::bind(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) != 0 {
-                return Err(last("bind"));
-            }
-            if libc::listen(fd.as_raw_fd(), 16) != 0 {
-                return Err(last("listen"));
-            }
-        }
+        let fd = listen_at(&agent_name(euid(), std::process::id()), 0, 16)?;
         Ok(ControlListener { fd })
     }
 
