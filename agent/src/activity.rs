@@ -168,6 +168,8 @@ fn drain(buffer: *mut u8, valid: usize, l: &cupti::Loaded) {
     }
     if let Some(p) = prev {
         handle(p, end.saturating_sub(p), &mut unused, &mut out);
+        // Completed GPU work: what a flight recorder's hang watch waits for.
+        crate::flight::progress();
     }
     unused.publish();
 }

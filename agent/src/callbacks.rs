@@ -51,6 +51,9 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
                 cupti::flush(false);
             }
         }
+        if crate::flight::armed() && crate::flight::is_sync(runtime, cbid) && !nested(runtime) {
+            crate::flight::sync_enter();
+        }
         if !data.correlationData.is_null() {
             // SAFETY: CUPTI gives each call a u64 slot shared by its enter and exit callbacks.
             unsafe { *data.correlationData = clock::monotonic_ns() };
@@ -58,6 +61,9 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         return;
     }
     let end = clock::monotonic_ns();
+    if crate::flight::armed() {
+        watch_exit(runtime, cbid, data);
+    }
     // One thread-local access for the depth bookkeeping and the pushes; without TLS (exit) the slow path.
     let done = emit::with_thread(|t| {
         if runtime {
@@ -72,6 +78,25 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
     }
     if runtime && cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000 {
         cupti::flush(false);
+    }
+}
+
+/// A call made inside another runtime call on this thread (a driver call the runtime makes on our behalf). At
+/// enter and at exit alike, a runtime call's own depth is counted.
+fn nested(runtime: bool) -> bool {
+    emit::with_thread(|t| t.runtime_depth.get() > runtime as u32).unwrap_or(false)
+}
+
+/// The flight recorder's watch on a call's exit (before the runtime depth is unwound): sticky errors, and the end
+/// of a wait for the GPU.
+#[cold]
+fn watch_exit(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData) {
+    if crate::flight::is_sync(runtime, cbid) && !nested(runtime) {
+        crate::flight::sync_exit();
+    }
+    if !data.functionReturnValue.is_null() {
+        // SAFETY: at exit CUPTI points this at the call's cudaError_t / CUresult (both 32-bit enums).
+        crate::flight::cuda_result(unsafe { *(data.functionReturnValue as *const u32) });
     }
 }
 

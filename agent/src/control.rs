@@ -45,7 +45,12 @@ fn serve(listener: ControlListener) {
         let watch = (STATE.load(Ordering::Acquire) == control::STATE_RECORDING && !state::session_from_env())
             .then(state::collector_conn)
             .flatten();
-        let (request, collector_gone) = listener.poll(watch, 1000);
+        // A flight recorder looks at its dump requests and hang watch five times a second.
+        let flight = STATE.load(Ordering::Acquire) == control::STATE_FLIGHT_RECORDER;
+        let (request, collector_gone) = listener.poll(watch, if flight { 200 } else { 1000 });
+        if flight {
+            crate::flight::service();
+        }
         if collector_gone {
             let _ = detach();
             continue;
@@ -61,6 +66,16 @@ fn serve(listener: ControlListener) {
                 let result = std::str::from_utf8(&req.payload)
                     .map_err(|_| "session name is not UTF-8".to_string())
                     .and_then(attach);
+                let _ = req.reply_result(result);
+            }
+            Ok(req) if req.command == control::COMMAND_DUMP => {
+                let result = if STATE.load(Ordering::Acquire) != control::STATE_FLIGHT_RECORDER {
+                    Err("not a flight recorder (start the program with `cuflight launch --flight-recorder DUR`)".into())
+                } else {
+                    std::str::from_utf8(&req.payload)
+                        .map_err(|_| "session name is not UTF-8".to_string())
+                        .and_then(crate::flight::dump_to_session)
+                };
                 let _ = req.reply_result(result);
             }
             Ok(req) if req.command == control::COMMAND_DETACH => {
@@ -89,6 +104,9 @@ fn attach(session: &str) -> Result<(), String> {
     if !state::dormant() {
         return Err(match STATE.load(Ordering::Acquire) {
             control::STATE_RECORDING => "already recording (another collector attached, or `cuflight record`)".into(),
+            control::STATE_FLIGHT_RECORDER => {
+                "it is a flight recorder, recording already (`cuflight dump PID` takes its last seconds)".into()
+            }
             _ => "the agent is off in this process".into(),
         });
     }

@@ -23,6 +23,7 @@ mod control;
 mod cupti;
 mod devices;
 pub mod emit;
+mod flight;
 mod interner;
 mod nvtx;
 mod rings;
@@ -45,6 +46,22 @@ pub extern "C" fn InitializeInjection() -> c_int {
             state::disable(
                 "fork child of a process that was already profiling CUDA (its CUPTI state belongs to the parent)",
             );
+            return 1;
+        }
+        if state::session().is_none() && flight::span_ns() != 0 {
+            // `cuflight launch --flight-recorder`: recording from the start into rings that keep the newest
+            // events, for `cuflight dump` and for dumps on a crash or hang.
+            match setup::start() {
+                Ok(()) => {
+                    state::finish_init(true);
+                    control::start(cuflight_format::control::STATE_FLIGHT_RECORDER);
+                    flight::arm();
+                }
+                Err(why) => {
+                    state::finish_init(false);
+                    state::disable(&format!("flight recorder: {why}"));
+                }
+            }
             return 1;
         }
         if state::session().is_none() {

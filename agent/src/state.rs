@@ -42,6 +42,8 @@ const DORMANT: u8 = 4;
 static INIT: AtomicU8 = AtomicU8::new(UNINITIALISED);
 /// Set in a fork child whose parent had CUPTI running (copied at fork, before the child runs any code).
 static INHERITED_CUPTI: AtomicBool = AtomicBool::new(false);
+/// This process's segment is a flight recorder's (read in the atfork child handler, which must not allocate).
+static FLIGHT_RECORDER: AtomicBool = AtomicBool::new(false);
 
 /// Claims initialisation; false when it already happened (or is happening).
 pub fn begin_init() -> bool {
@@ -213,11 +215,13 @@ fn create() -> Option<&'static Agent> {
     if NO_SEGMENT.load(Ordering::Relaxed) {
         return None;
     }
-    let Some(session) = session() else {
+    let session = session();
+    let flight_ns = if session.is_none() { crate::flight::span_ns() } else { 0 };
+    if session.is_none() && flight_ns == 0 {
         // Outside a session the agent is dormant (NVTX may ask before the driver initialises the agent).
         NO_SEGMENT.store(true, Ordering::Relaxed);
         return None;
-    };
+    }
     let pid = std::process::id();
     let default = Layout::default();
     let layout = Layout {
@@ -237,20 +241,38 @@ fn create() -> Option<&'static Agent> {
             return None;
         }
     };
-    // Hand the segment to the session's collector. None there (it exited, or this process outlived it): the
-    // segment is dropped and nothing is recorded.
-    let conn = match channel::send(&session, seg.fd()) {
-        Ok(c) => c,
-        Err(e) => {
-            NO_SEGMENT.store(true, Ordering::Relaxed);
-            notice(&format!("cannot reach the cuflight collector of session {session} ({e})"));
-            return None;
+    let conn = match session {
+        // Hand the segment to the session's collector. None there (it exited, or this process outlived it): the
+        // segment is dropped and nothing is recorded.
+        Some(session) => match channel::send(&session, seg.fd()) {
+            Ok(c) => {
+                // The collector has the segment now and drains it within milliseconds: count it as draining from
+                // here, so a thread that fills its ring before the first drain waits for it like any later one (a
+                // collector that never drains is given up on after a second, as always).
+                seg.header().collector_drained_ns.store(crate::clock::monotonic_ns(), Ordering::Relaxed);
+                c
+            }
+            Err(e) => {
+                NO_SEGMENT.store(true, Ordering::Relaxed);
+                notice(&format!("cannot reach the cuflight collector of session {session} ({e})"));
+                return None;
+            }
+        },
+        // A flight recorder: nobody drains; its rings overwrite their oldest events (set before any ring is
+        // reserved) and wake-ups go nowhere.
+        None => {
+            seg.header().flight_recorder_ns.store(flight_ns, Ordering::Relaxed);
+            FLIGHT_RECORDER.store(true, Ordering::Relaxed);
+            match std::fs::OpenOptions::new().write(true).open("/dev/null") {
+                Ok(f) => f.into(),
+                Err(e) => {
+                    NO_SEGMENT.store(true, Ordering::Relaxed);
+                    notice(&format!("cannot open /dev/null ({e})"));
+                    return None;
+                }
+            }
         }
     };
-    // The collector has the segment now and drains it within milliseconds: count it as draining from here, so a
-    // thread that fills its ring before the first drain waits for it like any later one (a collector that never
-    // drains is given up on after a second, as always).
-    seg.header().collector_drained_ns.store(crate::clock::monotonic_ns(), Ordering::Relaxed);
     let agent: &'static Agent =
         Box::leak(Box::new(Agent { seg, interner: Interner::new(), conn, shared: SharedRings::default() }));
     record_process_facts(agent);
@@ -321,7 +343,10 @@ extern "C" fn after_fork_in_child() {
     // multiprocessing workers that start CUDA themselves).
     // The child of a dormant or attached process is quiet: it has no control thread of its own, so nobody could
     // attach to it or detach it (a child of an attached parent would otherwise record on for good).
-    let quiet = ATTACH_ACTIVE.swap(false, Ordering::AcqRel) || INIT.load(Ordering::Acquire) == DORMANT;
+    // A flight recorder's child likewise: its segment would be one nobody can dump.
+    let quiet = ATTACH_ACTIVE.swap(false, Ordering::AcqRel)
+        || INIT.load(Ordering::Acquire) == DORMANT
+        || FLIGHT_RECORDER.load(Ordering::Relaxed);
     if INIT.load(Ordering::Acquire) != UNINITIALISED {
         INHERITED_CUPTI.store(INIT.load(Ordering::Acquire) == ENABLED, Ordering::Relaxed);
         INIT.store(DISABLED, Ordering::Release);

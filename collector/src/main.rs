@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use cuflight_collector::analysis::stats::Stats;
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
 use cuflight_collector::capture::window::Range;
-use cuflight_collector::capture::{agents, attach};
+use cuflight_collector::capture::{agents, attach, dump};
 use cuflight_collector::export::output::{self, Output};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -48,9 +48,34 @@ enum Cmd {
     /// Run a command with the agent dormant: injected, recording nothing and costing nothing until a collector
     /// attaches. Exits with the command's status (the command replaces this process).
     Launch {
+        /// Record from the start into rings that keep the last DUR (e.g. 30s) of everything, for `cuflight dump`
+        /// and for automatic dumps when the program crashes, hangs, hits a sticky CUDA error or gets SIGUSR2.
+        #[arg(long, value_parser = attach::parse_duration)]
+        flight_recorder: Option<Duration>,
+        /// Where automatic dumps go (default: the current directory).
+        #[arg(long, requires = "flight_recorder")]
+        dump_dir: Option<PathBuf>,
+        /// Dump when a thread waits in a synchronising CUDA call this long while no GPU work completes.
+        #[arg(long, value_parser = attach::parse_duration, requires = "flight_recorder")]
+        hang_timeout: Option<Duration>,
         /// The program and its arguments (after `--`).
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<String>,
+    },
+    /// The last seconds of a flight recorder (`cuflight launch --flight-recorder`) as a trace: from a running
+    /// process (by pid), or from the image its agent wrote into the dump directory on a crash or hang.
+    Dump {
+        /// A pid, or the path of a dump image (cuflight-PID-TIME-N.seg).
+        target: String,
+        /// Trace file to write (default: cuflight-N.cuf in the current directory).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Keep only what ended in this last stretch (default: the recorder's own span).
+        #[arg(long, value_parser = attach::parse_duration)]
+        last: Option<Duration>,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
     },
     /// Record a window of a running process whose agent is dormant (started with `cuflight launch`), then leave
     /// it dormant again. Ctrl-C ends the window early; the trace is written either way.
@@ -280,12 +305,52 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(s.exit_code)
         }
-        Cmd::Launch { command } => {
+        Cmd::Launch { flight_recorder, dump_dir, hang_timeout, command } => {
             let Some(agent) = record::find_agent() else {
                 bail!("cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path");
             };
-            let e = agents::launch(&agent, &command);
+            let flight = match flight_recorder {
+                Some(span) => {
+                    let dir = dump_dir.unwrap_or_else(|| PathBuf::from("."));
+                    let dir = std::fs::canonicalize(&dir)
+                        .with_context(|| format!("--dump-dir {}: not a directory you can use", dir.display()))?;
+                    if !dir.is_dir() {
+                        bail!("--dump-dir {}: not a directory", dir.display());
+                    }
+                    Some(agents::FlightRecorder { span, dump_dir: dir, hang_timeout })
+                }
+                None => None,
+            };
+            let e = agents::launch(&agent, &command, flight.as_ref());
             bail!("cannot run {}: {e}", command[0]);
+        }
+        Cmd::Dump { target, output, last, force } => {
+            let output = output.unwrap_or_else(record::default_output);
+            let d = dump::dump(&dump::Target::parse(&target), &output, last, force)?;
+            let s = &d.summary;
+            let cover = match d.complete_for {
+                Some(c) if c < d.span => {
+                    format!("; busy rings wrapped: complete for the last {:.3} s only", c.as_secs_f64())
+                }
+                _ => String::new(),
+            };
+            eprintln!(
+                "cuflight: wrote {} ({} events of process {} from the last {}; dumped: {}{cover})",
+                output.display(),
+                s.events,
+                d.pid,
+                span_text(d.span),
+                d.reason,
+            );
+            for (pid, flush_ms) in &s.unflushed {
+                eprintln!(
+                    "cuflight: process {pid} could not flush CUPTI before this dump: device records of its last {flush_ms} ms are missing"
+                );
+            }
+            if let Some(why) = &s.stopped {
+                bail!("the dump is incomplete ({why})");
+            }
+            Ok(0)
         }
         Cmd::Attach { pid, output, duration, window, every, count, force } => {
             let range = window.range();
@@ -442,5 +507,14 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
+    }
+}
+
+/// A span as users write it back: `30s`, `1.5s`, `2m`, or "the whole recording" when unbounded.
+fn span_text(d: Duration) -> String {
+    match d.as_secs_f64() {
+        s if s > 7.0 * 86400.0 => "recording (everything the rings held)".into(),
+        s if s >= 120.0 && s % 60.0 == 0.0 => format!("{} min", s / 60.0),
+        s => format!("{s} s"),
     }
 }

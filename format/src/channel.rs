@@ -47,7 +47,7 @@ pub(crate) fn last(what: &'static str) -> ChannelError {
     ChannelError::Io(what, io::Error::last_os_error())
 }
 
-pub(crate) fn euid() -> u32 {
+pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
 }

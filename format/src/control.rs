@@ -25,6 +25,9 @@ pub const COMMAND_STATUS: u8 = 1;
 pub const COMMAND_ATTACH: u8 = 2;
 /// Stop recording: flush CUPTI, unsubscribe, hand the rest of the window over, and go back to dormant.
 pub const COMMAND_DETACH: u8 = 3;
+/// A flight recorder's snapshot: flush CUPTI and hand the segment to the session named in the payload, which
+/// reads it without taking anything (the agent keeps recording).
+pub const COMMAND_DUMP: u8 = 4;
 /// Longest request payload (a session name).
 const MAX_PAYLOAD: usize = 128;
 /// Longest message in a result.
@@ -35,11 +38,15 @@ const RESULT_MAGIC: u64 = u64::from_le_bytes(*b"CUFLCTX1");
 pub const STATE_DORMANT: u8 = 1;
 /// The agent records into a collector's session (started by `cuflight record`).
 pub const STATE_RECORDING: u8 = 2;
+/// The agent records into rings that keep the last events (`cuflight launch --flight-recorder`), for `cuflight
+/// dump` and for its own dumps on a crash or hang.
+pub const STATE_FLIGHT_RECORDER: u8 = 3;
 
 pub fn state_name(state: u8) -> &'static str {
     match state {
         STATE_DORMANT => "dormant",
         STATE_RECORDING => "recording",
+        STATE_FLIGHT_RECORDER => "flight recorder",
         _ => "unknown",
     }
 }

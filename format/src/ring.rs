@@ -8,10 +8,14 @@
 //! The storage is not owned: [`RingRef`] points into any region laid out as [`RingHeader`] followed by
 //! `capacity` slots, which is how the agent's rings live in a shared-memory segment while the collector drains
 //! them from another process. Atomics on `AtomicU64` are address-free, so they work across processes.
-//! A full ring never blocks: the event is refused and counted in `dropped`.
+//! A full ring never blocks: the event is refused and counted in `dropped`, or, in a flight recorder's ring
+//! (overwrite mode), the oldest event is discarded for it. Nobody drains a flight recorder's rings: its
+//! producer owns `read` and advances it past the slot it is about to reuse, and a reader takes a snapshot
+//! without advancing anything ([`Consumer::peek_into`]), checking `read` afterwards like a seqlock reader so
+//! that slots reused while it copied are discarded rather than returned torn.
 
 use crate::event::RawEvent;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 #[repr(C, align(128))]
 struct Padded<T>(T);
@@ -21,10 +25,20 @@ struct Padded<T>(T);
 pub struct RingHeader {
     write: Padded<AtomicU64>,
     read: Padded<AtomicU64>,
-    /// Events refused because the ring was full (written by the producer only).
-    dropped: Padded<AtomicU64>,
+    /// Written by the producer only.
+    producer_side: Padded<ProducerSide>,
     /// System tid of the thread that owns the producer side; 0 when free.
     owner: Padded<AtomicU32>,
+}
+
+#[repr(C)]
+struct ProducerSide {
+    /// Events refused because the ring was full.
+    dropped: AtomicU64,
+    /// Old events discarded for new ones (overwrite mode).
+    overwritten: AtomicU64,
+    /// 1: a full ring discards its oldest event instead of refusing the new one (a flight recorder's).
+    overwrite: AtomicU32,
 }
 
 /// Bytes taken by a ring's header; slots follow it.
@@ -76,7 +90,17 @@ impl RingRef {
 
     /// Events refused because the ring was full.
     pub fn dropped(&self) -> u64 {
-        self.header().dropped.0.load(Ordering::Relaxed)
+        self.header().producer_side.0.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Old events a full ring in overwrite mode discarded for new ones.
+    pub fn overwritten(&self) -> u64 {
+        self.header().producer_side.0.overwritten.load(Ordering::Relaxed)
+    }
+
+    /// Puts the ring in overwrite mode (a flight recorder's: nobody drains it, see the module comment), or back.
+    pub fn set_overwrite(&self, on: bool) {
+        self.header().producer_side.0.overwrite.store(on as u32, Ordering::Release);
     }
 
     /// Takes the producer side for thread `tid`; false if another thread holds it.
@@ -131,8 +155,18 @@ impl Producer {
         if w.wrapping_sub(self.cached_read) > self.ring.mask {
             self.cached_read = h.read.0.load(Ordering::Acquire);
             if w.wrapping_sub(self.cached_read) > self.ring.mask {
-                h.dropped.0.store(h.dropped.0.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-                return false;
+                let side = &h.producer_side.0;
+                if side.overwrite.load(Ordering::Relaxed) == 0 {
+                    side.dropped.store(side.dropped.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                    return false;
+                }
+                // Discard the oldest event, whose slot this push reuses: `read` moves past it before the slot is
+                // written (the fence orders the two, as a seqlock writer's), so a reader that copied the slot
+                // while it changed sees `read` past it afterwards and drops its copy.
+                self.cached_read = w.wrapping_sub(self.ring.mask);
+                h.read.0.store(self.cached_read, Ordering::Relaxed);
+                fence(Ordering::Release);
+                side.overwritten.store(side.overwritten.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             }
         }
         // SAFETY: slot `w & mask` lies inside the region (from_raw's contract) and is free: the consumer has
@@ -188,6 +222,32 @@ impl Consumer {
         let w = h.write.0.load(Ordering::Acquire);
         h.read.0.store(w, Ordering::Release);
         w.wrapping_sub(r).min(self.ring.capacity())
+    }
+
+    /// Copies every event still in the ring into `out` without taking any (`read` is left alone): a snapshot of
+    /// a ring whose producer may be overwriting it. Copies of slots the producer reused meanwhile are discarded
+    /// (it advanced `read` past them before writing, see [`Producer::push`]); returns how many were kept.
+    pub fn peek_into(&self, out: &mut Vec<RawEvent>) -> usize {
+        let h = self.ring.header();
+        let w = h.write.0.load(Ordering::Acquire);
+        let r = h.read.0.load(Ordering::Acquire);
+        let n = w.wrapping_sub(r).min(self.ring.capacity());
+        let r = w.wrapping_sub(n);
+        let before = out.len();
+        let start = (r & self.ring.mask) as usize;
+        let first = (n as usize).min(self.ring.capacity() as usize - start);
+        out.reserve(n as usize);
+        // SAFETY: both ranges lie inside the slot array; slots below `write` (acquired) were published. A slot
+        // the producer rewrites while it is copied is detected below and its copy discarded (RawEvent is plain
+        // data: any bit pattern is a value, validated downstream like everything read from another process).
+        unsafe {
+            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots.add(start), first));
+            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots, n as usize - first));
+        }
+        fence(Ordering::Acquire);
+        let reused = h.read.0.load(Ordering::Relaxed).wrapping_sub(r).min(n) as usize;
+        out.drain(before..before + reused);
+        n as usize - reused
     }
 
     /// Moves every published event into `out`; returns how many. The producer's counters are untrusted (another
@@ -322,6 +382,56 @@ mod tests {
         unsafe { (*view.header).write.0.store(1 << 40, Ordering::Relaxed) };
         let mut out = Vec::new();
         assert_eq!(ring.consumer().drain_into(&mut out), 8);
+    }
+
+    #[test]
+    fn overwrite_mode_keeps_the_newest_and_a_peek_takes_nothing() {
+        let ring = HeapRing::new(8);
+        ring.view().set_overwrite(true);
+        let mut p = ring.producer();
+        for i in 0..21 {
+            assert!(p.push(&ev(i)));
+        }
+        assert_eq!((ring.view().dropped(), ring.view().overwritten()), (0, 13));
+        let mut out = Vec::new();
+        assert_eq!(ring.consumer().peek_into(&mut out), 8);
+        assert_eq!(out.iter().map(|e| e.a).collect::<Vec<_>>(), (13..21).collect::<Vec<_>>());
+        out.clear();
+        assert_eq!(ring.consumer().peek_into(&mut out), 8, "a peek leaves the events where they were");
+        ring.view().set_overwrite(false);
+        assert!(!p.push(&ev(99)), "back in normal mode a full ring refuses");
+        assert_eq!(ring.view().dropped(), 1);
+    }
+
+    #[test]
+    fn peeks_during_overwrites_return_only_whole_events_in_order() {
+        let ring = HeapRing::new(64);
+        ring.view().set_overwrite(true);
+        let view = ring.view();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let producer = std::thread::spawn(move || {
+            let mut p = view.producer();
+            let mut i = 0u64;
+            while !stop2.load(Ordering::Relaxed) {
+                // Every field derived from i: a torn copy would mix two events.
+                p.push(&RawEvent { a: i, b: !i, ..RawEvent::new(EventKind::Api, 7, i, i + 1) });
+                i += 1;
+            }
+        });
+        let c = ring.consumer();
+        for _ in 0..20_000 {
+            let mut out = Vec::new();
+            c.peek_into(&mut out);
+            for pair in out.windows(2) {
+                assert_eq!(pair[0].a + 1, pair[1].a, "a snapshot is consecutive");
+            }
+            for e in &out {
+                assert_eq!((e.b, e.start, e.end), (!e.a, e.a, e.a + 1), "no torn event");
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        producer.join().unwrap();
     }
 
     #[test]

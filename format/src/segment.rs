@@ -23,6 +23,8 @@
 //! segment read-write (it advances ring read counters and writes its drain heartbeat) and trusts nothing in it:
 //! the layout is validated once, with checked arithmetic and limits, into a copy that every later access uses.
 
+mod image;
+
 use crate::ring::{ring_bytes, RingRef};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -114,6 +116,49 @@ pub struct SegmentHeader {
     /// 1 from an agent's wake-up (a ring passed its watermark) until the collector's next drain, so a burst
     /// costs one wake-up, not one per event.
     pub wake_pending: AtomicU32,
+    /// A flight recorder's span in ns (`cuflight launch --flight-recorder DUR`): its rings overwrite their oldest
+    /// events and nobody drains them; a dump keeps what ended in the last span. 0: an ordinary segment.
+    pub flight_recorder_ns: AtomicU64,
+    /// CLOCK_MONOTONIC of the latest dump, and why it was taken ([`dump_reason`]), stored before the bytes are
+    /// handed over or written.
+    pub dump_ns: AtomicU64,
+    pub dump_reason: AtomicU32,
+}
+
+/// Why a flight recorder dumped ([`SegmentHeader::dump_reason`]).
+pub mod dump_reason {
+    /// `cuflight dump PID`.
+    pub const ON_DEMAND: u32 = 1;
+    /// SIGUSR2 sent to the program.
+    pub const SIGUSR2: u32 = 2;
+    /// A thread waited in a synchronising call while no GPU work completed for the hang timeout.
+    pub const HANG: u32 = 3;
+    /// A CUDA call returned a sticky error (the context is unusable: illegal address, launch failure...).
+    pub const CUDA_ERROR: u32 = 4;
+    /// A fatal signal: this plus the signal's number.
+    pub const SIGNAL_BASE: u32 = 64;
+
+    pub fn describe(reason: u32) -> String {
+        match reason {
+            ON_DEMAND => "on demand (cuflight dump)".into(),
+            SIGUSR2 => "SIGUSR2".into(),
+            HANG => "a hang (a synchronising call waited while no GPU work completed)".into(),
+            CUDA_ERROR => "a sticky CUDA error".into(),
+            r if r > SIGNAL_BASE && r < SIGNAL_BASE + 65 => format!("fatal signal {}", signal_name(r - SIGNAL_BASE)),
+            _ => "unknown".into(),
+        }
+    }
+
+    fn signal_name(sig: u32) -> String {
+        match sig as i32 {
+            libc::SIGSEGV => "SIGSEGV".into(),
+            libc::SIGBUS => "SIGBUS".into(),
+            libc::SIGABRT => "SIGABRT".into(),
+            libc::SIGFPE => "SIGFPE".into(),
+            libc::SIGILL => "SIGILL".into(),
+            n => n.to_string(),
+        }
+    }
 }
 
 /// Classes of CUPTI activity records counted in the header (index into the `*_by_class` arrays).
@@ -404,6 +449,11 @@ impl MappedSegment {
         if reserve(self.fd(), self.layout.ring_offset(i), ring_bytes(self.layout.ring_capacity) as u64).is_err() {
             h.rings_refused.fetch_add(1, Ordering::Relaxed);
             return None;
+        }
+        if h.flight_recorder_ns.load(Ordering::Relaxed) != 0 {
+            if let Some(ring) = self.ring(i) {
+                ring.set_overwrite(true);
+            }
         }
         h.rings_reserved.store(i + 1, Ordering::Release);
         Some(i)

@@ -6,12 +6,14 @@
  * range "step" around M kernels each); "r NAME M" runs M kernels inside an NVTX range NAME; "p" and "P" call
  * cudaProfilerStart and cudaProfilerStop; each prints "done"; "S" subscribes to CUPTI and keeps the subscription
  * (as a profiler would), "U" drops it; "F" forks a child that opens 5 NVTX ranges "child" and exits, and waits for
- * it; EOF ends it. */
+ * it; "h SECONDS" runs a kernel "spin" that takes SECONDS and waits for it (a hang, seen from the host); "x"
+ * dereferences NULL (SIGSEGV); "a" calls abort(); EOF ends it. */
 #include "sim.h"
 #include <cupti.h>
 #include <nvtx3/nvToolsExt.h>
 #include <poll.h>
 #include <sys/wait.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -24,6 +26,13 @@ extern cudaError_t CUDARTAPI cudaProfilerStart(void);
 extern cudaError_t CUDARTAPI cudaProfilerStop(void);
 
 void tick(void **args) { (void)args; }
+
+/* cudasim runs a kernel's body on its stream's worker thread: sleeping there is a kernel that takes that long. */
+static double spin_seconds;
+void spin(void **args) {
+    (void)args;
+    usleep((useconds_t)(spin_seconds * 1e6));
+}
 
 static int stdin_closed(void) {
     struct pollfd p = {0, POLLIN, 0};
@@ -77,6 +86,17 @@ static int commands(void) {
             int status = 1;
             waitpid(child, &status, 0);
             printf(WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "done\n" : "child failed\n");
+        } else if (line[0] == 'h') {
+            spin_seconds = atof(line + 1);
+            launch(spin, 1, 1, 0, args);
+            CHECK(cudaDeviceSynchronize());
+            printf("done\n");
+        } else if (line[0] == 'x') {
+            fflush(stdout);
+            *(volatile int *)(uintptr_t)0 = 1;
+        } else if (line[0] == 'a') {
+            fflush(stdout);
+            abort();
         } else if (line[0] == 'U') {
             if (held) cuptiUnsubscribe(held);
             held = NULL;

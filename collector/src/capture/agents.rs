@@ -72,11 +72,11 @@ pub fn table(rows: &[AgentRow]) -> String {
     if rows.is_empty() {
         return "no cuflight agents this user may control (start a program with `cuflight launch -- CMD`)\n".into();
     }
-    let mut out = format!("{:>8} {:<10} {:>8} {:>5} {:>7}  {}\n", "PID", "STATE", "SINCE", "CUDA", "CUPTI", "COMMAND");
+    let mut out = format!("{:>8} {:<15} {:>8} {:>5} {:>7}  {}\n", "PID", "STATE", "SINCE", "CUDA", "CUPTI", "COMMAND");
     for r in rows {
         let cupti = if r.cupti_version == 0 { "-".to_string() } else { r.cupti_version.to_string() };
         out += &format!(
-            "{:>8} {:<10} {:>8} {:>5} {:>7}  {}\n",
+            "{:>8} {:<15} {:>8} {:>5} {:>7}  {}\n",
             r.pid,
             r.state,
             elapsed(r.since_unix_ns),
@@ -91,15 +91,33 @@ pub fn table(rows: &[AgentRow]) -> String {
 /// Replaces this process with `command`, its agent dormant (the driver loads it through CUDA_INJECTION64_PATH,
 /// NVTX through NVTX_INJECTION64_PATH; no session, so it records nothing until asked). The program keeps this
 /// process's pid, signals and exit status. Returns only if the exec failed.
-pub fn launch(agent: &Path, command: &[String]) -> std::io::Error {
+/// With a `flight` recorder, the agent records from the start into rings that keep the newest events instead.
+pub fn launch(agent: &Path, command: &[String], flight: Option<&FlightRecorder>) -> std::io::Error {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = command.split_first() else {
         return std::io::Error::new(std::io::ErrorKind::InvalidInput, "no command given");
     };
-    std::process::Command::new(program)
-        .args(args)
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
         .env("CUDA_INJECTION64_PATH", agent)
         .env("NVTX_INJECTION64_PATH", agent)
         .env_remove("CUFLIGHT_SESSION")
-        .exec()
+        .env_remove("CUFLIGHT_FLIGHT_RECORDER")
+        .env_remove("CUFLIGHT_DUMP_DIR")
+        .env_remove("CUFLIGHT_HANG_TIMEOUT");
+    if let Some(f) = flight {
+        cmd.env("CUFLIGHT_FLIGHT_RECORDER", f.span.as_nanos().to_string()).env("CUFLIGHT_DUMP_DIR", &f.dump_dir);
+        if let Some(h) = f.hang_timeout {
+            cmd.env("CUFLIGHT_HANG_TIMEOUT", h.as_nanos().to_string());
+        }
+    }
+    cmd.exec()
+}
+
+/// `cuflight launch --flight-recorder`'s settings, as the agent reads them from its environment.
+pub struct FlightRecorder {
+    pub span: std::time::Duration,
+    /// Absolute: the program may change its working directory.
+    pub dump_dir: std::path::PathBuf,
+    pub hang_timeout: Option<std::time::Duration>,
 }

@@ -101,6 +101,9 @@ struct Tracked {
     pending_events: Vec<RawEvent>,
     /// (CUPTI, CLOCK_MONOTONIC) pairs seen so far, written into the process facts (bounded).
     clock_pairs: Vec<(u64, u64)>,
+    /// A flight recorder's snapshot: its events were taken once, its rings are never drained (nor its drain
+    /// heartbeat written, which would make its threads wait for a collector).
+    frozen: bool,
 }
 
 impl Tracked {
@@ -117,6 +120,23 @@ impl Tracked {
             pending_base: 0,
             pending_events: Vec::new(),
             clock_pairs: Vec::new(),
+            frozen: false,
+        }
+    }
+
+    /// Keeps the clock pairs among `pending_events[from..]`.
+    fn note_clock_pairs(&mut self, from: usize) {
+        for e in &self.pending_events[from..] {
+            if e.kind() == Some(cuflight_format::EventKind::ClockSync) {
+                if self.clock_pairs.len() >= MAX_CLOCK_PAIRS {
+                    let mut i = 0;
+                    self.clock_pairs.retain(|_| {
+                        i += 1;
+                        i % 2 == 0
+                    });
+                }
+                self.clock_pairs.push((e.start, e.end));
+            }
         }
     }
 }
@@ -364,26 +384,17 @@ impl Recorder {
 /// Empties one process's rings and takes its new strings (after the events, so every id they name is
 /// included); returns how many events came. Everything read is checked: see `segment`.
 fn drain_one(t: &mut Tracked, now: u64) -> usize {
-    let h = t.seg.header();
-    h.collector_drained_ns.store(now, Ordering::Relaxed);
-    h.wake_pending.store(0, Ordering::Relaxed);
     let before = t.pending_events.len();
-    for i in 0..t.seg.reserved_rings() {
-        if let Some(ring) = t.seg.ring(i) {
-            ring.consumer().drain_into(&mut t.pending_events);
-        }
-    }
-    for e in &t.pending_events[before..] {
-        if e.kind() == Some(cuflight_format::EventKind::ClockSync) {
-            if t.clock_pairs.len() >= MAX_CLOCK_PAIRS {
-                let mut i = 0;
-                t.clock_pairs.retain(|_| {
-                    i += 1;
-                    i % 2 == 0
-                });
+    if !t.frozen {
+        let h = t.seg.header();
+        h.collector_drained_ns.store(now, Ordering::Relaxed);
+        h.wake_pending.store(0, Ordering::Relaxed);
+        for i in 0..t.seg.reserved_rings() {
+            if let Some(ring) = t.seg.ring(i) {
+                ring.consumer().drain_into(&mut t.pending_events);
             }
-            t.clock_pairs.push((e.start, e.end));
         }
+        t.note_clock_pairs(before);
     }
     let strings = t.seg.strings_since(t.strings_read);
     if t.pending_strings.is_empty() {
@@ -494,6 +505,31 @@ impl Session {
     /// Where the window set by [`Self::set_window`] stands.
     pub fn window_phase(&self) -> Option<super::window::Phase> {
         self.rec.window.as_ref().map(|w| w.phase)
+    }
+
+    /// The next segment an agent handed over, mapped and validated (for a snapshot); None when none waits.
+    pub fn accept_segment(&mut self) -> Option<Result<(MappedSegment, OwnedFd, u32), String>> {
+        let r = match self.rec.listener.accept()? {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        let pid = r.pid;
+        Some(MappedSegment::from_fd(r.fd).map(|seg| (seg, r.conn, pid)).map_err(|e| e.to_string()))
+    }
+
+    /// Adds a process whose events were taken already (a flight recorder's snapshot): they are written as they
+    /// are, and its rings are never drained.
+    pub fn add_snapshot(&mut self, seg: MappedSegment, conn: OwnedFd, pid: u32, events: Vec<RawEvent>) {
+        let mut t = Tracked::new(seg, conn, pid);
+        t.frozen = true;
+        self.rec.pending += events.len();
+        t.pending_events = events;
+        t.note_clock_pairs(0);
+        if !self.rec.pids_seen.insert(pid) {
+            t.key = 0x8000_0000 | (self.rec.next_key as u32 & 0x7fff_ffff);
+        }
+        self.rec.tracked.insert(self.rec.next_key, t);
+        self.rec.next_key += 1;
     }
 
     /// The processes recorded so far (live or ended).

@@ -1,0 +1,357 @@
+//! The flight recorder (`cuflight launch --flight-recorder DUR`): the agent records from the start into rings
+//! that keep their newest events (overwrite mode, see `cuflight_format::ring`), nobody drains them, and the last
+//! seconds are dumped when asked for or when something goes wrong:
+//!
+//! - `cuflight dump PID` ([`dump_to_session`]): CUPTI is flushed and the segment handed to the collector, which
+//!   takes a snapshot without stopping anything.
+//! - a fatal signal (SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL): the handler writes the segment's image into the
+//!   dump directory with async-signal-safe calls only, then hands the signal to the program's own handler (or the
+//!   default action), so the process ends exactly as it would have. CUPTI cannot be flushed there: device records
+//!   CUPTI still held (up to one flush period) are missing from such a dump.
+//! - SIGUSR2 (only where the program left it at its default action), a hang (a thread waited in a synchronising
+//!   call while no GPU work completed for `--hang-timeout`), or a sticky CUDA error: the control thread flushes
+//!   CUPTI and writes the image.
+//!
+//! `cuflight dump IMAGE` turns an image into a trace.
+
+use crate::{clock, cupti, state};
+use cuflight_format::segment::dump_reason;
+use once_cell::sync::Lazy;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// What `cuflight launch` asked for, from the environment it set.
+struct Config {
+    /// How much history a dump keeps, in ns; 0: not a flight recorder.
+    span_ns: u64,
+    /// Where automatic dumps go (absolute; `launch` resolves it).
+    dump_dir: Option<CString>,
+    /// 0: no hang detection.
+    hang_ns: u64,
+}
+
+static CONFIG: Lazy<Config> = Lazy::new(|| {
+    let ns = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
+    let dump_dir = std::env::var("CUFLIGHT_DUMP_DIR")
+        .ok()
+        .filter(|d| d.starts_with('/') && d.len() < 3000)
+        .and_then(|d| CString::new(d).ok());
+    Config { span_ns: ns("CUFLIGHT_FLIGHT_RECORDER"), dump_dir, hang_ns: ns("CUFLIGHT_HANG_TIMEOUT") }
+});
+
+/// The flight recorder's span in ns (0: this agent is not one). Only meaningful outside `cuflight record`.
+pub fn span_ns() -> u64 {
+    CONFIG.span_ns
+}
+
+/// Set once the recorder runs: API exits are watched for sticky errors, synchronising calls for hangs.
+static ARMED: AtomicBool = AtomicBool::new(false);
+/// Threads inside a synchronising call, since when the first entered, and the latest sign of GPU progress.
+static IN_SYNC: AtomicU32 = AtomicU32::new(0);
+static SYNC_SINCE: AtomicU64 = AtomicU64::new(0);
+static LAST_PROGRESS: AtomicU64 = AtomicU64::new(0);
+/// LAST_PROGRESS when the latest hang was dumped: one dump per hang.
+static HANG_DUMPED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+/// A dump the control thread should write (a `dump_reason`), 0: none.
+static PENDING: AtomicU32 = AtomicU32::new(0);
+/// A sticky CUDA error was dumped already (one per process: every later call fails the same way).
+static CUDA_ERROR_SEEN: AtomicBool = AtomicBool::new(false);
+/// A fatal-signal dump happened or is happening (several threads may fault at once).
+static FATAL_DUMPED: AtomicBool = AtomicBool::new(false);
+
+/// Starts the recorder's watches once CUPTI runs: signal handlers and hang detection.
+pub fn arm() {
+    install_handlers();
+    // The flush thread records the devices after its first period (never inside cuInit, which is running now).
+    FACTS_AT.store(clock::monotonic_ns(), Ordering::Relaxed);
+    ARMED.store(true, Ordering::Release);
+}
+
+/// Whether API calls are watched (one relaxed load per call otherwise).
+#[inline]
+pub fn armed() -> bool {
+    ARMED.load(Ordering::Relaxed)
+}
+
+/// Calls that wait for the GPU (cuda_runtime_api.h, cuda.h): a thread inside one while nothing completes hangs.
+pub fn is_sync(runtime: bool, cbid: u32) -> bool {
+    use cupti_sys::cuda13 as c;
+    if runtime {
+        matches!(
+            cbid,
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020
+                | c::CUPTI_RUNTIME_TRACE_CBID_cudaThreadSynchronize_v3020
+                | c::CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020
+                | c::CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000
+                | c::CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020
+                | c::CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020
+        )
+    } else {
+        matches!(
+            cbid,
+            c::CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize
+                | c::CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2
+                | c::CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize
+                | c::CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz
+                | c::CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize
+        )
+    }
+}
+
+/// A thread enters a call that waits for the GPU.
+pub fn sync_enter() {
+    if IN_SYNC.fetch_add(1, Ordering::AcqRel) == 0 {
+        SYNC_SINCE.store(clock::monotonic_ns(), Ordering::Release);
+    }
+}
+
+/// ... and returns from it: the GPU got somewhere.
+pub fn sync_exit() {
+    let _ = IN_SYNC.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    progress();
+}
+
+/// Completed GPU work arrived (activity records).
+pub fn progress() {
+    LAST_PROGRESS.store(clock::monotonic_ns(), Ordering::Release);
+}
+
+/// A CUDA call returned `code`: the errors after which the context is unusable (driver_types.h: "the process
+/// ... must be terminated and relaunched") get the recorder dumped, once.
+pub fn cuda_result(code: u32) {
+    // cudaErrorIllegalAddress 700, LaunchFailure 719, HardwareStackError 714, IllegalInstruction 715,
+    // MisalignedAddress 716, InvalidAddressSpace 717, InvalidPc 718, Assert 710, ECCUncorrectable 214; the driver's
+    // CUresult values are the same numbers (cuda.h).
+    if matches!(code, 214 | 700 | 710 | 714..=719) && !CUDA_ERROR_SEEN.swap(true, Ordering::AcqRel) {
+        request(dump_reason::CUDA_ERROR);
+    }
+}
+
+/// Asks the control thread for a dump into the dump directory (async-signal-safe: one atomic store).
+pub fn request(reason: u32) {
+    let _ = PENDING.compare_exchange(0, reason, Ordering::AcqRel, Ordering::Acquire);
+}
+
+/// Device facts are recorded once, at the start, into rings that overwrite their oldest events: they are
+/// recorded again every half span, so that any dump, even a crash's, holds them.
+static FACTS_AT: AtomicU64 = AtomicU64::new(0);
+
+fn record_facts() {
+    FACTS_AT.store(clock::monotonic_ns(), Ordering::Relaxed);
+    cupti::record_devices_now();
+}
+
+/// Called by the control thread between requests: writes a requested dump, watches for hangs.
+pub fn service() {
+    let now = clock::monotonic_ns();
+    if now.saturating_sub(FACTS_AT.load(Ordering::Relaxed)) >= (CONFIG.span_ns / 2).max(1_000_000_000) {
+        record_facts();
+    }
+    let reason = PENDING.swap(0, Ordering::AcqRel);
+    if reason != 0 {
+        record_facts();
+        cupti::flush(false);
+        dump_to_dir(reason);
+    }
+    if CONFIG.hang_ns == 0 || IN_SYNC.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let progress = LAST_PROGRESS.load(Ordering::Acquire);
+    let since = SYNC_SINCE.load(Ordering::Acquire).max(progress);
+    if clock::monotonic_ns().saturating_sub(since) >= CONFIG.hang_ns
+        && HANG_DUMPED_AT.swap(progress, Ordering::AcqRel) != progress
+    {
+        record_facts();
+        cupti::flush(false);
+        dump_to_dir(dump_reason::HANG);
+    }
+}
+
+/// `cuflight dump PID`: flushes CUPTI and hands the segment to the collector listening on `session`, which
+/// reads a snapshot of it; recording goes on meanwhile.
+pub fn dump_to_session(session: &str) -> Result<(), String> {
+    let agent = state::existing_agent().ok_or("the flight recorder has no segment")?;
+    record_facts();
+    cupti::flush(false);
+    let h = agent.seg.header();
+    h.dump_ns.store(clock::monotonic_ns(), Ordering::Relaxed);
+    h.dump_reason.store(dump_reason::ON_DEMAND, Ordering::Release);
+    cuflight_format::channel::send(session, agent.seg.fd())
+        .map(drop)
+        .map_err(|e| format!("cannot reach the collector: {e}"))
+}
+
+/// Writes the segment's image to `<dump dir>/cuflight-<pid>-<unix seconds>-<n>.seg` and says so on stderr.
+/// Async-signal-safe: no allocation, no lock; only `open`, `pwrite`, `ftruncate`, `close`, `write`.
+fn dump_to_dir(reason: u32) -> bool {
+    let (Some(agent), Some(dir)) = (state::existing_agent(), CONFIG.dump_dir.as_ref()) else { return false };
+    let h = agent.seg.header();
+    h.dump_ns.store(clock::monotonic_ns(), Ordering::Relaxed);
+    h.dump_reason.store(reason, Ordering::Release);
+    let mut path = Buf::new();
+    let secs = clock::realtime_ns() / 1_000_000_000;
+    for n in 0..16u64 {
+        path.clear();
+        path.push(dir.to_bytes());
+        path.push(b"/cuflight-");
+        // SAFETY: getpid has no preconditions.
+        path.number(unsafe { libc::getpid() } as u64);
+        path.push(b"-");
+        path.number(secs);
+        path.push(b"-");
+        path.number(n);
+        path.push(b".seg\0");
+        // SAFETY: a NUL-terminated path in our buffer; a new file only (never a link, never an existing file).
+        let fd = unsafe {
+            libc::open(
+                path.bytes().as_ptr() as *const libc::c_char,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600,
+            )
+        };
+        if fd < 0 {
+            // SAFETY: reading errno.
+            if unsafe { *libc::__errno_location() } == libc::EEXIST {
+                continue;
+            }
+            say(b"cuflight: cannot write the flight recorder's dump into ", dir.to_bytes(), b"\n");
+            return false;
+        }
+        let ok = agent.seg.write_image(fd);
+        // SAFETY: our descriptor.
+        unsafe { libc::close(fd) };
+        let shown = &path.bytes()[..path.len - 1];
+        if ok {
+            say(
+                b"cuflight: flight recorder dump written to ",
+                shown,
+                b" (`cuflight dump FILE -o trace.cuf` reads it)\n",
+            );
+        } else {
+            say(b"cuflight: the flight recorder's dump is incomplete (disk full?): ", shown, b"\n");
+        }
+        return ok;
+    }
+    false
+}
+
+/// One line on stderr from three pieces, with a single `writev` (async-signal-safe, no buffer on the stack).
+fn say(a: &[u8], b: &[u8], c: &[u8]) {
+    let iov = [a, b, c].map(|s| libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() });
+    // SAFETY: writev of three live slices to stderr; a failure is ignored.
+    unsafe { libc::writev(2, iov.as_ptr(), iov.len() as libc::c_int) };
+}
+
+/// A fixed buffer for building paths and messages without allocating (signal handlers).
+struct Buf {
+    bytes: [u8; 4096],
+    len: usize,
+}
+
+impl Buf {
+    fn new() -> Buf {
+        Buf { bytes: [0; 4096], len: 0 }
+    }
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+    fn push(&mut self, s: &[u8]) {
+        let n = s.len().min(self.bytes.len() - self.len);
+        self.bytes[self.len..self.len + n].copy_from_slice(&s[..n]);
+        self.len += n;
+    }
+    fn number(&mut self, mut v: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.push(&digits[i..]);
+    }
+    fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+const FATAL: [libc::c_int; 5] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGABRT, libc::SIGFPE, libc::SIGILL];
+/// The actions our handlers replaced, by signal number, to hand each signal on.
+static PREVIOUS: [once_cell::sync::OnceCell<libc::sigaction>; 32] = [const { once_cell::sync::OnceCell::new() }; 32];
+
+fn install_handlers() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for sig in FATAL {
+            install(sig, on_fatal as *const () as usize, libc::SA_SIGINFO | libc::SA_ONSTACK, false);
+        }
+        // SIGUSR2 only where nobody handles it: a program that uses it keeps it to itself. SA_RESTART, so that
+        // the program's interrupted system calls resume (sleeps still return early, as with any handled signal).
+        install(libc::SIGUSR2, on_usr2 as *const () as usize, libc::SA_SIGINFO | libc::SA_RESTART, true);
+    });
+}
+
+fn install(sig: libc::c_int, handler: usize, flags: libc::c_int, only_if_default: bool) {
+    // SAFETY: sigaction is plain data; zeroed is valid, every field we rely on is set below.
+    let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: querying the current action.
+    if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0 {
+        return;
+    }
+    if only_if_default && old.sa_sigaction != libc::SIG_DFL {
+        return;
+    }
+    let _ = PREVIOUS[sig as usize].set(old);
+    new.sa_sigaction = handler;
+    new.sa_flags = flags;
+    // SAFETY: sigemptyset on our struct's mask; then installing a handler that only does async-signal-safe work.
+    unsafe {
+        libc::sigemptyset(&mut new.sa_mask);
+        libc::sigaction(sig, &new, std::ptr::null_mut());
+    }
+}
+
+extern "C" fn on_usr2(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    request(dump_reason::SIGUSR2);
+}
+
+/// Dumps once, then hands the signal on as if we had never been there: to the program's handler, or to the
+/// default action (re-raised for a signal that was sent; returning re-executes a faulting instruction, which
+/// faults again under the default action), so the exit status and core dump stay the program's.
+extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // No catch_unwind: nothing below can panic (no allocation, no formatting, bounded buffers), and catch_unwind
+    // itself is not async-signal-safe.
+    if !FATAL_DUMPED.swap(true, Ordering::AcqRel) {
+        dump_to_dir(dump_reason::SIGNAL_BASE + sig as u32);
+    }
+    let Some(prev) = PREVIOUS.get(sig as usize).and_then(|p| p.get()) else { return };
+    match prev.sa_sigaction {
+        libc::SIG_DFL => {
+            // SAFETY: restoring the default action, then re-raising where the signal was sent (si_code <= 0:
+            // kill, raise, abort); it stays blocked until this handler returns.
+            unsafe {
+                libc::sigaction(sig, prev, std::ptr::null_mut());
+                if info.is_null() || (*info).si_code <= 0 {
+                    libc::raise(sig);
+                }
+            }
+        }
+        libc::SIG_IGN => {}
+        handler if prev.sa_flags & libc::SA_SIGINFO != 0 => {
+            // SAFETY: the program installed this three-argument handler for `sig`.
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                unsafe { std::mem::transmute(handler) };
+            f(sig, info, ctx);
+        }
+        handler => {
+            // SAFETY: the program installed this one-argument handler for `sig`.
+            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+            f(sig);
+        }
+    }
+}

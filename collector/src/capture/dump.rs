@@ -1,0 +1,210 @@
+//! `cuflight dump`: the last seconds of a flight recorder (`cuflight launch --flight-recorder DUR`) as a trace,
+//! from a live process or from the image its agent wrote when it crashed or hung.
+//!
+//! A live agent flushes CUPTI and hands its segment over like `attach` does, but keeps recording: the collector
+//! takes one snapshot of every ring without draining it (`Consumer::peek_into`), keeps what ended within the
+//! span, and lets go. An image (`cuflight-PID-TIME-N.seg` in the dump directory) is another process's output
+//! and read as hostile input: copied into private memory and validated like a live segment.
+
+use super::record::{RecordError, RecordSummary, Session};
+use cuflight_format::segment::{dump_reason, MappedSegment};
+use cuflight_format::{control, EventKind, RawEvent};
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// What to dump.
+#[derive(Clone, Debug)]
+pub enum Target {
+    Pid(u32),
+    Image(PathBuf),
+}
+
+impl Target {
+    /// A pid, or else the path of an image.
+    pub fn parse(text: &str) -> Target {
+        match text.parse::<u32>() {
+            Ok(pid) if pid > 0 => Target::Pid(pid),
+            _ => Target::Image(PathBuf::from(text)),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    #[error("no cuflight agent answers in process {0} (`cuflight ps` lists the agents you may control)")]
+    NoAgent(u32),
+    #[error("cannot list agents: {0}")]
+    List(std::io::Error),
+    #[error("the agent in process {pid} cannot dump: {why}")]
+    Refused { pid: u32, why: String },
+    #[error("cannot reach the agent in process {pid}: {source}")]
+    Control { pid: u32, source: cuflight_format::channel::ChannelError },
+    #[error("the agent in process {0} answered but handed nothing over")]
+    NothingHanded(u32),
+    #[error("{path}: {why}")]
+    Image { path: String, why: String },
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
+/// What a dump produced.
+pub struct Dumped {
+    pub summary: RecordSummary,
+    pub pid: u32,
+    pub reason: String,
+    /// The span kept, and the earliest time every ring still covered (later than the span's start when busy
+    /// rings wrapped within it), both as seconds before the dump.
+    pub span: Duration,
+    pub complete_for: Option<Duration>,
+}
+
+/// How long an agent may take to flush CUPTI and hand its segment over.
+const REPLY_MS: i64 = 10_000;
+
+pub fn dump(target: &Target, output: &Path, last: Option<Duration>, force: bool) -> Result<Dumped, DumpError> {
+    match target {
+        Target::Pid(pid) => from_process(*pid, output, last, force),
+        Target::Image(path) => from_image(path, output, last, force),
+    }
+}
+
+fn from_process(pid: u32, output: &Path, last: Option<Duration>, force: bool) -> Result<Dumped, DumpError> {
+    let name = control::find(pid).map_err(DumpError::List)?.ok_or(DumpError::NoAgent(pid))?;
+    let mut session = Session::open(output, force)?;
+    match control::command(&name, control::COMMAND_DUMP, session.name.as_bytes(), REPLY_MS) {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => return Err(DumpError::Refused { pid, why }),
+        Err(source) => return Err(DumpError::Control { pid, source }),
+    }
+    // The agent handed the segment over before it answered; the connection waits in the listener.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let (seg, conn, seen_pid) = loop {
+        match session.accept_segment() {
+            Some(Ok(got)) => break got,
+            Some(Err(why)) => return Err(DumpError::Refused { pid, why }),
+            None if Instant::now() >= deadline => return Err(DumpError::NothingHanded(pid)),
+            None => {
+                session.wait(50);
+            }
+        }
+    };
+    finish(session, seg, conn, seen_pid, last, format!("dump {pid}"), true)
+}
+
+fn from_image(path: &Path, output: &Path, last: Option<Duration>, force: bool) -> Result<Dumped, DumpError> {
+    let shown = path.display().to_string();
+    let bad = |why: String| DumpError::Image { path: shown.clone(), why };
+    if output.canonicalize().ok().is_some_and(|o| path.canonicalize().ok() == Some(o)) {
+        return Err(bad("the output would replace the image it is read from".into()));
+    }
+    let file = open_image(path).map_err(bad)?;
+    let seg = MappedSegment::from_image(&file).map_err(|e| bad(format!("not a flight recorder image ({e})")))?;
+    let null: OwnedFd = std::fs::File::open("/dev/null").map_err(|e| bad(format!("/dev/null: {e}")))?.into();
+    let session = Session::open(output, force)?;
+    let pid = seg.pid();
+    finish(session, seg, null, pid, last, format!("dump {shown}"), false)
+}
+
+/// Opens an image without following a link, and only one of this user's (root: anyone's).
+fn open_image(path: &Path) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).map_err(
+            |e| match e.raw_os_error() {
+                Some(libc::ELOOP) => "a symbolic link (give the image itself)".to_string(),
+                _ => e.to_string(),
+            },
+        )?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    let me = cuflight_format::channel::euid();
+    if meta.uid() != me && me != 0 {
+        return Err(format!("owned by user {}, not by you", meta.uid()));
+    }
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    Ok(file)
+}
+
+fn finish(
+    mut session: Session,
+    seg: MappedSegment,
+    conn: OwnedFd,
+    pid: u32,
+    last: Option<Duration>,
+    command: String,
+    flushed: bool,
+) -> Result<Dumped, DumpError> {
+    let h = seg.header();
+    let recorder_span = h.flight_recorder_ns.load(Ordering::Relaxed);
+    let dump_ns = h.dump_ns.load(Ordering::Relaxed);
+    let reason = dump_reason::describe(h.dump_reason.load(Ordering::Relaxed));
+    let span = last.unwrap_or(Duration::from_nanos(if recorder_span == 0 { u64::MAX } else { recorder_span }));
+    let (events, oldest_complete) = snapshot(&seg, dump_ns, span);
+    let complete_for = oldest_complete.map(|t| Duration::from_nanos(dump_ns.saturating_sub(t)));
+    session.add_snapshot(seg, conn, pid, events);
+    session.step(false);
+    let mut summary = session.finish(vec![command], None);
+    if flushed {
+        // The agent flushed CUPTI just before handing over: nothing it held is missing.
+        summary.unflushed.clear();
+    }
+    Ok(Dumped { summary, pid, reason, span, complete_for })
+}
+
+/// Every ring's events that ended within `span` before `dump_ns` (the agent's clock), in ring order, with the
+/// facts that hold for the whole run (devices, thread and category names, clock pairs) kept whatever their age,
+/// the latest of each. Also returns the start of the oldest event of the youngest ring that wrapped: from there
+/// on the snapshot is complete.
+fn snapshot(seg: &MappedSegment, dump_ns: u64, span: Duration) -> (Vec<RawEvent>, Option<u64>) {
+    let cutoff = dump_ns.saturating_sub(span.as_nanos().min(u64::MAX as u128) as u64);
+    let mut all = Vec::new();
+    let mut complete_from: Option<u64> = None;
+    for i in 0..seg.reserved_rings() {
+        let Some(ring) = seg.ring(i) else { continue };
+        let before = all.len();
+        ring.consumer().peek_into(&mut all);
+        if ring.overwritten() > 0 {
+            if let Some(oldest) = all[before..].iter().filter(|e| !is_fact(e)).map(|e| e.start).min() {
+                complete_from = Some(complete_from.map_or(oldest, |c| c.max(oldest)));
+            }
+        }
+    }
+    let mut latest_fact: HashMap<(u8, u32, u64, u64), usize> = HashMap::new();
+    for (i, e) in all.iter().enumerate() {
+        if is_fact(e) {
+            latest_fact.insert((e.kind, e.device, e.a, e.c), i);
+        }
+    }
+    let mut i = 0;
+    all.retain(|e| {
+        let keep = if is_fact(e) {
+            latest_fact.get(&(e.kind, e.device, e.a, e.c)) == Some(&i)
+        } else {
+            dump_ns == 0 || e.end.max(e.start) >= cutoff
+        };
+        i += 1;
+        keep
+    });
+    (all, complete_from.filter(|&t| t > cutoff))
+}
+
+/// Events that state a fact of the whole run rather than something that happened at their time.
+fn is_fact(e: &RawEvent) -> bool {
+    matches!(e.kind(), Some(EventKind::Device | EventKind::ThreadName | EventKind::NvtxCategory))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pid_or_a_path() {
+        assert!(matches!(Target::parse("123"), Target::Pid(123)));
+        assert!(matches!(Target::parse("0"), Target::Image(_)));
+        assert!(matches!(Target::parse("/tmp/cuflight-1-2-0.seg"), Target::Image(_)));
+    }
+}

@@ -1,0 +1,234 @@
+//! The flight recorder (`cuflight launch --flight-recorder`) and `cuflight dump`, on cudasim (the CPU test double
+//! for the driver, runtime and CUPTI): dumps on demand, on a crash, on SIGUSR2 and on a hang; images read back.
+
+use cuflight_integration::*;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// `cuflight launch --flight-recorder ... -- server cmd`, obeying lines on stdin.
+struct Server {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+    stdin: Option<std::process::ChildStdin>,
+}
+
+impl Server {
+    fn start(dir: &Path, launch: &[&str], env: &[(&str, &str)]) -> Server {
+        let prog = build_c("server", dir);
+        let mut child = Command::new(cuflight_bin())
+            .arg("launch")
+            .args(launch)
+            .arg("--")
+            .arg(&prog)
+            .arg("cmd")
+            .env("LD_LIBRARY_PATH", cudasim_dir())
+            .env_remove("CUDASIM_CUPTI_VERSION")
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cuflight runs");
+        let stdin = child.stdin.take();
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "server: ready");
+        Server { child, out, stdin }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn cmd(&mut self, line: &str) -> String {
+        self.send(line);
+        let mut reply = String::new();
+        self.out.read_line(&mut reply).unwrap();
+        reply.trim().to_string()
+    }
+
+    /// Closes stdin and returns how the program ended, with its stderr.
+    fn end(mut self) -> (std::process::ExitStatus, String) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        (status, err)
+    }
+}
+
+fn dump(target: &str, out: &Path, extra: &[&str]) -> Output {
+    Command::new(cuflight_bin()).arg("dump").arg(target).arg("-o").arg(out).arg("--force").args(extra).output().unwrap()
+}
+
+fn dumped(target: &str, out: &Path, extra: &[&str]) -> String {
+    let o = dump(target, out, extra);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    err
+}
+
+/// The images in `dir`, waiting up to 10 s for `n` of them.
+fn images(dir: &Path, n: usize) -> Vec<PathBuf> {
+    let t = Instant::now();
+    loop {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+            .collect();
+        found.sort();
+        if found.len() >= n || t.elapsed() > Duration::from_secs(10) {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn launches(trace: &Path) -> u64 {
+    count(&stats(trace), "api", "name", "cudaLaunchKernel")
+}
+
+#[test]
+fn a_dump_on_demand_holds_the_last_seconds_and_the_program_records_on() {
+    let dir = scratch("flight-on-demand");
+    let mut server = Server::start(&dir, &["--flight-recorder", "60s", "--dump-dir", dir.to_str().unwrap()], &[]);
+    let pid = server.pid().to_string();
+    assert_eq!(server.cmd("k 5"), "done 5");
+    let all = dir.join("all.cuf");
+    let err = dumped(&pid, &all, &[]);
+    assert!(err.contains("dumped: on demand"), "{err}");
+    // The kernel before "ready" and the five since; the agent flushed CUPTI first, so the kernels are there too.
+    let s = stats(&all);
+    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 6);
+    assert_eq!(count(&s, "kernels", "name", "tick"), 6);
+    assert!(s["devices"][0]["name"].as_str().is_some_and(|n| n.contains("H100")), "{s}");
+    // Only the last second: what ran two seconds ago is left out.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(server.cmd("k 3"), "done 3");
+    let last = dir.join("last.cuf");
+    dumped(&pid, &last, &["--last", "1s"]);
+    assert_eq!(launches(&last), 3);
+    assert_eq!(count(&stats(&last), "kernels", "name", "tick"), 3);
+    // A dump takes nothing away: the next one still has everything.
+    dumped(&pid, &all, &[]);
+    assert_eq!(launches(&all), 9);
+    // It is listed as a flight recorder and cannot be attached to.
+    let ps = Command::new(cuflight_bin()).arg("ps").output().unwrap();
+    let ps = String::from_utf8_lossy(&ps.stdout);
+    assert!(ps.lines().any(|l| l.contains(&pid) && l.contains("flight recorder")), "{ps}");
+    let attach = Command::new(cuflight_bin()).args(["attach", &pid, "-o"]).arg(dir.join("a.cuf")).output().unwrap();
+    let err = String::from_utf8_lossy(&attach.stderr);
+    assert!(!attach.status.success() && err.contains("flight recorder") && err.lines().count() == 1, "{err}");
+    let (status, err) = server.end();
+    assert!(status.success(), "{err}");
+    assert!(images(&dir, 0).is_empty(), "no automatic dump without a reason");
+}
+
+#[test]
+fn full_rings_keep_their_newest_events_and_drop_nothing() {
+    let dir = scratch("flight-overwrite");
+    let mut server = Server::start(&dir, &["--flight-recorder", "60s"], &[("CUFLIGHT_RING_EVENTS", "256")]);
+    assert_eq!(server.cmd("k 2000"), "done 2000");
+    assert_eq!(server.cmd("r last 7"), "done");
+    let trace = dir.join("t.cuf");
+    let err = dumped(&server.pid().to_string(), &trace, &[]);
+    assert!(err.contains("busy rings wrapped"), "{err}");
+    let s = stats(&trace);
+    let launches = count(&s, "api", "name", "cudaLaunchKernel");
+    assert!((100..=256).contains(&launches), "a ring of 256 keeps at most 256 events: {launches}");
+    assert_eq!(s["dropped"], 0, "overwriting is not dropping");
+    assert_eq!(count(&s, "nvtx", "name", "last"), 1, "the newest events are the ones kept");
+    assert!(server.end().0.success());
+}
+
+#[test]
+fn a_crash_leaves_an_image_and_the_program_dies_of_its_own_signal() {
+    for (command, signal, name) in [("x", libc::SIGSEGV, "SIGSEGV"), ("a", libc::SIGABRT, "SIGABRT")] {
+        let dir = scratch(&format!("flight-crash-{command}"));
+        let mut server = Server::start(&dir, &["--flight-recorder", "30s", "--dump-dir", dir.to_str().unwrap()], &[]);
+        assert_eq!(server.cmd("k 4"), "done 4");
+        server.send(command);
+        let (status, err) = server.end();
+        assert_eq!(status.signal(), Some(signal), "the exit status stays the program's: {status:?}");
+        let found = images(&dir, 1);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let image = found[0].to_str().unwrap();
+        assert!(err.contains("flight recorder dump written to") && err.contains(image), "{err}");
+        let trace = dir.join("crash.cuf");
+        let said = dumped(image, &trace, &[]);
+        assert!(said.contains(&format!("fatal signal {name}")), "{said}");
+        // Host events reach the rings directly: every launch is there. Device records still in CUPTI's buffers
+        // (up to one flush period) cannot be flushed from a signal handler, and that is said.
+        assert_eq!(launches(&trace), 5);
+        assert!(count(&stats(&trace), "kernels", "name", "tick") <= 5);
+        assert!(said.contains("could not flush CUPTI"), "{said}");
+    }
+}
+
+#[test]
+fn sigusr2_and_a_hang_each_dump_and_the_program_goes_on() {
+    let dir = scratch("flight-usr2-hang");
+    let mut server = Server::start(
+        &dir,
+        &["--flight-recorder", "30s", "--dump-dir", dir.to_str().unwrap(), "--hang-timeout", "1s"],
+        &[],
+    );
+    assert_eq!(server.cmd("k 2"), "done 2");
+    assert!(Command::new("kill").args(["-USR2", &server.pid().to_string()]).status().unwrap().success());
+    let first = images(&dir, 1);
+    assert_eq!(first.len(), 1);
+    assert_eq!(server.cmd("k 1"), "done 1", "SIGUSR2 did not disturb the program");
+    let usr2 = dir.join("usr2.cuf");
+    assert!(dumped(first[0].to_str().unwrap(), &usr2, &[]).contains("dumped: SIGUSR2"));
+    // Flushed by the control thread before writing: kernels are complete.
+    assert_eq!(count(&stats(&usr2), "kernels", "name", "tick"), 3);
+    // A kernel that takes 3 s while the host waits for it: dumped once, after the 1 s timeout.
+    assert_eq!(server.cmd("h 3"), "done");
+    let both = images(&dir, 2);
+    assert_eq!(both.len(), 2, "{both:?}");
+    let hang = dir.join("hang.cuf");
+    let said = dumped(both.iter().find(|p| **p != first[0]).unwrap().to_str().unwrap(), &hang, &[]);
+    assert!(said.contains("dumped: a hang"), "{said}");
+    assert_eq!(count(&stats(&hang), "api", "name", "cudaDeviceSynchronize"), 3, "the hung wait is not in it yet");
+    assert_eq!(server.cmd("k 1"), "done 1");
+    assert!(server.end().0.success());
+    assert_eq!(images(&dir, 3).len(), 2, "one dump per hang, none for the quick waits after it");
+}
+
+#[test]
+fn hostile_or_mistaken_images_get_one_line() {
+    let dir = scratch("flight-bad-images");
+    let garbage = dir.join("garbage.seg");
+    std::fs::write(&garbage, vec![0x5au8; 9000]).unwrap();
+    let link = dir.join("link.seg");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&garbage, &link).unwrap();
+    for (target, expect) in [
+        (garbage.clone(), "not a flight recorder image"),
+        (link.clone(), "symbolic link"),
+        (dir.join("missing.seg"), "No such file"),
+    ] {
+        let out = dump(target.to_str().unwrap(), &dir.join("out.cuf"), &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(expect) && err.lines().count() == 1, "{err}");
+    }
+    assert!(!dir.join("out.cuf").exists(), "nothing left behind");
+    let out = dump(garbage.to_str().unwrap(), &garbage, &[]);
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read(&garbage).unwrap().len(), 9000, "the output never replaces the image");
+    // No agent, or an agent that is not a flight recorder.
+    let out = dump(&std::process::id().to_string(), &dir.join("none.cuf"), &[]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no cuflight agent answers"));
+}
