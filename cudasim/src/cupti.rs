@@ -90,6 +90,7 @@ pub(crate) fn api_call<P>(
         unsafe { cb(userdata as *mut c_void, domain, cbid, &data as *const _ as *const c_void) };
     }
     ret = body().max(ret);
+    ret = crate::device::sticky_error(domain, cbid).unwrap_or(ret);
     if let Some((Some(cb), userdata)) = subscriber {
         data.callbackSite = c::CUPTI_API_EXIT;
         data.functionReturnValue = &mut ret as *mut u32 as *mut c_void;

@@ -337,3 +337,32 @@ pub(crate) fn device_streams(device: u32) -> Vec<Arc<Stream>> {
 pub(crate) fn sync_record(kind: u32, stream: u32, event: u32, start: u64) {
     activity::emit(SimRecord::Sync { start, end: now_ns(), kind, stream, correlation: current_correlation(), event });
 }
+
+/// A device-side fault: once a kernel faulted, CUDA calls fail with its error. driver_types.h on
+/// cudaErrorIllegalAddress (700) and the other launch faults (cudaErrorLaunchFailure 719, cudaErrorIllegalInstruction
+/// 715, ...): "This leaves the process in an inconsistent state and any further CUDA work will return the same
+/// error. To continue using CUDA, the process must be terminated and relaunched." The driver's CUresult values are
+/// the same numbers (cuda.h: CUDA_ERROR_ILLEGAL_ADDRESS = 700).
+static STICKY: AtomicU32 = AtomicU32::new(0);
+
+/// Test double only (no such entry point exists in CUDA): a simulated kernel calls this to model a device-side
+/// fault with `code` (e.g. 700, an illegal address), since a CPU kernel cannot fault the way a GPU kernel does.
+#[no_mangle]
+pub extern "C" fn cudasim_kernel_fault(code: u32) {
+    let _ = STICKY.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+}
+
+/// The sticky error a call returns once a kernel faulted; version queries, which need no context, still work.
+pub(crate) fn sticky_error(domain: crate::c::CUpti_CallbackDomain, cbid: u32) -> Option<u32> {
+    use crate::c;
+    let code = STICKY.load(Ordering::Acquire);
+    let exempt = match domain {
+        c::CUPTI_CB_DOMAIN_RUNTIME_API => matches!(
+            cbid,
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaDriverGetVersion_v3020
+                | c::CUPTI_RUNTIME_TRACE_CBID_cudaRuntimeGetVersion_v3020
+        ),
+        _ => cbid == c::CUPTI_DRIVER_TRACE_CBID_cuDriverGetVersion,
+    };
+    (code != 0 && !exempt).then_some(code)
+}

@@ -7,12 +7,14 @@
  * cudaProfilerStart and cudaProfilerStop; each prints "done"; "S" subscribes to CUPTI and keeps the subscription
  * (as a profiler would), "U" drops it; "F" forks a child that opens 5 NVTX ranges "child" and exits, and waits for
  * it; "h SECONDS" runs a kernel "spin" that takes SECONDS and waits for it (a hang, seen from the host); "x"
- * dereferences NULL (SIGSEGV); "a" calls abort(); EOF ends it. */
+ * dereferences NULL (SIGSEGV); "a" calls abort(); "e" runs a kernel that faults (an illegal address, through
+ * cudasim's test-only cudasim_kernel_fault) and prints the errors the next two synchronisations return; EOF ends it. */
 #include "sim.h"
 #include <cupti.h>
 #include <nvtx3/nvToolsExt.h>
 #include <poll.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,6 +31,13 @@ void tick(void **args) { (void)args; }
 
 /* cudasim runs a kernel's body on its stream's worker thread: sleeping there is a kernel that takes that long. */
 static double spin_seconds;
+/* cudasim's test-only hook (no CUDA entry point): the kernel faults with an illegal address (700). */
+extern void cudasim_kernel_fault(unsigned code);
+void faulty(void **args) {
+    (void)args;
+    cudasim_kernel_fault(700);
+}
+
 void spin(void **args) {
     (void)args;
     usleep((useconds_t)(spin_seconds * 1e6));
@@ -91,6 +100,10 @@ static int commands(void) {
             launch(spin, 1, 1, 0, args);
             CHECK(cudaDeviceSynchronize());
             printf("done\n");
+        } else if (line[0] == 'e') {
+            launch(faulty, 1, 1, 0, args);
+            int first = (int)cudaDeviceSynchronize();
+            printf("error %d %d\n", first, (int)cudaDeviceSynchronize());
         } else if (line[0] == 'x') {
             fflush(stdout);
             *(volatile int *)(uintptr_t)0 = 1;
@@ -112,7 +125,17 @@ static int commands(void) {
     return 0;
 }
 
+/* A program's own SIGSEGV handler (SERVER_OWN_SEGV_HANDLER set: installed before CUDA starts), as crash reporters
+ * install them: it says so and exits 42. */
+static void own_segv_handler(int sig) {
+    (void)sig;
+    static const char msg[] = "server: own handler\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(42);
+}
+
 int main(int argc, char **argv) {
+    if (getenv("SERVER_OWN_SEGV_HANDLER")) signal(SIGSEGV, own_segv_handler);
     if (argc > 1 && strcmp(argv[1], "cmd") == 0) {
         void *args[] = {NULL};
         launch(tick, 1, 1, 0, args);

@@ -177,6 +177,42 @@ fn a_crash_leaves_an_image_and_the_program_dies_of_its_own_signal() {
 }
 
 #[test]
+fn the_programs_own_crash_handler_still_runs_after_the_dump() {
+    let dir = scratch("flight-own-handler");
+    let mut server = Server::start(
+        &dir,
+        &["--flight-recorder", "30s", "--dump-dir", dir.to_str().unwrap()],
+        &[("SERVER_OWN_SEGV_HANDLER", "1")],
+    );
+    assert_eq!(server.cmd("k 2"), "done 2");
+    server.send("x");
+    let (status, err) = server.end();
+    assert_eq!(status.code(), Some(42), "the program's handler decided how it ends: {status:?} {err}");
+    let dump_at = err.find("flight recorder dump written").expect("dumped");
+    assert!(err.find("server: own handler").is_some_and(|h| h > dump_at), "dump first, then the handler: {err}");
+    assert_eq!(images(&dir, 1).len(), 1);
+}
+
+#[test]
+fn a_sticky_cuda_error_dumps_once() {
+    let dir = scratch("flight-sticky");
+    let mut server = Server::start(&dir, &["--flight-recorder", "30s", "--dump-dir", dir.to_str().unwrap()], &[]);
+    assert_eq!(server.cmd("k 3"), "done 3");
+    // cudasim's stand-in for a kernel reading an illegal address: every later call fails with 700.
+    assert_eq!(server.cmd("e"), "error 700 700");
+    let found = images(&dir, 1);
+    assert_eq!(found.len(), 1);
+    let trace = dir.join("sticky.cuf");
+    assert!(dumped(found[0].to_str().unwrap(), &trace, &[]).contains("dumped: a sticky CUDA error"));
+    let s = stats(&trace);
+    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 5, "the faulting launch is in it");
+    assert_eq!(count(&s, "kernels", "name", "faulty"), 1);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(images(&dir, 0).len(), 1, "one dump: every later call fails the same way");
+    assert!(server.end().0.success());
+}
+
+#[test]
 fn sigusr2_and_a_hang_each_dump_and_the_program_goes_on() {
     let dir = scratch("flight-usr2-hang");
     let mut server = Server::start(
@@ -202,8 +238,9 @@ fn sigusr2_and_a_hang_each_dump_and_the_program_goes_on() {
     assert!(said.contains("dumped: a hang"), "{said}");
     assert_eq!(count(&stats(&hang), "api", "name", "cudaDeviceSynchronize"), 3, "the hung wait is not in it yet");
     assert_eq!(server.cmd("k 1"), "done 1");
+    std::thread::sleep(Duration::from_millis(600));
     assert!(server.end().0.success());
-    assert_eq!(images(&dir, 3).len(), 2, "one dump per hang, none for the quick waits after it");
+    assert_eq!(images(&dir, 0).len(), 2, "one dump per hang, none for the quick waits after it");
 }
 
 #[test]
