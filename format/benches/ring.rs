@@ -1,4 +1,5 @@
-//! Ring push cost per record and drain throughput (issue target: push <= 20 ns, drain >= 20 M records/s/core).
+//! Ring push cost per record (also a flight recorder's full ring, which overwrites) and drain throughput (issue
+//! target: push <= 20 ns, drain >= 20 M records/s/core).
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use cuflight_format::{event::EventKind, ring::HeapRing, RawEvent};
 
@@ -18,6 +19,11 @@ fn push(c: &mut Criterion) {
             }
         })
     });
+    // A flight recorder's full ring: every push discards the oldest event.
+    let full = HeapRing::new(1 << 16);
+    full.view().set_overwrite(true);
+    let mut overwriting = full.producer();
+    g.bench_function("push_overwrite", |b| b.iter(|| overwriting.push(std::hint::black_box(&ev))));
     const BATCH: u64 = 1 << 15;
     g.throughput(Throughput::Elements(BATCH));
     g.bench_function("drain_32k", |b| {
