@@ -343,9 +343,11 @@ fn run(cli: Cli) -> Result<i32> {
                 d.reason,
             );
             for (pid, flush_ms) in &s.unflushed {
-                eprintln!(
-                    "cuflight: process {pid} could not flush CUPTI before this dump: device records of its last {flush_ms} ms are missing"
-                );
+                let held = match flush_ms {
+                    0 => "device records CUPTI still held (it had not flushed yet) are missing".to_string(),
+                    ms => format!("device records of its last {ms} ms are missing"),
+                };
+                eprintln!("cuflight: process {pid} could not flush CUPTI before this dump: {held}");
             }
             if let Some(why) = &s.stopped {
                 bail!("the dump is incomplete ({why})");
