@@ -11,12 +11,69 @@ use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+/// One client's buffers: the legacy (global) registration, or one subscriber's (v2, 13.5+).
 pub(crate) struct Buffers {
-    pub(crate) request: c::CUpti_BuffersCallbackRequestFunc,
-    pub(crate) complete: c::CUpti_BuffersCallbackCompleteFunc,
+    /// The client's request and completion callbacks (function addresses; 0 = none registered), of the v2
+    /// signatures (`CUpti_BuffersCallbackRequestFunc_v2`, `..CompleteFunc_v2`) when `v2`.
+    pub(crate) request: usize,
+    pub(crate) complete: usize,
+    pub(crate) v2: bool,
     /// Buffers being filled, (thread key, (buffer, size, used)): one per thread that produces records where the
     /// release allocates per-thread buffers (13.x default), else one (key 0).
     current: Vec<(u64, (usize, usize, usize))>,
+}
+
+/// A subscriber using the per-subscriber Activity API (`cuptiActivityEnable_v2` and friends, CUPTI 13.5): it
+/// gets its own copy of every record of the kinds it enabled, in its own buffers.
+struct Consumer {
+    handle: usize,
+    kinds: u64,
+    bufs: Buffers,
+    dropped: usize,
+}
+
+static CONSUMERS: Mutex<Vec<Consumer>> = Mutex::new(Vec::new());
+
+fn with_consumer<R>(handle: usize, f: impl FnOnce(&mut Consumer) -> R) -> R {
+    let mut all = CONSUMERS.lock();
+    let i = match all.iter().position(|c| c.handle == handle) {
+        Some(i) => i,
+        None => {
+            let bufs = Buffers { request: 0, complete: 0, v2: true, current: Vec::new() };
+            all.push(Consumer { handle, kinds: 0, bufs, dropped: 0 });
+            all.len() - 1
+        }
+    };
+    f(&mut all[i])
+}
+
+/// `cuptiActivityEnable_v2` / `Disable_v2` for `handle`.
+pub(crate) fn set_kind_v2(handle: usize, kind: c::CUpti_ActivityKind, on: bool) {
+    with_consumer(handle, |c| {
+        if on {
+            c.kinds |= 1 << kind;
+        } else {
+            c.kinds &= !(1 << kind);
+        }
+    });
+}
+
+/// `cuptiActivityRegisterCallbacks_v2` for `handle`.
+pub(crate) fn register_v2(handle: usize, request: usize, complete: usize) {
+    with_consumer(handle, |c| {
+        c.bufs.request = request;
+        c.bufs.complete = complete;
+    });
+}
+
+/// `cuptiActivityGetNumDroppedRecords_v2` for `handle` (reading resets it).
+pub(crate) fn take_dropped_v2(handle: usize) -> usize {
+    with_consumer(handle, |c| std::mem::take(&mut c.dropped))
+}
+
+/// A subscriber left: its records stop (what it had not flushed is lost, as with CUPTI).
+pub(crate) fn forget_subscriber(handle: usize) {
+    CONSUMERS.lock().retain(|c| c.handle != handle);
 }
 
 /// A kernel running on a simulated device: a forced flush hands it over unfinished (end 0), as CUPTI's forced
@@ -28,7 +85,8 @@ struct Running {
     delivered: bool,
 }
 
-pub(crate) static BUFFERS: Mutex<Buffers> = Mutex::new(Buffers { request: None, complete: None, current: Vec::new() });
+pub(crate) static BUFFERS: Mutex<Buffers> =
+    Mutex::new(Buffers { request: 0, complete: 0, v2: false, current: Vec::new() });
 static RUNNING: Mutex<Vec<Running>> = Mutex::new(Vec::new());
 static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 /// The client's timestamp callback (`cuptiActivityRegisterTimestampCallback`), as a function address; 0 = none.
@@ -115,16 +173,32 @@ fn thread_key() -> u64 {
     unsafe { libc::gettid() as u64 }
 }
 
-/// Appends a record to the producing thread's activity buffer, handing full buffers to the client.
+/// Appends a record to the producing thread's activity buffer of every client that enabled its kind (the legacy
+/// registration and each v2 subscriber), handing full buffers to the client.
 pub(crate) fn emit(rec: SimRecord) {
-    if !activity_enabled(rec.activity_kind()) || finalized() {
+    if finalized() {
         return;
     }
     let release = rel();
     let rec = to_cupti_time(rec);
-    let size = record_size(rec.activity_kind(), &release);
+    let kind = rec.activity_kind();
+    let size = record_size(kind, &release);
     let key = thread_key();
-    let mut st = BUFFERS.lock();
+    if activity_enabled(kind) && !append(&mut BUFFERS.lock(), &rec, size, key) {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut consumers = CONSUMERS.lock();
+    for c in consumers.iter_mut().filter(|c| kind < 64 && c.kinds & (1 << kind) != 0) {
+        if !append(&mut c.bufs, &rec, size, key) {
+            c.dropped += 1;
+        }
+    }
+}
+
+/// Writes `rec` into `st`'s buffer for thread `key`, asking the client for a new one when it is full; false when
+/// no buffer could be had (the record is dropped).
+fn append(st: &mut Buffers, rec: &SimRecord, size: usize, key: u64) -> bool {
+    let release = rel();
     for _ in 0..2 {
         if let Some(i) = st.current.iter().position(|(k, _)| *k == key) {
             let (buf, cap, used) = st.current[i].1;
@@ -132,15 +206,36 @@ pub(crate) fn emit(rec: SimRecord) {
                 // SAFETY: the client gave us `cap` bytes at `buf`; [used, used + size) is inside and unused.
                 unsafe { rec.write(buf as *mut u8, used, &release) };
                 st.current[i].1 = (buf, cap, used + size);
-                return;
+                return true;
             }
             let full = st.current.swap_remove(i).1;
-            deliver(&st, full);
+            deliver(st, full);
         }
-        let Some(request) = st.request else { break };
+        if st.request == 0 {
+            break;
+        }
         let (mut buf, mut cap, mut max) = (std::ptr::null_mut::<u8>(), 0usize, 0usize);
-        // SAFETY: the client's request callback fills the three out-parameters.
-        unsafe { request(&mut buf, &mut cap, &mut max) };
+        if st.v2 {
+            // SAFETY: a client's CUpti_BuffersCallbackRequestFunc_v2; it fills the three out-parameters.
+            let request = unsafe {
+                std::mem::transmute::<
+                    usize,
+                    unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize, *mut c::CUpti_BufferCallbackRequestInfo),
+                >(st.request)
+            };
+            let mut info = c::CUpti_BufferCallbackRequestInfo {
+                structSize: std::mem::size_of::<c::CUpti_BufferCallbackRequestInfo>(),
+            };
+            // SAFETY: valid out-pointers and info for the call.
+            unsafe { request(&mut buf, &mut cap, &mut max, &mut info) };
+        } else {
+            // SAFETY: the client's CUpti_BuffersCallbackRequestFunc; it fills the three out-parameters.
+            let request = unsafe {
+                std::mem::transmute::<usize, unsafe extern "C" fn(*mut *mut u8, *mut usize, *mut usize)>(st.request)
+            };
+            // SAFETY: valid out-pointers for the call.
+            unsafe { request(&mut buf, &mut cap, &mut max) };
+        }
         if buf.is_null() && release.null_buffer_crashes() {
             // The real libcupti dereferences it (Kineto issue 1275): model the crash, loudly.
             eprintln!(
@@ -154,37 +249,54 @@ pub(crate) fn emit(rec: SimRecord) {
         }
         st.current.push((key, (buf as usize, cap, 0)));
     }
-    DROPPED.fetch_add(1, Ordering::Relaxed);
+    false
 }
 
 /// Hands a full buffer to the client's completion callback on CUPTI's own worker thread, as the real library
 /// does outside flushes, so the thread that filled it carries on (and no lock is held while the client works).
 fn deliver(st: &Buffers, b: (usize, usize, usize)) {
-    let Some(complete) = st.complete else { return };
-    /// (completion callback address, (buffer, size, valid bytes))
-    type Delivery = (usize, (usize, usize, usize));
+    if st.complete == 0 {
+        return;
+    }
+    /// (completion callback address, v2, (buffer, size, valid bytes))
+    type Delivery = (usize, bool, (usize, usize, usize));
     static WORKER: Lazy<Option<Sender<Delivery>>> = Lazy::new(|| {
         let (tx, rx) = unbounded::<Delivery>();
         let spawned = std::thread::Builder::new().name("cudasim-cupti-worker".into()).spawn(move || {
-            for (complete, b) in rx {
-                call_complete(complete, b);
+            for (complete, v2, b) in rx {
+                call_complete(complete, v2, b);
                 IN_DELIVERY.fetch_sub(1, Ordering::AcqRel);
             }
         });
         spawned.ok().map(|_| tx)
     });
     IN_DELIVERY.fetch_add(1, Ordering::AcqRel);
-    let sent = WORKER.as_ref().is_some_and(|tx| tx.send((complete as usize, b)).is_ok());
+    let sent = WORKER.as_ref().is_some_and(|tx| tx.send((st.complete, st.v2, b)).is_ok());
     if !sent {
         IN_DELIVERY.fetch_sub(1, Ordering::AcqRel);
-        call_complete(complete as usize, b);
+        call_complete(st.complete, st.v2, b);
     }
 }
 
 /// Buffers handed to the worker and not yet returned to the client.
 static IN_DELIVERY: AtomicUsize = AtomicUsize::new(0);
 
-fn call_complete(complete: usize, (buf, cap, used): (usize, usize, usize)) {
+fn call_complete(complete: usize, v2: bool, (buf, cap, used): (usize, usize, usize)) {
+    if v2 {
+        // SAFETY: `complete` is a client's registered CUpti_BuffersCallbackCompleteFunc_v2.
+        let complete = unsafe {
+            std::mem::transmute::<
+                usize,
+                unsafe extern "C" fn(*mut u8, usize, usize, *mut c::CUpti_BufferCallbackCompleteInfo),
+            >(complete)
+        };
+        // SAFETY: plain data; zeroed is valid (no record layouts).
+        let mut info: c::CUpti_BufferCallbackCompleteInfo = unsafe { std::mem::zeroed() };
+        info.structSize = std::mem::size_of::<c::CUpti_BufferCallbackCompleteInfo>();
+        // SAFETY: returns the client's own buffer with the number of valid bytes, as CUPTI does.
+        unsafe { complete(buf as *mut u8, cap, used, &mut info) };
+        return;
+    }
     // SAFETY: `complete` is the client's registered CUpti_BuffersCallbackCompleteFunc.
     let complete = unsafe {
         std::mem::transmute::<usize, unsafe extern "C" fn(c::CUcontext, u32, *mut u8, usize, usize)>(complete)
@@ -215,16 +327,19 @@ pub(crate) fn flush(forced: bool) {
     while IN_DELIVERY.load(Ordering::Acquire) > 0 {
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
-    let (complete, pending) = {
-        let mut st = BUFFERS.lock();
+    let take = |st: &mut Buffers| {
         let all = std::mem::take(&mut st.current);
         let (full, empty): (Vec<_>, Vec<_>) = all.into_iter().partition(|(_, b)| b.2 > 0);
         st.current = empty; // nothing in them yet: keep filling them
-        (st.complete, full)
+        (st.complete, st.v2, full)
     };
-    if let Some(complete) = complete {
-        for (_, b) in pending {
-            call_complete(complete as usize, b);
+    let mut pending = vec![take(&mut BUFFERS.lock())];
+    pending.extend(CONSUMERS.lock().iter_mut().map(|c| take(&mut c.bufs)));
+    for (complete, v2, full) in pending {
+        if complete != 0 {
+            for (_, b) in full {
+                call_complete(complete, v2, b);
+            }
         }
     }
 }

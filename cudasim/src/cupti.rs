@@ -6,19 +6,11 @@ use crate::activity::{cupti_now, flush, injected_failure, BUFFERS, DROPPED, TIME
 use crate::records::record_size;
 use crate::release::{self, Release};
 use crate::{c, guard};
-use parking_lot::RwLock;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
-const MAX_CBID: usize = 1024;
+use crate::subscribers::{self, MAX_CBID, MAX_DISPATCH};
 
-struct Subscriber {
-    callback: c::CUpti_CallbackFunc,
-    userdata: usize,
-}
-
-static SUBSCRIBER: RwLock<Option<Subscriber>> = RwLock::new(None);
-static ENABLED: [RwLock<[bool; MAX_CBID]>; 2] = [RwLock::new([false; MAX_CBID]), RwLock::new([false; MAX_CBID])];
 static ACTIVITY_KINDS: AtomicU64 = AtomicU64::new(0);
 /// Held while records are appended or buffers handed over, so buffers reach the client whole and in order.
 static CORRELATION: AtomicU32 = AtomicU32::new(0);
@@ -70,9 +62,12 @@ pub(crate) fn api_call<P>(
     if let Some(slot) = domain_index(domain).and_then(|d| NAMES[d].get(cbid as usize)) {
         slot.store(name.as_ptr() as *mut c_char, Ordering::Relaxed);
     }
-    let enabled = domain_index(domain).is_some_and(|d| ENABLED[d].read().get(cbid as usize).copied().unwrap_or(false));
-    let subscriber = if enabled { SUBSCRIBER.read().as_ref().map(|s| (s.callback, s.userdata)) } else { None };
-    let mut correlation_data = 0u64;
+    let (targets, n) = match domain_index(domain) {
+        Some(d) => subscribers::targets(d, cbid as usize),
+        None => ([(None, 0); MAX_DISPATCH], 0),
+    };
+    // Each subscriber has its own slot shared by its enter and exit callbacks.
+    let mut correlation_data = [0u64; MAX_DISPATCH];
     let mut ret = 0u32;
     let mut data = c::CUpti_CallbackData {
         callbackSite: c::CUPTI_API_ENTER,
@@ -82,25 +77,45 @@ pub(crate) fn api_call<P>(
         symbolName: symbol,
         context: 1usize as c::CUcontext,
         contextUid: 1,
-        correlationData: &mut correlation_data,
+        correlationData: std::ptr::null_mut(),
         correlationId: correlation,
     };
-    if let Some((Some(cb), userdata)) = subscriber {
-        // SAFETY: the subscriber registered this C callback; `data` and the params outlive the call.
-        unsafe { cb(userdata as *mut c_void, domain, cbid, &data as *const _ as *const c_void) };
+    for (i, &(cb, userdata)) in targets[..n].iter().enumerate() {
+        if let Some(cb) = cb {
+            data.correlationData = &mut correlation_data[i];
+            // SAFETY: the subscriber registered this C callback; `data` and the params outlive the call.
+            unsafe { cb(userdata as *mut c_void, domain, cbid, &data as *const _ as *const c_void) };
+        }
     }
     ret = body().max(ret);
     ret = crate::device::sticky_error(domain, cbid).unwrap_or(ret);
-    if let Some((Some(cb), userdata)) = subscriber {
-        data.callbackSite = c::CUPTI_API_EXIT;
-        data.functionReturnValue = &mut ret as *mut u32 as *mut c_void;
-        // SAFETY: as above; the return value pointer is valid for the call.
-        unsafe { cb(userdata as *mut c_void, domain, cbid, &data as *const _ as *const c_void) };
+    data.callbackSite = c::CUPTI_API_EXIT;
+    data.functionReturnValue = &mut ret as *mut u32 as *mut c_void;
+    for (i, &(cb, userdata)) in targets[..n].iter().enumerate() {
+        if let Some(cb) = cb {
+            data.correlationData = &mut correlation_data[i];
+            // SAFETY: as above; the return value pointer is valid for the call.
+            unsafe { cb(userdata as *mut c_void, domain, cbid, &data as *const _ as *const c_void) };
+        }
     }
     if outer {
         OUTER_CORRELATION.with(|c| c.set(0));
     }
     ret
+}
+
+/// The activity kinds the simulator produces records of.
+fn supported_kind(kind: c::CUpti_ActivityKind) -> bool {
+    matches!(
+        kind,
+        c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+            | c::CUPTI_ACTIVITY_KIND_KERNEL
+            | c::CUPTI_ACTIVITY_KIND_MEMCPY
+            | c::CUPTI_ACTIVITY_KIND_MEMSET
+            | c::CUPTI_ACTIVITY_KIND_MEMORY2
+            | c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
+            | c::CUPTI_ACTIVITY_KIND_OVERHEAD
+    )
 }
 
 /// cuptiFinalize was called: no more records.
@@ -158,34 +173,34 @@ cupti_entry!(
         if handle.is_null() {
             return c::CUPTI_ERROR_INVALID_PARAMETER;
         }
-        let mut sub = SUBSCRIBER.write();
-        if sub.is_some() {
-            return c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED;
-        }
-        *sub = Some(Subscriber { callback, userdata: userdata as usize });
-        // SAFETY: non-null out-parameter; the handle is an opaque non-null token.
-        unsafe { *handle = 1usize as c::CUpti_SubscriberHandle };
-        c::CUPTI_SUCCESS
-    }
-);
-
-cupti_entry!(
-    fn cuptiUnsubscribe(_handle: c::CUpti_SubscriberHandle) {
-        *SUBSCRIBER.write() = None;
-        for d in &ENABLED {
-            *d.write() = [false; MAX_CBID];
-        }
-        c::CUPTI_SUCCESS
-    }
-);
-
-cupti_entry!(
-    fn cuptiEnableDomain(enable: u32, _handle: c::CUpti_SubscriberHandle, domain: c::CUpti_CallbackDomain) {
-        match domain_index(domain) {
-            Some(d) => {
-                *ENABLED[d].write() = [enable != 0; MAX_CBID];
+        // The legacy entry point never asks for multi-subscriber mode.
+        match subscribers::subscribe(callback, userdata as usize, None, false) {
+            Ok((h, _)) => {
+                // SAFETY: non-null out-parameter; the handle is an opaque non-null token.
+                unsafe { *handle = h as c::CUpti_SubscriberHandle };
                 c::CUPTI_SUCCESS
             }
+            Err(_) => c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
+        }
+    }
+);
+
+cupti_entry!(
+    fn cuptiUnsubscribe(handle: c::CUpti_SubscriberHandle) {
+        crate::activity::forget_subscriber(handle as usize);
+        if subscribers::unsubscribe(handle as usize) {
+            c::CUPTI_SUCCESS
+        } else {
+            c::CUPTI_ERROR_INVALID_PARAMETER
+        }
+    }
+);
+
+cupti_entry!(
+    fn cuptiEnableDomain(enable: u32, handle: c::CUpti_SubscriberHandle, domain: c::CUpti_CallbackDomain) {
+        match domain_index(domain) {
+            Some(d) if subscribers::enable(handle as usize, d, None, enable != 0) => c::CUPTI_SUCCESS,
+            Some(_) => c::CUPTI_ERROR_INVALID_PARAMETER,
             // Resource, synchronize, NVTX and state domains exist in CUPTI; the simulator never raises them.
             None if domain < c::CUPTI_CB_DOMAIN_SIZE && domain != 0 => c::CUPTI_SUCCESS,
             None => c::CUPTI_ERROR_INVALID_PARAMETER,
@@ -194,15 +209,9 @@ cupti_entry!(
 );
 
 cupti_entry!(
-    fn cuptiEnableCallback(
-        enable: u32,
-        _handle: c::CUpti_SubscriberHandle,
-        domain: c::CUpti_CallbackDomain,
-        cbid: u32,
-    ) {
+    fn cuptiEnableCallback(enable: u32, handle: c::CUpti_SubscriberHandle, domain: c::CUpti_CallbackDomain, cbid: u32) {
         match (domain_index(domain), (cbid as usize) < MAX_CBID) {
-            (Some(d), true) => {
-                ENABLED[d].write()[cbid as usize] = enable != 0;
+            (Some(d), true) if subscribers::enable(handle as usize, d, Some(cbid as usize), enable != 0) => {
                 c::CUPTI_SUCCESS
             }
             _ => c::CUPTI_ERROR_INVALID_PARAMETER,
@@ -232,19 +241,11 @@ cupti_entry!(
 
 cupti_entry!(
     fn cuptiActivityEnable(kind: c::CUpti_ActivityKind) {
-        match kind {
-            c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
-            | c::CUPTI_ACTIVITY_KIND_KERNEL
-            | c::CUPTI_ACTIVITY_KIND_MEMCPY
-            | c::CUPTI_ACTIVITY_KIND_MEMSET
-            | c::CUPTI_ACTIVITY_KIND_MEMORY2
-            | c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
-            | c::CUPTI_ACTIVITY_KIND_OVERHEAD => {
-                ACTIVITY_KINDS.fetch_or(1 << kind, Ordering::Relaxed);
-                c::CUPTI_SUCCESS
-            }
-            _ => c::CUPTI_ERROR_NOT_SUPPORTED,
+        if !supported_kind(kind) {
+            return c::CUPTI_ERROR_NOT_SUPPORTED;
         }
+        ACTIVITY_KINDS.fetch_or(1 << kind, Ordering::Relaxed);
+        c::CUPTI_SUCCESS
     }
 );
 
@@ -269,8 +270,8 @@ cupti_entry!(
             return c::CUPTI_ERROR_UNKNOWN;
         }
         let mut st = BUFFERS.lock();
-        st.request = request;
-        st.complete = complete;
+        st.request = request.map_or(0, |f| f as usize);
+        st.complete = complete.map_or(0, |f| f as usize);
         c::CUPTI_SUCCESS
     }
 );
@@ -336,8 +337,13 @@ cupti_entry!(
 cupti_entry!(
     fn cuptiFinalize() {
         flush(false);
+        // Multi-subscriber mode: finalizing is a no-op while other subscribers remain (one tool must not tear
+        // CUPTI down under another).
+        if subscribers::count() > 1 {
+            return c::CUPTI_SUCCESS;
+        }
         FINALIZED.store(true, Ordering::Relaxed);
-        *SUBSCRIBER.write() = None;
+        subscribers::clear();
         c::CUPTI_SUCCESS
     }
 );
@@ -371,26 +377,38 @@ cupti_entry!(
         if params.as_ref().is_some_and(|p| p.structSize == 0) {
             return c::CUPTI_ERROR_INVALID_PARAMETER;
         }
-        // SAFETY: forwarded from our caller.
-        let r = unsafe { cuptiSubscribe(handle, callback, userdata) };
-        if r == c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
-            // "the name of the incompatible tool or the existing CUPTI subscriber will be written to this location"
-            if let Some(p) = params.filter(|p| !p.oldSubscriberName.is_null() && p.oldSubscriberSize > 0) {
-                let name = OTHER_SUBSCRIBER_NAME.to_bytes();
-                let n = name.len().min(p.oldSubscriberSize - 1);
-                // SAFETY: the caller's buffer holds oldSubscriberSize bytes; we write n + 1 <= that many.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(name.as_ptr(), p.oldSubscriberName as *mut u8, n);
-                    *p.oldSubscriberName.add(n) = 0;
-                }
+        if handle.is_null() {
+            return c::CUPTI_ERROR_INVALID_PARAMETER;
+        }
+        let name = params.as_ref().filter(|p| !p.subscriberName.is_null()).map(|p| {
+            // SAFETY: subscriberName is the caller's NUL-terminated string.
+            unsafe { CStr::from_ptr(p.subscriberName) }
+        });
+        let allow_multi = params.as_ref().is_some_and(|p| p.allowMultipleSubscribers == 1);
+        let (r, other) = match subscribers::subscribe(callback, userdata as usize, name, allow_multi) {
+            Ok((h, first)) => {
+                // SAFETY: non-null out-parameter; the handle is an opaque non-null token.
+                unsafe { *handle = h as c::CUpti_SubscriberHandle };
+                (c::CUPTI_SUCCESS, first)
+            }
+            Err(holder) => (c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, Some(holder)),
+        };
+        // Refused: "the name of the incompatible tool or the existing CUPTI subscriber will be written to this
+        // location"; joined: "this will be the name of the first subscriber".
+        if let (Some(p), Some(other)) =
+            (params.filter(|p| !p.oldSubscriberName.is_null() && p.oldSubscriberSize > 0), other)
+        {
+            let name = other.to_bytes();
+            let n = name.len().min(p.oldSubscriberSize - 1);
+            // SAFETY: the caller's buffer holds oldSubscriberSize bytes; we write n + 1 <= that many.
+            unsafe {
+                std::ptr::copy_nonoverlapping(name.as_ptr(), p.oldSubscriberName as *mut u8, n);
+                *p.oldSubscriberName.add(n) = 0;
             }
         }
         r
     }
 );
-
-/// What a v2 subscriber is told holds CUPTI when the subscription is refused.
-const OTHER_SUBSCRIBER_NAME: &CStr = c"CUPTI for cudasim-test-subscriber";
 
 cupti_entry!(
     fn cuptiActivityGetStructSize(kind: c::CUpti_ActivityKind, version: u32, size: *mut usize) {
@@ -405,6 +423,109 @@ cupti_entry!(
         }
         // SAFETY: non-null out-parameter.
         unsafe { *size = record_size(kind, &rel()) };
+        c::CUPTI_SUCCESS
+    }
+);
+
+// The per-subscriber (v2) Activity API of CUPTI 13.5 (cupti_activity.h; CUPTI Python 13.5 notes: "New
+// per-subscriber Activity APIs"): each subscriber enables its own kinds and gets its own buffers. Refused below
+// 13.5, like any entry point a release lacks.
+fn v2_subscriber(handle: c::CUpti_SubscriberHandle) -> Result<usize, c::CUptiResult> {
+    if !rel().has_multiple_subscribers() {
+        return Err(c::CUPTI_ERROR_NOT_SUPPORTED);
+    }
+    if !subscribers::exists(handle as usize) {
+        return Err(c::CUPTI_ERROR_INVALID_PARAMETER);
+    }
+    Ok(handle as usize)
+}
+
+cupti_entry!(
+    fn cuptiActivityEnable_v2(
+        handle: c::CUpti_SubscriberHandle,
+        kind: c::CUpti_ActivityKind,
+        _config: *mut c::CUpti_ActivityConfig,
+    ) {
+        let h = match v2_subscriber(handle) {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        if !supported_kind(kind) {
+            return c::CUPTI_ERROR_NOT_SUPPORTED;
+        }
+        crate::activity::set_kind_v2(h, kind, true);
+        c::CUPTI_SUCCESS
+    }
+);
+
+cupti_entry!(
+    fn cuptiActivityDisable_v2(
+        handle: c::CUpti_SubscriberHandle,
+        kind: c::CUpti_ActivityKind,
+        _config: *mut c::CUpti_ActivityConfig,
+    ) {
+        let h = match v2_subscriber(handle) {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        if kind < 64 {
+            crate::activity::set_kind_v2(h, kind, false);
+        }
+        c::CUPTI_SUCCESS
+    }
+);
+
+cupti_entry!(
+    fn cuptiActivityRegisterCallbacks_v2(
+        handle: c::CUpti_SubscriberHandle,
+        request: c::CUpti_BuffersCallbackRequestFunc_v2,
+        complete: c::CUpti_BuffersCallbackCompleteFunc_v2,
+    ) {
+        let h = match v2_subscriber(handle) {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        match (request, complete) {
+            (Some(r), Some(c)) => {
+                crate::activity::register_v2(h, r as usize, c as usize);
+                c::CUPTI_SUCCESS
+            }
+            _ => c::CUPTI_ERROR_INVALID_PARAMETER,
+        }
+    }
+);
+
+cupti_entry!(
+    fn cuptiActivityGetNextRecord_v2(
+        handle: c::CUpti_SubscriberHandle,
+        buffer: *mut u8,
+        valid: usize,
+        record: *mut *mut c::CUpti_Activity,
+    ) {
+        if let Err(e) = v2_subscriber(handle) {
+            return e;
+        }
+        // SAFETY: forwarded from our caller; the records are laid out as for the legacy API.
+        unsafe { cuptiActivityGetNextRecord(buffer, valid, record) }
+    }
+);
+
+cupti_entry!(
+    fn cuptiActivityGetNumDroppedRecords_v2(
+        handle: c::CUpti_SubscriberHandle,
+        _ctx: c::CUcontext,
+        _stream: u32,
+        dropped: *mut usize,
+    ) {
+        let h = match v2_subscriber(handle) {
+            Ok(h) => h,
+            Err(e) => return e,
+        };
+        if dropped.is_null() {
+            return c::CUPTI_ERROR_INVALID_PARAMETER;
+        }
+        // SAFETY: non-null out-parameter. Reading resets the count, as in CUPTI.
+        unsafe { *dropped = crate::activity::take_dropped_v2(h) };
         c::CUPTI_SUCCESS
     }
 );

@@ -69,6 +69,7 @@ mod records;
 mod release;
 mod runtime;
 mod runtime_extra;
+mod subscribers;
 
 use cupti_sys::cuda13 as c;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -18,6 +18,7 @@
 //!   "default value is 1" in the 13.5 header.
 //! - `cuptiSubscribe_v2`: CUPTI Python 13.0 notes (subscribe_v2 added). `cuptiActivityGetStructSize`: 13.x header
 //!   only ("Only versions >= 130000 are supported"). Timestamp callbacks: documented in both headers.
+//! - Multi-subscriber mode and the per-subscriber (v2) Activity API: CUPTI Python 13.5 notes (see `subscribers.rs`).
 
 use once_cell::sync::Lazy;
 
@@ -79,6 +80,10 @@ impl Release {
     }
     pub fn has_struct_size(&self) -> bool {
         self.api_version >= 130000
+    }
+    /// Multi-subscriber mode with the per-subscriber (v2) Activity API: see `subscribers.rs`.
+    pub fn has_multiple_subscribers(&self) -> bool {
+        self.api_version >= 130500
     }
 }
 
