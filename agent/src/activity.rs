@@ -122,6 +122,35 @@ pub unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize
     });
 }
 
+/// The same for one subscriber in multi-subscriber mode (`CUpti_BuffersCallbackRequestFunc_v2`).
+///
+/// # Safety
+/// Called by CUPTI with valid out-pointers.
+pub unsafe extern "C" fn buffer_requested_v2(
+    buffer: *mut *mut u8,
+    size: *mut usize,
+    max_records: *mut usize,
+    _info: *mut c::CUpti_BufferCallbackRequestInfo,
+) {
+    // SAFETY: forwarded from CUPTI.
+    unsafe { buffer_requested(buffer, size, max_records) }
+}
+
+/// The same for one subscriber in multi-subscriber mode (`CUpti_BuffersCallbackCompleteFunc_v2`, which names no
+/// context: dropped records are read for the subscriber as a whole).
+///
+/// # Safety
+/// Called by CUPTI with a buffer from `buffer_requested_v2` holding `valid` bytes of records.
+pub unsafe extern "C" fn buffer_completed_v2(
+    buffer: *mut u8,
+    size: usize,
+    valid: usize,
+    _info: *mut c::CUpti_BufferCallbackCompleteInfo,
+) {
+    // SAFETY: forwarded from CUPTI.
+    unsafe { buffer_completed(std::ptr::null_mut(), 0, buffer, size, valid) }
+}
+
 /// # Safety
 /// Called by CUPTI with a buffer from `buffer_requested` holding `valid` bytes of records.
 pub unsafe extern "C" fn buffer_completed(ctx: c::CUcontext, stream: u32, buffer: *mut u8, _size: usize, valid: usize) {
@@ -149,6 +178,7 @@ fn drain(buffer: *mut u8, valid: usize, l: &cupti::Loaded) {
     let mut n = 0u32;
     let mut room = Room::default();
     let mut out = emit::delivery();
+    let v2 = cupti::activity_v2();
     // Look at the ring often enough that a small ring cannot fill between two looks.
     let every = out.space().map_or(256, |(_, cap)| (cap / 4).clamp(16, 256) as u32);
     loop {
@@ -157,7 +187,12 @@ fn drain(buffer: *mut u8, valid: usize, l: &cupti::Loaded) {
             room.make(&out);
         }
         // SAFETY: CUPTI walks its own buffer; `cursor` is null or the record it returned last.
-        let r = unsafe { (l.api.activity_get_next_record)(buffer, valid, &mut cursor) };
+        let r = unsafe {
+            match v2 {
+                Some((v2, sub)) => (v2.get_next_record)(sub, buffer, valid, &mut cursor),
+                None => (l.api.activity_get_next_record)(buffer, valid, &mut cursor),
+            }
+        };
         if r != c::CUPTI_SUCCESS {
             break;
         }

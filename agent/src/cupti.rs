@@ -4,9 +4,9 @@
 use crate::{clock, state};
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
-use cupti_sys::loader::CuptiApi;
+use cupti_sys::loader::{ActivityV2, CuptiApi};
 use once_cell::sync::OnceCell;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::Duration;
 
 pub struct Loaded {
@@ -16,6 +16,31 @@ pub struct Loaded {
 }
 
 static CUPTI: OnceCell<Loaded> = OnceCell::new();
+
+/// Multi-subscriber mode (CUPTI 13.5+, see `setup`): the per-subscriber Activity API and our subscriber while we
+/// record in that mode; null: the legacy (global) Activity API.
+static V2: OnceCell<ActivityV2> = OnceCell::new();
+static V2_SUBSCRIBER: AtomicPtr<c::CUpti_Subscriber_st> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The v2 Activity API and our subscriber, when recording in multi-subscriber mode.
+pub fn activity_v2() -> Option<(&'static ActivityV2, c::CUpti_SubscriberHandle)> {
+    let sub = V2_SUBSCRIBER.load(Ordering::Acquire);
+    if sub.is_null() {
+        return None;
+    }
+    V2.get().map(|v2| (v2, sub))
+}
+
+/// Records in multi-subscriber mode as `subscriber` (or, with None, through the legacy Activity API).
+pub fn set_activity_v2(v2: Option<(ActivityV2, c::CUpti_SubscriberHandle)>) {
+    match v2 {
+        Some((api, sub)) => {
+            let _ = V2.set(api);
+            V2_SUBSCRIBER.store(sub, Ordering::Release);
+        }
+        None => V2_SUBSCRIBER.store(std::ptr::null_mut(), Ordering::Release),
+    }
+}
 
 /// Our CUPTI session, once `cuptiSubscribe` succeeded and setup finished; None in a fork child of a profiled
 /// process and after a failed setup (never another tool's session).
@@ -108,9 +133,14 @@ pub fn flush(forced: bool) {
 /// Adds CUPTI's dropped-record count for (context, stream) to the segment (reading it resets it in CUPTI).
 pub fn collect_dropped(l: &Loaded, ctx: c::CUcontext, stream: u32) {
     let mut dropped = 0usize;
-    // SAFETY: plain CUPTI query with a valid out-pointer.
-    if unsafe { (l.api.activity_get_num_dropped_records)(ctx, stream, &mut dropped) } == c::CUPTI_SUCCESS && dropped > 0
-    {
+    // SAFETY: plain CUPTI queries with a valid out-pointer (ours, the subscriber's, in multi-subscriber mode).
+    let r = unsafe {
+        match activity_v2() {
+            Some((v2, sub)) => (v2.get_num_dropped_records)(sub, ctx, stream, &mut dropped),
+            None => (l.api.activity_get_num_dropped_records)(ctx, stream, &mut dropped),
+        }
+    };
+    if r == c::CUPTI_SUCCESS && dropped > 0 {
         if let Some(seg) = state::segment() {
             seg.header().cupti_dropped.fetch_add(dropped as u64, Ordering::Relaxed);
         }

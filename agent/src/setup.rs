@@ -66,10 +66,25 @@ extern "C" fn timestamp_ns() -> u64 {
     clock::monotonic_ns()
 }
 
-/// Subscribes, naming ourselves (13.x `cuptiSubscribe_v2`), and names the other tool when CUPTI is taken.
-fn subscribe(cupti: &Cupti) -> Result<c::CUpti_SubscriberHandle, String> {
+/// How we share CUPTI.
+#[derive(Clone, Copy)]
+struct Sharing {
+    /// Multi-subscriber mode: other tools may subscribe beside us; our activity goes through the v2 API.
+    multi: bool,
+    /// Another tool subscribed before us (it decided CUPTI's global options).
+    joined: bool,
+}
+
+/// CUPTI releases whose multi-subscriber mode comes with the per-subscriber Activity API (CUPTI 13.5 notes).
+const MULTI_SUBSCRIBER_VERSION: u32 = 130500;
+
+/// Subscribes, naming ourselves (13.x `cuptiSubscribe_v2`), and names the other tool when CUPTI is taken. From
+/// 13.5 with the v2 Activity API, asks for multi-subscriber mode, so that torch.profiler, nsys or Kineto record
+/// beside us (they must ask for it too; a tool that took CUPTI alone still keeps it).
+fn subscribe(cupti: &Cupti, version: u32) -> Result<(c::CUpti_SubscriberHandle, Sharing), String> {
     let mut subscriber: c::CUpti_SubscriberHandle = std::ptr::null_mut();
     let mut other = [0 as std::ffi::c_char; 256];
+    let multi = version >= MULTI_SUBSCRIBER_VERSION && cupti.optional.activity_v2.is_some();
     let v1 = |subscriber: &mut c::CUpti_SubscriberHandle| {
         // SAFETY: the callback is a panic-catching extern "C" fn; userdata is unused.
         unsafe { (cupti.api.subscribe)(subscriber, Some(callbacks::api_callback), std::ptr::null_mut()) }
@@ -82,14 +97,17 @@ fn subscribe(cupti: &Cupti) -> Result<c::CUpti_SubscriberHandle, String> {
             params.subscriberName = c"cuflight".as_ptr();
             params.oldSubscriberName = other.as_mut_ptr();
             params.oldSubscriberSize = other.len();
+            params.allowMultipleSubscribers = multi as u8;
             // SAFETY: the callback is a panic-catching extern "C" fn; params and `other` outlive the call.
             unsafe { subscribe_v2(&mut subscriber, Some(callbacks::api_callback), std::ptr::null_mut(), &mut params) }
         }
         None => v1(&mut subscriber),
     };
+    let mut multi = multi && cupti.optional.subscribe_v2.is_some();
     if r != c::CUPTI_SUCCESS && r != c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
         // A v2 entry point this release refuses: nothing was subscribed, the v1 call is the documented one.
         r = v1(&mut subscriber);
+        multi = false;
     }
     if r == c::CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED {
         other[other.len() - 1] = 0;
@@ -99,7 +117,8 @@ fn subscribe(cupti: &Cupti) -> Result<c::CUpti_SubscriberHandle, String> {
         return Err(format!("another CUPTI client ({who}) is already subscribed"));
     }
     check(cupti, r, "cuptiSubscribe")?;
-    Ok(subscriber)
+    // Joined: CUPTI wrote the first subscriber's name.
+    Ok((subscriber, Sharing { multi, joined: multi && other[0] != 0 }))
 }
 
 /// The CUPTI version as a release, for messages.
@@ -139,10 +158,11 @@ pub fn start() -> Result<(), String> {
     if !SUBSCRIBER.load(Ordering::Acquire).is_null() {
         return Ok(()); // already recording
     }
-    let subscriber = subscribe(cupti)?;
+    let (subscriber, sharing) = subscribe(cupti, version)?;
     activity::init_pool();
     cupti::install(cupti::Loaded { api, version });
-    if let Err(why) = configure(cupti, subscriber) {
+    cupti::set_activity_v2(cupti.optional.activity_v2.filter(|_| sharing.multi).map(|v2| (v2, subscriber)));
+    if let Err(why) = configure(cupti, subscriber, sharing) {
         release(api, subscriber);
         return Err(why);
     }
@@ -160,14 +180,26 @@ pub fn start() -> Result<(), String> {
     Ok(())
 }
 
-/// Leaves CUPTI as we found it for another tool: no activity kind of ours enabled, no subscriber.
+/// Leaves CUPTI as we found it for another tool: no activity kind of ours enabled, no subscriber. In
+/// multi-subscriber mode only our own kinds are disabled (the legacy call would disable the other tools' too),
+/// and what CUPTI completed meanwhile is collected before our subscriber, whose buffers hold it, goes.
 fn release(api: cupti_sys::loader::CuptiApi, subscriber: c::CUpti_SubscriberHandle) {
+    let v2 = cupti::activity_v2();
     for &(kind, _) in ACTIVITY_KINDS {
-        // SAFETY: plain CUPTI call; disabling a kind that was never enabled is harmless.
-        unsafe { (api.activity_disable)(kind) };
+        // SAFETY: plain CUPTI calls; disabling a kind that was never enabled is harmless.
+        unsafe {
+            match v2 {
+                Some((v2, sub)) => (v2.disable)(sub, kind, std::ptr::null_mut()),
+                None => (api.activity_disable)(kind),
+            }
+        };
+    }
+    if v2.is_some() {
+        cupti::flush(false);
     }
     // SAFETY: our own subscriber.
     unsafe { (api.unsubscribe)(subscriber) };
+    cupti::set_activity_v2(None);
 }
 
 /// Ends a window (`cuflight attach`'s detach): every completed record is flushed into the rings first, then the
@@ -187,8 +219,9 @@ pub fn stop() {
     cupti::flush(false);
 }
 
-fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle) -> Result<(), String> {
+fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Sharing) -> Result<(), String> {
     let api = cupti.api;
+    let v2 = cupti::activity_v2();
     // SAFETY: plain CUPTI configuration calls on our subscriber.
     unsafe {
         check(cupti, (api.enable_domain)(1, subscriber, c::CUPTI_CB_DOMAIN_RUNTIME_API), "enabling runtime callbacks")?;
@@ -196,12 +229,18 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle) -> Result<(),
             // An older CUPTI may not know a newer entry point (e.g. cuLaunchKernelEx): skip it, keep the rest.
             let _ = (api.enable_callback)(1, subscriber, c::CUPTI_CB_DOMAIN_DRIVER_API, cbid);
         }
-        // System thread ids, so API calls and activity records name the same threads.
-        (api.set_thread_id_type)(c::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+        // System thread ids, so API calls and activity records name the same threads. A global option: one that
+        // joined another tool's CUPTI leaves it as that tool set it.
+        if !sharing.joined {
+            (api.set_thread_id_type)(c::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+        }
         // One clock: CUPTI's default on Linux is CLOCK_REALTIME (CLOCK_MONOTONIC_RAW on WSL), which NTP steps and
         // slews. The callback must be registered before any activity kind is enabled (cupti_activity.h).
         // CUFLIGHT_DEVICE_CLOCK=cupti keeps CUPTI's own clock (aligned through clock pairs by the collector).
-        let keep_cupti_clock = std::env::var("CUFLIGHT_DEVICE_CLOCK").is_ok_and(|v| v.trim() == "cupti");
+        // A global option, which the first subscriber decides: one that joined another tool's CUPTI leaves the
+        // clock as that tool set it (the collector aligns through clock pairs then).
+        let keep_cupti_clock =
+            sharing.joined || std::env::var("CUFLIGHT_DEVICE_CLOCK").is_ok_and(|v| v.trim() == "cupti");
         if let Some(register) = cupti.optional.register_timestamp_callback.filter(|_| !keep_cupti_clock) {
             if register(Some(timestamp_ns)) == c::CUPTI_SUCCESS {
                 if let Some(seg) = state::segment() {
@@ -209,11 +248,15 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle) -> Result<(),
                 }
             }
         }
-        check(
-            cupti,
-            (api.activity_register_callbacks)(Some(activity::buffer_requested), Some(activity::buffer_completed)),
-            "registering activity buffers",
-        )?;
+        let registered = match v2 {
+            Some((v2, sub)) => {
+                (v2.register_callbacks)(sub, Some(activity::buffer_requested_v2), Some(activity::buffer_completed_v2))
+            }
+            None => {
+                (api.activity_register_callbacks)(Some(activity::buffer_requested), Some(activity::buffer_completed))
+            }
+        };
+        check(cupti, registered, "registering activity buffers")?;
         for &(kind, required) in ACTIVITY_KINDS {
             if !layout_is_readable(cupti, kind) {
                 if required {
@@ -221,7 +264,10 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle) -> Result<(),
                 }
                 continue;
             }
-            let r = (api.activity_enable)(kind);
+            let r = match v2 {
+                Some((v2, sub)) => (v2.enable)(sub, kind, std::ptr::null_mut()),
+                None => (api.activity_enable)(kind),
+            };
             if required {
                 check(cupti, r, "enabling activity records")?;
             }

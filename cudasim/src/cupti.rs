@@ -485,6 +485,10 @@ cupti_entry!(
             Ok(h) => h,
             Err(e) => return e,
         };
+        // Fault injection names the operation: either name fails registering buffers.
+        if injected_failure("cuptiActivityRegisterCallbacks") || injected_failure("cuptiActivityRegisterCallbacks_v2") {
+            return c::CUPTI_ERROR_UNKNOWN;
+        }
         match (request, complete) {
             (Some(r), Some(c)) => {
                 crate::activity::register_v2(h, r as usize, c as usize);

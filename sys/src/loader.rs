@@ -169,6 +169,36 @@ pub type RegisterTimestampCallback = unsafe extern "C" fn(c::CUpti_TimestampCall
 /// `cuptiActivityGetStructSize` (13.x): the size of `kind`'s record in a CUPTI version (0 = this one).
 pub type GetStructSize = unsafe extern "C" fn(c::CUpti_ActivityKind, u32, *mut usize) -> c::CUptiResult;
 
+/// The per-subscriber (v2) Activity API of CUPTI 13.5 (cupti_activity.h), used in multi-subscriber mode: the
+/// same calls as the legacy ones, for one subscriber's kinds and buffers.
+/// `cuptiActivityEnable_v2` / `cuptiActivityDisable_v2`.
+pub type ActivityKindV2 = unsafe extern "C" fn(
+    c::CUpti_SubscriberHandle,
+    c::CUpti_ActivityKind,
+    *mut c::CUpti_ActivityConfig,
+) -> c::CUptiResult;
+/// `cuptiActivityRegisterCallbacks_v2`.
+pub type RegisterCallbacksV2 = unsafe extern "C" fn(
+    c::CUpti_SubscriberHandle,
+    c::CUpti_BuffersCallbackRequestFunc_v2,
+    c::CUpti_BuffersCallbackCompleteFunc_v2,
+) -> c::CUptiResult;
+/// `cuptiActivityGetNextRecord_v2`.
+pub type GetNextRecordV2 =
+    unsafe extern "C" fn(c::CUpti_SubscriberHandle, *mut u8, usize, *mut *mut c::CUpti_Activity) -> c::CUptiResult;
+/// `cuptiActivityGetNumDroppedRecords_v2`.
+pub type GetNumDroppedRecordsV2 =
+    unsafe extern "C" fn(c::CUpti_SubscriberHandle, c::CUcontext, u32, *mut usize) -> c::CUptiResult;
+
+#[derive(Clone, Copy)]
+pub struct ActivityV2 {
+    pub enable: ActivityKindV2,
+    pub disable: ActivityKindV2,
+    pub register_callbacks: RegisterCallbacksV2,
+    pub get_next_record: GetNextRecordV2,
+    pub get_num_dropped_records: GetNumDroppedRecordsV2,
+}
+
 /// Entry points that only some releases export: looked up one by one, absent ones are `None`, so one agent
 /// binary serves every release.
 #[derive(Clone, Copy, Default)]
@@ -176,6 +206,8 @@ pub struct CuptiOptional {
     pub subscribe_v2: Option<SubscribeV2>,
     pub register_timestamp_callback: Option<RegisterTimestampCallback>,
     pub get_struct_size: Option<GetStructSize>,
+    /// All five v2 Activity entry points, or none.
+    pub activity_v2: Option<ActivityV2>,
 }
 
 impl CuptiOptional {
@@ -198,6 +230,25 @@ impl CuptiOptional {
                 // SAFETY: CUPTI's exported cuptiActivityGetStructSize (cupti_activity.h, 13.x).
                 unsafe { std::mem::transmute::<*mut c_void, GetStructSize>(p) }
             }),
+            activity_v2: (|| {
+                // SAFETY: CUPTI's exported v2 Activity entry points, each with the signature the 13.5
+                // cupti_activity.h declares (as in ActivityV2).
+                unsafe {
+                    Some(ActivityV2 {
+                        enable: std::mem::transmute::<*mut c_void, ActivityKindV2>(sym(c"cuptiActivityEnable_v2")?),
+                        disable: std::mem::transmute::<*mut c_void, ActivityKindV2>(sym(c"cuptiActivityDisable_v2")?),
+                        register_callbacks: std::mem::transmute::<*mut c_void, RegisterCallbacksV2>(sym(
+                            c"cuptiActivityRegisterCallbacks_v2",
+                        )?),
+                        get_next_record: std::mem::transmute::<*mut c_void, GetNextRecordV2>(sym(
+                            c"cuptiActivityGetNextRecord_v2",
+                        )?),
+                        get_num_dropped_records: std::mem::transmute::<*mut c_void, GetNumDroppedRecordsV2>(sym(
+                            c"cuptiActivityGetNumDroppedRecords_v2",
+                        )?),
+                    })
+                }
+            })(),
         }
     }
 }

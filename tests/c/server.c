@@ -8,7 +8,11 @@
  * (as a profiler would), "U" drops it; "F" forks a child that opens 5 NVTX ranges "child" and exits, and waits for
  * it; "h SECONDS" runs a kernel "spin" that takes SECONDS and waits for it (a hang, seen from the host); "x"
  * dereferences NULL (SIGSEGV); "a" calls abort(); "e" runs a kernel that faults (an illegal address, through
- * cudasim's test-only cudasim_kernel_fault) and prints the errors the next two synchronisations return; EOF ends it. */
+ * cudasim's test-only cudasim_kernel_fault) and prints the errors the next two synchronisations return; "M" makes the
+ * program a second tool in CUPTI's multi-subscriber mode (13.5: cuptiSubscribe_v2 allowing multiple subscribers,
+ * launch callbacks and kernel records through the per-subscriber Activity API), printing "subscribed" or
+ * "refused NAME"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it;
+ * EOF ends it. */
 #include "sim.h"
 #include <cupti.h>
 #include <nvtx3/nvToolsExt.h>
@@ -21,6 +25,49 @@
 
 static void CUPTIAPI on_api(void *u, CUpti_CallbackDomain d, CUpti_CallbackId c, const void *data) {
     (void)u; (void)d; (void)c; (void)data;
+}
+
+/* The second tool (multi-subscriber mode): what it saw. */
+static CUpti_SubscriberHandle tool;
+static long tool_launches, tool_kernels;
+static void CUPTIAPI tool_api(void *u, CUpti_CallbackDomain d, CUpti_CallbackId c, const void *data) {
+    (void)u;
+    const CUpti_CallbackData *cb = data;
+    if (d == CUPTI_CB_DOMAIN_RUNTIME_API && c == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000 &&
+        cb->callbackSite == CUPTI_API_EXIT)
+        __atomic_fetch_add(&tool_launches, 1, __ATOMIC_RELAXED);
+}
+static void CUPTIAPI tool_request(uint8_t **buf, size_t *size, size_t *max, CUpti_BufferCallbackRequestInfo *info) {
+    (void)info;
+    *size = 1 << 16;
+    *buf = aligned_alloc(8, *size);
+    *max = 0;
+}
+static void CUPTIAPI tool_complete(uint8_t *buf, size_t size, size_t valid, CUpti_BufferCallbackCompleteInfo *info) {
+    (void)size; (void)info;
+    CUpti_Activity *r = NULL;
+    while (tool && cuptiActivityGetNextRecord_v2(tool, buf, valid, &r) == CUPTI_SUCCESS)
+        if (r->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) __atomic_fetch_add(&tool_kernels, 1, __ATOMIC_RELAXED);
+    free(buf);
+}
+static void tool_subscribe(void) {
+    char old[256] = "";
+    CUpti_SubscriberParams p;
+    memset(&p, 0, sizeof p);
+    p.structSize = sizeof p;
+    p.subscriberName = "othertool";
+    p.oldSubscriberName = old;
+    p.oldSubscriberSize = sizeof old;
+    p.allowMultipleSubscribers = 1;
+    if (cuptiSubscribe_v2(&tool, (CUpti_CallbackFunc)tool_api, NULL, &p) != CUPTI_SUCCESS) {
+        tool = NULL;
+        printf("refused %s\n", old);
+        return;
+    }
+    cuptiEnableDomain(1, tool, CUPTI_CB_DOMAIN_RUNTIME_API);
+    cuptiActivityRegisterCallbacks_v2(tool, tool_request, tool_complete);
+    cuptiActivityEnable_v2(tool, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, NULL);
+    printf("subscribed\n");
 }
 
 /* cuda_profiler_api.h (not in the header wheels) declares these two libcudart entry points. */
@@ -110,6 +157,19 @@ static int commands(void) {
         } else if (line[0] == 'a') {
             fflush(stdout);
             abort();
+        } else if (line[0] == 'M') {
+            tool_subscribe();
+        } else if (line[0] == 'm') {
+            cuptiActivityFlushAll(0);
+            printf("tool %ld %ld\n", tool_launches, tool_kernels);
+        } else if (line[0] == 'W') {
+            if (tool) {
+                cuptiActivityDisable_v2(tool, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, NULL);
+                cuptiActivityFlushAll(0);
+                cuptiUnsubscribe(tool);
+                tool = NULL;
+            }
+            printf("done\n");
         } else if (line[0] == 'U') {
             if (held) cuptiUnsubscribe(held);
             held = NULL;

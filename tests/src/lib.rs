@@ -186,3 +186,62 @@ pub fn cuflight(args: &[&std::ffi::OsStr]) -> (bool, String) {
     let out = Command::new(cuflight_bin()).args(args).output().expect("cuflight runs");
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
+
+/// `cuflight launch [ARGS] -- server cmd` (tests/c/server.c), obeying lines on stdin.
+pub struct Server {
+    pub child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    stdin: Option<std::process::ChildStdin>,
+}
+
+impl Server {
+    pub fn start(dir: &Path, launch: &[&str], env: &[(&str, &str)]) -> Server {
+        let prog = build_c("server", dir);
+        let mut child = std::process::Command::new(cuflight_bin())
+            .arg("launch")
+            .args(launch)
+            .arg("--")
+            .arg(&prog)
+            .arg("cmd")
+            .env("LD_LIBRARY_PATH", cudasim_dir())
+            .env_remove("CUDASIM_CUPTI_VERSION")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("cuflight runs");
+        let stdin = child.stdin.take();
+        let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert_eq!(line.trim(), "server: ready");
+        Server { child, out, stdin }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        std::io::Write::write_all(stdin, format!("{line}\n").as_bytes()).unwrap();
+        std::io::Write::flush(stdin).unwrap();
+    }
+
+    pub fn cmd(&mut self, line: &str) -> String {
+        self.send(line);
+        let mut reply = String::new();
+        std::io::BufRead::read_line(&mut self.out, &mut reply).unwrap();
+        reply.trim().to_string()
+    }
+
+    /// Closes stdin and returns how the program ended, with its stderr.
+    pub fn end(mut self) -> (std::process::ExitStatus, String) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        (status, err)
+    }
+}

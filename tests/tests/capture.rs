@@ -304,6 +304,22 @@ fn activity_bursts_larger_than_the_ring_are_not_dropped() {
 }
 
 #[test]
+fn a_trace_on_cuptis_own_clock_reads_in_order_although_device_records_arrive_late() {
+    // CUPTI's clock (CUFLIGHT_DEVICE_CLOCK=cupti, or joining another tool's CUPTI, which chose the clock): each
+    // block's device records are a flush period older than its host events, on another clock; the reader aligns
+    // them before deciding which blocks overlap, instead of trusting the headers' raw minimum.
+    let dir = scratch("cupti-clock");
+    let prog = build_c("streams", &dir);
+    let env = [("CUFLIGHT_DEVICE_CLOCK", "cupti"), ("CUFLIGHT_FLUSH_MS", "50")];
+    let r = record(&dir, &[], &prog, &["300"], &env);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    let s = stats(&r.trace);
+    assert_eq!(s["processes"][0]["device_clock"], "aligned", "{}", s["processes"]);
+    let kept = count(&s, "kernels", "name", "saxpy") + s["dropped"].as_u64().unwrap();
+    assert!(kept >= 1200, "{kept}");
+}
+
+#[test]
 fn a_process_that_execs_a_second_cuda_program_is_two_processes_with_one_pid() {
     // The two images have agents and segments of their own, whose string ids overlap: merged by pid, the
     // second's names would be read through the first's strings.

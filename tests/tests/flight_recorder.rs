@@ -2,70 +2,10 @@
 //! for the driver, runtime and CUPTI): dumps on demand, on a crash, on SIGUSR2 and on a hang; images read back.
 
 use cuflight_integration::*;
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-
-/// `cuflight launch --flight-recorder ... -- server cmd`, obeying lines on stdin.
-struct Server {
-    child: Child,
-    out: BufReader<std::process::ChildStdout>,
-    stdin: Option<std::process::ChildStdin>,
-}
-
-impl Server {
-    fn start(dir: &Path, launch: &[&str], env: &[(&str, &str)]) -> Server {
-        let prog = build_c("server", dir);
-        let mut child = Command::new(cuflight_bin())
-            .arg("launch")
-            .args(launch)
-            .arg("--")
-            .arg(&prog)
-            .arg("cmd")
-            .env("LD_LIBRARY_PATH", cudasim_dir())
-            .env_remove("CUDASIM_CUPTI_VERSION")
-            .envs(env.iter().copied())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("cuflight runs");
-        let stdin = child.stdin.take();
-        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "server: ready");
-        Server { child, out, stdin }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn cmd(&mut self, line: &str) -> String {
-        self.send(line);
-        let mut reply = String::new();
-        self.out.read_line(&mut reply).unwrap();
-        reply.trim().to_string()
-    }
-
-    /// Closes stdin and returns how the program ended, with its stderr.
-    fn end(mut self) -> (std::process::ExitStatus, String) {
-        drop(self.stdin.take());
-        let status = self.child.wait().unwrap();
-        let mut err = String::new();
-        std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut err).unwrap();
-        (status, err)
-    }
-}
 
 fn dump(target: &str, out: &Path, extra: &[&str]) -> Output {
     Command::new(cuflight_bin()).arg("dump").arg(target).arg("-o").arg(out).arg("--force").args(extra).output().unwrap()

@@ -206,17 +206,29 @@ impl EventSource {
                 clock_map(&p.info, &pairs)
             };
         }
-        let mut blocks: Vec<PendingBlock> = event_blocks
-            .iter()
-            .enumerate()
-            .map(|(seq, e)| {
-                // Host events start no earlier than the block's first start, device events no earlier than its
-                // image on the host clock when the map is increasing; otherwise nothing is known: open it first.
-                let map = &processes[&e.pid].clock;
-                let earliest = if map.is_increasing() { e.first.min(map.map(e.first)) } else { 0 };
-                PendingBlock { earliest, seq: seq as u32, offset: e.offset, pid: e.pid, events: e.events }
-            })
-            .collect();
+        let mut blocks: Vec<PendingBlock> = Vec::with_capacity(event_blocks.len());
+        for (seq, e) in event_blocks.iter().enumerate() {
+            // A block's header holds the earliest start as recorded. With the device on the host clock (the
+            // identity map) that is the earliest on the host clock too. Otherwise device times are on CUPTI's
+            // clock and the header's minimum says nothing of their image (a block's host events may be later
+            // than its device records, which arrive a flush period late): the block is read once here and its
+            // earliest taken after alignment. Only traces recorded on CUPTI's own clock pay for this pass.
+            let map = &processes[&e.pid].clock;
+            let earliest = if map.is_identity() {
+                e.first
+            } else {
+                match input.read(e.offset).map_err(fmt)? {
+                    Some(Block::Events { mut events, .. }) => {
+                        crate::model::trace::align_device_events(map, &mut events);
+                        let first = events.iter().map(|e| e.start).min().unwrap_or(e.first);
+                        input.reader.recycle(events);
+                        first
+                    }
+                    _ => 0,
+                }
+            };
+            blocks.push(PendingBlock { earliest, seq: seq as u32, offset: e.offset, pid: e.pid, events: e.events });
+        }
         blocks.sort_by_key(|b| (b.earliest, b.seq));
         Ok(Some(EventSource {
             processes,

@@ -1,0 +1,100 @@
+//! cuflight beside another CUPTI tool in the same process, on cudasim (the CPU test double for the driver,
+//! runtime and CUPTI). From CUPTI 13.5 both subscribe in multi-subscriber mode and each sees everything; below it,
+//! or when the other tool took CUPTI alone, `attach` is refused naming it.
+
+use cuflight_integration::*;
+use std::process::Command;
+
+fn attach(pid: u32, trace: &std::path::Path, env: &[(&str, &str)]) -> std::process::Child {
+    Command::new(cuflight_bin())
+        .args(["attach", &pid.to_string(), "--duration", "60s", "--force", "-o"])
+        .arg(trace)
+        .envs(env.iter().copied())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Ends an attach window with Ctrl-C once the agent records; returns attach's stderr.
+fn end_window(child: std::process::Child) -> String {
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    err
+}
+
+fn wait_recording(pid: u32) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(10) {
+        let out = Command::new(cuflight_bin()).args(["ps"]).output().unwrap();
+        if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.contains(&pid.to_string()) && l.contains("recording"))
+        {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("process {pid} never started recording");
+}
+
+#[test]
+fn on_13_5_cuflight_and_another_tool_both_record_whoever_came_first() {
+    let dir = scratch("coexist-multi");
+    let mut server = Server::start(&dir, &[], &[]);
+    let pid = server.pid();
+    // The other tool (as torch.profiler would on 13.5) subscribes first, asking for multi-subscriber mode.
+    assert_eq!(server.cmd("M"), "subscribed");
+    let first = dir.join("after-tool.cuf");
+    let window = attach(pid, &first, &[]);
+    wait_recording(pid);
+    assert_eq!(server.cmd("k 6"), "done 6");
+    let err = end_window(window);
+    assert!(err.contains("interrupted"), "{err}");
+    let s = stats(&first);
+    assert_eq!(count(&s, "kernels", "name", "tick"), 6, "cuflight saw every kernel");
+    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 6);
+    // ... and so did the tool, whose subscription outlives cuflight's window.
+    assert_eq!(server.cmd("m"), "tool 6 6");
+    assert_eq!(server.cmd("k 2"), "done 2");
+    assert_eq!(server.cmd("m"), "tool 8 8", "the tool records on after cuflight detached");
+    assert_eq!(server.cmd("W"), "done");
+    // cuflight first, the tool joins while it records.
+    let second = dir.join("before-tool.cuf");
+    let window = attach(pid, &second, &[]);
+    wait_recording(pid);
+    assert_eq!(server.cmd("M"), "subscribed");
+    assert_eq!(server.cmd("k 3"), "done 3");
+    assert_eq!(server.cmd("m"), "tool 11 11");
+    end_window(window);
+    assert_eq!(count(&stats(&second), "kernels", "name", "tick"), 3);
+    let (status, err) = server.end();
+    assert!(status.success(), "{err}");
+}
+
+#[test]
+fn a_tool_that_took_cupti_alone_or_an_older_cupti_refuses_the_second_one_by_name() {
+    // 13.5, but the tool subscribed the legacy way (one subscriber only): attach names it and leaves.
+    let dir = scratch("coexist-single");
+    let mut server = Server::start(&dir, &[], &[]);
+    assert_eq!(server.cmd("S"), "subscribed");
+    let out = Command::new(cuflight_bin())
+        .args(["attach", &server.pid().to_string(), "--duration", "5s", "-o"])
+        .arg(dir.join("refused.cuf"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("another CUPTI client") && err.lines().count() == 1, "{err}");
+    assert!(server.end().0.success());
+    // 13.3: no multi-subscriber mode. While cuflight records, the tool is refused, naming cuflight.
+    let dir = scratch("coexist-13.3");
+    let mut server = Server::start(&dir, &[], &[("CUDASIM_CUPTI_VERSION", "13.3")]);
+    let trace = dir.join("t.cuf");
+    let window = attach(server.pid(), &trace, &[]);
+    wait_recording(server.pid());
+    assert_eq!(server.cmd("M"), "refused CUPTI for cuflight");
+    assert_eq!(server.cmd("k 2"), "done 2");
+    end_window(window);
+    assert_eq!(count(&stats(&trace), "kernels", "name", "tick"), 2);
+    assert_eq!(server.cmd("M"), "subscribed", "free again once cuflight detached");
+    assert!(server.end().0.success());
+}
