@@ -115,6 +115,7 @@ fn attach(session: &str) -> Result<(), String> {
         Ok(()) => {
             state::finish_init(true);
             cupti::record_devices_now();
+            crate::nvtx::repeat_names();
             set_state(control::STATE_RECORDING);
             Ok(())
         }

@@ -132,13 +132,14 @@ pub fn request(reason: u32) {
     let _ = PENDING.compare_exchange(0, reason, Ordering::AcqRel, Ordering::Acquire);
 }
 
-/// Device facts are recorded once, at the start, into rings that overwrite their oldest events: they are
-/// recorded again every half span, so that any dump, even a crash's, holds them.
+/// Device facts and thread and category names are recorded once, into rings that overwrite their oldest events:
+/// they are recorded again every half span, so that any dump, even a crash's, holds them.
 static FACTS_AT: AtomicU64 = AtomicU64::new(0);
 
 fn record_facts() {
     FACTS_AT.store(clock::monotonic_ns(), Ordering::Relaxed);
     cupti::record_devices_now();
+    crate::nvtx::repeat_names();
 }
 
 /// Called by the control thread between requests: writes a requested dump, watches for hangs.

@@ -43,7 +43,23 @@ fn wstr_id(p: *const WChar) -> u32 {
     if p.is_null() {
         return 0;
     }
+    state::intern(wstr(p).as_bytes())
+}
+
+fn cstr_bytes(s: *const c_char) -> Vec<u8> {
+    if s.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: NVTX names are NUL-terminated strings valid for the call.
+    unsafe { CStr::from_ptr(s) }.to_bytes().to_vec()
+}
+
+/// A wide NVTX string as UTF-8, at most 4096 characters.
+fn wstr(p: *const WChar) -> String {
     let mut s = String::new();
+    if p.is_null() {
+        return s;
+    }
     let mut p = p;
     // SAFETY: NVTX's W messages are NUL-terminated wchar_t strings valid for the call; we stop at the NUL.
     unsafe {
@@ -52,7 +68,35 @@ fn wstr_id(p: *const WChar) -> u32 {
             p = p.add(1);
         }
     }
-    state::intern(s.as_bytes())
+    s
+}
+
+/// Thread and category names given so far, (kind, domain, thread or category id, name): the events that gave
+/// them belong to the window or the flight-recorder span they came in, so they are given again at the start of
+/// every attach window and before every dump ([`repeat_names`]). Naming calls are rare; the table is bounded.
+static NAMES_GIVEN: parking_lot::Mutex<Vec<NameGiven>> = parking_lot::Mutex::new(Vec::new());
+type NameGiven = (EventKind, u32, u64, Vec<u8>);
+const MAX_NAMES_GIVEN: usize = 4096;
+
+fn name_given(kind: EventKind, domain: u32, a: u64, name: Vec<u8>) {
+    let id = state::intern(&name);
+    {
+        let mut given = NAMES_GIVEN.lock();
+        match given.iter().position(|(k, d, x, _)| *k == kind && *d == domain && *x == a) {
+            Some(i) => given[i].3 = name,
+            None if given.len() < MAX_NAMES_GIVEN => given.push((kind, domain, a, name)),
+            None => {}
+        }
+    }
+    event(kind, domain, id, no_extra(), a);
+}
+
+/// Records every thread and category name given so far again (a new window, a dump).
+pub fn repeat_names() {
+    let given = NAMES_GIVEN.lock().clone();
+    for (kind, domain, a, name) in given {
+        event(kind, domain, state::intern(&name), no_extra(), a);
+    }
 }
 
 /// What an attributes struct says besides the message: category | color << 32, and the payload (type, bits).
@@ -187,7 +231,7 @@ unsafe extern "C" fn range_pop() -> c_int {
     hot(-1, || pop_range(0))
 }
 unsafe extern "C" fn name_os_thread_a(tid: u32, name: *const c_char) {
-    guard((), || event(EventKind::ThreadName, 0, cstr_id(name), no_extra(), tid as u64))
+    guard((), || name_given(EventKind::ThreadName, 0, tid as u64, cstr_bytes(name)))
 }
 unsafe extern "C" fn domain_mark_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) {
     hot((), || {
@@ -223,19 +267,19 @@ unsafe extern "C" fn range_push_w(m: *const WChar) -> c_int {
     hot(-1, || push_range(0, wstr_id(m), no_extra()))
 }
 unsafe extern "C" fn name_os_thread_w(tid: u32, name: *const WChar) {
-    guard((), || event(EventKind::ThreadName, 0, wstr_id(name), no_extra(), tid as u64))
+    guard((), || name_given(EventKind::ThreadName, 0, tid as u64, wstr(name).into_bytes()))
 }
 unsafe extern "C" fn name_category_a(category: u32, name: *const c_char) {
-    guard((), || event(EventKind::NvtxCategory, 0, cstr_id(name), no_extra(), category as u64))
+    guard((), || name_given(EventKind::NvtxCategory, 0, category as u64, cstr_bytes(name)))
 }
 unsafe extern "C" fn name_category_w(category: u32, name: *const WChar) {
-    guard((), || event(EventKind::NvtxCategory, 0, wstr_id(name), no_extra(), category as u64))
+    guard((), || name_given(EventKind::NvtxCategory, 0, category as u64, wstr(name).into_bytes()))
 }
 unsafe extern "C" fn domain_name_category_a(d: c::nvtxDomainHandle_t, category: u32, name: *const c_char) {
-    guard((), || event(EventKind::NvtxCategory, domain_id(d), cstr_id(name), no_extra(), category as u64))
+    guard((), || name_given(EventKind::NvtxCategory, domain_id(d), category as u64, cstr_bytes(name)))
 }
 unsafe extern "C" fn domain_name_category_w(d: c::nvtxDomainHandle_t, category: u32, name: *const WChar) {
-    guard((), || event(EventKind::NvtxCategory, domain_id(d), wstr_id(name), no_extra(), category as u64))
+    guard((), || name_given(EventKind::NvtxCategory, domain_id(d), category as u64, wstr(name).into_bytes()))
 }
 unsafe extern "C" fn domain_register_string_w(_d: c::nvtxDomainHandle_t, s: *const WChar) -> c::nvtxStringHandle_t {
     guard(std::ptr::null_mut(), || wstr_id(s) as usize as c::nvtxStringHandle_t)

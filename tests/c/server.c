@@ -11,12 +11,13 @@
  * cudasim's test-only cudasim_kernel_fault) and prints the errors the next two synchronisations return; "M" makes the
  * program a second tool in CUPTI's multi-subscriber mode (13.5: cuptiSubscribe_v2 allowing multiple subscribers,
  * launch callbacks and kernel records through the per-subscriber Activity API), printing "subscribed" or
- * "refused NAME"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it;
+ * "refused NAME"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it;
  * EOF ends it. */
 #include "sim.h"
 #include <cupti.h>
 #include <nvtx3/nvToolsExt.h>
 #include <poll.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <signal.h>
 #include <stdint.h>
@@ -157,6 +158,11 @@ static int commands(void) {
         } else if (line[0] == 'a') {
             fflush(stdout);
             abort();
+        } else if (line[0] == 'n') {
+            char name[32] = "";
+            sscanf(line + 1, "%31s", name);
+            nvtxNameOsThreadA((uint32_t)syscall(SYS_gettid), name);
+            printf("done\n");
         } else if (line[0] == 'M') {
             tool_subscribe();
         } else if (line[0] == 'm') {

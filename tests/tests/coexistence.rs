@@ -1,6 +1,7 @@
 //! cuflight beside another CUPTI tool in the same process, on cudasim (the CPU test double for the driver,
 //! runtime and CUPTI). From CUPTI 13.5 both subscribe in multi-subscriber mode and each sees everything; below it,
-//! or when the other tool took CUPTI alone, `attach` is refused naming it.
+//! or when the other tool took CUPTI alone, `attach` is refused naming it. Also what a program states once (thread
+//! names) reaching every later window and dump.
 
 use cuflight_integration::*;
 use std::process::Command;
@@ -96,5 +97,36 @@ fn a_tool_that_took_cupti_alone_or_an_older_cupti_refuses_the_second_one_by_name
     end_window(window);
     assert_eq!(count(&stats(&trace), "kernels", "name", "tick"), 2);
     assert_eq!(server.cmd("M"), "subscribed", "free again once cuflight detached");
+    assert!(server.end().0.success());
+}
+
+#[test]
+fn names_given_before_a_window_or_a_dumps_span_are_in_it() {
+    // Thread names come once, from nvtxNameOsThread: a later attach window and a flight-recorder dump whose
+    // rings overwrote that event still name the thread.
+    let dir = scratch("names-repeated");
+    let mut server = Server::start(&dir, &[], &[]);
+    assert_eq!(server.cmd("n main-loop"), "done");
+    for n in 1..=2 {
+        let trace = dir.join(format!("w{n}.cuf"));
+        let window = attach(server.pid(), &trace, &[]);
+        wait_recording(server.pid());
+        assert_eq!(server.cmd("k 1"), "done 1");
+        end_window(window);
+        let json = export_chrome(&trace, &dir.join(format!("w{n}.json"))).to_string();
+        assert!(json.contains("main-loop"), "window {n} names the thread");
+    }
+    assert!(server.end().0.success());
+    let mut server = Server::start(&dir, &["--flight-recorder", "60s"], &[("CUFLIGHT_RING_EVENTS", "256")]);
+    assert_eq!(server.cmd("n main-loop"), "done");
+    assert_eq!(server.cmd("k 1000"), "done 1000");
+    let trace = dir.join("dump.cuf");
+    let out = Command::new(cuflight_bin())
+        .args(["dump", &server.pid().to_string(), "--force", "-o"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(export_chrome(&trace, &dir.join("dump.json")).to_string().contains("main-loop"));
     assert!(server.end().0.success());
 }
