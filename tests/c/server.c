@@ -11,7 +11,7 @@
  * cudasim's test-only cudasim_kernel_fault) and prints the errors the next two synchronisations return; "M" makes the
  * program a second tool in CUPTI's multi-subscriber mode (13.5: cuptiSubscribe_v2 allowing multiple subscribers,
  * launch callbacks and kernel records through the per-subscriber Activity API), printing "subscribed" or
- * "refused NAME"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it;
+ * "refused NAME"; "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it;
  * EOF ends it. */
 #include "sim.h"
 #include <cupti.h>
@@ -158,6 +158,14 @@ static int commands(void) {
         } else if (line[0] == 'a') {
             fflush(stdout);
             abort();
+        } else if (line[0] == 'c') {
+            long n = atol(line + 1);
+            int dev = 0;
+            struct timespec a, b;
+            clock_gettime(CLOCK_MONOTONIC, &a);
+            for (long i = 0; i < n; i++) cudaGetDevice(&dev);
+            clock_gettime(CLOCK_MONOTONIC, &b);
+            printf("ns %.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (n > 0 ? n : 1));
         } else if (line[0] == 'n') {
             char name[32] = "";
             sscanf(line + 1, "%31s", name);
