@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use cuflight_collector::analysis::stats::Stats;
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
 use cuflight_collector::capture::window::Range;
-use cuflight_collector::capture::{agents, attach, dump};
+use cuflight_collector::capture::{agents, attach, dump, sampled};
 use cuflight_collector::export::output::{self, Output};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -41,6 +41,17 @@ enum Cmd {
         linger_secs: u64,
         #[command(flatten)]
         window: WindowArgs,
+        /// Sampling: the program runs with the agent dormant and a window is recorded this often (CUPTI-free in
+        /// between); window N is written to <output stem>-N.<ext>.
+        #[arg(long, value_parser = attach::parse_duration, requires = "count")]
+        every: Option<Duration>,
+        /// How many sampling windows (with --every).
+        #[arg(long, requires = "every", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        count: Option<u32>,
+        /// How long each sampling window lasts (default 10s, at most --every; with --steps or --capture-range, the
+        /// longest it may wait and last).
+        #[arg(long, value_parser = attach::parse_duration, requires = "every")]
+        duration: Option<Duration>,
         /// The program and its arguments (after `--`).
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<String>,
@@ -248,10 +259,54 @@ fn one_line(e: &anyhow::Error) -> String {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Cmd::Record { output, inject, flush_ms, drain_ms, force, linger_secs, window, command } => {
+        Cmd::Record {
+            output,
+            inject,
+            flush_ms,
+            drain_ms,
+            force,
+            linger_secs,
+            window,
+            every,
+            count,
+            duration,
+            command,
+        } => {
             let Some(agent) = record::find_agent() else {
                 bail!("cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path");
             };
+            if let Some(every) = every {
+                let range = window.range();
+                let duration = duration.or((range.is_none()).then_some(every.min(Duration::from_secs(10))));
+                if duration.is_some_and(|d| every < d) {
+                    bail!("--every must be at least --duration (windows cannot overlap)");
+                }
+                let opts = sampled::SampledOptions {
+                    command,
+                    agent,
+                    output: output.unwrap_or_else(record::default_output),
+                    every,
+                    count: count.unwrap_or(1),
+                    duration,
+                    range,
+                    force,
+                    drain_interval: Duration::from_millis(drain_ms.clamp(1, 10_000)),
+                };
+                let s = sampled::record_sampled(&opts, |path, a| {
+                    eprintln!(
+                        "cuflight: wrote {} ({} events, {} bytes; {}); dropped {}",
+                        path.display(),
+                        a.summary.events,
+                        a.summary.bytes,
+                        a.ended,
+                        a.summary.drops.total()
+                    );
+                })?;
+                if let Some(why) = s.short {
+                    eprintln!("cuflight: {} of {} windows recorded ({why})", s.windows, opts.count);
+                }
+                return Ok(s.exit_code);
+            }
             let opts = RecordOptions {
                 output: output.unwrap_or_else(record::default_output),
                 command,
@@ -356,7 +411,9 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Attach { pid, output, duration, window, every, count, force } => {
             let range = window.range();
-            let duration = duration.or((range.is_none()).then_some(Duration::from_secs(10)));
+            // 10 s, or back-to-back windows when sampling more often than that.
+            let default = every.map_or(Duration::from_secs(10), |e| e.min(Duration::from_secs(10)));
+            let duration = duration.or((range.is_none()).then_some(default));
             if every.zip(duration).is_some_and(|(e, d)| e < d) {
                 bail!("--every must be at least --duration (windows cannot overlap)");
             }

@@ -580,3 +580,43 @@ fn a_fork_child_of_an_attached_process_stays_quiet_and_unharmed() {
     drop(server.stdin);
     assert!(server.child.wait().unwrap().success());
 }
+
+#[test]
+fn record_every_takes_sampling_windows_of_the_program_and_exits_with_its_status() {
+    let dir = scratch("record-every");
+    let prog = build_c("server", &dir);
+    let trace = dir.join("sample.cuf");
+    // The server launches a kernel every 10 ms for 2.5 s: three windows of 300 ms, one every 700 ms.
+    let out = Command::new(cuflight_bin())
+        .args(["record", "--every", "700ms", "--count", "3", "--duration", "300ms", "--force", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&prog)
+        .arg("2.5")
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .env_remove("CUDASIM_CUPTI_VERSION")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let mut total = 0;
+    for n in 1..=3 {
+        let window = dir.join(format!("sample-{n}.cuf"));
+        assert!(err.contains(&window.display().to_string()), "{err}");
+        let kernels = count(&stats(&window), "kernels", "name", "tick");
+        // About 30 (one per 10 ms); a loaded machine stretches the server's sleeps, never the window.
+        assert!((5..=32).contains(&kernels), "window {n}: {kernels} kernels");
+        total += kernels;
+    }
+    assert!(total < 100, "nothing recorded between windows: {total} of about 250 kernels");
+    // A program that never uses CUDA: no window, its own status.
+    let out = Command::new(cuflight_bin())
+        .args(["record", "--every", "1s", "--count", "2", "--force", "-o"])
+        .arg(dir.join("none.cuf"))
+        .args(["--", "sh", "-c", "exit 3"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("0 of 2 windows recorded (the program ended before it used CUDA)"), "{err}");
+}

@@ -2,12 +2,13 @@
 //! [`record`] launches the program and drains its agents' shared-memory rings (its writer thread is `sink`);
 //! [`recover`] completes a trace whose recording was cut short; [`agents`] lists the agents running on this
 //! machine and starts programs with a dormant one; [`attach`] records a window of a running program's dormant
-//! agent; [`dump`] takes the last seconds of a flight recorder, live or from the image it wrote on a crash.
+//! agent ([`sampled`]: sampling windows of a program `record` starts); [`dump`] takes the last seconds of a flight recorder, live or from the image it wrote on a crash.
 
 pub mod agents;
 pub mod attach;
 pub mod dump;
 pub mod record;
 pub mod recover;
+pub mod sampled;
 mod sink;
 pub mod window;
