@@ -245,7 +245,10 @@ impl Consumer {
             out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots, n as usize - first));
         }
         fence(Ordering::Acquire);
-        let reused = h.read.0.load(Ordering::Relaxed).wrapping_sub(r).min(n) as usize;
+        // Slots below the producer's `read` now may have been reused; `read` behind the copy (a counter another
+        // process left inconsistent) means none were.
+        let ahead = h.read.0.load(Ordering::Relaxed).wrapping_sub(r) as i64;
+        let reused = (ahead.max(0) as u64).min(n) as usize;
         out.drain(before..before + reused);
         n as usize - reused
     }
@@ -381,7 +384,14 @@ mod tests {
         // SAFETY: the header is valid for the HeapRing's lifetime; tests poke the counter directly.
         unsafe { (*view.header).write.0.store(1 << 40, Ordering::Relaxed) };
         let mut out = Vec::new();
+        assert_eq!(ring.consumer().peek_into(&mut out), 8, "a snapshot is clamped the same way");
+        out.clear();
         assert_eq!(ring.consumer().drain_into(&mut out), 8);
+        // A read counter claimed past the write counter: nothing to take, and nothing read out of bounds.
+        // SAFETY: as above.
+        unsafe { (*view.header).read.0.store((1 << 40) + 5, Ordering::Relaxed) };
+        out.clear();
+        assert!(ring.consumer().peek_into(&mut out) <= 8);
     }
 
     #[test]

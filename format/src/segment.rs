@@ -37,6 +37,8 @@ const STATUS_LEN: usize = 512;
 pub const MAX_RINGS: u32 = 4096;
 pub const MAX_RING_CAPACITY: u32 = 1 << 24;
 pub const MAX_STRINGS_CAPACITY: u64 = 64 << 20;
+/// Most bytes a whole segment may take (64 times the default layout's 260 MiB).
+pub const MAX_SEGMENT_BYTES: u64 = 16 << 30;
 /// The string region is reserved in chunks of this many bytes.
 const STRINGS_CHUNK: u64 = 64 << 10;
 
@@ -199,12 +201,14 @@ impl Layout {
     pub fn ring_offset(&self, i: u32) -> u64 {
         self.rings_offset() + i as u64 * ring_bytes(self.ring_capacity) as u64
     }
-    /// Within the limits every agent keeps (so none of the arithmetic above can overflow).
+    /// Within the limits every agent keeps (so none of the arithmetic above can overflow, and a collector that
+    /// drains every ring of a hostile segment at once holds a bounded amount).
     pub fn is_valid(&self) -> bool {
         (1..=MAX_RINGS).contains(&self.ring_count)
             && self.ring_capacity.is_power_of_two()
             && (2..=MAX_RING_CAPACITY).contains(&self.ring_capacity)
             && (4..=MAX_STRINGS_CAPACITY).contains(&self.strings_capacity)
+            && self.total_size() <= MAX_SEGMENT_BYTES
     }
 }
 

@@ -165,6 +165,11 @@ fn snapshot(seg: &MappedSegment, dump_ns: u64, span: Duration) -> (Vec<RawEvent>
     let mut complete_from: Option<u64> = None;
     for i in 0..seg.reserved_rings() {
         let Some(ring) = seg.ring(i) else { continue };
+        // Another process wrote the counters: a snapshot never holds more than the bound, whatever they claim.
+        if all.len() as u64 + ring.len().min(ring.capacity()) > MAX_SNAPSHOT_EVENTS {
+            eprintln!("cuflight: ring {i} left out: the snapshot would exceed {MAX_SNAPSHOT_EVENTS} events");
+            continue;
+        }
         let before = all.len();
         ring.consumer().peek_into(&mut all);
         if ring.overwritten() > 0 {
@@ -191,6 +196,9 @@ fn snapshot(seg: &MappedSegment, dump_ns: u64, span: Duration) -> (Vec<RawEvent>
     });
     (all, complete_from.filter(|&t| t > cutoff))
 }
+
+/// Most events one snapshot holds (2 GiB): eight times the default segment's 256 rings of 16 Ki events.
+const MAX_SNAPSHOT_EVENTS: u64 = 32 << 20;
 
 /// Events that state a fact of the whole run rather than something that happened at their time.
 fn is_fact(e: &RawEvent) -> bool {

@@ -11,8 +11,8 @@ use crate::ring::ring_bytes;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 
-/// Largest image `cuflight` reads (what `from_fd` maps at most).
-const MAX_IMAGE: u64 = 1 << 40;
+/// Largest image `cuflight` reads: the largest valid segment.
+const MAX_IMAGE: u64 = super::MAX_SEGMENT_BYTES;
 
 impl MappedSegment {
     /// Writes this segment's image into `fd` (an empty file); false on any error. Async-signal-safe: reads the
