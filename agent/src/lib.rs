@@ -102,12 +102,10 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(
 static PRELOAD_CONSTRUCTOR: extern "C" fn() = preload_constructor;
 
 /// Under LD_PRELOAD, route the driver's and NVTX's injection to this library (only when the user set none).
+/// Loaded by neither (`cuflight attach --inject` made a thread of the running program `dlopen` it), go dormant
+/// with the control socket up at once: the driver will never call `InitializeInjection` in this process.
 extern "C" fn preload_constructor() {
     let _ = std::panic::catch_unwind(|| {
-        let preloaded = std::env::var_os("LD_PRELOAD").is_some_and(|v| v.to_string_lossy().contains("cuflight"));
-        if !preloaded {
-            return;
-        }
         // SAFETY: dladdr on one of our own functions; Dl_info is plain data.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
@@ -118,6 +116,23 @@ extern "C" fn preload_constructor() {
         }
         // SAFETY: dli_fname is the loader's NUL-terminated path of this library.
         let own: &CStr = unsafe { CStr::from_ptr(info.dli_fname) };
+        let preloaded = std::env::var_os("LD_PRELOAD").is_some_and(|v| v.to_string_lossy().contains("cuflight"));
+        if !preloaded {
+            // Named by an injection variable (by file name: a relative path may not resolve any more once the
+            // program changed directory): the driver or NVTX loads us and calls our entry points.
+            let own_name = own.to_bytes().rsplit(|&c| c == b'/').next().unwrap_or_default().to_vec();
+            let ours = |var: &str| {
+                std::env::var_os(var).is_some_and(|p| {
+                    std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str()).rsplit(|&c| c == b'/').next()
+                        == Some(&own_name[..])
+                })
+            };
+            if !ours("CUDA_INJECTION64_PATH") && !ours("NVTX_INJECTION64_PATH") && state::begin_init() {
+                state::go_dormant();
+                control::start(cuflight_format::control::STATE_DORMANT);
+            }
+            return;
+        }
         for var in [c"CUDA_INJECTION64_PATH", c"NVTX_INJECTION64_PATH"] {
             // SAFETY: constructors run before main, single-threaded; setenv with overwrite=0 keeps user values.
             unsafe { libc::setenv(var.as_ptr(), own.as_ptr() as *const c_char, 0) };

@@ -112,6 +112,10 @@ enum Cmd {
         /// Replace the output files if they exist.
         #[arg(long)]
         force: bool,
+        /// When the process has no agent (started without cuflight), load one into it first (ptrace; same user
+        /// or root). NVTX ranges of libraries that initialised NVTX before are not recorded.
+        #[arg(long)]
+        inject: bool,
     },
     /// The processes on this machine with a cuflight agent that this user may control: pid, state (dormant,
     /// recording), since when, CUDA driver and CUPTI versions, command.
@@ -409,7 +413,13 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Attach { pid, output, duration, window, every, count, force } => {
+        Cmd::Attach { pid, output, duration, window, every, count, force, inject } => {
+            let inject = match inject {
+                true => Some(record::find_agent().context(
+                    "cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path",
+                )?),
+                false => None,
+            };
             let range = window.range();
             // 10 s, or back-to-back windows when sampling more often than that.
             let default = every.map_or(Duration::from_secs(10), |e| e.min(Duration::from_secs(10)));
@@ -426,6 +436,7 @@ fn run(cli: Cli) -> Result<i32> {
                 force,
                 every,
                 count: count.unwrap_or(1),
+                inject,
             };
             let mut stopped = None;
             attach::attach(&opts, |path, a| {

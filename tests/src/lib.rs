@@ -197,12 +197,25 @@ pub struct Server {
 impl Server {
     pub fn start(dir: &Path, launch: &[&str], env: &[(&str, &str)]) -> Server {
         let prog = build_c("server", dir);
-        let mut child = std::process::Command::new(cuflight_bin())
-            .arg("launch")
-            .args(launch)
-            .arg("--")
-            .arg(&prog)
-            .arg("cmd")
+        let mut cmd = std::process::Command::new(cuflight_bin());
+        cmd.arg("launch").args(launch).arg("--").arg(&prog).arg("cmd");
+        Server::spawn(cmd, env)
+    }
+
+    /// `server cmd` started plainly: no cuflight, no cuflight variable in its environment.
+    pub fn plain(dir: &Path, env: &[(&str, &str)]) -> Server {
+        let prog = build_c("server", dir);
+        let mut cmd = std::process::Command::new(prog);
+        cmd.arg("cmd");
+        for var in ["CUDA_INJECTION64_PATH", "NVTX_INJECTION64_PATH", "CUFLIGHT_SESSION", "LD_PRELOAD"] {
+            cmd.env_remove(var);
+        }
+        Server::spawn(cmd, env)
+    }
+
+    /// Runs `cmd` (a server) with cudasim and waits for "server: ready".
+    pub fn spawn(mut cmd: std::process::Command, env: &[(&str, &str)]) -> Server {
+        let mut child = cmd
             .env("LD_LIBRARY_PATH", cudasim_dir())
             .env_remove("CUDASIM_CUPTI_VERSION")
             .envs(env.iter().copied())

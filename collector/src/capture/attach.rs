@@ -27,6 +27,8 @@ pub struct AttachOptions {
     pub every: Option<Duration>,
     /// ... `count` times.
     pub count: u32,
+    /// With no agent in the process, load this one into it first (`--inject`).
+    pub inject: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +43,10 @@ pub enum AttachError {
     Control { pid: u32, source: cuflight_format::channel::ChannelError },
     #[error(transparent)]
     Record(#[from] RecordError),
+    #[error(transparent)]
+    Inject(#[from] cuflight_inject::InjectError),
+    #[error("the agent was loaded into process {0} but does not answer (its control socket could not start)")]
+    Silent(u32),
 }
 
 /// How long an agent may take to set CUPTI up or to flush it.
@@ -68,7 +74,11 @@ pub fn window_path(output: &Path, n: u32, count: u32) -> PathBuf {
 /// Records the windows asked for, calling `done` with each window's file and result as it completes. Stops
 /// early when the process exits or a signal arrives (the window in progress is still written).
 pub fn attach(opts: &AttachOptions, mut done: impl FnMut(&Path, &Attached)) -> Result<u32, AttachError> {
-    let name = control::find(opts.pid).map_err(AttachError::List)?.ok_or(AttachError::NoAgent(opts.pid))?;
+    let name = match (control::find(opts.pid).map_err(AttachError::List)?, &opts.inject) {
+        (Some(name), _) => name,
+        (None, None) => return Err(AttachError::NoAgent(opts.pid)),
+        (None, Some(agent)) => inject(opts.pid, agent)?,
+    };
     // Ctrl-C, SIGTERM or SIGHUP end the window in progress (still written) and the sampling.
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).ok();
     let count = opts.count.max(1);
@@ -143,6 +153,23 @@ fn record_window(
     }
     let summary = session.finish(vec![format!("attach {pid}")], None);
     Ok(Attached { summary, ended })
+}
+
+/// Loads the agent into a process started without it and waits for its control socket.
+fn inject(pid: u32, agent: &Path) -> Result<String, AttachError> {
+    if !cuflight_inject::loaded(pid, agent) {
+        cuflight_inject::inject(pid, agent, Duration::from_secs(30))?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(name) = control::find(pid).map_err(AttachError::List)? {
+            return Ok(name);
+        }
+        if Instant::now() >= deadline {
+            return Err(AttachError::Silent(pid));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A duration as users write it: `10s`, `500ms`, `2m`, `1h`, or plain seconds (`1.5`).

@@ -77,6 +77,7 @@ pub fn record_sampled(opts: &SampledOptions, done: impl FnMut(&Path, &Attached))
                 force: opts.force,
                 every: Some(opts.every),
                 count: opts.count,
+                inject: None,
             };
             windows = attach::attach(&attach_opts, done)?;
             short = (windows < opts.count).then_some("the program ended or a signal arrived first");

@@ -1,0 +1,370 @@
+//! Making one thread of another process call `dlopen`, through ptrace.
+
+use crate::elf::Symbols;
+use crate::InjectError;
+use std::ffi::CString;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Where the target's dlopen is, and how to call it.
+pub struct Dlopen {
+    addr: u64,
+    /// glibc before 2.34: `__libc_dlopen_mode`, whose mode needs `__RTLD_DLOPEN` (0x80000000).
+    private: bool,
+}
+
+const RTLD_NOW: u64 = 2;
+const RTLD_DLOPEN: u64 = 0x8000_0000;
+
+/// Finds `dlopen` in the target's libc: the mapping's base address plus the symbol's value, read from the target's
+/// own file system root (a container's libc, not ours).
+pub fn find_dlopen(pid: u32) -> Result<Dlopen, InjectError> {
+    let target = |why: String| InjectError::Target { pid, why };
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| target(format!("maps: {e}")))?;
+    let mut libc = None;
+    for line in maps.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(range), Some(offset), Some(path)) = (f.first(), f.get(2), f.get(5)) else { continue };
+        let name = path.rsplit('/').next().unwrap_or("");
+        if !(name.starts_with("libc.so") || (name.starts_with("libc-") && name.ends_with(".so"))) {
+            continue;
+        }
+        if u64::from_str_radix(offset, 16).ok() == Some(0) {
+            let start = range.split('-').next().and_then(|s| u64::from_str_radix(s, 16).ok());
+            libc = start.map(|s| (s, path.to_string()));
+            break;
+        }
+    }
+    let (base, path) = libc.ok_or_else(|| {
+        target("no glibc mapped (statically linked, or another C library such as musl): cannot inject".into())
+    })?;
+    let syms =
+        Symbols::read(&Path::new(&format!("/proc/{pid}/root")).join(path.trim_start_matches('/'))).map_err(target)?;
+    let (value, private) = match syms.function("dlopen") {
+        Some(v) => (v, false),
+        None => (syms.function("__libc_dlopen_mode").ok_or_else(|| target(format!("no dlopen in {path}")))?, true),
+    };
+    Ok(Dlopen { addr: base.wrapping_add(value).wrapping_sub(syms.load_bias), private })
+}
+
+/// System calls a thread may be blocked in while holding no lock dlopen needs (waiting for input, a timer, a
+/// futex, a child): x86-64 numbers (asm/unistd_64.h) and aarch64 ones (asm-generic/unistd.h).
+#[cfg(target_arch = "x86_64")]
+const QUIET_SYSCALLS: &[i64] = &[0, 7, 23, 35, 43, 45, 47, 61, 202, 230, 232, 270, 271, 281, 288, 299];
+#[cfg(target_arch = "aarch64")]
+const QUIET_SYSCALLS: &[i64] = &[63, 73, 72, 101, 202, 207, 212, 260, 98, 115, 22, 242, 243];
+
+/// Threads blocked in a quiet system call, the main thread first.
+fn quiet_threads(pid: u32) -> Vec<u32> {
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    tids.sort_by_key(|&t| (t != pid, t));
+    tids.retain(|t| {
+        let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/syscall")) else { return false };
+        s.split_whitespace().next().and_then(|n| n.parse::<i64>().ok()).is_some_and(|n| QUIET_SYSCALLS.contains(&n))
+    });
+    tids
+}
+
+/// Holds off the signals that would kill the injector in the middle of the call (restored on drop).
+struct HoldSignals(libc::sigset_t);
+
+impl HoldSignals {
+    fn new() -> HoldSignals {
+        // SAFETY: sigset manipulation on local values; pthread_sigmask on this thread.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+                libc::sigaddset(&mut set, s);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            HoldSignals(old)
+        }
+    }
+}
+
+impl Drop for HoldSignals {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut()) };
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Why ptrace was refused, and what to do about it.
+fn refusal(pid: u32) -> String {
+    let scope =
+        std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok().and_then(|s| s.trim().parse::<u32>().ok());
+    match (errno(), scope) {
+        (libc::EPERM, Some(s)) if s >= 1 => format!(
+            "kernel.yama.ptrace_scope is {s}: run as root or with CAP_SYS_PTRACE, or lower it (sysctl kernel.yama.ptrace_scope=0)"
+        ),
+        (libc::EPERM, _) => "not permitted: the process is another user's, or a container's seccomp policy or missing CAP_SYS_PTRACE forbids ptrace (docker run --cap-add SYS_PTRACE)".into(),
+        (libc::ESRCH, _) => format!("process {pid} exited"),
+        (e, _) => std::io::Error::from_raw_os_error(e).to_string(),
+    }
+}
+
+/// A stop of the traced thread, or why there was none.
+enum Stop {
+    /// Stopped by our PTRACE_INTERRUPT (or a group stop).
+    Event,
+    /// Stopped on its way to receiving `sig`.
+    Signal(i32),
+    Exited,
+    TimedOut,
+}
+
+fn wait_stop(tid: u32, deadline: Instant) -> Stop {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our tracee with a valid status pointer; WNOHANG keeps every wait bounded.
+        let r = unsafe { libc::waitpid(tid as i32, &mut status, libc::__WALL | libc::WNOHANG) };
+        if r < 0 {
+            return Stop::Exited;
+        }
+        if r == 0 {
+            if Instant::now() >= deadline {
+                return Stop::TimedOut;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+            return Stop::Exited;
+        }
+        if libc::WIFSTOPPED(status) {
+            let sig = libc::WSTOPSIG(status);
+            // PTRACE_EVENT_STOP (interrupt or group stop) shows as event 128 in the high bits.
+            if status >> 16 == libc::PTRACE_EVENT_STOP {
+                return Stop::Event;
+            }
+            return Stop::Signal(sig);
+        }
+    }
+}
+
+/// The thread's registers, and how a call is set up in them.
+#[cfg(target_arch = "x86_64")]
+mod regs {
+    pub type Regs = libc::user_regs_struct;
+
+    pub fn get(tid: u32) -> Option<Regs> {
+        // SAFETY: PTRACE_GETREGS into a zeroed user_regs_struct of the right size for this architecture.
+        unsafe {
+            let mut r: Regs = std::mem::zeroed();
+            (libc::ptrace(libc::PTRACE_GETREGS, tid as i32, 0, &mut r as *mut Regs) == 0).then_some(r)
+        }
+    }
+    pub fn set(tid: u32, r: &Regs) -> bool {
+        // SAFETY: PTRACE_SETREGS from a user_regs_struct read from the same thread.
+        unsafe { libc::ptrace(libc::PTRACE_SETREGS, tid as i32, 0, r as *const Regs) == 0 }
+    }
+    /// Blocked in a system call (the kernel keeps its number in orig_rax; -1 otherwise).
+    pub fn in_syscall(r: &Regs) -> bool {
+        r.orig_rax as i64 >= 0
+    }
+    pub fn sp(r: &Regs) -> u64 {
+        r.rsp
+    }
+    /// Calls `func(a0, a1)` returning to `ret_sp`'s word (0 written there by the caller); no syscall restart.
+    pub fn call(saved: &Regs, func: u64, a0: u64, a1: u64, ret_sp: u64) -> Regs {
+        let mut r = *saved;
+        r.rip = func;
+        r.rdi = a0;
+        r.rsi = a1;
+        r.rax = 0;
+        r.rsp = ret_sp;
+        r.orig_rax = u64::MAX;
+        r
+    }
+    /// The call returned (to address 0) and what it returned.
+    pub fn returned(r: &Regs) -> Option<u64> {
+        (r.rip == 0).then_some(r.rax)
+    }
+    /// x86-64 pushes the return address: the stack holds it.
+    pub const RETURN_ON_STACK: bool = true;
+    /// Bytes below the stack pointer that leaf functions may use without moving it.
+    pub const RED_ZONE: u64 = 128;
+}
+
+#[cfg(target_arch = "aarch64")]
+mod regs {
+    pub type Regs = libc::user_regs_struct;
+    const NT_PRSTATUS: libc::c_int = 1;
+    const NT_ARM_SYSTEM_CALL: libc::c_int = 0x404;
+
+    fn regset<T>(req: libc::c_uint, tid: u32, kind: libc::c_int, v: *mut T) -> bool {
+        let mut iov = libc::iovec { iov_base: v as *mut libc::c_void, iov_len: std::mem::size_of::<T>() };
+        // SAFETY: PTRACE_GET/SETREGSET with an iovec over a value of the regset's size.
+        unsafe { libc::ptrace(req, tid as i32, kind as usize, &mut iov as *mut libc::iovec) == 0 }
+    }
+    pub fn get(tid: u32) -> Option<Regs> {
+        // SAFETY: plain data; zeroed is valid.
+        let mut r: Regs = unsafe { std::mem::zeroed() };
+        regset(libc::PTRACE_GETREGSET, tid, NT_PRSTATUS, &mut r).then_some(r)
+    }
+    pub fn set(tid: u32, r: &Regs) -> bool {
+        let mut copy = *r;
+        regset(libc::PTRACE_SETREGSET, tid, NT_PRSTATUS, &mut copy)
+    }
+    pub fn in_syscall(_r: &Regs) -> bool {
+        true // checked through /proc/PID/task/TID/syscall before the interrupt
+    }
+    pub fn sp(r: &Regs) -> u64 {
+        r.sp
+    }
+    pub fn call(saved: &Regs, func: u64, a0: u64, a1: u64, ret_sp: u64) -> Regs {
+        let mut r = *saved;
+        r.pc = func;
+        r.regs[0] = a0;
+        r.regs[1] = a1;
+        r.regs[30] = 0; // the link register: return to 0
+        r.sp = ret_sp;
+        r
+    }
+    /// Cancels a pending syscall restart on the thread (the kernel's NT_ARM_SYSTEM_CALL regset, set to -1).
+    pub fn no_restart(tid: u32) {
+        let mut nr: i32 = -1;
+        regset(libc::PTRACE_SETREGSET, tid, NT_ARM_SYSTEM_CALL, &mut nr);
+    }
+    pub fn returned(r: &Regs) -> Option<u64> {
+        (r.pc == 0).then_some(r.regs[0])
+    }
+    pub const RETURN_ON_STACK: bool = false;
+    pub const RED_ZONE: u64 = 0;
+}
+
+/// Runs `dlopen(library, RTLD_NOW)` on a quiet thread of `pid`, then leaves the thread exactly as it was.
+pub fn call_dlopen(pid: u32, dlopen: &Dlopen, library: &Path, timeout: Duration) -> Result<(), InjectError> {
+    let target = |why: String| InjectError::Target { pid, why };
+    let path =
+        CString::new(library.as_os_str().as_encoded_bytes()).map_err(|_| target("library path holds NUL".into()))?;
+    let mut tries = 0;
+    loop {
+        let Some(&tid) = quiet_threads(pid).first() else {
+            return Err(InjectError::NoQuietThread { pid });
+        };
+        match call_on(pid, tid, dlopen, &path, timeout)? {
+            Some(0) => return Err(InjectError::DlopenFailed { pid, library: library.display().to_string() }),
+            Some(_) => return Ok(()),
+            // The thread woke up between the look and the interrupt: put back untouched, try again.
+            None if tries < 20 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            None => return Err(InjectError::NoQuietThread { pid }),
+        }
+    }
+}
+
+/// One attempt on thread `tid`: Some(dlopen's result), or None when the thread was not in a system call after all
+/// (it is left as it was).
+fn call_on(pid: u32, tid: u32, dlopen: &Dlopen, path: &CString, timeout: Duration) -> Result<Option<u64>, InjectError> {
+    let _held = HoldSignals::new();
+    let deadline = Instant::now() + timeout;
+    // SAFETY: PTRACE_SEIZE of a thread of a process we may trace; no options.
+    if unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid as i32, 0, 0) } != 0 {
+        return Err(InjectError::Ptrace { pid, why: refusal(pid) });
+    }
+    let detach = |sig: i32| {
+        // SAFETY: detaching our tracee, delivering `sig` (0: none) as it goes.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, tid as i32, 0, sig as usize) };
+    };
+    // SAFETY: PTRACE_INTERRUPT of our seized tracee.
+    unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid as i32, 0, 0) };
+    // A signal already on its way is held back and delivered when we leave.
+    let pending = match wait_stop(tid, deadline) {
+        Stop::Event => 0,
+        Stop::Signal(sig) => sig,
+        Stop::Exited => return Err(InjectError::Target { pid, why: "exited".into() }),
+        Stop::TimedOut => {
+            detach(0);
+            return Err(InjectError::Target { pid, why: "did not stop for ptrace within the time limit".into() });
+        }
+    };
+    let Some(saved) = regs::get(tid) else {
+        detach(pending);
+        return Err(InjectError::Ptrace { pid, why: "cannot read the thread's registers".into() });
+    };
+    if !regs::in_syscall(&saved) {
+        detach(pending);
+        return Ok(None);
+    }
+    // The path and (x86-64) the return address go below the red zone of the thread's stack; the bytes there are
+    // saved and put back.
+    let mem = std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/mem"));
+    let Ok(mem) = mem else {
+        detach(pending);
+        return Err(InjectError::Ptrace { pid, why: "cannot open its memory".into() });
+    };
+    let bytes = path.as_bytes_with_nul();
+    let path_at = (regs::sp(&saved) - regs::RED_ZONE - 256 - bytes.len() as u64) & !15;
+    let ret_sp = if regs::RETURN_ON_STACK { path_at - 16 - 8 } else { path_at - 32 };
+    let span = (ret_sp, path_at + bytes.len() as u64);
+    let mut original = vec![0u8; (span.1 - span.0) as usize];
+    if mem.read_exact_at(&mut original, span.0).is_err() {
+        detach(pending);
+        return Err(InjectError::Target { pid, why: "cannot read its stack".into() });
+    }
+    let mut image = original.clone();
+    image[(path_at - span.0) as usize..].copy_from_slice(bytes);
+    if regs::RETURN_ON_STACK {
+        image[..8].copy_from_slice(&0u64.to_le_bytes());
+    }
+    let mode = if dlopen.private { RTLD_NOW | RTLD_DLOPEN } else { RTLD_NOW };
+    let call = regs::call(&saved, dlopen.addr, path_at, mode, ret_sp);
+    let restore = |mem: &std::fs::File| {
+        let ok = regs::set(tid, &saved) && mem.write_all_at(&original, span.0).is_ok();
+        detach(pending);
+        ok
+    };
+    if mem.write_all_at(&image, span.0).is_err() || !regs::set(tid, &call) {
+        restore(&mem);
+        return Err(InjectError::Target { pid, why: "cannot prepare the call on its stack".into() });
+    }
+    #[cfg(target_arch = "aarch64")]
+    regs::no_restart(tid);
+    // From here until the registers are restored, the thread runs our call.
+    // SAFETY: resuming our tracee with no signal.
+    unsafe { libc::ptrace(libc::PTRACE_CONT, tid as i32, 0, 0) };
+    let result = loop {
+        match wait_stop(tid, deadline) {
+            Stop::Signal(libc::SIGSEGV) => match regs::get(tid).as_ref().and_then(regs::returned) {
+                Some(handle) => break handle,
+                None => {
+                    // A fault inside the call: nothing sane to return to but the state we saved.
+                    restore(&mem);
+                    return Err(InjectError::Target {
+                        pid,
+                        why: "faulted inside dlopen; its thread was put back".into(),
+                    });
+                }
+            },
+            // Another signal for the thread meanwhile: let it have it (its handler runs on top of our call).
+            Stop::Signal(sig) => {
+                // SAFETY: resuming our tracee, delivering its signal.
+                unsafe { libc::ptrace(libc::PTRACE_CONT, tid as i32, 0, sig as usize) };
+            }
+            Stop::Event => {
+                // SAFETY: as above, nothing to deliver.
+                unsafe { libc::ptrace(libc::PTRACE_CONT, tid as i32, 0, 0) };
+            }
+            Stop::Exited => return Err(InjectError::Target { pid, why: "exited during the call".into() }),
+            Stop::TimedOut => {
+                return Err(InjectError::Stuck { pid, secs: timeout.as_secs() });
+            }
+        }
+    };
+    if !restore(&mem) {
+        return Err(InjectError::Target { pid, why: "could not put its thread back as it was".into() });
+    }
+    Ok(Some(result))
+}

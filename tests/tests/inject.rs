@@ -1,0 +1,126 @@
+//! `cuflight attach --inject`: recording a process that was started without cuflight, on cudasim (the CPU test
+//! double for the driver, runtime and CUPTI). The agent is loaded through ptrace and the process's own dlopen.
+
+use cuflight_integration::*;
+use std::process::{Command, Stdio};
+
+fn attach(pid: u32, trace: &std::path::Path, extra: &[&str]) -> std::process::Child {
+    Command::new(cuflight_bin())
+        .args(["attach", &pid.to_string(), "--force", "-o"])
+        .arg(trace)
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_state(pid: u32, state: &str) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(20) {
+        let out = Command::new(cuflight_bin()).args(["ps"]).output().unwrap();
+        if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.contains(&pid.to_string()) && l.contains(state)) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("process {pid} never became {state}");
+}
+
+fn end_window(child: std::process::Child) -> String {
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    err
+}
+
+fn ptrace_allowed() -> bool {
+    // Seccomp or a missing capability forbid ptrace in some CI containers; the refusal itself is tested then.
+    !std::fs::read_to_string("/proc/self/status").is_ok_and(|s| s.contains("Seccomp:\t2"))
+}
+
+#[test]
+fn a_server_started_plainly_is_injected_recorded_twice_and_ends_as_usual() {
+    let dir = scratch("inject-plain");
+    let mut server = Server::plain(&dir, &[]);
+    let pid = server.pid();
+    assert_eq!(server.cmd("k 4"), "done 4"); // before any agent: never recorded
+    let first = dir.join("first.cuf");
+    let window = attach(pid, &first, &["--inject", "--duration", "60s"]);
+    if !ptrace_allowed() {
+        let out = window.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("cannot ptrace") && err.lines().count() == 1, "{err}");
+        return;
+    }
+    wait_state(pid, "recording");
+    assert_eq!(server.cmd("k 7"), "done 7");
+    end_window(window);
+    wait_state(pid, "dormant");
+    let s = stats(&first);
+    assert_eq!(count(&s, "kernels", "name", "tick"), 7);
+    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 7);
+    assert!(s["devices"][0]["name"].as_str().is_some_and(|n| n.contains("H100")), "{}", s["devices"]);
+    // The agent stays, dormant: a second window needs no injection (and --inject finds it there).
+    assert_eq!(server.cmd("k 2"), "done 2");
+    let second = dir.join("second.cuf");
+    let window = attach(pid, &second, &["--inject", "--duration", "60s"]);
+    wait_state(pid, "recording");
+    assert_eq!(server.cmd("k 3"), "done 3");
+    end_window(window);
+    assert_eq!(count(&stats(&second), "kernels", "name", "tick"), 3);
+    // The program carries on and ends with its own output and status.
+    assert_eq!(server.cmd("k 1"), "done 1");
+    let (status, err) = server.end();
+    assert!(status.success(), "{err}");
+    assert!(!err.contains("cuflight"), "the injected agent says nothing on the program's output: {err}");
+}
+
+#[test]
+fn injecting_into_what_cannot_take_it_is_refused_in_one_line() {
+    let dir = scratch("inject-refused");
+    let missing = Command::new(cuflight_bin())
+        .args(["attach", "--inject", "4194999", "--duration", "1s", "-o"])
+        .arg(dir.join("none.cuf"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success() && err.contains("does not exist") && err.lines().count() == 1, "{err}");
+    assert!(!dir.join("none.cuf").exists());
+}
+
+#[test]
+fn another_users_process_is_refused_and_keeps_running() {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !root || !std::path::Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv to run processes as two other users");
+        return;
+    }
+    let dir = scratch("inject-stranger");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let as_user = |uid: &str| {
+        let mut c = Command::new("setpriv");
+        c.args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups"]);
+        c
+    };
+    if !as_user("65534").arg(cuflight_bin()).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: uid 65534 cannot run {}", cuflight_bin().display());
+        return;
+    }
+    let prog = build_c("server", &dir);
+    let mut owner = as_user("65534");
+    owner.arg(&prog).arg("cmd");
+    let mut server = Server::spawn(owner, &[]);
+    let out = as_user("65533")
+        .arg(cuflight_bin())
+        .args(["attach", "--inject", &server.pid().to_string(), "--duration", "1s", "-o", "/tmp/never-written.cuf"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("belongs to user 65534") && err.lines().count() == 1, "{err}");
+    assert_eq!(server.cmd("k 2"), "done 2", "untouched");
+    assert!(server.end().0.success());
+}
