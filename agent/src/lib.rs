@@ -127,7 +127,13 @@ extern "C" fn preload_constructor() {
                         == Some(&own_name[..])
                 })
             };
-            if !ours("CUDA_INJECTION64_PATH") && !ours("NVTX_INJECTION64_PATH") && state::begin_init() {
+            // Linked into an executable (the agent's own tests) rather than loaded as a library: nothing to do.
+            let in_executable = std::fs::read_link("/proc/self/exe").ok().is_some_and(|exe| {
+                std::fs::canonicalize(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(own.to_bytes()))
+                    .is_ok_and(|o| o == exe)
+            });
+            if !in_executable && !ours("CUDA_INJECTION64_PATH") && !ours("NVTX_INJECTION64_PATH") && state::begin_init()
+            {
                 state::go_dormant();
                 control::start(cuflight_format::control::STATE_DORMANT);
             }
