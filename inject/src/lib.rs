@@ -8,10 +8,11 @@
 //! agent's constructor sees it was loaded late and goes dormant with its control socket up, ready for `attach`.
 //!
 //! Guarantees and their limits:
-//! - Every wait has a time limit; SIGINT, SIGTERM, SIGHUP and SIGQUIT are held off while the thread runs our call.
-//! - A ptrace refusal is one line naming the cause and the remedy.
-//! - Killed with SIGKILL between redirecting the thread and restoring it (the few milliseconds `dlopen` takes),
-//!   the injector leaves the thread to return to address 0, which kills the program: nothing can catch SIGKILL.
+//! - The ptrace work runs in a helper process of its own session with every catchable signal blocked: killing
+//!   `cuflight` (Ctrl-C, `kill -9`, a closed terminal) at any moment leaves the helper to finish and restore the
+//!   thread. Only a SIGKILL aimed at the helper itself, during the few milliseconds `dlopen` runs, would leave the
+//!   thread returning to address 0, which kills the program.
+//! - Every wait has a time limit. A ptrace refusal is one line naming the cause and the remedy.
 //! - x86-64 is tested; the aarch64 register handling follows the kernel's regsets and is untested.
 
 mod elf;
@@ -36,6 +37,9 @@ pub enum InjectError {
     DlopenFailed { pid: u32, library: String },
     #[error("process {pid}: its thread did not return from dlopen within {secs} s; it was left running the call")]
     Stuck { pid: u32, secs: u64 },
+    /// What the helper process reported (one of the above, as text).
+    #[error("{0}")]
+    Helper(String),
 }
 
 /// Loads `library` (an absolute path, as the target sees its file system) into process `pid`.
@@ -53,7 +57,65 @@ pub fn inject(pid: u32, library: &Path, timeout: Duration) -> Result<(), InjectE
         return Err(InjectError::Stranger { pid, uid });
     }
     let dlopen = remote::find_dlopen(pid)?;
-    remote::call_dlopen(pid, &dlopen, library, timeout)
+    in_helper(|| remote::call_dlopen(pid, &dlopen, library, timeout))
+}
+
+/// Runs `work` in a forked helper process that outlives this one (its own session, catchable signals blocked)
+/// and returns what it reported.
+fn in_helper(work: impl FnOnce() -> Result<(), InjectError>) -> Result<(), InjectError> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 into a two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(InjectError::Helper(format!("pipe: {}", std::io::Error::last_os_error())));
+    }
+    // SAFETY: fork; the child only runs `work` (system calls and allocations, which glibc keeps usable after
+    // fork) and leaves with _exit.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(InjectError::Helper(format!("fork: {}", std::io::Error::last_os_error())));
+    }
+    if child == 0 {
+        // SAFETY: in the child: a new session (no terminal signals), every catchable signal blocked, then the
+        // work, its report on the pipe, and _exit (no exit handlers of the parent's run here).
+        unsafe {
+            libc::close(fds[0]);
+            libc::setsid();
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+            let report = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+                Ok(Ok(())) => "ok".to_string(),
+                Ok(Err(e)) => format!("error:{e}"),
+                Err(_) => "error:the injection helper failed unexpectedly".to_string(),
+            };
+            libc::write(fds[1], report.as_ptr() as *const libc::c_void, report.len());
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: our copy of the write end.
+    unsafe { libc::close(fds[1]) };
+    let mut report = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        // SAFETY: read into our buffer from our pipe end.
+        let n = unsafe { libc::read(fds[0], buf.as_mut_ptr() as *mut libc::c_void, buf.len()) };
+        if n > 0 && report.len() < 1 << 16 {
+            report.extend_from_slice(&buf[..n as usize]);
+        } else if n == 0 || (n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)) {
+            break;
+        }
+    }
+    // SAFETY: closing our pipe end and reaping our child.
+    unsafe {
+        libc::close(fds[0]);
+        libc::waitpid(child, std::ptr::null_mut(), 0);
+    }
+    let report = String::from_utf8_lossy(&report).into_owned();
+    match report.strip_prefix("error:") {
+        _ if report == "ok" => Ok(()),
+        Some(why) => Err(InjectError::Helper(why.to_string())),
+        None => Err(InjectError::Helper("the injection helper ended without a report (killed?)".into())),
+    }
 }
 
 /// Whether `library` is mapped into process `pid` already.

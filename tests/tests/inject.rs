@@ -124,3 +124,32 @@ fn another_users_process_is_refused_and_keeps_running() {
     assert_eq!(server.cmd("k 2"), "done 2", "untouched");
     assert!(server.end().0.success());
 }
+
+#[test]
+fn killing_cuflight_at_any_moment_of_an_injection_leaves_the_server_working() {
+    if !ptrace_allowed() {
+        return;
+    }
+    let dir = scratch("inject-killed");
+    // A fresh server for each moment: cuflight is SIGKILLed 0, 1, 3, ... ms into `attach --inject` (finding
+    // dlopen, seizing the thread, running the call, restoring it, waiting for the agent, recording).
+    for delay_ms in [0u64, 1, 3, 6, 10, 20, 40, 80] {
+        let mut server = Server::plain(&dir, &[]);
+        assert_eq!(server.cmd("k 1"), "done 1");
+        let mut attach = Command::new(cuflight_bin())
+            .args(["attach", "--inject", &server.pid().to_string(), "--duration", "60s", "--force", "-o"])
+            .arg(dir.join("killed.cuf"))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        attach.kill().unwrap();
+        attach.wait().unwrap();
+        // The server answers, keeps launching, and ends as usual.
+        for _ in 0..3 {
+            assert_eq!(server.cmd("k 5"), "done 5", "killed after {delay_ms} ms");
+        }
+        let (status, err) = server.end();
+        assert!(status.success(), "killed after {delay_ms} ms: {status:?} {err}");
+    }
+}
