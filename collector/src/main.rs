@@ -122,6 +122,9 @@ enum Cmd {
     Ps {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
+        /// Also the CUDA processes that have no agent (started without cuflight): `attach --inject` can load one.
+        #[arg(long)]
+        all: bool,
     },
     /// Summary tables of a trace (cuflight, Kineto JSON or nsys SQLite), as `nsys stats` prints them.
     Stats {
@@ -462,8 +465,9 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Ps { format } => {
-            let rows = agents::list().context("cannot list agents (is /proc mounted?)")?;
+        Cmd::Ps { format, all } => {
+            let rows = if all { agents::list_all() } else { agents::list() };
+            let rows = rows.context("cannot list agents (is /proc mounted?)")?;
             match format {
                 Format::Table => print!("{}", agents::table(&rows)),
                 Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),

@@ -153,3 +153,32 @@ fn killing_cuflight_at_any_moment_of_an_injection_leaves_the_server_working() {
         assert!(status.success(), "killed after {delay_ms} ms: {status:?} {err}");
     }
 }
+
+#[test]
+fn ps_all_lists_cuda_processes_without_an_agent() {
+    // CUDA processes are found by the names of the files they map (libcuda.so.*, libcudart.so.*): cudasim's names
+    // are symlinks to libcudasim.so, so this server loads it through hard links carrying the real names.
+    let dir = scratch("inject-ps-all");
+    let libs = dir.join("libs");
+    let _ = std::fs::remove_dir_all(&libs);
+    std::fs::create_dir_all(&libs).unwrap();
+    let sim = cudasim_dir().join("libcuda.so.1").canonicalize().unwrap();
+    for name in ["libcuda.so", "libcuda.so.1", "libcudart.so", "libcudart.so.13", "libcupti.so", "libcupti.so.13"] {
+        std::fs::hard_link(&sim, libs.join(name)).unwrap();
+    }
+    let mut server = Server::plain(&dir, &[("LD_LIBRARY_PATH", libs.to_str().unwrap())]);
+    let pid = server.pid().to_string();
+    let ps = |all: bool| {
+        let mut c = Command::new(cuflight_bin());
+        c.arg("ps");
+        if all {
+            c.arg("--all");
+        }
+        String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned()
+    };
+    assert!(!ps(false).lines().any(|l| l.contains(&pid)), "no agent, not listed by default");
+    let all = ps(true);
+    assert!(all.lines().any(|l| l.contains(&pid) && l.contains("no agent") && l.contains("server cmd")), "{all}");
+    assert_eq!(server.cmd("k 1"), "done 1");
+    assert!(server.end().0.success());
+}

@@ -38,6 +38,49 @@ pub fn list() -> std::io::Result<Vec<AgentRow>> {
         .collect())
 }
 
+/// With `all`: also the CUDA processes of this user (root: everyone's) that have no agent, as state
+/// "no agent" (`cuflight attach --inject PID` can load one): those that map the CUDA driver (libcuda, loaded by
+/// every CUDA program once CUDA starts) or the shared CUDA runtime (libcudart, as PyTorch wheels ship it).
+pub fn list_all() -> std::io::Result<Vec<AgentRow>> {
+    let mut rows = list()?;
+    let me = cuflight_format::channel::euid();
+    let known: std::collections::HashSet<u32> = rows.iter().map(|r| r.pid).collect();
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if known.contains(&pid) || pid == std::process::id() {
+            continue;
+        }
+        let uid = std::os::unix::fs::MetadataExt::uid(&match entry.metadata() {
+            Ok(m) => m,
+            Err(_) => continue,
+        });
+        if uid != me && me != 0 {
+            continue;
+        }
+        // Reading maps needs the same access as ptrace: processes we could not inject into are skipped too.
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
+        let cuda = maps.lines().any(|l| {
+            l.split_whitespace()
+                .nth(5)
+                .and_then(|p| p.rsplit('/').next())
+                .is_some_and(|f| f.starts_with("libcuda.so") || f.starts_with("libcudart.so"))
+        });
+        if cuda {
+            rows.push(AgentRow {
+                pid,
+                uid,
+                state: "no agent",
+                since_unix_ns: 0,
+                cuda_driver_version: 0,
+                cupti_version: 0,
+                command: command_line(pid),
+            });
+        }
+    }
+    rows.sort_by_key(|r| r.pid);
+    Ok(rows)
+}
+
 /// `/proc/PID/cmdline` with spaces between arguments (at most 4 KiB of it).
 fn command_line(pid: u32) -> String {
     let mut raw = Vec::new();
@@ -75,11 +118,12 @@ pub fn table(rows: &[AgentRow]) -> String {
     let mut out = format!("{:>8} {:<15} {:>8} {:>5} {:>7}  {}\n", "PID", "STATE", "SINCE", "CUDA", "CUPTI", "COMMAND");
     for r in rows {
         let cupti = if r.cupti_version == 0 { "-".to_string() } else { r.cupti_version.to_string() };
+        let since = if r.since_unix_ns == 0 { "-".to_string() } else { elapsed(r.since_unix_ns) };
         out += &format!(
             "{:>8} {:<15} {:>8} {:>5} {:>7}  {}\n",
             r.pid,
             r.state,
-            elapsed(r.since_unix_ns),
+            since,
             driver(r.cuda_driver_version),
             cupti,
             r.command
