@@ -182,3 +182,44 @@ fn ps_all_lists_cuda_processes_without_an_agent() {
     assert_eq!(server.cmd("k 1"), "done 1");
     assert!(server.end().0.success());
 }
+
+#[test]
+fn a_process_in_another_mount_namespace_gets_a_copy_of_the_agent() {
+    // As in a container sharing the host's network (Apptainer, enroot): the agent's path is hidden from the
+    // process by a mount of its own, so the agent goes in through a copy in its /tmp, removed once loaded.
+    let dir = scratch("inject-mountns");
+    let outside = std::env::temp_dir().join(format!("cuflight-mountns-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&outside);
+    std::fs::create_dir_all(&outside).unwrap();
+    let prog = build_c("server", &dir);
+    std::fs::copy(&prog, outside.join("server")).unwrap();
+    // One copy of the simulator under its real names (symlinks: one library, one state, as cudasim's own dir).
+    std::fs::copy(cudasim_dir().join("libcudart.so").canonicalize().unwrap(), outside.join("libcudasim.so")).unwrap();
+    for name in ["libcuda.so.1", "libcudart.so", "libcupti.so.13", "libcupti.so"] {
+        std::os::unix::fs::symlink("libcudasim.so", outside.join(name)).unwrap();
+    }
+    let hidden = cuflight_bin().parent().unwrap().to_path_buf();
+    let script = format!("mount -t tmpfs none {} && exec {}/server cmd", hidden.display(), outside.display());
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "sh", "-c", &script]);
+    if !Command::new("unshare").args(["-m", "true"]).status().is_ok_and(|s| s.success()) {
+        eprintln!("skipped: unshare -m is not permitted here");
+        return;
+    }
+    let mut server = Server::spawn(cmd, &[("LD_LIBRARY_PATH", outside.to_str().unwrap())]);
+    let pid = server.pid();
+    let trace = dir.join("ns.cuf");
+    let window = attach(pid, &trace, &["--inject", "--duration", "60s"]);
+    wait_state(pid, "recording");
+    assert_eq!(server.cmd("k 4"), "done 4");
+    end_window(window);
+    assert_eq!(count(&stats(&trace), "kernels", "name", "tick"), 4);
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("cuflight-agent-"))
+        .collect();
+    assert!(left.is_empty(), "the copy is removed once loaded: {left:?}");
+    assert!(server.end().0.success());
+    let _ = std::fs::remove_dir_all(&outside);
+}

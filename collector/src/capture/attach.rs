@@ -47,6 +47,8 @@ pub enum AttachError {
     Inject(#[from] cuflight_inject::InjectError),
     #[error("the agent was loaded into process {0} but does not answer (its control socket could not start)")]
     Silent(u32),
+    #[error("cannot make the agent visible to the process: {0}")]
+    Copy(String),
 }
 
 /// How long an agent may take to set CUPTI up or to flush it.
@@ -158,7 +160,17 @@ fn record_window(
 /// Loads the agent into a process started without it and waits for its control socket.
 fn inject(pid: u32, agent: &Path) -> Result<String, AttachError> {
     if !cuflight_inject::loaded(pid, agent) {
-        cuflight_inject::inject(pid, agent, Duration::from_secs(30))?;
+        match visible_copy(pid, agent)? {
+            None => cuflight_inject::inject(pid, agent, Duration::from_secs(30))?,
+            Some(copy) => {
+                // A process in another mount namespace (a container) sees another file system: the agent goes in
+                // as a copy in its /tmp, removed once loaded (the mapping stays).
+                let seen = Path::new("/").join(copy.strip_prefix(format!("/proc/{pid}/root")).unwrap_or(&copy));
+                let result = cuflight_inject::inject(pid, &seen, Duration::from_secs(30));
+                let _ = std::fs::remove_file(&copy);
+                result?;
+            }
+        }
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -170,6 +182,30 @@ fn inject(pid: u32, agent: &Path) -> Result<String, AttachError> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// None when the process sees `agent` at the same path (the same file); else a fresh copy of it inside the
+/// process's root (`/proc/PID/root/tmp/...`), created exclusively so nothing planted there is used.
+fn visible_copy(pid: u32, agent: &Path) -> Result<Option<PathBuf>, AttachError> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let root = PathBuf::from(format!("/proc/{pid}/root"));
+    let theirs = root.join(agent.strip_prefix("/").unwrap_or(agent));
+    let ours = std::fs::metadata(agent).map_err(|e| AttachError::Copy(format!("{}: {e}", agent.display())))?;
+    if std::fs::metadata(&theirs).is_ok_and(|m| m.dev() == ours.dev() && m.ino() == ours.ino()) {
+        return Ok(None);
+    }
+    let bytes = std::fs::read(agent).map_err(|e| AttachError::Copy(format!("{}: {e}", agent.display())))?;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let copy = root.join(format!("tmp/cuflight-agent-{}-{nanos:09}.so", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o755)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&copy)
+        .map_err(|e| AttachError::Copy(format!("cannot place the agent in the process's /tmp ({e})")))?;
+    std::io::Write::write_all(&mut file, &bytes).map_err(|e| AttachError::Copy(e.to_string()))?;
+    Ok(Some(copy))
 }
 
 /// A duration as users write it: `10s`, `500ms`, `2m`, `1h`, or plain seconds (`1.5`).
