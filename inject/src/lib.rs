@@ -44,6 +44,13 @@ pub enum InjectError {
 
 /// Loads `library` (an absolute path, as the target sees its file system) into process `pid`.
 pub fn inject(pid: u32, library: &Path, timeout: Duration) -> Result<(), InjectError> {
+    check(pid)?;
+    let dlopen = remote::find_dlopen(pid)?;
+    in_helper(|| remote::call_dlopen(pid, &dlopen, library, timeout))
+}
+
+/// The process exists and this user may inject into it (its owner, or root).
+pub fn check(pid: u32) -> Result<(), InjectError> {
     let proc = PathBuf::from(format!("/proc/{pid}"));
     let status = std::fs::read_to_string(proc.join("status")).map_err(|_| InjectError::NoProcess(pid))?;
     let uid = status
@@ -56,8 +63,7 @@ pub fn inject(pid: u32, library: &Path, timeout: Duration) -> Result<(), InjectE
     if uid != me && me != 0 {
         return Err(InjectError::Stranger { pid, uid });
     }
-    let dlopen = remote::find_dlopen(pid)?;
-    in_helper(|| remote::call_dlopen(pid, &dlopen, library, timeout))
+    Ok(())
 }
 
 /// Runs `work` in a forked helper process that outlives this one (its own session, catchable signals blocked)

@@ -160,6 +160,7 @@ fn record_window(
 /// Loads the agent into a process started without it and waits for its control socket.
 fn inject(pid: u32, agent: &Path) -> Result<String, AttachError> {
     if !cuflight_inject::loaded(pid, agent) {
+        cuflight_inject::check(pid)?;
         match visible_copy(pid, agent)? {
             None => cuflight_inject::inject(pid, agent, Duration::from_secs(30))?,
             Some(copy) => {
