@@ -28,7 +28,12 @@ pub struct Symbols {
 
 impl Symbols {
     pub fn read(path: &Path) -> Result<Symbols, String> {
+        // The target's file system may be a container's, written by whoever runs it: a FIFO or device under
+        // libc's name would block or never end.
         let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if !meta.is_file() {
+            return Err(format!("{}: not a regular file", path.display()));
+        }
         if meta.len() > MAX_FILE {
             return Err(format!("{}: larger than {} MiB", path.display(), MAX_FILE >> 20));
         }
@@ -109,6 +114,39 @@ mod tests {
         assert!(syms.function("no_such_function_anywhere").is_none());
         for bad in [vec![], b"\x7fELF".to_vec(), vec![0x7f, b'E', b'L', b'F', 2, 1, 0, 0], vec![0xffu8; 4096]] {
             assert!(Symbols::parse(bad).is_none());
+        }
+    }
+
+    #[test]
+    fn a_damaged_libc_is_an_error_or_a_lookup_never_a_panic() {
+        // A container's libc is whatever its owner put there: flip bytes of the real one, cut it, and look up.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| p.contains("libc.so")).unwrap();
+        let original = std::fs::read(libc).unwrap();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for round in 0..300 {
+            let mut bytes = original.clone();
+            // Headers and tables live in the first and last pages: damage those most.
+            for _ in 0..8 {
+                let at = match next() % 3 {
+                    0 => (next() % 4096) as usize,
+                    1 => bytes.len() - 1 - (next() % 8192) as usize,
+                    _ => (next() % bytes.len() as u64) as usize,
+                };
+                bytes[at] = next() as u8;
+            }
+            if round % 10 == 0 {
+                bytes.truncate((next() % bytes.len() as u64) as usize);
+            }
+            if let Some(syms) = Symbols::parse(bytes) {
+                let _ = syms.function("dlopen");
+            }
         }
     }
 }
