@@ -17,6 +17,7 @@
 #include <cupti.h>
 #include <nvtx3/nvToolsExt.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <signal.h>
@@ -208,7 +209,36 @@ static void own_segv_handler(int sig) {
     _exit(42);
 }
 
+/* "server busy SECONDS": the main thread launches kernels without pause (it is never in a system call long enough
+ * to be caught there); a second thread only sleeps. Prints "server: N kernels" at the end. */
+static void *sleeper(void *arg) {
+    (void)arg;
+    for (;;) sleep(1000);
+    return NULL;
+}
+
+static int busy(double seconds) {
+    pthread_t t;
+    pthread_create(&t, NULL, sleeper, NULL);
+    void *args[] = {NULL};
+    launch(tick, 1, 1, 0, args);
+    CHECK(cudaDeviceSynchronize());
+    printf("server: ready\n");
+    fflush(stdout);
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long kernels = 1;
+    do {
+        for (int i = 0; i < 100; i++, kernels++) launch(tick, 1, 1, 0, args);
+        CHECK(cudaDeviceSynchronize());
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while ((now.tv_sec - t0.tv_sec) + (now.tv_nsec - t0.tv_nsec) / 1e9 < seconds);
+    printf("server: %ld kernels\n", kernels);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 2 && strcmp(argv[1], "busy") == 0) return busy(atof(argv[2]));
     if (getenv("SERVER_OWN_SEGV_HANDLER")) signal(SIGSEGV, own_segv_handler);
     if (argc > 1 && strcmp(argv[1], "cmd") == 0) {
         void *args[] = {NULL};

@@ -190,8 +190,8 @@ pub fn cuflight(args: &[&std::ffi::OsStr]) -> (bool, String) {
 /// `cuflight launch [ARGS] -- server cmd` (tests/c/server.c), obeying lines on stdin.
 pub struct Server {
     pub child: std::process::Child,
-    out: std::io::BufReader<std::process::ChildStdout>,
-    stdin: Option<std::process::ChildStdin>,
+    pub out: std::io::BufReader<std::process::ChildStdout>,
+    pub stdin: Option<std::process::ChildStdin>,
 }
 
 impl Server {

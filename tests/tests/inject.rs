@@ -223,3 +223,32 @@ fn a_process_in_another_mount_namespace_gets_a_copy_of_the_agent() {
     assert!(server.end().0.success());
     let _ = std::fs::remove_dir_all(&outside);
 }
+
+#[test]
+fn a_program_whose_main_thread_never_rests_is_injected_through_a_quiet_thread() {
+    if !ptrace_allowed() {
+        return;
+    }
+    let dir = scratch("inject-busy");
+    let prog = build_c("server", &dir);
+    let mut cmd = Command::new(&prog);
+    cmd.args(["busy", "4"]);
+    let server = Server::spawn(cmd, &[]);
+    let pid = server.pid();
+    let trace = dir.join("busy.cuf");
+    let out = Command::new(cuflight_bin())
+        .args(["attach", "--inject", &pid.to_string(), "--duration", "500ms", "--force", "-o"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let kernels = count(&stats(&trace), "kernels", "name", "tick");
+    assert!(kernels > 100, "the main thread's launches are recorded: {kernels}");
+    let mut server = server;
+    drop(server.stdin.take());
+    let status = server.child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut server.out, &mut rest).unwrap();
+    assert!(status.success() && rest.contains("kernels"), "{status:?} {rest}");
+}
