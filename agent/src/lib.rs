@@ -135,6 +135,7 @@ extern "C" fn preload_constructor() {
             if !in_executable && !ours("CUDA_INJECTION64_PATH") && !ours("NVTX_INJECTION64_PATH") && state::begin_init()
             {
                 state::go_dormant();
+                state::set_injected_late();
                 control::start(cuflight_format::control::STATE_DORMANT);
             }
             return;

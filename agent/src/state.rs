@@ -42,6 +42,13 @@ const DORMANT: u8 = 4;
 static INIT: AtomicU8 = AtomicU8::new(UNINITIALISED);
 /// Set in a fork child whose parent had CUPTI running (copied at fork, before the child runs any code).
 static INHERITED_CUPTI: AtomicBool = AtomicBool::new(false);
+/// The agent was loaded into the running process by `cuflight attach --inject` (stated in the segment).
+static INJECTED_LATE: AtomicBool = AtomicBool::new(false);
+
+pub fn set_injected_late() {
+    INJECTED_LATE.store(true, Ordering::Relaxed);
+}
+
 /// This process's segment is a flight recorder's (read in the atfork child handler, which must not allocate).
 static FLIGHT_RECORDER: AtomicBool = AtomicBool::new(false);
 
@@ -313,6 +320,7 @@ fn record_process_facts(agent: &Agent) {
         .iter()
         .find_map(|k| std::env::var(k).ok()?.trim().parse::<u32>().ok());
     h.rank_plus_one.store(rank.map_or(0, |r| r.saturating_add(1)), Ordering::Relaxed);
+    h.injected_late.store(INJECTED_LATE.load(Ordering::Relaxed) as u32, Ordering::Relaxed);
 }
 
 /// Marks the segment DISABLED with `why` and prints the notice (once).

@@ -116,6 +116,9 @@ pub struct ProcessInfo {
     /// The process's key in this file when it is not its pid (0): blocks carry keys, and a pid seen twice in one
     /// recording (reused, or one process exec'ing a second CUDA program) gets a key of its own above any pid.
     pub key: u32,
+    /// The agent was loaded into the running process (`cuflight attach --inject`): NVTX, which reads its
+    /// injection variable once, at a library's first NVTX call, records no ranges for it.
+    pub injected_late: bool,
 }
 
 impl ProcessInfo {

@@ -125,6 +125,8 @@ pub struct SegmentHeader {
     /// handed over or written.
     pub dump_ns: AtomicU64,
     pub dump_reason: AtomicU32,
+    /// 1: the agent was loaded into the running process (`cuflight attach --inject`), so NVTX records nothing.
+    pub injected_late: AtomicU32,
 }
 
 /// Why a flight recorder dumped ([`SegmentHeader::dump_reason`]).

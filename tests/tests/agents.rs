@@ -172,6 +172,7 @@ fn attach_windows_hold_exactly_the_work_inside_them_and_leave_the_process_as_bef
         assert_eq!(count(&s, "kernels", "name", "tick"), n, "window {window}");
         assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), n, "window {window}");
         assert_eq!(s["dropped"], 0);
+        assert_eq!(s["processes"][0]["injected_late"], false);
         assert!(s["devices"][0]["name"].as_str().is_some_and(|n| n.contains("H100")), "every window names its devices");
     }
     drop(server.stdin);

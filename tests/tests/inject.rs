@@ -58,6 +58,7 @@ fn a_server_started_plainly_is_injected_recorded_twice_and_ends_as_usual() {
     end_window(window);
     wait_state(pid, "dormant");
     let s = stats(&first);
+    assert_eq!(s["processes"][0]["injected_late"], true, "the trace says why it holds no NVTX ranges");
     assert_eq!(count(&s, "kernels", "name", "tick"), 7);
     assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 7);
     assert!(s["devices"][0]["name"].as_str().is_some_and(|n| n.contains("H100")), "{}", s["devices"]);

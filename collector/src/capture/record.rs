@@ -222,6 +222,7 @@ fn process_info(t: &Tracked) -> ProcessInfo {
         rings_refused: h.rings_refused.load(Ordering::Relaxed),
         last_flush_ns: h.last_flush_ns.load(Ordering::Relaxed),
         flush_period_ms: h.flush_period_ms.load(Ordering::Relaxed),
+        injected_late: h.injected_late.load(Ordering::Relaxed) == 1,
     }
 }
 

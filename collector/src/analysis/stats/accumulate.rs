@@ -305,6 +305,7 @@ fn process_row(p: &Process, events: u64, launches_without_kernel: u64) -> Proces
         cupti_version: p.info.cupti_version,
         status: p.info.status.clone(),
         finished: p.info.finished,
+        injected_late: p.info.injected_late,
         events,
         drops: p.info.drops,
         records_unused: p

@@ -88,6 +88,8 @@ pub struct ProcessRow {
     pub cupti_version: u32,
     pub status: String,
     pub finished: bool,
+    /// The agent was loaded into the running process (`attach --inject`): NVTX ranges are not recorded.
+    pub injected_late: bool,
     /// Kernel launches of this process with no kernel record: for a process that ended without its final flush
     /// (SIGKILL, `_exit`), the device work lost with it (0 for a process that finished).
     pub launches_without_kernel: u64,
@@ -277,6 +279,9 @@ impl Stats {
             for u in &p.records_unused {
                 command
                     .push_str(&format!(" [{} records: {} skipped, {} unfinished]", u.class, u.skipped, u.incomplete));
+            }
+            if p.injected_late {
+                command.push_str(" [agent injected into the running process: no NVTX ranges]");
             }
             t.row(vec![
                 p.pid.to_string(),
