@@ -253,3 +253,28 @@ fn a_program_whose_main_thread_never_rests_is_injected_through_a_quiet_thread() 
     std::io::Read::read_to_string(&mut server.out, &mut rest).unwrap();
     assert!(status.success() && rest.contains("kernels"), "{status:?} {rest}");
 }
+
+#[test]
+fn a_python_process_using_cuda_is_injected_and_recorded() {
+    if !ptrace_allowed() || Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: needs python3 and ptrace");
+        return;
+    }
+    let dir = scratch("inject-python");
+    let mut cmd = Command::new("python3");
+    cmd.arg(repo_root().join("tests/py/cuda_server.py"));
+    let mut server = Server::spawn(cmd, &[]);
+    let pid = server.pid();
+    let trace = dir.join("python.cuf");
+    let window = attach(pid, &trace, &["--inject", "--duration", "60s"]);
+    wait_state(pid, "recording");
+    assert_eq!(server.cmd("k 5"), "done 5");
+    end_window(window);
+    let s = stats(&trace);
+    let kernels: u64 = s["kernels"].as_array().unwrap().iter().map(|k| k["count"].as_u64().unwrap()).sum();
+    assert_eq!(kernels, 5, "{}", s["kernels"]);
+    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 5);
+    assert_eq!(server.cmd("k 2"), "done 2");
+    let (status, err) = server.end();
+    assert!(status.success(), "{err}");
+}
