@@ -242,6 +242,40 @@ mod regs {
     pub const RED_ZONE: u64 = 0;
 }
 
+/// The thread's floating-point and vector registers (x87/SSE/AVX state on x86-64, FP/SIMD on aarch64), which
+/// `dlopen` clobbers and the integer register set does not hold: (regset kind, bytes the kernel gave).
+struct FpState(libc::c_int, Vec<u8>);
+
+impl FpState {
+    fn save(tid: u32) -> Option<FpState> {
+        // x86-64: the XSAVE area (NT_X86_XSTATE, from linux/elf.h) holds the AVX upper halves too; NT_PRFPREG
+        // (the FXSAVE area) where the kernel offers no XSAVE.
+        #[cfg(target_arch = "x86_64")]
+        let kinds = [0x202, libc::NT_PRFPREG];
+        #[cfg(target_arch = "aarch64")]
+        let kinds = [libc::NT_PRFPREG];
+        kinds.into_iter().find_map(|kind| {
+            let mut buf = vec![0u8; 64 << 10];
+            let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+            // SAFETY: PTRACE_GETREGSET into our buffer, whose size the iovec states; the kernel shrinks iov_len.
+            let r = unsafe {
+                libc::ptrace(libc::PTRACE_GETREGSET, tid as i32, kind as usize, &mut iov as *mut libc::iovec)
+            };
+            (r == 0).then(|| {
+                buf.truncate(iov.iov_len);
+                FpState(kind, buf)
+            })
+        })
+    }
+
+    fn restore(&self, tid: u32) -> bool {
+        let mut buf = self.1.clone();
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+        // SAFETY: PTRACE_SETREGSET from the bytes the same regset gave for this thread.
+        unsafe { libc::ptrace(libc::PTRACE_SETREGSET, tid as i32, self.0 as usize, &mut iov as *mut libc::iovec) == 0 }
+    }
+}
+
 /// Runs `dlopen(library, RTLD_NOW)` on a quiet thread of `pid`, then leaves the thread exactly as it was.
 pub fn call_dlopen(pid: u32, dlopen: &Dlopen, library: &Path, timeout: Duration) -> Result<(), InjectError> {
     let target = |why: String| InjectError::Target { pid, why };
@@ -298,6 +332,10 @@ fn call_on(pid: u32, tid: u32, dlopen: &Dlopen, path: &CString, timeout: Duratio
         detach(pending);
         return Ok(None);
     }
+    let Some(fp) = FpState::save(tid) else {
+        detach(pending);
+        return Err(InjectError::Ptrace { pid, why: "cannot read the thread's floating-point registers".into() });
+    };
     // The path and (x86-64) the return address go below the red zone of the thread's stack; the bytes there are
     // saved and put back.
     let mem = std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/mem"));
@@ -322,7 +360,7 @@ fn call_on(pid: u32, tid: u32, dlopen: &Dlopen, path: &CString, timeout: Duratio
     let mode = if dlopen.private { RTLD_NOW | RTLD_DLOPEN } else { RTLD_NOW };
     let call = regs::call(&saved, dlopen.addr, path_at, mode, ret_sp);
     let restore = |mem: &std::fs::File| {
-        let ok = regs::set(tid, &saved) && mem.write_all_at(&original, span.0).is_ok();
+        let ok = regs::set(tid, &saved) && fp.restore(tid) && mem.write_all_at(&original, span.0).is_ok();
         detach(pending);
         ok
     };

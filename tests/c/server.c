@@ -11,7 +11,8 @@
  * cudasim's test-only cudasim_kernel_fault) and prints the errors the next two synchronisations return; "M" makes the
  * program a second tool in CUPTI's multi-subscriber mode (13.5: cuptiSubscribe_v2 allowing multiple subscribers,
  * launch callbacks and kernel records through the per-subscriber Activity API), printing "subscribed" or
- * "refused NAME"; "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it;
+ * "refused NAME"; "v" waits for the next line in a raw read system call with known values in xmm0 and
+ * xmm15 and prints "xmm ok" if they survived (an injection interrupts that very call); "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it;
  * EOF ends it. */
 #include "sim.h"
 #include <cupti.h>
@@ -159,6 +160,24 @@ static int commands(void) {
         } else if (line[0] == 'a') {
             fflush(stdout);
             abort();
+        } else if (line[0] == 'v') {
+#if defined(__x86_64__)
+            char buf[64];
+            unsigned long long in0 = 0x1122334455667788ull, in15 = 0x99aabbccddeeff00ull, out0 = 0, out15 = 0;
+            long n;
+            __asm__ volatile(
+                "movq %[a], %%xmm0\n\t"
+                "movq %[b], %%xmm15\n\t"
+                "syscall\n\t"
+                "movq %%xmm0, %[c]\n\t"
+                "movq %%xmm15, %[d]\n\t"
+                : "=a"(n), [c] "=r"(out0), [d] "=r"(out15)
+                : "a"(0L), "D"(0L), "S"(buf), "d"(sizeof buf), [a] "r"(in0), [b] "r"(in15)
+                : "rcx", "r11", "memory", "xmm0", "xmm15");
+            printf(n > 0 && out0 == in0 && out15 == in15 ? "xmm ok\n" : "xmm clobbered %ld\n", n);
+#else
+            printf("xmm ok\n");
+#endif
         } else if (line[0] == 'c') {
             long n = atol(line + 1);
             int dev = 0;

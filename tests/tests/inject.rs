@@ -278,3 +278,24 @@ fn a_python_process_using_cuda_is_injected_and_recorded() {
     let (status, err) = server.end();
     assert!(status.success(), "{err}");
 }
+
+#[test]
+fn the_interrupted_thread_gets_its_vector_registers_back() {
+    if !ptrace_allowed() {
+        return;
+    }
+    // The server's main thread waits in a raw read with values in xmm0 and xmm15; dlopen runs on that very
+    // thread (the only quiet one) and uses vector registers freely.
+    let dir = scratch("inject-fpregs");
+    let mut server = Server::plain(&dir, &[]);
+    server.send("v");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let out = Command::new(cuflight_bin())
+        .args(["attach", "--inject", &server.pid().to_string(), "--duration", "100ms", "--force", "-o"])
+        .arg(dir.join("fp.cuf"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(server.cmd("go"), "xmm ok");
+    assert!(server.end().0.success());
+}
