@@ -41,13 +41,8 @@ enum Cmd {
         linger_secs: u64,
         #[command(flatten)]
         window: WindowArgs,
-        /// Sampling: the program runs with the agent dormant and a window is recorded this often (CUPTI-free in
-        /// between); window N is written to <output stem>-N.<ext>.
-        #[arg(long, value_parser = attach::parse_duration, requires = "count")]
-        every: Option<Duration>,
-        /// How many sampling windows (with --every).
-        #[arg(long, requires = "every", value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        count: Option<u32>,
+        #[command(flatten)]
+        sampling: SamplingArgs,
         /// How long each sampling window lasts (default 10s, at most --every; with --steps or --capture-range, the
         /// longest it may wait and last).
         #[arg(long, value_parser = attach::parse_duration, requires = "every")]
@@ -102,13 +97,8 @@ enum Cmd {
         duration: Option<Duration>,
         #[command(flatten)]
         window: WindowArgs,
-        /// Sampling: start a window this often (the agent is dormant and CUPTI-free in between); window N is
-        /// written to <output stem>-N.<ext>.
-        #[arg(long, value_parser = attach::parse_duration, requires = "count")]
-        every: Option<Duration>,
-        /// How many sampling windows (with --every).
-        #[arg(long, requires = "every", value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        count: Option<u32>,
+        #[command(flatten)]
+        sampling: SamplingArgs,
         /// Replace the output files if they exist.
         #[arg(long)]
         force: bool,
@@ -174,6 +164,18 @@ enum Cmd {
         #[arg(long)]
         force: bool,
     },
+}
+
+/// Sampling windows (`record` and `attach` alike).
+#[derive(clap::Args)]
+struct SamplingArgs {
+    /// Sampling: start a window this often (the agent is dormant and CUPTI-free in between); window N is written
+    /// to <output stem>-N.<ext>.
+    #[arg(long, value_parser = attach::parse_duration, requires = "count")]
+    every: Option<Duration>,
+    /// How many sampling windows (with --every).
+    #[arg(long, requires = "every", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    count: Option<u32>,
 }
 
 /// A window bounded by the program's own marks (`record` and `attach` alike).
@@ -266,19 +268,8 @@ fn one_line(e: &anyhow::Error) -> String {
 
 fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Cmd::Record {
-            output,
-            inject,
-            flush_ms,
-            drain_ms,
-            force,
-            linger_secs,
-            window,
-            every,
-            count,
-            duration,
-            command,
-        } => {
+        Cmd::Record { output, inject, flush_ms, drain_ms, force, linger_secs, window, sampling, duration, command } => {
+            let SamplingArgs { every, count } = sampling;
             let Some(agent) = record::find_agent() else {
                 bail!("cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path");
             };
@@ -416,7 +407,8 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Attach { pid, output, duration, window, every, count, force, inject } => {
+        Cmd::Attach { pid, output, duration, window, sampling, force, inject } => {
+            let SamplingArgs { every, count } = sampling;
             let inject = match inject {
                 true => Some(record::find_agent().context(
                     "cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path",

@@ -234,16 +234,9 @@ impl Consumer {
         let n = w.wrapping_sub(r).min(self.ring.capacity());
         let r = w.wrapping_sub(n);
         let before = out.len();
-        let start = (r & self.ring.mask) as usize;
-        let first = (n as usize).min(self.ring.capacity() as usize - start);
-        out.reserve(n as usize);
-        // SAFETY: both ranges lie inside the slot array; slots below `write` (acquired) were published. A slot
-        // the producer rewrites while it is copied is detected below and its copy discarded (RawEvent is plain
-        // data: any bit pattern is a value, validated downstream like everything read from another process).
-        unsafe {
-            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots.add(start), first));
-            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots, n as usize - first));
-        }
+        // A slot the producer rewrites while it is copied is detected below and its copy discarded (RawEvent is
+        // plain data: any bit pattern is a value, validated downstream like everything read from another process).
+        self.copy(r, n, out);
         fence(Ordering::Acquire);
         // Slots below the producer's `read` now may have been reused; `read` behind the copy (a counter another
         // process left inconsistent) means none were.
@@ -251,6 +244,20 @@ impl Consumer {
         let reused = (ahead.max(0) as u64).min(n) as usize;
         out.drain(before..before + reused);
         n as usize - reused
+    }
+
+    /// Appends the `n` (at most the capacity) slots from counter `r` on, wrapping at the end of the slot array.
+    fn copy(&self, r: u64, n: u64, out: &mut Vec<RawEvent>) {
+        let start = (r & self.ring.mask) as usize;
+        let n = n.min(self.ring.capacity()) as usize;
+        let first = n.min(self.ring.capacity() as usize - start);
+        out.reserve(n);
+        // SAFETY: `start < capacity`, `first <= capacity - start` and `n - first <= start`: both ranges lie inside
+        // the slot array (from_raw's contract keeps it mapped while the view lives).
+        unsafe {
+            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots.add(start), first));
+            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots, n - first));
+        }
     }
 
     /// Moves every published event into `out`; returns how many. The producer's counters are untrusted (another
@@ -264,15 +271,9 @@ impl Consumer {
             r = w.wrapping_sub(self.ring.capacity());
             n = self.ring.capacity();
         }
-        let start = (r & self.ring.mask) as usize;
-        let first = (n as usize).min(self.ring.capacity() as usize - start);
-        out.reserve(n as usize);
-        // SAFETY: both ranges lie inside the slot array; the producer published them with its release store of
-        // `write` (acquired above) and will not overwrite them until we advance `read` below.
-        unsafe {
-            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots.add(start), first));
-            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots, n as usize - first));
-        }
+        // The producer published these with its release store of `write` (acquired above) and will not overwrite
+        // them until we advance `read` below.
+        self.copy(r, n, out);
         h.read.0.store(w, Ordering::Release);
         n as usize
     }

@@ -258,3 +258,38 @@ impl Server {
         (status, err)
     }
 }
+
+/// `cuflight attach PID --force -o TRACE ARGS...` in the background, its stderr piped.
+pub fn spawn_attach(pid: u32, trace: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
+    std::process::Command::new(cuflight_bin())
+        .args(["attach", &pid.to_string(), "--force", "-o"])
+        .arg(trace)
+        .args(args)
+        .envs(env.iter().copied())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cuflight runs")
+}
+
+/// Waits (20 s at most) until `cuflight ps` lists process `pid` in `state` (dormant, recording, ...).
+pub fn wait_for_agent_state(pid: u32, state: &str) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(20) {
+        let out = std::process::Command::new(cuflight_bin()).args(["ps", "--format", "json"]).output().unwrap();
+        let rows: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if rows.as_array().is_some_and(|r| r.iter().any(|r| r["pid"] == pid && r["state"] == state)) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("process {pid} never became {state}");
+}
+
+/// Ends an attach window as Ctrl-C would; the trace is written and attach succeeds. Returns its stderr.
+pub fn end_attach_window(child: std::process::Child) -> String {
+    assert!(std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    err
+}

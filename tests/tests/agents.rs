@@ -136,17 +136,6 @@ impl Server {
     }
 }
 
-fn wait_for_state(pid: u32, state: &str) {
-    let t = std::time::Instant::now();
-    while t.elapsed() < std::time::Duration::from_secs(10) {
-        if server_row(&ps(), pid).is_some_and(|r| r["state"] == state) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    panic!("process {pid} never became {state}: {:?}", ps());
-}
-
 #[test]
 fn attach_windows_hold_exactly_the_work_inside_them_and_leave_the_process_as_before() {
     let dir = scratch("agents-attach");
@@ -164,7 +153,7 @@ fn attach_windows_hold_exactly_the_work_inside_them_and_leave_the_process_as_bef
         let out = attach.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success() && err.contains("interrupted"), "{err}");
-        wait_for_state(pid, "dormant");
+        wait_for_agent_state(pid, "dormant");
         // Detached: CUPTI is free for another tool again, and work between windows is not recorded.
         assert_eq!(server.cmd("s"), "subscribed");
         assert_eq!(server.cmd("k 3"), "done 3");
@@ -224,7 +213,7 @@ fn a_killed_attach_collector_leaves_the_agent_dormant_again() {
     attach.kill().unwrap();
     attach.wait().unwrap();
     // The agent sees its collector's connection close and detaches by itself: CUPTI is free again.
-    wait_for_state(pid, "dormant");
+    wait_for_agent_state(pid, "dormant");
     assert_eq!(server.cmd("s"), "subscribed");
     // What reached the file before the kill is readable; a new window works as before.
     let second = dir.join("after.cuf");
@@ -334,14 +323,8 @@ fn attach_flags_that_contradict_are_refused() {
 
 /// Starts `cuflight attach PID ARGS -o TRACE` in the background and waits until the agent records.
 fn attach_in_background(pid: u32, trace: &std::path::Path, args: &[&str]) -> Child {
-    let child = Command::new(cuflight_bin())
-        .args(["attach", &pid.to_string(), "--force", "-o"])
-        .arg(trace)
-        .args(args)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_state(pid, "recording");
+    let child = spawn_attach(pid, trace, args, &[]);
+    wait_for_agent_state(pid, "recording");
     child
 }
 
@@ -363,7 +346,7 @@ fn windows_bounded_by_steps_profiler_calls_and_nvtx_ranges_hold_exactly_their_wo
     assert_eq!(server.cmd("k 4"), "done 4"); // before the first step: not in the window
     assert_eq!(server.cmd("t 5 3"), "done");
     ended_by_itself(attach, "the range ended");
-    wait_for_state(pid, "dormant");
+    wait_for_agent_state(pid, "dormant");
     let s = stats(&trace);
     assert_eq!(count(&s, "kernels", "name", "tick"), 6);
     assert_eq!(count(&s, "nvtx", "name", "step"), 2, "{}", s["nvtx"]);
@@ -375,7 +358,7 @@ fn windows_bounded_by_steps_profiler_calls_and_nvtx_ranges_hold_exactly_their_wo
         assert_eq!(server.cmd(cmd), reply);
     }
     ended_by_itself(attach, "the range ended");
-    wait_for_state(pid, "dormant");
+    wait_for_agent_state(pid, "dormant");
     assert_eq!(count(&stats(&trace), "kernels", "name", "tick"), 5);
 
     // The first NVTX range named "fwd".
@@ -576,7 +559,7 @@ fn a_fork_child_of_an_attached_process_stays_quiet_and_unharmed() {
     assert_eq!(count(&s, "nvtx", "name", "parent"), 1, "{}", s["nvtx"]);
     assert_eq!(s["processes"].as_array().unwrap().len(), 1);
     // A child of a dormant process, too.
-    wait_for_state(pid, "dormant");
+    wait_for_agent_state(pid, "dormant");
     assert_eq!(server.cmd("F"), "done");
     drop(server.stdin);
     assert!(server.child.wait().unwrap().success());

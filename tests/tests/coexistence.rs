@@ -6,38 +6,6 @@
 use cuflight_integration::*;
 use std::process::Command;
 
-fn attach(pid: u32, trace: &std::path::Path, env: &[(&str, &str)]) -> std::process::Child {
-    Command::new(cuflight_bin())
-        .args(["attach", &pid.to_string(), "--duration", "60s", "--force", "-o"])
-        .arg(trace)
-        .envs(env.iter().copied())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Ends an attach window with Ctrl-C once the agent records; returns attach's stderr.
-fn end_window(child: std::process::Child) -> String {
-    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{err}");
-    err
-}
-
-fn wait_recording(pid: u32) {
-    let t = std::time::Instant::now();
-    while t.elapsed() < std::time::Duration::from_secs(10) {
-        let out = Command::new(cuflight_bin()).args(["ps"]).output().unwrap();
-        if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.contains(&pid.to_string()) && l.contains("recording"))
-        {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    panic!("process {pid} never started recording");
-}
-
 #[test]
 fn on_13_5_cuflight_and_another_tool_both_record_whoever_came_first() {
     let dir = scratch("coexist-multi");
@@ -46,10 +14,10 @@ fn on_13_5_cuflight_and_another_tool_both_record_whoever_came_first() {
     // The other tool (as torch.profiler would on 13.5) subscribes first, asking for multi-subscriber mode.
     assert_eq!(server.cmd("M"), "subscribed");
     let first = dir.join("after-tool.cuf");
-    let window = attach(pid, &first, &[]);
-    wait_recording(pid);
+    let window = spawn_attach(pid, &first, &["--duration", "60s"], &[]);
+    wait_for_agent_state(pid, "recording");
     assert_eq!(server.cmd("k 6"), "done 6");
-    let err = end_window(window);
+    let err = end_attach_window(window);
     assert!(err.contains("interrupted"), "{err}");
     let s = stats(&first);
     assert_eq!(count(&s, "kernels", "name", "tick"), 6, "cuflight saw every kernel");
@@ -61,12 +29,12 @@ fn on_13_5_cuflight_and_another_tool_both_record_whoever_came_first() {
     assert_eq!(server.cmd("W"), "done");
     // cuflight first, the tool joins while it records.
     let second = dir.join("before-tool.cuf");
-    let window = attach(pid, &second, &[]);
-    wait_recording(pid);
+    let window = spawn_attach(pid, &second, &["--duration", "60s"], &[]);
+    wait_for_agent_state(pid, "recording");
     assert_eq!(server.cmd("M"), "subscribed");
     assert_eq!(server.cmd("k 3"), "done 3");
     assert_eq!(server.cmd("m"), "tool 11 11");
-    end_window(window);
+    end_attach_window(window);
     assert_eq!(count(&stats(&second), "kernels", "name", "tick"), 3);
     let (status, err) = server.end();
     assert!(status.success(), "{err}");
@@ -90,11 +58,11 @@ fn a_tool_that_took_cupti_alone_or_an_older_cupti_refuses_the_second_one_by_name
     let dir = scratch("coexist-13.3");
     let mut server = Server::start(&dir, &[], &[("CUDASIM_CUPTI_VERSION", "13.3")]);
     let trace = dir.join("t.cuf");
-    let window = attach(server.pid(), &trace, &[]);
-    wait_recording(server.pid());
+    let window = spawn_attach(server.pid(), &trace, &["--duration", "60s"], &[]);
+    wait_for_agent_state(server.pid(), "recording");
     assert_eq!(server.cmd("M"), "refused CUPTI for cuflight");
     assert_eq!(server.cmd("k 2"), "done 2");
-    end_window(window);
+    end_attach_window(window);
     assert_eq!(count(&stats(&trace), "kernels", "name", "tick"), 2);
     assert_eq!(server.cmd("M"), "subscribed", "free again once cuflight detached");
     assert!(server.end().0.success());
@@ -109,10 +77,10 @@ fn names_given_before_a_window_or_a_dumps_span_are_in_it() {
     assert_eq!(server.cmd("n main-loop"), "done");
     for n in 1..=2 {
         let trace = dir.join(format!("w{n}.cuf"));
-        let window = attach(server.pid(), &trace, &[]);
-        wait_recording(server.pid());
+        let window = spawn_attach(server.pid(), &trace, &["--duration", "60s"], &[]);
+        wait_for_agent_state(server.pid(), "recording");
         assert_eq!(server.cmd("k 1"), "done 1");
-        end_window(window);
+        end_attach_window(window);
         let json = export_chrome(&trace, &dir.join(format!("w{n}.json"))).to_string();
         assert!(json.contains("main-loop"), "window {n} names the thread");
     }

@@ -4,36 +4,6 @@
 use cuflight_integration::*;
 use std::process::{Command, Stdio};
 
-fn attach(pid: u32, trace: &std::path::Path, extra: &[&str]) -> std::process::Child {
-    Command::new(cuflight_bin())
-        .args(["attach", &pid.to_string(), "--force", "-o"])
-        .arg(trace)
-        .args(extra)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn wait_state(pid: u32, state: &str) {
-    let t = std::time::Instant::now();
-    while t.elapsed() < std::time::Duration::from_secs(20) {
-        let out = Command::new(cuflight_bin()).args(["ps"]).output().unwrap();
-        if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.contains(&pid.to_string()) && l.contains(state)) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    panic!("process {pid} never became {state}");
-}
-
-fn end_window(child: std::process::Child) -> String {
-    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{err}");
-    err
-}
-
 fn ptrace_allowed() -> bool {
     // Seccomp or a missing capability forbid ptrace in some CI containers; the refusal itself is tested then.
     !std::fs::read_to_string("/proc/self/status").is_ok_and(|s| s.contains("Seccomp:\t2"))
@@ -46,17 +16,17 @@ fn a_server_started_plainly_is_injected_recorded_twice_and_ends_as_usual() {
     let pid = server.pid();
     assert_eq!(server.cmd("k 4"), "done 4"); // before any agent: never recorded
     let first = dir.join("first.cuf");
-    let window = attach(pid, &first, &["--inject", "--duration", "60s"]);
+    let window = spawn_attach(pid, &first, &["--inject", "--duration", "60s"], &[]);
     if !ptrace_allowed() {
         let out = window.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains("cannot ptrace") && err.lines().count() == 1, "{err}");
         return;
     }
-    wait_state(pid, "recording");
+    wait_for_agent_state(pid, "recording");
     assert_eq!(server.cmd("k 7"), "done 7");
-    end_window(window);
-    wait_state(pid, "dormant");
+    end_attach_window(window);
+    wait_for_agent_state(pid, "dormant");
     let s = stats(&first);
     assert_eq!(s["processes"][0]["injected_late"], true, "the trace says why it holds no NVTX ranges");
     assert_eq!(count(&s, "kernels", "name", "tick"), 7);
@@ -65,10 +35,10 @@ fn a_server_started_plainly_is_injected_recorded_twice_and_ends_as_usual() {
     // The agent stays, dormant: a second window needs no injection (and --inject finds it there).
     assert_eq!(server.cmd("k 2"), "done 2");
     let second = dir.join("second.cuf");
-    let window = attach(pid, &second, &["--inject", "--duration", "60s"]);
-    wait_state(pid, "recording");
+    let window = spawn_attach(pid, &second, &["--inject", "--duration", "60s"], &[]);
+    wait_for_agent_state(pid, "recording");
     assert_eq!(server.cmd("k 3"), "done 3");
-    end_window(window);
+    end_attach_window(window);
     assert_eq!(count(&stats(&second), "kernels", "name", "tick"), 3);
     // The program carries on and ends with its own output and status.
     assert_eq!(server.cmd("k 1"), "done 1");
@@ -210,10 +180,10 @@ fn a_process_in_another_mount_namespace_gets_a_copy_of_the_agent() {
     let mut server = Server::spawn(cmd, &[("LD_LIBRARY_PATH", outside.to_str().unwrap())]);
     let pid = server.pid();
     let trace = dir.join("ns.cuf");
-    let window = attach(pid, &trace, &["--inject", "--duration", "60s"]);
-    wait_state(pid, "recording");
+    let window = spawn_attach(pid, &trace, &["--inject", "--duration", "60s"], &[]);
+    wait_for_agent_state(pid, "recording");
     assert_eq!(server.cmd("k 4"), "done 4");
-    end_window(window);
+    end_attach_window(window);
     assert_eq!(count(&stats(&trace), "kernels", "name", "tick"), 4);
     let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
         .unwrap()
@@ -266,10 +236,10 @@ fn a_python_process_using_cuda_is_injected_and_recorded() {
     let mut server = Server::spawn(cmd, &[]);
     let pid = server.pid();
     let trace = dir.join("python.cuf");
-    let window = attach(pid, &trace, &["--inject", "--duration", "60s"]);
-    wait_state(pid, "recording");
+    let window = spawn_attach(pid, &trace, &["--inject", "--duration", "60s"], &[]);
+    wait_for_agent_state(pid, "recording");
     assert_eq!(server.cmd("k 5"), "done 5");
-    end_window(window);
+    end_attach_window(window);
     let s = stats(&trace);
     let kernels: u64 = s["kernels"].as_array().unwrap().iter().map(|k| k["count"].as_u64().unwrap()).sum();
     assert_eq!(kernels, 5, "{}", s["kernels"]);
