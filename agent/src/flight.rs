@@ -283,9 +283,38 @@ const FATAL: [libc::c_int; 5] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGABRT, lib
 /// The actions our handlers replaced, by signal number, to hand each signal on.
 static PREVIOUS: [once_cell::sync::OnceCell<libc::sigaction>; 32] = [const { once_cell::sync::OnceCell::new() }; 32];
 
+/// An alternate signal stack for the thread that arms the recorder (the one that initialised CUDA, usually the
+/// main thread), where it has none: a stack overflow there still gets its dump (the handlers run with
+/// SA_ONSTACK). Other threads keep what they have.
+fn alternate_stack() {
+    const SIZE: usize = 64 << 10;
+    // SAFETY: sigaltstack queries into a zeroed stack_t; mmap of anonymous memory, checked; the stack is never
+    // freed (the thread may use it until the process ends).
+    unsafe {
+        let mut current: libc::stack_t = std::mem::zeroed();
+        if libc::sigaltstack(std::ptr::null(), &mut current) != 0 || current.ss_flags & libc::SS_DISABLE == 0 {
+            return;
+        }
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return;
+        }
+        let stack = libc::stack_t { ss_sp: p, ss_flags: 0, ss_size: SIZE };
+        libc::sigaltstack(&stack, std::ptr::null_mut());
+    }
+}
+
 fn install_handlers() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
+        alternate_stack();
         for sig in FATAL {
             install(sig, on_fatal as *const () as usize, libc::SA_SIGINFO | libc::SA_ONSTACK, false);
         }

@@ -370,6 +370,14 @@ fn run(cli: Cli) -> Result<i32> {
                     if !dir.is_dir() {
                         bail!("--dump-dir {}: not a directory", dir.display());
                     }
+                    // Found out now, not when the program crashes: the agent must be able to create files there.
+                    let probe = dir.join(format!(".cuflight-probe-{}", std::process::id()));
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&probe)
+                        .with_context(|| format!("--dump-dir {}: cannot create files there", dir.display()))?;
+                    let _ = std::fs::remove_file(&probe);
                     Some(agents::FlightRecorder { span, dump_dir: dir, hang_timeout })
                 }
                 None => None,

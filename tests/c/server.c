@@ -7,7 +7,7 @@
  * cudaProfilerStart and cudaProfilerStop; each prints "done"; "S" subscribes to CUPTI and keeps the subscription
  * (as a profiler would), "U" drops it; "F" forks a child that opens 5 NVTX ranges "child" and exits, and waits for
  * it; "h SECONDS" runs a kernel "spin" that takes SECONDS and waits for it (a hang, seen from the host); "x"
- * dereferences NULL (SIGSEGV); "a" calls abort(); "e" runs a kernel that faults (an illegal address, through
+ * dereferences NULL (SIGSEGV); "o" overflows its stack (SIGSEGV on the guard page); "a" calls abort(); "e" runs a kernel that faults (an illegal address, through
  * cudasim's test-only cudasim_kernel_fault) and prints the errors the next two synchronisations return; "M" makes the
  * program a second tool in CUPTI's multi-subscriber mode (13.5: cuptiSubscribe_v2 allowing multiple subscribers,
  * launch callbacks and kernel records through the per-subscriber Activity API), printing "subscribed" or
@@ -81,6 +81,15 @@ void tick(void **args) { (void)args; }
 
 /* cudasim runs a kernel's body on its stream's worker thread: sleeping there is a kernel that takes that long. */
 static double spin_seconds;
+/* Recursion deeper than any stack: it runs into the guard page (the depth comes from the caller, so the compiler
+ * cannot prove it endless). */
+static int deeper(volatile char *above, long depth) {
+    volatile char frame[1024];
+    frame[0] = above ? above[0] : 1;
+    if (depth <= 0) return frame[0];
+    return deeper(frame, depth - 1) + frame[0];
+}
+
 /* cudasim's test-only hook (no CUDA entry point): the kernel faults with an illegal address (700). */
 extern void cudasim_kernel_fault(unsigned code);
 void faulty(void **args) {
@@ -157,6 +166,9 @@ static int commands(void) {
         } else if (line[0] == 'x') {
             fflush(stdout);
             *(volatile int *)(uintptr_t)0 = 1;
+        } else if (line[0] == 'o') {
+            fflush(stdout);
+            printf("%d\n", deeper(NULL, atol(line + 1) > 0 ? atol(line + 1) : 1L << 40));
         } else if (line[0] == 'a') {
             fflush(stdout);
             abort();

@@ -94,7 +94,10 @@ fn full_rings_keep_their_newest_events_and_drop_nothing() {
 
 #[test]
 fn a_crash_leaves_an_image_and_the_program_dies_of_its_own_signal() {
-    for (command, signal, name) in [("x", libc::SIGSEGV, "SIGSEGV"), ("a", libc::SIGABRT, "SIGABRT")] {
+    // "o": a stack overflow, whose handler runs on the alternate stack the agent gave the thread that started CUDA.
+    for (command, signal, name) in
+        [("x", libc::SIGSEGV, "SIGSEGV"), ("a", libc::SIGABRT, "SIGABRT"), ("o", libc::SIGSEGV, "SIGSEGV")]
+    {
         let dir = scratch(&format!("flight-crash-{command}"));
         let mut server = Server::start(&dir, &["--flight-recorder", "30s", "--dump-dir", dir.to_str().unwrap()], &[]);
         assert_eq!(server.cmd("k 4"), "done 4");
