@@ -208,6 +208,16 @@ fn hostile_or_mistaken_images_get_one_line() {
     let out = dump(garbage.to_str().unwrap(), &garbage, &[]);
     assert!(!out.status.success());
     assert_eq!(std::fs::read(&garbage).unwrap().len(), 9000, "the output never replaces the image");
+    // A dump directory no file can be created in is refused before the program runs, not at its crash.
+    let out = Command::new(cuflight_bin())
+        .args(["launch", "--flight-recorder", "10s", "--dump-dir", "/proc", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(1) && err.contains("cannot create files there") && err.lines().count() == 1,
+        "{err}"
+    );
     // No agent, or an agent that is not a flight recorder.
     let out = dump(&std::process::id().to_string(), &dir.join("none.cuf"), &[]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("no cuflight agent answers"));
