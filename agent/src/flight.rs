@@ -142,6 +142,14 @@ fn record_facts() {
     crate::nvtx::repeat_names();
 }
 
+/// Before a dump: CUPTI's completed records first, then the facts. The flush may deliver records into this
+/// thread's own ring (when the delivery ring is busy), and a full ring overwrites its oldest events: facts
+/// written after the flush are the newest there, and survive.
+fn flush_then_facts() {
+    cupti::flush(false);
+    record_facts();
+}
+
 /// Called by the control thread between requests: writes a requested dump, watches for hangs.
 pub fn service() {
     let now = clock::monotonic_ns();
@@ -150,8 +158,7 @@ pub fn service() {
     }
     let reason = PENDING.swap(0, Ordering::AcqRel);
     if reason != 0 {
-        record_facts();
-        cupti::flush(false);
+        flush_then_facts();
         dump_to_dir(reason);
     }
     if CONFIG.hang_ns == 0 || IN_SYNC.load(Ordering::Acquire) == 0 {
@@ -162,8 +169,7 @@ pub fn service() {
     if clock::monotonic_ns().saturating_sub(since) >= CONFIG.hang_ns
         && HANG_DUMPED_AT.swap(progress, Ordering::AcqRel) != progress
     {
-        record_facts();
-        cupti::flush(false);
+        flush_then_facts();
         dump_to_dir(dump_reason::HANG);
     }
 }
@@ -172,8 +178,7 @@ pub fn service() {
 /// reads a snapshot of it; recording goes on meanwhile.
 pub fn dump_to_session(session: &str) -> Result<(), String> {
     let agent = state::existing_agent().ok_or("the flight recorder has no segment")?;
-    record_facts();
-    cupti::flush(false);
+    flush_then_facts();
     let h = agent.seg.header();
     h.dump_ns.store(clock::monotonic_ns(), Ordering::Relaxed);
     h.dump_reason.store(dump_reason::ON_DEMAND, Ordering::Release);
