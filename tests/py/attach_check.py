@@ -1,5 +1,6 @@
-"""The dormant agent, attach windows and sampling, checked end to end with exact counts: on cudasim
-(tests/c/server.c, "cmd" mode) and on a real GPU (tests/gpu/server.cu, from scripts/gpu-validate).
+"""The dormant agent, attach windows and sampling, the flight recorder's dump on demand, and injection into the
+same program started without cuflight, checked end to end with exact counts: on cudasim (tests/c/server.c, "cmd"
+mode) and on a real GPU (tests/gpu/server.cu, from scripts/gpu-validate).
 
 usage: attach_check.py CUFLIGHT OUT_DIR CYCLES -- SERVER [ARGS...]
 Prints one line per check and a JSON summary as its last line; exits 1 if any check failed.
@@ -118,6 +119,52 @@ check("work after the cycles", cmd("k 3") == "done 3" and cmd("s") == "subscribe
 
 server.stdin.close()
 check("the program ends normally", server.wait(timeout=60) == 0)
+
+
+def start(prefix):
+    p = subprocess.Popen(prefix + server_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    assert p.stdout.readline().strip() == "server: ready"
+    return p
+
+
+def ask(p, line):
+    p.stdin.write(line + "\n")
+    p.stdin.flush()
+    return p.stdout.readline().strip()
+
+
+# Flight recorder: everything since the start (the ready kernel and 6), dumped on demand; the program records on.
+fr = start([cuflight, "launch", "--flight-recorder", "60s", "--dump-dir", out, "--"])
+ask(fr, "k 6")
+for label, want in (("", 7), (" again, nothing taken by the first", 9)):
+    dump = os.path.join(out, "dump.cuf")
+    r = subprocess.run([cuflight, "dump", str(fr.pid), "--force", "-o", dump], capture_output=True, text=True)
+    n, s = kernels(dump) if r.returncode == 0 else (0, {"dropped": 0})
+    check(f"flight recorder dump{label}", n == want and s["dropped"] == 0, f"{n} of {want}; {r.stderr.strip()}")
+    ask(fr, "k 2")
+fr.stdin.close()
+check("the flight recorder's program ends normally", fr.wait(timeout=60) == 0)
+
+# Injection: the same program started without cuflight, recorded through `attach --inject`.
+plain = start([])
+p = subprocess.Popen([cuflight, "attach", "--inject", str(plain.pid), "--duration", "600s", "--force", "-o",
+                      os.path.join(out, "inject.cuf")], stderr=subprocess.PIPE, text=True)
+if wait_state(plain.pid, "recording"):
+    ask(plain, "k 4")
+    p.send_signal(signal.SIGINT)
+    err = p.communicate()[1]
+    n, s = kernels(os.path.join(out, "inject.cuf"))
+    late = [row.get("injected_late") for row in s["processes"]]
+    check("attach --inject: a window of a plainly started program", n == 4 and late == [True], f"{n} of 4; {err.strip()}")
+else:
+    p.kill()
+    err = p.communicate()[1].strip()
+    if "cannot ptrace" in err:
+        print(f"SKIP attach --inject (ptrace is not permitted here: {err})", flush=True)
+    else:
+        check("attach --inject: a window of a plainly started program", False, err)
+check("the injected program works on and ends normally", ask(plain, "k 1") == "done 1" and (plain.stdin.close() or
+      plain.wait(timeout=60) == 0))
 print(json.dumps({"checks": results, "cycles": cycles, "footprint_before": before, "footprint_after": after,
                   "ms_per_cycle": round(per_cycle_ms, 1)}))
 sys.exit(0 if all(results.values()) else 1)
