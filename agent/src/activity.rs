@@ -155,6 +155,7 @@ pub unsafe extern "C" fn buffer_completed_v2(
 /// Called by CUPTI with a buffer from `buffer_requested` holding `valid` bytes of records.
 pub unsafe extern "C" fn buffer_completed(ctx: c::CUcontext, stream: u32, buffer: *mut u8, _size: usize, valid: usize) {
     let _ = std::panic::catch_unwind(|| {
+        let _in_flight = cupti::InFlight::begin();
         if let Some(l) = cupti::loaded() {
             drain(buffer, valid, l);
             cupti::collect_dropped(l, ctx, stream);

@@ -6,8 +6,8 @@ use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
 use cupti_sys::loader::{ActivityV2, CuptiApi};
 use once_cell::sync::OnceCell;
-use std::sync::atomic::{AtomicPtr, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 pub struct Loaded {
     pub api: CuptiApi,
@@ -110,10 +110,47 @@ pub fn flush_loop() {
     }
 }
 
+/// Flushes running and activity buffers being drained into rings, on any thread.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a flush or a buffer delivery as in flight while it lives.
+pub struct InFlight(());
+
+impl InFlight {
+    pub fn begin() -> InFlight {
+        IN_FLIGHT.fetch_add(1, Ordering::AcqRel);
+        InFlight(())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A flush that returns only once every flush and delivery begun before it has reached the rings (at most
+/// `SETTLE_LIMIT` later). CUPTI documents the pattern of a periodic flush on one thread and a forced one in the
+/// exit handler, but not that one flush waits for buffers another is delivering: without this, buffers the
+/// flush thread took a moment earlier were still being drained when the exit handler declared the trace
+/// complete, and the process ended under them (seen on cudasim, whose flushes do not wait for each other).
+pub fn flush_settled(forced: bool) {
+    flush(forced);
+    let deadline = Instant::now() + SETTLE_LIMIT;
+    while IN_FLIGHT.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+/// Bounds the wait of [`flush_settled`]: a delivery stuck behind a full ring whose collector died must not hold
+/// the program's exit for long.
+const SETTLE_LIMIT: Duration = Duration::from_secs(2);
+
 /// Asks CUPTI for every completed record. Forced (exit only): also records still being written, which come with
 /// zero or unfinished timestamps and are counted, not used.
 pub fn flush(forced: bool) {
     let Some(l) = loaded() else { return };
+    let _in_flight = InFlight::begin();
     let flag = if forced { c::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED } else { 0 };
     // SAFETY: plain CUPTI call; buffer callbacks run on this thread or CUPTI's.
     unsafe { (l.api.activity_flush_all)(flag) };
@@ -150,7 +187,7 @@ pub fn collect_dropped(l: &Loaded, ctx: c::CUcontext, stream: u32) {
 /// The flush at process exit (atexit): forced, so that nothing finished is left behind.
 pub fn final_flush() {
     record_devices_once();
-    flush(true);
+    flush_settled(true);
 }
 
 static DEVICES_RECORDED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

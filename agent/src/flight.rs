@@ -146,7 +146,7 @@ fn record_facts() {
 /// thread's own ring (when the delivery ring is busy), and a full ring overwrites its oldest events: facts
 /// written after the flush are the newest there, and survive.
 fn flush_then_facts() {
-    cupti::flush(false);
+    cupti::flush_settled(false);
     record_facts();
 }
 

@@ -215,8 +215,8 @@ pub fn stop() {
     }
     cupti::flush(false);
     release(lib.api, subscriber);
-    // Records CUPTI completed while the kinds were being disabled.
-    cupti::flush(false);
+    // Records CUPTI completed while the kinds were being disabled, and those the flush thread is delivering.
+    cupti::flush_settled(false);
 }
 
 fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Sharing) -> Result<(), String> {

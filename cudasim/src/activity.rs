@@ -125,6 +125,16 @@ fn slew_at(t: u64) -> i64 {
     PPM.map_or(0, |(ppm, t0)| ((t as i128 - t0 as i128) * ppm as i128 / 1_000_000) as i64)
 }
 
+/// `CUDASIM_SLOW_FLUSH_MS=N`: a default (periodic) flush takes N ms between taking its buffers and handing them
+/// over, as a flush thread descheduled on a loaded machine does. cupti_activity.h describes a periodic flush on
+/// a thread of its own beside a forced flush at exit, and promises neither that one flush waits for another's
+/// deliveries nor that it does not; cudasim takes the weaker reading, so clients must not rely on it.
+fn slow_flush() -> Option<std::time::Duration> {
+    static MS: Lazy<Option<u64>> =
+        Lazy::new(|| std::env::var("CUDASIM_SLOW_FLUSH_MS").ok().and_then(|v| v.trim().parse().ok()));
+    MS.map(std::time::Duration::from_millis)
+}
+
 /// `CUDASIM_FAIL=<CUPTI function>`: that entry point fails with CUPTI_ERROR_UNKNOWN (fault injection, to test how
 /// clients clean up after a setup step fails).
 pub(crate) fn injected_failure(name: &str) -> bool {
@@ -335,6 +345,9 @@ pub(crate) fn flush(forced: bool) {
     };
     let mut pending = vec![take(&mut BUFFERS.lock())];
     pending.extend(CONSUMERS.lock().iter_mut().map(|c| take(&mut c.bufs)));
+    if let Some(pause) = slow_flush().filter(|_| !forced && pending.iter().any(|p| !p.2.is_empty())) {
+        std::thread::sleep(pause);
+    }
     for (complete, v2, full) in pending {
         if complete != 0 {
             for (_, b) in full {

@@ -136,7 +136,7 @@ fn device_time_stays_on_the_host_clock_while_realtime_is_slewed() {
         let r = record(&dir, &["--flush-ms", "50"], &prog, &["60"], &env);
         assert!(r.output.status.success(), "{}", r.stderr());
         let kernels = kernels_with_launches(&r.trace, &dir);
-        assert_eq!(kernels.len(), 480, "{label}");
+        assert_eq!(kernels.len(), 480, "{label}: {}\n{}", r.stderr(), stats(&r.trace)["kernels"]);
         // A kernel never starts before its launch call began (one pair, or CUPTI's own clock, breaks this by
         // the slew accumulated since the pair: milliseconds here). 50 µs of slack for the pair's own error.
         for (name, ts, launch_ts, _) in &kernels {
@@ -241,4 +241,20 @@ fn kernels_with_registered_parameters_take_ordinary_argument_arrays() {
     let r = record(&dir, &[], &prog, &[], &[]);
     assert_eq!(r.output.status.code(), Some(0), "the kernel saw its 4-byte int and its double: {}", r.stderr());
     assert_eq!(count(&stats(&r.trace), "kernels", "name", "scale_n"), 1);
+}
+
+#[test]
+fn records_a_periodic_flush_is_still_delivering_at_exit_are_kept() {
+    // The flush thread takes CUPTI's buffers, then is held up for 500 ms before they reach the rings (cudasim's
+    // model of a descheduled thread); meanwhile the program exits. The exit handler must wait for them before
+    // declaring the trace complete. Failed before: a run under load lost a stream's last iteration, silently.
+    let dir = scratch("slow-flush");
+    let prog = build_c("streams", &dir);
+    let r = record(&dir, &["--flush-ms", "10"], &prog, &["100"], &[("CUDASIM_SLOW_FLUSH_MS", "500")]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    let s = stats(&r.trace);
+    for name in ["saxpy", "relu"] {
+        assert_eq!(count(&s, "kernels", "name", name), 400, "{name}: {}\n{}", r.stderr(), s["kernels"]);
+    }
+    assert_eq!(s["dropped"], 0, "{}", r.stderr());
 }
