@@ -24,6 +24,9 @@ pub struct Symbols {
     dynstr: (usize, usize),
     /// The lowest PT_LOAD's p_vaddr minus its p_offset (0 for ordinary shared libraries).
     pub load_bias: u64,
+    /// Where the executable PT_LOAD segments end (p_vaddr + p_memsz, the highest): the rest of that page is
+    /// mapped executable and belongs to no section, the one place code can be put without allocating.
+    pub exec_end: Option<u64>,
 }
 
 impl Symbols {
@@ -50,13 +53,18 @@ impl Symbols {
         let (phoff, shoff) = (u64_at(b, 0x20)? as usize, u64_at(b, 0x28)? as usize);
         let (phentsize, phnum) = (u16_at(b, 0x36)? as usize, u16_at(b, 0x38)? as usize);
         let (shentsize, shnum) = (u16_at(b, 0x3a)? as usize, u16_at(b, 0x3c)? as usize);
-        let mut load_bias = None;
+        let (mut load_bias, mut exec_end) = (None, None::<u64>);
         for i in 0..phnum {
             let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
             if u32_at(b, ph)? == 1 {
                 // PT_LOAD: p_offset at +8, p_vaddr at +16; the first one (lowest, as the ABI orders them) counts.
                 let bias = u64_at(b, ph + 16)?.wrapping_sub(u64_at(b, ph + 8)?);
                 load_bias.get_or_insert(bias);
+                // p_flags at +4 (PF_X = 1), p_memsz at +40.
+                if u32_at(b, ph + 4)? & 1 != 0 {
+                    let end = u64_at(b, ph + 16)?.checked_add(u64_at(b, ph + 40)?)?;
+                    exec_end = Some(exec_end.map_or(end, |e| e.max(end)));
+                }
             }
         }
         let mut dynsym = None;
@@ -78,7 +86,7 @@ impl Symbols {
             }
         }
         let (dynsym, dynstr) = dynsym?;
-        Some(Symbols { bytes, dynsym, dynstr, load_bias: load_bias.unwrap_or(0) })
+        Some(Symbols { bytes, dynsym, dynstr, load_bias: load_bias.unwrap_or(0), exec_end })
     }
 
     /// The value of the defined function symbol `name` (any version), if there is one.
@@ -112,6 +120,7 @@ mod tests {
         let syms = Symbols::read(Path::new(libc)).unwrap();
         assert!(syms.function("dlopen").or(syms.function("__libc_dlopen_mode")).is_some());
         assert!(syms.function("no_such_function_anywhere").is_none());
+        assert!(syms.exec_end.is_some_and(|e| e > 0), "libc has an executable segment");
         for bad in [vec![], b"\x7fELF".to_vec(), vec![0x7f, b'E', b'L', b'F', 2, 1, 0, 0], vec![0xffu8; 4096]] {
             assert!(Symbols::parse(bad).is_none());
         }

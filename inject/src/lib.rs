@@ -3,20 +3,26 @@
 //! How (the technique debuggers and Meta's wprof use; this code is our own): find the target's libc in
 //! `/proc/PID/maps` and `dlopen` in its dynamic symbols (glibc 2.34+ exports `dlopen` from libc; older ones have
 //! `__libc_dlopen_mode`); ptrace one of its threads that is blocked in a system call (so it holds no lock of the
-//! allocator or the loader that `dlopen` needs), make it call `dlopen(agent, RTLD_NOW)` with a return address of
-//! 0, catch the fault that return raises, and put back every register and byte touched before detaching. The
-//! agent's constructor sees it was loaded late and goes dormant with its control socket up, ready for `attach`.
+//! allocator or the loader that `dlopen` needs) and make it call `dlopen(agent, RTLD_NOW)`. On x86-64 the call
+//! goes through a stub written past the end of libc's code (see `stub`): it calls dlopen, restores every register
+//! itself and resumes the interrupted system call as the kernel would. Elsewhere (aarch64, or a libc with no room
+//! after its code) the call returns to address 0, the fault is caught, and the registers are put back through
+//! ptrace. The agent's constructor sees it was loaded late and goes dormant with its control socket up.
 //!
 //! Guarantees and their limits:
 //! - The ptrace work runs in a helper process of its own session with every catchable signal blocked: killing
-//!   `cuflight` (Ctrl-C, `kill -9`, a closed terminal) at any moment leaves the helper to finish and restore the
-//!   thread. Only a SIGKILL aimed at the helper itself, during the few milliseconds `dlopen` runs, would leave the
-//!   thread returning to address 0, which kills the program.
-//! - Every wait has a time limit. A ptrace refusal is one line naming the cause and the remedy.
+//!   `cuflight` (Ctrl-C, `kill -9`, a closed terminal) at any moment leaves the helper to finish.
+//! - With the stub, a SIGKILL aimed at the helper itself at any step leaves the program running too: before the
+//!   call the kernel lets the thread go untouched, and once the registers are set the thread needs no one. On
+//!   the fallback path a SIGKILL of the helper while `dlopen` runs (milliseconds) kills the program.
+//! - Every wait has a time limit; a dlopen that takes longer is left to finish (with the stub, safely). A ptrace
+//!   refusal is one line naming the cause and the remedy.
 //! - x86-64 is tested; the aarch64 register handling follows the kernel's regsets and is untested.
 
 mod elf;
 mod remote;
+#[cfg(target_arch = "x86_64")]
+mod stub;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -122,6 +128,21 @@ fn in_helper(work: impl FnOnce() -> Result<(), InjectError>) -> Result<(), Injec
         Some(why) => Err(InjectError::Helper(why.to_string())),
         None => Err(InjectError::Helper("the injection helper ended without a report (killed?)".into())),
     }
+}
+
+/// A step of the injection, for tests that kill the helper at each one: with `CUFLIGHT_INJECT_PAUSE_MS=N` the
+/// helper says `cuflight-inject: helper PID at STEP` on stderr and waits N ms. (A plain write: the helper is a
+/// fork of a possibly threaded process, where stderr's lock may be held by a thread that is not there.)
+pub(crate) fn step(name: &str) {
+    static PAUSE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let Some(ms) = *PAUSE.get_or_init(|| std::env::var("CUFLIGHT_INJECT_PAUSE_MS").ok()?.parse().ok()) else {
+        return;
+    };
+    // SAFETY: getpid has no preconditions.
+    let line = format!("cuflight-inject: helper {} at {name}\n", unsafe { libc::getpid() });
+    // SAFETY: writing our buffer to fd 2.
+    unsafe { libc::write(2, line.as_ptr() as *const libc::c_void, line.len()) };
+    std::thread::sleep(Duration::from_millis(ms));
 }
 
 /// Whether `library` is mapped into process `pid` already.

@@ -9,43 +9,72 @@ use std::time::{Duration, Instant};
 
 /// Where the target's dlopen is, and how to call it.
 pub struct Dlopen {
-    addr: u64,
+    pub(crate) addr: u64,
     /// glibc before 2.34: `__libc_dlopen_mode`, whose mode needs `__RTLD_DLOPEN` (0x80000000).
     private: bool,
+    /// Executable bytes past the end of libc's code, in its last code page, that belong to no section:
+    /// where the self-restoring call stub goes (x86-64).
+    pub(crate) code_gap: Option<(u64, u64)>,
 }
 
 const RTLD_NOW: u64 = 2;
 const RTLD_DLOPEN: u64 = 0x8000_0000;
 
-/// Finds `dlopen` in the target's libc: the mapping's base address plus the symbol's value, read from the target's
-/// own file system root (a container's libc, not ours).
+/// Finds `dlopen` in the target's libc: the mapping's base address plus the symbol's value. The file is the one
+/// mapped (`/proc/PID/map_files/`, even where libc was upgraded on disk since the process started), else the
+/// target's own root (a container's libc, not ours) when its inode matches the mapping's.
 pub fn find_dlopen(pid: u32) -> Result<Dlopen, InjectError> {
     let target = |why: String| InjectError::Target { pid, why };
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| target(format!("maps: {e}")))?;
     let mut libc = None;
     for line in maps.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
-        let (Some(range), Some(offset), Some(path)) = (f.first(), f.get(2), f.get(5)) else { continue };
+        let (Some(range), Some(offset), Some(inode), Some(path)) = (f.first(), f.get(2), f.get(4), f.get(5)) else {
+            continue;
+        };
         let name = path.rsplit('/').next().unwrap_or("");
         if !(name.starts_with("libc.so") || (name.starts_with("libc-") && name.ends_with(".so"))) {
             continue;
         }
         if u64::from_str_radix(offset, 16).ok() == Some(0) {
             let start = range.split('-').next().and_then(|s| u64::from_str_radix(s, 16).ok());
-            libc = start.map(|s| (s, path.to_string()));
+            libc = start.map(|s| (s, range.to_string(), inode.parse::<u64>().unwrap_or(0), path.to_string()));
             break;
         }
     }
-    let (base, path) = libc.ok_or_else(|| {
+    let (base, range, inode, path) = libc.ok_or_else(|| {
         target("no glibc mapped (statically linked, or another C library such as musl): cannot inject".into())
     })?;
-    let syms =
-        Symbols::read(&Path::new(&format!("/proc/{pid}/root")).join(path.trim_start_matches('/'))).map_err(target)?;
+    let mapped = Path::new(&format!("/proc/{pid}/map_files/{range}")).to_path_buf();
+    let syms = match Symbols::read(&mapped) {
+        Ok(syms) => syms,
+        Err(_) => {
+            let on_disk = Path::new(&format!("/proc/{pid}/root")).join(path.trim_start_matches('/'));
+            let same = std::fs::metadata(&on_disk).is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == inode);
+            if !same {
+                return Err(target(format!(
+                    "{path} on disk is not the file the process mapped (upgraded since it started?): cannot find its dlopen"
+                )));
+            }
+            Symbols::read(&on_disk).map_err(target)?
+        }
+    };
     let (value, private) = match syms.function("dlopen") {
         Some(v) => (v, false),
         None => (syms.function("__libc_dlopen_mode").ok_or_else(|| target(format!("no dlopen in {path}")))?, true),
     };
-    Ok(Dlopen { addr: base.wrapping_add(value).wrapping_sub(syms.load_bias), private })
+    let at = |v: u64| base.wrapping_add(v).wrapping_sub(syms.load_bias);
+    let code_gap = syms.exec_end.and_then(|end| {
+        let start = at(end).checked_add(15)? & !15;
+        let mapping_end = maps.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (lo, hi) = f.first()?.split_once('-')?;
+            let (lo, hi) = (u64::from_str_radix(lo, 16).ok()?, u64::from_str_radix(hi, 16).ok()?);
+            (f.get(1)?.contains('x') && f.get(5) == Some(&path.as_str()) && lo < at(end) && at(end) <= hi).then_some(hi)
+        })?;
+        (start < mapping_end).then_some((start, mapping_end))
+    });
+    Ok(Dlopen { addr: at(value), private, code_gap })
 }
 
 /// System calls a thread may be blocked in while holding no lock dlopen needs (waiting for input, a timer, a
@@ -113,7 +142,7 @@ fn refusal(pid: u32) -> String {
 }
 
 /// A stop of the traced thread, or why there was none.
-enum Stop {
+pub(crate) enum Stop {
     /// Stopped by our PTRACE_INTERRUPT (or a group stop).
     Event,
     /// Stopped on its way to receiving `sig`.
@@ -122,7 +151,7 @@ enum Stop {
     TimedOut,
 }
 
-fn wait_stop(tid: u32, deadline: Instant) -> Stop {
+pub(crate) fn wait_stop(tid: u32, deadline: Instant) -> Stop {
     loop {
         let mut status = 0;
         // SAFETY: waitpid on our tracee with a valid status pointer; WNOHANG keeps every wait bounded.
@@ -153,7 +182,7 @@ fn wait_stop(tid: u32, deadline: Instant) -> Stop {
 
 /// The thread's registers, and how a call is set up in them.
 #[cfg(target_arch = "x86_64")]
-mod regs {
+pub(crate) mod regs {
     pub type Regs = libc::user_regs_struct;
 
     pub fn get(tid: u32) -> Option<Regs> {
@@ -196,7 +225,7 @@ mod regs {
 }
 
 #[cfg(target_arch = "aarch64")]
-mod regs {
+pub(crate) mod regs {
     pub type Regs = libc::user_regs_struct;
     const NT_PRSTATUS: libc::c_int = 1;
     const NT_ARM_SYSTEM_CALL: libc::c_int = 0x404;
@@ -244,7 +273,7 @@ mod regs {
 
 /// The thread's floating-point and vector registers (x87/SSE/AVX state on x86-64, FP/SIMD on aarch64), which
 /// `dlopen` clobbers and the integer register set does not hold: (regset kind, bytes the kernel gave).
-struct FpState(libc::c_int, Vec<u8>);
+pub(crate) struct FpState(pub libc::c_int, pub Vec<u8>);
 
 impl FpState {
     fn save(tid: u32) -> Option<FpState> {
@@ -268,7 +297,7 @@ impl FpState {
         })
     }
 
-    fn restore(&self, tid: u32) -> bool {
+    pub(crate) fn restore(&self, tid: u32) -> bool {
         let mut buf = self.1.clone();
         let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
         // SAFETY: PTRACE_SETREGSET from the bytes the same regset gave for this thread.
@@ -336,13 +365,36 @@ fn call_on(pid: u32, tid: u32, dlopen: &Dlopen, path: &CString, timeout: Duratio
         detach(pending);
         return Err(InjectError::Ptrace { pid, why: "cannot read the thread's floating-point registers".into() });
     };
-    // The path and (x86-64) the return address go below the red zone of the thread's stack; the bytes there are
-    // saved and put back.
-    let mem = std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/mem"));
+    // The traced thread's own mem file: where the kernel lets only a process's tracer write to its code
+    // (proc_mem.force_override=ptrace), the tracer of that very task is what it checks.
+    let mem = std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/task/{tid}/mem"));
     let Ok(mem) = mem else {
         detach(pending);
         return Err(InjectError::Ptrace { pid, why: "cannot open its memory".into() });
     };
+    let mode = if dlopen.private { RTLD_NOW | RTLD_DLOPEN } else { RTLD_NOW };
+    crate::step("stopped");
+    #[cfg(target_arch = "x86_64")]
+    if let Some((gap, _)) = dlopen.code_gap.filter(|(a, b)| b - a >= crate::stub::LEN) {
+        let call = crate::stub::Call {
+            pid,
+            tid,
+            saved: &saved,
+            fp: &fp,
+            mem: &mem,
+            gap,
+            dlopen: dlopen.addr,
+            mode,
+            path,
+            pending,
+            deadline,
+            timeout,
+        };
+        return crate::stub::call(&call).map(Some);
+    }
+    // Without room for the stub (or on aarch64): the call returns to address 0 and the fault it raises is
+    // caught. The path and (x86-64) the return address go below the red zone of the thread's stack; the bytes
+    // there are saved and put back.
     let bytes = path.as_bytes_with_nul();
     let path_at = (regs::sp(&saved) - regs::RED_ZONE - 256 - bytes.len() as u64) & !15;
     let ret_sp = if regs::RETURN_ON_STACK { path_at - 16 - 8 } else { path_at - 32 };
@@ -357,7 +409,6 @@ fn call_on(pid: u32, tid: u32, dlopen: &Dlopen, path: &CString, timeout: Duratio
     if regs::RETURN_ON_STACK {
         image[..8].copy_from_slice(&0u64.to_le_bytes());
     }
-    let mode = if dlopen.private { RTLD_NOW | RTLD_DLOPEN } else { RTLD_NOW };
     let call = regs::call(&saved, dlopen.addr, path_at, mode, ret_sp);
     let restore = |mem: &std::fs::File| {
         let ok = regs::set(tid, &saved) && fp.restore(tid) && mem.write_all_at(&original, span.0).is_ok();

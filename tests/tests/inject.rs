@@ -126,6 +126,48 @@ fn killing_cuflight_at_any_moment_of_an_injection_leaves_the_server_working() {
 }
 
 #[test]
+fn killing_the_injection_helper_at_each_step_leaves_the_server_working() {
+    // SIGKILL cannot be blocked: the helper that holds the thread dies at the step it is at. Before the call the
+    // kernel lets the thread go untouched; from "registers set" on, the thread runs the stub, which calls dlopen
+    // and puts itself back with no one watching.
+    if !ptrace_allowed() {
+        return;
+    }
+    let dir = scratch("inject-helper-killed");
+    for step in ["stopped", "written", "registers set", "returned"] {
+        let mut server = Server::plain(&dir, &[]);
+        assert_eq!(server.cmd("k 1"), "done 1");
+        let mut attach = Command::new(cuflight_bin())
+            .args(["attach", "--inject", &server.pid().to_string(), "--duration", "60s", "--force", "-o"])
+            .arg(dir.join("killed.cuf"))
+            .env("CUFLIGHT_INJECT_PAUSE_MS", "400")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = std::io::BufReader::new(attach.stderr.take().unwrap());
+        let mut seen = Vec::new();
+        for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+            seen.push(line.clone());
+            let Some(rest) = line.strip_prefix("cuflight-inject: helper ") else { continue };
+            let (helper, at) = rest.split_once(" at ").unwrap();
+            if at == step {
+                // SAFETY: kill(2) of the helper's pid, read from its own line.
+                assert_eq!(unsafe { libc::kill(helper.parse().unwrap(), libc::SIGKILL) }, 0);
+                break;
+            }
+        }
+        assert!(seen.iter().any(|l| l.ends_with(&format!(" at {step}"))), "{step} never reached: {seen:?}");
+        let _ = attach.kill();
+        attach.wait().unwrap();
+        for _ in 0..3 {
+            assert_eq!(server.cmd("k 5"), "done 5", "helper killed at {step}");
+        }
+        let (status, err) = server.end();
+        assert!(status.success(), "helper killed at {step}: {status:?} {err}");
+    }
+}
+
+#[test]
 fn ps_all_lists_cuda_processes_without_an_agent() {
     // CUDA processes are found by the names of the files they map (libcuda.so.*, libcudart.so.*): cudasim's names
     // are symlinks to libcudasim.so, so this server loads it through hard links carrying the real names.

@@ -1,0 +1,285 @@
+//! The self-restoring call (x86-64): the thread runs a short stub that calls `dlopen`, then puts back every
+//! register itself (the XSAVE state, the flags, the integer registers, the stack pointer) and jumps back to
+//! where it was. Nothing in the call depends on the injector after the registers are set: SIGKILL the helper at
+//! any moment and the thread still finishes the call and resumes its program, which the return-to-address-0
+//! method cannot promise.
+//!
+//! Where it lives: the bytes past the end of libc's last executable segment, in the same page. The kernel maps
+//! them executable with that page, and no section owns them, so nothing else reads or runs them. The thread's
+//! saved state, the XSAVE image and the path go on its stack, below the 128-byte red zone, which the ABI leaves
+//! to whoever runs next.
+//!
+//! A system call the thread was stopped in is resumed as the kernel would have done it (x86 `signal.c`): the
+//! restart codes rewind to the `syscall` instruction with the call's number again, and
+//! `-ERESTART_RESTARTBLOCK` goes through `restart_syscall`.
+
+use crate::remote::{FpState, Stop};
+use crate::InjectError;
+use std::ffi::CStr;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+/// The stub, assembled from `stub_x86_64.S` (beside this file; `stub_matches_its_source` checks the bytes
+/// against it where `as` is installed). `r12` points at the context; the last 8 bytes take the address to
+/// resume at (read rip-relative after every register, r12 included, is back).
+const CODE: [u8; 171] = [
+    0x41, 0xff, 0x94, 0x24, 0x88, 0x00, 0x00, 0x00, 0x49, 0x89, 0x84, 0x24, 0x90, 0x00, 0x00, 0x00, 0x49, 0xc7, 0x84,
+    0x24, 0x98, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0xb8, 0xff, 0xff, 0xff, 0xff, 0xba, 0xff, 0xff, 0xff, 0xff,
+    0x49, 0x83, 0xbc, 0x24, 0xa0, 0x00, 0x00, 0x00, 0x00, 0x74, 0x0b, 0x49, 0x0f, 0xae, 0xac, 0x24, 0xc0, 0x00, 0x00,
+    0x00, 0xeb, 0x09, 0x49, 0x0f, 0xae, 0x8c, 0x24, 0xc0, 0x00, 0x00, 0x00, 0x49, 0x8d, 0x24, 0x24, 0x9d, 0x49, 0x8b,
+    0x44, 0x24, 0x08, 0x49, 0x8b, 0x5c, 0x24, 0x10, 0x49, 0x8b, 0x4c, 0x24, 0x18, 0x49, 0x8b, 0x54, 0x24, 0x20, 0x49,
+    0x8b, 0x74, 0x24, 0x28, 0x49, 0x8b, 0x7c, 0x24, 0x30, 0x49, 0x8b, 0x6c, 0x24, 0x38, 0x4d, 0x8b, 0x44, 0x24, 0x40,
+    0x4d, 0x8b, 0x4c, 0x24, 0x48, 0x4d, 0x8b, 0x54, 0x24, 0x50, 0x4d, 0x8b, 0x5c, 0x24, 0x58, 0x4d, 0x8b, 0x6c, 0x24,
+    0x68, 0x4d, 0x8b, 0x74, 0x24, 0x70, 0x4d, 0x8b, 0x7c, 0x24, 0x78, 0x49, 0x8b, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00,
+    0x4d, 0x8b, 0x64, 0x24, 0x60, 0xff, 0x25, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+];
+/// Bytes of `CODE` that are instructions (the rest is the resume address).
+const INSTRUCTIONS: usize = CODE.len() - 8;
+
+/// Code gap needed.
+pub const LEN: u64 = CODE.len() as u64;
+
+// The context's layout (offsets the stub's instructions name).
+const FLAGS: usize = 0;
+const GPRS: usize = 8; // rax rbx rcx rdx rsi rdi rbp r8 r9 r10 r11 r12 r13 r14 r15 rsp
+const DLOPEN: usize = 136;
+const RESULT: usize = 144;
+const DONE: usize = 152;
+const XSAVE_KIND: usize = 160;
+const FP_IMAGE: usize = 192; // 64-byte aligned, as XRSTOR needs
+const NT_X86_XSTATE: libc::c_int = 0x202;
+
+/// Kernel-internal return values of an interrupted system call (include/linux/errno.h) and x86-64's
+/// `restart_syscall` number.
+const ERESTARTSYS: i64 = -512;
+const ERESTARTNOINTR: i64 = -513;
+const ERESTARTNOHAND: i64 = -514;
+const ERESTART_RESTARTBLOCK: i64 = -516;
+const NR_RESTART_SYSCALL: u64 = 219;
+
+/// Where and how the thread resumes once the call is over: (rip, rax), as the kernel would have resumed it.
+fn resume_point(r: &libc::user_regs_struct) -> (u64, u64) {
+    if (r.orig_rax as i64) < 0 {
+        return (r.rip, r.rax);
+    }
+    match r.rax as i64 {
+        ERESTARTSYS | ERESTARTNOINTR | ERESTARTNOHAND => (r.rip - 2, r.orig_rax),
+        ERESTART_RESTARTBLOCK => (r.rip - 2, NR_RESTART_SYSCALL),
+        _ => (r.rip, r.rax),
+    }
+}
+
+/// The context the stub reads, and where it goes.
+fn context(saved: &libc::user_regs_struct, fp: &FpState, dlopen: u64, path: &CStr) -> (u64, Vec<u8>, u64) {
+    let (_, rax) = resume_point(saved);
+    let path = path.to_bytes_with_nul();
+    let mut ctx = vec![0u8; FP_IMAGE + fp.1.len() + path.len()];
+    let mut put = |at: usize, v: u64| ctx[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    put(FLAGS, saved.eflags);
+    let gprs = [
+        rax, saved.rbx, saved.rcx, saved.rdx, saved.rsi, saved.rdi, saved.rbp, saved.r8, saved.r9, saved.r10,
+        saved.r11, saved.r12, saved.r13, saved.r14, saved.r15, saved.rsp,
+    ];
+    for (i, v) in gprs.into_iter().enumerate() {
+        put(GPRS + 8 * i, v);
+    }
+    put(DLOPEN, dlopen);
+    put(XSAVE_KIND, (fp.0 == NT_X86_XSTATE) as u64);
+    ctx[FP_IMAGE..FP_IMAGE + fp.1.len()].copy_from_slice(&fp.1);
+    let path_off = FP_IMAGE + fp.1.len();
+    ctx[path_off..].copy_from_slice(path);
+    let base = (saved.rsp - 128 - 256 - ctx.len() as u64) & !63;
+    (base, ctx, base + path_off as u64)
+}
+
+/// What the stub needs from the caller: the stopped thread, its saved state, the call.
+pub struct Call<'a> {
+    pub pid: u32,
+    pub tid: u32,
+    pub saved: &'a libc::user_regs_struct,
+    pub fp: &'a FpState,
+    pub mem: &'a File,
+    pub gap: u64,
+    pub dlopen: u64,
+    pub mode: u64,
+    pub path: &'a CStr,
+    /// A signal that was on its way when the thread stopped: delivered when it is let go.
+    pub pending: i32,
+    pub deadline: Instant,
+    pub timeout: Duration,
+}
+
+/// Runs the call through the stub; Some(dlopen's result). The thread is let go (detached) in every outcome.
+pub fn call(c: &Call) -> Result<u64, InjectError> {
+    let (pid, tid) = (c.pid, c.tid);
+    let target = |why: &str| InjectError::Target { pid, why: why.into() };
+    let detach = |sig: i32| {
+        // SAFETY: detaching our (stopped) tracee, delivering `sig` (0: none).
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, tid as i32, 0, sig as usize) };
+    };
+    let mut original = [0u8; CODE.len()];
+    if c.mem.read_exact_at(&mut original, c.gap).is_err() {
+        detach(c.pending);
+        return Err(target("cannot read libc's code page"));
+    }
+    let (rip, _) = resume_point(c.saved);
+    let mut code = CODE;
+    code[INSTRUCTIONS..].copy_from_slice(&rip.to_le_bytes());
+    let (base, ctx, path_at) = context(c.saved, c.fp, c.dlopen, c.path);
+    let mut call = *c.saved;
+    call.rip = c.gap;
+    call.rdi = path_at;
+    call.rsi = c.mode;
+    call.r12 = base;
+    call.rsp = base - 64; // 16-byte aligned before the stub's `call`, as the ABI wants
+    call.rax = 0;
+    call.orig_rax = u64::MAX; // no restart of the interrupted call: the stub resumes it
+    let written = c.mem.write_all_at(&code, c.gap).is_ok() && c.mem.write_all_at(&ctx, base).is_ok();
+    crate::step("written");
+    if !written || !crate::remote::regs::set(tid, &call) {
+        let _ = c.mem.write_all_at(&original, c.gap);
+        detach(c.pending);
+        return Err(target("cannot prepare the call (libc's code page or the thread's stack is not writable)"));
+    }
+    crate::step("registers set");
+    // From here the thread finishes on its own, whatever becomes of this process.
+    // SAFETY: resuming our tracee with no signal.
+    unsafe { libc::ptrace(libc::PTRACE_CONT, tid as i32, 0, 0) };
+    let mut pending = c.pending;
+    let mut asked_to_stop = false;
+    loop {
+        let slice = (Instant::now() + Duration::from_millis(5)).min(c.deadline);
+        let stop = crate::remote::wait_stop(tid, slice);
+        let cont = |sig: i32| {
+            // SAFETY: resuming our tracee, delivering `sig` (0: none).
+            unsafe { libc::ptrace(libc::PTRACE_CONT, tid as i32, 0, sig as usize) };
+        };
+        match stop {
+            Stop::Exited => return Err(target("exited during the call")),
+            Stop::TimedOut if Instant::now() >= c.deadline => {
+                // Let it go mid-call: the stub finishes and resumes the thread by itself (its bytes stay).
+                // SAFETY: PTRACE_INTERRUPT, then a bounded wait, then detach.
+                unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid as i32, 0, 0) };
+                let sig = match crate::remote::wait_stop(tid, Instant::now() + Duration::from_secs(1)) {
+                    Stop::Signal(s) => s,
+                    _ => 0,
+                };
+                detach(sig);
+                return Err(InjectError::Stuck { pid, secs: c.timeout.as_secs() });
+            }
+            Stop::TimedOut => {
+                if !asked_to_stop && finished(c.mem, base) {
+                    asked_to_stop = true;
+                    // SAFETY: PTRACE_INTERRUPT of our tracee.
+                    unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid as i32, 0, 0) };
+                }
+            }
+            Stop::Signal(libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE) if !finished(c.mem, base) => {
+                // A fault inside the call (a bad library, a loader in trouble): nothing sane to return to but the
+                // state saved before it; the fault is not the program's.
+                let back = crate::remote::regs::set(tid, c.saved) && c.fp.restore(tid);
+                detach(pending);
+                let _ = c.mem.write_all_at(&original, c.gap);
+                return Err(target(if back {
+                    "faulted inside dlopen; its thread was put back"
+                } else {
+                    "faulted inside dlopen, and its thread could not be put back"
+                }));
+            }
+            Stop::Signal(sig) => {
+                if asked_to_stop && outside_stub(tid, c.gap) {
+                    pending = sig;
+                    break;
+                }
+                cont(sig); // the program's own signal: its handler runs on top of the call
+            }
+            Stop::Event => {
+                if asked_to_stop && outside_stub(tid, c.gap) {
+                    break;
+                }
+                asked_to_stop = false; // still restoring its registers: let it finish, then look again
+                cont(0);
+            }
+        }
+    }
+    let mut result = [0u8; 8];
+    let read = c.mem.read_exact_at(&mut result, base + RESULT as u64).is_ok();
+    detach(pending);
+    crate::step("returned");
+    let _ = c.mem.write_all_at(&original, c.gap);
+    if !read {
+        return Err(target("cannot read dlopen's result"));
+    }
+    Ok(u64::from_le_bytes(result))
+}
+
+/// The stub has set its done flag (dlopen returned).
+fn finished(mem: &File, base: u64) -> bool {
+    let mut done = [0u8; 8];
+    mem.read_exact_at(&mut done, base + DONE as u64).is_ok() && done != [0; 8]
+}
+
+fn outside_stub(tid: u32, gap: u64) -> bool {
+    crate::remote::regs::get(tid).is_some_and(|r| !(gap..gap + INSTRUCTIONS as u64).contains(&r.rip))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stub_matches_its_source() {
+        let dir = std::env::temp_dir().join(format!("cuflight-stub-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/stub_x86_64.S");
+        let (obj, bin) = (dir.join("stub.o"), dir.join("stub.bin"));
+        let assembled = std::process::Command::new("as").arg("--64").arg("-o").arg(&obj).arg(&src).status();
+        if !assembled.is_ok_and(|s| s.success()) {
+            eprintln!("no assembler: skipped");
+            return;
+        }
+        let copied =
+            std::process::Command::new("objcopy").args(["-O", "binary", "-j", ".text"]).arg(&obj).arg(&bin).status();
+        assert!(copied.unwrap().success());
+        assert_eq!(std::fs::read(&bin).unwrap(), CODE.to_vec());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_interrupted_system_call_resumes_as_the_kernel_would() {
+        // SAFETY: plain data.
+        let mut r: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        (r.rip, r.orig_rax) = (0x1002, 0); // read(2)
+        for (rax, resume) in [
+            (ERESTARTSYS, (0x1000, 0)),
+            (ERESTARTNOINTR, (0x1000, 0)),
+            (ERESTARTNOHAND, (0x1000, 0)),
+            (ERESTART_RESTARTBLOCK, (0x1000, NR_RESTART_SYSCALL)),
+            (-4, (0x1002, -4i64 as u64)),
+            (17, (0x1002, 17)),
+        ] {
+            r.rax = rax as u64;
+            assert_eq!(resume_point(&r), resume, "{rax}");
+        }
+        r.orig_rax = u64::MAX; // not in a system call
+        r.rax = ERESTARTSYS as u64;
+        assert_eq!(resume_point(&r), (0x1002, ERESTARTSYS as u64));
+    }
+
+    #[test]
+    fn the_context_keeps_the_red_zone_and_aligns_the_vector_state() {
+        // SAFETY: plain data.
+        let mut r: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+        r.rsp = 0x7fff_0000_1238;
+        let fp = FpState(NT_X86_XSTATE, vec![7; 2696]);
+        let path = c"/tmp/libcuflight.so";
+        let (base, ctx, path_at) = context(&r, &fp, 0xdead, path);
+        assert_eq!(base % 64, 0);
+        assert!(base + ctx.len() as u64 <= r.rsp - 128, "below the red zone");
+        assert_eq!(&ctx[FP_IMAGE..FP_IMAGE + 2696], &fp.1[..]);
+        assert_eq!(path_at, base + (FP_IMAGE + 2696) as u64);
+        assert_eq!(u64::from_le_bytes(ctx[DLOPEN..DLOPEN + 8].try_into().unwrap()), 0xdead);
+        assert_eq!(u64::from_le_bytes(ctx[GPRS + 15 * 8..GPRS + 16 * 8].try_into().unwrap()), r.rsp);
+    }
+}
