@@ -145,6 +145,8 @@ fn refusal(pid: u32) -> String {
 pub(crate) enum Stop {
     /// Stopped by our PTRACE_INTERRUPT (or a group stop).
     Event,
+    /// A system-call stop (PTRACE_SYSCALL, reported as SIGTRAP | 0x80 under PTRACE_O_TRACESYSGOOD).
+    Syscall,
     /// Stopped on its way to receiving `sig`.
     Signal(i32),
     Exited,
@@ -174,6 +176,9 @@ pub(crate) fn wait_stop(tid: u32, deadline: Instant) -> Stop {
             // PTRACE_EVENT_STOP (interrupt or group stop) shows as event 128 in the high bits.
             if status >> 16 == libc::PTRACE_EVENT_STOP {
                 return Stop::Event;
+            }
+            if sig == libc::SIGTRAP | 0x80 {
+                return Stop::Syscall;
             }
             return Stop::Signal(sig);
         }
@@ -333,8 +338,8 @@ pub fn call_dlopen(pid: u32, dlopen: &Dlopen, library: &Path, timeout: Duration)
 fn call_on(pid: u32, tid: u32, dlopen: &Dlopen, path: &CString, timeout: Duration) -> Result<Option<u64>, InjectError> {
     let _held = HoldSignals::new();
     let deadline = Instant::now() + timeout;
-    // SAFETY: PTRACE_SEIZE of a thread of a process we may trace; no options.
-    if unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid as i32, 0, 0) } != 0 {
+    // SAFETY: PTRACE_SEIZE of a thread of a process we may trace; system-call stops marked (see `stub`).
+    if unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid as i32, 0, libc::PTRACE_O_TRACESYSGOOD) } != 0 {
         return Err(InjectError::Ptrace { pid, why: refusal(pid) });
     }
     let detach = |sig: i32| {
@@ -345,7 +350,7 @@ fn call_on(pid: u32, tid: u32, dlopen: &Dlopen, path: &CString, timeout: Duratio
     unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid as i32, 0, 0) };
     // A signal already on its way is held back and delivered when we leave.
     let pending = match wait_stop(tid, deadline) {
-        Stop::Event => 0,
+        Stop::Event | Stop::Syscall => 0,
         Stop::Signal(sig) => sig,
         Stop::Exited => return Err(InjectError::Target { pid, why: "exited".into() }),
         Stop::TimedOut => {
@@ -442,7 +447,7 @@ fn call_on(pid: u32, tid: u32, dlopen: &Dlopen, path: &CString, timeout: Duratio
                 // SAFETY: resuming our tracee, delivering its signal.
                 unsafe { libc::ptrace(libc::PTRACE_CONT, tid as i32, 0, sig as usize) };
             }
-            Stop::Event => {
+            Stop::Event | Stop::Syscall => {
                 // SAFETY: as above, nothing to deliver.
                 unsafe { libc::ptrace(libc::PTRACE_CONT, tid as i32, 0, 0) };
             }

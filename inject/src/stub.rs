@@ -12,6 +12,11 @@
 //! A system call the thread was stopped in is resumed as the kernel would have done it (x86 `signal.c`): the
 //! restart codes rewind to the `syscall` instruction with the call's number again, and
 //! `-ERESTART_RESTARTBLOCK` goes through `restart_syscall`.
+//!
+//! The injector follows the call with PTRACE_SYSCALL and reads dlopen's result at the stub's marker (a `getpid`
+//! right after the call), while the thread still sits in the stub: once it moves on, its own calls reuse the
+//! stack below its stack pointer, context included (a busy thread did within the 5 ms between two looks, and
+//! the result read was garbage). Untraced, that `getpid` costs a system call and changes nothing.
 
 use crate::remote::{FpState, Stop};
 use crate::InjectError;
@@ -23,19 +28,21 @@ use std::time::{Duration, Instant};
 /// The stub, assembled from `stub_x86_64.S` (beside this file; `stub_matches_its_source` checks the bytes
 /// against it where `as` is installed). `r12` points at the context; the last 8 bytes take the address to
 /// resume at (read rip-relative after every register, r12 included, is back).
-const CODE: [u8; 171] = [
-    0x41, 0xff, 0x94, 0x24, 0x88, 0x00, 0x00, 0x00, 0x49, 0x89, 0x84, 0x24, 0x90, 0x00, 0x00, 0x00, 0x49, 0xc7, 0x84,
-    0x24, 0x98, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0xb8, 0xff, 0xff, 0xff, 0xff, 0xba, 0xff, 0xff, 0xff, 0xff,
-    0x49, 0x83, 0xbc, 0x24, 0xa0, 0x00, 0x00, 0x00, 0x00, 0x74, 0x0b, 0x49, 0x0f, 0xae, 0xac, 0x24, 0xc0, 0x00, 0x00,
-    0x00, 0xeb, 0x09, 0x49, 0x0f, 0xae, 0x8c, 0x24, 0xc0, 0x00, 0x00, 0x00, 0x49, 0x8d, 0x24, 0x24, 0x9d, 0x49, 0x8b,
-    0x44, 0x24, 0x08, 0x49, 0x8b, 0x5c, 0x24, 0x10, 0x49, 0x8b, 0x4c, 0x24, 0x18, 0x49, 0x8b, 0x54, 0x24, 0x20, 0x49,
-    0x8b, 0x74, 0x24, 0x28, 0x49, 0x8b, 0x7c, 0x24, 0x30, 0x49, 0x8b, 0x6c, 0x24, 0x38, 0x4d, 0x8b, 0x44, 0x24, 0x40,
-    0x4d, 0x8b, 0x4c, 0x24, 0x48, 0x4d, 0x8b, 0x54, 0x24, 0x50, 0x4d, 0x8b, 0x5c, 0x24, 0x58, 0x4d, 0x8b, 0x6c, 0x24,
-    0x68, 0x4d, 0x8b, 0x74, 0x24, 0x70, 0x4d, 0x8b, 0x7c, 0x24, 0x78, 0x49, 0x8b, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00,
-    0x4d, 0x8b, 0x64, 0x24, 0x60, 0xff, 0x25, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+const CODE: [u8; 166] = [
+    0x41, 0xff, 0x94, 0x24, 0x88, 0x00, 0x00, 0x00, 0x49, 0x89, 0x84, 0x24, 0x90, 0x00, 0x00, 0x00, 0xb8, 0x27, 0x00,
+    0x00, 0x00, 0x0f, 0x05, 0xb8, 0xff, 0xff, 0xff, 0xff, 0xba, 0xff, 0xff, 0xff, 0xff, 0x49, 0x83, 0xbc, 0x24, 0xa0,
+    0x00, 0x00, 0x00, 0x00, 0x74, 0x0b, 0x49, 0x0f, 0xae, 0xac, 0x24, 0xc0, 0x00, 0x00, 0x00, 0xeb, 0x09, 0x49, 0x0f,
+    0xae, 0x8c, 0x24, 0xc0, 0x00, 0x00, 0x00, 0x49, 0x8d, 0x24, 0x24, 0x9d, 0x49, 0x8b, 0x44, 0x24, 0x08, 0x49, 0x8b,
+    0x5c, 0x24, 0x10, 0x49, 0x8b, 0x4c, 0x24, 0x18, 0x49, 0x8b, 0x54, 0x24, 0x20, 0x49, 0x8b, 0x74, 0x24, 0x28, 0x49,
+    0x8b, 0x7c, 0x24, 0x30, 0x49, 0x8b, 0x6c, 0x24, 0x38, 0x4d, 0x8b, 0x44, 0x24, 0x40, 0x4d, 0x8b, 0x4c, 0x24, 0x48,
+    0x4d, 0x8b, 0x54, 0x24, 0x50, 0x4d, 0x8b, 0x5c, 0x24, 0x58, 0x4d, 0x8b, 0x6c, 0x24, 0x68, 0x4d, 0x8b, 0x74, 0x24,
+    0x70, 0x4d, 0x8b, 0x7c, 0x24, 0x78, 0x49, 0x8b, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00, 0x4d, 0x8b, 0x64, 0x24, 0x60,
+    0xff, 0x25, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 ];
 /// Bytes of `CODE` that are instructions (the rest is the resume address).
 const INSTRUCTIONS: usize = CODE.len() - 8;
+/// Where the thread stands at the marker's system-call stop: just past its `syscall` (label `marker`).
+const MARKER: u64 = 0x17;
 
 /// Code gap needed.
 pub const LEN: u64 = CODE.len() as u64;
@@ -45,7 +52,6 @@ const FLAGS: usize = 0;
 const GPRS: usize = 8; // rax rbx rcx rdx rsi rdi rbp r8 r9 r10 r11 r12 r13 r14 r15 rsp
 const DLOPEN: usize = 136;
 const RESULT: usize = 144;
-const DONE: usize = 152;
 const XSAVE_KIND: usize = 160;
 const FP_IMAGE: usize = 192; // 64-byte aligned, as XRSTOR needs
 const NT_X86_XSTATE: libc::c_int = 0x202;
@@ -143,39 +149,31 @@ pub fn call(c: &Call) -> Result<u64, InjectError> {
         return Err(target("cannot prepare the call (libc's code page or the thread's stack is not writable)"));
     }
     crate::step("registers set");
-    // From here the thread finishes on its own, whatever becomes of this process.
-    // SAFETY: resuming our tracee with no signal.
-    unsafe { libc::ptrace(libc::PTRACE_CONT, tid as i32, 0, 0) };
+    // From here the thread finishes on its own, whatever becomes of this process. It is traced from system
+    // call to system call until it reaches the marker, where its result is read with its context intact.
+    resume(tid, libc::PTRACE_SYSCALL, 0);
     let mut pending = c.pending;
-    let mut asked_to_stop = false;
-    loop {
-        let slice = (Instant::now() + Duration::from_millis(5)).min(c.deadline);
-        let stop = crate::remote::wait_stop(tid, slice);
-        let cont = |sig: i32| {
-            // SAFETY: resuming our tracee, delivering `sig` (0: none).
-            unsafe { libc::ptrace(libc::PTRACE_CONT, tid as i32, 0, sig as usize) };
-        };
-        match stop {
+    let result = loop {
+        match crate::remote::wait_stop(tid, (Instant::now() + Duration::from_millis(5)).min(c.deadline)) {
             Stop::Exited => return Err(target("exited during the call")),
             Stop::TimedOut if Instant::now() >= c.deadline => {
                 // Let it go mid-call: the stub finishes and resumes the thread by itself (its bytes stay).
-                // SAFETY: PTRACE_INTERRUPT, then a bounded wait, then detach.
-                unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid as i32, 0, 0) };
-                let sig = match crate::remote::wait_stop(tid, Instant::now() + Duration::from_secs(1)) {
-                    Stop::Signal(s) => s,
-                    _ => 0,
-                };
+                let sig = stop_now(tid);
                 detach(sig);
                 return Err(InjectError::Stuck { pid, secs: c.timeout.as_secs() });
             }
-            Stop::TimedOut => {
-                if !asked_to_stop && finished(c.mem, base) {
-                    asked_to_stop = true;
-                    // SAFETY: PTRACE_INTERRUPT of our tracee.
-                    unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid as i32, 0, 0) };
+            Stop::TimedOut => {}
+            Stop::Syscall => {
+                let at = crate::remote::regs::get(tid).map(|r| r.rip);
+                if at == Some(c.gap + MARKER) {
+                    let mut result = [0u8; 8];
+                    let read = c.mem.read_exact_at(&mut result, base + RESULT as u64).is_ok();
+                    resume(tid, libc::PTRACE_CONT, 0);
+                    break read.then(|| u64::from_le_bytes(result));
                 }
+                resume(tid, libc::PTRACE_SYSCALL, 0);
             }
-            Stop::Signal(libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE) if !finished(c.mem, base) => {
+            Stop::Signal(libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE) => {
                 // A fault inside the call (a bad library, a loader in trouble): nothing sane to return to but the
                 // state saved before it; the fault is not the program's.
                 let back = crate::remote::regs::set(tid, c.saved) && c.fp.restore(tid);
@@ -187,37 +185,58 @@ pub fn call(c: &Call) -> Result<u64, InjectError> {
                     "faulted inside dlopen, and its thread could not be put back"
                 }));
             }
-            Stop::Signal(sig) => {
-                if asked_to_stop && outside_stub(tid, c.gap) {
-                    pending = sig;
-                    break;
-                }
-                cont(sig); // the program's own signal: its handler runs on top of the call
-            }
-            Stop::Event => {
-                if asked_to_stop && outside_stub(tid, c.gap) {
-                    break;
-                }
-                asked_to_stop = false; // still restoring its registers: let it finish, then look again
-                cont(0);
-            }
+            // The program's own signal: its handler runs on top of the call.
+            Stop::Signal(sig) => resume(tid, libc::PTRACE_SYSCALL, sig),
+            Stop::Event => resume(tid, libc::PTRACE_SYSCALL, 0),
         }
+    };
+    // Let it restore its registers, then let it go once it is past the stub (whose bytes are then put back).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut past = false;
+    while Instant::now() < deadline {
+        let sig = stop_now(tid);
+        if sig < 0 {
+            return Err(target("exited during the call"));
+        }
+        pending = if sig > 0 { sig } else { pending };
+        if outside_stub(tid, c.gap) {
+            past = true;
+            detach(pending);
+            break;
+        }
+        resume(tid, libc::PTRACE_CONT, std::mem::take(&mut pending));
+        std::thread::sleep(Duration::from_millis(1));
     }
-    let mut result = [0u8; 8];
-    let read = c.mem.read_exact_at(&mut result, base + RESULT as u64).is_ok();
-    detach(pending);
+    if !past {
+        let sig = stop_now(tid);
+        detach(sig.max(0));
+    }
     crate::step("returned");
-    let _ = c.mem.write_all_at(&original, c.gap);
-    if !read {
-        return Err(target("cannot read dlopen's result"));
+    if past {
+        let _ = c.mem.write_all_at(&original, c.gap);
     }
-    Ok(u64::from_le_bytes(result))
+    result.ok_or_else(|| target("cannot read dlopen's result"))
 }
 
-/// The stub has set its done flag (dlopen returned).
-fn finished(mem: &File, base: u64) -> bool {
-    let mut done = [0u8; 8];
-    mem.read_exact_at(&mut done, base + DONE as u64).is_ok() && done != [0; 8]
+fn resume(tid: u32, request: libc::c_uint, sig: i32) {
+    // SAFETY: resuming our stopped tracee with PTRACE_CONT or PTRACE_SYSCALL, delivering `sig` (0: none).
+    unsafe { libc::ptrace(request, tid as i32, 0, sig as usize) };
+}
+
+/// Stops the running tracee (PTRACE_INTERRUPT, bounded wait): the signal it stopped with, 0 for none, -1 when
+/// it is gone.
+fn stop_now(tid: u32) -> i32 {
+    // SAFETY: PTRACE_INTERRUPT of our tracee.
+    unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid as i32, 0, 0) };
+    loop {
+        match crate::remote::wait_stop(tid, Instant::now() + Duration::from_secs(1)) {
+            Stop::Event | Stop::TimedOut => return 0,
+            Stop::Signal(s) => return s,
+            // A system-call stop left over from the tracing above: go on to the interrupt.
+            Stop::Syscall => resume(tid, libc::PTRACE_CONT, 0),
+            Stop::Exited => return -1,
+        }
+    }
 }
 
 fn outside_stub(tid: u32, gap: u64) -> bool {

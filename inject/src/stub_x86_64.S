@@ -2,15 +2,20 @@
 # and documents the context r12 points at; its test reassembles this file and compares.
 #   as --64 -o stub.o stub_x86_64.S && objcopy -O binary -j .text stub.o stub.bin
 # 0: rflags, 8..136: rax rbx rcx rdx rsi rdi rbp r8 r9 r10 r11 r12 r13 r14 r15 rsp (as the thread resumes),
-# 136: dlopen, 144: its result, 152: done flag, 160: 1 = XSAVE image, 0 = FXSAVE image, 192: the image.
+# 136: dlopen, 144: its result, 160: 1 = XSAVE image, 0 = FXSAVE image, 192: the image.
 # rdi and rsi hold dlopen's arguments; rsp is 16-byte aligned.
+# The getpid after the call does nothing; an injector tracing with PTRACE_SYSCALL stops there, at `marker`,
+# and reads the result while the context below the stack pointer is still intact (once the thread moves on,
+# its own calls reuse that stack).
     .intel_syntax noprefix
     .text
     .globl stub
 stub:
     call qword ptr [r12 + 136]
     mov qword ptr [r12 + 144], rax
-    mov qword ptr [r12 + 152], 1
+    mov eax, 39
+    syscall
+marker:
     mov eax, -1
     mov edx, -1
     cmp qword ptr [r12 + 160], 0
