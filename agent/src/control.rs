@@ -39,6 +39,10 @@ fn set_state(state: u8) {
 }
 
 fn serve(listener: ControlListener) {
+    if state::injected_late() {
+        // Here rather than in the constructor, which runs under the loader's lock in a thread the injector holds.
+        let _ = std::panic::catch_unwind(|| state::set_nvtx_late(crate::nvtx_late::hook_tables()));
+    }
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
         // While an attached collector records, its connection is watched: a collector that dies (killed, out
         // of memory) ends the window here, so the program is not left recording into rings nobody drains.
@@ -111,6 +115,10 @@ fn attach(session: &str) -> Result<(), String> {
         });
     }
     state::wake_for(session)?;
+    if state::injected_late() {
+        // Libraries may have started NVTX since the last look.
+        state::set_nvtx_late(crate::nvtx_late::hook_tables());
+    }
     match setup::start() {
         Ok(()) => {
             state::finish_init(true);

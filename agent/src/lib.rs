@@ -26,6 +26,7 @@ pub mod emit;
 mod flight;
 mod interner;
 mod nvtx;
+mod nvtx_late;
 mod rings;
 mod setup;
 mod state;

@@ -356,7 +356,17 @@ pub fn install(get_export_table: c::NvtxGetExportTableFunc_t) -> c_int {
         return 0;
     }
     // SAFETY: non-null table from NVTX, valid for the process lifetime.
-    let Some(get_module) = (unsafe { &*table }).GetModuleFunctionTable else {
+    install_callbacks(unsafe { &*table })
+}
+
+/// Whether `f` is one of the functions the agent puts in NVTX's tables.
+pub fn ours(f: usize) -> bool {
+    core_entries().iter().chain(core2_entries().iter()).any(|(_, g)| g.map(|g| g as usize) == Some(f))
+}
+
+/// Fills the tables a library's NVTX callbacks hand out (also used for tables found late, see `nvtx_late`).
+pub fn install_callbacks(table: &c::NvtxExportTableCallbacks) -> c_int {
+    let Some(get_module) = table.GetModuleFunctionTable else {
         return 0;
     };
     let (core, core2) = (core_entries(), core2_entries());

@@ -10,7 +10,7 @@ use crate::rings::SharedRings;
 use cuflight_format::channel;
 use cuflight_format::segment::{self, state as seg_state, Layout, MappedSegment};
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Once;
 
 pub struct Agent {
@@ -47,6 +47,25 @@ static INJECTED_LATE: AtomicBool = AtomicBool::new(false);
 
 pub fn set_injected_late() {
     INJECTED_LATE.store(true, Ordering::Relaxed);
+}
+
+pub fn injected_late() -> bool {
+    INJECTED_LATE.load(Ordering::Relaxed)
+}
+
+/// NVTX tables found late (`nvtx_late`), as the segment states them: see `SegmentHeader::injected_late`.
+static NVTX_LATE: AtomicU32 = AtomicU32::new(0);
+
+pub fn set_nvtx_late(found: crate::nvtx_late::Found) {
+    let v = (found.hooked.min(255) << 8) | (found.foreign.min(255) << 16);
+    NVTX_LATE.store(v, Ordering::Relaxed);
+    if let Some(seg) = existing_segment() {
+        seg.header().injected_late.store(late_word(), Ordering::Relaxed);
+    }
+}
+
+fn late_word() -> u32 {
+    INJECTED_LATE.load(Ordering::Relaxed) as u32 | NVTX_LATE.load(Ordering::Relaxed)
 }
 
 /// This process's segment is a flight recorder's (read in the atfork child handler, which must not allocate).
@@ -320,7 +339,7 @@ fn record_process_facts(agent: &Agent) {
         .iter()
         .find_map(|k| std::env::var(k).ok()?.trim().parse::<u32>().ok());
     h.rank_plus_one.store(rank.map_or(0, |r| r.saturating_add(1)), Ordering::Relaxed);
-    h.injected_late.store(INJECTED_LATE.load(Ordering::Relaxed) as u32, Ordering::Relaxed);
+    h.injected_late.store(late_word(), Ordering::Relaxed);
 }
 
 /// Marks the segment DISABLED with `why` and prints the notice (once).

@@ -117,8 +117,13 @@ pub struct ProcessInfo {
     /// recording (reused, or one process exec'ing a second CUDA program) gets a key of its own above any pid.
     pub key: u32,
     /// The agent was loaded into the running process (`cuflight attach --inject`): NVTX, which reads its
-    /// injection variable once, at a library's first NVTX call, records no ranges for it.
+    /// injection variable once, at a library's first NVTX call, records no ranges for it, except from the
+    /// libraries whose NVTX tables the agent found and filled late (below).
     pub injected_late: bool,
+    /// Of an agent injected late: NVTX tables (one per library using NVTX) it found and now records, and those
+    /// it left to another tool that already held them.
+    pub nvtx_tables_late: u32,
+    pub nvtx_tables_foreign: u32,
 }
 
 impl ProcessInfo {

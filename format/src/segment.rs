@@ -125,7 +125,9 @@ pub struct SegmentHeader {
     /// handed over or written.
     pub dump_ns: AtomicU64,
     pub dump_reason: AtomicU32,
-    /// 1: the agent was loaded into the running process (`cuflight attach --inject`), so NVTX records nothing.
+    /// Bit 0: the agent was loaded into the running process (`cuflight attach --inject`), so NVTX records only
+    /// what the tables it found late carry: bits 8..16 count those tables, bits 16..24 the tables another tool
+    /// held (both saturate at 255).
     pub injected_late: AtomicU32,
 }
 

@@ -28,7 +28,7 @@ fn a_server_started_plainly_is_injected_recorded_twice_and_ends_as_usual() {
     end_attach_window(window);
     wait_for_agent_state(pid, "dormant");
     let s = stats(&first);
-    assert_eq!(s["processes"][0]["injected_late"], true, "the trace says why it holds no NVTX ranges");
+    assert_eq!(s["processes"][0]["injected_late"], true, "the trace says the agent came late");
     assert_eq!(count(&s, "kernels", "name", "tick"), 7);
     assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 7);
     assert!(s["devices"][0]["name"].as_str().is_some_and(|n| n.contains("H100")), "{}", s["devices"]);
@@ -94,6 +94,38 @@ fn another_users_process_is_refused_and_keeps_running() {
     assert!(!out.status.success() && err.contains("belongs to user 65534") && err.lines().count() == 1, "{err}");
     assert_eq!(server.cmd("k 2"), "done 2", "untouched");
     assert!(server.end().0.success());
+}
+
+#[test]
+fn nvtx_ranges_are_recorded_from_tables_found_late_whether_nvtx_started_before_or_not() {
+    // The server's NVTX (header-only v3, hidden in the executable) either already ran without an injection
+    // (its slots emptied: COMPLETE) or has not run yet (FRESH, on its lazy-init functions). Either way the
+    // agent finds the table by its shape and fills it; a range pushed after the window opens is recorded.
+    if !ptrace_allowed() {
+        return;
+    }
+    let dir = scratch("inject-nvtx");
+    for nvtx_before in [true, false] {
+        let mut server = Server::plain(&dir, &[]);
+        if nvtx_before {
+            assert_eq!(server.cmd("t 2 1"), "done");
+        }
+        let trace = dir.join("nvtx.cuf");
+        let window = spawn_attach(server.pid(), &trace, &["--inject", "--duration", "60s"], &[]);
+        wait_for_agent_state(server.pid(), "recording");
+        assert_eq!(server.cmd("t 3 2"), "done");
+        assert_eq!(server.cmd("n late-worker"), "done");
+        end_attach_window(window);
+        let s = stats(&trace);
+        let p = &s["processes"][0];
+        assert_eq!((p["injected_late"].as_bool(), p["nvtx_tables_late"].as_u64()), (Some(true), Some(1)), "{p}");
+        assert_eq!(count(&s, "nvtx", "name", "step"), 3, "NVTX used before the injection: {nvtx_before}");
+        assert_eq!(count(&s, "kernels", "name", "tick"), 6);
+        // NVTX keeps working for the program after the window, with the agent dormant.
+        assert_eq!(server.cmd("t 2 1"), "done");
+        let (status, err) = server.end();
+        assert!(status.success(), "{err}");
+    }
 }
 
 #[test]

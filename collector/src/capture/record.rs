@@ -200,6 +200,7 @@ fn process_info(t: &Tracked) -> ProcessInfo {
         })
         .filter(|&(_, s, i)| s + i > 0)
         .collect();
+    let late = h.injected_late.load(Ordering::Relaxed);
     ProcessInfo {
         pid: t.pid,
         key: if t.key == t.pid { 0 } else { t.key },
@@ -222,7 +223,9 @@ fn process_info(t: &Tracked) -> ProcessInfo {
         rings_refused: h.rings_refused.load(Ordering::Relaxed),
         last_flush_ns: h.last_flush_ns.load(Ordering::Relaxed),
         flush_period_ms: h.flush_period_ms.load(Ordering::Relaxed),
-        injected_late: h.injected_late.load(Ordering::Relaxed) == 1,
+        injected_late: late & 1 != 0,
+        nvtx_tables_late: (late >> 8) & 0xff,
+        nvtx_tables_foreign: (late >> 16) & 0xff,
     }
 }
 

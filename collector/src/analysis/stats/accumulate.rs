@@ -306,6 +306,8 @@ fn process_row(p: &Process, events: u64, launches_without_kernel: u64) -> Proces
         status: p.info.status.clone(),
         finished: p.info.finished,
         injected_late: p.info.injected_late,
+        nvtx_tables_late: p.info.nvtx_tables_late,
+        nvtx_tables_foreign: p.info.nvtx_tables_foreign,
         events,
         drops: p.info.drops,
         records_unused: p

@@ -88,8 +88,11 @@ pub struct ProcessRow {
     pub cupti_version: u32,
     pub status: String,
     pub finished: bool,
-    /// The agent was loaded into the running process (`attach --inject`): NVTX ranges are not recorded.
+    /// The agent was loaded into the running process (`attach --inject`): NVTX ranges come only from the
+    /// libraries whose NVTX tables it found late (`nvtx_tables_late`); `nvtx_tables_foreign` were another tool's.
     pub injected_late: bool,
+    pub nvtx_tables_late: u32,
+    pub nvtx_tables_foreign: u32,
     /// Kernel launches of this process with no kernel record: for a process that ended without its final flush
     /// (SIGKILL, `_exit`), the device work lost with it (0 for a process that finished).
     pub launches_without_kernel: u64,
@@ -281,7 +284,7 @@ impl Stats {
                     .push_str(&format!(" [{} records: {} skipped, {} unfinished]", u.class, u.skipped, u.incomplete));
             }
             if p.injected_late {
-                command.push_str(" [agent injected into the running process: no NVTX ranges]");
+                command.push_str(&late_note(p.nvtx_tables_late, p.nvtx_tables_foreign));
             }
             t.row(vec![
                 p.pid.to_string(),
@@ -312,6 +315,24 @@ impl Stats {
         t.render(&mut out);
         out.push_str(&format!("\nDropped records: {}\n", self.dropped));
         out
+    }
+}
+
+/// What an agent injected into a running process could do for NVTX, for the processes table.
+fn late_note(found: u32, foreign: u32) -> String {
+    let held = match foreign {
+        0 => String::new(),
+        1 => ", 1 held by another tool".into(),
+        n => format!(", {n} held by other tools"),
+    };
+    match found {
+        0 => format!(" [agent injected into the running process: no NVTX ranges{held}]"),
+        1 => {
+            format!(" [agent injected into the running process: NVTX ranges from the 1 library found using NVTX{held}]")
+        }
+        n => format!(
+            " [agent injected into the running process: NVTX ranges from the {n} libraries found using NVTX{held}]"
+        ),
     }
 }
 
