@@ -74,6 +74,43 @@ pub(crate) fn abstract_address(name: &str) -> (libc::sockaddr_un, libc::socklen_
     (addr, len as libc::socklen_t)
 }
 
+/// Runs `make` (which creates a socket) inside the network namespace of process `pid` when it is not ours:
+/// abstract socket names live per network namespace, so an agent in a container (`docker run` without
+/// `--network host`) is reached, and reaches its collector, only through sockets made in its namespace. A socket
+/// keeps the namespace it was made in; `setns` changes only the calling thread, here a short-lived one. Needs
+/// CAP_SYS_ADMIN over that namespace (root on the host).
+pub(crate) fn in_netns_of(
+    pid: Option<u32>,
+    make: impl FnOnce() -> Result<OwnedFd, ChannelError> + Send,
+) -> Result<OwnedFd, ChannelError> {
+    let Some(pid) = pid.filter(|&p| !same_netns(p)) else { return make() };
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let ns = std::fs::File::open(format!("/proc/{pid}/ns/net")).map_err(|e| ChannelError::Io("netns", e))?;
+            // SAFETY: setns on this (scoped, short-lived) thread with a namespace descriptor we opened.
+            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(ChannelError::Io(
+                    "entering the network namespace of a process in a container (needs root)",
+                    io::Error::last_os_error(),
+                ));
+            }
+            make()
+        })
+        .join()
+        .unwrap_or(Err(ChannelError::Protocol("network namespace helper failed")))
+    })
+}
+
+/// Process `pid` shares this process's network namespace (or its namespace cannot be read).
+pub fn same_netns(pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ino = |p: String| std::fs::metadata(p).map(|m| (m.dev(), m.ino()));
+    match (ino("/proc/self/ns/net".into()), ino(format!("/proc/{pid}/ns/net"))) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => true,
+    }
+}
+
 pub(crate) fn socket(flags: i32) -> Result<OwnedFd, ChannelError> {
     // SAFETY: socket(2) with constant arguments; the fd is owned by the result.
     let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | flags, 0) };
@@ -147,7 +184,13 @@ pub struct Received {
 impl Listener {
     /// Binds the session's address; fails if it is taken (then choose another session name).
     pub fn bind(session: &str) -> Result<Listener, ChannelError> {
-        let fd = listen_at(&session_name(session), libc::SOCK_NONBLOCK, 4096)?;
+        Listener::bind_near(session, None)
+    }
+
+    /// The same, in the network namespace of process `pid` (None: ours), where that process's agent can reach it.
+    pub fn bind_near(session: &str, pid: Option<u32>) -> Result<Listener, ChannelError> {
+        let name = session_name(session);
+        let fd = in_netns_of(pid, || listen_at(&name, libc::SOCK_NONBLOCK, 4096))?;
         Ok(Listener { fd })
     }
 

@@ -240,7 +240,18 @@ pub struct Agent {
 /// The abstract names of the agents' listening sockets in this network namespace that this user may control:
 /// its own, or everybody's for root.
 pub fn list_names() -> io::Result<Vec<String>> {
-    let table = std::fs::read_to_string("/proc/net/unix")?;
+    names_in(&std::fs::read_to_string("/proc/net/unix")?)
+}
+
+/// Marks a name as living in the network namespace of process PID (`NAME@netns/PID`): a container's.
+const NETNS_MARK: &str = "@netns/";
+
+/// The network namespace (as a process in it) an agent's name lives in; None: ours.
+pub fn netns_of(name: &str) -> Option<u32> {
+    name.rsplit_once(NETNS_MARK)?.1.parse().ok()
+}
+
+fn names_in(table: &str) -> io::Result<Vec<String>> {
     let me = euid();
     let mut names: Vec<String> = table
         .lines()
@@ -259,6 +270,32 @@ pub fn list_names() -> io::Result<Vec<String>> {
     Ok(names)
 }
 
+/// Agents' names in the other network namespaces (containers) this user may enter: root only, since reaching
+/// them takes `setns`. One process stands for each namespace.
+fn names_in_other_netns() -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    if euid() != 0 {
+        return Vec::new();
+    }
+    let Ok(ours) = std::fs::metadata("/proc/self/ns/net").map(|m| m.ino()) else { return Vec::new() };
+    let mut seen = std::collections::HashSet::from([ours]);
+    let mut names = Vec::new();
+    let pids = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    for pid in pids {
+        let Ok(ns) = std::fs::metadata(format!("/proc/{pid}/ns/net")).map(|m| m.ino()) else { continue };
+        if !seen.insert(ns) {
+            continue;
+        }
+        if let Ok(table) = std::fs::read_to_string(format!("/proc/{pid}/net/unix")) {
+            names.extend(names_in(&table).unwrap_or_default().into_iter().map(|n| format!("{n}{NETNS_MARK}{pid}")));
+        }
+    }
+    names
+}
+
 /// (uid, pid) from `cuflight/<uid>/agent/<pid>`.
 fn parse_agent_name(name: &str) -> Option<(u32, u32)> {
     let rest = name.strip_prefix("cuflight/")?;
@@ -269,10 +306,10 @@ fn parse_agent_name(name: &str) -> Option<(u32, u32)> {
 /// Connects to the agent listening on `name`, believing only an agent of this user (root: any), and sends a
 /// request; returns the connection (for the reply, read within `reply_ms`) and the agent's (pid, uid).
 fn request(name: &str, command: u8, payload: &[u8], reply_ms: i64) -> Result<(OwnedFd, u32, u32), ChannelError> {
-    let fd = socket(0)?;
+    let fd = crate::channel::in_netns_of(netns_of(name), || socket(0))?;
     set_timeout(fd.as_raw_fd(), libc::SO_RCVTIMEO, reply_ms);
     set_timeout(fd.as_raw_fd(), libc::SO_SNDTIMEO, TIMEOUT_MS);
-    let (addr, len) = abstract_address(name);
+    let (addr, len) = abstract_address(name.rsplit_once(NETNS_MARK).map_or(name, |(n, _)| n));
     // SAFETY: connect with a valid address of `len` bytes.
     if unsafe { libc::connect(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) } != 0 {
         return Err(last("connect"));
@@ -313,9 +350,18 @@ pub fn command(name: &str, command: u8, payload: &[u8], reply_ms: i64) -> Result
     Ok(if code == 0 { Ok(()) } else { Err(String::from_utf8_lossy(&message).into_owned()) })
 }
 
-/// The control socket name of the agent in process `pid` (as this process sees pids), if it answers.
+/// The control socket name of the agent in process `pid` (as this process sees pids), if it answers. A process
+/// in another network namespace (a container) is looked for in that namespace's socket table, and its name
+/// marked so that connections to it are made there.
 pub fn find(pid: u32) -> io::Result<Option<String>> {
-    Ok(list_names()?.into_iter().find(|name| query(name).is_ok_and(|a| a.pid == pid)))
+    if crate::channel::same_netns(pid) {
+        return Ok(list_names()?.into_iter().find(|name| query(name).is_ok_and(|a| a.pid == pid)));
+    }
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/unix"))?;
+    Ok(names_in(&table)?
+        .into_iter()
+        .map(|name| format!("{name}{NETNS_MARK}{pid}"))
+        .find(|name| query(name).is_ok_and(|a| a.pid == pid)))
 }
 
 /// Asks the agent listening on `name` for its status, believing only an agent of this user (root: any).
@@ -330,7 +376,10 @@ pub fn query(name: &str) -> Result<Agent, ChannelError> {
 /// Every agent this user may control, with its status; agents that do not answer in time are skipped. They are
 /// asked in parallel, so a few silent ones cost one timeout, not one each.
 pub fn agents() -> io::Result<Vec<Agent>> {
-    let names = list_names()?;
+    let mut names = list_names()?;
+    names.extend(names_in_other_netns());
+    names.sort();
+    names.dedup();
     let mut found: Vec<Agent> = std::thread::scope(|s| {
         let asked: Vec<_> = names
             .chunks(names.len().div_ceil(16).max(1))
@@ -355,6 +404,8 @@ mod tests {
         assert_eq!(Status::decode(&s.encode()[..31]), None);
         assert_eq!(parse_agent_name("cuflight/1000/agent/77"), Some((1000, 77)));
         assert_eq!(parse_agent_name("cuflight/1000/session-x"), None);
+        assert_eq!(netns_of("cuflight/0/agent/7@netns/1234"), Some(1234));
+        assert_eq!(netns_of("cuflight/0/agent/7"), None);
     }
 
     #[test]

@@ -270,6 +270,37 @@ fn a_process_in_another_mount_namespace_gets_a_copy_of_the_agent() {
 }
 
 #[test]
+fn a_process_in_another_network_namespace_is_injected_listed_and_recorded() {
+    // As in `docker run` without --network host: abstract socket names are per network namespace, so the
+    // agent's control socket and the collector's session listener must both be reached inside the process's.
+    let dir = scratch("inject-netns");
+    if !Command::new("unshare").args(["-n", "true"]).status().is_ok_and(|s| s.success()) {
+        eprintln!("skipped: unshare -n is not permitted here");
+        return;
+    }
+    let prog = build_c("server", &dir);
+    let mut cmd = Command::new("unshare");
+    cmd.arg("-n").arg(&prog).arg("cmd");
+    let mut server = Server::spawn(cmd, &[]);
+    let pid = server.pid();
+    assert_eq!(server.cmd("k 1"), "done 1");
+    let trace = dir.join("netns.cuf");
+    let window = spawn_attach(pid, &trace, &["--inject", "--duration", "60s"], &[]);
+    wait_for_agent_state(pid, "recording"); // `ps` lists it too
+    assert_eq!(server.cmd("k 4"), "done 4");
+    end_attach_window(window);
+    assert_eq!(count(&stats(&trace), "kernels", "name", "tick"), 4);
+    // A second window finds the agent there, dormant.
+    let second = dir.join("netns2.cuf");
+    let window = spawn_attach(pid, &second, &["--duration", "60s"], &[]);
+    wait_for_agent_state(pid, "recording");
+    assert_eq!(server.cmd("k 2"), "done 2");
+    end_attach_window(window);
+    assert_eq!(count(&stats(&second), "kernels", "name", "tick"), 2);
+    assert!(server.end().0.success());
+}
+
+#[test]
 fn a_program_whose_main_thread_never_rests_is_injected_through_a_quiet_thread() {
     if !ptrace_allowed() {
         return;

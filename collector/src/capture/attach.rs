@@ -113,7 +113,7 @@ fn record_window(
     path: &Path,
     signals: &mut Option<signal_hook::iterator::Signals>,
 ) -> Result<Attached, AttachError> {
-    let mut session = Session::open(path, opts.force)?;
+    let mut session = Session::open_near(path, opts.force, control::netns_of(name))?;
     if let Some(range) = &opts.range {
         session.set_window(super::window::Window::new(range.clone()));
     }
