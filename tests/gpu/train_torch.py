@@ -1,7 +1,9 @@
 """A small PyTorch training loop for scripts/gpu-validate.
 
 `python train_torch.py plain STEPS` runs it (under `cuflight record`); `python train_torch.py torchprof STEPS OUT`
-runs it under torch.profiler and writes kernel counts and total kernel time as JSON, for comparison.
+runs it under torch.profiler and writes kernel counts and total kernel time as JSON, for comparison;
+`python train_torch.py forever 0` runs the plain loop until killed (started without cuflight, for
+`cuflight attach --inject`), printing "ready" once warmed up.
 """
 import json
 import sys
@@ -29,6 +31,14 @@ def main():
     for _ in range(3):  # warm-up: cuBLAS handles, allocator
         step(model, opt, x, y)
     torch.cuda.synchronize()
+    if mode == "forever":
+        print("ready", flush=True)
+        i = 0
+        while True:
+            torch.cuda.nvtx.range_push(f"step{i}")
+            step(model, opt, x, y)
+            torch.cuda.nvtx.range_pop()
+            i += 1
     if mode == "plain":
         for i in range(steps):
             torch.cuda.nvtx.range_push(f"step{i}")
