@@ -193,19 +193,34 @@ fn hook(mem: &std::fs::File, base: u64, slots: usize) -> Outcome {
             if state.compare_exchange(FRESH, STARTED, Ordering::AcqRel, Ordering::Acquire).is_err() {
                 return Outcome::Busy; // its own first call got there first
             }
+            // Whatever happens from here (even a panic), the table ends COMPLETE with no lazy-init slot left:
+            // its threads spin while it is STARTED.
+            let _complete = Complete { state, base, slots };
             install(base);
-            for i in 0..slots {
-                // SAFETY: slot i of the claimed table (aligned pointer-sized words; NVTX reads them without
-                // barriers and relies on their natural atomicity, as stated in nvtxInit.h).
-                let slot = unsafe { AtomicU64::from_ptr((base + SLOTS + 8 * i as u64) as *mut u64) };
-                if !nvtx::ours(slot.load(Ordering::Relaxed) as usize) {
-                    slot.store(0, Ordering::Relaxed);
-                }
-            }
-            state.store(COMPLETE, Ordering::Release);
             Outcome::Hooked
         }
         _ => Outcome::Busy,
+    }
+}
+
+/// Finishes a claimed FRESH table (see `hook`): empties the slots not ours, then publishes COMPLETE.
+struct Complete<'a> {
+    state: &'a AtomicU32,
+    base: u64,
+    slots: usize,
+}
+
+impl Drop for Complete<'_> {
+    fn drop(&mut self) {
+        for i in 0..self.slots {
+            // SAFETY: slot i of the claimed table (aligned pointer-sized words; NVTX reads them without barriers
+            // and relies on their natural atomicity, as nvtxInit.h states).
+            let slot = unsafe { AtomicU64::from_ptr((self.base + SLOTS + 8 * i as u64) as *mut u64) };
+            if !nvtx::ours(slot.load(Ordering::Relaxed) as usize) {
+                slot.store(0, Ordering::Relaxed);
+            }
+        }
+        self.state.store(COMPLETE, Ordering::Release);
     }
 }
 
