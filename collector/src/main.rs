@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use cuflight_collector::analysis::stats::Stats;
+use cuflight_collector::analysis::stats::{self, Stats};
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
 use cuflight_collector::capture::window::Range;
 use cuflight_collector::capture::{agents, attach, dump, sampled};
@@ -119,8 +119,19 @@ enum Cmd {
     /// Summary tables of a trace (cuflight, Kineto JSON or nsys SQLite), as `nsys stats` prints them.
     Stats {
         trace: PathBuf,
-        #[arg(long, value_enum, default_value_t = Format::Table)]
-        format: Format,
+        #[arg(long, value_enum, default_value_t = StatsFormat::Table)]
+        format: StatsFormat,
+        /// Reports to print, comma-separated, by nsys's names where it has one: cuda_gpu_kern_sum, cuda_api_sum,
+        /// cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum, nvtx_sum; and memcpy, memset, memory, sync, graphs,
+        /// processes, devices. Default: all.
+        #[arg(long, value_delimiter = ',', value_parser = parse_report)]
+        report: Vec<stats::Report>,
+        /// Write the tables here instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
     },
     /// Diagnose a run: the bottleneck, what it costs and the fix; breakdowns per step and per process. Several
     /// traces are several ranks of one job.
@@ -231,6 +242,17 @@ enum InjectArg {
 enum Format {
     Table,
     Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum StatsFormat {
+    Table,
+    Json,
+    Csv,
+}
+
+fn parse_report(text: &str) -> Result<stats::Report, String> {
+    stats::Report::parse(text)
 }
 
 fn main() {
@@ -570,14 +592,29 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Stats { trace, format } => {
+        Cmd::Stats { trace, format, report, output, force } => {
+            let out = output.as_deref().map(|o| Output::create(o, &[&trace], force)).transpose()?;
             // Streamed: memory is bounded by the tables, whatever the trace's size.
             let mut source = cuflight_collector::model::source::EventSource::open(&trace)?;
             let stats = Stats::compute_source(&mut source)?;
             warn_cut_short(&trace, source.cut_short.as_deref());
-            match format {
-                Format::Table => print!("{}", stats.to_table()),
-                Format::Json => println!("{}", stats.to_json()),
+            let style = match format {
+                StatsFormat::Table => stats::Style::Table,
+                StatsFormat::Csv => stats::Style::Csv,
+                StatsFormat::Json => stats::Style::Json,
+            };
+            let reports = if report.is_empty() { &stats::Report::ALL[..] } else { &report[..] };
+            let mut text = stats.render(reports, style);
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            match out {
+                Some(out) => {
+                    let path = out.path().display().to_string();
+                    out.write_all_and_commit(text.as_bytes()).with_context(|| format!("cannot write {path}"))?;
+                    eprintln!("cuflight: wrote {path}");
+                }
+                None => print!("{text}"),
             }
             Ok(0)
         }

@@ -31,20 +31,45 @@ impl Table {
         Table { title: title.into(), headers: headers.to_vec(), rows: Vec::new() }
     }
 
-    /// Adds a row. Cells are made safe for a terminal: control characters escaped (a name is whatever the
-    /// program or another tool wrote), and names cut to [`NAME_WIDTH`] characters (JSON keeps them whole).
+    /// Adds a row. When rendered for a terminal, cells are made safe: control characters escaped (a name is
+    /// whatever the program or another tool wrote), and names cut to [`NAME_WIDTH`] characters (JSON and CSV
+    /// keep them whole).
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells.into_iter().map(|c| terminal_safe(&c)).collect());
+        self.rows.push(cells);
+    }
+
+    /// The table as CSV (RFC 4180): a `# title` line, the header, the rows; names whole, control characters
+    /// escaped as for the terminal.
+    pub fn to_csv(&self, out: &mut String) {
+        let field = |c: &str| {
+            let c: String = c
+                .chars()
+                .flat_map(|ch| if ch.is_control() { ch.escape_default().collect::<Vec<_>>() } else { vec![ch] })
+                .collect();
+            if c.contains([',', '"']) || c.starts_with(' ') || c.ends_with(' ') {
+                format!("\"{}\"", c.replace('"', "\"\""))
+            } else {
+                c
+            }
+        };
+        out.push_str(&format!("# {}\n", self.title));
+        out.push_str(&self.headers.iter().map(|h| field(h)).collect::<Vec<_>>().join(","));
+        out.push('\n');
+        for r in &self.rows {
+            out.push_str(&r.iter().map(|c| field(c)).collect::<Vec<_>>().join(","));
+            out.push('\n');
+        }
     }
 
     pub fn render(&self, out: &mut String) {
+        let rows: Vec<Vec<String>> = self.rows.iter().map(|r| r.iter().map(|c| terminal_safe(c)).collect()).collect();
         out.push_str(&format!("\n{}\n", self.title));
         if self.rows.is_empty() {
             out.push_str("  (none)\n");
             return;
         }
         let mut widths: Vec<usize> = self.headers.iter().map(|h| h.len()).collect();
-        for r in &self.rows {
+        for r in &rows {
             for (w, c) in widths.iter_mut().zip(r) {
                 *w = (*w).max(c.chars().count());
             }
@@ -65,7 +90,7 @@ impl Table {
         };
         line(self.headers.clone(), out);
         line(widths.iter().map(|w| &"----------------------------------------"[..(*w).min(40)]).collect(), out);
-        for r in &self.rows {
+        for r in &rows {
             line(r.iter().map(String::as_str).collect(), out);
         }
     }
@@ -81,5 +106,17 @@ mod tests {
         let long = "x".repeat(10_000);
         assert_eq!(terminal_safe(&long).chars().count(), NAME_WIDTH + 1);
         assert_eq!(terminal_safe("gemm<float>"), "gemm<float>");
+    }
+
+    #[test]
+    fn csv_quotes_what_needs_it_and_keeps_names_whole() {
+        let mut t = Table::new("T", &["Count", "Name"]);
+        let long = "y".repeat(500);
+        t.row(vec!["3".into(), "f<a, b>\"q\"".into()]);
+        t.row(vec!["1".into(), long.clone()]);
+        t.row(vec!["2".into(), "k\x1b[2J".into()]);
+        let mut out = String::new();
+        t.to_csv(&mut out);
+        assert_eq!(out, format!("# T\nCount,Name\n3,\"f<a, b>\"\"q\"\"\"\n1,{long}\n2,k\\u{{1b}}[2J\n"));
     }
 }

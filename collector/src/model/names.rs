@@ -176,6 +176,23 @@ pub fn is_loader_range(name: &str) -> bool {
     ["dataloader", "data_load", "data load", "load_batch", "next_batch", "fetch_batch"].iter().any(|k| l.contains(k))
 }
 
+/// A copy kind as `nsys stats` names the operation ("[CUDA memcpy Host-to-Device]").
+pub fn memcpy_operation(kind: u8) -> &'static str {
+    match memcpy_kind(kind) {
+        "HtoD" => "[CUDA memcpy Host-to-Device]",
+        "DtoH" => "[CUDA memcpy Device-to-Host]",
+        "DtoD" => "[CUDA memcpy Device-to-Device]",
+        "HtoH" => "[CUDA memcpy Host-to-Host]",
+        "PtoP" => "[CUDA memcpy Peer-to-Peer]",
+        "HtoA" => "[CUDA memcpy Host-to-Array]",
+        "AtoH" => "[CUDA memcpy Array-to-Host]",
+        "AtoA" => "[CUDA memcpy Array-to-Array]",
+        "AtoD" => "[CUDA memcpy Array-to-Device]",
+        "DtoA" => "[CUDA memcpy Device-to-Array]",
+        _ => "[CUDA memcpy Unknown]",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,29 +10,7 @@ use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-#[derive(Default, Clone, Copy)]
-struct Acc {
-    count: u64,
-    total: u64,
-    min: u64,
-    max: u64,
-}
-
-impl Acc {
-    fn add(&mut self, d: u64) {
-        self.merge(Acc { count: 1, total: d, min: d, max: d });
-    }
-
-    fn merge(&mut self, o: Acc) {
-        if o.count == 0 {
-            return;
-        }
-        self.min = if self.count == 0 { o.min } else { self.min.min(o.min) };
-        self.max = self.max.max(o.max);
-        self.count += o.count;
-        self.total += o.total;
-    }
-}
+use super::dist::Dist as Acc;
 
 /// Where an NVTX row's domain name comes from: a domain id (0 is "default") or, for imported ranges, a plain
 /// string id.
@@ -62,6 +40,9 @@ pub struct StatsAcc {
     is_launch: FxHashMap<(u32, u32), bool>,
     memcpy: BTreeMap<(&'static str, &'static str), MemcpyRow>,
     memset: BTreeMap<&'static str, MemsetRow>,
+    /// Copy and memset durations and sizes by operation, as `nsys stats`' cuda_gpu_mem_time_sum / _size_sum.
+    mem_time: BTreeMap<&'static str, Acc>,
+    mem_size: BTreeMap<&'static str, Acc>,
     sync: BTreeMap<&'static str, SyncRow>,
     nvtx: FxHashMap<(u32, Domain, u32, &'static str), Acc>,
     nvtx_categories: BTreeSet<NvtxCategoryRow>,
@@ -125,6 +106,9 @@ impl StatsAcc {
                 row.bytes += e.a;
                 row.total_ns += e.duration();
                 row.async_count += (e.flags & FLAG_ASYNC != 0) as u64;
+                let op = names::memcpy_operation(e.sub);
+                self.mem_time.entry(op).or_default().add(e.duration());
+                self.mem_size.entry(op).or_default().add(e.a);
             }
             Some(EventKind::Memset) => {
                 let kind = names::memory_kind(e.sub);
@@ -137,6 +121,8 @@ impl StatsAcc {
                 row.count += 1;
                 row.bytes += e.a;
                 row.total_ns += e.duration();
+                self.mem_time.entry("[CUDA memset]").or_default().add(e.duration());
+                self.mem_size.entry("[CUDA memset]").or_default().add(e.a);
             }
             Some(EventKind::Sync) => {
                 let kind = names::sync_kind(e.sub);
@@ -205,7 +191,7 @@ impl StatsAcc {
         let by_name = |map: FxHashMap<(u32, u32), Acc>| {
             let mut named: HashMap<String, Acc> = HashMap::new();
             for ((key, id), acc) in map {
-                named.entry(string(key, id).to_string()).or_default().merge(acc);
+                named.entry(string(key, id).to_string()).or_default().merge(&acc);
             }
             duration_rows(named)
         };
@@ -215,7 +201,7 @@ impl StatsAcc {
                 Domain::Nvtx(id) => processes.get(&key).map_or("", |p| p.nvtx_domain(id)),
                 Domain::Imported(id) => string(key, id),
             };
-            nvtx.entry((domain.to_string(), string(key, name).to_string(), kind)).or_default().merge(acc);
+            nvtx.entry((domain.to_string(), string(key, name).to_string(), kind)).or_default().merge(&acc);
         }
         let mut rows = Vec::new();
         let mut dropped = 0;
@@ -249,11 +235,31 @@ impl StatsAcc {
                     kind,
                     count: a.count,
                     total_ns: a.total,
-                    avg_ns: a.total / a.count.max(1),
+                    avg_ns: a.avg(),
+                    median_ns: a.median(),
                     min_ns: a.min,
                     max_ns: a.max,
+                    stddev_ns: a.stddev(),
                 })
                 .collect(),
+            gpu_mem_time: duration_rows(self.mem_time.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
+            gpu_mem_size: {
+                let mut by_size: Vec<(&'static str, Acc)> = self.mem_size.into_iter().collect();
+                by_size.sort_by(|a, b| b.1.total.cmp(&a.1.total).then_with(|| a.0.cmp(b.0)));
+                by_size
+            }
+            .into_iter()
+            .map(|(op, a)| MemSizeRow {
+                operation: op.to_string(),
+                count: a.count,
+                total_bytes: a.total,
+                avg_bytes: a.avg(),
+                median_bytes: a.median(),
+                min_bytes: a.min,
+                max_bytes: a.max,
+                stddev_bytes: a.stddev(),
+            })
+            .collect(),
             nvtx_categories: self.nvtx_categories.into_iter().collect(),
             graphs: self
                 .graphs
@@ -283,9 +289,11 @@ fn duration_rows(map: HashMap<String, Acc>) -> Vec<DurationRow> {
             name,
             count: a.count,
             total_ns: a.total,
-            avg_ns: a.total / a.count.max(1),
+            avg_ns: a.avg(),
+            median_ns: a.median(),
             min_ns: a.min,
             max_ns: a.max,
+            stddev_ns: a.stddev(),
             percent: if all == 0 { 0.0 } else { 100.0 * a.total as f64 / all as f64 },
         })
         .collect();

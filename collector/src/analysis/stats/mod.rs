@@ -2,11 +2,14 @@
 //! and host memory, memset, device and pinned memory, NVTX ranges and marks, synchronisation, drops, processes.
 
 mod accumulate;
+mod dist;
+mod render;
 
 use crate::export::table::Table;
 use crate::model::source::EventSource;
 use crate::model::trace::{Process, Trace};
 pub use accumulate::StatsAcc;
+pub use render::{Report, Style};
 use serde::Serialize;
 
 /// Count and duration summary of one name.
@@ -16,10 +19,27 @@ pub struct DurationRow {
     pub count: u64,
     pub total_ns: u64,
     pub avg_ns: u64,
+    /// Exact up to 4096 instances, within 0.05% beyond (see `dist`).
+    pub median_ns: u64,
     pub min_ns: u64,
     pub max_ns: u64,
+    /// Sample standard deviation.
+    pub stddev_ns: u64,
     /// Share of the table's total time, in percent.
     pub percent: f64,
+}
+
+/// Sizes of one kind of copy (or memset), as `nsys stats`' cuda_gpu_mem_size_sum.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MemSizeRow {
+    pub operation: String,
+    pub count: u64,
+    pub total_bytes: u64,
+    pub avg_bytes: u64,
+    pub median_bytes: u64,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub stddev_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -31,8 +51,10 @@ pub struct NvtxRow {
     pub count: u64,
     pub total_ns: u64,
     pub avg_ns: u64,
+    pub median_ns: u64,
     pub min_ns: u64,
     pub max_ns: u64,
+    pub stddev_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -136,6 +158,9 @@ pub struct Stats {
     pub api: Vec<DurationRow>,
     pub memcpy: Vec<MemcpyRow>,
     pub memset: Vec<MemsetRow>,
+    /// Copies and memsets by operation ("[CUDA memcpy Host-to-Device]", "[CUDA memset]"): durations and sizes.
+    pub gpu_mem_time: Vec<DurationRow>,
+    pub gpu_mem_size: Vec<MemSizeRow>,
     pub memory: MemoryStats,
     pub nvtx: Vec<NvtxRow>,
     /// NVTX category names (`nvtxNameCategory*`), by domain and category id.
@@ -192,147 +217,7 @@ impl Stats {
     }
 
     pub fn to_table(&self) -> String {
-        let mut out = String::new();
-        let dur = |title: &str, rows: &[DurationRow], out: &mut String| {
-            let mut t = Table::new(
-                title,
-                &["Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Min (ns)", "Max (ns)", "Name"],
-            );
-            for r in rows {
-                t.row(vec![
-                    format!("{:.1}", r.percent),
-                    r.total_ns.to_string(),
-                    r.count.to_string(),
-                    r.avg_ns.to_string(),
-                    r.min_ns.to_string(),
-                    r.max_ns.to_string(),
-                    r.name.clone(),
-                ]);
-            }
-            t.render(out);
-        };
-        dur("CUDA kernels (GPU time)", &self.kernels, &mut out);
-        dur("CUDA API calls (host time)", &self.api, &mut out);
-        let mut t = Table::new(
-            "Memory copies",
-            &["Count", "Total (bytes)", "Total Time (ns)", "GB/s", "Async", "Host memory", "Kind"],
-        );
-        for r in &self.memcpy {
-            t.row(vec![
-                r.count.to_string(),
-                r.bytes.to_string(),
-                r.total_ns.to_string(),
-                format!("{:.2}", r.gbps),
-                r.async_count.to_string(),
-                r.host_memory.clone(),
-                r.kind.clone(),
-            ]);
-        }
-        t.render(&mut out);
-        let mut t = Table::new("Memsets", &["Count", "Total (bytes)", "Total Time (ns)", "Memory"]);
-        for r in &self.memset {
-            t.row(vec![r.count.to_string(), r.bytes.to_string(), r.total_ns.to_string(), r.kind.clone()]);
-        }
-        t.render(&mut out);
-        let mut t = Table::new(
-            "Memory",
-            &["Allocs", "Frees", "Allocated (bytes)", "Peak (bytes)", "Live at end (bytes)", "Memory"],
-        );
-        for (name, m) in [("device", &self.memory.device), ("pinned host", &self.memory.pinned_host)] {
-            t.row(vec![
-                m.malloc_count.to_string(),
-                m.free_count.to_string(),
-                m.alloc_bytes.to_string(),
-                m.peak_bytes.to_string(),
-                m.live_bytes_at_end.to_string(),
-                name.to_string(),
-            ]);
-        }
-        t.render(&mut out);
-        let mut t = Table::new("NVTX", &["Kind", "Count", "Total Time (ns)", "Avg (ns)", "Domain", "Name"]);
-        for r in &self.nvtx {
-            t.row(vec![
-                r.kind.to_string(),
-                r.count.to_string(),
-                r.total_ns.to_string(),
-                r.avg_ns.to_string(),
-                r.domain.clone(),
-                r.name.clone(),
-            ]);
-        }
-        t.render(&mut out);
-        let mut t = Table::new("Synchronization", &["Count", "Total Time (ns)", "Kind"]);
-        for r in &self.sync {
-            t.row(vec![r.count.to_string(), r.total_ns.to_string(), r.kind.clone()]);
-        }
-        t.render(&mut out);
-        let mut t = Table::new("Processes", &["PID", "PPID", "CUPTI", "Events", "Dropped", "Finished", "Command"]);
-        for p in &self.processes {
-            let mut command = if p.status.is_empty() {
-                p.command.clone()
-            } else {
-                format!("{} [agent off: {}]", p.command, p.status)
-            };
-            if p.rings_refused > 0 {
-                command.push_str(&format!(" [{} threads got no ring: no shared memory]", p.rings_refused));
-            }
-            if p.drops.strings_full > 0 {
-                command.push_str(&format!(" [{} names lost: string region full]", p.drops.strings_full));
-            }
-            for u in &p.records_unused {
-                command
-                    .push_str(&format!(" [{} records: {} skipped, {} unfinished]", u.class, u.skipped, u.incomplete));
-            }
-            if p.injected_late {
-                command.push_str(&late_note(p.nvtx_tables_late, p.nvtx_tables_foreign));
-            }
-            t.row(vec![
-                p.pid.to_string(),
-                p.ppid.to_string(),
-                p.cupti_version.to_string(),
-                p.events.to_string(),
-                p.drops.total().to_string(),
-                match (p.finished, p.launches_without_kernel) {
-                    (true, _) => "yes".to_string(),
-                    (false, 0) => "no (killed?)".to_string(),
-                    (false, n) => format!("no (killed?): {n} launches lost their kernel"),
-                },
-                command,
-            ]);
-        }
-        t.render(&mut out);
-        let mut t = Table::new("Devices", &["PID", "Device", "Memory (GiB)", "CC", "SMs", "Name"]);
-        for d in &self.devices {
-            t.row(vec![
-                d.pid.to_string(),
-                d.device.to_string(),
-                format!("{:.1}", d.memory_bytes as f64 / (1u64 << 30) as f64),
-                d.compute_capability.clone(),
-                d.multiprocessors.to_string(),
-                d.name.clone(),
-            ]);
-        }
-        t.render(&mut out);
-        out.push_str(&format!("\nDropped records: {}\n", self.dropped));
-        out
-    }
-}
-
-/// What an agent injected into a running process could do for NVTX, for the processes table.
-fn late_note(found: u32, foreign: u32) -> String {
-    let held = match foreign {
-        0 => String::new(),
-        1 => ", 1 held by another tool".into(),
-        n => format!(", {n} held by other tools"),
-    };
-    match found {
-        0 => format!(" [agent injected into the running process: no NVTX ranges{held}]"),
-        1 => {
-            format!(" [agent injected into the running process: NVTX ranges from the 1 library found using NVTX{held}]")
-        }
-        n => format!(
-            " [agent injected into the running process: NVTX ranges from the {n} libraries found using NVTX{held}]"
-        ),
+        self.render(&Report::ALL, Style::Table)
     }
 }
 

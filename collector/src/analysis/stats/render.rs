@@ -1,0 +1,353 @@
+//! `cuflight stats` output: the tables by report, under `nsys stats`' report names where nsys has one
+//! (`--report cuda_gpu_kern_sum,cuda_api_sum`), as a terminal table, CSV or JSON.
+
+use super::*;
+
+/// One report of `cuflight stats --report`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Report {
+    Kernels,
+    Api,
+    MemTime,
+    MemSize,
+    Memcpy,
+    Memset,
+    Memory,
+    Nvtx,
+    Sync,
+    Graphs,
+    Processes,
+    Devices,
+}
+
+impl Report {
+    pub const ALL: [Report; 12] = [
+        Report::Kernels,
+        Report::Api,
+        Report::MemTime,
+        Report::MemSize,
+        Report::Memcpy,
+        Report::Memset,
+        Report::Memory,
+        Report::Nvtx,
+        Report::Sync,
+        Report::Graphs,
+        Report::Processes,
+        Report::Devices,
+    ];
+
+    /// The name `--report` takes (nsys's where it has one) and the JSON key of the table.
+    pub fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Report::Kernels => ("cuda_gpu_kern_sum", "kernels"),
+            Report::Api => ("cuda_api_sum", "api"),
+            Report::MemTime => ("cuda_gpu_mem_time_sum", "gpu_mem_time"),
+            Report::MemSize => ("cuda_gpu_mem_size_sum", "gpu_mem_size"),
+            Report::Memcpy => ("memcpy", "memcpy"),
+            Report::Memset => ("memset", "memset"),
+            Report::Memory => ("memory", "memory"),
+            Report::Nvtx => ("nvtx_sum", "nvtx"),
+            Report::Sync => ("sync", "sync"),
+            Report::Graphs => ("graphs", "graphs"),
+            Report::Processes => ("processes", "processes"),
+            Report::Devices => ("devices", "devices"),
+        }
+    }
+
+    /// One name of `--report` (a report name or a JSON key).
+    pub fn parse(want: &str) -> Result<Report, String> {
+        let want = want.trim();
+        Report::ALL.into_iter().find(|r| r.names().0 == want || r.names().1 == want).ok_or_else(|| {
+            let known: Vec<&str> = Report::ALL.iter().map(|r| r.names().0).collect();
+            format!("unknown report '{want}' (known: {})", known.join(", "))
+        })
+    }
+}
+
+/// How the tables are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    Table,
+    Csv,
+    Json,
+}
+
+impl Stats {
+    /// The `reports` asked for, in `style`. JSON holds the requested keys (with `processes` also `dropped`, with
+    /// `nvtx` also `nvtx_categories`), or, for all reports, every key.
+    pub fn render(&self, reports: &[Report], style: Style) -> String {
+        if style == Style::Json && reports == Report::ALL {
+            return self.to_json(); // everything, the schema's every key
+        }
+        if style == Style::Json {
+            let all = serde_json::to_value(self).unwrap_or_default();
+            let mut picked = serde_json::Map::new();
+            for r in reports {
+                let key = r.names().1;
+                picked.insert(key.into(), all[key].clone());
+                if *r == Report::Processes {
+                    picked.insert("dropped".into(), all["dropped"].clone());
+                }
+                if *r == Report::Nvtx {
+                    picked.insert("nvtx_categories".into(), all["nvtx_categories"].clone());
+                }
+            }
+            return serde_json::to_string_pretty(&picked).unwrap_or_default();
+        }
+        let mut out = String::new();
+        for (i, r) in reports.iter().enumerate() {
+            let t = self.table(*r);
+            match style {
+                Style::Csv => {
+                    if i > 0 {
+                        out.push('\n');
+                    }
+                    t.to_csv(&mut out);
+                }
+                _ => t.render(&mut out),
+            }
+        }
+        if style == Style::Table && reports.contains(&Report::Processes) {
+            out.push_str(&format!("\nDropped records: {}\n", self.dropped));
+        }
+        out
+    }
+
+    fn table(&self, report: Report) -> Table {
+        match report {
+            Report::Kernels => durations("CUDA kernels (GPU time) [cuda_gpu_kern_sum]", &self.kernels),
+            Report::Api => durations("CUDA API calls (host time) [cuda_api_sum]", &self.api),
+            Report::MemTime => durations("GPU memory operations by time [cuda_gpu_mem_time_sum]", &self.gpu_mem_time),
+            Report::MemSize => {
+                let mut t = Table::new(
+                    "GPU memory operations by size [cuda_gpu_mem_size_sum]",
+                    &[
+                        "Total (bytes)",
+                        "Count",
+                        "Avg (bytes)",
+                        "Med (bytes)",
+                        "Min (bytes)",
+                        "Max (bytes)",
+                        "StdDev (bytes)",
+                        "Operation",
+                    ],
+                );
+                for r in &self.gpu_mem_size {
+                    t.row(vec![
+                        r.total_bytes.to_string(),
+                        r.count.to_string(),
+                        r.avg_bytes.to_string(),
+                        r.median_bytes.to_string(),
+                        r.min_bytes.to_string(),
+                        r.max_bytes.to_string(),
+                        r.stddev_bytes.to_string(),
+                        r.operation.clone(),
+                    ]);
+                }
+                t
+            }
+            Report::Memcpy => {
+                let mut t = Table::new(
+                    "Memory copies by host memory",
+                    &["Count", "Total (bytes)", "Total Time (ns)", "GB/s", "Async", "Host memory", "Kind"],
+                );
+                for r in &self.memcpy {
+                    t.row(vec![
+                        r.count.to_string(),
+                        r.bytes.to_string(),
+                        r.total_ns.to_string(),
+                        format!("{:.2}", r.gbps),
+                        r.async_count.to_string(),
+                        r.host_memory.clone(),
+                        r.kind.clone(),
+                    ]);
+                }
+                t
+            }
+            Report::Memset => {
+                let mut t = Table::new("Memsets", &["Count", "Total (bytes)", "Total Time (ns)", "Memory"]);
+                for r in &self.memset {
+                    t.row(vec![r.count.to_string(), r.bytes.to_string(), r.total_ns.to_string(), r.kind.clone()]);
+                }
+                t
+            }
+            Report::Memory => {
+                let mut t = Table::new(
+                    "Memory",
+                    &["Allocs", "Frees", "Allocated (bytes)", "Peak (bytes)", "Live at end (bytes)", "Memory"],
+                );
+                for (name, m) in [("device", &self.memory.device), ("pinned host", &self.memory.pinned_host)] {
+                    t.row(vec![
+                        m.malloc_count.to_string(),
+                        m.free_count.to_string(),
+                        m.alloc_bytes.to_string(),
+                        m.peak_bytes.to_string(),
+                        m.live_bytes_at_end.to_string(),
+                        name.to_string(),
+                    ]);
+                }
+                t
+            }
+            Report::Nvtx => {
+                let mut t = Table::new(
+                    "NVTX ranges and marks [nvtx_sum]",
+                    &[
+                        "Total Time (ns)",
+                        "Instances",
+                        "Avg (ns)",
+                        "Med (ns)",
+                        "Min (ns)",
+                        "Max (ns)",
+                        "StdDev (ns)",
+                        "Kind",
+                        "Domain",
+                        "Name",
+                    ],
+                );
+                // By time, as nsys orders it.
+                let mut rows: Vec<&NvtxRow> = self.nvtx.iter().collect();
+                rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+                for r in rows {
+                    t.row(vec![
+                        r.total_ns.to_string(),
+                        r.count.to_string(),
+                        r.avg_ns.to_string(),
+                        r.median_ns.to_string(),
+                        r.min_ns.to_string(),
+                        r.max_ns.to_string(),
+                        r.stddev_ns.to_string(),
+                        r.kind.to_string(),
+                        r.domain.clone(),
+                        r.name.clone(),
+                    ]);
+                }
+                t
+            }
+            Report::Sync => {
+                let mut t = Table::new("Synchronization", &["Count", "Total Time (ns)", "Kind"]);
+                for r in &self.sync {
+                    t.row(vec![r.count.to_string(), r.total_ns.to_string(), r.kind.clone()]);
+                }
+                t
+            }
+            Report::Graphs => {
+                let mut t =
+                    Table::new("CUDA graphs", &["PID", "Launches", "Kernels", "Nodes", "Kernel Time (ns)", "Graph"]);
+                for g in &self.graphs {
+                    t.row(vec![
+                        g.pid.to_string(),
+                        g.launches.to_string(),
+                        g.kernels.to_string(),
+                        g.nodes.to_string(),
+                        g.kernel_ns.to_string(),
+                        g.graph_id.to_string(),
+                    ]);
+                }
+                t
+            }
+            Report::Processes => self.processes_table(),
+            Report::Devices => {
+                let mut t = Table::new("Devices", &["PID", "Device", "Memory (GiB)", "CC", "SMs", "Name"]);
+                for d in &self.devices {
+                    t.row(vec![
+                        d.pid.to_string(),
+                        d.device.to_string(),
+                        format!("{:.1}", d.memory_bytes as f64 / (1u64 << 30) as f64),
+                        d.compute_capability.clone(),
+                        d.multiprocessors.to_string(),
+                        d.name.clone(),
+                    ]);
+                }
+                t
+            }
+        }
+    }
+
+    fn processes_table(&self) -> Table {
+        let mut t = Table::new("Processes", &["PID", "PPID", "CUPTI", "Events", "Dropped", "Finished", "Command"]);
+        for p in &self.processes {
+            let mut command = if p.status.is_empty() {
+                p.command.clone()
+            } else {
+                format!("{} [agent off: {}]", p.command, p.status)
+            };
+            if p.rings_refused > 0 {
+                command.push_str(&format!(" [{} threads got no ring: no shared memory]", p.rings_refused));
+            }
+            if p.drops.strings_full > 0 {
+                command.push_str(&format!(" [{} names lost: string region full]", p.drops.strings_full));
+            }
+            for u in &p.records_unused {
+                command
+                    .push_str(&format!(" [{} records: {} skipped, {} unfinished]", u.class, u.skipped, u.incomplete));
+            }
+            if p.injected_late {
+                command.push_str(&late_note(p.nvtx_tables_late, p.nvtx_tables_foreign));
+            }
+            t.row(vec![
+                p.pid.to_string(),
+                p.ppid.to_string(),
+                p.cupti_version.to_string(),
+                p.events.to_string(),
+                p.drops.total().to_string(),
+                match (p.finished, p.launches_without_kernel) {
+                    (true, _) => "yes".to_string(),
+                    (false, 0) => "no (killed?)".to_string(),
+                    (false, n) => format!("no (killed?): {n} launches lost their kernel"),
+                },
+                command,
+            ]);
+        }
+        t
+    }
+}
+
+/// A duration table with `nsys stats`' columns.
+fn durations(title: &str, rows: &[DurationRow]) -> Table {
+    let mut t = Table::new(
+        title,
+        &[
+            "Time (%)",
+            "Total Time (ns)",
+            "Instances",
+            "Avg (ns)",
+            "Med (ns)",
+            "Min (ns)",
+            "Max (ns)",
+            "StdDev (ns)",
+            "Name",
+        ],
+    );
+    for r in rows {
+        t.row(vec![
+            format!("{:.1}", r.percent),
+            r.total_ns.to_string(),
+            r.count.to_string(),
+            r.avg_ns.to_string(),
+            r.median_ns.to_string(),
+            r.min_ns.to_string(),
+            r.max_ns.to_string(),
+            r.stddev_ns.to_string(),
+            r.name.clone(),
+        ]);
+    }
+    t
+}
+
+/// What an agent injected into a running process could do for NVTX, for the processes table.
+fn late_note(found: u32, foreign: u32) -> String {
+    let held = match foreign {
+        0 => String::new(),
+        1 => ", 1 held by another tool".into(),
+        n => format!(", {n} held by other tools"),
+    };
+    match found {
+        0 => format!(" [agent injected into the running process: no NVTX ranges{held}]"),
+        1 => {
+            format!(" [agent injected into the running process: NVTX ranges from the 1 library found using NVTX{held}]")
+        }
+        n => format!(
+            " [agent injected into the running process: NVTX ranges from the {n} libraries found using NVTX{held}]"
+        ),
+    }
+}

@@ -1,0 +1,77 @@
+//! `cuflight stats` as `nsys stats` users read it: Med and StdDev beside Avg, copies by time and by size,
+//! `--report` by nsys's report names, `--format csv`, `-o`. Checked on the Nsight Systems export in the shared
+//! traces against tests/py/nsys_api_sum.py (Python's sqlite3 and statistics on the same file).
+
+use cuflight_integration::*;
+use serde_json::Value;
+use std::process::Command;
+
+fn stats_with(args: &[&str]) -> std::process::Output {
+    Command::new(cuflight_bin()).arg("stats").args(args).output().expect("cuflight runs")
+}
+
+#[test]
+fn api_and_copy_size_summaries_equal_an_independent_computation() {
+    let Some(path) = shared_trace("nsys-a100-cloverleaf.sqlite") else { return };
+    let want = python_json("nsys_api_sum.py", &[path.as_os_str()]);
+    let p = path.to_str().unwrap();
+    let out = stats_with(&[p, "--report", "cuda_api_sum,cuda_gpu_mem_size_sum", "--format", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let keys: Vec<&String> = got.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["api", "gpu_mem_size"], "only the reports asked for");
+    let api = want["api"].as_object().unwrap();
+    assert_eq!(got["api"].as_array().unwrap().len(), api.len());
+    for row in got["api"].as_array().unwrap() {
+        let w = &api[row["name"].as_str().unwrap()];
+        for (ours, theirs) in [("count", "count"), ("total_ns", "total"), ("avg_ns", "avg"), ("median_ns", "median")]
+            .into_iter()
+            .chain([("min_ns", "min"), ("max_ns", "max"), ("stddev_ns", "stddev")])
+        {
+            assert_eq!(row[ours], w[theirs], "{}: {ours}", row["name"]);
+        }
+    }
+    // The Avg alone misleads: cudaDeviceSynchronize averages 229,918 ns, its median is 8,867.
+    let sync = got["api"].as_array().unwrap().iter().find(|r| r["name"] == "cudaDeviceSynchronize").unwrap();
+    assert_eq!((sync["avg_ns"].as_u64(), sync["median_ns"].as_u64()), (Some(229_918), Some(8_867)));
+    let htod =
+        got["gpu_mem_size"].as_array().unwrap().iter().find(|r| r["operation"] == "[CUDA memcpy Host-to-Device]");
+    let w = &want["sizes"]["1"];
+    let htod = htod.expect("host-to-device copies");
+    for (ours, theirs) in
+        [("count", "count"), ("total_bytes", "total"), ("median_bytes", "median"), ("stddev_bytes", "stddev")]
+    {
+        assert_eq!(htod[ours], w[theirs], "HtoD {ours}");
+    }
+}
+
+#[test]
+fn csv_tables_and_the_output_file_follow_nsys_habits() {
+    let dir = scratch("stats-csv");
+    let prog = build_c("streams", &dir);
+    let r = record(&dir, &[], &prog, &["5"], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    let t = r.trace.to_str().unwrap();
+    let out = stats_with(&[t, "--report", "cuda_gpu_kern_sum,cuda_gpu_mem_time_sum", "--format", "csv"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let blocks: Vec<&str> = text.split("\n\n").collect();
+    assert_eq!(blocks.len(), 2, "{text}");
+    let kern: Vec<&str> = blocks[0].lines().collect();
+    assert!(kern[0].starts_with("# CUDA kernels"));
+    assert_eq!(kern[1], "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name");
+    let instances: u64 = kern[2..].iter().map(|l| l.split(',').nth(2).unwrap().parse::<u64>().unwrap()).sum();
+    assert_eq!(instances, 2 * 2 * 5 * 2, "saxpy and relu per stream and iteration");
+    assert!(blocks[1].lines().any(|l| l.ends_with(",[CUDA memset]")), "{}", blocks[1]);
+    // -o writes the file (and never over the trace it reads).
+    let file = dir.join("stats.txt");
+    let out = stats_with(&[t, "--report", "nvtx_sum,processes", "-o", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert!(written.contains("[nvtx_sum]") && written.contains("Processes") && !written.contains("CUDA kernels"));
+    let out = stats_with(&[t, "-o", t, "--force"]);
+    assert!(!out.status.success() && std::fs::metadata(t).unwrap().len() > 0, "the input is never the output");
+    let bad = stats_with(&[t, "--report", "cuda_gpu_kern_sum,gpu_trace"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success() && err.contains("unknown report 'gpu_trace'"), "{err}");
+}
