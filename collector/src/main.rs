@@ -1,258 +1,23 @@
 //! `cuflight`: record CUDA programs and analyse their traces. Each subcommand is a thin layer over the library.
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::Parser;
+mod cli;
+use cli::*;
 use cuflight_collector::analysis::stats::{self, Stats};
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
-use cuflight_collector::capture::window::Range;
 use cuflight_collector::capture::{agents, attach, dump, sampled};
 use cuflight_collector::export::output::{self, Output};
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[derive(Parser)]
-#[command(name = "cuflight", version, about = "A zero-code-change GPU profiler for CUDA programs")]
-struct Cli {
-    #[command(subcommand)]
-    command: Cmd,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// Run a command with the agent injected and write its trace.
-    Record {
-        /// Trace file to write (default: cuflight-N.cuf in the current directory).
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-        /// How the agent enters the program.
-        #[arg(long, value_enum, default_value_t = InjectArg::Driver)]
-        inject: InjectArg,
-        /// How often the agent flushes CUPTI's activity buffers, in ms (default 1000).
-        #[arg(long)]
-        flush_ms: Option<u64>,
-        /// How often the collector drains the rings, in ms.
-        #[arg(long, default_value_t = 10)]
-        drain_ms: u64,
-        /// Replace the output file if it exists.
-        #[arg(long)]
-        force: bool,
-        /// Seconds to keep recording processes that outlive the command.
-        #[arg(long, default_value_t = 10)]
-        linger_secs: u64,
-        #[command(flatten)]
-        window: WindowArgs,
-        #[command(flatten)]
-        sampling: SamplingArgs,
-        /// How long each sampling window lasts (default 10s, at most --every; with --steps or --capture-range, the
-        /// longest it may wait and last).
-        #[arg(long, value_parser = attach::parse_duration, requires = "every")]
-        duration: Option<Duration>,
-        /// The program and its arguments (after `--`).
-        #[arg(last = true, required = true, num_args = 1..)]
-        command: Vec<String>,
-    },
-    /// Run a command with the agent dormant: injected, recording nothing and costing nothing until a collector
-    /// attaches. Exits with the command's status (the command replaces this process).
-    Launch {
-        /// Record from the start into rings that keep the last DUR (e.g. 30s) of everything, for `cuflight dump`
-        /// and for automatic dumps when the program crashes, hangs, hits a sticky CUDA error or gets SIGUSR2.
-        #[arg(long, value_parser = attach::parse_duration)]
-        flight_recorder: Option<Duration>,
-        /// Where automatic dumps go (default: the current directory).
-        #[arg(long, requires = "flight_recorder")]
-        dump_dir: Option<PathBuf>,
-        /// Dump when a thread waits in a synchronising CUDA call this long while no GPU work completes.
-        #[arg(long, value_parser = attach::parse_duration, requires = "flight_recorder")]
-        hang_timeout: Option<Duration>,
-        /// The program and its arguments (after `--`).
-        #[arg(last = true, required = true, num_args = 1..)]
-        command: Vec<String>,
-    },
-    /// The last seconds of a flight recorder (`cuflight launch --flight-recorder`) as a trace: from a running
-    /// process (by pid), or from the image its agent wrote into the dump directory on a crash or hang.
-    Dump {
-        /// A pid, or the path of a dump image (cuflight-PID-TIME-N.seg).
-        target: String,
-        /// Trace file to write (default: cuflight-N.cuf in the current directory).
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-        /// Keep only what ended in this last stretch (default: the recorder's own span).
-        #[arg(long, value_parser = attach::parse_duration)]
-        last: Option<Duration>,
-        /// Replace the output file if it exists.
-        #[arg(long)]
-        force: bool,
-    },
-    /// Record a window of a running process whose agent is dormant (started with `cuflight launch`), then leave
-    /// it dormant again. Ctrl-C ends the window early; the trace is written either way.
-    Attach {
-        /// The process (as `cuflight ps` lists it).
-        pid: u32,
-        /// Trace file to write (default: cuflight-N.cuf in the current directory).
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-        /// How long to record: 10s, 500ms, 2m (default 10s; with --steps or --capture-range, the longest a
-        /// window may wait and last, unbounded by default).
-        #[arg(long, value_parser = attach::parse_duration)]
-        duration: Option<Duration>,
-        #[command(flatten)]
-        window: WindowArgs,
-        #[command(flatten)]
-        sampling: SamplingArgs,
-        /// Replace the output files if they exist.
-        #[arg(long)]
-        force: bool,
-        /// When the process has no agent (started without cuflight), load one into it first (ptrace; same user
-        /// or root). NVTX ranges of libraries that initialised NVTX before are not recorded.
-        #[arg(long)]
-        inject: bool,
-    },
-    /// The processes on this machine with a cuflight agent that this user may control: pid, state (dormant,
-    /// recording), since when, CUDA driver and CUPTI versions, command.
-    Ps {
-        #[arg(long, value_enum, default_value_t = Format::Table)]
-        format: Format,
-        /// Also the CUDA processes that have no agent (started without cuflight): `attach --inject` can load one.
-        #[arg(long)]
-        all: bool,
-    },
-    /// Summary tables of a trace (cuflight, Kineto JSON or nsys SQLite), as `nsys stats` prints them.
-    Stats {
-        trace: PathBuf,
-        #[arg(long, value_enum, default_value_t = StatsFormat::Table)]
-        format: StatsFormat,
-        /// Reports to print, comma-separated, by nsys's names where it has one: cuda_gpu_kern_sum, cuda_api_sum,
-        /// cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum, nvtx_sum; and memcpy, memset, memory, sync, graphs,
-        /// processes, devices. Default: all.
-        #[arg(long, value_delimiter = ',', value_parser = parse_report)]
-        report: Vec<stats::Report>,
-        /// Write the tables here instead of standard output.
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-        /// Replace the output file if it exists.
-        #[arg(long)]
-        force: bool,
-    },
-    /// Diagnose a run: the bottleneck, what it costs and the fix; breakdowns per step and per process. Several
-    /// traces are several ranks of one job.
-    Report {
-        #[arg(required = true, num_args = 1..)]
-        traces: Vec<PathBuf>,
-        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
-        format: ReportFormat,
-        /// Steps are the ranges with this name (or starting with it), instead of ProfilerStep#N, step-like NVTX
-        /// ranges or the repeating launch pattern.
-        #[arg(long)]
-        step: Option<String>,
-        /// Write the report here instead of standard output.
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-        /// Replace the output file if it exists.
-        #[arg(long)]
-        force: bool,
-    },
-    /// Timeline of a trace (cuflight, Kineto JSON or nsys SQLite) for Perfetto or Kineto-style tools.
-    Export {
-        trace: PathBuf,
-        #[arg(long, value_enum, default_value_t = ExportFormat::Perfetto)]
-        format: ExportFormat,
-        /// Output file (default: the trace's name with .perfetto-trace or .json).
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-        /// Replace the output file if it exists.
-        #[arg(long)]
-        force: bool,
-    },
-    /// Rewrites a trace whose recording was cut short (collector killed, disk full) as a complete one: every
-    /// complete block, and a footer saying what was lost. Every command already reads such a trace, with a
-    /// warning.
-    Recover {
-        trace: PathBuf,
-        /// Output file (default: the trace's name with .recovered.cuf).
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-        /// Replace the output file if it exists.
-        #[arg(long)]
-        force: bool,
-    },
-}
-
-/// Sampling windows (`record` and `attach` alike).
-#[derive(clap::Args)]
-struct SamplingArgs {
-    /// Sampling: start a window this often (the agent is dormant and CUPTI-free in between); window N is written
-    /// to <output stem>-N.<ext>.
-    #[arg(long, value_parser = attach::parse_duration, requires = "count")]
-    every: Option<Duration>,
-    /// How many sampling windows (with --every).
-    #[arg(long, requires = "every", value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    count: Option<u32>,
-}
-
-/// A window bounded by the program's own marks (`record` and `attach` alike).
-#[derive(clap::Args)]
-struct WindowArgs {
-    /// Keep N steps (step-like NVTX ranges: ProfilerStep#N, step, train_step, ...), like torch.profiler's
-    /// active steps.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "capture_range")]
-    steps: Option<u32>,
-    /// Steps to let pass first (torch.profiler's wait + warmup).
-    #[arg(long, requires = "steps", default_value_t = 0)]
-    skip_steps: u32,
-    /// Keep only what lies inside the program's own marks: cudaProfilerApi (cudaProfilerStart..Stop) or
-    /// nvtx:NAME[@DOMAIN] (the first NVTX range of that name).
-    #[arg(long, value_parser = Range::parse)]
-    capture_range: Option<Range>,
-}
-
-impl WindowArgs {
-    fn range(self) -> Option<Range> {
-        match self.steps {
-            Some(count) => Some(Range::Steps { skip: self.skip_steps, count }),
-            None => self.capture_range,
-        }
+/// The status a shell gives a command it cannot run: 127 when it is not found, 126 when it cannot be executed.
+fn spawn_status(e: &std::io::Error) -> i32 {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
     }
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum ReportFormat {
-    Text,
-    Json,
-    /// A self-contained page with plots (no network needed).
-    Html,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum ExportFormat {
-    /// Perfetto protobuf (open in ui.perfetto.dev or trace_processor).
-    Perfetto,
-    /// Kineto-compatible Chrome JSON (Holistic Trace Analysis, TensorBoard, chrome://tracing).
-    Chrome,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum InjectArg {
-    /// CUDA_INJECTION64_PATH and NVTX_INJECTION64_PATH (the CUDA driver loads the agent).
-    Driver,
-    /// LD_PRELOAD.
-    Preload,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Format {
-    Table,
-    Json,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum StatsFormat {
-    Table,
-    Json,
-    Csv,
-}
-
-fn parse_report(text: &str) -> Result<stats::Report, String> {
-    stats::Report::parse(text)
 }
 
 fn main() {
@@ -341,7 +106,13 @@ fn run(cli: Cli) -> Result<i32> {
                 force,
                 range: window.range(),
             };
-            let s = record::record(&opts).context("recording failed")?;
+            let s = match record::record(&opts) {
+                Err(record::RecordError::Spawn { command, source }) => {
+                    eprintln!("cuflight: cannot run '{command}': {source}");
+                    return Ok(spawn_status(&source));
+                }
+                other => other.context("recording failed")?,
+            };
             for (pid, why) in &s.disabled {
                 eprintln!("cuflight: agent was off in process {pid}: {why}");
             }
@@ -359,6 +130,16 @@ fn run(cli: Cli) -> Result<i32> {
                 };
                 eprintln!(
                     "cuflight: process {pid} ended without its final flush (killed, left through _exit, or replaced by exec): {missing}"
+                );
+            }
+            if s.processes == 0 {
+                eprintln!(
+                    "cuflight: no process of the program used CUDA (none loaded the CUDA driver, which loads the agent): the trace is empty; the program exited with status {}",
+                    s.exit_code
+                );
+            } else if s.disabled.len() == s.processes {
+                eprintln!(
+                    "cuflight: the agent was off in every process (reasons above): the trace holds no CUDA activity"
                 );
             }
             eprintln!(
@@ -405,7 +186,8 @@ fn run(cli: Cli) -> Result<i32> {
                 None => None,
             };
             let e = agents::launch(&agent, &command, flight.as_ref());
-            bail!("cannot run {}: {e}", command[0]);
+            eprintln!("cuflight: cannot run '{}': {e}", command[0]);
+            Ok(spawn_status(&e))
         }
         Cmd::Dump { target, output, last, force } => {
             let output = output.unwrap_or_else(record::default_output);
@@ -590,6 +372,15 @@ fn run(cli: Cli) -> Result<i32> {
                 ),
                 None => eprintln!("cuflight: wrote {}: {} events; {} was already complete", output.display(), r.events, trace.display()),
             }
+            Ok(0)
+        }
+        Cmd::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "cuflight",
+                &mut std::io::stdout(),
+            );
             Ok(0)
         }
         Cmd::Stats { trace, format, report, output, force } => {

@@ -93,9 +93,9 @@ fn launch_exits_with_the_program_status_and_refuses_a_missing_program() {
     let out = Command::new(cuflight_bin()).args(["launch", "--", "sh", "-c", "exit 7"]).output().unwrap();
     assert_eq!(out.status.code(), Some(7));
     let out = Command::new(cuflight_bin()).args(["launch", "--", "/nonexistent/program"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(127), "as a shell says of a command it cannot find");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.starts_with("cuflight: cannot run /nonexistent/program") && err.lines().count() == 1, "{err}");
+    assert!(err.starts_with("cuflight: cannot run '/nonexistent/program'") && err.lines().count() == 1, "{err}");
 }
 
 /// A `server cmd` under `cuflight launch`: it obeys lines on stdin.

@@ -11,4 +11,5 @@ pub mod record;
 pub mod recover;
 pub mod sampled;
 mod sink;
+mod status;
 pub mod window;

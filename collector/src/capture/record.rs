@@ -179,6 +179,25 @@ fn process_gone(pid: u32) -> bool {
     }
 }
 
+/// Records a live process has dropped so far, every cause.
+fn live_drops(seg: &MappedSegment) -> u64 {
+    let h = seg.header();
+    let ring_full: u64 = (0..seg.reserved_rings()).filter_map(|i| seg.ring(i)).map(|r| r.dropped()).sum();
+    ring_full
+        + h.no_ring_drops.load(Ordering::Relaxed)
+        + h.cupti_dropped.load(Ordering::Relaxed)
+        + h.records_skipped.load(Ordering::Relaxed)
+}
+
+/// A recording's progress (see [`Session::progress`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Progress {
+    pub processes: usize,
+    pub events: u64,
+    pub dropped: u64,
+    pub bytes: u64,
+}
+
 fn process_info(t: &Tracked) -> ProcessInfo {
     let h = t.seg.header();
     let st = h.state.load(Ordering::Acquire);
@@ -547,6 +566,18 @@ impl Session {
         self.rec.tracked.len() + self.rec.ended.len()
     }
 
+    /// Where a recording stands, for the status line: processes, events written, records dropped, file bytes.
+    pub fn progress(&self) -> Progress {
+        let live: u64 = self.rec.tracked.values().map(|t| live_drops(&t.seg)).sum();
+        let ended: u64 = self.rec.ended.iter().map(|i| i.drops.total()).sum();
+        Progress {
+            processes: self.processes(),
+            events: self.rec.sink.events_written(),
+            dropped: live + ended,
+            bytes: std::fs::metadata(&self.out_path).map_or(0, |m| m.len()),
+        }
+    }
+
     /// A last drain, every process's facts, the footer; commits the file (or keeps what reached it after a
     /// write error).
     pub fn finish(self, command: Vec<String>, exit_code: Option<i32>) -> RecordSummary {
@@ -656,12 +687,14 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
         any
     };
 
+    let mut status_line = super::status::StatusLine::for_stderr();
     let status = loop {
         session.step(false);
         forward(&mut signals, Some(child.id()));
         if let Ok(Some(status)) = child.try_wait() {
             break status;
         }
+        status_line.show(|| session.progress());
         session.wait(wait_ms);
     };
     // Children may outlive the command; keep draining until they end, the linger time is up, or a signal asks
@@ -674,6 +707,7 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
         }
         session.wait(wait_ms);
     }
+    status_line.clear();
     let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     let never_started = session.window_phase() == Some(super::window::Phase::Waiting);
     let mut summary = session.finish(opts.command.clone(), Some(exit_code));

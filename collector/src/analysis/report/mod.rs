@@ -70,6 +70,10 @@ pub struct Report {
 pub enum ReportError {
     #[error("{0}: the trace holds no events (was the program run under `cuflight record`, and did it use CUDA?)")]
     Empty(String),
+    #[error(
+        "{file}: nothing was recorded: the agent was off in process {pid} ({why}); this says nothing about the program"
+    )]
+    AgentOff { file: String, pid: u32, why: String },
     #[error("{0}: no GPU kernels, copies or memsets in the trace: nothing ran on the GPU while it was recorded")]
     NoGpuWork(String),
     #[error(transparent)]
@@ -88,6 +92,14 @@ impl Report {
         for (file, source) in traces.iter_mut() {
             let plan = plan::plan(source, opts.step.as_deref())?;
             if plan.values().all(|p| p.events == 0) {
+                // Not the program's fault when the agent was off: say why it was.
+                if let Some(p) = source.processes.values().find(|p| !p.info.status.is_empty()) {
+                    return Err(ReportError::AgentOff {
+                        file: file.clone(),
+                        pid: p.info.pid,
+                        why: p.info.status.clone(),
+                    });
+                }
                 return Err(ReportError::Empty(file.clone()));
             }
             plans.push(plan);

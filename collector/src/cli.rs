@@ -1,0 +1,262 @@
+//! The command line of `cuflight`: its subcommands and their options (clap), kept apart from what they do
+//! (`main.rs`).
+
+use clap::{Parser, Subcommand, ValueEnum};
+use cuflight_collector::analysis::stats;
+use cuflight_collector::capture::attach;
+use cuflight_collector::capture::window::Range;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "cuflight", version, about = "A zero-code-change GPU profiler for CUDA programs")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Run a command with the agent injected and write its trace.
+    Record {
+        /// Trace file to write (default: cuflight-N.cuf in the current directory).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// How the agent enters the program.
+        #[arg(long, value_enum, default_value_t = InjectArg::Driver)]
+        inject: InjectArg,
+        /// How often the agent flushes CUPTI's activity buffers, in ms (default 1000).
+        #[arg(long)]
+        flush_ms: Option<u64>,
+        /// How often the collector drains the rings, in ms.
+        #[arg(long, default_value_t = 10)]
+        drain_ms: u64,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
+        /// Seconds to keep recording processes that outlive the command.
+        #[arg(long, default_value_t = 10)]
+        linger_secs: u64,
+        #[command(flatten)]
+        window: WindowArgs,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+        /// How long each sampling window lasts (default 10s, at most --every; with --steps or --capture-range, the
+        /// longest it may wait and last).
+        #[arg(long, value_parser = attach::parse_duration, requires = "every")]
+        duration: Option<Duration>,
+        /// The program and its arguments: options end at the first word that is not one (as with `nsys profile`);
+        /// `--` before it works too.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, num_args = 1.., value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Run a command with the agent dormant: injected, recording nothing and costing nothing until a collector
+    /// attaches. Exits with the command's status (the command replaces this process).
+    Launch {
+        /// Record from the start into rings that keep the last DUR (e.g. 30s) of everything, for `cuflight dump`
+        /// and for automatic dumps when the program crashes, hangs, hits a sticky CUDA error or gets SIGUSR2.
+        #[arg(long, value_parser = attach::parse_duration)]
+        flight_recorder: Option<Duration>,
+        /// Where automatic dumps go (default: the current directory).
+        #[arg(long, requires = "flight_recorder")]
+        dump_dir: Option<PathBuf>,
+        /// Dump when a thread waits in a synchronising CUDA call this long while no GPU work completes.
+        #[arg(long, value_parser = attach::parse_duration, requires = "flight_recorder")]
+        hang_timeout: Option<Duration>,
+        /// The program and its arguments: options end at the first word that is not one (as with `nsys profile`);
+        /// `--` before it works too.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, num_args = 1.., value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// The last seconds of a flight recorder (`cuflight launch --flight-recorder`) as a trace: from a running
+    /// process (by pid), or from the image its agent wrote into the dump directory on a crash or hang.
+    Dump {
+        /// A pid, or the path of a dump image (cuflight-PID-TIME-N.seg).
+        target: String,
+        /// Trace file to write (default: cuflight-N.cuf in the current directory).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Keep only what ended in this last stretch (default: the recorder's own span).
+        #[arg(long, value_parser = attach::parse_duration)]
+        last: Option<Duration>,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Record a window of a running process whose agent is dormant (started with `cuflight launch`), then leave
+    /// it dormant again. Ctrl-C ends the window early; the trace is written either way.
+    Attach {
+        /// The process (as `cuflight ps` lists it).
+        pid: u32,
+        /// Trace file to write (default: cuflight-N.cuf in the current directory).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// How long to record: 10s, 500ms, 2m (default 10s; with --steps or --capture-range, the longest a
+        /// window may wait and last, unbounded by default).
+        #[arg(long, value_parser = attach::parse_duration)]
+        duration: Option<Duration>,
+        #[command(flatten)]
+        window: WindowArgs,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+        /// Replace the output files if they exist.
+        #[arg(long)]
+        force: bool,
+        /// When the process has no agent (started without cuflight), load one into it first (ptrace; same user
+        /// or root). NVTX ranges of libraries that initialised NVTX before are not recorded.
+        #[arg(long)]
+        inject: bool,
+    },
+    /// The processes on this machine with a cuflight agent that this user may control: pid, state (dormant,
+    /// recording), since when, CUDA driver and CUPTI versions, command.
+    Ps {
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        /// Also the CUDA processes that have no agent (started without cuflight): `attach --inject` can load one.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Shell completions for cuflight: `source <(cuflight completions bash)`, or save them where your shell
+    /// looks (zsh: a directory on $fpath as _cuflight; fish: ~/.config/fish/completions/cuflight.fish).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Summary tables of a trace (cuflight, Kineto JSON or nsys SQLite), as `nsys stats` prints them.
+    Stats {
+        trace: PathBuf,
+        #[arg(long, value_enum, default_value_t = StatsFormat::Table)]
+        format: StatsFormat,
+        /// Reports to print, comma-separated, by nsys's names where it has one: cuda_gpu_kern_sum, cuda_api_sum,
+        /// cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum, nvtx_sum; and memcpy, memset, memory, sync, graphs,
+        /// processes, devices. Default: all.
+        #[arg(long, value_delimiter = ',', value_parser = parse_report)]
+        report: Vec<stats::Report>,
+        /// Write the tables here instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Diagnose a run: the bottleneck, what it costs and the fix; breakdowns per step and per process. Several
+    /// traces are several ranks of one job.
+    Report {
+        #[arg(required = true, num_args = 1..)]
+        traces: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+        /// Steps are the ranges with this name (or starting with it), instead of ProfilerStep#N, step-like NVTX
+        /// ranges or the repeating launch pattern.
+        #[arg(long)]
+        step: Option<String>,
+        /// Write the report here instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Timeline of a trace (cuflight, Kineto JSON or nsys SQLite) for Perfetto or Kineto-style tools.
+    Export {
+        trace: PathBuf,
+        #[arg(long, value_enum, default_value_t = ExportFormat::Perfetto)]
+        format: ExportFormat,
+        /// Output file (default: the trace's name with .perfetto-trace or .json).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Rewrites a trace whose recording was cut short (collector killed, disk full) as a complete one: every
+    /// complete block, and a footer saying what was lost. Every command already reads such a trace, with a
+    /// warning.
+    Recover {
+        trace: PathBuf,
+        /// Output file (default: the trace's name with .recovered.cuf).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+/// Sampling windows (`record` and `attach` alike).
+#[derive(clap::Args)]
+pub struct SamplingArgs {
+    /// Sampling: start a window this often (the agent is dormant and CUPTI-free in between); window N is written
+    /// to <output stem>-N.<ext>.
+    #[arg(long, value_parser = attach::parse_duration, requires = "count")]
+    pub every: Option<Duration>,
+    /// How many sampling windows (with --every).
+    #[arg(long, requires = "every", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub count: Option<u32>,
+}
+
+/// A window bounded by the program's own marks (`record` and `attach` alike).
+#[derive(clap::Args)]
+pub struct WindowArgs {
+    /// Keep N steps (step-like NVTX ranges: ProfilerStep#N, step, train_step, ...), like torch.profiler's
+    /// active steps.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "capture_range")]
+    pub steps: Option<u32>,
+    /// Steps to let pass first (torch.profiler's wait + warmup).
+    #[arg(long, requires = "steps", default_value_t = 0)]
+    pub skip_steps: u32,
+    /// Keep only what lies inside the program's own marks: cudaProfilerApi (cudaProfilerStart..Stop) or
+    /// nvtx:NAME[@DOMAIN] (the first NVTX range of that name).
+    #[arg(long, value_parser = Range::parse)]
+    pub capture_range: Option<Range>,
+}
+
+impl WindowArgs {
+    pub fn range(self) -> Option<Range> {
+        match self.steps {
+            Some(count) => Some(Range::Steps { skip: self.skip_steps, count }),
+            None => self.capture_range,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ReportFormat {
+    Text,
+    Json,
+    /// A self-contained page with plots (no network needed).
+    Html,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ExportFormat {
+    /// Perfetto protobuf (open in ui.perfetto.dev or trace_processor).
+    Perfetto,
+    /// Kineto-compatible Chrome JSON (Holistic Trace Analysis, TensorBoard, chrome://tracing).
+    Chrome,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum InjectArg {
+    /// CUDA_INJECTION64_PATH and NVTX_INJECTION64_PATH (the CUDA driver loads the agent).
+    Driver,
+    /// LD_PRELOAD.
+    Preload,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum StatsFormat {
+    Table,
+    Json,
+    Csv,
+}
+
+pub fn parse_report(text: &str) -> Result<stats::Report, String> {
+    stats::Report::parse(text)
+}
