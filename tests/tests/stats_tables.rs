@@ -75,3 +75,38 @@ fn csv_tables_and_the_output_file_follow_nsys_habits() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success() && err.contains("unknown report 'gpu_trace'"), "{err}");
 }
+
+#[test]
+fn nvtx_ranges_project_onto_the_gpu_work_launched_inside_them() {
+    // nvtx_gpu_proj_sum and nvtx_kern_sum: 4 "step" ranges each launching 3 kernels (and synchronising before
+    // the pop), 2 kernels outside any range.
+    let dir = scratch("stats-proj");
+    let mut server = Server::start(&dir, &[], &[]);
+    let trace = dir.join("proj.cuf");
+    let window = spawn_attach(server.pid(), &trace, &["--duration", "60s"], &[]);
+    wait_for_agent_state(server.pid(), "recording");
+    assert_eq!(server.cmd("t 4 3"), "done");
+    assert_eq!(server.cmd("k 2"), "done 2");
+    end_attach_window(window);
+    assert!(server.end().0.success());
+    let out = stats_with(&[trace.to_str().unwrap(), "--report", "nvtx_gpu_proj_sum,nvtx_kern_sum", "--format", "json"]);
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let proj = &s["nvtx_gpu_proj"].as_array().unwrap();
+    assert_eq!(proj.len(), 1, "{proj:?}");
+    let p = &proj[0];
+    assert_eq!(
+        (p["name"].as_str(), p["instances"].as_u64(), p["total_gpu_ops"].as_u64()),
+        (Some("step"), Some(4), Some(12))
+    );
+    assert!(p["min_ns"].as_u64().unwrap() > 0);
+    assert!(
+        p["total_proj_ns"].as_u64() <= p["total_range_ns"].as_u64(),
+        "synchronised inside: the GPU finished before the pop"
+    );
+    let kern = &s["nvtx_kern"].as_array().unwrap();
+    assert_eq!(kern.len(), 1);
+    assert_eq!(
+        (kern[0]["range"].as_str(), kern[0]["kernel"].as_str(), kern[0]["count"].as_u64()),
+        (Some("step"), Some("tick"), Some(12))
+    );
+}

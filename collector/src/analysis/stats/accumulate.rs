@@ -54,12 +54,14 @@ pub struct StatsAcc {
     devices: BTreeMap<u32, Vec<DeviceRow>>,
     events: FxHashMap<u32, u64>,
     launches: FxHashMap<u32, Launches>,
+    projection: super::projection::Projection,
 }
 
 impl StatsAcc {
     /// One event of process `key` (`p` its facts and strings); events must come in time order.
     pub fn feed(&mut self, key: u32, p: &Process, e: &RawEvent) {
         *self.events.entry(key).or_default() += 1;
+        self.projection.feed(key, p, e);
         if let Some(r) = self.pairers.entry(key).or_default().feed(e) {
             self.nvtx.entry((key, Domain::Nvtx(r.domain), r.name, "range")).or_default().add(r.end - r.start);
             return;
@@ -203,6 +205,7 @@ impl StatsAcc {
             };
             nvtx.entry((domain.to_string(), string(key, name).to_string(), kind)).or_default().merge(&acc);
         }
+        let (nvtx_gpu_proj, nvtx_kern) = projection_rows(self.projection, processes);
         let mut rows = Vec::new();
         let mut dropped = 0;
         for (&key, p) in processes {
@@ -260,6 +263,8 @@ impl StatsAcc {
                 stddev_bytes: a.stddev(),
             })
             .collect(),
+            nvtx_gpu_proj,
+            nvtx_kern,
             nvtx_categories: self.nvtx_categories.into_iter().collect(),
             graphs: self
                 .graphs
@@ -299,6 +304,74 @@ fn duration_rows(map: HashMap<String, Acc>) -> Vec<DurationRow> {
         .collect();
     rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
     rows
+}
+
+/// The nvtx_gpu_proj_sum and nvtx_kern_sum rows, merged across processes by (domain, range[, kernel]) names.
+fn projection_rows(
+    mut proj: super::projection::Projection,
+    processes: &BTreeMap<u32, Process>,
+) -> (Vec<NvtxProjRow>, Vec<NvtxKernRow>) {
+    proj.flush();
+    let names = |key: u32, domain: u64, name: u32| {
+        processes
+            .get(&key)
+            .map_or((String::new(), String::new()), |p| (p.nvtx_domain(domain).to_string(), p.string(name).to_string()))
+    };
+    let mut ranges: BTreeMap<(String, String), super::projection::Summary> = BTreeMap::new();
+    for ((key, domain, name), s) in proj.ranges {
+        let r = ranges.entry(names(key, domain, name)).or_default();
+        r.proj.merge(&s.proj);
+        r.range.merge(&s.range);
+        r.ops += s.ops;
+        r.levels += s.levels;
+        r.children += s.children;
+    }
+    let mut rows: Vec<NvtxProjRow> = ranges
+        .into_iter()
+        .map(|((domain, name), s)| {
+            let n = s.proj.count.max(1) as f64;
+            NvtxProjRow {
+                domain,
+                name,
+                total_proj_ns: s.proj.total,
+                total_range_ns: s.range.total,
+                instances: s.proj.count,
+                avg_ns: s.proj.avg(),
+                median_ns: s.proj.median(),
+                min_ns: s.proj.min,
+                max_ns: s.proj.max,
+                stddev_ns: s.proj.stddev(),
+                total_gpu_ops: s.ops,
+                avg_gpu_ops: s.ops as f64 / n,
+                avg_range_level: s.levels as f64 / n,
+                avg_children: s.children as f64 / n,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| b.total_proj_ns.cmp(&a.total_proj_ns).then_with(|| a.name.cmp(&b.name)));
+    let mut kernels: BTreeMap<(String, String, String), Acc> = BTreeMap::new();
+    for ((key, domain, range, kernel), d) in proj.kernels {
+        let (domain, range) = names(key, domain, range);
+        let kernel = processes.get(&key).map_or(String::new(), |p| p.string(kernel).to_string());
+        kernels.entry((domain, range, kernel)).or_default().merge(&d);
+    }
+    let mut kern: Vec<NvtxKernRow> = kernels
+        .into_iter()
+        .map(|((domain, range, kernel), d)| NvtxKernRow {
+            domain,
+            range,
+            kernel,
+            count: d.count,
+            total_ns: d.total,
+            avg_ns: d.avg(),
+            median_ns: d.median(),
+            min_ns: d.min,
+            max_ns: d.max,
+            stddev_ns: d.stddev(),
+        })
+        .collect();
+    kern.sort_by(|a, b| (&a.range, b.total_ns, &a.kernel).cmp(&(&b.range, a.total_ns, &b.kernel)));
+    (rows, kern)
 }
 
 fn process_row(p: &Process, events: u64, launches_without_kernel: u64) -> ProcessRow {

@@ -3,6 +3,7 @@
 
 mod accumulate;
 mod dist;
+mod projection;
 mod render;
 
 use crate::export::table::Table;
@@ -48,6 +49,42 @@ pub struct NvtxRow {
     pub name: String,
     /// "range" or "mark".
     pub kind: &'static str,
+    pub count: u64,
+    pub total_ns: u64,
+    pub avg_ns: u64,
+    pub median_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub stddev_ns: u64,
+}
+
+/// An NVTX push/pop range projected onto the GPU (nsys's nvtx_gpu_proj_sum): from the start of the first GPU
+/// operation launched inside it to the end of the last; the statistics are of those projections.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NvtxProjRow {
+    pub domain: String,
+    pub name: String,
+    pub total_proj_ns: u64,
+    pub total_range_ns: u64,
+    pub instances: u64,
+    pub avg_ns: u64,
+    pub median_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub stddev_ns: u64,
+    pub total_gpu_ops: u64,
+    pub avg_gpu_ops: f64,
+    /// Nesting depth on its thread (0: outermost), on average.
+    pub avg_range_level: f64,
+    pub avg_children: f64,
+}
+
+/// Kernels launched inside an NVTX range, per (range, kernel) (nsys's nvtx_kern_sum).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NvtxKernRow {
+    pub domain: String,
+    pub range: String,
+    pub kernel: String,
     pub count: u64,
     pub total_ns: u64,
     pub avg_ns: u64,
@@ -163,6 +200,8 @@ pub struct Stats {
     pub gpu_mem_size: Vec<MemSizeRow>,
     pub memory: MemoryStats,
     pub nvtx: Vec<NvtxRow>,
+    pub nvtx_gpu_proj: Vec<NvtxProjRow>,
+    pub nvtx_kern: Vec<NvtxKernRow>,
     /// NVTX category names (`nvtxNameCategory*`), by domain and category id.
     pub nvtx_categories: Vec<NvtxCategoryRow>,
     /// CUDA graphs whose nodes ran: launches (distinct launch calls), kernels, their total time.

@@ -14,6 +14,8 @@ pub enum Report {
     Memset,
     Memory,
     Nvtx,
+    NvtxGpuProj,
+    NvtxKern,
     Sync,
     Graphs,
     Processes,
@@ -21,7 +23,7 @@ pub enum Report {
 }
 
 impl Report {
-    pub const ALL: [Report; 12] = [
+    pub const ALL: [Report; 14] = [
         Report::Kernels,
         Report::Api,
         Report::MemTime,
@@ -30,6 +32,8 @@ impl Report {
         Report::Memset,
         Report::Memory,
         Report::Nvtx,
+        Report::NvtxGpuProj,
+        Report::NvtxKern,
         Report::Sync,
         Report::Graphs,
         Report::Processes,
@@ -47,6 +51,8 @@ impl Report {
             Report::Memset => ("memset", "memset"),
             Report::Memory => ("memory", "memory"),
             Report::Nvtx => ("nvtx_sum", "nvtx"),
+            Report::NvtxGpuProj => ("nvtx_gpu_proj_sum", "nvtx_gpu_proj"),
+            Report::NvtxKern => ("nvtx_kern_sum", "nvtx_kern"),
             Report::Sync => ("sync", "sync"),
             Report::Graphs => ("graphs", "graphs"),
             Report::Processes => ("processes", "processes"),
@@ -219,6 +225,78 @@ impl Stats {
                         r.kind.to_string(),
                         r.domain.clone(),
                         r.name.clone(),
+                    ]);
+                }
+                t
+            }
+            Report::NvtxGpuProj => {
+                let mut t = Table::new(
+                    "NVTX ranges projected onto the GPU [nvtx_gpu_proj_sum]",
+                    &[
+                        "Total Proj Time (ns)",
+                        "Total Range Time (ns)",
+                        "Range Instances",
+                        "Proj Avg (ns)",
+                        "Proj Med (ns)",
+                        "Proj Min (ns)",
+                        "Proj Max (ns)",
+                        "Proj StdDev (ns)",
+                        "Total GPU Ops",
+                        "Avg GPU Ops",
+                        "Avg Range Lvl",
+                        "Avg Num Child",
+                        "Domain",
+                        "Range",
+                    ],
+                );
+                for r in &self.nvtx_gpu_proj {
+                    t.row(vec![
+                        r.total_proj_ns.to_string(),
+                        r.total_range_ns.to_string(),
+                        r.instances.to_string(),
+                        r.avg_ns.to_string(),
+                        r.median_ns.to_string(),
+                        r.min_ns.to_string(),
+                        r.max_ns.to_string(),
+                        r.stddev_ns.to_string(),
+                        r.total_gpu_ops.to_string(),
+                        format!("{:.1}", r.avg_gpu_ops),
+                        format!("{:.1}", r.avg_range_level),
+                        format!("{:.1}", r.avg_children),
+                        r.domain.clone(),
+                        r.name.clone(),
+                    ]);
+                }
+                t
+            }
+            Report::NvtxKern => {
+                let mut t = Table::new(
+                    "Kernels launched inside NVTX ranges [nvtx_kern_sum]",
+                    &[
+                        "Range",
+                        "Total Time (ns)",
+                        "Instances",
+                        "Avg (ns)",
+                        "Med (ns)",
+                        "Min (ns)",
+                        "Max (ns)",
+                        "StdDev (ns)",
+                        "Domain",
+                        "Kernel",
+                    ],
+                );
+                for r in &self.nvtx_kern {
+                    t.row(vec![
+                        r.range.clone(),
+                        r.total_ns.to_string(),
+                        r.count.to_string(),
+                        r.avg_ns.to_string(),
+                        r.median_ns.to_string(),
+                        r.min_ns.to_string(),
+                        r.max_ns.to_string(),
+                        r.stddev_ns.to_string(),
+                        r.domain.clone(),
+                        r.kernel.clone(),
                     ]);
                 }
                 t

@@ -1,0 +1,200 @@
+//! NVTX ranges projected onto the GPU, as `nsys stats`' nvtx_gpu_proj_sum and nvtx_kern_sum define them: a
+//! push/pop range's projection runs from the start of the first GPU operation (kernel, copy, memset) launched
+//! inside it, on its thread, to the end of the last one; the kernels launched inside a range are summed per
+//! (range, kernel). Fed in time order with the stats; a range instance is kept only until it is closed and every
+//! launch made inside it has met its GPU record, so memory follows what is in flight, not the trace.
+//!
+//! Imported traces' complete ranges (Kineto's user_annotation and cpu_op events) are projected the same way.
+//! Limits: start/end ranges (which may cross threads) are not projected; a graph launch projects its first
+//! kernel only.
+
+use super::dist::Dist;
+use crate::model::names;
+use crate::model::trace::Process;
+use cuflight_format::{EventKind, RawEvent};
+use rustc_hash::FxHashMap;
+
+struct Instance {
+    key: u32,
+    domain: u64,
+    name: u32,
+    start: u64,
+    end: Option<u64>,
+    /// Launches may still fall inside it (a push not yet popped, an imported range not yet over).
+    open: bool,
+    gpu: Option<(u64, u64)>,
+    ops: u64,
+    /// Launches made inside it whose GPU record has not been seen.
+    pending: u64,
+    level: u32,
+    children: u32,
+}
+
+#[derive(Default)]
+pub struct Summary {
+    pub proj: Dist,
+    pub range: Dist,
+    pub ops: u64,
+    pub levels: u64,
+    pub children: u64,
+}
+
+#[derive(Default)]
+pub struct Projection {
+    /// Open pushes per (process, thread): (domain, instance), innermost last.
+    stacks: FxHashMap<(u32, u32), Vec<(u64, u64)>>,
+    /// Imported complete ranges per (process, thread) that may still enclose launches: (end, instance).
+    spans: FxHashMap<(u32, u32), Vec<(u64, u64)>>,
+    live: FxHashMap<u64, Instance>,
+    /// Launches inside open or unfinished ranges, by (process, correlation): the instances they count for.
+    launched: FxHashMap<(u32, u32), Vec<u64>>,
+    /// Whether an API name (per process and id) launches GPU work.
+    launches_work: FxHashMap<(u32, u32), bool>,
+    next: u64,
+    /// Per (process, domain, range name).
+    pub ranges: FxHashMap<(u32, u64, u32), Summary>,
+    /// Per (process, domain, range name, kernel name): kernels launched inside the range.
+    pub kernels: FxHashMap<(u32, u64, u32, u32), Dist>,
+}
+
+impl Projection {
+    pub fn feed(&mut self, key: u32, p: &Process, e: &RawEvent) {
+        match e.kind() {
+            Some(EventKind::NvtxPush) => {
+                self.prune(key, e.tid, e.start);
+                let id = self.open_instance(key, e, None);
+                self.stacks.entry((key, e.tid)).or_default().push((e.c, id));
+            }
+            Some(EventKind::Range) => {
+                self.prune(key, e.tid, e.start);
+                let id = self.open_instance(key, e, Some(e.end.max(e.start)));
+                self.spans.entry((key, e.tid)).or_default().push((e.end.max(e.start), id));
+            }
+            Some(EventKind::NvtxPop) => {
+                let Some(stack) = self.stacks.get_mut(&(key, e.tid)) else { return };
+                let Some(i) = stack.iter().rposition(|&(d, _)| d == e.c) else { return };
+                let (_, id) = stack.remove(i);
+                if let Some(inst) = self.live.get_mut(&id) {
+                    inst.end = Some(e.start.max(inst.start));
+                    inst.open = false;
+                    if inst.pending == 0 {
+                        self.finish(id);
+                    }
+                }
+            }
+            Some(EventKind::Api) if e.correlation != 0 => {
+                self.prune(key, e.tid, e.start);
+                let pushed = self.stacks.get(&(key, e.tid)).into_iter().flatten().map(|&(_, id)| id);
+                let spans = self.spans.get(&(key, e.tid)).into_iter().flatten().map(|&(_, id)| id);
+                let ids: Vec<u64> = pushed.chain(spans).collect();
+                if ids.is_empty() {
+                    return;
+                }
+                let launches = *self.launches_work.entry((key, e.name)).or_insert_with(|| {
+                    let n = p.string(e.name);
+                    names::api_launches_kernel(n)
+                        || n.contains("Memcpy")
+                        || n.contains("Memset")
+                        || n.contains("GraphLaunch")
+                });
+                if !launches {
+                    return;
+                }
+                for id in &ids {
+                    if let Some(inst) = self.live.get_mut(id) {
+                        inst.pending += 1;
+                    }
+                }
+                self.launched.insert((key, e.correlation), ids);
+            }
+            Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) if e.correlation != 0 => {
+                let Some(ids) = self.launched.remove(&(key, e.correlation)) else { return };
+                for id in ids {
+                    let Some(inst) = self.live.get_mut(&id) else { continue };
+                    inst.gpu = Some(inst.gpu.map_or((e.start, e.end), |(a, b)| (a.min(e.start), b.max(e.end))));
+                    inst.ops += 1;
+                    inst.pending = inst.pending.saturating_sub(1);
+                    if k == EventKind::Kernel {
+                        self.kernels.entry((key, inst.domain, inst.name, e.name)).or_default().add(e.duration());
+                    }
+                    if !inst.open && inst.pending == 0 {
+                        self.finish(id);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A new range instance on `e`'s thread, nested in what is open there.
+    fn open_instance(&mut self, key: u32, e: &RawEvent, end: Option<u64>) -> u64 {
+        let pushed = self.stacks.get(&(key, e.tid)).into_iter().flatten().map(|&(_, id)| id);
+        let spans = self.spans.get(&(key, e.tid)).into_iter().flatten().map(|&(_, id)| id);
+        let enclosing: Vec<u64> = pushed.chain(spans).collect();
+        // The innermost enclosing range is the one that started last.
+        let parent = enclosing.iter().copied().max_by_key(|id| self.live.get(id).map_or(0, |i| i.start));
+        if let Some(p) = parent.and_then(|id| self.live.get_mut(&id)) {
+            p.children += 1;
+        }
+        let id = self.next;
+        self.next += 1;
+        let level = enclosing.len() as u32;
+        let (domain, start) = (e.c, e.start);
+        let inst = Instance {
+            key,
+            domain,
+            name: e.name,
+            start,
+            end,
+            open: true,
+            gpu: None,
+            ops: 0,
+            pending: 0,
+            level,
+            children: 0,
+        };
+        self.live.insert(id, inst);
+        id
+    }
+
+    /// Imported ranges on (key, tid) that ended before `now` enclose no later launch: they close.
+    fn prune(&mut self, key: u32, tid: u32, now: u64) {
+        let Some(spans) = self.spans.get_mut(&(key, tid)) else { return };
+        let mut closed = Vec::new();
+        spans.retain(|&(end, id)| {
+            let over = end < now;
+            if over {
+                closed.push(id);
+            }
+            !over
+        });
+        for id in closed {
+            if let Some(inst) = self.live.get_mut(&id) {
+                inst.open = false;
+                if inst.pending == 0 {
+                    self.finish(id);
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, id: u64) {
+        let Some(inst) = self.live.remove(&id) else { return };
+        let (Some(end), Some((first, last))) = (inst.end, inst.gpu) else { return };
+        let s = self.ranges.entry((inst.key, inst.domain, inst.name)).or_default();
+        s.proj.add(last.saturating_sub(first));
+        s.range.add(end - inst.start);
+        s.ops += inst.ops;
+        s.levels += inst.level as u64;
+        s.children += inst.children as u64;
+    }
+
+    /// Closes the books at the end of the trace: every range counts with the GPU records that arrived (a push
+    /// never popped has no end and is left out).
+    pub fn flush(&mut self) {
+        let ids: Vec<u64> = self.live.keys().copied().collect();
+        for id in ids {
+            self.finish(id);
+        }
+    }
+}
