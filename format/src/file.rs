@@ -124,6 +124,10 @@ pub struct ProcessInfo {
     /// it left to another tool that already held them.
     pub nvtx_tables_late: u32,
     pub nvtx_tables_foreign: u32,
+    /// Kinds of records the source held none of because they were not recorded (an import: an nsys export
+    /// made without `--cuda-memory-usage`, a torch.profiler trace without `profile_memory`), with the reason:
+    /// (kind, why), kind one of "memory", "nvtx", "memset". Empty for cuflight's own captures.
+    pub not_recorded: Vec<(String, String)>,
 }
 
 impl ProcessInfo {

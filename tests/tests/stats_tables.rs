@@ -19,7 +19,7 @@ fn api_and_copy_size_summaries_equal_an_independent_computation() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let got: Value = serde_json::from_slice(&out.stdout).unwrap();
     let keys: Vec<&String> = got.as_object().unwrap().keys().collect();
-    assert_eq!(keys, ["api", "gpu_mem_size"], "only the reports asked for");
+    assert_eq!(keys, ["api", "gpu_mem_size", "not_recorded"], "only the reports asked for (and what is unknown)");
     let api = want["api"].as_object().unwrap();
     assert_eq!(got["api"].as_array().unwrap().len(), api.len());
     for row in got["api"].as_array().unwrap() {
@@ -109,4 +109,25 @@ fn nvtx_ranges_project_onto_the_gpu_work_launched_inside_them() {
         (kern[0]["range"].as_str(), kern[0]["kernel"].as_str(), kern[0]["count"].as_u64()),
         (Some("step"), Some("tick"), Some(12))
     );
+}
+
+#[test]
+fn what_an_import_never_recorded_is_said_to_be_unknown_not_zero() {
+    // The shared nsys export was made without --cuda-memory-usage (no CUDA_GPU_MEMORY_USAGE_EVENTS) and holds
+    // no NVTX_EVENTS: its memory and NVTX tables are unknown, not empty. A capture of ours records everything.
+    if let Some(path) = shared_trace("nsys-a100-cloverleaf.sqlite") {
+        let p = path.to_str().unwrap();
+        let s: Value = serde_json::from_slice(&stats_with(&[p, "--format", "json"]).stdout).unwrap();
+        let kinds: Vec<&str> =
+            s["not_recorded"].as_array().unwrap().iter().map(|n| n["kind"].as_str().unwrap()).collect();
+        assert!(kinds.contains(&"memory") && kinds.contains(&"nvtx"), "{kinds:?}");
+        let text = String::from_utf8(stats_with(&[p, "--report", "memory"]).stdout).unwrap();
+        assert!(text.contains("not recorded: the export has no CUDA_GPU_MEMORY_USAGE_EVENTS"), "{text}");
+        assert!(!text.contains("Allocs"), "no table of zeros: {text}");
+    }
+    let dir = scratch("stats-recorded");
+    let prog = build_c("streams", &dir);
+    let r = record(&dir, &[], &prog, &["2"], &[]);
+    assert!(r.output.status.success());
+    assert_eq!(stats(&r.trace)["not_recorded"], serde_json::json!([]));
 }

@@ -245,6 +245,7 @@ fn process_info(t: &Tracked) -> ProcessInfo {
         injected_late: late & 1 != 0,
         nvtx_tables_late: (late >> 8) & 0xff,
         nvtx_tables_foreign: (late >> 16) & 0xff,
+        not_recorded: Vec::new(),
     }
 }
 

@@ -24,11 +24,13 @@ pub struct Table {
     title: String,
     headers: Vec<&'static str>,
     rows: Vec<Vec<String>>,
+    /// Printed instead of the rows (a table whose records were not recorded at all).
+    note: Option<String>,
 }
 
 impl Table {
     pub fn new(title: impl Into<String>, headers: &[&'static str]) -> Table {
-        Table { title: title.into(), headers: headers.to_vec(), rows: Vec::new() }
+        Table { title: title.into(), headers: headers.to_vec(), rows: Vec::new(), note: None }
     }
 
     /// Adds a row. When rendered for a terminal, cells are made safe: control characters escaped (a name is
@@ -36,6 +38,11 @@ impl Table {
     /// keep them whole).
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
+    }
+
+    /// Shows `note` instead of any rows (e.g. "not recorded: ...").
+    pub fn note(&mut self, note: String) {
+        self.note = Some(note);
     }
 
     /// The table as CSV (RFC 4180): a `# title` line, the header, the rows; names whole, control characters
@@ -53,6 +60,10 @@ impl Table {
             }
         };
         out.push_str(&format!("# {}\n", self.title));
+        if let Some(note) = &self.note {
+            out.push_str(&format!("# {note}\n"));
+            return;
+        }
         out.push_str(&self.headers.iter().map(|h| field(h)).collect::<Vec<_>>().join(","));
         out.push('\n');
         for r in &self.rows {
@@ -64,6 +75,10 @@ impl Table {
     pub fn render(&self, out: &mut String) {
         let rows: Vec<Vec<String>> = self.rows.iter().map(|r| r.iter().map(|c| terminal_safe(c)).collect()).collect();
         out.push_str(&format!("\n{}\n", self.title));
+        if let Some(note) = &self.note {
+            out.push_str(&format!("  ({})\n", terminal_safe(note)));
+            return;
+        }
         if self.rows.is_empty() {
             out.push_str("  (none)\n");
             return;

@@ -124,6 +124,8 @@ struct Importer {
     fractional: bool,
     /// API calls per process (the process that launches the most gets GPU work whose launch is missing).
     api_calls: rustc_hash::FxHashMap<u32, u64>,
+    /// A `[memory]` event was seen (torch.profiler writes them only with profile_memory=True).
+    memory_seen: bool,
     /// Whether events may be set aside on disk (large traces read as a stream): host events go to runs in
     /// `host`'s spool, GPU events to `gpu_spill`, both created when the first run is full.
     spooling: bool,
@@ -146,6 +148,7 @@ impl Importer {
             events: 0,
             fractional: false,
             api_calls: Default::default(),
+            memory_seen: false,
             spooling,
             gpu_spill: None,
             run: crate::model::spool::run_events(),
@@ -290,6 +293,7 @@ impl Importer {
                 let bytes = a.signed_bytes.unwrap_or(0);
                 let device = a.device_type.unwrap_or(0) == 1;
                 ev.kind = if bytes >= 0 { EventKind::Alloc } else { EventKind::Free } as u8;
+                self.memory_seen = true;
                 ev.end = start;
                 ev.sub = if device { MemKind::Device } else { MemKind::PinnedHost } as u8;
                 ev.a = u(a.addr).unwrap_or(0);
@@ -375,6 +379,13 @@ impl Importer {
             p.info.cmdline = vec![p.name.clone()];
             p.info.finished = true;
             p.rank = self.rank;
+            if !self.memory_seen {
+                p.info.not_recorded.push((
+                    "memory".into(),
+                    "the trace has no [memory] events: torch.profiler records allocations with profile_memory=True"
+                        .into(),
+                ));
+            }
             trace.processes.insert(pid, p);
         }
         Ok((trace, spool))

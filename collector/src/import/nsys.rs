@@ -238,12 +238,37 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
         })
         .map_err(sql)?;
     }
+    // nsys writes a table only for what it recorded: what an export lacks was not traced.
+    let mut not_recorded: Vec<(String, String)> = Vec::new();
+    let absent = |t: &str| !db.tables.contains(t);
+    if absent("CUDA_GPU_MEMORY_USAGE_EVENTS") {
+        not_recorded.push((
+            "memory".into(),
+            "the export has no CUDA_GPU_MEMORY_USAGE_EVENTS: nsys records allocations with --cuda-memory-usage=true"
+                .into(),
+        ));
+    } else {
+        not_recorded.push(("memory".into(), "cuflight does not read nsys's CUDA_GPU_MEMORY_USAGE_EVENTS yet".into()));
+    }
+    if absent("NVTX_EVENTS") {
+        not_recorded.push((
+            "nvtx".into(),
+            "the export has no NVTX_EVENTS: nsys traces NVTX with --trace=nvtx (none may have been emitted)".into(),
+        ));
+    }
+    if absent("CUPTI_ACTIVITY_KIND_MEMSET") {
+        not_recorded.push((
+            "memset".into(),
+            "the export has no CUPTI_ACTIVITY_KIND_MEMSET table (no memset was traced)".into(),
+        ));
+    }
     let (host, spool) = b.finish()?;
     let mut trace = Trace::default();
     for (pid, (mut p, _)) in host {
         p.name = names.get(&pid).cloned().unwrap_or_default();
         p.info.cmdline = vec![p.name.clone()];
         p.info.finished = true;
+        p.info.not_recorded = not_recorded.clone();
         trace.processes.insert(pid, p);
     }
     Ok((trace, spool))

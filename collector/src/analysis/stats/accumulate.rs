@@ -206,6 +206,15 @@ impl StatsAcc {
             nvtx.entry((domain.to_string(), string(key, name).to_string(), kind)).or_default().merge(&acc);
         }
         let (nvtx_gpu_proj, nvtx_kern) = projection_rows(self.projection, processes);
+        // A kind is unknown only if no process recorded it.
+        let mut not_recorded: Vec<NotRecordedRow> = Vec::new();
+        if let Some(first) = processes.values().next() {
+            for (kind, why) in &first.info.not_recorded {
+                if processes.values().all(|p| p.info.not_recorded.iter().any(|(k, _)| k == kind)) {
+                    not_recorded.push(NotRecordedRow { kind: kind.clone(), why: why.clone() });
+                }
+            }
+        }
         let mut rows = Vec::new();
         let mut dropped = 0;
         for (&key, p) in processes {
@@ -280,6 +289,7 @@ impl StatsAcc {
                 .collect(),
             sync: self.sync.into_values().collect(),
             dropped,
+            not_recorded,
             processes: rows,
             devices: self.devices.into_values().flatten().collect(),
         }

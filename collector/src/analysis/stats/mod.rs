@@ -209,8 +209,18 @@ pub struct Stats {
     pub sync: Vec<SyncRow>,
     /// Total records lost, all causes and processes (see `processes[].drops`).
     pub dropped: u64,
+    /// Kinds no process of the trace recorded (an import made without them): their tables are not zeros but
+    /// unknown.
+    pub not_recorded: Vec<NotRecordedRow>,
     pub processes: Vec<ProcessRow>,
     pub devices: Vec<DeviceRow>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NotRecordedRow {
+    /// "memory", "nvtx" or "memset".
+    pub kind: String,
+    pub why: String,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]

@@ -94,6 +94,7 @@ impl Stats {
                 if *r == Report::Processes {
                     picked.insert("dropped".into(), all["dropped"].clone());
                 }
+                picked.insert("not_recorded".into(), all["not_recorded"].clone());
                 if *r == Report::Nvtx {
                     picked.insert("nvtx_categories".into(), all["nvtx_categories"].clone());
                 }
@@ -102,7 +103,16 @@ impl Stats {
         }
         let mut out = String::new();
         for (i, r) in reports.iter().enumerate() {
-            let t = self.table(*r);
+            let mut t = self.table(*r);
+            let kind = match r {
+                Report::Memory => Some("memory"),
+                Report::Nvtx | Report::NvtxGpuProj | Report::NvtxKern => Some("nvtx"),
+                Report::Memset => Some("memset"),
+                _ => None,
+            };
+            if let Some(n) = self.not_recorded.iter().find(|n| Some(n.kind.as_str()) == kind) {
+                t.note(format!("not recorded: {}", n.why));
+            }
             match style {
                 Style::Csv => {
                     if i > 0 {
