@@ -38,6 +38,36 @@ fn breakdown_equals_hta_within_one_percent() {
 }
 
 #[test]
+fn step_breakdown_follows_tensorboards_definitions() {
+    // TensorBoard's plugin (its own parser, tests/py/tb_breakdown.py): CPU Exec is operators (cpu_op) only, user
+    // annotations do not count (its parser drops them), DataLoader is `enumerate(DataLoader)#...__next__`.
+    // The one difference kept: torch-tb-profiler 0.4.3 does not read Kineto's `cuda_runtime` category, so its
+    // Runtime is 0 and that time lands in CPU Exec or Other; cuflight counts it as Runtime (docs/report.md).
+    for name in [
+        "kineto-2rank-r0.json.gz",
+        "kineto-2rank-r1.json.gz",
+        "kineto-a100-nccl-r0.json.gz",
+        "kineto-v100-ddp-ns.json.gz",
+    ] {
+        let Some(path) = shared_trace(name) else { continue };
+        let tb = python_json("tb_breakdown.py", &[path.as_os_str()]);
+        let t = &report(&path)["processes"][0]["step_total"];
+        let pct = |k: &str| 100.0 * t[k].as_f64().unwrap() / t["duration_ns"].as_f64().unwrap();
+        let theirs = |k: &str| tb[k].as_f64().unwrap();
+        let pairs = [
+            ("kernel", pct("kernel_ns"), theirs("Kernel") + theirs("Communication"), 1.0),
+            ("memcpy+memset", pct("memcpy_ns") + pct("memset_ns"), theirs("Memcpy") + theirs("Memset"), 0.5),
+            ("DataLoader", pct("dataloader_ns"), theirs("DataLoader"), 0.5),
+            ("runtime+CPU exec", pct("runtime_ns") + pct("cpu_exec_ns"), theirs("Runtime") + theirs("CpuOp"), 1.5),
+            ("other", pct("other_ns"), theirs("Other"), 1.5),
+        ];
+        for (what, a, b, tolerance) in pairs {
+            assert!((a - b).abs() <= tolerance, "{name}: {what} {a:.1}% vs TensorBoard {b:.1}%");
+        }
+    }
+}
+
+#[test]
 fn report_works_where_hta_fails_and_on_captures() {
     // HTA 0.5 stops with an AssertionError on this trace; we still break it down.
     if let Some(qwen) = shared_trace("kineto-h100-qwen-inference.json.gz") {

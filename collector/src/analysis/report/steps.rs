@@ -8,8 +8,9 @@
 //! whichever is later: the host usually runs ahead of the GPU, and a step's cost includes its GPU work.
 //!
 //! The **breakdown** gives each nanosecond of a window to one category, the first that applies: kernel,
-//! memcpy, memset, CUDA runtime (any thread in a CUDA call), data loading (a DataLoader annotation), CPU exec
-//! (inside any other host range or operator), other. GPU utilisation is the kernel-busy share of the window.
+//! memcpy, memset, CUDA runtime (any thread in a CUDA call), data loading, CPU exec, other, with TensorBoard's
+//! definitions of the last ones (see `names::cpu_exec_category` and docs/report.md). GPU utilisation is the
+//! kernel-busy share of the window.
 
 use super::spans::{clip, within, Span};
 use super::window::{HostRange, WindowView};

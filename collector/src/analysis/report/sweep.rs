@@ -14,6 +14,7 @@ use super::steps::StepRow;
 use super::window::{classify_flags, CallClass, Closer, HostCall, HostRange, NameFlags, WindowView};
 use crate::model::launches::LaunchJoin;
 use crate::model::memory::LiveMemory;
+use crate::model::names;
 use crate::model::ranges::Pairer;
 use crate::model::trace::Process;
 use cuflight_format::event::FLAG_DEVICE;
@@ -290,16 +291,26 @@ impl<'a> Sweep<'a> {
             _ => {}
         }
         if e.kind() == Some(EventKind::Range) && e.flags & FLAG_DEVICE == 0 {
-            self.range(HostRange { start: e.start, end: e.end.max(e.start), name: e.name, tid: e.tid });
+            // An imported range: TensorBoard's categories decide (see `names::cpu_exec_category`).
+            let category = p.string(e.c as u32);
+            let loader = if names::is_kineto_host_category(category) {
+                names::is_tensorboard_loader(p.string(e.name))
+            } else {
+                self.plan.names.has(e.name, NameFlags::LOADER)
+            };
+            if loader || names::cpu_exec_category(category) {
+                self.range(HostRange { start: e.start, end: e.end.max(e.start), name: e.name, tid: e.tid }, loader);
+            }
         } else if let Some(r) = self.pairer.feed(e) {
-            self.range(HostRange { start: r.start, end: r.end, name: r.name, tid: r.tid });
+            let loader = self.plan.names.has(r.name, NameFlags::LOADER);
+            self.range(HostRange { start: r.start, end: r.end, name: r.name, tid: r.tid }, loader);
         }
         self.trim_if_long();
     }
 
-    fn range(&mut self, r: HostRange) {
+    fn range(&mut self, r: HostRange, loader: bool) {
         if r.end > r.start && !self.plan.step_names.contains(&r.name) {
-            self.ranges.push(((r.start, r.end), self.plan.names.has(r.name, NameFlags::LOADER)));
+            self.ranges.push(((r.start, r.end), loader));
         }
     }
 
