@@ -190,7 +190,7 @@ struct ProcessOut {
     launches: LaunchJoin,
     /// A kernel held back for one event: the agent records a graph kernel's [`EventKind::GraphNode`] right after
     /// it (same start, same correlation), and its graph ids belong in the kernel's args.
-    held: Option<RawEvent>,
+    held: Option<(RawEvent, u64)>,
     /// Added to correlation ids to make flow ids: correlation ids are per process, so with several processes each
     /// gets its own range (its index + 1, shifted past 32 bits; below 2^53, so JSON readers keep it exact). A
     /// single process keeps the bare correlation id, as Kineto writes it.
@@ -238,8 +238,8 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
     }
     let rest = || -> std::io::Result<()> {
         for (&pid, st) in state.iter_mut() {
-            if let Some(k) = st.held.take() {
-                kernel(&mut out, &source.processes[&pid], &k, None)?;
+            if let Some((k, external)) = st.held.take() {
+                kernel(&mut out, &source.processes[&pid], &k, None, external)?;
             }
         }
         for device in gpu_pids {
@@ -267,10 +267,10 @@ fn event<W: Write>(
     gpu_pids: &mut BTreeSet<u32>,
     devices: &mut BTreeMap<u32, Vec<String>>,
 ) -> std::io::Result<()> {
-    if let Some(k) = st.held.take() {
+    if let Some((k, external)) = st.held.take() {
         let node = (e.kind() == Some(EventKind::GraphNode) && e.correlation == k.correlation && e.start == k.start)
             .then_some((e.a, e.b));
-        kernel(out, p, &k, node)?;
+        kernel(out, p, &k, node, external)?;
         if node.is_some() {
             return Ok(());
         }
@@ -287,19 +287,25 @@ fn event<W: Write>(
     match e.kind() {
         Some(EventKind::Api) => {
             let cat = if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" };
+            // A call that queues device work shares its External id with that work (see `external_id`).
+            let launches = st.launches.api(p, e);
             out.complete_with(cat, name, pid, e.tid as u64, e.start, e.end, |b| {
                 b.extend_from_slice(br#""correlation":"#);
                 push_u64(b, corr as u64);
                 b.extend_from_slice(br#","cbid":"#);
                 push_u64(b, e.a);
+                if launches || e.c != 0 {
+                    b.extend_from_slice(br#","External id":"#);
+                    push_u64(b, if e.c != 0 { e.c } else { EXTERNAL_FROM_CORRELATION + corr as u64 });
+                }
             })?;
-            st.launches.api(p, e);
         }
         Some(EventKind::Kernel) => {
             // Written with the next event of its process, which may be its graph node.
             gpu_pids.insert(e.device);
-            st.held = Some(*e);
-            return flow(out, pid, st, e);
+            let joined = st.launches.work(e);
+            st.held = Some((*e, external_id(e, joined)));
+            return flow(out, pid, st, e, joined);
         }
         Some(EventKind::Memcpy) => {
             gpu_pids.insert(e.device);
@@ -309,6 +315,7 @@ fn event<W: Write>(
             let gbps = if e.duration() == 0 { 0.0 } else { e.a as f64 / e.duration() as f64 };
             // `async` is cuflight's addition, ignored by Kineto tools.
             let extra = if e.flags & FLAG_ASYNC != 0 { r#","async":true"# } else { "" };
+            let joined = st.launches.work(e);
             out.complete(
                 "gpu_memcpy",
                 &label,
@@ -317,17 +324,19 @@ fn event<W: Write>(
                 e.start,
                 e.end,
                 format_args!(
-                    r#"{},"bytes":{},"memory bandwidth (GB/s)":{}{extra}"#,
+                    r#"{},"External id":{},"bytes":{},"memory bandwidth (GB/s)":{}{extra}"#,
                     WorkArgs(e),
+                    external_id(e, joined),
                     e.a,
                     serde_json::Number::from_f64(gbps).map_or("0".into(), |n| n.to_string())
                 ),
             )?;
-            return flow(out, pid, st, e);
+            return flow(out, pid, st, e, joined);
         }
         Some(EventKind::Memset) => {
             gpu_pids.insert(e.device);
             let label = format!("Memset ({})", title(names::memory_kind(e.sub)));
+            let joined = st.launches.work(e);
             out.complete(
                 "gpu_memset",
                 &label,
@@ -335,9 +344,9 @@ fn event<W: Write>(
                 e.stream as u64,
                 e.start,
                 e.end,
-                format_args!(r#"{},"bytes":{}"#, WorkArgs(e), e.a),
+                format_args!(r#"{},"External id":{},"bytes":{}"#, WorkArgs(e), external_id(e, joined), e.a),
             )?;
-            return flow(out, pid, st, e);
+            return flow(out, pid, st, e, joined);
         }
         Some(EventKind::Range) => {
             if e.flags & FLAG_DEVICE != 0 {
@@ -347,7 +356,8 @@ fn event<W: Write>(
             } else {
                 let domain = p.string(e.c as u32);
                 let cat = if domain.is_empty() { "user_annotation" } else { domain };
-                out.complete(cat, name, pid, e.tid as u64, e.start, e.end, format_args!(""))?;
+                let external = ExternalArg(e.a);
+                out.complete(cat, name, pid, e.tid as u64, e.start, e.end, format_args!("{external}"))?;
             }
         }
         Some(EventKind::NvtxMark) => {
@@ -441,7 +451,13 @@ impl fmt::Display for WorkArgs<'_> {
     }
 }
 
-fn kernel<W: Write>(out: &mut Out<W>, p: &Process, e: &RawEvent, node: Option<(u64, u64)>) -> std::io::Result<()> {
+fn kernel<W: Write>(
+    out: &mut Out<W>,
+    p: &Process,
+    e: &RawEvent,
+    node: Option<(u64, u64)>,
+    external: u64,
+) -> std::io::Result<()> {
     let c = LaunchConfig::unpack(e.a, e.b, e.c);
     let (g, bl) = (c.grid, c.block);
     let graph = node.map(|(graph, node)| format!(r#","graph id":{graph},"graph node id":{node}"#)); // cuflight's addition
@@ -449,6 +465,8 @@ fn kernel<W: Write>(out: &mut Out<W>, p: &Process, e: &RawEvent, node: Option<(u
     let mangled = p.mangled.get(&e.name).map(|m| format!(r#","mangled":{}"#, Js(m)));
     out.complete_with("kernel", p.string(e.name), e.device as u64, e.stream as u64, e.start, e.end, |b| {
         work_args(b, e);
+        b.extend_from_slice(br#","External id":"#);
+        push_u64(b, external);
         b.extend_from_slice(br#","grid":["#);
         push_u64(b, g[0] as u64);
         b.push(b',');
@@ -470,9 +488,40 @@ fn kernel<W: Write>(out: &mut Out<W>, p: &Process, e: &RawEvent, node: Option<(u
     })
 }
 
+/// Ids cuflight gives calls and their work where the trace had no Kineto "External id" (its own captures):
+/// the correlation id above this offset, so that they never meet an operator's id.
+const EXTERNAL_FROM_CORRELATION: u64 = 1 << 40;
+
+/// The "External id" of device work: its launch's (an operator's, in an imported trace), else one made from the
+/// correlation id. TensorBoard's plugin files a kernel without one under "Communication".
+fn external_id(e: &RawEvent, joined: Option<crate::model::launches::Joined>) -> u64 {
+    match joined.map(|j| j.call.external) {
+        Some(x) if x != 0 => x,
+        _ => EXTERNAL_FROM_CORRELATION + e.correlation as u64,
+    }
+}
+
+/// `,"External id":N` for an imported host range that had one.
+struct ExternalArg(u64);
+
+impl fmt::Display for ExternalArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 != 0 {
+            write!(f, r#""External id":{}"#, self.0)?;
+        }
+        Ok(())
+    }
+}
+
 /// The `ac2g` flow from the call that launched `e` to `e`, when `e` is that call's first work.
-fn flow<W: Write>(out: &mut Out<W>, pid: u64, st: &mut ProcessOut, e: &RawEvent) -> std::io::Result<()> {
-    let Some(launch) = st.launches.work(e).filter(|w| w.first).map(|w| w.call) else { return Ok(()) };
+fn flow<W: Write>(
+    out: &mut Out<W>,
+    pid: u64,
+    st: &mut ProcessOut,
+    e: &RawEvent,
+    joined: Option<crate::model::launches::Joined>,
+) -> std::io::Result<()> {
+    let Some(launch) = joined.filter(|w| w.first).map(|w| w.call) else { return Ok(()) };
     let corr = st.flow_base | e.correlation as u64;
     let b = out.next()?;
     b.extend_from_slice(br#"{"ph":"s","id":"#);

@@ -268,6 +268,7 @@ impl Importer {
                 ev.kind = EventKind::Api as u8;
                 ev.sub = if cat_text().contains("river") { API_DRIVER } else { API_RUNTIME };
                 ev.a = u(a.cbid).unwrap_or(0);
+                ev.c = u(a.external_id).unwrap_or(0); // see RawEvent's use by kind: an API call's `c`
                 if corr != 0 {
                     self.correlation_pid.insert(corr, pid as u32);
                 }
@@ -286,6 +287,7 @@ impl Importer {
             (b"X", _) => {
                 // cuflight's own exports keep the NVTX domain in args; Kineto's user annotations have none.
                 let domain = a.domain.as_deref().unwrap_or(if cat.is_empty() { "other" } else { cat_text() });
+                ev.a = u(a.external_id).unwrap_or(0); // a host range's `a`
                 self.host_event(pid as u32, ev, &e.name, Some(domain));
             }
             (_, _) if e.name == "[memory]" => {

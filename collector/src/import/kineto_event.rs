@@ -52,6 +52,9 @@ pub struct Args<'a> {
     pub signed_bytes: Option<i64>,
     pub device_type: Option<i64>,
     pub device_id: Option<i64>,
+    /// Kineto's "External id": links an operator to the runtime calls it made (and TensorBoard, through them,
+    /// to its kernels).
+    pub external_id: Option<i64>,
 }
 
 /// Parses the object starting at `i` (after whitespace) into `e` (filled in place: an event is large to move);
@@ -115,6 +118,7 @@ fn args<'a>(b: &'a [u8], at: usize, a: &mut Args<'a>) -> Scanned<usize> {
             b"Bytes" => int(b, at, &mut a.signed_bytes)?,
             b"Device Type" => int(b, at, &mut a.device_type)?,
             b"Device Id" => int(b, at, &mut a.device_id)?,
+            b"External id" | b"external id" => int(b, at, &mut a.external_id)?,
             _ => skip_value(b, at)?,
         })
     })

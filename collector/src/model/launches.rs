@@ -31,6 +31,8 @@ pub struct Call {
     pub start: u64,
     pub end: u64,
     pub tid: u32,
+    /// The operator's external id the call carried (Kineto imports; 0: none).
+    pub external: u64,
 }
 
 /// Device work joined to its launch.
@@ -91,7 +93,7 @@ impl LaunchJoin {
         if self.slots[at].correlation == e.correlation || self.spilled(e.correlation).is_some() {
             return true; // the first call with this id (the runtime's, before the driver call it makes) stays
         }
-        let call = Call { start: e.start, end: e.end, tid: e.tid };
+        let call = Call { start: e.start, end: e.end, tid: e.tid, external: e.c };
         let taken = std::mem::replace(&mut self.slots[at], Slot { correlation: e.correlation, joined: false, call });
         if taken.correlation != 0 && !taken.joined && taken.call.start.saturating_add(LAUNCH_HORIZON_NS) > e.start {
             if e.start >= self.since.saturating_add(LAUNCH_HORIZON_NS / 2) {
@@ -141,7 +143,7 @@ mod tests {
     }
 
     fn call(t: u64) -> Call {
-        Call { start: t, end: t + 5, tid: 7 }
+        Call { start: t, end: t + 5, tid: 7, external: 0 }
     }
 
     #[test]
