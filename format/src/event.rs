@@ -132,6 +132,9 @@ pub const API_DRIVER: u8 = 2;
 pub const FLAG_ASYNC: u16 = 1;
 /// `flags` bit of a [`EventKind::Range`]: the range lies on a device stream, not a host thread.
 pub const FLAG_DEVICE: u16 = 2;
+/// On an [`EventKind::NvtxMark`]: a trace-wide instant (Kineto's `"s":"g"`, such as "Iteration Start"), tied to
+/// no thread; it is kept with the main process.
+pub const FLAG_GLOBAL: u16 = 4;
 
 /// One observation. 64 bytes, one cache line, no padding, so it can be copied as bytes into a ring.
 #[repr(C)]

@@ -205,6 +205,14 @@ fn tensorboards_profiler_plugin_reads_our_export_as_it_reads_the_original() {
             json.as_os_str(),
         ]);
         assert!(ok, "{err}");
+        // Global instants ("Iteration Start", "Record Window End") stay global, on no invented process.
+        let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let events = v["traceEvents"].as_array().unwrap();
+        for e in events.iter().filter(|e| e["ph"] == "i" && e["name"] == "Record Window End") {
+            assert_eq!(e["s"], "g", "{name}: {e}");
+            let pid = &e["pid"];
+            assert!(events.iter().any(|o| o["ph"] == "X" && &o["pid"] == pid && o["cat"] == "cpu_op"), "{name}: {e}");
+        }
         let theirs = python_json("tb_breakdown.py", &[path.as_os_str()]);
         let ours = python_json("tb_breakdown.py", &[json.as_os_str()]);
         for (role, v) in theirs.as_object().unwrap() {

@@ -14,7 +14,7 @@ use crate::model::launches::LaunchJoin;
 use crate::model::names;
 use crate::model::source::EventSource;
 use crate::model::trace::{Process, TraceError};
-use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_ASYNC, FLAG_DEVICE};
+use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_ASYNC, FLAG_DEVICE, FLAG_GLOBAL};
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
@@ -359,6 +359,15 @@ fn event<W: Write>(
                 let external = ExternalArg(e.a);
                 out.complete(cat, name, pid, e.tid as u64, e.start, e.end, format_args!("{external}"))?;
             }
+        }
+        Some(EventKind::NvtxMark) if e.flags & FLAG_GLOBAL != 0 => {
+            // A trace-wide instant, written as Kineto writes it (viewers draw it across the whole timeline).
+            write!(
+                out.next()?,
+                r#"{{"ph":"i","s":"g","name":{},"pid":{pid},"tid":0,"ts":{}}}"#,
+                Js(name),
+                Us(e.start)
+            )?;
         }
         Some(EventKind::NvtxMark) => {
             let (domain, payload) = (Js(p.nvtx_domain(e.c)), PayloadArg(crate::model::ranges::Payload::of(e)));

@@ -13,7 +13,7 @@ use super::json_scan::{self, Scan, Window, WindowError};
 use super::kineto_event::{parse_event, Event, Id};
 use crate::model::spool::{GpuSpill, Spool};
 use crate::model::trace::Trace;
-use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE};
+use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE, FLAG_GLOBAL};
 use cuflight_format::{EventKind, RawEvent};
 use serde_json::Value;
 
@@ -124,6 +124,8 @@ struct Importer {
     fractional: bool,
     /// API calls per process (the process that launches the most gets GPU work whose launch is missing).
     api_calls: rustc_hash::FxHashMap<u32, u64>,
+    /// Global instants, placed with the main process at the end.
+    globals: Vec<(RawEvent, String, String)>,
     /// A `[memory]` event was seen (torch.profiler writes them only with profile_memory=True).
     memory_seen: bool,
     /// Whether events may be set aside on disk (large traces read as a stream): host events go to runs in
@@ -148,6 +150,7 @@ impl Importer {
             events: 0,
             fractional: false,
             api_calls: Default::default(),
+            globals: Vec::new(),
             memory_seen: false,
             spooling,
             gpu_spill: None,
@@ -311,7 +314,14 @@ impl Importer {
                 ev.kind = EventKind::NvtxMark as u8;
                 ev.end = start;
                 let domain = a.domain.as_deref().unwrap_or(if cat.is_empty() { "instant" } else { cat_text() });
-                self.host_event(pid as u32, ev, &e.name, Some(domain));
+                if e.scope.as_ref() == b"g" {
+                    // Trace-wide ("Iteration Start", "Record Window End"): its pid is a label, not a process.
+                    ev.flags = FLAG_GLOBAL;
+                    ev.tid = 0;
+                    self.globals.push((ev, e.name.to_string(), domain.to_string()));
+                } else {
+                    self.host_event(pid as u32, ev, &e.name, Some(domain));
+                }
             }
         }
     }
@@ -325,6 +335,9 @@ impl Importer {
             .keys()
             .max_by_key(|pid| (api_calls.get(pid).copied().unwrap_or(0), std::cmp::Reverse(**pid)))
             .map_or(0, |pid| *pid);
+        for (ev, name, domain) in std::mem::take(&mut self.globals) {
+            self.host.push(default_host, ev, &name, Some(&domain));
+        }
         let names = std::mem::take(&mut self.gpu_names);
         // (process, GPU name id) → the process's string id: each distinct name is looked up once per process.
         let mut local: rustc_hash::FxHashMap<(u32, u32), u32> = Default::default();

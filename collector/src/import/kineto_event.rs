@@ -19,6 +19,8 @@ pub struct Event<'a> {
     /// Phase and category as bytes (compared, rarely shown).
     pub ph: Cow<'a, [u8]>,
     pub cat: Cow<'a, [u8]>,
+    /// An instant's scope: `g` (global), `p` (process), `t` (thread, the default).
+    pub scope: Cow<'a, [u8]>,
     pub name: Cow<'a, str>,
     pub pid: Option<Id<'a>>,
     pub tid: Option<Id<'a>>,
@@ -64,6 +66,7 @@ pub fn parse_event<'a>(b: &'a [u8], i: usize, e: &mut Event<'a>) -> Scanned<usiz
         Ok(match key {
             b"ph" => raw(b, at, &mut e.ph)?,
             b"cat" => raw(b, at, &mut e.cat)?,
+            b"s" => raw(b, at, &mut e.scope)?,
             b"name" => text(b, at, &mut e.name)?,
             b"pid" => id(b, at, &mut e.pid)?,
             b"tid" => id(b, at, &mut e.tid)?,
