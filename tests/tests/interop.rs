@@ -119,22 +119,27 @@ fn capture_to_kineto_json_and_back_keeps_every_statistic() {
     }
 }
 
+/// `cuflight export TRACE --format chrome -o JSON`; returns JSON's path.
+fn export_kineto_json(trace: &Path, json: &Path) -> std::path::PathBuf {
+    let (ok, err) = cuflight(&[
+        OsStr::new("export"),
+        trace.as_os_str(),
+        OsStr::new("--format"),
+        OsStr::new("chrome"),
+        OsStr::new("-o"),
+        json.as_os_str(),
+    ]);
+    assert!(ok, "{err}");
+    json.to_path_buf()
+}
+
 #[test]
 fn hta_computes_the_same_temporal_breakdown_on_our_export() {
     let dir = scratch("hta");
     // HTA 0.5 fails with an AssertionError on kineto-h100-qwen-inference (original file and ours alike).
     for name in ["kineto-2rank-r0.json.gz", "kineto-a100-nccl-r0.json.gz", "kineto-v100-ddp-ns.json.gz"] {
         let Some(path) = shared_trace(name) else { continue };
-        let json = dir.join(format!("{name}.json"));
-        let (ok, err) = cuflight(&[
-            OsStr::new("export"),
-            path.as_os_str(),
-            OsStr::new("--format"),
-            OsStr::new("chrome"),
-            OsStr::new("-o"),
-            json.as_os_str(),
-        ]);
-        assert!(ok, "{err}");
+        let json = export_kineto_json(&path, &dir.join(format!("{name}.json")));
         let theirs = python_json("hta_breakdown.py", &[path.as_os_str()]);
         let ours = python_json("hta_breakdown.py", &[json.as_os_str()]);
         for k in ["idle_us", "compute_us", "non_compute_us", "kernel_us"] {
@@ -195,16 +200,7 @@ fn tensorboards_profiler_plugin_reads_our_export_as_it_reads_the_original() {
     let dir = scratch("tensorboard");
     for name in ["kineto-a100-nccl-r0.json.gz", "kineto-2rank-r0.json.gz", "kineto-v100-ddp-ns.json.gz"] {
         let Some(path) = shared_trace(name) else { continue };
-        let json = dir.join(format!("{name}.json"));
-        let (ok, err) = cuflight(&[
-            OsStr::new("export"),
-            path.as_os_str(),
-            OsStr::new("--format"),
-            OsStr::new("chrome"),
-            OsStr::new("-o"),
-            json.as_os_str(),
-        ]);
-        assert!(ok, "{err}");
+        let json = export_kineto_json(&path, &dir.join(format!("{name}.json")));
         // Global instants ("Iteration Start", "Record Window End") stay global, on no invented process.
         let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         let events = v["traceEvents"].as_array().unwrap();

@@ -149,16 +149,13 @@ impl Stats {
                     ],
                 );
                 for r in &self.gpu_mem_size {
-                    t.row(vec![
-                        r.total_bytes.to_string(),
-                        r.count.to_string(),
-                        r.avg_bytes.to_string(),
-                        r.median_bytes.to_string(),
-                        r.min_bytes.to_string(),
-                        r.max_bytes.to_string(),
-                        r.stddev_bytes.to_string(),
-                        r.operation.clone(),
-                    ]);
+                    let mut cells = stat_cells(
+                        r.total_bytes,
+                        r.count,
+                        [r.avg_bytes, r.median_bytes, r.min_bytes, r.max_bytes, r.stddev_bytes],
+                    );
+                    cells.push(r.operation.clone());
+                    t.row(cells);
                 }
                 t
             }
@@ -224,18 +221,10 @@ impl Stats {
                 let mut rows: Vec<&NvtxRow> = self.nvtx.iter().collect();
                 rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
                 for r in rows {
-                    t.row(vec![
-                        r.total_ns.to_string(),
-                        r.count.to_string(),
-                        r.avg_ns.to_string(),
-                        r.median_ns.to_string(),
-                        r.min_ns.to_string(),
-                        r.max_ns.to_string(),
-                        r.stddev_ns.to_string(),
-                        r.kind.to_string(),
-                        r.domain.clone(),
-                        r.name.clone(),
-                    ]);
+                    let mut cells =
+                        stat_cells(r.total_ns, r.count, [r.avg_ns, r.median_ns, r.min_ns, r.max_ns, r.stddev_ns]);
+                    cells.extend([r.kind.to_string(), r.domain.clone(), r.name.clone()]);
+                    t.row(cells);
                 }
                 t
             }
@@ -296,18 +285,14 @@ impl Stats {
                     ],
                 );
                 for r in &self.nvtx_kern {
-                    t.row(vec![
-                        r.range.clone(),
-                        r.total_ns.to_string(),
-                        r.count.to_string(),
-                        r.avg_ns.to_string(),
-                        r.median_ns.to_string(),
-                        r.min_ns.to_string(),
-                        r.max_ns.to_string(),
-                        r.stddev_ns.to_string(),
-                        r.domain.clone(),
-                        r.kernel.clone(),
-                    ]);
+                    let mut cells = vec![r.range.clone()];
+                    cells.extend(stat_cells(
+                        r.total_ns,
+                        r.count,
+                        [r.avg_ns, r.median_ns, r.min_ns, r.max_ns, r.stddev_ns],
+                    ));
+                    cells.extend([r.domain.clone(), r.kernel.clone()]);
+                    t.row(cells);
                 }
                 t
             }
@@ -390,6 +375,13 @@ impl Stats {
     }
 }
 
+/// Total, count, then avg, median, min, max and stddev: the cells every summary row shares.
+fn stat_cells(total: u64, count: u64, stats: [u64; 5]) -> Vec<String> {
+    let mut cells = vec![total.to_string(), count.to_string()];
+    cells.extend(stats.iter().map(u64::to_string));
+    cells
+}
+
 /// A duration table with `nsys stats`' columns.
 fn durations(title: &str, rows: &[DurationRow]) -> Table {
     let mut t = Table::new(
@@ -407,17 +399,10 @@ fn durations(title: &str, rows: &[DurationRow]) -> Table {
         ],
     );
     for r in rows {
-        t.row(vec![
-            format!("{:.1}", r.percent),
-            r.total_ns.to_string(),
-            r.count.to_string(),
-            r.avg_ns.to_string(),
-            r.median_ns.to_string(),
-            r.min_ns.to_string(),
-            r.max_ns.to_string(),
-            r.stddev_ns.to_string(),
-            r.name.clone(),
-        ]);
+        let mut cells = vec![format!("{:.1}", r.percent)];
+        cells.extend(stat_cells(r.total_ns, r.count, [r.avg_ns, r.median_ns, r.min_ns, r.max_ns, r.stddev_ns]));
+        cells.push(r.name.clone());
+        t.row(cells);
     }
     t
 }
