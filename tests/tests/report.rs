@@ -39,7 +39,7 @@ fn breakdown_equals_hta_within_one_percent() {
 
 #[test]
 fn step_breakdown_follows_tensorboards_definitions() {
-    // TensorBoard's plugin (its own parser, tests/py/tb_breakdown.py): CPU Exec is operators (cpu_op) only, user
+    // TensorBoard's plugin (its own parser, tests/py/tb_views.py): CPU Exec is operators (cpu_op) only, user
     // annotations do not count (its parser drops them), DataLoader is `enumerate(DataLoader)#...__next__`.
     // The one difference kept: torch-tb-profiler 0.4.3 does not read Kineto's `cuda_runtime` category, so its
     // Runtime is 0 and that time lands in CPU Exec or Other; cuflight counts it as Runtime (docs/report.md).
@@ -50,7 +50,7 @@ fn step_breakdown_follows_tensorboards_definitions() {
         "kineto-v100-ddp-ns.json.gz",
     ] {
         let Some(path) = shared_trace(name) else { continue };
-        let tb = python_json("tb_breakdown.py", &[path.as_os_str()]);
+        let tb = python_json("tb_views.py", &[path.as_os_str()])["breakdown"].clone();
         let t = &report(&path)["processes"][0]["step_total"];
         let pct = |k: &str| 100.0 * t[k].as_f64().unwrap() / t["duration_ns"].as_f64().unwrap();
         let theirs = |k: &str| tb[k].as_f64().unwrap();

@@ -183,6 +183,18 @@ impl<W: Write> Out<W> {
 }
 
 /// What one process needs while its events stream by.
+/// What the export learns across processes as events go by.
+#[derive(Default)]
+struct Seen {
+    /// Devices that ran work (a GPU "process" each).
+    gpu_pids: BTreeSet<u32>,
+    /// `deviceProperties` entries, per process.
+    device_json: BTreeMap<u32, Vec<String>>,
+    /// Device ordinal → (compute capability, SM count), for the occupancy figures on kernels. Device events
+    /// carry time 0, so they go by before any kernel.
+    gpus: FxHashMap<u32, ((u32, u32), u64)>,
+}
+
 #[derive(Default)]
 struct ProcessOut {
     ranges: crate::model::ranges::Pairer,
@@ -214,8 +226,7 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
         out.metadata("process_name", pid as u64, 0, &label).map_err(io)?;
     }
     let mut state: FxHashMap<u32, ProcessOut> = FxHashMap::default();
-    let mut gpu_pids = BTreeSet::new();
-    let mut devices: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let mut seen = Seen::default();
     let flow_bases: FxHashMap<u32, u64> = match processes.len() {
         1 => processes.keys().map(|&k| (k, 0)).collect(),
         _ => processes.keys().enumerate().map(|(i, &k)| (k, (i as u64 + 1) << 32)).collect(),
@@ -229,25 +240,25 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
             flow_base: flow_bases.get(&key).copied().unwrap_or(0),
             ..Default::default()
         });
-        if let Err(err) = event(&mut out, key, p, e, st, &mut gpu_pids, &mut devices) {
+        if let Err(err) = event(&mut out, key, p, e, st, &mut seen) {
             failed = Some(err);
         }
     })?;
     if let Some(e) = failed {
         return Err(io(e));
     }
-    let rest = || -> std::io::Result<()> {
+    let mut rest = || -> std::io::Result<()> {
         for (&pid, st) in state.iter_mut() {
             if let Some((k, external)) = st.held.take() {
-                kernel(&mut out, &source.processes[&pid], &k, None, external)?;
+                kernel(&mut out, &source.processes[&pid], &k, None, external, seen.gpus.get(&k.device))?;
             }
         }
-        for device in gpu_pids {
+        for &device in &seen.gpu_pids {
             out.metadata("process_name", device as u64, 0, &format!("GPU {device}"))?;
         }
         out.drain()?;
         out.w.write_all(b"\n],\n\"deviceProperties\": [")?;
-        for (i, d) in devices.values().flatten().enumerate() {
+        for (i, d) in seen.device_json.values().flatten().enumerate() {
             out.w.write_all(if i == 0 { b"\n" } else { b",\n" })?;
             out.w.write_all(d.as_bytes())?;
         }
@@ -264,13 +275,13 @@ fn event<W: Write>(
     p: &Process,
     e: &RawEvent,
     st: &mut ProcessOut,
-    gpu_pids: &mut BTreeSet<u32>,
-    devices: &mut BTreeMap<u32, Vec<String>>,
+    seen: &mut Seen,
 ) -> std::io::Result<()> {
+    let gpu_pids = &mut seen.gpu_pids;
     if let Some((k, external)) = st.held.take() {
         let node = (e.kind() == Some(EventKind::GraphNode) && e.correlation == k.correlation && e.start == k.start)
             .then_some((e.a, e.b));
-        kernel(out, p, &k, node, external)?;
+        kernel(out, p, &k, node, external, seen.gpus.get(&k.device))?;
         if node.is_some() {
             return Ok(());
         }
@@ -357,7 +368,9 @@ fn event<W: Write>(
                 let domain = p.string(e.c as u32);
                 let cat = if domain.is_empty() { "user_annotation" } else { domain };
                 let external = ExternalArg(e.a);
-                out.complete(cat, name, pid, e.tid as u64, e.start, e.end, format_args!("{external}"))?;
+                let op =
+                    OperatorArgs { text: p.string(e.b as u32), sequence: (e.b >> 32).checked_sub(1), after: e.a != 0 };
+                out.complete(cat, name, pid, e.tid as u64, e.start, e.end, format_args!("{external}{op}"))?;
             }
         }
         Some(EventKind::NvtxMark) if e.flags & FLAG_GLOBAL != 0 => {
@@ -415,7 +428,9 @@ fn event<W: Write>(
         Some(EventKind::ThreadName) => out.metadata("thread_name", pid, e.a, name)?,
         Some(EventKind::Device) => {
             let (major, minor) = e.compute_capability();
-            devices.entry(key).or_default().push(format!(
+            // Devices are the machine's: every process of one host lists the same ones.
+            seen.gpus.insert(e.device, ((major, minor), e.c));
+            seen.device_json.entry(key).or_default().push(format!(
                 r#"{{"id":{},"name":{},"totalGlobalMem":{},"computeMajor":{major},"computeMinor":{minor},"numSms":{}}}"#,
                 e.device,
                 Js(name),
@@ -466,8 +481,12 @@ fn kernel<W: Write>(
     e: &RawEvent,
     node: Option<(u64, u64)>,
     external: u64,
+    gpu: Option<&((u32, u32), u64)>,
 ) -> std::io::Result<()> {
     let c = LaunchConfig::unpack(e.a, e.b, e.c);
+    // libkineto's per-kernel figures, from the device's SM count and the launch (see model::occupancy); "queued"
+    // is CUPTI's queued timestamp, which Kineto writes as 0 unless latency timestamps were on (never here).
+    let figures = gpu.and_then(|&(cc, sms)| crate::model::occupancy::kineto_figures(cc, sms, &c));
     let (g, bl) = (c.grid, c.block);
     let graph = node.map(|(graph, node)| format!(r#","graph id":{graph},"graph node id":{node}"#)); // cuflight's addition
                                                                                                     // cuflight's addition: the symbol as CUPTI named it.
@@ -492,6 +511,14 @@ fn kernel<W: Write>(
         push_u64(b, c.registers as u64);
         b.extend_from_slice(br#","shared memory":"#);
         push_u64(b, c.static_shared as u64 + c.dynamic_shared as u64);
+        b.extend_from_slice(br#","queued":0"#);
+        if let Some(f) = figures {
+            // f32 printed shortest, as libkineto prints it; a grid over zero SMs never gets here.
+            let _ = write!(b, r#","blocks per SM":{},"warps per SM":{}"#, f.blocks_per_sm, f.warps_per_sm);
+            if let Some(pct) = f.occupancy_pct {
+                let _ = write!(b, r#","est. achieved occupancy %":{pct}"#);
+            }
+        }
         b.extend_from_slice(graph.as_deref().unwrap_or("").as_bytes());
         b.extend_from_slice(mangled.as_deref().unwrap_or("").as_bytes());
     })
@@ -517,6 +544,30 @@ impl fmt::Display for ExternalArg {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.0 != 0 {
             write!(f, r#""External id":{}"#, self.0)?;
+        }
+        Ok(())
+    }
+}
+
+/// An imported operator's arguments (see the Kineto importer's `operator_args`): its JSON text as read, and
+/// its "Sequence number".
+struct OperatorArgs<'a> {
+    text: &'a str,
+    sequence: Option<u64>,
+    /// Whether an arg precedes these (a comma is then needed first).
+    after: bool,
+}
+
+impl fmt::Display for OperatorArgs<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut after = self.after;
+        if !self.text.is_empty() {
+            f.write_str(if after { "," } else { "" })?;
+            f.write_str(self.text)?;
+            after = true;
+        }
+        if let Some(seq) = self.sequence {
+            write!(f, r#"{}"Sequence number":{seq}"#, if after { "," } else { "" })?;
         }
         Ok(())
     }

@@ -10,7 +10,8 @@
 
 use super::builder::{spool_failed, Processes};
 use super::json_scan::{self, Scan, Window, WindowError};
-use super::kineto_event::{parse_event, Event, Id};
+use super::kineto_devices as devices;
+use super::kineto_event::{parse_event, Args, Event, Id};
 use crate::model::spool::{GpuSpill, Spool};
 use crate::model::trace::Trace;
 use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE, FLAG_GLOBAL};
@@ -119,6 +120,8 @@ struct Importer {
     thread_names: Vec<(u32, u32, String)>,
     process_names: rustc_hash::FxHashMap<u32, String>,
     devices: Vec<Value>,
+    /// Per device, kernels' Kineto figures (a sample), to recover the device when `deviceProperties` is absent.
+    kernel_figures: std::collections::BTreeMap<u32, devices::Figures>,
     rank: Option<u32>,
     events: u64,
     fractional: bool,
@@ -146,6 +149,7 @@ impl Importer {
             thread_names: Vec::new(),
             process_names: Default::default(),
             devices: Vec::new(),
+            kernel_figures: Default::default(),
             rank: None,
             events: 0,
             fractional: false,
@@ -175,6 +179,33 @@ impl Importer {
             }
             self.gpu.clear();
         }
+    }
+
+    /// An operator's arguments for a host range's `b`: the string id of their JSON text (`"Input Dims":...`,
+    /// as the trace had them) in the low 32 bits, its "Sequence number" + 1 in the high ones. A text that is not
+    /// JSON is dropped, so an export never writes what it was not given.
+    fn operator_args(&mut self, pid: u32, a: &Args<'_>) -> u64 {
+        let seq = a.sequence.filter(|s| (0..u32::MAX as i64).contains(s)).map_or(0, |s| (s as u64 + 1) << 32);
+        let fields = [("Input Dims", a.input_dims), ("Input type", a.input_type), ("Call stack", a.call_stack)];
+        let mut text = String::new();
+        for (key, value) in fields {
+            if let Some(v) = value.and_then(|v| std::str::from_utf8(v).ok()) {
+                if !text.is_empty() {
+                    text.push(',');
+                }
+                text.push_str(&format!("{key:?}:{v}"));
+            }
+        }
+        if text.is_empty() {
+            return seq;
+        }
+        let (p, t) = self.host.process(pid);
+        let id = match t.get(&text) {
+            Some(id) => id,
+            None if serde_json::from_str::<serde::de::IgnoredAny>(&format!("{{{text}}}")).is_ok() => t.id(p, &text),
+            None => 0,
+        };
+        seq | id as u64
     }
 
     fn add(&mut self, e: Event<'_>) {
@@ -232,6 +263,9 @@ impl Importer {
                     dynamic_shared: 0,
                 };
                 (ev.a, ev.b, ev.c) = cfg.pack();
+                if let (Some(bps), Some(pct)) = (a.blocks_per_sm, a.occupancy_pct) {
+                    self.kernel_figures.entry(ev.device).or_default().add(&cfg, bps, pct);
+                }
                 ev.name = self.gpu_names.id(&e.name);
                 self.gpu_event(ev, (pid, tid));
             }
@@ -291,6 +325,7 @@ impl Importer {
                 // cuflight's own exports keep the NVTX domain in args; Kineto's user annotations have none.
                 let domain = a.domain.as_deref().unwrap_or(if cat.is_empty() { "other" } else { cat_text() });
                 ev.a = u(a.external_id).unwrap_or(0); // a host range's `a`
+                ev.b = self.operator_args(pid as u32, a);
                 self.host_event(pid as u32, ev, &e.name, Some(domain));
             }
             (_, _) if e.name == "[memory]" => {
@@ -374,16 +409,18 @@ impl Importer {
                 p.events.push(ev);
             }
         }
-        let devices = std::mem::take(&mut self.devices);
+        let devices = match self.devices.is_empty() {
+            false => devices::from_properties(&self.devices),
+            true => devices::recovered(&self.kernel_figures),
+        };
         if let Some((p, t)) = self.host.host.get_mut(&default_host) {
             for d in devices {
                 let mut ev = RawEvent::new(EventKind::Device, 0, 0, 0);
-                ev.device = d.get("id").and_then(Value::as_u64).unwrap_or(0) as u32;
-                ev.name = t.id(p, d.get("name").and_then(Value::as_str).unwrap_or("GPU"));
-                ev.a = d.get("totalGlobalMem").and_then(Value::as_u64).unwrap_or(0);
-                let cc = |k| d.get(k).and_then(Value::as_u64).unwrap_or(0);
-                ev.b = cc("computeMajor") << 8 | cc("computeMinor");
-                ev.c = cc("numSms");
+                ev.device = d.id;
+                ev.name = t.id(p, &d.name);
+                ev.a = d.memory;
+                ev.b = (d.capability.0 as u64) << 8 | d.capability.1 as u64;
+                ev.c = d.sms;
                 p.events.push(ev);
             }
         }

@@ -57,6 +57,15 @@ pub struct Args<'a> {
     /// Kineto's "External id": links an operator to the runtime calls it made (and TensorBoard, through them,
     /// to its kernels).
     pub external_id: Option<i64>,
+    /// Kineto's figures on a kernel (kept to recover a device its trace does not describe).
+    pub blocks_per_sm: Option<f64>,
+    pub occupancy_pct: Option<i64>,
+    /// An operator's arguments TensorBoard reads, as their JSON text: "Input Dims" (or "Input dims"),
+    /// "Input type", "Call stack".
+    pub input_dims: Option<&'a [u8]>,
+    pub input_type: Option<&'a [u8]>,
+    pub call_stack: Option<&'a [u8]>,
+    pub sequence: Option<i64>,
 }
 
 /// Parses the object starting at `i` (after whitespace) into `e` (filled in place: an event is large to move);
@@ -122,6 +131,12 @@ fn args<'a>(b: &'a [u8], at: usize, a: &mut Args<'a>) -> Scanned<usize> {
             b"Device Type" => int(b, at, &mut a.device_type)?,
             b"Device Id" => int(b, at, &mut a.device_id)?,
             b"External id" | b"external id" => int(b, at, &mut a.external_id)?,
+            b"blocks per SM" => float(b, at, &mut a.blocks_per_sm)?,
+            b"est. achieved occupancy %" => int(b, at, &mut a.occupancy_pct)?,
+            b"Input Dims" | b"Input dims" => raw_value(b, at, &mut a.input_dims)?,
+            b"Input type" => raw_value(b, at, &mut a.input_type)?,
+            b"Call stack" => raw_value(b, at, &mut a.call_stack)?,
+            b"Sequence number" => int(b, at, &mut a.sequence)?,
             _ => skip_value(b, at)?,
         })
     })
@@ -165,6 +180,20 @@ fn number(b: &[u8], at: usize) -> Scanned<(Option<&[u8]>, usize)> {
 fn int(b: &[u8], at: usize, out: &mut Option<i64>) -> Scanned<usize> {
     let (tok, end) = number(b, at)?;
     *out = tok.and_then(as_i64);
+    Ok(end)
+}
+
+fn float(b: &[u8], at: usize, out: &mut Option<f64>) -> Scanned<usize> {
+    let (tok, end) = number(b, at)?;
+    *out = tok.and_then(|t| std::str::from_utf8(t).ok()?.parse().ok());
+    Ok(end)
+}
+
+/// A value's JSON text as it stands (checked well-formed by the skip).
+fn raw_value<'a>(b: &'a [u8], at: usize, out: &mut Option<&'a [u8]>) -> Scanned<usize> {
+    let at = ws(b, at)?;
+    let end = skip_value(b, at)?;
+    *out = Some(&b[at..end]);
     Ok(end)
 }
 

@@ -4,6 +4,7 @@
 mod builder;
 mod json_scan;
 pub mod kineto;
+mod kineto_devices;
 mod kineto_event;
 pub mod nsys;
 

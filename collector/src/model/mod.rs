@@ -6,6 +6,7 @@
 pub mod launches;
 pub mod memory;
 pub mod names;
+pub mod occupancy;
 pub mod ranges;
 pub mod source;
 pub mod spool;

@@ -73,6 +73,11 @@ impl StringTable {
         p.strings.insert(id, s.to_string());
         id
     }
+
+    /// The id `s` already has, if any.
+    pub fn get(&self, s: &str) -> Option<u32> {
+        self.ids.get(s).copied()
+    }
 }
 
 impl Process {

@@ -241,7 +241,7 @@ pub fn kernel_rows(ctx: &Ctx, agg: &KernelAgg, top: usize) -> Vec<KernelRow> {
                 block: cfg.block,
                 registers_per_thread: cfg.registers as u32,
                 shared_memory_bytes: shared,
-                occupancy: ctx.plan.capability.and_then(|cc| super::occupancy::estimate(cc, &cfg)),
+                occupancy: ctx.plan.capability.and_then(|cc| crate::model::occupancy::estimate(cc, &cfg)),
             }
         })
         .collect();

@@ -11,7 +11,6 @@ mod findings;
 mod gpu_findings;
 mod html;
 pub mod idle;
-mod occupancy;
 pub mod plan;
 mod ranks;
 pub mod spans;

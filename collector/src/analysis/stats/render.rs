@@ -325,8 +325,15 @@ impl Stats {
                     t.row(vec![
                         d.pid.to_string(),
                         d.device.to_string(),
-                        format!("{:.1}", d.memory_bytes as f64 / (1u64 << 30) as f64),
-                        d.compute_capability.clone(),
+                        // 0: the trace did not say (a Kineto trace whose device was recovered from its kernels).
+                        match d.memory_bytes {
+                            0 => "?".into(),
+                            m => format!("{:.1}", m as f64 / (1u64 << 30) as f64),
+                        },
+                        match d.compute_capability.as_str() {
+                            "0.0" => "?".into(),
+                            cc => cc.to_string(),
+                        },
                         d.multiprocessors.to_string(),
                         d.name.clone(),
                     ]);

@@ -1,0 +1,85 @@
+//! The devices of a Kineto trace: from its `deviceProperties`, or, where a trace has none (older torch.profiler
+//! versions, some exporters), recovered from the figures libkineto wrote on every kernel. "blocks per SM" is the
+//! grid over the SM count, so it gives the count back exactly; the architecture is the first one whose occupancy
+//! calculator ([`crate::model::occupancy`]) reproduces every sampled "est. achieved occupancy %".
+
+use crate::model::occupancy::kineto_figures;
+use cuflight_format::event::LaunchConfig;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Distinct launches kept per device for the recovery.
+const FIGURES_SAMPLE: usize = 1024;
+
+/// A device's kernels' (launch, blocks per SM, occupancy %), one per distinct launch configuration: the launches
+/// that tell architectures apart (large shared memory, many registers) are rare among kernels, not among
+/// configurations.
+#[derive(Default)]
+pub struct Figures {
+    seen: rustc_hash::FxHashSet<(u64, u64, u64)>,
+    kernels: Vec<(LaunchConfig, f64, i64)>,
+}
+
+impl Figures {
+    pub fn add(&mut self, cfg: &LaunchConfig, blocks_per_sm: f64, occupancy_pct: i64) {
+        if self.kernels.len() < FIGURES_SAMPLE && blocks_per_sm > 0.0 && self.seen.insert(cfg.pack()) {
+            self.kernels.push((*cfg, blocks_per_sm, occupancy_pct));
+        }
+    }
+}
+
+pub struct DeviceFacts {
+    pub id: u32,
+    pub name: String,
+    pub memory: u64,
+    pub capability: (u32, u32),
+    pub sms: u64,
+}
+
+pub fn from_properties(props: &[Value]) -> Vec<DeviceFacts> {
+    props
+        .iter()
+        .map(|d| {
+            let n = |k| d.get(k).and_then(Value::as_u64).unwrap_or(0);
+            DeviceFacts {
+                id: n("id") as u32,
+                name: d.get("name").and_then(Value::as_str).unwrap_or("GPU").to_string(),
+                memory: n("totalGlobalMem"),
+                capability: (n("computeMajor") as u32, n("computeMinor") as u32),
+                sms: n("numSms"),
+            }
+        })
+        .collect()
+}
+
+/// Architectures tried, most common in traces first (the first that fits every sample wins).
+const CANDIDATES: [(u32, u32); 12] =
+    [(9, 0), (8, 0), (10, 0), (8, 6), (8, 9), (12, 0), (7, 0), (7, 5), (8, 7), (10, 1), (6, 0), (6, 1)];
+
+/// Devices recovered from kernels' (launch, blocks per SM, occupancy %) samples.
+pub fn recovered(samples: &BTreeMap<u32, Figures>) -> Vec<DeviceFacts> {
+    let mut out = Vec::new();
+    for (&id, Figures { kernels, .. }) in samples {
+        let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+        for (cfg, bps, _) in kernels {
+            let grid = cfg.grid.iter().map(|&g| g as f64).product::<f64>();
+            let sms = (grid / bps).round();
+            if (1.0..=4096.0).contains(&sms) {
+                *counts.entry(sms as u64).or_default() += 1;
+            }
+        }
+        let Some((&sms, _)) = counts.iter().max_by_key(|(_, &n)| n) else { continue };
+        let fits = |cc| {
+            kernels
+                .iter()
+                .all(|(cfg, _, pct)| kineto_figures(cc, sms, cfg).and_then(|f| f.occupancy_pct) == Some(*pct as i32))
+        };
+        let capability = CANDIDATES.into_iter().find(|&cc| fits(cc));
+        let name = match capability {
+            Some(_) => format!("GPU {id} ({sms} SMs and architecture recovered from its kernels)"),
+            None => format!("GPU {id} ({sms} SMs recovered from its kernels)"),
+        };
+        out.push(DeviceFacts { id, name, memory: 0, capability: capability.unwrap_or((0, 0)), sms });
+    }
+    out
+}
