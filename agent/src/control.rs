@@ -33,6 +33,11 @@ pub fn start(state: u8) {
     });
 }
 
+/// The current `control::STATE_*` (0 before the agent started).
+pub fn state() -> u8 {
+    STATE.load(Ordering::Acquire)
+}
+
 fn set_state(state: u8) {
     STATE.store(state, Ordering::Release);
     SINCE_NS.store(clock::realtime_ns(), Ordering::Release);

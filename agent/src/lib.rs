@@ -8,6 +8,7 @@
 //!   names this library; loads CUPTI and starts recording.
 //! - `InitializeInjectionNvtx2`: called by every NVTX-using library when `NVTX_INJECTION64_PATH` names this
 //!   library; CPU-only processes get NVTX too.
+//! - `cuflight_state` and `cuflight_mark_step` ([`api`]): for the program itself (the Python module).
 //! - a constructor for `LD_PRELOAD=libcuflight.so`: it only points `CUDA_INJECTION64_PATH` and
 //!   `NVTX_INJECTION64_PATH` at this library when unset, so nothing happens until the process touches CUDA.
 //!
@@ -16,6 +17,7 @@
 //! ```
 
 mod activity;
+pub mod api;
 #[doc(hidden)]
 pub mod callbacks;
 mod clock;

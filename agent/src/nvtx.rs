@@ -187,8 +187,13 @@ fn pop_range(domain: u32) -> c_int {
     })
 }
 
+/// A fresh id for an NVTX start/end range (shared with [`crate::api`]'s step ranges, so ids never collide).
+pub fn next_range_id() -> u64 {
+    NEXT_RANGE.fetch_add(1, Ordering::Relaxed)
+}
+
 fn start_range(domain: u32, name: u32, extra: Extra) -> u64 {
-    let id = NEXT_RANGE.fetch_add(1, Ordering::Relaxed);
+    let id = next_range_id();
     event(EventKind::NvtxStart, domain, name, extra, id);
     id
 }

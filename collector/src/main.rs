@@ -53,12 +53,17 @@ fn one_line(e: &anyhow::Error) -> String {
     msg
 }
 
+/// `cargo install` installs binaries only: the agent has to come from a build or the wheel.
+const NO_AGENT: &str = "cannot find libcuflight.so next to the cuflight binary or in ../lib (`cargo install` installs \
+                        no libraries: use `python3 -m pip install .`, or copy target/release/libcuflight.so beside \
+                        the binary); or set CUFLIGHT_AGENT to its path";
+
 fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Cmd::Record { output, inject, flush_ms, drain_ms, force, linger_secs, window, sampling, duration, command } => {
             let SamplingArgs { every, count } = sampling;
             let Some(agent) = record::find_agent() else {
-                bail!("cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path");
+                bail!(NO_AGENT);
             };
             if let Some(every) = every {
                 let range = window.range();
@@ -163,7 +168,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Launch { flight_recorder, dump_dir, hang_timeout, command } => {
             let Some(agent) = record::find_agent() else {
-                bail!("cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path");
+                bail!(NO_AGENT);
             };
             let flight = match flight_recorder {
                 Some(span) => {
@@ -222,9 +227,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Attach { pid, output, duration, window, sampling, force, inject } => {
             let SamplingArgs { every, count } = sampling;
             let inject = match inject {
-                true => Some(record::find_agent().context(
-                    "cannot find libcuflight.so next to the cuflight binary; set CUFLIGHT_AGENT to its path",
-                )?),
+                true => Some(record::find_agent().context(NO_AGENT)?),
                 false => None,
             };
             let range = window.range();
