@@ -58,6 +58,7 @@ pub fn record() {
     if unsafe { count(&mut n) } != 0 {
         return;
     }
+    let driver_version = driver_version();
     for dev in 0..n.min(64) {
         let mut buf = [0 as c_char; 256];
         let (mut bytes, mut sms, mut major, mut minor) = (0usize, 0, 0, 0);
@@ -77,6 +78,7 @@ pub fn record() {
         ev.a = bytes as u64;
         ev.b = (major as u64) << 8 | minor as u64;
         ev.c = sms as u64;
+        ev.stream = driver_version;
         emit::push(ev);
     }
 }

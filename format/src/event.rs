@@ -53,7 +53,8 @@ pub enum EventKind {
     /// CUPTI memory kind, at `start`.
     MemoryActivity = 16,
     /// A device: `device` = ordinal, `name` = device name, `a` = global memory bytes, `b` = major << 8 | minor,
-    /// `c` = multiprocessor count.
+    /// `c` = multiprocessor count, `stream` = the CUDA driver's version (`cuDriverGetVersion`, e.g. 13000; 0
+    /// unknown).
     Device = 17,
     /// A complete range known by its start and end (imported annotations, operators): `name`, `c` = domain or
     /// category (string id), `start`..`end` on thread `tid`; with [`FLAG_DEVICE`] it lies on `device`/`stream`.

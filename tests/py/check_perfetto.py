@@ -72,6 +72,10 @@ def main(path):
     assert set(flows_started) == set(flows_ended), "flows that start but never end, or end without start"
     counts["flows"] = len(flows_started)
     counts["slice_names"] = len(names)
+    # The timeline's extent, as the UI counts time from its first event.
+    if events:
+        counts["first_ns"] = min(ts for ts, _, _ in events)
+        counts["last_ns"] = max(ts for ts, _, _ in events)
     print(json.dumps(counts, sort_keys=True))
 
 

@@ -239,6 +239,33 @@ fn html_report_renders_in_headless_chromium() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(!page.contains("http://") && !page.contains("https://") && !page.contains("<script"), "self-contained");
     assert!(page.contains("<svg") && page.contains("sync_stall"));
+    // What a shared report needs: the run (GPU, CUDA versions, drops), axes with units on every chart, step
+    // labels and boundaries, idle time by cause, evidence with times on the Perfetto timeline, full kernel names.
+    for needed in [
+        "<td>GPU</td><td>0: NVIDIA H100",
+        "<td>CUDA</td><td>driver ",
+        "<td>Dropped</td><td>none</td>",
+        "time per step (ms)",
+        ">step</text>",
+        "kernel busy (%)",
+        "time from the start of the timeline (ms)",
+        "class=step>",
+        "Idle time inside steps by cause",
+        "Idle time per stream",
+        "worst steps: ",
+        "example: ",
+        " at +0.",
+    ] {
+        assert!(page.contains(needed), "the HTML report lacks {needed:?}");
+    }
+    let report: serde_json::Value = serde_json::from_slice(
+        &Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(&trace).output().unwrap().stdout,
+    )
+    .unwrap();
+    for k in report["processes"][0]["top_kernels"].as_array().unwrap() {
+        let name = k["name"].as_str().unwrap().replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+        assert!(page.contains(&format!("<td class=name>{name}</td>")), "kernel name not shown in full: {name}");
+    }
     let browser = ["chromium", "chromium-browser"]
         .into_iter()
         .find(|b| Command::new(b).arg("--version").output().is_ok_and(|o| o.status.success()));

@@ -58,6 +58,7 @@ fn perfetto_exports_decode_with_the_official_schema_and_match_the_trace() {
         let s = stats(&path);
         let device_ops = sum(&s, "kernels", "count") + sum(&s, "memcpy", "count") + sum(&s, "memset", "count");
         assert!(decoded["slices"].as_u64().unwrap() >= device_ops + sum(&s, "api", "count"), "{name}");
+        timeline_matches_the_report(&path, &decoded, name);
     }
     // A cuflight capture: every device op was launched by a recorded API call, so each gets a flow.
     let prog = build_c("streams", &dir);
@@ -66,6 +67,7 @@ fn perfetto_exports_decode_with_the_official_schema_and_match_the_trace() {
     let (_, decoded) = perfetto_round(&r.trace, &dir);
     let device_ops = sum(&s, "kernels", "count") + sum(&s, "memcpy", "count") + sum(&s, "memset", "count");
     assert_eq!(decoded["flows"].as_u64().unwrap(), device_ops);
+    timeline_matches_the_report(&r.trace, &decoded, "streams");
     let ranges = sum(&s, "nvtx", "count");
     assert_eq!(
         decoded["slices"].as_u64().unwrap(),
@@ -77,6 +79,19 @@ fn perfetto_exports_decode_with_the_official_schema_and_match_the_trace() {
         decoded["counter_values"].as_u64().unwrap()
             >= m["malloc_count"].as_u64().unwrap() + m["free_count"].as_u64().unwrap()
     );
+}
+
+/// The report counts times from where the Perfetto timeline starts (the UI's zero), so "at +1.2 s" in a
+/// report is 1.2 s on the timeline.
+fn timeline_matches_the_report(trace: &Path, decoded: &Value, name: &str) {
+    let out =
+        std::process::Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(trace).output().unwrap();
+    assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for p in r["processes"].as_array().unwrap() {
+        assert_eq!(p["run"]["trace_start_ns"], decoded["first_ns"], "{name}: timeline start");
+        assert_eq!(p["run"]["trace_end_ns"], decoded["last_ns"], "{name}: timeline end");
+    }
 }
 
 /// Stats with the float columns that legitimately differ after rounding left out.

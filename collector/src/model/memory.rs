@@ -32,7 +32,7 @@ pub struct LiveMemory {
     pinned: u64,
 }
 
-fn is_device(e: &RawEvent) -> bool {
+pub fn is_device(e: &RawEvent) -> bool {
     MemKind::from_u8(e.sub).is_none_or(MemKind::is_device)
 }
 

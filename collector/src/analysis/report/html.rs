@@ -1,32 +1,33 @@
-//! A self-contained HTML report: inline CSS and SVG plots drawn here (no scripts, fonts or network), so it opens
-//! anywhere, offline, and can be attached to a ticket.
+//! A self-contained HTML report: inline CSS and SVG charts (`html_charts`), no scripts, fonts or network, so it
+//! opens anywhere, offline, and can be attached to a ticket. It says what the text report says: the verdict,
+//! each finding with its evidence and fix, per process the run (command, host, GPUs, CUDA versions, drops), the
+//! breakdowns, idle time by cause, the steps and the top kernels, with full kernel names. Times are relative to
+//! the start of the file's Perfetto timeline.
 
 use super::findings::{ms, Finding};
-use super::gpu_findings::short_name;
-use super::text::{severity, who};
+use super::html_charts::{parts_bar, step_chart, utilization_chart, CATEGORIES};
+use super::text::{calls_label, severity, who};
 use super::{ProcessReport, Report};
 use std::fmt::Write;
 
-/// Kernel names cut to fit the table (the full name is the cell's tooltip).
-fn short_label(name: &str) -> String {
-    super::gpu_findings::shorten(name, 44, "…")
-}
-
-const CATEGORIES: [(&str, &str); 7] = [
-    ("Kernel", "#4e79a7"),
-    ("Memcpy", "#f28e2b"),
-    ("Memset", "#edc948"),
-    ("Runtime", "#e15759"),
-    ("DataLoader", "#76b7b2"),
-    ("CPU Exec", "#59a14f"),
-    ("Other", "#bab0ac"),
-];
-
-fn esc(s: &str) -> String {
+pub fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-fn finding_card(out: &mut String, f: &Finding) {
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:960px}\
+    .verdict{font-size:18px;padding:12px;background:#fdf2e9;border-radius:6px}\
+    .card{margin:12px 0;padding:8px 12px;background:#fafafa;border-radius:4px}\
+    .sev{color:#fff;padding:1px 6px;border-radius:3px;font-size:12px}.cost,.who{color:#555;margin-left:8px}\
+    .bar{height:6px;background:#eee;margin:6px 0}.bar div{height:6px}.fix{color:#1a5276}\
+    .note{color:#555;font-size:12px;margin:2px 0}\
+    .axis{font-size:11px;fill:#333}.title{font-size:12px;fill:#222}.grid{stroke:#e4e4e4}.frame{stroke:#333}\
+    .step{stroke:#c0392b;stroke-dasharray:3 3;opacity:.7}.steplabel{font-size:10px;fill:#c0392b}\
+    table{border-collapse:collapse;width:100%}td,th{padding:2px 6px;text-align:left;vertical-align:top;\
+    border-bottom:1px solid #eee;font-size:12px}td.num,th.num{text-align:right;white-space:nowrap}\
+    td.name{word-break:break-all;font-family:ui-monospace,monospace;font-size:11px}\
+    .facts td:first-child{color:#555;width:90px}.kbar{display:inline-block;height:10px;background:#4e79a7}";
+
+fn finding_card(out: &mut String, f: &Finding, origin: u64) {
     let color = match f.severity {
         super::Severity::High => "#c0392b",
         super::Severity::Medium => "#e67e22",
@@ -50,119 +51,146 @@ fn finding_card(out: &mut String, f: &Finding) {
         (f.share * 100.0).min(100.0),
         esc(&f.summary)
     );
-    for fact in &f.evidence.facts {
+    let ev = &f.evidence;
+    for fact in &ev.facts {
         let _ = write!(out, "<li>{}</li>", esc(fact));
     }
-    if !f.evidence.api_calls.is_empty() {
-        let calls: Vec<String> = f
-            .evidence
+    if !ev.steps.is_empty() {
+        let steps: Vec<String> =
+            ev.steps.iter().take(5).map(|s| format!("{} ({})", esc(&s.name), ms(s.lost_ns))).collect();
+        let _ = write!(out, "<li>worst steps: {}</li>", steps.join(", "));
+    }
+    if !ev.api_calls.is_empty() {
+        let calls: Vec<String> = ev
             .api_calls
             .iter()
-            .take(3)
+            .take(5)
             .map(|c| format!("{} ×{} ({})", esc(&c.name), c.count, ms(c.total_ns)))
             .collect();
-        let _ = write!(out, "<li>{}: {}</li>", super::text::calls_label(f), calls.join(", "));
+        let _ = write!(out, "<li>{}: {}</li>", calls_label(f), calls.join(", "));
     }
     if f.kind != "hot_kernels" {
-        for k in f.evidence.kernels.iter().take(3) {
-            let _ = write!(out, "<li>kernel {} ×{} ({})</li>", esc(&short_name(&k.name)), k.count, ms(k.total_ns));
+        for k in ev.kernels.iter().take(5) {
+            let _ = write!(out, "<li>kernel <code>{}</code> ×{} ({})</li>", esc(&k.name), k.count, ms(k.total_ns));
         }
+    }
+    for e in ev.examples.iter().take(3) {
+        let step = e.step.map_or(String::new(), |s| format!(", step {s}"));
+        let _ = write!(
+            out,
+            "<li>example: {} at {}{step}, {}</li>",
+            esc(&e.what),
+            super::run::relative(e.start_ns, origin),
+            ms(e.duration_ns)
+        );
     }
     let _ = write!(out, "</ul><p class=fix><b>Fix:</b> {}</p></div>", esc(&f.fix));
 }
 
-/// Stacked bars, one per step (at most 200), heights in ms.
-fn step_chart(out: &mut String, p: &ProcessReport) {
-    let steps: Vec<_> = p.steps.iter().take(200).collect();
-    if steps.is_empty() {
-        return;
+fn run_table(out: &mut String, p: &ProcessReport) {
+    out.push_str("<table class=facts>");
+    for (label, value) in p.run.facts() {
+        let _ = write!(out, "<tr><td>{}</td><td>{}</td></tr>", esc(label), esc(&value));
     }
-    let (w, h, left, bottom) = (900.0, 260.0, 50.0, 30.0);
-    let max = steps.iter().map(|s| s.duration_ns).max().unwrap_or(1).max(1) as f64;
-    let bw = (w - left - 10.0) / steps.len() as f64;
-    let _ =
-        write!(out, "<h3>Per-step breakdown</h3><svg width={w} height={h} role=img aria-label=\"per-step breakdown\">");
-    let _ = write!(out, "<text x=0 y=14 class=axis>{}</text>", ms(max as u64));
-    for (i, s) in steps.iter().enumerate() {
-        let parts = [s.kernel_ns, s.memcpy_ns, s.memset_ns, s.runtime_ns, s.dataloader_ns, s.cpu_exec_ns, s.other_ns];
-        let mut y = h - bottom;
-        for (v, (label, color)) in parts.iter().zip(CATEGORIES) {
-            let ph = *v as f64 / max * (h - bottom - 20.0);
-            if ph <= 0.0 {
-                continue;
-            }
-            y -= ph;
-            let _ = write!(
-                out,
-                "<rect x={:.1} y={y:.1} width={:.1} height={ph:.1} fill=\"{color}\"><title>{} {label}: {}</title></rect>",
-                left + i as f64 * bw,
-                (bw - 1.0).max(0.5),
-                esc(&s.name),
-                ms(*v)
-            );
-        }
-    }
-    let _ = write!(out, "<line x1={left} y1={} x2={w} y2={} stroke=#333 />", h - bottom, h - bottom);
-    for (i, (label, color)) in CATEGORIES.iter().enumerate() {
-        let x = left + i as f64 * 115.0;
-        let _ = write!(
-            out,
-            "<rect x={x} y={} width=10 height=10 fill=\"{color}\"/><text x={} y={} class=axis>{label}</text>",
-            h - 14.0,
-            x + 14.0,
-            h - 4.0
-        );
-    }
-    out.push_str("</svg>");
+    let _ = write!(out, "<tr><td>Trace</td><td>{}</td></tr></table>", esc(&p.file));
 }
 
-fn utilization_chart(out: &mut String, p: &ProcessReport) {
-    if p.utilization_over_time.is_empty() {
-        return;
-    }
-    let (w, h) = (900.0, 140.0);
-    let n = p.utilization_over_time.len() as f64;
-    let mut points = format!("0,{h} ");
-    for (i, u) in p.utilization_over_time.iter().enumerate() {
-        let _ = write!(
-            points,
-            "{:.1},{:.1} {:.1},{:.1} ",
-            i as f64 / n * w,
-            h - u * (h - 10.0),
-            (i + 1) as f64 / n * w,
-            h - u * (h - 10.0)
-        );
-    }
-    let _ = write!(points, "{w},{h}");
-    let _ = write!(
+fn idle_section(out: &mut String, p: &ProcessReport) {
+    let c = &p.idle_causes;
+    let named = c.data_loading_ns
+        + c.sync_stall_ns
+        + c.launch_bound_ns
+        + c.cpu_bound_ns
+        + c.allocator_churn_ns
+        + c.device_wait_ns;
+    parts_bar(
         out,
-        "<h3>GPU utilisation over time (kernel-busy share, {} of GPU span)</h3><svg width={w} height={h} role=img \
-         aria-label=\"GPU utilisation\"><rect width={w} height={h} fill=#f4f6f8 /><polygon points=\"{points}\" \
-         fill=#4e79a7 opacity=0.85 /><text x=4 y=14 class=axis>100%</text></svg>",
-        ms(p.breakdown.span_ns)
+        &format!("Idle time inside steps by cause ({} in all)", ms(c.idle_in_steps_ns)),
+        &[
+            ("data loading", c.data_loading_ns, "#76b7b2"),
+            ("sync stalls", c.sync_stall_ns, "#e15759"),
+            ("launch overhead", c.launch_bound_ns, "#f28e2b"),
+            ("host CPU work", c.cpu_bound_ns, "#59a14f"),
+            ("allocator", c.allocator_churn_ns, "#b07aa1"),
+            ("queued work waiting", c.device_wait_ns, "#9c755f"),
+            ("unattributed", c.idle_in_steps_ns.saturating_sub(named), "#bab0ac"),
+        ],
+    );
+    let i = &p.idle_breakdown;
+    parts_bar(
+        out,
+        "Idle time per stream (HTA's idle time breakdown)",
+        &[
+            ("host wait", i.host_wait_ns.max(0) as u64, "#e15759"),
+            ("kernel wait", i.kernel_wait_ns.max(0) as u64, "#f28e2b"),
+            ("other", i.other_ns.max(0) as u64, "#bab0ac"),
+        ],
     );
 }
 
-fn kernel_chart(out: &mut String, p: &ProcessReport) {
+fn kernel_table(out: &mut String, p: &ProcessReport) {
     if p.top_kernels.is_empty() {
         return;
     }
-    out.push_str("<h3>Top kernels</h3><table><tr><th>Kernel</th><th>Share of kernel time</th><th>Total</th><th>Count</th><th>Grid</th><th>Block</th><th>Regs</th><th>Occupancy</th></tr>");
+    out.push_str(
+        "<h3>Top kernels</h3><table><tr><th>Kernel</th><th>Share of kernel time</th><th class=num>Total</th>\
+         <th class=num>Count</th><th class=num>Mean</th><th>Grid</th><th>Block</th><th class=num>Regs</th>\
+         <th class=num>Occupancy</th></tr>",
+    );
     for k in &p.top_kernels {
         let _ = write!(
             out,
-            "<tr><td title=\"{}\">{}</td><td><div class=kbar style=\"width:{:.0}px\"></div> {:.1}%</td><td>{}</td><td>{}</td><td>{}×{}×{}</td><td>{}×{}×{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td class=name>{}</td><td class=num><span class=kbar style=\"width:{:.0}px\"></span> {:.1}%</td>\
+             <td class=num>{}</td><td class=num>{}</td><td class=num>{:.1} µs</td><td>{}×{}×{}</td>\
+             <td>{}×{}×{}</td><td class=num>{}</td><td class=num>{}</td></tr>",
             esc(&k.name),
-            esc(&short_label(&k.name)),
-            k.share_of_kernel_time * 200.0,
+            k.share_of_kernel_time * 120.0,
             k.share_of_kernel_time * 100.0,
             ms(k.total_ns),
             k.count,
-            k.grid[0], k.grid[1], k.grid[2],
-            k.block[0], k.block[1], k.block[2],
+            k.mean_ns as f64 / 1e3,
+            k.grid[0],
+            k.grid[1],
+            k.grid[2],
+            k.block[0],
+            k.block[1],
+            k.block[2],
             k.registers_per_thread,
             k.occupancy.map_or("-".into(), |o| format!("{:.0}%", o * 100.0))
         );
+    }
+    out.push_str("</table><p class=note>Occupancy: theoretical, from block size, registers and shared memory.</p>");
+}
+
+fn steps_table(out: &mut String, p: &ProcessReport) {
+    let Some(t) = &p.step_total else { return };
+    let _ = write!(
+        out,
+        "<p>{} steps, mean {}, GPU utilisation in steps {:.1}%. Step time by category (TensorBoard's definitions, \
+         first that applies):</p><table><tr><th>Step</th><th class=num>Start</th><th class=num>Time</th>",
+        p.steps.len(),
+        ms(t.duration_ns / p.steps.len().max(1) as u64),
+        t.gpu_utilization * 100.0
+    );
+    for (name, _) in CATEGORIES {
+        let _ = write!(out, "<th class=num>{name}</th>");
+    }
+    out.push_str("</tr>");
+    let rows = p.steps.iter().take(10).chain(std::iter::once(t));
+    for r in rows {
+        let d = r.duration_ns.max(1) as f64;
+        let parts = [r.kernel_ns, r.memcpy_ns, r.memset_ns, r.runtime_ns, r.dataloader_ns, r.cpu_exec_ns, r.other_ns];
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td class=num>{}</td><td class=num>{}</td>",
+            esc(&r.name),
+            p.run.at(r.start_ns),
+            ms(r.duration_ns)
+        );
+        for v in parts {
+            let _ = write!(out, "<td class=num>{:.1}%</td>", 100.0 * v as f64 / d);
+        }
+        out.push_str("</tr>");
     }
     out.push_str("</table>");
 }
@@ -175,41 +203,37 @@ impl Report {
 }
 
 fn render(r: &Report) -> String {
-    let mut out = String::from(
-        "<!doctype html><html><head><meta charset=utf-8><title>cuflight report</title><style>\
-         body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:960px}\
-         .verdict{font-size:18px;padding:12px;background:#fdf2e9;border-radius:6px}\
-         .card{margin:12px 0;padding:8px 12px;background:#fafafa;border-radius:4px}\
-         .sev{color:#fff;padding:1px 6px;border-radius:3px;font-size:12px}.cost,.who{color:#555;margin-left:8px}\
-         .bar{height:6px;background:#eee;margin:6px 0}.bar div{height:6px}.fix{color:#1a5276}\
-         .axis{font-size:11px;fill:#333}table{border-collapse:collapse;width:100%}td,th{padding:2px 6px;\
-         text-align:left;border-bottom:1px solid #eee;font-size:12px;white-space:nowrap}.kbar{display:inline-block;height:10px;background:#4e79a7}\
-         </style></head><body><h1>cuflight report</h1>",
+    let mut out = format!(
+        "<!doctype html><html><head><meta charset=utf-8><title>cuflight report</title><style>{STYLE}</style>\
+         </head><body><h1>cuflight report</h1><p class=verdict>{}</p><h2>Findings</h2>",
+        esc(&r.verdict)
     );
-    let _ = write!(out, "<p class=verdict>{}</p><h2>Findings</h2>", esc(&r.verdict));
     if r.findings.is_empty() {
         out.push_str("<p>No bottleneck found.</p>");
     }
     for f in &r.findings {
-        finding_card(&mut out, f);
+        finding_card(&mut out, f, r.origin_of(f));
     }
     for p in &r.processes {
         let rank = p.rank.map_or(String::new(), |r| format!(", rank {r}"));
         let b = &p.breakdown;
+        let _ = write!(out, "<h2>{} (pid {}{rank})</h2>", esc(&p.command), p.pid);
+        run_table(&mut out, p);
         let _ = write!(
             out,
-            "<h2>{} (pid {}{rank})</h2><p>GPU time breakdown (HTA definitions) over {}: idle {:.1}%, compute {:.1}%, \
-             non-compute {:.1}%</p>",
-            esc(&p.command),
-            p.pid,
+            "<p>GPU time breakdown (HTA's definitions) over {} ({} GPU ops): idle {:.1}%, compute {:.1}%, \
+             non-compute {:.1}%.</p>",
             ms(b.span_ns),
+            b.gpu_ops,
             b.percent(b.idle_ns),
             b.percent(b.compute_ns),
             b.percent(b.non_compute_ns)
         );
         step_chart(&mut out, p);
+        steps_table(&mut out, p);
         utilization_chart(&mut out, p);
-        kernel_chart(&mut out, p);
+        idle_section(&mut out, p);
+        kernel_table(&mut out, p);
         for w in &p.warnings {
             let _ = write!(out, "<p class=cost>warning: {}</p>", esc(w));
         }

@@ -10,9 +10,11 @@ pub mod breakdown;
 mod findings;
 mod gpu_findings;
 mod html;
+mod html_charts;
 pub mod idle;
 pub mod plan;
 mod ranks;
+pub mod run;
 pub mod spans;
 pub mod steps;
 mod sweep;
@@ -41,6 +43,8 @@ pub struct ProcessReport {
     pub pid: u32,
     pub rank: Option<u32>,
     pub command: String,
+    /// The run: command line, host, devices, versions, timeline span, drops.
+    pub run: run::RunSummary,
     pub breakdown: breakdown::Breakdown,
     pub idle_breakdown: breakdown::IdleSplit,
     /// cuflight's attribution of the idle time inside steps (see [`idle`]).
@@ -51,8 +55,10 @@ pub struct ProcessReport {
     pub step_total: Option<StepRow>,
     pub findings: Vec<Finding>,
     pub top_kernels: Vec<KernelRow>,
-    /// Kernel-busy share of each of 100 equal slices of the traced GPU span (for plots).
+    /// Kernel-busy share of each of 100 equal slices of the traced GPU span (for plots)...
     pub utilization_over_time: Vec<f64>,
+    /// ... that span: first GPU op start, last GPU op end.
+    pub utilization_span_ns: Option<(u64, u64)>,
     pub warnings: Vec<String>,
 }
 
@@ -204,11 +210,29 @@ impl Report {
             all.extend(fs.iter().filter(|f| f.severity > Severity::Info).cloned());
             let step_total = (!swept.rows.is_empty()).then(|| total_row(&swept.rows));
             let command = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
+            // The file's timeline spans all its processes (one Perfetto export per file).
+            let file_span = plans[fi].values().filter_map(|q| q.timeline).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
+            let (trace_start_ns, trace_end_ns) = file_span.unwrap_or((0, 0));
+            let run = run::RunSummary {
+                command_line: p.info.cmdline.clone(),
+                host: p.info.host.clone(),
+                started_realtime_ns: p.info.start_realtime_ns,
+                trace_start_ns,
+                trace_end_ns,
+                devices: plan.devices.clone(),
+                cuda_driver_version: plan.driver_version,
+                cupti_version: p.info.cupti_version,
+                drops: p.info.drops,
+                dropped_total: p.info.drops.total(),
+                finished: p.info.finished,
+                agent_status: p.info.status.clone(),
+            };
             processes.push(ProcessReport {
                 file: traces[fi].0.clone(),
                 pid: k,
                 rank: ctx.rank,
                 command,
+                run,
                 breakdown: swept.breakdown,
                 idle_breakdown: swept.idle_split,
                 idle_causes: idle.summary(),
@@ -218,6 +242,7 @@ impl Report {
                 findings: fs,
                 top_kernels,
                 utilization_over_time: swept.utilization,
+                utilization_span_ns: plan.busy_extent,
                 warnings: warnings[i].clone(),
             });
         }
@@ -225,6 +250,12 @@ impl Report {
         sort_findings(&mut all);
         let verdict = verdict(&all, &processes);
         Ok(Report { verdict, findings: all, processes })
+    }
+
+    /// Where the timeline of the file that holds `f`'s process starts (times in a finding are relative to it).
+    pub fn origin_of(&self, f: &Finding) -> u64 {
+        let p = self.processes.iter().find(|p| p.pid == f.pid && p.rank == f.rank);
+        p.or_else(|| self.processes.iter().find(|p| p.pid == f.pid)).map_or(0, |p| p.run.trace_start_ns)
     }
 
     pub fn to_json(&self) -> String {

@@ -39,6 +39,11 @@ pub struct Plan {
     pub busy_extent: Option<Span>,
     pub capability: Option<(u32, u32)>,
     pub device_memory: Option<u64>,
+    /// Every device the trace lists (first record of each ordinal), and the CUDA driver's version.
+    pub devices: Vec<super::run::RunDevice>,
+    pub driver_version: u32,
+    /// First start and last end of what the timeline draws ([`super::run::on_timeline`]).
+    pub timeline: Option<Span>,
     /// Streams wait on events recorded in other streams (cudaStreamWaitEvent): GPU gaps may be dependencies.
     pub has_stream_waits: bool,
     /// HTA's traced-iterations rule: with two or more distinct `ProfilerStep` ranges, the last one's start.
@@ -66,6 +71,9 @@ struct First {
     has_stream_waits: bool,
     /// The first device's (compute capability, memory), once seen.
     device: Option<DeviceFacts>,
+    devices: Vec<super::run::RunDevice>,
+    driver_version: u32,
+    timeline: Option<Span>,
     busy_extent: Option<Span>,
     max_op_end: Option<u64>,
     launchers: FxHashSet<u32>,
@@ -95,6 +103,9 @@ impl First {
             candidates: Candidates::default(),
             has_stream_waits: false,
             device: None,
+            devices: Vec::new(),
+            driver_version: 0,
+            timeline: None,
             busy_extent: None,
             max_op_end: None,
             launchers: FxHashSet::default(),
@@ -120,6 +131,14 @@ impl First {
     fn event(&mut self, p: &Process, option: Option<&str>, e: &RawEvent) {
         self.events += 1;
         let kind = e.kind();
+        if super::run::on_timeline(e) {
+            let x = self.timeline.get_or_insert((e.start, e.end.max(e.start)));
+            *x = (x.0.min(e.start), x.1.max(e.end).max(e.start));
+        }
+        if kind == Some(EventKind::Device) && self.devices.iter().all(|d| d.ordinal != e.device) {
+            self.devices.push(super::run::device(e, p.string(e.name)));
+            self.driver_version = self.driver_version.max(e.stream);
+        }
         if kind == Some(EventKind::Range) && e.flags & FLAG_DEVICE == 0 {
             let r = HostRange { start: e.start, end: e.end.max(e.start), name: e.name, tid: e.tid };
             self.range(p, option, r, None);
@@ -375,6 +394,9 @@ pub fn plan(
                 busy_extent: f.busy_extent,
                 capability,
                 device_memory,
+                devices: f.devices,
+                driver_version: f.driver_version,
+                timeline: f.timeline,
                 has_stream_waits: f.has_stream_waits,
                 last_profiler_step: (f.profiler_steps.0.len() >= 2).then_some(f.profiler_steps.1),
                 pageable_dtoh: f.pageable_dtoh,

@@ -19,7 +19,7 @@ pub fn who(f: &Finding) -> String {
     f.rank.map_or(format!("pid {}", f.pid), |r| format!("rank {r} (pid {})", f.pid))
 }
 
-fn finding(out: &mut String, i: usize, f: &Finding) {
+fn finding(out: &mut String, i: usize, f: &Finding, origin: u64) {
     let cost = if f.time_lost_ns > 0 {
         format!("{:.1}% of step time, {} lost", f.share * 100.0, ms(f.time_lost_ns))
     } else {
@@ -45,7 +45,8 @@ fn finding(out: &mut String, i: usize, f: &Finding) {
             out.push_str(&format!("    - kernel {} x{} {}\n", short_name(&k.name), k.count, ms(k.total_ns)));
         }
         if let Some(e) = ev.examples.first() {
-            out.push_str(&format!("    - longest: {} at {} ns, {}\n", e.what, e.start_ns, ms(e.duration_ns)));
+            let at = super::run::relative(e.start_ns, origin);
+            out.push_str(&format!("    - longest: {} at {at}, {}\n", e.what, ms(e.duration_ns)));
         }
     }
     out.push_str(&format!("    fix: {}\n", f.fix));
@@ -88,6 +89,9 @@ fn step_cells(r: &StepRow) -> Vec<String> {
 fn process(out: &mut String, p: &ProcessReport) {
     let rank = p.rank.map_or(String::new(), |r| format!(", rank {r}"));
     out.push_str(&format!("\n== {} (pid {}{rank}) from {}\n", p.command, p.pid, p.file));
+    for (label, value) in p.run.facts() {
+        out.push_str(&format!("  {label}: {value}\n"));
+    }
     let b = &p.breakdown;
     out.push_str(&format!(
         "  GPU time breakdown (HTA definitions) over {} ({} GPU ops): idle {:.1}%, compute {:.1}%, non-compute {:.1}%\n",
@@ -191,7 +195,7 @@ fn render(r: &Report) -> String {
     if !r.findings.is_empty() {
         out.push_str("\nFindings, most costly first:\n");
         for (i, f) in r.findings.iter().enumerate() {
-            finding(&mut out, i, f);
+            finding(&mut out, i, f, r.origin_of(f));
         }
     }
     for p in &r.processes {
