@@ -131,3 +131,17 @@ fn what_an_import_never_recorded_is_said_to_be_unknown_not_zero() {
     assert!(r.output.status.success());
     assert_eq!(stats(&r.trace)["not_recorded"], serde_json::json!([]));
 }
+
+#[test]
+fn nsys_memory_usage_events_are_read_when_the_export_has_them() {
+    // An export made with --cuda-memory-usage=true: its CUDA_GPU_MEMORY_USAGE_EVENTS become allocations and frees,
+    // and the memory tables say what tests/py/nsys_memory.py counts on its own rows (pageable memory left out).
+    let Some(path) = shared_trace("nsys-a100-cloverleaf.sqlite") else { return };
+    let dir = scratch("nsys-memory");
+    let copy = dir.join("with-memory.sqlite");
+    let want = python_json("nsys_memory.py", &[path.as_os_str(), copy.as_os_str()]);
+    let s: Value = serde_json::from_slice(&stats_with(&[copy.to_str().unwrap(), "--format", "json"]).stdout).unwrap();
+    assert_eq!(s["memory"], want);
+    let kinds: Vec<&str> = s["not_recorded"].as_array().unwrap().iter().map(|n| n["kind"].as_str().unwrap()).collect();
+    assert!(!kinds.contains(&"memory"), "{kinds:?}");
+}

@@ -1,5 +1,6 @@
 //! Nsight Systems SQLite exports (`nsys export --type sqlite`): CUPTI kernel, memcpy, memset, runtime, driver and
-//! synchronization tables, NVTX_EVENTS, StringIds, PROCESSES, ThreadNames and TARGET_INFO_GPU.
+//! synchronization tables, NVTX_EVENTS, CUDA_GPU_MEMORY_USAGE_EVENTS, StringIds, PROCESSES, ThreadNames and
+//! TARGET_INFO_GPU.
 //!
 //! nsys facts used here: `globalTid`/`globalPid` pack the OS pid in bits 24..48 and the tid in bits 0..24;
 //! names are ids into StringIds; memcpy source/destination kinds use nsys' ENUM_CUDA_MEM_KIND (pageable = 0),
@@ -9,7 +10,7 @@
 use super::builder::Processes;
 use crate::model::spool::Spool;
 use crate::model::trace::Trace;
-use cuflight_format::event::{LaunchConfig, API_DRIVER, API_RUNTIME};
+use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME};
 use cuflight_format::{EventKind, RawEvent};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
@@ -211,6 +212,30 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
     })
     .map_err(sql)?;
     nvtx(&db, &mut b).map_err(sql)?;
+    // --cuda-memory-usage=true: memoryOperationType is ENUM_CUDA_DEV_MEM_EVENT_OPER (0 allocation, 1
+    // deallocation), memKind ENUM_CUDA_MEM_KIND (0 pageable, 1 pinned, 2 device, 3 array, 4 managed, 5 device
+    // static, 6 managed static, 7 unknown; both enums as the export's own ENUM_* tables list them). Pageable and
+    // unknown memory is not the GPU's.
+    let ucols =
+        ["start", "globalPid", "deviceId", "address", "bytes", "memKind", "memoryOperationType", "correlationId"];
+    db.each("CUDA_GPU_MEMORY_USAGE_EVENTS", &ucols, "", |r| {
+        let memory = match r.int(5) {
+            1 => MemKind::PinnedHost,
+            2 | 3 | 5 => MemKind::Device,
+            4 | 6 => MemKind::Managed,
+            _ => return,
+        };
+        let kind = match r.int(6) {
+            0 => EventKind::Alloc,
+            1 => EventKind::Free,
+            _ => return,
+        };
+        let mut ev = RawEvent::new(kind, 0, r.ns(0), r.ns(0));
+        ev.sub = memory as u8;
+        (ev.device, ev.a, ev.b, ev.correlation) = (r.int(2) as u32, r.int(3) as u64, r.ns(4), r.int(7) as u32);
+        b.push(pid_of(r.int(1)), ev, "", None);
+    })
+    .map_err(sql)?;
 
     let mut names: HashMap<u32, String> = HashMap::new();
     db.each("PROCESSES", &["pid", "name"], "", |r| {
@@ -247,8 +272,6 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
             "the export has no CUDA_GPU_MEMORY_USAGE_EVENTS: nsys records allocations with --cuda-memory-usage=true"
                 .into(),
         ));
-    } else {
-        not_recorded.push(("memory".into(), "cuflight does not read nsys's CUDA_GPU_MEMORY_USAGE_EVENTS yet".into()));
     }
     if absent("NVTX_EVENTS") {
         not_recorded.push((
