@@ -196,6 +196,19 @@ fn cuda_graph_kernels_carry_their_graph_and_capture_still_works() {
     assert_eq!(graphs.len(), 1, "{graphs:?}");
     assert_eq!((graphs[0]["launches"].as_u64(), graphs[0]["kernels"].as_u64()), (Some(7), Some(21)));
     assert_eq!(graphs[0]["nodes"], 3);
+    // nvtx_gpu_proj_sum: the "replay" range, popped before all its graphs ran, projects all 5 x 3 of their kernels
+    // (not the first kernel of the first launch: a graph launch's work arrives under one correlation).
+    let out = std::process::Command::new(cuflight_bin())
+        .args(["stats", "--report", "nvtx_gpu_proj_sum,nvtx_kern_sum", "--format", "json"])
+        .arg(&r.trace)
+        .output()
+        .unwrap();
+    let p: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let proj = &p["nvtx_gpu_proj"][0];
+    assert_eq!((proj["name"].as_str(), proj["instances"].as_u64()), (Some("replay"), Some(1)), "{p}");
+    assert_eq!(proj["total_gpu_ops"], 15, "{p}");
+    let kern: u64 = p["nvtx_kern"].as_array().unwrap().iter().map(|k| k["count"].as_u64().unwrap()).sum();
+    assert_eq!(kern, 15, "{p}");
     // The Kineto JSON export names each kernel's graph and node.
     let v = export_chrome(&r.trace, &dir.join("graphs.json"));
     let nodes: std::collections::HashSet<u64> = v["traceEvents"]

@@ -86,6 +86,15 @@ fn the_wheel_installs_into_a_fresh_venv_and_records() {
     let steps: Vec<&str> =
         r["processes"][0]["steps"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(steps, ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5", "ProfilerStep#6"]);
+    // The steps are process ranges (start/end): nvtx_gpu_proj_sum projects each onto its memset, 3 kernels and
+    // copy.
+    let proj = run(clean(Command::new(&bin))
+        .args(["stats", "--report", "nvtx_gpu_proj_sum", "--format", "json"])
+        .arg(&window));
+    let proj: Value = serde_json::from_slice(&proj.stdout).unwrap();
+    let rows = proj["nvtx_gpu_proj"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{proj}");
+    assert!(rows.iter().all(|r| r["instances"] == 1 && r["total_gpu_ops"] == 5), "{proj}");
     // Started by `cuflight launch` (the driver loads the agent; `capture` initialises CUDA to wake it) the same;
     // under `cuflight record` the whole run is recorded, every step, and `capture` adds no file.
     let launched = dir.join("launched.cuf");

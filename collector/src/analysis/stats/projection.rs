@@ -5,8 +5,11 @@
 //! launch made inside it has met its GPU record, so memory follows what is in flight, not the trace.
 //!
 //! Imported traces' complete ranges (Kineto's user_annotation and cpu_op events) are projected the same way.
-//! Limits: start/end ranges (which may cross threads) are not projected; a graph launch projects its first
-//! kernel only.
+//! Start/end ranges are process ranges (NVTX's term: they may start and end on different threads): they project
+//! the work any thread of the process launched while they were open (`cuflight.mark_step()`'s steps are such
+//! ranges). A graph launch's node count is not known when it is made, so a range that made one keeps counting
+//! that launch's work until the trace ends, or until more than [`GRAPH_WAITERS`] such ranges wait (the oldest is
+//! then closed: its graphs ran long before).
 
 use super::dist::Dist;
 use crate::model::names;
@@ -22,6 +25,8 @@ struct Instance {
     end: Option<u64>,
     /// Launches may still fall inside it (a push not yet popped, an imported range not yet over).
     open: bool,
+    /// Graph launches made inside it: their work keeps arriving under one correlation.
+    graphs: Vec<u32>,
     gpu: Option<(u64, u64)>,
     ops: u64,
     /// Launches made inside it whose GPU record has not been seen.
@@ -29,6 +34,9 @@ struct Instance {
     level: u32,
     children: u32,
 }
+
+/// Closed ranges kept waiting for graph work, at most.
+const GRAPH_WAITERS: usize = 1024;
 
 #[derive(Default)]
 pub struct Summary {
@@ -46,8 +54,13 @@ pub struct Projection {
     /// Imported complete ranges per (process, thread) that may still enclose launches: (end, instance).
     spans: FxHashMap<(u32, u32), Vec<(u64, u64)>>,
     live: FxHashMap<u64, Instance>,
-    /// Launches inside open or unfinished ranges, by (process, correlation): the instances they count for.
-    launched: FxHashMap<(u32, u32), Vec<u64>>,
+    /// Launches inside open or unfinished ranges, by (process, correlation): the instances they count for, and
+    /// whether it was a graph launch (its entry stays while those instances live).
+    launched: FxHashMap<(u32, u32), (Vec<u64>, bool)>,
+    /// Open start/end ranges, by (process, range id): the instance.
+    process_ranges: FxHashMap<(u32, u64), u64>,
+    /// Closed ranges that wait for the work of their graph launches, oldest first.
+    graph_waiters: std::collections::VecDeque<u64>,
     /// Whether an API name (per process and id) launches GPU work.
     launches_work: FxHashMap<(u32, u32), bool>,
     next: u64,
@@ -74,19 +87,25 @@ impl Projection {
                 let Some(stack) = self.stacks.get_mut(&(key, e.tid)) else { return };
                 let Some(i) = stack.iter().rposition(|&(d, _)| d == e.c) else { return };
                 let (_, id) = stack.remove(i);
-                if let Some(inst) = self.live.get_mut(&id) {
-                    inst.end = Some(e.start.max(inst.start));
-                    inst.open = false;
-                    if inst.pending == 0 {
-                        self.finish(id);
-                    }
+                self.close(id, e.start);
+            }
+            Some(EventKind::NvtxStart) => {
+                let mut top = *e;
+                top.tid = u32::MAX; // a process range nests in no thread's ranges
+                let id = self.open_instance(key, &top, None);
+                self.process_ranges.insert((key, e.a), id);
+            }
+            Some(EventKind::NvtxEnd) => {
+                if let Some(id) = self.process_ranges.remove(&(key, e.a)) {
+                    self.close(id, e.start);
                 }
             }
             Some(EventKind::Api) if e.correlation != 0 => {
                 self.prune(key, e.tid, e.start);
                 let pushed = self.stacks.get(&(key, e.tid)).into_iter().flatten().map(|&(_, id)| id);
                 let spans = self.spans.get(&(key, e.tid)).into_iter().flatten().map(|&(_, id)| id);
-                let ids: Vec<u64> = pushed.chain(spans).collect();
+                let process = self.process_ranges.iter().filter(|((k, _), _)| *k == key).map(|(_, &id)| id);
+                let ids: Vec<u64> = pushed.chain(spans).chain(process).collect();
                 if ids.is_empty() {
                     return;
                 }
@@ -100,25 +119,40 @@ impl Projection {
                 if !launches {
                     return;
                 }
+                let graph = p.string(e.name).contains("GraphLaunch");
                 for id in &ids {
                     if let Some(inst) = self.live.get_mut(id) {
-                        inst.pending += 1;
+                        if graph {
+                            inst.graphs.push(e.correlation);
+                        } else {
+                            inst.pending += 1;
+                        }
                     }
                 }
-                self.launched.insert((key, e.correlation), ids);
+                self.launched.insert((key, e.correlation), (ids, graph));
             }
             Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) if e.correlation != 0 => {
-                let Some(ids) = self.launched.remove(&(key, e.correlation)) else { return };
+                let graph = self.launched.get(&(key, e.correlation)).is_some_and(|l| l.1);
+                let ids = match graph {
+                    true => self.launched[&(key, e.correlation)].0.clone(),
+                    false => match self.launched.remove(&(key, e.correlation)) {
+                        Some((ids, _)) => ids,
+                        None => return,
+                    },
+                };
                 for id in ids {
                     let Some(inst) = self.live.get_mut(&id) else { continue };
                     inst.gpu = Some(inst.gpu.map_or((e.start, e.end), |(a, b)| (a.min(e.start), b.max(e.end))));
                     inst.ops += 1;
-                    inst.pending = inst.pending.saturating_sub(1);
+                    let met = !graph && inst.pending > 0;
+                    if met {
+                        inst.pending -= 1;
+                    }
                     if k == EventKind::Kernel {
                         self.kernels.entry((key, inst.domain, inst.name, e.name)).or_default().add(e.duration());
                     }
-                    if !inst.open && inst.pending == 0 {
-                        self.finish(id);
+                    if met && !inst.open && inst.pending == 0 {
+                        self.settle(id);
                     }
                 }
             }
@@ -147,6 +181,7 @@ impl Projection {
             start,
             end,
             open: true,
+            graphs: Vec::new(),
             gpu: None,
             ops: 0,
             pending: 0,
@@ -171,15 +206,48 @@ impl Projection {
         for id in closed {
             if let Some(inst) = self.live.get_mut(&id) {
                 inst.open = false;
-                if inst.pending == 0 {
-                    self.finish(id);
-                }
+                self.settle(id);
+            }
+        }
+    }
+
+    /// A push popped or a process range ended at `at`: no more launches fall inside it.
+    fn close(&mut self, id: u64, at: u64) {
+        if let Some(inst) = self.live.get_mut(&id) {
+            inst.end = Some(at.max(inst.start));
+            inst.open = false;
+            self.settle(id);
+        }
+    }
+
+    /// A closed range finishes once its launches met their work; one with graph launches waits (bounded).
+    fn settle(&mut self, id: u64) {
+        let Some(inst) = self.live.get(&id) else { return };
+        if inst.pending > 0 {
+            return;
+        }
+        if inst.graphs.is_empty() {
+            self.finish(id);
+            return;
+        }
+        self.graph_waiters.push_back(id);
+        while self.graph_waiters.len() > GRAPH_WAITERS {
+            if let Some(old) = self.graph_waiters.pop_front() {
+                self.finish(old);
             }
         }
     }
 
     fn finish(&mut self, id: u64) {
         let Some(inst) = self.live.remove(&id) else { return };
+        for corr in &inst.graphs {
+            if let Some((ids, _)) = self.launched.get_mut(&(inst.key, *corr)) {
+                ids.retain(|&i| i != id);
+                if ids.is_empty() {
+                    self.launched.remove(&(inst.key, *corr));
+                }
+            }
+        }
         let (Some(end), Some((first, last))) = (inst.end, inst.gpu) else { return };
         let s = self.ranges.entry((inst.key, inst.domain, inst.name)).or_default();
         s.proj.add(last.saturating_sub(first));
