@@ -157,15 +157,19 @@ pub enum Cmd {
         #[arg(long)]
         force: bool,
     },
-    /// Timeline of a trace (cuflight, Kineto JSON or nsys SQLite) for Perfetto or Kineto-style tools.
+    /// Timeline of a trace (cuflight, Kineto JSON or nsys SQLite) for Perfetto or Kineto-style tools, or
+    /// fleet tables (Parquet) of one or many traces for DuckDB, Spark or Trino.
     Export {
-        trace: PathBuf,
+        /// The trace (several with --format parquet: one job's ranks and hosts).
+        #[arg(required = true, num_args = 1..)]
+        traces: Vec<PathBuf>,
         #[arg(long, value_enum, default_value_t = ExportFormat::Perfetto)]
         format: ExportFormat,
-        /// Output file (default: the trace's name with .perfetto-trace or .json).
+        /// Output file (default: the trace's name with .perfetto-trace or .json); with --format parquet, a
+        /// directory (default: the first trace's name with .parquet).
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// Replace the output file if it exists.
+        /// Replace the output if it exists (a Parquet directory only if it is a previous cuflight export).
         #[arg(long)]
         force: bool,
     },
@@ -234,6 +238,9 @@ pub enum ExportFormat {
     Perfetto,
     /// Kineto-compatible Chrome JSON (Holistic Trace Analysis, TensorBoard, chrome://tracing).
     Chrome,
+    /// A directory of Parquet tables (kernels, copies, memsets, api, nvtx, memory, steps, processes),
+    /// hive-partitioned by host and rank (schema: docs/parquet.md).
+    Parquet,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -31,6 +31,41 @@ fn main() {
     }
 }
 
+/// `export --format parquet`: every trace's tables into one directory, committed only when complete.
+fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) -> Result<i32> {
+    use cuflight_collector::export::{output_dir::OutputDir, parquet};
+    let dest = output.unwrap_or_else(|| output::default_beside(&traces[0], "parquet"));
+    let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
+    let out = OutputDir::create(&dest, &inputs, force, parquet::MANIFEST)?;
+    let mut sources = Vec::with_capacity(traces.len());
+    let mut stems = std::collections::HashSet::new();
+    for t in traces {
+        let source = cuflight_collector::model::source::EventSource::open(t)?;
+        warn_cut_short(t, source.cut_short.as_deref());
+        // Part files are named after their trace; equal names get a number.
+        let base = t.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+        let base = base.split('.').next().filter(|s| !s.is_empty()).unwrap_or("trace").to_string();
+        let stem =
+            (1..).map(|i| if i == 1 { base.clone() } else { format!("{base}-{i}") }).find(|s| stems.insert(s.clone()));
+        sources.push((stem.unwrap_or(base), t.display().to_string(), source));
+    }
+    let written = parquet::export(&mut sources, out.path())?;
+    let manifest = serde_json::json!({
+        "schema_version": parquet::SCHEMA_VERSION,
+        "written_by": format!("cuflight {}", env!("CARGO_PKG_VERSION")),
+        "tables": written.rows,
+        "files": written.files,
+        "sources": traces.iter().map(|t| t.display().to_string()).collect::<Vec<_>>(),
+    });
+    let path = out.path().join(parquet::MANIFEST);
+    std::fs::write(&path, serde_json::to_vec_pretty(&manifest)?)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    out.commit()?;
+    let rows: Vec<String> = written.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
+    eprintln!("cuflight: wrote {}: {} files; rows: {}", dest.display(), written.files, rows.join(", "));
+    Ok(0)
+}
+
 fn warn_cut_short(path: &std::path::Path, why: Option<&str>) {
     if let Some(why) = why {
         eprintln!(
@@ -281,10 +316,17 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Export { trace, format, output, force } => {
+        Cmd::Export { traces, format, output, force } => {
+            if let ExportFormat::Parquet = format {
+                return export_parquet(&traces, output, force);
+            }
+            let [trace] = &traces[..] else {
+                bail!("--format perfetto and chrome take one trace (--format parquet takes several)");
+            };
+            let trace = trace.clone();
             let ext = match format {
                 ExportFormat::Perfetto => "perfetto-trace",
-                ExportFormat::Chrome => "json",
+                _ => "json",
             };
             let output = output.unwrap_or_else(|| output::default_beside(&trace, ext));
             let out = Output::create(&output, &[&trace], force)?;
@@ -307,7 +349,7 @@ fn run(cli: Cli) -> Result<i32> {
                         c.tracks
                     );
                 }
-                ExportFormat::Chrome => {
+                _ => {
                     // Streamed in time order (cuflight traces block by block, large imported ones spooled in runs).
                     let mut source = cuflight_collector::model::source::EventSource::open(&trace)?;
                     warn_cut_short(&trace, source.cut_short.as_deref());

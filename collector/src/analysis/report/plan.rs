@@ -44,6 +44,8 @@ pub struct Plan {
     pub driver_version: u32,
     /// First start and last end of what the timeline draws ([`super::run::on_timeline`]).
     pub timeline: Option<Span>,
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC from the process's first clock pair (None: the trace has none).
+    pub realtime_offset: Option<i64>,
     /// Streams wait on events recorded in other streams (cudaStreamWaitEvent): GPU gaps may be dependencies.
     pub has_stream_waits: bool,
     /// HTA's traced-iterations rule: with two or more distinct `ProfilerStep` ranges, the last one's start.
@@ -74,6 +76,7 @@ struct First {
     devices: Vec<super::run::RunDevice>,
     driver_version: u32,
     timeline: Option<Span>,
+    realtime_offset: Option<i64>,
     busy_extent: Option<Span>,
     max_op_end: Option<u64>,
     launchers: FxHashSet<u32>,
@@ -106,6 +109,7 @@ impl First {
             devices: Vec::new(),
             driver_version: 0,
             timeline: None,
+            realtime_offset: None,
             busy_extent: None,
             max_op_end: None,
             launchers: FxHashSet::default(),
@@ -134,6 +138,10 @@ impl First {
         if super::run::on_timeline(e) {
             let x = self.timeline.get_or_insert((e.start, e.end.max(e.start)));
             *x = (x.0.min(e.start), x.1.max(e.end).max(e.start));
+        }
+        if kind == Some(EventKind::ClockSync) && e.a != 0 && e.end != 0 && self.realtime_offset.is_none() {
+            // A clock pair: `end` = CLOCK_MONOTONIC, `a` = CLOCK_REALTIME at the same instant.
+            self.realtime_offset = Some(e.a as i64 - e.end as i64);
         }
         if kind == Some(EventKind::Device) && self.devices.iter().all(|d| d.ordinal != e.device) {
             self.devices.push(super::run::device(e, p.string(e.name)));
@@ -397,6 +405,7 @@ pub fn plan(
                 devices: f.devices,
                 driver_version: f.driver_version,
                 timeline: f.timeline,
+                realtime_offset: f.realtime_offset,
                 has_stream_waits: f.has_stream_waits,
                 last_profiler_step: (f.profiler_steps.0.len() >= 2).then_some(f.profiler_steps.1),
                 pageable_dtoh: f.pageable_dtoh,

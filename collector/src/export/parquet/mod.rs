@@ -1,0 +1,332 @@
+//! `cuflight export --format parquet -o DIR TRACE...`: fleet tables for an existing engine (DuckDB, Spark, Trino,
+//! Polars). One directory per table under DIR (kernels, copies, memsets, api, nvtx, memory, steps, processes),
+//! hive-partitioned `host=H/rank=R` (rank `__HIVE_DEFAULT_PARTITION__`, Hive's NULL, when unknown), one part file per source trace
+//! (`<trace stem>.parquet`, `-N` when a partition's file had to be finished early). The schema is documented and
+//! versioned in docs/parquet.md; every file carries `cuflight.schema_version` in its metadata, and DIR holds
+//! `cuflight-parquet.json` (version, tables, row counts).
+//!
+//! Times are int64 ns since the Unix epoch: host CLOCK_MONOTONIC moved by the process's REALTIME offset (from
+//! its first clock pair); imports whose times are already epoch-based keep them; others are left as recorded and
+//! the processes table says so (`clock`). Streamed from the event source in bounded memory (see `table`).
+
+mod table;
+
+use crate::model::names;
+use crate::model::ranges::Pairer;
+use crate::model::source::EventSource;
+use crate::model::trace::Process;
+use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, FLAG_DEVICE};
+use cuflight_format::{EventKind, RawEvent};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+use std::path::Path;
+use table::{Kind, Table, V};
+
+pub const SCHEMA_VERSION: u32 = 1;
+pub const MANIFEST: &str = "cuflight-parquet.json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ParquetError {
+    #[error("cannot write {0}: {1}")]
+    Io(String, std::io::Error),
+    #[error("cannot write Parquet {0}: {1}")]
+    Parquet(String, parquet::errors::ParquetError),
+    #[error("Parquet export: {0}")]
+    Internal(String),
+    #[error(transparent)]
+    Trace(#[from] crate::model::trace::TraceError),
+}
+
+use Kind::*;
+const PLACE: [(&str, Kind); 3] = [("host", Str), ("rank", OptI32), ("pid", U32)];
+const SPAN: [(&str, Kind); 3] = [("start_ns", I64), ("end_ns", I64), ("duration_ns", I64)];
+const WORK: [(&str, Kind); 3] = [("device", U32), ("stream", U32), ("correlation", U32)];
+
+fn columns(parts: &[&[(&'static str, Kind)]]) -> Vec<(&'static str, Kind)> {
+    parts.concat()
+}
+
+/// Every table: (name, columns).
+pub fn tables() -> Vec<(&'static str, Vec<(&'static str, Kind)>)> {
+    let kernel_cfg: &[(&str, Kind)] = &[
+        ("name", Str),
+        ("grid_x", U32),
+        ("grid_y", U32),
+        ("grid_z", U32),
+        ("block_x", U32),
+        ("block_y", U32),
+        ("block_z", U32),
+        ("registers_per_thread", U32),
+        ("static_shared_bytes", U32),
+        ("dynamic_shared_bytes", U32),
+    ];
+    vec![
+        ("kernels", columns(&[&PLACE, &WORK, &SPAN, kernel_cfg])),
+        (
+            "copies",
+            columns(&[
+                &PLACE,
+                &WORK,
+                &SPAN,
+                &[("kind", Str), ("src_memory", Str), ("dst_memory", Str), ("bytes", U64)],
+            ]),
+        ),
+        ("memsets", columns(&[&PLACE, &WORK, &SPAN, &[("memory", Str), ("bytes", U64), ("value", U64)]])),
+        (
+            "api",
+            columns(&[
+                &PLACE,
+                &[("tid", U32), ("api", Str), ("name", Str), ("correlation", U32), ("result", U64)],
+                &SPAN,
+            ]),
+        ),
+        ("nvtx", columns(&[&PLACE, &[("tid", U32), ("kind", Str), ("domain", Str), ("name", Str)], &SPAN])),
+        (
+            "memory",
+            columns(&[
+                &PLACE,
+                &[("device", U32), ("op", Str), ("memory", Str), ("address", U64), ("bytes", U64), ("at_ns", I64)],
+            ]),
+        ),
+        ("steps", columns(&[&PLACE, &[("step", U32), ("name", Str)], &SPAN])),
+        (
+            "processes",
+            columns(&[
+                &PLACE,
+                &[
+                    ("ppid", U32),
+                    ("command", Str),
+                    ("clock", Str),
+                    ("cupti_version", U32),
+                    ("events", U64),
+                    ("dropped", U64),
+                    ("finished", U32),
+                    ("trace", Str),
+                ],
+            ]),
+        ),
+    ]
+}
+
+/// What was written: rows per table, files.
+#[derive(Debug, Default)]
+pub struct Written {
+    pub rows: BTreeMap<&'static str, u64>,
+    pub files: u64,
+}
+
+/// A process as the tables name it, and how its times reach the epoch.
+struct Place {
+    host: String,
+    rank: Option<u32>,
+    pid: u32,
+    offset: i64,
+    pairer: Pairer,
+}
+
+impl Place {
+    fn t(&self, ns: u64) -> i64 {
+        (ns as i64).saturating_add(self.offset)
+    }
+}
+
+/// Writes the tables of every `(stem, source)` into `dir` (which must exist and be empty of our tables' files
+/// for these stems).
+pub fn export(sources: &mut [(String, String, EventSource)], dir: &Path) -> Result<Written, ParquetError> {
+    let mut written = Written::default();
+    for (stem, shown, source) in sources.iter_mut() {
+        let plans = crate::analysis::report::plan::plan(source, None)?;
+        let mut t: FxHashMap<&'static str, Table> =
+            tables().into_iter().map(|(name, cols)| (name, Table::new(name, &cols, dir, stem))).collect();
+        let mut places: FxHashMap<u32, Place> = FxHashMap::default();
+        let mut events: FxHashMap<u32, u64> = FxHashMap::default();
+        for (&k, p) in &source.processes {
+            let plan = plans.get(&k);
+            let first = plan.and_then(|p| p.timeline).map_or(0, |s| s.0);
+            let (offset, _) = clock(plan.and_then(|p| p.realtime_offset), first);
+            let host = if p.info.host.is_empty() { "unknown".to_string() } else { p.info.host.clone() };
+            places.insert(k, Place { host, rank: p.rank, pid: p.info.pid, offset, pairer: Pairer::default() });
+        }
+        let mut failed = None;
+        source.for_each(|k, p, e| {
+            if failed.is_some() {
+                return;
+            }
+            *events.entry(k).or_default() += 1;
+            let Some(place) = places.get_mut(&k) else { return };
+            if let Err(err) = row(&mut t, place, p, e) {
+                failed = Some(err);
+                return;
+            }
+            if t.values().map(Table::buffered).sum::<usize>() > table::BUFFERED_ROWS {
+                if let Err(err) = t.values_mut().try_for_each(Table::flush_all) {
+                    failed = Some(err);
+                }
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        for (&k, p) in &source.processes {
+            let place = &places[&k];
+            let plan = plans.get(&k);
+            if let Some(plan) = plan {
+                let steps = t.get_mut("steps").expect("steps table");
+                for (i, &(s, e)) in plan.steps.windows.iter().enumerate() {
+                    let name = plan.steps.names.get(i).map_or("", String::as_str);
+                    let (a, b) = (place.t(s), place.t(e));
+                    steps.push(
+                        &place.host,
+                        place.rank,
+                        &[
+                            V::S(&place.host),
+                            V::OptI32(place.rank.map(|r| r as i32)),
+                            V::U32(place.pid),
+                            V::U32(i as u32),
+                            V::S(name),
+                            V::I64(a),
+                            V::I64(b),
+                            V::I64(b - a),
+                        ],
+                    )?;
+                }
+            }
+            let first = plan.and_then(|p| p.timeline).map_or(0, |s| s.0);
+            let (_, clock_name) = clock(plan.and_then(|p| p.realtime_offset), first);
+            let command = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
+            t.get_mut("processes").expect("processes table").push(
+                &place.host,
+                place.rank,
+                &[
+                    V::S(&place.host),
+                    V::OptI32(place.rank.map(|r| r as i32)),
+                    V::U32(place.pid),
+                    V::U32(p.info.ppid),
+                    V::S(&command),
+                    V::S(clock_name),
+                    V::U32(p.info.cupti_version),
+                    V::U64(events.get(&k).copied().unwrap_or(0)),
+                    V::U64(p.info.drops.total()),
+                    V::U32(p.info.finished as u32),
+                    V::S(shown),
+                ],
+            )?;
+        }
+        let first = places.values().next().map(|p| (p.host.clone(), p.rank)).unwrap_or(("unknown".into(), None));
+        for table in t.values_mut() {
+            table.finish((&first.0, first.1))?;
+            *written.rows.entry(table.name).or_default() += table.rows;
+            written.files += table.files;
+        }
+    }
+    Ok(written)
+}
+
+/// The offset that takes a process's times to the epoch, and what the processes table says of its clock.
+fn clock(realtime_offset: Option<i64>, first_ns: u64) -> (i64, &'static str) {
+    match realtime_offset {
+        Some(o) => (o, "realtime"),
+        // After 2001-09-09 (1e18 ns) as recorded: an import whose times are epoch-based already (Kineto).
+        None if first_ns >= 1_000_000_000_000_000_000 => (0, "realtime"),
+        None => (0, "as recorded"),
+    }
+}
+
+#[rustfmt::skip]
+fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e: &RawEvent) -> Result<(), ParquetError> {
+    let (host, rank, pid) = (place.host.clone(), place.rank, place.pid);
+    let r = V::OptI32(rank.map(|r| r as i32));
+    if let Some(range) = place.pairer.feed(e) {
+        let (a, b) = (place.t(range.start), place.t(range.end));
+        let kind = if range.async_range { "start/end" } else { "push/pop" };
+        return push(t, "nvtx", &host, rank, &[
+            V::S(&host), r, V::U32(pid), V::U32(range.tid), V::S(kind), V::S(p.nvtx_domain(range.domain)),
+            V::S(p.string(range.name)), V::I64(a), V::I64(b), V::I64(b - a),
+        ]);
+    }
+    let (a, b) = (place.t(e.start), place.t(e.end.max(e.start)));
+    let work = [V::U32(e.device), V::U32(e.stream), V::U32(e.correlation)];
+    let span = [V::I64(a), V::I64(b), V::I64(b - a)];
+    match e.kind() {
+        Some(EventKind::Kernel) => {
+            let c = LaunchConfig::unpack(e.a, e.b, e.c);
+            let mut v = vec![V::S(&host), r, V::U32(pid)];
+            v.extend(work);
+            v.extend(span);
+            v.extend([
+                V::S(p.string(e.name)), V::U32(c.grid[0]), V::U32(c.grid[1]), V::U32(c.grid[2]),
+                V::U32(c.block[0]), V::U32(c.block[1]), V::U32(c.block[2]), V::U32(c.registers as u32),
+                V::U32(c.static_shared), V::U32(c.dynamic_shared),
+            ]);
+            push(t, "kernels", &host, rank, &v)
+        }
+        Some(EventKind::Memcpy) => {
+            let (src, dst) = e.copy_memory_kinds();
+            let mut v = vec![V::S(&host), r, V::U32(pid)];
+            v.extend(work);
+            v.extend(span);
+            v.extend([
+                V::S(names::memcpy_kind(e.sub)), V::S(names::memory_kind(src)), V::S(names::memory_kind(dst)),
+                V::U64(e.a),
+            ]);
+            push(t, "copies", &host, rank, &v)
+        }
+        Some(EventKind::Memset) => {
+            let mut v = vec![V::S(&host), r, V::U32(pid)];
+            v.extend(work);
+            v.extend(span);
+            v.extend([V::S(names::memory_kind(e.sub)), V::U64(e.a), V::U64(e.b)]);
+            push(t, "memsets", &host, rank, &v)
+        }
+        Some(EventKind::Api) => {
+            let api = if e.sub == API_DRIVER { "driver" } else { "runtime" };
+            let mut v = vec![
+                V::S(&host), r, V::U32(pid), V::U32(e.tid), V::S(api), V::S(p.string(e.name)),
+                V::U32(e.correlation), V::U64(e.b),
+            ];
+            v.extend(span);
+            push(t, "api", &host, rank, &v)
+        }
+        Some(EventKind::Range) if e.flags & FLAG_DEVICE == 0 => {
+            let mut v = vec![
+                V::S(&host), r, V::U32(pid), V::U32(e.tid), V::S("range"), V::S(p.string(e.c as u32)),
+                V::S(p.string(e.name)),
+            ];
+            v.extend(span);
+            push(t, "nvtx", &host, rank, &v)
+        }
+        Some(EventKind::NvtxMark) => {
+            let mut v = vec![
+                V::S(&host), r, V::U32(pid), V::U32(e.tid), V::S("mark"), V::S(p.nvtx_domain(e.c)),
+                V::S(p.string(e.name)),
+            ];
+            v.extend(span);
+            push(t, "nvtx", &host, rank, &v)
+        }
+        Some(k @ (EventKind::Alloc | EventKind::Free)) => {
+            let memory = match MemKind::from_u8(e.sub) {
+                Some(MemKind::Device) => "device",
+                Some(MemKind::PinnedHost) => "pinned",
+                Some(MemKind::Managed) => "managed",
+                Some(MemKind::DeviceAsync) => "device_async",
+                None => "unknown",
+            };
+            let op = if k == EventKind::Alloc { "alloc" } else { "free" };
+            push(t, "memory", &host, rank, &[
+                V::S(&host), r, V::U32(pid), V::U32(e.device), V::S(op), V::S(memory), V::U64(e.a), V::U64(e.b),
+                V::I64(a),
+            ])
+        }
+        _ => Ok(()),
+    }
+}
+
+fn push(
+    t: &mut FxHashMap<&'static str, Table>,
+    name: &str,
+    host: &str,
+    rank: Option<u32>,
+    row: &[V],
+) -> Result<(), ParquetError> {
+    t.get_mut(name).ok_or_else(|| ParquetError::Internal(format!("no table {name}")))?.push(host, rank, row)
+}

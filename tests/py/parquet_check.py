@@ -1,0 +1,33 @@
+"""Queries a cuflight Parquet export with DuckDB (as a user would, hive partitioning on) and prints JSON of what
+`cuflight stats` also says: per kernel name and per API name count and total ns, copies, memsets, NVTX ranges,
+allocations, steps, and per rank the kernel count. Usage: parquet_check.py DIR"""
+import json
+import sys
+
+import duckdb
+
+root = sys.argv[1]
+
+
+def t(name):
+    return f"read_parquet('{root}/{name}/**/*.parquet', hive_partitioning = true)"
+
+
+def rows(sql):
+    return duckdb.sql(sql).fetchall()
+
+
+out = {
+    "kernels": {n: [c, int(s)] for n, c, s in rows(f"select name, count(*), sum(duration_ns) from {t('kernels')} group by name")},
+    "api": {n: [c, int(s)] for n, c, s in rows(f"select name, count(*), sum(duration_ns) from {t('api')} group by name")},
+    "copies": [int(x or 0) for x in rows(f"select count(*), sum(bytes) from {t('copies')}")[0]],
+    "memsets": [int(x or 0) for x in rows(f"select count(*), sum(bytes) from {t('memsets')}")[0]],
+    "nvtx_ranges": rows(f"select count(*) from {t('nvtx')} where kind <> 'mark'")[0][0],
+    "allocs": rows(f"select count(*) from {t('memory')} where op = 'alloc'")[0][0],
+    "frees": rows(f"select count(*) from {t('memory')} where op = 'free'")[0][0],
+    "steps": rows(f"select count(*) from {t('steps')}")[0][0],
+    "kernels_by_rank": {str(r): c for r, c in rows(f"select rank, count(*) from {t('kernels')} group by rank")},
+    "first_kernel_ns": rows(f"select min(start_ns) from {t('kernels')}")[0][0],
+    "bad_spans": rows(f"select count(*) from {t('kernels')} where end_ns < start_ns or duration_ns <> end_ns - start_ns")[0][0],
+}
+print(json.dumps(out))
