@@ -56,11 +56,11 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         }
         if !data.correlationData.is_null() {
             // SAFETY: CUPTI gives each call a u64 slot shared by its enter and exit callbacks.
-            unsafe { *data.correlationData = clock::monotonic_ns() };
+            unsafe { *data.correlationData = clock::stamp_ns() };
         }
         return;
     }
-    let end = clock::monotonic_ns();
+    let end = clock::stamp_ns();
     if crate::flight::armed() {
         watch_exit(runtime, cbid, data);
     }

@@ -144,7 +144,7 @@ fn event(kind: EventKind, domain: u32, name: u32, extra: Extra, a: u64) {
 }
 
 fn nvtx_event(kind: EventKind, domain: u32, name: u32, extra: Extra) -> RawEvent {
-    let now = clock::monotonic_ns();
+    let now = clock::stamp_ns();
     let mut ev = RawEvent::new(kind, 0, now, now);
     ev.name = name;
     ev.c = domain as u64;

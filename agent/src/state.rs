@@ -259,7 +259,7 @@ fn create() -> Option<&'static Agent> {
     };
     // SAFETY: getppid has no preconditions.
     let ppid = unsafe { libc::getppid() } as u32;
-    let seg = match MappedSegment::create(layout, pid, ppid, crate::clock::realtime_ns()) {
+    let seg = match MappedSegment::create(layout, pid, ppid, crate::clock::stamp_realtime_ns()) {
         Ok(s) => s,
         Err(e) => {
             NO_SEGMENT.store(true, Ordering::Relaxed);
@@ -332,13 +332,18 @@ fn record_process_facts(agent: &Agent) {
     } else {
         Vec::new()
     };
+    // CUFLIGHT_TEST_HOST: the host name to record, so one machine can play several hosts in tests.
+    let host = std::env::var("CUFLIGHT_TEST_HOST").map(String::into_bytes).unwrap_or(host);
     h.host.store(intern(&host), Ordering::Relaxed);
-    // The rank as launchers set it (torchrun/torch.distributed, Open MPI, MPICH/PMI, Slurm): lets the collector
-    // line up the ranks of one job.
-    let rank = ["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok()?.trim().parse::<u32>().ok());
+    // The rank, local rank and world size as launchers set them (torchrun/torch.distributed, Open MPI,
+    // MPICH/PMI, Slurm): lets the collector line up the ranks of one job and name each "rank R (local L)".
+    let env = |names: &[&str]| names.iter().find_map(|k| std::env::var(k).ok()?.trim().parse::<u32>().ok());
+    let rank = env(&["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"]);
     h.rank_plus_one.store(rank.map_or(0, |r| r.saturating_add(1)), Ordering::Relaxed);
+    let local = env(&["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"]);
+    h.local_rank_plus_one.store(local.map_or(0, |r| r.saturating_add(1)), Ordering::Relaxed);
+    let world = env(&["WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"]);
+    h.world_size.store(world.unwrap_or(0), Ordering::Relaxed);
     h.injected_late.store(late_word(), Ordering::Relaxed);
 }
 

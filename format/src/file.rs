@@ -128,6 +128,9 @@ pub struct ProcessInfo {
     /// made without `--cuda-memory-usage`, a torch.profiler trace without `profile_memory`), with the reason:
     /// (kind, why), kind one of "memory", "nvtx", "memset". Empty for cuflight's own captures.
     pub not_recorded: Vec<(String, String)>,
+    /// The local rank on its host and the job's world size, from the launcher's environment (0 size: unknown).
+    pub local_rank: Option<u32>,
+    pub world_size: u32,
 }
 
 impl ProcessInfo {

@@ -30,7 +30,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"CUFLSEG2");
-pub const SEGMENT_VERSION: u32 = 2;
+pub const SEGMENT_VERSION: u32 = 3;
 pub const HEADER_SIZE: usize = 4096;
 const STATUS_LEN: usize = 512;
 /// Most rings, events per ring and string bytes a segment may declare (the agent's own limits).
@@ -129,6 +129,10 @@ pub struct SegmentHeader {
     /// what the tables it found late carry: bits 8..16 count those tables, bits 16..24 the tables another tool
     /// held (both saturate at 255).
     pub injected_late: AtomicU32,
+    /// The local rank (on this host) + 1 and the world size, from the launcher's environment (`LOCAL_RANK`,
+    /// `WORLD_SIZE` and their MPI and Slurm names); 0 when not set.
+    pub local_rank_plus_one: AtomicU32,
+    pub world_size: AtomicU32,
 }
 
 /// Why a flight recorder dumped ([`SegmentHeader::dump_reason`]).

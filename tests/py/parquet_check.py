@@ -28,6 +28,9 @@ out = {
     "steps": rows(f"select count(*) from {t('steps')}")[0][0],
     "kernels_by_rank": {str(r): c for r, c in rows(f"select rank, count(*) from {t('kernels')} group by rank")},
     "first_kernel_ns": rows(f"select min(start_ns) from {t('kernels')}")[0][0],
+    "kernels_launched_before_their_call": rows(
+        f"select count(*) from {t('kernels')} k join {t('api')} a on k.host = a.host and k.pid = a.pid "
+        f"and k.correlation = a.correlation where k.correlation <> 0 and k.start_ns < a.start_ns")[0][0],
     "bad_spans": rows(f"select count(*) from {t('kernels')} where end_ns < start_ns or duration_ns <> end_ns - start_ns")[0][0],
 }
 print(json.dumps(out))

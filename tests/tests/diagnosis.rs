@@ -195,8 +195,10 @@ fn a_slow_rank_is_found_as_the_straggler() {
     let barrier = dir.join("barrier");
     let p = prog.display();
     let b = barrier.display();
-    // RANK as torchrun sets it: the agent records it, so the report names ranks as the job does.
-    let script = format!("RANK=0 {p} rank 24 0 2 {b} & RANK=1 {p} rank 24 1 2 {b}; wait");
+    // RANK, LOCAL_RANK and WORLD_SIZE as torchrun sets them: the agent records them, so the report names ranks
+    // as the job does; CUFLIGHT_TEST_HOST names the host the agent records.
+    let env = |r: u32| format!("RANK={r} LOCAL_RANK={r} WORLD_SIZE=2 CUFLIGHT_TEST_HOST=node{r}");
+    let script = format!("{} {p} rank 24 0 2 {b} & {} {p} rank 24 1 2 {b}; wait", env(0), env(1));
     let rec = record(&dir, &[], std::path::Path::new("/bin/sh"), &["-c", &script], &[]);
     assert!(rec.output.status.success(), "{}", rec.stderr());
     let r = report_json(&[rec.trace.as_os_str()]);
@@ -208,6 +210,13 @@ fn a_slow_rank_is_found_as_the_straggler() {
     let fast = procs.iter().find(|p| p["command"].as_str().unwrap().contains("rank 24 0")).unwrap();
     assert_eq!(f["pid"], slow["pid"]);
     assert_eq!((slow["rank"].as_u64(), fast["rank"].as_u64(), f["rank"].as_u64()), (Some(1), Some(0), Some(1)));
+    assert_eq!(slow["who"].as_str().unwrap(), format!("rank 1 (local 1) pid {}", slow["pid"]));
+    assert_eq!(slow["run"]["host"], "node1");
+    let s = stats(&rec.trace);
+    let rows = s["processes"].as_array().unwrap();
+    assert!(rows
+        .iter()
+        .any(|p| p["rank"] == 1 && p["local_rank"] == 1 && p["world_size"] == 2 && p["host"] == "node1"));
     // Rank 1's extra 3 ms kernel per step (as it measured it) is what rank 0 waits for in each collective. Two
     // ranks with two threads each share this machine's cores, so rank 1 is sometimes descheduled too: that
     // only adds waiting (the share has a floor), and the median wait per collective stays at the plant.

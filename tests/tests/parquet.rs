@@ -109,3 +109,22 @@ fn imported_traces_and_ranks_share_one_directory() {
     assert_eq!(q["kernels_by_rank"], serde_json::json!({"0": count(&r0), "1": count(&r1)}));
     assert!(out.join("kernels/host=unknown/rank=0").is_dir() && out.join("kernels/host=unknown/rank=1").is_dir());
 }
+
+#[test]
+fn a_host_whose_clock_is_off_is_recorded_with_that_offset() {
+    // CUFLIGHT_TEST_CLOCK_OFFSET_NS shifts every host and device timestamp the agent records, and its clock pairs:
+    // on the epoch, the run appears an hour late; device work still follows the calls that launched it.
+    let dir = scratch("parquet-offset");
+    let prog = build_c("train", &dir);
+    let hour = 3_600_000_000_000i64;
+    let rec = record(&dir, &[], &prog, &["2"], &[("CUFLIGHT_TEST_CLOCK_OFFSET_NS", &hour.to_string())]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let out = dir.join("tables");
+    let (ok, err) = export(&[&rec.trace], &out, &[]);
+    assert!(ok, "{err}");
+    let q = python_json("parquet_check.py", &[out.as_os_str()]);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+    let first = q["first_kernel_ns"].as_i64().unwrap();
+    assert!(first > now + hour - 600_000_000_000 && first < now + hour, "{first} vs now {now} + 1 h");
+    assert_eq!(q["kernels_launched_before_their_call"], 0);
+}

@@ -234,6 +234,8 @@ fn process_info(t: &Tracked) -> ProcessInfo {
         finished: st == state::FINISHED || st == state::DISABLED,
         drops,
         rank: h.rank_plus_one.load(Ordering::Relaxed).checked_sub(1),
+        local_rank: h.local_rank_plus_one.load(Ordering::Relaxed).checked_sub(1),
+        world_size: h.world_size.load(Ordering::Relaxed),
         records_unused,
         buffers_grown: h.buffers_grown.load(Ordering::Relaxed),
         buffers_refused: h.buffers_refused.load(Ordering::Relaxed),

@@ -94,11 +94,12 @@ impl Process {
     /// How tables and timelines name the process: its command (or imported name), pid and rank.
     pub fn label(&self) -> String {
         let cmd = if self.name.is_empty() { self.info.cmdline.join(" ") } else { self.name.clone() };
-        let mut label = format!("{cmd} (pid {})", self.info.pid);
-        if let Some(rank) = self.rank {
-            label.push_str(&format!(" rank {rank}"));
-        }
-        label
+        format!("{cmd} ({})", self.who())
+    }
+
+    /// "rank R (local L) pid P" for a rank of a job, "pid P" otherwise: how every output names a process.
+    pub fn who(&self) -> String {
+        who(self.rank, self.info.local_rank, self.info.pid)
     }
 
     /// Kernel launches (API calls named `*LaunchKernel*`, `*LaunchCooperativeKernel*`) whose correlation id no
@@ -225,6 +226,15 @@ pub fn align_device_events(map: &ClockMap, events: &mut [RawEvent]) {
 
 /// The name of NVTX domain `id` given a string lookup (0: the default domain): one rule for in-memory and
 /// streamed readers.
+/// See [`Process::who`].
+pub fn who(rank: Option<u32>, local_rank: Option<u32>, pid: u32) -> String {
+    match (rank, local_rank) {
+        (Some(r), Some(l)) => format!("rank {r} (local {l}) pid {pid}"),
+        (Some(r), None) => format!("rank {r} pid {pid}"),
+        _ => format!("pid {pid}"),
+    }
+}
+
 pub fn nvtx_domain_name<'a>(id: u64, string: impl Fn(u32) -> &'a str) -> &'a str {
     if id == 0 {
         "default"

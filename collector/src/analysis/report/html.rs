@@ -215,9 +215,8 @@ fn render(r: &Report) -> String {
         finding_card(&mut out, f, r.origin_of(f));
     }
     for p in &r.processes {
-        let rank = p.rank.map_or(String::new(), |r| format!(", rank {r}"));
         let b = &p.breakdown;
-        let _ = write!(out, "<h2>{} (pid {}{rank})</h2>", esc(&p.command), p.pid);
+        let _ = write!(out, "<h2>{} ({})</h2>", esc(&p.command), esc(&p.who));
         run_table(&mut out, p);
         let _ = write!(
             out,

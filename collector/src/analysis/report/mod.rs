@@ -43,6 +43,8 @@ pub struct ProcessReport {
     pub pid: u32,
     pub rank: Option<u32>,
     pub command: String,
+    /// "rank R (local L) pid P", or "pid P".
+    pub who: String,
     /// The run: command line, host, devices, versions, timeline span, drops.
     pub run: run::RunSummary,
     pub breakdown: breakdown::Breakdown,
@@ -232,6 +234,7 @@ impl Report {
                 pid: k,
                 rank: ctx.rank,
                 command,
+                who: crate::model::trace::who(ctx.rank, p.info.local_rank, p.info.pid),
                 run,
                 breakdown: swept.breakdown,
                 idle_breakdown: swept.idle_split,

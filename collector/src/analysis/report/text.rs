@@ -87,8 +87,7 @@ fn step_cells(r: &StepRow) -> Vec<String> {
 }
 
 fn process(out: &mut String, p: &ProcessReport) {
-    let rank = p.rank.map_or(String::new(), |r| format!(", rank {r}"));
-    out.push_str(&format!("\n== {} (pid {}{rank}) from {}\n", p.command, p.pid, p.file));
+    out.push_str(&format!("\n== {} ({}) from {}\n", p.command, p.who, p.file));
     for (label, value) in p.run.facts() {
         out.push_str(&format!("  {label}: {value}\n"));
     }

@@ -170,6 +170,10 @@ pub struct ProcessRow {
     /// How device timestamps were put on the host clock: "monotonic" (CUPTI stamped CLOCK_MONOTONIC), "aligned"
     /// (piecewise-linear over the clock pairs), or "none" (no device work or no pair).
     pub device_clock: String,
+    /// Distributed rank, local rank and world size (0: unknown), from the launcher's environment or the trace.
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: u32,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]

@@ -344,7 +344,10 @@ impl Stats {
     }
 
     fn processes_table(&self) -> Table {
-        let mut t = Table::new("Processes", &["PID", "PPID", "CUPTI", "Events", "Dropped", "Finished", "Command"]);
+        let mut t = Table::new(
+            "Processes",
+            &["PID", "PPID", "Rank", "Host", "CUPTI", "Events", "Dropped", "Finished", "Command"],
+        );
         for p in &self.processes {
             let mut command = if p.status.is_empty() {
                 p.command.clone()
@@ -364,9 +367,19 @@ impl Stats {
             if p.injected_late {
                 command.push_str(&late_note(p.nvtx_tables_late, p.nvtx_tables_foreign));
             }
+            let rank = match (p.rank, p.local_rank, p.world_size) {
+                (None, _, _) => "-".to_string(),
+                (Some(r), l, w) => {
+                    let local = l.map_or(String::new(), |l| format!(" (local {l})"));
+                    let world = if w > 0 { format!(" of {w}") } else { String::new() };
+                    format!("{r}{local}{world}")
+                }
+            };
             t.row(vec![
                 p.pid.to_string(),
                 p.ppid.to_string(),
+                rank,
+                if p.host.is_empty() { "-".to_string() } else { p.host.clone() },
                 p.cupti_version.to_string(),
                 p.events.to_string(),
                 p.drops.total().to_string(),
