@@ -182,9 +182,14 @@ fn run(cli: Cli) -> Result<i32> {
                     "cuflight: the agent was off in every process (reasons above): the trace holds no CUDA activity"
                 );
             }
+            let written = match &s.files[..] {
+                [(one, _)] => one.clone(),
+                [] => opts.output.display().to_string(),
+                many => format!("{} files ({})", many.len(), cuflight_collector::capture::outputs::list(&s.files)),
+            };
             eprintln!(
                 "cuflight: wrote {} ({} events from {} process(es), {} bytes, {:.1} bytes/event); dropped {} (ring full {}, no ring {}, CUPTI {}, skipped {}), strings dropped {}",
-                opts.output.display(),
+                written,
                 s.events,
                 s.processes,
                 s.bytes,

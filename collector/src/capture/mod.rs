@@ -1,5 +1,6 @@
 //! Capture: running a program under the agent and turning what its agents hand over into a trace file.
-//! [`record`] launches the program and drains its agents' shared-memory rings (its writer thread is `sink`);
+//! [`record`] launches the program and drains its agents' shared-memory rings into [`outputs`] (one file, or one
+//! per rank, host or pid; each with its writer thread, `sink`);
 //! [`recover`] completes a trace whose recording was cut short; [`agents`] lists the agents running on this
 //! machine and starts programs with a dormant one; [`attach`] records a window of a running program's dormant
 //! agent ([`sampled`]: sampling windows of a program `record` starts); [`dump`] takes the last seconds of a flight recorder, live or from the image it wrote on a crash.
@@ -7,6 +8,7 @@
 pub mod agents;
 pub mod attach;
 pub mod dump;
+pub mod outputs;
 pub mod record;
 pub mod recover;
 pub mod sampled;

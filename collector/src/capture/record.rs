@@ -8,10 +8,10 @@
 //! exits with the program's status; a write error (full disk) stops recording but never the program, whose
 //! agents see the drain heartbeat stop and run on at full speed. A process that dies abruptly (SIGKILL) loses
 //! only what its agent had not flushed yet: the collector still holds its segment and drains it.
-use crate::capture::sink::Sink;
-use crate::export::output::{Output, OutputError};
+use crate::capture::outputs::Outputs;
+use crate::export::output::OutputError;
 use cuflight_format::channel::{self, Listener};
-use cuflight_format::file::{Drops, Footer, ProcessInfo, TraceWriter};
+use cuflight_format::file::{Drops, ProcessInfo};
 use cuflight_format::segment::{self, parse_strings, record_class, state, MappedSegment};
 use cuflight_format::RawEvent;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
@@ -19,7 +19,6 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
 use std::collections::{BTreeMap, HashSet};
-use std::io::BufWriter;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -81,6 +80,8 @@ pub struct RecordSummary {
     pub unflushed: Vec<(u32, u32)>,
     /// A capture range or step window was asked for and never started.
     pub range_never_started: bool,
+    /// The files written, with their sizes (several when the output name has `%r`, `%h` or `%p`).
+    pub files: Vec<(String, u64)>,
 }
 
 struct Tracked {
@@ -264,8 +265,7 @@ struct Recorder {
     pids_seen: HashSet<u32>,
     /// Facts of processes already ended and let go.
     ended: Vec<ProcessInfo>,
-    sink: Sink,
-    output: String,
+    sink: Outputs,
     pending: usize,
     last_write: Instant,
     last_liveness: Instant,
@@ -332,7 +332,7 @@ impl Recorder {
             self.write_pending();
         }
         if let Some(e) = self.sink.error() {
-            self.stop(format!("cannot write {}: {e}", self.output));
+            self.stop(format!("cannot write {}: {e}", self.sink.name()));
         }
     }
 
@@ -357,7 +357,7 @@ impl Recorder {
                 w.drops != info.drops || w.status != info.status || w.cupti_version != info.cupti_version
             });
             if t.written.is_none() || (changed && t.written_at.elapsed() >= INFO_EVERY) {
-                self.sink.process(info.clone());
+                self.sink.process(t.key, info.clone());
                 t.written = Some(info);
                 t.written_at = Instant::now();
             }
@@ -392,7 +392,7 @@ impl Recorder {
             let t = self.tracked.remove(&k).expect("listed above");
             let info = process_info(&t);
             if self.stopped.is_none() {
-                self.sink.process(info.clone());
+                self.sink.process(t.key, info.clone());
             }
             self.ended.push(info);
         }
@@ -465,8 +465,6 @@ fn signal_name(sig: i32) -> &'static str {
 pub(super) struct Session {
     pub name: String,
     rec: Recorder,
-    output: Output,
-    out_path: String,
 }
 
 impl Session {
@@ -491,18 +489,14 @@ impl Session {
             }
         }
         let (name, listener) = bound.expect("bound or returned");
-        let out_path = path.display().to_string();
-        let output = Output::create(path, &[], force)?;
-        let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.try_clone()?))
-            .map_err(|source| RecordError::Write { path: out_path.clone(), source })?;
+        let sink = Outputs::open(path, force)?;
         let rec = Recorder {
             listener,
             tracked: BTreeMap::new(),
             next_key: 0,
             pids_seen: HashSet::new(),
             ended: Vec::new(),
-            sink: Sink::start(writer),
-            output: out_path.clone(),
+            sink,
             pending: 0,
             last_write: Instant::now(),
             last_liveness: Instant::now(),
@@ -510,7 +504,7 @@ impl Session {
             complained: HashSet::new(),
             window: None,
         };
-        Ok(Session { name, rec, output, out_path })
+        Ok(Session { name, rec })
     }
 
     /// One round: takes new segments, drains, lets ended processes go (all of them checked when `check_all`).
@@ -577,14 +571,14 @@ impl Session {
             processes: self.processes(),
             events: self.rec.sink.events_written(),
             dropped: live + ended,
-            bytes: std::fs::metadata(&self.out_path).map_or(0, |m| m.len()),
+            bytes: self.rec.sink.bytes(),
         }
     }
 
     /// A last drain, every process's facts, the footer; commits the file (or keeps what reached it after a
     /// write error).
     pub fn finish(self, command: Vec<String>, exit_code: Option<i32>) -> RecordSummary {
-        let Session { mut rec, output, out_path, .. } = self;
+        let Session { mut rec, .. } = self;
         rec.accept();
         rec.drain(true);
         let mut infos = std::mem::take(&mut rec.ended);
@@ -594,7 +588,7 @@ impl Session {
         let mut unflushed = Vec::new();
         for info in &infos {
             if rec.stopped.is_none() {
-                rec.sink.process(info.clone());
+                rec.sink.process(info.file_key(), info.clone());
             }
             let d = info.drops;
             drops.ring_full += d.ring_full;
@@ -611,24 +605,15 @@ impl Session {
         }
         let events = rec.sink.events_written();
         let processes = infos.len();
-        let footer = Footer { events, command, exit_code };
         let stopped = rec.stopped.take();
-        let out_path = &out_path;
-        if let Err(e) = rec.sink.finish(stopped.is_none().then_some(footer)) {
-            if stopped.is_none() {
-                eprintln!("cuflight: cannot write {out_path}: {e}");
-            }
-            rec.stopped = Some(stopped.unwrap_or(format!("cannot write {out_path}: {e}")));
-        } else {
-            rec.stopped = stopped;
-        }
-        // What reached the file is kept even after a write error (readable up to its last complete block); only a
+        // What reached a file is kept even after a write error (readable up to its last complete block); only a
         // replacement of an existing file is abandoned then, leaving the old file as it was.
-        let commit = if rec.stopped.is_none() { output.commit() } else { output.keep_partial() };
-        if let Err(e) = commit {
-            rec.stopped.get_or_insert(e.to_string());
+        let (files, error) = rec.sink.finish(&command, exit_code, stopped.is_some());
+        if let (None, Some(e)) = (&stopped, &error) {
+            eprintln!("cuflight: {e}");
         }
-        let bytes = std::fs::metadata(out_path).map_or(0, |m| m.len());
+        rec.stopped = stopped.or(error);
+        let bytes = files.iter().map(|f| f.1).sum();
         RecordSummary {
             exit_code: exit_code.unwrap_or(0),
             events,
@@ -640,6 +625,7 @@ impl Session {
             stopped: rec.stopped.take(),
             unflushed,
             range_never_started: false,
+            files,
         }
     }
 }

@@ -108,6 +108,15 @@ pub fn tables() -> Vec<(&'static str, Vec<(&'static str, Kind)>)> {
     ]
 }
 
+/// A host name as a partition value and in file names (`unknown` when the trace has none).
+pub fn host_value(host: &str) -> String {
+    if host.is_empty() {
+        "unknown".into()
+    } else {
+        table::partition_value(host)
+    }
+}
+
 /// What was written: rows per table, files.
 #[derive(Debug, Default)]
 pub struct Written {
