@@ -14,4 +14,5 @@ pub mod recover;
 pub mod sampled;
 mod sink;
 mod status;
+mod tracked;
 pub mod window;
