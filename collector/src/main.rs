@@ -55,12 +55,30 @@ fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) -> R
         "written_by": format!("cuflight {}", env!("CARGO_PKG_VERSION")),
         "tables": written.rows,
         "files": written.files,
+        "hosts": written.hosts,
         "sources": traces.iter().map(|t| t.display().to_string()).collect::<Vec<_>>(),
     });
     let path = out.path().join(parquet::MANIFEST);
     std::fs::write(&path, serde_json::to_vec_pretty(&manifest)?)
         .with_context(|| format!("cannot write {}", path.display()))?;
     out.commit()?;
+    if written.hosts.len() > 1 {
+        for h in &written.hosts {
+            match (h.reference, h.matched) {
+                (true, _) => eprintln!("cuflight: clocks: host {} is the reference", h.host),
+                (false, 0) => eprintln!(
+                    "cuflight: clocks: host {} shares no collective with the reference: left on its REALTIME clock",
+                    h.host
+                ),
+                (false, n) => eprintln!(
+                    "cuflight: clocks: host {} shifted by {:.1} µs ({n} collective ends matched, residual {:.1} µs)",
+                    h.host,
+                    h.shift_ns as f64 / 1e3,
+                    h.residual_ns as f64 / 1e3
+                ),
+            }
+        }
+    }
     let rows: Vec<String> = written.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
     eprintln!("cuflight: wrote {}: {} files; rows: {}", dest.display(), written.files, rows.join(", "));
     Ok(0)

@@ -17,6 +17,7 @@
  *   rank      as clean plus an all-reduce kernel that waits for every rank (a counter in a shared file); rank 1
  *             runs an extra 3 ms kernel per step, so the others wait about 3 ms per step. */
 #include "sim.h"
+#include <sched.h>
 #include <fcntl.h>
 #include <nvtx3/nvToolsExt.h>
 #include <string.h>
@@ -76,12 +77,14 @@ static volatile long *barrier_counter;
 static int world = 1;
 static long collectives;
 
-/* Joins when every rank has joined this collective, then "transfers" for 0.5 ms. */
+/* Joins when every rank has joined this collective, then "transfers" for 0.5 ms: every rank leaves the join
+ * within a few µs of the last arrival (it yields rather than sleeps while it waits), so the collective ends
+ * together on every rank, as a real all-reduce does. */
 void ncclKernel_AllReduce_RING_LL_Sum_float(void **a) {
     (void)a;
     long target = world * ++collectives;
     __atomic_add_fetch(barrier_counter, 1, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(barrier_counter, __ATOMIC_SEQ_CST) < target) sleep_us(20);
+    while (__atomic_load_n(barrier_counter, __ATOMIC_SEQ_CST) < target) sched_yield();
     sleep_us(500);
 }
 

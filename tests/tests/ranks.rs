@@ -78,3 +78,49 @@ fn ranks_in_one_file_are_named_rank_local_pid() {
     let has = |s: &str| bytes.windows(s.len()).any(|w| w == s.as_bytes());
     assert!(has("(rank 0 (local 0) pid ") && has("(rank 1 (local 1) pid "));
 }
+
+#[test]
+fn two_hosts_with_skewed_clocks_are_aligned_on_their_collectives() {
+    // Two "hosts" on this machine (CUFLIGHT_TEST_HOST), hostb's clock 7.3 ms ahead (CUFLIGHT_TEST_CLOCK_OFFSET_NS,
+    // on every host and device timestamp and on its REALTIME pairs, as a host whose NTP is off), each rank in its
+    // own file. Their all-reduces end together (the kernels wait for each other): the export recovers the skew.
+    let dir = scratch("ranks-skew");
+    let prog = build_c("scenario", &dir);
+    let barrier = dir.join("barrier");
+    let skew: i64 = 7_300_000;
+    let (p, b) = (prog.display(), barrier.display());
+    let script = format!(
+        "RANK=0 CUFLIGHT_TEST_HOST=hosta {p} rank 16 0 2 {b} & \
+         RANK=1 CUFLIGHT_TEST_HOST=hostb CUFLIGHT_TEST_CLOCK_OFFSET_NS={skew} {p} rank 16 1 2 {b}; wait"
+    );
+    let out = Command::new(cuflight_bin())
+        .current_dir(&dir)
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .args(["record", "-o", "run.%h.%r.cuf", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (a, bfile) = (dir.join("run.hosta.0.cuf"), dir.join("run.hostb.1.cuf"));
+    let tables = dir.join("job");
+    let (ok, err) = cuflight(&[
+        "export".as_ref(),
+        a.as_os_str(),
+        bfile.as_os_str(),
+        "--format".as_ref(),
+        "parquet".as_ref(),
+        "-o".as_ref(),
+        tables.as_os_str(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(err.contains("host hostb shifted by"), "{err}");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tables.join("cuflight-parquet.json")).unwrap()).unwrap();
+    let hosts = manifest["hosts"].as_array().unwrap();
+    assert_eq!(hosts[0]["host"], "hosta");
+    let h = &hosts[1];
+    assert_eq!(h["host"], "hostb");
+    assert!(h["matched"].as_u64().unwrap() >= 16, "{h}");
+    let shift = h["shift_ns"].as_i64().unwrap();
+    assert!((shift + skew).abs() <= 50_000, "recovered {shift} ns for a skew of {skew} ns: {h}");
+    assert!(h["residual_ns"].as_u64().unwrap() <= 50_000, "{h}");
+}

@@ -1,5 +1,6 @@
 //! Analyses over the trace model: the `nsys stats`-style tables ([`stats`], streamed) and the diagnosis
 //! ([`report`]: steps, idle-time causes, findings with their cost and fix, stragglers across ranks).
 
+pub mod align;
 pub mod report;
 pub mod stats;

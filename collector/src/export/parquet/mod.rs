@@ -7,7 +7,9 @@
 //!
 //! Times are int64 ns since the Unix epoch: host CLOCK_MONOTONIC moved by the process's REALTIME offset (from
 //! its first clock pair); imports whose times are already epoch-based keep them; others are left as recorded and
-//! the processes table says so (`clock`). Streamed from the event source in bounded memory (see `table`).
+//! the processes table says so (`clock`). With several hosts, each host's clock is then shifted onto the
+//! reference host's by their collectives ([`crate::analysis::align`]): the job's common clock. Streamed from the
+//! event sources in bounded memory (see `table`).
 
 mod table;
 
@@ -122,6 +124,8 @@ pub fn host_value(host: &str) -> String {
 pub struct Written {
     pub rows: BTreeMap<&'static str, u64>,
     pub files: u64,
+    /// How each host's clock was put on the reference host's (several hosts), see [`crate::analysis::align`].
+    pub hosts: Vec<crate::analysis::align::HostShift>,
 }
 
 /// A process as the tables name it, and how its times reach the epoch.
@@ -143,8 +147,23 @@ impl Place {
 /// for these stems).
 pub fn export(sources: &mut [(String, String, EventSource)], dir: &Path) -> Result<Written, ParquetError> {
     let mut written = Written::default();
-    for (stem, shown, source) in sources.iter_mut() {
+    // First every trace's plan (steps, collectives, clock pairs), then the hosts' clocks aligned on collectives.
+    let mut all_plans = Vec::with_capacity(sources.len());
+    let mut members = Vec::new();
+    for (_, _, source) in sources.iter_mut() {
         let plans = crate::analysis::report::plan::plan(source, None)?;
+        for (&k, p) in &source.processes {
+            if let Some(plan) = plans.get(&k) {
+                let first = plan.timeline.map_or(0, |s| s.0);
+                let (offset, _) = clock(plan.realtime_offset, first);
+                members.push(crate::analysis::align::Member::new(p, plan, offset));
+            }
+        }
+        all_plans.push(plans);
+    }
+    written.hosts = crate::analysis::align::align(&members);
+    let shift_of: FxHashMap<String, i64> = written.hosts.iter().map(|h| (h.host.clone(), h.shift_ns)).collect();
+    for ((stem, shown, source), plans) in sources.iter_mut().zip(all_plans) {
         let mut t: FxHashMap<&'static str, Table> =
             tables().into_iter().map(|(name, cols)| (name, Table::new(name, &cols, dir, stem))).collect();
         let mut places: FxHashMap<u32, Place> = FxHashMap::default();
@@ -154,6 +173,7 @@ pub fn export(sources: &mut [(String, String, EventSource)], dir: &Path) -> Resu
             let first = plan.and_then(|p| p.timeline).map_or(0, |s| s.0);
             let (offset, _) = clock(plan.and_then(|p| p.realtime_offset), first);
             let host = if p.info.host.is_empty() { "unknown".to_string() } else { p.info.host.clone() };
+            let offset = offset.saturating_add(shift_of.get(&host).copied().unwrap_or(0));
             places.insert(k, Place { host, rank: p.rank, pid: p.info.pid, offset, pairer: Pairer::default() });
         }
         let mut failed = None;
