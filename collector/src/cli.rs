@@ -157,6 +157,18 @@ pub enum Cmd {
         #[arg(long)]
         force: bool,
     },
+    /// One trace of a job recorded as several (hosts, ranks): every process on one clock (REALTIME, then each
+    /// host moved onto the reference host by their collectives).
+    Merge {
+        #[arg(required = true, num_args = 1..)]
+        traces: Vec<PathBuf>,
+        /// The merged trace.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
     /// Timeline of a trace (cuflight, Kineto JSON or nsys SQLite) for Perfetto or Kineto-style tools, or
     /// fleet tables (Parquet) of one or many traces for DuckDB, Spark or Trino.
     Export {

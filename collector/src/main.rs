@@ -62,8 +62,16 @@ fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) -> R
     std::fs::write(&path, serde_json::to_vec_pretty(&manifest)?)
         .with_context(|| format!("cannot write {}", path.display()))?;
     out.commit()?;
-    if written.hosts.len() > 1 {
-        for h in &written.hosts {
+    print_hosts(&written.hosts);
+    let rows: Vec<String> = written.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
+    eprintln!("cuflight: wrote {}: {} files; rows: {}", dest.display(), written.files, rows.join(", "));
+    Ok(0)
+}
+
+/// How each host's clock was aligned, when there are several.
+fn print_hosts(hosts: &[cuflight_collector::analysis::align::HostShift]) {
+    if hosts.len() > 1 {
+        for h in hosts {
             match (h.reference, h.matched) {
                 (true, _) => eprintln!("cuflight: clocks: host {} is the reference", h.host),
                 (false, 0) => eprintln!(
@@ -79,9 +87,6 @@ fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) -> R
             }
         }
     }
-    let rows: Vec<String> = written.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
-    eprintln!("cuflight: wrote {}: {} files; rows: {}", dest.display(), written.files, rows.join(", "));
-    Ok(0)
 }
 
 fn warn_cut_short(path: &std::path::Path, why: Option<&str>) {
@@ -337,6 +342,29 @@ fn run(cli: Cli) -> Result<i32> {
                 Format::Table => print!("{}", agents::table(&rows)),
                 Format::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
             }
+            Ok(0)
+        }
+        Cmd::Merge { traces, output, force } => {
+            let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
+            let out = Output::create(&output, &inputs, force)?;
+            for t in &traces {
+                // Checked up front (readable, a known format), and cut-short traces named once.
+                let source = cuflight_collector::model::source::EventSource::open(t)?;
+                warn_cut_short(t, source.cut_short.as_deref());
+            }
+            let mut command = vec!["cuflight".to_string(), "merge".to_string()];
+            command.extend(traces.iter().map(|t| t.display().to_string()));
+            let w = std::io::BufWriter::with_capacity(1 << 20, out.try_clone()?);
+            let m = cuflight_collector::export::merge::merge(&traces, w, command)?;
+            out.commit()?;
+            print_hosts(&m.hosts);
+            eprintln!(
+                "cuflight: wrote {}: {} processes, {} events from {} traces",
+                output.display(),
+                m.processes,
+                m.events,
+                traces.len()
+            );
             Ok(0)
         }
         Cmd::Export { traces, format, output, force } => {

@@ -5,6 +5,14 @@
 use cuflight_integration::*;
 use std::process::Command;
 
+/// The timing test (clock skew recovered within 50 µs from collective ends) runs alone: the other tests here
+/// load this machine's cores, and a rank descheduled at a collective's end shifts what it measured.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn record_ranks(dir: &std::path::Path, output: &str, ranks: u32) -> std::process::Output {
     let prog = build_c("smoke", dir);
     // A launcher as torchrun starts its workers: one process per rank, two ranks per host.
@@ -29,6 +37,7 @@ fn record_ranks(dir: &std::path::Path, output: &str, ranks: u32) -> std::process
 
 #[test]
 fn one_file_per_rank_named_by_host_and_rank() {
+    let _serial = serial();
     let dir = scratch("ranks-files");
     let out = record_ranks(&dir, "run.%h.%r.cuf", 4);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -63,6 +72,7 @@ fn one_file_per_rank_named_by_host_and_rank() {
 
 #[test]
 fn ranks_in_one_file_are_named_rank_local_pid() {
+    let _serial = serial();
     let dir = scratch("ranks-one");
     let out = record_ranks(&dir, "job.cuf", 2);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -81,6 +91,7 @@ fn ranks_in_one_file_are_named_rank_local_pid() {
 
 #[test]
 fn two_hosts_with_skewed_clocks_are_aligned_on_their_collectives() {
+    let _serial = serial();
     // Two "hosts" on this machine (CUFLIGHT_TEST_HOST), hostb's clock 7.3 ms ahead (CUFLIGHT_TEST_CLOCK_OFFSET_NS,
     // on every host and device timestamp and on its REALTIME pairs, as a host whose NTP is off), each rank in its
     // own file. Their all-reduces end together (the kernels wait for each other): the export recovers the skew.
@@ -123,4 +134,108 @@ fn two_hosts_with_skewed_clocks_are_aligned_on_their_collectives() {
     let shift = h["shift_ns"].as_i64().unwrap();
     assert!((shift + skew).abs() <= 50_000, "recovered {shift} ns for a skew of {skew} ns: {h}");
     assert!(h["residual_ns"].as_u64().unwrap() <= 50_000, "{h}");
+    // `merge` writes them as one trace on that clock: its collectives already agree (a second alignment finds
+    // nothing left to shift), and the report finds rank 1, the planted straggler.
+    let job = dir.join("job.cuf");
+    let (ok, err) = cuflight(&["merge".as_ref(), a.as_os_str(), bfile.as_os_str(), "-o".as_ref(), job.as_os_str()]);
+    assert!(ok && err.contains("2 processes"), "{err}");
+    let again = dir.join("again");
+    let (ok, err) = cuflight(&[
+        "export".as_ref(),
+        job.as_os_str(),
+        "--format".as_ref(),
+        "parquet".as_ref(),
+        "-o".as_ref(),
+        again.as_os_str(),
+    ]);
+    assert!(ok, "{err}");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(again.join("cuflight-parquet.json")).unwrap()).unwrap();
+    let left = manifest["hosts"][1]["shift_ns"].as_i64().unwrap();
+    assert!(left.abs() <= 5_000, "the merged trace is {left} ns off: {manifest}");
+    let out = Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(&job).output().unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((r["findings"][0]["kind"].as_str(), r["findings"][0]["rank"].as_u64()), (Some("straggler"), Some(1)));
+}
+
+/// A small rank's trace, as a recording writes one: its process, strings, a ProfilerStep range per step and
+/// `kernels` kernels of one name, each launched by a call.
+fn write_rank(path: &std::path::Path, rank: u32, steps: u64, kernels: u64) {
+    use cuflight_format::event::{LaunchConfig, API_RUNTIME};
+    use cuflight_format::file::{Footer, ProcessInfo, TraceWriter};
+    use cuflight_format::{EventKind, RawEvent};
+    let mut w = TraceWriter::new(std::io::BufWriter::new(std::fs::File::create(path).unwrap())).unwrap();
+    let pid = 1000 + rank % 7; // pids repeat across hosts
+    let info = ProcessInfo {
+        pid,
+        cmdline: vec!["train.py".into()],
+        host: format!("node{}", rank / 8),
+        rank: Some(rank),
+        finished: true,
+        device_clock_monotonic: true,
+        ..Default::default()
+    };
+    w.write_process(&info).unwrap();
+    let mut region = cuflight_format::strings::StringRegion::default();
+    let launch = region.intern("cudaLaunchKernel");
+    let gemm = region.intern("_Z4gemmPfS_i"); // mangled: readers show gemm(float*, float*, int)
+    let names: Vec<u32> = (0..steps).map(|s| region.intern(&format!("ProfilerStep#{s}"))).collect();
+    w.write_strings(pid, 4, &region.bytes()[4..]).unwrap();
+    let cfg = LaunchConfig { grid: [64, 1, 1], block: [128, 1, 1], ..Default::default() }.pack();
+    let (mut t, mut corr, mut events) = (1_000_000u64, 0u32, Vec::new());
+    for &name in &names {
+        events.push(RawEvent { name, ..RawEvent::new(EventKind::NvtxPush, pid, t, t) });
+        for _ in 0..kernels {
+            corr += 1;
+            let mut api = RawEvent::new(EventKind::Api, pid, t, t + 3_000);
+            (api.sub, api.name, api.correlation) = (API_RUNTIME, launch, corr);
+            let mut k = RawEvent::new(EventKind::Kernel, 0, t + 5_000, t + 25_000);
+            (k.name, k.correlation, k.stream, (k.a, k.b, k.c)) = (gemm, corr, 7, cfg);
+            events.extend([api, k]);
+            t += 30_000;
+        }
+        events.push(RawEvent::new(EventKind::NvtxPop, pid, t, t));
+        t += 10_000;
+    }
+    w.write_events(pid, &events).unwrap();
+    w.finish(Footer { events: events.len() as u64, command: vec![], exit_code: Some(0) }).unwrap();
+}
+
+#[test]
+fn a_thousand_ranks_merge_in_bounded_memory() {
+    let _serial = serial();
+    // 1000 per-rank files (125 hosts, pids repeating): one merged trace with every process under a key of its own
+    // and every event, written a file at a time. Memory stays far below what holding the events would take.
+    let dir = scratch("ranks-thousand");
+    let (steps, kernels) = (4u64, 250u64);
+    let files: Vec<std::path::PathBuf> = (0..1000)
+        .map(|r| {
+            let f = dir.join(format!("run.{r}.cuf"));
+            write_rank(&f, r, steps, kernels);
+            f
+        })
+        .collect();
+    let merged = dir.join("job.cuf");
+    let mut cmd = Command::new("python3");
+    // The collector's peak memory, as the kernel counts it for a finished child.
+    cmd.args(["-c", "import resource,subprocess,sys; r=subprocess.run(sys.argv[1:]); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)"]);
+    cmd.arg(cuflight_bin()).arg("merge").args(&files).arg("-o").arg(&merged);
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let events_in = 1000 * steps * (2 + 2 * kernels);
+    assert!(err.contains(&format!("1000 processes, {events_in} events from 1000 traces")), "{err}");
+    let peak_kib: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let held_kib = events_in * 64 / 1024;
+    eprintln!("merge of {events_in} events: peak {peak_kib} KiB (holding them: {held_kib} KiB)");
+    assert!(peak_kib * 3 < held_kib, "peak {peak_kib} KiB; holding every event would take {held_kib} KiB");
+    let s = stats(&merged);
+    let procs = s["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1000);
+    let kernel = &s["kernels"].as_array().unwrap()[0];
+    assert_eq!(
+        (kernel["name"].as_str(), kernel["count"].as_u64()),
+        (Some("gemm(float*, float*, int)"), Some(1000 * steps * kernels))
+    );
+    assert_eq!(s["nvtx"].as_array().unwrap().iter().map(|n| n["count"].as_u64().unwrap()).sum::<u64>(), 1000 * steps);
 }

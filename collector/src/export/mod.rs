@@ -3,6 +3,7 @@
 //! ([`output`]).
 
 pub mod chrome;
+pub mod merge;
 pub mod output;
 pub mod output_dir;
 pub mod parquet;
