@@ -40,16 +40,18 @@ fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) -> R
     let mut sources = Vec::with_capacity(traces.len());
     let mut stems = std::collections::HashSet::new();
     for t in traces {
+        // Checked up front (readable, a known format), and cut-short traces named once; opened again later.
         let source = cuflight_collector::model::source::EventSource::open(t)?;
         warn_cut_short(t, source.cut_short.as_deref());
+        drop(source);
         // Part files are named after their trace; equal names get a number.
         let base = t.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
         let base = base.split('.').next().filter(|s| !s.is_empty()).unwrap_or("trace").to_string();
         let stem =
             (1..).map(|i| if i == 1 { base.clone() } else { format!("{base}-{i}") }).find(|s| stems.insert(s.clone()));
-        sources.push((stem.unwrap_or(base), t.display().to_string(), source));
+        sources.push((stem.unwrap_or(base), t.clone()));
     }
-    let written = parquet::export(&mut sources, out.path())?;
+    let written = parquet::export(&sources, out.path())?;
     let manifest = serde_json::json!({
         "schema_version": parquet::SCHEMA_VERSION,
         "written_by": format!("cuflight {}", env!("CARGO_PKG_VERSION")),
@@ -69,9 +71,26 @@ fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) -> R
 }
 
 /// How each host's clock was aligned, when there are several.
+/// How each host's clock was aligned, when there are several: a line per host up to 8 (the largest shifts
+/// first after the reference), then a summary of the rest, whose figures the output keeps.
 fn print_hosts(hosts: &[cuflight_collector::analysis::align::HostShift]) {
     if hosts.len() > 1 {
-        for h in hosts {
+        let mut shown: Vec<_> = hosts.iter().collect();
+        shown.sort_by_key(|h| (!h.reference, std::cmp::Reverse(h.shift_ns.unsigned_abs()), h.matched == 0));
+        let mut summary = None;
+        if shown.len() > 8 {
+            let rest = &shown[8..];
+            let unmatched = rest.iter().filter(|h| h.matched == 0).count();
+            let worst = rest.iter().map(|h| h.shift_ns.unsigned_abs()).max().unwrap_or(0);
+            summary = Some(format!(
+                "cuflight: clocks: {} more hosts shifted by at most {:.1} µs; {unmatched} of them share no collective \
+                 with the reference (left on their REALTIME clocks)",
+                rest.len(),
+                worst as f64 / 1e3
+            ));
+            shown.truncate(8);
+        }
+        for h in shown {
             match (h.reference, h.matched) {
                 (true, _) => eprintln!("cuflight: clocks: host {} is the reference", h.host),
                 (false, 0) => eprintln!(
@@ -85,6 +104,9 @@ fn print_hosts(hosts: &[cuflight_collector::analysis::align::HostShift]) {
                     h.residual_ns as f64 / 1e3
                 ),
             }
+        }
+        if let Some(line) = summary {
+            eprintln!("{line}");
         }
     }
 }

@@ -145,12 +145,16 @@ impl Place {
 
 /// Writes the tables of every `(stem, source)` into `dir` (which must exist and be empty of our tables' files
 /// for these stems).
-pub fn export(sources: &mut [(String, String, EventSource)], dir: &Path) -> Result<Written, ParquetError> {
+/// `sources`: (part-file stem, the trace's path). Each trace is opened twice, one at a time (its plan, then its
+/// events), so a thousand ranks' files never hold a thousand descriptors or indexes at once.
+pub fn export(sources: &[(String, std::path::PathBuf)], dir: &Path) -> Result<Written, ParquetError> {
     let mut written = Written::default();
     // First every trace's plan (steps, collectives, clock pairs), then the hosts' clocks aligned on collectives.
     let mut all_plans = Vec::with_capacity(sources.len());
     let mut members = Vec::new();
-    for (_, _, source) in sources.iter_mut() {
+    for (_, path) in sources {
+        let mut source = EventSource::open(path)?;
+        let source = &mut source;
         let plans = crate::analysis::report::plan::plan(source, None)?;
         for (&k, p) in &source.processes {
             if let Some(plan) = plans.get(&k) {
@@ -163,7 +167,10 @@ pub fn export(sources: &mut [(String, String, EventSource)], dir: &Path) -> Resu
     }
     written.hosts = crate::analysis::align::align(&members);
     let shift_of: FxHashMap<String, i64> = written.hosts.iter().map(|h| (h.host.clone(), h.shift_ns)).collect();
-    for ((stem, shown, source), plans) in sources.iter_mut().zip(all_plans) {
+    for ((stem, path), plans) in sources.iter().zip(all_plans) {
+        let mut source = EventSource::open(path)?;
+        let source = &mut source;
+        let shown = &path.display().to_string();
         let mut t: FxHashMap<&'static str, Table> =
             tables().into_iter().map(|(name, cols)| (name, Table::new(name, &cols, dir, stem))).collect();
         let mut places: FxHashMap<u32, Place> = FxHashMap::default();
