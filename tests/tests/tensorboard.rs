@@ -4,21 +4,6 @@
 
 use cuflight_integration::*;
 use serde_json::Value;
-use std::ffi::OsStr;
-use std::path::Path;
-
-fn export(trace: &Path, json: &Path) {
-    let (ok, err) = cuflight(&[
-        OsStr::new("export"),
-        trace.as_os_str(),
-        OsStr::new("--format"),
-        OsStr::new("chrome"),
-        OsStr::new("--force"),
-        OsStr::new("-o"),
-        json.as_os_str(),
-    ]);
-    assert!(ok, "{err}");
-}
 
 fn close(a: &Value, b: &Value, rel: f64) -> bool {
     match (a.as_f64(), b.as_f64()) {
@@ -42,9 +27,8 @@ fn the_plugin_reads_our_export_of_a_torch_profiler_trace_as_it_reads_the_origina
     ] {
         let Some(path) = shared_trace(name) else { continue };
         let json = dir.join(format!("{name}.json"));
-        export(&path, &json);
+        let v = export_chrome(&path, &json);
         // Global instants ("Iteration Start", "Record Window End") stay global, on no invented process.
-        let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         let events = v["traceEvents"].as_array().unwrap();
         for e in events.iter().filter(|e| e["ph"] == "i" && e["name"] == "Record Window End") {
             assert_eq!(e["s"], "g", "{name}: {e}");
@@ -92,7 +76,7 @@ fn the_plugin_reads_a_capture_as_cuflight_report_and_stats_read_it() {
     let rec = record(&dir, &[], &prog, &["6"], &[]);
     assert!(rec.output.status.success(), "{}", rec.stderr());
     let json = dir.join("train.json");
-    export(&rec.trace, &json);
+    export_chrome(&rec.trace, &json);
     let tb = python_json("tb_views.py", &[json.as_os_str()]);
     // The kernel view's calls and totals are `cuflight stats`' (µs there, ns here).
     let s = stats(&rec.trace);
