@@ -270,23 +270,26 @@ fn clock(realtime_offset: Option<i64>, first_ns: u64) -> (i64, &'static str) {
 
 #[rustfmt::skip]
 fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e: &RawEvent) -> Result<(), ParquetError> {
-    let (host, rank, pid) = (place.host.clone(), place.rank, place.pid);
+    // Disjoint borrows: the pairer changes, the rest is read (no per-event copy of the host name).
+    let Place { host, rank, pid, offset, pairer } = place;
+    let (host, rank, pid, offset) = (host.as_str(), *rank, *pid, *offset);
+    let at = |ns: u64| (ns as i64).saturating_add(offset);
     let r = V::OptI32(rank.map(|r| r as i32));
-    if let Some(range) = place.pairer.feed(e) {
-        let (a, b) = (place.t(range.start), place.t(range.end));
+    if let Some(range) = pairer.feed(e) {
+        let (a, b) = (at(range.start), at(range.end));
         let kind = if range.async_range { "start/end" } else { "push/pop" };
-        return push(t, "nvtx", &host, rank, &[
-            V::S(&host), r, V::U32(pid), V::U32(range.tid), V::S(kind), V::S(p.nvtx_domain(range.domain)),
+        return push(t, "nvtx", host, rank, &[
+            V::S(host), r, V::U32(pid), V::U32(range.tid), V::S(kind), V::S(p.nvtx_domain(range.domain)),
             V::S(p.string(range.name)), V::I64(a), V::I64(b), V::I64(b - a),
         ]);
     }
-    let (a, b) = (place.t(e.start), place.t(e.end.max(e.start)));
+    let (a, b) = (at(e.start), at(e.end.max(e.start)));
     let work = [V::U32(e.device), V::U32(e.stream), V::U32(e.correlation)];
     let span = [V::I64(a), V::I64(b), V::I64(b - a)];
     match e.kind() {
         Some(EventKind::Kernel) => {
             let c = LaunchConfig::unpack(e.a, e.b, e.c);
-            let mut v = vec![V::S(&host), r, V::U32(pid)];
+            let mut v = vec![V::S(host), r, V::U32(pid)];
             v.extend(work);
             v.extend(span);
             v.extend([
@@ -294,50 +297,50 @@ fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e
                 V::U32(c.block[0]), V::U32(c.block[1]), V::U32(c.block[2]), V::U32(c.registers as u32),
                 V::U32(c.static_shared), V::U32(c.dynamic_shared),
             ]);
-            push(t, "kernels", &host, rank, &v)
+            push(t, "kernels", host, rank, &v)
         }
         Some(EventKind::Memcpy) => {
             let (src, dst) = e.copy_memory_kinds();
-            let mut v = vec![V::S(&host), r, V::U32(pid)];
+            let mut v = vec![V::S(host), r, V::U32(pid)];
             v.extend(work);
             v.extend(span);
             v.extend([
                 V::S(names::memcpy_kind(e.sub)), V::S(names::memory_kind(src)), V::S(names::memory_kind(dst)),
                 V::U64(e.a),
             ]);
-            push(t, "copies", &host, rank, &v)
+            push(t, "copies", host, rank, &v)
         }
         Some(EventKind::Memset) => {
-            let mut v = vec![V::S(&host), r, V::U32(pid)];
+            let mut v = vec![V::S(host), r, V::U32(pid)];
             v.extend(work);
             v.extend(span);
             v.extend([V::S(names::memory_kind(e.sub)), V::U64(e.a), V::U64(e.b)]);
-            push(t, "memsets", &host, rank, &v)
+            push(t, "memsets", host, rank, &v)
         }
         Some(EventKind::Api) => {
             let api = if e.sub == API_DRIVER { "driver" } else { "runtime" };
             let mut v = vec![
-                V::S(&host), r, V::U32(pid), V::U32(e.tid), V::S(api), V::S(p.string(e.name)),
+                V::S(host), r, V::U32(pid), V::U32(e.tid), V::S(api), V::S(p.string(e.name)),
                 V::U32(e.correlation), V::U64(e.b),
             ];
             v.extend(span);
-            push(t, "api", &host, rank, &v)
+            push(t, "api", host, rank, &v)
         }
         Some(EventKind::Range) if e.flags & FLAG_DEVICE == 0 => {
             let mut v = vec![
-                V::S(&host), r, V::U32(pid), V::U32(e.tid), V::S("range"), V::S(p.string(e.c as u32)),
+                V::S(host), r, V::U32(pid), V::U32(e.tid), V::S("range"), V::S(p.string(e.c as u32)),
                 V::S(p.string(e.name)),
             ];
             v.extend(span);
-            push(t, "nvtx", &host, rank, &v)
+            push(t, "nvtx", host, rank, &v)
         }
         Some(EventKind::NvtxMark) => {
             let mut v = vec![
-                V::S(&host), r, V::U32(pid), V::U32(e.tid), V::S("mark"), V::S(p.nvtx_domain(e.c)),
+                V::S(host), r, V::U32(pid), V::U32(e.tid), V::S("mark"), V::S(p.nvtx_domain(e.c)),
                 V::S(p.string(e.name)),
             ];
             v.extend(span);
-            push(t, "nvtx", &host, rank, &v)
+            push(t, "nvtx", host, rank, &v)
         }
         Some(k @ (EventKind::Alloc | EventKind::Free)) => {
             let memory = match MemKind::from_u8(e.sub) {
@@ -348,8 +351,8 @@ fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e
                 None => "unknown",
             };
             let op = if k == EventKind::Alloc { "alloc" } else { "free" };
-            push(t, "memory", &host, rank, &[
-                V::S(&host), r, V::U32(pid), V::U32(e.device), V::S(op), V::S(memory), V::U64(e.a), V::U64(e.b),
+            push(t, "memory", host, rank, &[
+                V::S(host), r, V::U32(pid), V::U32(e.device), V::S(op), V::S(memory), V::U64(e.a), V::U64(e.b),
                 V::I64(a),
             ])
         }
