@@ -15,7 +15,8 @@
  *   leak      as clean plus a 16 MiB cudaMalloc per step that is never freed.
  *   open      as clean, but the last step's range is never closed.
  *   rank      as clean plus an all-reduce kernel that waits for every rank (a counter in a shared file); rank 1
- *             runs an extra 3 ms kernel per step, so the others wait about 3 ms per step. */
+ *             runs an extra 3 ms kernel per step, so the others wait about 3 ms per step. Each rank prints the
+ *             median of how much later than the others it joined the collectives, as it measured it. */
 #include "sim.h"
 #include <sched.h>
 #include <fcntl.h>
@@ -74,17 +75,39 @@ static void register_device_names(void) {
 }
 
 static volatile long *barrier_counter;
-static int world = 1;
+/* Each rank's arrival at each collective (CLOCK_MONOTONIC, before any test clock offset), in slots reused
+ * every 32 collectives (no rank is ever more than one collective ahead): [slot][rank], ranks < 8. */
+static int64_t *arrivals;
+static int world = 1, my_rank;
 static long collectives;
+/* How much later than the other ranks (their lower median) this rank arrived, per collective: the truth the
+ * report's lateness is checked against (the ranks share this host's clock). */
+static int64_t lateness[4096];
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
 
 /* Joins when every rank has joined this collective, then "transfers" for 0.5 ms: every rank leaves the join
  * within a few µs of the last arrival (it yields rather than sleeps while it waits), so the collective ends
  * together on every rank, as a real all-reduce does. */
 void ncclKernel_AllReduce_RING_LL_Sum_float(void **a) {
     (void)a;
-    long target = world * ++collectives;
+    long c = collectives++;
+    long target = world * collectives;
+    int64_t *slot = arrivals + (c % 32) * 8;
+    __atomic_store_n(&slot[my_rank], now_ns(), __ATOMIC_SEQ_CST);
     __atomic_add_fetch(barrier_counter, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(barrier_counter, __ATOMIC_SEQ_CST) < target) sched_yield();
+    if (world > 1 && c < 4096) {
+        int64_t others[8];
+        int n = 0;
+        for (int r = 0; r < world && r < 8; r++)
+            if (r != my_rank) others[n++] = __atomic_load_n(&slot[r], __ATOMIC_SEQ_CST);
+        qsort(others, n, sizeof others[0], cmp_i64);
+        lateness[c] = slot[my_rank] - others[(n - 1) / 2];
+    }
     sleep_us(500);
 }
 
@@ -93,12 +116,15 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "clean";
     int steps = argc > 2 ? atoi(argv[2]) : 12;
     int rank = argc > 3 ? atoi(argv[3]) : 0;
+    my_rank = rank;
     if (argc > 5) {
         world = atoi(argv[4]);
+        if (world > 8 || rank >= world) return 2;
         int fd = open(argv[5], O_RDWR | O_CREAT, 0600);
         if (fd < 0 || ftruncate(fd, 4096) != 0) return 2;
         barrier_counter = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (barrier_counter == MAP_FAILED) return 2;
+        arrivals = (int64_t *)((char *)barrier_counter + 64);
     }
 #define MODE(m) (strcmp(mode, m) == 0)
     size_t batch_bytes = MODE("pageable") ? (32u << 20) : (1u << 20);
@@ -162,5 +188,10 @@ int main(int argc, char **argv) {
     }
     CHECK(cudaDeviceSynchronize());
     printf("scenario %s: %d steps\nplanted_ns=%lld\n", mode, steps, (long long)planted_ns);
+    if (world > 1 && collectives > 0) {
+        long n = collectives < 4096 ? collectives : 4096;
+        qsort(lateness, n, sizeof lateness[0], cmp_i64);
+        printf("lateness_ns[%d]=%lld\n", rank, (long long)lateness[(n - 1) / 2]);
+    }
     return 0;
 }

@@ -1,9 +1,11 @@
 """Runs Holistic Trace Analysis' temporal breakdown on one Kineto JSON trace (plain or .gz) and prints it as JSON:
 {"idle_us", "compute_us", "non_compute_us", "kernel_us"} for the trace's rank, and its idle time breakdown
-summed over streams: {"host_wait_us", "kernel_wait_us", "other_us"}. Usage: hta_breakdown.py TRACE
+summed over streams: {"host_wait_us", "kernel_wait_us", "other_us"}, and its communication/computation overlap
+{"comm_overlap_pct"} (null without communication kernels). Usage: hta_breakdown.py TRACE
 """
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -30,6 +32,8 @@ def main(path):
         for category in ("host_wait", "kernel_wait", "other"):
             rows = idle[idle["idle_category"] == category]
             out[category + "_us"] = float(rows["idle_time"].sum())
+        overlap = float(analyzer.get_comm_comp_overlap(visualize=False).iloc[0]["comp_comm_overlap_pctg"])
+        out["comm_overlap_pct"] = None if math.isnan(overlap) else overlap
         print(json.dumps(out))
 
 

@@ -104,13 +104,13 @@ fn two_hosts_with_skewed_clocks_are_aligned_on_their_collectives() {
         "RANK=0 CUFLIGHT_TEST_HOST=hosta {p} rank 16 0 2 {b} & \
          RANK=1 CUFLIGHT_TEST_HOST=hostb CUFLIGHT_TEST_CLOCK_OFFSET_NS={skew} {p} rank 16 1 2 {b}; wait"
     );
-    let out = Command::new(cuflight_bin())
+    let recorded = Command::new(cuflight_bin())
         .current_dir(&dir)
         .env("LD_LIBRARY_PATH", cudasim_dir())
         .args(["record", "-o", "run.%h.%r.cuf", "sh", "-c", &script])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
     let (a, bfile) = (dir.join("run.hosta.0.cuf"), dir.join("run.hostb.1.cuf"));
     let tables = dir.join("job");
     let (ok, err) = cuflight(&[
@@ -160,6 +160,24 @@ fn two_hosts_with_skewed_clocks_are_aligned_on_their_collectives() {
     let out = Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(&job).output().unwrap();
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((r["findings"][0]["kind"].as_str(), r["findings"][0]["rank"].as_u64()), (Some("straggler"), Some(1)));
+    // `report` on the two files aligns them itself and compares arrivals on the aligned clock: rank 1 joins
+    // the all-reduces as late as it measured itself at their barrier (within 10%), and rank 0 waits for it.
+    let text = String::from_utf8_lossy(&recorded.stdout);
+    let line = text.lines().find_map(|l| l.strip_prefix("lateness_ns[1]=")).expect("rank 1's own lateness");
+    let lag: f64 = line.parse().unwrap();
+    let out = Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(&a).arg(&bfile).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let job = &r["job"];
+    assert_eq!((job["clocks"]["basis"].as_str(), job["method"].as_str()), (Some("aligned"), Some("arrival")), "{job}");
+    let shift = job["clocks"]["hosts"][1]["shift_ns"].as_i64().unwrap();
+    assert!((shift + skew).abs() <= allowed, "{job}");
+    let f = &r["findings"][0];
+    assert_eq!((f["kind"].as_str(), f["rank"].as_u64()), (Some("straggler"), Some(1)), "{}", r["findings"]);
+    let measured = job["ranks"][1]["median_lateness_ns"].as_f64().unwrap();
+    assert!((measured - lag).abs() <= 0.1 * lag, "rank 1 joined {measured} ns late, it measured {lag} ns: {job}");
+    assert!(job["ranks"][0]["waited_for"][0][0].as_str().unwrap().starts_with("rank 1 "), "{job}");
+    assert!(job["critical_path"]["duration_ns"].as_u64().unwrap() > 0, "{job}");
 }
 
 /// A small rank's trace, as a recording writes one: its process, strings, a ProfilerStep range per step and

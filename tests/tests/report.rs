@@ -34,6 +34,14 @@ fn breakdown_equals_hta_within_one_percent() {
             let (a, b) = (split[k_ours].as_f64().unwrap() / 1000.0, hta[k_hta].as_f64().unwrap());
             assert!((a - b).abs() <= 0.01 * total, "{name}: idle {k_ours} {a} µs vs HTA {b} µs");
         }
+        // HTA's communication/computation overlap (it prints two decimals).
+        let ours = &report(&path)["processes"][0]["comm_overlap"];
+        let pct = (ours["comm_ns"].as_u64().unwrap() > 0)
+            .then(|| 100.0 * ours["overlapped_ns"].as_f64().unwrap() / ours["comm_ns"].as_f64().unwrap());
+        match (pct, hta["comm_overlap_pct"].as_f64()) {
+            (Some(a), Some(b)) => assert!((a - b).abs() <= 0.006, "{name}: overlap {a}% vs HTA {b}%"),
+            (a, b) => assert_eq!(a, b, "{name}: overlap"),
+        }
     }
 }
 
@@ -181,7 +189,16 @@ fn several_traces_are_ranks_of_one_job() {
         assert!(findings.iter().any(|f| f["rank"] == rank), "rank {rank} has findings");
     }
     let straggler = findings.iter().find(|f| f["kind"] == "straggler").expect("a straggler between the two ranks");
-    assert_eq!(straggler["evidence"]["metrics"]["collectives"], 10.0);
+    // HTA's sample holds 10 send/recv kernels per rank, not the same ten: matched by their ends (one kernel per
+    // rank, ends within 1 ms), 5 are one transfer on both ranks; rank 1 joined each of them last.
+    assert_eq!(straggler["evidence"]["metrics"]["collectives"], 5.0);
+    assert_eq!(straggler["rank"], 1);
+    let job = &r["job"];
+    assert_eq!(job["collectives"], 5);
+    assert_eq!((job["ranks"][0]["times_last"].as_u64(), job["ranks"][1]["times_last"].as_u64()), (Some(0), Some(5)));
+    // Ranks side by side: HTA's comm/comp overlap per rank (get_comm_comp_overlap prints 11.81 and 20.05).
+    let overlap: Vec<f64> = (0..2).map(|i| job["ranks"][i]["comm_overlap_pct"].as_f64().unwrap()).collect();
+    assert!((overlap[0] - 11.81).abs() < 0.006 && (overlap[1] - 20.05).abs() < 0.006, "{overlap:?}");
     // -o writes the file instead of standard output.
     let dir = scratch("report-ranks");
     let html = dir.join("ranks.html");

@@ -22,7 +22,7 @@ pub fn terminal_safe(s: &str) -> String {
 
 pub struct Table {
     title: String,
-    headers: Vec<&'static str>,
+    headers: Vec<String>,
     rows: Vec<Vec<String>>,
     /// Printed instead of the rows (a table whose records were not recorded at all).
     note: Option<String>,
@@ -30,7 +30,12 @@ pub struct Table {
 
 impl Table {
     pub fn new(title: impl Into<String>, headers: &[&'static str]) -> Table {
-        Table { title: title.into(), headers: headers.to_vec(), rows: Vec::new(), note: None }
+        Table::with_headers(title, headers.iter().map(|h| h.to_string()).collect())
+    }
+
+    /// A table whose column names are data (step names, ranks): made terminal-safe as cells are.
+    pub fn with_headers(title: impl Into<String>, headers: Vec<String>) -> Table {
+        Table { title: title.into(), headers, rows: Vec::new(), note: None }
     }
 
     /// Adds a row. When rendered for a terminal, cells are made safe: control characters escaped (a name is
@@ -83,7 +88,8 @@ impl Table {
             out.push_str("  (none)\n");
             return;
         }
-        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.len()).collect();
+        let headers: Vec<String> = self.headers.iter().map(|h| terminal_safe(h)).collect();
+        let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
         for r in &rows {
             for (w, c) in widths.iter_mut().zip(r) {
                 *w = (*w).max(c.chars().count());
@@ -103,7 +109,7 @@ impl Table {
             out.push_str(s.trim_end());
             out.push('\n');
         };
-        line(self.headers.clone(), out);
+        line(headers.iter().map(String::as_str).collect(), out);
         line(widths.iter().map(|w| &"----------------------------------------"[..(*w).min(40)]).collect(), out);
         for r in &rows {
             line(r.iter().map(String::as_str).collect(), out);

@@ -123,7 +123,7 @@ pub struct IdleSplit {
 const CONSECUTIVE_KERNEL_DELAY_NS: i64 = 30_000;
 
 /// An op's interval in signed ns (HTA's arithmetic), saturating: a crafted trace's times past i64 stay ordered.
-fn interval(start: u64, end: u64, hta_rounding: bool) -> (i64, i64) {
+pub(super) fn interval(start: u64, end: u64, hta_rounding: bool) -> (i64, i64) {
     let signed = |ns: u64| ns.min(i64::MAX as u64) as i64;
     if hta_rounding {
         let ts = start as f64 / 1000.0;
@@ -164,12 +164,8 @@ impl Hta {
 
     /// One GPU op (kernel, copy, memset), in start order; `launch`: its launch call's (start, end).
     pub fn op(&mut self, e: &RawEvent, launch: Option<(u64, u64)>, compute: bool) {
-        // HTA's filter for traced iterations: a GPU op counts only if a host call with its correlation id (the
-        // first, which starts earliest) starts before the last step.
-        if let Some(last) = self.last_step {
-            if e.correlation == 0 || launch.is_none_or(|l| l.0 >= last) {
-                return;
-            }
+        if !self.traced(e, launch) {
+            return;
         }
         // HTA holds µs in float64 (0.25 µs resolution at epoch magnitudes), adds dur, then rounds.
         let (start, end) = interval(e.start, e.end, self.rounding);
@@ -189,6 +185,12 @@ impl Hta {
                 self.split.other_ns = self.split.other_ns.saturating_add(gap);
             }
         }
+    }
+
+    /// HTA's filter for traced iterations, applied to every analysis when it loads a trace: a GPU op counts only
+    /// if a host call with its correlation id (the first, which starts earliest) starts before the last step.
+    pub fn traced(&self, e: &RawEvent, launch: Option<(u64, u64)>) -> bool {
+        self.last_step.is_none_or(|last| e.correlation != 0 && launch.is_some_and(|l| l.0 < last))
     }
 
     pub fn finish(self) -> (Breakdown, IdleSplit) {

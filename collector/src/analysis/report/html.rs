@@ -214,6 +214,9 @@ fn render(r: &Report) -> String {
     for f in &r.findings {
         finding_card(&mut out, f, r.origin_of(f));
     }
+    if let Some(j) = &r.job {
+        j.to_html(&mut out);
+    }
     for p in &r.processes {
         let b = &p.breakdown;
         let _ = write!(out, "<h2>{} ({})</h2>", esc(&p.command), esc(&p.who));

@@ -2,8 +2,8 @@
 //!
 //! Per process (rank): HTA's temporal and idle breakdowns ([`breakdown`]), the training steps and their
 //! TensorBoard-style breakdown ([`steps`]), and findings: why the GPU idles inside steps ([`idle`],
-//! `findings.rs`), what the GPU work itself says (`gpu_findings.rs`) and, across ranks, the straggler
-//! (`ranks.rs`). Findings are sorted by severity, then by the time they cost; the verdict names the first.
+//! `findings.rs`), what the GPU work itself says (`gpu_findings.rs`) and, across ranks, the job view: clocks
+//! aligned, collectives matched, the straggler, who waited for whom, the critical path ([`job`]). Findings are sorted by severity, then by the time they cost; the verdict names the first.
 
 mod accum;
 pub mod breakdown;
@@ -12,8 +12,9 @@ mod gpu_findings;
 mod html;
 mod html_charts;
 pub mod idle;
+pub mod job;
+pub mod overlap;
 pub mod plan;
-mod ranks;
 pub mod run;
 pub mod spans;
 pub mod steps;
@@ -51,6 +52,8 @@ pub struct ProcessReport {
     pub idle_breakdown: breakdown::IdleSplit,
     /// cuflight's attribution of the idle time inside steps (see [`idle`]).
     pub idle_causes: idle::IdleSummary,
+    /// HTA's communication/computation overlap.
+    pub comm_overlap: overlap::CommOverlap,
     pub step_source: StepSource,
     pub steps: Vec<StepRow>,
     /// All steps together (sums; utilisation over their total time).
@@ -70,6 +73,9 @@ pub struct Report {
     /// Every process's findings and the cross-rank ones, most costly first.
     pub findings: Vec<Finding>,
     pub processes: Vec<ProcessReport>,
+    /// With several ranks: the ranks side by side, on one clock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<job::JobReport>,
 }
 
 /// Why a report cannot be made (one line each, for the CLI).
@@ -143,23 +149,11 @@ impl Report {
                 warn
             })
             .collect();
-        let ctxs: Vec<Ctx> = procs
-            .iter()
-            .enumerate()
-            .map(|(i, &(fi, k))| {
-                let p = &traces[fi].1.processes[&k];
-                let plan = &plans[fi][&k];
-                Ctx {
-                    p,
-                    plan,
-                    steps: &plan.steps,
-                    step_total_ns: plan.steps.windows.iter().map(|w| w.1 - w.0).sum(),
-                    pid: k,
-                    rank: straggler_rank(p, fi, i, several_files, procs.len()),
-                }
-            })
-            .collect();
-        let straggler = ranks::straggler(&ctxs);
+        let n = procs.len();
+        let ctxs: Vec<Ctx> =
+            procs.iter().enumerate().map(|(i, &(fi, k))| ctx(traces, &plans, (fi, k), i, several_files, n)).collect();
+        let (offsets, clocks) = job_clocks(&ctxs);
+        let job_plan = job::plan(&ctxs, &offsets, clocks);
         drop(ctxs);
         // The sweep, file by file (every process of a file in one pass).
         let mut swept: Vec<Option<sweep::Swept>> = (0..procs.len()).map(|_| None).collect();
@@ -170,7 +164,7 @@ impl Report {
                 .iter()
                 .map(|&i| {
                     let k = procs[i].1;
-                    (k, (i, sweep::Sweep::new(&plans[fi][&k], &straggler.waits[i], rounding)))
+                    (k, (i, sweep::Sweep::new(&plans[fi][&k], &job_plan.waits[i], rounding)))
                 })
                 .collect();
             source.for_each(|k, p, e| {
@@ -187,14 +181,7 @@ impl Report {
         for (i, &(fi, k)) in procs.iter().enumerate() {
             let p = &traces[fi].1.processes[&k];
             let plan = &plans[fi][&k];
-            let ctx = Ctx {
-                p,
-                plan,
-                steps: &plan.steps,
-                step_total_ns: plan.steps.windows.iter().map(|w| w.1 - w.0).sum(),
-                pid: k,
-                rank: straggler_rank(p, fi, i, several_files, procs.len()),
-            };
+            let ctx = ctx(traces, &plans, (fi, k), i, several_files, n);
             let swept = swept[i].take().expect("every process swept");
             let idle = &swept.idle;
             let mut fs = findings::idle_findings(&ctx, idle, &swept);
@@ -202,7 +189,7 @@ impl Report {
             fs.extend(gpu_findings::pageable_memcpy(&ctx, &swept));
             fs.extend(gpu_findings::memcpy_heavy(&ctx, &swept));
             fs.extend(gpu_findings::fp32_gemm(&ctx, &swept));
-            fs.extend(gpu_findings::nccl_exposed(&ctx, &swept, !straggler.waits[i].is_empty()));
+            fs.extend(gpu_findings::nccl_exposed(&ctx, &swept, !job_plan.waits[i].is_empty()));
             fs.extend(gpu_findings::memory_growth(&ctx, &swept));
             fs.retain(|f| f.share >= MIN_SHARE || f.kind == "memory_growth");
             let hot = gpu_findings::hot_kernels(&ctx, &swept);
@@ -239,6 +226,7 @@ impl Report {
                 breakdown: swept.breakdown,
                 idle_breakdown: swept.idle_split,
                 idle_causes: idle.summary(),
+                comm_overlap: swept.comm_overlap,
                 step_source: plan.steps.source,
                 steps: swept.rows,
                 step_total,
@@ -249,10 +237,24 @@ impl Report {
                 warnings: warnings[i].clone(),
             });
         }
-        all.extend(straggler.finding);
+        let job = (procs.len() > 1).then(|| {
+            let ctxs: Vec<Ctx> = procs
+                .iter()
+                .enumerate()
+                .map(|(i, &(fi, k))| ctx(traces, &plans, (fi, k), i, several_files, n))
+                .collect();
+            let inputs: Vec<job::RankInput> = ctxs
+                .iter()
+                .zip(&offsets)
+                .zip(&processes)
+                .map(|((ctx, &offset), process)| job::RankInput { ctx, offset, process })
+                .collect();
+            job::JobReport::build(&job_plan, &inputs)
+        });
+        all.extend(job_plan.finding);
         sort_findings(&mut all);
         let verdict = verdict(&all, &processes);
-        Ok(Report { verdict, findings: all, processes })
+        Ok(Report { verdict, findings: all, processes, job })
     }
 
     /// Where the timeline of the file that holds `f`'s process starts (times in a finding are relative to it).
@@ -270,6 +272,57 @@ impl Report {
         serde_json::to_writer_pretty(&mut w, self)?;
         w.write_all(b"\n")
     }
+}
+
+type Plans = Vec<rustc_hash::FxHashMap<u32, plan::Plan>>;
+
+/// What every finding needs about process `k` of file `fi`, the `i`-th of `n` with GPU work.
+fn ctx<'a>(
+    traces: &'a [(String, EventSource)],
+    plans: &'a Plans,
+    (fi, k): (usize, u32),
+    i: usize,
+    several_files: bool,
+    n: usize,
+) -> Ctx<'a> {
+    let p = &traces[fi].1.processes[&k];
+    let plan = &plans[fi][&k];
+    Ctx {
+        p,
+        plan,
+        steps: &plan.steps,
+        step_total_ns: plan.steps.windows.iter().map(|w| w.1 - w.0).sum(),
+        pid: k,
+        rank: straggler_rank(p, fi, i, several_files, n),
+    }
+}
+
+/// Each process's offset onto the job's clock, and how that clock was made. A host's processes share its
+/// CLOCK_MONOTONIC, so they share one REALTIME offset (its first process's: another's pair would only add its
+/// reading error); hosts are then shifted onto the reference host by their collectives.
+fn job_clocks(ctxs: &[Ctx]) -> (Vec<i64>, job::Clocks) {
+    let host = |c: &Ctx| if c.p.info.host.is_empty() { "unknown".to_string() } else { c.p.info.host.clone() };
+    let mut realtime: rustc_hash::FxHashMap<String, i64> = Default::default();
+    for c in ctxs {
+        realtime.entry(host(c)).or_insert(c.plan.realtime_offset.unwrap_or(0));
+    }
+    let members: Vec<crate::analysis::align::Member> =
+        ctxs.iter().map(|c| crate::analysis::align::Member::new(c.p, c.plan, realtime[&host(c)])).collect();
+    let hosts = crate::analysis::align::align(&members);
+    let shift: rustc_hash::FxHashMap<&str, i64> = hosts.iter().map(|h| (h.host.as_str(), h.shift_ns)).collect();
+    let offsets = ctxs
+        .iter()
+        .map(|c| realtime[&host(c)].saturating_add(shift.get(host(c).as_str()).copied().unwrap_or(0)))
+        .collect();
+    // Three matched collectives at least per host before arrivals are compared across hosts.
+    let basis = if hosts.len() <= 1 {
+        "one host"
+    } else if hosts.iter().all(|h| h.reference || h.matched >= 3) {
+        "aligned"
+    } else {
+        "realtime"
+    };
+    (offsets, job::Clocks { basis, hosts })
 }
 
 /// A process's rank: the trace's, else its file's order when several files are ranks, else its order among several

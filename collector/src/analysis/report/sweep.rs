@@ -45,6 +45,8 @@ pub struct Swept {
     pub comm_union_ns: u64,
     /// Communication time in steps with no compute beside it (less each collective's wait for other ranks).
     pub comm_exposed_ns: u64,
+    /// HTA's communication/computation overlap over the whole trace.
+    pub comm_overlap: super::overlap::CommOverlap,
     pub kernels: KernelAgg,
     /// Live device memory at the end of each window.
     pub memory_at_end: Vec<i64>,
@@ -169,6 +171,8 @@ pub struct Sweep<'a> {
     launches: LaunchJoin,
     pairer: Pairer,
     hta: Hta,
+    overlap: super::overlap::OverlapSweep,
+    hta_rounding: bool,
     utilization: Utilization,
     busy: Growing,
     kernel: Growing,
@@ -209,6 +213,8 @@ impl<'a> Sweep<'a> {
             launches: LaunchJoin::default(),
             pairer: Pairer::default(),
             hta: Hta::new(hta_rounding, plan.last_profiler_step),
+            overlap: Default::default(),
+            hta_rounding,
             utilization: Utilization::new(plan.busy_extent),
             busy: Growing::default(),
             kernel: Growing::default(),
@@ -367,6 +373,9 @@ impl<'a> Sweep<'a> {
             _ => _ = self.memset.push(span),
         }
         self.hta.op(e, launch.map(|c| (c.start, c.end)), compute);
+        if is_kernel && self.hta.traced(e, launch.map(|c| (c.start, c.end))) {
+            self.overlap.kernel(super::breakdown::interval(e.start, e.end, self.hta_rounding), comm, compute && !comm);
+        }
         let ordinal = self.comm_seen;
         self.comm_seen += u32::from(comm);
         if self.window_of(e.start).is_none() {
@@ -558,6 +567,7 @@ impl<'a> Sweep<'a> {
         self.out.utilization = self.utilization.finish();
         self.out.fp32_union_ns = self.fp32_union.total();
         self.out.comm_union_ns = self.comm_union.total();
+        self.out.comm_overlap = self.overlap.finish();
         self.out
     }
 }

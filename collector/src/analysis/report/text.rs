@@ -197,6 +197,9 @@ fn render(r: &Report) -> String {
             finding(&mut out, i, f, r.origin_of(f));
         }
     }
+    if let Some(j) = &r.job {
+        j.to_text(&mut out);
+    }
     for p in &r.processes {
         process(&mut out, p);
     }

@@ -1,0 +1,162 @@
+//! The critical path through one step's collectives, on the job's common clock. A collective can start only
+//! once its last rank has joined, so the path runs through the last arrival's work before each collective, then
+//! through the collective itself, and after the last one through the work of the rank whose step ends last. Its
+//! segments add up to the step's span across ranks (first rank's start to last rank's end), so "rank 3's work
+//! is 60% of the path" says where shortening the step must start. The step is a typical one: of the steps every
+//! rank ran, the one of median span.
+
+use super::collectives::Method;
+use super::{JobPlan, RankInput};
+use serde::Serialize;
+
+/// At most this many segments are kept (a step of thousands of collectives says the same in its largest).
+const MAX_SEGMENTS: usize = 512;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Segment {
+    /// "work": one rank's time before it joined a collective (or after the last one); "collective": the
+    /// collective running once all had joined.
+    pub kind: &'static str,
+    /// The rank on the path (work), or the last to join (collective).
+    pub who: String,
+    pub what: String,
+    /// On the job's clock (ns; the epoch when the traces carry REALTIME pairs).
+    pub start_ns: i64,
+    pub duration_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CriticalPath {
+    pub step: String,
+    /// The step's span across ranks on the job's clock.
+    pub start_ns: i64,
+    pub duration_ns: u64,
+    pub collectives: usize,
+    /// Work on the path per rank, most first: (who, ns).
+    pub work_by_rank: Vec<(String, u64)>,
+    pub collective_ns: u64,
+    pub segments: Vec<Segment>,
+    /// Segments left out beyond [`MAX_SEGMENTS`] (their time is in the totals).
+    pub segments_left_out: usize,
+}
+
+pub fn critical_path(job: &JobPlan, inputs: &[RankInput]) -> Result<CriticalPath, String> {
+    if job.method != Method::Arrival {
+        return Err("the hosts' clocks could not be aligned on collectives, so arrivals cannot be compared".into());
+    }
+    if job.instances.is_empty() {
+        return Err("no collective was matched across ranks".into());
+    }
+    // Steps every rank ran, by name: (name, span on the job clock, window index per rank).
+    let first = &inputs[0].ctx.steps;
+    let mut common: Vec<(String, (i64, i64), Vec<usize>)> = Vec::new();
+    for (k0, name) in first.names.iter().enumerate() {
+        let mut idx = Vec::with_capacity(inputs.len());
+        let mut span = (i64::MAX, i64::MIN);
+        for i in inputs {
+            let steps = &i.ctx.steps;
+            let Some(k) = steps.names.iter().position(|n| n == name).or((inputs.len() == 1).then_some(k0)) else {
+                break;
+            };
+            let Some(&(s, e)) = steps.windows.get(k) else { break };
+            span = (span.0.min((s as i64).saturating_add(i.offset)), span.1.max((e as i64).saturating_add(i.offset)));
+            idx.push(k);
+        }
+        if idx.len() == inputs.len() && span.1 > span.0 {
+            common.push((name.clone(), span, idx));
+        }
+    }
+    if common.is_empty() {
+        return Err("no step (by name) was run by every rank".into());
+    }
+    let mut order: Vec<usize> = (0..common.len()).collect();
+    order.sort_by_key(|&c| (common[c].1 .1 - common[c].1 .0, c));
+    let (step, (t0, t1), idx) = &common[order[(order.len() - 1) / 2]];
+    let in_step = |inst: &&super::collectives::Instance| {
+        inst.members.iter().any(|m| {
+            let w = inputs[m.rank].ctx.steps.windows[idx[m.rank]];
+            w.0 <= m.op.own_start && m.op.own_start < w.1
+        })
+    };
+    let mut insts: Vec<&super::collectives::Instance> = job.instances.iter().filter(in_step).collect();
+    insts.sort_by_key(|i| i.end());
+    let who = |r: usize| inputs[r].process.who.clone();
+    let mut segments: Vec<Segment> = Vec::new();
+    let mut prev = *t0;
+    for inst in &insts {
+        let last = inst.members[inst.last];
+        let name = &job.names[inst.name as usize];
+        let arrival = last.op.start.clamp(*t0, *t1);
+        if arrival > prev {
+            segments.push(Segment {
+                kind: "work",
+                who: who(last.rank),
+                what: format!("work before joining {}", short(name)),
+                start_ns: prev,
+                duration_ns: (arrival - prev) as u64,
+            });
+        }
+        let from = prev.max(arrival);
+        let end = inst.end().min(*t1);
+        if end > from {
+            segments.push(Segment {
+                kind: "collective",
+                who: who(last.rank),
+                what: short(name).to_string(),
+                start_ns: from,
+                duration_ns: (end - from) as u64,
+            });
+        }
+        prev = prev.max(end);
+    }
+    if *t1 > prev {
+        // The rank whose step ends last finishes the step.
+        let r = (0..inputs.len())
+            .max_by_key(|&r| (inputs[r].ctx.steps.windows[idx[r]].1 as i64).saturating_add(inputs[r].offset))
+            .expect("ranks");
+        segments.push(Segment {
+            kind: "work",
+            who: who(r),
+            what: if insts.is_empty() { "the whole step".into() } else { "work after the last collective".into() },
+            start_ns: prev,
+            duration_ns: (*t1 - prev) as u64,
+        });
+    }
+    let mut by_rank: Vec<(String, u64)> = Vec::new();
+    let mut collective_ns = 0;
+    for s in &segments {
+        if s.kind == "collective" {
+            collective_ns += s.duration_ns;
+        } else if let Some(x) = by_rank.iter_mut().find(|x| x.0 == s.who) {
+            x.1 += s.duration_ns;
+        } else {
+            by_rank.push((s.who.clone(), s.duration_ns));
+        }
+    }
+    by_rank.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let left_out = segments.len().saturating_sub(MAX_SEGMENTS);
+    if left_out > 0 {
+        // Keep the longest, in time order.
+        let mut by_len: Vec<usize> = (0..segments.len()).collect();
+        by_len.sort_by_key(|&i| std::cmp::Reverse(segments[i].duration_ns));
+        let mut keep = vec![false; segments.len()];
+        by_len.iter().take(MAX_SEGMENTS).for_each(|&i| keep[i] = true);
+        let mut k = keep.iter();
+        segments.retain(|_| *k.next().expect("one flag per segment"));
+    }
+    Ok(CriticalPath {
+        step: step.clone(),
+        start_ns: *t0,
+        duration_ns: (*t1 - *t0) as u64,
+        collectives: insts.len(),
+        work_by_rank: by_rank,
+        collective_ns,
+        segments,
+        segments_left_out: left_out,
+    })
+}
+
+/// A kernel name without its parameter list.
+fn short(name: &str) -> &str {
+    name.split('(').next().unwrap_or(name).trim_start_matches("void ")
+}
