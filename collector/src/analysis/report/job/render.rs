@@ -83,10 +83,10 @@ impl JobReport {
                     )))
                     .collect();
                 out.push_str(&format!(
-                    "\n  Critical path of {} (the step of median span: {} across ranks, {} collectives): {}\n",
+                    "\n  Critical path of {} (the step of median span: {} across ranks, {}): {}\n",
                     c.step,
                     ms(c.duration_ns),
-                    c.collectives,
+                    collectives(c.collectives),
                     parts.join(", ")
                 ));
                 let mut longest: Vec<&super::critical::Segment> = c.segments.iter().collect();
@@ -168,10 +168,10 @@ impl JobReport {
     fn critical_html(&self, out: &mut String, c: &super::critical::CriticalPath) {
         let _ = write!(
             out,
-            "<h3>Critical path of {} (the step of median span: {} across ranks, {} collectives)</h3>",
+            "<h3>Critical path of {} (the step of median span: {} across ranks, {})</h3>",
             esc(&c.step),
             ms(c.duration_ns),
-            c.collectives
+            collectives(c.collectives)
         );
         let palette = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7"];
         let color = |who: &str| {
@@ -217,45 +217,65 @@ impl JobReport {
         if h.steps.is_empty() {
             return;
         }
-        let all: Vec<u64> = h.step_ns.iter().flatten().flatten().copied().collect();
-        let (lo, hi) = (all.iter().min().copied().unwrap_or(0), all.iter().max().copied().unwrap_or(0));
-        let _ = write!(
+        heat_grid(
             out,
-            "<h3>Step time per rank</h3><p class=note>Each cell is one rank's step: lighter is faster ({}), \
-             darker red is slower ({}); hover for the time it waited for other ranks.</p>\
-             <div style=\"overflow-x:auto\"><table class=heat><tr><th>Rank</th>",
-            ms(lo),
-            ms(hi)
+            h,
+            "Step time per rank",
+            "each rank's step time; in a job that synchronises every step they are alike, and the grid below says \
+             who waited",
+            &h.step_ns,
         );
-        for s in &h.steps {
-            let _ = write!(out, "<th title=\"{}\">{}</th>", esc(s), esc(&short_step(s)));
+        if h.waited_ns.iter().flatten().any(|w| w.is_some_and(|w| w > 0)) {
+            heat_grid(
+                out,
+                h,
+                "Time waiting for other ranks, per step",
+                "the time each rank spent inside collectives waiting for the last to join: the straggler's row is \
+                 the light one",
+                &h.waited_ns,
+            );
+        }
+    }
+}
+
+/// One rank x step grid, cells coloured white (lowest) to dark red (highest); hovering names the step.
+fn heat_grid(out: &mut String, h: &super::Heatmap, title: &str, note: &str, values: &[Vec<Option<u64>>]) {
+    let all: Vec<u64> = values.iter().flatten().flatten().copied().collect();
+    let (lo, hi) = (all.iter().min().copied().unwrap_or(0), all.iter().max().copied().unwrap_or(0));
+    let _ = write!(
+        out,
+        "<h3>{}</h3><p class=note>ms; {} (lightest {}, darkest {}).</p><div style=\"overflow-x:auto\">\
+         <table class=heat><tr><th>Rank</th>",
+        esc(title),
+        esc(note),
+        ms(lo),
+        ms(hi)
+    );
+    for s in &h.steps {
+        let _ = write!(out, "<th title=\"{}\">{}</th>", esc(s), esc(&short_step(s)));
+    }
+    out.push_str("</tr>");
+    for (r, who) in h.ranks.iter().enumerate() {
+        let _ = write!(out, "<tr><td>{}</td>", esc(who));
+        for (k, v) in values[r].iter().enumerate() {
+            match v {
+                Some(d) => {
+                    let t = if hi > lo { (d - lo) as f64 / (hi - lo) as f64 } else { 0.0 };
+                    let (g, b) = ((235.0 - 180.0 * t) as u8, (225.0 - 190.0 * t) as u8);
+                    let _ = write!(
+                        out,
+                        "<td class=num style=\"background:rgb(250,{g},{b})\" title=\"{}: {}\">{:.1}</td>",
+                        esc(&h.steps[k]),
+                        ms(*d),
+                        *d as f64 / 1e6
+                    );
+                }
+                None => out.push_str("<td class=num>-</td>"),
+            }
         }
         out.push_str("</tr>");
-        for (r, who) in h.ranks.iter().enumerate() {
-            let _ = write!(out, "<tr><td>{}</td>", esc(who));
-            for k in 0..h.steps.len() {
-                match h.step_ns[r][k] {
-                    Some(d) => {
-                        let t = if hi > lo { (d - lo) as f64 / (hi - lo) as f64 } else { 0.0 };
-                        // White to dark red.
-                        let (g, b) = ((235.0 - 180.0 * t) as u8, (225.0 - 190.0 * t) as u8);
-                        let waited = h.waited_ns[r][k].map_or(String::new(), |w| format!(", waited {}", ms(w)));
-                        let _ = write!(
-                            out,
-                            "<td class=num style=\"background:rgb(250,{g},{b})\" title=\"{}: {}{}\">{:.1}</td>",
-                            esc(&h.steps[k]),
-                            ms(d),
-                            waited,
-                            d as f64 / 1e6
-                        );
-                    }
-                    None => out.push_str("<td class=num>-</td>"),
-                }
-            }
-            out.push_str("</tr>");
-        }
-        out.push_str("</table></div>");
     }
+    out.push_str("</table></div>");
 }
 
 const RANK_HEADERS: [&str; 14] = [
@@ -274,6 +294,10 @@ const RANK_HEADERS: [&str; 14] = [
     "Late",
     "Waited most for",
 ];
+
+fn collectives(n: usize) -> String {
+    format!("{n} collective{}", if n == 1 { "" } else { "s" })
+}
 
 fn pct(part: u64, whole: u64) -> f64 {
     100.0 * part as f64 / whole.max(1) as f64
