@@ -345,6 +345,26 @@ fn record_process_facts(agent: &Agent) {
     let world = env(&["WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"]);
     h.world_size.store(world.unwrap_or(0), Ordering::Relaxed);
     h.injected_late.store(late_word(), Ordering::Relaxed);
+    if !FORKED.load(Ordering::Relaxed) && same_program_as_parent() {
+        FORKED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether this process runs the same program with the same command line as its parent: a child forked
+/// before the agent was live in the parent (Python's fork and forkserver workers, started before the parent
+/// touched CUDA, then starting CUDA themselves), which the fork handler could not mark. Such workers leave
+/// through `_exit` too. A false match only makes the agent flush more often.
+fn same_program_as_parent() -> bool {
+    // SAFETY: getppid has no preconditions.
+    let ppid = unsafe { libc::getppid() };
+    if ppid <= 1 {
+        return false;
+    }
+    let exe = |p: &str| std::fs::read_link(format!("/proc/{p}/exe")).ok();
+    let cmdline = |p: &str| std::fs::read(format!("/proc/{p}/cmdline")).ok();
+    let parent = ppid.to_string();
+    let same_exe = matches!((exe("self"), exe(&parent)), (Some(a), Some(b)) if a == b);
+    same_exe && matches!((cmdline("self"), cmdline(&parent)), (Some(a), Some(b)) if a == b)
 }
 
 /// Marks the segment DISABLED with `why` and prints the notice (once).
@@ -358,7 +378,8 @@ pub fn disable(why: &str) {
     notice(why);
 }
 
-/// This process was forked from one the agent was live in (a worker: they often leave through `_exit`).
+/// This process was forked from one the agent was live in, or runs its parent's program and command line (a
+/// worker: they often leave through `_exit`).
 pub fn forked() -> bool {
     FORKED.load(Ordering::Relaxed)
 }

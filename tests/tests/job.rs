@@ -11,6 +11,13 @@ use std::process::Command;
 const RANKS: u32 = 4;
 const STEPS: u32 = 16;
 
+/// Each test runs four ranks that measure time on this machine's two cores: one test at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn planted_ns(stdout: &[u8]) -> f64 {
     let text = String::from_utf8_lossy(stdout);
     text.lines().filter_map(|l| l.strip_prefix("planted_ns=")).map(|v| v.parse::<f64>().unwrap()).sum()
@@ -32,6 +39,7 @@ fn report(trace: &std::path::Path, format: &str) -> Vec<u8> {
 
 #[test]
 fn four_ranks_in_one_session_name_the_slow_rank_and_its_lag() {
+    let _serial = serial();
     let dir = scratch("job-four");
     let prog = build_c("scenario", &dir);
     let barrier = dir.join("barrier");
@@ -116,4 +124,34 @@ fn four_ranks_in_one_session_name_the_slow_rank_and_its_lag() {
     let heat = &heat[..heat.find("</table>").unwrap()];
     assert_eq!(heat.matches("<tr><td>rank ").count(), RANKS as usize);
     assert_eq!(heat.matches("title=\"ProfilerStep#").count(), (RANKS * STEPS + STEPS) as usize);
+}
+
+#[test]
+fn four_ranks_started_by_open_mpi_are_named_by_its_environment() {
+    let _serial = serial();
+    // A real launcher: Open MPI's mpirun (scripts/setup installs it) starts the four ranks; the agent takes
+    // rank, local rank and world size from OMPI_COMM_WORLD_* (no RANK in sight).
+    let dir = scratch("job-mpirun");
+    let prog = build_c("scenario", &dir);
+    let barrier = dir.join("barrier");
+    let rank_cmd = format!("exec {} rank {STEPS} $OMPI_COMM_WORLD_RANK {RANKS} {}", prog.display(), barrier.display());
+    let np = RANKS.to_string();
+    let args = ["--allow-run-as-root", "--oversubscribe", "-np", &np, "sh", "-c", &rank_cmd];
+    let rec = record(&dir, &[], std::path::Path::new("mpirun"), &args, &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let r: Value = serde_json::from_slice(&report(&rec.trace, "json")).unwrap();
+    let job = &r["job"];
+    let ranks = job["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), RANKS as usize, "{job}");
+    for (i, rank) in ranks.iter().enumerate() {
+        let pid = rank["pid"].as_u64().unwrap();
+        assert_eq!(rank["who"].as_str().unwrap(), format!("rank {i} (local {i}) pid {pid}"));
+    }
+    let s = stats(&rec.trace);
+    assert!(s["processes"].as_array().unwrap().iter().all(|p| p["world_size"] == RANKS), "{}", s["processes"]);
+    let f = r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "straggler").expect("a straggler");
+    assert_eq!(f["rank"], 1);
+    let measured = ranks[1]["median_lateness_ns"].as_f64().unwrap();
+    let truth = lateness_ns(&rec.output.stdout, 1);
+    assert!((measured - truth).abs() <= 0.1 * truth, "rank 1 joined {measured} ns late; it measured {truth} ns");
 }

@@ -261,3 +261,78 @@ fn a_thousand_ranks_merge_in_bounded_memory() {
     );
     assert_eq!(s["nvtx"].as_array().unwrap().iter().map(|n| n["count"].as_u64().unwrap()).sum::<u64>(), 1000 * steps);
 }
+
+#[test]
+fn dataloader_workers_of_every_start_method_are_attributed_to_their_rank() {
+    let _serial = serial();
+    // A rank's process (RANK=1 as torchrun sets it) with workers started by fork (before it touched CUDA),
+    // spawn and forkserver, each doing CUDA work of its own (tests/py/loader_workers.py). The fork and
+    // forkserver workers leave through os._exit, and were forked before the agent was live in their parent:
+    // the agent knows them as workers by their parent's program and flushes them often enough.
+    let dir = scratch("ranks-workers");
+    let script = repo_root().join("tests/py/loader_workers.py");
+    let env = [("RANK", "1"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "2")];
+    let rec = record(&dir, &[], std::path::Path::new("python3"), &[script.to_str().unwrap()], &env);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let pids: serde_json::Value = serde_json::from_slice(&rec.output.stdout).unwrap();
+    let pid = |k: &str| pids[k].as_u64().unwrap();
+    let s = stats(&rec.trace);
+    let procs = s["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 4, "{procs:?}");
+    for p in procs {
+        assert_eq!(
+            (p["rank"].as_u64(), p["local_rank"].as_u64(), p["world_size"].as_u64()),
+            (Some(1), Some(1), Some(2))
+        );
+    }
+    let ppid = |k: &str| procs.iter().find(|p| p["pid"] == pid(k)).unwrap()["ppid"].as_u64().unwrap();
+    assert_eq!((ppid("fork"), ppid("spawn")), (pid("main"), pid("main")));
+    // A forkserver's workers are the server's children.
+    assert_ne!(ppid("forkserver"), pid("main"));
+    // The report names each "rank 1 (local 1) pid P", and the main process stands for the rank: the workers
+    // are reported as its workers, with their own GPU work, and there is no second rank to compare.
+    let out = Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(&rec.trace).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r.get("job").is_none(), "one rank: {}", r["job"]);
+    let reported = r["processes"].as_array().unwrap();
+    assert_eq!(reported.len(), 4);
+    for p in reported {
+        let me = p["pid"].as_u64().unwrap();
+        assert_eq!(p["who"].as_str().unwrap(), format!("rank 1 (local 1) pid {me}"));
+        assert!(p["breakdown"]["gpu_ops"].as_u64().unwrap() >= 8, "{me}: its memsets and copies: {p}");
+        let expected = (me != pid("main")).then(|| pid("main"));
+        assert_eq!(p["worker_of"].as_u64(), expected, "{p}");
+    }
+}
+
+#[test]
+fn ranks_come_from_every_launchers_environment() {
+    let _serial = serial();
+    // What torchrun (and deepspeed, accelerate), Open MPI's mpirun, MPICH/Intel MPI (PMI) and Slurm's srun put
+    // in each rank's environment; the first set wins where several are present (srun running torchrun).
+    let dir = scratch("ranks-launchers");
+    let prog = build_c("smoke", &dir);
+    let launchers: [(&str, [(&str, &str); 3]); 4] = [
+        ("torchrun", [("RANK", "5"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "8")]),
+        ("mpirun", [("OMPI_COMM_WORLD_RANK", "5"), ("OMPI_COMM_WORLD_LOCAL_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "8")]),
+        ("mpich", [("PMI_RANK", "5"), ("MPI_LOCALRANKID", "1"), ("PMI_SIZE", "8")]),
+        ("srun", [("SLURM_PROCID", "5"), ("SLURM_LOCALID", "1"), ("SLURM_NTASKS", "8")]),
+    ];
+    for (launcher, env) in launchers {
+        let rec = record(&dir, &[], &prog, &[], &env);
+        assert!(rec.output.status.success(), "{launcher}: {}", rec.stderr());
+        let s = stats(&rec.trace);
+        let p = &s["processes"][0];
+        assert_eq!(
+            (p["rank"].as_u64(), p["local_rank"].as_u64(), p["world_size"].as_u64()),
+            (Some(5), Some(1), Some(8)),
+            "{launcher}: {p}"
+        );
+    }
+    // srun starting torchrun: SLURM_PROCID is the node's index, RANK the worker's.
+    let env = [("SLURM_PROCID", "1"), ("SLURM_LOCALID", "0"), ("RANK", "9"), ("LOCAL_RANK", "1")];
+    let rec = record(&dir, &[], &prog, &[], &env);
+    let s = stats(&rec.trace);
+    assert_eq!((s["processes"][0]["rank"].as_u64(), s["processes"][0]["local_rank"].as_u64()), (Some(9), Some(1)));
+}

@@ -219,7 +219,8 @@ fn render(r: &Report) -> String {
     }
     for p in &r.processes {
         let b = &p.breakdown;
-        let _ = write!(out, "<h2>{} ({})</h2>", esc(&p.command), esc(&p.who));
+        let worker = p.worker_of.map_or(String::new(), |m| format!(", a worker of pid {m}"));
+        let _ = write!(out, "<h2>{} ({}{worker})</h2>", esc(&p.command), esc(&p.who));
         run_table(&mut out, p);
         let _ = write!(
             out,

@@ -46,6 +46,10 @@ pub struct ProcessReport {
     pub command: String,
     /// "rank R (local L) pid P", or "pid P".
     pub who: String,
+    /// Another process of the same rank (a DataLoader or other worker with GPU work of its own): the pid of
+    /// the rank's main process, the one in the job view.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_of: Option<u32>,
     /// The run: command line, host, devices, versions, timeline span, drops.
     pub run: run::RunSummary,
     pub breakdown: breakdown::Breakdown,
@@ -152,8 +156,25 @@ impl Report {
         let n = procs.len();
         let ctxs: Vec<Ctx> =
             procs.iter().enumerate().map(|(i, &(fi, k))| ctx(traces, &plans, (fi, k), i, several_files, n)).collect();
-        let (offsets, clocks) = job_clocks(&ctxs);
-        let job_plan = job::plan(&ctxs, &offsets, clocks);
+        // One process per rank takes part in the job view; its DataLoader or other workers with GPU work of
+        // their own (same rank, from the launcher's environment they inherit) are reported beside it.
+        let primary = primaries(&ctxs);
+        let job_ctxs: Vec<Ctx> = primary.iter().map(|&i| ctx(traces, &plans, procs[i], i, several_files, n)).collect();
+        let (offsets, clocks) = job_clocks(&job_ctxs);
+        let mut job_plan = job::plan(&job_ctxs, &offsets, clocks);
+        let mut waits: Vec<rustc_hash::FxHashMap<u32, u64>> = vec![Default::default(); n];
+        for (j, &i) in primary.iter().enumerate() {
+            waits[i] = std::mem::take(&mut job_plan.waits[j]);
+        }
+        let worker_of: Vec<Option<u32>> = ctxs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let main = primary.iter().find(|&&j| j != i && ctxs[j].rank.is_some() && ctxs[j].rank == c.rank);
+                main.filter(|_| !primary.contains(&i)).map(|&j| ctxs[j].p.info.pid)
+            })
+            .collect();
+        drop(job_ctxs);
         drop(ctxs);
         // The sweep, file by file (every process of a file in one pass).
         let mut swept: Vec<Option<sweep::Swept>> = (0..procs.len()).map(|_| None).collect();
@@ -164,7 +185,7 @@ impl Report {
                 .iter()
                 .map(|&i| {
                     let k = procs[i].1;
-                    (k, (i, sweep::Sweep::new(&plans[fi][&k], &job_plan.waits[i], rounding)))
+                    (k, (i, sweep::Sweep::new(&plans[fi][&k], &waits[i], rounding)))
                 })
                 .collect();
             source.for_each(|k, p, e| {
@@ -189,7 +210,7 @@ impl Report {
             fs.extend(gpu_findings::pageable_memcpy(&ctx, &swept));
             fs.extend(gpu_findings::memcpy_heavy(&ctx, &swept));
             fs.extend(gpu_findings::fp32_gemm(&ctx, &swept));
-            fs.extend(gpu_findings::nccl_exposed(&ctx, &swept, !job_plan.waits[i].is_empty()));
+            fs.extend(gpu_findings::nccl_exposed(&ctx, &swept, !waits[i].is_empty()));
             fs.extend(gpu_findings::memory_growth(&ctx, &swept));
             fs.retain(|f| f.share >= MIN_SHARE || f.kind == "memory_growth");
             let hot = gpu_findings::hot_kernels(&ctx, &swept);
@@ -222,6 +243,7 @@ impl Report {
                 rank: ctx.rank,
                 command,
                 who: crate::model::trace::who(ctx.rank, p.info.local_rank, p.info.pid),
+                worker_of: worker_of[i],
                 run,
                 breakdown: swept.breakdown,
                 idle_breakdown: swept.idle_split,
@@ -237,17 +259,13 @@ impl Report {
                 warnings: warnings[i].clone(),
             });
         }
-        let job = (procs.len() > 1).then(|| {
-            let ctxs: Vec<Ctx> = procs
-                .iter()
-                .enumerate()
-                .map(|(i, &(fi, k))| ctx(traces, &plans, (fi, k), i, several_files, n))
-                .collect();
+        let job = (primary.len() > 1).then(|| {
+            let ctxs: Vec<Ctx> = primary.iter().map(|&i| ctx(traces, &plans, procs[i], i, several_files, n)).collect();
             let inputs: Vec<job::RankInput> = ctxs
                 .iter()
                 .zip(&offsets)
-                .zip(&processes)
-                .map(|((ctx, &offset), process)| job::RankInput { ctx, offset, process })
+                .zip(&primary)
+                .map(|((ctx, &offset), &i)| job::RankInput { ctx, offset, process: &processes[i] })
                 .collect();
             job::JobReport::build(&job_plan, &inputs)
         });
@@ -275,6 +293,28 @@ impl Report {
 }
 
 type Plans = Vec<rustc_hash::FxHashMap<u32, plan::Plan>>;
+
+/// Indexes of the processes that stand for their rank: per rank, the one with the most communication kernels,
+/// then the most GPU work (a rank's DataLoader workers share its rank); every process without a rank.
+fn primaries(ctxs: &[Ctx]) -> Vec<usize> {
+    let mut best: rustc_hash::FxHashMap<u32, usize> = Default::default();
+    let mut out = Vec::new();
+    let weight = |c: &Ctx| (c.plan.comm.len(), c.plan.gpu_ops);
+    for (i, c) in ctxs.iter().enumerate() {
+        match c.rank {
+            None => out.push(i),
+            Some(r) => {
+                let b = best.entry(r).or_insert(i);
+                if weight(c) > weight(&ctxs[*b]) {
+                    *b = i;
+                }
+            }
+        }
+    }
+    out.extend(best.into_values());
+    out.sort_unstable();
+    out
+}
 
 /// What every finding needs about process `k` of file `fi`, the `i`-th of `n` with GPU work.
 fn ctx<'a>(

@@ -87,7 +87,8 @@ fn step_cells(r: &StepRow) -> Vec<String> {
 }
 
 fn process(out: &mut String, p: &ProcessReport) {
-    out.push_str(&format!("\n== {} ({}) from {}\n", p.command, p.who, p.file));
+    let worker = p.worker_of.map_or(String::new(), |m| format!(", a worker of pid {m}"));
+    out.push_str(&format!("\n== {} ({}{worker}) from {}\n", p.command, p.who, p.file));
     for (label, value) in p.run.facts() {
         out.push_str(&format!("  {label}: {value}\n"));
     }
