@@ -97,12 +97,24 @@ fn print_hosts(hosts: &[cuflight_collector::analysis::align::HostShift]) {
                     "cuflight: clocks: host {} shares no collective with the reference: left on its REALTIME clock",
                     h.host
                 ),
-                (false, n) => eprintln!(
-                    "cuflight: clocks: host {} shifted by {:.1} µs ({n} collective ends matched, residual {:.1} µs)",
-                    h.host,
-                    h.shift_ns as f64 / 1e3,
-                    h.residual_ns as f64 / 1e3
-                ),
+                (false, n) => {
+                    let drift = match (h.knots.first(), h.knots.last()) {
+                        (Some(a), Some(b)) if h.knots.len() > 1 => format!(
+                            ", followed through the run: {:.1} to {:.1} µs over {:.1} s",
+                            a.1 as f64 / 1e3,
+                            b.1 as f64 / 1e3,
+                            (b.0 - a.0) as f64 / 1e9
+                        ),
+                        _ => String::new(),
+                    };
+                    eprintln!(
+                        "cuflight: clocks: host {} shifted by {:.1} µs ({n} collective ends matched, residual {:.1} \
+                         µs{drift})",
+                        h.host,
+                        h.shift_ns as f64 / 1e3,
+                        h.residual_ns as f64 / 1e3
+                    )
+                }
             }
         }
         if let Some(line) = summary {

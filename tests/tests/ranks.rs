@@ -336,3 +336,55 @@ fn ranks_come_from_every_launchers_environment() {
     let s = stats(&rec.trace);
     assert_eq!((s["processes"][0]["rank"].as_u64(), s["processes"][0]["local_rank"].as_u64()), (Some(9), Some(1)));
 }
+
+#[test]
+fn a_host_whose_clock_drifts_is_followed_through_the_run() {
+    let _serial = serial();
+    // hostb's clock is 7.3 ms ahead and gains 2000 ppm (CUFLIGHT_TEST_CLOCK_DRIFT_PPM): about 3 ms more over the
+    // 100 steps. One shift for the whole run would leave a residual of about a quarter of that, and misplace
+    // arrivals by as much; the alignment follows it (a knot per 16 matched collectives).
+    let dir = scratch("ranks-drift");
+    let prog = build_c("scenario", &dir);
+    let (p, b) = (prog.display(), dir.join("barrier").display().to_string());
+    let script = format!(
+        "RANK=0 CUFLIGHT_TEST_HOST=hosta {p} rank 100 0 2 {b} & RANK=1 CUFLIGHT_TEST_HOST=hostb \
+         CUFLIGHT_TEST_CLOCK_OFFSET_NS=7300000 CUFLIGHT_TEST_CLOCK_DRIFT_PPM=2000 {p} rank 100 1 2 {b}; wait"
+    );
+    let recorded = Command::new(cuflight_bin())
+        .current_dir(&dir)
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .args(["record", "-o", "run.%h.%r.cuf", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    let text = String::from_utf8_lossy(&recorded.stdout);
+    let truth: f64 = text.lines().find_map(|l| l.strip_prefix("lateness_ns[1]=")).unwrap().parse().unwrap();
+    let (a, bfile) = (dir.join("run.hosta.0.cuf"), dir.join("run.hostb.1.cuf"));
+    let out = Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(&a).arg(&bfile).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let h = &r["job"]["clocks"]["hosts"][1];
+    assert_eq!(h["host"], "hostb");
+    assert!(h["knots"].as_array().unwrap().len() >= 4, "{h}");
+    // The knots' shifts span the drift (about 3 ms from first to last).
+    let knots: Vec<i64> = h["knots"].as_array().unwrap().iter().map(|k| k[1].as_i64().unwrap()).collect();
+    let spread = knots.first().unwrap() - knots.last().unwrap();
+    assert!((1_500_000..4_000_000).contains(&spread), "{h}");
+    let residual = h["residual_ns"].as_u64().unwrap();
+    assert!(residual <= 100_000, "{h}");
+    let measured = r["job"]["ranks"][1]["median_lateness_ns"].as_f64().unwrap();
+    assert!((measured - truth).abs() <= 0.1 * truth, "rank 1 joined {measured} ns late, it measured {truth}: {h}");
+    // merge applies the same: aligning the merged trace again finds nothing left to shift, at any time.
+    let job = dir.join("job.cuf");
+    let (ok, err) = cuflight(&["merge".as_ref(), a.as_os_str(), bfile.as_os_str(), "-o".as_ref(), job.as_os_str()]);
+    assert!(ok, "{err}");
+    let out = Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(&job).output().unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let left = &r["job"]["clocks"]["hosts"][1];
+    let mut knots: Vec<i64> = left["knots"].as_array().unwrap().iter().map(|k| k[1].as_i64().unwrap().abs()).collect();
+    knots.sort_unstable();
+    assert!(knots[knots.len() / 2] <= 50_000, "{left}");
+    // A knot is the median of 16 ends; a rank descheduled through several of them moves it by their scatter.
+    let scatter = 150_000.max(4 * left["residual_ns"].as_i64().unwrap());
+    assert!(knots.iter().all(|&k| k <= scatter), "{left}");
+}

@@ -53,15 +53,15 @@ pub fn merge<W: Write>(paths: &[std::path::PathBuf], w: W, command: Vec<String>)
         plans.push(p);
     }
     let hosts = align::align(&members);
-    let shift: FxHashMap<String, i64> = hosts.iter().map(|h| (h.host.clone(), h.shift_ns)).collect();
+    let shift = align::by_host(&hosts);
     let mut out = TraceWriter::new(w)?;
-    let mut merged = Merged { hosts, ..Default::default() };
+    let mut merged = Merged::default();
     let mut keys_seen: FxHashSet<u32> = FxHashSet::default();
     let mut next_key = 0u32;
     for (path, plans) in paths.iter().zip(plans) {
         let mut source = EventSource::open(path)?;
         let source = &mut source;
-        // Per process: its key in the merged file, string id map, time offset, pending events.
+        // Per process: its key in the merged file, string id map, clock, pending events.
         let mut procs: FxHashMap<u32, Proc> = FxHashMap::default();
         for (&k, p) in &source.processes {
             let key = if keys_seen.insert(p.info.pid) {
@@ -78,11 +78,8 @@ pub fn merge<W: Write>(paths: &[std::path::PathBuf], w: W, command: Vec<String>)
                 ids.insert(id, region.intern(text));
             }
             let host = if p.info.host.is_empty() { "unknown" } else { p.info.host.as_str() };
-            let offset = plans
-                .get(&k)
-                .and_then(|pl| pl.realtime_offset)
-                .unwrap_or(0)
-                .saturating_add(shift.get(host).copied().unwrap_or(0));
+            let realtime = plans.get(&k).and_then(|pl| pl.realtime_offset).unwrap_or(0);
+            let clock = align::ToJob::new(realtime, shift.get(host).copied());
             let mut info = p.info.clone();
             info.key = if key == info.pid { 0 } else { key };
             info.rank = info.rank.or(p.rank);
@@ -95,7 +92,7 @@ pub fn merge<W: Write>(paths: &[std::path::PathBuf], w: W, command: Vec<String>)
             out.write_process(&info)?;
             // Offset 0 is the region's reserved "no string": entries start at 4.
             out.write_strings(key, 4, &region.bytes()[4..])?;
-            procs.insert(k, Proc { key, ids, offset, pending: Vec::new() });
+            procs.insert(k, Proc { key, ids, clock, pending: Vec::new() });
             merged.processes += 1;
         }
         let mut failed: Option<FileError> = None;
@@ -137,13 +134,14 @@ pub fn merge<W: Write>(paths: &[std::path::PathBuf], w: W, command: Vec<String>)
     }
     let mut w = out.finish(Footer { events: merged.events, command, exit_code: None })?;
     w.flush().map_err(FileError::Io)?;
+    merged.hosts = hosts;
     Ok(merged)
 }
 
 struct Proc {
     key: u32,
     ids: FxHashMap<u32, u32>,
-    offset: i64,
+    clock: align::ToJob,
     pending: Vec<RawEvent>,
 }
 
@@ -180,8 +178,11 @@ impl Proc {
             _ => {}
         }
         if e.start != 0 {
-            out.start = e.start.saturating_add_signed(self.offset);
-            out.end = e.end.saturating_add_signed(self.offset);
+            out.start = self.clock.at_u64(e.start);
+            out.end = self.clock.at_u64(e.end);
+            if e.end >= e.start {
+                out.end = out.end.max(out.start);
+            }
         }
         out
     }

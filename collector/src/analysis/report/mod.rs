@@ -265,7 +265,7 @@ impl Report {
                 .iter()
                 .zip(&offsets)
                 .zip(&primary)
-                .map(|((ctx, &offset), &i)| job::RankInput { ctx, offset, process: &processes[i] })
+                .map(|((ctx, clock), &i)| job::RankInput { ctx, clock, process: &processes[i] })
                 .collect();
             job::JobReport::build(&job_plan, &inputs)
         });
@@ -337,23 +337,22 @@ fn ctx<'a>(
     }
 }
 
-/// Each process's offset onto the job's clock, and how that clock was made. A host's processes share its
+/// Each process's way onto the job's clock, and how that clock was made. A host's processes share its
 /// CLOCK_MONOTONIC, so they share one REALTIME offset (its first process's: another's pair would only add its
 /// reading error); hosts are then shifted onto the reference host by their collectives.
-fn job_clocks(ctxs: &[Ctx]) -> (Vec<i64>, job::Clocks) {
+fn job_clocks(ctxs: &[Ctx]) -> (Vec<crate::analysis::align::ToJob>, job::Clocks) {
+    use crate::analysis::align;
     let host = |c: &Ctx| if c.p.info.host.is_empty() { "unknown".to_string() } else { c.p.info.host.clone() };
     let mut realtime: rustc_hash::FxHashMap<String, i64> = Default::default();
     for c in ctxs {
         realtime.entry(host(c)).or_insert(c.plan.realtime_offset.unwrap_or(0));
     }
-    let members: Vec<crate::analysis::align::Member> =
-        ctxs.iter().map(|c| crate::analysis::align::Member::new(c.p, c.plan, realtime[&host(c)])).collect();
-    let hosts = crate::analysis::align::align(&members);
-    let shift: rustc_hash::FxHashMap<&str, i64> = hosts.iter().map(|h| (h.host.as_str(), h.shift_ns)).collect();
-    let offsets = ctxs
-        .iter()
-        .map(|c| realtime[&host(c)].saturating_add(shift.get(host(c).as_str()).copied().unwrap_or(0)))
-        .collect();
+    let members: Vec<align::Member> =
+        ctxs.iter().map(|c| align::Member::new(c.p, c.plan, realtime[&host(c)])).collect();
+    let hosts = align::align(&members);
+    let shift = align::by_host(&hosts);
+    let clocks =
+        ctxs.iter().map(|c| align::ToJob::new(realtime[&host(c)], shift.get(host(c).as_str()).copied())).collect();
     // Three matched collectives at least per host before arrivals are compared across hosts.
     let basis = if hosts.len() <= 1 {
         "one host"
@@ -362,7 +361,7 @@ fn job_clocks(ctxs: &[Ctx]) -> (Vec<i64>, job::Clocks) {
     } else {
         "realtime"
     };
-    (offsets, job::Clocks { basis, hosts })
+    (clocks, job::Clocks { basis, hosts })
 }
 
 /// A process's rank: the trace's, else its file's order when several files are ranks, else its order among several

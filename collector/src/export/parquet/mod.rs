@@ -133,13 +133,13 @@ struct Place {
     host: String,
     rank: Option<u32>,
     pid: u32,
-    offset: i64,
+    clock: crate::analysis::align::ToJob,
     pairer: Pairer,
 }
 
 impl Place {
     fn t(&self, ns: u64) -> i64 {
-        (ns as i64).saturating_add(self.offset)
+        self.clock.at(ns)
     }
 }
 
@@ -166,7 +166,7 @@ pub fn export(sources: &[(String, std::path::PathBuf)], dir: &Path) -> Result<Wr
         all_plans.push(plans);
     }
     written.hosts = crate::analysis::align::align(&members);
-    let shift_of: FxHashMap<String, i64> = written.hosts.iter().map(|h| (h.host.clone(), h.shift_ns)).collect();
+    let shift_of = crate::analysis::align::by_host(&written.hosts);
     for ((stem, path), plans) in sources.iter().zip(all_plans) {
         let mut source = EventSource::open(path)?;
         let source = &mut source;
@@ -180,8 +180,8 @@ pub fn export(sources: &[(String, std::path::PathBuf)], dir: &Path) -> Result<Wr
             let first = plan.and_then(|p| p.timeline).map_or(0, |s| s.0);
             let (offset, _) = clock(plan.and_then(|p| p.realtime_offset), first);
             let host = if p.info.host.is_empty() { "unknown".to_string() } else { p.info.host.clone() };
-            let offset = offset.saturating_add(shift_of.get(&host).copied().unwrap_or(0));
-            places.insert(k, Place { host, rank: p.rank, pid: p.info.pid, offset, pairer: Pairer::default() });
+            let clock = crate::analysis::align::ToJob::new(offset, shift_of.get(host.as_str()).copied());
+            places.insert(k, Place { host, rank: p.rank, pid: p.info.pid, clock, pairer: Pairer::default() });
         }
         let mut failed = None;
         source.for_each(|k, p, e| {
@@ -271,9 +271,9 @@ fn clock(realtime_offset: Option<i64>, first_ns: u64) -> (i64, &'static str) {
 #[rustfmt::skip]
 fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e: &RawEvent) -> Result<(), ParquetError> {
     // Disjoint borrows: the pairer changes, the rest is read (no per-event copy of the host name).
-    let Place { host, rank, pid, offset, pairer } = place;
-    let (host, rank, pid, offset) = (host.as_str(), *rank, *pid, *offset);
-    let at = |ns: u64| (ns as i64).saturating_add(offset);
+    let Place { host, rank, pid, clock, pairer } = place;
+    let (host, rank, pid) = (host.as_str(), *rank, *pid);
+    let at = |ns: u64| clock.at(ns);
     let r = V::OptI32(rank.map(|r| r as i32));
     if let Some(range) = pairer.feed(e) {
         let (a, b) = (at(range.start), at(range.end));

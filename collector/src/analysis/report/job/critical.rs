@@ -59,7 +59,7 @@ pub fn critical_path(job: &JobPlan, inputs: &[RankInput]) -> Result<CriticalPath
                 break;
             };
             let Some(&(s, e)) = steps.windows.get(k) else { break };
-            span = (span.0.min((s as i64).saturating_add(i.offset)), span.1.max((e as i64).saturating_add(i.offset)));
+            span = (span.0.min(i.clock.at(s)), span.1.max(i.clock.at(e)));
             idx.push(k);
         }
         if idx.len() == inputs.len() && span.1 > span.0 {
@@ -112,7 +112,7 @@ pub fn critical_path(job: &JobPlan, inputs: &[RankInput]) -> Result<CriticalPath
     if *t1 > prev {
         // The rank whose step ends last finishes the step.
         let r = (0..inputs.len())
-            .max_by_key(|&r| (inputs[r].ctx.steps.windows[idx[r]].1 as i64).saturating_add(inputs[r].offset))
+            .max_by_key(|&r| inputs[r].clock.at(inputs[r].ctx.steps.windows[idx[r]].1))
             .expect("ranks");
         segments.push(Segment {
             kind: "work",

@@ -10,7 +10,7 @@ mod straggler;
 
 use super::findings::{Ctx, Finding};
 use super::ProcessReport;
-use crate::analysis::align::HostShift;
+use crate::analysis::align::{HostShift, ToJob};
 use collectives::{Instance, Method, Op};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -62,9 +62,9 @@ pub struct RankWaits {
     pub waited_for: FxHashMap<usize, u64>,
 }
 
-/// `offsets[i]` puts rank i's times on the job's clock; `trusted`: whether that clock is common enough to
+/// `to_job[i]` puts rank i's times on the job's clock; `clocks` says whether that clock is common enough to
 /// compare arrivals.
-pub fn plan(ctxs: &[Ctx], offsets: &[i64], clocks: Clocks) -> JobPlan {
+pub fn plan(ctxs: &[Ctx], to_job: &[ToJob], clocks: Clocks) -> JobPlan {
     let trusted = clocks.basis != "realtime";
     let residual = clocks.hosts.iter().map(|h| h.residual_ns).max().unwrap_or(0);
     let tolerance = MIN_TOLERANCE_NS.max(4 * residual.min(i64::MAX as u64 / 8) as i64);
@@ -72,8 +72,8 @@ pub fn plan(ctxs: &[Ctx], offsets: &[i64], clocks: Clocks) -> JobPlan {
     let mut ids: FxHashMap<String, u32> = FxHashMap::default();
     let ops: Vec<Vec<Op>> = ctxs
         .iter()
-        .zip(offsets)
-        .map(|(c, &off)| {
+        .zip(to_job)
+        .map(|(c, clock)| {
             c.plan
                 .comm
                 .iter()
@@ -84,8 +84,8 @@ pub fn plan(ctxs: &[Ctx], offsets: &[i64], clocks: Clocks) -> JobPlan {
                         names.push(text.to_string());
                         names.len() as u32 - 1
                     });
-                    let start = (op.start as i64).saturating_add(off);
-                    let end = ((op.start + op.duration) as i64).saturating_add(off);
+                    let start = clock.at(op.start);
+                    let end = clock.at(op.start.saturating_add(op.duration)).max(start);
                     Op { ordinal: k as u32, name, own_start: op.start, start, end }
                 })
                 .collect()
@@ -160,7 +160,8 @@ pub struct RankRow {
     pub rank: Option<u32>,
     pub pid: u32,
     pub host: String,
-    /// Added to its times to put them on the job's clock (its REALTIME offset and its host's shift).
+    /// Added to its times to put them on the job's clock (its REALTIME offset and its host's shift), at its
+    /// first event (a drifting host's shift changes through the run).
     pub clock_offset_ns: i64,
     pub steps: usize,
     pub mean_step_ns: u64,
@@ -195,7 +196,7 @@ pub struct Heatmap {
 /// What the report keeps of each rank's plan for the job view.
 pub struct RankInput<'a> {
     pub ctx: &'a Ctx<'a>,
-    pub offset: i64,
+    pub clock: &'a ToJob,
     pub process: &'a ProcessReport,
 }
 
@@ -216,7 +217,7 @@ impl JobReport {
                     rank: p.rank,
                     pid: p.pid,
                     host: p.run.host.clone(),
-                    clock_offset_ns: i.offset,
+                    clock_offset_ns: i.clock.offset_at(i.ctx.plan.timeline.map_or(0, |t| t.0)),
                     steps: p.steps.len(),
                     mean_step_ns: p.step_total.as_ref().map_or(0, |t| t.duration_ns / p.steps.len().max(1) as u64),
                     gpu_utilization: p.step_total.as_ref().map(|t| t.gpu_utilization),
