@@ -172,7 +172,7 @@ pub enum Cmd {
     /// Timeline of a trace (cuflight, Kineto JSON or nsys SQLite) for Perfetto or Kineto-style tools, or
     /// fleet tables (Parquet) of one or many traces for DuckDB, Spark or Trino.
     Export {
-        /// The trace (several with --format parquet: one job's ranks and hosts).
+        /// The trace; several (one job's ranks or hosts) are put on one clock first, as `cuflight merge` does.
         #[arg(required = true, num_args = 1..)]
         traces: Vec<PathBuf>,
         #[arg(long, value_enum, default_value_t = ExportFormat::Perfetto)]

@@ -123,6 +123,37 @@ fn print_hosts(hosts: &[cuflight_collector::analysis::align::HostShift]) {
     }
 }
 
+/// The traces merged on one clock into a file in the temporary directory that is unlinked once opened (the
+/// source keeps it open), so nothing is left behind whatever happens next.
+fn merged_source(traces: &[PathBuf]) -> Result<cuflight_collector::model::source::EventSource> {
+    for t in traces {
+        let source = cuflight_collector::model::source::EventSource::open(t)?;
+        warn_cut_short(t, source.cut_short.as_deref());
+    }
+    let dir = std::env::temp_dir();
+    let (path, file) = (0..100)
+        .find_map(|i| {
+            let path = dir.join(format!("cuflight-merge-{}-{i}.cuf", std::process::id()));
+            let mut open = std::fs::OpenOptions::new();
+            std::os::unix::fs::OpenOptionsExt::mode(open.write(true).create_new(true), 0o600);
+            open.open(&path).ok().map(|f| (path, f))
+        })
+        .with_context(|| format!("cannot create a file in {} to merge the traces into", dir.display()))?;
+    let command = vec!["cuflight".to_string(), "export".to_string()];
+    let merged = cuflight_collector::export::merge::merge(traces, std::io::BufWriter::new(file), command);
+    let source = merged
+        .map_err(anyhow::Error::from)
+        .and_then(|m| {
+            print_hosts(&m.hosts);
+            Ok(cuflight_collector::model::source::EventSource::open(&path)?)
+        })
+        .with_context(|| {
+            format!("merging the traces in {} (free space there or point TMPDIR elsewhere)", dir.display())
+        });
+    let _ = std::fs::remove_file(&path);
+    source
+}
+
 fn warn_cut_short(path: &std::path::Path, why: Option<&str>) {
     if let Some(why) = why {
         eprintln!(
@@ -405,24 +436,28 @@ fn run(cli: Cli) -> Result<i32> {
             if let ExportFormat::Parquet = format {
                 return export_parquet(&traces, output, force);
             }
-            let [trace] = &traces[..] else {
-                bail!("--format perfetto and chrome take one trace (--format parquet takes several)");
-            };
-            let trace = trace.clone();
+            let trace = traces[0].clone();
             let ext = match format {
                 ExportFormat::Perfetto => "perfetto-trace",
                 _ => "json",
             };
             let output = output.unwrap_or_else(|| output::default_beside(&trace, ext));
-            let out = Output::create(&output, &[&trace], force)?;
+            let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
+            let out = Output::create(&output, &inputs, force)?;
+            // Several traces (one job's hosts or ranks): merged on one clock first, as `cuflight merge` does.
+            // Streamed in time order (cuflight traces block by block, large imported ones spooled in runs).
+            let mut source = if traces.len() > 1 {
+                merged_source(&traces)?
+            } else {
+                let source = cuflight_collector::model::source::EventSource::open(&trace)?;
+                warn_cut_short(&trace, source.cut_short.as_deref());
+                source
+            };
             let w = std::io::BufWriter::with_capacity(1 << 20, out.try_clone()?);
             let write_err = || format!("cannot write {}", output.display());
             match format {
                 ExportFormat::Perfetto => {
-                    // Streamed in time order (cuflight traces block by block, large imported ones spooled in runs).
-                    let mut source = cuflight_collector::model::source::EventSource::open(&trace)?;
                     let c = cuflight_collector::export::perfetto::export(&mut source, w)?;
-                    warn_cut_short(&trace, source.cut_short.as_deref());
                     eprintln!(
                         "cuflight: wrote {}: {} packets, {} slices, {} instants, {} flows, {} counter values, {} tracks",
                         output.display(),
@@ -435,9 +470,6 @@ fn run(cli: Cli) -> Result<i32> {
                     );
                 }
                 _ => {
-                    // Streamed in time order (cuflight traces block by block, large imported ones spooled in runs).
-                    let mut source = cuflight_collector::model::source::EventSource::open(&trace)?;
-                    warn_cut_short(&trace, source.cut_short.as_deref());
                     let n = cuflight_collector::export::chrome::export(&mut source, w).with_context(write_err)?;
                     eprintln!("cuflight: wrote {}: {n} trace events", output.display());
                 }

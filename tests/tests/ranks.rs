@@ -387,4 +387,30 @@ fn a_host_whose_clock_drifts_is_followed_through_the_run() {
     // A knot is the median of 16 ends; a rank descheduled through several of them moves it by their scatter.
     let scatter = 150_000.max(4 * left["residual_ns"].as_i64().unwrap());
     assert!(knots.iter().all(|&k| k <= scatter), "{left}");
+    // A timeline of both files is on that clock too: each all-reduce ends at the same time on both ranks.
+    let json = dir.join("job.json");
+    let (ok, err) = cuflight(&[
+        "export".as_ref(),
+        a.as_os_str(),
+        bfile.as_os_str(),
+        "--format".as_ref(),
+        "chrome".as_ref(),
+        "-o".as_ref(),
+        json.as_os_str(),
+    ]);
+    assert!(ok && err.contains("host hostb shifted by"), "{err}");
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let mut ends: std::collections::BTreeMap<u64, Vec<f64>> = Default::default();
+    for e in t["traceEvents"].as_array().unwrap() {
+        if e["cat"] == "kernel" && e["name"].as_str().is_some_and(|n| n.starts_with("ncclDevKernel")) {
+            let end = e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap();
+            // Each rank's GPU 0 is a "process" of its own (pid above any OS pid).
+            ends.entry(e["pid"].as_u64().unwrap()).or_default().push(end);
+        }
+    }
+    let ranks: Vec<&Vec<f64>> = ends.values().collect();
+    assert_eq!(ranks.len(), 2, "{:?}", ends.keys());
+    let mut gaps: Vec<f64> = ranks[0].iter().zip(ranks[1]).map(|(x, y)| (x - y).abs()).collect();
+    gaps.sort_by(f64::total_cmp);
+    assert!(gaps[gaps.len() / 2] <= 50.0, "all-reduce ends {} µs apart (median)", gaps[gaps.len() / 2]);
 }

@@ -42,6 +42,7 @@ pub(super) fn kernel<W: Write>(
     node: Option<(u64, u64)>,
     external: u64,
     gpu: Option<&((u32, u32), u64)>,
+    gpu_pid: u64,
 ) -> std::io::Result<()> {
     let c = LaunchConfig::unpack(e.a, e.b, e.c);
     // libkineto's per-kernel figures, from the device's SM count and the launch (see model::occupancy); "queued"
@@ -51,7 +52,7 @@ pub(super) fn kernel<W: Write>(
     let graph = node.map(|(graph, node)| format!(r#","graph id":{graph},"graph node id":{node}"#)); // cuflight's addition
                                                                                                     // cuflight's addition: the symbol as CUPTI named it.
     let mangled = p.mangled.get(&e.name).map(|m| format!(r#","mangled":{}"#, Js(m)));
-    out.complete_with("kernel", p.string(e.name), e.device as u64, e.stream as u64, e.start, e.end, |b| {
+    out.complete_with("kernel", p.string(e.name), gpu_pid, e.stream as u64, e.start, e.end, |b| {
         work_args(b, e);
         b.extend_from_slice(br#","External id":"#);
         push_u64(b, external);

@@ -1,7 +1,8 @@
 //! Chrome trace JSON in the schema torch.profiler (Kineto) writes, so that Holistic Trace Analysis and
 //! TensorBoard's profiler plugin read it as they read a torch.profiler trace: categories `kernel`, `gpu_memcpy`,
 //! `gpu_memset`, `cuda_runtime`, `cuda_driver`, `user_annotation` (and `gpu_user_annotation`), `ac2g` flows, GPU
-//! events in pid = device / tid = stream, args `correlation`, `stream`, `device`, `grid`, `block`, `registers per
+//! events in pid = device / tid = stream (with several processes, a pid per process and device: see
+//! `ProcessOut::gpu_pid`), args `correlation`, `stream`, `device`, `grid`, `block`, `registers per
 //! thread`, `shared memory`, plus `deviceProperties` and `distributedInfo`.
 //!
 //! Streamed from an [`EventSource`] in time order and written text by text (no JSON values are built), so memory
@@ -188,8 +189,8 @@ impl<W: Write> Out<W> {
 /// What the export learns across processes as events go by.
 #[derive(Default)]
 struct Seen {
-    /// Devices that ran work (a GPU "process" each).
-    gpu_pids: BTreeSet<u32>,
+    /// Devices that ran work (a GPU "process" each): (its pid in the JSON, device, process key).
+    gpu_pids: BTreeSet<(u64, u32, u32)>,
     /// `deviceProperties` entries, per process.
     device_json: BTreeMap<u32, Vec<String>>,
     /// Device ordinal → (compute capability, SM count), for the occupancy figures on kernels. Device events
@@ -210,6 +211,15 @@ struct ProcessOut {
     /// gets its own range (its index + 1, shifted past 32 bits; below 2^53, so JSON readers keep it exact). A
     /// single process keeps the bare correlation id, as Kineto writes it.
     flow_base: u64,
+}
+
+impl ProcessOut {
+    /// The JSON pid of a device's "process": Kineto's, the device ordinal, with one process in the trace; with
+    /// several (ranks sharing a GPU, or one job's hosts merged, each with its GPU 0), one per process and device,
+    /// above any OS pid (the process's flow base plus the ordinal), named "GPU d (rank R ... pid P)".
+    fn gpu_pid(&self, device: u32) -> u64 {
+        self.flow_base + device as u64
+    }
 }
 
 /// Writes the trace of `source` as Kineto-style JSON; returns the number of trace events written.
@@ -253,11 +263,16 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
     let mut rest = || -> std::io::Result<()> {
         for (&pid, st) in state.iter_mut() {
             if let Some((k, external)) = st.held.take() {
-                kernel(&mut out, &source.processes[&pid], &k, None, external, seen.gpus.get(&k.device))?;
+                let gpu_pid = st.gpu_pid(k.device);
+                kernel(&mut out, &source.processes[&pid], &k, None, external, seen.gpus.get(&k.device), gpu_pid)?;
             }
         }
-        for &device in &seen.gpu_pids {
-            out.metadata("process_name", device as u64, 0, &format!("GPU {device}"))?;
+        for &(gpu_pid, device, key) in &seen.gpu_pids {
+            let name = match source.processes.get(&key).filter(|_| gpu_pid != device as u64) {
+                Some(p) => format!("GPU {device} ({})", p.who()),
+                None => format!("GPU {device}"),
+            };
+            out.metadata("process_name", gpu_pid, 0, &name)?;
         }
         out.drain()?;
         out.w.write_all(b"\n],\n\"deviceProperties\": [")?;
@@ -284,7 +299,7 @@ fn event<W: Write>(
     if let Some((k, external)) = st.held.take() {
         let node = (e.kind() == Some(EventKind::GraphNode) && e.correlation == k.correlation && e.start == k.start)
             .then_some((e.a, e.b));
-        kernel(out, p, &k, node, external, seen.gpus.get(&k.device))?;
+        kernel(out, p, &k, node, external, seen.gpus.get(&k.device), st.gpu_pid(k.device))?;
         if node.is_some() {
             return Ok(());
         }
@@ -316,13 +331,13 @@ fn event<W: Write>(
         }
         Some(EventKind::Kernel) => {
             // Written with the next event of its process, which may be its graph node.
-            gpu_pids.insert(e.device);
+            gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
             let joined = st.launches.work(e);
             st.held = Some((*e, external_id(e, joined)));
             return flow(out, pid, st, e, joined);
         }
         Some(EventKind::Memcpy) => {
-            gpu_pids.insert(e.device);
+            gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
             let (src, dst) = e.copy_memory_kinds();
             let (src, dst) = (names::memory_kind(src), names::memory_kind(dst));
             let label = format!("Memcpy {} ({} -> {})", names::memcpy_kind(e.sub), title(src), title(dst));
@@ -333,7 +348,7 @@ fn event<W: Write>(
             out.complete(
                 "gpu_memcpy",
                 &label,
-                e.device as u64,
+                st.gpu_pid(e.device),
                 e.stream as u64,
                 e.start,
                 e.end,
@@ -348,13 +363,13 @@ fn event<W: Write>(
             return flow(out, pid, st, e, joined);
         }
         Some(EventKind::Memset) => {
-            gpu_pids.insert(e.device);
+            gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
             let label = format!("Memset ({})", title(names::memory_kind(e.sub)));
             let joined = st.launches.work(e);
             out.complete(
                 "gpu_memset",
                 &label,
-                e.device as u64,
+                st.gpu_pid(e.device),
                 e.stream as u64,
                 e.start,
                 e.end,
@@ -364,8 +379,8 @@ fn event<W: Write>(
         }
         Some(EventKind::Range) => {
             if e.flags & FLAG_DEVICE != 0 {
-                gpu_pids.insert(e.device);
-                let (d, s) = (e.device as u64, e.stream as u64);
+                gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
+                let (d, s) = (st.gpu_pid(e.device), e.stream as u64);
                 out.complete("gpu_user_annotation", name, d, s, e.start, e.end, format_args!(""))?;
             } else {
                 let domain = p.string(e.c as u32);
@@ -416,7 +431,7 @@ fn event<W: Write>(
             out.complete(
                 "cuda_sync",
                 kind,
-                e.device as u64,
+                st.gpu_pid(e.device),
                 e.stream as u64,
                 e.start,
                 e.end,
@@ -470,7 +485,7 @@ fn flow<W: Write>(
     b.extend_from_slice(br#"{"ph":"f","id":"#);
     push_u64(b, corr);
     b.extend_from_slice(br#","pid":"#);
-    push_u64(b, e.device as u64);
+    push_u64(b, st.gpu_pid(e.device));
     b.extend_from_slice(br#","tid":"#);
     push_u64(b, e.stream as u64);
     b.extend_from_slice(br#","ts":"#);
