@@ -113,6 +113,17 @@ fn four_ranks_in_one_session_name_the_slow_rank_and_its_lag() {
     for rk in 0..RANKS as usize {
         assert!(h["step_ns"][rk].as_array().unwrap().iter().all(|v| v.as_u64().is_some_and(|d| d > 0)), "{h}");
     }
+    // The Kineto-style JSON export of the session keeps it: each rank labelled, each process's GPU apart (its
+    // correlation ids repeat across processes; the flows say whose work is whose), the same job view.
+    let json = dir.join("job.json");
+    export_chrome(&rec.trace, &json);
+    let again: Value = serde_json::from_slice(&report(&json, "json")).unwrap();
+    let (a, b) = (&job["ranks"], &again["job"]["ranks"]);
+    for i in 0..RANKS as usize {
+        assert_eq!(a[i]["rank"], b[i]["rank"]);
+        assert_eq!(a[i]["collectives"], b[i]["collectives"], "{}", again["job"]);
+        assert_eq!(a[i]["median_lateness_ns"], b[i]["median_lateness_ns"], "{}", again["job"]);
+    }
     // The same in the terminal and in HTML.
     let text = String::from_utf8(report(&rec.trace, "text")).unwrap();
     assert!(text.contains("== The job: 4 ranks; one host's clock"), "{text}");

@@ -117,12 +117,21 @@ struct Importer {
     correlation_pid: rustc_hash::FxHashMap<u32, u32>,
     /// ac2g/async flow ends on GPU tracks: (device pid, stream, ts) → flow id (the correlation).
     flow_ends: rustc_hash::FxHashMap<(u64, u64, u64), u32>,
+    /// `ac2g` flows seen starting: id → the launching process.
+    flow_starts: rustc_hash::FxHashMap<u64, u32>,
+    /// Per GPU "process" (its pid in the JSON), the processes whose launches' flows end on it. Where one process
+    /// alone does (each process's GPUs have pids of their own, as cuflight writes a trace of several processes),
+    /// its work is that process's: correlation ids repeat across processes and cannot say.
+    gpu_owners: rustc_hash::FxHashMap<u64, rustc_hash::FxHashSet<u32>>,
     thread_names: Vec<(u32, u32, String)>,
     process_names: rustc_hash::FxHashMap<u32, String>,
     devices: Vec<Value>,
     /// Per device, kernels' Kineto figures (a sample), to recover the device when `deviceProperties` is absent.
     kernel_figures: std::collections::BTreeMap<u32, devices::Figures>,
     rank: Option<u32>,
+    /// Per process, a rank given by a `process_labels` metadata event ("rank R", as cuflight writes a trace of
+    /// several ranks); it wins over `distributedInfo`.
+    process_ranks: rustc_hash::FxHashMap<u32, u32>,
     events: u64,
     fractional: bool,
     /// API calls per process (the process that launches the most gets GPU work whose launch is missing).
@@ -146,11 +155,14 @@ impl Importer {
             gpu_names: GpuNames::default(),
             correlation_pid: Default::default(),
             flow_ends: Default::default(),
+            flow_starts: Default::default(),
+            gpu_owners: Default::default(),
             thread_names: Vec::new(),
             process_names: Default::default(),
             devices: Vec::new(),
             kernel_figures: Default::default(),
             rank: None,
+            process_ranks: Default::default(),
             events: 0,
             fractional: false,
             api_calls: Default::default(),
@@ -228,6 +240,13 @@ impl Importer {
                         self.process_names.insert(pid as u32, name.into_owned());
                     }
                     "thread_name" => self.thread_names.push((pid as u32, tid as u32, name.into_owned())),
+                    "process_labels" => {
+                        let labels = e.args.labels.as_deref().unwrap_or("");
+                        let rank = labels.split(',').find_map(|l| l.trim().strip_prefix("rank ")?.parse().ok());
+                        if let Some(r) = rank {
+                            self.process_ranks.insert(pid as u32, r);
+                        }
+                    }
                     _ => {}
                 }
                 return;
@@ -236,6 +255,17 @@ impl Importer {
                 if ph == b"f" && matches!(cat, b"ac2g" | b"async") {
                     if let (Some(ts), Some(Id::Num(id))) = (ts, &e.id) {
                         self.flow_ends.insert((pid, tid, ts), *id as u32);
+                        if let Some(host) = self.flow_starts.remove(id) {
+                            let owners = self.gpu_owners.entry(pid).or_default();
+                            // Two are as good as many: the GPU is shared, the owner unknown.
+                            if owners.len() < 2 {
+                                owners.insert(host);
+                            }
+                        }
+                    }
+                } else if ph == b"s" && cat == b"ac2g" {
+                    if let Some(Id::Num(id)) = &e.id {
+                        self.flow_starts.insert(*id, pid as u32);
                     }
                 }
                 return;
@@ -384,7 +414,11 @@ impl Importer {
                         ev.correlation = id;
                     }
                 }
-                let pid = this.correlation_pid.get(&ev.correlation).copied().unwrap_or(default_host);
+                let owner = this.gpu_owners.get(&pid).filter(|o| o.len() == 1).and_then(|o| o.iter().next());
+                let pid = match owner {
+                    Some(&host) => host,
+                    None => this.correlation_pid.get(&ev.correlation).copied().unwrap_or(default_host),
+                };
                 let (p, t) = this.host.process(pid);
                 let mut to_local = |id: u32| *local.entry((pid, id)).or_insert_with(|| t.id(p, names.name(id)));
                 ev.name = to_local(ev.name);
@@ -430,7 +464,7 @@ impl Importer {
             p.name = self.process_names.get(&pid).cloned().unwrap_or_default();
             p.info.cmdline = vec![p.name.clone()];
             p.info.finished = true;
-            p.rank = self.rank;
+            p.rank = self.process_ranks.get(&pid).copied().or(self.rank);
             if !self.memory_seen {
                 p.info.not_recorded.push((
                     "memory".into(),

@@ -46,6 +46,8 @@ pub struct Args<'a> {
     pub registers: Option<i64>,
     pub shared_memory: Option<i64>,
     pub name: Option<Cow<'a, str>>,
+    /// A `process_labels` metadata event's labels.
+    pub labels: Option<Cow<'a, str>>,
     pub cuda_sync_kind: Option<Cow<'a, str>>,
     pub domain: Option<Cow<'a, str>>,
     pub is_async: Option<bool>,
@@ -122,6 +124,7 @@ fn args<'a>(b: &'a [u8], at: usize, a: &mut Args<'a>) -> Scanned<usize> {
             b"registers per thread" => int(b, at, &mut a.registers)?,
             b"shared memory" => int(b, at, &mut a.shared_memory)?,
             b"name" => opt_text(b, at, &mut a.name)?,
+            b"labels" => opt_text(b, at, &mut a.labels)?,
             b"cuda_sync_kind" => opt_text(b, at, &mut a.cuda_sync_kind)?,
             b"domain" => opt_text(b, at, &mut a.domain)?,
             b"async" => boolean(b, at, &mut a.is_async)?,

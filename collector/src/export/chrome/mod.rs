@@ -228,8 +228,11 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
     let mut out = Out { w, buf: Vec::with_capacity(OUTPUT_CHUNK + 4096), first: true, events: 0 };
     out.w.write_all(b"{\"schemaVersion\": 1,\n").map_err(io)?;
     let processes = &source.processes;
-    if let Some(rank) = processes.values().find_map(|p| p.rank) {
-        let world = processes.values().filter_map(|p| p.rank).max().map_or(1, |r| r + 1);
+    // distributedInfo is the file's one rank, as Kineto writes it; a trace of several ranks labels each process
+    // instead ("process_labels", which Perfetto shows and cuflight's importer reads back).
+    let ranks: BTreeSet<u32> = processes.values().filter_map(|p| p.rank).collect();
+    if let Some(&rank) = ranks.first().filter(|_| ranks.len() == 1) {
+        let world = processes.values().map(|p| p.info.world_size).max().unwrap_or(0).max(rank + 1);
         writeln!(out.w, "\"distributedInfo\": {{\"backend\": \"nccl\", \"rank\": {rank}, \"world_size\": {world}}},")
             .map_err(io)?;
     }
@@ -237,6 +240,15 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
     for (&pid, p) in processes {
         let label = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
         out.metadata("process_name", pid as u64, 0, &label).map_err(io)?;
+        if let Some(rank) = p.rank.filter(|_| ranks.len() > 1) {
+            let labels = format!("rank {rank}");
+            write!(
+                out.next().map_err(io)?,
+                r#"{{"ph":"M","name":"process_labels","pid":{pid},"tid":0,"args":{{"labels":{}}}}}"#,
+                Js(&labels)
+            )
+            .map_err(io)?;
+        }
     }
     let mut state: FxHashMap<u32, ProcessOut> = FxHashMap::default();
     let mut seen = Seen::default();
