@@ -260,6 +260,23 @@ fn a_thousand_ranks_merge_in_bounded_memory() {
         (Some("gemm(float*, float*, int)"), Some(1000 * steps * kernels))
     );
     assert_eq!(s["nvtx"].as_array().unwrap().iter().map(|n| n["count"].as_u64().unwrap()).sum::<u64>(), 1000 * steps);
+    // The report of the merged job: a thousand processes swept in one pass, each with its launch ring sized by
+    // the launches in flight (2 MiB each at full size made this 2.7 GB), and a terminal view that stays readable.
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", "import resource,subprocess,sys; r=subprocess.run(sys.argv[1:], stdout=subprocess.PIPE); sys.stderr.buffer.write(r.stdout); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(r.returncode)"]);
+    cmd.arg(cuflight_bin()).arg("report").arg(&merged);
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let peak_kib: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    eprintln!("report of 1000 processes: peak {peak_kib} KiB, {} lines", text.lines().count());
+    assert!(peak_kib < 600 * 1024, "report peak {peak_kib} KiB");
+    assert!(
+        text.contains("== The job: 1000 ranks") && text.contains("(16 of 1000 ranks"),
+        "{}",
+        &text[..2000.min(text.len())]
+    );
+    assert!(text.lines().count() < 1500, "{} lines", text.lines().count());
 }
 
 #[test]

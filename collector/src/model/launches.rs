@@ -7,9 +7,10 @@
 //! graph launch's many kernels); the first one is marked, as exports draw one flow per launch.
 //!
 //! Calls sit in a ring of slots indexed by correlation id: ids grow by one per call, so calls and their work touch
-//! neighbouring slots (a hash table over millions of ids misses the cache on every access). When a later id takes
-//! a slot over, a call whose work has come is forgotten (a graph's kernels come together, long before [`SLOTS`]
-//! more launches); one still waiting for its work moves to a side table if it is younger than
+//! neighbouring slots (a hash table over millions of ids misses the cache on every access). The ring grows while
+//! calls still waiting for their work would be pushed out, up to [`SLOTS`], so it holds what is in flight. When a
+//! later id takes a slot over, a call whose work has come is forgotten (a graph's kernels come together, while
+//! its launch is in flight); one still waiting for its work moves to a side table if it is younger than
 //! [`LAUNCH_HORIZON_NS`]. The side table keeps two generations, each half the horizon long, and drops the older
 //! one whole. What is kept is bounded by the launch rate, never by the trace.
 
@@ -22,8 +23,11 @@ use rustc_hash::FxHashMap;
 /// instead would keep the trace.
 pub const LAUNCH_HORIZON_NS: u64 = 4_000_000_000;
 
-/// Launches kept in the ring (2 MiB once a process launches anything).
+/// Launches the ring keeps at most (2 MiB). It starts at [`MIN_SLOTS`] and doubles only when a call still
+/// waiting for its work would be pushed out, so it follows how many launches are in flight at once, not how many
+/// a process makes: a report over a thousand merged ranks holds a thousand rings.
 pub const SLOTS: usize = 1 << 16;
+const MIN_SLOTS: usize = 1 << 10;
 
 /// The launching call of device work.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,11 +91,15 @@ impl LaunchJoin {
             return false;
         }
         if self.slots.is_empty() {
-            self.slots = vec![Slot::default(); SLOTS];
+            self.slots = vec![Slot::default(); MIN_SLOTS];
         }
-        let at = e.correlation as usize % SLOTS;
+        let mut at = e.correlation as usize % self.slots.len();
         if self.slots[at].correlation == e.correlation || self.spilled(e.correlation).is_some() {
             return true; // the first call with this id (the runtime's, before the driver call it makes) stays
+        }
+        while self.slots.len() < SLOTS && self.slots[at].correlation != 0 && !self.slots[at].joined {
+            self.grow();
+            at = e.correlation as usize % self.slots.len();
         }
         let call = Call { start: e.start, end: e.end, tid: e.tid, external: e.c };
         let taken = std::mem::replace(&mut self.slots[at], Slot { correlation: e.correlation, joined: false, call });
@@ -105,12 +113,23 @@ impl LaunchJoin {
         true
     }
 
+    /// Doubles the ring: each kept call moves to its id's slot in the larger one (ids apart by a multiple of
+    /// the old size land in distinct slots of the new).
+    fn grow(&mut self) {
+        let n = self.slots.len() * 2;
+        let mut bigger = vec![Slot::default(); n];
+        for s in self.slots.iter().filter(|s| s.correlation != 0) {
+            bigger[s.correlation as usize % n] = *s;
+        }
+        self.slots = bigger;
+    }
+
     /// Feeds device work: its launch, if the call is in the trace (and not past the horizon).
     pub fn work(&mut self, e: &RawEvent) -> Option<Joined> {
-        if e.correlation == 0 || !e.is_gpu_work() {
+        if e.correlation == 0 || !e.is_gpu_work() || self.slots.is_empty() {
             return None;
         }
-        let at = e.correlation as usize % SLOTS;
+        let at = e.correlation as usize % self.slots.len();
         let slot = match self.slots.get_mut(at) {
             Some(s) if s.correlation == e.correlation => s,
             _ => self.spilled(e.correlation)?,
@@ -182,5 +201,26 @@ mod tests {
         j.api(&p, &api(1, corr + 1, 1_000));
         j.api(&p, &api(1, corr + 1 + SLOTS as u32, 1_000 + LAUNCH_HORIZON_NS));
         assert!(j.work(&kernel(corr + 1, 2_000 + LAUNCH_HORIZON_NS)).is_none());
+    }
+
+    #[test]
+    fn the_ring_grows_with_the_launches_in_flight_not_with_the_trace() {
+        let p = process();
+        let mut j = LaunchJoin::default();
+        // 100,000 launches, each joined before the next: the ring stays at its first size.
+        for corr in 1..100_000u32 {
+            j.api(&p, &api(1, corr, corr as u64 * 10));
+            assert!(j.work(&kernel(corr, corr as u64 * 10 + 5)).is_some());
+        }
+        assert_eq!(j.slots.len(), MIN_SLOTS);
+        // 3,000 launches queued before any work: it grows to hold them all, and every one joins.
+        let base = 200_000u32;
+        for k in 0..3_000u32 {
+            j.api(&p, &api(1, base + k, 2_000_000 + k as u64));
+        }
+        assert_eq!(j.slots.len(), 4 * MIN_SLOTS);
+        for k in 0..3_000u32 {
+            assert_eq!(j.work(&kernel(base + k, 3_000_000)).map(|w| w.call.start), Some(2_000_000 + k as u64));
+        }
     }
 }

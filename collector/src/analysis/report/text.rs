@@ -190,19 +190,51 @@ impl Report {
     }
 }
 
+/// What the terminal shows of a large job (JSON and HTML have everything).
+const TEXT_FINDINGS: usize = 20;
+const TEXT_PROCESSES: usize = 16;
+
 fn render(r: &Report) -> String {
     let mut out = format!("Verdict: {}\n", r.verdict);
     if !r.findings.is_empty() {
         out.push_str("\nFindings, most costly first:\n");
-        for (i, f) in r.findings.iter().enumerate() {
+        for (i, f) in r.findings.iter().take(TEXT_FINDINGS).enumerate() {
             finding(&mut out, i, f, r.origin_of(f));
+        }
+        if r.findings.len() > TEXT_FINDINGS {
+            out.push_str(&format!("\n ... and {} more (--format json or html)\n", r.findings.len() - TEXT_FINDINGS));
         }
     }
     if let Some(j) = &r.job {
         j.to_text(&mut out);
     }
-    for p in &r.processes {
-        process(&mut out, p);
+    // Of many processes, those the shown findings name, then the first ones.
+    let mut shown: Vec<usize> = Vec::new();
+    if r.processes.len() > TEXT_PROCESSES {
+        for f in r.findings.iter().take(TEXT_FINDINGS) {
+            let i = r.processes.iter().position(|p| p.pid == f.pid && p.rank == f.rank);
+            if let Some(i) = i.filter(|i| !shown.contains(i) && shown.len() < TEXT_PROCESSES) {
+                shown.push(i);
+            }
+        }
+        (0..r.processes.len()).for_each(|i| {
+            if shown.len() < TEXT_PROCESSES && !shown.contains(&i) {
+                shown.push(i);
+            }
+        });
+        shown.sort_unstable();
+    } else {
+        shown = (0..r.processes.len()).collect();
+    }
+    for &i in &shown {
+        process(&mut out, &r.processes[i]);
+    }
+    if shown.len() < r.processes.len() {
+        out.push_str(&format!(
+            "\n({} of {} processes shown: those the findings above name, then the first; all in --format json or html)\n",
+            shown.len(),
+            r.processes.len()
+        ));
     }
     out
 }

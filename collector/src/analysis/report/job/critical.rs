@@ -41,11 +41,11 @@ pub struct CriticalPath {
 }
 
 pub fn critical_path(job: &JobPlan, inputs: &[RankInput]) -> Result<CriticalPath, String> {
-    if job.method != Method::Arrival {
-        return Err("the hosts' clocks could not be aligned on collectives, so arrivals cannot be compared".into());
-    }
     if job.instances.is_empty() {
         return Err("no collective was matched across ranks".into());
+    }
+    if job.method != Method::Arrival {
+        return Err("the hosts' clocks could not be aligned on collectives, so arrivals cannot be compared".into());
     }
     // Steps every rank ran, by name: (name, span on the job clock, window index per rank).
     let first = &inputs[0].ctx.steps;

@@ -10,6 +10,8 @@ use std::fmt::Write;
 
 /// Steps the terminal heatmap shows (the HTML one shows all).
 const TEXT_STEPS: usize = 8;
+/// Ranks the terminal shows (the HTML and JSON have all).
+const TEXT_RANKS: usize = 16;
 /// Critical-path segments listed, longest first.
 const SEGMENTS_SHOWN: usize = 8;
 
@@ -66,10 +68,19 @@ impl JobReport {
         out.push_str(&format!("\n== The job: {}\n", self.clock_line()));
         let mut t =
             Table::new("  Ranks side by side (breakdown: HTA's; overlap: of communication time)", &RANK_HEADERS);
-        for row in self.rank_cells() {
-            t.row(row);
+        let notable = self.notable_ranks();
+        let cells = self.rank_cells();
+        for &i in &notable {
+            t.row(cells[i].clone());
         }
         t.render(out);
+        if notable.len() < self.ranks.len() {
+            out.push_str(&format!(
+                "  ({} of {} ranks: those last most often and those that waited most; all in --format json or html)\n",
+                notable.len(),
+                self.ranks.len()
+            ));
+        }
         match (&self.critical_path, &self.critical_path_missing) {
             (Some(c), _) => {
                 let parts: Vec<String> = c
@@ -122,7 +133,8 @@ impl JobReport {
                 format!("  Step time per rank, ms (waiting for other ranks in brackets){more}"),
                 headers,
             );
-            for (r, who) in h.ranks.iter().enumerate() {
+            for r in notable.iter().copied().filter(|&r| r < h.ranks.len()) {
+                let who = &h.ranks[r];
                 let mut row = vec![short_who(who).to_string()];
                 for k in 0..shown {
                     row.push(match (h.step_ns[r][k], h.waited_ns[r][k]) {
@@ -135,6 +147,24 @@ impl JobReport {
             }
             t.render(out);
         }
+    }
+
+    /// The ranks the terminal shows: all of a small job; of a large one, the [`TEXT_RANKS`] / 2 last most often
+    /// and those that waited most, in rank order.
+    fn notable_ranks(&self) -> Vec<usize> {
+        let n = self.ranks.len();
+        if n <= TEXT_RANKS {
+            return (0..n).collect();
+        }
+        let mut by_last: Vec<usize> = (0..n).collect();
+        by_last.sort_by_key(|&i| (std::cmp::Reverse(self.ranks[i].times_last), i));
+        let mut by_wait: Vec<usize> = (0..n).collect();
+        by_wait.sort_by_key(|&i| (std::cmp::Reverse(self.ranks[i].waited_ns), i));
+        let mut shown: Vec<usize> = by_last.into_iter().take(TEXT_RANKS / 2).collect();
+        let waited: Vec<usize> = by_wait.into_iter().filter(|i| !shown.contains(i)).take(TEXT_RANKS / 2).collect();
+        shown.extend(waited);
+        shown.sort_unstable();
+        shown
     }
 
     pub fn to_html(&self, out: &mut String) {
