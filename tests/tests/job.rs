@@ -157,6 +157,8 @@ fn four_ranks_started_by_open_mpi_are_named_by_its_environment() {
     for (i, rank) in ranks.iter().enumerate() {
         let pid = rank["pid"].as_u64().unwrap();
         assert_eq!(rank["who"].as_str().unwrap(), format!("rank {i} (local {i}) pid {pid}"));
+        // The GPU its work ran on (scenario.c leaves every rank on device 0).
+        assert_eq!(rank["gpus"], serde_json::json!([0]), "{rank}");
     }
     let s = stats(&rec.trace);
     assert!(s["processes"].as_array().unwrap().iter().all(|p| p["world_size"] == RANKS), "{}", s["processes"]);

@@ -59,6 +59,8 @@ pub struct Plan {
     pub no_steps: bool,
     pub events: u64,
     pub gpu_ops: u64,
+    /// Device ordinals its GPU work ran on.
+    pub used_devices: std::collections::BTreeSet<u32>,
 }
 
 type DeviceFacts = (Option<(u32, u32)>, Option<u64>);
@@ -89,6 +91,7 @@ struct First {
     loader_names: FxHashSet<u32>,
     events: u64,
     gpu_ops: u64,
+    used_devices: std::collections::BTreeSet<u32>,
 }
 
 fn is_candidate(name: &str, option: Option<&str>) -> bool {
@@ -120,6 +123,7 @@ impl First {
             loader_names: FxHashSet::default(),
             events: 0,
             gpu_ops: 0,
+            used_devices: Default::default(),
         }
     }
 
@@ -180,6 +184,7 @@ impl First {
             }
             Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
                 self.gpu_ops += 1;
+                self.used_devices.insert(e.device);
                 if e.end > e.start {
                     let x = self.busy_extent.get_or_insert((e.start, e.end));
                     x.1 = x.1.max(e.end);
@@ -414,6 +419,7 @@ pub fn plan(
                 no_steps,
                 events: f.events,
                 gpu_ops: f.gpu_ops,
+                used_devices: f.used_devices,
             },
         );
     }

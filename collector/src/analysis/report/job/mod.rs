@@ -160,6 +160,8 @@ pub struct RankRow {
     pub rank: Option<u32>,
     pub pid: u32,
     pub host: String,
+    /// The GPUs (ordinals on its host) its work ran on.
+    pub gpus: Vec<u32>,
     /// Added to its times to put them on the job's clock (its REALTIME offset and its host's shift), at its
     /// first event (a drifting host's shift changes through the run).
     pub clock_offset_ns: i64,
@@ -217,6 +219,7 @@ impl JobReport {
                     rank: p.rank,
                     pid: p.pid,
                     host: p.run.host.clone(),
+                    gpus: i.ctx.plan.used_devices.iter().copied().collect(),
                     clock_offset_ns: i.clock.offset_at(i.ctx.plan.timeline.map_or(0, |t| t.0)),
                     steps: p.steps.len(),
                     mean_step_ns: p.step_total.as_ref().map_or(0, |t| t.duration_ns / p.steps.len().max(1) as u64),

@@ -47,6 +47,7 @@ impl JobReport {
                 vec![
                     r.who.clone(),
                     if r.host.is_empty() { "-".into() } else { r.host.clone() },
+                    r.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
                     r.steps.to_string(),
                     ms(r.mean_step_ns),
                     r.gpu_utilization.map_or("-".into(), |u| format!("{:.1}%", u * 100.0)),
@@ -177,7 +178,7 @@ impl JobReport {
         for row in self.rank_cells() {
             out.push_str("<tr>");
             for (i, c) in row.iter().enumerate() {
-                let class = if (2..13).contains(&i) { " class=num" } else { "" };
+                let class = if (2..14).contains(&i) { " class=num" } else { "" };
                 let _ = write!(out, "<td{class}>{}</td>", esc(c));
             }
             out.push_str("</tr>");
@@ -308,9 +309,10 @@ fn heat_grid(out: &mut String, h: &super::Heatmap, title: &str, note: &str, valu
     out.push_str("</table></div>");
 }
 
-const RANK_HEADERS: [&str; 14] = [
+const RANK_HEADERS: [&str; 15] = [
     "Rank",
     "Host",
+    "GPU",
     "Steps",
     "Mean step",
     "GPU util",
