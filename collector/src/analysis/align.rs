@@ -71,9 +71,12 @@ impl ToJob {
         ToJob { realtime, shift: host.filter(|h| h.shift_ns != 0 || !h.knots.is_empty()).cloned() }
     }
 
+    /// Within ±2^61 ns (±73 years around the epoch): any two such times subtract without overflow, whatever a
+    /// hostile trace holds.
     pub fn at(&self, own: u64) -> i64 {
+        const LIMIT: i64 = 1 << 61;
         let epoch = (own.min(i64::MAX as u64) as i64).saturating_add(self.realtime);
-        epoch.saturating_add(self.shift.as_ref().map_or(0, |h| h.at(epoch)))
+        epoch.saturating_add(self.shift.as_ref().map_or(0, |h| h.at(epoch))).clamp(-LIMIT, LIMIT)
     }
 
     /// [`ToJob::at`] for times that must stay unsigned (before the epoch: 0).

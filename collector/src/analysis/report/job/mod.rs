@@ -116,10 +116,11 @@ pub fn plan(ctxs: &[Ctx], to_job: &[ToJob], clocks: Clocks) -> JobPlan {
             let windows = &ctxs[m.rank].steps.windows;
             let k = windows.partition_point(|w| w.0 <= m.op.own_start);
             if k > 0 && m.op.own_start < windows[k - 1].1 {
-                r.waited_ns += m.wait;
-                r.step_waits[k - 1] += m.wait;
+                r.waited_ns = r.waited_ns.saturating_add(m.wait);
+                r.step_waits[k - 1] = r.step_waits[k - 1].saturating_add(m.wait);
                 if m.rank != last && m.wait > 0 {
-                    *r.waited_for.entry(last).or_default() += m.wait;
+                    let w = r.waited_for.entry(last).or_default();
+                    *w = w.saturating_add(m.wait);
                 }
             }
         }

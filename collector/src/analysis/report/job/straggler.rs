@@ -34,8 +34,8 @@ pub fn finding(ctxs: &[Ctx], job: &JobPlan) -> Option<Finding> {
     if others.is_empty() {
         return None;
     }
-    let lost = others.iter().map(|&r| ranks[r].waited_ns).sum::<u64>() / others.len() as u64;
-    let others_steps = others.iter().map(|&r| ctxs[r].step_total_ns).sum::<u64>() / others.len() as u64;
+    let lost = others.iter().fold(0u64, |a, &r| a.saturating_add(ranks[r].waited_ns)) / others.len() as u64;
+    let others_steps = others.iter().fold(0u64, |a, &r| a.saturating_add(ctxs[r].step_total_ns)) / others.len() as u64;
     let share = lost as f64 / others_steps.max(1) as f64;
     if times_last * 2 < joined || share < MIN_SHARE {
         return None;
@@ -116,7 +116,7 @@ fn by_step_time(ctxs: &[Ctx]) -> Option<Finding> {
     if (slow_mean as f64) < others as f64 * 1.05 {
         return None;
     }
-    let lost = (slow_mean - others) * ctxs[slow].steps.windows.len() as u64;
+    let lost = (slow_mean - others).saturating_mul(ctxs[slow].steps.windows.len() as u64);
     let mut ev = Evidence::default();
     ev.facts.push(format!(
         "{} takes {} per step, the other ranks {} (median); no collectives in the trace to measure waiting",
