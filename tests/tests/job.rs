@@ -106,6 +106,12 @@ fn four_ranks_in_one_session_name_the_slow_rank_and_its_lag() {
     assert!(c["work_by_rank"][0][0].as_str().unwrap().starts_with("rank 1 "), "{c}");
     let rank1_work = c["work_by_rank"][0][1].as_f64().unwrap();
     assert!(rank1_work >= 0.5 * c["duration_ns"].as_f64().unwrap(), "{c}");
+    // What that work was: rank 1's GPU work before it joined, its planted kernel among it, as long as it ran.
+    let before = segments.iter().find(|s| s["kind"] == "work" && s["who"].as_str().unwrap().starts_with("rank 1 "));
+    let work = before.expect("rank 1's work on the path")["gpu_work"].as_array().unwrap();
+    let planted = work.iter().find(|w| w[0] == "slow_rank_extra_kernel").expect("the planted kernel");
+    let planted_ns = planted[1].as_f64().unwrap();
+    assert!((planted_ns - lag).abs() <= 0.25 * lag, "{planted_ns} ns of the planted kernel on the path: {c}");
     // The heatmap: every rank's every step, and the time the fast ranks waited in each.
     let h = &job["heatmap"];
     assert_eq!(h["steps"].as_array().unwrap().len(), STEPS as usize);

@@ -35,6 +35,18 @@ fn record_ranks(dir: &std::path::Path, output: &str, ranks: u32) -> std::process
         .unwrap()
 }
 
+/// `cuflight record -o run.%h.%r.cuf sh -c SCRIPT` in `dir` (one file per host and rank); its output, checked.
+fn record_per_host(dir: &std::path::Path, script: &str) -> std::process::Output {
+    let recorded = Command::new(cuflight_bin())
+        .current_dir(dir)
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .args(["record", "-o", "run.%h.%r.cuf", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    recorded
+}
+
 #[test]
 fn one_file_per_rank_named_by_host_and_rank() {
     let _serial = serial();
@@ -104,13 +116,7 @@ fn two_hosts_with_skewed_clocks_are_aligned_on_their_collectives() {
         "RANK=0 CUFLIGHT_TEST_HOST=hosta {p} rank 16 0 2 {b} & \
          RANK=1 CUFLIGHT_TEST_HOST=hostb CUFLIGHT_TEST_CLOCK_OFFSET_NS={skew} {p} rank 16 1 2 {b}; wait"
     );
-    let recorded = Command::new(cuflight_bin())
-        .current_dir(&dir)
-        .env("LD_LIBRARY_PATH", cudasim_dir())
-        .args(["record", "-o", "run.%h.%r.cuf", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    let recorded = record_per_host(&dir, &script);
     let (a, bfile) = (dir.join("run.hosta.0.cuf"), dir.join("run.hostb.1.cuf"));
     let tables = dir.join("job");
     let (ok, err) = cuflight(&[
@@ -367,13 +373,7 @@ fn a_host_whose_clock_drifts_is_followed_through_the_run() {
         "RANK=0 CUFLIGHT_TEST_HOST=hosta {p} rank 100 0 2 {b} & RANK=1 CUFLIGHT_TEST_HOST=hostb \
          CUFLIGHT_TEST_CLOCK_OFFSET_NS=7300000 CUFLIGHT_TEST_CLOCK_DRIFT_PPM=2000 {p} rank 100 1 2 {b}; wait"
     );
-    let recorded = Command::new(cuflight_bin())
-        .current_dir(&dir)
-        .env("LD_LIBRARY_PATH", cudasim_dir())
-        .args(["record", "-o", "run.%h.%r.cuf", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    assert!(recorded.status.success(), "{}", String::from_utf8_lossy(&recorded.stderr));
+    let recorded = record_per_host(&dir, &script);
     let text = String::from_utf8_lossy(&recorded.stdout);
     let truth: f64 = text.lines().find_map(|l| l.strip_prefix("lateness_ns[1]=")).unwrap().parse().unwrap();
     let (a, bfile) = (dir.join("run.hosta.0.cuf"), dir.join("run.hostb.1.cuf"));

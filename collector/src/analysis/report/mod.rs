@@ -269,6 +269,11 @@ impl Report {
                 .collect();
             job::JobReport::build(&job_plan, &inputs)
         });
+        let mut job = job;
+        if let Some(c) = job.as_mut().and_then(|j| j.critical_path.as_mut()) {
+            let owners: Vec<(usize, u32)> = primary.iter().map(|&i| procs[i]).collect();
+            job::critical::fill_gpu_work(c, traces, &owners, &offsets)?;
+        }
         all.extend(job_plan.finding);
         sort_findings(&mut all);
         let verdict = verdict(&all, &processes);

@@ -23,6 +23,13 @@ pub struct Segment {
     /// On the job's clock (ns; the epoch when the traces carry REALTIME pairs).
     pub start_ns: i64,
     pub duration_ns: u64,
+    /// Which rank (index into the job's ranks).
+    #[serde(skip)]
+    pub rank: usize,
+    /// A work segment's GPU work on that rank, by name, most first (kernels, copies, memsets; the time each
+    /// overlapped the segment): what the step waited on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpu_work: Vec<(String, u64)>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -94,6 +101,8 @@ pub fn critical_path(job: &JobPlan, inputs: &[RankInput]) -> Result<CriticalPath
                 what: format!("work before joining {}", short(name)),
                 start_ns: prev,
                 duration_ns: (arrival - prev) as u64,
+                rank: last.rank,
+                gpu_work: Vec::new(),
             });
         }
         let from = prev.max(arrival);
@@ -105,6 +114,8 @@ pub fn critical_path(job: &JobPlan, inputs: &[RankInput]) -> Result<CriticalPath
                 what: short(name).to_string(),
                 start_ns: from,
                 duration_ns: (end - from) as u64,
+                rank: last.rank,
+                gpu_work: Vec::new(),
             });
         }
         prev = prev.max(end);
@@ -120,6 +131,8 @@ pub fn critical_path(job: &JobPlan, inputs: &[RankInput]) -> Result<CriticalPath
             what: if insts.is_empty() { "the whole step".into() } else { "work after the last collective".into() },
             start_ns: prev,
             duration_ns: (*t1 - prev) as u64,
+            rank: r,
+            gpu_work: Vec::new(),
         });
     }
     let mut by_rank: Vec<(String, u64)> = Vec::new();
@@ -157,6 +170,62 @@ pub fn critical_path(job: &JobPlan, inputs: &[RankInput]) -> Result<CriticalPath
 }
 
 /// A kernel name without its parameter list.
-fn short(name: &str) -> &str {
+pub fn short(name: &str) -> &str {
     name.split('(').next().unwrap_or(name).trim_start_matches("void ")
+}
+
+/// GPU work per name in each work segment, the most at most.
+const WORK_SHOWN: usize = 3;
+
+/// Fills each work segment's `gpu_work`: one more pass over the files that hold the path's ranks (only those
+/// ranks' kernels, copies and memsets that overlap a segment are counted). `owners[r]`: rank r's (file, process
+/// key); `clocks[r]`: its way onto the job's clock.
+pub fn fill_gpu_work(
+    c: &mut CriticalPath,
+    traces: &mut [(String, crate::model::source::EventSource)],
+    owners: &[(usize, u32)],
+    clocks: &[crate::analysis::align::ToJob],
+) -> Result<(), crate::model::trace::TraceError> {
+    use rustc_hash::FxHashMap;
+    // Per (file, process): its segments as (index, start, end) on the job clock.
+    type Spans = Vec<(usize, i64, i64)>;
+    let mut wanted: FxHashMap<(usize, u32), Spans> = FxHashMap::default();
+    for (i, s) in c.segments.iter().enumerate().filter(|(_, s)| s.kind == "work") {
+        let Some(&owner) = owners.get(s.rank) else { continue };
+        wanted.entry(owner).or_default().push((i, s.start_ns, s.start_ns.saturating_add(s.duration_ns as i64)));
+    }
+    let mut files: Vec<usize> = wanted.keys().map(|k| k.0).collect();
+    files.sort_unstable();
+    files.dedup();
+    let rank_of: FxHashMap<(usize, u32), usize> = owners.iter().enumerate().map(|(r, &o)| (o, r)).collect();
+    let mut found: Vec<FxHashMap<String, u64>> = vec![FxHashMap::default(); c.segments.len()];
+    for fi in files {
+        let Some((_, source)) = traces.get_mut(fi) else { continue };
+        source.for_each(|k, p, e| {
+            let Some(segs) = wanted.get(&(fi, k)) else { return };
+            if !e.is_gpu_work() {
+                return;
+            }
+            let clock = &clocks[rank_of[&(fi, k)]];
+            let (a, b) = (clock.at(e.start), clock.at(e.end.max(e.start)));
+            for &(i, s, t) in segs {
+                let overlap = b.min(t).saturating_sub(a.max(s));
+                if overlap > 0 {
+                    let name = match e.kind() {
+                        Some(cuflight_format::EventKind::Memcpy) => "memcpy".to_string(),
+                        Some(cuflight_format::EventKind::Memset) => "memset".to_string(),
+                        _ => short(p.string(e.name)).to_string(),
+                    };
+                    *found[i].entry(name).or_default() += overlap as u64;
+                }
+            }
+        })?;
+    }
+    for (seg, names) in c.segments.iter_mut().zip(found) {
+        let mut v: Vec<(String, u64)> = names.into_iter().collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.truncate(WORK_SHOWN);
+        seg.gpu_work = v;
+    }
+    Ok(())
 }

@@ -118,6 +118,14 @@ impl JobReport {
                             format!("{} (last in: {})", s.what, short_who(&s.who))
                         }
                     ));
+                    if !s.gpu_work.is_empty() {
+                        let work: Vec<String> = s
+                            .gpu_work
+                            .iter()
+                            .map(|(n, ns)| format!("{} {}", crate::export::table::terminal_safe(n), ms(*ns)))
+                            .collect();
+                        out.push_str(&format!("{:>31}GPU: {}\n", "", work.join(", ")));
+                    }
                 }
             }
             (None, Some(why)) => out.push_str(&format!("\n  No critical path: {why}.\n")),
@@ -215,12 +223,15 @@ impl JobReport {
             let x = left + (s.start_ns - c.start_ns) as f64 / c.duration_ns.max(1) as f64 * w;
             let width = s.duration_ns as f64 / c.duration_ns.max(1) as f64 * w;
             let fill = if s.kind == "collective" { "#bab0ac" } else { color(&s.who) };
+            let work: Vec<String> = s.gpu_work.iter().map(|(n, ns)| format!("{n} {}", ms(*ns))).collect();
+            let work = if work.is_empty() { String::new() } else { format!("; GPU: {}", work.join(", ")) };
             let _ = write!(
                 out,
-                "<rect x={x:.1} y=4 width={width:.1} height=20 fill=\"{fill}\"><title>{}: {} ({})</title></rect>",
+                "<rect x={x:.1} y=4 width={width:.1} height=20 fill=\"{fill}\"><title>{}: {} ({}){}</title></rect>",
                 esc(&s.who),
                 esc(&s.what),
-                ms(s.duration_ns)
+                ms(s.duration_ns),
+                esc(&work)
             );
         }
         out.push_str("</svg><ul>");
