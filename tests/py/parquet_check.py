@@ -1,6 +1,7 @@
 """Queries a cuflight Parquet export with DuckDB (as a user would, hive partitioning on) and prints JSON of what
 `cuflight stats` also says: per kernel name and per API name count and total ns, copies, memsets, NVTX ranges,
-allocations, steps, and per rank the kernel count. Usage: parquet_check.py DIR"""
+allocations, steps, and per rank the kernel count; with README, also the rows of the README's DuckDB query run on
+DIR (its `job/` replaced by DIR), so the documented query is known to run. Usage: parquet_check.py DIR [README]"""
 import json
 import sys
 
@@ -33,4 +34,10 @@ out = {
         f"and k.correlation = a.correlation where k.correlation <> 0 and k.start_ns < a.start_ns")[0][0],
     "bad_spans": rows(f"select count(*) from {t('kernels')} where end_ns < start_ns or duration_ns <> end_ns - start_ns")[0][0],
 }
+if len(sys.argv) > 2:
+    text = open(sys.argv[2], encoding="utf-8").read()
+    after = text[text.index("DuckDB on a laptop"):]
+    sql = after[after.index("```sql") + len("```sql"):]
+    sql = sql[: sql.index("```")].replace("'job/", f"'{root}/")
+    out["readme_query"] = [[r, n, c, float(ms)] for r, n, c, ms in rows(sql)]
 print(json.dumps(out))

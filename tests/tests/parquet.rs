@@ -108,6 +108,20 @@ fn imported_traces_and_ranks_share_one_directory() {
         |t: &Path| stats(t)["kernels"].as_array().unwrap().iter().map(|k| k["count"].as_u64().unwrap()).sum::<u64>();
     assert_eq!(q["kernels_by_rank"], serde_json::json!({"0": count(&r0), "1": count(&r1)}));
     assert!(out.join("kernels/host=unknown/rank=0").is_dir() && out.join("kernels/host=unknown/rank=1").is_dir());
+    // The README's DuckDB query, as printed there: its top 20 (rank, kernel) rows are each what that rank's own
+    // `stats` says of the kernel.
+    let readme = repo_root().join("README.md");
+    let q = python_json("parquet_check.py", &[out.as_os_str(), readme.as_os_str()]);
+    let rows = q["readme_query"].as_array().unwrap();
+    assert_eq!(rows.len(), 20, "{rows:?}");
+    let per_rank = [stats(&r0), stats(&r1)];
+    for row in rows {
+        let rank = row[0].as_u64().unwrap() as usize;
+        let k = per_rank[rank]["kernels"].as_array().unwrap().iter().find(|k| k["name"] == row[1]).unwrap();
+        assert_eq!(row[2], k["count"], "{row:?}");
+        let ms = k["total_ns"].as_f64().unwrap() / 1e6;
+        assert!((row[3].as_f64().unwrap() - ms).abs() <= 1e-9 * ms.max(1.0), "{row:?} vs {k}");
+    }
 }
 
 #[test]
