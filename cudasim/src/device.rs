@@ -177,10 +177,20 @@ impl Stream {
                     graph: op.graph.unwrap_or((0, 0)),
                 };
                 let token = activity::kernel_started(record);
+                KERNEL_ENDS_AT.with(|e| e.set(0));
                 // SAFETY: the app launched `f` as a kernel taking `void **args`; each entry points at an 8-byte
                 // copy of the argument taken at launch, alive for the call.
                 unsafe { f(ptrs.as_mut_ptr()) };
-                let end = now_ns();
+                let end = match KERNEL_ENDS_AT.with(|e| e.get()) {
+                    0 => now_ns(),
+                    at => {
+                        let at = at.max(start);
+                        if let Some(wait) = at.checked_sub(now_ns()).filter(|&w| w > 0) {
+                            std::thread::sleep(std::time::Duration::from_nanos(wait));
+                        }
+                        at
+                    }
+                };
                 activity::kernel_finished(token, record.map_times(|t| if t == 0 { end } else { t }));
             }
             Work::Memcpy { dst, src, bytes, is_async } => {
@@ -350,6 +360,21 @@ static STICKY: AtomicU32 = AtomicU32::new(0);
 #[no_mangle]
 pub extern "C" fn cudasim_kernel_fault(code: u32) {
     let _ = STICKY.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+}
+
+thread_local! {
+    /// The end a running kernel declared through [`cudasim_kernel_ends_at`] (0: none); stream workers only.
+    static KERNEL_ENDS_AT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Test double only (no such entry point exists in CUDA): a simulated kernel calls this to say when it finishes
+/// on the simulated GPU, in CLOCK_MONOTONIC ns. A GPU stamps a kernel's end itself, whatever the host's scheduler
+/// does; a CPU kernel's end is stamped when its stream's thread runs again, which a loaded host can delay by
+/// milliseconds. The record ends at `ns` (not before its start), and a kernel that returns earlier holds its
+/// stream until then, so the stream's next operation still starts after it.
+#[no_mangle]
+pub extern "C" fn cudasim_kernel_ends_at(ns: u64) {
+    KERNEL_ENDS_AT.with(|e| e.set(ns));
 }
 
 /// The sticky error a call returns once a kernel faulted; version queries, which need no context, still work.

@@ -22,7 +22,10 @@
 #include <fcntl.h>
 #include <nvtx3/nvToolsExt.h>
 #include <string.h>
+#include <linux/futex.h>
+#include <limits.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static void sleep_us(long us) {
@@ -74,7 +77,8 @@ static void register_device_names(void) {
         NULL, NULL, NULL, NULL, NULL);
 }
 
-static volatile long *barrier_counter;
+/* Arrivals so far, across the ranks (a futex word in the shared barrier file). */
+static int *barrier_counter;
 /* Each rank's arrival at each collective (CLOCK_MONOTONIC, before any test clock offset), in slots reused
  * every 32 collectives (no rank is ever more than one collective ahead): [slot][rank], ranks < 8. */
 static int64_t *arrivals;
@@ -89,17 +93,33 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Joins when every rank has joined this collective, then "transfers" for 0.5 ms: every rank leaves the join
- * within a few µs of the last arrival (it yields rather than sleeps while it waits), so the collective ends
- * together on every rank, as a real all-reduce does. */
+/* cudasim's test-only hook (not CUDA): the simulated GPU finishes this kernel at `ns` (CLOCK_MONOTONIC). */
+extern void cudasim_kernel_ends_at(uint64_t ns);
+
+/* Joins when every rank has joined this collective, then "transfers" for 0.5 ms from the last arrival, so the
+ * collective ends at one instant on every rank, as a real all-reduce does (NCCL's ring finishes within µs on
+ * every participant). Ranks wait on a futex rather than spinning, so waiting ranks leave the cores to the
+ * late one, and the end is the GPU's (cudasim_kernel_ends_at: the last arrival + 0.5 ms on the host's
+ * CLOCK_MONOTONIC, which the ranks share), so the host's scheduler, which can wake one rank's thread late, does
+ * not move it. */
 void ncclKernel_AllReduce_RING_LL_Sum_float(void **a) {
     (void)a;
     long c = collectives++;
-    long target = world * collectives;
+    int target = (int)(world * collectives);
     int64_t *slot = arrivals + (c % 32) * 8;
     __atomic_store_n(&slot[my_rank], now_ns(), __ATOMIC_SEQ_CST);
-    __atomic_add_fetch(barrier_counter, 1, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(barrier_counter, __ATOMIC_SEQ_CST) < target) sched_yield();
+    int seen = __atomic_add_fetch(barrier_counter, 1, __ATOMIC_SEQ_CST);
+    if (seen >= target) {
+        syscall(SYS_futex, barrier_counter, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    } else {
+        while ((seen = __atomic_load_n(barrier_counter, __ATOMIC_SEQ_CST)) < target)
+            syscall(SYS_futex, barrier_counter, FUTEX_WAIT, seen, NULL, NULL, 0);
+    }
+    int64_t last = 0;
+    for (int r = 0; r < world && r < 8; r++) {
+        int64_t t = __atomic_load_n(&slot[r], __ATOMIC_SEQ_CST);
+        if (t > last) last = t;
+    }
     if (world > 1 && c < 4096) {
         int64_t others[8];
         int n = 0;
@@ -108,7 +128,7 @@ void ncclKernel_AllReduce_RING_LL_Sum_float(void **a) {
         qsort(others, n, sizeof others[0], cmp_i64);
         lateness[c] = slot[my_rank] - others[(n - 1) / 2];
     }
-    sleep_us(500);
+    cudasim_kernel_ends_at((uint64_t)(last + 500000));
 }
 
 int main(int argc, char **argv) {
