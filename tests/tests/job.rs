@@ -174,3 +174,39 @@ fn four_ranks_started_by_open_mpi_are_named_by_its_environment() {
     let truth = lateness_ns(&rec.output.stdout, 1);
     assert!((measured - truth).abs() <= 0.1 * truth, "rank 1 joined {measured} ns late; it measured {truth} ns");
 }
+
+#[test]
+fn a_rank_claimed_by_two_processes_of_the_job_is_shown_twice_and_said() {
+    let _serial = serial();
+    // HTA's two ranks, and rank 0 again from another run (a copy: another file, the same rank, collectives of its
+    // own). It is no DataLoader worker of rank 0: all three stand in the job view, and the report says rank 0
+    // is claimed twice instead of leaving one out.
+    let (Some(r0), Some(r1)) = (shared_trace("kineto-2rank-r0.json.gz"), shared_trace("kineto-2rank-r1.json.gz"))
+    else {
+        return;
+    };
+    let dir = scratch("job-claimed-twice");
+    let again = dir.join("rank0-again.json.gz");
+    std::fs::copy(&r0, &again).unwrap();
+    let out =
+        Command::new(cuflight_bin()).args(["report", "--format", "json"]).args([&r0, &r1, &again]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ranks: Vec<u64> = r["job"]["ranks"].as_array().unwrap().iter().map(|k| k["rank"].as_u64().unwrap()).collect();
+    assert_eq!(ranks, [0, 1, 0], "{}", r["job"]);
+    let procs = r["processes"].as_array().unwrap();
+    assert!(procs.iter().all(|p| p.get("worker_of").is_none()), "{procs:?}");
+    let claimed: Vec<&Value> = procs
+        .iter()
+        .filter(|p| {
+            p["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("rank 0 is also claimed"))
+        })
+        .collect();
+    assert_eq!(claimed.len(), 2, "{procs:?}");
+    assert!(claimed.iter().all(|p| p["rank"] == 0));
+    // Without the copy, the two ranks stand as before, with no such warning.
+    let out = Command::new(cuflight_bin()).args(["report", "--format", "json"]).args([&r0, &r1]).output().unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["job"]["ranks"].as_array().unwrap().len(), 2);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("also claimed"));
+}

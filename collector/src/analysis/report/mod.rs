@@ -158,7 +158,11 @@ impl Report {
             procs.iter().enumerate().map(|(i, &(fi, k))| ctx(traces, &plans, (fi, k), i, several_files, n)).collect();
         // One process per rank takes part in the job view; its DataLoader or other workers with GPU work of
         // their own (same rank, from the launcher's environment they inherit) are reported beside it.
-        let primary = primaries(&ctxs);
+        let (primary, main_of) = roles(&ctxs);
+        let mut warnings = warnings;
+        for (i, w) in claimed_twice(&ctxs, &primary, &procs, traces) {
+            warnings[i].push(w);
+        }
         let job_ctxs: Vec<Ctx> = primary.iter().map(|&i| ctx(traces, &plans, procs[i], i, several_files, n)).collect();
         let (offsets, clocks) = job_clocks(&job_ctxs);
         let mut job_plan = job::plan(&job_ctxs, &offsets, clocks);
@@ -166,14 +170,7 @@ impl Report {
         for (j, &i) in primary.iter().enumerate() {
             waits[i] = std::mem::take(&mut job_plan.waits[j]);
         }
-        let worker_of: Vec<Option<u32>> = ctxs
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let main = primary.iter().find(|&&j| j != i && ctxs[j].rank.is_some() && ctxs[j].rank == c.rank);
-                main.filter(|_| !primary.contains(&i)).map(|&j| ctxs[j].p.info.pid)
-            })
-            .collect();
+        let worker_of: Vec<Option<u32>> = main_of.iter().map(|m| m.map(|j| ctxs[j].p.info.pid)).collect();
         drop(job_ctxs);
         drop(ctxs);
         // The sweep, file by file (every process of a file in one pass).
@@ -299,25 +296,70 @@ impl Report {
 
 type Plans = Vec<rustc_hash::FxHashMap<u32, plan::Plan>>;
 
-/// Indexes of the processes that stand for their rank: per rank, the one with the most communication kernels,
-/// then the most GPU work (a rank's DataLoader workers share its rank); every process without a rank.
-fn primaries(ctxs: &[Ctx]) -> Vec<usize> {
-    let mut best: rustc_hash::FxHashMap<u32, usize> = Default::default();
-    let mut out = Vec::new();
+/// Which processes stand for a rank in the job view, and whose worker each other one is. A rank's DataLoader or
+/// other workers inherit its rank and run on its host: of the processes of one rank and host, the one with the
+/// most communication kernels, then the most GPU work, stands for the rank, and the others are its workers
+/// unless they run collectives of their own (workers do not; a second job's rank does). Processes of one rank
+/// on different hosts, and every process without a rank, stand for themselves.
+/// Returns the primaries in order, and per process the index of the primary it works for.
+fn roles(ctxs: &[Ctx]) -> (Vec<usize>, Vec<Option<usize>>) {
+    let mut best: rustc_hash::FxHashMap<(u32, &str), usize> = Default::default();
     let weight = |c: &Ctx| (c.plan.comm.len(), c.plan.gpu_ops);
     for (i, c) in ctxs.iter().enumerate() {
-        match c.rank {
-            None => out.push(i),
-            Some(r) => {
-                let b = best.entry(r).or_insert(i);
-                if weight(c) > weight(&ctxs[*b]) {
-                    *b = i;
-                }
+        if let Some(r) = c.rank {
+            let b = best.entry((r, c.p.info.host.as_str())).or_insert(i);
+            if weight(c) > weight(&ctxs[*b]) {
+                *b = i;
             }
         }
     }
-    out.extend(best.into_values());
-    out.sort_unstable();
+    let main_of: Vec<Option<usize>> = ctxs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let main = *best.get(&(c.rank?, c.p.info.host.as_str()))?;
+            (main != i && c.plan.comm.is_empty()).then_some(main)
+        })
+        .collect();
+    let primary = (0..ctxs.len()).filter(|&i| main_of[i].is_none()).collect();
+    (primary, main_of)
+}
+
+/// A warning for each primary whose rank another primary claims too (traces of two jobs, or a launcher that set
+/// the same RANK twice): both stay in the job view, each as a rank of its own, and the report says so.
+fn claimed_twice(
+    ctxs: &[Ctx],
+    primary: &[usize],
+    procs: &[(usize, u32)],
+    traces: &[(String, EventSource)],
+) -> Vec<(usize, String)> {
+    let mut by_rank: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+    for &i in primary {
+        if let Some(r) = ctxs[i].rank {
+            by_rank.entry(r).or_default().push(i);
+        }
+    }
+    let mut out = Vec::new();
+    for (r, claimants) in by_rank.into_iter().filter(|(_, c)| c.len() > 1) {
+        let where_ = |j: usize| {
+            let host = ctxs[j].p.info.host.as_str();
+            let host = if host.is_empty() { "an unknown host" } else { host };
+            format!("pid {} on {host} in {}", ctxs[j].p.info.pid, traces[procs[j].0].0)
+        };
+        for &i in &claimants {
+            let others: Vec<String> = claimants.iter().filter(|&&j| j != i).take(3).map(|&j| where_(j)).collect();
+            let more = claimants.len().saturating_sub(4);
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            out.push((
+                i,
+                format!(
+                    "rank {r} is also claimed by {}{more}, which runs collectives of its own: are these one job's \
+                     traces? Each is compared as a rank of its own",
+                    others.join(", ")
+                ),
+            ));
+        }
+    }
     out
 }
 
