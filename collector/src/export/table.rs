@@ -26,6 +26,8 @@ pub struct Table {
     rows: Vec<Vec<String>>,
     /// Printed instead of the rows (a table whose records were not recorded at all).
     note: Option<String>,
+    /// The last column holds names (left-aligned, unpadded); otherwise it is right-aligned like the rest.
+    names_last: bool,
 }
 
 impl Table {
@@ -35,7 +37,13 @@ impl Table {
 
     /// A table whose column names are data (step names, ranks): made terminal-safe as cells are.
     pub fn with_headers(title: impl Into<String>, headers: Vec<String>) -> Table {
-        Table { title: title.into(), headers, rows: Vec::new(), note: None }
+        Table { title: title.into(), headers, rows: Vec::new(), note: None, names_last: true }
+    }
+
+    /// A table whose last column is a figure like the others (a heatmap's last step), right-aligned.
+    pub fn figures_last(mut self) -> Table {
+        self.names_last = false;
+        self
     }
 
     /// Adds a row. When rendered for a terminal, cells are made safe: control characters escaped (a name is
@@ -95,11 +103,11 @@ impl Table {
                 *w = (*w).max(c.chars().count());
             }
         }
-        let last = self.headers.len() - 1;
+        let last = if self.names_last { self.headers.len() - 1 } else { usize::MAX };
         let line = |cells: Vec<&str>, out: &mut String| {
             let mut s = String::from(" ");
             for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
-                // The last column holds names: left-aligned and never padded.
+                // A last column of names: left-aligned and never padded.
                 if i == last {
                     s.push_str(&format!(" {c}"));
                 } else {
@@ -139,5 +147,25 @@ mod tests {
         let mut out = String::new();
         t.to_csv(&mut out);
         assert_eq!(out, format!("# T\nCount,Name\n3,\"f<a, b>\"\"q\"\"\"\n1,{long}\n2,k\\u{{1b}}[2J\n"));
+    }
+
+    #[test]
+    fn a_last_column_of_figures_lines_up_as_the_others_do() {
+        let render = |t: &Table| {
+            let mut out = String::new();
+            t.render(&mut out);
+            out
+        };
+        let mut names = Table::new("T", &["Ms", "Name"]);
+        names.row(vec!["12.5".into(), "gemm".into()]);
+        names.row(vec!["1.0".into(), "a_longer_name".into()]);
+        assert_eq!(render(&names), "\nT\n    Ms Name\n  ---- -------------\n  12.5 gemm\n   1.0 a_longer_name\n");
+        let mut figures = Table::with_headers("T", vec!["Rank".into(), "#0".into()]).figures_last();
+        figures.row(vec!["r0".into(), "13.52 (3.44)".into()]);
+        figures.row(vec!["r1".into(), "14.35".into()]);
+        assert_eq!(
+            render(&figures),
+            "\nT\n  Rank           #0\n  ---- ------------\n    r0 13.52 (3.44)\n    r1        14.35\n"
+        );
     }
 }

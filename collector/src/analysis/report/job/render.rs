@@ -141,7 +141,8 @@ impl JobReport {
             let mut t = Table::with_headers(
                 format!("  Step time per rank, ms (waiting for other ranks in brackets){more}"),
                 headers,
-            );
+            )
+            .figures_last();
             for r in notable.iter().copied().filter(|&r| r < h.ranks.len()) {
                 let who = &h.ranks[r];
                 let mut row = vec![short_who(who).to_string()];
