@@ -36,21 +36,15 @@ fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) -> R
     use cuflight_collector::export::{output_dir::OutputDir, parquet};
     let dest = output.unwrap_or_else(|| output::default_beside(&traces[0], "parquet"));
     let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
+    output::distinct_inputs(&inputs)?;
     let out = OutputDir::create(&dest, &inputs, force, parquet::MANIFEST)?;
-    let mut sources = Vec::with_capacity(traces.len());
-    let mut stems = std::collections::HashSet::new();
     for t in traces {
         // Checked up front (readable, a known format), and cut-short traces named once; opened again later.
         let source = cuflight_collector::model::source::EventSource::open(t)?;
         warn_cut_short(t, source.cut_short.as_deref());
-        drop(source);
-        // Part files are named after their trace; equal names get a number.
-        let base = t.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
-        let base = base.split('.').next().filter(|s| !s.is_empty()).unwrap_or("trace").to_string();
-        let stem =
-            (1..).map(|i| if i == 1 { base.clone() } else { format!("{base}-{i}") }).find(|s| stems.insert(s.clone()));
-        sources.push((stem.unwrap_or(base), t.clone()));
     }
+    // Part files are named after their trace.
+    let sources: Vec<(String, PathBuf)> = parquet::part_stems(traces).into_iter().zip(traces.iter().cloned()).collect();
     let written = parquet::export(&sources, out.path())?;
     let manifest = serde_json::json!({
         "schema_version": parquet::SCHEMA_VERSION,
@@ -411,6 +405,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Merge { traces, output, force } => {
             let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
+            output::distinct_inputs(&inputs)?;
             let out = Output::create(&output, &inputs, force)?;
             for t in &traces {
                 // Checked up front (readable, a known format), and cut-short traces named once.
@@ -423,12 +418,15 @@ fn run(cli: Cli) -> Result<i32> {
             let m = cuflight_collector::export::merge::merge(&traces, w, command)?;
             out.commit()?;
             print_hosts(&m.hosts);
+            let s = |n: usize| if n == 1 { "" } else { "s" };
             eprintln!(
-                "cuflight: wrote {}: {} processes, {} events from {} traces",
+                "cuflight: wrote {}: {} process{}, {} events from {} trace{}",
                 output.display(),
                 m.processes,
+                if m.processes == 1 { "" } else { "es" },
                 m.events,
-                traces.len()
+                traces.len(),
+                s(traces.len())
             );
             Ok(0)
         }
@@ -443,6 +441,7 @@ fn run(cli: Cli) -> Result<i32> {
             };
             let output = output.unwrap_or_else(|| output::default_beside(&trace, ext));
             let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
+            output::distinct_inputs(&inputs)?;
             let out = Output::create(&output, &inputs, force)?;
             // Several traces (one job's hosts or ranks): merged on one clock first, as `cuflight merge` does.
             // Streamed in time order (cuflight traces block by block, large imported ones spooled in runs).
@@ -479,6 +478,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Report { traces, format, step, output, force } => {
             let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
+            output::distinct_inputs(&inputs)?;
             let out = output.as_deref().map(|o| Output::create(o, &inputs, force)).transpose()?;
             let mut sources = Vec::new();
             for t in &traces {

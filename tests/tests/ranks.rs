@@ -138,12 +138,11 @@ fn two_hosts_with_skewed_clocks_are_aligned_on_their_collectives() {
     assert_eq!(h["host"], "hostb");
     assert!(h["matched"].as_u64().unwrap() >= 16, "{h}");
     let shift = h["shift_ns"].as_i64().unwrap();
-    // Within 50 µs on a quiet machine (2-10 µs measured). cudasim stamps a kernel's end when its host thread
-    // returns, so on a machine whose cores are taken by others the ends scatter by the scheduler's delays; the
-    // residual the alignment reports measures that scatter, and the error stays within it.
-    let residual = h["residual_ns"].as_i64().unwrap();
-    let allowed = 50_000.max(residual);
+    // Within 50 µs, as the issue asks (about 1 µs measured, with the cores loaded too: the all-reduce's end is
+    // the simulated GPU's, cudasim_kernel_ends_at, not when a loaded host schedules the rank's thread again).
+    let allowed = 50_000;
     assert!((shift + skew).abs() <= allowed, "recovered {shift} ns for a skew of {skew} ns: {h}");
+    assert!(h["residual_ns"].as_i64().unwrap() <= allowed, "{h}");
     // `merge` writes them as one trace on that clock: its collectives already agree (a second alignment finds
     // nothing left to shift), and the report finds rank 1, the planted straggler.
     let job = dir.join("job.cuf");
@@ -387,8 +386,10 @@ fn a_host_whose_clock_drifts_is_followed_through_the_run() {
     let knots: Vec<i64> = h["knots"].as_array().unwrap().iter().map(|k| k[1].as_i64().unwrap()).collect();
     let spread = knots.first().unwrap() - knots.last().unwrap();
     assert!((1_500_000..4_000_000).contains(&spread), "{h}");
-    let residual = h["residual_ns"].as_u64().unwrap();
-    assert!(residual <= 100_000, "{h}");
+    // Followed, the residual is about 1 µs (the collectives end together on the simulated GPUs); one shift for
+    // the run would leave about a quarter of the drift, some 700 µs.
+    let residual = h["residual_ns"].as_i64().unwrap();
+    assert!(residual <= 25_000, "residual {residual} ns for a drift of {spread} ns: {h}");
     let measured = r["job"]["ranks"][1]["median_lateness_ns"].as_f64().unwrap();
     assert!((measured - truth).abs() <= 0.1 * truth, "rank 1 joined {measured} ns late, it measured {truth}: {h}");
     // merge applies the same: aligning the merged trace again finds nothing left to shift, at any time.
@@ -400,10 +401,9 @@ fn a_host_whose_clock_drifts_is_followed_through_the_run() {
     let left = &r["job"]["clocks"]["hosts"][1];
     let mut knots: Vec<i64> = left["knots"].as_array().unwrap().iter().map(|k| k[1].as_i64().unwrap().abs()).collect();
     knots.sort_unstable();
-    assert!(knots[knots.len() / 2] <= 50_000, "{left}");
-    // A knot is the median of 16 ends; a rank descheduled through several of them moves it by their scatter.
-    let scatter = 150_000.max(4 * left["residual_ns"].as_i64().unwrap());
-    assert!(knots.iter().all(|&k| k <= scatter), "{left}");
+    assert!(knots[knots.len() / 2] <= 25_000, "{left}");
+    // Every stretch: a knot is the median of 16 ends, which follow the drift between knots within tens of µs.
+    assert!(knots.iter().all(|&k| k <= 100_000), "{left}");
     // A timeline of both files is on that clock too: each all-reduce ends at the same time on both ranks.
     let json = dir.join("job.json");
     let (ok, err) = cuflight(&[
@@ -429,5 +429,60 @@ fn a_host_whose_clock_drifts_is_followed_through_the_run() {
     assert_eq!(ranks.len(), 2, "{:?}", ends.keys());
     let mut gaps: Vec<f64> = ranks[0].iter().zip(ranks[1]).map(|(x, y)| (x - y).abs()).collect();
     gaps.sort_by(f64::total_cmp);
-    assert!(gaps[gaps.len() / 2] <= 50.0, "all-reduce ends {} µs apart (median)", gaps[gaps.len() / 2]);
+    // The export applies the alignment the report found (unshifted, the ends would be about 8 ms apart).
+    assert!(
+        gaps[gaps.len() / 2] <= 25.0,
+        "all-reduce ends {} µs apart (median), residual {residual} ns",
+        gaps[gaps.len() / 2]
+    );
+}
+
+#[test]
+fn a_trace_named_twice_is_refused_and_equal_names_keep_apart() {
+    let _serial = serial();
+    // `report run.*.cuf run.0.cuf` would count rank 0 twice (merged, as two ranks): every command that takes a
+    // job's traces refuses a file named twice, under another spelling or through a hard link, and writes nothing.
+    let dir = scratch("ranks-twice");
+    let (a, b) = (dir.join("run.0.cuf"), dir.join("run.1.cuf"));
+    write_rank(&a, 0, 2, 3);
+    write_rank(&b, 1, 2, 3);
+    let again = dir.join(".").join("run.0.cuf");
+    let linked = dir.join("alias.cuf");
+    std::fs::hard_link(&a, &linked).unwrap();
+    let out = dir.join("out");
+    for twice in [&again, &linked] {
+        for cmd in
+            [&["merge", "-o"][..], &["report", "-o"], &["export", "-o"], &["export", "--format", "parquet", "-o"]]
+        {
+            let mut args: Vec<&std::ffi::OsStr> = cmd.iter().map(std::ffi::OsStr::new).collect();
+            args.extend([out.as_os_str(), a.as_os_str(), b.as_os_str(), twice.as_os_str()]);
+            let (ok, err) = cuflight(&args);
+            assert!(!ok && err.contains("are the same file; name each trace once"), "{cmd:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(!out.exists(), "{cmd:?} wrote {}", out.display());
+        }
+    }
+    // Two traces of one name from two directories (the same rank recorded twice, say) share a partition as two
+    // part files, each named after its trace, the second numbered; DuckDB counts both.
+    let other = dir.join("again");
+    std::fs::create_dir_all(&other).unwrap();
+    let a2 = other.join("run.0.cuf");
+    write_rank(&a2, 0, 2, 3);
+    let (ok, err) = cuflight(&[
+        "export".as_ref(),
+        a.as_os_str(),
+        a2.as_os_str(),
+        "--format".as_ref(),
+        "parquet".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(ok, "{err}");
+    let part = out.join("kernels/host=node0/rank=0");
+    let mut files: Vec<String> =
+        std::fs::read_dir(&part).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    files.sort();
+    assert_eq!(files, ["run_0-2.parquet", "run_0.parquet"]);
+    let q = python_json("parquet_check.py", &[out.as_os_str()]);
+    assert_eq!(q["kernels_by_rank"], serde_json::json!({"0": 2 * 2 * 3}));
 }

@@ -21,6 +21,8 @@ pub enum OutputError {
     Create(String, std::io::Error),
     #[error("cannot write {0}: {1}")]
     Write(String, std::io::Error),
+    #[error("{0} and {1} are the same file; name each trace once")]
+    SameInput(String, String),
 }
 
 /// Where the bytes go until [`Output::commit`].
@@ -43,6 +45,19 @@ pub struct Output {
 
 fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
     a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+/// Refuses a command's inputs when one file is named twice (by another name, a link, `./`): a job's traces read
+/// twice would count one rank twice (merged, it would be two ranks). Missing inputs are left to their reader.
+pub fn distinct_inputs(inputs: &[&Path]) -> Result<(), OutputError> {
+    let mut seen: rustc_hash::FxHashMap<(u64, u64), &Path> = rustc_hash::FxHashMap::default();
+    for &input in inputs {
+        let Ok(m) = std::fs::metadata(input) else { continue };
+        if let Some(first) = seen.insert((m.dev(), m.ino()), input) {
+            return Err(OutputError::SameInput(first.display().to_string(), input.display().to_string()));
+        }
+    }
+    Ok(())
 }
 
 /// Checks `path` as an output of a command reading `inputs` (see the module docs); Ok(Some(meta)) when it

@@ -1,7 +1,8 @@
 //! `cuflight export --format parquet -o DIR TRACE...`: fleet tables for an existing engine (DuckDB, Spark, Trino,
 //! Polars). One directory per table under DIR (kernels, copies, memsets, api, nvtx, memory, steps, processes),
 //! hive-partitioned `host=H/rank=R` (rank `__HIVE_DEFAULT_PARTITION__`, Hive's NULL, when unknown), one part file per source trace
-//! (`<trace stem>.parquet`, `-N` when a partition's file had to be finished early). The schema is documented and
+//! (`<trace stem>.parquet`, `<trace stem>.N.parquet` when a partition's file had to be finished early; see
+//! [`part_stems`]). The schema is documented and
 //! versioned in docs/parquet.md; every file carries `cuflight.schema_version` in its metadata, and DIR holds
 //! `cuflight-parquet.json` (version, tables, row counts).
 //!
@@ -141,6 +142,34 @@ impl Place {
     fn t(&self, ns: u64) -> i64 {
         self.clock.at(ns)
     }
+}
+
+/// Names each trace's part files: its file name less its trace extensions (`run.hosta.0.cuf` → `run_hosta_0`),
+/// in `[A-Za-z0-9_-]` alone, never starting with `_` (Spark and Hive skip files that start with `_` or `.`), `-2`,
+/// `-3`... after a name already taken. A stem has no dot, so no stem ever equals another's later part
+/// (`<stem>.N`).
+pub fn part_stems(paths: &[std::path::PathBuf]) -> Vec<String> {
+    const EXTENSIONS: [&str; 8] = [".gz", ".zst", ".json", ".cuf", ".sqlite", ".trace", ".pt", ".seg"];
+    let mut taken = std::collections::HashSet::new();
+    paths
+        .iter()
+        .map(|p| {
+            let mut name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            while let Some(ext) = EXTENSIONS.iter().find(|e| name.len() > e.len() && name.ends_with(*e)) {
+                name.truncate(name.len() - ext.len());
+            }
+            let clean: String =
+                name.chars().take(96).map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+            let base = match clean.trim_start_matches('_') {
+                "" => "trace".to_string(),
+                b => b.to_string(),
+            };
+            (1..)
+                .map(|i| if i == 1 { base.clone() } else { format!("{base}-{i}") })
+                .find(|s| taken.insert(s.clone()))
+                .unwrap_or(base)
+        })
+        .collect()
 }
 
 /// Writes the tables of every `(stem, source)` into `dir` (which must exist and be empty of our tables' files
@@ -368,4 +397,44 @@ fn push(
     row: &[V],
 ) -> Result<(), ParquetError> {
     t.get_mut(name).ok_or_else(|| ParquetError::Internal(format!("no table {name}")))?.push(host, rank, row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::part_stems;
+    use std::path::PathBuf;
+
+    #[test]
+    fn part_files_are_named_after_their_trace_and_never_meet() {
+        let paths: Vec<PathBuf> = [
+            "run.hosta.0.cuf",
+            "other/run.hosta.0.cuf",
+            "kineto-2rank-r0.json.gz",
+            "rank0.pt.trace.json",
+            ".hidden.cuf",
+            "_SUCCESS",
+            "r a;n$.cuf",
+            "report.sqlite",
+            ".cuf",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(
+            part_stems(&paths),
+            [
+                "run_hosta_0",
+                "run_hosta_0-2",
+                "kineto-2rank-r0",
+                "rank0",
+                "hidden",
+                "SUCCESS",
+                "r_a_n_",
+                "report",
+                "cuf"
+            ]
+        );
+        // No stem holds a dot, so none is ever another's later part file (`<stem>.N.parquet`).
+        assert!(part_stems(&paths).iter().all(|s| !s.contains('.') && !s.starts_with('_')));
+    }
 }

@@ -230,7 +230,7 @@ impl Table {
             let dir = root.join(name).join(format!("host={}", key.0)).join(format!("rank={}", key.1));
             std::fs::create_dir_all(&dir).map_err(|e| super::ParquetError::Io(dir.display().to_string(), e))?;
             let file_name =
-                if part.files == 0 { format!("{stem}.parquet") } else { format!("{stem}-{}.parquet", part.files) };
+                if part.files == 0 { format!("{stem}.parquet") } else { format!("{stem}.{}.parquet", part.files) };
             let path = dir.join(file_name);
             let file = File::create_new(&path).map_err(|e| super::ParquetError::Io(path.display().to_string(), e))?;
             let w = ArrowWriter::try_new(file, schema.clone(), Some(props()))
