@@ -20,7 +20,10 @@
 //! parameters are either registered with `cudasimRegisterKernelParams(func, count, sizes)` (a table standing in
 //! for the cubin's metadata: then the argument array is exactly as CUDA C passes it) or, unregistered, its
 //! argument array ends with a NULL entry and each argument is copied as 8 bytes; apps link with `-rdynamic` so
-//! kernel names resolve through `dladdr` when not registered with `__cudaRegisterFunction`.
+//! kernel names resolve through `dladdr` when not registered with `__cudaRegisterFunction`. Two calls exist
+//! only for test programs, for what a GPU does by itself: `cudasim_kernel_fault(code)` (a device-side fault,
+//! sticky) and `cudasim_kernel_ends_at(ns)` (when the GPU finishes the running kernel, untouched by the host's
+//! scheduler, as GPU timestamps are).
 
 #[macro_use]
 mod macros {
