@@ -197,6 +197,8 @@ mod tests {
         let info = ProcessInfo { pid: 42, rank: Some(3), host: "node-7.cluster/a".into(), ..Default::default() };
         assert_eq!(expand("run.%h.%r.cuf", &info), "run.node-7.cluster_a.3.cuf");
         assert_eq!(expand("p%p-100%%.cuf", &info), "p42-100%.cuf");
+        let long = ProcessInfo { pid: 1, rank: Some(0), host: "h".repeat(300), ..Default::default() };
+        assert_eq!(expand("%h.%r", &long), format!("{}.0", "h".repeat(64)));
         let none = ProcessInfo { pid: 1, ..Default::default() };
         assert_eq!(expand("run.%r.cuf", &none), "run.norank.cuf");
         assert_eq!(is_pattern("run.cuf"), Ok(false));

@@ -111,12 +111,14 @@ pub fn tables() -> Vec<(&'static str, Vec<(&'static str, Kind)>)> {
     ]
 }
 
-/// A host name as a partition value and in file names (`unknown` when the trace has none).
+/// A host name as a partition value and in file names (`unknown` when the trace has none), at most 64
+/// characters: Linux's HOST_NAME_MAX, so a real name is whole, and a longer one (an agent's word, another
+/// process's) cannot make a file or directory name the file system refuses.
 pub fn host_value(host: &str) -> String {
     if host.is_empty() {
         "unknown".into()
     } else {
-        table::partition_value(host)
+        table::partition_value(&host.chars().take(64).collect::<String>())
     }
 }
 
