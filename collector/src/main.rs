@@ -21,6 +21,10 @@ fn spawn_status(e: &std::io::Error) -> i32 {
 }
 
 fn main() {
+    // Soft limits on open files are often 1,024 under a far higher hard limit; a job's traces (report reads a
+    // thousand ranks' files at once) and a recording's agents each hold one. Raised as Go's runtime does; where
+    // it cannot be, the commands that need many say so.
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => std::process::exit(code),
@@ -479,6 +483,16 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Report { traces, format, step, output, force } => {
             let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
             output::distinct_inputs(&inputs)?;
+            // Every trace stays open through the report's passes: refused up front, not at the 1,000th file.
+            let (may_open, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap_or((u64::MAX, u64::MAX));
+            if traces.len() as u64 + 64 > may_open {
+                bail!(
+                    "{} traces are read at once and this process may open {may_open} files (ulimit -n): raise the \
+                     limit, or merge them first (`cuflight merge TRACES -o job.cuf` reads one at a time) and report \
+                     on job.cuf",
+                    traces.len()
+                );
+            }
             let out = output.as_deref().map(|o| Output::create(o, &inputs, force)).transpose()?;
             let mut sources = Vec::new();
             for t in &traces {

@@ -486,3 +486,35 @@ fn a_trace_named_twice_is_refused_and_equal_names_keep_apart() {
     let q = python_json("parquet_check.py", &[out.as_os_str()]);
     assert_eq!(q["kernels_by_rank"], serde_json::json!({"0": 2 * 2 * 3}));
 }
+
+#[test]
+fn a_report_of_more_ranks_than_the_soft_file_limit_raises_it_or_says_what_to_do() {
+    let _serial = serial();
+    // report keeps every trace open through its passes: with the soft limit on open files below their number
+    // (1,024 is common), cuflight raises it to the hard limit; where the hard limit is too low, it refuses in
+    // one line before opening any, and names the remedy.
+    let dir = scratch("ranks-nofile");
+    let files: Vec<String> = (0..100)
+        .map(|r| {
+            let f = dir.join(format!("run.{r}.cuf"));
+            write_rank(&f, r, 2, 3);
+            f.display().to_string()
+        })
+        .collect();
+    let report = |limit: &str| {
+        let script =
+            format!("ulimit {limit} 64 && exec {} report --format json {}", cuflight_bin().display(), files.join(" "));
+        Command::new("sh").args(["-c", &script]).output().unwrap()
+    };
+    let out = report("-Sn");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["job"]["ranks"].as_array().unwrap().len(), 100);
+    let out = report("-n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("100 traces are read at once") && err.contains("cuflight merge"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
