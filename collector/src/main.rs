@@ -21,10 +21,6 @@ fn spawn_status(e: &std::io::Error) -> i32 {
 }
 
 fn main() {
-    // Soft limits on open files are often 1,024 under a far higher hard limit; a job's traces (report reads a
-    // thousand ranks' files at once) and a recording's agents each hold one. Raised as Go's runtime does; where
-    // it cannot be, the commands that need many say so.
-    let _ = rlimit::increase_nofile_limit(u64::MAX);
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => std::process::exit(code),
@@ -483,8 +479,13 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Report { traces, format, step, output, force } => {
             let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
             output::distinct_inputs(&inputs)?;
-            // Every trace stays open through the report's passes: refused up front, not at the 1,000th file.
-            let (may_open, _) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap_or((u64::MAX, u64::MAX));
+            // Every trace stays open through the report's passes. Soft limits on open files are often 1,024
+            // under a far higher hard limit: raised here (only here: `record` and `launch` hand their limits to
+            // the program, which must run as it would without cuflight), and where even the hard limit is too
+            // low, refused up front rather than at the 1,000th file.
+            let may_open = rlimit::increase_nofile_limit(u64::MAX)
+                .or_else(|_| rlimit::getrlimit(rlimit::Resource::NOFILE).map(|l| l.0))
+                .unwrap_or(u64::MAX);
             if traces.len() as u64 + 64 > may_open {
                 bail!(
                     "{} traces are read at once and this process may open {may_open} files (ulimit -n): raise the \

@@ -517,4 +517,13 @@ fn a_report_of_more_ranks_than_the_soft_file_limit_raises_it_or_says_what_to_do(
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+    // Only report raises it: a program under `record` keeps the limit it was given, as it would without cuflight.
+    let trace = dir.join("limit.cuf");
+    let script = format!(
+        "ulimit -Sn 300 && exec {} record -o {} -- sh -c 'echo soft=$(ulimit -Sn)'",
+        cuflight_bin().display(),
+        trace.display()
+    );
+    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "soft=300", "{}", String::from_utf8_lossy(&out.stderr));
 }
