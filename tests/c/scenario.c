@@ -18,7 +18,6 @@
  *             runs an extra 3 ms kernel per step, so the others wait about 3 ms per step. Each rank prints the
  *             median of how much later than the others it joined the collectives, as it measured it. */
 #include "sim.h"
-#include <sched.h>
 #include <fcntl.h>
 #include <nvtx3/nvToolsExt.h>
 #include <string.h>
