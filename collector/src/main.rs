@@ -3,6 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 mod cli;
+mod closed_output;
 use cli::*;
 use cuflight_collector::analysis::stats::{self, Stats};
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
@@ -21,9 +22,11 @@ fn spawn_status(e: &std::io::Error) -> i32 {
 }
 
 fn main() {
+    closed_output::install();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => std::process::exit(code),
+        Err(e) if closed_output::is_broken_pipe(&e) => std::process::exit(closed_output::BROKEN_PIPE_STATUS),
         Err(e) => {
             eprintln!("cuflight: {}", one_line(&e));
             std::process::exit(1);

@@ -142,3 +142,34 @@ fn no_command_destroys_its_input_or_an_existing_file() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// `cuflight stats T | head`, quitting `less`, a full disk: a closed standard output ends the command as other
+/// Unix tools end (141 as if SIGPIPE ended it, or 0), with no message and no panic; another output error is
+/// one line and status 1.
+#[test]
+fn a_reader_that_goes_away_ends_the_command_quietly() {
+    use std::process::Stdio;
+    let dir = scratch("closed-stdout");
+    let trace = a_trace(&dir);
+    for args in [vec!["stats"], vec!["stats", "--format", "json"], vec!["report"], vec!["ps"]] {
+        let mut child = Command::new(cuflight_bin())
+            .args(&args)
+            .args((args[0] != "ps").then_some(&trace))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader is gone before the first line
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(matches!(out.status.code(), Some(0 | 141)), "{args:?}: {:?} {err}", out.status);
+        assert!(err.is_empty(), "{args:?}: {err}");
+    }
+    if std::path::Path::new("/dev/full").exists() {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let out = Command::new(cuflight_bin()).arg("stats").arg(&trace).stdout(full).output().unwrap();
+        let (code, err) = (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned());
+        assert_one_line_error(code, &err, "No space left");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
