@@ -520,7 +520,11 @@ impl MappedSegment {
 
     /// Records why the agent disabled itself, then publishes the DISABLED state.
     pub fn set_disabled(&self, why: &str) {
-        let n = why.len().min(STATUS_LEN);
+        // Cut at a character boundary: the reader decodes UTF-8.
+        let mut n = why.len().min(STATUS_LEN);
+        while !why.is_char_boundary(n) {
+            n -= 1;
+        }
         // SAFETY: `status` lies in the header; concurrent readers only read it after seeing DISABLED, which is
         // stored (release) after the bytes.
         unsafe {

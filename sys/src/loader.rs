@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 /// Why libcupti could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("no libcupti found (tried {0}); set CUFLIGHT_CUPTI to its path")]
+    /// The advice comes first: the agent's status holds 512 bytes, and long paths (a conda env, a deep checkout)
+    /// must not push it out. The list is cut to [`TRIED_SHOWN_BYTES`], saying how many were left out.
+    #[error("no libcupti found; set CUFLIGHT_CUPTI to its path (tried {0})")]
     NotFound(String),
     #[error("{0}")]
     Unsupported(String),
@@ -253,6 +255,29 @@ impl CuptiOptional {
     }
 }
 
+/// Most bytes of paths a [`LoadError::NotFound`] lists.
+pub const TRIED_SHOWN_BYTES: usize = 300;
+
+/// The paths tried, joined, cut after [`TRIED_SHOWN_BYTES`] with a count of those left out.
+fn tried_list(tried: &[String]) -> String {
+    let mut shown = String::new();
+    let mut listed = 0;
+    for path in tried {
+        if listed > 0 && shown.len() + path.len() + 2 > TRIED_SHOWN_BYTES {
+            break;
+        }
+        if listed > 0 {
+            shown.push_str(", ");
+        }
+        shown.push_str(path);
+        listed += 1;
+    }
+    match tried.len() - listed {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
+}
+
 /// An opened libcupti.
 pub struct Cupti {
     pub api: CuptiApi,
@@ -294,7 +319,7 @@ impl Cupti {
             return CuptiApi::resolve(handle, &shown).map(|api| Cupti { api, optional, path: shown });
         }
         let tried: Vec<String> = list.iter().map(|p| p.display().to_string()).collect();
-        Err(LoadError::NotFound(tried.join(", ")))
+        Err(LoadError::NotFound(tried_list(&tried)))
     }
 
     /// CUPTI's text for a result code.
@@ -312,6 +337,18 @@ impl Cupti {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn not_found_gives_its_advice_first_and_bounds_the_list() {
+        let deep =
+            "/home/someone/a/much/longer/checkout/of/a/project/.venv/lib/python3.12/site-packages/nvidia/cu13/lib";
+        let tried: Vec<String> = (0..12).map(|i| format!("{deep}/libcupti.so.{i}")).collect();
+        let msg = LoadError::NotFound(tried_list(&tried)).to_string();
+        assert!(msg.starts_with("no libcupti found; set CUFLIGHT_CUPTI to its path (tried /home/"), "{msg}");
+        assert!(msg.len() < 512 && msg.ends_with(" more)"), "{} bytes: {msg}", msg.len());
+        let few = LoadError::NotFound(tried_list(&["/a/libcupti.so".into(), "libcupti.so.13".into()])).to_string();
+        assert!(few.ends_with("(tried /a/libcupti.so, libcupti.so.13)"), "{few}");
+    }
 
     #[test]
     fn search_order_follows_the_documented_priority() {

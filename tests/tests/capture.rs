@@ -249,8 +249,11 @@ fn devices_are_recorded_even_for_short_programs() {
 fn without_libcupti_the_agent_is_off_and_the_program_unharmed() {
     let dir = scratch("nocupti");
     let prog = build_c("smoke", &dir);
-    // A library directory with the runtime and driver but no libcupti under any name.
-    let libs = dir.join("libs");
+    // A library directory with the runtime and driver but no libcupti under any name, deep enough (as in a conda
+    // env or a checkout a few folders down) that the paths tried would fill the agent's 512-byte status: its
+    // advice must survive wherever the checkout lives.
+    let libs =
+        dir.join("a-library-folder-as-deep-as-a-conda-environment-under-a-long-home-directory".repeat(3)).join("libs");
     std::fs::create_dir_all(&libs).unwrap();
     let sim = std::fs::canonicalize(cudasim_dir().join("../libcudasim.so")).unwrap();
     for name in ["libcudart.so", "libcuda.so.1"] {
@@ -262,7 +265,8 @@ fn without_libcupti_the_agent_is_off_and_the_program_unharmed() {
     assert!(String::from_utf8_lossy(&r.output.stdout).contains("host[255]=510.0"));
     assert!(r.stderr().contains("no libcupti found"), "{}", r.stderr());
     let s = stats(&r.trace);
-    assert!(s["processes"][0]["status"].as_str().unwrap().contains("CUFLIGHT_CUPTI"));
+    let status = s["processes"][0]["status"].as_str().unwrap();
+    assert!(status.contains("set CUFLIGHT_CUPTI to its path") && status.len() <= 512, "{status}");
 }
 
 #[test]
