@@ -113,17 +113,32 @@ fn on_exit(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData, end: u64, pus
         // SAFETY: at exit CUPTI points this at the call's cudaError_t / CUresult (both 32-bit enums).
         unsafe { *(data.functionReturnValue as *const u32) }
     };
-    let mut ev = RawEvent::new(EventKind::Api, 0, start, end);
-    ev.sub = if runtime { API_RUNTIME } else { API_DRIVER };
-    ev.correlation = data.correlationId;
-    ev.name = api_name(runtime, cbid, data);
-    ev.a = cbid as u64;
-    ev.b = ret as u64;
-    push(ev);
+    if start == 0 {
+        // The call entered before the agent was armed (CUPTI hands the exit callback an untouched, zeroed slot:
+        // on an H100 such calls came out starting at boot, lasting the machine's uptime). Its start is unknown:
+        // left out and counted, never written with a made-up start.
+        unseen_begin();
+    } else {
+        let mut ev = RawEvent::new(EventKind::Api, 0, start, end);
+        ev.sub = if runtime { API_RUNTIME } else { API_DRIVER };
+        ev.correlation = data.correlationId;
+        ev.name = api_name(runtime, cbid, data);
+        ev.a = cbid as u64;
+        ev.b = ret as u64;
+        push(ev);
+    }
+    // An allocation or free is a point at the call's exit, which was seen: it stays.
     if ret == 0 && !data.functionParams.is_null() {
         if let Some(mem) = memory_event(runtime, cbid, data.functionParams, end) {
             push(mem);
         }
+    }
+}
+
+#[cold]
+fn unseen_begin() {
+    if let Some(agent) = state::existing_agent() {
+        agent.seg.header().unseen_begin.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -42,6 +42,7 @@ pub extern "C" fn InitializeInjection() -> c_int {
         if !state::begin_init() {
             return 1;
         }
+        state::begin_arming();
         if state::inherited_cupti() {
             // A fork child of a process whose CUPTI was running: that state belongs to the parent (CUDA itself
             // does not support a context inherited across fork). Children of CUPTI-less parents trace normally.

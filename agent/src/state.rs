@@ -78,6 +78,33 @@ pub fn begin_init() -> bool {
 
 pub fn finish_init(enabled: bool) {
     INIT.store(if enabled { ENABLED } else { DISABLED }, Ordering::Release);
+    if enabled {
+        mark_armed();
+    }
+}
+
+/// When the current arming began (the agent's event clock), for the segment's `arm_began_ns`.
+static ARM_BEGAN: AtomicU64 = AtomicU64::new(0);
+
+/// Arming starts (`cuInit` under `cuflight record`, or an attach request): the segment's `armed_ns` is 0 until
+/// every source delivers.
+pub fn begin_arming() {
+    ARM_BEGAN.store(crate::clock::stamp_ns(), Ordering::Relaxed);
+    if let Some(seg) = existing_segment() {
+        seg.header().armed_ns.store(0, Ordering::Release);
+    }
+}
+
+/// Every source delivers from now: CUPTI subscribed and configured, and the handlers enabled (a call that
+/// enters from here is seen at enter and at exit). Windows count from this time.
+fn mark_armed() {
+    if let Some(seg) = existing_segment() {
+        let h = seg.header();
+        let now = crate::clock::stamp_ns();
+        let began = ARM_BEGAN.load(Ordering::Relaxed);
+        h.arm_began_ns.store(if began == 0 { now } else { began }, Ordering::Relaxed);
+        h.armed_ns.store(now, Ordering::Release);
+    }
 }
 
 /// The session a collector attached this dormant agent to (`cuflight attach`), and whether there is one. The
@@ -115,6 +142,7 @@ pub fn dormant() -> bool {
 /// Leaves dormancy for `session`: the segment is made (first attach) or handed to the new session's collector
 /// (later ones, the same segment: its rings and strings carry on). CUPTI is not touched here.
 pub fn wake_for(session: &str) -> Result<&'static Agent, String> {
+    begin_arming();
     *ATTACHED.lock() = Some(session.to_string());
     ATTACH_ACTIVE.store(true, Ordering::Release);
     NO_SEGMENT.store(false, Ordering::Relaxed);

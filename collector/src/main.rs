@@ -241,6 +241,9 @@ fn run(cli: Cli) -> Result<i32> {
             for (pid, why) in &s.disabled {
                 eprintln!("cuflight: agent was off in process {pid}: {why}");
             }
+            if s.arming.ranges_before > 0 {
+                eprintln!("cuflight: {}", s.arming.describe().unwrap_or_default());
+            }
             if s.range_never_started {
                 eprintln!("cuflight: the capture range or steps asked for never started: the trace holds no events of the program");
             }
@@ -388,6 +391,9 @@ fn run(cli: Cli) -> Result<i32> {
                     s.drops.cupti_dropped,
                     s.drops.records_skipped,
                 );
+                if let Some(line) = a.arming.describe() {
+                    eprintln!("cuflight: {line}");
+                }
                 if stopped.is_none() {
                     stopped = s.stopped.clone();
                 }

@@ -62,10 +62,16 @@ pub(crate) fn api_call<P>(
     if let Some(slot) = domain_index(domain).and_then(|d| NAMES[d].get(cbid as usize)) {
         slot.store(name.as_ptr() as *mut c_char, Ordering::Relaxed);
     }
-    let (targets, n) = match domain_index(domain) {
+    // Who gets each site is decided at that site: a subscriber that enables the callback while the call runs
+    // (a tool attaching to a busy program) gets its exit without its enter, and its slot then holds the zero
+    // CUPTI initialises it with. Seen on an H100 (CUDA 13.0): calls in flight when cuflight's agent subscribed
+    // reached its exit callback with a zero start (issue 25).
+    let targets_now = || match domain_index(domain) {
         Some(d) => subscribers::targets(d, cbid as usize),
-        None => ([(None, 0); MAX_DISPATCH], 0),
+        None => ([(None, 0, 0); MAX_DISPATCH], 0),
     };
+    let (targets, n) = targets_now();
+    crate::timing::callback_sites(n);
     // Each subscriber has its own slot shared by its enter and exit callbacks.
     let mut correlation_data = [0u64; MAX_DISPATCH];
     let mut ret = 0u32;
@@ -80,7 +86,7 @@ pub(crate) fn api_call<P>(
         correlationData: std::ptr::null_mut(),
         correlationId: correlation,
     };
-    for (i, &(cb, userdata)) in targets[..n].iter().enumerate() {
+    for (i, &(cb, userdata, _)) in targets[..n].iter().enumerate() {
         if let Some(cb) = cb {
             data.correlationData = &mut correlation_data[i];
             // SAFETY: the subscriber registered this C callback; `data` and the params outlive the call.
@@ -91,9 +97,15 @@ pub(crate) fn api_call<P>(
     ret = crate::device::sticky_error(domain, cbid).unwrap_or(ret);
     data.callbackSite = c::CUPTI_API_EXIT;
     data.functionReturnValue = &mut ret as *mut u32 as *mut c_void;
-    for (i, &(cb, userdata)) in targets[..n].iter().enumerate() {
+    let (at_exit, n_exit) = targets_now();
+    crate::timing::callback_sites(n_exit);
+    for &(cb, userdata, handle) in &at_exit[..n_exit] {
         if let Some(cb) = cb {
-            data.correlationData = &mut correlation_data[i];
+            let mut fresh = 0u64;
+            data.correlationData = match targets[..n].iter().position(|t| t.2 == handle) {
+                Some(i) => &mut correlation_data[i],
+                None => &mut fresh,
+            };
             // SAFETY: as above; the return value pointer is valid for the call.
             unsafe { cb(userdata as *mut c_void, domain, cbid, &data as *const _ as *const c_void) };
         }
@@ -133,6 +145,7 @@ macro_rules! cupti_entry {
         /// Called from C with the arguments documented for this CUPTI function.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c::CUptiResult {
+            crate::timing::cupti_call();
             guard(c::CUPTI_ERROR_UNKNOWN, || $body)
         }
     };
@@ -244,6 +257,7 @@ cupti_entry!(
         if !supported_kind(kind) {
             return c::CUPTI_ERROR_NOT_SUPPORTED;
         }
+        crate::timing::activity_enable();
         ACTIVITY_KINDS.fetch_or(1 << kind, Ordering::Relaxed);
         c::CUPTI_SUCCESS
     }
@@ -453,6 +467,7 @@ cupti_entry!(
         if !supported_kind(kind) {
             return c::CUPTI_ERROR_NOT_SUPPORTED;
         }
+        crate::timing::activity_enable();
         crate::activity::set_kind_v2(h, kind, true);
         c::CUPTI_SUCCESS
     }

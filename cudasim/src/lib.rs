@@ -73,6 +73,7 @@ mod release;
 mod runtime;
 mod runtime_extra;
 mod subscribers;
+mod timing;
 
 use cupti_sys::cuda13 as c;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -109,13 +109,16 @@ pub(crate) fn enable(handle: usize, domain: usize, cbid: Option<usize>, on: bool
     true
 }
 
-/// The subscribers that enabled `cbid` of `domain`, in subscription order: (callback, userdata), and how many.
-pub(crate) fn targets(domain: usize, cbid: usize) -> ([(c::CUpti_CallbackFunc, usize); MAX_DISPATCH], usize) {
-    let mut out = [(None, 0usize); MAX_DISPATCH];
+/// One subscriber a callback goes to: (callback, userdata, handle).
+pub(crate) type Target = (c::CUpti_CallbackFunc, usize, usize);
+
+/// The subscribers that enabled `cbid` of `domain`, in subscription order, and how many.
+pub(crate) fn targets(domain: usize, cbid: usize) -> ([Target; MAX_DISPATCH], usize) {
+    let mut out = [(None, 0usize, 0usize); MAX_DISPATCH];
     let mut n = 0;
     for s in REGISTRY.read().subscribers.iter() {
         if n < MAX_DISPATCH && s.enabled[domain].get(cbid).copied().unwrap_or(false) {
-            out[n] = (s.callback, s.userdata);
+            out[n] = (s.callback, s.userdata, s.handle);
             n += 1;
         }
     }

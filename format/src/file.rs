@@ -131,6 +131,12 @@ pub struct ProcessInfo {
     /// The local rank on its host and the job's world size, from the launcher's environment (0 size: unknown).
     pub local_rank: Option<u32>,
     pub world_size: u32,
+    /// When recording was armed (CLOCK_MONOTONIC of the agent's events: every source delivering) and how long the
+    /// arming took; 0 when unknown (older traces, imports, a process that never initialised CUDA).
+    pub armed_ns: u64,
+    pub arming_ns: u64,
+    /// API calls the agent saw end without seeing them begin (in flight when it was armed): left out, counted.
+    pub unseen_begin: u64,
 }
 
 impl ProcessInfo {

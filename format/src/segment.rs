@@ -133,6 +133,15 @@ pub struct SegmentHeader {
     /// `WORLD_SIZE` and their MPI and Slurm names); 0 when not set.
     pub local_rank_plus_one: AtomicU32,
     pub world_size: AtomicU32,
+    /// When recording was last armed, on the agent's event clock: every source of the session delivers from here
+    /// (CUPTI subscribed, its callbacks and activity kinds enabled, the handlers live; NVTX already was). 0 while
+    /// arming (an attach sets it to 0, then stamps it once set-up is done). A window counts from this time only.
+    pub armed_ns: AtomicU64,
+    /// When that arming began (the attach request, or the driver's `cuInit`), on the same clock.
+    pub arm_began_ns: AtomicU64,
+    /// API calls whose exit the agent saw without their enter (in flight when recording was armed): not recorded,
+    /// as their start is unknown, and counted here.
+    pub unseen_begin: AtomicU64,
 }
 
 /// Why a flight recorder dumped ([`SegmentHeader::dump_reason`]).

@@ -185,8 +185,9 @@ fn a_program_killed_anywhere_loses_at_most_its_last_flush_period() {
         );
         // The loss is what CUPTI held since the last flush: at most ~2 flush periods of launches (a period, plus
         // the flush in progress), at the program's launch rate.
+        // Killed before its first launch (CUPTI's set-up takes a while at cuInit): nothing to lose.
         let rate = launches as f64 / (at as f64 / 1000.0);
-        let lost_ms = lost as f64 / rate * 1000.0;
+        let lost_ms = if launches == 0 { 0.0 } else { lost as f64 / rate * 1000.0 };
         worst = worst.max(lost_ms);
         assert!(lost_ms <= 250.0, "run {i}: killed at {at} ms, lost {lost} launches (~{lost_ms:.0} ms)");
         if lost > 0 {

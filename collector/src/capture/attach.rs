@@ -58,6 +58,7 @@ const REPLY_MS: i64 = 10_000;
 pub struct Attached {
     pub summary: RecordSummary,
     pub ended: &'static str,
+    pub arming: super::record::Arming,
 }
 
 /// The file of window `n` (1-based) of `count`.
@@ -114,9 +115,11 @@ fn record_window(
     signals: &mut Option<signal_hook::iterator::Signals>,
 ) -> Result<Attached, AttachError> {
     let mut session = Session::open_near(path, opts.force, control::netns_of(name))?;
-    if let Some(range) = &opts.range {
-        session.set_window(super::window::Window::new(range.clone()));
-    }
+    // Every window starts once the agent is armed: a duration counts from there too.
+    let range = opts.range.clone().unwrap_or(super::window::Range::Armed {
+        ns: opts.duration.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
+    });
+    session.set_window(super::window::Window::new(range));
     let pid = opts.pid;
     match control::command(name, control::COMMAND_ATTACH, session.name.as_bytes(), REPLY_MS) {
         Ok(Ok(())) => {}
@@ -131,7 +134,7 @@ fn record_window(
         if session.all_ended() && session.processes() > 0 {
             break "the process exited";
         }
-        if matches!(session.window_phase(), Some(super::window::Phase::Closed(..))) {
+        if opts.range.is_some() && matches!(session.window_phase(), Some(super::window::Phase::Closed(..))) {
             break "the range ended";
         }
         if signals.as_mut().is_some_and(|s| s.pending().next().is_some()) {
@@ -153,8 +156,9 @@ fn record_window(
             Err(e) => eprintln!("cuflight: cannot reach the agent in process {pid} to detach: {e}"),
         }
     }
+    let arming = session.arming();
     let summary = session.finish(vec![format!("attach {pid}")], None);
-    Ok(Attached { summary, ended })
+    Ok(Attached { summary, ended, arming })
 }
 
 /// Loads the agent into a process started without it and waits for its control socket.

@@ -66,6 +66,36 @@ pub enum RecordError {
     Channel(cuflight_format::channel::ChannelError),
 }
 
+/// How a window waited for recording to be armed (every source delivering).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Arming {
+    /// How long the arming took (CUPTI's set-up), for the slowest process; None when none was armed.
+    pub took_ns: Option<u64>,
+    /// Steps, or ranges of the name asked for, that began before arming and so were not counted.
+    pub ranges_before: u32,
+}
+
+impl Arming {
+    /// One line for the user, when there is something to say.
+    pub fn describe(&self) -> Option<String> {
+        let took = self.took_ns.map(|ns| format!("recording was armed {:.1} ms after the request", ns as f64 / 1e6));
+        let before = (self.ranges_before > 0).then(|| {
+            let n = self.ranges_before;
+            format!(
+                "{n} range{} that began before arming {} not counted",
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "was" } else { "were" }
+            )
+        });
+        match (took, before) {
+            (None, None) => None,
+            (Some(t), None) => Some(format!("{t}; the window counts from there")),
+            (None, Some(b)) => Some(b),
+            (Some(t), Some(b)) => Some(format!("{t}; {b}")),
+        }
+    }
+}
+
 /// What a recording produced.
 #[derive(Debug)]
 pub struct RecordSummary {
@@ -83,6 +113,8 @@ pub struct RecordSummary {
     pub unflushed: Vec<(u32, u32)>,
     /// A capture range or step window was asked for and never started.
     pub range_never_started: bool,
+    /// How the window waited for arming (with a range).
+    pub arming: Arming,
     /// The files written, with their sizes (several when the output name has `%r`, `%h` or `%p`).
     pub files: Vec<(String, u64)>,
 }
@@ -356,6 +388,22 @@ impl Session {
         self.rec.window.as_ref().map(|w| w.phase)
     }
 
+    /// How the window waited for the agents' arming (see [`Arming`]).
+    pub fn arming(&self) -> Arming {
+        let took_ns = self
+            .rec
+            .tracked
+            .values()
+            .filter_map(|t| {
+                let h = t.seg.header();
+                let armed = h.armed_ns.load(Ordering::Acquire);
+                (armed != 0).then(|| armed.saturating_sub(h.arm_began_ns.load(Ordering::Relaxed)))
+            })
+            .max();
+        let before = self.rec.window.as_ref().map_or(0, |w| w.before_arming);
+        Arming { took_ns, ranges_before: before }
+    }
+
     /// The next segment an agent handed over, mapped and validated (for a snapshot); None when none waits.
     pub fn accept_segment(&mut self) -> Option<Result<(MappedSegment, OwnedFd, u32), String>> {
         let r = match self.rec.listener.accept()? {
@@ -448,6 +496,7 @@ impl Session {
             stopped: rec.stopped.take(),
             unflushed,
             range_never_started: false,
+            arming: Arming::default(),
             files,
         }
     }
@@ -522,8 +571,10 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
     status_line.clear();
     let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     let never_started = session.window_phase() == Some(super::window::Phase::Waiting);
+    let arming = session.arming();
     let mut summary = session.finish(opts.command.clone(), Some(exit_code));
     summary.range_never_started = never_started;
+    summary.arming = arming;
     summary.forwarded = forwarded;
     Ok(summary)
 }

@@ -112,6 +112,7 @@ pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
         .filter(|&(_, s, i)| s + i > 0)
         .collect();
     let late = h.injected_late.load(Ordering::Relaxed);
+    let armed_ns = h.armed_ns.load(Ordering::Acquire);
     ProcessInfo {
         pid: t.pid,
         key: if t.key == t.pid { 0 } else { t.key },
@@ -140,6 +141,9 @@ pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
         nvtx_tables_late: (late >> 8) & 0xff,
         nvtx_tables_foreign: (late >> 16) & 0xff,
         not_recorded: Vec::new(),
+        armed_ns,
+        arming_ns: armed_ns.checked_sub(h.arm_began_ns.load(Ordering::Relaxed)).filter(|_| armed_ns != 0).unwrap_or(0),
+        unseen_begin: h.unseen_begin.load(Ordering::Relaxed),
     }
 }
 

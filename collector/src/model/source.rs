@@ -274,6 +274,7 @@ impl EventSource {
             Events::File { shown, mut input, blocks } => {
                 let fmt = |source| TraceError::Format { path: shown.clone(), source };
                 let mut sort = SortScratch::default();
+                let mut refused: BTreeMap<u32, u64> = BTreeMap::new();
                 let processes = &self.processes;
                 let open = |b: &PendingBlock, spare: Option<Vec<RawEvent>>| -> Result<Option<OpenBlock>, TraceError> {
                     if let Some(v) = spare {
@@ -282,6 +283,12 @@ impl EventSource {
                     let Some(Block::Events { mut events, .. }) = input.read(b.offset).map_err(fmt)? else {
                         return Ok(None);
                     };
+                    // Written by an agent that knew no better (or by a hostile hand): never shown, counted.
+                    let before = events.len();
+                    events.retain(|e| !crate::model::trace::impossible_time(e));
+                    if events.len() < before {
+                        *refused.entry(b.pid).or_default() += (before - events.len()) as u64;
+                    }
                     crate::model::trace::align_device_events(&processes[&b.pid].clock, &mut events);
                     sort.stable_by_start(&mut events);
                     // A writer never puts an event before the start its header declares: this block's header
@@ -298,6 +305,9 @@ impl EventSource {
                 let peak = merge(processes, Vec::new(), blocks.clone(), open, None, &mut f);
                 self.events = Events::File { shown, input, blocks };
                 self.peak_open_blocks = peak?;
+                for (key, p) in self.processes.iter_mut() {
+                    p.refused = refused.get(key).copied().unwrap_or(0);
+                }
             }
         }
         Ok(())

@@ -209,3 +209,42 @@ fn a_device_clock_that_steps_back_still_streams_in_order() {
     assert_eq!(events, loaded_order(&loaded));
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A trace an older agent wrote on an H100: calls in flight when it was armed start at 0 and last the machine's
+/// uptime. The reader never shows them (nor an event ending before it starts), counts them per process, and
+/// shows everything else.
+#[test]
+fn events_with_impossible_times_are_refused_and_counted() {
+    let mut w = TraceWriter::new(Vec::new()).unwrap();
+    let mut strings = cuflight_format::strings::StringRegion::default();
+    let launch = strings.intern("cudaLaunchKernel");
+    w.write_strings(7, 0, strings.bytes()).unwrap();
+    w.write_process(&ProcessInfo { pid: 7, device_clock_monotonic: true, finished: true, ..Default::default() })
+        .unwrap();
+    let uptime = 359_920_017_000_000u64;
+    let call =
+        |start, end, corr| RawEvent { name: launch, correlation: corr, ..RawEvent::new(EventKind::Api, 7, start, end) };
+    let events = vec![
+        RawEvent::new(EventKind::ClockSync, 0, 0, 0), // a fact: never refused
+        call(0, uptime, 67),                          // seen end, not begin
+        call(uptime + 10, uptime + 5, 68),            // ends before it starts
+        call(uptime + 100, uptime + 900, 69),
+        RawEvent { correlation: 69, ..RawEvent::new(EventKind::Kernel, 0, uptime + 1_000, uptime + 3_000) },
+    ];
+    w.write_events(7, &events).unwrap();
+    let bytes = w.finish(Footer::default()).unwrap();
+    let mut source = EventSource::from_bytes(bytes, "h100.cuf").unwrap().unwrap();
+    for _ in 0..2 {
+        let mut seen = Vec::new();
+        source.for_each(|_, _, e| seen.push((e.kind(), e.start))).unwrap();
+        assert_eq!(
+            seen,
+            [
+                (Some(EventKind::ClockSync), 0),
+                (Some(EventKind::Api), uptime + 100),
+                (Some(EventKind::Kernel), uptime + 1_000)
+            ]
+        );
+        assert_eq!(source.processes[&7].refused, 2, "counted once per pass, not added up");
+    }
+}

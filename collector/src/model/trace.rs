@@ -32,6 +32,21 @@ pub struct Process {
     pub rank: Option<u32>,
     /// The mangled form of string ids that held a mangled kernel name (now readable in `strings`).
     pub mangled: HashMap<u32, String>,
+    /// Events of a cuflight trace left out by the last pass over it because their time cannot be true: no known
+    /// start, or an end before the start ([`impossible_time`]).
+    pub refused: u64,
+}
+
+/// Whether a cuflight-recorded event's time cannot be true: a start of 0 (the agent stamps CLOCK_MONOTONIC, which
+/// is never 0 once anything runs; an older agent wrote calls it saw end but not begin this way, starting at boot
+/// and lasting the machine's uptime) or an end before its start. Facts without a time are never refused.
+pub fn impossible_time(e: &RawEvent) -> bool {
+    match e.kind() {
+        Some(EventKind::ThreadName | EventKind::ClockSync | EventKind::Device | EventKind::NvtxCategory) | None => {
+            false
+        }
+        Some(_) => e.start == 0 || e.end < e.start,
+    }
 }
 
 /// Adds one entry of a trace's string table: a mangled kernel name (as CUPTI reports names) is stored readable,

@@ -230,7 +230,9 @@ impl Report {
                 cuda_driver_version: plan.driver_version,
                 cupti_version: p.info.cupti_version,
                 drops: p.info.drops,
-                dropped_total: p.info.drops.total(),
+                dropped_total: p.info.drops.total() + p.info.unseen_begin + p.refused,
+                unseen_begin: p.info.unseen_begin,
+                refused: p.refused,
                 finished: p.info.finished,
                 agent_status: p.info.status.clone(),
             };

@@ -34,6 +34,9 @@ pub struct RunSummary {
     pub cupti_version: u32,
     pub drops: Drops,
     pub dropped_total: u64,
+    /// Calls the agent left out (in flight when it was armed) and events the reader refused (impossible times).
+    pub unseen_begin: u64,
+    pub refused: u64,
     /// The agent flushed and finished (false: the process died abruptly and its last device records are missing).
     pub finished: bool,
     /// Why the agent turned itself off, if it did.
@@ -151,10 +154,17 @@ impl RunSummary {
         let lost = if self.dropped_total == 0 {
             "none".to_string()
         } else {
-            format!(
-                "{} events (ring full {}, no ring {}, CUPTI {}, skipped {})",
+            let mut lost = format!(
+                "{} events (ring full {}, no ring {}, CUPTI {}, skipped {}",
                 self.dropped_total, d.ring_full, d.no_ring, d.cupti_dropped, d.records_skipped
-            )
+            );
+            if self.unseen_begin > 0 {
+                lost.push_str(&format!(", in flight at arming {}", self.unseen_begin));
+            }
+            if self.refused > 0 {
+                lost.push_str(&format!(", impossible times {}", self.refused));
+            }
+            lost + ")"
         };
         out.push(("Dropped", lost));
         if !self.finished {

@@ -218,7 +218,7 @@ impl StatsAcc {
         let mut rows = Vec::new();
         let mut dropped = 0;
         for (&key, p) in processes {
-            dropped += p.info.drops.total();
+            dropped += p.info.drops.total() + p.info.unseen_begin + p.refused;
             let launches_without_kernel = self.launches.get(&key).map_or(0, |l| l.waiting.values().sum::<u64>());
             rows.push(process_row(p, self.events.get(&key).copied().unwrap_or(0), launches_without_kernel));
         }
@@ -404,6 +404,8 @@ fn process_row(p: &Process, events: u64, launches_without_kernel: u64) -> Proces
         nvtx_tables_foreign: p.info.nvtx_tables_foreign,
         events,
         drops: p.info.drops,
+        unseen_begin: p.info.unseen_begin,
+        refused: p.refused,
         records_unused: p
             .info
             .records_unused

@@ -159,6 +159,10 @@ pub struct ProcessRow {
     pub flush_period_ms: u32,
     pub events: u64,
     pub drops: cuflight_format::file::Drops,
+    /// API calls the agent saw end but not begin (in flight when recording was armed): left out by the agent.
+    pub unseen_begin: u64,
+    /// Events this reader refused: no known start, or an end before the start (written by an older agent).
+    pub refused: u64,
     /// Threads that recorded nothing because shared memory for their ring could not be reserved.
     pub rings_refused: u64,
     /// Activity records kept out, by class: records too short to read, and records with zero or unfinished
@@ -211,7 +215,7 @@ pub struct Stats {
     /// CUDA graphs whose nodes ran: launches (distinct launch calls), kernels, their total time.
     pub graphs: Vec<GraphRow>,
     pub sync: Vec<SyncRow>,
-    /// Total records lost, all causes and processes (see `processes[].drops`).
+    /// Total records lost, all causes and processes (see `processes[].drops`, `unseen_begin` and `refused`).
     pub dropped: u64,
     /// Kinds no process of the trace recorded (an import made without them): their tables are not zeros but
     /// unknown.

@@ -367,6 +367,12 @@ impl Stats {
             if p.injected_late {
                 command.push_str(&late_note(p.nvtx_tables_late, p.nvtx_tables_foreign));
             }
+            if p.unseen_begin > 0 {
+                command.push_str(&format!(" [{} calls in flight when recording was armed: left out]", p.unseen_begin));
+            }
+            if p.refused > 0 {
+                command.push_str(&format!(" [{} events refused: no known start or an end before it]", p.refused));
+            }
             let rank = match (p.rank, p.local_rank, p.world_size) {
                 (None, _, _) => "-".to_string(),
                 (Some(r), l, w) => {
@@ -382,7 +388,7 @@ impl Stats {
                 if p.host.is_empty() { "-".to_string() } else { p.host.clone() },
                 p.cupti_version.to_string(),
                 p.events.to_string(),
-                p.drops.total().to_string(),
+                (p.drops.total() + p.unseen_begin + p.refused).to_string(),
                 match (p.finished, p.launches_without_kernel) {
                     (true, _) => "yes".to_string(),
                     (false, 0) => "no (killed?)".to_string(),

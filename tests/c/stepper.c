@@ -1,0 +1,71 @@
+/* A fast loop, as a training job or an inference server runs one: "stepper K [block SECONDS]" runs steps of
+ * about 1 ms until its standard input closes. Each step is an NVTX range "step" holding a range "request" around
+ * K launches of `tick` and one cudaStreamSynchronize: K + 1 API calls and K kernels a step, nothing else. It
+ * prints "stepper: ready" once CUDA is up and "stepper: N steps" at the end.
+ * With "block SECONDS", a second thread first launches a kernel that runs SECONDS on a stream of its own and
+ * waits for it in cudaStreamSynchronize, printing "stepper: blocked" as it enters the wait: a call in flight
+ * while a tool attaches. */
+#include "sim.h"
+#include <nvtx3/nvToolsExt.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+void tick(void **args) { (void)args; }
+
+/* cudasim runs a kernel's body on its stream's worker thread: sleeping there is a kernel that takes that long. */
+static double block_seconds;
+void spin(void **args) {
+    (void)args;
+    usleep((useconds_t)(block_seconds * 1e6));
+}
+
+static void *blocker(void *arg) {
+    (void)arg;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *args[] = {NULL};
+    launch(spin, 1, 1, s, args);
+    printf("stepper: blocked\n");
+    fflush(stdout);
+    CHECK(cudaStreamSynchronize(s));
+    return NULL;
+}
+
+static int stdin_closed(void) {
+    struct pollfd p = {0, POLLIN, 0};
+    char buf[64];
+    return poll(&p, 1, 0) > 0 && read(0, buf, sizeof buf) <= 0;
+}
+
+int main(int argc, char **argv) {
+    long per = argc > 1 ? atol(argv[1]) : 4;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *args[] = {NULL};
+    launch(tick, 1, 1, s, args);
+    CHECK(cudaStreamSynchronize(s));
+    pthread_t t;
+    int blocking = argc > 3 && strcmp(argv[2], "block") == 0;
+    if (blocking) {
+        block_seconds = atof(argv[3]);
+        pthread_create(&t, NULL, blocker, NULL);
+    }
+    printf("stepper: ready\n");
+    fflush(stdout);
+    long steps = 0;
+    while (!stdin_closed()) {
+        nvtxRangePushA("step");
+        nvtxRangePushA("request");
+        for (long k = 0; k < per; k++) launch(tick, 1, 1, s, args);
+        CHECK(cudaStreamSynchronize(s));
+        nvtxRangePop();
+        nvtxRangePop();
+        steps++;
+        usleep(900);
+    }
+    if (blocking) pthread_join(t, NULL);
+    printf("stepper: %ld steps\n", steps);
+    return 0;
+}
