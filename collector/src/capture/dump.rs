@@ -143,7 +143,8 @@ fn finish(
     let dump_ns = h.dump_ns.load(Ordering::Relaxed);
     let reason = dump_reason::describe(h.dump_reason.load(Ordering::Relaxed));
     let span = last.unwrap_or(Duration::from_nanos(if recorder_span == 0 { u64::MAX } else { recorder_span }));
-    let (events, oldest_complete) = snapshot(&seg, dump_ns, span);
+    let armed_ns = h.armed_ns.load(Ordering::Acquire);
+    let (events, oldest_complete) = snapshot(&seg, dump_ns, span, armed_ns);
     let complete_for = oldest_complete.map(|t| Duration::from_nanos(dump_ns.saturating_sub(t)));
     session.add_snapshot(seg, conn, pid, events);
     session.step(false);
@@ -158,8 +159,9 @@ fn finish(
 /// Every ring's events that ended within `span` before `dump_ns` (the agent's clock), in ring order, with the
 /// facts that hold for the whole run (devices, thread and category names, clock pairs) kept whatever their age,
 /// the latest of each. Also returns the start of the oldest event of the youngest ring that wrapped: from there
-/// on the snapshot is complete.
-fn snapshot(seg: &MappedSegment, dump_ns: u64, span: Duration) -> (Vec<RawEvent>, Option<u64>) {
+/// on the snapshot is complete. Nothing from before the recorder was armed (`armed_ns`, 0: unknown) is kept, as
+/// for any window: its calls would lack their device work.
+fn snapshot(seg: &MappedSegment, dump_ns: u64, span: Duration, armed_ns: u64) -> (Vec<RawEvent>, Option<u64>) {
     let cutoff = dump_ns.saturating_sub(span.as_nanos().min(u64::MAX as u128) as u64);
     let mut all = Vec::new();
     let mut complete_from: Option<u64> = None;
@@ -189,7 +191,7 @@ fn snapshot(seg: &MappedSegment, dump_ns: u64, span: Duration) -> (Vec<RawEvent>
         let keep = if is_fact(e) {
             latest_fact.get(&(e.kind, e.device, e.a, e.c)) == Some(&i)
         } else {
-            dump_ns == 0 || e.end.max(e.start) >= cutoff
+            (dump_ns == 0 || e.end.max(e.start) >= cutoff) && e.start >= armed_ns
         };
         i += 1;
         keep
