@@ -179,3 +179,33 @@ fn a_call_in_flight_at_arming_is_left_out_and_counted() {
     assert!(span < 3.5e9, "the Perfetto timeline spans {} s for a 2.5 s window", span / 1e9);
     stepper.end();
 }
+
+/// cudasim's CUPTI costs what `cudasim/src/timing.rs` says, measured by the same program `scripts/gpu-validate`
+/// runs on a GPU (tests/c/cupti_timing.c), and each figure follows its environment variable.
+#[test]
+fn cudasim_models_cuptis_set_up_delivery_and_callback_costs() {
+    let dir = scratch("windows-cupti-timing");
+    let prog = build_c("cupti_timing", &dir);
+    let run = |env: &[(&str, &str)]| -> Value {
+        let out = Command::new(&prog)
+            .env("LD_LIBRARY_PATH", cudasim_dir())
+            .env_remove("CUDASIM_CUPTI_VERSION")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let t = run(&[]);
+    let ms = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} in {t}"));
+    assert!(ms("subscribe_ms") >= 100.0, "lazy initialisation at the first CUPTI call: {t}");
+    for kind in ["enable_kernel_ms", "enable_memcpy_ms", "enable_memset_ms"] {
+        assert!(ms(kind) >= 2.0, "{kind}: {t}");
+    }
+    assert!((0.0..5.0).contains(&ms("first_callback_after_setup_ms")), "callbacks start with the next call: {t}");
+    assert_eq!(t["records_before_flush"], 0, "records wait for a full buffer or a flush: {t}");
+    assert_eq!(t["memset_records"], 200, "{t}");
+    assert!(ms("callback_cost_ns") >= 100.0, "two callback sites of 57 ns: {t}");
+    let off = run(&[("CUDASIM_CUPTI_INIT_MS", "0"), ("CUDASIM_CUPTI_ENABLE_MS", "0"), ("CUDASIM_CALLBACK_NS", "0")]);
+    assert!(off["setup_ms"].as_f64().unwrap() < 50.0, "{off}");
+}

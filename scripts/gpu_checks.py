@@ -1,0 +1,204 @@
+"""The checks scripts/gpu-validate runs on a GPU's outputs, one subcommand per part. Each prints its table, may
+write its part's summary JSON, and exits 1 when a check fails.
+
+usage: gpu_checks.py faithful STATS TRACE SUMMARY | torch STATS TORCHPROF STEPS SUMMARY |
+       torch-windows DIR STEPS SUMMARY | infer DIR SUMMARY | planted DIR
+"""
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def faithful(args):
+    s, t = json.load(open(args[0])), json.load(open(args[1]))
+    k = {}
+    for r in s["kernels"]:
+        k[r["name"]] = k.get(r["name"], 0) + r["count"]
+    def kernels(prefix):
+        return sum(v for n, v in k.items() if n.startswith(prefix))
+    def nvtx(domain, name):
+        return sum(r["count"] for r in s["nvtx"] if r["domain"] == domain and r["name"] == name)
+    checks = [
+        ("fork child traces its own CUDA", kernels("child_kernel"), 3),
+        ("24 threads x 50 kernels", kernels("tick"), 1200),
+        ("demangled template name", k.get("void templated<4>(float*, int)", 0), 3),
+        ("graph kernels", kernels("graph_a") + kernels("graph_b"), 10),
+        ("graphs table: 1 graph, 5 launches", (len(s["graphs"]), sum(g["launches"] for g in s["graphs"])), (1, 5)),
+        ("driver-API kernels", kernels("driver_kernel"), 2),
+        ("memset 1 MiB", sum(r["bytes"] for r in s["memset"]), 1 << 20),
+        ("HtoD copies: pageable, pinned", tuple(sum(r["count"] for r in s["memcpy"] if r["kind"] == "HtoD" and r["host_memory"] == m) for m in ("pageable", "pinned")), (1, 1)),
+        ("cudaMallocAsync calls", sum(r["count"] for r in s["api"] if r["name"].startswith("cudaMallocAsync")), 1),
+        ("NVTX outer / worker / io:read", (nvtx("default", "outer"), nvtx("default", "worker"), nvtx("io", "read")), (1, 24, 2)),
+        ("nothing dropped or skipped", (s["dropped"], [u for p in s["processes"] for u in p["records_unused"] if u["skipped"]]), (0, [])),
+        ("device clock", sorted({p["device_clock"] for p in s["processes"] if p["cupti_version"]}), ["monotonic"]),
+    ]
+    # Clock check: every kernel starts after its launch call began (same host clock after alignment). Kernels are
+    # joined to their launch call through the export's ac2g flows: correlation ids repeat across processes (the forked
+    # child), flow ids do not.
+    ev = t["traceEvents"]
+    starts = {e["id"]: e for e in ev if e.get("ph") == "s" and e.get("cat") == "ac2g"}
+    gpu = {(e["pid"], e["tid"], e["ts"]): e for e in ev if e.get("cat") == "kernel"}
+    pairs = [(starts[f["id"]], gpu[(f["pid"], f["tid"], f["ts"])]) for f in ev
+             if f.get("ph") == "f" and f.get("cat") == "ac2g" and f["id"] in starts and (f["pid"], f["tid"], f["ts"]) in gpu]
+    checks.append(("kernels joined to their launch by a flow", len(pairs) >= 1200 + 3 + 3 + 2, True))
+    early = [k["name"] for s, k in pairs if k["ts"] + 1 < s["ts"]]
+    checks.append(("kernels start after their launch call", len(early), 0))
+    # ... and end before a synchronisation of the same process that began after their launch returns.
+    syncs = [(e["pid"], e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver") and "Synchronize" in e["name"]]
+    late = 0
+    for s, k in pairs:
+        ends = [end for pid, start, end in syncs if pid == s["pid"] and start >= s["ts"]]
+        if ends and k["ts"] + k["dur"] > max(ends) + 1:
+            late += 1
+    checks.append(("kernels end before a later sync returns", late, 0))
+    ok = True
+    print(f"{'check':48} {'got':>20} {'want':>20}")
+    for name, got, want in checks:
+        ok &= got == want
+        print(f"{name:48} {str(got):>20} {str(want):>20} {'PASS' if got == want else 'FAIL'}")
+    json.dump({"checks": [{"check": n, "got": g, "want": w, "pass": g == w} for n, g, w in checks], "pass": ok}, open(args[2], "w"), indent=1, default=str)
+    print("faithful.cu:", "PASS" if ok else "FAIL")
+    return ok
+
+def torch(args):
+    s, t, steps = json.load(open(args[0])), json.load(open(args[1])), int(args[2])
+    # cuflight saw 3 warm-up steps as well as the measured ones.
+    ours = sum(r["count"] for r in s["kernels"])
+    ours_ns = sum(r["total_ns"] for r in s["kernels"])
+    print(f"cuflight:       {ours} kernels over {steps + 3} steps = {ours / (steps + 3):.1f}/step, {ours_ns / 1e6:.2f} ms kernel time")
+    print(f"torch.profiler: {t['kernels']} kernels over {steps} steps = {t['kernels'] / steps:.1f}/step, {t['kernel_time_us'] / 1e3:.2f} ms kernel time")
+    print("dropped:", s["dropped"])
+    # Same script, separate runs: kernel time per step within 2%.
+    ours_step, theirs_step = ours_ns / 1e3 / (steps + 3), t["kernel_time_us"] / steps
+    gap = abs(ours_step / theirs_step - 1)
+    ok = gap <= 0.02
+    print(f"kernel time per step: cuflight {ours_step:.1f} us, torch.profiler {theirs_step:.1f} us, gap {gap:.1%}:", "PASS" if ok else "FAIL")
+    json.dump({"cuflight_us_per_step": ours_step, "torchprof_us_per_step": theirs_step, "gap": gap, "pass": ok},
+              open(args[3], "w"), indent=1)
+    return ok
+
+
+def armed_ms(err_path):
+    """The arming time `cuflight attach` printed ("recording was armed 123.4 ms after the request"), or None."""
+    m = re.search(r"armed ([0-9.]+) ms", open(err_path).read()) if os.path.exists(err_path) else None
+    return float(m.group(1)) if m else None
+
+
+def steps_in(stats):
+    """Step-like NVTX ranges of train_torch.py ("stepN") in a window's stats."""
+    return sum(r["count"] for r in stats["nvtx"] if re.fullmatch(r"step\d+", r["name"]))
+
+
+def torch_windows(args):
+    out, steps = args[0], int(args[1])
+    rec = json.load(open(os.path.join(out, "torch.json")))
+    per_rec = sum(r["count"] for r in rec["kernels"]) / (steps + 3)
+    rows, ok, summary = [], True, {"per_step_record": per_rec}
+    for name, want in (("torch-steps", 5), ("torch-inject", 10)):
+        try:
+            s = json.load(open(os.path.join(out, f"{name}.json")))
+        except (OSError, ValueError) as e:
+            rows.append((name, f"no stats: {e}", False))
+            ok = False
+            continue
+        got_steps = steps_in(s)
+        per = sum(r["count"] for r in s["kernels"]) / max(got_steps, 1)
+        p = s["processes"][0] if s["processes"] else {}
+        good = got_steps == want and abs(per - per_rec) <= 1
+        ok &= good
+        armed = armed_ms(os.path.join(out, f"{name}.err"))
+        summary[name] = {"steps": got_steps, "kernels_per_step": per, "armed_ms": armed,
+                         "unseen_begin": p.get("unseen_begin"), "nvtx_tables_late": p.get("nvtx_tables_late"),
+                         "pass": good}
+        rows.append((name, f"{got_steps} steps (want {want}), {per:.1f} kernels/step (record {per_rec:.1f}), "
+                           f"armed after {armed} ms, {p.get('unseen_begin')} calls in flight left out", good))
+    for name, text, good in rows:
+        print(f"{name:14} {text} {'PASS' if good else 'FAIL'}")
+    summary["pass"] = ok
+    json.dump(summary, open(args[2], "w"), indent=1)
+    return ok
+
+
+def infer(args):
+    out = args[0]
+    phases = dict(line.split() for line in open(os.path.join(out, "infer-phases.txt")) if line.strip())
+    requests = json.load(open(os.path.join(out, "infer-requests.json")))
+
+    def latency(start, end):
+        lo, hi = int(phases[start]), int(phases[end])
+        lat = sorted(r[1] / 1e6 for r in requests if lo <= r[0] < hi)
+        if not lat:
+            return {"requests": 0}
+        return {"requests": len(lat), "p50_ms": statistics.median(lat), "p99_ms": lat[int(0.99 * (len(lat) - 1))]}
+
+    summary = {"latency": {"dormant": latency("dormant", "dormant_end"),
+                           "attached": latency("attached", "attached_end"),
+                           "detached": latency("detached", "detached_end")}}
+    for phase, l in summary["latency"].items():
+        print(f"{phase:10} {l.get('requests', 0):6} requests  p50 {l.get('p50_ms', 0):7.3f} ms  p99 {l.get('p99_ms', 0):7.3f} ms")
+    ok = True
+    # The duration window: whole requests only. Kernels per request of each batch size, from the kernels launched
+    # inside each batchN range (nvtx_kern), must come out whole.
+    d = json.load(open(os.path.join(out, "infer-duration.json")))
+    per_batch = {}
+    for b in (1, 8, 32):
+        ranges = sum(r["count"] for r in d["nvtx"] if r["name"] == f"batch{b}")
+        kernels = sum(r["count"] for r in d["nvtx_kern"] if r["range"] == f"batch{b}")
+        per = kernels / ranges if ranges else 0
+        whole = ranges > 0 and kernels % ranges == 0
+        ok &= whole
+        per_batch[b] = per
+        print(f"duration window batch{b}: {ranges} requests, {kernels} kernels, {per:.2f} per request", "PASS" if whole else "FAIL")
+    requests_in_window = sum(r["count"] for r in d["nvtx"] if r["name"] == "request")
+    # The capture-range window: the first request after arming, its kernels exactly those of its batch size.
+    q = json.load(open(os.path.join(out, "infer-request.json")))
+    batch = [r["name"] for r in q["nvtx"] if r["name"].startswith("batch")]
+    n_req = sum(r["count"] for r in q["nvtx"] if r["name"] == "request")
+    kernels = sum(r["count"] for r in q["kernels"])
+    b = int(batch[0][5:]) if len(batch) == 1 else None
+    exact = n_req == 1 and b is not None and kernels == per_batch.get(b)
+    ok &= exact
+    print(f"nvtx:request window: {n_req} request ({batch}), {kernels} kernels (want {per_batch.get(b)}):", "PASS" if exact else "FAIL")
+    summary.update({"kernels_per_request": per_batch, "duration_window_requests": requests_in_window,
+                    "request_window": {"requests": n_req, "batch": b, "kernels": kernels},
+                    "armed_ms": {"duration": armed_ms(os.path.join(out, "infer-duration.err")),
+                                 "request": armed_ms(os.path.join(out, "infer-request.err"))},
+                    "pass": ok})
+    json.dump(summary, open(args[1], "w"), indent=1)
+    return ok
+
+
+def planted(args):
+    out = args[0]
+    want = {"clean": None, "dataload": "data_loading", "item": "sync_stall", "pageable": "pageable_memcpy",
+            "tiny": "launch_bound", "fp32": "fp32_gemm", "leak": "memory_growth"}
+    rows, ok = [], True
+    for v, kind in want.items():
+        try:
+            r = json.load(open(os.path.join(out, f"planted-{v}.json")))
+        except (OSError, ValueError) as e:
+            rows.append((v, f"no report: {e}", kind, False))
+            ok = False
+            continue
+        f = r.get("findings", [])
+        top = f[0]["kind"] if f else None
+        share = f[0].get("share", 0) if f else 0
+        good = (share < 0.05) if kind is None else (top == kind)
+        ok &= good
+        rows.append((v, f"{top} ({share:.0%})", kind or "nothing above 5%", good))
+    print(f"{'variant':10} {'top finding':30} {'expected':22}")
+    for v, got, w, good in rows:
+        print(f"{v:10} {got:30} {w:22} {'PASS' if good else 'FAIL'}")
+    json.dump({"planted": [{"variant": v, "top": g, "expected": w, "pass": p} for v, g, w, p in rows], "pass": ok},
+              open(os.path.join(out, "planted-summary.json"), "w"), indent=1)
+    return ok
+
+
+CHECKS = {"faithful": faithful, "torch": torch, "torch-windows": torch_windows, "infer": infer, "planted": planted}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in CHECKS:
+        sys.exit(__doc__)
+    sys.exit(0 if CHECKS[sys.argv[1]](sys.argv[2:]) else 1)
