@@ -13,6 +13,9 @@
 //!   `cuptiActivityGetStructSize` on 13.x only; timestamps on CLOCK_REALTIME unless a timestamp callback is
 //!   registered; forced flushes hand over running kernels unfinished (end 0); full buffers are completed on a
 //!   worker thread, as CUPTI's own;
+//! - CUPTI takes time as the real one does (`timing.rs`, each figure with its source): lazy initialisation at the
+//!   first CUPTI call, each activity enable, each callback site; a callback site goes to the subscribers enabled
+//!   at that site, so a tool that subscribes while a call runs gets its exit with a zeroed correlation slot;
 //! - a kernel is a host function `void k(void **args)`; each stream has a device thread that runs kernels, copies
 //!   and memsets in stream order, so durations, overlap and waiting are real. Device memory is host memory.
 //!
