@@ -44,7 +44,7 @@ fn set_state(state: u8) {
 }
 
 fn serve(listener: ControlListener) {
-    if state::injected_late() {
+    if state::injected_late() && traces_nvtx() {
         // Here rather than in the constructor, which runs under the loader's lock in a thread the injector holds.
         let _ = std::panic::catch_unwind(|| state::set_nvtx_late(crate::nvtx_late::hook_tables()));
     }
@@ -105,6 +105,11 @@ fn serve(listener: ControlListener) {
     }));
 }
 
+/// NVTX is asked for (`--trace`): only then are NVTX tables found late filled.
+fn traces_nvtx() -> bool {
+    setup::trace_mask() & cuflight_format::tracing::NVTX != 0
+}
+
 /// Wakes a dormant agent into `session` (a `cuflight attach` collector): segment, CUPTI, recording.
 fn attach(session: &str) -> Result<(), String> {
     if session.is_empty() || session.contains('/') || session.len() > 100 {
@@ -120,7 +125,7 @@ fn attach(session: &str) -> Result<(), String> {
         });
     }
     state::wake_for(session)?;
-    if state::injected_late() {
+    if state::injected_late() && traces_nvtx() {
         // Libraries may have started NVTX since the last look.
         state::set_nvtx_late(crate::nvtx_late::hook_tables());
     }

@@ -3,6 +3,7 @@
 //! and start the flush thread. What keeps data flowing afterwards is in [`crate::cupti`].
 
 use crate::{activity, callbacks, clock, cupti, state};
+use cuflight_format::tracing;
 use cupti_sys::cuda13 as c;
 use cupti_sys::loader::Cupti;
 use cupti_sys::CuptiFamily;
@@ -43,15 +44,25 @@ const DRIVER_CBIDS: &[u32] = &[
     c::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent,
 ];
 
-/// Activity kinds: never KIND_KERNEL, which serialises kernels.
-const ACTIVITY_KINDS: &[(c::CUpti_ActivityKind, bool)] = &[
-    (c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, true),
-    (c::CUPTI_ACTIVITY_KIND_MEMCPY, true),
-    (c::CUPTI_ACTIVITY_KIND_MEMSET, true),
-    (c::CUPTI_ACTIVITY_KIND_MEMORY2, false),
-    (c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, false),
-    (c::CUPTI_ACTIVITY_KIND_OVERHEAD, false),
+/// Activity kinds, each with whether set-up fails without it and the `--trace` name that asks for it (`CUDA` is
+/// always asked for). Never KIND_KERNEL, which serialises kernels.
+const ACTIVITY_KINDS: &[(c::CUpti_ActivityKind, bool, u32)] = &[
+    (c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, true, tracing::CUDA),
+    (c::CUPTI_ACTIVITY_KIND_MEMCPY, true, tracing::CUDA),
+    (c::CUPTI_ACTIVITY_KIND_MEMSET, true, tracing::CUDA),
+    (c::CUPTI_ACTIVITY_KIND_MEMORY2, false, tracing::MEMORY),
+    (c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, false, tracing::SYNC),
+    (c::CUPTI_ACTIVITY_KIND_OVERHEAD, false, tracing::OVERHEAD),
 ];
+
+/// What this process traces (`CUFLIGHT_TRACE`, set by `cuflight record --trace` or `launch --trace`; the default
+/// when unset or, for a variable set by hand, unreadable: an agent never writes to the program's output).
+pub fn trace_mask() -> u32 {
+    static MASK: once_cell::sync::OnceCell<u32> = once_cell::sync::OnceCell::new();
+    *MASK.get_or_init(|| {
+        std::env::var("CUFLIGHT_TRACE").ok().and_then(|v| tracing::parse(&v).ok()).unwrap_or(tracing::DEFAULT)
+    })
+}
 
 fn check(cupti: &Cupti, r: c::CUptiResult, what: &str) -> Result<(), String> {
     if r == c::CUPTI_SUCCESS {
@@ -185,7 +196,7 @@ pub fn start() -> Result<(), String> {
 /// and what CUPTI completed meanwhile is collected before our subscriber, whose buffers hold it, goes.
 fn release(api: cupti_sys::loader::CuptiApi, subscriber: c::CUpti_SubscriberHandle) {
     let v2 = cupti::activity_v2();
-    for &(kind, _) in ACTIVITY_KINDS {
+    for &(kind, _, _) in ACTIVITY_KINDS {
         // SAFETY: plain CUPTI calls; disabling a kind that was never enabled is harmless.
         unsafe {
             match v2 {
@@ -222,9 +233,33 @@ pub fn stop() {
 fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Sharing) -> Result<(), String> {
     let api = cupti.api;
     let v2 = cupti::activity_v2();
+    let mask = trace_mask();
+    if let Some(seg) = state::segment() {
+        seg.header().trace_mask.store(mask, Ordering::Relaxed);
+    }
     // SAFETY: plain CUPTI configuration calls on our subscriber.
     unsafe {
-        check(cupti, (api.enable_domain)(1, subscriber, c::CUPTI_CB_DOMAIN_RUNTIME_API), "enabling runtime callbacks")?;
+        if mask & tracing::QUERIES != 0 {
+            check(
+                cupti,
+                (api.enable_domain)(1, subscriber, c::CUPTI_CB_DOMAIN_RUNTIME_API),
+                "enabling runtime callbacks",
+            )?;
+        } else {
+            // Callback by callback, so that calls no analysis needs (cudaGetDevice, cudaGetLastError...) are never
+            // dispatched to us. An id this CUPTI does not know is refused and skipped.
+            let mut enabled = 0;
+            for &(cbid, name) in cupti_sys::runtime_cbids::RUNTIME {
+                if tracing::records_runtime_call(name)
+                    && (api.enable_callback)(1, subscriber, c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid) == c::CUPTI_SUCCESS
+                {
+                    enabled += 1;
+                }
+            }
+            if enabled == 0 {
+                return Err(format!("CUPTI at {} enabled none of the runtime callbacks cuflight needs", cupti.path));
+            }
+        }
         for &cbid in DRIVER_CBIDS {
             // An older CUPTI may not know a newer entry point (e.g. cuLaunchKernelEx): skip it, keep the rest.
             let _ = (api.enable_callback)(1, subscriber, c::CUPTI_CB_DOMAIN_DRIVER_API, cbid);
@@ -257,7 +292,10 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Shar
             }
         };
         check(cupti, registered, "registering activity buffers")?;
-        for &(kind, required) in ACTIVITY_KINDS {
+        for &(kind, required, wanted) in ACTIVITY_KINDS {
+            if mask & wanted == 0 {
+                continue;
+            }
             if !layout_is_readable(cupti, kind) {
                 if required {
                     return Err(format!("CUPTI at {} writes activity records older than cuflight reads", cupti.path));

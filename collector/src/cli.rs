@@ -41,6 +41,8 @@ pub enum Cmd {
         window: WindowArgs,
         #[command(flatten)]
         sampling: SamplingArgs,
+        #[command(flatten)]
+        trace: TraceArgs,
         /// How long each sampling window lasts (default 10s, at most --every; with --steps or --capture-range, the
         /// longest it may wait and last).
         #[arg(long, value_parser = attach::parse_duration, requires = "every")]
@@ -63,6 +65,8 @@ pub enum Cmd {
         /// Dump when a thread waits in a synchronising CUDA call this long while no GPU work completes.
         #[arg(long, value_parser = attach::parse_duration, requires = "flight_recorder")]
         hang_timeout: Option<Duration>,
+        #[command(flatten)]
+        trace: TraceArgs,
         /// The program and its arguments: options end at the first word that is not one (as with `nsys profile`);
         /// `--` before it works too.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, num_args = 1.., value_name = "COMMAND")]
@@ -209,6 +213,29 @@ pub struct SamplingArgs {
     /// How many sampling windows (with --every).
     #[arg(long, requires = "every", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub count: Option<u32>,
+}
+
+/// What the agent traces (`record` and `launch`; an attached window traces what its `launch` chose).
+#[derive(clap::Args)]
+pub struct TraceArgs {
+    /// What to trace, comma-separated, as nsys's -t: cuda (always), queries (also the runtime calls that only
+    /// read state: cudaGetDevice, cudaGetLastError, ...), nvtx, memory (CUPTI memory records), sync (CUPTI
+    /// synchronization records), overhead (CUPTI overhead records). Default: cuda,nvtx,memory,sync,overhead.
+    #[arg(short = 't', long, value_parser = parse_trace, value_name = "LIST")]
+    pub trace: Option<u32>,
+}
+
+impl TraceArgs {
+    /// Hands the choice to the agents of the processes started from here (through their environment).
+    pub fn apply(&self) {
+        if let Some(mask) = self.trace {
+            std::env::set_var("CUFLIGHT_TRACE", cuflight_format::tracing::describe(mask));
+        }
+    }
+}
+
+fn parse_trace(text: &str) -> Result<u32, String> {
+    cuflight_format::tracing::parse(text)
 }
 
 /// A window bounded by the program's own marks (`record` and `attach` alike).

@@ -137,6 +137,9 @@ pub struct ProcessInfo {
     pub arming_ns: u64,
     /// API calls the agent saw end without seeing them begin (in flight when it was armed): left out, counted.
     pub unseen_begin: u64,
+    /// What the agent traced (`--trace`, e.g. "cuda,nvtx,memory,sync,overhead"); empty when unknown (an older
+    /// agent, which traced those and every runtime call, or an import).
+    pub traced: String,
 }
 
 impl ProcessInfo {

@@ -6,6 +6,7 @@
 //! - [`segment`]: the layout of a process's shared-memory segment (header, string region, rings), a sealed memfd.
 //! - [`strings`]: the string region's layout (ids are byte offsets), with a parser and an in-memory builder.
 //! - [`channel`]: how an agent hands its segment to its collector (a Unix socket, credentials checked).
+//! - [`tracing`]: what a recording traces (`--trace`), one rule for the collector and the agent.
 //! - [`file`] (feature `file`): the compressed, versioned trace file the collector writes.
 //!
 //! ```
@@ -30,6 +31,7 @@ pub mod index;
 pub mod ring;
 pub mod segment;
 pub mod strings;
+pub mod tracing;
 #[cfg(feature = "file")]
 pub mod varint;
 

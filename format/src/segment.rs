@@ -142,6 +142,9 @@ pub struct SegmentHeader {
     /// API calls whose exit the agent saw without their enter (in flight when recording was armed): not recorded,
     /// as their start is unknown, and counted here.
     pub unseen_begin: AtomicU64,
+    /// What the agent traces (`cuflight_format::tracing` bits), stored at CUPTI set-up; 0 from an agent that
+    /// predates `--trace` (it traced the default and every runtime call).
+    pub trace_mask: AtomicU32,
 }
 
 /// Why a flight recorder dumped ([`SegmentHeader::dump_reason`]).

@@ -37,6 +37,12 @@ pub mod cuda12;
 pub mod cuda13;
 pub mod loader;
 
+/// Runtime API callback ids and their functions' names (CUDA 13.5; ids never change between releases, later ones
+/// only add), tabulated at build time from the committed bindings.
+pub mod runtime_cbids {
+    include!(concat!(env!("OUT_DIR"), "/runtime_cbids.rs"));
+}
+
 /// `cuptiGetVersion` below this value means CUPTI 12.x (it reports small API numbers, 19-28); CUDA 13's CUPTI
 /// reports `major * 10000 + minor * 100 + patch` (130500 for 13.5).
 pub const CUPTI_13_MIN_VERSION: u32 = 130000;

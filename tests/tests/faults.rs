@@ -222,7 +222,9 @@ fn two_hundred_threads_and_idle_threads_lose_nothing_and_count_every_loss_once()
     // More idle threads than rings, each holding one or waiting for one, starve neither CUPTI's delivery (its
     // ring is kept for it) nor the launching thread nor the idle threads' own calls (the overflow ring).
     let flood = build_c("flood", &dir);
-    let mut cmd = record_cmd(&dir.join("idle.cuf"), &[], &flood, &["0.5", "300"]);
+    // Each idle thread's one call (cudaGetDevice, which only reads state) is recorded when asked for: then each
+    // idle thread holds a ring.
+    let mut cmd = record_cmd(&dir.join("idle.cuf"), &["--trace", "cuda,queries"], &flood, &["0.5", "300"]);
     let out = cmd.env("CUFLIGHT_RINGS", "64").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let n = launched(&String::from_utf8_lossy(&out.stdout));

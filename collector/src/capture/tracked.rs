@@ -113,6 +113,12 @@ pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
         .collect();
     let late = h.injected_late.load(Ordering::Relaxed);
     let armed_ns = h.armed_ns.load(Ordering::Acquire);
+    // What was left out on purpose (`--trace`): its tables are unknown, not empty.
+    let mask = h.trace_mask.load(Ordering::Relaxed);
+    let mut not_recorded = Vec::new();
+    if mask != 0 && mask & cuflight_format::tracing::NVTX == 0 {
+        not_recorded.push(("nvtx".to_string(), "not traced (--trace without nvtx)".to_string()));
+    }
     ProcessInfo {
         pid: t.pid,
         key: if t.key == t.pid { 0 } else { t.key },
@@ -140,7 +146,8 @@ pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
         injected_late: late & 1 != 0,
         nvtx_tables_late: (late >> 8) & 0xff,
         nvtx_tables_foreign: (late >> 16) & 0xff,
-        not_recorded: Vec::new(),
+        not_recorded,
+        traced: if mask == 0 { String::new() } else { cuflight_format::tracing::describe(mask) },
         armed_ns,
         arming_ns: armed_ns.checked_sub(h.arm_began_ns.load(Ordering::Relaxed)).filter(|_| armed_ns != 0).unwrap_or(0),
         unseen_begin: h.unseen_begin.load(Ordering::Relaxed),

@@ -406,6 +406,7 @@ fn process_row(p: &Process, events: u64, launches_without_kernel: u64) -> Proces
         drops: p.info.drops,
         unseen_begin: p.info.unseen_begin,
         refused: p.refused,
+        traced: p.info.traced.clone(),
         records_unused: p
             .info
             .records_unused

@@ -163,6 +163,8 @@ pub struct ProcessRow {
     pub unseen_begin: u64,
     /// Events this reader refused: no known start, or an end before the start (written by an older agent).
     pub refused: u64,
+    /// What the agent traced (`--trace`); empty when unknown.
+    pub traced: String,
     /// Threads that recorded nothing because shared memory for their ring could not be reserved.
     pub rings_refused: u64,
     /// Activity records kept out, by class: records too short to read, and records with zero or unfinished

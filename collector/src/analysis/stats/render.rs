@@ -370,6 +370,10 @@ impl Stats {
             if p.unseen_begin > 0 {
                 command.push_str(&format!(" [{} calls in flight when recording was armed: left out]", p.unseen_begin));
             }
+            if !p.traced.is_empty() && p.traced != cuflight_format::tracing::describe(cuflight_format::tracing::DEFAULT)
+            {
+                command.push_str(&format!(" [traced: {}]", p.traced));
+            }
             if p.refused > 0 {
                 command.push_str(&format!(" [{} events refused: no known start or an end before it]", p.refused));
             }

@@ -1,0 +1,123 @@
+//! The commands' work over several traces at once: the Parquet export of a job, one clock for a job's hosts, and
+//! a merged source for the timeline exports.
+
+use crate::warn_cut_short;
+use anyhow::{Context, Result};
+use cuflight_collector::export::output;
+use std::path::PathBuf;
+
+/// `export --format parquet`: every trace's tables into one directory, committed only when complete.
+pub fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) -> Result<i32> {
+    use cuflight_collector::export::{output_dir::OutputDir, parquet};
+    let dest = output.unwrap_or_else(|| output::default_beside(&traces[0], "parquet"));
+    let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
+    output::distinct_inputs(&inputs)?;
+    let out = OutputDir::create(&dest, &inputs, force, parquet::MANIFEST)?;
+    for t in traces {
+        // Checked up front (readable, a known format), and cut-short traces named once; opened again later.
+        let source = cuflight_collector::model::source::EventSource::open(t)?;
+        warn_cut_short(t, source.cut_short.as_deref());
+    }
+    // Part files are named after their trace.
+    let sources: Vec<(String, PathBuf)> = parquet::part_stems(traces).into_iter().zip(traces.iter().cloned()).collect();
+    let written = parquet::export(&sources, out.path())?;
+    let manifest = serde_json::json!({
+        "schema_version": parquet::SCHEMA_VERSION,
+        "written_by": format!("cuflight {}", env!("CARGO_PKG_VERSION")),
+        "tables": written.rows,
+        "files": written.files,
+        "hosts": written.hosts,
+        "sources": traces.iter().map(|t| t.display().to_string()).collect::<Vec<_>>(),
+    });
+    let path = out.path().join(parquet::MANIFEST);
+    std::fs::write(&path, serde_json::to_vec_pretty(&manifest)?)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    out.commit()?;
+    print_hosts(&written.hosts);
+    let rows: Vec<String> = written.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
+    eprintln!("cuflight: wrote {}: {} files; rows: {}", dest.display(), written.files, rows.join(", "));
+    Ok(0)
+}
+
+/// How each host's clock was aligned, when there are several: a line per host up to 8 (the largest shifts
+/// first after the reference), then a summary of the rest, whose figures the output keeps.
+pub fn print_hosts(hosts: &[cuflight_collector::analysis::align::HostShift]) {
+    if hosts.len() > 1 {
+        let mut shown: Vec<_> = hosts.iter().collect();
+        shown.sort_by_key(|h| (!h.reference, std::cmp::Reverse(h.shift_ns.unsigned_abs()), h.matched == 0));
+        let mut summary = None;
+        if shown.len() > 8 {
+            let rest = &shown[8..];
+            let unmatched = rest.iter().filter(|h| h.matched == 0).count();
+            let worst = rest.iter().map(|h| h.shift_ns.unsigned_abs()).max().unwrap_or(0);
+            summary = Some(format!(
+                "cuflight: clocks: {} more hosts shifted by at most {:.1} µs; {unmatched} of them share no collective \
+                 with the reference (left on their REALTIME clocks)",
+                rest.len(),
+                worst as f64 / 1e3
+            ));
+            shown.truncate(8);
+        }
+        for h in shown {
+            match (h.reference, h.matched) {
+                (true, _) => eprintln!("cuflight: clocks: host {} is the reference", h.host),
+                (false, 0) => eprintln!(
+                    "cuflight: clocks: host {} shares no collective with the reference: left on its REALTIME clock",
+                    h.host
+                ),
+                (false, n) => {
+                    let drift = match (h.knots.first(), h.knots.last()) {
+                        (Some(a), Some(b)) if h.knots.len() > 1 => format!(
+                            ", followed through the run: {:.1} to {:.1} µs over {:.1} s",
+                            a.1 as f64 / 1e3,
+                            b.1 as f64 / 1e3,
+                            (b.0 - a.0) as f64 / 1e9
+                        ),
+                        _ => String::new(),
+                    };
+                    eprintln!(
+                        "cuflight: clocks: host {} shifted by {:.1} µs ({n} collective ends matched, residual {:.1} \
+                         µs{drift})",
+                        h.host,
+                        h.shift_ns as f64 / 1e3,
+                        h.residual_ns as f64 / 1e3
+                    )
+                }
+            }
+        }
+        if let Some(line) = summary {
+            eprintln!("{line}");
+        }
+    }
+}
+
+/// The traces merged on one clock into a file in the temporary directory that is unlinked once opened (the
+/// source keeps it open), so nothing is left behind whatever happens next.
+pub fn merged_source(traces: &[PathBuf]) -> Result<cuflight_collector::model::source::EventSource> {
+    for t in traces {
+        let source = cuflight_collector::model::source::EventSource::open(t)?;
+        warn_cut_short(t, source.cut_short.as_deref());
+    }
+    let dir = std::env::temp_dir();
+    let (path, file) = (0..100)
+        .find_map(|i| {
+            let path = dir.join(format!("cuflight-merge-{}-{i}.cuf", std::process::id()));
+            let mut open = std::fs::OpenOptions::new();
+            std::os::unix::fs::OpenOptionsExt::mode(open.write(true).create_new(true), 0o600);
+            open.open(&path).ok().map(|f| (path, f))
+        })
+        .with_context(|| format!("cannot create a file in {} to merge the traces into", dir.display()))?;
+    let command = vec!["cuflight".to_string(), "export".to_string()];
+    let merged = cuflight_collector::export::merge::merge(traces, std::io::BufWriter::new(file), command);
+    let source = merged
+        .map_err(anyhow::Error::from)
+        .and_then(|m| {
+            print_hosts(&m.hosts);
+            Ok(cuflight_collector::model::source::EventSource::open(&path)?)
+        })
+        .with_context(|| {
+            format!("merging the traces in {} (free space there or point TMPDIR elsewhere)", dir.display())
+        });
+    let _ = std::fs::remove_file(&path);
+    source
+}

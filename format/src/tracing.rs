@@ -1,0 +1,140 @@
+//! What a recording traces, as nsys's `-t` chooses: `cuflight record --trace cuda,nvtx,...` (or `launch`), handed
+//! to the agent as `CUFLIGHT_TRACE`. One rule for the collector, which checks the list, and the agent, which
+//! subscribes to what it names and to nothing else.
+//!
+//! - `cuda` (always): the runtime calls, each subscribed by callback id rather than the whole runtime domain, but
+//!   for those that only read state ([`records_runtime_call`]); the driver's launches, copies, memsets,
+//!   allocations and synchronisations; kernel, copy and memset records.
+//! - `queries`: the runtime calls that only read state too (`cudaGetDevice`, `cudaGetLastError`,
+//!   `cudaStreamIsCapturing`, `cudaGetErrorString`...) and the few PyTorch makes around every operation
+//!   (`cudaSetDevice`, event creation). PyTorch makes about ten a kernel; subscribed, each costs a callback on
+//!   both sides of the call (Kineto leaves them out the same way).
+//! - `nvtx`: NVTX ranges, marks and names.
+//! - `memory`: CUPTI's MEMORY2 records (allocations as the device sees them, pools included).
+//! - `sync`: CUPTI's SYNCHRONIZATION records (what each wait waited for).
+//! - `overhead`: CUPTI's OVERHEAD records (its own buffer flushes and instrumentation).
+//!
+//! The default is everything but `queries`.
+
+pub const CUDA: u32 = 1;
+pub const QUERIES: u32 = 2;
+pub const NVTX: u32 = 4;
+pub const MEMORY: u32 = 8;
+pub const SYNC: u32 = 16;
+pub const OVERHEAD: u32 = 32;
+pub const DEFAULT: u32 = CUDA | NVTX | MEMORY | SYNC | OVERHEAD;
+
+/// The names `--trace` takes, with their bits, in the order `--help` lists them.
+pub const NAMES: [(&str, u32); 6] =
+    [("cuda", CUDA), ("queries", QUERIES), ("nvtx", NVTX), ("memory", MEMORY), ("sync", SYNC), ("overhead", OVERHEAD)];
+
+/// `cuda,nvtx,...` as a mask; `cuda` must be named (cuflight always traces CUDA), unknown names are refused.
+pub fn parse(list: &str) -> Result<u32, String> {
+    let mut mask = 0;
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let Some(&(_, bit)) = NAMES.iter().find(|(n, _)| *n == name) else {
+            let known: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
+            return Err(format!("'{name}' is not something cuflight traces (choose from {})", known.join(", ")));
+        };
+        mask |= bit;
+    }
+    if mask & CUDA == 0 {
+        return Err(format!("'{list}': cuflight always traces CUDA, so the list must name cuda (e.g. cuda,nvtx)"));
+    }
+    Ok(mask)
+}
+
+/// The mask as the names it holds, comma-separated.
+pub fn describe(mask: u32) -> String {
+    NAMES.iter().filter(|(_, bit)| mask & bit != 0).map(|(n, _)| *n).collect::<Vec<_>>().join(",")
+}
+
+/// Whether `cuda` (without `queries`) records the runtime call named `name` (its name without the `_vNNNN`
+/// version suffix: `cudaMemcpyAsync`, `cudaLaunchKernel_ptsz`): every call but those that only read state (a
+/// `Get`, `Peek` or `Is` in their name: the current device, the last error, attributes, capture status, versions)
+/// and the handful PyTorch makes around every operation that Kineto leaves out too (`cudaSetDevice`, event
+/// creation and destruction). Launches, copies, memsets, allocations, synchronisations, event records and
+/// queries, stream waits, graph launches and captures, profiler start and stop all stay.
+pub fn records_runtime_call(name: &str) -> bool {
+    const CONSTANT: &[&str] = &["cudaSetDevice", "cudaEventCreate", "cudaEventCreateWithFlags", "cudaEventDestroy"];
+    let verb = name.strip_prefix("cuda").or_else(|| name.strip_prefix("__cuda")).unwrap_or(name);
+    let reads_state = verb.contains("Get")
+        || verb.starts_with("Peek")
+        || verb.contains("IsCapturing")
+        || verb.contains("ExchangeStreamCaptureMode");
+    !reads_state && !CONSTANT.contains(&name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_parse_as_nsys_lists_do() {
+        assert_eq!(parse("cuda,nvtx"), Ok(CUDA | NVTX));
+        assert_eq!(parse(" cuda , queries "), Ok(CUDA | QUERIES));
+        assert_eq!(describe(DEFAULT), "cuda,nvtx,memory,sync,overhead");
+        assert!(parse("cuda,osrt").unwrap_err().contains("'osrt' is not"));
+        assert!(parse("nvtx").unwrap_err().contains("must name cuda"));
+    }
+
+    #[test]
+    fn the_calls_analyses_use_are_recorded_and_state_reads_are_not() {
+        for name in [
+            "cudaLaunchKernel",
+            "cudaLaunchKernel_ptsz",
+            "__cudaLaunchKernel",
+            "cudaLaunchKernelExC",
+            "cudaLaunchHostFunc",
+            "cudaGraphLaunch",
+            "cudaGraphInstantiate",
+            "cudaStreamBeginCapture",
+            "cudaMemcpyAsync",
+            "cudaMemcpy2DAsync_ptsz",
+            "cudaMemsetAsync",
+            "cudaMalloc",
+            "cudaMallocHost",
+            "cudaMallocAsync",
+            "cudaHostAlloc",
+            "cudaHostRegister",
+            "cudaFree",
+            "cudaFreeHost",
+            "cudaDeviceSynchronize",
+            "cudaStreamSynchronize",
+            "cudaEventSynchronize",
+            "cudaStreamWaitEvent",
+            "cudaEventRecord",
+            "cudaEventRecordWithFlags",
+            "cudaEventQuery",
+            "cudaStreamQuery",
+            "cudaStreamCreateWithFlags",
+            "cudaStreamDestroy",
+            "cudaProfilerStart",
+            "cudaProfilerStop",
+            "cudaDeviceReset",
+        ] {
+            assert!(records_runtime_call(name), "{name}");
+        }
+        for name in [
+            "cudaGetDevice",
+            "cudaGetDeviceCount",
+            "cudaSetDevice",
+            "cudaGetLastError",
+            "cudaPeekAtLastError",
+            "cudaGetErrorString",
+            "cudaStreamIsCapturing",
+            "cudaStreamGetCaptureInfo",
+            "cudaThreadExchangeStreamCaptureMode",
+            "cudaDeviceGetAttribute",
+            "cudaDriverGetVersion",
+            "cudaEventCreate",
+            "cudaEventCreateWithFlags",
+            "cudaEventDestroy",
+            "cudaPointerGetAttributes",
+            "cudaFuncGetAttributes",
+            "cudaMemGetInfo",
+        ] {
+            assert!(!records_runtime_call(name), "{name}");
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! `--trace` (record and launch), on cudasim (the CPU test double for the driver, runtime and CUPTI): what the
+//! agent subscribes to is what the user asked for, and by default the runtime calls that only read state are
+//! neither dispatched to the agent nor recorded.
+
+use cuflight_integration::*;
+use serde_json::Value;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+/// `cuflight record [flags] -- server cmd` fed `input`; returns (stats, stderr).
+fn record_server(dir: &std::path::Path, flags: &[&str], input: &str) -> (Value, String) {
+    let prog = build_c("server", dir);
+    let trace = dir.join("t.cuf");
+    let mut child = Command::new(cuflight_bin())
+        .args(["record", "--force", "-o"])
+        .arg(&trace)
+        .args(flags)
+        .arg("--")
+        .arg(&prog)
+        .arg("cmd")
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .env_remove("CUDASIM_CUPTI_VERSION")
+        .env_remove("CUFLIGHT_TRACE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    (stats(&trace), err)
+}
+
+const INPUT: &str = "c 1000\nk 5\nt 2 1\np\nP\n";
+
+#[test]
+fn by_default_calls_that_only_read_state_are_not_recorded() {
+    let dir = scratch("tracing-default");
+    let (s, _) = record_server(&dir, &[], INPUT);
+    assert_eq!(count(&s, "api", "name", "cudaGetDevice"), 0, "{}", s["api"]);
+    // Everything the analyses use is there: launches, waits, the profiler range, NVTX.
+    assert_eq!(count(&s, "kernels", "name", "tick"), 8);
+    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 8);
+    assert!(count(&s, "api", "name", "cudaDeviceSynchronize") >= 3, "{}", s["api"]);
+    assert_eq!(count(&s, "api", "name", "cudaProfilerStart"), 1);
+    assert_eq!(count(&s, "nvtx", "name", "step"), 2);
+    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx,memory,sync,overhead");
+}
+
+#[test]
+fn queries_and_nvtx_are_traced_as_asked() {
+    let dir = scratch("tracing-asked");
+    let (s, _) = record_server(&dir, &["--trace", "cuda,queries,nvtx"], INPUT);
+    assert!(count(&s, "api", "name", "cudaGetDevice") >= 1000, "{}", s["api"]);
+    assert_eq!(count(&s, "nvtx", "name", "step"), 2);
+    assert_eq!(s["processes"][0]["traced"], "cuda,queries,nvtx");
+
+    // Without nvtx: no ranges, and the tables say NVTX was not recorded rather than showing none.
+    let (s, _) = record_server(&dir, &["-t", "cuda"], INPUT);
+    assert_eq!(count(&s, "nvtx", "name", "step"), 0);
+    assert_eq!(count(&s, "kernels", "name", "tick"), 8);
+    assert!(s["not_recorded"].as_array().unwrap().iter().any(|r| r["kind"] == "nvtx"), "{}", s["not_recorded"]);
+}
+
+#[test]
+fn a_list_without_cuda_or_with_an_unknown_name_is_refused_in_one_line() {
+    for list in ["nvtx", "cuda,osrt"] {
+        let out = Command::new(cuflight_bin()).args(["record", "--trace", list, "--", "true"]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("--trace") && !err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn a_launched_agent_traces_what_launch_asked_for_in_every_window() {
+    let dir = scratch("tracing-launch");
+    let mut server = Server::start(&dir, &["--trace", "cuda,queries"], &[("CUFLIGHT_TRACE", "")]);
+    let pid = server.pid();
+    let trace = dir.join("w.cuf");
+    let window = spawn_attach(pid, &trace, &["--duration", "60s"], &[]);
+    wait_for_agent_state(pid, "recording");
+    assert!(server.cmd("c 100").starts_with("ns "));
+    assert_eq!(server.cmd("t 2 1"), "done");
+    end_attach_window(window);
+    let s = stats(&trace);
+    assert!(count(&s, "api", "name", "cudaGetDevice") >= 100, "{}", s["api"]);
+    assert_eq!(count(&s, "nvtx", "name", "step"), 0, "launched without nvtx");
+    let (status, _) = server.end();
+    assert!(status.success());
+}
