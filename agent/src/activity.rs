@@ -260,12 +260,19 @@ impl Room {
             return;
         }
         let Some(seg) = state::segment() else { return };
+        let start = crate::clock::monotonic_ns();
+        let mut slept = false;
         while self.waited < MAX_WAIT_STEPS
             && emit::collector_draining(seg)
             && out.space().is_some_and(|(free, _)| free < want)
         {
             std::thread::sleep(WAIT_STEP);
             self.waited += 1;
+            slept = true;
+        }
+        if slept {
+            let held = crate::clock::monotonic_ns().saturating_sub(start);
+            seg.header().delivery_held_ns.fetch_add(held, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }

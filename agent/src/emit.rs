@@ -163,18 +163,21 @@ fn wait_for_room(seg: &MappedSegment, p: &mut Producer) {
     }
     wake();
     let start = crate::clock::monotonic_ns();
+    let mut now = start;
     while p.is_full() {
-        let now = crate::clock::monotonic_ns();
+        now = crate::clock::monotonic_ns();
         if now.saturating_sub(start) >= FULL_RING_YIELD_NS {
             let latest = seg.header().collector_drained_ns.load(Ordering::Relaxed);
             if now.saturating_sub(latest) >= STALLED_NS {
                 GAVE_UP_AT.store(latest, Ordering::Relaxed);
             }
-            return;
+            break;
         }
         // SAFETY: sched_yield has no preconditions.
         unsafe { libc::sched_yield() };
     }
+    // What losing nothing cost the program, stated beside the drops.
+    seg.header().program_held_ns.fetch_add(now.saturating_sub(start), Ordering::Relaxed);
 }
 static GAVE_UP_AT: AtomicU64 = AtomicU64::new(u64::MAX);
 /// A woken collector drains within a millisecond or two even on a busy machine; ten is stalled.

@@ -142,6 +142,9 @@ fn run(cli: Cli) -> Result<i32> {
             if s.arming.ranges_before > 0 {
                 eprintln!("cuflight: {}", s.arming.describe().unwrap_or_default());
             }
+            if let Some(line) = s.backpressure() {
+                eprintln!("cuflight: {line}");
+            }
             if s.range_never_started {
                 eprintln!("cuflight: the capture range or steps asked for never started: the trace holds no events of the program");
             }
@@ -291,6 +294,9 @@ fn run(cli: Cli) -> Result<i32> {
                     s.drops.records_skipped,
                 );
                 if let Some(line) = a.arming.describe() {
+                    eprintln!("cuflight: {line}");
+                }
+                if let Some(line) = s.backpressure() {
                     eprintln!("cuflight: {line}");
                 }
                 if stopped.is_none() {

@@ -140,6 +140,10 @@ pub struct ProcessInfo {
     /// What the agent traced (`--trace`, e.g. "cuda,nvtx,memory,sync,overhead"); empty when unknown (an older
     /// agent, which traced those and every runtime call, or an import).
     pub traced: String,
+    /// Backpressure (ns): the program's threads held waiting for room in a full ring, and CUPTI's delivery thread
+    /// held waiting for room in the delivery ring; the price of losing nothing.
+    pub program_held_ns: u64,
+    pub delivery_held_ns: u64,
 }
 
 impl ProcessInfo {

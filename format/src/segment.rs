@@ -145,6 +145,10 @@ pub struct SegmentHeader {
     /// What the agent traces (`cuflight_format::tracing` bits), stored at CUPTI set-up; 0 from an agent that
     /// predates `--trace` (it traced the default and every runtime call).
     pub trace_mask: AtomicU32,
+    /// Backpressure: ns the program's threads spent waiting for room in a full ring (yielding to the collector),
+    /// and ns CUPTI's delivery thread slept for room in the delivery ring (CUPTI holds those buffers meanwhile).
+    pub program_held_ns: AtomicU64,
+    pub delivery_held_ns: AtomicU64,
 }
 
 /// Why a flight recorder dumped ([`SegmentHeader::dump_reason`]).

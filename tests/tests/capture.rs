@@ -305,6 +305,10 @@ fn activity_bursts_larger_than_the_ring_are_not_dropped() {
     // so a collector starved of CPU for longer (the whole suite in parallel on two cores: once, 577 drops)
     // loses some of the burst; without backpressure half of every 2,000-record buffer would be lost.
     assert!(kept.iter().sum::<u64>() >= 11_000, "{kept:?}: backpressure kept too little of the burst");
+    // What keeping them cost is stated: the delivery thread's waits, in stats and in record's summary.
+    let held = s["processes"][0]["delivery_held_ns"].as_u64().unwrap();
+    assert!(held > 0, "{}", s["processes"][0]);
+    assert!(r.stderr().contains("to lose nothing the agent held"), "{}", r.stderr());
 }
 
 #[test]

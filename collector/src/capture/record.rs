@@ -115,6 +115,9 @@ pub struct RecordSummary {
     pub range_never_started: bool,
     /// How the window waited for arming (with a range).
     pub arming: Arming,
+    /// Backpressure over all processes, ns: program threads and CUPTI's delivery held for room in full rings.
+    pub program_held_ns: u64,
+    pub delivery_held_ns: u64,
     /// The files written, with their sizes (several when the output name has `%r`, `%h` or `%p`).
     pub files: Vec<(String, u64)>,
 }
@@ -497,8 +500,23 @@ impl Session {
             unflushed,
             range_never_started: false,
             arming: Arming::default(),
+            program_held_ns: infos.iter().map(|i| i.program_held_ns).sum(),
+            delivery_held_ns: infos.iter().map(|i| i.delivery_held_ns).sum(),
             files,
         }
+    }
+}
+
+impl RecordSummary {
+    /// What losing nothing cost, when the agent had to hold anything for room in a full ring.
+    pub fn backpressure(&self) -> Option<String> {
+        (self.program_held_ns + self.delivery_held_ns > 0).then(|| {
+            format!(
+                "to lose nothing the agent held the program's threads {:.1} ms in all and CUPTI's delivery {:.1} ms, waiting for full rings to drain",
+                self.program_held_ns as f64 / 1e6,
+                self.delivery_held_ns as f64 / 1e6
+            )
+        })
     }
 }
 

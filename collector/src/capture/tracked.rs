@@ -151,6 +151,8 @@ pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
         armed_ns,
         arming_ns: armed_ns.checked_sub(h.arm_began_ns.load(Ordering::Relaxed)).filter(|_| armed_ns != 0).unwrap_or(0),
         unseen_begin: h.unseen_begin.load(Ordering::Relaxed),
+        program_held_ns: h.program_held_ns.load(Ordering::Relaxed),
+        delivery_held_ns: h.delivery_held_ns.load(Ordering::Relaxed),
     }
 }
 

@@ -407,6 +407,8 @@ fn process_row(p: &Process, events: u64, launches_without_kernel: u64) -> Proces
         unseen_begin: p.info.unseen_begin,
         refused: p.refused,
         traced: p.info.traced.clone(),
+        program_held_ns: p.info.program_held_ns,
+        delivery_held_ns: p.info.delivery_held_ns,
         records_unused: p
             .info
             .records_unused

@@ -165,6 +165,10 @@ pub struct ProcessRow {
     pub refused: u64,
     /// What the agent traced (`--trace`); empty when unknown.
     pub traced: String,
+    /// Backpressure, ns: the program's threads held waiting for room in a full ring, and CUPTI's delivery thread
+    /// held waiting for the collector (the price of losing nothing).
+    pub program_held_ns: u64,
+    pub delivery_held_ns: u64,
     /// Threads that recorded nothing because shared memory for their ring could not be reserved.
     pub rings_refused: u64,
     /// Activity records kept out, by class: records too short to read, and records with zero or unfinished

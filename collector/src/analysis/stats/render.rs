@@ -374,6 +374,13 @@ impl Stats {
             {
                 command.push_str(&format!(" [traced: {}]", p.traced));
             }
+            if p.program_held_ns + p.delivery_held_ns > 0 {
+                command.push_str(&format!(
+                    " [held for room in full rings: program {:.1} ms, CUPTI delivery {:.1} ms]",
+                    p.program_held_ns as f64 / 1e6,
+                    p.delivery_held_ns as f64 / 1e6
+                ));
+            }
             if p.refused > 0 {
                 command.push_str(&format!(" [{} events refused: no known start or an end before it]", p.refused));
             }
