@@ -179,10 +179,12 @@ pub enum Cmd {
         /// The trace; several (one job's ranks or hosts) are put on one clock first, as `cuflight merge` does.
         #[arg(required = true, num_args = 1..)]
         traces: Vec<PathBuf>,
-        #[arg(long, value_enum, default_value_t = ExportFormat::Perfetto)]
-        format: ExportFormat,
-        /// Output file (default: the trace's name with .perfetto-trace or .json); with --format parquet, a
-        /// directory (default: the first trace's name with .parquet).
+        /// Default: chrome when the output is named *.json or *.json.gz, else perfetto.
+        #[arg(long, value_enum)]
+        format: Option<ExportFormat>,
+        /// Output file (default: the trace's name with .perfetto-trace or .json); a Chrome JSON output named *.gz
+        /// is gzip-compressed (HTA, TensorBoard and Perfetto read it); with --format parquet, a directory
+        /// (default: the first trace's name with .parquet).
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Replace the output if it exists (a Parquet directory only if it is a previous cuflight export).
@@ -271,7 +273,7 @@ pub enum ReportFormat {
     Html,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum ExportFormat {
     /// Perfetto protobuf (open in ui.perfetto.dev or trace_processor).
     Perfetto,
@@ -280,6 +282,14 @@ pub enum ExportFormat {
     /// A directory of Parquet tables (kernels, copies, memsets, api, nvtx, memory, steps, processes),
     /// hive-partitioned by host and rank (schema: docs/parquet.md).
     Parquet,
+}
+
+impl ExportFormat {
+    /// The format asked for, or the one the output's name says (`.json`, `.json.gz`: Chrome JSON), else Perfetto.
+    pub fn chosen(asked: Option<ExportFormat>, output: Option<&std::path::Path>) -> ExportFormat {
+        let named = |suffix: &str| output.and_then(|o| o.to_str()).is_some_and(|o| o.ends_with(suffix));
+        asked.unwrap_or(if named(".json") || named(".json.gz") { ExportFormat::Chrome } else { ExportFormat::Perfetto })
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -345,6 +345,7 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Export { traces, format, output, force } => {
+            let format = ExportFormat::chosen(format, output.as_deref());
             if let ExportFormat::Parquet = format {
                 return export_parquet(&traces, output, force);
             }
@@ -381,6 +382,13 @@ fn run(cli: Cli) -> Result<i32> {
                         c.counter_values,
                         c.tracks
                     );
+                }
+                _ if output.extension().is_some_and(|e| e == "gz") => {
+                    // Fast compression: the JSON is large and repetitive, and the export must keep its pace.
+                    let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::fast());
+                    let n = cuflight_collector::export::chrome::export(&mut source, &mut gz).with_context(write_err)?;
+                    gz.finish().and_then(|mut w| std::io::Write::flush(&mut w)).with_context(write_err)?;
+                    eprintln!("cuflight: wrote {}: {n} trace events, gzip-compressed", output.display());
                 }
                 _ => {
                     let n = cuflight_collector::export::chrome::export(&mut source, w).with_context(write_err)?;

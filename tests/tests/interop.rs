@@ -205,3 +205,30 @@ fn bad_inputs_get_one_line_errors_naming_the_problem() {
     let (ok, err) = cuflight(&[OsStr::new("stats"), future.as_os_str()]);
     assert!(!ok && err.contains("unsupported trace version 99"), "{err}");
 }
+
+/// `-o trace.json.gz` (the format follows the name) writes the same Kineto JSON gzip-compressed, which HTA,
+/// TensorBoard and Perfetto read as it is; our own importer reads it back to the same statistics.
+#[test]
+fn chrome_json_is_chosen_by_its_name_and_gzip_compressed_when_named_gz() {
+    let dir = scratch("json-gz");
+    let exe = build_c("streams", &dir);
+    let r = record(&dir, &[], &exe, &[], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    let (plain, gz) = (dir.join("t.json"), dir.join("t.json.gz"));
+    for out in [&plain, &gz] {
+        let (ok, err) = cuflight(&[OsStr::new("export"), r.trace.as_os_str(), OsStr::new("-o"), out.as_os_str()]);
+        assert!(ok, "{err}");
+    }
+    let bytes = std::fs::read(&gz).unwrap();
+    assert_eq!(&bytes[..2], &[0x1f, 0x8b], "gzip magic");
+    let text = std::fs::read(&plain).unwrap();
+    assert!(bytes.len() * 4 < text.len(), "{} compressed bytes for {} of JSON", bytes.len(), text.len());
+    let unzipped = std::process::Command::new("python3")
+        .args(["-c", "import gzip, sys; sys.stdout.buffer.write(gzip.open(sys.argv[1]).read())"])
+        .arg(&gz)
+        .output()
+        .unwrap();
+    assert!(unzipped.status.success());
+    assert_eq!(unzipped.stdout, text, "the same JSON inside");
+    assert_eq!(comparable(&stats(&gz)), comparable(&stats(&r.trace)));
+}
