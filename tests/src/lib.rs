@@ -187,6 +187,34 @@ pub fn cuflight(args: &[&std::ffi::OsStr]) -> (bool, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// `cuflight record --force -o DIR/trace.cuf [flags] -- server cmd` (tests/c/server.c built into `dir`) fed
+/// `input` on stdin; returns the trace's stats and record's stderr.
+pub fn record_server_cmd(dir: &Path, flags: &[&str], input: &str) -> (Value, String) {
+    use std::io::Write;
+    let prog = build_c("server", dir);
+    let trace = dir.join("trace.cuf");
+    let mut child = Command::new(cuflight_bin())
+        .args(["record", "--force", "-o"])
+        .arg(&trace)
+        .args(flags)
+        .arg("--")
+        .arg(&prog)
+        .arg("cmd")
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .env_remove("CUDASIM_CUPTI_VERSION")
+        .env_remove("CUFLIGHT_TRACE")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cuflight runs");
+    child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("server reads its input");
+    let out = child.wait_with_output().expect("record ends");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    (stats(&trace), err)
+}
+
 /// `cuflight launch [ARGS] -- server cmd` (tests/c/server.c), obeying lines on stdin.
 pub struct Server {
     pub child: std::process::Child,

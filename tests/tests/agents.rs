@@ -383,29 +383,7 @@ fn windows_bounded_by_steps_profiler_calls_and_nvtx_ranges_hold_exactly_their_wo
 #[test]
 fn record_keeps_only_the_steps_or_range_asked_for() {
     let dir = scratch("record-ranges");
-    let prog = build_c("server", &dir);
-    let run = |flags: &[&str], input: &str| -> Value {
-        use std::io::Write;
-        let trace = dir.join("trace.cuf");
-        let mut child = Command::new(cuflight_bin())
-            .args(["record", "--force", "-o"])
-            .arg(&trace)
-            .args(flags)
-            .arg("--")
-            .arg(&prog)
-            .arg("cmd")
-            .env("LD_LIBRARY_PATH", cudasim_dir())
-            .env_remove("CUDASIM_CUPTI_VERSION")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        stats(&trace)
-    };
+    let run = |flags: &[&str], input: &str| -> Value { record_server_cmd(&dir, flags, input).0 };
     // Steps 3 and 4 of six, two kernels each.
     let s = run(&["--steps", "2", "--skip-steps", "2"], "k 3\nt 6 2\nk 5\n");
     assert_eq!(count(&s, "kernels", "name", "tick"), 4);

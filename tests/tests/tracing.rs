@@ -3,42 +3,14 @@
 //! neither dispatched to the agent nor recorded.
 
 use cuflight_integration::*;
-use serde_json::Value;
-use std::io::Write;
-use std::process::{Command, Stdio};
-
-/// `cuflight record [flags] -- server cmd` fed `input`; returns (stats, stderr).
-fn record_server(dir: &std::path::Path, flags: &[&str], input: &str) -> (Value, String) {
-    let prog = build_c("server", dir);
-    let trace = dir.join("t.cuf");
-    let mut child = Command::new(cuflight_bin())
-        .args(["record", "--force", "-o"])
-        .arg(&trace)
-        .args(flags)
-        .arg("--")
-        .arg(&prog)
-        .arg("cmd")
-        .env("LD_LIBRARY_PATH", cudasim_dir())
-        .env_remove("CUDASIM_CUPTI_VERSION")
-        .env_remove("CUFLIGHT_TRACE")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{err}");
-    (stats(&trace), err)
-}
+use std::process::Command;
 
 const INPUT: &str = "c 1000\nk 5\nt 2 1\np\nP\n";
 
 #[test]
 fn by_default_calls_that_only_read_state_are_not_recorded() {
     let dir = scratch("tracing-default");
-    let (s, _) = record_server(&dir, &[], INPUT);
+    let (s, _) = record_server_cmd(&dir, &[], INPUT);
     assert_eq!(count(&s, "api", "name", "cudaGetDevice"), 0, "{}", s["api"]);
     // Everything the analyses use is there: launches, waits, the profiler range, NVTX.
     assert_eq!(count(&s, "kernels", "name", "tick"), 8);
@@ -52,13 +24,13 @@ fn by_default_calls_that_only_read_state_are_not_recorded() {
 #[test]
 fn queries_and_nvtx_are_traced_as_asked() {
     let dir = scratch("tracing-asked");
-    let (s, _) = record_server(&dir, &["--trace", "cuda,queries,nvtx"], INPUT);
+    let (s, _) = record_server_cmd(&dir, &["--trace", "cuda,queries,nvtx"], INPUT);
     assert!(count(&s, "api", "name", "cudaGetDevice") >= 1000, "{}", s["api"]);
     assert_eq!(count(&s, "nvtx", "name", "step"), 2);
     assert_eq!(s["processes"][0]["traced"], "cuda,queries,nvtx");
 
     // Without nvtx: no ranges, and the tables say NVTX was not recorded rather than showing none.
-    let (s, _) = record_server(&dir, &["-t", "cuda"], INPUT);
+    let (s, _) = record_server_cmd(&dir, &["-t", "cuda"], INPUT);
     assert_eq!(count(&s, "nvtx", "name", "step"), 0);
     assert_eq!(count(&s, "kernels", "name", "tick"), 8);
     assert!(s["not_recorded"].as_array().unwrap().iter().any(|r| r["kind"] == "nvtx"), "{}", s["not_recorded"]);
