@@ -3,21 +3,26 @@
 Checks: every packet decodes; track events name known tracks; every SLICE_END closes a SLICE_BEGIN on its track
 (in timestamp order, as trace processor sorts); interned names, categories and annotation names resolve; each
 flow id starts once and terminates once. Prints the counts as JSON for the caller to compare.
-Usage: check_perfetto.py TRACE
+With a second argument, the Chrome JSON export of the same trace, checks timestamps event by event: every slice's
+start and end (ns, exact) and name appear among the JSON's complete events (copies and memsets are named
+differently by the two formats, so only their times are compared); prints the number checked as "times_checked".
+Usage: check_perfetto.py TRACE [CHROME_JSON]
 """
+import decimal
+import gzip
 import json
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
 
 
-def main(path):
+def main(path, chrome):
     trace = Trace()
     with open(path, "rb") as f:
         trace.ParseFromString(f.read())
     tracks, names, cats, anns, values = {}, {}, {}, {}, {}
-    events = []
+    events, closed = [], []
     for seq, p in enumerate(trace.packet):
         if p.HasField("track_descriptor"):
             d = p.track_descriptor
@@ -51,7 +56,7 @@ def main(path):
                 assert a.name_iid in anns, f"uninterned annotation name {a.name_iid}"
                 if a.HasField("string_value_iid"):
                     assert a.string_value_iid in values, f"uninterned annotation value {a.string_value_iid}"
-            open_slices[e.track_uuid].append(ts)
+            open_slices[e.track_uuid].append((ts, names[e.name_iid]))
             counts["slices"] += 1
             for f in e.flow_ids:
                 flows_started[f] += 1
@@ -59,8 +64,9 @@ def main(path):
                 flows_ended[f] += 1
         elif e.type == TrackEvent.TYPE_SLICE_END:
             assert open_slices[e.track_uuid], f"SLICE_END without BEGIN on track {e.track_uuid} at {ts}"
-            start = open_slices[e.track_uuid].pop()
+            start, name = open_slices[e.track_uuid].pop()
             assert start <= ts
+            closed.append((name, start, ts))
         elif e.type == TrackEvent.TYPE_INSTANT:
             counts["instants"] += 1
         elif e.type == TrackEvent.TYPE_COUNTER:
@@ -76,8 +82,32 @@ def main(path):
     if events:
         counts["first_ns"] = min(ts for ts, _, _ in events)
         counts["last_ns"] = max(ts for ts, _, _ in events)
+    if chrome:
+        counts["times_checked"] = check_times(closed, chrome)
     print(json.dumps(counts, sort_keys=True))
 
 
+def device_copy(name):
+    return name.startswith("Memcpy") or name.startswith("Memset")
+
+
+def check_times(slices, chrome):
+    """Every slice's (name, start ns, end ns) is among the Chrome JSON's complete events; returns how many."""
+    opener = gzip.open if chrome.endswith(".gz") else open
+    with opener(chrome, "rt") as f:
+        # Exact decimals: microseconds since the epoch with three decimals are beyond a double's precision in ns.
+        events = json.load(f, parse_float=decimal.Decimal)["traceEvents"]
+    source = Counter()
+    for e in events:
+        if e.get("ph") == "X":
+            start = int(decimal.Decimal(e["ts"]) * 1000)
+            end = start + int(decimal.Decimal(e["dur"]) * 1000)
+            source[("" if device_copy(e["name"]) else e["name"], start, end)] += 1
+    ours = Counter(("" if device_copy(n) else n, s, t) for n, s, t in slices)
+    missing = ours - source
+    assert not missing, f"{sum(missing.values())} slices whose times are not the source's, e.g. {list(missing)[:3]}"
+    return sum(ours.values())
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

@@ -31,12 +31,19 @@ fn shared_traces_import_with_the_counts_the_files_hold() {
     }
 }
 
-/// Exports to Perfetto, decodes with the official schema and returns (exporter's counts line, decoded counts).
+/// Exports to Perfetto, decodes with the official schema, checks every slice's times against the Chrome JSON
+/// export of the same trace and returns (exporter's counts line, decoded counts).
 fn perfetto_round(trace: &Path, dir: &Path) -> (String, Value) {
-    let out = dir.join(format!("{}.pftrace", trace.file_name().unwrap().to_string_lossy()));
+    let stem = trace.file_name().unwrap().to_string_lossy().to_string();
+    let out = dir.join(format!("{stem}.pftrace"));
+    let json = dir.join(format!("{stem}.times.json.gz"));
     let (ok, err) = cuflight(&[OsStr::new("export"), trace.as_os_str(), OsStr::new("-o"), out.as_os_str()]);
     assert!(ok, "{err}");
-    (err, python_json("check_perfetto.py", &[out.as_os_str()]))
+    let (ok, json_err) = cuflight(&[OsStr::new("export"), trace.as_os_str(), OsStr::new("-o"), json.as_os_str()]);
+    assert!(ok, "{json_err}");
+    let decoded = python_json("check_perfetto.py", &[out.as_os_str(), json.as_os_str()]);
+    assert_eq!(decoded["times_checked"], decoded["slices"], "{stem}: every slice's times checked");
+    (err, decoded)
 }
 
 fn count_from(line: &str, what: &str) -> u64 {

@@ -65,6 +65,11 @@ impl Writer {
         self.buf.push(0);
         f(self);
         let len = self.buf.len() - at - 1;
+        if len < 0x80 {
+            // Nearly every message: its one reserved length byte holds the length.
+            self.buf[at] = len as u8;
+            return;
+        }
         let need = encoded_len(len as u64);
         if need > 1 {
             // Rare: make room for a longer length by shifting the message body.

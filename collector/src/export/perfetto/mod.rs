@@ -14,6 +14,7 @@ use cuflight_format::EventKind;
 use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;
 
+mod lanes;
 mod process;
 use process::ProcessState;
 
@@ -149,8 +150,29 @@ enum TrackKey {
     Process(u32),
     Thread(u32, u32),
     Stream(u32, u32, u32),
-    Counter(u32, &'static str),
+    Counter(u32, CounterTrack),
     Async(u32, u32),
+    /// Overlap lane `n` of the track with this uuid (see [`lanes`]).
+    Lane(u32, u64, u32),
+}
+
+impl TrackKey {
+    fn pid(self) -> u32 {
+        match self {
+            TrackKey::Process(pid)
+            | TrackKey::Thread(pid, _)
+            | TrackKey::Stream(pid, ..)
+            | TrackKey::Counter(pid, _)
+            | TrackKey::Async(pid, _)
+            | TrackKey::Lane(pid, ..) => pid,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum CounterTrack {
+    Memory,
+    Bandwidth,
 }
 
 /// Packets are written into one buffer and handed to the output in chunks of about this size.
@@ -169,11 +191,15 @@ struct Exporter<W: Write> {
     /// Interned names a packet must carry, built before the packet.
     new_names: Vec<(u64, String)>,
     /// Interned annotation string values: launch dimensions by value, mangled names by (pid, string id).
-    dims_iids: HashMap<[u32; 3], u64>,
+    dims_iids: HashMap<u128, u64>,
     mangled_iids: HashMap<(u32, u32), u64>,
     values: u64,
     /// Interned values a packet must carry, built before the packet.
     new_values: Vec<(u64, String)>,
+    /// Overlap lanes by track uuid.
+    lanes: Vec<lanes::TrackLanes>,
+    /// (pid, name) of every track but process tracks, by uuid: what an overlap lane is named after.
+    track_names: HashMap<u64, (u32, String)>,
 }
 
 impl<W: Write> Exporter<W> {
@@ -249,13 +275,15 @@ impl<W: Write> Exporter<W> {
 
     /// The interned value of launch dimensions `d`, written `x,y,z`.
     fn dims_iid(&mut self, d: [u32; 3]) -> u64 {
-        if let Some(&iid) = self.dims_iids.get(&d) {
+        // One u128 key: an array would hash as a byte slice, which costs more than the rest of the lookup.
+        let key = d[0] as u128 | (d[1] as u128) << 32 | (d[2] as u128) << 64;
+        if let Some(&iid) = self.dims_iids.get(&key) {
             return iid;
         }
         let mut text = String::new();
         crate::export::protobuf::dims(&mut text, d);
         let iid = self.new_value(text);
-        self.dims_iids.insert(d, iid);
+        self.dims_iids.insert(key, iid);
         iid
     }
 
@@ -286,20 +314,25 @@ impl<W: Write> Exporter<W> {
     }
 
     /// Name iid of string `id` of process `pid`.
-    fn id_iid(&mut self, pid: u32, id: u32, text: &str) -> u64 {
+    /// `strings` is the process's string table, read only the first time.
+    fn id_iid(&mut self, pid: u32, id: u32, strings: &HashMap<u32, String>) -> u64 {
         if let Some(&iid) = self.name_ids.get(&(pid, id)) {
             return iid;
         }
-        let iid = self.name_iid(text);
+        let iid = self.name_iid(strings.get(&id).map_or("", String::as_str));
         self.name_ids.insert((pid, id), iid);
         iid
     }
 
     /// The uuid of a track, writing its descriptor the first time.
-    fn track(&mut self, key: TrackKey, label: &dyn Fn() -> String) -> std::io::Result<u64> {
-        if let Some(&uuid) = self.tracks.get(&key) {
-            return Ok(uuid);
+    fn track(&mut self, key: TrackKey, label: impl FnOnce() -> String) -> std::io::Result<u64> {
+        match self.tracks.get(&key) {
+            Some(&uuid) => Ok(uuid),
+            None => self.new_track(key, label()),
         }
+    }
+
+    fn new_track(&mut self, key: TrackKey, name: String) -> std::io::Result<u64> {
         let uuid = self.tracks.len() as u64 + 1;
         self.tracks.insert(key, uuid);
         let parent = match key {
@@ -307,13 +340,16 @@ impl<W: Write> Exporter<W> {
             TrackKey::Thread(pid, _)
             | TrackKey::Stream(pid, ..)
             | TrackKey::Counter(pid, _)
-            | TrackKey::Async(pid, _) => {
+            | TrackKey::Async(pid, _)
+            | TrackKey::Lane(pid, ..) => {
                 let name = self.process_labels.get(&pid).cloned().unwrap_or_else(|| format!("pid {pid}"));
-                Some(self.track(TrackKey::Process(pid), &|| name.clone())?)
+                Some(self.track(TrackKey::Process(pid), || name)?)
             }
         };
-        let name = label();
         self.counts.tracks += 1;
+        if parent.is_some() {
+            self.track_names.insert(uuid, (key.pid(), name.clone()));
+        }
         self.emit(None, |w| {
             w.message(PKT_TRACK_DESCRIPTOR, |w| {
                 w.uint(TD_UUID, uuid);
@@ -334,11 +370,26 @@ impl<W: Write> Exporter<W> {
                         w.string(TD_NAME, &name);
                         w.message(TD_COUNTER, |_| {});
                     }
-                    TrackKey::Stream(..) | TrackKey::Async(..) => w.string(TD_NAME, &name),
+                    TrackKey::Stream(..) | TrackKey::Async(..) | TrackKey::Lane(..) => w.string(TD_NAME, &name),
                 }
             })
         })?;
         Ok(uuid)
+    }
+
+    /// The track a slice of `track` from `start` to `end` goes on: the track itself, or the first of its overlap
+    /// lanes where it nests with what is there.
+    fn lane(&mut self, track: u64, start: u64, end: u64) -> std::io::Result<u64> {
+        let at = track as usize;
+        if self.lanes.len() <= at {
+            self.lanes.resize_with(at + 1, Default::default);
+        }
+        let n = self.lanes[at].place(start, end);
+        if n == 0 {
+            return Ok(track);
+        }
+        let (pid, base) = self.track_names.get(&track).cloned().unwrap_or_default();
+        self.track(TrackKey::Lane(pid, track, n as u32), || format!("{base} (overlap {n})"))
     }
 
     /// A slice: `name` is an interned name iid, `category` a [`CATEGORIES`] iid.
@@ -355,6 +406,7 @@ impl<W: Write> Exporter<W> {
         terminating: Option<u64>,
     ) -> std::io::Result<()> {
         let (cat, args) = (category, args);
+        let track = self.lane(track, start, end.max(start))?;
         self.emit(Some(start), |w| {
             w.message(PKT_TRACK_EVENT, |w| {
                 w.uint(TE_TYPE, TYPE_BEGIN);
@@ -449,6 +501,8 @@ impl<W: Write> Exporter<W> {
             mangled_iids: HashMap::default(),
             values: 0,
             new_values: Vec::new(),
+            lanes: Vec::new(),
+            track_names: HashMap::default(),
         }
     }
 }

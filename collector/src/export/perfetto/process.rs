@@ -18,6 +18,8 @@ pub(super) struct ProcessState {
     /// once, with its flow id in it.
     pub(super) held: HashMap<u32, Vec<cuflight_format::RawEvent>>,
     pub(super) held_order: std::collections::VecDeque<(u64, u32)>,
+    /// Emptied lists of held calls, reused: a launch is held for every kernel, so this saves an allocation each.
+    spare: Vec<Vec<cuflight_format::RawEvent>>,
     pub(super) ranges: crate::model::ranges::Pairer,
     pub(super) memory: crate::model::memory::LiveMemory,
     pub(super) labels: HashMap<u64, u64>,
@@ -32,6 +34,7 @@ impl ProcessState {
             thread_names: HashMap::default(),
             held: HashMap::default(),
             held_order: Default::default(),
+            spare: Vec::new(),
             launches: Default::default(),
             ranges: crate::model::ranges::Pairer::default(),
             memory: Default::default(),
@@ -54,7 +57,7 @@ impl ProcessState {
         // The return code only when it is an error (success is the rule); the callback id repeats the name.
         let args = [Arg::U(ann!("correlation"), e.correlation as u64), Arg::U(ann!("return"), e.b)];
         let args = if e.b == 0 { &args[..1] } else { &args[..] };
-        let name = x.id_iid(self.pid, e.name, self.string(e.name));
+        let name = x.id_iid(self.pid, e.name, &self.strings);
         x.slice(track, e.start, e.end, name, category, args, flow, None)
     }
 
@@ -66,21 +69,33 @@ impl ProcessState {
             }
             self.held_order.pop_front();
             if self.held.get(&corr).and_then(|v| v.first()).is_some_and(|c| c.start == start) {
-                for call in self.held.remove(&corr).unwrap_or_default() {
-                    self.api_slice(x, &call, None)?;
+                let calls = self.held.remove(&corr).unwrap_or_default();
+                for call in &calls {
+                    self.api_slice(x, call, None)?;
                 }
+                self.reuse(calls);
             }
         }
         Ok(())
     }
 
+    fn reuse(&mut self, mut calls: Vec<cuflight_format::RawEvent>) {
+        if self.spare.len() < 64 {
+            calls.clear();
+            self.spare.push(calls);
+        }
+    }
+
     pub(super) fn thread<W: Write>(&self, x: &mut Exporter<W>, tid: u32) -> std::io::Result<u64> {
-        let name = self.thread_names.get(&tid).map(|&n| self.string(n).to_string());
-        x.track(TrackKey::Thread(self.pid, tid), &|| name.clone().unwrap_or_else(|| format!("thread {tid}")))
+        // The label is built only for a new track: this runs for every API call.
+        x.track(TrackKey::Thread(self.pid, tid), || match self.thread_names.get(&tid) {
+            Some(&n) => self.string(n).to_string(),
+            None => format!("thread {tid}"),
+        })
     }
 
     pub(super) fn stream<W: Write>(&self, x: &mut Exporter<W>, device: u32, stream: u32) -> std::io::Result<u64> {
-        x.track(TrackKey::Stream(self.pid, device, stream), &|| format!("GPU {device} stream {stream}"))
+        x.track(TrackKey::Stream(self.pid, device, stream), || format!("GPU {device} stream {stream}"))
     }
 
     pub(super) fn domain(&self, id: u64) -> &str {
@@ -100,14 +115,14 @@ impl ProcessState {
             } else {
                 let track = self.thread(x, r.tid)?;
                 let args = [Arg::S(ann!("domain"), self.domain(r.domain))];
-                let name = x.id_iid(pid, r.name, self.string(r.name));
+                let name = x.id_iid(pid, r.name, &self.strings);
                 x.slice(track, r.start, r.end, name, cat!("nvtx"), &args, None, None)
             };
         }
         match e.kind() {
             Some(EventKind::Api) => {
                 if self.launches.api(p, e) {
-                    let calls = self.held.entry(e.correlation).or_default();
+                    let calls = self.held.entry(e.correlation).or_insert_with(|| self.spare.pop().unwrap_or_default());
                     if calls.is_empty() {
                         self.held_order.push_back((e.start, e.correlation));
                     }
@@ -122,8 +137,11 @@ impl ProcessState {
                 let first = self.launches.work(e).is_some_and(|w| w.first);
                 let calls = if first { self.held.remove(&e.correlation) } else { None };
                 let term = calls.as_ref().map(|_| flow_id(pid, e.correlation));
-                for call in calls.iter().flatten() {
-                    self.api_slice(x, call, term)?;
+                if let Some(calls) = calls {
+                    for call in &calls {
+                        self.api_slice(x, call, term)?;
+                    }
+                    self.reuse(calls);
                 }
                 let corr = Arg::U(ann!("correlation"), e.correlation as u64);
                 match k {
@@ -147,7 +165,7 @@ impl ProcessState {
                             args.swap(used, 6);
                             used += 1;
                         }
-                        let name = x.id_iid(pid, e.name, self.string(e.name));
+                        let name = x.id_iid(pid, e.name, &self.strings);
                         x.slice(track, e.start, e.end, name, cat!("kernel"), &args[..used], None, term)?;
                     }
                     EventKind::Memcpy => {
@@ -163,7 +181,9 @@ impl ProcessState {
                             Arg::S(ann!("destination"), dst),
                         ];
                         x.slice(track, e.start, e.end, name, cat!("gpu_memcpy"), &args, None, term)?;
-                        let bw = x.track(TrackKey::Counter(pid, "bandwidth"), &|| "Memcpy bandwidth (GB/s)".into())?;
+                        let bw = x.track(TrackKey::Counter(pid, CounterTrack::Bandwidth), || {
+                            "Memcpy bandwidth (GB/s)".into()
+                        })?;
                         let gbps = if e.duration() == 0 { 0.0 } else { e.a as f64 / e.duration() as f64 };
                         x.counter(bw, e.start, Counter::Double(gbps))?;
                         x.counter(bw, e.end.max(e.start), Counter::Double(0.0))?;
@@ -183,21 +203,22 @@ impl ProcessState {
                     self.thread(x, e.tid)?
                 };
                 let args = [Arg::S(ann!("domain"), self.string(e.c as u32))];
-                let name = x.id_iid(pid, e.name, self.string(e.name));
+                let name = x.id_iid(pid, e.name, &self.strings);
                 x.slice(track, e.start, e.end, name, cat!("range"), &args, None, None)?;
             }
             Some(EventKind::NvtxMark) => {
                 let track = self.thread(x, e.tid)?;
-                let name = x.id_iid(pid, e.name, self.string(e.name));
+                let name = x.id_iid(pid, e.name, &self.strings);
                 x.instant(track, e.start, name, cat!("nvtx"))?;
             }
             Some(EventKind::Alloc | EventKind::Free) => {
                 let Some(change) = self.memory.apply(pid, e).filter(|c| c.device) else { return Ok(()) };
-                let track = x.track(TrackKey::Counter(pid, "memory"), &|| "Device memory in use (bytes)".into())?;
+                let track =
+                    x.track(TrackKey::Counter(pid, CounterTrack::Memory), || "Device memory in use (bytes)".into())?;
                 x.counter(track, e.start, Counter::Int(change.live.min(i64::MAX as u64) as i64))?;
             }
             Some(EventKind::Sync) => {
-                let track = x.track(TrackKey::Async(pid, u32::MAX), &|| "CUDA synchronization".into())?;
+                let track = x.track(TrackKey::Async(pid, u32::MAX), || "CUDA synchronization".into())?;
                 let args = [Arg::U(ann!("stream"), e.stream as u64)];
                 let name = self.label(x, 3 << 32 | e.sub as u64, || names::sync_kind(e.sub).to_string());
                 x.slice(track, e.start, e.end, name, cat!("sync"), &args, None, None)?;
@@ -216,10 +237,9 @@ impl ProcessState {
         name: u32,
         domain: u64,
     ) -> std::io::Result<()> {
-        let label = format!("NVTX {}", self.string(name));
-        let track = x.track(TrackKey::Async(self.pid, name), &|| label.clone())?;
+        let track = x.track(TrackKey::Async(self.pid, name), || format!("NVTX {}", self.string(name)))?;
         let args = [Arg::S(ann!("domain"), self.domain(domain))];
-        let iid = x.id_iid(self.pid, name, self.string(name));
+        let iid = x.id_iid(self.pid, name, &self.strings);
         x.slice(track, start, end, iid, cat!("nvtx"), &args, None, None)
     }
 
