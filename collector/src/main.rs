@@ -369,6 +369,7 @@ fn run(cli: Cli) -> Result<i32> {
             };
             let w = std::io::BufWriter::with_capacity(1 << 20, out.try_clone()?);
             let write_err = || format!("cannot write {}", output.display());
+            let mut json = false;
             match format {
                 ExportFormat::Perfetto => {
                     let c = cuflight_collector::export::perfetto::export(&mut source, w)?;
@@ -393,9 +394,17 @@ fn run(cli: Cli) -> Result<i32> {
                 _ => {
                     let n = cuflight_collector::export::chrome::export(&mut source, w).with_context(write_err)?;
                     eprintln!("cuflight: wrote {}: {n} trace events", output.display());
+                    json = true;
                 }
             }
             out.commit()?;
+            let size = std::fs::metadata(&output).map_or(0, |m| m.len());
+            if json && size >= 1 << 30 {
+                eprintln!(
+                    "cuflight: that is {:.1} GB of JSON: `-o NAME.json.gz` writes it gzip-compressed, about 8x smaller and in about the same time (HTA, TensorBoard and Perfetto read it)",
+                    size as f64 / 1e9
+                );
+            }
             Ok(0)
         }
         Cmd::Report { traces, format, step, output, force } => {
