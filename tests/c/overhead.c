@@ -1,7 +1,9 @@
 /* Cost of intercepted calls, measured by the program itself: run it plain, with a no-op CUPTI subscriber (the
- * cost of CUPTI's own callback dispatch), under `cuflight launch` (dormant agent) and under `cuflight record`
- * (benches/agent-overhead runs them side by side). NVTX push/pop pairs are timed too: without an injected tool
- * NVTX's own stubs return at once. Usage: overhead [calls] [null-subscriber] */
+ * cost of CUPTI's own callback dispatch), with that subscriber plus kernel activity records whose buffers are
+ * freed unread (what any CUPTI tracer pays, cudasim's modelled CUPTI work included), under `cuflight launch`
+ * (dormant agent) and under `cuflight record` (benches/agent-overhead runs them side by side). NVTX push/pop
+ * pairs are timed too: without an injected tool NVTX's own stubs return at once.
+ * Usage: overhead [calls] [null-subscriber|null+activity] */
 #include "sim.h"
 #include <cupti.h>
 #include <nvtx3/nvToolsExt.h>
@@ -9,6 +11,17 @@
 
 static void CUPTIAPI noop_callback(void *u, CUpti_CallbackDomain d, CUpti_CallbackId c, const void *data) {
     (void)u; (void)d; (void)c; (void)data;
+}
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    *size = 8 << 20;
+    *buffer = (uint8_t *)aligned_alloc(8, *size);
+    *max_records = 0;
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
+    (void)ctx; (void)stream; (void)size; (void)valid;
+    free(buffer);
 }
 
 void empty(void **a) { (void)a; }
@@ -21,11 +34,15 @@ static double now_ns(void) {
 
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 200000;
-    if (argc > 2 && strcmp(argv[2], "null-subscriber") == 0) {
+    if (argc > 2 && strncmp(argv[2], "null", 4) == 0) {
         CUpti_SubscriberHandle sub;
         if (cuptiSubscribe(&sub, (CUpti_CallbackFunc)noop_callback, NULL) != CUPTI_SUCCESS) return 20;
         cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API);
         cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+        if (strcmp(argv[2], "null+activity") == 0) {
+            if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS) return 21;
+            if (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) return 22;
+        }
     }
     int dev;
     CHECK(cudaGetDevice(&dev)); /* initialise outside the timed loops */
