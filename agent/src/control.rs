@@ -72,9 +72,12 @@ fn serve(listener: ControlListener) {
                 let _ = req.reply_status(&status());
             }
             Ok(req) if req.command == control::COMMAND_ATTACH => {
-                let result = std::str::from_utf8(&req.payload)
-                    .map_err(|_| "session name is not UTF-8".to_string())
-                    .and_then(attach);
+                let result = control::parse_attach_payload(&req.payload).and_then(|(session, trace)| {
+                    if state::dormant() {
+                        setup::set_attach_mask(trace);
+                    }
+                    attach(session)
+                });
                 let _ = req.reply_result(result);
             }
             Ok(req) if req.command == control::COMMAND_DUMP => {

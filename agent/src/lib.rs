@@ -99,7 +99,7 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(
     get_export_table: cupti_sys::cuda13::NvtxGetExportTableFunc_t,
 ) -> c_int {
     // Without `nvtx` in `--trace`, NVTX is told there is no tool: its calls stay the no-ops they are without one.
-    if setup::trace_mask() & cuflight_format::tracing::NVTX == 0 {
+    if setup::launch_mask() & cuflight_format::tracing::NVTX == 0 {
         return 0;
     }
     std::panic::catch_unwind(|| nvtx::install(get_export_table)).unwrap_or(0)

@@ -8,7 +8,7 @@ use cupti_sys::cuda13 as c;
 use std::ffi::{c_char, c_int, CStr};
 
 type WChar = c::wchar_t;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static NEXT_RANGE: AtomicU64 = AtomicU64::new(1);
 
@@ -24,10 +24,19 @@ fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
 /// string. Registration calls (domains, strings, categories) keep working, so handles stay valid for later.
 #[inline(always)]
 fn hot<T>(fallback: T, f: impl FnOnce() -> T) -> T {
-    if state::quiet() {
+    if state::quiet() || !RECORDED.load(Ordering::Relaxed) {
         return fallback;
     }
     guard(fallback, f)
+}
+
+/// Whether the current window traces NVTX: a window attached with `--trace` that leaves it out finds the tool
+/// installed at launch, and its handlers then return at once, as they do while dormant.
+static RECORDED: AtomicBool = AtomicBool::new(true);
+
+/// Set when a window is configured (`setup`).
+pub fn set_recorded(on: bool) {
+    RECORDED.store(on, Ordering::Relaxed);
 }
 
 fn cstr_id(s: *const c_char) -> u32 {

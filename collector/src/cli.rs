@@ -110,6 +110,10 @@ pub enum Cmd {
         /// or root). NVTX ranges of libraries that initialised NVTX before are not recorded.
         #[arg(long)]
         inject: bool,
+        /// What the window traces (as `record --trace`; default: what the program was launched with). NVTX
+        /// can be left out of a window, not added to a program launched without it.
+        #[arg(short = 't', long, value_parser = parse_trace, value_name = "LIST")]
+        trace: Option<u32>,
     },
     /// The processes on this machine with a cuflight agent that this user may control: pid, state (dormant,
     /// recording), since when, CUDA driver and CUPTI versions, command.
@@ -217,7 +221,7 @@ pub struct SamplingArgs {
     pub count: Option<u32>,
 }
 
-/// What the agent traces (`record` and `launch`; an attached window traces what its `launch` chose).
+/// What the agent traces (`record` and `launch`; `attach --trace` chooses for its window).
 #[derive(clap::Args)]
 pub struct TraceArgs {
     /// What to trace, comma-separated, as nsys's -t: cuda (always), queries (also the runtime calls that only

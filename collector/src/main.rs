@@ -254,7 +254,7 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Attach { pid, output, duration, window, sampling, force, inject } => {
+        Cmd::Attach { pid, output, duration, window, sampling, force, inject, trace } => {
             let SamplingArgs { every, count } = sampling;
             let inject = match inject {
                 true => Some(record::find_agent().context(NO_AGENT)?),
@@ -277,6 +277,7 @@ fn run(cli: Cli) -> Result<i32> {
                 every,
                 count: count.unwrap_or(1),
                 inject,
+                trace,
             };
             let mut stopped = None;
             attach::attach(&opts, |path, a| {

@@ -331,6 +331,30 @@ fn request(name: &str, command: u8, payload: &[u8], reply_ms: i64) -> Result<(Ow
     Ok((fd, pid, uid))
 }
 
+/// An attach request's payload: the session's name and, when the collector chose what the window traces
+/// (`attach --trace`), a NUL and that `tracing` mask in decimal. Without a choice the payload is the bare name,
+/// which every agent reads; an agent older than the choice refuses a payload with one as a bad session name.
+pub fn attach_payload(session: &str, trace: Option<u32>) -> Vec<u8> {
+    let mut payload = session.as_bytes().to_vec();
+    if let Some(mask) = trace {
+        payload.push(0);
+        payload.extend_from_slice(mask.to_string().as_bytes());
+    }
+    payload
+}
+
+/// The session name and trace choice of an attach payload (from a collector of the same user, still checked:
+/// a mask must name cuda and nothing unknown).
+pub fn parse_attach_payload(payload: &[u8]) -> Result<(&str, Option<u32>), String> {
+    let text = std::str::from_utf8(payload).map_err(|_| "session name is not UTF-8".to_string())?;
+    let Some((name, mask)) = text.split_once('\0') else { return Ok((text, None)) };
+    let known = crate::tracing::NAMES.iter().fold(0, |all, (_, bit)| all | bit);
+    match mask.parse::<u32>() {
+        Ok(m) if m & crate::tracing::CUDA != 0 && m & !known == 0 => Ok((name, Some(m))),
+        _ => Err(format!("bad trace choice {mask:?} (a newer cuflight?)")),
+    }
+}
+
 /// Sends an attach or detach and waits up to `reply_ms` for the agent's answer: `Ok(Ok(()))` when it did it,
 /// `Ok(Err(why))` when it refused.
 pub fn command(name: &str, command: u8, payload: &[u8], reply_ms: i64) -> Result<Result<(), String>, ChannelError> {
@@ -406,6 +430,16 @@ mod tests {
         assert_eq!(parse_agent_name("cuflight/1000/session-x"), None);
         assert_eq!(netns_of("cuflight/0/agent/7@netns/1234"), Some(1234));
         assert_eq!(netns_of("cuflight/0/agent/7"), None);
+    }
+
+    #[test]
+    fn attach_payloads_round_trip_and_bad_choices_are_refused() {
+        assert_eq!(parse_attach_payload(&attach_payload("session-1", None)), Ok(("session-1", None)));
+        let mask = crate::tracing::CUDA | crate::tracing::NVTX;
+        assert_eq!(parse_attach_payload(&attach_payload("session-1", Some(mask))), Ok(("session-1", Some(mask))));
+        for bad in [&b"s\0nvtx"[..], b"s\04", b"s\01024", b"s\0", b"\xff"] {
+            assert!(parse_attach_payload(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

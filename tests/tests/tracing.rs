@@ -63,3 +63,35 @@ fn a_launched_agent_traces_what_launch_asked_for_in_every_window() {
     let (status, _) = server.end();
     assert!(status.success());
 }
+
+#[test]
+fn an_attached_window_traces_what_attach_asks_and_the_next_what_launch_chose() {
+    let dir = scratch("tracing-attach");
+    let mut server = Server::start(&dir, &[], &[("CUFLIGHT_TRACE", "")]);
+    let pid = server.pid();
+    let window = |name: &str, args: &[&str], server: &mut Server| {
+        let trace = dir.join(name);
+        let mut all = vec!["--duration", "60s"];
+        all.extend_from_slice(args);
+        let child = spawn_attach(pid, &trace, &all, &[]);
+        wait_for_agent_state(pid, "recording");
+        assert!(server.cmd("c 100").starts_with("ns "));
+        assert_eq!(server.cmd("t 2 1"), "done");
+        end_attach_window(child);
+        wait_for_agent_state(pid, "dormant");
+        stats(&trace)
+    };
+    // Queries added and NVTX left out, for this window only.
+    let s = window("asked.cuf", &["--trace", "cuda,queries"], &mut server);
+    assert!(count(&s, "api", "name", "cudaGetDevice") >= 100, "{}", s["api"]);
+    assert_eq!(count(&s, "nvtx", "name", "step"), 0, "{}", s["nvtx"]);
+    assert_eq!(s["processes"][0]["traced"], "cuda,queries");
+    assert!(s["not_recorded"].as_array().unwrap().iter().any(|r| r["kind"] == "nvtx"), "{}", s["not_recorded"]);
+    // The next window, without --trace, is the launch's default again.
+    let s = window("default.cuf", &[], &mut server);
+    assert_eq!(count(&s, "api", "name", "cudaGetDevice"), 0, "{}", s["api"]);
+    assert_eq!(count(&s, "nvtx", "name", "step"), 2, "{}", s["nvtx"]);
+    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx,memory,sync,overhead");
+    let (status, _) = server.end();
+    assert!(status.success());
+}

@@ -29,6 +29,8 @@ pub struct AttachOptions {
     pub count: u32,
     /// With no agent in the process, load this one into it first (`--inject`).
     pub inject: Option<PathBuf>,
+    /// What the windows trace (`--trace`; None: what the program was launched with).
+    pub trace: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -121,7 +123,8 @@ fn record_window(
     });
     session.set_window(super::window::Window::new(range));
     let pid = opts.pid;
-    match control::command(name, control::COMMAND_ATTACH, session.name.as_bytes(), REPLY_MS) {
+    match control::command(name, control::COMMAND_ATTACH, &control::attach_payload(&session.name, opts.trace), REPLY_MS)
+    {
         Ok(Ok(())) => {}
         // The output is dropped uncommitted: nothing is left behind.
         Ok(Err(why)) => return Err(AttachError::Refused { pid, why }),

@@ -78,6 +78,8 @@ pub fn record_sampled(opts: &SampledOptions, done: impl FnMut(&Path, &Attached))
                 every: Some(opts.every),
                 count: opts.count,
                 inject: None,
+                // The program's environment carries record's --trace.
+                trace: None,
             };
             windows = attach::attach(&attach_opts, done)?;
             short = (windows < opts.count).then_some("the program ended or a signal arrived first");
