@@ -437,7 +437,7 @@ mod tests {
         assert_eq!(parse_attach_payload(&attach_payload("session-1", None)), Ok(("session-1", None)));
         let mask = crate::tracing::CUDA | crate::tracing::NVTX;
         assert_eq!(parse_attach_payload(&attach_payload("session-1", Some(mask))), Ok(("session-1", Some(mask))));
-        for bad in [&b"s\0nvtx"[..], b"s\04", b"s\01024", b"s\0", b"\xff"] {
+        for bad in [&b"s\x00nvtx"[..], b"s\x004", b"s\x001024", b"s\x00", b"\xff"] {
             assert!(parse_attach_payload(bad).is_err(), "{bad:?}");
         }
     }
