@@ -42,6 +42,12 @@ pub unsafe extern "C" fn api_callback(
 
 fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackData) {
     let runtime = domain == c::CUPTI_CB_DOMAIN_RUNTIME_API;
+    let flight = crate::flight::armed();
+    if !runtime && !flight && nested(false) {
+        // A driver call the runtime makes on our behalf (every runtime launch makes one): not recorded, so its
+        // callbacks return before reading the clock. A flight recorder still watches its exit (sticky errors).
+        return;
+    }
     if data.callbackSite == c::CUPTI_API_ENTER {
         if runtime {
             emit::with_thread(|t| t.runtime_depth.set(t.runtime_depth.get() + 1));
@@ -51,7 +57,7 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
                 cupti::flush(false);
             }
         }
-        if crate::flight::armed() && crate::flight::is_sync(runtime, cbid) && !nested(runtime) {
+        if flight && crate::flight::is_sync(runtime, cbid) && !nested(runtime) {
             crate::flight::sync_enter();
         }
         if !data.correlationData.is_null() {
@@ -61,7 +67,7 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         return;
     }
     let end = clock::stamp_ns();
-    if crate::flight::armed() {
+    if flight {
         watch_exit(runtime, cbid, data);
     }
     // One thread-local access for the depth bookkeeping and the pushes; without TLS (exit) the slow path.

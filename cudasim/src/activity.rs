@@ -179,8 +179,13 @@ fn thread_key() -> u64 {
     if !rel().per_thread_buffers() {
         return 0;
     }
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() as u64 }
+    // Cached per thread: a system call per record would be this simulator's own cost, not one CUPTI is known to
+    // have (cudasim/src/timing.rs models CUPTI's measured costs; this is not one of them).
+    thread_local! {
+        // SAFETY: gettid has no preconditions.
+        static TID: u64 = unsafe { libc::gettid() as u64 };
+    }
+    TID.with(|t| *t)
 }
 
 /// Appends a record to the producing thread's activity buffer of every client that enabled its kind (the legacy
