@@ -21,8 +21,11 @@ pub fn function_part(name: &str) -> &str {
 /// A CUDA API call that can queue device work (kernel launches, graph launches, copies, memsets), by its name
 /// in any dialect we read: runtime and driver (`cudaLaunchKernel`, `cuLaunchKernel_ptsz`, `cuMemcpyHtoDAsync_v2`,
 /// `cudaGraphLaunch`), nsys' and Kineto's spellings alike. Flows from launches to their work start only here.
+/// The one rule: flows, held launches and stats' per-range accounting all use it. A host function
+/// (`cudaLaunchHostFunc`) runs on the CPU and leaves no device record, so it queues no device work here.
 pub fn api_queues_work(name: &str) -> bool {
-    ["Launch", "Memcpy", "Memset", "memcpy", "memset"].iter().any(|k| name.contains(k))
+    let launch = name.contains("Launch") && !name.contains("HostFunc");
+    launch || ["Memcpy", "Memset", "memcpy", "memset"].iter().any(|k| name.contains(k))
 }
 
 /// A CUDA API call that only reads state (the current device or context, the last error, attributes, versions,
@@ -139,10 +142,15 @@ pub fn stable_hash(s: &str) -> u64 {
 
 // Kernel and range classifiers: the one place that judges a name, for every analysis and output.
 
-/// Whether HTA would count a kernel of this name as computation.
+/// Whether a kernel of this name is computation, as HTA counts it (neither communication nor a copy, memset or
+/// DMA), with one difference: communication is [`is_comm_kernel`]'s, so `void ncclKernel_...` (a name
+/// torch.profiler may give) is communication only, where HTA's `^nccl.*Kernel` would count it as computation too.
 pub fn is_compute_kernel(name: &str) -> bool {
-    let comm = name.starts_with("nccl") && name.contains("Kernel");
-    !(comm || name.contains("Memcpy") || name.starts_with("Memset") || name.contains("Sync") || name.starts_with("dma"))
+    !(is_comm_kernel(name)
+        || name.contains("Memcpy")
+        || name.starts_with("Memset")
+        || name.contains("Sync")
+        || name.starts_with("dma"))
 }
 
 /// GEMM/convolution kernels that run in fp32 on CUDA cores, judged by the names cuBLAS, cuDNN and CUTLASS give

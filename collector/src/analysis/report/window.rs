@@ -200,5 +200,9 @@ mod tests {
             "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)"
         ));
         assert!(is_comm_kernel("void ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)"));
+        // One class a kernel: a communication kernel is never computation too, however it is spelled.
+        for name in ["void ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", "ncclDevKernel_AllGather_RING_LL"] {
+            assert!(!crate::model::names::is_compute_kernel(name), "{name}");
+        }
     }
 }

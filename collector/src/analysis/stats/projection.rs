@@ -109,13 +109,10 @@ impl Projection {
                 if ids.is_empty() {
                     return;
                 }
-                let launches = *self.launches_work.entry((key, e.name)).or_insert_with(|| {
-                    let n = p.string(e.name);
-                    names::api_launches_kernel(n)
-                        || n.contains("Memcpy")
-                        || n.contains("Memset")
-                        || n.contains("GraphLaunch")
-                });
+                let launches = *self
+                    .launches_work
+                    .entry((key, e.name))
+                    .or_insert_with(|| names::api_queues_work(p.string(e.name)));
                 if !launches {
                     return;
                 }
