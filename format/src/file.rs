@@ -22,7 +22,6 @@
 
 use crate::codec::{self, EventEncoder};
 use crate::event::RawEvent;
-pub use crate::index::IndexEntry;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
@@ -49,6 +48,25 @@ pub const TAG_FOOTER: u8 = 4;
 pub const TAG_EVENT_COLUMNS: u8 = 5;
 /// The block index (postcard `Vec<`[`IndexEntry`]`>`), just before the footer; see [`crate::index`].
 pub const TAG_INDEX: u8 = 6;
+
+/// The index trailer's magic, after the index block's offset: see [`crate::index`].
+pub const TRAILER_MAGIC: [u8; 8] = *b"CUFLIDX\0";
+
+/// One block of a trace file, as the index lists it (written by [`TraceWriter`], read by [`crate::index`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexEntry {
+    /// Byte offset of the block's header.
+    pub offset: u64,
+    pub tag: u8,
+    pub pid: u32,
+    /// Events blocks: how many, the first start and the last end (recorded clocks), and the distinct thread ids
+    /// (empty in a rebuilt index).
+    pub events: u32,
+    pub first: u64,
+    pub last: u64,
+    pub tids: Vec<u32>,
+}
+
 /// Bytes every block header has: tag, pid, raw length, compressed length.
 pub const BLOCK_HEAD: usize = 13;
 /// Bytes an events block (tag 5) adds to its header: the first start and last end of its events (u64 each, in
@@ -398,7 +416,7 @@ impl<W: Write> TraceWriter<W> {
         self.block(TAG_FOOTER, 0, &raw)?;
         if index.len() <= MAX_BLOCK_RAW as usize {
             self.out.write_all(&index_at.to_le_bytes())?;
-            self.out.write_all(&crate::index::TRAILER_MAGIC)?;
+            self.out.write_all(&TRAILER_MAGIC)?;
         }
         self.out.flush()?;
         Ok(self.out)

@@ -12,26 +12,10 @@ use crate::file::{
     Block, FileError, ProcessInfo, TraceReader, BLOCK_HEAD, EVENTS_HEAD, MAX_BLOCK_RAW, TAG_EVENT_COLUMNS, TAG_FOOTER,
     TAG_INDEX, TAG_PROCESS,
 };
-use serde::{Deserialize, Serialize};
+pub use crate::file::{IndexEntry, TRAILER_MAGIC};
 use std::io::{Read, Seek, SeekFrom};
 
-pub const TRAILER_MAGIC: [u8; 8] = *b"CUFLIDX\0";
 const TRAILER: u64 = 16;
-
-/// One block of a trace file.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IndexEntry {
-    /// Byte offset of the block's header.
-    pub offset: u64,
-    pub tag: u8,
-    pub pid: u32,
-    /// Events blocks: how many, the first start and the last end (recorded clocks), and the distinct thread ids
-    /// (empty in a rebuilt index).
-    pub events: u32,
-    pub first: u64,
-    pub last: u64,
-    pub tids: Vec<u32>,
-}
 
 /// How the index was had.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

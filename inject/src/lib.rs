@@ -20,6 +20,7 @@
 //! - x86-64 is tested; the aarch64 register handling follows the kernel's regsets and is untested.
 
 mod elf;
+mod ptrace;
 mod remote;
 #[cfg(target_arch = "x86_64")]
 mod stub;

@@ -18,7 +18,7 @@
 //! stack below its stack pointer, context included (a busy thread did within the 5 ms between two looks, and
 //! the result read was garbage). Untraced, that `getpid` costs a system call and changes nothing.
 
-use crate::remote::{FpState, Stop};
+use crate::ptrace::{FpState, Stop};
 use crate::InjectError;
 use std::ffi::CStr;
 use std::fs::File;
@@ -143,7 +143,7 @@ pub fn call(c: &Call) -> Result<u64, InjectError> {
     call.orig_rax = u64::MAX; // no restart of the interrupted call: the stub resumes it
     let written = c.mem.write_all_at(&code, c.gap).is_ok() && c.mem.write_all_at(&ctx, base).is_ok();
     crate::step("written");
-    if !written || !crate::remote::regs::set(tid, &call) {
+    if !written || !crate::ptrace::regs::set(tid, &call) {
         let _ = c.mem.write_all_at(&original, c.gap);
         detach(c.pending);
         return Err(target("cannot prepare the call (libc's code page or the thread's stack is not writable)"));
@@ -154,7 +154,7 @@ pub fn call(c: &Call) -> Result<u64, InjectError> {
     resume(tid, libc::PTRACE_SYSCALL, 0);
     let mut pending = c.pending;
     let result = loop {
-        match crate::remote::wait_stop(tid, (Instant::now() + Duration::from_millis(5)).min(c.deadline)) {
+        match crate::ptrace::wait_stop(tid, (Instant::now() + Duration::from_millis(5)).min(c.deadline)) {
             Stop::Exited => return Err(target("exited during the call")),
             Stop::TimedOut if Instant::now() >= c.deadline => {
                 // Let it go mid-call: the stub finishes and resumes the thread by itself (its bytes stay).
@@ -164,7 +164,7 @@ pub fn call(c: &Call) -> Result<u64, InjectError> {
             }
             Stop::TimedOut => {}
             Stop::Syscall => {
-                let at = crate::remote::regs::get(tid).map(|r| r.rip);
+                let at = crate::ptrace::regs::get(tid).map(|r| r.rip);
                 if at == Some(c.gap + MARKER) {
                     let mut result = [0u8; 8];
                     let read = c.mem.read_exact_at(&mut result, base + RESULT as u64).is_ok();
@@ -176,7 +176,7 @@ pub fn call(c: &Call) -> Result<u64, InjectError> {
             Stop::Signal(libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE) => {
                 // A fault inside the call (a bad library, a loader in trouble): nothing sane to return to but the
                 // state saved before it; the fault is not the program's.
-                let back = crate::remote::regs::set(tid, c.saved) && c.fp.restore(tid);
+                let back = crate::ptrace::regs::set(tid, c.saved) && c.fp.restore(tid);
                 detach(pending);
                 let _ = c.mem.write_all_at(&original, c.gap);
                 return Err(target(if back {
@@ -229,7 +229,7 @@ fn stop_now(tid: u32) -> i32 {
     // SAFETY: PTRACE_INTERRUPT of our tracee.
     unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid as i32, 0, 0) };
     loop {
-        match crate::remote::wait_stop(tid, Instant::now() + Duration::from_secs(1)) {
+        match crate::ptrace::wait_stop(tid, Instant::now() + Duration::from_secs(1)) {
             Stop::Event | Stop::TimedOut => return 0,
             Stop::Signal(s) => return s,
             // A system-call stop left over from the tracing above: go on to the interrupt.
@@ -240,7 +240,7 @@ fn stop_now(tid: u32) -> i32 {
 }
 
 fn outside_stub(tid: u32, gap: u64) -> bool {
-    crate::remote::regs::get(tid).is_some_and(|r| !(gap..gap + INSTRUCTIONS as u64).contains(&r.rip))
+    crate::ptrace::regs::get(tid).is_some_and(|r| !(gap..gap + INSTRUCTIONS as u64).contains(&r.rip))
 }
 
 #[cfg(test)]

@@ -6,13 +6,10 @@
 
 use super::findings::{ms, Finding};
 use super::html_charts::{parts_bar, step_chart, utilization_chart, CATEGORIES};
+use super::html_escape::esc;
 use super::text::{calls_label, severity, who};
 use super::{ProcessReport, Report};
 use std::fmt::Write;
-
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:960px}\
     .verdict{font-size:18px;padding:12px;background:#fdf2e9;border-radius:6px}\

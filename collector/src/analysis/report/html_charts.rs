@@ -2,7 +2,7 @@
 //! a legend; the step chart labels its steps; the utilisation chart has a time axis counted from the start of
 //! the Perfetto timeline and marks the step boundaries.
 
-use super::html::esc;
+use super::html_escape::esc;
 use super::ProcessReport;
 use std::fmt::Write;
 

@@ -11,6 +11,7 @@ mod findings;
 mod gpu_findings;
 mod html;
 mod html_charts;
+mod html_escape;
 pub mod idle;
 pub mod job;
 pub mod overlap;

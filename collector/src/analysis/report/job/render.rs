@@ -2,7 +2,7 @@
 //! step, and the rank × step heatmap (in HTML, cells coloured from the fastest to the slowest step).
 
 use super::super::findings::ms;
-use super::super::html::esc;
+use super::super::html_escape::esc;
 use super::collectives::Method;
 use super::JobReport;
 use crate::export::table::Table;
