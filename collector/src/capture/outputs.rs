@@ -5,12 +5,26 @@
 //! thread ([`Sink`]).
 
 use super::sink::Sink;
-use crate::export::output::Output;
+use crate::export::output::{Output, OutputError};
 use cuflight_format::file::{Footer, ProcessInfo, TraceWriter};
 use cuflight_format::RawEvent;
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufWriter;
 use std::path::Path;
+
+/// Why a recording could not run or write its trace (shared by `record`, `attach` and `dump`, and written here,
+/// where the outputs that fail are opened).
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("cannot run '{command}': {source}")]
+    Spawn { command: String, source: std::io::Error },
+    #[error("cannot write {path}: {source}")]
+    Write { path: String, source: cuflight_format::file::FileError },
+    #[error(transparent)]
+    Output(#[from] OutputError),
+    #[error("cannot open the agents' channel: {0}")]
+    Channel(cuflight_format::channel::ChannelError),
+}
 
 struct File {
     sink: Sink,
@@ -76,9 +90,9 @@ pub fn expand(pattern: &str, info: &ProcessInfo) -> String {
 
 impl Outputs {
     /// A plain name opens its file now (so that an existing file is refused before the program starts).
-    pub fn open(path: &Path, force: bool) -> Result<Outputs, super::record::RecordError> {
+    pub fn open(path: &Path, force: bool) -> Result<Outputs, RecordError> {
         let pattern = path.display().to_string();
-        let per_process = is_pattern(&pattern).map_err(|why| super::record::RecordError::Write {
+        let per_process = is_pattern(&pattern).map_err(|why| RecordError::Write {
             path: pattern.clone(),
             source: cuflight_format::file::FileError::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, why)),
         })?;
@@ -90,10 +104,10 @@ impl Outputs {
         Ok(o)
     }
 
-    fn open_file(&mut self, name: &str) -> Result<(), super::record::RecordError> {
+    fn open_file(&mut self, name: &str) -> Result<(), RecordError> {
         let output = Output::create(Path::new(name), &[], self.force)?;
         let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.try_clone()?))
-            .map_err(|source| super::record::RecordError::Write { path: name.to_string(), source })?;
+            .map_err(|source| RecordError::Write { path: name.to_string(), source })?;
         self.files.insert(name.to_string(), File { sink: Sink::start(writer), output, events: 0 });
         Ok(())
     }

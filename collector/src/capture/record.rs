@@ -9,10 +9,10 @@
 //! agents see the drain heartbeat stop and run on at full speed. A process that dies abruptly (SIGKILL) loses
 //! only what its agent had not flushed yet: the collector still holds its segment and drains it.
 use crate::capture::outputs::Outputs;
+pub use crate::capture::outputs::RecordError;
+pub use crate::capture::status::Progress;
 pub use crate::capture::tracked::read_segment_once;
-pub(super) use crate::capture::tracked::string_at;
 use crate::capture::tracked::{drain_one, live_drops, process_gone, process_info, Tracked};
-use crate::export::output::OutputError;
 use cuflight_format::channel::{self, Listener};
 use cuflight_format::file::{Drops, ProcessInfo};
 use cuflight_format::segment::{self, state, MappedSegment};
@@ -52,18 +52,6 @@ pub struct RecordOptions {
     pub force: bool,
     /// Keep only what lies inside the program's own marks (steps, profiler API, an NVTX range).
     pub range: Option<super::window::Range>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum RecordError {
-    #[error("cannot run '{command}': {source}")]
-    Spawn { command: String, source: std::io::Error },
-    #[error("cannot write {path}: {source}")]
-    Write { path: String, source: cuflight_format::file::FileError },
-    #[error(transparent)]
-    Output(#[from] OutputError),
-    #[error("cannot open the agents' channel: {0}")]
-    Channel(cuflight_format::channel::ChannelError),
 }
 
 /// How a window waited for recording to be armed (every source delivering).
@@ -135,15 +123,6 @@ pub fn find_agent() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
     [dir.join("libcuflight.so"), dir.join("../lib/libcuflight.so")].into_iter().find(|p| p.is_file())
-}
-
-/// A recording's progress (see [`Session::progress`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Progress {
-    pub processes: usize,
-    pub events: u64,
-    pub dropped: u64,
-    pub bytes: u64,
 }
 
 /// Process facts are rewritten at most this often while they change (a later block replaces an earlier one):

@@ -2,9 +2,17 @@
 //! and `perf record` do): elapsed time, processes, events and events per second, drops, file size. Redrawn once
 //! a second in place, cleared before the summary; never written to a pipe or a file.
 
-use super::record::Progress;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
+
+/// A recording's progress (see `record::Session::progress`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Progress {
+    pub processes: usize,
+    pub events: u64,
+    pub dropped: u64,
+    pub bytes: u64,
+}
 
 pub struct StatusLine {
     on: bool,

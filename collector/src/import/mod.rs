@@ -8,9 +8,26 @@ mod kineto_devices;
 mod kineto_event;
 pub mod nsys;
 
+use crate::model::source::EventSource;
 use crate::model::trace::{Trace, TraceError};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
+
+impl EventSource {
+    /// Any supported trace: cuflight files stream; other formats are loaded whole first. (Here, beside the
+    /// importers it calls, so that the model knows no importer.)
+    pub fn open(path: &Path) -> Result<EventSource, TraceError> {
+        if detect(path)? == Format::Native {
+            if let Some(source) = Self::open_native(path)? {
+                return Ok(source);
+            }
+        }
+        Ok(match load_streamable(path)? {
+            (trace, Some(spool)) => Self::from_spool(trace, spool, path.display().to_string()),
+            (trace, None) => Self::from_trace(trace),
+        })
+    }
+}
 
 /// What a file holds, from its first bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -73,19 +73,6 @@ struct OpenBlock {
 type HeadKey = Reverse<(u64, u32, u32, u32, usize)>;
 
 impl EventSource {
-    /// Any supported trace: cuflight files stream; other formats are loaded whole first.
-    pub fn open(path: &Path) -> Result<EventSource, TraceError> {
-        if crate::import::detect(path)? == crate::import::Format::Native {
-            if let Some(source) = Self::open_native(path)? {
-                return Ok(source);
-            }
-        }
-        Ok(match crate::import::load_streamable(path)? {
-            (trace, Some(spool)) => Self::from_spool(trace, spool, path.display().to_string()),
-            (trace, None) => Self::from_trace(trace),
-        })
-    }
-
     /// An imported trace whose events wait in `spool`.
     pub fn from_spool(trace: Trace, spool: Spool, shown: String) -> EventSource {
         let mut blocks: Vec<PendingBlock> = spool
@@ -132,7 +119,7 @@ impl EventSource {
     }
 
     /// `None` when the file cannot stream (version 1: blocks without time ranges).
-    fn open_native(path: &Path) -> Result<Option<EventSource>, TraceError> {
+    pub(crate) fn open_native(path: &Path) -> Result<Option<EventSource>, TraceError> {
         let shown = path.display().to_string();
         let file = std::fs::File::open(path).map_err(|source| TraceError::Open { path: shown.clone(), source })?;
         Self::open_input(Box::new(file), shown)
