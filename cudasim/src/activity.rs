@@ -3,9 +3,10 @@
 //! allocates per-thread buffers), completed on a worker thread like CUPTI's own, and flushed on request.
 
 use crate::c;
-use crate::cupti::{activity_enabled, finalized, rel};
+use crate::cupti_state::{activity_enabled, finalized};
 use crate::now_ns;
 use crate::records::{record_size, SimRecord};
+use crate::release::current as rel;
 use crossbeam_channel::{unbounded, Sender};
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;

@@ -3,26 +3,20 @@
 //! `CUDASIM_CUPTI_VERSION` names (`release.rs`): its version, record layouts, buffer rules and clock.
 
 use crate::activity::{cupti_now, flush, injected_failure, BUFFERS, DROPPED, TIMESTAMP_CALLBACK};
+use crate::cupti_state;
 use crate::records::record_size;
 use crate::release::{self, Release};
 use crate::{c, guard};
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use crate::subscribers::{self, MAX_CBID, MAX_DISPATCH};
 
-static ACTIVITY_KINDS: AtomicU64 = AtomicU64::new(0);
 /// Held while records are appended or buffers handed over, so buffers reach the client whole and in order.
 static CORRELATION: AtomicU32 = AtomicU32::new(0);
-static FINALIZED: AtomicBool = AtomicBool::new(false);
 /// Callback names by domain and cbid, registered by the first call of each API (for cuptiGetCallbackName).
 static NAMES: [[AtomicPtr<c_char>; MAX_CBID]; 2] =
     [const { [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CBID] }; 2];
-
-thread_local! {
-    /// Correlation id of the outermost API call on this thread (what the activity records carry).
-    static OUTER_CORRELATION: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
 
 /// The release being modelled.
 pub(crate) fn rel() -> Release {
@@ -37,11 +31,6 @@ fn domain_index(domain: c::CUpti_CallbackDomain) -> Option<usize> {
     }
 }
 
-/// Correlation id that activity records of work issued now should carry.
-pub(crate) fn current_correlation() -> u32 {
-    OUTER_CORRELATION.with(|c| c.get())
-}
-
 /// Runs an API call with CUPTI enter/exit callbacks around `body`, as the real runtime and driver do.
 pub(crate) fn api_call<P>(
     domain: c::CUpti_CallbackDomain,
@@ -52,13 +41,7 @@ pub(crate) fn api_call<P>(
     body: impl FnOnce() -> u32,
 ) -> u32 {
     let correlation = CORRELATION.fetch_add(1, Ordering::Relaxed) + 1;
-    let outer = OUTER_CORRELATION.with(|c| {
-        let was = c.get();
-        if was == 0 {
-            c.set(correlation);
-        }
-        was == 0
-    });
+    let outer = cupti_state::enter_outer(correlation);
     if let Some(slot) = domain_index(domain).and_then(|d| NAMES[d].get(cbid as usize)) {
         slot.store(name.as_ptr() as *mut c_char, Ordering::Relaxed);
     }
@@ -111,7 +94,7 @@ pub(crate) fn api_call<P>(
         }
     }
     if outer {
-        OUTER_CORRELATION.with(|c| c.set(0));
+        cupti_state::leave_outer();
     }
     ret
 }
@@ -128,15 +111,6 @@ fn supported_kind(kind: c::CUpti_ActivityKind) -> bool {
             | c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
             | c::CUPTI_ACTIVITY_KIND_OVERHEAD
     )
-}
-
-/// cuptiFinalize was called: no more records.
-pub(crate) fn finalized() -> bool {
-    FINALIZED.load(Ordering::Relaxed)
-}
-
-pub(crate) fn activity_enabled(kind: c::CUpti_ActivityKind) -> bool {
-    kind < 64 && ACTIVITY_KINDS.load(Ordering::Relaxed) & (1 << kind) != 0
 }
 
 macro_rules! cupti_entry {
@@ -258,16 +232,14 @@ cupti_entry!(
             return c::CUPTI_ERROR_NOT_SUPPORTED;
         }
         crate::timing::activity_enable();
-        ACTIVITY_KINDS.fetch_or(1 << kind, Ordering::Relaxed);
+        cupti_state::set_kind(kind, true);
         c::CUPTI_SUCCESS
     }
 );
 
 cupti_entry!(
     fn cuptiActivityDisable(kind: c::CUpti_ActivityKind) {
-        if kind < 64 {
-            ACTIVITY_KINDS.fetch_and(!(1 << kind), Ordering::Relaxed);
-        }
+        cupti_state::set_kind(kind, false);
         c::CUPTI_SUCCESS
     }
 );
@@ -356,7 +328,7 @@ cupti_entry!(
         if subscribers::count() > 1 {
             return c::CUPTI_SUCCESS;
         }
-        FINALIZED.store(true, Ordering::Relaxed);
+        cupti_state::finalize();
         subscribers::clear();
         c::CUPTI_SUCCESS
     }

@@ -3,7 +3,7 @@
 //! device's blocking streams, as CUDA's legacy semantics require.
 
 use crate::activity;
-use crate::cupti::current_correlation;
+use crate::cupti_state::current_correlation;
 use crate::now_ns;
 use crate::records::SimRecord;
 use crossbeam_channel::{unbounded, Sender};

@@ -1,11 +1,11 @@
 //! The simulated driver (`libcuda.so.1`): `cuInit` loads the injection library named by `CUDA_INJECTION64_PATH`
 //! and calls its `InitializeInjection`, exactly as the real driver does, before any API callback can fire.
 
+use crate::context::{current_device, kernel_name};
 use crate::cupti::api_call;
 use crate::device::{self, Work, MAX_DEVICES};
 use crate::memory::{self, Space};
 use crate::records::SimRecord;
-use crate::runtime::{current_device, kernel_name};
 use crate::{c, guard, now_ns};
 use once_cell::sync::OnceCell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
@@ -101,7 +101,7 @@ pub(crate) fn mem_alloc(dptr: *mut c::CUdeviceptr, bytesize: usize) -> c::CUresu
                 timestamp: now_ns(),
                 device: current_device(),
                 stream: 0,
-                correlation: crate::cupti::current_correlation(),
+                correlation: crate::cupti_state::current_correlation(),
                 address: p as u64,
                 bytes: bytesize as u64,
                 memory_kind: Space::Device.cupti_kind(),
@@ -149,7 +149,7 @@ pub(crate) fn launch(
                 return c::cudaErrorInvalidResourceHandle;
             };
             let mut values = Vec::new();
-            if let Some(sizes) = crate::runtime::kernel_params(f) {
+            if let Some(sizes) = crate::context::kernel_params(f) {
                 // A kernel with registered parameters: exactly that many, each of its own size (zero-extended).
                 for (i, &size) in sizes.iter().enumerate() {
                     if args.is_null() {

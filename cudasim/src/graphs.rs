@@ -7,8 +7,9 @@
 //! `cudaErrorStreamCaptureUnsupported` and the capture fails at its end with `cudaErrorStreamCaptureInvalidated`.
 //! Nodes run in capture order (the simulator keeps no dependency edges besides stream order).
 
+use crate::context::current_device;
 use crate::device::{self, Capture, Work};
-use crate::runtime::{current_device, put};
+use crate::runtime::put;
 use crate::{c, CudaError};
 use parking_lot::Mutex;
 use std::collections::HashMap;

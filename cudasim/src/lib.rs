@@ -66,7 +66,9 @@ mod macros {
 }
 
 mod activity;
+mod context;
 mod cupti;
+mod cupti_state;
 mod device;
 mod driver;
 mod graphs;

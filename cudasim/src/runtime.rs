@@ -1,6 +1,7 @@
 //! The simulated CUDA runtime (`libcudart.so.13`): the exported C API, each call wrapped in CUPTI callbacks.
 
 use crate::activity::emit;
+use crate::context::{self, current_device, kernel_name};
 use crate::cupti::api_call;
 use crate::device::{self, Event, Work, NEXT_EVENT_ID};
 use crate::memory::{self, Space};
@@ -10,21 +11,15 @@ use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 thread_local! {
-    static CURRENT_DEVICE: Cell<u32> = const { Cell::new(0) };
     static LAST_ERROR: Cell<CudaError> = const { Cell::new(0) };
 }
 
 static EVENTS: Lazy<Mutex<HashMap<usize, Arc<Event>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
-static KERNEL_NAMES: Lazy<Mutex<HashMap<usize, &'static CStr>>> = Lazy::new(|| Mutex::new(HashMap::new()));
-
-pub(crate) fn current_device() -> u32 {
-    CURRENT_DEVICE.with(|d| d.get())
-}
 
 pub(crate) fn set_error(e: CudaError) -> CudaError {
     if e != c::cudaSuccess {
@@ -43,34 +38,13 @@ pub(crate) fn put<T>(p: *mut T, v: T) -> bool {
     true
 }
 
-/// The kernel's name: from `__cudaRegisterFunction`, else its symbol (`dladdr`), else its address.
-pub(crate) fn kernel_name(f: usize) -> &'static CStr {
-    let mut names = KERNEL_NAMES.lock();
-    if let Some(n) = names.get(&f) {
-        return n;
-    }
-    // SAFETY: dladdr only inspects the address; Dl_info is plain data.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let found = unsafe { libc::dladdr(f as *const c_void, &mut info) } != 0 && !info.dli_sname.is_null();
-    let name = if found {
-        // SAFETY: dli_sname is a NUL-terminated symbol name from the loader.
-        unsafe { CStr::from_ptr(info.dli_sname) }.to_owned()
-    } else {
-        CString::new(format!("kernel_{f:#x}")).unwrap_or_default()
-    };
-    let leaked: &'static CStr = Box::leak(name.into_boxed_c_str());
-    names.insert(f, leaked);
-    leaked
-}
-
 fn memory_record(release: bool, address: usize, bytes: usize, space: Space, stream: u32, is_async: bool) {
     emit(SimRecord::Memory {
         release,
         timestamp: now_ns(),
         device: current_device(),
         stream,
-        correlation: crate::cupti::current_correlation(),
+        correlation: crate::cupti_state::current_correlation(),
         address: address as u64,
         bytes: bytes as u64,
         memory_kind: space.cupti_kind(),
@@ -370,7 +344,7 @@ runtime_fn!(cudaSetDevice(device: c_int) => CUPTI_RUNTIME_TRACE_CBID_cudaSetDevi
     if device < 0 || device as u32 >= crate::driver::device_count() {
         return c::cudaErrorInvalidDevice;
     }
-    CURRENT_DEVICE.with(|d| d.set(device as u32));
+    context::set_current_device(device as u32);
     c::cudaSuccess
 });
 runtime_fn!(cudaGetDevice(device: *mut c_int) => CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020, cudaGetDevice_v3020_params {
@@ -470,16 +444,8 @@ pub unsafe extern "C" fn __cudaRegisterFunction(
         }
         // SAFETY: non-null, NUL-terminated by the contract above.
         let name = unsafe { CStr::from_ptr(device_name) }.to_owned();
-        KERNEL_NAMES.lock().insert(host_fun as usize, Box::leak(name.into_boxed_c_str()));
+        context::name_kernel(host_fun as usize, name);
     })
-}
-
-/// Parameter sizes of registered kernels (see [`cudasimRegisterKernelParams`]).
-static KERNEL_PARAMS: Lazy<Mutex<HashMap<usize, Vec<usize>>>> = Lazy::new(|| Mutex::new(HashMap::new()));
-
-/// The registered parameter sizes of kernel `f`, if any.
-pub(crate) fn kernel_params(f: usize) -> Option<Vec<usize>> {
-    KERNEL_PARAMS.lock().get(&f).cloned()
 }
 
 /// **cudasim only** (a test double's table, standing in for the parameter layout a real driver reads from the
@@ -504,7 +470,7 @@ pub unsafe extern "C" fn cudasimRegisterKernelParams(func: *const c_void, count:
         if sizes.iter().any(|&s| s == 0 || s > 8) {
             return 1;
         }
-        KERNEL_PARAMS.lock().insert(func as usize, sizes);
+        context::register_kernel_params(func as usize, sizes);
         0
     })
 }

@@ -3,9 +3,10 @@
 //! describe the simulated H100 (`driver::device_properties`); kernel attributes are what the simulator reports
 //! in its kernel records (32 registers per thread, no static shared memory).
 
+use crate::context::current_device;
 use crate::device::{self, Work};
 use crate::memory;
-use crate::runtime::{current_device, put};
+use crate::runtime::put;
 use crate::{c, CudaError};
 use std::ffi::{c_int, c_uint, c_void};
 

@@ -53,7 +53,7 @@ pub(crate) fn subscribe(
     name: Option<&CStr>,
     allow_multi: bool,
 ) -> Result<(usize, Option<CString>), CString> {
-    let multi_supported = crate::cupti::rel().has_multiple_subscribers();
+    let multi_supported = crate::release::current().has_multiple_subscribers();
     let mut reg = REGISTRY.write();
     let first_name = || reg.subscribers.first().map(|s| s.name.clone().unwrap_or_else(|| UNNAMED_HOLDER.to_owned()));
     let joined = if reg.subscribers.is_empty() {

@@ -1,0 +1,61 @@
+//! CUPTI's state that the simulated device and activity buffers read while the API layer (`cupti.rs`) changes
+//! it: which activity kinds are on, whether `cuptiFinalize` ran, and the correlation id of the thread's outermost
+//! API call (what its device work's records carry).
+
+use crate::c;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+static ACTIVITY_KINDS: AtomicU64 = AtomicU64::new(0);
+static FINALIZED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Correlation id of the outermost API call on this thread (what the activity records carry).
+    static OUTER_CORRELATION: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Correlation id that activity records of work issued now should carry.
+pub(crate) fn current_correlation() -> u32 {
+    OUTER_CORRELATION.with(|c| c.get())
+}
+
+/// An API call with `correlation` begins: true when it is the thread's outermost (it then owns the id).
+pub(crate) fn enter_outer(correlation: u32) -> bool {
+    OUTER_CORRELATION.with(|c| {
+        let outer = c.get() == 0;
+        if outer {
+            c.set(correlation);
+        }
+        outer
+    })
+}
+
+/// The outermost API call ended.
+pub(crate) fn leave_outer() {
+    OUTER_CORRELATION.with(|c| c.set(0));
+}
+
+/// cuptiFinalize was called: no more records.
+pub(crate) fn finalized() -> bool {
+    FINALIZED.load(Ordering::Relaxed)
+}
+
+pub(crate) fn finalize() {
+    FINALIZED.store(true, Ordering::Relaxed);
+}
+
+pub(crate) fn activity_enabled(kind: c::CUpti_ActivityKind) -> bool {
+    kind < 64 && ACTIVITY_KINDS.load(Ordering::Relaxed) & (1 << kind) != 0
+}
+
+/// Turns activity kind `kind` on or off (kinds past 63 are never on).
+pub(crate) fn set_kind(kind: c::CUpti_ActivityKind, on: bool) {
+    if kind >= 64 {
+        return;
+    }
+    if on {
+        ACTIVITY_KINDS.fetch_or(1 << kind, Ordering::Relaxed);
+    } else {
+        ACTIVITY_KINDS.fetch_and(!(1 << kind), Ordering::Relaxed);
+    }
+}
