@@ -26,6 +26,8 @@ pub fn start(state: u8) {
             Err(_) => return,
         };
         LISTENER_FD.store(listener.as_raw_fd(), Ordering::Release);
+        // SAFETY: registering a plain extern "C" handler with libc (it only closes a descriptor).
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
         let spawned = std::thread::Builder::new().name("cuflight-ctl".into()).spawn(move || serve(listener));
         if spawned.is_err() {
             LISTENER_FD.store(-1, Ordering::Release);
@@ -46,7 +48,10 @@ fn set_state(state: u8) {
 fn serve(listener: ControlListener) {
     if state::injected_late() && traces_nvtx() {
         // Here rather than in the constructor, which runs under the loader's lock in a thread the injector holds.
-        let _ = std::panic::catch_unwind(|| state::set_nvtx_late(crate::nvtx_late::hook_tables()));
+        let _ = std::panic::catch_unwind(|| {
+            let found = crate::nvtx_late::hook_tables();
+            state::set_nvtx_late(found.hooked, found.foreign)
+        });
     }
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
         // While an attached collector records, its connection is watched: a collector that dies (killed, out
@@ -130,7 +135,8 @@ fn attach(session: &str) -> Result<(), String> {
     state::wake_for(session)?;
     if state::injected_late() && traces_nvtx() {
         // Libraries may have started NVTX since the last look.
-        state::set_nvtx_late(crate::nvtx_late::hook_tables());
+        let found = crate::nvtx_late::hook_tables();
+        state::set_nvtx_late(found.hooked, found.foreign);
     }
     match setup::start() {
         Ok(()) => {
@@ -171,7 +177,7 @@ fn status() -> Status {
 
 /// In a fork child (single-threaded, before fork returns): the listener belongs to the parent's thread, which
 /// the child does not have; closing the child's copy keeps the name answering for the parent only.
-pub fn after_fork_in_child() {
+extern "C" fn after_fork_in_child() {
     let fd = LISTENER_FD.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
         // SAFETY: close(2) is async-signal-safe; the descriptor is this process's inherited copy.

@@ -14,30 +14,10 @@
 //!
 //! `cuflight dump IMAGE` turns an image into a trace.
 
+use crate::flight_config::CONFIG;
 use crate::{clock, cupti, state};
 use cuflight_format::segment::dump_reason;
-use once_cell::sync::Lazy;
-use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-
-/// What `cuflight launch` asked for, from the environment it set.
-struct Config {
-    /// How much history a dump keeps, in ns; 0: not a flight recorder.
-    span_ns: u64,
-    /// Where automatic dumps go (absolute; `launch` resolves it).
-    dump_dir: Option<CString>,
-    /// 0: no hang detection.
-    hang_ns: u64,
-}
-
-static CONFIG: Lazy<Config> = Lazy::new(|| {
-    let ns = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
-    let dump_dir = std::env::var("CUFLIGHT_DUMP_DIR")
-        .ok()
-        .filter(|d| d.starts_with('/') && d.len() < 3000)
-        .and_then(|d| CString::new(d).ok());
-    Config { span_ns: ns("CUFLIGHT_FLIGHT_RECORDER"), dump_dir, hang_ns: ns("CUFLIGHT_HANG_TIMEOUT") }
-});
 
 /// The flight recorder's span in ns (0: this agent is not one). Only meaningful outside `cuflight record`.
 pub fn span_ns() -> u64 {

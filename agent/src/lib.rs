@@ -26,6 +26,7 @@ mod cupti;
 mod devices;
 pub mod emit;
 mod flight;
+mod flight_config;
 mod interner;
 mod nvtx;
 mod nvtx_late;

@@ -56,8 +56,9 @@ pub fn injected_late() -> bool {
 /// NVTX tables found late (`nvtx_late`), as the segment states them: see `SegmentHeader::injected_late`.
 static NVTX_LATE: AtomicU32 = AtomicU32::new(0);
 
-pub fn set_nvtx_late(found: crate::nvtx_late::Found) {
-    let v = (found.hooked.min(255) << 8) | (found.foreign.min(255) << 16);
+/// `hooked` NVTX tables this agent filled late, `foreign` ones another tool held.
+pub fn set_nvtx_late(hooked: u32, foreign: u32) {
+    let v = (hooked.min(255) << 8) | (foreign.min(255) << 16);
     NVTX_LATE.store(v, Ordering::Relaxed);
     if let Some(seg) = existing_segment() {
         seg.header().injected_late.store(late_word(), Ordering::Relaxed);
@@ -270,7 +271,7 @@ fn create() -> Option<&'static Agent> {
         return None;
     }
     let session = session();
-    let flight_ns = if session.is_none() { crate::flight::span_ns() } else { 0 };
+    let flight_ns = if session.is_none() { crate::flight_config::CONFIG.span_ns } else { 0 };
     if session.is_none() && flight_ns == 0 {
         // Outside a session the agent is dormant (NVTX may ask before the driver initialises the agent).
         NO_SEGMENT.store(true, Ordering::Relaxed);
@@ -416,7 +417,6 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 extern "C" fn after_fork_in_child() {
     // Runs in the child, single-threaded, before fork returns: only atomics, no allocation.
     FORKED.store(true, Ordering::Relaxed);
-    crate::control::after_fork_in_child();
     // The child has a segment of its own, which gets its own notice.
     NOTICE.store(false, Ordering::Relaxed);
     DISABLED_ONCE.store(false, Ordering::Relaxed);

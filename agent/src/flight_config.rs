@@ -1,0 +1,24 @@
+//! What `cuflight launch --flight-recorder` asked for, read from the environment it set: below the state (which
+//! must know whether it records for a flight recorder before anything else runs) and the recorder itself.
+
+use once_cell::sync::Lazy;
+use std::ffi::CString;
+
+/// What `cuflight launch` asked for, from the environment it set.
+pub struct Config {
+    /// How much history a dump keeps, in ns; 0: not a flight recorder.
+    pub span_ns: u64,
+    /// Where automatic dumps go (absolute; `launch` resolves it).
+    pub dump_dir: Option<CString>,
+    /// 0: no hang detection.
+    pub hang_ns: u64,
+}
+
+pub static CONFIG: Lazy<Config> = Lazy::new(|| {
+    let ns = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
+    let dump_dir = std::env::var("CUFLIGHT_DUMP_DIR")
+        .ok()
+        .filter(|d| d.starts_with('/') && d.len() < 3000)
+        .and_then(|d| CString::new(d).ok());
+    Config { span_ns: ns("CUFLIGHT_FLIGHT_RECORDER"), dump_dir, hang_ns: ns("CUFLIGHT_HANG_TIMEOUT") }
+});
