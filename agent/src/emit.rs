@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 struct ThreadRing {
     generation: u64,
     tid: u32,
-    producer: Option<Producer>,
+    /// Of this process's segment, which lives as long as the process (`state`: leaked on purpose).
+    producer: Option<Producer<'static>>,
     /// Events until a thread without a ring looks for a free one again (threads exit and give theirs back).
     retry_in: u32,
 }
@@ -29,8 +30,8 @@ impl Drop for ThreadRing {
     fn drop(&mut self) {
         // Give the ring back only if it belongs to the live segment (not a parent's, after fork).
         if self.generation == state::generation() {
-            if let Some(p) = &self.producer {
-                p.ring().release();
+            if let Some(p) = self.producer.take() {
+                p.release();
             }
         }
     }
@@ -76,7 +77,7 @@ pub fn tid() -> u32 {
 
 /// Where one CUPTI buffer's records go: the delivery ring while this thread holds it, else the thread's own.
 pub struct Delivery {
-    shared: Option<parking_lot::MutexGuard<'static, Shared>>,
+    shared: Option<parking_lot::MutexGuard<'static, Shared<'static>>>,
     tid: u32,
 }
 
@@ -229,7 +230,7 @@ impl ThreadState {
     }
 
     /// False when the event could not even be offered to a ring (no ring, or re-entered).
-    fn try_push(&self, seg: &MappedSegment, ev: &mut RawEvent) -> bool {
+    fn try_push(&self, seg: &'static MappedSegment, ev: &mut RawEvent) -> bool {
         let Ok(mut r) = self.ring.try_borrow_mut() else { return false };
         let generation = state::generation();
         if r.generation != generation {
@@ -347,7 +348,7 @@ fn push_borrowed(seg: &MappedSegment, ev: &mut RawEvent) -> bool {
         return false;
     };
     push_and_wake(&mut producer, ev);
-    producer.ring().release();
+    producer.release();
     true
 }
 

@@ -20,22 +20,20 @@ const SHARED_OWNER: u32 = u32::MAX;
 /// A free ring for thread `tid`: a reserved one given back by an exited thread, else a newly reserved one (rings
 /// are reserved on demand up to the segment's count less those kept for [`SharedRings`]; see `segment`). Cold:
 /// once per thread.
-pub(crate) fn claim(seg: &MappedSegment, tid: u32) -> Option<Producer> {
+pub(crate) fn claim(seg: &MappedSegment, tid: u32) -> Option<Producer<'_>> {
     let limit = seg.layout().ring_count - kept_back(seg.layout().ring_count);
     loop {
         let n = seg.reserved_rings();
-        let found = (0..n).map(|i| (tid.wrapping_mul(2654435761) % n.max(1) + i) % n.max(1)).find_map(|i| {
-            let ring = seg.ring(i)?;
-            ring.try_claim(tid).then(|| ring.producer())
-        });
+        let found = (0..n)
+            .map(|i| (tid.wrapping_mul(2654435761) % n.max(1) + i) % n.max(1))
+            .find_map(|i| seg.ring(i)?.try_claim(tid));
         if found.is_some() {
             return found;
         }
         // Every reserved ring is taken: reserve another (None at the limit, or without memory: counted).
         let i = seg.reserve_ring_below(limit)?;
-        let ring = seg.ring(i)?;
-        if ring.try_claim(tid) {
-            return Some(ring.producer());
+        if let Some(producer) = seg.ring(i)?.try_claim(tid) {
+            return Some(producer);
         }
     }
 }
@@ -52,22 +50,22 @@ pub(crate) fn claim(seg: &MappedSegment, tid: u32) -> Option<Producer> {
 /// the ring busy falls back (delivery: to the thread's own ring; overflow: counted as `no_ring`).
 #[derive(Default)]
 pub struct SharedRings {
-    pub(crate) delivery: parking_lot::Mutex<Shared>,
-    pub(crate) overflow: parking_lot::Mutex<Shared>,
+    /// Of this process's segment, which lives as long as the process (`state`: leaked on purpose).
+    pub(crate) delivery: parking_lot::Mutex<Shared<'static>>,
+    pub(crate) overflow: parking_lot::Mutex<Shared<'static>>,
 }
 
 #[derive(Default)]
-pub(crate) struct Shared {
-    pub(crate) producer: Option<Producer>,
+pub(crate) struct Shared<'a> {
+    pub(crate) producer: Option<Producer<'a>>,
     /// Reservation was tried and failed (no memory, or no ring left): do not retry on every buffer.
     failed: bool,
 }
 
-impl Shared {
-    pub(crate) fn producer(&mut self, seg: &MappedSegment) -> Option<&mut Producer> {
+impl<'a> Shared<'a> {
+    pub(crate) fn producer(&mut self, seg: &'a MappedSegment) -> Option<&mut Producer<'a>> {
         if self.producer.is_none() && !self.failed {
-            let ring = seg.reserve_ring().and_then(|i| seg.ring(i)).filter(|r| r.try_claim(SHARED_OWNER));
-            self.producer = ring.map(|r| r.producer());
+            self.producer = seg.reserve_ring().and_then(|i| seg.ring(i)).and_then(|r| r.try_claim(SHARED_OWNER));
             self.failed = self.producer.is_none();
         }
         self.producer.as_mut()

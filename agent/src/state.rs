@@ -153,8 +153,8 @@ pub fn wake_for(session: &str) -> Result<&'static Agent, String> {
     // What the previous window's collector left unread (it was killed mid-window) is not this window's: the
     // rings start empty. No collector holds the segment now, so the agent may act as its consumer.
     for i in 0..agent.seg.reserved_rings() {
-        if let Some(ring) = agent.seg.ring(i) {
-            ring.consumer().skip_all();
+        if let Some(mut consumer) = agent.seg.consumer(i) {
+            consumer.skip_all();
         }
     }
     let conn = channel::send(session, agent.seg.fd()).map_err(|e| format!("cannot reach the collector: {e}"))?;

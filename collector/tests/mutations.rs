@@ -154,8 +154,7 @@ fn segment_seed() -> Vec<u8> {
     let id = seg.append_string(b"gemm").unwrap();
     seg.header().cmdline.store(seg.append_string(b"app\0--x").unwrap(), std::sync::atomic::Ordering::Relaxed);
     let ring = seg.ring(seg.reserve_ring().unwrap()).unwrap();
-    assert!(ring.try_claim(7));
-    let mut p = ring.producer();
+    let mut p = ring.try_claim(7).unwrap();
     for i in 0..6 {
         p.push(&RawEvent { name: id, ..RawEvent::new(EventKind::Kernel, 7, i * 10, i * 10 + 5) });
     }

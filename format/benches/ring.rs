@@ -4,9 +4,8 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use cuflight_format::{event::EventKind, ring::HeapRing, RawEvent};
 
 fn push(c: &mut Criterion) {
-    let ring = HeapRing::new(1 << 16);
-    let mut producer = ring.producer();
-    let mut consumer = ring.consumer();
+    let mut ring = HeapRing::new(1 << 16);
+    let (mut producer, mut consumer) = ring.split();
     let ev = RawEvent::new(EventKind::Api, 1, 2, 3);
     let mut sink = Vec::with_capacity(1 << 16);
     let mut g = c.benchmark_group("ring");
@@ -20,22 +19,23 @@ fn push(c: &mut Criterion) {
         })
     });
     // A flight recorder's full ring: every push discards the oldest event.
-    let full = HeapRing::new(1 << 16);
+    let mut full = HeapRing::new(1 << 16);
     full.view().set_overwrite(true);
-    let mut overwriting = full.producer();
+    let (mut overwriting, _) = full.split();
     g.bench_function("push_overwrite", |b| b.iter(|| overwriting.push(std::hint::black_box(&ev))));
     const BATCH: u64 = 1 << 15;
     g.throughput(Throughput::Elements(BATCH));
+    let producer = std::cell::RefCell::new(producer);
     g.bench_function("drain_32k", |b| {
         b.iter_batched_ref(
             || {
-                let mut p = ring.producer();
+                let mut p = producer.borrow_mut();
                 for _ in 0..BATCH {
                     p.push(&ev);
                 }
                 Vec::with_capacity(BATCH as usize)
             },
-            |out| ring.consumer().drain_into(out),
+            |out| consumer.drain_into(out),
             BatchSize::LargeInput,
         )
     });

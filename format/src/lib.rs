@@ -11,11 +11,11 @@
 //!
 //! ```
 //! use cuflight_format::{event::{EventKind, RawEvent}, ring::HeapRing};
-//! let ring = HeapRing::new(1024);
-//! let mut producer = ring.producer();
+//! let mut ring = HeapRing::new(1024);
+//! let (mut producer, mut consumer) = ring.split();
 //! assert!(producer.push(&RawEvent::new(EventKind::Kernel, 1, 10, 20)));
 //! let mut out = Vec::new();
-//! ring.consumer().drain_into(&mut out);
+//! consumer.drain_into(&mut out);
 //! assert_eq!(out.len(), 1);
 //! ```
 

@@ -8,6 +8,13 @@
 //! The storage is not owned: [`RingRef`] points into any region laid out as [`RingHeader`] followed by
 //! `capacity` slots, which is how the agent's rings live in a shared-memory segment while the collector drains
 //! them from another process. Atomics on `AtomicU64` are address-free, so they work across processes.
+//!
+//! The two ends are values, neither `Copy` nor `Clone`, and none outlives the memory it points into (every type
+//! here carries its lifetime): a [`Producer`] comes only from a successful claim of the ring's owner word
+//! ([`RingRef::try_claim`], which makes it the one producer across processes) and gives the claim back when
+//! released; a [`Consumer`] comes from the segment that maps the ring, at most one at a time per ring and
+//! process (`MappedSegment::consumer`), or, with the producer, from [`HeapRing::split`]. A [`RingRef`] itself
+//! is a view: counters, mode and snapshots ([`RingRef::peek_into`]), never a position to move.
 //! A full ring never blocks: the event is refused and counted in `dropped`, or, in a flight recorder's ring
 //! (overwrite mode), the oldest event is discarded for it. Nobody drains a flight recorder's rings: its
 //! producer owns `read` and advances it past the slot it is about to reuse, and a reader takes a snapshot
@@ -15,7 +22,8 @@
 //! that slots reused while it copied are discarded rather than returned torn.
 
 use crate::event::RawEvent;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::marker::PhantomData;
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 #[repr(C, align(128))]
 struct Padded<T>(T);
@@ -50,25 +58,26 @@ pub const fn ring_bytes(capacity: u32) -> usize {
     RING_HEADER_SIZE + capacity as usize * SLOT
 }
 
-/// A view of one ring in memory someone else owns.
+/// A view of one ring in memory someone else owns, valid for `'a` (the mapping's or the heap ring's borrow).
 #[derive(Clone, Copy, Debug)]
-pub struct RingRef {
+pub struct RingRef<'a> {
     header: *const RingHeader,
     slots: *mut RawEvent,
     mask: u64,
+    _memory: PhantomData<&'a RingHeader>,
 }
 
-// SAFETY: a RingRef is a pair of pointers into memory that outlives every view of it (a mapped segment or a
-// HeapRing); all shared state is accessed through atomics, and slot accesses follow the SPSC protocol.
-unsafe impl Send for RingRef {}
-// SAFETY: as above; `&RingRef` only exposes atomic operations.
-unsafe impl Sync for RingRef {}
+// SAFETY: a RingRef is a pair of pointers into memory that outlives every view of it (its lifetime says so); all
+// shared state is accessed through atomics, and slot accesses follow the SPSC protocol.
+unsafe impl Send for RingRef<'_> {}
+// SAFETY: as above; `&RingRef` only exposes atomic operations and snapshot copies.
+unsafe impl Sync for RingRef<'_> {}
 
-impl RingRef {
+impl<'a> RingRef<'a> {
     /// # Safety
     /// `base` must be 128-byte aligned and point to at least [`ring_bytes`]`(capacity)` bytes that stay mapped
-    /// and writable for as long as any copy of the returned view is used. `capacity` must be a power of two.
-    pub unsafe fn from_raw(base: *mut u8, capacity: u32) -> RingRef {
+    /// and writable for `'a`. `capacity` must be a power of two.
+    pub unsafe fn from_raw(base: *mut u8, capacity: u32) -> RingRef<'a> {
         debug_assert!(capacity.is_power_of_two());
         debug_assert!((base as usize).is_multiple_of(128));
         RingRef {
@@ -76,6 +85,7 @@ impl RingRef {
             // SAFETY: the caller guarantees the region holds the header followed by the slots.
             slots: unsafe { base.add(RING_HEADER_SIZE) } as *mut RawEvent,
             mask: capacity as u64 - 1,
+            _memory: PhantomData,
         }
     }
 
@@ -103,14 +113,12 @@ impl RingRef {
         self.header().producer_side.0.overwrite.store(on as u32, Ordering::Release);
     }
 
-    /// Takes the producer side for thread `tid`; false if another thread holds it.
-    pub fn try_claim(&self, tid: u32) -> bool {
-        self.header().owner.0.compare_exchange(0, tid, Ordering::Acquire, Ordering::Relaxed).is_ok()
-    }
-
-    /// Gives the producer side back (the events stay for the consumer).
-    pub fn release(&self) {
-        self.header().owner.0.store(0, Ordering::Release);
+    /// The producer end, for thread `tid` (any non-zero owner id); None while another holds it. The claim is
+    /// the ring's owner word, shared by every process that maps the ring, so there is one producer at a time.
+    pub fn try_claim(&self, tid: u32) -> Option<Producer<'a>> {
+        let h = self.header();
+        h.owner.0.compare_exchange(0, tid, Ordering::Acquire, Ordering::Relaxed).ok()?;
+        Some(Producer { ring: *self, cached_read: h.read.0.load(Ordering::Acquire) })
     }
 
     /// Tid of the producer's owner, 0 when free.
@@ -128,25 +136,51 @@ impl RingRef {
         self.len() == 0
     }
 
-    /// The producer side. Only one may be live at a time per ring (see [`RingRef::try_claim`]).
-    pub fn producer(&self) -> Producer {
-        Producer { ring: *self, cached_read: self.header().read.0.load(Ordering::Acquire) }
+    /// Copies every event still in the ring into `out` without taking any (`read` is left alone): a snapshot of
+    /// a ring whose producer may be overwriting it. Copies of slots the producer reused meanwhile are discarded
+    /// (it advanced `read` past them before writing, see [`Producer::push`]); returns how many were kept.
+    pub fn peek_into(&self, out: &mut Vec<RawEvent>) -> usize {
+        let h = self.header();
+        let w = h.write.0.load(Ordering::Acquire);
+        let r = h.read.0.load(Ordering::Acquire);
+        let n = w.wrapping_sub(r).min(self.capacity());
+        let r = w.wrapping_sub(n);
+        let before = out.len();
+        // A slot the producer rewrites while it is copied is detected below and its copy discarded (RawEvent is
+        // plain data: any bit pattern is a value, validated downstream like everything read from another process).
+        self.copy(r, n, out);
+        fence(Ordering::Acquire);
+        // Slots below the producer's `read` now may have been reused; `read` behind the copy (a counter another
+        // process left inconsistent) means none were.
+        let ahead = h.read.0.load(Ordering::Relaxed).wrapping_sub(r) as i64;
+        let reused = (ahead.max(0) as u64).min(n) as usize;
+        out.drain(before..before + reused);
+        n as usize - reused
     }
 
-    /// The consumer side. Only one may be live at a time per ring (the collector).
-    pub fn consumer(&self) -> Consumer {
-        Consumer { ring: *self }
+    /// Appends the `n` (at most the capacity) slots from counter `r` on, wrapping at the end of the slot array.
+    fn copy(&self, r: u64, n: u64, out: &mut Vec<RawEvent>) {
+        let start = (r & self.mask) as usize;
+        let n = n.min(self.capacity()) as usize;
+        let first = n.min(self.capacity() as usize - start);
+        out.reserve(n);
+        // SAFETY: `start < capacity`, `first <= capacity - start` and `n - first <= start`: both ranges lie inside
+        // the slot array (from_raw's contract keeps it mapped while the view lives).
+        unsafe {
+            out.extend_from_slice(std::slice::from_raw_parts(self.slots.add(start), first));
+            out.extend_from_slice(std::slice::from_raw_parts(self.slots, n - first));
+        }
     }
 }
 
-/// Writes events; owned by one thread at a time.
+/// Writes events: the one producer of its ring ([`RingRef::try_claim`]).
 #[derive(Debug)]
-pub struct Producer {
-    ring: RingRef,
+pub struct Producer<'a> {
+    ring: RingRef<'a>,
     cached_read: u64,
 }
 
-impl Producer {
+impl<'a> Producer<'a> {
     /// Appends `ev`; returns false (and counts a drop) when the ring is full. Never blocks, never allocates.
     #[inline]
     pub fn push(&mut self, ev: &RawEvent) -> bool {
@@ -176,8 +210,13 @@ impl Producer {
         true
     }
 
-    pub fn ring(&self) -> RingRef {
+    pub fn ring(&self) -> RingRef<'a> {
         self.ring
+    }
+
+    /// Gives the claim back: the ring's events stay for the consumer, and another thread may claim it.
+    pub fn release(self) {
+        self.ring.header().owner.0.store(0, Ordering::Release);
     }
 
     /// Whether a push now would be refused (reads the consumer's counter only when the cached one says full).
@@ -207,13 +246,26 @@ impl Producer {
     }
 }
 
-/// Drains events; one per ring (the collector).
+/// Drains events: the one consumer of its ring in this process (`MappedSegment::consumer`, [`HeapRing::split`]).
 #[derive(Debug)]
-pub struct Consumer {
-    ring: RingRef,
+pub struct Consumer<'a> {
+    ring: RingRef<'a>,
+    /// The flag that makes this the only consumer of its ring in this process, cleared on drop (None: the
+    /// borrow of a [`HeapRing`] does it).
+    taken: Option<&'a AtomicBool>,
 }
 
-impl Consumer {
+impl<'a> Consumer<'a> {
+    /// The consumer of `ring` unless `taken` says one is live; it clears `taken` when dropped.
+    pub(crate) fn take(ring: RingRef<'a>, taken: &'a AtomicBool) -> Option<Consumer<'a>> {
+        taken.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).ok()?;
+        Some(Consumer { ring, taken: Some(taken) })
+    }
+
+    pub fn ring(&self) -> RingRef<'a> {
+        self.ring
+    }
+
     /// Discards every published event (what a collector that died left unread, before the next one takes over
     /// the segment); returns how many.
     pub fn skip_all(&mut self) -> u64 {
@@ -222,42 +274,6 @@ impl Consumer {
         let w = h.write.0.load(Ordering::Acquire);
         h.read.0.store(w, Ordering::Release);
         w.wrapping_sub(r).min(self.ring.capacity())
-    }
-
-    /// Copies every event still in the ring into `out` without taking any (`read` is left alone): a snapshot of
-    /// a ring whose producer may be overwriting it. Copies of slots the producer reused meanwhile are discarded
-    /// (it advanced `read` past them before writing, see [`Producer::push`]); returns how many were kept.
-    pub fn peek_into(&self, out: &mut Vec<RawEvent>) -> usize {
-        let h = self.ring.header();
-        let w = h.write.0.load(Ordering::Acquire);
-        let r = h.read.0.load(Ordering::Acquire);
-        let n = w.wrapping_sub(r).min(self.ring.capacity());
-        let r = w.wrapping_sub(n);
-        let before = out.len();
-        // A slot the producer rewrites while it is copied is detected below and its copy discarded (RawEvent is
-        // plain data: any bit pattern is a value, validated downstream like everything read from another process).
-        self.copy(r, n, out);
-        fence(Ordering::Acquire);
-        // Slots below the producer's `read` now may have been reused; `read` behind the copy (a counter another
-        // process left inconsistent) means none were.
-        let ahead = h.read.0.load(Ordering::Relaxed).wrapping_sub(r) as i64;
-        let reused = (ahead.max(0) as u64).min(n) as usize;
-        out.drain(before..before + reused);
-        n as usize - reused
-    }
-
-    /// Appends the `n` (at most the capacity) slots from counter `r` on, wrapping at the end of the slot array.
-    fn copy(&self, r: u64, n: u64, out: &mut Vec<RawEvent>) {
-        let start = (r & self.ring.mask) as usize;
-        let n = n.min(self.ring.capacity()) as usize;
-        let first = n.min(self.ring.capacity() as usize - start);
-        out.reserve(n);
-        // SAFETY: `start < capacity`, `first <= capacity - start` and `n - first <= start`: both ranges lie inside
-        // the slot array (from_raw's contract keeps it mapped while the view lives).
-        unsafe {
-            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots.add(start), first));
-            out.extend_from_slice(std::slice::from_raw_parts(self.ring.slots, n - first));
-        }
     }
 
     /// Moves every published event into `out`; returns how many. The producer's counters are untrusted (another
@@ -273,17 +289,32 @@ impl Consumer {
         }
         // The producer published these with its release store of `write` (acquired above) and will not overwrite
         // them until we advance `read` below.
-        self.copy(r, n, out);
+        self.ring.copy(r, n, out);
         h.read.0.store(w, Ordering::Release);
         n as usize
+    }
+}
+
+impl Drop for Consumer<'_> {
+    fn drop(&mut self) {
+        if let Some(taken) = self.taken {
+            taken.store(false, Ordering::Release);
+        }
     }
 }
 
 /// A ring in ordinary heap memory, for tests and benchmarks.
 pub struct HeapRing {
     _mem: Vec<Align128>,
-    view: RingRef,
+    /// The ring's memory, taken once from `_mem` (whose buffer never moves) and only used through views.
+    base: *mut u8,
+    capacity: u32,
 }
+
+// SAFETY: the ring's memory is owned by the HeapRing and only reached through views bound to its borrows.
+unsafe impl Send for HeapRing {}
+// SAFETY: as above; `&HeapRing` only hands out views, which use atomics.
+unsafe impl Sync for HeapRing {}
 
 #[repr(C, align(128))]
 #[derive(Clone, Copy)]
@@ -294,19 +325,22 @@ impl HeapRing {
     pub fn new(capacity: u32) -> HeapRing {
         let capacity = capacity.max(2).next_power_of_two();
         let mut mem = vec![Align128([0; 128]); ring_bytes(capacity).div_ceil(128)];
-        // SAFETY: `mem` is 128-byte aligned, zeroed (a valid empty ring), large enough, and owned by the
-        // HeapRing for as long as `view` can be used through it (moving a Vec does not move its buffer).
-        let view = unsafe { RingRef::from_raw(mem.as_mut_ptr() as *mut u8, capacity) };
-        HeapRing { _mem: mem, view }
+        let base = mem.as_mut_ptr() as *mut u8;
+        HeapRing { _mem: mem, base, capacity }
     }
-    pub fn view(&self) -> RingRef {
-        self.view
+
+    /// A view of the ring (counters, mode, snapshots), for as long as the ring is borrowed.
+    pub fn view(&self) -> RingRef<'_> {
+        // SAFETY: `base` is 128-byte aligned, zeroed at first (a valid empty ring), large enough, and owned by
+        // the HeapRing for the view's lifetime (moving a Vec does not move its buffer).
+        unsafe { RingRef::from_raw(self.base, self.capacity) }
     }
-    pub fn producer(&self) -> Producer {
-        self.view.producer()
-    }
-    pub fn consumer(&self) -> Consumer {
-        self.view.consumer()
+
+    /// The two ends, for as long as the ring is borrowed: exactly one of each.
+    pub fn split(&mut self) -> (Producer<'_>, Consumer<'_>) {
+        let ring = self.view();
+        let cached_read = ring.header().read.0.load(Ordering::Acquire);
+        (Producer { ring, cached_read }, Consumer { ring, taken: None })
     }
 }
 
@@ -321,25 +355,24 @@ mod tests {
 
     #[test]
     fn full_ring_refuses_and_counts() {
-        let ring = HeapRing::new(8);
-        let mut p = ring.producer();
+        let mut ring = HeapRing::new(8);
+        let (mut p, mut c) = ring.split();
         for i in 0..8 {
             assert!(p.push(&ev(i)));
         }
         assert!(!p.push(&ev(8)));
         assert!(!p.push(&ev(9)));
-        assert_eq!(ring.view().dropped(), 2);
+        assert_eq!(p.ring().dropped(), 2);
         let mut out = Vec::new();
-        assert_eq!(ring.consumer().drain_into(&mut out), 8);
+        assert_eq!(c.drain_into(&mut out), 8);
         assert_eq!(out.iter().map(|e| e.a).collect::<Vec<_>>(), (0..8).collect::<Vec<_>>());
         assert!(p.push(&ev(10)), "space freed by the drain is reused");
     }
 
     #[test]
     fn wraps_around_in_order() {
-        let ring = HeapRing::new(4);
-        let mut p = ring.producer();
-        let mut c = ring.consumer();
+        let mut ring = HeapRing::new(4);
+        let (mut p, mut c) = ring.split();
         let mut out = Vec::new();
         for i in 0..103 {
             assert!(p.push(&ev(i)));
@@ -353,105 +386,117 @@ mod tests {
 
     #[test]
     fn concurrent_producer_and_consumer_lose_nothing_but_counted_drops() {
-        let ring = HeapRing::new(256);
-        let view = ring.view();
+        let mut ring = HeapRing::new(256);
+        let (mut p, mut c) = ring.split();
+        let view = p.ring();
         const N: u64 = 200_000;
-        let producer = std::thread::spawn(move || {
-            let mut p = view.producer();
-            let mut pushed = Vec::new();
-            for i in 0..N {
-                if p.push(&ev(i)) {
-                    pushed.push(i);
+        std::thread::scope(|s| {
+            let producer = s.spawn(move || {
+                let mut pushed = Vec::new();
+                for i in 0..N {
+                    if p.push(&ev(i)) {
+                        pushed.push(i);
+                    }
                 }
+                pushed
+            });
+            let mut out = Vec::new();
+            while !producer.is_finished() {
+                c.drain_into(&mut out);
             }
-            pushed
-        });
-        let mut out = Vec::new();
-        let mut c = ring.consumer();
-        while !producer.is_finished() {
+            let pushed = producer.join().unwrap();
             c.drain_into(&mut out);
-        }
-        let pushed = producer.join().unwrap();
-        c.drain_into(&mut out);
-        assert_eq!(out.iter().map(|e| e.a).collect::<Vec<_>>(), pushed);
-        assert_eq!(pushed.len() as u64 + view.dropped(), N);
+            assert_eq!(out.iter().map(|e| e.a).collect::<Vec<_>>(), pushed);
+            assert_eq!(pushed.len() as u64 + view.dropped(), N);
+        });
     }
 
     #[test]
     fn corrupt_counters_are_clamped_not_followed() {
-        let ring = HeapRing::new(8);
-        let view = ring.view();
+        let mut ring = HeapRing::new(8);
+        let (_, mut c) = ring.split();
+        let view = c.ring();
         // Simulate a producer that scribbled its write counter far ahead.
         // SAFETY: the header is valid for the HeapRing's lifetime; tests poke the counter directly.
         unsafe { (*view.header).write.0.store(1 << 40, Ordering::Relaxed) };
         let mut out = Vec::new();
-        assert_eq!(ring.consumer().peek_into(&mut out), 8, "a snapshot is clamped the same way");
+        assert_eq!(view.peek_into(&mut out), 8, "a snapshot is clamped the same way");
         out.clear();
-        assert_eq!(ring.consumer().drain_into(&mut out), 8);
+        assert_eq!(c.drain_into(&mut out), 8);
         // A read counter claimed past the write counter: nothing to take, and nothing read out of bounds.
         // SAFETY: as above.
         unsafe { (*view.header).read.0.store((1 << 40) + 5, Ordering::Relaxed) };
         out.clear();
-        assert!(ring.consumer().peek_into(&mut out) <= 8);
+        assert!(view.peek_into(&mut out) <= 8);
     }
 
     #[test]
     fn overwrite_mode_keeps_the_newest_and_a_peek_takes_nothing() {
-        let ring = HeapRing::new(8);
+        let mut ring = HeapRing::new(8);
         ring.view().set_overwrite(true);
-        let mut p = ring.producer();
+        let (mut p, _) = ring.split();
+        let view = p.ring();
         for i in 0..21 {
             assert!(p.push(&ev(i)));
         }
-        assert_eq!((ring.view().dropped(), ring.view().overwritten()), (0, 13));
+        assert_eq!((view.dropped(), view.overwritten()), (0, 13));
         let mut out = Vec::new();
-        assert_eq!(ring.consumer().peek_into(&mut out), 8);
+        assert_eq!(view.peek_into(&mut out), 8);
         assert_eq!(out.iter().map(|e| e.a).collect::<Vec<_>>(), (13..21).collect::<Vec<_>>());
         out.clear();
-        assert_eq!(ring.consumer().peek_into(&mut out), 8, "a peek leaves the events where they were");
-        ring.view().set_overwrite(false);
+        assert_eq!(view.peek_into(&mut out), 8, "a peek leaves the events where they were");
+        view.set_overwrite(false);
         assert!(!p.push(&ev(99)), "back in normal mode a full ring refuses");
-        assert_eq!(ring.view().dropped(), 1);
+        assert_eq!(view.dropped(), 1);
     }
 
     #[test]
     fn peeks_during_overwrites_return_only_whole_events_in_order() {
-        let ring = HeapRing::new(64);
+        let mut ring = HeapRing::new(64);
         ring.view().set_overwrite(true);
-        let view = ring.view();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let producer = std::thread::spawn(move || {
-            let mut p = view.producer();
-            let mut i = 0u64;
-            while !stop2.load(Ordering::Relaxed) {
-                // Every field derived from i: a torn copy would mix two events.
-                p.push(&RawEvent { a: i, b: !i, ..RawEvent::new(EventKind::Api, 7, i, i + 1) });
-                i += 1;
+        let (mut p, _) = ring.split();
+        let view = p.ring();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    // Every field derived from i: a torn copy would mix two events.
+                    p.push(&RawEvent { a: i, b: !i, ..RawEvent::new(EventKind::Api, 7, i, i + 1) });
+                    i += 1;
+                }
+            });
+            for _ in 0..20_000 {
+                let mut out = Vec::new();
+                view.peek_into(&mut out);
+                for pair in out.windows(2) {
+                    assert_eq!(pair[0].a + 1, pair[1].a, "a snapshot is consecutive");
+                }
+                for e in &out {
+                    assert_eq!((e.b, e.start, e.end), (!e.a, e.a, e.a + 1), "no torn event");
+                }
             }
+            stop.store(true, Ordering::Relaxed);
         });
-        let c = ring.consumer();
-        for _ in 0..20_000 {
-            let mut out = Vec::new();
-            c.peek_into(&mut out);
-            for pair in out.windows(2) {
-                assert_eq!(pair[0].a + 1, pair[1].a, "a snapshot is consecutive");
-            }
-            for e in &out {
-                assert_eq!((e.b, e.start, e.end), (!e.a, e.a, e.a + 1), "no torn event");
-            }
-        }
-        stop.store(true, Ordering::Relaxed);
-        producer.join().unwrap();
     }
 
     #[test]
     fn one_owner_at_a_time() {
         let ring = HeapRing::new(8);
-        assert!(ring.view().try_claim(11));
-        assert!(!ring.view().try_claim(12));
-        ring.view().release();
-        assert!(ring.view().try_claim(12));
+        let first = ring.view().try_claim(11).expect("free");
+        assert!(ring.view().try_claim(12).is_none(), "one producer at a time");
+        first.release();
+        assert!(ring.view().try_claim(12).is_some());
         assert_eq!(ring.view().owner(), 12);
+    }
+
+    #[test]
+    fn one_consumer_at_a_time_per_flag() {
+        let ring = HeapRing::new(8);
+        let taken = AtomicBool::new(false);
+        let c = Consumer::take(ring.view(), &taken).expect("free");
+        assert!(Consumer::take(ring.view(), &taken).is_none(), "one consumer at a time");
+        drop(c);
+        assert!(Consumer::take(ring.view(), &taken).is_some(), "given back on drop");
     }
 }

@@ -25,7 +25,7 @@
 
 mod image;
 
-use crate::ring::{ring_bytes, RingRef};
+use crate::ring::{ring_bytes, Consumer, RingRef};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -289,6 +289,8 @@ pub struct MappedSegment {
     pid: u32,
     /// Serialises ring reservations (agent side; cold path).
     reserving: std::sync::Mutex<()>,
+    /// Per ring, whether this process holds its consumer ([`MappedSegment::consumer`]).
+    consuming: Box<[std::sync::atomic::AtomicBool]>,
 }
 
 // SAFETY: the mapping is shared memory accessed through atomics and the SPSC ring protocol; the pointer stays
@@ -296,6 +298,10 @@ pub struct MappedSegment {
 unsafe impl Send for MappedSegment {}
 // SAFETY: as above; shared access only goes through atomics or read-only copies of published bytes.
 unsafe impl Sync for MappedSegment {}
+
+fn consumer_flags(layout: Layout) -> Box<[std::sync::atomic::AtomicBool]> {
+    (0..layout.ring_count).map(|_| std::sync::atomic::AtomicBool::new(false)).collect()
+}
 
 fn last_error(what: &'static str) -> SegmentError {
     SegmentError::Io(what, std::io::Error::last_os_error())
@@ -353,7 +359,15 @@ impl MappedSegment {
         let first_strings = STRINGS_CHUNK.min(layout.strings_capacity);
         reserve(raw, 0, HEADER_SIZE as u64 + first_strings)?;
         let (base, len) = map(raw, total)?;
-        let seg = MappedSegment { base, len, fd: Some(fd), layout, pid, reserving: std::sync::Mutex::new(()) };
+        let seg = MappedSegment {
+            base,
+            len,
+            fd: Some(fd),
+            layout,
+            pid,
+            reserving: std::sync::Mutex::new(()),
+            consuming: consumer_flags(layout),
+        };
         // SAFETY: the fresh mapping is zero-filled, page aligned, reserved for the header; nobody else reads it
         // before `magic` is published at the end.
         let h = unsafe { &mut *(base as *mut SegmentHeader) };
@@ -420,7 +434,15 @@ impl MappedSegment {
             return unmap(SegmentError::Corrupt("sizes in the header do not fit the memory"));
         }
         drop(fd);
-        Ok(MappedSegment { base, len, fd: None, layout, pid, reserving: std::sync::Mutex::new(()) })
+        Ok(MappedSegment {
+            base,
+            len,
+            fd: None,
+            layout,
+            pid,
+            reserving: std::sync::Mutex::new(()),
+            consuming: consumer_flags(layout),
+        })
     }
 
     /// The memfd (what the agent hands to the collector); -1 on the collector's side.
@@ -448,8 +470,14 @@ impl MappedSegment {
         self.header().rings_reserved.load(Ordering::Acquire).min(self.layout.ring_count)
     }
 
+    /// The consumer of ring `i` in this process: None past the end, or while another consumer of it is live
+    /// here. (The collector drains; an agent whose collector is gone may empty its rings the same way.)
+    pub fn consumer(&self, i: u32) -> Option<Consumer<'_>> {
+        Consumer::take(self.ring(i)?, self.consuming.get(i as usize)?)
+    }
+
     /// Ring `i`; None past the end. Only rings below [`Self::reserved_rings`] are backed by memory.
-    pub fn ring(&self, i: u32) -> Option<RingRef> {
+    pub fn ring(&self, i: u32) -> Option<RingRef<'_>> {
         if i >= self.layout.ring_count {
             return None;
         }
@@ -631,13 +659,17 @@ mod tests {
         let agent = MappedSegment::create(layout, 42, 1, 7).unwrap();
         let id = agent.append_string(b"my_kernel").unwrap();
         assert_eq!(agent.reserve_ring(), Some(0));
-        assert!(agent.ring(0).unwrap().try_claim(42));
-        agent.ring(0).unwrap().producer().push(&RawEvent { name: id, ..RawEvent::new(EventKind::Kernel, 0, 1, 2) });
+        let mut producer = agent.ring(0).unwrap().try_claim(42).unwrap();
+        assert!(agent.ring(0).unwrap().try_claim(43).is_none(), "one producer, across processes too");
+        producer.push(&RawEvent { name: id, ..RawEvent::new(EventKind::Kernel, 0, 1, 2) });
 
         let collector = MappedSegment::from_fd(dup(&agent)).unwrap();
         assert_eq!((collector.pid(), collector.reserved_rings()), (42, 1));
         let mut out = Vec::new();
-        collector.ring(0).unwrap().consumer().drain_into(&mut out);
+        let mut consumer = collector.consumer(0).unwrap();
+        assert!(collector.consumer(0).is_none(), "one consumer at a time");
+        consumer.drain_into(&mut out);
+        drop(consumer);
         let strings: Vec<_> = parse_strings(0, collector.strings_since(0)).collect();
         assert_eq!(strings, vec![(0, &b""[..]), (id, &b"my_kernel"[..])]);
         assert_eq!(out[0].name, id);

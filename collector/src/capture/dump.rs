@@ -173,7 +173,7 @@ fn snapshot(seg: &MappedSegment, dump_ns: u64, span: Duration, armed_ns: u64) ->
             continue;
         }
         let before = all.len();
-        ring.consumer().peek_into(&mut all);
+        ring.peek_into(&mut all);
         if ring.overwritten() > 0 {
             if let Some(oldest) = all[before..].iter().filter(|e| !is_fact(e)).map(|e| e.start).min() {
                 complete_from = Some(complete_from.map_or(oldest, |c| c.max(oldest)));

@@ -165,8 +165,8 @@ pub(super) fn drain_one(t: &mut Tracked, now: u64) -> usize {
         h.collector_drained_ns.store(now, Ordering::Relaxed);
         h.wake_pending.store(0, Ordering::Relaxed);
         for i in 0..t.seg.reserved_rings() {
-            if let Some(ring) = t.seg.ring(i) {
-                ring.consumer().drain_into(&mut t.pending_events);
+            if let Some(mut consumer) = t.seg.consumer(i) {
+                consumer.drain_into(&mut t.pending_events);
             }
         }
         t.note_clock_pairs(before);

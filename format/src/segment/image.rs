@@ -152,7 +152,7 @@ mod tests {
         seg.header().flight_recorder_ns.store(1_000, Ordering::Relaxed);
         let id = seg.append_string(b"kernel_a").unwrap();
         let ring = seg.ring(seg.reserve_ring().unwrap()).unwrap();
-        let mut p = ring.producer();
+        let mut p = ring.try_claim(1).unwrap();
         for i in 0..100 {
             p.push(&RawEvent { name: id, ..RawEvent::new(EventKind::Kernel, 0, i, i + 1) });
         }
@@ -166,7 +166,7 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert_eq!((back.pid(), back.reserved_rings()), (77, 1));
         let mut out = Vec::new();
-        assert_eq!(back.ring(0).unwrap().consumer().peek_into(&mut out), 64, "overwrite mode kept the newest 64");
+        assert_eq!(back.ring(0).unwrap().peek_into(&mut out), 64, "overwrite mode kept the newest 64");
         assert_eq!((out[0].start, out[63].start), (36, 99));
         assert!(crate::strings::parse_strings(0, back.strings_since(0)).any(|(i, s)| i == id && s == b"kernel_a"));
     }
@@ -183,10 +183,10 @@ mod tests {
         let seg =
             MappedSegment::create(Layout { ring_count: 2, ring_capacity: 64, strings_capacity: 64 }, 1, 0, 0).unwrap();
         seg.reserve_ring().unwrap();
-        seg.ring(0).unwrap().producer().push(&RawEvent::new(EventKind::Api, 1, 1, 2));
+        seg.ring(0).unwrap().try_claim(1).unwrap().push(&RawEvent::new(EventKind::Api, 1, 1, 2));
         std::fs::write(&path, &seg.image()[..HEADER_SIZE]).unwrap();
         let back = MappedSegment::from_image(&std::fs::File::open(&path).unwrap()).unwrap();
-        assert_eq!(back.ring(0).unwrap().consumer().peek_into(&mut Vec::new()), 0);
+        assert_eq!(back.ring(0).unwrap().peek_into(&mut Vec::new()), 0);
         std::fs::remove_file(&path).unwrap();
         assert!(MappedSegment::from_image(&std::fs::File::open(&dir).unwrap()).is_err());
     }
