@@ -9,8 +9,6 @@
 //! collectives the shift is followed through the run, as the median of each successive stretch of at least
 //! [`KNOT_MIN`] of them, interpolated between stretches (their knots).
 
-use crate::analysis::report::plan::Plan;
-use crate::model::trace::Process;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -95,24 +93,12 @@ pub fn by_host(hosts: &[HostShift]) -> rustc_hash::FxHashMap<&str, &HostShift> {
     hosts.iter().map(|h| (h.host.as_str(), h)).collect()
 }
 
-/// One process, as alignment sees it: its host, rank, REALTIME offset, and its collectives' (name, end) on the
-/// epoch, in order.
+/// One process, as alignment sees it: its host, rank, and its collectives' (name, end) on the epoch (its host's
+/// REALTIME offset applied), in order. Built by [`super::job_clock`].
 pub struct Member {
     pub host: String,
     pub rank: Option<u32>,
     pub collectives: Vec<(String, i64)>,
-}
-
-impl Member {
-    pub fn new(p: &Process, plan: &Plan, realtime_offset: i64) -> Member {
-        let host = if p.info.host.is_empty() { "unknown".to_string() } else { p.info.host.clone() };
-        let collectives = plan
-            .comm
-            .iter()
-            .map(|c| (p.string(c.name).to_string(), (c.start + c.duration) as i64 + realtime_offset))
-            .collect();
-        Member { host, rank: p.rank, collectives }
-    }
 }
 
 /// Per host, the shift that puts its clock on the reference host's.

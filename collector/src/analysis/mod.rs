@@ -2,5 +2,6 @@
 //! ([`report`]: steps, idle-time causes, findings with their cost and fix, stragglers across ranks).
 
 pub mod align;
+pub mod job_clock;
 pub mod report;
 pub mod stats;

@@ -6,7 +6,8 @@
 //! strings are rewritten per process and every event's string ids remapped. Streamed file by file, in bounded
 //! memory: each process's events go out in blocks as they come.
 
-use crate::analysis::align::{self, HostShift, Member};
+use crate::analysis::align::{self, HostShift};
+use crate::analysis::job_clock::JobClockBuilder;
 use crate::model::source::EventSource;
 use crate::model::trace::TraceError;
 use cuflight_format::event::FLAG_DEVICE;
@@ -39,26 +40,23 @@ const HELD: usize = 1 << 20;
 /// Merges the traces at `paths` into `w`; `command` goes to the footer. Each trace is opened twice, one at a
 /// time (its plan, then its events), so a thousand files never hold a thousand descriptors or indexes at once.
 pub fn merge<W: Write>(paths: &[std::path::PathBuf], w: W, command: Vec<String>) -> Result<Merged, MergeError> {
-    let mut plans = Vec::with_capacity(paths.len());
-    let mut members = Vec::new();
+    let mut clock = JobClockBuilder::default();
     for path in paths {
         let mut source = EventSource::open(path)?;
         let source = &mut source;
         let p = crate::analysis::report::plan::plan(source, None)?;
         for (&k, proc_) in &source.processes {
             if let Some(plan) = p.get(&k) {
-                members.push(Member::new(proc_, plan, plan.realtime_offset.unwrap_or(0)));
+                clock.add(proc_, plan);
             }
         }
-        plans.push(p);
     }
-    let hosts = align::align(&members);
-    let shift = align::by_host(&hosts);
+    let clock = clock.build();
     let mut out = TraceWriter::new(w)?;
     let mut merged = Merged::default();
     let mut keys_seen: FxHashSet<u32> = FxHashSet::default();
     let mut next_key = 0u32;
-    for (path, plans) in paths.iter().zip(plans) {
+    for path in paths {
         let mut source = EventSource::open(path)?;
         let source = &mut source;
         // Per process: its key in the merged file, string id map, clock, pending events.
@@ -77,9 +75,7 @@ pub fn merge<W: Write>(paths: &[std::path::PathBuf], w: W, command: Vec<String>)
                 let text = p.mangled.get(&id).unwrap_or(s);
                 ids.insert(id, region.intern(text));
             }
-            let host = if p.info.host.is_empty() { "unknown" } else { p.info.host.as_str() };
-            let realtime = plans.get(&k).and_then(|pl| pl.realtime_offset).unwrap_or(0);
-            let clock = align::ToJob::new(realtime, shift.get(host).copied());
+            let clock = clock.to_job(p);
             let mut info = p.info.clone();
             info.key = if key == info.pid { 0 } else { key };
             info.rank = info.rank.or(p.rank);
@@ -134,7 +130,7 @@ pub fn merge<W: Write>(paths: &[std::path::PathBuf], w: W, command: Vec<String>)
     }
     let mut w = out.finish(Footer { events: merged.events, command, exit_code: None })?;
     w.flush().map_err(FileError::Io)?;
-    merged.hosts = hosts;
+    merged.hosts = clock.hosts;
     Ok(merged)
 }
 

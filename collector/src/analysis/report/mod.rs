@@ -387,22 +387,11 @@ fn ctx<'a>(
     }
 }
 
-/// Each process's way onto the job's clock, and how that clock was made. A host's processes share its
-/// CLOCK_MONOTONIC, so they share one REALTIME offset (its first process's: another's pair would only add its
-/// reading error); hosts are then shifted onto the reference host by their collectives.
+/// Each process's way onto the job's clock ([`crate::analysis::job_clock`]), and how that clock was made.
 fn job_clocks(ctxs: &[Ctx]) -> (Vec<crate::analysis::align::ToJob>, job::Clocks) {
-    use crate::analysis::align;
-    let host = |c: &Ctx| if c.p.info.host.is_empty() { "unknown".to_string() } else { c.p.info.host.clone() };
-    let mut realtime: rustc_hash::FxHashMap<String, i64> = Default::default();
-    for c in ctxs {
-        realtime.entry(host(c)).or_insert(c.plan.realtime_offset.unwrap_or(0));
-    }
-    let members: Vec<align::Member> =
-        ctxs.iter().map(|c| align::Member::new(c.p, c.plan, realtime[&host(c)])).collect();
-    let hosts = align::align(&members);
-    let shift = align::by_host(&hosts);
-    let clocks =
-        ctxs.iter().map(|c| align::ToJob::new(realtime[&host(c)], shift.get(host(c).as_str()).copied())).collect();
+    let clock = crate::analysis::job_clock::JobClock::of(ctxs.iter().map(|c| (c.p, c.plan)));
+    let clocks = ctxs.iter().map(|c| clock.to_job(c.p)).collect();
+    let hosts = clock.hosts;
     // Three matched collectives at least per host before arrivals are compared across hosts.
     let basis = if hosts.len() <= 1 {
         "one host"

@@ -182,22 +182,20 @@ pub fn export(sources: &[(String, std::path::PathBuf)], dir: &Path) -> Result<Wr
     let mut written = Written::default();
     // First every trace's plan (steps, collectives, clock pairs), then the hosts' clocks aligned on collectives.
     let mut all_plans = Vec::with_capacity(sources.len());
-    let mut members = Vec::new();
+    let mut job = crate::analysis::job_clock::JobClockBuilder::default();
     for (_, path) in sources {
         let mut source = EventSource::open(path)?;
         let source = &mut source;
         let plans = crate::analysis::report::plan::plan(source, None)?;
         for (&k, p) in &source.processes {
             if let Some(plan) = plans.get(&k) {
-                let first = plan.timeline.map_or(0, |s| s.0);
-                let (offset, _) = clock(plan.realtime_offset, first);
-                members.push(crate::analysis::align::Member::new(p, plan, offset));
+                job.add(p, plan);
             }
         }
         all_plans.push(plans);
     }
-    written.hosts = crate::analysis::align::align(&members);
-    let shift_of = crate::analysis::align::by_host(&written.hosts);
+    let job = job.build();
+    written.hosts = job.hosts.clone();
     for ((stem, path), plans) in sources.iter().zip(all_plans) {
         let mut source = EventSource::open(path)?;
         let source = &mut source;
@@ -207,11 +205,8 @@ pub fn export(sources: &[(String, std::path::PathBuf)], dir: &Path) -> Result<Wr
         let mut places: FxHashMap<u32, Place> = FxHashMap::default();
         let mut events: FxHashMap<u32, u64> = FxHashMap::default();
         for (&k, p) in &source.processes {
-            let plan = plans.get(&k);
-            let first = plan.and_then(|p| p.timeline).map_or(0, |s| s.0);
-            let (offset, _) = clock(plan.and_then(|p| p.realtime_offset), first);
-            let host = if p.info.host.is_empty() { "unknown".to_string() } else { p.info.host.clone() };
-            let clock = crate::analysis::align::ToJob::new(offset, shift_of.get(host.as_str()).copied());
+            let host = crate::analysis::job_clock::host_of(p).to_string();
+            let clock = job.to_job(p);
             places.insert(k, Place { host, rank: p.rank, pid: p.info.pid, clock, pairer: Pairer::default() });
         }
         let mut failed = None;
@@ -258,8 +253,7 @@ pub fn export(sources: &[(String, std::path::PathBuf)], dir: &Path) -> Result<Wr
                     )?;
                 }
             }
-            let first = plan.and_then(|p| p.timeline).map_or(0, |s| s.0);
-            let (_, clock_name) = clock(plan.and_then(|p| p.realtime_offset), first);
+            let clock_name = job.clock_name(p, plan.and_then(|p| p.timeline).map_or(0, |s| s.0));
             let command = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
             t.get_mut("processes").expect("processes table").push(
                 &place.host,
@@ -287,16 +281,6 @@ pub fn export(sources: &[(String, std::path::PathBuf)], dir: &Path) -> Result<Wr
         }
     }
     Ok(written)
-}
-
-/// The offset that takes a process's times to the epoch, and what the processes table says of its clock.
-fn clock(realtime_offset: Option<i64>, first_ns: u64) -> (i64, &'static str) {
-    match realtime_offset {
-        Some(o) => (o, "realtime"),
-        // After 2001-09-09 (1e18 ns) as recorded: an import whose times are epoch-based already (Kineto).
-        None if first_ns >= 1_000_000_000_000_000_000 => (0, "realtime"),
-        None => (0, "as recorded"),
-    }
 }
 
 #[rustfmt::skip]
