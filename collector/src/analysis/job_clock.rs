@@ -12,14 +12,7 @@ use super::align::{self, HostShift, Member, ToJob};
 use super::report::plan::Plan;
 use crate::model::trace::Process;
 
-/// The host a process is placed by ("unknown" when its trace names none).
-pub fn host_of(p: &Process) -> &str {
-    if p.info.host.is_empty() {
-        "unknown"
-    } else {
-        &p.info.host
-    }
-}
+pub use crate::model::host::host_of;
 
 /// Collects each process's clock facts (its host, rank, REALTIME offset, collectives), then builds the clock.
 #[derive(Default)]

@@ -5,3 +5,4 @@ pub mod align;
 pub mod job_clock;
 pub mod report;
 pub mod stats;
+pub(crate) mod table;

@@ -79,7 +79,7 @@ pub fn expand(pattern: &str, info: &ProcessInfo) -> String {
         }
         match chars.next() {
             Some('r') => out.push_str(&info.rank.map_or("norank".to_string(), |r| r.to_string())),
-            Some('h') => out.push_str(&crate::export::parquet::host_value(&info.host)),
+            Some('h') => out.push_str(&crate::model::host::host_value(&info.host)),
             Some('p') => out.push_str(&info.pid.to_string()),
             Some(c) => out.push(c),
             None => out.push('%'),

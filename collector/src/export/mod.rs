@@ -1,6 +1,5 @@
 //! Outputs: timelines as Perfetto protobuf ([`perfetto`]) and Kineto-compatible Chrome JSON ([`chrome`]), fleet
-//! tables as Parquet ([`parquet`]), the text tables the analyses print ([`table`]), and files written so that they never destroy an input
-//! ([`output`]).
+//! tables as Parquet ([`parquet`]), and files written so that they never destroy an input ([`output`]).
 
 pub mod chrome;
 pub mod merge;
@@ -9,4 +8,3 @@ pub mod output_dir;
 pub mod parquet;
 pub mod perfetto;
 mod protobuf;
-pub(crate) mod table;

@@ -1,8 +1,9 @@
 //! The trace model every reader produces and every analysis and output consumes: processes and their events
 //! ([`trace`]), the time-ordered event stream ([`source`]), and the one rule for each fact derived from events:
 //! device memory alive ([`memory`]), NVTX ranges ([`ranges`]), launch-to-work flows ([`launches`]) and what a name
-//! says (kernel classes, API calls, step and data-loading ranges: [`names`]).
+//! says (kernel classes, API calls, step and data-loading ranges: [`names`]), and host names ([`host`]).
 
+pub mod host;
 pub mod launches;
 pub mod memory;
 pub mod names;

@@ -5,7 +5,7 @@ use super::findings::{ms, Finding};
 use super::gpu_findings::short_name;
 use super::steps::{StepRow, StepSource};
 use super::{ProcessReport, Report};
-use crate::export::table::Table;
+use crate::analysis::table::Table;
 
 fn pct(part: u64, whole: u64) -> String {
     if whole == 0 {

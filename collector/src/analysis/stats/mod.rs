@@ -6,7 +6,7 @@ mod dist;
 mod projection;
 mod render;
 
-use crate::export::table::Table;
+use crate::analysis::table::Table;
 use crate::model::source::EventSource;
 use crate::model::trace::{Process, Trace};
 pub use accumulate::StatsAcc;

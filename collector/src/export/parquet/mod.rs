@@ -111,16 +111,7 @@ pub fn tables() -> Vec<(&'static str, Vec<(&'static str, Kind)>)> {
     ]
 }
 
-/// A host name as a partition value and in file names (`unknown` when the trace has none), at most 64
-/// characters: Linux's HOST_NAME_MAX, so a real name is whole, and a longer one (an agent's word, another
-/// process's) cannot make a file or directory name the file system refuses.
-pub fn host_value(host: &str) -> String {
-    if host.is_empty() {
-        "unknown".into()
-    } else {
-        table::partition_value(&host.chars().take(64).collect::<String>())
-    }
-}
+pub use crate::model::host::host_value;
 
 /// What was written: rows per table, files.
 #[derive(Debug, Default)]
@@ -205,7 +196,7 @@ pub fn export(sources: &[(String, std::path::PathBuf)], dir: &Path) -> Result<Wr
         let mut places: FxHashMap<u32, Place> = FxHashMap::default();
         let mut events: FxHashMap<u32, u64> = FxHashMap::default();
         for (&k, p) in &source.processes {
-            let host = crate::analysis::job_clock::host_of(p).to_string();
+            let host = crate::model::host::host_of(p).to_string();
             let clock = job.to_job(p);
             places.insert(k, Place { host, rank: p.rank, pid: p.info.pid, clock, pairer: Pairer::default() });
         }

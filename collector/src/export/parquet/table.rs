@@ -3,6 +3,7 @@
 //! partition's once [`BUFFERED_ROWS`] wait in all, and at most [`OPEN_FILES`] files are open at once (the
 //! least recently used is finished; its partition's next rows start a new part file).
 
+use crate::model::host::path_safe as partition_value;
 use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
@@ -106,17 +107,6 @@ fn props() -> WriterProperties {
         .set_max_row_group_row_count(Some(BATCH_ROWS * 4))
         .set_created_by(format!("cuflight {}", env!("CARGO_PKG_VERSION")))
         .build()
-}
-
-/// A hive partition value: characters that are not safe in a path or a URL become `_`.
-pub fn partition_value(s: &str) -> String {
-    let v: String =
-        s.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') { c } else { '_' }).collect();
-    if v.is_empty() || v.starts_with('.') {
-        format!("_{v}")
-    } else {
-        v
-    }
 }
 
 impl Table {
