@@ -319,6 +319,23 @@ mod tests {
         assert_eq!((step.count, step.total_ns, step.min_ns, step.max_ns), (2, 500, 100, 400));
     }
 
+    /// Streamed (`compute_source`, what every command uses) and loaded (`compute`) give the same tables.
+    #[test]
+    fn streamed_and_loaded_tables_agree() {
+        let make = || {
+            let launch = RawEvent { correlation: 3, name: 1, ..RawEvent::new(EventKind::Api, 1, 100, 120) };
+            let kernel =
+                RawEvent { correlation: 3, name: 2, stream: 7, ..RawEvent::new(EventKind::Kernel, 0, 130, 190) };
+            let push = RawEvent { name: 4, ..ev(EventKind::NvtxPush, 1, 90) };
+            let pop = ev(EventKind::NvtxPop, 1, 200);
+            trace_of(vec![push, launch, kernel, pop], &[(1, "cudaLaunchKernel"), (2, "k"), (4, "step")])
+        };
+        let loaded = Stats::compute(&make());
+        let streamed = Stats::compute_source(&mut EventSource::from_trace(make())).unwrap();
+        assert_eq!(streamed, loaded);
+        assert_eq!(loaded.kernels.len(), 1);
+    }
+
     #[test]
     fn memory_replay_tracks_peak_and_live_bytes_by_kind() {
         use cuflight_format::event::MemKind;
