@@ -1,11 +1,14 @@
-//! The cuflight collector library, by role:
-//! - [`capture`]: recording a program (launch, agents' rings, trace file) and recovering cut-short traces;
-//! - [`model`]: the trace model and the time-ordered event source, with the one rule for each derived fact;
-//! - [`import`]: readers of other tools' traces (torch.profiler/Kineto JSON, Nsight Systems SQLite);
-//! - [`analysis`]: `stats` and `report`;
-//! - [`export`]: Perfetto and Chrome JSON timelines, tables, safe output files.
+//! The cuflight collector library: one crate per role, re-exported here under their roles' names, dependencies
+//! pointing one way (the compiler holds it):
+//! - [`model`], [`import`], [`output`] (crate `cuflight-trace`): the trace model and the time-ordered event
+//!   source, with the one rule for each derived fact; readers of other tools' traces (torch.profiler/Kineto JSON,
+//!   Nsight Systems SQLite); output files that never destroy an input;
+//! - [`analysis`] (`cuflight-analysis`, over the model): `stats`, `report` and the job's clock;
+//! - [`export`] (`cuflight-export`, over the model and the analyses): Perfetto and Chrome JSON timelines,
+//!   Parquet tables, merge;
+//! - [`capture`] (`cuflight-capture`, over the model): recording a program, attach, dumps, recovery.
 //!
-//! `main.rs` only parses arguments and calls these.
+//! `main.rs` parses arguments and runs each subcommand over these.
 //!
 //! ```no_run
 //! use cuflight_collector::{analysis::stats::Stats, model::source::EventSource};
@@ -15,10 +18,9 @@
 //! ```
 #![forbid(unsafe_code)]
 
-pub mod analysis;
-pub mod capture;
-pub mod export;
+pub use cuflight_analysis as analysis;
+pub use cuflight_capture as capture;
+pub use cuflight_export as export;
+pub use cuflight_trace::{import, model, output};
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod import;
-pub mod model;

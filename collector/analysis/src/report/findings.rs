@@ -1,0 +1,296 @@
+//! Findings: one bottleneck each, with the time it costs, the evidence and the fix. This file holds the finding
+//! model and the host-side findings (why the GPU idles); `gpu_findings.rs` holds those read off GPU work.
+
+use super::accum::CallTotals;
+use super::idle::{Cause, CauseKind, Example, IdleCauses};
+use super::plan::Plan;
+use super::steps::Steps;
+use super::sweep::Swept;
+use cuflight_trace::model::trace::Process;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Info,
+    Low,
+    Medium,
+    High,
+}
+
+impl Severity {
+    /// From the share of step time lost.
+    pub fn of_share(share: f64) -> Severity {
+        match share {
+            s if s >= 0.20 => Severity::High,
+            s if s >= 0.05 => Severity::Medium,
+            _ => Severity::Low,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StepCost {
+    pub step: usize,
+    pub name: String,
+    pub lost_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CallRow {
+    pub name: String,
+    pub count: u64,
+    pub total_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelRow {
+    pub name: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub mean_ns: u64,
+    /// Share of all kernel time in the analysed window.
+    pub share_of_kernel_time: f64,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub registers_per_thread: u32,
+    pub shared_memory_bytes: u32,
+    /// Theoretical occupancy (resident warps / maximum) from block size, registers and shared memory.
+    pub occupancy: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Evidence {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub facts: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepCost>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<Example>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<KernelRow>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub api_calls: Vec<CallRow>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<&'static str, f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    pub kind: &'static str,
+    pub severity: Severity,
+    pub time_lost_ns: u64,
+    /// time_lost_ns as a fraction of step time (of the traced span when there are no steps).
+    pub share: f64,
+    pub pid: u32,
+    pub rank: Option<u32>,
+    pub summary: String,
+    pub evidence: Evidence,
+    pub fix: String,
+}
+
+/// Findings below this share of step time are noise, not bottlenecks.
+pub const MIN_SHARE: f64 = 0.01;
+
+/// What every finding builder needs about one process.
+pub struct Ctx<'a> {
+    pub p: &'a Process,
+    pub plan: &'a Plan,
+    pub steps: &'a Steps,
+    /// Σ step window durations (or the traced span).
+    pub step_total_ns: u64,
+    pub pid: u32,
+    pub rank: Option<u32>,
+}
+
+impl Ctx<'_> {
+    pub fn share(&self, ns: u64) -> f64 {
+        if self.step_total_ns == 0 {
+            0.0
+        } else {
+            ns as f64 / self.step_total_ns as f64
+        }
+    }
+
+    pub fn finding(&self, kind: &'static str, lost: u64, summary: String, evidence: Evidence, fix: &str) -> Finding {
+        let share = self.share(lost);
+        Finding {
+            kind,
+            severity: Severity::of_share(share),
+            time_lost_ns: lost,
+            share,
+            pid: self.pid,
+            rank: self.rank,
+            summary,
+            evidence,
+            fix: fix.to_string(),
+        }
+    }
+
+    /// The steps that lost the most, worst first (at most 5).
+    pub fn worst_steps(&self, per_step: &[u64]) -> Vec<StepCost> {
+        let mut v: Vec<StepCost> = per_step
+            .iter()
+            .enumerate()
+            .filter(|(_, &ns)| ns > 0)
+            .map(|(step, &lost_ns)| StepCost { step, name: self.steps.names[step].clone(), lost_ns })
+            .collect();
+        v.sort_by_key(|s| std::cmp::Reverse(s.lost_ns));
+        v.truncate(5);
+        v
+    }
+
+    pub fn steps_count(&self) -> usize {
+        self.steps.names.len().max(1)
+    }
+}
+
+pub fn ms(ns: u64) -> String {
+    format!("{:.2} ms", ns as f64 / 1e6)
+}
+
+/// (name, (count, total ns)) pairs as call rows, most time first.
+pub fn rows_by_time<S: ToString>(calls: impl IntoIterator<Item = (S, (u64, u64))>) -> Vec<CallRow> {
+    let mut v: Vec<CallRow> =
+        calls.into_iter().map(|(n, (count, total_ns))| CallRow { name: n.to_string(), count, total_ns }).collect();
+    v.sort_by_key(|r| std::cmp::Reverse(r.total_ns));
+    v
+}
+
+fn call_rows(c: &Cause) -> Vec<CallRow> {
+    let mut v = rows_by_time(c.calls.iter().map(|(name, &counts)| (name, counts)));
+    v.truncate(5);
+    v
+}
+
+fn idle_evidence(ctx: &Ctx, c: &Cause) -> Evidence {
+    Evidence {
+        steps: ctx.worst_steps(&c.per_step),
+        examples: c.worst.clone(),
+        api_calls: call_rows(c),
+        ..Default::default()
+    }
+}
+
+pub const FIX_DATA: &str = "Feed the GPU faster: DataLoader(num_workers=N (one per spare core), pin_memory=True, \
+     persistent_workers=True, prefetch_factor=2 or more); cache or pre-decode the dataset; move augmentation to the GPU.";
+pub const FIX_SYNC: &str = "Take host synchronisation off the hot path: keep the loss on the GPU and call .item(), \
+     print() or .cpu() every N steps; replace torch.cuda.synchronize() with CUDA events; avoid data-dependent \
+     shapes (nonzero, boolean masks) that force a sync.";
+pub const FIX_LAUNCH: &str = "Cut per-kernel launch overhead: torch.compile (fuses small ops), CUDA Graphs \
+     (torch.cuda.graphs, or torch.compile(mode=\"reduce-overhead\")), fused/foreach optimizers, larger batches.";
+pub const FIX_CHURN: &str = "Stop allocating in steady state: reuse buffers, let PyTorch's caching allocator keep \
+     memory (no torch.cuda.empty_cache() in the loop), PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; in CUDA \
+     code use cudaMallocAsync or a memory pool.";
+
+pub const FIX_CPU: &str = "Find the host hot spot between launches (py-spy or perf on the training process); move \
+     preprocessing into DataLoader workers or onto the GPU; replace Python loops over tensors with batched ops; \
+     torch.compile removes per-op Python overhead.";
+
+/// data_loading, sync_stall, launch_bound, cpu_bound (the idle part of allocator_churn is in its own finding).
+pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let steps = ctx.steps_count();
+    let per_step = |ns: u64| ms(ns / steps as u64);
+    let c = idle.get(CauseKind::DataLoading);
+    if c.total_ns > 0 {
+        let mut ev = idle_evidence(ctx, c);
+        ev.facts.push(format!(
+            "the GPU idled {} per step at step starts while the launching thread was outside CUDA{}",
+            per_step(c.total_ns),
+            if ctx.plan.loader_annotated { " or inside DataLoader annotations" } else { "" }
+        ));
+        ev.metrics.insert("idle_per_step_ns", (c.total_ns / steps as u64) as f64);
+        let summary = format!("GPU waits for input data: {} per step", per_step(c.total_ns));
+        out.push(ctx.finding("data_loading", c.total_ns, summary, ev, FIX_DATA));
+    }
+    let c = idle.get(CauseKind::SyncStall);
+    if c.total_ns > 0 {
+        let mut ev = idle_evidence(ctx, c);
+        let syncs = rows_by_time(swept.sync_calls.iter().map(|(n, &c)| (n, c)));
+        let blocked: u64 = syncs.iter().map(|r| r.total_ns).sum();
+        let count: u64 = syncs.iter().map(|r| r.count).sum();
+        ev.facts.push(format!(
+            "{count} synchronising calls inside steps ({:.1} per step) blocked the host {} in all; the GPU then \
+             idled {} per step until the host queued more work",
+            count as f64 / steps as f64,
+            ms(blocked),
+            per_step(c.total_ns)
+        ));
+        ev.metrics.insert("sync_calls_per_step", count as f64 / steps as f64);
+        ev.api_calls = syncs;
+        let summary = format!("host synchronisation drains the GPU queue: {} idle per step", per_step(c.total_ns));
+        out.push(ctx.finding("sync_stall", c.total_ns, summary, ev, FIX_SYNC));
+    }
+    let c = idle.get(CauseKind::LaunchBound);
+    if c.total_ns > 0 {
+        let mut ev = idle_evidence(ctx, c);
+        let (kernels, short, median_kernel, median_launch) = launch_stats(swept);
+        ev.facts.push(format!(
+            "{kernels} kernels in steps ({:.0} per step), {short} of them shorter than the median launch call \
+             ({}); median kernel {:.1} µs; the GPU idled {} per step between launches (host issue time and \
+             per-kernel gaps)",
+            kernels as f64 / steps as f64,
+            format_us(median_launch),
+            median_kernel as f64 / 1e3,
+            per_step(c.total_ns)
+        ));
+        ev.metrics.insert("kernels_per_step", kernels as f64 / steps as f64);
+        ev.metrics.insert("median_kernel_ns", median_kernel as f64);
+        ev.metrics.insert("median_launch_ns", median_launch as f64);
+        let summary = format!("GPU waits for kernel launches: {} idle per step", per_step(c.total_ns));
+        out.push(ctx.finding("launch_bound", c.total_ns, summary, ev, FIX_LAUNCH));
+    }
+    let c = idle.get(CauseKind::CpuBound);
+    if c.total_ns > 0 {
+        let mut ev = idle_evidence(ctx, c);
+        ev.facts.push(format!(
+            "the GPU idled {} per step while the launching threads ran CPU work (outside CUDA, stretches over \
+             100 µs) between launches",
+            per_step(c.total_ns)
+        ));
+        let summary = format!("GPU waits for host CPU work between launches: {} per step", per_step(c.total_ns));
+        out.push(ctx.finding("cpu_bound", c.total_ns, summary, ev, FIX_CPU));
+    }
+    out
+}
+
+fn format_us(ns: u64) -> String {
+    format!("{:.1} µs", ns as f64 / 1e3)
+}
+
+/// (kernels in steps, how many are shorter than the median launch call, median kernel ns, median launch ns).
+fn launch_stats(swept: &Swept) -> (u64, u64, u64, u64) {
+    let median_launch = swept.launch_durations.median();
+    let k = &swept.kernel_durations;
+    (k.len(), k.below(median_launch), k.median(), median_launch)
+}
+
+/// allocator_churn: allocation calls inside steady-state steps (every step but the first), and the GPU idle
+/// time they caused.
+pub fn allocator_churn(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> {
+    let steady = ctx.steps.windows.get(1..).unwrap_or(&[]);
+    let rows: &CallTotals = &swept.alloc_calls;
+    if rows.is_empty() {
+        return None;
+    }
+    let c = idle.get(CauseKind::AllocatorChurn);
+    let host_ns: u64 = rows.values().map(|r| r.1).sum();
+    let count: u64 = rows.values().map(|r| r.0).sum();
+    let mut ev = idle_evidence(ctx, c);
+    ev.api_calls = rows_by_time(rows.iter().map(|(n, &c)| (n, c)));
+    let steady_steps = steady.len().max(1) as f64;
+    ev.facts.push(format!(
+        "{count} allocation calls in {} steady-state steps ({:.1} per step) took {} of host time; the GPU idled {} \
+         because of them",
+        steady.len(),
+        count as f64 / steady_steps,
+        ms(host_ns),
+        ms(c.total_ns)
+    ));
+    ev.metrics.insert("allocation_calls_per_step", count as f64 / steady_steps);
+    let lost = c.total_ns;
+    let summary = format!("cudaMalloc/cudaFree inside steps: {:.1} calls per step", count as f64 / steady_steps);
+    Some(ctx.finding("allocator_churn", lost, summary, ev, FIX_CHURN))
+}

@@ -1,0 +1,280 @@
+//! Findings read off the GPU work itself: pageable and heavy copies, fp32 GEMMs, exposed communication, memory
+//! growth and the hot kernels. Everything is measured inside the step windows.
+
+use super::accum::KernelAgg;
+use super::findings::{ms, Ctx, Evidence, Finding, KernelRow, Severity};
+use super::idle::Example;
+use super::sweep::Swept;
+use cuflight_format::event::LaunchConfig;
+use cuflight_format::RawEvent;
+
+pub const FIX_PAGEABLE: &str = "Copy from pinned memory: DataLoader(pin_memory=True) with tensor.to(device, \
+     non_blocking=True); in CUDA code allocate host buffers with cudaMallocHost (or cudaHostRegister them) and use \
+     cudaMemcpyAsync.";
+pub const FIX_MEMCPY: &str = "Keep data on the GPU: create tensors on the device, avoid repeated .to()/.cpu() \
+     round trips, and overlap the remaining copies with compute on a side stream.";
+pub const FIX_FP32: &str = "Run matmuls and convolutions on Tensor Cores: torch.autocast(\"cuda\", \
+     dtype=torch.bfloat16) (or fp16 with GradScaler); at least torch.set_float32_matmul_precision(\"high\") for TF32.";
+pub const FIX_NCCL: &str = "Overlap communication with compute: DDP bucket_cap_mb (fewer, larger buckets), \
+     gradient_as_bucket_view=True, no_sync() during gradient accumulation; FSDP backward_prefetch/forward_prefetch; \
+     check the interconnect with NCCL_DEBUG=INFO.";
+pub const FIX_GROWTH: &str = "Find what keeps tensors alive across steps: accumulate loss.item() or loss.detach(), \
+     not loss; clear lists of outputs; check caches. torch.cuda.memory._record_memory_history() shows where the \
+     growing blocks were allocated.";
+pub const FIX_HOT: &str = "Optimise where the time goes: check the occupancy of the top kernels (block size, \
+     registers, shared memory), fuse neighbouring elementwise kernels (torch.compile), use tuned libraries \
+     (cuBLAS/cuDNN, FlashAttention).";
+
+/// Assumed speed-up of a GEMM moved from fp32 SIMT to bf16 Tensor Cores: conservative next to the 8-16x peak
+/// ratios of V100..H100, since real GEMMs are partly memory-bound.
+pub const TENSOR_CORE_SPEEDUP: f64 = 4.0;
+
+fn example(ctx: &Ctx, e: &RawEvent, what: String) -> Example {
+    let step = ctx.steps.windows.partition_point(|w| w.0 <= e.start).checked_sub(1);
+    Example { start_ns: e.start, end_ns: e.end, duration_ns: e.duration(), step, what }
+}
+
+fn copy_label(e: &RawEvent) -> String {
+    format!(
+        "{} {} bytes ({} -> {})",
+        cuflight_trace::model::names::memcpy_kind(e.sub),
+        e.a,
+        cuflight_trace::model::names::memory_kind(e.b as u8),
+        cuflight_trace::model::names::memory_kind(e.copy_memory_kinds().1)
+    )
+}
+
+pub fn pageable_memcpy(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
+    let c = &swept.pageable;
+    if c.count == 0 {
+        return None;
+    }
+    let lost = c.lost_ns;
+    let mut ev = Evidence::default();
+    ev.facts.push(format!(
+        "{} copies touching pageable host memory moved {:.1} MB at {:.2} GB/s and took {}; the driver stages them \
+         through a bounce buffer and the host blocks on them",
+        c.count,
+        c.bytes as f64 / 1e6,
+        if c.busy_ns == 0 { 0.0 } else { c.bytes as f64 / c.busy_ns as f64 },
+        ms(lost)
+    ));
+    ev.metrics.insert("copies", c.count as f64);
+    ev.metrics.insert("bytes", c.bytes as f64);
+    ev.examples = c.longest.0.iter().map(|e| example(ctx, e, copy_label(e))).collect();
+    let summary = format!("copies from/to pageable memory: {} per step", ms(lost / ctx.steps_count() as u64));
+    Some(ctx.finding("pageable_memcpy", lost, summary, ev, FIX_PAGEABLE))
+}
+
+/// Copies (other than pageable ones, reported above) not hidden behind compute.
+pub fn memcpy_heavy(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
+    let c = &swept.other_copies;
+    let lost = c.lost_ns;
+    if c.count == 0 || ctx.share(lost) < super::findings::MIN_SHARE {
+        return None;
+    }
+    let mut ev = Evidence::default();
+    ev.facts.push(format!(
+        "{} copies ({:.1} MB) kept the GPU busy {} without compute running beside them",
+        c.count,
+        c.bytes as f64 / 1e6,
+        ms(lost)
+    ));
+    ev.metrics.insert("bytes", c.bytes as f64);
+    ev.examples = c.longest.0.iter().map(|e| example(ctx, e, copy_label(e))).collect();
+    let summary = format!("copies with no compute beside them: {} per step", ms(lost / ctx.steps_count() as u64));
+    Some(ctx.finding("memcpy_heavy", lost, summary, ev, FIX_MEMCPY))
+}
+
+pub fn fp32_gemm(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
+    if ctx.plan.capability.is_some_and(|(major, _)| major < 7) {
+        return None; // no Tensor Cores before Volta
+    }
+    if swept.fp32.count == 0 {
+        return None;
+    }
+    let time = swept.fp32_union_ns;
+    let lost = (time as f64 * (1.0 - 1.0 / TENSOR_CORE_SPEEDUP)) as u64;
+    let mut ev = Evidence::default();
+    let gpu = match ctx.plan.capability {
+        Some((major, minor)) => format!("compute capability {major}.{minor}, which has Tensor Cores"),
+        None => "a GPU the trace does not name (assumed to have Tensor Cores)".to_string(),
+    };
+    ev.facts.push(format!(
+        "{} fp32 GEMM/convolution kernels ran {} on CUDA cores of {gpu}; at a conservative {TENSOR_CORE_SPEEDUP}x \
+         Tensor Core speed-up, {} would be saved",
+        swept.fp32.count,
+        ms(time),
+        ms(lost)
+    ));
+    ev.metrics.insert("fp32_gemm_ns", time as f64);
+    ev.metrics.insert("assumed_speedup", TENSOR_CORE_SPEEDUP);
+    ev.kernels = kernel_rows(ctx, &swept.fp32, 5);
+    let summary =
+        format!("fp32 GEMMs with Tensor Cores idle: {} of GEMM time per step", ms(time / ctx.steps_count() as u64));
+    Some(ctx.finding("fp32_gemm", lost, summary, ev, FIX_FP32))
+}
+
+/// Communication kernels not overlapped by compute. `waited`: whether any collective waited for other ranks
+/// (that time is reported as `straggler`, so left out here).
+pub fn nccl_exposed(ctx: &Ctx, swept: &Swept, waited: bool) -> Option<Finding> {
+    if swept.comm.count == 0 {
+        return None;
+    }
+    let lost = swept.comm_exposed_ns;
+    if ctx.share(lost) < super::findings::MIN_SHARE {
+        return None;
+    }
+    let comm_time = swept.comm_union_ns;
+    let mut ev = Evidence::default();
+    ev.facts.push(format!(
+        "{} communication kernels ran {}; {} of it had no compute beside it{}",
+        swept.comm.count,
+        ms(comm_time),
+        ms(lost),
+        if !waited { "" } else { " (time spent waiting for a slower rank is counted under straggler)" }
+    ));
+    ev.metrics.insert("overlap", 1.0 - lost as f64 / comm_time.max(1) as f64);
+    ev.kernels = kernel_rows(ctx, &swept.comm, 5);
+    let summary =
+        format!("communication not overlapped with compute: {} per step", ms(lost / ctx.steps_count() as u64));
+    Some(ctx.finding("nccl_exposed", lost, summary, ev, FIX_NCCL))
+}
+
+/// Live device memory at the end of each step rising step over step, after a warm-up. Seen from the driver, a leak
+/// in a program with a caching allocator (PyTorch's) rises in bursts: the allocator reserves ahead and the leak
+/// consumes the surplus before the next cudaMalloc. On an H100, a planted 256 MiB-per-step leak rose in 8 to 15 of
+/// the 27 steps after warm-up from run to run (5 runs), by 247 MiB per step on the whole. So: the first tenth of the
+/// steps (at least one) is warm-up, where allocators and caches fill; after it, memory must still grow, in at least
+/// a fifth of the steps. A warm-up alone never rises after it.
+pub fn memory_growth(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
+    let at_end = &swept.memory_at_end;
+    if ctx.steps.windows.len() < 4 || at_end.len() < 4 {
+        return None;
+    }
+    let n = at_end.len();
+    let after = &at_end[(n / 10).max(1) - 1..];
+    let rises = after.windows(2).filter(|w| w[1] > w[0]).count();
+    let steady = after[after.len() - 1] - after[0];
+    let growth = at_end[n - 1] - at_end[0];
+    let per_step = growth / (n as i64 - 1);
+    let peak = *at_end.iter().max().unwrap_or(&0);
+    if growth <= 0 || rises * 5 < after.len() - 1 || steady < (1 << 20).max(peak / 100) {
+        return None;
+    }
+    let capacity = ctx.plan.device_memory.unwrap_or(0).min(i64::MAX as u64) as i64;
+    let steps_left = (capacity > 0).then(|| (capacity - at_end[at_end.len() - 1]).max(0) / per_step.max(1));
+    let severity = match steps_left {
+        Some(n) if n < 10_000 => Severity::High,
+        Some(n) if n < 1_000_000 => Severity::Medium,
+        Some(_) => Severity::Low,
+        None => Severity::Medium,
+    };
+    let mut ev = Evidence::default();
+    ev.facts.push(format!(
+        "live device memory grew from {:.1} MiB to {:.1} MiB over {} steps ({:.2} MiB per step, rising in {rises} of \
+         the {} steps after warm-up){}",
+        at_end[0] as f64 / 1048576.0,
+        at_end[n - 1] as f64 / 1048576.0,
+        n,
+        per_step as f64 / 1048576.0,
+        after.len() - 1,
+        steps_left.map_or(String::new(), |n| format!("; at this rate the device runs out in about {n} steps"))
+    ));
+    ev.metrics.insert("growth_per_step_bytes", per_step as f64);
+    if let Some(n) = steps_left {
+        ev.metrics.insert("steps_to_out_of_memory", n as f64);
+    }
+    let summary = format!("device memory grows {:.2} MiB per step", per_step as f64 / 1048576.0);
+    let mut f = ctx.finding("memory_growth", 0, summary, ev, FIX_GROWTH);
+    f.severity = severity;
+    Some(f)
+}
+
+pub fn hot_kernels(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
+    if swept.kernels.count == 0 {
+        return None;
+    }
+    let rows = kernel_rows(ctx, &swept.kernels, 5);
+    let mut ev = Evidence::default();
+    let top: f64 = rows.iter().map(|r| r.share_of_kernel_time).sum();
+    ev.facts.push(format!("the top {} kernels take {:.0}% of kernel time", rows.len(), 100.0 * top));
+    let summary =
+        format!("{} takes {:.0}% of kernel time", short_name(&rows[0].name), 100.0 * rows[0].share_of_kernel_time);
+    ev.kernels = rows;
+    let mut f = ctx.finding("hot_kernels", 0, summary, ev, FIX_HOT);
+    f.severity = Severity::Info;
+    Some(f)
+}
+
+/// A name cut to at most `max` characters, ending in `ellipsis` when cut.
+pub fn shorten(name: &str, max: usize, ellipsis: &str) -> String {
+    if name.chars().count() > max {
+        let keep = max - ellipsis.chars().count();
+        format!("{}{ellipsis}", name.chars().take(keep).collect::<String>())
+    } else {
+        name.to_string()
+    }
+}
+
+/// Kernel names for the terminal.
+pub fn short_name(name: &str) -> String {
+    shorten(name, 60, "...")
+}
+
+/// Kernels grouped by name, most time first.
+pub fn kernel_rows(ctx: &Ctx, agg: &KernelAgg, top: usize) -> Vec<KernelRow> {
+    let all = agg.total_ns;
+    let mut rows: Vec<KernelRow> = agg
+        .by_name
+        .iter()
+        .map(|(&name, &(count, total_ns, [a, b, c]))| {
+            let cfg = LaunchConfig::unpack(a, b, c);
+            let shared = cfg.static_shared + cfg.dynamic_shared;
+            KernelRow {
+                name: ctx.p.string(name).to_string(),
+                count,
+                total_ns,
+                mean_ns: total_ns / count,
+                share_of_kernel_time: total_ns as f64 / all.max(1) as f64,
+                grid: cfg.grid,
+                block: cfg.block,
+                registers_per_thread: cfg.registers as u32,
+                shared_memory_bytes: shared,
+                occupancy: ctx.plan.capability.and_then(|cc| cuflight_trace::model::occupancy::estimate(cc, &cfg)),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+    rows.truncate(top);
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use cuflight_trace::model::names::is_fp32_gemm;
+
+    #[test]
+    fn fp32_gemms_are_told_from_tensor_core_ones_by_name() {
+        for n in [
+            "volta_sgemm_128x64_nn",
+            "ampere_sgemm_128x32_tn",
+            "void cutlass::Kernel<cutlass_80_simt_sgemm_128x128_8x4_nn_align1>(Params)",
+            "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3",
+            "void gemmSN_TN_kernel<float, 128, 16, 2, 4, 4, 4, true>(cublasGemmSmallNParams<float>)",
+            "void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, true, false, true>(int, int)",
+        ] {
+            assert!(is_fp32_gemm(n), "{n}");
+        }
+        for n in [
+            "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_nn",
+            "volta_h884gemm_64x64_ldg8_nn",
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off",
+            "cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4",
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int)",
+            "sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize64x128x32",
+        ] {
+            assert!(!is_fp32_gemm(n), "{n}");
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! The job across ranks: with several ranks (several files, or several GPU processes in one trace), their
+//! clocks put on one ([`crate::align`]), their collectives matched ([`collectives`]), the straggler
+//! ([`straggler`]), then, once every rank is swept, the ranks side by side, who waited for whom, the critical
+//! path through a typical step's collectives ([`critical`]) and a rank × step heatmap.
+
+pub mod collectives;
+pub mod critical;
+mod render;
+mod straggler;
+
+use super::findings::{Ctx, Finding};
+use super::ProcessReport;
+use crate::align::{HostShift, ToJob};
+use collectives::{Instance, Method, Op};
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+/// Ends of one collective are matched this far apart at least. Real traces need more than the microseconds
+/// a ring's completion takes: in HTA's two-rank sample (kineto-2rank), a send/recv pair on one stream started
+/// 84 µs apart and ended 332 µs apart. One kernel per rank and the nearest end keep back-to-back collectives
+/// apart (see [`collectives::match_by_end`]).
+const MIN_TOLERANCE_NS: i64 = 1_000_000;
+
+/// How the ranks' clocks were put on one.
+#[derive(Debug, Clone, Serialize)]
+pub struct Clocks {
+    /// "one host": every rank on one host's clock; "aligned": hosts aligned on collectives; "realtime": hosts
+    /// placed only by their REALTIME clocks (NTP, milliseconds of error), too coarse to compare arrivals.
+    pub basis: &'static str,
+    pub hosts: Vec<HostShift>,
+}
+
+/// What the collectives say, before the sweep (it needs each collective's wait).
+pub struct JobPlan {
+    pub clocks: Clocks,
+    pub method: Method,
+    pub tolerance_ns: u64,
+    pub instances: Vec<Instance>,
+    /// Collective kernel names (ids in [`Op::name`]).
+    pub names: Vec<String>,
+    pub ranks: Vec<RankWaits>,
+    /// Per rank: communication kernel (by its order in the process) → time it only waited for others.
+    pub waits: Vec<FxHashMap<u32, u64>>,
+    pub finding: Option<Finding>,
+}
+
+/// One rank's part in the job's collectives.
+#[derive(Debug, Clone, Default)]
+pub struct RankWaits {
+    /// Collectives it took part in with another rank.
+    pub joined: u64,
+    /// Its communication kernels no other rank's matched.
+    pub unmatched: u64,
+    pub times_last: u64,
+    /// Time it waited for the last rank, in steps.
+    pub waited_ns: u64,
+    /// ... per step window.
+    pub step_waits: Vec<u64>,
+    /// Median of how much later it joined than the others (negative: earlier).
+    pub median_lateness_ns: i64,
+    /// Rank index → time waited for it, in steps.
+    pub waited_for: FxHashMap<usize, u64>,
+}
+
+/// `to_job[i]` puts rank i's times on the job's clock; `clocks` says whether that clock is common enough to
+/// compare arrivals.
+pub fn plan(ctxs: &[Ctx], to_job: &[ToJob], clocks: Clocks) -> JobPlan {
+    let trusted = clocks.basis != "realtime";
+    let residual = clocks.hosts.iter().map(|h| h.residual_ns).max().unwrap_or(0);
+    let tolerance = MIN_TOLERANCE_NS.max(4 * residual.min(i64::MAX as u64 / 8) as i64);
+    let mut names: Vec<String> = Vec::new();
+    let mut ids: FxHashMap<String, u32> = FxHashMap::default();
+    let ops: Vec<Vec<Op>> = ctxs
+        .iter()
+        .zip(to_job)
+        .map(|(c, clock)| {
+            c.plan
+                .comm
+                .iter()
+                .enumerate()
+                .map(|(k, op)| {
+                    let text = c.p.string(op.name);
+                    let name = *ids.entry(text.to_string()).or_insert_with(|| {
+                        names.push(text.to_string());
+                        names.len() as u32 - 1
+                    });
+                    let start = clock.at(op.start);
+                    let end = clock.at(op.start.saturating_add(op.duration)).max(start);
+                    Op { ordinal: k as u32, name, own_start: op.start, start, end }
+                })
+                .collect()
+        })
+        .collect();
+    let (method, (instances, unmatched)) = if ctxs.len() < 2 {
+        (Method::Arrival, (Vec::new(), vec![0; ctxs.len()]))
+    } else if trusted {
+        (Method::Arrival, collectives::match_by_end(&ops, tolerance))
+    } else {
+        (Method::Duration, collectives::match_by_occurrence(&ops))
+    };
+    let mut waits = vec![FxHashMap::default(); ctxs.len()];
+    let mut ranks: Vec<RankWaits> = ctxs
+        .iter()
+        .zip(&unmatched)
+        .map(|(c, &u)| RankWaits { unmatched: u, step_waits: vec![0; c.steps.windows.len()], ..Default::default() })
+        .collect();
+    let mut lateness: Vec<Vec<i64>> = vec![Vec::new(); ctxs.len()];
+    for inst in &instances {
+        let last = inst.members[inst.last].rank;
+        ranks[last].times_last += 1;
+        for m in &inst.members {
+            waits[m.rank].insert(m.op.ordinal, m.wait);
+            let r = &mut ranks[m.rank];
+            r.joined += 1;
+            lateness[m.rank].extend(inst.lateness(m.rank));
+            let windows = &ctxs[m.rank].steps.windows;
+            let k = windows.partition_point(|w| w.0 <= m.op.own_start);
+            if k > 0 && m.op.own_start < windows[k - 1].1 {
+                r.waited_ns = r.waited_ns.saturating_add(m.wait);
+                r.step_waits[k - 1] = r.step_waits[k - 1].saturating_add(m.wait);
+                if m.rank != last && m.wait > 0 {
+                    let w = r.waited_for.entry(last).or_default();
+                    *w = w.saturating_add(m.wait);
+                }
+            }
+        }
+    }
+    for (r, mut l) in ranks.iter_mut().zip(lateness) {
+        if !l.is_empty() {
+            let mid = (l.len() - 1) / 2;
+            r.median_lateness_ns = *l.select_nth_unstable(mid).1;
+        }
+    }
+    let mut job =
+        JobPlan { clocks, method, tolerance_ns: tolerance as u64, instances, names, ranks, waits, finding: None };
+    job.finding = straggler::finding(ctxs, &job);
+    job
+}
+
+/// The ranks side by side, in the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobReport {
+    pub clocks: Clocks,
+    /// How arrivals were compared: "arrival" (starts on the common clock) or "duration".
+    pub method: Method,
+    /// Ends of one collective lie within this on the common clock (arrival method).
+    pub tolerance_ns: u64,
+    /// Collectives two ranks or more were matched in.
+    pub collectives: u64,
+    pub ranks: Vec<RankRow>,
+    pub heatmap: Heatmap,
+    pub critical_path: Option<critical::CriticalPath>,
+    /// Why there is no critical path, when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub critical_path_missing: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RankRow {
+    pub who: String,
+    pub rank: Option<u32>,
+    pub pid: u32,
+    pub host: String,
+    /// The GPUs (ordinals on its host) its work ran on.
+    pub gpus: Vec<u32>,
+    /// Added to its times to put them on the job's clock (its REALTIME offset and its host's shift), at its
+    /// first event (a drifting host's shift changes through the run).
+    pub clock_offset_ns: i64,
+    pub steps: usize,
+    pub mean_step_ns: u64,
+    pub gpu_utilization: Option<f64>,
+    /// HTA's temporal breakdown, in % of the GPU span.
+    pub compute_pct: f64,
+    pub non_compute_pct: f64,
+    pub idle_pct: f64,
+    /// Union of communication kernels, and how much of it computation kernels overlapped (HTA's
+    /// `get_comm_comp_overlap`).
+    pub comm_ns: u64,
+    pub comm_overlap_pct: Option<f64>,
+    pub collectives: u64,
+    pub unmatched_collectives: u64,
+    pub times_last: u64,
+    pub waited_ns: u64,
+    pub median_lateness_ns: i64,
+    /// Whom it waited for, most first: (who, ns).
+    pub waited_for: Vec<(String, u64)>,
+}
+
+/// Rank × step: each rank's step durations and the time it waited for others in each step, by step name in
+/// the first rank's order.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Heatmap {
+    pub steps: Vec<String>,
+    pub ranks: Vec<String>,
+    pub step_ns: Vec<Vec<Option<u64>>>,
+    pub waited_ns: Vec<Vec<Option<u64>>>,
+}
+
+/// What the report keeps of each rank's plan for the job view.
+pub struct RankInput<'a> {
+    pub ctx: &'a Ctx<'a>,
+    pub clock: &'a ToJob,
+    pub process: &'a ProcessReport,
+}
+
+impl JobReport {
+    pub fn build(job: &JobPlan, inputs: &[RankInput]) -> JobReport {
+        let who: Vec<String> = inputs.iter().map(|i| i.process.who.clone()).collect();
+        let ranks = inputs
+            .iter()
+            .zip(&job.ranks)
+            .map(|(i, w)| {
+                let p = i.process;
+                let b = &p.breakdown;
+                let mut waited_for: Vec<(String, u64)> =
+                    w.waited_for.iter().map(|(&r, &ns)| (who[r].clone(), ns)).collect();
+                waited_for.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                RankRow {
+                    who: p.who.clone(),
+                    rank: p.rank,
+                    pid: p.pid,
+                    host: p.run.host.clone(),
+                    gpus: i.ctx.plan.used_devices.iter().copied().collect(),
+                    clock_offset_ns: i.clock.offset_at(i.ctx.plan.timeline.map_or(0, |t| t.0)),
+                    steps: p.steps.len(),
+                    mean_step_ns: p.step_total.as_ref().map_or(0, |t| t.duration_ns / p.steps.len().max(1) as u64),
+                    gpu_utilization: p.step_total.as_ref().map(|t| t.gpu_utilization),
+                    compute_pct: b.percent(b.compute_ns),
+                    non_compute_pct: b.percent(b.non_compute_ns),
+                    idle_pct: b.percent(b.idle_ns),
+                    comm_ns: p.comm_overlap.comm_ns,
+                    comm_overlap_pct: p.comm_overlap.percent(),
+                    collectives: w.joined,
+                    unmatched_collectives: w.unmatched,
+                    times_last: w.times_last,
+                    waited_ns: w.waited_ns,
+                    median_lateness_ns: w.median_lateness_ns,
+                    waited_for,
+                }
+            })
+            .collect();
+        let heatmap = heatmap(job, inputs);
+        let (critical_path, critical_path_missing) = match critical::critical_path(job, inputs) {
+            Ok(c) => (Some(c), None),
+            Err(why) => (None, Some(why)),
+        };
+        JobReport {
+            clocks: job.clocks.clone(),
+            method: job.method,
+            tolerance_ns: job.tolerance_ns,
+            collectives: job.instances.len() as u64,
+            ranks,
+            heatmap,
+            critical_path,
+            critical_path_missing,
+        }
+    }
+}
+
+fn heatmap(job: &JobPlan, inputs: &[RankInput]) -> Heatmap {
+    let mut steps: Vec<String> = Vec::new();
+    let mut index: FxHashMap<&str, usize> = FxHashMap::default();
+    for i in inputs {
+        for row in &i.process.steps {
+            if !index.contains_key(row.name.as_str()) {
+                index.insert(row.name.as_str(), steps.len());
+                steps.push(row.name.clone());
+            }
+        }
+    }
+    let mut step_ns = vec![vec![None; steps.len()]; inputs.len()];
+    let mut waited_ns = vec![vec![None; steps.len()]; inputs.len()];
+    for (r, i) in inputs.iter().enumerate() {
+        let waits = &job.ranks[r].step_waits;
+        for (k, row) in i.process.steps.iter().enumerate() {
+            let col = index[row.name.as_str()];
+            step_ns[r][col].get_or_insert(row.duration_ns);
+            // Rows are the step windows, one each, in order.
+            if let Some(&w) = waits.get(k).filter(|_| waits.len() == i.process.steps.len()) {
+                waited_ns[r][col].get_or_insert(w);
+            }
+        }
+    }
+    Heatmap { steps, ranks: inputs.iter().map(|i| i.process.who.clone()).collect(), step_ns, waited_ns }
+}

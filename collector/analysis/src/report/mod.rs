@@ -1,0 +1,469 @@
+//! `cuflight report`: names the bottleneck, how much time it costs and the fix.
+//!
+//! Per process (rank): HTA's temporal and idle breakdowns ([`breakdown`]), the training steps and their
+//! TensorBoard-style breakdown ([`steps`]), and findings: why the GPU idles inside steps ([`idle`],
+//! `findings.rs`), what the GPU work itself says (`gpu_findings.rs`) and, across ranks, the job view: clocks
+//! aligned, collectives matched, the straggler, who waited for whom, the critical path ([`job`]). Findings are sorted by severity, then by the time they cost; the verdict names the first.
+
+mod accum;
+pub mod breakdown;
+mod findings;
+mod gpu_findings;
+mod html;
+mod html_charts;
+mod html_escape;
+pub mod idle;
+pub mod job;
+pub mod overlap;
+pub mod plan;
+pub mod run;
+pub mod spans;
+pub mod steps;
+mod sweep;
+#[cfg(test)]
+mod tests;
+mod text;
+pub mod window;
+
+use findings::{Ctx, MIN_SHARE};
+pub use findings::{Evidence, Finding, KernelRow, Severity};
+use serde::Serialize;
+use steps::{StepRow, StepSource};
+
+use cuflight_trace::model::source::EventSource;
+use cuflight_trace::model::trace::TraceError;
+
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `--step NAME`: steps are the ranges named NAME (or starting with it).
+    pub step: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessReport {
+    pub file: String,
+    pub pid: u32,
+    pub rank: Option<u32>,
+    pub command: String,
+    /// "rank R (local L) pid P", or "pid P".
+    pub who: String,
+    /// Another process of the same rank (a DataLoader or other worker with GPU work of its own): the pid of
+    /// the rank's main process, the one in the job view.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_of: Option<u32>,
+    /// The run: command line, host, devices, versions, timeline span, drops.
+    pub run: run::RunSummary,
+    pub breakdown: breakdown::Breakdown,
+    pub idle_breakdown: breakdown::IdleSplit,
+    /// cuflight's attribution of the idle time inside steps (see [`idle`]).
+    pub idle_causes: idle::IdleSummary,
+    /// HTA's communication/computation overlap.
+    pub comm_overlap: overlap::CommOverlap,
+    pub step_source: StepSource,
+    pub steps: Vec<StepRow>,
+    /// All steps together (sums; utilisation over their total time).
+    pub step_total: Option<StepRow>,
+    pub findings: Vec<Finding>,
+    pub top_kernels: Vec<KernelRow>,
+    /// Kernel-busy share of each of 100 equal slices of the traced GPU span (for plots)...
+    pub utilization_over_time: Vec<f64>,
+    /// ... that span: first GPU op start, last GPU op end.
+    pub utilization_span_ns: Option<(u64, u64)>,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub verdict: String,
+    /// Every process's findings and the cross-rank ones, most costly first.
+    pub findings: Vec<Finding>,
+    pub processes: Vec<ProcessReport>,
+    /// With several ranks: the ranks side by side, on one clock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<job::JobReport>,
+}
+
+/// Why a report cannot be made (one line each, for the CLI).
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{0}: the trace holds no events (was the program run under `cuflight record`, and did it use CUDA?)")]
+    Empty(String),
+    #[error(
+        "{file}: nothing was recorded: the agent was off in process {pid} ({why}); this says nothing about the program"
+    )]
+    AgentOff { file: String, pid: u32, why: String },
+    #[error("{0}: no GPU kernels, copies or memsets in the trace: nothing ran on the GPU while it was recorded")]
+    NoGpuWork(String),
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+}
+
+fn sort_findings(v: &mut [Finding]) {
+    v.sort_by(|a, b| b.severity.cmp(&a.severity).then(b.time_lost_ns.cmp(&a.time_lost_ns)));
+}
+
+impl Report {
+    /// `traces`: (display name, source); several traces are several ranks of one job. Each source is read in
+    /// two or three passes: the plan (steps and their windows), then the window sweep.
+    pub fn compute(traces: &mut [(String, EventSource)], opts: &Options) -> Result<Report, ReportError> {
+        let mut plans = Vec::with_capacity(traces.len());
+        for (file, source) in traces.iter_mut() {
+            let plan = plan::plan(source, opts.step.as_deref())?;
+            if plan.values().all(|p| p.events == 0) {
+                // Not the program's fault when the agent was off: say why it was.
+                if let Some(p) = source.processes.values().find(|p| !p.info.status.is_empty()) {
+                    return Err(ReportError::AgentOff {
+                        file: file.clone(),
+                        pid: p.info.pid,
+                        why: p.info.status.clone(),
+                    });
+                }
+                return Err(ReportError::Empty(file.clone()));
+            }
+            plans.push(plan);
+        }
+        // Processes with GPU work, in file order, then by process key.
+        let mut procs: Vec<(usize, u32)> = Vec::new();
+        for (fi, (_, source)) in traces.iter().enumerate() {
+            procs.extend(
+                source.processes.keys().filter(|k| plans[fi].get(k).is_some_and(|p| p.gpu_ops > 0)).map(|&k| (fi, k)),
+            );
+        }
+        if procs.is_empty() {
+            let names: Vec<&str> = traces.iter().map(|(f, _)| f.as_str()).collect();
+            return Err(ReportError::NoGpuWork(names.join(", ")));
+        }
+        let several_files = traces.len() > 1;
+        let warnings: Vec<Vec<String>> = procs
+            .iter()
+            .map(|&(fi, k)| {
+                let plan = &plans[fi][&k];
+                let mut warn = Vec::new();
+                for (name, start) in &plan.unclosed {
+                    if cuflight_trace::model::names::step_like(name) || opts.step.as_deref().is_some_and(|o| name.starts_with(o)) {
+                        warn.push(format!("step range \"{name}\" opened at {start} ns never ended; it was left out"));
+                    }
+                }
+                if plan.no_steps {
+                    if opts.step.is_some() {
+                        warn.push(format!("no range named {:?}: findings cover the whole trace", opts.step.as_deref().unwrap_or("")));
+                    } else {
+                        warn.push("no steps found (no ProfilerStep#N, no step-like NVTX range, no repeating launch pattern): findings cover the whole trace; name the step range with --step NAME".into());
+                    }
+                }
+                warn
+            })
+            .collect();
+        let n = procs.len();
+        let ctxs: Vec<Ctx> =
+            procs.iter().enumerate().map(|(i, &(fi, k))| ctx(traces, &plans, (fi, k), i, several_files, n)).collect();
+        // One process per rank takes part in the job view; its DataLoader or other workers with GPU work of
+        // their own (same rank, from the launcher's environment they inherit) are reported beside it.
+        let (primary, main_of) = roles(&ctxs);
+        let mut warnings = warnings;
+        for (i, w) in claimed_twice(&ctxs, &primary, &procs, traces) {
+            warnings[i].push(w);
+        }
+        let job_ctxs: Vec<Ctx> = primary.iter().map(|&i| ctx(traces, &plans, procs[i], i, several_files, n)).collect();
+        let (offsets, clocks) = job_clocks(&job_ctxs);
+        let mut job_plan = job::plan(&job_ctxs, &offsets, clocks);
+        let mut waits: Vec<rustc_hash::FxHashMap<u32, u64>> = vec![Default::default(); n];
+        for (j, &i) in primary.iter().enumerate() {
+            waits[i] = std::mem::take(&mut job_plan.waits[j]);
+        }
+        let worker_of: Vec<Option<u32>> = main_of.iter().map(|m| m.map(|j| ctxs[j].p.info.pid)).collect();
+        drop(job_ctxs);
+        drop(ctxs);
+        // The sweep, file by file (every process of a file in one pass).
+        let mut swept: Vec<Option<sweep::Swept>> = (0..procs.len()).map(|_| None).collect();
+        for (fi, (_, source)) in traces.iter_mut().enumerate() {
+            let mine: Vec<usize> = (0..procs.len()).filter(|&i| procs[i].0 == fi).collect();
+            let rounding = source.fractional_us_timestamps;
+            let mut sweeps: rustc_hash::FxHashMap<u32, (usize, sweep::Sweep)> = mine
+                .iter()
+                .map(|&i| {
+                    let k = procs[i].1;
+                    (k, (i, sweep::Sweep::new(&plans[fi][&k], &waits[i], rounding)))
+                })
+                .collect();
+            source.for_each(|k, p, e| {
+                if let Some((_, s)) = sweeps.get_mut(&k) {
+                    s.event(p, e);
+                }
+            })?;
+            for (k, (i, s)) in sweeps {
+                swept[i] = Some(s.finish(&source.processes[&k]));
+            }
+        }
+        let mut all = Vec::new();
+        let mut processes = Vec::new();
+        for (i, &(fi, k)) in procs.iter().enumerate() {
+            let p = &traces[fi].1.processes[&k];
+            let plan = &plans[fi][&k];
+            let ctx = ctx(traces, &plans, (fi, k), i, several_files, n);
+            let swept = swept[i].take().expect("every process swept");
+            let idle = &swept.idle;
+            let mut fs = findings::idle_findings(&ctx, idle, &swept);
+            fs.extend(findings::allocator_churn(&ctx, idle, &swept));
+            fs.extend(gpu_findings::pageable_memcpy(&ctx, &swept));
+            fs.extend(gpu_findings::memcpy_heavy(&ctx, &swept));
+            fs.extend(gpu_findings::fp32_gemm(&ctx, &swept));
+            fs.extend(gpu_findings::nccl_exposed(&ctx, &swept, !waits[i].is_empty()));
+            fs.extend(gpu_findings::memory_growth(&ctx, &swept));
+            fs.retain(|f| f.share >= MIN_SHARE || f.kind == "memory_growth");
+            let hot = gpu_findings::hot_kernels(&ctx, &swept);
+            let top_kernels = hot.as_ref().map_or(vec![], |h| h.evidence.kernels.clone());
+            fs.extend(hot);
+            sort_findings(&mut fs);
+            all.extend(fs.iter().filter(|f| f.severity > Severity::Info).cloned());
+            let step_total = (!swept.rows.is_empty()).then(|| total_row(&swept.rows));
+            let command = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
+            // The file's timeline spans all its processes (one Perfetto export per file).
+            let file_span = plans[fi].values().filter_map(|q| q.timeline).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
+            let (trace_start_ns, trace_end_ns) = file_span.unwrap_or((0, 0));
+            let run = run::RunSummary {
+                command_line: p.info.cmdline.clone(),
+                host: p.info.host.clone(),
+                started_realtime_ns: p.info.start_realtime_ns,
+                trace_start_ns,
+                trace_end_ns,
+                devices: plan.devices.clone(),
+                cuda_driver_version: plan.driver_version,
+                cupti_version: p.info.cupti_version,
+                drops: p.info.drops,
+                dropped_total: p.info.drops.total() + p.info.unseen_begin + p.refused,
+                unseen_begin: p.info.unseen_begin,
+                refused: p.refused,
+                finished: p.info.finished,
+                agent_status: p.info.status.clone(),
+            };
+            processes.push(ProcessReport {
+                file: traces[fi].0.clone(),
+                pid: k,
+                rank: ctx.rank,
+                command,
+                who: cuflight_trace::model::trace::who(ctx.rank, p.info.local_rank, p.info.pid),
+                worker_of: worker_of[i],
+                run,
+                breakdown: swept.breakdown,
+                idle_breakdown: swept.idle_split,
+                idle_causes: idle.summary(),
+                comm_overlap: swept.comm_overlap,
+                step_source: plan.steps.source,
+                steps: swept.rows,
+                step_total,
+                findings: fs,
+                top_kernels,
+                utilization_over_time: swept.utilization,
+                utilization_span_ns: plan.busy_extent,
+                warnings: warnings[i].clone(),
+            });
+        }
+        let job = (primary.len() > 1).then(|| {
+            let ctxs: Vec<Ctx> = primary.iter().map(|&i| ctx(traces, &plans, procs[i], i, several_files, n)).collect();
+            let inputs: Vec<job::RankInput> = ctxs
+                .iter()
+                .zip(&offsets)
+                .zip(&primary)
+                .map(|((ctx, clock), &i)| job::RankInput { ctx, clock, process: &processes[i] })
+                .collect();
+            job::JobReport::build(&job_plan, &inputs)
+        });
+        let mut job = job;
+        if let Some(c) = job.as_mut().and_then(|j| j.critical_path.as_mut()) {
+            let owners: Vec<(usize, u32)> = primary.iter().map(|&i| procs[i]).collect();
+            job::critical::fill_gpu_work(c, traces, &owners, &offsets)?;
+        }
+        all.extend(job_plan.finding);
+        sort_findings(&mut all);
+        let verdict = verdict(&all, &processes);
+        Ok(Report { verdict, findings: all, processes, job })
+    }
+
+    /// Where the timeline of the file that holds `f`'s process starts (times in a finding are relative to it).
+    pub fn origin_of(&self, f: &Finding) -> u64 {
+        let p = self.processes.iter().find(|p| p.pid == f.pid && p.rank == f.rank);
+        p.or_else(|| self.processes.iter().find(|p| p.pid == f.pid)).map_or(0, |p| p.run.trace_start_ns)
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// The JSON form, streamed into `w` with a final newline.
+    pub fn write_json(&self, mut w: impl std::io::Write) -> std::io::Result<()> {
+        serde_json::to_writer_pretty(&mut w, self)?;
+        w.write_all(b"\n")
+    }
+}
+
+type Plans = Vec<rustc_hash::FxHashMap<u32, plan::Plan>>;
+
+/// Which processes stand for a rank in the job view, and whose worker each other one is. A rank's DataLoader or
+/// other workers inherit its rank and run on its host: of the processes of one rank and host, the one with the
+/// most communication kernels, then the most GPU work, stands for the rank, and the others are its workers
+/// unless they run collectives of their own (workers do not; a second job's rank does). Processes of one rank
+/// on different hosts, and every process without a rank, stand for themselves.
+/// Returns the primaries in order, and per process the index of the primary it works for.
+fn roles(ctxs: &[Ctx]) -> (Vec<usize>, Vec<Option<usize>>) {
+    let mut best: rustc_hash::FxHashMap<(u32, &str), usize> = Default::default();
+    let weight = |c: &Ctx| (c.plan.comm.len(), c.plan.gpu_ops);
+    for (i, c) in ctxs.iter().enumerate() {
+        if let Some(r) = c.rank {
+            let b = best.entry((r, c.p.info.host.as_str())).or_insert(i);
+            if weight(c) > weight(&ctxs[*b]) {
+                *b = i;
+            }
+        }
+    }
+    let main_of: Vec<Option<usize>> = ctxs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let main = *best.get(&(c.rank?, c.p.info.host.as_str()))?;
+            (main != i && c.plan.comm.is_empty()).then_some(main)
+        })
+        .collect();
+    let primary = (0..ctxs.len()).filter(|&i| main_of[i].is_none()).collect();
+    (primary, main_of)
+}
+
+/// A warning for each primary whose rank another primary claims too (traces of two jobs, or a launcher that set
+/// the same RANK twice): both stay in the job view, each as a rank of its own, and the report says so.
+fn claimed_twice(
+    ctxs: &[Ctx],
+    primary: &[usize],
+    procs: &[(usize, u32)],
+    traces: &[(String, EventSource)],
+) -> Vec<(usize, String)> {
+    let mut by_rank: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+    for &i in primary {
+        if let Some(r) = ctxs[i].rank {
+            by_rank.entry(r).or_default().push(i);
+        }
+    }
+    let mut out = Vec::new();
+    for (r, claimants) in by_rank.into_iter().filter(|(_, c)| c.len() > 1) {
+        let where_ = |j: usize| {
+            let host = ctxs[j].p.info.host.as_str();
+            let host = if host.is_empty() { "an unknown host" } else { host };
+            format!("pid {} on {host} in {}", ctxs[j].p.info.pid, traces[procs[j].0].0)
+        };
+        for &i in &claimants {
+            let others: Vec<String> = claimants.iter().filter(|&&j| j != i).take(3).map(|&j| where_(j)).collect();
+            let more = claimants.len().saturating_sub(4);
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            out.push((
+                i,
+                format!(
+                    "rank {r} is also claimed by {}{more}, which runs collectives of its own: are these one job's \
+                     traces? Each is compared as a rank of its own",
+                    others.join(", ")
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// What every finding needs about process `k` of file `fi`, the `i`-th of `n` with GPU work.
+fn ctx<'a>(
+    traces: &'a [(String, EventSource)],
+    plans: &'a Plans,
+    (fi, k): (usize, u32),
+    i: usize,
+    several_files: bool,
+    n: usize,
+) -> Ctx<'a> {
+    let p = &traces[fi].1.processes[&k];
+    let plan = &plans[fi][&k];
+    Ctx {
+        p,
+        plan,
+        steps: &plan.steps,
+        step_total_ns: plan.steps.windows.iter().map(|w| w.1 - w.0).sum(),
+        pid: k,
+        rank: straggler_rank(p, fi, i, several_files, n),
+    }
+}
+
+/// Each process's way onto the job's clock ([`crate::job_clock`]), and how that clock was made.
+fn job_clocks(ctxs: &[Ctx]) -> (Vec<crate::align::ToJob>, job::Clocks) {
+    let clock = crate::job_clock::JobClock::of(ctxs.iter().map(|c| (c.p, c.plan)));
+    let clocks = ctxs.iter().map(|c| clock.to_job(c.p)).collect();
+    let hosts = clock.hosts;
+    // Three matched collectives at least per host before arrivals are compared across hosts.
+    let basis = if hosts.len() <= 1 {
+        "one host"
+    } else if hosts.iter().all(|h| h.reference || h.matched >= 3) {
+        "aligned"
+    } else {
+        "realtime"
+    };
+    (clocks, job::Clocks { basis, hosts })
+}
+
+/// A process's rank: the trace's, else its file's order when several files are ranks, else its order among several
+/// GPU processes of one trace.
+fn straggler_rank(
+    p: &cuflight_trace::model::trace::Process,
+    fi: usize,
+    i: usize,
+    several_files: bool,
+    procs: usize,
+) -> Option<u32> {
+    p.rank.or(if several_files {
+        Some(fi as u32)
+    } else if procs > 1 {
+        Some(i as u32)
+    } else {
+        None
+    })
+}
+
+fn total_row(rows: &[StepRow]) -> StepRow {
+    let sum = |f: fn(&StepRow) -> u64| rows.iter().map(f).sum::<u64>();
+    let duration = sum(|r| r.duration_ns);
+    let kernel = sum(|r| r.kernel_ns);
+    StepRow {
+        name: format!("all {} steps", rows.len()),
+        start_ns: rows[0].start_ns,
+        duration_ns: duration,
+        kernel_ns: kernel,
+        memcpy_ns: sum(|r| r.memcpy_ns),
+        memset_ns: sum(|r| r.memset_ns),
+        runtime_ns: sum(|r| r.runtime_ns),
+        dataloader_ns: sum(|r| r.dataloader_ns),
+        cpu_exec_ns: sum(|r| r.cpu_exec_ns),
+        other_ns: sum(|r| r.other_ns),
+        gpu_utilization: if duration == 0 { 0.0 } else { kernel as f64 / duration as f64 },
+    }
+}
+
+fn verdict(findings: &[Finding], processes: &[ProcessReport]) -> String {
+    let util = processes
+        .iter()
+        .filter_map(|p| p.step_total.as_ref())
+        .map(|t| t.gpu_utilization)
+        .fold(None, |m: Option<f64>, u| Some(m.map_or(u, |m| m.min(u))));
+    let util = util.map_or(String::new(), |u| format!(" GPU utilisation in steps: {:.0}%.", u * 100.0));
+    match findings.first() {
+        Some(f) if f.severity >= Severity::Medium => {
+            let who = if processes.len() > 1 {
+                f.rank.map_or(format!(" (pid {})", f.pid), |r| format!(" (rank {r})"))
+            } else {
+                String::new()
+            };
+            let cost =
+                if f.time_lost_ns > 0 { format!(", {:.0}% of step time", f.share * 100.0) } else { String::new() };
+            format!("{}: {}{who}{cost}.{util}", f.kind, f.summary)
+        }
+        Some(f) => format!(
+            "No major bottleneck; the largest is {}: {} ({:.1}% of step time).{util}",
+            f.kind,
+            f.summary,
+            f.share * 100.0
+        ),
+        None => format!("No bottleneck above {:.0}% of step time.{util}", MIN_SHARE * 100.0),
+    }
+}

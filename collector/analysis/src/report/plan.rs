@@ -1,0 +1,492 @@
+//! What the report must know about each process before its window sweep ([`super::sweep`]), found in one or two
+//! streamed passes that keep only what is small: candidate step ranges, the launching threads, the extent of the
+//! GPU work, the communication kernels (for the straggler) and a few facts. Never a list of every event.
+//!
+//! Pass one reads everything but the windows; pass two gives each step its window (the GPU work it launched can
+//! end later than its host range), and, for a program without step ranges, finds the steps from the repeating
+//! pattern of launches (the one case that keeps one entry per GPU op: a fallback for unannotated programs).
+
+use super::spans::Span;
+use super::steps::{StepSource, Steps};
+use super::window::{HostRange, NameFlags};
+use cuflight_format::event::FLAG_DEVICE;
+use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::ranges::Pairer;
+use cuflight_trace::model::trace::Process;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use cuflight_trace::model::launches::LaunchJoin;
+
+/// A communication kernel, in the process's GPU-op order (the k-th one of every rank is the same collective).
+#[derive(Clone, Copy, Debug)]
+pub struct CommOp {
+    pub start: u64,
+    pub duration: u64,
+    pub name: u32,
+}
+
+/// One process's plan.
+pub struct Plan {
+    pub names: NameFlags,
+    pub steps: Steps,
+    /// Names of the step ranges: such ranges are neither data loading nor CPU work.
+    pub step_names: FxHashSet<u32>,
+    /// Step-like ranges opened and never closed: (name, start).
+    pub unclosed: Vec<(String, u64)>,
+    /// Threads whose calls launched GPU work in the trace.
+    pub launchers: FxHashSet<u32>,
+    /// First start and last end of the GPU ops with a duration (the busy time's extent).
+    pub busy_extent: Option<Span>,
+    pub capability: Option<(u32, u32)>,
+    pub device_memory: Option<u64>,
+    /// Every device the trace lists (first record of each ordinal), and the CUDA driver's version.
+    pub devices: Vec<super::run::RunDevice>,
+    pub driver_version: u32,
+    /// First start and last end of what the timeline draws ([`super::run::on_timeline`]).
+    pub timeline: Option<Span>,
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC from the process's first clock pair (None: the trace has none).
+    pub realtime_offset: Option<i64>,
+    /// Streams wait on events recorded in other streams (cudaStreamWaitEvent): GPU gaps may be dependencies.
+    pub has_stream_waits: bool,
+    /// HTA's traced-iterations rule: with two or more distinct `ProfilerStep` ranges, the last one's start.
+    pub last_profiler_step: Option<u64>,
+    /// Correlations whose (last) copy goes device to pageable host memory: an "async" call for it blocks.
+    pub pageable_dtoh: FxHashSet<u32>,
+    pub comm: Vec<CommOp>,
+    /// Whether any data-loading annotation (other than a step range) has a duration.
+    pub loader_annotated: bool,
+    /// No steps were found: the one window is the whole trace.
+    pub no_steps: bool,
+    pub events: u64,
+    pub gpu_ops: u64,
+    /// Device ordinals its GPU work ran on.
+    pub used_devices: std::collections::BTreeSet<u32>,
+}
+
+type DeviceFacts = (Option<(u32, u32)>, Option<u64>);
+
+/// Pass one's state for one process.
+struct First {
+    names: NameFlags,
+    launches: LaunchJoin,
+    pairer: Pairer,
+    /// Host ranges that could be steps, whatever the source chosen later.
+    candidates: Candidates,
+    has_stream_waits: bool,
+    /// The first device's (compute capability, memory), once seen.
+    device: Option<DeviceFacts>,
+    devices: Vec<super::run::RunDevice>,
+    driver_version: u32,
+    timeline: Option<Span>,
+    realtime_offset: Option<i64>,
+    busy_extent: Option<Span>,
+    max_op_end: Option<u64>,
+    launchers: FxHashSet<u32>,
+    /// Per thread: its API calls' first start and last end.
+    api_extent: FxHashMap<u32, Span>,
+    profiler_steps: (FxHashSet<u32>, u64),
+    pageable_dtoh: FxHashSet<u32>,
+    comm: Vec<CommOp>,
+    /// Names of data-loading ranges with a duration (whether they are steps is known only later).
+    loader_names: FxHashSet<u32>,
+    events: u64,
+    gpu_ops: u64,
+    used_devices: std::collections::BTreeSet<u32>,
+}
+
+fn is_candidate(name: &str, option: Option<&str>) -> bool {
+    option.is_some_and(|o| name.starts_with(o))
+        || name.starts_with("ProfilerStep#")
+        || cuflight_trace::model::names::step_like(name)
+}
+
+impl First {
+    fn new(p: &Process) -> First {
+        First {
+            names: NameFlags::new(p),
+            launches: LaunchJoin::default(),
+            pairer: Pairer::default(),
+            candidates: Candidates::default(),
+            has_stream_waits: false,
+            device: None,
+            devices: Vec::new(),
+            driver_version: 0,
+            timeline: None,
+            realtime_offset: None,
+            busy_extent: None,
+            max_op_end: None,
+            launchers: FxHashSet::default(),
+            api_extent: FxHashMap::default(),
+            profiler_steps: (FxHashSet::default(), 0),
+            pageable_dtoh: FxHashSet::default(),
+            comm: Vec::new(),
+            loader_names: FxHashSet::default(),
+            events: 0,
+            gpu_ops: 0,
+            used_devices: Default::default(),
+        }
+    }
+
+    fn range(&mut self, p: &Process, option: Option<&str>, r: HostRange, key: Option<OpenKey>) {
+        if is_candidate(p.string(r.name), option) {
+            self.candidates.closed(r, key);
+        }
+        if r.end > r.start && self.names.has(r.name, NameFlags::LOADER) {
+            self.loader_names.insert(r.name);
+        }
+    }
+
+    fn event(&mut self, p: &Process, option: Option<&str>, e: &RawEvent) {
+        self.events += 1;
+        let kind = e.kind();
+        if super::run::on_timeline(e) {
+            let x = self.timeline.get_or_insert((e.start, e.end.max(e.start)));
+            *x = (x.0.min(e.start), x.1.max(e.end).max(e.start));
+        }
+        if kind == Some(EventKind::ClockSync) && e.a != 0 && e.end != 0 && self.realtime_offset.is_none() {
+            // A clock pair: `end` = CLOCK_MONOTONIC, `a` = CLOCK_REALTIME at the same instant.
+            self.realtime_offset = Some(e.a as i64 - e.end as i64);
+        }
+        if kind == Some(EventKind::Device) && self.devices.iter().all(|d| d.ordinal != e.device) {
+            self.devices.push(super::run::device(e, p.string(e.name)));
+            self.driver_version = self.driver_version.max(e.stream);
+        }
+        if kind == Some(EventKind::Range) && e.flags & FLAG_DEVICE == 0 {
+            let r = HostRange { start: e.start, end: e.end.max(e.start), name: e.name, tid: e.tid };
+            self.range(p, option, r, None);
+        } else if let Some(r) = self.pairer.feed(e) {
+            let key = (r.tid, r.domain, r.start, r.name, r.async_range);
+            self.range(p, option, HostRange { start: r.start, end: r.end, name: r.name, tid: r.tid }, Some(key));
+        } else if matches!(kind, Some(EventKind::NvtxPush | EventKind::NvtxStart))
+            && is_candidate(p.string(e.name), option)
+        {
+            // A step range opens: the work launched inside it is counted from now on.
+            let async_range = kind == Some(EventKind::NvtxStart);
+            self.candidates.open((e.tid, e.c, e.start, e.name, async_range));
+        }
+        match kind {
+            Some(EventKind::Api) => {
+                self.launches.api(p, e);
+                let x = self.api_extent.entry(e.tid).or_insert((e.start, e.end.max(e.start)));
+                x.1 = x.1.max(e.end.max(e.start));
+                if self.names.has(e.name, NameFlags::STREAM_WAIT) {
+                    self.has_stream_waits = true;
+                }
+            }
+            Some(EventKind::Sync) if e.sub == 2 => self.has_stream_waits = true,
+            Some(EventKind::Device) if self.device.is_none() => {
+                let cc = Some(e.compute_capability()).filter(|c| c.0 > 0);
+                self.device = Some((cc, Some(e.a).filter(|&m| m > 0)));
+            }
+            Some(EventKind::Range) if self.names.has(e.name, NameFlags::PROFILER_STEP) => {
+                self.profiler_steps.0.insert(e.name);
+                self.profiler_steps.1 = self.profiler_steps.1.max(e.start);
+            }
+            Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
+                self.gpu_ops += 1;
+                self.used_devices.insert(e.device);
+                if e.end > e.start {
+                    let x = self.busy_extent.get_or_insert((e.start, e.end));
+                    x.1 = x.1.max(e.end);
+                }
+                self.max_op_end = Some(self.max_op_end.unwrap_or(0).max(e.end));
+                if let Some(call) = self.launches.work(e).map(|w| w.call) {
+                    self.launchers.insert(call.tid);
+                    self.candidates.work(call.start, e.end);
+                }
+                if kind == Some(EventKind::Memcpy) {
+                    if super::window::is_dtoh_to_pageable(e) {
+                        self.pageable_dtoh.insert(e.correlation);
+                    } else {
+                        self.pageable_dtoh.remove(&e.correlation);
+                    }
+                } else if kind == Some(EventKind::Kernel) && self.names.has(e.name, NameFlags::COMM) {
+                    self.comm.push(CommOp { start: e.start, duration: e.duration(), name: e.name });
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// How a range that opened is found again when it closes: (thread, domain, start, name, async).
+type OpenKey = (u32, u64, u64, u32, bool);
+
+/// Every range that could be a step, with the latest end of the GPU work launched inside it (its window may end
+/// there): a step's work is seen while the step is open or soon after it closed, so the ranges that can still
+/// take work are the open ones and the last ones to close.
+#[derive(Default)]
+struct Candidates {
+    /// (range, end of the work launched inside it); open ranges end at u64::MAX.
+    all: Vec<(HostRange, u64)>,
+    open: FxHashMap<OpenKey, u32>,
+    /// Closed ranges in the order they closed (the order ranges are reported in).
+    closed: Vec<u32>,
+    /// Closed ranges by end.
+    by_end: Vec<u32>,
+}
+
+impl Candidates {
+    fn open(&mut self, key: OpenKey) {
+        let at = self.all.len() as u32;
+        self.all.push((HostRange { start: key.2, end: u64::MAX, name: key.3, tid: key.0 }, 0));
+        self.open.insert(key, at);
+    }
+
+    fn closed(&mut self, r: HostRange, key: Option<OpenKey>) {
+        let at = match key.and_then(|k| self.open.remove(&k)) {
+            Some(at) => {
+                self.all[at as usize].0 = r;
+                at
+            }
+            None => {
+                self.all.push((r, 0));
+                (self.all.len() - 1) as u32
+            }
+        };
+        self.closed.push(at);
+        let all = &self.all;
+        let pos = self.by_end.partition_point(|&i| all[i as usize].0.end <= r.end);
+        self.by_end.insert(pos, at);
+    }
+
+    /// Device work launched at `t` ends at `end`.
+    fn work(&mut self, t: u64, end: u64) {
+        for &i in self.open.values() {
+            let c = &mut self.all[i as usize];
+            if c.0.start <= t {
+                c.1 = c.1.max(end);
+            }
+        }
+        for &i in self.by_end.iter().rev() {
+            let c = &mut self.all[i as usize];
+            if c.0.end <= t {
+                break;
+            }
+            if c.0.start <= t {
+                c.1 = c.1.max(end);
+            }
+        }
+    }
+
+    /// The closed ranges, in the order they closed.
+    fn ranges(&self) -> Vec<(HostRange, u64)> {
+        self.closed.iter().map(|&i| self.all[i as usize]).collect()
+    }
+}
+
+/// Keeps the outermost of nested or overlapping ranges, in time order.
+fn top_level(mut v: Vec<(HostRange, u64)>) -> Vec<(HostRange, u64)> {
+    v.sort_by_key(|(r, _)| (r.start, std::cmp::Reverse(r.end)));
+    let mut out: Vec<(HostRange, u64)> = Vec::new();
+    for r in v {
+        if out.last().is_none_or(|last| r.0.start >= last.0.end) {
+            out.push(r);
+        }
+    }
+    out
+}
+
+/// Steps from ranges, in order of preference, each with the end of the work launched inside it (None: the
+/// launch pattern must tell).
+type RangeSteps = (StepSource, Vec<(HostRange, u64)>);
+
+fn steps_from_ranges(p: &Process, candidates: &[(HostRange, u64)], option: Option<&str>) -> Option<RangeSteps> {
+    let pick = |f: &dyn Fn(&str) -> bool| -> Vec<(HostRange, u64)> {
+        top_level(candidates.iter().filter(|r| f(p.string(r.0.name))).copied().collect())
+    };
+    if let Some(opt) = option {
+        return Some((StepSource::Option, pick(&|n| n.starts_with(opt))));
+    }
+    let profiler = pick(&|n| n.starts_with("ProfilerStep#"));
+    if !profiler.is_empty() {
+        return Some((StepSource::ProfilerStep, profiler));
+    }
+    let nvtx = pick(&cuflight_trace::model::names::step_like);
+    (nvtx.len() >= 2).then_some((StepSource::Nvtx, nvtx))
+}
+
+/// Pass two's state for a process whose steps come from its launch pattern: (launch time or start, name) of
+/// every kernel, and (launch time, end) of every op whose launch is in the trace.
+#[derive(Default)]
+struct Pattern {
+    launches: LaunchJoin,
+    seq: Vec<(u64, u32)>,
+    launched: Vec<(u64, u64)>,
+}
+
+/// Plans every process of `source` (keys as in `source.processes`): one pass, and a second for processes without
+/// step ranges (their steps come from the pattern of launches).
+pub fn plan(
+    source: &mut cuflight_trace::model::source::EventSource,
+    option: Option<&str>,
+) -> Result<FxHashMap<u32, Plan>, cuflight_trace::model::trace::TraceError> {
+    let mut first: FxHashMap<u32, First> = source.processes.iter().map(|(&k, p)| (k, First::new(p))).collect();
+    source.for_each(|k, p, e| {
+        if let Some(f) = first.get_mut(&k) {
+            f.event(p, option, e);
+        }
+    })?;
+    let mut host: FxHashMap<u32, Option<RangeSteps>> = FxHashMap::default();
+    for (k, f) in &first {
+        host.insert(*k, steps_from_ranges(&source.processes[k], &f.candidates.ranges(), option));
+    }
+    let mut pattern: FxHashMap<u32, Pattern> =
+        host.iter().filter(|(_, h)| h.is_none()).map(|(&k, _)| (k, Pattern::default())).collect();
+    if pattern.values().any(|_| true) {
+        source.for_each(|k, p, e| {
+            let Some(s) = pattern.get_mut(&k) else { return };
+            match e.kind() {
+                Some(EventKind::Api) => {
+                    s.launches.api(p, e);
+                }
+                Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
+                    let t = s.launches.work(e).map(|w| w.call.start);
+                    if e.kind() == Some(EventKind::Kernel) {
+                        s.seq.push((t.unwrap_or(e.start), e.name));
+                    }
+                    if let Some(t) = t {
+                        s.launched.push((t, e.end));
+                    }
+                }
+                _ => {}
+            }
+        })?;
+    }
+    let mut plans = FxHashMap::default();
+    for (k, f) in first {
+        let p = &source.processes[&k];
+        let (source_kind, ranges, gpu_end): (StepSource, Vec<HostRange>, Vec<u64>) = match host.remove(&k).flatten() {
+            Some((src, ranges)) => (src, ranges.iter().map(|r| r.0).collect(), ranges.iter().map(|r| r.1).collect()),
+            None => {
+                let s = pattern.remove(&k).unwrap_or_default();
+                let ranges = pattern_steps(s.seq, f.max_op_end.unwrap_or(0));
+                let mut gpu_end = vec![0; ranges.len()];
+                for (t, end) in s.launched {
+                    let k = ranges.partition_point(|r| r.start <= t);
+                    if k > 0 && t < ranges[k - 1].end {
+                        gpu_end[k - 1] = gpu_end[k - 1].max(end);
+                    }
+                }
+                let src = if ranges.is_empty() { StepSource::None } else { StepSource::Pattern };
+                (src, ranges, gpu_end)
+            }
+        };
+        let names = ranges
+            .iter()
+            .enumerate()
+            .map(|(i, r)| if r.name == 0 { format!("step {i} (pattern)") } else { p.string(r.name).to_string() })
+            .collect();
+        let windows = windows(&ranges, &gpu_end);
+        let step_names: FxHashSet<u32> = ranges.iter().map(|r| r.name).collect();
+        let launcher_extent = f
+            .launchers
+            .iter()
+            .filter_map(|t| f.api_extent.get(t))
+            .fold(None, |acc: Option<Span>, x| Some(acc.map_or(*x, |a| (a.0.min(x.0), a.1.max(x.1)))));
+        let unclosed = f.pairer.unclosed().map(|(name, start)| (p.string(name).to_string(), start)).collect();
+        let (capability, device_memory) = f.device.unwrap_or((None, None));
+        let mut steps = Steps { source: source_kind, host: ranges, windows, names };
+        let no_steps = steps.windows.is_empty();
+        if no_steps {
+            // Findings then cover the whole trace: from the first GPU op or launching call to the last one's end.
+            let first = f.busy_extent.map_or(0, |b| b.0).min(launcher_extent.map_or(u64::MAX, |c| c.0));
+            let last = f.busy_extent.map_or(0, |b| b.1).max(launcher_extent.map_or(0, |c| c.1));
+            steps.windows = vec![(first, last.max(first))];
+            steps.names = vec!["whole trace".into()];
+        }
+        let loader_annotated = f.loader_names.iter().any(|n| !step_names.contains(n));
+        plans.insert(
+            k,
+            Plan {
+                names: f.names,
+                steps,
+                step_names,
+                unclosed,
+                launchers: f.launchers,
+                busy_extent: f.busy_extent,
+                capability,
+                device_memory,
+                devices: f.devices,
+                driver_version: f.driver_version,
+                timeline: f.timeline,
+                realtime_offset: f.realtime_offset,
+                has_stream_waits: f.has_stream_waits,
+                last_profiler_step: (f.profiler_steps.0.len() >= 2).then_some(f.profiler_steps.1),
+                pageable_dtoh: f.pageable_dtoh,
+                comm: f.comm,
+                loader_annotated,
+                no_steps,
+                events: f.events,
+                gpu_ops: f.gpu_ops,
+                used_devices: f.used_devices,
+            },
+        );
+    }
+    Ok(plans)
+}
+
+/// Step windows: host range extended to the end of the GPU work it launched, never overlapping the previous.
+fn windows(host: &[HostRange], gpu_end: &[u64]) -> Vec<Span> {
+    let mut out: Vec<Span> = Vec::with_capacity(host.len());
+    let mut prev_end = 0;
+    for (r, &g) in host.iter().zip(gpu_end) {
+        let start = r.start.max(prev_end);
+        let end = r.end.max(g).max(start);
+        out.push((start, end));
+        prev_end = end;
+    }
+    out
+}
+
+/// Steps from the repeating pattern of kernel launches: the smallest period P such that the launch sequence
+/// repeats with period P (90% of positions match) and some kernel name recurs every P launches; the step
+/// boundary is put before the launch that follows the longest host pause within the period.
+fn pattern_steps(mut seq: Vec<(u64, u32)>, last_end: u64) -> Vec<HostRange> {
+    seq.sort_by_key(|x| x.0);
+    let n = seq.len();
+    if n < 6 {
+        return vec![];
+    }
+    let mut positions: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
+    for (i, &(_, name)) in seq.iter().enumerate() {
+        positions.entry(name).or_default().push(i);
+    }
+    let mut periods: Vec<usize> = positions
+        .values()
+        .filter(|pos| pos.len() >= 3)
+        .filter_map(|pos| {
+            let mut gaps: FxHashMap<usize, usize> = FxHashMap::default();
+            for w in pos.windows(2) {
+                *gaps.entry(w[1] - w[0]).or_default() += 1;
+            }
+            let (&period, &count) = gaps.iter().max_by_key(|(g, c)| (**c, std::cmp::Reverse(**g)))?;
+            (count * 5 >= (pos.len() - 1) * 4).then_some(period)
+        })
+        .collect();
+    periods.sort_unstable();
+    periods.dedup();
+    // A step holds every kernel that recurs (3 times or more); this rules out periods that only repeat one
+    // kernel among many (1000 identical tiny kernels per step make a period of 1 otherwise).
+    let recurring = positions.values().filter(|pos| pos.len() >= 3).count();
+    let periodic = |p: usize| {
+        let matches = (0..n - p).filter(|&i| seq[i].1 == seq[i + p].1).count();
+        let distinct: FxHashSet<u32> = seq[..p.min(n)].iter().map(|x| x.1).collect();
+        n >= 3 * p && matches * 10 >= (n - p) * 9 && distinct.len() * 10 >= recurring * 9
+    };
+    let Some(period) = periods.into_iter().find(|&p| periodic(p)) else { return vec![] };
+    // The boundary: the in-period offset with the longest total pause before its launch.
+    let offset = (0..period)
+        .max_by_key(|&o| (o..n).step_by(period).filter(|&i| i > 0).map(|i| seq[i].0 - seq[i - 1].0).sum::<u64>())
+        .unwrap_or(0);
+    let starts: Vec<usize> = (offset..n).step_by(period).collect();
+    starts
+        .iter()
+        .enumerate()
+        .filter(|(_, &s)| s + period <= n)
+        .map(|(k, &s)| {
+            let end = starts.get(k + 1).map_or(last_end, |&next| seq[next].0);
+            HostRange { start: seq[s].0, end, name: 0, tid: 0 }
+        })
+        .collect()
+}

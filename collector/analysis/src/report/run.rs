@@ -1,0 +1,194 @@
+//! What a report is about: the command, the host, the devices and CUDA versions, when it ran, the span of its
+//! timeline and what the recording lost. Report times are given relative to `trace_start_ns`, the first
+//! instant the Perfetto timeline of the same file shows (its UI counts from there), so "at +1.234 s" in a
+//! report is 1.234 s on that timeline.
+
+use cuflight_format::file::Drops;
+use cuflight_format::{EventKind, RawEvent};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunDevice {
+    pub ordinal: u32,
+    pub name: String,
+    /// 0 when the trace did not say.
+    pub memory_bytes: u64,
+    /// "9.0"; "?" when the trace did not say.
+    pub compute_capability: String,
+    pub multiprocessors: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    pub command_line: Vec<String>,
+    pub host: String,
+    /// Wall-clock start of the recording (CLOCK_REALTIME ns; 0 for imports that do not say).
+    pub started_realtime_ns: u64,
+    /// The file's timeline: first start and last end of what the Perfetto export draws, over all its processes.
+    pub trace_start_ns: u64,
+    pub trace_end_ns: u64,
+    pub devices: Vec<RunDevice>,
+    /// `cuDriverGetVersion` (13000 = 13.0), 0 unknown.
+    pub cuda_driver_version: u32,
+    /// `cuptiGetVersion`, 0 unknown.
+    pub cupti_version: u32,
+    pub drops: Drops,
+    pub dropped_total: u64,
+    /// Calls the agent left out (in flight when it was armed) and events the reader refused (impossible times).
+    pub unseen_begin: u64,
+    pub refused: u64,
+    /// The agent flushed and finished (false: the process died abruptly and its last device records are missing).
+    pub finished: bool,
+    /// Why the agent turned itself off, if it did.
+    pub agent_status: String,
+}
+
+impl RunSummary {
+    /// `at` on the timeline, as "+1.234567 s".
+    pub fn at(&self, at: u64) -> String {
+        relative(at, self.trace_start_ns)
+    }
+}
+
+pub fn relative(at: u64, start: u64) -> String {
+    let d = at as i128 - start as i128;
+    format!(
+        "{}{}.{:06} s",
+        if d < 0 { "-" } else { "+" },
+        d.unsigned_abs() / 1_000_000_000,
+        d.unsigned_abs() / 1000 % 1_000_000
+    )
+}
+
+/// "13.0" from 13000; "-" for 0.
+pub fn driver_version(v: u32) -> String {
+    if v == 0 {
+        "-".into()
+    } else {
+        format!("{}.{}", v / 1000, v % 1000 / 10)
+    }
+}
+
+/// Whether the Perfetto export draws `e` (a slice, an instant or a counter value at its time).
+pub fn on_timeline(e: &RawEvent) -> bool {
+    match e.kind() {
+        Some(
+            EventKind::Api
+            | EventKind::Kernel
+            | EventKind::Memcpy
+            | EventKind::Memset
+            | EventKind::Sync
+            | EventKind::Range
+            | EventKind::NvtxMark
+            | EventKind::NvtxPush
+            | EventKind::NvtxPop
+            | EventKind::NvtxStart
+            | EventKind::NvtxEnd,
+        ) => true,
+        // Only device memory becomes a counter.
+        Some(EventKind::Alloc | EventKind::Free) => cuflight_trace::model::memory::is_device(e),
+        _ => false,
+    }
+}
+
+/// A Device event as a row (the first of each ordinal is kept by the caller).
+pub fn device(e: &RawEvent, name: &str) -> RunDevice {
+    let (major, minor) = e.compute_capability();
+    RunDevice {
+        ordinal: e.device,
+        name: name.to_string(),
+        memory_bytes: e.a,
+        compute_capability: if major == 0 { "?".into() } else { format!("{major}.{minor}") },
+        multiprocessors: e.c,
+    }
+}
+
+/// CLOCK_REALTIME ns as "2026-11-24 17:55:01 UTC" (the civil calendar from days since 1970, Howard Hinnant's
+/// algorithm); "-" for 0.
+pub fn utc(ns: u64) -> String {
+    if ns == 0 {
+        return "-".into();
+    }
+    let secs = ns / 1_000_000_000;
+    let (days, rem) = ((secs / 86400) as i64, secs % 86400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+impl RunSummary {
+    /// One line per fact, for the text report and the HTML summary: (label, value).
+    pub fn facts(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![("Command", self.command_line.join(" "))];
+        if !self.host.is_empty() {
+            out.push(("Host", self.host.clone()));
+        }
+        out.push(("Started", utc(self.started_realtime_ns)));
+        out.push((
+            "Timeline",
+            format!("{:.3} ms (times below are from its start, as on the Perfetto timeline)", self.span_ms()),
+        ));
+        for d in &self.devices {
+            let memory = match d.memory_bytes {
+                0 => "memory ?".to_string(),
+                m => format!("{:.1} GiB", m as f64 / (1u64 << 30) as f64),
+            };
+            out.push((
+                "GPU",
+                format!(
+                    "{}: {} ({memory}, compute capability {}, {} SMs)",
+                    d.ordinal, d.name, d.compute_capability, d.multiprocessors
+                ),
+            ));
+        }
+        let cupti = if self.cupti_version == 0 { "-".to_string() } else { self.cupti_version.to_string() };
+        out.push(("CUDA", format!("driver {}, CUPTI API {cupti}", driver_version(self.cuda_driver_version))));
+        let d = &self.drops;
+        let lost = if self.dropped_total == 0 {
+            "none".to_string()
+        } else {
+            let mut lost = format!(
+                "{} events (ring full {}, no ring {}, CUPTI {}, skipped {}",
+                self.dropped_total, d.ring_full, d.no_ring, d.cupti_dropped, d.records_skipped
+            );
+            if self.unseen_begin > 0 {
+                lost.push_str(&format!(", in flight at arming {}", self.unseen_begin));
+            }
+            if self.refused > 0 {
+                lost.push_str(&format!(", impossible times {}", self.refused));
+            }
+            lost + ")"
+        };
+        out.push(("Dropped", lost));
+        if !self.finished {
+            out.push(("Ended", "abruptly: the last device records the agent had not flushed are missing".into()));
+        }
+        if !self.agent_status.is_empty() {
+            out.push(("Agent", format!("off: {}", self.agent_status)));
+        }
+        out
+    }
+
+    pub fn span_ms(&self) -> f64 {
+        self.trace_end_ns.saturating_sub(self.trace_start_ns) as f64 / 1e6
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn wall_clock_and_relative_times_read_as_people_write_them() {
+        assert_eq!(super::utc(1_795_542_901_000_000_000), "2026-11-24 17:55:01 UTC");
+        assert_eq!(super::utc(951_782_400_000_000_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(super::relative(2_500_123_456, 1_000_000_000), "+1.500123 s");
+        assert_eq!(super::relative(999_000_000, 1_000_000_000), "-0.001000 s");
+        assert_eq!(super::driver_version(12040), "12.4");
+    }
+}

@@ -1,0 +1,573 @@
+//! The report's pass over a process's events once its step windows are planned ([`super::plan`]): one window at
+//! a time, as the events go by. GPU busy time, CUDA calls and host ranges are merged as they arrive and kept only
+//! until the windows they overlap are done; a window is done when the stream has passed its end (and the call
+//! stretch in progress cannot change it). What is kept per process is the open windows' share of the trace plus
+//! bounded accumulators (per-name rows, distinct durations, five examples), so memory does not grow with the
+//! trace, only with its longest step.
+
+use super::accum::{add_call, CallTotals, Copies, Counts, KernelAgg, UnionTotal};
+use super::breakdown::{Breakdown, Hta, IdleSplit};
+use super::idle::IdleCauses;
+use super::plan::Plan;
+use super::spans::{clip, merge, subtract, total, Span};
+use super::steps::StepRow;
+use super::window::{classify_flags, CallClass, Closer, HostCall, HostRange, NameFlags, WindowView};
+use cuflight_format::event::FLAG_DEVICE;
+use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::launches::LaunchJoin;
+use cuflight_trace::model::memory::LiveMemory;
+use cuflight_trace::model::names;
+use cuflight_trace::model::ranges::Pairer;
+use cuflight_trace::model::trace::Process;
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+
+/// What the sweep found in one process.
+#[derive(Default)]
+pub struct Swept {
+    pub idle: IdleCauses,
+    pub rows: Vec<StepRow>,
+    pub breakdown: Breakdown,
+    pub idle_split: IdleSplit,
+    pub utilization: Vec<f64>,
+    /// Kernels that start in steps: durations, and their launch calls' durations.
+    pub kernel_durations: Counts,
+    pub launch_durations: Counts,
+    /// Synchronising call stretches of the launching threads that start in steps.
+    pub sync_calls: CallTotals,
+    /// `cudaMalloc`/`cudaFree` (not the stream-ordered ones) in steps after the first.
+    pub alloc_calls: CallTotals,
+    pub pageable: Copies,
+    pub other_copies: Copies,
+    pub fp32: KernelAgg,
+    pub fp32_union_ns: u64,
+    pub comm: KernelAgg,
+    pub comm_union_ns: u64,
+    /// Communication time in steps with no compute beside it (less each collective's wait for other ranks).
+    pub comm_exposed_ns: u64,
+    /// HTA's communication/computation overlap over the whole trace.
+    pub comm_overlap: super::overlap::CommOverlap,
+    pub kernels: KernelAgg,
+    /// Live device memory at the end of each window.
+    pub memory_at_end: Vec<i64>,
+    /// The most spans, calls and ranges held at once when a window was done (what bounds the sweep's memory).
+    pub peak_kept: usize,
+}
+
+/// Spans sorted by start merged as they arrive; finished ones wait in `done` for the windows they overlap.
+#[derive(Default)]
+struct Growing {
+    current: Option<Span>,
+    done: VecDeque<Span>,
+}
+
+impl Growing {
+    /// Returns whether the span began a new stretch.
+    fn push(&mut self, (s, e): Span) -> bool {
+        if e <= s {
+            return false;
+        }
+        match &mut self.current {
+            Some(c) if s <= c.1 => {
+                c.1 = c.1.max(e);
+                false
+            }
+            Some(c) => {
+                self.done.push_back(*c);
+                *c = (s, e);
+                true
+            }
+            None => {
+                self.current = Some((s, e));
+                true
+            }
+        }
+    }
+
+    /// Stretches that overlap `[s, e)` or start at `e`, in order.
+    fn overlapping(&self, (s, e): Span) -> Vec<Span> {
+        let first = self.done.partition_point(|x| x.1 <= s);
+        let done = self.done.range(first..).take_while(|x| x.0 <= e).copied();
+        done.chain(self.current.filter(|c| c.1 > s && c.0 <= e)).collect()
+    }
+
+    /// The end of the last stretch that ended at or before `t`.
+    fn ended_before(&self, t: u64) -> Option<u64> {
+        if let Some(c) = self.current.filter(|c| c.1 <= t) {
+            return Some(c.1);
+        }
+        let n = self.done.partition_point(|x| x.1 <= t);
+        n.checked_sub(1).map(|i| self.done[i].1)
+    }
+
+    /// Forgets what no window from `t` on needs; `keep_before`: keeps the last stretch ending at or before `t`.
+    fn trim(&mut self, t: u64, keep_before: bool) {
+        let keep = usize::from(keep_before);
+        while self.done.get(keep).is_some_and(|x| x.1 <= t) {
+            self.done.pop_front();
+        }
+    }
+}
+
+/// Kernel-busy share of each of 100 equal slices of the GPU busy extent.
+struct Utilization {
+    extent: Option<Span>,
+    bin: u64,
+    acc: [u64; 100],
+    union: Growing,
+}
+
+impl Utilization {
+    fn new(extent: Option<Span>) -> Utilization {
+        let bin = extent.map_or(1, |(s, e)| e.saturating_sub(s).div_ceil(100).max(1));
+        Utilization { extent, bin, acc: [0; 100], union: Growing::default() }
+    }
+
+    fn push(&mut self, span: Span) {
+        self.union.push(span);
+        while let Some(done) = self.union.done.pop_front() {
+            self.add(done);
+        }
+    }
+
+    fn add(&mut self, (a, b): Span) {
+        let Some((s, _)) = self.extent else { return };
+        let mut i = (a.saturating_sub(s) / self.bin) as usize;
+        while i < 100 {
+            let (bs, be) = (s.saturating_add(i as u64 * self.bin), s.saturating_add((i as u64 + 1) * self.bin));
+            if bs >= b {
+                break;
+            }
+            self.acc[i] += b.min(be).saturating_sub(a.max(bs));
+            i += 1;
+        }
+    }
+
+    fn finish(mut self) -> Vec<f64> {
+        if self.extent.is_none() {
+            return vec![];
+        }
+        if let Some(c) = self.union.current.take() {
+            self.add(c);
+        }
+        self.acc.iter().map(|&ns| ns as f64 / self.bin as f64).collect()
+    }
+}
+
+/// Which piece a copy or collective leaves in the windows it overlaps.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Piece {
+    Pageable,
+    OtherCopy,
+    Comm,
+}
+
+/// One process's sweep state.
+pub struct Sweep<'a> {
+    plan: &'a Plan,
+    /// Per communication kernel (by its order in the process): time it only waited for other ranks.
+    waits: &'a FxHashMap<u32, u64>,
+    step_starts: Vec<u64>,
+    launches: LaunchJoin,
+    pairer: Pairer,
+    hta: Hta,
+    overlap: super::overlap::OverlapSweep,
+    hta_rounding: bool,
+    utilization: Utilization,
+    busy: Growing,
+    kernel: Growing,
+    compute: Growing,
+    memcpy: Growing,
+    memset: Growing,
+    runtime: Growing,
+    closers: VecDeque<Closer>,
+    /// The first op of the latest start time.
+    group: Option<Closer>,
+    calls: VecDeque<HostCall>,
+    call: Option<HostCall>,
+    /// Closed host ranges (not steps): (span, data loading).
+    ranges: Vec<(Span, bool)>,
+    pieces: Vec<(Span, Piece)>,
+    /// Windows before this one are done.
+    done: usize,
+    /// (device, stream) of the first op in steps, and whether every op in steps used it.
+    stream: Option<(u32, u32)>,
+    single_stream: bool,
+    /// The idle attribution as if the steps used one stream (kept while they may), and as if several.
+    idle_single: Option<IdleCauses>,
+    comm_seen: u32,
+    fp32_union: UnionTotal,
+    comm_union: UnionTotal,
+    live: LiveMemory,
+    /// Histories this long are trimmed between windows (a power of two).
+    trim_at: usize,
+    out: Swept,
+}
+
+impl<'a> Sweep<'a> {
+    pub fn new(plan: &'a Plan, waits: &'a FxHashMap<u32, u64>, hta_rounding: bool) -> Sweep<'a> {
+        Sweep {
+            plan,
+            waits,
+            step_starts: plan.steps.host.iter().map(|r| r.start).collect(),
+            launches: LaunchJoin::default(),
+            pairer: Pairer::default(),
+            hta: Hta::new(hta_rounding, plan.last_profiler_step),
+            overlap: Default::default(),
+            hta_rounding,
+            utilization: Utilization::new(plan.busy_extent),
+            busy: Growing::default(),
+            kernel: Growing::default(),
+            compute: Growing::default(),
+            memcpy: Growing::default(),
+            memset: Growing::default(),
+            runtime: Growing::default(),
+            closers: VecDeque::new(),
+            group: None,
+            calls: VecDeque::new(),
+            call: None,
+            ranges: Vec::new(),
+            pieces: Vec::new(),
+            done: 0,
+            stream: None,
+            single_stream: !plan.has_stream_waits,
+            idle_single: (!plan.has_stream_waits).then(IdleCauses::default),
+            comm_seen: 0,
+            fp32_union: UnionTotal::default(),
+            comm_union: UnionTotal::default(),
+            live: LiveMemory::default(),
+            trim_at: 1 << 14,
+            out: Swept::default(),
+        }
+    }
+
+    /// Trims histories from this length on (tests use tiny ones; the result must not change).
+    #[cfg(test)]
+    pub fn trim_at(mut self, n: usize) -> Self {
+        self.trim_at = n.next_power_of_two();
+        self
+    }
+
+    fn windows(&self) -> &'a [Span] {
+        &self.plan.steps.windows
+    }
+
+    /// The window `t` falls in.
+    fn window_of(&self, t: u64) -> Option<usize> {
+        let w = self.windows();
+        // Most questions are about the window being filled (the first not done) or the next one.
+        for k in [self.done, self.done + 1] {
+            match w.get(k) {
+                Some(x) if x.0 <= t && t < x.1 && w.get(k + 1).is_none_or(|n| n.0 > t) => return Some(k),
+                _ => {}
+            }
+        }
+        let k = w.partition_point(|x| x.0 <= t).checked_sub(1)?;
+        (t < w[k].1).then_some(k)
+    }
+
+    /// The next event of process `p` (the process this sweep was planned for), in time order.
+    pub fn event(&mut self, p: &Process, e: &RawEvent) {
+        self.advance(p, e.start);
+        let names = &self.plan.names;
+        match e.kind() {
+            Some(EventKind::Api) => {
+                self.launches.api(p, e);
+                let span = (e.start, e.end.max(e.start));
+                self.runtime.push(span);
+                let f = names.get(e.name);
+                // State queries neither queue nor wait: the time in them is the host's own (see idle.rs).
+                if self.plan.launchers.contains(&e.tid) && f & NameFlags::QUERY == 0 {
+                    let class = classify_flags(f, self.plan.pageable_dtoh.contains(&e.correlation));
+                    self.host_call(p, HostCall { start: span.0, end: span.1, class, name: e.name });
+                }
+                let alloc = f & NameFlags::ALLOC != 0 && f & NameFlags::ASYNC == 0;
+                if alloc && self.window_of(e.start).is_some_and(|k| k > 0) {
+                    add_call(&mut self.out.alloc_calls, p.string(e.name), e.duration());
+                }
+            }
+            Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => self.op(e),
+            Some(EventKind::Alloc | EventKind::Free) => {
+                let w = self.windows();
+                while self.out.memory_at_end.len() < w.len() && e.start >= w[self.out.memory_at_end.len()].1 {
+                    self.out.memory_at_end.push(self.live.device().min(i64::MAX as u64) as i64);
+                }
+                self.live.apply(p.info.pid, e);
+            }
+            _ => {}
+        }
+        if e.kind() == Some(EventKind::Range) && e.flags & FLAG_DEVICE == 0 {
+            // An imported range: TensorBoard's categories decide (see `names::cpu_exec_category`).
+            let category = p.string(e.c as u32);
+            let loader = if names::is_kineto_host_category(category) {
+                names::is_tensorboard_loader(p.string(e.name))
+            } else {
+                self.plan.names.has(e.name, NameFlags::LOADER)
+            };
+            if loader || names::cpu_exec_category(category) {
+                self.range(HostRange { start: e.start, end: e.end.max(e.start), name: e.name, tid: e.tid }, loader);
+            }
+        } else if let Some(r) = self.pairer.feed(e) {
+            let loader = self.plan.names.has(r.name, NameFlags::LOADER);
+            self.range(HostRange { start: r.start, end: r.end, name: r.name, tid: r.tid }, loader);
+        }
+        self.trim_if_long();
+    }
+
+    fn range(&mut self, r: HostRange, loader: bool) {
+        if r.end > r.start && !self.plan.step_names.contains(&r.name) {
+            self.ranges.push(((r.start, r.end), loader));
+        }
+    }
+
+    /// Launching threads' calls, nested or overlapping (runtime over driver, two threads), become disjoint
+    /// stretches named by their most blocking call.
+    fn host_call(&mut self, p: &Process, c: HostCall) {
+        match &mut self.call {
+            Some(last) if c.start < last.end => {
+                last.end = last.end.max(c.end);
+                if c.class > last.class {
+                    last.class = c.class;
+                    last.name = c.name;
+                }
+            }
+            Some(last) => {
+                let done = std::mem::replace(last, c);
+                self.call_done(p, done);
+            }
+            None => self.call = Some(c),
+        }
+    }
+
+    fn call_done(&mut self, p: &Process, c: HostCall) {
+        if c.class == CallClass::Sync && self.window_of(c.start).is_some() {
+            add_call(&mut self.out.sync_calls, p.string(c.name), c.end - c.start);
+        }
+        self.calls.push_back(c);
+    }
+
+    fn op(&mut self, e: &RawEvent) {
+        let names = &self.plan.names;
+        let kind = e.kind();
+        let launch = self.launches.work(e).map(|w| w.call);
+        if self.group.is_none_or(|g| g.start != e.start) {
+            let launched = launch.map(|c| c.start);
+            self.group = Some(Closer { start: e.start, duration: e.duration(), launched });
+        }
+        let span = (e.start, e.end.max(e.start));
+        if self.busy.push(span) {
+            self.closers.push_back(self.group.expect("set above"));
+        }
+        let is_kernel = kind == Some(EventKind::Kernel);
+        let compute = is_kernel && names.has(e.name, NameFlags::COMPUTE);
+        let comm = is_kernel && names.has(e.name, NameFlags::COMM);
+        match kind {
+            Some(EventKind::Kernel) => {
+                self.kernel.push(span);
+                self.utilization.push(span);
+                if compute {
+                    self.compute.push(span);
+                }
+            }
+            Some(EventKind::Memcpy) => _ = self.memcpy.push(span),
+            _ => _ = self.memset.push(span),
+        }
+        self.hta.op(e, launch.map(|c| (c.start, c.end)), compute);
+        if is_kernel && self.hta.traced(e, launch.map(|c| (c.start, c.end))) {
+            self.overlap.kernel(super::breakdown::interval(e.start, e.end, self.hta_rounding), comm, compute && !comm);
+        }
+        let ordinal = self.comm_seen;
+        self.comm_seen += u32::from(comm);
+        if self.window_of(e.start).is_none() {
+            return;
+        }
+        let s = (e.device, e.stream);
+        if *self.stream.get_or_insert(s) != s {
+            self.single_stream = false;
+            self.idle_single = None;
+        }
+        match kind {
+            Some(EventKind::Kernel) => {
+                self.out.kernel_durations.add(e.duration());
+                if let Some(c) = launch {
+                    self.out.launch_durations.add(c.end.saturating_sub(c.start));
+                }
+                self.out.kernels.add(e);
+                if names.has(e.name, NameFlags::FP32_GEMM) {
+                    self.out.fp32.add(e);
+                    self.fp32_union.push((e.start, e.end));
+                }
+                if comm {
+                    self.out.comm.add(e);
+                    self.comm_union.push((e.start, e.end));
+                    let wait = self.waits.get(&ordinal).copied().unwrap_or(0);
+                    self.pieces.push(((e.start.saturating_add(wait).min(e.end), e.end), Piece::Comm));
+                }
+            }
+            Some(EventKind::Memcpy) => {
+                let (src, dst) = e.copy_memory_kinds();
+                let (acc, piece) = if src == 1 || dst == 1 {
+                    (&mut self.out.pageable, Piece::Pageable)
+                } else {
+                    (&mut self.out.other_copies, Piece::OtherCopy)
+                };
+                acc.add(e);
+                self.pieces.push(((e.start, e.end), piece));
+            }
+            _ => {}
+        }
+    }
+
+    /// Finishes the windows the stream has passed by time `t`.
+    fn advance(&mut self, p: &Process, t: u64) {
+        while let Some(&(_, e)) = self.windows().get(self.done) {
+            // Every event that starts by the window's end has been seen, and the call stretch in progress can
+            // no longer grow into it or change its class.
+            let call_settled = self.call.is_none_or(|c| c.start >= e || c.end <= t);
+            if t <= e || !call_settled {
+                return;
+            }
+            self.finish_window(p);
+        }
+    }
+
+    fn finish_window(&mut self, p: &Process) {
+        let k = self.done;
+        let windows = self.windows();
+        let (s, e) = windows[k];
+        let mut loader = Vec::new();
+        let mut cpu = Vec::new();
+        for &((a, b), is_loader) in &self.ranges {
+            if b > s && a < e {
+                if is_loader { &mut loader } else { &mut cpu }.push((a.max(s), b.min(e)));
+            }
+        }
+        // A range still open has not ended by now, past the window's end.
+        for (name, start) in self.pairer.unclosed() {
+            if start < e && !self.plan.step_names.contains(&name) {
+                let piece = (start.max(s), e);
+                if self.plan.names.has(name, NameFlags::LOADER) { &mut loader } else { &mut cpu }.push(piece);
+            }
+        }
+        let mut calls: Vec<HostCall> = Vec::new();
+        let mut call_before = None;
+        for c in self.calls.iter().chain(self.call.as_ref()) {
+            if c.end <= s {
+                call_before = Some(*c);
+            } else if c.start <= e {
+                calls.push(*c);
+            }
+        }
+        let first_closer = self.closers.partition_point(|c| c.start < s);
+        let view = WindowView {
+            p,
+            span: (s, e),
+            busy: self.busy.overlapping((s, e)),
+            busy_before: self.busy.ended_before(s),
+            kernel_busy: self.kernel.overlapping((s, e)),
+            compute_busy: self.compute.overlapping((s, e)),
+            memcpy_busy: self.memcpy.overlapping((s, e)),
+            memset_busy: self.memset.overlapping((s, e)),
+            runtime_busy: self.runtime.overlapping((s, e)),
+            loader: merge(loader),
+            cpu: merge(cpu),
+            closers: self.closers.range(first_closer..).take_while(|c| c.start <= e).copied().collect(),
+            calls,
+            call_before,
+        };
+        let n = windows.len();
+        super::idle::attribute(&view, k, n, false, &self.step_starts, &mut self.out.idle);
+        if let Some(single) = self.idle_single.as_mut() {
+            super::idle::attribute(&view, k, n, true, &self.step_starts, single);
+        }
+        if !self.plan.no_steps {
+            self.out.rows.push(super::steps::breakdown(&view, &self.plan.steps.names[k]));
+        }
+        let clipped = |kind: Piece| -> Vec<Span> {
+            merge(
+                self.pieces
+                    .iter()
+                    .filter(|p| p.1 == kind)
+                    .flat_map(|p| clip(std::slice::from_ref(&p.0), s, e))
+                    .collect(),
+            )
+        };
+        self.out.pageable.lost_ns += total(&clipped(Piece::Pageable));
+        self.out.other_copies.lost_ns += total(&subtract(&clipped(Piece::OtherCopy), &view.compute_busy));
+        self.out.comm_exposed_ns += total(&subtract(&clipped(Piece::Comm), &view.compute_busy));
+        let kept = self.busy.done.len()
+            + self.kernel.done.len()
+            + self.compute.done.len()
+            + self.memcpy.done.len()
+            + self.memset.done.len()
+            + self.runtime.done.len()
+            + self.calls.len()
+            + self.closers.len()
+            + self.ranges.len()
+            + self.pieces.len();
+        self.out.peak_kept = self.out.peak_kept.max(kept);
+        self.done += 1;
+        self.trim();
+    }
+
+    /// The start of the first window not done (what everything kept is for).
+    fn next_start(&self) -> u64 {
+        self.windows().get(self.done).map_or(u64::MAX, |w| w.0)
+    }
+
+    fn trim(&mut self) {
+        let t = self.next_start();
+        self.busy.trim(t, true);
+        for g in [&mut self.kernel, &mut self.compute, &mut self.memcpy, &mut self.memset, &mut self.runtime] {
+            g.trim(t, false);
+        }
+        while self.calls.len() > 1 && self.calls[1].end <= t {
+            self.calls.pop_front();
+        }
+        while self.closers.front().is_some_and(|c| c.start < t) {
+            self.closers.pop_front();
+        }
+        self.ranges.retain(|r| r.0 .1 > t);
+        self.pieces.retain(|p| p.0 .1 > t);
+    }
+
+    /// Between windows (before the first, or after a long one), what waits is trimmed as it grows.
+    fn trim_if_long(&mut self) {
+        let at = self.trim_at;
+        let long = |n: usize| n >= at && n.is_power_of_two();
+        if long(self.busy.done.len())
+            || long(self.runtime.done.len())
+            || long(self.calls.len())
+            || long(self.ranges.len())
+            || long(self.pieces.len())
+            || long(self.closers.len())
+        {
+            self.trim();
+        }
+    }
+
+    pub fn finish(mut self, p: &Process) -> Swept {
+        if let Some(c) = self.call.take() {
+            self.call_done(p, c);
+        }
+        self.advance(p, u64::MAX);
+        while self.done < self.windows().len() {
+            self.finish_window(p);
+        }
+        let w = self.windows().len();
+        while self.out.memory_at_end.len() < w {
+            self.out.memory_at_end.push(self.live.device().min(i64::MAX as u64) as i64);
+        }
+        if self.single_stream {
+            if let Some(single) = self.idle_single.take() {
+                self.out.idle = single;
+            }
+        }
+        (self.out.breakdown, self.out.idle_split) = self.hta.finish();
+        self.out.utilization = self.utilization.finish();
+        self.out.fp32_union_ns = self.fp32_union.total();
+        self.out.comm_union_ns = self.comm_union.total();
+        self.out.comm_overlap = self.overlap.finish();
+        self.out
+    }
+}

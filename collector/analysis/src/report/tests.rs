@@ -1,0 +1,180 @@
+//! The report's planning and sweep on hand-made processes: what crosses window boundaries, and memory that
+//! stays with the windows.
+
+use super::plan::plan;
+use super::steps::StepSource;
+use super::sweep::{Sweep, Swept};
+use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::source::EventSource;
+use cuflight_trace::model::trace::{Process, Trace};
+
+fn source(p: Process) -> EventSource {
+    let mut t = Trace::default();
+    t.processes.insert(p.info.pid, p);
+    EventSource::from_trace(t)
+}
+
+fn process(strings: &[(u32, &str)], mut events: Vec<RawEvent>) -> Process {
+    let mut p = Process::default();
+    p.info.pid = 7;
+    for &(id, s) in strings {
+        p.strings.insert(id, s.to_string());
+    }
+    events.sort_by_key(|e| e.start);
+    p.events = events;
+    p
+}
+
+fn kernel(name: u32, start: u64, dur: u64, corr: u32) -> RawEvent {
+    RawEvent { name, correlation: corr, stream: 7, ..RawEvent::new(EventKind::Kernel, 0, start, start + dur) }
+}
+
+fn api(name: u32, start: u64, dur: u64, corr: u32) -> RawEvent {
+    RawEvent { name, correlation: corr, ..RawEvent::new(EventKind::Api, 1, start, start + dur) }
+}
+
+fn sweep(src: &mut EventSource, trim_at: usize) -> Swept {
+    let plans = plan(src, None).unwrap();
+    let waits = Default::default();
+    let (&k, pl) = plans.iter().next().unwrap();
+    let mut s = Sweep::new(pl, &waits, false).trim_at(trim_at);
+    src.for_each(|_, p, e| s.event(p, e)).unwrap();
+    s.finish(&src.processes[&k])
+}
+
+#[test]
+fn pattern_steps_cut_at_the_longest_pause() {
+    // Per step: a pause of 1000 (data), then kernels 1,2,3,2 launched 10 apart.
+    let (mut events, mut t, mut corr) = (vec![], 0, 1);
+    for _ in 0..5 {
+        t += 1000;
+        for name in [1, 2, 3, 2] {
+            events.push(kernel(name, t + 5, 5, corr));
+            events.push(api(9, t, 2, corr));
+            corr += 1;
+            t += 10;
+        }
+    }
+    let mut src = source(process(&[(9, "cudaLaunchKernel")], events));
+    let plans = plan(&mut src, None).unwrap();
+    let steps = &plans[&7].steps;
+    assert_eq!(steps.source, StepSource::Pattern);
+    assert_eq!(steps.host.len(), 5);
+    assert_eq!((steps.host[0].start, steps.host[1].start), (1000, 2040));
+}
+
+#[test]
+fn the_step_breakdown_gives_each_instant_to_the_first_category_that_applies() {
+    let p = process(&[], vec![]);
+    let view = super::window::WindowView {
+        p: &p,
+        span: (0, 50),
+        busy: vec![(10, 40)],
+        busy_before: None,
+        kernel_busy: vec![(10, 30)],
+        compute_busy: vec![],
+        memcpy_busy: vec![(25, 40)],
+        memset_busy: vec![],
+        runtime_busy: vec![(0, 12)],
+        loader: vec![],
+        cpu: vec![],
+        closers: vec![],
+        calls: vec![],
+        call_before: None,
+    };
+    let row = super::steps::breakdown(&view, "s");
+    assert_eq!((row.kernel_ns, row.memcpy_ns, row.runtime_ns, row.other_ns), (20, 10, 10, 10));
+    assert!((row.gpu_utilization - 0.4).abs() < 1e-9);
+}
+
+/// A training loop of NVTX steps whose GPU work runs late (the host queues ahead), with a sync at the end of each
+/// step, a data-loading range that spans step boundaries, and a kernel longer than a step.
+fn loop_trace(steps: u64) -> Process {
+    let strings = [(1, "step"), (2, "gemm"), (3, "cudaLaunchKernel"), (4, "cudaStreamSynchronize"), (5, "load batch")];
+    let mut ev = Vec::new();
+    let (mut t, mut corr) = (1_000_000u64, 1u32);
+    for s in 0..steps {
+        ev.push(RawEvent { name: 1, ..RawEvent::new(EventKind::NvtxPush, 1, t, t) });
+        // Data loading that started in the previous step's tail.
+        ev.push(RawEvent { name: 5, ..RawEvent::new(EventKind::Range, 1, t.saturating_sub(3_000), t + 20_000) });
+        t += 20_000;
+        for k in 0..8u64 {
+            ev.push(api(3, t, 4_000, corr));
+            let dur = if s % 7 == 3 && k == 0 { 400_000 } else { 15_000 };
+            ev.push(kernel(2, t + 30_000 + k * 16_000, dur, corr));
+            corr += 1;
+            t += 5_000;
+        }
+        ev.push(api(4, t, 150_000, 0));
+        t += 150_000;
+        ev.push(RawEvent { name: 1, ..RawEvent::new(EventKind::NvtxPop, 1, t, t) });
+        t += 2_000;
+    }
+    process(&strings, ev)
+}
+
+#[test]
+fn trimming_what_the_sweep_keeps_never_changes_the_result() {
+    let mut src = source(loop_trace(60));
+    let full = sweep(&mut src, 1 << 20);
+    let tight = sweep(&mut src, 2);
+    let json = |s: &Swept| {
+        serde_json::json!({
+            "idle": s.idle.summary(), "rows": s.rows, "breakdown": s.breakdown, "split": s.idle_split,
+            "util": s.utilization, "sync": s.sync_calls, "kernels": s.kernel_durations.len(),
+        })
+    };
+    assert_eq!(json(&tight), json(&full));
+    assert_eq!(full.rows.len(), 60);
+    let idle = full.idle.summary();
+    assert!(idle.sync_stall_ns > 0 && idle.data_loading_ns > 0, "{idle:?}");
+    assert_eq!(full.sync_calls["cudaStreamSynchronize"].0, 60);
+}
+
+#[test]
+fn the_sweep_keeps_one_steps_worth_however_long_the_trace() {
+    let mut short = source(loop_trace(50));
+    let mut long = source(loop_trace(2_000));
+    let (a, b) = (sweep(&mut short, 1 << 14), sweep(&mut long, 1 << 14));
+    assert_eq!(b.rows.len(), 2_000);
+    assert!(
+        a.peak_kept > 0 && b.peak_kept <= a.peak_kept + 8,
+        "kept {} for 50 steps, {} for 2000",
+        a.peak_kept,
+        b.peak_kept
+    );
+}
+
+/// PyTorch's pattern after `loss.item()`: the sync drains the queue, then the host works (logging, the next batch's
+/// Python) calling `cudaGetDevice` hundreds of times before it launches again. The idle GPU waits because of the
+/// sync; the state queries in between must not take the blame (they neither queue nor wait).
+#[test]
+fn state_queries_after_a_sync_leave_the_idle_time_to_the_sync() {
+    let strings =
+        [(1, "step"), (2, "gemm"), (3, "cudaLaunchKernel"), (4, "cudaStreamSynchronize"), (6, "cudaGetDevice")];
+    let mut ev = Vec::new();
+    let (mut t, mut corr) = (1_000_000u64, 1u32);
+    for _ in 0..20 {
+        let step_start = t;
+        for _ in 0..4 {
+            ev.push(api(3, t, 4_000, corr));
+            ev.push(kernel(2, t + 5_000, 100_000, corr));
+            corr += 1;
+            t += 5_000;
+        }
+        // The sync returns when the last kernel ends.
+        let end = t + 400_000;
+        ev.push(api(4, t, end - t, 0));
+        t = end;
+        // 3 ms of host work after the sync, with a state query every 10 µs.
+        for _ in 0..300 {
+            ev.push(api(6, t + 9_000, 200, 0));
+            t += 10_000;
+        }
+        ev.push(RawEvent { name: 1, ..RawEvent::new(EventKind::Range, 1, step_start, t) });
+    }
+    let mut src = source(process(&strings, ev));
+    let idle = sweep(&mut src, 1 << 20).idle.summary();
+    assert!(idle.sync_stall_ns > 19 * 2_900_000, "{idle:?}");
+    assert!(idle.cpu_bound_ns + idle.launch_bound_ns < idle.sync_stall_ns / 100, "{idle:?}");
+}

@@ -1,0 +1,240 @@
+//! The terminal rendering of a report: the verdict first, then the findings with their evidence and fix, then
+//! per process the breakdowns, the steps and the top kernels.
+
+use super::findings::{ms, Finding};
+use super::gpu_findings::short_name;
+use super::steps::{StepRow, StepSource};
+use super::{ProcessReport, Report};
+use crate::table::Table;
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", 100.0 * part as f64 / whole as f64)
+    }
+}
+
+pub fn who(f: &Finding) -> String {
+    f.rank.map_or(format!("pid {}", f.pid), |r| format!("rank {r} (pid {})", f.pid))
+}
+
+fn finding(out: &mut String, i: usize, f: &Finding, origin: u64) {
+    let cost = if f.time_lost_ns > 0 {
+        format!("{:.1}% of step time, {} lost", f.share * 100.0, ms(f.time_lost_ns))
+    } else {
+        String::new()
+    };
+    out.push_str(&format!("\n {}. [{}] {}  {cost}  {}\n", i + 1, severity(f.severity), f.kind, who(f)));
+    out.push_str(&format!("    {}\n", f.summary));
+    let ev = &f.evidence;
+    for fact in &ev.facts {
+        out.push_str(&format!("    - {fact}\n"));
+    }
+    if !ev.steps.is_empty() {
+        let s: Vec<String> = ev.steps.iter().take(3).map(|s| format!("{} {}", s.name, ms(s.lost_ns))).collect();
+        out.push_str(&format!("    - worst steps: {}\n", s.join(", ")));
+    }
+    if !ev.api_calls.is_empty() {
+        let s: Vec<String> =
+            ev.api_calls.iter().take(3).map(|c| format!("{} x{} ({})", c.name, c.count, ms(c.total_ns))).collect();
+        out.push_str(&format!("    - {}: {}\n", calls_label(f), s.join(", ")));
+    }
+    if f.kind != "hot_kernels" {
+        for k in ev.kernels.iter().take(3) {
+            out.push_str(&format!("    - kernel {} x{} {}\n", short_name(&k.name), k.count, ms(k.total_ns)));
+        }
+        if let Some(e) = ev.examples.first() {
+            let at = super::run::relative(e.start_ns, origin);
+            out.push_str(&format!("    - longest: {} at {at}, {}\n", e.what, ms(e.duration_ns)));
+        }
+    }
+    out.push_str(&format!("    fix: {}\n", f.fix));
+}
+
+/// Idle-time findings list the CUDA calls the idle time happened in or right after; the others, the calls found.
+pub fn calls_label(f: &Finding) -> &'static str {
+    match f.kind {
+        "data_loading" | "launch_bound" | "cpu_bound" => "idle in or right after",
+        "sync_stall" | "allocator_churn" => "calls",
+        _ => "calls",
+    }
+}
+
+pub fn severity(s: super::Severity) -> &'static str {
+    match s {
+        super::Severity::Info => "info",
+        super::Severity::Low => "low",
+        super::Severity::Medium => "medium",
+        super::Severity::High => "high",
+    }
+}
+
+fn step_cells(r: &StepRow) -> Vec<String> {
+    let d = r.duration_ns;
+    vec![
+        format!("{:.3}", d as f64 / 1e6),
+        pct(r.kernel_ns, d),
+        pct(r.memcpy_ns, d),
+        pct(r.memset_ns, d),
+        pct(r.runtime_ns, d),
+        pct(r.dataloader_ns, d),
+        pct(r.cpu_exec_ns, d),
+        pct(r.other_ns, d),
+        format!("{:.1}%", r.gpu_utilization * 100.0),
+        r.name.clone(),
+    ]
+}
+
+fn process(out: &mut String, p: &ProcessReport) {
+    let worker = p.worker_of.map_or(String::new(), |m| format!(", a worker of pid {m}"));
+    out.push_str(&format!("\n== {} ({}{worker}) from {}\n", p.command, p.who, p.file));
+    for (label, value) in p.run.facts() {
+        out.push_str(&format!("  {label}: {value}\n"));
+    }
+    let b = &p.breakdown;
+    out.push_str(&format!(
+        "  GPU time breakdown (HTA definitions) over {} ({} GPU ops): idle {:.1}%, compute {:.1}%, non-compute {:.1}%\n",
+        ms(b.span_ns),
+        b.gpu_ops,
+        b.percent(b.idle_ns),
+        b.percent(b.compute_ns),
+        b.percent(b.non_compute_ns)
+    ));
+    let i = &p.idle_breakdown;
+    out.push_str(&format!(
+        "  idle by cause (per stream, HTA): host wait {}, kernel wait {}, other {}\n",
+        ms(i.host_wait_ns.max(0) as u64),
+        ms(i.kernel_wait_ns.max(0) as u64),
+        ms(i.other_ns.max(0) as u64)
+    ));
+    let c = &p.idle_causes;
+    out.push_str(&format!(
+        "  idle inside steps {}: data loading {}, sync stalls {}, launch overhead {}, host CPU work {}, allocator {}, \
+         queued work waiting (other streams, events, the device) {}\n",
+        ms(c.idle_in_steps_ns),
+        ms(c.data_loading_ns),
+        ms(c.sync_stall_ns),
+        ms(c.launch_bound_ns),
+        ms(c.cpu_bound_ns),
+        ms(c.allocator_churn_ns),
+        ms(c.device_wait_ns)
+    ));
+    if let Some(t) = &p.step_total {
+        let source = match p.step_source {
+            StepSource::Option => "--step",
+            StepSource::ProfilerStep => "ProfilerStep annotations",
+            StepSource::Nvtx => "NVTX ranges",
+            StepSource::Pattern => "the repeating launch pattern",
+            StepSource::None => "none",
+        };
+        let mut table = Table::new(
+            format!(
+                "  Steps (from {source}): {}, mean {}, GPU utilisation {:.1}%",
+                p.steps.len(),
+                ms(t.duration_ns / p.steps.len().max(1) as u64),
+                t.gpu_utilization * 100.0
+            ),
+            &[
+                "Time (ms)",
+                "Kernel",
+                "Memcpy",
+                "Memset",
+                "Runtime",
+                "DataLoader",
+                "CPU Exec",
+                "Other",
+                "GPU util",
+                "Step",
+            ],
+        );
+        let shown = 10;
+        for r in p.steps.iter().take(shown) {
+            table.row(step_cells(r));
+        }
+        if p.steps.len() > shown {
+            table.row(vec!["...".into(); 10]);
+        }
+        table.row(step_cells(t));
+        table.render(out);
+    }
+    if !p.top_kernels.is_empty() {
+        let mut t = Table::new(
+            "  Top kernels",
+            &["Total (ms)", "Count", "Mean (µs)", "Share", "Grid", "Block", "Regs", "Occupancy", "Name"],
+        );
+        for k in &p.top_kernels {
+            t.row(vec![
+                format!("{:.3}", k.total_ns as f64 / 1e6),
+                k.count.to_string(),
+                format!("{:.1}", k.mean_ns as f64 / 1e3),
+                format!("{:.1}%", k.share_of_kernel_time * 100.0),
+                format!("{}x{}x{}", k.grid[0], k.grid[1], k.grid[2]),
+                format!("{}x{}x{}", k.block[0], k.block[1], k.block[2]),
+                k.registers_per_thread.to_string(),
+                k.occupancy.map_or("-".into(), |o| format!("{:.0}%", o * 100.0)),
+                short_name(&k.name),
+            ]);
+        }
+        t.render(out);
+    }
+    for w in &p.warnings {
+        out.push_str(&format!("  warning: {w}\n"));
+    }
+}
+
+impl Report {
+    /// The report as text for a terminal.
+    pub fn to_text(&self) -> String {
+        render(self)
+    }
+}
+
+/// What the terminal shows of a large job (JSON and HTML have everything).
+const TEXT_FINDINGS: usize = 20;
+const TEXT_PROCESSES: usize = 16;
+
+fn render(r: &Report) -> String {
+    let mut out = format!("Verdict: {}\n", r.verdict);
+    if !r.findings.is_empty() {
+        out.push_str("\nFindings, most costly first:\n");
+        for (i, f) in r.findings.iter().take(TEXT_FINDINGS).enumerate() {
+            finding(&mut out, i, f, r.origin_of(f));
+        }
+        if r.findings.len() > TEXT_FINDINGS {
+            out.push_str(&format!("\n ... and {} more (--format json or html)\n", r.findings.len() - TEXT_FINDINGS));
+        }
+    }
+    if let Some(j) = &r.job {
+        j.to_text(&mut out);
+    }
+    // Of many processes, those the shown findings name, then the first ones.
+    let mut shown: Vec<usize> = Vec::new();
+    if r.processes.len() > TEXT_PROCESSES {
+        for f in r.findings.iter().take(TEXT_FINDINGS) {
+            let i = r.processes.iter().position(|p| p.pid == f.pid && p.rank == f.rank);
+            if let Some(i) = i.filter(|i| !shown.contains(i) && shown.len() < TEXT_PROCESSES) {
+                shown.push(i);
+            }
+        }
+        (0..r.processes.len()).for_each(|i| {
+            if shown.len() < TEXT_PROCESSES && !shown.contains(&i) {
+                shown.push(i);
+            }
+        });
+        shown.sort_unstable();
+    } else {
+        shown = (0..r.processes.len()).collect();
+    }
+    for &i in &shown {
+        process(&mut out, &r.processes[i]);
+    }
+    if shown.len() < r.processes.len() {
+        out.push_str(&format!(
+            "\n({} of {} processes shown: those the findings above name, then the first; all in --format json or html)\n",
+            shown.len(),
+            r.processes.len()
+        ));
+    }
+    out
+}

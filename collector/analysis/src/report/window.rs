@@ -1,0 +1,208 @@
+//! One step window as the idle attribution and the step breakdown see it, and the vocabulary they share: what a
+//! CUDA call does to the GPU's queue, the launching threads' call stretches, host ranges, and per-name flags.
+//!
+//! A window holds only what overlaps it (GPU busy time by kind, CUDA calls, host ranges, the op that ends each
+//! GPU gap) and the two facts from before it that a gap at its start needs (where the GPU was last busy, the
+//! last CUDA call): [`super::sweep`] builds windows one after another as the events go by.
+
+use super::spans::Span;
+use cuflight_format::RawEvent;
+use cuflight_trace::model::names;
+use cuflight_trace::model::trace::Process;
+use rustc_hash::FxHashMap;
+
+/// What a CUDA call does to the GPU's queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CallClass {
+    /// Issues work and returns (launches, async copies, event records...).
+    Launch,
+    /// `cudaMalloc`/`cudaFree` and friends (`cudaFree` also synchronises the device).
+    Alloc,
+    /// Blocks the host until the GPU catches up: stream/device/event synchronisation, synchronous copies and
+    /// device-to-host copies into pageable memory.
+    Sync,
+}
+
+/// A stretch of time in which a launching thread was inside CUDA calls.
+#[derive(Clone, Copy, Debug)]
+pub struct HostCall {
+    pub start: u64,
+    pub end: u64,
+    pub class: CallClass,
+    /// The name of the call that gives the stretch its class (the first of the most blocking).
+    pub name: u32,
+}
+
+/// A completed host range (NVTX range or imported annotation/operator).
+#[derive(Clone, Copy, Debug)]
+pub struct HostRange {
+    pub start: u64,
+    pub end: u64,
+    pub name: u32,
+    pub tid: u32,
+}
+
+/// The GPU op that ends a GPU gap: the first op (in start order) that starts where GPU busy time resumes.
+#[derive(Clone, Copy, Debug)]
+pub struct Closer {
+    pub start: u64,
+    pub duration: u64,
+    /// Its launch call's start, when the call is in the trace.
+    pub launched: Option<u64>,
+}
+
+/// One window `[span.0, span.1)` of one process.
+pub struct WindowView<'a> {
+    pub p: &'a Process,
+    pub span: Span,
+    /// Whole GPU busy stretches (all ops merged) that overlap the window or start at its end.
+    pub busy: Vec<Span>,
+    /// End of the last busy stretch that ended at or before the window's start.
+    pub busy_before: Option<u64>,
+    /// Busy time by kind and host time by kind, merged (at least the part inside the window).
+    pub kernel_busy: Vec<Span>,
+    pub compute_busy: Vec<Span>,
+    pub memcpy_busy: Vec<Span>,
+    pub memset_busy: Vec<Span>,
+    /// CUDA API time of every thread.
+    pub runtime_busy: Vec<Span>,
+    /// Data-loading annotations.
+    pub loader: Vec<Span>,
+    /// Other host ranges and operators: TensorBoard's "CPU Exec".
+    pub cpu: Vec<Span>,
+    /// The op that starts each busy stretch inside the window (by its start).
+    pub closers: Vec<Closer>,
+    /// The launching threads' call stretches that overlap the window, sorted.
+    pub calls: Vec<HostCall>,
+    /// The last call stretch that ended at or before the window's start.
+    pub call_before: Option<HostCall>,
+}
+
+impl WindowView<'_> {
+    /// The last CUDA-call stretch that ended at or before `t` (`t` inside the window).
+    pub fn call_before(&self, t: u64) -> Option<&HostCall> {
+        let n = self.calls.partition_point(|c| c.end <= t);
+        n.checked_sub(1).map(|i| &self.calls[i]).or(self.call_before.as_ref())
+    }
+
+    pub fn name(&self, id: u32) -> &str {
+        self.p.string(id)
+    }
+}
+
+/// `copy`: the copy with the call's correlation id, if any.
+pub fn classify_call(name: &str, copy: Option<&RawEvent>) -> CallClass {
+    classify_flags(NameFlags::of(name), copy.is_some_and(is_dtoh_to_pageable))
+}
+
+/// A device-to-host copy into pageable memory: the call that queues it blocks, "async" or not.
+pub fn is_dtoh_to_pageable(copy: &RawEvent) -> bool {
+    copy.sub == 2 && copy.copy_memory_kinds().1 == 1
+}
+
+/// `to_pageable`: the call's copy goes device to pageable host memory.
+pub fn classify_flags(f: u16, to_pageable: bool) -> CallClass {
+    if f & NameFlags::SYNC != 0 {
+        return CallClass::Sync;
+    }
+    let is_async = f & NameFlags::ASYNC != 0;
+    if f & NameFlags::ALLOC != 0 && !is_async {
+        return CallClass::Alloc;
+    }
+    if f & NameFlags::MEMCPY != 0 {
+        // Asynchronous copies into pageable host memory still block (the driver stages them).
+        if !is_async || to_pageable {
+            return CallClass::Sync;
+        }
+    }
+    CallClass::Launch
+}
+
+/// What the analyses need to know about each name, computed once per distinct string (not per event: a
+/// 10M-event trace has a few thousand names).
+#[derive(Default)]
+pub struct NameFlags(FxHashMap<u32, u16>);
+
+impl NameFlags {
+    pub const COMPUTE: u16 = 1;
+    pub const COMM: u16 = 2;
+    pub const FP32_GEMM: u16 = 4;
+    pub const PROFILER_STEP: u16 = 8;
+    pub const STEP_LIKE: u16 = 16;
+    pub const LOADER: u16 = 32;
+    pub const SYNC: u16 = 64;
+    pub const ALLOC: u16 = 128;
+    pub const FREE: u16 = 256;
+    pub const MEMCPY: u16 = 512;
+    pub const ASYNC: u16 = 1024;
+    pub const STREAM_WAIT: u16 = 2048;
+    /// Reads state only ([`names::api_is_query`]): not a host call of the idle analysis.
+    pub const QUERY: u16 = 4096;
+
+    pub fn of(name: &str) -> u16 {
+        let mut f = 0;
+        let mut set = |cond: bool, flag: u16| {
+            if cond {
+                f |= flag;
+            }
+        };
+        set(names::is_compute_kernel(name), Self::COMPUTE);
+        set(names::is_comm_kernel(name), Self::COMM);
+        set(names::is_fp32_gemm(name), Self::FP32_GEMM);
+        set(name.contains("ProfilerStep"), Self::PROFILER_STEP);
+        set(names::step_like(name), Self::STEP_LIKE);
+        set(names::is_loader_range(name), Self::LOADER);
+        set(name.contains("Synchronize"), Self::SYNC);
+        set(name.contains("Malloc") || name.contains("MemAlloc") || name.contains("Free"), Self::ALLOC);
+        set(name.contains("Free"), Self::FREE);
+        set(name.contains("Memcpy"), Self::MEMCPY);
+        set(name.contains("Async"), Self::ASYNC);
+        set(name.contains("StreamWaitEvent"), Self::STREAM_WAIT);
+        set(names::api_is_query(name), Self::QUERY);
+        f
+    }
+
+    pub fn new(p: &Process) -> NameFlags {
+        NameFlags(p.strings.iter().map(|(&id, s)| (id, Self::of(s))).collect())
+    }
+
+    pub fn get(&self, id: u32) -> u16 {
+        self.0.get(&id).copied().unwrap_or(0)
+    }
+
+    pub fn has(&self, id: u32, flag: u16) -> bool {
+        self.get(id) & flag != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cuflight_format::EventKind;
+    use cuflight_trace::model::names::{is_comm_kernel, is_loader_range};
+
+    #[test]
+    fn calls_are_classified_by_their_effect_on_the_queue() {
+        assert_eq!(classify_call("cudaStreamSynchronize", None), CallClass::Sync);
+        assert_eq!(classify_call("cuCtxSynchronize", None), CallClass::Sync);
+        assert_eq!(classify_call("cudaMemcpy", None), CallClass::Sync);
+        assert_eq!(classify_call("cudaMemcpyAsync", None), CallClass::Launch);
+        let mut dtoh_pageable = RawEvent::new(EventKind::Memcpy, 0, 0, 1);
+        (dtoh_pageable.sub, dtoh_pageable.b) = (2, 3 | 1 << 8);
+        assert_eq!(classify_call("cudaMemcpyAsync", Some(&dtoh_pageable)), CallClass::Sync);
+        assert_eq!(classify_call("cudaFree", None), CallClass::Alloc);
+        assert_eq!(classify_call("cudaMallocAsync", None), CallClass::Launch);
+        assert_eq!(classify_call("cudaLaunchKernel", None), CallClass::Launch);
+        assert!(is_loader_range("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"));
+        assert!(is_comm_kernel("ncclKernel_AllReduce_RING_LL_Sum_float"));
+        assert!(is_comm_kernel("ncclDevKernel_AllGather_RING_LL"));
+        assert!(is_comm_kernel(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)"
+        ));
+        assert!(is_comm_kernel("void ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)"));
+        // One class a kernel: a communication kernel is never computation too, however it is spelled.
+        for name in ["void ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", "ncclDevKernel_AllGather_RING_LL"] {
+            assert!(!cuflight_trace::model::names::is_compute_kernel(name), "{name}");
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! The `stats` tables as an accumulator fed one event at a time in time order (from [`cuflight_trace::model::source`]): it keeps
+//! per-(process, name id) aggregates, open NVTX ranges, live allocations and unmatched launches, never the events,
+//! so its memory does not grow with the trace.
+
+use super::*;
+use cuflight_format::event::FLAG_ASYNC;
+use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::names;
+use cuflight_trace::model::ranges::Pairer;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::dist::Dist as Acc;
+
+/// Where an NVTX row's domain name comes from: a domain id (0 is "default") or, for imported ranges, a plain
+/// string id.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Domain {
+    Nvtx(u64),
+    Imported(u32),
+}
+
+/// Launches of a process that may have lost its device work (only tracked for processes that did not finish).
+#[derive(Default)]
+struct Launches {
+    /// Launch calls whose kernel has not been seen, by correlation id.
+    waiting: FxHashMap<u32, u64>,
+    /// Kernels seen before any launch with their correlation (clock alignment can put a kernel a little early).
+    early: FxHashSet<u32>,
+}
+
+/// Graph launches (distinct correlation ids), distinct nodes, kernels and their time.
+type GraphAcc = (FxHashSet<u32>, FxHashSet<u64>, u64, u64);
+
+#[derive(Default)]
+pub struct StatsAcc {
+    kernels: FxHashMap<(u32, u32), Acc>,
+    api: FxHashMap<(u32, u32), Acc>,
+    /// Whether an API name (per process and id) is a kernel launch.
+    is_launch: FxHashMap<(u32, u32), bool>,
+    memcpy: BTreeMap<(&'static str, &'static str), MemcpyRow>,
+    memset: BTreeMap<&'static str, MemsetRow>,
+    /// Copy and memset durations and sizes by operation, as `nsys stats`' cuda_gpu_mem_time_sum / _size_sum.
+    mem_time: BTreeMap<&'static str, Acc>,
+    mem_size: BTreeMap<&'static str, Acc>,
+    sync: BTreeMap<&'static str, SyncRow>,
+    nvtx: FxHashMap<(u32, Domain, u32, &'static str), Acc>,
+    nvtx_categories: BTreeSet<NvtxCategoryRow>,
+    graphs: BTreeMap<(u32, u64), GraphAcc>,
+    pairers: FxHashMap<u32, Pairer>,
+    live: cuflight_trace::model::memory::LiveMemory,
+    device_memory: MemoryUse,
+    pinned_memory: MemoryUse,
+    devices: BTreeMap<u32, Vec<DeviceRow>>,
+    events: FxHashMap<u32, u64>,
+    launches: FxHashMap<u32, Launches>,
+    projection: super::projection::Projection,
+}
+
+impl StatsAcc {
+    /// One event of process `key` (`p` its facts and strings); events must come in time order.
+    pub fn feed(&mut self, key: u32, p: &Process, e: &RawEvent) {
+        *self.events.entry(key).or_default() += 1;
+        self.projection.feed(key, p, e);
+        if let Some(r) = self.pairers.entry(key).or_default().feed(e) {
+            self.nvtx.entry((key, Domain::Nvtx(r.domain), r.name, "range")).or_default().add(r.end - r.start);
+            return;
+        }
+        match e.kind() {
+            Some(EventKind::Kernel) => {
+                self.kernels.entry((key, e.name)).or_default().add(e.duration());
+                self.kernel_seen(key, p, e.correlation);
+            }
+            Some(EventKind::Api) => {
+                self.api.entry((key, e.name)).or_default().add(e.duration());
+                if !p.info.finished && e.correlation != 0 {
+                    let launch = *self
+                        .is_launch
+                        .entry((key, e.name))
+                        .or_insert_with(|| names::api_launches_kernel(p.string(e.name)));
+                    if launch {
+                        let l = self.launches.entry(key).or_default();
+                        if !l.early.contains(&e.correlation) {
+                            *l.waiting.entry(e.correlation).or_default() += 1;
+                        }
+                    }
+                }
+            }
+            Some(EventKind::Memcpy) => {
+                let (src, dst) = e.copy_memory_kinds();
+                let host = match e.sub {
+                    1 => names::memory_kind(src), // HtoD: the source is host memory
+                    2 => names::memory_kind(dst),
+                    9 => names::memory_kind(src),
+                    _ => "device",
+                };
+                let (kind, host) = (names::memcpy_kind(e.sub), host);
+                let row = self.memcpy.entry((kind, host)).or_insert_with(|| MemcpyRow {
+                    kind: kind.to_string(),
+                    host_memory: host.to_string(),
+                    count: 0,
+                    bytes: 0,
+                    total_ns: 0,
+                    gbps: 0.0,
+                    async_count: 0,
+                });
+                row.count += 1;
+                row.bytes += e.a;
+                row.total_ns += e.duration();
+                row.async_count += (e.flags & FLAG_ASYNC != 0) as u64;
+                let op = names::memcpy_operation(e.sub);
+                self.mem_time.entry(op).or_default().add(e.duration());
+                self.mem_size.entry(op).or_default().add(e.a);
+            }
+            Some(EventKind::Memset) => {
+                let kind = names::memory_kind(e.sub);
+                let row = self.memset.entry(kind).or_insert_with(|| MemsetRow {
+                    kind: kind.to_string(),
+                    count: 0,
+                    bytes: 0,
+                    total_ns: 0,
+                });
+                row.count += 1;
+                row.bytes += e.a;
+                row.total_ns += e.duration();
+                self.mem_time.entry("[CUDA memset]").or_default().add(e.duration());
+                self.mem_size.entry("[CUDA memset]").or_default().add(e.a);
+            }
+            Some(EventKind::Sync) => {
+                let kind = names::sync_kind(e.sub);
+                let row =
+                    self.sync.entry(kind).or_insert_with(|| SyncRow { kind: kind.to_string(), count: 0, total_ns: 0 });
+                row.count += 1;
+                row.total_ns += e.duration();
+            }
+            Some(k @ (EventKind::Alloc | EventKind::Free)) => {
+                let Some(change) = self.live.apply(key, e) else { return };
+                let m = if change.device { &mut self.device_memory } else { &mut self.pinned_memory };
+                if k == EventKind::Alloc {
+                    m.malloc_count += 1;
+                    m.alloc_bytes += e.b;
+                    m.peak_bytes = m.peak_bytes.max(change.live);
+                } else {
+                    m.free_count += 1;
+                }
+            }
+            Some(EventKind::Device) => self.devices.entry(key).or_default().push(DeviceRow {
+                pid: p.info.pid,
+                device: e.device,
+                name: p.string(e.name).to_string(),
+                memory_bytes: e.a,
+                compute_capability: format!("{}.{}", e.compute_capability().0, e.compute_capability().1),
+                multiprocessors: e.c,
+            }),
+            Some(EventKind::Range) => {
+                self.nvtx.entry((key, Domain::Imported(e.c as u32), e.name, "range")).or_default().add(e.duration());
+            }
+            Some(EventKind::GraphNode) => {
+                let g = self.graphs.entry((key, e.a)).or_default();
+                g.0.insert(e.correlation);
+                g.1.insert(e.b);
+                g.2 += 1;
+                g.3 += e.duration();
+                self.kernel_seen(key, p, e.correlation);
+            }
+            Some(EventKind::NvtxCategory) => {
+                self.nvtx_categories.insert(NvtxCategoryRow {
+                    domain: p.nvtx_domain(e.c).to_string(),
+                    category: e.a,
+                    name: p.string(e.name).to_string(),
+                });
+            }
+            Some(EventKind::NvtxMark) => {
+                self.nvtx.entry((key, Domain::Nvtx(e.c), e.name, "mark")).or_default().add(0);
+            }
+            _ => {}
+        }
+    }
+
+    fn kernel_seen(&mut self, key: u32, p: &Process, correlation: u32) {
+        if p.info.finished || correlation == 0 {
+            return;
+        }
+        let l = self.launches.entry(key).or_default();
+        if l.waiting.remove(&correlation).is_none() {
+            l.early.insert(correlation);
+        }
+    }
+
+    /// The tables, given every process of the trace (those without events get a row too).
+    pub fn finish(self, processes: &BTreeMap<u32, Process>) -> Stats {
+        let string = |key: u32, id: u32| processes.get(&key).map_or("", |p| p.string(id));
+        let by_name = |map: FxHashMap<(u32, u32), Acc>| {
+            let mut named: HashMap<String, Acc> = HashMap::new();
+            for ((key, id), acc) in map {
+                named.entry(string(key, id).to_string()).or_default().merge(&acc);
+            }
+            duration_rows(named)
+        };
+        let mut nvtx: BTreeMap<(String, String, &'static str), Acc> = BTreeMap::new();
+        for ((key, domain, name, kind), acc) in self.nvtx {
+            let domain = match domain {
+                Domain::Nvtx(id) => processes.get(&key).map_or("", |p| p.nvtx_domain(id)),
+                Domain::Imported(id) => string(key, id),
+            };
+            nvtx.entry((domain.to_string(), string(key, name).to_string(), kind)).or_default().merge(&acc);
+        }
+        let (nvtx_gpu_proj, nvtx_kern) = projection_rows(self.projection, processes);
+        // A kind is unknown only if no process recorded it.
+        let mut not_recorded: Vec<NotRecordedRow> = Vec::new();
+        if let Some(first) = processes.values().next() {
+            for (kind, why) in &first.info.not_recorded {
+                if processes.values().all(|p| p.info.not_recorded.iter().any(|(k, _)| k == kind)) {
+                    not_recorded.push(NotRecordedRow { kind: kind.clone(), why: why.clone() });
+                }
+            }
+        }
+        let mut rows = Vec::new();
+        let mut dropped = 0;
+        for (&key, p) in processes {
+            dropped += p.info.drops.total() + p.info.unseen_begin + p.refused;
+            let launches_without_kernel = self.launches.get(&key).map_or(0, |l| l.waiting.values().sum::<u64>());
+            rows.push(process_row(p, self.events.get(&key).copied().unwrap_or(0), launches_without_kernel));
+        }
+        let mut device_memory = self.device_memory;
+        let mut pinned_memory = self.pinned_memory;
+        device_memory.live_bytes_at_end = self.live.device();
+        pinned_memory.live_bytes_at_end = self.live.pinned();
+        Stats {
+            kernels: by_name(self.kernels),
+            api: by_name(self.api),
+            memcpy: self
+                .memcpy
+                .into_values()
+                .map(|mut r| {
+                    r.gbps = if r.total_ns == 0 { 0.0 } else { r.bytes as f64 / r.total_ns as f64 };
+                    r
+                })
+                .collect(),
+            memset: self.memset.into_values().collect(),
+            memory: MemoryStats { device: device_memory, pinned_host: pinned_memory },
+            nvtx: nvtx
+                .into_iter()
+                .map(|((domain, name, kind), a)| NvtxRow {
+                    domain,
+                    name,
+                    kind,
+                    count: a.count,
+                    total_ns: a.total,
+                    avg_ns: a.avg(),
+                    median_ns: a.median(),
+                    min_ns: a.min,
+                    max_ns: a.max,
+                    stddev_ns: a.stddev(),
+                })
+                .collect(),
+            gpu_mem_time: duration_rows(self.mem_time.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
+            gpu_mem_size: {
+                let mut by_size: Vec<(&'static str, Acc)> = self.mem_size.into_iter().collect();
+                by_size.sort_by(|a, b| b.1.total.cmp(&a.1.total).then_with(|| a.0.cmp(b.0)));
+                by_size
+            }
+            .into_iter()
+            .map(|(op, a)| MemSizeRow {
+                operation: op.to_string(),
+                count: a.count,
+                total_bytes: a.total,
+                avg_bytes: a.avg(),
+                median_bytes: a.median(),
+                min_bytes: a.min,
+                max_bytes: a.max,
+                stddev_bytes: a.stddev(),
+            })
+            .collect(),
+            nvtx_gpu_proj,
+            nvtx_kern,
+            nvtx_categories: self.nvtx_categories.into_iter().collect(),
+            graphs: self
+                .graphs
+                .into_iter()
+                .map(|((pid, graph_id), (launches, nodes, kernels, kernel_ns))| GraphRow {
+                    pid,
+                    graph_id,
+                    launches: launches.len() as u64,
+                    kernels,
+                    nodes: nodes.len() as u64,
+                    kernel_ns,
+                })
+                .collect(),
+            sync: self.sync.into_values().collect(),
+            dropped,
+            not_recorded,
+            processes: rows,
+            devices: self.devices.into_values().flatten().collect(),
+        }
+    }
+}
+
+fn duration_rows(map: HashMap<String, Acc>) -> Vec<DurationRow> {
+    let all: u64 = map.values().map(|a| a.total).sum();
+    let mut rows: Vec<DurationRow> = map
+        .into_iter()
+        .map(|(name, a)| DurationRow {
+            name,
+            count: a.count,
+            total_ns: a.total,
+            avg_ns: a.avg(),
+            median_ns: a.median(),
+            min_ns: a.min,
+            max_ns: a.max,
+            stddev_ns: a.stddev(),
+            percent: if all == 0 { 0.0 } else { 100.0 * a.total as f64 / all as f64 },
+        })
+        .collect();
+    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+    rows
+}
+
+/// The nvtx_gpu_proj_sum and nvtx_kern_sum rows, merged across processes by (domain, range[, kernel]) names.
+fn projection_rows(
+    mut proj: super::projection::Projection,
+    processes: &BTreeMap<u32, Process>,
+) -> (Vec<NvtxProjRow>, Vec<NvtxKernRow>) {
+    proj.flush();
+    let names = |key: u32, domain: u64, name: u32| {
+        processes
+            .get(&key)
+            .map_or((String::new(), String::new()), |p| (p.nvtx_domain(domain).to_string(), p.string(name).to_string()))
+    };
+    let mut ranges: BTreeMap<(String, String), super::projection::Summary> = BTreeMap::new();
+    for ((key, domain, name), s) in proj.ranges {
+        let r = ranges.entry(names(key, domain, name)).or_default();
+        r.proj.merge(&s.proj);
+        r.range.merge(&s.range);
+        r.ops += s.ops;
+        r.levels += s.levels;
+        r.children += s.children;
+    }
+    let mut rows: Vec<NvtxProjRow> = ranges
+        .into_iter()
+        .map(|((domain, name), s)| {
+            let n = s.proj.count.max(1) as f64;
+            NvtxProjRow {
+                domain,
+                name,
+                total_proj_ns: s.proj.total,
+                total_range_ns: s.range.total,
+                instances: s.proj.count,
+                avg_ns: s.proj.avg(),
+                median_ns: s.proj.median(),
+                min_ns: s.proj.min,
+                max_ns: s.proj.max,
+                stddev_ns: s.proj.stddev(),
+                total_gpu_ops: s.ops,
+                avg_gpu_ops: s.ops as f64 / n,
+                avg_range_level: s.levels as f64 / n,
+                avg_children: s.children as f64 / n,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| b.total_proj_ns.cmp(&a.total_proj_ns).then_with(|| a.name.cmp(&b.name)));
+    let mut kernels: BTreeMap<(String, String, String), Acc> = BTreeMap::new();
+    for ((key, domain, range, kernel), d) in proj.kernels {
+        let (domain, range) = names(key, domain, range);
+        let kernel = processes.get(&key).map_or(String::new(), |p| p.string(kernel).to_string());
+        kernels.entry((domain, range, kernel)).or_default().merge(&d);
+    }
+    let mut kern: Vec<NvtxKernRow> = kernels
+        .into_iter()
+        .map(|((domain, range, kernel), d)| NvtxKernRow {
+            domain,
+            range,
+            kernel,
+            count: d.count,
+            total_ns: d.total,
+            avg_ns: d.avg(),
+            median_ns: d.median(),
+            min_ns: d.min,
+            max_ns: d.max,
+            stddev_ns: d.stddev(),
+        })
+        .collect();
+    kern.sort_by(|a, b| (&a.range, b.total_ns, &a.kernel).cmp(&(&b.range, a.total_ns, &b.kernel)));
+    (rows, kern)
+}
+
+fn process_row(p: &Process, events: u64, launches_without_kernel: u64) -> ProcessRow {
+    ProcessRow {
+        launches_without_kernel,
+        flush_period_ms: p.info.flush_period_ms,
+        rings_refused: p.info.rings_refused,
+        pid: p.info.pid,
+        ppid: p.info.ppid,
+        rank: p.rank,
+        local_rank: p.info.local_rank,
+        world_size: p.info.world_size,
+        command: p.info.cmdline.join(" "),
+        host: p.info.host.clone(),
+        cupti_version: p.info.cupti_version,
+        status: p.info.status.clone(),
+        finished: p.info.finished,
+        injected_late: p.info.injected_late,
+        nvtx_tables_late: p.info.nvtx_tables_late,
+        nvtx_tables_foreign: p.info.nvtx_tables_foreign,
+        events,
+        drops: p.info.drops,
+        unseen_begin: p.info.unseen_begin,
+        refused: p.refused,
+        traced: p.info.traced.clone(),
+        program_held_ns: p.info.program_held_ns,
+        delivery_held_ns: p.info.delivery_held_ns,
+        records_unused: p
+            .info
+            .records_unused
+            .iter()
+            .map(|(class, skipped, incomplete)| UnusedRow {
+                class: class.clone(),
+                skipped: *skipped,
+                incomplete: *incomplete,
+            })
+            .collect(),
+        buffers_grown: p.info.buffers_grown,
+        buffers_refused: p.info.buffers_refused,
+        device_clock: if p.info.device_clock_monotonic {
+            "monotonic"
+        } else if p.clock.is_identity() {
+            "none"
+        } else {
+            "aligned"
+        }
+        .to_string(),
+    }
+}

@@ -1,0 +1,385 @@
+//! `cuflight stats`: what `nsys stats` reports, from a cuflight trace: kernels, CUDA API calls, memcpy by kind
+//! and host memory, memset, device and pinned memory, NVTX ranges and marks, synchronisation, drops, processes.
+
+mod accumulate;
+mod dist;
+mod projection;
+mod render;
+
+use crate::table::Table;
+pub use accumulate::StatsAcc;
+use cuflight_trace::model::source::EventSource;
+use cuflight_trace::model::trace::{Process, Trace};
+pub use render::{Report, Style};
+use serde::Serialize;
+
+/// Count and duration summary of one name.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DurationRow {
+    pub name: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub avg_ns: u64,
+    /// Exact up to 4096 instances, within 0.05% beyond (see `dist`).
+    pub median_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    /// Sample standard deviation.
+    pub stddev_ns: u64,
+    /// Share of the table's total time, in percent.
+    pub percent: f64,
+}
+
+/// Sizes of one kind of copy (or memset), as `nsys stats`' cuda_gpu_mem_size_sum.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MemSizeRow {
+    pub operation: String,
+    pub count: u64,
+    pub total_bytes: u64,
+    pub avg_bytes: u64,
+    pub median_bytes: u64,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub stddev_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NvtxRow {
+    pub domain: String,
+    pub name: String,
+    /// "range" or "mark".
+    pub kind: &'static str,
+    pub count: u64,
+    pub total_ns: u64,
+    pub avg_ns: u64,
+    pub median_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub stddev_ns: u64,
+}
+
+/// An NVTX push/pop range projected onto the GPU (nsys's nvtx_gpu_proj_sum): from the start of the first GPU
+/// operation launched inside it to the end of the last; the statistics are of those projections.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NvtxProjRow {
+    pub domain: String,
+    pub name: String,
+    pub total_proj_ns: u64,
+    pub total_range_ns: u64,
+    pub instances: u64,
+    pub avg_ns: u64,
+    pub median_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub stddev_ns: u64,
+    pub total_gpu_ops: u64,
+    pub avg_gpu_ops: f64,
+    /// Nesting depth on its thread (0: outermost), on average.
+    pub avg_range_level: f64,
+    pub avg_children: f64,
+}
+
+/// Kernels launched inside an NVTX range, per (range, kernel) (nsys's nvtx_kern_sum).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NvtxKernRow {
+    pub domain: String,
+    pub range: String,
+    pub kernel: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub avg_ns: u64,
+    pub median_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub stddev_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MemcpyRow {
+    pub kind: String,
+    /// Host side of the copy: pageable, pinned, managed; "device" when both sides are on the device.
+    pub host_memory: String,
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+    pub gbps: f64,
+    pub async_count: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct MemsetRow {
+    pub kind: String,
+    pub count: u64,
+    pub bytes: u64,
+    pub total_ns: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct MemoryUse {
+    pub malloc_count: u64,
+    pub free_count: u64,
+    pub alloc_bytes: u64,
+    pub peak_bytes: u64,
+    pub live_bytes_at_end: u64,
+}
+
+/// Device memory at top level (as the JSON schema promises), pinned host memory beside it.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct MemoryStats {
+    #[serde(flatten)]
+    pub device: MemoryUse,
+    pub pinned_host: MemoryUse,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SyncRow {
+    pub kind: String,
+    pub count: u64,
+    pub total_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProcessRow {
+    pub pid: u32,
+    pub ppid: u32,
+    pub command: String,
+    pub host: String,
+    pub cupti_version: u32,
+    pub status: String,
+    pub finished: bool,
+    /// The agent was loaded into the running process (`attach --inject`): NVTX ranges come only from the
+    /// libraries whose NVTX tables it found late (`nvtx_tables_late`); `nvtx_tables_foreign` were another tool's.
+    pub injected_late: bool,
+    pub nvtx_tables_late: u32,
+    pub nvtx_tables_foreign: u32,
+    /// Kernel launches of this process with no kernel record: for a process that ended without its final flush
+    /// (SIGKILL, `_exit`), the device work lost with it (0 for a process that finished).
+    pub launches_without_kernel: u64,
+    /// For such a process: its flush period, the longest stretch of device records it can have lost.
+    pub flush_period_ms: u32,
+    pub events: u64,
+    pub drops: cuflight_format::file::Drops,
+    /// API calls the agent saw end but not begin (in flight when recording was armed): left out by the agent.
+    pub unseen_begin: u64,
+    /// Events this reader refused: no known start, or an end before the start (written by an older agent).
+    pub refused: u64,
+    /// What the agent traced (`--trace`); empty when unknown.
+    pub traced: String,
+    /// Backpressure, ns: the program's threads held waiting for room in a full ring, and CUPTI's delivery thread
+    /// held waiting for the collector (the price of losing nothing).
+    pub program_held_ns: u64,
+    pub delivery_held_ns: u64,
+    /// Threads that recorded nothing because shared memory for their ring could not be reserved.
+    pub rings_refused: u64,
+    /// Activity records kept out, by class: records too short to read, and records with zero or unfinished
+    /// timestamps (e.g. from the forced flush at exit).
+    pub records_unused: Vec<UnusedRow>,
+    /// CUPTI buffers the agent allocated beyond its pool, and requests it refused at its cap.
+    pub buffers_grown: u64,
+    pub buffers_refused: u64,
+    /// How device timestamps were put on the host clock: "monotonic" (CUPTI stamped CLOCK_MONOTONIC), "aligned"
+    /// (piecewise-linear over the clock pairs), or "none" (no device work or no pair).
+    pub device_clock: String,
+    /// Distributed rank, local rank and world size (0: unknown), from the launcher's environment or the trace.
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: u32,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct UnusedRow {
+    pub class: String,
+    pub skipped: u64,
+    pub incomplete: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DeviceRow {
+    pub pid: u32,
+    pub device: u32,
+    pub name: String,
+    pub memory_bytes: u64,
+    pub compute_capability: String,
+    pub multiprocessors: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Stats {
+    pub kernels: Vec<DurationRow>,
+    pub api: Vec<DurationRow>,
+    pub memcpy: Vec<MemcpyRow>,
+    pub memset: Vec<MemsetRow>,
+    /// Copies and memsets by operation ("[CUDA memcpy Host-to-Device]", "[CUDA memset]"): durations and sizes.
+    pub gpu_mem_time: Vec<DurationRow>,
+    pub gpu_mem_size: Vec<MemSizeRow>,
+    pub memory: MemoryStats,
+    pub nvtx: Vec<NvtxRow>,
+    pub nvtx_gpu_proj: Vec<NvtxProjRow>,
+    pub nvtx_kern: Vec<NvtxKernRow>,
+    /// NVTX category names (`nvtxNameCategory*`), by domain and category id.
+    pub nvtx_categories: Vec<NvtxCategoryRow>,
+    /// CUDA graphs whose nodes ran: launches (distinct launch calls), kernels, their total time.
+    pub graphs: Vec<GraphRow>,
+    pub sync: Vec<SyncRow>,
+    /// Total records lost, all causes and processes (see `processes[].drops`, `unseen_begin` and `refused`).
+    pub dropped: u64,
+    /// Kinds no process of the trace recorded (an import made without them): their tables are not zeros but
+    /// unknown.
+    pub not_recorded: Vec<NotRecordedRow>,
+    pub processes: Vec<ProcessRow>,
+    pub devices: Vec<DeviceRow>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NotRecordedRow {
+    /// "memory", "nvtx" or "memset".
+    pub kind: String,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct GraphRow {
+    pub pid: u32,
+    pub graph_id: u64,
+    pub launches: u64,
+    pub kernels: u64,
+    pub nodes: u64,
+    pub kernel_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, PartialOrd, Eq, Ord)]
+pub struct NvtxCategoryRow {
+    pub domain: String,
+    pub category: u64,
+    pub name: String,
+}
+
+impl Stats {
+    /// The tables of a loaded trace.
+    pub fn compute(trace: &Trace) -> Stats {
+        let mut acc = StatsAcc::default();
+        let mut merged: Vec<(u32, &Process, &cuflight_format::RawEvent)> =
+            trace.processes.iter().flat_map(|(&k, p)| p.events.iter().map(move |e| (k, p, e))).collect();
+        // The order of [`cuflight_trace::model::source`]: start, then process key (a stable sort keeps file order within both).
+        merged.sort_by_key(|(k, _, e)| (e.start, *k));
+        for (k, p, e) in merged {
+            acc.feed(k, p, e);
+        }
+        acc.finish(&trace.processes)
+    }
+
+    /// The tables of any trace, streamed: memory is bounded by the tables, not by the trace.
+    pub fn compute_source(source: &mut EventSource) -> Result<Stats, cuflight_trace::model::trace::TraceError> {
+        let mut acc = StatsAcc::default();
+        source.for_each(|k, p, e| acc.feed(k, p, e))?;
+        Ok(acc.finish(&source.processes))
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    pub fn to_table(&self) -> String {
+        self.render(&Report::ALL, Style::Table)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cuflight_format::{EventKind, RawEvent};
+
+    fn ev(kind: EventKind, tid: u32, t: u64) -> RawEvent {
+        RawEvent::new(kind, tid, t, t)
+    }
+
+    fn trace_of(events: Vec<RawEvent>, strings: &[(u32, &str)]) -> Trace {
+        let mut p = Process { events, ..Default::default() };
+        p.strings = strings.iter().map(|(id, s)| (*id, s.to_string())).collect();
+        p.events.sort_by_key(|e| e.start);
+        let mut t = Trace::default();
+        t.processes.insert(1, p);
+        t
+    }
+
+    #[test]
+    fn ranges_pair_across_threads_and_push_pop_per_thread() {
+        let start = RawEvent { a: 9, name: 4, ..ev(EventKind::NvtxStart, 1, 100) };
+        let end = RawEvent { a: 9, ..ev(EventKind::NvtxEnd, 2, 700) };
+        let push_a = RawEvent { name: 8, ..ev(EventKind::NvtxPush, 1, 200) };
+        let push_b = RawEvent { name: 8, ..ev(EventKind::NvtxPush, 2, 250) };
+        let pop_a = ev(EventKind::NvtxPop, 1, 300);
+        let pop_b = ev(EventKind::NvtxPop, 2, 650);
+        // Stored as two per-thread rings would deliver them: thread 2's ring first.
+        let t = trace_of(vec![push_b, pop_b, end, start, push_a, pop_a], &[(4, "handoff"), (8, "step")]);
+        let s = Stats::compute(&t);
+        let handoff = s.nvtx.iter().find(|r| r.name == "handoff").unwrap();
+        assert_eq!((handoff.count, handoff.total_ns), (1, 600));
+        let step = s.nvtx.iter().find(|r| r.name == "step").unwrap();
+        assert_eq!((step.count, step.total_ns, step.min_ns, step.max_ns), (2, 500, 100, 400));
+    }
+
+    /// Streamed (`compute_source`, what every command uses) and loaded (`compute`) give the same tables.
+    #[test]
+    fn streamed_and_loaded_tables_agree() {
+        let make = || {
+            let launch = RawEvent { correlation: 3, name: 1, ..RawEvent::new(EventKind::Api, 1, 100, 120) };
+            let kernel =
+                RawEvent { correlation: 3, name: 2, stream: 7, ..RawEvent::new(EventKind::Kernel, 0, 130, 190) };
+            let push = RawEvent { name: 4, ..ev(EventKind::NvtxPush, 1, 90) };
+            let pop = ev(EventKind::NvtxPop, 1, 200);
+            trace_of(vec![push, launch, kernel, pop], &[(1, "cudaLaunchKernel"), (2, "k"), (4, "step")])
+        };
+        let loaded = Stats::compute(&make());
+        let streamed = Stats::compute_source(&mut EventSource::from_trace(make())).unwrap();
+        assert_eq!(streamed, loaded);
+        assert_eq!(loaded.kernels.len(), 1);
+    }
+
+    #[test]
+    fn memory_replay_tracks_peak_and_live_bytes_by_kind() {
+        use cuflight_format::event::MemKind;
+        let alloc = |t, addr, bytes, kind: MemKind| RawEvent {
+            a: addr,
+            b: bytes,
+            sub: kind as u8,
+            ..ev(EventKind::Alloc, 1, t)
+        };
+        let free = |t, addr, kind: MemKind| RawEvent { a: addr, sub: kind as u8, ..ev(EventKind::Free, 1, t) };
+        let t = trace_of(
+            vec![
+                alloc(1, 0x1000, 100, MemKind::Device),
+                alloc(2, 0x2000, 50, MemKind::Device),
+                free(3, 0x1000, MemKind::Device),
+                alloc(4, 0x3000, 70, MemKind::DeviceAsync),
+                alloc(5, 0x9000, 4096, MemKind::PinnedHost),
+                free(6, 0xdead, MemKind::Device),
+            ],
+            &[],
+        );
+        let m = Stats::compute(&t).memory;
+        assert_eq!((m.device.malloc_count, m.device.free_count), (3, 2));
+        assert_eq!((m.device.peak_bytes, m.device.live_bytes_at_end, m.device.alloc_bytes), (150, 120, 220));
+        assert_eq!((m.pinned_host.malloc_count, m.pinned_host.live_bytes_at_end), (1, 4096));
+    }
+
+    #[test]
+    fn memcpy_rows_split_by_kind_and_host_memory() {
+        let copy = |t, kind: u8, src: u64, dst: u64, bytes| RawEvent {
+            sub: kind,
+            a: bytes,
+            b: src | dst << 8,
+            ..RawEvent::new(EventKind::Memcpy, 0, t, t + 1000)
+        };
+        let t = trace_of(
+            vec![copy(1, 1, 1, 3, 4000), copy(2, 1, 2, 3, 8000), copy(3, 1, 2, 3, 8000), copy(4, 2, 3, 1, 10)],
+            &[],
+        );
+        let s = Stats::compute(&t);
+        let find = |k: &str, h: &str| s.memcpy.iter().find(|r| r.kind == k && r.host_memory == h).unwrap().clone();
+        assert_eq!((find("HtoD", "pinned").count, find("HtoD", "pinned").bytes), (2, 16000));
+        assert_eq!(find("HtoD", "pageable").bytes, 4000);
+        assert_eq!(find("DtoH", "pageable").count, 1);
+        assert!((find("HtoD", "pinned").gbps - 8.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,585 @@
+//! `cuflight record`: runs a command with the agent injected, receives the shared-memory segment of every process
+//! of the run (children included) over a private socket, drains their rings while they run and streams
+//! everything into one trace file.
+//!
+//! What it promises whatever happens: blocks reach the file at least every half second and the file is readable
+//! up to its last complete block even if `record` is killed; SIGINT, SIGTERM and SIGHUP sent to `record` are
+//! forwarded to the program (a terminal's Ctrl-C already reached it), and `record` then finishes the file and
+//! exits with the program's status; a write error (full disk) stops recording but never the program, whose
+//! agents see the drain heartbeat stop and run on at full speed. A process that dies abruptly (SIGKILL) loses
+//! only what its agent had not flushed yet: the collector still holds its segment and drains it.
+use crate::outputs::Outputs;
+pub use crate::outputs::RecordError;
+pub use crate::status::Progress;
+pub use crate::tracked::read_segment_once;
+use crate::tracked::{drain_one, live_drops, process_gone, process_info, Tracked};
+use cuflight_format::channel::{self, Listener};
+use cuflight_format::file::{Drops, ProcessInfo};
+use cuflight_format::segment::{self, state, MappedSegment};
+use cuflight_format::RawEvent;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::low_level::siginfo::Cause;
+use std::collections::{BTreeMap, HashSet};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How the agent enters the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inject {
+    /// `CUDA_INJECTION64_PATH` (the driver loads the agent at cuInit) and `NVTX_INJECTION64_PATH`.
+    Driver,
+    /// `LD_PRELOAD` (the agent then routes both injection variables to itself).
+    Preload,
+}
+
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub output: PathBuf,
+    pub command: Vec<String>,
+    pub agent: PathBuf,
+    pub inject: Inject,
+    pub drain_interval: Duration,
+    pub flush_ms: Option<u64>,
+    /// How long to keep draining processes that outlive the command.
+    pub linger: Duration,
+    /// Replace an existing output file.
+    pub force: bool,
+    /// Keep only what lies inside the program's own marks (steps, profiler API, an NVTX range).
+    pub range: Option<super::window::Range>,
+}
+
+/// How a window waited for recording to be armed (every source delivering).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Arming {
+    /// How long the arming took (CUPTI's set-up), for the slowest process; None when none was armed.
+    pub took_ns: Option<u64>,
+    /// Steps, or ranges of the name asked for, that began before arming and so were not counted.
+    pub ranges_before: u32,
+}
+
+impl Arming {
+    /// One line for the user, when there is something to say.
+    pub fn describe(&self) -> Option<String> {
+        let took = self.took_ns.map(|ns| format!("recording was armed {:.1} ms after the request", ns as f64 / 1e6));
+        let before = (self.ranges_before > 0).then(|| {
+            let n = self.ranges_before;
+            format!(
+                "{n} range{} that began before arming {} not counted",
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "was" } else { "were" }
+            )
+        });
+        match (took, before) {
+            (None, None) => None,
+            (Some(t), None) => Some(format!("{t}; the window counts from there")),
+            (None, Some(b)) => Some(b),
+            (Some(t), Some(b)) => Some(format!("{t}; {b}")),
+        }
+    }
+}
+
+/// What a recording produced.
+#[derive(Debug)]
+pub struct RecordSummary {
+    pub exit_code: i32,
+    pub events: u64,
+    pub processes: usize,
+    pub drops: Drops,
+    pub bytes: u64,
+    pub disabled: Vec<(u32, String)>,
+    /// Signals forwarded to the program (by name).
+    pub forwarded: Vec<&'static str>,
+    /// Why recording stopped before the program ended (a write error); the file holds what came before.
+    pub stopped: Option<String>,
+    /// Processes that ended without their final flush: (pid, flush period in ms).
+    pub unflushed: Vec<(u32, u32)>,
+    /// A capture range or step window was asked for and never started.
+    pub range_never_started: bool,
+    /// How the window waited for arming (with a range).
+    pub arming: Arming,
+    /// Backpressure over all processes, ns: program threads and CUPTI's delivery held for room in full rings.
+    pub program_held_ns: u64,
+    pub delivery_held_ns: u64,
+    /// The files written, with their sizes (several when the output name has `%r`, `%h` or `%p`).
+    pub files: Vec<(String, u64)>,
+}
+
+/// Drained data is written in blocks of this many events at most this old: large blocks compress far better
+/// than one per 10 ms drain, and memory stays bounded.
+const WRITE_EVENTS: usize = 1 << 16;
+const WRITE_AGE: Duration = Duration::from_millis(500);
+
+/// Finds `libcuflight.so`: `$CUFLIGHT_AGENT`, next to the running executable, or in `../lib` beside it.
+pub fn find_agent() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("CUFLIGHT_AGENT").map(PathBuf::from) {
+        return p.is_file().then_some(p);
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [dir.join("libcuflight.so"), dir.join("../lib/libcuflight.so")].into_iter().find(|p| p.is_file())
+}
+
+/// Process facts are rewritten at most this often while they change (a later block replaces an earlier one):
+/// a trace cut short still names its processes.
+const INFO_EVERY: Duration = Duration::from_secs(5);
+
+struct Recorder {
+    listener: Listener,
+    /// Live processes by arrival order (pids may be reused within a run).
+    tracked: BTreeMap<u64, Tracked>,
+    next_key: u64,
+    /// Every pid that handed over a segment in this recording.
+    pids_seen: HashSet<u32>,
+    /// Facts of processes already ended and let go.
+    ended: Vec<ProcessInfo>,
+    sink: Outputs,
+    pending: usize,
+    last_write: Instant,
+    last_liveness: Instant,
+    /// Set by a write error: nothing more is drained or written.
+    stopped: Option<String>,
+    /// Refused peers already reported (a hostile peer must not flood stderr).
+    complained: HashSet<String>,
+    /// An attach window bounded by the program's own marks: what lies outside is dropped as it is drained.
+    window: Option<super::window::Window>,
+}
+
+impl Recorder {
+    /// Takes every segment agents have handed over since the last call.
+    fn accept(&mut self) {
+        while let Some(r) = self.listener.accept() {
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    self.complain(e.to_string());
+                    continue;
+                }
+            };
+            match MappedSegment::from_fd(r.fd) {
+                Ok(seg) => {
+                    let mut t = Tracked::new(seg, r.conn, r.pid);
+                    // Pids stay below 2^22 (pid_max): keys from 2^31 never collide with one.
+                    if !self.pids_seen.insert(r.pid) {
+                        t.key = 0x8000_0000 | (self.next_key as u32 & 0x7fff_ffff);
+                    }
+                    self.tracked.insert(self.next_key, t);
+                    self.next_key += 1;
+                }
+                Err(e) => self.complain(format!("ignoring the segment of process {}: {e}", r.pid)),
+            }
+        }
+    }
+
+    /// Reports a refused peer or segment once per distinct message, at most 20 times a run.
+    fn complain(&mut self, msg: String) {
+        if self.complained.len() < 20 && self.complained.insert(msg.clone()) {
+            eprintln!("cuflight: {msg}");
+        }
+    }
+
+    /// Empties every ring (strings after events, so every id an event names is included), and writes what was
+    /// drained once enough has accumulated, or when `force`d.
+    fn drain(&mut self, force: bool) {
+        if self.stopped.is_some() {
+            return;
+        }
+        let now = segment::monotonic_ns();
+        for t in self.tracked.values_mut() {
+            let before = t.pending_events.len();
+            let n = drain_one(t, now);
+            match self.window.as_mut() {
+                Some(w) => {
+                    w.filter(&t.seg, &mut t.pending_events, before);
+                    self.pending += t.pending_events.len() - before;
+                }
+                None => self.pending += n,
+            }
+        }
+        if force || self.pending >= WRITE_EVENTS || self.last_write.elapsed() >= WRITE_AGE {
+            self.write_pending();
+        }
+        if let Some(e) = self.sink.error() {
+            self.stop(format!("cannot write {}: {e}", self.sink.name()));
+        }
+    }
+
+    /// A write error: stop draining and writing, and tell the agents no collector is draining (so none waits).
+    fn stop(&mut self, why: String) {
+        if self.stopped.is_some() {
+            return;
+        }
+        eprintln!("cuflight: {why}; recording stops here, the program runs on");
+        self.stopped = Some(why);
+        for t in self.tracked.values() {
+            t.seg.header().collector_drained_ns.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Hands what was drained to the writer thread (which encodes, compresses and writes it) and asks for the
+    /// file to be flushed, so blocks reach it at least every [`WRITE_AGE`].
+    fn write_pending(&mut self) {
+        for t in self.tracked.values_mut() {
+            let info = process_info(t);
+            let changed = t.written.as_ref().is_none_or(|w| {
+                w.drops != info.drops || w.status != info.status || w.cupti_version != info.cupti_version
+            });
+            if t.written.is_none() || (changed && t.written_at.elapsed() >= INFO_EVERY) {
+                self.sink.process(t.key, info.clone());
+                t.written = Some(info);
+                t.written_at = Instant::now();
+            }
+            self.sink.strings(t.key, t.pending_base, std::mem::take(&mut t.pending_strings));
+            self.sink.events(t.key, std::mem::take(&mut t.pending_events));
+        }
+        self.sink.flush();
+        self.pending = 0;
+        self.last_write = Instant::now();
+    }
+
+    /// Lets go of processes that have ended: a last drain, their final facts, and their memory freed.
+    fn retire_ended(&mut self, check_all: bool) {
+        if !check_all && self.last_liveness.elapsed() < Duration::from_millis(250) {
+            return;
+        }
+        self.last_liveness = Instant::now();
+        let ended: Vec<u64> = self
+            .tracked
+            .iter()
+            .filter(|(_, t)| {
+                let st = t.seg.header().state.load(Ordering::Acquire);
+                process_gone(t.pid) || (st == state::DISABLED && t.seg.reserved_rings() == 0)
+            })
+            .map(|(&k, _)| k)
+            .collect();
+        if ended.is_empty() {
+            return;
+        }
+        self.drain(true);
+        for k in ended {
+            let t = self.tracked.remove(&k).expect("listed above");
+            let info = process_info(&t);
+            if self.stopped.is_none() {
+                self.sink.process(t.key, info.clone());
+            }
+            self.ended.push(info);
+        }
+    }
+
+    fn all_ended(&self) -> bool {
+        self.tracked.is_empty()
+    }
+
+    fn conns(&self) -> Vec<i32> {
+        self.tracked.values().map(|t| t.conn.as_raw_fd()).collect()
+    }
+}
+
+/// A session name nobody else uses: the collector's pid and random bits (the socket name also holds the uid).
+fn session_id(attempt: u32) -> String {
+    let mut bytes = [0u8; 8];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let bits = if random.is_ok() { u64::from_le_bytes(bytes) } else { nanos ^ attempt as u64 };
+    format!("{}-{bits:016x}", std::process::id())
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        SIGINT => "SIGINT",
+        SIGTERM => "SIGTERM",
+        SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
+/// A collector session: the listener agents hand their segments to, and the trace being written.
+pub(super) struct Session {
+    pub name: String,
+    rec: Recorder,
+}
+
+impl Session {
+    /// Binds a fresh session name and creates the output (refusing to replace a file without `force`).
+    pub fn open(path: &Path, force: bool) -> Result<Session, RecordError> {
+        Session::open_near(path, force, None)
+    }
+
+    /// The same, with the listener in the network namespace of process `netns_of` (None: ours), so that an
+    /// agent in a container can hand its segment over.
+    pub fn open_near(path: &Path, force: bool, netns_of: Option<u32>) -> Result<Session, RecordError> {
+        let mut bound = None;
+        for attempt in 0..8 {
+            let session = session_id(attempt);
+            match Listener::bind_near(&session, netns_of) {
+                Ok(l) => {
+                    bound = Some((session, l));
+                    break;
+                }
+                Err(e) if attempt == 7 => return Err(RecordError::Channel(e)),
+                Err(_) => {}
+            }
+        }
+        let (name, listener) = bound.expect("bound or returned");
+        let sink = Outputs::open(path, force)?;
+        let rec = Recorder {
+            listener,
+            tracked: BTreeMap::new(),
+            next_key: 0,
+            pids_seen: HashSet::new(),
+            ended: Vec::new(),
+            sink,
+            pending: 0,
+            last_write: Instant::now(),
+            last_liveness: Instant::now(),
+            stopped: None,
+            complained: HashSet::new(),
+            window: None,
+        };
+        Ok(Session { name, rec })
+    }
+
+    /// One round: takes new segments, drains, lets ended processes go (all of them checked when `check_all`).
+    pub fn step(&mut self, check_all: bool) {
+        self.rec.accept();
+        self.rec.drain(false);
+        self.rec.retire_ended(check_all);
+    }
+
+    /// Sleeps until `timeout_ms` passes or an agent connects, asks for a drain or hangs up.
+    pub fn wait(&self, timeout_ms: i32) -> bool {
+        self.rec.listener.wait(&self.rec.conns(), timeout_ms)
+    }
+
+    pub fn all_ended(&self) -> bool {
+        self.rec.all_ended()
+    }
+
+    /// Keeps only what lies inside `window` from here on.
+    pub fn set_window(&mut self, window: super::window::Window) {
+        self.rec.window = Some(window);
+    }
+
+    /// Where the window set by [`Self::set_window`] stands.
+    pub fn window_phase(&self) -> Option<super::window::Phase> {
+        self.rec.window.as_ref().map(|w| w.phase)
+    }
+
+    /// How the window waited for the agents' arming (see [`Arming`]).
+    pub fn arming(&self) -> Arming {
+        let took_ns = self
+            .rec
+            .tracked
+            .values()
+            .filter_map(|t| {
+                let h = t.seg.header();
+                let armed = h.armed_ns.load(Ordering::Acquire);
+                (armed != 0).then(|| armed.saturating_sub(h.arm_began_ns.load(Ordering::Relaxed)))
+            })
+            .max();
+        let before = self.rec.window.as_ref().map_or(0, |w| w.before_arming);
+        Arming { took_ns, ranges_before: before }
+    }
+
+    /// The next segment an agent handed over, mapped and validated (for a snapshot); None when none waits.
+    pub fn accept_segment(&mut self) -> Option<Result<(MappedSegment, OwnedFd, u32), String>> {
+        let r = match self.rec.listener.accept()? {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        let pid = r.pid;
+        Some(MappedSegment::from_fd(r.fd).map(|seg| (seg, r.conn, pid)).map_err(|e| e.to_string()))
+    }
+
+    /// Adds a process whose events were taken already (a flight recorder's snapshot): they are written as they
+    /// are, and its rings are never drained.
+    pub fn add_snapshot(&mut self, seg: MappedSegment, conn: OwnedFd, pid: u32, events: Vec<RawEvent>) {
+        let mut t = Tracked::new(seg, conn, pid);
+        t.frozen = true;
+        self.rec.pending += events.len();
+        t.pending_events = events;
+        t.note_clock_pairs(0);
+        if !self.rec.pids_seen.insert(pid) {
+            t.key = 0x8000_0000 | (self.rec.next_key as u32 & 0x7fff_ffff);
+        }
+        self.rec.tracked.insert(self.rec.next_key, t);
+        self.rec.next_key += 1;
+    }
+
+    /// The processes recorded so far (live or ended).
+    pub fn processes(&self) -> usize {
+        self.rec.tracked.len() + self.rec.ended.len()
+    }
+
+    /// Where a recording stands, for the status line: processes, events written, records dropped, file bytes.
+    pub fn progress(&self) -> Progress {
+        let live: u64 = self.rec.tracked.values().map(|t| live_drops(&t.seg)).sum();
+        let ended: u64 = self.rec.ended.iter().map(|i| i.drops.total()).sum();
+        Progress {
+            processes: self.processes(),
+            events: self.rec.sink.events_written(),
+            dropped: live + ended,
+            bytes: self.rec.sink.bytes(),
+        }
+    }
+
+    /// A last drain, every process's facts, the footer; commits the file (or keeps what reached it after a
+    /// write error).
+    pub fn finish(self, command: Vec<String>, exit_code: Option<i32>) -> RecordSummary {
+        let Session { mut rec, .. } = self;
+        rec.accept();
+        rec.drain(true);
+        let mut infos = std::mem::take(&mut rec.ended);
+        infos.extend(rec.tracked.values().map(process_info));
+        let mut drops = Drops::default();
+        let mut disabled = Vec::new();
+        let mut unflushed = Vec::new();
+        for info in &infos {
+            if rec.stopped.is_none() {
+                rec.sink.process(info.file_key(), info.clone());
+            }
+            let d = info.drops;
+            drops.ring_full += d.ring_full;
+            drops.no_ring += d.no_ring;
+            drops.strings_full += d.strings_full;
+            drops.cupti_dropped += d.cupti_dropped;
+            drops.records_skipped += d.records_skipped;
+            if !info.status.is_empty() {
+                disabled.push((info.pid, info.status.clone()));
+            }
+            if !info.finished && info.cupti_version != 0 {
+                unflushed.push((info.pid, info.flush_period_ms));
+            }
+        }
+        let events = rec.sink.events_written();
+        let processes = infos.len();
+        let stopped = rec.stopped.take();
+        // What reached a file is kept even after a write error (readable up to its last complete block); only a
+        // replacement of an existing file is abandoned then, leaving the old file as it was.
+        let (files, error) = rec.sink.finish(&command, exit_code, stopped.is_some());
+        if let (None, Some(e)) = (&stopped, &error) {
+            eprintln!("cuflight: {e}");
+        }
+        rec.stopped = stopped.or(error);
+        let bytes = files.iter().map(|f| f.1).sum();
+        RecordSummary {
+            exit_code: exit_code.unwrap_or(0),
+            events,
+            processes,
+            drops,
+            bytes,
+            disabled,
+            forwarded: Vec::new(),
+            stopped: rec.stopped.take(),
+            unflushed,
+            range_never_started: false,
+            arming: Arming::default(),
+            program_held_ns: infos.iter().map(|i| i.program_held_ns).sum(),
+            delivery_held_ns: infos.iter().map(|i| i.delivery_held_ns).sum(),
+            files,
+        }
+    }
+}
+
+impl RecordSummary {
+    /// What losing nothing cost, when the agent had to hold anything for room in a full ring.
+    pub fn backpressure(&self) -> Option<String> {
+        (self.program_held_ns + self.delivery_held_ns > 0).then(|| {
+            format!(
+                "to lose nothing the agent held the program's threads {:.1} ms in all and CUPTI's delivery {:.1} ms, waiting for full rings to drain",
+                self.program_held_ns as f64 / 1e6,
+                self.delivery_held_ns as f64 / 1e6
+            )
+        })
+    }
+}
+
+/// Runs the command under the agent and writes the trace.
+pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
+    let mut session = Session::open(&opts.output, opts.force)?;
+    if let Some(range) = &opts.range {
+        session.set_window(super::window::Window::new(range.clone()));
+    }
+    let session_name = session.name.clone();
+
+    // Signals for the program: a terminal's Ctrl-C reaches the whole foreground group (the program too), so
+    // only signals sent to `record` itself (kill, docker stop, a batch system's time limit) are forwarded.
+    let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP]).ok();
+
+    let mut cmd = Command::new(&opts.command[0]);
+    cmd.args(&opts.command[1..]).env("CUFLIGHT_SESSION", &session_name);
+    match opts.inject {
+        Inject::Driver => {
+            cmd.env("CUDA_INJECTION64_PATH", &opts.agent).env("NVTX_INJECTION64_PATH", &opts.agent);
+        }
+        Inject::Preload => {
+            let preload = match std::env::var("LD_PRELOAD") {
+                Ok(v) if !v.is_empty() => format!("{}:{v}", opts.agent.display()),
+                _ => opts.agent.display().to_string(),
+            };
+            cmd.env("LD_PRELOAD", preload);
+        }
+    }
+    if let Some(ms) = opts.flush_ms {
+        cmd.env("CUFLIGHT_FLUSH_MS", ms.to_string());
+    }
+    // On failure the output is dropped, which removes what this command created (never an existing file).
+    let mut child = cmd.spawn().map_err(|source| RecordError::Spawn { command: opts.command[0].clone(), source })?;
+    let wait_ms = opts.drain_interval.as_millis().clamp(1, 10_000) as i32;
+    let mut forwarded = Vec::new();
+    let mut forward = |signals: &mut Option<SignalsInfo<WithOrigin>>, pid: Option<u32>| {
+        let Some(signals) = signals.as_mut() else { return false };
+        let mut any = false;
+        for origin in signals.pending() {
+            any = true;
+            if let (Some(pid), false) = (pid, matches!(origin.cause, Cause::Kernel)) {
+                let _ = channel::signal_process(pid, origin.signal);
+                forwarded.push(signal_name(origin.signal));
+            }
+        }
+        any
+    };
+
+    let mut status_line = super::status::StatusLine::for_stderr();
+    let status = loop {
+        session.step(false);
+        forward(&mut signals, Some(child.id()));
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        status_line.show(|| session.progress());
+        session.wait(wait_ms);
+    };
+    // Children may outlive the command; keep draining until they end, the linger time is up, or a signal asks
+    // to stop.
+    let deadline = Instant::now() + opts.linger;
+    loop {
+        session.step(true);
+        if session.all_ended() || Instant::now() > deadline || forward(&mut signals, None) {
+            break;
+        }
+        session.wait(wait_ms);
+    }
+    status_line.clear();
+    let exit_code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    let never_started = session.window_phase() == Some(super::window::Phase::Waiting);
+    let arming = session.arming();
+    let mut summary = session.finish(opts.command.clone(), Some(exit_code));
+    summary.range_never_started = never_started;
+    summary.arming = arming;
+    summary.forwarded = forwarded;
+    Ok(summary)
+}
+
+/// Default trace name in the current directory: `cuflight-<n>.cuf`, the first that does not exist.
+pub fn default_output() -> PathBuf {
+    (1..)
+        .map(|n| PathBuf::from(format!("cuflight-{n}.cuf")))
+        .find(|p| !Path::new(p).exists())
+        .unwrap_or_else(|| PathBuf::from("cuflight.cuf"))
+}

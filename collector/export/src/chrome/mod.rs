@@ -1,0 +1,549 @@
+//! Chrome trace JSON in the schema torch.profiler (Kineto) writes, so that Holistic Trace Analysis and
+//! TensorBoard's profiler plugin read it as they read a torch.profiler trace: categories `kernel`, `gpu_memcpy`,
+//! `gpu_memset`, `cuda_runtime`, `cuda_driver`, `user_annotation` (and `gpu_user_annotation`), `ac2g` flows, GPU
+//! events in pid = device / tid = stream (with several processes, a pid per process and device: see
+//! `ProcessOut::gpu_pid`), args `correlation`, `stream`, `device`, `grid`, `block`, `registers per
+//! thread`, `shared memory`, plus `deviceProperties` and `distributedInfo`.
+//!
+//! Streamed from an [`EventSource`] in time order and written text by text (no JSON values are built), so memory
+//! stays bounded by per-process state (open NVTX ranges, live allocations, launches whose work has not appeared).
+//! `deviceProperties` follows `traceEvents`, as devices are known once the events have gone by; JSON readers do
+//! not care about key order. Timestamps are microseconds with three decimals printed from integer nanoseconds, so
+//! nothing is rounded.
+
+use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_ASYNC, FLAG_DEVICE, FLAG_GLOBAL};
+use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::launches::LaunchJoin;
+use cuflight_trace::model::names;
+use cuflight_trace::model::source::EventSource;
+use cuflight_trace::model::trace::{Process, TraceError};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::io::Write;
+
+mod args;
+use args::{external_id, kernel, ExternalArg, OperatorArgs, PayloadArg, WorkArgs, EXTERNAL_FROM_CORRELATION};
+
+/// Nanoseconds as Kineto's microsecond text, exactly (`1234567` → `1234.567`).
+pub fn us(ns: u64) -> String {
+    Us(ns).to_string()
+}
+
+/// [`us`] without the allocation.
+struct Us(u64);
+
+impl fmt::Display for Us {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
+    }
+}
+
+/// A JSON string literal (RFC 8259 escaping).
+struct Js<'a>(&'a str);
+
+impl fmt::Display for Js<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"")?;
+        let s = self.0;
+        let mut from = 0;
+        for (i, b) in s.bytes().enumerate() {
+            let esc = match b {
+                b'"' => "\\\"",
+                b'\\' => "\\\\",
+                b'\n' => "\\n",
+                b'\r' => "\\r",
+                b'\t' => "\\t",
+                0..=0x1f => "",
+                _ => continue,
+            };
+            f.write_str(&s[from..i])?;
+            if esc.is_empty() {
+                write!(f, "\\u{b:04x}")?;
+            } else {
+                f.write_str(esc)?;
+            }
+            from = i + 1;
+        }
+        f.write_str(&s[from..])?;
+        f.write_str("\"")
+    }
+}
+
+/// Appends `v` in decimal, without the formatting machinery (most of what this export writes is integers).
+fn push_u64(buf: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    buf.extend_from_slice(&digits[i..]);
+}
+
+/// Appends [`Us`]'s text.
+fn push_us(buf: &mut Vec<u8>, ns: u64) {
+    push_u64(buf, ns / 1000);
+    let frac = ns % 1000;
+    buf.extend_from_slice(&[b'.', b'0' + (frac / 100) as u8, b'0' + (frac / 10 % 10) as u8, b'0' + (frac % 10) as u8]);
+}
+
+/// Appends [`Js`]'s text; names rarely need escaping, so those that do not are copied as they are.
+fn push_js(buf: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        buf.push(b'"');
+        buf.extend_from_slice(s.as_bytes());
+        buf.push(b'"');
+    } else {
+        let _ = write!(buf, "{}", Js(s));
+    }
+}
+
+/// Events are written into `buf`, handed to `w` in chunks of about this size.
+const OUTPUT_CHUNK: usize = 1 << 20;
+
+struct Out<W: Write> {
+    w: W,
+    buf: Vec<u8>,
+    first: bool,
+    events: u64,
+}
+
+impl<W: Write> Out<W> {
+    /// Starts the next trace event (the separator) and counts it.
+    fn next(&mut self) -> std::io::Result<&mut Vec<u8>> {
+        if self.buf.len() >= OUTPUT_CHUNK {
+            self.drain()?;
+        }
+        if !std::mem::take(&mut self.first) {
+            self.buf.extend_from_slice(b",\n");
+        }
+        self.events += 1;
+        Ok(&mut self.buf)
+    }
+
+    /// Hands what is buffered to the writer.
+    fn drain(&mut self) -> std::io::Result<()> {
+        self.w.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// A complete ("X") event; `args` is the inside of the args object.
+    #[allow(clippy::too_many_arguments)]
+    fn complete(
+        &mut self,
+        cat: &str,
+        name: &str,
+        pid: u64,
+        tid: u64,
+        start: u64,
+        end: u64,
+        args: fmt::Arguments,
+    ) -> std::io::Result<()> {
+        self.complete_with(cat, name, pid, tid, start, end, |b| {
+            let _ = b.write_fmt(args);
+        })
+    }
+
+    /// [`Out::complete`] with the args written by `args` into the buffer.
+    #[allow(clippy::too_many_arguments)]
+    fn complete_with(
+        &mut self,
+        cat: &str,
+        name: &str,
+        pid: u64,
+        tid: u64,
+        start: u64,
+        end: u64,
+        args: impl FnOnce(&mut Vec<u8>),
+    ) -> std::io::Result<()> {
+        let b = self.next()?;
+        b.extend_from_slice(br#"{"ph":"X","cat":"#);
+        push_js(b, cat);
+        b.extend_from_slice(br#","name":"#);
+        push_js(b, name);
+        b.extend_from_slice(br#","pid":"#);
+        push_u64(b, pid);
+        b.extend_from_slice(br#","tid":"#);
+        push_u64(b, tid);
+        b.extend_from_slice(br#","ts":"#);
+        push_us(b, start);
+        b.extend_from_slice(br#","dur":"#);
+        push_us(b, end.saturating_sub(start));
+        b.extend_from_slice(br#","args":{"#);
+        args(b);
+        b.extend_from_slice(b"}}");
+        Ok(())
+    }
+
+    fn metadata(&mut self, what: &str, pid: u64, tid: u64, name: &str) -> std::io::Result<()> {
+        write!(self.next()?, r#"{{"ph":"M","name":"{what}","pid":{pid},"tid":{tid},"args":{{"name":{}}}}}"#, Js(name))
+    }
+}
+
+/// What the export learns across processes as events go by.
+#[derive(Default)]
+struct Seen {
+    /// Devices that ran work (a GPU "process" each): (its pid in the JSON, device, process key).
+    gpu_pids: BTreeSet<(u64, u32, u32)>,
+    /// `deviceProperties` entries, per process.
+    device_json: BTreeMap<u32, Vec<String>>,
+    /// Device ordinal → (compute capability, SM count), for the occupancy figures on kernels. Device events
+    /// carry time 0, so they go by before any kernel.
+    gpus: FxHashMap<u32, ((u32, u32), u64)>,
+}
+
+/// What one process needs while its events stream by.
+#[derive(Default)]
+struct ProcessOut {
+    ranges: cuflight_trace::model::ranges::Pairer,
+    memory: cuflight_trace::model::memory::LiveMemory,
+    launches: LaunchJoin,
+    /// A kernel held back for one event: the agent records a graph kernel's [`EventKind::GraphNode`] right after
+    /// it (same start, same correlation), and its graph ids belong in the kernel's args.
+    held: Option<(RawEvent, u64)>,
+    /// Added to correlation ids to make flow ids: correlation ids are per process, so with several processes each
+    /// gets its own range (its index + 1, shifted past 32 bits; below 2^53, so JSON readers keep it exact). A
+    /// single process keeps the bare correlation id, as Kineto writes it.
+    flow_base: u64,
+}
+
+impl ProcessOut {
+    /// The JSON pid of a device's "process": Kineto's, the device ordinal, with one process in the trace; with
+    /// several (ranks sharing a GPU, or one job's hosts merged, each with its GPU 0), one per process and device,
+    /// above any OS pid (the process's flow base plus the ordinal), named "GPU d (rank R ... pid P)".
+    fn gpu_pid(&self, device: u32) -> u64 {
+        self.flow_base + device as u64
+    }
+}
+
+/// Writes the trace of `source` as Kineto-style JSON; returns the number of trace events written.
+pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceError> {
+    let io = |e: std::io::Error| TraceError::Import { path: "output".into(), what: e.to_string() };
+    let mut out = Out { w, buf: Vec::with_capacity(OUTPUT_CHUNK + 4096), first: true, events: 0 };
+    out.w.write_all(b"{\"schemaVersion\": 1,\n").map_err(io)?;
+    let processes = &source.processes;
+    // distributedInfo is the file's one rank, as Kineto writes it; a trace of several ranks labels each process
+    // instead ("process_labels", which Perfetto shows and cuflight's importer reads back).
+    let ranks: BTreeSet<u32> = processes.values().filter_map(|p| p.rank).collect();
+    if let Some(&rank) = ranks.first().filter(|_| ranks.len() == 1) {
+        let world = processes.values().map(|p| p.info.world_size).max().unwrap_or(0).max(rank + 1);
+        writeln!(out.w, "\"distributedInfo\": {{\"backend\": \"nccl\", \"rank\": {rank}, \"world_size\": {world}}},")
+            .map_err(io)?;
+    }
+    out.w.write_all(b"\"traceEvents\": [\n").map_err(io)?;
+    for (&pid, p) in processes {
+        let label = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
+        out.metadata("process_name", pid as u64, 0, &label).map_err(io)?;
+        if let Some(rank) = p.rank.filter(|_| ranks.len() > 1) {
+            let labels = format!("rank {rank}");
+            write!(
+                out.next().map_err(io)?,
+                r#"{{"ph":"M","name":"process_labels","pid":{pid},"tid":0,"args":{{"labels":{}}}}}"#,
+                Js(&labels)
+            )
+            .map_err(io)?;
+        }
+    }
+    let mut state: FxHashMap<u32, ProcessOut> = FxHashMap::default();
+    let mut seen = Seen::default();
+    let flow_bases: FxHashMap<u32, u64> = match processes.len() {
+        1 => processes.keys().map(|&k| (k, 0)).collect(),
+        _ => processes.keys().enumerate().map(|(i, &k)| (k, (i as u64 + 1) << 32)).collect(),
+    };
+    let mut failed = None;
+    source.for_each(|key, p, e| {
+        if failed.is_some() {
+            return;
+        }
+        let st = state.entry(key).or_insert_with(|| ProcessOut {
+            flow_base: flow_bases.get(&key).copied().unwrap_or(0),
+            ..Default::default()
+        });
+        if let Err(err) = event(&mut out, key, p, e, st, &mut seen) {
+            failed = Some(err);
+        }
+    })?;
+    if let Some(e) = failed {
+        return Err(io(e));
+    }
+    let mut rest = || -> std::io::Result<()> {
+        for (&pid, st) in state.iter_mut() {
+            if let Some((k, external)) = st.held.take() {
+                let gpu_pid = st.gpu_pid(k.device);
+                kernel(&mut out, &source.processes[&pid], &k, None, external, seen.gpus.get(&k.device), gpu_pid)?;
+            }
+        }
+        for &(gpu_pid, device, key) in &seen.gpu_pids {
+            let name = match source.processes.get(&key).filter(|_| gpu_pid != device as u64) {
+                Some(p) => format!("GPU {device} ({})", p.who()),
+                None => format!("GPU {device}"),
+            };
+            out.metadata("process_name", gpu_pid, 0, &name)?;
+        }
+        out.drain()?;
+        out.w.write_all(b"\n],\n\"deviceProperties\": [")?;
+        for (i, d) in seen.device_json.values().flatten().enumerate() {
+            out.w.write_all(if i == 0 { b"\n" } else { b",\n" })?;
+            out.w.write_all(d.as_bytes())?;
+        }
+        out.w.write_all(b"\n]}\n")?;
+        out.w.flush()
+    };
+    rest().map_err(io)?;
+    Ok(out.events)
+}
+
+fn event<W: Write>(
+    out: &mut Out<W>,
+    key: u32,
+    p: &Process,
+    e: &RawEvent,
+    st: &mut ProcessOut,
+    seen: &mut Seen,
+) -> std::io::Result<()> {
+    let gpu_pids = &mut seen.gpu_pids;
+    if let Some((k, external)) = st.held.take() {
+        let node = (e.kind() == Some(EventKind::GraphNode) && e.correlation == k.correlation && e.start == k.start)
+            .then_some((e.a, e.b));
+        kernel(out, p, &k, node, external, seen.gpus.get(&k.device), st.gpu_pid(k.device))?;
+        if node.is_some() {
+            return Ok(());
+        }
+    }
+    let pid = key as u64;
+    if let Some(r) = st.ranges.feed(e) {
+        let (domain, payload) = (Js(p.nvtx_domain(r.domain)), PayloadArg(r.payload));
+        let (name, tid) = (p.string(r.name), r.tid as u64);
+        let args = format_args!(r#""domain":{domain}{payload}"#);
+        return out.complete("user_annotation", name, pid, tid, r.start, r.end, args);
+    }
+    let name = p.string(e.name);
+    let corr = e.correlation;
+    match e.kind() {
+        Some(EventKind::Api) => {
+            let cat = if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" };
+            // A call that queues device work shares its External id with that work (see `external_id`).
+            let launches = st.launches.api(p, e);
+            out.complete_with(cat, name, pid, e.tid as u64, e.start, e.end, |b| {
+                b.extend_from_slice(br#""correlation":"#);
+                push_u64(b, corr as u64);
+                b.extend_from_slice(br#","cbid":"#);
+                push_u64(b, e.a);
+                if launches || e.c != 0 {
+                    b.extend_from_slice(br#","External id":"#);
+                    push_u64(b, if e.c != 0 { e.c } else { EXTERNAL_FROM_CORRELATION + corr as u64 });
+                }
+            })?;
+        }
+        Some(EventKind::Kernel) => {
+            // Written with the next event of its process, which may be its graph node.
+            gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
+            let joined = st.launches.work(e);
+            st.held = Some((*e, external_id(e, joined)));
+            return flow(out, pid, st, e, joined);
+        }
+        Some(EventKind::Memcpy) => {
+            gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
+            let (src, dst) = e.copy_memory_kinds();
+            let (src, dst) = (names::memory_kind(src), names::memory_kind(dst));
+            let label = format!("Memcpy {} ({} -> {})", names::memcpy_kind(e.sub), title(src), title(dst));
+            let gbps = if e.duration() == 0 { 0.0 } else { e.a as f64 / e.duration() as f64 };
+            // `async` is cuflight's addition, ignored by Kineto tools.
+            let extra = if e.flags & FLAG_ASYNC != 0 { r#","async":true"# } else { "" };
+            let joined = st.launches.work(e);
+            out.complete(
+                "gpu_memcpy",
+                &label,
+                st.gpu_pid(e.device),
+                e.stream as u64,
+                e.start,
+                e.end,
+                format_args!(
+                    r#"{},"External id":{},"bytes":{},"memory bandwidth (GB/s)":{}{extra}"#,
+                    WorkArgs(e),
+                    external_id(e, joined),
+                    e.a,
+                    serde_json::Number::from_f64(gbps).map_or("0".into(), |n| n.to_string())
+                ),
+            )?;
+            return flow(out, pid, st, e, joined);
+        }
+        Some(EventKind::Memset) => {
+            gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
+            let label = format!("Memset ({})", title(names::memory_kind(e.sub)));
+            let joined = st.launches.work(e);
+            out.complete(
+                "gpu_memset",
+                &label,
+                st.gpu_pid(e.device),
+                e.stream as u64,
+                e.start,
+                e.end,
+                format_args!(r#"{},"External id":{},"bytes":{}"#, WorkArgs(e), external_id(e, joined), e.a),
+            )?;
+            return flow(out, pid, st, e, joined);
+        }
+        Some(EventKind::Range) => {
+            if e.flags & FLAG_DEVICE != 0 {
+                gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
+                let (d, s) = (st.gpu_pid(e.device), e.stream as u64);
+                out.complete("gpu_user_annotation", name, d, s, e.start, e.end, format_args!(""))?;
+            } else {
+                let domain = p.string(e.c as u32);
+                let cat = if domain.is_empty() { "user_annotation" } else { domain };
+                let external = ExternalArg(e.a);
+                let op =
+                    OperatorArgs { text: p.string(e.b as u32), sequence: (e.b >> 32).checked_sub(1), after: e.a != 0 };
+                out.complete(cat, name, pid, e.tid as u64, e.start, e.end, format_args!("{external}{op}"))?;
+            }
+        }
+        Some(EventKind::NvtxMark) if e.flags & FLAG_GLOBAL != 0 => {
+            // A trace-wide instant, written as Kineto writes it (viewers draw it across the whole timeline).
+            write!(
+                out.next()?,
+                r#"{{"ph":"i","s":"g","name":{},"pid":{pid},"tid":0,"ts":{}}}"#,
+                Js(name),
+                Us(e.start)
+            )?;
+        }
+        Some(EventKind::NvtxMark) => {
+            let (domain, payload) = (Js(p.nvtx_domain(e.c)), PayloadArg(cuflight_trace::model::ranges::Payload::of(e)));
+            write!(
+                out.next()?,
+                r#"{{"ph":"i","s":"t","cat":"user_annotation","name":{},"pid":{pid},"tid":{},"ts":{},"args":{{"domain":{domain}{payload}}}}}"#,
+                Js(name),
+                e.tid,
+                Us(e.start)
+            )?;
+        }
+        Some(EventKind::Alloc | EventKind::Free) => {
+            // torch.profiler's memory events: Bytes is negative for a free; Device Type 1 = CUDA, 0 = CPU.
+            let Some(change) = st.memory.apply(0, e) else { return Ok(()) };
+            // `pinned` is cuflight's addition: pinned host memory, not the CPU allocator.
+            let pinned = if change.device { "" } else { r#","pinned":true"# };
+            write!(
+                out.next()?,
+                r#"{{"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":{pid},"tid":{},"ts":{},"args":{{"Addr":{},"Bytes":{},"Device Type":{},"Device Id":{}{pinned}}}}}"#,
+                e.tid,
+                Us(e.start),
+                e.a,
+                change.delta,
+                change.device as u8,
+                e.device
+            )?;
+        }
+        Some(EventKind::Sync) => {
+            let kind = names::sync_kind(e.sub);
+            out.complete(
+                "cuda_sync",
+                kind,
+                st.gpu_pid(e.device),
+                e.stream as u64,
+                e.start,
+                e.end,
+                format_args!(
+                    r#""cuda_sync_kind":{},"stream":{},"correlation":{corr},"device":{}"#,
+                    Js(kind),
+                    e.stream,
+                    e.device
+                ),
+            )?;
+        }
+        Some(EventKind::ThreadName) => out.metadata("thread_name", pid, e.a, name)?,
+        Some(EventKind::Device) => {
+            let (major, minor) = e.compute_capability();
+            // Devices are the machine's: every process of one host lists the same ones.
+            seen.gpus.insert(e.device, ((major, minor), e.c));
+            seen.device_json.entry(key).or_default().push(format!(
+                r#"{{"id":{},"name":{},"totalGlobalMem":{},"computeMajor":{major},"computeMinor":{minor},"numSms":{}}}"#,
+                e.device,
+                Js(name),
+                e.a,
+                e.c
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The `ac2g` flow from the call that launched `e` to `e`, when `e` is that call's first work.
+fn flow<W: Write>(
+    out: &mut Out<W>,
+    pid: u64,
+    st: &mut ProcessOut,
+    e: &RawEvent,
+    joined: Option<cuflight_trace::model::launches::Joined>,
+) -> std::io::Result<()> {
+    let Some(launch) = joined.filter(|w| w.first).map(|w| w.call) else { return Ok(()) };
+    let corr = st.flow_base | e.correlation as u64;
+    let b = out.next()?;
+    b.extend_from_slice(br#"{"ph":"s","id":"#);
+    push_u64(b, corr);
+    b.extend_from_slice(br#","pid":"#);
+    push_u64(b, pid);
+    b.extend_from_slice(br#","tid":"#);
+    push_u64(b, launch.tid as u64);
+    b.extend_from_slice(br#","ts":"#);
+    push_us(b, launch.start);
+    b.extend_from_slice(br#","cat":"ac2g","name":"ac2g"}"#);
+    let b = out.next()?;
+    b.extend_from_slice(br#"{"ph":"f","id":"#);
+    push_u64(b, corr);
+    b.extend_from_slice(br#","pid":"#);
+    push_u64(b, st.gpu_pid(e.device));
+    b.extend_from_slice(br#","tid":"#);
+    push_u64(b, e.stream as u64);
+    b.extend_from_slice(br#","ts":"#);
+    push_us(b, e.start);
+    b.extend_from_slice(br#","cat":"ac2g","name":"ac2g","bp":"e"}"#);
+    Ok(())
+}
+
+/// "pageable" → "Pageable", as Kineto names memory kinds.
+fn title(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map_or_else(String::new, |f| f.to_ascii_uppercase().to_string() + c.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hand_written_numbers_and_strings_match_their_display() {
+        for v in [0, 7, 999, 1000, 1001, 123_456_789, u32::MAX as u64, u64::MAX] {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            push_u64(&mut a, v);
+            push_us(&mut b, v);
+            assert_eq!(String::from_utf8(a).unwrap(), v.to_string());
+            assert_eq!(String::from_utf8(b).unwrap(), us(v));
+        }
+        for s in ["", "gemm", "void k<1>(float*)", "a\"b", "back\\slash", "tab\tnew\nline", "\u{1}", "µs ünïcode"] {
+            let mut a = Vec::new();
+            push_js(&mut a, s);
+            assert_eq!(String::from_utf8(a).unwrap(), Js(s).to_string(), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn microseconds_are_exact() {
+        assert_eq!(us(1712195495506161200), "1712195495506161.200");
+        assert_eq!(us(5), "0.005");
+        assert_eq!(title("pinned"), "Pinned");
+    }
+
+    #[test]
+    fn strings_are_escaped_as_json() {
+        let s = "a\"b\\c\nd\u{1}é<>";
+        let text = Js(s).to_string();
+        assert_eq!(serde_json::from_str::<String>(&text).unwrap(), s);
+        assert_eq!(text, r#""a\"b\\c\nd\u0001é<>""#);
+    }
+}

@@ -1,0 +1,185 @@
+//! `cuflight merge FILES... -o job.cuf`: one trace of a job recorded as several (one per host or rank, any
+//! format cuflight reads), on one clock. Every process's events are put on the epoch by its REALTIME offset and
+//! each host's clock moved onto the reference host's by their collectives ([`cuflight_analysis::align`]); the
+//! merged trace then carries host-clock times with no clock pairs left to apply. Processes keep their pids as
+//! keys unless one was seen in an earlier file (then a key of its own, as a recording gives a reused pid);
+//! strings are rewritten per process and every event's string ids remapped. Streamed file by file, in bounded
+//! memory: each process's events go out in blocks as they come.
+
+use cuflight_analysis::align::{self, HostShift};
+use cuflight_analysis::job_clock::JobClockBuilder;
+use cuflight_format::event::FLAG_DEVICE;
+use cuflight_format::file::{FileError, Footer, TraceWriter};
+use cuflight_format::strings::StringRegion;
+use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::source::EventSource;
+use cuflight_trace::model::trace::TraceError;
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::io::Write;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MergeError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error("cannot write the merged trace: {0}")]
+    Write(#[from] FileError),
+}
+
+/// What the merge wrote.
+#[derive(Debug, Default)]
+pub struct Merged {
+    pub processes: usize,
+    pub events: u64,
+    pub hosts: Vec<HostShift>,
+}
+
+/// Events per block, and waiting in all (across a file's processes) before every process's are written.
+const BLOCK: usize = 64 * 1024;
+const HELD: usize = 1 << 20;
+
+/// Merges the traces at `paths` into `w`; `command` goes to the footer. Each trace is opened twice, one at a
+/// time (its plan, then its events), so a thousand files never hold a thousand descriptors or indexes at once.
+pub fn merge<W: Write>(paths: &[std::path::PathBuf], w: W, command: Vec<String>) -> Result<Merged, MergeError> {
+    let mut clock = JobClockBuilder::default();
+    for path in paths {
+        let mut source = EventSource::open(path)?;
+        let source = &mut source;
+        let p = cuflight_analysis::report::plan::plan(source, None)?;
+        for (&k, proc_) in &source.processes {
+            if let Some(plan) = p.get(&k) {
+                clock.add(proc_, plan);
+            }
+        }
+    }
+    let clock = clock.build();
+    let mut out = TraceWriter::new(w)?;
+    let mut merged = Merged::default();
+    let mut keys_seen: FxHashSet<u32> = FxHashSet::default();
+    let mut next_key = 0u32;
+    for path in paths {
+        let mut source = EventSource::open(path)?;
+        let source = &mut source;
+        // Per process: its key in the merged file, string id map, clock, pending events.
+        let mut procs: FxHashMap<u32, Proc> = FxHashMap::default();
+        for (&k, p) in &source.processes {
+            let key = if keys_seen.insert(p.info.pid) {
+                p.info.pid
+            } else {
+                next_key += 1;
+                0x8000_0000 | next_key
+            };
+            let mut region = StringRegion::default();
+            let mut ids: FxHashMap<u32, u32> = FxHashMap::default();
+            for (&id, s) in &p.strings {
+                // The mangled form where there was one: readers demangle it again, and keep both.
+                let text = p.mangled.get(&id).unwrap_or(s);
+                ids.insert(id, region.intern(text));
+            }
+            let clock = clock.to_job(p);
+            let mut info = p.info.clone();
+            info.key = if key == info.pid { 0 } else { key };
+            info.rank = info.rank.or(p.rank);
+            // The events are written on the host clock already (device times mapped, clocks aligned).
+            info.device_clock_monotonic = true;
+            info.clock_pairs.clear();
+            if info.cmdline.is_empty() && !p.name.is_empty() {
+                info.cmdline = vec![p.name.clone()];
+            }
+            out.write_process(&info)?;
+            // Offset 0 is the region's reserved "no string": entries start at 4.
+            out.write_strings(key, 4, &region.bytes()[4..])?;
+            procs.insert(k, Proc { key, ids, clock, pending: Vec::new() });
+            merged.processes += 1;
+        }
+        let mut failed: Option<FileError> = None;
+        let mut held = 0usize;
+        source.for_each(|k, _p, e| {
+            if failed.is_some() {
+                return;
+            }
+            let Some(proc_) = procs.get_mut(&k) else { return };
+            if e.kind() == Some(EventKind::ClockSync) {
+                return; // times are on the host clock already
+            }
+            proc_.pending.push(proc_.remap(e));
+            held += 1;
+            let full = proc_.pending.len() >= BLOCK;
+            // One process's block when it is full, every process's when too many wait in all.
+            let flush: Vec<u32> = match (full, held >= HELD) {
+                (_, true) => procs.keys().copied().collect(),
+                (true, false) => vec![k],
+                _ => return,
+            };
+            for f in flush {
+                let Some(p) = procs.get_mut(&f) else { continue };
+                held -= p.pending.len();
+                merged.events += p.pending.len() as u64;
+                if let Err(err) = out.write_events(p.key, &p.pending) {
+                    failed = Some(err);
+                }
+                p.pending.clear();
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        for proc_ in procs.values() {
+            merged.events += proc_.pending.len() as u64;
+            out.write_events(proc_.key, &proc_.pending)?;
+        }
+    }
+    let mut w = out.finish(Footer { events: merged.events, command, exit_code: None })?;
+    w.flush().map_err(FileError::Io)?;
+    merged.hosts = clock.hosts;
+    Ok(merged)
+}
+
+struct Proc {
+    key: u32,
+    ids: FxHashMap<u32, u32>,
+    clock: align::ToJob,
+    pending: Vec<RawEvent>,
+}
+
+impl Proc {
+    fn id(&self, old: u32) -> u32 {
+        if old == 0 {
+            0
+        } else {
+            self.ids.get(&old).copied().unwrap_or(0)
+        }
+    }
+
+    /// `e` with its string ids in the merged file's region and its times on the job's clock (timeless events,
+    /// at 0, stay at 0).
+    fn remap(&self, e: &RawEvent) -> RawEvent {
+        let mut out = *e;
+        out.name = self.id(e.name);
+        match e.kind() {
+            Some(
+                EventKind::NvtxPush
+                | EventKind::NvtxPop
+                | EventKind::NvtxStart
+                | EventKind::NvtxEnd
+                | EventKind::NvtxMark
+                | EventKind::NvtxCategory,
+            ) => out.c = self.id(e.c as u32) as u64,
+            Some(EventKind::Range) => {
+                out.c = self.id(e.c as u32) as u64;
+                if e.flags & FLAG_DEVICE == 0 {
+                    // An imported operator's args: a string id in the low half (see the Kineto importer).
+                    out.b = (e.b & !0xffff_ffff) | self.id(e.b as u32) as u64;
+                }
+            }
+            _ => {}
+        }
+        if e.start != 0 {
+            out.start = self.clock.at_u64(e.start);
+            out.end = self.clock.at_u64(e.end);
+            if e.end >= e.start {
+                out.end = out.end.max(out.start);
+            }
+        }
+        out
+    }
+}

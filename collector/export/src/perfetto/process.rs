@@ -1,0 +1,255 @@
+//! One process's events turned into Perfetto packets: tracks for its threads and streams, slices, flows from
+//! launches to the work they launched, NVTX ranges, the device-memory counter, as the events stream by.
+
+use super::*;
+use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_DEVICE};
+
+/// What one process needs while its events stream by.
+pub(super) struct ProcessState {
+    pub(super) pid: u32,
+    pub(super) strings: HashMap<u32, String>,
+    /// Mangled forms of demangled kernel names (a debug annotation on their slices).
+    pub(super) mangled: std::collections::HashMap<u32, String>,
+    pub(super) thread_names: HashMap<u32, u32>,
+    /// Which calls launch work and which work is a launch's first: the one join every output uses.
+    pub(super) launches: cuflight_trace::model::launches::LaunchJoin,
+    /// Launch calls held back until their first device work appears (they then start its flow) or
+    /// [`LAUNCH_HORIZON_NS`] passes (written without one): a flow needs both ends, and a call's slice is written
+    /// once, with its flow id in it.
+    pub(super) held: HashMap<u32, Vec<cuflight_format::RawEvent>>,
+    pub(super) held_order: std::collections::VecDeque<(u64, u32)>,
+    /// Emptied lists of held calls, reused: a launch is held for every kernel, so this saves an allocation each.
+    spare: Vec<Vec<cuflight_format::RawEvent>>,
+    pub(super) ranges: cuflight_trace::model::ranges::Pairer,
+    pub(super) memory: cuflight_trace::model::memory::LiveMemory,
+    pub(super) labels: HashMap<u64, u64>,
+}
+
+impl ProcessState {
+    pub(super) fn new(pid: u32, strings: HashMap<u32, String>) -> Self {
+        ProcessState {
+            pid,
+            strings,
+            mangled: Default::default(),
+            thread_names: HashMap::default(),
+            held: HashMap::default(),
+            held_order: Default::default(),
+            spare: Vec::new(),
+            launches: Default::default(),
+            ranges: cuflight_trace::model::ranges::Pairer::default(),
+            memory: Default::default(),
+            labels: HashMap::default(),
+        }
+    }
+
+    pub(super) fn string(&self, id: u32) -> &str {
+        self.strings.get(&id).map_or("", String::as_str)
+    }
+
+    fn api_slice<W: Write>(
+        &mut self,
+        x: &mut Exporter<W>,
+        e: &cuflight_format::RawEvent,
+        flow: Option<u64>,
+    ) -> std::io::Result<()> {
+        let track = self.thread(x, e.tid)?;
+        let category = if e.sub == API_DRIVER { cat!("cuda_driver") } else { cat!("cuda_runtime") };
+        // The return code only when it is an error (success is the rule); the callback id repeats the name.
+        let args = [Arg::U(ann!("correlation"), e.correlation as u64), Arg::U(ann!("return"), e.b)];
+        let args = if e.b == 0 { &args[..1] } else { &args[..] };
+        let name = x.id_iid(self.pid, e.name, &self.strings);
+        x.slice(track, e.start, e.end, name, category, args, flow, None)
+    }
+
+    /// Writes the held launch calls older than `now` minus the horizon (all of them for `u64::MAX`) without a flow.
+    pub(super) fn release<W: Write>(&mut self, x: &mut Exporter<W>, now: u64) -> std::io::Result<()> {
+        while let Some(&(start, corr)) = self.held_order.front() {
+            if now != u64::MAX && start.saturating_add(cuflight_trace::model::launches::LAUNCH_HORIZON_NS) >= now {
+                break;
+            }
+            self.held_order.pop_front();
+            if self.held.get(&corr).and_then(|v| v.first()).is_some_and(|c| c.start == start) {
+                let calls = self.held.remove(&corr).unwrap_or_default();
+                for call in &calls {
+                    self.api_slice(x, call, None)?;
+                }
+                self.reuse(calls);
+            }
+        }
+        Ok(())
+    }
+
+    fn reuse(&mut self, mut calls: Vec<cuflight_format::RawEvent>) {
+        if self.spare.len() < 64 {
+            calls.clear();
+            self.spare.push(calls);
+        }
+    }
+
+    pub(super) fn thread<W: Write>(&self, x: &mut Exporter<W>, tid: u32) -> std::io::Result<u64> {
+        // The label is built only for a new track: this runs for every API call.
+        x.track(TrackKey::Thread(self.pid, tid), || match self.thread_names.get(&tid) {
+            Some(&n) => self.string(n).to_string(),
+            None => format!("thread {tid}"),
+        })
+    }
+
+    pub(super) fn stream<W: Write>(&self, x: &mut Exporter<W>, device: u32, stream: u32) -> std::io::Result<u64> {
+        x.track(TrackKey::Stream(self.pid, device, stream), || format!("GPU {device} stream {stream}"))
+    }
+
+    pub(super) fn domain(&self, id: u64) -> &str {
+        cuflight_trace::model::trace::nvtx_domain_name(id, |i| self.string(i))
+    }
+
+    pub(super) fn event<W: Write>(
+        &mut self,
+        x: &mut Exporter<W>,
+        p: &cuflight_trace::model::trace::Process,
+        e: &cuflight_format::RawEvent,
+    ) -> std::io::Result<()> {
+        let pid = self.pid;
+        if let Some(r) = self.ranges.feed(e) {
+            return if r.async_range {
+                self.range(x, r.start, r.end, r.name, r.domain)
+            } else {
+                let track = self.thread(x, r.tid)?;
+                let args = [Arg::S(ann!("domain"), self.domain(r.domain))];
+                let name = x.id_iid(pid, r.name, &self.strings);
+                x.slice(track, r.start, r.end, name, cat!("nvtx"), &args, None, None)
+            };
+        }
+        match e.kind() {
+            Some(EventKind::Api) => {
+                if self.launches.api(p, e) {
+                    let calls = self.held.entry(e.correlation).or_insert_with(|| self.spare.pop().unwrap_or_default());
+                    if calls.is_empty() {
+                        self.held_order.push_back((e.start, e.correlation));
+                    }
+                    calls.push(*e);
+                } else {
+                    self.api_slice(x, e, None)?;
+                }
+            }
+            Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
+                let track = self.stream(x, e.device, e.stream)?;
+                // The first work of held launch calls: they start the flow it ends (once per launch).
+                let first = self.launches.work(e).is_some_and(|w| w.first);
+                let calls = if first { self.held.remove(&e.correlation) } else { None };
+                let term = calls.as_ref().map(|_| flow_id(pid, e.correlation));
+                if let Some(calls) = calls {
+                    for call in &calls {
+                        self.api_slice(x, call, term)?;
+                    }
+                    self.reuse(calls);
+                }
+                let corr = Arg::U(ann!("correlation"), e.correlation as u64);
+                match k {
+                    EventKind::Kernel => {
+                        let c = LaunchConfig::unpack(e.a, e.b, e.c);
+                        // Launch dimensions and mangled names repeat: written once, then referred to by iid.
+                        let (grid, block) = (x.dims_iid(c.grid), x.dims_iid(c.block));
+                        let mangled = self.mangled.get(&e.name).map(|m| x.mangled_iid(pid, e.name, m));
+                        let mut args = [
+                            corr,
+                            Arg::I(ann!("grid"), grid),
+                            Arg::I(ann!("block"), block),
+                            Arg::U(ann!("registers per thread"), c.registers as u64),
+                            Arg::U(ann!("static shared memory"), c.static_shared as u64),
+                            Arg::U(ann!("dynamic shared memory"), c.dynamic_shared as u64),
+                            Arg::I(ann!("mangled name"), mangled.unwrap_or(0)),
+                        ];
+                        // Shared memory sizes only when used: most kernels use none, and every byte counts here.
+                        let mut used = if c.static_shared == 0 && c.dynamic_shared == 0 { 4 } else { 6 };
+                        if mangled.is_some() {
+                            args.swap(used, 6);
+                            used += 1;
+                        }
+                        let name = x.id_iid(pid, e.name, &self.strings);
+                        x.slice(track, e.start, e.end, name, cat!("kernel"), &args[..used], None, term)?;
+                    }
+                    EventKind::Memcpy => {
+                        let (src, dst) = e.copy_memory_kinds();
+                        let (src, dst) = (names::memory_kind(src), names::memory_kind(dst));
+                        let name = self.label(x, 1 << 32 | (e.b & 0xffff) << 8 | e.sub as u64, || {
+                            format!("Memcpy {} ({src} -> {dst})", names::memcpy_kind(e.sub))
+                        });
+                        let args = [
+                            corr,
+                            Arg::U(ann!("bytes"), e.a),
+                            Arg::S(ann!("source"), src),
+                            Arg::S(ann!("destination"), dst),
+                        ];
+                        x.slice(track, e.start, e.end, name, cat!("gpu_memcpy"), &args, None, term)?;
+                        let bw = x.track(TrackKey::Counter(pid, CounterTrack::Bandwidth), || {
+                            "Memcpy bandwidth (GB/s)".into()
+                        })?;
+                        let gbps = if e.duration() == 0 { 0.0 } else { e.a as f64 / e.duration() as f64 };
+                        x.counter(bw, e.start, Counter::Double(gbps))?;
+                        x.counter(bw, e.end.max(e.start), Counter::Double(0.0))?;
+                    }
+                    _ => {
+                        let name =
+                            self.label(x, 2 << 32 | e.sub as u64, || format!("Memset ({})", names::memory_kind(e.sub)));
+                        let args = [corr, Arg::U(ann!("bytes"), e.a)];
+                        x.slice(track, e.start, e.end, name, cat!("gpu_memset"), &args, None, term)?;
+                    }
+                }
+            }
+            Some(EventKind::Range) => {
+                let track = if e.flags & FLAG_DEVICE != 0 {
+                    self.stream(x, e.device, e.stream)?
+                } else {
+                    self.thread(x, e.tid)?
+                };
+                let args = [Arg::S(ann!("domain"), self.string(e.c as u32))];
+                let name = x.id_iid(pid, e.name, &self.strings);
+                x.slice(track, e.start, e.end, name, cat!("range"), &args, None, None)?;
+            }
+            Some(EventKind::NvtxMark) => {
+                let track = self.thread(x, e.tid)?;
+                let name = x.id_iid(pid, e.name, &self.strings);
+                x.instant(track, e.start, name, cat!("nvtx"))?;
+            }
+            Some(EventKind::Alloc | EventKind::Free) => {
+                let Some(change) = self.memory.apply(pid, e).filter(|c| c.device) else { return Ok(()) };
+                let track =
+                    x.track(TrackKey::Counter(pid, CounterTrack::Memory), || "Device memory in use (bytes)".into())?;
+                x.counter(track, e.start, Counter::Int(change.live.min(i64::MAX as u64) as i64))?;
+            }
+            Some(EventKind::Sync) => {
+                let track = x.track(TrackKey::Async(pid, u32::MAX), || "CUDA synchronization".into())?;
+                let args = [Arg::U(ann!("stream"), e.stream as u64)];
+                let name = self.label(x, 3 << 32 | e.sub as u64, || names::sync_kind(e.sub).to_string());
+                x.slice(track, e.start, e.end, name, cat!("sync"), &args, None, None)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A start/end range: one async track per range name, since such ranges may overlap.
+    pub(super) fn range<W: Write>(
+        &self,
+        x: &mut Exporter<W>,
+        start: u64,
+        end: u64,
+        name: u32,
+        domain: u64,
+    ) -> std::io::Result<()> {
+        let track = x.track(TrackKey::Async(self.pid, name), || format!("NVTX {}", self.string(name)))?;
+        let args = [Arg::S(ann!("domain"), self.domain(domain))];
+        let iid = x.id_iid(self.pid, name, &self.strings);
+        x.slice(track, start, end, iid, cat!("nvtx"), &args, None, None)
+    }
+
+    /// Name iid of a label built from event fields (copy kinds, memory kinds, sync kinds), built once per key.
+    pub(super) fn label<W: Write>(&mut self, x: &mut Exporter<W>, key: u64, text: impl FnOnce() -> String) -> u64 {
+        if let Some(&iid) = self.labels.get(&key) {
+            return iid;
+        }
+        let iid = x.name_iid(&text());
+        self.labels.insert(key, iid);
+        iid
+    }
+}
