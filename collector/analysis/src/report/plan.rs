@@ -42,7 +42,7 @@ pub struct Plan {
     /// Every device the trace lists (first record of each ordinal), and the CUDA driver's version.
     pub devices: Vec<super::run::RunDevice>,
     pub driver_version: u32,
-    /// First start and last end of what the timeline draws ([`super::run::on_timeline`]).
+    /// First start and last end of what the timeline draws ([`cuflight_trace::model::timeline::drawn`]).
     pub timeline: Option<Span>,
     /// CLOCK_REALTIME − CLOCK_MONOTONIC from the process's first clock pair (None: the trace has none).
     pub realtime_offset: Option<i64>,
@@ -139,7 +139,7 @@ impl First {
     fn event(&mut self, p: &Process, option: Option<&str>, e: &RawEvent) {
         self.events += 1;
         let kind = e.kind();
-        if super::run::on_timeline(e) {
+        if cuflight_trace::model::timeline::drawn(e) {
             let x = self.timeline.get_or_insert((e.start, e.end.max(e.start)));
             *x = (x.0.min(e.start), x.1.max(e.end).max(e.start));
         }

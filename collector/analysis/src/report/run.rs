@@ -4,7 +4,7 @@
 //! report is 1.234 s on that timeline.
 
 use cuflight_format::file::Drops;
-use cuflight_format::{EventKind, RawEvent};
+use cuflight_format::RawEvent;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -66,28 +66,6 @@ pub fn driver_version(v: u32) -> String {
         "-".into()
     } else {
         format!("{}.{}", v / 1000, v % 1000 / 10)
-    }
-}
-
-/// Whether the Perfetto export draws `e` (a slice, an instant or a counter value at its time).
-pub fn on_timeline(e: &RawEvent) -> bool {
-    match e.kind() {
-        Some(
-            EventKind::Api
-            | EventKind::Kernel
-            | EventKind::Memcpy
-            | EventKind::Memset
-            | EventKind::Sync
-            | EventKind::Range
-            | EventKind::NvtxMark
-            | EventKind::NvtxPush
-            | EventKind::NvtxPop
-            | EventKind::NvtxStart
-            | EventKind::NvtxEnd,
-        ) => true,
-        // Only device memory becomes a counter.
-        Some(EventKind::Alloc | EventKind::Free) => cuflight_trace::model::memory::is_device(e),
-        _ => false,
     }
 }
 

@@ -109,6 +109,10 @@ impl ProcessState {
         e: &cuflight_format::RawEvent,
     ) -> std::io::Result<()> {
         let pid = self.pid;
+        // The one rule of what a timeline draws (the report counts its times from where it starts).
+        if !cuflight_trace::model::timeline::drawn(e) {
+            return Ok(());
+        }
         if let Some(r) = self.ranges.feed(e) {
             return if r.async_range {
                 self.range(x, r.start, r.end, r.name, r.domain)

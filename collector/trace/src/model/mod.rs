@@ -11,4 +11,5 @@ pub mod occupancy;
 pub mod ranges;
 pub mod source;
 pub mod spool;
+pub mod timeline;
 pub mod trace;
