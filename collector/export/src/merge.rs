@@ -47,7 +47,7 @@ pub fn merge<W: Write>(paths: &[std::path::PathBuf], w: W, command: Vec<String>)
         let p = cuflight_analysis::report::plan::plan(source, None)?;
         for (&k, proc_) in &source.processes {
             if let Some(plan) = p.get(&k) {
-                clock.add(proc_, plan);
+                cuflight_analysis::job_clock::add(&mut clock, proc_, plan);
             }
         }
     }

@@ -389,7 +389,7 @@ fn ctx<'a>(
 
 /// Each process's way onto the job's clock ([`crate::job_clock`]), and how that clock was made.
 fn job_clocks(ctxs: &[Ctx]) -> (Vec<crate::align::ToJob>, job::Clocks) {
-    let clock = crate::job_clock::JobClock::of(ctxs.iter().map(|c| (c.p, c.plan)));
+    let clock = crate::job_clock::of(ctxs.iter().map(|c| (c.p, c.plan)));
     let clocks = ctxs.iter().map(|c| clock.to_job(c.p)).collect();
     let hosts = clock.hosts;
     // Three matched collectives at least per host before arrivals are compared across hosts.

@@ -180,7 +180,7 @@ pub fn export(sources: &[(String, std::path::PathBuf)], dir: &Path) -> Result<Wr
         let plans = cuflight_analysis::report::plan::plan(source, None)?;
         for (&k, p) in &source.processes {
             if let Some(plan) = plans.get(&k) {
-                job.add(p, plan);
+                cuflight_analysis::job_clock::add(&mut job, p, plan);
             }
         }
         all_plans.push(plans);

@@ -3,7 +3,9 @@
 //! device memory alive ([`memory`]), NVTX ranges ([`ranges`]), launch-to-work flows ([`launches`]) and what a name
 //! says (kernel classes, API calls, step and data-loading ranges: [`names`]), and host names ([`host`]).
 
+pub mod align;
 pub mod host;
+pub mod job_clock;
 pub mod launches;
 pub mod memory;
 pub mod names;

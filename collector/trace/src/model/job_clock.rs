@@ -1,0 +1,113 @@
+//! The job's clock, built one way for every command that puts several processes on one timeline (`report` over
+//! ranks, `merge`, the Parquet export), from each process's facts (its host, clock pairs and collectives).
+//!
+//! A host's processes share its CLOCK_MONOTONIC, so they share one REALTIME offset: the first offset any of them
+//! measured (its clock pairs); another's would only add its own reading error, and a process without pairs (an
+//! import, a process that exited before its first pair) still lands where its host's others do. A host with no
+//! offset at all keeps its times as recorded (0), which is already the epoch for imports whose times are epoch
+//! based (Kineto). Hosts are then shifted onto the reference host by their collectives ([`super::align`]).
+//! Processes that name no host share the host "unknown".
+
+use super::align::{self, HostShift, Member, ToJob};
+use super::trace::Process;
+
+pub use super::host::host_of;
+
+/// Collects each process's clock facts (its host, rank, REALTIME offset, collectives), then builds the clock.
+#[derive(Default)]
+pub struct JobClockBuilder {
+    /// Hosts in the order first seen, with the first REALTIME offset measured there.
+    realtime: Vec<(String, Option<i64>)>,
+    /// Per process, its collectives' ends on its own clock until [`JobClockBuilder::build`] adds its host's offset.
+    members: Vec<Member>,
+}
+
+impl JobClockBuilder {
+    /// `p` with its REALTIME offset (None: no clock pair) and its collectives' (name, end on its own clock), as
+    /// the report's planning pass finds them (`cuflight_analysis::job_clock::add`).
+    pub fn add(&mut self, p: &Process, realtime_offset: Option<i64>, ends: Vec<(String, i64)>) {
+        let host = host_of(p);
+        match self.realtime.iter_mut().find(|(h, _)| h == host) {
+            Some((_, offset)) => *offset = offset.or(realtime_offset),
+            None => self.realtime.push((host.to_string(), realtime_offset)),
+        }
+        self.members.push(Member { host: host.to_string(), rank: p.rank, collectives: ends });
+    }
+
+    pub fn build(mut self) -> JobClock {
+        for m in &mut self.members {
+            let offset = self.realtime.iter().find(|(h, _)| *h == m.host).and_then(|(_, o)| *o).unwrap_or(0);
+            for (_, end) in &mut m.collectives {
+                *end = end.saturating_add(offset);
+            }
+        }
+        let hosts = align::align(&self.members);
+        JobClock { realtime: self.realtime, hosts }
+    }
+}
+
+/// Every process's way onto the job's clock.
+pub struct JobClock {
+    realtime: Vec<(String, Option<i64>)>,
+    /// Per host, the shift onto the reference host (the reference first).
+    pub hosts: Vec<HostShift>,
+}
+
+impl JobClock {
+    /// The REALTIME offset of `p`'s host, if one was measured there.
+    pub fn realtime_offset(&self, p: &Process) -> Option<i64> {
+        let host = host_of(p);
+        self.realtime.iter().find(|(h, _)| h == host).and_then(|(_, o)| *o)
+    }
+
+    /// How `p`'s own times go onto the job's clock.
+    pub fn to_job(&self, p: &Process) -> ToJob {
+        let host = host_of(p);
+        ToJob::new(self.realtime_offset(p).unwrap_or(0), self.hosts.iter().find(|h| h.host == host))
+    }
+
+    /// What `p`'s placed times are: "realtime" (the epoch, from clock pairs, or times that were epoch based
+    /// already: after 2001-09-09 as recorded, `first_ns` being its first) or "as recorded".
+    pub fn clock_name(&self, p: &Process, first_ns: u64) -> &'static str {
+        if self.realtime_offset(p).is_some() || first_ns >= 1_000_000_000_000_000_000 {
+            "realtime"
+        } else {
+            "as recorded"
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(host: &str, rank: u32) -> Process {
+        let mut p = Process::default();
+        p.info.host = host.into();
+        p.rank = Some(rank);
+        p
+    }
+
+    /// The rule report, merge and the Parquet export share: one REALTIME offset per host, the first measured
+    /// there, whichever of its processes measured it; a host without one keeps its times.
+    #[test]
+    fn a_hosts_processes_share_its_first_measured_offset() {
+        let (a0, a1, a2, b) = (process("a", 0), process("a", 1), process("a", 2), process("b", 3));
+        let mut builder = JobClockBuilder::default();
+        for (p, offset) in [(&a0, None), (&a1, Some(100)), (&a2, Some(130)), (&b, None)] {
+            builder.add(p, offset, Vec::new());
+        }
+        let clock = builder.build();
+        for p in [&a0, &a1, &a2] {
+            assert_eq!(clock.realtime_offset(p), Some(100), "every process of host a");
+            assert_eq!(clock.to_job(p).at(5), 105);
+            assert_eq!(clock.clock_name(p, 5), "realtime");
+        }
+        assert_eq!(clock.realtime_offset(&b), None);
+        assert_eq!(clock.to_job(&b).at(5), 5);
+        assert_eq!(clock.clock_name(&b, 5), "as recorded");
+        assert_eq!(clock.clock_name(&b, 1_700_000_000_000_000_000), "realtime", "epoch-based import");
+        let nameless = process("", 4);
+        assert_eq!(host_of(&nameless), "unknown");
+    }
+}
