@@ -145,3 +145,37 @@ fn nsys_memory_usage_events_are_read_when_the_export_has_them() {
     let kinds: Vec<&str> = s["not_recorded"].as_array().unwrap().iter().map(|n| n["kind"].as_str().unwrap()).collect();
     assert!(!kinds.contains(&"memory"), "{kinds:?}");
 }
+
+/// Kernels named as cuBLAS, FlashAttention, ATen and NCCL name theirs land in their categories, copies and
+/// memsets in theirs, and the categories add up to all device time.
+#[test]
+fn device_time_by_category() {
+    let dir = scratch("categories");
+    let prog = build_c("categories", &dir);
+    let r = record(&dir, &[], &prog, &[], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    let s = stats(&r.trace);
+    let rows = s["categories"].as_array().unwrap();
+    let of = |c: &str| rows.iter().find(|r| r["category"] == c).unwrap_or_else(|| panic!("no {c} in {rows:?}"));
+    for c in ["communication", "gemm", "attention", "softmax", "normalization", "elementwise"] {
+        assert_eq!(of(c)["count"], 5, "{c}");
+    }
+    assert_eq!((of("memcpy")["count"].as_u64(), of("memset")["count"].as_u64()), (Some(1), Some(1)));
+    // Each kernel runs at least its own time (500, 400, 300, 200, 100, 50 us; more when the machine is busy),
+    // and the rows come largest first.
+    for (c, us) in [("communication", 500), ("gemm", 400), ("attention", 300), ("softmax", 200)]
+        .into_iter()
+        .chain([("normalization", 100), ("elementwise", 50)])
+    {
+        assert!(of(c)["total_ns"].as_u64().unwrap() >= 5 * us * 1000, "{c}: {}", of(c));
+    }
+    let totals: Vec<u64> = rows.iter().map(|r| r["total_ns"].as_u64().unwrap()).collect();
+    assert!(totals.windows(2).all(|w| w[0] >= w[1]), "largest first: {totals:?}");
+    let total = |table: &str| s[table].as_array().unwrap().iter().map(|r| r["total_ns"].as_u64().unwrap()).sum::<u64>();
+    let device = total("kernels") + total("memcpy") + total("memset");
+    assert_eq!(rows.iter().map(|r| r["total_ns"].as_u64().unwrap()).sum::<u64>(), device);
+    // The table, by its name.
+    let out = stats_with(&[r.trace.to_str().unwrap(), "--report", "categories"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("attention") && text.contains("GPU time by kind of work"), "{text}");
+}

@@ -226,7 +226,8 @@ impl StatsAcc {
         let mut pinned_memory = self.pinned_memory;
         device_memory.live_bytes_at_end = self.live.device();
         pinned_memory.live_bytes_at_end = self.live.pinned();
-        Stats {
+        let mut stats = Stats {
+            categories: Vec::new(),
             kernels: by_name(self.kernels),
             api: by_name(self.api),
             memcpy: self
@@ -292,7 +293,9 @@ impl StatsAcc {
             not_recorded,
             processes: rows,
             devices: self.devices.into_values().flatten().collect(),
-        }
+        };
+        stats.categories = super::categories::category_rows(&stats.kernels, &stats.memcpy, &stats.memset);
+        stats
     }
 }
 

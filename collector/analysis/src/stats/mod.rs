@@ -2,6 +2,7 @@
 //! and host memory, memset, device and pinned memory, NVTX ranges and marks, synchronisation, drops, processes.
 
 mod accumulate;
+pub mod categories;
 mod dist;
 mod projection;
 mod render;
@@ -206,6 +207,8 @@ pub struct DeviceRow {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Stats {
     pub kernels: Vec<DurationRow>,
+    /// Device time by kind of work (gemm, attention, ..., memcpy, memset), largest first.
+    pub categories: Vec<categories::CategoryRow>,
     pub api: Vec<DurationRow>,
     pub memcpy: Vec<MemcpyRow>,
     pub memset: Vec<MemsetRow>,

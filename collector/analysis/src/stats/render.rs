@@ -7,6 +7,7 @@ use super::*;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Report {
     Kernels,
+    Categories,
     Api,
     MemTime,
     MemSize,
@@ -23,8 +24,9 @@ pub enum Report {
 }
 
 impl Report {
-    pub const ALL: [Report; 14] = [
+    pub const ALL: [Report; 15] = [
         Report::Kernels,
+        Report::Categories,
         Report::Api,
         Report::MemTime,
         Report::MemSize,
@@ -44,6 +46,7 @@ impl Report {
     pub fn names(self) -> (&'static str, &'static str) {
         match self {
             Report::Kernels => ("cuda_gpu_kern_sum", "kernels"),
+            Report::Categories => ("categories", "categories"),
             Report::Api => ("cuda_api_sum", "api"),
             Report::MemTime => ("cuda_gpu_mem_time_sum", "gpu_mem_time"),
             Report::MemSize => ("cuda_gpu_mem_size_sum", "gpu_mem_size"),
@@ -293,6 +296,21 @@ impl Stats {
                     ));
                     cells.extend([r.domain.clone(), r.kernel.clone()]);
                     t.row(cells);
+                }
+                t
+            }
+            Report::Categories => {
+                let mut t = Table::new(
+                    "GPU time by kind of work (kernels by name: gemm, attention, ...; copies; memsets)",
+                    &["Time (%)", "Total Time (ns)", "Count", "Category"],
+                );
+                for r in &self.categories {
+                    t.row(vec![
+                        format!("{:.1}", r.percent),
+                        r.total_ns.to_string(),
+                        r.count.to_string(),
+                        r.category.into(),
+                    ]);
                 }
                 t
             }

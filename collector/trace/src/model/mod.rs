@@ -6,6 +6,7 @@
 pub mod align;
 pub mod host;
 pub mod job_clock;
+pub mod kernel_category;
 pub mod launches;
 pub mod memory;
 pub mod names;

@@ -1,0 +1,174 @@
+//! What kind of work a kernel does, by its name: the categories an engineer tunes against (HTA's kernel
+//! breakdown groups time the same way). One rule for stats, the report and the HTML.
+//!
+//! The names are the ones CUDA libraries give their kernels, demangled: PyTorch's ATen (`at::native::...`),
+//! cuBLAS and cuBLASLt (`sm90_xmma_gemm_...`, `nvjet_...`, `ampere_sgemm_...`, `gemv2T_kernel`), CUTLASS
+//! (`cutlass::Kernel<cutlass_80_tensorop_s1688gemm_...>`), cuDNN (`cudnn_infer_volta_scudnn_...`,
+//! `cudnn::bn_fw_...`, fused SDPA `cudnn_generated_fort_native_sdpa_...`), FlashAttention
+//! (`flash_fwd_kernel`, `pytorch_flash::...`), Triton (`triton_poi_...`, `triton_red_...`, `triton_per_...`,
+//! `triton_tem_...`), NCCL. The first rule that matches decides.
+
+use super::names::{function_part, is_comm_kernel};
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Category {
+    Gemm,
+    Attention,
+    Convolution,
+    Normalization,
+    Softmax,
+    Elementwise,
+    Reduction,
+    Optimizer,
+    Communication,
+    /// Device-side copy, cast and layout kernels (not the copy engines' memcpys).
+    Copy,
+    /// The copy engines' transfers (memcpy records, not kernels).
+    Memcpy,
+    Memset,
+    Other,
+}
+
+impl Category {
+    pub const ALL: [Category; 13] = [
+        Category::Gemm,
+        Category::Attention,
+        Category::Convolution,
+        Category::Normalization,
+        Category::Softmax,
+        Category::Elementwise,
+        Category::Reduction,
+        Category::Optimizer,
+        Category::Communication,
+        Category::Copy,
+        Category::Memcpy,
+        Category::Memset,
+        Category::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::Gemm => "gemm",
+            Category::Attention => "attention",
+            Category::Convolution => "convolution",
+            Category::Normalization => "normalization",
+            Category::Softmax => "softmax",
+            Category::Elementwise => "elementwise",
+            Category::Reduction => "reduction",
+            Category::Optimizer => "optimizer",
+            Category::Communication => "communication",
+            Category::Copy => "copy",
+            Category::Memcpy => "memcpy",
+            Category::Memset => "memset",
+            Category::Other => "other",
+        }
+    }
+}
+
+/// The category of the kernel named `name`.
+pub fn kernel_category(name: &str) -> Category {
+    if is_comm_kernel(name) {
+        return Category::Communication;
+    }
+    let f = function_part(name);
+    let l = f.to_ascii_lowercase();
+    let has = |keys: &[&str]| keys.iter().any(|k| l.contains(k));
+    // Triton names its kernels by what they are: pointwise, reduction, persistent reduction, template (GEMM).
+    if let Some(rest) = l.strip_prefix("triton_") {
+        return match rest.split('_').next() {
+            Some("poi") => Category::Elementwise,
+            Some("red" | "per") => Category::Reduction,
+            Some("tem") => Category::Gemm,
+            _ => Category::Other,
+        };
+    }
+    if has(&["flash_fwd", "flash_bwd", "fmha", "attention", "attn", "sdpa", "_mha_", "flash::"]) {
+        Category::Attention
+    } else if has(&["softmax"]) {
+        Category::Softmax
+    } else if has(&["layer_norm", "layernorm", "rms_norm", "rmsnorm", "batch_norm", "batchnorm", "group_norm"])
+        || has(&["instance_norm", "bn_fw", "bn_bw", "gammabetabackward", "rowwisemoments", "welford"])
+    {
+        Category::Normalization
+    } else if has(&["conv", "scudnn", "winograd", "wgrad", "dgrad", "fprop", "cask_cudnn", "cudnn::cnn"]) {
+        Category::Convolution
+    } else if has(&["gemm", "gemv", "nvjet", "matmul", "cublaslt", "splitkreduce", "cublas"])
+        || l.starts_with("epilogue::")
+    {
+        Category::Gemm
+    } else if !l.contains("embedding")
+        && has(&[
+            "multi_tensor_apply",
+            "adam",
+            "adagrad",
+            "_sgd",
+            "sgd_",
+            "lamb_",
+            "lambfunctor",
+            "optimizer",
+            "_foreach_",
+        ])
+    {
+        Category::Optimizer
+    } else if has(&["copy_kernel", "catarraybatchedcopy", "nchwtonhwc", "nhwctonchw", "transpose", "permute"]) {
+        Category::Copy
+    } else if has(&["reduce_kernel", "reduce", "argmax", "argmin", "cub::device", "scan_kernel", "_sum_"]) {
+        Category::Reduction
+    } else if has(&["elementwise", "functor", "fill", "scal_kernel"]) {
+        Category::Elementwise
+    } else {
+        Category::Other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Names from real traces (the shared A100, H100 and V100 Kineto traces, cuflight's own H100 captures and
+    /// NVIDIA's libraries' documentation of their kernel names), each with the category it must get.
+    #[test]
+    fn real_kernel_names_fall_in_their_categories() {
+        let cases: &[(&str, Category)] = &[
+            ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", Category::Gemm),
+            ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT", Category::Gemm),
+            ("ampere_sgemm_128x64_nn", Category::Gemm),
+            ("volta_sgemm_64x32_sliced1x4_tn", Category::Gemm),
+            ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_16x4_nn_align4>(cutlass_80_tensorop_s1688gemm_128x128_16x4_nn_align4::Params)", Category::Gemm),
+            ("void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 2, 2, false, false, cublasGemvParams<cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float>, float> >(cublasGemvParams<cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float>, float>, float, float)", Category::Gemm),
+            ("void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, false, false, false>(cublasLt::cublasSplitKParams<float>, float const*, float const*, float*, float const*, float const*, float const*, float const*, float*, void*, long, float*, int*)", Category::Gemm),
+            ("void epilogue::impl::globalKernel<float, float, float, true, true>(int, int, long, float*, cublasLtEpilogue_t, int, float const*, long, float*, long, float const*)", Category::Gemm),
+            ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<64, 128, 128, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>(pytorch_flash::Flash_fwd_params)", Category::Attention),
+            ("void fmha_cutlassF_f16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::half_t, cutlass::arch::Sm80, true, 64, 64, 64, true, true>::Params)", Category::Attention),
+            ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1_kernel0_0", Category::Attention),
+            ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>(float*, float const*, int, int, int, bool const*, int, bool)", Category::Softmax),
+            ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float, float const*, float const*, float const*, float*, float*, float*)", Category::Normalization),
+            ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel_32x32<float, float>(long, long, float const*, float const*, float const*, float const*, float*, float*)", Category::Normalization),
+            ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1, true>(cudnnTensorStruct, float const*, cudnnTensorStruct, float*, float const*, float const*, float, float, float*, float*, float*, float*, float, float)", Category::Normalization),
+            ("cudnn_infer_volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", Category::Convolution),
+            ("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(cudnn::winograd_nonfused::WinogradDataParams<float, float>)", Category::Convolution),
+            ("void wgrad_alg0_engine<float, 128, 5, 5, 3, 3, 3, false, 512>(int, int, int, float const*, int, float*, float const*, kernel_grad_params, unsigned long long, int, float, int, int, int, int)", Category::Convolution),
+            ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, bool*, float*, double, double, double, double, double, bool, double, float*, float*>(at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, bool*, float*, double, double, double, double, double, bool, double, float*, float*)", Category::Optimizer),
+            ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", Category::Communication),
+            ("void ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", Category::Communication),
+            ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", Category::Communication),
+            ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 3, 64, 64>(float*, at::native::(anonymous namespace)::CatArrInputTensorMetadata<float, unsigned int, 64, 64>, at::native::(anonymous namespace)::TensorSizeStride<unsigned int, 4u>, int, unsigned int)", Category::Copy),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul>)", Category::Copy),
+            ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)0>(cudnn::ops::nchw2nhwc_params_t<float>, float const*, float*)", Category::Copy),
+            ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, 4>)", Category::Reduction),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)", Category::Elementwise),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)", Category::Elementwise),
+            ("triton_poi_fused_add_mul_0", Category::Elementwise),
+            ("triton_red_fused_native_layer_norm_0", Category::Reduction),
+            ("triton_per_fused__softmax_1", Category::Reduction),
+            ("triton_tem_fused_mm_0", Category::Gemm),
+            ("triton__0d1d2d3d", Category::Other),
+            ("void split_embedding_codegen_forward_unweighted_kernel<float, float, float, false, long, 1ul, 16ul>(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>)", Category::Other),
+        ];
+        for (name, want) in cases {
+            assert_eq!(kernel_category(name), *want, "{name}");
+        }
+    }
+}
