@@ -174,6 +174,20 @@ fn device_time_by_category() {
     let total = |table: &str| s[table].as_array().unwrap().iter().map(|r| r["total_ns"].as_u64().unwrap()).sum::<u64>();
     let device = total("kernels") + total("memcpy") + total("memset");
     assert_eq!(rows.iter().map(|r| r["total_ns"].as_u64().unwrap()).sum::<u64>(), device);
+    // The report says the same per process (kernels only: copies and memsets are the copy engines').
+    let out = Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(&r.trace).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cats = report["processes"][0]["categories"].as_array().unwrap();
+    let kernels_in = |c: &str| cats.iter().find(|r| r["category"] == c).map(|r| r["count"].as_u64().unwrap());
+    // Each kind, in the steps the report analyses (found by the launch pattern: the first or last launches may
+    // fall outside them), and no copies.
+    for c in ["communication", "gemm", "attention", "softmax", "normalization", "elementwise"] {
+        assert!(kernels_in(c).is_some_and(|n| (3..=5).contains(&n)), "{c}: {cats:?}");
+    }
+    assert_eq!(kernels_in("memcpy"), None);
+    let shares: f64 = cats.iter().map(|r| r["share_of_kernel_time"].as_f64().unwrap()).sum();
+    assert!((shares - 1.0).abs() < 1e-9, "{shares}");
     // The table, by its name.
     let out = stats_with(&[r.trace.to_str().unwrap(), "--report", "categories"]);
     let text = String::from_utf8_lossy(&out.stdout);

@@ -165,3 +165,44 @@ mod tests {
         assert_eq!(tids, vec![1, 3, 5, 6, 7]);
     }
 }
+
+/// Kernel time of the analysed steps by kind of work ([`cuflight_trace::model::kernel_category`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CategoryShare {
+    pub category: &'static str,
+    pub count: u64,
+    pub total_ns: u64,
+    /// Of all kernel time in the analysed steps.
+    pub share_of_kernel_time: f64,
+    /// Per step, when there are steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_step_ns: Option<u64>,
+}
+
+impl KernelAgg {
+    /// The kernels by category, largest first; `name` gives a kernel's name from its string id.
+    pub fn by_category<'a>(&self, name: impl Fn(u32) -> &'a str, steps: usize) -> Vec<CategoryShare> {
+        use cuflight_trace::model::kernel_category::{kernel_category, Category};
+        let mut sums: Vec<(Category, u64, u64)> = Vec::new();
+        for (&id, &(count, total, _)) in &self.by_name {
+            let c = kernel_category(name(id));
+            match sums.iter_mut().find(|s| s.0 == c) {
+                Some(s) => {
+                    s.1 += count;
+                    s.2 = s.2.saturating_add(total);
+                }
+                None => sums.push((c, count, total)),
+            }
+        }
+        sums.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+        sums.into_iter()
+            .map(|(c, count, total_ns)| CategoryShare {
+                category: c.as_str(),
+                count,
+                total_ns,
+                share_of_kernel_time: if self.total_ns == 0 { 0.0 } else { total_ns as f64 / self.total_ns as f64 },
+                per_step_ns: (steps > 0).then(|| total_ns / steps as u64),
+            })
+            .collect()
+    }
+}

@@ -126,6 +126,26 @@ fn idle_section(out: &mut String, p: &ProcessReport) {
 }
 
 fn kernel_table(out: &mut String, p: &ProcessReport) {
+    if !p.categories.is_empty() {
+        out.push_str(
+            "<h3>Kernel time by category</h3><table><tr><th>Category</th><th>Share of kernel time</th>\
+             <th class=num>Total</th><th class=num>Per step</th><th class=num>Count</th></tr>",
+        );
+        for c in &p.categories {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td class=num><span class=kbar style=\"width:{:.0}px\"></span> {:.1}%</td>\
+                 <td class=num>{}</td><td class=num>{}</td><td class=num>{}</td></tr>",
+                c.category,
+                c.share_of_kernel_time * 120.0,
+                c.share_of_kernel_time * 100.0,
+                ms(c.total_ns),
+                c.per_step_ns.map_or("-".into(), ms),
+                c.count,
+            );
+        }
+        out.push_str("</table>");
+    }
     if p.top_kernels.is_empty() {
         return;
     }

@@ -64,6 +64,8 @@ pub struct ProcessReport {
     /// All steps together (sums; utilisation over their total time).
     pub step_total: Option<StepRow>,
     pub findings: Vec<Finding>,
+    /// Kernel time of the analysed steps by kind of work (gemm, attention, ...), largest first.
+    pub categories: Vec<accum::CategoryShare>,
     pub top_kernels: Vec<KernelRow>,
     /// Kernel-busy share of each of 100 equal slices of the traced GPU span (for plots)...
     pub utilization_over_time: Vec<f64>,
@@ -217,6 +219,7 @@ impl Report {
             sort_findings(&mut fs);
             all.extend(fs.iter().filter(|f| f.severity > Severity::Info).cloned());
             let step_total = (!swept.rows.is_empty()).then(|| total_row(&swept.rows));
+            let categories = swept.kernels.by_category(|id| p.string(id), swept.rows.len());
             let command = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
             // The file's timeline spans all its processes (one Perfetto export per file).
             let file_span = plans[fi].values().filter_map(|q| q.timeline).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
@@ -253,6 +256,7 @@ impl Report {
                 steps: swept.rows,
                 step_total,
                 findings: fs,
+                categories,
                 top_kernels,
                 utilization_over_time: swept.utilization,
                 utilization_span_ns: plan.busy_extent,

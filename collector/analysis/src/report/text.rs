@@ -158,6 +158,20 @@ fn process(out: &mut String, p: &ProcessReport) {
         table.row(step_cells(t));
         table.render(out);
     }
+    if !p.categories.is_empty() {
+        let mut t =
+            Table::new("  Kernel time by category", &["Share", "Total (ms)", "Per step (ms)", "Count", "Category"]);
+        for c in &p.categories {
+            t.row(vec![
+                format!("{:.1}%", c.share_of_kernel_time * 100.0),
+                format!("{:.3}", c.total_ns as f64 / 1e6),
+                c.per_step_ns.map_or("-".into(), |n| format!("{:.3}", n as f64 / 1e6)),
+                c.count.to_string(),
+                c.category.to_string(),
+            ]);
+        }
+        t.render(out);
+    }
     if !p.top_kernels.is_empty() {
         let mut t = Table::new(
             "  Top kernels",
