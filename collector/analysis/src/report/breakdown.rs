@@ -1,8 +1,9 @@
 //! The temporal breakdown, with Holistic Trace Analysis' definitions (HTA 0.5, `get_temporal_breakdown`), so
 //! that the numbers equal HTA's on the same Kineto trace:
 //!
-//! - **GPU ops**: kernels, memcpys and memsets (HTA: every event with a `stream`). Synchronisation records are
-//!   host waits, not GPU work, and are left out.
+//! - **GPU ops**: kernels, memcpys, memsets and synchronisation records on a stream (HTA: every event with a
+//!   `stream`; Kineto's `cuda_sync`, CUPTI's SYNCHRONIZATION records). A context synchronisation has no stream
+//!   (-1) and is left out, as HTA leaves it.
 //! - **Traced iterations**: when the trace holds at least two `ProfilerStep#N` ranges, the last step is left
 //!   out, as HTA does: host events must start before the last step starts, and a GPU op counts only if a kept
 //!   host event (its launch) has the same correlation id. With fewer steps everything counts.
@@ -185,6 +186,17 @@ impl Hta {
                 self.split.other_ns = self.split.other_ns.saturating_add(gap);
             }
         }
+    }
+
+    /// A synchronisation record on a stream (Kineto's `cuda_sync`): HTA's temporal breakdown takes every event
+    /// with a stream as GPU time, so it is busy time, never compute, and not part of the idle split (whose
+    /// gaps are between GPU work on a stream).
+    pub fn sync(&mut self, e: &RawEvent, launch: Option<(u64, u64)>) {
+        if !self.traced(e, launch) {
+            return;
+        }
+        self.all.push(interval(e.start, e.end, self.rounding));
+        self.gpu_ops += 1;
     }
 
     /// HTA's filter for traced iterations, applied to every analysis when it loads a trace: a GPU op counts only

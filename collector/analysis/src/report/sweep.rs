@@ -287,6 +287,11 @@ impl<'a> Sweep<'a> {
                 }
             }
             Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => self.op(e),
+            // HTA counts every event with a stream as GPU time (non-compute): synchronisation records with one too.
+            Some(EventKind::Sync) if e.stream != u32::MAX => {
+                let launch = self.launches.work(e).map(|w| (w.call.start, w.call.end));
+                self.hta.sync(e, launch);
+            }
             Some(EventKind::Alloc | EventKind::Free) => {
                 let w = self.windows();
                 while self.out.memory_at_end.len() < w.len() && e.start >= w[self.out.memory_at_end.len()].1 {

@@ -450,7 +450,8 @@ fn event<W: Write>(
                 format_args!(
                     r#""cuda_sync_kind":{},"stream":{},"correlation":{corr},"device":{}"#,
                     Js(kind),
-                    e.stream,
+                    // CUPTI's invalid stream (a context synchronisation) is Kineto's -1.
+                    if e.stream == u32::MAX { -1 } else { e.stream as i64 },
                     e.device
                 ),
             )?;
