@@ -3,7 +3,8 @@
 //!
 //! - **GPU ops**: kernels, memcpys, memsets and synchronisation records on a stream (HTA: every event with a
 //!   `stream`; Kineto's `cuda_sync`, CUPTI's SYNCHRONIZATION records). A context synchronisation has no stream
-//!   (-1) and is left out, as HTA leaves it.
+//!   (-1) and is left out, as HTA leaves it. HTA types them by name like kernels: a stream wait ("Stream Wait
+//!   Event", no "Sync" in it) is computation, the others are not.
 //! - **Traced iterations**: when the trace holds at least two `ProfilerStep#N` ranges, the last step is left
 //!   out, as HTA does: host events must start before the last step starts, and a GPU op counts only if a kept
 //!   host event (its launch) has the same correlation id. With fewer steps everything counts.
@@ -122,6 +123,8 @@ pub struct IdleSplit {
 }
 
 const CONSECUTIVE_KERNEL_DELAY_NS: i64 = 30_000;
+/// CUPTI's CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT (cupti_activity.h), a Sync event's `sub`.
+const SYNC_STREAM_WAIT_EVENT: u8 = 2;
 
 /// An op's interval in signed ns (HTA's arithmetic), saturating: a crafted trace's times past i64 stay ordered.
 pub(super) fn interval(start: u64, end: u64, hta_rounding: bool) -> (i64, i64) {
@@ -195,8 +198,14 @@ impl Hta {
         if !self.traced(e, launch) {
             return;
         }
-        self.all.push(interval(e.start, e.end, self.rounding));
+        let iv = interval(e.start, e.end, self.rounding);
+        self.all.push(iv);
         self.gpu_ops += 1;
+        // HTA's kernel types go by name: a record named without "Sync" ("Stream Wait Event", which Kineto and
+        // cuflight's export name `cudaStreamWaitEvent`) is neither communication nor memory, so it is computation.
+        if e.sub == SYNC_STREAM_WAIT_EVENT {
+            self.compute.push(iv);
+        }
     }
 
     /// HTA's filter for traced iterations, applied to every analysis when it loads a trace: a GPU op counts only
