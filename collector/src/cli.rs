@@ -158,7 +158,29 @@ pub enum Cmd {
         /// ranges or the repeating launch pattern.
         #[arg(long)]
         step: Option<String>,
+        /// Analyse the warm-up steps with the rest (by default the first steps that run kernels, allocate or
+        /// take time as no later step does are reported apart, and the verdict describes the steady steps).
+        #[arg(long)]
+        include_warmup: bool,
         /// Write the report here instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Compare runs of a program (a baseline, one change, the next): steady step time, GPU utilisation,
+    /// kernel time by category, kernels gained, lost, faster and slower, findings resolved and new; each run
+    /// against the one before it. Any trace format on any side.
+    Diff {
+        #[arg(required = true, num_args = 2..)]
+        traces: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+        /// Steps are the ranges with this name (or starting with it), in every run.
+        #[arg(long)]
+        step: Option<String>,
+        /// Write the comparison here instead of standard output.
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Replace the output file if it exists.

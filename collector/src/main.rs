@@ -4,6 +4,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 mod cli;
 mod closed_output;
+mod diff_cmd;
 mod multi_trace;
 use cli::*;
 use cuflight_collector::analysis::stats::{self, Stats};
@@ -408,7 +409,7 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Report { traces, format, step, output, force } => {
+        Cmd::Report { traces, format, step, include_warmup, output, force } => {
             let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
             output::distinct_inputs(&inputs)?;
             // Every trace stays open through the report's passes. Soft limits on open files are often 1,024
@@ -432,7 +433,7 @@ fn run(cli: Cli) -> Result<i32> {
                 // Streamed: cuflight traces block by block in each pass, imported ones read once (large ones spooled).
                 sources.push((t.display().to_string(), cuflight_collector::model::source::EventSource::open(t)?));
             }
-            let opts = cuflight_collector::analysis::report::Options { step };
+            let opts = cuflight_collector::analysis::report::Options { step, include_warmup };
             let report = cuflight_collector::analysis::report::Report::compute(&mut sources, &opts);
             for (t, (_, source)) in traces.iter().zip(&sources) {
                 warn_cut_short(t, source.cut_short.as_deref());
@@ -466,6 +467,7 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
+        Cmd::Diff { traces, format, step, output, force } => diff_cmd::run(&traces, format, step, output, force),
         Cmd::Recover { trace, output, force } => {
             let output = output.unwrap_or_else(|| output::default_beside(&trace, "recovered.cuf"));
             let out = Output::create(&output, &[&trace], force)?;

@@ -14,6 +14,9 @@
  *   fp32      as clean with fp32 SIMT GEMM names (ampere_sgemm_*).
  *   leak      as clean plus a 16 MiB cudaMalloc per step that is never freed.
  *   open      as clean, but the last step's range is never closed.
+ *   warmup    as clean, after three warm-up steps as a real job's: step 0 spends 30 ms on the host (cuDNN/cuBLAS
+ *             heuristics) and runs 8 autotuning candidates (1 ms each) that no later step runs; steps 0-2 grow
+ *             the allocator (an 8 MiB cudaMalloc each); step 1 spends 10 ms on the host.
  *   rank      as clean plus an all-reduce kernel that waits for every rank (a counter in a shared file); rank 1
  *             runs an extra 3 ms kernel per step, so the others wait about 3 ms per step. Each rank prints the
  *             median of how much later than the others it joined the collectives, as it measured it. */
@@ -55,6 +58,7 @@ void vectorized_elementwise_kernel(void **a) { (void)a; sleep_us(300); }
 void tiny_add_kernel(void **a) { (void)a; busy_us(2); }
 void reduce_kernel(void **a) { (void)a; sleep_us(1000); }
 void slow_rank_extra_kernel(void **a) { (void)a; plant_us(3000); }
+void cutlass_autotune_candidate_kernel(void **a) { (void)a; sleep_us(1000); }
 
 /* nvcc registers each kernel's device symbol, mangled (Itanium C++ ABI), and CUPTI reports that name: the
  * all-reduce as NCCL 2.19+ names its kernels and the elementwise kernel as PyTorch's. cuBLAS kernels such as
@@ -186,6 +190,12 @@ int main(int argc, char **argv) {
             CHECK(cudaStreamSynchronize(s));
         } else {
             if (MODE("item")) plant_us(3000); /* the forward pass's Python before its first kernel */
+            if (MODE("warmup") && step < 3) {
+                if (step < 2) sleep_us(step == 0 ? 30000 : 10000);
+                for (int i = 0; step == 0 && i < 8; i++) launch(cutlass_autotune_candidate_kernel, 132, 256, s, args);
+                void *grown = NULL;
+                CHECK(cudaMalloc(&grown, 8u << 20)); /* the caching allocator reaching its working set */
+            }
             if (MODE("leak")) {
                 void *leaked = NULL;
                 CHECK(cudaMalloc(&leaked, 16u << 20)); /* kept alive "by a list of outputs" */

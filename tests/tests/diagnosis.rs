@@ -85,11 +85,13 @@ fn clean_loop_has_no_finding_above_five_percent() {
     assert!(r["verdict"].as_str().unwrap().starts_with("No "), "{}", r["verdict"]);
     let p = &r["processes"][0];
     assert_eq!(p["step_source"], "profiler_step");
-    assert_eq!(p["steps"].as_array().unwrap().len(), 30);
+    // A first step that a hiccup of this shared machine slowed is warm-up, reported apart.
+    let steps = p["steps"].as_array().unwrap().len() as u64;
+    assert_eq!(steps + p["warmup"]["steps"].as_u64().unwrap(), 30, "{}", p["warmup"]);
     // Hot kernels stay in the process's section with launch configuration and an occupancy estimate (H100).
     let k = &p["top_kernels"][0];
     assert_eq!(k["name"], "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_nn");
-    assert_eq!((k["count"].as_u64(), k["block"][0].as_u64()), (Some(120), Some(256)));
+    assert_eq!((k["count"].as_u64(), k["block"][0].as_u64()), (Some(4 * steps), Some(256)));
     assert!(k["occupancy"].as_f64().is_some());
 }
 
@@ -118,7 +120,8 @@ fn item_sync_every_step_is_found() {
     let total = f64_of(&r["processes"][0]["step_total"]["duration_ns"]);
     assert_near("share", f64_of(&f["share"]), planted / total, 0.04, &r);
     assert_eq!(f["evidence"]["api_calls"][0]["name"], "cudaMemcpy");
-    assert_eq!(f["evidence"]["api_calls"][0]["count"], 24);
+    let steps = r["processes"][0]["steps"].as_array().unwrap().len();
+    assert_eq!(f["evidence"]["api_calls"][0]["count"], steps, "one per steady step");
 }
 
 #[test]
@@ -145,7 +148,8 @@ fn thousand_tiny_kernels_are_launch_bound_and_steps_come_from_the_pattern() {
     assert_eq!(f["kind"], "launch_bound", "{}", r["findings"]);
     assert_eq!(r["processes"][0]["step_source"], "pattern");
     let steps = r["processes"][0]["steps"].as_array().unwrap().len();
-    assert!((71..=72).contains(&steps), "{steps} pattern steps");
+    let warmup = r["processes"][0]["warmup"]["steps"].as_u64().unwrap() as usize;
+    assert!((71..=72).contains(&(steps + warmup)), "{steps} pattern steps after {warmup} of warm-up");
     // 2 µs kernels launched back to back: nearly all idle time is launch overhead. What a loaded machine adds
     // lands elsewhere, as it should: the launching thread descheduled after the per-step sync (sync_stall) or
     // between launches (cpu_bound), and the simulated GPU thread descheduled with work queued (device_wait). On
@@ -185,6 +189,38 @@ fn a_leak_is_found_with_its_growth_per_step() {
     assert_eq!(f["kind"], "memory_growth", "{}", r["findings"]);
     assert_eq!(f64_of(&f["evidence"]["metrics"]["growth_per_step_bytes"]), 16.0 * 1048576.0);
     assert!(f64_of(&f["evidence"]["metrics"]["steps_to_out_of_memory"]) > 1000.0);
+}
+
+/// Three warm-up steps (host set-up, autotuning kernels, allocator growth) are reported apart, and the verdict is
+/// the steady loop's (clean); `--include-warmup` brings them back, and their host time then leads.
+#[test]
+fn warmup_steps_are_reported_apart() {
+    let _serial = serial();
+    let (r, trace) = scenario("warmup");
+    let p = &r["processes"][0];
+    let w = &p["warmup"];
+    // Three planted; a loaded machine may slow the next one enough to look like warm-up too.
+    let warm = w["steps"].as_u64().unwrap();
+    assert!((3..=4).contains(&warm), "{w}");
+    assert_eq!(w["included"], false);
+    let detail = w["detail"].as_array().unwrap();
+    assert_eq!(detail[0]["name"], "ProfilerStep#0");
+    assert_eq!(detail[0]["kernels_only_here"], 1, "{w}");
+    assert_eq!(w["kernels_only_in_warmup"][0], "cutlass_autotune_candidate_kernel");
+    assert!(detail.iter().take(3).all(|d| d["alloc_calls"] == 1), "{w}");
+    let ns = f64_of(&w["ns"]);
+    assert!(ns >= 30e6 + 8e6 + 10e6, "{w}");
+    assert_eq!(p["steps"].as_array().unwrap().len() as u64, 24 - warm);
+    assert_eq!(p["steps"][0]["name"], format!("ProfilerStep#{warm}"));
+    assert!(r["verdict"].as_str().unwrap().starts_with("No "), "{}", r["verdict"]);
+    let all = report_json(&[trace.as_os_str(), "--include-warmup".as_ref()]);
+    let p = &all["processes"][0];
+    assert_eq!((p["warmup"]["steps"].as_u64(), p["warmup"]["included"].as_bool()), (Some(warm), Some(true)));
+    assert_eq!(p["steps"].as_array().unwrap().len(), 24);
+    assert!(f64_of(&top(&all)["share"]) > 0.05, "{}", all["findings"]);
+    let text = Command::new(cuflight_bin()).arg("report").arg(&trace).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("Warm-up: 3 steps") || text.contains("Warm-up: 4 steps"), "{text}");
 }
 
 #[test]
@@ -292,4 +328,49 @@ fn html_report_renders_in_headless_chromium() {
     // Text, severity colours, the step bars and the utilisation plot: far more than a blank page's few colours.
     assert!(stats["colors"].as_u64().unwrap() > 50, "{stats}");
     assert!(f64_of(&stats["non_white"]) > 0.05, "{stats}");
+}
+
+/// `cuflight diff` of a run with a planted bottleneck against the run without it names the finding resolved and
+/// the step time saved; a capture against its own Kineto export (another format, the same run) shows no change.
+#[test]
+fn diff_names_the_bottleneck_a_change_resolved() {
+    let _serial = serial();
+    let (_, before) = scenario_steps("item", "16");
+    let (_, after) = scenario_steps("clean", "16");
+    let out = Command::new(cuflight_bin()).args(["diff", "--format", "json"]).args([&before, &after]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = d["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        assert!(f64_of(&r["step_ns"]) > 0.0 && f64_of(&r["gpu_util"]) > 0.0 && f64_of(&r["kernels"]) >= 6.0, "{r}");
+    }
+    // The 3 ms of exposed host work per step are gone.
+    let saved = f64_of(&runs[0]["step_ns"]) - f64_of(&runs[1]["step_ns"]);
+    assert!(saved > 2e6, "{}", d["runs"]);
+    let sync = d["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "sync_stall").expect("sync_stall row");
+    assert_eq!(sync["change"][0], "resolved", "{}", d["findings"]);
+    assert!(d["summary"][0].as_str().unwrap().contains("resolved: sync_stall"), "{}", d["summary"]);
+    assert!(d["categories"].as_array().unwrap().iter().any(|c| c["category"] == "gemm"));
+    // The same kernels ran in both: none gained or lost.
+    for k in d["kernels"].as_array().unwrap() {
+        assert!(k["change"][0] != "gained" && k["change"][0] != "lost", "{k}");
+    }
+    // The same run in two formats: the native capture and its Kineto JSON export.
+    let json = before.with_extension("json");
+    let exported = Command::new(cuflight_bin()).arg("export").arg(&before).arg("-o").arg(&json).arg("--force").output();
+    assert!(exported.unwrap().status.success());
+    let out = Command::new(cuflight_bin()).args(["diff", "--format", "json"]).args([&before, &json]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (a, b) = (f64_of(&d["runs"][0]["step_ns"]), f64_of(&d["runs"][1]["step_ns"]));
+    assert!((a - b).abs() <= a * 0.02, "{}", d["runs"]);
+    for k in d["kernels"].as_array().unwrap() {
+        assert_eq!(k["change"][0], "same", "{k}");
+    }
+    for f in d["findings"].as_array().unwrap() {
+        assert!(f["change"][0] == "persists" || f["change"][0] == "absent", "{f}");
+    }
+    let text = Command::new(cuflight_bin()).arg("diff").args([&before, &after]).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("resolved"), "{}", String::from_utf8_lossy(&text.stdout));
 }

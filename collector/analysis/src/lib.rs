@@ -3,6 +3,7 @@
 
 /// Hosts' clocks aligned on collectives (in the model, with the job clock it serves).
 pub use cuflight_trace::model::align;
+pub mod diff;
 pub mod job_clock;
 pub mod report;
 pub mod stats;

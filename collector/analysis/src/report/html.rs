@@ -180,6 +180,9 @@ fn kernel_table(out: &mut String, p: &ProcessReport) {
 }
 
 fn steps_table(out: &mut String, p: &ProcessReport) {
+    if let Some(w) = super::text::warmup_line(&p.warmup) {
+        let _ = write!(out, "<p class=warmup>{}</p>", esc(&w));
+    }
     let Some(t) = &p.step_total else { return };
     let _ = write!(
         out,

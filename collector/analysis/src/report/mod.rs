@@ -23,10 +23,13 @@ mod sweep;
 #[cfg(test)]
 mod tests;
 mod text;
+pub mod warmup;
 pub mod window;
 
 use findings::{Ctx, MIN_SHARE};
 pub use findings::{Evidence, Finding, KernelRow, Severity};
+pub use gpu_findings::shorten;
+pub use html_escape::esc as escape_html;
 use serde::Serialize;
 use steps::{StepRow, StepSource};
 
@@ -37,6 +40,8 @@ use cuflight_trace::model::trace::TraceError;
 pub struct Options {
     /// `--step NAME`: steps are the ranges named NAME (or starting with it).
     pub step: Option<String>,
+    /// `--include-warmup`: the warm-up steps ([`warmup`]) are analysed with the rest.
+    pub include_warmup: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -60,6 +65,8 @@ pub struct ProcessReport {
     /// HTA's communication/computation overlap.
     pub comm_overlap: overlap::CommOverlap,
     pub step_source: StepSource,
+    /// The leading steps that were warm-up: left out of `steps` and everything below unless `included`.
+    pub warmup: warmup::Warmup,
     pub steps: Vec<StepRow>,
     /// All steps together (sums; utilisation over their total time).
     pub step_total: Option<StepRow>,
@@ -67,6 +74,9 @@ pub struct ProcessReport {
     /// Kernel time of the analysed steps by kind of work (gemm, attention, ...), largest first.
     pub categories: Vec<accum::CategoryShare>,
     pub top_kernels: Vec<KernelRow>,
+    /// Every kernel of the analysed steps by name, most time first (for `cuflight diff`; JSON has the top ones).
+    #[serde(skip)]
+    pub kernels: Vec<KernelRow>,
     /// Kernel-busy share of each of 100 equal slices of the traced GPU span (for plots)...
     pub utilization_over_time: Vec<f64>,
     /// ... that span: first GPU op start, last GPU op end.
@@ -110,7 +120,14 @@ impl Report {
     pub fn compute(traces: &mut [(String, EventSource)], opts: &Options) -> Result<Report, ReportError> {
         let mut plans = Vec::with_capacity(traces.len());
         for (file, source) in traces.iter_mut() {
-            let plan = plan::plan(source, opts.step.as_deref())?;
+            let mut plan = plan::plan(source, opts.step.as_deref())?;
+            for p in plan.values_mut() {
+                if opts.include_warmup {
+                    p.warmup.included = true;
+                } else {
+                    p.leave_out_warmup();
+                }
+            }
             if plan.values().all(|p| p.events == 0) {
                 // Not the program's fault when the agent was off: say why it was.
                 if let Some(p) = source.processes.values().find(|p| !p.info.status.is_empty()) {
@@ -220,6 +237,7 @@ impl Report {
             all.extend(fs.iter().filter(|f| f.severity > Severity::Info).cloned());
             let step_total = (!swept.rows.is_empty()).then(|| total_row(&swept.rows));
             let categories = swept.kernels.by_category(|id| p.string(id), swept.rows.len());
+            let kernels = gpu_findings::kernel_rows(&ctx, &swept.kernels, usize::MAX);
             let command = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
             // The file's timeline spans all its processes (one Perfetto export per file).
             let file_span = plans[fi].values().filter_map(|q| q.timeline).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
@@ -253,11 +271,13 @@ impl Report {
                 idle_causes: idle.summary(),
                 comm_overlap: swept.comm_overlap,
                 step_source: plan.steps.source,
+                warmup: plan.warmup.clone(),
                 steps: swept.rows,
                 step_total,
                 findings: fs,
                 categories,
                 top_kernels,
+                kernels,
                 utilization_over_time: swept.utilization,
                 utilization_span_ns: plan.busy_extent,
                 warnings: warnings[i].clone(),

@@ -61,6 +61,21 @@ pub struct Plan {
     pub gpu_ops: u64,
     /// Device ordinals its GPU work ran on.
     pub used_devices: std::collections::BTreeSet<u32>,
+    /// The leading steps that are warm-up ([`super::warmup`]); still in `steps` until [`Plan::leave_out_warmup`].
+    pub warmup: super::warmup::Warmup,
+}
+
+impl Plan {
+    /// Leaves the warm-up steps out of the steps every analysis covers (the report's default).
+    pub fn leave_out_warmup(&mut self) {
+        let k = self.warmup.steps.min(self.steps.windows.len());
+        if k == 0 || self.no_steps {
+            return;
+        }
+        self.steps.host.drain(..k);
+        self.steps.windows.drain(..k);
+        self.steps.names.drain(..k);
+    }
 }
 
 type DeviceFacts = (Option<(u32, u32)>, Option<u64>);
@@ -92,6 +107,7 @@ struct First {
     events: u64,
     gpu_ops: u64,
     used_devices: std::collections::BTreeSet<u32>,
+    warm: super::warmup::Evidence,
 }
 
 fn is_candidate(name: &str, option: Option<&str>) -> bool {
@@ -124,6 +140,7 @@ impl First {
             events: 0,
             gpu_ops: 0,
             used_devices: Default::default(),
+            warm: super::warmup::Evidence::new(),
         }
     }
 
@@ -172,6 +189,10 @@ impl First {
                 if self.names.has(e.name, NameFlags::STREAM_WAIT) {
                     self.has_stream_waits = true;
                 }
+                let f = self.names.get(e.name);
+                if f & NameFlags::ALLOC != 0 && f & (NameFlags::ASYNC | NameFlags::FREE) == 0 {
+                    self.warm.alloc_call(e.start);
+                }
             }
             Some(EventKind::Sync) if e.sub == 2 => self.has_stream_waits = true,
             Some(EventKind::Device) if self.device.is_none() => {
@@ -200,7 +221,11 @@ impl First {
                     } else {
                         self.pageable_dtoh.remove(&e.correlation);
                     }
-                } else if kind == Some(EventKind::Kernel) && self.names.has(e.name, NameFlags::COMM) {
+                }
+                if kind == Some(EventKind::Kernel) {
+                    self.warm.kernel(e.name, e.start);
+                }
+                if kind == Some(EventKind::Kernel) && self.names.has(e.name, NameFlags::COMM) {
                     self.comm.push(CommOp { start: e.start, duration: e.duration(), name: e.name });
                 }
             }
@@ -396,6 +421,12 @@ pub fn plan(
             steps.names = vec!["whole trace".into()];
         }
         let loader_annotated = f.loader_names.iter().any(|n| !step_names.contains(n));
+        let mut warmup = if no_steps {
+            super::warmup::Warmup::default()
+        } else {
+            super::warmup::detect(&steps.windows, &steps.names, &f.warm)
+        };
+        warmup.kernels_only_in_warmup = warmup.example_kernels.iter().map(|&k| p.string(k).to_string()).collect();
         plans.insert(
             k,
             Plan {
@@ -420,6 +451,7 @@ pub fn plan(
                 events: f.events,
                 gpu_ops: f.gpu_ops,
                 used_devices: f.used_devices,
+                warmup,
             },
         );
     }

@@ -120,6 +120,9 @@ fn process(out: &mut String, p: &ProcessReport) {
         ms(c.allocator_churn_ns),
         ms(c.device_wait_ns)
     ));
+    if let Some(w) = warmup_line(&p.warmup) {
+        out.push_str(&format!("  {w}\n"));
+    }
     if let Some(t) = &p.step_total {
         let source = match p.step_source {
             StepSource::Option => "--step",
@@ -195,6 +198,29 @@ fn process(out: &mut String, p: &ProcessReport) {
     for w in &p.warnings {
         out.push_str(&format!("  warning: {w}\n"));
     }
+}
+
+/// What the warm-up steps were and did, and whether the analyses cover them (None: no warm-up found).
+pub fn warmup_line(w: &super::warmup::Warmup) -> Option<String> {
+    if w.steps == 0 {
+        return None;
+    }
+    let names: Vec<String> = w.detail.iter().take(3).map(|d| format!("{} {}", d.name, ms(d.duration_ns))).collect();
+    let more = if w.detail.len() > 3 { ", ..." } else { "" };
+    let apart = if w.included {
+        "analysed with the rest (--include-warmup)"
+    } else {
+        "left out of the verdict, findings and steps below (--include-warmup keeps them)"
+    };
+    Some(format!(
+        "Warm-up: {} step{}, {} ({}{more}; steady steps take {}): {}; {apart}",
+        w.steps,
+        if w.steps == 1 { "" } else { "s" },
+        ms(w.ns),
+        names.join(", "),
+        ms(w.steady_step_ns),
+        w.describe()
+    ))
 }
 
 impl Report {

@@ -1,0 +1,363 @@
+//! `cuflight diff A B [C ...]`: the runs of a performance lab side by side (a baseline, one change, the next),
+//! each against the run before it: steady step time, GPU utilisation, kernel time by category, the kernels
+//! gained, lost, faster and slower, and the findings resolved and new. Each input is reported on its own first
+//! ([`crate::report`]: warm-up left out), so any trace format compares with any other: a native capture against
+//! a torch.profiler trace of the same program.
+//!
+//! Kernels are matched by name with what differs between tools taken off (a leading `void `, the parameter
+//! list that Kineto keeps and CUPTI's demangled names may not), so `void at::native::f<float>(Args)` and
+//! `at::native::f<float>` are one kernel.
+
+mod render;
+
+use crate::report::{ProcessReport, Report};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A finding counts as present from this share of step time (the report's "medium").
+const PRESENT: f64 = 0.05;
+
+/// A kernel is faster or slower when its mean time changes by more than this fraction...
+const MEAN_CHANGE: f64 = 0.10;
+/// ... and its time per step by more than this (ns): noise on tiny kernels is no change.
+const MIN_STEP_CHANGE_NS: f64 = 1_000.0;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRow {
+    pub file: String,
+    pub pid: u32,
+    pub steps: usize,
+    pub warmup_steps: usize,
+    /// Mean steady step time (the span of the GPU work when no steps were found).
+    pub step_ns: u64,
+    /// Step time over the previous run's (None for the first).
+    pub step_ratio: Option<f64>,
+    pub gpu_util: f64,
+    /// Kernels per step.
+    pub kernels: f64,
+    /// Kernel time per step.
+    pub kernel_ns: u64,
+    pub verdict: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CategoryRow {
+    pub category: &'static str,
+    /// Per run: kernel time per step, and kernels per step.
+    pub per_step_ns: Vec<u64>,
+    pub count_per_step: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct KernelStat {
+    pub count_per_step: f64,
+    pub per_step_ns: u64,
+    pub mean_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelDiffRow {
+    /// The name as the first run that has it spells it.
+    pub name: String,
+    pub category: &'static str,
+    /// Per run (None: it did not run there).
+    pub runs: Vec<Option<KernelStat>>,
+    /// Per run after the first, against the run before it: gained, lost, faster, slower, same or absent.
+    pub change: Vec<&'static str>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FindingDiffRow {
+    pub kind: &'static str,
+    /// Per run: the share of step time it costs (None: not found).
+    pub share: Vec<Option<f64>>,
+    /// Per run after the first: resolved, new, persists, absent.
+    pub change: Vec<&'static str>,
+    /// The summary from the last run that has it.
+    pub summary: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Diff {
+    pub runs: Vec<RunRow>,
+    pub categories: Vec<CategoryRow>,
+    /// Changed kernels first (by how much their time per step moved), then the rest.
+    pub kernels: Vec<KernelDiffRow>,
+    pub findings: Vec<FindingDiffRow>,
+    /// What changed from each run to the next, in words.
+    pub summary: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+/// The process a run is about: of several (ranks, workers), the one with the most kernel time.
+fn main_process(r: &Report) -> Option<&ProcessReport> {
+    r.processes.iter().max_by_key(|p| p.kernels.iter().map(|k| k.total_ns).sum::<u64>())
+}
+
+/// A kernel's name as every tool can agree on it.
+pub fn kernel_key(name: &str) -> String {
+    let n = name.trim();
+    let n = n.strip_prefix("void ").unwrap_or(n);
+    // The parameter list: the last top-level '(' ... ')' at the end.
+    let mut depth = 0i32;
+    let mut cut = n.len();
+    for (i, ch) in n.char_indices() {
+        match ch {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            '(' if depth == 0 && n.ends_with(')') => {
+                cut = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    n[..cut].trim_end().to_string()
+}
+
+fn steps_of(p: &ProcessReport) -> (usize, u64) {
+    match &p.step_total {
+        Some(t) if !p.steps.is_empty() => (p.steps.len(), t.duration_ns / p.steps.len() as u64),
+        _ => (0, p.utilization_span_ns.map_or(0, |(s, e)| e.saturating_sub(s))),
+    }
+}
+
+impl Diff {
+    /// `runs`: (display name, its report), baseline first.
+    pub fn compute(runs: &[(String, Report)]) -> Diff {
+        let mut warnings = Vec::new();
+        let mut mains: Vec<&ProcessReport> = Vec::new();
+        let mut rows: Vec<RunRow> = Vec::new();
+        for (file, r) in runs {
+            let Some(p) = main_process(r) else { continue };
+            if r.processes.len() > 1 {
+                warnings.push(format!(
+                    "{file}: {} processes with GPU work; compared: {} (the most kernel time)",
+                    r.processes.len(),
+                    p.who
+                ));
+            }
+            let (steps, step_ns) = steps_of(p);
+            let per = steps.max(1) as f64;
+            let kernel_ns: u64 = p.kernels.iter().map(|k| k.total_ns).sum();
+            let count: u64 = p.kernels.iter().map(|k| k.count).sum();
+            let step_ratio =
+                rows.last().filter(|prev| prev.step_ns > 0).map(|prev| step_ns as f64 / prev.step_ns as f64);
+            rows.push(RunRow {
+                file: file.clone(),
+                pid: p.pid,
+                steps,
+                warmup_steps: if p.warmup.included { 0 } else { p.warmup.steps },
+                step_ns,
+                step_ratio,
+                gpu_util: p.step_total.as_ref().map_or(0.0, |t| t.gpu_utilization),
+                kernels: count as f64 / per,
+                kernel_ns: (kernel_ns as f64 / per) as u64,
+                verdict: r.verdict.clone(),
+            });
+            if steps == 0 {
+                warnings.push(format!("{file}: no steps found: figures are per run, not per step"));
+            }
+            mains.push(p);
+        }
+        let per_step: Vec<f64> = rows.iter().map(|r| r.steps.max(1) as f64).collect();
+        let categories = categories(&mains, &per_step);
+        let kernels = kernels(&mains, &per_step);
+        let findings = findings(runs, &mains);
+        let summary = summary(&rows, &kernels, &findings);
+        Diff { runs: rows, categories, kernels, findings, summary, warnings }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+}
+
+fn categories(mains: &[&ProcessReport], per_step: &[f64]) -> Vec<CategoryRow> {
+    let mut by: BTreeMap<&'static str, CategoryRow> = BTreeMap::new();
+    let n = mains.len();
+    for (i, p) in mains.iter().enumerate() {
+        for c in &p.categories {
+            let row = by.entry(c.category).or_insert_with(|| CategoryRow {
+                category: c.category,
+                per_step_ns: vec![0; n],
+                count_per_step: vec![0.0; n],
+            });
+            row.per_step_ns[i] = (c.total_ns as f64 / per_step[i]) as u64;
+            row.count_per_step[i] = c.count as f64 / per_step[i];
+        }
+    }
+    let mut rows: Vec<CategoryRow> = by.into_values().collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.per_step_ns.iter().copied().max().unwrap_or(0)));
+    rows
+}
+
+fn kernels(mains: &[&ProcessReport], per_step: &[f64]) -> Vec<KernelDiffRow> {
+    use cuflight_trace::model::kernel_category::kernel_category;
+    let n = mains.len();
+    let mut by: BTreeMap<String, KernelDiffRow> = BTreeMap::new();
+    for (i, p) in mains.iter().enumerate() {
+        for k in &p.kernels {
+            let row = by.entry(kernel_key(&k.name)).or_insert_with(|| KernelDiffRow {
+                name: k.name.clone(),
+                category: kernel_category(&k.name).as_str(),
+                runs: vec![None; n],
+                change: Vec::new(),
+            });
+            // Two spellings of one kernel in one run (rare): added together.
+            let prev = row.runs[i].unwrap_or(KernelStat { count_per_step: 0.0, per_step_ns: 0, mean_ns: 0 });
+            let count = prev.count_per_step + k.count as f64 / per_step[i];
+            let ns = prev.per_step_ns + (k.total_ns as f64 / per_step[i]) as u64;
+            let mean = if count > 0.0 { (ns as f64 / count) as u64 } else { 0 };
+            row.runs[i] = Some(KernelStat { count_per_step: count, per_step_ns: ns, mean_ns: mean });
+        }
+    }
+    let mut rows: Vec<KernelDiffRow> = by.into_values().collect();
+    for row in &mut rows {
+        row.change = (1..n).map(|i| kernel_change(row.runs[i - 1], row.runs[i])).collect();
+    }
+    // The most moved first: the largest change in time per step between any two consecutive runs.
+    let moved = |r: &KernelDiffRow| -> u64 {
+        (1..n)
+            .map(|i| {
+                let a = r.runs[i - 1].map_or(0, |s| s.per_step_ns);
+                let b = r.runs[i].map_or(0, |s| s.per_step_ns);
+                a.abs_diff(b)
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    rows.sort_by(|a, b| {
+        let changed = |r: &KernelDiffRow| r.change.iter().any(|c| *c != "same" && *c != "absent");
+        changed(b).cmp(&changed(a)).then(moved(b).cmp(&moved(a))).then(a.name.cmp(&b.name))
+    });
+    rows
+}
+
+fn kernel_change(before: Option<KernelStat>, after: Option<KernelStat>) -> &'static str {
+    match (before, after) {
+        (None, None) => "absent",
+        (None, Some(_)) => "gained",
+        (Some(_), None) => "lost",
+        (Some(a), Some(b)) => {
+            let step_change = (b.per_step_ns as f64 - a.per_step_ns as f64).abs();
+            let mean = if a.mean_ns == 0 { 1.0 } else { b.mean_ns as f64 / a.mean_ns as f64 };
+            if step_change < MIN_STEP_CHANGE_NS || (mean - 1.0).abs() <= MEAN_CHANGE {
+                "same"
+            } else if mean < 1.0 {
+                "faster"
+            } else {
+                "slower"
+            }
+        }
+    }
+}
+
+fn findings(runs: &[(String, Report)], mains: &[&ProcessReport]) -> Vec<FindingDiffRow> {
+    let n = mains.len();
+    let mut by: BTreeMap<&'static str, FindingDiffRow> = BTreeMap::new();
+    for (i, p) in mains.iter().enumerate() {
+        // The process's own findings, and the job-level ones its report holds.
+        let report = runs.iter().map(|r| &r.1).find(|r| r.processes.iter().any(|q| std::ptr::eq(q, *p)));
+        let job = report.into_iter().flat_map(|r| r.findings.iter()).filter(|f| f.pid != p.pid);
+        for f in p.findings.iter().chain(job).filter(|f| f.kind != "hot_kernels") {
+            let row = by.entry(f.kind).or_insert_with(|| FindingDiffRow {
+                kind: f.kind,
+                share: vec![None; n],
+                change: Vec::new(),
+                summary: String::new(),
+            });
+            let s = row.share[i].get_or_insert(0.0);
+            *s = s.max(f.share);
+            row.summary = f.summary.clone();
+        }
+    }
+    let present = |s: Option<f64>, kind: &str| s.is_some_and(|s| s >= PRESENT || kind == "memory_growth");
+    let mut rows: Vec<FindingDiffRow> = by.into_values().collect();
+    for row in &mut rows {
+        row.change = (1..n)
+            .map(|i| match (present(row.share[i - 1], row.kind), present(row.share[i], row.kind)) {
+                (true, false) => "resolved",
+                (false, true) => "new",
+                (true, true) => "persists",
+                (false, false) => "absent",
+            })
+            .collect();
+    }
+    rows.sort_by(|a, b| {
+        let top = |r: &FindingDiffRow| r.share.iter().flatten().fold(0.0f64, |m, &s| m.max(s));
+        top(b).total_cmp(&top(a)).then(a.kind.cmp(b.kind))
+    });
+    rows
+}
+
+fn summary(rows: &[RunRow], kernels: &[KernelDiffRow], findings: &[FindingDiffRow]) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in 1..rows.len() {
+        let (a, b) = (&rows[i - 1], &rows[i]);
+        let mut s = match b.step_ratio {
+            Some(r) => format!(
+                "{} → {}: steady step {} → {} ({:+.1}%), GPU utilisation {:.0}% → {:.0}%",
+                a.file,
+                b.file,
+                render::ms(a.step_ns),
+                render::ms(b.step_ns),
+                (r - 1.0) * 100.0,
+                a.gpu_util * 100.0,
+                b.gpu_util * 100.0
+            ),
+            None => format!("{} → {}", a.file, b.file),
+        };
+        let count = |what: &str| kernels.iter().filter(|k| k.change[i - 1] == what).count();
+        let k: Vec<String> = ["gained", "lost", "faster", "slower"]
+            .iter()
+            .filter(|w| count(w) > 0)
+            .map(|w| format!("{} {w}", count(w)))
+            .collect();
+        if !k.is_empty() {
+            s.push_str(&format!("; kernels: {}", k.join(", ")));
+        }
+        let kinds =
+            |what: &str| -> Vec<&str> { findings.iter().filter(|f| f.change[i - 1] == what).map(|f| f.kind).collect() };
+        let (resolved, new) = (kinds("resolved"), kinds("new"));
+        if !resolved.is_empty() {
+            s.push_str(&format!("; resolved: {}", resolved.join(", ")));
+        }
+        if !new.is_empty() {
+            s.push_str(&format!("; new: {}", new.join(", ")));
+        }
+        out.push(s);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_from_different_tools_match() {
+        let k = kernel_key("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, \
+                            at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)");
+        assert_eq!(
+            k,
+            "at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >"
+        );
+        assert_eq!(kernel_key("ampere_sgemm_128x64_nn"), "ampere_sgemm_128x64_nn");
+        assert_eq!(kernel_key("void f<(int)1>(float*)"), "f<(int)1>");
+        assert_eq!(kernel_key("f(int) const"), "f(int) const");
+    }
+
+    #[test]
+    fn kernels_are_gained_lost_faster_slower_or_the_same() {
+        let s = |count: f64, per_step_ns: u64| {
+            Some(KernelStat { count_per_step: count, per_step_ns, mean_ns: (per_step_ns as f64 / count) as u64 })
+        };
+        assert_eq!(kernel_change(None, s(1.0, 5)), "gained");
+        assert_eq!(kernel_change(s(1.0, 5), None), "lost");
+        assert_eq!(kernel_change(s(4.0, 8_000_000), s(4.0, 2_000_000)), "faster");
+        assert_eq!(kernel_change(s(4.0, 2_000_000), s(4.0, 2_100_000)), "same");
+        assert_eq!(kernel_change(s(1.0, 900), s(1.0, 1_800)), "same", "under a microsecond per step");
+        assert_eq!(kernel_change(s(1.0, 10_000), s(1.0, 20_000)), "slower");
+    }
+}
