@@ -53,6 +53,10 @@ pub(crate) enum Work {
         is_async: bool,
     },
     Record(Arc<Event>),
+    /// `cudaLaunchHostFunc`: a host function run in stream order by the stream's thread; later work in the stream
+    /// waits for it, and CUPTI records no activity for it (cuda_runtime_api.h: "The host function will be called
+    /// ... Work added to the stream after the function will not run until it completes").
+    HostFn(unsafe extern "C" fn(*mut libc::c_void), usize),
     /// Wait until `stream` has completed operation `seq`.
     Wait(Arc<Stream>, u64),
     Free(usize),
@@ -224,6 +228,8 @@ impl Stream {
                 });
             }
             Work::Record(ev) => ev.timestamp.store(start, Ordering::Release),
+            // SAFETY: the app passed a host function and its argument, valid until the function has run.
+            Work::HostFn(f, data) => unsafe { f(data as *mut libc::c_void) },
             Work::Wait(other, seq) => other.wait_for(seq),
             Work::Free(p) => {
                 crate::memory::free(p as *mut u8, &[crate::memory::Space::Device]);
@@ -235,7 +241,14 @@ impl Stream {
     /// capturing, kernels, copies and memsets become graph nodes instead (sequence 0: nothing to wait for).
     pub(crate) fn enqueue(self: &Arc<Self>, work: Work) -> Option<u64> {
         if let Some(capture) = self.capture.lock().as_mut() {
-            if matches!(work, Work::Kernel { .. } | Work::Memcpy { .. } | Work::Memcpy2D { .. } | Work::Memset { .. }) {
+            if matches!(
+                work,
+                Work::Kernel { .. }
+                    | Work::Memcpy { .. }
+                    | Work::Memcpy2D { .. }
+                    | Work::Memset { .. }
+                    | Work::HostFn(..)
+            ) {
                 capture.nodes.push(work);
             }
             return Some(0);

@@ -284,8 +284,16 @@ runtime_fn!(cudaEventRecord(event: c::cudaEvent_t, stream: c::cudaStream_t) => C
     let (Some(ev), Some(s)) = (self::event(event), device::stream(stream as usize, current_device())) else {
         return c::cudaErrorInvalidResourceHandle;
     };
+    // A new record replaces the last one: until it completes the event is not ready (cuda_runtime_api.h,
+    // cudaEventRecord: "later calls overwrite the captured state"; cudaEventQuery then returns cudaErrorNotReady).
+    let mut recorded = ev.recorded.lock();
+    ev.timestamp.store(0, Ordering::Release);
     let Some(seq) = s.enqueue(Work::Record(ev.clone())) else { return c::cudaErrorUnknown };
-    *ev.recorded.lock() = Some((s, seq));
+    if seq == 0 {
+        // Captured into a graph: this simulator keeps no event nodes, so the event stays complete.
+        ev.timestamp.store(now_ns(), Ordering::Release);
+    }
+    *recorded = Some((s, seq));
     c::cudaSuccess
 });
 runtime_fn!(cudaEventSynchronize(event: c::cudaEvent_t) => CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020, cudaEventSynchronize_v3020_params {

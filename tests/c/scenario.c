@@ -17,6 +17,14 @@
  *   warmup    as clean, after three warm-up steps as a real job's: step 0 spends 30 ms on the host (cuDNN/cuBLAS
  *             heuristics) and runs 8 autotuning candidates (1 ms each) that no later step runs; steps 0-2 grow
  *             the allocator (an 8 MiB cudaMalloc each); step 1 spends 10 ms on the host.
+ *   crossstream  as clean, but the GEMMs wait (cudaStreamWaitEvent) on an event recorded on a side stream after a
+ *             3 ms host function there (cudaLaunchHostFunc, e.g. a staging callback): the GPU idles 3 ms per step
+ *             with the GEMMs queued, waiting on the other stream.
+ *   hostfn    as clean, but a 3 ms host function is queued in the stream before the GEMMs: the GPU idles 3 ms per
+ *             step with the GEMMs queued behind it.
+ *   poll      as clean, but after the GEMMs a 3 ms host function runs on the stream and the host polls an event
+ *             recorded after it (cudaEventQuery every 50 us) before launching the elementwise kernels: the GPU
+ *             idles 3 ms per step while the host polls.
  *   rank      as clean plus an all-reduce kernel that waits for every rank (a counter in a shared file); rank 1
  *             runs an extra 3 ms kernel per step, so the others wait about 3 ms per step. Each rank prints the
  *             median of how much later than the others it joined the collectives, as it measured it. */
@@ -59,6 +67,8 @@ void tiny_add_kernel(void **a) { (void)a; busy_us(2); }
 void reduce_kernel(void **a) { (void)a; sleep_us(1000); }
 void slow_rank_extra_kernel(void **a) { (void)a; plant_us(3000); }
 void cutlass_autotune_candidate_kernel(void **a) { (void)a; sleep_us(1000); }
+/* A host function queued in a stream (cudaLaunchHostFunc): not GPU work; later work in its stream waits for it. */
+static void CUDART_CB host_callback(void *a) { (void)a; plant_us(3000); }
 
 /* nvcc registers each kernel's device symbol, mangled (Itanium C++ ABI), and CUPTI reports that name: the
  * all-reduce as NCCL 2.19+ names its kernels and the elementwise kernel as PyTorch's. cuBLAS kernels such as
@@ -156,8 +166,11 @@ int main(int argc, char **argv) {
     float *d_batch = NULL, *d_loss = NULL, loss = 0;
     CHECK(cudaMalloc((void **)&d_batch, batch_bytes));
     CHECK(cudaMalloc((void **)&d_loss, sizeof(float)));
-    cudaStream_t s;
+    cudaStream_t s, side;
     CHECK(cudaStreamCreate(&s));
+    CHECK(cudaStreamCreate(&side));
+    cudaEvent_t ready;
+    CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     /* Warm-up outside the steps, as a real job's first iterations: touch every buffer once. */
     memset(pinned, 1, batch_bytes);
     memset(pageable, 1, batch_bytes);
@@ -201,7 +214,20 @@ int main(int argc, char **argv) {
                 CHECK(cudaMalloc(&leaked, 16u << 20)); /* kept alive "by a list of outputs" */
             }
             CHECK(cudaMemcpyAsync(d_batch, pinned, batch_bytes, cudaMemcpyHostToDevice, s));
+            if (MODE("crossstream")) {
+                CHECK(cudaLaunchHostFunc(side, host_callback, NULL));
+                CHECK(cudaEventRecord(ready, side));
+                CHECK(cudaStreamWaitEvent(s, ready, 0));
+            }
+            if (MODE("hostfn")) CHECK(cudaLaunchHostFunc(s, host_callback, NULL));
             for (int i = 0; i < 4; i++) launch(gemm, 132, 256, s, args);
+            if (MODE("poll")) {
+                CHECK(cudaLaunchHostFunc(s, host_callback, NULL));
+                CHECK(cudaEventRecord(ready, s));
+                cudaError_t q;
+                while ((q = cudaEventQuery(ready)) == cudaErrorNotReady) sleep_us(50);
+                CHECK(q);
+            }
             for (int i = 0; i < 2; i++) launch(vectorized_elementwise_kernel, 1024, 256, s, args);
             if (MODE("rank")) {
                 if (rank == 1) launch(slow_rank_extra_kernel, 132, 256, s, args);

@@ -104,10 +104,18 @@ fn data_loading_stall_is_found() {
     let (step, idle) = step_facts(&r);
     assert_near("share vs idle in steps", f64_of(&f["share"]), idle, 0.05, &r);
     // 12 ms of host preparation per step (as measured by the program) against the step's GPU work.
-    let steps = r["processes"][0]["steps"].as_array().unwrap().len() as f64;
+    let p = &r["processes"][0];
+    let steps = p["steps"].as_array().unwrap().len() as f64 + p["warmup"]["steps"].as_f64().unwrap();
     let gpu = (1.0 - idle) * step;
     assert_near("share vs planted", f64_of(&f["share"]), (planted / steps - gpu) / step, 0.05, &r);
     assert!(f["fix"].as_str().unwrap().contains("num_workers"));
+    // The typical step's critical path: the host's 12 ms, then the GEMMs it launched (4 x 1 ms).
+    let path = &p["critical_path"];
+    assert_eq!(path["path_ns"], path["step_ns"], "{path}");
+    let share = |what: &str| {
+        path["by_kind"].as_array().unwrap().iter().find(|g| g["what"] == what).map_or(0.0, |g| f64_of(&g["share"]))
+    };
+    assert!(share("host work") > 0.5 && share("gemm kernels") > 0.2, "{path}");
 }
 
 #[test]
@@ -373,4 +381,43 @@ fn diff_names_the_bottleneck_a_change_resolved() {
     }
     let text = Command::new(cuflight_bin()).arg("diff").args([&before, &after]).output().unwrap();
     assert!(String::from_utf8_lossy(&text.stdout).contains("resolved"), "{}", String::from_utf8_lossy(&text.stdout));
+}
+
+/// Idle time with work queued on a stream that waits for another stream's event is a cross-stream wait, behind a
+/// host function in its stream a host function wait, and idle time while the host polls an event is host
+/// polling: each the top finding at the planted share, and nothing of either left unexplained.
+#[test]
+fn cross_stream_waits_and_polling_loops_are_named() {
+    let _serial = serial();
+    for (mode, kind, cause) in [
+        ("crossstream", "cross_stream_wait", "cross_stream_wait_ns"),
+        ("hostfn", "host_function_wait", "host_function_wait_ns"),
+        ("poll", "host_polling", "host_polling_ns"),
+    ] {
+        let (r, _, planted) = scenario_in(mode, mode);
+        let f = top(&r);
+        assert_eq!(f["kind"], kind, "{mode}: {}", r["findings"]);
+        let p = &r["processes"][0];
+        // The planted 3 ms per step, over the steady steps only (warm-up, if any, is left out).
+        let steps = p["steps"].as_array().unwrap().len() as f64;
+        let total = f64_of(&p["step_total"]["duration_ns"]);
+        let planted_in_steps = planted / (steps + p["warmup"]["steps"].as_f64().unwrap()) * steps;
+        assert_near(mode, f64_of(&f["share"]), planted_in_steps / total, 0.05, &r);
+        let causes = &p["idle_causes"];
+        assert!(f64_of(&causes[cause]) >= 0.8 * planted_in_steps, "{mode}: {causes} vs {planted_in_steps}");
+        let idle = f64_of(&p["idle_in_steps_ns"]);
+        assert!(f64_of(&p["idle_unexplained_ns"]) <= 0.05 * idle, "{mode}: {causes}");
+        // On the typical step's critical path, the wait is a link of its own beside the GEMMs.
+        let path = &p["critical_path"];
+        let on_path = |what: &str| {
+            let g = path["by_kind"].as_array().unwrap().iter().find(|g| g["what"] == what);
+            g.map_or(0.0, |g| f64_of(&g["share"]))
+        };
+        let link = match mode {
+            "crossstream" => "waits between streams",
+            "hostfn" => "host functions in streams",
+            _ => "host polling",
+        };
+        assert!(on_path(link) > 0.15 && on_path("gemm kernels") > 0.4, "{mode}: {path}");
+    }
 }

@@ -95,7 +95,7 @@ fn the_plugin_reads_a_capture_as_cuflight_report_and_stats_read_it() {
     // `enumerate(DataLoader)...` operator, where cuflight also counts NVTX ranges named for data loading: both
     // land in the plugin's Other. Device-side roles are equal; the host-side ones sum equal.
     let out = std::process::Command::new(cuflight_bin())
-        .args(["report", "--format", "json"])
+        .args(["report", "--format", "json", "--include-warmup"]) // the plugin's steps are all of them
         .arg(&rec.trace)
         .output()
         .unwrap();

@@ -4,6 +4,7 @@
 use super::accum::KernelAgg;
 use super::findings::{ms, Ctx, Evidence, Finding, KernelRow, Severity};
 use super::idle::Example;
+use super::short_names::short_name;
 use super::sweep::Swept;
 use cuflight_format::event::LaunchConfig;
 use cuflight_format::RawEvent;
@@ -205,21 +206,6 @@ pub fn hot_kernels(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     let mut f = ctx.finding("hot_kernels", 0, summary, ev, FIX_HOT);
     f.severity = Severity::Info;
     Some(f)
-}
-
-/// A name cut to at most `max` characters, ending in `ellipsis` when cut.
-pub fn shorten(name: &str, max: usize, ellipsis: &str) -> String {
-    if name.chars().count() > max {
-        let keep = max - ellipsis.chars().count();
-        format!("{}{ellipsis}", name.chars().take(keep).collect::<String>())
-    } else {
-        name.to_string()
-    }
-}
-
-/// Kernel names for the terminal.
-pub fn short_name(name: &str) -> String {
-    shorten(name, 60, "...")
 }
 
 /// Kernels grouped by name, most time first.

@@ -99,6 +99,7 @@ fn idle_section(out: &mut String, p: &ProcessReport) {
         + c.launch_bound_ns
         + c.cpu_bound_ns
         + c.allocator_churn_ns
+        + c.host_polling_ns
         + c.device_wait_ns;
     parts_bar(
         out,
@@ -109,8 +110,13 @@ fn idle_section(out: &mut String, p: &ProcessReport) {
             ("launch overhead", c.launch_bound_ns, "#f28e2b"),
             ("host CPU work", c.cpu_bound_ns, "#59a14f"),
             ("allocator", c.allocator_churn_ns, "#b07aa1"),
-            ("queued work waiting", c.device_wait_ns, "#9c755f"),
-            ("unattributed", c.idle_in_steps_ns.saturating_sub(named), "#bab0ac"),
+            ("host polling", c.host_polling_ns, "#ff9da7"),
+            ("cross-stream waits", c.cross_stream_wait_ns, "#9c755f"),
+            ("collectives waiting", c.collective_wait_ns, "#4e79a7"),
+            ("host function waits", c.host_function_wait_ns, "#d37295"),
+            ("CUDA graph waits", c.graph_wait_ns, "#edc948"),
+            ("unexplained (queued work waited on nothing traced)", c.idle_unexplained_ns, "#bab0ac"),
+            ("unattributed", c.idle_in_steps_ns.saturating_sub(named), "#79706e"),
         ],
     );
     let i = &p.idle_breakdown;
@@ -180,6 +186,23 @@ fn kernel_table(out: &mut String, p: &ProcessReport) {
 }
 
 fn steps_table(out: &mut String, p: &ProcessReport) {
+    if let Some(c) = &p.critical_path {
+        let _ = write!(
+            out,
+            "<p>{}</p><table><tr><th class=num>Time</th><th>Link</th><th>What</th></tr>",
+            esc(&super::text::critical_path_line(c))
+        );
+        for l in &c.longest {
+            let _ = write!(
+                out,
+                "<tr><td class=num>{}</td><td>{}</td><td>{}</td></tr>",
+                ms(l.duration_ns),
+                l.kind,
+                esc(&l.what)
+            );
+        }
+        out.push_str("</table>");
+    }
     if let Some(w) = super::text::warmup_line(&p.warmup) {
         let _ = write!(out, "<p class=warmup>{}</p>", esc(&w));
     }

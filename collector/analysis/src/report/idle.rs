@@ -3,9 +3,16 @@
 //!
 //! - the next GPU op had already been launched (from its launch on): under 30 µs, the per-kernel launch
 //!   overhead of back-to-back kernels (HTA's "kernel wait") → **launch bound**; longer, the GPU waited on
-//!   another stream or event, not on the host (`device_wait`, not a host finding), except before a tiny kernel
-//!   (under 10 µs) when the steps use a single stream and no event waits: nothing but the launch pipeline can
-//!   hold the GPU → **launch bound**;
+//!   something other than the host (`device_wait`), except before a tiny kernel (under 10 µs) when the steps use
+//!   a single stream and no event waits: nothing but the launch pipeline can hold the GPU → **launch bound**.
+//!   What queued work waited on, by the op that ended the wait: a collective → **collective wait** (its peers,
+//!   or the work its stream waits on); an op whose launching thread made its stream wait on an event since the
+//!   previous launch into it → **cross-stream wait** (named by the waiting stream and the stream whose work
+//!   ran last); an op queued after a host function its thread put in a stream → **host function wait**; an op
+//!   of a CUDA graph → **graph wait** (the graph's own dependencies); anything else is
+//!   **unexplained** (`idle_unexplained_ns`), printed as such;
+//! - the launching threads polling (three or more `cudaEventQuery`/`cudaStreamQuery` calls in one idle
+//!   stretch) → **host polling**: the host waits by spinning instead of queueing the dependent work;
 //! - inside a data-loading annotation: **data loading**;
 //! - (calls that only read state, such as `cudaGetDevice`, count as host time, not as CUDA calls: they neither queue
 //!   nor wait, and PyTorch makes hundreds a step;)
@@ -18,7 +25,7 @@
 //!   the GPU waits for → **CPU bound**.
 
 use super::spans::{clip, subtract, Span};
-use super::window::{CallClass, HostCall, WindowView};
+use super::window::{stream_label, CallClass, Closer, HostCall, WindowView};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -47,9 +54,17 @@ pub enum CauseKind {
     SyncStall = 1,
     LaunchBound = 2,
     AllocatorChurn = 3,
+    /// Queued work waited and nothing in the trace says on what.
     DeviceWait = 4,
     CpuBound = 5,
+    CrossStream = 6,
+    Collective = 7,
+    Graph = 8,
+    HostPolling = 9,
+    HostFunction = 10,
 }
+
+const CAUSES: usize = 11;
 
 /// Where the GPU's idle time inside steps went (JSON `idle_causes`).
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -60,13 +75,25 @@ pub struct IdleSummary {
     pub launch_bound_ns: u64,
     pub cpu_bound_ns: u64,
     pub allocator_churn_ns: u64,
-    /// Work was queued but waited on another stream or event.
+    /// Work was queued but waited (the four below).
     pub device_wait_ns: u64,
+    /// ... on an event recorded in another stream (`cudaStreamWaitEvent`).
+    pub cross_stream_wait_ns: u64,
+    /// ... a collective that started late (its peers, or its stream's dependencies).
+    pub collective_wait_ns: u64,
+    /// ... work of a CUDA graph on the graph's dependencies.
+    pub graph_wait_ns: u64,
+    /// ... behind a host function queued in its stream (`cudaLaunchHostFunc`).
+    pub host_function_wait_ns: u64,
+    /// ... and nothing in the trace says on what.
+    pub idle_unexplained_ns: u64,
+    /// The host polled (`cudaEventQuery` loops) while the GPU idled.
+    pub host_polling_ns: u64,
 }
 
 #[derive(Debug, Default)]
 pub struct IdleCauses {
-    pub causes: [Cause; 6],
+    pub causes: [Cause; CAUSES],
     pub idle_in_steps_ns: u64,
 }
 
@@ -80,7 +107,17 @@ impl IdleCauses {
             launch_bound_ns: t(CauseKind::LaunchBound),
             cpu_bound_ns: t(CauseKind::CpuBound),
             allocator_churn_ns: t(CauseKind::AllocatorChurn),
-            device_wait_ns: t(CauseKind::DeviceWait),
+            device_wait_ns: t(CauseKind::DeviceWait)
+                + t(CauseKind::CrossStream)
+                + t(CauseKind::Collective)
+                + t(CauseKind::Graph)
+                + t(CauseKind::HostFunction),
+            cross_stream_wait_ns: t(CauseKind::CrossStream),
+            collective_wait_ns: t(CauseKind::Collective),
+            graph_wait_ns: t(CauseKind::Graph),
+            host_function_wait_ns: t(CauseKind::HostFunction),
+            idle_unexplained_ns: t(CauseKind::DeviceWait),
+            host_polling_ns: t(CauseKind::HostPolling),
         }
     }
 
@@ -106,6 +143,17 @@ impl IdleCauses {
             e.1 += b - a;
         }
         let what = match (call, k) {
+            (
+                Some(name),
+                CauseKind::DeviceWait
+                | CauseKind::CrossStream
+                | CauseKind::Collective
+                | CauseKind::Graph
+                | CauseKind::HostFunction,
+            ) => {
+                format!("GPU idle: {name}")
+            }
+            (Some(name), CauseKind::HostPolling) => format!("GPU idle, host polling with {name}"),
             (Some(name), _) => format!("GPU idle, host in or after {name}"),
             (None, CauseKind::LaunchBound | CauseKind::DeviceWait) => "GPU idle with work already queued".to_string(),
             (None, _) => "GPU idle, host outside CUDA".to_string(),
@@ -155,12 +203,12 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
             // launch overhead too.
             let queued = (a.max(launched), b);
             let tiny_next = next_op.is_some_and(|op| op.duration < TINY_KERNEL_NS);
-            let kind = if b - gap_start.max(launched) < KERNEL_WAIT_NS || single_stream && tiny_next {
-                CauseKind::LaunchBound
-            } else {
-                CauseKind::DeviceWait
-            };
-            out.add(kind, queued, step, None, n);
+            if b - gap_start.max(launched) < KERNEL_WAIT_NS || single_stream && tiny_next {
+                out.add(CauseKind::LaunchBound, queued, step, None, n);
+            } else if let Some(op) = next_op {
+                let (kind, label) = queued_wait(v, op, gap_start);
+                out.add(kind, queued, step, Some(&label), n);
+            }
             if launched <= a {
                 continue;
             }
@@ -168,23 +216,66 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
         let b = b.min(launched);
         let mut t = a;
         let first = v.calls.partition_point(|c| c.end <= a);
-        for c in v.calls[first..].iter().take_while(|c| c.start < b) {
+        let calls = || v.calls[first..].iter().take_while(|c| c.start < b);
+        // A loop of queries while the GPU idles: the host waits by polling.
+        let poll = calls().filter(|c| c.class == CallClass::Poll).nth(POLL_LOOP - 1).map(|c| v.name(c.name));
+        for c in calls() {
             if c.start > t {
-                outside(v, out, (t, c.start), step, step_starts, n);
+                match poll {
+                    Some(name) => out.add(CauseKind::HostPolling, (t, c.start), step, Some(name), n),
+                    None => outside(v, out, (t, c.start), step, step_starts, n),
+                }
             }
             let piece = (c.start.max(t), c.end.min(b));
             let kind = match c.class {
                 CallClass::Sync => CauseKind::SyncStall,
                 CallClass::Alloc => CauseKind::AllocatorChurn,
-                CallClass::Launch => CauseKind::LaunchBound,
+                CallClass::Poll if poll.is_some() => CauseKind::HostPolling,
+                CallClass::Poll | CallClass::Launch => CauseKind::LaunchBound,
             };
             out.add(kind, piece, step, Some(v.name(c.name)), n);
             t = t.max(c.end.min(b));
         }
         if t < b {
-            outside(v, out, (t, b), step, step_starts, n);
+            match poll {
+                Some(name) => out.add(CauseKind::HostPolling, (t, b), step, Some(name), n),
+                None => outside(v, out, (t, b), step, step_starts, n),
+            }
         }
     }
+}
+
+/// Query calls in one idle stretch from which the host counts as polling.
+const POLL_LOOP: usize = 3;
+
+/// What the queued op `op`, which ended a GPU gap that began at `gap_start`, waited on, and how to say it
+/// (bounded labels: streams and collective names, not every kernel's).
+fn queued_wait(v: &WindowView, op: &Closer, gap_start: u64) -> (CauseKind, String) {
+    let stream = stream_label(op.stream);
+    if let Some((call, _)) = op.blocking_call.filter(|c| c.1 > gap_start) {
+        // Its own call is still running: the host stages the copy (pageable memory) while the GPU waits.
+        return (CauseKind::SyncStall, v.name(call).to_string());
+    }
+    if op.comm {
+        let name = super::short_names::short_name(v.name(op.name));
+        return (CauseKind::Collective, format!("{name} on {stream} started late"));
+    }
+    if op.after_wait {
+        let i = v.enders.partition_point(|x| x.end < gap_start);
+        let from = v.enders.get(i).filter(|x| x.end == gap_start && x.stream != op.stream);
+        let from = from.map_or(String::new(), |x| format!(", after work on {}", stream_label(x.stream)));
+        return (CauseKind::CrossStream, format!("{stream} waited on an event (cudaStreamWaitEvent){from}"));
+    }
+    if op.after_host_fn {
+        return (CauseKind::HostFunction, format!("{stream} waited for a host function (cudaLaunchHostFunc)"));
+    }
+    if op.graph && op.launch_first {
+        return (CauseKind::Graph, format!("a CUDA graph launched into {stream} started late"));
+    }
+    if op.graph {
+        return (CauseKind::Graph, format!("work inside a CUDA graph on {stream} waited between its nodes"));
+    }
+    (CauseKind::DeviceWait, format!("queued work on {stream} waited with nothing running"))
 }
 
 /// Idle time while the launching threads were outside CUDA.

@@ -7,6 +7,7 @@
 
 mod accum;
 pub mod breakdown;
+mod busy;
 mod findings;
 mod gpu_findings;
 mod html;
@@ -16,21 +17,25 @@ pub mod idle;
 pub mod job;
 pub mod overlap;
 pub mod plan;
+mod queue_deps;
 pub mod run;
+mod short_names;
 pub mod spans;
+pub mod step_path;
 pub mod steps;
 mod sweep;
 #[cfg(test)]
 mod tests;
 mod text;
+mod wait_findings;
 pub mod warmup;
 pub mod window;
 
 use findings::{Ctx, MIN_SHARE};
 pub use findings::{Evidence, Finding, KernelRow, Severity};
-pub use gpu_findings::shorten;
 pub use html_escape::esc as escape_html;
 use serde::Serialize;
+pub use short_names::shorten;
 use steps::{StepRow, StepSource};
 
 use cuflight_trace::model::source::EventSource;
@@ -60,6 +65,9 @@ pub struct ProcessReport {
     pub run: run::RunSummary,
     pub breakdown: breakdown::Breakdown,
     pub idle_breakdown: breakdown::IdleSplit,
+    /// GPU idle time inside the steps, and the part of it no cause explains (also in `idle_causes`).
+    pub idle_in_steps_ns: u64,
+    pub idle_unexplained_ns: u64,
     /// cuflight's attribution of the idle time inside steps (see [`idle`]).
     pub idle_causes: idle::IdleSummary,
     /// HTA's communication/computation overlap.
@@ -71,6 +79,9 @@ pub struct ProcessReport {
     /// All steps together (sums; utilisation over their total time).
     pub step_total: Option<StepRow>,
     pub findings: Vec<Finding>,
+    /// The chain of GPU and host work that sets a typical step's time, across streams.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub critical_path: Option<step_path::StepPath>,
     /// Kernel time of the analysed steps by kind of work (gemm, attention, ...), largest first.
     pub categories: Vec<accum::CategoryShare>,
     pub top_kernels: Vec<KernelRow>,
@@ -222,8 +233,22 @@ impl Report {
             let ctx = ctx(traces, &plans, (fi, k), i, several_files, n);
             let swept = swept[i].take().expect("every process swept");
             let idle = &swept.idle;
+            let mut warnings = warnings[i].clone();
+            let unexplained = idle.summary().idle_unexplained_ns;
+            if let Some(cov) = plan.api_id_coverage.filter(|&c| c < 0.02) {
+                if unexplained * 20 > idle.idle_in_steps_ns {
+                    warnings.push(format!(
+                        "the trace holds 1 in {:.0} of the CUDA calls its correlation ids number: it was sampled or \
+                         filtered, so GPU work is missing, and the {} of idle time no cause explains is likely that \
+                         work",
+                        1.0 / cov.max(1e-9),
+                        findings::ms(unexplained)
+                    ));
+                }
+            }
             let mut fs = findings::idle_findings(&ctx, idle, &swept);
             fs.extend(findings::allocator_churn(&ctx, idle, &swept));
+            fs.extend(wait_findings::wait_findings(&ctx, idle));
             fs.extend(gpu_findings::pageable_memcpy(&ctx, &swept));
             fs.extend(gpu_findings::memcpy_heavy(&ctx, &swept));
             fs.extend(gpu_findings::fp32_gemm(&ctx, &swept));
@@ -268,6 +293,8 @@ impl Report {
                 run,
                 breakdown: swept.breakdown,
                 idle_breakdown: swept.idle_split,
+                idle_in_steps_ns: idle.idle_in_steps_ns,
+                idle_unexplained_ns: idle.summary().idle_unexplained_ns,
                 idle_causes: idle.summary(),
                 comm_overlap: swept.comm_overlap,
                 step_source: plan.steps.source,
@@ -275,12 +302,13 @@ impl Report {
                 steps: swept.rows,
                 step_total,
                 findings: fs,
+                critical_path: swept.step_path,
                 categories,
                 top_kernels,
                 kernels,
                 utilization_over_time: swept.utilization,
                 utilization_span_ns: plan.busy_extent,
-                warnings: warnings[i].clone(),
+                warnings,
             });
         }
         let job = (primary.len() > 1).then(|| {

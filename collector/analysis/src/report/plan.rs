@@ -61,6 +61,9 @@ pub struct Plan {
     pub gpu_ops: u64,
     /// Device ordinals its GPU work ran on.
     pub used_devices: std::collections::BTreeSet<u32>,
+    /// CUDA calls in the trace per correlation id their ids span (None under 10,000 ids): a trace that holds 1
+    /// in 50 or fewer was sampled or filtered, and GPU work is missing from it.
+    pub api_id_coverage: Option<f64>,
     /// The leading steps that are warm-up ([`super::warmup`]); still in `steps` until [`Plan::leave_out_warmup`].
     pub warmup: super::warmup::Warmup,
 }
@@ -108,6 +111,8 @@ struct First {
     gpu_ops: u64,
     used_devices: std::collections::BTreeSet<u32>,
     warm: super::warmup::Evidence,
+    /// API calls with a correlation id: (count, lowest id, highest id).
+    api_ids: (u64, u32, u32),
 }
 
 fn is_candidate(name: &str, option: Option<&str>) -> bool {
@@ -141,6 +146,7 @@ impl First {
             gpu_ops: 0,
             used_devices: Default::default(),
             warm: super::warmup::Evidence::new(),
+            api_ids: (0, u32::MAX, 0),
         }
     }
 
@@ -184,6 +190,10 @@ impl First {
         match kind {
             Some(EventKind::Api) => {
                 self.launches.api(p, e);
+                if e.correlation != 0 {
+                    let ids = &mut self.api_ids;
+                    *ids = (ids.0 + 1, ids.1.min(e.correlation), ids.2.max(e.correlation));
+                }
                 let x = self.api_extent.entry(e.tid).or_insert((e.start, e.end.max(e.start)));
                 x.1 = x.1.max(e.end.max(e.start));
                 if self.names.has(e.name, NameFlags::STREAM_WAIT) {
@@ -451,6 +461,11 @@ pub fn plan(
                 events: f.events,
                 gpu_ops: f.gpu_ops,
                 used_devices: f.used_devices,
+                api_id_coverage: {
+                    let (n, lo, hi) = f.api_ids;
+                    let span = hi.saturating_sub(lo) as u64 + 1;
+                    (n > 0 && span >= 10_000).then(|| n as f64 / span as f64)
+                },
                 warmup,
             },
         );

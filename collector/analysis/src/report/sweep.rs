@@ -7,11 +7,13 @@
 
 use super::accum::{add_call, CallTotals, Copies, Counts, KernelAgg, UnionTotal};
 use super::breakdown::{Breakdown, Hta, IdleSplit};
+use super::busy::{Growing, Utilization};
 use super::idle::IdleCauses;
 use super::plan::Plan;
+use super::queue_deps::{Enders, StreamWaits};
 use super::spans::{clip, merge, subtract, total, Span};
 use super::steps::StepRow;
-use super::window::{classify_flags, CallClass, Closer, HostCall, HostRange, NameFlags, WindowView};
+use super::window::{classify_flags, stream_key, CallClass, Closer, Ender, HostCall, HostRange, NameFlags, WindowView};
 use cuflight_format::event::FLAG_DEVICE;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::launches::LaunchJoin;
@@ -52,106 +54,8 @@ pub struct Swept {
     pub memory_at_end: Vec<i64>,
     /// The most spans, calls and ranges held at once when a window was done (what bounds the sweep's memory).
     pub peak_kept: usize,
-}
-
-/// Spans sorted by start merged as they arrive; finished ones wait in `done` for the windows they overlap.
-#[derive(Default)]
-struct Growing {
-    current: Option<Span>,
-    done: VecDeque<Span>,
-}
-
-impl Growing {
-    /// Returns whether the span began a new stretch.
-    fn push(&mut self, (s, e): Span) -> bool {
-        if e <= s {
-            return false;
-        }
-        match &mut self.current {
-            Some(c) if s <= c.1 => {
-                c.1 = c.1.max(e);
-                false
-            }
-            Some(c) => {
-                self.done.push_back(*c);
-                *c = (s, e);
-                true
-            }
-            None => {
-                self.current = Some((s, e));
-                true
-            }
-        }
-    }
-
-    /// Stretches that overlap `[s, e)` or start at `e`, in order.
-    fn overlapping(&self, (s, e): Span) -> Vec<Span> {
-        let first = self.done.partition_point(|x| x.1 <= s);
-        let done = self.done.range(first..).take_while(|x| x.0 <= e).copied();
-        done.chain(self.current.filter(|c| c.1 > s && c.0 <= e)).collect()
-    }
-
-    /// The end of the last stretch that ended at or before `t`.
-    fn ended_before(&self, t: u64) -> Option<u64> {
-        if let Some(c) = self.current.filter(|c| c.1 <= t) {
-            return Some(c.1);
-        }
-        let n = self.done.partition_point(|x| x.1 <= t);
-        n.checked_sub(1).map(|i| self.done[i].1)
-    }
-
-    /// Forgets what no window from `t` on needs; `keep_before`: keeps the last stretch ending at or before `t`.
-    fn trim(&mut self, t: u64, keep_before: bool) {
-        let keep = usize::from(keep_before);
-        while self.done.get(keep).is_some_and(|x| x.1 <= t) {
-            self.done.pop_front();
-        }
-    }
-}
-
-/// Kernel-busy share of each of 100 equal slices of the GPU busy extent.
-struct Utilization {
-    extent: Option<Span>,
-    bin: u64,
-    acc: [u64; 100],
-    union: Growing,
-}
-
-impl Utilization {
-    fn new(extent: Option<Span>) -> Utilization {
-        let bin = extent.map_or(1, |(s, e)| e.saturating_sub(s).div_ceil(100).max(1));
-        Utilization { extent, bin, acc: [0; 100], union: Growing::default() }
-    }
-
-    fn push(&mut self, span: Span) {
-        self.union.push(span);
-        while let Some(done) = self.union.done.pop_front() {
-            self.add(done);
-        }
-    }
-
-    fn add(&mut self, (a, b): Span) {
-        let Some((s, _)) = self.extent else { return };
-        let mut i = (a.saturating_sub(s) / self.bin) as usize;
-        while i < 100 {
-            let (bs, be) = (s.saturating_add(i as u64 * self.bin), s.saturating_add((i as u64 + 1) * self.bin));
-            if bs >= b {
-                break;
-            }
-            self.acc[i] += b.min(be).saturating_sub(a.max(bs));
-            i += 1;
-        }
-    }
-
-    fn finish(mut self) -> Vec<f64> {
-        if self.extent.is_none() {
-            return vec![];
-        }
-        if let Some(c) = self.union.current.take() {
-            self.add(c);
-        }
-        self.acc.iter().map(|&ns| ns as f64 / self.bin as f64).collect()
-    }
+    /// The critical path of the typical step ([`super::step_path`]).
+    pub step_path: Option<super::step_path::StepPath>,
 }
 
 /// Which piece a copy or collective leaves in the windows it overlaps.
@@ -181,6 +85,11 @@ pub struct Sweep<'a> {
     memset: Growing,
     runtime: Growing,
     closers: VecDeque<Closer>,
+    enders: Enders,
+    stream_waits: StreamWaits,
+    /// The typical step (median window) and what its critical path needs.
+    typical: Option<usize>,
+    capture: super::step_path::StepCapture,
     /// The first op of the latest start time.
     group: Option<Closer>,
     calls: VecDeque<HostCall>,
@@ -206,6 +115,15 @@ pub struct Sweep<'a> {
 
 impl<'a> Sweep<'a> {
     pub fn new(plan: &'a Plan, waits: &'a FxHashMap<u32, u64>, hta_rounding: bool) -> Sweep<'a> {
+        let windows = &plan.steps.windows;
+        let mut order: Vec<usize> = (0..windows.len()).collect();
+        order.sort_by_key(|&i| (windows[i].1 - windows[i].0, i));
+        let typical = order.get(order.len() / 2).copied();
+        let capture = super::step_path::StepCapture {
+            window: typical.map_or((0, 0), |k| windows[k]),
+            name: typical.and_then(|k| plan.steps.names.get(k).cloned()).unwrap_or_default(),
+            ..Default::default()
+        };
         Sweep {
             plan,
             waits,
@@ -223,6 +141,10 @@ impl<'a> Sweep<'a> {
             memset: Growing::default(),
             runtime: Growing::default(),
             closers: VecDeque::new(),
+            enders: Enders::default(),
+            stream_waits: StreamWaits::default(),
+            typical,
+            capture,
             group: None,
             calls: VecDeque::new(),
             call: None,
@@ -276,9 +198,23 @@ impl<'a> Sweep<'a> {
                 let span = (e.start, e.end.max(e.start));
                 self.runtime.push(span);
                 let f = names.get(e.name);
+                if f & NameFlags::STREAM_WAIT != 0 {
+                    self.stream_waits.wait_call(e.tid, e.start);
+                }
+                if f & NameFlags::HOST_FN != 0 {
+                    self.stream_waits.host_fn_call(e.tid, e.start);
+                }
                 // State queries neither queue nor wait: the time in them is the host's own (see idle.rs).
                 if self.plan.launchers.contains(&e.tid) && f & NameFlags::QUERY == 0 {
                     let class = classify_flags(f, self.plan.pageable_dtoh.contains(&e.correlation));
+                    let call = super::step_path::PathCall {
+                        start: span.0,
+                        end: span.1,
+                        tid: e.tid,
+                        name: e.name,
+                        poll: false,
+                    };
+                    self.capture.call(class, call);
                     self.host_call(p, HostCall { start: span.0, end: span.1, class, name: e.name });
                 }
                 let alloc = f & NameFlags::ALLOC != 0 && f & NameFlags::ASYNC == 0;
@@ -354,18 +290,42 @@ impl<'a> Sweep<'a> {
     fn op(&mut self, e: &RawEvent) {
         let names = &self.plan.names;
         let kind = e.kind();
-        let launch = self.launches.work(e).map(|w| w.call);
-        if self.group.is_none_or(|g| g.start != e.start) {
-            let launched = launch.map(|c| c.start);
-            self.group = Some(Closer { start: e.start, duration: e.duration(), launched });
-        }
-        let span = (e.start, e.end.max(e.start));
-        if self.busy.push(span) {
-            self.closers.push_back(self.group.expect("set above"));
-        }
+        let joined = self.launches.work(e);
+        let launch = joined.map(|w| w.call);
         let is_kernel = kind == Some(EventKind::Kernel);
         let compute = is_kernel && names.has(e.name, NameFlags::COMPUTE);
         let comm = is_kernel && names.has(e.name, NameFlags::COMM);
+        let stream = stream_key(e.device, e.stream);
+        let (after_wait, after_host_fn) =
+            launch.map_or((false, false), |c| self.stream_waits.launched(stream, c.tid, c.start));
+        if self.group.is_none_or(|g| g.start != e.start) {
+            self.group = Some(Closer {
+                start: e.start,
+                duration: e.duration(),
+                launched: launch.map(|c| c.start),
+                stream,
+                name: e.name,
+                comm,
+                graph: launch.is_some_and(|c| names.has(c.name, NameFlags::GRAPH_LAUNCH)),
+                launch_first: joined.is_some_and(|w| w.first),
+                after_wait,
+                after_host_fn,
+                blocking_call: launch
+                    .filter(|c| {
+                        let pageable = self.plan.pageable_dtoh.contains(&e.correlation);
+                        classify_flags(names.get(c.name), pageable) == CallClass::Sync
+                    })
+                    .map(|c| (c.name, c.end)),
+            });
+        }
+        let span = (e.start, e.end.max(e.start));
+        if span.1 > span.0 {
+            let new_stretch = self.busy.push(span);
+            if new_stretch {
+                self.closers.push_back(self.group.expect("set above"));
+            }
+            self.enders.op(new_stretch, Ender { end: span.1, stream, name: e.name });
+        }
         match kind {
             Some(EventKind::Kernel) => {
                 self.kernel.push(span);
@@ -383,8 +343,26 @@ impl<'a> Sweep<'a> {
         }
         let ordinal = self.comm_seen;
         self.comm_seen += u32::from(comm);
-        if self.window_of(e.start).is_none() {
+        let k = self.window_of(e.start);
+        if k.is_none() {
             return;
+        }
+        if k == self.typical {
+            self.capture.op(super::step_path::PathOp {
+                start: span.0,
+                end: span.1,
+                stream,
+                name: e.name,
+                copy: match kind {
+                    Some(EventKind::Memcpy) => Some("memcpy"),
+                    Some(EventKind::Memset) => Some("memset"),
+                    _ => None,
+                },
+                launch: launch.map(|c| (c.start, c.end, c.tid)),
+                after_wait,
+                after_host_fn,
+                graph: launch.is_some_and(|c| self.plan.names.has(c.name, NameFlags::GRAPH_LAUNCH)),
+            });
         }
         let s = (e.device, e.stream);
         if *self.stream.get_or_insert(s) != s {
@@ -464,11 +442,13 @@ impl<'a> Sweep<'a> {
             }
         }
         let first_closer = self.closers.partition_point(|c| c.start < s);
+        let busy_before = self.busy.ended_before(s);
         let view = WindowView {
             p,
             span: (s, e),
             busy: self.busy.overlapping((s, e)),
-            busy_before: self.busy.ended_before(s),
+            busy_before,
+            enders: self.enders.between(busy_before.unwrap_or(s).min(s), e),
             kernel_busy: self.kernel.overlapping((s, e)),
             compute_busy: self.compute.overlapping((s, e)),
             memcpy_busy: self.memcpy.overlapping((s, e)),
@@ -508,6 +488,7 @@ impl<'a> Sweep<'a> {
             + self.runtime.done.len()
             + self.calls.len()
             + self.closers.len()
+            + self.enders.len()
             + self.ranges.len()
             + self.pieces.len();
         self.out.peak_kept = self.out.peak_kept.max(kept);
@@ -532,6 +513,7 @@ impl<'a> Sweep<'a> {
         while self.closers.front().is_some_and(|c| c.start < t) {
             self.closers.pop_front();
         }
+        self.enders.trim(t);
         self.ranges.retain(|r| r.0 .1 > t);
         self.pieces.retain(|p| p.0 .1 > t);
     }
@@ -546,6 +528,7 @@ impl<'a> Sweep<'a> {
             || long(self.ranges.len())
             || long(self.pieces.len())
             || long(self.closers.len())
+            || long(self.enders.len())
         {
             self.trim();
         }
@@ -573,6 +556,7 @@ impl<'a> Sweep<'a> {
         self.out.fp32_union_ns = self.fp32_union.total();
         self.out.comm_union_ns = self.comm_union.total();
         self.out.comm_overlap = self.overlap.finish();
+        self.out.step_path = super::step_path::walk(p, &self.capture);
         self.out
     }
 }

@@ -79,6 +79,7 @@ fn the_step_breakdown_gives_each_instant_to_the_first_category_that_applies() {
         loader: vec![],
         cpu: vec![],
         closers: vec![],
+        enders: vec![],
         calls: vec![],
         call_before: None,
     };

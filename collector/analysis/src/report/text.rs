@@ -2,7 +2,7 @@
 //! per process the breakdowns, the steps and the top kernels.
 
 use super::findings::{ms, Finding};
-use super::gpu_findings::short_name;
+use super::short_names::short_name;
 use super::steps::{StepRow, StepSource};
 use super::{ProcessReport, Report};
 use crate::table::Table;
@@ -57,6 +57,8 @@ pub fn calls_label(f: &Finding) -> &'static str {
     match f.kind {
         "data_loading" | "launch_bound" | "cpu_bound" => "idle in or right after",
         "sync_stall" | "allocator_churn" => "calls",
+        "cross_stream_wait" | "collective_wait" | "graph_wait" | "host_function_wait" => "waits",
+        "host_polling" => "polling with",
         _ => "calls",
     }
 }
@@ -111,15 +113,28 @@ fn process(out: &mut String, p: &ProcessReport) {
     let c = &p.idle_causes;
     out.push_str(&format!(
         "  idle inside steps {}: data loading {}, sync stalls {}, launch overhead {}, host CPU work {}, allocator {}, \
-         queued work waiting (other streams, events, the device) {}\n",
+         host polling {}; queued work waiting {} (on another stream's event {}, collectives {}, host functions {}, \
+         CUDA graphs {}, unexplained {})\n",
         ms(c.idle_in_steps_ns),
         ms(c.data_loading_ns),
         ms(c.sync_stall_ns),
         ms(c.launch_bound_ns),
         ms(c.cpu_bound_ns),
         ms(c.allocator_churn_ns),
-        ms(c.device_wait_ns)
+        ms(c.host_polling_ns),
+        ms(c.device_wait_ns),
+        ms(c.cross_stream_wait_ns),
+        ms(c.collective_wait_ns),
+        ms(c.host_function_wait_ns),
+        ms(c.graph_wait_ns),
+        ms(c.idle_unexplained_ns)
     ));
+    if let Some(c) = &p.critical_path {
+        out.push_str(&format!("  {}\n", critical_path_line(c)));
+        for l in c.longest.iter().take(3) {
+            out.push_str(&format!("    - {} {}: {}\n", ms(l.duration_ns), l.kind, l.what));
+        }
+    }
     if let Some(w) = warmup_line(&p.warmup) {
         out.push_str(&format!("  {w}\n"));
     }
@@ -198,6 +213,17 @@ fn process(out: &mut String, p: &ProcessReport) {
     for w in &p.warnings {
         out.push_str(&format!("  warning: {w}\n"));
     }
+}
+
+/// The critical path of the typical step in one line: what its time is made of.
+pub fn critical_path_line(c: &super::step_path::StepPath) -> String {
+    let parts: Vec<String> = c.by_kind.iter().take(6).map(|g| format!("{} {:.0}%", g.what, g.share * 100.0)).collect();
+    format!(
+        "Critical path of a typical step ({}, {}; shortening a link saves up to its length): {}",
+        c.step,
+        ms(c.step_ns),
+        parts.join(", ")
+    )
 }
 
 /// What the warm-up steps were and did, and whether the analyses cover them (None: no warm-up found).

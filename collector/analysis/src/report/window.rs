@@ -16,6 +16,8 @@ use rustc_hash::FxHashMap;
 pub enum CallClass {
     /// Issues work and returns (launches, async copies, event records...).
     Launch,
+    /// Asks whether work is done (`cudaEventQuery`, `cudaStreamQuery`): a loop of them is the host polling.
+    Poll,
     /// `cudaMalloc`/`cudaFree` and friends (`cudaFree` also synchronises the device).
     Alloc,
     /// Blocks the host until the GPU catches up: stream/device/event synchronisation, synchronous copies and
@@ -43,12 +45,52 @@ pub struct HostRange {
 }
 
 /// The GPU op that ends a GPU gap: the first op (in start order) that starts where GPU busy time resumes.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Closer {
     pub start: u64,
     pub duration: u64,
     /// Its launch call's start, when the call is in the trace.
     pub launched: Option<u64>,
+    /// Its stream ([`stream_key`]) and name.
+    pub stream: u64,
+    pub name: u32,
+    /// A communication kernel (it may wait for its peers).
+    pub comm: bool,
+    /// Queued by a graph launch (`cudaGraphLaunch`): it waits on the graph's own dependencies too.
+    pub graph: bool,
+    /// The first work of its launch call (for a graph: its first node to run).
+    pub launch_first: bool,
+    /// Its launching thread made its stream wait on an event (`cudaStreamWaitEvent`) since the previous launch
+    /// into that stream: it may wait for work on another stream.
+    pub after_wait: bool,
+    /// ... or queued a host function since then: it may wait for that function to return.
+    pub after_host_fn: bool,
+    /// Its launch call, when that call blocks the host (a synchronous or pageable copy): (name, end).
+    pub blocking_call: Option<(u32, u64)>,
+}
+
+/// The GPU op that ends a busy stretch (the last to end), before the gap that follows.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ender {
+    pub end: u64,
+    pub stream: u64,
+    pub name: u32,
+}
+
+/// A stream of a device as one number.
+pub fn stream_key(device: u32, stream: u32) -> u64 {
+    (device as u64) << 32 | stream as u64
+}
+
+/// How a report names a stream: "stream S", or "GPU D stream S" on a device other than the first.
+pub fn stream_label(key: u64) -> String {
+    let (device, stream) = ((key >> 32) as u32, key as u32);
+    let s = if stream == u32::MAX { "-".to_string() } else { stream.to_string() };
+    if device == 0 {
+        format!("stream {s}")
+    } else {
+        format!("GPU {device} stream {s}")
+    }
 }
 
 /// One window `[span.0, span.1)` of one process.
@@ -72,6 +114,8 @@ pub struct WindowView<'a> {
     pub cpu: Vec<Span>,
     /// The op that starts each busy stretch inside the window (by its start).
     pub closers: Vec<Closer>,
+    /// The op that ends each busy stretch that ends inside the window or just before it (by its end).
+    pub enders: Vec<Ender>,
     /// The launching threads' call stretches that overlap the window, sorted.
     pub calls: Vec<HostCall>,
     /// The last call stretch that ended at or before the window's start.
@@ -115,6 +159,9 @@ pub fn classify_flags(f: u16, to_pageable: bool) -> CallClass {
             return CallClass::Sync;
         }
     }
+    if f & NameFlags::POLL != 0 {
+        return CallClass::Poll;
+    }
     CallClass::Launch
 }
 
@@ -138,6 +185,12 @@ impl NameFlags {
     pub const STREAM_WAIT: u16 = 2048;
     /// Reads state only ([`names::api_is_query`]): not a host call of the idle analysis.
     pub const QUERY: u16 = 4096;
+    /// Asks whether work is done: `cudaEventQuery`, `cudaStreamQuery`, `cuEventQuery`, `cuStreamQuery`.
+    pub const POLL: u16 = 8192;
+    /// Queues a whole graph: `cudaGraphLaunch`, `cuGraphLaunch`.
+    pub const GRAPH_LAUNCH: u16 = 16384;
+    /// Queues a host function in a stream: `cudaLaunchHostFunc`, `cudaStreamAddCallback`, `cuLaunchHostFunc`.
+    pub const HOST_FN: u16 = 32768;
 
     pub fn of(name: &str) -> u16 {
         let mut f = 0;
@@ -159,6 +212,9 @@ impl NameFlags {
         set(name.contains("Async"), Self::ASYNC);
         set(name.contains("StreamWaitEvent"), Self::STREAM_WAIT);
         set(names::api_is_query(name), Self::QUERY);
+        set(name.contains("EventQuery") || name.contains("StreamQuery"), Self::POLL);
+        set(name.contains("GraphLaunch"), Self::GRAPH_LAUNCH);
+        set(name.contains("LaunchHostFunc") || name.contains("StreamAddCallback"), Self::HOST_FN);
         f
     }
 

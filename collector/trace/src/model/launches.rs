@@ -37,6 +37,8 @@ pub struct Call {
     pub tid: u32,
     /// The operator's external id the call carried (Kineto imports; 0: none).
     pub external: u64,
+    /// The call's name (a string id of the process): `cudaGraphLaunch` queues a whole graph.
+    pub name: u32,
 }
 
 /// Device work joined to its launch.
@@ -101,7 +103,7 @@ impl LaunchJoin {
             self.grow();
             at = e.correlation as usize % self.slots.len();
         }
-        let call = Call { start: e.start, end: e.end, tid: e.tid, external: e.c };
+        let call = Call { start: e.start, end: e.end, tid: e.tid, external: e.c, name: e.name };
         let taken = std::mem::replace(&mut self.slots[at], Slot { correlation: e.correlation, joined: false, call });
         if taken.correlation != 0 && !taken.joined && taken.call.start.saturating_add(LAUNCH_HORIZON_NS) > e.start {
             if e.start >= self.since.saturating_add(LAUNCH_HORIZON_NS / 2) {
@@ -161,8 +163,8 @@ mod tests {
         RawEvent { correlation: corr, ..RawEvent::new(EventKind::Kernel, 0, t, t + 5) }
     }
 
-    fn call(t: u64) -> Call {
-        Call { start: t, end: t + 5, tid: 7, external: 0 }
+    fn call(t: u64, name: u32) -> Call {
+        Call { start: t, end: t + 5, tid: 7, external: 0, name }
     }
 
     #[test]
@@ -174,9 +176,9 @@ mod tests {
         assert!(!j.api(&p, &api(2, 11, 110)), "a sync queues nothing");
         assert!(j.api(&p, &api(3, 12, 120)));
         assert!(j.api(&p, &api(1, 13, 130)));
-        assert_eq!(j.work(&kernel(10, 150)), Some(Joined { call: call(100), first: true }), "the runtime call");
-        assert_eq!(j.work(&kernel(12, 160)), Some(Joined { call: call(120), first: true }));
-        assert_eq!(j.work(&kernel(12, 170)), Some(Joined { call: call(120), first: false }), "the graph's second");
+        assert_eq!(j.work(&kernel(10, 150)), Some(Joined { call: call(100, 1), first: true }), "the runtime call");
+        assert_eq!(j.work(&kernel(12, 160)), Some(Joined { call: call(120, 3), first: true }));
+        assert_eq!(j.work(&kernel(12, 170)), Some(Joined { call: call(120, 3), first: false }), "the graph's second");
         assert_eq!(j.work(&kernel(11, 180)), None);
         assert_eq!(j.work(&kernel(99, 180)), None);
         assert_eq!(j.work(&RawEvent { correlation: 13, ..RawEvent::new(EventKind::Api, 7, 190, 195) }), None);

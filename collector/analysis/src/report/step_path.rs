@@ -1,0 +1,299 @@
+//! The critical path of a typical step on one rank, across its streams and launching threads: the chain of GPU
+//! and host work that sets the step's time (HTA's critical-path analysis builds the same graph for one stream;
+//! this follows every stream, the launches, the event waits between streams and the host's synchronisations).
+//!
+//! The typical step is the one of median window duration. The path is walked back from the work that ends last:
+//! an op could start only once (a) the op before it in its stream ended, (b) its launch call was made, and (c) if
+//! its stream waited on an event, the work on another stream it waited for ended; the constraint met last is the
+//! one that held it, and the walk follows it. From a launch the walk goes to the host: back to the synchronising
+//! call before it on that thread (and then to the GPU work that call waited for), or to the step's start. The links
+//! add up to the step's time; shortening a link shortens the step by up to its length (until another chain of work
+//! becomes the longest).
+
+use super::spans::Span;
+use super::window::CallClass;
+use cuflight_trace::model::kernel_category::kernel_category;
+use cuflight_trace::model::trace::Process;
+use serde::Serialize;
+
+/// Ops of the typical step kept for the walk (a step of more runs the walk on its first this many).
+const MAX_OPS: usize = 1 << 20;
+/// Links listed (the totals cover all).
+const SHOWN_LINKS: usize = 12;
+
+#[derive(Clone, Copy, Debug)]
+pub struct PathOp {
+    pub start: u64,
+    pub end: u64,
+    pub stream: u64,
+    pub name: u32,
+    /// "memcpy", "memset", or None for a kernel (its category comes from its name).
+    pub copy: Option<&'static str>,
+    /// Launch call: (start, end, thread).
+    pub launch: Option<(u64, u64, u32)>,
+    pub after_wait: bool,
+    /// Queued after a host function its thread put in a stream.
+    pub after_host_fn: bool,
+    /// Queued by a graph launch.
+    pub graph: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct PathCall {
+    pub start: u64,
+    pub end: u64,
+    pub tid: u32,
+    pub name: u32,
+    /// A query (`cudaEventQuery`) rather than a synchronising call: a loop of them waits as a sync does.
+    pub poll: bool,
+}
+
+/// What the sweep keeps of the typical step.
+#[derive(Default)]
+pub struct StepCapture {
+    pub window: Span,
+    pub name: String,
+    pub ops: Vec<PathOp>,
+    /// Synchronising and polling calls of the launching threads.
+    pub syncs: Vec<PathCall>,
+}
+
+impl StepCapture {
+    pub fn op(&mut self, op: PathOp) {
+        if self.ops.len() < MAX_OPS {
+            self.ops.push(op);
+        }
+    }
+
+    pub fn call(&mut self, class: CallClass, mut c: PathCall) {
+        c.poll = class == CallClass::Poll;
+        if matches!(class, CallClass::Sync | CallClass::Poll)
+            && c.end > self.window.0
+            && c.start < self.window.1
+            && self.syncs.len() < MAX_OPS
+        {
+            self.syncs.push(c);
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Link {
+    /// gpu (an op running), launch_wait (an op waiting for its launch call), stream_order (waiting past the end of
+    /// the op before it in its stream: the GPU's queue), stream_wait (waiting for another stream's work through an
+    /// event), host_function (waiting for a host function in its stream), graph_wait (inside a CUDA graph), host
+    /// (the launching thread's own work), sync_return (a synchronising call returning), poll_wait (the host polling an
+    /// event past the end of the GPU work before it).
+    pub kind: &'static str,
+    pub what: String,
+    pub start_ns: u64,
+    pub duration_ns: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Share {
+    pub what: String,
+    pub ns: u64,
+    pub share: f64,
+}
+
+/// JSON `critical_path` of a process.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepPath {
+    pub step: String,
+    pub step_ns: u64,
+    /// The links' total (the step's time from the path's first link to the step's end).
+    pub path_ns: u64,
+    /// Path time by what it is, most first: GPU work by category, host work, waits.
+    pub by_kind: Vec<Share>,
+    /// The longest links (shortening one saves up to its length).
+    pub longest: Vec<Link>,
+    pub links: usize,
+}
+
+fn op_what(p: &Process, op: &PathOp) -> String {
+    let name = super::short_names::short_name(p.string(op.name));
+    format!("{name} on {}", super::window::stream_label(op.stream))
+}
+
+fn op_kind(p: &Process, op: &PathOp) -> String {
+    match op.copy {
+        Some(c) => c.to_string(),
+        None => format!("{} kernels", kernel_category(p.string(op.name)).as_str()),
+    }
+}
+
+/// Walks the path back from the end of the captured step.
+pub fn walk(p: &Process, cap: &StepCapture) -> Option<StepPath> {
+    let (s, e) = cap.window;
+    let mut ops = cap.ops.clone();
+    ops.sort_by_key(|o| (o.start, o.end));
+    if ops.is_empty() || e <= s {
+        return None;
+    }
+    // The op before each one in its stream.
+    let mut prev_in_stream = vec![None; ops.len()];
+    let mut last: rustc_hash::FxHashMap<u64, usize> = Default::default();
+    for (i, o) in ops.iter().enumerate() {
+        prev_in_stream[i] = last.insert(o.stream, i);
+    }
+    let mut by_end: Vec<usize> = (0..ops.len()).collect();
+    by_end.sort_by_key(|&i| ops[i].end);
+    // The op (any stream but `stream`, or any when None) that ended last at or before `t`.
+    let ended_before = |t: u64, not_stream: Option<u64>| -> Option<usize> {
+        let n = by_end.partition_point(|&i| ops[i].end <= t);
+        by_end[..n].iter().rev().copied().find(|&i| not_stream.is_none_or(|st| ops[i].stream != st))
+    };
+    let mut links: Vec<(Link, String)> = Vec::new();
+    let mut push = |kind: &'static str, what: String, group: String, a: u64, b: u64| {
+        let (a, b) = (a.max(s), b.min(e));
+        if b > a {
+            links.push((Link { kind, what, start_ns: a, duration_ns: b - a }, group));
+        }
+    };
+    let mut cur = *by_end.last()?;
+    push("host", "the host finishing the step after the GPU's last work".into(), "host work".into(), ops[cur].end, e);
+    let mut guard = 0;
+    loop {
+        guard += 1;
+        if guard > 4 * ops.len() + 16 {
+            break;
+        }
+        let op = ops[cur];
+        push("gpu", op_what(p, &op), op_kind(p, &op), op.start, op.end);
+        if op.start <= s {
+            break;
+        }
+        // The constraints on its start, and when each was met.
+        let same = prev_in_stream[cur].filter(|&i| ops[i].end <= op.start);
+        let cross = if op.after_wait { ended_before(op.start, Some(op.stream)) } else { None };
+        let launch = op.launch.map(|(a, b, tid)| (a, b.min(op.start), tid));
+        let t_same = same.map(|i| ops[i].end);
+        let t_cross = cross.map(|i| ops[i].end);
+        let t_launch = launch.map(|l| l.1);
+        let latest = [t_same, t_cross, t_launch].into_iter().flatten().max();
+        match latest {
+            Some(t) if t_same == Some(t) => {
+                let i = same.expect("t_same is set");
+                // Past its predecessor's end the op waited on what its queue holds besides GPU work.
+                let (kind, group) = if op.after_wait {
+                    ("stream_wait", "waits between streams")
+                } else if op.after_host_fn {
+                    ("host_function", "host functions in streams")
+                } else if op.graph {
+                    ("graph_wait", "CUDA graph waits")
+                } else {
+                    ("stream_order", "GPU queue")
+                };
+                push(kind, format!("the queue before {}", op_what(p, &op)), group.into(), t, op.start);
+                cur = i;
+            }
+            Some(t) if t_cross == Some(t) => {
+                let i = cross.expect("t_cross is set");
+                let what = format!("{} waiting on {}", super::window::stream_label(op.stream), op_what(p, &ops[i]));
+                push("stream_wait", what, "waits between streams".into(), t, op.start);
+                cur = i;
+            }
+            Some(t) => {
+                let (call_start, _, tid) = launch.expect("t_launch is set");
+                push(
+                    "launch_wait",
+                    format!("{} waiting for its launch", op_what(p, &op)),
+                    "launch latency".into(),
+                    t,
+                    op.start,
+                );
+                // The host: back to the thread's last synchronising call before the launch.
+                let sync = cap.syncs.iter().filter(|c| c.tid == tid && c.end <= call_start).max_by_key(|c| c.end);
+                let from = sync.map_or(s, |c| c.end.max(s));
+                push("host", format!("thread {tid}: CPU work and launches"), "host work".into(), from, t);
+                match sync.and_then(|c| ended_before(c.end, None).map(|i| (c, i))) {
+                    Some((c, i)) if c.end > s && ops[i].end > s => {
+                        let name = p.string(c.name);
+                        let (kind, what, group) = if c.poll {
+                            ("poll_wait", format!("the host polling with {name} until done"), "host polling")
+                        } else {
+                            ("sync_return", format!("{name} returning"), "sync")
+                        };
+                        push(kind, what, group.into(), ops[i].end, c.end);
+                        cur = i;
+                    }
+                    _ => break,
+                }
+            }
+            None => {
+                push("host", "before the step's first GPU work".into(), "host work".into(), s, op.start);
+                break;
+            }
+        }
+    }
+    let path_ns: u64 = links.iter().map(|l| l.0.duration_ns).sum();
+    let mut groups: Vec<Share> = Vec::new();
+    for (l, g) in &links {
+        match groups.iter_mut().find(|x| &x.what == g) {
+            Some(x) => x.ns += l.duration_ns,
+            None => groups.push(Share { what: g.clone(), ns: l.duration_ns, share: 0.0 }),
+        }
+    }
+    for g in &mut groups {
+        g.share = g.ns as f64 / path_ns.max(1) as f64;
+    }
+    groups.sort_by(|a, b| b.ns.cmp(&a.ns).then(a.what.cmp(&b.what)));
+    let count = links.len();
+    let mut longest: Vec<Link> = links.into_iter().map(|l| l.0).collect();
+    longest.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns).then(a.start_ns.cmp(&b.start_ns)));
+    longest.truncate(SHOWN_LINKS);
+    Some(StepPath { step: cap.name.clone(), step_ns: e - s, path_ns, by_kind: groups, longest, links: count })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process() -> Process {
+        let mut p = Process::default();
+        p.strings.insert(1, "ampere_bf16_s16816gemm_bf16_64x64_nn".into());
+        p.strings.insert(2, "cudaStreamSynchronize".into());
+        p
+    }
+
+    fn op(start: u64, end: u64, stream: u64, launch: Option<(u64, u64, u32)>, after_wait: bool) -> PathOp {
+        PathOp { start, end, stream, name: 1, copy: None, launch, after_wait, after_host_fn: false, graph: false }
+    }
+
+    #[test]
+    fn the_path_follows_the_stream_the_wait_and_the_host() {
+        // Host works 0-40 and launches A (stream 1) at 40; B (stream 2) launched at 41 waits for A; C follows B.
+        let cap = StepCapture {
+            window: (0, 100),
+            name: "step".into(),
+            ops: vec![
+                op(45, 70, 1, Some((40, 42, 9)), false),
+                op(70, 90, 2, Some((41, 43, 9)), true),
+                op(90, 100, 2, Some((44, 46, 9)), false),
+            ],
+            syncs: vec![],
+        };
+        let path = walk(&process(), &cap).unwrap();
+        assert_eq!(path.path_ns, 100, "{path:?}");
+        let ns = |what: &str| path.by_kind.iter().find(|g| g.what == what).map_or(0, |g| g.ns);
+        assert_eq!(ns("gemm kernels"), 25 + 20 + 10);
+        assert_eq!(ns("host work"), 42);
+        assert_eq!(ns("launch latency"), 3);
+    }
+
+    #[test]
+    fn a_sync_takes_the_path_back_to_the_work_it_waited_for() {
+        // A runs 0-50; the host syncs 10-52, then launches B at 60.
+        let cap = StepCapture {
+            window: (0, 100),
+            name: "step".into(),
+            ops: vec![op(0, 50, 1, Some((0, 1, 9)), false), op(62, 100, 1, Some((60, 61, 9)), false)],
+            syncs: vec![PathCall { start: 10, end: 52, tid: 9, name: 2, poll: false }],
+        };
+        let path = walk(&process(), &cap).unwrap();
+        assert_eq!(path.path_ns, 100, "{path:?}");
+        let kinds: Vec<&str> = path.longest.iter().map(|l| l.kind).collect();
+        assert!(kinds.contains(&"sync_return") && kinds.contains(&"host"), "{kinds:?}");
+    }
+}
