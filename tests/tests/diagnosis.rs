@@ -381,6 +381,20 @@ fn diff_names_the_bottleneck_a_change_resolved() {
     }
     let text = Command::new(cuflight_bin()).arg("diff").args([&before, &after]).output().unwrap();
     assert!(String::from_utf8_lossy(&text.stdout).contains("resolved"), "{}", String::from_utf8_lossy(&text.stdout));
+    let html = before.with_extension("html");
+    let out = Command::new(cuflight_bin())
+        .args(["diff", "--format", "html", "--force", "-o"])
+        .arg(&html)
+        .args([&before, &after])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<h1>cuflight diff</h1>") && page.contains("class=resolved>resolved"), "{page}");
+    // Its output may not replace an input.
+    let out = Command::new(cuflight_bin()).args(["diff", "-o"]).arg(&before).args([&before, &after]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(before.exists());
 }
 
 /// Idle time with work queued on a stream that waits for another stream's event is a cross-stream wait, behind a

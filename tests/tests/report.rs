@@ -15,6 +15,9 @@ fn breakdown_equals_hta_within_one_percent() {
         let Some(path) = shared_trace(name) else { continue };
         let hta = python_json("hta_breakdown.py", &[path.as_os_str()]);
         let ours = &report(&path)["processes"][0]["breakdown"];
+        // The temporal breakdown within 0.1% of the span (measured: equal on the first two, 0.003% on the
+        // nanosecond-resolution V100 trace).
+        let span = hta["kernel_us"].as_f64().unwrap();
         for (k_ours, k_hta) in [
             ("idle_ns", "idle_us"),
             ("compute_ns", "compute_us"),
@@ -22,7 +25,7 @@ fn breakdown_equals_hta_within_one_percent() {
             ("span_ns", "kernel_us"),
         ] {
             let (a, b) = (ours[k_ours].as_f64().unwrap() / 1000.0, hta[k_hta].as_f64().unwrap());
-            assert!((a - b).abs() <= 0.01 * b.max(1.0), "{name}: {k_ours} {a} µs vs HTA {b} µs");
+            assert!((a - b).abs() <= 0.001 * span.max(1.0), "{name}: {k_ours} {a} µs vs HTA {b} µs");
         }
         // HTA's idle time breakdown, per category within 1% of its total. (On ns-resolution traces, rounding
         // gives many ops the same start; HTA's unstable sort orders those arbitrarily, moving a few µs.)

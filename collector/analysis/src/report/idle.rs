@@ -24,6 +24,7 @@
 //!   100 µs at a time, per-op overhead (Python, dispatch, tiny kernels) → **launch bound**; longer, CPU work
 //!   the GPU waits for → **CPU bound**.
 
+use super::short_names::short_name;
 use super::spans::{clip, subtract, Span};
 use super::window::{stream_label, CallClass, Closer, HostCall, WindowView};
 use serde::Serialize;
@@ -125,7 +126,20 @@ impl IdleCauses {
         &self.causes[k as usize]
     }
 
-    fn add(&mut self, k: CauseKind, (a, b): Span, step: Option<usize>, call: Option<&str>, steps: usize) {
+    fn add(&mut self, k: CauseKind, span: Span, step: Option<usize>, call: Option<&str>, steps: usize) {
+        self.add_detailed(k, span, step, call, None, steps);
+    }
+
+    /// As `add`; `detail` describes this stretch in its example (the key `call` groups stretches).
+    fn add_detailed(
+        &mut self,
+        k: CauseKind,
+        (a, b): Span,
+        step: Option<usize>,
+        call: Option<&str>,
+        detail: Option<&dyn Fn() -> String>,
+        steps: usize,
+    ) {
         if b <= a {
             return;
         }
@@ -138,32 +152,27 @@ impl IdleCauses {
             c.per_step[s] += b - a;
         }
         if let Some(name) = call {
-            let e = c.calls.entry(name.to_string()).or_default();
-            e.0 += 1;
-            e.1 += b - a;
-        }
-        let what = match (call, k) {
-            (
-                Some(name),
-                CauseKind::DeviceWait
-                | CauseKind::CrossStream
-                | CauseKind::Collective
-                | CauseKind::Graph
-                | CauseKind::HostFunction,
-            ) => {
-                format!("GPU idle: {name}")
+            match c.calls.get_mut(name) {
+                Some(e) => *e = (e.0 + 1, e.1 + (b - a)),
+                None => _ = c.calls.insert(name.to_string(), (1, b - a)),
             }
-            (Some(name), CauseKind::HostPolling) => format!("GPU idle, host polling with {name}"),
-            (Some(name), _) => format!("GPU idle, host in or after {name}"),
-            (None, CauseKind::LaunchBound | CauseKind::DeviceWait) => "GPU idle with work already queued".to_string(),
-            (None, _) => "GPU idle, host outside CUDA".to_string(),
-        };
-        let ex = Example { start_ns: a, end_ns: b, duration_ns: b - a, step, what };
-        let at = c.worst.partition_point(|w| w.duration_ns >= ex.duration_ns);
-        if at < 5 {
-            c.worst.insert(at, ex);
-            c.worst.truncate(5);
         }
+        // Only the five longest stretches are described.
+        let at = c.worst.partition_point(|w| w.duration_ns >= b - a);
+        if at >= 5 {
+            return;
+        }
+        let what = match (detail, call, k) {
+            (Some(d), _, _) => format!("GPU idle: {}", d()),
+            (None, Some(name), CauseKind::DeviceWait | CauseKind::CrossStream | CauseKind::Collective)
+            | (None, Some(name), CauseKind::Graph | CauseKind::HostFunction) => format!("GPU idle: {name}"),
+            (None, Some(name), CauseKind::HostPolling) => format!("GPU idle, host polling with {name}"),
+            (None, Some(name), _) => format!("GPU idle, host in or after {name}"),
+            (None, None, CauseKind::LaunchBound | CauseKind::DeviceWait) => "GPU idle with work already queued".into(),
+            (None, None, _) => "GPU idle, host outside CUDA".to_string(),
+        };
+        c.worst.insert(at, Example { start_ns: a, end_ns: b, duration_ns: b - a, step, what });
+        c.worst.truncate(5);
     }
 }
 
@@ -207,7 +216,8 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
                 out.add(CauseKind::LaunchBound, queued, step, None, n);
             } else if let Some(op) = next_op {
                 let (kind, label) = queued_wait(v, op, gap_start);
-                out.add(kind, queued, step, Some(&label), n);
+                let detail = || wait_detail(v, op, gap_start, &label);
+                out.add_detailed(kind, queued, step, Some(&label), Some(&detail), n);
             }
             if launched <= a {
                 continue;
@@ -248,6 +258,19 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
 /// Query calls in one idle stretch from which the host counts as polling.
 const POLL_LOOP: usize = 3;
 
+/// One stretch of a queued wait in words: which op waited, and what ran last before the gap on another stream.
+fn wait_detail(v: &WindowView, op: &Closer, gap_start: u64, label: &str) -> String {
+    let i = v.enders.partition_point(|x| x.end < gap_start);
+    let before = v.enders.get(i).filter(|x| x.end == gap_start);
+    let name = |id: u32| match v.name(id) {
+        "" => "a copy or memset".to_string(), // copies and memsets carry no name
+        n => short_name(n),
+    };
+    let before = before
+        .map_or(String::new(), |x| format!("; the GPU's last work was {} on {}", name(x.name), stream_label(x.stream)));
+    format!("{label}: {} waited{before}", name(op.name))
+}
+
 /// What the queued op `op`, which ended a GPU gap that began at `gap_start`, waited on, and how to say it
 /// (bounded labels: streams and collective names, not every kernel's).
 fn queued_wait(v: &WindowView, op: &Closer, gap_start: u64) -> (CauseKind, String) {
@@ -257,7 +280,7 @@ fn queued_wait(v: &WindowView, op: &Closer, gap_start: u64) -> (CauseKind, Strin
         return (CauseKind::SyncStall, v.name(call).to_string());
     }
     if op.comm {
-        let name = super::short_names::short_name(v.name(op.name));
+        let name = short_name(v.name(op.name));
         return (CauseKind::Collective, format!("{name} on {stream} started late"));
     }
     if op.after_wait {

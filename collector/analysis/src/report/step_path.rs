@@ -112,7 +112,10 @@ pub struct StepPath {
 }
 
 fn op_what(p: &Process, op: &PathOp) -> String {
-    let name = super::short_names::short_name(p.string(op.name));
+    let name = match (p.string(op.name), op.copy) {
+        ("", Some(copy)) => format!("a {copy}"),
+        (n, _) => super::short_names::short_name(n),
+    };
     format!("{name} on {}", super::window::stream_label(op.stream))
 }
 
