@@ -32,8 +32,11 @@ pub enum Cmd {
         #[arg(long, default_value_t = 10)]
         drain_ms: u64,
         /// Replace the output file if it exists.
-        #[arg(long)]
+        #[arg(short, long)]
         force: bool,
+        /// Print `cuflight stats` of the trace once it is written (nsys's --stats=true).
+        #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", conflicts_with = "every")]
+        stats: Option<bool>,
         /// Seconds to keep recording processes that outlive the command.
         #[arg(long, default_value_t = 10)]
         linger_secs: u64,
@@ -43,10 +46,14 @@ pub enum Cmd {
         sampling: SamplingArgs,
         #[command(flatten)]
         trace: TraceArgs,
-        /// How long each sampling window lasts (default 10s, at most --every; with --steps or --capture-range, the
-        /// longest it may wait and last).
-        #[arg(long, value_parser = attach::parse_duration, requires = "every")]
+        /// How long to record, as nsys's -d: 10s, 500ms, 2m. Alone, the trace keeps this much from when recording
+        /// is armed (after --delay) and the program runs on to its end; with --every, each sampling window's
+        /// length (default 10s, at most --every; with --steps or --capture-range, the longest it may wait and last).
+        #[arg(short = 'd', long, value_parser = attach::parse_duration)]
         duration: Option<Duration>,
+        /// Start keeping events this long after recording is armed (nsys's -y).
+        #[arg(short = 'y', long, value_parser = attach::parse_duration, conflicts_with = "every")]
+        delay: Option<Duration>,
         /// The program and its arguments: options end at the first word that is not one (as with `nsys profile`);
         /// `--` before it works too.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, num_args = 1.., value_name = "COMMAND")]
@@ -84,7 +91,7 @@ pub enum Cmd {
         #[arg(long, value_parser = attach::parse_duration)]
         last: Option<Duration>,
         /// Replace the output file if it exists.
-        #[arg(long)]
+        #[arg(short, long)]
         force: bool,
     },
     /// Record a window of a running process whose agent is dormant (started with `cuflight launch`), then leave
@@ -104,7 +111,7 @@ pub enum Cmd {
         #[command(flatten)]
         sampling: SamplingArgs,
         /// Replace the output files if they exist.
-        #[arg(long)]
+        #[arg(short, long)]
         force: bool,
         /// When the process has no agent (started without cuflight), load one into it first (ptrace; same user
         /// or root). NVTX ranges of libraries that initialised NVTX before are not recorded.
@@ -144,7 +151,7 @@ pub enum Cmd {
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Replace the output file if it exists.
-        #[arg(long)]
+        #[arg(short, long)]
         force: bool,
     },
     /// Diagnose a run: the bottleneck, what it costs and the fix; breakdowns per step and per process. Several
@@ -166,7 +173,7 @@ pub enum Cmd {
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Replace the output file if it exists.
-        #[arg(long)]
+        #[arg(short, long)]
         force: bool,
     },
     /// Compare runs of a program (a baseline, one change, the next): steady step time, GPU utilisation,
@@ -184,7 +191,7 @@ pub enum Cmd {
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Replace the output file if it exists.
-        #[arg(long)]
+        #[arg(short, long)]
         force: bool,
     },
     /// One trace of a job recorded as several (hosts, ranks): every process on one clock (REALTIME, then each
@@ -196,7 +203,7 @@ pub enum Cmd {
         #[arg(short, long)]
         output: PathBuf,
         /// Replace the output file if it exists.
-        #[arg(long)]
+        #[arg(short, long)]
         force: bool,
     },
     /// Timeline of a trace (cuflight, Kineto JSON or nsys SQLite) for Perfetto or Kineto-style tools, or
@@ -214,7 +221,7 @@ pub enum Cmd {
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Replace the output if it exists (a Parquet directory only if it is a previous cuflight export).
-        #[arg(long)]
+        #[arg(short, long)]
         force: bool,
     },
     /// Rewrites a trace whose recording was cut short (collector killed, disk full) as a complete one: every
@@ -226,7 +233,7 @@ pub enum Cmd {
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Replace the output file if it exists.
-        #[arg(long)]
+        #[arg(short, long)]
         force: bool,
     },
 }

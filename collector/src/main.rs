@@ -77,8 +77,11 @@ fn run(cli: Cli) -> Result<i32> {
             sampling,
             trace,
             duration,
+            delay,
+            stats,
             command,
         } => {
+            program_word("record", &command);
             trace.apply();
             let SamplingArgs { every, count } = sampling;
             let Some(agent) = record::find_agent() else {
@@ -128,7 +131,17 @@ fn run(cli: Cli) -> Result<i32> {
                 flush_ms,
                 linger: Duration::from_secs(linger_secs),
                 force,
-                range: window.range(),
+                range: match (window.range(), duration, delay) {
+                    (range, None, None) => range,
+                    (None, d, y) => Some(record::Range::Armed {
+                        ns: d.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
+                        delay_ns: y.map_or(0, |y| y.as_nanos().min(u64::MAX as u128) as u64),
+                    }),
+                    (Some(_), _, _) => bail!(
+                        "--duration and --delay bound a window by time, --steps and --capture-range by the program's \
+                         marks: choose one (or add --every for sampling windows of steps)"
+                    ),
+                },
             };
             let s = match record::record(&opts) {
                 Err(record::RecordError::Spawn { command, source }) => {
@@ -194,9 +207,15 @@ fn run(cli: Cli) -> Result<i32> {
             if let Some(why) = &s.stopped {
                 bail!("recording stopped early ({why}); the program ran to its end with status {}", s.exit_code);
             }
+            if stats == Some(true) && s.events > 0 {
+                for (file, _) in &s.files {
+                    print_stats(std::path::Path::new(file))?;
+                }
+            }
             Ok(s.exit_code)
         }
         Cmd::Launch { flight_recorder, dump_dir, hang_timeout, trace, command } => {
+            program_word("launch", &command);
             trace.apply();
             let Some(agent) = record::find_agent() else {
                 bail!(NO_AGENT);
@@ -359,7 +378,9 @@ fn run(cli: Cli) -> Result<i32> {
             let output = output.unwrap_or_else(|| output::default_beside(&trace, ext));
             let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
             output::distinct_inputs(&inputs)?;
-            let out = Output::create(&output, &inputs, force)?;
+            // `-o -`: standard output (a pipe into gzip, ssh, or trace_processor's stdin).
+            let to_stdout = output.as_os_str() == "-";
+            let out = if to_stdout { None } else { Some(Output::create(&output, &inputs, force)?) };
             // Several traces (one job's hosts or ranks): merged on one clock first, as `cuflight merge` does.
             // Streamed in time order (cuflight traces block by block, large imported ones spooled in runs).
             let mut source = if traces.len() > 1 {
@@ -369,7 +390,12 @@ fn run(cli: Cli) -> Result<i32> {
                 warn_cut_short(&trace, source.cut_short.as_deref());
                 source
             };
-            let w = std::io::BufWriter::with_capacity(1 << 20, out.try_clone()?);
+            let sink: Box<dyn std::io::Write> = match &out {
+                Some(out) => Box::new(out.try_clone()?),
+                None => Box::new(std::io::stdout().lock()),
+            };
+            let w = std::io::BufWriter::with_capacity(1 << 20, sink);
+            let output = if to_stdout { PathBuf::from("standard output") } else { output };
             let write_err = || format!("cannot write {}", output.display());
             let mut json = false;
             match format {
@@ -399,6 +425,7 @@ fn run(cli: Cli) -> Result<i32> {
                     json = true;
                 }
             }
+            let Some(out) = out else { return Ok(0) };
             out.commit()?;
             let size = std::fs::metadata(&output).map_or(0, |m| m.len());
             if json && size >= 1 << 30 {
@@ -427,7 +454,11 @@ fn run(cli: Cli) -> Result<i32> {
                     traces.len()
                 );
             }
-            let out = output.as_deref().map(|o| Output::create(o, &inputs, force)).transpose()?;
+            let out = output
+                .as_deref()
+                .filter(|o| o.as_os_str() != "-")
+                .map(|o| Output::create(o, &inputs, force))
+                .transpose()?;
             let mut sources = Vec::new();
             for t in &traces {
                 // Streamed: cuflight traces block by block in each pass, imported ones read once (large ones spooled).
@@ -495,7 +526,11 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Stats { trace, format, report, output, force } => {
-            let out = output.as_deref().map(|o| Output::create(o, &[&trace], force)).transpose()?;
+            let out = output
+                .as_deref()
+                .filter(|o| o.as_os_str() != "-")
+                .map(|o| Output::create(o, &[&trace], force))
+                .transpose()?;
             // Streamed: memory is bounded by the tables, whatever the trace's size.
             let mut source = cuflight_collector::model::source::EventSource::open(&trace)?;
             let stats = Stats::compute_source(&mut source)?;
@@ -521,6 +556,39 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// `cuflight stats TRACE` on standard output (`record --stats`).
+fn print_stats(trace: &std::path::Path) -> Result<()> {
+    let mut source = cuflight_collector::model::source::EventSource::open(trace)?;
+    let stats = Stats::compute_source(&mut source)?;
+    let mut text = stats.render(&stats::Report::ALL[..], stats::Style::Table);
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    print!("{text}");
+    Ok(())
+}
+
+/// Everything before the program is cuflight's: a word there that looks like an option and is not one is an
+/// error naming it (clap's usage, exit 2), never a program to run. `--` before a program named `-x` still runs it.
+fn program_word(subcommand: &str, command: &[String]) {
+    let Some(word) = command.first().filter(|w| w.starts_with('-') && w.len() > 1) else { return };
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let after_separator = args.windows(2).any(|w| w[0] == "--" && w[1] == word.as_str());
+    if after_separator {
+        return;
+    }
+    let mut cli = <Cli as clap::CommandFactory>::command();
+    let sub = cli.find_subcommand_mut(subcommand).map(|c| c.clone()).unwrap_or(cli);
+    sub.bin_name(format!("cuflight {subcommand}"))
+        .error(
+            clap::error::ErrorKind::UnknownArgument,
+            format!(
+                "unknown option '{word}' before the program (put `--` before a program whose name starts with '-')"
+            ),
+        )
+        .exit();
 }
 
 /// A span as users write it back: `30s`, `1.5s`, `2m`, or "the whole recording" when unbounded.

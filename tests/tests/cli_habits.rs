@@ -72,3 +72,71 @@ fn shell_completions_are_generated_for_bash_zsh_and_fish() {
         assert!(text.contains("attach") && text.contains("--capture-range"), "{shell}: every subcommand and option");
     }
 }
+
+/// nsys's habits before the program: `-t` selects tracing, an unknown option is an error naming it (exit 2, never
+/// a program to run), `-d` records that long, `-y` waits first, `--stats` prints the tables at the end.
+#[test]
+fn options_before_the_program_are_cuflights_as_nsys_spells_them() {
+    let dir = scratch("cli-nsys-options");
+    let prog = build_c("scenario", &dir);
+    let p = prog.to_str().unwrap();
+    let trace = dir.join("t.cuf");
+    let t = trace.to_str().unwrap();
+    let out = cuflight(&["record", "-f", "-o", t, "-t", "cuda,nvtx", "--", p, "clean", "2"], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (sub, bad) in [("record", "--bogus"), ("record", "-q"), ("launch", "--no-such-option")] {
+        let out = cuflight(&[sub, bad, p, "clean", "1"], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{sub} {bad}: {err}");
+        assert!(err.contains(&format!("unknown option '{bad}'")) && err.contains("Usage:"), "{err}");
+    }
+    // About 3 s of steps; one second of them is kept, from when recording was armed.
+    let out = cuflight(&["record", "-f", "-o", t, "-d", "1s", "--", p, "clean", "300"], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let span = |trace: &str| {
+        let out = cuflight(&["report", "--format", "json", trace], &[]);
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let run = &r["processes"][0]["run"];
+        (run["trace_end_ns"].as_u64().unwrap() - run["trace_start_ns"].as_u64().unwrap()) as f64 / 1e9
+    };
+    let s = span(t);
+    assert!((0.9..=1.1).contains(&s), "-d 1s kept {s} s");
+    // Half a second, one second in; the tables follow the run.
+    let out = cuflight(&["record", "-f", "-o", t, "-y", "1s", "-d", "500ms", "--stats", "--", p, "clean", "300"], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = span(t);
+    assert!((0.4..=0.6).contains(&s), "-y 1s -d 500ms kept {s} s");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("[cuda_gpu_kern_sum]") && text.contains("scenario clean: 300 steps"), "{text}");
+    let first_step = cuflight(&["report", "--format", "json", "--include-warmup", t], &[]);
+    let r: serde_json::Value = serde_json::from_slice(&first_step.stdout).unwrap();
+    let name = r["processes"][0]["steps"][0]["name"].as_str().unwrap().to_string();
+    let n: u32 = name.trim_start_matches("ProfilerStep#").parse().unwrap();
+    assert!(n >= 50, "the window starts a second in, not at {name}");
+}
+
+/// `-o -` is standard output for the commands that write a file, and a reader that goes away ends them quietly.
+#[test]
+fn dash_is_standard_output_and_a_closed_pipe_ends_quietly() {
+    let dir = scratch("cli-stdout");
+    let prog = build_c("scenario", &dir);
+    let trace = dir.join("t.cuf");
+    let t = trace.to_str().unwrap();
+    let out = cuflight(&["record", "-f", "-o", t, "--", prog.to_str().unwrap(), "clean", "3"], &[]);
+    assert!(out.status.success());
+    let out = cuflight(&["export", "--format", "chrome", "-o", "-", t], &[]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["traceEvents"].as_array().unwrap().len() > 10);
+    assert!(!std::path::Path::new("-").exists() && !dir.join("-").exists());
+    for args in [vec!["export", "-o", "-", t], vec!["completions", "bash"], vec!["stats", t]] {
+        let shell = format!("set -o pipefail; {} {} | head -c 10 >/dev/null", cuflight_bin().display(), args.join(" "));
+        let out = Command::new("bash").args(["-c", &shell]).env("LD_LIBRARY_PATH", cudasim_dir()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let quiet = !err.contains("panicked") && !err.contains("rror") && !err.contains("Broken pipe");
+        assert!(quiet && matches!(out.status.code(), Some(0 | 141)), "{args:?}: {:?} {err}", out.status);
+    }
+    for sub in ["report", "stats"] {
+        let out = cuflight(&[sub, "-o", "-", t], &[]);
+        assert!(out.status.success() && !out.stdout.is_empty(), "{sub}");
+    }
+}

@@ -120,6 +120,7 @@ fn record_window(
     // Every window starts once the agent is armed: a duration counts from there too.
     let range = opts.range.clone().unwrap_or(super::window::Range::Armed {
         ns: opts.duration.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
+        delay_ns: 0,
     });
     session.set_window(super::window::Window::new(range));
     let pid = opts.pid;

@@ -13,6 +13,7 @@ pub use crate::outputs::RecordError;
 pub use crate::status::Progress;
 pub use crate::tracked::read_segment_once;
 use crate::tracked::{drain_one, live_drops, process_gone, process_info, Tracked};
+pub use crate::window::Range;
 use cuflight_format::channel::{self, Listener};
 use cuflight_format::file::{Drops, ProcessInfo};
 use cuflight_format::segment::{self, state, MappedSegment};

@@ -32,9 +32,11 @@ pub enum Range {
         skip: u32,
         count: u32,
     },
-    /// From arming, for `ns` when given (an attach by duration: the collector's own clock ends it later).
+    /// From arming plus `delay_ns`, for `ns` when given (an attach by duration: the collector's own clock ends
+    /// it later; `record -y DELAY -d DURATION`).
     Armed {
         ns: Option<u64>,
+        delay_ns: u64,
     },
 }
 
@@ -189,12 +191,13 @@ impl Window {
         // Read after the batch was drained: an event in it that began after arming finds the stamp.
         let armed = seg.header().armed_ns.load(std::sync::atomic::Ordering::Acquire);
         self.armed.insert(pid, armed);
-        if let Range::Armed { ns } = self.range {
+        if let Range::Armed { ns, delay_ns } = self.range {
             if armed != 0 && self.phase == Phase::Waiting {
                 // Stays open for the collector, which ends an attach by its own clock; what comes after the
                 // span (the detach takes a moment) is left out.
-                self.phase = Phase::Open(armed);
-                self.open_until = ns.map(|ns| armed.saturating_add(ns));
+                let start = armed.saturating_add(delay_ns);
+                self.phase = Phase::Open(start);
+                self.open_until = ns.map(|ns| start.saturating_add(ns));
             }
         }
         for &e in &events[from..] {
