@@ -139,12 +139,16 @@ pub enum Cmd {
     },
     /// Summary tables of a trace (cuflight, Kineto JSON or nsys SQLite), as `nsys stats` prints them.
     Stats {
+        /// The trace: a cuflight capture (.cuf), torch.profiler's Kineto JSON (plain or .gz) or an Nsight Systems
+        /// SQLite export.
         trace: PathBuf,
         #[arg(long, value_enum, default_value_t = StatsFormat::Table)]
         format: StatsFormat,
         /// Reports to print, comma-separated, by nsys's names where it has one: cuda_gpu_kern_sum, cuda_api_sum,
-        /// cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum, nvtx_sum; and memcpy, memset, memory, sync, graphs,
-        /// processes, devices. Default: all.
+        /// cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum, nvtx_sum, nvtx_gpu_proj_sum, nvtx_kern_sum; and
+        /// categories, memcpy, memset, memory, sync, graphs, processes, devices. Default: all, but on the terminal
+        /// nvtx_kern_sum (one row per range and kernel) is left out and NVTX names that differ only by numbers
+        /// (ProfilerStep#N) share a row; csv and json hold every row.
         #[arg(long, value_delimiter = ',', value_parser = parse_report)]
         report: Vec<stats::Report>,
         /// Write the tables here instead of standard output.
@@ -157,6 +161,7 @@ pub enum Cmd {
     /// Diagnose a run: the bottleneck, what it costs and the fix; breakdowns per step and per process. Several
     /// traces are several ranks of one job.
     Report {
+        /// The trace (.cuf, Kineto JSON or nsys SQLite); several are several ranks or hosts of one job.
         #[arg(required = true, num_args = 1..)]
         traces: Vec<PathBuf>,
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
@@ -180,6 +185,7 @@ pub enum Cmd {
     /// kernel time by category, kernels gained, lost, faster and slower, findings resolved and new; each run
     /// against the one before it. Any trace format on any side.
     Diff {
+        /// The runs, baseline first (.cuf, Kineto JSON or nsys SQLite, mixed as you like).
         #[arg(required = true, num_args = 2..)]
         traces: Vec<PathBuf>,
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]

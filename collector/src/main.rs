@@ -540,7 +540,11 @@ fn run(cli: Cli) -> Result<i32> {
                 StatsFormat::Csv => stats::Style::Csv,
                 StatsFormat::Json => stats::Style::Json,
             };
-            let reports = if report.is_empty() { &stats::Report::ALL[..] } else { &report[..] };
+            let reports = match (report.is_empty(), style) {
+                (true, stats::Style::Table) => &stats::Report::DEFAULT_TEXT[..],
+                (true, _) => &stats::Report::ALL[..],
+                (false, _) => &report[..],
+            };
             let mut text = stats.render(reports, style);
             if !text.ends_with('\n') {
                 text.push('\n');
@@ -562,7 +566,7 @@ fn run(cli: Cli) -> Result<i32> {
 fn print_stats(trace: &std::path::Path) -> Result<()> {
     let mut source = cuflight_collector::model::source::EventSource::open(trace)?;
     let stats = Stats::compute_source(&mut source)?;
-    let mut text = stats.render(&stats::Report::ALL[..], stats::Style::Table);
+    let mut text = stats.render(&stats::Report::DEFAULT_TEXT[..], stats::Style::Table);
     if !text.ends_with('\n') {
         text.push('\n');
     }

@@ -25,6 +25,8 @@
  *   poll      as clean, but after the GEMMs a 3 ms host function runs on the stream and the host polls an event
  *             recorded after it (cudaEventQuery every 50 us) before launching the elementwise kernels: the GPU
  *             idles 3 ms per step while the host polls.
+ *   quick     per step three NVTX ranges layer_0..layer_2, each around one 2 us kernel, and a stream sync: a
+ *             thousand steps take about a second (for tests of output size).
  *   rank      as clean plus an all-reduce kernel that waits for every rank (a counter in a shared file); rank 1
  *             runs an extra 3 ms kernel per step, so the others wait about 3 ms per step. Each rank prints the
  *             median of how much later than the others it joined the collectives, as it measured it. */
@@ -196,6 +198,15 @@ int main(int argc, char **argv) {
         } else if (MODE("pageable")) {
             CHECK(cudaMemcpy(d_batch, pageable, batch_bytes, cudaMemcpyHostToDevice));
             for (int i = 0; i < 4; i++) launch(ampere_bf16_s16816gemm_bf16_64x64_nn, 132, 256, s, args);
+            CHECK(cudaStreamSynchronize(s));
+        } else if (MODE("quick")) {
+            for (int i = 0; i < 3; i++) {
+                char layer[16];
+                snprintf(layer, sizeof layer, "layer_%d", i);
+                nvtxRangePushA(layer);
+                launch(tiny_add_kernel, 1, 64, s, args);
+                nvtxRangePop();
+            }
             CHECK(cudaStreamSynchronize(s));
         } else if (MODE("tiny")) {
             for (int i = 0; i < 1000; i++) launch(tiny_add_kernel, 1, 64, s, args);

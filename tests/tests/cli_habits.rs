@@ -140,3 +140,24 @@ fn dash_is_standard_output_and_a_closed_pipe_ends_quietly() {
         assert!(out.status.success() && !out.stdout.is_empty(), "{sub}");
     }
 }
+
+/// `stats` of a thousand steps fits a few screens by default (numbered NVTX names grouped, the per-range kernel
+/// table left to `--report`), while CSV keeps every row.
+#[test]
+fn stats_of_a_thousand_steps_stays_short_and_csv_keeps_every_row() {
+    let dir = scratch("cli-stats-length");
+    let prog = build_c("scenario", &dir);
+    let trace = dir.join("t.cuf");
+    let t = trace.to_str().unwrap();
+    let out = cuflight(&["record", "-f", "-o", t, "--", prog.to_str().unwrap(), "quick", "1000"], &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(cuflight(&["stats", t], &[]).stdout).unwrap();
+    assert!(text.lines().count() <= 300, "{} lines", text.lines().count());
+    assert!(text.contains("ProfilerStep#* (1000 names") && text.contains("layer_* (3 names"), "{text}");
+    assert!(!text.contains("[nvtx_kern_sum]"), "the per-range kernel table is not in the default text");
+    let csv =
+        String::from_utf8(cuflight(&["stats", t, "--report", "nvtx_sum", "--format", "csv"], &[]).stdout).unwrap();
+    assert_eq!(csv.lines().filter(|l| l.contains("ProfilerStep#")).count(), 1000);
+    let kern = String::from_utf8(cuflight(&["stats", t, "--report", "nvtx_kern_sum"], &[]).stdout).unwrap();
+    assert!(kern.contains("[nvtx_kern_sum]"));
+}

@@ -4,6 +4,7 @@
 mod accumulate;
 pub mod categories;
 mod dist;
+mod grouping;
 mod projection;
 mod render;
 

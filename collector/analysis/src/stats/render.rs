@@ -24,6 +24,25 @@ pub enum Report {
 }
 
 impl Report {
+    /// What the terminal shows by default: all but the per-range x per-kernel table, which grows with the run
+    /// (`--report nvtx_kern_sum` shows it; JSON and CSV hold everything).
+    pub const DEFAULT_TEXT: [Report; 14] = [
+        Report::Kernels,
+        Report::Categories,
+        Report::Api,
+        Report::MemTime,
+        Report::MemSize,
+        Report::Memcpy,
+        Report::Memset,
+        Report::Memory,
+        Report::Nvtx,
+        Report::NvtxGpuProj,
+        Report::Sync,
+        Report::Graphs,
+        Report::Processes,
+        Report::Devices,
+    ];
+
     pub const ALL: [Report; 15] = [
         Report::Kernels,
         Report::Categories,
@@ -106,7 +125,7 @@ impl Stats {
         }
         let mut out = String::new();
         for (i, r) in reports.iter().enumerate() {
-            let mut t = self.table(*r);
+            let mut t = self.table(*r, style == Style::Table);
             let kind = match r {
                 Report::Memory => Some("memory"),
                 Report::Nvtx | Report::NvtxGpuProj | Report::NvtxKern => Some("nvtx"),
@@ -132,7 +151,8 @@ impl Stats {
         out
     }
 
-    fn table(&self, report: Report) -> Table {
+    /// `grouped`: NVTX names that differ only by numbers share a row (the terminal's view).
+    fn table(&self, report: Report, grouped: bool) -> Table {
         match report {
             Report::Kernels => durations("CUDA kernels (GPU time) [cuda_gpu_kern_sum]", &self.kernels),
             Report::Api => durations("CUDA API calls (host time) [cuda_api_sum]", &self.api),
@@ -222,12 +242,44 @@ impl Stats {
                 );
                 // By time, as nsys orders it.
                 let mut rows: Vec<&NvtxRow> = self.nvtx.iter().collect();
-                rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
-                for r in rows {
-                    let mut cells =
-                        stat_cells(r.total_ns, r.count, [r.avg_ns, r.median_ns, r.min_ns, r.max_ns, r.stddev_ns]);
-                    cells.extend([r.kind.to_string(), r.domain.clone(), r.name.clone()]);
-                    t.row(cells);
+                rows.sort_by(|a, b| {
+                    b.total_ns.cmp(&a.total_ns).then_with(|| super::grouping::natural_cmp(&a.name, &b.name))
+                });
+                let key = |r: &NvtxRow| format!("{}\0{}", r.kind, r.domain);
+                let shown = if grouped {
+                    super::grouping::group(&rows, |r| r.name.as_str(), key)
+                } else {
+                    rows.iter().map(|&r| super::grouping::Shown::One(r)).collect()
+                };
+                for s in shown {
+                    t.row(match s {
+                        super::grouping::Shown::One(r) => {
+                            let mut cells = stat_cells(
+                                r.total_ns,
+                                r.count,
+                                [r.avg_ns, r.median_ns, r.min_ns, r.max_ns, r.stddev_ns],
+                            );
+                            cells.extend([r.kind.to_string(), r.domain.clone(), r.name.clone()]);
+                            cells
+                        }
+                        super::grouping::Shown::Group { pattern, rows } => {
+                            let total: u64 = rows.iter().map(|r| r.total_ns).sum();
+                            let count: u64 = rows.iter().map(|r| r.count).sum();
+                            let min = rows.iter().map(|r| r.min_ns).min().unwrap_or(0);
+                            let max = rows.iter().map(|r| r.max_ns).max().unwrap_or(0);
+                            // The group's median and spread would need every instance: left out, not made up.
+                            let mut cells = vec![total.to_string(), count.to_string()];
+                            cells.extend([(total / count.max(1)).to_string(), "-".into(), min.to_string()]);
+                            cells.extend([
+                                max.to_string(),
+                                "-".into(),
+                                rows[0].kind.to_string(),
+                                rows[0].domain.clone(),
+                            ]);
+                            cells.push(format!("{pattern} ({} names; all with --format csv)", rows.len()));
+                            cells
+                        }
+                    });
                 }
                 t
             }
@@ -251,7 +303,42 @@ impl Stats {
                         "Range",
                     ],
                 );
-                for r in &self.nvtx_gpu_proj {
+                let rows: Vec<&NvtxProjRow> = self.nvtx_gpu_proj.iter().collect();
+                let shown = if grouped {
+                    super::grouping::group(&rows, |r| r.name.as_str(), |r| r.domain.clone())
+                } else {
+                    rows.iter().map(|&r| super::grouping::Shown::One(r)).collect()
+                };
+                for s in shown {
+                    let r = match s {
+                        super::grouping::Shown::One(r) => r,
+                        super::grouping::Shown::Group { pattern, rows } => {
+                            let sum = |f: fn(&NvtxProjRow) -> u64| rows.iter().map(|r| f(r)).sum::<u64>();
+                            let (proj, instances, ops) =
+                                (sum(|r| r.total_proj_ns), sum(|r| r.instances), sum(|r| r.total_gpu_ops));
+                            let n = instances.max(1) as f64;
+                            let mean = |f: fn(&NvtxProjRow) -> f64| {
+                                rows.iter().map(|r| f(r) * r.instances as f64).sum::<f64>() / n
+                            };
+                            t.row(vec![
+                                proj.to_string(),
+                                sum(|r| r.total_range_ns).to_string(),
+                                instances.to_string(),
+                                (proj / instances.max(1)).to_string(),
+                                "-".into(),
+                                rows.iter().map(|r| r.min_ns).min().unwrap_or(0).to_string(),
+                                rows.iter().map(|r| r.max_ns).max().unwrap_or(0).to_string(),
+                                "-".into(),
+                                ops.to_string(),
+                                format!("{:.1}", ops as f64 / n),
+                                format!("{:.1}", mean(|r| r.avg_range_level)),
+                                format!("{:.1}", mean(|r| r.avg_children)),
+                                rows[0].domain.clone(),
+                                format!("{pattern} ({} names; all with --format csv)", rows.len()),
+                            ]);
+                            continue;
+                        }
+                    };
                     t.row(vec![
                         r.total_proj_ns.to_string(),
                         r.total_range_ns.to_string(),
