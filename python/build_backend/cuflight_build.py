@@ -49,8 +49,21 @@ def _cargo_build():
     cargo = shutil.which("cargo") or os.path.expanduser("~/.cargo/bin/cargo")
     if not os.path.exists(cargo):
         raise RuntimeError("cuflight: building the wheel needs Rust's cargo (https://rustup.rs)")
-    subprocess.run([cargo, "build", "--locked", "--profile", profile, "-p", "cuflight", "-p", "cuflight-agent"],
-                   cwd=ROOT, check=True)
+    # pip hides a backend's output unless run with -v, and a cold build takes minutes: cargo's progress goes to the
+    # terminal when there is one.
+    try:
+        tty = open("/dev/tty", "w")
+    except OSError:
+        tty = None
+    try:
+        if tty:
+            print("cuflight: building the collector and the agent with cargo (minutes the first time)", file=tty,
+                  flush=True)
+        subprocess.run([cargo, "build", "--locked", "--profile", profile, "-p", "cuflight", "-p", "cuflight-agent"],
+                       cwd=ROOT, check=True, stderr=tty)
+    finally:
+        if tty:
+            tty.close()
     target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
     out = os.path.join(target, "debug" if profile == "dev" else profile)
     return os.path.join(out, "cuflight"), os.path.join(out, "libcuflight.so")

@@ -164,7 +164,8 @@ class capture:
         if self._child is None:
             return
         if self._child.poll() is None:
-            self._child.send_signal(signal.SIGINT)
+            # SIGUSR1 tells `cuflight attach` the program ended the window (SIGINT would read as an interruption).
+            self._child.send_signal(signal.SIGUSR1)
         try:
             self._child.wait(timeout=max(self.timeout, 60.0))
         except subprocess.TimeoutExpired:

@@ -79,6 +79,9 @@ fn the_wheel_installs_into_a_fresh_venv_and_records() {
         .args(["10", "3", "6"]));
     let seen: Value = serde_json::from_slice(out.stdout.trim_ascii()).unwrap();
     assert_eq!(seen, serde_json::json!({"before": "dormant", "during": "recording", "after": "dormant"}));
+    // A block that ends normally says so (not "interrupted").
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("the program ended the window") && !said.contains("interrupted"), "{said}");
     let s = stats_with(&bin, &window);
     assert_eq!(kernels(&s), 4 * 3, "steps 3..=6, three kernels each");
     // (All four: the window's first step, slowed by the agent starting, may be reported as warm-up otherwise.)

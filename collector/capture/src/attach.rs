@@ -8,7 +8,7 @@
 
 use super::record::{RecordError, RecordSummary, Session};
 use cuflight_format::control;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -85,7 +85,8 @@ pub fn attach(opts: &AttachOptions, mut done: impl FnMut(&Path, &Attached)) -> R
         (None, Some(agent)) => inject(opts.pid, agent)?,
     };
     // Ctrl-C, SIGTERM or SIGHUP end the window in progress (still written) and the sampling.
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]).ok();
+    // SIGUSR1: the program itself ends the window (`cuflight.capture()` leaving its block), a normal end.
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1]).ok();
     let count = opts.count.max(1);
     let mut next_start = Instant::now();
     for n in 1..=count {
@@ -141,8 +142,8 @@ fn record_window(
         if opts.range.is_some() && matches!(session.window_phase(), Some(super::window::Phase::Closed(..))) {
             break "the range ended";
         }
-        if signals.as_mut().is_some_and(|s| s.pending().next().is_some()) {
-            break "interrupted";
+        if let Some(sig) = signals.as_mut().and_then(|s| s.pending().next()) {
+            break if sig == SIGUSR1 { "the program ended the window" } else { "interrupted" };
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break if opts.range.is_some() && session.window_phase() == Some(super::window::Phase::Waiting) {

@@ -160,8 +160,12 @@ pub fn utilization_chart(out: &mut String, p: &ProcessReport) {
         out,
         "<h3>GPU utilisation over time</h3><p class=note>Kernel-busy share of 100 equal slices of the GPU's span \
          ({:.3} ms); time from the start of the timeline, as on the Perfetto timeline; dashed lines are step \
-         boundaries.</p><svg width={W} height={h} viewBox=\"0 0 {W} {h}\" role=img aria-label=\"GPU utilisation\">",
-        t1 - t0
+         boundaries{}.</p><svg width={W} height={h} viewBox=\"0 0 {W} {h}\" role=img aria-label=\"GPU utilisation\">",
+        t1 - t0,
+        match p.steps.len().div_ceil(60) {
+            0 | 1 => String::new(),
+            k => format!(" (every {k}th of {} steps)", p.steps.len()),
+        }
     );
     y_axis(out, &[0.0, 25.0, 50.0, 75.0, 100.0], 100.0, y0, plot_h, "kernel busy (%)");
     let n = p.utilization_over_time.len() as f64;
@@ -174,7 +178,9 @@ pub fn utilization_chart(out: &mut String, p: &ProcessReport) {
     let _ = write!(points, "{},{y0}", W - RIGHT);
     let _ = write!(out, "<polygon points=\"{points}\" fill=#4e79a7 opacity=0.85 />");
     let few = p.steps.len() <= 12;
-    for s in p.steps.iter().take(500) {
+    // At most about 60 marks over the whole run (every k-th step), never a hatch over part of it.
+    let stride = p.steps.len().div_ceil(60).max(1);
+    for s in p.steps.iter().step_by(stride) {
         let t = ms(s.start_ns);
         if t < t0 || t > t1 {
             continue;
