@@ -53,9 +53,9 @@ pub(crate) enum Work {
         is_async: bool,
     },
     Record(Arc<Event>),
-    /// `cudaLaunchHostFunc`: a host function run in stream order by the stream's thread; later work in the stream
-    /// waits for it, and CUPTI records no activity for it (cuda_runtime_api.h: "The host function will be called
-    /// ... Work added to the stream after the function will not run until it completes").
+    /// `cudaLaunchHostFunc`: a host function run in stream order by the stream's thread, with no activity record
+    /// (not device work). cuda_runtime_api.h: "The function will be called after currently enqueued work and will
+    /// block work added after it."
     HostFn(unsafe extern "C" fn(*mut libc::c_void), usize),
     /// Wait until `stream` has completed operation `seq`.
     Wait(Arc<Stream>, u64),

@@ -284,8 +284,8 @@ runtime_fn!(cudaEventRecord(event: c::cudaEvent_t, stream: c::cudaStream_t) => C
     let (Some(ev), Some(s)) = (self::event(event), device::stream(stream as usize, current_device())) else {
         return c::cudaErrorInvalidResourceHandle;
     };
-    // A new record replaces the last one: until it completes the event is not ready (cuda_runtime_api.h,
-    // cudaEventRecord: "later calls overwrite the captured state"; cudaEventQuery then returns cudaErrorNotReady).
+    // cuda_runtime_api.h, cudaEventRecord: it "can be called multiple times on the same event and will overwrite
+    // the previously captured state"; cudaEventQuery returns "cudaErrorNotReady if any captured work is incomplete".
     let mut recorded = ev.recorded.lock();
     ev.timestamp.store(0, Ordering::Release);
     let Some(seq) = s.enqueue(Work::Record(ev.clone())) else { return c::cudaErrorUnknown };

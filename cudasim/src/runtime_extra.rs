@@ -53,7 +53,8 @@ runtime_fn!(cudaMemcpy2DAsync(dst: *mut c_void, dpitch: usize, src: *const c_voi
     copy_2d(Work::Memcpy2D { dst, dpitch, src, spitch, width, height, is_async: true }, stream as usize)
 });
 
-// cuda_runtime_api.h: queues a host function in stream order; cudaErrorInvalidResourceHandle for a bad stream.
+// cuda_runtime_api.h, cudaLaunchHostFunc: returns cudaSuccess, cudaErrorInvalidResourceHandle (a bad stream),
+// cudaErrorInvalidValue (here: a null function) or cudaErrorNotSupported.
 runtime_fn!(cudaLaunchHostFunc(stream: c::cudaStream_t, fn_: c::cudaHostFn_t, userData: *mut c_void) => CUPTI_RUNTIME_TRACE_CBID_cudaLaunchHostFunc_v10000, cudaLaunchHostFunc_v10000_params {
     let Some(f) = fn_ else { return c::cudaErrorInvalidValue };
     let Some(s) = device::stream(stream as usize, current_device()) else { return c::cudaErrorInvalidResourceHandle };
