@@ -517,12 +517,12 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut <Cli as clap::CommandFactory>::command(),
-                "cuflight",
-                &mut std::io::stdout(),
-            );
+            // Generated into memory first: clap_complete panics on a failed write, and a reader may close the pipe
+            // early (`completions bash | head`), which must end quietly.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "cuflight", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &script)
+                .context("cannot write the completions to standard output")?;
             Ok(0)
         }
         Cmd::Stats { trace, format, report, output, force } => {

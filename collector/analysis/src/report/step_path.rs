@@ -17,7 +17,7 @@ use cuflight_trace::model::trace::Process;
 use serde::Serialize;
 
 /// Ops of the typical step kept for the walk (a step of more runs the walk on its first this many).
-const MAX_OPS: usize = 1 << 20;
+const MAX_OPS: usize = 1 << 18;
 /// Links listed (the totals cover all).
 const SHOWN_LINKS: usize = 12;
 

@@ -118,7 +118,8 @@ impl<'a> Sweep<'a> {
         let windows = &plan.steps.windows;
         let mut order: Vec<usize> = (0..windows.len()).collect();
         order.sort_by_key(|&i| (windows[i].1 - windows[i].0, i));
-        let typical = order.get(order.len() / 2).copied();
+        // Without steps the one window is the whole trace: no typical step to walk (and nothing to keep for it).
+        let typical = if plan.no_steps { None } else { order.get(order.len() / 2).copied() };
         let capture = super::step_path::StepCapture {
             window: typical.map_or((0, 0), |k| windows[k]),
             name: typical.and_then(|k| plan.steps.names.get(k).cloned()).unwrap_or_default(),
