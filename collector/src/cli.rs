@@ -20,43 +20,63 @@ pub enum Cmd {
     /// Run a command with the agent injected and write its trace.
     Record {
         /// Trace file to write (default: cuflight-N.cuf in the current directory).
-        #[arg(short, long)]
+        #[arg(short, long, help_heading = "Output")]
         output: Option<PathBuf>,
-        /// How the agent enters the program.
-        #[arg(long, value_enum, default_value_t = InjectArg::Driver)]
-        inject: InjectArg,
-        /// How often the agent flushes CUPTI's activity buffers, in ms (default 1000).
-        #[arg(long)]
-        flush_ms: Option<u64>,
-        /// How often the collector drains the rings, in ms.
-        #[arg(long, default_value_t = 10)]
-        drain_ms: u64,
         /// Replace the output file if it exists.
-        #[arg(short, long)]
+        #[arg(short, long, help_heading = "Output")]
         force: bool,
         /// Print `cuflight stats` of the trace once it is written (nsys's --stats=true).
-        #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", conflicts_with = "every")]
+        #[arg(
+            long,
+            num_args = 0..=1,
+            default_missing_value = "true",
+            value_name = "BOOL",
+            conflicts_with = "every",
+            help_heading = "Output"
+        )]
         stats: Option<bool>,
-        /// Seconds to keep recording processes that outlive the command.
-        #[arg(long, default_value_t = 10)]
-        linger_secs: u64,
-        #[command(flatten)]
-        window: WindowArgs,
-        #[command(flatten)]
-        sampling: SamplingArgs,
-        #[command(flatten)]
+        #[command(flatten, next_help_heading = "What to record")]
         trace: TraceArgs,
+        /// How the agent enters the program.
+        #[arg(long, value_enum, default_value_t = InjectArg::Driver, help_heading = "What to record")]
+        inject: InjectArg,
         /// How long to record, as nsys's -d: 10s, 500ms, 2m. Alone, the trace keeps this much from when recording
         /// is armed (after --delay) and the program runs on to its end; with --every, each sampling window's
         /// length (default 10s, at most --every; with --steps or --capture-range, the longest it may wait and last).
-        #[arg(short = 'd', long, value_parser = attach::parse_duration)]
+        #[arg(short = 'd', long, value_parser = attach::parse_duration, help_heading = "When to record")]
         duration: Option<Duration>,
         /// Start keeping events this long after recording is armed (nsys's -y).
-        #[arg(short = 'y', long, value_parser = attach::parse_duration, conflicts_with = "every")]
+        #[arg(
+            short = 'y',
+            long,
+            value_parser = attach::parse_duration,
+            conflicts_with = "every",
+            help_heading = "When to record"
+        )]
         delay: Option<Duration>,
+        #[command(flatten, next_help_heading = "When to record")]
+        window: WindowArgs,
+        #[command(flatten, next_help_heading = "When to record")]
+        sampling: SamplingArgs,
+        /// How often the agent flushes CUPTI's activity buffers, in ms (default 1000).
+        #[arg(long, help_heading = "Tuning")]
+        flush_ms: Option<u64>,
+        /// How often the collector drains the rings, in ms.
+        #[arg(long, default_value_t = 10, help_heading = "Tuning")]
+        drain_ms: u64,
+        /// Seconds to keep recording processes that outlive the command.
+        #[arg(long, default_value_t = 10, help_heading = "Tuning")]
+        linger_secs: u64,
         /// The program and its arguments: options end at the first word that is not one (as with `nsys profile`);
         /// `--` before it works too.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, num_args = 1.., value_name = "COMMAND")]
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required = true,
+            num_args = 1..,
+            value_name = "COMMAND",
+            help_heading = "Arguments"
+        )]
         command: Vec<String>,
     },
     /// Run a command with the agent dormant: injected, recording nothing and costing nothing until a collector

@@ -84,6 +84,10 @@ fn options_before_the_program_are_cuflights_as_nsys_spells_them() {
     let t = trace.to_str().unwrap();
     let out = cuflight(&["record", "-f", "-o", t, "-t", "cuda,nvtx", "--", p, "clean", "2"], &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let help = String::from_utf8(cuflight(&["record", "--help"], &[]).stdout).unwrap();
+    for heading in ["Output:", "What to record:", "When to record:", "Tuning:", "-d, --duration", "-y, --delay"] {
+        assert!(help.contains(heading), "record --help lacks {heading}");
+    }
     for (sub, bad) in [("record", "--bogus"), ("record", "-q"), ("launch", "--no-such-option")] {
         let out = cuflight(&[sub, bad, p, "clean", "1"], &[]);
         let err = String::from_utf8_lossy(&out.stderr);
