@@ -1,7 +1,7 @@
 //! `cuflight diff`: each trace reported on its own (one at a time, so memory is one report's), then compared.
 
 use crate::cli::ReportFormat;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use cuflight_collector::analysis::diff::Diff;
 use cuflight_collector::analysis::report::{Options, Report};
 use cuflight_collector::export::output::{self, Output};
@@ -34,13 +34,6 @@ pub fn run(
         ReportFormat::Json => diff.to_json() + "\n",
         ReportFormat::Html => diff.to_html(),
     };
-    match out {
-        Some(out) => {
-            let path = out.path().display().to_string();
-            out.write_all_and_commit(text.as_bytes()).with_context(|| format!("cannot write {path}"))?;
-            eprintln!("cuflight: wrote {path}");
-        }
-        None => print!("{text}"),
-    }
+    crate::write_text(out, &text)?;
     Ok(0)
 }

@@ -549,17 +549,23 @@ fn run(cli: Cli) -> Result<i32> {
             if !text.ends_with('\n') {
                 text.push('\n');
             }
-            match out {
-                Some(out) => {
-                    let path = out.path().display().to_string();
-                    out.write_all_and_commit(text.as_bytes()).with_context(|| format!("cannot write {path}"))?;
-                    eprintln!("cuflight: wrote {path}");
-                }
-                None => print!("{text}"),
-            }
+            write_text(out, &text)?;
             Ok(0)
         }
     }
+}
+
+/// A command's text into its `-o` file (committed, and said), or onto standard output.
+fn write_text(out: Option<Output>, text: &str) -> Result<()> {
+    match out {
+        Some(out) => {
+            let path = out.path().display().to_string();
+            out.write_all_and_commit(text.as_bytes()).with_context(|| format!("cannot write {path}"))?;
+            eprintln!("cuflight: wrote {path}");
+        }
+        None => print!("{text}"),
+    }
+    Ok(())
 }
 
 /// `cuflight stats TRACE` on standard output (`record --stats`).
