@@ -541,11 +541,11 @@ fn run(cli: Cli) -> Result<i32> {
                 StatsFormat::Json => stats::Style::Json,
             };
             let reports = match (report.is_empty(), style) {
-                (true, stats::Style::Table) => &stats::Report::DEFAULT_TEXT[..],
-                (true, _) => &stats::Report::ALL[..],
-                (false, _) => &report[..],
+                (true, stats::Style::Table) => stats::Report::default_text(),
+                (true, _) => stats::Report::ALL.to_vec(),
+                (false, _) => report,
             };
-            let mut text = stats.render(reports, style);
+            let mut text = stats.render(&reports, style);
             if !text.ends_with('\n') {
                 text.push('\n');
             }
@@ -572,7 +572,7 @@ fn write_text(out: Option<Output>, text: &str) -> Result<()> {
 fn print_stats(trace: &std::path::Path) -> Result<()> {
     let mut source = cuflight_collector::model::source::EventSource::open(trace)?;
     let stats = Stats::compute_source(&mut source)?;
-    let mut text = stats.render(&stats::Report::DEFAULT_TEXT[..], stats::Style::Table);
+    let mut text = stats.render(&stats::Report::default_text(), stats::Style::Table);
     if !text.ends_with('\n') {
         text.push('\n');
     }

@@ -24,25 +24,6 @@ pub enum Report {
 }
 
 impl Report {
-    /// What the terminal shows by default: all but the per-range x per-kernel table, which grows with the run
-    /// (`--report nvtx_kern_sum` shows it; JSON and CSV hold everything).
-    pub const DEFAULT_TEXT: [Report; 14] = [
-        Report::Kernels,
-        Report::Categories,
-        Report::Api,
-        Report::MemTime,
-        Report::MemSize,
-        Report::Memcpy,
-        Report::Memset,
-        Report::Memory,
-        Report::Nvtx,
-        Report::NvtxGpuProj,
-        Report::Sync,
-        Report::Graphs,
-        Report::Processes,
-        Report::Devices,
-    ];
-
     pub const ALL: [Report; 15] = [
         Report::Kernels,
         Report::Categories,
@@ -60,6 +41,12 @@ impl Report {
         Report::Processes,
         Report::Devices,
     ];
+
+    /// What the terminal shows by default: all but the per-range x per-kernel table, which grows with the run
+    /// (`--report nvtx_kern_sum` shows it; JSON and CSV hold everything).
+    pub fn default_text() -> Vec<Report> {
+        Report::ALL.into_iter().filter(|r| *r != Report::NvtxKern).collect()
+    }
 
     /// The name `--report` takes (nsys's where it has one) and the JSON key of the table.
     pub fn names(self) -> (&'static str, &'static str) {
