@@ -245,3 +245,38 @@ fn events_with_impossible_times_are_refused_and_counted() {
         assert_eq!(source.processes[&7].refused, 2, "counted once per pass, not added up");
     }
 }
+
+/// The block sort keeps equal starts in their order whether the block is nearly sorted (insertion) or not (the
+/// keyed sort after insertion gave up part way), checked against the standard stable sort.
+#[test]
+fn blocks_sort_stably_by_start_nearly_sorted_or_not() {
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut scratch = SortScratch::default();
+    for case in 0..200u64 {
+        let n = (next() % 3000) as usize;
+        let spread = [1, 4, 1000, u64::MAX][case as usize % 4];
+        let mut events: Vec<RawEvent> = (0..n as u64)
+            .map(|i| {
+                // Nearly sorted (small spread), runs concatenated (two halves), or random; few distinct starts so
+                // that ties are common.
+                let start = match case % 3 {
+                    0 => i / 3 + next() % spread.min(1 << 20),
+                    1 => (i % (n as u64 / 2 + 1)) / 2,
+                    _ => next() % 50,
+                };
+                RawEvent { correlation: i as u32, ..RawEvent::new(EventKind::Kernel, 0, start, start) }
+            })
+            .collect();
+        let mut expected = events.clone();
+        expected.sort_by_key(|e| e.start);
+        scratch.stable_by_start(&mut events);
+        let order = |v: &[RawEvent]| v.iter().map(|e| (e.start, e.correlation)).collect::<Vec<_>>();
+        assert_eq!(order(&events), order(&expected), "case {case}, {n} events");
+    }
+}
