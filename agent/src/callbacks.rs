@@ -77,10 +77,10 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         } else if t.runtime_depth.get() > 0 {
             return; // a driver call made by the runtime on our behalf
         }
-        on_exit(runtime, cbid, data, end, |ev| t.push(ev));
+        on_exit(runtime, cbid, data, end, Some(&t.py), |ev| t.push(ev));
     });
     if done.is_none() {
-        on_exit(runtime, cbid, data, end, emit::push);
+        on_exit(runtime, cbid, data, end, None, emit::push);
     }
     if runtime && cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000 {
         cupti::flush(false);
@@ -106,7 +106,14 @@ fn watch_exit(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData) {
     }
 }
 
-fn on_exit(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData, end: u64, push: impl Fn(RawEvent)) {
+fn on_exit(
+    runtime: bool,
+    cbid: u32,
+    data: &c::CUpti_CallbackData,
+    end: u64,
+    py: Option<&crate::pystack::ThreadPy>,
+    push: impl Fn(RawEvent),
+) {
     let start = if data.correlationData.is_null() {
         end
     } else {
@@ -132,12 +139,59 @@ fn on_exit(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData, end: u64, pus
         ev.a = cbid as u64;
         ev.b = ret as u64;
         push(ev);
+        if let Some(py) = py.filter(|py| python_stack_wanted(runtime, cbid, data, py)) {
+            crate::pystack::record(py, data.correlationId, start, &push);
+        }
     }
     // An allocation or free is a point at the call's exit, which was seen: it stays.
     if ret == 0 && !data.functionParams.is_null() {
         if let Some(mem) = memory_event(runtime, cbid, data.functionParams, end) {
             push(mem);
         }
+    }
+}
+
+/// What a call is to the Python stack reader, by its name (cached per callback id): 1 none, 2 every call (it
+/// waits for the GPU, copies or allocates: what findings blame), 3 a launch (every Nth per thread).
+static STACK_CLASS: [[std::sync::atomic::AtomicU8; MAX_CBID]; 2] =
+    [const { [const { std::sync::atomic::AtomicU8::new(0) }; MAX_CBID] }; 2];
+
+fn python_stack_wanted(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData, py: &crate::pystack::ThreadPy) -> bool {
+    if crate::trace_choice::trace_mask() & cuflight_format::tracing::PYTHON == 0 {
+        return false;
+    }
+    let Some(slot) = STACK_CLASS[runtime as usize].get(cbid as usize) else { return false };
+    let class = match slot.load(Ordering::Relaxed) {
+        0 => {
+            let class = if data.functionName.is_null() || !crate::pystack::available() {
+                1
+            } else {
+                // SAFETY: functionName is a static NUL-terminated string per the CUPTI documentation.
+                stack_class(&unsafe { CStr::from_ptr(data.functionName) }.to_string_lossy())
+            };
+            slot.store(class, Ordering::Relaxed);
+            class
+        }
+        c => c,
+    };
+    match class {
+        2 => true,
+        3 => {
+            let every = crate::pystack::launch_every();
+            let n = py.launches.get().wrapping_add(1);
+            py.launches.set(n);
+            every != 0 && n % every == 1 % every
+        }
+        _ => false,
+    }
+}
+
+/// The reader's class of the call named `name` (see [`STACK_CLASS`]).
+fn stack_class(name: &str) -> u8 {
+    match cuflight_format::tracing::python_stacks(name) {
+        cuflight_format::tracing::PythonStacks::None => 1,
+        cuflight_format::tracing::PythonStacks::Every => 2,
+        cuflight_format::tracing::PythonStacks::Sampled => 3,
     }
 }
 

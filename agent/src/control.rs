@@ -79,7 +79,7 @@ fn serve(listener: ControlListener) {
             Ok(req) if req.command == control::COMMAND_ATTACH => {
                 let result = control::parse_attach_payload(&req.payload).and_then(|(session, trace)| {
                     if state::dormant() {
-                        setup::set_attach_mask(trace);
+                        crate::trace_choice::set_attach_mask(trace);
                     }
                     attach(session)
                 });
@@ -115,7 +115,7 @@ fn serve(listener: ControlListener) {
 
 /// NVTX is asked for (`--trace`): only then are NVTX tables found late filled.
 fn traces_nvtx() -> bool {
-    setup::trace_mask() & cuflight_format::tracing::NVTX != 0
+    crate::trace_choice::trace_mask() & cuflight_format::tracing::NVTX != 0
 }
 
 /// Wakes a dormant agent into `session` (a `cuflight attach` collector): segment, CUPTI, recording.

@@ -48,6 +48,8 @@ pub struct ThreadState {
     /// The same for other domains, (domain, depth): NVTX keeps one push/pop stack per domain and thread. A thread
     /// nesting ranges in more domains than this gets depths counted together for the extra ones.
     pub nvtx_domain_depths: [Cell<(u32, i32)>; 8],
+    /// The Python stack reader's cache and launch count.
+    pub py: crate::pystack::ThreadPy,
 }
 
 thread_local! {
@@ -57,6 +59,7 @@ thread_local! {
             runtime_depth: Cell::new(0),
             nvtx_depth: Cell::new(0),
             nvtx_domain_depths: [const { Cell::new((0, 0)) }; 8],
+            py: crate::pystack::ThreadPy::new(),
         }
     };
 }

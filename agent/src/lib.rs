@@ -30,9 +30,11 @@ mod flight_config;
 mod interner;
 mod nvtx;
 mod nvtx_late;
+mod pystack;
 mod rings;
 mod setup;
 mod state;
+mod trace_choice;
 
 use std::ffi::{c_char, c_int, CStr};
 
@@ -100,7 +102,7 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(
     get_export_table: cupti_sys::cuda13::NvtxGetExportTableFunc_t,
 ) -> c_int {
     // Without `nvtx` in `--trace`, NVTX is told there is no tool: its calls stay the no-ops they are without one.
-    if setup::launch_mask() & cuflight_format::tracing::NVTX == 0 {
+    if crate::trace_choice::launch_mask() & cuflight_format::tracing::NVTX == 0 {
         return 0;
     }
     std::panic::catch_unwind(|| nvtx::install(get_export_table)).unwrap_or(0)

@@ -7,7 +7,7 @@ use cuflight_format::tracing;
 use cupti_sys::cuda13 as c;
 use cupti_sys::loader::Cupti;
 use cupti_sys::CuptiFamily;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// Driver callbacks worth recording when called directly (runtime calls are recorded in the runtime domain and
 /// their nested driver calls skipped): launches, copies, memsets, allocation and synchronisation.
@@ -54,32 +54,6 @@ const ACTIVITY_KINDS: &[(c::CUpti_ActivityKind, bool, u32)] = &[
     (c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, false, tracing::SYNC),
     (c::CUPTI_ACTIVITY_KIND_OVERHEAD, false, tracing::OVERHEAD),
 ];
-
-/// What this process was started to trace (`CUFLIGHT_TRACE`, set by `cuflight record --trace` or `launch
-/// --trace`; the default when unset or, for a variable set by hand, unreadable: an agent never writes to the
-/// program's output). It decides whether NVTX is handed a tool at all.
-pub fn launch_mask() -> u32 {
-    static MASK: once_cell::sync::OnceCell<u32> = once_cell::sync::OnceCell::new();
-    *MASK.get_or_init(|| {
-        std::env::var("CUFLIGHT_TRACE").ok().and_then(|v| tracing::parse(&v).ok()).unwrap_or(tracing::DEFAULT)
-    })
-}
-
-/// An attached window's own choice (`cuflight attach --trace`; 0: none, the launch's applies).
-static ATTACH_MASK: AtomicU32 = AtomicU32::new(0);
-
-/// Sets the next window's choice (`None`: what the program was launched with).
-pub fn set_attach_mask(mask: Option<u32>) {
-    ATTACH_MASK.store(mask.unwrap_or(0), Ordering::Release);
-}
-
-/// What the current (or next) window traces.
-pub fn trace_mask() -> u32 {
-    match ATTACH_MASK.load(Ordering::Acquire) {
-        0 => launch_mask(),
-        m => m,
-    }
-}
 
 fn check(cupti: &Cupti, r: c::CUptiResult, what: &str) -> Result<(), String> {
     if r == c::CUPTI_SUCCESS {
@@ -250,7 +224,7 @@ pub fn stop() {
 fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Sharing) -> Result<(), String> {
     let api = cupti.api;
     let v2 = cupti::activity_v2();
-    let mask = trace_mask();
+    let mask = crate::trace_choice::trace_mask();
     if let Some(seg) = state::segment() {
         seg.header().trace_mask.store(mask, Ordering::Relaxed);
     }

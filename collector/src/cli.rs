@@ -281,16 +281,27 @@ pub struct SamplingArgs {
 pub struct TraceArgs {
     /// What to trace, comma-separated, as nsys's -t: cuda (always), queries (also the runtime calls that only
     /// read state: cudaGetDevice, cudaGetLastError, ...), nvtx, memory (CUPTI memory records), sync (CUPTI
-    /// synchronization records), overhead (CUPTI overhead records). Default: cuda,nvtx,memory,sync,overhead.
+    /// synchronization records), overhead (CUPTI overhead records), python (the Python source line behind each
+    /// synchronising call, copy, allocation and every 256th launch). Default: cuda,nvtx,memory,sync,overhead,python.
     #[arg(short = 't', long, value_parser = parse_trace, value_name = "LIST")]
     pub trace: Option<u32>,
+    /// Python stacks of CUDA calls (on by default; `off` is the same as leaving python out of --trace).
+    #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
+    pub python_stacks: Option<String>,
 }
 
 impl TraceArgs {
     /// Hands the choice to the agents of the processes started from here (through their environment).
     pub fn apply(&self) {
-        if let Some(mask) = self.trace {
-            std::env::set_var("CUFLIGHT_TRACE", cuflight_format::tracing::describe(mask));
+        use cuflight_format::tracing::{describe, DEFAULT, PYTHON};
+        let mut mask = self.trace;
+        match self.python_stacks.as_deref() {
+            Some("off") => mask = Some(mask.unwrap_or(DEFAULT) & !PYTHON),
+            Some("on") => mask = Some(mask.unwrap_or(DEFAULT) | PYTHON),
+            _ => {}
+        }
+        if let Some(mask) = mask {
+            std::env::set_var("CUFLIGHT_TRACE", describe(mask));
         }
     }
 }

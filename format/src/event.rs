@@ -64,6 +64,11 @@ pub enum EventKind {
     /// The kernel recorded just before it on the same ring ran as a node of a CUDA graph: `a` = CUPTI graphId,
     /// `b` = graphNodeId, `correlation` = the graph launch's, `start`..`end` = the kernel's.
     GraphNode = 20,
+    /// One frame of the Python stack of the thread that made API call `correlation` (same `tid`, `start` = the
+    /// call's start): `device` = depth (0 innermost), `name` = function (qualified name where the interpreter
+    /// has one), `c` = file (string ids), `a` = line (0 unknown), `sub` = 1 on the last frame written when
+    /// deeper frames were left out.
+    PyFrame = 21,
 }
 
 impl EventKind {
@@ -90,6 +95,7 @@ impl EventKind {
             18 => Range,
             19 => NvtxCategory,
             20 => GraphNode,
+            21 => PyFrame,
             _ => return None,
         })
     }

@@ -13,6 +13,9 @@
 //! - `memory`: CUPTI's MEMORY2 records (allocations as the device sees them, pools included).
 //! - `sync`: CUPTI's SYNCHRONIZATION records (what each wait waited for).
 //! - `overhead`: CUPTI's OVERHEAD records (its own buffer flushes and instrumentation).
+//! - `python`: the Python stack (file, line, function; 16 frames) of the thread behind each synchronising call,
+//!   copy and allocation, and of every Nth launch per thread (`CUFLIGHT_PY_LAUNCH_EVERY`, default 256), read
+//!   from the interpreter's memory (CPython 3.9 to 3.13). A process without Python pays nothing.
 //!
 //! The default is everything but `queries`.
 
@@ -22,11 +25,19 @@ pub const NVTX: u32 = 4;
 pub const MEMORY: u32 = 8;
 pub const SYNC: u32 = 16;
 pub const OVERHEAD: u32 = 32;
-pub const DEFAULT: u32 = CUDA | NVTX | MEMORY | SYNC | OVERHEAD;
+pub const PYTHON: u32 = 64;
+pub const DEFAULT: u32 = CUDA | NVTX | MEMORY | SYNC | OVERHEAD | PYTHON;
 
 /// The names `--trace` takes, with their bits, in the order `--help` lists them.
-pub const NAMES: [(&str, u32); 6] =
-    [("cuda", CUDA), ("queries", QUERIES), ("nvtx", NVTX), ("memory", MEMORY), ("sync", SYNC), ("overhead", OVERHEAD)];
+pub const NAMES: [(&str, u32); 7] = [
+    ("cuda", CUDA),
+    ("queries", QUERIES),
+    ("nvtx", NVTX),
+    ("memory", MEMORY),
+    ("sync", SYNC),
+    ("overhead", OVERHEAD),
+    ("python", PYTHON),
+];
 
 /// `cuda,nvtx,...` as a mask; `cuda` must be named (cuflight always traces CUDA), unknown names are refused.
 pub fn parse(list: &str) -> Result<u32, String> {
@@ -65,6 +76,31 @@ pub fn records_runtime_call(name: &str) -> bool {
     !reads_state && !CONSTANT.contains(&name)
 }
 
+/// Which calls carry the Python stack of their thread (with `python` traced), by the call's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PythonStacks {
+    /// Never: the call neither waits, copies, allocates nor launches.
+    None,
+    /// Every call: it waits for the GPU, copies or allocates (what findings blame on a host line).
+    Every,
+    /// Every Nth launch per thread (`CUFLIGHT_PY_LAUNCH_EVERY`).
+    Sampled,
+}
+
+/// The calls whose Python stack is read, by name (runtime or driver: `cudaStreamSynchronize`, `cuMemcpyHtoD_v2`).
+pub fn python_stacks(name: &str) -> PythonStacks {
+    let waits = name.contains("Synchronize");
+    let copies = name.contains("Memcpy") || name.contains("memcpy");
+    let allocates = ["Malloc", "Free", "MemAlloc", "MemFree", "HostAlloc"].iter().any(|k| name.contains(k));
+    if waits || copies || allocates {
+        PythonStacks::Every
+    } else if name.contains("Launch") && !name.contains("HostFunc") {
+        PythonStacks::Sampled
+    } else {
+        PythonStacks::None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,7 +109,7 @@ mod tests {
     fn lists_parse_as_nsys_lists_do() {
         assert_eq!(parse("cuda,nvtx"), Ok(CUDA | NVTX));
         assert_eq!(parse(" cuda , queries "), Ok(CUDA | QUERIES));
-        assert_eq!(describe(DEFAULT), "cuda,nvtx,memory,sync,overhead");
+        assert_eq!(describe(DEFAULT), "cuda,nvtx,memory,sync,overhead,python");
         assert!(parse("cuda,osrt").unwrap_err().contains("'osrt' is not"));
         assert!(parse("nvtx").unwrap_err().contains("must name cuda"));
     }

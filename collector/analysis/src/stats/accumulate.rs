@@ -55,6 +55,7 @@ pub struct StatsAcc {
     events: FxHashMap<u32, u64>,
     launches: FxHashMap<u32, Launches>,
     projection: super::projection::Projection,
+    python: super::python::PythonAcc,
 }
 
 impl StatsAcc {
@@ -62,6 +63,7 @@ impl StatsAcc {
     pub fn feed(&mut self, key: u32, p: &Process, e: &RawEvent) {
         *self.events.entry(key).or_default() += 1;
         self.projection.feed(key, p, e);
+        self.python.feed(key, p, e);
         if let Some(r) = self.pairers.entry(key).or_default().feed(e) {
             self.nvtx.entry((key, Domain::Nvtx(r.domain), r.name, "range")).or_default().add(r.end - r.start);
             return;
@@ -289,6 +291,7 @@ impl StatsAcc {
                 })
                 .collect(),
             sync: self.sync.into_values().collect(),
+            python_sync: self.python.finish(processes),
             dropped,
             not_recorded,
             processes: rows,

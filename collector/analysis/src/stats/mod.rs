@@ -6,6 +6,7 @@ pub mod categories;
 mod dist;
 mod grouping;
 mod projection;
+pub mod python;
 mod render;
 
 use crate::table::Table;
@@ -225,6 +226,8 @@ pub struct Stats {
     /// CUDA graphs whose nodes ran: launches (distinct launch calls), kernels, their total time.
     pub graphs: Vec<GraphRow>,
     pub sync: Vec<SyncRow>,
+    /// Calls that wait for the GPU, copy or allocate, by the Python source line behind them.
+    pub python_sync: Vec<python::PythonSyncRow>,
     /// Total records lost, all causes and processes (see `processes[].drops`, `unseen_begin` and `refused`).
     pub dropped: u64,
     /// Kinds no process of the trace recorded (an import made without them): their tables are not zeros but

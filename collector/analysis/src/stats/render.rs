@@ -18,13 +18,14 @@ pub enum Report {
     NvtxGpuProj,
     NvtxKern,
     Sync,
+    PythonSync,
     Graphs,
     Processes,
     Devices,
 }
 
 impl Report {
-    pub const ALL: [Report; 15] = [
+    pub const ALL: [Report; 16] = [
         Report::Kernels,
         Report::Categories,
         Report::Api,
@@ -37,6 +38,7 @@ impl Report {
         Report::NvtxGpuProj,
         Report::NvtxKern,
         Report::Sync,
+        Report::PythonSync,
         Report::Graphs,
         Report::Processes,
         Report::Devices,
@@ -63,6 +65,7 @@ impl Report {
             Report::NvtxGpuProj => ("nvtx_gpu_proj_sum", "nvtx_gpu_proj"),
             Report::NvtxKern => ("nvtx_kern_sum", "nvtx_kern"),
             Report::Sync => ("sync", "sync"),
+            Report::PythonSync => ("python_sync_sum", "python_sync"),
             Report::Graphs => ("graphs", "graphs"),
             Report::Processes => ("processes", "processes"),
             Report::Devices => ("devices", "devices"),
@@ -392,6 +395,34 @@ impl Stats {
                 let mut t = Table::new("Synchronization", &["Count", "Total Time (ns)", "Kind"]);
                 for r in &self.sync {
                     t.row(vec![r.count.to_string(), r.total_ns.to_string(), r.kind.clone()]);
+                }
+                t
+            }
+            Report::PythonSync => {
+                let mut t = Table::new(
+                    "Synchronising calls by Python source line [python_sync_sum]",
+                    &[
+                        "Time (%)",
+                        "Total Time (ns)",
+                        "Num Calls",
+                        "Avg (ns)",
+                        "Max (ns)",
+                        "Location",
+                        "Function",
+                        "Calls",
+                    ],
+                );
+                for r in &self.python_sync {
+                    t.row(vec![
+                        format!("{:.1}", r.percent),
+                        r.total_ns.to_string(),
+                        r.count.to_string(),
+                        r.avg_ns.to_string(),
+                        r.max_ns.to_string(),
+                        format!("{}:{}", r.file, r.line),
+                        r.function.clone(),
+                        r.calls.clone(),
+                    ]);
                 }
                 t
             }

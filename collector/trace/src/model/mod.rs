@@ -11,6 +11,7 @@ pub mod launches;
 pub mod memory;
 pub mod names;
 pub mod occupancy;
+pub mod pystacks;
 pub mod ranges;
 pub mod source;
 pub mod spool;

@@ -1,0 +1,345 @@
+//! The Python stack behind a CUDA call, read from the interpreter's own structures at the call (as py-spy reads
+//! them from outside): file, line and function of up to [`MAX_FRAMES`] frames, innermost first, written as
+//! [`EventKind::PyFrame`] events tied to the call by its correlation id.
+//!
+//! - The calling thread's state comes from `PyGILState_GetThisThreadState`, which reads a thread-specific key
+//!   and works while the thread has released the GIL, as PyTorch and ctypes do around every CUDA call (the
+//!   "current" thread state is then empty). No GIL is taken and no Python code runs.
+//! - Where the frames, code objects and strings are comes from [`layouts`], generated from each release's
+//!   headers (CPython 3.9 to 3.13, x86_64); an interpreter of another version records no stacks.
+//! - Every read goes through [`memory::read`], which cannot fault: a frame torn down under the reader ends the
+//!   walk there. Code objects, strings and line tables are checked by their type pointers first.
+//! - File and function names are interned once per code object and thread ([`CodeCache`]).
+//! - No Python in the process (no `PyGILState_GetThisThreadState` symbol): one check, nothing else.
+
+mod layouts;
+mod linetable;
+mod memory;
+
+use cuflight_format::{EventKind, RawEvent};
+use std::cell::Cell;
+use std::ffi::{c_char, CStr};
+
+/// Frames kept per stack; deeper ones are left out (the last kept frame says so).
+pub const MAX_FRAMES: usize = 16;
+/// Frames walked at most (a cycle in freed memory must end the walk).
+const MAX_WALK: usize = 512;
+/// Characters of a file or function name kept.
+const MAX_CHARS: usize = 256;
+/// Bytes of a line table read at most.
+const MAX_TABLE: usize = 1 << 20;
+/// `_PyInterpreterFrame.owner` of a frame the C stack owns (3.12+, pycore_frame.h): no code of its own.
+const FRAME_OWNED_BY_CSTACK: u8 = 3;
+
+/// Where one CPython release keeps what the reader needs: byte offsets, and the bits of a string's state word.
+/// `None` where the release has no such field.
+pub struct Layout {
+    pub minor: u32,
+    /// `PyThreadState.frame` (3.9, 3.10), `.cframe` (3.11, 3.12), `.current_frame` (3.13).
+    pub tstate_frame: usize,
+    /// `_PyCFrame.current_frame` (3.11, 3.12: the thread state points at a `_PyCFrame`).
+    pub cframe_frame: Option<usize>,
+    pub frame_back: usize,
+    /// `f_code` (3.9 to 3.12) or `f_executable` (3.13).
+    pub frame_code: usize,
+    /// `f_lasti` (an int: bytes in 3.9, code units in 3.10), `prev_instr` (3.11, 3.12) or `instr_ptr` (3.13).
+    pub frame_instr: usize,
+    pub frame_owner: Option<usize>,
+    pub code_qualname: Option<usize>,
+    /// `co_lnotab` (3.9) or `co_linetable`.
+    pub code_linetable: usize,
+    /// `co_code_adaptive`: the bytecode inside the code object (3.11+), what instruction pointers point into.
+    pub code_adaptive: Option<usize>,
+    pub code_filename: usize,
+    pub code_name: usize,
+    pub code_firstlineno: usize,
+    pub ob_type: usize,
+    pub bytes_size: usize,
+    pub bytes_data: usize,
+    pub str_length: usize,
+    pub str_state: usize,
+    pub str_ascii_size: usize,
+    pub str_compact_size: usize,
+    pub state_kind: u32,
+    pub state_compact: u32,
+    pub state_ascii: u32,
+}
+
+/// The interpreter of this process, found once.
+struct Interp {
+    layout: &'static Layout,
+    this_thread: extern "C" fn() -> usize,
+    code_type: u64,
+    str_type: u64,
+    bytes_type: u64,
+}
+
+static INTERP: once_cell::sync::OnceCell<Option<Interp>> = once_cell::sync::OnceCell::new();
+
+fn interp() -> Option<&'static Interp> {
+    INTERP.get_or_init(find_interpreter).as_ref()
+}
+
+/// The address of symbol `name` in the process (0 when absent).
+fn symbol(name: &CStr) -> u64 {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks the name up.
+    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as u64 }
+}
+
+fn find_interpreter() -> Option<Interp> {
+    let this_thread = symbol(c"PyGILState_GetThisThreadState");
+    if this_thread == 0 {
+        return None;
+    }
+    let minor = python_minor()?;
+    let layout = layouts::LAYOUTS.iter().find(|l| l.minor == minor)?;
+    let (code_type, str_type, bytes_type) =
+        (symbol(c"PyCode_Type"), symbol(c"PyUnicode_Type"), symbol(c"PyBytes_Type"));
+    if code_type == 0 || str_type == 0 || bytes_type == 0 {
+        return None;
+    }
+    // SAFETY: the symbol is CPython's `PyThreadState *PyGILState_GetThisThreadState(void)` (pystate.h): no
+    // arguments, a pointer-sized result, safe to call without the GIL.
+    let this_thread = unsafe { std::mem::transmute::<u64, extern "C" fn() -> usize>(this_thread) };
+    Some(Interp { layout, this_thread, code_type, str_type, bytes_type })
+}
+
+/// The minor version of the running CPython 3: `Py_Version` (3.11+, PY_VERSION_HEX), else `Py_GetVersion()`.
+fn python_minor() -> Option<u32> {
+    let hex = symbol(c"Py_Version");
+    if hex != 0 {
+        let mut b = [0u8; 4];
+        if !memory::read(hex, &mut b) {
+            return None;
+        }
+        let v = u32::from_le_bytes(b);
+        return (v >> 24 == 3).then_some((v >> 16) & 0xff);
+    }
+    let f = symbol(c"Py_GetVersion");
+    if f == 0 {
+        return None;
+    }
+    // SAFETY: CPython's `const char *Py_GetVersion(void)` (pylifecycle.h) formats a static buffer; no Python
+    // code runs and no GIL is needed.
+    let text = unsafe {
+        let f = std::mem::transmute::<u64, extern "C" fn() -> *const c_char>(f);
+        let p = f();
+        if p.is_null() {
+            return None;
+        }
+        CStr::from_ptr(p).to_bytes()
+    };
+    let text = std::str::from_utf8(text).ok()?;
+    let mut parts = text.split(|c: char| !c.is_ascii_digit());
+    (parts.next()? == "3").then_some(())?;
+    parts.next()?.parse().ok()
+}
+
+/// Per-thread state of the reader: interned names by code object, and the launch count for sampling.
+pub struct ThreadPy {
+    /// (code object, filename object, name object, file id << 32 | function id), direct-mapped by address.
+    codes: [Cell<[u64; 4]>; 32],
+    generation: Cell<u64>,
+    pub launches: Cell<u32>,
+}
+
+impl ThreadPy {
+    pub const fn new() -> Self {
+        ThreadPy { codes: [const { Cell::new([0; 4]) }; 32], generation: Cell::new(0), launches: Cell::new(0) }
+    }
+
+    fn slot(&self, code: u64) -> &Cell<[u64; 4]> {
+        &self.codes[(code >> 4) as usize % self.codes.len()]
+    }
+
+    fn lookup(&self, code: u64, file: u64, name: u64) -> Option<(u32, u32)> {
+        let generation = crate::state::generation();
+        if self.generation.get() != generation {
+            // String ids belong to the segment of this process: a fork child starts over.
+            self.codes.iter().for_each(|c| c.set([0; 4]));
+            self.generation.set(generation);
+        }
+        let [c, f, n, ids] = self.slot(code).get();
+        (c == code && f == file && n == name).then_some(((ids >> 32) as u32, ids as u32))
+    }
+
+    fn store(&self, code: u64, file: u64, name: u64, ids: (u32, u32)) {
+        self.slot(code).set([code, file, name, (ids.0 as u64) << 32 | ids.1 as u64]);
+    }
+}
+
+impl Default for ThreadPy {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct Frame {
+    file: u32,
+    func: u32,
+    line: u32,
+}
+
+/// Launches between two sampled ones on a thread (`CUFLIGHT_PY_LAUNCH_EVERY`, default 256; 0: none).
+pub fn launch_every() -> u32 {
+    static EVERY: once_cell::sync::OnceCell<u32> = once_cell::sync::OnceCell::new();
+    *EVERY.get_or_init(|| {
+        std::env::var("CUFLIGHT_PY_LAUNCH_EVERY").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(256)
+    })
+}
+
+/// Whether this process runs CPython that the reader knows (looked up once).
+pub fn available() -> bool {
+    interp().is_some() && !memory::refused()
+}
+
+/// Pushes the calling thread's Python stack as [`EventKind::PyFrame`] events of call `correlation` started at
+/// `start`; nothing when the thread runs no Python.
+pub fn record(py: &ThreadPy, correlation: u32, start: u64, push: &impl Fn(RawEvent)) {
+    let Some(interp) = interp() else { return };
+    let mut frames = [Frame::default(); MAX_FRAMES];
+    let (n, truncated) = walk(interp, py, &mut frames);
+    for (depth, f) in frames[..n].iter().enumerate() {
+        let mut ev = RawEvent::new(EventKind::PyFrame, 0, start, start);
+        ev.correlation = correlation;
+        ev.device = depth as u32;
+        ev.name = f.func;
+        ev.c = f.file as u64;
+        ev.a = f.line as u64;
+        ev.sub = (truncated && depth + 1 == n) as u8;
+        push(ev);
+    }
+}
+
+/// The frames of the calling thread, innermost first, and whether some were left out.
+fn walk(i: &Interp, py: &ThreadPy, out: &mut [Frame; MAX_FRAMES]) -> (usize, bool) {
+    let l = i.layout;
+    let tstate = (i.this_thread)() as u64;
+    let mut word = [0u8; 8];
+    if tstate == 0 || !memory::read(tstate + l.tstate_frame as u64, &mut word) {
+        return (0, false);
+    }
+    let mut frame = u64::from_le_bytes(word);
+    if let Some(at) = l.cframe_frame {
+        if !memory::read(frame + at as u64, &mut word) {
+            return (0, false);
+        }
+        frame = u64::from_le_bytes(word);
+    }
+    let span =
+        [l.frame_back, l.frame_code, l.frame_instr, l.frame_owner.unwrap_or(0)].into_iter().max().unwrap_or(0) + 8;
+    let mut buf = [0u8; 256];
+    let buf = &mut buf[..span.min(256)];
+    let mut n = 0;
+    for _ in 0..MAX_WALK {
+        if frame == 0 {
+            return (n, false);
+        }
+        if !memory::read(frame, buf) {
+            return (n, n > 0);
+        }
+        let back = memory::u64_at(buf, l.frame_back);
+        let code = memory::u64_at(buf, l.frame_code);
+        let c_stack = l.minor >= 12 && l.frame_owner.is_some_and(|o| buf[o] == FRAME_OWNED_BY_CSTACK);
+        if !c_stack {
+            let offset = match l.code_adaptive {
+                // f_lasti: bytes in 3.9, code units (two bytes) in 3.10; -1 before the first instruction.
+                None => {
+                    u64::try_from(memory::i32_at(buf, l.frame_instr))
+                        .ok()
+                        .map(|v| if l.minor >= 10 { v * 2 } else { v })
+                }
+                Some(at) => memory::u64_at(buf, l.frame_instr).checked_sub(code + at as u64),
+            };
+            if let Some(f) = code_frame(i, py, code, offset) {
+                if n == MAX_FRAMES {
+                    return (n, true);
+                }
+                out[n] = f;
+                n += 1;
+            }
+        }
+        frame = back;
+    }
+    (n, true)
+}
+
+/// File, function and line of code object `code` at byte `offset` of its bytecode.
+fn code_frame(i: &Interp, py: &ThreadPy, code: u64, offset: Option<u64>) -> Option<Frame> {
+    let l = i.layout;
+    let name_at = l.code_qualname.unwrap_or(l.code_name);
+    let span = [l.ob_type, l.code_filename, name_at, l.code_firstlineno, l.code_linetable].into_iter().max()? + 8;
+    let mut buf = [0u8; 256];
+    let buf = &mut buf[..span.min(256)];
+    if !memory::read(code, buf) || memory::u64_at(buf, l.ob_type) != i.code_type {
+        return None;
+    }
+    let (file_obj, name_obj) = (memory::u64_at(buf, l.code_filename), memory::u64_at(buf, name_at));
+    let (file, func) = match py.lookup(code, file_obj, name_obj) {
+        Some(ids) => ids,
+        None => {
+            let ids = (intern_string(i, file_obj)?, intern_string(i, name_obj)?);
+            py.store(code, file_obj, name_obj, ids);
+            ids
+        }
+    };
+    let first = memory::i32_at(buf, l.code_firstlineno) as i64;
+    let table = memory::u64_at(buf, l.code_linetable);
+    let line = offset.and_then(|off| line_of(i, table, first, off)).unwrap_or(0);
+    Some(Frame { file, func, line })
+}
+
+/// The line of byte `offset` from the code object's line table (a bytes object at `table`).
+fn line_of(i: &Interp, table: u64, first: i64, offset: u64) -> Option<u32> {
+    let l = i.layout;
+    let mut head = [0u8; 64];
+    let head = &mut head[..l.bytes_data.min(64)];
+    if !memory::read(table, head) || memory::u64_at(head, l.ob_type) != i.bytes_type {
+        return None;
+    }
+    let size = (memory::u64_at(head, l.bytes_size) as usize).min(MAX_TABLE);
+    let bytes = memory::Chunks::new(table + l.bytes_data as u64, size);
+    match l.minor {
+        9 => linetable::lnotab_line(bytes, first, offset),
+        10 => linetable::linetable310_line(bytes, first, offset),
+        _ => linetable::locations_line(bytes, first, offset / 2),
+    }
+}
+
+/// Interns the text of the `str` object at `obj` (compact strings, as code objects' names are), as UTF-8.
+fn intern_string(i: &Interp, obj: u64) -> Option<u32> {
+    let l = i.layout;
+    let mut head = [0u8; 96];
+    let head = &mut head[..l.str_compact_size.min(96)];
+    if !memory::read(obj, head) || memory::u64_at(head, l.ob_type) != i.str_type {
+        return None;
+    }
+    let state = memory::i32_at(head, l.str_state) as u32;
+    if state & l.state_compact == 0 {
+        return None;
+    }
+    let kind = ((state & l.state_kind) >> l.state_kind.trailing_zeros()) as usize;
+    if !matches!(kind, 1 | 2 | 4) {
+        return None;
+    }
+    let chars = (memory::u64_at(head, l.str_length) as usize).min(MAX_CHARS);
+    let data = obj + if state & l.state_ascii != 0 { l.str_ascii_size } else { l.str_compact_size } as u64;
+    let mut raw = [0u8; MAX_CHARS * 4];
+    let raw = &mut raw[..chars * kind];
+    if !raw.is_empty() && !memory::read(data, raw) {
+        return None;
+    }
+    let mut text = [0u8; MAX_CHARS * 4];
+    let mut len = 0;
+    for unit in raw.chunks_exact(kind) {
+        let cp = match kind {
+            1 => unit[0] as u32,
+            2 => u16::from_le_bytes([unit[0], unit[1]]) as u32,
+            _ => u32::from_le_bytes([unit[0], unit[1], unit[2], unit[3]]),
+        };
+        len += char::from_u32(cp).unwrap_or('?').encode_utf8(&mut text[len..]).len();
+    }
+    let id = crate::state::intern(&text[..len]);
+    (id != 0).then_some(id)
+}

@@ -1,0 +1,120 @@
+//! Python stacks joined to the calls they were read at: the agent writes a call's [`EventKind::PyFrame`] events
+//! right after the call on the same thread (same start, innermost frame first), so a stream in time order
+//! meets each call and then its frames. One rule for stats, report and exports.
+
+use crate::model::trace::Process;
+use cuflight_format::{EventKind, RawEvent};
+use rustc_hash::FxHashMap;
+
+/// One Python frame: string ids of the file and function, the line (0 unknown).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct PyFrame {
+    pub file: u32,
+    pub func: u32,
+    pub line: u32,
+}
+
+#[derive(Default)]
+struct Pending {
+    call: Option<RawEvent>,
+    frames: Vec<PyFrame>,
+}
+
+/// Joins each API call with the stack recorded for it, one process's events at a time in time order.
+#[derive(Default)]
+pub struct StackJoin {
+    by_thread: FxHashMap<u32, Pending>,
+}
+
+impl StackJoin {
+    /// Feeds one event; `done` gets each call whose stack is complete (its thread's next call came).
+    pub fn feed(&mut self, e: &RawEvent, mut done: impl FnMut(&RawEvent, &[PyFrame])) {
+        match e.kind() {
+            Some(EventKind::Api) => {
+                let p = self.by_thread.entry(e.tid).or_default();
+                if let (Some(call), false) = (&p.call, p.frames.is_empty()) {
+                    done(call, &p.frames);
+                }
+                p.call = Some(*e);
+                p.frames.clear();
+            }
+            Some(EventKind::PyFrame) => {
+                let Some(p) = self.by_thread.get_mut(&e.tid) else { return };
+                let ours = p.call.is_some_and(|c| c.correlation == e.correlation);
+                // Frames come innermost first, one per depth; anything else is not this call's.
+                if ours && e.device as usize == p.frames.len() && p.frames.len() < 64 {
+                    p.frames.push(PyFrame { file: e.c as u32, func: e.name, line: e.a as u32 });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Hands over the stacks still pending at the end of the stream.
+    pub fn finish(&mut self, mut done: impl FnMut(&RawEvent, &[PyFrame])) {
+        let mut threads: Vec<_> = self.by_thread.drain().collect();
+        threads.sort_unstable_by_key(|(tid, _)| *tid);
+        for (_, p) in threads {
+            if let (Some(call), false) = (&p.call, p.frames.is_empty()) {
+                done(call, &p.frames);
+            }
+        }
+    }
+}
+
+/// Whether `file` is the program's own code rather than the interpreter's library or an installed package.
+pub fn is_user_file(file: &str) -> bool {
+    let library = file.contains("/site-packages/")
+        || file.contains("/dist-packages/")
+        || file.starts_with('<')
+        || file.contains("/lib/python3.");
+    !library
+}
+
+/// The frame a call is blamed on: the innermost frame in the program's own code, else the innermost.
+pub fn blamed_frame<'a>(p: &Process, frames: &'a [PyFrame]) -> Option<&'a PyFrame> {
+    frames.iter().find(|f| is_user_file(p.string(f.file))).or(frames.first())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(tid: u32, corr: u32, start: u64) -> RawEvent {
+        RawEvent { correlation: corr, ..RawEvent::new(EventKind::Api, tid, start, start + 10) }
+    }
+
+    fn frame(tid: u32, corr: u32, depth: u32, line: u64) -> RawEvent {
+        RawEvent { correlation: corr, device: depth, a: line, ..RawEvent::new(EventKind::PyFrame, tid, 0, 0) }
+    }
+
+    #[test]
+    fn stacks_join_their_calls_per_thread() {
+        let events = [
+            call(1, 10, 100),
+            call(2, 20, 100),
+            frame(1, 10, 0, 7),
+            frame(2, 20, 0, 70),
+            frame(1, 10, 1, 8),
+            frame(1, 99, 2, 9), // another call's frame: ignored
+            call(1, 11, 200),   // no stack
+            call(1, 12, 300),
+            frame(1, 12, 0, 5),
+        ];
+        let mut join = StackJoin::default();
+        let mut got = Vec::new();
+        for e in &events {
+            join.feed(e, |c, f| got.push((c.correlation, f.iter().map(|f| f.line).collect::<Vec<_>>())));
+        }
+        join.finish(|c, f| got.push((c.correlation, f.iter().map(|f| f.line).collect())));
+        assert_eq!(got, vec![(10, vec![7, 8]), (12, vec![5]), (20, vec![70])]);
+    }
+
+    #[test]
+    fn library_files_are_not_blamed() {
+        assert!(is_user_file("/home/me/train.py"));
+        assert!(!is_user_file("/usr/lib/python3.11/threading.py"));
+        assert!(!is_user_file("/venv/lib/python3.12/site-packages/torch/_tensor.py"));
+        assert!(!is_user_file("<frozen runpy>"));
+    }
+}

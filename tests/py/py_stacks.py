@@ -1,0 +1,106 @@
+"""Synchronises, copies, allocates and launches through ctypes into libcudart.so (cudasim in the tests) at known
+lines inside known functions, for the Python-stack tests: each call's line is printed as `LINE what file:line`
+(found with inspect, so the test never hard-codes line numbers). Usage: py_stacks.py STEPS [THREADS], or
+py_stacks.py stress N: N synchronisations on one thread while others build and drop deep stacks and fresh code
+objects as fast as they can (frames torn down under the reader)."""
+import ctypes
+import inspect
+import sys
+import threading
+
+
+class Dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+
+KERNEL = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))
+rt = ctypes.CDLL("libcudart.so")
+rt.cudaLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
+                                ctypes.c_void_p]
+rt.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+kernel = KERNEL(lambda args: None)
+func = ctypes.cast(kernel, ctypes.c_void_p)
+args = (ctypes.c_void_p * 1)()
+seen = set()
+seen_lock = threading.Lock()
+
+
+def here(what):
+    """Prints the caller's line once, as the test expects it named."""
+    f = inspect.currentframe().f_back
+    key = (what, f.f_lineno)
+    with seen_lock:  # two threads printing at once could share a line
+        if key not in seen:
+            seen.add(key)
+            print(f"LINE {what} {f.f_code.co_filename}:{f.f_lineno} {f.f_code.co_name}", flush=True)
+
+
+def launch_many(n):
+    for _ in range(n):
+        here("launch"); assert rt.cudaLaunchKernel(func, Dim3(1, 1, 1), Dim3(1, 1, 1), args, 0, None) == 0
+
+
+def read_loss(host, dev):
+    here("copy"); assert rt.cudaMemcpy(host, dev, 64, 2) == 0
+
+
+def wait_for_gpu():
+    here("sync"); assert rt.cudaDeviceSynchronize() == 0
+
+
+class Trainer:
+    def step(self, host, dev):
+        launch_many(40)
+        read_loss(host, dev)
+        wait_for_gpu()
+
+
+def work(steps):
+    dev = ctypes.c_void_p()
+    here("alloc"); assert rt.cudaMalloc(ctypes.byref(dev), 4096) == 0
+    host = ctypes.create_string_buffer(64)
+    t = Trainer()
+    for _ in range(steps):
+        t.step(host, dev)
+    rt.cudaFree(dev)
+
+
+def churn(stop):
+    """Deep recursion through code objects compiled afresh, so frames and code die while being read."""
+    n = 0
+    while not stop.is_set():
+        n += 1
+        src = f"def f{n}(d):\n    return 0 if d == 0 else f{n}(d - 1) + 1\n"
+        scope = {}
+        exec(compile(src, f"<churn {n}>", "exec"), scope)
+        scope[f"f{n}"](40)
+
+
+def stress(n):
+    # Hand the GIL back quickly: each synchronisation releases it and must get it back from the churners.
+    sys.setswitchinterval(0.0001)
+    stop = threading.Event()
+    ts = [threading.Thread(target=churn, args=(stop,)) for _ in range(2)]
+    [t.start() for t in ts]
+    for _ in range(n):
+        assert rt.cudaDeviceSynchronize() == 0
+    stop.set()
+    [t.join() for t in ts]
+    print("stress done", flush=True)
+
+
+def main():
+    if sys.argv[1] == "stress":
+        stress(int(sys.argv[2]))
+        return
+    steps = int(sys.argv[1])
+    threads = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    if threads:
+        ts = [threading.Thread(target=work, args=(steps,)) for _ in range(threads)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+    else:
+        work(steps)
+
+
+main()

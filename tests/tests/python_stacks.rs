@@ -1,0 +1,116 @@
+//! The Python source lines behind CUDA calls (issue 29): a Python program calling cudasim's runtime (the CPU test
+//! double) through ctypes, which releases the GIL around each call as PyTorch does, synchronises, copies and
+//! allocates at lines it prints itself; `stats --report python_sync_sum` must name exactly those lines, with
+//! their functions and call counts, on every CPython from 3.9 to 3.13 found on this machine (the system's
+//! python3 always; pyenv's others where installed).
+
+use cuflight_integration::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The interpreters to try: python3 from PATH, and pyenv's newest of each minor version when present.
+fn pythons() -> Vec<PathBuf> {
+    let mut found = vec![PathBuf::from("python3")];
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
+    if let Some(Ok(dir)) = root.map(|r| std::fs::read_dir(r.join("versions"))) {
+        let mut versions: Vec<PathBuf> = dir.flatten().map(|e| e.path()).collect();
+        versions.sort();
+        for minor in 9..=13 {
+            let prefix = format!("3.{minor}.");
+            if let Some(v) =
+                versions.iter().rev().find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)))
+            {
+                let bin = v.join(format!("bin/python3.{minor}"));
+                if bin.exists() {
+                    found.push(bin);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The program's own account of where it called: what -> (file:line, function).
+fn planted_lines(stdout: &str) -> BTreeMap<String, (String, String)> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("LINE "))
+        .map(|l| {
+            let mut parts = l.split(' ');
+            let (what, at, func) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+            (what.to_string(), (at.to_string(), func.to_string()))
+        })
+        .collect()
+}
+
+fn record_py(dir: &Path, python: &Path, args: &[&str], flags: &[&str]) -> (Recorded, Value) {
+    let script = repo_root().join("tests/py/py_stacks.py");
+    let mut all = vec![script.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let rec = record(dir, flags, python, &all, &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let s = stats(&rec.trace);
+    (rec, s)
+}
+
+#[test]
+fn sync_copy_and_alloc_lines_are_named_on_every_python() {
+    let dir = scratch("pystacks-lines");
+    for python in pythons() {
+        // Two threads started by `threading`, five steps each.
+        let (rec, s) = record_py(&dir, &python, &["5", "2"], &[]);
+        let planted = planted_lines(&String::from_utf8_lossy(&rec.output.stdout));
+        assert_eq!(planted.len(), 4, "{}", String::from_utf8_lossy(&rec.output.stdout));
+        let rows = s["python_sync"].as_array().unwrap();
+        let by_line = |what: &str| {
+            let (at, func) = &planted[what];
+            rows.iter()
+                .find(|r| format!("{}:{}", r["file"].as_str().unwrap(), r["line"]) == *at)
+                .filter(|r| r["function"] == func.as_str())
+                .unwrap_or_else(|| panic!("{}: no row for {what} at {at} in {func}: {rows:?}", python.display()))
+        };
+        assert_eq!(by_line("copy")["calls"], "cudaMemcpy x10", "{}", python.display());
+        assert_eq!(by_line("sync")["calls"], "cudaDeviceSynchronize x10", "{}", python.display());
+        assert_eq!(by_line("alloc")["calls"], "cudaMalloc x2", "{}", python.display());
+        // cudaFree at its own line: four rows, nothing blamed on ctypes' or threading's own files.
+        assert_eq!(rows.len(), 4, "{}: {rows:?}", python.display());
+    }
+}
+
+#[test]
+fn python_stacks_can_be_turned_off() {
+    let dir = scratch("pystacks-off");
+    let (_, s) = record_py(&dir, Path::new("python3"), &["3"], &["--python-stacks=off"]);
+    assert_eq!(s["python_sync"].as_array().unwrap().len(), 0, "{}", s["python_sync"]);
+    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx,memory,sync,overhead");
+    let (_, s) = record_py(&dir, Path::new("python3"), &["3"], &["--trace", "cuda,python"]);
+    assert_eq!(s["python_sync"].as_array().unwrap().len(), 4, "{}", s["python_sync"]);
+    // An interpreter the reader does not know (3.8, where pyenv has one) runs as before, without stacks.
+    let root = std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv/versions"));
+    let old = root.and_then(|r| std::fs::read_dir(r).ok()).into_iter().flatten().flatten().find_map(|e| {
+        let bin = e.path().join("bin/python3.8");
+        bin.exists().then_some(bin)
+    });
+    if let Some(old) = old {
+        let (rec, s) = record_py(&dir, &old, &["3"], &[]);
+        assert_eq!(planted_lines(&String::from_utf8_lossy(&rec.output.stdout)).len(), 4);
+        assert_eq!(s["python_sync"].as_array().unwrap().len(), 0, "{}", s["python_sync"]);
+    }
+}
+
+#[test]
+fn frames_torn_down_under_the_reader_never_crash_it() {
+    let dir = scratch("pystacks-stress");
+    for python in pythons() {
+        // 10,000 stacks read while two threads build and drop deep stacks of freshly compiled code.
+        let (rec, s) = record_py(&dir, &python, &["stress", "10000"], &[]);
+        assert!(String::from_utf8_lossy(&rec.output.stdout).contains("stress done"));
+        let rows = s["python_sync"].as_array().unwrap();
+        assert_eq!(rows.len(), 1, "{}: {rows:?}", python.display());
+        assert_eq!(rows[0]["function"], "stress");
+        assert_eq!(rows[0]["count"], 10000, "{}", python.display());
+    }
+}
