@@ -2,7 +2,8 @@
 lines inside known functions, for the Python-stack tests: each call's line is printed as `LINE what file:line`
 (found with inspect, so the test never hard-codes line numbers). Usage: py_stacks.py STEPS [THREADS], or
 py_stacks.py stress N: N synchronisations on one thread while others build and drop deep stacks and fresh code
-objects as fast as they can (frames torn down under the reader)."""
+objects as fast as they can (frames torn down under the reader); py_stacks.py timed N DEPTH: the mean time of N
+synchronisations made DEPTH frames deep (benches/python-stacks)."""
 import ctypes
 import inspect
 import sys
@@ -89,7 +90,22 @@ def stress(n):
     print("stress done", flush=True)
 
 
+def timed_syncs(n, depth):
+    """n synchronisations at stack depth `depth`; prints the mean ns per call as `ns_per_call=X`."""
+    if depth > 0:
+        return timed_syncs(n, depth - 1)
+    import time
+    sync = rt.cudaDeviceSynchronize
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        sync()
+    print(f"ns_per_call={(time.perf_counter_ns() - t0) / n:.0f}", flush=True)
+
+
 def main():
+    if sys.argv[1] == "timed":
+        timed_syncs(int(sys.argv[2]), int(sys.argv[3]))
+        return
     if sys.argv[1] == "stress":
         stress(int(sys.argv[2]))
         return

@@ -28,6 +28,81 @@ pub fn read(addr: u64, buf: &mut [u8]) -> bool {
     n as usize == buf.len()
 }
 
+/// Fills `bufs[k][..len]` from `addrs[k]` in one call; returns how many were read whole, from the first (the
+/// kernel stops at the first unreadable one).
+pub fn read_many(addrs: &[u64], len: usize, bufs: &mut [[u8; 256]]) -> usize {
+    let n = addrs.len().min(bufs.len()).min(32);
+    let len = len.min(256);
+    if n == 0 || len == 0 || REFUSED.load(Ordering::Relaxed) {
+        return 0;
+    }
+    let mut local = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 32];
+    let mut remote = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 32];
+    let mut used: usize = 0;
+    for (k, buf) in bufs.iter_mut().enumerate().take(n) {
+        if addrs[k] < 4096 {
+            break;
+        }
+        local[k] = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: len };
+        remote[k] = libc::iovec { iov_base: addrs[k] as *mut libc::c_void, iov_len: len };
+        used += 1;
+    }
+    if used == 0 {
+        return 0;
+    }
+    // SAFETY: as in `read`: each local iovec covers `len` bytes of a buffer we own mutably (len <= 256), and the
+    // kernel reads the remote ranges through the page tables, stopping at the first unreadable one.
+    let got = unsafe {
+        libc::process_vm_readv(
+            libc::getpid(),
+            local.as_ptr(),
+            used as libc::c_ulong,
+            remote.as_ptr(),
+            used as libc::c_ulong,
+            0,
+        )
+    };
+    if got < 0 {
+        return 0;
+    }
+    (got as usize / len).min(used)
+}
+
+/// Bytes of the frame window (3.11+ keeps a thread's frames next to each other, in its data stack).
+pub const WINDOW: usize = 4 * PAGE;
+const PAGE: usize = 4096;
+
+/// Reads the page holding `addr` and up to three below it into `window` (its end = the end of `addr`'s page), in
+/// one call; returns the lowest address read, or None when not even `addr`'s page could be.
+pub fn read_window(addr: u64, window: &mut [u8; WINDOW]) -> Option<u64> {
+    let top = addr & !(PAGE as u64 - 1);
+    if top < (WINDOW as u64) + 4096 || REFUSED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let pages = WINDOW / PAGE;
+    let mut local = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; WINDOW / PAGE];
+    let mut remote = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; WINDOW / PAGE];
+    // Highest page first: the kernel stops at the first unreadable page, so what is read is contiguous.
+    for (k, chunk) in window.chunks_exact_mut(PAGE).rev().enumerate() {
+        local[k] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: PAGE };
+        remote[k] = libc::iovec { iov_base: (top - (k * PAGE) as u64) as *mut libc::c_void, iov_len: PAGE };
+    }
+    // SAFETY: each local iovec is one distinct page-sized chunk of `window`, owned mutably; the remote pages are
+    // read through the page tables (EFAULT, never a fault), stopping at the first unreadable one.
+    let got = unsafe {
+        libc::process_vm_readv(
+            libc::getpid(),
+            local.as_ptr(),
+            pages as libc::c_ulong,
+            remote.as_ptr(),
+            pages as libc::c_ulong,
+            0,
+        )
+    };
+    let read = if got < 0 { 0 } else { got as usize / PAGE };
+    (read > 0).then(|| top - ((read - 1) * PAGE) as u64)
+}
+
 /// Whether reads work at all here (false under a seccomp policy that forbids them).
 pub fn refused() -> bool {
     REFUSED.load(Ordering::Relaxed)

@@ -24,6 +24,8 @@ use std::ffi::{c_char, CStr};
 pub const MAX_FRAMES: usize = 16;
 /// Frames walked at most (a cycle in freed memory must end the walk).
 const MAX_WALK: usize = 512;
+/// Python frames looked at for the [`MAX_FRAMES`] kept (some may turn out not to hold code).
+const CANDIDATES: usize = MAX_FRAMES + 8;
 /// Characters of a file or function name kept.
 const MAX_CHARS: usize = 256;
 /// Bytes of a line table read at most.
@@ -139,13 +141,20 @@ fn python_minor() -> Option<u32> {
 pub struct ThreadPy {
     /// (code object, filename object, name object, file id << 32 | function id), direct-mapped by address.
     codes: [Cell<[u64; 4]>; 32],
+    /// (code object, byte offset, line): the line tables of the same call sites are not read again.
+    lines: [Cell<[u64; 3]>; 64],
     generation: Cell<u64>,
     pub launches: Cell<u32>,
 }
 
 impl ThreadPy {
     pub const fn new() -> Self {
-        ThreadPy { codes: [const { Cell::new([0; 4]) }; 32], generation: Cell::new(0), launches: Cell::new(0) }
+        ThreadPy {
+            codes: [const { Cell::new([0; 4]) }; 32],
+            lines: [const { Cell::new([0; 3]) }; 64],
+            generation: Cell::new(0),
+            launches: Cell::new(0),
+        }
     }
 
     fn slot(&self, code: u64) -> &Cell<[u64; 4]> {
@@ -161,6 +170,29 @@ impl ThreadPy {
         }
         let [c, f, n, ids] = self.slot(code).get();
         (c == code && f == file && n == name).then_some(((ids >> 32) as u32, ids as u32))
+    }
+
+    fn line_slot(&self, code: u64, offset: u64) -> &Cell<[u64; 3]> {
+        let h = (code >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ offset;
+        &self.lines[(h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % self.lines.len()]
+    }
+
+    /// The line of `offset` in `code` (whose header was just read: its names matched the name cache), cached.
+    fn line(&self, code: u64, offset: u64, read: impl FnOnce() -> Option<u32>) -> Option<u32> {
+        let slot = self.line_slot(code, offset);
+        let [c, o, line] = slot.get();
+        if c == code && o == offset {
+            return (line != 0).then_some(line as u32);
+        }
+        let line = read();
+        slot.set([code, offset, line.unwrap_or(0) as u64]);
+        line
+    }
+
+    /// Caches the line of a code object seen for the first time (whatever an older one at its address left).
+    fn set_line(&self, code: u64, offset: u64, line: Option<u32>) -> Option<u32> {
+        self.line_slot(code, offset).set([code, offset, line.unwrap_or(0) as u64]);
+        line
     }
 
     fn store(&self, code: u64, file: u64, name: u64, ids: (u32, u32)) {
@@ -231,19 +263,41 @@ fn walk(i: &Interp, py: &ThreadPy, out: &mut [Frame; MAX_FRAMES]) -> (usize, boo
         [l.frame_back, l.frame_code, l.frame_instr, l.frame_owner.unwrap_or(0)].into_iter().max().unwrap_or(0) + 8;
     let mut buf = [0u8; 256];
     let buf = &mut buf[..span.min(256)];
-    let mut n = 0;
+    // The frames' code objects and offsets first (one read a frame), then every code object's header in one read.
+    let mut window = [0u8; memory::WINDOW];
+    let (mut low, mut high, mut base) = (0, 0, 0);
+    if l.code_adaptive.is_some() {
+        if let Some(lowest) = memory::read_window(frame, &mut window) {
+            high = (frame | (4096 - 1)) + 1;
+            base = high - memory::WINDOW as u64;
+            low = lowest;
+        }
+    }
+    let mut codes = [0u64; CANDIDATES];
+    let mut offsets = [None; CANDIDATES];
+    let (mut found, mut ended) = (0, false);
     for _ in 0..MAX_WALK {
         if frame == 0 {
-            return (n, false);
+            ended = true;
+            break;
         }
-        if !memory::read(frame, buf) {
-            return (n, n > 0);
+        if found == CANDIDATES {
+            break;
+        }
+        // From the window where the frame lies in it, else on its own.
+        let in_window = frame >= low && frame.checked_add(buf.len() as u64).is_some_and(|end| end <= high);
+        if in_window {
+            let at = (frame - base) as usize;
+            buf.copy_from_slice(&window[at..at + buf.len()]);
+        } else if !memory::read(frame, buf) {
+            break;
         }
         let back = memory::u64_at(buf, l.frame_back);
         let code = memory::u64_at(buf, l.frame_code);
         let c_stack = l.minor >= 12 && l.frame_owner.is_some_and(|o| buf[o] == FRAME_OWNED_BY_CSTACK);
         if !c_stack {
-            let offset = match l.code_adaptive {
+            codes[found] = code;
+            offsets[found] = match l.code_adaptive {
                 // f_lasti: bytes in 3.9, code units (two bytes) in 3.10; -1 before the first instruction.
                 None => {
                     u64::try_from(memory::i32_at(buf, l.frame_instr))
@@ -252,31 +306,47 @@ fn walk(i: &Interp, py: &ThreadPy, out: &mut [Frame; MAX_FRAMES]) -> (usize, boo
                 }
                 Some(at) => memory::u64_at(buf, l.frame_instr).checked_sub(code + at as u64),
             };
-            if let Some(f) = code_frame(i, py, code, offset) {
-                if n == MAX_FRAMES {
-                    return (n, true);
-                }
-                out[n] = f;
-                n += 1;
-            }
+            found += 1;
         }
         frame = back;
     }
-    (n, true)
+    let mut headers = [[0u8; 256]; CANDIDATES];
+    let read = memory::read_many(&codes[..found], code_span(l), &mut headers);
+    let mut n = 0;
+    for k in 0..found {
+        // A header the batch did not reach (it stopped at an unreadable one) is read on its own.
+        if k >= read && !memory::read(codes[k], &mut headers[k][..code_span(l)]) {
+            continue;
+        }
+        if let Some(f) = code_frame(i, py, codes[k], &headers[k], offsets[k]) {
+            if n == MAX_FRAMES {
+                return (n, true);
+            }
+            out[n] = f;
+            n += 1;
+        }
+    }
+    (n, !ended)
+}
+
+/// Bytes of a code object's header the reader needs.
+fn code_span(l: &Layout) -> usize {
+    let name_at = l.code_qualname.unwrap_or(l.code_name);
+    let end =
+        [l.ob_type, l.code_filename, name_at, l.code_firstlineno, l.code_linetable].into_iter().max().unwrap_or(0);
+    (end + 8).min(256)
 }
 
 /// File, function and line of code object `code` at byte `offset` of its bytecode.
-fn code_frame(i: &Interp, py: &ThreadPy, code: u64, offset: Option<u64>) -> Option<Frame> {
+fn code_frame(i: &Interp, py: &ThreadPy, code: u64, buf: &[u8; 256], offset: Option<u64>) -> Option<Frame> {
     let l = i.layout;
     let name_at = l.code_qualname.unwrap_or(l.code_name);
-    let span = [l.ob_type, l.code_filename, name_at, l.code_firstlineno, l.code_linetable].into_iter().max()? + 8;
-    let mut buf = [0u8; 256];
-    let buf = &mut buf[..span.min(256)];
-    if !memory::read(code, buf) || memory::u64_at(buf, l.ob_type) != i.code_type {
+    if memory::u64_at(buf, l.ob_type) != i.code_type {
         return None;
     }
     let (file_obj, name_obj) = (memory::u64_at(buf, l.code_filename), memory::u64_at(buf, name_at));
-    let (file, func) = match py.lookup(code, file_obj, name_obj) {
+    let cached = py.lookup(code, file_obj, name_obj);
+    let (file, func) = match cached {
         Some(ids) => ids,
         None => {
             let ids = (intern_string(i, file_obj)?, intern_string(i, name_obj)?);
@@ -286,7 +356,14 @@ fn code_frame(i: &Interp, py: &ThreadPy, code: u64, offset: Option<u64>) -> Opti
     };
     let first = memory::i32_at(buf, l.code_firstlineno) as i64;
     let table = memory::u64_at(buf, l.code_linetable);
-    let line = offset.and_then(|off| line_of(i, table, first, off)).unwrap_or(0);
+    let read_line = |off| line_of(i, table, first, off);
+    let line = match (offset, cached) {
+        // The same code object as before (its names' objects unchanged): its line table is too.
+        (Some(off), Some(_)) => py.line(code, off, || read_line(off)),
+        (Some(off), None) => py.set_line(code, off, read_line(off)),
+        (None, _) => None,
+    }
+    .unwrap_or(0);
     Some(Frame { file, func, line })
 }
 
