@@ -213,11 +213,11 @@ struct Frame {
     line: u32,
 }
 
-/// Launches between two sampled ones on a thread (`CUFLIGHT_PY_LAUNCH_EVERY`, default 256; 0: none).
+/// Launches between two sampled ones on a thread (`CUFLIGHT_PY_LAUNCH_EVERY`, default 1024: about 17 ns a launch at 17.6 us a stack; 0: none).
 pub fn launch_every() -> u32 {
     static EVERY: once_cell::sync::OnceCell<u32> = once_cell::sync::OnceCell::new();
     *EVERY.get_or_init(|| {
-        std::env::var("CUFLIGHT_PY_LAUNCH_EVERY").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(256)
+        std::env::var("CUFLIGHT_PY_LAUNCH_EVERY").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1024)
     })
 }
 
