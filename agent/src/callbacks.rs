@@ -60,9 +60,20 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         if flight && crate::flight::is_sync(runtime, cbid) && !nested(runtime) {
             crate::flight::sync_enter();
         }
+        let start = clock::stamp_ns();
         if !data.correlationData.is_null() {
             // SAFETY: CUPTI gives each call a u64 slot shared by its enter and exit callbacks.
-            unsafe { *data.correlationData = clock::stamp_ns() };
+            unsafe { *data.correlationData = start };
+        }
+        // The Python stack is read on the way in: a synchronising call then reads it while the GPU still works
+        // through its queue, where on the way out every microsecond would delay the next launch.
+        if crate::trace_choice::trace_mask() & cuflight_format::tracing::PYTHON != 0 && crate::pystack::available() {
+            emit::with_thread(|t| {
+                let outermost = t.runtime_depth.get() <= runtime as u32;
+                if outermost && python_stack_wanted(runtime, cbid, data, &t.py) {
+                    crate::pystack::record(&t.py, data.correlationId, start, &|ev| t.push(ev));
+                }
+            });
         }
         return;
     }
@@ -77,10 +88,10 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         } else if t.runtime_depth.get() > 0 {
             return; // a driver call made by the runtime on our behalf
         }
-        on_exit(runtime, cbid, data, end, Some(&t.py), |ev| t.push(ev));
+        on_exit(runtime, cbid, data, end, |ev| t.push(ev));
     });
     if done.is_none() {
-        on_exit(runtime, cbid, data, end, None, emit::push);
+        on_exit(runtime, cbid, data, end, emit::push);
     }
     if runtime && cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000 {
         cupti::flush(false);
@@ -106,14 +117,7 @@ fn watch_exit(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData) {
     }
 }
 
-fn on_exit(
-    runtime: bool,
-    cbid: u32,
-    data: &c::CUpti_CallbackData,
-    end: u64,
-    py: Option<&crate::pystack::ThreadPy>,
-    push: impl Fn(RawEvent),
-) {
+fn on_exit(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData, end: u64, push: impl Fn(RawEvent)) {
     let start = if data.correlationData.is_null() {
         end
     } else {
@@ -139,9 +143,6 @@ fn on_exit(
         ev.a = cbid as u64;
         ev.b = ret as u64;
         push(ev);
-        if let Some(py) = py.filter(|py| python_stack_wanted(runtime, cbid, data, py)) {
-            crate::pystack::record(py, data.correlationId, start, &push);
-        }
     }
     // An allocation or free is a point at the call's exit, which was seen: it stays.
     if ret == 0 && !data.functionParams.is_null() {
@@ -157,13 +158,10 @@ static STACK_CLASS: [[std::sync::atomic::AtomicU8; MAX_CBID]; 2] =
     [const { [const { std::sync::atomic::AtomicU8::new(0) }; MAX_CBID] }; 2];
 
 fn python_stack_wanted(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData, py: &crate::pystack::ThreadPy) -> bool {
-    if crate::trace_choice::trace_mask() & cuflight_format::tracing::PYTHON == 0 {
-        return false;
-    }
     let Some(slot) = STACK_CLASS[runtime as usize].get(cbid as usize) else { return false };
     let class = match slot.load(Ordering::Relaxed) {
         0 => {
-            let class = if data.functionName.is_null() || !crate::pystack::available() {
+            let class = if data.functionName.is_null() {
                 1
             } else {
                 // SAFETY: functionName is a static NUL-terminated string per the CUPTI documentation.

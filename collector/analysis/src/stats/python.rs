@@ -48,12 +48,7 @@ impl PythonAcc {
         join.feed(e, |call, frames| add(lines, every, key, p, call, frames));
     }
 
-    pub fn finish(mut self, processes: &BTreeMap<u32, Process>) -> Vec<PythonSyncRow> {
-        for (key, join) in self.joins.iter_mut() {
-            let Some(p) = processes.get(key) else { continue };
-            let (lines, every) = (&mut self.lines, &mut self.every);
-            join.finish(|call, frames| add(lines, every, *key, p, call, frames));
-        }
+    pub fn finish(self, processes: &BTreeMap<u32, Process>) -> Vec<PythonSyncRow> {
         // (file, line, function) -> time and calls by name, across processes.
         type Merged = HashMap<(String, u32, String), (Dist, BTreeMap<String, u64>)>;
         let mut merged: Merged = HashMap::new();

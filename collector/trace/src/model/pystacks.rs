@@ -1,6 +1,7 @@
 //! Python stacks joined to the calls they were read at: the agent writes a call's [`EventKind::PyFrame`] events
-//! right after the call on the same thread (same start, innermost frame first), so a stream in time order
-//! meets each call and then its frames. One rule for stats, report and exports.
+//! when the call enters, on the same thread, innermost frame first, stamped with the call's start; the call's
+//! own event comes at its exit. So a stream in time order meets a call's frames and then the call (at an equal
+//! start, frames written first stay first). One rule for stats, report and exports.
 
 use crate::model::trace::Process;
 use cuflight_format::{EventKind, RawEvent};
@@ -16,7 +17,7 @@ pub struct PyFrame {
 
 #[derive(Default)]
 struct Pending {
-    call: Option<RawEvent>,
+    correlation: u32,
     frames: Vec<PyFrame>,
 }
 
@@ -27,37 +28,28 @@ pub struct StackJoin {
 }
 
 impl StackJoin {
-    /// Feeds one event; `done` gets each call whose stack is complete (its thread's next call came).
+    /// Feeds one event; `done` gets each call that had a stack, with it, when the call comes.
     pub fn feed(&mut self, e: &RawEvent, mut done: impl FnMut(&RawEvent, &[PyFrame])) {
         match e.kind() {
             Some(EventKind::Api) => {
-                let p = self.by_thread.entry(e.tid).or_default();
-                if let (Some(call), false) = (&p.call, p.frames.is_empty()) {
-                    done(call, &p.frames);
+                let Some(p) = self.by_thread.get_mut(&e.tid) else { return };
+                if p.correlation == e.correlation && !p.frames.is_empty() {
+                    done(e, &p.frames);
                 }
-                p.call = Some(*e);
                 p.frames.clear();
             }
             Some(EventKind::PyFrame) => {
-                let Some(p) = self.by_thread.get_mut(&e.tid) else { return };
-                let ours = p.call.is_some_and(|c| c.correlation == e.correlation);
-                // Frames come innermost first, one per depth; anything else is not this call's.
-                if ours && e.device as usize == p.frames.len() && p.frames.len() < 64 {
+                let p = self.by_thread.entry(e.tid).or_default();
+                if e.device == 0 || p.correlation != e.correlation {
+                    p.correlation = e.correlation;
+                    p.frames.clear();
+                }
+                // Frames come innermost first, one per depth; anything else is not this stack's.
+                if e.device as usize == p.frames.len() && p.frames.len() < 64 {
                     p.frames.push(PyFrame { file: e.c as u32, func: e.name, line: e.a as u32 });
                 }
             }
             _ => {}
-        }
-    }
-
-    /// Hands over the stacks still pending at the end of the stream.
-    pub fn finish(&mut self, mut done: impl FnMut(&RawEvent, &[PyFrame])) {
-        let mut threads: Vec<_> = self.by_thread.drain().collect();
-        threads.sort_unstable_by_key(|(tid, _)| *tid);
-        for (_, p) in threads {
-            if let (Some(call), false) = (&p.call, p.frames.is_empty()) {
-                done(call, &p.frames);
-            }
         }
     }
 }
@@ -91,23 +83,25 @@ mod tests {
     #[test]
     fn stacks_join_their_calls_per_thread() {
         let events = [
-            call(1, 10, 100),
-            call(2, 20, 100),
             frame(1, 10, 0, 7),
             frame(2, 20, 0, 70),
             frame(1, 10, 1, 8),
-            frame(1, 99, 2, 9), // another call's frame: ignored
-            call(1, 11, 200),   // no stack
-            call(1, 12, 300),
+            frame(1, 99, 2, 9), // another call's deeper frame: starts over and is dropped (no depth 0)
+            frame(1, 10, 0, 7),
+            frame(1, 10, 1, 8),
+            call(2, 20, 100),
+            call(1, 10, 100),
+            call(1, 11, 200), // no stack
             frame(1, 12, 0, 5),
+            frame(1, 13, 0, 6), // a stack whose call never came (dropped): not joined to 12's neighbour
+            call(1, 12, 300),
         ];
         let mut join = StackJoin::default();
         let mut got = Vec::new();
         for e in &events {
             join.feed(e, |c, f| got.push((c.correlation, f.iter().map(|f| f.line).collect::<Vec<_>>())));
         }
-        join.finish(|c, f| got.push((c.correlation, f.iter().map(|f| f.line).collect())));
-        assert_eq!(got, vec![(10, vec![7, 8]), (12, vec![5]), (20, vec![70])]);
+        assert_eq!(got, vec![(20, vec![70]), (10, vec![7, 8])]);
     }
 
     #[test]
