@@ -114,3 +114,54 @@ fn frames_torn_down_under_the_reader_never_crash_it() {
         assert_eq!(rows[0]["count"], 10000, "{}", python.display());
     }
 }
+
+#[test]
+fn findings_name_the_lines_behind_their_calls() {
+    let dir = scratch("pystacks-report");
+    let script = repo_root().join("tests/py/py_stacks.py");
+    // Every launch's stack read, so the launch line is certain to be seen.
+    let rec = record(
+        &dir,
+        &[],
+        Path::new("python3"),
+        &[script.to_str().unwrap(), "30"],
+        &[("CUFLIGHT_PY_LAUNCH_EVERY", "1")],
+    );
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let planted = planted_lines(&String::from_utf8_lossy(&rec.output.stdout));
+    let out = std::process::Command::new(cuflight_bin())
+        .args(["report", "--format", "json"])
+        .arg(&rec.trace)
+        .output()
+        .unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let at = |s: &Value| format!("{}:{}", s["file"].as_str().unwrap(), s["line"]);
+    let mut named = 0;
+    for f in r["findings"].as_array().unwrap() {
+        let sources: Vec<String> = f["sources"].as_array().map(|a| a.iter().map(at).collect()).unwrap_or_default();
+        let allowed: Vec<&str> = match f["kind"].as_str().unwrap() {
+            "sync_stall" => vec!["copy", "sync"],
+            "launch_bound" => vec!["launch"],
+            "allocator_churn" => vec!["alloc"],
+            _ => vec![],
+        };
+        for s in &sources {
+            assert!(
+                allowed.iter().any(|w| planted[*w].0 == *s),
+                "{}: {s} is not a planted line: {planted:?}",
+                f["kind"]
+            );
+        }
+        named += sources.len();
+        if f["kind"] == "sync_stall" {
+            // The copy (a synchronous cudaMemcpy) blocks longest: it comes first.
+            assert_eq!(sources.first(), Some(&planted["copy"].0), "{}", f["sources"]);
+            assert_eq!(f["sources"][0]["function"], "read_loss");
+        }
+    }
+    assert!(named > 0, "no finding names a line: {}", r["findings"]);
+    // The terminal report prints the line's code from the script.
+    let text = std::process::Command::new(cuflight_bin()).arg("report").arg(&rec.trace).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("in read_loss: here(\"copy\"); assert rt.cudaMemcpy(host, dev, 64, 2) == 0"), "{text}");
+}

@@ -4,6 +4,7 @@
 use super::accum::CallTotals;
 use super::idle::{Cause, CauseKind, Example, IdleCauses};
 use super::plan::Plan;
+use super::sources::SourceKind;
 use super::steps::Steps;
 use super::sweep::Swept;
 use cuflight_trace::model::trace::Process;
@@ -88,6 +89,9 @@ pub struct Finding {
     pub summary: String,
     pub evidence: Evidence,
     pub fix: String,
+    /// The Python lines behind the calls this finding blames, most costly first (recorded Python stacks).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<super::sources::Source>,
 }
 
 /// Findings below this share of step time are noise, not bottlenecks.
@@ -125,6 +129,7 @@ impl Ctx<'_> {
             summary,
             evidence,
             fix: fix.to_string(),
+            sources: Vec::new(),
         }
     }
 
@@ -221,7 +226,9 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         ev.metrics.insert("sync_calls_per_step", count as f64 / steps as f64);
         ev.api_calls = syncs;
         let summary = format!("host synchronisation drains the GPU queue: {} idle per step", per_step(c.total_ns));
-        out.push(ctx.finding("sync_stall", c.total_ns, summary, ev, FIX_SYNC));
+        let mut f = ctx.finding("sync_stall", c.total_ns, summary, ev, FIX_SYNC);
+        f.sources = swept.sources.rows(SourceKind::Sync, ctx.p);
+        out.push(f);
     }
     let c = idle.get(CauseKind::LaunchBound);
     if c.total_ns > 0 {
@@ -240,7 +247,9 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         ev.metrics.insert("median_kernel_ns", median_kernel as f64);
         ev.metrics.insert("median_launch_ns", median_launch as f64);
         let summary = format!("GPU waits for kernel launches: {} idle per step", per_step(c.total_ns));
-        out.push(ctx.finding("launch_bound", c.total_ns, summary, ev, FIX_LAUNCH));
+        let mut f = ctx.finding("launch_bound", c.total_ns, summary, ev, FIX_LAUNCH);
+        f.sources = swept.sources.rows(SourceKind::Launch, ctx.p);
+        out.push(f);
     }
     let c = idle.get(CauseKind::CpuBound);
     if c.total_ns > 0 {
@@ -292,5 +301,7 @@ pub fn allocator_churn(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Fi
     ev.metrics.insert("allocation_calls_per_step", count as f64 / steady_steps);
     let lost = c.total_ns;
     let summary = format!("cudaMalloc/cudaFree inside steps: {:.1} calls per step", count as f64 / steady_steps);
-    Some(ctx.finding("allocator_churn", lost, summary, ev, FIX_CHURN))
+    let mut f = ctx.finding("allocator_churn", lost, summary, ev, FIX_CHURN);
+    f.sources = swept.sources.rows(SourceKind::Alloc, ctx.p);
+    Some(f)
 }

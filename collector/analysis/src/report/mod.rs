@@ -20,6 +20,7 @@ pub mod plan;
 mod queue_deps;
 pub mod run;
 mod short_names;
+pub mod sources;
 pub mod spans;
 pub mod step_path;
 pub mod steps;

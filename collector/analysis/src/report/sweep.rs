@@ -56,6 +56,8 @@ pub struct Swept {
     pub peak_kept: usize,
     /// The critical path of the typical step ([`super::step_path`]).
     pub step_path: Option<super::step_path::StepPath>,
+    /// The Python lines behind synchronising calls, allocations and (sampled) launches in steps.
+    pub sources: super::sources::Sources,
 }
 
 /// Which piece a copy or collective leaves in the windows it overlaps.
@@ -192,6 +194,7 @@ impl<'a> Sweep<'a> {
     /// The next event of process `p` (the process this sweep was planned for), in time order.
     pub fn event(&mut self, p: &Process, e: &RawEvent) {
         self.advance(p, e.start);
+        let source = self.out.sources.feed(p, e);
         let names = &self.plan.names;
         match e.kind() {
             Some(EventKind::Api) => {
@@ -216,11 +219,15 @@ impl<'a> Sweep<'a> {
                         poll: false,
                     };
                     self.capture.call(class, call);
-                    self.host_call(p, HostCall { start: span.0, end: span.1, class, name: e.name });
+                    self.host_call(p, HostCall { start: span.0, end: span.1, class, name: e.name, source });
                 }
                 let alloc = f & NameFlags::ALLOC != 0 && f & NameFlags::ASYNC == 0;
                 if alloc && self.window_of(e.start).is_some_and(|k| k > 0) {
                     add_call(&mut self.out.alloc_calls, p.string(e.name), e.duration());
+                    self.out.sources.add(super::sources::SourceKind::Alloc, source, e.duration());
+                }
+                if source.is_some() && self.window_of(e.start).is_some() {
+                    self.out.sources.launch(p, e, source);
                 }
             }
             Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => self.op(e),
@@ -271,6 +278,7 @@ impl<'a> Sweep<'a> {
                 if c.class > last.class {
                     last.class = c.class;
                     last.name = c.name;
+                    last.source = c.source;
                 }
             }
             Some(last) => {
@@ -284,6 +292,7 @@ impl<'a> Sweep<'a> {
     fn call_done(&mut self, p: &Process, c: HostCall) {
         if c.class == CallClass::Sync && self.window_of(c.start).is_some() {
             add_call(&mut self.out.sync_calls, p.string(c.name), c.end - c.start);
+            self.out.sources.add(super::sources::SourceKind::Sync, c.source, c.end - c.start);
         }
         self.calls.push_back(c);
     }

@@ -49,6 +49,17 @@ fn finding(out: &mut String, i: usize, f: &Finding, origin: u64) {
             out.push_str(&format!("    - longest: {} at {at}, {}\n", e.what, ms(e.duration_ns)));
         }
     }
+    for s in f.sources.iter().take(3) {
+        let file = std::path::Path::new(&s.file).file_name().map_or(s.file.as_str(), |n| n.to_str().unwrap_or(""));
+        let code = super::sources::source_text(&s.file, s.line).map_or(String::new(), |c| format!(": {c}"));
+        out.push_str(&format!(
+            "    - at {file}:{} in {}{code} ({} calls, {})\n",
+            s.line,
+            s.function,
+            s.count,
+            ms(s.ns)
+        ));
+    }
     out.push_str(&format!("    fix: {}\n", f.fix));
 }
 

@@ -33,6 +33,8 @@ pub struct HostCall {
     pub class: CallClass,
     /// The name of the call that gives the stretch its class (the first of the most blocking).
     pub name: u32,
+    /// The Python line that call was made from, where its stack was recorded.
+    pub source: Option<cuflight_trace::model::pystacks::PyFrame>,
 }
 
 /// A completed host range (NVTX range or imported annotation/operator).

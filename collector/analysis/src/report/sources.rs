@@ -1,0 +1,102 @@
+//! The Python source lines behind a finding's calls (issue 29): each call with a recorded stack is blamed on its
+//! innermost frame in the program's own code ([`cuflight_trace::model::pystacks`]), and the findings whose cause
+//! is a host call (synchronisation, allocation, launches) list their lines, most costly first.
+
+use cuflight_format::tracing::{python_stacks, PythonStacks};
+use cuflight_format::RawEvent;
+use cuflight_trace::model::pystacks::{blamed_frame, PyFrame, StackJoin};
+use cuflight_trace::model::trace::Process;
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+/// Lines listed per finding.
+const MAX_SOURCES: usize = 5;
+
+/// One line of the program behind a finding's calls.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Source {
+    pub file: String,
+    pub line: u32,
+    pub function: String,
+    /// Calls blamed on this line (for launches: the sampled ones).
+    pub count: u64,
+    /// Their time (host time of the calls, or the idle time they caused where the finding measures that).
+    pub ns: u64,
+}
+
+/// Which finding a line's calls feed.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum SourceKind {
+    Sync,
+    Alloc,
+    Launch,
+}
+
+/// Lines by kind of call, for one process's sweep.
+#[derive(Default)]
+pub struct Sources {
+    join: StackJoin,
+    lines: FxHashMap<(SourceKind, PyFrame), (u64, u64)>,
+}
+
+impl Sources {
+    /// Feeds one event; for an API call whose stack was recorded, the line it is blamed on.
+    pub fn feed(&mut self, p: &Process, e: &RawEvent) -> Option<PyFrame> {
+        let mut blamed = None;
+        self.join.feed(e, |_, frames| blamed = blamed_frame(p, frames).copied());
+        blamed
+    }
+
+    /// Counts call `e` (blamed on `frame`) as a launch when it is one: launches are sampled, so only the calls
+    /// that carried a stack say where launches come from.
+    pub fn launch(&mut self, p: &Process, e: &RawEvent, frame: Option<PyFrame>) {
+        if frame.is_some() && python_stacks(p.string(e.name)) == PythonStacks::Sampled {
+            self.add(SourceKind::Launch, frame, e.duration());
+        }
+    }
+
+    pub fn add(&mut self, kind: SourceKind, frame: Option<PyFrame>, ns: u64) {
+        if let Some(f) = frame {
+            let row = self.lines.entry((kind, f)).or_default();
+            row.0 += 1;
+            row.1 += ns;
+        }
+    }
+
+    /// The lines of `kind`, most costly first.
+    pub fn rows(&self, kind: SourceKind, p: &Process) -> Vec<Source> {
+        let mut rows: Vec<Source> = self
+            .lines
+            .iter()
+            .filter(|((k, _), _)| *k == kind)
+            .map(|((_, f), &(count, ns))| Source {
+                file: p.string(f.file).to_string(),
+                line: f.line,
+                function: p.string(f.func).to_string(),
+                count,
+                ns,
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            (b.ns, b.count).cmp(&(a.ns, a.count)).then_with(|| (&a.file, a.line).cmp(&(&b.file, b.line)))
+        });
+        rows.truncate(MAX_SOURCES);
+        rows
+    }
+}
+
+/// The text of line `line` of `file`, trimmed, when the file is a readable regular file (the report usually runs
+/// where the program ran); None otherwise.
+pub fn source_text(file: &str, line: u32) -> Option<String> {
+    let meta = std::fs::metadata(file).ok()?;
+    if !meta.is_file() || meta.len() > 16 << 20 || line == 0 {
+        return None;
+    }
+    let text = std::fs::read_to_string(file).ok()?;
+    let code = text.lines().nth(line as usize - 1)?.trim();
+    let mut code: String = code.chars().take(100).collect();
+    if code.len() < text.lines().nth(line as usize - 1)?.trim().len() {
+        code.push('…');
+    }
+    (!code.is_empty()).then_some(code)
+}
