@@ -40,6 +40,7 @@ def main(path, chrome):
         if p.HasField("track_event"):
             events.append((p.timestamp, seq, p.track_event))
     counts = defaultdict(int)
+    stack_tops = set()
     counts["packets"] = len(trace.packet)
     counts["tracks"] = len(tracks)
     open_slices = defaultdict(list)
@@ -56,6 +57,9 @@ def main(path, chrome):
                 assert a.name_iid in anns, f"uninterned annotation name {a.name_iid}"
                 if a.HasField("string_value_iid"):
                     assert a.string_value_iid in values, f"uninterned annotation value {a.string_value_iid}"
+                    if anns[a.name_iid] == "python stack":
+                        counts["python_stacks"] += 1
+                        stack_tops.add(values[a.string_value_iid].decode().split("\n")[0])
             open_slices[e.track_uuid].append((ts, names[e.name_iid]))
             counts["slices"] += 1
             for f in e.flow_ids:
@@ -78,6 +82,8 @@ def main(path, chrome):
     assert set(flows_started) == set(flows_ended), "flows that start but never end, or end without start"
     counts["flows"] = len(flows_started)
     counts["slice_names"] = len(names)
+    # The innermost frame of every Python stack shown on a call's slice ("file:line in function").
+    counts["python_stack_tops"] = sorted(stack_tops)
     # The timeline's extent, as the UI counts time from its first event.
     if events:
         counts["first_ns"] = min(ts for ts, _, _ in events)

@@ -165,3 +165,43 @@ fn findings_name_the_lines_behind_their_calls() {
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("in read_loss: here(\"copy\"); assert rt.cudaMemcpy(host, dev, 64, 2) == 0"), "{text}");
 }
+
+#[test]
+fn timelines_show_the_stacks() {
+    let dir = scratch("pystacks-export");
+    let script = repo_root().join("tests/py/py_stacks.py");
+    let rec = record(&dir, &[], Path::new("python3"), &[script.to_str().unwrap(), "4"], &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let planted = planted_lines(&String::from_utf8_lossy(&rec.output.stdout));
+    let top = |what: &str| {
+        let (at, func) = &planted[what];
+        format!("{at} in {func}")
+    };
+    // Perfetto: the stack (innermost first) is an annotation of the call's slice, decoded with the official schema.
+    let pf = dir.join("t.pftrace");
+    let (ok, err) = cuflight(&["export".as_ref(), rec.trace.as_os_str(), "-f".as_ref(), "-o".as_ref(), pf.as_os_str()]);
+    assert!(ok, "{err}");
+    let decoded = python_json("check_perfetto.py", &[pf.as_os_str()]);
+    let tops: Vec<&str> =
+        decoded["python_stack_tops"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    for what in ["copy", "sync", "alloc"] {
+        assert!(tops.contains(&top(what).as_str()), "{what}: {} not in {tops:?}", top(what));
+    }
+    // 4 copies, 4 synchronisations, cudaMalloc and cudaFree (the first of the 160 launches, one in 1024, too).
+    assert_eq!(decoded["python_stacks"], 11, "{decoded}");
+    // Kineto JSON: python_function events as torch.profiler writes them, nested by Python parent id, the call's
+    // own line innermost.
+    let json = export_chrome(&rec.trace, &dir.join("t.json"));
+    let py: Vec<&Value> =
+        json["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "python_function").collect();
+    let (at, func) = &planted["copy"];
+    let (file, line) = at.rsplit_once(':').unwrap();
+    let copy = py.iter().find(|e| e["name"] == format!("{file}({line}): {func}")).expect("the copy's frame");
+    let parent = copy["args"]["Python parent id"].as_u64().expect("a parent");
+    let step = py.iter().find(|e| e["args"]["Python id"] == parent).unwrap();
+    assert!(
+        step["name"].as_str().unwrap().ends_with("): Trainer.step")
+            || step["name"].as_str().unwrap().ends_with("): step"),
+        "{step}"
+    );
+}

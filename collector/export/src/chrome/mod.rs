@@ -211,6 +211,9 @@ struct ProcessOut {
     /// gets its own range (its index + 1, shifted past 32 bits; below 2^53, so JSON readers keep it exact). A
     /// single process keeps the bare correlation id, as Kineto writes it.
     flow_base: u64,
+    stacks: cuflight_trace::model::pystacks::StackJoin,
+    /// The last "Python id" given to a `python_function` event.
+    python_ids: u64,
 }
 
 impl ProcessOut {
@@ -299,6 +302,51 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
     Ok(out.events)
 }
 
+/// A call's Python stack as torch.profiler writes one: `python_function` events, outermost first, each the
+/// parent of the next ("Python id", "Python parent id"), named `file(line): function`, spanning the call (so the
+/// call nests in its innermost frame, as an operator's calls do in torch's traces).
+fn python_functions<W: Write>(
+    out: &mut Out<W>,
+    p: &Process,
+    pid: u64,
+    call: &RawEvent,
+    st: &mut ProcessOut,
+    frames: &[cuflight_trace::model::pystacks::PyFrame],
+) -> std::io::Result<()> {
+    let mut parent = None;
+    for f in frames.iter().rev() {
+        st.python_ids += 1;
+        let id = st.python_ids;
+        let name = format!("{}({}): {}", python_file(p.string(f.file)), f.line, p.string(f.func));
+        out.complete_with("python_function", &name, pid, call.tid as u64, call.start, call.end, |b| {
+            b.extend_from_slice(br#""Python parent id":"#);
+            match parent {
+                Some(id) => push_u64(b, id),
+                None => b.extend_from_slice(b"null"),
+            }
+            b.extend_from_slice(br#","Python id":"#);
+            push_u64(b, id);
+        })?;
+        parent = Some(id);
+    }
+    Ok(())
+}
+
+/// A file as torch.profiler names it: relative to the installed packages or the standard library, else whole.
+fn python_file(file: &str) -> &str {
+    for marker in ["/site-packages/", "/dist-packages/"] {
+        if let Some(at) = file.rfind(marker) {
+            return &file[at + marker.len()..];
+        }
+    }
+    if let Some(at) = file.find("/lib/python3.") {
+        if let Some(slash) = file[at + 13..].find('/') {
+            return &file[at + 13 + slash + 1..];
+        }
+    }
+    file
+}
+
 fn event<W: Write>(
     out: &mut Out<W>,
     key: u32,
@@ -325,6 +373,11 @@ fn event<W: Write>(
     }
     let name = p.string(e.name);
     let corr = e.correlation;
+    let mut stack = None;
+    st.stacks.feed(e, |_, frames| stack = Some(frames.to_vec()));
+    if let Some(frames) = stack {
+        python_functions(out, p, pid, e, st, &frames)?;
+    }
     match e.kind() {
         Some(EventKind::Api) => {
             let cat = if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" };

@@ -91,6 +91,7 @@ const ANNOTATIONS: &[&str] = &[
     "domain",
     "stream",
     "mangled name",
+    "python stack",
 ];
 
 /// The iid of `name` in `table` (position + 1; 0 when absent). Evaluated at compile time through [`cat!`] and
@@ -193,6 +194,7 @@ struct Exporter<W: Write> {
     /// Interned annotation string values: launch dimensions by value, mangled names by (pid, string id).
     dims_iids: HashMap<u128, u64>,
     mangled_iids: HashMap<(u32, u32), u64>,
+    stack_iids: HashMap<String, u64>,
     values: u64,
     /// Interned values a packet must carry, built before the packet.
     new_values: Vec<(u64, String)>,
@@ -284,6 +286,16 @@ impl<W: Write> Exporter<W> {
         crate::protobuf::dims(&mut text, d);
         let iid = self.new_value(text);
         self.dims_iids.insert(key, iid);
+        iid
+    }
+
+    /// The interned value of a Python stack's text (stacks repeat: the same lines call again and again).
+    fn stack_iid(&mut self, text: String) -> u64 {
+        if let Some(&iid) = self.stack_iids.get(&text) {
+            return iid;
+        }
+        let iid = self.new_value(text.clone());
+        self.stack_iids.insert(text, iid);
         iid
     }
 
@@ -499,6 +511,7 @@ impl<W: Write> Exporter<W> {
             new_names: Vec::new(),
             dims_iids: HashMap::default(),
             mangled_iids: HashMap::default(),
+            stack_iids: HashMap::default(),
             values: 0,
             new_values: Vec::new(),
             lanes: Vec::new(),

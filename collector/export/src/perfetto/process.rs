@@ -23,6 +23,9 @@ pub(super) struct ProcessState {
     pub(super) ranges: cuflight_trace::model::ranges::Pairer,
     pub(super) memory: cuflight_trace::model::memory::LiveMemory,
     pub(super) labels: HashMap<u64, u64>,
+    stacks: cuflight_trace::model::pystacks::StackJoin,
+    /// Interned Python stack text of calls whose slice is not written yet, by correlation id.
+    call_stacks: HashMap<u32, u64>,
 }
 
 impl ProcessState {
@@ -39,6 +42,8 @@ impl ProcessState {
             ranges: cuflight_trace::model::ranges::Pairer::default(),
             memory: Default::default(),
             labels: HashMap::default(),
+            stacks: Default::default(),
+            call_stacks: HashMap::default(),
         }
     }
 
@@ -55,8 +60,18 @@ impl ProcessState {
         let track = self.thread(x, e.tid)?;
         let category = if e.sub == API_DRIVER { cat!("cuda_driver") } else { cat!("cuda_runtime") };
         // The return code only when it is an error (success is the rule); the callback id repeats the name.
-        let args = [Arg::U(ann!("correlation"), e.correlation as u64), Arg::U(ann!("return"), e.b)];
-        let args = if e.b == 0 { &args[..1] } else { &args[..] };
+        let stack = if self.call_stacks.is_empty() { None } else { self.call_stacks.remove(&e.correlation) };
+        let mut args = [Arg::U(ann!("correlation"), e.correlation as u64), Arg::U(0, 0), Arg::U(0, 0)];
+        let mut used = 1;
+        if e.b != 0 {
+            args[used] = Arg::U(ann!("return"), e.b);
+            used += 1;
+        }
+        if let Some(iid) = stack {
+            args[used] = Arg::I(ann!("python stack"), iid);
+            used += 1;
+        }
+        let args = &args[..used];
         let name = x.id_iid(self.pid, e.name, &self.strings);
         x.slice(track, e.start, e.end, name, category, args, flow, None)
     }
@@ -109,6 +124,13 @@ impl ProcessState {
         e: &cuflight_format::RawEvent,
     ) -> std::io::Result<()> {
         let pid = self.pid;
+        let mut stacked = None;
+        self.stacks.feed(e, |call, frames| stacked = Some((call.correlation, frames.to_vec())));
+        if let Some((correlation, frames)) = stacked {
+            let p_text = cuflight_trace::model::pystacks::stack_text(p, &frames);
+            let iid = x.stack_iid(p_text);
+            self.call_stacks.insert(correlation, iid);
+        }
         // The one rule of what a timeline draws (the report counts its times from where it starts).
         if !cuflight_trace::model::timeline::drawn(e) {
             return Ok(());

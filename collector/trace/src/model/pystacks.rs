@@ -25,13 +25,15 @@ struct Pending {
 #[derive(Default)]
 pub struct StackJoin {
     by_thread: FxHashMap<u32, Pending>,
+    /// Whether any frame came yet: until then calls cost one test (most traces hold no stacks).
+    seen: bool,
 }
 
 impl StackJoin {
     /// Feeds one event; `done` gets each call that had a stack, with it, when the call comes.
     pub fn feed(&mut self, e: &RawEvent, mut done: impl FnMut(&RawEvent, &[PyFrame])) {
         match e.kind() {
-            Some(EventKind::Api) => {
+            Some(EventKind::Api) if self.seen => {
                 let Some(p) = self.by_thread.get_mut(&e.tid) else { return };
                 if p.correlation == e.correlation && !p.frames.is_empty() {
                     done(e, &p.frames);
@@ -39,6 +41,7 @@ impl StackJoin {
                 p.frames.clear();
             }
             Some(EventKind::PyFrame) => {
+                self.seen = true;
                 let p = self.by_thread.entry(e.tid).or_default();
                 if e.device == 0 || p.correlation != e.correlation {
                     p.correlation = e.correlation;
@@ -61,6 +64,18 @@ pub fn is_user_file(file: &str) -> bool {
         || file.starts_with('<')
         || file.contains("/lib/python3.");
     !library
+}
+
+/// A stack as text, innermost first: `file:line in function` a line.
+pub fn stack_text(p: &Process, frames: &[PyFrame]) -> String {
+    let mut text = String::new();
+    for f in frames {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&format!("{}:{} in {}", p.string(f.file), f.line, p.string(f.func)));
+    }
+    text
 }
 
 /// The frame a call is blamed on: the innermost frame in the program's own code, else the innermost.
