@@ -3,7 +3,8 @@ lines inside known functions, for the Python-stack tests: each call's line is pr
 (found with inspect, so the test never hard-codes line numbers). Usage: py_stacks.py STEPS [THREADS], or
 py_stacks.py stress N: N synchronisations on one thread while others build and drop deep stacks and fresh code
 objects as fast as they can (frames torn down under the reader); py_stacks.py timed N DEPTH: the mean time of N
-synchronisations made DEPTH frames deep (benches/python-stacks)."""
+synchronisations made DEPTH frames deep (benches/python-stacks); py_stacks.py spawn STEPS: the work in a child
+process started by multiprocessing's spawn."""
 import ctypes
 import inspect
 import sys
@@ -102,7 +103,20 @@ def timed_syncs(n, depth):
     print(f"ns_per_call={(time.perf_counter_ns() - t0) / n:.0f}", flush=True)
 
 
+def spawned(steps):
+    """The work in a process started by multiprocessing's spawn (as torch.multiprocessing.spawn starts ranks)."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("spawn")
+    child = ctx.Process(target=work, args=(steps,))
+    child.start()
+    child.join()
+    assert child.exitcode == 0
+
+
 def main():
+    if sys.argv[1] == "spawn":
+        spawned(int(sys.argv[2]))
+        return
     if sys.argv[1] == "timed":
         timed_syncs(int(sys.argv[2]), int(sys.argv[3]))
         return
@@ -119,4 +133,5 @@ def main():
         work(steps)
 
 
-main()
+if __name__ == "__main__":  # spawned children import this file
+    main()

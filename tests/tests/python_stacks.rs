@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 /// The interpreters to try: python3 from PATH, and pyenv's newest of each minor version when present.
 fn pythons() -> Vec<PathBuf> {
     let mut found = vec![PathBuf::from("python3")];
+    // Debian's own, linked statically with libpython (its symbols exported for extension modules).
+    if Path::new("/usr/bin/python3").exists() {
+        found.push(PathBuf::from("/usr/bin/python3"));
+    }
     let root = std::env::var_os("PYENV_ROOT")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
@@ -204,4 +208,22 @@ fn timelines_show_the_stacks() {
             || step["name"].as_str().unwrap().ends_with("): step"),
         "{step}"
     );
+}
+
+#[test]
+fn a_spawned_worker_has_its_own_stacks() {
+    // multiprocessing's spawn starts a fresh interpreter (as torch.multiprocessing.spawn starts ranks): the agent
+    // is injected there too and reads that process's frames.
+    let dir = scratch("pystacks-spawn");
+    let (rec, s) = record_py(&dir, Path::new("python3"), &["spawn", "3"], &[]);
+    let planted = planted_lines(&String::from_utf8_lossy(&rec.output.stdout));
+    let processes = s["processes"].as_array().unwrap();
+    // The parent loads the runtime but never calls it: the child is the process that recorded.
+    assert!(processes.iter().any(|p| p["command"].as_str().unwrap().contains("spawn_main")), "{}", s["processes"]);
+    let rows = s["python_sync"].as_array().unwrap();
+    let copy = rows
+        .iter()
+        .find(|r| format!("{}:{}", r["file"].as_str().unwrap(), r["line"]) == planted["copy"].0)
+        .unwrap_or_else(|| panic!("{rows:?}"));
+    assert_eq!(copy["calls"], "cudaMemcpy x3");
 }
