@@ -188,6 +188,20 @@ def planted(args):
         good = (share < 0.05) if kind is None else (top == kind)
         ok &= good
         rows.append((v, f"{top} ({share:.0%})", kind or "nothing above 5%", good))
+    # Issue 29: the top finding names the planted line of the script (recorded Python stacks).
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu", "planted_torch.py")
+    lines = open(script).read().splitlines()
+    for v, text in (("item", "loss.item()"), ("tiny", "t = t + 1")):
+        want_line = next(i + 1 for i, l in enumerate(lines) if l.strip() == text)
+        try:
+            f = json.load(open(os.path.join(out, f"planted-{v}.json"))).get("findings", [])
+            src = (f[0].get("sources") or [{}])[0] if f else {}
+        except (OSError, ValueError):
+            src = {}
+        got = f"{os.path.basename(src.get('file', '?'))}:{src.get('line', '?')}"
+        good = src.get("file", "").endswith("planted_torch.py") and src.get("line") == want_line
+        ok &= good
+        rows.append((f"{v} line", got, f"planted_torch.py:{want_line}", good))
     print(f"{'variant':10} {'top finding':30} {'expected':22}")
     for v, got, w, good in rows:
         print(f"{v:10} {got:30} {w:22} {'PASS' if good else 'FAIL'}")
