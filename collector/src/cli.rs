@@ -142,6 +142,25 @@ pub enum Cmd {
         #[arg(short = 't', long, value_parser = parse_trace, value_name = "LIST")]
         trace: Option<u32>,
     },
+    /// Serve the GPU work of every cuflight agent this user may control as Prometheus metrics (GET /metrics):
+    /// dormant agents are recorded in short windows (--duty) and their windows folded into counters.
+    Serve {
+        /// Address to listen on. Another address than localhost shows process and kernel names to whoever can
+        /// reach it: it needs --allow-remote.
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        listen: std::net::SocketAddr,
+        /// Listen on an address other machines can reach.
+        #[arg(long)]
+        allow_remote: bool,
+        /// Recorded share of time: ON/PERIOD (a window of ON every PERIOD), or continuous.
+        #[arg(long, default_value = "1s/10s", value_parser = crate::serve::parse_duty)]
+        duty: crate::serve::Duty,
+        /// Stop after this many periods (default: until SIGINT or SIGTERM).
+        #[arg(long, hide = true)]
+        rounds: Option<u64>,
+        /// Only these processes (default: every agent, the ones started later too).
+        pids: Vec<u32>,
+    },
     /// The processes on this machine with a cuflight agent that this user may control: pid, state (dormant,
     /// recording), since when, CUDA driver and CUPTI versions, command.
     Ps {

@@ -6,6 +6,7 @@ mod cli;
 mod closed_output;
 mod diff_cmd;
 mod multi_trace;
+mod serve;
 use cli::*;
 use cuflight_collector::analysis::stats::{self, Stats};
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
@@ -328,6 +329,9 @@ fn run(cli: Cli) -> Result<i32> {
                 bail!("recording stopped early ({why})");
             }
             Ok(0)
+        }
+        Cmd::Serve { listen, allow_remote, duty, rounds, pids } => {
+            serve::serve(&serve::ServeOptions { listen, allow_remote, duty, pids, rounds })
         }
         Cmd::Ps { format, all } => {
             let rows = if all { agents::list_all() } else { agents::list() };

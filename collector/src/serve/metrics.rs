@@ -1,0 +1,215 @@
+//! What `cuflight serve` exposes: each followed process's counters, folded from its recorded windows, written in
+//! Prometheus' text exposition format (version 0.0.4: HELP and TYPE lines, counters in seconds and bytes).
+
+use cuflight_collector::model::kernel_category::kernel_category;
+use cuflight_collector::model::memory::LiveMemory;
+use cuflight_collector::model::names;
+use cuflight_collector::model::source::EventSource;
+use cuflight_format::EventKind;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// One process's counters (totals over its windows) and gauges (as of its last window).
+#[derive(Default, Clone)]
+pub struct ProcessMetrics {
+    pub command: String,
+    pub host: String,
+    pub rank: Option<u32>,
+    pub state: &'static str,
+    pub windows: u64,
+    pub window_ns: u64,
+    /// Device time covered by some kernel, copy or memset, per device (the union over its streams).
+    pub busy_ns: BTreeMap<u32, u64>,
+    pub kernel_ns: BTreeMap<(u32, &'static str), u64>,
+    pub launches: BTreeMap<u32, u64>,
+    pub memcpy_bytes: BTreeMap<(&'static str, &'static str), u64>,
+    pub sync_wait_ns: u64,
+    pub device_memory: Option<u64>,
+    pub dropped: u64,
+}
+
+impl ProcessMetrics {
+    /// Adds one window's trace to the totals; `window_ns` is how long the window lasted.
+    pub fn fold(&mut self, source: &mut EventSource, window_ns: u64) -> Result<(), String> {
+        self.windows += 1;
+        self.window_ns += window_ns;
+        let mut busy_until: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut live = LiveMemory::default();
+        let mut memory_seen = false;
+        let mut info = None;
+        source
+            .for_each(|_, p, e| {
+                if info.is_none() {
+                    info = Some((p.info.host.clone(), p.info.rank, p.info.drops.total() + p.info.unseen_begin));
+                }
+                match e.kind() {
+                    Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
+                        // Events come by start: the part of each past what its device already had busy is new.
+                        let until = busy_until.entry(e.device).or_default();
+                        let end = e.end.max(e.start);
+                        if end > *until {
+                            *self.busy_ns.entry(e.device).or_default() += end - e.start.max(*until);
+                            *until = end;
+                        }
+                        match k {
+                            EventKind::Kernel => {
+                                let category = kernel_category(p.string(e.name)).as_str();
+                                *self.kernel_ns.entry((e.device, category)).or_default() += e.duration();
+                                *self.launches.entry(e.device).or_default() += 1;
+                            }
+                            EventKind::Memcpy => {
+                                let (src, dst) = e.copy_memory_kinds();
+                                let host = match e.sub {
+                                    1 | 9 => names::memory_kind(src),
+                                    2 => names::memory_kind(dst),
+                                    _ => "device",
+                                };
+                                *self.memcpy_bytes.entry((names::memcpy_kind(e.sub), host)).or_default() += e.a;
+                            }
+                            _ => {}
+                        }
+                    }
+                    Some(EventKind::Api) if p.string(e.name).contains("Synchronize") => {
+                        self.sync_wait_ns += e.duration();
+                    }
+                    Some(EventKind::Alloc | EventKind::Free) => {
+                        memory_seen = true;
+                        live.apply(p.info.pid, e);
+                    }
+                    _ => {}
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        if let Some((host, rank, dropped)) = info {
+            (self.host, self.rank) = (host, rank);
+            self.dropped += dropped;
+        }
+        // Allocations made before the first window are unseen: the gauge is what the windows saw allocated.
+        if memory_seen {
+            self.device_memory = Some(live.device());
+        }
+        Ok(())
+    }
+}
+
+/// The exposition of every followed process.
+pub fn render(processes: &BTreeMap<u32, ProcessMetrics>) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, samples: &mut dyn FnMut(&mut String)| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        samples(&mut out);
+    };
+    let labels = |pid: &u32, m: &ProcessMetrics, extra: &str| {
+        let rank = m.rank.map_or(String::new(), |r| format!(",rank=\"{r}\""));
+        format!("pid=\"{pid}\",host=\"{}\"{rank}{extra}", escape(&m.host))
+    };
+    family(
+        "cuflight_agent_state",
+        "gauge",
+        "1 for the state the process's agent is in (dormant, recording, flight_recorder).",
+        &mut |o| {
+            for (pid, m) in processes {
+                let _ = writeln!(o, "cuflight_agent_state{{{}}} 1", labels(pid, m, &format!(",state=\"{}\"", m.state)));
+            }
+        },
+    );
+    family(
+        "cuflight_window_seconds_total",
+        "counter",
+        "Time covered by recorded windows: the other counters count only inside them.",
+        &mut |o| {
+            for (pid, m) in processes {
+                let _ = writeln!(o, "cuflight_window_seconds_total{{{}}} {}", labels(pid, m, ""), secs(m.window_ns));
+            }
+        },
+    );
+    family(
+        "cuflight_gpu_busy_seconds_total",
+        "counter",
+        "Device time with at least one kernel, copy or memset of the process running (union over streams).",
+        &mut |o| {
+            for (pid, m) in processes {
+                for (d, ns) in &m.busy_ns {
+                    let l = labels(pid, m, &format!(",device=\"{d}\""));
+                    let _ = writeln!(o, "cuflight_gpu_busy_seconds_total{{{l}}} {}", secs(*ns));
+                }
+            }
+        },
+    );
+    family(
+        "cuflight_kernel_seconds_total",
+        "counter",
+        "Kernel time by category (gemm, attention, communication, ...; overlapping kernels each count).",
+        &mut |o| {
+            for (pid, m) in processes {
+                for ((d, c), ns) in &m.kernel_ns {
+                    let l = labels(pid, m, &format!(",device=\"{d}\",category=\"{c}\""));
+                    let _ = writeln!(o, "cuflight_kernel_seconds_total{{{l}}} {}", secs(*ns));
+                }
+            }
+        },
+    );
+    family("cuflight_kernel_launches_total", "counter", "Kernels that ran.", &mut |o| {
+        for (pid, m) in processes {
+            for (d, n) in &m.launches {
+                let _ = writeln!(
+                    o,
+                    "cuflight_kernel_launches_total{{{}}} {n}",
+                    labels(pid, m, &format!(",device=\"{d}\""))
+                );
+            }
+        }
+    });
+    family(
+        "cuflight_memcpy_bytes_total",
+        "counter",
+        "Bytes copied by kind (HtoD, DtoH, DtoD, ...) and host memory (pageable, pinned, device).",
+        &mut |o| {
+            for (pid, m) in processes {
+                for ((kind, host), b) in &m.memcpy_bytes {
+                    let l = labels(pid, m, &format!(",kind=\"{kind}\",host_memory=\"{host}\""));
+                    let _ = writeln!(o, "cuflight_memcpy_bytes_total{{{l}}} {b}");
+                }
+            }
+        },
+    );
+    family(
+        "cuflight_sync_wait_seconds_total",
+        "counter",
+        "Host time inside synchronising calls (cudaStreamSynchronize, cudaDeviceSynchronize, ...).",
+        &mut |o| {
+            for (pid, m) in processes {
+                let _ =
+                    writeln!(o, "cuflight_sync_wait_seconds_total{{{}}} {}", labels(pid, m, ""), secs(m.sync_wait_ns));
+            }
+        },
+    );
+    family(
+        "cuflight_device_memory_bytes",
+        "gauge",
+        "Device memory the process allocated during the windows and still holds at the end of the last.",
+        &mut |o| {
+            for (pid, m) in processes {
+                if let Some(b) = m.device_memory {
+                    let _ = writeln!(o, "cuflight_device_memory_bytes{{{}}} {b}", labels(pid, m, ""));
+                }
+            }
+        },
+    );
+    family("cuflight_events_dropped_total", "counter", "Records the agent lost (full rings, CUPTI drops).", &mut |o| {
+        for (pid, m) in processes {
+            let _ = writeln!(o, "cuflight_events_dropped_total{{{}}} {}", labels(pid, m, ""), m.dropped);
+        }
+    });
+    out
+}
+
+fn secs(ns: u64) -> String {
+    format!("{:.9}", ns as f64 / 1e9)
+}
+
+/// A label value as the exposition format quotes it.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}

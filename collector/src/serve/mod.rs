@@ -1,0 +1,158 @@
+//! `cuflight serve`: one long-running collector that follows every cuflight agent this user may control (the ones
+//! started later too; exited ones are dropped) and serves their GPU work as Prometheus metrics on `GET /metrics`.
+//!
+//! Dormant agents are sampled in windows (`--duty ON/PERIOD`, 1s/10s by default): each period every followed
+//! process is attached for ON, its window folded into counters ([`metrics`]) and the window's file removed, so
+//! the program pays the dormant cost plus ON/PERIOD of the recording cost; `cuflight_window_seconds_total` says
+//! what share of time the counters cover. `--duty continuous` records back to back.
+
+mod http;
+pub mod metrics;
+
+use anyhow::{bail, Context, Result};
+use cuflight_collector::capture::{agents, attach};
+use metrics::ProcessMetrics;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How much of the time windows cover.
+#[derive(Clone, Copy, Debug)]
+pub struct Duty {
+    pub on: Duration,
+    pub period: Duration,
+}
+
+/// `1s/10s` (ON/PERIOD) or `continuous` (windows of 10 s back to back).
+pub fn parse_duty(text: &str) -> Result<Duty, String> {
+    if text == "continuous" {
+        let d = Duration::from_secs(10);
+        return Ok(Duty { on: d, period: d });
+    }
+    let Some((on, period)) = text.split_once('/') else {
+        return Err(format!("'{text}': give ON/PERIOD (1s/10s) or continuous"));
+    };
+    let (on, period) = (attach::parse_duration(on)?, attach::parse_duration(period)?);
+    if on.is_zero() || on > period {
+        return Err(format!("'{text}': the window must be longer than zero and at most the period"));
+    }
+    Ok(Duty { on, period })
+}
+
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    pub allow_remote: bool,
+    pub duty: Duty,
+    /// Only these processes (empty: every agent this user may control).
+    pub pids: Vec<u32>,
+    /// Stop after this many periods (tests; None: until a signal).
+    pub rounds: Option<u64>,
+}
+
+type Shared = Arc<Mutex<BTreeMap<u32, ProcessMetrics>>>;
+
+pub fn serve(opts: &ServeOptions) -> Result<i32> {
+    if !opts.listen.ip().is_loopback() && !opts.allow_remote {
+        bail!(
+            "--listen {} is reachable from other machines and would show them process and kernel names: add \
+             --allow-remote to mean it",
+            opts.listen
+        );
+    }
+    let listener =
+        std::net::TcpListener::bind(opts.listen).with_context(|| format!("cannot listen on {}", opts.listen))?;
+    let addr = listener.local_addr()?;
+    eprintln!("cuflight: serving http://{addr}/metrics (windows of {:?} every {:?})", opts.duty.on, opts.duty.period);
+    let shared: Shared = Arc::default();
+    {
+        let shared = shared.clone();
+        std::thread::spawn(move || http::run(listener, move || metrics::render(&shared.lock().expect("metrics"))));
+    }
+    let scratch = tempdir()?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    let mut round = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && opts.rounds.is_none_or(|r| round < r) {
+        let started = Instant::now();
+        sample_round(opts, &shared, &scratch, round);
+        round += 1;
+        while started.elapsed() < opts.duty.period && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50).min(opts.duty.period));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(0)
+}
+
+/// One period: follow the agents there are now, record a window of each dormant one at once, fold them in.
+fn sample_round(opts: &ServeOptions, shared: &Shared, scratch: &Path, round: u64) {
+    let rows = agents::list().unwrap_or_default();
+    let rows: Vec<_> = rows.into_iter().filter(|r| opts.pids.is_empty() || opts.pids.contains(&r.pid)).collect();
+    {
+        let mut all = shared.lock().expect("metrics");
+        all.retain(|pid, _| rows.iter().any(|r| r.pid == *pid));
+        for r in &rows {
+            let m = all.entry(r.pid).or_default();
+            (m.state, m.command) = (r.state, r.command.clone());
+        }
+    }
+    let windows: Vec<_> = rows
+        .iter()
+        .filter(|r| r.state == "dormant")
+        .map(|r| {
+            let (pid, on) = (r.pid, opts.duty.on);
+            let path = scratch.join(format!("{pid}-{round}.cuf"));
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let ok = record_window(pid, &path, on);
+                (pid, path, ok, started.elapsed())
+            })
+        })
+        .collect();
+    for w in windows {
+        let Ok((pid, path, ok, took)) = w.join() else { continue };
+        if ok {
+            if let Ok(mut source) = cuflight_collector::model::source::EventSource::open(&path) {
+                let mut all = shared.lock().expect("metrics");
+                if let Some(m) = all.get_mut(&pid) {
+                    let covered = took.min(opts.duty.on).as_nanos() as u64;
+                    if let Err(e) = m.fold(&mut source, covered) {
+                        eprintln!("cuflight serve: window of pid {pid} unreadable: {e}");
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// Attaches to `pid` for `on`; false when the window could not be recorded (the process left, another collector).
+fn record_window(pid: u32, path: &Path, on: Duration) -> bool {
+    let opts = attach::AttachOptions {
+        pid,
+        output: path.to_path_buf(),
+        duration: Some(on),
+        range: None,
+        drain_interval: Duration::from_millis(10),
+        force: true,
+        every: None,
+        count: 1,
+        inject: None,
+        trace: None,
+    };
+    attach::attach(&opts, |_, _| {}).is_ok()
+}
+
+/// A private directory for the windows' files (mode 0700), removed at exit.
+fn tempdir() -> Result<PathBuf> {
+    let base = std::env::var_os("TMPDIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    let dir = base.join(format!("cuflight-serve-{}", std::process::id()));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).with_context(|| format!("cannot make {}", dir.display()))?;
+    Ok(dir)
+}
+
+use std::os::unix::fs::DirBuilderExt;

@@ -1,0 +1,163 @@
+//! `cuflight serve` (issue 30): Prometheus metrics of every dormant agent, sampled in windows. Steppers
+//! (tests/c/stepper.c on cudasim, the CPU test double: K launches and one synchronisation a ~1 ms step) run under
+//! `cuflight launch`; serve is scraped over HTTP twice and the exposition parsed with prometheus_client's parser.
+
+use cuflight_integration::*;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Stepper {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+    started: Instant,
+}
+
+fn stepper(dir: &Path, launches_per_step: u32) -> Stepper {
+    let prog = build_c("stepper", dir);
+    let mut child = Command::new(cuflight_bin())
+        .arg("launch")
+        .arg("--")
+        .arg(&prog)
+        .arg(launches_per_step.to_string())
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .env_remove("CUDASIM_CUPTI_VERSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("stepper runs");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("stepper: ready"), "{line}");
+    Stepper { child, out, started: Instant::now() }
+}
+
+impl Stepper {
+    /// Ends it; its steps per second over its life.
+    fn end(mut self) -> f64 {
+        drop(self.child.stdin.take());
+        let mut rest = String::new();
+        self.out.read_to_string(&mut rest).unwrap();
+        assert!(self.child.wait().unwrap().success());
+        let secs = self.started.elapsed().as_secs_f64();
+        let steps: f64 =
+            rest.trim().strip_prefix("stepper: ").and_then(|r| r.strip_suffix(" steps")).unwrap().parse().unwrap();
+        steps / secs
+    }
+}
+
+fn scrape(addr: &str, dir: &Path, n: u32) -> Value {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    let file = dir.join(format!("scrape-{n}.txt"));
+    std::fs::write(&file, body).unwrap();
+    python_json("prom_parse.py", &[file.as_os_str()])
+}
+
+/// The value of `family`'s sample for `pid` (0 when absent).
+fn value(m: &Value, family: &str, pid: u32) -> f64 {
+    let pid = pid.to_string();
+    m[family]["samples"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .filter(|s| s["labels"]["pid"].as_str() == Some(pid.as_str()))
+                .map(|s| s["value"].as_f64().unwrap())
+                .sum()
+        })
+        .unwrap_or(0.0)
+}
+
+fn pids(m: &Value) -> Vec<u32> {
+    let mut p: Vec<u32> = m["cuflight_agent_state"]["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["labels"]["pid"].as_str().unwrap().parse().unwrap())
+        .collect();
+    p.sort();
+    p
+}
+
+#[test]
+fn serve_follows_agents_and_counts_their_work_in_windows() {
+    let dir = scratch("serve");
+    let (slow, fast) = (stepper(&dir, 2), stepper(&dir, 8));
+    let mut serve = Command::new(cuflight_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--duty", "300ms/1s"])
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(serve.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).expect(&line).to_string();
+    std::thread::sleep(Duration::from_millis(3500));
+    let first = scrape(&addr, &dir, 1);
+    assert_eq!(pids(&first), {
+        let mut v = vec![slow.child.id(), fast.child.id()];
+        v.sort();
+        v
+    });
+    for family in ["cuflight_kernel_launches_total", "cuflight_window_seconds_total", "cuflight_gpu_busy_seconds_total"]
+    {
+        assert_eq!(first[family.trim_end_matches("_total")]["type"], "counter", "{family}: {first}");
+    }
+    // One process ends, another starts: the next scrape drops the first and has the second.
+    let late = stepper(&dir, 2);
+    let fast_pid = fast.child.id();
+    let fast_rate = fast.end();
+    std::thread::sleep(Duration::from_millis(3500));
+    let second = scrape(&addr, &dir, 2);
+    let _ = Command::new("kill").arg(serve.id().to_string()).status();
+    assert!(serve.wait().unwrap().success());
+    let slow_pid = slow.child.id();
+    assert_eq!(
+        pids(&second),
+        {
+            let mut v = vec![slow_pid, late.child.id()];
+            v.sort();
+            v
+        },
+        "{second}"
+    );
+    // Coverage is the duty cycle: 300 ms a window, one window a second.
+    let windows = value(&second, "cuflight_window_seconds", slow_pid);
+    assert!((1.2..=2.4).contains(&windows) && (windows / 0.3 - (windows / 0.3).round()).abs() < 0.01, "{windows}");
+    // Launches per covered second against the program's own rate (K launches a step).
+    let slow_rate = slow.end();
+    let counted = value(&second, "cuflight_kernel_launches", slow_pid) / windows;
+    let known = slow_rate * 2.0;
+    assert!((counted / known - 1.0).abs() <= 0.10, "counted {counted:.0}/s, the program ran {known:.0}/s");
+    let first_fast =
+        value(&first, "cuflight_kernel_launches", fast_pid) / value(&first, "cuflight_window_seconds", fast_pid);
+    assert!(
+        (first_fast / (fast_rate * 8.0) - 1.0).abs() <= 0.10,
+        "counted {first_fast:.0}/s, ran {:.0}/s",
+        fast_rate * 8.0
+    );
+    // Every step synchronises: time waited is counted.
+    assert!(value(&second, "cuflight_sync_wait_seconds", slow_pid) > 0.0);
+    late.end();
+}
+
+#[test]
+fn serve_stays_on_this_machine_unless_told() {
+    let out = Command::new(cuflight_bin()).args(["serve", "--listen", "0.0.0.0:0", "--rounds", "1"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--allow-remote"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
