@@ -26,6 +26,8 @@ pub struct ProcessMetrics {
     pub sync_wait_ns: u64,
     pub device_memory: Option<u64>,
     pub dropped: u64,
+    /// GPU idle time inside the windows' steps by the report's causes (`unexplained` for what none explains).
+    pub idle_ns: BTreeMap<String, u64>,
 }
 
 impl ProcessMetrics {
@@ -92,6 +94,28 @@ impl ProcessMetrics {
     }
 }
 
+impl ProcessMetrics {
+    /// Adds the report's idle causes of one window (its steps, or the window as one step).
+    pub fn fold_idle(&mut self, source: EventSource) -> Result<(), String> {
+        use cuflight_collector::analysis::report::{Options, Report};
+        let mut sources = vec![("window".to_string(), source)];
+        // A window is steady state: its first steps are not the program's warm-up.
+        let opts = Options { step: None, include_warmup: true };
+        let report = Report::compute(&mut sources, &opts).map_err(|e| e.to_string())?;
+        for p in &report.processes {
+            let causes = serde_json::to_value(p.idle_causes).map_err(|e| e.to_string())?;
+            for (key, v) in causes.as_object().into_iter().flatten() {
+                let (Some(cause), Some(ns)) = (key.strip_suffix("_ns"), v.as_u64()) else { continue };
+                if cause != "idle_in_steps" && cause != "idle_unexplained" {
+                    *self.idle_ns.entry(cause.to_string()).or_default() += ns;
+                }
+            }
+            *self.idle_ns.entry("unexplained".into()).or_default() += p.idle_unexplained_ns;
+        }
+        Ok(())
+    }
+}
+
 /// The exposition of every followed process.
 pub fn render(processes: &BTreeMap<u32, ProcessMetrics>) -> String {
     let mut out = String::new();
@@ -146,6 +170,20 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>) -> String {
                 for ((d, c), ns) in &m.kernel_ns {
                     let l = labels(pid, m, &format!(",device=\"{d}\",category=\"{c}\""));
                     let _ = writeln!(o, "cuflight_kernel_seconds_total{{{l}}} {}", secs(*ns));
+                }
+            }
+        },
+    );
+    family(
+        "cuflight_gpu_idle_seconds_total",
+        "counter",
+        "GPU idle time inside steps by cause, as cuflight report attributes it (data_loading, sync_stall, \
+         launch_bound, cpu_bound, device_wait, ..., unexplained).",
+        &mut |o| {
+            for (pid, m) in processes {
+                for (cause, ns) in &m.idle_ns {
+                    let l = labels(pid, m, &format!(",cause=\"{}\"", escape(cause)));
+                    let _ = writeln!(o, "cuflight_gpu_idle_seconds_total{{{l}}} {}", secs(*ns));
                 }
             }
         },

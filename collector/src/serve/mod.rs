@@ -116,14 +116,19 @@ fn sample_round(opts: &ServeOptions, shared: &Shared, scratch: &Path, round: u64
     for w in windows {
         let Ok((pid, path, ok, took)) = w.join() else { continue };
         if ok {
-            if let Ok(mut source) = cuflight_collector::model::source::EventSource::open(&path) {
-                let mut all = shared.lock().expect("metrics");
-                if let Some(m) = all.get_mut(&pid) {
-                    let covered = took.min(opts.duty.on).as_nanos() as u64;
-                    if let Err(e) = m.fold(&mut source, covered) {
-                        eprintln!("cuflight serve: window of pid {pid} unreadable: {e}");
+            // Folded outside the lock (a report of the window takes milliseconds): scrapes never wait on it.
+            let Some(mut m) = shared.lock().expect("metrics").get(&pid).cloned() else { continue };
+            let covered = took.min(opts.duty.on).as_nanos() as u64;
+            let open = || cuflight_collector::model::source::EventSource::open(&path).map_err(|e| e.to_string());
+            let folded = open().and_then(|mut s| m.fold(&mut s, covered)).and_then(|_| m.fold_idle(open()?));
+            match folded {
+                Ok(()) => {
+                    if let Some(now) = shared.lock().expect("metrics").get_mut(&pid) {
+                        (m.state, m.command) = (now.state, now.command.clone());
+                        *now = m;
                     }
                 }
+                Err(e) => eprintln!("cuflight serve: window of pid {pid} unreadable: {e}"),
             }
         }
         let _ = std::fs::remove_file(&path);
