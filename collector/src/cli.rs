@@ -161,6 +161,16 @@ pub enum Cmd {
         /// Only these processes (default: every agent, the ones started later too).
         pids: Vec<u32>,
     },
+    /// A live terminal view of the GPU work of every cuflight agent this user may control (as serve samples it):
+    /// busy share, launches per second, synchronisation, memory, drops; kernel time by category and idle causes
+    /// of the selected process. Keys: up/down pick, s sort, q quit.
+    Top {
+        /// Recorded share of time, as serve's --duty (default: a window of 1 s every 2 s).
+        #[arg(long, default_value = "1s/2s", value_parser = crate::serve::parse_duty)]
+        duty: crate::serve::Duty,
+        /// Only these processes (default: every agent, the ones started later too).
+        pids: Vec<u32>,
+    },
     /// The processes on this machine with a cuflight agent that this user may control: pid, state (dormant,
     /// recording), since when, CUDA driver and CUPTI versions, command.
     Ps {

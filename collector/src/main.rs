@@ -7,6 +7,7 @@ mod closed_output;
 mod diff_cmd;
 mod multi_trace;
 mod serve;
+mod top;
 use cli::*;
 use cuflight_collector::analysis::stats::{self, Stats};
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
@@ -333,6 +334,7 @@ fn run(cli: Cli) -> Result<i32> {
         Cmd::Serve { listen, allow_remote, duty, rounds, pids } => {
             serve::serve(&serve::ServeOptions { listen, allow_remote, duty, pids, rounds })
         }
+        Cmd::Top { duty, pids } => top::top(pids, duty),
         Cmd::Ps { format, all } => {
             let rows = if all { agents::list_all() } else { agents::list() };
             let rows = rows.context("cannot list agents (is /proc mounted?)")?;

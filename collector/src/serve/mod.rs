@@ -51,7 +51,8 @@ pub struct ServeOptions {
     pub rounds: Option<u64>,
 }
 
-type Shared = Arc<Mutex<BTreeMap<u32, ProcessMetrics>>>;
+/// The followed processes' metrics, shared between the sampling loop and whoever shows them.
+pub type Shared = Arc<Mutex<BTreeMap<u32, ProcessMetrics>>>;
 
 pub fn serve(opts: &ServeOptions) -> Result<i32> {
     if !opts.listen.ip().is_loopback() && !opts.allow_remote {
@@ -70,7 +71,7 @@ pub fn serve(opts: &ServeOptions) -> Result<i32> {
         let shared = shared.clone();
         std::thread::spawn(move || http::run(listener, move || metrics::render(&shared.lock().expect("metrics"))));
     }
-    let scratch = tempdir()?;
+    let scratch = Scratch::new()?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
@@ -78,20 +79,20 @@ pub fn serve(opts: &ServeOptions) -> Result<i32> {
     let mut round = 0u64;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) && opts.rounds.is_none_or(|r| round < r) {
         let started = Instant::now();
-        sample_round(opts, &shared, &scratch, round);
+        sample_round(&opts.pids, opts.duty, &shared, &scratch.0, round);
         round += 1;
         while started.elapsed() < opts.duty.period && !stop.load(std::sync::atomic::Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(50).min(opts.duty.period));
         }
     }
-    let _ = std::fs::remove_dir_all(&scratch);
     Ok(0)
 }
 
-/// One period: follow the agents there are now, record a window of each dormant one at once, fold them in.
-fn sample_round(opts: &ServeOptions, shared: &Shared, scratch: &Path, round: u64) {
+/// One period: follow the agents there are now (those in `pids`, or all), record a window of each dormant one at
+/// once, fold them in.
+pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, round: u64) {
     let rows = agents::list().unwrap_or_default();
-    let rows: Vec<_> = rows.into_iter().filter(|r| opts.pids.is_empty() || opts.pids.contains(&r.pid)).collect();
+    let rows: Vec<_> = rows.into_iter().filter(|r| pids.is_empty() || pids.contains(&r.pid)).collect();
     {
         let mut all = shared.lock().expect("metrics");
         all.retain(|pid, _| rows.iter().any(|r| r.pid == *pid));
@@ -104,7 +105,7 @@ fn sample_round(opts: &ServeOptions, shared: &Shared, scratch: &Path, round: u64
         .iter()
         .filter(|r| r.state == "dormant")
         .map(|r| {
-            let (pid, on) = (r.pid, opts.duty.on);
+            let (pid, on) = (r.pid, duty.on);
             let path = scratch.join(format!("{pid}-{round}.cuf"));
             std::thread::spawn(move || {
                 let started = Instant::now();
@@ -118,7 +119,7 @@ fn sample_round(opts: &ServeOptions, shared: &Shared, scratch: &Path, round: u64
         if ok {
             // Folded outside the lock (a report of the window takes milliseconds): scrapes never wait on it.
             let Some(mut m) = shared.lock().expect("metrics").get(&pid).cloned() else { continue };
-            let covered = took.min(opts.duty.on).as_nanos() as u64;
+            let covered = took.min(duty.on).as_nanos() as u64;
             let open = || cuflight_collector::model::source::EventSource::open(&path).map_err(|e| e.to_string());
             let folded = open().and_then(|mut s| m.fold(&mut s, covered)).and_then(|_| m.fold_idle(open()?));
             match folded {
@@ -152,12 +153,25 @@ fn record_window(pid: u32, path: &Path, on: Duration) -> bool {
     attach::attach(&opts, |_, _| {}).is_ok()
 }
 
-/// A private directory for the windows' files (mode 0700), removed at exit.
-fn tempdir() -> Result<PathBuf> {
-    let base = std::env::var_os("TMPDIR").map_or_else(std::env::temp_dir, PathBuf::from);
-    let dir = base.join(format!("cuflight-serve-{}", std::process::id()));
-    std::fs::DirBuilder::new().mode(0o700).create(&dir).with_context(|| format!("cannot make {}", dir.display()))?;
-    Ok(dir)
+/// A private directory for the windows' files (mode 0700), removed when dropped.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new() -> Result<Scratch> {
+        let base = std::env::var_os("TMPDIR").map_or_else(std::env::temp_dir, PathBuf::from);
+        let dir = base.join(format!("cuflight-serve-{}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("cannot make {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 use std::os::unix::fs::DirBuilderExt;

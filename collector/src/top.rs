@@ -1,0 +1,209 @@
+//! `cuflight top`: the followed processes' GPU work, live, refreshed every second (as `top` shows CPU work): per
+//! process its GPU busy share, launches per second, time waited in synchronisation, device memory, drops and
+//! command; under it, the selected process's kernel time by category and its GPU idle time by cause. The numbers
+//! come from `serve`'s sampling (windows folded into counters); rates are over the time the windows covered
+//! since the previous refresh. Keys: ↑/↓ (k/j) pick a process, s changes the sort, q or Ctrl-C quits.
+
+use crate::serve::{self, metrics::ProcessMetrics, Duty, Shared};
+use anyhow::Result;
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::{Modifier, Style};
+use ratatui::widgets::{Block, Borders, Paragraph, Row, Table, TableState};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One process's rates between two refreshes.
+#[derive(Default, Clone)]
+struct Rates {
+    pid: u32,
+    busy: f64,
+    launches: f64,
+    sync: f64,
+    memory: Option<u64>,
+    dropped: u64,
+    command: String,
+    state: &'static str,
+    categories: Vec<(String, f64)>,
+    idle: Vec<(String, f64)>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Sort {
+    Busy,
+    Launches,
+    Pid,
+}
+
+pub fn top(pids: Vec<u32>, duty: Duty) -> Result<i32> {
+    let shared: Shared = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (shared, stop) = (shared.clone(), stop.clone());
+        std::thread::spawn(move || -> Result<()> {
+            let scratch = serve::Scratch::new()?;
+            let mut round = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                serve::sample_round(&pids, duty, &shared, &scratch.0, round);
+                round += 1;
+                while started.elapsed() < duty.period && !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            Ok(())
+        })
+    };
+    let mut terminal = ratatui::init();
+    let result = ui(&mut terminal, &shared);
+    ratatui::restore();
+    stop.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+    result.map(|_| 0)
+}
+
+fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared) -> Result<()> {
+    let mut before: BTreeMap<u32, ProcessMetrics> = BTreeMap::new();
+    let mut rates: Vec<Rates> = Vec::new();
+    let (mut sort, mut table) = (Sort::Busy, TableState::default().with_selected(0));
+    let mut next_refresh = Instant::now();
+    loop {
+        if Instant::now() >= next_refresh {
+            let now = shared.lock().expect("metrics").clone();
+            rates = now.iter().map(|(pid, m)| rates_of(*pid, m, before.get(pid))).collect();
+            before = now;
+            next_refresh = Instant::now() + Duration::from_secs(1);
+        }
+        match sort {
+            Sort::Busy => rates.sort_by(|a, b| b.busy.total_cmp(&a.busy).then(a.pid.cmp(&b.pid))),
+            Sort::Launches => rates.sort_by(|a, b| b.launches.total_cmp(&a.launches).then(a.pid.cmp(&b.pid))),
+            Sort::Pid => rates.sort_by_key(|r| r.pid),
+        }
+        let sort_name = match sort {
+            Sort::Busy => "busy",
+            Sort::Launches => "launches/s",
+            Sort::Pid => "pid",
+        };
+        // An empty table leaves nothing selected: pick the first process once there is one.
+        if table.selected().is_none_or(|i| i >= rates.len()) && !rates.is_empty() {
+            table.select(Some(0));
+        }
+        terminal.draw(|f| draw(f, &rates, &mut table, sort_name))?;
+        if event::poll(Duration::from_millis(200))? {
+            if let Event::Key(k) = event::read()? {
+                if k.kind != KeyEventKind::Press {
+                    continue;
+                }
+                let n = rates.len().max(1);
+                match k.code {
+                    KeyCode::Char('q') | KeyCode::Esc => return Ok(()),
+                    KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => return Ok(()),
+                    KeyCode::Down | KeyCode::Char('j') => table.select(Some((table.selected().unwrap_or(0) + 1) % n)),
+                    KeyCode::Up | KeyCode::Char('k') => table.select(Some((table.selected().unwrap_or(0) + n - 1) % n)),
+                    KeyCode::Char('s') => {
+                        sort = match sort {
+                            Sort::Busy => Sort::Launches,
+                            Sort::Launches => Sort::Pid,
+                            Sort::Pid => Sort::Busy,
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Rates since `before` (the whole history for a process seen the first time), per covered second.
+fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Rates {
+    let empty = ProcessMetrics::default();
+    let b = before.unwrap_or(&empty);
+    let covered = (m.window_ns.saturating_sub(b.window_ns)) as f64;
+    let per = |now: u64, then: u64| if covered > 0.0 { now.saturating_sub(then) as f64 / covered } else { 0.0 };
+    let sum = |map: &BTreeMap<u32, u64>| map.values().sum::<u64>();
+    let mut categories: BTreeMap<&str, u64> = BTreeMap::new();
+    for ((d, c), ns) in &m.kernel_ns {
+        *categories.entry(c).or_default() += ns.saturating_sub(b.kernel_ns.get(&(*d, *c)).copied().unwrap_or(0));
+    }
+    let mut categories: Vec<(String, f64)> = categories
+        .into_iter()
+        .map(|(c, ns)| (c.to_string(), if covered > 0.0 { ns as f64 / covered } else { 0.0 }))
+        .collect();
+    categories.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut idle: Vec<(String, f64)> = m
+        .idle_ns
+        .iter()
+        .map(|(c, ns)| (c.clone(), per(*ns, b.idle_ns.get(c).copied().unwrap_or(0))))
+        .filter(|(_, v)| *v > 0.0)
+        .collect();
+    idle.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Rates {
+        pid,
+        busy: per(sum(&m.busy_ns), sum(&b.busy_ns)),
+        launches: per(sum(&m.launches), sum(&b.launches)) * 1e9,
+        sync: per(m.sync_wait_ns, b.sync_wait_ns),
+        memory: m.device_memory,
+        dropped: m.dropped,
+        command: m.command.clone(),
+        state: m.state,
+        categories,
+        idle,
+    }
+}
+
+fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &str) {
+    let [head, list, detail, keys] =
+        Layout::vertical([Constraint::Length(1), Constraint::Min(5), Constraint::Length(8), Constraint::Length(1)])
+            .areas(f.area());
+    f.render_widget(Paragraph::new(format!("cuflight top: {} process(es), sorted by {sort}", rates.len())), head);
+    let rows = rates.iter().map(|r| {
+        Row::new(vec![
+            r.pid.to_string(),
+            format!("{:5.1}%", r.busy * 100.0),
+            format!("{:8.0}", r.launches),
+            format!("{:5.1}%", r.sync * 100.0),
+            r.memory.map_or("-".into(), |b| format!("{} MiB", b >> 20)),
+            r.dropped.to_string(),
+            r.state.to_string(),
+            r.command.clone(),
+        ])
+    });
+    let widths = [
+        Constraint::Length(7),
+        Constraint::Length(6),
+        Constraint::Length(10),
+        Constraint::Length(6),
+        Constraint::Length(9),
+        Constraint::Length(6),
+        Constraint::Length(9),
+        Constraint::Min(10),
+    ];
+    let t = Table::new(rows, widths)
+        .header(
+            Row::new(vec!["PID", "BUSY", "LAUNCH/S", "SYNC", "MEMORY", "DROPS", "STATE", "COMMAND"])
+                .style(Style::new().add_modifier(Modifier::BOLD)),
+        )
+        .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
+        .block(Block::new().borders(Borders::TOP | Borders::BOTTOM));
+    f.render_stateful_widget(t, list, table);
+    let chosen = table.selected().and_then(|i| rates.get(i));
+    let text = match chosen {
+        Some(r) => {
+            let share = |v: &[(String, f64)]| {
+                v.iter().take(5).map(|(n, s)| format!("{n} {:.1}%", s * 100.0)).collect::<Vec<_>>().join(", ")
+            };
+            format!(
+                "pid {}: {}\nkernel time: {}\nGPU idle in steps: {}",
+                r.pid,
+                r.command,
+                if r.categories.is_empty() { "-".into() } else { share(&r.categories) },
+                if r.idle.is_empty() { "-".into() } else { share(&r.idle) }
+            )
+        }
+        None => "no cuflight agent to show yet (start programs with `cuflight launch`)".into(),
+    };
+    f.render_widget(Paragraph::new(text).wrap(ratatui::widgets::Wrap { trim: true }), detail);
+    f.render_widget(Paragraph::new("↑/↓ pick  s sort  q quit"), keys);
+}

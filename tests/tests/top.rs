@@ -1,0 +1,68 @@
+//! `cuflight top` (issue 30) driven in tmux at 80x24, as over ssh: it shows a dormant stepper (tests/c/stepper.c
+//! on cudasim, the CPU test double) with its launch rate and kernel categories, and quits cleanly on `q`.
+
+use cuflight_integration::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn tmux(args: &[&str]) -> String {
+    let out = Command::new("tmux").args(args).output().expect("tmux runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn top_shows_live_rates_and_quits_on_q() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "tmux is missing (scripts/setup-tests installs it)");
+        eprintln!("skipped: no tmux");
+        return;
+    }
+    let dir = scratch("top");
+    let prog = build_c("stepper", &dir);
+    let mut stepper = Command::new(cuflight_bin())
+        .arg("launch")
+        .arg("--")
+        .arg(&prog)
+        .arg("4")
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .env_remove("CUDASIM_CUPTI_VERSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(stepper.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let pid = stepper.id();
+    let session = format!("cuflight-top-{}", std::process::id());
+    let done = dir.join("top-exited");
+    let cmd = format!("{} top --duty 500ms/1s {pid}; echo $? > {}", cuflight_bin().display(), done.display());
+    tmux(&["new-session", "-d", "-s", &session, "-x", "80", "-y", "24", &cmd]);
+    // Wait for a row with a launch rate (windows of 500 ms, a refresh a second).
+    let started = Instant::now();
+    let mut screen = String::new();
+    while started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(500));
+        screen = tmux(&["capture-pane", "-p", "-t", &session]);
+        let row = screen.lines().find(|l| l.trim_start().starts_with(&pid.to_string()));
+        if row
+            .is_some_and(|r| r.split_whitespace().nth(2).and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v > 100.0))
+            && screen.contains("kernel time: other")
+        {
+            break;
+        }
+    }
+    assert!(screen.lines().count() <= 24 && screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
+    assert!(screen.contains("./stepper 4") || screen.contains("stepper 4"), "{screen}");
+    assert!(screen.contains("kernel time: other"), "{screen}");
+    tmux(&["send-keys", "-t", &session, "q"]);
+    let quit = Instant::now();
+    while !done.exists() && quit.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = Command::new("tmux").args(["kill-session", "-t", &session]).output();
+    drop(stepper.stdin.take());
+    let _ = stepper.wait();
+    assert_eq!(std::fs::read_to_string(&done).expect("top quit on q").trim(), "0");
+}
