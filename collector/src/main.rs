@@ -331,10 +331,11 @@ fn run(cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Serve { listen, allow_remote, duty, rounds, pids } => {
+        Cmd::Serve { listen, allow_remote, duty, interval, rounds, pids } => {
+            let duty = duty.or_continuous(interval);
             serve::serve(&serve::ServeOptions { listen, allow_remote, duty, pids, rounds })
         }
-        Cmd::Top { duty, pids } => top::top(pids, duty),
+        Cmd::Top { duty, pids } => top::top(pids, duty.or_continuous(Duration::from_secs(1))),
         Cmd::Ps { format, all } => {
             let rows = if all { agents::list_all() } else { agents::list() };
             let rows = rows.context("cannot list agents (is /proc mounted?)")?;

@@ -58,16 +58,27 @@ impl Stepper {
 }
 
 fn scrape(addr: &str, dir: &Path, n: u32) -> Value {
+    scrape_as(addr, dir, n, false)
+}
+
+/// GET /metrics, in OpenMetrics when `openmetrics` (as Prometheus asks for it), parsed by the matching parser.
+fn scrape_as(addr: &str, dir: &Path, n: u32, openmetrics: bool) -> Value {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let accept = if openmetrics { "Accept: application/openmetrics-text; version=1.0.0\r\n" } else { "" };
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n{accept}\r\n").unwrap();
     let mut reply = String::new();
     s.read_to_string(&mut reply).unwrap();
     let (head, body) = reply.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    let kind = if openmetrics { "application/openmetrics-text; version=1.0.0" } else { "text/plain; version=0.0.4" };
+    assert!(head.contains(kind), "{head}");
     let file = dir.join(format!("scrape-{n}.txt"));
     std::fs::write(&file, body).unwrap();
-    python_json("prom_parse.py", &[file.as_os_str()])
+    let mut args = vec![file.as_os_str()];
+    if openmetrics {
+        args.push("--openmetrics".as_ref());
+    }
+    python_json("prom_parse.py", &args)
 }
 
 /// The value of `family`'s sample for `pid` (0 when absent).
@@ -125,6 +136,8 @@ fn serve_follows_agents_and_counts_their_work_in_windows() {
     let fast_rate = fast.end();
     std::thread::sleep(Duration::from_millis(3500));
     let second = scrape(&addr, &dir, 2);
+    let open = scrape_as(&addr, &dir, 3, true);
+    assert_eq!(open["cuflight_kernel_launches"]["type"], "counter", "{open}");
     let _ = Command::new("kill").arg(serve.id().to_string()).status();
     assert!(serve.wait().unwrap().success());
     let slow_pid = slow.child.id();

@@ -5,13 +5,14 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
-pub fn run(listener: TcpListener, body: impl Fn() -> String) {
+/// `body(openmetrics)`: the exposition, in OpenMetrics when the scraper asks for it (its Accept header).
+pub fn run(listener: TcpListener, body: impl Fn(bool) -> String) {
     for stream in listener.incoming().flatten() {
         let _ = answer(stream, &body);
     }
 }
 
-fn answer(mut s: TcpStream, body: &impl Fn() -> String) -> std::io::Result<()> {
+fn answer(mut s: TcpStream, body: &impl Fn(bool) -> String) -> std::io::Result<()> {
     s.set_read_timeout(Some(Duration::from_secs(2)))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
     // The request head, at most 8 KiB.
@@ -28,8 +29,13 @@ fn answer(mut s: TcpStream, body: &impl Fn() -> String) -> std::io::Result<()> {
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = path.split('?').next().unwrap_or("");
+    let head_text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let openmetrics = head_text.lines().any(|l| l.starts_with("accept:") && l.contains("application/openmetrics-text"));
     let (status, kind, text) = match (method, path) {
-        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body()),
+        ("GET", "/metrics") if openmetrics => {
+            ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", body(true))
+        }
+        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body(false)),
         ("GET", "/") => ("200 OK", "text/plain; charset=utf-8", "cuflight serve: metrics at /metrics\n".to_string()),
         _ => ("404 Not Found", "text/plain; charset=utf-8", "not found\n".to_string()),
     };

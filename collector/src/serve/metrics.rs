@@ -116,10 +116,12 @@ impl ProcessMetrics {
     }
 }
 
-/// The exposition of every followed process.
-pub fn render(processes: &BTreeMap<u32, ProcessMetrics>) -> String {
+/// The exposition of every followed process: Prometheus text format 0.0.4, or OpenMetrics 1.0 (`openmetrics`:
+/// a counter family is named without its samples' `_total`, and the text ends with `# EOF`).
+pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> String {
     let mut out = String::new();
     let mut family = |name: &str, kind: &str, help: &str, samples: &mut dyn FnMut(&mut String)| {
+        let name = if openmetrics && kind == "counter" { name.trim_end_matches("_total") } else { name };
         let _ = writeln!(out, "# HELP {name} {help}");
         let _ = writeln!(out, "# TYPE {name} {kind}");
         samples(&mut out);
@@ -240,6 +242,9 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>) -> String {
             let _ = writeln!(o, "cuflight_events_dropped_total{{{}}} {}", labels(pid, m, ""), m.dropped);
         }
     });
+    if openmetrics {
+        out.push_str("# EOF\n");
+    }
     out
 }
 

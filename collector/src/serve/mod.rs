@@ -25,11 +25,10 @@ pub struct Duty {
     pub period: Duration,
 }
 
-/// `1s/10s` (ON/PERIOD) or `continuous` (windows of 10 s back to back).
+/// `1s/10s` (ON/PERIOD) or `continuous` (windows back to back, as long as `--interval`: ON = PERIOD = 0 here).
 pub fn parse_duty(text: &str) -> Result<Duty, String> {
     if text == "continuous" {
-        let d = Duration::from_secs(10);
-        return Ok(Duty { on: d, period: d });
+        return Ok(Duty { on: Duration::ZERO, period: Duration::ZERO });
     }
     let Some((on, period)) = text.split_once('/') else {
         return Err(format!("'{text}': give ON/PERIOD (1s/10s) or continuous"));
@@ -39,6 +38,17 @@ pub fn parse_duty(text: &str) -> Result<Duty, String> {
         return Err(format!("'{text}': the window must be longer than zero and at most the period"));
     }
     Ok(Duty { on, period })
+}
+
+impl Duty {
+    /// `continuous` becomes windows of `interval` back to back.
+    pub fn or_continuous(self, interval: Duration) -> Duty {
+        if self.period.is_zero() {
+            Duty { on: interval, period: interval }
+        } else {
+            self
+        }
+    }
 }
 
 pub struct ServeOptions {
@@ -69,7 +79,9 @@ pub fn serve(opts: &ServeOptions) -> Result<i32> {
     let shared: Shared = Arc::default();
     {
         let shared = shared.clone();
-        std::thread::spawn(move || http::run(listener, move || metrics::render(&shared.lock().expect("metrics"))));
+        std::thread::spawn(move || {
+            http::run(listener, move |om| metrics::render(&shared.lock().expect("metrics"), om))
+        });
     }
     let scratch = Scratch::new()?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
