@@ -137,6 +137,19 @@ fn serve_follows_agents_and_counts_their_work_in_windows() {
     std::thread::sleep(Duration::from_millis(3500));
     let second = scrape(&addr, &dir, 2);
     let open = scrape_as(&addr, &dir, 3, true);
+    // The Grafana dashboard in docs asks only for metrics serve has.
+    let served = std::fs::read_to_string(dir.join("scrape-2.txt")).unwrap();
+    let dashboard = std::fs::read_to_string(repo_root().join("docs/grafana/cuflight-dashboard.json")).unwrap();
+    for name in dashboard
+        .split("cuflight_")
+        .skip(1)
+        .map(|rest| rest.split(|c: char| !(c.is_ascii_lowercase() || c == '_')).next().unwrap_or_default())
+    {
+        let name = format!("cuflight_{name}");
+        if name != "cuflight_" && !name.starts_with("cuflight_gpu_work") {
+            assert!(served.contains(&format!("# TYPE {name} ")), "the dashboard asks for {name}, not served");
+        }
+    }
     assert_eq!(open["cuflight_kernel_launches"]["type"], "counter", "{open}");
     let _ = Command::new("kill").arg(serve.id().to_string()).status();
     assert!(serve.wait().unwrap().success());
