@@ -137,6 +137,25 @@ fn serve_follows_agents_and_counts_their_work_in_windows() {
     std::thread::sleep(Duration::from_millis(3500));
     let second = scrape(&addr, &dir, 2);
     let open = scrape_as(&addr, &dir, 3, true);
+    // Prometheus' own linter accepts the exposition.
+    let local = repo_root().join(".cache/prometheus/usr/bin/promtool");
+    let promtool = if local.exists() { local } else { "promtool".into() };
+    match Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(dir.join("scrape-2.txt")).unwrap())
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "promtool: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => {
+            assert!(std::env::var_os("CI").is_none(), "no promtool ({e}): scripts/setup-tests fetches it");
+            eprintln!("skipped promtool: {e}");
+        }
+    }
     // The Grafana dashboard in docs asks only for metrics serve has.
     let served = std::fs::read_to_string(dir.join("scrape-2.txt")).unwrap();
     let dashboard = std::fs::read_to_string(repo_root().join("docs/grafana/cuflight-dashboard.json")).unwrap();
