@@ -106,14 +106,12 @@ fn pids(m: &Value) -> Vec<u32> {
     p
 }
 
-#[test]
-fn serve_follows_agents_and_counts_their_work_in_windows() {
-    let _serial = serial();
-    let dir = scratch("serve");
-    let (slow, fast) = (stepper(&dir, 2), stepper(&dir, 8));
+/// Starts `cuflight serve --listen 127.0.0.1:0 ARGS` and returns it with the address it listens on (its first
+/// line on stderr). Its stderr is kept open in the returned reader so later lines never block it.
+fn start_serve(args: &[&str]) -> (Child, String, BufReader<std::process::ChildStderr>) {
     let mut serve = Command::new(cuflight_bin())
-        .args(["serve", "--listen", "127.0.0.1:0", "--duty", "300ms/1s"])
-        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -121,6 +119,15 @@ fn serve_follows_agents_and_counts_their_work_in_windows() {
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
     let addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).expect(&line).to_string();
+    (serve, addr, err)
+}
+
+#[test]
+fn serve_follows_agents_and_counts_their_work_in_windows() {
+    let _serial = serial();
+    let dir = scratch("serve");
+    let (slow, fast) = (stepper(&dir, 2), stepper(&dir, 8));
+    let (mut serve, addr, _err) = start_serve(&["--duty", "300ms/1s"]);
     std::thread::sleep(Duration::from_millis(3500));
     let first = scrape(&addr, &dir, 1);
     // (Other agents of this user, left by anything else, may be there too: these must.)
@@ -215,16 +222,7 @@ fn idle_time_is_counted_by_cause() {
         .unwrap();
     let pid = planted.id();
     std::thread::sleep(Duration::from_millis(500));
-    let mut serve = Command::new(cuflight_bin())
-        .args(["serve", "--listen", "127.0.0.1:0", "--duty", "500ms/700ms", "--rounds", "3"])
-        .arg(pid.to_string())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(serve.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    let addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).expect(&line).to_string();
+    let (mut serve, addr, _err) = start_serve(&["--duty", "500ms/700ms", "--rounds", "3", &pid.to_string()]);
     std::thread::sleep(Duration::from_millis(1900));
     let m = scrape(&addr, &dir, 1);
     let _ = planted.kill();
