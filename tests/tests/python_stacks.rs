@@ -168,6 +168,15 @@ fn findings_name_the_lines_behind_their_calls() {
     let text = std::process::Command::new(cuflight_bin()).arg("report").arg(&rec.trace).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("in read_loss: here(\"copy\"); assert rt.cudaMemcpy(host, dev, 64, 2) == 0"), "{text}");
+    // The HTML report too (escaped).
+    let html = std::process::Command::new(cuflight_bin())
+        .args(["report", "--format", "html"])
+        .arg(&rec.trace)
+        .output()
+        .unwrap();
+    let html = String::from_utf8_lossy(&html.stdout);
+    let at = format!("at <code>{}</code> in read_loss", planted["copy"].0);
+    assert!(html.contains(&at), "{at} not in the HTML report");
 }
 
 #[test]

@@ -81,6 +81,19 @@ fn finding_card(out: &mut String, f: &Finding, origin: u64) {
             ms(e.duration_ns)
         );
     }
+    for s in f.sources.iter().take(5) {
+        let code = super::sources::source_text(&s.file, s.line)
+            .map_or(String::new(), |c| format!(": <code>{}</code>", esc(&c)));
+        let _ = write!(
+            out,
+            "<li>at <code>{}:{}</code> in {}{code} ({} calls, {})</li>",
+            esc(&s.file),
+            s.line,
+            esc(&s.function),
+            s.count,
+            ms(s.ns)
+        );
+    }
     let _ = write!(out, "</ul><p class=fix><b>Fix:</b> {}</p></div>", esc(&f.fix));
 }
 
