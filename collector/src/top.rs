@@ -1,5 +1,5 @@
 //! `cuflight top`: the followed processes' GPU work, live, refreshed every second (as `top` shows CPU work): per
-//! process its GPU busy share, launches per second, time waited in synchronisation, device memory, drops and
+//! process and GPU its busy share, launches per second, time waited in synchronisation, device memory, drops and
 //! command; under it, the selected process's kernel time by category and its GPU idle time by cause. The numbers
 //! come from `serve`'s sampling (windows folded into counters); rates are over the time the windows covered
 //! since the previous refresh. Keys: ↑/↓ (k/j) pick a process, s changes the sort, q or Ctrl-C quits.
@@ -15,10 +15,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// One process's rates between two refreshes.
+/// One process's rates on one GPU between two refreshes (its process-wide figures repeated on each GPU's row).
 #[derive(Default, Clone)]
 struct Rates {
     pid: u32,
+    /// None before the process's first window saw device work.
+    device: Option<u32>,
     busy: f64,
     launches: f64,
     sync: f64,
@@ -72,14 +74,25 @@ fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared) -> Result<()> {
     loop {
         if Instant::now() >= next_refresh {
             let now = shared.lock().expect("metrics").clone();
-            rates = now.iter().map(|(pid, m)| rates_of(*pid, m, before.get(pid))).collect();
-            before = now;
+            let mut next = Vec::new();
+            for (pid, m) in &now {
+                let old = before.get(pid);
+                if old.is_some_and(|o| o.window_ns == m.window_ns) {
+                    // No window ended since the last refresh: keep its rates (and the baseline they came from).
+                    next.extend(rates.iter().filter(|r| r.pid == *pid).cloned().map(|r| Rates { state: m.state, ..r }));
+                    continue;
+                }
+                next.extend(rates_of(*pid, m, old));
+                before.insert(*pid, m.clone());
+            }
+            before.retain(|pid, _| now.contains_key(pid));
+            rates = next;
             next_refresh = Instant::now() + Duration::from_secs(1);
         }
         match sort {
             Sort::Busy => rates.sort_by(|a, b| b.busy.total_cmp(&a.busy).then(a.pid.cmp(&b.pid))),
             Sort::Launches => rates.sort_by(|a, b| b.launches.total_cmp(&a.launches).then(a.pid.cmp(&b.pid))),
-            Sort::Pid => rates.sort_by_key(|r| r.pid),
+            Sort::Pid => rates.sort_by_key(|r| (r.pid, r.device)),
         }
         let sort_name = match sort {
             Sort::Busy => "busy",
@@ -116,8 +129,9 @@ fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared) -> Result<()> {
     }
 }
 
-/// Rates since `before` (the whole history for a process seen the first time), per covered second.
-fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Rates {
+/// Rates since `before` (the whole history for a process seen the first time), per covered second: a row per GPU
+/// the process used, one row before it used any.
+fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Vec<Rates> {
     let empty = ProcessMetrics::default();
     let b = before.unwrap_or(&empty);
     let covered = (m.window_ns.saturating_sub(b.window_ns)) as f64;
@@ -139,8 +153,9 @@ fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Ra
         .filter(|(_, v)| *v > 0.0)
         .collect();
     idle.sort_by(|a, b| b.1.total_cmp(&a.1));
-    Rates {
+    let row = Rates {
         pid,
+        device: None,
         busy: per(sum(&m.busy_ns), sum(&b.busy_ns)),
         launches: per(sum(&m.launches), sum(&b.launches)) * 1e9,
         sync: per(m.sync_wait_ns, b.sync_wait_ns),
@@ -150,7 +165,24 @@ fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Ra
         state: m.state,
         categories,
         idle,
+    };
+    let at = |map: &BTreeMap<u32, u64>, d: u32| map.get(&d).copied().unwrap_or(0);
+    let devices: Vec<u32> = m.busy_ns.keys().chain(m.launches.keys()).copied().collect();
+    let mut devices = devices;
+    devices.sort_unstable();
+    devices.dedup();
+    if devices.is_empty() {
+        return vec![row];
     }
+    devices
+        .into_iter()
+        .map(|d| Rates {
+            device: Some(d),
+            busy: per(at(&m.busy_ns, d), at(&b.busy_ns, d)),
+            launches: per(at(&m.launches, d), at(&b.launches, d)) * 1e9,
+            ..row.clone()
+        })
+        .collect()
 }
 
 fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &str) {
@@ -161,6 +193,7 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
     let rows = rates.iter().map(|r| {
         Row::new(vec![
             r.pid.to_string(),
+            r.device.map_or("-".into(), |d| d.to_string()),
             format!("{:5.1}%", r.busy * 100.0),
             format!("{:8.0}", r.launches),
             format!("{:5.1}%", r.sync * 100.0),
@@ -172,6 +205,7 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
     });
     let widths = [
         Constraint::Length(7),
+        Constraint::Length(3),
         Constraint::Length(6),
         Constraint::Length(10),
         Constraint::Length(6),
@@ -182,7 +216,7 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
     ];
     let t = Table::new(rows, widths)
         .header(
-            Row::new(vec!["PID", "BUSY", "LAUNCH/S", "SYNC", "MEMORY", "DROPS", "STATE", "COMMAND"])
+            Row::new(vec!["PID", "GPU", "BUSY", "LAUNCH/S", "SYNC", "MEMORY", "DROPS", "STATE", "COMMAND"])
                 .style(Style::new().add_modifier(Modifier::BOLD)),
         )
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))

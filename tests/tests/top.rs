@@ -41,18 +41,17 @@ fn top_shows_live_rates_and_quits_on_q() {
     tmux(&["new-session", "-d", "-s", &session, "-x", "80", "-y", "24", &cmd]);
     // Wait for a row with a launch rate (windows of 500 ms, a refresh a second).
     let started = Instant::now();
-    let mut screen = String::new();
-    while started.elapsed() < Duration::from_secs(20) {
+    let (mut screen, mut live) = (String::new(), false);
+    while !live && started.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(500));
         screen = tmux(&["capture-pane", "-p", "-t", &session]);
         let row = screen.lines().find(|l| l.trim_start().starts_with(&pid.to_string()));
-        if row
-            .is_some_and(|r| r.split_whitespace().nth(2).and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v > 100.0))
-            && screen.contains("kernel time: other")
-        {
-            break;
-        }
+        // PID, GPU, BUSY, LAUNCH/S, ...
+        live = row.is_some_and(|r| {
+            r.split_whitespace().nth(3).and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v > 100.0)
+        }) && screen.contains("kernel time: other");
     }
+    assert!(live, "no live row for pid {pid}:\n{screen}");
     assert!(screen.lines().count() <= 24 && screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
     assert!(screen.contains("./stepper 4") || screen.contains("stepper 4"), "{screen}");
     assert!(screen.contains("kernel time: other"), "{screen}");
