@@ -40,6 +40,10 @@ enum Sort {
 }
 
 pub fn top(pids: Vec<u32>, duty: Duty) -> Result<i32> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        anyhow::bail!("top needs a terminal (for metrics a program can read, use cuflight serve)");
+    }
     let shared: Shared = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
@@ -58,9 +62,14 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<i32> {
             Ok(())
         })
     };
-    let mut terminal = ratatui::init();
-    let result = ui(&mut terminal, &shared);
-    ratatui::restore();
+    let result = match ratatui::try_init() {
+        Ok(mut terminal) => {
+            let r = ui(&mut terminal, &shared);
+            ratatui::restore();
+            r
+        }
+        Err(e) => Err(anyhow::anyhow!("cannot set up the terminal: {e}")),
+    };
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.join();
     result.map(|_| 0)

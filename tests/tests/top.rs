@@ -65,3 +65,11 @@ fn top_shows_live_rates_and_quits_on_q() {
     let _ = stepper.wait();
     assert_eq!(std::fs::read_to_string(&done).expect("top quit on q").trim(), "0");
 }
+
+#[test]
+fn top_without_a_terminal_says_so() {
+    let out = Command::new(cuflight_bin()).arg("top").stdin(Stdio::null()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("top needs a terminal") && err.lines().count() == 1, "{err}");
+}
