@@ -108,12 +108,16 @@ pub fn refused() -> bool {
     REFUSED.load(Ordering::Relaxed)
 }
 
+/// The little-endian u64 at `at` of `buf` (0 past its end). Nothing here may panic: it runs in CUDA callbacks.
 pub fn u64_at(buf: &[u8], at: usize) -> u64 {
-    buf.get(at..at + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    let bytes = at.checked_add(8).and_then(|end| buf.get(at..end)).and_then(|b| <[u8; 8]>::try_from(b).ok());
+    bytes.map_or(0, u64::from_le_bytes)
 }
 
+/// The little-endian i32 at `at` of `buf` (0 past its end).
 pub fn i32_at(buf: &[u8], at: usize) -> i32 {
-    buf.get(at..at + 4).map_or(0, |b| i32::from_le_bytes(b.try_into().expect("4 bytes")))
+    let bytes = at.checked_add(4).and_then(|end| buf.get(at..end)).and_then(|b| <[u8; 4]>::try_from(b).ok());
+    bytes.map_or(0, i32::from_le_bytes)
 }
 
 /// A remote byte string read in chunks as it is consumed (line tables), at most `limit` bytes.
