@@ -321,3 +321,19 @@ pub fn end_attach_window(child: std::process::Child) -> String {
     assert!(out.status.success(), "{err}");
     err
 }
+
+/// `cuflight launch -- program args` (a dormant agent) on cudasim, stdin and stdout piped, stderr dropped.
+pub fn launch_dormant(program: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(cuflight_bin())
+        .arg("launch")
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .env_remove("CUDASIM_CUPTI_VERSION")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("cuflight launch runs")
+}

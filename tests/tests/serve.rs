@@ -24,18 +24,7 @@ struct Stepper {
 
 fn stepper(dir: &Path, launches_per_step: u32) -> Stepper {
     let prog = build_c("stepper", dir);
-    let mut child = Command::new(cuflight_bin())
-        .arg("launch")
-        .arg("--")
-        .arg(&prog)
-        .arg(launches_per_step.to_string())
-        .env("LD_LIBRARY_PATH", cudasim_dir())
-        .env_remove("CUDASIM_CUPTI_VERSION")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("stepper runs");
+    let mut child = launch_dormant(&prog, &[&launches_per_step.to_string()]);
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
@@ -209,17 +198,7 @@ fn idle_time_is_counted_by_cause() {
     // work, the GPU idle meanwhile: a planted sync stall, long enough to span several windows.
     let dir = scratch("serve-idle");
     let prog = build_c("scenario", &dir);
-    let mut planted = Command::new(cuflight_bin())
-        .arg("launch")
-        .arg("--")
-        .arg(&prog)
-        .args(["item", "600"])
-        .env("LD_LIBRARY_PATH", cudasim_dir())
-        .env_remove("CUDASIM_CUPTI_VERSION")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut planted = launch_dormant(&prog, &["item", "600"]);
     let pid = planted.id();
     std::thread::sleep(Duration::from_millis(500));
     let (mut serve, addr, _err) = start_serve(&["--duty", "500ms/700ms", "--rounds", "3", &pid.to_string()]);

@@ -20,18 +20,7 @@ fn top_shows_live_rates_and_quits_on_q() {
     }
     let dir = scratch("top");
     let prog = build_c("stepper", &dir);
-    let mut stepper = Command::new(cuflight_bin())
-        .arg("launch")
-        .arg("--")
-        .arg(&prog)
-        .arg("4")
-        .env("LD_LIBRARY_PATH", cudasim_dir())
-        .env_remove("CUDASIM_CUPTI_VERSION")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut stepper = launch_dormant(&prog, &["4"]);
     let mut line = String::new();
     BufReader::new(stepper.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let pid = stepper.id();
