@@ -32,7 +32,6 @@ use cuflight_format::segment::record_class as class;
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
 use once_cell::sync::OnceCell;
-use std::ffi::CStr;
 use std::mem::size_of;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -368,12 +367,8 @@ fn kernel(r: c::CUpti_ActivityKernel5) -> RawEvent {
     ev.device = r.deviceId;
     ev.stream = r.streamId;
     ev.correlation = r.correlationId;
-    ev.name = if r.name.is_null() {
-        0
-    } else {
-        // SAFETY: CUPTI's kernel name is a NUL-terminated string valid while the buffer is processed.
-        state::intern(unsafe { CStr::from_ptr(r.name) }.to_bytes())
-    };
+    // SAFETY: CUPTI's kernel name is NULL or a NUL-terminated string valid while the buffer is processed.
+    ev.name = unsafe { crate::name_cache::id(r.name) };
     let cfg = LaunchConfig {
         grid: [r.gridX as u32, r.gridY as u32, r.gridZ as u32],
         block: [r.blockX as u32, r.blockY as u32, r.blockZ as u32],

@@ -48,32 +48,39 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         // callbacks return before reading the clock. A flight recorder still watches its exit (sticky errors).
         return;
     }
+    record(runtime, flight, cbid, data);
+}
+
+/// A call that is recorded.
+#[inline(always)]
+fn record(runtime: bool, flight: bool, cbid: u32, data: &c::CUpti_CallbackData) {
     if data.callbackSite == c::CUPTI_API_ENTER {
-        if runtime {
-            emit::with_thread(|t| t.runtime_depth.set(t.runtime_depth.get() + 1));
-            if cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaDeviceReset_v3020 {
-                // The context and its pending records die with the reset: collect the finished ones first. Not
-                // forced: a forced flush hands over unfinished records (NVIDIA's injection sample flushes with 0).
-                cupti::flush(false);
-            }
-        }
-        if flight && crate::flight::is_sync(runtime, cbid) && !nested(runtime) {
-            crate::flight::sync_enter();
+        if runtime && cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaDeviceReset_v3020 {
+            // The context and its pending records die with the reset: collect the finished ones first. Not
+            // forced: a forced flush hands over unfinished records (NVIDIA's injection sample flushes with 0).
+            cupti::flush(false);
         }
         let start = clock::stamp_ns();
         if !data.correlationData.is_null() {
             // SAFETY: CUPTI gives each call a u64 slot shared by its enter and exit callbacks.
             unsafe { *data.correlationData = start };
         }
-        // The Python stack is read on the way in: a synchronising call then reads it while the GPU still works
-        // through its queue, where on the way out every microsecond would delay the next launch.
-        if crate::trace_choice::trace_mask() & cuflight_format::tracing::PYTHON != 0 && crate::pystack::available() {
-            emit::with_thread(|t| {
-                let outermost = t.runtime_depth.get() <= runtime as u32;
-                if outermost && python_stack_wanted(runtime, cbid, data, &t.py) {
-                    crate::pystack::record(&t.py, data.correlationId, start, &|ev| t.push(ev));
-                }
-            });
+        let python =
+            crate::trace_choice::trace_mask() & cuflight_format::tracing::PYTHON != 0 && crate::pystack::available();
+        // One thread-local access (a __tls_get_addr call in a dlopen'ed library) for the depth and the stack.
+        let outermost = emit::with_thread(|t| {
+            let depth = t.runtime_depth.get() + runtime as u32;
+            t.runtime_depth.set(depth);
+            let outermost = depth <= runtime as u32;
+            // The Python stack is read on the way in: a synchronising call then reads it while the GPU still
+            // works through its queue, where on the way out every microsecond would delay the next launch.
+            if python && outermost && python_stack_wanted(runtime, cbid, data, &t.py) {
+                crate::pystack::record(&t.py, data.correlationId, start, &|ev| t.push(ev));
+            }
+            outermost
+        });
+        if flight && crate::flight::is_sync(runtime, cbid) && outermost.unwrap_or(true) {
+            crate::flight::sync_enter();
         }
         return;
     }

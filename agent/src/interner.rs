@@ -73,6 +73,20 @@ impl Default for Interner {
     }
 }
 
+/// Whether the string stored under `id` equals the NUL-terminated string at `name`.
+///
+/// # Safety
+/// `name` is a NUL-terminated string valid for the call.
+pub unsafe fn stored_equals_c(seg: &MappedSegment, id: u32, name: *const std::ffi::c_char) -> bool {
+    let bytes = seg.strings_since(id as u64);
+    let Some((len, rest)) = bytes.split_first_chunk::<4>() else { return false };
+    let len = u32::from_le_bytes(*len) as usize;
+    let Some(stored) = rest.get(..len) else { return false };
+    // SAFETY: strnlen reads at most `len + 1` bytes and stops at `name`'s NUL, so it stays inside the string;
+    // when it finds exactly `len` bytes before the NUL, those `len` bytes are readable for the comparison.
+    unsafe { libc::strnlen(name, len + 1) == len && stored == std::slice::from_raw_parts(name as *const u8, len) }
+}
+
 fn stored_equals(seg: &MappedSegment, id: u32, s: &[u8]) -> bool {
     let bytes = seg.strings_since(id as u64);
     bytes.len() >= 4 + s.len() && bytes[..4] == (s.len() as u32).to_le_bytes() && &bytes[4..4 + s.len()] == s
@@ -109,6 +123,22 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(i.intern(&seg, b"gemm_kernel"), a);
         assert_eq!(i.intern(&seg, b""), i.intern(&seg, b""));
+    }
+
+    #[test]
+    fn a_c_string_matches_only_its_own_interned_copy() {
+        let seg = MappedSegment::create(Layout { ring_count: 1, ring_capacity: 2, strings_capacity: 1 << 16 }, 1, 0, 0)
+            .unwrap();
+        let i = Interner::new();
+        let id = i.intern(&seg, b"gemm_kernel");
+        // SAFETY: NUL-terminated literals.
+        unsafe {
+            assert!(stored_equals_c(&seg, id, c"gemm_kernel".as_ptr()));
+            assert!(!stored_equals_c(&seg, id, c"gemm_kernel2".as_ptr()), "longer");
+            assert!(!stored_equals_c(&seg, id, c"gemm".as_ptr()), "shorter");
+            assert!(!stored_equals_c(&seg, id, c"gemm_kernex".as_ptr()), "same length");
+            assert!(!stored_equals_c(&seg, id + 1000, c"gemm_kernel".as_ptr()), "past the strings");
+        }
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod emit;
 mod flight;
 mod flight_config;
 mod interner;
+mod name_cache;
 mod nvtx;
 mod nvtx_late;
 mod pystack;

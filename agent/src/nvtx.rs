@@ -44,7 +44,7 @@ fn cstr_id(s: *const c_char) -> u32 {
         return 0;
     }
     // SAFETY: NVTX messages are NUL-terminated strings valid for the call.
-    state::intern(unsafe { CStr::from_ptr(s) }.to_bytes())
+    unsafe { crate::name_cache::id(s) }
 }
 
 /// Interns a wide (wchar_t, UTF-32 on Linux) NVTX string, at most 4096 characters.

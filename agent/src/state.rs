@@ -255,6 +255,15 @@ pub fn intern(s: &[u8]) -> u32 {
     agent().map_or(0, |a| a.interner.intern(&a.seg, s))
 }
 
+/// Whether the string interned as `id` equals the NUL-terminated string at `name`.
+///
+/// # Safety
+/// `name` is a NUL-terminated string valid for the call.
+pub unsafe fn interned_equals(id: u32, name: *const std::ffi::c_char) -> bool {
+    // SAFETY: forwarded contract.
+    agent().is_some_and(|a| unsafe { crate::interner::stored_equals_c(&a.seg, id, name) })
+}
+
 fn env_u32(name: &str, default: u32) -> u32 {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
 }

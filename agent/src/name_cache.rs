@@ -1,0 +1,42 @@
+//! C strings the agent interns again and again, remembered by address: a kernel's name (CUPTI shares one string
+//! among all the records of a kernel: cupti_activity.h, `CUpti_ActivityKernel*::name`, "shared across all
+//! activity records representing the same kernel") and NVTX messages (string literals, mostly). Interning costs a
+//! strlen, a hash of the whole string (kernel names are often 100-300 mangled bytes) and a probe; a remembered
+//! address costs a strnlen and a memcmp against the interned copy. That check is always made, so a reused
+//! address (a buffer rewritten, a module unloaded and another loaded) or a slot torn by two threads writing it
+//! at once only costs a miss, never a wrong name. `benches/agent-instructions` counts what it saves.
+
+use crate::state;
+use std::ffi::{c_char, CStr};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+const SLOTS: usize = 256;
+
+/// Address -> string id, direct-mapped, shared by every thread (written only on a miss).
+static CACHE: [(AtomicUsize, AtomicU32); SLOTS] = [const { (AtomicUsize::new(0), AtomicU32::new(0)) }; SLOTS];
+
+/// The interned id of the NUL-terminated string at `s` (0 for NULL, or when the string region is full).
+///
+/// # Safety
+/// `s` is NULL or a NUL-terminated string that stays valid and unchanged during the call.
+pub unsafe fn id(s: *const c_char) -> u32 {
+    if s.is_null() {
+        return 0;
+    }
+    let p = s as usize;
+    let (addr, slot_id) = &CACHE[(p >> 3 ^ p >> 11) % SLOTS];
+    if addr.load(Ordering::Relaxed) == p {
+        let id = slot_id.load(Ordering::Relaxed);
+        // SAFETY: `s` is a NUL-terminated string (this function's contract).
+        if id != 0 && unsafe { state::interned_equals(id, s) } {
+            return id;
+        }
+    }
+    // SAFETY: as above.
+    let id = state::intern(unsafe { CStr::from_ptr(s) }.to_bytes());
+    if id != 0 {
+        slot_id.store(id, Ordering::Relaxed);
+        addr.store(p, Ordering::Relaxed);
+    }
+    id
+}
