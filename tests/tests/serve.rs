@@ -227,3 +227,34 @@ fn serve_stays_on_this_machine_unless_told() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn serve_clears_the_scratch_that_killed_serves_left() {
+    let _serial = serial();
+    let dir = scratch("serve-sweep");
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    // What a SIGKILLed serve leaves: its private window directory, a window file inside.
+    let stale = dir.join(format!("cuflight-serve-{dead}"));
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::write(stale.join("window.cuf"), b"partial").unwrap();
+    // A running process's (this test's) directory stays; so does whatever a symlink points at.
+    let live = dir.join(format!("cuflight-serve-{}", std::process::id()));
+    std::fs::create_dir(&live).unwrap();
+    let outside = dir.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("keep"), b"mine").unwrap();
+    let link = dir.join("cuflight-serve-4194305"); // above any pid_max: no such process
+    std::os::unix::fs::symlink(&outside, &link).unwrap();
+    let out = Command::new(cuflight_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--rounds", "1", "--duty", "100ms/200ms"])
+        .env("TMPDIR", &dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!stale.exists(), "the dead serve's directory is still there");
+    assert!(live.is_dir() && outside.join("keep").is_file() && link.symlink_metadata().is_ok());
+    let own = std::fs::read_dir(&dir).unwrap().flatten().filter(|e| e.file_name() != "outside").count();
+    assert_eq!(own, 2, "serve removed its own directory on exit: only the live one and the link remain");
+}

@@ -168,10 +168,13 @@ fn record_window(pid: u32, path: &Path, on: Duration) -> bool {
 /// A private directory for the windows' files (mode 0700), removed when dropped.
 pub struct Scratch(pub PathBuf);
 
+const SCRATCH_PREFIX: &str = "cuflight-serve-";
+
 impl Scratch {
     pub fn new() -> Result<Scratch> {
         let base = std::env::var_os("TMPDIR").map_or_else(std::env::temp_dir, PathBuf::from);
-        let dir = base.join(format!("cuflight-serve-{}", std::process::id()));
+        sweep_stale(&base);
+        let dir = base.join(format!("{SCRATCH_PREFIX}{}", std::process::id()));
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
@@ -180,10 +183,38 @@ impl Scratch {
     }
 }
 
+/// Removes the scratch directories that killed `serve`s and `top`s left behind (a SIGKILL runs no destructor):
+/// those of processes that no longer run, or of this one's pid (a reused pid: ours is not made yet). Only real
+/// directories owned by this user; a symlink or another user's entry is never followed or touched.
+fn sweep_stale(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    let uid = cuflight_format::channel::euid();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(SCRATCH_PREFIX)).and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
+        if !meta.file_type().is_dir() || meta.uid() != uid {
+            continue;
+        }
+        if pid == std::process::id() || !process_exists(pid) {
+            // remove_dir_all does not follow symlinks inside the directory.
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Whether a process `pid` exists (this machine's /proc, which `serve` already reads to find agents).
+fn process_exists(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
