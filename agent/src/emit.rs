@@ -202,7 +202,11 @@ const STALLED_NS: u64 = 100_000_000;
 /// drained). A full ring refuses the event and counts it itself.
 #[inline]
 fn push_and_wake(p: &mut Producer, ev: &RawEvent) {
-    if p.push(ev) && p.above_watermark() {
+    let above = match p.push_fast(ev) {
+        Some(above) => above,
+        None => p.push(ev) && p.above_watermark(),
+    };
+    if above {
         wake();
     }
 }
@@ -255,10 +259,16 @@ impl ThreadState {
         }
         match r.producer.as_mut() {
             Some(p) => {
-                if p.is_full() {
-                    wait_for_room(seg, p);
+                match p.push_fast(ev) {
+                    Some(false) => {}
+                    Some(true) => wake(),
+                    None => {
+                        if p.is_full() {
+                            wait_for_room(seg, p);
+                        }
+                        push_and_wake(p, ev);
+                    }
                 }
-                push_and_wake(p, ev);
                 true
             }
             None => false,

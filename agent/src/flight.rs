@@ -87,7 +87,15 @@ pub fn sync_enter() {
 
 /// ... and returns from it: the GPU got somewhere.
 pub fn sync_exit() {
-    let _ = IN_SYNC.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    // Down by one, never below zero (an exit whose entry came before arming). A loop rather than fetch_update,
+    // which Rust 1.99 deprecates for try_update, a name older toolchains lack.
+    let mut n = IN_SYNC.load(Ordering::Acquire);
+    while let Some(less) = n.checked_sub(1) {
+        match IN_SYNC.compare_exchange_weak(n, less, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => break,
+            Err(now) => n = now,
+        }
+    }
     progress();
 }
 

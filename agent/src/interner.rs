@@ -97,14 +97,12 @@ fn stored_equals(seg: &MappedSegment, id: u32, s: &[u8]) -> bool {
 pub fn hash(s: &[u8]) -> u64 {
     const K: u64 = 0x517c_c1b7_2722_0a95;
     let mut h = s.len() as u64;
-    let mut chunks = s.chunks_exact(8);
-    for c in &mut chunks {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+    let (words, rest) = s.as_chunks::<8>();
+    for w in words {
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(*w)).wrapping_mul(K);
     }
     let mut tail = [0u8; 8];
-    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    tail[..rest.len()].copy_from_slice(rest);
     (h.rotate_left(5) ^ u64::from_le_bytes(tail)).wrapping_mul(K)
 }
 

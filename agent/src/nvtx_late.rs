@@ -134,8 +134,7 @@ fn candidates(mem: &std::fs::File, lo: u64, hi: u64) -> Vec<u64> {
         if mem.read_exact_at(&mut buf[..len], at).is_err() {
             break;
         }
-        let words: Vec<u64> =
-            buf[..len].chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default())).collect();
+        let words: Vec<u64> = buf[..len].as_chunks::<8>().0.iter().map(|w| u64::from_le_bytes(*w)).collect();
         for (i, w) in words.windows(6).enumerate() {
             if (i as u64) * 8 >= CHUNK {
                 break;
@@ -176,8 +175,7 @@ fn hook(mem: &std::fs::File, base: u64, slots: usize) -> Outcome {
     if mem.read_exact_at(&mut raw, base + SLOTS).is_err() {
         return Outcome::Busy;
     }
-    let values: Vec<usize> =
-        raw.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()) as usize).collect();
+    let values: Vec<usize> = raw.as_chunks::<8>().0.iter().map(|w| u64::from_le_bytes(*w) as usize).collect();
     // SAFETY: `base` is a live, verified nvtxGlobals_v3 (read back just now): initState is its first, aligned
     // u32, which NVTX itself accesses atomically.
     let state = unsafe { AtomicU32::from_ptr(base as *mut u32) };

@@ -210,6 +210,30 @@ impl<'a> Producer<'a> {
         true
     }
 
+    /// The common push in one pass: room by the cached read counter, the write, and the watermark test on the same
+    /// counters ([`Producer::push`] then [`Producer::above_watermark`] read them twice each). `Some(above)` when
+    /// written, `above` saying the ring passed its watermark; `None` when the cached counter says full, written
+    /// nothing: the caller takes the slow path (refresh, wait or count a drop).
+    #[inline]
+    pub fn push_fast(&mut self, ev: &RawEvent) -> Option<bool> {
+        let h = self.ring.header();
+        let w = h.write.0.load(Ordering::Relaxed);
+        let mask = self.ring.mask;
+        if w.wrapping_sub(self.cached_read) > mask {
+            return None;
+        }
+        // SAFETY: slot `w & mask` lies inside the region (from_raw's contract) and is free: the consumer has
+        // read everything below `cached_read` and never touches slots at or above `write`.
+        unsafe { self.ring.slots.add((w & mask) as usize).write(*ev) };
+        let w = w.wrapping_add(1);
+        h.write.0.store(w, Ordering::Release);
+        if w.wrapping_sub(self.cached_read) <= mask / 4 {
+            return Some(false);
+        }
+        self.cached_read = h.read.0.load(Ordering::Acquire);
+        Some(w.wrapping_sub(self.cached_read) > mask / 4)
+    }
+
     pub fn ring(&self) -> RingRef<'a> {
         self.ring
     }
@@ -367,6 +391,25 @@ mod tests {
         assert_eq!(c.drain_into(&mut out), 8);
         assert_eq!(out.iter().map(|e| e.a).collect::<Vec<_>>(), (0..8).collect::<Vec<_>>());
         assert!(p.push(&ev(10)), "space freed by the drain is reused");
+    }
+
+    #[test]
+    fn the_fast_push_agrees_with_push_and_watermark_and_leaves_full_to_the_slow_path() {
+        let mut ring = HeapRing::new(16);
+        let (mut p, mut c) = ring.split();
+        for i in 0..16 {
+            // Watermark: more than a quarter of the ring (mask 15 / 4 = 3 events) waiting.
+            assert_eq!(p.push_fast(&ev(i)), Some(i + 1 > 3), "push {i}");
+        }
+        assert_eq!(p.push_fast(&ev(16)), None, "full: nothing written");
+        assert_eq!(p.ring().dropped(), 0, "the slow path, not the fast one, counts drops");
+        let mut out = Vec::new();
+        assert_eq!(c.drain_into(&mut out), 16);
+        assert_eq!(p.push_fast(&ev(17)), None, "a stale read counter sends it to the slow path");
+        assert!(!p.is_full() && p.push(&ev(17)), "which refreshes the counter and writes");
+        assert_eq!(p.push_fast(&ev(18)), Some(false));
+        c.drain_into(&mut out);
+        assert_eq!(out.iter().map(|e| e.a).collect::<Vec<_>>(), (0..16).chain([17, 18]).collect::<Vec<_>>());
     }
 
     #[test]

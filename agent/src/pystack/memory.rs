@@ -83,7 +83,7 @@ pub fn read_window(addr: u64, window: &mut [u8; WINDOW]) -> Option<u64> {
     let mut local = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; WINDOW / PAGE];
     let mut remote = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; WINDOW / PAGE];
     // Highest page first: the kernel stops at the first unreadable page, so what is read is contiguous.
-    for (k, chunk) in window.chunks_exact_mut(PAGE).rev().enumerate() {
+    for (k, chunk) in window.as_chunks_mut::<PAGE>().0.iter_mut().rev().enumerate() {
         local[k] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: PAGE };
         remote[k] = libc::iovec { iov_base: (top - (k * PAGE) as u64) as *mut libc::c_void, iov_len: PAGE };
     }
