@@ -152,11 +152,11 @@ pub enum Cmd {
         /// Listen on an address other machines can reach.
         #[arg(long)]
         allow_remote: bool,
-        /// Recorded share of time: ON/PERIOD (a window of ON every PERIOD), or continuous (windows of --interval
-        /// back to back: the metrics move every interval).
+        /// Recorded share of time: ON/PERIOD (a window of ON every PERIOD), or continuous (attached once, recorded
+        /// without pause, folded into the metrics every --interval).
         #[arg(long, default_value = "1s/10s", value_parser = crate::serve::parse_duty)]
         duty: crate::serve::Duty,
-        /// With --duty continuous, how long each window lasts (how often the counters move).
+        /// With --duty continuous, how often the counters move.
         #[arg(long, default_value = "1s", value_parser = attach::parse_duration)]
         interval: Duration,
         /// Stop after this many periods (default: until SIGINT or SIGTERM).
@@ -169,8 +169,8 @@ pub enum Cmd {
     /// busy share, launches per second, synchronisation, memory, drops; kernel time by category and idle causes
     /// of the selected process. Keys: up/down pick, s sort, q quit.
     Top {
-        /// Recorded share of time, as serve's --duty (default: a window of 1 s every 2 s; continuous: back to
-        /// back windows of 1 s).
+        /// Recorded share of time, as serve's --duty (default: a window of 1 s every 2 s; continuous: recorded
+        /// without pause, folded every second).
         #[arg(long, default_value = "1s/2s", value_parser = crate::serve::parse_duty)]
         duty: crate::serve::Duty,
         /// Only these processes (default: every agent, the ones started later too).

@@ -48,19 +48,7 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<i32> {
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
         let (shared, stop) = (shared.clone(), stop.clone());
-        std::thread::spawn(move || -> Result<()> {
-            let scratch = serve::Scratch::new()?;
-            let mut round = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let started = Instant::now();
-                serve::sample_round(&pids, duty, &shared, &scratch.0, round);
-                round += 1;
-                while started.elapsed() < duty.period && !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-            }
-            Ok(())
-        })
+        std::thread::spawn(move || serve::sample_loop(&pids, duty, &shared, &stop, None))
     };
     let result = match ratatui::try_init() {
         Ok(mut terminal) => {

@@ -420,7 +420,10 @@ fn strangers_neither_see_nor_control_an_agent() {
         c.args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups"]);
         c
     };
-    let reachable = as_user("65534").arg(cuflight_bin()).arg("--version").output().is_ok_and(|o| o.status.success());
+    // Not `--version`: in a clean Debian container, uid 65534 could run a checkout under /root (mode 0700) but
+    // not stat the agent beside it; launching a program needs both.
+    let reachable =
+        as_user("65534").arg(cuflight_bin()).args(["launch", "--", "true"]).output().is_ok_and(|o| o.status.success());
     if !reachable {
         eprintln!("skipped: uid 65534 cannot run {} (a checkout under a private directory)", cuflight_bin().display());
         return;

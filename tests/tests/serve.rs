@@ -258,3 +258,39 @@ fn serve_clears_the_scratch_that_killed_serves_left() {
     let own = std::fs::read_dir(&dir).unwrap().flatten().filter(|e| e.file_name() != "outside").count();
     assert_eq!(own, 2, "serve removed its own directory on exit: only the live one and the link remain");
 }
+
+#[test]
+fn continuous_serve_misses_nothing_after_the_first_arming() {
+    let _serial = serial();
+    let dir = scratch("serve-continuous");
+    let stepper = stepper(&dir, 4);
+    let pid = stepper.child.id();
+    let (mut serve, addr, _err) = start_serve(&["--duty", "continuous", "--interval", "250ms"]);
+    std::thread::sleep(Duration::from_millis(2000));
+    let first = scrape(&addr, &dir, 0);
+    let since = Instant::now();
+    std::thread::sleep(Duration::from_millis(4000));
+    let second = scrape(&addr, &dir, 1);
+    let span = since.elapsed().as_secs_f64();
+    // Attached once: the agent records throughout (back-to-back windows would show it dormant between them).
+    for m in [&first, &second] {
+        let states: Vec<_> = m["cuflight_agent_state"]["samples"].as_array().unwrap().iter().collect();
+        assert!(states.iter().any(|s| s["labels"]["state"] == "recording"), "{states:?}");
+    }
+    let covered = value(&second, "cuflight_window_seconds", pid) - value(&first, "cuflight_window_seconds", pid);
+    let launches = value(&second, "cuflight_kernel_launches", pid) - value(&first, "cuflight_kernel_launches", pid);
+    let _ = Command::new("kill").arg(serve.id().to_string()).status();
+    assert!(serve.wait().unwrap().success());
+    // Left dormant again by serve's exit.
+    let ps = Command::new(cuflight_bin()).arg("ps").output().unwrap();
+    let ps = String::from_utf8_lossy(&ps.stdout);
+    let row = ps.lines().find(|l| l.split_whitespace().next() == Some(&pid.to_string())).unwrap_or_default();
+    assert!(row.contains("dormant"), "{ps}");
+    let rate = stepper.end() * 4.0;
+    // Folded every 250 ms: the two scrapes see whole parts, so each figure is within a part of the 4 s between.
+    assert!((covered / span - 1.0).abs() <= 0.15, "covered {covered:.2} s of {span:.2} s");
+    assert!(
+        (launches / (rate * span) - 1.0).abs() <= 0.15,
+        "counted {launches} launches in {span:.2} s, the program ran {rate:.0}/s"
+    );
+}

@@ -3,10 +3,12 @@
 //! per rank, host or pid; each with its writer thread, `sink`);
 //! [`recover`] completes a trace whose recording was cut short; [`agents`] lists the agents running on this
 //! machine and starts programs with a dormant one; [`attach`] records a window of a running program's dormant
-//! agent ([`sampled`]: sampling windows of a program `record` starts); [`dump`] takes the last seconds of a flight recorder, live or from the image it wrote on a crash.
+//! agent ([`sampled`]: sampling windows of a program `record` starts; [`continuous`]: without pause, in back-to-back
+//! files); [`dump`] takes the last seconds of a flight recorder, live or from the image it wrote on a crash.
 
 pub mod agents;
 pub mod attach;
+pub mod continuous;
 pub mod dump;
 pub mod outputs;
 pub mod record;

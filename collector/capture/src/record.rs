@@ -371,6 +371,11 @@ impl Session {
         self.rec.window.as_ref().map(|w| w.phase)
     }
 
+    /// When the last of the agents armed (CLOCK_MONOTONIC ns); None until one has.
+    pub fn armed_ns(&self) -> Option<u64> {
+        self.rec.tracked.values().map(|t| t.seg.header().armed_ns.load(Ordering::Acquire)).filter(|&a| a != 0).max()
+    }
+
     /// How the window waited for the agents' arming (see [`Arming`]).
     pub fn arming(&self) -> Arming {
         let took_ns = self
@@ -427,6 +432,27 @@ impl Session {
             dropped: live + ended,
             bytes: self.rec.sink.bytes(),
         }
+    }
+
+    /// Ends the file being written as [`Self::finish`] does, the processes staying attached, and goes on in a
+    /// fresh file at `path`: continuous recording in back-to-back files with the agents armed once. The new file
+    /// is self-contained: every string from the first (ids are offsets into the agent's string region) and every
+    /// process's facts again. Returns the finished file's write error, if any.
+    pub fn rotate(&mut self, path: &Path, command: &[String]) -> Result<Option<String>, RecordError> {
+        let rec = &mut self.rec;
+        rec.accept();
+        rec.drain(true);
+        for t in rec.tracked.values_mut() {
+            let info = process_info(t);
+            if rec.stopped.is_none() {
+                rec.sink.process(t.key, info);
+            }
+            (t.strings_read, t.pending_base, t.written) = (0, 0, None);
+            t.pending_strings.clear();
+        }
+        let old = std::mem::replace(&mut rec.sink, Outputs::open(path, true)?);
+        let (_, error) = old.finish(command, None, rec.stopped.is_some());
+        Ok(error)
     }
 
     /// A last drain, every process's facts, the footer; commits the file (or keeps what reached it after a

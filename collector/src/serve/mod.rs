@@ -6,6 +6,7 @@
 //! the program pays the dormant cost plus ON/PERIOD of the recording cost; `cuflight_window_seconds_total` says
 //! what share of time the counters cover. `--duty continuous` records back to back.
 
+mod follow;
 mod http;
 pub mod metrics;
 
@@ -15,6 +16,7 @@ use metrics::ProcessMetrics;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,12 +25,14 @@ use std::time::{Duration, Instant};
 pub struct Duty {
     pub on: Duration,
     pub period: Duration,
+    /// Recorded without pause: each dormant agent is attached once and its work folded every period.
+    pub continuous: bool,
 }
 
 /// `1s/10s` (ON/PERIOD) or `continuous` (windows back to back, as long as `--interval`: ON = PERIOD = 0 here).
 pub fn parse_duty(text: &str) -> Result<Duty, String> {
     if text == "continuous" {
-        return Ok(Duty { on: Duration::ZERO, period: Duration::ZERO });
+        return Ok(Duty { on: Duration::ZERO, period: Duration::ZERO, continuous: true });
     }
     let Some((on, period)) = text.split_once('/') else {
         return Err(format!("'{text}': give ON/PERIOD (1s/10s) or continuous"));
@@ -37,14 +41,14 @@ pub fn parse_duty(text: &str) -> Result<Duty, String> {
     if on.is_zero() || on > period {
         return Err(format!("'{text}': the window must be longer than zero and at most the period"));
     }
-    Ok(Duty { on, period })
+    Ok(Duty { on, period, continuous: false })
 }
 
 impl Duty {
-    /// `continuous` becomes windows of `interval` back to back.
+    /// `continuous` folds every `interval`.
     pub fn or_continuous(self, interval: Duration) -> Duty {
-        if self.period.is_zero() {
-            Duty { on: interval, period: interval }
+        if self.continuous {
+            Duty { on: interval, period: interval, continuous: true }
         } else {
             self
         }
@@ -75,7 +79,17 @@ pub fn serve(opts: &ServeOptions) -> Result<i32> {
     let listener =
         std::net::TcpListener::bind(opts.listen).with_context(|| format!("cannot listen on {}", opts.listen))?;
     let addr = listener.local_addr()?;
-    eprintln!("cuflight: serving http://{addr}/metrics (windows of {:?} every {:?})", opts.duty.on, opts.duty.period);
+    if opts.duty.continuous {
+        eprintln!(
+            "cuflight: serving http://{addr}/metrics (recording continuously, folded every {:?})",
+            opts.duty.period
+        );
+    } else {
+        eprintln!(
+            "cuflight: serving http://{addr}/metrics (windows of {:?} every {:?})",
+            opts.duty.on, opts.duty.period
+        );
+    }
     let shared: Shared = Arc::default();
     {
         let shared = shared.clone();
@@ -83,36 +97,46 @@ pub fn serve(opts: &ServeOptions) -> Result<i32> {
             http::run(listener, move |om| metrics::render(&shared.lock().expect("metrics"), om))
         });
     }
-    let scratch = Scratch::new()?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
+    sample_loop(&opts.pids, opts.duty, &shared, &stop, opts.rounds)?;
+    Ok(0)
+}
+
+/// Samples every period until `stop` (or `rounds` periods), then lets every agent go dormant again.
+pub fn sample_loop(
+    pids: &[u32],
+    duty: Duty,
+    shared: &Shared,
+    stop: &Arc<AtomicBool>,
+    rounds: Option<u64>,
+) -> Result<()> {
+    let scratch = Scratch::new()?;
+    let followers = follow::Followers::new(stop.clone());
     let mut round = 0u64;
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) && opts.rounds.is_none_or(|r| round < r) {
+    while !stop.load(Ordering::Relaxed) && rounds.is_none_or(|r| round < r) {
         let started = Instant::now();
-        sample_round(&opts.pids, opts.duty, &shared, &scratch.0, round);
+        if duty.continuous {
+            followers.follow_new(pids, duty.period, shared, &scratch.0);
+        } else {
+            sample_round(pids, duty, shared, &scratch.0, round);
+        }
         round += 1;
-        while started.elapsed() < opts.duty.period && !stop.load(std::sync::atomic::Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(50).min(opts.duty.period));
+        while started.elapsed() < duty.period && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50).min(duty.period));
         }
     }
-    Ok(0)
+    stop.store(true, Ordering::Relaxed);
+    followers.join();
+    Ok(())
 }
 
 /// One period: follow the agents there are now (those in `pids`, or all), record a window of each dormant one at
 /// once, fold them in.
 pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, round: u64) {
-    let rows = agents::list().unwrap_or_default();
-    let rows: Vec<_> = rows.into_iter().filter(|r| pids.is_empty() || pids.contains(&r.pid)).collect();
-    {
-        let mut all = shared.lock().expect("metrics");
-        all.retain(|pid, _| rows.iter().any(|r| r.pid == *pid));
-        for r in &rows {
-            let m = all.entry(r.pid).or_default();
-            (m.state, m.command) = (r.state, r.command.clone());
-        }
-    }
+    let rows = refresh(pids, shared);
     let windows: Vec<_> = rows
         .iter()
         .filter(|r| r.state == "dormant")
@@ -146,6 +170,20 @@ pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, r
         }
         let _ = std::fs::remove_file(&path);
     }
+}
+
+/// The agents there are now (those in `pids`, or all): exited ones dropped from `shared`, new ones added, states
+/// updated.
+fn refresh(pids: &[u32], shared: &Shared) -> Vec<agents::AgentRow> {
+    let rows = agents::list().unwrap_or_default();
+    let rows: Vec<_> = rows.into_iter().filter(|r| pids.is_empty() || pids.contains(&r.pid)).collect();
+    let mut all = shared.lock().expect("metrics");
+    all.retain(|pid, _| rows.iter().any(|r| r.pid == *pid));
+    for r in &rows {
+        let m = all.entry(r.pid).or_default();
+        (m.state, m.command) = (r.state, r.command.clone());
+    }
+    rows
 }
 
 /// Attaches to `pid` for `on`; false when the window could not be recorded (the process left, another collector).
