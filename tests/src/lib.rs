@@ -29,6 +29,37 @@ pub fn cuflight_bin() -> PathBuf {
     require(&profile_dir().join("cuflight"), "run `cargo build` (scripts/test does) before the tests")
 }
 
+/// `setpriv` running a command as user `uid`, for the tests of what other users may do; None (the test says it
+/// skipped) unless this test runs as root with setpriv and that user can reach this checkout's binaries and
+/// cudasim: a checkout under a private directory (/root, mode 0700, in a fresh container) is out of its reach.
+pub fn as_other_user(uid: u32) -> Option<Command> {
+    let setpriv = Path::new("/usr/bin/setpriv");
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let command = || {
+        let mut c = Command::new(setpriv);
+        c.args([format!("--reuid={uid}"), format!("--regid={uid}"), "--clear-groups".into()]);
+        c
+    };
+    if !root || !setpriv.exists() {
+        eprintln!("skipped: needs root and setpriv to run processes as other users");
+        return None;
+    }
+    let lib = cudasim_dir().join("libcudart.so");
+    let reach = command()
+        .args(["/bin/sh", "-c", "test -x \"$0\" && test -r \"$1\""])
+        .args([cuflight_bin().as_os_str(), lib.as_os_str()])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !reach {
+        eprintln!(
+            "skipped: uid {uid} cannot reach {} (a checkout under a private directory)",
+            cuflight_bin().display()
+        );
+        return None;
+    }
+    Some(command())
+}
+
 pub fn cudasim_dir() -> PathBuf {
     require(&profile_dir().join("cudasim/libcudart.so"), "run `cargo build` (it builds cudasim)");
     profile_dir().join("cudasim")
