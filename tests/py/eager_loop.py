@@ -8,17 +8,7 @@ import sys
 import threading
 import time
 
-
-class Dim3(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-
-
-KERNEL = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))
-rt = ctypes.CDLL("libcudart.so")
-rt.cudaLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
-                                ctypes.c_void_p]
-kernel = KERNEL(lambda args: None)
-func = ctypes.cast(kernel, ctypes.c_void_p)
+from cudart_ctypes import Dim3, func, rt
 
 
 def operator(dev, capturing, args, grid, block, i):

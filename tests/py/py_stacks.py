@@ -10,18 +10,8 @@ import inspect
 import sys
 import threading
 
+from cudart_ctypes import Dim3, func, rt
 
-class Dim3(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-
-
-KERNEL = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))
-rt = ctypes.CDLL("libcudart.so")
-rt.cudaLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
-                                ctypes.c_void_p]
-rt.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-kernel = KERNEL(lambda args: None)
-func = ctypes.cast(kernel, ctypes.c_void_p)
 args = (ctypes.c_void_p * 1)()
 seen = set()
 seen_lock = threading.Lock()
