@@ -48,12 +48,6 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         // callbacks return before reading the clock. A flight recorder still watches its exit (sticky errors).
         return;
     }
-    record(runtime, flight, cbid, data);
-}
-
-/// A call that is recorded.
-#[inline(always)]
-fn record(runtime: bool, flight: bool, cbid: u32, data: &c::CUpti_CallbackData) {
     if data.callbackSite == c::CUPTI_API_ENTER {
         if runtime && cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaDeviceReset_v3020 {
             // The context and its pending records die with the reset: collect the finished ones first. Not

@@ -125,13 +125,8 @@ fn record_window(
     });
     session.set_window(super::window::Window::new(range));
     let pid = opts.pid;
-    match control::command(name, control::COMMAND_ATTACH, &control::attach_payload(&session.name, opts.trace), REPLY_MS)
-    {
-        Ok(Ok(())) => {}
-        // The output is dropped uncommitted: nothing is left behind.
-        Ok(Err(why)) => return Err(AttachError::Refused { pid, why }),
-        Err(source) => return Err(AttachError::Control { pid, source }),
-    }
+    // On a refusal the output is dropped uncommitted: nothing is left behind.
+    request_attach(name, &session.name, pid, opts.trace)?;
     let wait_ms = opts.drain_interval.as_millis().clamp(1, 10_000) as i32;
     let deadline = opts.duration.map(|d| Instant::now() + d);
     let ended = loop {
@@ -155,15 +150,31 @@ fn record_window(
         session.wait(wait_ms);
     };
     if ended != "the process exited" {
-        match control::command(name, control::COMMAND_DETACH, &[], REPLY_MS) {
-            Ok(Ok(())) => {}
-            Ok(Err(why)) => eprintln!("cuflight: the agent in process {pid} did not detach cleanly: {why}"),
-            Err(e) => eprintln!("cuflight: cannot reach the agent in process {pid} to detach: {e}"),
+        if let Some(why) = request_detach(name) {
+            eprintln!("cuflight: the agent in process {pid} {why}");
         }
     }
     let arming = session.arming();
     let summary = session.finish(vec![format!("attach {pid}")], None);
     Ok(Attached { summary, ended, arming })
+}
+
+/// Asks the agent behind control socket `name` (process `pid`) to attach to `session`, tracing `trace`.
+pub(super) fn request_attach(name: &str, session: &str, pid: u32, trace: Option<u32>) -> Result<(), AttachError> {
+    match control::command(name, control::COMMAND_ATTACH, &control::attach_payload(session, trace), REPLY_MS) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(why)) => Err(AttachError::Refused { pid, why }),
+        Err(source) => Err(AttachError::Control { pid, source }),
+    }
+}
+
+/// Asks it to detach (the window's end); None when it did, else why not.
+pub(super) fn request_detach(name: &str) -> Option<String> {
+    match control::command(name, control::COMMAND_DETACH, &[], REPLY_MS) {
+        Ok(Ok(())) => None,
+        Ok(Err(why)) => Some(format!("did not detach cleanly: {why}")),
+        Err(e) => Some(format!("could not be reached to detach: {e}")),
+    }
 }
 
 /// Loads the agent into a process started without it and waits for its control socket.

@@ -4,7 +4,7 @@
 //! each time (subscribing and enabling take about 100 ms, cupti_subscribe in the CUPTI guide's overhead notes, so
 //! 500 ms windows covered about 80% of the time); here only the first arming is lost.
 
-use super::attach::AttachError;
+use super::attach::{request_attach, request_detach, AttachError};
 use super::record::Session;
 use super::window::{Range, Window};
 use cuflight_format::{control, segment};
@@ -33,11 +33,7 @@ pub fn attach_continuous(
     let mut n = 0;
     let mut session = Session::open_near(&path_of(n), true, control::netns_of(&name))?;
     session.set_window(Window::new(Range::Armed { ns: None, delay_ns: 0 }));
-    match control::command(&name, control::COMMAND_ATTACH, &control::attach_payload(&session.name, None), 10_000) {
-        Ok(Ok(())) => {}
-        Ok(Err(why)) => return Err(AttachError::Refused { pid, why }),
-        Err(source) => return Err(AttachError::Control { pid, source }),
-    }
+    request_attach(&name, &session.name, pid, None)?;
     let command = vec![format!("attach {pid} (continuous)")];
     // The first file covers the program from its arming on; each later one from the previous cut.
     let mut from_ns = None;
@@ -76,7 +72,7 @@ pub fn attach_continuous(
     };
     if !exited {
         // Left dormant again; a failure to reach it is the process leaving as we go.
-        let _ = control::command(&name, control::COMMAND_DETACH, &[], 10_000);
+        let _ = request_detach(&name);
     }
     let to_ns = segment::monotonic_ns();
     let _ = session.finish(command, None);
