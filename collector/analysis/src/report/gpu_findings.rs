@@ -142,12 +142,13 @@ pub fn nccl_exposed(ctx: &Ctx, swept: &Swept, waited: bool) -> Option<Finding> {
     Some(ctx.finding("nccl_exposed", lost, summary, ev, FIX_NCCL))
 }
 
-/// Live device memory at the end of each step rising step over step, after a warm-up. Seen from the driver, a leak
-/// in a program with a caching allocator (PyTorch's) rises in bursts: the allocator reserves ahead and the leak
-/// consumes the surplus before the next cudaMalloc. On an H100, a planted 256 MiB-per-step leak rose in 8 to 15 of
-/// the 27 steps after warm-up from run to run (5 runs), by 247 MiB per step on the whole. So: the first tenth of the
-/// steps (at least one) is warm-up, where allocators and caches fill; after it, memory must still grow, in at least
-/// a fifth of the steps. A warm-up alone never rises after it.
+/// Live device memory at the end of each step (its host range) rising step over step, after a warm-up. Seen from
+/// the driver, a leak in a program with a caching allocator (PyTorch's) can rise in bursts: the allocator reserves
+/// ahead and the leak consumes the surplus before the next cudaMalloc. On an H100, a planted 256 MiB-per-step leak
+/// rose in 8 to 15 of the 27 steps after warm-up when read at window ends (5 runs); read at host step ends, in all
+/// 17 steady steps by 256 MiB each (2026-11-27). So: the first tenth of the steps (at least one) is warm-up, where
+/// allocators and caches fill; after it, memory must still grow, in at least a fifth of the steps. A warm-up alone
+/// never rises after it.
 pub fn memory_growth(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     let at_end = &swept.memory_at_end;
     if ctx.steps.windows.len() < 4 || at_end.len() < 4 {

@@ -50,7 +50,7 @@ pub struct Swept {
     /// HTA's communication/computation overlap over the whole trace.
     pub comm_overlap: super::overlap::CommOverlap,
     pub kernels: KernelAgg,
-    /// Live device memory at the end of each window.
+    /// Live device memory at the end of each step (its host range: see `Sweep::memory_mark`).
     pub memory_at_end: Vec<i64>,
     /// The most spans, calls and ranges held at once when a window was done (what bounds the sweep's memory).
     pub peak_kept: usize,
@@ -177,6 +177,19 @@ impl<'a> Sweep<'a> {
         &self.plan.steps.windows
     }
 
+    /// When step `k`'s live memory is read: the end of its host range. Allocations are host calls, and a program
+    /// whose CPU runs ahead of its GPU issues several steps' allocations within one window (an H100 run of a
+    /// 256 MiB-per-step leak put all 30 steps' allocations in the first 15 windows, and the rest looked flat).
+    /// Without host ranges (no steps), the window's end.
+    fn memory_mark(&self, k: usize) -> Option<u64> {
+        let host = &self.plan.steps.host;
+        if host.len() == self.windows().len() {
+            host.get(k).map(|r| r.end)
+        } else {
+            self.windows().get(k).map(|w| w.1)
+        }
+    }
+
     /// The window `t` falls in.
     fn window_of(&self, t: u64) -> Option<usize> {
         let w = self.windows();
@@ -237,8 +250,7 @@ impl<'a> Sweep<'a> {
                 self.hta.sync(e, launch);
             }
             Some(EventKind::Alloc | EventKind::Free) => {
-                let w = self.windows();
-                while self.out.memory_at_end.len() < w.len() && e.start >= w[self.out.memory_at_end.len()].1 {
+                while self.memory_mark(self.out.memory_at_end.len()).is_some_and(|end| e.start >= end) {
                     self.out.memory_at_end.push(self.live.device().min(i64::MAX as u64) as i64);
                 }
                 self.live.apply(p.info.pid, e);

@@ -179,3 +179,30 @@ fn state_queries_after_a_sync_leave_the_idle_time_to_the_sync() {
     assert!(idle.sync_stall_ns > 19 * 2_900_000, "{idle:?}");
     assert!(idle.cpu_bound_ns + idle.launch_bound_ns < idle.sync_stall_ns / 100, "{idle:?}");
 }
+
+/// A GPU-bound leak: each host step allocates 256 MiB and queues a 1 ms kernel in 100 µs, so the host runs ten
+/// steps ahead of the GPU and step windows (host range to GPU end) hold several steps' allocations. Live memory
+/// is read at each host step's end: it rises by exactly one block a step, to the last.
+#[test]
+fn a_leak_rises_every_step_when_the_host_runs_ahead_of_the_gpu() {
+    let strings = [(1, "step"), (2, "gemm"), (3, "cudaLaunchKernel"), (4, "cudaMalloc")];
+    let mut ev = Vec::new();
+    let (mut t, mut gpu) = (1_000_000u64, 1_000_000u64);
+    for s in 0..20u32 {
+        let start = t;
+        ev.push(api(4, t, 5_000, 0));
+        let block = u64::from(s + 1) << 32;
+        let alloc = RawEvent::new(EventKind::Alloc, 1, t + 4_000, t + 4_000);
+        ev.push(RawEvent { sub: cuflight_format::event::MemKind::Device as u8, a: block, b: 256 << 20, ..alloc });
+        ev.push(api(3, t + 10_000, 5_000, s + 1));
+        gpu = gpu.max(t + 20_000);
+        ev.push(kernel(2, gpu, 1_000_000, s + 1));
+        gpu += 1_000_000;
+        t += 100_000;
+        ev.push(RawEvent { name: 1, ..RawEvent::new(EventKind::Range, 1, start, t) });
+    }
+    let mut src = source(process(&strings, ev));
+    let at_end = sweep(&mut src, 1 << 20).memory_at_end;
+    let want: Vec<i64> = (1..=20).map(|k| k << 28).collect();
+    assert_eq!(at_end, want);
+}
