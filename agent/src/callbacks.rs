@@ -13,6 +13,20 @@ const MAX_CBID: usize = 1024;
 /// Interned callback names per domain (0 = driver, 1 = runtime) and cbid; 0 = not yet interned.
 static NAMES: [[AtomicU32; MAX_CBID]; 2] = [const { [const { AtomicU32::new(0) }; MAX_CBID] }; 2];
 
+/// The callback to subscribe with. `CUFLIGHT_NOOP_CALLBACK=1` (a measurement aid, for `tests/gpu/overhead.cu`'s
+/// comparison on a GPU) subscribes one that returns at once: the program then pays cuflight's CUPTI configuration
+/// (its callback ids, activity kinds, timestamp callback and thread ids) without the agent's own work, and the
+/// trace holds device records only.
+pub fn subscriber_callback() -> c::CUpti_CallbackFunc {
+    if std::env::var_os("CUFLIGHT_NOOP_CALLBACK").is_some_and(|v| v == "1") {
+        Some(noop_callback)
+    } else {
+        Some(api_callback)
+    }
+}
+
+extern "C" fn noop_callback(_user: *mut c_void, _domain: c::CUpti_CallbackDomain, _cbid: u32, _cbdata: *const c_void) {}
+
 /// # Safety
 /// Called by CUPTI with `cbdata` pointing to a `CUpti_CallbackData` for the API domains we enabled.
 pub unsafe extern "C" fn api_callback(

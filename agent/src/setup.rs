@@ -89,7 +89,7 @@ fn subscribe(cupti: &Cupti, version: u32) -> Result<(c::CUpti_SubscriberHandle, 
     let multi = version >= MULTI_SUBSCRIBER_VERSION && cupti.optional.activity_v2.is_some();
     let v1 = |subscriber: &mut c::CUpti_SubscriberHandle| {
         // SAFETY: the callback is a panic-catching extern "C" fn; userdata is unused.
-        unsafe { (cupti.api.subscribe)(subscriber, Some(callbacks::api_callback), std::ptr::null_mut()) }
+        unsafe { (cupti.api.subscribe)(subscriber, callbacks::subscriber_callback(), std::ptr::null_mut()) }
     };
     let mut r = match cupti.optional.subscribe_v2 {
         Some(subscribe_v2) => {
@@ -101,7 +101,9 @@ fn subscribe(cupti: &Cupti, version: u32) -> Result<(c::CUpti_SubscriberHandle, 
             params.oldSubscriberSize = other.len();
             params.allowMultipleSubscribers = multi as u8;
             // SAFETY: the callback is a panic-catching extern "C" fn; params and `other` outlive the call.
-            unsafe { subscribe_v2(&mut subscriber, Some(callbacks::api_callback), std::ptr::null_mut(), &mut params) }
+            unsafe {
+                subscribe_v2(&mut subscriber, callbacks::subscriber_callback(), std::ptr::null_mut(), &mut params)
+            }
         }
         None => v1(&mut subscriber),
     };

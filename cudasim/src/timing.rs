@@ -4,16 +4,19 @@
 //!
 //! Each figure is a default that an environment variable overrides (`0` turns it off):
 //!
-//! - `CUDASIM_CUPTI_INIT_MS` (default 100): CUPTI initialises lazily, "the first time you invoke any CUPTI
+//! - `CUDASIM_CUPTI_INIT_MS` (default 15): CUPTI initialises lazily, "the first time you invoke any CUPTI
 //!   function" (CUPTI User's Guide, 2.2 CUPTI Initialization), so a tool attaching to a running process pays it
-//!   while the program runs on. The value is an estimate, not yet a measurement: the H100 run bounds it from below
-//!   (more than ten 1 ms steps between the agent taking NVTX and its first CUPTI callback, with the agent's
-//!   set-up being a dozen CUPTI calls); `scripts/gpu-validate` now prints the arming time to replace it.
-//! - `CUDASIM_CUPTI_ENABLE_MS` (default 2): each `cuptiActivityEnable` of a kind, which CUPTI applies to every
-//!   context the process has (cupti_activity.h: enabling "for all contexts and streams"). Also an estimate.
-//! - `CUDASIM_CALLBACK_NS` (default 57): dispatching one callback site (enter or exit) to a subscriber. Measured
-//!   on an H100 (CUDA 13.0, CUPTI 13.0.1; issue 26's table, medians of 5 runs): `cudaGetDevice` took 34 ns with
-//!   no tool and 148 ns with a no-op subscriber to the runtime domain, 114 ns for its two sites.
+//!   while the program runs on. Measured by `scripts/gpu-validate`'s cupti-timing part (tests/c/cupti_timing.c)
+//!   on an H100 (driver 580.159.04, CUDA 13.0), 2026-11-27: `cuptiSubscribe` as the first CUPTI call took 14.7 ms
+//!   (median of 3 runs; 14.5 to 24.0). The earlier default, 100 ms, was an estimate.
+//! - `CUDASIM_CUPTI_ENABLE_US` (default 40): each `cuptiActivityEnable` of a kind, which CUPTI applies to every
+//!   context the process has (cupti_activity.h: enabling "for all contexts and streams"). Same run: 9 to 87 µs a
+//!   kind (kernel 38, memcpy 15, memset 11 µs, medians); the earlier 2 ms was an estimate.
+//! - `CUDASIM_CALLBACK_NS` (default 83): dispatching one callback site (enter or exit) to a subscriber. Measured
+//!   on an H100 (CUDA 13.0): `cudaGetDevice` took 37 to 47 ns with no tool and 201 to 228 ns with a no-op
+//!   subscriber to the runtime domain (gpu-validate's cost part, medians of 5 runs, two device calls,
+//!   2026-11-27), about 166 ns for its two sites; cupti-timing's median gave 166 too. The first H100 run (issue
+//!   26's table) had 34 and 148 ns, 57 a site.
 //!
 //! Activity records need no figure here: as in CUPTI, they reach the client only when a buffer fills or at a
 //! flush (`activity.rs`), so their delay is the client's flush period.
@@ -25,9 +28,9 @@ fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
 }
 
-static INIT_MS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_INIT_MS", 100));
-static ENABLE_MS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_ENABLE_MS", 2));
-static CALLBACK_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CALLBACK_NS", 57));
+static INIT_MS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_INIT_MS", 15));
+static ENABLE_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_ENABLE_US", 40));
+static CALLBACK_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CALLBACK_NS", 83));
 
 /// CUPTI's lazy initialisation, paid once per process by its first CUPTI call (any entry point).
 pub(crate) fn cupti_call() {
@@ -37,7 +40,9 @@ pub(crate) fn cupti_call() {
 
 /// One `cuptiActivityEnable` (legacy or per-subscriber).
 pub(crate) fn activity_enable() {
-    sleep_ms(*ENABLE_MS);
+    if *ENABLE_US > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(*ENABLE_US));
+    }
 }
 
 /// One callback site dispatched to `subscribers` subscribers: a short busy wait, as the dispatch is CPU work on

@@ -4,7 +4,14 @@
 // scripts/gpu-validate runs the modes alternated and prints medians: the agent's own cost is traced minus
 // null-subscriber-plus-activity.
 // Build: nvcc -O2 -o overhead overhead.cu -I$CUPTI/include -L$CUPTI/lib64 -lcupti
-// Usage: overhead [calls] [plain|null|null+activity]
+// Usage: overhead [calls] [plain|null|null+activity|percbid+PIECES]
+//
+// percbid+PIECES rebuilds cuflight's CUPTI configuration piece by piece with a no-op callback, to find what an
+// unsubscribed call pays (issue 26: under `cuflight record` an unsubscribed cudaGetDevice cost more than with a
+// no-op subscriber to the whole runtime domain). percbid: the runtime launch and the driver launch callbacks only;
+// PIECES, joined by '+': activity (concurrent kernel records), kinds (memcpy, memset, memory2, synchronization and
+// overhead records), ts (a timestamp callback on CLOCK_MONOTONIC), tid (system thread ids), driver (the driver
+// callbacks cuflight enables for copies, memsets, allocations and synchronisation).
 #include <cuda_runtime.h>
 #include <cupti.h>
 #include <stdio.h>
@@ -26,6 +33,52 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
   free(buffer);
 }
 
+static uint64_t CUPTIAPI timestamp(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int has(const char *mode, const char *piece) {
+  size_t n = strlen(piece);
+  for (const char *p = strstr(mode, piece); p; p = strstr(p + 1, piece))
+    if ((p == mode || p[-1] == '+') && (p[n] == 0 || p[n] == '+')) return 1;
+  return 0;
+}
+
+// The per-cbid configuration, piece by piece (see the header).
+static int percbid(const char *mode) {
+  CUpti_SubscriberHandle sub;
+  if (cuptiSubscribe(&sub, noop, NULL) != CUPTI_SUCCESS) return 20;
+  if (has(mode, "tid")) cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+  if (has(mode, "ts")) cuptiActivityRegisterTimestampCallback(timestamp);
+  cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
+  cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+  if (has(mode, "driver")) {
+    const CUpti_CallbackId ids[] = {
+        CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+        CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,         CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
+        CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,     CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
+        CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,       CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
+        CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,         CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2,
+        CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2,       CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,
+        CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2,         CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,
+        CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,      CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,
+        CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,    CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent,
+    };
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, ids[i]);
+  }
+  if (has(mode, "activity") || has(mode, "kinds")) cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+  if (has(mode, "activity")) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (has(mode, "kinds")) {
+    const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
+                                        CUPTI_ACTIVITY_KIND_MEMORY2, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+                                        CUPTI_ACTIVITY_KIND_OVERHEAD};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) cuptiActivityEnable(kinds[i]);
+  }
+  return 0;
+}
+
 static double now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -38,7 +91,10 @@ int main(int argc, char **argv) {
   int dev;
   cudaGetDevice(&dev);
   cudaFree(0);
-  if (strncmp(mode, "null", 4) == 0) {
+  if (strncmp(mode, "percbid", 7) == 0) {
+    int rc = percbid(mode);
+    if (rc) return rc;
+  } else if (strncmp(mode, "null", 4) == 0) {
     CUpti_SubscriberHandle sub;
     if (cuptiSubscribe(&sub, noop, NULL) != CUPTI_SUCCESS) return 20;
     cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API);
