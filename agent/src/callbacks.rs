@@ -36,7 +36,7 @@ pub unsafe extern "C" fn api_callback(
     cbdata: *const c_void,
 ) {
     let _ = std::panic::catch_unwind(|| {
-        if cbdata.is_null() {
+        if cbdata.is_null() || crate::teardown::on_callback(domain, cbdata) {
             return;
         }
         if !state::enabled() {

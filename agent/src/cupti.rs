@@ -51,6 +51,11 @@ pub fn loaded() -> Option<&'static Loaded> {
     CUPTI.get()
 }
 
+/// The CUPTI entry points once a session was set up, whatever the agent's state now.
+pub fn installed() -> Option<&'static Loaded> {
+    CUPTI.get()
+}
+
 /// Keeps the session [`crate::setup::start`] made (once).
 pub fn install(l: Loaded) {
     let _ = CUPTI.set(l);
@@ -151,6 +156,7 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 pub fn flush(forced: bool) {
     let Some(l) = loaded() else { return };
     let _in_flight = InFlight::begin();
+    let _cupti = crate::teardown::cupti_calls();
     let flag = if forced { c::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED } else { 0 };
     // SAFETY: plain CUPTI call; buffer callbacks run on this thread or CUPTI's.
     unsafe { (l.api.activity_flush_all)(flag) };
@@ -210,6 +216,7 @@ fn record_devices_once() {
 /// between them would shift the pair by up to the gap).
 pub fn write_clock_pair() {
     let Some(l) = loaded() else { return };
+    let _cupti = crate::teardown::cupti_calls();
     let mut best: Option<(u64, u64, u64)> = None; // (gap, cupti, monotonic midpoint)
     for _ in 0..3 {
         let mono0 = clock::stamp_ns();

@@ -83,6 +83,25 @@ pub fn record() {
     }
 }
 
+/// Makes one trivial CUDA call on this thread, so that its API callbacks run here: `cudaRuntimeGetVersion` of the
+/// runtime the program loaded (a local read, the call Kineto makes to reach an exit callsite for its teardown,
+/// pytorch/kineto#1554), else the driver's `cuDriverGetVersion` (a runtime linked statically exports nothing).
+pub fn trivial_call() {
+    type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
+    let mut f = sym(libc::RTLD_DEFAULT, c"cudaRuntimeGetVersion");
+    if f.is_null() {
+        f = sym(driver(), c"cuDriverGetVersion");
+    }
+    if f.is_null() {
+        return;
+    }
+    // SAFETY: either function has the signature above (cuda_runtime_api.h, cuda.h) and needs no initialisation.
+    let f = unsafe { std::mem::transmute::<*mut c_void, GetVersion>(f) };
+    let mut v = 0;
+    // SAFETY: valid out-pointer.
+    unsafe { f(&mut v) };
+}
+
 /// The driver's version (`cuDriverGetVersion`, e.g. 13000), 0 when no driver is loaded.
 pub fn driver_version() -> u32 {
     type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;

@@ -35,6 +35,7 @@ mod pystack;
 mod rings;
 mod setup;
 mod state;
+mod teardown;
 mod trace_choice;
 
 use std::ffi::{c_char, c_int, CStr};

@@ -188,6 +188,14 @@ pub fn start() -> Result<(), String> {
 /// multi-subscriber mode only our own kinds are disabled (the legacy call would disable the other tools' too),
 /// and what CUPTI completed meanwhile is collected before our subscriber, whose buffers hold it, goes.
 fn release(api: cupti_sys::loader::CuptiApi, subscriber: c::CUpti_SubscriberHandle) {
+    disable_kinds(api);
+    // SAFETY: our own subscriber.
+    unsafe { (api.unsubscribe)(subscriber) };
+    cupti::set_activity_v2(None);
+}
+
+/// Disables our activity kinds and, in multi-subscriber mode, collects what CUPTI completed meanwhile.
+fn disable_kinds(api: cupti_sys::loader::CuptiApi) {
     let v2 = cupti::activity_v2();
     for &(kind, _, _) in ACTIVITY_KINDS {
         // SAFETY: plain CUPTI calls; disabling a kind that was never enabled is harmless.
@@ -201,16 +209,12 @@ fn release(api: cupti_sys::loader::CuptiApi, subscriber: c::CUpti_SubscriberHand
     if v2.is_some() {
         cupti::flush(false);
     }
-    // SAFETY: our own subscriber.
-    unsafe { (api.unsubscribe)(subscriber) };
-    cupti::set_activity_v2(None);
 }
 
 /// Ends a window (`cuflight attach`'s detach): every completed record is flushed into the rings first, then the
-/// activity kinds are disabled and the subscriber removed, so no callback of ours runs until the next attach.
-/// `cuptiFinalize` is not called: it must run from an API-exit callback to be safe, and after it CUPTI would
-/// be initialised again by the next attach anyway; without a subscriber or an enabled kind CUPTI adds no
-/// per-call work.
+/// activity kinds are disabled, and CUPTI is finalized from the exit of the program's next CUDA call
+/// ([`crate::teardown`]: a CUPTI that was only unsubscribed kept the program slower), or where that cannot be,
+/// our subscriber is removed. No callback of ours runs until the next attach, which initialises CUPTI again.
 pub fn stop() {
     let subscriber = SUBSCRIBER.swap(std::ptr::null_mut(), Ordering::AcqRel);
     let Some(lib) = LIB.get() else { return };
@@ -218,9 +222,17 @@ pub fn stop() {
         return;
     }
     cupti::flush(false);
-    release(lib.api, subscriber);
+    let finalize = crate::teardown::wanted(cupti::version(), cupti::activity_v2().is_some());
+    if finalize {
+        disable_kinds(lib.api);
+    } else {
+        release(lib.api, subscriber);
+    }
     // Records CUPTI completed while the kinds were being disabled, and those the flush thread is delivering.
     cupti::flush_settled(false);
+    if finalize {
+        crate::teardown::finalize_at_next_call(&lib.api, subscriber);
+    }
 }
 
 fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Sharing) -> Result<(), String> {

@@ -330,6 +330,7 @@ cupti_entry!(
         }
         cupti_state::finalize();
         subscribers::clear();
+        crate::timing::cupti_finalized();
         c::CUPTI_SUCCESS
     }
 );

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static ACTIVITY_KINDS: AtomicU64 = AtomicU64::new(0);
 static FINALIZED: AtomicBool = AtomicBool::new(false);
+static FINALIZATIONS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// Correlation id of the outermost API call on this thread (what the activity records carry).
@@ -35,13 +36,28 @@ pub(crate) fn leave_outer() {
     OUTER_CORRELATION.with(|c| c.set(0));
 }
 
-/// cuptiFinalize was called: no more records.
+/// cuptiFinalize was called and no CUPTI call has initialised CUPTI again since: no records.
 pub(crate) fn finalized() -> bool {
     FINALIZED.load(Ordering::Relaxed)
 }
 
+/// cuptiFinalize: CUPTI "destroys and cleans up all the resources associated with CUPTI in the current process"
+/// (cupti_activity.h, cuptiFinalize), so no kind stays enabled.
 pub(crate) fn finalize() {
+    ACTIVITY_KINDS.store(0, Ordering::Relaxed);
     FINALIZED.store(true, Ordering::Relaxed);
+    FINALIZATIONS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Test-only (not a CUDA function): how many times cuptiFinalize tore CUPTI down in this process.
+#[no_mangle]
+pub extern "C" fn cudasim_cupti_finalizations() -> u64 {
+    FINALIZATIONS.load(Ordering::Relaxed)
+}
+
+/// CUPTI initialised again by a call after cuptiFinalize (`timing::cupti_call`): a tool may attach again.
+pub(crate) fn reinitialise() {
+    FINALIZED.store(false, Ordering::Relaxed);
 }
 
 pub(crate) fn activity_enabled(kind: c::CUpti_ActivityKind) -> bool {

@@ -26,7 +26,8 @@
 //! kernel names resolve through `dladdr` when not registered with `__cudaRegisterFunction`. Two calls exist
 //! only for test programs, for what a GPU does by itself: `cudasim_kernel_fault(code)` (a device-side fault,
 //! sticky) and `cudasim_kernel_ends_at(ns)` (when the GPU finishes the running kernel, untouched by the host's
-//! scheduler, as GPU timestamps are).
+//! scheduler, as GPU timestamps are). One query exists only for tests: `cudasim_cupti_finalizations()`, how many
+//! times cuptiFinalize tore CUPTI down (a test cannot otherwise see a tool's detach).
 
 #[macro_use]
 mod macros {

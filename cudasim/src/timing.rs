@@ -22,7 +22,8 @@
 //! flush (`activity.rs`), so their delay is the client's flush period.
 
 use once_cell::sync::Lazy;
-use std::sync::Once;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
@@ -32,10 +33,29 @@ static INIT_MS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_INIT_MS", 15));
 static ENABLE_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_ENABLE_US", 40));
 static CALLBACK_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CALLBACK_NS", 83));
 
-/// CUPTI's lazy initialisation, paid once per process by its first CUPTI call (any entry point).
+/// Whether CUPTI is initialised (false before the first CUPTI call and after cuptiFinalize).
+static READY: AtomicBool = AtomicBool::new(false);
+static INITIALISING: Mutex<()> = Mutex::new(());
+
+/// CUPTI's lazy initialisation, paid by the first CUPTI call (any entry point), and again by the first call after
+/// cuptiFinalize: the CUPTI guide's dynamic attach and detach section has a tool detach with cuptiFinalize and
+/// attach again later by calling CUPTI. On an H100 (CUDA 13.0, 2026-11-27) `tests/gpu/attach_cycles.cu` attached
+/// (cuptiSubscribe, enable) and finalized 200 times in one process with every window's kernels recorded exactly.
 pub(crate) fn cupti_call() {
-    static INIT: Once = Once::new();
-    INIT.call_once(|| sleep_ms(*INIT_MS));
+    if READY.load(Ordering::Acquire) {
+        return;
+    }
+    let _one_at_a_time = INITIALISING.lock();
+    if !READY.load(Ordering::Acquire) {
+        sleep_ms(*INIT_MS);
+        crate::cupti_state::reinitialise();
+        READY.store(true, Ordering::Release);
+    }
+}
+
+/// cuptiFinalize ran: the next CUPTI call initialises CUPTI again.
+pub(crate) fn cupti_finalized() {
+    READY.store(false, Ordering::Release);
 }
 
 /// One `cuptiActivityEnable` (legacy or per-subscriber).

@@ -1,0 +1,149 @@
+//! Detaching for real: `cuptiFinalize` at the end of an attach window, from the exit of the program's next CUDA
+//! call. Removing our subscriber and activity kinds is not enough: a program that was profiled once stays slower
+//! until CUPTI is finalized. PyTorch users measured 10-20% slower training after torch.profiler had finished
+//! (pytorch/pytorch#144455, #146604), and Kineto finalizes by default from CUDA 12.6 (pytorch/kineto#1264). On an
+//! H100 (2026-11-27, gpu-validate's infer part) a served model's p50 request latency was 0.320 ms dormant, 0.506
+//! ms attached and still 0.458 ms after the detach without a finalize.
+//!
+//! NVIDIA's guide (dynamic attach and detach) asks for `cuptiFinalize` from an API exit callsite; Kineto found
+//! that a flush racing it on another thread crashes (pytorch/kineto#686). So: the detach disables our kinds and
+//! flushes, enables every runtime and driver callback on our subscriber and makes one trivial CUDA call itself;
+//! the first exit callback (that call's, or one of the program's) finalizes while holding [`CUPTI_CALLS`]
+//! exclusively, which the agent's own flushes hold shared. Where no exit callback comes within [`WAIT`], the
+//! detach falls back to unsubscribing rather than leave our subscriber behind.
+//!
+//! Only from CUPTI 12.6 (API version 24): before it, CUPTI initialised again after a finalize crashed programs
+//! using CUDA graphs (PyTorch turned teardown off for them, pytorch/pytorch#144455). Not in multi-subscriber mode,
+//! where another tool's session shares CUPTI. `CUFLIGHT_FINALIZE=0` turns it off.
+
+use crate::cupti;
+use cupti_sys::cuda13 as c;
+use cupti_sys::loader::CuptiApi;
+use parking_lot::{RwLock, RwLockReadGuard};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+const IDLE: u8 = 0;
+const PENDING: u8 = 1;
+const FINALIZING: u8 = 2;
+
+static STATE: AtomicU8 = AtomicU8::new(IDLE);
+/// The subscriber whose callback finalizes, while PENDING.
+static KEPT: AtomicPtr<c::CUpti_Subscriber_st> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Held shared by the agent's CUPTI calls outside its API callback (flushes, clock pairs) and exclusively while
+/// `cuptiFinalize` runs.
+static CUPTI_CALLS: RwLock<()> = RwLock::new(());
+
+/// How long a detach waits for the program's next CUDA call.
+const WAIT: Duration = Duration::from_millis(100);
+/// How long a finalizing callback waits for a flush in progress before leaving it to the next call.
+const LOCK_WAIT: Duration = Duration::from_millis(20);
+/// CUPTI 12.6's API version (cupti_version.h).
+const FIRST_VERSION: u32 = 24;
+
+/// Taken around the agent's own CUPTI calls off the callback path. Recursive (a flush writes a clock pair): a
+/// finalize waiting for the lock never blocks a reader, and it waits at most [`LOCK_WAIT`] itself.
+pub fn cupti_calls() -> RwLockReadGuard<'static, ()> {
+    CUPTI_CALLS.read_recursive()
+}
+
+/// Whether a detach from CUPTI `version` should finalize it.
+pub fn wanted(version: u32, multi_subscriber: bool) -> bool {
+    version >= FIRST_VERSION
+        && !multi_subscriber
+        && std::env::var("CUFLIGHT_FINALIZE").ok().is_none_or(|v| v.trim() != "0")
+}
+
+/// Has the exit of the program's next CUDA call finalize CUPTI through `subscriber` (whose activity kinds are
+/// disabled and flushed already). True once finalized; false when no call came within [`WAIT`] and the
+/// subscriber was removed instead.
+pub fn finalize_at_next_call(api: &CuptiApi, subscriber: c::CUpti_SubscriberHandle) -> bool {
+    // SAFETY: plain CUPTI calls on our own subscriber.
+    unsafe {
+        (api.enable_domain)(1, subscriber, c::CUPTI_CB_DOMAIN_RUNTIME_API);
+        (api.enable_domain)(1, subscriber, c::CUPTI_CB_DOMAIN_DRIVER_API);
+    }
+    KEPT.store(subscriber, Ordering::Release);
+    STATE.store(PENDING, Ordering::Release);
+    // Our own trivial call reaches an exit callsite at once, on this thread; the program's calls may come first.
+    crate::devices::trivial_call();
+    let deadline = Instant::now() + WAIT;
+    // A finalize under way is waited for, however long CUPTI takes (bounded, so a stuck one cannot hold the
+    // control thread for ever).
+    let give_up = deadline + Duration::from_secs(2);
+    loop {
+        let now = Instant::now();
+        if STATE.load(Ordering::Acquire) == IDLE {
+            let kept = KEPT.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if kept.is_null() {
+                return true;
+            }
+            // CUPTI refused the finalize: leave the old way.
+            // SAFETY: our own subscriber.
+            unsafe { (api.unsubscribe)(kept) };
+            return false;
+        }
+        if now >= deadline && STATE.compare_exchange(PENDING, IDLE, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            let kept = KEPT.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            // SAFETY: our own subscriber, which no finalize took (the exchange above won over the callbacks').
+            unsafe { (api.unsubscribe)(kept) };
+            return false;
+        }
+        if now >= give_up {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// From the API callback, before anything else: true while a finalize is pending (the window is over, so the
+/// callback does nothing else). At a runtime or driver exit site, the first thread finalizes.
+#[inline]
+pub fn on_callback(domain: c::CUpti_CallbackDomain, cbdata: *const c_void) -> bool {
+    if STATE.load(Ordering::Relaxed) == IDLE {
+        return false;
+    }
+    let api_domain = domain == c::CUPTI_CB_DOMAIN_RUNTIME_API || domain == c::CUPTI_CB_DOMAIN_DRIVER_API;
+    if api_domain && !cbdata.is_null() {
+        // SAFETY: CUPTI passes a CUpti_CallbackData for the runtime and driver domains.
+        let site = unsafe { (*(cbdata as *const c::CUpti_CallbackData)).callbackSite };
+        if site == c::CUPTI_API_EXIT
+            && STATE.compare_exchange(PENDING, FINALIZING, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            finalize_now();
+        }
+    }
+    true
+}
+
+fn finalize_now() {
+    let Some(l) = cupti::installed() else {
+        STATE.store(PENDING, Ordering::Release);
+        return;
+    };
+    let Some(_exclusive) = CUPTI_CALLS.try_write_for(LOCK_WAIT) else {
+        // A flush holds CUPTI: the next exit site tries again.
+        STATE.store(PENDING, Ordering::Release);
+        return;
+    };
+    // SAFETY: from an API exit callsite, as NVIDIA asks, with none of the agent's other CUPTI calls under way.
+    let r = unsafe { (l.api.finalize)() };
+    if r == c::CUPTI_SUCCESS {
+        KEPT.store(std::ptr::null_mut(), Ordering::Release);
+    }
+    // Refused: KEPT stays, so the detach unsubscribes it.
+    STATE.store(IDLE, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn finalizes_only_from_cupti_12_6_and_alone() {
+        assert!(!super::wanted(23, false), "12.5");
+        assert!(super::wanted(24, false), "12.6");
+        assert!(super::wanted(130001, false), "13.0");
+        assert!(!super::wanted(130500, true), "another tool's session");
+    }
+}
