@@ -10,6 +10,25 @@ use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 const MAX_CBID: usize = 1024;
+
+/// Counts recording windows (CUPTI set up anew), so per-thread call depths from an earlier window are dropped.
+static WINDOW: AtomicU32 = AtomicU32::new(1);
+
+/// A new recording window begins (`setup::start`).
+pub fn new_window() {
+    WINDOW.fetch_add(1, Ordering::Relaxed);
+}
+
+/// This thread's runtime call depth, reset if it was counted in an earlier window.
+#[inline]
+fn current_depth(t: &emit::ThreadState) -> u32 {
+    let window = WINDOW.load(Ordering::Relaxed);
+    if t.depth_window.get() != window {
+        t.depth_window.set(window);
+        t.runtime_depth.set(0);
+    }
+    t.runtime_depth.get()
+}
 /// Interned callback names per domain (0 = driver, 1 = runtime) and cbid; 0 = not yet interned.
 static NAMES: [[AtomicU32; MAX_CBID]; 2] = [const { [const { AtomicU32::new(0) }; MAX_CBID] }; 2];
 
@@ -77,7 +96,7 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
             crate::trace_choice::trace_mask() & cuflight_format::tracing::PYTHON != 0 && crate::pystack::available();
         // One thread-local access (a __tls_get_addr call in a dlopen'ed library) for the depth and the stack.
         let outermost = emit::with_thread(|t| {
-            let depth = t.runtime_depth.get() + runtime as u32;
+            let depth = current_depth(t) + runtime as u32;
             t.runtime_depth.set(depth);
             let outermost = depth <= runtime as u32;
             // The Python stack is read on the way in: a synchronising call then reads it while the GPU still
@@ -98,9 +117,10 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
     }
     // One thread-local access for the depth bookkeeping and the pushes; without TLS (exit) the slow path.
     let done = emit::with_thread(|t| {
+        let depth = current_depth(t);
         if runtime {
-            t.runtime_depth.set(t.runtime_depth.get().saturating_sub(1));
-        } else if t.runtime_depth.get() > 0 {
+            t.runtime_depth.set(depth.saturating_sub(1));
+        } else if depth > 0 {
             return; // a driver call made by the runtime on our behalf
         }
         on_exit(runtime, cbid, data, end, |ev| t.push(ev));
@@ -116,7 +136,7 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
 /// A call made inside another runtime call on this thread (a driver call the runtime makes on our behalf). At
 /// enter and at exit alike, a runtime call's own depth is counted.
 fn nested(runtime: bool) -> bool {
-    emit::with_thread(|t| t.runtime_depth.get() > runtime as u32).unwrap_or(false)
+    emit::with_thread(|t| current_depth(t) > runtime as u32).unwrap_or(false)
 }
 
 /// The flight recorder's watch on a call's exit (before the runtime depth is unwound): sticky errors, and the end

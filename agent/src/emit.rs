@@ -43,6 +43,9 @@ pub struct ThreadState {
     ring: RefCell<ThreadRing>,
     /// Depth of runtime API calls: driver callbacks inside one are the runtime's own work.
     pub runtime_depth: Cell<u32>,
+    /// The recording window `runtime_depth` was counted in ([`crate::callbacks::window`]): a call in flight when a
+    /// window ended never delivers its exit (a detach finalizes CUPTI), so a depth from an earlier window is stale.
+    pub depth_window: Cell<u32>,
     /// NVTX push/pop nesting depth of the default domain (what nvtxRangePush returns).
     pub nvtx_depth: Cell<i32>,
     /// The same for other domains, (domain, depth): NVTX keeps one push/pop stack per domain and thread. A thread
@@ -57,6 +60,7 @@ thread_local! {
         ThreadState {
             ring: RefCell::new(ThreadRing { generation: u64::MAX, tid: 0, producer: None, retry_in: 0 }),
             runtime_depth: Cell::new(0),
+            depth_window: Cell::new(0),
             nvtx_depth: Cell::new(0),
             nvtx_domain_depths: [const { Cell::new((0, 0)) }; 8],
             py: crate::pystack::ThreadPy::new(),

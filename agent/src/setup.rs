@@ -162,6 +162,8 @@ pub fn start() -> Result<(), String> {
     if !SUBSCRIBER.load(Ordering::Acquire).is_null() {
         return Ok(()); // already recording
     }
+    // Before any callback of this window can run: depths counted in an earlier one are stale.
+    callbacks::new_window();
     let (subscriber, sharing) = subscribe(cupti, version)?;
     activity::init_pool();
     cupti::install(cupti::Loaded { api, version });
