@@ -4,7 +4,8 @@
  * prints "stepper: ready" once CUDA is up and "stepper: N steps" at the end.
  * With "block SECONDS", a second thread first launches a kernel that runs SECONDS on a stream of its own and
  * waits for it in cudaStreamSynchronize, printing "stepper: blocked" as it enters the wait: a call in flight
- * while a tool attaches. */
+ * while a tool attaches.
+ * With "grow", every 100th step also allocates 1 MiB of device memory that it keeps (a slow leak, at most 4096). */
 #include "sim.h"
 #include <nvtx3/nvToolsExt.h>
 #include <poll.h>
@@ -48,6 +49,8 @@ int main(int argc, char **argv) {
     CHECK(cudaStreamSynchronize(s));
     pthread_t t;
     int blocking = argc > 3 && strcmp(argv[2], "block") == 0;
+    int grow = argc > 2 && strcmp(argv[2], "grow") == 0;
+    long grown = 0;
     if (blocking) {
         block_seconds = atof(argv[3]);
         pthread_create(&t, NULL, blocker, NULL);
@@ -63,6 +66,11 @@ int main(int argc, char **argv) {
         nvtxRangePop();
         nvtxRangePop();
         steps++;
+        if (grow && steps % 100 == 0 && grown < 4096) {
+            void *kept;
+            CHECK(cudaMalloc(&kept, 1 << 20));
+            grown++;
+        }
         usleep(900);
     }
     if (blocking) pthread_join(t, NULL);

@@ -23,8 +23,12 @@ struct Stepper {
 }
 
 fn stepper(dir: &Path, launches_per_step: u32) -> Stepper {
+    stepper_with(dir, &[&launches_per_step.to_string()])
+}
+
+fn stepper_with(dir: &Path, args: &[&str]) -> Stepper {
     let prog = build_c("stepper", dir);
-    let mut child = launch_dormant(&prog, &[&launches_per_step.to_string()]);
+    let mut child = launch_dormant(&prog, args);
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
@@ -263,7 +267,8 @@ fn serve_clears_the_scratch_that_killed_serves_left() {
 fn continuous_serve_misses_nothing_after_the_first_arming() {
     let _serial = serial();
     let dir = scratch("serve-continuous");
-    let stepper = stepper(&dir, 4);
+    // 4 launches a step, and 1 MiB of device memory kept every 100 steps (about 10 MiB/s).
+    let stepper = stepper_with(&dir, &["4", "grow"]);
     let pid = stepper.child.id();
     let (mut serve, addr, _err) = start_serve(&["--duty", "continuous", "--interval", "250ms"]);
     std::thread::sleep(Duration::from_millis(2000));
@@ -279,6 +284,10 @@ fn continuous_serve_misses_nothing_after_the_first_arming() {
     }
     let covered = value(&second, "cuflight_window_seconds", pid) - value(&first, "cuflight_window_seconds", pid);
     let launches = value(&second, "cuflight_kernel_launches", pid) - value(&first, "cuflight_kernel_launches", pid);
+    // The gauge holds everything allocated since the attach, not one part's allocations: one scrape's value is
+    // several parts' worth (a 250 ms part holds about 2 MiB), and it grows as the program allocates (about 10 MiB/s).
+    let (mem0, mem1) =
+        (value(&first, "cuflight_device_memory_bytes", pid), value(&second, "cuflight_device_memory_bytes", pid));
     let _ = Command::new("kill").arg(serve.id().to_string()).status();
     assert!(serve.wait().unwrap().success());
     // Left dormant again by serve's exit.
@@ -292,5 +301,12 @@ fn continuous_serve_misses_nothing_after_the_first_arming() {
     assert!(
         (launches / (rate * span) - 1.0).abs() <= 0.15,
         "counted {launches} launches in {span:.2} s, the program ran {rate:.0}/s"
+    );
+    let grown = (mem1 - mem0) / f64::from(1 << 20);
+    let expected = rate / 4.0 * span / 100.0; // rate counts launches, 4 a step
+    assert!(mem0 >= 4.0 * f64::from(1 << 20), "device memory at the first scrape: {mem0} bytes");
+    assert!(
+        (grown / expected - 1.0).abs() <= 0.25,
+        "device memory grew {grown:.1} MiB, the program kept {expected:.1}"
     );
 }

@@ -5,6 +5,7 @@
 
 use super::{refresh, Shared};
 use cuflight_collector::capture::continuous::{attach_continuous, Part};
+use cuflight_collector::model::memory::LiveMemory;
 use cuflight_collector::model::source::EventSource;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -50,12 +51,14 @@ impl Followers {
 fn follow(pid: u32, interval: Duration, stop: &AtomicBool, shared: &Shared, dir: &Path) {
     // Drops are counted by the agent since it was attached: each part's facts repeat the running total.
     let mut drops_seen = 0;
+    // One recording cut into parts: device memory is replayed across them.
+    let mut live = LiveMemory::default();
     let folded = attach_continuous(pid, dir, interval, stop, |part: Part| {
         let Some(mut m) = shared.lock().expect("metrics").get(&pid).cloned() else { return false };
         let before = m.dropped;
         let open = || EventSource::open(part.path).map_err(|e| e.to_string());
         let covered = part.to_ns.saturating_sub(part.from_ns);
-        match open().and_then(|mut s| m.fold(&mut s, covered)).and_then(|_| m.fold_idle(open()?)) {
+        match open().and_then(|mut s| m.fold(&mut s, covered, Some(&mut live))).and_then(|_| m.fold_idle(open()?)) {
             Ok(()) => {
                 let total = m.dropped - before;
                 m.dropped = before + total.saturating_sub(drops_seen);

@@ -31,13 +31,23 @@ pub struct ProcessMetrics {
 }
 
 impl ProcessMetrics {
-    /// Adds one window's trace to the totals; `window_ns` is how long the window lasted.
-    pub fn fold(&mut self, source: &mut EventSource, window_ns: u64) -> Result<(), String> {
+    /// Adds one window's trace to the totals; `window_ns` is how long the window lasted. `carried` is the live
+    /// memory of the parts before this one of one continuous recording (`--duty continuous`): allocations and
+    /// frees are then replayed across parts. Windows with gaps between them start from nothing (what happened
+    /// between them is unseen).
+    pub fn fold(
+        &mut self,
+        source: &mut EventSource,
+        window_ns: u64,
+        carried: Option<&mut LiveMemory>,
+    ) -> Result<(), String> {
         self.windows += 1;
         self.window_ns += window_ns;
         let mut busy_until: BTreeMap<u32, u64> = BTreeMap::new();
-        let mut live = LiveMemory::default();
-        let mut memory_seen = false;
+        let mut own = LiveMemory::default();
+        let carrying = carried.is_some();
+        let live = carried.unwrap_or(&mut own);
+        let mut memory_seen = carrying && self.device_memory.is_some();
         let mut info = None;
         source
             .for_each(|_, p, e| {
@@ -86,7 +96,8 @@ impl ProcessMetrics {
             (self.host, self.rank) = (host, rank);
             self.dropped += dropped;
         }
-        // Allocations made before the first window are unseen: the gauge is what the windows saw allocated.
+        // Allocations made before the first window are unseen: the gauge is what the windows saw allocated (in
+        // a continuous recording, everything since the attach).
         if memory_seen {
             self.device_memory = Some(live.device());
         }
