@@ -4,8 +4,9 @@
 //! The socket lives in the abstract namespace (`\0cuflight/<uid>/<session>`): no file to plant, replace or
 //! symlink, no directory whose mode matters, nothing left behind by a crash. Anybody may try to connect to an
 //! abstract name, so both ends check the other's credentials (`SO_PEERCRED`): the collector accepts segments
-//! only from processes of its own user, and an agent hands its memory only to a listener of its own user (a
-//! stranger who guessed the session name and bound it first gets nothing). The kernel keeps a descriptor in
+//! only from processes of one user (its own; root's, attached to another user's process, that process's), and an
+//! agent hands its memory only to a listener of its own user or root (a stranger who guessed the session name and
+//! bound it first gets nothing). The kernel keeps a descriptor in
 //! flight alive, so a process that dies right after sending (or before the collector accepts) loses nothing.
 //! An agent with no listener to reach (no `cuflight record`, or one that has exited) records nothing.
 
@@ -54,11 +55,12 @@ pub fn euid() -> u32 {
 
 /// The abstract socket address of a session (`sun_path` starts with NUL), and its length.
 fn address(session: &str) -> (libc::sockaddr_un, libc::socklen_t) {
-    abstract_address(&session_name(session))
+    abstract_address(&session_name(euid(), session))
 }
 
-fn session_name(session: &str) -> String {
-    format!("cuflight/{}/{session}", euid())
+/// A session's name for the agents of user `uid` (the agents' own uid is in the name they connect to).
+fn session_name(uid: u32, session: &str) -> String {
+    format!("cuflight/{uid}/{session}")
 }
 
 /// The abstract socket address `\0name` (cut to what `sun_path` holds), and its length.
@@ -169,6 +171,8 @@ pub(crate) fn listen_at(name: &str, flags: i32, backlog: i32) -> Result<OwnedFd,
 /// The collector's end: listens for the agents of one session.
 pub struct Listener {
     fd: OwnedFd,
+    /// The only user whose agents it accepts: the collector's own, or for root, the attached process's.
+    peer_uid: u32,
 }
 
 /// A segment handed over by an agent.
@@ -189,9 +193,19 @@ impl Listener {
 
     /// The same, in the network namespace of process `pid` (None: ours), where that process's agent can reach it.
     pub fn bind_near(session: &str, pid: Option<u32>) -> Result<Listener, ChannelError> {
-        let name = session_name(session);
+        Listener::bind_for(session, pid, euid())
+    }
+
+    /// The same, for the agents of user `uid`: root's collector attaching to another user's process (only
+    /// root may ask for another uid; the agent then accepts root's listener, as it accepts root's requests).
+    pub fn bind_for(session: &str, pid: Option<u32>, uid: u32) -> Result<Listener, ChannelError> {
+        let me = euid();
+        if uid != me && me != 0 {
+            return Err(ChannelError::Stranger { uid, pid: pid.unwrap_or(0) });
+        }
+        let name = session_name(uid, session);
         let fd = in_netns_of(pid, || listen_at(&name, libc::SOCK_NONBLOCK, 4096))?;
-        Ok(Listener { fd })
+        Ok(Listener { fd, peer_uid: uid })
     }
 
     /// The next segment waiting, without blocking: None when nobody is waiting; Some(Err) for a refused peer
@@ -210,7 +224,7 @@ impl Listener {
         }
         // SAFETY: a fresh fd from accept4.
         let conn = unsafe { OwnedFd::from_raw_fd(c) };
-        Some(receive(conn))
+        Some(receive(conn, self.peer_uid))
     }
 
     /// Sleeps until `timeout_ms` passes, an agent connects, or one of `conns` asks for a drain or hangs up;
@@ -240,9 +254,9 @@ impl Listener {
     }
 }
 
-fn receive(conn: OwnedFd) -> Result<Received, ChannelError> {
+fn receive(conn: OwnedFd, peer_uid: u32) -> Result<Received, ChannelError> {
     let (pid, uid) = peer(conn.as_raw_fd())?;
-    if uid != euid() {
+    if uid != peer_uid {
         return Err(ChannelError::Stranger { uid, pid });
     }
     // A peer that connects and sends nothing must not stall the collector.
@@ -293,7 +307,8 @@ fn receive(conn: OwnedFd) -> Result<Received, ChannelError> {
 }
 
 /// The agent's end: hands `segment` to the collector of `session`, after checking that the listener belongs
-/// to this user. Returns the connection, kept open to [`wake`] the collector.
+/// to this user or to root (whose `cuflight serve` follows every user's agents, and who may read any process's
+/// memory anyway). Returns the connection, kept open to [`wake`] the collector.
 pub fn send(session: &str, segment: RawFd) -> Result<OwnedFd, ChannelError> {
     let fd = socket(0)?;
     set_timeout(fd.as_raw_fd(), libc::SO_SNDTIMEO, CONNECT_TIMEOUT_MS);
@@ -303,7 +318,7 @@ pub fn send(session: &str, segment: RawFd) -> Result<OwnedFd, ChannelError> {
         return Err(last("connect"));
     }
     let (pid, uid) = peer(fd.as_raw_fd())?;
-    if uid != euid() {
+    if uid != euid() && uid != 0 {
         return Err(ChannelError::Stranger { uid, pid });
     }
     let mut payload = [0u8; 16];

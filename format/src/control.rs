@@ -296,6 +296,11 @@ fn names_in_other_netns() -> Vec<String> {
     names
 }
 
+/// The user an agent's name (as `list_names` gives it) belongs to.
+pub fn uid_of(name: &str) -> Option<u32> {
+    parse_agent_name(name.rsplit_once(NETNS_MARK).map_or(name, |(n, _)| n)).map(|(uid, _)| uid)
+}
+
 /// (uid, pid) from `cuflight/<uid>/agent/<pid>`.
 fn parse_agent_name(name: &str) -> Option<(u32, u32)> {
     let rest = name.strip_prefix("cuflight/")?;

@@ -462,6 +462,15 @@ fn strangers_neither_see_nor_control_an_agent() {
         .unwrap();
     assert!(mine.status.success(), "{}", String::from_utf8_lossy(&mine.stderr));
     assert!(count(&stats(&dir.join("owner.cuf")), "kernels", "name", "tick") > 0);
+    // So may root (whose `cuflight serve` follows every user's agents): the session's listener is named for the
+    // agent's user and accepts only that user's segments.
+    let root = Command::new(cuflight_bin())
+        .args(["attach", &pid.to_string(), "--duration", "200ms", "--force", "-o"])
+        .arg(dir.join("root.cuf"))
+        .output()
+        .unwrap();
+    assert!(root.status.success(), "{}", String::from_utf8_lossy(&root.stderr));
+    assert!(count(&stats(&dir.join("root.cuf")), "kernels", "name", "tick") > 0);
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
 }

@@ -310,3 +310,39 @@ fn continuous_serve_misses_nothing_after_the_first_arming() {
         "device memory grew {grown:.1} MiB, the program kept {expected:.1}"
     );
 }
+
+/// Root's serve follows every user's agents (issue 30: "root: all users"): a stepper of uid 65534 is attached,
+/// its segment handed to root's listener, and its launches counted.
+#[test]
+fn roots_serve_follows_another_users_agent() {
+    let Some(mut owner) = as_other_user(65534) else { return };
+    let _serial = serial();
+    let dir = scratch("serve-root");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let prog = build_c("stepper", &dir);
+    let mut child = owner
+        .arg(cuflight_bin())
+        .args(["launch", "--"])
+        .arg(&prog)
+        .arg("4")
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .env_remove("CUDASIM_CUPTI_VERSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("stepper: ready"), "{line}");
+    let (mut serve, addr, _err) = start_serve(&["--duty", "continuous", "--interval", "250ms"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let m = scrape(&addr, &dir, 0);
+    let _ = Command::new("kill").arg(serve.id().to_string()).status();
+    assert!(serve.wait().unwrap().success());
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    let launches = value(&m, "cuflight_kernel_launches", pid);
+    assert!(launches > 100.0, "{launches} launches counted for uid 65534's pid {pid}");
+}

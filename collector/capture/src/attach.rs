@@ -117,7 +117,7 @@ fn record_window(
     path: &Path,
     signals: &mut Option<signal_hook::iterator::Signals>,
 ) -> Result<Attached, AttachError> {
-    let mut session = Session::open_near(path, opts.force, control::netns_of(name))?;
+    let mut session = Session::open_near(path, opts.force, control::netns_of(name), control::uid_of(name))?;
     // Every window starts once the agent is armed: a duration counts from there too.
     let range = opts.range.clone().unwrap_or(super::window::Range::Armed {
         ns: opts.duration.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),

@@ -31,7 +31,7 @@ pub fn attach_continuous(
     let name = control::find(pid).map_err(AttachError::List)?.ok_or(AttachError::NoAgent(pid))?;
     let path_of = |n: u32| -> PathBuf { dir.join(format!("{pid}-{n}.cuf")) };
     let mut n = 0;
-    let mut session = Session::open_near(&path_of(n), true, control::netns_of(&name))?;
+    let mut session = Session::open_near(&path_of(n), true, control::netns_of(&name), control::uid_of(&name))?;
     session.set_window(Window::new(Range::Armed { ns: None, delay_ns: 0 }));
     request_attach(&name, &session.name, pid, None)?;
     let command = vec![format!("attach {pid} (continuous)")];

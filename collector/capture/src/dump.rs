@@ -73,7 +73,7 @@ pub fn dump(target: &Target, output: &Path, last: Option<Duration>, force: bool)
 
 fn from_process(pid: u32, output: &Path, last: Option<Duration>, force: bool) -> Result<Dumped, DumpError> {
     let name = control::find(pid).map_err(DumpError::List)?.ok_or(DumpError::NoAgent(pid))?;
-    let mut session = Session::open_near(output, force, control::netns_of(&name))?;
+    let mut session = Session::open_near(output, force, control::netns_of(&name), control::uid_of(&name))?;
     match control::command(&name, control::COMMAND_DUMP, session.name.as_bytes(), REPLY_MS) {
         Ok(Ok(())) => {}
         Ok(Err(why)) => return Err(DumpError::Refused { pid, why }),

@@ -308,16 +308,23 @@ pub(super) struct Session {
 impl Session {
     /// Binds a fresh session name and creates the output (refusing to replace a file without `force`).
     pub fn open(path: &Path, force: bool) -> Result<Session, RecordError> {
-        Session::open_near(path, force, None)
+        Session::open_near(path, force, None, None)
     }
 
     /// The same, with the listener in the network namespace of process `netns_of` (None: ours), so that an
-    /// agent in a container can hand its segment over.
-    pub fn open_near(path: &Path, force: bool, netns_of: Option<u32>) -> Result<Session, RecordError> {
+    /// agent in a container can hand its segment over, and for the agents of user `uid` (None: ours; root
+    /// attaching to another user's agent names that user).
+    pub fn open_near(
+        path: &Path,
+        force: bool,
+        netns_of: Option<u32>,
+        uid: Option<u32>,
+    ) -> Result<Session, RecordError> {
+        let uid = uid.unwrap_or_else(cuflight_format::channel::euid);
         let mut bound = None;
         for attempt in 0..8 {
             let session = session_id(attempt);
-            match Listener::bind_near(&session, netns_of) {
+            match Listener::bind_for(&session, netns_of, uid) {
                 Ok(l) => {
                     bound = Some((session, l));
                     break;
