@@ -16,5 +16,6 @@ pub mod recover;
 pub mod sampled;
 mod sink;
 mod status;
+mod summary;
 mod tracked;
 pub mod window;

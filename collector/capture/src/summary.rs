@@ -1,0 +1,72 @@
+//! What a recording produced (`record`, `attach` and `dump` print it), and how its window was armed.
+
+use cuflight_format::file::Drops;
+
+/// How a window waited for recording to be armed (every source delivering).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Arming {
+    /// How long the arming took (CUPTI's set-up), for the slowest process; None when none was armed.
+    pub took_ns: Option<u64>,
+    /// Steps, or ranges of the name asked for, that began before arming and so were not counted.
+    pub ranges_before: u32,
+}
+
+impl Arming {
+    /// One line for the user, when there is something to say.
+    pub fn describe(&self) -> Option<String> {
+        let took = self.took_ns.map(|ns| format!("recording was armed {:.1} ms after the request", ns as f64 / 1e6));
+        let before = (self.ranges_before > 0).then(|| {
+            let n = self.ranges_before;
+            format!(
+                "{n} range{} that began before arming {} not counted",
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "was" } else { "were" }
+            )
+        });
+        match (took, before) {
+            (None, None) => None,
+            (Some(t), None) => Some(format!("{t}; the window counts from there")),
+            (None, Some(b)) => Some(b),
+            (Some(t), Some(b)) => Some(format!("{t}; {b}")),
+        }
+    }
+}
+
+/// What a recording produced.
+#[derive(Debug)]
+pub struct RecordSummary {
+    pub exit_code: i32,
+    pub events: u64,
+    pub processes: usize,
+    pub drops: Drops,
+    pub bytes: u64,
+    pub disabled: Vec<(u32, String)>,
+    /// Signals forwarded to the program (by name).
+    pub forwarded: Vec<&'static str>,
+    /// Why recording stopped before the program ended (a write error); the file holds what came before.
+    pub stopped: Option<String>,
+    /// Processes that ended without their final flush: (pid, flush period in ms).
+    pub unflushed: Vec<(u32, u32)>,
+    /// A capture range or step window was asked for and never started.
+    pub range_never_started: bool,
+    /// How the window waited for arming (with a range).
+    pub arming: Arming,
+    /// Backpressure over all processes, ns: program threads and CUPTI's delivery held for room in full rings.
+    pub program_held_ns: u64,
+    pub delivery_held_ns: u64,
+    /// The files written, with their sizes (several when the output name has `%r`, `%h` or `%p`).
+    pub files: Vec<(String, u64)>,
+}
+
+impl RecordSummary {
+    /// What losing nothing cost, when the agent had to hold anything for room in a full ring.
+    pub fn backpressure(&self) -> Option<String> {
+        (self.program_held_ns + self.delivery_held_ns > 0).then(|| {
+            format!(
+                "to lose nothing the agent held the program's threads {:.1} ms in all and CUPTI's delivery {:.1} ms, waiting for full rings to drain",
+                self.program_held_ns as f64 / 1e6,
+                self.delivery_held_ns as f64 / 1e6
+            )
+        })
+    }
+}
