@@ -6,6 +6,7 @@ use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
 use cupti_sys::loader::{ActivityV2, CuptiApi};
 use once_cell::sync::OnceCell;
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -49,6 +50,21 @@ pub fn loaded() -> Option<&'static Loaded> {
         return None;
     }
     CUPTI.get()
+}
+
+/// Held shared by the agent's CUPTI calls outside its API callback (flushes, clock pairs) and exclusively while
+/// `cuptiFinalize` runs (`teardown`): a flush racing cuptiFinalize crashed Kineto (pytorch/kineto#686).
+static CALLS: RwLock<()> = RwLock::new(());
+
+/// Taken around the agent's own CUPTI calls off the callback path. Recursive (a flush writes a clock pair): a
+/// finalize waiting for the lock never blocks a reader, and it waits a bounded time itself.
+pub fn calls_shared() -> RwLockReadGuard<'static, ()> {
+    CALLS.read_recursive()
+}
+
+/// The lock exclusively, within `wait`; None if a flush holds it that long.
+pub fn calls_exclusive(wait: Duration) -> Option<RwLockWriteGuard<'static, ()>> {
+    CALLS.try_write_for(wait)
 }
 
 /// The CUPTI entry points once a session was set up, whatever the agent's state now.
@@ -156,7 +172,7 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 pub fn flush(forced: bool) {
     let Some(l) = loaded() else { return };
     let _in_flight = InFlight::begin();
-    let _cupti = crate::teardown::cupti_calls();
+    let _cupti = calls_shared();
     let flag = if forced { c::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED } else { 0 };
     // SAFETY: plain CUPTI call; buffer callbacks run on this thread or CUPTI's.
     unsafe { (l.api.activity_flush_all)(flag) };
@@ -216,7 +232,7 @@ fn record_devices_once() {
 /// between them would shift the pair by up to the gap).
 pub fn write_clock_pair() {
     let Some(l) = loaded() else { return };
-    let _cupti = crate::teardown::cupti_calls();
+    let _cupti = calls_shared();
     let mut best: Option<(u64, u64, u64)> = None; // (gap, cupti, monotonic midpoint)
     for _ in 0..3 {
         let mono0 = clock::stamp_ns();

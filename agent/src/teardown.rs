@@ -8,8 +8,8 @@
 //! NVIDIA's guide (dynamic attach and detach) asks for `cuptiFinalize` from an API exit callsite; Kineto found
 //! that a flush racing it on another thread crashes (pytorch/kineto#686). So: the detach disables our kinds and
 //! flushes, enables every runtime and driver callback on our subscriber and makes one trivial CUDA call itself;
-//! the first exit callback (that call's, or one of the program's) finalizes while holding [`CUPTI_CALLS`]
-//! exclusively, which the agent's own flushes hold shared. Where no exit callback comes within [`WAIT`], the
+//! the first exit callback (that call's, or one of the program's) finalizes while holding CUPTI's call lock
+//! ([`cupti::calls_exclusive`]) exclusively, which the agent's own flushes hold shared. Where no exit callback comes within [`WAIT`], the
 //! detach falls back to unsubscribing rather than leave our subscriber behind.
 //!
 //! Only from CUPTI 12.6 (API version 24): before it, CUPTI initialised again after a finalize crashed programs
@@ -19,7 +19,6 @@
 use crate::cupti;
 use cupti_sys::cuda13 as c;
 use cupti_sys::loader::CuptiApi;
-use parking_lot::{RwLock, RwLockReadGuard};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
@@ -32,22 +31,12 @@ static STATE: AtomicU8 = AtomicU8::new(IDLE);
 /// The subscriber whose callback finalizes, while PENDING.
 static KEPT: AtomicPtr<c::CUpti_Subscriber_st> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Held shared by the agent's CUPTI calls outside its API callback (flushes, clock pairs) and exclusively while
-/// `cuptiFinalize` runs.
-static CUPTI_CALLS: RwLock<()> = RwLock::new(());
-
 /// How long a detach waits for the program's next CUDA call.
 const WAIT: Duration = Duration::from_millis(100);
 /// How long a finalizing callback waits for a flush in progress before leaving it to the next call.
 const LOCK_WAIT: Duration = Duration::from_millis(20);
 /// CUPTI 12.6's API version (cupti_version.h).
 const FIRST_VERSION: u32 = 24;
-
-/// Taken around the agent's own CUPTI calls off the callback path. Recursive (a flush writes a clock pair): a
-/// finalize waiting for the lock never blocks a reader, and it waits at most [`LOCK_WAIT`] itself.
-pub fn cupti_calls() -> RwLockReadGuard<'static, ()> {
-    CUPTI_CALLS.read_recursive()
-}
 
 /// Whether a detach from CUPTI `version` should finalize it.
 pub fn wanted(version: u32, multi_subscriber: bool) -> bool {
@@ -123,7 +112,7 @@ fn finalize_now() {
         STATE.store(PENDING, Ordering::Release);
         return;
     };
-    let Some(_exclusive) = CUPTI_CALLS.try_write_for(LOCK_WAIT) else {
+    let Some(_exclusive) = cupti::calls_exclusive(LOCK_WAIT) else {
         // A flush holds CUPTI: the next exit site tries again.
         STATE.store(PENDING, Ordering::Release);
         return;
