@@ -12,10 +12,11 @@
  * program a second tool in CUPTI's multi-subscriber mode (13.5: cuptiSubscribe_v2 allowing multiple subscribers,
  * launch callbacks and kernel records through the per-subscriber Activity API), printing "subscribed" or
  * "refused NAME"; "v" waits for the next line in a raw read system call with known values in xmm0 and
- * xmm15 and prints "xmm ok" if they survived (an injection interrupts that very call); "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it; "f" prints
+ * xmm15 and prints "xmm ok" if they survived (an injection interrupts that very call); "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it; "D" launches one kernel through the driver API (cuLaunchKernel); "f" prints
  * "finalized N", cudasim's count of cuptiFinalize teardowns (-1 on real CUDA);
  * EOF ends it. */
 #include "sim.h"
+#include <cuda.h>
 #include <dlfcn.h>
 #include <cupti.h>
 #include <nvtx3/nvToolsExt.h>
@@ -222,6 +223,12 @@ static int commands(void) {
             if (held) cuptiUnsubscribe(held);
             held = NULL;
             printf("done\n");
+        } else if (line[0] == 'D') {
+            /* One kernel launched through the driver API directly (recorded as a driver call of its own). */
+            void *dargs[] = {NULL};
+            int ok = cuLaunchKernel((CUfunction)(void *)tick, 1, 1, 1, 1, 1, 1, 0, NULL, dargs, NULL) == CUDA_SUCCESS;
+            CHECK(cudaDeviceSynchronize());
+            printf(ok ? "done\n" : "failed\n");
         } else if (line[0] == 'f') {
             /* cudasim's test-only count of cuptiFinalize teardowns (-1 where the symbol is absent: real CUDA). */
             uint64_t (*finalizations)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "cudasim_cupti_finalizations");
