@@ -83,39 +83,29 @@ pub fn record() {
     }
 }
 
+/// Calls `f`, a `cudaRuntimeGetVersion` or `cuDriverGetVersion` found with dlsym (null: not loaded): the version,
+/// or None when there is no such function or it fails.
+fn get_version(f: *mut c_void) -> Option<u32> {
+    type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: both functions have the signature above (cuda_runtime_api.h, cuda.h) and need no initialisation.
+    let f = unsafe { std::mem::transmute::<*mut c_void, GetVersion>(f) };
+    let mut v = 0;
+    // SAFETY: valid out-pointer.
+    (unsafe { f(&mut v) } == 0).then_some(v.max(0) as u32)
+}
+
 /// Makes one trivial CUDA call on this thread, so that its API callbacks run here: `cudaRuntimeGetVersion` of the
 /// runtime the program loaded (a local read, the call Kineto makes to reach an exit callsite for its teardown,
 /// pytorch/kineto#1554), else the driver's `cuDriverGetVersion` (a runtime linked statically exports nothing).
 pub fn trivial_call() {
-    type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
-    let mut f = sym(libc::RTLD_DEFAULT, c"cudaRuntimeGetVersion");
-    if f.is_null() {
-        f = sym(driver(), c"cuDriverGetVersion");
-    }
-    if f.is_null() {
-        return;
-    }
-    // SAFETY: either function has the signature above (cuda_runtime_api.h, cuda.h) and needs no initialisation.
-    let f = unsafe { std::mem::transmute::<*mut c_void, GetVersion>(f) };
-    let mut v = 0;
-    // SAFETY: valid out-pointer.
-    unsafe { f(&mut v) };
+    let runtime = sym(libc::RTLD_DEFAULT, c"cudaRuntimeGetVersion");
+    let _ = get_version(if runtime.is_null() { sym(driver(), c"cuDriverGetVersion") } else { runtime });
 }
 
 /// The driver's version (`cuDriverGetVersion`, e.g. 13000), 0 when no driver is loaded.
 pub fn driver_version() -> u32 {
-    type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
-    let f = sym(driver(), c"cuDriverGetVersion");
-    if f.is_null() {
-        return 0;
-    }
-    // SAFETY: the driver's exported function with the cuda.h signature above.
-    let f = unsafe { std::mem::transmute::<*mut c_void, GetVersion>(f) };
-    let mut v = 0;
-    // SAFETY: valid out-pointer; cuDriverGetVersion needs no cuInit.
-    if unsafe { f(&mut v) } == 0 {
-        v.max(0) as u32
-    } else {
-        0
-    }
+    get_version(sym(driver(), c"cuDriverGetVersion")).unwrap_or(0)
 }
