@@ -55,6 +55,10 @@ pub(crate) fn api_call<P>(
     };
     let (targets, n) = targets_now();
     crate::timing::callback_sites(n);
+    if domain == c::CUPTI_CB_DOMAIN_RUNTIME_API && cupti_state::activity_enabled(c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION)
+    {
+        crate::timing::runtime_call_with_sync_records();
+    }
     // Each subscriber has its own slot shared by its enter and exit callbacks.
     let mut correlation_data = [0u64; MAX_DISPATCH];
     let mut ret = 0u32;

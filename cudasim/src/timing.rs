@@ -18,6 +18,12 @@
 //!   2026-11-27), about 166 ns for its two sites; cupti-timing's median gave 166 too. The first H100 run (issue
 //!   26's table) had 34 and 148 ns, 57 a site.
 //!
+//! - `CUDASIM_SYNC_ACTIVITY_NS` (default 175): every runtime call, subscribed or not, while the SYNCHRONIZATION
+//!   activity kind is enabled (CUPTI intercepts them all to find the waits). Measured by gpu-validate's kinds part
+//!   on an H100 (CUDA 13.0, driver 580.159.04, 2026-11-27): an unsubscribed `cudaGetDevice` took 34 ns with
+//!   kernel records and launch callbacks only, 209 ns with SYNCHRONIZATION added, 34 to 37 ns with MEMCPY,
+//!   MEMSET, MEMORY2 or OVERHEAD instead (medians of 3 runs). Driver calls were not measured and pay nothing here.
+//!
 //! Activity records need no figure here: as in CUPTI, they reach the client only when a buffer fills or at a
 //! flush (`activity.rs`), so their delay is the client's flush period.
 
@@ -32,6 +38,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 static INIT_MS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_INIT_MS", 15));
 static ENABLE_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_ENABLE_US", 40));
 static CALLBACK_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CALLBACK_NS", 83));
+static SYNC_ACTIVITY_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_SYNC_ACTIVITY_NS", 175));
 
 /// Whether CUPTI is initialised (false before the first CUPTI call and after cuptiFinalize).
 static READY: AtomicBool = AtomicBool::new(false);
@@ -69,7 +76,16 @@ pub(crate) fn activity_enable() {
 /// the calling thread.
 #[inline]
 pub(crate) fn callback_sites(subscribers: usize) {
-    let ns = *CALLBACK_NS * subscribers as u64;
+    busy_ns(*CALLBACK_NS * subscribers as u64);
+}
+
+/// A runtime call while SYNCHRONIZATION records are enabled: CUPTI's interception of it.
+#[inline]
+pub(crate) fn runtime_call_with_sync_records() {
+    busy_ns(*SYNC_ACTIVITY_NS);
+}
+
+fn busy_ns(ns: u64) {
     if ns == 0 {
         return;
     }

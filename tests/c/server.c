@@ -13,7 +13,8 @@
  * launch callbacks and kernel records through the per-subscriber Activity API), printing "subscribed" or
  * "refused NAME"; "v" waits for the next line in a raw read system call with known values in xmm0 and
  * xmm15 and prints "xmm ok" if they survived (an injection interrupts that very call); "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it; "D" launches one kernel through the driver API (cuLaunchKernel); "f" prints
- * "finalized N", cudasim's count of cuptiFinalize teardowns (-1 on real CUDA);
+ * "finalized N", cudasim's count of cuptiFinalize teardowns (-1 on real CUDA); "u NAME M" opens an NVTX range NAME
+ * and runs M kernels in it without closing it, "q" closes it, each printing "done";
  * EOF ends it. */
 #include "sim.h"
 #include <cuda.h>
@@ -138,6 +139,17 @@ static int commands(void) {
             nvtxRangePushA(name);
             for (long k = 0; k < per; k++) launch(tick, 1, 1, 0, args);
             CHECK(cudaDeviceSynchronize());
+            nvtxRangePop();
+            printf("done\n");
+        } else if (line[0] == 'u') {
+            char name[32] = "";
+            long per = 0;
+            sscanf(line + 1, "%31s %ld", name, &per);
+            nvtxRangePushA(name);
+            for (long k = 0; k < per; k++) launch(tick, 1, 1, 0, args);
+            CHECK(cudaDeviceSynchronize());
+            printf("done\n");
+        } else if (line[0] == 'q') {
             nvtxRangePop();
             printf("done\n");
         } else if (line[0] == 'p' || line[0] == 'P') {

@@ -116,6 +116,10 @@ impl Recorded {
 
 /// Runs `cuflight record --force -o dir/trace.cuf [flags] -- program args` with cudasim on the library path
 /// (tests record into the same file again and again).
+/// `record` flags for everything cuflight traces but the trivial runtime calls: CUPTI's synchronization records
+/// included, which the default leaves out for their cost (`format/src/tracing.rs`).
+pub const EVERYTHING: &[&str] = &["--trace", "cuda,nvtx,memory,sync,overhead,python"];
+
 pub fn record(dir: &Path, flags: &[&str], program: &Path, args: &[&str], env: &[(&str, &str)]) -> Recorded {
     let trace = dir.join("trace.cuf");
     let mut cmd = Command::new(cuflight_bin());

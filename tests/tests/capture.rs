@@ -67,7 +67,7 @@ fn check_streams(stats: &Value, cupti_version: u64) {
 fn threads_and_streams_are_counted_exactly_with_cupti_13() {
     let dir = scratch("streams13");
     let prog = build_c("streams", &dir);
-    let r = record(&dir, &[], &prog, &[], &[]);
+    let r = record(&dir, EVERYTHING, &prog, &[], &[]);
     assert!(r.output.status.success(), "{}", r.stderr());
     check_streams(&stats(&r.trace), 130500);
 }
@@ -76,7 +76,7 @@ fn threads_and_streams_are_counted_exactly_with_cupti_13() {
 fn cupti_12_records_decode_to_the_same_counts() {
     let dir = scratch("streams12");
     let prog = build_c("streams", &dir);
-    let r = record(&dir, &[], &prog, &[], &[("CUDASIM_CUPTI_VERSION", "12")]);
+    let r = record(&dir, EVERYTHING, &prog, &[], &[("CUDASIM_CUPTI_VERSION", "12")]);
     assert!(r.output.status.success(), "{}", r.stderr());
     check_streams(&stats(&r.trace), 28);
 }
@@ -85,7 +85,7 @@ fn cupti_12_records_decode_to_the_same_counts() {
 fn ld_preload_injection_records_the_same() {
     let dir = scratch("preload");
     let prog = build_c("streams", &dir);
-    let r = record(&dir, &["--inject", "preload"], &prog, &[], &[]);
+    let r = record(&dir, &["--inject", "preload", EVERYTHING[0], EVERYTHING[1]], &prog, &[], &[]);
     assert!(r.output.status.success(), "{}", r.stderr());
     check_streams(&stats(&r.trace), 130500);
 }

@@ -25,7 +25,7 @@ fn every_modelled_release_is_recorded_exactly() {
     let dir = scratch("releases");
     let prog = build_c("streams", &dir);
     for &(release, api) in RELEASES {
-        let r = record(&dir, &[], &prog, &["10"], &[("CUDASIM_CUPTI_VERSION", release)]);
+        let r = record(&dir, EVERYTHING, &prog, &["10"], &[("CUDASIM_CUPTI_VERSION", release)]);
         assert!(r.output.status.success(), "{release}: {}", r.stderr());
         let s = stats(&r.trace);
         assert_eq!(s["processes"][0]["cupti_version"], api, "{release}");

@@ -89,7 +89,7 @@ fn python_stacks_can_be_turned_off() {
     let dir = scratch("pystacks-off");
     let (_, s) = record_py(&dir, Path::new("python3"), &["3"], &["--python-stacks=off"]);
     assert_eq!(s["python_sync"].as_array().unwrap().len(), 0, "{}", s["python_sync"]);
-    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx,memory,sync,overhead");
+    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx,memory,overhead");
     let (_, s) = record_py(&dir, Path::new("python3"), &["3"], &["--trace", "cuda,python"]);
     assert_eq!(s["python_sync"].as_array().unwrap().len(), 4, "{}", s["python_sync"]);
     // An interpreter the reader does not know (3.8, where pyenv has one) runs as before, without stacks.

@@ -112,9 +112,32 @@ fn nvtx_ranges_project_onto_the_gpu_work_launched_inside_them() {
 }
 
 #[test]
+fn a_range_the_window_closes_in_counts_in_neither_nvtx_table() {
+    // A duration window that ends inside a request (gpu-validate's infer part on an H100: 333 closed batch1
+    // ranges and the first 3 kernels of a 334th): kernels per range must come out whole, so the open range's
+    // kernels are left out with it.
+    let dir = scratch("stats-open-range");
+    let mut server = Server::start(&dir, &[], &[]);
+    let trace = dir.join("open.cuf");
+    let window = spawn_attach(server.pid(), &trace, &["--duration", "60s"], &[]);
+    wait_for_agent_state(server.pid(), "recording");
+    assert_eq!(server.cmd("t 2 3"), "done");
+    assert_eq!(server.cmd("u step 2"), "done");
+    end_attach_window(window);
+    assert_eq!(server.cmd("q"), "done");
+    assert!(server.end().0.success());
+    let out = stats_with(&[trace.to_str().unwrap(), "--report", "nvtx_gpu_proj_sum,nvtx_kern_sum", "--format", "json"]);
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let proj = &s["nvtx_gpu_proj"][0];
+    assert_eq!((proj["instances"].as_u64(), proj["total_gpu_ops"].as_u64()), (Some(2), Some(6)), "{proj}");
+    let kern = &s["nvtx_kern"][0];
+    assert_eq!((kern["range"].as_str(), kern["count"].as_u64()), (Some("step"), Some(6)), "{kern}");
+}
+
+#[test]
 fn what_an_import_never_recorded_is_said_to_be_unknown_not_zero() {
     // The shared nsys export was made without --cuda-memory-usage (no CUDA_GPU_MEMORY_USAGE_EVENTS) and holds
-    // no NVTX_EVENTS: its memory and NVTX tables are unknown, not empty. A capture of ours records everything.
+    // no NVTX_EVENTS: its memory and NVTX tables are unknown, not empty. A capture of ours records what it traced.
     if let Some(path) = shared_trace("nsys-a100-cloverleaf.sqlite") {
         let p = path.to_str().unwrap();
         let s: Value = serde_json::from_slice(&stats_with(&[p, "--format", "json"]).stdout).unwrap();
@@ -129,7 +152,18 @@ fn what_an_import_never_recorded_is_said_to_be_unknown_not_zero() {
     let prog = build_c("streams", &dir);
     let r = record(&dir, &[], &prog, &["2"], &[]);
     assert!(r.output.status.success());
-    assert_eq!(stats(&r.trace)["not_recorded"], serde_json::json!([]));
+    // The default leaves CUPTI's synchronization records out (their cost, format/src/tracing.rs); asked for,
+    // everything is recorded.
+    let kinds: Vec<String> = stats(&r.trace)["not_recorded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds, ["sync"]);
+    let all = record(&dir, &["--trace", "cuda,nvtx,memory,sync,overhead,python"], &prog, &["2"], &[]);
+    assert!(all.output.status.success());
+    assert_eq!(stats(&all.trace)["not_recorded"], serde_json::json!([]));
 }
 
 #[test]

@@ -18,7 +18,7 @@ fn by_default_calls_that_only_read_state_are_not_recorded() {
     assert!(count(&s, "api", "name", "cudaDeviceSynchronize") >= 3, "{}", s["api"]);
     assert_eq!(count(&s, "api", "name", "cudaProfilerStart"), 1);
     assert_eq!(count(&s, "nvtx", "name", "step"), 2);
-    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx,memory,sync,overhead,python");
+    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx,memory,overhead,python");
 }
 
 #[test]
@@ -91,7 +91,7 @@ fn an_attached_window_traces_what_attach_asks_and_the_next_what_launch_chose() {
     let s = window("default.cuf", &[], &mut server);
     assert_eq!(count(&s, "api", "name", "cudaGetDevice"), 0, "{}", s["api"]);
     assert_eq!(count(&s, "nvtx", "name", "step"), 2, "{}", s["nvtx"]);
-    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx,memory,sync,overhead,python");
+    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx,memory,overhead,python");
     let (status, _) = server.end();
     assert!(status.success());
 }

@@ -119,6 +119,10 @@ pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
     if mask != 0 && mask & cuflight_format::tracing::NVTX == 0 {
         not_recorded.push(("nvtx".to_string(), "not traced (--trace without nvtx)".to_string()));
     }
+    if mask != 0 && mask & cuflight_format::tracing::SYNC == 0 {
+        let why = "not traced (CUPTI's synchronization records cost every runtime call; --trace cuda,...,sync)";
+        not_recorded.push(("sync".to_string(), why.to_string()));
+    }
     ProcessInfo {
         pid: t.pid,
         key: if t.key == t.pid { 0 } else { t.key },

@@ -1,7 +1,8 @@
 //! NVTX ranges projected onto the GPU, as `nsys stats`' nvtx_gpu_proj_sum and nvtx_kern_sum define them: a
 //! push/pop range's projection runs from the start of the first GPU operation (kernel, copy, memset) launched
 //! inside it, on its thread, to the end of the last one; the kernels launched inside a range are summed per
-//! (range, kernel). Fed in time order with the stats; a range instance is kept only until it is closed and every
+//! (range, kernel). Both tables count only ranges that end in the trace: a recording window that closes in the
+//! middle of a range leaves out the range and its kernels alike. Fed in time order with the stats; a range instance is kept only until it is closed and every
 //! launch made inside it has met its GPU record, so memory follows what is in flight, not the trace.
 //!
 //! Imported traces' complete ranges (Kineto's user_annotation and cpu_op events) are projected the same way.
@@ -33,6 +34,9 @@ struct Instance {
     pending: u64,
     level: u32,
     children: u32,
+    /// Kernels launched inside it, by name: summed into `Projection::kernels` when it finishes with an end, so
+    /// that a range the trace never closes (a window ending mid-request) counts in neither table.
+    kernels: FxHashMap<u32, Dist>,
 }
 
 /// Closed ranges kept waiting for graph work, at most.
@@ -146,7 +150,7 @@ impl Projection {
                         inst.pending -= 1;
                     }
                     if k == EventKind::Kernel {
-                        self.kernels.entry((key, inst.domain, inst.name, e.name)).or_default().add(e.duration());
+                        inst.kernels.entry(e.name).or_default().add(e.duration());
                     }
                     if met && !inst.open && inst.pending == 0 {
                         self.settle(id);
@@ -184,6 +188,7 @@ impl Projection {
             pending: 0,
             level,
             children: 0,
+            kernels: FxHashMap::default(),
         };
         self.live.insert(id, inst);
         id
@@ -246,6 +251,9 @@ impl Projection {
             }
         }
         let (Some(end), Some((first, last))) = (inst.end, inst.gpu) else { return };
+        for (name, d) in &inst.kernels {
+            self.kernels.entry((inst.key, inst.domain, inst.name, *name)).or_default().merge(d);
+        }
         let s = self.ranges.entry((inst.key, inst.domain, inst.name)).or_default();
         s.proj.add(last.saturating_sub(first));
         s.range.add(end - inst.start);
@@ -255,7 +263,7 @@ impl Projection {
     }
 
     /// Closes the books at the end of the trace: every range counts with the GPU records that arrived (a push
-    /// never popped has no end and is left out).
+    /// never popped has no end and is left out, its kernels too).
     pub fn flush(&mut self) {
         let ids: Vec<u64> = self.live.keys().copied().collect();
         for id in ids {

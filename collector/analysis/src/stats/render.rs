@@ -120,6 +120,7 @@ impl Stats {
                 Report::Memory => Some("memory"),
                 Report::Nvtx | Report::NvtxGpuProj | Report::NvtxKern => Some("nvtx"),
                 Report::Memset => Some("memset"),
+                Report::Sync => Some("sync"),
                 _ => None,
             };
             if let Some(n) = self.not_recorded.iter().find(|n| Some(n.kind.as_str()) == kind) {
