@@ -34,6 +34,17 @@ struct Consumer {
 }
 
 static CONSUMERS: Mutex<Vec<Consumer>> = Mutex::new(Vec::new());
+/// The kinds some per-subscriber consumer enabled (their union), readable without the lock on every API call.
+static CONSUMER_KINDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn publish_kinds(all: &[Consumer]) {
+    CONSUMER_KINDS.store(all.iter().fold(0, |k, c| k | c.kinds), Ordering::Relaxed);
+}
+
+/// Whether a per-subscriber consumer enabled `kind`.
+pub(crate) fn consumer_enabled(kind: c::CUpti_ActivityKind) -> bool {
+    kind < 64 && CONSUMER_KINDS.load(Ordering::Relaxed) & (1 << kind) != 0
+}
 
 fn with_consumer<R>(handle: usize, f: impl FnOnce(&mut Consumer) -> R) -> R {
     let mut all = CONSUMERS.lock();
@@ -50,6 +61,9 @@ fn with_consumer<R>(handle: usize, f: impl FnOnce(&mut Consumer) -> R) -> R {
 
 /// `cuptiActivityEnable_v2` / `Disable_v2` for `handle`.
 pub(crate) fn set_kind_v2(handle: usize, kind: c::CUpti_ActivityKind, on: bool) {
+    if kind >= 64 {
+        return;
+    }
     with_consumer(handle, |c| {
         if on {
             c.kinds |= 1 << kind;
@@ -57,6 +71,7 @@ pub(crate) fn set_kind_v2(handle: usize, kind: c::CUpti_ActivityKind, on: bool) 
             c.kinds &= !(1 << kind);
         }
     });
+    publish_kinds(&CONSUMERS.lock());
 }
 
 /// `cuptiActivityRegisterCallbacks_v2` for `handle`.
@@ -74,7 +89,9 @@ pub(crate) fn take_dropped_v2(handle: usize) -> usize {
 
 /// A subscriber left: its records stop (what it had not flushed is lost, as with CUPTI).
 pub(crate) fn forget_subscriber(handle: usize) {
-    CONSUMERS.lock().retain(|c| c.handle != handle);
+    let mut all = CONSUMERS.lock();
+    all.retain(|c| c.handle != handle);
+    publish_kinds(&all);
 }
 
 /// A kernel running on a simulated device: a forced flush hands it over unfinished (end 0), as CUPTI's forced

@@ -55,7 +55,9 @@ pub(crate) fn api_call<P>(
     };
     let (targets, n) = targets_now();
     crate::timing::callback_sites(n);
-    if domain == c::CUPTI_CB_DOMAIN_RUNTIME_API && cupti_state::activity_enabled(c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION)
+    let sync = c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
+    if domain == c::CUPTI_CB_DOMAIN_RUNTIME_API
+        && (cupti_state::activity_enabled(sync) || crate::activity::consumer_enabled(sync))
     {
         crate::timing::runtime_call_with_sync_records();
     }
