@@ -15,6 +15,7 @@
 #if PY_VERSION_HEX >= 0x030D0000
 #include "internal/pycore_tstate.h"
 #endif
+#include "internal/pycore_interp.h"
 
 /* The bits of PyASCIIObject.state that hold `field`: bitfields have no offsetof. */
 static unsigned state_bits(int field) {
@@ -40,7 +41,12 @@ int main(void) {
 #else
     printf("        tstate_frame: %zu,\n        cframe_frame: ", offsetof(PyThreadState, frame)); NONE();
 #endif
-    printf(",\n");
+    printf(",\n        tstate_next: %zu,\n        tstate_interp: %zu,\n", offsetof(PyThreadState, next), offsetof(PyThreadState, interp));
+#if PY_VERSION_HEX >= 0x030B0000
+    printf("        interp_threads_head: %zu,\n", offsetof(PyInterpreterState, threads.head));
+#else
+    printf("        interp_threads_head: %zu,\n", offsetof(PyInterpreterState, tstate_head));
+#endif
 #if PY_VERSION_HEX >= 0x030B0000
     printf("        frame_back: %zu,\n", offsetof(_PyInterpreterFrame, previous));
 #if PY_VERSION_HEX >= 0x030D0000

@@ -4,7 +4,8 @@ lines inside known functions, for the Python-stack tests: each call's line is pr
 py_stacks.py stress N: N synchronisations on one thread while others build and drop deep stacks and fresh code
 objects as fast as they can (frames torn down under the reader); py_stacks.py timed N DEPTH: the mean time of N
 synchronisations made DEPTH frames deep (benches/python-stacks); py_stacks.py spawn STEPS: the work in a child
-process started by multiprocessing's spawn."""
+process started by multiprocessing's spawn; py_stacks.py native LIB N: N launches from a thread that runs no Python
+(LIB: tests/c/native_thread.c built as a library) while this thread waits in the call."""
 import ctypes
 import inspect
 import sys
@@ -103,7 +104,16 @@ def spawned(steps):
     assert child.exitcode == 0
 
 
+def backward(lib, n):
+    here("native"); assert lib.cuflight_native_launches(func, n) == 0
+
+
 def main():
+    if sys.argv[1] == "native":
+        lib = ctypes.CDLL(sys.argv[2])
+        lib.cuflight_native_launches.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        backward(lib, int(sys.argv[3]))
+        return
     if sys.argv[1] == "spawn":
         spawned(int(sys.argv[2]))
         return

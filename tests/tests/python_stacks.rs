@@ -236,3 +236,35 @@ fn a_spawned_worker_has_its_own_stacks() {
         .unwrap_or_else(|| panic!("{rows:?}"));
     assert_eq!(copy["calls"], "cudaMemcpy x3");
 }
+
+#[test]
+fn a_thread_running_no_python_gets_the_main_threads_line() {
+    // PyTorch's autograd device threads launch the backward pass with no Python frames of their own while the
+    // main thread waits in loss.backward(): their calls are blamed on the main thread's line. Here a POSIX thread
+    // launches and synchronises while the Python thread waits in the ctypes call, on every CPython found.
+    let dir = scratch("pystacks-native");
+    let lib = dir.join("libnative_thread.so");
+    let st = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-I"])
+        .arg(cuda_include())
+        .arg(repo_root().join("tests/c/native_thread.c"))
+        .arg("-L")
+        .arg(cudasim_dir())
+        .args(["-lcudart", "-lpthread", "-o"])
+        .arg(&lib)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for python in pythons() {
+        let (rec, s) = record_py(&dir, &python, &["native", lib.to_str().unwrap(), "20"], &[]);
+        let planted = planted_lines(&String::from_utf8_lossy(&rec.output.stdout));
+        let (at, func) = &planted["native"];
+        let rows = s["python_sync"].as_array().unwrap();
+        let row = rows
+            .iter()
+            .find(|r| format!("{}:{}", r["file"].as_str().unwrap(), r["line"]) == *at)
+            .unwrap_or_else(|| panic!("{}: no row for {at}: {rows:?}", python.display()));
+        assert_eq!(row["function"].as_str(), Some(func.as_str()), "{}", python.display());
+        assert_eq!(row["calls"], "cudaDeviceSynchronize x1", "{}", python.display());
+    }
+}

@@ -4,7 +4,8 @@
 //!
 //! - The calling thread's state comes from `PyGILState_GetThisThreadState`, which reads a thread-specific key
 //!   and works while the thread has released the GIL, as PyTorch and ctypes do around every CUDA call (the
-//!   "current" thread state is then empty). No GIL is taken and no Python code runs.
+//!   "current" thread state is then empty). No GIL is taken and no Python code runs. A thread with no frames
+//!   of its own borrows the main thread's, found in the interpreter's list of thread states ([`main_stack`]).
 //! - Where the frames, code objects and strings are comes from [`layouts`], generated from each release's
 //!   headers (CPython 3.9 to 3.13, x86_64); an interpreter of another version records no stacks.
 //! - Every read goes through [`memory::read`], which cannot fault: a frame torn down under the reader ends the
@@ -41,6 +42,13 @@ pub struct Layout {
     pub tstate_frame: usize,
     /// `_PyCFrame.current_frame` (3.11, 3.12: the thread state points at a `_PyCFrame`).
     pub cframe_frame: Option<usize>,
+    /// `PyThreadState.next`: the interpreter's thread states form a list, newest first.
+    pub tstate_next: usize,
+    /// `PyThreadState.interp`: checked against the interpreter, so a thread state freed under the reader (the
+    /// list changes while it is read) ends the list rather than leading it astray.
+    pub tstate_interp: usize,
+    /// `PyInterpreterState.tstate_head` (3.9, 3.10) or `.threads.head` (3.11+).
+    pub interp_threads_head: usize,
     pub frame_back: usize,
     /// `f_code` (3.9 to 3.12) or `f_executable` (3.13).
     pub frame_code: usize,
@@ -71,6 +79,8 @@ pub struct Layout {
 struct Interp {
     layout: &'static Layout,
     this_thread: extern "C" fn() -> usize,
+    /// `PyInterpreterState_Main`: where the list of thread states starts (for threads that run no Python).
+    main_interp: Option<extern "C" fn() -> usize>,
     code_type: u64,
     str_type: u64,
     bytes_type: u64,
@@ -103,7 +113,13 @@ fn find_interpreter() -> Option<Interp> {
     // SAFETY: the symbol is CPython's `PyThreadState *PyGILState_GetThisThreadState(void)` (pystate.h): no
     // arguments, a pointer-sized result, safe to call without the GIL.
     let this_thread = unsafe { std::mem::transmute::<u64, extern "C" fn() -> usize>(this_thread) };
-    Some(Interp { layout, this_thread, code_type, str_type, bytes_type })
+    let main_interp = match symbol(c"PyInterpreterState_Main") {
+        0 => None,
+        // SAFETY: CPython's `PyInterpreterState *PyInterpreterState_Main(void)` (pystate.h, 3.8+) returns a
+        // global's value: no arguments, a pointer-sized result, no GIL needed.
+        f => Some(unsafe { std::mem::transmute::<u64, extern "C" fn() -> usize>(f) }),
+    };
+    Some(Interp { layout, this_thread, main_interp, code_type, str_type, bytes_type })
 }
 
 /// The minor version of the running CPython 3: `Py_Version` (3.11+, PY_VERSION_HEX), else `Py_GetVersion()`.
@@ -226,12 +242,27 @@ pub fn available() -> bool {
     interp().is_some() && !memory::refused()
 }
 
+/// [`EventKind::PyFrame`]'s `sub` bits: frames were left out below the last one.
+pub const FRAMES_TRUNCATED: u8 = 1;
+/// The calling thread ran no Python: the frames are the main thread's at the call.
+pub const FRAMES_OF_MAIN_THREAD: u8 = 2;
+
 /// Pushes the calling thread's Python stack as [`EventKind::PyFrame`] events of call `correlation` started at
-/// `start`; nothing when the thread runs no Python.
+/// `start`. A thread of a Python process that runs no Python gets the main thread's stack, marked so: PyTorch's
+/// autograd device threads (a thread state, no frames) launch the backward pass while the main thread waits in
+/// `loss.backward()`, the line that answers "where in my code". Nothing in a process without Python.
 pub fn record(py: &ThreadPy, correlation: u32, start: u64, push: &impl Fn(RawEvent)) {
     let Some(interp) = interp() else { return };
     let mut frames = [Frame::default(); MAX_FRAMES];
-    let (n, truncated) = walk(interp, py, &mut frames);
+    let own = (interp.this_thread)() as u64;
+    let (mut n, mut truncated) = walk(interp, py, own, &mut frames);
+    let mut flags = 0;
+    if n == 0 {
+        if let Some(found) = main_stack(interp, py, own, &mut frames) {
+            (n, truncated) = found;
+            flags = FRAMES_OF_MAIN_THREAD;
+        }
+    }
     for (depth, f) in frames[..n].iter().enumerate() {
         let mut ev = RawEvent::new(EventKind::PyFrame, 0, start, start);
         ev.correlation = correlation;
@@ -239,15 +270,76 @@ pub fn record(py: &ThreadPy, correlation: u32, start: u64, push: &impl Fn(RawEve
         ev.name = f.func;
         ev.c = f.file as u64;
         ev.a = f.line as u64;
-        ev.sub = (truncated && depth + 1 == n) as u8;
+        ev.sub = flags | if truncated && depth + 1 == n { FRAMES_TRUNCATED } else { 0 };
         push(ev);
     }
 }
 
-/// The frames of the calling thread, innermost first, and whether some were left out.
-fn walk(i: &Interp, py: &ThreadPy, out: &mut [Frame; MAX_FRAMES]) -> (usize, bool) {
+/// Thread states looked at, at most (a list in freed memory must end).
+const MAX_THREADS: usize = 64;
+
+/// The thread state whose stack was last lent to a thread running no Python: the main thread's lives as long
+/// as the process, so it is tried first, before the list is walked again.
+static LENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The stack of the main interpreter's oldest thread with frames but `own` (thread states are pushed at the
+/// list's head, so the last is the main thread's unless it ended): its frame count and truncation.
+fn main_stack(i: &Interp, py: &ThreadPy, own: u64, out: &mut [Frame; MAX_FRAMES]) -> Option<(usize, bool)> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let interp = (i.main_interp?)() as u64;
+    if interp == 0 {
+        return None;
+    }
+    let lent = LENT.load(Relaxed);
+    if lent != 0 && lent != own && belongs(i, lent, interp) {
+        let found = walk(i, py, lent, out);
+        if found.0 > 0 {
+            return Some(found);
+        }
+    }
+    let mut states = [0u64; MAX_THREADS];
+    let count = thread_states(i, interp, own, &mut states);
+    for &tstate in states[..count].iter().rev() {
+        let found = walk(i, py, tstate, out);
+        if found.0 > 0 {
+            LENT.store(tstate, Relaxed);
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// Whether `tstate` reads as a thread state of `interp` (a freed one may not).
+fn belongs(i: &Interp, tstate: u64, interp: u64) -> bool {
+    let mut word = [0u8; 8];
+    memory::read(tstate + i.layout.tstate_interp as u64, &mut word) && u64::from_le_bytes(word) == interp
+}
+
+/// The thread states of `interp` but `own`, newest first; how many were written. Every read is checked and
+/// every state must name `interp`: the list may change meanwhile (a ctypes callback's thread state comes and
+/// goes, freed under the reader), which at worst ends it early.
+fn thread_states(i: &Interp, interp: u64, own: u64, out: &mut [u64; MAX_THREADS]) -> usize {
+    let mut word = [0u8; 8];
+    if !memory::read(interp + i.layout.interp_threads_head as u64, &mut word) {
+        return 0;
+    }
+    let (mut tstate, mut n) = (u64::from_le_bytes(word), 0);
+    while tstate != 0 && n < MAX_THREADS && belongs(i, tstate, interp) {
+        if tstate != own {
+            out[n] = tstate;
+            n += 1;
+        }
+        if !memory::read(tstate + i.layout.tstate_next as u64, &mut word) {
+            break;
+        }
+        tstate = u64::from_le_bytes(word);
+    }
+    n
+}
+
+/// The frames of thread state `tstate`, innermost first, and whether some were left out.
+fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES]) -> (usize, bool) {
     let l = i.layout;
-    let tstate = (i.this_thread)() as u64;
     let mut word = [0u8; 8];
     if tstate == 0 || !memory::read(tstate + l.tstate_frame as u64, &mut word) {
         return (0, false);
