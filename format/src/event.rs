@@ -66,8 +66,9 @@ pub enum EventKind {
     GraphNode = 20,
     /// One frame of the Python stack of the thread that made API call `correlation` (same `tid`, `start` = the
     /// call's start): `device` = depth (0 innermost), `name` = function (qualified name where the interpreter
-    /// has one), `c` = file (string ids), `a` = line (0 unknown), `sub` = 1 on the last frame written when
-    /// deeper frames were left out.
+    /// has one), `c` = file (string ids), `a` = line (0 unknown), `sub`: [`PYFRAME_TRUNCATED`] on the last frame
+    /// written when deeper frames were left out, [`PYFRAME_OF_MAIN_THREAD`] on every frame of a stack borrowed
+    /// from the main thread (the calling thread ran no Python).
     PyFrame = 21,
 }
 
@@ -132,6 +133,10 @@ impl MemKind {
 }
 
 /// `sub` of an [`EventKind::Api`] event.
+/// [`EventKind::PyFrame`] `sub` bits.
+pub const PYFRAME_TRUNCATED: u8 = 1;
+pub const PYFRAME_OF_MAIN_THREAD: u8 = 2;
+
 pub const API_RUNTIME: u8 = 1;
 /// `sub` of an [`EventKind::Api`] event.
 pub const API_DRIVER: u8 = 2;

@@ -266,5 +266,13 @@ fn a_thread_running_no_python_gets_the_main_threads_line() {
             .unwrap_or_else(|| panic!("{}: no row for {at}: {rows:?}", python.display()));
         assert_eq!(row["function"].as_str(), Some(func.as_str()), "{}", python.display());
         assert_eq!(row["calls"], "cudaDeviceSynchronize x1", "{}", python.display());
+        // The timeline says whose frames they are: drawn on the calling thread, which ran no Python.
+        let json = export_chrome(&rec.trace, &dir.join("t.json"));
+        let events = json["traceEvents"].as_array().unwrap();
+        let frame = events
+            .iter()
+            .find(|e| e["cat"] == "python_function" && e["name"].as_str().unwrap().ends_with(&format!("): {func}")))
+            .unwrap_or_else(|| panic!("{}: no python_function for {func}", python.display()));
+        assert_eq!(frame["args"]["Python thread"], "main (this thread runs no Python)", "{frame}");
     }
 }

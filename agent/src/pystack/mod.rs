@@ -242,11 +242,6 @@ pub fn available() -> bool {
     interp().is_some() && !memory::refused()
 }
 
-/// [`EventKind::PyFrame`]'s `sub` bits: frames were left out below the last one.
-pub const FRAMES_TRUNCATED: u8 = 1;
-/// The calling thread ran no Python: the frames are the main thread's at the call.
-pub const FRAMES_OF_MAIN_THREAD: u8 = 2;
-
 /// Pushes the calling thread's Python stack as [`EventKind::PyFrame`] events of call `correlation` started at
 /// `start`. A thread of a Python process that runs no Python gets the main thread's stack, marked so: PyTorch's
 /// autograd device threads (a thread state, no frames) launch the backward pass while the main thread waits in
@@ -260,7 +255,7 @@ pub fn record(py: &ThreadPy, correlation: u32, start: u64, push: &impl Fn(RawEve
     if n == 0 {
         if let Some(found) = main_stack(interp, py, own, &mut frames) {
             (n, truncated) = found;
-            flags = FRAMES_OF_MAIN_THREAD;
+            flags = cuflight_format::event::PYFRAME_OF_MAIN_THREAD;
         }
     }
     for (depth, f) in frames[..n].iter().enumerate() {
@@ -270,7 +265,7 @@ pub fn record(py: &ThreadPy, correlation: u32, start: u64, push: &impl Fn(RawEve
         ev.name = f.func;
         ev.c = f.file as u64;
         ev.a = f.line as u64;
-        ev.sub = flags | if truncated && depth + 1 == n { FRAMES_TRUNCATED } else { 0 };
+        ev.sub = flags | if truncated && depth + 1 == n { cuflight_format::event::PYFRAME_TRUNCATED } else { 0 };
         push(ev);
     }
 }

@@ -312,6 +312,7 @@ fn python_functions<W: Write>(
     call: &RawEvent,
     st: &mut ProcessOut,
     frames: &[cuflight_trace::model::pystacks::PyFrame],
+    borrowed: bool,
 ) -> std::io::Result<()> {
     let mut parent = None;
     for f in frames.iter().rev() {
@@ -326,6 +327,10 @@ fn python_functions<W: Write>(
             }
             b.extend_from_slice(br#","Python id":"#);
             push_u64(b, id);
+            if borrowed {
+                // Drawn on the calling thread, which ran no Python: the frames are where the main thread was.
+                b.extend_from_slice(br#","Python thread":"main (this thread runs no Python)""#);
+            }
         })?;
         parent = Some(id);
     }
@@ -374,9 +379,9 @@ fn event<W: Write>(
     let name = p.string(e.name);
     let corr = e.correlation;
     let mut stack = None;
-    st.stacks.feed(e, |_, frames| stack = Some(frames.to_vec()));
-    if let Some(frames) = stack {
-        python_functions(out, p, pid, e, st, &frames)?;
+    st.stacks.feed_marked(e, |_, frames, borrowed| stack = Some((frames.to_vec(), borrowed)));
+    if let Some((frames, borrowed)) = stack {
+        python_functions(out, p, pid, e, st, &frames, borrowed)?;
     }
     match e.kind() {
         Some(EventKind::Api) => {

@@ -125,9 +125,13 @@ impl ProcessState {
     ) -> std::io::Result<()> {
         let pid = self.pid;
         let mut stacked = None;
-        self.stacks.feed(e, |call, frames| stacked = Some((call.correlation, frames.to_vec())));
-        if let Some((correlation, frames)) = stacked {
-            let p_text = cuflight_trace::model::pystacks::stack_text(p, &frames);
+        self.stacks
+            .feed_marked(e, |call, frames, borrowed| stacked = Some((call.correlation, frames.to_vec(), borrowed)));
+        if let Some((correlation, frames, borrowed)) = stacked {
+            let mut p_text = cuflight_trace::model::pystacks::stack_text(p, &frames);
+            if borrowed {
+                p_text.insert_str(0, "(the main thread's: this thread runs no Python)\n");
+            }
             let iid = x.stack_iid(p_text);
             self.call_stacks.insert(correlation, iid);
         }

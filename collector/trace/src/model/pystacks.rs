@@ -19,6 +19,8 @@ pub struct PyFrame {
 struct Pending {
     correlation: u32,
     frames: Vec<PyFrame>,
+    /// The frames are the main thread's: the calling thread ran no Python (autograd's device threads).
+    borrowed: bool,
 }
 
 /// Joins each API call with the stack recorded for it, one process's events at a time in time order.
@@ -32,11 +34,16 @@ pub struct StackJoin {
 impl StackJoin {
     /// Feeds one event; `done` gets each call that had a stack, with it, when the call comes.
     pub fn feed(&mut self, e: &RawEvent, mut done: impl FnMut(&RawEvent, &[PyFrame])) {
+        self.feed_marked(e, |call, frames, _| done(call, frames))
+    }
+
+    /// As [`StackJoin::feed`], also saying whether the stack was borrowed from the main thread.
+    pub fn feed_marked(&mut self, e: &RawEvent, mut done: impl FnMut(&RawEvent, &[PyFrame], bool)) {
         match e.kind() {
             Some(EventKind::Api) if self.seen => {
                 let Some(p) = self.by_thread.get_mut(&e.tid) else { return };
                 if p.correlation == e.correlation && !p.frames.is_empty() {
-                    done(e, &p.frames);
+                    done(e, &p.frames, p.borrowed);
                 }
                 p.frames.clear();
             }
@@ -46,6 +53,7 @@ impl StackJoin {
                 if e.device == 0 || p.correlation != e.correlation {
                     p.correlation = e.correlation;
                     p.frames.clear();
+                    p.borrowed = e.sub & cuflight_format::event::PYFRAME_OF_MAIN_THREAD != 0;
                 }
                 // Frames come innermost first, one per depth; anything else is not this stack's.
                 if e.device as usize == p.frames.len() && p.frames.len() < 64 {
