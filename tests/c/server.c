@@ -132,22 +132,14 @@ static int commands(void) {
                 nvtxRangePop();
             }
             printf("done\n");
-        } else if (line[0] == 'r') {
+        } else if (line[0] == 'r' || line[0] == 'u') {
             char name[32] = "";
             long per = 0;
             sscanf(line + 1, "%31s %ld", name, &per);
             nvtxRangePushA(name);
             for (long k = 0; k < per; k++) launch(tick, 1, 1, 0, args);
             CHECK(cudaDeviceSynchronize());
-            nvtxRangePop();
-            printf("done\n");
-        } else if (line[0] == 'u') {
-            char name[32] = "";
-            long per = 0;
-            sscanf(line + 1, "%31s %ld", name, &per);
-            nvtxRangePushA(name);
-            for (long k = 0; k < per; k++) launch(tick, 1, 1, 0, args);
-            CHECK(cudaDeviceSynchronize());
+            if (line[0] == 'r') nvtxRangePop();
             printf("done\n");
         } else if (line[0] == 'q') {
             nvtxRangePop();
