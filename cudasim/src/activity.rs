@@ -41,11 +41,12 @@ fn publish_kinds(all: &[Consumer]) {
     CONSUMER_KINDS.store(all.iter().fold(0, |k, c| k | c.kinds), Ordering::Relaxed);
 }
 
-/// Whether a per-subscriber consumer enabled `kind`.
-pub(crate) fn consumer_enabled(kind: c::CUpti_ActivityKind) -> bool {
-    kind < 64 && CONSUMER_KINDS.load(Ordering::Relaxed) & (1 << kind) != 0
+/// Whether `kind` is enabled at all: through the legacy Activity API or by a per-subscriber consumer.
+pub(crate) fn enabled_anywhere(kind: c::CUpti_ActivityKind) -> bool {
+    activity_enabled(kind) || (kind < 64 && CONSUMER_KINDS.load(Ordering::Relaxed) & (1 << kind) != 0)
 }
 
+/// Runs `f` on `handle`'s consumer (made on first use), under one lock, and publishes the kinds it leaves enabled.
 fn with_consumer<R>(handle: usize, f: impl FnOnce(&mut Consumer) -> R) -> R {
     let mut all = CONSUMERS.lock();
     let i = match all.iter().position(|c| c.handle == handle) {
@@ -56,7 +57,9 @@ fn with_consumer<R>(handle: usize, f: impl FnOnce(&mut Consumer) -> R) -> R {
             all.len() - 1
         }
     };
-    f(&mut all[i])
+    let r = f(&mut all[i]);
+    publish_kinds(&all);
+    r
 }
 
 /// `cuptiActivityEnable_v2` / `Disable_v2` for `handle`.
@@ -71,7 +74,6 @@ pub(crate) fn set_kind_v2(handle: usize, kind: c::CUpti_ActivityKind, on: bool) 
             c.kinds &= !(1 << kind);
         }
     });
-    publish_kinds(&CONSUMERS.lock());
 }
 
 /// `cuptiActivityRegisterCallbacks_v2` for `handle`.

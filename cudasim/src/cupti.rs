@@ -55,9 +55,8 @@ pub(crate) fn api_call<P>(
     };
     let (targets, n) = targets_now();
     crate::timing::callback_sites(n);
-    let sync = c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
     if domain == c::CUPTI_CB_DOMAIN_RUNTIME_API
-        && (cupti_state::activity_enabled(sync) || crate::activity::consumer_enabled(sync))
+        && crate::activity::enabled_anywhere(c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION)
     {
         crate::timing::runtime_call_with_sync_records();
     }
