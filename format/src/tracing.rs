@@ -20,7 +20,7 @@
 //! - `overhead`: CUPTI's OVERHEAD records (its own buffer flushes and instrumentation).
 //! - `python`: the Python stack (file, line, function; 16 frames) of the thread behind each synchronising call,
 //!   copy and allocation, and of every Nth launch per thread (`CUFLIGHT_PY_LAUNCH_EVERY`, default 1024), read
-//!   from the interpreter's memory (CPython 3.9 to 3.13). A process without Python pays nothing.
+//!   from the interpreter's memory (CPython 3.9 to 3.14). A process without Python pays nothing.
 //!
 //! The default is everything but `queries` and `sync`.
 

@@ -1,15 +1,16 @@
 //! The Python source lines behind CUDA calls (issue 29): a Python program calling cudasim's runtime (the CPU test
 //! double) through ctypes, which releases the GIL around each call as PyTorch does, synchronises, copies and
 //! allocates at lines it prints itself; `stats --report python_sync_sum` must name exactly those lines, with
-//! their functions and call counts, on every CPython from 3.9 to 3.13 found on this machine (the system's
-//! python3 always; pyenv's others where installed).
+//! their functions and call counts, on every CPython from 3.9 to 3.14 found on this machine (the system's
+//! python3 always; pyenv's others where installed; Debian's 3.14 where scripts/setup-tests fetched it).
 
 use cuflight_integration::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The interpreters to try: python3 from PATH, and pyenv's newest of each minor version when present.
+/// The interpreters to try: python3 from PATH, pyenv's newest of each minor version when present, and those
+/// scripts/fetch-debian-python unpacked into .cache/python.
 fn pythons() -> Vec<PathBuf> {
     let mut found = vec![PathBuf::from("python3")];
     // Debian's own, linked statically with libpython (its symbols exported for extension modules).
@@ -31,6 +32,16 @@ fn pythons() -> Vec<PathBuf> {
                 if bin.exists() {
                     found.push(bin);
                 }
+            }
+        }
+    }
+    if let Ok(dir) = std::fs::read_dir(repo_root().join(".cache/python")) {
+        let mut versions: Vec<PathBuf> = dir.flatten().map(|e| e.path()).collect();
+        versions.sort();
+        for v in versions {
+            let bin = v.join("bin").join(format!("python{}", v.file_name().unwrap().to_string_lossy()));
+            if bin.exists() {
+                found.push(bin);
             }
         }
     }

@@ -7,15 +7,19 @@
 //!   "current" thread state is then empty). No GIL is taken and no Python code runs. A thread with no frames
 //!   of its own borrows the main thread's, found in the interpreter's list of thread states ([`main_stack`]).
 //! - Where the frames, code objects and strings are comes from [`layouts`], generated from each release's
-//!   headers (CPython 3.9 to 3.13, x86_64); an interpreter of another version records no stacks.
+//!   headers (CPython 3.9 to 3.14, x86_64); an interpreter of another version records no stacks.
 //! - Every read goes through [`memory::read`], which cannot fault: a frame torn down under the reader ends the
 //!   walk there. Code objects, strings and line tables are checked by their type pointers first.
 //! - File and function names are interned once per code object and thread ([`CodeCache`]).
 //! - No Python in the process (no `PyGILState_GetThisThreadState` symbol): one check, nothing else.
 
+mod layout;
 mod layouts;
 mod linetable;
 mod memory;
+
+use layout::describes_itself_as;
+pub use layout::Layout;
 
 use cuflight_format::{EventKind, RawEvent};
 use std::cell::Cell;
@@ -31,49 +35,6 @@ const CANDIDATES: usize = MAX_FRAMES + 8;
 const MAX_CHARS: usize = 256;
 /// Bytes of a line table read at most.
 const MAX_TABLE: usize = 1 << 20;
-/// `_PyInterpreterFrame.owner` of a frame the C stack owns (3.12+, pycore_frame.h): no code of its own.
-const FRAME_OWNED_BY_CSTACK: u8 = 3;
-
-/// Where one CPython release keeps what the reader needs: byte offsets, and the bits of a string's state word.
-/// `None` where the release has no such field.
-pub struct Layout {
-    pub minor: u32,
-    /// `PyThreadState.frame` (3.9, 3.10), `.cframe` (3.11, 3.12), `.current_frame` (3.13).
-    pub tstate_frame: usize,
-    /// `_PyCFrame.current_frame` (3.11, 3.12: the thread state points at a `_PyCFrame`).
-    pub cframe_frame: Option<usize>,
-    /// `PyThreadState.next`: the interpreter's thread states form a list, newest first.
-    pub tstate_next: usize,
-    /// `PyThreadState.interp`: checked against the interpreter, so a thread state freed under the reader (the
-    /// list changes while it is read) ends the list rather than leading it astray.
-    pub tstate_interp: usize,
-    /// `PyInterpreterState.tstate_head` (3.9, 3.10) or `.threads.head` (3.11+).
-    pub interp_threads_head: usize,
-    pub frame_back: usize,
-    /// `f_code` (3.9 to 3.12) or `f_executable` (3.13).
-    pub frame_code: usize,
-    /// `f_lasti` (an int: bytes in 3.9, code units in 3.10), `prev_instr` (3.11, 3.12) or `instr_ptr` (3.13).
-    pub frame_instr: usize,
-    pub frame_owner: Option<usize>,
-    pub code_qualname: Option<usize>,
-    /// `co_lnotab` (3.9) or `co_linetable`.
-    pub code_linetable: usize,
-    /// `co_code_adaptive`: the bytecode inside the code object (3.11+), what instruction pointers point into.
-    pub code_adaptive: Option<usize>,
-    pub code_filename: usize,
-    pub code_name: usize,
-    pub code_firstlineno: usize,
-    pub ob_type: usize,
-    pub bytes_size: usize,
-    pub bytes_data: usize,
-    pub str_length: usize,
-    pub str_state: usize,
-    pub str_ascii_size: usize,
-    pub str_compact_size: usize,
-    pub state_kind: u32,
-    pub state_compact: u32,
-    pub state_ascii: u32,
-}
 
 /// The interpreter of this process, found once.
 struct Interp {
@@ -105,6 +66,9 @@ fn find_interpreter() -> Option<Interp> {
     }
     let minor = python_minor()?;
     let layout = layouts::LAYOUTS.iter().find(|l| l.minor == minor)?;
+    if !describes_itself_as(layout, symbol(c"_PyRuntime")) {
+        return None;
+    }
     let (code_type, str_type, bytes_type) =
         (symbol(c"PyCode_Type"), symbol(c"PyUnicode_Type"), symbol(c"PyBytes_Type"));
     if code_type == 0 || str_type == 0 || bytes_type == 0 {
@@ -399,8 +363,8 @@ fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES]) -
             break;
         }
         let back = memory::u64_at(buf, l.frame_back);
-        let code = memory::u64_at(buf, l.frame_code);
-        let c_stack = l.minor >= 12 && l.frame_owner.is_some_and(|o| buf[o] == FRAME_OWNED_BY_CSTACK);
+        let code = memory::u64_at(buf, l.frame_code) & !l.executable_tag_bits;
+        let c_stack = l.frame_owner.is_some_and(|o| buf[o] >= l.owner_no_code);
         if !c_stack {
             codes[found] = code;
             offsets[found] = match l.code_adaptive {
