@@ -1,15 +1,4 @@
-//! CUPTI activity buffers and record decoding.
-//!
-//! **Buffers.** CUPTI asks for a buffer whenever it needs one: from its worker thread, and on CUDA 13 from every
-//! thread that issues CUDA work (`CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER` defaults to 1 in the 13.x
-//! header, 0 in 12.9), so a process with many CUDA threads holds many buffers at once. We keep CUPTI's default
-//! (per-thread buffers spare CUPTI a global lock on the launch path) and size for it: a pool of
-//! `CUFLIGHT_CUPTI_BUFFERS` (default 16) buffers of 256 KiB is allocated at start and grows on demand up to a hard
-//! cap of 1024 buffers (256 MiB, reached only by processes with hundreds of launching threads: 200 threads hold
-//! over 256 buffers at once); completed buffers go back to the pool, never to the allocator. At the cap the
-//! answer depends on the release: from CUPTI API version 27 (CUDA 12.9) a NULL buffer makes CUPTI drop and count
-//! the records; below 27 a NULL buffer crashes libcupti (Kineto issue 1275, fixed in Kineto PR 1534 only for
-//! version 27 and later), so there we allocate beyond the cap rather than ever return NULL. Both are counted.
+//! CUPTI activity records: decoding, and delivery to the rings (buffers come from `activity_buffers`).
 //!
 //! **Layouts.** Record layouts only ever append fields: every field read here sits at the same offset in every
 //! version from the oldest layout that holds it to the newest (checked in the tests below for Kernel5..13,
@@ -25,115 +14,14 @@
 //! is fresh, so a dead or stopped collector never slows the program. API threads never sleep: with a full ring
 //! they yield their core for at most 2 ms (see `emit::wait_for_room`).
 
+use crate::name_cache::BufferNames;
 use crate::{cupti, emit, state};
-use crossbeam_queue::ArrayQueue;
 use cuflight_format::event::{LaunchConfig, FLAG_ASYNC};
 use cuflight_format::segment::record_class as class;
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
-use once_cell::sync::OnceCell;
 use std::mem::size_of;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-const BUFFER_SIZE: usize = 256 << 10;
-/// Buffers allocated at start unless `CUFLIGHT_CUPTI_BUFFERS` says otherwise.
-pub const DEFAULT_POOL: usize = 16;
-/// Most buffers the agent ever holds (256 MiB): beyond it, CUPTI >= 27 gets NULL and counts its drops.
-pub const MAX_BUFFERS: usize = 1024;
-/// First CUPTI API version that accepts a NULL buffer (CUDA 12.9; cupti_version.h).
-const NULL_BUFFER_OK_FROM: u32 = 27;
-
-static POOL: OnceCell<ArrayQueue<usize>> = OnceCell::new();
-static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
-/// The cap in force: [`MAX_BUFFERS`], or lower with `CUFLIGHT_CUPTI_BUFFERS_MAX` (to bound the agent's memory).
-static CAP: AtomicUsize = AtomicUsize::new(MAX_BUFFERS);
-
-fn buffer_layout() -> std::alloc::Layout {
-    // 8-byte alignment is what CUPTI requires of activity buffers (cupti_activity.h, BuffersCallbackRequestFunc).
-    std::alloc::Layout::from_size_align(BUFFER_SIZE, 8).unwrap_or(std::alloc::Layout::new::<u64>())
-}
-
-fn allocate() -> usize {
-    // SAFETY: non-zero size; buffers live for the process (recycled through the pool, never freed).
-    let p = unsafe { std::alloc::alloc(buffer_layout()) } as usize;
-    if p != 0 {
-        ALLOCATED.fetch_add(1, Ordering::Relaxed);
-    }
-    p
-}
-
-/// Allocates the buffer pool (`CUFLIGHT_CUPTI_BUFFERS`, default [`DEFAULT_POOL`] buffers of 256 KiB).
-pub fn init_pool() {
-    POOL.get_or_init(|| {
-        let n = std::env::var("CUFLIGHT_CUPTI_BUFFERS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_POOL)
-            .clamp(1, MAX_BUFFERS);
-        let cap = std::env::var("CUFLIGHT_CUPTI_BUFFERS_MAX").ok().and_then(|v| v.trim().parse().ok());
-        CAP.store(cap.unwrap_or(MAX_BUFFERS).clamp(n, MAX_BUFFERS), Ordering::Relaxed);
-        // Room for every buffer up to the cap, so completed ones always find their way back.
-        let q = ArrayQueue::new(MAX_BUFFERS);
-        for _ in 0..n {
-            let p = allocate();
-            if p != 0 {
-                let _ = q.push(p);
-            }
-        }
-        q
-    });
-}
-
-/// A buffer for CUPTI: from the pool, else a new one up to the cap; 0 only when CUPTI accepts NULL.
-fn take_buffer(version: u32) -> usize {
-    if let Some(p) = POOL.get().and_then(|q| q.pop()) {
-        return p;
-    }
-    let header = state::segment().map(|s| s.header());
-    let at_cap = ALLOCATED.load(Ordering::Relaxed) >= CAP.load(Ordering::Relaxed);
-    if at_cap && version >= NULL_BUFFER_OK_FROM {
-        if let Some(h) = header {
-            h.buffers_refused.fetch_add(1, Ordering::Relaxed);
-        }
-        return 0;
-    }
-    let p = allocate();
-    if p != 0 {
-        if let Some(h) = header {
-            h.buffers_grown.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-    p
-}
-
-/// # Safety
-/// Called by CUPTI with valid out-pointers.
-pub unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max_records: *mut usize) {
-    let _ = std::panic::catch_unwind(|| {
-        let version = cupti::loaded().map_or(0, |l| l.version);
-        let p = take_buffer(version);
-        // SAFETY: CUPTI's out-pointers. p == 0 only where CUPTI's version accepts it (drops and counts records).
-        unsafe {
-            *buffer = p as *mut u8;
-            *size = if p == 0 { 0 } else { BUFFER_SIZE };
-            *max_records = 0;
-        }
-    });
-}
-
-/// The same for one subscriber in multi-subscriber mode (`CUpti_BuffersCallbackRequestFunc_v2`).
-///
-/// # Safety
-/// Called by CUPTI with valid out-pointers.
-pub unsafe extern "C" fn buffer_requested_v2(
-    buffer: *mut *mut u8,
-    size: *mut usize,
-    max_records: *mut usize,
-    _info: *mut c::CUpti_BufferCallbackRequestInfo,
-) {
-    // SAFETY: forwarded from CUPTI.
-    unsafe { buffer_requested(buffer, size, max_records) }
-}
+use std::sync::atomic::Ordering;
 
 /// The same for one subscriber in multi-subscriber mode (`CUpti_BuffersCallbackCompleteFunc_v2`, which names no
 /// context: dropped records are read for the subscriber as a whole).
@@ -159,11 +47,7 @@ pub unsafe extern "C" fn buffer_completed(ctx: c::CUcontext, stream: u32, buffer
             drain(buffer, valid, l);
             cupti::collect_dropped(l, ctx, stream);
         }
-        if !buffer.is_null() {
-            if let Some(q) = POOL.get() {
-                let _ = q.push(buffer as usize);
-            }
-        }
+        crate::activity_buffers::give_back(buffer);
     });
 }
 
@@ -177,6 +61,7 @@ fn drain(buffer: *mut u8, valid: usize, l: &cupti::Loaded) {
     let end = buffer as usize + valid;
     let mut n = 0u32;
     let mut room = Room::default();
+    let mut names = crate::name_cache::BufferNames::new();
     let mut out = emit::delivery();
     let v2 = cupti::activity_v2();
     // Look at the ring often enough that a small ring cannot fill between two looks.
@@ -197,12 +82,12 @@ fn drain(buffer: *mut u8, valid: usize, l: &cupti::Loaded) {
             break;
         }
         if let Some(p) = prev {
-            handle(p, cursor as usize - p, &mut unused, &mut out);
+            handle(p, cursor as usize - p, &mut unused, &mut names, &mut out);
         }
         prev = Some(cursor as usize);
     }
     if let Some(p) = prev {
-        handle(p, end.saturating_sub(p), &mut unused, &mut out);
+        handle(p, end.saturating_sub(p), &mut unused, &mut names, &mut out);
         // Completed GPU work: what a flight recorder's hang watch waits for.
         crate::flight::progress();
     }
@@ -277,10 +162,10 @@ impl Room {
 }
 
 /// Decodes and emits one record, counting it when it cannot be used.
-fn handle(at: usize, size: usize, unused: &mut Unused, out: &mut emit::Delivery) {
+fn handle(at: usize, size: usize, unused: &mut Unused, names: &mut BufferNames, out: &mut emit::Delivery) {
     // SAFETY: `at` points at a record inside the buffer CUPTI handed us, `size` bytes long.
     let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, size) };
-    match decode(bytes) {
+    match decode(bytes, names) {
         Decoded::Event(ev) => out.push(ev),
         Decoded::GraphKernel(kernel, node) => {
             out.push(kernel);
@@ -362,13 +247,13 @@ fn graph_node(r: &c::CUpti_ActivityKernel5) -> Option<RawEvent> {
     })
 }
 
-fn kernel(r: c::CUpti_ActivityKernel5) -> RawEvent {
+fn kernel(r: c::CUpti_ActivityKernel5, names: &mut BufferNames) -> RawEvent {
     let mut ev = RawEvent::new(EventKind::Kernel, 0, r.start, r.end);
     ev.device = r.deviceId;
     ev.stream = r.streamId;
     ev.correlation = r.correlationId;
     // SAFETY: CUPTI's kernel name is NULL or a NUL-terminated string valid while the buffer is processed.
-    ev.name = unsafe { crate::name_cache::id(r.name) };
+    ev.name = unsafe { names.id(r.name) };
     let cfg = LaunchConfig {
         grid: [r.gridX as u32, r.gridY as u32, r.gridZ as u32],
         block: [r.blockX as u32, r.blockY as u32, r.blockZ as u32],
@@ -404,8 +289,9 @@ fn memset(r: c::CUpti_ActivityMemset3) -> RawEvent {
     ev
 }
 
-/// Decodes one activity record of any layout from CUDA 12.0 to 13.5 (and later ones that append).
-pub fn decode(bytes: &[u8]) -> Decoded {
+/// Decodes one activity record of any layout from CUDA 12.0 to 13.5 (and later ones that append); kernel names
+/// through `names`, the names already resolved in this record's buffer.
+pub fn decode(bytes: &[u8], names: &mut BufferNames) -> Decoded {
     let Some(&[k0, k1, k2, k3]) = bytes.get(..4) else {
         return Decoded::Skipped(class::OTHER);
     };
@@ -418,8 +304,8 @@ pub fn decode(bytes: &[u8]) -> Decoded {
                 return Decoded::Incomplete(cls);
             }
             return match graph_node(&r) {
-                Some(node) => Decoded::GraphKernel(kernel(r), node),
-                None => Decoded::Event(kernel(r)),
+                Some(node) => Decoded::GraphKernel(kernel(r, names), node),
+                None => Decoded::Event(kernel(r, names)),
             };
         }
         c::CUPTI_ACTIVITY_KIND_MEMCPY => prefix(bytes).map(memcpy),
@@ -535,14 +421,16 @@ mod tests {
             record!(c::CUpti_ActivityOverhead3, o),
         ];
         for b in &all {
-            let Decoded::Event(ev) = decode(b) else { panic!("{} bytes of kind {} not decoded", b.len(), b[0]) };
+            let Decoded::Event(ev) = decode(b, &mut BufferNames::new()) else {
+                panic!("{} bytes of kind {} not decoded", b.len(), b[0])
+            };
             assert_eq!((ev.start, ev.end), (100, 250));
         }
         for (v, size) in [(3u32, size_of::<c12::CUpti_ActivityMemory3>()), (4, size_of::<c::CUpti_ActivityMemory4>())] {
             let mut b = vec![0u8; size];
             b[..4].copy_from_slice(&c::CUPTI_ACTIVITY_KIND_MEMORY2.to_le_bytes());
             b[32..40].copy_from_slice(&77u64.to_le_bytes()); // timestamp
-            assert!(matches!(decode(&b), Decoded::Event(e) if e.start == 77), "Memory{v}");
+            assert!(matches!(decode(&b, &mut BufferNames::new()), Decoded::Event(e) if e.start == 77), "Memory{v}");
         }
     }
 
@@ -558,7 +446,7 @@ mod tests {
         r.dynamicSharedMemory = 1024;
         let mut b = bytes_of(&r);
         b.extend_from_slice(&[0xAB; 64]); // fields a later 13.x appends
-        let Decoded::Event(ev) = decode(&b) else { panic!("not decoded") };
+        let Decoded::Event(ev) = decode(&b, &mut BufferNames::new()) else { panic!("not decoded") };
         let cfg = LaunchConfig::unpack(ev.a, ev.b, ev.c);
         assert_eq!((cfg.grid, cfg.block, cfg.registers, cfg.dynamic_shared), ([128, 2, 1], [256, 1, 1], 40, 1024));
     }
@@ -566,39 +454,22 @@ mod tests {
     #[test]
     fn short_records_are_skipped_and_unfinished_ones_are_incomplete_per_class() {
         let b = record!(c12::CUpti_ActivityMemcpy6, c::CUPTI_ACTIVITY_KIND_MEMCPY);
-        assert_eq!(decode(&b[..size_of::<c::CUpti_ActivityMemcpy4>() - 8]), Decoded::Skipped(class::MEMCPY));
+        assert_eq!(
+            decode(&b[..size_of::<c::CUpti_ActivityMemcpy4>() - 8], &mut BufferNames::new()),
+            Decoded::Skipped(class::MEMCPY)
+        );
         // SAFETY: zeroed plain C struct.
         let mut k: c::CUpti_ActivityKernel13 = unsafe { std::mem::zeroed() };
         k.kind = c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
         k.start = 500; // a forced flush: started, never finished
-        assert_eq!(decode(&bytes_of(&k)), Decoded::Incomplete(class::KERNEL));
+        assert_eq!(decode(&bytes_of(&k), &mut BufferNames::new()), Decoded::Incomplete(class::KERNEL));
         k.start = 0; // CUPTI could not collect timestamps
-        assert_eq!(decode(&bytes_of(&k)), Decoded::Incomplete(class::KERNEL));
+        assert_eq!(decode(&bytes_of(&k), &mut BufferNames::new()), Decoded::Incomplete(class::KERNEL));
     }
 
     #[test]
     fn unknown_kinds_are_ignored_and_garbage_is_skipped() {
-        assert_eq!(decode(&[5, 0, 0, 0, 0, 0, 0, 0]), Decoded::Ignored);
-        assert_eq!(decode(&[1, 0]), Decoded::Skipped(class::OTHER));
-    }
-
-    #[test]
-    fn null_is_never_handed_to_a_cupti_that_crashes_on_it() {
-        init_pool();
-        let q = POOL.get().unwrap();
-        let mut held = Vec::new();
-        while let Some(p) = q.pop() {
-            held.push(p);
-        }
-        while ALLOCATED.load(Ordering::Relaxed) < MAX_BUFFERS {
-            held.push(take_buffer(28));
-        }
-        assert_eq!(take_buffer(28), 0, "CUPTI 12.9u1 (API 28) drops and counts records at the cap");
-        let beyond = take_buffer(26);
-        assert_ne!(beyond, 0, "CUPTI 12.8 (API 26) crashes on NULL: allocate beyond the cap");
-        held.push(beyond);
-        for p in held {
-            let _ = q.push(p);
-        }
+        assert_eq!(decode(&[5, 0, 0, 0, 0, 0, 0, 0], &mut BufferNames::new()), Decoded::Ignored);
+        assert_eq!(decode(&[1, 0], &mut BufferNames::new()), Decoded::Skipped(class::OTHER));
     }
 }

@@ -17,6 +17,7 @@
 //! ```
 
 mod activity;
+mod activity_buffers;
 pub mod api;
 #[doc(hidden)]
 pub mod callbacks;

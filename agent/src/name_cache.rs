@@ -40,3 +40,42 @@ pub unsafe fn id(s: *const c_char) -> u32 {
     }
     id
 }
+
+/// Kernel names already resolved while one CUPTI buffer is decoded: every record of a kernel shares one name string
+/// (see the module's note), and a buffer holds hundreds of records of a few kernels, so each name is checked
+/// against its interned copy once a buffer rather than once a record. Within one buffer the address still names
+/// the string that was checked: the records are read while CUPTI's strings are as it wrote them, the same
+/// assumption [`id`] makes for the length of one call.
+pub struct BufferNames {
+    slots: [(usize, u32); 32],
+}
+
+impl BufferNames {
+    pub const fn new() -> Self {
+        BufferNames { slots: [(0, 0); 32] }
+    }
+
+    /// The interned id of kernel name `s` (see [`id`]).
+    ///
+    /// # Safety
+    /// As [`id`], for as long as this buffer is decoded.
+    pub unsafe fn id(&mut self, s: *const c_char) -> u32 {
+        let p = s as usize;
+        let slot = &mut self.slots[(p >> 3 ^ p >> 9) % 32];
+        if slot.0 == p && p != 0 {
+            return slot.1;
+        }
+        // SAFETY: this function's contract.
+        let id = unsafe { id(s) };
+        if id != 0 {
+            *slot = (p, id);
+        }
+        id
+    }
+}
+
+impl Default for BufferNames {
+    fn default() -> Self {
+        Self::new()
+    }
+}

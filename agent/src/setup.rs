@@ -2,7 +2,7 @@
 //! the other tool when CUPTI is taken), enable our callbacks and activity kinds, register the activity buffers,
 //! and start the flush thread. What keeps data flowing afterwards is in [`crate::cupti`].
 
-use crate::{activity, callbacks, clock, cupti, state};
+use crate::{activity, activity_buffers, callbacks, clock, cupti, state};
 use cuflight_format::tracing;
 use cupti_sys::cuda13 as c;
 use cupti_sys::loader::Cupti;
@@ -165,7 +165,7 @@ pub fn start() -> Result<(), String> {
     // Before any callback of this window can run: depths counted in an earlier one are stale.
     callbacks::new_window();
     let (subscriber, sharing) = subscribe(cupti, version)?;
-    activity::init_pool();
+    activity_buffers::init_pool();
     cupti::install(cupti::Loaded { api, version });
     cupti::set_activity_v2(cupti.optional.activity_v2.filter(|_| sharing.multi).map(|v2| (v2, subscriber)));
     if let Err(why) = configure(cupti, subscriber, sharing) {
@@ -292,12 +292,15 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Shar
             }
         }
         let registered = match v2 {
-            Some((v2, sub)) => {
-                (v2.register_callbacks)(sub, Some(activity::buffer_requested_v2), Some(activity::buffer_completed_v2))
-            }
-            None => {
-                (api.activity_register_callbacks)(Some(activity::buffer_requested), Some(activity::buffer_completed))
-            }
+            Some((v2, sub)) => (v2.register_callbacks)(
+                sub,
+                Some(activity_buffers::buffer_requested_v2),
+                Some(activity::buffer_completed_v2),
+            ),
+            None => (api.activity_register_callbacks)(
+                Some(activity_buffers::buffer_requested),
+                Some(activity::buffer_completed),
+            ),
         };
         check(cupti, registered, "registering activity buffers")?;
         for &(kind, required, wanted) in ACTIVITY_KINDS {
