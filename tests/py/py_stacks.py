@@ -3,7 +3,8 @@ lines inside known functions, for the Python-stack tests: each call's line is pr
 (found with inspect, so the test never hard-codes line numbers). Usage: py_stacks.py STEPS [THREADS], or
 py_stacks.py stress N: N synchronisations on one thread while others build and drop deep stacks and fresh code
 objects as fast as they can (frames torn down under the reader); py_stacks.py timed N DEPTH: the mean time of N
-synchronisations made DEPTH frames deep (benches/python-stacks); py_stacks.py spawn STEPS: the work in a child
+synchronisations made DEPTH frames deep (benches/python-stacks; `timed N DEPTH distinct`: each frame a function
+of its own); py_stacks.py spawn STEPS: the work in a child
 process started by multiprocessing's spawn; py_stacks.py native LIB N: N launches from a thread that runs no Python
 (LIB: tests/c/native_thread.c built as a library) while this thread waits in the call."""
 import ctypes
@@ -94,6 +95,17 @@ def timed_syncs(n, depth):
     print(f"ns_per_call={(time.perf_counter_ns() - t0) / n:.0f}", flush=True)
 
 
+def timed_distinct(n, depth):
+    """The same as timed_syncs, each of the `depth` frames above it a function of its own (a code object each, as
+    a real call chain has)."""
+    chain = {"timed_syncs": timed_syncs}
+    for k in range(depth):
+        callee = f"level{k - 1}" if k > 0 else "timed_syncs"
+        tail = "n, 0" if k == 0 else "n"
+        exec(f"def level{k}(n):\n    return {callee}({tail})\n", chain)
+    chain[f"level{depth - 1}"](n) if depth > 0 else timed_syncs(n, 0)
+
+
 def spawned(steps):
     """The work in a process started by multiprocessing's spawn (as torch.multiprocessing.spawn starts ranks)."""
     import multiprocessing
@@ -118,7 +130,10 @@ def main():
         spawned(int(sys.argv[2]))
         return
     if sys.argv[1] == "timed":
-        timed_syncs(int(sys.argv[2]), int(sys.argv[3]))
+        if sys.argv[4:] == ["distinct"]:
+            timed_distinct(int(sys.argv[2]), int(sys.argv[3]))
+        else:
+            timed_syncs(int(sys.argv[2]), int(sys.argv[3]))
         return
     if sys.argv[1] == "stress":
         stress(int(sys.argv[2]))

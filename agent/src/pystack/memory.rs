@@ -4,6 +4,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Bytes of a code object's header read at most (what the reader needs of it ends before this in every layout).
+pub const HEADER: usize = 160;
+
 /// Set once the kernel refused the call itself (seccomp, an old kernel): stacks are off for good.
 static REFUSED: AtomicBool = AtomicBool::new(false);
 
@@ -30,9 +33,9 @@ pub fn read(addr: u64, buf: &mut [u8]) -> bool {
 
 /// Fills `bufs[k][..len]` from `addrs[k]` in one call; returns how many were read whole, from the first (the
 /// kernel stops at the first unreadable one).
-pub fn read_many(addrs: &[u64], len: usize, bufs: &mut [[u8; 256]]) -> usize {
+pub fn read_many(addrs: &[u64], len: usize, bufs: &mut [[u8; HEADER]]) -> usize {
     let n = addrs.len().min(bufs.len()).min(32);
-    let len = len.min(256);
+    let len = len.min(HEADER);
     if n == 0 || len == 0 || REFUSED.load(Ordering::Relaxed) {
         return 0;
     }
@@ -50,7 +53,7 @@ pub fn read_many(addrs: &[u64], len: usize, bufs: &mut [[u8; 256]]) -> usize {
     if used == 0 {
         return 0;
     }
-    // SAFETY: as in `read`: each local iovec covers `len` bytes of a buffer we own mutably (len <= 256), and the
+    // SAFETY: as in `read`: each local iovec covers `len` bytes of a buffer we own mutably (len <= HEADER), and the
     // kernel reads the remote ranges through the page tables, stopping at the first unreadable one.
     let got = unsafe {
         libc::process_vm_readv(
@@ -68,22 +71,101 @@ pub fn read_many(addrs: &[u64], len: usize, bufs: &mut [[u8; 256]]) -> usize {
     (got as usize / len).min(used)
 }
 
-/// Bytes of the frame window (3.11+ keeps a thread's frames next to each other, in its data stack).
-pub const WINDOW: usize = 4 * PAGE;
+/// Pages of the frame window at most (3.11+ keeps a thread's frames next to each other, in its data stack).
+pub const WINDOW_PAGES: usize = 4;
+/// Bytes of the frame window.
+pub const WINDOW: usize = WINDOW_PAGES * PAGE;
 const PAGE: usize = 4096;
 
-/// Reads the page holding `addr` and up to three below it into `window` (its end = the end of `addr`'s page), in
-/// one call; returns the lowest address read, or None when not even `addr`'s page could be.
-pub fn read_window(addr: u64, window: &mut [u8; WINDOW]) -> Option<u64> {
+/// What [`read_guess`] reads in one call: the 8-byte words at `words` (at most 2: a thread state's frame pointer,
+/// and the frame pointer of the `_PyCFrame` it is expected to point at), the frame window as [`read_window`] reads
+/// it for a frame in the page at `top`, and the first `header_len` bytes of each code object at `codes` (the
+/// thread's last stack: a guess that its frames are where they were, running the same code).
+pub struct Guess<'a> {
+    pub words: &'a [u64],
+    pub top: u64,
+    pub pages: usize,
+    pub codes: &'a [u64],
+    pub header_len: usize,
+}
+
+/// Reads `g` in one call into `words`, `window` and `headers`. Returns how many words were read whole (from the
+/// first), the window's lowest address when at least its top page was, and how many headers were (only once the
+/// whole window was).
+pub fn read_guess(
+    g: &Guess,
+    words: &mut [u64; 2],
+    window: &mut [u8; WINDOW],
+    headers: &mut [[u8; HEADER]],
+) -> (usize, Option<u64>, usize) {
+    const MOST: usize = 2 + WINDOW_PAGES + 32;
+    let nwords = g.words.len().min(2);
+    let pages = g.pages.clamp(1, WINDOW_PAGES);
+    let ncodes = g.codes.len().min(headers.len()).min(32);
+    let len = g.header_len.min(HEADER);
+    let low_address = |a: &u64| *a < 4096;
+    if REFUSED.load(Ordering::Relaxed) || g.words[..nwords].iter().any(low_address) || g.top < (WINDOW as u64) + 4096 {
+        return (0, None, 0);
+    }
+    let mut raw = [[0u8; 8]; 2];
+    let mut local = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MOST];
+    let mut remote = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MOST];
+    let mut n = 0;
+    for (k, word) in raw.iter_mut().enumerate().take(nwords) {
+        local[n] = libc::iovec { iov_base: word.as_mut_ptr().cast(), iov_len: 8 };
+        remote[n] = libc::iovec { iov_base: g.words[k] as *mut libc::c_void, iov_len: 8 };
+        n += 1;
+    }
+    for (k, chunk) in window.as_chunks_mut::<PAGE>().0.iter_mut().rev().take(pages).enumerate() {
+        local[n] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: PAGE };
+        remote[n] = libc::iovec { iov_base: (g.top - (k * PAGE) as u64) as *mut libc::c_void, iov_len: PAGE };
+        n += 1;
+    }
+    for (k, header) in headers.iter_mut().enumerate().take(ncodes) {
+        if len == 0 || low_address(&g.codes[k]) {
+            break;
+        }
+        local[n] = libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: len };
+        remote[n] = libc::iovec { iov_base: g.codes[k] as *mut libc::c_void, iov_len: len };
+        n += 1;
+    }
+    // SAFETY: every local iovec covers a distinct buffer we own mutably (two 8-byte words, distinct page-sized
+    // chunks of `window`, distinct headers of at most HEADER bytes); the kernel reads the remote ranges through the
+    // page tables (EFAULT, never a fault), stopping at the first unreadable one.
+    let got = unsafe {
+        libc::process_vm_readv(
+            libc::getpid(),
+            local.as_ptr(),
+            n as libc::c_ulong,
+            remote.as_ptr(),
+            n as libc::c_ulong,
+            0,
+        )
+    };
+    let got = if got < 0 { 0 } else { got as usize };
+    let read_words = (got / 8).min(nwords);
+    for k in 0..read_words {
+        words[k] = u64::from_le_bytes(raw[k]);
+    }
+    let rest = got.saturating_sub(8 * nwords);
+    let read_pages = if read_words == nwords { (rest / PAGE).min(pages) } else { 0 };
+    let read_headers = if read_pages == pages && len > 0 { ((rest - pages * PAGE) / len).min(ncodes) } else { 0 };
+    (read_words, (read_pages > 0).then(|| g.top - ((read_pages - 1) * PAGE) as u64), read_headers)
+}
+
+/// Reads the page holding `addr` and up to `pages - 1` below it (at most [`WINDOW_PAGES`] in all) into the end of
+/// `window` (whose end = the end of `addr`'s page), in one call; returns the lowest address read, or None when not
+/// even `addr`'s page could be.
+pub fn read_window(addr: u64, window: &mut [u8; WINDOW], pages: usize) -> Option<u64> {
     let top = addr & !(PAGE as u64 - 1);
     if top < (WINDOW as u64) + 4096 || REFUSED.load(Ordering::Relaxed) {
         return None;
     }
-    let pages = WINDOW / PAGE;
+    let pages = pages.clamp(1, WINDOW_PAGES);
     let mut local = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; WINDOW / PAGE];
     let mut remote = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; WINDOW / PAGE];
     // Highest page first: the kernel stops at the first unreadable page, so what is read is contiguous.
-    for (k, chunk) in window.as_chunks_mut::<PAGE>().0.iter_mut().rev().enumerate() {
+    for (k, chunk) in window.as_chunks_mut::<PAGE>().0.iter_mut().rev().take(pages).enumerate() {
         local[k] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: PAGE };
         remote[k] = libc::iovec { iov_base: (top - (k * PAGE) as u64) as *mut libc::c_void, iov_len: PAGE };
     }

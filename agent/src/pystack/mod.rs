@@ -13,10 +13,12 @@
 //! - File and function names are interned once per code object and thread ([`CodeCache`]).
 //! - No Python in the process (no `PyGILState_GetThisThreadState` symbol): one check, nothing else.
 
+mod cache;
 mod layout;
 mod layouts;
 mod linetable;
 mod memory;
+mod walk;
 
 use layout::describes_itself_as;
 pub use layout::Layout;
@@ -27,14 +29,8 @@ use std::ffi::{c_char, CStr};
 
 /// Frames kept per stack; deeper ones are left out (the last kept frame says so).
 pub const MAX_FRAMES: usize = 16;
-/// Frames walked at most (a cycle in freed memory must end the walk).
-const MAX_WALK: usize = 512;
 /// Python frames looked at for the [`MAX_FRAMES`] kept (some may turn out not to hold code).
 const CANDIDATES: usize = MAX_FRAMES + 8;
-/// Characters of a file or function name kept.
-const MAX_CHARS: usize = 256;
-/// Bytes of a line table read at most.
-const MAX_TABLE: usize = 1 << 20;
 
 /// The interpreter of this process, found once.
 struct Interp {
@@ -117,71 +113,71 @@ fn python_minor() -> Option<u32> {
     parts.next()?.parse().ok()
 }
 
+/// Entries of each per-thread cache: 128 code objects and 128 call sites (a training step's stacks hold some
+/// dozens of each), 7 KiB a thread.
+const CACHED: usize = 128;
+
 /// Per-thread state of the reader: interned names by code object, and the launch count for sampling.
 pub struct ThreadPy {
-    /// (code object, filename object, name object, file id << 32 | function id), direct-mapped by address.
-    codes: [Cell<[u64; 4]>; 32],
+    /// (code object, filename object, name object, file id << 32 | function id), by code object.
+    codes: cache::Assoc<4, 1, CACHED>,
     /// (code object, byte offset, line): the line tables of the same call sites are not read again.
-    lines: [Cell<[u64; 3]>; 64],
+    lines: cache::Assoc<3, 2, CACHED>,
     generation: Cell<u64>,
     pub launches: Cell<u32>,
     /// This thread's borrowing of the main thread's stack (it runs no Python): (window start, stacks borrowed in
     /// it). At most [`BORROW_BUDGET`] a window, so a C++ thread that synchronises in a tight loop pays a bounded
     /// share of its time for them.
     borrowed: Cell<(u64, u32)>,
+    /// Where this thread's last walk found its frames and code: read first, in one call, by the next.
+    last_walk: Cell<walk::LastWalk>,
 }
 
 impl ThreadPy {
     pub const fn new() -> Self {
         ThreadPy {
-            codes: [const { Cell::new([0; 4]) }; 32],
-            lines: [const { Cell::new([0; 3]) }; 64],
+            codes: cache::Assoc::new(),
+            lines: cache::Assoc::new(),
             generation: Cell::new(0),
             borrowed: Cell::new((0, 0)),
+            last_walk: Cell::new(walk::LastWalk::NONE),
             launches: Cell::new(0),
         }
-    }
-
-    fn slot(&self, code: u64) -> &Cell<[u64; 4]> {
-        &self.codes[(code >> 4) as usize % self.codes.len()]
     }
 
     fn lookup(&self, code: u64, file: u64, name: u64) -> Option<(u32, u32)> {
         let generation = crate::state::generation();
         if self.generation.get() != generation {
             // String ids belong to the segment of this process: a fork child starts over.
-            self.codes.iter().for_each(|c| c.set([0; 4]));
+            self.codes.clear();
             self.generation.set(generation);
         }
-        let [c, f, n, ids] = self.slot(code).get();
-        (c == code && f == file && n == name).then_some(((ids >> 32) as u32, ids as u32))
+        let [_, f, n, ids] = self.codes.get(code >> 4, &[code])?;
+        (f == file && n == name).then_some(((ids >> 32) as u32, ids as u32))
     }
 
-    fn line_slot(&self, code: u64, offset: u64) -> &Cell<[u64; 3]> {
-        let h = (code >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ offset;
-        &self.lines[(h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % self.lines.len()]
+    fn line_hash(code: u64, offset: u64) -> u64 {
+        (code >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ offset
     }
 
     /// The line of `offset` in `code` (whose header was just read: its names matched the name cache), cached.
     fn line(&self, code: u64, offset: u64, read: impl FnOnce() -> Option<u32>) -> Option<u32> {
-        let slot = self.line_slot(code, offset);
-        let [c, o, line] = slot.get();
-        if c == code && o == offset {
+        if let Some([_, _, line]) = self.lines.get(Self::line_hash(code, offset), &[code, offset]) {
             return (line != 0).then_some(line as u32);
         }
         let line = read();
-        slot.set([code, offset, line.unwrap_or(0) as u64]);
+        self.lines.put(Self::line_hash(code, offset), [code, offset, line.unwrap_or(0) as u64]);
         line
     }
 
     /// Caches the line of a code object seen for the first time (whatever an older one at its address left).
     fn set_line(&self, code: u64, offset: u64, line: Option<u32>) -> Option<u32> {
-        self.line_slot(code, offset).set([code, offset, line.unwrap_or(0) as u64]);
+        self.lines.put(Self::line_hash(code, offset), [code, offset, line.unwrap_or(0) as u64]);
         line
     }
 
     fn store(&self, code: u64, file: u64, name: u64, ids: (u32, u32)) {
-        self.slot(code).set([code, file, name, (ids.0 as u64) << 32 | ids.1 as u64]);
+        self.codes.put(code >> 4, [code, file, name, (ids.0 as u64) << 32 | ids.1 as u64]);
     }
 }
 
@@ -219,7 +215,7 @@ pub fn record(py: &ThreadPy, correlation: u32, start: u64, push: &impl Fn(RawEve
     let Some(interp) = interp() else { return };
     let mut frames = [Frame::default(); MAX_FRAMES];
     let own = (interp.this_thread)() as u64;
-    let (mut n, mut truncated) = walk(interp, py, own, &mut frames);
+    let (mut n, mut truncated) = walk::walk(interp, py, own, &mut frames);
     let mut flags = 0;
     if n == 0 && may_borrow(py, start) {
         if let Some(found) = main_stack(interp, py, own, &mut frames) {
@@ -270,7 +266,7 @@ fn main_stack(i: &Interp, py: &ThreadPy, own: u64, out: &mut [Frame; MAX_FRAMES]
     }
     let lent = LENT.load(Relaxed);
     if lent != 0 && lent != own && belongs(i, lent, interp) {
-        let found = walk(i, py, lent, out);
+        let found = walk::walk(i, py, lent, out);
         if found.0 > 0 {
             return Some(found);
         }
@@ -278,7 +274,7 @@ fn main_stack(i: &Interp, py: &ThreadPy, own: u64, out: &mut [Frame; MAX_FRAMES]
     let mut states = [0u64; MAX_THREADS];
     let count = thread_states(i, interp, own, &mut states);
     for &tstate in states[..count].iter().rev() {
-        let found = walk(i, py, tstate, out);
+        let found = walk::walk(i, py, tstate, out);
         if found.0 > 0 {
             LENT.store(tstate, Relaxed);
             return Some(found);
@@ -313,182 +309,6 @@ fn thread_states(i: &Interp, interp: u64, own: u64, out: &mut [u64; MAX_THREADS]
         tstate = u64::from_le_bytes(word);
     }
     n
-}
-
-/// The frames of thread state `tstate`, innermost first, and whether some were left out.
-fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES]) -> (usize, bool) {
-    let l = i.layout;
-    let mut word = [0u8; 8];
-    if tstate == 0 || !memory::read(tstate + l.tstate_frame as u64, &mut word) {
-        return (0, false);
-    }
-    let mut frame = u64::from_le_bytes(word);
-    if let Some(at) = l.cframe_frame {
-        if !memory::read(frame + at as u64, &mut word) {
-            return (0, false);
-        }
-        frame = u64::from_le_bytes(word);
-    }
-    let span =
-        [l.frame_back, l.frame_code, l.frame_instr, l.frame_owner.unwrap_or(0)].into_iter().max().unwrap_or(0) + 8;
-    let mut buf = [0u8; 256];
-    let buf = &mut buf[..span.min(256)];
-    // The frames' code objects and offsets first (one read a frame), then every code object's header in one read.
-    let mut window = [0u8; memory::WINDOW];
-    let (mut low, mut high, mut base) = (0, 0, 0);
-    if l.code_adaptive.is_some() {
-        if let Some(lowest) = memory::read_window(frame, &mut window) {
-            high = (frame | (4096 - 1)) + 1;
-            base = high - memory::WINDOW as u64;
-            low = lowest;
-        }
-    }
-    let mut codes = [0u64; CANDIDATES];
-    let mut offsets = [None; CANDIDATES];
-    let (mut found, mut ended) = (0, false);
-    for _ in 0..MAX_WALK {
-        if frame == 0 {
-            ended = true;
-            break;
-        }
-        if found == CANDIDATES {
-            break;
-        }
-        // From the window where the frame lies in it, else on its own.
-        let in_window = frame >= low && frame.checked_add(buf.len() as u64).is_some_and(|end| end <= high);
-        if in_window {
-            let at = (frame - base) as usize;
-            buf.copy_from_slice(&window[at..at + buf.len()]);
-        } else if !memory::read(frame, buf) {
-            break;
-        }
-        let back = memory::u64_at(buf, l.frame_back);
-        let code = memory::u64_at(buf, l.frame_code) & !l.executable_tag_bits;
-        let c_stack = l.frame_owner.is_some_and(|o| buf[o] >= l.owner_no_code);
-        if !c_stack {
-            codes[found] = code;
-            offsets[found] = match l.code_adaptive {
-                // f_lasti: bytes in 3.9, code units (two bytes) in 3.10; -1 before the first instruction.
-                None => {
-                    u64::try_from(memory::i32_at(buf, l.frame_instr))
-                        .ok()
-                        .map(|v| if l.minor >= 10 { v * 2 } else { v })
-                }
-                Some(at) => memory::u64_at(buf, l.frame_instr).checked_sub(code + at as u64),
-            };
-            found += 1;
-        }
-        frame = back;
-    }
-    let mut headers = [[0u8; 256]; CANDIDATES];
-    let read = memory::read_many(&codes[..found], code_span(l), &mut headers);
-    let mut n = 0;
-    for k in 0..found {
-        // A header the batch did not reach (it stopped at an unreadable one) is read on its own.
-        if k >= read && !memory::read(codes[k], &mut headers[k][..code_span(l)]) {
-            continue;
-        }
-        if let Some(f) = code_frame(i, py, codes[k], &headers[k], offsets[k]) {
-            if n == MAX_FRAMES {
-                return (n, true);
-            }
-            out[n] = f;
-            n += 1;
-        }
-    }
-    (n, !ended)
-}
-
-/// Bytes of a code object's header the reader needs.
-fn code_span(l: &Layout) -> usize {
-    let name_at = l.code_qualname.unwrap_or(l.code_name);
-    let end =
-        [l.ob_type, l.code_filename, name_at, l.code_firstlineno, l.code_linetable].into_iter().max().unwrap_or(0);
-    (end + 8).min(256)
-}
-
-/// File, function and line of code object `code` at byte `offset` of its bytecode.
-fn code_frame(i: &Interp, py: &ThreadPy, code: u64, buf: &[u8; 256], offset: Option<u64>) -> Option<Frame> {
-    let l = i.layout;
-    let name_at = l.code_qualname.unwrap_or(l.code_name);
-    if memory::u64_at(buf, l.ob_type) != i.code_type {
-        return None;
-    }
-    let (file_obj, name_obj) = (memory::u64_at(buf, l.code_filename), memory::u64_at(buf, name_at));
-    let cached = py.lookup(code, file_obj, name_obj);
-    let (file, func) = match cached {
-        Some(ids) => ids,
-        None => {
-            let ids = (intern_string(i, file_obj)?, intern_string(i, name_obj)?);
-            py.store(code, file_obj, name_obj, ids);
-            ids
-        }
-    };
-    let first = memory::i32_at(buf, l.code_firstlineno) as i64;
-    let table = memory::u64_at(buf, l.code_linetable);
-    let read_line = |off| line_of(i, table, first, off);
-    let line = match (offset, cached) {
-        // The same code object as before (its names' objects unchanged): its line table is too.
-        (Some(off), Some(_)) => py.line(code, off, || read_line(off)),
-        (Some(off), None) => py.set_line(code, off, read_line(off)),
-        (None, _) => None,
-    }
-    .unwrap_or(0);
-    Some(Frame { file, func, line })
-}
-
-/// The line of byte `offset` from the code object's line table (a bytes object at `table`).
-fn line_of(i: &Interp, table: u64, first: i64, offset: u64) -> Option<u32> {
-    let l = i.layout;
-    let mut head = [0u8; 64];
-    let head = &mut head[..l.bytes_data.min(64)];
-    if !memory::read(table, head) || memory::u64_at(head, l.ob_type) != i.bytes_type {
-        return None;
-    }
-    let size = (memory::u64_at(head, l.bytes_size) as usize).min(MAX_TABLE);
-    let bytes = memory::Chunks::new(table + l.bytes_data as u64, size);
-    match l.minor {
-        9 => linetable::lnotab_line(bytes, first, offset),
-        10 => linetable::linetable310_line(bytes, first, offset),
-        _ => linetable::locations_line(bytes, first, offset / 2),
-    }
-}
-
-/// Interns the text of the `str` object at `obj` (compact strings, as code objects' names are), as UTF-8.
-fn intern_string(i: &Interp, obj: u64) -> Option<u32> {
-    let l = i.layout;
-    let mut head = [0u8; 96];
-    let head = &mut head[..l.str_compact_size.min(96)];
-    if !memory::read(obj, head) || memory::u64_at(head, l.ob_type) != i.str_type {
-        return None;
-    }
-    let state = memory::i32_at(head, l.str_state) as u32;
-    if state & l.state_compact == 0 {
-        return None;
-    }
-    let kind = ((state & l.state_kind) >> l.state_kind.trailing_zeros()) as usize;
-    if !matches!(kind, 1 | 2 | 4) {
-        return None;
-    }
-    let chars = (memory::u64_at(head, l.str_length) as usize).min(MAX_CHARS);
-    let data = obj + if state & l.state_ascii != 0 { l.str_ascii_size } else { l.str_compact_size } as u64;
-    let mut raw = [0u8; MAX_CHARS * 4];
-    let raw = &mut raw[..chars * kind];
-    if !raw.is_empty() && !memory::read(data, raw) {
-        return None;
-    }
-    let mut text = [0u8; MAX_CHARS * 4];
-    let mut len = 0;
-    for unit in raw.chunks_exact(kind) {
-        let cp = match kind {
-            1 => unit[0] as u32,
-            2 => u16::from_le_bytes([unit[0], unit[1]]) as u32,
-            _ => u32::from_le_bytes([unit[0], unit[1], unit[2], unit[3]]),
-        };
-        len += char::from_u32(cp).unwrap_or('?').encode_utf8(&mut text[len..]).len();
-    }
-    let id = crate::state::intern(&text[..len]);
-    (id != 0).then_some(id)
 }
 
 #[cfg(test)]

@@ -1,0 +1,319 @@
+//! The walk of one thread's frames: where the innermost frame is, the frames' code objects and instruction
+//! offsets, and each code object's file, function and line, every read through [`memory`].
+
+use super::{linetable, memory, Frame, Interp, Layout, ThreadPy, CANDIDATES, MAX_FRAMES};
+
+/// Frames walked at most (a cycle in freed memory must end the walk).
+const MAX_WALK: usize = 512;
+/// Characters of a file or function name kept.
+const MAX_CHARS: usize = 256;
+/// Bytes of a line table read at most.
+const MAX_TABLE: usize = 1 << 20;
+
+/// What the last walk of a thread found: where to look first next time.
+#[derive(Clone, Copy)]
+pub struct LastWalk {
+    /// The thread state walked, its `_PyCFrame` (3.11, 3.12), and the page of its innermost frame.
+    tstate: u64,
+    cframe: u64,
+    top: u64,
+    /// Pages of frames it spanned (those a whole window could hold), 1 to [`memory::WINDOW_PAGES`].
+    pages: u8,
+    /// Its distinct code objects, innermost first.
+    codes: [u64; CANDIDATES],
+    count: u8,
+}
+
+impl LastWalk {
+    pub const NONE: LastWalk =
+        LastWalk { tstate: 0, cframe: 0, top: 0, pages: memory::WINDOW_PAGES as u8, codes: [0; CANDIDATES], count: 0 };
+}
+
+/// Header slots: the last walk's code objects first (read with the guess), the others after them.
+const SLOTS: usize = 2 * CANDIDATES;
+
+/// The innermost frame of thread state `tstate`, its `_PyCFrame` (3.11, 3.12; else 0); the lowest address of the frame window and how many of the last
+/// walk's code headers (into `headers[..CANDIDATES]`) were read in the same call. A thread calling from the same
+/// place as last time has its frames where they were, running the same code: its frame pointer (through its
+/// `_PyCFrame` on 3.11 and 3.12), the window and the code headers are read together, one system call instead of
+/// three or four; a wrong guess costs the pages read for it, and the reads it saved are made as before.
+fn first_frame(
+    l: &Layout,
+    last: &LastWalk,
+    tstate: u64,
+    window: &mut [u8; memory::WINDOW],
+    headers: &mut [[u8; memory::HEADER]; SLOTS],
+) -> Option<(u64, u64, Option<u64>, usize)> {
+    if tstate == 0 {
+        return None;
+    }
+    let at = tstate + l.tstate_frame as u64;
+    let mut words = [0u64; 2];
+    let guessing = l.code_adaptive.is_some()
+        && last.tstate == tstate
+        && last.top != 0
+        && (l.cframe_frame.is_none() || last.cframe != 0);
+    let (frame, low, codes) = if guessing {
+        let pair = [at, last.cframe + l.cframe_frame.unwrap_or(0) as u64];
+        let guess = memory::Guess {
+            words: &pair[..1 + l.cframe_frame.is_some() as usize],
+            top: last.top,
+            pages: last.pages as usize,
+            codes: &last.codes[..last.count as usize],
+            header_len: code_span(l),
+        };
+        let (n, low, codes) = memory::read_guess(&guess, &mut words, window, &mut headers[..CANDIDATES]);
+        match l.cframe_frame {
+            _ if n == 0 => return None,
+            None => (words[0], low, codes),
+            Some(_) if words[0] == last.cframe && n == 2 => (words[1], low, codes),
+            Some(c) => (read_word(words[0] + c as u64)?, None, 0),
+        }
+    } else {
+        words[0] = read_word(at)?;
+        match l.cframe_frame {
+            Some(c) => (read_word(words[0] + c as u64)?, None, 0),
+            None => (words[0], None, 0),
+        }
+    };
+    let same_page = frame & !(4096 - 1) == last.top;
+    let cframe = if l.cframe_frame.is_some() { words[0] } else { 0 };
+    Some((frame, cframe, low.filter(|_| same_page), codes))
+}
+
+fn read_word(at: u64) -> Option<u64> {
+    let mut word = [0u8; 8];
+    memory::read(at, &mut word).then(|| u64::from_le_bytes(word))
+}
+
+/// The frames of thread state `tstate`, innermost first, and whether some were left out.
+pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES]) -> (usize, bool) {
+    let l = i.layout;
+    let mut window = [0u8; memory::WINDOW];
+    let mut headers = [[0u8; memory::HEADER]; SLOTS];
+    let last = py.last_walk.get();
+    let Some((mut frame, cframe, read, guessed)) = first_frame(l, &last, tstate, &mut window, &mut headers) else {
+        return (0, false);
+    };
+    let first = frame;
+    let span =
+        [l.frame_back, l.frame_code, l.frame_instr, l.frame_owner.unwrap_or(0)].into_iter().max().unwrap_or(0) + 8;
+    let mut buf = [0u8; 256];
+    let buf = &mut buf[..span.min(256)];
+    // The frames' code objects and offsets first (one read a frame), then every code object's header in one read.
+    let (mut low, mut high, mut base) = (0, 0, 0);
+    let read =
+        read.or_else(|| l.code_adaptive.and_then(|_| memory::read_window(frame, &mut window, last.pages as usize)));
+    if let Some(lowest) = read {
+        high = (frame | (4096 - 1)) + 1;
+        base = high - memory::WINDOW as u64;
+        low = lowest;
+    }
+    // The lowest frame walked that a whole window would hold, for the next window's size.
+    let mut frames_low = u64::MAX;
+    let mut codes = [0u64; CANDIDATES];
+    let mut offsets = [None; CANDIDATES];
+    let (mut found, mut ended) = (0, false);
+    for _ in 0..MAX_WALK {
+        if frame == 0 {
+            ended = true;
+            break;
+        }
+        if found == CANDIDATES {
+            break;
+        }
+        if frame < high && frame >= high.saturating_sub(memory::WINDOW as u64) {
+            frames_low = frames_low.min(frame);
+        }
+        // From the window where the frame lies in it, else on its own.
+        let in_window = frame >= low && frame.checked_add(buf.len() as u64).is_some_and(|end| end <= high);
+        if in_window {
+            let at = (frame - base) as usize;
+            buf.copy_from_slice(&window[at..at + buf.len()]);
+        } else if !memory::read(frame, buf) {
+            break;
+        }
+        let back = memory::u64_at(buf, l.frame_back);
+        let code = memory::u64_at(buf, l.frame_code) & !l.executable_tag_bits;
+        let c_stack = l.frame_owner.is_some_and(|o| buf[o] >= l.owner_no_code);
+        if !c_stack {
+            codes[found] = code;
+            offsets[found] = match l.code_adaptive {
+                // f_lasti: bytes in 3.9, code units (two bytes) in 3.10; -1 before the first instruction.
+                None => {
+                    u64::try_from(memory::i32_at(buf, l.frame_instr))
+                        .ok()
+                        .map(|v| if l.minor >= 10 { v * 2 } else { v })
+                }
+                Some(at) => memory::u64_at(buf, l.frame_instr).checked_sub(code + at as u64),
+            };
+            found += 1;
+        }
+        frame = back;
+    }
+    let mut next = LastWalk { tstate, cframe, top: first & !(4096 - 1), ..last };
+    if low != 0 && frames_low != u64::MAX {
+        let pages = high.saturating_sub(frames_low & !(4096 - 1)) / 4096;
+        next.pages = pages.clamp(1, memory::WINDOW_PAGES as u64) as u8;
+    }
+    // Each distinct code object's header once (recursion, and PyTorch's nested modules calling the same
+    // `_call_impl`, repeat them): every header costs the kernel a page to pin. Those the guess read are in the
+    // first slots; the rest are read in one call into the slots after them.
+    let mut unique = [0u64; CANDIDATES];
+    let mut slot = [0usize; CANDIDATES];
+    let mut which = [0usize; CANDIDATES];
+    let (mut distinct, mut missing) = (0, [0u64; CANDIDATES]);
+    let mut misses = 0;
+    for k in 0..found {
+        which[k] = match unique[..distinct].iter().position(|&c| c == codes[k]) {
+            Some(u) => u,
+            None => {
+                unique[distinct] = codes[k];
+                slot[distinct] = match last.codes[..guessed].iter().position(|&c| c == codes[k]) {
+                    Some(g) => g,
+                    None => {
+                        missing[misses] = codes[k];
+                        misses += 1;
+                        CANDIDATES + misses - 1
+                    }
+                };
+                distinct += 1;
+                distinct - 1
+            }
+        };
+    }
+    next.codes[..distinct].copy_from_slice(&unique[..distinct]);
+    next.count = distinct as u8;
+    py.last_walk.set(next);
+    let read = memory::read_many(&missing[..misses], code_span(l), &mut headers[CANDIDATES..]);
+    // Headers the batch did not reach (it stops at an unreadable one) are read on their own, once: 1 read, 2 not.
+    let mut state = [0u8; CANDIDATES];
+    for u in 0..distinct {
+        let s = slot[u];
+        state[u] = if s < CANDIDATES || s - CANDIDATES < read { 1 } else { 0 };
+    }
+    let mut n = 0;
+    for k in 0..found {
+        let u = which[k];
+        if state[u] == 0 {
+            state[u] = if memory::read(unique[u], &mut headers[slot[u]][..code_span(l)]) { 1 } else { 2 };
+        }
+        if state[u] != 1 {
+            continue;
+        }
+        if let Some(f) = code_frame(i, py, codes[k], &headers[slot[u]], offsets[k]) {
+            if n == MAX_FRAMES {
+                return (n, true);
+            }
+            out[n] = f;
+            n += 1;
+        }
+    }
+    (n, !ended)
+}
+
+/// Bytes of a code object's header the reader needs.
+fn code_span(l: &Layout) -> usize {
+    let name_at = l.code_qualname.unwrap_or(l.code_name);
+    let end =
+        [l.ob_type, l.code_filename, name_at, l.code_firstlineno, l.code_linetable].into_iter().max().unwrap_or(0);
+    (end + 8).min(memory::HEADER)
+}
+
+/// File, function and line of code object `code` at byte `offset` of its bytecode.
+fn code_frame(i: &Interp, py: &ThreadPy, code: u64, buf: &[u8; memory::HEADER], offset: Option<u64>) -> Option<Frame> {
+    let l = i.layout;
+    let name_at = l.code_qualname.unwrap_or(l.code_name);
+    if memory::u64_at(buf, l.ob_type) != i.code_type {
+        return None;
+    }
+    let (file_obj, name_obj) = (memory::u64_at(buf, l.code_filename), memory::u64_at(buf, name_at));
+    let cached = py.lookup(code, file_obj, name_obj);
+    let (file, func) = match cached {
+        Some(ids) => ids,
+        None => {
+            let ids = (intern_string(i, file_obj)?, intern_string(i, name_obj)?);
+            py.store(code, file_obj, name_obj, ids);
+            ids
+        }
+    };
+    let first = memory::i32_at(buf, l.code_firstlineno) as i64;
+    let table = memory::u64_at(buf, l.code_linetable);
+    let read_line = |off| line_of(i, table, first, off);
+    let line = match (offset, cached) {
+        // The same code object as before (its names' objects unchanged): its line table is too.
+        (Some(off), Some(_)) => py.line(code, off, || read_line(off)),
+        (Some(off), None) => py.set_line(code, off, read_line(off)),
+        (None, _) => None,
+    }
+    .unwrap_or(0);
+    Some(Frame { file, func, line })
+}
+
+/// The line of byte `offset` from the code object's line table (a bytes object at `table`).
+fn line_of(i: &Interp, table: u64, first: i64, offset: u64) -> Option<u32> {
+    let l = i.layout;
+    let mut head = [0u8; 64];
+    let head = &mut head[..l.bytes_data.min(64)];
+    if !memory::read(table, head) || memory::u64_at(head, l.ob_type) != i.bytes_type {
+        return None;
+    }
+    let size = (memory::u64_at(head, l.bytes_size) as usize).min(MAX_TABLE);
+    let bytes = memory::Chunks::new(table + l.bytes_data as u64, size);
+    match l.minor {
+        9 => linetable::lnotab_line(bytes, first, offset),
+        10 => linetable::linetable310_line(bytes, first, offset),
+        _ => linetable::locations_line(bytes, first, offset / 2),
+    }
+}
+
+/// Interns the text of the `str` object at `obj` (compact strings, as code objects' names are), as UTF-8.
+fn intern_string(i: &Interp, obj: u64) -> Option<u32> {
+    let l = i.layout;
+    let mut head = [0u8; 96];
+    let head = &mut head[..l.str_compact_size.min(96)];
+    if !memory::read(obj, head) || memory::u64_at(head, l.ob_type) != i.str_type {
+        return None;
+    }
+    let state = memory::i32_at(head, l.str_state) as u32;
+    if state & l.state_compact == 0 {
+        return None;
+    }
+    let kind = ((state & l.state_kind) >> l.state_kind.trailing_zeros()) as usize;
+    if !matches!(kind, 1 | 2 | 4) {
+        return None;
+    }
+    let chars = (memory::u64_at(head, l.str_length) as usize).min(MAX_CHARS);
+    let data = obj + if state & l.state_ascii != 0 { l.str_ascii_size } else { l.str_compact_size } as u64;
+    let mut raw = [0u8; MAX_CHARS * 4];
+    let raw = &mut raw[..chars * kind];
+    if !raw.is_empty() && !memory::read(data, raw) {
+        return None;
+    }
+    let mut text = [0u8; MAX_CHARS * 4];
+    let mut len = 0;
+    for unit in raw.chunks_exact(kind) {
+        let cp = match kind {
+            1 => unit[0] as u32,
+            2 => u16::from_le_bytes([unit[0], unit[1]]) as u32,
+            _ => u32::from_le_bytes([unit[0], unit[1], unit[2], unit[3]]),
+        };
+        len += char::from_u32(cp).unwrap_or('?').encode_utf8(&mut text[len..]).len();
+    }
+    let id = crate::state::intern(&text[..len]);
+    (id != 0).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_reader_needs_of_a_code_object_fits_the_header_read() {
+        for l in super::super::layouts::LAYOUTS {
+            let name_at = l.code_qualname.unwrap_or(l.code_name);
+            let end = [l.ob_type, l.code_filename, name_at, l.code_firstlineno, l.code_linetable].into_iter().max();
+            assert!(end.unwrap() + 8 <= memory::HEADER, "3.{}", l.minor);
+        }
+    }
+}
