@@ -96,6 +96,32 @@ fn sync_copy_and_alloc_lines_are_named_on_every_python() {
 }
 
 #[test]
+fn a_stripped_interpreter_still_names_the_lines() {
+    // Debian's python3 links libpython statically; stripped of its symbol table it keeps the dynamic one that
+    // extension modules (and the reader) look CPython's functions up in.
+    let Ok(real) = std::fs::canonicalize("/usr/bin/python3") else { return };
+    let dir = scratch("pystacks-stripped");
+    let stripped = dir.join("python3-stripped");
+    std::fs::copy(&real, &stripped).unwrap();
+    let ok = std::process::Command::new("strip").arg("--strip-all").arg(&stripped).status();
+    assert!(ok.is_ok_and(|s| s.success()), "strip (binutils) runs");
+    let script = repo_root().join("tests/py/py_stacks.py");
+    // Its standard library is found from the prefix the copy no longer sits under.
+    let rec = record(&dir, &[], &stripped, &[script.to_str().unwrap(), "3"], &[("PYTHONHOME", "/usr")]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let s = stats(&rec.trace);
+    let planted = planted_lines(&String::from_utf8_lossy(&rec.output.stdout));
+    let rows = s["python_sync"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    let (at, func) = &planted["sync"];
+    assert!(
+        rows.iter()
+            .any(|r| format!("{}:{}", r["file"].as_str().unwrap(), r["line"]) == *at && r["function"] == func.as_str()),
+        "{rows:?}"
+    );
+}
+
+#[test]
 fn python_stacks_can_be_turned_off() {
     let dir = scratch("pystacks-off");
     let (_, s) = record_py(&dir, Path::new("python3"), &["3"], &["--python-stacks=off"]);
