@@ -59,6 +59,7 @@ impl BufferNames {
     ///
     /// # Safety
     /// As [`id`], for as long as this buffer is decoded.
+    #[inline]
     pub unsafe fn id(&mut self, s: *const c_char) -> u32 {
         let p = s as usize;
         let slot = &mut self.slots[(p >> 3 ^ p >> 9) % 32];
@@ -66,9 +67,20 @@ impl BufferNames {
             return slot.1;
         }
         // SAFETY: this function's contract.
+        unsafe { Self::resolve(slot, s) }
+    }
+
+    /// A name not yet seen in this buffer: checked against the cache shared by every thread, remembered here.
+    ///
+    /// # Safety
+    /// As [`id`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn resolve(slot: &mut (usize, u32), s: *const c_char) -> u32 {
+        // SAFETY: the caller's contract.
         let id = unsafe { id(s) };
         if id != 0 {
-            *slot = (p, id);
+            *slot = (s as usize, id);
         }
         id
     }
