@@ -67,19 +67,19 @@ pub fn describes_itself_as(layout: &Layout, runtime: u64) -> bool {
     if runtime == 0 {
         return true;
     }
-    let word = |at: usize| {
-        let mut b = [0u8; 8];
-        memory::read(runtime + at as u64, &mut b).then(|| u64::from_le_bytes(b))
-    };
-    let mut cookie = [0u8; 8];
-    if !memory::read(runtime, &mut cookie) || &cookie != DEBUG_COOKIE {
+    // The description's first bytes, as far as the last one checked, in one read.
+    let end = layout.debug_checks.iter().map(|&(at, _)| at).chain([free_threaded, 8]).max().unwrap_or(0) + 8;
+    let mut described = [0u8; 1024];
+    let Some(described) = described.get_mut(..end) else { return false };
+    if !memory::read(runtime, described) || &described[..8] != DEBUG_COOKIE {
         return false;
     }
+    let word = |at: usize| memory::u64_at(described, at);
     // `version` follows the cookie: PY_VERSION_HEX, major and minor in its top two bytes.
-    if word(8).is_none_or(|v| v >> 16 & 0xffff != (0x0300 | layout.minor as u64)) || word(free_threaded) != Some(0) {
+    if word(8) >> 16 & 0xffff != (0x0300 | layout.minor as u64) || word(free_threaded) != 0 {
         return false;
     }
-    layout.debug_checks.iter().all(|&(at, expected)| word(at) == Some(expected as u64))
+    layout.debug_checks.iter().all(|&(at, expected)| word(at) == expected as u64)
 }
 
 #[cfg(test)]
