@@ -210,10 +210,13 @@ fn python_stack_wanted(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData, p
     match class {
         2 => true,
         3 => {
+            // A countdown rather than a count and a remainder: a division on every launch costs more than the
+            // rest of this test. The first launch of a thread is sampled, then every `every`th.
             let every = crate::pystack::launch_every();
-            let n = py.launches.get().wrapping_add(1);
-            py.launches.set(n);
-            every != 0 && n % every == 1 % every
+            let left = py.launches.get();
+            let sampled = left <= 1 && every != 0;
+            py.launches.set(if left <= 1 { every } else { left - 1 });
+            sampled
         }
         _ => false,
     }

@@ -124,6 +124,7 @@ pub struct ThreadPy {
     /// (code object, byte offset, line): the line tables of the same call sites are not read again.
     lines: cache::Assoc<3, 2, CACHED>,
     generation: Cell<u64>,
+    /// Launches left before this thread's next sampled one (0 before its first, which is sampled).
     pub launches: Cell<u32>,
     /// This thread's borrowing of the main thread's stack (it runs no Python): (window start, stacks borrowed in
     /// it). At most [`BORROW_BUDGET`] a window, so a C++ thread that synchronises in a tight loop pays a bounded
