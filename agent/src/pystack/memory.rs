@@ -116,6 +116,7 @@ pub fn read_guess(
         remote[n] = libc::iovec { iov_base: g.words[k] as *mut libc::c_void, iov_len: 8 };
         n += 1;
     }
+    // Highest page first: the kernel stops at the first unreadable one, so the pages read are contiguous.
     for (k, chunk) in window.as_chunks_mut::<PAGE>().0.iter_mut().rev().take(pages).enumerate() {
         local[n] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: PAGE };
         remote[n] = libc::iovec { iov_base: (g.top - (k * PAGE) as u64) as *mut libc::c_void, iov_len: PAGE };
@@ -157,32 +158,8 @@ pub fn read_guess(
 /// `window` (whose end = the end of `addr`'s page), in one call; returns the lowest address read, or None when not
 /// even `addr`'s page could be.
 pub fn read_window(addr: u64, window: &mut [u8; WINDOW], pages: usize) -> Option<u64> {
-    let top = addr & !(PAGE as u64 - 1);
-    if top < (WINDOW as u64) + 4096 || REFUSED.load(Ordering::Relaxed) {
-        return None;
-    }
-    let pages = pages.clamp(1, WINDOW_PAGES);
-    let mut local = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; WINDOW / PAGE];
-    let mut remote = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; WINDOW / PAGE];
-    // Highest page first: the kernel stops at the first unreadable page, so what is read is contiguous.
-    for (k, chunk) in window.as_chunks_mut::<PAGE>().0.iter_mut().rev().take(pages).enumerate() {
-        local[k] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: PAGE };
-        remote[k] = libc::iovec { iov_base: (top - (k * PAGE) as u64) as *mut libc::c_void, iov_len: PAGE };
-    }
-    // SAFETY: each local iovec is one distinct page-sized chunk of `window`, owned mutably; the remote pages are
-    // read through the page tables (EFAULT, never a fault), stopping at the first unreadable one.
-    let got = unsafe {
-        libc::process_vm_readv(
-            libc::getpid(),
-            local.as_ptr(),
-            pages as libc::c_ulong,
-            remote.as_ptr(),
-            pages as libc::c_ulong,
-            0,
-        )
-    };
-    let read = if got < 0 { 0 } else { got as usize / PAGE };
-    (read > 0).then(|| top - ((read - 1) * PAGE) as u64)
+    let only_window = Guess { words: &[], top: addr & !(PAGE as u64 - 1), pages, codes: &[], header_len: 0 };
+    read_guess(&only_window, &mut [0; 2], window, &mut []).1
 }
 
 /// Whether reads work at all here (false under a seccomp policy that forbids them).
