@@ -31,44 +31,11 @@ pub fn read(addr: u64, buf: &mut [u8]) -> bool {
     n as usize == buf.len()
 }
 
-/// Fills `bufs[k][..len]` from `addrs[k]` in one call; returns how many were read whole, from the first (the
-/// kernel stops at the first unreadable one).
-pub fn read_many(addrs: &[u64], len: usize, bufs: &mut [[u8; HEADER]]) -> usize {
-    let n = addrs.len().min(bufs.len()).min(32);
-    let len = len.min(HEADER);
-    if n == 0 || len == 0 || REFUSED.load(Ordering::Relaxed) {
-        return 0;
-    }
-    let mut local = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 32];
-    let mut remote = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 32];
-    let mut used: usize = 0;
-    for (k, buf) in bufs.iter_mut().enumerate().take(n) {
-        if addrs[k] < 4096 {
-            break;
-        }
-        local[k] = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: len };
-        remote[k] = libc::iovec { iov_base: addrs[k] as *mut libc::c_void, iov_len: len };
-        used += 1;
-    }
-    if used == 0 {
-        return 0;
-    }
-    // SAFETY: as in `read`: each local iovec covers `len` bytes of a buffer we own mutably (len <= HEADER), and the
-    // kernel reads the remote ranges through the page tables, stopping at the first unreadable one.
-    let got = unsafe {
-        libc::process_vm_readv(
-            libc::getpid(),
-            local.as_ptr(),
-            used as libc::c_ulong,
-            remote.as_ptr(),
-            used as libc::c_ulong,
-            0,
-        )
-    };
-    if got < 0 {
-        return 0;
-    }
-    (got as usize / len).min(used)
+/// Fills `bufs[k][..len]` from `addrs[k]` in one call (see [`read_guess`]); bit k of the result says whether
+/// `bufs[k]` was read whole.
+pub fn read_many(addrs: &[u64], len: usize, bufs: &mut [[u8; HEADER]], scratch: &mut [u8]) -> u32 {
+    let only_headers = Guess { words: &[], top: 0, pages: 0, codes: addrs, header_len: len };
+    read_guess(&only_headers, &mut [0; 2], &mut [], bufs, scratch).2
 }
 
 /// Pages of the frame window at most (3.11+ keeps a thread's frames next to each other, in its data stack).
@@ -89,22 +56,36 @@ pub struct Guess<'a> {
     pub header_len: usize,
 }
 
-/// Reads `g` in one call into `words`, `window` and `headers`. Returns how many words were read whole (from the
-/// first), the window's lowest address when at least its top page was, and how many headers were (only once the
-/// whole window was).
+/// Code headers read as one range when they lie this close (a range costs the kernel one pin of the page or two
+/// it spans, where a header apiece pins the same page again and again: a module's code objects are made one after
+/// another, close together).
+const SPAN: usize = 2048;
+/// Bytes of ranges of several headers in one read at most (the reader's stack); beyond, headers are read apiece.
+pub const SCRATCH: usize = 8192;
+/// Most headers in one read.
+const MOST_HEADERS: usize = 32;
+
+/// Reads `g` in one call into `words`, `window` and `headers` (`scratch` holds the ranges of several headers).
+/// Returns how many words were read whole (from the first), the window's lowest address when at least its top
+/// page was read, and which headers were (bit k for `headers[k]`; none unless every word and page was).
 pub fn read_guess(
     g: &Guess,
     words: &mut [u64; 2],
-    window: &mut [u8; WINDOW],
+    window: &mut [u8],
     headers: &mut [[u8; HEADER]],
-) -> (usize, Option<u64>, usize) {
-    const MOST: usize = 2 + WINDOW_PAGES + 32;
+    scratch: &mut [u8],
+) -> (usize, Option<u64>, u32) {
+    const MOST: usize = 2 + WINDOW_PAGES + MOST_HEADERS;
     let nwords = g.words.len().min(2);
-    let pages = g.pages.clamp(1, WINDOW_PAGES);
-    let ncodes = g.codes.len().min(headers.len()).min(32);
+    // The window's last page receives the top page (`window` is [`WINDOW`] bytes, or empty when no page is read).
+    let pages = g.pages.min(WINDOW_PAGES).min(window.len() / PAGE);
+    let ncodes = g.codes.len().min(headers.len()).min(MOST_HEADERS);
     let len = g.header_len.min(HEADER);
     let low_address = |a: &u64| *a < 4096;
-    if REFUSED.load(Ordering::Relaxed) || g.words[..nwords].iter().any(low_address) || g.top < (WINDOW as u64) + 4096 {
+    if REFUSED.load(Ordering::Relaxed)
+        || g.words[..nwords].iter().any(low_address)
+        || (pages > 0 && g.top < (WINDOW as u64) + 4096)
+    {
         return (0, None, 0);
     }
     let mut raw = [[0u8; 8]; 2];
@@ -122,17 +103,31 @@ pub fn read_guess(
         remote[n] = libc::iovec { iov_base: (g.top - (k * PAGE) as u64) as *mut libc::c_void, iov_len: PAGE };
         n += 1;
     }
-    for (k, header) in headers.iter_mut().enumerate().take(ncodes) {
-        if len == 0 || low_address(&g.codes[k]) {
-            break;
-        }
-        local[n] = libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: len };
-        remote[n] = libc::iovec { iov_base: g.codes[k] as *mut libc::c_void, iov_len: len };
+    let first_header = n;
+    let plan = if len > 0 { plan_headers(&g.codes[..ncodes], len, scratch.len()) } else { HeaderPlan::default() };
+    // The ranges of several headers, one after another into `scratch`; then the headers read apiece, into their
+    // own buffers.
+    let mut rest: &mut [u8] = &mut scratch[..];
+    for r in &plan.ranges[..plan.count] {
+        let (dst, tail) = std::mem::take(&mut rest).split_at_mut(r.len);
+        rest = tail;
+        local[n] = libc::iovec { iov_base: dst.as_mut_ptr().cast(), iov_len: r.len };
+        remote[n] = libc::iovec { iov_base: r.start as *mut libc::c_void, iov_len: r.len };
         n += 1;
     }
+    for (k, header) in headers.iter_mut().enumerate().take(ncodes) {
+        if plan.apiece & (1 << k) != 0 {
+            local[n] = libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: len };
+            remote[n] = libc::iovec { iov_base: g.codes[k] as *mut libc::c_void, iov_len: len };
+            n += 1;
+        }
+    }
+    if n == 0 {
+        return (0, None, 0);
+    }
     // SAFETY: every local iovec covers a distinct buffer we own mutably (two 8-byte words, distinct page-sized
-    // chunks of `window`, distinct headers of at most HEADER bytes); the kernel reads the remote ranges through the
-    // page tables (EFAULT, never a fault), stopping at the first unreadable one.
+    // chunks of `window`, disjoint pieces of `scratch`, distinct headers of at most HEADER bytes); the kernel reads
+    // the remote ranges through the page tables (EFAULT, never a fault), stopping at the first unreadable one.
     let got = unsafe {
         libc::process_vm_readv(
             libc::getpid(),
@@ -143,23 +138,122 @@ pub fn read_guess(
             0,
         )
     };
-    let got = if got < 0 { 0 } else { got as usize };
-    let read_words = (got / 8).min(nwords);
+    // Which iovecs were read whole: the kernel fills them in order.
+    let mut left = if got < 0 { 0 } else { got as usize };
+    let mut whole = [false; MOST];
+    for (k, done) in whole.iter_mut().enumerate().take(n) {
+        *done = left >= local[k].iov_len;
+        left = left.saturating_sub(local[k].iov_len);
+    }
+    let read_words = whole[..nwords].iter().take_while(|&&w| w).count();
     for k in 0..read_words {
         words[k] = u64::from_le_bytes(raw[k]);
     }
-    let rest = got.saturating_sub(8 * nwords);
-    let read_pages = if read_words == nwords { (rest / PAGE).min(pages) } else { 0 };
-    let read_headers = if read_pages == pages && len > 0 { ((rest - pages * PAGE) / len).min(ncodes) } else { 0 };
-    (read_words, (read_pages > 0).then(|| g.top - ((read_pages - 1) * PAGE) as u64), read_headers)
+    let read_pages = whole[nwords..first_header].iter().take_while(|&&w| w).count();
+    if read_words < nwords || read_pages < pages {
+        return (read_words, (read_pages > 0).then(|| g.top - ((read_pages - 1) * PAGE) as u64), 0);
+    }
+    let mut mask = 0u32;
+    let mut at = 0;
+    for (i, r) in plan.ranges[..plan.count].iter().enumerate() {
+        if whole[first_header + i] {
+            for (k, header) in headers.iter_mut().enumerate().take(ncodes) {
+                if plan.range_of[k] == i as u8 {
+                    let from = at + (g.codes[k] - r.start) as usize;
+                    header[..len].copy_from_slice(&scratch[from..from + len]);
+                    mask |= 1 << k;
+                }
+            }
+        }
+        at += r.len;
+    }
+    let mut io = first_header + plan.count;
+    for k in 0..ncodes {
+        if plan.apiece & (1 << k) != 0 {
+            if whole[io] {
+                mask |= 1 << k;
+            }
+            io += 1;
+        }
+    }
+    (read_words, (pages > 0).then(|| g.top - ((pages - 1) * PAGE) as u64), mask)
+}
+
+/// One range of several code headers.
+#[derive(Clone, Copy, Default)]
+struct Range {
+    start: u64,
+    len: usize,
+}
+
+/// How the headers of one read are fetched: ranges of several (into the scratch buffer), and the rest apiece.
+struct HeaderPlan {
+    ranges: [Range; MOST_HEADERS],
+    count: usize,
+    /// The range of header k (`u8::MAX`: read apiece, or not at all).
+    range_of: [u8; MOST_HEADERS],
+    /// Bit k: header k read into its own buffer.
+    apiece: u32,
+}
+
+impl Default for HeaderPlan {
+    fn default() -> Self {
+        HeaderPlan { ranges: [Range::default(); MOST_HEADERS], count: 0, range_of: [u8::MAX; MOST_HEADERS], apiece: 0 }
+    }
+}
+
+/// Groups the headers at `codes` (each `len` bytes) by address: those within [`SPAN`] of a range's start join it
+/// while the ranges fit in `room` bytes; one alone, or one that does not fit, is read apiece.
+fn plan_headers(codes: &[u64], len: usize, room: usize) -> HeaderPlan {
+    let mut plan = HeaderPlan::default();
+    let mut order = [0usize; MOST_HEADERS];
+    let n = codes.len().min(MOST_HEADERS);
+    let mut count = 0;
+    for (k, &code) in codes.iter().enumerate().take(n) {
+        if code >= 4096 {
+            order[count] = k;
+            count += 1;
+        }
+    }
+    let order = &mut order[..count];
+    order.sort_unstable_by_key(|&k| codes[k]);
+    // Runs of headers close together, in address order.
+    let mut used = 0;
+    let mut i = 0;
+    while i < order.len() {
+        let start = codes[order[i]];
+        let mut end = start + len as u64;
+        let mut j = i + 1;
+        while j < order.len() && codes[order[j]] + len as u64 - start <= SPAN as u64 {
+            end = end.max(codes[order[j]] + len as u64);
+            j += 1;
+        }
+        let span = (end - start) as usize;
+        if j - i > 1 && used + span <= room {
+            let r = plan.count;
+            plan.ranges[r] = Range { start, len: span };
+            plan.count += 1;
+            used += span;
+            for &k in &order[i..j] {
+                plan.range_of[k] = r as u8;
+            }
+        } else {
+            for &k in &order[i..j] {
+                plan.apiece |= 1 << k;
+            }
+        }
+        i = j;
+    }
+    plan
 }
 
 /// Reads the page holding `addr` and up to `pages - 1` below it (at most [`WINDOW_PAGES`] in all) into the end of
 /// `window` (whose end = the end of `addr`'s page), in one call; returns the lowest address read, or None when not
 /// even `addr`'s page could be.
 pub fn read_window(addr: u64, window: &mut [u8; WINDOW], pages: usize) -> Option<u64> {
-    let only_window = Guess { words: &[], top: addr & !(PAGE as u64 - 1), pages, codes: &[], header_len: 0 };
-    read_guess(&only_window, &mut [0; 2], window, &mut []).1
+    let only_window =
+        Guess { words: &[], top: addr & !(PAGE as u64 - 1), pages: pages.max(1), codes: &[], header_len: 0 };
+    read_guess(&only_window, &mut [0; 2], window, &mut [], &mut []).1
 }
 
 /// Whether reads work at all here (false under a seccomp policy that forbids them).
@@ -208,5 +302,43 @@ impl Iterator for Chunks {
         }
         self.at += 1;
         Some(self.buf[self.at - 1])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_close_together_share_a_range_and_the_rest_are_read_apiece() {
+        let base = 0x7f00_0000_0000u64;
+        // Three within SPAN of each other (unsorted), one far away, one that cannot be read at all.
+        let codes = [base + 0x300, base, base + 0x180, base + 0x10_0000, 8];
+        let plan = plan_headers(&codes, 144, SCRATCH);
+        assert_eq!(plan.count, 1);
+        assert_eq!((plan.ranges[0].start, plan.ranges[0].len), (base, 0x300 + 144));
+        assert_eq!(&plan.range_of[..3], &[0, 0, 0]);
+        assert_eq!(plan.apiece, 1 << 3, "the far one alone; the low address not at all");
+        // No room for a range: every header apiece.
+        let plan = plan_headers(&codes, 144, 100);
+        assert_eq!((plan.count, plan.apiece), (0, 0b1111));
+    }
+
+    #[test]
+    fn a_gathered_read_fills_what_it_reads_and_says_which() {
+        let data: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+        let at = |off: usize| data.as_ptr() as u64 + off as u64;
+        let word = 0x1122_3344_5566_7788u64;
+        let words_at = [&word as *const u64 as u64];
+        let codes = [at(1000), at(100), at(3000), 16];
+        let g = Guess { words: &words_at, top: 0, pages: 0, codes: &codes, header_len: 64 };
+        let mut headers = [[0u8; HEADER]; 4];
+        let (mut words, mut scratch) = ([0u64; 2], [0u8; SCRATCH]);
+        let (n, low, mask) = read_guess(&g, &mut words, &mut [], &mut headers, &mut scratch);
+        assert_eq!((n, words[0], low), (1, word, None));
+        assert_eq!(mask, 0b0111, "the unreadable address is not claimed");
+        for (k, off) in [1000usize, 100, 3000].into_iter().enumerate() {
+            assert_eq!(&headers[k][..64], &data[off..off + 64], "header {k}");
+        }
     }
 }

@@ -32,18 +32,20 @@ impl LastWalk {
 /// Header slots: the last walk's code objects first (read with the guess), the others after them.
 const SLOTS: usize = 2 * CANDIDATES;
 
-/// The innermost frame of thread state `tstate`, its `_PyCFrame` (3.11, 3.12; else 0); the lowest address of the frame window and how many of the last
-/// walk's code headers (into `headers[..CANDIDATES]`) were read in the same call. A thread calling from the same
-/// place as last time has its frames where they were, running the same code: its frame pointer (through its
-/// `_PyCFrame` on 3.11 and 3.12), the window and the code headers are read together, one system call instead of
-/// three or four; a wrong guess costs the pages read for it, and the reads it saved are made as before.
+/// The innermost frame of thread state `tstate`, its `_PyCFrame` (3.11, 3.12; else 0), the lowest address of the
+/// frame window when it was read in the same call, and which of the last walk's code headers were (bit g for
+/// `headers[g]`, g < [`CANDIDATES`]). A thread calling from the same place as last time has its frames where they
+/// were, running the same code: its frame pointer (through its `_PyCFrame` on 3.11 and 3.12), the window and the
+/// code headers are read together, one system call instead of three or four; a wrong guess costs the pages read
+/// for it, and the reads it saved are made as before.
 fn first_frame(
     l: &Layout,
     last: &LastWalk,
     tstate: u64,
     window: &mut [u8; memory::WINDOW],
     headers: &mut [[u8; memory::HEADER]; SLOTS],
-) -> Option<(u64, u64, Option<u64>, usize)> {
+    scratch: &mut [u8; memory::SCRATCH],
+) -> Option<(u64, u64, Option<u64>, u32)> {
     if tstate == 0 {
         return None;
     }
@@ -62,7 +64,7 @@ fn first_frame(
             codes: &last.codes[..last.count as usize],
             header_len: code_span(l),
         };
-        let (n, low, codes) = memory::read_guess(&guess, &mut words, window, &mut headers[..CANDIDATES]);
+        let (n, low, codes) = memory::read_guess(&guess, &mut words, window, &mut headers[..CANDIDATES], scratch);
         match l.cframe_frame {
             _ if n == 0 => return None,
             None => (words[0], low, codes),
@@ -91,8 +93,11 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
     let l = i.layout;
     let mut window = [0u8; memory::WINDOW];
     let mut headers = [[0u8; memory::HEADER]; SLOTS];
+    let mut scratch = [0u8; memory::SCRATCH];
     let last = py.last_walk.get();
-    let Some((mut frame, cframe, read, guessed)) = first_frame(l, &last, tstate, &mut window, &mut headers) else {
+    let Some((mut frame, cframe, read, guessed)) =
+        first_frame(l, &last, tstate, &mut window, &mut headers, &mut scratch)
+    else {
         return (0, false);
     };
     let first = frame;
@@ -169,7 +174,8 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
             Some(u) => u,
             None => {
                 unique[distinct] = codes[k];
-                slot[distinct] = match last.codes[..guessed].iter().position(|&c| c == codes[k]) {
+                let guessed_as = (0..last.count as usize).find(|&g| last.codes[g] == codes[k] && guessed & 1 << g != 0);
+                slot[distinct] = match guessed_as {
                     Some(g) => g,
                     None => {
                         missing[misses] = codes[k];
@@ -185,12 +191,12 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
     next.codes[..distinct].copy_from_slice(&unique[..distinct]);
     next.count = distinct as u8;
     py.last_walk.set(next);
-    let read = memory::read_many(&missing[..misses], code_span(l), &mut headers[CANDIDATES..]);
-    // Headers the batch did not reach (it stops at an unreadable one) are read on their own, once: 1 read, 2 not.
+    let read = memory::read_many(&missing[..misses], code_span(l), &mut headers[CANDIDATES..], &mut scratch);
+    // Headers the batch did not get (it stops at an unreadable one) are read on their own, once: 1 read, 2 not.
     let mut state = [0u8; CANDIDATES];
     for u in 0..distinct {
         let s = slot[u];
-        state[u] = if s < CANDIDATES || s - CANDIDATES < read { 1 } else { 0 };
+        state[u] = if s < CANDIDATES || read & 1 << (s - CANDIDATES) != 0 { 1 } else { 0 };
     }
     let mut n = 0;
     for k in 0..found {
