@@ -238,7 +238,7 @@ pub fn record(py: &ThreadPy, correlation: u32, start: u64, push: &impl Fn(RawEve
 }
 
 /// A thread running no Python borrows the main thread's stack at most [`BORROW_BUDGET`] times a window of
-/// [`BORROW_WINDOW_NS`]: with a stack read at 5 to 12 µs on cudasim (`benches/python-stacks`), under 2% of
+/// [`BORROW_WINDOW_NS`]: with a stack read at 5 to 10 µs on cudasim (`benches/python-stacks`), under 2% of
 /// such a thread's time, however often it calls.
 const BORROW_WINDOW_NS: u64 = 64_000_000;
 const BORROW_BUDGET: u32 = 64;
