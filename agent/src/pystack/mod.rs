@@ -195,8 +195,8 @@ struct Frame {
     line: u32,
 }
 
-/// Launches between two sampled ones on a thread (`CUFLIGHT_PY_LAUNCH_EVERY`, default 1024: about 11 ns a launch
-/// at 12 us a stack of 16 distinct functions on cudasim; 0: none).
+/// Launches between two sampled ones on a thread (`CUFLIGHT_PY_LAUNCH_EVERY`, default 1024: about 9 ns a launch
+/// at 9 us a stack of 16 distinct functions on cudasim; 0: none).
 pub fn launch_every() -> u32 {
     static EVERY: once_cell::sync::OnceCell<u32> = once_cell::sync::OnceCell::new();
     *EVERY.get_or_init(|| {
