@@ -19,25 +19,44 @@ pub struct LastWalk {
     top: u64,
     /// Pages of frames it spanned (those a whole window could hold), 1 to [`memory::WINDOW_PAGES`].
     pages: u8,
-    /// Its distinct code objects, innermost first.
-    codes: [u64; CANDIDATES],
+    /// What the next walk reads with the guess, innermost first: the distinct code objects (3.11+: the frames come
+    /// with the window), or the frames themselves (3.9, 3.10: frames are heap objects, one read each otherwise).
+    guessed: [u64; CANDIDATES],
     count: u8,
 }
 
 impl LastWalk {
-    pub const NONE: LastWalk =
-        LastWalk { tstate: 0, cframe: 0, top: 0, pages: memory::WINDOW_PAGES as u8, codes: [0; CANDIDATES], count: 0 };
+    pub const NONE: LastWalk = LastWalk {
+        tstate: 0,
+        cframe: 0,
+        top: 0,
+        pages: memory::WINDOW_PAGES as u8,
+        guessed: [0; CANDIDATES],
+        count: 0,
+    };
+}
+
+/// What [`first_frame`] read with the guess, besides the frame pointer.
+struct GuessRead {
+    /// The window's lowest address, when the window was read and holds the innermost frame.
+    low: Option<u64>,
+    /// Bit g: `headers[g]` holds the last walk's `guessed[g]` (a code header, or a frame on 3.9 and 3.10).
+    read: u32,
+}
+
+/// Bytes of a frame the walk reads.
+fn frame_span(l: &Layout) -> usize {
+    [l.frame_back, l.frame_code, l.frame_instr, l.frame_owner.unwrap_or(0)].into_iter().max().unwrap_or(0) + 8
 }
 
 /// Header slots: the last walk's code objects first (read with the guess), the others after them.
 const SLOTS: usize = 2 * CANDIDATES;
 
-/// The innermost frame of thread state `tstate`, its `_PyCFrame` (3.11, 3.12; else 0), the lowest address of the
-/// frame window when it was read in the same call, and which of the last walk's code headers were (bit g for
-/// `headers[g]`, g < [`CANDIDATES`]). A thread calling from the same place as last time has its frames where they
-/// were, running the same code: its frame pointer (through its `_PyCFrame` on 3.11 and 3.12), the window and the
-/// code headers are read together, one system call instead of three or four; a wrong guess costs the pages read
-/// for it, and the reads it saved are made as before.
+/// The innermost frame of thread state `tstate`, its `_PyCFrame` (3.11, 3.12; else 0), and what was read with it
+/// ([`GuessRead`], into `headers[..CANDIDATES]`). A thread calling from the same place as last time has its
+/// frames where they were, running the same code: its frame pointer (through its `_PyCFrame` on 3.11 and 3.12),
+/// the window and the code headers (3.9 and 3.10: the frames) are read together, one system call instead of three
+/// or more; a wrong guess costs the bytes read for it, and the reads it saved are made as before.
 fn first_frame(
     l: &Layout,
     last: &LastWalk,
@@ -45,24 +64,24 @@ fn first_frame(
     window: &mut [u8; memory::WINDOW],
     headers: &mut [[u8; memory::HEADER]; SLOTS],
     scratch: &mut [u8; memory::SCRATCH],
-) -> Option<(u64, u64, Option<u64>, u32)> {
+) -> Option<(u64, u64, GuessRead)> {
     if tstate == 0 {
         return None;
     }
     let at = tstate + l.tstate_frame as u64;
     let mut words = [0u64; 2];
-    let guessing = l.code_adaptive.is_some()
-        && last.tstate == tstate
-        && last.top != 0
-        && (l.cframe_frame.is_none() || last.cframe != 0);
+    let windowed = l.code_adaptive.is_some();
+    let guessing = last.tstate == tstate
+        && (l.cframe_frame.is_none() || last.cframe != 0)
+        && if windowed { last.top != 0 } else { last.count > 0 && frame_span(l) <= memory::HEADER };
     let (frame, low, codes) = if guessing {
         let pair = [at, last.cframe + l.cframe_frame.unwrap_or(0) as u64];
         let guess = memory::Guess {
             words: &pair[..1 + l.cframe_frame.is_some() as usize],
             top: last.top,
-            pages: last.pages as usize,
-            codes: &last.codes[..last.count as usize],
-            header_len: code_span(l),
+            pages: if windowed { last.pages as usize } else { 0 },
+            codes: &last.guessed[..last.count as usize],
+            header_len: if windowed { code_span(l) } else { frame_span(l) },
         };
         let (n, low, codes) = memory::read_guess(&guess, &mut words, window, &mut headers[..CANDIDATES], scratch);
         match l.cframe_frame {
@@ -80,7 +99,7 @@ fn first_frame(
     };
     let same_page = frame & !(4096 - 1) == last.top;
     let cframe = if l.cframe_frame.is_some() { words[0] } else { 0 };
-    Some((frame, cframe, low.filter(|_| same_page), codes))
+    Some((frame, cframe, GuessRead { low: low.filter(|_| same_page), read: codes }))
 }
 
 fn read_word(at: u64) -> Option<u64> {
@@ -95,20 +114,19 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
     let mut headers = [[0u8; memory::HEADER]; SLOTS];
     let mut scratch = [0u8; memory::SCRATCH];
     let last = py.last_walk.get();
-    let Some((mut frame, cframe, read, guessed)) =
-        first_frame(l, &last, tstate, &mut window, &mut headers, &mut scratch)
-    else {
+    let Some((mut frame, cframe, got)) = first_frame(l, &last, tstate, &mut window, &mut headers, &mut scratch) else {
         return (0, false);
     };
+    let windowed = l.code_adaptive.is_some();
+    // What the guess read: code headers (3.11+), or frames (3.9, 3.10).
+    let (codes_read, frames_read) = if windowed { (got.read, 0) } else { (0, got.read) };
     let first = frame;
-    let span =
-        [l.frame_back, l.frame_code, l.frame_instr, l.frame_owner.unwrap_or(0)].into_iter().max().unwrap_or(0) + 8;
     let mut buf = [0u8; 256];
-    let buf = &mut buf[..span.min(256)];
-    // The frames' code objects and offsets first (one read a frame), then every code object's header in one read.
+    let buf = &mut buf[..frame_span(l).min(256)];
+    // The frames' code objects and offsets first (from the window, the guess, or one read a frame), then every code
+    // object's header in one read.
     let (mut low, mut high, mut base) = (0, 0, 0);
-    let read =
-        read.or_else(|| l.code_adaptive.and_then(|_| memory::read_window(frame, &mut window, last.pages as usize)));
+    let read = got.low.or_else(|| windowed.then(|| memory::read_window(frame, &mut window, last.pages as usize))?);
     if let Some(lowest) = read {
         high = (frame | (4096 - 1)) + 1;
         base = high - memory::WINDOW as u64;
@@ -118,6 +136,7 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
     let mut frames_low = u64::MAX;
     let mut codes = [0u64; CANDIDATES];
     let mut offsets = [None; CANDIDATES];
+    let (mut walked, mut nwalked) = ([0u64; CANDIDATES], 0);
     let (mut found, mut ended) = (0, false);
     for _ in 0..MAX_WALK {
         if frame == 0 {
@@ -130,13 +149,20 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
         if frame < high && frame >= high.saturating_sub(memory::WINDOW as u64) {
             frames_low = frames_low.min(frame);
         }
-        // From the window where the frame lies in it, else on its own.
+        // From the window where the frame lies in it, or as the guess read it, else on its own.
         let in_window = frame >= low && frame.checked_add(buf.len() as u64).is_some_and(|end| end <= high);
+        let pre_read = || (0..last.count as usize).find(|&g| last.guessed[g] == frame && frames_read & 1 << g != 0);
         if in_window {
             let at = (frame - base) as usize;
             buf.copy_from_slice(&window[at..at + buf.len()]);
+        } else if let Some(g) = (frames_read != 0).then(pre_read).flatten() {
+            buf.copy_from_slice(&headers[g][..buf.len()]);
         } else if !memory::read(frame, buf) {
             break;
+        }
+        if nwalked < CANDIDATES {
+            walked[nwalked] = frame;
+            nwalked += 1;
         }
         let back = memory::u64_at(buf, l.frame_back);
         let code = memory::u64_at(buf, l.frame_code) & !l.executable_tag_bits;
@@ -174,7 +200,8 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
             Some(u) => u,
             None => {
                 unique[distinct] = codes[k];
-                let guessed_as = (0..last.count as usize).find(|&g| last.codes[g] == codes[k] && guessed & 1 << g != 0);
+                let guessed_as =
+                    (0..last.count as usize).find(|&g| last.guessed[g] == codes[k] && codes_read & 1 << g != 0);
                 slot[distinct] = match guessed_as {
                     Some(g) => g,
                     None => {
@@ -188,8 +215,13 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
             }
         };
     }
-    next.codes[..distinct].copy_from_slice(&unique[..distinct]);
-    next.count = distinct as u8;
+    if windowed {
+        next.guessed[..distinct].copy_from_slice(&unique[..distinct]);
+        next.count = distinct as u8;
+    } else {
+        next.guessed[..nwalked].copy_from_slice(&walked[..nwalked]);
+        next.count = nwalked as u8;
+    }
     py.last_walk.set(next);
     let read = memory::read_many(&missing[..misses], code_span(l), &mut headers[CANDIDATES..], &mut scratch);
     // Headers the batch did not get (it stops at an unreadable one) are read on their own, once: 1 read, 2 not.
