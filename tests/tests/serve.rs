@@ -311,6 +311,45 @@ fn continuous_serve_misses_nothing_after_the_first_arming() {
     );
 }
 
+/// An inference server waits for requests most of the time: parts of a continuous recording with no GPU work in
+/// them are still covered (the window-seconds counter keeps up with the clock) and are not errors.
+#[test]
+fn continuous_serve_counts_idle_parts_without_complaint() {
+    let _serial = serial();
+    let dir = scratch("serve-idle");
+    let prog = build_c("server", &dir);
+    let mut server = launch_dormant(&prog, &["cmd"]);
+    let mut out = BufReader::new(server.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "server: ready");
+    let pid = server.id();
+    let (mut serve, addr, mut err) = start_serve(&["--duty", "continuous", "--interval", "250ms"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let first = scrape(&addr, &dir, 0);
+    let since = Instant::now();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut stdin = server.stdin.take().unwrap();
+    writeln!(stdin, "k 10").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "done 10");
+    std::thread::sleep(Duration::from_millis(1500));
+    let second = scrape(&addr, &dir, 1);
+    let span = since.elapsed().as_secs_f64();
+    let _ = Command::new("kill").arg(serve.id().to_string()).status();
+    assert!(serve.wait().unwrap().success());
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    drop(stdin);
+    assert!(server.wait().unwrap().success());
+    assert!(!rest.contains("unreadable"), "{rest}");
+    let covered = value(&second, "cuflight_window_seconds", pid) - value(&first, "cuflight_window_seconds", pid);
+    assert!((covered / span - 1.0).abs() <= 0.2, "covered {covered:.2} s of {span:.2} s");
+    let launches = value(&second, "cuflight_kernel_launches", pid) - value(&first, "cuflight_kernel_launches", pid);
+    assert_eq!(launches, 10.0);
+}
+
 /// Root's serve follows every user's agents (issue 30: "root: all users"): a stepper of uid 65534 is attached,
 /// its segment handed to root's listener, and its launches counted.
 #[test]

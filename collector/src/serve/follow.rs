@@ -58,8 +58,12 @@ fn follow(pid: u32, interval: Duration, stop: &AtomicBool, shared: &Shared, dir:
         let before = m.dropped;
         let open = || EventSource::open(part.path).map_err(|e| e.to_string());
         let covered = part.to_ns.saturating_sub(part.from_ns);
-        match open().and_then(|mut s| m.fold(&mut s, covered, Some(&mut live))).and_then(|_| m.fold_idle(open()?)) {
+        match open().and_then(|mut s| m.fold(&mut s, covered, Some(&mut live))) {
             Ok(()) => {
+                // Idle causes need a report of the part; one that cannot be made costs only them.
+                if let Err(e) = open().and_then(|s| m.fold_idle(s)) {
+                    eprintln!("cuflight serve: idle causes of pid {pid} left out of one part: {e}");
+                }
                 let total = m.dropped - before;
                 m.dropped = before + total.saturating_sub(drops_seen);
                 drops_seen = drops_seen.max(total);

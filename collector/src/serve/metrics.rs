@@ -108,11 +108,17 @@ impl ProcessMetrics {
 impl ProcessMetrics {
     /// Adds the report's idle causes of one window (its steps, or the window as one step).
     pub fn fold_idle(&mut self, source: EventSource) -> Result<(), String> {
-        use cuflight_collector::analysis::report::{Options, Report};
+        use cuflight_collector::analysis::report::{Options, Report, ReportError};
         let mut sources = vec![("window".to_string(), source)];
         // A window is steady state: its first steps are not the program's warm-up.
         let opts = Options { step: None, include_warmup: true };
-        let report = Report::compute(&mut sources, &opts).map_err(|e| e.to_string())?;
+        let report = match Report::compute(&mut sources, &opts) {
+            Ok(r) => r,
+            // A part with no GPU work (a server between requests, a program before its first kernel): the GPU had
+            // nothing queued, so no idle time is blamed on a cause; its coverage and calls were folded already.
+            Err(ReportError::NoGpuWork(_) | ReportError::Empty(_)) => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+        };
         for p in &report.processes {
             let causes = serde_json::to_value(p.idle_causes).map_err(|e| e.to_string())?;
             for (key, v) in causes.as_object().into_iter().flatten() {

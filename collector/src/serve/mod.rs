@@ -157,9 +157,11 @@ pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, r
             let Some(mut m) = shared.lock().expect("metrics").get(&pid).cloned() else { continue };
             let covered = took.min(duty.on).as_nanos() as u64;
             let open = || cuflight_collector::model::source::EventSource::open(&path).map_err(|e| e.to_string());
-            let folded = open().and_then(|mut s| m.fold(&mut s, covered, None)).and_then(|_| m.fold_idle(open()?));
-            match folded {
+            match open().and_then(|mut s| m.fold(&mut s, covered, None)) {
                 Ok(()) => {
+                    if let Err(e) = open().and_then(|s| m.fold_idle(s)) {
+                        eprintln!("cuflight serve: idle causes of pid {pid} left out of one window: {e}");
+                    }
                     if let Some(now) = shared.lock().expect("metrics").get_mut(&pid) {
                         (m.state, m.command) = (now.state, now.command.clone());
                         *now = m;
