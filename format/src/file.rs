@@ -162,6 +162,9 @@ pub struct ProcessInfo {
     /// held waiting for room in the delivery ring; the price of losing nothing.
     pub program_held_ns: u64,
     pub delivery_held_ns: u64,
+    /// Python stacks the agent read, and the ns the program's threads spent reading them (`--python-stacks`).
+    pub python_stacks: u64,
+    pub python_stack_ns: u64,
 }
 
 impl ProcessInfo {

@@ -149,6 +149,10 @@ pub struct SegmentHeader {
     /// and ns CUPTI's delivery thread slept for room in the delivery ring (CUPTI holds those buffers meanwhile).
     pub program_held_ns: AtomicU64,
     pub delivery_held_ns: AtomicU64,
+    /// Python stacks the agent read (each sampled call in a Python process), and the ns its threads spent reading
+    /// them: what `--python-stacks` costs the program, measured where it is paid.
+    pub python_stacks: AtomicU64,
+    pub python_stack_ns: AtomicU64,
 }
 
 /// Why a flight recorder dumped ([`SegmentHeader::dump_reason`]).

@@ -124,11 +124,21 @@ fn a_stripped_interpreter_still_names_the_lines() {
 #[test]
 fn python_stacks_can_be_turned_off() {
     let dir = scratch("pystacks-off");
-    let (_, s) = record_py(&dir, Path::new("python3"), &["3"], &["--python-stacks=off"]);
+    let (rec, s) = record_py(&dir, Path::new("python3"), &["3"], &["--python-stacks=off"]);
     assert_eq!(s["python_sync"].as_array().unwrap().len(), 0, "{}", s["python_sync"]);
     assert_eq!(s["processes"][0]["traced"], "cuda,nvtx,memory,overhead");
-    let (_, s) = record_py(&dir, Path::new("python3"), &["3"], &["--trace", "cuda,python"]);
+    assert_eq!(s["processes"][0]["python_stacks"], 0);
+    assert!(!rec.stderr().contains("Python stacks"), "{}", rec.stderr());
+    let (rec, s) = record_py(&dir, Path::new("python3"), &["3"], &["--trace", "cuda,python"]);
     assert_eq!(s["python_sync"].as_array().unwrap().len(), 4, "{}", s["python_sync"]);
+    // What the stacks cost is measured where it is paid and shown: at least one read per synchronising call of
+    // the table (its calls counted), each taking some time and less than a millisecond.
+    let p = &s["processes"][0];
+    let calls: u64 = s["python_sync"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    let (stacks, ns) = (p["python_stacks"].as_u64().unwrap(), p["python_stack_ns"].as_u64().unwrap());
+    assert!(stacks >= calls && calls > 0, "{stacks} stacks for {calls} calls");
+    assert!(ns > stacks * 100 && ns < stacks * 1_000_000, "{ns} ns for {stacks} stacks");
+    assert!(rec.stderr().contains(&format!("read {stacks} Python stacks in ")), "{}", rec.stderr());
     // An interpreter the reader does not know (3.8, where pyenv has one) runs as before, without stacks.
     let root = std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv/versions"));
     let old = root.and_then(|r| std::fs::read_dir(r).ok()).into_iter().flatten().flatten().find_map(|e| {

@@ -215,6 +215,18 @@ pub fn available() -> bool {
 /// `loss.backward()`, the line that answers "where in my code". Nothing in a process without Python.
 pub fn record(py: &ThreadPy, correlation: u32, start: u64, push: &impl Fn(RawEvent)) {
     let Some(interp) = interp() else { return };
+    let began = crate::clock::monotonic_ns();
+    read_and_push(interp, py, correlation, start, push);
+    // What the reading cost the program, counted where it is paid (`stats` shows it beside the process).
+    if let Some(agent) = crate::state::existing_agent() {
+        let h = agent.seg.header();
+        h.python_stacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let spent = crate::clock::monotonic_ns().saturating_sub(began);
+        h.python_stack_ns.fetch_add(spent, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn read_and_push(interp: &Interp, py: &ThreadPy, correlation: u32, start: u64, push: &impl Fn(RawEvent)) {
     let mut frames = [Frame::default(); MAX_FRAMES];
     let own = (interp.this_thread)() as u64;
     let (mut n, mut truncated) = walk::walk(interp, py, own, &mut frames);

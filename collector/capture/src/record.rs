@@ -460,6 +460,8 @@ impl Session {
             arming: Arming::default(),
             program_held_ns: infos.iter().map(|i| i.program_held_ns).sum(),
             delivery_held_ns: infos.iter().map(|i| i.delivery_held_ns).sum(),
+            python_stacks: infos.iter().map(|i| i.python_stacks).sum(),
+            python_stack_ns: infos.iter().map(|i| i.python_stack_ns).sum(),
             files,
         }
     }

@@ -54,11 +54,26 @@ pub struct RecordSummary {
     /// Backpressure over all processes, ns: program threads and CUPTI's delivery held for room in full rings.
     pub program_held_ns: u64,
     pub delivery_held_ns: u64,
+    /// Python stacks read over all processes, and the ns the programs spent reading them.
+    pub python_stacks: u64,
+    pub python_stack_ns: u64,
     /// The files written, with their sizes (several when the output name has `%r`, `%h` or `%p`).
     pub files: Vec<(String, u64)>,
 }
 
 impl RecordSummary {
+    /// What the Python stacks cost the programs, when any were read.
+    pub fn python_stacks_line(&self) -> Option<String> {
+        (self.python_stacks > 0).then(|| {
+            format!(
+                "read {} Python stacks in {:.1} ms ({:.1} us each; `--python-stacks=off` leaves them out)",
+                self.python_stacks,
+                self.python_stack_ns as f64 / 1e6,
+                self.python_stack_ns as f64 / self.python_stacks as f64 / 1e3
+            )
+        })
+    }
+
     /// What losing nothing cost, when the agent had to hold anything for room in a full ring.
     pub fn backpressure(&self) -> Option<String> {
         (self.program_held_ns + self.delivery_held_ns > 0).then(|| {

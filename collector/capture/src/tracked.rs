@@ -157,6 +157,8 @@ pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
         unseen_begin: h.unseen_begin.load(Ordering::Relaxed),
         program_held_ns: h.program_held_ns.load(Ordering::Relaxed),
         delivery_held_ns: h.delivery_held_ns.load(Ordering::Relaxed),
+        python_stacks: h.python_stacks.load(Ordering::Relaxed),
+        python_stack_ns: h.python_stack_ns.load(Ordering::Relaxed),
     }
 }
 

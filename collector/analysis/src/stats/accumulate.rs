@@ -415,6 +415,8 @@ fn process_row(p: &Process, events: u64, launches_without_kernel: u64) -> Proces
         traced: p.info.traced.clone(),
         program_held_ns: p.info.program_held_ns,
         delivery_held_ns: p.info.delivery_held_ns,
+        python_stacks: p.info.python_stacks,
+        python_stack_ns: p.info.python_stack_ns,
         records_unused: p
             .info
             .records_unused

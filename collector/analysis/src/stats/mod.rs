@@ -172,6 +172,9 @@ pub struct ProcessRow {
     /// held waiting for the collector (the price of losing nothing).
     pub program_held_ns: u64,
     pub delivery_held_ns: u64,
+    /// Python stacks the agent read, and the ns the program spent reading them.
+    pub python_stacks: u64,
+    pub python_stack_ns: u64,
     /// Threads that recorded nothing because shared memory for their ring could not be reserved.
     pub rings_refused: u64,
     /// Activity records kept out, by class: records too short to read, and records with zero or unfinished

@@ -505,6 +505,14 @@ impl Stats {
                     p.delivery_held_ns as f64 / 1e6
                 ));
             }
+            if p.python_stacks > 0 {
+                command.push_str(&format!(
+                    " [Python stacks: {} read in {:.1} ms, {:.1} us each]",
+                    p.python_stacks,
+                    p.python_stack_ns as f64 / 1e6,
+                    p.python_stack_ns as f64 / p.python_stacks as f64 / 1e3
+                ));
+            }
             if p.refused > 0 {
                 command.push_str(&format!(" [{} events refused: no known start or an end before it]", p.refused));
             }
