@@ -216,26 +216,25 @@ def planted(args):
         good = src.get("file", "").endswith("planted_torch.py") and src.get("line") == want_line
         ok &= good
         rows.append((f"{v} line", got, f"planted_torch.py:{want_line}", good))
-    # Issue 29's rule: Python stacks stay on by default while they cost under 0.5% of a step. The agent measures the
-    # time its threads spent reading stacks (stats' python_stack_ns), charged here to the steps alone: an upper bound.
+    # Issue 29's rule: Python stacks stay on by default while they cost under 0.5% of a step. The agent times each
+    # stack it reads; the report sums those read inside steps (python_stacks); stats has the whole run's total, in
+    # which start-up's cold reads (24-32 us each on the H200, 2026-11-27) weigh most.
     for v in ("item", "tiny"):
         if v not in ran:
             continue
         try:
             p = json.load(open(os.path.join(out, f"planted-{v}-stats.json")))["processes"][0]
-            r = json.load(open(os.path.join(out, f"planted-{v}.json")))["processes"][0]
-            steps = len(r["steps"])
-            per_step = p["python_stack_ns"] / steps
-            share = per_step / (r["step_total"]["duration_ns"] / steps)
-            got = f"{p['python_stacks']} read, {per_step / 1e3:.1f} us/step ({share:.3%})"
-            good = p["python_stacks"] > 0 and share < 0.005
-        except (OSError, ValueError, KeyError, IndexError, ZeroDivisionError) as e:
-            got, good = f"unreadable: {e}", False
+            c = json.load(open(os.path.join(out, f"planted-{v}.json")))["processes"][0]["python_stacks"]
+            got = (f"{c['in_steps']} in steps, {c['per_step_ns'] / 1e3:.1f} us/step ({c['share_of_steps']:.3%}); "
+                   f"run: {p['python_stacks']} in {p['python_stack_ns'] / 1e6:.1f} ms")
+            good = c["in_steps"] > 0 and c["in_steps_ns"] > 0 and c["share_of_steps"] < 0.005
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            got, good = f"unreadable: {e!r}", False
         ok &= good
         rows.append((f"{v} stacks", got, "under 0.5% of a step", good))
-    print(f"{'variant':10} {'top finding':38} {'expected':22}")
+    print(f"{'variant':10} {'top finding':60} {'expected':22}")
     for v, got, w, good in rows:
-        print(f"{v:10} {got:38} {w:22} {'PASS' if good else 'FAIL'}")
+        print(f"{v:10} {got:60} {w:22} {'PASS' if good else 'FAIL'}")
     json.dump({"planted": [{"variant": v, "top": g, "expected": w, "pass": p} for v, g, w, p in rows], "pass": ok},
               open(os.path.join(out, "planted-summary.json"), "w"), indent=1)
     return ok

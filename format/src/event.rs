@@ -68,7 +68,8 @@ pub enum EventKind {
     /// call's start): `device` = depth (0 innermost), `name` = function (qualified name where the interpreter
     /// has one), `c` = file (string ids), `a` = line (0 unknown), `sub`: [`PYFRAME_TRUNCATED`] on the last frame
     /// written when deeper frames were left out, [`PYFRAME_OF_MAIN_THREAD`] on every frame of a stack borrowed
-    /// from the main thread (the calling thread ran no Python).
+    /// from the main thread (the calling thread ran no Python); `b` on the innermost frame = ns the agent took
+    /// to read the stack (0 from agents before 2026-11-27).
     PyFrame = 21,
 }
 

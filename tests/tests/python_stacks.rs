@@ -211,6 +211,12 @@ fn findings_name_the_lines_behind_their_calls() {
         }
     }
     assert!(named > 0, "no finding names a line: {}", r["findings"]);
+    // What the stacks read in steps cost them: every launch's stack was read, each timed by the agent.
+    let cost = &r["processes"][0]["python_stacks"];
+    let (stacks, in_steps, ns) =
+        (cost["stacks"].as_u64().unwrap(), cost["in_steps"].as_u64().unwrap(), cost["in_steps_ns"].as_u64().unwrap());
+    assert!(in_steps > 30 && in_steps <= stacks, "{cost}");
+    assert!(ns >= in_steps * 100 && cost["share_of_steps"].as_f64().unwrap() > 0.0, "{cost}");
     // The terminal report prints the line's code from the script.
     let text = std::process::Command::new(cuflight_bin()).arg("report").arg(&rec.trace).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);

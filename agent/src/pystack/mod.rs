@@ -216,7 +216,7 @@ pub fn available() -> bool {
 pub fn record(py: &ThreadPy, correlation: u32, start: u64, push: &impl Fn(RawEvent)) {
     let Some(interp) = interp() else { return };
     let began = crate::clock::monotonic_ns();
-    read_and_push(interp, py, correlation, start, push);
+    read_and_push(interp, py, correlation, start, began, push);
     // What the reading cost the program, counted where it is paid (`stats` shows it beside the process).
     if let Some(agent) = crate::state::existing_agent() {
         let h = agent.seg.header();
@@ -226,7 +226,7 @@ pub fn record(py: &ThreadPy, correlation: u32, start: u64, push: &impl Fn(RawEve
     }
 }
 
-fn read_and_push(interp: &Interp, py: &ThreadPy, correlation: u32, start: u64, push: &impl Fn(RawEvent)) {
+fn read_and_push(interp: &Interp, py: &ThreadPy, correlation: u32, start: u64, began: u64, push: &impl Fn(RawEvent)) {
     let mut frames = [Frame::default(); MAX_FRAMES];
     let own = (interp.this_thread)() as u64;
     let (mut n, mut truncated) = walk::walk(interp, py, own, &mut frames);
@@ -237,8 +237,13 @@ fn read_and_push(interp: &Interp, py: &ThreadPy, correlation: u32, start: u64, p
             flags = cuflight_format::event::PYFRAME_OF_MAIN_THREAD;
         }
     }
+    // The read's own time on the innermost frame: the report charges the stacks read in steps to them.
+    let read_ns = crate::clock::monotonic_ns().saturating_sub(began);
     for (depth, f) in frames[..n].iter().enumerate() {
         let mut ev = RawEvent::new(EventKind::PyFrame, 0, start, start);
+        if depth == 0 {
+            ev.b = read_ns;
+        }
         ev.correlation = correlation;
         ev.device = depth as u32;
         ev.name = f.func;

@@ -22,6 +22,7 @@ pub mod run;
 mod short_names;
 pub mod sources;
 pub mod spans;
+mod stack_cost;
 pub mod step_path;
 pub mod steps;
 mod sweep;
@@ -94,6 +95,9 @@ pub struct ProcessReport {
     /// ... that span: first GPU op start, last GPU op end.
     pub utilization_span_ns: Option<(u64, u64)>,
     pub warnings: Vec<String>,
+    /// What reading Python stacks cost inside the steps (absent where none were read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub python_stacks: Option<stack_cost::StackCost>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -262,6 +266,9 @@ impl Report {
             sort_findings(&mut fs);
             all.extend(fs.iter().filter(|f| f.severity > Severity::Info).cloned());
             let step_total = (!swept.rows.is_empty()).then(|| total_row(&swept.rows));
+            let python_stacks =
+                swept.stack_cost.finish(swept.rows.len(), step_total.as_ref().map_or(0, |t| t.duration_ns));
+            warnings.extend(python_stacks.and_then(|c| c.warning()));
             let categories = swept.kernels.by_category(|id| p.string(id), swept.rows.len());
             let kernels = gpu_findings::kernel_rows(&ctx, &swept.kernels, usize::MAX);
             let command = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
@@ -310,6 +317,7 @@ impl Report {
                 utilization_over_time: swept.utilization,
                 utilization_span_ns: plan.busy_extent,
                 warnings,
+                python_stacks,
             });
         }
         let job = (primary.len() > 1).then(|| {

@@ -58,6 +58,8 @@ pub struct Swept {
     pub step_path: Option<super::step_path::StepPath>,
     /// The Python lines behind synchronising calls, allocations and (sampled) launches in steps.
     pub sources: super::sources::Sources,
+    /// What the Python stacks read in steps cost.
+    pub stack_cost: super::stack_cost::StackCost,
 }
 
 /// Which piece a copy or collective leaves in the windows it overlaps.
@@ -244,6 +246,11 @@ impl<'a> Sweep<'a> {
                 }
             }
             Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => self.op(e),
+            // A stack's innermost frame carries its read time.
+            Some(EventKind::PyFrame) if e.device == 0 => {
+                let in_step = self.window_of(e.start).is_some();
+                self.out.stack_cost.stack(in_step, e.b);
+            }
             // HTA counts every event with a stream as GPU time (non-compute): synchronisation records with one too.
             Some(EventKind::Sync) if e.stream != u32::MAX => {
                 let launch = self.launches.work(e).map(|w| (w.call.start, w.call.end));

@@ -1,0 +1,80 @@
+//! What reading Python stacks cost the program inside its steps (issue 29: stacks stay on by default while they
+//! cost under 0.5% of a step). The agent writes each stack's read time on its innermost frame
+//! ([`cuflight_format::EventKind::PyFrame`] `b`); the stacks read in steps are summed here, so the figure is the
+//! steady state a user pays, not the cold reads of start-up (a first read of each code object costs more).
+
+use serde::Serialize;
+
+/// The share of step time above which the report warns that stacks cost too much.
+pub const MAX_SHARE: f64 = 0.005;
+
+#[derive(Debug, Default, Clone, Copy, Serialize, PartialEq)]
+pub struct StackCost {
+    /// Stacks read over the whole trace, and those read inside steps.
+    pub stacks: u64,
+    pub in_steps: u64,
+    /// ns the program spent reading the stacks inside steps (0 from an agent that did not time its reads).
+    pub in_steps_ns: u64,
+    /// That per step, and as a share of the steps' time.
+    pub per_step_ns: u64,
+    pub share_of_steps: f64,
+}
+
+impl StackCost {
+    /// One stack (its innermost frame), read inside a step or not, in `read_ns`.
+    pub fn stack(&mut self, in_step: bool, read_ns: u64) {
+        self.stacks += 1;
+        if in_step {
+            self.in_steps += 1;
+            self.in_steps_ns = self.in_steps_ns.saturating_add(read_ns);
+        }
+    }
+
+    /// The figures over `steps` steps lasting `steps_ns` in all; None when no stack was read.
+    pub fn finish(mut self, steps: usize, steps_ns: u64) -> Option<StackCost> {
+        if self.stacks == 0 {
+            return None;
+        }
+        if steps > 0 && steps_ns > 0 {
+            self.per_step_ns = self.in_steps_ns / steps as u64;
+            self.share_of_steps = self.in_steps_ns as f64 / steps_ns as f64;
+        }
+        Some(self)
+    }
+
+    /// A warning when the stacks cost more than [`MAX_SHARE`] of step time.
+    pub fn warning(&self) -> Option<String> {
+        (self.share_of_steps > MAX_SHARE).then(|| {
+            format!(
+                "reading Python stacks took {:.2}% of step time ({} stacks in steps, {:.1} us a step): \
+                 `--python-stacks=off` leaves them out, CUFLIGHT_PY_LAUNCH_EVERY=N samples fewer launches",
+                self.share_of_steps * 100.0,
+                self.in_steps,
+                self.per_step_ns as f64 / 1e3
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_stacks_in_steps_count_toward_the_share() {
+        let mut c = StackCost::default();
+        c.stack(false, 1_000_000); // start-up: cold, not charged to steps
+        for _ in 0..20 {
+            c.stack(true, 5_000);
+        }
+        let c = c.finish(10, 100_000_000).unwrap();
+        assert_eq!((c.stacks, c.in_steps, c.in_steps_ns, c.per_step_ns), (21, 20, 100_000, 10_000));
+        assert!((c.share_of_steps - 0.001).abs() < 1e-12);
+        assert_eq!(c.warning(), None);
+        let mut heavy = StackCost::default();
+        heavy.stack(true, 1_000_000);
+        let heavy = heavy.finish(1, 100_000_000).unwrap();
+        assert!(heavy.warning().unwrap().contains("1.00% of step time"), "{:?}", heavy.warning());
+        assert_eq!(StackCost::default().finish(3, 10), None);
+    }
+}
