@@ -72,8 +72,14 @@ fn run(name: &str, seed: &[u8], iterations: usize, f: fn(&[u8])) {
 }
 
 fn native_seed() -> Vec<u8> {
+    seed_with(ProcessInfo { pid: 7, cmdline: vec!["app".into()], ..Default::default() }, 0)
+}
+
+/// The seed trace with these process facts, and with a Python stack read in `stack_ns` at each synchronisation
+/// when that is not 0.
+fn seed_with(info: ProcessInfo, stack_ns: u64) -> Vec<u8> {
     let mut w = TraceWriter::new(Vec::new()).unwrap();
-    w.write_process(&ProcessInfo { pid: 7, cmdline: vec!["app".into()], ..Default::default() }).unwrap();
+    w.write_process(&info).unwrap();
     let mut region = cuflight_format::strings::StringRegion::default();
     let mut intern = |s: &str| region.intern(s);
     let (k, step, launch, sync) =
@@ -102,7 +108,11 @@ fn native_seed() -> Vec<u8> {
             b: 3 | 1 << 8,
             ..RawEvent::new(EventKind::Memcpy, 0, t + 45, t + 50)
         });
-        events.push(RawEvent { name: sync, ..RawEvent::new(EventKind::Api, 7, t, t + 60) });
+        if stack_ns != 0 {
+            let frame = RawEvent::new(EventKind::PyFrame, 7, t, t);
+            events.push(RawEvent { name: step, c: k as u64, a: 3, b: stack_ns, correlation: corr, ..frame });
+        }
+        events.push(RawEvent { name: sync, correlation: corr, ..RawEvent::new(EventKind::Api, 7, t, t + 60) });
         events.push(RawEvent { a: 0x1000 + t, b: 256, ..RawEvent::new(EventKind::Alloc, 7, t + 61, t + 61) });
         events.push(RawEvent { name: step, ..RawEvent::new(EventKind::NvtxPop, 7, t + 70, t + 70) });
         t += 100;
@@ -145,6 +155,38 @@ fn the_event_source_survives_mutations() {
     let r = Report::compute(&mut traces, &Options::default()).unwrap();
     assert_eq!(r.processes[0].steps.len(), 8, "{}", r.to_json());
     run("source", &native_seed(), 1000, fuzzing::trace_source);
+}
+
+/// Counters another process or a crafted file set to their maximum add up without overflowing (a panic in a
+/// debug build, a wrapped, wrong total in a release one): they saturate.
+#[test]
+fn counters_at_their_maximum_saturate() {
+    let max = u64::MAX;
+    let drops = cuflight_format::file::Drops {
+        ring_full: max,
+        no_ring: max,
+        cupti_dropped: max,
+        records_skipped: max,
+        strings_full: max,
+    };
+    let info = ProcessInfo {
+        pid: 7,
+        drops,
+        unseen_begin: max,
+        program_held_ns: max,
+        python_stacks: max,
+        python_stack_ns: max,
+        ..Default::default()
+    };
+    let seed = seed_with(info, max);
+    fuzzing::trace_source(&seed);
+    let mut traces = [("max".to_string(), EventSource::from_bytes(seed, "max").unwrap().unwrap())];
+    let r = Report::compute(&mut traces, &Options::default()).unwrap();
+    let p = &r.processes[0];
+    assert_eq!(p.run.dropped_total, max);
+    let stacks = p.python_stacks.expect("stacks read");
+    assert_eq!((stacks.stacks, stacks.in_steps, stacks.in_steps_ns), (8, 8, max));
+    assert!(r.to_text().contains("reading Python stacks took"), "{}", r.to_text());
 }
 
 /// A real agent segment (one ring with events, strings, process facts) as a byte image.

@@ -90,7 +90,11 @@ pub struct Drops {
 
 impl Drops {
     pub fn total(&self) -> u64 {
-        self.ring_full + self.no_ring + self.cupti_dropped + self.records_skipped
+        // Saturating: the counts come from another process's memory or a file, either of which may be hostile.
+        self.ring_full
+            .saturating_add(self.no_ring)
+            .saturating_add(self.cupti_dropped)
+            .saturating_add(self.records_skipped)
     }
 }
 

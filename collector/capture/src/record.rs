@@ -376,12 +376,12 @@ impl Session {
 
     /// Where a recording stands, for the status line: processes, events written, records dropped, file bytes.
     pub fn progress(&self) -> Progress {
-        let live: u64 = self.rec.tracked.values().map(|t| live_drops(&t.seg)).sum();
-        let ended: u64 = self.rec.ended.iter().map(|i| i.drops.total()).sum();
+        let live = self.rec.tracked.values().fold(0u64, |a, t| a.saturating_add(live_drops(&t.seg)));
+        let ended = self.rec.ended.iter().fold(0u64, |a, i| a.saturating_add(i.drops.total()));
         Progress {
             processes: self.processes(),
             events: self.rec.sink.events_written(),
-            dropped: live + ended,
+            dropped: live.saturating_add(ended),
             bytes: self.rec.sink.bytes(),
         }
     }
@@ -458,10 +458,10 @@ impl Session {
             unflushed,
             range_never_started: false,
             arming: Arming::default(),
-            program_held_ns: infos.iter().map(|i| i.program_held_ns).sum(),
-            delivery_held_ns: infos.iter().map(|i| i.delivery_held_ns).sum(),
-            python_stacks: infos.iter().map(|i| i.python_stacks).sum(),
-            python_stack_ns: infos.iter().map(|i| i.python_stack_ns).sum(),
+            program_held_ns: infos.iter().fold(0u64, |a, i| a.saturating_add(i.program_held_ns)),
+            delivery_held_ns: infos.iter().fold(0u64, |a, i| a.saturating_add(i.delivery_held_ns)),
+            python_stacks: infos.iter().fold(0u64, |a, i| a.saturating_add(i.python_stacks)),
+            python_stack_ns: infos.iter().fold(0u64, |a, i| a.saturating_add(i.python_stack_ns)),
             files,
         }
     }

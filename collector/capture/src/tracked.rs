@@ -83,11 +83,16 @@ pub(super) fn process_gone(pid: u32) -> bool {
 /// Records a live process has dropped so far, every cause.
 pub(super) fn live_drops(seg: &MappedSegment) -> u64 {
     let h = seg.header();
-    let ring_full: u64 = (0..seg.reserved_rings()).filter_map(|i| seg.ring(i)).map(|r| r.dropped()).sum();
-    ring_full
-        + h.no_ring_drops.load(Ordering::Relaxed)
-        + h.cupti_dropped.load(Ordering::Relaxed)
-        + h.records_skipped.load(Ordering::Relaxed)
+    // Saturating throughout: a hostile (same-user) process may write any value into its counters.
+    ring_drops(seg)
+        .saturating_add(h.no_ring_drops.load(Ordering::Relaxed))
+        .saturating_add(h.cupti_dropped.load(Ordering::Relaxed))
+        .saturating_add(h.records_skipped.load(Ordering::Relaxed))
+}
+
+/// Events dropped for want of room, summed over the segment's rings.
+fn ring_drops(seg: &MappedSegment) -> u64 {
+    (0..seg.reserved_rings()).filter_map(|i| seg.ring(i)).fold(0u64, |a, r| a.saturating_add(r.dropped()))
 }
 
 pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
@@ -100,7 +105,7 @@ pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
         records_skipped: h.records_skipped.load(Ordering::Relaxed),
         ..Default::default()
     };
-    drops.ring_full = (0..t.seg.reserved_rings()).filter_map(|i| t.seg.ring(i)).map(|r| r.dropped()).sum();
+    drops.ring_full = ring_drops(&t.seg);
     let cmdline = string_at(&t.seg, h.cmdline.load(Ordering::Relaxed));
     let records_unused = record_class::NAMES
         .iter()

@@ -52,7 +52,11 @@ impl ProcessMetrics {
         source
             .for_each(|_, p, e| {
                 if info.is_none() {
-                    info = Some((p.info.host.clone(), p.info.rank, p.info.drops.total() + p.info.unseen_begin));
+                    info = Some((
+                        p.info.host.clone(),
+                        p.info.rank,
+                        p.info.drops.total().saturating_add(p.info.unseen_begin),
+                    ));
                 }
                 match e.kind() {
                     Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
@@ -94,7 +98,7 @@ impl ProcessMetrics {
             .map_err(|e| e.to_string())?;
         if let Some((host, rank, dropped)) = info {
             (self.host, self.rank) = (host, rank);
-            self.dropped += dropped;
+            self.dropped = self.dropped.saturating_add(dropped);
         }
         // Allocations made before the first window are unseen: the gauge is what the windows saw allocated (in
         // a continuous recording, everything since the attach).

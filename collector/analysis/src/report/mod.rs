@@ -22,7 +22,7 @@ pub mod run;
 mod short_names;
 pub mod sources;
 pub mod spans;
-mod stack_cost;
+pub mod stack_cost;
 pub mod step_path;
 pub mod steps;
 mod sweep;
@@ -285,7 +285,7 @@ impl Report {
                 cuda_driver_version: plan.driver_version,
                 cupti_version: p.info.cupti_version,
                 drops: p.info.drops,
-                dropped_total: p.info.drops.total() + p.info.unseen_begin + p.refused,
+                dropped_total: p.info.drops.total().saturating_add(p.info.unseen_begin).saturating_add(p.refused),
                 unseen_begin: p.info.unseen_begin,
                 refused: p.refused,
                 finished: p.info.finished,

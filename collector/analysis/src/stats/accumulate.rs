@@ -218,9 +218,12 @@ impl StatsAcc {
             }
         }
         let mut rows = Vec::new();
-        let mut dropped = 0;
+        let mut dropped: u64 = 0;
         for (&key, p) in processes {
-            dropped += p.info.drops.total() + p.info.unseen_begin + p.refused;
+            dropped = dropped
+                .saturating_add(p.info.drops.total())
+                .saturating_add(p.info.unseen_begin)
+                .saturating_add(p.refused);
             let launches_without_kernel = self.launches.get(&key).map_or(0, |l| l.waiting.values().sum::<u64>());
             rows.push(process_row(p, self.events.get(&key).copied().unwrap_or(0), launches_without_kernel));
         }
