@@ -31,6 +31,40 @@ pub fn read(addr: u64, buf: &mut [u8]) -> bool {
     n as usize == buf.len()
 }
 
+/// Fills as much of `buf` from `addr` as is readable, in one call: the whole of it, or the part up to the end of
+/// the page `addr` lies in when the next page cannot be read. Returns the bytes read (0: none). One system call
+/// reads an object's header together with what usually follows it (a short string's text, the start of a line
+/// table), where an exact read of each would take two.
+pub fn read_prefix(addr: u64, buf: &mut [u8]) -> usize {
+    if addr < 4096 || buf.is_empty() || REFUSED.load(Ordering::Relaxed) {
+        return 0;
+    }
+    // Two pieces split at the page boundary: the kernel transfers whole iovec elements only, so a second page
+    // that cannot be read still leaves the first piece read.
+    let first = ((4096 - addr % 4096) as usize).min(buf.len());
+    let (head, tail) = buf.split_at_mut(first);
+    let local = [
+        libc::iovec { iov_base: head.as_mut_ptr().cast(), iov_len: head.len() },
+        libc::iovec { iov_base: tail.as_mut_ptr().cast(), iov_len: tail.len() },
+    ];
+    let remote = [
+        libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: head.len() },
+        libc::iovec { iov_base: (addr + first as u64) as *mut libc::c_void, iov_len: tail.len() },
+    ];
+    let pieces = if tail.is_empty() { 1 } else { 2 };
+    // SAFETY: as in `read`: the kernel writes at most the local pieces' lengths into `buf`, which we own mutably,
+    // and reads the remote ranges through the page tables.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), local.as_ptr(), pieces, remote.as_ptr(), pieces, 0) };
+    if n < 0 {
+        let err = std::io::Error::last_os_error().raw_os_error();
+        if matches!(err, Some(libc::EPERM | libc::ENOSYS)) {
+            REFUSED.store(true, Ordering::Relaxed);
+        }
+        return 0;
+    }
+    n as usize
+}
+
 /// Fills `bufs[k][..len]` from `addrs[k]` in one call (see [`read_guess`]); bit k of the result says whether
 /// `bufs[k]` was read whole.
 pub fn read_many(addrs: &[u64], len: usize, bufs: &mut [[u8; HEADER]], scratch: &mut [u8]) -> u32 {
@@ -284,8 +318,13 @@ pub struct Chunks {
 }
 
 impl Chunks {
-    pub fn new(addr: u64, limit: usize) -> Self {
-        Chunks { addr, left: limit, buf: [0; 256], at: 0, len: 0, failed: false }
+    /// The bytes from `addr` on, at most `limit`, read 256 at a time when asked for, the first of them already
+    /// read (`read`: at most 256, any number, none included).
+    pub fn starting_with(addr: u64, limit: usize, read: &[u8]) -> Self {
+        let n = read.len().min(limit).min(256);
+        let mut c = Chunks { addr: addr + n as u64, left: limit - n, buf: [0; 256], at: 0, len: n, failed: false };
+        c.buf[..n].copy_from_slice(&read[..n]);
+        c
     }
 }
 
@@ -308,6 +347,41 @@ impl Iterator for Chunks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefix_read_stops_at_the_last_readable_page() {
+        // Two pages, the second made unreadable: a read across the boundary returns the first page's part.
+        let len = 8192;
+        // SAFETY: a fresh private anonymous mapping of two pages, unmapped below; nothing else refers to it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let base = p as u64;
+        // SAFETY: the mapping is ours and 8192 bytes long.
+        unsafe {
+            std::ptr::write_bytes(p as *mut u8, 7, len);
+            libc::mprotect((base + 4096) as *mut libc::c_void, 4096, libc::PROT_NONE);
+        }
+        let mut buf = [0u8; 256];
+        assert_eq!(read_prefix(base + 4096 - 100, &mut buf), 100);
+        assert!(buf[..100].iter().all(|&b| b == 7));
+        assert_eq!(read_prefix(base + 100, &mut buf), 256, "within the first page: whole");
+        assert_eq!(read_prefix(base + 4096, &mut buf), 0, "nothing readable");
+        let mut c = Chunks::starting_with(base + 4096 - 100, 1000, &buf[..100]);
+        assert_eq!(c.by_ref().take(100).count(), 100);
+        assert_eq!(c.next(), None, "the rest lies on the unreadable page");
+        assert!(c.failed);
+        // SAFETY: unmapping the mapping made above.
+        unsafe { libc::munmap(p, len) };
+    }
 
     #[test]
     fn headers_close_together_share_a_range_and_the_rest_are_read_apiece() {

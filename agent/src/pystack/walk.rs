@@ -294,13 +294,15 @@ fn code_frame(i: &Interp, py: &ThreadPy, code: u64, buf: &[u8; memory::HEADER], 
 /// The line of byte `offset` from the code object's line table (a bytes object at `table`).
 fn line_of(i: &Interp, table: u64, first: i64, offset: u64) -> Option<u32> {
     let l = i.layout;
-    let mut head = [0u8; 64];
-    let head = &mut head[..l.bytes_data.min(64)];
-    if !memory::read(table, head) || memory::u64_at(head, l.ob_type) != i.bytes_type {
+    // The bytes object's header and the start of its data in one read.
+    let mut got = [0u8; 64 + 256];
+    let head_len = l.bytes_data.min(64);
+    let n = memory::read_prefix(table, &mut got[..head_len + 256]);
+    if n < head_len || memory::u64_at(&got, l.ob_type) != i.bytes_type {
         return None;
     }
-    let size = (memory::u64_at(head, l.bytes_size) as usize).min(MAX_TABLE);
-    let bytes = memory::Chunks::new(table + l.bytes_data as u64, size);
+    let size = (memory::u64_at(&got, l.bytes_size) as usize).min(MAX_TABLE);
+    let bytes = memory::Chunks::starting_with(table + l.bytes_data as u64, size, &got[head_len..n]);
     match l.minor {
         9 => linetable::lnotab_line(bytes, first, offset),
         10 => linetable::linetable310_line(bytes, first, offset),
@@ -311,9 +313,12 @@ fn line_of(i: &Interp, table: u64, first: i64, offset: u64) -> Option<u32> {
 /// Interns the text of the `str` object at `obj` (compact strings, as code objects' names are), as UTF-8.
 fn intern_string(i: &Interp, obj: u64) -> Option<u32> {
     let l = i.layout;
-    let mut head = [0u8; 96];
-    let head = &mut head[..l.str_compact_size.min(96)];
-    if !memory::read(obj, head) || memory::u64_at(head, l.ob_type) != i.str_type {
+    // The header and, for most names, the whole text in one read; a longer text is read on its own.
+    let mut got = [0u8; 96 + 160];
+    let head_len = l.str_compact_size.min(96);
+    let n = memory::read_prefix(obj, &mut got[..head_len + 160]);
+    let head = &got[..head_len];
+    if n < head_len || memory::u64_at(head, l.ob_type) != i.str_type {
         return None;
     }
     let state = memory::i32_at(head, l.str_state) as u32;
@@ -328,7 +333,10 @@ fn intern_string(i: &Interp, obj: u64) -> Option<u32> {
     let data = obj + if state & l.state_ascii != 0 { l.str_ascii_size } else { l.str_compact_size } as u64;
     let mut raw = [0u8; MAX_CHARS * 4];
     let raw = &mut raw[..chars * kind];
-    if !raw.is_empty() && !memory::read(data, raw) {
+    let at = (data - obj) as usize;
+    if at + raw.len() <= n {
+        raw.copy_from_slice(&got[at..at + raw.len()]);
+    } else if !raw.is_empty() && !memory::read(data, raw) {
         return None;
     }
     let mut text = [0u8; MAX_CHARS * 4];
