@@ -95,3 +95,25 @@ fn an_attached_window_traces_what_attach_asks_and_the_next_what_launch_chose() {
     let (status, _) = server.end();
     assert!(status.success());
 }
+
+/// The measurement aid behind the agent's own cost in one process (`cuflight_bench_skip_callbacks`, used by
+/// tests/c/overhead.c's ab mode): found by the program in the library CUDA loaded, it skips the calls made while
+/// it is on (half the batches) and nothing else: every kernel is still recorded.
+#[test]
+fn the_callback_switch_for_benchmarks_skips_only_the_calls_made_while_it_is_on() {
+    let dir = scratch("tracing-bench-skip");
+    let prog = build_c("overhead", &dir);
+    let rec = record(&dir, &[], &prog, &["4000", "ab", "launch"], &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let out = String::from_utf8_lossy(&rec.output.stdout);
+    assert!(out.contains("agent_own_launch_ns "), "{out}");
+    let s = stats(&rec.trace);
+    // 400 launches (4000 / 10) in 40 blocks, the agent skipped in 20 of them.
+    let kernels: u64 = s["kernels"].as_array().unwrap().iter().map(|k| k["count"].as_u64().unwrap()).sum();
+    assert_eq!(kernels, 400, "{}", s["kernels"]);
+    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 200, "{}", s["api"]);
+    // Without an agent the program says so and fails.
+    let plain = Command::new(&prog).args(["10", "ab"]).env("LD_LIBRARY_PATH", cudasim_dir()).output().unwrap();
+    assert_eq!(plain.status.code(), Some(23));
+    assert!(String::from_utf8_lossy(&plain.stderr).contains("no cuflight agent"));
+}
