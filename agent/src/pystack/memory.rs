@@ -65,6 +65,47 @@ pub fn read_prefix(addr: u64, buf: &mut [u8]) -> usize {
     n as usize
 }
 
+/// Bytes read of each object [`gather`] reads.
+pub const GATHERED: usize = 256;
+/// Objects [`gather`] reads at most (its buffer is the walk's [`SCRATCH`]).
+pub const MOST_GATHERED: usize = SCRATCH / GATHERED;
+
+/// Reads [`GATHERED`] bytes from each of `addrs` (at most [`MOST_GATHERED`]) into `out[k * GATHERED..]`, in one
+/// call; bit k of the result says whether object k was read whole. The kernel stops at the first range it cannot
+/// read (an object at the end of a mapping, a freed one): those from there on are left for a read of their own.
+pub fn gather(addrs: &[u64], out: &mut [u8; SCRATCH]) -> u64 {
+    let count = addrs.len().min(MOST_GATHERED);
+    if count == 0 || REFUSED.load(Ordering::Relaxed) || addrs[..count].iter().any(|&a| a < 4096) {
+        return 0;
+    }
+    let mut local = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MOST_GATHERED];
+    let mut remote = local;
+    for (k, chunk) in out.as_chunks_mut::<GATHERED>().0.iter_mut().take(count).enumerate() {
+        local[k] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: GATHERED };
+        remote[k] = libc::iovec { iov_base: addrs[k] as *mut libc::c_void, iov_len: GATHERED };
+    }
+    // SAFETY: each local iovec is a distinct GATHERED-byte chunk of `out`, which we own mutably; the remote ranges
+    // are read through the page tables (EFAULT, never a fault), the kernel stopping at the first unreadable one.
+    let got = unsafe {
+        libc::process_vm_readv(
+            libc::getpid(),
+            local.as_ptr(),
+            count as libc::c_ulong,
+            remote.as_ptr(),
+            count as libc::c_ulong,
+            0,
+        )
+    };
+    if got < 0 {
+        if matches!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EPERM | libc::ENOSYS)) {
+            REFUSED.store(true, Ordering::Relaxed);
+        }
+        return 0;
+    }
+    let whole = (got as usize / GATHERED).min(count);
+    (1u64 << whole) - 1
+}
+
 /// Fills `bufs[k][..len]` from `addrs[k]` in one call (see [`read_guess`]); bit k of the result says whether
 /// `bufs[k]` was read whole.
 pub fn read_many(addrs: &[u64], len: usize, bufs: &mut [[u8; HEADER]], scratch: &mut [u8]) -> u32 {
@@ -347,6 +388,28 @@ impl Iterator for Chunks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gathered_objects_are_read_in_one_call_up_to_the_first_unreadable_one() {
+        let a = [1u8; 300];
+        let b = [2u8; 300];
+        let mut out = [0u8; SCRATCH];
+        let addrs = [a.as_ptr() as u64, b.as_ptr() as u64];
+        assert_eq!(gather(&addrs, &mut out), 0b11);
+        assert!(out[..GATHERED].iter().all(|&x| x == 1) && out[GATHERED..2 * GATHERED].iter().all(|&x| x == 2));
+        // An unreadable page in the middle: what comes before it is read, nothing after.
+        // SAFETY: a fresh anonymous page that cannot be read, unmapped below; nothing else refers to it.
+        let hole = unsafe {
+            libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        assert_ne!(hole, libc::MAP_FAILED);
+        let addrs = [a.as_ptr() as u64, hole as u64, b.as_ptr() as u64];
+        assert_eq!(gather(&addrs, &mut out), 0b1);
+        // SAFETY: unmapping the page mapped above.
+        unsafe { libc::munmap(hole, 4096) };
+        assert_eq!(gather(&[], &mut out), 0);
+        assert_eq!(gather(&[16], &mut out), 0, "a low address is never read");
+    }
 
     #[test]
     fn a_prefix_read_stops_at_the_last_readable_page() {

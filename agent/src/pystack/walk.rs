@@ -230,16 +230,44 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
         let s = slot[u];
         state[u] = if s < CANDIDATES || read & 1 << (s - CANDIDATES) != 0 { 1 } else { 0 };
     }
-    let mut n = 0;
-    for k in 0..found {
-        let u = which[k];
+    for u in 0..distinct {
         if state[u] == 0 {
             state[u] = if memory::read(unique[u], &mut headers[slot[u]][..code_span(l)]) { 1 } else { 2 };
         }
+    }
+    // What the code objects seen for the first time refer to (file and function names, line tables) in one call,
+    // into `scratch` (its header ranges are copied out by now): a cold stack's 3 reads a frame become one a stack.
+    let mut objects = Prefetched { addrs: [0; memory::MOST_GATHERED], count: 0, read: 0 };
+    // Only the frames that are named below (the deeper ones are walked for the guess, never named or cached).
+    let mut named = [false; CANDIDATES];
+    for &u in &which[..found.min(MAX_FRAMES + 1)] {
+        named[u] = true;
+    }
+    // Each code object's names looked up once, here: (file, function) ids where the cache knows them.
+    let mut known = [None; CANDIDATES];
+    for u in (0..distinct).filter(|&u| state[u] == 1 && named[u]) {
+        let buf = &headers[slot[u]];
+        let name_at = l.code_qualname.unwrap_or(l.code_name);
+        let (file, name) = (memory::u64_at(buf, l.code_filename), memory::u64_at(buf, name_at));
+        if memory::u64_at(buf, l.ob_type) != i.code_type {
+            continue;
+        }
+        known[u] = py.lookup(unique[u], file, name);
+        if known[u].is_none() {
+            for obj in [file, name, memory::u64_at(buf, l.code_linetable)] {
+                objects.add(obj);
+            }
+        }
+    }
+    objects.read = memory::gather(&objects.addrs[..objects.count], &mut scratch);
+    let objects = Objects { of: &objects, bytes: &scratch };
+    let mut n = 0;
+    for k in 0..found {
+        let u = which[k];
         if state[u] != 1 {
             continue;
         }
-        if let Some(f) = code_frame(i, py, codes[k], &headers[slot[u]], offsets[k]) {
+        if let Some(f) = code_frame(i, py, codes[k], &headers[slot[u]], offsets[k], known[u], &objects) {
             if n == MAX_FRAMES {
                 return (n, true);
             }
@@ -248,6 +276,37 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
         }
     }
     (n, !ended)
+}
+
+/// The objects a walk read together ([`memory::gather`]).
+struct Prefetched {
+    addrs: [u64; memory::MOST_GATHERED],
+    count: usize,
+    /// Bit k: `addrs[k]` was read whole.
+    read: u64,
+}
+
+impl Prefetched {
+    fn add(&mut self, addr: u64) {
+        if addr >= 4096 && self.count < self.addrs.len() && !self.addrs[..self.count].contains(&addr) {
+            self.addrs[self.count] = addr;
+            self.count += 1;
+        }
+    }
+}
+
+/// [`Prefetched`] with the bytes read.
+struct Objects<'a> {
+    of: &'a Prefetched,
+    bytes: &'a [u8; memory::SCRATCH],
+}
+
+impl Objects<'_> {
+    /// The first [`memory::GATHERED`] bytes of the object at `addr`, when they were read with the others.
+    fn get(&self, addr: u64) -> Option<&[u8]> {
+        let k = self.of.addrs[..self.of.count].iter().position(|&a| a == addr)?;
+        (self.of.read & 1 << k != 0).then(|| &self.bytes[k * memory::GATHERED..(k + 1) * memory::GATHERED])
+    }
 }
 
 /// Bytes of a code object's header the reader needs (at most [`memory::HEADER`] in every layout: a test checks).
@@ -262,25 +321,37 @@ fn code_span(l: &Layout) -> usize {
 }
 
 /// File, function and line of code object `code` at byte `offset` of its bytecode.
-fn code_frame(i: &Interp, py: &ThreadPy, code: u64, buf: &[u8; memory::HEADER], offset: Option<u64>) -> Option<Frame> {
+fn code_frame(
+    i: &Interp,
+    py: &ThreadPy,
+    code: u64,
+    buf: &[u8; memory::HEADER],
+    offset: Option<u64>,
+    known: Option<(u32, u32)>,
+    objects: &Objects,
+) -> Option<Frame> {
     let l = i.layout;
     let name_at = l.code_qualname.unwrap_or(l.code_name);
     if memory::u64_at(buf, l.ob_type) != i.code_type {
         return None;
     }
     let (file_obj, name_obj) = (memory::u64_at(buf, l.code_filename), memory::u64_at(buf, name_at));
-    let cached = py.lookup(code, file_obj, name_obj);
+    // Looked up by the walk (a frame deeper than it names: here).
+    let cached = known.or_else(|| py.lookup(code, file_obj, name_obj));
     let (file, func) = match cached {
         Some(ids) => ids,
         None => {
-            let ids = (intern_string(i, file_obj)?, intern_string(i, name_obj)?);
+            let ids = (
+                intern_string(i, file_obj, objects.get(file_obj))?,
+                intern_string(i, name_obj, objects.get(name_obj))?,
+            );
             py.store(code, file_obj, name_obj, ids);
             ids
         }
     };
     let first = memory::i32_at(buf, l.code_firstlineno) as i64;
     let table = memory::u64_at(buf, l.code_linetable);
-    let read_line = |off| line_of(i, table, first, off);
+    let read_line = |off| line_of(i, table, first, off, objects.get(table));
     let line = match (offset, cached) {
         // The same code object as before (its names' objects unchanged): its line table is too.
         (Some(off), Some(_)) => py.line(code, off, || read_line(off)),
@@ -291,13 +362,20 @@ fn code_frame(i: &Interp, py: &ThreadPy, code: u64, buf: &[u8; memory::HEADER], 
     Some(Frame { file, func, line })
 }
 
-/// The line of byte `offset` from the code object's line table (a bytes object at `table`).
-fn line_of(i: &Interp, table: u64, first: i64, offset: u64) -> Option<u32> {
+/// The line of byte `offset` from the code object's line table (a bytes object at `table`; `read`: its first bytes
+/// when they were read already).
+fn line_of(i: &Interp, table: u64, first: i64, offset: u64, read: Option<&[u8]>) -> Option<u32> {
     let l = i.layout;
     // The bytes object's header and the start of its data in one read.
     let mut got = [0u8; 64 + 256];
     let head_len = l.bytes_data.min(64);
-    let n = memory::read_prefix(table, &mut got[..head_len + 256]);
+    let n = match read {
+        Some(r) => {
+            got[..r.len()].copy_from_slice(r);
+            r.len()
+        }
+        None => memory::read_prefix(table, &mut got[..head_len + 256]),
+    };
     if n < head_len || memory::u64_at(&got, l.ob_type) != i.bytes_type {
         return None;
     }
@@ -310,13 +388,21 @@ fn line_of(i: &Interp, table: u64, first: i64, offset: u64) -> Option<u32> {
     }
 }
 
-/// Interns the text of the `str` object at `obj` (compact strings, as code objects' names are), as UTF-8.
-fn intern_string(i: &Interp, obj: u64) -> Option<u32> {
+/// Interns the text of the `str` object at `obj` (compact strings, as code objects' names are), as UTF-8 (`read`:
+/// its first bytes when they were read already).
+fn intern_string(i: &Interp, obj: u64, read: Option<&[u8]>) -> Option<u32> {
     let l = i.layout;
     // The header and, for most names, the whole text in one read; a longer text is read on its own.
     let mut got = [0u8; 96 + 160];
     let head_len = l.str_compact_size.min(96);
-    let n = memory::read_prefix(obj, &mut got[..head_len + 160]);
+    let n = match read {
+        Some(r) => {
+            let n = r.len().min(got.len());
+            got[..n].copy_from_slice(&r[..n]);
+            n
+        }
+        None => memory::read_prefix(obj, &mut got[..head_len + 160]),
+    };
     let head = &got[..head_len];
     if n < head_len || memory::u64_at(head, l.ob_type) != i.str_type {
         return None;
