@@ -31,7 +31,7 @@ pub extern "C" fn cuflight_state() -> c_int {
 /// still recorded; the calls made meanwhile are not.
 #[no_mangle]
 pub extern "C" fn cuflight_bench_skip_callbacks(on: c_int) {
-    crate::callbacks::set_skip(on != 0);
+    crate::teardown::set_skip(on != 0);
 }
 
 /// Ends the step in progress (if any) and starts the next; returns the new step's number (from 0), or -1 after a

@@ -44,14 +44,6 @@ pub fn subscriber_callback() -> c::CUpti_CallbackFunc {
     }
 }
 
-/// Set by [`crate::api::cuflight_bench_skip_callbacks`]: the API callback returns at once (a measurement aid).
-static SKIP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// See [`SKIP`].
-pub fn set_skip(on: bool) {
-    SKIP.store(on, Ordering::Relaxed);
-}
-
 extern "C" fn noop_callback(_user: *mut c_void, _domain: c::CUpti_CallbackDomain, _cbid: u32, _cbdata: *const c_void) {}
 
 /// # Safety
@@ -62,9 +54,6 @@ pub unsafe extern "C" fn api_callback(
     cbid: u32,
     cbdata: *const c_void,
 ) {
-    if SKIP.load(Ordering::Relaxed) {
-        return;
-    }
     let _ = std::panic::catch_unwind(|| {
         if cbdata.is_null() || crate::teardown::on_callback(domain, cbdata) {
             return;

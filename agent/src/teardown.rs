@@ -26,6 +26,9 @@ use std::time::{Duration, Instant};
 const IDLE: u8 = 0;
 const PENDING: u8 = 1;
 const FINALIZING: u8 = 2;
+/// A benchmark has the API callback skip its work ([`crate::api::cuflight_bench_skip_callbacks`]): the callback
+/// returns at once, as while a finalize is pending. Sharing this state keeps the callback's usual path at one test.
+const SKIPPING: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(IDLE);
 /// The subscriber whose callback finalizes, while PENDING.
@@ -91,8 +94,10 @@ pub fn finalize_at_next_call(api: &CuptiApi, subscriber: c::CUpti_SubscriberHand
 /// callback does nothing else). At a runtime or driver exit site, the first thread finalizes.
 #[inline]
 pub fn on_callback(domain: c::CUpti_CallbackDomain, cbdata: *const c_void) -> bool {
-    if STATE.load(Ordering::Relaxed) == IDLE {
-        return false;
+    match STATE.load(Ordering::Relaxed) {
+        IDLE => return false,
+        SKIPPING => return true,
+        _ => {}
     }
     let api_domain = domain == c::CUPTI_CB_DOMAIN_RUNTIME_API || domain == c::CUPTI_CB_DOMAIN_DRIVER_API;
     if api_domain && !cbdata.is_null() {
@@ -105,6 +110,12 @@ pub fn on_callback(domain: c::CUpti_CallbackDomain, cbdata: *const c_void) -> bo
         }
     }
     true
+}
+
+/// Starts or ends skipping (see [`SKIPPING`]); a finalize under way keeps its state.
+pub fn set_skip(on: bool) {
+    let (from, to) = if on { (IDLE, SKIPPING) } else { (SKIPPING, IDLE) };
+    let _ = STATE.compare_exchange(from, to, Ordering::AcqRel, Ordering::Relaxed);
 }
 
 fn finalize_now() {
