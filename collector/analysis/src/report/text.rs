@@ -149,6 +149,15 @@ fn process(out: &mut String, p: &ProcessReport) {
     if let Some(w) = warmup_line(&p.warmup) {
         out.push_str(&format!("  {w}\n"));
     }
+    // What the Python stacks cost (above the threshold the warnings say so, with the switch).
+    if let Some(s) = p.python_stacks.filter(|s| s.in_steps > 0 && s.share_of_steps <= super::stack_cost::MAX_SHARE) {
+        out.push_str(&format!(
+            "  Python stacks: {} read in steps, {:.1} us a step ({:.2}% of step time)\n",
+            s.in_steps,
+            s.per_step_ns as f64 / 1e3,
+            s.share_of_steps * 100.0
+        ));
+    }
     if let Some(t) = &p.step_total {
         let source = match p.step_source {
             StepSource::Option => "--step",
