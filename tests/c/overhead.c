@@ -10,7 +10,6 @@
  * the agent's own work with everything else in common. */
 #include "sim.h"
 #include <cupti.h>
-#include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
 #include <string.h>
 
@@ -42,40 +41,7 @@ static double now_ns(void) {
     return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
-typedef void (*skip_fn)(int);
-
-/* The injected agent's switch, found in the library CUDA loaded (after CUDA's initialisation). */
-static skip_fn agent_skip(void) {
-    const char *path = getenv("CUDA_INJECTION64_PATH");
-    void *lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
-    return lib ? (skip_fn)dlsym(lib, "cuflight_bench_skip_callbacks") : NULL;
-}
-
-static int by_value(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-#define AB_BLOCKS 40
-
-/* ns per call of `calls` calls of `one` in AB_BLOCKS blocks, the agent skipped in one block of each pair (which
- * one alternates): the median over the pairs of working minus skipped. */
-static double ab_cost(skip_fn skip, long calls, void (*one)(void)) {
-    double diff[AB_BLOCKS / 2], per[2];
-    long each = calls / AB_BLOCKS > 0 ? calls / AB_BLOCKS : 1;
-    for (int b = 0; b < AB_BLOCKS; b++) {
-        int skipped = (b ^ (b >> 1)) & 1; /* 0 1 1 0 0 1 1 0 ...: each pair holds one of each, in both orders */
-        skip(skipped);
-        double t = now_ns();
-        for (long i = 0; i < each; i++) one();
-        per[skipped] = (now_ns() - t) / each;
-        skip(0);
-        CHECK(cudaDeviceSynchronize());
-        if (b & 1) diff[b / 2] = per[0] - per[1];
-    }
-    qsort(diff, AB_BLOCKS / 2, sizeof diff[0], by_value);
-    return (diff[AB_BLOCKS / 4 - 1] + diff[AB_BLOCKS / 4]) / 2;
-}
+#include "agent_ab.h"
 
 static void one_get(void) {
     int dev;
@@ -107,14 +73,7 @@ int main(int argc, char **argv) {
     int dev;
     CHECK(cudaGetDevice(&dev)); /* initialise outside the timed loops */
     if (argc > 2 && strcmp(argv[2], "ab") == 0) {
-        skip_fn skip = agent_skip();
-        if (!skip) {
-            fprintf(stderr, "overhead ab: no cuflight agent in this process (run it under `cuflight record`)\n");
-            return 23;
-        }
-        if (do_get) printf("agent_own_getdevice_ns %.1f\n", ab_cost(skip, n, one_get));
-        if (do_launch) printf("agent_own_launch_ns %.1f\n", ab_cost(skip, n / 10, one_launch));
-        return 0;
+        return ab_report(do_get ? n : 0, do_launch ? n / 10 : 0, n, one_get, one_launch);
     }
     double t0 = now_ns();
     for (long i = 0; do_get && i < n; i++) cudaGetDevice(&dev);

@@ -18,7 +18,6 @@
 // callbacks cuflight enables for copies, memsets, allocations and synchronisation).
 #include <cuda_runtime.h>
 #include <cupti.h>
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,47 +95,14 @@ static double now_ns(void) {
   return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
-typedef void (*skip_fn)(int);
+#include "../c/agent_ab.h"
 
-// The injected agent's switch, found in the library CUDA loaded (after CUDA's initialisation).
-static skip_fn agent_skip(void) {
-  const char *path = getenv("CUDA_INJECTION64_PATH");
-  void *lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
-  return lib ? (skip_fn)dlsym(lib, "cuflight_bench_skip_callbacks") : NULL;
-}
-
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-#define AB_BLOCKS 40
-
-// ns per call of `calls` calls (launches: at most 512 a block, as the GPU's queue holds) in AB_BLOCKS blocks, the
-// agent skipped in one block of each pair (which one alternates): the median over the pairs of working minus
-// skipped.
-static double ab_cost(skip_fn skip, long calls, bool launches) {
-  double diff[AB_BLOCKS / 2], per[2];
-  long each = calls / AB_BLOCKS > 0 ? calls / AB_BLOCKS : 1;
-  if (launches && each > 512) each = 512;
+static void one_get(void) {
   int dev;
-  for (int b = 0; b < AB_BLOCKS; b++) {
-    int skipped = (b ^ (b >> 1)) & 1;  // 0 1 1 0 0 1 1 0 ...: each pair holds one of each, in both orders
-    skip(skipped);
-    double t = now_ns();
-    if (launches) {
-      for (long i = 0; i < each; i++) empty<<<1, 1>>>();
-    } else {
-      for (long i = 0; i < each; i++) cudaGetDevice(&dev);
-    }
-    per[skipped] = (now_ns() - t) / each;
-    skip(0);
-    cudaDeviceSynchronize();
-    if (b & 1) diff[b / 2] = per[0] - per[1];
-  }
-  qsort(diff, AB_BLOCKS / 2, sizeof diff[0], by_value);
-  return (diff[AB_BLOCKS / 4 - 1] + diff[AB_BLOCKS / 4]) / 2;
+  cudaGetDevice(&dev);
 }
+
+static void one_launch(void) { empty<<<1, 1>>>(); }
 
 int main(int argc, char **argv) {
   long n = argc > 1 ? atol(argv[1]) : 200000;
@@ -160,14 +126,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 1000; i++) empty<<<1, 1>>>();
   cudaDeviceSynchronize();
   if (strcmp(mode, "ab") == 0) {
-    skip_fn skip = agent_skip();
-    if (!skip) {
-      fprintf(stderr, "overhead ab: no cuflight agent in this process (run it under `cuflight record`)\n");
-      return 23;
-    }
-    printf("agent_own_getdevice_ns %.1f\n", ab_cost(skip, n, false));
-    printf("agent_own_launch_ns %.1f\n", ab_cost(skip, n / 10, true));
-    return 0;
+    return ab_report(n, n / 10, 512, one_get, one_launch);
   }
   double t0 = now_ns();
   for (long i = 0; i < n; i++) cudaGetDevice(&dev);
