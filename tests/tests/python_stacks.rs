@@ -1,8 +1,9 @@
 //! The Python source lines behind CUDA calls (issue 29): a Python program calling cudasim's runtime (the CPU test
 //! double) through ctypes, which releases the GIL around each call as PyTorch does, synchronises, copies and
 //! allocates at lines it prints itself; `stats --report python_sync_sum` must name exactly those lines, with
-//! their functions and call counts, on every CPython from 3.9 to 3.14 found on this machine (the system's
-//! python3 always; pyenv's others where installed; Debian's 3.14 where scripts/setup-tests fetched it).
+//! their functions and call counts, on every CPython from 3.9 to 3.15 found on this machine (the system's
+//! python3 always; pyenv's others where installed; Debian's 3.14 and 3.15 where scripts/setup-tests fetched
+//! them).
 
 use cuflight_integration::*;
 use serde_json::Value;
@@ -92,6 +93,7 @@ fn sync_copy_and_alloc_lines_are_named_on_every_python() {
         assert_eq!(by_line("alloc")["calls"], "cudaMalloc x2", "{}", python.display());
         // cudaFree at its own line: four rows, nothing blamed on ctypes' or threading's own files.
         assert_eq!(rows.len(), 4, "{}: {rows:?}", python.display());
+        eprintln!("checked on {}", python.display());
     }
 }
 

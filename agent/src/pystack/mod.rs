@@ -7,7 +7,7 @@
 //!   "current" thread state is then empty). No GIL is taken and no Python code runs. A thread with no frames
 //!   of its own borrows the main thread's, found in the interpreter's list of thread states ([`main_stack`]).
 //! - Where the frames, code objects and strings are comes from [`layouts`], generated from each release's
-//!   headers (CPython 3.9 to 3.14, x86_64); an interpreter of another version records no stacks.
+//!   headers (CPython 3.9 to 3.15, x86_64); an interpreter of another version records no stacks.
 //! - Every read goes through [`memory::read`], which cannot fault: a frame torn down under the reader ends the
 //!   walk there. Code objects, strings and line tables are checked by their type pointers first.
 //! - File and function names are interned once per code object and thread ([`CodeCache`]).
