@@ -19,8 +19,10 @@ pub struct LastWalk {
     top: u64,
     /// Pages of frames it spanned (those a whole window could hold), 1 to [`memory::WINDOW_PAGES`].
     pages: u8,
-    /// What the next walk reads with the guess, innermost first: the distinct code objects (3.11+: the frames come
-    /// with the window), or the frames themselves (3.9, 3.10: frames are heap objects, one read each otherwise).
+    /// What the next walk reads with the guess, innermost first: the distinct code objects and then the frames the
+    /// window did not hold (3.11+: the C stack's entry frames from 3.12, generators' and coroutines' frames, which
+    /// live in their objects), or the frames themselves (3.9, 3.10: frames are heap objects, one read each
+    /// otherwise).
     guessed: [u64; CANDIDATES],
     count: u8,
 }
@@ -40,7 +42,8 @@ impl LastWalk {
 struct GuessRead {
     /// The window's lowest address, when the window was read and holds the innermost frame.
     low: Option<u64>,
-    /// Bit g: `headers[g]` holds the last walk's `guessed[g]` (a code header, or a frame on 3.9 and 3.10).
+    /// Bit g: `headers[g]` holds the last walk's `guessed[g]` (a code header or a frame outside the window; a frame on
+    /// 3.9 and 3.10).
     read: u32,
 }
 
@@ -118,8 +121,9 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
         return (0, false);
     };
     let windowed = l.code_adaptive.is_some();
-    // What the guess read: code headers (3.11+), or frames (3.9, 3.10).
-    let (codes_read, frames_read) = if windowed { (got.read, 0) } else { (0, got.read) };
+    // What the guess read: code headers and frames outside the window (3.11+), or frames (3.9, 3.10). A frame's
+    // address is never a code object's, so one mask serves both.
+    let (codes_read, frames_read) = if windowed { (got.read, got.read) } else { (0, got.read) };
     let first = frame;
     let mut buf = [0u8; 256];
     let buf = &mut buf[..frame_span(l).min(256)];
@@ -137,6 +141,8 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
     let mut codes = [0u64; CANDIDATES];
     let mut offsets = [None; CANDIDATES];
     let (mut walked, mut nwalked) = ([0u64; CANDIDATES], 0);
+    // Frames the window did not hold (3.11+), for the next walk's guess.
+    let (mut outside, mut noutside) = ([0u64; CANDIDATES], 0);
     let (mut found, mut ended) = (0, false);
     for _ in 0..MAX_WALK {
         if frame == 0 {
@@ -155,10 +161,16 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
         if in_window {
             let at = (frame - base) as usize;
             buf.copy_from_slice(&window[at..at + buf.len()]);
-        } else if let Some(g) = (frames_read != 0).then(pre_read).flatten() {
-            buf.copy_from_slice(&headers[g][..buf.len()]);
-        } else if !memory::read(frame, buf) {
-            break;
+        } else {
+            if let Some(g) = (frames_read != 0).then(pre_read).flatten() {
+                buf.copy_from_slice(&headers[g][..buf.len()]);
+            } else if !memory::read(frame, buf) {
+                break;
+            }
+            if windowed && noutside < CANDIDATES {
+                outside[noutside] = frame;
+                noutside += 1;
+            }
         }
         if nwalked < CANDIDATES {
             walked[nwalked] = frame;
@@ -217,7 +229,10 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
     }
     if windowed {
         next.guessed[..distinct].copy_from_slice(&unique[..distinct]);
-        next.count = distinct as u8;
+        // The frames outside the window where room is left (a frame's bytes fit a header's: a test checks).
+        let extra = noutside.min(CANDIDATES - distinct);
+        next.guessed[distinct..distinct + extra].copy_from_slice(&outside[..extra]);
+        next.count = (distinct + extra) as u8;
     } else {
         next.guessed[..nwalked].copy_from_slice(&walked[..nwalked]);
         next.count = nwalked as u8;
@@ -447,6 +462,10 @@ mod tests {
     fn what_the_reader_needs_of_a_code_object_fits_the_header_read() {
         for l in super::super::layouts::LAYOUTS {
             assert!(code_end(l) <= memory::HEADER, "3.{}", l.minor);
+            // A frame outside the window is guessed as a code header is, and read as many bytes.
+            if l.code_adaptive.is_some() {
+                assert!(frame_span(l) <= code_span(l), "3.{}", l.minor);
+            }
         }
     }
 }
