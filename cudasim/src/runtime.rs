@@ -375,25 +375,38 @@ runtime_fn!(cudaDriverGetVersion(driverVersion: *mut c_int) => CUPTI_RUNTIME_TRA
     if put(driverVersion, c::CUDA_VERSION as c_int) { c::cudaSuccess } else { c::cudaErrorInvalidValue }
 });
 
+/// The error queries dispatch runtime callbacks as every runtime call does: cupti_runtime_cbid.h gives them ids
+/// (cudaGetLastError 10, cudaPeekAtLastError 11, cudaGetErrorString 12, cudaGetErrorName 209), and an H100 trace
+/// of GPT-2's `generate` recorded through the runtime domain (issue 26) held 134,173 cudaGetLastError and 6,192
+/// cudaGetErrorString calls. Unlike other calls they neither initialise CUDA nor set the last error.
+fn error_query(cbid: u32, name: &'static CStr, body: impl FnOnce() -> CudaError) -> CudaError {
+    crate::cupti::api_call(c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, name, &(), std::ptr::null(), body)
+}
+
 /// # Safety
 /// Called from C like `cudaGetLastError`.
 #[no_mangle]
 pub unsafe extern "C" fn cudaGetLastError() -> CudaError {
-    guard(c::cudaErrorUnknown, || LAST_ERROR.with(|l| l.replace(c::cudaSuccess)))
+    guard(c::cudaErrorUnknown, || {
+        error_query(c::CUPTI_RUNTIME_TRACE_CBID_cudaGetLastError_v3020, c"cudaGetLastError", || {
+            LAST_ERROR.with(|l| l.replace(c::cudaSuccess))
+        })
+    })
 }
 
 /// # Safety
 /// Called from C like `cudaPeekAtLastError`.
 #[no_mangle]
 pub unsafe extern "C" fn cudaPeekAtLastError() -> CudaError {
-    guard(c::cudaErrorUnknown, || LAST_ERROR.with(|l| l.get()))
+    guard(c::cudaErrorUnknown, || {
+        error_query(c::CUPTI_RUNTIME_TRACE_CBID_cudaPeekAtLastError_v3020, c"cudaPeekAtLastError", || {
+            LAST_ERROR.with(|l| l.get())
+        })
+    })
 }
 
-/// # Safety
-/// Called from C like `cudaGetErrorString`; returns a static string.
-#[no_mangle]
-pub unsafe extern "C" fn cudaGetErrorString(error: CudaError) -> *const c_char {
-    let s: &'static CStr = match error {
+fn error_string(error: CudaError) -> &'static CStr {
+    match error {
         c::cudaSuccess => c"no error",
         c::cudaErrorInvalidValue => c"invalid argument",
         c::cudaErrorMemoryAllocation => c"out of memory",
@@ -405,15 +418,33 @@ pub unsafe extern "C" fn cudaGetErrorString(error: CudaError) -> *const c_char {
         c::cudaErrorNotReady => c"device not ready",
         c::cudaErrorNotSupported => c"operation not supported (by cudasim)",
         _ => c"unknown error",
-    };
-    s.as_ptr()
+    }
+}
+
+/// # Safety
+/// Called from C like `cudaGetErrorString`; returns a static string.
+#[no_mangle]
+pub unsafe extern "C" fn cudaGetErrorString(error: CudaError) -> *const c_char {
+    let params = c::cudaGetErrorString_v3020_params { error };
+    let name = c"cudaGetErrorString";
+    let cbid = c::CUPTI_RUNTIME_TRACE_CBID_cudaGetErrorString_v3020;
+    guard(c"unknown error".as_ptr(), || {
+        crate::cupti::api_call(c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, name, &params, std::ptr::null(), || 0);
+        error_string(error).as_ptr()
+    })
 }
 
 /// # Safety
 /// Called from C like `cudaGetErrorName`; returns a static string.
 #[no_mangle]
 pub unsafe extern "C" fn cudaGetErrorName(error: CudaError) -> *const c_char {
-    if error == c::cudaSuccess { c"cudaSuccess" } else { c"cudaError" }.as_ptr()
+    let params = c::cudaGetErrorName_v6050_params { error };
+    let name = c"cudaGetErrorName";
+    let cbid = c::CUPTI_RUNTIME_TRACE_CBID_cudaGetErrorName_v6050;
+    guard(c"cudaError".as_ptr(), || {
+        crate::cupti::api_call(c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, name, &params, std::ptr::null(), || 0);
+        if error == c::cudaSuccess { c"cudaSuccess" } else { c"cudaError" }.as_ptr()
+    })
 }
 
 /// Registration hooks that nvcc-generated host code calls; a C test may call `__cudaRegisterFunction` itself to

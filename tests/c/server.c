@@ -12,7 +12,8 @@
  * program a second tool in CUPTI's multi-subscriber mode (13.5: cuptiSubscribe_v2 allowing multiple subscribers,
  * launch callbacks and kernel records through the per-subscriber Activity API), printing "subscribed" or
  * "refused NAME"; "v" waits for the next line in a raw read system call with known values in xmm0 and
- * xmm15 and prints "xmm ok" if they survived (an injection interrupts that very call); "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it; "D" launches one kernel through the driver API (cuLaunchKernel); "f" prints
+ * xmm15 and prints "xmm ok" if they survived (an injection interrupts that very call); "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "E N" makes N
+ * rounds of the error queries (cudaGetLastError, cudaPeekAtLastError, cudaGetErrorString) and prints "done"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it; "D" launches one kernel through the driver API (cuLaunchKernel); "f" prints
  * "finalized N", cudasim's count of cuptiFinalize teardowns (-1 on real CUDA); "u NAME M" opens an NVTX range NAME
  * and runs M kernels in it without closing it, "q" closes it, each printing "done";
  * EOF ends it. */
@@ -205,6 +206,14 @@ static int commands(void) {
             for (long i = 0; i < n; i++) cudaGetDevice(&dev);
             clock_gettime(CLOCK_MONOTONIC, &b);
             printf("ns %.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (n > 0 ? n : 1));
+        } else if (line[0] == 'E') {
+            long n = atol(line + 1);
+            for (long i = 0; i < n; i++) {
+                cudaGetLastError();
+                cudaPeekAtLastError();
+                (void)cudaGetErrorString(cudaSuccess);
+            }
+            printf("done\n");
         } else if (line[0] == 'n') {
             char name[32] = "";
             sscanf(line + 1, "%31s", name);

@@ -5,13 +5,20 @@
 use cuflight_integration::*;
 use std::process::Command;
 
-const INPUT: &str = "c 1000\nk 5\nt 2 1\np\nP\n";
+const INPUT: &str = "c 1000\nE 40\nk 5\nt 2 1\np\nP\n";
+
+/// The error queries `E 40` makes: the runtime dispatches them to CUPTI as it does every call (cudasim models
+/// this; they are what PyTorch calls after each kernel), so they are recorded exactly when asked for.
+const ERROR_QUERIES: [&str; 3] = ["cudaGetLastError", "cudaPeekAtLastError", "cudaGetErrorString"];
 
 #[test]
 fn by_default_calls_that_only_read_state_are_not_recorded() {
     let dir = scratch("tracing-default");
     let (s, _) = record_server_cmd(&dir, &[], INPUT);
     assert_eq!(count(&s, "api", "name", "cudaGetDevice"), 0, "{}", s["api"]);
+    for query in ERROR_QUERIES {
+        assert_eq!(count(&s, "api", "name", query), 0, "{query}: {}", s["api"]);
+    }
     // Everything the analyses use is there: launches, waits, the profiler range, NVTX.
     assert_eq!(count(&s, "kernels", "name", "tick"), 8);
     assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 8);
@@ -26,6 +33,9 @@ fn queries_and_nvtx_are_traced_as_asked() {
     let dir = scratch("tracing-asked");
     let (s, _) = record_server_cmd(&dir, &["--trace", "cuda,queries,nvtx"], INPUT);
     assert!(count(&s, "api", "name", "cudaGetDevice") >= 1000, "{}", s["api"]);
+    for query in ERROR_QUERIES {
+        assert_eq!(count(&s, "api", "name", query), 40, "{query}: {}", s["api"]);
+    }
     assert_eq!(count(&s, "nvtx", "name", "step"), 2);
     assert_eq!(s["processes"][0]["traced"], "cuda,queries,nvtx");
 
