@@ -4,10 +4,16 @@
 // call. This program checks, for CYCLES cycles: every kernel launched while attached arrives as an activity
 // record (exact count), none arrives while detached, the launch cost after detaching returns to what it was
 // before the first attach, and resident memory stays flat.
+// Where memory grows (an H200 kept about 95 KB a cycle, issue 30), it says where: resident bytes by kind of
+// mapping (heap, anonymous, file-backed), glibc's heap in use and free (mallinfo2), threads and mappings, and what
+// malloc_trim(0) gives back at the end (freed memory glibc kept, as against memory still in use). MODE cuts the
+// cycle down, to find the step that keeps memory: `full` (the default: subscribe, runtime callbacks, kernel
+// records, finalize), `callbacks` (no activity API), `subscribe` (subscribe and finalize only).
 // Build: nvcc -O2 -o attach_cycles attach_cycles.cu -I$CUPTI/include -L$CUPTI/lib64 -lcupti
-// Usage: attach_cycles [CYCLES] [KERNELS_PER_WINDOW]
+// Usage: attach_cycles [CYCLES] [KERNELS_PER_WINDOW] [MODE]
 #include <cuda_runtime.h>
 #include <cupti.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +80,53 @@ static long rss_kb(void) {
   return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
+// Where the process's memory is: resident KB by kind of mapping (/proc/self/smaps), glibc's heap, threads.
+struct Memory {
+  long heap_kb, anon_kb, file_kb, other_kb, mappings, threads;
+  long malloc_used_kb, malloc_free_kb, malloc_mmap_kb;
+};
+
+static Memory memory_now(void) {
+  Memory m = {};
+  FILE *f = fopen("/proc/self/smaps", "r");
+  char line[512];
+  int kind = 3;  // of the mapping whose fields follow: 0 heap, 1 anonymous, 2 file, 3 other
+  while (f && fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    long kb;
+    if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && strchr(line, ' ')) {
+      m.mappings++;
+      const char *path = strchr(line, '/');
+      if (strstr(line, "[heap]")) kind = 0;
+      else if (path) kind = 2;
+      else if (strchr(line, '[')) kind = 3;
+      else kind = 1;
+    } else if (sscanf(line, "Rss: %ld kB", &kb) == 1) {
+      long *to[] = {&m.heap_kb, &m.anon_kb, &m.file_kb, &m.other_kb};
+      *to[kind] += kb;
+    }
+  }
+  if (f) fclose(f);
+  f = fopen("/proc/self/status", "r");
+  while (f && fgets(line, sizeof line, f)) sscanf(line, "Threads: %ld", &m.threads);
+  if (f) fclose(f);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  struct mallinfo2 mi = mallinfo2();
+  m.malloc_used_kb = (long)(mi.uordblks / 1024);
+  m.malloc_free_kb = (long)(mi.fordblks / 1024);
+  m.malloc_mmap_kb = (long)(mi.hblkhd / 1024);
+#endif
+  return m;
+}
+
+static void print_growth(const char *what, Memory a, Memory b, int cycles) {
+  printf("%s over %d cycles: heap %+ld KB, anonymous %+ld KB, file-backed %+ld KB, other %+ld KB; malloc in use %+ld KB, "
+         "free %+ld KB, mmapped %+ld KB; mappings %+ld, threads %+ld\n",
+         what, cycles, b.heap_kb - a.heap_kb, b.anon_kb - a.anon_kb, b.file_kb - a.file_kb, b.other_kb - a.other_kb,
+         b.malloc_used_kb - a.malloc_used_kb, b.malloc_free_kb - a.malloc_free_kb, b.malloc_mmap_kb - a.malloc_mmap_kb,
+         b.mappings - a.mappings, b.threads - a.threads);
+}
+
 // Nanoseconds per cudaLaunchKernel over n launches (the queue drained first and after).
 static double launch_ns(int n) {
   cudaDeviceSynchronize();
@@ -99,20 +152,29 @@ static double median_launch_ns(int rounds, int n) {
 int main(int argc, char **argv) {
   int cycles = argc > 1 ? atoi(argv[1]) : 100;
   int per_window = argc > 2 ? atoi(argv[2]) : 50;
+  const char *mode = argc > 3 ? argv[3] : "full";
+  int activity = strcmp(mode, "full") == 0, callbacks = activity || strcmp(mode, "callbacks") == 0;
+  if (!activity && !callbacks && strcmp(mode, "subscribe") != 0) {
+    fprintf(stderr, "attach_cycles: MODE is full, callbacks or subscribe\n");
+    return 2;
+  }
   cudaFree(0);  // contexts exist before CUPTI is touched: the attach case
   launch_ns(2000);
   long rss0 = rss_kb();
   double before = median_launch_ns(7, 5000);
   int bad_windows = 0, leaked = 0, callback_detaches = 0;
   long rss_after_first = 0;
+  Memory before_all = memory_now(), after_first = before_all;
   double attached_ns = 0;
   for (int c = 0; c < cycles; c++) {
     kernel_records = 0;
     CUpti_SubscriberHandle sub;
     CHECK_CUPTI(cuptiSubscribe(&sub, on_api, NULL));
-    CHECK_CUPTI(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API));
-    CHECK_CUPTI(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
-    CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    if (callbacks) CHECK_CUPTI(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API));
+    if (activity) {
+      CHECK_CUPTI(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+      CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    }
     double t0 = now_ns();
     for (int i = 0; i < per_window; i++) tick<<<1, 1>>>(NULL);
     attached_ns += (now_ns() - t0) / per_window;
@@ -121,11 +183,12 @@ int main(int argc, char **argv) {
     detached_in_callback = 0;
     cudaGetLastError();  // any runtime call: its exit callback detaches
     callback_detaches += detached_in_callback;
+    detach_requested = 0;  // no exit callback came (callbacks off): the next window must not detach at once
     if (!detached_in_callback) {
       cuptiActivityFlushAll(1);
       CHECK_CUPTI(cuptiFinalize());
     }
-    if (kernel_records != per_window) {
+    if (activity && kernel_records != per_window) {
       bad_windows++;
       if (bad_windows <= 3) fprintf(stderr, "cycle %d: %ld kernel records, want %d\n", c, kernel_records, per_window);
     }
@@ -133,18 +196,29 @@ int main(int argc, char **argv) {
     for (int i = 0; i < per_window; i++) tick<<<1, 1>>>(NULL);
     cudaDeviceSynchronize();
     if (kernel_records != during) leaked++;
-    if (c == 0) rss_after_first = rss_kb();
+    if (c == 0) {
+      rss_after_first = rss_kb();
+      after_first = memory_now();
+    }
   }
   double after = median_launch_ns(7, 5000);
   long rss1 = rss_kb();
-  printf("cycles %d, kernels per window %d\n", cycles, per_window);
+  Memory after_all = memory_now();
+  printf("cycles %d, kernels per window %d, mode %s\n", cycles, per_window, mode);
   printf("windows with the exact kernel count: %d of %d\n", cycles - bad_windows, cycles);
   printf("detached windows that still produced records: %d\n", leaked);
   printf("detaches done in an API exit callback: %d of %d\n", callback_detaches, cycles);
+  print_growth("growth in the first cycle", before_all, after_first, 1);
+  print_growth("growth after the first cycle", after_first, after_all, cycles - 1);
   printf("launch ns: before any attach %.0f, attached (mean) %.0f, after %d detaches %.0f (%+.1f%%)\n", before,
          attached_ns / cycles, cycles, after, (after / before - 1) * 100);
   printf("RSS KB: before %ld, after the first cycle %ld, after all %ld (growth after the first cycle %ld)\n", rss0,
          rss_after_first, rss1, rss1 - rss_after_first);
+  malloc_trim(0);
+  long rss_trimmed = rss_kb();
+  printf("malloc_trim(0) at the end gave back %ld KB (RSS %ld KB after it)\n", rss1 - rss_trimmed, rss_trimmed);
+  if (callbacks && !activity) printf("(callbacks mode: a detach happens in the exit callback, no records expected)\n");
+  if (!callbacks) printf("(subscribe mode: no callbacks enabled, every detach finalizes outside a callback)\n");
   int ok = bad_windows == 0 && leaked == 0;
   printf("attach_cycles: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;
