@@ -243,6 +243,10 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Shar
     let mask = crate::trace_choice::trace_mask();
     if let Some(seg) = state::segment() {
         seg.header().trace_mask.store(mask, Ordering::Relaxed);
+        // What an earlier window's reader found (a new segment has not heard it).
+        if crate::pystack::verdict() != 0 {
+            seg.header().python_reader.store(crate::pystack::verdict(), Ordering::Relaxed);
+        }
     }
     crate::nvtx::set_recorded(mask & tracing::NVTX != 0);
     // SAFETY: plain CUPTI configuration calls on our subscriber.

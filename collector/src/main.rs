@@ -164,6 +164,9 @@ fn run(cli: Cli) -> Result<i32> {
             if let Some(line) = s.python_stacks_line() {
                 eprintln!("cuflight: {line}");
             }
+            for line in s.python_unread_lines() {
+                eprintln!("cuflight: {line}");
+            }
             if s.range_never_started {
                 eprintln!("cuflight: the capture range or steps asked for never started: the trace holds no events of the program");
             }
@@ -326,6 +329,9 @@ fn run(cli: Cli) -> Result<i32> {
                     eprintln!("cuflight: {line}");
                 }
                 if let Some(line) = s.python_stacks_line() {
+                    eprintln!("cuflight: {line}");
+                }
+                for line in s.python_unread_lines() {
                     eprintln!("cuflight: {line}");
                 }
                 if stopped.is_none() {

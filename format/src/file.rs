@@ -169,6 +169,8 @@ pub struct ProcessInfo {
     /// Python stacks the agent read, and the ns the program's threads spent reading them (`--python-stacks`).
     pub python_stacks: u64,
     pub python_stack_ns: u64,
+    /// Why no Python stacks were read in this Python process (`python_reader`); 0: read, or no Python.
+    pub python_reader: u32,
 }
 
 impl ProcessInfo {

@@ -28,6 +28,7 @@ pub mod event;
 pub mod file;
 #[cfg(feature = "file")]
 pub mod index;
+pub mod python_reader;
 pub mod ring;
 pub mod segment;
 pub mod strings;

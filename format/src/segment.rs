@@ -153,6 +153,9 @@ pub struct SegmentHeader {
     /// them: what `--python-stacks` costs the program, measured where it is paid.
     pub python_stacks: AtomicU64,
     pub python_stack_ns: AtomicU64,
+    /// The Python stack reader's verdict on this process's interpreter ([`crate::python_reader`]; the interpreter's
+    /// minor version in bits 8 to 15): 0 until the reader looked, or with no Python in the process.
+    pub python_reader: AtomicU32,
 }
 
 /// Why a flight recorder dumped ([`SegmentHeader::dump_reason`]).

@@ -141,7 +141,8 @@ fn python_stacks_can_be_turned_off() {
     assert!(stacks >= calls && calls > 0, "{stacks} stacks for {calls} calls");
     assert!(ns > stacks * 100 && ns < stacks * 1_000_000, "{ns} ns for {stacks} stacks");
     assert!(rec.stderr().contains(&format!("read {stacks} Python stacks in ")), "{}", rec.stderr());
-    // An interpreter the reader does not know (3.8, where pyenv has one) runs as before, without stacks.
+    // An interpreter the reader does not know (3.8, where pyenv has one) runs as before, without stacks, and
+    // record and stats say why (a user would otherwise wonder where the source lines went).
     let root = std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv/versions"));
     let old = root.and_then(|r| std::fs::read_dir(r).ok()).into_iter().flatten().flatten().find_map(|e| {
         let bin = e.path().join("bin/python3.8");
@@ -151,7 +152,19 @@ fn python_stacks_can_be_turned_off() {
         let (rec, s) = record_py(&dir, &old, &["3"], &[]);
         assert_eq!(planted_lines(&String::from_utf8_lossy(&rec.output.stdout)).len(), 4);
         assert_eq!(s["python_sync"].as_array().unwrap().len(), 0, "{}", s["python_sync"]);
+        let why = "CPython 3.8 is not a release the stack reader knows (3.9 to 3.15)";
+        assert_eq!(s["processes"][0]["python_unread"], why, "{}", s["processes"][0]);
+        let line = rec.stderr().lines().find(|l| l.contains("no Python stacks in process ")).map(str::to_string);
+        assert!(
+            line.is_some_and(|l| l.ends_with(&format!("{why}; the report cannot name source lines"))),
+            "{}",
+            rec.stderr()
+        );
+    } else {
+        eprintln!("skipped the unknown-release check: no pyenv CPython 3.8 here");
     }
+    // A known one says nothing of the kind.
+    assert!(s["processes"][0].get("python_unread").is_none(), "{}", s["processes"][0]);
 }
 
 #[test]

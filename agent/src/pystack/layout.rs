@@ -62,24 +62,45 @@ const DEBUG_COOKIE: &[u8; 8] = b"xdebugpy";
 /// (3.13+): a free-threaded build (another object header), or one whose offsets differ from the headers the layout
 /// was generated from, gets no stacks rather than wrong ones. Releases before 3.13, and an interpreter that does
 /// not export `_PyRuntime`, have no such description: the version alone chose the layout.
+#[cfg(test)]
 pub fn describes_itself_as(layout: &Layout, runtime: u64) -> bool {
-    let Some(free_threaded) = layout.debug_free_threaded else { return true };
+    check_description(layout, runtime).is_ok()
+}
+
+/// Why an interpreter's description of itself does not match a layout.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Mismatch {
+    /// A free-threaded build: another object header, so other offsets everywhere.
+    FreeThreaded,
+    /// No description where one must be, another release, or other offsets (a debug or patched build).
+    Other,
+}
+
+/// [`describes_itself_as`], saying why not.
+pub fn check_description(layout: &Layout, runtime: u64) -> Result<(), Mismatch> {
+    let Some(free_threaded) = layout.debug_free_threaded else { return Ok(()) };
     if runtime == 0 {
-        return true;
+        return Ok(());
     }
     // The description's first bytes, as far as the last one checked, in one read.
     let end = layout.debug_checks.iter().map(|&(at, _)| at).chain([free_threaded, 8]).max().unwrap_or(0) + 8;
     let mut described = [0u8; 1024];
-    let Some(described) = described.get_mut(..end) else { return false };
+    let Some(described) = described.get_mut(..end) else { return Err(Mismatch::Other) };
     if !memory::read(runtime, described) || &described[..8] != DEBUG_COOKIE {
-        return false;
+        return Err(Mismatch::Other);
     }
     let word = |at: usize| memory::u64_at(described, at);
     // `version` follows the cookie: PY_VERSION_HEX, major and minor in its top two bytes.
-    if word(8) >> 16 & 0xffff != (0x0300 | layout.minor as u64) || word(free_threaded) != 0 {
-        return false;
+    if word(8) >> 16 & 0xffff != (0x0300 | layout.minor as u64) {
+        return Err(Mismatch::Other);
     }
-    layout.debug_checks.iter().all(|&(at, expected)| word(at) == expected as u64)
+    if word(free_threaded) != 0 {
+        return Err(Mismatch::FreeThreaded);
+    }
+    match layout.debug_checks.iter().all(|&(at, expected)| word(at) == expected as u64) {
+        true => Ok(()),
+        false => Err(Mismatch::Other),
+    }
 }
 
 #[cfg(test)]
@@ -107,12 +128,17 @@ mod tests {
             let mut ft = runtime_of(layout);
             let f = layout.debug_free_threaded.unwrap();
             ft[f] = 1;
-            assert!(!describes_itself_as(layout, at(&ft)));
+            assert_eq!(check_description(layout, at(&ft)), Err(Mismatch::FreeThreaded));
             // Any offset the reader uses laid out otherwise.
             for &(check, _) in layout.debug_checks {
                 let mut other = runtime_of(layout);
                 other[check] ^= 8;
-                assert!(!describes_itself_as(layout, at(&other)), "3.{} offset {check}", layout.minor);
+                assert_eq!(
+                    check_description(layout, at(&other)),
+                    Err(Mismatch::Other),
+                    "3.{} offset {check}",
+                    layout.minor
+                );
             }
             // Another release, or no description at all.
             let mut newer = runtime_of(layout);
@@ -122,6 +148,10 @@ mod tests {
             none[0] = b'X';
             assert!(!describes_itself_as(layout, at(&none)));
         }
+        // The releases `record` and `stats` name as known are the layouts'.
+        let minors: Vec<u32> = super::super::layouts::LAYOUTS.iter().map(|l| l.minor).collect();
+        let (first, last) = (cuflight_format::python_reader::FIRST_MINOR, cuflight_format::python_reader::LAST_MINOR);
+        assert_eq!(minors, (first..=last).collect::<Vec<_>>());
         // Before 3.13 there is nothing to check.
         let old = super::super::layouts::LAYOUTS.iter().find(|l| l.minor == 12).unwrap();
         assert!(describes_itself_as(old, 0));

@@ -20,8 +20,11 @@ mod linetable;
 mod memory;
 mod walk;
 
-use layout::describes_itself_as;
 pub use layout::Layout;
+use layout::{check_description, Mismatch};
+
+use cuflight_format::python_reader;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use cuflight_format::{EventKind, RawEvent};
 use std::cell::Cell;
@@ -55,21 +58,51 @@ fn symbol(name: &CStr) -> u64 {
     unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as u64 }
 }
 
+/// The reader's verdict on this process's interpreter (`python_reader` encoded), once looked up: shown by `record`
+/// and `stats`, so that a Python process without stacks says why.
+static VERDICT: AtomicU32 = AtomicU32::new(0);
+
+/// The verdict on the interpreter, 0 before the reader looked (or where there is no Python).
+pub fn verdict() -> u32 {
+    VERDICT.load(Ordering::Relaxed)
+}
+
+fn set_verdict(code: u32, minor: u32) {
+    let v = python_reader::encode(code, minor);
+    VERDICT.store(v, Ordering::Relaxed);
+    if let Some(agent) = crate::state::existing_agent() {
+        agent.seg.header().python_reader.store(v, Ordering::Relaxed);
+    }
+}
+
 fn find_interpreter() -> Option<Interp> {
     let this_thread = symbol(c"PyGILState_GetThisThreadState");
     if this_thread == 0 {
         return None;
     }
     let minor = python_minor()?;
-    let layout = layouts::LAYOUTS.iter().find(|l| l.minor == minor)?;
-    if !describes_itself_as(layout, symbol(c"_PyRuntime")) {
+    let Some(layout) = layouts::LAYOUTS.iter().find(|l| l.minor == minor) else {
+        set_verdict(python_reader::UNKNOWN_RELEASE, minor);
         return None;
+    };
+    match check_description(layout, symbol(c"_PyRuntime")) {
+        Ok(()) => {}
+        Err(Mismatch::FreeThreaded) => {
+            set_verdict(python_reader::FREE_THREADED, minor);
+            return None;
+        }
+        Err(Mismatch::Other) => {
+            set_verdict(python_reader::OTHER_LAYOUT, minor);
+            return None;
+        }
     }
     let (code_type, str_type, bytes_type) =
         (symbol(c"PyCode_Type"), symbol(c"PyUnicode_Type"), symbol(c"PyBytes_Type"));
     if code_type == 0 || str_type == 0 || bytes_type == 0 {
+        set_verdict(python_reader::NO_TYPES, minor);
         return None;
     }
+    set_verdict(python_reader::READING, minor);
     // SAFETY: the symbol is CPython's `PyThreadState *PyGILState_GetThisThreadState(void)` (pystate.h): no
     // arguments, a pointer-sized result, safe to call without the GIL.
     let this_thread = unsafe { std::mem::transmute::<u64, extern "C" fn() -> usize>(this_thread) };

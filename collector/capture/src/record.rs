@@ -462,6 +462,10 @@ impl Session {
             delivery_held_ns: infos.iter().fold(0u64, |a, i| a.saturating_add(i.delivery_held_ns)),
             python_stacks: infos.iter().fold(0u64, |a, i| a.saturating_add(i.python_stacks)),
             python_stack_ns: infos.iter().fold(0u64, |a, i| a.saturating_add(i.python_stack_ns)),
+            python_unread: infos
+                .iter()
+                .filter_map(|i| cuflight_format::python_reader::describe(i.python_reader).map(|w| (i.pid, w)))
+                .collect(),
             files,
         }
     }

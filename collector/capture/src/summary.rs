@@ -57,6 +57,8 @@ pub struct RecordSummary {
     /// Python stacks read over all processes, and the ns the programs spent reading them.
     pub python_stacks: u64,
     pub python_stack_ns: u64,
+    /// Python processes whose stacks could not be read, and why (an unknown release, a free-threaded build...).
+    pub python_unread: Vec<(u32, String)>,
     /// The files written, with their sizes (several when the output name has `%r`, `%h` or `%p`).
     pub files: Vec<(String, u64)>,
 }
@@ -72,6 +74,14 @@ impl RecordSummary {
                 self.python_stack_ns as f64 / self.python_stacks as f64 / 1e3
             )
         })
+    }
+
+    /// Why no Python stacks were read in some Python processes, a line each.
+    pub fn python_unread_lines(&self) -> Vec<String> {
+        self.python_unread
+            .iter()
+            .map(|(pid, why)| format!("no Python stacks in process {pid}: {why}; the report cannot name source lines"))
+            .collect()
     }
 
     /// What losing nothing cost, when the agent had to hold anything for room in a full ring.

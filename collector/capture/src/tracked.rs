@@ -164,6 +164,7 @@ pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
         delivery_held_ns: h.delivery_held_ns.load(Ordering::Relaxed),
         python_stacks: h.python_stacks.load(Ordering::Relaxed),
         python_stack_ns: h.python_stack_ns.load(Ordering::Relaxed),
+        python_reader: h.python_reader.load(Ordering::Relaxed),
     }
 }
 

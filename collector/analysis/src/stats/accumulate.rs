@@ -420,6 +420,7 @@ fn process_row(p: &Process, events: u64, launches_without_kernel: u64) -> Proces
         delivery_held_ns: p.info.delivery_held_ns,
         python_stacks: p.info.python_stacks,
         python_stack_ns: p.info.python_stack_ns,
+        python_unread: cuflight_format::python_reader::describe(p.info.python_reader),
         records_unused: p
             .info
             .records_unused

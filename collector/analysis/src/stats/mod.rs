@@ -175,6 +175,9 @@ pub struct ProcessRow {
     /// Python stacks the agent read, and the ns the program spent reading them.
     pub python_stacks: u64,
     pub python_stack_ns: u64,
+    /// Why no Python stacks were read in this Python process (an unknown release, a free-threaded build...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub python_unread: Option<String>,
     /// Threads that recorded nothing because shared memory for their ring could not be reserved.
     pub rings_refused: u64,
     /// Activity records kept out, by class: records too short to read, and records with zero or unfinished

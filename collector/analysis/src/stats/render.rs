@@ -513,6 +513,9 @@ impl Stats {
                     p.python_stack_ns as f64 / p.python_stacks as f64 / 1e3
                 ));
             }
+            if let Some(why) = &p.python_unread {
+                command.push_str(&format!(" [no Python stacks: {why}]"));
+            }
             if p.refused > 0 {
                 command.push_str(&format!(" [{} events refused: no known start or an end before it]", p.refused));
             }
