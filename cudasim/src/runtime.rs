@@ -421,17 +421,21 @@ fn error_string(error: CudaError) -> &'static CStr {
     }
 }
 
+/// An error query that returns a static string: its callbacks, then the string.
+fn string_query<P>(cbid: u32, name: &'static CStr, params: &P, text: &'static CStr) -> *const c_char {
+    guard(c"unknown error".as_ptr(), || {
+        crate::cupti::api_call(c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, name, params, std::ptr::null(), || 0);
+        text.as_ptr()
+    })
+}
+
 /// # Safety
 /// Called from C like `cudaGetErrorString`; returns a static string.
 #[no_mangle]
 pub unsafe extern "C" fn cudaGetErrorString(error: CudaError) -> *const c_char {
     let params = c::cudaGetErrorString_v3020_params { error };
-    let name = c"cudaGetErrorString";
     let cbid = c::CUPTI_RUNTIME_TRACE_CBID_cudaGetErrorString_v3020;
-    guard(c"unknown error".as_ptr(), || {
-        crate::cupti::api_call(c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, name, &params, std::ptr::null(), || 0);
-        error_string(error).as_ptr()
-    })
+    string_query(cbid, c"cudaGetErrorString", &params, error_string(error))
 }
 
 /// # Safety
@@ -439,12 +443,8 @@ pub unsafe extern "C" fn cudaGetErrorString(error: CudaError) -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn cudaGetErrorName(error: CudaError) -> *const c_char {
     let params = c::cudaGetErrorName_v6050_params { error };
-    let name = c"cudaGetErrorName";
-    let cbid = c::CUPTI_RUNTIME_TRACE_CBID_cudaGetErrorName_v6050;
-    guard(c"cudaError".as_ptr(), || {
-        crate::cupti::api_call(c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid, name, &params, std::ptr::null(), || 0);
-        if error == c::cudaSuccess { c"cudaSuccess" } else { c"cudaError" }.as_ptr()
-    })
+    let text = if error == c::cudaSuccess { c"cudaSuccess" } else { c"cudaError" };
+    string_query(c::CUPTI_RUNTIME_TRACE_CBID_cudaGetErrorName_v6050, c"cudaGetErrorName", &params, text)
 }
 
 /// Registration hooks that nvcc-generated host code calls; a C test may call `__cudaRegisterFunction` itself to
