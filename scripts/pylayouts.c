@@ -17,6 +17,7 @@
 #include "frameobject.h"
 #endif
 #if PY_VERSION_HEX >= 0x030D0000
+#include "internal/pycore_gc.h" /* 3.13 free-threaded: pycore_tstate.h needs struct _gc_thread_state first */
 #include "internal/pycore_tstate.h"
 #include "internal/pycore_runtime.h"
 #endif
@@ -42,6 +43,11 @@ static unsigned state_bits(int field) {
 
 int main(void) {
     printf("    Layout {\n        minor: %d,\n", PY_MINOR_VERSION);
+#ifdef Py_GIL_DISABLED
+    printf("        free_threaded: true,\n");
+#else
+    printf("        free_threaded: false,\n");
+#endif
 #if PY_VERSION_HEX >= 0x030D0000
     printf("        tstate_frame: %zu,\n        cframe_frame: ", offsetof(PyThreadState, current_frame)); NONE();
 #elif PY_VERSION_HEX >= 0x030B0000
@@ -78,12 +84,24 @@ int main(void) {
 #else
     printf(",\n        executable_tag_bits: 0");
 #endif
+    /* Free-threaded 3.14+: each thread runs its own copy of the bytecode (pycore_interpframe.h
+     * _PyFrame_GetBytecode: co_tlbc->entries[f->tlbc_index]), which the instruction pointer points into. */
+#if PY_VERSION_HEX >= 0x030E0000 && defined(Py_GIL_DISABLED)
+    printf(",\n        frame_tlbc_index: "); OPT(offsetof(_PyInterpreterFrame, tlbc_index));
+    printf(",\n        code_tlbc: "); OPT(offsetof(PyCodeObject, co_tlbc));
+    printf(",\n        tlbc_entries: %zu", offsetof(_PyCodeArray, entries));
+#else
+    printf(",\n        frame_tlbc_index: "); NONE();
+    printf(",\n        code_tlbc: "); NONE();
+    printf(",\n        tlbc_entries: 0");
+#endif
     printf(",\n        code_qualname: "); OPT(offsetof(PyCodeObject, co_qualname));
     printf(",\n        code_linetable: %zu,\n        code_adaptive: ", offsetof(PyCodeObject, co_linetable)); OPT(offsetof(PyCodeObject, co_code_adaptive));
 #else
     printf("        frame_back: %zu,\n        frame_code: %zu,\n        frame_instr: %zu,\n", offsetof(PyFrameObject, f_back), offsetof(PyFrameObject, f_code), offsetof(PyFrameObject, f_lasti));
     printf("        frame_owner: "); NONE();
     printf(",\n        owner_no_code: 255,\n        executable_tag_bits: 0");
+    printf(",\n        frame_tlbc_index: None,\n        code_tlbc: None,\n        tlbc_entries: 0");
     printf(",\n        code_qualname: "); NONE();
 #if PY_VERSION_HEX >= 0x030A0000
     printf(",\n        code_linetable: %zu,\n        code_adaptive: ", offsetof(PyCodeObject, co_linetable)); NONE();
@@ -126,6 +144,10 @@ int main(void) {
     DBG(unicode_object.length, offsetof(PyASCIIObject, length));
     DBG(unicode_object.state, offsetof(PyASCIIObject, state));
     DBG(unicode_object.asciiobject_size, sizeof(PyASCIIObject));
+#if PY_VERSION_HEX >= 0x030E0000 && defined(Py_GIL_DISABLED)
+    DBG(interpreter_frame.tlbc_index, offsetof(_PyInterpreterFrame, tlbc_index));
+    DBG(code_object.co_tlbc, offsetof(PyCodeObject, co_tlbc));
+#endif
     printf("        ],\n");
 #else
     printf("        debug_free_threaded: None,\n        debug_checks: &[],\n");

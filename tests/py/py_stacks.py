@@ -4,7 +4,7 @@ lines inside known functions, for the Python-stack tests: each call's line is pr
 py_stacks.py stress N: N synchronisations on one thread while others build and drop deep stacks and fresh code
 objects as fast as they can (frames torn down under the reader); py_stacks.py timed N DEPTH: the mean time of N
 synchronisations made DEPTH frames deep (benches/python-stacks; `timed N DEPTH distinct`: each frame a function
-of its own); py_stacks.py spawn STEPS: the work in a child
+of its own; `thread` after them: on a thread started by `threading`); py_stacks.py spawn STEPS: the work in a child
 process started by multiprocessing's spawn; py_stacks.py native LIB N: N launches from a thread that runs no Python
 (LIB: tests/c/native_thread.c built as a library) while this thread waits in the call."""
 import ctypes
@@ -130,10 +130,15 @@ def main():
         spawned(int(sys.argv[2]))
         return
     if sys.argv[1] == "timed":
-        if sys.argv[4:] == ["distinct"]:
-            timed_distinct(int(sys.argv[2]), int(sys.argv[3]))
+        n, depth, opts = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+        target = timed_distinct if "distinct" in opts else timed_syncs
+        if "thread" in opts:
+            # On a thread of its own: a free-threaded 3.14 runs it on the thread's own copy of the bytecode.
+            t = threading.Thread(target=target, args=(n, depth))
+            t.start()
+            t.join()
         else:
-            timed_syncs(int(sys.argv[2]), int(sys.argv[3]))
+            target(n, depth)
         return
     if sys.argv[1] == "stress":
         stress(int(sys.argv[2]))

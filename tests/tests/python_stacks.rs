@@ -3,7 +3,7 @@
 //! allocates at lines it prints itself; `stats --report python_sync_sum` must name exactly those lines, with
 //! their functions and call counts, on every CPython from 3.9 to 3.15 found on this machine (the system's
 //! python3 always; pyenv's others where installed; Debian's 3.14 and 3.15 where scripts/setup-tests fetched
-//! them).
+//! them; the free-threaded 3.13t and 3.14t where it built them).
 
 use cuflight_integration::*;
 use serde_json::Value;

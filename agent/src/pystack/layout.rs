@@ -7,6 +7,8 @@ use super::memory;
 /// `None` where the release has no such field.
 pub struct Layout {
     pub minor: u32,
+    /// A free-threaded build (`Py_GIL_DISABLED`): another object header, so other offsets everywhere.
+    pub free_threaded: bool,
     /// `PyThreadState.frame` (3.9, 3.10), `.cframe` (3.11, 3.12), `.current_frame` (3.13+).
     pub tstate_frame: usize,
     /// `_PyCFrame.current_frame` (3.11, 3.12: the thread state points at a `_PyCFrame`).
@@ -30,6 +32,12 @@ pub struct Layout {
     /// Tag bits of `f_executable`, a `_PyStackRef` from 3.14 (pycore_stackref.h `Py_TAG_BITS`): cleared for the
     /// code object's address.
     pub executable_tag_bits: u64,
+    /// Free-threaded 3.14+: `_PyInterpreterFrame.tlbc_index` (an int32), `PyCodeObject.co_tlbc` (a
+    /// `_PyCodeArray *`) and where that array's `entries` begin: a thread runs its own copy of the bytecode,
+    /// `co_tlbc->entries[tlbc_index]` (entry 0 is `co_code_adaptive`), and its instruction pointer points there.
+    pub frame_tlbc_index: Option<usize>,
+    pub code_tlbc: Option<usize>,
+    pub tlbc_entries: usize,
     pub code_qualname: Option<usize>,
     /// `co_lnotab` (3.9) or `co_linetable`.
     pub code_linetable: usize,
@@ -68,9 +76,9 @@ pub fn describes_itself_as(layout: &Layout, runtime: u64) -> bool {
 }
 
 /// Why an interpreter's description of itself does not match a layout.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mismatch {
-    /// A free-threaded build: another object header, so other offsets everywhere.
+    /// A free-threaded build where the layout is not one: another object header, so other offsets everywhere.
     FreeThreaded,
     /// No description where one must be, another release, or other offsets (a debug or patched build).
     Other,
@@ -94,8 +102,9 @@ pub fn check_description(layout: &Layout, runtime: u64) -> Result<(), Mismatch> 
     if word(8) >> 16 & 0xffff != (0x0300 | layout.minor as u64) {
         return Err(Mismatch::Other);
     }
-    if word(free_threaded) != 0 {
-        return Err(Mismatch::FreeThreaded);
+    let interpreter_free_threaded = word(free_threaded) != 0;
+    if interpreter_free_threaded != layout.free_threaded {
+        return Err(if interpreter_free_threaded { Mismatch::FreeThreaded } else { Mismatch::Other });
     }
     match layout.debug_checks.iter().all(|&(at, expected)| word(at) == expected as u64) {
         true => Ok(()),
@@ -115,6 +124,8 @@ mod tests {
         for &(at, value) in layout.debug_checks {
             rt[at..at + 8].copy_from_slice(&(value as u64).to_le_bytes());
         }
+        let f = layout.debug_free_threaded.unwrap();
+        rt[f] = layout.free_threaded as u8;
         rt
     }
 
@@ -124,11 +135,12 @@ mod tests {
             let at = |rt: &Vec<u8>| rt.as_ptr() as u64;
             let rt = runtime_of(layout);
             assert!(describes_itself_as(layout, at(&rt)), "3.{}", layout.minor);
-            // A free-threaded build of the same release: another object header.
-            let mut ft = runtime_of(layout);
+            // The other build of the same release (free-threaded or not): another object header.
+            let mut other_build = runtime_of(layout);
             let f = layout.debug_free_threaded.unwrap();
-            ft[f] = 1;
-            assert_eq!(check_description(layout, at(&ft)), Err(Mismatch::FreeThreaded));
+            other_build[f] ^= 1;
+            let expected = if layout.free_threaded { Mismatch::Other } else { Mismatch::FreeThreaded };
+            assert_eq!(check_description(layout, at(&other_build)), Err(expected));
             // Any offset the reader uses laid out otherwise.
             for &(check, _) in layout.debug_checks {
                 let mut other = runtime_of(layout);
@@ -149,7 +161,9 @@ mod tests {
             assert!(!describes_itself_as(layout, at(&none)));
         }
         // The releases `record` and `stats` name as known are the layouts'.
-        let minors: Vec<u32> = super::super::layouts::LAYOUTS.iter().map(|l| l.minor).collect();
+        let mut minors: Vec<u32> = super::super::layouts::LAYOUTS.iter().map(|l| l.minor).collect();
+        minors.sort_unstable();
+        minors.dedup();
         let (first, last) = (cuflight_format::python_reader::FIRST_MINOR, cuflight_format::python_reader::LAST_MINOR);
         assert_eq!(minors, (first..=last).collect::<Vec<_>>());
         // Before 3.13 there is nothing to check.

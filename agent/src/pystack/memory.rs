@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Bytes of a code object's header read at most (what the reader needs of it ends before this in every layout).
-pub const HEADER: usize = 160;
+pub const HEADER: usize = 240;
 
 /// Set once the kernel refused the call itself (seccomp, an old kernel): stacks are off for good.
 static REFUSED: AtomicBool = AtomicBool::new(false);
@@ -104,6 +104,45 @@ pub fn gather(addrs: &[u64], out: &mut [u8; SCRATCH]) -> u64 {
     }
     let whole = (got as usize / GATHERED).min(count);
     (1u64 << whole) - 1
+}
+
+/// Words [`read_words`] reads at most.
+pub const MOST_WORDS: usize = 32;
+
+/// Reads the 8-byte word at each of `addrs` (at most [`MOST_WORDS`]) into `out`, in one call; bit k of the result
+/// says whether word k was read (the kernel stops at the first unreadable one, so the bits read are the first).
+pub fn read_words(addrs: &[u64], out: &mut [u64]) -> u32 {
+    let count = addrs.len().min(out.len()).min(MOST_WORDS);
+    if count == 0 || REFUSED.load(Ordering::Relaxed) || addrs[..count].iter().any(|&a| a < 4096) {
+        return 0;
+    }
+    let mut raw = [[0u8; 8]; MOST_WORDS];
+    let mut local = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MOST_WORDS];
+    let mut remote = local;
+    for (k, word) in raw.iter_mut().take(count).enumerate() {
+        local[k] = libc::iovec { iov_base: word.as_mut_ptr().cast(), iov_len: 8 };
+        remote[k] = libc::iovec { iov_base: addrs[k] as *mut libc::c_void, iov_len: 8 };
+    }
+    // SAFETY: each local iovec is a distinct 8-byte word of `raw`, which we own mutably; the remote ranges are read
+    // through the page tables (EFAULT, never a fault), the kernel stopping at the first unreadable one.
+    let got = unsafe {
+        libc::process_vm_readv(
+            libc::getpid(),
+            local.as_ptr(),
+            count as libc::c_ulong,
+            remote.as_ptr(),
+            count as libc::c_ulong,
+            0,
+        )
+    };
+    if got < 0 {
+        return 0;
+    }
+    let whole = (got as usize / 8).min(count);
+    for k in 0..whole {
+        out[k] = u64::from_le_bytes(raw[k]);
+    }
+    ((1u64 << whole) - 1) as u32
 }
 
 /// Fills `bufs[k][..len]` from `addrs[k]` in one call (see [`read_guess`]); bit k of the result says whether

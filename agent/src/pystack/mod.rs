@@ -7,7 +7,9 @@
 //!   "current" thread state is then empty). No GIL is taken and no Python code runs. A thread with no frames
 //!   of its own borrows the main thread's, found in the interpreter's list of thread states ([`main_stack`]).
 //! - Where the frames, code objects and strings are comes from [`layouts`], generated from each release's
-//!   headers (CPython 3.9 to 3.15, x86_64); an interpreter of another version records no stacks.
+//!   headers (CPython 3.9 to 3.15, and the free-threaded 3.13t and 3.14t; x86_64); an interpreter of another
+//!   version or build records no stacks, and `record` says why ([`python_reader`]). On a free-threaded 3.14 a
+//!   thread runs its own copy of the bytecode, found through the code object's array of copies.
 //! - Every read goes through [`memory::read`], which cannot fault: a frame torn down under the reader ends the
 //!   walk there. Code objects, strings and line tables are checked by their type pointers first.
 //! - File and function names are interned once per code object and thread ([`CodeCache`]).
@@ -81,21 +83,31 @@ fn find_interpreter() -> Option<Interp> {
         return None;
     }
     let minor = python_minor()?;
-    let Some(layout) = layouts::LAYOUTS.iter().find(|l| l.minor == minor) else {
+    // The release's layouts (from 3.14 a free-threaded one beside the default build's): the first that the
+    // interpreter's own description agrees with.
+    let runtime = symbol(c"_PyRuntime");
+    let mut why = None;
+    let mut candidates = layouts::LAYOUTS.iter().filter(|l| l.minor == minor).peekable();
+    if candidates.peek().is_none() {
         set_verdict(python_reader::UNKNOWN_RELEASE, minor);
         return None;
-    };
-    match check_description(layout, symbol(c"_PyRuntime")) {
-        Ok(()) => {}
-        Err(Mismatch::FreeThreaded) => {
-            set_verdict(python_reader::FREE_THREADED, minor);
-            return None;
-        }
-        Err(Mismatch::Other) => {
-            set_verdict(python_reader::OTHER_LAYOUT, minor);
-            return None;
-        }
     }
+    let layout = candidates.find(|l| match check_description(l, runtime) {
+        Ok(()) => true,
+        Err(m) => {
+            // Free-threaded only when no layout of this build exists; any other disagreement says "other".
+            why = Some(if m == Mismatch::FreeThreaded && why != Some(Mismatch::Other) { m } else { Mismatch::Other });
+            false
+        }
+    });
+    let Some(layout) = layout else {
+        let code = match why {
+            Some(Mismatch::FreeThreaded) => python_reader::FREE_THREADED,
+            _ => python_reader::OTHER_LAYOUT,
+        };
+        set_verdict(code, minor);
+        return None;
+    };
     let (code_type, str_type, bytes_type) =
         (symbol(c"PyCode_Type"), symbol(c"PyUnicode_Type"), symbol(c"PyBytes_Type"));
     if code_type == 0 || str_type == 0 || bytes_type == 0 {
@@ -156,6 +168,9 @@ pub struct ThreadPy {
     codes: cache::Assoc<4, 1, CACHED>,
     /// (code object, byte offset, line): the line tables of the same call sites are not read again.
     lines: cache::Assoc<3, 2, CACHED>,
+    /// Free-threaded 3.14+: (code object, its array of bytecode copies, copy, where that copy starts): this
+    /// thread's own copy of each code object's bytecode, found once.
+    copies: cache::Assoc<4, 3, 32>,
     generation: Cell<u64>,
     /// Launches left before this thread's next sampled one (0 before its first, which is sampled).
     pub launches: Cell<u32>,
@@ -172,6 +187,7 @@ impl ThreadPy {
         ThreadPy {
             codes: cache::Assoc::new(),
             lines: cache::Assoc::new(),
+            copies: cache::Assoc::new(),
             generation: Cell::new(0),
             borrowed: Cell::new((0, 0)),
             last_walk: Cell::new(walk::LastWalk::NONE),
@@ -188,6 +204,15 @@ impl ThreadPy {
         }
         let [_, f, n, ids] = self.codes.get(code >> 4, &[code])?;
         (f == file && n == name).then_some(((ids >> 32) as u32, ids as u32))
+    }
+
+    /// Where copy `copy` of the bytecode of `code` (whose copies are listed at `array`) starts, when found before.
+    fn copy_start(&self, code: u64, array: u64, copy: u32) -> Option<u64> {
+        self.copies.get(code >> 4, &[code, array, copy as u64]).map(|e| e[3])
+    }
+
+    fn store_copy_start(&self, code: u64, array: u64, copy: u32, start: u64) {
+        self.copies.put(code >> 4, [code, array, copy as u64, start]);
     }
 
     fn line_hash(code: u64, offset: u64) -> u64 {
