@@ -160,6 +160,15 @@ fn python_stacks_can_be_turned_off() {
             "{}",
             rec.stderr()
         );
+        // The report says it beside the process too.
+        let out = std::process::Command::new(cuflight_bin())
+            .args(["report", "--format", "json"])
+            .arg(&rec.trace)
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let warnings = report["processes"][0]["warnings"].to_string();
+        assert!(warnings.contains(&format!("no Python stacks: {why}")), "{warnings}");
     } else {
         eprintln!("skipped the unknown-release check: no pyenv CPython 3.8 here");
     }

@@ -269,6 +269,10 @@ impl Report {
             let python_stacks =
                 swept.stack_cost.finish(swept.rows.len(), step_total.as_ref().map_or(0, |t| t.duration_ns));
             warnings.extend(python_stacks.and_then(|c| c.warning()));
+            // A Python process whose stacks the agent could not read: its findings name no source lines.
+            if let Some(why) = cuflight_format::python_reader::describe(p.info.python_reader) {
+                warnings.push(format!("no Python stacks: {why}, so findings name no source lines"));
+            }
             let categories = swept.kernels.by_category(|id| p.string(id), swept.rows.len());
             let kernels = gpu_findings::kernel_rows(&ctx, &swept.kernels, usize::MAX);
             let command = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
