@@ -5,7 +5,8 @@ py_stacks.py stress N: N synchronisations on one thread while others build and d
 objects as fast as they can (frames torn down under the reader); py_stacks.py timed N DEPTH: the mean time of N
 synchronisations made DEPTH frames deep (benches/python-stacks; `timed N DEPTH distinct`: each frame a function
 of its own; `thread` after them: on a thread started by `threading`); py_stacks.py spawn STEPS: the work in a child
-process started by multiprocessing's spawn; py_stacks.py native LIB N: N launches from a thread that runs no Python
+process started by multiprocessing's spawn; py_stacks.py subinterp N: N synchronisations in a subinterpreter
+(3.14's concurrent.interpreters; exits 3 where there is none), then N in the main one; py_stacks.py native LIB N: N launches from a thread that runs no Python
 (LIB: tests/c/native_thread.c built as a library) while this thread waits in the call."""
 import ctypes
 import inspect
@@ -120,11 +121,43 @@ def backward(lib, n):
     here("native"); assert lib.cuflight_native_launches(func, n) == 0
 
 
+SUBINTERPRETER_CODE = """
+import sys
+sys.path.insert(0, {folder!r})
+from cudart_ctypes import rt
+def in_sub():
+    rt.cudaDeviceSynchronize()  # the subinterpreter's line
+for _ in range({n}):
+    in_sub()
+"""
+
+
+def subinterp(n):
+    """n synchronisations in a subinterpreter (its own frames and thread state), then n in this one."""
+    try:
+        from concurrent import interpreters
+    except ImportError:
+        sys.exit(3)
+    import os
+    code = SUBINTERPRETER_CODE.format(folder=os.path.dirname(os.path.abspath(__file__)), n=n)
+    line = next(i for i, l in enumerate(code.split("\n"), 1) if "the subinterpreter's line" in l)
+    # The file name a subinterpreter's exec gives its code.
+    print(f"LINE subsync <script>:{line} in_sub", flush=True)
+    sub = interpreters.create()
+    sub.exec(code)
+    sub.close()
+    for _ in range(n):
+        here("sync"); assert rt.cudaDeviceSynchronize() == 0
+
+
 def main():
     if sys.argv[1] == "native":
         lib = ctypes.CDLL(sys.argv[2])
         lib.cuflight_native_launches.argtypes = [ctypes.c_void_p, ctypes.c_int]
         backward(lib, int(sys.argv[3]))
+        return
+    if sys.argv[1] == "subinterp":
+        subinterp(int(sys.argv[2]))
         return
     if sys.argv[1] == "spawn":
         spawned(int(sys.argv[2]))

@@ -317,6 +317,40 @@ fn a_spawned_worker_has_its_own_stacks() {
 }
 
 #[test]
+fn a_subinterpreter_has_its_own_lines() {
+    // 3.14's concurrent.interpreters (PEP 734): code running in a subinterpreter has a thread state and frames
+    // of that interpreter; its calls are blamed on its own lines, and the main interpreter's on its.
+    let dir = scratch("pystacks-subinterp");
+    let mut checked = 0;
+    for python in pythons() {
+        let rec = record(
+            &dir,
+            &[],
+            &python,
+            &[repo_root().join("tests/py/py_stacks.py").to_str().unwrap(), "subinterp", "3"],
+            &[],
+        );
+        if rec.output.status.code() == Some(3) {
+            continue; // no concurrent.interpreters before 3.14
+        }
+        assert!(rec.output.status.success(), "{}: {}", python.display(), rec.stderr());
+        let planted = planted_lines(&String::from_utf8_lossy(&rec.output.stdout));
+        let rows = stats(&rec.trace)["python_sync"].as_array().unwrap().clone();
+        for (what, func) in [("subsync", "in_sub"), ("sync", "subinterp")] {
+            let at = &planted[what].0;
+            let row = rows.iter().find(|r| format!("{}:{}", r["file"].as_str().unwrap(), r["line"]) == *at);
+            let row = row.unwrap_or_else(|| panic!("{}: no row for {at}: {rows:?}", python.display()));
+            assert_eq!(
+                (row["function"].as_str(), row["calls"].as_str()),
+                (Some(func), Some("cudaDeviceSynchronize x3"))
+            );
+        }
+        checked += 1;
+    }
+    eprintln!("subinterpreters checked on {checked} interpreters");
+}
+
+#[test]
 fn a_thread_running_no_python_gets_the_main_threads_line() {
     // PyTorch's autograd device threads launch the backward pass with no Python frames of their own while the
     // main thread waits in loss.backward(): their calls are blamed on the main thread's line. Here a POSIX thread
