@@ -266,12 +266,12 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
             state[u] = if memory::read(unique[u], &mut headers[slot[u]][..code_span(l)]) { 1 } else { 2 };
         }
     }
-    // What the code objects seen for the first time refer to (file and function names, line tables) in one call,
-    // into `scratch` (its header ranges are copied out by now): a cold stack's 3 reads a frame become one a stack.
     if l.code_tlbc.is_some() && in_copy[..found].iter().any(|&(_, copy)| copy != 0) {
         let (copies, frames) = (&in_copy[..found], &which[..found]);
         thread_copy_offsets(l, py, copies, frames, &unique, &state, &slot, &headers, &mut offsets[..found]);
     }
+    // What the code objects seen for the first time refer to (file and function names, line tables) in one call,
+    // into `scratch` (its header ranges are copied out by now): a cold stack's 3 reads a frame become one a stack.
     let mut objects = Prefetched { addrs: [0; memory::MOST_GATHERED], count: 0, read: 0 };
     // Only the frames that are named below (the deeper ones are walked for the guess, never named or cached).
     let mut named = [false; CANDIDATES];
