@@ -20,6 +20,7 @@ mod layout;
 mod layouts;
 mod linetable;
 mod memory;
+mod thread_copies;
 mod walk;
 
 pub use layout::Layout;
