@@ -10,6 +10,27 @@ pub const HEADER: usize = 240;
 /// Set once the kernel refused the call itself (seccomp, an old kernel): stacks are off for good.
 static REFUSED: AtomicBool = AtomicBool::new(false);
 
+/// One `process_vm_readv` on this process: the bytes transferred, 0 on failure (a kernel or sandbox that refuses
+/// the call itself turns the reader off for good: [`REFUSED`]).
+///
+/// # Safety
+/// Every `local` iovec must cover a distinct buffer the caller owns mutably, as long as its `iov_len`; `local` and
+/// `remote` have the same length. The remote ranges are read through the page tables, so an unmapped address
+/// returns EFAULT rather than faulting, the kernel stopping at the first range it cannot read.
+unsafe fn readv(local: &[libc::iovec], remote: &[libc::iovec]) -> usize {
+    let n = local.len().min(remote.len()) as libc::c_ulong;
+    // SAFETY: the caller's contract above; getpid has no preconditions (and is right after fork, where a cached pid
+    // would not be).
+    let got = unsafe { libc::process_vm_readv(libc::getpid(), local.as_ptr(), n, remote.as_ptr(), n, 0) };
+    if got < 0 {
+        if matches!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EPERM | libc::ENOSYS)) {
+            REFUSED.store(true, Ordering::Relaxed);
+        }
+        return 0;
+    }
+    got as usize
+}
+
 /// Fills `buf` from address `addr` of this process; false when any byte of it is not readable.
 pub fn read(addr: u64, buf: &mut [u8]) -> bool {
     if addr < 4096 || buf.is_empty() || REFUSED.load(Ordering::Relaxed) {
@@ -17,18 +38,8 @@ pub fn read(addr: u64, buf: &mut [u8]) -> bool {
     }
     let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
-    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`, which we own mutably; the remote range is
-    // read through the page tables, so an unmapped address returns EFAULT rather than faulting. getpid has no
-    // preconditions (and is right after fork, where a cached pid would not be).
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if n < 0 {
-        let err = std::io::Error::last_os_error().raw_os_error();
-        if matches!(err, Some(libc::EPERM | libc::ENOSYS)) {
-            REFUSED.store(true, Ordering::Relaxed);
-        }
-        return false;
-    }
-    n as usize == buf.len()
+    // SAFETY: the one local iovec is `buf`, which we own mutably.
+    unsafe { readv(&[local], &[remote]) == buf.len() }
 }
 
 /// Fills as much of `buf` from `addr` as is readable, in one call: the whole of it, or the part up to the end of
@@ -52,17 +63,8 @@ pub fn read_prefix(addr: u64, buf: &mut [u8]) -> usize {
         libc::iovec { iov_base: (addr + first as u64) as *mut libc::c_void, iov_len: tail.len() },
     ];
     let pieces = if tail.is_empty() { 1 } else { 2 };
-    // SAFETY: as in `read`: the kernel writes at most the local pieces' lengths into `buf`, which we own mutably,
-    // and reads the remote ranges through the page tables.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), local.as_ptr(), pieces, remote.as_ptr(), pieces, 0) };
-    if n < 0 {
-        let err = std::io::Error::last_os_error().raw_os_error();
-        if matches!(err, Some(libc::EPERM | libc::ENOSYS)) {
-            REFUSED.store(true, Ordering::Relaxed);
-        }
-        return 0;
-    }
-    n as usize
+    // SAFETY: the local pieces are the two disjoint halves of `buf`, which we own mutably.
+    unsafe { readv(&local[..pieces], &remote[..pieces]) }
 }
 
 /// Bytes read of each object [`gather`] reads.
@@ -84,25 +86,9 @@ pub fn gather(addrs: &[u64], out: &mut [u8; SCRATCH]) -> u64 {
         local[k] = libc::iovec { iov_base: chunk.as_mut_ptr().cast(), iov_len: GATHERED };
         remote[k] = libc::iovec { iov_base: addrs[k] as *mut libc::c_void, iov_len: GATHERED };
     }
-    // SAFETY: each local iovec is a distinct GATHERED-byte chunk of `out`, which we own mutably; the remote ranges
-    // are read through the page tables (EFAULT, never a fault), the kernel stopping at the first unreadable one.
-    let got = unsafe {
-        libc::process_vm_readv(
-            libc::getpid(),
-            local.as_ptr(),
-            count as libc::c_ulong,
-            remote.as_ptr(),
-            count as libc::c_ulong,
-            0,
-        )
-    };
-    if got < 0 {
-        if matches!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EPERM | libc::ENOSYS)) {
-            REFUSED.store(true, Ordering::Relaxed);
-        }
-        return 0;
-    }
-    let whole = (got as usize / GATHERED).min(count);
+    // SAFETY: each local iovec is a distinct GATHERED-byte chunk of `out`, which we own mutably.
+    let got = unsafe { readv(&local[..count], &remote[..count]) };
+    let whole = (got / GATHERED).min(count);
     (1u64 << whole) - 1
 }
 
@@ -123,22 +109,9 @@ pub fn read_words(addrs: &[u64], out: &mut [u64]) -> u32 {
         local[k] = libc::iovec { iov_base: word.as_mut_ptr().cast(), iov_len: 8 };
         remote[k] = libc::iovec { iov_base: addrs[k] as *mut libc::c_void, iov_len: 8 };
     }
-    // SAFETY: each local iovec is a distinct 8-byte word of `raw`, which we own mutably; the remote ranges are read
-    // through the page tables (EFAULT, never a fault), the kernel stopping at the first unreadable one.
-    let got = unsafe {
-        libc::process_vm_readv(
-            libc::getpid(),
-            local.as_ptr(),
-            count as libc::c_ulong,
-            remote.as_ptr(),
-            count as libc::c_ulong,
-            0,
-        )
-    };
-    if got < 0 {
-        return 0;
-    }
-    let whole = (got as usize / 8).min(count);
+    // SAFETY: each local iovec is a distinct 8-byte word of `raw`, which we own mutably.
+    let got = unsafe { readv(&local[..count], &remote[..count]) };
+    let whole = (got / 8).min(count);
     for k in 0..whole {
         out[k] = u64::from_le_bytes(raw[k]);
     }
@@ -240,20 +213,10 @@ pub fn read_guess(
         return (0, None, 0);
     }
     // SAFETY: every local iovec covers a distinct buffer we own mutably (two 8-byte words, distinct page-sized
-    // chunks of `window`, disjoint pieces of `scratch`, distinct headers of at most HEADER bytes); the kernel reads
-    // the remote ranges through the page tables (EFAULT, never a fault), stopping at the first unreadable one.
-    let got = unsafe {
-        libc::process_vm_readv(
-            libc::getpid(),
-            local.as_ptr(),
-            n as libc::c_ulong,
-            remote.as_ptr(),
-            n as libc::c_ulong,
-            0,
-        )
-    };
+    // chunks of `window`, disjoint pieces of `scratch`, distinct headers of at most HEADER bytes).
+    let got = unsafe { readv(&local[..n], &remote[..n]) };
     // Which iovecs were read whole: the kernel fills them in order.
-    let mut left = if got < 0 { 0 } else { got as usize };
+    let mut left = got;
     let mut whole = [false; MOST];
     for (k, done) in whole.iter_mut().enumerate().take(n) {
         *done = left >= local[k].iov_len;
