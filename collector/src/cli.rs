@@ -153,7 +153,9 @@ pub enum Cmd {
         #[arg(long)]
         allow_remote: bool,
         /// Recorded share of time: ON/PERIOD (a window of ON every PERIOD), or continuous (attached once, recorded
-        /// without pause, folded into the metrics every --interval).
+        /// without pause, folded into the metrics every --interval). Each window sets CUPTI up and tears it down,
+        /// and CUPTI kept about 95 KB of the program's memory a window on an H200 (34 MB an hour at 1s/10s):
+        /// 10s/100s records the same share with a tenth of the windows.
         #[arg(long, default_value = "1s/10s", value_parser = crate::serve::parse_duty)]
         duty: crate::serve::Duty,
         /// With --duty continuous, how often the counters move.
