@@ -87,25 +87,22 @@ fn find_interpreter() -> Option<Interp> {
     // The release's layouts (from 3.14 a free-threaded one beside the default build's): the first that the
     // interpreter's own description agrees with.
     let runtime = symbol(c"_PyRuntime");
-    let mut why = None;
     let mut candidates = layouts::LAYOUTS.iter().filter(|l| l.minor == minor).peekable();
     if candidates.peek().is_none() {
         set_verdict(python_reader::UNKNOWN_RELEASE, minor);
         return None;
     }
+    // "Free-threaded" only when every layout of the release is the other build's; else "another layout".
+    let mut only_free_threaded = true;
     let layout = candidates.find(|l| match check_description(l, runtime) {
         Ok(()) => true,
         Err(m) => {
-            // Free-threaded only when no layout of this build exists; any other disagreement says "other".
-            why = Some(if m == Mismatch::FreeThreaded && why != Some(Mismatch::Other) { m } else { Mismatch::Other });
+            only_free_threaded &= m == Mismatch::FreeThreaded;
             false
         }
     });
     let Some(layout) = layout else {
-        let code = match why {
-            Some(Mismatch::FreeThreaded) => python_reader::FREE_THREADED,
-            _ => python_reader::OTHER_LAYOUT,
-        };
+        let code = if only_free_threaded { python_reader::FREE_THREADED } else { python_reader::OTHER_LAYOUT };
         set_verdict(code, minor);
         return None;
     };
