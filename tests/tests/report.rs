@@ -98,9 +98,10 @@ fn report_works_where_hta_fails_and_on_captures() {
     assert!(rec.output.status.success(), "{}", rec.stderr());
     let r = report(&rec.trace);
     let p = &r["processes"][0];
-    // The first step may be warm-up (cudasim, as CUDA, loads a module at its first launch): reported apart.
+    // The first step may be warm-up (cudasim, as CUDA, loads a module at its first launch): reported apart. On a
+    // loaded 2-core machine the second can be too (a clean-clone CI rehearsal saw it at 1.53x the steady step).
     let warmup = p["warmup"]["steps"].as_u64().unwrap() as usize;
-    assert!(warmup <= 1, "{}", p["warmup"]);
+    assert!(warmup <= 2, "{}", p["warmup"]);
     assert_eq!(p["steps"].as_array().unwrap().len() + warmup, 4);
     assert!(p["breakdown"]["compute_ns"].as_u64().unwrap() > 0);
     let text = Command::new(cuflight_bin()).arg("report").arg(&rec.trace).output().unwrap();
