@@ -7,7 +7,9 @@ synchronisations made DEPTH frames deep (benches/python-stacks; `timed N DEPTH d
 of its own; `thread` after them: on a thread started by `threading`); py_stacks.py spawn STEPS: the work in a child
 process started by multiprocessing's spawn; py_stacks.py subinterp N: N synchronisations in a subinterpreter
 (3.14's concurrent.interpreters; exits 3 where there is none), then N in the main one; py_stacks.py native LIB N: N launches from a thread that runs no Python
-(LIB: tests/c/native_thread.c built as a library) while this thread waits in the call."""
+(LIB: tests/c/native_thread.c built as a library) while this thread waits in the call; py_stacks.py shapes N: N
+synchronisations each in a generator, in coroutines run by asyncio and in a function nested in a method, each site's
+chain of frames in this file printed as `STACK what line:function ...`, innermost first."""
 import ctypes
 import inspect
 import sys
@@ -117,6 +119,61 @@ def spawned(steps):
     assert child.exitcode == 0
 
 
+def stack_here(what):
+    """Prints the caller's chain of frames in this file, innermost first, as `STACK what line:function ...`
+    (co_qualname where the release has it, as the reader names functions from 3.11), once per call site."""
+    f, chain = inspect.currentframe().f_back, []
+    key = (what, f.f_lineno)
+    while f is not None:
+        if f.f_code.co_filename == __file__:
+            chain.append(f"{f.f_lineno}:{getattr(f.f_code, 'co_qualname', f.f_code.co_name)}")
+        f = f.f_back
+    with seen_lock:
+        if key not in seen:
+            seen.add(key)
+            print(f"STACK {what} {' '.join(chain)}", flush=True)
+
+
+def batches(n):
+    """A generator synchronising between items, as a data pipeline's `.to(device)` does: from 3.11 its frame lives
+    in the generator object, not on the thread's data stack, and links back to whoever resumed it."""
+    for i in range(n):
+        stack_here("generator"); assert rt.cudaDeviceSynchronize() == 0
+        yield i
+
+
+def consume(n):
+    return sum(b for b in batches(n))
+
+
+async def infer_one():
+    stack_here("coroutine"); assert rt.cudaDeviceSynchronize() == 0
+
+
+async def serve_requests(n):
+    """An asyncio server's shape (vLLM, FastAPI): CUDA calls from a coroutine run by the event loop."""
+    import asyncio
+    for _ in range(n):
+        await infer_one()
+        await asyncio.sleep(0)
+
+
+class Block:
+    def forward(self):
+        def inner():
+            stack_here("nested"); assert rt.cudaDeviceSynchronize() == 0
+        inner()
+
+
+def shapes(n):
+    """Synchronisations in a generator, in coroutines under asyncio's loop, and in a function nested in a method."""
+    import asyncio
+    consume(n)
+    asyncio.run(serve_requests(n))
+    for _ in range(n):
+        Block().forward()
+
+
 def backward(lib, n):
     here("native"); assert lib.cuflight_native_launches(func, n) == 0
 
@@ -158,6 +215,9 @@ def main():
         return
     if sys.argv[1] == "subinterp":
         subinterp(int(sys.argv[2]))
+        return
+    if sys.argv[1] == "shapes":
+        shapes(int(sys.argv[2]))
         return
     if sys.argv[1] == "spawn":
         spawned(int(sys.argv[2]))

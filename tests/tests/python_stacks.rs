@@ -389,3 +389,56 @@ fn a_thread_running_no_python_gets_the_main_threads_line() {
         assert_eq!(frame["args"]["Python thread"], "main (this thread runs no Python)", "{frame}");
     }
 }
+
+/// The stacks of a chrome export's calls, innermost first, as `line:function` of the frames in `file` only: one
+/// list per stack (the leaves of the `Python parent id` tree).
+fn exported_chains(json: &Value, file: &str) -> Vec<Vec<String>> {
+    let py: Vec<&Value> =
+        json["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "python_function").collect();
+    let by_id: BTreeMap<u64, &Value> = py.iter().map(|e| (e["args"]["Python id"].as_u64().unwrap(), *e)).collect();
+    let parents: std::collections::BTreeSet<u64> =
+        py.iter().filter_map(|e| e["args"]["Python parent id"].as_u64()).collect();
+    let prefix = format!("{file}(");
+    let mut chains = Vec::new();
+    for (&id, _) in by_id.iter().filter(|(id, _)| !parents.contains(id)) {
+        let (mut chain, mut at) = (Vec::new(), Some(id));
+        while let Some(e) = at.and_then(|id| by_id.get(&id)) {
+            let name = e["name"].as_str().unwrap();
+            if let Some((line, func)) = name.strip_prefix(&prefix).and_then(|r| r.split_once("): ")) {
+                chain.push(format!("{line}:{func}"));
+            }
+            at = e["args"]["Python parent id"].as_u64();
+        }
+        chains.push(chain);
+    }
+    chains
+}
+
+#[test]
+fn generators_coroutines_and_nested_functions_keep_their_callers() {
+    // From 3.11 a generator's or coroutine's frame lives in its object, outside the thread's data stack, and
+    // links back to the frame that resumed it (asyncio's loop for a coroutine); the walk must follow it there
+    // and back. Each call's whole chain in the script must be the one the program saw, on every CPython found.
+    let dir = scratch("pystacks-shapes");
+    let script = repo_root().join("tests/py/py_stacks.py");
+    let file = script.to_str().unwrap();
+    for python in pythons() {
+        let (rec, _) = record_py(&dir, &python, &["shapes", "3"], &[]);
+        let stdout = String::from_utf8_lossy(&rec.output.stdout);
+        let expected: BTreeMap<&str, Vec<String>> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("STACK "))
+            .map(|l| {
+                let mut parts = l.split(' ');
+                (parts.next().unwrap(), parts.map(String::from).collect())
+            })
+            .collect();
+        assert_eq!(expected.len(), 3, "{stdout}");
+        let chains = exported_chains(&export_chrome(&rec.trace, &dir.join("t.json")), file);
+        for (what, chain) in &expected {
+            let n = chains.iter().filter(|c| *c == chain).count();
+            assert_eq!(n, 3, "{}: {what} {chain:?} seen {n} times in {chains:?}", python.display());
+        }
+        eprintln!("checked on {}", python.display());
+    }
+}

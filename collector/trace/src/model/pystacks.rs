@@ -66,11 +66,15 @@ impl StackJoin {
 }
 
 /// Whether `file` is the program's own code rather than the interpreter's library or an installed package.
+/// Pseudo-files (`<frozen runpy>`, `<string>`: what dataclasses, namedtuple and torch.fx generate) are not, but
+/// code typed by the user is: `<stdin>` (the REPL, `python - < script`) and IPython's terminal cells
+/// (`<ipython-input-N-hash>`; Jupyter's kernel names its cells `/tmp/ipykernel_PID/HASH.py`, a user file already).
 pub fn is_user_file(file: &str) -> bool {
-    let library = file.contains("/site-packages/")
-        || file.contains("/dist-packages/")
-        || file.starts_with('<')
-        || file.contains("/lib/python3.");
+    if file.starts_with('<') {
+        return file == "<stdin>" || file.starts_with("<ipython-input-");
+    }
+    let library =
+        file.contains("/site-packages/") || file.contains("/dist-packages/") || file.contains("/lib/python3.");
     !library
 }
 
@@ -133,5 +137,9 @@ mod tests {
         assert!(!is_user_file("/usr/lib/python3.11/threading.py"));
         assert!(!is_user_file("/venv/lib/python3.12/site-packages/torch/_tensor.py"));
         assert!(!is_user_file("<frozen runpy>"));
+        assert!(!is_user_file("<string>"));
+        assert!(is_user_file("<stdin>"));
+        assert!(is_user_file("<ipython-input-3-5f2c1d>"));
+        assert!(is_user_file("/tmp/ipykernel_4242/1234567.py"));
     }
 }
