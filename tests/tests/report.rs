@@ -310,3 +310,36 @@ fn imported_traces_spooled_to_disk_read_the_same_as_in_memory() {
     assert!(left.is_empty(), "spool files left behind: {left:?}");
     std::fs::remove_dir_all(&tmp).unwrap();
 }
+
+#[test]
+fn a_loop_of_one_kernel_has_steps_cut_at_its_synchronisations() {
+    // PyTorch's eager call mix with one kernel repeating (tests/py/eager_loop.py: 30 operators and a
+    // synchronisation a step, 2 warm-up steps and 20 timed ones) has no step annotations, and its kernel names
+    // cannot tell the steps apart: every launch was a "step". The synchronisations cut them.
+    let dir = scratch("report-one-kernel");
+    let kernel = dir.join("libempty_kernel.so");
+    let built = Command::new("gcc")
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&kernel)
+        .arg(repo_root().join("tests/c/empty_kernel.c"))
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let script = repo_root().join("tests/py/eager_loop.py");
+    let rec = record(
+        &dir,
+        &[],
+        std::path::Path::new("python3"),
+        &[script.to_str().unwrap(), "20", "30"],
+        &[("CUDART_KERNEL_LIB", kernel.to_str().unwrap())],
+    );
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let p = &report(&rec.trace)["processes"][0];
+    assert_eq!(p["step_source"], "pattern");
+    let steps = p["steps"].as_array().unwrap();
+    assert_eq!(steps.len() + p["warmup"]["steps"].as_u64().unwrap() as usize, 22, "{}", p["warmup"]);
+    // One synchronisation a step, and the launch-bound finding counts 30 launches a step.
+    let launch_bound = p["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "launch_bound");
+    let facts = launch_bound.map(|f| f["evidence"]["facts"].to_string()).unwrap_or_default();
+    assert!(facts.contains("(30 per step)"), "{facts}");
+}

@@ -16,6 +16,7 @@ mod html_escape;
 pub mod idle;
 pub mod job;
 pub mod overlap;
+mod pattern;
 pub mod plan;
 mod queue_deps;
 pub mod run;

@@ -347,6 +347,9 @@ fn steps_from_ranges(p: &Process, candidates: &[(HostRange, u64)], option: Optio
 struct Pattern {
     launches: LaunchJoin,
     seq: Vec<(u64, u32)>,
+    /// (start, name) of every call that makes the host wait for the GPU: where kernel names alone cannot tell
+    /// the steps apart (one kernel repeating), the waits may ([`super::pattern::steps`]).
+    waits: Vec<(u64, u32)>,
     launched: Vec<(u64, u64)>,
 }
 
@@ -374,6 +377,11 @@ pub fn plan(
             match e.kind() {
                 Some(EventKind::Api) => {
                     s.launches.api(p, e);
+                    // A synchronising call, or a copy that returns when it is done (cudaMemcpy: `.item()`).
+                    let f = first[&k].names.get(e.name);
+                    if f & NameFlags::SYNC != 0 || (f & NameFlags::MEMCPY != 0 && f & NameFlags::ASYNC == 0) {
+                        s.waits.push((e.start, e.name));
+                    }
                 }
                 Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
                     let t = s.launches.work(e).map(|w| w.call.start);
@@ -395,7 +403,7 @@ pub fn plan(
             Some((src, ranges)) => (src, ranges.iter().map(|r| r.0).collect(), ranges.iter().map(|r| r.1).collect()),
             None => {
                 let s = pattern.remove(&k).unwrap_or_default();
-                let ranges = pattern_steps(s.seq, f.max_op_end.unwrap_or(0));
+                let ranges = super::pattern::steps(s.seq, s.waits, f.max_op_end.unwrap_or(0));
                 let mut gpu_end = vec![0; ranges.len()];
                 for (t, end) in s.launched {
                     let k = ranges.partition_point(|r| r.start <= t);
@@ -484,56 +492,4 @@ fn windows(host: &[HostRange], gpu_end: &[u64]) -> Vec<Span> {
         prev_end = end;
     }
     out
-}
-
-/// Steps from the repeating pattern of kernel launches: the smallest period P such that the launch sequence
-/// repeats with period P (90% of positions match) and some kernel name recurs every P launches; the step
-/// boundary is put before the launch that follows the longest host pause within the period.
-fn pattern_steps(mut seq: Vec<(u64, u32)>, last_end: u64) -> Vec<HostRange> {
-    seq.sort_by_key(|x| x.0);
-    let n = seq.len();
-    if n < 6 {
-        return vec![];
-    }
-    let mut positions: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
-    for (i, &(_, name)) in seq.iter().enumerate() {
-        positions.entry(name).or_default().push(i);
-    }
-    let mut periods: Vec<usize> = positions
-        .values()
-        .filter(|pos| pos.len() >= 3)
-        .filter_map(|pos| {
-            let mut gaps: FxHashMap<usize, usize> = FxHashMap::default();
-            for w in pos.windows(2) {
-                *gaps.entry(w[1] - w[0]).or_default() += 1;
-            }
-            let (&period, &count) = gaps.iter().max_by_key(|(g, c)| (**c, std::cmp::Reverse(**g)))?;
-            (count * 5 >= (pos.len() - 1) * 4).then_some(period)
-        })
-        .collect();
-    periods.sort_unstable();
-    periods.dedup();
-    // A step holds every kernel that recurs (3 times or more); this rules out periods that only repeat one
-    // kernel among many (1000 identical tiny kernels per step make a period of 1 otherwise).
-    let recurring = positions.values().filter(|pos| pos.len() >= 3).count();
-    let periodic = |p: usize| {
-        let matches = (0..n - p).filter(|&i| seq[i].1 == seq[i + p].1).count();
-        let distinct: FxHashSet<u32> = seq[..p.min(n)].iter().map(|x| x.1).collect();
-        n >= 3 * p && matches * 10 >= (n - p) * 9 && distinct.len() * 10 >= recurring * 9
-    };
-    let Some(period) = periods.into_iter().find(|&p| periodic(p)) else { return vec![] };
-    // The boundary: the in-period offset with the longest total pause before its launch.
-    let offset = (0..period)
-        .max_by_key(|&o| (o..n).step_by(period).filter(|&i| i > 0).map(|i| seq[i].0 - seq[i - 1].0).sum::<u64>())
-        .unwrap_or(0);
-    let starts: Vec<usize> = (offset..n).step_by(period).collect();
-    starts
-        .iter()
-        .enumerate()
-        .filter(|(_, &s)| s + period <= n)
-        .map(|(k, &s)| {
-            let end = starts.get(k + 1).map_or(last_end, |&next| seq[next].0);
-            HostRange { start: seq[s].0, end, name: 0, tid: 0 }
-        })
-        .collect()
 }

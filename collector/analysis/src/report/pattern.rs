@@ -1,0 +1,164 @@
+//! Steps from the repeating pattern of a process's work, for traces without step annotations: the smallest
+//! period P such that the sequence of kernel launches repeats with period P (90% of positions match) and some
+//! kernel name recurs every P launches; each step begins at the launch that the host typically paused longest
+//! before (the median over the steps).
+//!
+//! Kernel names alone cannot cut a loop of one kernel repeating (PyTorch's eager loop of one elementwise
+//! operator, a benchmark): every launch would be a "step". There the calls that make the host wait for the GPU
+//! (synchronisations, synchronous copies such as `.item()`'s) join the sequence as names of their own, and a
+//! loop that waits every N launches has steps of N launches and a wait. Where kernel names do repeat with a
+//! longer period they decide alone: a program that logs its loss every tenth step keeps steps of one iteration.
+
+use super::window::HostRange;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// Steps of the launch sequence `seq` ((launch time, kernel name)), with `waits` ((start, call name)) to cut a
+/// loop of one repeating kernel; the last step ends at `last_end`.
+pub fn steps(mut seq: Vec<(u64, u32)>, waits: Vec<(u64, u32)>, last_end: u64) -> Vec<HostRange> {
+    seq.sort_by_key(|x| x.0);
+    let by_kernels = period(&seq);
+    if by_kernels.is_none_or(|p| p == 1) && waits.len() >= 3 {
+        let mut merged = seq.clone();
+        merged.extend(waits);
+        merged.sort_by_key(|x| x.0);
+        if let Some(p) = period(&merged).filter(|&p| p > 1) {
+            return cut(&merged, p, last_end);
+        }
+    }
+    by_kernels.map_or_else(Vec::new, |p| cut(&seq, p, last_end))
+}
+
+/// The period of `seq` (sorted by time), if it repeats.
+fn period(seq: &[(u64, u32)]) -> Option<usize> {
+    let n = seq.len();
+    if n < 6 {
+        return None;
+    }
+    let mut positions: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
+    for (i, &(_, name)) in seq.iter().enumerate() {
+        positions.entry(name).or_default().push(i);
+    }
+    let mut periods: Vec<usize> = positions
+        .values()
+        .filter(|pos| pos.len() >= 3)
+        .filter_map(|pos| {
+            let mut gaps: FxHashMap<usize, usize> = FxHashMap::default();
+            for w in pos.windows(2) {
+                *gaps.entry(w[1] - w[0]).or_default() += 1;
+            }
+            let (&period, &count) = gaps.iter().max_by_key(|(g, c)| (**c, std::cmp::Reverse(**g)))?;
+            (count * 5 >= (pos.len() - 1) * 4).then_some(period)
+        })
+        .collect();
+    periods.sort_unstable();
+    periods.dedup();
+    // A step holds every name that recurs (3 times or more); this rules out periods that only repeat one
+    // kernel among many (1000 identical tiny kernels per step make a period of 1 otherwise).
+    let recurring = positions.values().filter(|pos| pos.len() >= 3).count();
+    let periodic = |p: usize| {
+        let matches = (0..n - p).filter(|&i| seq[i].1 == seq[i + p].1).count();
+        let distinct: FxHashSet<u32> = seq[..p.min(n)].iter().map(|x| x.1).collect();
+        n >= 3 * p && matches * 10 >= (n - p) * 9 && distinct.len() * 10 >= recurring * 9
+    };
+    periods.into_iter().find(|&p| periodic(p))
+}
+
+/// Steps of `period` entries of `seq`, each beginning at the in-period offset with the longest typical pause
+/// before it: the median over the steps, so that one stall (start-up, a collection) cannot move every boundary.
+fn cut(seq: &[(u64, u32)], period: usize, last_end: u64) -> Vec<HostRange> {
+    let n = seq.len();
+    let mut pauses = Vec::with_capacity(n / period + 1);
+    let offset = (0..period)
+        .max_by_key(|&o| {
+            pauses.clear();
+            pauses.extend((o..n).step_by(period).filter(|&i| i > 0).map(|i| seq[i].0 - seq[i - 1].0));
+            let mid = pauses.len() / 2;
+            (!pauses.is_empty()).then(|| *pauses.select_nth_unstable(mid).1)
+        })
+        .unwrap_or(0);
+    let starts: Vec<usize> = (offset..n).step_by(period).collect();
+    starts
+        .iter()
+        .enumerate()
+        .filter(|(_, &s)| s + period <= n)
+        .map(|(k, &s)| {
+            let end = starts.get(k + 1).map_or(last_end, |&next| seq[next].0);
+            HostRange { start: seq[s].0, end, name: 0, tid: 0 }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `steps` launches of kernel 1 per step, 10 apart, each step ending in a wait (name 2) of `wait` ns.
+    fn one_kernel_loop(steps: usize, per_step: usize, wait: u64) -> (Vec<(u64, u32)>, Vec<(u64, u32)>) {
+        let (mut seq, mut waits, mut t) = (vec![], vec![], 0);
+        for _ in 0..steps {
+            for _ in 0..per_step {
+                seq.push((t, 1));
+                t += 10;
+            }
+            waits.push((t, 2));
+            t += wait;
+        }
+        (seq, waits)
+    }
+
+    #[test]
+    fn a_loop_of_one_kernel_is_cut_at_its_waits() {
+        let (seq, waits) = one_kernel_loop(6, 200, 5000);
+        let got = steps(seq.clone(), waits, 100_000);
+        assert_eq!(got.len(), 6, "{got:?}");
+        // Each step begins at the first launch after a wait; the first at the first launch.
+        let step = 200 * 10 + 5000;
+        for (k, s) in got.iter().enumerate() {
+            assert_eq!(s.start, k as u64 * step);
+        }
+        assert_eq!(got[0].end, step);
+        // Without the waits, every launch is a step of its own: what kernel names alone can say.
+        assert_eq!(steps(seq, vec![], 100_000).len(), 1200);
+    }
+
+    #[test]
+    fn one_long_stall_does_not_move_the_boundaries() {
+        let (mut seq, waits) = one_kernel_loop(8, 50, 3000);
+        // A 100 us stall (start-up, a garbage collection) before the 21st launch of the first step.
+        for x in seq.iter_mut().skip(20) {
+            x.0 += 100_000;
+        }
+        let waits: Vec<(u64, u32)> = waits.into_iter().map(|(t, n)| (t + 100_000, n)).collect();
+        let got = steps(seq.clone(), waits.clone(), 1_000_000);
+        assert_eq!(got.len(), 8, "{got:?}");
+        // Every step but the first begins at the first launch after a wait.
+        for s in &got[1..] {
+            assert!(waits.iter().any(|w| seq.iter().find(|k| k.0 > w.0).is_some_and(|k| k.0 == s.start)), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn kernel_names_decide_where_they_repeat_with_a_longer_period() {
+        // Steps of kernels 1, 3, 4; a wait (name 2) every second step, as a loop that logs every other step.
+        let (mut seq, mut waits, mut t) = (vec![], vec![], 0);
+        for k in 0..8 {
+            t += 1000;
+            for name in [1, 3, 4] {
+                seq.push((t, name));
+                t += 10;
+            }
+            if k % 2 == 1 {
+                waits.push((t, 2));
+            }
+        }
+        assert_eq!(steps(seq, waits, t + 100).len(), 8);
+    }
+
+    #[test]
+    fn irregular_waits_change_nothing() {
+        let (seq, _) = one_kernel_loop(1, 600, 0);
+        let waits = vec![(15, 2), (1005, 2), (4005, 2)];
+        let starts = |v: Vec<HostRange>| v.iter().map(|r| (r.start, r.end)).collect::<Vec<_>>();
+        assert_eq!(starts(steps(seq.clone(), waits, 6000)), starts(steps(seq, vec![], 6000)));
+    }
+}
