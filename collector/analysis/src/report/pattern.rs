@@ -92,8 +92,11 @@ fn cut(seq: &[(u64, u32)], period: usize, last_end: u64) -> Vec<HostRange> {
 mod tests {
     use super::*;
 
+    /// (time, name) entries.
+    type Seq = Vec<(u64, u32)>;
+
     /// `steps` launches of kernel 1 per step, 10 apart, each step ending in a wait (name 2) of `wait` ns.
-    fn one_kernel_loop(steps: usize, per_step: usize, wait: u64) -> (Vec<(u64, u32)>, Vec<(u64, u32)>) {
+    fn one_kernel_loop(steps: usize, per_step: usize, wait: u64) -> (Seq, Seq) {
         let (mut seq, mut waits, mut t) = (vec![], vec![], 0);
         for _ in 0..steps {
             for _ in 0..per_step {
