@@ -254,18 +254,8 @@ impl Buf {
         self.bytes[self.len..self.len + n].copy_from_slice(&s[..n]);
         self.len += n;
     }
-    fn number(&mut self, mut v: u64) {
-        let mut digits = [0u8; 20];
-        let mut i = digits.len();
-        loop {
-            i -= 1;
-            digits[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        self.push(&digits[i..]);
+    fn number(&mut self, v: u64) {
+        self.push(cuflight_format::decimal::digits(v, &mut [0u8; 20]));
     }
     fn bytes(&self) -> &[u8] {
         &self.bytes[..self.len]

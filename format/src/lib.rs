@@ -23,6 +23,7 @@ pub mod channel;
 #[cfg(feature = "file")]
 pub mod codec;
 pub mod control;
+pub mod decimal;
 pub mod event;
 #[cfg(feature = "file")]
 pub mod file;

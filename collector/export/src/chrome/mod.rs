@@ -71,18 +71,8 @@ impl fmt::Display for Js<'_> {
 }
 
 /// Appends `v` in decimal, without the formatting machinery (most of what this export writes is integers).
-fn push_u64(buf: &mut Vec<u8>, mut v: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    buf.extend_from_slice(&digits[i..]);
+fn push_u64(buf: &mut Vec<u8>, v: u64) {
+    buf.extend_from_slice(cuflight_format::decimal::digits(v, &mut [0u8; 20]));
 }
 
 /// Appends [`Us`]'s text.
