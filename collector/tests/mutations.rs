@@ -186,7 +186,7 @@ fn counters_at_their_maximum_saturate() {
     assert_eq!(p.run.dropped_total, max);
     let stacks = p.python_stacks.expect("stacks read");
     assert_eq!((stacks.stacks, stacks.in_steps, stacks.in_steps_ns), (8, 8, max));
-    assert!(r.to_text().contains("reading Python stacks took"), "{}", r.to_text());
+    assert!(r.to_text().contains("reading Python stacks cost"), "{}", r.to_text());
 }
 
 /// A real agent segment (one ring with events, strings, process facts) as a byte image.

@@ -246,7 +246,7 @@ fn findings_name_the_lines_behind_their_calls() {
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("in read_loss: here(\"copy\"); assert rt.cudaMemcpy(host, dev, 64, 2) == 0"), "{text}");
     // And what the stacks cost the steps: a line, or a warning above 0.5% (cudasim's steps are microseconds long).
-    assert!(text.contains("  Python stacks: ") || text.contains("reading Python stacks took"), "{text}");
+    assert!(text.contains("  Python stacks: ") || text.contains("reading Python stacks cost"), "{text}");
     // The HTML report too (escaped).
     let html = std::process::Command::new(cuflight_bin())
         .args(["report", "--format", "html"])

@@ -206,3 +206,29 @@ fn a_leak_rises_every_step_when_the_host_runs_ahead_of_the_gpu() {
     let want: Vec<i64> = (1..=20).map(|k| k << 28).collect();
     assert_eq!(at_end, want);
 }
+
+#[test]
+fn a_stack_read_costs_a_step_only_where_the_gpu_idles() {
+    // Pattern steps of kernels 1,2,3,2 (launched 10 apart, each running 5 from 5 after its launch). In the third
+    // step two stacks are read for 3 ns each: one while a kernel runs (hidden), one in the gap before the next.
+    let (mut events, mut t, mut corr) = (vec![], 0, 1);
+    for step in 0..5 {
+        t += 1000;
+        for name in [1, 2, 3, 2] {
+            events.push(kernel(name, t + 5, 5, corr));
+            events.push(api(9, t, 2, corr));
+            corr += 1;
+            t += 10;
+        }
+        if step == 2 {
+            let launch = t - 40; // the step's first launch; its kernel runs [launch + 5, launch + 10)
+            for (at, read) in [(launch + 6, 3), (launch + 11, 3)] {
+                events.push(RawEvent { b: read, ..RawEvent::new(EventKind::PyFrame, 1, at, at) });
+            }
+        }
+    }
+    let mut src = source(process(&[(9, "cudaLaunchKernel")], events));
+    let swept = sweep(&mut src, 1 << 20);
+    let cost = swept.stack_cost;
+    assert_eq!((cost.stacks, cost.in_steps, cost.in_steps_ns, cost.exposed_ns), (2, 2, 6, 3));
+}

@@ -150,12 +150,15 @@ fn process(out: &mut String, p: &ProcessReport) {
         out.push_str(&format!("  {w}\n"));
     }
     // What the Python stacks cost (above the threshold the warnings say so, with the switch).
-    if let Some(s) = p.python_stacks.filter(|s| s.in_steps > 0 && s.share_of_steps <= super::stack_cost::MAX_SHARE) {
+    let cheap =
+        |s: &super::stack_cost::StackCost| s.in_steps > 0 && s.exposed_share_of_steps <= super::stack_cost::MAX_SHARE;
+    if let Some(s) = p.python_stacks.filter(cheap) {
         out.push_str(&format!(
-            "  Python stacks: {} read in steps, {:.1} us a step ({:.2}% of step time)\n",
+            "  Python stacks: {} read in steps, {:.1} us a step, {:.1} us of it with the GPU idle ({:.2}% of step time)\n",
             s.in_steps,
             s.per_step_ns as f64 / 1e3,
-            s.share_of_steps * 100.0
+            s.exposed_per_step_ns() as f64 / 1e3,
+            s.exposed_share_of_steps * 100.0
         ));
     }
     if let Some(t) = &p.step_total {
