@@ -12,9 +12,10 @@
 use super::window::HostRange;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-/// Steps of the launch sequence `seq` ((launch time, kernel name)), with `waits` ((start, call name)) to cut a
-/// loop of one repeating kernel; the last step ends at `last_end`.
-pub fn steps(mut seq: Vec<(u64, u32)>, waits: Vec<(u64, u32)>, last_end: u64) -> Vec<HostRange> {
+/// Steps of the launch sequence `seq` ((launch time, kernel name)), with `waits` ((start, call name) of each, and
+/// where the last ended) to cut a loop of one repeating kernel; the last step ends at `last_end` (the end of the
+/// last GPU op), or with its wait where waits cut the steps.
+pub fn steps(mut seq: Vec<(u64, u32)>, (waits, waits_end): (Vec<(u64, u32)>, u64), last_end: u64) -> Vec<HostRange> {
     seq.sort_by_key(|x| x.0);
     let by_kernels = period(&seq);
     if by_kernels.is_none_or(|p| p == 1) && waits.len() >= 3 {
@@ -22,7 +23,7 @@ pub fn steps(mut seq: Vec<(u64, u32)>, waits: Vec<(u64, u32)>, last_end: u64) ->
         merged.extend(waits);
         merged.sort_by_key(|x| x.0);
         if let Some(p) = period(&merged).filter(|&p| p > 1) {
-            return cut(&merged, p, last_end);
+            return cut(&merged, p, last_end.max(waits_end));
         }
     }
     by_kernels.map_or_else(Vec::new, |p| cut(&seq, p, last_end))
@@ -112,7 +113,7 @@ mod tests {
     #[test]
     fn a_loop_of_one_kernel_is_cut_at_its_waits() {
         let (seq, waits) = one_kernel_loop(6, 200, 5000);
-        let got = steps(seq.clone(), waits, 100_000);
+        let got = steps(seq.clone(), (waits, 0), 100_000);
         assert_eq!(got.len(), 6, "{got:?}");
         // Each step begins at the first launch after a wait; the first at the first launch.
         let step = 200 * 10 + 5000;
@@ -120,8 +121,13 @@ mod tests {
             assert_eq!(s.start, k as u64 * step);
         }
         assert_eq!(got[0].end, step);
+        // The last step ends with its wait, not at the last kernel's end (the wait comes after it).
+        let (seq, waits) = one_kernel_loop(6, 200, 5000);
+        let wait_end = waits.last().unwrap().0 + 4000;
+        let got = steps(seq.clone(), (waits, wait_end), seq.last().unwrap().0 + 5);
+        assert_eq!(got.last().unwrap().end, wait_end);
         // Without the waits, every launch is a step of its own: what kernel names alone can say.
-        assert_eq!(steps(seq, vec![], 100_000).len(), 1200);
+        assert_eq!(steps(seq, (vec![], 0), 100_000).len(), 1200);
     }
 
     #[test]
@@ -132,7 +138,7 @@ mod tests {
             x.0 += 100_000;
         }
         let waits: Vec<(u64, u32)> = waits.into_iter().map(|(t, n)| (t + 100_000, n)).collect();
-        let got = steps(seq.clone(), waits.clone(), 1_000_000);
+        let got = steps(seq.clone(), (waits.clone(), 0), 1_000_000);
         assert_eq!(got.len(), 8, "{got:?}");
         // Every step but the first begins at the first launch after a wait.
         for s in &got[1..] {
@@ -154,7 +160,7 @@ mod tests {
                 waits.push((t, 2));
             }
         }
-        assert_eq!(steps(seq, waits, t + 100).len(), 8);
+        assert_eq!(steps(seq, (waits, 0), t + 100).len(), 8);
     }
 
     #[test]
@@ -162,6 +168,6 @@ mod tests {
         let (seq, _) = one_kernel_loop(1, 600, 0);
         let waits = vec![(15, 2), (1005, 2), (4005, 2)];
         let starts = |v: Vec<HostRange>| v.iter().map(|r| (r.start, r.end)).collect::<Vec<_>>();
-        assert_eq!(starts(steps(seq.clone(), waits, 6000)), starts(steps(seq, vec![], 6000)));
+        assert_eq!(starts(steps(seq.clone(), (waits, 0), 6000)), starts(steps(seq, (vec![], 0), 6000)));
     }
 }

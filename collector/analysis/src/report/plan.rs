@@ -350,6 +350,8 @@ struct Pattern {
     /// (start, name) of every call that makes the host wait for the GPU: where kernel names alone cannot tell
     /// the steps apart (one kernel repeating), the waits may ([`super::pattern::steps`]).
     waits: Vec<(u64, u32)>,
+    /// Where the last of them ended: a step cut at waits ends with its wait.
+    waits_end: u64,
     launched: Vec<(u64, u64)>,
 }
 
@@ -381,6 +383,7 @@ pub fn plan(
                     let f = first[&k].names.get(e.name);
                     if f & NameFlags::SYNC != 0 || (f & NameFlags::MEMCPY != 0 && f & NameFlags::ASYNC == 0) {
                         s.waits.push((e.start, e.name));
+                        s.waits_end = s.waits_end.max(e.end);
                     }
                 }
                 Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
@@ -403,7 +406,7 @@ pub fn plan(
             Some((src, ranges)) => (src, ranges.iter().map(|r| r.0).collect(), ranges.iter().map(|r| r.1).collect()),
             None => {
                 let s = pattern.remove(&k).unwrap_or_default();
-                let ranges = super::pattern::steps(s.seq, s.waits, f.max_op_end.unwrap_or(0));
+                let ranges = super::pattern::steps(s.seq, (s.waits, s.waits_end), f.max_op_end.unwrap_or(0));
                 let mut gpu_end = vec![0; ranges.len()];
                 for (t, end) in s.launched {
                     let k = ranges.partition_point(|r| r.start <= t);
