@@ -337,6 +337,14 @@ fn a_python_process_using_cuda_is_injected_and_recorded() {
     let kernels: u64 = s["kernels"].as_array().unwrap().iter().map(|k| k["count"].as_u64().unwrap()).sum();
     assert_eq!(kernels, 5, "{}", s["kernels"]);
     assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 5);
+    // An agent injected into a running interpreter reads its stacks as one loaded at start does: the window's
+    // synchronisation is blamed on the server's own line.
+    let script = std::fs::read_to_string(repo_root().join("tests/py/cuda_server.py")).unwrap();
+    let line = 1 + script.lines().position(|l| l.contains("rt.cudaDeviceSynchronize() == 0")).unwrap();
+    let rows = s["python_sync"].as_array().unwrap();
+    let row = rows.iter().find(|r| r["file"].as_str().unwrap().ends_with("tests/py/cuda_server.py"));
+    let row = row.unwrap_or_else(|| panic!("no Python line: {rows:?}"));
+    assert_eq!((row["line"].as_u64(), row["calls"].as_str()), (Some(line as u64), Some("cudaDeviceSynchronize x1")));
     assert_eq!(server.cmd("k 2"), "done 2");
     let (status, err) = server.end();
     assert!(status.success(), "{err}");
