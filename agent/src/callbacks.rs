@@ -76,9 +76,14 @@ pub unsafe extern "C" fn api_callback(
 fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackData) {
     let runtime = domain == c::CUPTI_CB_DOMAIN_RUNTIME_API;
     let flight = crate::flight::armed();
-    if !runtime && !flight && nested(false) {
+    if !runtime && nested(false) {
         // A driver call the runtime makes on our behalf (every runtime launch makes one): not recorded, so its
-        // callbacks return before reading the clock. A flight recorder still watches its exit (sticky errors).
+        // callbacks return before reading the clock. A flight recorder watches only its result for sticky errors
+        // (the runtime call returns the same code, but may have entered before the recorder was armed).
+        if flight && data.callbackSite == c::CUPTI_API_EXIT && !data.functionReturnValue.is_null() {
+            // SAFETY: at exit CUPTI points this at the call's CUresult (a 32-bit enum).
+            crate::flight::cuda_result(unsafe { *(data.functionReturnValue as *const u32) });
+        }
         return;
     }
     if data.callbackSite == c::CUPTI_API_ENTER {
