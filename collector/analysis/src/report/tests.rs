@@ -42,12 +42,13 @@ fn sweep(src: &mut EventSource, trim_at: usize) -> Swept {
     s.finish(&src.processes[&k])
 }
 
-#[test]
-fn pattern_steps_cut_at_the_longest_pause() {
-    // Per step: a pause of 1000 (data), then kernels 1,2,3,2 launched 10 apart.
+/// Five steps without annotations: a pause of 1000 (data), then kernels 1,2,3,2 launched (name 9) 10 apart, each
+/// running 5 from 5 after its launch; `extra(step, first launch)` adds events of its own to a step.
+fn four_kernel_steps(mut extra: impl FnMut(usize, u64) -> Vec<RawEvent>) -> Vec<RawEvent> {
     let (mut events, mut t, mut corr) = (vec![], 0, 1);
-    for _ in 0..5 {
+    for step in 0..5 {
         t += 1000;
+        events.extend(extra(step, t));
         for name in [1, 2, 3, 2] {
             events.push(kernel(name, t + 5, 5, corr));
             events.push(api(9, t, 2, corr));
@@ -55,6 +56,12 @@ fn pattern_steps_cut_at_the_longest_pause() {
             t += 10;
         }
     }
+    events
+}
+
+#[test]
+fn pattern_steps_cut_at_the_longest_pause() {
+    let events = four_kernel_steps(|_, _| vec![]);
     let mut src = source(process(&[(9, "cudaLaunchKernel")], events));
     let plans = plan(&mut src, None).unwrap();
     let steps = &plans[&7].steps;
@@ -209,24 +216,15 @@ fn a_leak_rises_every_step_when_the_host_runs_ahead_of_the_gpu() {
 
 #[test]
 fn a_stack_read_costs_a_step_only_where_the_gpu_idles() {
-    // Pattern steps of kernels 1,2,3,2 (launched 10 apart, each running 5 from 5 after its launch). In the third
-    // step two stacks are read for 3 ns each: one while a kernel runs (hidden), one in the gap before the next.
-    let (mut events, mut t, mut corr) = (vec![], 0, 1);
-    for step in 0..5 {
-        t += 1000;
-        for name in [1, 2, 3, 2] {
-            events.push(kernel(name, t + 5, 5, corr));
-            events.push(api(9, t, 2, corr));
-            corr += 1;
-            t += 10;
-        }
-        if step == 2 {
-            let launch = t - 40; // the step's first launch; its kernel runs [launch + 5, launch + 10)
-            for (at, read) in [(launch + 6, 3), (launch + 11, 3)] {
-                events.push(RawEvent { b: read, ..RawEvent::new(EventKind::PyFrame, 1, at, at) });
-            }
-        }
-    }
+    // Pattern steps (four_kernel_steps). In the third step two stacks are read for 3 ns each: one while its
+    // first kernel runs (hidden), one in the gap before the next.
+    let events = four_kernel_steps(|step, launch| {
+        let reads = if step == 2 { vec![(launch + 6, 3), (launch + 11, 3)] } else { vec![] };
+        reads
+            .into_iter()
+            .map(|(at, read)| RawEvent { b: read, ..RawEvent::new(EventKind::PyFrame, 1, at, at) })
+            .collect()
+    });
     let mut src = source(process(&[(9, "cudaLaunchKernel")], events));
     let swept = sweep(&mut src, 1 << 20);
     let cost = swept.stack_cost;
