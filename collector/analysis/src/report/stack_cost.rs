@@ -8,7 +8,9 @@
 //! part of each read during which the GPU was idle (no kernel, copy or memset of the process running) is summed
 //! apart, `exposed_ns`: the step time the stacks cost, and what the 0.5% rule is checked against.
 
+use super::spans::{merge, subtract, total, Span};
 use serde::Serialize;
+use std::collections::VecDeque;
 
 /// The share of step time above which the report warns that stacks cost too much.
 pub const MAX_SHARE: f64 = 0.005;
@@ -77,6 +79,32 @@ impl StackCost {
             0 => 0,
             per_step => (self.exposed_ns as u128 * per_step as u128 / self.in_steps_ns.max(1) as u128) as u64,
         }
+    }
+}
+
+/// Stack reads (start, end) in step windows not done yet, in time order: their part with the GPU idle is known
+/// once their window is.
+#[derive(Default)]
+pub struct PendingReads(VecDeque<Span>);
+
+impl PendingReads {
+    /// A read of `read_ns` from `start` (0 from an agent that did not time its reads: nothing to place).
+    pub fn push(&mut self, start: u64, read_ns: u64) {
+        if read_ns > 0 {
+            self.0.push_back((start, start.saturating_add(read_ns)));
+        }
+    }
+
+    /// The reads that began before `window_end`, forgotten: their time outside the GPU's busy stretches, which
+    /// `busy(end)` gives from the window's start to `end` (the last read's end, past the window's if later).
+    pub fn take_idle(&mut self, window_end: u64, busy: impl FnOnce(u64) -> Vec<Span>) -> u64 {
+        let mut reads = Vec::new();
+        while let Some(r) = self.0.front().copied().filter(|r| r.0 < window_end) {
+            self.0.pop_front();
+            reads.push(r);
+        }
+        let Some(end) = reads.iter().map(|r| r.1).max() else { return 0 };
+        total(&subtract(&merge(reads), &busy(end.max(window_end))))
     }
 }
 

@@ -112,9 +112,8 @@ pub struct Sweep<'a> {
     fp32_union: UnionTotal,
     comm_union: UnionTotal,
     live: LiveMemory,
-    /// Python stack reads (start, end) in windows not done yet, in time order: their part with the GPU idle is
-    /// summed when their window is done ([`super::stack_cost`]).
-    stack_reads: VecDeque<Span>,
+    /// Python stack reads in windows not done yet ([`super::stack_cost`]).
+    stack_reads: super::stack_cost::PendingReads,
     /// Histories this long are trimmed between windows (a power of two).
     trim_at: usize,
     out: Swept,
@@ -166,7 +165,7 @@ impl<'a> Sweep<'a> {
             fp32_union: UnionTotal::default(),
             comm_union: UnionTotal::default(),
             live: LiveMemory::default(),
-            stack_reads: VecDeque::new(),
+            stack_reads: Default::default(),
             trim_at: 1 << 14,
             out: Swept::default(),
         }
@@ -254,8 +253,8 @@ impl<'a> Sweep<'a> {
             Some(EventKind::PyFrame) if e.device == 0 => {
                 let in_step = self.window_of(e.start).is_some();
                 self.out.stack_cost.stack(in_step, e.b);
-                if in_step && e.b > 0 {
-                    self.stack_reads.push_back((e.start, e.start.saturating_add(e.b)));
+                if in_step {
+                    self.stack_reads.push(e.start, e.b);
                 }
             }
             // HTA counts every event with a stream as GPU time (non-compute): synchronisation records with one too.
@@ -516,17 +515,8 @@ impl<'a> Sweep<'a> {
         self.out.pageable.lost_ns += total(&clipped(Piece::Pageable));
         self.out.other_copies.lost_ns += total(&subtract(&clipped(Piece::OtherCopy), &view.compute_busy));
         self.out.comm_exposed_ns += total(&subtract(&clipped(Piece::Comm), &view.compute_busy));
-        // The stack reads that began in this window, against the GPU's busy time (also past the window's end).
-        let mut reads = Vec::new();
-        while let Some(&r) = self.stack_reads.front().filter(|r| r.0 < e) {
-            self.stack_reads.pop_front();
-            reads.push(r);
-        }
-        if !reads.is_empty() {
-            let end = reads.iter().map(|r| r.1).max().unwrap_or(e);
-            let idle = subtract(&merge(reads), &self.busy.overlapping((s, end.max(e))));
-            self.out.stack_cost.exposed(total(&idle));
-        }
+        let idle = self.stack_reads.take_idle(e, |end| self.busy.overlapping((s, end)));
+        self.out.stack_cost.exposed(idle);
         let kept = self.busy.done.len()
             + self.kernel.done.len()
             + self.compute.done.len()
