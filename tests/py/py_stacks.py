@@ -9,7 +9,8 @@ process started by multiprocessing's spawn; py_stacks.py subinterp N: N synchron
 (3.14's concurrent.interpreters; exits 3 where there is none), then N in the main one; py_stacks.py native LIB N: N launches from a thread that runs no Python
 (LIB: tests/c/native_thread.c built as a library) while this thread waits in the call; py_stacks.py shapes N: N
 synchronisations each in a generator, in coroutines run by asyncio and in a function nested in a method, each site's
-chain of frames in this file printed as `STACK what line:function ...`, innermost first."""
+chain of frames in this file printed as `STACK what line:function ...`, innermost first; py_stacks.py pageable N: N
+steps of a copy from pageable memory, launches and a synchronisation."""
 import ctypes
 import inspect
 import sys
@@ -174,6 +175,24 @@ def shapes(n):
         Block().forward()
 
 
+def load_batch(dev, host):
+    """A batch copied from pageable memory, as `batch.to(device)` without pin_memory does."""
+    here("pageable"); assert rt.cudaMemcpyAsync(dev, host, len(host), 1, None) == 0
+
+
+def pageable(steps):
+    """Steps of an 8 MiB copy from pageable memory, 20 launches and a synchronisation."""
+    rt.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    dev = ctypes.c_void_p()
+    assert rt.cudaMalloc(ctypes.byref(dev), 8 << 20) == 0
+    host = ctypes.create_string_buffer(8 << 20)
+    for _ in range(steps):
+        load_batch(dev, host)
+        for _ in range(20):
+            assert rt.cudaLaunchKernel(func, Dim3(1, 1, 1), Dim3(1, 1, 1), args, 0, None) == 0
+        assert rt.cudaDeviceSynchronize() == 0
+
+
 def backward(lib, n):
     here("native"); assert lib.cuflight_native_launches(func, n) == 0
 
@@ -215,6 +234,9 @@ def main():
         return
     if sys.argv[1] == "subinterp":
         subinterp(int(sys.argv[2]))
+        return
+    if sys.argv[1] == "pageable":
+        pageable(int(sys.argv[2]))
         return
     if sys.argv[1] == "shapes":
         shapes(int(sys.argv[2]))

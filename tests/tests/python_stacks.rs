@@ -442,3 +442,28 @@ fn generators_coroutines_and_nested_functions_keep_their_callers() {
         eprintln!("checked on {}", python.display());
     }
 }
+
+#[test]
+fn copies_from_pageable_memory_name_their_line() {
+    // `batch.to(device)` without pin_memory: the pageable_memcpy finding names the line of the copy (known to be
+    // pageable only from the copy's own record, which comes after the call and its stack).
+    let dir = scratch("pystacks-pageable");
+    let (rec, _) = record_py(&dir, Path::new("python3"), &["pageable", "12"], &[]);
+    let planted = planted_lines(&String::from_utf8_lossy(&rec.output.stdout));
+    let (at, func) = &planted["pageable"];
+    let out = std::process::Command::new(cuflight_bin())
+        .args(["report", "--format", "json"])
+        .arg(&rec.trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let findings = r["processes"][0]["findings"].as_array().unwrap();
+    let f = findings.iter().find(|f| f["kind"] == "pageable_memcpy").unwrap_or_else(|| panic!("{findings:?}"));
+    let top = &f["sources"][0];
+    assert_eq!(format!("{}:{}", top["file"].as_str().unwrap(), top["line"]), *at, "{}", f["sources"]);
+    assert_eq!(top["function"].as_str(), Some(func.as_str()));
+    // Every copy in a step, not the launches or the synchronisation.
+    assert!(top["count"].as_u64().unwrap() >= 10, "{top}");
+    assert_eq!(f["sources"].as_array().unwrap().len(), 1, "{}", f["sources"]);
+}

@@ -64,7 +64,9 @@ pub fn pageable_memcpy(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     ev.metrics.insert("bytes", c.bytes as f64);
     ev.examples = c.longest.0.iter().map(|e| example(ctx, e, copy_label(e))).collect();
     let summary = format!("copies from/to pageable memory: {} per step", ms(lost / ctx.steps_count() as u64));
-    Some(ctx.finding("pageable_memcpy", lost, summary, ev, FIX_PAGEABLE))
+    let mut f = ctx.finding("pageable_memcpy", lost, summary, ev, FIX_PAGEABLE);
+    f.sources = swept.sources.rows(super::sources::SourceKind::Pageable, ctx.p);
+    Some(f)
 }
 
 /// Copies (other than pageable ones, reported above) not hidden behind compute.

@@ -1,6 +1,7 @@
 //! The Python source lines behind a finding's calls (issue 29): each call with a recorded stack is blamed on its
 //! innermost frame in the program's own code ([`cuflight_trace::model::pystacks`]), and the findings whose cause
-//! is a host call (synchronisation, allocation, launches) list their lines, most costly first.
+//! is a host call (synchronisation, allocation, launches, copies from or to pageable memory) list their lines, most
+//! costly first.
 
 use cuflight_format::tracing::{python_stacks, PythonStacks};
 use cuflight_format::RawEvent;
@@ -30,13 +31,20 @@ pub enum SourceKind {
     Sync,
     Alloc,
     Launch,
+    /// Copies whose host memory was pageable (known from the copy's own record, which comes after its call).
+    Pageable,
 }
+
+/// Copy calls waiting for their copy's record, at most (a record that never comes must not keep its call).
+const MAX_COPIES_PENDING: usize = 4096;
 
 /// Lines by kind of call, for one process's sweep.
 #[derive(Default)]
 pub struct Sources {
     join: StackJoin,
     lines: FxHashMap<(SourceKind, PyFrame), (u64, u64)>,
+    /// Copy calls with a line, by correlation id, until their copy's record says whether the memory was pageable.
+    copies: FxHashMap<u32, PyFrame>,
 }
 
 impl Sources {
@@ -53,6 +61,27 @@ impl Sources {
         if frame.is_some() && python_stacks(p.string(e.name)) == PythonStacks::Sampled {
             self.add(SourceKind::Launch, frame, e.duration());
         }
+    }
+
+    /// A copy call (correlation `correlation`) blamed on `frame`: its line counts once its record is seen.
+    pub fn copy_call(&mut self, correlation: u32, frame: Option<PyFrame>) {
+        if let Some(f) = frame {
+            if self.copies.len() >= MAX_COPIES_PENDING {
+                self.copies.clear();
+            }
+            self.copies.insert(correlation, f);
+        }
+    }
+
+    /// The record of call `correlation`'s copy, which touched pageable memory for `ns` (in a step).
+    pub fn pageable_copy(&mut self, correlation: u32, ns: u64) {
+        let frame = self.copies.remove(&correlation);
+        self.add(SourceKind::Pageable, frame, ns);
+    }
+
+    /// The record of a copy that did not touch pageable memory: its call is no longer waited for.
+    pub fn other_copy(&mut self, correlation: u32) {
+        self.copies.remove(&correlation);
     }
 
     pub fn add(&mut self, kind: SourceKind, frame: Option<PyFrame>, ns: u64) {

@@ -246,6 +246,9 @@ impl<'a> Sweep<'a> {
                 }
                 if source.is_some() && self.window_of(e.start).is_some() {
                     self.out.sources.launch(p, e, source);
+                    if f & NameFlags::MEMCPY != 0 {
+                        self.out.sources.copy_call(e.correlation, source);
+                    }
                 }
             }
             Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => self.op(e),
@@ -425,8 +428,10 @@ impl<'a> Sweep<'a> {
             Some(EventKind::Memcpy) => {
                 let (src, dst) = e.copy_memory_kinds();
                 let (acc, piece) = if src == 1 || dst == 1 {
+                    self.out.sources.pageable_copy(e.correlation, e.duration());
                     (&mut self.out.pageable, Piece::Pageable)
                 } else {
+                    self.out.sources.other_copy(e.correlation);
                     (&mut self.out.other_copies, Piece::OtherCopy)
                 };
                 acc.add(e);
