@@ -463,7 +463,8 @@ fn copies_from_pageable_memory_name_their_line() {
     let top = &f["sources"][0];
     assert_eq!(format!("{}:{}", top["file"].as_str().unwrap(), top["line"]), *at, "{}", f["sources"]);
     assert_eq!(top["function"].as_str(), Some(func.as_str()));
-    // Every copy in a step, not the launches or the synchronisation.
-    assert!(top["count"].as_u64().unwrap() >= 10, "{top}");
+    // The copies in steady steps (12 steps; how many count as warm-up depends on the machine's load), and no
+    // other line: not the launches', not the synchronisation's.
+    assert!(top["count"].as_u64().unwrap() >= 6, "{top}");
     assert_eq!(f["sources"].as_array().unwrap().len(), 1, "{}", f["sources"]);
 }
