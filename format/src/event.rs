@@ -137,6 +137,10 @@ impl MemKind {
 /// [`EventKind::PyFrame`] `sub` bits.
 pub const PYFRAME_TRUNCATED: u8 = 1;
 pub const PYFRAME_OF_MAIN_THREAD: u8 = 2;
+/// Taken at import from the trace's own Python ranges (torch.profiler's `python_function` events), which exports
+/// write as they were: the frames are for the analyses, not to be exported again. They start 1 ns before their
+/// call (so that they sort before it wherever the import stored its events) and carry no read time.
+pub const PYFRAME_IMPORTED: u8 = 4;
 
 pub const API_RUNTIME: u8 = 1;
 /// `sub` of an [`EventKind::Api`] event.

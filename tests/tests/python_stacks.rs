@@ -468,3 +468,30 @@ fn copies_from_pageable_memory_name_their_line() {
     assert!(top["count"].as_u64().unwrap() >= 6, "{top}");
     assert_eq!(f["sources"].as_array().unwrap().len(), 1, "{}", f["sources"]);
 }
+
+#[test]
+fn a_torch_profiler_trace_with_stacks_names_the_programs_lines() {
+    // torch.profiler(with_stack=True) on an H100 (Qwen inference): its python_function events become the calls'
+    // stacks at import. Every file is relative to an import root there (torch strips sys.path entries), so the
+    // standard library and the known packages (torch, transformers) are told apart by their top-level module, and
+    // the findings name the program's own package.
+    let Some(qwen) = shared_trace("kineto-h100-qwen-inference.json.gz") else { return };
+    let out =
+        std::process::Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(&qwen).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let findings = r["processes"].as_array().unwrap().iter().flat_map(|p| p["findings"].as_array().unwrap().clone());
+    let top = |kind: &str| -> (String, u64, String) {
+        let f = findings.clone().find(|f| f["kind"] == kind).unwrap_or_else(|| panic!("no {kind}"));
+        let s = &f["sources"][0];
+        (s["file"].as_str().unwrap().into(), s["line"].as_u64().unwrap(), s["function"].as_str().unwrap().into())
+    };
+    let adapter = "moca/library/model_hub/huggingface/model/adapters/text_base_model.py";
+    assert_eq!(top("launch_bound"), (adapter.into(), 28, "run_on_input".into()));
+    assert_eq!(top("sync_stall"), ("moca/library/profiling/profile.py".into(), 34, "run_torch_profiler".into()));
+    // The Kineto export writes the trace's own python_function events once, not the joined stacks again.
+    let dir = scratch("pystacks-kineto");
+    let json = export_chrome(&qwen, &dir.join("q.json"));
+    let py = json["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "python_function").count();
+    assert_eq!(py, 4262);
+}

@@ -252,8 +252,8 @@ impl<'a> Sweep<'a> {
                 }
             }
             Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => self.op(e),
-            // A stack's innermost frame carries its read time.
-            Some(EventKind::PyFrame) if e.device == 0 => {
+            // A stack's innermost frame carries its read time (one the agent read: not a trace's own at import).
+            Some(EventKind::PyFrame) if e.device == 0 && e.sub & cuflight_format::event::PYFRAME_IMPORTED == 0 => {
                 let in_step = self.window_of(e.start).is_some();
                 self.out.stack_cost.stack(in_step, e.b);
                 if in_step {

@@ -368,6 +368,10 @@ fn event<W: Write>(
     }
     let name = p.string(e.name);
     let corr = e.correlation;
+    if e.kind() == Some(EventKind::PyFrame) && e.sub & cuflight_format::event::PYFRAME_IMPORTED != 0 {
+        // Joined at import from the trace's own python_function events, which are written as they were.
+        return Ok(());
+    }
     let mut stack = None;
     st.stacks.feed_marked(e, |_, frames, borrowed| stack = Some((frames.to_vec(), borrowed)));
     if let Some((frames, borrowed)) = stack {

@@ -6,6 +6,7 @@ mod json_scan;
 pub mod kineto;
 mod kineto_devices;
 mod kineto_event;
+mod kineto_python;
 pub mod nsys;
 
 use crate::model::source::EventSource;

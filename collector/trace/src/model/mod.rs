@@ -12,6 +12,7 @@ pub mod memory;
 pub mod names;
 pub mod occupancy;
 pub mod pystacks;
+pub mod python_modules;
 pub mod ranges;
 pub mod source;
 pub mod spool;

@@ -69,13 +69,20 @@ impl StackJoin {
 /// Pseudo-files (`<frozen runpy>`, `<string>`: what dataclasses, namedtuple and torch.fx generate) are not, but
 /// code typed by the user is: `<stdin>` (the REPL, `python - < script`) and IPython's terminal cells
 /// (`<ipython-input-N-hash>`; Jupyter's kernel names its cells `/tmp/ipykernel_PID/HASH.py`, a user file already).
+/// A relative path (torch.profiler's, or a script run as `python train.py`) is the program's unless its top-level
+/// module is the standard library's or a well-known package's ([`crate::model::python_modules`]).
 pub fn is_user_file(file: &str) -> bool {
     if file.starts_with('<') {
         return file == "<stdin>" || file.starts_with("<ipython-input-");
     }
     let library =
         file.contains("/site-packages/") || file.contains("/dist-packages/") || file.contains("/lib/python3.");
-    !library
+    // A path relative to an import root (torch.profiler strips them all): its top-level module says.
+    let relative_library = !file.starts_with('/') && {
+        let top = file.split('/').next().unwrap_or(file);
+        crate::model::python_modules::is_library(top.strip_suffix(".py").unwrap_or(top))
+    };
+    !library && !relative_library
 }
 
 /// A stack as text, innermost first: `file:line in function` a line.
@@ -141,5 +148,12 @@ mod tests {
         assert!(is_user_file("<stdin>"));
         assert!(is_user_file("<ipython-input-3-5f2c1d>"));
         assert!(is_user_file("/tmp/ipykernel_4242/1234567.py"));
+        // Relative to an import root, as torch.profiler writes them, or as given to the interpreter.
+        assert!(!is_user_file("torch/nn/modules/module.py"));
+        assert!(!is_user_file("transformers/models/qwen2/modeling_qwen2.py"));
+        assert!(!is_user_file("threading.py"));
+        assert!(!is_user_file("asyncio/events.py"));
+        assert!(is_user_file("train.py"));
+        assert!(is_user_file("mypkg/model.py"));
     }
 }

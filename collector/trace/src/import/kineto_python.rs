@@ -1,0 +1,179 @@
+//! torch.profiler's Python stacks (`with_stack=True`: a `python_function` event per Python call, nested per
+//! thread) turned into cuflight's own: every CUDA call the agent would read a stack at (synchronisations, copies,
+//! allocations, launches: [`python_stacks`]) gets the functions enclosing it on its thread as
+//! [`EventKind::PyFrame`] events, innermost first, marked [`PYFRAME_IMPORTED`]. Stats, report and Perfetto then
+//! name source lines for an imported trace as for a recorded one.
+
+use crate::model::trace::{Process, StringTable};
+use cuflight_format::event::{PYFRAME_IMPORTED, PYFRAME_TRUNCATED};
+use cuflight_format::tracing::{python_stacks, PythonStacks};
+use cuflight_format::{EventKind, RawEvent};
+use rustc_hash::FxHashMap;
+
+/// Frames kept per call, as the agent keeps.
+const MAX_FRAMES: usize = 16;
+/// `python_function` events kept at most (24 bytes each): a trace with more keeps no stacks and says so.
+pub const MAX_RANGES: usize = 8 << 20;
+
+/// One `python_function` event: its thread, span, and name (an id of the importer's table of Python names).
+#[derive(Clone, Copy, Debug)]
+pub struct PyRange {
+    pub tid: u32,
+    pub start: u64,
+    pub end: u64,
+    pub name: u32,
+}
+
+/// A Python call's name as torch.profiler writes it, `file(line): function`, as (file, line, function). Anything
+/// else is a pseudo-file in Python's own notation, `<...>`, never taken for the program's code: a C function
+/// (`<built-in method item of Tensor object at 0x7f...>`, without the object's address, so that each method is one
+/// name) or a module's own event (`nn.Module: Qwen2Attention_5`).
+pub fn parse(name: &str) -> (std::borrow::Cow<'_, str>, u32, &str) {
+    if let Some((head, func)) = name.split_once("): ") {
+        if let Some((file, line)) = head.rsplit_once('(') {
+            if let Ok(line) = line.parse() {
+                return (file.into(), line, func);
+            }
+        }
+    }
+    let name = name.find(" at 0x").map_or(name, |at| &name[..at]);
+    let inner = name.trim_start_matches('<').trim_end_matches('>');
+    (format!("<{inner}>").into(), 0, "")
+}
+
+/// A CUDA call that gets a stack: its thread, start and correlation id.
+#[derive(Clone, Copy, Debug)]
+pub struct PyCall {
+    pub tid: u32,
+    pub start: u64,
+    pub correlation: u32,
+}
+
+/// Whether the agent would read a stack at the call named `name`.
+pub fn wants_stack(name: &str) -> bool {
+    python_stacks(name) != PythonStacks::None
+}
+
+/// The frames of each call in `calls` from `ranges` (one process's): `frame(call, depth, range name, truncated)`
+/// for each, innermost (depth 0) first.
+pub fn stacks(mut ranges: Vec<PyRange>, mut calls: Vec<PyCall>, mut frame: impl FnMut(&PyCall, u32, u32, bool)) {
+    // Per thread, by start, an enclosing range before the ranges it encloses.
+    ranges.sort_by_key(|r| (r.tid, r.start, std::cmp::Reverse(r.end)));
+    calls.sort_by_key(|c| c.start);
+    let mut threads: FxHashMap<u32, Thread> = FxHashMap::default();
+    for (i, r) in ranges.iter().enumerate() {
+        threads.entry(r.tid).or_insert(Thread { next: i, end: i, open: Vec::new() }).end = i + 1;
+    }
+    for call in &calls {
+        let Some(th) = threads.get_mut(&call.tid) else { continue };
+        let enclosing = th.enclosing(&ranges, call.start);
+        let n = enclosing.len();
+        for (depth, &i) in enclosing.iter().take(MAX_FRAMES).enumerate() {
+            frame(call, depth as u32, ranges[i].name, n > MAX_FRAMES && depth + 1 == MAX_FRAMES);
+        }
+    }
+}
+
+/// One frame as an event of process `p` (strings interned in `t`; `cache`: a range name's ids, parsed once). It
+/// starts 1 ns before its call, so that it sorts before the call however the import stores its events (the
+/// agent's frames share their call's start and are written first).
+pub fn frame_event(
+    p: &mut Process,
+    t: &mut StringTable,
+    cache: &mut FxHashMap<u32, (u32, u32, u32)>,
+    (call, depth, truncated): (&PyCall, u32, bool),
+    (name_id, name): (u32, &str),
+) -> RawEvent {
+    let (file, func, line) = *cache.entry(name_id).or_insert_with(|| {
+        let (file, line, func) = parse(name);
+        (t.id(p, &file), t.id(p, func), line)
+    });
+    let at = call.start.saturating_sub(1);
+    let mut f = RawEvent::new(EventKind::PyFrame, call.tid, at, at);
+    f.correlation = call.correlation;
+    f.device = depth;
+    (f.name, f.c, f.a) = (func, file as u64, line as u64);
+    f.sub = PYFRAME_IMPORTED | if truncated { PYFRAME_TRUNCATED } else { 0 };
+    f
+}
+
+/// A thread's ranges, `ranges[next..end]` still to open, and those open at the last call (outermost first).
+struct Thread {
+    next: usize,
+    end: usize,
+    open: Vec<usize>,
+}
+
+impl Thread {
+    /// The ranges enclosing time `at` (calls come in time order), innermost first.
+    fn enclosing(&mut self, ranges: &[PyRange], at: u64) -> Vec<usize> {
+        while self.next < self.end && ranges[self.next].start <= at {
+            let start = ranges[self.next].start;
+            // Ranges that ended before this one began are siblings done with.
+            while self.open.last().is_some_and(|&o| ranges[o].end <= start) {
+                self.open.pop();
+            }
+            self.open.push(self.next);
+            self.next += 1;
+        }
+        while self.open.last().is_some_and(|&o| ranges[o].end < at) {
+            self.open.pop();
+        }
+        self.open.iter().rev().copied().filter(|&o| ranges[o].end >= at).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_as_torch_profiler_writes_them() {
+        let parsed = |n| {
+            let (f, l, func) = parse(n);
+            (f.into_owned(), l, func)
+        };
+        let module = "torch/nn/modules/module.py";
+        assert_eq!(parsed("torch/nn/modules/module.py(1743): _call_impl"), (module.into(), 1743, "_call_impl"));
+        assert_eq!(parsed("train.py(57): Trainer.step"), ("train.py".into(), 57, "Trainer.step"));
+        assert_eq!(parsed("<string>(1): <module>"), ("<string>".into(), 1, "<module>"));
+        let builtin = "<built-in method item of Tensor object>";
+        assert_eq!(parsed("<built-in method item of Tensor object at 0x7d67180cc500>"), (builtin.into(), 0, ""));
+        assert_eq!(parsed("<built-in function linear>"), ("<built-in function linear>".into(), 0, ""));
+        assert_eq!(parsed("nn.Module: Qwen2Attention_5"), ("<nn.Module: Qwen2Attention_5>".into(), 0, ""));
+    }
+
+    #[test]
+    fn calls_get_the_ranges_enclosing_them_innermost_first() {
+        let names = ["", "train.py(10): main", "train.py(20): step", "train.py(30): log", "lib.py(5): helper"];
+        let range = |tid, start, end, name| PyRange { tid, start, end, name };
+        // main [0, 100) encloses step [10, 50) (which encloses log [20, 30)) and helper [60, 90); thread 2 is apart.
+        let ranges = vec![range(1, 10, 50, 2), range(1, 0, 100, 1), range(1, 20, 30, 3), range(1, 60, 90, 4)];
+        let call = |tid, start, correlation| PyCall { tid, start, correlation };
+        let calls = vec![call(1, 70, 4), call(1, 25, 1), call(1, 40, 2), call(2, 70, 5)];
+        let mut got: Vec<(u32, u32, &str)> = Vec::new();
+        stacks(ranges, calls, |c, depth, name, truncated| {
+            assert!(!truncated);
+            got.push((c.correlation, depth, names[name as usize]));
+        });
+        let want = [
+            (1, 0, "train.py(30): log"),
+            (1, 1, "train.py(20): step"),
+            (1, 2, "train.py(10): main"),
+            (2, 0, "train.py(20): step"),
+            (2, 1, "train.py(10): main"),
+            (4, 0, "lib.py(5): helper"),
+            (4, 1, "train.py(10): main"),
+        ];
+        assert_eq!(got, want);
+        assert!(
+            wants_stack("cudaStreamSynchronize") && wants_stack("cudaLaunchKernel") && !wants_stack("cudaGetDevice")
+        );
+        // As an event: 1 ns before the call, its depth, marked imported, names interned once.
+        let (mut p, mut t, mut cache) = (Process::default(), StringTable::default(), FxHashMap::default());
+        let c = call(1, 25, 1);
+        let f = frame_event(&mut p, &mut t, &mut cache, (&c, 2, false), (1, names[1]));
+        assert_eq!((f.start, f.device, f.correlation, f.sub, f.a), (24, 2, 1, PYFRAME_IMPORTED, 10));
+        assert_eq!((p.string(f.name), p.string(f.c as u32)), ("main", "train.py"));
+    }
+}
