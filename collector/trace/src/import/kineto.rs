@@ -145,14 +145,8 @@ struct Importer {
     spooling: bool,
     gpu_spill: Option<GpuSpill>,
     run: usize,
-    /// torch.profiler's `python_function` events by process, joined to the calls at the end
-    /// ([`super::kineto_python`]), their names kept once each; `python_over`: too many to keep.
-    python: rustc_hash::FxHashMap<u32, Vec<super::kineto_python::PyRange>>,
-    /// The calls that get a stack, by process (kept while `python_kept` allows, as the ranges are).
-    python_calls: rustc_hash::FxHashMap<u32, Vec<super::kineto_python::PyCall>>,
-    python_names: GpuNames,
-    python_kept: usize,
-    python_over: bool,
+    /// torch.profiler's Python stacks, joined to the calls at the end.
+    python: super::kineto_python::Stacks,
 }
 
 impl Importer {
@@ -180,10 +174,6 @@ impl Importer {
             gpu_spill: None,
             run: crate::model::spool::run_events(),
             python: Default::default(),
-            python_calls: Default::default(),
-            python_names: GpuNames::default(),
-            python_kept: 0,
-            python_over: false,
         }
     }
 
@@ -358,15 +348,11 @@ impl Importer {
                     self.correlation_pid.insert(corr, pid as u32);
                 }
                 *self.api_calls.entry(pid as u32).or_default() += 1;
-                if super::kineto_python::wants_stack(&e.name) {
-                    if self.python_kept < super::kineto_python::MAX_RANGES {
-                        self.python_kept += 1;
-                        let call = super::kineto_python::PyCall { tid: tid as u32, start, correlation: corr };
-                        self.python_calls.entry(pid as u32).or_default().push(call);
-                    } else {
-                        self.python_over = true;
-                    }
-                }
+                self.python.call(
+                    pid as u32,
+                    &e.name,
+                    super::kineto_python::PyCall { tid: tid as u32, start, correlation: corr },
+                );
                 self.host_event(pid as u32, ev, &e.name, None);
             }
             (b"X", b"cuda_sync") => {
@@ -380,14 +366,7 @@ impl Importer {
             }
             (b"X", _) => {
                 if cat == b"python_function" {
-                    if self.python_kept < super::kineto_python::MAX_RANGES {
-                        self.python_kept += 1;
-                        let name = self.python_names.id(&e.name);
-                        let range = super::kineto_python::PyRange { tid: tid as u32, start, end, name };
-                        self.python.entry(pid as u32).or_default().push(range);
-                    } else {
-                        self.python_over = true;
-                    }
+                    self.python.range(pid as u32, tid as u32, (start, end), &e.name);
                 }
                 // cuflight's own exports keep the NVTX domain in args; Kineto's user annotations have none.
                 let domain = a.domain.as_deref().unwrap_or(if cat.is_empty() { "other" } else { cat_text() });
@@ -495,11 +474,11 @@ impl Importer {
                 p.events.push(ev);
             }
         }
-        self.join_python_stacks();
+        self.python.join(&mut self.host);
         let (host, spool) = self.host.finish()?;
         let mut trace = Trace { fractional_us_timestamps: self.fractional, ..Default::default() };
         for (pid, (mut p, _)) in host {
-            if self.python_over && self.python.contains_key(&pid) {
+            if self.python.too_many(pid) {
                 p.info.not_recorded.push((
                     "python".into(),
                     "the trace's Python stacks (python_function events) are too many to join to its calls".into(),
@@ -519,30 +498,6 @@ impl Importer {
             trace.processes.insert(pid, p);
         }
         Ok((trace, spool))
-    }
-}
-
-impl Importer {
-    /// torch.profiler's Python stacks as the calls' frames ([`super::kineto_python`]), pushed as the other events
-    /// are (in memory or set aside alike), unless there were too many to keep.
-    fn join_python_stacks(&mut self) {
-        if self.python_over {
-            return;
-        }
-        let names = std::mem::take(&mut self.python_names);
-        for (pid, ranges) in std::mem::take(&mut self.python) {
-            let calls = self.python_calls.remove(&pid).unwrap_or_default();
-            let mut frames = Vec::new();
-            let mut cache = Default::default();
-            let (p, t) = self.host.process(pid);
-            super::kineto_python::stacks(ranges, calls, |call, depth, name, truncated| {
-                let named = (name, names.name(name));
-                frames.push(super::kineto_python::frame_event(p, t, &mut cache, (call, depth, truncated), named));
-            });
-            let n = frames.len();
-            p.events.extend(frames);
-            self.host.held(n);
-        }
     }
 }
 

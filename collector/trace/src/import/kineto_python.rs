@@ -4,6 +4,7 @@
 //! [`EventKind::PyFrame`] events, innermost first, marked [`PYFRAME_IMPORTED`]. Stats, report and Perfetto then
 //! name source lines for an imported trace as for a recorded one.
 
+use super::builder::Processes;
 use crate::model::trace::{Process, StringTable};
 use cuflight_format::event::{PYFRAME_IMPORTED, PYFRAME_TRUNCATED};
 use cuflight_format::tracing::{python_stacks, PythonStacks};
@@ -95,6 +96,71 @@ pub fn frame_event(
     (f.name, f.c, f.a) = (func, file as u64, line as u64);
     f.sub = PYFRAME_IMPORTED | if truncated { PYFRAME_TRUNCATED } else { 0 };
     f
+}
+
+/// What the import keeps of a trace's Python stacks: `python_function` events and the calls that get a stack,
+/// by process, both counted against [`MAX_RANGES`]; past it none is joined (and the processes say so).
+#[derive(Default)]
+pub struct Stacks {
+    ranges: FxHashMap<u32, Vec<PyRange>>,
+    calls: FxHashMap<u32, Vec<PyCall>>,
+    /// Range names, each kept once (ids from 1).
+    names: FxHashMap<String, u32>,
+    by_id: Vec<String>,
+    kept: usize,
+    over: bool,
+}
+
+impl Stacks {
+    fn keep(&mut self) -> bool {
+        self.over |= self.kept >= MAX_RANGES;
+        self.kept += 1;
+        !self.over
+    }
+
+    /// A `python_function` event of process `pid`.
+    pub fn range(&mut self, pid: u32, tid: u32, (start, end): (u64, u64), name: &str) {
+        if !self.keep() {
+            return;
+        }
+        let next = self.by_id.len() as u32 + 1;
+        let id = *self.names.entry(name.to_string()).or_insert(next);
+        if id == next {
+            self.by_id.push(name.to_string());
+        }
+        self.ranges.entry(pid).or_default().push(PyRange { tid, start, end, name: id });
+    }
+
+    /// A CUDA call named `name` of process `pid`, kept when it gets a stack.
+    pub fn call(&mut self, pid: u32, name: &str, call: PyCall) {
+        if wants_stack(name) && self.keep() {
+            self.calls.entry(pid).or_default().push(call);
+        }
+    }
+
+    /// Whether process `pid` had Python stacks too many to join.
+    pub fn too_many(&self, pid: u32) -> bool {
+        self.over && self.ranges.contains_key(&pid)
+    }
+
+    /// The calls' frames, pushed into `host` as the other events are (in memory or set aside alike).
+    pub fn join(&mut self, host: &mut Processes) {
+        if self.over {
+            return;
+        }
+        for (pid, ranges) in std::mem::take(&mut self.ranges) {
+            let calls = self.calls.remove(&pid).unwrap_or_default();
+            let (mut frames, mut cache) = (Vec::new(), FxHashMap::default());
+            let (p, t) = host.process(pid);
+            stacks(ranges, calls, |call, depth, name, truncated| {
+                let text = (name as usize).checked_sub(1).and_then(|i| self.by_id.get(i)).map_or("", String::as_str);
+                frames.push(frame_event(p, t, &mut cache, (call, depth, truncated), (name, text)));
+            });
+            let n = frames.len();
+            p.events.extend(frames);
+            host.held(n);
+        }
+    }
 }
 
 /// A thread's ranges, `ranges[next..end]` still to open, and those open at the last call (outermost first).
