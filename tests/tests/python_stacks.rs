@@ -286,6 +286,18 @@ fn timelines_show_the_stacks() {
     let json = export_chrome(&rec.trace, &dir.join("t.json"));
     let py: Vec<&Value> =
         json["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "python_function").collect();
+    // Read back, the export's python_function events are the calls' stacks again: the same lines and calls.
+    let rows = |s: Value| {
+        let mut r: Vec<String> = s["python_sync"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| format!("{} {} {} {}", r["file"], r["line"], r["function"], r["calls"]))
+            .collect();
+        r.sort();
+        r
+    };
+    assert_eq!(rows(stats(&dir.join("t.json"))), rows(stats(&rec.trace)));
     let (at, func) = &planted["copy"];
     let (file, line) = at.rsplit_once(':').unwrap();
     let copy = py.iter().find(|e| e["name"] == format!("{file}({line}): {func}")).expect("the copy's frame");

@@ -123,17 +123,22 @@ impl Stacks {
         if !self.keep() {
             return;
         }
-        let next = self.by_id.len() as u32 + 1;
-        let id = *self.names.entry(name.to_string()).or_insert(next);
-        if id == next {
-            self.by_id.push(name.to_string());
-        }
+        let id = match self.names.get(name) {
+            Some(&id) => id,
+            None => {
+                self.by_id.push(name.to_string());
+                self.names.insert(name.to_string(), self.by_id.len() as u32);
+                self.by_id.len() as u32
+            }
+        };
         self.ranges.entry(pid).or_default().push(PyRange { tid, start, end, name: id });
     }
 
-    /// A CUDA call named `name` of process `pid`, kept when it gets a stack.
+    /// A CUDA call named `name` of process `pid`, kept when it gets a stack and the process has Python ranges by
+    /// now: a trace without them (most) keeps nothing, and torch.profiler writes its CPU-side events, Python's
+    /// among them, before the CUDA activities (as does cuflight's export: a call's stack before the call).
     pub fn call(&mut self, pid: u32, name: &str, call: PyCall) {
-        if wants_stack(name) && self.keep() {
+        if self.ranges.contains_key(&pid) && wants_stack(name) && self.keep() {
             self.calls.entry(pid).or_default().push(call);
         }
     }
