@@ -140,6 +140,14 @@ pub fn stats(trace: &Path) -> Value {
     serde_json::from_slice(&out.stdout).expect("stats prints JSON")
 }
 
+/// `cuflight report --format json` of a trace.
+pub fn report_json(trace: &Path) -> Value {
+    let out =
+        Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(trace).output().expect("cuflight runs");
+    assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("report prints JSON")
+}
+
 /// The row of `table` whose `key` field equals `value` (and, optionally, whose `key2` equals `value2`).
 pub fn row<'a>(stats: &'a Value, table: &str, key: &str, value: &str) -> &'a Value {
     stats[table]

@@ -161,12 +161,7 @@ fn python_stacks_can_be_turned_off() {
             rec.stderr()
         );
         // The report says it beside the process too.
-        let out = std::process::Command::new(cuflight_bin())
-            .args(["report", "--format", "json"])
-            .arg(&rec.trace)
-            .output()
-            .unwrap();
-        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let report = report_json(&rec.trace);
         let warnings = report["processes"][0]["warnings"].to_string();
         assert!(warnings.contains(&format!("no Python stacks: {why}")), "{warnings}");
     } else {
@@ -204,12 +199,7 @@ fn findings_name_the_lines_behind_their_calls() {
     );
     assert!(rec.output.status.success(), "{}", rec.stderr());
     let planted = planted_lines(&String::from_utf8_lossy(&rec.output.stdout));
-    let out = std::process::Command::new(cuflight_bin())
-        .args(["report", "--format", "json"])
-        .arg(&rec.trace)
-        .output()
-        .unwrap();
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = report_json(&rec.trace);
     let at = |s: &Value| format!("{}:{}", s["file"].as_str().unwrap(), s["line"]);
     let mut named = 0;
     for f in r["findings"].as_array().unwrap() {
@@ -463,13 +453,7 @@ fn copies_from_pageable_memory_name_their_line() {
     let (rec, _) = record_py(&dir, Path::new("python3"), &["pageable", "12"], &[]);
     let planted = planted_lines(&String::from_utf8_lossy(&rec.output.stdout));
     let (at, func) = &planted["pageable"];
-    let out = std::process::Command::new(cuflight_bin())
-        .args(["report", "--format", "json"])
-        .arg(&rec.trace)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = report_json(&rec.trace);
     let findings = r["processes"][0]["findings"].as_array().unwrap();
     let f = findings.iter().find(|f| f["kind"] == "pageable_memcpy").unwrap_or_else(|| panic!("{findings:?}"));
     let top = &f["sources"][0];
@@ -488,10 +472,7 @@ fn a_torch_profiler_trace_with_stacks_names_the_programs_lines() {
     // standard library and the known packages (torch, transformers) are told apart by their top-level module, and
     // the findings name the program's own package.
     let Some(qwen) = shared_trace("kineto-h100-qwen-inference.json.gz") else { return };
-    let out =
-        std::process::Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(&qwen).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = report_json(&qwen);
     let findings = r["processes"].as_array().unwrap().iter().flat_map(|p| p["findings"].as_array().unwrap().clone());
     let top = |kind: &str| -> (String, u64, String) {
         let f = findings.clone().find(|f| f["kind"] == kind).unwrap_or_else(|| panic!("no {kind}"));
