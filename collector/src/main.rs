@@ -199,17 +199,13 @@ fn run(cli: Cli) -> Result<i32> {
                 many => format!("{} files ({})", many.len(), cuflight_collector::capture::outputs::list(&s.files)),
             };
             eprintln!(
-                "cuflight: wrote {} ({} events from {} process(es), {} bytes, {:.1} bytes/event); dropped {} (ring full {}, no ring {}, CUPTI {}, skipped {}), strings dropped {}",
+                "cuflight: wrote {} ({} events from {} process(es), {} bytes, {:.1} bytes/event); {}, strings dropped {}",
                 written,
                 s.events,
                 s.processes,
                 s.bytes,
                 s.bytes as f64 / s.events.max(1) as f64,
-                s.drops.total(),
-                s.drops.ring_full,
-                s.drops.no_ring,
-                s.drops.cupti_dropped,
-                s.drops.records_skipped,
+                s.drops_line(),
                 s.drops.strings_full,
             );
             if let Some(why) = &s.stopped {
@@ -311,16 +307,12 @@ fn run(cli: Cli) -> Result<i32> {
             attach::attach(&opts, |path, a| {
                 let s = &a.summary;
                 eprintln!(
-                    "cuflight: wrote {} ({} events, {} bytes; {}); dropped {} (ring full {}, no ring {}, CUPTI {}, skipped {})",
+                    "cuflight: wrote {} ({} events, {} bytes; {}); {}",
                     path.display(),
                     s.events,
                     s.bytes,
                     a.ended,
-                    s.drops.total(),
-                    s.drops.ring_full,
-                    s.drops.no_ring,
-                    s.drops.cupti_dropped,
-                    s.drops.records_skipped,
+                    s.drops_line(),
                 );
                 if let Some(line) = a.arming.describe() {
                     eprintln!("cuflight: {line}");

@@ -153,6 +153,17 @@ fn a_write_error_stops_recording_but_never_the_program() {
     assert!(warning.contains("cut short"), "{warning}");
     let kept = count(&s, "kernels", "name", "empty");
     assert!(kept > 0 && kept < n, "{kept} of {n}");
+    // The summary counts the events the file holds, and the ones the error kept out of it as dropped.
+    let number_after = |text: &str, key: &str| -> u64 {
+        let at = text.find(key).unwrap_or_else(|| panic!("no '{key}' in {text}")) + key.len();
+        text[at..].split(|c: char| !c.is_ascii_digit()).next().and_then(|d| d.parse().ok()).unwrap()
+    };
+    let said = number_after(&stderr, &format!("wrote {} (", trace.display()));
+    assert!(number_after(&stderr, "write error ") > 0, "{stderr}");
+    let copy = dir.join("recovered.cuf");
+    let out = Command::new(cuflight_bin()).arg("recover").arg(&trace).arg("-o").arg(&copy).output().unwrap();
+    let recovered = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(number_after(&recovered, &format!("wrote {}: ", copy.display())), said, "{stderr}\n{recovered}");
     let _ = Command::new("umount").arg(&mnt).status();
 }
 

@@ -175,26 +175,39 @@ impl Outputs {
     }
 
     /// Finishes every file: its footer (when the recording did not stop), then commit, or keep what reached it
-    /// after a write error. Returns the files and the first error.
-    pub fn finish(self, command: &[String], exit_code: Option<i32>, stopped: bool) -> (Written, Option<String>) {
-        let mut written = Vec::new();
-        let mut first_error = self.error;
+    /// after a write error.
+    pub fn finish(self, command: &[String], exit_code: Option<i32>, stopped: bool) -> Finished {
+        let mut done = Finished { files: Vec::new(), error: self.error, unwritten: 0 };
         for (name, f) in self.files {
             let footer = Footer { events: f.events, command: command.to_vec(), exit_code };
-            let mut failed = stopped || first_error.is_some();
+            let mut failed = stopped || done.error.is_some();
             if let Err(e) = f.sink.finish((!failed).then_some(footer)) {
-                first_error.get_or_insert(format!("cannot write {name}: {e}"));
+                done.error.get_or_insert(format!("cannot write {name}: {e}"));
                 failed = true;
+            }
+            if failed {
+                // Events handed to the writer that no complete block holds: lost to the error, and said so.
+                let kept = if f.output.replaces() { 0 } else { crate::recover::events_kept(Path::new(&name)) };
+                done.unwritten = done.unwritten.saturating_add(f.events.saturating_sub(kept));
             }
             let commit = if failed { f.output.keep_partial() } else { f.output.commit() };
             if let Err(e) = commit {
-                first_error.get_or_insert(e.to_string());
+                done.error.get_or_insert(e.to_string());
             }
             let bytes = std::fs::metadata(&name).map_or(0, |m| m.len());
-            written.push((name, bytes));
+            done.files.push((name, bytes));
         }
-        (written, first_error)
+        done
     }
+}
+
+/// What finishing the outputs left.
+pub struct Finished {
+    pub files: Written,
+    /// The first error.
+    pub error: Option<String>,
+    /// Events handed to a writer that its file does not hold (after a write error; a replacement abandoned).
+    pub unwritten: u64,
 }
 
 /// The files a name with `%` codes produced, for messages ("run.0.cuf, run.1.cuf").

@@ -403,8 +403,7 @@ impl Session {
             t.pending_strings.clear();
         }
         let old = std::mem::replace(&mut rec.sink, Outputs::open(path, true)?);
-        let (_, error) = old.finish(command, None, rec.stopped.is_some());
-        Ok(error)
+        Ok(old.finish(command, None, rec.stopped.is_some()).error)
     }
 
     /// A last drain, every process's facts, the footer; commits the file (or keeps what reached it after a
@@ -435,12 +434,13 @@ impl Session {
                 unflushed.push((info.pid, info.flush_period_ms));
             }
         }
-        let events = rec.sink.events_written();
+        let handed = rec.sink.events_written();
         let processes = infos.len();
         let stopped = rec.stopped.take();
         // What reached a file is kept even after a write error (readable up to its last complete block); only a
         // replacement of an existing file is abandoned then, leaving the old file as it was.
-        let (files, error) = rec.sink.finish(&command, exit_code, stopped.is_some());
+        let crate::outputs::Finished { files, error, unwritten } =
+            rec.sink.finish(&command, exit_code, stopped.is_some());
         if let (None, Some(e)) = (&stopped, &error) {
             eprintln!("cuflight: {e}");
         }
@@ -448,7 +448,8 @@ impl Session {
         let bytes = files.iter().map(|f| f.1).sum();
         RecordSummary {
             exit_code: exit_code.unwrap_or(0),
-            events,
+            events: handed.saturating_sub(unwritten),
+            unwritten,
             processes,
             drops,
             bytes,

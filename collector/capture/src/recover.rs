@@ -18,6 +18,23 @@ pub struct Recovered {
     pub cut_short: Option<&'static str>,
 }
 
+/// Events in the complete blocks of the trace at `path` (one a recording made and has not closed): what it kept
+/// after a write error.
+pub fn events_kept(path: &Path) -> u64 {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path);
+    let Ok(file) = opened else { return 0 };
+    let Ok(mut reader) = TraceReader::new(std::io::BufReader::with_capacity(1 << 20, file)) else { return 0 };
+    let mut events = 0u64;
+    while let Ok(Some(block)) = reader.next_block() {
+        if let Block::Events { events: e, .. } = block {
+            events += e.len() as u64;
+            reader.recycle(e);
+        }
+    }
+    events
+}
+
 /// Copies every complete block of the cuflight trace at `path` into `out` and ends it with a footer.
 pub fn recover<W: Write>(path: &Path, out: W) -> Result<Recovered, TraceError> {
     let shown = path.display().to_string();

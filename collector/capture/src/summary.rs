@@ -36,7 +36,10 @@ impl Arming {
 #[derive(Debug)]
 pub struct RecordSummary {
     pub exit_code: i32,
+    /// Events the files hold.
     pub events: u64,
+    /// Events drained from the agents that a write error kept out of the files (counted nowhere else).
+    pub unwritten: u64,
     pub processes: usize,
     pub drops: Drops,
     pub bytes: u64,
@@ -64,6 +67,20 @@ pub struct RecordSummary {
 }
 
 impl RecordSummary {
+    /// "dropped N (ring full .., no ring .., CUPTI .., skipped ..[, write error ..])": every event lost, once.
+    pub fn drops_line(&self) -> String {
+        let d = &self.drops;
+        let write = if self.unwritten > 0 { format!(", write error {}", self.unwritten) } else { String::new() };
+        format!(
+            "dropped {} (ring full {}, no ring {}, CUPTI {}, skipped {}{write})",
+            d.total().saturating_add(self.unwritten),
+            d.ring_full,
+            d.no_ring,
+            d.cupti_dropped,
+            d.records_skipped,
+        )
+    }
+
     /// What the Python stacks cost the programs, when any were read.
     pub fn python_stacks_line(&self) -> Option<String> {
         (self.python_stacks > 0).then(|| {

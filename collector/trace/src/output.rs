@@ -150,6 +150,11 @@ impl Output {
         Ok(())
     }
 
+    /// Whether committing replaces an existing file (written beside it until then), which a failure abandons.
+    pub fn replaces(&self) -> bool {
+        matches!(self.target, Target::Temp(_))
+    }
+
     /// After a failure part-way: a new file keeps what was written (a trace is readable up to its last complete
     /// block); a replacement is abandoned, so the old file stays as it was.
     pub fn keep_partial(mut self) -> Result<(), OutputError> {
