@@ -23,6 +23,10 @@ pub enum OutputError {
     Write(String, std::io::Error),
     #[error("{0} and {1} are the same file; name each trace once")]
     SameInput(String, String),
+    #[error("{0} is a directory; name a file in it")]
+    IsDirectory(String),
+    #[error("this command does not write to standard output (`-o -`); name a file")]
+    NoStdout,
 }
 
 /// Where the bytes go until [`Output::commit`].
@@ -64,6 +68,11 @@ pub fn distinct_inputs(inputs: &[&Path]) -> Result<(), OutputError> {
 /// exists and may be replaced, Ok(None) when it does not exist.
 fn check(path: &Path, inputs: &[&Path], force: bool) -> Result<Option<std::fs::Metadata>, OutputError> {
     let name = || path.display().to_string();
+    // Commands that can write to standard output take `-` before they get here; elsewhere it would be a file
+    // named "-" (and `record`'s program writes its own output to standard output).
+    if path.as_os_str() == "-" {
+        return Err(OutputError::NoStdout);
+    }
     let Ok(link) = std::fs::symlink_metadata(path) else { return Ok(None) };
     let meta = std::fs::metadata(path).ok();
     if let Some(meta) = &meta {
@@ -82,6 +91,9 @@ fn check(path: &Path, inputs: &[&Path], force: bool) -> Result<Option<std::fs::M
     }
     if link.file_type().is_symlink() {
         return Err(OutputError::Symlink(name()));
+    }
+    if link.is_dir() {
+        return Err(OutputError::IsDirectory(name()));
     }
     if !force {
         return Err(OutputError::Exists(name()));
@@ -252,6 +264,9 @@ mod tests {
         assert!(matches!(Output::create(&d.join("out"), &[], true), Err(OutputError::Symlink(_))));
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
         Output::create(Path::new("/dev/null"), &[], false).unwrap().write_all_and_commit(b"x").unwrap();
+        // A directory is named as such even with --force; "-" is not a file named "-".
+        assert!(matches!(Output::create(&d, &[], true), Err(OutputError::IsDirectory(_))));
+        assert!(matches!(Output::create(Path::new("-"), &[], true), Err(OutputError::NoStdout)));
         let fresh = d.join("fresh");
         let o = Output::create(&fresh, &[], false).unwrap();
         drop(o);
