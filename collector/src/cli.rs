@@ -18,130 +18,16 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Cmd {
     /// Run a command with the agent injected and write its trace.
-    Record {
-        /// Trace file to write (default: cuflight-N.cuf in the current directory).
-        #[arg(short, long, help_heading = "Output")]
-        output: Option<PathBuf>,
-        /// Replace the output file if it exists.
-        #[arg(short, long, help_heading = "Output")]
-        force: bool,
-        /// Print `cuflight stats` of the trace once it is written (nsys's --stats=true).
-        #[arg(
-            long,
-            num_args = 0..=1,
-            default_missing_value = "true",
-            value_name = "BOOL",
-            conflicts_with = "every",
-            help_heading = "Output"
-        )]
-        stats: Option<bool>,
-        #[command(flatten, next_help_heading = "What to record")]
-        trace: TraceArgs,
-        /// How the agent enters the program.
-        #[arg(long, value_enum, default_value_t = InjectArg::Driver, help_heading = "What to record")]
-        inject: InjectArg,
-        /// How long to record, as nsys's -d: 10s, 500ms, 2m. Alone, the trace keeps this much from when recording
-        /// is armed (after --delay) and the program runs on to its end; with --every, each sampling window's
-        /// length (default 10s, at most --every; with --steps or --capture-range, the longest it may wait and last).
-        #[arg(short = 'd', long, value_parser = attach::parse_duration, help_heading = "When to record")]
-        duration: Option<Duration>,
-        /// Start keeping events this long after recording is armed (nsys's -y).
-        #[arg(
-            short = 'y',
-            long,
-            value_parser = attach::parse_duration,
-            conflicts_with = "every",
-            help_heading = "When to record"
-        )]
-        delay: Option<Duration>,
-        #[command(flatten, next_help_heading = "When to record")]
-        window: WindowArgs,
-        #[command(flatten, next_help_heading = "When to record")]
-        sampling: SamplingArgs,
-        /// How often the agent flushes CUPTI's activity buffers, in ms (default 1000).
-        #[arg(long, help_heading = "Tuning")]
-        flush_ms: Option<u64>,
-        /// How often the collector drains the rings, in ms.
-        #[arg(long, default_value_t = 10, help_heading = "Tuning")]
-        drain_ms: u64,
-        /// Seconds to keep recording processes that outlive the command.
-        #[arg(long, default_value_t = 10, help_heading = "Tuning")]
-        linger_secs: u64,
-        /// The program and its arguments: options end at the first word that is not one (as with `nsys profile`);
-        /// `--` before it works too.
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            required = true,
-            num_args = 1..,
-            value_name = "COMMAND",
-            help_heading = "Arguments"
-        )]
-        command: Vec<String>,
-    },
+    Record(RecordArgs),
     /// Run a command with the agent dormant: injected, recording nothing and costing nothing until a collector
     /// attaches. Exits with the command's status (the command replaces this process).
-    Launch {
-        /// Record from the start into rings that keep the last DUR (e.g. 30s) of everything, for `cuflight dump`
-        /// and for automatic dumps when the program crashes, hangs, hits a sticky CUDA error or gets SIGUSR2.
-        #[arg(long, value_parser = attach::parse_duration)]
-        flight_recorder: Option<Duration>,
-        /// Where automatic dumps go (default: the current directory).
-        #[arg(long, requires = "flight_recorder")]
-        dump_dir: Option<PathBuf>,
-        /// Dump when a thread waits in a synchronising CUDA call this long while no GPU work completes.
-        #[arg(long, value_parser = attach::parse_duration, requires = "flight_recorder")]
-        hang_timeout: Option<Duration>,
-        #[command(flatten)]
-        trace: TraceArgs,
-        /// The program and its arguments: options end at the first word that is not one (as with `nsys profile`);
-        /// `--` before it works too.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, num_args = 1.., value_name = "COMMAND")]
-        command: Vec<String>,
-    },
+    Launch(LaunchArgs),
     /// The last seconds of a flight recorder (`cuflight launch --flight-recorder`) as a trace: from a running
     /// process (by pid), or from the image its agent wrote into the dump directory on a crash or hang.
-    Dump {
-        /// A pid, or the path of a dump image (cuflight-PID-TIME-N.seg).
-        target: String,
-        /// Trace file to write (default: cuflight-N.cuf in the current directory).
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-        /// Keep only what ended in this last stretch (default: the recorder's own span).
-        #[arg(long, value_parser = attach::parse_duration)]
-        last: Option<Duration>,
-        /// Replace the output file if it exists.
-        #[arg(short, long)]
-        force: bool,
-    },
+    Dump(DumpArgs),
     /// Record a window of a running process whose agent is dormant (started with `cuflight launch`), then leave
     /// it dormant again. Ctrl-C ends the window early; the trace is written either way.
-    Attach {
-        /// The process (as `cuflight ps` lists it).
-        pid: u32,
-        /// Trace file to write (default: cuflight-N.cuf in the current directory).
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-        /// How long to record: 10s, 500ms, 2m (default 10s; with --steps or --capture-range, the longest a
-        /// window may wait and last, unbounded by default).
-        #[arg(long, value_parser = attach::parse_duration)]
-        duration: Option<Duration>,
-        #[command(flatten)]
-        window: WindowArgs,
-        #[command(flatten)]
-        sampling: SamplingArgs,
-        /// Replace the output files if they exist.
-        #[arg(short, long)]
-        force: bool,
-        /// When the process has no agent (started without cuflight), load one into it first (ptrace; same user
-        /// or root). NVTX ranges of libraries that initialised NVTX before are not recorded.
-        #[arg(long)]
-        inject: bool,
-        /// What the window traces (as `record --trace`; default: what the program was launched with). NVTX
-        /// can be left out of a window, not added to a program launched without it.
-        #[arg(short = 't', long, value_parser = parse_trace, value_name = "LIST")]
-        trace: Option<u32>,
-    },
+    Attach(AttachArgs),
     /// Serve the GPU work of every cuflight agent this user may control as Prometheus metrics (GET /metrics):
     /// dormant agents are recorded in short windows (--duty) and their windows folded into counters.
     Serve {
@@ -422,4 +308,130 @@ pub enum StatsFormat {
 
 pub fn parse_report(text: &str) -> Result<stats::Report, String> {
     stats::Report::parse(text)
+}
+
+#[derive(clap::Args)]
+pub struct RecordArgs {
+    /// Trace file to write (default: cuflight-N.cuf in the current directory).
+    #[arg(short, long, help_heading = "Output")]
+    pub output: Option<PathBuf>,
+    /// Replace the output file if it exists.
+    #[arg(short, long, help_heading = "Output")]
+    pub force: bool,
+    /// Print `cuflight stats` of the trace once it is written (nsys's --stats=true).
+    #[arg(
+        long,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "BOOL",
+        conflicts_with = "every",
+        help_heading = "Output"
+    )]
+    pub stats: Option<bool>,
+    #[command(flatten, next_help_heading = "What to record")]
+    pub trace: TraceArgs,
+    /// How the agent enters the program.
+    #[arg(long, value_enum, default_value_t = InjectArg::Driver, help_heading = "What to record")]
+    pub inject: InjectArg,
+    /// How long to record, as nsys's -d: 10s, 500ms, 2m. Alone, the trace keeps this much from when recording
+    /// is armed (after --delay) and the program runs on to its end; with --every, each sampling window's
+    /// length (default 10s, at most --every; with --steps or --capture-range, the longest it may wait and last).
+    #[arg(short = 'd', long, value_parser = attach::parse_duration, help_heading = "When to record")]
+    pub duration: Option<Duration>,
+    /// Start keeping events this long after recording is armed (nsys's -y).
+    #[arg(
+        short = 'y',
+        long,
+        value_parser = attach::parse_duration,
+        conflicts_with = "every",
+        help_heading = "When to record"
+    )]
+    pub delay: Option<Duration>,
+    #[command(flatten, next_help_heading = "When to record")]
+    pub window: WindowArgs,
+    #[command(flatten, next_help_heading = "When to record")]
+    pub sampling: SamplingArgs,
+    /// How often the agent flushes CUPTI's activity buffers, in ms (default 1000).
+    #[arg(long, help_heading = "Tuning")]
+    pub flush_ms: Option<u64>,
+    /// How often the collector drains the rings, in ms.
+    #[arg(long, default_value_t = 10, help_heading = "Tuning")]
+    pub drain_ms: u64,
+    /// Seconds to keep recording processes that outlive the command.
+    #[arg(long, default_value_t = 10, help_heading = "Tuning")]
+    pub linger_secs: u64,
+    /// The program and its arguments: options end at the first word that is not one (as with `nsys profile`);
+    /// `--` before it works too.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        num_args = 1..,
+        value_name = "COMMAND",
+        help_heading = "Arguments"
+    )]
+    pub command: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub struct LaunchArgs {
+    /// Record from the start into rings that keep the last DUR (e.g. 30s) of everything, for `cuflight dump`
+    /// and for automatic dumps when the program crashes, hangs, hits a sticky CUDA error or gets SIGUSR2.
+    #[arg(long, value_parser = attach::parse_duration)]
+    pub flight_recorder: Option<Duration>,
+    /// Where automatic dumps go (default: the current directory).
+    #[arg(long, requires = "flight_recorder")]
+    pub dump_dir: Option<PathBuf>,
+    /// Dump when a thread waits in a synchronising CUDA call this long while no GPU work completes.
+    #[arg(long, value_parser = attach::parse_duration, requires = "flight_recorder")]
+    pub hang_timeout: Option<Duration>,
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// The program and its arguments: options end at the first word that is not one (as with `nsys profile`);
+    /// `--` before it works too.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub struct DumpArgs {
+    /// A pid, or the path of a dump image (cuflight-PID-TIME-N.seg).
+    pub target: String,
+    /// Trace file to write (default: cuflight-N.cuf in the current directory).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Keep only what ended in this last stretch (default: the recorder's own span).
+    #[arg(long, value_parser = attach::parse_duration)]
+    pub last: Option<Duration>,
+    /// Replace the output file if it exists.
+    #[arg(short, long)]
+    pub force: bool,
+}
+
+#[derive(clap::Args)]
+pub struct AttachArgs {
+    /// The process (as `cuflight ps` lists it).
+    pub pid: u32,
+    /// Trace file to write (default: cuflight-N.cuf in the current directory).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// How long to record: 10s, 500ms, 2m (default 10s; with --steps or --capture-range, the longest a
+    /// window may wait and last, unbounded by default).
+    #[arg(long, value_parser = attach::parse_duration)]
+    pub duration: Option<Duration>,
+    #[command(flatten)]
+    pub window: WindowArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Replace the output files if they exist.
+    #[arg(short, long)]
+    pub force: bool,
+    /// When the process has no agent (started without cuflight), load one into it first (ptrace; same user
+    /// or root). NVTX ranges of libraries that initialised NVTX before are not recorded.
+    #[arg(long)]
+    pub inject: bool,
+    /// What the window traces (as `record --trace`; default: what the program was launched with). NVTX
+    /// can be left out of a window, not added to a program launched without it.
+    #[arg(short = 't', long, value_parser = parse_trace, value_name = "LIST")]
+    pub trace: Option<u32>,
 }

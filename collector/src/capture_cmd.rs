@@ -1,0 +1,329 @@
+//! The capture commands: `record`, `launch`, `dump` and `attach` over the capture library, and the lines each
+//! prints about what it wrote and lost.
+
+use crate::cli::*;
+use crate::print_stats;
+use anyhow::{bail, Context, Result};
+use cuflight_collector::capture::record::{self, Inject, RecordOptions};
+use cuflight_collector::capture::{agents, attach, dump, sampled};
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub fn record(args: RecordArgs) -> Result<i32> {
+    let RecordArgs {
+        output,
+        inject,
+        flush_ms,
+        drain_ms,
+        force,
+        linger_secs,
+        window,
+        sampling,
+        trace,
+        duration,
+        delay,
+        stats,
+        command,
+    } = args;
+    program_word("record", &command);
+    trace.apply();
+    let SamplingArgs { every, count } = sampling;
+    let Some(agent) = record::find_agent() else {
+        bail!(NO_AGENT);
+    };
+    if let Some(every) = every {
+        let range = window.range();
+        let duration = duration.or((range.is_none()).then_some(every.min(Duration::from_secs(10))));
+        if duration.is_some_and(|d| every < d) {
+            bail!("--every must be at least --duration (windows cannot overlap)");
+        }
+        let opts = sampled::SampledOptions {
+            command,
+            agent,
+            output: output.unwrap_or_else(record::default_output),
+            every,
+            count: count.unwrap_or(1),
+            duration,
+            range,
+            force,
+            drain_interval: Duration::from_millis(drain_ms.clamp(1, 10_000)),
+        };
+        let s = sampled::record_sampled(&opts, |path, a| {
+            eprintln!(
+                "cuflight: wrote {} ({} events, {} bytes; {}); {}",
+                path.display(),
+                a.summary.events,
+                a.summary.bytes,
+                a.ended,
+                a.summary.drops_line()
+            );
+        })?;
+        if let Some(why) = s.short {
+            eprintln!("cuflight: {} of {} windows recorded ({why})", s.windows, opts.count);
+        }
+        return Ok(s.exit_code);
+    }
+    let opts = RecordOptions {
+        output: output.unwrap_or_else(record::default_output),
+        command,
+        agent,
+        inject: match inject {
+            InjectArg::Driver => Inject::Driver,
+            InjectArg::Preload => Inject::Preload,
+        },
+        drain_interval: Duration::from_millis(drain_ms.clamp(1, 10_000)),
+        flush_ms,
+        linger: Duration::from_secs(linger_secs),
+        force,
+        range: match (window.range(), duration, delay) {
+            (range, None, None) => range,
+            (None, d, y) => Some(record::Range::Armed {
+                ns: d.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
+                delay_ns: y.map_or(0, |y| y.as_nanos().min(u64::MAX as u128) as u64),
+            }),
+            (Some(_), _, _) => bail!(
+                "--duration and --delay bound a window by time, --steps and --capture-range by the program's \
+                 marks: choose one (or add --every for sampling windows of steps)"
+            ),
+        },
+    };
+    let s = match record::record(&opts) {
+        Err(record::RecordError::Spawn { command, source }) => {
+            eprintln!("cuflight: cannot run '{command}': {source}");
+            return Ok(spawn_status(&source));
+        }
+        other => other.context("recording failed")?,
+    };
+    for (pid, why) in &s.disabled {
+        eprintln!("cuflight: agent was off in process {pid}: {why}");
+    }
+    if s.arming.ranges_before > 0 {
+        eprintln!("cuflight: {}", s.arming.describe().unwrap_or_default());
+    }
+    if let Some(line) = s.backpressure() {
+        eprintln!("cuflight: {line}");
+    }
+    if let Some(line) = s.python_stacks_line() {
+        eprintln!("cuflight: {line}");
+    }
+    for line in s.python_unread_lines() {
+        eprintln!("cuflight: {line}");
+    }
+    if s.range_never_started {
+        eprintln!(
+            "cuflight: the capture range or steps asked for never started: the trace holds no events of the program"
+        );
+    }
+    for sig in &s.forwarded {
+        eprintln!("cuflight: forwarded {sig} to the program");
+    }
+    for (pid, period) in &s.unflushed {
+        let missing = if *period > 0 {
+            format!("device records of up to its last {period} ms are missing")
+        } else {
+            "device records CUPTI had not yet handed over are missing".to_string()
+        };
+        eprintln!(
+            "cuflight: process {pid} ended without its final flush (killed, left through _exit, or replaced by exec): {missing}"
+        );
+    }
+    if s.processes == 0 {
+        eprintln!(
+            "cuflight: no process of the program used CUDA (none loaded the CUDA driver, which loads the agent): the trace is empty; the program exited with status {}",
+            s.exit_code
+        );
+    } else if s.disabled.len() == s.processes {
+        eprintln!("cuflight: the agent was off in every process (reasons above): the trace holds no CUDA activity");
+    }
+    let written = match &s.files[..] {
+        [(one, _)] => one.clone(),
+        [] => opts.output.display().to_string(),
+        many => format!("{} files ({})", many.len(), cuflight_collector::capture::outputs::list(&s.files)),
+    };
+    eprintln!(
+        "cuflight: wrote {} ({} events from {} process(es), {} bytes, {:.1} bytes/event); {}, strings dropped {}",
+        written,
+        s.events,
+        s.processes,
+        s.bytes,
+        s.bytes as f64 / s.events.max(1) as f64,
+        s.drops_line(),
+        s.drops.strings_full,
+    );
+    if let Some(why) = &s.stopped {
+        bail!("recording stopped early ({why}); the program ran to its end with status {}", s.exit_code);
+    }
+    if stats == Some(true) && s.events > 0 {
+        for (file, _) in &s.files {
+            print_stats(std::path::Path::new(file))?;
+        }
+    }
+    Ok(s.exit_code)
+}
+
+pub fn launch(args: LaunchArgs) -> Result<i32> {
+    let LaunchArgs { flight_recorder, dump_dir, hang_timeout, trace, command } = args;
+    program_word("launch", &command);
+    trace.apply();
+    let Some(agent) = record::find_agent() else {
+        bail!(NO_AGENT);
+    };
+    let flight = match flight_recorder {
+        Some(span) => {
+            let dir = dump_dir.unwrap_or_else(|| PathBuf::from("."));
+            let dir = std::fs::canonicalize(&dir)
+                .with_context(|| format!("--dump-dir {}: not a directory you can use", dir.display()))?;
+            if !dir.is_dir() {
+                bail!("--dump-dir {}: not a directory", dir.display());
+            }
+            // Found out now, not when the program crashes: the agent must be able to create files there.
+            let probe = dir.join(format!(".cuflight-probe-{}", std::process::id()));
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&probe)
+                .with_context(|| format!("--dump-dir {}: cannot create files there", dir.display()))?;
+            let _ = std::fs::remove_file(&probe);
+            Some(agents::FlightRecorder { span, dump_dir: dir, hang_timeout })
+        }
+        None => None,
+    };
+    let e = agents::launch(&agent, &command, flight.as_ref());
+    eprintln!("cuflight: cannot run '{}': {e}", command[0]);
+    Ok(spawn_status(&e))
+}
+
+pub fn dump(args: DumpArgs) -> Result<i32> {
+    let DumpArgs { target, output, last, force } = args;
+    let output = output.unwrap_or_else(record::default_output);
+    let d = dump::dump(&dump::Target::parse(&target), &output, last, force)?;
+    let s = &d.summary;
+    let cover = match d.complete_for {
+        Some(c) if c < d.span => {
+            format!("; busy rings wrapped: complete for the last {:.3} s only", c.as_secs_f64())
+        }
+        _ => String::new(),
+    };
+    eprintln!(
+        "cuflight: wrote {} ({} events of process {} from the last {}; dumped: {}{cover})",
+        output.display(),
+        s.events,
+        d.pid,
+        span_text(d.span),
+        d.reason,
+    );
+    for (pid, flush_ms) in &s.unflushed {
+        let held = match flush_ms {
+            0 => "device records CUPTI still held (it had not flushed yet) are missing".to_string(),
+            ms => format!("device records of its last {ms} ms are missing"),
+        };
+        eprintln!("cuflight: process {pid} could not flush CUPTI before this dump: {held}");
+    }
+    if let Some(why) = &s.stopped {
+        bail!("the dump is incomplete ({why})");
+    }
+    Ok(0)
+}
+
+pub fn attach(args: AttachArgs) -> Result<i32> {
+    let AttachArgs { pid, output, duration, window, sampling, force, inject, trace } = args;
+    let SamplingArgs { every, count } = sampling;
+    let inject = match inject {
+        true => Some(record::find_agent().context(NO_AGENT)?),
+        false => None,
+    };
+    let range = window.range();
+    // 10 s, or back-to-back windows when sampling more often than that.
+    let default = every.map_or(Duration::from_secs(10), |e| e.min(Duration::from_secs(10)));
+    let duration = duration.or((range.is_none()).then_some(default));
+    if every.zip(duration).is_some_and(|(e, d)| e < d) {
+        bail!("--every must be at least --duration (windows cannot overlap)");
+    }
+    let opts = attach::AttachOptions {
+        pid,
+        output: output.unwrap_or_else(record::default_output),
+        duration,
+        range,
+        drain_interval: Duration::from_millis(10),
+        force,
+        every,
+        count: count.unwrap_or(1),
+        inject,
+        trace,
+    };
+    let mut stopped = None;
+    attach::attach(&opts, |path, a| {
+        let s = &a.summary;
+        eprintln!(
+            "cuflight: wrote {} ({} events, {} bytes; {}); {}",
+            path.display(),
+            s.events,
+            s.bytes,
+            a.ended,
+            s.drops_line(),
+        );
+        if let Some(line) = a.arming.describe() {
+            eprintln!("cuflight: {line}");
+        }
+        if let Some(line) = s.backpressure() {
+            eprintln!("cuflight: {line}");
+        }
+        if let Some(line) = s.python_stacks_line() {
+            eprintln!("cuflight: {line}");
+        }
+        for line in s.python_unread_lines() {
+            eprintln!("cuflight: {line}");
+        }
+        if stopped.is_none() {
+            stopped = s.stopped.clone();
+        }
+    })?;
+    if let Some(why) = stopped {
+        bail!("recording stopped early ({why})");
+    }
+    Ok(0)
+}
+
+/// The status a shell gives a command it cannot run: 127 when it is not found, 126 when it cannot be executed.
+fn spawn_status(e: &std::io::Error) -> i32 {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}
+
+/// `cargo install` installs binaries only: the agent has to come from a build or the wheel.
+const NO_AGENT: &str = "cannot find libcuflight.so next to the cuflight binary or in ../lib (`cargo install` installs \
+                        no libraries: use `python3 -m pip install .`, or copy target/release/libcuflight.so beside \
+                        the binary); or set CUFLIGHT_AGENT to its path";
+
+/// Everything before the program is cuflight's: a word there that looks like an option and is not one is an
+/// error naming it (clap's usage, exit 2), never a program to run. `--` before a program named `-x` still runs it.
+fn program_word(subcommand: &str, command: &[String]) {
+    let Some(word) = command.first().filter(|w| w.starts_with('-') && w.len() > 1) else { return };
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let after_separator = args.windows(2).any(|w| w[0] == "--" && w[1] == word.as_str());
+    if after_separator {
+        return;
+    }
+    let mut cli = <Cli as clap::CommandFactory>::command();
+    let sub = cli.find_subcommand_mut(subcommand).map(|c| c.clone()).unwrap_or(cli);
+    sub.bin_name(format!("cuflight {subcommand}"))
+        .error(
+            clap::error::ErrorKind::UnknownArgument,
+            format!(
+                "unknown option '{word}' before the program (put `--` before a program whose name starts with '-')"
+            ),
+        )
+        .exit();
+}
+
+/// A span as users write it back: `30s`, `1.5s`, `2m`, or "the whole recording" when unbounded.
+fn span_text(d: Duration) -> String {
+    match d.as_secs_f64() {
+        s if s > 7.0 * 86400.0 => "recording (everything the rings held)".into(),
+        s if s >= 120.0 && s % 60.0 == 0.0 => format!("{} min", s / 60.0),
+        s => format!("{s} s"),
+    }
+}
