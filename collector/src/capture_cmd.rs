@@ -2,8 +2,8 @@
 //! prints about what it wrote and lost.
 
 use crate::cli::*;
-use crate::print_stats;
 use anyhow::{bail, Context, Result};
+use cuflight_collector::analysis::stats::{self, Stats};
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
 use cuflight_collector::capture::{agents, attach, dump, sampled};
 use std::path::PathBuf;
@@ -326,4 +326,16 @@ fn span_text(d: Duration) -> String {
         s if s >= 120.0 && s % 60.0 == 0.0 => format!("{} min", s / 60.0),
         s => format!("{s} s"),
     }
+}
+
+/// `cuflight stats TRACE` on standard output (`record --stats`).
+fn print_stats(trace: &std::path::Path) -> Result<()> {
+    let mut source = cuflight_collector::model::source::EventSource::open(trace)?;
+    let stats = Stats::compute_source(&mut source)?;
+    let mut text = stats.render(&stats::Report::default_text(), stats::Style::Table);
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    print!("{text}");
+    Ok(())
 }

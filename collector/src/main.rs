@@ -301,15 +301,3 @@ fn write_text(out: Option<Output>, text: &str) -> Result<()> {
     }
     Ok(())
 }
-
-/// `cuflight stats TRACE` on standard output (`record --stats`).
-fn print_stats(trace: &std::path::Path) -> Result<()> {
-    let mut source = cuflight_collector::model::source::EventSource::open(trace)?;
-    let stats = Stats::compute_source(&mut source)?;
-    let mut text = stats.render(&stats::Report::default_text(), stats::Style::Table);
-    if !text.ends_with('\n') {
-        text.push('\n');
-    }
-    print!("{text}");
-    Ok(())
-}
