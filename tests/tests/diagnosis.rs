@@ -130,6 +130,13 @@ fn item_sync_every_step_is_found() {
     assert_eq!(f["evidence"]["api_calls"][0]["name"], "cudaMemcpy");
     let steps = r["processes"][0]["steps"].as_array().unwrap().len();
     assert_eq!(f["evidence"]["api_calls"][0]["count"], steps, "one per steady step");
+    // The typical step's critical path: the 3 ms of host work, then the GEMMs the copy waited behind (its call
+    // blocked the host meanwhile, which is not host work).
+    let path = &r["processes"][0]["critical_path"];
+    let share = |what: &str| {
+        path["by_kind"].as_array().unwrap().iter().find(|g| g["what"] == what).map_or(0.0, |g| f64_of(&g["share"]))
+    };
+    assert!(share("gemm kernels") > 0.4 && share("host work") < 0.5, "{path}");
 }
 
 #[test]

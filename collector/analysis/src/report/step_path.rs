@@ -29,13 +29,18 @@ pub struct PathOp {
     pub name: u32,
     /// "memcpy", "memset", or None for a kernel (its category comes from its name).
     pub copy: Option<&'static str>,
-    /// Launch call: (start, end, thread).
+    /// Launch call: (start, when it had issued the op, thread). An asynchronous call has issued it by its end; a
+    /// call that blocks until the op is done (a synchronous copy) issued it as it began, and its end says nothing
+    /// about when the op could start.
     pub launch: Option<(u64, u64, u32)>,
     pub after_wait: bool,
     /// Queued after a host function its thread put in a stream.
     pub after_host_fn: bool,
     /// Queued by a graph launch.
     pub graph: bool,
+    /// Issued by a call that blocks until the op is done (a synchronous copy: on the legacy default stream it also
+    /// waits for the work of every blocking stream).
+    pub blocking: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -169,8 +174,17 @@ pub fn walk(p: &Process, cap: &StepCapture) -> Option<StepPath> {
         }
         // The constraints on its start, and when each was met.
         let same = prev_in_stream[cur].filter(|&i| ops[i].end <= op.start);
-        let cross = if op.after_wait { ended_before(op.start, Some(op.stream)) } else { None };
         let launch = op.launch.map(|(a, b, tid)| (a, b.min(op.start), tid));
+        let cross = if op.after_wait {
+            ended_before(op.start, Some(op.stream))
+        } else if op.blocking {
+            // Issued as the call began and started later: it waited behind work the call's stream waits for, and
+            // the work on another stream that ended last before it started, after the call began, is what held it.
+            let issued = launch.map_or(0, |l| l.1);
+            ended_before(op.start, Some(op.stream)).filter(|&i| ops[i].end > issued)
+        } else {
+            None
+        };
         let t_same = same.map(|i| ops[i].end);
         let t_cross = cross.map(|i| ops[i].end);
         let t_launch = launch.map(|l| l.1);
@@ -189,6 +203,11 @@ pub fn walk(p: &Process, cap: &StepCapture) -> Option<StepPath> {
                     ("stream_order", "GPU queue")
                 };
                 push(kind, format!("the queue before {}", op_what(p, &op)), group.into(), t, op.start);
+                cur = i;
+            }
+            Some(t) if t_cross == Some(t) && !op.after_wait => {
+                let i = cross.expect("t_cross is set");
+                push("stream_order", format!("the queue before {}", op_what(p, &op)), "GPU queue".into(), t, op.start);
                 cur = i;
             }
             Some(t) if t_cross == Some(t) => {
@@ -261,7 +280,18 @@ mod tests {
     }
 
     fn op(start: u64, end: u64, stream: u64, launch: Option<(u64, u64, u32)>, after_wait: bool) -> PathOp {
-        PathOp { start, end, stream, name: 1, copy: None, launch, after_wait, after_host_fn: false, graph: false }
+        PathOp {
+            start,
+            end,
+            stream,
+            name: 1,
+            copy: None,
+            launch,
+            after_wait,
+            after_host_fn: false,
+            graph: false,
+            blocking: false,
+        }
     }
 
     #[test]
@@ -298,5 +328,24 @@ mod tests {
         assert_eq!(path.path_ns, 100, "{path:?}");
         let kinds: Vec<&str> = path.longest.iter().map(|l| l.kind).collect();
         assert!(kinds.contains(&"sync_return") && kinds.contains(&"host"), "{kinds:?}");
+    }
+
+    #[test]
+    fn a_synchronous_copy_waits_for_the_work_before_it_not_for_its_own_call() {
+        // A GEMM on stream 1 runs 0-50; the host then calls a synchronous copy (legacy default stream 0) at 2, which
+        // issues the copy at once and blocks until it is done (52-60): the copy waited for the GEMM.
+        let mut copy = op(52, 60, 0, Some((2, 2, 9)), false);
+        (copy.copy, copy.blocking) = (Some("memcpy"), true);
+        let cap = StepCapture {
+            window: (0, 60),
+            name: "step".into(),
+            ops: vec![op(0, 50, 1, Some((0, 1, 9)), false), copy],
+            syncs: vec![PathCall { start: 2, end: 60, tid: 9, name: 2, poll: false }],
+        };
+        let path = walk(&process(), &cap).unwrap();
+        assert_eq!(path.path_ns, 60, "{path:?}");
+        let ns = |what: &str| path.by_kind.iter().find(|g| g.what == what).map_or(0, |g| g.ns);
+        assert_eq!((ns("gemm kernels"), ns("memcpy"), ns("GPU queue")), (50, 8, 2), "{path:?}");
+        assert_eq!(ns("host work"), 0, "{path:?}");
     }
 }

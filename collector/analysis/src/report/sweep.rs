@@ -336,6 +336,11 @@ impl<'a> Sweep<'a> {
         let stream = stream_key(e.device, e.stream);
         let (after_wait, after_host_fn) =
             launch.map_or((false, false), |c| self.stream_waits.launched(stream, c.tid, c.start));
+        // A call that blocks until its work is done (a synchronous or pageable copy) issued it when it began.
+        let blocking = launch.filter(|c| {
+            let pageable = self.plan.pageable_dtoh.contains(&e.correlation);
+            classify_flags(names.get(c.name), pageable) == CallClass::Sync
+        });
         if self.group.is_none_or(|g| g.start != e.start) {
             self.group = Some(Closer {
                 start: e.start,
@@ -348,12 +353,7 @@ impl<'a> Sweep<'a> {
                 launch_first: joined.is_some_and(|w| w.first),
                 after_wait,
                 after_host_fn,
-                blocking_call: launch
-                    .filter(|c| {
-                        let pageable = self.plan.pageable_dtoh.contains(&e.correlation);
-                        classify_flags(names.get(c.name), pageable) == CallClass::Sync
-                    })
-                    .map(|c| (c.name, c.end)),
+                blocking_call: blocking.map(|c| (c.name, c.end)),
             });
         }
         let span = (e.start, e.end.max(e.start));
@@ -396,10 +396,11 @@ impl<'a> Sweep<'a> {
                     Some(EventKind::Memset) => Some("memset"),
                     _ => None,
                 },
-                launch: launch.map(|c| (c.start, c.end, c.tid)),
+                launch: launch.map(|c| (c.start, if blocking.is_some() { c.start } else { c.end }, c.tid)),
                 after_wait,
                 after_host_fn,
                 graph: launch.is_some_and(|c| self.plan.names.has(c.name, NameFlags::GRAPH_LAUNCH)),
+                blocking: blocking.is_some(),
             });
         }
         let s = (e.device, e.stream);
