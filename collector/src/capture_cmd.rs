@@ -4,6 +4,7 @@
 use crate::cli::*;
 use anyhow::{bail, Context, Result};
 use cuflight_collector::analysis::stats::{self, Stats};
+use cuflight_collector::capture::record::RecordSummary;
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
 use cuflight_collector::capture::{agents, attach, dump, sampled};
 use std::path::PathBuf;
@@ -100,15 +101,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     if s.arming.ranges_before > 0 {
         eprintln!("cuflight: {}", s.arming.describe().unwrap_or_default());
     }
-    if let Some(line) = s.backpressure() {
-        eprintln!("cuflight: {line}");
-    }
-    if let Some(line) = s.python_stacks_line() {
-        eprintln!("cuflight: {line}");
-    }
-    for line in s.python_unread_lines() {
-        eprintln!("cuflight: {line}");
-    }
+    print_costs(&s);
     if s.range_never_started {
         eprintln!(
             "cuflight: the capture range or steps asked for never started: the trace holds no events of the program"
@@ -265,15 +258,7 @@ pub fn attach(args: AttachArgs) -> Result<i32> {
         if let Some(line) = a.arming.describe() {
             eprintln!("cuflight: {line}");
         }
-        if let Some(line) = s.backpressure() {
-            eprintln!("cuflight: {line}");
-        }
-        if let Some(line) = s.python_stacks_line() {
-            eprintln!("cuflight: {line}");
-        }
-        for line in s.python_unread_lines() {
-            eprintln!("cuflight: {line}");
-        }
+        print_costs(s);
         if stopped.is_none() {
             stopped = s.stopped.clone();
         }
@@ -338,4 +323,12 @@ fn print_stats(trace: &std::path::Path) -> Result<()> {
     }
     print!("{text}");
     Ok(())
+}
+
+/// What losing nothing and reading Python stacks cost the program, and where stacks could not be read.
+fn print_costs(s: &RecordSummary) {
+    let lines = s.backpressure().into_iter().chain(s.python_stacks_line()).chain(s.python_unread_lines());
+    for line in lines {
+        eprintln!("cuflight: {line}");
+    }
 }
