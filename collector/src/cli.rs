@@ -186,6 +186,20 @@ pub enum Cmd {
     },
 }
 
+impl Cmd {
+    /// The traces a command reads (`-` among them is standard input).
+    pub fn trace_paths(&mut self) -> Vec<&mut PathBuf> {
+        match self {
+            Cmd::Stats { trace, .. } | Cmd::Recover { trace, .. } => vec![trace],
+            Cmd::Report { traces, .. } | Cmd::Diff { traces, .. } | Cmd::Merge { traces, .. } => {
+                traces.iter_mut().collect()
+            }
+            Cmd::Export { traces, .. } => traces.iter_mut().collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 /// Sampling windows (`record` and `attach` alike).
 #[derive(clap::Args)]
 pub struct SamplingArgs {

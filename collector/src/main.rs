@@ -8,6 +8,7 @@ mod closed_output;
 mod diff_cmd;
 mod multi_trace;
 mod serve;
+mod stdin_trace;
 mod top;
 use cli::*;
 use cuflight_collector::analysis::stats::{self, Stats};
@@ -24,7 +25,7 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) if closed_output::is_broken_pipe(&e) => std::process::exit(closed_output::BROKEN_PIPE_STATUS),
         Err(e) => {
-            eprintln!("cuflight: {}", one_line(&e));
+            eprintln!("cuflight: {}", stdin_trace::shown(one_line(&e)));
             std::process::exit(1);
         }
     }
@@ -52,7 +53,9 @@ fn one_line(e: &anyhow::Error) -> String {
     msg
 }
 
-fn run(cli: Cli) -> Result<i32> {
+fn run(mut cli: Cli) -> Result<i32> {
+    // Kept open until the command is done: a trace read from standard input lives in it.
+    let _stdin = stdin_trace::take(&mut cli.command.trace_paths())?;
     match cli.command {
         Cmd::Record(args) => capture_cmd::record(args),
         Cmd::Launch(args) => capture_cmd::launch(args),
@@ -109,7 +112,10 @@ fn run(cli: Cli) -> Result<i32> {
                 ExportFormat::Perfetto => "perfetto-trace",
                 _ => "json",
             };
-            let output = output.unwrap_or_else(|| output::default_beside(&trace, ext));
+            let output = match output {
+                Some(o) => o,
+                None => stdin_trace::beside(&trace, ext)?,
+            };
             let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
             output::distinct_inputs(&inputs)?;
             // `-o -`: standard output (a pipe into gzip, ssh, or trace_processor's stdin).
@@ -234,7 +240,10 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Cmd::Diff { traces, format, step, output, force } => diff_cmd::run(&traces, format, step, output, force),
         Cmd::Recover { trace, output, force } => {
-            let output = output.unwrap_or_else(|| output::default_beside(&trace, "recovered.cuf"));
+            let output = match output {
+                Some(o) => o,
+                None => stdin_trace::beside(&trace, "recovered.cuf")?,
+            };
             let out = Output::create(&output, &[&trace], force)?;
             let r = cuflight_collector::capture::recover::recover(&trace, std::io::BufWriter::new(out.try_clone()?))?;
             out.commit()?;
@@ -246,7 +255,12 @@ fn run(cli: Cli) -> Result<i32> {
                     r.blocks,
                     r.dropped_bytes
                 ),
-                None => eprintln!("cuflight: wrote {}: {} events; {} was already complete", output.display(), r.events, trace.display()),
+                None => eprintln!(
+                    "cuflight: wrote {}: {} events; {} was already complete",
+                    output.display(),
+                    r.events,
+                    stdin_trace::shown(trace.display().to_string())
+                ),
             }
             Ok(0)
         }

@@ -9,7 +9,10 @@ use std::path::PathBuf;
 /// `export --format parquet`: every trace's tables into one directory, committed only when complete.
 pub fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) -> Result<i32> {
     use cuflight_collector::export::{output_dir::OutputDir, parquet};
-    let dest = output.unwrap_or_else(|| output::default_beside(&traces[0], "parquet"));
+    let dest = match output {
+        Some(o) => o,
+        None => crate::stdin_trace::beside(&traces[0], "parquet")?,
+    };
     let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
     output::distinct_inputs(&inputs)?;
     let out = OutputDir::create(&dest, &inputs, force, parquet::MANIFEST)?;

@@ -173,3 +173,61 @@ fn a_reader_that_goes_away_ends_the_command_quietly() {
         assert_eq!(err.lines().count(), 1, "{err}");
     }
 }
+
+/// `cuflight ARGS` with `input` piped into its standard input: (exit code, stdout, stderr).
+fn cuflight_fed(args: &[&str], input: &[u8]) -> (Option<i32>, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(cuflight_bin())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cuflight runs");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input); // a command that refuses early closes the pipe
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn a_trace_piped_into_standard_input_reads_as_the_file_does() {
+    let dir = scratch("stdin");
+    let trace = a_trace(&dir);
+    let bytes = std::fs::read(&trace).unwrap();
+    let path = trace.to_str().unwrap();
+    for args in [&["stats"][..], &["report", "--format", "json"], &["export", "--format", "chrome", "-o", "-"]] {
+        let file = Command::new(cuflight_bin()).args(args).arg(path).output().unwrap();
+        let (code, piped, err) = cuflight_fed(&[args, &["-"]].concat(), &bytes);
+        assert_eq!(code, Some(0), "{args:?}: {err}");
+        if args[0] == "report" {
+            // The report names its input; its diagnosis is the same.
+            let file: serde_json::Value = serde_json::from_slice(&file.stdout).unwrap();
+            let piped: serde_json::Value = serde_json::from_str(&piped).unwrap();
+            for key in ["verdict", "findings"] {
+                assert_eq!(file[key], piped[key], "{key}");
+            }
+            assert_eq!(file["processes"][0]["steps"], piped["processes"][0]["steps"]);
+        } else {
+            assert_eq!(String::from_utf8_lossy(&file.stdout), piped, "{args:?}");
+        }
+    }
+    // An nsys SQLite export, which SQLite opens by name.
+    if let Some(sqlite) = shared_trace("nsys-a100-cloverleaf.sqlite") {
+        let file = Command::new(cuflight_bin()).arg("stats").arg(&sqlite).output().unwrap();
+        let (code, piped, err) = cuflight_fed(&["stats", "-"], &std::fs::read(&sqlite).unwrap());
+        assert_eq!((code, piped.as_str()), (Some(0), &*String::from_utf8_lossy(&file.stdout)), "{err}");
+    }
+    // Bad input is named as standard input; an output beside it must be named; it can be read once.
+    let (code, _, err) = cuflight_fed(&["stats", "-"], b"not a trace");
+    assert_one_line_error(code, &err, "standard input: unknown format");
+    let (code, _, err) = cuflight_fed(&["export", "-"], &bytes);
+    assert_one_line_error(code, &err, "name the output with -o");
+    let (code, _, err) = cuflight_fed(&["diff", "-", "-"], &bytes);
+    assert_one_line_error(code, &err, "named twice");
+}

@@ -1,0 +1,113 @@
+//! `-` as a trace: standard input (`ssh gpu-host cat run.cuf | cuflight report -`). Readers seek and make several
+//! passes, so the bytes are first copied into an unnamed temporary file in the temporary directory (on disk, not
+//! in memory; gone when cuflight exits, however it exits), which is then read through `/proc/self/fd` like any
+//! file.
+
+use anyhow::{bail, Context, Result};
+use std::fs::File;
+use std::io::IsTerminal;
+use std::io::Seek;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+
+/// What a trace read from standard input lives in until the command is done.
+pub struct StdinTrace {
+    _file: File,
+    /// The private directory of a named copy (an SQLite export), removed when done.
+    dir: Option<PathBuf>,
+}
+
+impl Drop for StdinTrace {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Where the copy of standard input is read from, for messages ("standard input" instead).
+static SHOWN_AS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// A message with standard input's copy named as standard input.
+pub fn shown(msg: String) -> String {
+    match SHOWN_AS.get() {
+        Some(path) => msg.replace(path.as_str(), "standard input"),
+        None => msg,
+    }
+}
+
+/// Replaces a `-` among `paths` by standard input's copy, which must outlive the reading.
+pub fn take(paths: &mut [&mut PathBuf]) -> Result<Option<StdinTrace>> {
+    let mut dashes = paths.iter_mut().filter(|p| p.as_os_str() == "-");
+    let Some(first) = dashes.next() else { return Ok(None) };
+    if dashes.next().is_some() {
+        bail!("`-` (standard input) is named twice; it can be read once");
+    }
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        bail!("`-` reads a trace from standard input, which is a terminal: pipe one in, or name a file");
+    }
+    let dir = std::env::temp_dir();
+    let in_tmp = || format!("a temporary file in {}", dir.display());
+    let mut file = unnamed_file(&dir).with_context(|| format!("cannot make {} for standard input", in_tmp()))?;
+    std::io::copy(&mut stdin.lock(), &mut file)
+        .with_context(|| format!("cannot copy standard input to {}", in_tmp()))?;
+    let mut head = [0u8; 16];
+    let sqlite = file.read_exact_at(&mut head, 0).is_ok() && &head == b"SQLite format 3\0";
+    let (path, named) = if sqlite {
+        // SQLite opens a database by its resolved name, which an unnamed file has not: a named copy, in a
+        // directory of this process's own.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let private = dir.join(format!("cuflight-stdin-{}-{nanos}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&private)
+            .with_context(|| format!("cannot make {}", private.display()))?;
+        let path = private.join("standard-input.sqlite");
+        let copied = (|| -> std::io::Result<()> {
+            let mut to = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
+            file.seek(std::io::SeekFrom::Start(0))?;
+            std::io::copy(&mut file, &mut to)?;
+            Ok(())
+        })();
+        if let Err(e) = copied {
+            let _ = std::fs::remove_dir_all(&private);
+            return Err(e).with_context(|| format!("cannot copy standard input to {}", path.display()));
+        }
+        (path, Some(private))
+    } else {
+        (PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())), None)
+    };
+    let _ = SHOWN_AS.set(path.display().to_string());
+    **first = path;
+    Ok(Some(StdinTrace { _file: file, dir: named }))
+}
+
+/// A file with no name: `O_TMPFILE` where the file system has it, else a fresh name removed at once.
+fn unnamed_file(dir: &std::path::Path) -> std::io::Result<File> {
+    let open = |p: &std::path::Path, flags| {
+        std::fs::OpenOptions::new().read(true).write(true).custom_flags(flags).mode(0o600).open(p)
+    };
+    match open(dir, libc::O_TMPFILE) {
+        Ok(f) => Ok(f),
+        Err(_) => {
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+            let name = dir.join(format!(".cuflight-stdin-{}-{nanos}", std::process::id()));
+            let mut create = std::fs::OpenOptions::new();
+            create.read(true).write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).mode(0o600);
+            let f = create.open(&name)?;
+            std::fs::remove_file(&name)?;
+            Ok(f)
+        }
+    }
+}
+
+/// The default output beside `trace` (`output::default_beside`); a trace read from standard input has no place
+/// beside it, so the output must be named.
+pub fn beside(trace: &std::path::Path, ext: &str) -> Result<PathBuf> {
+    if SHOWN_AS.get().is_some_and(|p| trace == std::path::Path::new(p)) {
+        bail!("the trace comes from standard input: name the output with -o");
+    }
+    Ok(cuflight_collector::export::output::default_beside(trace, ext))
+}
