@@ -19,20 +19,14 @@ pub struct Recovered {
 }
 
 /// Events in the complete blocks of the trace at `path` (one a recording made and has not closed): what it kept
-/// after a write error.
+/// after a write error. Counted from the block headers (the index rebuilt), so a huge file is not decompressed.
 pub fn events_kept(path: &Path) -> u64 {
     use std::os::unix::fs::OpenOptionsExt;
     let opened = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path);
-    let Ok(file) = opened else { return 0 };
-    let Ok(mut reader) = TraceReader::new(std::io::BufReader::with_capacity(1 << 20, file)) else { return 0 };
-    let mut events = 0u64;
-    while let Ok(Some(block)) = reader.next_block() {
-        if let Block::Events { events: e, .. } = block {
-            events += e.len() as u64;
-            reader.recycle(e);
-        }
-    }
-    events
+    let Ok(mut file) = opened else { return 0 };
+    let Ok((index, _)) = cuflight_format::index::read_index(&mut file) else { return 0 };
+    let events = index.iter().filter(|e| e.tag == cuflight_format::file::TAG_EVENT_COLUMNS);
+    events.fold(0u64, |n, e| n.saturating_add(e.events as u64))
 }
 
 /// Copies every complete block of the cuflight trace at `path` into `out` and ends it with a footer.
