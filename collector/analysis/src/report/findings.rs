@@ -234,19 +234,30 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
     if c.total_ns > 0 {
         let mut ev = idle_evidence(ctx, c);
         let (kernels, short, median_kernel, median_launch) = launch_stats(swept);
+        // What the host issuing faster would win, against the GPU's own gaps between queued kernels.
+        let queued = idle.launch_queued_ns.min(c.total_ns);
         ev.facts.push(format!(
             "{kernels} kernels in steps ({:.0} per step), {short} of them shorter than the median launch call \
-             ({}); median kernel {:.1} µs; the GPU idled {} per step between launches (host issue time and \
-             per-kernel gaps)",
+             ({}); median kernel {:.1} µs; the GPU idled {} per step between launches: {} waiting for the host to \
+             issue the next kernel, {} with it already queued (the GPU's own gap between kernels, {} per kernel)",
             kernels as f64 / steps as f64,
             format_us(median_launch),
             median_kernel as f64 / 1e3,
-            per_step(c.total_ns)
+            per_step(c.total_ns),
+            per_step(c.total_ns - queued),
+            per_step(queued),
+            format_us(queued / kernels.max(1)),
         ));
+        ev.metrics.insert("queued_gap_ns_per_step", queued as f64 / steps as f64);
         ev.metrics.insert("kernels_per_step", kernels as f64 / steps as f64);
         ev.metrics.insert("median_kernel_ns", median_kernel as f64);
         ev.metrics.insert("median_launch_ns", median_launch as f64);
-        let summary = format!("GPU waits for kernel launches: {} idle per step", per_step(c.total_ns));
+        // Mostly queued: the gaps are the GPU's own, per kernel, whatever the host does (fewer kernels or graphs).
+        let summary = if queued * 2 > c.total_ns {
+            format!("GPU idles in the gaps between queued kernels: {} per step", per_step(c.total_ns))
+        } else {
+            format!("GPU waits for kernel launches: {} idle per step", per_step(c.total_ns))
+        };
         let mut f = ctx.finding("launch_bound", c.total_ns, summary, ev, FIX_LAUNCH);
         f.sources = swept.sources.rows(SourceKind::Launch, ctx.p);
         out.push(f);

@@ -96,6 +96,9 @@ pub struct IdleSummary {
 pub struct IdleCauses {
     pub causes: [Cause; CAUSES],
     pub idle_in_steps_ns: u64,
+    /// The part of the launch-bound time in which the next op was already queued: the GPU's own gap between
+    /// ops, which the host issuing faster would not shorten.
+    pub launch_queued_ns: u64,
 }
 
 impl IdleCauses {
@@ -214,6 +217,9 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
             let tiny_next = next_op.is_some_and(|op| op.duration < TINY_KERNEL_NS);
             if b - gap_start.max(launched) < KERNEL_WAIT_NS || single_stream && tiny_next {
                 out.add(CauseKind::LaunchBound, queued, step, None, n);
+                // Queued from when its launch call returned (inside the call the host was still issuing it).
+                let issued = next_op.and_then(|op| op.issued).unwrap_or(launched).max(queued.0);
+                out.launch_queued_ns = out.launch_queued_ns.saturating_add(b.saturating_sub(issued));
             } else if let Some(op) = next_op {
                 let (kind, label) = queued_wait(v, op, gap_start);
                 let detail = || wait_detail(v, op, gap_start, &label);

@@ -346,6 +346,7 @@ impl<'a> Sweep<'a> {
                 start: e.start,
                 duration: e.duration(),
                 launched: launch.map(|c| c.start),
+                issued: launch.map(|c| if blocking.is_some() { c.start } else { c.end }),
                 stream,
                 name: e.name,
                 comm,

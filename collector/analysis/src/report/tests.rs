@@ -95,6 +95,43 @@ fn the_step_breakdown_gives_each_instant_to_the_first_category_that_applies() {
     assert!((row.gpu_utilization - 0.4).abs() < 1e-9);
 }
 
+#[test]
+fn launch_gaps_are_split_into_host_issue_and_the_gpus_own_gap_between_queued_kernels() {
+    use super::idle::{attribute, CauseKind, IdleCauses};
+    use super::window::Closer;
+    let p = process(&[], vec![]);
+    let closer = |start, launched, issued| Closer {
+        start,
+        duration: 10,
+        launched: Some(launched),
+        issued: Some(issued),
+        ..Default::default()
+    };
+    let view = super::window::WindowView {
+        p: &p,
+        span: (0, 60),
+        busy: vec![(0, 10), (20, 30), (40, 60)],
+        busy_before: None,
+        kernel_busy: vec![],
+        compute_busy: vec![],
+        memcpy_busy: vec![],
+        memset_busy: vec![],
+        runtime_busy: vec![],
+        loader: vec![],
+        cpu: vec![],
+        // Issued by a call that returned at 8, before the gap: queued for all of 10-20. The next one's call began
+        // at 31 and returned at 45, after the kernel began: the host was issuing it throughout 30-40.
+        closers: vec![closer(20, 5, 8), closer(40, 31, 45)],
+        enders: vec![],
+        calls: vec![],
+        call_before: None,
+    };
+    let mut out = IdleCauses::default();
+    attribute(&view, 0, 1, true, &[0], &mut out);
+    assert_eq!(out.get(CauseKind::LaunchBound).total_ns, 20);
+    assert_eq!(out.launch_queued_ns, 10);
+}
+
 /// A training loop of NVTX steps whose GPU work runs late (the host queues ahead), with a sync at the end of each
 /// step, a data-loading range that spans step boundaries, and a kernel longer than a step.
 fn loop_trace(steps: u64) -> Process {

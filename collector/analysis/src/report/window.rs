@@ -53,6 +53,8 @@ pub struct Closer {
     pub duration: u64,
     /// Its launch call's start, when the call is in the trace.
     pub launched: Option<u64>,
+    /// When that call had handed it to the GPU: the call's end (a blocking call's start: it issues, then waits).
+    pub issued: Option<u64>,
     /// Its stream ([`stream_key`]) and name.
     pub stream: u64,
     pub name: u32,
