@@ -79,6 +79,28 @@ fn step_breakdown_follows_tensorboards_definitions() {
 }
 
 #[test]
+fn the_fp32_fix_names_what_the_gpu_has() {
+    // A V100 (compute capability 7.0) has fp16 Tensor Cores only: bf16 autocast and the TF32 switch do nothing there.
+    if let Some(v100) = shared_trace("kineto-v100-ddp-ns.json.gz") {
+        let r = report(&v100);
+        let f = r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "fp32_gemm").expect("fp32_gemm").clone();
+        let fix = f["fix"].as_str().unwrap();
+        assert!(
+            fix.contains("torch.float16") && !fix.contains("bfloat16") && !fix.contains("matmul_precision"),
+            "{fix}"
+        );
+    }
+    // cudasim's H100 (9.0): bf16 and TF32.
+    let dir = scratch("report-fp32");
+    let prog = build_c("train", &dir);
+    let rec = record(&dir, &[], &prog, &["3"], &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let r = report(&rec.trace);
+    let f = r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "fp32_gemm").expect("fp32_gemm").clone();
+    assert!(f["fix"].as_str().unwrap().contains("bfloat16"), "{f}");
+}
+
+#[test]
 fn report_works_where_hta_fails_and_on_captures() {
     // HTA 0.5 stops with an AssertionError on this trace; we still break it down.
     if let Some(qwen) = shared_trace("kineto-h100-qwen-inference.json.gz") {

@@ -16,6 +16,11 @@ pub const FIX_MEMCPY: &str = "Keep data on the GPU: create tensors on the device
      round trips, and overlap the remaining copies with compute on a side stream.";
 pub const FIX_FP32: &str = "Run matmuls and convolutions on Tensor Cores: torch.autocast(\"cuda\", \
      dtype=torch.bfloat16) (or fp16 with GradScaler); at least torch.set_float32_matmul_precision(\"high\") for TF32.";
+/// Volta and Turing (compute capability 7.x) have fp16 Tensor Cores only: bf16 and TF32 came with Ampere (8.0), and
+/// PyTorch's TF32 switch does nothing before it.
+pub const FIX_FP32_FP16_ONLY: &str = "Run matmuls and convolutions on Tensor Cores in fp16: \
+     torch.autocast(\"cuda\", dtype=torch.float16), with torch.amp.GradScaler(\"cuda\") when training (compute \
+     capability 7.x has fp16 Tensor Cores only: bf16 and TF32 need 8.0 or newer).";
 pub const FIX_NCCL: &str = "Overlap communication with compute: DDP bucket_cap_mb (fewer, larger buckets), \
      gradient_as_bucket_view=True, no_sync() during gradient accumulation; FSDP backward_prefetch/forward_prefetch; \
      check the interconnect with NCCL_DEBUG=INFO.";
@@ -115,7 +120,8 @@ pub fn fp32_gemm(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     ev.kernels = kernel_rows(ctx, &swept.fp32, 5);
     let summary =
         format!("fp32 GEMMs with Tensor Cores idle: {} of GEMM time per step", ms(time / ctx.steps_count() as u64));
-    Some(ctx.finding("fp32_gemm", lost, summary, ev, FIX_FP32))
+    let fix = if ctx.plan.capability.is_some_and(|(major, _)| major == 7) { FIX_FP32_FP16_ONLY } else { FIX_FP32 };
+    Some(ctx.finding("fp32_gemm", lost, summary, ev, fix))
 }
 
 /// Communication kernels not overlapped by compute. `waited`: whether any collective waited for other ranks
