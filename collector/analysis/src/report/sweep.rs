@@ -341,12 +341,13 @@ impl<'a> Sweep<'a> {
             let pageable = self.plan.pageable_dtoh.contains(&e.correlation);
             classify_flags(names.get(c.name), pageable) == CallClass::Sync
         });
+        let issued = launch.map(|c| if blocking.is_some() { c.start } else { c.end });
         if self.group.is_none_or(|g| g.start != e.start) {
             self.group = Some(Closer {
                 start: e.start,
                 duration: e.duration(),
                 launched: launch.map(|c| c.start),
-                issued: launch.map(|c| if blocking.is_some() { c.start } else { c.end }),
+                issued,
                 stream,
                 name: e.name,
                 comm,
@@ -397,7 +398,7 @@ impl<'a> Sweep<'a> {
                     Some(EventKind::Memset) => Some("memset"),
                     _ => None,
                 },
-                launch: launch.map(|c| (c.start, if blocking.is_some() { c.start } else { c.end }, c.tid)),
+                launch: launch.zip(issued).map(|(c, issued)| (c.start, issued, c.tid)),
                 after_wait,
                 after_host_fn,
                 graph: launch.is_some_and(|c| self.plan.names.has(c.name, NameFlags::GRAPH_LAUNCH)),
