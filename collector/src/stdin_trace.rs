@@ -1,5 +1,5 @@
 //! `-` as a trace: standard input (`ssh gpu-host cat run.cuf | cuflight report -`). Readers seek and make several
-//! passes, so the bytes are first copied into an unnamed temporary file in the temporary directory (on disk, not
+//! passes, so the bytes are first copied into an unlinked temporary file in the temporary directory (on disk, not
 //! in memory; gone when cuflight exits, however it exits), which is then read through `/proc/self/fd` like any
 //! file.
 
@@ -50,7 +50,9 @@ pub fn take(paths: &mut [&mut PathBuf]) -> Result<Option<StdinTrace>> {
     }
     let dir = std::env::temp_dir();
     let in_tmp = || format!("a temporary file in {}", dir.display());
-    let mut file = unnamed_file(&dir).with_context(|| format!("cannot make {} for standard input", in_tmp()))?;
+    // Unlinked as soon as it is made: nothing is left behind, however cuflight ends.
+    let spool = cuflight_collector::model::spool::Spool::create();
+    let mut file = spool.with_context(|| format!("cannot make {} for standard input", in_tmp()))?.into_file();
     std::io::copy(&mut stdin.lock(), &mut file)
         .with_context(|| format!("cannot copy standard input to {}", in_tmp()))?;
     let mut head = [0u8; 16];
@@ -82,25 +84,6 @@ pub fn take(paths: &mut [&mut PathBuf]) -> Result<Option<StdinTrace>> {
     let _ = SHOWN_AS.set(path.display().to_string());
     **first = path;
     Ok(Some(StdinTrace { _file: file, dir: named }))
-}
-
-/// A file with no name: `O_TMPFILE` where the file system has it, else a fresh name removed at once.
-fn unnamed_file(dir: &std::path::Path) -> std::io::Result<File> {
-    let open = |p: &std::path::Path, flags| {
-        std::fs::OpenOptions::new().read(true).write(true).custom_flags(flags).mode(0o600).open(p)
-    };
-    match open(dir, libc::O_TMPFILE) {
-        Ok(f) => Ok(f),
-        Err(_) => {
-            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-            let name = dir.join(format!(".cuflight-stdin-{}-{nanos}", std::process::id()));
-            let mut create = std::fs::OpenOptions::new();
-            create.read(true).write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).mode(0o600);
-            let f = create.open(&name)?;
-            std::fs::remove_file(&name)?;
-            Ok(f)
-        }
-    }
 }
 
 /// The default output beside `trace` (`output::default_beside`); a trace read from standard input has no place
