@@ -231,3 +231,29 @@ fn a_trace_piped_into_standard_input_reads_as_the_file_does() {
     let (code, _, err) = cuflight_fed(&["diff", "-", "-"], &bytes);
     assert_one_line_error(code, &err, "named twice");
 }
+
+#[test]
+fn a_recording_streamed_through_a_pipe_reads_back_whole() {
+    // `record -o FIFO` writes into the pipe as it goes (nothing to replace there); its summary counts the bytes
+    // that went through, and `stats -` reads them from standard input.
+    let dir = scratch("fifo");
+    let fifo = dir.join("trace.cuf");
+    let _ = std::fs::remove_file(&fifo);
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let prog = build_c("smoke", &dir);
+    let r = record(&dir, &[], &prog, &[], &[]);
+    let bytes = reader.join().unwrap();
+    assert!(r.output.status.success(), "{}", r.stderr());
+    assert!(r.stderr().contains(&format!(", {} bytes,", bytes.len())), "{} bytes read: {}", bytes.len(), r.stderr());
+    let (code, piped, err) = cuflight_fed(&["stats", "--format", "json", "-"], &bytes);
+    assert_eq!(code, Some(0), "{err}");
+    let s: serde_json::Value = serde_json::from_str(&piped).unwrap();
+    assert_eq!(count(&s, "kernels", "name", "scale"), 1, "{s}");
+    assert_eq!(err, "", "a whole trace, no warning");
+}

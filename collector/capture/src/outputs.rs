@@ -11,6 +11,8 @@ use cuflight_trace::output::{Output, OutputError};
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufWriter;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Why a recording could not run or write its trace (shared by `record`, `attach` and `dump`, and written here,
 /// where the outputs that fail are opened).
@@ -30,6 +32,40 @@ struct File {
     sink: Sink,
     output: Output,
     events: u64,
+    /// Bytes handed to the file: its size where it has none (a pipe, a device).
+    written: Arc<AtomicU64>,
+}
+
+impl File {
+    fn bytes(&self, name: &str) -> u64 {
+        size_of(name, &self.written)
+    }
+}
+
+/// The file's size on disk, or what was written into it where it has none (a pipe, a device).
+fn size_of(name: &str, written: &AtomicU64) -> u64 {
+    match std::fs::metadata(name) {
+        Ok(m) if m.is_file() => m.len(),
+        _ => written.load(Ordering::Relaxed),
+    }
+}
+
+/// Counts the bytes that pass through it.
+struct Counted<W> {
+    inner: W,
+    count: Arc<AtomicU64>,
+}
+
+impl<W: std::io::Write> std::io::Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 pub struct Outputs {
@@ -106,9 +142,11 @@ impl Outputs {
 
     fn open_file(&mut self, name: &str) -> Result<(), RecordError> {
         let output = Output::create(Path::new(name), &[], self.force)?;
-        let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, output.try_clone()?))
+        let written = Arc::new(AtomicU64::new(0));
+        let counted = Counted { inner: output.try_clone()?, count: written.clone() };
+        let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, counted))
             .map_err(|source| RecordError::Write { path: name.to_string(), source })?;
-        self.files.insert(name.to_string(), File { sink: Sink::start(writer), output, events: 0 });
+        self.files.insert(name.to_string(), File { sink: Sink::start(writer), output, events: 0, written });
         Ok(())
     }
 
@@ -171,7 +209,7 @@ impl Outputs {
     }
 
     pub fn bytes(&self) -> u64 {
-        self.files.keys().map(|n| std::fs::metadata(n).map_or(0, |m| m.len())).sum()
+        self.files.iter().map(|(name, f)| f.bytes(name)).sum()
     }
 
     /// Finishes every file: its footer (when the recording did not stop), then commit, or keep what reached it
@@ -194,7 +232,7 @@ impl Outputs {
             if let Err(e) = commit {
                 done.error.get_or_insert(e.to_string());
             }
-            let bytes = std::fs::metadata(&name).map_or(0, |m| m.len());
+            let bytes = size_of(&name, &f.written);
             done.files.push((name, bytes));
         }
         done
