@@ -30,6 +30,11 @@
 //!   ended): H100 (kineto-h100-qwen-inference, 999 pairs) p10 0.96 us, median 1.70 us, p90 3.97 us; V100
 //!   (kineto-v100-ddp-ns, 4346 pairs) median 0.75 us.
 //!
+//! Not modelled: an idle GPU starts a kernel about 1.2 us after its launch call returns (the same H100 trace, p50 of
+//! 21 kernels launched onto an idle GPU); cudasim's stream thread, parked on its queue, takes 6 to 14 us to wake on
+//! a 2-core machine. Polling the queue before parking was tried and made it worse there (26 us: the poller took
+//! the core the launching thread needed), so gaps before a kernel launched onto an idle stream are longer here.
+//!
 //! Activity records need no figure here: as in CUPTI, they reach the client only when a buffer fills or at a
 //! flush (`activity.rs`), so their delay is the client's flush period.
 
