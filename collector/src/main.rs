@@ -35,7 +35,7 @@ fn warn_cut_short(path: &std::path::Path, why: Option<&str>) {
     if let Some(why) = why {
         eprintln!(
             "cuflight: warning: {}: {why}; read up to its last complete block (`cuflight recover` writes a complete copy)",
-            path.display()
+            stdin_trace::name_of(path)
         );
     }
 }
@@ -85,7 +85,7 @@ fn run(mut cli: Cli) -> Result<i32> {
                 warn_cut_short(t, source.cut_short.as_deref());
             }
             let mut command = vec!["cuflight".to_string(), "merge".to_string()];
-            command.extend(traces.iter().map(|t| t.display().to_string()));
+            command.extend(traces.iter().map(|t| stdin_trace::name_of(t)));
             let w = std::io::BufWriter::with_capacity(1 << 20, out.try_clone()?);
             let m = cuflight_collector::export::merge::merge(&traces, w, command)?;
             out.commit()?;
@@ -202,7 +202,7 @@ fn run(mut cli: Cli) -> Result<i32> {
             let mut sources = Vec::new();
             for t in &traces {
                 // Streamed: cuflight traces block by block in each pass, imported ones read once (large ones spooled).
-                sources.push((t.display().to_string(), cuflight_collector::model::source::EventSource::open(t)?));
+                sources.push((stdin_trace::name_of(t), cuflight_collector::model::source::EventSource::open(t)?));
             }
             let opts = cuflight_collector::analysis::report::Options { step, include_warmup };
             let report = cuflight_collector::analysis::report::Report::compute(&mut sources, &opts);
@@ -259,7 +259,7 @@ fn run(mut cli: Cli) -> Result<i32> {
                     "cuflight: wrote {}: {} events; {} was already complete",
                     output.display(),
                     r.events,
-                    stdin_trace::shown(trace.display().to_string())
+                    stdin_trace::name_of(&trace)
                 ),
             }
             Ok(0)

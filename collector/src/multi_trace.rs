@@ -30,7 +30,7 @@ pub fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) 
         "tables": written.rows,
         "files": written.files,
         "hosts": written.hosts,
-        "sources": traces.iter().map(|t| t.display().to_string()).collect::<Vec<_>>(),
+        "sources": traces.iter().map(|t| crate::stdin_trace::name_of(t)).collect::<Vec<_>>(),
     });
     let path = out.path().join(parquet::MANIFEST);
     std::fs::write(&path, serde_json::to_vec_pretty(&manifest)?)

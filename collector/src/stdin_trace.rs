@@ -37,6 +37,11 @@ pub fn shown(msg: String) -> String {
     }
 }
 
+/// A trace's name for what the command prints and writes: "standard input" for `-`.
+pub fn name_of(trace: &std::path::Path) -> String {
+    shown(trace.display().to_string())
+}
+
 /// Replaces a `-` among `paths` by standard input's copy, which must outlive the reading.
 pub fn take(paths: &mut [&mut PathBuf]) -> Result<Option<StdinTrace>> {
     let mut dashes = paths.iter_mut().filter(|p| p.as_os_str() == "-");

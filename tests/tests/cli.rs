@@ -223,6 +223,13 @@ fn a_trace_piped_into_standard_input_reads_as_the_file_does() {
         let (code, piped, err) = cuflight_fed(&["stats", "-"], &std::fs::read(&sqlite).unwrap());
         assert_eq!((code, piped.as_str()), (Some(0), &*String::from_utf8_lossy(&file.stdout)), "{err}");
     }
+    // The report names it as such.
+    let (_, text, _) = cuflight_fed(&["report", "-"], &bytes);
+    assert!(text.contains(") from standard input") && !text.contains("/proc/"), "{text}");
+    // Cut short: read with the usual warning, naming it.
+    let (code, _, err) = cuflight_fed(&["stats", "-"], &bytes[..bytes.len() / 2]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("standard input: ") && err.contains("cut short"), "{err}");
     // Bad input is named as standard input; an output beside it must be named; it can be read once.
     let (code, _, err) = cuflight_fed(&["stats", "-"], b"not a trace");
     assert_one_line_error(code, &err, "standard input: unknown format");
