@@ -100,6 +100,9 @@ pub(crate) fn runtime_call_with_sync_records() {
 /// A stream's next operation, queued behind one that ended at `previous_end`, waits out the GPU's gap between
 /// operations (a busy wait: the stream's thread is the GPU's front end).
 pub(crate) fn op_gap(previous_end: u64) {
+    if *OP_GAP_NS == 0 {
+        return;
+    }
     let until = previous_end.saturating_add(*OP_GAP_NS);
     while crate::now_ns() < until {
         std::hint::spin_loop();
