@@ -365,3 +365,54 @@ fn a_loop_of_one_kernel_has_steps_cut_at_its_synchronisations() {
     let facts = launch_bound.map(|f| f["evidence"]["facts"].to_string()).unwrap_or_default();
     assert!(facts.contains("(30 per step)"), "{facts}");
 }
+
+/// A recording and its Kineto export are one run: the same facts in the report's header (host, wall-clock start,
+/// driver and CUPTI versions, which now travel in the export's metadata as torch.profiler writes them) and the
+/// same HTA breakdown, whose traced-iterations rule finds the ProfilerStep ranges whether they were recorded
+/// as NVTX push/pop or imported as ranges (it once left the last step in for the recording only).
+#[test]
+fn a_recording_and_its_kineto_export_report_the_same_run() {
+    let dir = scratch("report-export-same-run");
+    let prog = build_c("train", &dir);
+    let rec = record(&dir, &[], &prog, &["4"], &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let json = dir.join("train.json");
+    export_chrome(&rec.trace, &json);
+    let (native, exported) = (report(&rec.trace), report(&json));
+    let (a, b) = (&native["processes"][0], &exported["processes"][0]);
+    for k in ["host", "cuda_driver_version", "cupti_version", "used_devices"] {
+        assert_eq!(a["run"][k], b["run"][k], "{k}");
+    }
+    assert!(a["run"]["cuda_driver_version"].as_u64().unwrap() > 0 && !a["run"]["host"].as_str().unwrap().is_empty());
+    // The recording says when the process started, the export when its first event happened: the same second here.
+    let started = |r: &serde_json::Value| r["run"]["started_realtime_ns"].as_u64().unwrap() as i64;
+    assert!((started(a) - started(b)).abs() < 2_000_000_000, "{} vs {}", a["run"], b["run"]);
+    assert_eq!(a["breakdown"]["gpu_ops"], b["breakdown"]["gpu_ops"], "the last step left out of both");
+    let span = |r: &serde_json::Value| r["breakdown"]["span_ns"].as_f64().unwrap();
+    assert!((span(a) - span(b)).abs() <= 0.001 * span(a), "{} vs {}", span(a), span(b));
+    // HTA itself on the export, against the recording's own report.
+    let hta = python_json("hta_breakdown.py", &[json.as_os_str()]);
+    let hta_span = hta["kernel_us"].as_f64().unwrap() * 1000.0;
+    assert!((span(a) - hta_span).abs() <= 0.001 * hta_span, "recording {} ns vs HTA {hta_span} ns", span(a));
+
+    // The header: the GPU the work ran on in full, the others a trace lists in one line.
+    if let Some(v100) = shared_trace("kineto-v100-ddp-ns.json.gz") {
+        let out = Command::new(cuflight_bin()).arg("report").arg(&v100).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        for line in [
+            "  Host: twshared39868.02.pnb3.facebook.com",
+            "  Started: 2024-04-04 01:51:35 UTC",
+            "  GPU: 0: Tesla V100-SXM2-32GB (31.7 GiB, compute capability 7.0, 80 SMs)",
+            "  Other GPUs: 1-7: 7 x Tesla V100-SXM2-32GB (no work of this process ran there)",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} missing from:\n{text}");
+        }
+    }
+    if let Some(qwen) = shared_trace("kineto-h100-qwen-inference.json.gz") {
+        let run = &report(&qwen)["processes"][0]["run"];
+        assert_eq!((run["cuda_driver_version"].as_u64(), run["cupti_version"].as_u64()), (Some(12090), Some(22)));
+        // baseTimeNanoseconds (2025-07-01) + the first ts: 2025-07-18.
+        let started = run["started_realtime_ns"].as_u64().unwrap();
+        assert!((1_752_796_800_000_000_000..1_752_883_200_000_000_000).contains(&started), "{started}");
+    }
+}

@@ -287,6 +287,7 @@ impl Report {
                 trace_start_ns,
                 trace_end_ns,
                 devices: plan.devices.clone(),
+                used_devices: plan.used_devices.iter().copied().collect(),
                 cuda_driver_version: plan.driver_version,
                 cupti_version: p.info.cupti_version,
                 drops: p.info.drops,

@@ -91,8 +91,8 @@ struct First {
     /// Host ranges that could be steps, whatever the source chosen later.
     candidates: Candidates,
     has_stream_waits: bool,
-    /// The first device's (compute capability, memory), once seen.
-    device: Option<DeviceFacts>,
+    /// Each device's (compute capability, memory), from its first record, in order seen.
+    device_facts: Vec<(u32, DeviceFacts)>,
     devices: Vec<super::run::RunDevice>,
     driver_version: u32,
     timeline: Option<Span>,
@@ -129,7 +129,7 @@ impl First {
             pairer: Pairer::default(),
             candidates: Candidates::default(),
             has_stream_waits: false,
-            device: None,
+            device_facts: Vec::new(),
             devices: Vec::new(),
             driver_version: 0,
             timeline: None,
@@ -151,6 +151,11 @@ impl First {
     }
 
     fn range(&mut self, p: &Process, option: Option<&str>, r: HostRange, key: Option<OpenKey>) {
+        // Whether recorded as a range (an import) or as NVTX push/pop (a recording): the same steps, one rule.
+        if self.names.has(r.name, NameFlags::PROFILER_STEP) {
+            self.profiler_steps.0.insert(r.name);
+            self.profiler_steps.1 = self.profiler_steps.1.max(r.start);
+        }
         if is_candidate(p.string(r.name), option) {
             self.candidates.closed(r, key);
         }
@@ -205,13 +210,9 @@ impl First {
                 }
             }
             Some(EventKind::Sync) if e.sub == 2 => self.has_stream_waits = true,
-            Some(EventKind::Device) if self.device.is_none() => {
+            Some(EventKind::Device) if self.device_facts.iter().all(|(d, _)| *d != e.device) => {
                 let cc = Some(e.compute_capability()).filter(|c| c.0 > 0);
-                self.device = Some((cc, Some(e.a).filter(|&m| m > 0)));
-            }
-            Some(EventKind::Range) if self.names.has(e.name, NameFlags::PROFILER_STEP) => {
-                self.profiler_steps.0.insert(e.name);
-                self.profiler_steps.1 = self.profiler_steps.1.max(e.start);
+                self.device_facts.push((e.device, (cc, Some(e.a).filter(|&m| m > 0))));
             }
             Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
                 self.gpu_ops += 1;
@@ -431,7 +432,9 @@ pub fn plan(
             .filter_map(|t| f.api_extent.get(t))
             .fold(None, |acc: Option<Span>, x| Some(acc.map_or(*x, |a| (a.0.min(x.0), a.1.max(x.1)))));
         let unclosed = f.pairer.unclosed().map(|(name, start)| (p.string(name).to_string(), start)).collect();
-        let (capability, device_memory) = f.device.unwrap_or((None, None));
+        // The device the work ran on decides (the lowest used ordinal): a trace lists every GPU it could see.
+        let ran_on = f.used_devices.first().and_then(|u| f.device_facts.iter().find(|(d, _)| d == u));
+        let (capability, device_memory) = ran_on.or(f.device_facts.first()).map_or((None, None), |(_, facts)| *facts);
         let mut steps = Steps { source: source_kind, host: ranges, windows, names };
         let no_steps = steps.windows.is_empty();
         if no_steps {

@@ -28,6 +28,8 @@ pub struct RunSummary {
     pub trace_start_ns: u64,
     pub trace_end_ns: u64,
     pub devices: Vec<RunDevice>,
+    /// Ordinals of the devices this process's GPU work ran on.
+    pub used_devices: Vec<u32>,
     /// `cuDriverGetVersion` (13000 = 13.0), 0 unknown.
     pub cuda_driver_version: u32,
     /// `cuptiGetVersion`, 0 unknown.
@@ -67,6 +69,24 @@ pub fn driver_version(v: u32) -> String {
     } else {
         format!("{}.{}", v / 1000, v % 1000 / 10)
     }
+}
+
+/// Sorted ordinals as people write them: "1-7", "0, 2, 5-6".
+pub fn ordinals(sorted: &[u32]) -> String {
+    let mut runs: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let mut j = i;
+        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
+            j += 1;
+        }
+        runs.push(match j - i {
+            0 => sorted[i].to_string(),
+            _ => format!("{}-{}", sorted[i], sorted[j]),
+        });
+        i = j + 1;
+    }
+    runs.join(", ")
 }
 
 /// A Device event as a row (the first of each ordinal is kept by the caller).
@@ -113,7 +133,13 @@ impl RunSummary {
             "Timeline",
             format!("{:.3} ms (times below are from its start, as on the Perfetto timeline)", self.span_ms()),
         ));
-        for d in &self.devices {
+        // The GPUs the process's work ran on in full; the others it could see (Kineto lists every GPU of the
+        // node) in one line, by name.
+        let mut devices: Vec<&RunDevice> = self.devices.iter().collect();
+        devices.sort_by_key(|d| d.ordinal);
+        let (used, idle): (Vec<&RunDevice>, Vec<&RunDevice>) =
+            devices.into_iter().partition(|d| self.used_devices.contains(&d.ordinal));
+        for d in &used {
             let memory = match d.memory_bytes {
                 0 => "memory ?".to_string(),
                 m => format!("{:.1} GiB", m as f64 / (1u64 << 30) as f64),
@@ -125,6 +151,24 @@ impl RunSummary {
                     d.ordinal, d.name, d.compute_capability, d.multiprocessors
                 ),
             ));
+        }
+        if !idle.is_empty() {
+            let mut by_name: Vec<(&str, Vec<u32>)> = Vec::new();
+            for d in &idle {
+                match by_name.iter_mut().find(|(n, _)| *n == d.name) {
+                    Some((_, ordinals)) => ordinals.push(d.ordinal),
+                    None => by_name.push((&d.name, vec![d.ordinal])),
+                }
+            }
+            let groups: Vec<String> = by_name
+                .iter()
+                .map(|(name, o)| match o.len() {
+                    1 => format!("{}: {name}", ordinals(o)),
+                    n => format!("{}: {n} x {name}", ordinals(o)),
+                })
+                .collect();
+            let label = if used.is_empty() { "GPUs" } else { "Other GPUs" };
+            out.push((label, format!("{} (no work of this process ran there)", groups.join("; "))));
         }
         let cupti = if self.cupti_version == 0 { "-".to_string() } else { self.cupti_version.to_string() };
         out.push(("CUDA", format!("driver {}, CUPTI API {cupti}", driver_version(self.cuda_driver_version))));
@@ -168,5 +212,8 @@ mod tests {
         assert_eq!(super::relative(2_500_123_456, 1_000_000_000), "+1.500123 s");
         assert_eq!(super::relative(999_000_000, 1_000_000_000), "-0.001000 s");
         assert_eq!(super::driver_version(12040), "12.4");
+        assert_eq!(super::ordinals(&[1, 2, 3, 4, 5, 6, 7]), "1-7");
+        assert_eq!(super::ordinals(&[0, 2, 5, 6]), "0, 2, 5-6");
+        assert_eq!(super::ordinals(&[3]), "3");
     }
 }

@@ -186,6 +186,10 @@ struct Seen {
     /// Device ordinal → (compute capability, SM count), for the occupancy figures on kernels. Device events
     /// carry time 0, so they go by before any kernel.
     gpus: FxHashMap<u32, ((u32, u32), u64)>,
+    /// The CUDA driver's version the devices carry (0 unknown).
+    driver_version: u32,
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC from the first clock pair: what the written times count from.
+    realtime_offset: Option<i64>,
 }
 
 /// What one process needs while its events stream by.
@@ -285,11 +289,33 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
             out.w.write_all(if i == 0 { b"\n" } else { b",\n" })?;
             out.w.write_all(d.as_bytes())?;
         }
-        out.w.write_all(b"\n]}\n")?;
+        out.w.write_all(b"\n]")?;
+        run_metadata(&mut out.w, &source.processes, &seen)?;
+        out.w.write_all(b"}\n")?;
         out.w.flush()
     };
     rest().map_err(io)?;
     Ok(out.events)
+}
+
+/// What torch.profiler writes of the run beside its events, where the trace knows it: the CUDA driver and CUPTI
+/// versions, the host (one for the whole file), and `baseTimeNanoseconds`, the epoch ns the timestamps count
+/// from (cuflight's are CLOCK_MONOTONIC: the realtime offset of a clock pair; HTA adds it to `ts` for wall time).
+fn run_metadata<W: Write>(w: &mut W, processes: &BTreeMap<u32, Process>, seen: &Seen) -> std::io::Result<()> {
+    if seen.driver_version != 0 {
+        write!(w, ",\n\"cuda_driver_version\": {}", seen.driver_version)?;
+    }
+    if let Some(v) = processes.values().map(|p| p.info.cupti_version).find(|&v| v != 0) {
+        write!(w, ",\n\"cupti_version\": {v}")?;
+    }
+    let hosts: BTreeSet<&str> = processes.values().map(|p| p.info.host.as_str()).collect();
+    if let Some(host) = hosts.first().filter(|h| hosts.len() == 1 && !h.is_empty()) {
+        write!(w, ",\n\"hostname\": {}", Js(host))?;
+        if let Some(base) = seen.realtime_offset.filter(|&o| o > 0) {
+            write!(w, ",\n\"baseTimeNanoseconds\": {base}")?;
+        }
+    }
+    Ok(())
 }
 
 /// A call's Python stack as torch.profiler writes one: `python_function` events, outermost first, each the
@@ -509,7 +535,12 @@ fn event<W: Write>(
             )?;
         }
         Some(EventKind::ThreadName) => out.metadata("thread_name", pid, e.a, name)?,
+        Some(EventKind::ClockSync) if e.a != 0 && e.end != 0 && seen.realtime_offset.is_none() => {
+            // A clock pair: `end` = CLOCK_MONOTONIC, `a` = CLOCK_REALTIME at the same instant.
+            seen.realtime_offset = Some(e.a as i64 - e.end as i64);
+        }
         Some(EventKind::Device) => {
+            seen.driver_version = seen.driver_version.max(e.stream);
             let (major, minor) = e.compute_capability();
             // Devices are the machine's: every process of one host lists the same ones.
             seen.gpus.insert(e.device, ((major, minor), e.c));

@@ -9,9 +9,10 @@
 //! correlation id of the launching runtime call (or the `ac2g` flow when a kernel has no correlation).
 
 use super::builder::{spool_failed, Processes};
-use super::json_scan::{self, Scan, Window, WindowError};
+use super::json_scan::Window;
 use super::kineto_devices as devices;
-use super::kineto_event::{parse_event, Args, Event, Id};
+use super::kineto_document as document;
+use super::kineto_event::{Args, Event, Id};
 use crate::model::spool::{GpuSpill, Spool};
 use crate::model::trace::Trace;
 use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE, FLAG_GLOBAL};
@@ -126,6 +127,10 @@ struct Importer {
     thread_names: Vec<(u32, u32, String)>,
     process_names: rustc_hash::FxHashMap<u32, String>,
     devices: Vec<Value>,
+    /// The CUDA driver's version (`cuda_driver_version`), carried by the devices' events; 0 unknown.
+    driver_version: u32,
+    /// The earliest `ts` of any event, in ns as written.
+    first_ts: Option<u64>,
     /// Per device, kernels' Kineto figures (a sample), to recover the device when `deviceProperties` is absent.
     kernel_figures: std::collections::BTreeMap<u32, devices::Figures>,
     rank: Option<u32>,
@@ -162,6 +167,8 @@ impl Importer {
             thread_names: Vec::new(),
             process_names: Default::default(),
             devices: Vec::new(),
+            driver_version: 0,
+            first_ts: None,
             kernel_figures: Default::default(),
             rank: None,
             process_ranks: Default::default(),
@@ -237,6 +244,10 @@ impl Importer {
             self.process_names.entry(pid as u32).or_insert_with(|| label.to_string());
         }
         let ts = e.ts.and_then(us_to_ns);
+        if let Some(t) = ts.filter(|_| ph != b"M") {
+            // Metadata events carry no time of their own (some writers put 0 there).
+            self.first_ts = Some(self.first_ts.map_or(t, |f| f.min(t)));
+        }
         if !self.fractional {
             self.fractional = ts.is_some_and(|t| t % 1000 != 0);
         }
@@ -467,6 +478,7 @@ impl Importer {
             for d in devices {
                 let mut ev = RawEvent::new(EventKind::Device, 0, 0, 0);
                 ev.device = d.id;
+                ev.stream = self.driver_version;
                 ev.name = t.id(p, &d.name);
                 ev.a = d.memory;
                 ev.b = (d.capability.0 as u64) << 8 | d.capability.1 as u64;
@@ -516,115 +528,19 @@ pub fn import_spooled<R: std::io::Read>(reader: R) -> Result<(Trace, Option<Spoo
 fn import_with<R: std::io::Read>(reader: R, spooling: bool) -> Result<(Trace, Option<Spool>), String> {
     let mut importer = Importer::new(spooling);
     let mut window = Window::new(reader);
-    let top = scan_document(&mut window, &mut importer).map_err(|e| e.to_string())?;
+    let top = document::scan(&mut window, &mut |e| importer.add(e)).map_err(|e| e.to_string())?;
     if !top.trace_events {
         return Err("JSON has no traceEvents: not a Chrome/Kineto trace".into());
     }
-    if let Some(Value::Array(devices)) = top.device_properties {
-        importer.devices = devices;
+    if let Some(Value::Array(devices)) = &top.device_properties {
+        importer.devices = devices.clone();
     }
+    importer.driver_version = top.driver_version();
     importer.rank = top.distributed_info.as_ref().and_then(|d| d.get("rank")).and_then(Value::as_u64).map(|r| r as u32);
-    importer.finish()
-}
-
-/// The top-level members cuflight reads besides the events.
-#[derive(Default)]
-struct TopLevel {
-    trace_events: bool,
-    device_properties: Option<Value>,
-    distributed_info: Option<Value>,
-}
-
-#[derive(Debug, thiserror::Error)]
-enum DocumentError {
-    #[error("{0}")]
-    Window(#[from] WindowError),
-    #[error("event {index}: {source}")]
-    Event { index: u64, source: WindowError },
-    #[error("{0}: {1}")]
-    Member(String, serde_json::Error),
-}
-
-/// Walks the top-level object: each `traceEvents` element goes to the importer as it is parsed, the two members
-/// read besides are parsed as values, and the rest is skipped.
-fn scan_document<R: std::io::Read>(w: &mut Window<R>, importer: &mut Importer) -> Result<TopLevel, DocumentError> {
-    let mut top = TopLevel::default();
-    let no_events = WindowError::Bad("JSON has no traceEvents: not a Chrome/Kineto trace");
-    let opened = w.item(|b| {
-        let at = json_scan::ws(b, 0)?;
-        Ok((b[at] == b'{', at + 1))
-    });
-    match opened {
-        Ok(true) => {}
-        Ok(false) | Err(WindowError::Eof) => return Err(no_events.into()),
-        Err(e) => return Err(e.into()),
-    }
-    if w.item(|b| json_scan::ws(b, 0).map(|at| (b[at] == b'}', at + (b[at] == b'}') as usize)))? {
-        return Ok(top);
-    }
-    loop {
-        let key = w.item(|b| {
-            let (key, after) = json_scan::string(b, 0)?;
-            let after = json_scan::expect(b, after, b':', "expected ':'")?;
-            let at = json_scan::ws(b, after)?;
-            Ok((key.key()?.into_owned(), at))
-        })?;
-        match key.as_slice() {
-            b"traceEvents" => {
-                top.trace_events = true;
-                events(w, importer)?;
-            }
-            b"deviceProperties" | b"distributedInfo" => {
-                let value = w.item(|b| json_scan::skip_value(b, 0).map(|end| (b[..end].to_vec(), end)))?;
-                let value: Value = serde_json::from_slice(&value)
-                    .map_err(|e| DocumentError::Member(String::from_utf8_lossy(&key).into_owned(), e))?;
-                match key.as_slice() {
-                    b"deviceProperties" => top.device_properties = Some(value),
-                    _ => top.distributed_info = Some(value),
-                }
-            }
-            _ => w.item(|b| json_scan::skip_value(b, 0).map(|end| ((), end)))?,
-        }
-        if w.item(|b| json_scan::next_or_close(b, 0, b'}').map(|(at, closed)| (closed, at)))? {
-            break;
-        }
-    }
-    if !w.at_end()? {
-        return Err(WindowError::Bad("trailing characters after the JSON document").into());
-    }
-    Ok(top)
-}
-
-/// The `traceEvents` array, element by element.
-fn events<R: std::io::Read>(w: &mut Window<R>, importer: &mut Importer) -> Result<(), DocumentError> {
-    match w.item(|b| {
-        let at = json_scan::ws(b, 0)?;
-        Ok((b[at], at + 1))
-    })? {
-        b'[' => {}
-        _ => return Err(WindowError::Bad("traceEvents is not an array").into()),
-    }
-    if w.item(|b| json_scan::ws(b, 0).map(|at| (b[at] == b']', at + (b[at] == b']') as usize)))? {
-        return Ok(());
-    }
-    let mut index = 0u64;
-    loop {
-        w.item(|b| {
-            let at = json_scan::ws(b, 0)?;
-            if b[at] != b'{' {
-                return Err(Scan::Bad("traceEvents holds something other than objects"));
-            }
-            let mut event = Event::default();
-            let end = parse_event(b, at, &mut event)?;
-            importer.add(event);
-            Ok(((), end))
-        })
-        .map_err(|source| DocumentError::Event { index, source })?;
-        index += 1;
-        if w.item(|b| json_scan::next_or_close(b, 0, b']').map(|(at, closed)| (closed, at)))? {
-            return Ok(());
-        }
-    }
+    let first_ts = importer.first_ts;
+    let (mut trace, spool) = importer.finish()?;
+    top.apply(&mut trace, first_ts);
+    Ok((trace, spool))
 }
 
 #[cfg(test)]

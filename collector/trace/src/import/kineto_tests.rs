@@ -43,3 +43,36 @@ fn json_without_trace_events_is_refused() {
     assert!(import(r#"{"hello": 1}"#.as_bytes()).is_err());
     assert!(import(r#"[1,2"#.as_bytes()).is_err());
 }
+
+/// What torch.profiler writes of the run after its events: wall time from `baseTimeNanoseconds` + the first
+/// `ts` (HTA's rule), the driver's version on the devices, CUPTI's, the host; older traces' epoch `ts` alone.
+#[test]
+fn run_metadata_after_the_events_reaches_every_process() {
+    let relative = r#"{"traceEvents":[
+        {"ph":"M","name":"process_name","pid":10,"tid":0,"ts":0,"args":{"name":"python3"}},
+        {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":10,"tid":11,"ts":2000000.5,"dur":5,"args":{"correlation":7}},
+        {"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":2000010,"dur":2,"args":{"correlation":7,"device":0,"stream":7}}],
+        "deviceProperties":[{"id":0,"name":"NVIDIA H100","totalGlobalMem":1,"computeMajor":9,"computeMinor":0,"numSms":132}],
+        "cuda_driver_version":12090,"cupti_version":22,"hostname":"node-7",
+        "distributedInfo":{"backend":"nccl","rank":3,"world_size":16},
+        "baseTimeNanoseconds":1751410836000000000}"#;
+    let t = import(relative.as_bytes()).unwrap();
+    let p = &t.processes[&10];
+    assert_eq!(p.info.start_realtime_ns, 1_751_410_836_000_000_000 + 2_000_000_500, "base + first ts, not the 0 of M");
+    assert_eq!((p.info.cupti_version, p.info.host.as_str(), p.info.world_size, p.rank), (22, "node-7", 16, Some(3)));
+    let device = p.events.iter().find(|e| e.kind() == Some(EventKind::Device)).unwrap();
+    assert_eq!(device.stream, 12090, "the driver's version, as a recording's device events carry it");
+
+    // Epoch microseconds in `ts` itself (before baseTimeNanoseconds); and a trace whose times are no wall time.
+    let epoch =
+        r#"{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1712195495406752.8,"dur":1}]}"#;
+    assert_eq!(import(epoch.as_bytes()).unwrap().processes[&1].info.start_realtime_ns, 1_712_195_495_406_752_800);
+    let local =
+        r#"{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":5,"dur":1}],"host_name":"\u0007"}"#;
+    let p = &import(local.as_bytes()).unwrap().processes[&1];
+    assert_eq!(
+        (p.info.start_realtime_ns, p.info.host.as_str()),
+        (0, ""),
+        "no wall time; a control character is no name"
+    );
+}

@@ -5,6 +5,7 @@ mod builder;
 mod json_scan;
 pub mod kineto;
 mod kineto_devices;
+mod kineto_document;
 mod kineto_event;
 mod kineto_python;
 pub mod nsys;

@@ -285,9 +285,13 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
             "the export has no CUPTI_ACTIVITY_KIND_MEMSET table (no memset was traced)".into(),
         ));
     }
+    // When the capture began (UTC epoch ns); the export's times count from there.
+    let mut session_start = 0u64;
+    db.each("TARGET_INFO_SESSION_START_TIME", &["utcEpochNs"], "", |r| session_start = r.ns(0)).map_err(sql)?;
     let (host, spool) = b.finish()?;
     let mut trace = Trace::default();
     for (pid, (mut p, _)) in host {
+        p.info.start_realtime_ns = session_start;
         p.name = names.get(&pid).cloned().unwrap_or_default();
         p.info.cmdline = vec![p.name.clone()];
         p.info.finished = true;
