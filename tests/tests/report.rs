@@ -408,6 +408,16 @@ fn a_recording_and_its_kineto_export_report_the_same_run() {
             assert!(text.lines().any(|l| l == line), "{line:?} missing from:\n{text}");
         }
     }
+    // An Nsight Systems export: the launched command line, the host and the driver from its target info.
+    if let Some(nsys) = shared_trace("nsys-a100-cloverleaf.sqlite") {
+        let run = &report(&nsys)["processes"][0]["run"];
+        assert_eq!(
+            run["command_line"],
+            serde_json::json!(["cuda-cloverleaf", "--in", "../CloverLeaf-hip/InputDecks/clover_bm32_prof.in"])
+        );
+        assert_eq!((run["host"].as_str(), run["cuda_driver_version"].as_u64()), (Some("nid008553"), Some(12000)));
+        assert_eq!(run["started_realtime_ns"].as_u64(), Some(1_696_392_839_587_175_550));
+    }
     if let Some(qwen) = shared_trace("kineto-h100-qwen-inference.json.gz") {
         let run = &report(&qwen)["processes"][0]["run"];
         assert_eq!((run["cuda_driver_version"].as_u64(), run["cupti_version"].as_u64()), (Some(12090), Some(22)));

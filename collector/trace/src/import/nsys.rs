@@ -251,6 +251,7 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
         }
     })
     .map_err(sql)?;
+    let run = RunFacts::read(&db).map_err(sql)?;
     if let Some(&first) = b.host.keys().next() {
         let cols = ["id", "name", "totalMemory", "smCount", "computeMajor", "computeMinor"];
         db.each("TARGET_INFO_GPU", &cols, "", |r| {
@@ -259,6 +260,7 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
             ev.a = r.ns(2);
             ev.c = r.ns(3);
             ev.b = r.ns(4) << 8 | r.ns(5);
+            ev.stream = run.driver_version;
             b.push(first, ev, r.text(1).unwrap_or("GPU"), None);
         })
         .map_err(sql)?;
@@ -285,20 +287,61 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
             "the export has no CUPTI_ACTIVITY_KIND_MEMSET table (no memset was traced)".into(),
         ));
     }
-    // When the capture began (UTC epoch ns); the export's times count from there.
-    let mut session_start = 0u64;
-    db.each("TARGET_INFO_SESSION_START_TIME", &["utcEpochNs"], "", |r| session_start = r.ns(0)).map_err(sql)?;
     let (host, spool) = b.finish()?;
     let mut trace = Trace::default();
     for (pid, (mut p, _)) in host {
-        p.info.start_realtime_ns = session_start;
+        p.info.start_realtime_ns = run.session_start_ns;
+        p.info.host = run.host.clone();
         p.name = names.get(&pid).cloned().unwrap_or_default();
-        p.info.cmdline = vec![p.name.clone()];
+        p.info.cmdline = match &run.command {
+            // The process nsys launched, with its arguments.
+            Some(c) if c[0].rsplit('/').next() == Some(p.name.as_str()) => c.clone(),
+            _ => vec![p.name.clone()],
+        };
         p.info.finished = true;
         p.info.not_recorded = not_recorded.clone();
         trace.processes.insert(pid, p);
     }
     Ok((trace, spool))
+}
+
+/// What the export says of the run besides its events.
+#[derive(Default)]
+struct RunFacts {
+    /// When the capture began (UTC epoch ns); the export's times count from there.
+    session_start_ns: u64,
+    host: String,
+    /// `cuDriverGetVersion` (12000 = 12.0), 0 unknown.
+    driver_version: u32,
+    /// The command nsys launched and its arguments (`PROCESS_0:COMMAND`, `PROCESS_0:ARGUMENT_N`).
+    command: Option<Vec<String>>,
+}
+
+impl RunFacts {
+    fn read(db: &Db) -> rusqlite::Result<RunFacts> {
+        let mut run = RunFacts::default();
+        db.each("TARGET_INFO_SESSION_START_TIME", &["utcEpochNs"], "", |r| run.session_start_ns = r.ns(0))?;
+        let only = " WHERE \"name\" IN ('Hostname', 'CudaDriverVersion')";
+        db.each("TARGET_INFO_SYSTEM_ENV", &["name", "value"], only, |r| match (r.text(0), r.text(1)) {
+            (Some("Hostname"), Some(h)) if h.len() <= 255 && !h.chars().any(char::is_control) => run.host = h.into(),
+            (Some("CudaDriverVersion"), Some(v)) => run.driver_version = v.trim().parse().unwrap_or(0),
+            _ => {}
+        })?;
+        let (mut command, mut args) = (None, std::collections::BTreeMap::new());
+        db.each("META_DATA_CAPTURE", &["name", "value"], " WHERE \"name\" LIKE 'PROCESS_0:%'", |r| {
+            let (Some(name), Some(value)) = (r.text(0), r.text(1)) else { return };
+            if name == "PROCESS_0:COMMAND" {
+                command = Some(value.to_string());
+            } else if let Some(n) = name.strip_prefix("PROCESS_0:ARGUMENT_").and_then(|n| n.parse::<u32>().ok()) {
+                // At most a command line's worth: the export is another program's file.
+                if args.len() < 4096 {
+                    args.insert(n, value.to_string());
+                }
+            }
+        })?;
+        run.command = command.filter(|c| !c.is_empty()).map(|c| std::iter::once(c).chain(args.into_values()).collect());
+        Ok(run)
+    }
 }
 
 /// NVTX_EVENTS: push/pop and start/end ranges become Range events, marks NvtxMark, in their domains. Event type
