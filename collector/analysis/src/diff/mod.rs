@@ -272,23 +272,30 @@ fn findings(runs: &[(String, Report)], mains: &[&ProcessReport]) -> Vec<FindingD
             row.summary = f.summary.clone();
         }
     }
-    let present = |s: Option<f64>, kind: &str| s.is_some_and(|s| s >= PRESENT || kind == "memory_growth");
     let mut rows: Vec<FindingDiffRow> = by.into_values().collect();
     for row in &mut rows {
-        row.change = (1..n)
-            .map(|i| match (present(row.share[i - 1], row.kind), present(row.share[i], row.kind)) {
-                (true, false) => "resolved",
-                (false, true) => "new",
-                (true, true) => "persists",
-                (false, false) => "absent",
-            })
-            .collect();
+        row.change = (1..n).map(|i| change(row.share[i - 1], row.share[i], row.kind)).collect();
     }
     rows.sort_by(|a, b| {
         let top = |r: &FindingDiffRow| r.share.iter().flatten().fold(0.0f64, |m, &s| m.max(s));
         top(b).total_cmp(&top(a)).then(a.kind.cmp(b.kind))
     });
     rows
+}
+
+/// A finding's change from one run to the next. Present is from [`PRESENT`]; to be new or resolved it must also
+/// cross [`PRESENT`]/2 on the other side, so that 4.8% → 5.2% of step time (the same bottleneck, measured twice)
+/// persists rather than turning "new", while 1% → 6% is new and 8% → 1% resolved. memory_growth counts at any share.
+fn change(before: Option<f64>, after: Option<f64>, kind: &str) -> &'static str {
+    let at = |s: Option<f64>, mark: f64| s.is_some_and(|s| s >= mark || kind == "memory_growth");
+    match (at(before, PRESENT), at(after, PRESENT)) {
+        (true, true) => "persists",
+        (false, true) if at(before, PRESENT / 2.0) => "persists",
+        (false, true) => "new",
+        (true, false) if at(after, PRESENT / 2.0) => "persists",
+        (true, false) => "resolved",
+        (false, false) => "absent",
+    }
 }
 
 fn summary(rows: &[RunRow], kernels: &[KernelDiffRow], findings: &[FindingDiffRow]) -> Vec<String> {
@@ -334,6 +341,18 @@ fn summary(rows: &[RunRow], kernels: &[KernelDiffRow], findings: &[FindingDiffRo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_finding_is_new_or_resolved_only_across_both_marks() {
+        assert_eq!(change(Some(0.048), Some(0.052), "cpu_bound"), "persists", "the same bottleneck measured twice");
+        assert_eq!(change(Some(0.052), Some(0.048), "cpu_bound"), "persists");
+        assert_eq!(change(Some(0.01), Some(0.06), "cpu_bound"), "new");
+        assert_eq!(change(None, Some(0.06), "cpu_bound"), "new");
+        assert_eq!(change(Some(0.08), Some(0.01), "cpu_bound"), "resolved");
+        assert_eq!(change(Some(0.08), None, "cpu_bound"), "resolved");
+        assert_eq!(change(Some(0.03), Some(0.04), "cpu_bound"), "absent");
+        assert_eq!(change(None, Some(0.001), "memory_growth"), "new");
+    }
 
     #[test]
     fn kernel_names_from_different_tools_match() {
