@@ -122,7 +122,7 @@ fn seed_with(info: ProcessInfo, stack_ns: u64) -> Vec<u8> {
 }
 
 const KINETO_SEED: &str = r#"{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU", "totalGlobalMem": 1, "computeMajor": 9, "computeMinor": 0, "numSms": 132}],
-"distributedInfo": {"rank": 1},
+"distributedInfo": {"rank": 1, "world_size": 8}, "cuda_driver_version": 12090, "cupti_version": 22, "hostname": "node-7",
 "traceEvents": [
 {"ph": "M", "name": "process_name", "pid": 10, "tid": 0, "args": {"name": "trainer"}},
 {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 11, "ts": 100.5, "dur": 5, "args": {"correlation": 7, "cbid": 211}},
@@ -142,7 +142,7 @@ const KINETO_SEED: &str = r#"{"schemaVersion": 1, "deviceProperties": [{"id": 0,
 {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 10, "tid": 11, "ts": 95, "args": {"Addr": 1, "Bytes": -4, "Device Type": 1}},
 {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 7, "pid": 10, "tid": 11, "ts": 100.5},
 {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 7, "pid": 0, "tid": 7, "ts": 110.25, "bp": "e"}
-]}"#;
+], "baseTimeNanoseconds": 1751410836000000000}"#;
 
 #[test]
 fn the_trace_reader_survives_mutations() {
