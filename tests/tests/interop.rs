@@ -208,6 +208,9 @@ fn bad_inputs_get_one_line_errors_naming_the_problem() {
         ("malformed.json", br#"{"traceEvents": [{"ph": "X", "ts": 1,"#.to_vec(), "Kineto JSON"),
         ("notatrace.json", br#"{"hello": [1, 2, 3]}"#.to_vec(), "no traceEvents"),
         ("random.bin", vec![0x42; 64], "unknown format"),
+        // Named for what they are: the one step that makes them readable.
+        ("run.nsys-rep", vec![0x42; 64], "nsys export --type sqlite -o"),
+        ("run.pftrace", vec![0x0a, 0x42, 0x42], "Perfetto trace, which cuflight writes but does not read"),
     ];
     for (file, bytes, needle) in cases {
         let path = dir.join(file);

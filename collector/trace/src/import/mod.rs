@@ -62,10 +62,26 @@ pub fn detect(path: &Path) -> Result<Format, TraceError> {
     std::io::Read::take(file, 64)
         .read_to_end(&mut head)
         .map_err(|source| TraceError::Open { path: shown.clone(), source })?;
-    sniff(&head).ok_or(TraceError::Import {
-        path: shown,
-        what: "unknown format (expected a cuflight trace, Kineto JSON or an nsys SQLite export)".into(),
-    })
+    sniff(&head).ok_or_else(|| TraceError::Import { what: unknown_format(path), path: shown })
+}
+
+/// Why a file is refused, with what to do where its name says what it is (the content said nothing cuflight
+/// reads): an Nsight Systems report must be exported to SQLite by nsys first; a Perfetto trace is an output.
+fn unknown_format(path: &Path) -> String {
+    let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+    let shown = path.display();
+    if name.ends_with(".nsys-rep") || name.ends_with(".qdrep") {
+        let sqlite = path.with_extension("sqlite");
+        format!(
+            "an Nsight Systems report, which only nsys reads: run `nsys export --type sqlite -o {} {shown}` and \
+             pass the .sqlite file",
+            sqlite.display()
+        )
+    } else if name.ends_with(".pftrace") || name.ends_with(".perfetto-trace") {
+        "a Perfetto trace, which cuflight writes but does not read: pass the trace it was exported from".into()
+    } else {
+        "unknown format (expected a cuflight trace, Kineto JSON or an nsys SQLite export)".into()
+    }
 }
 
 /// Like [`load`], for a reader that streams: a large imported trace's events are set aside on disk in sorted runs
@@ -111,6 +127,6 @@ fn load_with(path: &Path, spool: bool) -> Result<(Trace, Option<crate::model::sp
             let imported = if spool { nsys::import_spooled(path) } else { nsys::import(path).map(|t| (t, None)) };
             imported.map_err(|e| bad(format!("Nsight Systems SQLite: {e}")))
         }
-        None => Err(bad("unknown format (expected a cuflight trace, Kineto JSON or an nsys SQLite export)".into())),
+        None => Err(bad(unknown_format(path))),
     }
 }
