@@ -20,7 +20,7 @@ pub fn run(
     let opts = Options { step, include_warmup: false };
     let mut runs = Vec::with_capacity(traces.len());
     for t in traces {
-        let name = crate::stdin_trace::name_of(t);
+        let name = crate::stand_in::name_of(t);
         let mut source = cuflight_collector::model::source::EventSource::open(t)?;
         let mut one = [(name.clone(), source)];
         let report = Report::compute(&mut one, &opts);

@@ -7,7 +7,9 @@ mod cli;
 mod closed_output;
 mod diff_cmd;
 mod multi_trace;
+mod nsys_report;
 mod serve;
+mod stand_in;
 mod stdin_trace;
 mod top;
 use cli::*;
@@ -25,7 +27,7 @@ fn main() {
         Ok(code) => std::process::exit(code),
         Err(e) if closed_output::is_broken_pipe(&e) => std::process::exit(closed_output::BROKEN_PIPE_STATUS),
         Err(e) => {
-            eprintln!("cuflight: {}", stdin_trace::shown(one_line(&e)));
+            eprintln!("cuflight: {}", stand_in::shown(one_line(&e)));
             std::process::exit(1);
         }
     }
@@ -35,7 +37,7 @@ fn warn_cut_short(path: &std::path::Path, why: Option<&str>) {
     if let Some(why) = why {
         eprintln!(
             "cuflight: warning: {}: {why}; read up to its last complete block (`cuflight recover` writes a complete copy)",
-            stdin_trace::name_of(path)
+            stand_in::name_of(path)
         );
     }
 }
@@ -56,6 +58,8 @@ fn one_line(e: &anyhow::Error) -> String {
 fn run(mut cli: Cli) -> Result<i32> {
     // Kept open until the command is done: a trace read from standard input lives in it.
     let _stdin = stdin_trace::take(&mut cli.command.trace_paths())?;
+    // And those of Nsight Systems reports read through their SQLite exports.
+    let _exports = nsys_report::take(&mut cli.command.trace_paths())?;
     match cli.command {
         Cmd::Record(args) => capture_cmd::record(args),
         Cmd::Launch(args) => capture_cmd::launch(args),
@@ -85,7 +89,7 @@ fn run(mut cli: Cli) -> Result<i32> {
                 warn_cut_short(t, source.cut_short.as_deref());
             }
             let mut command = vec!["cuflight".to_string(), "merge".to_string()];
-            command.extend(traces.iter().map(|t| stdin_trace::name_of(t)));
+            command.extend(traces.iter().map(|t| stand_in::name_of(t)));
             let w = std::io::BufWriter::with_capacity(1 << 20, out.try_clone()?);
             let m = cuflight_collector::export::merge::merge(&traces, w, command)?;
             out.commit()?;
@@ -114,7 +118,7 @@ fn run(mut cli: Cli) -> Result<i32> {
             };
             let output = match output {
                 Some(o) => o,
-                None => stdin_trace::beside(&trace, ext)?,
+                None => stand_in::beside(&trace, ext)?,
             };
             let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
             output::distinct_inputs(&inputs)?;
@@ -202,7 +206,7 @@ fn run(mut cli: Cli) -> Result<i32> {
             let mut sources = Vec::new();
             for t in &traces {
                 // Streamed: cuflight traces block by block in each pass, imported ones read once (large ones spooled).
-                sources.push((stdin_trace::name_of(t), cuflight_collector::model::source::EventSource::open(t)?));
+                sources.push((stand_in::name_of(t), cuflight_collector::model::source::EventSource::open(t)?));
             }
             let opts = cuflight_collector::analysis::report::Options { step, include_warmup };
             let report = cuflight_collector::analysis::report::Report::compute(&mut sources, &opts);
@@ -242,7 +246,7 @@ fn run(mut cli: Cli) -> Result<i32> {
         Cmd::Recover { trace, output, force } => {
             let output = match output {
                 Some(o) => o,
-                None => stdin_trace::beside(&trace, "recovered.cuf")?,
+                None => stand_in::beside(&trace, "recovered.cuf")?,
             };
             let out = Output::create(&output, &[&trace], force)?;
             let r = cuflight_collector::capture::recover::recover(&trace, std::io::BufWriter::new(out.try_clone()?))?;
@@ -259,7 +263,7 @@ fn run(mut cli: Cli) -> Result<i32> {
                     "cuflight: wrote {}: {} events; {} was already complete",
                     output.display(),
                     r.events,
-                    stdin_trace::name_of(&trace)
+                    stand_in::name_of(&trace)
                 ),
             }
             Ok(0)

@@ -11,7 +11,7 @@ pub fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) 
     use cuflight_collector::export::{output_dir::OutputDir, parquet};
     let dest = match output {
         Some(o) => o,
-        None => crate::stdin_trace::beside(&traces[0], "parquet")?,
+        None => crate::stand_in::beside(&traces[0], "parquet")?,
     };
     let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
     output::distinct_inputs(&inputs)?;
@@ -30,7 +30,7 @@ pub fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) 
         "tables": written.rows,
         "files": written.files,
         "hosts": written.hosts,
-        "sources": traces.iter().map(|t| crate::stdin_trace::name_of(t)).collect::<Vec<_>>(),
+        "sources": traces.iter().map(|t| crate::stand_in::name_of(t)).collect::<Vec<_>>(),
     });
     let path = out.path().join(parquet::MANIFEST);
     std::fs::write(&path, serde_json::to_vec_pretty(&manifest)?)

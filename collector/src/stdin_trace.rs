@@ -26,22 +26,6 @@ impl Drop for StdinTrace {
     }
 }
 
-/// Where the copy of standard input is read from, for messages ("standard input" instead).
-static SHOWN_AS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-
-/// A message with standard input's copy named as standard input.
-pub fn shown(msg: String) -> String {
-    match SHOWN_AS.get() {
-        Some(path) => msg.replace(path.as_str(), "standard input"),
-        None => msg,
-    }
-}
-
-/// A trace's name for what the command prints and writes: "standard input" for `-`.
-pub fn name_of(trace: &std::path::Path) -> String {
-    shown(trace.display().to_string())
-}
-
 /// Replaces a `-` among `paths` by standard input's copy, which must outlive the reading.
 pub fn take(paths: &mut [&mut PathBuf]) -> Result<Option<StdinTrace>> {
     let mut dashes = paths.iter_mut().filter(|p| p.as_os_str() == "-");
@@ -86,16 +70,7 @@ pub fn take(paths: &mut [&mut PathBuf]) -> Result<Option<StdinTrace>> {
     } else {
         (PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd())), None)
     };
-    let _ = SHOWN_AS.set(path.display().to_string());
+    crate::stand_in::register(&path, "standard input".into(), None);
     **first = path;
     Ok(Some(StdinTrace { _file: file, dir: named }))
-}
-
-/// The default output beside `trace` (`output::default_beside`); a trace read from standard input has no place
-/// beside it, so the output must be named.
-pub fn beside(trace: &std::path::Path, ext: &str) -> Result<PathBuf> {
-    if SHOWN_AS.get().is_some_and(|p| trace == std::path::Path::new(p)) {
-        bail!("the trace comes from standard input: name the output with -o");
-    }
-    Ok(cuflight_collector::export::output::default_beside(trace, ext))
 }

@@ -269,3 +269,74 @@ fn chrome_json_is_chosen_by_its_name_and_gzip_compressed_when_named_gz() {
     assert_eq!(unzipped.stdout, text, "the same JSON inside");
     assert_eq!(comparable(&stats(&gz)), comparable(&stats(&r.trace)));
 }
+
+/// An Nsight Systems report is read through its SQLite export: one beside it that is newer (as `nsys stats`
+/// reuses one), else `nsys export` run into a private temporary directory that is gone afterwards; messages and
+/// default outputs name the report, which no output may replace. nsys is not on the test machines: a stand-in
+/// script takes its command line (`export --type=sqlite --force-overwrite=true --output=OUT REPORT`) and copies
+/// the shared export, or fails as nsys fails on a damaged report.
+#[test]
+fn an_nsight_systems_report_is_read_through_its_sqlite_export() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(sqlite) = shared_trace("nsys-a100-cloverleaf.sqlite") else { return };
+    let dir = scratch("nsys-report");
+    let (tmp, empty) = (dir.join("tmp"), dir.join("no-nsys"));
+    for d in [&tmp, &empty] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let fake = dir.join("nsys");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n[ \"$1 $2 $3\" = 'export --type=sqlite --force-overwrite=true' ] || { echo \"bad args: $*\" >&2; exit 2; }\n\
+         [ -n \"$FAKE_NSYS_FAIL\" ] && { echo \"ERROR: $FAKE_NSYS_FAIL\" >&2; exit 1; }\n/bin/cp \"$FAKE_NSYS_SQLITE\" \"${4#--output=}\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let report = dir.join("run.nsys-rep");
+    let bytes = b"not a format cuflight reads by content".to_vec();
+    std::fs::write(&report, &bytes).unwrap();
+    let run = |args: &[&OsStr], nsys: Option<&Path>, fail: Option<&str>| {
+        let mut c = std::process::Command::new(cuflight_bin());
+        c.args(args).current_dir(&dir).env("PATH", &empty).env("TMPDIR", &tmp).env("FAKE_NSYS_SQLITE", &sqlite);
+        c.env_remove("CUFLIGHT_NSYS").env_remove("FAKE_NSYS_FAIL");
+        if let Some(n) = nsys {
+            c.env("CUFLIGHT_NSYS", n);
+        }
+        if let Some(f) = fail {
+            c.env("FAKE_NSYS_FAIL", f);
+        }
+        let out = c.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let name = OsStr::new("run.nsys-rep");
+    // No nsys: the command that makes it readable.
+    let (ok, _, err) = run(&[OsStr::new("stats"), name], None, None);
+    assert!(!ok && err.contains("nsys export --type sqlite -o run.sqlite run.nsys-rep"), "{err}");
+    // Exported with nsys: the report reads as its export, named as the report; nothing left in TMPDIR.
+    let (ok, out, err) =
+        run(&[OsStr::new("report"), OsStr::new("--format"), OsStr::new("json"), name], Some(&fake), None);
+    assert!(ok, "{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["processes"][0]["file"], "run.nsys-rep");
+    assert_eq!(r["processes"][0]["run"]["host"], "nid008553");
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "the private export is removed");
+    // A default output goes beside the report; the report itself is no output.
+    let (ok, _, err) = run(&[OsStr::new("export"), name], Some(&fake), None);
+    assert!(ok && dir.join("run.perfetto-trace").is_file(), "{err}");
+    let (ok, _, err) =
+        run(&[OsStr::new("export"), name, OsStr::new("-o"), name, OsStr::new("--force")], Some(&fake), None);
+    assert!(!ok && err.contains("run.nsys-rep is also an input"), "{err}");
+    assert_eq!(std::fs::read(&report).unwrap(), bytes);
+    // nsys failing: one line with what it said.
+    let (ok, _, err) = run(&[OsStr::new("stats"), name], Some(&fake), Some("damaged report"));
+    assert!(!ok && err.contains("failed") && err.trim().ends_with("ERROR: damaged report"), "{err}");
+    assert_eq!(err.trim().lines().filter(|l| !l.contains("exporting")).count(), 1, "{err}");
+    // An export beside it, newer than the report: read without nsys.
+    std::fs::copy(&sqlite, dir.join("run.sqlite")).unwrap();
+    let (ok, out, err) = run(&[OsStr::new("stats"), OsStr::new("--format"), OsStr::new("json"), name], None, None);
+    assert!(ok && err.contains("through") && out.contains("\"kernels\""), "{err}");
+}

@@ -50,7 +50,8 @@ impl OutputDir {
                 }
             }
             let root = std::fs::canonicalize(dest).map_err(|e| OutputDirError::Io(name(), e))?;
-            for input in inputs {
+            let through = cuflight_trace::output::read_through_inputs();
+            for input in inputs.iter().copied().chain(through.iter().map(PathBuf::as_path)) {
                 if std::fs::canonicalize(input).is_ok_and(|i| i.starts_with(&root)) {
                     return Err(OutputDirError::HoldsInput(name(), input.display().to_string()));
                 }

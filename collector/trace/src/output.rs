@@ -47,6 +47,20 @@ pub struct Output {
     file: Option<File>,
 }
 
+/// Files a command reads through a stand-in (an Nsight Systems report read as its SQLite export): inputs too, so
+/// that an output naming one is refused.
+static READ_THROUGH: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// `original` is read through a stand-in file: an output must not replace it.
+pub fn read_through(original: &Path) {
+    READ_THROUGH.lock().unwrap_or_else(|e| e.into_inner()).push(original.to_path_buf());
+}
+
+/// The files registered with [`read_through`].
+pub fn read_through_inputs() -> Vec<PathBuf> {
+    READ_THROUGH.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
 fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
     a.dev() == b.dev() && a.ino() == b.ino()
 }
@@ -76,7 +90,8 @@ fn check(path: &Path, inputs: &[&Path], force: bool) -> Result<Option<std::fs::M
     let Ok(link) = std::fs::symlink_metadata(path) else { return Ok(None) };
     let meta = std::fs::metadata(path).ok();
     if let Some(meta) = &meta {
-        for input in inputs {
+        let through = read_through_inputs();
+        for input in inputs.iter().copied().chain(through.iter().map(PathBuf::as_path)) {
             if std::fs::metadata(input).is_ok_and(|m| same_file(&m, meta)) {
                 return Err(OutputError::IsInput(name()));
             }
