@@ -103,7 +103,8 @@ pub enum Cmd {
     /// Diagnose a run: the bottleneck, what it costs and the fix; breakdowns per step and per process. Several
     /// traces are several ranks of one job.
     Report {
-        /// The trace (.cuf, Kineto JSON or nsys SQLite); several are several ranks or hosts of one job.
+        /// The trace (.cuf, Kineto JSON, nsys SQLite or report); several are several ranks or hosts of one job,
+        /// and a directory stands for the traces directly in it (torch.profiler's tensorboard_trace_handler's).
         #[arg(required = true, num_args = 1..)]
         traces: Vec<PathBuf>,
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
@@ -145,6 +146,7 @@ pub enum Cmd {
     /// One trace of a job recorded as several (hosts, ranks): every process on one clock (REALTIME, then each
     /// host moved onto the reference host by their collectives).
     Merge {
+        /// The traces (a directory stands for the traces directly in it).
         #[arg(required = true, num_args = 1..)]
         traces: Vec<PathBuf>,
         /// The merged trace.
@@ -157,7 +159,8 @@ pub enum Cmd {
     /// Timeline of a trace (cuflight, Kineto JSON or nsys SQLite) for Perfetto or Kineto-style tools, or
     /// fleet tables (Parquet) of one or many traces for DuckDB, Spark or Trino.
     Export {
-        /// The trace; several (one job's ranks or hosts) are put on one clock first, as `cuflight merge` does.
+        /// The trace; several (one job's ranks or hosts, or a directory of them) are put on one clock first, as
+        /// `cuflight merge` does.
         #[arg(required = true, num_args = 1..)]
         traces: Vec<PathBuf>,
         /// Default: chrome when the output is named *.json or *.json.gz, else perfetto.
@@ -188,6 +191,14 @@ pub enum Cmd {
 
 impl Cmd {
     /// The traces a command reads (`-` among them is standard input).
+    /// The traces of commands that read several as one job (a directory among them stands for its traces).
+    pub fn job_traces(&mut self) -> Option<&mut Vec<PathBuf>> {
+        match self {
+            Cmd::Report { traces, .. } | Cmd::Merge { traces, .. } | Cmd::Export { traces, .. } => Some(traces),
+            _ => None,
+        }
+    }
+
     pub fn trace_paths(&mut self) -> Vec<&mut PathBuf> {
         match self {
             Cmd::Stats { trace, .. } | Cmd::Recover { trace, .. } => vec![trace],

@@ -12,6 +12,7 @@ mod serve;
 mod stand_in;
 mod stdin_trace;
 mod top;
+mod trace_dirs;
 use cli::*;
 use cuflight_collector::analysis::stats::{self, Stats};
 use cuflight_collector::capture::agents;
@@ -56,6 +57,9 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 fn run(mut cli: Cli) -> Result<i32> {
+    if let Some(traces) = cli.command.job_traces() {
+        trace_dirs::expand(traces)?;
+    }
     // Kept open until the command is done: a trace read from standard input lives in it.
     let _stdin = stdin_trace::take(&mut cli.command.trace_paths())?;
     // And those of Nsight Systems reports read through their SQLite exports.

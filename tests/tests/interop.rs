@@ -340,3 +340,41 @@ fn an_nsight_systems_report_is_read_through_its_sqlite_export() {
     let (ok, out, err) = run(&[OsStr::new("stats"), OsStr::new("--format"), OsStr::new("json"), name], None, None);
     assert!(ok && err.contains("through") && out.contains("\"kernels\""), "{err}");
 }
+
+/// A directory is the traces of one job (as HTA takes a trace directory and torch.profiler's tensorboard handler
+/// writes one): the report of a directory holding both ranks' traces, a note and a hidden file is the report of
+/// the two traces named; a directory without traces is refused by name; a link inside is left out.
+#[test]
+fn a_directory_of_rank_traces_reads_as_the_job() {
+    let (Some(r0), Some(r1)) = (shared_trace("kineto-2rank-r0.json.gz"), shared_trace("kineto-2rank-r1.json.gz"))
+    else {
+        return;
+    };
+    let dir = scratch("trace-dir");
+    let log = dir.join("log");
+    std::fs::create_dir_all(log.join("older-run")).unwrap();
+    std::fs::copy(&r0, log.join("worker0.1.pt.trace.json.gz")).unwrap();
+    std::fs::copy(&r1, log.join("worker1.1.pt.trace.json.gz")).unwrap();
+    std::fs::write(log.join("notes.txt"), "not a trace").unwrap();
+    std::fs::copy(&r1, log.join(".partial.pt.trace.json.gz")).unwrap();
+    std::os::unix::fs::symlink(&r0, log.join("linked.pt.trace.json.gz")).unwrap();
+    let json = |args: &[&OsStr]| -> (Value, String) {
+        let out = std::process::Command::new(cuflight_bin()).args(["report", "--format", "json"]).args(args).output();
+        let out = out.unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (serde_json::from_slice(&out.stdout).unwrap(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (named, _) = json(&[r0.as_os_str(), r1.as_os_str()]);
+    let (from_dir, err) = json(&[log.as_os_str()]);
+    assert!(err.contains("2 traces; left out 4 other entries"), "{err}");
+    assert_eq!(from_dir["verdict"], named["verdict"]);
+    let (a, b) = (named["processes"].as_array().unwrap(), from_dir["processes"].as_array().unwrap());
+    assert_eq!(a.len(), b.len());
+    for (p, q) in a.iter().zip(b) {
+        for k in ["rank", "breakdown", "step_total", "findings"] {
+            assert_eq!(p[k], q[k], "{k}");
+        }
+    }
+    let (ok, err) = cuflight(&[OsStr::new("report"), log.join("older-run").as_os_str()]);
+    assert!(!ok && err.contains("holds no trace"), "{err}");
+}
