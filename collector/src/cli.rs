@@ -191,6 +191,19 @@ pub enum Cmd {
 
 impl Cmd {
     /// The traces a command reads (`-` among them is standard input).
+    /// The subcommand's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Cmd::Stats { .. } => "stats",
+            Cmd::Recover { .. } => "recover",
+            Cmd::Diff { .. } => "diff",
+            Cmd::Report { .. } => "report",
+            Cmd::Merge { .. } => "merge",
+            Cmd::Export { .. } => "export",
+            _ => "this command",
+        }
+    }
+
     /// The traces of commands that read several as one job (a directory among them stands for its traces).
     pub fn job_traces(&mut self) -> Option<&mut Vec<PathBuf>> {
         match self {

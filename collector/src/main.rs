@@ -57,8 +57,10 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 fn run(mut cli: Cli) -> Result<i32> {
-    if let Some(traces) = cli.command.job_traces() {
-        trace_dirs::expand(traces)?;
+    let name = cli.command.name();
+    match cli.command.job_traces() {
+        Some(traces) => trace_dirs::expand(traces)?,
+        None => trace_dirs::refuse(&cli.command.trace_paths(), name)?,
     }
     // Kept open until the command is done: a trace read from standard input lives in it.
     let _stdin = stdin_trace::take(&mut cli.command.trace_paths())?;

@@ -27,6 +27,19 @@ pub fn expand(traces: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+/// A directory where a command reads trace files one by one (stats, diff, recover): refused, saying which commands
+/// read one.
+pub fn refuse(traces: &[&mut PathBuf], command: &str) -> Result<()> {
+    if let Some(dir) = traces.iter().find(|t| t.is_dir()) {
+        bail!(
+            "{} is a directory: {command} reads trace files (report, merge and export read the traces in a \
+             directory as one job)",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 fn is_trace(path: &Path) -> bool {
     let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
     cuflight_collector::import::detect(path).is_ok() || name.ends_with(".nsys-rep") || name.ends_with(".qdrep")

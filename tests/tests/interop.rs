@@ -377,4 +377,7 @@ fn a_directory_of_rank_traces_reads_as_the_job() {
     }
     let (ok, err) = cuflight(&[OsStr::new("report"), log.join("older-run").as_os_str()]);
     assert!(!ok && err.contains("holds no trace"), "{err}");
+    // Commands that read trace files one by one say which read a directory.
+    let (ok, err) = cuflight(&[OsStr::new("stats"), log.as_os_str()]);
+    assert!(!ok && err.contains("is a directory: stats reads trace files (report, merge and export"), "{err}");
 }
