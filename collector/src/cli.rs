@@ -128,7 +128,8 @@ pub enum Cmd {
     /// kernel time by category, kernels gained, lost, faster and slower, findings resolved and new; each run
     /// against the one before it. Any trace format on any side.
     Diff {
-        /// The runs, baseline first (.cuf, Kineto JSON or nsys SQLite, mixed as you like).
+        /// The runs, baseline first (.cuf, Kineto JSON or nsys SQLite, mixed as you like; a directory is one run
+        /// of a job, its traces reported together).
         #[arg(required = true, num_args = 2..)]
         traces: Vec<PathBuf>,
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]

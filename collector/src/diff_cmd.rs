@@ -1,4 +1,5 @@
-//! `cuflight diff`: each trace reported on its own (one at a time, so memory is one report's), then compared.
+//! `cuflight diff`: each run reported on its own (one at a time, so memory is one report's), then compared. A run
+//! is a trace, or a directory of one job's traces.
 
 use crate::cli::ReportFormat;
 use anyhow::Result;
@@ -21,11 +22,22 @@ pub fn run(
     let mut runs = Vec::with_capacity(traces.len());
     for t in traces {
         let name = crate::stand_in::name_of(t);
-        let mut source = cuflight_collector::model::source::EventSource::open(t)?;
-        let mut one = [(name.clone(), source)];
-        let report = Report::compute(&mut one, &opts);
-        [(_, source)] = one;
-        crate::warn_cut_short(t, source.cut_short.as_deref());
+        // A directory is one run of a job: its traces reported together, as `report DIR` does.
+        let (files, _exports) = if t.is_dir() {
+            let mut files = crate::trace_dirs::traces_in(t)?;
+            let exports = crate::nsys_report::take(&mut files.iter_mut().collect::<Vec<_>>())?;
+            (files, Some(exports))
+        } else {
+            (vec![t.clone()], None)
+        };
+        let mut sources = Vec::with_capacity(files.len());
+        for f in &files {
+            sources.push((crate::stand_in::name_of(f), cuflight_collector::model::source::EventSource::open(f)?));
+        }
+        let report = Report::compute(&mut sources, &opts);
+        for (f, (_, source)) in files.iter().zip(&sources) {
+            crate::warn_cut_short(f, source.cut_short.as_deref());
+        }
         runs.push((name, report?));
     }
     let diff = Diff::compute(&runs);

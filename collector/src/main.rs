@@ -60,7 +60,9 @@ fn run(mut cli: Cli) -> Result<i32> {
     let name = cli.command.name();
     match cli.command.job_traces() {
         Some(traces) => trace_dirs::expand(traces)?,
-        None => trace_dirs::refuse(&cli.command.trace_paths(), name)?,
+        // diff takes a directory as one run (diff_cmd).
+        None if name != "diff" => trace_dirs::refuse(&cli.command.trace_paths(), name)?,
+        None => {}
     }
     // Kept open until the command is done: a trace read from standard input lives in it.
     let _stdin = stdin_trace::take(&mut cli.command.trace_paths())?;

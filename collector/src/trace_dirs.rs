@@ -27,13 +27,12 @@ pub fn expand(traces: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-/// A directory where a command reads trace files one by one (stats, diff, recover): refused, saying which commands
-/// read one.
+/// A directory where a command reads one trace file (stats, recover): refused, saying which commands read one.
 pub fn refuse(traces: &[&mut PathBuf], command: &str) -> Result<()> {
     if let Some(dir) = traces.iter().find(|t| t.is_dir()) {
         bail!(
             "{} is a directory: {command} reads trace files (report, merge and export read the traces in a \
-             directory as one job)",
+             directory as one job; diff takes a directory as one run)",
             dir.display()
         );
     }
@@ -45,7 +44,7 @@ fn is_trace(path: &Path) -> bool {
     cuflight_collector::import::detect(path).is_ok() || name.ends_with(".nsys-rep") || name.ends_with(".qdrep")
 }
 
-fn traces_in(dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn traces_in(dir: &Path) -> Result<Vec<PathBuf>> {
     let shown = dir.display();
     let mut found = Vec::new();
     let mut left_out = 0usize;

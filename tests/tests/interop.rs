@@ -377,6 +377,20 @@ fn a_directory_of_rank_traces_reads_as_the_job() {
     }
     let (ok, err) = cuflight(&[OsStr::new("report"), log.join("older-run").as_os_str()]);
     assert!(!ok && err.contains("holds no trace"), "{err}");
+    // diff takes a directory as one run: the job's two ranks reported together, compared with a copy.
+    let again = dir.join("again");
+    std::fs::create_dir_all(&again).unwrap();
+    for f in ["worker0.1.pt.trace.json.gz", "worker1.1.pt.trace.json.gz"] {
+        std::fs::copy(log.join(f), again.join(f)).unwrap();
+    }
+    let out =
+        std::process::Command::new(cuflight_bin()).args(["diff", "--format", "json"]).args([&log, &again]).output();
+    let out = out.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(d["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(d["runs"][0]["step_ns"], d["runs"][1]["step_ns"]);
+    assert!(d["warnings"].to_string().contains("2 processes with GPU work"), "{}", d["warnings"]);
     // Commands that read trace files one by one say which read a directory.
     let (ok, err) = cuflight(&[OsStr::new("stats"), log.as_os_str()]);
     assert!(!ok && err.contains("is a directory: stats reads trace files (report, merge and export"), "{err}");
