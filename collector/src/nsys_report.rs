@@ -1,11 +1,12 @@
 //! An Nsight Systems report (`.nsys-rep`, the older `.qdrep`) as a trace. Only nsys reads the report format, so
 //! the report is read through its SQLite export, as `nsys stats` does: an export beside it (`run.sqlite`) newer
 //! than the report is used as it is; otherwise, where `nsys` is on PATH (or `CUFLIGHT_NSYS` names it), cuflight
-//! runs `nsys export --type=sqlite` into a private temporary directory, removed when the command is done. Without
+//! runs `nsys export --type=sqlite` into a private temporary directory, removed when the command is done (or, if it is
+//! killed first, by the next cuflight that makes one). Without
 //! either, the importer refuses the report with the export command to run.
 
 use anyhow::{bail, Context, Result};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The private directories of the exports made for this command, removed when it is done.
@@ -72,7 +73,7 @@ pub fn take(paths: &mut [&mut PathBuf]) -> Result<Exported> {
         }
         // Without nsys the path stays: the importer says which command makes it readable.
         let Some(nsys) = find_nsys() else { continue };
-        let dir = private_dir()?;
+        let dir = crate::stand_in::private_dir("nsys")?;
         exported.dirs.push(dir.clone());
         let sqlite = dir.join("report.sqlite");
         eprintln!(
@@ -100,12 +101,4 @@ pub fn take(paths: &mut [&mut PathBuf]) -> Result<Exported> {
         **path = sqlite;
     }
     Ok(exported)
-}
-
-/// A directory of this process's own in the temporary directory (mode 0700: the export is the user's data).
-fn private_dir() -> Result<PathBuf> {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let dir = std::env::temp_dir().join(format!("cuflight-nsys-{}-{nanos}", std::process::id()));
-    std::fs::DirBuilder::new().mode(0o700).create(&dir).with_context(|| format!("cannot make {}", dir.display()))?;
-    Ok(dir)
 }

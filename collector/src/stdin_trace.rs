@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::IsTerminal;
 use std::io::Seek;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 
 /// What a trace read from standard input lives in until the command is done.
@@ -49,12 +49,7 @@ pub fn take(paths: &mut [&mut PathBuf]) -> Result<Option<StdinTrace>> {
     let (path, named) = if sqlite {
         // SQLite opens a database by its resolved name, which an unnamed file has not: a named copy, in a
         // directory of this process's own.
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let private = dir.join(format!("cuflight-stdin-{}-{nanos}", std::process::id()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&private)
-            .with_context(|| format!("cannot make {}", private.display()))?;
+        let private = crate::stand_in::private_dir("stdin")?;
         let path = private.join("standard-input.sqlite");
         let copied = (|| -> std::io::Result<()> {
             let mut to = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;

@@ -316,14 +316,22 @@ fn an_nsight_systems_report_is_read_through_its_sqlite_export() {
     // No nsys: the command that makes it readable.
     let (ok, _, err) = run(&[OsStr::new("stats"), name], None, None);
     assert!(!ok && err.contains("nsys export --type sqlite -o run.sqlite run.nsys-rep"), "{err}");
-    // Exported with nsys: the report reads as its export, named as the report; nothing left in TMPDIR.
+    // A directory left by a cuflight killed during an export (no such pid) goes; one of a live process stays.
+    let stale = tmp.join("cuflight-nsys-999999999-1");
+    let live = tmp.join(format!("cuflight-nsys-{}-1", std::process::id()));
+    for d in [&stale, &live] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    // Exported with nsys: the report reads as its export, named as the report; nothing of it left in TMPDIR.
     let (ok, out, err) =
         run(&[OsStr::new("report"), OsStr::new("--format"), OsStr::new("json"), name], Some(&fake), None);
     assert!(ok, "{err}");
     let r: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(r["processes"][0]["file"], "run.nsys-rep");
     assert_eq!(r["processes"][0]["run"]["host"], "nid008553");
-    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "the private export is removed");
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(left, vec![live.clone()], "the private export and the stale directory are removed");
+    std::fs::remove_dir(&live).unwrap();
     // A default output goes beside the report; the report itself is no output.
     let (ok, _, err) = run(&[OsStr::new("export"), name], Some(&fake), None);
     assert!(ok && dir.join("run.perfetto-trace").is_file(), "{err}");
