@@ -1,9 +1,9 @@
 //! An Nsight Systems report (`.nsys-rep`, the older `.qdrep`) as a trace. Only nsys reads the report format, so
 //! the report is read through its SQLite export, as `nsys stats` does: an export beside it (`run.sqlite`) newer
 //! than the report is used as it is; otherwise, where `nsys` is on PATH (or `CUFLIGHT_NSYS` names it), cuflight
-//! runs `nsys export --type=sqlite` into a private temporary directory, removed when the command is done (or, if it is
-//! killed first, by the next cuflight that makes one). Without
-//! either, the importer refuses the report with the export command to run.
+//! runs `nsys export --type=sqlite` into a private temporary directory, removed when the command is done (or, if
+//! it is killed first, by the next cuflight that makes one). Without either, the importer refuses the report with
+//! the export command to run.
 
 use anyhow::{bail, Context, Result};
 use std::os::unix::fs::MetadataExt;
