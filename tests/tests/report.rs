@@ -424,5 +424,9 @@ fn a_recording_and_its_kineto_export_report_the_same_run() {
         // baseTimeNanoseconds (2025-07-01) + the first ts: 2025-07-18.
         let started = run["started_realtime_ns"].as_u64().unwrap();
         assert!((1_752_796_800_000_000_000..1_752_883_200_000_000_000).contains(&started), "{started}");
+        // Exported again, it keeps the base its times count from.
+        let again = export_chrome(&qwen, &dir.join("qwen.json"));
+        assert_eq!(again["baseTimeNanoseconds"].as_u64(), Some(1_751_410_836_000_000_000));
+        assert_eq!((again["cuda_driver_version"].as_u64(), again["cupti_version"].as_u64()), (Some(12090), Some(22)));
     }
 }

@@ -152,7 +152,8 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
 
 /// What torch.profiler writes of the run beside its events, where the trace knows it: the CUDA driver and CUPTI
 /// versions, the host (one for the whole file), and `baseTimeNanoseconds`, the epoch ns the timestamps count
-/// from (cuflight's are CLOCK_MONOTONIC: the realtime offset of a clock pair; HTA adds it to `ts` for wall time).
+/// from: an imported trace's own, or for a recording (CLOCK_MONOTONIC) of one host the realtime offset of a clock
+/// pair (HTA adds it to `ts` for wall time).
 fn run_metadata<W: Write>(w: &mut W, processes: &BTreeMap<u32, Process>, seen: &Seen) -> std::io::Result<()> {
     if seen.driver_version != 0 {
         write!(w, ",\n\"cuda_driver_version\": {}", seen.driver_version)?;
@@ -161,11 +162,18 @@ fn run_metadata<W: Write>(w: &mut W, processes: &BTreeMap<u32, Process>, seen: &
         write!(w, ",\n\"cupti_version\": {v}")?;
     }
     let hosts: BTreeSet<&str> = processes.values().map(|p| p.info.host.as_str()).collect();
-    if let Some(host) = hosts.first().filter(|h| hosts.len() == 1 && !h.is_empty()) {
+    let one_host = hosts.first().filter(|h| hosts.len() == 1 && !h.is_empty());
+    if let Some(host) = one_host {
         write!(w, ",\n\"hostname\": {}", Js(host))?;
-        if let Some(base) = seen.realtime_offset.filter(|&o| o > 0) {
-            write!(w, ",\n\"baseTimeNanoseconds\": {base}")?;
-        }
+    }
+    // An imported torch.profiler trace keeps its own base (its times are written as they were read).
+    let bases: BTreeSet<u64> = processes.values().map(|p| p.epoch_base_ns).collect();
+    let base = match bases.first() {
+        Some(&b) if bases.len() == 1 && b != 0 => Some(b as i64),
+        _ => seen.realtime_offset.filter(|&o| o > 0 && one_host.is_some() && bases.iter().all(|&b| b == 0)),
+    };
+    if let Some(base) = base {
+        write!(w, ",\n\"baseTimeNanoseconds\": {base}")?;
     }
     Ok(())
 }

@@ -66,8 +66,9 @@ impl TopLevel {
         self.cuda_driver_version.unwrap_or(0)
     }
 
-    /// Puts what the document says of the run on every imported process: host, CUPTI version, world size and,
-    /// where the first timestamp reads as a wall-clock time, when the trace started (`first_ts` in ns as written).
+    /// Puts what the document says of the run on every imported process: host, CUPTI version, world size, the
+    /// epoch its times count from and, where the first timestamp reads as a wall-clock time, when the trace started
+    /// (`first_ts` in ns as written).
     pub fn apply(&self, trace: &mut Trace, first_ts: Option<u64>) {
         let started = first_ts
             .and_then(|t| t.checked_add(self.base_time_ns.unwrap_or(0)))
@@ -87,6 +88,8 @@ impl TopLevel {
             if p.info.world_size == 0 {
                 p.info.world_size = world.and_then(|w| u32::try_from(w).ok()).unwrap_or(0);
             }
+            // Below 2^61 ns (year 2043 + 30): a base plus any time stays within what the job clock handles.
+            p.epoch_base_ns = self.base_time_ns.filter(|&b| b < 1 << 61).unwrap_or(0);
         }
     }
 }

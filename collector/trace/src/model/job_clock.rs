@@ -20,6 +20,13 @@ pub struct JobClockBuilder {
     realtime: Vec<(String, Option<i64>)>,
     /// Per process, its collectives' ends on its own clock until [`JobClockBuilder::build`] adds its host's offset.
     members: Vec<Member>,
+    /// Per process (as `members`), the epoch base of its own, if its trace gives one.
+    own_base: Vec<Option<i64>>,
+}
+
+/// The epoch base `p`'s times count from, if its trace gives one ([`Process::epoch_base_ns`]).
+fn own_base(p: &Process) -> Option<i64> {
+    (p.epoch_base_ns != 0).then(|| p.epoch_base_ns.min(i64::MAX as u64) as i64)
 }
 
 impl JobClockBuilder {
@@ -27,16 +34,21 @@ impl JobClockBuilder {
     /// the report's planning pass finds them (`cuflight_analysis::job_clock::add`).
     pub fn add(&mut self, p: &Process, realtime_offset: Option<i64>, ends: Vec<(String, i64)>) {
         let host = host_of(p);
+        // A process whose times count from an epoch base of its own (a torch.profiler trace) does not speak for
+        // its host's CLOCK_MONOTONIC.
+        let realtime_offset = realtime_offset.filter(|_| p.epoch_base_ns == 0);
         match self.realtime.iter_mut().find(|(h, _)| h == host) {
             Some((_, offset)) => *offset = offset.or(realtime_offset),
             None => self.realtime.push((host.to_string(), realtime_offset)),
         }
         self.members.push(Member { host: host.to_string(), rank: p.rank, collectives: ends });
+        self.own_base.push(own_base(p));
     }
 
     pub fn build(mut self) -> JobClock {
-        for m in &mut self.members {
-            let offset = self.realtime.iter().find(|(h, _)| *h == m.host).and_then(|(_, o)| *o).unwrap_or(0);
+        for (m, own) in self.members.iter_mut().zip(&self.own_base) {
+            let host = || self.realtime.iter().find(|(h, _)| *h == m.host).and_then(|(_, o)| *o).unwrap_or(0);
+            let offset = own.unwrap_or_else(host);
             for (_, end) in &mut m.collectives {
                 *end = end.saturating_add(offset);
             }
@@ -54,8 +66,12 @@ pub struct JobClock {
 }
 
 impl JobClock {
-    /// The REALTIME offset of `p`'s host, if one was measured there.
+    /// What puts `p`'s times on the epoch: the base of its own trace, else its host's REALTIME offset if one was
+    /// measured there.
     pub fn realtime_offset(&self, p: &Process) -> Option<i64> {
+        if let Some(base) = own_base(p) {
+            return Some(base);
+        }
         let host = host_of(p);
         self.realtime.iter().find(|(h, _)| h == host).and_then(|(_, o)| *o)
     }
@@ -109,5 +125,24 @@ mod tests {
         assert_eq!(clock.clock_name(&b, 1_700_000_000_000_000_000), "realtime", "epoch-based import");
         let nameless = process("", 4);
         assert_eq!(host_of(&nameless), "unknown");
+    }
+
+    /// torch.profiler traces count from an epoch base of their own (`baseTimeNanoseconds`): two ranks whose bases
+    /// differ (started on either side of libkineto's 3-month interval) each land by their own, and neither speaks
+    /// for a recording's CLOCK_MONOTONIC on the same host.
+    #[test]
+    fn an_imported_trace_lands_by_its_own_epoch_base() {
+        let (mut k0, mut k1, native) = (process("", 0), process("", 1), process("", 2));
+        k0.epoch_base_ns = 1_751_410_836_000_000_000;
+        k1.epoch_base_ns = 1_759_300_074_000_000_000;
+        let mut builder = JobClockBuilder::default();
+        for (p, offset) in [(&k0, None), (&k1, None), (&native, Some(7_000))] {
+            builder.add(p, offset, Vec::new());
+        }
+        let clock = builder.build();
+        assert_eq!(clock.to_job(&k0).at(5), 1_751_410_836_000_000_005);
+        assert_eq!(clock.to_job(&k1).at(5), 1_759_300_074_000_000_005);
+        assert_eq!(clock.to_job(&native).at(5), 7_005, "the host's own offset, not an import's base");
+        assert_eq!(clock.clock_name(&k1, 5), "realtime");
     }
 }

@@ -35,6 +35,9 @@ pub struct Process {
     /// Events of a cuflight trace left out by the last pass over it because their time cannot be true: no known
     /// start, or an end before the start ([`impossible_time`]).
     pub refused: u64,
+    /// The epoch ns this process's times count from, where the trace says (torch.profiler's
+    /// `baseTimeNanoseconds`); 0: its times are as recorded (the epoch already, or CLOCK_MONOTONIC with clock pairs).
+    pub epoch_base_ns: u64,
 }
 
 /// Whether a cuflight-recorded event's time cannot be true: a start of 0 (the agent stamps CLOCK_MONOTONIC, which
