@@ -383,6 +383,11 @@ fn a_directory_of_rank_traces_reads_as_the_job() {
             assert_eq!(p[k], q[k], "{k}");
         }
     }
+    // Two of the job's 128 ranks (distributedInfo.world_size): the job view and the straggler say so.
+    let text = std::process::Command::new(cuflight_bin()).arg("report").arg(&log).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("== The job: 2 of 128 ranks (the others' traces were not given"), "{text}");
+    assert!(text.contains("is the straggler") && text.contains("(of the 2 ranks given; the job has 128)"), "{text}");
     let (ok, err) = cuflight(&[OsStr::new("report"), log.join("older-run").as_os_str()]);
     assert!(!ok && err.contains("holds no trace"), "{err}");
     // diff takes a directory as one run: the job's two ranks reported together, compared with a copy.

@@ -147,6 +147,9 @@ pub struct JobReport {
     pub tolerance_ns: u64,
     /// Collectives two ranks or more were matched in.
     pub collectives: u64,
+    /// The job's world size as its traces say (the launcher's WORLD_SIZE, torch.profiler's `distributedInfo`);
+    /// 0 unknown. More than the ranks given: the view covers those only.
+    pub world_size: u32,
     pub ranks: Vec<RankRow>,
     pub heatmap: Heatmap,
     pub critical_path: Option<critical::CriticalPath>,
@@ -249,6 +252,7 @@ impl JobReport {
             method: job.method,
             tolerance_ns: job.tolerance_ns,
             collectives: job.instances.len() as u64,
+            world_size: inputs.iter().map(|i| i.ctx.p.info.world_size).max().unwrap_or(0),
             ranks,
             heatmap,
             critical_path,

@@ -35,7 +35,14 @@ impl JobReport {
             Method::Arrival => "arrivals compared on that clock",
             Method::Duration => "arrivals inferred from collective durations",
         };
-        format!("{} ranks; {clocks}; {} collectives matched across ranks, {method}", self.ranks.len(), self.collectives)
+        let ranks = match self.world_size as usize {
+            w if w > self.ranks.len() => format!(
+                "{} of {w} ranks (the others' traces were not given: who waits for whom is among these)",
+                self.ranks.len()
+            ),
+            _ => format!("{} ranks", self.ranks.len()),
+        };
+        format!("{ranks}; {clocks}; {} collectives matched across ranks, {method}", self.collectives)
     }
 
     fn rank_cells(&self) -> Vec<Vec<String>> {

@@ -94,8 +94,13 @@ pub fn finding(ctxs: &[Ctx], job: &JobPlan) -> Option<Finding> {
     let typical = super::super::spans::median(worst.iter().filter(|w| w.2 != slow).map(|w| w.0).collect());
     ev.metrics.insert("median_wait_ns", typical as f64);
     ev.metrics.insert("median_lag_ns", ranks[slow].median_lateness_ns as f64);
-    let summary =
+    let mut summary =
         format!("{} is the straggler: the others wait {:.0}% of their step time", label(&ctxs[slow]), share * 100.0);
+    let world = ctxs.iter().map(|c| c.p.info.world_size as usize).max().unwrap_or(0);
+    if world > ctxs.len() {
+        // A slower rank may be among those not given.
+        summary.push_str(&format!(" (of the {} ranks given; the job has {world})", ctxs.len()));
+    }
     let mut f = ctxs[slow].finding("straggler", lost, summary, ev, FIX);
     f.share = share;
     f.severity = Severity::of_share(share);
