@@ -408,6 +408,11 @@ fn a_recording_and_its_kineto_export_report_the_same_run() {
             assert!(text.lines().any(|l| l == line), "{line:?} missing from:\n{text}");
         }
     }
+    // Rank 0 of a 16-rank job alone: where the collectives' waits went is in the other ranks' traces.
+    if let Some(a100) = shared_trace("kineto-a100-nccl-r0.json.gz") {
+        let warnings = report(&a100)["processes"][0]["warnings"].to_string();
+        assert!(warnings.contains("rank 0 of a 16-rank job: which rank its collectives wait for"), "{warnings}");
+    }
     // An Nsight Systems export: the launched command line, the host and the driver from its target info.
     if let Some(nsys) = shared_trace("nsys-a100-cloverleaf.sqlite") {
         let run = &report(&nsys)["processes"][0]["run"];

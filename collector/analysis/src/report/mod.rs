@@ -200,6 +200,17 @@ impl Report {
         for (i, w) in claimed_twice(&ctxs, &primary, &procs, traces) {
             warnings[i].push(w);
         }
+        // One rank of a job that communicates: who its collectives wait for is in the other ranks' traces.
+        if let [only] = primary[..] {
+            let (c, world) = (&ctxs[only], ctxs[only].p.info.world_size);
+            if world > 1 && !c.plan.comm.is_empty() {
+                let rank = c.rank.map_or_else(|| "one rank".to_string(), |r| format!("rank {r}"));
+                warnings[only].push(format!(
+                    "{rank} of a {world}-rank job: which rank its collectives wait for is in the others' traces; \
+                     report them together (several files, or their directory) for the job view"
+                ));
+            }
+        }
         let job_ctxs: Vec<Ctx> = primary.iter().map(|&i| ctx(traces, &plans, procs[i], i, several_files, n)).collect();
         let (offsets, clocks) = job_clocks(&job_ctxs);
         let mut job_plan = job::plan(&job_ctxs, &offsets, clocks);
