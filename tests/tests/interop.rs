@@ -404,6 +404,25 @@ fn a_directory_of_rank_traces_reads_as_the_job() {
     assert_eq!(d["runs"].as_array().unwrap().len(), 2);
     assert_eq!(d["runs"][0]["step_ns"], d["runs"][1]["step_ns"]);
     assert!(d["warnings"].to_string().contains("2 processes with GPU work"), "{}", d["warnings"]);
+    // Runs of a job compare one rank throughout: a later run holding rank 1 only is compared by rank 1, one
+    // without it says so.
+    let diff = |a: &Path, b: &Path| -> Value {
+        let out = std::process::Command::new(cuflight_bin()).args(["diff", "--format", "json"]).args([a, b]).output();
+        serde_json::from_slice(&out.unwrap().stdout).unwrap()
+    };
+    let busiest = d["runs"][0]["pid"].clone();
+    let busiest_file = if busiest == 4045 { "worker1.1.pt.trace.json.gz" } else { "worker0.1.pt.trace.json.gz" };
+    std::fs::remove_file(again.join(busiest_file)).unwrap();
+    let d = diff(&log, &again);
+    assert!(d["warnings"].to_string().contains("is not in it; compared"), "{}", d["warnings"]);
+    let (kept, kept_file) = (log.join(busiest_file), dir.join("busiest"));
+    std::fs::create_dir_all(&kept_file).unwrap();
+    std::fs::copy(&kept, kept_file.join(busiest_file)).unwrap();
+    let d = diff(&log, &kept_file);
+    assert_eq!(
+        (d["runs"][1]["pid"].clone(), d["runs"][0]["step_ns"].clone()),
+        (busiest, d["runs"][1]["step_ns"].clone())
+    );
     // Commands that read trace files one by one say which read a directory.
     let (ok, err) = cuflight(&[OsStr::new("stats"), log.as_os_str()]);
     assert!(!ok && err.contains("is a directory: stats reads trace files (report, merge and export"), "{err}");

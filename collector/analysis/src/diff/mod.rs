@@ -89,9 +89,16 @@ pub struct Diff {
     pub warnings: Vec<String>,
 }
 
-/// The process a run is about: of several (ranks, workers), the one with the most kernel time.
-fn main_process(r: &Report) -> Option<&ProcessReport> {
-    r.processes.iter().max_by_key(|p| p.kernels.iter().map(|k| k.total_ns).sum::<u64>())
+/// The process a run is about: of several (ranks, workers), the rank the runs before compared (`rank`), else
+/// the one with the most kernel time.
+fn main_process(r: &Report, rank: Option<u32>) -> Option<&ProcessReport> {
+    let same_rank = rank.and_then(|rank| {
+        r.processes
+            .iter()
+            .filter(|p| p.rank == Some(rank))
+            .max_by_key(|p| p.kernels.iter().map(|k| k.total_ns).sum::<u64>())
+    });
+    same_rank.or_else(|| r.processes.iter().max_by_key(|p| p.kernels.iter().map(|k| k.total_ns).sum::<u64>()))
 }
 
 /// A kernel's name as every tool can agree on it.
@@ -128,15 +135,23 @@ impl Diff {
         let mut warnings = Vec::new();
         let mut mains: Vec<&ProcessReport> = Vec::new();
         let mut rows: Vec<RunRow> = Vec::new();
+        // Runs of a job compare one rank throughout: the first run's busiest.
+        let mut rank: Option<u32> = None;
         for (file, r) in runs {
-            let Some(p) = main_process(r) else { continue };
+            let Some(p) = main_process(r, rank) else { continue };
             if r.processes.len() > 1 {
+                let why =
+                    if rank.is_some() && p.rank == rank { "the rank compared before" } else { "the most kernel time" };
                 warnings.push(format!(
-                    "{file}: {} processes with GPU work; compared: {} (the most kernel time)",
+                    "{file}: {} processes with GPU work; compared: {} ({why})",
                     r.processes.len(),
                     p.who
                 ));
             }
+            if let Some(r) = rank.filter(|&r| p.rank != Some(r)) {
+                warnings.push(format!("{file}: rank {r} is not in it; compared {} instead", p.who));
+            }
+            rank = rank.or(p.rank);
             let (steps, step_ns) = steps_of(p);
             let per = steps.max(1) as f64;
             let kernel_ns: u64 = p.kernels.iter().map(|k| k.total_ns).sum();
