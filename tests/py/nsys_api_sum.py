@@ -1,5 +1,5 @@
-"""cuda_api_sum and cuda_gpu_mem_size_sum of an Nsight Systems SQLite export, computed independently with Python's
-sqlite3 and statistics modules (nsys's own definitions: sample standard deviation; the median of an even count is
+"""cuda_api_sum, cuda_gpu_mem_size_sum and cuda_kern_exec_sum of an Nsight Systems SQLite export, computed
+independently with Python's sqlite3 and statistics modules (nsys's own definitions: sample standard deviation; the median of an even count is
 the mean of the two middle values, floored here as cuflight prints integers). Prints JSON."""
 import json
 import sqlite3
@@ -25,5 +25,20 @@ for name, d in db.execute("select s.value, r.end - r.start from CUPTI_ACTIVITY_K
 sizes = defaultdict(list)
 for kind, b in db.execute("select copyKind, bytes from CUPTI_ACTIVITY_KIND_MEMCPY"):
     sizes[kind].append(b)
+# Each kernel with the runtime call of its correlation id: the call's time, the queue from its return to the
+# kernel's start (kernels that started later only), the kernel's time, and the whole.
+launches = defaultdict(lambda: {"api": [], "queue": [], "kernel": [], "total": []})
+for api_name, kernel, rs, re_, ks, ke in db.execute(
+        "select a.value, b.value, r.start, r.end, k.start, k.end from CUPTI_ACTIVITY_KIND_KERNEL k "
+        "join CUPTI_ACTIVITY_KIND_RUNTIME r on r.correlationId = k.correlationId "
+        "join StringIds a on r.nameId = a.id join StringIds b on k.demangledName = b.id"):
+    row = launches[api_name.split("_v")[0] + "|" + kernel]
+    row["api"].append(re_ - rs)
+    if ks > re_:
+        row["queue"].append(ks - re_)
+    row["kernel"].append(ke - ks)
+    row["total"].append(ke - rs)
+kern_exec = {k: {part: summary(v) if v else None for part, v in parts.items()} for k, parts in launches.items()}
 print(json.dumps({"api": {k: summary(v) for k, v in api.items()},
-                  "sizes": {str(k): summary(v) for k, v in sizes.items()}}))
+                  "sizes": {str(k): summary(v) for k, v in sizes.items()},
+                  "kern_exec": kern_exec}))

@@ -45,6 +45,44 @@ fn api_and_copy_size_summaries_equal_an_independent_computation() {
     }
 }
 
+/// cuda_kern_exec_sum: every kernel with the call that launched it, API, queue and kernel times per (call, kernel),
+/// equal to the same join made in SQL on the export (tests/py/nsys_api_sum.py).
+#[test]
+fn kernel_launch_and_execution_times_equal_an_independent_join() {
+    let Some(path) = shared_trace("nsys-a100-cloverleaf.sqlite") else { return };
+    let want = python_json("nsys_api_sum.py", &[path.as_os_str()]);
+    let want = want["kern_exec"].as_object().unwrap();
+    let out = stats_with(&[path.to_str().unwrap(), "--report", "cuda_kern_exec_sum", "--format", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = got["kern_exec"].as_array().unwrap();
+    assert_eq!(rows.len(), want.len());
+    let mut queued = 0;
+    for row in rows {
+        let w = &want[&format!("{}|{}", row["api"].as_str().unwrap(), row["kernel"].as_str().unwrap())];
+        assert_eq!(row["count"], w["kernel"]["count"], "{}", row["kernel"]);
+        let queue_count = w["queue"]["count"].as_u64().unwrap_or(0);
+        assert_eq!(row["queue_count"].as_u64(), Some(queue_count), "{}", row["kernel"]);
+        queued += queue_count;
+        for (ours, theirs) in [("total", "total"), ("api_time", "api"), ("kernel_time", "kernel"), ("queue", "queue")] {
+            if w[theirs].is_null() {
+                continue;
+            }
+            for (o, t) in [("avg_ns", "avg"), ("median_ns", "median"), ("min_ns", "min"), ("max_ns", "max")] {
+                assert_eq!(row[ours][o], w[theirs][t], "{} {ours}.{o}", row["kernel"]);
+            }
+        }
+    }
+    assert!(queued > 0, "some kernels queued after their call returned");
+    // On the terminal, under nsys's column names.
+    let text = stats_with(&[path.to_str().unwrap(), "--report", "cuda_kern_exec_sum"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("[cuda_kern_exec_sum]") && text.contains("QAvg (ns)") && text.contains("KAvg (ns)"),
+        "{text}"
+    );
+}
+
 #[test]
 fn csv_tables_and_the_output_file_follow_nsys_habits() {
     let dir = scratch("stats-csv");

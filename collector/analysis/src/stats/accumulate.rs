@@ -56,6 +56,7 @@ pub struct StatsAcc {
     launches: FxHashMap<u32, Launches>,
     projection: super::projection::Projection,
     python: super::python::PythonAcc,
+    kern_exec: super::kern_exec::KernExecAcc,
 }
 
 impl StatsAcc {
@@ -64,6 +65,7 @@ impl StatsAcc {
         *self.events.entry(key).or_default() += 1;
         self.projection.feed(key, p, e);
         self.python.feed(key, p, e);
+        self.kern_exec.feed(key, p, e);
         if let Some(r) = self.pairers.entry(key).or_default().feed(e) {
             self.nvtx.entry((key, Domain::Nvtx(r.domain), r.name, "range")).or_default().add(r.end - r.start);
             return;
@@ -295,6 +297,7 @@ impl StatsAcc {
                 .collect(),
             sync: self.sync.into_values().collect(),
             python_sync: self.python.finish(processes),
+            kern_exec: self.kern_exec.finish(processes),
             dropped,
             not_recorded,
             processes: rows,

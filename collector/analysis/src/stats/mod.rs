@@ -5,6 +5,7 @@ mod accumulate;
 pub mod categories;
 mod dist;
 mod grouping;
+pub mod kern_exec;
 mod projection;
 pub mod python;
 mod render;
@@ -234,6 +235,8 @@ pub struct Stats {
     pub sync: Vec<SyncRow>,
     /// Calls that wait for the GPU, copy or allocate, by the Python source line behind them.
     pub python_sync: Vec<python::PythonSyncRow>,
+    /// Each kernel with the call that launched it: API, queue and kernel time (nsys's cuda_kern_exec_sum).
+    pub kern_exec: Vec<kern_exec::KernExecRow>,
     /// Total records lost, all causes and processes (see `processes[].drops`, `unseen_begin` and `refused`).
     pub dropped: u64,
     /// Kinds no process of the trace recorded (an import made without them): their tables are not zeros but

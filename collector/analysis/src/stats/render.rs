@@ -9,6 +9,7 @@ pub enum Report {
     Kernels,
     Categories,
     Api,
+    KernExec,
     MemTime,
     MemSize,
     Memcpy,
@@ -25,10 +26,11 @@ pub enum Report {
 }
 
 impl Report {
-    pub const ALL: [Report; 16] = [
+    pub const ALL: [Report; 17] = [
         Report::Kernels,
         Report::Categories,
         Report::Api,
+        Report::KernExec,
         Report::MemTime,
         Report::MemSize,
         Report::Memcpy,
@@ -56,6 +58,7 @@ impl Report {
             Report::Kernels => ("cuda_gpu_kern_sum", "kernels"),
             Report::Categories => ("categories", "categories"),
             Report::Api => ("cuda_api_sum", "api"),
+            Report::KernExec => ("cuda_kern_exec_sum", "kern_exec"),
             Report::MemTime => ("cuda_gpu_mem_time_sum", "gpu_mem_time"),
             Report::MemSize => ("cuda_gpu_mem_size_sum", "gpu_mem_size"),
             Report::Memcpy => ("memcpy", "memcpy"),
@@ -399,6 +402,7 @@ impl Stats {
                 }
                 t
             }
+            Report::KernExec => super::kern_exec::table(&self.kern_exec),
             Report::PythonSync => {
                 let mut t = Table::new(
                     "Synchronising calls by Python source line [python_sync_sum]",
