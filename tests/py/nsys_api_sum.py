@@ -39,6 +39,13 @@ for api_name, kernel, rs, re_, ks, ke in db.execute(
     row["kernel"].append(ke - ks)
     row["total"].append(ke - rs)
 kern_exec = {k: {part: summary(v) if v else None for part, v in parts.items()} for k, parts in launches.items()}
+# Kernel time by name and launch configuration (cuda_gpu_kern_gb_sum).
+shapes = defaultdict(list)
+for name, gx, gy, gz, bx, by, bz, d in db.execute(
+        "select s.value, gridX, gridY, gridZ, blockX, blockY, blockZ, k.end - k.start "
+        "from CUPTI_ACTIVITY_KIND_KERNEL k join StringIds s on k.demangledName = s.id"):
+    shapes[f"{name}|{gx} {gy} {gz}|{bx} {by} {bz}"].append(d)
 print(json.dumps({"api": {k: summary(v) for k, v in api.items()},
                   "sizes": {str(k): summary(v) for k, v in sizes.items()},
-                  "kern_exec": kern_exec}))
+                  "kern_exec": kern_exec,
+                  "kern_gb": {k: summary(v) for k, v in shapes.items()}}))

@@ -74,6 +74,21 @@ fn kernel_launch_and_execution_times_equal_an_independent_join() {
         }
     }
     assert!(queued > 0, "some kernels queued after their call returned");
+    // cuda_gpu_kern_gb_sum: by name and launch configuration.
+    let out = stats_with(&[path.to_str().unwrap(), "--report", "cuda_gpu_kern_gb_sum", "--format", "json"]);
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want = python_json("nsys_api_sum.py", &[path.as_os_str()]);
+    let want = want["kern_gb"].as_object().unwrap();
+    let rows = got["kern_gb"].as_array().unwrap();
+    assert_eq!(rows.len(), want.len());
+    let xyz = |v: &Value| v.as_array().unwrap().iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" ");
+    for row in rows {
+        let key = format!("{}|{}|{}", row["name"].as_str().unwrap(), xyz(&row["grid"]), xyz(&row["block"]));
+        let w = &want[&key];
+        for (ours, theirs) in [("count", "count"), ("total_ns", "total"), ("median_ns", "median"), ("max_ns", "max")] {
+            assert_eq!(row[ours], w[theirs], "{key}: {ours}");
+        }
+    }
     // On the terminal, under nsys's column names.
     let text = stats_with(&[path.to_str().unwrap(), "--report", "cuda_kern_exec_sum"]);
     let text = String::from_utf8_lossy(&text.stdout);

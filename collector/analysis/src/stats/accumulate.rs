@@ -57,6 +57,7 @@ pub struct StatsAcc {
     projection: super::projection::Projection,
     python: super::python::PythonAcc,
     kern_exec: super::kern_exec::KernExecAcc,
+    kern_gb: super::kern_gb::KernGridAcc,
 }
 
 impl StatsAcc {
@@ -66,6 +67,7 @@ impl StatsAcc {
         self.projection.feed(key, p, e);
         self.python.feed(key, p, e);
         self.kern_exec.feed(key, p, e);
+        self.kern_gb.feed(key, e);
         if let Some(r) = self.pairers.entry(key).or_default().feed(e) {
             self.nvtx.entry((key, Domain::Nvtx(r.domain), r.name, "range")).or_default().add(r.end - r.start);
             return;
@@ -298,6 +300,7 @@ impl StatsAcc {
             sync: self.sync.into_values().collect(),
             python_sync: self.python.finish(processes),
             kern_exec: self.kern_exec.finish(processes),
+            kern_gb: self.kern_gb.finish(processes),
             dropped,
             not_recorded,
             processes: rows,

@@ -6,6 +6,7 @@ pub mod categories;
 mod dist;
 mod grouping;
 pub mod kern_exec;
+pub mod kern_gb;
 mod projection;
 pub mod python;
 mod render;
@@ -237,6 +238,8 @@ pub struct Stats {
     pub python_sync: Vec<python::PythonSyncRow>,
     /// Each kernel with the call that launched it: API, queue and kernel time (nsys's cuda_kern_exec_sum).
     pub kern_exec: Vec<kern_exec::KernExecRow>,
+    /// Kernel time by name and launch configuration (nsys's cuda_gpu_kern_gb_sum).
+    pub kern_gb: Vec<kern_gb::KernGridRow>,
     /// Total records lost, all causes and processes (see `processes[].drops`, `unseen_begin` and `refused`).
     pub dropped: u64,
     /// Kinds no process of the trace recorded (an import made without them): their tables are not zeros but

@@ -7,6 +7,7 @@ use super::*;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Report {
     Kernels,
+    KernGrid,
     Categories,
     Api,
     KernExec,
@@ -26,8 +27,9 @@ pub enum Report {
 }
 
 impl Report {
-    pub const ALL: [Report; 17] = [
+    pub const ALL: [Report; 18] = [
         Report::Kernels,
+        Report::KernGrid,
         Report::Categories,
         Report::Api,
         Report::KernExec,
@@ -56,6 +58,7 @@ impl Report {
     pub fn names(self) -> (&'static str, &'static str) {
         match self {
             Report::Kernels => ("cuda_gpu_kern_sum", "kernels"),
+            Report::KernGrid => ("cuda_gpu_kern_gb_sum", "kern_gb"),
             Report::Categories => ("categories", "categories"),
             Report::Api => ("cuda_api_sum", "api"),
             Report::KernExec => ("cuda_kern_exec_sum", "kern_exec"),
@@ -403,6 +406,7 @@ impl Stats {
                 t
             }
             Report::KernExec => super::kern_exec::table(&self.kern_exec),
+            Report::KernGrid => super::kern_gb::table(&self.kern_gb),
             Report::PythonSync => {
                 let mut t = Table::new(
                     "Synchronising calls by Python source line [python_sync_sum]",
