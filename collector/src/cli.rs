@@ -87,10 +87,11 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value_t = StatsFormat::Table)]
         format: StatsFormat,
         /// Reports to print, comma-separated, by nsys's names where it has one: cuda_gpu_kern_sum,
-        /// cuda_gpu_kern_gb_sum, cuda_api_sum, cuda_kern_exec_sum, cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum, nvtx_sum, nvtx_gpu_proj_sum,
-        /// nvtx_kern_sum, python_sync_sum; and categories, memcpy, memset, memory, sync, graphs, processes, devices. Default: all, but on the terminal
-        /// nvtx_kern_sum (one row per range and kernel) is left out and NVTX names that differ only by numbers
-        /// (ProfilerStep#N) share a row; csv and json hold every row.
+        /// cuda_gpu_kern_gb_sum, cuda_api_sum, cuda_kern_exec_sum, cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum,
+        /// nvtx_sum, nvtx_gpu_proj_sum, nvtx_kern_sum, python_sync_sum; and categories, memcpy, memset, memory,
+        /// sync, graphs, processes, devices. Default: all, but on the terminal nvtx_kern_sum (one row per range and
+        /// kernel) is left out and NVTX names that differ only by numbers (ProfilerStep#N) share a row; csv and
+        /// json hold every row.
         #[arg(long, value_delimiter = ',', value_parser = parse_report)]
         report: Vec<stats::Report>,
         /// Write the tables here instead of standard output.
