@@ -48,10 +48,12 @@ impl Report {
         Report::Devices,
     ];
 
-    /// What the terminal shows by default: all but the per-range x per-kernel table, which grows with the run
-    /// (`--report nvtx_kern_sum` shows it; JSON and CSV hold everything).
+    /// What the terminal shows by default: all but the per-range x per-kernel table, which grows with the run, and
+    /// the per-launch and per-shape kernel tables, which `nsys stats` does not print by default either (`--report`
+    /// shows them; JSON and CSV hold everything).
     pub fn default_text() -> Vec<Report> {
-        Report::ALL.into_iter().filter(|r| *r != Report::NvtxKern).collect()
+        let left_out = [Report::NvtxKern, Report::KernExec, Report::KernGrid];
+        Report::ALL.into_iter().filter(|r| !left_out.contains(r)).collect()
     }
 
     /// The name `--report` takes (nsys's where it has one) and the JSON key of the table.
