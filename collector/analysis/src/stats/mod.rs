@@ -306,6 +306,17 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Scripts written for nsys before 2023.1 pass its older report names.
+    #[test]
+    fn reports_answer_to_nsys_older_names() {
+        for (old, new) in
+            [("gpukernsum", "cuda_gpu_kern_sum"), ("cudaapisum", "cuda_api_sum"), ("kernexecsum", "cuda_kern_exec_sum")]
+        {
+            assert_eq!(Report::parse(old).map(|r| r.names().0), Ok(new));
+        }
+        assert!(Report::parse("gpukernsumm").is_err());
+    }
     use cuflight_format::{EventKind, RawEvent};
 
     fn ev(kind: EventKind, tid: u32, t: u64) -> RawEvent {

@@ -80,9 +80,23 @@ impl Report {
         }
     }
 
-    /// One name of `--report` (a report name or a JSON key).
+    /// One name of `--report` (a report name, a JSON key, or the name nsys gave it before 2023.1, which scripts
+    /// still pass: gpukernsum, cudaapisum, ...).
     pub fn parse(want: &str) -> Result<Report, String> {
         let want = want.trim();
+        let older = match want {
+            "gpukernsum" => Some(Report::Kernels),
+            "gpukerngbsum" => Some(Report::KernGrid),
+            "cudaapisum" => Some(Report::Api),
+            "kernexecsum" => Some(Report::KernExec),
+            "gpumemtimesum" => Some(Report::MemTime),
+            "gpumemsizesum" => Some(Report::MemSize),
+            "nvtxsum" | "nvtxppsum" => Some(Report::Nvtx),
+            _ => None,
+        };
+        if let Some(r) = older {
+            return Ok(r);
+        }
         Report::ALL.into_iter().find(|r| r.names().0 == want || r.names().1 == want).ok_or_else(|| {
             let known: Vec<&str> = Report::ALL.iter().map(|r| r.names().0).collect();
             format!("unknown report '{want}' (known: {})", known.join(", "))
