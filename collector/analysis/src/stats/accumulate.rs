@@ -313,20 +313,7 @@ impl StatsAcc {
 
 fn duration_rows(map: HashMap<String, Acc>) -> Vec<DurationRow> {
     let all: u64 = map.values().map(|a| a.total).sum();
-    let mut rows: Vec<DurationRow> = map
-        .into_iter()
-        .map(|(name, a)| DurationRow {
-            name,
-            count: a.count,
-            total_ns: a.total,
-            avg_ns: a.avg(),
-            median_ns: a.median(),
-            min_ns: a.min,
-            max_ns: a.max,
-            stddev_ns: a.stddev(),
-            percent: if all == 0 { 0.0 } else { 100.0 * a.total as f64 / all as f64 },
-        })
-        .collect();
+    let mut rows: Vec<DurationRow> = map.into_iter().map(|(name, a)| DurationRow::of(name, &a, all)).collect();
     rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
     rows
 }

@@ -3,6 +3,7 @@
 //! block) shows each shape's time.
 
 use super::dist::Dist;
+use super::DurationRow;
 use crate::table::Table;
 use cuflight_format::event::LaunchConfig;
 use cuflight_format::{EventKind, RawEvent};
@@ -11,20 +12,14 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
+/// One kernel name and launch configuration: its time as a [`DurationRow`] (the JSON keys of `kernels`) with the
+/// grid and block beside them.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct KernGridRow {
-    pub name: String,
     pub grid: [u32; 3],
     pub block: [u32; 3],
-    pub count: u64,
-    pub total_ns: u64,
-    pub avg_ns: u64,
-    pub median_ns: u64,
-    pub min_ns: u64,
-    pub max_ns: u64,
-    pub stddev_ns: u64,
-    /// Share of the table's total time, in percent.
-    pub percent: f64,
+    #[serde(flatten)]
+    pub time: DurationRow,
 }
 
 /// (process, name id, packed grid x/y, packed grid z and block) → durations.
@@ -49,22 +44,10 @@ impl KernGridAcc {
         let all: u64 = merged.values().map(|d| d.total).sum();
         let mut rows: Vec<KernGridRow> = merged
             .into_iter()
-            .map(|((name, grid, block), d)| KernGridRow {
-                name,
-                grid,
-                block,
-                count: d.count,
-                total_ns: d.total,
-                avg_ns: d.avg(),
-                median_ns: d.median(),
-                min_ns: d.min,
-                max_ns: d.max,
-                stddev_ns: d.stddev(),
-                percent: if all == 0 { 0.0 } else { 100.0 * d.total as f64 / all as f64 },
-            })
+            .map(|((name, grid, block), d)| KernGridRow { grid, block, time: DurationRow::of(name, &d, all) })
             .collect();
         rows.sort_by(|a, b| {
-            b.total_ns.cmp(&a.total_ns).then_with(|| (&a.name, a.grid, a.block).cmp(&(&b.name, b.grid, b.block)))
+            (b.time.total_ns, &a.time.name, a.grid, a.block).cmp(&(a.time.total_ns, &b.time.name, b.grid, b.block))
         });
         rows
     }
@@ -90,19 +73,15 @@ pub fn table(rows: &[KernGridRow]) -> Table {
     );
     let xyz = |v: [u32; 3]| format!("{} {} {}", v[0], v[1], v[2]);
     for r in rows {
-        t.row(vec![
-            format!("{:.1}", r.percent),
-            r.total_ns.to_string(),
-            r.count.to_string(),
-            r.avg_ns.to_string(),
-            r.median_ns.to_string(),
-            r.min_ns.to_string(),
-            r.max_ns.to_string(),
-            r.stddev_ns.to_string(),
-            xyz(r.grid),
-            xyz(r.block),
-            r.name.clone(),
-        ]);
+        let d = &r.time;
+        let mut cells = vec![format!("{:.1}", d.percent)];
+        cells.extend(super::render::stat_cells(
+            d.total_ns,
+            d.count,
+            [d.avg_ns, d.median_ns, d.min_ns, d.max_ns, d.stddev_ns],
+        ));
+        cells.extend([xyz(r.grid), xyz(r.block), d.name.clone()]);
+        t.row(cells);
     }
     t
 }

@@ -35,6 +35,23 @@ pub struct DurationRow {
     pub percent: f64,
 }
 
+impl DurationRow {
+    /// `d`'s summary under `name`; `all`: the table's total time, which its share is of.
+    fn of(name: String, d: &dist::Dist, all: u64) -> DurationRow {
+        DurationRow {
+            name,
+            count: d.count,
+            total_ns: d.total,
+            avg_ns: d.avg(),
+            median_ns: d.median(),
+            min_ns: d.min,
+            max_ns: d.max,
+            stddev_ns: d.stddev(),
+            percent: if all == 0 { 0.0 } else { 100.0 * d.total as f64 / all as f64 },
+        }
+    }
+}
+
 /// Sizes of one kind of copy (or memset), as `nsys stats`' cuda_gpu_mem_size_sum.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct MemSizeRow {

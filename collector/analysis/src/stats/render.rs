@@ -572,7 +572,7 @@ impl Stats {
 }
 
 /// Total, count, then avg, median, min, max and stddev: the cells every summary row shares.
-fn stat_cells(total: u64, count: u64, stats: [u64; 5]) -> Vec<String> {
+pub(super) fn stat_cells(total: u64, count: u64, stats: [u64; 5]) -> Vec<String> {
     let mut cells = vec![total.to_string(), count.to_string()];
     cells.extend(stats.iter().map(u64::to_string));
     cells
