@@ -55,22 +55,8 @@ impl KernGridAcc {
 
 /// The terminal and CSV table, with nsys's column names.
 pub fn table(rows: &[KernGridRow]) -> Table {
-    let mut t = Table::new(
-        "CUDA kernels by launch configuration [cuda_gpu_kern_gb_sum]",
-        &[
-            "Time (%)",
-            "Total Time (ns)",
-            "Instances",
-            "Avg (ns)",
-            "Med (ns)",
-            "Min (ns)",
-            "Max (ns)",
-            "StdDev (ns)",
-            "GridXYZ",
-            "BlockXYZ",
-            "Name",
-        ],
-    );
+    let columns = [&super::render::DURATION_COLUMNS[..], &["GridXYZ", "BlockXYZ", "Name"]].concat();
+    let mut t = Table::new("CUDA kernels by launch configuration [cuda_gpu_kern_gb_sum]", &columns);
     let xyz = |v: [u32; 3]| format!("{} {} {}", v[0], v[1], v[2]);
     for r in rows {
         let d = &r.time;

@@ -578,22 +578,13 @@ pub(super) fn stat_cells(total: u64, count: u64, stats: [u64; 5]) -> Vec<String>
     cells
 }
 
+/// `nsys stats`' columns of a duration summary, in its order ([`stat_cells`] after the share).
+pub(super) const DURATION_COLUMNS: [&str; 8] =
+    ["Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)"];
+
 /// A duration table with `nsys stats`' columns.
 fn durations(title: &str, rows: &[DurationRow]) -> Table {
-    let mut t = Table::new(
-        title,
-        &[
-            "Time (%)",
-            "Total Time (ns)",
-            "Instances",
-            "Avg (ns)",
-            "Med (ns)",
-            "Min (ns)",
-            "Max (ns)",
-            "StdDev (ns)",
-            "Name",
-        ],
-    );
+    let mut t = Table::new(title, &[&DURATION_COLUMNS[..], &["Name"]].concat());
     for r in rows {
         let mut cells = vec![format!("{:.1}", r.percent)];
         cells.extend(stat_cells(r.total_ns, r.count, [r.avg_ns, r.median_ns, r.min_ns, r.max_ns, r.stddev_ns]));
