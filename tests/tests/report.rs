@@ -426,6 +426,7 @@ fn a_recording_and_its_kineto_export_report_the_same_run() {
     if let Some(qwen) = shared_trace("kineto-h100-qwen-inference.json.gz") {
         let run = &report(&qwen)["processes"][0]["run"];
         assert_eq!((run["cuda_driver_version"].as_u64(), run["cupti_version"].as_u64()), (Some(12090), Some(22)));
+        assert_eq!(run["cuda_runtime_version"].as_u64(), Some(12040));
         // baseTimeNanoseconds (2025-07-01) + the first ts: 2025-07-18.
         let started = run["started_realtime_ns"].as_u64().unwrap();
         assert!((1_752_796_800_000_000_000..1_752_883_200_000_000_000).contains(&started), "{started}");
@@ -433,5 +434,6 @@ fn a_recording_and_its_kineto_export_report_the_same_run() {
         let again = export_chrome(&qwen, &dir.join("qwen.json"));
         assert_eq!(again["baseTimeNanoseconds"].as_u64(), Some(1_751_410_836_000_000_000));
         assert_eq!((again["cuda_driver_version"].as_u64(), again["cupti_version"].as_u64()), (Some(12090), Some(22)));
+        assert_eq!(again["cuda_runtime_version"].as_u64(), Some(12040));
     }
 }

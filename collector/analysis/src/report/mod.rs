@@ -300,6 +300,7 @@ impl Report {
                 devices: plan.devices.clone(),
                 used_devices: plan.used_devices.iter().copied().collect(),
                 cuda_driver_version: plan.driver_version,
+                cuda_runtime_version: p.cuda_runtime_version,
                 cupti_version: p.info.cupti_version,
                 drops: p.info.drops,
                 dropped_total: p.info.drops.total().saturating_add(p.info.unseen_begin).saturating_add(p.refused),

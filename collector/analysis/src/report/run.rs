@@ -32,6 +32,8 @@ pub struct RunSummary {
     pub used_devices: Vec<u32>,
     /// `cuDriverGetVersion` (13000 = 13.0), 0 unknown.
     pub cuda_driver_version: u32,
+    /// The CUDA runtime's version where an imported trace says, 0 unknown.
+    pub cuda_runtime_version: u32,
     /// `cuptiGetVersion`, 0 unknown.
     pub cupti_version: u32,
     pub drops: Drops,
@@ -62,7 +64,7 @@ pub fn relative(at: u64, start: u64) -> String {
     )
 }
 
-/// "13.0" from 13000; "-" for 0.
+/// "13.0" from 13000 (a driver's or runtime's version); "-" for 0.
 pub fn driver_version(v: u32) -> String {
     if v == 0 {
         "-".into()
@@ -171,7 +173,11 @@ impl RunSummary {
             out.push((label, format!("{} (no work of this process ran there)", groups.join("; "))));
         }
         let cupti = if self.cupti_version == 0 { "-".to_string() } else { self.cupti_version.to_string() };
-        out.push(("CUDA", format!("driver {}, CUPTI API {cupti}", driver_version(self.cuda_driver_version))));
+        let runtime = match self.cuda_runtime_version {
+            0 => String::new(),
+            v => format!(", runtime {}", driver_version(v)),
+        };
+        out.push(("CUDA", format!("driver {}{runtime}, CUPTI API {cupti}", driver_version(self.cuda_driver_version))));
         let d = &self.drops;
         let lost = if self.dropped_total == 0 {
             "none".to_string()

@@ -158,6 +158,9 @@ fn run_metadata<W: Write>(w: &mut W, processes: &BTreeMap<u32, Process>, seen: &
     if seen.driver_version != 0 {
         write!(w, ",\n\"cuda_driver_version\": {}", seen.driver_version)?;
     }
+    if let Some(v) = processes.values().map(|p| p.cuda_runtime_version).find(|&v| v != 0) {
+        write!(w, ",\n\"cuda_runtime_version\": {v}")?;
+    }
     if let Some(v) = processes.values().map(|p| p.info.cupti_version).find(|&v| v != 0) {
         write!(w, ",\n\"cupti_version\": {v}")?;
     }

@@ -1,8 +1,9 @@
 //! The top level of a Chrome/Kineto trace document: `traceEvents` streamed element by element to the importer, the
 //! few other members cuflight reads parsed as small values, everything else skipped unbuilt.
 //!
-//! Besides `deviceProperties` and `distributedInfo`, what torch.profiler writes about the run: its CUDA driver and
-//! CUPTI versions (`cuda_driver_version`, 12090 = 12.9; `cupti_version`, `cuptiGetVersion`'s number), and, since
+//! Besides `deviceProperties` and `distributedInfo`, what torch.profiler writes about the run: its CUDA driver,
+//! runtime and CUPTI versions (`cuda_driver_version`, 12090 = 12.9; `cuda_runtime_version`; `cupti_version`,
+//! `cuptiGetVersion`'s number), and, since
 //! Kineto made timestamps relative to keep them exact in a double, `baseTimeNanoseconds`: the epoch ns each `ts`
 //! counts from (libkineto's ChromeTraceBaseTime, the start of the current 7,889,238 s interval; HTA adds it to
 //! `ts` the same way). Older traces write epoch microseconds in `ts` itself. Kineto writes these after the events,
@@ -22,17 +23,19 @@ pub struct TopLevel {
     /// `baseTimeNanoseconds`: what relative `ts` values count from.
     pub base_time_ns: Option<u64>,
     pub cuda_driver_version: Option<u32>,
+    pub cuda_runtime_version: Option<u32>,
     pub cupti_version: Option<u32>,
     /// A host name, where the trace's metadata gives one (`hostname`, `host_name`: added by the recording job).
     pub host: Option<String>,
 }
 
 /// Members read as values (the rest are skipped); each is small.
-const READ: [&[u8]; 8] = [
+const READ: [&[u8]; 9] = [
     b"deviceProperties",
     b"distributedInfo",
     b"baseTimeNanoseconds",
     b"cuda_driver_version",
+    b"cuda_runtime_version",
     b"cupti_version",
     b"hostname",
     b"host_name",
@@ -50,6 +53,7 @@ impl TopLevel {
             b"distributedInfo" => self.distributed_info = Some(value),
             b"baseTimeNanoseconds" => self.base_time_ns = value.as_u64(),
             b"cuda_driver_version" => self.cuda_driver_version = small(&value),
+            b"cuda_runtime_version" => self.cuda_runtime_version = small(&value),
             b"cupti_version" => self.cupti_version = small(&value),
             _ => {
                 // A host name as it may appear in file names: bounded, printable, never empty.
@@ -90,6 +94,7 @@ impl TopLevel {
             }
             // Below 2^61 ns (year 2043 + 30): a base plus any time stays within what the job clock handles.
             p.epoch_base_ns = self.base_time_ns.filter(|&b| b < 1 << 61).unwrap_or(0);
+            p.cuda_runtime_version = self.cuda_runtime_version.unwrap_or(0);
         }
     }
 }

@@ -53,13 +53,14 @@ fn run_metadata_after_the_events_reaches_every_process() {
         {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":10,"tid":11,"ts":2000000.5,"dur":5,"args":{"correlation":7}},
         {"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":2000010,"dur":2,"args":{"correlation":7,"device":0,"stream":7}}],
         "deviceProperties":[{"id":0,"name":"NVIDIA H100","totalGlobalMem":1,"computeMajor":9,"computeMinor":0,"numSms":132}],
-        "cuda_driver_version":12090,"cupti_version":22,"hostname":"node-7",
+        "cuda_driver_version":12090,"cuda_runtime_version":12040,"cupti_version":22,"hostname":"node-7",
         "distributedInfo":{"backend":"nccl","rank":3,"world_size":16},
         "baseTimeNanoseconds":1751410836000000000}"#;
     let t = import(relative.as_bytes()).unwrap();
     let p = &t.processes[&10];
     assert_eq!(p.info.start_realtime_ns, 1_751_410_836_000_000_000 + 2_000_000_500, "base + first ts, not the 0 of M");
     assert_eq!((p.info.cupti_version, p.info.host.as_str(), p.info.world_size, p.rank), (22, "node-7", 16, Some(3)));
+    assert_eq!((p.cuda_runtime_version, p.epoch_base_ns), (12040, 1_751_410_836_000_000_000));
     let device = p.events.iter().find(|e| e.kind() == Some(EventKind::Device)).unwrap();
     assert_eq!(device.stream, 12090, "the driver's version, as a recording's device events carry it");
 

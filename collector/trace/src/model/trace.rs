@@ -38,6 +38,9 @@ pub struct Process {
     /// The epoch ns this process's times count from, where the trace says (torch.profiler's
     /// `baseTimeNanoseconds`); 0: its times are as recorded (the epoch already, or CLOCK_MONOTONIC with clock pairs).
     pub epoch_base_ns: u64,
+    /// The CUDA runtime's version (12040 = 12.4) where an imported trace says (torch.profiler's
+    /// `cuda_runtime_version`); 0 unknown.
+    pub cuda_runtime_version: u32,
 }
 
 /// Whether a cuflight-recorded event's time cannot be true: a start of 0 (the agent stamps CLOCK_MONOTONIC, which
