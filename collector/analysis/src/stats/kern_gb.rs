@@ -55,13 +55,13 @@ impl KernGridAcc {
 
 /// The terminal and CSV table, with nsys's column names.
 pub fn table(rows: &[KernGridRow]) -> Table {
-    let columns = [&super::render::DURATION_COLUMNS[..], &["GridXYZ", "BlockXYZ", "Name"]].concat();
+    let columns = [&super::columns::DURATION_COLUMNS[..], &["GridXYZ", "BlockXYZ", "Name"]].concat();
     let mut t = Table::new("CUDA kernels by launch configuration [cuda_gpu_kern_gb_sum]", &columns);
     let xyz = |v: [u32; 3]| format!("{} {} {}", v[0], v[1], v[2]);
     for r in rows {
         let d = &r.time;
         let mut cells = vec![format!("{:.1}", d.percent)];
-        cells.extend(super::render::stat_cells(
+        cells.extend(super::columns::stat_cells(
             d.total_ns,
             d.count,
             [d.avg_ns, d.median_ns, d.min_ns, d.max_ns, d.stddev_ns],

@@ -3,6 +3,7 @@
 
 mod accumulate;
 pub mod categories;
+mod columns;
 mod dist;
 mod grouping;
 pub mod kern_exec;

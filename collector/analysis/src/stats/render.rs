@@ -1,6 +1,7 @@
 //! `cuflight stats` output: the tables by report, under `nsys stats`' report names where nsys has one
 //! (`--report cuda_gpu_kern_sum,cuda_api_sum`), as a terminal table, CSV or JSON.
 
+use super::columns::{stat_cells, DURATION_COLUMNS};
 use super::*;
 
 /// One report of `cuflight stats --report`.
@@ -570,17 +571,6 @@ impl Stats {
         t
     }
 }
-
-/// Total, count, then avg, median, min, max and stddev: the cells every summary row shares.
-pub(super) fn stat_cells(total: u64, count: u64, stats: [u64; 5]) -> Vec<String> {
-    let mut cells = vec![total.to_string(), count.to_string()];
-    cells.extend(stats.iter().map(u64::to_string));
-    cells
-}
-
-/// `nsys stats`' columns of a duration summary, in its order ([`stat_cells`] after the share).
-pub(super) const DURATION_COLUMNS: [&str; 8] =
-    ["Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)"];
 
 /// A duration table with `nsys stats`' columns.
 fn durations(title: &str, rows: &[DurationRow]) -> Table {
