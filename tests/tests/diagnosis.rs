@@ -415,32 +415,46 @@ fn cross_stream_waits_and_polling_loops_are_named() {
         ("hostfn", "host_function_wait", "host_function_wait_ns"),
         ("poll", "host_polling", "host_polling_ns"),
     ] {
-        let (r, _, planted) = scenario_in(mode, mode);
-        let f = top(&r);
-        assert_eq!(f["kind"], kind, "{mode}: {}", r["findings"]);
-        let p = &r["processes"][0];
-        // The planted 3 ms per step, over the steady steps only (warm-up, if any, is left out).
-        let steps = p["steps"].as_array().unwrap().len() as f64;
-        let total = f64_of(&p["step_total"]["duration_ns"]);
-        let planted_in_steps = planted / (steps + p["warmup"]["steps"].as_f64().unwrap()) * steps;
-        assert_near(mode, f64_of(&f["share"]), planted_in_steps / total, 0.05, &r);
-        let causes = &p["idle_causes"];
-        assert!(f64_of(&causes[cause]) >= 0.8 * planted_in_steps, "{mode}: {causes} vs {planted_in_steps}");
-        // What stays unexplained is cudasim's GPU threads descheduled with work queued (a loaded 2-core CI
-        // machine: up to about 8% seen), never the planted wait.
-        let idle = f64_of(&p["idle_in_steps_ns"]);
-        assert!(f64_of(&p["idle_unexplained_ns"]) <= 0.15 * idle, "{mode}: {causes}");
-        // On the typical step's critical path, the wait is a link of its own beside the GEMMs.
-        let path = &p["critical_path"];
-        let on_path = |what: &str| {
-            let g = path["by_kind"].as_array().unwrap().iter().find(|g| g["what"] == what);
-            g.map_or(0.0, |g| f64_of(&g["share"]))
-        };
-        let link = match mode {
-            "crossstream" => "waits between streams",
-            "hostfn" => "host functions in streams",
-            _ => "host polling",
-        };
-        assert!(on_path(link) > 0.15 && on_path("gemm kernels") > 0.4, "{mode}: {path}");
+        // A run in which this 2-core machine descheduled cudasim's GPU threads for milliseconds (seen once in a
+        // clean-clone rehearsal: the planted wait's kernel "waiting for its launch" 3 ms) is run again, once; a
+        // second failure fails the test with both reasons.
+        if let Err(first) = planted_wait_is_named(mode, kind, cause) {
+            if let Err(second) = planted_wait_is_named(mode, kind, cause) {
+                panic!("{mode}, twice:\n{first}\n{second}");
+            }
+            eprintln!("{mode}: passed on the second run; the first: {first}");
+        }
     }
+}
+
+fn planted_wait_is_named(mode: &str, kind: &str, cause: &str) -> Result<(), String> {
+    let check = |ok: bool, what: String| if ok { Ok(()) } else { Err(what) };
+    let (r, _, planted) = scenario_in(mode, mode);
+    let f = top(&r);
+    check(f["kind"] == kind, format!("{mode}: top finding {} not {kind}: {}", f["kind"], r["findings"]))?;
+    let p = &r["processes"][0];
+    // The planted 3 ms per step, over the steady steps only (warm-up, if any, is left out).
+    let steps = p["steps"].as_array().unwrap().len() as f64;
+    let total = f64_of(&p["step_total"]["duration_ns"]);
+    let planted_in_steps = planted / (steps + p["warmup"]["steps"].as_f64().unwrap()) * steps;
+    let (got, want) = (f64_of(&f["share"]), planted_in_steps / total);
+    check((got - want).abs() <= 0.05, format!("{mode}: share {got:.3} vs planted {want:.3} (±0.05)"))?;
+    let causes = &p["idle_causes"];
+    check(f64_of(&causes[cause]) >= 0.8 * planted_in_steps, format!("{mode}: {causes} vs {planted_in_steps}"))?;
+    // What stays unexplained is cudasim's GPU threads descheduled with work queued (a loaded 2-core CI
+    // machine: up to about 8% seen), never the planted wait.
+    let idle = f64_of(&p["idle_in_steps_ns"]);
+    check(f64_of(&p["idle_unexplained_ns"]) <= 0.15 * idle, format!("{mode}: unexplained, {causes}"))?;
+    // On the typical step's critical path, the wait is a link of its own beside the GEMMs.
+    let path = &p["critical_path"];
+    let on_path = |what: &str| {
+        let g = path["by_kind"].as_array().unwrap().iter().find(|g| g["what"] == what);
+        g.map_or(0.0, |g| f64_of(&g["share"]))
+    };
+    let link = match mode {
+        "crossstream" => "waits between streams",
+        "hostfn" => "host functions in streams",
+        _ => "host polling",
+    };
+    check(on_path(link) > 0.15 && on_path("gemm kernels") > 0.4, format!("{mode}: {path}"))
 }
