@@ -325,7 +325,7 @@ impl Stats {
 mod tests {
     use super::*;
 
-    /// Scripts written for nsys before 2023.1 pass its older report names.
+    /// Scripts written for older nsys releases pass their report names.
     #[test]
     fn reports_answer_to_nsys_older_names() {
         for (old, new) in

@@ -81,7 +81,7 @@ impl Report {
         }
     }
 
-    /// One name of `--report` (a report name, a JSON key, or the name nsys gave it before 2023.1, which scripts
+    /// One name of `--report` (a report name, a JSON key, or the name older nsys releases gave it, which scripts
     /// still pass: gpukernsum, cudaapisum, ...).
     pub fn parse(want: &str) -> Result<Report, String> {
         let want = want.trim();
