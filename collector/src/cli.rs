@@ -89,9 +89,10 @@ pub enum Cmd {
         /// Reports to print, comma-separated, by nsys's names where it has one: cuda_gpu_kern_sum,
         /// cuda_gpu_kern_gb_sum, cuda_api_sum, cuda_kern_exec_sum, cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum,
         /// nvtx_sum, nvtx_gpu_proj_sum, nvtx_kern_sum, python_sync_sum; and categories, memcpy, memset, memory,
-        /// sync, graphs, processes, devices. Default: all, but on the terminal nvtx_kern_sum (one row per range and
-        /// kernel) is left out and NVTX names that differ only by numbers (ProfilerStep#N) share a row; csv and
-        /// json hold every row.
+        /// sync, graphs, processes, devices. A row per event, only when named: cuda_gpu_trace (kernels, copies,
+        /// memsets), cuda_api_trace, cuda_kern_exec_trace. Default: every summary, but on the terminal
+        /// nvtx_kern_sum, cuda_kern_exec_sum and cuda_gpu_kern_gb_sum are left out and NVTX names that differ only
+        /// by numbers (ProfilerStep#N) share a row; csv and json hold every row.
         #[arg(long, value_delimiter = ',', value_parser = parse_report)]
         report: Vec<stats::Report>,
         /// Write the tables here instead of standard output.

@@ -10,11 +10,11 @@ mod multi_trace;
 mod nsys_report;
 mod serve;
 mod stand_in;
+mod stats_cmd;
 mod stdin_trace;
 mod top;
 mod trace_dirs;
 use cli::*;
-use cuflight_collector::analysis::stats::{self, Stats};
 use cuflight_collector::capture::agents;
 use cuflight_collector::export::output::{self, Output};
 use multi_trace::{export_parquet, merged_source, print_hosts};
@@ -285,33 +285,7 @@ fn run(mut cli: Cli) -> Result<i32> {
                 .context("cannot write the completions to standard output")?;
             Ok(0)
         }
-        Cmd::Stats { trace, format, report, output, force } => {
-            let out = output
-                .as_deref()
-                .filter(|o| o.as_os_str() != "-")
-                .map(|o| Output::create(o, &[&trace], force))
-                .transpose()?;
-            // Streamed: memory is bounded by the tables, whatever the trace's size.
-            let mut source = cuflight_collector::model::source::EventSource::open(&trace)?;
-            let stats = Stats::compute_source(&mut source)?;
-            warn_cut_short(&trace, source.cut_short.as_deref());
-            let style = match format {
-                StatsFormat::Table => stats::Style::Table,
-                StatsFormat::Csv => stats::Style::Csv,
-                StatsFormat::Json => stats::Style::Json,
-            };
-            let reports = match (report.is_empty(), style) {
-                (true, stats::Style::Table) => stats::Report::default_text(),
-                (true, _) => stats::Report::ALL.to_vec(),
-                (false, _) => report,
-            };
-            let mut text = stats.render(&reports, style);
-            if !text.ends_with('\n') {
-                text.push('\n');
-            }
-            write_text(out, &text)?;
-            Ok(0)
-        }
+        Cmd::Stats { trace, format, report, output, force } => stats_cmd::run(trace, format, report, output, force),
     }
 }
 

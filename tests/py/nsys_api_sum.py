@@ -25,19 +25,23 @@ for name, d in db.execute("select s.value, r.end - r.start from CUPTI_ACTIVITY_K
 sizes = defaultdict(list)
 for kind, b in db.execute("select copyKind, bytes from CUPTI_ACTIVITY_KIND_MEMCPY"):
     sizes[kind].append(b)
-# Each kernel with the runtime call of its correlation id: the call's time, the queue from its return to the
-# kernel's start (kernels that started later only), the kernel's time, and the whole.
+# Each kernel with the runtime call of its correlation id (of the same process), as nsys's cuda_kern_exec_sum
+# groups them (process, thread, device, call, kernel): the call's time, the queue from its return to the kernel's
+# start (kernels that started at or after it only), the kernel's time, and the whole, to the later of the two ends.
 launches = defaultdict(lambda: {"api": [], "queue": [], "kernel": [], "total": []})
-for api_name, kernel, rs, re_, ks, ke in db.execute(
-        "select a.value, b.value, r.start, r.end, k.start, k.end from CUPTI_ACTIVITY_KIND_KERNEL k "
+for api_name, kernel, rs, re_, ks, ke, gtid, dev in db.execute(
+        "select a.value, b.value, r.start, r.end, k.start, k.end, r.globalTid, k.deviceId "
+        "from CUPTI_ACTIVITY_KIND_KERNEL k "
         "join CUPTI_ACTIVITY_KIND_RUNTIME r on r.correlationId = k.correlationId "
+        "and k.globalPid = (r.globalTid & 0xFFFFFFFFFF000000) "
         "join StringIds a on r.nameId = a.id join StringIds b on k.demangledName = b.id"):
-    row = launches[api_name.split("_v")[0] + "|" + kernel]
+    pid, tid = (gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF
+    row = launches[f"{pid}|{tid}|{dev}|{api_name.split('_v')[0]}|{kernel}"]
     row["api"].append(re_ - rs)
-    if ks > re_:
+    if ks >= re_:
         row["queue"].append(ks - re_)
     row["kernel"].append(ke - ks)
-    row["total"].append(ke - rs)
+    row["total"].append(max(re_, ke) - rs)
 kern_exec = {k: {part: summary(v) if v else None for part, v in parts.items()} for k, parts in launches.items()}
 # Kernel time by name and launch configuration (cuda_gpu_kern_gb_sum).
 shapes = defaultdict(list)

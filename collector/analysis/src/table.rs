@@ -20,6 +20,36 @@ pub fn terminal_safe(s: &str) -> String {
     out
 }
 
+/// One CSV field (RFC 4180): quoted where it holds a comma, a quote or edge spaces; control characters escaped as
+/// for the terminal; names whole.
+pub fn csv_field(c: &str) -> String {
+    let mut out = String::with_capacity(c.len() + 2);
+    push_csv_field(c, &mut out);
+    out
+}
+
+/// [`csv_field`], appended to `out`.
+pub fn push_csv_field(c: &str, out: &mut String) {
+    let quoted = c.contains([',', '"']) || c.starts_with(' ') || c.ends_with(' ');
+    if !quoted && !c.chars().any(char::is_control) {
+        out.push_str(c);
+        return;
+    }
+    if quoted {
+        out.push('"');
+    }
+    for ch in c.chars() {
+        match ch {
+            '"' => out.push_str("\"\""),
+            ch if ch.is_control() => out.extend(ch.escape_default()),
+            ch => out.push(ch),
+        }
+    }
+    if quoted {
+        out.push('"');
+    }
+}
+
 pub struct Table {
     title: String,
     headers: Vec<String>,
@@ -61,17 +91,7 @@ impl Table {
     /// The table as CSV (RFC 4180): a `# title` line, the header, the rows; names whole, control characters
     /// escaped as for the terminal.
     pub fn to_csv(&self, out: &mut String) {
-        let field = |c: &str| {
-            let c: String = c
-                .chars()
-                .flat_map(|ch| if ch.is_control() { ch.escape_default().collect::<Vec<_>>() } else { vec![ch] })
-                .collect();
-            if c.contains([',', '"']) || c.starts_with(' ') || c.ends_with(' ') {
-                format!("\"{}\"", c.replace('"', "\"\""))
-            } else {
-                c
-            }
-        };
+        let field = csv_field;
         out.push_str(&format!("# {}\n", self.title));
         if let Some(note) = &self.note {
             out.push_str(&format!("# {note}\n"));

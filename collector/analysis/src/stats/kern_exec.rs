@@ -1,27 +1,54 @@
-//! `cuda_kern_exec_sum`, as `nsys stats` names it: each kernel with the call that launched it, per (launching
-//! call, kernel name). For every kernel joined to its call ([`LaunchJoin`], the join every output uses): the
-//! call's own time (API), the time from the call's return to the kernel's start (queue: only kernels that
-//! started after their call returned count, as QCount; a kernel the GPU started while the call was still running
-//! waited in no queue), the kernel's run (kernel) and the whole, from the call's start to the kernel's end
-//! (total). A queue time near zero with a long API time is a host that cannot get ahead of the GPU; a long queue
-//! is a host that is ahead.
+//! `cuda_kern_exec_sum`, as `nsys stats` defines it: each kernel with the call that launched it, per (process,
+//! thread, device, launching call, kernel name). For every kernel joined to its call ([`LaunchJoin`], the join
+//! every output uses): the call's own time (API), the time from the call's return to the kernel's start (queue:
+//! only kernels that started at or after their call returned count, as QCount; a kernel the GPU started while the
+//! call was still running waited in no queue), the kernel's run (kernel) and the whole, from the call's start to
+//! whichever of the call and the kernel ended last (total). A queue time near zero with a long API time is a host
+//! that cannot get ahead of the GPU; a long queue is a host that is ahead. [`LaunchTimes`] is the one rule, which
+//! `cuda_kern_exec_trace` prints launch by launch. Rows are ordered by average total time, longest first, as
+//! nsys orders them.
 
 use super::dist::Dist;
 use crate::table::Table;
 use cuflight_format::{EventKind, RawEvent};
-use cuflight_trace::model::launches::LaunchJoin;
+use cuflight_trace::model::launches::{Call, LaunchJoin};
 use cuflight_trace::model::trace::Process;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
-/// One (launching call, kernel) pair's launches.
+/// The phases of one kernel's launch, in ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchTimes {
+    pub api: u64,
+    /// From the call's return to the kernel's start; None when the kernel started before the call returned.
+    pub queue: Option<u64>,
+    pub kernel: u64,
+    /// From the call's start to the later of the call's and the kernel's end (the phases may overlap).
+    pub total: u64,
+}
+
+impl LaunchTimes {
+    pub fn of(call: &Call, kernel: &RawEvent) -> LaunchTimes {
+        LaunchTimes {
+            api: call.end.saturating_sub(call.start),
+            queue: kernel.start.checked_sub(call.end),
+            kernel: kernel.duration(),
+            total: call.end.max(kernel.end).saturating_sub(call.start),
+        }
+    }
+}
+
+/// One (process, thread, device, launching call, kernel) group's launches.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct KernExecRow {
+    pub pid: u32,
+    pub tid: u32,
+    pub device: u32,
     pub api: String,
     pub kernel: String,
     pub count: u64,
-    /// Kernels that started after their call returned.
+    /// Kernels that started at or after their call returned.
     pub queue_count: u64,
     pub total: Spread,
     pub api_time: Spread,
@@ -55,11 +82,13 @@ struct PairAcc {
     kernel: Dist,
 }
 
+/// (process, thread, device, call name id, kernel name id): what nsys groups by.
+type GroupKey = (u32, u32, u32, u32, u32);
+
 #[derive(Default)]
 pub struct KernExecAcc {
     joins: FxHashMap<u32, LaunchJoin>,
-    /// (process, call name id, kernel name id) → its launches.
-    pairs: FxHashMap<(u32, u32, u32), PairAcc>,
+    groups: FxHashMap<GroupKey, PairAcc>,
 }
 
 impl KernExecAcc {
@@ -72,14 +101,14 @@ impl KernExecAcc {
             }
             Some(EventKind::Kernel) => {
                 let Some(j) = join.work(e) else { return };
-                let call = j.call;
-                let acc = self.pairs.entry((key, call.name, e.name)).or_default();
-                acc.total.add(e.end.saturating_sub(call.start));
-                acc.api.add(call.end.saturating_sub(call.start));
-                if e.start > call.end {
-                    acc.queue.add(e.start - call.end);
+                let t = LaunchTimes::of(&j.call, e);
+                let acc = self.groups.entry((key, j.call.tid, e.device, j.call.name, e.name)).or_default();
+                acc.total.add(t.total);
+                acc.api.add(t.api);
+                if let Some(q) = t.queue {
+                    acc.queue.add(q);
                 }
-                acc.kernel.add(e.duration());
+                acc.kernel.add(t.kernel);
             }
             // Copies and memsets join too, so that a later kernel with a reused id is not taken for theirs.
             Some(EventKind::Memcpy | EventKind::Memset) => {
@@ -89,12 +118,14 @@ impl KernExecAcc {
         }
     }
 
-    /// Rows by (call, kernel) name across processes, most total time first.
+    /// Rows by (pid, thread, device, call, kernel), longest average total first.
     pub fn finish(self, processes: &BTreeMap<u32, Process>) -> Vec<KernExecRow> {
-        let mut merged: HashMap<(String, String), PairAcc> = HashMap::new();
-        for ((key, call, kernel), acc) in self.pairs {
+        // Processes of several files may share a pid (ranks on two hosts): their groups merge, as their names do.
+        let mut merged: HashMap<(u32, u32, u32, String, String), PairAcc> = HashMap::new();
+        for ((key, tid, device, call, kernel), acc) in self.groups {
             let Some(p) = processes.get(&key) else { continue };
-            let row = merged.entry((p.string(call).to_string(), p.string(kernel).to_string())).or_default();
+            let names = (p.string(call).to_string(), p.string(kernel).to_string());
+            let row = merged.entry((p.info.pid, tid, device, names.0, names.1)).or_default();
             row.total.merge(&acc.total);
             row.api.merge(&acc.api);
             row.queue.merge(&acc.queue);
@@ -102,7 +133,10 @@ impl KernExecAcc {
         }
         let mut rows: Vec<KernExecRow> = merged
             .into_iter()
-            .map(|((api, kernel), a)| KernExecRow {
+            .map(|((pid, tid, device, api, kernel), a)| KernExecRow {
+                pid,
+                tid,
+                device,
                 api,
                 kernel,
                 count: a.kernel.count,
@@ -113,39 +147,42 @@ impl KernExecAcc {
                 kernel_time: (&a.kernel).into(),
             })
             .collect();
-        let total = |r: &KernExecRow| r.total.avg_ns.saturating_mul(r.count);
-        rows.sort_by(|a, b| total(b).cmp(&total(a)).then_with(|| (&a.kernel, &a.api).cmp(&(&b.kernel, &b.api))));
+        rows.sort_by(|a, b| {
+            (b.total.avg_ns, &a.kernel, &a.api, a.pid, a.tid, a.device).cmp(&(
+                a.total.avg_ns,
+                &b.kernel,
+                &b.api,
+                b.pid,
+                b.tid,
+                b.device,
+            ))
+        });
         rows
     }
 }
 
-/// The terminal and CSV table, with nsys's column names.
+/// The terminal and CSV table, with nsys's column names (all of them: its table prints min and deviation too).
 pub fn table(rows: &[KernExecRow]) -> Table {
-    let mut t = Table::new(
-        "CUDA kernel launch and execution time [cuda_kern_exec_sum]",
-        &[
-            "Count",
-            "QCount",
-            "TAvg (ns)",
-            "TMed (ns)",
-            "TMax (ns)",
-            "AAvg (ns)",
-            "AMed (ns)",
-            "AMax (ns)",
-            "QAvg (ns)",
-            "QMed (ns)",
-            "QMax (ns)",
-            "KAvg (ns)",
-            "KMed (ns)",
-            "KMax (ns)",
-            "API Name",
-            "Kernel Name",
-        ],
-    );
+    #[rustfmt::skip]
+    let headers = [
+        "PID", "TID", "DevId", "Count", "QCount",
+        "TAvg (ns)", "TMed (ns)", "TMin (ns)", "TMax (ns)", "TStdDev (ns)",
+        "AAvg (ns)", "AMed (ns)", "AMin (ns)", "AMax (ns)", "AStdDev (ns)",
+        "QAvg (ns)", "QMed (ns)", "QMin (ns)", "QMax (ns)", "QStdDev (ns)",
+        "KAvg (ns)", "KMed (ns)", "KMin (ns)", "KMax (ns)", "KStdDev (ns)",
+        "API Name", "Kernel Name",
+    ];
+    let mut t = Table::new("CUDA kernel launch and execution time [cuda_kern_exec_sum]", &headers);
     for r in rows {
-        let mut cells = vec![r.count.to_string(), r.queue_count.to_string()];
+        let mut cells = vec![
+            r.pid.to_string(),
+            r.tid.to_string(),
+            r.device.to_string(),
+            r.count.to_string(),
+            r.queue_count.to_string(),
+        ];
         for s in [&r.total, &r.api_time, &r.queue, &r.kernel_time] {
-            cells.extend([s.avg_ns.to_string(), s.median_ns.to_string(), s.max_ns.to_string()]);
+            cells.extend([s.avg_ns, s.median_ns, s.min_ns, s.max_ns, s.stddev_ns].map(|v| v.to_string()));
         }
         cells.extend([r.api.clone(), r.kernel.clone()]);
         t.row(cells);
@@ -164,8 +201,9 @@ mod tests {
         e
     }
 
-    /// A kernel that starts after its call returned queued from the return to its start; one the GPU started
-    /// during the call queued for nothing and is left out of QCount.
+    /// A kernel that starts at or after its call returned queued from the return to its start; one the GPU
+    /// started during the call queued for nothing and is left out of QCount; the whole runs to whichever ended
+    /// last (nsys's `max(r.end, k.end) - r.start`).
     #[test]
     fn api_queue_and_kernel_times_of_each_launch() {
         let mut p = Process::default();
@@ -178,6 +216,10 @@ mod tests {
             at(EventKind::Api, 200, 210, 1, 8),
             at(EventKind::Kernel, 150, 190, 2, 7), // queued 40 after the call's end at 110, ran 40
             at(EventKind::Kernel, 205, 305, 2, 8), // started inside its call: no queue
+            at(EventKind::Api, 400, 450, 1, 9),
+            at(EventKind::Kernel, 450, 460, 2, 9), // started as its call returned: queued 0
+            at(EventKind::Api, 500, 600, 1, 10),
+            at(EventKind::Kernel, 510, 520, 2, 10), // ended inside its call: the whole is the call
         ];
         for e in &events {
             acc.feed(3, &p, e);
@@ -185,9 +227,10 @@ mod tests {
         let rows = acc.finish(&BTreeMap::from([(3, p)]));
         assert_eq!(rows.len(), 1);
         let r = &rows[0];
-        assert_eq!((r.api.as_str(), r.kernel.as_str(), r.count, r.queue_count), ("cudaLaunchKernel", "gemm", 2, 1));
-        assert_eq!((r.api_time.avg_ns, r.queue.avg_ns, r.queue.max_ns), (10, 40, 40));
-        assert_eq!((r.kernel_time.min_ns, r.kernel_time.max_ns), (40, 100));
-        assert_eq!((r.total.min_ns, r.total.max_ns), (90, 105));
+        assert_eq!((r.api.as_str(), r.kernel.as_str(), r.count, r.queue_count), ("cudaLaunchKernel", "gemm", 4, 2));
+        assert_eq!((r.api_time.min_ns, r.api_time.max_ns, r.queue.min_ns, r.queue.max_ns), (10, 100, 0, 40));
+        assert_eq!((r.kernel_time.min_ns, r.kernel_time.max_ns), (10, 100));
+        assert_eq!((r.total.min_ns, r.total.max_ns), (60, 105));
+        assert_eq!((r.pid, r.tid, r.device), (0, 1, 0));
     }
 }

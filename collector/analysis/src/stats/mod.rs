@@ -5,18 +5,21 @@ mod accumulate;
 pub mod categories;
 mod columns;
 mod dist;
+pub mod event_trace;
 mod grouping;
 pub mod kern_exec;
 pub mod kern_gb;
 mod projection;
 pub mod python;
 mod render;
+mod reports;
+mod row_stream;
 
 use crate::table::Table;
 pub use accumulate::StatsAcc;
 use cuflight_trace::model::source::EventSource;
 use cuflight_trace::model::trace::{Process, Trace};
-pub use render::{Report, Style};
+pub use reports::{Report, Style};
 use serde::Serialize;
 
 /// Count and duration summary of one name.

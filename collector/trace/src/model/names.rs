@@ -113,6 +113,20 @@ pub fn memory_kind(k: u8) -> &'static str {
     }
 }
 
+/// CUPTI memory kind → the label `nsys stats` prints (its ENUM_CUDA_MEM_KIND).
+pub fn memory_kind_label(k: u8) -> &'static str {
+    match k {
+        1 => "Pageable",
+        2 => "Pinned",
+        3 => "Device",
+        4 => "Array",
+        5 => "Managed",
+        6 => "Device Static",
+        7 => "Managed Static",
+        _ => "Unknown",
+    }
+}
+
 /// Name (ours, or Kineto's `cuda_sync_kind`) → CUPTI synchronization type.
 pub fn sync_kind_from_name(name: &str) -> u8 {
     (1..=4).find(|&k| sync_kind(k) == name).unwrap_or(match name {

@@ -1,0 +1,129 @@
+//! The reports `cuflight stats --report` names (nsys's names where it has one, the names older nsys releases
+//! gave them, the JSON keys of their tables) and how they are written.
+
+/// One report of `cuflight stats --report`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Report {
+    Kernels,
+    KernGrid,
+    Categories,
+    Api,
+    KernExec,
+    MemTime,
+    MemSize,
+    Memcpy,
+    Memset,
+    Memory,
+    Nvtx,
+    NvtxGpuProj,
+    NvtxKern,
+    Sync,
+    PythonSync,
+    Graphs,
+    Processes,
+    Devices,
+    /// A row per event (streamed by [`super::event_trace`], not held in [`Stats`]).
+    GpuTrace,
+    ApiTrace,
+    KernExecTrace,
+}
+
+impl Report {
+    pub const ALL: [Report; 18] = [
+        Report::Kernels,
+        Report::KernGrid,
+        Report::Categories,
+        Report::Api,
+        Report::KernExec,
+        Report::MemTime,
+        Report::MemSize,
+        Report::Memcpy,
+        Report::Memset,
+        Report::Memory,
+        Report::Nvtx,
+        Report::NvtxGpuProj,
+        Report::NvtxKern,
+        Report::Sync,
+        Report::PythonSync,
+        Report::Graphs,
+        Report::Processes,
+        Report::Devices,
+    ];
+
+    /// The reports with a row per event: only by name (`nsys stats` prints them only when asked), streamed.
+    pub const EVENT_TRACES: [Report; 3] = [Report::GpuTrace, Report::ApiTrace, Report::KernExecTrace];
+
+    pub fn is_event_trace(self) -> bool {
+        Report::EVENT_TRACES.contains(&self)
+    }
+
+    /// What the terminal shows by default: all but the per-range x per-kernel table, which grows with the run, and
+    /// the per-launch and per-shape kernel tables, which `nsys stats` does not print by default either (`--report`
+    /// shows them; JSON and CSV hold everything).
+    pub fn default_text() -> Vec<Report> {
+        let left_out = [Report::NvtxKern, Report::KernExec, Report::KernGrid];
+        Report::ALL.into_iter().filter(|r| !left_out.contains(r)).collect()
+    }
+
+    /// The name `--report` takes (nsys's where it has one) and the JSON key of the table.
+    pub fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Report::Kernels => ("cuda_gpu_kern_sum", "kernels"),
+            Report::KernGrid => ("cuda_gpu_kern_gb_sum", "kern_gb"),
+            Report::Categories => ("categories", "categories"),
+            Report::Api => ("cuda_api_sum", "api"),
+            Report::KernExec => ("cuda_kern_exec_sum", "kern_exec"),
+            Report::MemTime => ("cuda_gpu_mem_time_sum", "gpu_mem_time"),
+            Report::MemSize => ("cuda_gpu_mem_size_sum", "gpu_mem_size"),
+            Report::Memcpy => ("memcpy", "memcpy"),
+            Report::Memset => ("memset", "memset"),
+            Report::Memory => ("memory", "memory"),
+            Report::Nvtx => ("nvtx_sum", "nvtx"),
+            Report::NvtxGpuProj => ("nvtx_gpu_proj_sum", "nvtx_gpu_proj"),
+            Report::NvtxKern => ("nvtx_kern_sum", "nvtx_kern"),
+            Report::Sync => ("sync", "sync"),
+            Report::PythonSync => ("python_sync_sum", "python_sync"),
+            Report::Graphs => ("graphs", "graphs"),
+            Report::Processes => ("processes", "processes"),
+            Report::Devices => ("devices", "devices"),
+            Report::GpuTrace => ("cuda_gpu_trace", "gpu_trace"),
+            Report::ApiTrace => ("cuda_api_trace", "api_trace"),
+            Report::KernExecTrace => ("cuda_kern_exec_trace", "kern_exec_trace"),
+        }
+    }
+
+    /// One name of `--report` (a report name, a JSON key, or the name older nsys releases gave it, which scripts
+    /// still pass: gpukernsum, cudaapisum, ...).
+    pub fn parse(want: &str) -> Result<Report, String> {
+        let want = want.trim();
+        let older = match want {
+            "gpukernsum" => Some(Report::Kernels),
+            "gpukerngbsum" => Some(Report::KernGrid),
+            "cudaapisum" => Some(Report::Api),
+            "kernexecsum" => Some(Report::KernExec),
+            "gpumemtimesum" => Some(Report::MemTime),
+            "gpumemsizesum" => Some(Report::MemSize),
+            "nvtxsum" | "nvtxppsum" => Some(Report::Nvtx),
+            "gputrace" => Some(Report::GpuTrace),
+            "cudaapitrace" => Some(Report::ApiTrace),
+            "kernexectrace" => Some(Report::KernExecTrace),
+            _ => None,
+        };
+        if let Some(r) = older {
+            return Ok(r);
+        }
+        let all = Report::ALL.into_iter().chain(Report::EVENT_TRACES);
+        all.clone().find(|r| r.names().0 == want || r.names().1 == want).ok_or_else(|| {
+            let known: Vec<&str> = all.map(|r| r.names().0).collect();
+            format!("unknown report '{want}' (known: {})", known.join(", "))
+        })
+    }
+}
+
+/// How the tables are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    Table,
+    Csv,
+    Json,
+}

@@ -1,0 +1,112 @@
+//! `cuflight stats`: the summary tables of one pass over the trace, then each per-event report
+//! (`cuda_gpu_trace`, ...) streamed in a pass of its own, in one output: tables one after another, CSV blocks
+//! apart by a blank line, or one JSON object whose members are the reports.
+
+use crate::cli::StatsFormat;
+use crate::closed_output::BROKEN_PIPE_STATUS;
+use crate::{stand_in, warn_cut_short, write_text};
+use anyhow::{Context, Result};
+use cuflight_collector::analysis::stats::{event_trace, Report, Stats, Style};
+use cuflight_collector::export::output::Output;
+use cuflight_collector::model::source::EventSource;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+pub fn run(
+    trace: PathBuf,
+    format: StatsFormat,
+    report: Vec<Report>,
+    output: Option<PathBuf>,
+    force: bool,
+) -> Result<i32> {
+    let mut out =
+        output.as_deref().filter(|o| o.as_os_str() != "-").map(|o| Output::create(o, &[&trace], force)).transpose()?;
+    let style = match format {
+        StatsFormat::Table => Style::Table,
+        StatsFormat::Csv => Style::Csv,
+        StatsFormat::Json => Style::Json,
+    };
+    let reports = match (report.is_empty(), style) {
+        (true, Style::Table) => Report::default_text(),
+        (true, _) => Report::ALL.to_vec(),
+        (false, _) => report,
+    };
+    let (traces, summaries): (Vec<Report>, Vec<Report>) = reports.into_iter().partition(|r| r.is_event_trace());
+    // Streamed: memory is bounded by the tables (and each per-event report's join), whatever the trace's size.
+    let mut source = EventSource::open(&trace)?;
+    let mut text = String::new();
+    if !summaries.is_empty() {
+        let stats = Stats::compute_source(&mut source)?;
+        warn_cut_short(&trace, source.cut_short.as_deref());
+        text = stats.render(&summaries, style);
+    }
+    if traces.is_empty() {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        write_text(out, &text)?;
+        return Ok(0);
+    }
+    let shown = out.as_ref().map(|o| o.path().display().to_string());
+    {
+        let mut sink: Box<dyn Write> = match out.as_mut() {
+            Some(o) => Box::new(BufWriter::with_capacity(1 << 20, o.file())),
+            None => Box::new(BufWriter::with_capacity(1 << 16, StdoutOrExit)),
+        };
+        let name = shown.as_deref().unwrap_or("standard output");
+        let failed = |e: io::Error| anyhow::Error::new(e).context(format!("cannot write {name}"));
+        // JSON: the summaries' object, opened again for the per-event members.
+        let json_open = match text.trim_end().strip_suffix('}') {
+            Some(head) if style == Style::Json => head.trim_end().to_string(),
+            _ if style == Style::Json => "{".to_string(),
+            _ => text.clone(),
+        };
+        sink.write_all(json_open.as_bytes()).map_err(failed)?;
+        for (i, r) in traces.iter().enumerate() {
+            let gap = match style {
+                Style::Json if i == 0 && summaries.is_empty() => "\n  ",
+                Style::Json => ",\n  ",
+                Style::Csv if i > 0 || !summaries.is_empty() => "\n",
+                _ => "",
+            };
+            sink.write_all(gap.as_bytes()).map_err(failed)?;
+            match event_trace::write(*r, &mut source, style, &mut sink) {
+                Ok(_) => {}
+                Err(event_trace::EventTraceError::Write { report, source }) => {
+                    return Err(failed(source).context(format!("{report} of {}", stand_in::name_of(&trace))));
+                }
+                Err(e) => return Err(e.into()),
+            }
+            if summaries.is_empty() && i == 0 {
+                warn_cut_short(&trace, source.cut_short.as_deref());
+            }
+        }
+        let end = if style == Style::Json { "\n}\n" } else { "" };
+        sink.write_all(end.as_bytes()).and_then(|_| sink.flush()).map_err(failed)?;
+    }
+    if let Some(o) = out {
+        o.commit().with_context(|| format!("cannot write {}", shown.unwrap_or_default()))?;
+        eprintln!("cuflight: wrote {}", output.unwrap_or_default().display());
+    }
+    Ok(0)
+}
+
+/// Standard output for a table of any length: a reader gone away (`| head`) ends the process at once, as
+/// SIGPIPE would, instead of the pass reading the rest of the trace for nobody.
+struct StdoutOrExit;
+
+impl Write for StdoutOrExit {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match io::stdout().lock().write(buf) {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => std::process::exit(BROKEN_PIPE_STATUS),
+            r => r,
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match io::stdout().lock().flush() {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => std::process::exit(BROKEN_PIPE_STATUS),
+            r => r,
+        }
+    }
+}
