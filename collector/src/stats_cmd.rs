@@ -6,7 +6,7 @@ use crate::cli::StatsFormat;
 use crate::closed_output::BROKEN_PIPE_STATUS;
 use crate::{stand_in, warn_cut_short, write_text};
 use anyhow::{Context, Result};
-use cuflight_collector::analysis::stats::{event_trace, Report, Stats, Style};
+use cuflight_collector::analysis::stats::{event_trace, Choice, KernelNames, Report, Stats, Style};
 use cuflight_collector::export::output::Output;
 use cuflight_collector::model::source::EventSource;
 use std::io::{self, BufWriter, Write};
@@ -15,10 +15,12 @@ use std::path::PathBuf;
 pub fn run(
     trace: PathBuf,
     format: StatsFormat,
-    report: Vec<Report>,
+    report: Vec<Choice>,
     output: Option<PathBuf>,
     force: bool,
 ) -> Result<i32> {
+    let kernel_names = kernel_names(&report)?;
+    let report: Vec<Report> = report.into_iter().map(|c| c.report).collect();
     let mut out =
         output.as_deref().filter(|o| o.as_os_str() != "-").map(|o| Output::create(o, &[&trace], force)).transpose()?;
     let style = match format {
@@ -36,7 +38,7 @@ pub fn run(
     let mut source = EventSource::open(&trace)?;
     let mut text = String::new();
     if !summaries.is_empty() {
-        let stats = Stats::compute_source(&mut source)?;
+        let stats = Stats::compute_source_naming(&mut source, kernel_names)?;
         warn_cut_short(&trace, source.cut_short.as_deref());
         text = stats.render(&summaries, style);
     }
@@ -70,7 +72,7 @@ pub fn run(
                 _ => "",
             };
             sink.write_all(gap.as_bytes()).map_err(failed)?;
-            match event_trace::write(*r, &mut source, style, &mut sink) {
+            match event_trace::write(*r, kernel_names, &mut source, style, &mut sink) {
                 Ok(_) => {}
                 Err(event_trace::EventTraceError::Write { report, source }) => {
                     return Err(failed(source).context(format!("{report} of {}", stand_in::name_of(&trace))));
@@ -89,6 +91,21 @@ pub fn run(
         eprintln!("cuflight: wrote {}", output.unwrap_or_default().display());
     }
     Ok(0)
+}
+
+/// The one kernel-name form of the kernel reports asked for: one pass names kernels one way.
+fn kernel_names(choices: &[Choice]) -> Result<KernelNames> {
+    let kernel_reports: Vec<&Choice> = choices.iter().filter(|c| c.report.names_kernels()).collect();
+    let first = kernel_reports.first().map_or(KernelNames::Full, |c| c.kernel_names);
+    if let Some(other) = kernel_reports.iter().find(|c| c.kernel_names != first) {
+        let name = |c: &Choice| format!("{}{}", c.report.names().0, c.kernel_names.suffix());
+        anyhow::bail!(
+            "{} and {} name kernels differently: ask for one form per run of `cuflight stats`",
+            name(kernel_reports[0]),
+            name(other)
+        );
+    }
+    Ok(first)
 }
 
 /// Standard output for a table of any length: a reader gone away (`| head`) ends the process at once, as

@@ -49,7 +49,16 @@ for name, gx, gy, gz, bx, by, bz, d in db.execute(
         "select s.value, gridX, gridY, gridZ, blockX, blockY, blockZ, k.end - k.start "
         "from CUPTI_ACTIVITY_KIND_KERNEL k join StringIds s on k.demangledName = s.id"):
     shapes[f"{name}|{gx} {gy} {gz}|{bx} {by} {bz}"].append(d)
-print(json.dumps({"api": {k: summary(v) for k, v in api.items()},
+# Kernel time by nsys's shortName (what `cuda_gpu_kern_sum:base` groups by) and by mangledName (`:mangled`).
+by_short, by_mangled = defaultdict(list), defaultdict(list)
+for short, mangled, d in db.execute(
+        "select a.value, b.value, k.end - k.start from CUPTI_ACTIVITY_KIND_KERNEL k "
+        "join StringIds a on k.shortName = a.id join StringIds b on k.mangledName = b.id"):
+    by_short[short].append(d)
+    by_mangled[mangled].append(d)
+print(json.dumps({"kern_base": {k: summary(v) for k, v in by_short.items()},
+                  "kern_mangled": {k: summary(v) for k, v in by_mangled.items()},
+                  "api": {k: summary(v) for k, v in api.items()},
                   "sizes": {str(k): summary(v) for k, v in sizes.items()},
                   "kern_exec": kern_exec,
                   "kern_gb": {k: summary(v) for k, v in shapes.items()}}))

@@ -408,3 +408,36 @@ fn per_event_reports_of_a_recording_agree_with_its_summaries() {
         assert_eq!(n("total_ns"), Some((start + api_ns).max(kernel_start + n("kernel_ns").unwrap()) - start));
     }
 }
+
+/// `cuda_gpu_kern_sum:base` groups kernels by the function's own name, as nsys's shortName does, and `:mangled` by
+/// the symbol: both equal the export's own columns grouped in SQL; a kernel report without the form in the same run
+/// is refused in one line, and a summary that names no kernels takes no form.
+#[test]
+fn kernel_reports_take_nsys_name_forms() {
+    let Some(path) = shared_trace("nsys-a100-cloverleaf.sqlite") else { return };
+    let want = python_json("nsys_api_sum.py", &[path.as_os_str()]);
+    let p = path.to_str().unwrap();
+    for (form, key) in [("base", "kern_base"), ("mangled", "kern_mangled")] {
+        let report = format!("cuda_gpu_kern_sum:{form},cuda_gpu_trace:{form}");
+        let out = stats_with(&[p, "--report", &report, "--format", "json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let want = want[key].as_object().unwrap();
+        let rows = got["kernels"].as_array().unwrap();
+        assert_eq!(rows.len(), want.len(), "{form}");
+        for row in rows {
+            let w = &want[row["name"].as_str().unwrap()];
+            for k in ["count", "total", "median", "min", "max", "stddev"] {
+                let ours = if k == "count" { "count".to_string() } else { format!("{k}_ns") };
+                assert_eq!(row[&ours], w[k], "{form} {}: {k}", row["name"]);
+            }
+        }
+        let names = got["gpu_trace"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str());
+        assert!(names.filter(|n| !n.starts_with('[')).all(|n| want.contains_key(n)), "{form}: the trace's names");
+    }
+    let mixed = stats_with(&[p, "--report", "cuda_gpu_kern_sum:base,cuda_kern_exec_sum"]);
+    let err = String::from_utf8_lossy(&mixed.stderr);
+    assert!(!mixed.status.success() && err.contains("name kernels differently"), "{err}");
+    let bad = stats_with(&[p, "--report", "cuda_api_sum:base"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("takes no argument"));
+}

@@ -58,6 +58,8 @@ pub struct StatsAcc {
     python: super::python::PythonAcc,
     kern_exec: super::kern_exec::KernExecAcc,
     kern_gb: super::kern_gb::KernGridAcc,
+    /// How the kernel tables name kernels.
+    pub kernel_names: super::KernelNames,
 }
 
 impl StatsAcc {
@@ -211,7 +213,20 @@ impl StatsAcc {
             };
             nvtx.entry((domain.to_string(), string(key, name).to_string(), kind)).or_default().merge(&acc);
         }
-        let (nvtx_gpu_proj, nvtx_kern) = projection_rows(self.projection, processes);
+        let (nvtx_gpu_proj, nvtx_kern) = projection_rows(self.projection, processes, self.kernel_names);
+        let names = self.kernel_names;
+        // Categories judge kernels by their full names (a namespace tells ATen's from cuDNN's), whatever the form.
+        let mut full_names = HashMap::new();
+        let mut kernels = HashMap::new();
+        for ((key, id), acc) in self.kernels {
+            let Some(p) = processes.get(&key) else { continue };
+            if names != super::KernelNames::Full {
+                full_names.entry(p.string(id).to_string()).or_insert_with(Acc::default).merge(&acc);
+            }
+            kernels.entry(names.of(p, id).to_string()).or_insert_with(Acc::default).merge(&acc);
+        }
+        let kernels = duration_rows(kernels);
+        let full_names = if names == super::KernelNames::Full { None } else { Some(duration_rows(full_names)) };
         // A kind is unknown only if no process recorded it.
         let mut not_recorded: Vec<NotRecordedRow> = Vec::new();
         if let Some(first) = processes.values().next() {
@@ -237,7 +252,7 @@ impl StatsAcc {
         pinned_memory.live_bytes_at_end = self.live.pinned();
         let mut stats = Stats {
             categories: Vec::new(),
-            kernels: by_name(self.kernels),
+            kernels,
             api: by_name(self.api),
             memcpy: self
                 .memcpy
@@ -299,14 +314,15 @@ impl StatsAcc {
                 .collect(),
             sync: self.sync.into_values().collect(),
             python_sync: self.python.finish(processes),
-            kern_exec: self.kern_exec.finish(processes),
-            kern_gb: self.kern_gb.finish(processes),
+            kern_exec: self.kern_exec.finish(processes, names),
+            kern_gb: self.kern_gb.finish(processes, names),
             dropped,
             not_recorded,
             processes: rows,
             devices: self.devices.into_values().flatten().collect(),
         };
-        stats.categories = super::categories::category_rows(&stats.kernels, &stats.memcpy, &stats.memset);
+        let by_full_name = full_names.as_ref().unwrap_or(&stats.kernels);
+        stats.categories = super::categories::category_rows(by_full_name, &stats.memcpy, &stats.memset);
         stats
     }
 }
@@ -322,6 +338,7 @@ fn duration_rows(map: HashMap<String, Acc>) -> Vec<DurationRow> {
 fn projection_rows(
     mut proj: super::projection::Projection,
     processes: &BTreeMap<u32, Process>,
+    kernel_names: super::KernelNames,
 ) -> (Vec<NvtxProjRow>, Vec<NvtxKernRow>) {
     proj.flush();
     let names = |key: u32, domain: u64, name: u32| {
@@ -364,7 +381,7 @@ fn projection_rows(
     let mut kernels: BTreeMap<(String, String, String), Acc> = BTreeMap::new();
     for ((key, domain, range, kernel), d) in proj.kernels {
         let (domain, range) = names(key, domain, range);
-        let kernel = processes.get(&key).map_or(String::new(), |p| p.string(kernel).to_string());
+        let kernel = processes.get(&key).map_or(String::new(), |p| kernel_names.of(p, kernel).to_string());
         kernels.entry((domain, range, kernel)).or_default().merge(&d);
     }
     let mut kern: Vec<NvtxKernRow> = kernels

@@ -15,6 +15,7 @@
 //! the order of the kernels' starts, which is the order of their calls on one stream.
 
 use super::kern_exec::LaunchTimes;
+use super::kernel_names::KernelNames;
 use super::reports::{Report, Style};
 use super::row_stream::{Cell, Column, RowStream};
 use cuflight_format::event::LaunchConfig;
@@ -100,6 +101,7 @@ pub fn layout(report: Report) -> Option<(&'static str, &'static [Column])> {
 /// Writes `report` (a per-event one) over one pass of `source`; the rows written.
 pub fn write(
     report: Report,
+    kernel_names: KernelNames,
     source: &mut EventSource,
     style: Style,
     out: &mut dyn Write,
@@ -107,7 +109,7 @@ pub fn write(
     let name = report.names().0;
     let Some((title, columns)) = layout(report) else { return Ok(0) };
     let mut rows = RowStream::new(out, style, title, report.names().1, columns);
-    let mut state = PassState::default();
+    let mut state = PassState { kernel_names, ..PassState::default() };
     source.for_each(|key, p, e| {
         if let Some(cells) = state.row(report, key, p, e) {
             rows.row(&cells);
@@ -125,6 +127,7 @@ struct PassState {
     /// (process, thread) → its name.
     threads: FxHashMap<(u32, u32), String>,
     joins: FxHashMap<u32, LaunchJoin>,
+    kernel_names: KernelNames,
 }
 
 impl PassState {
@@ -185,7 +188,7 @@ impl PassState {
                     Cell::Text(p.string(call.name)),
                     xyz(config.grid),
                     xyz(config.block),
-                    Cell::Text(p.string(e.name)),
+                    Cell::Text(self.kernel_names.of(p, e.name)),
                 ])
             }
             _ => None,
@@ -204,7 +207,7 @@ impl PassState {
                 let c = LaunchConfig::unpack(e.a, e.b, e.c);
                 cells.extend(c.grid.iter().chain(&c.block).map(|&v| Cell::Int(v as u64)));
                 cells.extend([c.registers as u64, c.static_shared as u64, c.dynamic_shared as u64].map(Cell::Int));
-                (None, Cell::Empty, Cell::Empty, p.string(e.name))
+                (None, Cell::Empty, Cell::Empty, self.kernel_names.of(p, e.name))
             }
             Some(EventKind::Memcpy) => {
                 cells.extend(std::iter::repeat_n(Cell::Empty, 9));

@@ -119,12 +119,12 @@ impl KernExecAcc {
     }
 
     /// Rows by (pid, thread, device, call, kernel), longest average total first.
-    pub fn finish(self, processes: &BTreeMap<u32, Process>) -> Vec<KernExecRow> {
+    pub fn finish(self, processes: &BTreeMap<u32, Process>, kernel_names: super::KernelNames) -> Vec<KernExecRow> {
         // Processes of several files may share a pid (ranks on two hosts): their groups merge, as their names do.
         let mut merged: HashMap<(u32, u32, u32, String, String), PairAcc> = HashMap::new();
         for ((key, tid, device, call, kernel), acc) in self.groups {
             let Some(p) = processes.get(&key) else { continue };
-            let names = (p.string(call).to_string(), p.string(kernel).to_string());
+            let names = (p.string(call).to_string(), kernel_names.of(p, kernel).to_string());
             let row = merged.entry((p.info.pid, tid, device, names.0, names.1)).or_default();
             row.total.merge(&acc.total);
             row.api.merge(&acc.api);
@@ -224,7 +224,7 @@ mod tests {
         for e in &events {
             acc.feed(3, &p, e);
         }
-        let rows = acc.finish(&BTreeMap::from([(3, p)]));
+        let rows = acc.finish(&BTreeMap::from([(3, p)]), super::super::KernelNames::Full);
         assert_eq!(rows.len(), 1);
         let r = &rows[0];
         assert_eq!((r.api.as_str(), r.kernel.as_str(), r.count, r.queue_count), ("cudaLaunchKernel", "gemm", 4, 2));

@@ -34,12 +34,12 @@ impl KernGridAcc {
         }
     }
 
-    pub fn finish(self, processes: &BTreeMap<u32, Process>) -> Vec<KernGridRow> {
+    pub fn finish(self, processes: &BTreeMap<u32, Process>, names: super::KernelNames) -> Vec<KernGridRow> {
         let mut merged: HashMap<(String, [u32; 3], [u32; 3]), Dist> = HashMap::new();
         for ((key, name, a, b), d) in self.0 {
             let Some(p) = processes.get(&key) else { continue };
             let c = LaunchConfig::unpack(a, b, 0);
-            merged.entry((p.string(name).to_string(), c.grid, c.block)).or_default().merge(&d);
+            merged.entry((names.of(p, name).to_string(), c.grid, c.block)).or_default().merge(&d);
         }
         let all: u64 = merged.values().map(|d| d.total).sum();
         let mut rows: Vec<KernGridRow> = merged

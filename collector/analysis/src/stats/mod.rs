@@ -9,6 +9,7 @@ pub mod event_trace;
 mod grouping;
 pub mod kern_exec;
 pub mod kern_gb;
+pub mod kernel_names;
 mod projection;
 pub mod python;
 mod render;
@@ -19,7 +20,8 @@ use crate::table::Table;
 pub use accumulate::StatsAcc;
 use cuflight_trace::model::source::EventSource;
 use cuflight_trace::model::trace::{Process, Trace};
-pub use reports::{Report, Style};
+pub use kernel_names::KernelNames;
+pub use reports::{Choice, Report, Style};
 use serde::Serialize;
 
 /// Count and duration summary of one name.
@@ -310,7 +312,16 @@ impl Stats {
 
     /// The tables of any trace, streamed: memory is bounded by the tables, not by the trace.
     pub fn compute_source(source: &mut EventSource) -> Result<Stats, cuflight_trace::model::trace::TraceError> {
+        Stats::compute_source_naming(source, KernelNames::Full)
+    }
+
+    /// [`Stats::compute_source`], kernels named in the form given (categories judge the full names).
+    pub fn compute_source_naming(
+        source: &mut EventSource,
+        kernel_names: KernelNames,
+    ) -> Result<Stats, cuflight_trace::model::trace::TraceError> {
         let mut acc = StatsAcc::default();
+        acc.kernel_names = kernel_names;
         source.for_each(|k, p, e| acc.feed(k, p, e))?;
         Ok(acc.finish(&source.processes))
     }

@@ -1,6 +1,8 @@
 //! The reports `cuflight stats --report` names (nsys's names where it has one, the names older nsys releases
 //! gave them, the JSON keys of their tables) and how they are written.
 
+use super::kernel_names::KernelNames;
+
 /// One report of `cuflight stats --report`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Report {
@@ -52,6 +54,12 @@ impl Report {
 
     /// The reports with a row per event: only by name (`nsys stats` prints them only when asked), streamed.
     pub const EVENT_TRACES: [Report; 3] = [Report::GpuTrace, Report::ApiTrace, Report::KernExecTrace];
+
+    /// Whether the report's rows name kernels (and take `:base` or `:mangled`).
+    pub fn names_kernels(self) -> bool {
+        use Report::*;
+        matches!(self, Kernels | KernGrid | KernExec | NvtxKern | GpuTrace | KernExecTrace)
+    }
 
     pub fn is_event_trace(self) -> bool {
         Report::EVENT_TRACES.contains(&self)
@@ -117,6 +125,30 @@ impl Report {
             let known: Vec<&str> = all.map(|r| r.names().0).collect();
             format!("unknown report '{want}' (known: {})", known.join(", "))
         })
+    }
+}
+
+/// A report as `--report` names it, with the kernel-name form the kernel reports take after a colon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Choice {
+    pub report: Report,
+    pub kernel_names: KernelNames,
+}
+
+impl Choice {
+    /// `name[:base|:mangled]`.
+    pub fn parse(want: &str) -> Result<Choice, String> {
+        let (name, arg) = match want.trim().split_once(':') {
+            Some((n, a)) => (n, Some(a)),
+            None => (want.trim(), None),
+        };
+        let report = Report::parse(name)?;
+        let kernel_names = match arg {
+            None => KernelNames::Full,
+            Some(a) if report.names_kernels() => KernelNames::parse(a).map_err(|e| format!("{name}: {e}"))?,
+            Some(a) => return Err(format!("{name} takes no argument (':{a}'); only the kernel reports do")),
+        };
+        Ok(Choice { report, kernel_names })
     }
 }
 

@@ -169,6 +169,8 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
         "blockZ",
         "staticSharedMemory",
         "dynamicSharedMemory",
+        // Newer exports keep the symbol too (`stats` names kernels by it with `:mangled`).
+        "mangledName",
     ]);
     db.each("CUPTI_ACTIVITY_KIND_KERNEL", &kcols, "", |r| {
         let mut ev = gpu_event(r, EventKind::Kernel);
@@ -181,7 +183,13 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
             dynamic_shared: d(15),
         };
         (ev.a, ev.b, ev.c) = cfg.pack();
-        b.push(pid_of(r.int(5)), ev, db.string(r.int(6)), None);
+        let (pid, name, mangled) = (pid_of(r.int(5)), db.string(r.int(6)), db.string(r.int(16)));
+        if !mangled.is_empty() && mangled != name {
+            let (p, t) = b.process(pid);
+            let id = t.id(p, name);
+            p.mangled.entry(id).or_insert_with(|| mangled.to_string());
+        }
+        b.push(pid, ev, name, None);
     })
     .map_err(sql)?;
     let mcols = gpu_cols(&["bytes", "copyKind", "srcKind", "dstKind"]);

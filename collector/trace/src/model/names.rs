@@ -18,6 +18,74 @@ pub fn function_part(name: &str) -> &str {
     name.strip_prefix("void ").unwrap_or(name)
 }
 
+/// A kernel's base name, as nsys's reports give it with `:base` (its `shortName`): the function's own name, without
+/// return type, namespaces, template arguments or parameters (`void at::native::(anonymous
+/// namespace)::CatArrayBatchedCopy<float, 4>(...)` -> `CatArrayBatchedCopy`); a name that is not a C++ signature
+/// (`sm90_xmma_gemm_...`, `triton_poi_fused_0`) is its own base.
+pub fn kernel_base_name(name: &str) -> &str {
+    let s = function_part(name.trim());
+    // The qualified name ends at the parameter list: the first top-level `(` that is not a scope (`(anonymous
+    // namespace)::`). Brackets nest: template arguments may hold lambdas `[lambda(int) (instance 1)]`.
+    let bytes = s.as_bytes();
+    let (mut depth, mut end, mut i) = (0i32, s.len(), 0);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'<' | b'[' => depth += 1,
+            b'>' | b']' => depth -= 1,
+            b'(' if depth == 0 => {
+                let close = matching_paren(bytes, i);
+                if s[close..].starts_with(")::") {
+                    i = close + 3;
+                    continue;
+                }
+                end = i;
+                break;
+            }
+            b'(' => depth += 1,
+            b')' => depth -= 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    let qualified = &s[..end];
+    // The last top-level `::` scope, then its template arguments off.
+    let (mut depth, mut start) = (0i32, 0);
+    let q = qualified.as_bytes();
+    for i in 0..q.len() {
+        match q[i] {
+            b'<' | b'[' | b'(' => depth += 1,
+            b'>' | b']' | b')' => depth -= 1,
+            b':' if depth == 0 && i > 0 && q[i - 1] == b':' => start = i + 1,
+            _ => {}
+        }
+    }
+    let last = &qualified[start..];
+    let base = last.find('<').map_or(last, |t| &last[..t]).trim();
+    if base.is_empty() {
+        name
+    } else {
+        base
+    }
+}
+
+/// The index of the `)` that closes the `(` at `open` (the end of the text when unbalanced).
+fn matching_paren(bytes: &[u8], open: usize) -> usize {
+    let mut depth = 0;
+    for (i, &b) in bytes.iter().enumerate().skip(open) {
+        match b {
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i;
+                }
+            }
+            _ => {}
+        }
+    }
+    bytes.len()
+}
+
 /// A CUDA API call that can queue device work (kernel launches, graph launches, copies, memsets), by its name
 /// in any dialect we read: runtime and driver (`cudaLaunchKernel`, `cuLaunchKernel_ptsz`, `cuMemcpyHtoDAsync_v2`,
 /// `cudaGraphLaunch`), nsys' and Kineto's spellings alike. Flows from launches to their work start only here.
@@ -242,6 +310,35 @@ pub fn memcpy_operation(kind: u8) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Names as CUPTI demangles them, nsys's shortName beside each (the shared Nsight Systems export gives
+    /// `par_ranged2d_kernel` for the first), and names that are no signature.
+    #[test]
+    fn kernel_base_names_are_the_functions_own() {
+        for (name, base) in [
+            (
+                "void clover::par_ranged2d_kernel<build_field(global_variables &)::[lambda(int, int) (instance 1)]>(clover::Range2d, T1)",
+                "par_ranged2d_kernel",
+            ),
+            (
+                "void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 4, 64, 64>(float*, at::native::(anonymous namespace)::CatArrInputTensorMetadata<float, unsigned int, 64, 64>, int)",
+                "CatArrayBatchedCopy",
+            ),
+            (
+                "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > const&)::{lambda(int)#1})",
+                "elementwise_kernel",
+            ),
+            ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t, Flash_kernel_traits<64, 128, 128, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>(pytorch_flash::Flash_fwd_params)", "flash_fwd_kernel"),
+            ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"),
+            ("triton_poi_fused_add_0", "triton_poi_fused_add_0"),
+            ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+            ("saxpy(int, float, float const*, float*)", "saxpy"),
+            ("", ""),
+            ("(", "("),
+        ] {
+            assert_eq!(kernel_base_name(name), base, "{name}");
+        }
+    }
 
     #[test]
     fn state_queries_in_every_spelling() {
