@@ -56,7 +56,18 @@ for short, mangled, d in db.execute(
         "join StringIds a on k.shortName = a.id join StringIds b on k.mangledName = b.id"):
     by_short[short].append(d)
     by_mangled[mangled].append(d)
-print(json.dumps({"kern_base": {k: summary(v) for k, v in by_short.items()},
+# Kernels and copies together (cuda_gpu_sum): by name, each with its category; shares of the whole.
+gpu_ops = defaultdict(list)
+for name, d in db.execute("select s.value, k.end - k.start from CUPTI_ACTIVITY_KIND_KERNEL k "
+                          "join StringIds s on k.demangledName = s.id"):
+    gpu_ops[("CUDA_KERNEL", name)].append(d)
+for label, d in db.execute("select o.label, m.end - m.start from CUPTI_ACTIVITY_KIND_MEMCPY m "
+                           "join ENUM_CUDA_MEMCPY_OPER o on m.copyKind = o.id"):
+    gpu_ops[("MEMORY_OPER", f"[CUDA memcpy {label}]")].append(d)
+all_ns = sum(sum(v) for v in gpu_ops.values())
+gpu_sum = {f"{c}|{n}": dict(summary(v), percent=round(100 * sum(v) / all_ns, 1)) for (c, n), v in gpu_ops.items()}
+print(json.dumps({"gpu_sum": gpu_sum,
+                  "kern_base": {k: summary(v) for k, v in by_short.items()},
                   "kern_mangled": {k: summary(v) for k, v in by_mangled.items()},
                   "api": {k: summary(v) for k, v in api.items()},
                   "sizes": {str(k): summary(v) for k, v in sizes.items()},

@@ -410,8 +410,9 @@ fn per_event_reports_of_a_recording_agree_with_its_summaries() {
 }
 
 /// `cuda_gpu_kern_sum:base` groups kernels by the function's own name, as nsys's shortName does, and `:mangled` by
-/// the symbol: both equal the export's own columns grouped in SQL; a kernel report without the form in the same run
-/// is refused in one line, and a summary that names no kernels takes no form.
+/// the symbol: both equal the export's own columns grouped in SQL; so does `cuda_gpu_sum`, kernels and copies side
+/// by side; a kernel report without the form in the same run is refused in one line, and a summary that names no
+/// kernels takes no form.
 #[test]
 fn kernel_reports_take_nsys_name_forms() {
     let Some(path) = shared_trace("nsys-a100-cloverleaf.sqlite") else { return };
@@ -435,6 +436,18 @@ fn kernel_reports_take_nsys_name_forms() {
         let names = got["gpu_trace"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str());
         assert!(names.filter(|n| !n.starts_with('[')).all(|n| want.contains_key(n)), "{form}: the trace's names");
     }
+    // cuda_gpu_sum: kernels and copies side by side, shares of the whole (nsys's combined summary).
+    let out = stats_with(&[p, "--report", "cuda_gpu_sum", "--format", "json"]);
+    let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sum = want["gpu_sum"].as_object().unwrap();
+    let rows = got["gpu_sum"].as_array().unwrap();
+    assert_eq!(rows.len(), sum.len());
+    for row in rows {
+        let w = &sum[&format!("{}|{}", row["category"].as_str().unwrap(), row["name"].as_str().unwrap())];
+        assert_eq!((&row["count"], &row["total_ns"], &row["median_ns"]), (&w["count"], &w["total"], &w["median"]));
+        assert!((row["percent"].as_f64().unwrap() - w["percent"].as_f64().unwrap()).abs() < 0.051, "{row}");
+    }
+    assert!(rows.iter().any(|r| r["category"] == "MEMORY_OPER") && rows.iter().any(|r| r["category"] == "CUDA_KERNEL"));
     let mixed = stats_with(&[p, "--report", "cuda_gpu_kern_sum:base,cuda_kern_exec_sum"]);
     let err = String::from_utf8_lossy(&mixed.stderr);
     assert!(!mixed.status.success() && err.contains("name kernels differently"), "{err}");

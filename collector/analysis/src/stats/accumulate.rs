@@ -316,11 +316,16 @@ impl StatsAcc {
             python_sync: self.python.finish(processes),
             kern_exec: self.kern_exec.finish(processes, names),
             kern_gb: self.kern_gb.finish(processes, names),
+            gpu_sum: Vec::new(),
+            api_gpu_sum: Vec::new(),
             dropped,
             not_recorded,
             processes: rows,
             devices: self.devices.into_values().flatten().collect(),
         };
+        use super::combined::{combine, API, KERNEL, MEMORY};
+        stats.gpu_sum = combine(&[(KERNEL, &stats.kernels), (MEMORY, &stats.gpu_mem_time)]);
+        stats.api_gpu_sum = combine(&[(API, &stats.api), (KERNEL, &stats.kernels), (MEMORY, &stats.gpu_mem_time)]);
         let by_full_name = full_names.as_ref().unwrap_or(&stats.kernels);
         stats.categories = super::categories::category_rows(by_full_name, &stats.memcpy, &stats.memset);
         stats

@@ -4,6 +4,7 @@
 mod accumulate;
 pub mod categories;
 mod columns;
+pub mod combined;
 mod dist;
 pub mod event_trace;
 mod grouping;
@@ -263,6 +264,9 @@ pub struct Stats {
     pub kern_exec: Vec<kern_exec::KernExecRow>,
     /// Kernel time by name and launch configuration (nsys's cuda_gpu_kern_gb_sum).
     pub kern_gb: Vec<kern_gb::KernGridRow>,
+    /// Kernels and memory operations together (nsys's cuda_gpu_sum), and with the CUDA API calls (cuda_api_gpu_sum).
+    pub gpu_sum: Vec<combined::CombinedRow>,
+    pub api_gpu_sum: Vec<combined::CombinedRow>,
     /// Total records lost, all causes and processes (see `processes[].drops`, `unseen_begin` and `refused`).
     pub dropped: u64,
     /// Kinds no process of the trace recorded (an import made without them): their tables are not zeros but

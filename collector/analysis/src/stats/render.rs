@@ -317,6 +317,13 @@ impl Stats {
             // Streamed by the caller, never held here.
             Report::GpuTrace | Report::ApiTrace | Report::KernExecTrace => Table::new(report.names().0, &[]),
             Report::KernGrid => super::kern_gb::table(&self.kern_gb),
+            Report::GpuSum => {
+                super::combined::table("CUDA kernels and memory operations (GPU time) [cuda_gpu_sum]", &self.gpu_sum)
+            }
+            Report::ApiGpuSum => super::combined::table(
+                "CUDA API calls, kernels and memory operations [cuda_api_gpu_sum]",
+                &self.api_gpu_sum,
+            ),
             Report::PythonSync => {
                 let mut t = Table::new(
                     "Synchronising calls by Python source line [python_sync_sum]",

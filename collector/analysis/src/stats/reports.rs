@@ -24,6 +24,8 @@ pub enum Report {
     Graphs,
     Processes,
     Devices,
+    GpuSum,
+    ApiGpuSum,
     /// A row per event (streamed by [`super::event_trace`], not held in [`Stats`]).
     GpuTrace,
     ApiTrace,
@@ -31,7 +33,7 @@ pub enum Report {
 }
 
 impl Report {
-    pub const ALL: [Report; 18] = [
+    pub const ALL: [Report; 20] = [
         Report::Kernels,
         Report::KernGrid,
         Report::Categories,
@@ -50,6 +52,8 @@ impl Report {
         Report::Graphs,
         Report::Processes,
         Report::Devices,
+        Report::GpuSum,
+        Report::ApiGpuSum,
     ];
 
     /// The reports with a row per event: only by name (`nsys stats` prints them only when asked), streamed.
@@ -58,18 +62,19 @@ impl Report {
     /// Whether the report's rows name kernels (and take `:base` or `:mangled`).
     pub fn names_kernels(self) -> bool {
         use Report::*;
-        matches!(self, Kernels | KernGrid | KernExec | NvtxKern | GpuTrace | KernExecTrace)
+        matches!(self, Kernels | KernGrid | KernExec | NvtxKern | GpuTrace | KernExecTrace | GpuSum | ApiGpuSum)
     }
 
     pub fn is_event_trace(self) -> bool {
         Report::EVENT_TRACES.contains(&self)
     }
 
-    /// What the terminal shows by default: all but the per-range x per-kernel table, which grows with the run, and
-    /// the per-launch and per-shape kernel tables, which `nsys stats` does not print by default either (`--report`
+    /// What the terminal shows by default: all but the per-range x per-kernel table, which grows with the run, the
+    /// combined summaries, which repeat the kernel, memory and API tables, and the per-launch and per-shape kernel
+    /// tables, which `nsys stats` does not print by default either (`--report`
     /// shows them; JSON and CSV hold everything).
     pub fn default_text() -> Vec<Report> {
-        let left_out = [Report::NvtxKern, Report::KernExec, Report::KernGrid];
+        let left_out = [Report::NvtxKern, Report::KernExec, Report::KernGrid, Report::GpuSum, Report::ApiGpuSum];
         Report::ALL.into_iter().filter(|r| !left_out.contains(r)).collect()
     }
 
@@ -94,6 +99,8 @@ impl Report {
             Report::Graphs => ("graphs", "graphs"),
             Report::Processes => ("processes", "processes"),
             Report::Devices => ("devices", "devices"),
+            Report::GpuSum => ("cuda_gpu_sum", "gpu_sum"),
+            Report::ApiGpuSum => ("cuda_api_gpu_sum", "api_gpu_sum"),
             Report::GpuTrace => ("cuda_gpu_trace", "gpu_trace"),
             Report::ApiTrace => ("cuda_api_trace", "api_trace"),
             Report::KernExecTrace => ("cuda_kern_exec_trace", "kern_exec_trace"),
@@ -109,6 +116,7 @@ impl Report {
             "gpukerngbsum" => Some(Report::KernGrid),
             "cudaapisum" => Some(Report::Api),
             "kernexecsum" => Some(Report::KernExec),
+            "gpusum" => Some(Report::GpuSum),
             "gpumemtimesum" => Some(Report::MemTime),
             "gpumemsizesum" => Some(Report::MemSize),
             "nvtxsum" | "nvtxppsum" => Some(Report::Nvtx),
