@@ -31,8 +31,22 @@ pub fn csv_field(c: &str) -> String {
 /// [`csv_field`], appended to `out`.
 pub fn push_csv_field(c: &str, out: &mut String) {
     let quoted = c.contains([',', '"']) || c.starts_with(' ') || c.ends_with(' ');
-    if !quoted && !c.chars().any(char::is_control) {
-        out.push_str(c);
+    // Control characters are C0, DEL and C1 (U+0080..U+009F, whose UTF-8 starts with 0xC2): a byte scan finds
+    // the fields without any, which go out in spans.
+    let maybe_control = c.bytes().any(|b| b < 0x20 || b == 0x7f || b == 0xc2);
+    if !maybe_control || !c.chars().any(char::is_control) {
+        if !quoted {
+            out.push_str(c);
+            return;
+        }
+        out.push('"');
+        for (i, part) in c.split('"').enumerate() {
+            if i > 0 {
+                out.push_str("\"\"");
+            }
+            out.push_str(part);
+        }
+        out.push('"');
         return;
     }
     if quoted {
@@ -167,6 +181,9 @@ mod tests {
         let mut out = String::new();
         t.to_csv(&mut out);
         assert_eq!(out, format!("# T\nCount,Name\n3,\"f<a, b>\"\"q\"\"\"\n1,{long}\n2,k\\u{{1b}}[2J\n"));
+        // C1 controls (two bytes in UTF-8) are escaped too; text around quotes goes out whole.
+        assert_eq!(csv_field("a\u{85}b"), "a\\u{85}b");
+        assert_eq!(csv_field("é, \"x\" ü"), "\"é, \"\"x\"\" ü\"");
     }
 
     #[test]
