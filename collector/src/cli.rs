@@ -81,9 +81,11 @@ pub enum Cmd {
     },
     /// Summary tables of a trace (cuflight, Kineto JSON or nsys SQLite), as `nsys stats` prints them.
     Stats {
-        /// The trace: a cuflight capture (.cuf), torch.profiler's Kineto JSON (plain or .gz) or an Nsight Systems
-        /// SQLite export.
-        trace: PathBuf,
+        /// The trace: a cuflight capture (.cuf), torch.profiler's Kineto JSON (plain or .gz), an Nsight Systems
+        /// SQLite export or report; several (or a directory of them) are one job's, merged on one clock first,
+        /// and the tables cover all their processes.
+        #[arg(required = true, num_args = 1..)]
+        traces: Vec<PathBuf>,
         #[arg(long, value_enum, default_value_t = StatsFormat::Table)]
         format: StatsFormat,
         /// Reports to print, comma-separated, by nsys's names where it has one: cuda_gpu_kern_sum,
@@ -212,14 +214,18 @@ impl Cmd {
     /// The traces of commands that read several as one job (a directory among them stands for its traces).
     pub fn job_traces(&mut self) -> Option<&mut Vec<PathBuf>> {
         match self {
-            Cmd::Report { traces, .. } | Cmd::Merge { traces, .. } | Cmd::Export { traces, .. } => Some(traces),
+            Cmd::Report { traces, .. }
+            | Cmd::Merge { traces, .. }
+            | Cmd::Export { traces, .. }
+            | Cmd::Stats { traces, .. } => Some(traces),
             _ => None,
         }
     }
 
     pub fn trace_paths(&mut self) -> Vec<&mut PathBuf> {
         match self {
-            Cmd::Stats { trace, .. } | Cmd::Recover { trace, .. } => vec![trace],
+            Cmd::Recover { trace, .. } => vec![trace],
+            Cmd::Stats { traces, .. } => traces.iter_mut().collect(),
             Cmd::Report { traces, .. } | Cmd::Diff { traces, .. } | Cmd::Merge { traces, .. } => {
                 traces.iter_mut().collect()
             }

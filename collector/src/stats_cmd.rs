@@ -4,25 +4,28 @@
 
 use crate::cli::StatsFormat;
 use crate::closed_output::BROKEN_PIPE_STATUS;
+use crate::multi_trace::merged_source;
 use crate::{stand_in, warn_cut_short, write_text};
 use anyhow::{Context, Result};
 use cuflight_collector::analysis::stats::{event_trace, Choice, KernelNames, Report, Stats, Style};
-use cuflight_collector::export::output::Output;
+use cuflight_collector::export::output::{self, Output};
 use cuflight_collector::model::source::EventSource;
 use std::io::{self, BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub fn run(
-    trace: PathBuf,
+    traces: Vec<PathBuf>,
     format: StatsFormat,
     report: Vec<Choice>,
     output: Option<PathBuf>,
     force: bool,
 ) -> Result<i32> {
     let kernel_names = kernel_names(&report)?;
+    let inputs: Vec<&Path> = traces.iter().map(PathBuf::as_path).collect();
+    output::distinct_inputs(&inputs)?;
     let report: Vec<Report> = report.into_iter().map(|c| c.report).collect();
     let mut out =
-        output.as_deref().filter(|o| o.as_os_str() != "-").map(|o| Output::create(o, &[&trace], force)).transpose()?;
+        output.as_deref().filter(|o| o.as_os_str() != "-").map(|o| Output::create(o, &inputs, force)).transpose()?;
     let style = match format {
         StatsFormat::Table => Style::Table,
         StatsFormat::Csv => Style::Csv,
@@ -33,16 +36,24 @@ pub fn run(
         (true, _) => Report::ALL.to_vec(),
         (false, _) => report,
     };
-    let (traces, summaries): (Vec<Report>, Vec<Report>) = reports.into_iter().partition(|r| r.is_event_trace());
+    let (per_event, summaries): (Vec<Report>, Vec<Report>) = reports.into_iter().partition(|r| r.is_event_trace());
     // Streamed: memory is bounded by the tables (and each per-event report's join), whatever the trace's size.
-    let mut source = EventSource::open(&trace)?;
+    // Several traces are one job's: merged on its clock (as report and export take them), so that a table's
+    // events interleave as they happened.
+    let (mut source, shown_input) = match &traces[..] {
+        [one] => {
+            let source = EventSource::open(one)?;
+            warn_cut_short(one, source.cut_short.as_deref());
+            (source, stand_in::name_of(one))
+        }
+        many => (merged_source(many)?, format!("{} traces", many.len())),
+    };
     let mut text = String::new();
     if !summaries.is_empty() {
         let stats = Stats::compute_source_naming(&mut source, kernel_names)?;
-        warn_cut_short(&trace, source.cut_short.as_deref());
         text = stats.render(&summaries, style);
     }
-    if traces.is_empty() {
+    if per_event.is_empty() {
         if !text.ends_with('\n') {
             text.push('\n');
         }
@@ -64,7 +75,7 @@ pub fn run(
             _ => text.clone(),
         };
         sink.write_all(json_open.as_bytes()).map_err(failed)?;
-        for (i, r) in traces.iter().enumerate() {
+        for (i, r) in per_event.iter().enumerate() {
             let gap = match style {
                 Style::Json if i == 0 && summaries.is_empty() => "\n  ",
                 Style::Json => ",\n  ",
@@ -75,12 +86,9 @@ pub fn run(
             match event_trace::write(*r, kernel_names, &mut source, style, &mut sink) {
                 Ok(_) => {}
                 Err(event_trace::EventTraceError::Write { report, source }) => {
-                    return Err(failed(source).context(format!("{report} of {}", stand_in::name_of(&trace))));
+                    return Err(failed(source).context(format!("{report} of {shown_input}")));
                 }
                 Err(e) => return Err(e.into()),
-            }
-            if summaries.is_empty() && i == 0 {
-                warn_cut_short(&trace, source.cut_short.as_deref());
             }
         }
         let end = if style == Style::Json { "\n}\n" } else { "" };

@@ -27,11 +27,11 @@ pub fn expand(traces: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-/// A directory where a command reads one trace file (stats, recover): refused, saying which commands read one.
+/// A directory where a command reads one trace file (recover): refused, saying which commands read one.
 pub fn refuse(traces: &[&mut PathBuf], command: &str) -> Result<()> {
     if let Some(dir) = traces.iter().find(|t| t.is_dir()) {
         bail!(
-            "{} is a directory: {command} reads trace files (report, merge and export read the traces in a \
+            "{} is a directory: {command} reads trace files (report, stats, merge and export read the traces in a \
              directory as one job; diff takes a directory as one run)",
             dir.display()
         );

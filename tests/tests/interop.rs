@@ -424,6 +424,6 @@ fn a_directory_of_rank_traces_reads_as_the_job() {
         (busiest, d["runs"][1]["step_ns"].clone())
     );
     // Commands that read trace files one by one say which read a directory.
-    let (ok, err) = cuflight(&[OsStr::new("stats"), log.as_os_str()]);
-    assert!(!ok && err.contains("is a directory: stats reads trace files (report, merge and export"), "{err}");
+    let (ok, err) = cuflight(&[OsStr::new("recover"), log.as_os_str()]);
+    assert!(!ok && err.contains("is a directory: recover reads trace files (report, stats, merge and export"), "{err}");
 }

@@ -454,3 +454,48 @@ fn kernel_reports_take_nsys_name_forms() {
     let bad = stats_with(&[p, "--report", "cuda_api_sum:base"]);
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("takes no argument"));
 }
+
+/// Several traces (or their directory) are one job's: each table covers every rank, its instances and time the
+/// sums of the ranks' own, and the processes table lists each rank; an output among the inputs is refused.
+#[test]
+fn the_traces_of_a_job_are_summarised_together() {
+    let (Some(r0), Some(r1)) = (shared_trace("kineto-2rank-r0.json.gz"), shared_trace("kineto-2rank-r1.json.gz"))
+    else {
+        return;
+    };
+    let kernels = |args: &[&str]| -> Value {
+        let out = stats_with(&[args, &["--report", "cuda_gpu_kern_sum,processes", "--format", "json"]].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (p0, p1) = (r0.to_str().unwrap(), r1.to_str().unwrap());
+    let both = kernels(&[p0, p1]);
+    let (one, other) = (kernels(&[p0]), kernels(&[p1]));
+    let find = |v: &Value, name: &str| -> (u64, u64) {
+        let rows = v["kernels"].as_array().unwrap();
+        rows.iter()
+            .find(|r| r["name"] == name)
+            .map_or((0, 0), |r| (r["count"].as_u64().unwrap(), r["total_ns"].as_u64().unwrap()))
+    };
+    let rows = both["kernels"].as_array().unwrap();
+    assert!(rows.len() >= one["kernels"].as_array().unwrap().len());
+    for row in rows {
+        let name = row["name"].as_str().unwrap();
+        let (a, b) = (find(&one, name), find(&other, name));
+        assert_eq!(
+            (row["count"].as_u64().unwrap(), row["total_ns"].as_u64().unwrap()),
+            (a.0 + b.0, a.1 + b.1),
+            "{name}"
+        );
+    }
+    let ranks: Vec<u64> = both["processes"].as_array().unwrap().iter().filter_map(|p| p["rank"].as_u64()).collect();
+    assert!(ranks.contains(&0) && ranks.contains(&1), "{ranks:?}");
+    // Their directory: the same tables.
+    let dir = scratch("stats-job-dir");
+    for r in [&r0, &r1] {
+        std::fs::copy(r, dir.join(r.file_name().unwrap())).unwrap();
+    }
+    assert_eq!(kernels(&[dir.to_str().unwrap()])["kernels"], both["kernels"]);
+    let out = stats_with(&[p0, p1, "-o", p1, "--force"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("input"));
+}
