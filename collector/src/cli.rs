@@ -99,6 +99,10 @@ pub enum Cmd {
         /// by numbers (ProfilerStep#N) share a row; csv and json hold every row.
         #[arg(long, value_delimiter = ',', value_parser = parse_report)]
         report: Vec<stats::Choice>,
+        /// Unit of the time columns on the terminal and in CSV, as nsys's --timeunit: ns (default), us, ms or s,
+        /// exact (JSON keeps nanoseconds).
+        #[arg(long, value_enum, default_value_t = TimeUnitArg::Ns)]
+        timeunit: TimeUnitArg,
         /// Write the tables here instead of standard output.
         #[arg(short, long)]
         output: Option<PathBuf>,
@@ -346,6 +350,18 @@ pub enum InjectArg {
 pub enum Format {
     Table,
     Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum TimeUnitArg {
+    #[value(alias = "nsec", alias = "nanoseconds")]
+    Ns,
+    #[value(alias = "usec", alias = "microseconds")]
+    Us,
+    #[value(alias = "msec", alias = "milliseconds")]
+    Ms,
+    #[value(alias = "sec", alias = "seconds")]
+    S,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -285,7 +285,9 @@ fn run(mut cli: Cli) -> Result<i32> {
                 .context("cannot write the completions to standard output")?;
             Ok(0)
         }
-        Cmd::Stats { traces, format, report, output, force } => stats_cmd::run(traces, format, report, output, force),
+        Cmd::Stats { traces, format, report, timeunit, output, force } => {
+            stats_cmd::run(traces, format, report, timeunit, output, force)
+        }
     }
 }
 

@@ -2,12 +2,13 @@
 //! (`cuda_gpu_trace`, ...) streamed in a pass of its own, in one output: tables one after another, CSV blocks
 //! apart by a blank line, or one JSON object whose members are the reports.
 
-use crate::cli::StatsFormat;
+use crate::cli::{StatsFormat, TimeUnitArg};
 use crate::closed_output::BROKEN_PIPE_STATUS;
 use crate::multi_trace::merged_source;
 use crate::{stand_in, warn_cut_short, write_text};
 use anyhow::{Context, Result};
 use cuflight_collector::analysis::stats::{event_trace, Choice, KernelNames, Report, Stats, Style};
+use cuflight_collector::analysis::table::TimeUnit;
 use cuflight_collector::export::output::{self, Output};
 use cuflight_collector::model::source::EventSource;
 use std::io::{self, BufWriter, Write};
@@ -17,10 +18,17 @@ pub fn run(
     traces: Vec<PathBuf>,
     format: StatsFormat,
     report: Vec<Choice>,
+    timeunit: TimeUnitArg,
     output: Option<PathBuf>,
     force: bool,
 ) -> Result<i32> {
     let kernel_names = kernel_names(&report)?;
+    let unit = match timeunit {
+        TimeUnitArg::Ns => TimeUnit::Ns,
+        TimeUnitArg::Us => TimeUnit::Us,
+        TimeUnitArg::Ms => TimeUnit::Ms,
+        TimeUnitArg::S => TimeUnit::S,
+    };
     let inputs: Vec<&Path> = traces.iter().map(PathBuf::as_path).collect();
     output::distinct_inputs(&inputs)?;
     let report: Vec<Report> = report.into_iter().map(|c| c.report).collect();
@@ -51,7 +59,7 @@ pub fn run(
     let mut text = String::new();
     if !summaries.is_empty() {
         let stats = Stats::compute_source_naming(&mut source, kernel_names)?;
-        text = stats.render(&summaries, style);
+        text = stats.render_in(&summaries, style, unit);
     }
     if per_event.is_empty() {
         if !text.ends_with('\n') {
@@ -83,7 +91,7 @@ pub fn run(
                 _ => "",
             };
             sink.write_all(gap.as_bytes()).map_err(failed)?;
-            match event_trace::write(*r, kernel_names, &mut source, style, &mut sink) {
+            match event_trace::write(*r, kernel_names, &mut source, style, unit, &mut sink) {
                 Ok(_) => {}
                 Err(event_trace::EventTraceError::Write { report, source }) => {
                     return Err(failed(source).context(format!("{report} of {shown_input}")));

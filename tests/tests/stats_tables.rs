@@ -499,3 +499,38 @@ fn the_traces_of_a_job_are_summarised_together() {
     let out = stats_with(&[p0, p1, "-o", p1, "--force"]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("input"));
 }
+
+/// `--timeunit` (nsys's): the same figures in the unit asked for, exactly, in every time column of summaries and
+/// per-event reports alike; JSON keeps nanoseconds.
+#[test]
+fn time_columns_follow_the_unit_asked_for() {
+    let Some(path) = shared_trace("nsys-a100-cloverleaf.sqlite") else { return };
+    let p = path.to_str().unwrap();
+    let csv = |unit: &str| {
+        let out = stats_with(&[p, "--report", "cuda_api_sum,cuda_api_trace", "--format", "csv", "--timeunit", unit]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (ns, ms) = (csv("ns"), csv("msec"));
+    assert_eq!(ns.lines().count(), ms.lines().count());
+    let mut times = 0;
+    for (a, b) in ns.lines().zip(ms.lines()) {
+        if a.starts_with('#') || a.is_empty() {
+            continue;
+        }
+        if a.starts_with("Time (%)") || a.starts_with("Start") {
+            assert_eq!(a.replace("(ns)", "(ms)"), b);
+            continue;
+        }
+        for (x, y) in a.split(',').zip(b.split(',')) {
+            if x != y {
+                let (x, y): (u64, f64) = (x.parse().unwrap(), y.parse().unwrap());
+                assert!((x as f64 / 1e6 - y).abs() < 1e-9, "{x} ns vs {y} ms");
+                times += 1;
+            }
+        }
+    }
+    assert!(times > 3000, "{times} time cells");
+    let json = stats_with(&[p, "--report", "cuda_api_sum", "--format", "json", "--timeunit", "s"]);
+    assert!(String::from_utf8_lossy(&json.stdout).contains("\"total_ns\""));
+}

@@ -7,4 +7,4 @@ pub mod diff;
 pub mod job_clock;
 pub mod report;
 pub mod stats;
-pub(crate) mod table;
+pub mod table;

@@ -64,6 +64,43 @@ pub fn push_csv_field(c: &str, out: &mut String) {
     }
 }
 
+/// The unit of a table's time columns (nsys's `--timeunit`): every column whose header says `(ns)` is written in
+/// it, exactly (as many decimals as the unit has nanoseconds' digits); JSON keeps nanoseconds, its keys say so.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimeUnit {
+    #[default]
+    Ns,
+    Us,
+    Ms,
+    S,
+}
+
+impl TimeUnit {
+    pub fn label(self) -> &'static str {
+        match self {
+            TimeUnit::Ns => "ns",
+            TimeUnit::Us => "us",
+            TimeUnit::Ms => "ms",
+            TimeUnit::S => "s",
+        }
+    }
+
+    /// `ns` nanoseconds in this unit.
+    pub fn format(self, ns: u64) -> String {
+        match self {
+            TimeUnit::Ns => ns.to_string(),
+            TimeUnit::Us => format!("{}.{:03}", ns / 1_000, ns % 1_000),
+            TimeUnit::Ms => format!("{}.{:06}", ns / 1_000_000, ns % 1_000_000),
+            TimeUnit::S => format!("{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000),
+        }
+    }
+
+    /// A column header in this unit: `Avg (ns)` -> `Avg (ms)`; None for a column that is not a time.
+    pub fn header(self, header: &str) -> Option<String> {
+        header.strip_suffix(" (ns)").map(|h| format!("{h} ({})", self.label()))
+    }
+}
+
 pub struct Table {
     title: String,
     headers: Vec<String>,
@@ -95,6 +132,22 @@ impl Table {
     /// keep them whole).
     pub fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
+    }
+
+    /// The time columns (headers ending in `(ns)`) in `unit`.
+    pub fn in_time_unit(&mut self, unit: TimeUnit) {
+        if unit == TimeUnit::Ns {
+            return;
+        }
+        for (i, h) in self.headers.iter_mut().enumerate() {
+            let Some(renamed) = unit.header(h) else { continue };
+            *h = renamed;
+            for row in &mut self.rows {
+                if let Some(ns) = row.get(i).and_then(|c| c.parse::<u64>().ok()) {
+                    row[i] = unit.format(ns);
+                }
+            }
+        }
     }
 
     /// Shows `note` instead of any rows (e.g. "not recorded: ...").
@@ -184,6 +237,19 @@ mod tests {
         // C1 controls (two bytes in UTF-8) are escaped too; text around quotes goes out whole.
         assert_eq!(csv_field("a\u{85}b"), "a\\u{85}b");
         assert_eq!(csv_field("é, \"x\" ü"), "\"é, \"\"x\"\" ü\"");
+    }
+
+    /// nsys's `--timeunit`: time columns exact in the unit asked for, the others as they were.
+    #[test]
+    fn time_columns_take_the_unit_asked_for() {
+        let mut t = Table::new("T", &["Total Time (ns)", "Instances", "Med (ns)", "Name"]);
+        t.row(vec!["1234567".into(), "3".into(), "5".into(), "k (ns)".into()]);
+        t.in_time_unit(TimeUnit::Ms);
+        let mut out = String::new();
+        t.to_csv(&mut out);
+        assert_eq!(out, "# T\nTotal Time (ms),Instances,Med (ms),Name\n1.234567,3,0.000005,k (ns)\n");
+        assert_eq!(TimeUnit::S.format(12_000_000_001), "12.000000001");
+        assert_eq!(TimeUnit::Us.format(999), "0.999");
     }
 
     #[test]

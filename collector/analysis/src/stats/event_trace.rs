@@ -18,6 +18,7 @@ use super::kern_exec::LaunchTimes;
 use super::kernel_names::KernelNames;
 use super::reports::{Report, Style};
 use super::row_stream::{Cell, Column, RowStream};
+use crate::table::TimeUnit;
 use cuflight_format::event::LaunchConfig;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::launches::LaunchJoin;
@@ -104,11 +105,12 @@ pub fn write(
     kernel_names: KernelNames,
     source: &mut EventSource,
     style: Style,
+    unit: TimeUnit,
     out: &mut dyn Write,
 ) -> Result<u64, EventTraceError> {
     let name = report.names().0;
     let Some((title, columns)) = layout(report) else { return Ok(0) };
-    let mut rows = RowStream::new(out, style, title, report.names().1, columns);
+    let mut rows = RowStream::new(out, style, title, report.names().1, columns, unit);
     let mut state = PassState { kernel_names, ..PassState::default() };
     source.for_each(|key, p, e| {
         if let Some(cells) = state.row(report, key, p, e) {

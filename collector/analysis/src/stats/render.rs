@@ -3,11 +3,17 @@
 
 use super::columns::{stat_cells, DURATION_COLUMNS};
 use super::*;
+use crate::table::TimeUnit;
 
 impl Stats {
     /// The `reports` asked for, in `style`. JSON holds the requested keys (with `processes` also `dropped`, with
     /// `nvtx` also `nvtx_categories`), or, for all reports, every key.
     pub fn render(&self, reports: &[Report], style: Style) -> String {
+        self.render_in(reports, style, TimeUnit::Ns)
+    }
+
+    /// [`Stats::render`], the terminal's and CSV's time columns in `unit` (JSON keeps nanoseconds).
+    pub fn render_in(&self, reports: &[Report], style: Style, unit: TimeUnit) -> String {
         if style == Style::Json && reports == Report::ALL {
             return self.to_json(); // everything, the schema's every key
         }
@@ -30,6 +36,7 @@ impl Stats {
         let mut out = String::new();
         for (i, r) in reports.iter().enumerate() {
             let mut t = self.table(*r, style == Style::Table);
+            t.in_time_unit(unit);
             let kind = match r {
                 Report::Memory => Some("memory"),
                 Report::Nvtx | Report::NvtxGpuProj | Report::NvtxKern => Some("nvtx"),

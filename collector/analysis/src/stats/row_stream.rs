@@ -5,7 +5,7 @@
 //! one member of the caller's object, an array of one object per row.
 
 use super::reports::Style;
-use crate::table::{csv_field, push_csv_field, terminal_safe};
+use crate::table::{csv_field, push_csv_field, terminal_safe, TimeUnit};
 use std::io::{self, Write};
 
 /// Rows held to size the terminal's columns.
@@ -66,11 +66,24 @@ pub struct RowStream<'a> {
     /// The line being made, and a cell's text, kept between rows.
     line: String,
     cell: String,
+    /// Unit of the time columns on the terminal and in CSV (and which columns those are).
+    unit: TimeUnit,
+    is_time: Vec<bool>,
 }
 
 impl<'a> RowStream<'a> {
-    /// Begins the table (CSV and JSON write their header at once; the terminal waits for its preview).
-    pub fn new(out: &'a mut dyn Write, style: Style, title: &str, json_key: &str, columns: &'static [Column]) -> Self {
+    /// Begins the table (CSV and JSON write their header at once; the terminal waits for its preview); the
+    /// time columns (headers ending in `(ns)`) in `unit`, except in JSON.
+    pub fn new(
+        out: &'a mut dyn Write,
+        style: Style,
+        title: &str,
+        json_key: &str,
+        columns: &'static [Column],
+        unit: TimeUnit,
+    ) -> Self {
+        let unit = if style == Style::Json { TimeUnit::Ns } else { unit };
+        let is_time = columns.iter().map(|c| unit != TimeUnit::Ns && unit.header(c.0).is_some()).collect();
         let mut s = RowStream {
             out,
             style,
@@ -82,10 +95,12 @@ impl<'a> RowStream<'a> {
             failed: None,
             line: String::new(),
             cell: String::new(),
+            unit,
+            is_time,
         };
         let head = match style {
             Style::Csv => {
-                let names: Vec<String> = columns.iter().map(|c| csv_field(c.0)).collect();
+                let names: Vec<String> = columns.iter().map(|c| csv_field(&s.header(c.0))).collect();
                 format!("# {title}\n{}\n", names.join(","))
             }
             Style::Json => format!("{}: [", serde_json::Value::from(json_key)),
@@ -121,7 +136,7 @@ impl<'a> RowStream<'a> {
                     }
                     match c.as_text() {
                         Some(t) => push_csv_field(t, &mut line),
-                        None => c.push_to(&mut line),
+                        None => push_cell(c, self.is_time[i], self.unit, &mut line),
                     }
                 }
                 line.push('\n');
@@ -170,11 +185,12 @@ impl<'a> RowStream<'a> {
     }
 
     fn flush_preview(&mut self) {
-        let mut widths: Vec<usize> = self.columns.iter().map(|c| c.0.chars().count()).collect();
+        let headers: Vec<String> = self.columns.iter().map(|c| self.header(c.0)).collect();
+        let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
         for r in &self.preview {
-            for (w, c) in widths.iter_mut().zip(r) {
+            for (i, (w, c)) in widths.iter_mut().zip(r).enumerate() {
                 self.cell.clear();
-                c.push_to(&mut self.cell);
+                push_cell(c, self.is_time[i], self.unit, &mut self.cell);
                 *w = (*w).max(shown(&self.cell).chars().count());
             }
         }
@@ -183,7 +199,7 @@ impl<'a> RowStream<'a> {
         let title = format!("\n{}\n", self.title);
         self.put(&title);
         let mut line = String::new();
-        let header: Vec<Cell> = self.columns.iter().map(|c| Cell::Text(c.0)).collect();
+        let header: Vec<Cell> = headers.iter().map(|h| Cell::Text(h)).collect();
         self.table_line(&header, &mut line);
         let dashes: Vec<Cell> = dashes.iter().map(|d| Cell::Text(d)).collect();
         self.table_line(&dashes, &mut line);
@@ -200,7 +216,7 @@ impl<'a> RowStream<'a> {
         let widths = self.widths.as_deref().unwrap_or(&[]);
         for (i, c) in cells.iter().enumerate() {
             self.cell.clear();
-            c.push_to(&mut self.cell);
+            push_cell(c, self.is_time.get(i).copied().unwrap_or(false), self.unit, &mut self.cell);
             let text = shown(&self.cell);
             line.push(' ');
             if i + 1 < cells.len() {
@@ -214,12 +230,25 @@ impl<'a> RowStream<'a> {
         line.push('\n');
     }
 
+    /// A column's header in the table's time unit.
+    fn header(&self, h: &str) -> String {
+        self.unit.header(h).unwrap_or_else(|| h.to_string())
+    }
+
     fn put(&mut self, s: &str) {
         if self.failed.is_none() {
             if let Err(e) = self.out.write_all(s.as_bytes()) {
                 self.failed = Some(e);
             }
         }
+    }
+}
+
+/// A cell's text: a time column's numbers in `unit`.
+fn push_cell(c: &Cell, is_time: bool, unit: TimeUnit, out: &mut String) {
+    match c {
+        Cell::Int(ns) if is_time => out.push_str(&unit.format(*ns)),
+        _ => c.push_to(out),
     }
 }
 
@@ -251,7 +280,7 @@ mod tests {
 
     fn written(style: Style, rows: &[Vec<Cell>]) -> String {
         let mut out = Vec::new();
-        let mut s = RowStream::new(&mut out, style, "T [t]", "t", COLUMNS);
+        let mut s = RowStream::new(&mut out, style, "T [t]", "t", COLUMNS, TimeUnit::Ns);
         for r in rows {
             s.row(r);
         }
@@ -287,6 +316,12 @@ mod tests {
         assert_eq!(written(Style::Csv, &odd).lines().last(), Some("1,2,\"k\"\"q\\u{1b}[2J\""));
         let v: serde_json::Value = serde_json::from_str(&format!("{{{}}}", written(Style::Json, &odd))).unwrap();
         assert_eq!(v["t"][0]["name"], "k\"q\x1b[2J");
+        // Time columns in the unit asked for, except in JSON.
+        let mut out = Vec::new();
+        let mut ms = RowStream::new(&mut out, Style::Csv, "T", "t", COLUMNS, TimeUnit::Ms);
+        ms.row(&rows[1]);
+        ms.finish().unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "# T\nStart (ms),Bytes,Name\n0.001200,64,[CUDA memset]\n");
         assert!(written(Style::Table, &odd).ends_with("1     2 k\"q\\u{1b}[2J\n"));
     }
 
@@ -294,7 +329,7 @@ mod tests {
     #[test]
     fn the_terminal_holds_only_its_preview() {
         let mut out = Vec::new();
-        let mut s = RowStream::new(&mut out, Style::Table, "T", "t", COLUMNS);
+        let mut s = RowStream::new(&mut out, Style::Table, "T", "t", COLUMNS, TimeUnit::Ns);
         for i in 0..PREVIEW_ROWS as u64 - 1 {
             s.row(&[Cell::Int(i), Cell::Int(1), Cell::Text("k")]);
         }
@@ -322,7 +357,7 @@ mod tests {
             }
         }
         let mut out = Closed(0);
-        let mut s = RowStream::new(&mut out, Style::Csv, "T", "t", COLUMNS);
+        let mut s = RowStream::new(&mut out, Style::Csv, "T", "t", COLUMNS, TimeUnit::Ns);
         for _ in 0..10 {
             s.row(&[Cell::Int(1), Cell::Int(2), Cell::Text("k")]);
         }
