@@ -71,7 +71,8 @@ impl StatsAcc {
         self.kern_exec.feed(key, p, e);
         self.kern_gb.feed(key, e);
         if let Some(r) = self.pairers.entry(key).or_default().feed(e) {
-            self.nvtx.entry((key, Domain::Nvtx(r.domain), r.name, "range")).or_default().add(r.end - r.start);
+            let style = if r.async_range { "StartEnd" } else { "PushPop" };
+            self.nvtx.entry((key, Domain::Nvtx(r.domain), r.name, style)).or_default().add(r.end - r.start);
             return;
         }
         match e.kind() {
@@ -161,7 +162,7 @@ impl StatsAcc {
                 multiprocessors: e.c,
             }),
             Some(EventKind::Range) => {
-                self.nvtx.entry((key, Domain::Imported(e.c as u32), e.name, "range")).or_default().add(e.duration());
+                self.nvtx.entry((key, Domain::Imported(e.c as u32), e.name, "Range")).or_default().add(e.duration());
             }
             Some(EventKind::GraphNode) => {
                 let g = self.graphs.entry((key, e.a)).or_default();
@@ -179,7 +180,7 @@ impl StatsAcc {
                 });
             }
             Some(EventKind::NvtxMark) => {
-                self.nvtx.entry((key, Domain::Nvtx(e.c), e.name, "mark")).or_default().add(0);
+                self.nvtx.entry((key, Domain::Nvtx(e.c), e.name, "Mark")).or_default().add(0);
             }
             _ => {}
         }
@@ -206,13 +207,15 @@ impl StatsAcc {
             duration_rows(named)
         };
         let mut nvtx: BTreeMap<(String, String, &'static str), Acc> = BTreeMap::new();
-        for ((key, domain, name, kind), acc) in self.nvtx {
+        for ((key, domain, name, style), acc) in self.nvtx {
             let domain = match domain {
                 Domain::Nvtx(id) => processes.get(&key).map_or("", |p| p.nvtx_domain(id)),
                 Domain::Imported(id) => string(key, id),
             };
-            nvtx.entry((domain.to_string(), string(key, name).to_string(), kind)).or_default().merge(&acc);
+            nvtx.entry((domain.to_string(), string(key, name).to_string(), style)).or_default().merge(&acc);
         }
+        // nsys's Time (%): of the time of every range listed (marks take none).
+        let range_ns: u64 = nvtx.values().map(|a| a.total).sum();
         let (nvtx_gpu_proj, nvtx_kern) = projection_rows(self.projection, processes, self.kernel_names);
         let names = self.kernel_names;
         // Categories judge kernels by their full names (a namespace tells ATen's from cuDNN's), whatever the form.
@@ -266,10 +269,12 @@ impl StatsAcc {
             memory: MemoryStats { device: device_memory, pinned_host: pinned_memory },
             nvtx: nvtx
                 .into_iter()
-                .map(|((domain, name, kind), a)| NvtxRow {
+                .map(|((domain, name, style), a)| NvtxRow {
                     domain,
                     name,
-                    kind,
+                    kind: if style == "Mark" { "mark" } else { "range" },
+                    style,
+                    percent: if range_ns == 0 { 0.0 } else { 100.0 * a.total as f64 / range_ns as f64 },
                     count: a.count,
                     total_ns: a.total,
                     avg_ns: a.avg(),

@@ -78,6 +78,11 @@ pub struct NvtxRow {
     pub name: String,
     /// "range" or "mark".
     pub kind: &'static str,
+    /// As nsys's nvtx_sum says it: "PushPop" or "StartEnd" (NVTX ranges), "Range" (an imported trace's complete
+    /// ranges: torch.profiler's annotations), "Mark".
+    pub style: &'static str,
+    /// Share of the time of every range in the table (nsys's Time (%)); 0 for marks.
+    pub percent: f64,
     pub count: u64,
     pub total_ns: u64,
     pub avg_ns: u64,
@@ -383,6 +388,9 @@ mod tests {
         assert_eq!((handoff.count, handoff.total_ns), (1, 600));
         let step = s.nvtx.iter().find(|r| r.name == "step").unwrap();
         assert_eq!((step.count, step.total_ns, step.min_ns, step.max_ns), (2, 500, 100, 400));
+        // nsys's Style and Time (%): a start/end range and push/pop ranges, shares of all ranges' time.
+        assert_eq!((handoff.style, step.style), ("StartEnd", "PushPop"));
+        assert!((handoff.percent - 54.545).abs() < 0.01 && (step.percent - 45.454).abs() < 0.01);
     }
 
     /// Streamed (`compute_source`, what every command uses) and loaded (`compute`) give the same tables.

@@ -140,6 +140,7 @@ impl Stats {
                 let mut t = Table::new(
                     "NVTX ranges and marks [nvtx_sum]",
                     &[
+                        "Time (%)",
                         "Total Time (ns)",
                         "Instances",
                         "Avg (ns)",
@@ -147,7 +148,7 @@ impl Stats {
                         "Min (ns)",
                         "Max (ns)",
                         "StdDev (ns)",
-                        "Kind",
+                        "Style",
                         "Domain",
                         "Name",
                     ],
@@ -157,7 +158,7 @@ impl Stats {
                 rows.sort_by(|a, b| {
                     b.total_ns.cmp(&a.total_ns).then_with(|| super::grouping::natural_cmp(&a.name, &b.name))
                 });
-                let key = |r: &NvtxRow| format!("{}\0{}", r.kind, r.domain);
+                let key = |r: &NvtxRow| format!("{}\0{}", r.style, r.domain);
                 let shown = if grouped {
                     super::grouping::group(&rows, |r| r.name.as_str(), key)
                 } else {
@@ -166,12 +167,13 @@ impl Stats {
                 for s in shown {
                     t.row(match s {
                         super::grouping::Shown::One(r) => {
-                            let mut cells = stat_cells(
+                            let mut cells = vec![format!("{:.1}", r.percent)];
+                            cells.extend(stat_cells(
                                 r.total_ns,
                                 r.count,
                                 [r.avg_ns, r.median_ns, r.min_ns, r.max_ns, r.stddev_ns],
-                            );
-                            cells.extend([r.kind.to_string(), r.domain.clone(), r.name.clone()]);
+                            ));
+                            cells.extend([r.style.to_string(), r.domain.clone(), r.name.clone()]);
                             cells
                         }
                         super::grouping::Shown::Group { pattern, rows } => {
@@ -180,12 +182,13 @@ impl Stats {
                             let min = rows.iter().map(|r| r.min_ns).min().unwrap_or(0);
                             let max = rows.iter().map(|r| r.max_ns).max().unwrap_or(0);
                             // The group's median and spread would need every instance: left out, not made up.
-                            let mut cells = vec![total.to_string(), count.to_string()];
+                            let percent: f64 = rows.iter().map(|r| r.percent).sum();
+                            let mut cells = vec![format!("{percent:.1}"), total.to_string(), count.to_string()];
                             cells.extend([(total / count.max(1)).to_string(), "-".into(), min.to_string()]);
                             cells.extend([
                                 max.to_string(),
                                 "-".into(),
-                                rows[0].kind.to_string(),
+                                rows[0].style.to_string(),
                                 rows[0].domain.clone(),
                             ]);
                             cells.push(format!("{pattern} ({} names; all with --format csv)", rows.len()));
