@@ -275,13 +275,7 @@ impl StatsAcc {
                     kind: if style == "Mark" { "mark" } else { "range" },
                     style,
                     percent: if range_ns == 0 { 0.0 } else { 100.0 * a.total as f64 / range_ns as f64 },
-                    count: a.count,
-                    total_ns: a.total,
-                    avg_ns: a.avg(),
-                    median_ns: a.median(),
-                    min_ns: a.min,
-                    max_ns: a.max,
-                    stddev_ns: a.stddev(),
+                    time: Durations::of(&a),
                 })
                 .collect(),
             gpu_mem_time: duration_rows(self.mem_time.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
@@ -396,20 +390,9 @@ fn projection_rows(
     }
     let mut kern: Vec<NvtxKernRow> = kernels
         .into_iter()
-        .map(|((domain, range, kernel), d)| NvtxKernRow {
-            domain,
-            range,
-            kernel,
-            count: d.count,
-            total_ns: d.total,
-            avg_ns: d.avg(),
-            median_ns: d.median(),
-            min_ns: d.min,
-            max_ns: d.max,
-            stddev_ns: d.stddev(),
-        })
+        .map(|((domain, range, kernel), d)| NvtxKernRow { domain, range, kernel, time: Durations::of(&d) })
         .collect();
-    kern.sort_by(|a, b| (&a.range, b.total_ns, &a.kernel).cmp(&(&b.range, a.total_ns, &b.kernel)));
+    kern.sort_by(|a, b| (&a.range, b.time.total_ns, &a.kernel).cmp(&(&b.range, a.time.total_ns, &b.kernel)));
     (rows, kern)
 }
 

@@ -42,11 +42,23 @@ pub struct DurationRow {
     pub percent: f64,
 }
 
-impl DurationRow {
-    /// `d`'s summary under `name`; `all`: the table's total time, which its share is of.
-    fn of(name: String, d: &dist::Dist, all: u64) -> DurationRow {
-        DurationRow {
-            name,
+/// Count and spread of a set of durations (ns): the figures every duration summary row holds, flattened into it in
+/// JSON (`count`, `total_ns`, `avg_ns`, `median_ns`, `min_ns`, `max_ns`, `stddev_ns`).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct Durations {
+    pub count: u64,
+    pub total_ns: u64,
+    pub avg_ns: u64,
+    pub median_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    /// Sample standard deviation.
+    pub stddev_ns: u64,
+}
+
+impl Durations {
+    fn of(d: &dist::Dist) -> Durations {
+        Durations {
             count: d.count,
             total_ns: d.total,
             avg_ns: d.avg(),
@@ -54,8 +66,26 @@ impl DurationRow {
             min_ns: d.min,
             max_ns: d.max,
             stddev_ns: d.stddev(),
-            percent: if all == 0 { 0.0 } else { 100.0 * d.total as f64 / all as f64 },
         }
+    }
+
+    /// Total and count, then avg, median, min, max and stddev: nsys's cells (after any share).
+    fn cells(&self) -> Vec<String> {
+        columns::stat_cells(
+            self.total_ns,
+            self.count,
+            [self.avg_ns, self.median_ns, self.min_ns, self.max_ns, self.stddev_ns],
+        )
+    }
+}
+
+impl DurationRow {
+    /// `d`'s summary under `name`; `all`: the table's total time, which its share is of.
+    fn of(name: String, d: &dist::Dist, all: u64) -> DurationRow {
+        let t = Durations::of(d);
+        let percent = if all == 0 { 0.0 } else { 100.0 * d.total as f64 / all as f64 };
+        let Durations { count, total_ns, avg_ns, median_ns, min_ns, max_ns, stddev_ns } = t;
+        DurationRow { name, count, total_ns, avg_ns, median_ns, min_ns, max_ns, stddev_ns, percent }
     }
 }
 
@@ -83,13 +113,8 @@ pub struct NvtxRow {
     pub style: &'static str,
     /// Share of the time of every range in the table (nsys's Time (%)); 0 for marks.
     pub percent: f64,
-    pub count: u64,
-    pub total_ns: u64,
-    pub avg_ns: u64,
-    pub median_ns: u64,
-    pub min_ns: u64,
-    pub max_ns: u64,
-    pub stddev_ns: u64,
+    #[serde(flatten)]
+    pub time: Durations,
 }
 
 /// An NVTX push/pop range projected onto the GPU (nsys's nvtx_gpu_proj_sum): from the start of the first GPU
@@ -119,13 +144,8 @@ pub struct NvtxKernRow {
     pub domain: String,
     pub range: String,
     pub kernel: String,
-    pub count: u64,
-    pub total_ns: u64,
-    pub avg_ns: u64,
-    pub median_ns: u64,
-    pub min_ns: u64,
-    pub max_ns: u64,
-    pub stddev_ns: u64,
+    #[serde(flatten)]
+    pub time: Durations,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -385,9 +405,9 @@ mod tests {
         let t = trace_of(vec![push_b, pop_b, end, start, push_a, pop_a], &[(4, "handoff"), (8, "step")]);
         let s = Stats::compute(&t);
         let handoff = s.nvtx.iter().find(|r| r.name == "handoff").unwrap();
-        assert_eq!((handoff.count, handoff.total_ns), (1, 600));
+        assert_eq!((handoff.time.count, handoff.time.total_ns), (1, 600));
         let step = s.nvtx.iter().find(|r| r.name == "step").unwrap();
-        assert_eq!((step.count, step.total_ns, step.min_ns, step.max_ns), (2, 500, 100, 400));
+        assert_eq!((step.time.count, step.time.total_ns, step.time.min_ns, step.time.max_ns), (2, 500, 100, 400));
         // nsys's Style and Time (%): a start/end range and push/pop ranges, shares of all ranges' time.
         assert_eq!((handoff.style, step.style), ("StartEnd", "PushPop"));
         assert!((handoff.percent - 54.545).abs() < 0.01 && (step.percent - 45.454).abs() < 0.01);

@@ -15,12 +15,8 @@ pub struct PythonSyncRow {
     pub file: String,
     pub line: u32,
     pub function: String,
-    pub count: u64,
-    pub total_ns: u64,
-    pub avg_ns: u64,
-    pub median_ns: u64,
-    pub min_ns: u64,
-    pub max_ns: u64,
+    #[serde(flatten)]
+    pub time: super::Durations,
     /// The calls made there, most frequent first ("cudaMemcpy x40, cudaDeviceSynchronize x2").
     pub calls: String,
     /// Share of the table's total time, in percent.
@@ -70,18 +66,15 @@ impl PythonAcc {
                     file,
                     line,
                     function,
-                    count: d.count,
-                    total_ns: d.total,
-                    avg_ns: d.avg(),
-                    median_ns: d.median(),
-                    min_ns: d.min,
-                    max_ns: d.max,
+                    time: super::Durations::of(&d),
                     calls: calls.iter().map(|(n, c)| format!("{n} x{c}")).collect::<Vec<_>>().join(", "),
                     percent: if total == 0 { 0.0 } else { d.total as f64 * 100.0 / total as f64 },
                 }
             })
             .collect();
-        rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| (&a.file, a.line).cmp(&(&b.file, b.line))));
+        rows.sort_by(|a, b| {
+            b.time.total_ns.cmp(&a.time.total_ns).then_with(|| (&a.file, a.line).cmp(&(&b.file, b.line)))
+        });
         rows
     }
 }

@@ -156,7 +156,7 @@ impl Stats {
                 // By time, as nsys orders it.
                 let mut rows: Vec<&NvtxRow> = self.nvtx.iter().collect();
                 rows.sort_by(|a, b| {
-                    b.total_ns.cmp(&a.total_ns).then_with(|| super::grouping::natural_cmp(&a.name, &b.name))
+                    b.time.total_ns.cmp(&a.time.total_ns).then_with(|| super::grouping::natural_cmp(&a.name, &b.name))
                 });
                 let key = |r: &NvtxRow| format!("{}\0{}", r.style, r.domain);
                 let shown = if grouped {
@@ -168,19 +168,15 @@ impl Stats {
                     t.row(match s {
                         super::grouping::Shown::One(r) => {
                             let mut cells = vec![format!("{:.1}", r.percent)];
-                            cells.extend(stat_cells(
-                                r.total_ns,
-                                r.count,
-                                [r.avg_ns, r.median_ns, r.min_ns, r.max_ns, r.stddev_ns],
-                            ));
+                            cells.extend(r.time.cells());
                             cells.extend([r.style.to_string(), r.domain.clone(), r.name.clone()]);
                             cells
                         }
                         super::grouping::Shown::Group { pattern, rows } => {
-                            let total: u64 = rows.iter().map(|r| r.total_ns).sum();
-                            let count: u64 = rows.iter().map(|r| r.count).sum();
-                            let min = rows.iter().map(|r| r.min_ns).min().unwrap_or(0);
-                            let max = rows.iter().map(|r| r.max_ns).max().unwrap_or(0);
+                            let total: u64 = rows.iter().map(|r| r.time.total_ns).sum();
+                            let count: u64 = rows.iter().map(|r| r.time.count).sum();
+                            let min = rows.iter().map(|r| r.time.min_ns).min().unwrap_or(0);
+                            let max = rows.iter().map(|r| r.time.max_ns).max().unwrap_or(0);
                             // The group's median and spread would need every instance: left out, not made up.
                             let percent: f64 = rows.iter().map(|r| r.percent).sum();
                             let mut cells = vec![format!("{percent:.1}"), total.to_string(), count.to_string()];
@@ -291,11 +287,7 @@ impl Stats {
                 );
                 for r in &self.nvtx_kern {
                     let mut cells = vec![r.range.clone()];
-                    cells.extend(stat_cells(
-                        r.total_ns,
-                        r.count,
-                        [r.avg_ns, r.median_ns, r.min_ns, r.max_ns, r.stddev_ns],
-                    ));
+                    cells.extend(r.time.cells());
                     cells.extend([r.domain.clone(), r.kernel.clone()]);
                     t.row(cells);
                 }
@@ -351,10 +343,10 @@ impl Stats {
                 for r in &self.python_sync {
                     t.row(vec![
                         format!("{:.1}", r.percent),
-                        r.total_ns.to_string(),
-                        r.count.to_string(),
-                        r.avg_ns.to_string(),
-                        r.max_ns.to_string(),
+                        r.time.total_ns.to_string(),
+                        r.time.count.to_string(),
+                        r.time.avg_ns.to_string(),
+                        r.time.max_ns.to_string(),
                         format!("{}:{}", r.file, r.line),
                         r.function.clone(),
                         r.calls.clone(),
