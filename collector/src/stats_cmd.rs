@@ -31,7 +31,15 @@ pub fn run(
     };
     let inputs: Vec<&Path> = traces.iter().map(PathBuf::as_path).collect();
     output::distinct_inputs(&inputs)?;
-    let report: Vec<Report> = report.into_iter().map(|c| c.report).collect();
+    // A report named twice is printed once (JSON could not hold it twice).
+    let mut report: Vec<Report> = report.into_iter().map(|c| c.report).collect();
+    let mut seen = Vec::new();
+    report.retain(|r| {
+        !seen.contains(r) && {
+            seen.push(*r);
+            true
+        }
+    });
     let mut out =
         output.as_deref().filter(|o| o.as_os_str() != "-").map(|o| Output::create(o, &inputs, force)).transpose()?;
     let style = match format {
