@@ -99,6 +99,14 @@ pub enum Cmd {
         /// by numbers (ProfilerStep#N) share a row; csv and json hold every row.
         #[arg(long, value_delimiter = ',', value_parser = parse_report)]
         report: Vec<stats::Choice>,
+        /// Summarise only the events that start inside the instances of this NVTX range or annotation (as
+        /// nsys's --filter-nvtx): NAME (every instance, e.g. a step name) or NAME/N (the Nth, from 1).
+        #[arg(long, value_name = "NAME[/N]", value_parser = stats::filter::Filter::parse_nvtx, conflicts_with = "filter_time")]
+        filter_nvtx: Option<stats::filter::Filter>,
+        /// Summarise only the events that start inside this stretch of the timeline (as nsys's --filter-time):
+        /// FROM/TO after its start, in seconds or with a unit (1.5/2.5, 1500ms/2500ms), as the report's +s times.
+        #[arg(long, value_name = "FROM/TO", value_parser = stats::filter::Filter::parse_time)]
+        filter_time: Option<stats::filter::Filter>,
         /// Unit of the time columns on the terminal and in CSV, as nsys's --timeunit: ns (default), us, ms or s,
         /// exact (JSON keeps nanoseconds).
         #[arg(long, value_enum, default_value_t = TimeUnitArg::Ns)]

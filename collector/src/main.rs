@@ -285,8 +285,9 @@ fn run(mut cli: Cli) -> Result<i32> {
                 .context("cannot write the completions to standard output")?;
             Ok(0)
         }
-        Cmd::Stats { traces, format, report, timeunit, output, force } => {
-            stats_cmd::run(traces, format, report, timeunit, output, force)
+        Cmd::Stats { traces, format, report, filter_nvtx, filter_time, timeunit, output, force } => {
+            let tables = stats_cmd::Tables { format, report, filter: filter_nvtx.or(filter_time), timeunit };
+            stats_cmd::run(traces, tables, output, force)
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::closed_output::BROKEN_PIPE_STATUS;
 use crate::multi_trace::merged_source;
 use crate::{stand_in, warn_cut_short, write_text};
 use anyhow::{Context, Result};
+use cuflight_collector::analysis::stats::filter::{Filter, Windows};
 use cuflight_collector::analysis::stats::{event_trace, Choice, KernelNames, Report, Stats, Style};
 use cuflight_collector::analysis::table::TimeUnit;
 use cuflight_collector::export::output::{self, Output};
@@ -14,14 +15,16 @@ use cuflight_collector::model::source::EventSource;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-pub fn run(
-    traces: Vec<PathBuf>,
-    format: StatsFormat,
-    report: Vec<Choice>,
-    timeunit: TimeUnitArg,
-    output: Option<PathBuf>,
-    force: bool,
-) -> Result<i32> {
+/// What `stats` prints and of what part of the trace.
+pub struct Tables {
+    pub format: StatsFormat,
+    pub report: Vec<Choice>,
+    pub filter: Option<Filter>,
+    pub timeunit: TimeUnitArg,
+}
+
+pub fn run(traces: Vec<PathBuf>, tables: Tables, output: Option<PathBuf>, force: bool) -> Result<i32> {
+    let Tables { format, report, filter, timeunit } = tables;
     let kernel_names = kernel_names(&report)?;
     let unit = match timeunit {
         TimeUnitArg::Ns => TimeUnit::Ns,
@@ -64,9 +67,17 @@ pub fn run(
         }
         many => (merged_source(many)?, format!("{} traces", many.len())),
     };
+    let windows = match &filter {
+        Some(f) => {
+            let w = f.windows(&mut source).with_context(|| format!("cannot filter {shown_input}"))?;
+            eprintln!("cuflight: {}", filter_said(f, &w));
+            Some(w)
+        }
+        None => None,
+    };
     let mut text = String::new();
     if !summaries.is_empty() {
-        let stats = Stats::compute_source_naming(&mut source, kernel_names)?;
+        let stats = Stats::compute_source_naming(&mut source, kernel_names, windows.as_ref())?;
         text = stats.render_in(&summaries, style, unit);
     }
     if per_event.is_empty() {
@@ -99,7 +110,8 @@ pub fn run(
                 _ => "",
             };
             sink.write_all(gap.as_bytes()).map_err(failed)?;
-            match event_trace::write(*r, kernel_names, &mut source, style, unit, &mut sink) {
+            let options = event_trace::Options { style, unit, kernel_names, windows: windows.clone() };
+            match event_trace::write(*r, &options, &mut source, &mut sink) {
                 Ok(_) => {}
                 Err(event_trace::EventTraceError::Write { report, source }) => {
                     return Err(failed(source).context(format!("{report} of {shown_input}")));
@@ -115,6 +127,20 @@ pub fn run(
         eprintln!("cuflight: wrote {}", output.unwrap_or_default().display());
     }
     Ok(0)
+}
+
+/// What the filter kept, for standard error.
+fn filter_said(f: &Filter, w: &Windows) -> String {
+    let ms = w.covered_ns() as f64 / 1e6;
+    match f {
+        Filter::Nvtx { name, instance: Some(n) } => format!("summarising instance {n} of '{name}' ({ms:.3} ms)"),
+        Filter::Nvtx { name, .. } => {
+            let n = w.spans.len();
+            let stretches = if n == 1 { "1 stretch".to_string() } else { format!("{n} stretches") };
+            format!("summarising what happened and was launched inside '{name}' ({stretches}, {ms:.3} ms)")
+        }
+        Filter::Time { .. } => format!("summarising {ms:.3} ms of the timeline"),
+    }
 }
 
 /// The one kernel-name form of the kernel reports asked for: one pass names kernels one way.

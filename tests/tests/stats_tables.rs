@@ -537,3 +537,43 @@ fn time_columns_follow_the_unit_asked_for() {
     let json = stats_with(&[p, "--report", "cuda_api_sum", "--format", "json", "--timeunit", "s"]);
     assert!(String::from_utf8_lossy(&json.stdout).contains("\"total_ns\""));
 }
+
+/// `--filter-nvtx` and `--filter-time` (nsys's): the tables of what a range launched or a stretch held. In the
+/// simulated training loop every step launches 18 kernels, its `forward` range 9 of them (run on the GPU after
+/// the range closed on the host); the whole timeline is the whole trace; a missing range or instance is one line.
+#[test]
+fn filters_summarise_what_a_range_launched() {
+    let dir = scratch("stats-filters");
+    let prog = build_c("train", &dir);
+    let r = record(&dir, &[], &prog, &["5"], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    let t = r.trace.to_str().unwrap();
+    let kernels = |filter: &[&str]| -> (u64, String) {
+        let out =
+            stats_with(&[&[t, "--report", "cuda_gpu_kern_sum,cuda_gpu_trace", "--format", "json"], filter].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let count = v["kernels"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
+        let rows = v["gpu_trace"].as_array().unwrap().iter().filter(|r| r["grid_x"].is_u64()).count() as u64;
+        assert_eq!(rows, count, "the per-event report keeps the same events");
+        (count, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (all, _) = kernels(&[]);
+    assert_eq!(all, 5 * 18, "5 steps (ProfilerStep#0 to #4) of 18 kernels");
+    let (step, said) = kernels(&["--filter-nvtx", "ProfilerStep#3"]);
+    assert_eq!(step, 18, "{said}");
+    let (forward, said) = kernels(&["--filter-nvtx", "forward"]);
+    assert_eq!(forward, 5 * 9, "{said}");
+    assert!(said.contains("inside 'forward' (5 stretches"), "{said}");
+    assert_eq!(kernels(&["--filter-nvtx", "forward/2"]).0, 9);
+    assert_eq!(kernels(&["--filter-time", "0/1000s"]).0, all);
+    for (args, says) in [
+        (["--filter-nvtx", "nowhere"], "no NVTX range or annotation named 'nowhere'"),
+        (["--filter-nvtx", "forward/99"], "'forward' has no instance 99: the trace holds 5"),
+        (["--filter-time", "2s/1s"], "ends before it starts"),
+    ] {
+        let out = stats_with(&[&[t][..], &args].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{err}");
+    }
+}

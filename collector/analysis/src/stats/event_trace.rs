@@ -14,6 +14,7 @@
 //! from the call on. Kernel rows of `cuda_kern_exec_trace` come when the kernel has run, so they are in
 //! the order of the kernels' starts, which is the order of their calls on one stream.
 
+use super::filter::{Kept, Windows};
 use super::kern_exec::LaunchTimes;
 use super::kernel_names::KernelNames;
 use super::reports::{Report, Style};
@@ -99,22 +100,35 @@ pub fn layout(report: Report) -> Option<(&'static str, &'static [Column])> {
     })
 }
 
+/// How a per-event report is written and what of the trace it covers.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub style: Style,
+    pub unit: TimeUnit,
+    pub kernel_names: KernelNames,
+    /// Only events that start inside these stretches (`--filter-nvtx`, `--filter-time`).
+    pub windows: Option<Windows>,
+}
+
 /// Writes `report` (a per-event one) over one pass of `source`; the rows written.
 pub fn write(
     report: Report,
-    kernel_names: KernelNames,
+    options: &Options,
     source: &mut EventSource,
-    style: Style,
-    unit: TimeUnit,
     out: &mut dyn Write,
 ) -> Result<u64, EventTraceError> {
     let name = report.names().0;
     let Some((title, columns)) = layout(report) else { return Ok(0) };
-    let mut rows = RowStream::new(out, style, title, report.names().1, columns, unit);
-    let mut state = PassState { kernel_names, ..PassState::default() };
+    let mut rows = RowStream::new(out, options.style, title, report.names().1, columns, options.unit);
+    let mut state = PassState { kernel_names: options.kernel_names, ..PassState::default() };
+    let mut kept = options.windows.as_ref().map(Kept::new);
     source.for_each(|key, p, e| {
+        // Every event feeds the joins and names; rows only where the filter keeps them.
+        let keep = kept.as_mut().is_none_or(|k| k.keeps(key, p, e));
         if let Some(cells) = state.row(report, key, p, e) {
-            rows.row(&cells);
+            if keep {
+                rows.row(&cells);
+            }
         }
     })?;
     rows.finish().map_err(|source| EventTraceError::Write { report: name, source })

@@ -7,6 +7,7 @@ mod columns;
 pub mod combined;
 mod dist;
 pub mod event_trace;
+pub mod filter;
 mod grouping;
 pub mod kern_exec;
 pub mod kern_gb;
@@ -341,17 +342,29 @@ impl Stats {
 
     /// The tables of any trace, streamed: memory is bounded by the tables, not by the trace.
     pub fn compute_source(source: &mut EventSource) -> Result<Stats, cuflight_trace::model::trace::TraceError> {
-        Stats::compute_source_naming(source, KernelNames::Full)
+        Stats::compute_source_naming(source, KernelNames::Full, None)
     }
 
-    /// [`Stats::compute_source`], kernels named in the form given (categories judge the full names).
+    /// [`Stats::compute_source`], kernels named in the form given (categories judge the full names), over the
+    /// events `windows` keeps (all without).
     pub fn compute_source_naming(
         source: &mut EventSource,
         kernel_names: KernelNames,
+        windows: Option<&filter::Windows>,
     ) -> Result<Stats, cuflight_trace::model::trace::TraceError> {
         let mut acc = StatsAcc::default();
         acc.kernel_names = kernel_names;
-        source.for_each(|k, p, e| acc.feed(k, p, e))?;
+        match windows {
+            Some(w) => {
+                let mut kept = filter::Kept::new(w);
+                source.for_each(|k, p, e| {
+                    if kept.keeps(k, p, e) {
+                        acc.feed(k, p, e)
+                    }
+                })?
+            }
+            None => source.for_each(|k, p, e| acc.feed(k, p, e))?,
+        }
         Ok(acc.finish(&source.processes))
     }
 

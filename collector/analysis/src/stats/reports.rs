@@ -161,8 +161,9 @@ impl Choice {
 }
 
 /// How the tables are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Style {
+    #[default]
     Table,
     Csv,
     Json,
