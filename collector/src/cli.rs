@@ -90,7 +90,8 @@ pub enum Cmd {
         format: StatsFormat,
         /// Reports to print, comma-separated, by nsys's names where it has one: cuda_gpu_kern_sum,
         /// cuda_gpu_kern_gb_sum, cuda_api_sum, cuda_kern_exec_sum, cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum,
-        /// cuda_gpu_sum, cuda_api_gpu_sum, nvtx_sum, nvtx_gpu_proj_sum, nvtx_kern_sum, python_sync_sum; and
+        /// cuda_gpu_sum, cuda_api_gpu_sum, nvtx_sum (nvtx_pushpop_sum, nvtx_startend_sum: its styles apart, only
+        /// when named), nvtx_gpu_proj_sum, nvtx_kern_sum, python_sync_sum; and
         /// categories, memcpy, memset, memory,
         /// sync, graphs, processes, devices. A row per event, only when named: cuda_gpu_trace (kernels, copies,
         /// memsets), cuda_api_trace, cuda_kern_exec_trace. Reports that name kernels take nsys's `:base` (the

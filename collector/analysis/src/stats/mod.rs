@@ -424,6 +424,15 @@ mod tests {
         // nsys's Style and Time (%): a start/end range and push/pop ranges, shares of all ranges' time.
         assert_eq!((handoff.style, step.style), ("StartEnd", "PushPop"));
         assert!((handoff.percent - 54.545).abs() < 0.01 && (step.percent - 45.454).abs() < 0.01);
+        // nvtx_startend_sum and nvtx_pushpop_sum: a style's rows, shares of that style's time.
+        let json = s.render(&[Report::NvtxStartEnd, Report::NvtxPushPop], Style::Json);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            (v["nvtx_startend"][0]["name"].as_str(), v["nvtx_startend"][0]["percent"].as_f64()),
+            (Some("handoff"), Some(100.0))
+        );
+        assert_eq!(v["nvtx_pushpop"].as_array().map(|a| a.len()), Some(1));
+        assert_eq!(Report::parse("nvtxsesum"), Ok(Report::NvtxStartEnd));
     }
 
     /// Streamed (`compute_source`, what every command uses) and loaded (`compute`) give the same tables.

@@ -22,7 +22,12 @@ impl Stats {
             let mut picked = serde_json::Map::new();
             for r in reports {
                 let key = r.names().1;
-                picked.insert(key.into(), all[key].clone());
+                let value = match r {
+                    Report::NvtxPushPop => serde_json::to_value(self.nvtx_of("PushPop")).unwrap_or_default(),
+                    Report::NvtxStartEnd => serde_json::to_value(self.nvtx_of("StartEnd")).unwrap_or_default(),
+                    _ => all[key].clone(),
+                };
+                picked.insert(key.into(), value);
                 if *r == Report::Processes {
                     picked.insert("dropped".into(), all["dropped"].clone());
                 }
@@ -39,7 +44,9 @@ impl Stats {
             t.in_time_unit(unit);
             let kind = match r {
                 Report::Memory => Some("memory"),
-                Report::Nvtx | Report::NvtxGpuProj | Report::NvtxKern => Some("nvtx"),
+                Report::Nvtx | Report::NvtxPushPop | Report::NvtxStartEnd | Report::NvtxGpuProj | Report::NvtxKern => {
+                    Some("nvtx")
+                }
                 Report::Memset => Some("memset"),
                 Report::Sync => Some("sync"),
                 _ => None,
@@ -61,6 +68,16 @@ impl Stats {
             out.push_str(&format!("\nDropped records: {}\n", self.dropped));
         }
         out
+    }
+
+    /// The NVTX rows of one style (nsys's nvtx_pushpop_sum, nvtx_startend_sum), their shares of that style's time.
+    fn nvtx_of(&self, style: &str) -> Vec<NvtxRow> {
+        let mut rows: Vec<NvtxRow> = self.nvtx.iter().filter(|r| r.style == style).cloned().collect();
+        let all: u64 = rows.iter().map(|r| r.time.total_ns).sum();
+        for r in &mut rows {
+            r.percent = if all == 0 { 0.0 } else { 100.0 * r.time.total_ns as f64 / all as f64 };
+        }
+        rows
     }
 
     /// `grouped`: NVTX names that differ only by numbers share a row (the terminal's view).
@@ -136,63 +153,12 @@ impl Stats {
                 }
                 t
             }
-            Report::Nvtx => {
-                let mut t = Table::new(
-                    "NVTX ranges and marks [nvtx_sum]",
-                    &[
-                        "Time (%)",
-                        "Total Time (ns)",
-                        "Instances",
-                        "Avg (ns)",
-                        "Med (ns)",
-                        "Min (ns)",
-                        "Max (ns)",
-                        "StdDev (ns)",
-                        "Style",
-                        "Domain",
-                        "Name",
-                    ],
-                );
-                // By time, as nsys orders it.
-                let mut rows: Vec<&NvtxRow> = self.nvtx.iter().collect();
-                rows.sort_by(|a, b| {
-                    b.time.total_ns.cmp(&a.time.total_ns).then_with(|| super::grouping::natural_cmp(&a.name, &b.name))
-                });
-                let key = |r: &NvtxRow| format!("{}\0{}", r.style, r.domain);
-                let shown = if grouped {
-                    super::grouping::group(&rows, |r| r.name.as_str(), key)
-                } else {
-                    rows.iter().map(|&r| super::grouping::Shown::One(r)).collect()
-                };
-                for s in shown {
-                    t.row(match s {
-                        super::grouping::Shown::One(r) => {
-                            let mut cells = vec![format!("{:.1}", r.percent)];
-                            cells.extend(r.time.cells());
-                            cells.extend([r.style.to_string(), r.domain.clone(), r.name.clone()]);
-                            cells
-                        }
-                        super::grouping::Shown::Group { pattern, rows } => {
-                            let total: u64 = rows.iter().map(|r| r.time.total_ns).sum();
-                            let count: u64 = rows.iter().map(|r| r.time.count).sum();
-                            let min = rows.iter().map(|r| r.time.min_ns).min().unwrap_or(0);
-                            let max = rows.iter().map(|r| r.time.max_ns).max().unwrap_or(0);
-                            // The group's median and spread would need every instance: left out, not made up.
-                            let percent: f64 = rows.iter().map(|r| r.percent).sum();
-                            let mut cells = vec![format!("{percent:.1}"), total.to_string(), count.to_string()];
-                            cells.extend([(total / count.max(1)).to_string(), "-".into(), min.to_string()]);
-                            cells.extend([
-                                max.to_string(),
-                                "-".into(),
-                                rows[0].style.to_string(),
-                                rows[0].domain.clone(),
-                            ]);
-                            cells.push(format!("{pattern} ({} names; all with --format csv)", rows.len()));
-                            cells
-                        }
-                    });
-                }
-                t
+            Report::Nvtx => nvtx_table("NVTX ranges and marks [nvtx_sum]", self.nvtx.clone(), grouped),
+            Report::NvtxPushPop => {
+                nvtx_table("NVTX push/pop ranges [nvtx_pushpop_sum]", self.nvtx_of("PushPop"), grouped)
+            }
+            Report::NvtxStartEnd => {
+                nvtx_table("NVTX start/end ranges [nvtx_startend_sum]", self.nvtx_of("StartEnd"), grouped)
             }
             Report::NvtxGpuProj => {
                 let mut t = Table::new(
@@ -475,6 +441,62 @@ impl Stats {
 }
 
 /// A duration table with `nsys stats`' columns.
+/// nvtx_sum's table (or a style's part of it): by time, as nsys orders it; on the terminal, names that differ only
+/// by numbers (ProfilerStep#N) share a row.
+fn nvtx_table(title: &str, nvtx: Vec<NvtxRow>, grouped: bool) -> Table {
+    let mut t = Table::new(
+        title,
+        &[
+            "Time (%)",
+            "Total Time (ns)",
+            "Instances",
+            "Avg (ns)",
+            "Med (ns)",
+            "Min (ns)",
+            "Max (ns)",
+            "StdDev (ns)",
+            "Style",
+            "Domain",
+            "Name",
+        ],
+    );
+    // By time, as nsys orders it.
+    let mut rows: Vec<&NvtxRow> = nvtx.iter().collect();
+    rows.sort_by(|a, b| {
+        b.time.total_ns.cmp(&a.time.total_ns).then_with(|| super::grouping::natural_cmp(&a.name, &b.name))
+    });
+    let key = |r: &NvtxRow| format!("{}\0{}", r.style, r.domain);
+    let shown = if grouped {
+        super::grouping::group(&rows, |r| r.name.as_str(), key)
+    } else {
+        rows.iter().map(|&r| super::grouping::Shown::One(r)).collect()
+    };
+    for s in shown {
+        t.row(match s {
+            super::grouping::Shown::One(r) => {
+                let mut cells = vec![format!("{:.1}", r.percent)];
+                cells.extend(r.time.cells());
+                cells.extend([r.style.to_string(), r.domain.clone(), r.name.clone()]);
+                cells
+            }
+            super::grouping::Shown::Group { pattern, rows } => {
+                let total: u64 = rows.iter().map(|r| r.time.total_ns).sum();
+                let count: u64 = rows.iter().map(|r| r.time.count).sum();
+                let min = rows.iter().map(|r| r.time.min_ns).min().unwrap_or(0);
+                let max = rows.iter().map(|r| r.time.max_ns).max().unwrap_or(0);
+                // The group's median and spread would need every instance: left out, not made up.
+                let percent: f64 = rows.iter().map(|r| r.percent).sum();
+                let mut cells = vec![format!("{percent:.1}"), total.to_string(), count.to_string()];
+                cells.extend([(total / count.max(1)).to_string(), "-".into(), min.to_string()]);
+                cells.extend([max.to_string(), "-".into(), rows[0].style.to_string(), rows[0].domain.clone()]);
+                cells.push(format!("{pattern} ({} names; all with --format csv)", rows.len()));
+                cells
+            }
+        });
+    }
+    t
+}
+
 fn durations(title: &str, rows: &[DurationRow]) -> Table {
     let mut t = Table::new(title, &[&DURATION_COLUMNS[..], &["Name"]].concat());
     for r in rows {

@@ -26,6 +26,9 @@ pub enum Report {
     Devices,
     GpuSum,
     ApiGpuSum,
+    /// nvtx_sum's push/pop and start/end rows apart (only by name: `nvtx` holds them all).
+    NvtxPushPop,
+    NvtxStartEnd,
     /// A row per event (streamed by [`super::event_trace`], not held in [`Stats`]).
     GpuTrace,
     ApiTrace,
@@ -65,6 +68,9 @@ impl Report {
         matches!(self, Kernels | KernGrid | KernExec | NvtxKern | GpuTrace | KernExecTrace | GpuSum | ApiGpuSum)
     }
 
+    /// Reports printed only when named, and not by the per-event pass: parts of another report's table.
+    pub const PARTS: [Report; 2] = [Report::NvtxPushPop, Report::NvtxStartEnd];
+
     pub fn is_event_trace(self) -> bool {
         Report::EVENT_TRACES.contains(&self)
     }
@@ -100,6 +106,8 @@ impl Report {
             Report::Processes => ("processes", "processes"),
             Report::Devices => ("devices", "devices"),
             Report::GpuSum => ("cuda_gpu_sum", "gpu_sum"),
+            Report::NvtxPushPop => ("nvtx_pushpop_sum", "nvtx_pushpop"),
+            Report::NvtxStartEnd => ("nvtx_startend_sum", "nvtx_startend"),
             Report::ApiGpuSum => ("cuda_api_gpu_sum", "api_gpu_sum"),
             Report::GpuTrace => ("cuda_gpu_trace", "gpu_trace"),
             Report::ApiTrace => ("cuda_api_trace", "api_trace"),
@@ -119,7 +127,9 @@ impl Report {
             "gpusum" => Some(Report::GpuSum),
             "gpumemtimesum" => Some(Report::MemTime),
             "gpumemsizesum" => Some(Report::MemSize),
-            "nvtxsum" | "nvtxppsum" => Some(Report::Nvtx),
+            "nvtxsum" => Some(Report::Nvtx),
+            "nvtxppsum" => Some(Report::NvtxPushPop),
+            "nvtxsesum" => Some(Report::NvtxStartEnd),
             "gputrace" => Some(Report::GpuTrace),
             "cudaapitrace" => Some(Report::ApiTrace),
             "kernexectrace" => Some(Report::KernExecTrace),
@@ -128,7 +138,7 @@ impl Report {
         if let Some(r) = older {
             return Ok(r);
         }
-        let all = Report::ALL.into_iter().chain(Report::EVENT_TRACES);
+        let all = Report::ALL.into_iter().chain(Report::PARTS).chain(Report::EVENT_TRACES);
         all.clone().find(|r| r.names().0 == want || r.names().1 == want).ok_or_else(|| {
             let known: Vec<&str> = all.map(|r| r.names().0).collect();
             format!("unknown report '{want}' (known: {})", known.join(", "))
