@@ -35,14 +35,12 @@ pub fn run(traces: Vec<PathBuf>, tables: Tables, output: Option<PathBuf>, force:
     let inputs: Vec<&Path> = traces.iter().map(PathBuf::as_path).collect();
     output::distinct_inputs(&inputs)?;
     // A report named twice is printed once (JSON could not hold it twice).
-    let mut report: Vec<Report> = report.into_iter().map(|c| c.report).collect();
-    let mut seen = Vec::new();
-    report.retain(|r| {
-        !seen.contains(r) && {
-            seen.push(*r);
-            true
+    let mut named: Vec<Report> = Vec::new();
+    for c in report {
+        if !named.contains(&c.report) {
+            named.push(c.report);
         }
-    });
+    }
     let mut out =
         output.as_deref().filter(|o| o.as_os_str() != "-").map(|o| Output::create(o, &inputs, force)).transpose()?;
     let style = match format {
@@ -50,10 +48,10 @@ pub fn run(traces: Vec<PathBuf>, tables: Tables, output: Option<PathBuf>, force:
         StatsFormat::Csv => Style::Csv,
         StatsFormat::Json => Style::Json,
     };
-    let reports = match (report.is_empty(), style) {
+    let reports = match (named.is_empty(), style) {
         (true, Style::Table) => Report::default_text(),
         (true, _) => Report::ALL.to_vec(),
-        (false, _) => report,
+        (false, _) => named,
     };
     let (per_event, summaries): (Vec<Report>, Vec<Report>) = reports.into_iter().partition(|r| r.is_event_trace());
     // Streamed: memory is bounded by the tables (and each per-event report's join), whatever the trace's size.
