@@ -116,8 +116,10 @@ struct Importer {
     gpu: Vec<(RawEvent, (u64, u64))>,
     gpu_names: GpuNames,
     correlation_pid: rustc_hash::FxHashMap<u32, u32>,
-    /// ac2g/async flow ends on GPU tracks: (device pid, stream, ts) → flow id (the correlation).
-    flow_ends: rustc_hash::FxHashMap<(u64, u64, u64), u32>,
+    /// ac2g/async flow ends on GPU tracks: (device pid, stream, ts) and the flow id (the correlation), in trace
+    /// order. Only GPU events without a correlation of their own (older traces) look them up, so the map is built
+    /// at the end and only for those: a map grown event by event cost a twentieth of an import.
+    flow_ends: Vec<((u64, u64, u64), u32)>,
     /// `ac2g` flows seen starting: id → the launching process.
     flow_starts: rustc_hash::FxHashMap<u64, u32>,
     /// Per GPU "process" (its pid in the JSON), the processes whose launches' flows end on it. Where one process
@@ -273,7 +275,7 @@ impl Importer {
             b"s" | b"f" | b"t" => {
                 if ph == b"f" && matches!(cat, b"ac2g" | b"async") {
                     if let (Some(ts), Some(Id::Num(id))) = (ts, &e.id) {
-                        self.flow_ends.insert((pid, tid, ts), *id as u32);
+                        self.flow_ends.push(((pid, tid, ts), *id as u32));
                         if let Some(host) = self.flow_starts.remove(id) {
                             let owners = self.gpu_owners.entry(pid).or_default();
                             // Two are as good as many: the GPU is shared, the owner unknown.
@@ -433,11 +435,14 @@ impl Importer {
         let names = std::mem::take(&mut self.gpu_names);
         // (process, GPU name id) → the process's string id: each distinct name is looked up once per process.
         let mut local: rustc_hash::FxHashMap<(u32, u32), u32> = Default::default();
+        // The flow ends by place, built once and only if some GPU event needs one (the last end at a place wins).
+        let mut flow_ends: Option<rustc_hash::FxHashMap<(u64, u64, u64), u32>> = None;
         let mut place = |this: &mut Importer, gpu: Vec<(RawEvent, (u64, u64))>| {
             let n = gpu.len();
             for (mut ev, (pid, tid)) in gpu {
-                if ev.correlation == 0 {
-                    if let Some(&id) = this.flow_ends.get(&(pid, tid, ev.start)) {
+                if ev.correlation == 0 && !this.flow_ends.is_empty() {
+                    let ends = flow_ends.get_or_insert_with(|| this.flow_ends.iter().copied().collect());
+                    if let Some(&id) = ends.get(&(pid, tid, ev.start)) {
                         ev.correlation = id;
                     }
                 }
