@@ -94,7 +94,7 @@ pub enum Cmd {
         /// when named), nvtx_gpu_proj_sum, nvtx_kern_sum, python_sync_sum; and
         /// categories, memcpy, memset, memory,
         /// sync, graphs, processes, devices. A row per event, only when named: cuda_gpu_trace (kernels, copies,
-        /// memsets), cuda_api_trace, cuda_kern_exec_trace. Reports that name kernels take nsys's `:base` (the
+        /// memsets), cuda_api_trace, cuda_kern_exec_trace, nvtx_pushpop_trace. Reports that name kernels take nsys's `:base` (the
         /// function's name alone, template instances in one row) or `:mangled`. Default: every summary, but on the terminal
         /// nvtx_kern_sum, cuda_kern_exec_sum, cuda_gpu_kern_gb_sum and the combined sums are left out and NVTX names that differ only
         /// by numbers (ProfilerStep#N) share a row; csv and json hold every row.

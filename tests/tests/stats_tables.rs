@@ -567,6 +567,23 @@ fn filters_summarise_what_a_range_launched() {
     assert!(said.contains("inside 'forward' (5 stretches"), "{said}");
     assert_eq!(kernels(&["--filter-nvtx", "forward/2"]).0, 9);
     assert_eq!(kernels(&["--filter-time", "0/1000s"]).0, all);
+    // nvtx_pushpop_trace: each instance with its nest, as many as nvtx_sum counts; a filter keeps the ranges that
+    // start inside.
+    let out = stats_with(&[t, "--report", "nvtx_sum,nvtx_pushpop_trace", "--format", "json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let instances: u64 = v["nvtx"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    let ranges = v["nvtx_pushpop_trace"].as_array().unwrap();
+    assert_eq!(ranges.len() as u64, instances);
+    let steps: Vec<&Value> = ranges.iter().filter(|r| r["level"] == 0).collect();
+    assert_eq!(steps.len(), 5);
+    assert!(steps.iter().all(|s| s["name"].as_str().unwrap().starts_with(":ProfilerStep#") && s["children"] == 4));
+    for r in ranges {
+        let n = |k: &str| r[k].as_u64().unwrap();
+        assert_eq!(n("child_ns") + n("own_ns"), n("duration_ns"), "{r}");
+    }
+    let out = stats_with(&[t, "--report", "nvtx_pushpop_trace", "--format", "json", "--filter-nvtx", "ProfilerStep#3"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["nvtx_pushpop_trace"].as_array().unwrap().len(), 5, "the step and its 4 ranges");
     for (args, says) in [
         (["--filter-nvtx", "nowhere"], "no NVTX range or annotation named 'nowhere'"),
         (["--filter-nvtx", "forward/99"], "'forward' has no instance 99: the trace holds 5"),

@@ -6,6 +6,8 @@
 //! - `cuda_api_trace`: every CUDA runtime and driver call by start, with return code, correlation id and thread.
 //! - `cuda_kern_exec_trace`: every kernel with the call that launched it, by the call's start: API, queue, kernel
 //!   and total time ([`LaunchTimes`], the rule of `cuda_kern_exec_sum`).
+//! - `nvtx_pushpop_trace`: every NVTX push/pop range with its place in its thread's nest
+//!   ([`pushpop_trace`]).
 //!
 //! Times are ns from the start of the trace's timeline (as the report's `+s` times and Perfetto's UI count; nsys
 //! counts from its session's start). nsys's context and green-context columns are left out (CUPTI's context id is
@@ -17,6 +19,7 @@
 use super::filter::{Kept, Windows};
 use super::kern_exec::LaunchTimes;
 use super::kernel_names::KernelNames;
+use super::pushpop_trace;
 use super::reports::{Report, Style};
 use super::row_stream::{Cell, Column, RowStream};
 use crate::table::TimeUnit;
@@ -96,6 +99,9 @@ pub fn layout(report: Report) -> Option<(&'static str, &'static [Column])> {
         Report::KernExecTrace => {
             ("CUDA kernel launch and execution time, each launch [cuda_kern_exec_trace]", KERN_EXEC_COLUMNS)
         }
+        Report::NvtxPushPopTrace => {
+            ("NVTX push/pop ranges, each instance [nvtx_pushpop_trace]", pushpop_trace::COLUMNS)
+        }
         _ => return None,
     })
 }
@@ -121,6 +127,21 @@ pub fn write(
     let Some((title, columns)) = layout(report) else { return Ok(0) };
     let mut rows = RowStream::new(out, options.style, title, report.names().1, columns, options.unit);
     let mut state = PassState { kernel_names: options.kernel_names, ..PassState::default() };
+    if report == Report::NvtxPushPopTrace {
+        // A range passes a filter by its start.
+        let (mut trace, mut origin) = (pushpop_trace::PushPopTrace::default(), None);
+        source.for_each(|key, p, e| {
+            if origin.is_none() && cuflight_trace::model::timeline::drawn(e) {
+                origin = Some(e.start);
+            }
+            trace.feed(key, p, e, origin.unwrap_or(0), |start, cells| {
+                if options.windows.as_ref().is_none_or(|w| w.holds(start)) {
+                    rows.row(cells);
+                }
+            });
+        })?;
+        return rows.finish().map_err(|source| EventTraceError::Write { report: name, source });
+    }
     let mut kept = options.windows.as_ref().map(Kept::new);
     source.for_each(|key, p, e| {
         // Every event feeds the joins and names; rows only where the filter keeps them.

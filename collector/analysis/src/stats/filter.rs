@@ -123,7 +123,8 @@ impl Windows {
         !drawn(e) || self.holds(e.start)
     }
 
-    fn holds(&self, t: u64) -> bool {
+    /// Whether time `t` lies inside a stretch (ends included).
+    pub fn holds(&self, t: u64) -> bool {
         let i = self.spans.partition_point(|s| s.0 <= t);
         i > 0 && t <= self.spans[i - 1].1
     }

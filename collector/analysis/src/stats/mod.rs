@@ -13,6 +13,7 @@ pub mod kern_exec;
 pub mod kern_gb;
 pub mod kernel_names;
 mod projection;
+mod pushpop_trace;
 pub mod python;
 mod render;
 mod reports;

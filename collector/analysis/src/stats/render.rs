@@ -283,7 +283,9 @@ impl Stats {
             }
             Report::KernExec => super::kern_exec::table(&self.kern_exec),
             // Streamed by the caller, never held here.
-            Report::GpuTrace | Report::ApiTrace | Report::KernExecTrace => Table::new(report.names().0, &[]),
+            Report::GpuTrace | Report::ApiTrace | Report::KernExecTrace | Report::NvtxPushPopTrace => {
+                Table::new(report.names().0, &[])
+            }
             Report::KernGrid => super::kern_gb::table(&self.kern_gb),
             Report::GpuSum => {
                 super::combined::table("CUDA kernels and memory operations (GPU time) [cuda_gpu_sum]", &self.gpu_sum)

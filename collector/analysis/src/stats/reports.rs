@@ -33,6 +33,7 @@ pub enum Report {
     GpuTrace,
     ApiTrace,
     KernExecTrace,
+    NvtxPushPopTrace,
 }
 
 impl Report {
@@ -60,7 +61,8 @@ impl Report {
     ];
 
     /// The reports with a row per event: only by name (`nsys stats` prints them only when asked), streamed.
-    pub const EVENT_TRACES: [Report; 3] = [Report::GpuTrace, Report::ApiTrace, Report::KernExecTrace];
+    pub const EVENT_TRACES: [Report; 4] =
+        [Report::GpuTrace, Report::ApiTrace, Report::KernExecTrace, Report::NvtxPushPopTrace];
 
     /// Whether the report's rows name kernels (and take `:base` or `:mangled`).
     pub fn names_kernels(self) -> bool {
@@ -112,6 +114,7 @@ impl Report {
             Report::GpuTrace => ("cuda_gpu_trace", "gpu_trace"),
             Report::ApiTrace => ("cuda_api_trace", "api_trace"),
             Report::KernExecTrace => ("cuda_kern_exec_trace", "kern_exec_trace"),
+            Report::NvtxPushPopTrace => ("nvtx_pushpop_trace", "nvtx_pushpop_trace"),
         }
     }
 
@@ -133,6 +136,7 @@ impl Report {
             "gputrace" => Some(Report::GpuTrace),
             "cudaapitrace" => Some(Report::ApiTrace),
             "kernexectrace" => Some(Report::KernExecTrace),
+            "nvtxpptrace" => Some(Report::NvtxPushPopTrace),
             _ => None,
         };
         if let Some(r) = older {
