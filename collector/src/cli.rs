@@ -90,14 +90,13 @@ pub enum Cmd {
         format: StatsFormat,
         /// Reports to print, comma-separated, by nsys's names where it has one: cuda_gpu_kern_sum,
         /// cuda_gpu_kern_gb_sum, cuda_api_sum, cuda_kern_exec_sum, cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum,
-        /// cuda_gpu_sum, cuda_api_gpu_sum, nvtx_sum (nvtx_pushpop_sum, nvtx_startend_sum: its styles apart, only
-        /// when named), nvtx_gpu_proj_sum, nvtx_kern_sum, python_sync_sum; and
-        /// categories, memcpy, memset, memory,
-        /// sync, graphs, processes, devices. A row per event, only when named: cuda_gpu_trace (kernels, copies,
-        /// memsets), cuda_api_trace, cuda_kern_exec_trace, nvtx_pushpop_trace. Reports that name kernels take nsys's `:base` (the
-        /// function's name alone, template instances in one row) or `:mangled`. Default: every summary, but on the terminal
-        /// nvtx_kern_sum, cuda_kern_exec_sum, cuda_gpu_kern_gb_sum and the combined sums are left out and NVTX names that differ only
-        /// by numbers (ProfilerStep#N) share a row; csv and json hold every row.
+        /// cuda_gpu_sum, cuda_api_gpu_sum, nvtx_sum (nvtx_pushpop_sum, nvtx_startend_sum: its styles apart, only when
+        /// named), nvtx_gpu_proj_sum, nvtx_kern_sum, python_sync_sum; and categories, memcpy, memset, memory, sync,
+        /// graphs, processes, devices. A row per event, only when named: cuda_gpu_trace (kernels, copies, memsets),
+        /// cuda_api_trace, cuda_kern_exec_trace, nvtx_pushpop_trace. Reports that name kernels take nsys's `:base` (the
+        /// function's name alone, template instances in one row) or `:mangled`. Default: every summary, but on the
+        /// terminal nvtx_kern_sum, cuda_kern_exec_sum, cuda_gpu_kern_gb_sum and the combined sums are left out and NVTX
+        /// names that differ only by numbers (ProfilerStep#N) share a row; csv and json hold every row.
         #[arg(long, value_delimiter = ',', value_parser = parse_report)]
         report: Vec<stats::Choice>,
         /// Summarise only the events that start inside the instances of this NVTX range or annotation (as
