@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use cuflight_collector::analysis::stats;
+use cuflight_collector::analysis::stats::filter::Filter;
 use cuflight_collector::capture::attach;
 use cuflight_collector::capture::window::Range;
 use std::path::PathBuf;
@@ -101,12 +102,12 @@ pub enum Cmd {
         report: Vec<stats::Choice>,
         /// Summarise only the events that start inside the instances of this NVTX range or annotation (as
         /// nsys's --filter-nvtx): NAME (every instance, e.g. a step name) or NAME/N (the Nth, from 1).
-        #[arg(long, value_name = "NAME[/N]", value_parser = stats::filter::Filter::parse_nvtx, conflicts_with = "filter_time")]
-        filter_nvtx: Option<stats::filter::Filter>,
+        #[arg(long, value_name = "NAME[/N]", value_parser = Filter::parse_nvtx, conflicts_with = "filter_time")]
+        filter_nvtx: Option<Filter>,
         /// Summarise only the events that start inside this stretch of the timeline (as nsys's --filter-time):
         /// FROM/TO after its start, in seconds or with a unit (1.5/2.5, 1500ms/2500ms), as the report's +s times.
-        #[arg(long, value_name = "FROM/TO", value_parser = stats::filter::Filter::parse_time)]
-        filter_time: Option<stats::filter::Filter>,
+        #[arg(long, value_name = "FROM/TO", value_parser = Filter::parse_time)]
+        filter_time: Option<Filter>,
         /// Unit of the time columns on the terminal and in CSV, as nsys's --timeunit: ns (default), us, ms or s,
         /// exact (JSON keeps nanoseconds).
         #[arg(long, value_enum, default_value_t = TimeUnitArg::Ns)]
