@@ -334,7 +334,7 @@ impl StatsAcc {
 fn duration_rows(map: HashMap<String, Acc>) -> Vec<DurationRow> {
     let all: u64 = map.values().map(|a| a.total).sum();
     let mut rows: Vec<DurationRow> = map.into_iter().map(|(name, a)| DurationRow::of(name, &a, all)).collect();
-    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+    rows.sort_by(|a, b| b.time.total_ns.cmp(&a.time.total_ns).then_with(|| a.name.cmp(&b.name)));
     rows
 }
 

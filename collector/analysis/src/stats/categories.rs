@@ -23,7 +23,7 @@ pub fn category_rows(kernels: &[DurationRow], memcpy: &[MemcpyRow], memset: &[Me
         sums[at].1 = sums[at].1.saturating_add(ns);
     };
     for k in kernels {
-        add(kernel_category(&k.name), k.count, k.total_ns);
+        add(kernel_category(&k.name), k.time.count, k.time.total_ns);
     }
     for m in memcpy {
         add(Category::Memcpy, m.count, m.total_ns);

@@ -19,7 +19,7 @@ pub struct KernGridRow {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     #[serde(flatten)]
-    pub time: DurationRow,
+    pub kernel: DurationRow,
 }
 
 /// (process, name id, packed grid x/y, packed grid z and block) → durations.
@@ -44,10 +44,15 @@ impl KernGridAcc {
         let all: u64 = merged.values().map(|d| d.total).sum();
         let mut rows: Vec<KernGridRow> = merged
             .into_iter()
-            .map(|((name, grid, block), d)| KernGridRow { grid, block, time: DurationRow::of(name, &d, all) })
+            .map(|((name, grid, block), d)| KernGridRow { grid, block, kernel: DurationRow::of(name, &d, all) })
             .collect();
         rows.sort_by(|a, b| {
-            (b.time.total_ns, &a.time.name, a.grid, a.block).cmp(&(a.time.total_ns, &b.time.name, b.grid, b.block))
+            (b.kernel.time.total_ns, &a.kernel.name, a.grid, a.block).cmp(&(
+                a.kernel.time.total_ns,
+                &b.kernel.name,
+                b.grid,
+                b.block,
+            ))
         });
         rows
     }
@@ -59,13 +64,9 @@ pub fn table(rows: &[KernGridRow]) -> Table {
     let mut t = Table::new("CUDA kernels by launch configuration [cuda_gpu_kern_gb_sum]", &columns);
     let xyz = |v: [u32; 3]| format!("{} {} {}", v[0], v[1], v[2]);
     for r in rows {
-        let d = &r.time;
+        let d = &r.kernel;
         let mut cells = vec![format!("{:.1}", d.percent)];
-        cells.extend(super::columns::stat_cells(
-            d.total_ns,
-            d.count,
-            [d.avg_ns, d.median_ns, d.min_ns, d.max_ns, d.stddev_ns],
-        ));
+        cells.extend(d.time.cells());
         cells.extend([xyz(r.grid), xyz(r.block), d.name.clone()]);
         t.row(cells);
     }

@@ -31,15 +31,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct DurationRow {
     pub name: String,
-    pub count: u64,
-    pub total_ns: u64,
-    pub avg_ns: u64,
-    /// Exact up to 4096 instances, within 0.05% beyond (see `dist`).
-    pub median_ns: u64,
-    pub min_ns: u64,
-    pub max_ns: u64,
-    /// Sample standard deviation.
-    pub stddev_ns: u64,
+    #[serde(flatten)]
+    pub time: Durations,
     /// Share of the table's total time, in percent.
     pub percent: f64,
 }
@@ -51,6 +44,7 @@ pub struct Durations {
     pub count: u64,
     pub total_ns: u64,
     pub avg_ns: u64,
+    /// Exact up to 4096 instances, within 0.05% beyond (see `dist`).
     pub median_ns: u64,
     pub min_ns: u64,
     pub max_ns: u64,
@@ -84,10 +78,8 @@ impl Durations {
 impl DurationRow {
     /// `d`'s summary under `name`; `all`: the table's total time, which its share is of.
     fn of(name: String, d: &dist::Dist, all: u64) -> DurationRow {
-        let t = Durations::of(d);
         let percent = if all == 0 { 0.0 } else { 100.0 * d.total as f64 / all as f64 };
-        let Durations { count, total_ns, avg_ns, median_ns, min_ns, max_ns, stddev_ns } = t;
-        DurationRow { name, count, total_ns, avg_ns, median_ns, min_ns, max_ns, stddev_ns, percent }
+        DurationRow { name, time: Durations::of(d), percent }
     }
 }
 

@@ -503,7 +503,7 @@ fn durations(title: &str, rows: &[DurationRow]) -> Table {
     let mut t = Table::new(title, &[&DURATION_COLUMNS[..], &["Name"]].concat());
     for r in rows {
         let mut cells = vec![format!("{:.1}", r.percent)];
-        cells.extend(stat_cells(r.total_ns, r.count, [r.avg_ns, r.median_ns, r.min_ns, r.max_ns, r.stddev_ns]));
+        cells.extend(r.time.cells());
         cells.push(r.name.clone());
         t.row(cells);
     }
