@@ -101,7 +101,8 @@ pub enum Cmd {
         #[arg(long, value_delimiter = ',', value_parser = parse_report)]
         report: Vec<stats::Choice>,
         /// Summarise only the events that start inside the instances of this NVTX range or annotation (as
-        /// nsys's --filter-nvtx): NAME (every instance, e.g. a step name) or NAME/N (the Nth, from 1).
+        /// nsys's --filter-nvtx): NAME (every instance, e.g. a step name) or NAME/N (the Nth, from 1); a NAME
+        /// ending in * takes every range whose name starts so (ProfilerStep#*: every step).
         #[arg(long, value_name = "NAME[/N]", value_parser = Filter::parse_nvtx, conflicts_with = "filter_time")]
         filter_nvtx: Option<Filter>,
         /// Summarise only the events that start inside this stretch of the timeline (as nsys's --filter-time):
@@ -194,6 +195,15 @@ pub enum Cmd {
         /// Replace the output if it exists (a Parquet directory only if it is a previous cuflight export).
         #[arg(short, long)]
         force: bool,
+        /// Draw only the instances of this NVTX range or annotation (NAME, every instance, or NAME/N, the Nth from
+        /// 1; NAME* for every name that starts so; as stats' option): what overlaps them, the device work their
+        /// calls launched, and device memory at its level. For a trace too large to open whole.
+        #[arg(long, value_name = "NAME[/N]", value_parser = Filter::parse_nvtx, conflicts_with = "filter_time")]
+        filter_nvtx: Option<Filter>,
+        /// Draw only this stretch of the timeline: FROM/TO after its start, in seconds or with a unit (1.5/2.5,
+        /// 1500ms/2500ms), as the report's +s times.
+        #[arg(long, value_name = "FROM/TO", value_parser = Filter::parse_time)]
+        filter_time: Option<Filter>,
     },
     /// Rewrites a trace whose recording was cut short (collector killed, disk full) as a complete one: every
     /// complete block, and a footer saying what was lost. Every command already reads such a trace, with a

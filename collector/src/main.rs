@@ -114,9 +114,13 @@ fn run(mut cli: Cli) -> Result<i32> {
             );
             Ok(0)
         }
-        Cmd::Export { traces, format, output, force } => {
+        Cmd::Export { traces, format, output, force, filter_nvtx, filter_time } => {
             let format = ExportFormat::chosen(format, output.as_deref());
+            let filter = filter_nvtx.or(filter_time);
             if let ExportFormat::Parquet = format {
+                if filter.is_some() {
+                    bail!("--filter-nvtx and --filter-time cut a timeline (perfetto, chrome); the Parquet tables keep every event (select on their start_ns in SQL)");
+                }
                 return export_parquet(&traces, output, force);
             }
             let trace = traces[0].clone();
@@ -142,6 +146,13 @@ fn run(mut cli: Cli) -> Result<i32> {
                 warn_cut_short(&trace, source.cut_short.as_deref());
                 source
             };
+            if let Some(f) = &filter {
+                let shown =
+                    if traces.len() > 1 { format!("{} traces", traces.len()) } else { stand_in::name_of(&trace) };
+                let windows = f.windows(&mut source).with_context(|| format!("cannot filter {shown}"))?;
+                eprintln!("cuflight: drawing {}", f.kept(&windows));
+                source.cut_to(windows);
+            }
             let sink: Box<dyn std::io::Write> = match &out {
                 Some(out) => Box::new(out.try_clone()?),
                 None => Box::new(std::io::stdout().lock()),

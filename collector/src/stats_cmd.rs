@@ -7,7 +7,7 @@ use crate::closed_output::BROKEN_PIPE_STATUS;
 use crate::multi_trace::merged_source;
 use crate::{stand_in, warn_cut_short, write_text};
 use anyhow::{Context, Result};
-use cuflight_collector::analysis::stats::filter::{Filter, Windows};
+use cuflight_collector::analysis::stats::filter::Filter;
 use cuflight_collector::analysis::stats::{event_trace, Choice, KernelNames, Report, Stats, Style};
 use cuflight_collector::analysis::table::TimeUnit;
 use cuflight_collector::export::output::{self, Output};
@@ -68,7 +68,7 @@ pub fn run(traces: Vec<PathBuf>, tables: Tables, output: Option<PathBuf>, force:
     let windows = match &filter {
         Some(f) => {
             let w = f.windows(&mut source).with_context(|| format!("cannot filter {shown_input}"))?;
-            eprintln!("cuflight: {}", filter_said(f, &w));
+            eprintln!("cuflight: summarising what started, or was launched, inside {}", f.kept(&w));
             Some(w)
         }
         None => None,
@@ -125,20 +125,6 @@ pub fn run(traces: Vec<PathBuf>, tables: Tables, output: Option<PathBuf>, force:
         eprintln!("cuflight: wrote {}", output.unwrap_or_default().display());
     }
     Ok(0)
-}
-
-/// What the filter kept, for standard error.
-fn filter_said(f: &Filter, w: &Windows) -> String {
-    let ms = w.covered_ns() as f64 / 1e6;
-    match f {
-        Filter::Nvtx { name, instance: Some(n) } => format!("summarising instance {n} of '{name}' ({ms:.3} ms)"),
-        Filter::Nvtx { name, .. } => {
-            let n = w.spans.len();
-            let stretches = if n == 1 { "1 stretch".to_string() } else { format!("{n} stretches") };
-            format!("summarising what happened and was launched inside '{name}' ({stretches}, {ms:.3} ms)")
-        }
-        Filter::Time { .. } => format!("summarising {ms:.3} ms of the timeline"),
-    }
 }
 
 /// The one kernel-name form of the kernel reports asked for: one pass names kernels one way.

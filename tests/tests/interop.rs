@@ -431,3 +431,65 @@ fn a_directory_of_rank_traces_reads_as_the_job() {
     let (ok, err) = cuflight(&[OsStr::new("recover"), log.as_os_str()]);
     assert!(!ok && err.contains("is a directory: recover reads trace files (report, stats, merge and export"), "{err}");
 }
+
+/// `export --filter-nvtx`: a step, or every instance of a range, drawn as the whole trace draws it there
+/// (tests/py/export_cut.py checks the cut against the whole export slice by slice, with flows and the memory
+/// level); the Perfetto cut decodes and its times are the JSON cut's. Parquet refuses the filter in one line.
+#[test]
+fn an_export_cut_to_a_range_draws_what_the_whole_trace_draws_there() {
+    let dir = scratch("export-cut");
+    let prog = build_c("train", &dir);
+    let r = record(&dir, &[], &prog, &["5"], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    let mut cases = vec![(r.trace.clone(), "ProfilerStep#3", "1"), (r.trace.clone(), "forward", "all")];
+    if let Some(a100) = shared_trace("kineto-a100-nccl-r0.json.gz") {
+        cases.push((a100, "ProfilerStep#552", "1"));
+    }
+    for (i, (trace, name, instance)) in cases.into_iter().enumerate() {
+        let out = |ext: &str| dir.join(format!("{i}.{ext}"));
+        let export = |filter: Option<String>, to: &Path| {
+            let mut args = vec![OsStr::new("export"), trace.as_os_str(), OsStr::new("-o"), to.as_os_str()];
+            let filter = filter.map(std::ffi::OsString::from);
+            if let Some(f) = &filter {
+                args.extend([OsStr::new("--filter-nvtx"), f.as_os_str()]);
+            }
+            let (ok, err) = cuflight(&args);
+            assert!(ok, "{err}");
+            err
+        };
+        let filter = if instance == "all" { name.to_string() } else { format!("{name}/{instance}") };
+        export(None, &out("whole.json"));
+        let said = export(Some(filter.clone()), &out("cut.json"));
+        assert!(said.contains(&format!("drawing '{name}'")) || said.contains("drawing instance"), "{said}");
+        let c = python_json(
+            "export_cut.py",
+            &[out("whole.json").as_os_str(), out("cut.json").as_os_str(), OsStr::new(name), OsStr::new(instance)],
+        );
+        let n = |k: &str| c[k].as_u64().unwrap();
+        assert!(n("overlapping") > 0 && n("slices") < n("slices_whole"), "{name}: {c}");
+        if name == "forward" {
+            // A forward range's 9 kernels mostly run after it has closed on the host: kept with their launches.
+            assert!(n("kernels") >= 5 * 9 && n("launched_inside_run_after") > 0, "{c}");
+        }
+        if trace == r.trace {
+            // The program's three allocations, made before the first step, are in use when the cut begins.
+            assert_eq!(n("memory_events"), 3, "{c}");
+        }
+        export(Some(filter), &out("pftrace"));
+        let decoded = python_json("check_perfetto.py", &[out("pftrace").as_os_str(), out("cut.json").as_os_str()]);
+        assert_eq!(decoded["slices"].as_u64(), Some(n("slices")), "{name}: {decoded}");
+        assert_eq!(decoded["times_checked"], decoded["slices"], "{name}");
+    }
+    let parquet = dir.join("cut.parquet");
+    let (ok, err) = cuflight(&[
+        OsStr::new("export"),
+        r.trace.as_os_str(),
+        OsStr::new("--format"),
+        OsStr::new("parquet"),
+        OsStr::new("-o"),
+        parquet.as_os_str(),
+        OsStr::new("--filter-time"),
+        OsStr::new("0/1"),
+    ]);
+    assert!(!ok && err.contains("cut a timeline") && err.lines().count() == 1 && !parquet.exists(), "{err}");
+}

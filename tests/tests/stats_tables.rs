@@ -567,6 +567,8 @@ fn filters_summarise_what_a_range_launched() {
     assert!(said.contains("inside 'forward' (5 stretches"), "{said}");
     assert_eq!(kernels(&["--filter-nvtx", "forward/2"]).0, 9);
     assert_eq!(kernels(&["--filter-time", "0/1000s"]).0, all);
+    assert_eq!(kernels(&["--filter-nvtx", "ProfilerStep#*"]).0, all, "every step");
+    assert_eq!(kernels(&["--filter-nvtx", "ProfilerStep#*/2"]).0, 18, "the second step");
     // nvtx_pushpop_trace: each instance with its nest, as many as nvtx_sum counts; a filter keeps the ranges that
     // start inside.
     let out = stats_with(&[t, "--report", "nvtx_sum,nvtx_pushpop_trace", "--format", "json"]);
@@ -588,6 +590,8 @@ fn filters_summarise_what_a_range_launched() {
         (["--filter-nvtx", "nowhere"], "no NVTX range or annotation named 'nowhere'"),
         (["--filter-nvtx", "forward/99"], "'forward' has no instance 99: the trace holds 5"),
         (["--filter-time", "2s/1s"], "ends before it starts"),
+        (["--filter-time", "1000/1001"], "nothing starts 1000.000 s or more after its start"),
+        (["--filter-nvtx", "ProfilerStep#9"], "like it: ProfilerStep#0, ProfilerStep#1, ProfilerStep#2,"),
     ] {
         let out = stats_with(&[&[t][..], &args].concat());
         let err = String::from_utf8_lossy(&out.stderr);

@@ -73,6 +73,11 @@ impl LiveMemory {
         }
     }
 
+    /// The live block at `address` of process `pid`: its bytes, and whether it is device memory.
+    pub fn block(&self, pid: u32, address: u64) -> Option<(u64, bool)> {
+        self.blocks.get(&(pid, address)).copied()
+    }
+
     /// Live device bytes now.
     pub fn device(&self) -> u64 {
         self.device

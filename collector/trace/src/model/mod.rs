@@ -4,6 +4,7 @@
 //! says (kernel classes, API calls, step and data-loading ranges: [`names`]), and host names ([`host`]).
 
 pub mod align;
+pub mod cut;
 pub mod host;
 pub mod job_clock;
 pub mod kernel_category;
@@ -18,3 +19,4 @@ pub mod source;
 pub mod spool;
 pub mod timeline;
 pub mod trace;
+pub mod window;

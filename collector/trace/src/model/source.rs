@@ -20,7 +20,9 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::io::{BufReader, Seek, SeekFrom};
 use std::path::Path;
 
+use crate::model::cut::Cut;
 use crate::model::spool::Spool;
+use crate::model::window::Windows;
 
 /// A trace's processes (facts and strings; `events` left empty) and a time-ordered pass over its events.
 pub struct EventSource {
@@ -33,6 +35,8 @@ pub struct EventSource {
     /// After [`EventSource::for_each`]: the most blocks held in memory at once (what bounds its memory).
     pub peak_open_blocks: usize,
     events: Events,
+    /// The stretches passes keep ([`EventSource::cut_to`]).
+    cut: Option<Windows>,
 }
 
 enum Events {
@@ -115,6 +119,7 @@ impl EventSource {
             fractional_us_timestamps: trace.fractional_us_timestamps,
             peak_open_blocks: 0,
             events,
+            cut: None,
         }
     }
 
@@ -224,13 +229,29 @@ impl EventSource {
             fractional_us_timestamps: false,
             peak_open_blocks: 0,
             events: Events::File { shown, input: Box::new(input), blocks },
+            cut: None,
         }))
+    }
+
+    /// From now on, passes give what a timeline draws in `windows` ([`crate::model::cut`]) instead of every event.
+    pub fn cut_to(&mut self, windows: Windows) {
+        self.cut = Some(windows);
     }
 
     /// Calls `f` with each event, in time order, with the key and facts of the process it belongs to. Each call
     /// is a whole pass (analyses that need a plan first, such as the report's step windows, make two or three):
     /// a file is read again block by block, a loaded trace's events are lent and put back.
     pub fn for_each(&mut self, mut f: impl FnMut(u32, &Process, &RawEvent)) -> Result<(), TraceError> {
+        let Some(windows) = self.cut.clone() else { return self.pass(|_, key, p, e| f(key, p, e)) };
+        let mut cut = Cut::new(windows);
+        let default = Process::default();
+        self.pass(|all, key, p, e| cut.feed(key, p, e, &mut |key, e| f(key, process_of(all, key, &default), e)))?;
+        cut.finish(&mut |key, e| f(key, process_of(&self.processes, key, &default), e));
+        Ok(())
+    }
+
+    /// Every event, in time order, with the processes, the key and facts of the process it belongs to.
+    fn pass(&mut self, mut f: impl FnMut(&BTreeMap<u32, Process>, u32, &Process, &RawEvent)) -> Result<(), TraceError> {
         match std::mem::replace(&mut self.events, Events::Loaded(BTreeMap::new())) {
             Events::Loaded(mut per_process) => {
                 // Processes without events keep their (empty) place; the others are lent to the merge.
@@ -301,6 +322,11 @@ impl EventSource {
     }
 }
 
+/// Process `key` of `all`, or `default` (a process without facts) when there is none.
+fn process_of<'a>(all: &'a BTreeMap<u32, Process>, key: u32, default: &'a Process) -> &'a Process {
+    all.get(&key).unwrap_or(default)
+}
+
 /// Loads a whole trace into memory (for analyses that still need every event at hand), through the stream: each
 /// process's events arrive in their final order, so none is sorted afterwards (a stable sort of a large process
 /// needs half its size again), and each vector is reserved once from the index. Same result as [`Trace::load`],
@@ -340,7 +366,7 @@ fn merge(
     pending: Vec<PendingBlock>,
     mut open_block: impl FnMut(&PendingBlock, Option<Vec<RawEvent>>) -> Result<Option<OpenBlock>, TraceError>,
     mut keep: Option<&mut BTreeMap<u32, Vec<RawEvent>>>,
-    f: &mut impl FnMut(u32, &Process, &RawEvent),
+    f: &mut impl FnMut(&BTreeMap<u32, Process>, u32, &Process, &RawEvent),
 ) -> Result<usize, TraceError> {
     let mut m = Merger { slots: Vec::new(), free: Vec::new(), heap: BinaryHeap::new(), spare: None };
     for b in open {
@@ -366,7 +392,7 @@ fn merge(
         // yet open may start) goes out without a trip through the heap: blocks overlap only at their edges.
         let mut pos = pos as usize;
         let exhausted = loop {
-            f(pid, process, &block.events[pos]);
+            f(processes, pid, process, &block.events[pos]);
             pos += 1;
             let Some(e) = block.events.get(pos) else { break true };
             let key = (e.start, pid, seq, pos as u32);
