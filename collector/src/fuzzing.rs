@@ -16,7 +16,7 @@ pub fn trace_reader(data: &[u8]) -> usize {
 }
 
 /// The time-ordered event source over arbitrary bytes, with everything that streams over it: `stats`, both
-/// exports and the report (its plan and window sweep). They may refuse the bytes, never panic. (A target of its
+/// exports (whole and cut) and the report (its plan and window sweep). They may refuse the bytes, never panic. (A target of its
 /// own: each input is read several times over, which would slow the block reader's fuzzing tenfold.)
 pub fn trace_source(data: &[u8]) {
     let Ok(Some(mut source)) = crate::model::source::EventSource::from_bytes(data.to_vec(), "fuzz") else { return };
@@ -27,6 +27,19 @@ pub fn trace_source(data: &[u8]) {
     let opts = crate::analysis::report::Options::default();
     if let Ok(r) = crate::analysis::report::Report::compute(&mut traces, &opts) {
         let _ = (r.to_text(), r.to_json(), r.to_html());
+    }
+    // The cut `export --filter-*` draws: two stretches chosen by the bytes, after the timeline's start.
+    let [(_, mut source)] = traces;
+    let at = |i: usize| data.get(i).map_or(0, |&b| b as u64) * 1_000;
+    let first = crate::model::window::Filter::Time { from_ns: at(0), to_ns: at(0) + at(1) + 1 };
+    if let Ok(w) = first.windows(&mut source) {
+        let (_, end) = w.spans[0];
+        let second = end.saturating_add(at(2) + 1);
+        let mut spans = w.spans;
+        spans.push((second, second.saturating_add(at(3))));
+        source.cut_to(crate::model::window::Windows::new(spans));
+        let _ = crate::export::chrome::export(&mut source, std::io::sink());
+        let _ = crate::export::perfetto::export(&mut source, std::io::sink());
     }
 }
 
