@@ -13,6 +13,16 @@ def kineto(path):
         # Decimal keeps nanosecond digits exactly, as cuflight does.
         events = json.load(f, parse_float=Decimal)["traceEvents"]
     c = {"kernels": 0, "kernel_ns": 0, "api": 0, "memcpy": 0, "memcpy_bytes": 0, "memset": 0, "memset_bytes": 0}
+    # Copy kernels that start inside a ProfilerStep range, by what ATen's kernel names say they do.
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    c["concat_ns_in_steps"] = c["casts_ns_in_steps"] = 0
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel" and any(a <= e["ts"] <= b for a, b in steps):
+            name = e["name"].lower()
+            kind = "concat" if "catarraybatchedcopy" in name else "casts" if "copy_kernel" in name else None
+            if kind:
+                c[f"{kind}_ns_in_steps"] += int(Decimal(e["dur"]) * 1000)
     for e in events:
         if e.get("ph") != "X":
             continue

@@ -112,6 +112,15 @@ fn report_works_where_hta_fails_and_on_captures() {
             b["idle_ns"].as_u64().unwrap() + b["compute_ns"].as_u64().unwrap() + b["non_compute_ns"].as_u64().unwrap();
         assert_eq!(sum, b["span_ns"].as_u64().unwrap());
         assert_eq!(b["gpu_ops"].as_u64().unwrap(), 1707, "every GPU op, launched in the trace or not");
+        // Generation in eager PyTorch: a fifth of the step in kernels that only cast, copy or concatenate (the
+        // KV cache's torch.cat). Their times are the file's own (tests/py/raw_counts.py, by the kernels' names).
+        let f = main["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "copy_kernels").expect("copies");
+        let raw = python_json("raw_counts.py", &[qwen.as_os_str()]);
+        for (metric, counted) in [("casts_ns", "casts_ns_in_steps"), ("concatenation_ns", "concat_ns_in_steps")] {
+            assert_eq!(f["evidence"]["metrics"][metric].as_f64(), raw[counted].as_f64(), "{metric}: {f}");
+        }
+        assert_eq!(f["severity"], "medium", "{f}");
+        assert!(f["fix"].as_str().unwrap().contains("static KV cache"), "{f}");
     }
     // A cudasim capture of the demo loop: steps found from the NVTX ProfilerStep ranges.
     let dir = scratch("report");

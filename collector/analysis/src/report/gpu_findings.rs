@@ -8,6 +8,7 @@ use super::short_names::short_name;
 use super::sweep::Swept;
 use cuflight_format::event::LaunchConfig;
 use cuflight_format::RawEvent;
+use cuflight_trace::model::kernel_category::Category;
 
 pub const FIX_PAGEABLE: &str = "Copy from pinned memory: DataLoader(pin_memory=True) with tensor.to(device, \
      non_blocking=True); in CUDA code allocate host buffers with cudaMallocHost (or cudaHostRegister them) and use \
@@ -30,6 +31,19 @@ pub const FIX_GROWTH: &str = "Find what keeps tensors alive across steps: accumu
 pub const FIX_HOT: &str = "Optimise where the time goes: check the occupancy of the top kernels (block size, \
      registers, shared memory), fuse neighbouring elementwise kernels (torch.compile), use tuned libraries \
      (cuBLAS/cuDNN, FlashAttention).";
+
+pub const FIX_CONCAT: &str = "Stop growing tensors by concatenation (each torch.cat copies the whole tensor again): \
+     preallocate and write in place; in Hugging Face generation, a static KV cache \
+     (generate(..., cache_implementation=\"static\")), which torch.compile can then fuse around.";
+pub const FIX_CASTS: &str = "Fuse or remove casts and contiguous copies: torch.compile fuses them into the \
+     kernels beside them (the fp32 upcasts of RMSNorm and rotary embeddings in Hugging Face models among them); keep \
+     weights and inputs in one dtype (model.to(torch.bfloat16), not per-op .to()/.float()); avoid \
+     .contiguous()/.clone() after transpose or slicing.";
+pub const FIX_LAYOUT: &str = "Change layouts once, not per layer: channels_last for the whole model and its inputs \
+     (model.to(memory_format=torch.channels_last)), or keep the permuted tensor instead of permuting back.";
+/// Copy kernels must take this share of step time to be a finding: below it they are the layout changes any model
+/// makes, and how much of them can go depends on the code.
+pub const COPY_MIN_SHARE: f64 = 0.05;
 
 /// Assumed speed-up of a GEMM moved from fp32 SIMT to bf16 Tensor Cores: conservative next to the 8-16x peak
 /// ratios of V100..H100, since real GEMMs are partly memory-bound.
@@ -198,6 +212,103 @@ pub fn memory_growth(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     let summary = format!("device memory grows {:.2} MiB per step", per_step as f64 / 1048576.0);
     let mut f = ctx.finding("memory_growth", 0, summary, ev, FIX_GROWTH);
     f.severity = severity;
+    Some(f)
+}
+
+/// What a copy kernel does, from its name (kernels of the copy category, `model::kernel_category`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum CopyKind {
+    /// `torch.cat`/`torch.stack`: ATen's `CatArrayBatchedCopy`.
+    Concatenation,
+    /// Casts and contiguous copies: ATen's `direct_copy_kernel_cuda`, `bfloat16_copy_kernel_cuda`, ...
+    Casts,
+    /// Transposes and permutes (`nchwToNhwc`, `permute_*`).
+    Layout,
+}
+
+impl CopyKind {
+    fn of(name: &str) -> Option<CopyKind> {
+        if cuflight_trace::model::kernel_category::kernel_category(name) != Category::Copy {
+            return None;
+        }
+        let l = name.to_ascii_lowercase();
+        Some(if l.contains("catarraybatchedcopy") {
+            CopyKind::Concatenation
+        } else if l.contains("copy_kernel") {
+            CopyKind::Casts
+        } else {
+            CopyKind::Layout
+        })
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            CopyKind::Concatenation => "concatenation (torch.cat, torch.stack)",
+            CopyKind::Casts => "casts and contiguous copies (.to(dtype), .float(), .contiguous())",
+            CopyKind::Layout => "layout changes (transpose, permute, channels-last conversion)",
+        }
+    }
+
+    fn fix(self) -> &'static str {
+        match self {
+            CopyKind::Concatenation => FIX_CONCAT,
+            CopyKind::Casts => FIX_CASTS,
+            CopyKind::Layout => FIX_LAYOUT,
+        }
+    }
+}
+
+/// Kernels that only move data on the device (casts, contiguous copies, concatenation, layout changes), when they
+/// take [`COPY_MIN_SHARE`] of step time: the time is an upper bound of what removing them saves (some copies a
+/// model needs), so the finding is never more than medium; the fix is the one for the kind that takes most.
+pub fn copy_kernels(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
+    let mut copies = KernelAgg::default();
+    let mut kinds: Vec<(CopyKind, u64, u64)> = Vec::new();
+    for (&name, &(count, ns, config)) in &swept.kernels.by_name {
+        let Some(kind) = CopyKind::of(ctx.p.string(name)) else { continue };
+        copies.by_name.insert(name, (count, ns, config));
+        copies.count += count;
+        copies.total_ns = copies.total_ns.saturating_add(ns);
+        match kinds.iter_mut().find(|k| k.0 == kind) {
+            Some(k) => (k.1, k.2) = (k.1 + count, k.2.saturating_add(ns)),
+            None => kinds.push((kind, count, ns)),
+        }
+    }
+    let time = copies.total_ns;
+    if ctx.share(time) < COPY_MIN_SHARE {
+        return None;
+    }
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.2));
+    let mut ev = Evidence::default();
+    ev.facts.push(format!(
+        "{} copy kernels ran {} in steps ({:.0}% of kernel time), moving data on the device without computing",
+        copies.count,
+        ms(time),
+        100.0 * time as f64 / swept.kernels.total_ns.max(1) as f64
+    ));
+    for &(kind, count, ns) in &kinds {
+        ev.facts.push(format!("{}: {} in {count} kernels", kind.describe(), ms(ns)));
+        ev.metrics.insert(
+            match kind {
+                CopyKind::Concatenation => "concatenation_ns",
+                CopyKind::Casts => "casts_ns",
+                CopyKind::Layout => "layout_ns",
+            },
+            ns as f64,
+        );
+    }
+    ev.kernels = kernel_rows(ctx, &copies, 5);
+    for r in &mut ev.kernels {
+        r.share_of_kernel_time = r.total_ns as f64 / swept.kernels.total_ns.max(1) as f64;
+    }
+    let summary = format!(
+        "GPU time in kernels that only copy data (casts, concatenation, layout changes): up to {} per step",
+        ms(time / ctx.steps_count() as u64)
+    );
+    // The fix of each kind that takes a quarter of the copy time or more, the largest first.
+    let fixes: Vec<&str> = kinds.iter().filter(|k| k.2.saturating_mul(4) >= time).map(|k| k.0.fix()).collect();
+    let mut f = ctx.finding("copy_kernels", time, summary, ev, &fixes.join(" "));
+    f.severity = f.severity.min(Severity::Medium);
     Some(f)
 }
 

@@ -269,6 +269,7 @@ impl Report {
             fs.extend(gpu_findings::pageable_memcpy(&ctx, &swept));
             fs.extend(gpu_findings::memcpy_heavy(&ctx, &swept));
             fs.extend(gpu_findings::fp32_gemm(&ctx, &swept));
+            fs.extend(gpu_findings::copy_kernels(&ctx, &swept));
             fs.extend(gpu_findings::nccl_exposed(&ctx, &swept, !waits[i].is_empty()));
             fs.extend(gpu_findings::memory_growth(&ctx, &swept));
             fs.retain(|f| f.share >= MIN_SHARE || f.kind == "memory_growth");

@@ -4,6 +4,7 @@
 use super::plan::plan;
 use super::steps::StepSource;
 use super::sweep::{Sweep, Swept};
+use super::Report;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::source::EventSource;
 use cuflight_trace::model::trace::{Process, Trace};
@@ -266,4 +267,46 @@ fn a_stack_read_costs_a_step_only_where_the_gpu_idles() {
     let swept = sweep(&mut src, 1 << 20);
     let cost = swept.stack_cost;
     assert_eq!((cost.stacks, cost.in_steps, cost.in_steps_ns, cost.exposed_ns), (2, 2, 6, 3));
+}
+
+/// Five ProfilerStep ranges of 100 ns, each launching a GEMM, a cast and a concatenation (ns long).
+fn copy_steps(cast_ns: u64, cat_ns: u64) -> Report {
+    let strings = [
+        (1, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"),
+        (2, "void at::native::vectorized_elementwise_kernel<4, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul>)"),
+        (3, "void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous namespace)::OpaqueType<2u>, unsigned int, 4, 64, 64>(at::native::(anonymous namespace)::OpaqueType<2u>*)"),
+        (8, "ProfilerStep#0"),
+        (9, "cudaLaunchKernel"),
+    ];
+    let mut events = Vec::new();
+    for step in 0..5u64 {
+        let (t, corr) = (1000 + step * 100, 1 + step as u32 * 3);
+        events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 100) });
+        let mut at = t + 10;
+        for (i, (name, dur)) in [(1, 50), (2, cast_ns), (3, cat_ns)].into_iter().enumerate() {
+            events.push(api(9, t + 1 + i as u64, 1, corr + i as u32));
+            events.push(kernel(name, at, dur, corr + i as u32));
+            at += dur;
+        }
+    }
+    let mut traces = [("t".to_string(), source(process(&strings, events)))];
+    let opts = super::Options { step: None, include_warmup: true };
+    Report::compute(&mut traces, &opts).unwrap()
+}
+
+/// Kernels that only copy data are a finding when they take 5% of step time or more, told apart by kind (casts,
+/// concatenation), never more than medium (what can go depends on the code), with the fix of each large kind.
+#[test]
+fn copy_kernels_are_named_by_kind_with_each_kinds_fix() {
+    let r = copy_steps(20, 10);
+    let f = r.findings.iter().find(|f| f.kind == "copy_kernels").expect("a finding");
+    assert_eq!(f.time_lost_ns, 5 * 30, "{f:?}");
+    assert_eq!(f.severity, super::Severity::Medium, "30% of step time, capped");
+    assert_eq!((f.evidence.metrics["casts_ns"], f.evidence.metrics["concatenation_ns"]), (100.0, 50.0));
+    assert!(f.fix.starts_with("Fuse or remove casts") && f.fix.contains("static KV cache"), "{}", f.fix);
+    assert_eq!(f.evidence.kernels.len(), 2);
+    assert!((f.evidence.kernels[0].share_of_kernel_time - 20.0 / 80.0).abs() < 1e-9, "a share of all kernel time");
+    // 4% of step time: the copies a model needs.
+    let r = copy_steps(2, 2);
+    assert!(r.findings.iter().all(|f| f.kind != "copy_kernels"), "{:?}", r.findings);
 }
