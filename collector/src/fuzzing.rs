@@ -31,13 +31,13 @@ pub fn trace_source(data: &[u8]) {
     // The cut `export --filter-*` draws: two stretches chosen by the bytes, after the timeline's start.
     let [(_, mut source)] = traces;
     let at = |i: usize| data.get(i).map_or(0, |&b| b as u64) * 1_000;
-    let first = crate::model::window::Filter::Time { from_ns: at(0), to_ns: at(0) + at(1) + 1 };
+    let first = crate::model::filter::Filter::Time { from_ns: at(0), to_ns: at(0) + at(1) + 1 };
     if let Ok(w) = first.windows(&mut source) {
         let (_, end) = w.spans[0];
         let second = end.saturating_add(at(2) + 1);
         let mut spans = w.spans;
         spans.push((second, second.saturating_add(at(3))));
-        source.cut_to(crate::model::window::Windows::new(spans));
+        source.cut_to(crate::model::windows::Windows::new(spans));
         let _ = crate::export::chrome::export(&mut source, std::io::sink());
         let _ = crate::export::perfetto::export(&mut source, std::io::sink());
     }

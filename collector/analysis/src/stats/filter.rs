@@ -4,9 +4,10 @@
 //! the trace, by its own start. Facts that are not timed events (devices, names, clocks) always pass.
 
 use cuflight_format::{EventKind, RawEvent};
+pub use cuflight_trace::model::filter::{Filter, FilterError};
 use cuflight_trace::model::launches::LaunchJoin;
 use cuflight_trace::model::trace::Process;
-pub use cuflight_trace::model::window::{Filter, FilterError, Windows};
+pub use cuflight_trace::model::windows::Windows;
 use rustc_hash::FxHashMap;
 
 /// [`Windows`] over a pass in time order: device work by its launching call's start.

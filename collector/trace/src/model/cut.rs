@@ -19,7 +19,7 @@
 use crate::model::launches::LaunchJoin;
 use crate::model::memory::LiveMemory;
 use crate::model::trace::Process;
-use crate::model::window::Windows;
+use crate::model::windows::Windows;
 use cuflight_format::event::MemKind;
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::FxHashMap;

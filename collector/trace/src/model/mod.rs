@@ -1,10 +1,12 @@
 //! The trace model every reader produces and every analysis and output consumes: processes and their events
-//! ([`trace`]), the time-ordered event stream ([`source`]), and the one rule for each fact derived from events:
+//! ([`trace`]), the time-ordered event stream ([`source`]) and the part of it a filter keeps ([`filter`],
+//! [`windows`], [`cut`]), and the one rule for each fact derived from events:
 //! device memory alive ([`memory`]), NVTX ranges ([`ranges`]), launch-to-work flows ([`launches`]) and what a name
 //! says (kernel classes, API calls, step and data-loading ranges: [`names`]), and host names ([`host`]).
 
 pub mod align;
 pub mod cut;
+pub mod filter;
 pub mod host;
 pub mod job_clock;
 pub mod kernel_category;
@@ -19,4 +21,4 @@ pub mod source;
 pub mod spool;
 pub mod timeline;
 pub mod trace;
-pub mod window;
+pub mod windows;

@@ -22,7 +22,7 @@ use std::path::Path;
 
 use crate::model::cut::Cut;
 use crate::model::spool::Spool;
-use crate::model::window::Windows;
+use crate::model::windows::Windows;
 
 /// A trace's processes (facts and strings; `events` left empty) and a time-ordered pass over its events.
 pub struct EventSource {
