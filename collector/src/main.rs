@@ -128,9 +128,11 @@ fn run(mut cli: Cli) -> Result<i32> {
                 ExportFormat::Perfetto => "perfetto-trace",
                 _ => "json",
             };
-            let output = match output {
-                Some(o) => o,
-                None => stand_in::beside(&trace, ext)?,
+            let output = match (output, &filter) {
+                (Some(o), _) => o,
+                // A cut is named after what it keeps, beside the whole export's name: run.ProfilerStep_5.json.
+                (None, Some(f)) => stand_in::beside(&trace, &format!("{}.{ext}", f.tag()))?,
+                (None, None) => stand_in::beside(&trace, ext)?,
             };
             let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
             output::distinct_inputs(&inputs)?;

@@ -480,6 +480,10 @@ fn an_export_cut_to_a_range_draws_what_the_whole_trace_draws_there() {
         assert_eq!(decoded["slices"].as_u64(), Some(n("slices")), "{name}: {decoded}");
         assert_eq!(decoded["times_checked"], decoded["slices"], "{name}");
     }
+    // Without -o, a cut is named after what it keeps, beside the whole export's name.
+    let (ok, err) =
+        cuflight(&[OsStr::new("export"), r.trace.as_os_str(), OsStr::new("--filter-nvtx"), OsStr::new("forward/2")]);
+    assert!(ok && dir.join("trace.forward-2.perfetto-trace").is_file(), "{err}");
     let parquet = dir.join("cut.parquet");
     let (ok, err) = cuflight(&[
         OsStr::new("export"),

@@ -138,6 +138,22 @@ fn looks_like(text: &str, stem: &str) -> bool {
 }
 
 impl Filter {
+    /// A short name for what the filter keeps, for default output names: `ProfilerStep_5`, `forward-2`,
+    /// `1.5s-2.5s` (a name's characters other than letters, digits, `-` and `_` become `_`).
+    pub fn tag(&self) -> String {
+        match self {
+            Filter::Nvtx { name, instance } => {
+                let safe = |c: char| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' };
+                let name: String = name.chars().map(safe).take(64).collect();
+                match instance {
+                    Some(n) => format!("{name}-{n}"),
+                    None => name,
+                }
+            }
+            Filter::Time { from_ns, to_ns } => format!("{}s-{}s", *from_ns as f64 / 1e9, *to_ns as f64 / 1e9),
+        }
+    }
+
     /// What `windows` (this filter's) hold, for a line on standard error: "instance 3 of 'step' (12.500 ms)".
     pub fn kept(&self, windows: &Windows) -> String {
         let ms = windows.covered_ns() as f64 / 1e6;
@@ -205,5 +221,9 @@ mod tests {
             Filter::parse_nvtx("step").unwrap().names("step") && !Filter::parse_nvtx("step").unwrap().names("steps")
         );
         assert!(looks_like("ProfilerStep#550", "profilerstep") && !looks_like("Profiler", "profilerstep"));
+        assert_eq!(Filter::parse_nvtx("ProfilerStep#5").unwrap().tag(), "ProfilerStep_5");
+        assert_eq!(Filter::parse_nvtx("forward/2").unwrap().tag(), "forward-2");
+        assert_eq!(Filter::parse_nvtx("../a b").unwrap().tag(), "___a_b", "never a path");
+        assert_eq!(Filter::parse_time("1.5/2500ms").unwrap().tag(), "1.5s-2.5s");
     }
 }
