@@ -15,7 +15,8 @@
  * xmm15 and prints "xmm ok" if they survived (an injection interrupts that very call); "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "E N" makes N
  * rounds of the error queries (cudaGetLastError, cudaPeekAtLastError, cudaGetErrorString) and prints "done"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it; "D" launches one kernel through the driver API (cuLaunchKernel); "f" prints
  * "finalized N", cudasim's count of cuptiFinalize teardowns (-1 on real CUDA); "u NAME M" opens an NVTX range NAME
- * and runs M kernels in it without closing it, "q" closes it, each printing "done";
+ * and runs M kernels in it without closing it, "q" closes it, each printing "done"; "O" asks cudaMalloc for 2^60
+ * bytes and prints "oom CODE"; "Q" queries a stream busy with a 50 ms kernel and prints "query CODE", then waits;
  * EOF ends it. */
 #include "sim.h"
 #include <cuda.h>
@@ -167,6 +168,14 @@ static int commands(void) {
             launch(spin, 1, 1, 0, args);
             CHECK(cudaDeviceSynchronize());
             printf("done\n");
+        } else if (line[0] == 'O') {
+            void *huge = NULL;
+            printf("oom %d\n", (int)cudaMalloc(&huge, (size_t)1 << 60));
+        } else if (line[0] == 'Q') {
+            spin_seconds = 0.05;
+            launch(spin, 1, 1, 0, args);
+            printf("query %d\n", (int)cudaStreamQuery(0));
+            CHECK(cudaDeviceSynchronize());
         } else if (line[0] == 'e') {
             launch(faulty, 1, 1, 0, args);
             int first = (int)cudaDeviceSynchronize();

@@ -446,3 +446,53 @@ fn a_recording_and_its_kineto_export_report_the_same_run() {
         assert_eq!(again["cuda_runtime_version"].as_u64(), Some(12040));
     }
 }
+
+/// A run that fails says so first: every call that returned an error, by API and code with CUDA's names (stats),
+/// and in the report the device fault with the kernel launched last before it (CUDA reports a fault at a later
+/// call), and the allocations that found no memory. Queries answering "not ready" are expected, not failures.
+#[test]
+fn failed_calls_are_named_and_a_device_fault_names_its_suspect_kernel() {
+    let dir = scratch("report-failed-calls");
+    let (s, _) = record_server_cmd(&dir, &[], "k 2\nQ\nO\nO\ne\n");
+    let rows = s["api_errors"].as_array().unwrap();
+    let row = |api: &str| rows.iter().find(|r| r["api"] == api).unwrap_or_else(|| panic!("{api}: {rows:?}"));
+    let fault = row("cudaDeviceSynchronize");
+    assert_eq!((fault["code"].as_u64(), fault["error"].as_str()), (Some(700), Some("cudaErrorIllegalAddress")));
+    assert_eq!((fault["class"].as_str(), fault["count"].as_u64()), (Some("sticky"), Some(2)), "{fault}");
+    let oom = row("cudaMalloc");
+    assert_eq!(
+        (oom["error"].as_str(), oom["class"].as_str(), oom["count"].as_u64()),
+        (Some("cudaErrorMemoryAllocation"), Some("out_of_memory"), Some(2))
+    );
+    let query = row("cudaStreamQuery");
+    assert_eq!((query["error"].as_str(), query["class"].as_str()), (Some("cudaErrorNotReady"), Some("expected")));
+    assert_eq!(rows[0]["class"], "sticky", "failures first");
+    assert!(
+        fault["first_ns"].as_u64() > oom["first_ns"].as_u64() && oom["first_ns"].as_u64() > query["first_ns"].as_u64()
+    );
+    let r = report(&dir.join("trace.cuf"));
+    let verdict = r["verdict"].as_str().unwrap();
+    assert!(verdict.starts_with("The run failed: a device fault (cudaErrorIllegalAddress)"), "{verdict}");
+    let p = &r["processes"][0];
+    let warning = p["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("the suspect, kernel faulty (launched at"), "{warning}");
+    assert!(
+        p["warnings"][1].as_str().unwrap().starts_with("2 allocation(s) found no device memory"),
+        "{}",
+        p["warnings"]
+    );
+    assert_eq!(p["cuda_errors"].as_array().unwrap().len(), 3);
+    // A run without failures says nothing of them; a torch.profiler trace holds no return codes, and says so.
+    let clean = record(&dir, &[], &build_c("train", &dir), &["2"], &[]);
+    let r = report(&clean.trace);
+    assert!(r["processes"][0].get("cuda_errors").is_none() && !r["verdict"].as_str().unwrap().contains("failed"));
+    if let Some(kineto) = shared_trace("kineto-2rank-r0.json.gz") {
+        let kinds: Vec<String> = stats(&kineto)["not_recorded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["kind"].as_str().unwrap().to_string())
+            .collect();
+        assert!(kinds.contains(&"errors".to_string()), "{kinds:?}");
+    }
+}

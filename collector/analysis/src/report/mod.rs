@@ -8,6 +8,7 @@
 mod accum;
 pub mod breakdown;
 mod busy;
+pub mod failed_calls;
 mod findings;
 mod gpu_findings;
 mod html;
@@ -34,6 +35,7 @@ mod wait_findings;
 pub mod warmup;
 pub mod window;
 
+use cuflight_trace::model::cuda_errors::ErrorClass;
 use findings::{Ctx, MIN_SHARE};
 pub use findings::{Evidence, Finding, KernelRow, Severity};
 pub use html_escape::esc as escape_html;
@@ -96,6 +98,10 @@ pub struct ProcessReport {
     /// ... that span: first GPU op start, last GPU op end.
     pub utilization_span_ns: Option<(u64, u64)>,
     pub warnings: Vec<String>,
+    /// CUDA calls that returned an error: failures first, then expected answers such as "not ready" from a query
+    /// (absent where none did, or where the trace holds no return codes: torch.profiler's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cuda_errors: Vec<crate::stats::ApiErrorRow>,
     /// What reading Python stacks cost inside the steps (absent where none were read).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub python_stacks: Option<stack_cost::StackCost>,
@@ -292,6 +298,9 @@ impl Report {
             // The file's timeline spans all its processes (one Perfetto export per file).
             let file_span = plans[fi].values().filter_map(|q| q.timeline).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
             let (trace_start_ns, trace_end_ns) = file_span.unwrap_or((0, 0));
+            // A device fault or a failed allocation is what the reader must know first.
+            let (cuda_errors, failures) = plan.failed.finish(p, trace_start_ns);
+            warnings.splice(0..0, failures);
             let run = run::RunSummary {
                 command_line: p.info.cmdline.clone(),
                 host: p.info.host.clone(),
@@ -336,6 +345,7 @@ impl Report {
                 utilization_over_time: swept.utilization,
                 utilization_span_ns: plan.busy_extent,
                 warnings,
+                cuda_errors,
                 python_stacks,
             });
         }
@@ -521,6 +531,24 @@ fn total_row(rows: &[StepRow]) -> StepRow {
 }
 
 fn verdict(findings: &[Finding], processes: &[ProcessReport]) -> String {
+    let performance = performance_verdict(findings, processes);
+    let faults = processes.iter().filter_map(|p| {
+        let r = p.cuda_errors.iter().filter(|r| r.class == ErrorClass::Sticky).min_by_key(|r| r.first_ns)?;
+        Some((r, p))
+    });
+    match faults.min_by_key(|(r, _)| r.first_ns) {
+        Some((r, p)) => format!(
+            "The run failed: a device fault ({}) reported by {} at +{:.6} s ({}): see its warning. {performance}",
+            r.error,
+            r.api,
+            r.first_ns as f64 / 1e9,
+            p.who
+        ),
+        None => performance,
+    }
+}
+
+fn performance_verdict(findings: &[Finding], processes: &[ProcessReport]) -> String {
     let util = processes
         .iter()
         .filter_map(|p| p.step_total.as_ref())

@@ -66,6 +66,8 @@ pub struct Plan {
     pub api_id_coverage: Option<f64>,
     /// The leading steps that are warm-up ([`super::warmup`]); still in `steps` until [`Plan::leave_out_warmup`].
     pub warmup: super::warmup::Warmup,
+    /// CUDA calls that returned an error, and a device fault's suspect launch.
+    pub failed: super::failed_calls::FailedCalls,
 }
 
 impl Plan {
@@ -113,6 +115,7 @@ struct First {
     warm: super::warmup::Evidence,
     /// API calls with a correlation id: (count, lowest id, highest id).
     api_ids: (u64, u32, u32),
+    failed: super::failed_calls::FailedCalls,
 }
 
 fn is_candidate(name: &str, option: Option<&str>) -> bool {
@@ -124,6 +127,7 @@ fn is_candidate(name: &str, option: Option<&str>) -> bool {
 impl First {
     fn new(p: &Process) -> First {
         First {
+            failed: Default::default(),
             names: NameFlags::new(p),
             launches: LaunchJoin::default(),
             pairer: Pairer::default(),
@@ -166,6 +170,7 @@ impl First {
 
     fn event(&mut self, p: &Process, option: Option<&str>, e: &RawEvent) {
         self.events += 1;
+        self.failed.feed(p, e);
         let kind = e.kind();
         if cuflight_trace::model::timeline::drawn(e) {
             let x = self.timeline.get_or_insert((e.start, e.end.max(e.start)));
@@ -481,6 +486,7 @@ pub fn plan(
                     (n > 0 && span >= 10_000).then(|| n as f64 / span as f64)
                 },
                 warmup,
+                failed: f.failed,
             },
         );
     }

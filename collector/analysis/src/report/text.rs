@@ -6,6 +6,7 @@ use super::short_names::short_name;
 use super::steps::{StepRow, StepSource};
 use super::{ProcessReport, Report};
 use crate::table::Table;
+use cuflight_trace::model::cuda_errors::ErrorClass;
 
 fn pct(part: u64, whole: u64) -> String {
     if whole == 0 {
@@ -230,6 +231,16 @@ fn process(out: &mut String, p: &ProcessReport) {
                 k.occupancy.map_or("-".into(), |o| format!("{:.0}%", o * 100.0)),
                 short_name(&k.name),
             ]);
+        }
+        t.render(out);
+    }
+    let failed: Vec<_> = p.cuda_errors.iter().filter(|r| r.class != ErrorClass::Expected).collect();
+    if !failed.is_empty() {
+        let title = "  CUDA calls that failed (`cuflight stats --report cuda_api_errors` lists every return code)";
+        let mut t = Table::new(title, &["Count", "First at", "Class", "Error", "API"]);
+        for r in failed.iter().take(10) {
+            let first = format!("+{:.6} s", r.first_ns as f64 / 1e9);
+            t.row(vec![r.count.to_string(), first, r.class.as_str().into(), r.error.clone(), r.api.clone()]);
         }
         t.render(out);
     }

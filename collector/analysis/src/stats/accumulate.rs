@@ -58,13 +58,24 @@ pub struct StatsAcc {
     python: super::python::PythonAcc,
     kern_exec: super::kern_exec::KernExecAcc,
     kern_gb: super::kern_gb::KernGridAcc,
+    errors: super::api_errors::ApiErrors,
+    /// The timeline's first instant (its first drawn event), which error times count from.
+    origin: Option<u64>,
     /// How the kernel tables name kernels.
     pub kernel_names: super::KernelNames,
 }
 
 impl StatsAcc {
+    /// Notes where the timeline starts: every event of the trace, whether or not it is summarised.
+    pub fn see(&mut self, e: &RawEvent) {
+        if self.origin.is_none() && cuflight_trace::model::timeline::drawn(e) {
+            self.origin = Some(e.start);
+        }
+    }
+
     /// One event of process `key` (`p` its facts and strings); events must come in time order.
     pub fn feed(&mut self, key: u32, p: &Process, e: &RawEvent) {
+        self.see(e);
         *self.events.entry(key).or_default() += 1;
         self.projection.feed(key, p, e);
         self.python.feed(key, p, e);
@@ -82,6 +93,7 @@ impl StatsAcc {
             }
             Some(EventKind::Api) => {
                 self.api.entry((key, e.name)).or_default().add(e.duration());
+                self.errors.feed(key, e);
                 if !p.info.finished && e.correlation != 0 {
                     let launch = *self
                         .is_launch
@@ -317,6 +329,7 @@ impl StatsAcc {
             kern_gb: self.kern_gb.finish(processes, names),
             gpu_sum: Vec::new(),
             api_gpu_sum: Vec::new(),
+            api_errors: self.errors.rows(processes.iter().map(|(&k, p)| (k, p)), self.origin.unwrap_or(0)),
             dropped,
             not_recorded,
             processes: rows,

@@ -2,6 +2,7 @@
 //! and host memory, memset, device and pinned memory, NVTX ranges and marks, synchronisation, drops, processes.
 
 mod accumulate;
+pub mod api_errors;
 pub mod categories;
 mod columns;
 pub mod combined;
@@ -286,6 +287,9 @@ pub struct Stats {
     /// Kernels and memory operations together (nsys's cuda_gpu_sum), and with the CUDA API calls (cuda_api_gpu_sum).
     pub gpu_sum: Vec<combined::CombinedRow>,
     pub api_gpu_sum: Vec<combined::CombinedRow>,
+    /// Calls that returned an error, by process, API and code: failures first (sticky, out of memory, other),
+    /// then the expected answers; most frequent first within each.
+    pub api_errors: Vec<ApiErrorRow>,
     /// Total records lost, all causes and processes (see `processes[].drops`, `unseen_begin` and `refused`).
     pub dropped: u64,
     /// Kinds no process of the trace recorded (an import made without them): their tables are not zeros but
@@ -293,6 +297,23 @@ pub struct Stats {
     pub not_recorded: Vec<NotRecordedRow>,
     pub processes: Vec<ProcessRow>,
     pub devices: Vec<DeviceRow>,
+}
+
+/// The calls of one API name that returned one error code.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ApiErrorRow {
+    pub pid: u32,
+    pub api: String,
+    pub code: u32,
+    /// CUDA's name for the code (the runtime's for a runtime call, the driver's for a driver call).
+    pub error: String,
+    /// sticky (a device fault: every later call fails), out_of_memory, error, or expected (an answer such as
+    /// "not ready" from a query: [`cuflight_trace::model::cuda_errors::ErrorClass`]).
+    pub class: cuflight_trace::model::cuda_errors::ErrorClass,
+    pub count: u64,
+    /// When the first and the last of them started, ns after the timeline's start.
+    pub first_ns: u64,
+    pub last_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -351,6 +372,7 @@ impl Stats {
             Some(w) => {
                 let mut kept = filter::Kept::new(w);
                 source.for_each(|k, p, e| {
+                    acc.see(e);
                     if kept.keeps(k, p, e) {
                         acc.feed(k, p, e)
                     }

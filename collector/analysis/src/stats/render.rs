@@ -49,6 +49,7 @@ impl Stats {
                 }
                 Report::Memset => Some("memset"),
                 Report::Sync => Some("sync"),
+                Report::ApiErrors => Some("errors"),
                 _ => None,
             };
             if let Some(n) = self.not_recorded.iter().find(|n| Some(n.kind.as_str()) == kind) {
@@ -333,6 +334,25 @@ impl Stats {
                         g.nodes.to_string(),
                         g.kernel_ns.to_string(),
                         g.graph_id.to_string(),
+                    ]);
+                }
+                t
+            }
+            Report::ApiErrors => {
+                let mut t = Table::new(
+                    "CUDA calls that returned an error [cuda_api_errors]",
+                    &["PID", "Count", "First (ns)", "Last (ns)", "Class", "Code", "Error", "API"],
+                );
+                for r in &self.api_errors {
+                    t.row(vec![
+                        r.pid.to_string(),
+                        r.count.to_string(),
+                        r.first_ns.to_string(),
+                        r.last_ns.to_string(),
+                        r.class.as_str().to_string(),
+                        r.code.to_string(),
+                        r.error.clone(),
+                        r.api.clone(),
                     ]);
                 }
                 t

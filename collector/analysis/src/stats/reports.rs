@@ -22,6 +22,8 @@ pub enum Report {
     Sync,
     PythonSync,
     Graphs,
+    /// Calls that returned an error (cuflight's: nsys has no such report).
+    ApiErrors,
     Processes,
     Devices,
     GpuSum,
@@ -37,7 +39,7 @@ pub enum Report {
 }
 
 impl Report {
-    pub const ALL: [Report; 20] = [
+    pub const ALL: [Report; 21] = [
         Report::Kernels,
         Report::KernGrid,
         Report::Categories,
@@ -54,6 +56,7 @@ impl Report {
         Report::Sync,
         Report::PythonSync,
         Report::Graphs,
+        Report::ApiErrors,
         Report::Processes,
         Report::Devices,
         Report::GpuSum,
@@ -105,6 +108,7 @@ impl Report {
             Report::Sync => ("sync", "sync"),
             Report::PythonSync => ("python_sync_sum", "python_sync"),
             Report::Graphs => ("graphs", "graphs"),
+            Report::ApiErrors => ("cuda_api_errors", "api_errors"),
             Report::Processes => ("processes", "processes"),
             Report::Devices => ("devices", "devices"),
             Report::GpuSum => ("cuda_gpu_sum", "gpu_sum"),

@@ -505,6 +505,7 @@ impl Importer {
             p.info.cmdline = vec![p.name.clone()];
             p.info.finished = true;
             p.rank = self.process_ranks.get(&pid).copied().or(self.rank);
+            p.info.not_recorded.push(("errors".into(), "torch.profiler's traces hold no CUDA return codes".into()));
             if !self.memory_seen {
                 p.info.not_recorded.push((
                     "memory".into(),

@@ -5,6 +5,8 @@
 //! says (kernel classes, API calls, step and data-loading ranges: [`names`]), and host names ([`host`]).
 
 pub mod align;
+pub mod cuda_error_names;
+pub mod cuda_errors;
 pub mod cut;
 pub mod filter;
 pub mod host;

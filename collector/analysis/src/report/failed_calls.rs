@@ -1,0 +1,138 @@
+//! What a run that failed ran into: its CUDA calls that returned an error ([`crate::stats::api_errors`]) and, for a
+//! device fault, the launch that most likely faulted. CUDA reports a kernel's fault at a later call (the next
+//! synchronisation or launch: driver_types.h, cudaErrorIllegalAddress, "The device encountered a load or store
+//! instruction on an invalid memory address... any further CUDA work will return the same error"), so the call
+//! that failed first is rarely where the bug is: the last kernel launched before it is the suspect.
+
+use crate::stats::api_errors::ApiErrors;
+use crate::stats::ApiErrorRow;
+use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::cuda_errors::{error_name, ErrorClass};
+use cuflight_trace::model::memory::LiveMemory;
+use cuflight_trace::model::names;
+use cuflight_trace::model::trace::Process;
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+
+/// Kernels remembered by correlation id until a fault asks which one its suspect launch ran: a kernel starts after
+/// its launch and usually before the call that reports its fault, so the last few suffice.
+const RECENT_KERNELS: usize = 256;
+
+/// A launch call: start, correlation id, name.
+type Launch = (u64, u32, u32);
+
+/// The first sticky error and its suspect.
+struct Fault {
+    at: u64,
+    api: u32,
+    code: u32,
+    runtime: bool,
+    launch: Option<Launch>,
+    kernel: Option<u32>,
+}
+
+/// One process's failed calls, fed its events in time order.
+#[derive(Default)]
+pub struct FailedCalls {
+    errors: ApiErrors,
+    launches_kernel: FxHashMap<u32, bool>,
+    last_launch: Option<Launch>,
+    recent: VecDeque<(u32, u32)>,
+    fault: Option<Fault>,
+    live: LiveMemory,
+    /// The first failed allocation: when, and the device memory allocated then.
+    out_of_memory: Option<(u64, u64)>,
+}
+
+impl FailedCalls {
+    pub fn feed(&mut self, p: &Process, e: &RawEvent) {
+        match e.kind() {
+            Some(EventKind::Api) => {
+                self.errors.feed(0, e);
+                let code = u32::try_from(e.b).unwrap_or(u32::MAX);
+                if self.fault.is_some() {
+                    return;
+                }
+                let api = p.string(e.name);
+                match ErrorClass::of(api, code) {
+                    None => {
+                        let launches =
+                            self.launches_kernel.entry(e.name).or_insert_with(|| names::api_launches_kernel(api));
+                        if *launches {
+                            self.last_launch = Some((e.start, e.correlation, e.name));
+                        }
+                    }
+                    Some(ErrorClass::Sticky) => {
+                        let launch = self.last_launch;
+                        let kernel = launch.and_then(|l| self.recent.iter().rev().find(|k| k.0 == l.1).map(|k| k.1));
+                        let runtime = e.sub == cuflight_format::event::API_RUNTIME;
+                        self.fault = Some(Fault { at: e.start, api: e.name, code, runtime, launch, kernel });
+                    }
+                    Some(ErrorClass::OutOfMemory) if self.out_of_memory.is_none() => {
+                        self.out_of_memory = Some((e.start, self.live.device()));
+                    }
+                    Some(_) => {}
+                }
+            }
+            Some(EventKind::Kernel) => match &mut self.fault {
+                Some(f) if f.kernel.is_none() && f.launch.is_some_and(|l| l.1 == e.correlation) => {
+                    f.kernel = Some(e.name)
+                }
+                Some(_) => {}
+                None => {
+                    if self.recent.len() == RECENT_KERNELS {
+                        self.recent.pop_front();
+                    }
+                    self.recent.push_back((e.correlation, e.name));
+                }
+            },
+            Some(EventKind::Alloc | EventKind::Free) => _ = self.live.apply(0, e),
+            _ => {}
+        }
+    }
+
+    /// The failed calls' rows (times after `origin`) and what the report must say first: a device fault with its
+    /// suspect, an allocation that found no memory.
+    pub fn finish(&self, p: &Process, origin: u64) -> (Vec<ApiErrorRow>, Vec<String>) {
+        let rows = self.errors.rows(std::iter::once((0, p)), origin);
+        let at = |t: u64| format!("+{:.6} s", t.saturating_sub(origin) as f64 / 1e9);
+        let mut said = Vec::new();
+        if let Some(f) = &self.fault {
+            let after: u64 = rows.iter().filter(|r| r.class == ErrorClass::Sticky).map(|r| r.count).sum();
+            let suspect = match (f.launch, f.kernel) {
+                (Some((t, _, _)), Some(k)) => format!("kernel {} (launched at {})", p.string(k), at(t)),
+                (Some((t, corr, call)), None) => {
+                    format!("the {} at {} (correlation {corr}), whose kernel left no record", p.string(call), at(t))
+                }
+                (None, _) => "no kernel launch before it in the trace".to_string(),
+            };
+            said.push(format!(
+                "the run hit a device fault: {} ({}) from {} at {}, and every later CUDA call fails with it ({} \
+                 failed). CUDA reports a fault at a later call: the last kernel launched before it is the suspect, \
+                 {suspect}. To confirm, run under compute-sanitizer, or with CUDA_LAUNCH_BLOCKING=1 (the faulting \
+                 launch then returns the error itself)",
+                error_name(f.runtime, f.code),
+                f.code,
+                p.string(f.api),
+                at(f.at),
+                after
+            ));
+        }
+        if let Some((t, live)) = self.out_of_memory {
+            let n: u64 = rows.iter().filter(|r| r.class == ErrorClass::OutOfMemory).map(|r| r.count).sum();
+            said.push(format!(
+                "{n} allocation(s) found no device memory, the first at {} with {:.2} GiB allocated through CUDA \
+                 (PyTorch's caching allocator holds more than its tensors use: torch.cuda.memory_summary() tells them \
+                 apart; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True cuts fragmentation)",
+                at(t),
+                live as f64 / (1u64 << 30) as f64
+            ));
+        }
+        (rows, said)
+    }
+
+    /// Whether the run hit a device fault (a sticky error).
+    pub fn faulted(&self) -> bool {
+        self.fault.is_some()
+    }
+}
