@@ -150,6 +150,10 @@ fn a_sticky_cuda_error_dumps_once() {
     let s = stats(&trace);
     assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 5, "the faulting launch is in it");
     assert_eq!(count(&s, "kernels", "name", "faulty"), 1);
+    // The dump's report leads with the fault and names the kernel launched last before it.
+    let r = report_json(&trace);
+    assert!(r["verdict"].as_str().unwrap().starts_with("The run failed: a device fault"), "{}", r["verdict"]);
+    assert!(r["processes"][0]["warnings"][0].as_str().unwrap().contains("kernel faulty"), "{}", r["processes"][0]);
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(images(&dir, 0).len(), 1, "one dump: every later call fails the same way");
     assert!(server.end().0.success());
