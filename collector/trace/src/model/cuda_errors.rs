@@ -23,7 +23,9 @@ pub enum ErrorClass {
     /// already on or not on (704, 705), host memory already registered or not (712, 713), a symbol or entry point
     /// not found by a lookup (500), device flags set on an active device (708), the runtime unloading at exit (4),
     /// a pointer's attributes asked of host memory (1 from cuPointerGetAttribute: how NCCL and PyTorch tell
-    /// host from device pointers).
+    /// host from device pointers), a context destroyed at exit (709); and whatever `cudaGetLastError` or
+    /// `cudaPeekAtLastError` return, which is an earlier call's error reported again (PyTorch clears the "not
+    /// ready" of a query, or the out of memory its allocator recovered from, that way), counted where it happened.
     Expected,
 }
 
@@ -32,9 +34,10 @@ impl ErrorClass {
     pub fn of(api: &str, code: u32) -> Option<ErrorClass> {
         Some(match code {
             0 => return None,
+            _ if api.starts_with("cudaGetLastError") || api.starts_with("cudaPeekAtLastError") => ErrorClass::Expected,
             214 | 700 | 710 | 714..=719 => ErrorClass::Sticky,
             2 => ErrorClass::OutOfMemory,
-            4 | 500 | 600 | 704 | 705 | 708 | 712 | 713 => ErrorClass::Expected,
+            4 | 500 | 600 | 704 | 705 | 708 | 709 | 712 | 713 => ErrorClass::Expected,
             1 if api.contains("PointerGetAttribute") => ErrorClass::Expected,
             _ => ErrorClass::Error,
         })
@@ -83,5 +86,6 @@ mod tests {
         assert_eq!(ErrorClass::of("cuPointerGetAttribute", 1), Some(ErrorClass::Expected));
         assert_eq!(ErrorClass::of("cudaMemcpy", 1), Some(ErrorClass::Error));
         assert_eq!(ErrorClass::of("cudaMalloc", 0), None);
+        assert_eq!(ErrorClass::of("cudaGetLastError", 2), Some(ErrorClass::Expected), "reported again, not twice");
     }
 }
