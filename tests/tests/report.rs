@@ -482,6 +482,15 @@ fn failed_calls_are_named_and_a_device_fault_names_its_suspect_kernel() {
         p["warnings"]
     );
     assert_eq!(p["cuda_errors"].as_array().unwrap().len(), 3);
+    // The Kineto-JSON export keeps each failed call's code (`return`, `error`), and reads back the same table.
+    let json = dir.join("failed.json");
+    let exported = export_chrome(&dir.join("trace.cuf"), &json);
+    assert!(exported["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["args"]["error"] == "cudaErrorIllegalAddress"));
+    assert_eq!(stats(&json)["api_errors"], s["api_errors"]);
     // A run without failures says nothing of them; a torch.profiler trace holds no return codes, and says so.
     let clean = record(&dir, &[], &build_c("train", &dir), &["2"], &[]);
     let r = report(&clean.trace);

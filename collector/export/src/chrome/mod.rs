@@ -13,6 +13,7 @@
 
 use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_ASYNC, FLAG_DEVICE, FLAG_GLOBAL};
 use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::cuda_errors::error_name;
 use cuflight_trace::model::launches::LaunchJoin;
 use cuflight_trace::model::names;
 use cuflight_trace::model::source::EventSource;
@@ -276,6 +277,13 @@ fn event<W: Write>(
                 push_u64(b, corr as u64);
                 b.extend_from_slice(br#","cbid":"#);
                 push_u64(b, e.a);
+                if e.b != 0 {
+                    // cuflight's: the return code of a call that failed, and CUDA's name for it.
+                    b.extend_from_slice(br#","return":"#);
+                    push_u64(b, e.b);
+                    let name = error_name(e.sub != API_DRIVER, e.b.min(u32::MAX as u64) as u32);
+                    b.extend_from_slice(format!(r#","error":{}"#, Js(&name)).as_bytes());
+                }
                 if launches || e.c != 0 {
                     b.extend_from_slice(br#","External id":"#);
                     push_u64(b, if e.c != 0 { e.c } else { EXTERNAL_FROM_CORRELATION + corr as u64 });

@@ -92,6 +92,7 @@ const ANNOTATIONS: &[&str] = &[
     "stream",
     "mangled name",
     "python stack",
+    "error",
 ];
 
 /// The iid of `name` in `table` (position + 1; 0 when absent). Evaluated at compile time through [`cat!`] and

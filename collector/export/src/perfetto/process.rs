@@ -3,6 +3,7 @@
 
 use super::*;
 use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_DEVICE};
+use cuflight_trace::model::cuda_errors::error_name;
 
 /// What one process needs while its events stream by.
 pub(super) struct ProcessState {
@@ -61,11 +62,14 @@ impl ProcessState {
         let category = if e.sub == API_DRIVER { cat!("cuda_driver") } else { cat!("cuda_runtime") };
         // The return code only when it is an error (success is the rule); the callback id repeats the name.
         let stack = if self.call_stacks.is_empty() { None } else { self.call_stacks.remove(&e.correlation) };
-        let mut args = [Arg::U(ann!("correlation"), e.correlation as u64), Arg::U(0, 0), Arg::U(0, 0)];
+        let error =
+            if e.b == 0 { String::new() } else { error_name(e.sub != API_DRIVER, e.b.min(u32::MAX as u64) as u32) };
+        let mut args = [Arg::U(ann!("correlation"), e.correlation as u64), Arg::U(0, 0), Arg::U(0, 0), Arg::U(0, 0)];
         let mut used = 1;
         if e.b != 0 {
             args[used] = Arg::U(ann!("return"), e.b);
-            used += 1;
+            args[used + 1] = Arg::S(ann!("error"), &error);
+            used += 2;
         }
         if let Some(iid) = stack {
             args[used] = Arg::I(ann!("python stack"), iid);

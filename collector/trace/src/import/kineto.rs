@@ -147,6 +147,8 @@ struct Importer {
     globals: Vec<(RawEvent, String, String)>,
     /// A `[memory]` event was seen (torch.profiler writes them only with profile_memory=True).
     memory_seen: bool,
+    /// A call carried a return code (`return`: only cuflight's own export writes one).
+    return_codes_seen: bool,
     /// Whether events may be set aside on disk (large traces read as a stream): host events go to runs in
     /// `host`'s spool, GPU events to `gpu_spill`, both created when the first run is full.
     spooling: bool,
@@ -179,6 +181,7 @@ impl Importer {
             api_calls: Default::default(),
             globals: Vec::new(),
             memory_seen: false,
+            return_codes_seen: false,
             spooling,
             gpu_spill: None,
             run: crate::model::spool::run_events(),
@@ -357,6 +360,8 @@ impl Importer {
                 ev.sub = if cat_text().contains("river") { API_DRIVER } else { API_RUNTIME };
                 ev.a = u(a.cbid).unwrap_or(0);
                 ev.c = u(a.external_id).unwrap_or(0); // see RawEvent's use by kind: an API call's `c`
+                ev.b = u(a.return_code).unwrap_or(0);
+                self.return_codes_seen |= a.return_code.is_some();
                 if corr != 0 {
                     self.correlation_pid.insert(corr, pid as u32);
                 }
@@ -505,7 +510,10 @@ impl Importer {
             p.info.cmdline = vec![p.name.clone()];
             p.info.finished = true;
             p.rank = self.process_ranks.get(&pid).copied().or(self.rank);
-            p.info.not_recorded.push(("errors".into(), "torch.profiler's traces hold no CUDA return codes".into()));
+            if !self.return_codes_seen {
+                let why = "the trace holds no CUDA return codes (torch.profiler records none)";
+                p.info.not_recorded.push(("errors".into(), why.into()));
+            }
             if !self.memory_seen {
                 p.info.not_recorded.push((
                     "memory".into(),

@@ -59,6 +59,8 @@ pub struct Args<'a> {
     /// Kineto's "External id": links an operator to the runtime calls it made (and TensorBoard, through them,
     /// to its kernels).
     pub external_id: Option<i64>,
+    /// cuflight's own export: the return code of a CUDA call that failed.
+    pub return_code: Option<i64>,
     /// Kineto's figures on a kernel (kept to recover a device its trace does not describe).
     pub blocks_per_sm: Option<f64>,
     pub occupancy_pct: Option<i64>,
@@ -134,6 +136,7 @@ fn args<'a>(b: &'a [u8], at: usize, a: &mut Args<'a>) -> Scanned<usize> {
             b"Device Type" => int(b, at, &mut a.device_type)?,
             b"Device Id" => int(b, at, &mut a.device_id)?,
             b"External id" | b"external id" => int(b, at, &mut a.external_id)?,
+            b"return" => int(b, at, &mut a.return_code)?,
             b"blocks per SM" => float(b, at, &mut a.blocks_per_sm)?,
             b"est. achieved occupancy %" => int(b, at, &mut a.occupancy_pct)?,
             b"Input Dims" | b"Input dims" => raw_value(b, at, &mut a.input_dims)?,
