@@ -53,15 +53,15 @@ impl FailedCalls {
                 if self.fault.is_some() {
                     return;
                 }
-                let api = p.string(e.name);
-                match ErrorClass::of(api, code) {
-                    None => {
-                        let launches =
-                            self.launches_kernel.entry(e.name).or_insert_with(|| names::api_launches_kernel(api));
-                        if *launches {
-                            self.last_launch = Some((e.start, e.correlation, e.name));
-                        }
+                if code == 0 {
+                    // Only launches that succeeded can be the suspect; the name is classified once.
+                    let launches = self.launches_kernel.entry(e.name);
+                    if *launches.or_insert_with(|| names::api_launches_kernel(p.string(e.name))) {
+                        self.last_launch = Some((e.start, e.correlation, e.name));
                     }
+                    return;
+                }
+                match ErrorClass::of(p.string(e.name), code) {
                     Some(ErrorClass::Sticky) => {
                         let launch = self.last_launch;
                         let kernel = launch.and_then(|l| self.recent.iter().rev().find(|k| k.0 == l.1).map(|k| k.1));
@@ -71,7 +71,7 @@ impl FailedCalls {
                     Some(ErrorClass::OutOfMemory) if self.out_of_memory.is_none() => {
                         self.out_of_memory = Some((e.start, self.live.device()));
                     }
-                    Some(_) => {}
+                    _ => {}
                 }
             }
             Some(EventKind::Kernel) => match &mut self.fault {
