@@ -5,7 +5,8 @@
  * With "block SECONDS", a second thread first launches a kernel that runs SECONDS on a stream of its own and
  * waits for it in cudaStreamSynchronize, printing "stepper: blocked" as it enters the wait: a call in flight
  * while a tool attaches.
- * With "grow", every 100th step also allocates 1 MiB of device memory that it keeps (a slow leak, at most 4096). */
+ * With "grow", every 100th step also allocates 1 MiB of device memory that it keeps (a slow leak, at most 4096).
+ * With "oom", every 10th step also asks cudaMalloc for 2^60 bytes, which fails (out of memory), and goes on. */
 #include "sim.h"
 #include <nvtx3/nvToolsExt.h>
 #include <poll.h>
@@ -50,6 +51,7 @@ int main(int argc, char **argv) {
     pthread_t t;
     int blocking = argc > 3 && strcmp(argv[2], "block") == 0;
     int grow = argc > 2 && strcmp(argv[2], "grow") == 0;
+    int oom = argc > 2 && strcmp(argv[2], "oom") == 0;
     long grown = 0;
     if (blocking) {
         block_seconds = atof(argv[3]);
@@ -70,6 +72,10 @@ int main(int argc, char **argv) {
             void *kept;
             CHECK(cudaMalloc(&kept, 1 << 20));
             grown++;
+        }
+        if (oom && steps % 10 == 0) {
+            void *huge = NULL;
+            if (cudaMalloc(&huge, (size_t)1 << 60) != cudaErrorMemoryAllocation) return 1;
         }
         usleep(900);
     }

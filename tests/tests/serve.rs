@@ -221,6 +221,37 @@ fn idle_time_is_counted_by_cause() {
     assert_eq!(top.0, "sync_stall", "{causes:?}");
 }
 
+/// Calls that fail are counted by class and CUDA's name for the code: a loop whose every 10th step asks for more
+/// device memory than exists (about one failed allocation per 10 ms).
+#[test]
+fn failed_calls_are_counted_by_class_and_error() {
+    let _serial = serial();
+    let dir = scratch("serve-errors");
+    let failing = stepper_with(&dir, &["2", "oom"]);
+    let pid = failing.child.id();
+    let (mut serve, addr, _err) = start_serve(&["--duty", "300ms/400ms", "--rounds", "3", &pid.to_string()]);
+    std::thread::sleep(Duration::from_millis(1000));
+    let m = scrape(&addr, &dir, 1);
+    assert!(serve.wait().unwrap().success());
+    failing.end();
+    let samples: Vec<&Value> = m["cuflight_cuda_call_errors"]["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["labels"]["pid"].as_str() == Some(pid.to_string().as_str()))
+        .collect();
+    assert_eq!(m["cuflight_cuda_call_errors"]["type"], "counter");
+    assert!(!samples.is_empty(), "{m}");
+    for s in &samples {
+        assert_eq!(
+            (s["labels"]["class"].as_str(), s["labels"]["error"].as_str()),
+            (Some("out_of_memory"), Some("cudaErrorMemoryAllocation"))
+        );
+    }
+    let n: f64 = samples.iter().map(|s| s["value"].as_f64().unwrap()).sum();
+    assert!(n >= 5.0, "{n} failed allocations in two 300 ms windows");
+}
+
 #[test]
 fn serve_stays_on_this_machine_unless_told() {
     let out = Command::new(cuflight_bin()).args(["serve", "--listen", "0.0.0.0:0", "--rounds", "1"]).output().unwrap();

@@ -1,10 +1,12 @@
 //! What `cuflight serve` exposes: each followed process's counters, folded from its recorded windows, written in
 //! Prometheus' text exposition format (version 0.0.4: HELP and TYPE lines, counters in seconds and bytes).
 
+use cuflight_collector::model::cuda_errors::{error_name, ErrorClass};
 use cuflight_collector::model::kernel_category::kernel_category;
 use cuflight_collector::model::memory::LiveMemory;
 use cuflight_collector::model::names;
 use cuflight_collector::model::source::EventSource;
+use cuflight_format::event::API_RUNTIME;
 use cuflight_format::EventKind;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -28,6 +30,8 @@ pub struct ProcessMetrics {
     pub dropped: u64,
     /// GPU idle time inside the windows' steps by the report's causes (`unexplained` for what none explains).
     pub idle_ns: BTreeMap<String, u64>,
+    /// Calls that returned an error, by class and CUDA's name for the code.
+    pub call_errors: BTreeMap<(&'static str, String), u64>,
 }
 
 impl ProcessMetrics {
@@ -85,8 +89,16 @@ impl ProcessMetrics {
                             _ => {}
                         }
                     }
-                    Some(EventKind::Api) if p.string(e.name).contains("Synchronize") => {
-                        self.sync_wait_ns += e.duration();
+                    Some(EventKind::Api) => {
+                        let api = p.string(e.name);
+                        if api.contains("Synchronize") {
+                            self.sync_wait_ns += e.duration();
+                        }
+                        let code = u32::try_from(e.b).unwrap_or(u32::MAX);
+                        if let Some(class) = ErrorClass::of(api, code) {
+                            let name = error_name(e.sub == API_RUNTIME, code);
+                            *self.call_errors.entry((class.key(), name)).or_default() += 1;
+                        }
                     }
                     Some(EventKind::Alloc | EventKind::Free) => {
                         memory_seen = true;
@@ -254,6 +266,20 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
             for (pid, m) in processes {
                 if let Some(b) = m.device_memory {
                     let _ = writeln!(o, "cuflight_device_memory_bytes{{{}}} {b}", labels(pid, m, ""));
+                }
+            }
+        },
+    );
+    family(
+        "cuflight_cuda_call_errors_total",
+        "counter",
+        "CUDA calls that returned an error, by class (sticky: a device fault, after which every call fails; \
+         out_of_memory; error; expected: answers such as not ready from a query) and CUDA's name for the code.",
+        &mut |o| {
+            for (pid, m) in processes {
+                for ((class, error), n) in &m.call_errors {
+                    let l = labels(pid, m, &format!(",class=\"{class}\",error=\"{}\"", escape(error)));
+                    let _ = writeln!(o, "cuflight_cuda_call_errors_total{{{l}}} {n}");
                 }
             }
         },

@@ -43,6 +43,17 @@ impl ErrorClass {
         })
     }
 
+    /// As a label or key: `sticky`, `out_of_memory`, `error`, `expected` (the JSON's spelling).
+    pub fn key(self) -> &'static str {
+        match self {
+            ErrorClass::Sticky => "sticky",
+            ErrorClass::OutOfMemory => "out_of_memory",
+            ErrorClass::Error => "error",
+            ErrorClass::Expected => "expected",
+        }
+    }
+
+    /// As a person reads it.
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorClass::Sticky => "sticky",
