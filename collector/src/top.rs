@@ -30,6 +30,8 @@ struct Rates {
     state: &'static str,
     categories: Vec<(String, f64)>,
     idle: Vec<(String, f64)>,
+    /// Calls that failed since the process was first seen (not the expected answers), most first.
+    failed: Vec<(String, u64)>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -150,6 +152,13 @@ fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Ve
         .filter(|(_, v)| *v > 0.0)
         .collect();
     idle.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut failed: Vec<(String, u64)> = m
+        .call_errors
+        .iter()
+        .filter(|((class, _), _)| *class != "expected")
+        .map(|((_, error), n)| (error.clone(), *n))
+        .collect();
+    failed.sort_by_key(|f| std::cmp::Reverse(f.1));
     let row = Rates {
         pid,
         device: None,
@@ -162,6 +171,7 @@ fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Ve
         state: m.state,
         categories,
         idle,
+        failed,
     };
     let at = |map: &BTreeMap<u32, u64>, d: u32| map.get(&d).copied().unwrap_or(0);
     let devices: Vec<u32> = m.busy_ns.keys().chain(m.launches.keys()).copied().collect();
@@ -225,8 +235,14 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
             let share = |v: &[(String, f64)]| {
                 v.iter().take(5).map(|(n, s)| format!("{n} {:.1}%", s * 100.0)).collect::<Vec<_>>().join(", ")
             };
+            let failed = if r.failed.is_empty() {
+                String::new()
+            } else {
+                let calls: Vec<String> = r.failed.iter().take(3).map(|(e, n)| format!("{e} x{n}")).collect();
+                format!("\nfailed CUDA calls: {}", calls.join(", "))
+            };
             format!(
-                "pid {}: {}\nkernel time: {}\nGPU idle in steps: {}",
+                "pid {}: {}\nkernel time: {}\nGPU idle in steps: {}{failed}",
                 r.pid,
                 r.command,
                 if r.categories.is_empty() { "-".into() } else { share(&r.categories) },

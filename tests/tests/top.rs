@@ -1,5 +1,6 @@
 //! `cuflight top` (issue 30) driven in tmux at 80x24, as over ssh: it shows a dormant stepper (tests/c/stepper.c
-//! on cudasim, the CPU test double) with its launch rate and kernel categories, and quits cleanly on `q`.
+//! on cudasim, the CPU test double) with its launch rate, kernel categories and failed calls (every 10th step asks
+//! for more memory than exists), and quits cleanly on `q`.
 
 use cuflight_integration::*;
 use std::io::{BufRead, BufReader};
@@ -20,7 +21,7 @@ fn top_shows_live_rates_and_quits_on_q() {
     }
     let dir = scratch("top");
     let prog = build_c("stepper", &dir);
-    let mut stepper = launch_dormant(&prog, &["4"]);
+    let mut stepper = launch_dormant(&prog, &["4", "oom"]);
     let mut line = String::new();
     BufReader::new(stepper.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let pid = stepper.id();
@@ -38,7 +39,8 @@ fn top_shows_live_rates_and_quits_on_q() {
         // PID, GPU, BUSY, LAUNCH/S, ...
         live = row.is_some_and(|r| {
             r.split_whitespace().nth(3).and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v > 100.0)
-        }) && screen.contains("kernel time: other");
+        }) && screen.contains("kernel time: other")
+            && screen.contains("failed CUDA calls: cudaErrorMemoryAllocation x");
     }
     assert!(live, "no live row for pid {pid}:\n{screen}");
     assert!(screen.lines().count() <= 24 && screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
