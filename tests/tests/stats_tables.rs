@@ -241,6 +241,17 @@ fn nsys_memory_usage_events_are_read_when_the_export_has_them() {
     assert_eq!(s["memory"], want);
     let kinds: Vec<&str> = s["not_recorded"].as_array().unwrap().iter().map(|n| n["kind"].as_str().unwrap()).collect();
     assert!(!kinds.contains(&"memory"), "{kinds:?}");
+    // An export of a run that failed holds its return codes (returnValue): named and classed as a recording's.
+    let failed = dir.join("failed.sqlite");
+    let want = python_json("nsys_errors.py", &[path.as_os_str(), failed.as_os_str()]);
+    let s: Value = serde_json::from_slice(&stats_with(&[failed.to_str().unwrap(), "--format", "json"]).stdout).unwrap();
+    let got: Vec<Value> = s["api_errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::json!({"api": r["api"], "code": r["code"], "error": r["error"], "class": r["class"], "count": r["count"]}))
+        .collect();
+    assert_eq!(Value::Array(got), want);
 }
 
 /// Kernels named as cuBLAS, FlashAttention, ATen and NCCL name theirs land in their categories, copies and
