@@ -476,11 +476,9 @@ fn failed_calls_are_named_and_a_device_fault_names_its_suspect_kernel() {
     let p = &r["processes"][0];
     let warning = p["warnings"][0].as_str().unwrap();
     assert!(warning.contains("the suspect, kernel faulty (launched at"), "{warning}");
-    assert!(
-        p["warnings"][1].as_str().unwrap().starts_with("2 allocation(s) found no device memory"),
-        "{}",
-        p["warnings"]
-    );
+    let oom = p["warnings"][1].as_str().unwrap();
+    assert!(oom.starts_with("2 allocation(s) found no device memory"), "{}", p["warnings"]);
+    assert!(oom.contains("GiB of the device's 80.00 GiB allocated"), "cudasim's H100: {oom}");
     assert_eq!(p["cuda_errors"].as_array().unwrap().len(), 3);
     // The Kineto-JSON export keeps each failed call's code (`return`, `error`), and reads back the same table.
     let json = dir.join("failed.json");
@@ -491,6 +489,17 @@ fn failed_calls_are_named_and_a_device_fault_names_its_suspect_kernel() {
         .iter()
         .any(|e| e["args"]["error"] == "cudaErrorIllegalAddress"));
     assert_eq!(stats(&json)["api_errors"], s["api_errors"]);
+    // The Perfetto timeline marks where the fault was first reported (one instant; later failures are slices).
+    let pftrace = dir.join("failed.pftrace");
+    let (ok, err) = cuflight(&[
+        std::ffi::OsStr::new("export"),
+        dir.join("trace.cuf").as_os_str(),
+        std::ffi::OsStr::new("-o"),
+        pftrace.as_os_str(),
+    ]);
+    assert!(ok, "{err}");
+    let decoded = python_json("check_perfetto.py", &[pftrace.as_os_str(), json.as_os_str()]);
+    assert_eq!(decoded["instants"], 1, "{decoded}");
     // A run without failures says nothing of them; a torch.profiler trace holds no return codes, and says so.
     let clean = record(&dir, &[], &build_c("train", &dir), &["2"], &[]);
     let r = report(&clean.trace);

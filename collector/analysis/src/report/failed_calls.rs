@@ -93,7 +93,8 @@ impl FailedCalls {
 
     /// The failed calls' rows (times after `origin`) and what the report must say first: a device fault with its
     /// suspect, an allocation that found no memory.
-    pub fn finish(&self, p: &Process, origin: u64) -> (Vec<ApiErrorRow>, Vec<String>) {
+    /// `device_memory`: the device's memory, where the trace says it.
+    pub fn finish(&self, p: &Process, origin: u64, device_memory: Option<u64>) -> (Vec<ApiErrorRow>, Vec<String>) {
         let rows = self.errors.rows(std::iter::once((0, p)), origin);
         let at = |t: u64| format!("+{:.6} s", t.saturating_sub(origin) as f64 / 1e9);
         let mut said = Vec::new();
@@ -120,12 +121,14 @@ impl FailedCalls {
         }
         if let Some((t, live)) = self.out_of_memory {
             let n: u64 = rows.iter().filter(|r| r.class == ErrorClass::OutOfMemory).map(|r| r.count).sum();
+            let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+            let of = device_memory.map_or(String::new(), |d| format!(" of the device's {:.2} GiB", gib(d)));
             said.push(format!(
-                "{n} allocation(s) found no device memory, the first at {} with {:.2} GiB allocated through CUDA \
+                "{n} allocation(s) found no device memory, the first at {} with {:.2} GiB{of} allocated through CUDA \
                  (PyTorch's caching allocator holds more than its tensors use: torch.cuda.memory_summary() tells them \
                  apart; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True cuts fragmentation)",
                 at(t),
-                live as f64 / (1u64 << 30) as f64
+                gib(live)
             ));
         }
         (rows, said)

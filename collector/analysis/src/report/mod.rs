@@ -299,7 +299,7 @@ impl Report {
             let file_span = plans[fi].values().filter_map(|q| q.timeline).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
             let (trace_start_ns, trace_end_ns) = file_span.unwrap_or((0, 0));
             // A device fault or a failed allocation is what the reader must know first.
-            let (cuda_errors, failures) = plan.failed.finish(p, trace_start_ns);
+            let (cuda_errors, failures) = plan.failed.finish(p, trace_start_ns, plan.device_memory);
             warnings.splice(0..0, failures);
             let run = run::RunSummary {
                 command_line: p.info.cmdline.clone(),

@@ -3,7 +3,7 @@
 
 use super::*;
 use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_DEVICE};
-use cuflight_trace::model::cuda_errors::error_name;
+use cuflight_trace::model::cuda_errors::{error_name, ErrorClass};
 
 /// What one process needs while its events stream by.
 pub(super) struct ProcessState {
@@ -27,6 +27,8 @@ pub(super) struct ProcessState {
     stacks: cuflight_trace::model::pystacks::StackJoin,
     /// Interned Python stack text of calls whose slice is not written yet, by correlation id.
     call_stacks: HashMap<u32, u64>,
+    /// The first call that returned a device fault was marked (every later call returns it too).
+    faulted: bool,
 }
 
 impl ProcessState {
@@ -34,6 +36,7 @@ impl ProcessState {
         ProcessState {
             pid,
             strings,
+            faulted: false,
             mangled: Default::default(),
             thread_names: HashMap::default(),
             held: HashMap::default(),
@@ -77,7 +80,15 @@ impl ProcessState {
         }
         let args = &args[..used];
         let name = x.id_iid(self.pid, e.name, &self.strings);
-        x.slice(track, e.start, e.end, name, category, args, flow, None)
+        x.slice(track, e.start, e.end, name, category, args, flow, None)?;
+        // A device fault is reported by a later call: an instant where it first was, to find it on the timeline.
+        let code = u32::try_from(e.b).unwrap_or(u32::MAX);
+        if !self.faulted && ErrorClass::of(self.string(e.name), code) == Some(ErrorClass::Sticky) {
+            self.faulted = true;
+            let mark = x.name_iid(&format!("CUDA device fault: {error}"));
+            x.instant(track, e.end, mark, category)?;
+        }
+        Ok(())
     }
 
     /// Writes the held launch calls older than `now` minus the horizon (all of them for `u64::MAX`) without a flow.
