@@ -149,9 +149,8 @@ fn run(mut cli: Cli) -> Result<i32> {
                 source
             };
             if let Some(f) = &filter {
-                let shown =
-                    if traces.len() > 1 { format!("{} traces", traces.len()) } else { stand_in::name_of(&trace) };
-                let windows = f.windows(&mut source).with_context(|| format!("cannot filter {shown}"))?;
+                let windows =
+                    f.windows(&mut source).with_context(|| format!("cannot filter {}", multi_trace::shown(&traces)))?;
                 eprintln!("cuflight: drawing {}", f.kept(&windows));
                 source.cut_to(windows);
             }

@@ -42,6 +42,14 @@ pub fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) 
     Ok(0)
 }
 
+/// How messages name the traces a command read: the one, or how many were merged.
+pub fn shown(traces: &[PathBuf]) -> String {
+    match traces {
+        [one] => crate::stand_in::name_of(one),
+        many => format!("{} traces", many.len()),
+    }
+}
+
 /// How each host's clock was aligned, when there are several: a line per host up to 8 (the largest shifts
 /// first after the reference), then a summary of the rest, whose figures the output keeps.
 pub fn print_hosts(hosts: &[cuflight_collector::analysis::align::HostShift]) {

@@ -5,7 +5,7 @@
 use crate::cli::{StatsFormat, TimeUnitArg};
 use crate::closed_output::BROKEN_PIPE_STATUS;
 use crate::multi_trace::merged_source;
-use crate::{stand_in, warn_cut_short, write_text};
+use crate::{warn_cut_short, write_text};
 use anyhow::{Context, Result};
 use cuflight_collector::analysis::stats::filter::Filter;
 use cuflight_collector::analysis::stats::{event_trace, Choice, KernelNames, Report, Stats, Style};
@@ -57,13 +57,14 @@ pub fn run(traces: Vec<PathBuf>, tables: Tables, output: Option<PathBuf>, force:
     // Streamed: memory is bounded by the tables (and each per-event report's join), whatever the trace's size.
     // Several traces are one job's: merged on its clock (as report and export take them), so that a table's
     // events interleave as they happened.
-    let (mut source, shown_input) = match &traces[..] {
+    let shown_input = crate::multi_trace::shown(&traces);
+    let mut source = match &traces[..] {
         [one] => {
             let source = EventSource::open(one)?;
             warn_cut_short(one, source.cut_short.as_deref());
-            (source, stand_in::name_of(one))
+            source
         }
-        many => (merged_source(many)?, format!("{} traces", many.len())),
+        many => merged_source(many)?,
     };
     let windows = match &filter {
         Some(f) => {

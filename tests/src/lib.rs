@@ -224,6 +224,13 @@ pub fn export_chrome(trace: &Path, out: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(out).expect("export written")).expect("export is JSON")
 }
 
+/// `cuflight export TRACE -o OUT EXTRA...`; returns (success, stderr).
+pub fn export_to(trace: &Path, out: &Path, extra: &[&str]) -> (bool, String) {
+    let mut args = vec![std::ffi::OsStr::new("export"), trace.as_os_str(), "-o".as_ref(), out.as_os_str()];
+    args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+    cuflight(&args)
+}
+
 /// Runs `cuflight` with `args`; returns (success, stderr).
 pub fn cuflight(args: &[&std::ffi::OsStr]) -> (bool, String) {
     let out = Command::new(cuflight_bin()).args(args).output().expect("cuflight runs");

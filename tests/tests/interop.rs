@@ -37,9 +37,9 @@ fn perfetto_round(trace: &Path, dir: &Path) -> (String, Value) {
     let stem = trace.file_name().unwrap().to_string_lossy().to_string();
     let out = dir.join(format!("{stem}.pftrace"));
     let json = dir.join(format!("{stem}.times.json.gz"));
-    let (ok, err) = cuflight(&[OsStr::new("export"), trace.as_os_str(), OsStr::new("-o"), out.as_os_str()]);
+    let (ok, err) = export_to(trace, &out, &[]);
     assert!(ok, "{err}");
-    let (ok, json_err) = cuflight(&[OsStr::new("export"), trace.as_os_str(), OsStr::new("-o"), json.as_os_str()]);
+    let (ok, json_err) = export_to(trace, &json, &[]);
     assert!(ok, "{json_err}");
     let decoded = python_json("check_perfetto.py", &[out.as_os_str(), json.as_os_str()]);
     assert_eq!(decoded["times_checked"], decoded["slices"], "{stem}: every slice's times checked");
@@ -257,7 +257,7 @@ fn chrome_json_is_chosen_by_its_name_and_gzip_compressed_when_named_gz() {
     assert!(r.output.status.success(), "{}", r.stderr());
     let (plain, gz) = (dir.join("t.json"), dir.join("t.json.gz"));
     for out in [&plain, &gz] {
-        let (ok, err) = cuflight(&[OsStr::new("export"), r.trace.as_os_str(), OsStr::new("-o"), out.as_os_str()]);
+        let (ok, err) = export_to(&r.trace, out, &[]);
         assert!(ok, "{err}");
     }
     let bytes = std::fs::read(&gz).unwrap();
@@ -447,19 +447,14 @@ fn an_export_cut_to_a_range_draws_what_the_whole_trace_draws_there() {
     }
     for (i, (trace, name, instance)) in cases.into_iter().enumerate() {
         let out = |ext: &str| dir.join(format!("{i}.{ext}"));
-        let export = |filter: Option<String>, to: &Path| {
-            let mut args = vec![OsStr::new("export"), trace.as_os_str(), OsStr::new("-o"), to.as_os_str()];
-            let filter = filter.map(std::ffi::OsString::from);
-            if let Some(f) = &filter {
-                args.extend([OsStr::new("--filter-nvtx"), f.as_os_str()]);
-            }
-            let (ok, err) = cuflight(&args);
+        let export = |filter: Option<&str>, to: &Path| {
+            let (ok, err) = export_to(&trace, to, &filter.map_or(vec![], |f| vec!["--filter-nvtx", f]));
             assert!(ok, "{err}");
             err
         };
         let filter = if instance == "all" { name.to_string() } else { format!("{name}/{instance}") };
         export(None, &out("whole.json"));
-        let said = export(Some(filter.clone()), &out("cut.json"));
+        let said = export(Some(&filter), &out("cut.json"));
         assert!(said.contains(&format!("drawing '{name}'")) || said.contains("drawing instance"), "{said}");
         let c = python_json(
             "export_cut.py",
@@ -475,7 +470,7 @@ fn an_export_cut_to_a_range_draws_what_the_whole_trace_draws_there() {
             // The program's three allocations, made before the first step, are in use when the cut begins.
             assert_eq!(n("memory_events"), 3, "{c}");
         }
-        export(Some(filter), &out("pftrace"));
+        export(Some(&filter), &out("pftrace"));
         let decoded = python_json("check_perfetto.py", &[out("pftrace").as_os_str(), out("cut.json").as_os_str()]);
         assert_eq!(decoded["slices"].as_u64(), Some(n("slices")), "{name}: {decoded}");
         assert_eq!(decoded["times_checked"], decoded["slices"], "{name}");
@@ -485,15 +480,6 @@ fn an_export_cut_to_a_range_draws_what_the_whole_trace_draws_there() {
         cuflight(&[OsStr::new("export"), r.trace.as_os_str(), OsStr::new("--filter-nvtx"), OsStr::new("forward/2")]);
     assert!(ok && dir.join("trace.forward-2.perfetto-trace").is_file(), "{err}");
     let parquet = dir.join("cut.parquet");
-    let (ok, err) = cuflight(&[
-        OsStr::new("export"),
-        r.trace.as_os_str(),
-        OsStr::new("--format"),
-        OsStr::new("parquet"),
-        OsStr::new("-o"),
-        parquet.as_os_str(),
-        OsStr::new("--filter-time"),
-        OsStr::new("0/1"),
-    ]);
+    let (ok, err) = export_to(&r.trace, &parquet, &["--format", "parquet", "--filter-time", "0/1"]);
     assert!(!ok && err.contains("cut a timeline") && err.lines().count() == 1 && !parquet.exists(), "{err}");
 }

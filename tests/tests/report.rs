@@ -491,12 +491,7 @@ fn failed_calls_are_named_and_a_device_fault_names_its_suspect_kernel() {
     assert_eq!(stats(&json)["api_errors"], s["api_errors"]);
     // The Perfetto timeline marks where the fault was first reported (one instant; later failures are slices).
     let pftrace = dir.join("failed.pftrace");
-    let (ok, err) = cuflight(&[
-        std::ffi::OsStr::new("export"),
-        dir.join("trace.cuf").as_os_str(),
-        std::ffi::OsStr::new("-o"),
-        pftrace.as_os_str(),
-    ]);
+    let (ok, err) = export_to(&dir.join("trace.cuf"), &pftrace, &[]);
     assert!(ok, "{err}");
     let decoded = python_json("check_perfetto.py", &[pftrace.as_os_str(), json.as_os_str()]);
     assert_eq!(decoded["instants"], 1, "{decoded}");

@@ -56,10 +56,8 @@ impl ErrorClass {
     /// As a person reads it.
     pub fn as_str(self) -> &'static str {
         match self {
-            ErrorClass::Sticky => "sticky",
             ErrorClass::OutOfMemory => "out of memory",
-            ErrorClass::Error => "error",
-            ErrorClass::Expected => "expected",
+            class => class.key(),
         }
     }
 }
