@@ -8,7 +8,10 @@
 // mapping (heap, anonymous, file-backed), glibc's heap in use and free (mallinfo2), threads and mappings, and what
 // malloc_trim(0) gives back at the end (freed memory glibc kept, as against memory still in use). MODE cuts the
 // cycle down, to find the step that keeps memory: `full` (the default: subscribe, runtime callbacks, kernel
-// records, finalize), `callbacks` (no activity API), `subscribe` (subscribe and finalize only).
+// records, finalize), `callbacks` (no activity API), `subscribe` (subscribe and finalize only), and `keep`: one
+// subscriber for the whole run, each window enabling the runtime domain and kernel records and disabling them again
+// (cuptiEnableDomain(0), cuptiActivityDisable, a flush) instead of finalizing: whether a duty-cycled agent that
+// keeps CUPTI between windows escapes the per-cycle memory, and what a disabled subscriber costs a launch.
 // Build: nvcc -O2 -o attach_cycles attach_cycles.cu -I$CUPTI/include -L$CUPTI/lib64 -lcupti
 // Usage: attach_cycles [CYCLES] [KERNELS_PER_WINDOW] [MODE]
 #include <cuda_runtime.h>
@@ -153,9 +156,10 @@ int main(int argc, char **argv) {
   int cycles = argc > 1 ? atoi(argv[1]) : 100;
   int per_window = argc > 2 ? atoi(argv[2]) : 50;
   const char *mode = argc > 3 ? argv[3] : "full";
-  int activity = strcmp(mode, "full") == 0, callbacks = activity || strcmp(mode, "callbacks") == 0;
+  int keep = strcmp(mode, "keep") == 0;
+  int activity = keep || strcmp(mode, "full") == 0, callbacks = activity || strcmp(mode, "callbacks") == 0;
   if (!activity && !callbacks && strcmp(mode, "subscribe") != 0) {
-    fprintf(stderr, "attach_cycles: MODE is full, callbacks or subscribe\n");
+    fprintf(stderr, "attach_cycles: MODE is full, callbacks, subscribe or keep\n");
     return 2;
   }
   cudaFree(0);  // contexts exist before CUPTI is touched: the attach case
@@ -166,25 +170,28 @@ int main(int argc, char **argv) {
   long rss_after_first = 0;
   Memory before_all = memory_now(), after_first = before_all;
   double attached_ns = 0;
+  CUpti_SubscriberHandle sub;
   for (int c = 0; c < cycles; c++) {
     kernel_records = 0;
-    CUpti_SubscriberHandle sub;
-    CHECK_CUPTI(cuptiSubscribe(&sub, on_api, NULL));
+    if (!keep || c == 0) CHECK_CUPTI(cuptiSubscribe(&sub, on_api, NULL));
     if (callbacks) CHECK_CUPTI(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API));
-    if (activity) {
-      CHECK_CUPTI(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
-      CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-    }
+    if (activity && (!keep || c == 0)) CHECK_CUPTI(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    if (activity) CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
     double t0 = now_ns();
     for (int i = 0; i < per_window; i++) tick<<<1, 1>>>(NULL);
     attached_ns += (now_ns() - t0) / per_window;
     cudaDeviceSynchronize();
-    detach_requested = 1;
+    if (keep) {  // the window ends without finalizing: callbacks and records off, what was recorded delivered
+      CHECK_CUPTI(cuptiEnableDomain(0, sub, CUPTI_CB_DOMAIN_RUNTIME_API));
+      CHECK_CUPTI(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+      CHECK_CUPTI(cuptiActivityFlushAll(1));
+    }
+    detach_requested = !keep;
     detached_in_callback = 0;
     cudaGetLastError();  // any runtime call: its exit callback detaches
     callback_detaches += detached_in_callback;
     detach_requested = 0;  // no exit callback came (callbacks off): the next window must not detach at once
-    if (!detached_in_callback) {
+    if (!detached_in_callback && !keep) {
       cuptiActivityFlushAll(1);
       CHECK_CUPTI(cuptiFinalize());
     }
@@ -201,9 +208,10 @@ int main(int argc, char **argv) {
       after_first = memory_now();
     }
   }
-  double after = median_launch_ns(7, 5000);
+  double after = median_launch_ns(7, 5000);  // keep: with the disabled subscriber still there
   long rss1 = rss_kb();
   Memory after_all = memory_now();
+  if (keep) CHECK_CUPTI(cuptiFinalize());
   printf("cycles %d, kernels per window %d, mode %s\n", cycles, per_window, mode);
   printf("windows with the exact kernel count: %d of %d\n", cycles - bad_windows, cycles);
   printf("detached windows that still produced records: %d\n", leaked);
@@ -218,6 +226,7 @@ int main(int argc, char **argv) {
   long rss_trimmed = rss_kb();
   printf("malloc_trim(0) at the end gave back %ld KB (RSS %ld KB after it)\n", rss1 - rss_trimmed, rss_trimmed);
   if (callbacks && !activity) printf("(callbacks mode: a detach happens in the exit callback, no records expected)\n");
+  if (keep) printf("(keep mode: one subscriber, windows enabled and disabled; the launch after is with it disabled)\n");
   if (!callbacks) printf("(subscribe mode: no callbacks enabled, every detach finalizes outside a callback)\n");
   int ok = bad_windows == 0 && leaked == 0;
   printf("attach_cycles: %s\n", ok ? "PASS" : "FAIL");

@@ -41,9 +41,19 @@ pub const FIX_CASTS: &str = "Fuse or remove casts and contiguous copies: torch.c
      .contiguous()/.clone() after transpose or slicing.";
 pub const FIX_LAYOUT: &str = "Change layouts once, not per layer: channels_last for the whole model and its inputs \
      (model.to(memory_format=torch.channels_last)), or keep the permuted tensor instead of permuting back.";
+pub const FIX_AMP_CASTS: &str = "Mixed precision casts the weights again in every forward: autocast turns each \
+     fp32 weight into bf16/fp16 per forward pass and its gradient back to fp32, a cost per parameter, not per \
+     sample, so larger micro-batches (fewer gradient-accumulation steps; activation checkpointing to fit them) shrink \
+     its share; casts of activations (.float(), .to()) fuse into their neighbours under torch.compile.";
 /// Copy kernels must take this share of step time to be a finding: below it they are the layout changes any model
 /// makes, and how much of them can go depends on the code.
 pub const COPY_MIN_SHARE: f64 = 0.05;
+/// In a training step, casts must take this share: autocast casts every weight in each forward and every weight
+/// gradient back, 12 bytes a parameter a micro-batch against the GEMMs' 6 FLOPs a parameter a token, so on an
+/// H100/H200 (989 dense bf16 TFLOP/s, 3.35-4.8 TB/s) they cost 410-590/tokens of the GEMM time: 5-7% at 8192 tokens
+/// a micro-batch, the price of mixed precision (the H200's clean planted loop: 6.2% of its step, 2026-11-28).
+/// From 10% the micro-batch is small enough that growing it pays.
+pub const AMP_CAST_MIN_SHARE: f64 = 0.10;
 
 /// Assumed speed-up of a GEMM moved from fp32 SIMT to bf16 Tensor Cores: conservative next to the 8-16x peak
 /// ratios of V100..H100, since real GEMMs are partly memory-bound.
@@ -275,7 +285,17 @@ pub fn copy_kernels(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
         }
     }
     let time = copies.total_ns;
-    if ctx.share(time) < COPY_MIN_SHARE {
+    // A training step: the optimizer ran in it (PyTorch's foreach and fused optimizers, the default on CUDA).
+    let training = swept.kernels.by_name.keys().any(|&n| {
+        cuflight_trace::model::kernel_category::kernel_category(ctx.p.string(n)) == Category::Optimizer
+    });
+    let casts_ns = kinds.iter().find(|k| k.0 == CopyKind::Casts).map_or(0, |k| k.2);
+    let enough = if training {
+        ctx.share(time - casts_ns) >= COPY_MIN_SHARE || ctx.share(time) >= AMP_CAST_MIN_SHARE
+    } else {
+        ctx.share(time) >= COPY_MIN_SHARE
+    };
+    if !enough {
         return None;
     }
     kinds.sort_by_key(|k| std::cmp::Reverse(k.2));
@@ -297,6 +317,14 @@ pub fn copy_kernels(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
             ns as f64,
         );
     }
+    if training && casts_ns > 0 {
+        ev.facts.push(format!(
+            "a training loop (optimizer kernels in the steps): the casts include autocast's weight casts, which \
+             every mixed-precision loop pays in each forward (reported from {:.0}% of step time)",
+            100.0 * AMP_CAST_MIN_SHARE
+        ));
+        ev.metrics.insert("training", 1.0);
+    }
     ev.kernels = kernel_rows(ctx, &copies, 5);
     for r in &mut ev.kernels {
         r.share_of_kernel_time = r.total_ns as f64 / swept.kernels.total_ns.max(1) as f64;
@@ -306,7 +334,11 @@ pub fn copy_kernels(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
         ms(time / ctx.steps_count() as u64)
     );
     // The fix of each kind that takes a quarter of the copy time or more, the largest first.
-    let fixes: Vec<&str> = kinds.iter().filter(|k| k.2.saturating_mul(4) >= time).map(|k| k.0.fix()).collect();
+    let fixes: Vec<&str> = kinds
+        .iter()
+        .filter(|k| k.2.saturating_mul(4) >= time)
+        .map(|k| if training && k.0 == CopyKind::Casts { FIX_AMP_CASTS } else { k.0.fix() })
+        .collect();
     let mut f = ctx.finding("copy_kernels", time, summary, ev, &fixes.join(" "));
     f.severity = f.severity.min(Severity::Medium);
     Some(f)
