@@ -172,6 +172,7 @@ fn status() -> Status {
         since_ns: SINCE_NS.load(Ordering::Acquire),
         cupti_version: cupti::version(),
         driver_version: devices::driver_version(),
+        cupti_sessions: setup::sessions(),
     }
 }
 

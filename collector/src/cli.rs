@@ -41,10 +41,14 @@ pub enum Cmd {
         allow_remote: bool,
         /// Recorded share of time: ON/PERIOD (a window of ON every PERIOD), or continuous (attached once, recorded
         /// without pause, folded into the metrics every --interval). Each window sets CUPTI up and tears it down,
-        /// and CUPTI kept about 95 KB of the program's memory a window on an H200 (34 MB an hour at 1s/10s):
-        /// 10s/100s records the same share with a tenth of the windows.
+        /// and CUPTI keeps about 74 KB of the program's memory a window (H200, CUDA 13.0): 10s/100s records the
+        /// same share with a tenth of the windows.
         #[arg(long, default_value = "1s/10s", value_parser = crate::serve::parse_duty)]
         duty: crate::serve::Duty,
+        /// CUPTI sessions of a process after which its period doubles (and again after as many more), so that
+        /// the memory CUPTI keeps grows with the logarithm of the time followed; 0: never stretch.
+        #[arg(long, default_value_t = crate::serve::DEFAULT_WINDOW_BUDGET)]
+        window_budget: u32,
         /// With --duty continuous, how often the counters move.
         #[arg(long, default_value = "1s", value_parser = attach::parse_duration)]
         interval: Duration,

@@ -73,8 +73,8 @@ fn run(mut cli: Cli) -> Result<i32> {
         Cmd::Launch(args) => capture_cmd::launch(args),
         Cmd::Dump(args) => capture_cmd::dump(args),
         Cmd::Attach(args) => capture_cmd::attach(args),
-        Cmd::Serve { listen, allow_remote, duty, interval, rounds, pids } => {
-            let duty = duty.or_continuous(interval);
+        Cmd::Serve { listen, allow_remote, duty, window_budget, interval, rounds, pids } => {
+            let duty = crate::serve::Duty { budget: window_budget, ..duty.or_continuous(interval) };
             serve::serve(&serve::ServeOptions { listen, allow_remote, duty, pids, rounds })
         }
         Cmd::Top { duty, pids } => top::top(pids, duty.or_continuous(Duration::from_secs(1))),

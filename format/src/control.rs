@@ -63,7 +63,15 @@ pub struct Status {
     pub cupti_version: u32,
     /// The CUDA driver's version (`cuDriverGetVersion`, e.g. 13000), 0 if unknown.
     pub driver_version: u32,
+    /// CUPTI sessions the agent set up in this process (recording, and each attach window): each one that ended in
+    /// `cuptiFinalize` left memory CUPTI never frees (about 74 KB on an H200, CUDA 13.0), so collectors that attach
+    /// again and again space their windows by it. Sent in the reply's padding (24 bits, saturating), which older
+    /// agents leave zero and older collectors ignore.
+    pub cupti_sessions: u32,
 }
+
+/// The largest [`Status::cupti_sessions`] the reply carries.
+pub const MAX_CUPTI_SESSIONS: u32 = (1 << 24) - 1;
 
 const STATUS_BYTES: usize = 32;
 
@@ -73,6 +81,7 @@ impl Status {
         b[0..8].copy_from_slice(&REPLY_MAGIC.to_le_bytes());
         b[8..12].copy_from_slice(&self.pid.to_le_bytes());
         b[12] = self.state;
+        b[13..16].copy_from_slice(&self.cupti_sessions.min(MAX_CUPTI_SESSIONS).to_le_bytes()[..3]);
         b[16..24].copy_from_slice(&self.since_ns.to_le_bytes());
         b[24..28].copy_from_slice(&self.cupti_version.to_le_bytes());
         b[28..32].copy_from_slice(&self.driver_version.to_le_bytes());
@@ -91,6 +100,7 @@ impl Status {
             since_ns: u64::from_le_bytes(b[16..24].try_into().ok()?),
             cupti_version: u32_at(24),
             driver_version: u32_at(28),
+            cupti_sessions: u32::from_le_bytes([b[13], b[14], b[15], 0]),
         })
     }
 }
@@ -426,11 +436,23 @@ mod tests {
 
     #[test]
     fn status_round_trips_and_garbage_is_refused() {
-        let s =
-            Status { pid: 42, state: STATE_DORMANT, since_ns: 1 << 60, cupti_version: 130500, driver_version: 13000 };
+        let s = Status {
+            pid: 42,
+            state: STATE_DORMANT,
+            since_ns: 1 << 60,
+            cupti_version: 130500,
+            driver_version: 13000,
+            cupti_sessions: 7,
+        };
         assert_eq!(Status::decode(&s.encode()), Some(s));
         assert_eq!(Status::decode(&[0u8; STATUS_BYTES]), None);
         assert_eq!(Status::decode(&s.encode()[..31]), None);
+        // An older agent's reply (zero padding) reads as no sessions; a count past 24 bits saturates.
+        let mut old = s.encode();
+        old[13..16].fill(0);
+        assert_eq!(Status::decode(&old).map(|s| s.cupti_sessions), Some(0));
+        let many = Status { cupti_sessions: u32::MAX, ..s };
+        assert_eq!(Status::decode(&many.encode()).map(|s| s.cupti_sessions), Some(MAX_CUPTI_SESSIONS));
         assert_eq!(parse_agent_name("cuflight/1000/agent/77"), Some((1000, 77)));
         assert_eq!(parse_agent_name("cuflight/1000/session-x"), None);
         assert_eq!(netns_of("cuflight/0/agent/7@netns/1234"), Some(1234));

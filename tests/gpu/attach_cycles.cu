@@ -12,6 +12,8 @@
 // subscriber for the whole run, each window enabling the runtime domain and kernel records and disabling them again
 // (cuptiEnableDomain(0), cuptiActivityDisable, a flush) instead of finalizing: whether a duty-cycled agent that
 // keeps CUPTI between windows escapes the per-cycle memory, and what a disabled subscriber costs a launch.
+// MODE+unsub (full+unsub, subscribe+unsub) calls cuptiUnsubscribe before each cuptiFinalize, as Kineto does
+// (pytorch/kineto#739): whether the memory a cycle keeps is the subscriber's, which a finalize alone leaves.
 // Build: nvcc -O2 -o attach_cycles attach_cycles.cu -I$CUPTI/include -L$CUPTI/lib64 -lcupti
 // Usage: attach_cycles [CYCLES] [KERNELS_PER_WINDOW] [MODE]
 #include <cuda_runtime.h>
@@ -40,6 +42,14 @@ __global__ void tick(int *p) {
 
 static volatile long kernel_records;
 static volatile int detach_requested, detached_in_callback;
+static int unsubscribe_first;
+static CUpti_SubscriberHandle current;
+
+// Ends the session: cuptiFinalize, after cuptiUnsubscribe in the +unsub modes.
+static void finalize(void) {
+  if (unsubscribe_first) CHECK_CUPTI(cuptiUnsubscribe(current));
+  CHECK_CUPTI(cuptiFinalize());
+}
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
   *size = 1 << 20;
@@ -62,7 +72,7 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
   if (cb->callbackSite == CUPTI_API_EXIT && detach_requested) {
     detach_requested = 0;
     cuptiActivityFlushAll(1);
-    CHECK_CUPTI(cuptiFinalize());
+    finalize();
     detached_in_callback = 1;
   }
 }
@@ -155,7 +165,13 @@ static double median_launch_ns(int rounds, int n) {
 int main(int argc, char **argv) {
   int cycles = argc > 1 ? atoi(argv[1]) : 100;
   int per_window = argc > 2 ? atoi(argv[2]) : 50;
-  const char *mode = argc > 3 ? argv[3] : "full";
+  char mode[64];
+  snprintf(mode, sizeof mode, "%s", argc > 3 ? argv[3] : "full");
+  char *plus = strstr(mode, "+unsub");
+  if (plus && plus[6] == 0) {
+    unsubscribe_first = 1;
+    *plus = 0;
+  }
   int keep = strcmp(mode, "keep") == 0;
   int activity = keep || strcmp(mode, "full") == 0, callbacks = activity || strcmp(mode, "callbacks") == 0;
   if (!activity && !callbacks && strcmp(mode, "subscribe") != 0) {
@@ -174,6 +190,7 @@ int main(int argc, char **argv) {
   for (int c = 0; c < cycles; c++) {
     kernel_records = 0;
     if (!keep || c == 0) CHECK_CUPTI(cuptiSubscribe(&sub, on_api, NULL));
+    current = sub;
     if (callbacks) CHECK_CUPTI(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API));
     if (activity && (!keep || c == 0)) CHECK_CUPTI(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
     if (activity) CHECK_CUPTI(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
@@ -193,7 +210,7 @@ int main(int argc, char **argv) {
     detach_requested = 0;  // no exit callback came (callbacks off): the next window must not detach at once
     if (!detached_in_callback && !keep) {
       cuptiActivityFlushAll(1);
-      CHECK_CUPTI(cuptiFinalize());
+      finalize();
     }
     if (activity && kernel_records != per_window) {
       bad_windows++;
@@ -212,7 +229,7 @@ int main(int argc, char **argv) {
   long rss1 = rss_kb();
   Memory after_all = memory_now();
   if (keep) CHECK_CUPTI(cuptiFinalize());
-  printf("cycles %d, kernels per window %d, mode %s\n", cycles, per_window, mode);
+  printf("cycles %d, kernels per window %d, mode %s%s\n", cycles, per_window, mode, unsubscribe_first ? "+unsub" : "");
   printf("windows with the exact kernel count: %d of %d\n", cycles - bad_windows, cycles);
   printf("detached windows that still produced records: %d\n", leaked);
   printf("detaches done in an API exit callback: %d of %d\n", callback_detaches, cycles);

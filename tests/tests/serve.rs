@@ -195,6 +195,30 @@ fn serve_follows_agents_and_counts_their_work_in_windows() {
     late.end();
 }
 
+/// Each window is a CUPTI session, and CUPTI keeps memory of every one (cudasim models the H200's 74 KB): after
+/// every --window-budget sessions a process's period doubles, so its windows thin out as they add up.
+#[test]
+fn windows_thin_out_as_cupti_sessions_add_up() {
+    let _serial = serial();
+    let dir = scratch("serve-budget");
+    let s = stepper(&dir, 2);
+    let pid = s.child.id();
+    let args = ["--duty", "50ms/200ms", "--window-budget", "2", "--rounds", "11", &pid.to_string()];
+    let (mut serve, addr, _err) = start_serve(&args);
+    std::thread::sleep(Duration::from_millis(1300));
+    let m = scrape(&addr, &dir, 1);
+    let period = value(&m, "cuflight_window_period_seconds", pid);
+    assert!([0.2, 0.4, 0.8].iter().any(|p| (p - period).abs() < 1e-9), "{period}");
+    assert!(value(&m, "cuflight_agent_cupti_sessions", pid) >= 2.0, "{m}");
+    assert!(serve.wait().unwrap().success());
+    // 11 periods: windows in periods 0 and 1, then every 2nd (3, 5), then every 4th (9).
+    let row = Command::new(cuflight_bin()).args(["ps", "--format", "json"]).output().unwrap();
+    let rows: Value = serde_json::from_slice(&row.stdout).unwrap();
+    let row = rows.as_array().unwrap().iter().find(|r| r["pid"] == pid).cloned().expect("listed");
+    assert_eq!(row["cupti_sessions"], 5, "{row}");
+    s.end();
+}
+
 #[test]
 fn idle_time_is_counted_by_cause() {
     let _serial = serial();

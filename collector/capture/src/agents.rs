@@ -19,6 +19,8 @@ pub struct AgentRow {
     pub cuda_driver_version: u32,
     /// The CUPTI API version in use; 0 while none is loaded (dormant).
     pub cupti_version: u32,
+    /// CUPTI sessions the agent set up so far (recording, attach windows); 0 from agents older than the count.
+    pub cupti_sessions: u32,
     pub command: String,
 }
 
@@ -33,6 +35,7 @@ pub fn list() -> std::io::Result<Vec<AgentRow>> {
             since_unix_ns: a.status.since_ns,
             cuda_driver_version: a.status.driver_version,
             cupti_version: a.status.cupti_version,
+            cupti_sessions: a.status.cupti_sessions,
             command: command_line(a.pid),
         })
         .collect())
@@ -73,6 +76,7 @@ pub fn list_all() -> std::io::Result<Vec<AgentRow>> {
                 since_unix_ns: 0,
                 cuda_driver_version: 0,
                 cupti_version: 0,
+                cupti_sessions: 0,
                 command: command_line(pid),
             });
         }

@@ -32,6 +32,22 @@ pub struct ProcessMetrics {
     pub idle_ns: BTreeMap<String, u64>,
     /// Calls that returned an error, by class and CUDA's name for the code.
     pub call_errors: BTreeMap<(&'static str, String), u64>,
+    /// CUPTI sessions the agent has had (its own count: serve's windows and any other collector's).
+    pub cupti_sessions: u64,
+    /// The round of serve's last window of the process, and the time between its windows now (0: continuous).
+    pub last_window_round: Option<u64>,
+    pub window_period_ns: u64,
+}
+
+impl ProcessMetrics {
+    /// Every how many periods the process gets a window: doubled after every `budget` CUPTI sessions (the agent's
+    /// count, or serve's own windows where an older agent does not count), at most 2^20; 1 when `budget` is 0.
+    pub fn stride(&self, budget: u32) -> u64 {
+        if budget == 0 {
+            return 1;
+        }
+        1 << (self.cupti_sessions.max(self.windows) / u64::from(budget)).min(20)
+    }
 }
 
 impl ProcessMetrics {
@@ -281,6 +297,33 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
                     let l = labels(pid, m, &format!(",class=\"{class}\",error=\"{}\"", escape(error)));
                     let _ = writeln!(o, "cuflight_cuda_call_errors_total{{{l}}} {n}");
                 }
+            }
+        },
+    );
+    family(
+        "cuflight_agent_cupti_sessions_total",
+        "counter",
+        "CUPTI sessions the process's agent set up (recording, each window): CUPTI keeps about 74 KB of the \
+         process's memory after each (H200, CUDA 13.0), so serve doubles a process's period every --window-budget.",
+        &mut |o| {
+            for (pid, m) in processes {
+                let _ =
+                    writeln!(o, "cuflight_agent_cupti_sessions_total{{{}}} {}", labels(pid, m, ""), m.cupti_sessions);
+            }
+        },
+    );
+    family(
+        "cuflight_window_period_seconds",
+        "gauge",
+        "Time between the process's windows now: --duty's period, doubled every --window-budget CUPTI sessions.",
+        &mut |o| {
+            for (pid, m) in processes.iter().filter(|(_, m)| m.window_period_ns > 0) {
+                let _ = writeln!(
+                    o,
+                    "cuflight_window_period_seconds{{{}}} {}",
+                    labels(pid, m, ""),
+                    secs(m.window_period_ns)
+                );
             }
         },
     );

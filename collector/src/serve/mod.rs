@@ -5,6 +5,13 @@
 //! process is attached for ON, its window folded into counters ([`metrics`]) and the window's file removed, so
 //! the program pays the dormant cost plus ON/PERIOD of the recording cost; `cuflight_window_seconds_total` says
 //! what share of time the counters cover. `--duty continuous` records back to back.
+//!
+//! Every window is a CUPTI session, and CUPTI keeps memory of each one after `cuptiFinalize` (74 KB in use a cycle
+//! on an H200, CUDA 13.0, with or without callbacks, records or an unsubscribe first: tests/gpu/attach_cycles.cu,
+//! 2026-11-28; keeping one subscriber between windows kept nothing but left launches 19-23% slower between them).
+//! So a process's windows are spaced out as its sessions add up: after every `--window-budget` sessions (360, an
+//! hour at 1s/10s) its period doubles, and the memory CUPTI keeps grows with the logarithm of the time followed
+//! (27 MB the first hour, 27 MB more by the third, the seventh, the fifteenth...), not in proportion to it.
 
 mod follow;
 mod http;
@@ -27,12 +34,22 @@ pub struct Duty {
     pub period: Duration,
     /// Recorded without pause: each dormant agent is attached once and its work folded every period.
     pub continuous: bool,
+    /// CUPTI sessions of a process after which its period doubles (again after as many more); 0: never.
+    pub budget: u32,
 }
+
+/// `--window-budget`'s default: an hour of windows at the default duty (1s/10s), about 27 MB of CUPTI's.
+pub const DEFAULT_WINDOW_BUDGET: u32 = 360;
 
 /// `1s/10s` (ON/PERIOD) or `continuous` (windows back to back, as long as `--interval`: ON = PERIOD = 0 here).
 pub fn parse_duty(text: &str) -> Result<Duty, String> {
     if text == "continuous" {
-        return Ok(Duty { on: Duration::ZERO, period: Duration::ZERO, continuous: true });
+        return Ok(Duty {
+            on: Duration::ZERO,
+            period: Duration::ZERO,
+            continuous: true,
+            budget: DEFAULT_WINDOW_BUDGET,
+        });
     }
     let Some((on, period)) = text.split_once('/') else {
         return Err(format!("'{text}': give ON/PERIOD (1s/10s) or continuous"));
@@ -41,14 +58,14 @@ pub fn parse_duty(text: &str) -> Result<Duty, String> {
     if on.is_zero() || on > period {
         return Err(format!("'{text}': the window must be longer than zero and at most the period"));
     }
-    Ok(Duty { on, period, continuous: false })
+    Ok(Duty { on, period, continuous: false, budget: DEFAULT_WINDOW_BUDGET })
 }
 
 impl Duty {
     /// `continuous` folds every `interval`.
     pub fn or_continuous(self, interval: Duration) -> Duty {
         if self.continuous {
-            Duty { on: interval, period: interval, continuous: true }
+            Duty { on: interval, period: interval, continuous: true, ..self }
         } else {
             self
         }
@@ -133,15 +150,30 @@ pub fn sample_loop(
     Ok(())
 }
 
-/// One period: follow the agents there are now (those in `pids`, or all), record a window of each dormant one at
-/// once, fold them in.
+/// One period: follow the agents there are now (those in `pids`, or all), record a window of each dormant one
+/// whose turn it is (its spacing, [`ProcessMetrics::stride`]) at once, fold them in.
 pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, round: u64) {
     let rows = refresh(pids, shared);
-    let windows: Vec<_> = rows
-        .iter()
-        .filter(|r| r.state == "dormant")
-        .map(|r| {
-            let (pid, on) = (r.pid, duty.on);
+    let due: Vec<u32> = {
+        let mut all = shared.lock().expect("metrics");
+        rows.iter()
+            .filter(|r| r.state == "dormant")
+            .filter_map(|r| {
+                let m = all.get_mut(&r.pid)?;
+                let stride = m.stride(duty.budget);
+                m.window_period_ns = (duty.period.as_nanos() as u64).saturating_mul(stride);
+                let due = m.last_window_round.is_none_or(|last| round.saturating_sub(last) >= stride);
+                if due {
+                    m.last_window_round = Some(round);
+                }
+                due.then_some(r.pid)
+            })
+            .collect()
+    };
+    let windows: Vec<_> = due
+        .into_iter()
+        .map(|pid| {
+            let on = duty.on;
             let path = scratch.join(format!("{pid}-{round}.cuf"));
             std::thread::spawn(move || {
                 let started = Instant::now();
@@ -183,7 +215,7 @@ fn refresh(pids: &[u32], shared: &Shared) -> Vec<agents::AgentRow> {
     all.retain(|pid, _| rows.iter().any(|r| r.pid == *pid));
     for r in &rows {
         let m = all.entry(r.pid).or_default();
-        (m.state, m.command) = (r.state, r.command.clone());
+        (m.state, m.command, m.cupti_sessions) = (r.state, r.command.clone(), u64::from(r.cupti_sessions));
     }
     rows
 }
