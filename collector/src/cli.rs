@@ -141,6 +141,17 @@ pub enum Cmd {
         /// take time as no later step does are reported apart, and the verdict describes the steady steps).
         #[arg(long)]
         include_warmup: bool,
+        /// Analyse only the steps that start inside the instances of this NVTX range or annotation (NAME, every
+        /// instance, or NAME/N, the Nth from 1; NAME* for every name that starts so; in each trace of a job its
+        /// own), warm-up or not: `--filter-nvtx 'ProfilerStep#552'` is that step as the whole run saw it. A trace
+        /// without steps is analysed in those stretches.
+        #[arg(long, value_name = "NAME[/N]", value_parser = Filter::parse_nvtx, conflicts_with = "filter_time")]
+        filter_nvtx: Option<Filter>,
+        /// Analyse only the steps that start inside this stretch of the timeline (without steps, the stretch):
+        /// FROM/TO after its start (each trace's), in seconds or with a unit (1.5/2.5, 1500ms/2500ms), as the
+        /// report's +s times.
+        #[arg(long, value_name = "FROM/TO", value_parser = Filter::parse_time)]
+        filter_time: Option<Filter>,
         /// Write the report here instead of standard output.
         #[arg(short, long)]
         output: Option<PathBuf>,

@@ -18,7 +18,7 @@ pub fn run(
     let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
     output::distinct_inputs(&inputs)?;
     let out = out.as_deref().filter(|o| o.as_os_str() != "-").map(|o| Output::create(o, &inputs, force)).transpose()?;
-    let opts = Options { step, include_warmup: false };
+    let opts = Options { step, include_warmup: false, ..Default::default() };
     let mut runs = Vec::with_capacity(traces.len());
     for t in traces {
         let name = crate::stand_in::name_of(t);

@@ -68,7 +68,7 @@ pub fn kineto(data: &[u8]) -> bool {
 fn report(trace: crate::model::trace::Trace) {
     let mut traces = [("fuzz".to_string(), crate::model::source::EventSource::from_trace(trace))];
     for step in [None, Some("ProfilerStep".to_string())] {
-        let opts = crate::analysis::report::Options { step, include_warmup: false };
+        let opts = crate::analysis::report::Options { step, include_warmup: false, filter: None };
         if let Ok(r) = crate::analysis::report::Report::compute(&mut traces, &opts) {
             let _ = (r.to_text(), r.to_json(), r.to_html());
         }

@@ -200,7 +200,7 @@ fn run(mut cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Report { traces, format, step, include_warmup, output, force } => {
+        Cmd::Report { traces, format, step, include_warmup, filter_nvtx, filter_time, output, force } => {
             let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
             output::distinct_inputs(&inputs)?;
             // Every trace stays open through the report's passes. Soft limits on open files are often 1,024
@@ -228,7 +228,8 @@ fn run(mut cli: Cli) -> Result<i32> {
                 // Streamed: cuflight traces block by block in each pass, imported ones read once (large ones spooled).
                 sources.push((stand_in::name_of(t), cuflight_collector::model::source::EventSource::open(t)?));
             }
-            let opts = cuflight_collector::analysis::report::Options { step, include_warmup };
+            let filter = filter_nvtx.or(filter_time);
+            let opts = cuflight_collector::analysis::report::Options { step, include_warmup, filter };
             let report = cuflight_collector::analysis::report::Report::compute(&mut sources, &opts);
             for (t, (_, source)) in traces.iter().zip(&sources) {
                 warn_cut_short(t, source.cut_short.as_deref());

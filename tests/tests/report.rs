@@ -9,6 +9,36 @@ fn report(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+fn report_args(path: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(cuflight_bin()).args(["report", "--format", "json"]).args(args).arg(path).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `report --filter-nvtx 'ProfilerStep#552'` is that step as the report of the whole run saw it (its window starts
+/// where the step before it left the GPU), and so is each step `--filter-time` chooses by its start.
+#[test]
+fn a_filtered_report_analyses_the_chosen_steps_as_the_whole_run_saw_them() {
+    let Some(path) = shared_trace("kineto-a100-nccl-r0.json.gz") else { return };
+    let whole = report(&path);
+    let rows = |r: &serde_json::Value| r["processes"][0]["steps"].as_array().unwrap().clone();
+    let all = rows(&whole);
+    let one = report_args(&path, &["--filter-nvtx", "ProfilerStep#552"]);
+    let kept = rows(&one);
+    assert_eq!(kept.len(), 1);
+    let same = all.iter().find(|s| s["name"] == "ProfilerStep#552").expect("in the whole run");
+    assert_eq!(&kept[0], same, "the step as the whole run saw it");
+    let said = one["processes"][0]["filtered"].as_str().unwrap();
+    assert!(said.starts_with("the 1 of 5 steps that start inside 'ProfilerStep#552'"), "{said}");
+    // The warm-up step (ProfilerStep#550, left out of the whole run's steps) is analysed when chosen.
+    let warm = report_args(&path, &["--filter-time", "0/0.2"]);
+    assert_eq!(rows(&warm).iter().map(|s| s["name"].as_str().unwrap()).collect::<Vec<_>>(), ["ProfilerStep#550"]);
+    let out =
+        Command::new(cuflight_bin()).args(["report", "--filter-nvtx", "ProfilerStep#3"]).arg(&path).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("like it: ProfilerStep#5"), "{err}");
+}
+
 #[test]
 fn breakdown_equals_hta_within_one_percent() {
     for name in ["kineto-2rank-r0.json.gz", "kineto-a100-nccl-r0.json.gz", "kineto-v100-ddp-ns.json.gz"] {

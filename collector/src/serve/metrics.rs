@@ -143,7 +143,7 @@ impl ProcessMetrics {
         use cuflight_collector::analysis::report::{Options, Report, ReportError};
         let mut sources = vec![("window".to_string(), source)];
         // A window is steady state: its first steps are not the program's warm-up.
-        let opts = Options { step: None, include_warmup: true };
+        let opts = Options { step: None, include_warmup: true, filter: None };
         let report = match Report::compute(&mut sources, &opts) {
             Ok(r) => r,
             // A part with no GPU work (a server between requests, a program before its first kernel): the GPU had

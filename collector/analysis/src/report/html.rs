@@ -219,6 +219,9 @@ fn steps_table(out: &mut String, p: &ProcessReport) {
     if let Some(w) = super::text::warmup_line(&p.warmup) {
         let _ = write!(out, "<p class=warmup>{}</p>", esc(&w));
     }
+    if let Some(f) = &p.filtered {
+        let _ = write!(out, "<p class=warmup>Filtered: analysed {}</p>", esc(f));
+    }
     let Some(t) = &p.step_total else { return };
     let _ = write!(
         out,

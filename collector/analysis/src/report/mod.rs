@@ -52,6 +52,9 @@ pub struct Options {
     pub step: Option<String>,
     /// `--include-warmup`: the warm-up steps ([`warmup`]) are analysed with the rest.
     pub include_warmup: bool,
+    /// `--filter-nvtx`, `--filter-time`: only the steps that start inside the stretches chosen (in each trace its
+    /// own: its own ProfilerStep#5, its own first seconds); without steps, those stretches.
+    pub filter: Option<cuflight_trace::model::filter::Filter>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -78,6 +81,9 @@ pub struct ProcessReport {
     /// HTA's communication/computation overlap.
     pub comm_overlap: overlap::CommOverlap,
     pub step_source: StepSource,
+    /// What `--filter-nvtx`/`--filter-time` kept: "the 1 of 600 steps that start inside 'ProfilerStep#552' ...".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filtered: Option<String>,
     /// The leading steps that were warm-up: left out of `steps` and everything below unless `included`.
     pub warmup: warmup::Warmup,
     pub steps: Vec<StepRow>,
@@ -129,6 +135,10 @@ pub enum ReportError {
     AgentOff { file: String, pid: u32, why: String },
     #[error("{0}: no GPU kernels, copies or memsets in the trace: nothing ran on the GPU while it was recorded")]
     NoGpuWork(String),
+    #[error("{0}: {1}")]
+    Filter(String, cuflight_trace::model::filter::FilterError),
+    #[error("{0}: no step starts inside {1} (the filter chooses steps by their start)")]
+    NoStepChosen(String, String),
     #[error(transparent)]
     Trace(#[from] TraceError),
 }
@@ -142,15 +152,23 @@ impl Report {
     /// two or three passes: the plan (steps and their windows), then the window sweep.
     pub fn compute(traces: &mut [(String, EventSource)], opts: &Options) -> Result<Report, ReportError> {
         let mut plans = Vec::with_capacity(traces.len());
+        let mut chosen: Vec<rustc_hash::FxHashMap<u32, String>> = Vec::with_capacity(traces.len());
         for (file, source) in traces.iter_mut() {
             let mut plan = plan::plan(source, opts.step.as_deref())?;
-            for p in plan.values_mut() {
-                if opts.include_warmup {
-                    p.warmup.included = true;
-                } else {
-                    p.leave_out_warmup();
+            let said = match &opts.filter {
+                Some(f) => plan::choose(&mut plan, f, source, file)?,
+                None => {
+                    for p in plan.values_mut() {
+                        if opts.include_warmup {
+                            p.warmup.included = true;
+                        } else {
+                            p.leave_out_warmup();
+                        }
+                    }
+                    Default::default()
                 }
-            }
+            };
+            chosen.push(said);
             if plan.values().all(|p| p.events == 0) {
                 // Not the program's fault when the agent was off: say why it was.
                 if let Some(p) = source.processes.values().find(|p| !p.info.status.is_empty()) {
@@ -186,7 +204,9 @@ impl Report {
                         warn.push(format!("step range \"{name}\" opened at {start} ns never ended; it was left out"));
                     }
                 }
-                if plan.no_steps {
+                if plan.no_steps && opts.filter.is_some() {
+                    warn.push("no steps found: findings cover the stretches the filter chose".into());
+                } else if plan.no_steps {
                     if opts.step.is_some() {
                         warn.push(format!("no range named {:?}: findings cover the whole trace", opts.step.as_deref().unwrap_or("")));
                     } else {
@@ -334,6 +354,7 @@ impl Report {
                 idle_causes: idle.summary(),
                 comm_overlap: swept.comm_overlap,
                 step_source: plan.steps.source,
+                filtered: chosen[fi].get(&k).cloned(),
                 warmup: plan.warmup.clone(),
                 steps: swept.rows,
                 step_total,

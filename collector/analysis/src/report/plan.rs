@@ -13,6 +13,7 @@ use cuflight_format::event::FLAG_DEVICE;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::ranges::Pairer;
 use cuflight_trace::model::trace::Process;
+use cuflight_trace::model::windows::Windows;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use cuflight_trace::model::launches::LaunchJoin;
@@ -72,6 +73,34 @@ pub struct Plan {
 
 impl Plan {
     /// Leaves the warm-up steps out of the steps every analysis covers (the report's default).
+    /// Keeps the steps that start inside `chosen` (`--filter-nvtx`, `--filter-time`), warm-up or not (they were
+    /// chosen); without steps, the chosen stretches of the trace become the windows. Returns (kept, there were).
+    pub fn keep_steps_in(&mut self, chosen: &Windows) -> (usize, usize) {
+        (self.warmup.included, self.warmup.filtered) = (true, true);
+        let total = self.steps.windows.len();
+        if self.no_steps {
+            let (first, last) = self.steps.windows.first().copied().unwrap_or_default();
+            let spans: Vec<Span> =
+                chosen.spans.iter().map(|&(s, e)| (s.max(first), e.min(last))).filter(|(s, e)| s < e).collect();
+            self.steps.names = (1..=spans.len()).map(|i| format!("stretch {i}")).collect();
+            self.steps.windows = spans;
+            return (self.steps.windows.len(), total);
+        }
+        let with_host = self.steps.host.len() == total;
+        let keep: Vec<bool> = (0..total)
+            .map(|i| chosen.holds(if with_host { self.steps.host[i].start } else { self.steps.windows[i].0 }))
+            .collect();
+        fn only<T>(v: &mut Vec<T>, keep: &[bool]) {
+            *v = std::mem::take(v).into_iter().zip(keep).filter(|(_, &k)| k).map(|(x, _)| x).collect();
+        }
+        only(&mut self.steps.windows, &keep);
+        only(&mut self.steps.names, &keep);
+        if with_host {
+            only(&mut self.steps.host, &keep);
+        }
+        (self.steps.windows.len(), total)
+    }
+
     pub fn leave_out_warmup(&mut self) {
         let k = self.warmup.steps.min(self.steps.windows.len());
         if k == 0 || self.no_steps {
@@ -504,4 +533,27 @@ fn windows(host: &[HostRange], gpu_end: &[u64]) -> Vec<Span> {
         prev_end = end;
     }
     out
+}
+
+/// `--filter-nvtx`/`--filter-time` on one trace's plans: each process keeps the steps that start inside the
+/// stretches `filter` chooses in `source` ([`Plan::keep_steps_in`]); processes left with none are dropped, and a
+/// trace where none is left is an error. Returns what each process kept, in words, for its report.
+pub fn choose(
+    plans: &mut FxHashMap<u32, Plan>,
+    filter: &cuflight_trace::model::filter::Filter,
+    source: &mut cuflight_trace::model::source::EventSource,
+    file: &str,
+) -> Result<FxHashMap<u32, String>, super::ReportError> {
+    let stretches = filter.windows(source).map_err(|e| super::ReportError::Filter(file.to_string(), e))?;
+    let mut said = FxHashMap::default();
+    for (&k, p) in plans.iter_mut() {
+        let (kept, of) = p.keep_steps_in(&stretches);
+        let what = if p.no_steps { "stretches" } else { "steps" };
+        said.insert(k, format!("the {kept} of {of} {what} that start inside {}", filter.kept(&stretches)));
+    }
+    if plans.values().all(|p| p.steps.windows.is_empty()) {
+        return Err(super::ReportError::NoStepChosen(file.to_string(), filter.kept(&stretches)));
+    }
+    plans.retain(|_, p| !p.steps.windows.is_empty());
+    Ok(said)
 }

@@ -293,7 +293,7 @@ fn copy_steps(cast_ns: u64, cat_ns: u64, optimizer_ns: u64) -> Report {
         }
     }
     let mut traces = [("t".to_string(), source(process(&strings, events)))];
-    let opts = super::Options { step: None, include_warmup: true };
+    let opts = super::Options { step: None, include_warmup: true, filter: None };
     Report::compute(&mut traces, &opts).unwrap()
 }
 
@@ -331,4 +331,49 @@ fn a_training_loops_casts_are_mixed_precisions_price_below_a_tenth_of_the_step()
     assert!(f.fix.contains("micro-batch"), "{}", f.fix);
     assert!(f.evidence.facts.iter().any(|l| l.contains("autocast")), "{:?}", f.evidence.facts);
     assert_eq!(f.evidence.metrics["training"], 1.0);
+}
+
+/// Steps one after another (`n`, 100 ns each, ranges named step#K), each launching one 50 ns kernel; with
+/// `ranges` false the same kernels and calls with no step range at all.
+fn filter_report(n: u64, ranges: bool, filter: &str) -> Result<Report, super::ReportError> {
+    let strings = [(1, "gemm_kernel"), (8, "step#0"), (9, "cudaLaunchKernel")];
+    let mut events = Vec::new();
+    for step in 0..n {
+        let t = 1000 + step * 100;
+        if ranges {
+            events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 100) });
+        }
+        events.push(api(9, t + 1, 2, step as u32 + 1));
+        events.push(kernel(1, t + 10, 50, step as u32 + 1));
+    }
+    let mut traces = [("t".to_string(), source(process(&strings, events)))];
+    let filter = cuflight_trace::model::filter::Filter::parse_time(filter).unwrap();
+    let opts = super::Options { step: None, include_warmup: false, filter: Some(filter) };
+    Report::compute(&mut traces, &opts)
+}
+
+/// `report --filter-time` (and `--filter-nvtx`) analyse the steps that start inside the stretch, as the whole run
+/// saw them (warm-up or not: they were chosen), and say so; a trace without steps is analysed in the stretch.
+#[test]
+fn a_filter_chooses_the_steps_the_report_analyses() {
+    let r = filter_report(6, true, "100ns/250ns").unwrap();
+    let p = &r.processes[0];
+    assert_eq!(p.steps.iter().map(|s| s.start_ns).collect::<Vec<_>>(), [1100, 1200], "steps starting inside");
+    assert!(p.filtered.as_deref().is_some_and(|f| f.starts_with("the 2 of 6 steps")), "{:?}", p.filtered);
+    assert!(p.warmup.filtered);
+    // No step starts in the stretch: said, not a report of nothing.
+    let e = filter_report(6, true, "120ns/180ns").unwrap_err();
+    assert!(e.to_string().contains("no step starts inside"), "{e}");
+    // Steps found from the launch pattern are chosen the same way.
+    let r = filter_report(6, false, "100ns/300ns").unwrap();
+    assert_eq!(r.processes[0].steps.len(), 3, "{:?}", r.processes[0].filtered);
+    // Without steps at all (one launch), the stretch itself is analysed.
+    let r = filter_report(1, false, "0ns/30ns").unwrap();
+    let p = &r.processes[0];
+    assert!(p.warnings.iter().any(|w| w.contains("the stretches the filter chose")), "{:?}", p.warnings);
+    // Kernels count by their start, as in a step: the one launched at +10 ns is in a stretch that holds its start.
+    let busy = |r: &Report| r.processes[0].categories.iter().map(|c| c.total_ns).sum::<u64>();
+    assert_eq!(busy(&r), 50);
+    assert_eq!(busy(&filter_report(1, false, "15ns/40ns").unwrap()), 0);
+    assert!(p.filtered.as_deref().is_some_and(|f| f.starts_with("the 1 of 1 stretches")), "{:?}", p.filtered);
 }

@@ -162,6 +162,9 @@ fn process(out: &mut String, p: &ProcessReport) {
             s.exposed_share_of_steps * 100.0
         ));
     }
+    if let Some(f) = &p.filtered {
+        out.push_str(&format!("  Filtered: analysed {f}\n"));
+    }
     if let Some(t) = &p.step_total {
         let source = match p.step_source {
             StepSource::Option => "--step",
@@ -267,7 +270,9 @@ pub fn warmup_line(w: &super::warmup::Warmup) -> Option<String> {
     }
     let names: Vec<String> = w.detail.iter().take(3).map(|d| format!("{} {}", d.name, ms(d.duration_ns))).collect();
     let more = if w.detail.len() > 3 { ", ..." } else { "" };
-    let apart = if w.included {
+    let apart = if w.filtered {
+        "analysed where the filter chose them"
+    } else if w.included {
         "analysed with the rest (--include-warmup)"
     } else {
         "left out of the verdict, findings and steps below (--include-warmup keeps them)"

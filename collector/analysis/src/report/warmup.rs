@@ -74,6 +74,9 @@ pub struct Warmup {
     pub ns: u64,
     /// Whether they are analysed with the rest (`--include-warmup`).
     pub included: bool,
+    /// A filter (`--filter-nvtx`, `--filter-time`) chose the steps: warm-up ones are analysed where chosen.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub filtered: bool,
     /// Median time of the steady steps the rules compare against.
     pub steady_step_ns: u64,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -164,6 +167,7 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
         steps: detail.len(),
         ns: detail.iter().map(|d| d.duration_ns).sum(),
         included: false,
+        filtered: false,
         steady_step_ns: median,
         detail,
         example_kernels,

@@ -162,7 +162,9 @@ impl Filter {
             Filter::Nvtx { name, instance: Some(i) } => format!("instance {i} of '{name}' ({ms:.3} ms)"),
             Filter::Nvtx { name, .. } if n == 1 => format!("'{name}' (1 stretch, {ms:.3} ms)"),
             Filter::Nvtx { name, .. } => format!("'{name}' ({n} stretches, {ms:.3} ms)"),
-            Filter::Time { .. } => format!("{ms:.3} ms of the timeline"),
+            Filter::Time { from_ns, to_ns } => {
+                format!("+{:.3} s to +{:.3} s of the timeline ({ms:.3} ms)", *from_ns as f64 / 1e9, *to_ns as f64 / 1e9)
+            }
         }
     }
 }
