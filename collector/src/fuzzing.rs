@@ -24,14 +24,17 @@ pub fn trace_source(data: &[u8]) {
     let _ = crate::export::chrome::export(&mut source, std::io::sink());
     let _ = crate::export::perfetto::export(&mut source, std::io::sink());
     let mut traces = [("fuzz".to_string(), source)];
-    let opts = crate::analysis::report::Options::default();
-    if let Ok(r) = crate::analysis::report::Report::compute(&mut traces, &opts) {
-        let _ = (r.to_text(), r.to_json(), r.to_html());
+    let at = |i: usize| data.get(i).map_or(0, |&b| b as u64) * 1_000;
+    let first = crate::model::filter::Filter::Time { from_ns: at(0), to_ns: at(0) + at(1) + 1 };
+    // The report whole, and of the steps a stretch chosen by the bytes holds (`report --filter-time`).
+    for filter in [None, Some(first.clone())] {
+        let opts = crate::analysis::report::Options { filter, ..Default::default() };
+        if let Ok(r) = crate::analysis::report::Report::compute(&mut traces, &opts) {
+            let _ = (r.to_text(), r.to_json(), r.to_html());
+        }
     }
     // The cut `export --filter-*` draws: two stretches chosen by the bytes, after the timeline's start.
     let [(_, mut source)] = traces;
-    let at = |i: usize| data.get(i).map_or(0, |&b| b as u64) * 1_000;
-    let first = crate::model::filter::Filter::Time { from_ns: at(0), to_ns: at(0) + at(1) + 1 };
     if let Ok(w) = first.windows(&mut source) {
         let (_, end) = w.spans[0];
         let second = end.saturating_add(at(2) + 1);
