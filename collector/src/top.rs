@@ -32,6 +32,9 @@ struct Rates {
     idle: Vec<(String, f64)>,
     /// Calls that failed since the process was first seen (not the expected answers), most first.
     failed: Vec<(String, u64)>,
+    /// The agent's CUPTI sessions, and the time between its windows now (0: none yet, or continuous).
+    sessions: u64,
+    period_ns: u64,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -172,6 +175,8 @@ fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Ve
         categories,
         idle,
         failed,
+        sessions: m.cupti_sessions,
+        period_ns: m.window_period_ns,
     };
     let at = |map: &BTreeMap<u32, u64>, d: u32| map.get(&d).copied().unwrap_or(0);
     let devices: Vec<u32> = m.busy_ns.keys().chain(m.launches.keys()).copied().collect();
@@ -241,8 +246,14 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
                 let calls: Vec<String> = r.failed.iter().take(3).map(|(e, n)| format!("{e} x{n}")).collect();
                 format!("\nfailed CUDA calls: {}", calls.join(", "))
             };
+            // Each CUPTI session keeps memory in the program (serve's module docs): how many, and how far apart.
+            let cupti = match (r.sessions, r.period_ns) {
+                (0, _) => String::new(),
+                (n, 0) => format!("\nCUPTI sessions: {n}"),
+                (n, p) => format!("\nCUPTI sessions: {n}, a window every {:.1} s", p as f64 / 1e9),
+            };
             format!(
-                "pid {}: {}\nkernel time: {}\nGPU idle in steps: {}{failed}",
+                "pid {}: {}\nkernel time: {}\nGPU idle in steps: {}{failed}{cupti}",
                 r.pid,
                 r.command,
                 if r.categories.is_empty() { "-".into() } else { share(&r.categories) },
