@@ -22,7 +22,9 @@ static int ab_by_value(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-#define AB_BLOCKS 40
+/* 100 pairs: single H200 runs of 20 pairs gave medians from -139 to 358 ns a launch (2026-11-28), the launch's
+ * own spread; the median of more pairs narrows it. */
+#define AB_BLOCKS 200
 
 /* ns per call of `calls` calls of `one` (at most `most` a block: a GPU's queue holds only so many launches) in
  * AB_BLOCKS blocks, the agent skipped in one block of each pair, which one alternating; the GPU is drained after
