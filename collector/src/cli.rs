@@ -172,6 +172,14 @@ pub enum Cmd {
         /// Steps are the ranges with this name (or starting with it), in every run.
         #[arg(long)]
         step: Option<String>,
+        /// Compare only the steps that start inside the instances of this NVTX range in each run (as report's
+        /// option: NAME, NAME/N, NAME*), e.g. the same step of two runs.
+        #[arg(long, value_name = "NAME[/N]", value_parser = Filter::parse_nvtx, conflicts_with = "filter_time")]
+        filter_nvtx: Option<Filter>,
+        /// Compare only the steps that start inside this stretch of each run's timeline (FROM/TO after its start,
+        /// as report's option), e.g. the same minutes of steady state after warm-ups of different lengths.
+        #[arg(long, value_name = "FROM/TO", value_parser = Filter::parse_time)]
+        filter_time: Option<Filter>,
         /// Write the comparison here instead of standard output.
         #[arg(short, long)]
         output: Option<PathBuf>,

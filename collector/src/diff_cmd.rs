@@ -11,14 +11,13 @@ use std::path::PathBuf;
 pub fn run(
     traces: &[PathBuf],
     format: ReportFormat,
-    step: Option<String>,
+    opts: &Options,
     out: Option<PathBuf>,
     force: bool,
 ) -> Result<i32> {
     let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
     output::distinct_inputs(&inputs)?;
     let out = out.as_deref().filter(|o| o.as_os_str() != "-").map(|o| Output::create(o, &inputs, force)).transpose()?;
-    let opts = Options { step, include_warmup: false, ..Default::default() };
     let mut runs = Vec::with_capacity(traces.len());
     for t in traces {
         let name = crate::stand_in::name_of(t);
@@ -34,7 +33,7 @@ pub fn run(
         for f in &files {
             sources.push((crate::stand_in::name_of(f), cuflight_collector::model::source::EventSource::open(f)?));
         }
-        let report = Report::compute(&mut sources, &opts);
+        let report = Report::compute(&mut sources, opts);
         for (f, (_, source)) in files.iter().zip(&sources) {
             crate::warn_cut_short(f, source.cut_short.as_deref());
         }

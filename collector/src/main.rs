@@ -263,7 +263,14 @@ fn run(mut cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Diff { traces, format, step, output, force } => diff_cmd::run(&traces, format, step, output, force),
+        Cmd::Diff { traces, format, step, filter_nvtx, filter_time, output, force } => {
+            let opts = cuflight_collector::analysis::report::Options {
+                step,
+                include_warmup: false,
+                filter: filter_nvtx.or(filter_time),
+            };
+            diff_cmd::run(&traces, format, &opts, output, force)
+        }
         Cmd::Recover { trace, output, force } => {
             let output = match output {
                 Some(o) => o,

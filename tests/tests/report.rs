@@ -37,6 +37,21 @@ fn a_filtered_report_analyses_the_chosen_steps_as_the_whole_run_saw_them() {
         Command::new(cuflight_bin()).args(["report", "--filter-nvtx", "ProfilerStep#3"]).arg(&path).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("like it: ProfilerStep#5"), "{err}");
+    // `diff --filter-nvtx`: the same step of two runs (here one run under two names), each as its run saw it.
+    let dir = scratch("filtered-diff");
+    let copy = dir.join("again.json.gz");
+    std::fs::copy(&path, &copy).unwrap();
+    let out = Command::new(cuflight_bin())
+        .args(["diff", "--format", "json", "--filter-nvtx", "ProfilerStep#552"])
+        .args([&path, &copy])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for run in d["runs"].as_array().unwrap() {
+        assert_eq!(run["step_ns"], same["duration_ns"], "{run}");
+        assert!(run["filtered"].as_str().is_some_and(|f| f.starts_with("the 1 of 5 steps")), "{run}");
+    }
 }
 
 #[test]

@@ -38,6 +38,9 @@ pub struct RunRow {
     /// Kernel time per step.
     pub kernel_ns: u64,
     pub verdict: String,
+    /// What `--filter-nvtx`/`--filter-time` kept of the run (the report's `filtered`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filtered: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -169,6 +172,7 @@ impl Diff {
                 kernels: count as f64 / per,
                 kernel_ns: (kernel_ns as f64 / per) as u64,
                 verdict: r.verdict.clone(),
+                filtered: p.filtered.clone(),
             });
             if steps == 0 {
                 warnings.push(format!("{file}: no steps found: figures are per run, not per step"));

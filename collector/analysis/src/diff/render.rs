@@ -32,8 +32,9 @@ impl Diff {
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         let n = self.runs.len();
+        let chosen = self.runs.iter().any(|r| r.filtered.is_some());
         let mut t = Table::new(
-            "Runs (steady steps; warm-up left out)",
+            if chosen { "Runs (the steps the filter chose in each)" } else { "Runs (steady steps; warm-up left out)" },
             &["Run", "Step (ms)", "vs prev", "GPU util", "Kernels/step", "Kernel ms/step", "Steps", "File"],
         );
         for (i, r) in self.runs.iter().enumerate() {
