@@ -8,13 +8,7 @@ use cuflight_collector::analysis::report::{Options, Report};
 use cuflight_collector::export::output::{self, Output};
 use std::path::PathBuf;
 
-pub fn run(
-    traces: &[PathBuf],
-    format: ReportFormat,
-    opts: &Options,
-    out: Option<PathBuf>,
-    force: bool,
-) -> Result<i32> {
+pub fn run(traces: &[PathBuf], format: ReportFormat, opts: &Options, out: Option<PathBuf>, force: bool) -> Result<i32> {
     let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
     output::distinct_inputs(&inputs)?;
     let out = out.as_deref().filter(|o| o.as_os_str() != "-").map(|o| Output::create(o, &inputs, force)).transpose()?;
