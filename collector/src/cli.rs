@@ -70,7 +70,7 @@ pub enum Cmd {
         pids: Vec<u32>,
     },
     /// The processes on this machine with a cuflight agent that this user may control: pid, state (dormant,
-    /// recording), since when, CUDA driver and CUPTI versions, command.
+    /// recording), since when, CUDA driver and CUPTI versions, CUPTI sessions so far, command.
     Ps {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,

@@ -287,6 +287,10 @@ fn a_hundred_attach_cycles_leave_no_descriptor_thread_or_memory_behind() {
     // The agent counts its CUPTI sessions, for collectors that attach again and again (`cuflight serve`).
     let row = server_row(&ps(), pid).expect("listed");
     assert_eq!(row["cupti_sessions"], 105, "{row}");
+    let table = Command::new(cuflight_bin()).arg("ps").output().unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    let line = table.lines().find(|l| l.split_whitespace().next() == Some(&pid.to_string())).unwrap_or_default();
+    assert_eq!(line.split_whitespace().nth(5), Some("105"), "SESSIONS column: {table}");
     // Each detach finalized CUPTI (an idle program: from the agent's own trivial call), so the program pays
     // nothing for having been profiled.
     assert_eq!(finalized(&mut server) - before, 100, "cuptiFinalize once per detach");

@@ -119,17 +119,23 @@ pub fn table(rows: &[AgentRow]) -> String {
     if rows.is_empty() {
         return "no cuflight agents this user may control (start a program with `cuflight launch -- CMD`)\n".into();
     }
-    let mut out = format!("{:>8} {:<15} {:>8} {:>5} {:>7}  {}\n", "PID", "STATE", "SINCE", "CUDA", "CUPTI", "COMMAND");
+    // SESSIONS: CUPTI sessions so far (recording, windows), each leaving memory in the program (serve's docs).
+    let mut out = format!(
+        "{:>8} {:<15} {:>8} {:>5} {:>7} {:>8}  {}\n",
+        "PID", "STATE", "SINCE", "CUDA", "CUPTI", "SESSIONS", "COMMAND"
+    );
     for r in rows {
         let cupti = if r.cupti_version == 0 { "-".to_string() } else { r.cupti_version.to_string() };
         let since = if r.since_unix_ns == 0 { "-".to_string() } else { elapsed(r.since_unix_ns) };
+        let sessions = if r.state == "no agent" { "-".to_string() } else { r.cupti_sessions.to_string() };
         out += &format!(
-            "{:>8} {:<15} {:>8} {:>5} {:>7}  {}\n",
+            "{:>8} {:<15} {:>8} {:>5} {:>7} {:>8}  {}\n",
             r.pid,
             r.state,
             since,
             driver(r.cuda_driver_version),
             cupti,
+            sessions,
             r.command
         );
     }
