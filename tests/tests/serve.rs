@@ -204,13 +204,18 @@ fn windows_thin_out_as_cupti_sessions_add_up() {
     let s = stepper(&dir, 2);
     let pid = s.child.id();
     let args = ["--duty", "50ms/200ms", "--window-budget", "2", "--rounds", "11", &pid.to_string()];
-    let (mut serve, addr, _err) = start_serve(&args);
+    let (mut serve, addr, mut err) = start_serve(&args);
     std::thread::sleep(Duration::from_millis(1300));
     let m = scrape(&addr, &dir, 1);
     let period = value(&m, "cuflight_window_period_seconds", pid);
     assert!([0.2, 0.4, 0.8].iter().any(|p| (p - period).abs() < 1e-9), "{period}");
     assert!(value(&m, "cuflight_agent_cupti_sessions", pid) >= 2.0, "{m}");
     assert!(serve.wait().unwrap().success());
+    // Each stretch is said, with what CUPTI keeps by then.
+    let mut said = String::new();
+    err.read_to_string(&mut said).unwrap();
+    assert!(said.contains(&format!("pid {pid} has had 2 CUPTI sessions")) && said.contains("every 0.4 s"), "{said}");
+    assert!(said.contains("has had 4 CUPTI sessions") && said.contains("every 0.8 s"), "{said}");
     // 11 periods: windows in periods 0 and 1, then every 2nd (3, 5), then every 4th (9).
     let row = Command::new(cuflight_bin()).args(["ps", "--format", "json"]).output().unwrap();
     let rows: Value = serde_json::from_slice(&row.stdout).unwrap();

@@ -161,7 +161,18 @@ pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, r
             .filter_map(|r| {
                 let m = all.get_mut(&r.pid)?;
                 let stride = m.stride(duty.budget);
-                m.window_period_ns = (duty.period.as_nanos() as u64).saturating_mul(stride);
+                let period = (duty.period.as_nanos() as u64).saturating_mul(stride);
+                if m.window_period_ns != 0 && period > m.window_period_ns {
+                    eprintln!(
+                        "cuflight serve: pid {} has had {} CUPTI sessions (CUPTI keeps about {} MB of them): a window \
+                         every {:.1} s from now",
+                        r.pid,
+                        m.cupti_sessions,
+                        (m.cupti_sessions * 74) >> 10,
+                        period as f64 / 1e9
+                    );
+                }
+                m.window_period_ns = period;
                 let due = m.last_window_round.is_none_or(|last| round.saturating_sub(last) >= stride);
                 if due {
                     m.last_window_round = Some(round);
