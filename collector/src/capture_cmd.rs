@@ -335,14 +335,10 @@ fn print_costs(s: &RecordSummary) {
     }
 }
 
-/// Memory CUPTI keeps in the program after each session it finalizes: 74 KB of heap in use a cycle on an H200
-/// (CUDA 13.0, tests/gpu/attach_cycles.cu, 2026-11-28), whatever was enabled.
-const CUPTI_KEEPS_PER_WINDOW: u64 = 74 << 10;
-
 /// Says once what many sampling windows leave in the program (each a CUPTI session), from 16 MB of it.
 fn cupti_memory_note(count: Option<u32>) {
     let n = u64::from(count.unwrap_or(1));
-    let kept = n * CUPTI_KEEPS_PER_WINDOW;
+    let kept = n * cuflight_format::control::CUPTI_KEEPS_PER_SESSION;
     if kept >= 16 << 20 {
         eprintln!(
             "cuflight: {n} windows are {n} CUPTI sessions, and CUPTI keeps about 74 KB of the program's memory after \

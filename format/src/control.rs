@@ -73,6 +73,10 @@ pub struct Status {
 /// The largest [`Status::cupti_sessions`] the reply carries.
 pub const MAX_CUPTI_SESSIONS: u32 = (1 << 24) - 1;
 
+/// What CUPTI keeps of each session it finalizes, for good: 74 KB of the program's heap in use a cycle on an H200
+/// (CUDA 13.0, driver 580), whatever was enabled (tests/gpu/attach_cycles.cu, 2026-11-28).
+pub const CUPTI_KEEPS_PER_SESSION: u64 = 74 << 10;
+
 const STATUS_BYTES: usize = 32;
 
 impl Status {

@@ -168,7 +168,7 @@ pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, r
                          every {:.1} s from now",
                         r.pid,
                         m.cupti_sessions,
-                        (m.cupti_sessions * 74) >> 10,
+                        m.cupti_sessions.saturating_mul(cuflight_format::control::CUPTI_KEEPS_PER_SESSION) >> 20,
                         period as f64 / 1e9
                     );
                 }

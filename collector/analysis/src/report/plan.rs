@@ -72,7 +72,6 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Leaves the warm-up steps out of the steps every analysis covers (the report's default).
     /// Keeps the steps that start inside `chosen` (`--filter-nvtx`, `--filter-time`), warm-up or not (they were
     /// chosen); without steps, the chosen stretches of the trace become the windows. Returns (kept, there were).
     pub fn keep_steps_in(&mut self, chosen: &Windows) -> (usize, usize) {
@@ -101,6 +100,7 @@ impl Plan {
         (self.steps.windows.len(), total)
     }
 
+    /// Leaves the warm-up steps out of the steps every analysis covers (the report's default).
     pub fn leave_out_warmup(&mut self) {
         let k = self.warmup.steps.min(self.steps.windows.len());
         if k == 0 || self.no_steps {
