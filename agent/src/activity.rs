@@ -16,8 +16,9 @@
 
 use crate::name_cache::BufferNames;
 use crate::{cupti, emit, state};
-use cuflight_format::event::{LaunchConfig, FLAG_ASYNC};
+use cuflight_format::event::LaunchConfig;
 use cuflight_format::segment::record_class as class;
+use cuflight_format::view::{CopyKind, GraphNode, Memcpy, MemoryActivity, MemoryKind, Memset, Overhead, SyncRecord};
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
 use std::mem::size_of;
@@ -241,8 +242,7 @@ fn graph_node(r: &c::CUpti_ActivityKernel5) -> Option<RawEvent> {
         ev.device = r.deviceId;
         ev.stream = r.streamId;
         ev.correlation = r.correlationId;
-        ev.a = r.graphId as u64;
-        ev.b = r.graphNodeId;
+        ev.set_graph_node(GraphNode { graph_id: r.graphId as u64, node_id: r.graphNodeId });
         ev
     })
 }
@@ -261,31 +261,38 @@ fn kernel(r: c::CUpti_ActivityKernel5, names: &mut BufferNames) -> RawEvent {
         static_shared: r.staticSharedMemory as u32,
         dynamic_shared: r.dynamicSharedMemory as u32,
     };
-    (ev.a, ev.b, ev.c) = cfg.pack();
+    ev.set_launch_config(&cfg);
     ev
 }
 
 fn memcpy(r: c::CUpti_ActivityMemcpy4) -> RawEvent {
     let mut ev = RawEvent::new(EventKind::Memcpy, 0, r.start, r.end);
-    ev.sub = r.copyKind;
     ev.device = r.deviceId;
     ev.stream = r.streamId;
     ev.correlation = r.correlationId;
-    ev.a = r.bytes;
-    ev.b = r.srcKind as u64 | (r.dstKind as u64) << 8;
-    ev.flags = if r.flags & 1 != 0 { FLAG_ASYNC } else { 0 };
+    ev.set_copy(Memcpy {
+        kind: CopyKind(r.copyKind),
+        src: MemoryKind(r.srcKind),
+        dst: MemoryKind(r.dstKind),
+        bytes: r.bytes,
+        // CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC (cupti_activity.h).
+        is_async: r.flags & 1 != 0,
+    });
     ev
 }
 
 fn memset(r: c::CUpti_ActivityMemset3) -> RawEvent {
     let mut ev = RawEvent::new(EventKind::Memset, 0, r.start, r.end);
-    ev.sub = r.memoryKind as u8;
     ev.device = r.deviceId;
     ev.stream = r.streamId;
     ev.correlation = r.correlationId;
-    ev.a = r.bytes;
-    ev.b = r.value as u64;
-    ev.flags = if r.flags & 1 != 0 { FLAG_ASYNC } else { 0 };
+    ev.set_memset(Memset {
+        memory: MemoryKind(r.memoryKind as u8),
+        bytes: r.bytes,
+        value: r.value as u64,
+        // CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC (cupti_activity.h).
+        is_async: r.flags & 1 != 0,
+    });
     ev
 }
 
@@ -312,26 +319,27 @@ pub fn decode(bytes: &[u8], names: &mut BufferNames) -> Decoded {
         c::CUPTI_ACTIVITY_KIND_MEMSET => prefix(bytes).map(memset),
         c::CUPTI_ACTIVITY_KIND_MEMORY2 => prefix::<c::CUpti_ActivityMemory2>(bytes).map(|r| {
             let mut ev = RawEvent::new(EventKind::MemoryActivity, 0, r.timestamp, r.timestamp);
-            ev.sub = r.memoryOperationType as u8;
             ev.device = r.deviceId;
             ev.stream = r.streamId;
             ev.correlation = r.correlationId;
-            ev.a = r.address;
-            ev.b = r.bytes;
-            ev.c = r.memoryKind as u64;
+            ev.set_memory_activity(MemoryActivity {
+                operation: r.memoryOperationType as u8,
+                address: r.address,
+                bytes: r.bytes,
+                memory: MemoryKind(r.memoryKind as u8),
+            });
             ev
         }),
         c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => prefix::<c::CUpti_ActivitySynchronization>(bytes).map(|r| {
             let mut ev = RawEvent::new(EventKind::Sync, 0, r.start, r.end);
-            ev.sub = r.type_ as u8;
             ev.stream = r.streamId;
             ev.correlation = r.correlationId;
-            ev.a = r.cudaEventId as u64;
+            ev.set_sync(SyncRecord { kind: r.type_ as u8, event: r.cudaEventId as u64 });
             ev
         }),
         c::CUPTI_ACTIVITY_KIND_OVERHEAD => prefix::<c::CUpti_ActivityOverhead>(bytes).map(|r| {
             let mut ev = RawEvent::new(EventKind::Overhead, 0, r.start, r.end);
-            ev.sub = r.overheadKind as u8;
+            ev.set_overhead(Overhead { kind: r.overheadKind as u8 });
             ev
         }),
         _ => return Decoded::Ignored,
@@ -447,7 +455,7 @@ mod tests {
         let mut b = bytes_of(&r);
         b.extend_from_slice(&[0xAB; 64]); // fields a later 13.x appends
         let Decoded::Event(ev) = decode(&b, &mut BufferNames::new()) else { panic!("not decoded") };
-        let cfg = LaunchConfig::unpack(ev.a, ev.b, ev.c);
+        let cfg = ev.launch_config();
         assert_eq!((cfg.grid, cfg.block, cfg.registers, cfg.dynamic_shared), ([128, 2, 1], [256, 1, 1], 40, 1024));
     }
 

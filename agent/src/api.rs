@@ -7,6 +7,7 @@
 //! `cuflight attach --steps`, `report` and `stats` find steps by that name.
 
 use crate::{clock, control, emit, nvtx, state};
+use cuflight_format::view::Nvtx;
 use cuflight_format::{EventKind, RawEvent};
 use std::ffi::c_int;
 use std::io::Write;
@@ -48,7 +49,7 @@ pub extern "C" fn cuflight_mark_step() -> i64 {
         let now = clock::stamp_ns();
         if previous != 0 {
             let mut end = RawEvent::new(EventKind::NvtxEnd, 0, now, now);
-            end.a = previous;
+            end.set_nvtx(EventKind::NvtxEnd, Nvtx { id: previous, ..Nvtx::default() });
             emit::push(end);
         }
         // "ProfilerStep#" and up to 20 digits, formatted on the stack.
@@ -59,7 +60,7 @@ pub extern "C" fn cuflight_mark_step() -> i64 {
             40 - w.len()
         };
         let mut start = RawEvent::new(EventKind::NvtxStart, 0, now, now);
-        start.a = id;
+        start.set_nvtx(EventKind::NvtxStart, Nvtx { id, ..Nvtx::default() });
         start.name = emit::intern(&buf[..len]);
         emit::push(start);
         step as i64

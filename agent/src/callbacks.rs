@@ -3,13 +3,15 @@
 //! addresses read from the real `*_params` structs.
 
 use crate::{clock, cupti, emit, state};
-use cuflight_format::event::{MemKind, API_DRIVER, API_RUNTIME};
+use cuflight_format::calls::PythonStacks;
+use cuflight_format::event::MemKind;
+use cuflight_format::view::{ApiCall, MemOp};
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-const MAX_CBID: usize = 1024;
+use crate::call_roles::MAX_CBID;
 
 /// Counts recording windows (CUPTI set up anew), so per-thread call depths from an earlier window are dropped.
 static WINDOW: AtomicU32 = AtomicU32::new(1);
@@ -106,12 +108,12 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
             let outermost = depth <= runtime as u32;
             // The Python stack is read on the way in: a synchronising call then reads it while the GPU still
             // works through its queue, where on the way out every microsecond would delay the next launch.
-            if python && outermost && python_stack_wanted(runtime, cbid, data, &t.py) {
+            if python && outermost && python_stack_wanted(runtime, cbid, &t.py) {
                 crate::pystack::record(&t.py, data.correlationId, start, &|ev| t.push(ev));
             }
             outermost
         });
-        if flight && crate::flight::is_sync(runtime, cbid) && outermost.unwrap_or(true) {
+        if flight && crate::call_roles::waits_for_gpu(runtime, cbid) && outermost.unwrap_or(true) {
             crate::flight::sync_enter();
         }
         return;
@@ -148,7 +150,7 @@ fn nested(runtime: bool) -> bool {
 /// of a wait for the GPU.
 #[cold]
 fn watch_exit(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData) {
-    if crate::flight::is_sync(runtime, cbid) && !nested(runtime) {
+    if crate::call_roles::waits_for_gpu(runtime, cbid) && !nested(runtime) {
         crate::flight::sync_exit();
     }
     if !data.functionReturnValue.is_null() {
@@ -176,12 +178,9 @@ fn on_exit(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData, end: u64, pus
         // left out and counted, never written with a made-up start.
         unseen_begin();
     } else {
-        let mut ev = RawEvent::new(EventKind::Api, 0, start, end);
-        ev.sub = if runtime { API_RUNTIME } else { API_DRIVER };
+        let mut ev = RawEvent::api_call(0, start, end, ApiCall { runtime, cbid, result: ret as u64, external: 0 });
         ev.correlation = data.correlationId;
         ev.name = api_name(runtime, cbid, data);
-        ev.a = cbid as u64;
-        ev.b = ret as u64;
         push(ev);
     }
     // An allocation or free is a point at the call's exit, which was seen: it stays.
@@ -192,29 +191,10 @@ fn on_exit(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData, end: u64, pus
     }
 }
 
-/// What a call is to the Python stack reader, by its name (cached per callback id): 1 none, 2 every call (it
-/// waits for the GPU, copies or allocates: what findings blame), 3 a launch (every Nth per thread).
-static STACK_CLASS: [[std::sync::atomic::AtomicU8; MAX_CBID]; 2] =
-    [const { [const { std::sync::atomic::AtomicU8::new(0) }; MAX_CBID] }; 2];
-
-fn python_stack_wanted(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData, py: &crate::pystack::ThreadPy) -> bool {
-    let Some(slot) = STACK_CLASS[runtime as usize].get(cbid as usize) else { return false };
-    let class = match slot.load(Ordering::Relaxed) {
-        0 => {
-            let class = if data.functionName.is_null() {
-                1
-            } else {
-                // SAFETY: functionName is a static NUL-terminated string per the CUPTI documentation.
-                stack_class(&unsafe { CStr::from_ptr(data.functionName) }.to_string_lossy())
-            };
-            slot.store(class, Ordering::Relaxed);
-            class
-        }
-        c => c,
-    };
-    match class {
-        2 => true,
-        3 => {
+fn python_stack_wanted(runtime: bool, cbid: u32, py: &crate::pystack::ThreadPy) -> bool {
+    match crate::call_roles::python_stacks(runtime, cbid) {
+        PythonStacks::Every => true,
+        PythonStacks::Sampled => {
             // A countdown rather than a count and a remainder: a division on every launch costs more than the
             // rest of this test. The first launch of a thread is sampled, then every `every`th.
             let every = crate::pystack::launch_every();
@@ -223,16 +203,7 @@ fn python_stack_wanted(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData, p
             py.launches.set(if left <= 1 { every } else { left - 1 });
             sampled
         }
-        _ => false,
-    }
-}
-
-/// The reader's class of the call named `name` (see [`STACK_CLASS`]).
-fn stack_class(name: &str) -> u8 {
-    match cuflight_format::tracing::python_stacks(name) {
-        cuflight_format::tracing::PythonStacks::None => 1,
-        cuflight_format::tracing::PythonStacks::Every => 2,
-        cuflight_format::tracing::PythonStacks::Sampled => 3,
+        PythonStacks::None => false,
     }
 }
 
@@ -340,8 +311,6 @@ fn memory_event(runtime: bool, cbid: u32, params: *const c_void, ts: u64) -> Opt
         return None; // cudaFree(NULL) and friends free nothing
     }
     let mut ev = RawEvent::new(kind, 0, ts, ts);
-    ev.sub = mem as u8;
-    ev.a = addr;
-    ev.b = bytes;
+    ev.set_mem_op(kind, MemOp { memory: Some(mem), address: addr, bytes });
     Some(ev)
 }

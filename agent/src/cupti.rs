@@ -2,7 +2,8 @@
 //! at exit (and on cudaDeviceReset and cudaProfilerStop, from the callbacks), dropped-record counts, clock pairs.
 
 use crate::{clock, state};
-use cuflight_format::{EventKind, RawEvent};
+use cuflight_format::view::ClockPair;
+use cuflight_format::RawEvent;
 use cupti_sys::cuda13 as c;
 use cupti_sys::loader::{ActivityV2, CuptiApi};
 use once_cell::sync::OnceCell;
@@ -248,8 +249,11 @@ pub fn write_clock_pair() {
         }
     }
     let Some((_, cupti_ts, mono)) = best else { return };
-    let mut ev = RawEvent::new(EventKind::ClockSync, 0, cupti_ts, mono);
-    ev.a = clock::stamp_realtime_ns();
+    let ev = RawEvent::clock_pair(ClockPair {
+        cupti_ns: cupti_ts,
+        monotonic_ns: mono,
+        realtime_ns: clock::stamp_realtime_ns(),
+    });
     // Through the delivery ring, as device records: the flush thread holds no ring of its own when application
     // threads have taken them all, and a clock pair lost would leave device time less well aligned.
     crate::emit::delivery().push(ev);

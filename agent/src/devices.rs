@@ -2,6 +2,7 @@
 //! driver API once CUDA is up (from the flush thread, never from inside `InitializeInjection`).
 
 use crate::{emit, state};
+use cuflight_format::view::DeviceInfo;
 use cuflight_format::{EventKind, RawEvent};
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -75,10 +76,12 @@ pub fn record() {
         let mut ev = RawEvent::new(EventKind::Device, 0, 0, 0);
         ev.device = dev as u32;
         ev.name = state::intern(label.to_bytes());
-        ev.a = bytes as u64;
-        ev.b = (major as u64) << 8 | minor as u64;
-        ev.c = sms as u64;
-        ev.stream = driver_version;
+        ev.set_device(DeviceInfo {
+            memory_bytes: bytes as u64,
+            compute_capability: (major as u32, minor as u32),
+            multiprocessors: sms as u64,
+            driver_version,
+        });
         emit::push(ev);
     }
 }

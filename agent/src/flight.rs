@@ -53,31 +53,6 @@ pub fn armed() -> bool {
     ARMED.load(Ordering::Relaxed)
 }
 
-/// Calls that wait for the GPU (cuda_runtime_api.h, cuda.h): a thread inside one while nothing completes hangs.
-pub fn is_sync(runtime: bool, cbid: u32) -> bool {
-    use cupti_sys::cuda13 as c;
-    if runtime {
-        matches!(
-            cbid,
-            c::CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020
-                | c::CUPTI_RUNTIME_TRACE_CBID_cudaThreadSynchronize_v3020
-                | c::CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020
-                | c::CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000
-                | c::CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020
-                | c::CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020
-        )
-    } else {
-        matches!(
-            cbid,
-            c::CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize
-                | c::CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2
-                | c::CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize
-                | c::CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize_ptsz
-                | c::CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize
-        )
-    }
-}
-
 /// A thread enters a call that waits for the GPU.
 pub fn sync_enter() {
     if IN_SYNC.fetch_add(1, Ordering::AcqRel) == 0 {

@@ -20,6 +20,7 @@ mod activity;
 mod activity_buffers;
 pub mod api;
 #[doc(hidden)]
+mod call_roles;
 pub mod callbacks;
 mod clock;
 mod control;

@@ -3,6 +3,7 @@
 //! domains, registered strings and thread names become events on the calling thread's ring.
 
 use crate::{clock, emit, state};
+use cuflight_format::view::Nvtx;
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
 use std::ffi::{c_char, c_int, CStr};
@@ -108,10 +109,11 @@ pub fn repeat_names() {
     }
 }
 
-/// What an attributes struct says besides the message: category | color << 32, and the payload (type, bits).
+/// What an attributes struct says besides the message: its category, color and payload (type, bits).
 #[derive(Clone, Copy, Default)]
 struct Extra {
-    category_color: u64,
+    category: u32,
+    color: u32,
     payload: (u8, u64),
 }
 
@@ -131,7 +133,7 @@ fn attr(a: *const c::nvtxEventAttributes_t) -> (u32, Extra) {
         t @ 1..=6 => (t as u8, unsafe { a.payload.ullValue }),
         _ => (0, 0),
     };
-    let extra = Extra { category_color: a.category as u64 | (a.color as u64) << 32, payload };
+    let extra = Extra { category: a.category, color: a.color, payload };
     // SAFETY: the union member read matches messageType, as NVTX requires of callers.
     let id = unsafe {
         match a.messageType as u32 {
@@ -148,17 +150,31 @@ fn no_extra() -> Extra {
     Extra::default()
 }
 
-fn event(kind: EventKind, domain: u32, name: u32, extra: Extra, a: u64) {
-    emit::push(RawEvent { a, ..nvtx_event(kind, domain, name, extra) });
+/// A start's or end's range id (`id`; 0 for the other kinds).
+fn event(kind: EventKind, domain: u32, name: u32, extra: Extra, id: u64) {
+    emit::push(nvtx_event_with_id(kind, domain, name, extra, id));
 }
 
 fn nvtx_event(kind: EventKind, domain: u32, name: u32, extra: Extra) -> RawEvent {
+    nvtx_event_with_id(kind, domain, name, extra, 0)
+}
+
+fn nvtx_event_with_id(kind: EventKind, domain: u32, name: u32, extra: Extra, id: u64) -> RawEvent {
     let now = clock::stamp_ns();
     let mut ev = RawEvent::new(kind, 0, now, now);
     ev.name = name;
-    ev.c = domain as u64;
-    ev.b = extra.category_color;
-    (ev.sub, ev.device, ev.stream) = (extra.payload.0, extra.payload.1 as u32, (extra.payload.1 >> 32) as u32);
+    ev.set_nvtx(
+        kind,
+        Nvtx {
+            domain: domain as u64,
+            id,
+            global: false,
+            category: extra.category,
+            color: extra.color,
+            payload_type: extra.payload.0,
+            payload_bits: extra.payload.1,
+        },
+    );
     ev
 }
 

@@ -3,46 +3,12 @@
 //! and start the flush thread. What keeps data flowing afterwards is in [`crate::cupti`].
 
 use crate::{activity, activity_buffers, callbacks, clock, cupti, state};
+use cuflight_format::calls::CallEffects;
 use cuflight_format::tracing;
 use cupti_sys::cuda13 as c;
 use cupti_sys::loader::Cupti;
 use cupti_sys::CuptiFamily;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
-
-/// Driver callbacks worth recording when called directly (runtime calls are recorded in the runtime domain and
-/// their nested driver calls skipped): launches, copies, memsets, allocation and synchronisation.
-const DRIVER_CBIDS: &[u32] = &[
-    c::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
-    c::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-    c::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
-    c::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-    c::CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
-    c::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
-    c::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpy,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,
-    c::CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,
-    c::CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize,
-    c::CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize,
-    c::CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize,
-    c::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent,
-];
 
 /// Activity kinds, each with whether set-up fails without it and the `--trace` name that asks for it (`CUDA` is
 /// always asked for). Never KIND_KERNEL, which serialises kernels.
@@ -251,6 +217,7 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Shar
     let api = cupti.api;
     let v2 = cupti::activity_v2();
     let mask = crate::trace_choice::trace_mask();
+    crate::call_roles::compute();
     if let Some(seg) = state::segment() {
         seg.header().trace_mask.store(mask, Ordering::Relaxed);
         // What an earlier window's reader found (a new segment has not heard it).
@@ -271,8 +238,8 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Shar
             // Callback by callback, so that calls no analysis needs (cudaGetDevice, cudaGetLastError...) are never
             // dispatched to us. An id this CUPTI does not know is refused and skipped.
             let mut enabled = 0;
-            for &(cbid, name) in cupti_sys::runtime_cbids::RUNTIME {
-                if tracing::records_runtime_call(name)
+            for &(cbid, name) in cupti_sys::cbids::RUNTIME {
+                if CallEffects::of(name).recorded_by_default()
                     && (api.enable_callback)(1, subscriber, c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid) == c::CUPTI_SUCCESS
                 {
                     enabled += 1;
@@ -282,9 +249,13 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Shar
                 return Err(format!("CUPTI at {} enabled none of the runtime callbacks cuflight needs", cupti.path));
             }
         }
-        for &cbid in DRIVER_CBIDS {
-            // An older CUPTI may not know a newer entry point (e.g. cuLaunchKernelEx): skip it, keep the rest.
-            let _ = (api.enable_callback)(1, subscriber, c::CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+        // Driver calls a program makes directly (the runtime's own driver calls come nested in a runtime call and
+        // are skipped): launches, copies, memsets, allocations, frees and synchronisations.
+        for &(cbid, name) in cupti_sys::cbids::DRIVER {
+            if CallEffects::of(name).recorded_from_driver() {
+                // An older CUPTI may not know a newer entry point (e.g. cuLaunchKernelEx): skip it, keep the rest.
+                let _ = (api.enable_callback)(1, subscriber, c::CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+            }
         }
         // System thread ids, so API calls and activity records name the same threads. A global option: one that
         // joined another tool's CUPTI leaves it as that tool set it.

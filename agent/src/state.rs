@@ -53,20 +53,26 @@ pub fn injected_late() -> bool {
     INJECTED_LATE.load(Ordering::Relaxed)
 }
 
-/// NVTX tables found late (`nvtx_late`), as the segment states them: see `SegmentHeader::injected_late`.
-static NVTX_LATE: AtomicU32 = AtomicU32::new(0);
+/// NVTX tables found late (`nvtx_late`): (hooked, foreign).
+static NVTX_LATE: [AtomicU32; 2] = [AtomicU32::new(0), AtomicU32::new(0)];
 
 /// `hooked` NVTX tables this agent filled late, `foreign` ones another tool held.
 pub fn set_nvtx_late(hooked: u32, foreign: u32) {
-    let v = (hooked.min(255) << 8) | (foreign.min(255) << 16);
-    NVTX_LATE.store(v, Ordering::Relaxed);
+    NVTX_LATE[0].store(hooked, Ordering::Relaxed);
+    NVTX_LATE[1].store(foreign, Ordering::Relaxed);
     if let Some(seg) = existing_segment() {
         seg.header().injected_late.store(late_word(), Ordering::Relaxed);
     }
 }
 
+/// What the segment's `injected_late` says ([`cuflight_format::segment::LateInjection`]).
 fn late_word() -> u32 {
-    INJECTED_LATE.load(Ordering::Relaxed) as u32 | NVTX_LATE.load(Ordering::Relaxed)
+    cuflight_format::segment::LateInjection {
+        injected: INJECTED_LATE.load(Ordering::Relaxed),
+        nvtx_tables_late: NVTX_LATE[0].load(Ordering::Relaxed),
+        nvtx_tables_foreign: NVTX_LATE[1].load(Ordering::Relaxed),
+    }
+    .pack()
 }
 
 /// This process's segment is a flight recorder's (read in the atfork child handler, which must not allocate).

@@ -35,6 +35,9 @@ static ALLOCATIONS: Mutex<BTreeMap<usize, Allocation>> = Mutex::new(BTreeMap::ne
 
 /// Allocates `len` bytes (256-byte aligned, as cudaMalloc guarantees) in `space`.
 pub(crate) fn alloc(len: usize, space: Space, device: u32) -> Option<*mut u8> {
+    if space == Space::Pinned {
+        crate::timing::pin_pages(len);
+    }
     let mut p: *mut libc::c_void = std::ptr::null_mut();
     // SAFETY: posix_memalign writes a fresh allocation into `p` or returns an error.
     if unsafe { libc::posix_memalign(&mut p, 256, len.max(1)) } != 0 {

@@ -30,6 +30,16 @@
 //!   first cycle (74 KB a cycle) with runtime callbacks and kernel records, with callbacks only, with neither, and
 //!   with cuptiUnsubscribe before each finalize alike; one subscriber kept across 200 windows left 20 KB in all.
 //!
+//! - `CUDASIM_PINNED_ALLOC_US` (default 2300) and `CUDASIM_PINNED_ALLOC_US_PER_MIB` (default 115): not CUPTI's
+//!   but the driver's: a pinned host allocation (`cudaMallocHost`, `cudaHostAlloc`, `cuMemAllocHost`,
+//!   `cuMemHostAlloc`) locks its pages and maps them for the device before it returns, which the CUDA
+//!   documentation calls heavyweight ("best used sparingly to allocate staging areas", cudaHostAlloc's reference).
+//!   Measured by the University of Virginia's CUDA support pages ("Memory Allocation Overhead",
+//!   cs.virginia.edu/~mwb7w/cuda_support/memory_management_overhead.html): `cudaMallocHost` took about 2,300 µs a
+//!   call up to 1 MB and 61 ms at 512 MB, so (61,000 - 2,300) / 511 ≈ 115 µs per MiB beyond the first. An old
+//!   GPU's figures, not yet measured here on an H100 or H200; what matters to the analyses is that a pinned
+//!   allocation takes milliseconds, not microseconds.
+//!
 //! - `CUDASIM_OP_GAP_NS` (default 1700): not CUPTI's but the GPU's own: an operation queued behind another in its
 //!   stream starts this long after that one ends (the front end fetching and setting up the next launch). Measured
 //!   on the real traces in `shared/traces` (kernels whose launch call returned before the kernel ahead of them
@@ -57,6 +67,8 @@ static ENABLE_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_ENABLE_US", 40
 static CALLBACK_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CALLBACK_NS", 83));
 static SYNC_ACTIVITY_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_SYNC_ACTIVITY_NS", 175));
 static OP_GAP_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_OP_GAP_NS", 1700));
+static PINNED_ALLOC_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PINNED_ALLOC_US", 2300));
+static PINNED_ALLOC_US_PER_MIB: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PINNED_ALLOC_US_PER_MIB", 115));
 static FINALIZE_KEEPS_KB: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_FINALIZE_KEEPS_KB", 74));
 
 /// Whether CUPTI is initialised (false before the first CUPTI call and after cuptiFinalize).
@@ -85,6 +97,16 @@ pub(crate) fn cupti_finalized() {
     READY.store(false, Ordering::Release);
     let kept = vec![1u8; (*FINALIZE_KEEPS_KB).min(1 << 20) as usize * 1024];
     std::mem::forget(kept);
+}
+
+/// A pinned host allocation of `len` bytes locks and maps its pages (the calling thread sleeps: the kernel does
+/// the work).
+pub(crate) fn pin_pages(len: usize) {
+    let mib_beyond_first = (len as u64 >> 20).saturating_sub(1);
+    let us = PINNED_ALLOC_US.saturating_add(PINNED_ALLOC_US_PER_MIB.saturating_mul(mib_beyond_first));
+    if us > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(us));
+    }
 }
 
 /// One `cuptiActivityEnable` (legacy or per-subscriber).

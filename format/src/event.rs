@@ -1,8 +1,9 @@
 //! The fixed-size event record written by the agent's hot path.
 //!
 //! Every observation (an API call, a kernel, a copy, an NVTX push...) becomes one 64-byte [`RawEvent`]. Fields
-//! whose meaning depends on the kind are documented on [`EventKind`]; names are ids into the process's string
-//! region (see [`crate::segment`]), never pointers.
+//! whose meaning depends on the kind are documented on [`EventKind`] and decoded in one place, [`crate::view`]:
+//! readers call `e.as_copy()`, `e.as_api()`... and writers `set_copy`, `set_api`..., never the raw fields. Names
+//! are ids into the process's string region (see [`crate::segment`]), never pointers.
 
 use bytemuck::{Pod, Zeroable};
 
@@ -12,7 +13,7 @@ use bytemuck::{Pod, Zeroable};
 pub enum EventKind {
     /// A CUDA runtime (`sub` = 1) or driver (`sub` = 2) API call on host thread `tid`, `start`..`end` in CUPTI
     /// time. `name` = the callback name, `correlation` = CUPTI correlation id, `a` = callback id, `b` = the
-    /// call's return code.
+    /// call's return code, `c` = the operator's External id (imports; 0 none).
     Api = 1,
     /// A kernel on `device`/`stream`. `name` = kernel name, `a` = grid x | grid y << 32, `b` = grid z | block x
     /// << 16 | block y << 32 | block z << 48, `c` = registers | static shared memory << 16 | dynamic shared
@@ -22,7 +23,8 @@ pub enum EventKind {
     /// bytes, `b` = source memory kind | destination memory kind << 8 (CUPTI memory kinds: 1 pageable, 2
     /// pinned, 3 device, ...), `flags` bit 0 = asynchronous.
     Memcpy = 3,
-    /// A memset on `device`/`stream`. `a` = bytes, `b` = value, `sub` = CUPTI memory kind.
+    /// A memset on `device`/`stream`. `a` = bytes, `b` = value, `sub` = CUPTI memory kind, `flags` bit 0 =
+    /// asynchronous.
     Memset = 4,
     /// An allocation seen by an API callback at time `start`. `sub` = [`MemKind`], `a` = address, `b` = bytes.
     Alloc = 5,
@@ -33,7 +35,7 @@ pub enum EventKind {
     Sync = 7,
     /// `nvtxRangePush*` at `start`: `name` = message, `c` = domain (string id, 0 = default domain). Push, start
     /// and mark events carry the NVTX payload, if any: `sub` = NVTX payload type (1 u64, 2 i64, 3 double, 4 u32,
-    /// 5 i32, 6 float; 0 none), `device` | `stream` << 32 = its 64 bits.
+    /// 5 i32, 6 float; 0 none), `device` | `stream` << 32 = its 64 bits; and `b` = category | ARGB color << 32.
     NvtxPush = 8,
     /// `nvtxRangePop` at `start`: `c` = domain.
     NvtxPop = 9,
@@ -43,7 +45,7 @@ pub enum EventKind {
     NvtxEnd = 11,
     /// `nvtxMark*` at `start`: `name` = message, `c` = domain.
     NvtxMark = 12,
-    /// `nvtxNameOsThread*`: `a` = OS thread id, `name` = its name.
+    /// `nvtxNameOsThread*`: `a` = OS thread id, `name` = its name, `c` = domain.
     ThreadName = 13,
     /// CUPTI overhead activity: `sub` = CUPTI overhead kind, `start`..`end`.
     Overhead = 14,
@@ -58,6 +60,7 @@ pub enum EventKind {
     Device = 17,
     /// A complete range known by its start and end (imported annotations, operators): `name`, `c` = domain or
     /// category (string id), `start`..`end` on thread `tid`; with [`FLAG_DEVICE`] it lies on `device`/`stream`.
+    /// A host range's `a` = its External id, `b` = argument text (string id) | (sequence number + 1) << 32.
     Range = 18,
     /// `nvtxNameCategory*` / `nvtxDomainNameCategory*`: `a` = category id, `name` = its name, `c` = domain.
     NvtxCategory = 19,

@@ -19,6 +19,7 @@
 //! assert_eq!(out.len(), 1);
 //! ```
 
+pub mod calls;
 pub mod channel;
 #[cfg(feature = "file")]
 pub mod codec;
@@ -36,5 +37,6 @@ pub mod strings;
 pub mod tracing;
 #[cfg(feature = "file")]
 pub mod varint;
+pub mod view;
 
 pub use event::{EventKind, RawEvent};

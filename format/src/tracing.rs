@@ -3,7 +3,8 @@
 //! subscribes to what it names and to nothing else.
 //!
 //! - `cuda` (always): the runtime calls, each subscribed by callback id rather than the whole runtime domain, but
-//!   for those that only read state ([`records_runtime_call`]); the driver's launches, copies, memsets,
+//!   for those that only read state
+//!   ([`crate::calls::CallEffects::recorded_by_default`]); the driver's launches, copies, memsets,
 //!   allocations and synchronisations; kernel, copy and memset records.
 //! - `queries`: the runtime calls that only read state too (`cudaGetDevice`, `cudaGetLastError`,
 //!   `cudaStreamIsCapturing`, `cudaGetErrorString`...) and the few PyTorch makes around every operation
@@ -65,47 +66,6 @@ pub fn describe(mask: u32) -> String {
     NAMES.iter().filter(|(_, bit)| mask & bit != 0).map(|(n, _)| *n).collect::<Vec<_>>().join(",")
 }
 
-/// Whether `cuda` (without `queries`) records the runtime call named `name` (its name without the `_vNNNN`
-/// version suffix: `cudaMemcpyAsync`, `cudaLaunchKernel_ptsz`): every call but those that only read state (a
-/// `Get`, `Peek` or `Is` in their name: the current device, the last error, attributes, capture status, versions)
-/// and the handful PyTorch makes around every operation that Kineto leaves out too (`cudaSetDevice`, event
-/// creation and destruction). Launches, copies, memsets, allocations, synchronisations, event records and
-/// queries, stream waits, graph launches and captures, profiler start and stop all stay.
-pub fn records_runtime_call(name: &str) -> bool {
-    const CONSTANT: &[&str] = &["cudaSetDevice", "cudaEventCreate", "cudaEventCreateWithFlags", "cudaEventDestroy"];
-    let verb = name.strip_prefix("cuda").or_else(|| name.strip_prefix("__cuda")).unwrap_or(name);
-    let reads_state = verb.contains("Get")
-        || verb.starts_with("Peek")
-        || verb.contains("IsCapturing")
-        || verb.contains("ExchangeStreamCaptureMode");
-    !reads_state && !CONSTANT.contains(&name)
-}
-
-/// Which calls carry the Python stack of their thread (with `python` traced), by the call's name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PythonStacks {
-    /// Never: the call neither waits, copies, allocates nor launches.
-    None,
-    /// Every call: it waits for the GPU, copies or allocates (what findings blame on a host line).
-    Every,
-    /// Every Nth launch per thread (`CUFLIGHT_PY_LAUNCH_EVERY`).
-    Sampled,
-}
-
-/// The calls whose Python stack is read, by name (runtime or driver: `cudaStreamSynchronize`, `cuMemcpyHtoD_v2`).
-pub fn python_stacks(name: &str) -> PythonStacks {
-    let waits = name.contains("Synchronize");
-    let copies = name.contains("Memcpy") || name.contains("memcpy");
-    let allocates = ["Malloc", "Free", "MemAlloc", "MemFree", "HostAlloc"].iter().any(|k| name.contains(k));
-    if waits || copies || allocates {
-        PythonStacks::Every
-    } else if name.contains("Launch") && !name.contains("HostFunc") {
-        PythonStacks::Sampled
-    } else {
-        PythonStacks::None
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,65 +77,5 @@ mod tests {
         assert_eq!(describe(DEFAULT), "cuda,nvtx,memory,overhead,python");
         assert!(parse("cuda,osrt").unwrap_err().contains("'osrt' is not"));
         assert!(parse("nvtx").unwrap_err().contains("must name cuda"));
-    }
-
-    #[test]
-    fn the_calls_analyses_use_are_recorded_and_state_reads_are_not() {
-        for name in [
-            "cudaLaunchKernel",
-            "cudaLaunchKernel_ptsz",
-            "__cudaLaunchKernel",
-            "cudaLaunchKernelExC",
-            "cudaLaunchHostFunc",
-            "cudaGraphLaunch",
-            "cudaGraphInstantiate",
-            "cudaStreamBeginCapture",
-            "cudaMemcpyAsync",
-            "cudaMemcpy2DAsync_ptsz",
-            "cudaMemsetAsync",
-            "cudaMalloc",
-            "cudaMallocHost",
-            "cudaMallocAsync",
-            "cudaHostAlloc",
-            "cudaHostRegister",
-            "cudaFree",
-            "cudaFreeHost",
-            "cudaDeviceSynchronize",
-            "cudaStreamSynchronize",
-            "cudaEventSynchronize",
-            "cudaStreamWaitEvent",
-            "cudaEventRecord",
-            "cudaEventRecordWithFlags",
-            "cudaEventQuery",
-            "cudaStreamQuery",
-            "cudaStreamCreateWithFlags",
-            "cudaStreamDestroy",
-            "cudaProfilerStart",
-            "cudaProfilerStop",
-            "cudaDeviceReset",
-        ] {
-            assert!(records_runtime_call(name), "{name}");
-        }
-        for name in [
-            "cudaGetDevice",
-            "cudaGetDeviceCount",
-            "cudaSetDevice",
-            "cudaGetLastError",
-            "cudaPeekAtLastError",
-            "cudaGetErrorString",
-            "cudaStreamIsCapturing",
-            "cudaStreamGetCaptureInfo",
-            "cudaThreadExchangeStreamCaptureMode",
-            "cudaDeviceGetAttribute",
-            "cudaDriverGetVersion",
-            "cudaEventCreate",
-            "cudaEventCreateWithFlags",
-            "cudaEventDestroy",
-            "cudaPointerGetAttributes",
-            "cudaFuncGetAttributes",
-            "cudaMemGetInfo",
-        ] {
-            assert!(!records_runtime_call(name), "{name}");
-        }
     }
 }

@@ -37,10 +37,11 @@ pub mod cuda12;
 pub mod cuda13;
 pub mod loader;
 
-/// Runtime API callback ids and their functions' names (CUDA 13.5; ids never change between releases, later ones
-/// only add), tabulated at build time from the committed bindings.
-pub mod runtime_cbids {
-    include!(concat!(env!("OUT_DIR"), "/runtime_cbids.rs"));
+/// Runtime and driver API callback ids with their binding names (`cudaMemcpy_v3020`, `cuMemAlloc_v2`; CUDA 13.5:
+/// ids never change between releases, later ones only add), tabulated at build time from the committed bindings.
+/// `cuflight_format::calls` says what each call does.
+pub mod cbids {
+    include!(concat!(env!("OUT_DIR"), "/cbids.rs"));
 }
 
 /// `cuptiGetVersion` below this value means CUPTI 12.x (it reports small API numbers, 19-28); CUDA 13's CUPTI

@@ -13,6 +13,8 @@
  *             from the launch pattern.
  *   fp32      as clean with fp32 SIMT GEMM names (ampere_sgemm_*).
  *   leak      as clean plus a 16 MiB cudaMalloc per step that is never freed.
+ *   hostalloc as clean plus a 4 MiB pinned staging buffer allocated (cudaHostAlloc) and freed (cudaFreeHost) in every
+ *             step: allocator churn on the host side.
  *   open      as clean, but the last step's range is never closed.
  *   warmup    as clean, after three warm-up steps as a real job's: step 0 spends 30 ms on the host (cuDNN/cuBLAS
  *             heuristics) and runs 8 autotuning candidates (1 ms each) that no later step runs; steps 0-2 grow
@@ -219,6 +221,11 @@ int main(int argc, char **argv) {
                 for (int i = 0; step == 0 && i < 8; i++) launch(cutlass_autotune_candidate_kernel, 132, 256, s, args);
                 void *grown = NULL;
                 CHECK(cudaMalloc(&grown, 8u << 20)); /* the caching allocator reaching its working set */
+            }
+            if (MODE("hostalloc")) {
+                void *staging = NULL;
+                CHECK(cudaHostAlloc(&staging, 4u << 20, cudaHostAllocDefault));
+                CHECK(cudaFreeHost(staging));
             }
             if (MODE("leak")) {
                 void *leaked = NULL;

@@ -458,3 +458,42 @@ fn planted_wait_is_named(mode: &str, kind: &str, cause: &str) -> Result<(), Stri
     };
     check(on_path(link) > 0.15 && on_path("gemm kernels") > 0.4, format!("{mode}: {path}"))
 }
+
+/// `cudaHostAlloc` is an allocation everywhere (the one classifier of CUDA calls, `cuflight_format::calls`): the
+/// report once filed it as a launch, so a pinned staging buffer allocated in every step was no allocator churn.
+/// Now the report's churn names it, stats count its pinned memory, and the timeline marks each allocation.
+#[test]
+fn a_pinned_allocation_inside_a_step_is_an_allocation_in_report_stats_and_timeline() {
+    let _serial = serial();
+    let (r, trace) = scenario_steps("hostalloc", "12");
+    let churn = r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "allocator_churn");
+    let churn = churn.unwrap_or_else(|| panic!("no allocator_churn: {}", r["findings"]));
+    let calls = churn["evidence"]["api_calls"].as_array().unwrap();
+    let count = |name: &str| calls.iter().find(|c| c["name"] == name).and_then(|c| c["count"].as_u64());
+    assert!(churn["summary"].as_str().unwrap().starts_with("cudaHostAlloc/cudaFreeHost inside steps"), "{churn}");
+    assert!(churn["fix"].as_str().unwrap().contains("pinned staging buffers once"), "{churn}");
+    // Every steady-state step (the first is warm-up or the window's first) allocates once and frees once.
+    let steady = r["processes"][0]["steps"].as_array().unwrap().len() as u64 - 1;
+    assert!(count("cudaHostAlloc").is_some_and(|n| n >= steady), "{churn}");
+    assert_eq!(count("cudaHostAlloc"), count("cudaFreeHost"), "{churn}");
+
+    let out = Command::new(cuflight_bin()).args(["stats", "--format", "json"]).arg(&trace).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pinned = &stats["memory"]["pinned_host"];
+    // The batch buffer (cudaMallocHost) and the 12 staging buffers.
+    assert_eq!(pinned["malloc_count"].as_u64(), Some(13), "{pinned}");
+
+    let dir = trace.parent().unwrap();
+    let json = dir.join("timeline.json");
+    let out = Command::new(cuflight_bin()).arg("export").arg(&trace).arg("-o").arg(&json).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let timeline: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let events = timeline["traceEvents"].as_array().unwrap();
+    let pinned_allocs = events
+        .iter()
+        .filter(|e| e["name"] == "[memory]" && e["args"]["pinned"] == true)
+        .filter(|e| e["args"]["Bytes"].as_i64().is_some_and(|b| b == 4 << 20))
+        .count();
+    assert_eq!(pinned_allocs, 12, "one [memory] event a staging allocation");
+}

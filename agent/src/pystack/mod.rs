@@ -29,6 +29,7 @@ use layout::{check_description, Mismatch};
 use cuflight_format::python_reader;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use cuflight_format::view::PyFrameRecord;
 use cuflight_format::{EventKind, RawEvent};
 use std::cell::Cell;
 use std::ffi::{c_char, CStr};
@@ -286,26 +287,27 @@ fn read_and_push(interp: &Interp, py: &ThreadPy, correlation: u32, start: u64, b
     let mut frames = [Frame::default(); MAX_FRAMES];
     let own = (interp.this_thread)() as u64;
     let (mut n, mut truncated) = walk::walk(interp, py, own, &mut frames);
-    let mut flags = 0;
+    let mut of_main_thread = false;
     if n == 0 && may_borrow(py, start) {
         if let Some(found) = main_stack(interp, py, own, &mut frames) {
             (n, truncated) = found;
-            flags = cuflight_format::event::PYFRAME_OF_MAIN_THREAD;
+            of_main_thread = true;
         }
     }
     // The read's own time on the innermost frame: the report charges the stacks read in steps to them.
     let read_ns = crate::clock::monotonic_ns().saturating_sub(began);
     for (depth, f) in frames[..n].iter().enumerate() {
         let mut ev = RawEvent::new(EventKind::PyFrame, 0, start, start);
-        if depth == 0 {
-            ev.b = read_ns;
-        }
-        ev.correlation = correlation;
-        ev.device = depth as u32;
-        ev.name = f.func;
-        ev.c = f.file as u64;
-        ev.a = f.line as u64;
-        ev.sub = flags | if truncated && depth + 1 == n { cuflight_format::event::PYFRAME_TRUNCATED } else { 0 };
+        (ev.correlation, ev.name) = (correlation, f.func);
+        ev.set_py_frame(PyFrameRecord {
+            depth: depth as u32,
+            file: f.file,
+            line: f.line,
+            truncated: truncated && depth + 1 == n,
+            of_main_thread,
+            imported: false,
+            read_ns: if depth == 0 { read_ns } else { 0 },
+        });
         push(ev);
     }
 }

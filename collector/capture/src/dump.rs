@@ -183,13 +183,13 @@ fn snapshot(seg: &MappedSegment, dump_ns: u64, span: Duration, armed_ns: u64) ->
     let mut latest_fact: HashMap<(u8, u32, u64, u64), usize> = HashMap::new();
     for (i, e) in all.iter().enumerate() {
         if is_fact(e) {
-            latest_fact.insert((e.kind, e.device, e.a, e.c), i);
+            latest_fact.insert(e.fact_key(), i);
         }
     }
     let mut i = 0;
     all.retain(|e| {
         let keep = if is_fact(e) {
-            latest_fact.get(&(e.kind, e.device, e.a, e.c)) == Some(&i)
+            latest_fact.get(&e.fact_key()) == Some(&i)
         } else {
             (dump_ns == 0 || e.end.max(e.start) >= cutoff) && e.start >= armed_ns
         };

@@ -116,7 +116,7 @@ pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
         })
         .filter(|&(_, s, i)| s + i > 0)
         .collect();
-    let late = h.injected_late.load(Ordering::Relaxed);
+    let late = cuflight_format::segment::LateInjection::unpack(h.injected_late.load(Ordering::Relaxed));
     let armed_ns = h.armed_ns.load(Ordering::Acquire);
     // What was left out on purpose (`--trace`): its tables are unknown, not empty.
     let mask = h.trace_mask.load(Ordering::Relaxed);
@@ -152,9 +152,9 @@ pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
         rings_refused: h.rings_refused.load(Ordering::Relaxed),
         last_flush_ns: h.last_flush_ns.load(Ordering::Relaxed),
         flush_period_ms: h.flush_period_ms.load(Ordering::Relaxed),
-        injected_late: late & 1 != 0,
-        nvtx_tables_late: (late >> 8) & 0xff,
-        nvtx_tables_foreign: (late >> 16) & 0xff,
+        injected_late: late.injected,
+        nvtx_tables_late: late.nvtx_tables_late,
+        nvtx_tables_foreign: late.nvtx_tables_foreign,
         not_recorded,
         traced: if mask == 0 { String::new() } else { cuflight_format::tracing::describe(mask) },
         armed_ns,

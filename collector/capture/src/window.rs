@@ -252,21 +252,21 @@ impl Window {
                 }
             }
             Some(EventKind::NvtxPush) => {
-                let in_step = self.stacks.get(&(e.tid, e.c)).is_some_and(|s| s.iter().any(|r| r.2));
-                let marks = self.range_starts(seg, e.name, e.c, e.start, in_step);
-                self.stacks.entry((e.tid, e.c)).or_default().push((e.name, e.start, marks));
+                let in_step = self.stacks.get(&(e.tid, e.as_nvtx().domain)).is_some_and(|s| s.iter().any(|r| r.2));
+                let marks = self.range_starts(seg, e.name, e.as_nvtx().domain, e.start, in_step);
+                self.stacks.entry((e.tid, e.as_nvtx().domain)).or_default().push((e.name, e.start, marks));
             }
             Some(EventKind::NvtxPop) => {
-                if let Some((_, _, true)) = self.stacks.get_mut(&(e.tid, e.c)).and_then(Vec::pop) {
+                if let Some((_, _, true)) = self.stacks.get_mut(&(e.tid, e.as_nvtx().domain)).and_then(Vec::pop) {
                     self.range_ends(e.start);
                 }
             }
             Some(EventKind::NvtxStart) => {
-                let marks = self.range_starts(seg, e.name, e.c, e.start, false);
-                self.started.insert(e.a, (e.name, marks));
+                let marks = self.range_starts(seg, e.name, e.as_nvtx().domain, e.start, false);
+                self.started.insert(e.as_nvtx().id, (e.name, marks));
             }
             Some(EventKind::NvtxEnd) => {
-                if let Some((_, true)) = self.started.remove(&e.a) {
+                if let Some((_, true)) = self.started.remove(&e.as_nvtx().id) {
                     self.range_ends(e.start);
                 }
             }

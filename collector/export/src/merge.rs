@@ -8,7 +8,6 @@
 
 use cuflight_analysis::align::{self, HostShift};
 use cuflight_analysis::job_clock::JobClockBuilder;
-use cuflight_format::event::FLAG_DEVICE;
 use cuflight_format::file::{FileError, Footer, TraceWriter};
 use cuflight_format::strings::StringRegion;
 use cuflight_format::{EventKind, RawEvent};
@@ -154,25 +153,7 @@ impl Proc {
     /// at 0, stay at 0).
     fn remap(&self, e: &RawEvent) -> RawEvent {
         let mut out = *e;
-        out.name = self.id(e.name);
-        match e.kind() {
-            Some(
-                EventKind::NvtxPush
-                | EventKind::NvtxPop
-                | EventKind::NvtxStart
-                | EventKind::NvtxEnd
-                | EventKind::NvtxMark
-                | EventKind::NvtxCategory,
-            ) => out.c = self.id(e.c as u32) as u64,
-            Some(EventKind::Range) => {
-                out.c = self.id(e.c as u32) as u64;
-                if e.flags & FLAG_DEVICE == 0 {
-                    // An imported operator's args: a string id in the low half (see the Kineto importer).
-                    out.b = (e.b & !0xffff_ffff) | self.id(e.b as u32) as u64;
-                }
-            }
-            _ => {}
-        }
+        out.map_string_ids(|id| self.id(id));
         if e.start != 0 {
             out.start = self.clock.at_u64(e.start);
             out.end = self.clock.at_u64(e.end);

@@ -6,7 +6,7 @@ use cuflight_collector::model::kernel_category::kernel_category;
 use cuflight_collector::model::memory::LiveMemory;
 use cuflight_collector::model::names;
 use cuflight_collector::model::source::EventSource;
-use cuflight_format::event::API_RUNTIME;
+use cuflight_format::calls::CallEffects;
 use cuflight_format::EventKind;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -94,25 +94,22 @@ impl ProcessMetrics {
                                 *self.launches.entry(e.device).or_default() += 1;
                             }
                             EventKind::Memcpy => {
-                                let (src, dst) = e.copy_memory_kinds();
-                                let host = match e.sub {
-                                    1 | 9 => names::memory_kind(src),
-                                    2 => names::memory_kind(dst),
-                                    _ => "device",
-                                };
-                                *self.memcpy_bytes.entry((names::memcpy_kind(e.sub), host)).or_default() += e.a;
+                                let copy = e.as_copy();
+                                let host = copy.host_memory().map_or("device", names::memory_kind);
+                                *self.memcpy_bytes.entry((names::memcpy_kind(copy.kind), host)).or_default() +=
+                                    copy.bytes;
                             }
                             _ => {}
                         }
                     }
                     Some(EventKind::Api) => {
                         let api = p.string(e.name);
-                        if api.contains("Synchronize") {
+                        if CallEffects::of(api).waits_for_gpu() {
                             self.sync_wait_ns += e.duration();
                         }
-                        let code = u32::try_from(e.b).unwrap_or(u32::MAX);
-                        if let Some(class) = ErrorClass::of(api, code) {
-                            let name = error_name(e.sub == API_RUNTIME, code);
+                        let call = e.as_api();
+                        if let Some(class) = ErrorClass::of(api, call.code()) {
+                            let name = error_name(call.runtime, call.code());
                             *self.call_errors.entry((class.key(), name)).or_default() += 1;
                         }
                     }
@@ -266,7 +263,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
     family(
         "cuflight_sync_wait_seconds_total",
         "counter",
-        "Host time inside synchronising calls (cudaStreamSynchronize, cudaDeviceSynchronize, ...).",
+        "Host time inside calls that wait for the GPU (cudaStreamSynchronize, cudaDeviceSynchronize, a blocking cudaMemcpy, ...).",
         &mut |o| {
             for (pid, m) in processes {
                 let _ =

@@ -101,9 +101,8 @@ pub struct SegmentHeader {
     /// handed over or written.
     pub dump_ns: AtomicU64,
     pub dump_reason: AtomicU32,
-    /// Bit 0: the agent was loaded into the running process (`cuflight attach --inject`), so NVTX records only
-    /// what the tables it found late carry: bits 8..16 count those tables, bits 16..24 the tables another tool
-    /// held (both saturate at 255).
+    /// [`LateInjection`], packed: whether the agent was loaded into the running process (`cuflight attach
+    /// --inject`), so that NVTX records only what the tables it found late carry, and how many it found.
     pub injected_late: AtomicU32,
     /// The local rank (on this host) + 1 and the world size, from the launcher's environment (`LOCAL_RANK`,
     /// `WORLD_SIZE` and their MPI and Slurm names); 0 when not set.
@@ -224,5 +223,28 @@ impl Default for Layout {
     /// strings; only the rings threads use are reserved (a thread keeps its ring until it exits).
     fn default() -> Self {
         Layout { ring_count: 256, ring_capacity: 1 << 14, strings_capacity: 4 << 20 }
+    }
+}
+
+/// [`SegmentHeader::injected_late`]'s bit fields: bit 0 the agent was loaded into the running process, bits
+/// 8..16 the NVTX tables it filled late, bits 16..24 those another tool held (both saturate at 255). Agent and
+/// collector pack and unpack it here only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LateInjection {
+    pub injected: bool,
+    pub nvtx_tables_late: u32,
+    pub nvtx_tables_foreign: u32,
+}
+
+impl LateInjection {
+    pub fn pack(&self) -> u32 {
+        self.injected as u32 | self.nvtx_tables_late.min(255) << 8 | self.nvtx_tables_foreign.min(255) << 16
+    }
+    pub fn unpack(word: u32) -> LateInjection {
+        LateInjection {
+            injected: word & 1 != 0,
+            nvtx_tables_late: (word >> 8) & 0xff,
+            nvtx_tables_foreign: (word >> 16) & 0xff,
+        }
     }
 }

@@ -71,7 +71,7 @@ pub struct KernelAgg {
 
 impl KernelAgg {
     pub fn add(&mut self, e: &RawEvent) {
-        let r = self.by_name.entry(e.name).or_insert((0, 0, [e.a, e.b, e.c]));
+        let r = self.by_name.entry(e.name).or_insert((0, 0, e.launch_key()));
         r.0 += 1;
         r.1 = r.1.saturating_add(e.duration());
         self.count += 1;
@@ -120,7 +120,7 @@ pub struct Copies {
 impl Copies {
     pub fn add(&mut self, e: &RawEvent) {
         self.count += 1;
-        self.bytes = self.bytes.saturating_add(e.a);
+        self.bytes = self.bytes.saturating_add(e.as_copy().bytes);
         self.busy_ns = self.busy_ns.saturating_add(e.duration());
         self.longest.add(e);
     }

@@ -123,8 +123,7 @@ pub struct IdleSplit {
 }
 
 const CONSECUTIVE_KERNEL_DELAY_NS: i64 = 30_000;
-/// CUPTI's CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT (cupti_activity.h), a Sync event's `sub`.
-const SYNC_STREAM_WAIT_EVENT: u8 = 2;
+use cuflight_format::view::SYNC_STREAM_WAIT_EVENT;
 
 /// An op's interval in signed ns (HTA's arithmetic), saturating: a crafted trace's times past i64 stay ordered.
 pub(super) fn interval(start: u64, end: u64, hta_rounding: bool) -> (i64, i64) {
@@ -203,7 +202,7 @@ impl Hta {
         self.gpu_ops += 1;
         // HTA's kernel types go by name: a record named without "Sync" ("Stream Wait Event", which Kineto and
         // cuflight's export name `cudaStreamWaitEvent`) is neither communication nor memory, so it is computation.
-        if e.sub == SYNC_STREAM_WAIT_EVENT {
+        if e.as_sync().kind == SYNC_STREAM_WAIT_EVENT {
             self.compute.push(iv);
         }
     }

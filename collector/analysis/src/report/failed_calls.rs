@@ -9,7 +9,6 @@ use crate::stats::ApiErrorRow;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::cuda_errors::{error_name, ErrorClass};
 use cuflight_trace::model::memory::LiveMemory;
-use cuflight_trace::model::names;
 use cuflight_trace::model::trace::Process;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -49,14 +48,17 @@ impl FailedCalls {
         match e.kind() {
             Some(EventKind::Api) => {
                 self.errors.feed(0, e);
-                let code = u32::try_from(e.b).unwrap_or(u32::MAX);
+                let call = e.as_api();
+                let code = call.code();
                 if self.fault.is_some() {
                     return;
                 }
                 if code == 0 {
                     // Only launches that succeeded can be the suspect; the name is classified once.
                     let launches = self.launches_kernel.entry(e.name);
-                    if *launches.or_insert_with(|| names::api_launches_kernel(p.string(e.name))) {
+                    if *launches
+                        .or_insert_with(|| cuflight_format::calls::CallEffects::of(p.string(e.name)).launches_kernel())
+                    {
                         self.last_launch = Some((e.start, e.correlation, e.name));
                     }
                     return;
@@ -65,7 +67,7 @@ impl FailedCalls {
                     Some(ErrorClass::Sticky) => {
                         let launch = self.last_launch;
                         let kernel = launch.and_then(|l| self.recent.iter().rev().find(|k| k.0 == l.1).map(|k| k.1));
-                        let runtime = e.sub == cuflight_format::event::API_RUNTIME;
+                        let runtime = call.runtime;
                         self.fault = Some(Fault { at: e.start, api: e.name, code, runtime, launch, kernel });
                     }
                     Some(ErrorClass::OutOfMemory) if self.out_of_memory.is_none() => {

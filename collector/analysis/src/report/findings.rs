@@ -7,6 +7,7 @@ use super::plan::Plan;
 use super::sources::SourceKind;
 use super::steps::Steps;
 use super::sweep::Swept;
+use cuflight_format::calls::CallEffects;
 use cuflight_trace::model::trace::Process;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -189,6 +190,11 @@ pub const FIX_CHURN: &str = "Stop allocating in steady state: reuse buffers, let
      memory (no torch.cuda.empty_cache() in the loop), PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; in CUDA \
      code use cudaMallocAsync or a memory pool.";
 
+/// Allocator churn whose costliest calls pin host memory (`cudaHostAlloc`, `cudaMallocHost`).
+pub const FIX_PINNED_CHURN: &str = "Allocate pinned staging buffers once and reuse them: pinning host memory takes \
+     milliseconds a call. In PyTorch let the DataLoader pin batches (pin_memory=True) or keep a pinned buffer and \
+     copy into it; tensor.pin_memory() in the loop allocates anew each time.";
+
 pub const FIX_CPU: &str = "Find the host hot spot between launches (py-spy or perf on the training process); move \
      preprocessing into DataLoader workers or onto the GPU; replace Python loops over tensors with batched ops; \
      torch.compile removes per-op Python overhead.";
@@ -311,8 +317,12 @@ pub fn allocator_churn(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Fi
     ));
     ev.metrics.insert("allocation_calls_per_step", count as f64 / steady_steps);
     let lost = c.total_ns;
-    let summary = format!("cudaMalloc/cudaFree inside steps: {:.1} calls per step", count as f64 / steady_steps);
-    let mut f = ctx.finding("allocator_churn", lost, summary, ev, FIX_CHURN);
+    // The calls named as they were made (cudaHostAlloc is no cudaMalloc), costliest first.
+    let named: Vec<&str> = ev.api_calls.iter().take(2).map(|r| r.name.as_str()).collect();
+    let summary = format!("{} inside steps: {:.1} calls per step", named.join("/"), count as f64 / steady_steps);
+    let pinned = ev.api_calls.first().is_some_and(|r| CallEffects::of(&r.name).has(CallEffects::PINNED_HOST));
+    let fix = if pinned { FIX_PINNED_CHURN } else { FIX_CHURN };
+    let mut f = ctx.finding("allocator_churn", lost, summary, ev, fix);
     f.sources = swept.sources.rows(SourceKind::Alloc, ctx.p);
     Some(f)
 }

@@ -65,13 +65,9 @@ fn example(ctx: &Ctx, e: &RawEvent, what: String) -> Example {
 }
 
 fn copy_label(e: &RawEvent) -> String {
-    format!(
-        "{} {} bytes ({} -> {})",
-        cuflight_trace::model::names::memcpy_kind(e.sub),
-        e.a,
-        cuflight_trace::model::names::memory_kind(e.b as u8),
-        cuflight_trace::model::names::memory_kind(e.copy_memory_kinds().1)
-    )
+    use cuflight_trace::model::names::{memcpy_kind, memory_kind};
+    let copy = e.as_copy();
+    format!("{} {} bytes ({} -> {})", memcpy_kind(copy.kind), copy.bytes, memory_kind(copy.src), memory_kind(copy.dst))
 }
 
 pub fn pageable_memcpy(ctx: &Ctx, swept: &Swept) -> Option<Finding> {

@@ -26,7 +26,8 @@
 
 use super::short_names::short_name;
 use super::spans::{clip, subtract, Span};
-use super::window::{stream_label, CallClass, Closer, HostCall, WindowView};
+use super::window::{stream_label, Closer, HostCall, WindowView};
+use cuflight_format::calls::{CallClass, CallEffects};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -330,7 +331,9 @@ fn by_previous_call(v: &WindowView, out: &mut IdleCauses, (a, b): Span, step: Op
     let in_loop = |c: &HostCall| starts.first().is_some_and(|&s| c.start >= s);
     let (kind, call) = match prev {
         Some(c) if c.class == CallClass::Sync && in_loop(c) => (CauseKind::SyncStall, Some(v.name(c.name))),
-        Some(c) if c.class == CallClass::Alloc && v.name(c.name).contains("Free") && in_loop(c) => {
+        Some(c)
+            if c.class == CallClass::Alloc && CallEffects::of(v.name(c.name)).has(CallEffects::FREES) && in_loop(c) =>
+        {
             (CauseKind::AllocatorChurn, Some(v.name(c.name)))
         }
         _ => {

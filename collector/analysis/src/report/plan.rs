@@ -9,7 +9,8 @@
 use super::spans::Span;
 use super::steps::{StepSource, Steps};
 use super::window::{HostRange, NameFlags};
-use cuflight_format::event::FLAG_DEVICE;
+use cuflight_format::calls::CallEffects;
+use cuflight_format::view::SYNC_STREAM_WAIT_EVENT;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::ranges::Pairer;
 use cuflight_trace::model::trace::Process;
@@ -205,15 +206,14 @@ impl First {
             let x = self.timeline.get_or_insert((e.start, e.end.max(e.start)));
             *x = (x.0.min(e.start), x.1.max(e.end).max(e.start));
         }
-        if kind == Some(EventKind::ClockSync) && e.a != 0 && e.end != 0 && self.realtime_offset.is_none() {
-            // A clock pair: `end` = CLOCK_MONOTONIC, `a` = CLOCK_REALTIME at the same instant.
-            self.realtime_offset = Some(e.a as i64 - e.end as i64);
+        if kind == Some(EventKind::ClockSync) && self.realtime_offset.is_none() {
+            self.realtime_offset = e.as_clock_pair().realtime_offset();
         }
         if kind == Some(EventKind::Device) && self.devices.iter().all(|d| d.ordinal != e.device) {
             self.devices.push(super::run::device(e, p.string(e.name)));
-            self.driver_version = self.driver_version.max(e.stream);
+            self.driver_version = self.driver_version.max(e.as_device().driver_version);
         }
-        if kind == Some(EventKind::Range) && e.flags & FLAG_DEVICE == 0 {
+        if kind == Some(EventKind::Range) && !e.as_range().on_device {
             let r = HostRange { start: e.start, end: e.end.max(e.start), name: e.name, tid: e.tid };
             self.range(p, option, r, None);
         } else if let Some(r) = self.pairer.feed(e) {
@@ -224,7 +224,7 @@ impl First {
         {
             // A step range opens: the work launched inside it is counted from now on.
             let async_range = kind == Some(EventKind::NvtxStart);
-            self.candidates.open((e.tid, e.c, e.start, e.name, async_range));
+            self.candidates.open((e.tid, e.as_nvtx().domain, e.start, e.name, async_range));
         }
         match kind {
             Some(EventKind::Api) => {
@@ -235,18 +235,19 @@ impl First {
                 }
                 let x = self.api_extent.entry(e.tid).or_insert((e.start, e.end.max(e.start)));
                 x.1 = x.1.max(e.end.max(e.start));
-                if self.names.has(e.name, NameFlags::STREAM_WAIT) {
+                let call = self.names.call(e.name);
+                if call.has(CallEffects::STREAM_WAIT) {
                     self.has_stream_waits = true;
                 }
-                let f = self.names.get(e.name);
-                if f & NameFlags::ALLOC != 0 && f & (NameFlags::ASYNC | NameFlags::FREE) == 0 {
+                if call.allocates() && !call.has(CallEffects::ASYNC) {
                     self.warm.alloc_call(e.start);
                 }
             }
-            Some(EventKind::Sync) if e.sub == 2 => self.has_stream_waits = true,
+            Some(EventKind::Sync) if e.as_sync().kind == SYNC_STREAM_WAIT_EVENT => self.has_stream_waits = true,
             Some(EventKind::Device) if self.device_facts.iter().all(|(d, _)| *d != e.device) => {
-                let cc = Some(e.compute_capability()).filter(|c| c.0 > 0);
-                self.device_facts.push((e.device, (cc, Some(e.a).filter(|&m| m > 0))));
+                let d = e.as_device();
+                let cc = Some(d.compute_capability).filter(|c| c.0 > 0);
+                self.device_facts.push((e.device, (cc, Some(d.memory_bytes).filter(|&m| m > 0))));
             }
             Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
                 self.gpu_ops += 1;
@@ -415,8 +416,7 @@ pub fn plan(
                 Some(EventKind::Api) => {
                     s.launches.api(p, e);
                     // A synchronising call, or a copy that returns when it is done (cudaMemcpy: `.item()`).
-                    let f = first[&k].names.get(e.name);
-                    if f & NameFlags::SYNC != 0 || (f & NameFlags::MEMCPY != 0 && f & NameFlags::ASYNC == 0) {
+                    if first[&k].names.call(e.name).waits_for_gpu() {
                         s.waits.push((e.start, e.name));
                         s.waits_end = s.waits_end.max(e.end);
                     }

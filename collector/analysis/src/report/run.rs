@@ -93,13 +93,14 @@ pub fn ordinals(sorted: &[u32]) -> String {
 
 /// A Device event as a row (the first of each ordinal is kept by the caller).
 pub fn device(e: &RawEvent, name: &str) -> RunDevice {
-    let (major, minor) = e.compute_capability();
+    let d = e.as_device();
+    let (major, minor) = d.compute_capability;
     RunDevice {
         ordinal: e.device,
         name: name.to_string(),
-        memory_bytes: e.a,
+        memory_bytes: d.memory_bytes,
         compute_capability: if major == 0 { "?".into() } else { format!("{major}.{minor}") },
-        multiprocessors: e.c,
+        multiprocessors: d.multiprocessors,
     }
 }
 

@@ -3,7 +3,7 @@
 //! is a host call (synchronisation, allocation, launches, copies from or to pageable memory) list their lines, most
 //! costly first.
 
-use cuflight_format::tracing::{python_stacks, PythonStacks};
+use cuflight_format::calls::{CallEffects, PythonStacks};
 use cuflight_format::RawEvent;
 use cuflight_trace::model::pystacks::{blamed_frame, PyFrame, StackJoin};
 use cuflight_trace::model::trace::Process;
@@ -58,7 +58,7 @@ impl Sources {
     /// Counts call `e` (blamed on `frame`) as a launch when it is one: launches are sampled, so only the calls
     /// that carried a stack say where launches come from.
     pub fn launch(&mut self, p: &Process, e: &RawEvent, frame: Option<PyFrame>) {
-        if frame.is_some() && python_stacks(p.string(e.name)) == PythonStacks::Sampled {
+        if frame.is_some() && CallEffects::of(p.string(e.name)).python_stacks() == PythonStacks::Sampled {
             self.add(SourceKind::Launch, frame, e.duration());
         }
     }

@@ -11,7 +11,7 @@
 //! becomes the longest).
 
 use super::spans::Span;
-use super::window::CallClass;
+use cuflight_format::calls::CallClass;
 use cuflight_trace::model::kernel_category::kernel_category;
 use cuflight_trace::model::trace::Process;
 use serde::Serialize;

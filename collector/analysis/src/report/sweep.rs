@@ -13,8 +13,8 @@ use super::plan::Plan;
 use super::queue_deps::{Enders, StreamWaits};
 use super::spans::{clip, merge, subtract, total, Span};
 use super::steps::StepRow;
-use super::window::{classify_flags, stream_key, CallClass, Closer, Ender, HostCall, HostRange, NameFlags, WindowView};
-use cuflight_format::event::FLAG_DEVICE;
+use super::window::{stream_key, Closer, Ender, HostCall, HostRange, NameFlags, WindowView};
+use cuflight_format::calls::{CallClass, CallEffects};
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::launches::LaunchJoin;
 use cuflight_trace::model::memory::LiveMemory;
@@ -219,16 +219,16 @@ impl<'a> Sweep<'a> {
                 self.launches.api(p, e);
                 let span = (e.start, e.end.max(e.start));
                 self.runtime.push(span);
-                let f = names.get(e.name);
-                if f & NameFlags::STREAM_WAIT != 0 {
+                let call = names.call(e.name);
+                if call.has(CallEffects::STREAM_WAIT) {
                     self.stream_waits.wait_call(e.tid, e.start);
                 }
-                if f & NameFlags::HOST_FN != 0 {
+                if call.has(CallEffects::HOST_FUNCTION) {
                     self.stream_waits.host_fn_call(e.tid, e.start);
                 }
                 // State queries neither queue nor wait: the time in them is the host's own (see idle.rs).
-                if self.plan.launchers.contains(&e.tid) && f & NameFlags::QUERY == 0 {
-                    let class = classify_flags(f, self.plan.pageable_dtoh.contains(&e.correlation));
+                if self.plan.launchers.contains(&e.tid) && !call.only_queries() {
+                    let class = call.class(self.plan.pageable_dtoh.contains(&e.correlation));
                     let call = super::step_path::PathCall {
                         start: span.0,
                         end: span.1,
@@ -239,25 +239,25 @@ impl<'a> Sweep<'a> {
                     self.capture.call(class, call);
                     self.host_call(p, HostCall { start: span.0, end: span.1, class, name: e.name, source });
                 }
-                let alloc = f & NameFlags::ALLOC != 0 && f & NameFlags::ASYNC == 0;
+                let alloc = call.manages_memory() && !call.has(CallEffects::ASYNC);
                 if alloc && self.window_of(e.start).is_some_and(|k| k > 0) {
                     add_call(&mut self.out.alloc_calls, p.string(e.name), e.duration());
                     self.out.sources.add(super::sources::SourceKind::Alloc, source, e.duration());
                 }
                 if source.is_some() && self.window_of(e.start).is_some() {
                     self.out.sources.launch(p, e, source);
-                    if f & NameFlags::MEMCPY != 0 {
+                    if call.has(CallEffects::COPIES) {
                         self.out.sources.copy_call(e.correlation, source);
                     }
                 }
             }
             Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => self.op(e),
             // A stack's innermost frame carries its read time (one the agent read: not a trace's own at import).
-            Some(EventKind::PyFrame) if e.device == 0 && e.sub & cuflight_format::event::PYFRAME_IMPORTED == 0 => {
-                let in_step = self.window_of(e.start).is_some();
-                self.out.stack_cost.stack(in_step, e.b);
+            Some(EventKind::PyFrame) if e.as_py_frame().depth == 0 && !e.as_py_frame().imported => {
+                let (in_step, read_ns) = (self.window_of(e.start).is_some(), e.as_py_frame().read_ns);
+                self.out.stack_cost.stack(in_step, read_ns);
                 if in_step {
-                    self.stack_reads.push(e.start, e.b);
+                    self.stack_reads.push(e.start, read_ns);
                 }
             }
             // HTA counts every event with a stream as GPU time (non-compute): synchronisation records with one too.
@@ -273,9 +273,9 @@ impl<'a> Sweep<'a> {
             }
             _ => {}
         }
-        if e.kind() == Some(EventKind::Range) && e.flags & FLAG_DEVICE == 0 {
+        if e.kind() == Some(EventKind::Range) && !e.as_range().on_device {
             // An imported range: TensorBoard's categories decide (see `names::cpu_exec_category`).
-            let category = p.string(e.c as u32);
+            let category = p.string(e.as_range().category);
             let loader = if names::is_kineto_host_category(category) {
                 names::is_tensorboard_loader(p.string(e.name))
             } else {
@@ -339,7 +339,7 @@ impl<'a> Sweep<'a> {
         // A call that blocks until its work is done (a synchronous or pageable copy) issued it when it began.
         let blocking = launch.filter(|c| {
             let pageable = self.plan.pageable_dtoh.contains(&e.correlation);
-            classify_flags(names.get(c.name), pageable) == CallClass::Sync
+            names.call(c.name).class(pageable) == CallClass::Sync
         });
         let issued = launch.map(|c| if blocking.is_some() { c.start } else { c.end });
         if self.group.is_none_or(|g| g.start != e.start) {
@@ -351,7 +351,7 @@ impl<'a> Sweep<'a> {
                 stream,
                 name: e.name,
                 comm,
-                graph: launch.is_some_and(|c| names.has(c.name, NameFlags::GRAPH_LAUNCH)),
+                graph: launch.is_some_and(|c| names.call(c.name).has(CallEffects::LAUNCHES_GRAPH)),
                 launch_first: joined.is_some_and(|w| w.first),
                 after_wait,
                 after_host_fn,
@@ -401,7 +401,7 @@ impl<'a> Sweep<'a> {
                 launch: launch.zip(issued).map(|(c, issued)| (c.start, issued, c.tid)),
                 after_wait,
                 after_host_fn,
-                graph: launch.is_some_and(|c| self.plan.names.has(c.name, NameFlags::GRAPH_LAUNCH)),
+                graph: launch.is_some_and(|c| self.plan.names.call(c.name).has(CallEffects::LAUNCHES_GRAPH)),
                 blocking: blocking.is_some(),
             });
         }

@@ -6,24 +6,11 @@
 //! last CUDA call): [`super::sweep`] builds windows one after another as the events go by.
 
 use super::spans::Span;
+use cuflight_format::calls::{CallClass, CallEffects};
 use cuflight_format::RawEvent;
 use cuflight_trace::model::names;
 use cuflight_trace::model::trace::Process;
 use rustc_hash::FxHashMap;
-
-/// What a CUDA call does to the GPU's queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum CallClass {
-    /// Issues work and returns (launches, async copies, event records...).
-    Launch,
-    /// Asks whether work is done (`cudaEventQuery`, `cudaStreamQuery`): a loop of them is the host polling.
-    Poll,
-    /// `cudaMalloc`/`cudaFree` and friends (`cudaFree` also synchronises the device).
-    Alloc,
-    /// Blocks the host until the GPU catches up: stream/device/event synchronisation, synchronous copies and
-    /// device-to-host copies into pageable memory.
-    Sync,
-}
 
 /// A stretch of time in which a launching thread was inside CUDA calls.
 #[derive(Clone, Copy, Debug)]
@@ -138,41 +125,21 @@ impl WindowView<'_> {
     }
 }
 
-/// `copy`: the copy with the call's correlation id, if any.
+/// What a call does to the GPU's queue (`copy`: the copy with the call's correlation id, if any).
 pub fn classify_call(name: &str, copy: Option<&RawEvent>) -> CallClass {
-    classify_flags(NameFlags::of(name), copy.is_some_and(is_dtoh_to_pageable))
+    CallEffects::of(name).class(copy.is_some_and(is_dtoh_to_pageable))
 }
 
 /// A device-to-host copy into pageable memory: the call that queues it blocks, "async" or not.
 pub fn is_dtoh_to_pageable(copy: &RawEvent) -> bool {
-    copy.sub == 2 && copy.copy_memory_kinds().1 == 1
-}
-
-/// `to_pageable`: the call's copy goes device to pageable host memory.
-pub fn classify_flags(f: u16, to_pageable: bool) -> CallClass {
-    if f & NameFlags::SYNC != 0 {
-        return CallClass::Sync;
-    }
-    let is_async = f & NameFlags::ASYNC != 0;
-    if f & NameFlags::ALLOC != 0 && !is_async {
-        return CallClass::Alloc;
-    }
-    if f & NameFlags::MEMCPY != 0 {
-        // Asynchronous copies into pageable host memory still block (the driver stages them).
-        if !is_async || to_pageable {
-            return CallClass::Sync;
-        }
-    }
-    if f & NameFlags::POLL != 0 {
-        return CallClass::Poll;
-    }
-    CallClass::Launch
+    copy.as_copy().blocks_host()
 }
 
 /// What the analyses need to know about each name, computed once per distinct string (not per event: a
-/// 10M-event trace has a few thousand names).
+/// 10M-event trace has a few thousand names): what a kernel or range of that name is ([`NameFlags::COMPUTE`]...)
+/// and what a call of that name does ([`CallEffects`], the one classifier of CUDA calls).
 #[derive(Default)]
-pub struct NameFlags(FxHashMap<u32, u16>);
+pub struct NameFlags(FxHashMap<u32, (u16, CallEffects)>);
 
 impl NameFlags {
     pub const COMPUTE: u16 = 1;
@@ -181,20 +148,6 @@ impl NameFlags {
     pub const PROFILER_STEP: u16 = 8;
     pub const STEP_LIKE: u16 = 16;
     pub const LOADER: u16 = 32;
-    pub const SYNC: u16 = 64;
-    pub const ALLOC: u16 = 128;
-    pub const FREE: u16 = 256;
-    pub const MEMCPY: u16 = 512;
-    pub const ASYNC: u16 = 1024;
-    pub const STREAM_WAIT: u16 = 2048;
-    /// Reads state only ([`names::api_is_query`]): not a host call of the idle analysis.
-    pub const QUERY: u16 = 4096;
-    /// Asks whether work is done: `cudaEventQuery`, `cudaStreamQuery`, `cuEventQuery`, `cuStreamQuery`.
-    pub const POLL: u16 = 8192;
-    /// Queues a whole graph: `cudaGraphLaunch`, `cuGraphLaunch`.
-    pub const GRAPH_LAUNCH: u16 = 16384;
-    /// Queues a host function in a stream: `cudaLaunchHostFunc`, `cudaStreamAddCallback`, `cuLaunchHostFunc`.
-    pub const HOST_FN: u16 = 32768;
 
     pub fn of(name: &str) -> u16 {
         let mut f = 0;
@@ -209,36 +162,27 @@ impl NameFlags {
         set(name.contains("ProfilerStep"), Self::PROFILER_STEP);
         set(names::step_like(name), Self::STEP_LIKE);
         set(names::is_loader_range(name), Self::LOADER);
-        set(name.contains("Synchronize"), Self::SYNC);
-        set(name.contains("Malloc") || name.contains("MemAlloc") || name.contains("Free"), Self::ALLOC);
-        set(name.contains("Free"), Self::FREE);
-        set(name.contains("Memcpy"), Self::MEMCPY);
-        set(name.contains("Async"), Self::ASYNC);
-        set(name.contains("StreamWaitEvent"), Self::STREAM_WAIT);
-        set(names::api_is_query(name), Self::QUERY);
-        set(name.contains("EventQuery") || name.contains("StreamQuery"), Self::POLL);
-        set(name.contains("GraphLaunch"), Self::GRAPH_LAUNCH);
-        set(name.contains("LaunchHostFunc") || name.contains("StreamAddCallback"), Self::HOST_FN);
         f
     }
 
     pub fn new(p: &Process) -> NameFlags {
-        NameFlags(p.strings.iter().map(|(&id, s)| (id, Self::of(s))).collect())
+        NameFlags(p.strings.iter().map(|(&id, s)| (id, (Self::of(s), CallEffects::of(s)))).collect())
     }
 
-    pub fn get(&self, id: u32) -> u16 {
-        self.0.get(&id).copied().unwrap_or(0)
+    /// What a call named by string `id` does.
+    pub fn call(&self, id: u32) -> CallEffects {
+        self.0.get(&id).map_or_else(CallEffects::default, |f| f.1)
     }
 
     pub fn has(&self, id: u32, flag: u16) -> bool {
-        self.get(id) & flag != 0
+        self.0.get(&id).is_some_and(|f| f.0 & flag != 0)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cuflight_format::EventKind;
+    use cuflight_format::view::{CopyKind, MemoryKind};
     use cuflight_trace::model::names::{is_comm_kernel, is_loader_range};
 
     #[test]
@@ -247,8 +191,7 @@ mod tests {
         assert_eq!(classify_call("cuCtxSynchronize", None), CallClass::Sync);
         assert_eq!(classify_call("cudaMemcpy", None), CallClass::Sync);
         assert_eq!(classify_call("cudaMemcpyAsync", None), CallClass::Launch);
-        let mut dtoh_pageable = RawEvent::new(EventKind::Memcpy, 0, 0, 1);
-        (dtoh_pageable.sub, dtoh_pageable.b) = (2, 3 | 1 << 8);
+        let dtoh_pageable = RawEvent::copy(0, 1, 0, CopyKind::DTOH, MemoryKind::DEVICE, MemoryKind::PAGEABLE, 8, true);
         assert_eq!(classify_call("cudaMemcpyAsync", Some(&dtoh_pageable)), CallClass::Sync);
         assert_eq!(classify_call("cudaFree", None), CallClass::Alloc);
         assert_eq!(classify_call("cudaMallocAsync", None), CallClass::Launch);

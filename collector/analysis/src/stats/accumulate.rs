@@ -3,7 +3,6 @@
 //! so its memory does not grow with the trace.
 
 use super::*;
-use cuflight_format::event::FLAG_ASYNC;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::names;
 use cuflight_trace::model::ranges::Pairer;
@@ -98,7 +97,7 @@ impl StatsAcc {
                     let launch = *self
                         .is_launch
                         .entry((key, e.name))
-                        .or_insert_with(|| names::api_launches_kernel(p.string(e.name)));
+                        .or_insert_with(|| cuflight_format::calls::CallEffects::of(p.string(e.name)).launches_kernel());
                     if launch {
                         let l = self.launches.entry(key).or_default();
                         if !l.early.contains(&e.correlation) {
@@ -108,14 +107,9 @@ impl StatsAcc {
                 }
             }
             Some(EventKind::Memcpy) => {
-                let (src, dst) = e.copy_memory_kinds();
-                let host = match e.sub {
-                    1 => names::memory_kind(src), // HtoD: the source is host memory
-                    2 => names::memory_kind(dst),
-                    9 => names::memory_kind(src),
-                    _ => "device",
-                };
-                let (kind, host) = (names::memcpy_kind(e.sub), host);
+                let copy = e.as_copy();
+                let host = copy.host_memory().map_or("device", names::memory_kind);
+                let kind = names::memcpy_kind(copy.kind);
                 let row = self.memcpy.entry((kind, host)).or_insert_with(|| MemcpyRow {
                     kind: kind.to_string(),
                     host_memory: host.to_string(),
@@ -126,15 +120,16 @@ impl StatsAcc {
                     async_count: 0,
                 });
                 row.count += 1;
-                row.bytes += e.a;
+                row.bytes += copy.bytes;
                 row.total_ns += e.duration();
-                row.async_count += (e.flags & FLAG_ASYNC != 0) as u64;
-                let op = names::memcpy_operation(e.sub);
+                row.async_count += copy.is_async as u64;
+                let op = names::memcpy_operation(copy.kind);
                 self.mem_time.entry(op).or_default().add(e.duration());
-                self.mem_size.entry(op).or_default().add(e.a);
+                self.mem_size.entry(op).or_default().add(copy.bytes);
             }
             Some(EventKind::Memset) => {
-                let kind = names::memory_kind(e.sub);
+                let memset = e.as_memset();
+                let kind = names::memory_kind(memset.memory);
                 let row = self.memset.entry(kind).or_insert_with(|| MemsetRow {
                     kind: kind.to_string(),
                     count: 0,
@@ -142,13 +137,13 @@ impl StatsAcc {
                     total_ns: 0,
                 });
                 row.count += 1;
-                row.bytes += e.a;
+                row.bytes += memset.bytes;
                 row.total_ns += e.duration();
                 self.mem_time.entry("[CUDA memset]").or_default().add(e.duration());
-                self.mem_size.entry("[CUDA memset]").or_default().add(e.a);
+                self.mem_size.entry("[CUDA memset]").or_default().add(memset.bytes);
             }
             Some(EventKind::Sync) => {
-                let kind = names::sync_kind(e.sub);
+                let kind = names::sync_kind(e.as_sync().kind);
                 let row =
                     self.sync.entry(kind).or_insert_with(|| SyncRow { kind: kind.to_string(), count: 0, total_ns: 0 });
                 row.count += 1;
@@ -159,40 +154,45 @@ impl StatsAcc {
                 let m = if change.device { &mut self.device_memory } else { &mut self.pinned_memory };
                 if k == EventKind::Alloc {
                     m.malloc_count += 1;
-                    m.alloc_bytes += e.b;
+                    m.alloc_bytes += e.as_mem_op().bytes;
                     m.peak_bytes = m.peak_bytes.max(change.live);
                 } else {
                     m.free_count += 1;
                 }
             }
-            Some(EventKind::Device) => self.devices.entry(key).or_default().push(DeviceRow {
-                pid: p.info.pid,
-                device: e.device,
-                name: p.string(e.name).to_string(),
-                memory_bytes: e.a,
-                compute_capability: format!("{}.{}", e.compute_capability().0, e.compute_capability().1),
-                multiprocessors: e.c,
-            }),
+            Some(EventKind::Device) => {
+                let d = e.as_device();
+                self.devices.entry(key).or_default().push(DeviceRow {
+                    pid: p.info.pid,
+                    device: e.device,
+                    name: p.string(e.name).to_string(),
+                    memory_bytes: d.memory_bytes,
+                    compute_capability: format!("{}.{}", d.compute_capability.0, d.compute_capability.1),
+                    multiprocessors: d.multiprocessors,
+                })
+            }
             Some(EventKind::Range) => {
-                self.nvtx.entry((key, Domain::Imported(e.c as u32), e.name, "Range")).or_default().add(e.duration());
+                let category = e.as_range().category;
+                self.nvtx.entry((key, Domain::Imported(category), e.name, "Range")).or_default().add(e.duration());
             }
             Some(EventKind::GraphNode) => {
-                let g = self.graphs.entry((key, e.a)).or_default();
+                let node = e.as_graph_node();
+                let g = self.graphs.entry((key, node.graph_id)).or_default();
                 g.0.insert(e.correlation);
-                g.1.insert(e.b);
+                g.1.insert(node.node_id);
                 g.2 += 1;
                 g.3 += e.duration();
                 self.kernel_seen(key, p, e.correlation);
             }
             Some(EventKind::NvtxCategory) => {
                 self.nvtx_categories.insert(NvtxCategoryRow {
-                    domain: p.nvtx_domain(e.c).to_string(),
-                    category: e.a,
+                    domain: p.nvtx_domain(e.as_nvtx().domain).to_string(),
+                    category: e.as_nvtx().id,
                     name: p.string(e.name).to_string(),
                 });
             }
             Some(EventKind::NvtxMark) => {
-                self.nvtx.entry((key, Domain::Nvtx(e.c), e.name, "Mark")).or_default().add(0);
+                self.nvtx.entry((key, Domain::Nvtx(e.as_nvtx().domain), e.name, "Mark")).or_default().add(0);
             }
             _ => {}
         }

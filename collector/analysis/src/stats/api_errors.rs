@@ -2,7 +2,6 @@
 //! says of a run that failed. Return codes are the agent's (every call's) or an Nsight Systems export's.
 
 use super::ApiErrorRow;
-use cuflight_format::event::API_RUNTIME;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::cuda_errors::{error_name, ErrorClass};
 use cuflight_trace::model::trace::Process;
@@ -20,11 +19,11 @@ pub struct ApiErrors {
 impl ApiErrors {
     /// Counts `e`, of process `key`, if it is a call that failed.
     pub fn feed(&mut self, key: u32, e: &RawEvent) {
-        if e.b == 0 || e.kind() != Some(EventKind::Api) {
+        let call = e.as_api();
+        if !call.failed() || e.kind() != Some(EventKind::Api) {
             return;
         }
-        let code = u32::try_from(e.b).unwrap_or(u32::MAX);
-        let r = self.counts.entry((key, e.name, e.sub == API_RUNTIME, code)).or_insert((0, e.start, e.start));
+        let r = self.counts.entry((key, e.name, call.runtime, call.code())).or_insert((0, e.start, e.start));
         (r.0, r.2) = (r.0 + 1, e.start);
     }
 

@@ -23,7 +23,6 @@ use super::pushpop_trace;
 use super::reports::{Report, Style};
 use super::row_stream::{Cell, Column, RowStream};
 use crate::table::TimeUnit;
-use cuflight_format::event::LaunchConfig;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::launches::LaunchJoin;
 use cuflight_trace::model::names::{memcpy_operation, memory_kind_label};
@@ -180,7 +179,7 @@ impl PassState {
                 None
             }
             (_, EventKind::ThreadName) => {
-                self.threads.insert((key, e.a as u32), p.string(e.name).to_string());
+                self.threads.insert((key, e.named_thread() as u32), p.string(e.name).to_string());
                 None
             }
             (Report::GpuTrace, EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
@@ -191,7 +190,7 @@ impl PassState {
                 Cell::Int(e.duration()),
                 Cell::Text(p.string(e.name)),
                 // The call's return code: a CUresult or cudaError_t, 0 for success.
-                Cell::Int(e.b),
+                Cell::Int(e.as_api().result),
                 Cell::Int(e.correlation as u64),
                 Cell::Int(p.info.pid as u64),
                 Cell::Int(e.tid as u64),
@@ -209,7 +208,7 @@ impl PassState {
             (Report::KernExecTrace, EventKind::Kernel) => {
                 let call = self.joins.entry(key).or_default().work(e)?.call;
                 let t = LaunchTimes::of(&call, e);
-                let config = LaunchConfig::unpack(e.a, e.b, e.c);
+                let config = e.launch_config();
                 let xyz = |v: [u32; 3]| Cell::Owned(format!("{:4} {:4} {:4}", v[0], v[1], v[2]));
                 Some(vec![
                     at(call.start, self.origin),
@@ -241,21 +240,21 @@ impl PassState {
         let mut cells = vec![start, Cell::Int(duration), Cell::Int(e.correlation as u64)];
         let (bytes, source, destination, name) = match e.kind() {
             Some(EventKind::Kernel) => {
-                let c = LaunchConfig::unpack(e.a, e.b, e.c);
+                let c = e.launch_config();
                 cells.extend(c.grid.iter().chain(&c.block).map(|&v| Cell::Int(v as u64)));
                 cells.extend([c.registers as u64, c.static_shared as u64, c.dynamic_shared as u64].map(Cell::Int));
                 (None, Cell::Empty, Cell::Empty, self.kernel_names.of(p, e.name))
             }
             Some(EventKind::Memcpy) => {
                 cells.extend(std::iter::repeat_n(Cell::Empty, 9));
-                let (src, dst) = e.copy_memory_kinds();
-                let label = |k: u8| Cell::Text(memory_kind_label(k));
-                (Some(e.a), label(src), label(dst), memcpy_operation(e.sub))
+                let copy = e.as_copy();
+                let label = |k| Cell::Text(memory_kind_label(k));
+                (Some(copy.bytes), label(copy.src), label(copy.dst), memcpy_operation(copy.kind))
             }
             _ => {
                 cells.extend(std::iter::repeat_n(Cell::Empty, 9));
-                let kind = Cell::Text(memory_kind_label(e.sub));
-                (Some(e.a), kind, Cell::Empty, "[CUDA memset]")
+                let memset = e.as_memset();
+                (Some(memset.bytes), Cell::Text(memory_kind_label(memset.memory)), Cell::Empty, "[CUDA memset]")
             }
         };
         cells.push(bytes.map_or(Cell::Empty, Cell::Int));

@@ -29,8 +29,9 @@ pub struct KernGridAcc(FxHashMap<(u32, u32, u64, u64), Dist>);
 impl KernGridAcc {
     pub fn feed(&mut self, key: u32, e: &RawEvent) {
         if e.kind() == Some(EventKind::Kernel) {
-            // A kernel's `a` and `b` hold its grid and block ([`LaunchConfig::pack`]).
-            self.0.entry((key, e.name, e.a, e.b)).or_default().add(e.duration());
+            // Grid and block (and not shared memory): the key's first two words.
+            let [grid, block, _] = e.launch_key();
+            self.0.entry((key, e.name, grid, block)).or_default().add(e.duration());
         }
     }
 

@@ -14,7 +14,6 @@
 
 use super::dist::Dist;
 use cuflight_format::{EventKind, RawEvent};
-use cuflight_trace::model::names;
 use cuflight_trace::model::trace::Process;
 use rustc_hash::FxHashMap;
 
@@ -80,7 +79,7 @@ impl Projection {
             Some(EventKind::NvtxPush) => {
                 self.prune(key, e.tid, e.start);
                 let id = self.open_instance(key, e, None);
-                self.stacks.entry((key, e.tid)).or_default().push((e.c, id));
+                self.stacks.entry((key, e.tid)).or_default().push((e.as_nvtx().domain, id));
             }
             Some(EventKind::Range) => {
                 self.prune(key, e.tid, e.start);
@@ -89,7 +88,7 @@ impl Projection {
             }
             Some(EventKind::NvtxPop) => {
                 let Some(stack) = self.stacks.get_mut(&(key, e.tid)) else { return };
-                let Some(i) = stack.iter().rposition(|&(d, _)| d == e.c) else { return };
+                let Some(i) = stack.iter().rposition(|&(d, _)| d == e.as_nvtx().domain) else { return };
                 let (_, id) = stack.remove(i);
                 self.close(id, e.start);
             }
@@ -97,10 +96,10 @@ impl Projection {
                 let mut top = *e;
                 top.tid = u32::MAX; // a process range nests in no thread's ranges
                 let id = self.open_instance(key, &top, None);
-                self.process_ranges.insert((key, e.a), id);
+                self.process_ranges.insert((key, e.as_nvtx().id), id);
             }
             Some(EventKind::NvtxEnd) => {
-                if let Some(id) = self.process_ranges.remove(&(key, e.a)) {
+                if let Some(id) = self.process_ranges.remove(&(key, e.as_nvtx().id)) {
                     self.close(id, e.start);
                 }
             }
@@ -116,7 +115,7 @@ impl Projection {
                 let launches = *self
                     .launches_work
                     .entry((key, e.name))
-                    .or_insert_with(|| names::api_queues_work(p.string(e.name)));
+                    .or_insert_with(|| cuflight_format::calls::CallEffects::of(p.string(e.name)).queues_work());
                 if !launches {
                     return;
                 }
@@ -174,7 +173,7 @@ impl Projection {
         let id = self.next;
         self.next += 1;
         let level = enclosing.len() as u32;
-        let (domain, start) = (e.c, e.start);
+        let (domain, start) = (e.annotation_domain(), e.start);
         let inst = Instance {
             key,
             domain,

@@ -71,17 +71,18 @@ impl PushPopTrace {
         match e.kind() {
             Some(EventKind::NvtxPush) => {
                 self.next_id += 1;
-                let name = match e.c {
+                let domain = e.as_nvtx().domain;
+                let name = match domain {
                     0 => format!(":{}", p.string(e.name)),
                     d => format!("{}:{}", p.nvtx_domain(d), p.string(e.name)),
                 };
-                let open = Open { id: self.next_id, domain: e.c, name, start: e.start, children: 0, child_ns: 0 };
+                let open = Open { id: self.next_id, domain, name, start: e.start, children: 0, child_ns: 0 };
                 self.threads.entry((key, e.tid)).or_default().open.push(open);
             }
             Some(EventKind::NvtxPop) => {
                 let Some(t) = self.threads.get_mut(&(key, e.tid)) else { return };
                 // The innermost open range of the pop's domain (a pop with none open closes nothing).
-                let Some(at) = t.open.iter().rposition(|o| o.domain == e.c) else { return };
+                let Some(at) = t.open.iter().rposition(|o| o.domain == e.as_nvtx().domain) else { return };
                 let stack: String = t.open[..=at].iter().map(|o| format!(":{}", o.id)).collect();
                 let o = t.open.remove(at);
                 let duration = e.start.saturating_sub(o.start);

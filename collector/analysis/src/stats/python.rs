@@ -2,7 +2,7 @@
 //! them (the innermost frame of the program's own code; see [`cuflight_trace::model::pystacks`]).
 
 use super::dist::Dist;
-use cuflight_format::tracing::{python_stacks, PythonStacks};
+use cuflight_format::calls::{CallEffects, PythonStacks};
 use cuflight_trace::model::pystacks::{blamed_frame, PyFrame, StackJoin};
 use cuflight_trace::model::trace::Process;
 use rustc_hash::FxHashMap;
@@ -87,8 +87,9 @@ fn add(
     call: &cuflight_format::RawEvent,
     frames: &[PyFrame],
 ) {
-    let waits =
-        *every.entry((key, call.name)).or_insert_with(|| python_stacks(p.string(call.name)) == PythonStacks::Every);
+    let waits = *every
+        .entry((key, call.name))
+        .or_insert_with(|| CallEffects::of(p.string(call.name)).python_stacks() == PythonStacks::Every);
     let Some(f) = waits.then(|| blamed_frame(p, frames)).flatten() else { return };
     let acc = lines.entry((key, *f)).or_default();
     acc.time.add(call.duration());

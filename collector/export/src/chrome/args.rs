@@ -39,18 +39,19 @@ pub(super) fn kernel<W: Write>(
     out: &mut Out<W>,
     p: &Process,
     e: &RawEvent,
-    node: Option<(u64, u64)>,
+    node: Option<GraphNode>,
     external: u64,
     gpu: Option<&((u32, u32), u64)>,
     gpu_pid: u64,
 ) -> std::io::Result<()> {
-    let c = LaunchConfig::unpack(e.a, e.b, e.c);
+    let c = e.launch_config();
     // libkineto's per-kernel figures, from the device's SM count and the launch (see model::occupancy); "queued"
     // is CUPTI's queued timestamp, which Kineto writes as 0 unless latency timestamps were on (never here).
     let figures = gpu.and_then(|&(cc, sms)| cuflight_trace::model::occupancy::kineto_figures(cc, sms, &c));
     let (g, bl) = (c.grid, c.block);
-    let graph = node.map(|(graph, node)| format!(r#","graph id":{graph},"graph node id":{node}"#)); // cuflight's addition
-                                                                                                    // cuflight's addition: the symbol as CUPTI named it.
+    // cuflight's addition.
+    let graph = node.map(|n| format!(r#","graph id":{},"graph node id":{}"#, n.graph_id, n.node_id));
+    // cuflight's addition: the symbol as CUPTI named it.
     let mangled = p.mangled.get(&e.name).map(|m| format!(r#","mangled":{}"#, Js(m)));
     out.complete_with("kernel", p.string(e.name), gpu_pid, e.stream as u64, e.start, e.end, |b| {
         work_args(b, e);

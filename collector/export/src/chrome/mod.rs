@@ -11,7 +11,7 @@
 //! not care about key order. Timestamps are microseconds with three decimals printed from integer nanoseconds, so
 //! nothing is rounded.
 
-use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_ASYNC, FLAG_DEVICE, FLAG_GLOBAL};
+use cuflight_format::view::GraphNode;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::cuda_errors::error_name;
 use cuflight_trace::model::launches::LaunchJoin;
@@ -243,7 +243,7 @@ fn event<W: Write>(
     let gpu_pids = &mut seen.gpu_pids;
     if let Some((k, external)) = st.held.take() {
         let node = (e.kind() == Some(EventKind::GraphNode) && e.correlation == k.correlation && e.start == k.start)
-            .then_some((e.a, e.b));
+            .then(|| e.as_graph_node());
         kernel(out, p, &k, node, external, seen.gpus.get(&k.device), st.gpu_pid(k.device))?;
         if node.is_some() {
             return Ok(());
@@ -258,7 +258,7 @@ fn event<W: Write>(
     }
     let name = p.string(e.name);
     let corr = e.correlation;
-    if e.kind() == Some(EventKind::PyFrame) && e.sub & cuflight_format::event::PYFRAME_IMPORTED != 0 {
+    if e.kind() == Some(EventKind::PyFrame) && e.as_py_frame().imported {
         // Joined at import from the trace's own python_function events, which are written as they were.
         return Ok(());
     }
@@ -269,24 +269,27 @@ fn event<W: Write>(
     }
     match e.kind() {
         Some(EventKind::Api) => {
-            let cat = if e.sub == API_DRIVER { "cuda_driver" } else { "cuda_runtime" };
+            let call = e.as_api();
+            let cat = if call.runtime { "cuda_runtime" } else { "cuda_driver" };
             // A call that queues device work shares its External id with that work (see `external_id`).
             let launches = st.launches.api(p, e);
             out.complete_with(cat, name, pid, e.tid as u64, e.start, e.end, |b| {
                 b.extend_from_slice(br#""correlation":"#);
                 push_u64(b, corr as u64);
                 b.extend_from_slice(br#","cbid":"#);
-                push_u64(b, e.a);
-                if e.b != 0 {
+                push_u64(b, call.cbid as u64);
+                if call.failed() {
                     // cuflight's: the return code of a call that failed, and CUDA's name for it.
                     b.extend_from_slice(br#","return":"#);
-                    push_u64(b, e.b);
-                    let name = error_name(e.sub != API_DRIVER, e.b.min(u32::MAX as u64) as u32);
+                    push_u64(b, call.result);
+                    let name = error_name(call.runtime, call.code());
                     b.extend_from_slice(format!(r#","error":{}"#, Js(&name)).as_bytes());
                 }
-                if launches || e.c != 0 {
+                if launches || call.external != 0 {
                     b.extend_from_slice(br#","External id":"#);
-                    push_u64(b, if e.c != 0 { e.c } else { EXTERNAL_FROM_CORRELATION + corr as u64 });
+                    let external =
+                        if call.external != 0 { call.external } else { EXTERNAL_FROM_CORRELATION + corr as u64 };
+                    push_u64(b, external);
                 }
             })?;
         }
@@ -299,12 +302,12 @@ fn event<W: Write>(
         }
         Some(EventKind::Memcpy) => {
             gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
-            let (src, dst) = e.copy_memory_kinds();
-            let (src, dst) = (names::memory_kind(src), names::memory_kind(dst));
-            let label = format!("Memcpy {} ({} -> {})", names::memcpy_kind(e.sub), title(src), title(dst));
-            let gbps = if e.duration() == 0 { 0.0 } else { e.a as f64 / e.duration() as f64 };
+            let copy = e.as_copy();
+            let (src, dst) = (names::memory_kind(copy.src), names::memory_kind(copy.dst));
+            let label = format!("Memcpy {} ({} -> {})", names::memcpy_kind(copy.kind), title(src), title(dst));
+            let gbps = if e.duration() == 0 { 0.0 } else { copy.bytes as f64 / e.duration() as f64 };
             // `async` is cuflight's addition, ignored by Kineto tools.
-            let extra = if e.flags & FLAG_ASYNC != 0 { r#","async":true"# } else { "" };
+            let extra = if copy.is_async { r#","async":true"# } else { "" };
             let joined = st.launches.work(e);
             out.complete(
                 "gpu_memcpy",
@@ -317,7 +320,7 @@ fn event<W: Write>(
                     r#"{},"External id":{},"bytes":{},"memory bandwidth (GB/s)":{}{extra}"#,
                     WorkArgs(e),
                     external_id(e, joined),
-                    e.a,
+                    copy.bytes,
                     serde_json::Number::from_f64(gbps).map_or("0".into(), |n| n.to_string())
                 ),
             )?;
@@ -325,7 +328,8 @@ fn event<W: Write>(
         }
         Some(EventKind::Memset) => {
             gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
-            let label = format!("Memset ({})", title(names::memory_kind(e.sub)));
+            let memset = e.as_memset();
+            let label = format!("Memset ({})", title(names::memory_kind(memset.memory)));
             let joined = st.launches.work(e);
             out.complete(
                 "gpu_memset",
@@ -334,25 +338,29 @@ fn event<W: Write>(
                 e.stream as u64,
                 e.start,
                 e.end,
-                format_args!(r#"{},"External id":{},"bytes":{}"#, WorkArgs(e), external_id(e, joined), e.a),
+                format_args!(r#"{},"External id":{},"bytes":{}"#, WorkArgs(e), external_id(e, joined), memset.bytes),
             )?;
             return flow(out, pid, st, e, joined);
         }
         Some(EventKind::Range) => {
-            if e.flags & FLAG_DEVICE != 0 {
+            let range = e.as_range();
+            if range.on_device {
                 gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
                 let (d, s) = (st.gpu_pid(e.device), e.stream as u64);
                 out.complete("gpu_user_annotation", name, d, s, e.start, e.end, format_args!(""))?;
             } else {
-                let domain = p.string(e.c as u32);
+                let domain = p.string(range.category);
                 let cat = if domain.is_empty() { "user_annotation" } else { domain };
-                let external = ExternalArg(e.a);
-                let op =
-                    OperatorArgs { text: p.string(e.b as u32), sequence: (e.b >> 32).checked_sub(1), after: e.a != 0 };
+                let external = ExternalArg(range.external);
+                let op = OperatorArgs {
+                    text: p.string(range.operator_text),
+                    sequence: range.sequence_plus_one.checked_sub(1),
+                    after: range.external != 0,
+                };
                 out.complete(cat, name, pid, e.tid as u64, e.start, e.end, format_args!("{external}{op}"))?;
             }
         }
-        Some(EventKind::NvtxMark) if e.flags & FLAG_GLOBAL != 0 => {
+        Some(EventKind::NvtxMark) if e.as_nvtx().global => {
             // A trace-wide instant, written as Kineto writes it (viewers draw it across the whole timeline).
             write!(
                 out.next()?,
@@ -362,7 +370,8 @@ fn event<W: Write>(
             )?;
         }
         Some(EventKind::NvtxMark) => {
-            let (domain, payload) = (Js(p.nvtx_domain(e.c)), PayloadArg(cuflight_trace::model::ranges::Payload::of(e)));
+            let (domain, payload) =
+                (Js(p.nvtx_domain(e.as_nvtx().domain)), PayloadArg(cuflight_trace::model::ranges::Payload::of(e)));
             write!(
                 out.next()?,
                 r#"{{"ph":"i","s":"t","cat":"user_annotation","name":{},"pid":{pid},"tid":{},"ts":{},"args":{{"domain":{domain}{payload}}}}}"#,
@@ -381,14 +390,14 @@ fn event<W: Write>(
                 r#"{{"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":{pid},"tid":{},"ts":{},"args":{{"Addr":{},"Bytes":{},"Device Type":{},"Device Id":{}{pinned}}}}}"#,
                 e.tid,
                 Us(e.start),
-                e.a,
+                e.as_mem_op().address,
                 change.delta,
                 change.device as u8,
                 e.device
             )?;
         }
         Some(EventKind::Sync) => {
-            let kind = names::sync_kind(e.sub);
+            let kind = names::sync_kind(e.as_sync().kind);
             out.complete(
                 "cuda_sync",
                 kind,
@@ -405,22 +414,22 @@ fn event<W: Write>(
                 ),
             )?;
         }
-        Some(EventKind::ThreadName) => out.metadata("thread_name", pid, e.a, name)?,
-        Some(EventKind::ClockSync) if e.a != 0 && e.end != 0 && seen.realtime_offset.is_none() => {
-            // A clock pair: `end` = CLOCK_MONOTONIC, `a` = CLOCK_REALTIME at the same instant.
-            seen.realtime_offset = Some(e.a as i64 - e.end as i64);
+        Some(EventKind::ThreadName) => out.metadata("thread_name", pid, e.named_thread(), name)?,
+        Some(EventKind::ClockSync) if seen.realtime_offset.is_none() => {
+            seen.realtime_offset = e.as_clock_pair().realtime_offset();
         }
         Some(EventKind::Device) => {
-            seen.driver_version = seen.driver_version.max(e.stream);
-            let (major, minor) = e.compute_capability();
+            let d = e.as_device();
+            seen.driver_version = seen.driver_version.max(d.driver_version);
+            let (major, minor) = d.compute_capability;
             // Devices are the machine's: every process of one host lists the same ones.
-            seen.gpus.insert(e.device, ((major, minor), e.c));
+            seen.gpus.insert(e.device, ((major, minor), d.multiprocessors));
             seen.device_json.entry(key).or_default().push(format!(
                 r#"{{"id":{},"name":{},"totalGlobalMem":{},"computeMajor":{major},"computeMinor":{minor},"numSms":{}}}"#,
                 e.device,
                 Js(name),
-                e.a,
-                e.c
+                d.memory_bytes,
+                d.multiprocessors
             ));
         }
         _ => {}

@@ -14,7 +14,7 @@
 
 mod table;
 
-use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, FLAG_DEVICE};
+use cuflight_format::event::MemKind;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::names;
 use cuflight_trace::model::ranges::Pairer;
@@ -294,7 +294,7 @@ fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e
     let span = [V::I64(a), V::I64(b), V::I64(b - a)];
     match e.kind() {
         Some(EventKind::Kernel) => {
-            let c = LaunchConfig::unpack(e.a, e.b, e.c);
+            let c = e.launch_config();
             let mut v = vec![V::S(host), r, V::U32(pid)];
             v.extend(work);
             v.extend(span);
@@ -306,13 +306,13 @@ fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e
             push(t, "kernels", host, rank, &v)
         }
         Some(EventKind::Memcpy) => {
-            let (src, dst) = e.copy_memory_kinds();
+            let copy = e.as_copy();
             let mut v = vec![V::S(host), r, V::U32(pid)];
             v.extend(work);
             v.extend(span);
             v.extend([
-                V::S(names::memcpy_kind(e.sub)), V::S(names::memory_kind(src)), V::S(names::memory_kind(dst)),
-                V::U64(e.a),
+                V::S(names::memcpy_kind(copy.kind)), V::S(names::memory_kind(copy.src)),
+                V::S(names::memory_kind(copy.dst)), V::U64(copy.bytes),
             ]);
             push(t, "copies", host, rank, &v)
         }
@@ -320,21 +320,23 @@ fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e
             let mut v = vec![V::S(host), r, V::U32(pid)];
             v.extend(work);
             v.extend(span);
-            v.extend([V::S(names::memory_kind(e.sub)), V::U64(e.a), V::U64(e.b)]);
+            let memset = e.as_memset();
+            v.extend([V::S(names::memory_kind(memset.memory)), V::U64(memset.bytes), V::U64(memset.value)]);
             push(t, "memsets", host, rank, &v)
         }
         Some(EventKind::Api) => {
-            let api = if e.sub == API_DRIVER { "driver" } else { "runtime" };
+            let call = e.as_api();
+            let api = if call.runtime { "runtime" } else { "driver" };
             let mut v = vec![
                 V::S(host), r, V::U32(pid), V::U32(e.tid), V::S(api), V::S(p.string(e.name)),
-                V::U32(e.correlation), V::U64(e.b),
+                V::U32(e.correlation), V::U64(call.result),
             ];
             v.extend(span);
             push(t, "api", host, rank, &v)
         }
-        Some(EventKind::Range) if e.flags & FLAG_DEVICE == 0 => {
+        Some(EventKind::Range) if !e.as_range().on_device => {
             let mut v = vec![
-                V::S(host), r, V::U32(pid), V::U32(e.tid), V::S("range"), V::S(p.string(e.c as u32)),
+                V::S(host), r, V::U32(pid), V::U32(e.tid), V::S("range"), V::S(p.string(e.as_range().category)),
                 V::S(p.string(e.name)),
             ];
             v.extend(span);
@@ -342,14 +344,15 @@ fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e
         }
         Some(EventKind::NvtxMark) => {
             let mut v = vec![
-                V::S(host), r, V::U32(pid), V::U32(e.tid), V::S("mark"), V::S(p.nvtx_domain(e.c)),
+                V::S(host), r, V::U32(pid), V::U32(e.tid), V::S("mark"), V::S(p.nvtx_domain(e.as_nvtx().domain)),
                 V::S(p.string(e.name)),
             ];
             v.extend(span);
             push(t, "nvtx", host, rank, &v)
         }
         Some(k @ (EventKind::Alloc | EventKind::Free)) => {
-            let memory = match MemKind::from_u8(e.sub) {
+            let mem = e.as_mem_op();
+            let memory = match mem.memory {
                 Some(MemKind::Device) => "device",
                 Some(MemKind::PinnedHost) => "pinned",
                 Some(MemKind::Managed) => "managed",
@@ -358,7 +361,8 @@ fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e
             };
             let op = if k == EventKind::Alloc { "alloc" } else { "free" };
             push(t, "memory", host, rank, &[
-                V::S(host), r, V::U32(pid), V::U32(e.device), V::S(op), V::S(memory), V::U64(e.a), V::U64(e.b),
+                V::S(host), r, V::U32(pid), V::U32(e.device), V::S(op), V::S(memory), V::U64(mem.address),
+                V::U64(mem.bytes),
                 V::I64(a),
             ])
         }

@@ -544,7 +544,7 @@ pub fn export<W: Write>(
     source.for_each(|key, p, e| {
         let Some(st) = states.get_mut(&key).filter(|_| failed.is_none()) else { return };
         if e.kind() == Some(EventKind::ThreadName) {
-            st.thread_names.insert(e.a as u32, e.name);
+            st.thread_names.insert(e.named_thread() as u32, e.name);
         }
         if let Err(err) = st.release(&mut x, e.start).and_then(|_| st.event(&mut x, p, e)) {
             failed = Some(err);

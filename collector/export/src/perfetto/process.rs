@@ -2,7 +2,6 @@
 //! launches to the work they launched, NVTX ranges, the device-memory counter, as the events stream by.
 
 use super::*;
-use cuflight_format::event::{LaunchConfig, API_DRIVER, FLAG_DEVICE};
 use cuflight_trace::model::cuda_errors::{error_name, ErrorClass};
 
 /// What one process needs while its events stream by.
@@ -62,15 +61,15 @@ impl ProcessState {
         flow: Option<u64>,
     ) -> std::io::Result<()> {
         let track = self.thread(x, e.tid)?;
-        let category = if e.sub == API_DRIVER { cat!("cuda_driver") } else { cat!("cuda_runtime") };
+        let call = e.as_api();
+        let category = if call.runtime { cat!("cuda_runtime") } else { cat!("cuda_driver") };
         // The return code only when it is an error (success is the rule); the callback id repeats the name.
         let stack = if self.call_stacks.is_empty() { None } else { self.call_stacks.remove(&e.correlation) };
-        let error =
-            if e.b == 0 { String::new() } else { error_name(e.sub != API_DRIVER, e.b.min(u32::MAX as u64) as u32) };
+        let error = if call.failed() { error_name(call.runtime, call.code()) } else { String::new() };
         let mut args = [Arg::U(ann!("correlation"), e.correlation as u64), Arg::U(0, 0), Arg::U(0, 0), Arg::U(0, 0)];
         let mut used = 1;
-        if e.b != 0 {
-            args[used] = Arg::U(ann!("return"), e.b);
+        if call.failed() {
+            args[used] = Arg::U(ann!("return"), call.result);
             args[used + 1] = Arg::S(ann!("error"), &error);
             used += 2;
         }
@@ -82,8 +81,7 @@ impl ProcessState {
         let name = x.id_iid(self.pid, e.name, &self.strings);
         x.slice(track, e.start, e.end, name, category, args, flow, None)?;
         // A device fault is reported by a later call: an instant where it first was, to find it on the timeline.
-        let code = u32::try_from(e.b).unwrap_or(u32::MAX);
-        if !self.faulted && ErrorClass::of(self.string(e.name), code) == Some(ErrorClass::Sticky) {
+        if !self.faulted && ErrorClass::of(self.string(e.name), call.code()) == Some(ErrorClass::Sticky) {
             self.faulted = true;
             let mark = x.name_iid(&format!("CUDA device fault: {error}"));
             x.instant(track, e.end, mark, category)?;
@@ -191,7 +189,7 @@ impl ProcessState {
                 let corr = Arg::U(ann!("correlation"), e.correlation as u64);
                 match k {
                     EventKind::Kernel => {
-                        let c = LaunchConfig::unpack(e.a, e.b, e.c);
+                        let c = e.launch_config();
                         // Launch dimensions and mangled names repeat: written once, then referred to by iid.
                         let (grid, block) = (x.dims_iid(c.grid), x.dims_iid(c.block));
                         let mangled = self.mangled.get(&e.name).map(|m| x.mangled_iid(pid, e.name, m));
@@ -214,14 +212,16 @@ impl ProcessState {
                         x.slice(track, e.start, e.end, name, cat!("kernel"), &args[..used], None, term)?;
                     }
                     EventKind::Memcpy => {
-                        let (src, dst) = e.copy_memory_kinds();
-                        let (src, dst) = (names::memory_kind(src), names::memory_kind(dst));
-                        let name = self.label(x, 1 << 32 | (e.b & 0xffff) << 8 | e.sub as u64, || {
-                            format!("Memcpy {} ({src} -> {dst})", names::memcpy_kind(e.sub))
+                        let copy = e.as_copy();
+                        let (src, dst) = (names::memory_kind(copy.src), names::memory_kind(copy.dst));
+                        // One label a (kind, source, destination).
+                        let key = (copy.dst.0 as u64) << 16 | (copy.src.0 as u64) << 8 | copy.kind.0 as u64;
+                        let name = self.label(x, 1 << 32 | key, || {
+                            format!("Memcpy {} ({src} -> {dst})", names::memcpy_kind(copy.kind))
                         });
                         let args = [
                             corr,
-                            Arg::U(ann!("bytes"), e.a),
+                            Arg::U(ann!("bytes"), copy.bytes),
                             Arg::S(ann!("source"), src),
                             Arg::S(ann!("destination"), dst),
                         ];
@@ -229,25 +229,24 @@ impl ProcessState {
                         let bw = x.track(TrackKey::Counter(pid, CounterTrack::Bandwidth), || {
                             "Memcpy bandwidth (GB/s)".into()
                         })?;
-                        let gbps = if e.duration() == 0 { 0.0 } else { e.a as f64 / e.duration() as f64 };
+                        let gbps = if e.duration() == 0 { 0.0 } else { copy.bytes as f64 / e.duration() as f64 };
                         x.counter(bw, e.start, Counter::Double(gbps))?;
                         x.counter(bw, e.end.max(e.start), Counter::Double(0.0))?;
                     }
                     _ => {
-                        let name =
-                            self.label(x, 2 << 32 | e.sub as u64, || format!("Memset ({})", names::memory_kind(e.sub)));
-                        let args = [corr, Arg::U(ann!("bytes"), e.a)];
+                        let memset = e.as_memset();
+                        let name = self.label(x, 2 << 32 | memset.memory.0 as u64, || {
+                            format!("Memset ({})", names::memory_kind(memset.memory))
+                        });
+                        let args = [corr, Arg::U(ann!("bytes"), memset.bytes)];
                         x.slice(track, e.start, e.end, name, cat!("gpu_memset"), &args, None, term)?;
                     }
                 }
             }
             Some(EventKind::Range) => {
-                let track = if e.flags & FLAG_DEVICE != 0 {
-                    self.stream(x, e.device, e.stream)?
-                } else {
-                    self.thread(x, e.tid)?
-                };
-                let args = [Arg::S(ann!("domain"), self.string(e.c as u32))];
+                let range = e.as_range();
+                let track = if range.on_device { self.stream(x, e.device, e.stream)? } else { self.thread(x, e.tid)? };
+                let args = [Arg::S(ann!("domain"), self.string(range.category))];
                 let name = x.id_iid(pid, e.name, &self.strings);
                 x.slice(track, e.start, e.end, name, cat!("range"), &args, None, None)?;
             }
@@ -265,7 +264,8 @@ impl ProcessState {
             Some(EventKind::Sync) => {
                 let track = x.track(TrackKey::Async(pid, u32::MAX), || "CUDA synchronization".into())?;
                 let args = [Arg::U(ann!("stream"), e.stream as u64)];
-                let name = self.label(x, 3 << 32 | e.sub as u64, || names::sync_kind(e.sub).to_string());
+                let kind = e.as_sync().kind;
+                let name = self.label(x, 3 << 32 | kind as u64, || names::sync_kind(kind).to_string());
                 x.slice(track, e.start, e.end, name, cat!("sync"), &args, None, None)?;
             }
             _ => {}

@@ -41,12 +41,12 @@ impl Processes {
         })
     }
 
-    /// Adds `ev` to process `pid` with its name (and an NVTX domain in `c`) interned in the process's strings.
+    /// Adds `ev` to process `pid` with its name (and its annotation domain) interned in the process's strings.
     pub fn push(&mut self, pid: u32, mut ev: RawEvent, name: &str, domain: Option<&str>) {
         let (p, t) = self.process(pid);
         ev.name = t.id(p, name);
         if let Some(d) = domain {
-            ev.c = t.id(p, d) as u64;
+            ev.set_annotation_domain(t.id(p, d));
         }
         p.events.push(ev);
         self.held(1);

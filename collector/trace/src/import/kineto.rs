@@ -15,7 +15,10 @@ use super::kineto_document as document;
 use super::kineto_event::{Args, Event, Id};
 use crate::model::spool::{GpuSpill, Spool};
 use crate::model::trace::Trace;
-use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE, FLAG_GLOBAL};
+use cuflight_format::event::{LaunchConfig, MemKind};
+use cuflight_format::view::{
+    ApiCall, CopyKind, DeviceInfo, MemOp, Memcpy, MemoryKind, Memset, Nvtx, RangeRecord, SyncRecord,
+};
 use cuflight_format::{EventKind, RawEvent};
 use serde_json::Value;
 
@@ -211,8 +214,9 @@ impl Importer {
     /// An operator's arguments for a host range's `b`: the string id of their JSON text (`"Input Dims":...`,
     /// as the trace had them) in the low 32 bits, its "Sequence number" + 1 in the high ones. A text that is not
     /// JSON is dropped, so an export never writes what it was not given.
-    fn operator_args(&mut self, pid: u32, a: &Args<'_>) -> u64 {
-        let seq = a.sequence.filter(|s| (0..u32::MAX as i64).contains(s)).map_or(0, |s| (s as u64 + 1) << 32);
+    /// An operator's argument text (a string id of process `pid`; 0 none) and its sequence number + 1 (0 none).
+    fn operator_args(&mut self, pid: u32, a: &Args<'_>) -> (u32, u64) {
+        let seq = a.sequence.filter(|s| (0..u32::MAX as i64).contains(s)).map_or(0, |s| s as u64 + 1);
         let fields = [("Input Dims", a.input_dims), ("Input type", a.input_type), ("Call stack", a.call_stack)];
         let mut text = String::new();
         for (key, value) in fields {
@@ -229,7 +233,7 @@ impl Importer {
             }
         }
         if text.is_empty() {
-            return seq;
+            return (0, seq);
         }
         let (p, t) = self.host.process(pid);
         let id = match t.get(&text) {
@@ -237,7 +241,7 @@ impl Importer {
             None if serde_json::from_str::<serde::de::IgnoredAny>(&format!("{{{text}}}")).is_ok() => t.id(p, &text),
             None => 0,
         };
-        seq | id as u64
+        (id, seq)
     }
 
     fn add(&mut self, e: Event<'_>) {
@@ -316,7 +320,7 @@ impl Importer {
                     static_shared: u(a.shared_memory).unwrap_or(0) as u32,
                     dynamic_shared: 0,
                 };
-                (ev.a, ev.b, ev.c) = cfg.pack();
+                ev.set_launch_config(&cfg);
                 if let (Some(bps), Some(pct)) = (a.blocks_per_sm, a.occupancy_pct) {
                     self.kernel_figures.entry(ev.device).or_default().add(&cfg, bps, pct);
                 }
@@ -325,42 +329,49 @@ impl Importer {
             }
             (b"X", b"gpu_memcpy" | b"Memcpy") => {
                 let (kind, src, dst) = memcpy_kinds(&e.name);
-                ev.kind = EventKind::Memcpy as u8;
                 ev.tid = 0;
-                ev.sub = kind;
                 ev.device = u(a.device).unwrap_or(pid) as u32;
                 ev.stream = u(a.stream).unwrap_or(tid) as u32;
-                ev.a = u(a.bytes).unwrap_or(0);
-                ev.b = src as u64 | (dst as u64) << 8;
-                if a.is_async == Some(true) {
-                    ev.flags = FLAG_ASYNC;
-                }
+                let bytes = u(a.bytes).unwrap_or(0);
+                let (kind, src, dst) = (CopyKind(kind), MemoryKind(src), MemoryKind(dst));
+                ev.set_copy(Memcpy { kind, src, dst, bytes, is_async: a.is_async == Some(true) });
                 self.gpu_event(ev, (pid, tid));
             }
             (b"X", b"gpu_memset" | b"Memset") => {
-                ev.kind = EventKind::Memset as u8;
                 ev.tid = 0;
-                ev.sub = e.name.split_once('(').map_or(3, |(_, k)| memory_kind(k.trim_end_matches(')')));
+                let memory = e.name.split_once('(').map_or(3, |(_, k)| memory_kind(k.trim_end_matches(')')));
                 ev.device = u(a.device).unwrap_or(pid) as u32;
                 ev.stream = u(a.stream).unwrap_or(tid) as u32;
-                ev.a = u(a.bytes).unwrap_or(0);
+                ev.set_memset(Memset {
+                    memory: MemoryKind(memory),
+                    bytes: u(a.bytes).unwrap_or(0),
+                    value: 0,
+                    is_async: false,
+                });
                 self.gpu_event(ev, (pid, tid));
             }
             (b"X", b"gpu_user_annotation") => {
-                ev.flags = FLAG_DEVICE;
                 ev.tid = 0;
                 ev.device = pid as u32;
                 ev.stream = tid as u32;
                 ev.name = self.gpu_names.id(&e.name);
-                ev.c = self.gpu_names.id(cat_text()) as u64;
+                let category = self.gpu_names.id(cat_text());
+                ev.set_range(RangeRecord {
+                    category,
+                    on_device: true,
+                    external: 0,
+                    operator_text: 0,
+                    sequence_plus_one: 0,
+                });
                 self.gpu_event(ev, (pid, tid));
             }
             (b"X", b"cuda_runtime" | b"Runtime" | b"cuda_driver" | b"Driver") => {
-                ev.kind = EventKind::Api as u8;
-                ev.sub = if cat_text().contains("river") { API_DRIVER } else { API_RUNTIME };
-                ev.a = u(a.cbid).unwrap_or(0);
-                ev.c = u(a.external_id).unwrap_or(0); // see RawEvent's use by kind: an API call's `c`
-                ev.b = u(a.return_code).unwrap_or(0);
+                ev.set_api(ApiCall {
+                    runtime: !cat_text().contains("river"),
+                    cbid: u(a.cbid).unwrap_or(0) as u32,
+                    result: u(a.return_code).unwrap_or(0),
+                    external: u(a.external_id).unwrap_or(0),
+                });
                 self.return_codes_seen |= a.return_code.is_some();
                 if corr != 0 {
                     self.correlation_pid.insert(corr, pid as u32);
@@ -374,10 +385,9 @@ impl Importer {
                 self.host_event(pid as u32, ev, &e.name, None);
             }
             (b"X", b"cuda_sync") => {
-                ev.kind = EventKind::Sync as u8;
                 ev.tid = 0;
                 let kind = a.cuda_sync_kind.as_deref().unwrap_or(&e.name);
-                ev.sub = crate::model::names::sync_kind_from_name(kind);
+                ev.set_sync(SyncRecord { kind: crate::model::names::sync_kind_from_name(kind), event: 0 });
                 ev.device = u(a.device).unwrap_or(pid) as u32;
                 ev.stream = a.stream.unwrap_or(tid as i64) as u32;
                 self.gpu_event(ev, (pid, tid));
@@ -388,20 +398,21 @@ impl Importer {
                 }
                 // cuflight's own exports keep the NVTX domain in args; Kineto's user annotations have none.
                 let domain = a.domain.as_deref().unwrap_or(if cat.is_empty() { "other" } else { cat_text() });
-                ev.a = u(a.external_id).unwrap_or(0); // a host range's `a`
-                ev.b = self.operator_args(pid as u32, a);
+                let (operator_text, sequence_plus_one) = self.operator_args(pid as u32, a);
+                let external = u(a.external_id).unwrap_or(0);
+                // The category is the domain, interned with the name below.
+                ev.set_range(RangeRecord { category: 0, on_device: false, external, operator_text, sequence_plus_one });
                 self.host_event(pid as u32, ev, &e.name, Some(domain));
             }
             (_, _) if e.name == "[memory]" => {
                 // torch.profiler memory events: Bytes < 0 frees; Device Type 1 is CUDA.
                 let bytes = a.signed_bytes.unwrap_or(0);
                 let device = a.device_type.unwrap_or(0) == 1;
-                ev.kind = if bytes >= 0 { EventKind::Alloc } else { EventKind::Free } as u8;
+                let kind = if bytes >= 0 { EventKind::Alloc } else { EventKind::Free };
                 self.memory_seen = true;
                 ev.end = start;
-                ev.sub = if device { MemKind::Device } else { MemKind::PinnedHost } as u8;
-                ev.a = u(a.addr).unwrap_or(0);
-                ev.b = bytes.unsigned_abs();
+                let memory = Some(if device { MemKind::Device } else { MemKind::PinnedHost });
+                ev.set_mem_op(kind, MemOp { memory, address: u(a.addr).unwrap_or(0), bytes: bytes.unsigned_abs() });
                 ev.device = u(a.device_id).unwrap_or(0) as u32;
                 // Host-side allocator events are CPU memory: keep device ones, and pinned memory cuflight marked.
                 let pinned = a.pinned == Some(true);
@@ -415,7 +426,7 @@ impl Importer {
                 let domain = a.domain.as_deref().unwrap_or(if cat.is_empty() { "instant" } else { cat_text() });
                 if e.scope.as_ref() == b"g" {
                     // Trace-wide ("Iteration Start", "Record Window End"): its pid is a label, not a process.
-                    ev.flags = FLAG_GLOBAL;
+                    ev.set_nvtx(EventKind::NvtxMark, Nvtx { global: true, ..Nvtx::default() });
                     ev.tid = 0;
                     self.globals.push((ev, e.name.to_string(), domain.to_string()));
                 } else {
@@ -459,8 +470,9 @@ impl Importer {
                 let (p, t) = this.host.process(pid);
                 let mut to_local = |id: u32| *local.entry((pid, id)).or_insert_with(|| t.id(p, names.name(id)));
                 ev.name = to_local(ev.name);
-                if ev.flags & FLAG_DEVICE != 0 && ev.c != 0 {
-                    ev.c = to_local(ev.c as u32) as u64;
+                let range = ev.as_range();
+                if ev.kind() == Some(EventKind::Range) && range.on_device && range.category != 0 {
+                    ev.set_annotation_domain(to_local(range.category));
                 }
                 p.events.push(ev);
             }
@@ -475,7 +487,7 @@ impl Importer {
         for (pid, tid, name) in std::mem::take(&mut self.thread_names) {
             if let Some((p, t)) = self.host.host.get_mut(&pid) {
                 let mut ev = RawEvent::new(EventKind::ThreadName, tid, 0, 0);
-                ev.a = tid as u64;
+                ev.set_named_thread(tid as u64);
                 ev.name = t.id(p, &name);
                 p.events.push(ev);
             }
@@ -488,11 +500,13 @@ impl Importer {
             for d in devices {
                 let mut ev = RawEvent::new(EventKind::Device, 0, 0, 0);
                 ev.device = d.id;
-                ev.stream = self.driver_version;
                 ev.name = t.id(p, &d.name);
-                ev.a = d.memory;
-                ev.b = (d.capability.0 as u64) << 8 | d.capability.1 as u64;
-                ev.c = d.sms;
+                ev.set_device(DeviceInfo {
+                    memory_bytes: d.memory,
+                    compute_capability: d.capability,
+                    multiprocessors: d.sms,
+                    driver_version: self.driver_version,
+                });
                 p.events.push(ev);
             }
         }

@@ -1,13 +1,13 @@
 //! torch.profiler's Python stacks (`with_stack=True`: a `python_function` event per Python call, nested per
 //! thread) turned into cuflight's own: every CUDA call the agent would read a stack at (synchronisations, copies,
-//! allocations, launches: [`python_stacks`]) gets the functions enclosing it on its thread as
+//! allocations, launches: [`CallEffects::python_stacks`]) gets the functions enclosing it on its thread as
 //! [`EventKind::PyFrame`] events, innermost first, marked [`PYFRAME_IMPORTED`]. Stats, report and Perfetto then
 //! name source lines for an imported trace as for a recorded one.
 
 use super::builder::Processes;
 use crate::model::trace::{Process, StringTable};
-use cuflight_format::event::{PYFRAME_IMPORTED, PYFRAME_TRUNCATED};
-use cuflight_format::tracing::{python_stacks, PythonStacks};
+use cuflight_format::calls::{CallEffects, PythonStacks};
+use cuflight_format::view::PyFrameRecord;
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::FxHashMap;
 
@@ -52,7 +52,7 @@ pub struct PyCall {
 
 /// Whether the agent would read a stack at the call named `name`.
 pub fn wants_stack(name: &str) -> bool {
-    python_stacks(name) != PythonStacks::None
+    CallEffects::of(name).python_stacks() != PythonStacks::None
 }
 
 /// The frames of each call in `calls` from `ranges` (one process's): `frame(call, depth, range name, truncated)`
@@ -91,10 +91,8 @@ pub fn frame_event(
     });
     let at = call.start.saturating_sub(1);
     let mut f = RawEvent::new(EventKind::PyFrame, call.tid, at, at);
-    f.correlation = call.correlation;
-    f.device = depth;
-    (f.name, f.c, f.a) = (func, file as u64, line as u64);
-    f.sub = PYFRAME_IMPORTED | if truncated { PYFRAME_TRUNCATED } else { 0 };
+    (f.correlation, f.name) = (call.correlation, func);
+    f.set_py_frame(PyFrameRecord { depth, file, line, truncated, of_main_thread: false, imported: true, read_ns: 0 });
     f
 }
 
@@ -244,7 +242,11 @@ mod tests {
         let (mut p, mut t, mut cache) = (Process::default(), StringTable::default(), FxHashMap::default());
         let c = call(1, 25, 1);
         let f = frame_event(&mut p, &mut t, &mut cache, (&c, 2, false), (1, names[1]));
-        assert_eq!((f.start, f.device, f.correlation, f.sub, f.a), (24, 2, 1, PYFRAME_IMPORTED, 10));
-        assert_eq!((p.string(f.name), p.string(f.c as u32)), ("main", "train.py"));
+        let frame = f.as_py_frame();
+        assert_eq!(
+            (f.start, frame.depth, f.correlation, frame.imported, frame.truncated, frame.line),
+            (24, 2, 1, true, false, 10)
+        );
+        assert_eq!((p.string(f.name), p.string(frame.file)), ("main", "train.py"));
     }
 }

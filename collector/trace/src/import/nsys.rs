@@ -10,7 +10,8 @@
 use super::builder::Processes;
 use crate::model::spool::Spool;
 use crate::model::trace::Trace;
-use cuflight_format::event::{LaunchConfig, MemKind, API_DRIVER, API_RUNTIME};
+use cuflight_format::event::{LaunchConfig, MemKind};
+use cuflight_format::view::{ApiCall, CopyKind, DeviceInfo, MemOp, Memcpy, MemoryKind, Memset, SyncRecord};
 use cuflight_format::{EventKind, RawEvent};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
@@ -144,14 +145,13 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
     db.strings = strings;
     let mut b = Processes::new(spooling);
 
-    for (table, sub) in [("CUPTI_ACTIVITY_KIND_RUNTIME", API_RUNTIME), ("CUPTI_ACTIVITY_KIND_DRIVER", API_DRIVER)] {
+    for (table, runtime) in [("CUPTI_ACTIVITY_KIND_RUNTIME", true), ("CUPTI_ACTIVITY_KIND_DRIVER", false)] {
         let cols = ["start", "end", "globalTid", "correlationId", "nameId", "returnValue"];
         db.each(table, &cols, "", |r| {
             let g = r.int(2);
-            let mut ev = RawEvent::new(EventKind::Api, tid_of(g), r.ns(0), r.ns(1));
-            ev.sub = sub;
+            let call = ApiCall { runtime, cbid: 0, result: r.int(5) as u64, external: 0 };
+            let mut ev = RawEvent::api_call(tid_of(g), r.ns(0), r.ns(1), call);
             ev.correlation = r.int(3) as u32;
-            ev.b = r.int(5) as u64;
             b.push(pid_of(g), ev, strip_version(db.string(r.int(4))), None);
         })
         .map_err(sql)?;
@@ -182,7 +182,7 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
             static_shared: d(14),
             dynamic_shared: d(15),
         };
-        (ev.a, ev.b, ev.c) = cfg.pack();
+        ev.set_launch_config(&cfg);
         let (pid, name, mangled) = (pid_of(r.int(5)), db.string(r.int(6)), db.string(r.int(16)));
         if !mangled.is_empty() && mangled != name {
             let (p, t) = b.process(pid);
@@ -195,18 +195,21 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
     let mcols = gpu_cols(&["bytes", "copyKind", "srcKind", "dstKind"]);
     db.each("CUPTI_ACTIVITY_KIND_MEMCPY", &mcols, "", |r| {
         let mut ev = gpu_event(r, EventKind::Memcpy);
-        ev.a = r.ns(6);
-        ev.sub = r.int(7) as u8;
-        ev.b = mem_kind(r.int(8)) | mem_kind(r.int(9)) << 8;
+        let (src, dst) = (MemoryKind(mem_kind(r.int(8)) as u8), MemoryKind(mem_kind(r.int(9)) as u8));
+        // The export's copies say nothing of the call's asynchrony.
+        ev.set_copy(Memcpy { kind: CopyKind(r.int(7) as u8), src, dst, bytes: r.ns(6), is_async: false });
         b.push(pid_of(r.int(5)), ev, "", None);
     })
     .map_err(sql)?;
     let scols = gpu_cols(&["bytes", "memKind", "value"]);
     db.each("CUPTI_ACTIVITY_KIND_MEMSET", &scols, "", |r| {
         let mut ev = gpu_event(r, EventKind::Memset);
-        ev.a = r.ns(6);
-        ev.sub = mem_kind(r.int(7)) as u8;
-        ev.b = r.int(8) as u64;
+        ev.set_memset(Memset {
+            memory: MemoryKind(mem_kind(r.int(7)) as u8),
+            bytes: r.ns(6),
+            value: r.int(8) as u64,
+            is_async: false,
+        });
         b.push(pid_of(r.int(5)), ev, "", None);
     })
     .map_err(sql)?;
@@ -214,8 +217,7 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
     db.each("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", &ycols, "", |r| {
         let mut ev = RawEvent::new(EventKind::Sync, 0, r.ns(0), r.ns(1));
         (ev.stream, ev.correlation) = (r.int(2) as u32, r.int(3) as u32);
-        ev.sub = r.int(5) as u8;
-        ev.a = r.int(6) as u64;
+        ev.set_sync(SyncRecord { kind: r.int(5) as u8, event: r.int(6) as u64 });
         b.push(pid_of(r.int(4)), ev, "", None);
     })
     .map_err(sql)?;
@@ -239,8 +241,8 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
             _ => return,
         };
         let mut ev = RawEvent::new(kind, 0, r.ns(0), r.ns(0));
-        ev.sub = memory as u8;
-        (ev.device, ev.a, ev.b, ev.correlation) = (r.int(2) as u32, r.int(3) as u64, r.ns(4), r.int(7) as u32);
+        ev.set_mem_op(kind, MemOp { memory: Some(memory), address: r.int(3) as u64, bytes: r.ns(4) });
+        (ev.device, ev.correlation) = (r.int(2) as u32, r.int(7) as u32);
         b.push(pid_of(r.int(1)), ev, "", None);
     })
     .map_err(sql)?;
@@ -254,7 +256,7 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
         let g = r.int(1);
         if b.host.contains_key(&pid_of(g)) {
             let mut ev = RawEvent::new(EventKind::ThreadName, tid_of(g), 0, 0);
-            ev.a = tid_of(g) as u64;
+            ev.set_named_thread(tid_of(g) as u64);
             b.push(pid_of(g), ev, db.string(r.int(0)), None);
         }
     })
@@ -265,10 +267,12 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
         db.each("TARGET_INFO_GPU", &cols, "", |r| {
             let mut ev = RawEvent::new(EventKind::Device, 0, 0, 0);
             ev.device = r.int(0) as u32;
-            ev.a = r.ns(2);
-            ev.c = r.ns(3);
-            ev.b = r.ns(4) << 8 | r.ns(5);
-            ev.stream = run.driver_version;
+            ev.set_device(DeviceInfo {
+                memory_bytes: r.ns(2),
+                compute_capability: (r.ns(4) as u32, r.ns(5) as u32),
+                multiprocessors: r.ns(3),
+                driver_version: run.driver_version,
+            });
             b.push(first, ev, r.text(1).unwrap_or("GPU"), None);
         })
         .map_err(sql)?;

@@ -113,18 +113,18 @@ impl Cut {
             }
             Some(EventKind::NvtxPush) => {
                 let fate = self.open(key, e, at, emit);
-                self.pushes.entry((key, e.tid, e.c)).or_default().push(fate);
+                self.pushes.entry((key, e.tid, e.as_nvtx().domain)).or_default().push(fate);
             }
             Some(EventKind::NvtxPop) => {
-                let fate = self.pushes.get_mut(&(key, e.tid, e.c)).and_then(Vec::pop);
+                let fate = self.pushes.get_mut(&(key, e.tid, e.as_nvtx().domain)).and_then(Vec::pop);
                 self.close(key, e, fate, at, emit);
             }
             Some(EventKind::NvtxStart) => {
                 let fate = self.open(key, e, at, emit);
-                self.starts.insert((key, e.a), fate);
+                self.starts.insert((key, e.as_nvtx().id), fate);
             }
             Some(EventKind::NvtxEnd) => {
-                let fate = self.starts.remove(&(key, e.a));
+                let fate = self.starts.remove(&(key, e.as_nvtx().id));
                 self.close(key, e, fate, at, emit);
             }
             Some(EventKind::Alloc | EventKind::Free) => {
@@ -135,7 +135,7 @@ impl Cut {
                         emit(key, e);
                     }
                     Place::Before(_) => {
-                        self.touched.insert((key, e.a), *e);
+                        self.touched.insert((key, e.as_mem_op().address), *e);
                     }
                     Place::After => {}
                 }
@@ -226,12 +226,9 @@ impl Cut {
                     std::cmp::Ordering::Greater => (EventKind::Alloc, now - shown),
                     std::cmp::Ordering::Less => (EventKind::Free, shown - now),
                 };
-                let e = RawEvent {
-                    sub: kind as u8,
-                    device: last.device,
-                    b: bytes,
-                    ..RawEvent::new(change, last.tid, at, at)
-                };
+                let mut e = RawEvent::new(change, last.tid, at, at);
+                e.device = last.device;
+                e.set_mem_op(change, cuflight_format::view::MemOp { memory: Some(kind), address: 0, bytes });
                 drawn.apply(key, &e);
                 emit(key, &e);
             }

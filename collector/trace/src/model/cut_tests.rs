@@ -106,7 +106,7 @@ fn nvtx_ranges_are_kept_whole_or_not_at_all() {
         async_range(EventKind::NvtxEnd, 30, 1),
         async_range(EventKind::NvtxEnd, 250, 2),
     ];
-    let kept: Vec<u64> = cut(&[(100, 200)], &events).iter().map(|e| e.a).collect();
+    let kept: Vec<u64> = cut(&[(100, 200)], &events).iter().map(|e| e.as_nvtx().id).collect();
     assert_eq!(kept, [2, 2]);
 }
 

@@ -1,6 +1,6 @@
 //! The launch↔work join, the one every analysis and export uses, for one process's events in time order.
 //!
-//! An API call that can queue device work ([`crate::model::names::api_queues_work`]) waits, by correlation id, for
+//! An API call that can queue device work ([`CallEffects::queues_work`]) waits, by correlation id, for
 //! the kernels, copies and memsets that carry its id. A call starts before its work, so a time-ordered stream never
 //! looks back. The first call with an id is the launch: CUPTI gives the runtime call and the driver call it makes
 //! the same id, and the runtime call is the one the program made. Every piece of work with the id joins it (a
@@ -15,6 +15,7 @@
 //! one whole. What is kept is bounded by the launch rate, never by the trace.
 
 use crate::model::trace::Process;
+use cuflight_format::calls::CallEffects;
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::FxHashMap;
 
@@ -87,8 +88,7 @@ impl LaunchJoin {
         if e.kind() != Some(EventKind::Api) || e.correlation == 0 {
             return false;
         }
-        let queues =
-            *self.queues_work.entry(e.name).or_insert_with(|| crate::model::names::api_queues_work(p.string(e.name)));
+        let queues = *self.queues_work.entry(e.name).or_insert_with(|| CallEffects::of(p.string(e.name)).queues_work());
         if !queues {
             return false;
         }
@@ -103,7 +103,7 @@ impl LaunchJoin {
             self.grow();
             at = e.correlation as usize % self.slots.len();
         }
-        let call = Call { start: e.start, end: e.end, tid: e.tid, external: e.c, name: e.name };
+        let call = Call { start: e.start, end: e.end, tid: e.tid, external: e.as_api().external, name: e.name };
         let taken = std::mem::replace(&mut self.slots[at], Slot { correlation: e.correlation, joined: false, call });
         if taken.correlation != 0 && !taken.joined && taken.call.start.saturating_add(LAUNCH_HORIZON_NS) > e.start {
             if e.start >= self.since.saturating_add(LAUNCH_HORIZON_NS / 2) {

@@ -10,7 +10,6 @@
 //! - an allocation decides its block's kind; a free of an unknown block counts by its own kind; an unknown kind
 //!   (only hostile input has one) counts as device memory.
 
-use cuflight_format::event::MemKind;
 use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::FxHashMap;
 
@@ -33,7 +32,7 @@ pub struct LiveMemory {
 }
 
 pub fn is_device(e: &RawEvent) -> bool {
-    MemKind::from_u8(e.sub).is_none_or(MemKind::is_device)
+    e.as_mem_op().on_device()
 }
 
 impl LiveMemory {
@@ -41,20 +40,23 @@ impl LiveMemory {
     pub fn apply(&mut self, pid: u32, e: &RawEvent) -> Option<Change> {
         match e.kind()? {
             EventKind::Alloc => {
-                let device = is_device(e);
-                if e.a != 0 {
-                    if let Some((old, old_device)) = self.blocks.insert((pid, e.a), (e.b, device)) {
+                let op = e.as_mem_op();
+                let device = op.on_device();
+                if op.address != 0 {
+                    if let Some((old, old_device)) = self.blocks.insert((pid, op.address), (op.bytes, device)) {
                         *self.bucket(old_device) = self.bucket(old_device).saturating_sub(old);
                     }
                 }
                 let live = self.bucket(device);
-                *live = live.saturating_add(e.b);
-                Some(Change { device, delta: e.b.min(i64::MAX as u64) as i64, live: *live })
+                *live = live.saturating_add(op.bytes);
+                Some(Change { device, delta: op.bytes.min(i64::MAX as u64) as i64, live: *live })
             }
             EventKind::Free => {
-                let (bytes, device) = match (e.a != 0).then(|| self.blocks.remove(&(pid, e.a))).flatten() {
+                let op = e.as_mem_op();
+                let (bytes, device) = match (op.address != 0).then(|| self.blocks.remove(&(pid, op.address))).flatten()
+                {
                     Some(block) => block,
-                    None => (e.b, is_device(e)),
+                    None => (op.bytes, op.on_device()),
                 };
                 let live = self.bucket(device);
                 let removed = bytes.min(*live);
@@ -92,9 +94,10 @@ impl LiveMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cuflight_format::event::MemKind;
 
     fn mem(kind: EventKind, t: u64, addr: u64, bytes: u64) -> RawEvent {
-        RawEvent { sub: MemKind::Device as u8, a: addr, b: bytes, ..RawEvent::new(kind, 1, t, t) }
+        RawEvent::mem_op(kind == EventKind::Free, 1, t, MemKind::Device, addr, bytes)
     }
 
     #[test]
@@ -135,7 +138,7 @@ mod tests {
         m.apply(1, &mem(EventKind::Alloc, 4, 0x300, 8));
         assert_eq!(m.device(), 8);
         // Pinned memory is its own bucket, decided by the allocation.
-        let pinned = RawEvent { sub: MemKind::PinnedHost as u8, ..mem(EventKind::Alloc, 5, 0x400, 4) };
+        let pinned = RawEvent::mem_op(false, 1, 5, MemKind::PinnedHost, 0x400, 4);
         m.apply(1, &pinned);
         assert_eq!((m.device(), m.pinned()), (8, 4));
         assert!(!m.apply(1, &mem(EventKind::Free, 6, 0x400, 0)).unwrap().device, "the allocation decides the kind");

@@ -1,5 +1,7 @@
 //! Human names for CUPTI enumerations and kernel symbols that appear in events.
 
+use cuflight_format::view::{CopyKind, MemoryKind};
+
 /// The readable form of a mangled (Itanium C++ ABI, `_Z...`) kernel name, as CUPTI reports them; None for names
 /// that are not mangled (C kernels, `extern "C"` cuBLAS kernels such as `sm90_xmma_gemm_...`, Kineto's names,
 /// which torch.profiler already demangled) or that do not demangle.
@@ -86,73 +88,9 @@ fn matching_paren(bytes: &[u8], open: usize) -> usize {
     bytes.len()
 }
 
-/// A CUDA API call that can queue device work (kernel launches, graph launches, copies, memsets), by its name
-/// in any dialect we read: runtime and driver (`cudaLaunchKernel`, `cuLaunchKernel_ptsz`, `cuMemcpyHtoDAsync_v2`,
-/// `cudaGraphLaunch`), nsys' and Kineto's spellings alike. Flows from launches to their work start only here.
-/// The one rule: flows, held launches and stats' per-range accounting all use it. A host function
-/// (`cudaLaunchHostFunc`) runs on the CPU and leaves no device record, so it queues no device work here.
-pub fn api_queues_work(name: &str) -> bool {
-    let launch = name.contains("Launch") && !name.contains("HostFunc");
-    launch || ["Memcpy", "Memset", "memcpy", "memset"].iter().any(|k| name.contains(k))
-}
-
-/// A CUDA API call that only reads state (the current device or context, the last error, attributes, versions,
-/// capture status): it neither queues work nor waits for the GPU. PyTorch makes hundreds a step (`cudaGetDevice`
-/// about 600 per training step on an H100 run), so analyses of what the GPU waits for treat the time in them as the
-/// host's own: otherwise the sync before them would lose its blame to a `cudaGetDevice`.
-pub fn api_is_query(name: &str) -> bool {
-    const QUERIES: &[&str] = &[
-        "cudaGetDevice",
-        "cudaGetDeviceCount",
-        "cudaGetDeviceProperties",
-        "cudaDeviceGetAttribute",
-        "cudaDeviceGetStreamPriorityRange",
-        "cudaGetLastError",
-        "cudaPeekAtLastError",
-        "cudaDriverGetVersion",
-        "cudaRuntimeGetVersion",
-        "cudaPointerGetAttributes",
-        "cudaFuncGetAttributes",
-        "cudaStreamIsCapturing",
-        "cudaStreamGetCaptureInfo",
-        "cudaStreamGetPriority",
-        "cudaThreadExchangeStreamCaptureMode",
-        "cuCtxGetCurrent",
-        "cuCtxGetDevice",
-        "cuCtxGetStreamPriorityRange",
-        "cuDeviceGet",
-        "cuDeviceGetCount",
-        "cuDeviceGetAttribute",
-        "cuDriverGetVersion",
-        "cuPointerGetAttribute",
-        "cuPointerGetAttributes",
-        "cuStreamIsCapturing",
-        "cuStreamGetCaptureInfo",
-        "cuFuncGetAttribute",
-        "cuGetErrorName",
-        "cuGetErrorString",
-    ];
-    // CUPTI's and nsys' spellings carry suffixes: `_v2`, `_v3020`, `_ptsz`, `_ptds`.
-    let mut base = name;
-    for suffix in ["_ptsz", "_ptds"] {
-        base = base.strip_suffix(suffix).unwrap_or(base);
-    }
-    if let Some((b, v)) = base.rsplit_once("_v") {
-        if !v.is_empty() && v.bytes().all(|c| c.is_ascii_digit()) {
-            base = b;
-        }
-    }
-    QUERIES.contains(&base)
-}
-
-/// A CUDA API call that launches a kernel (not a graph, copy or memset).
-pub fn api_launches_kernel(name: &str) -> bool {
-    name.contains("LaunchKernel") || name.contains("LaunchCooperativeKernel")
-}
-
 /// CUPTI memcpy kind → short name.
-pub fn memcpy_kind(k: u8) -> &'static str {
-    match k {
+pub fn memcpy_kind(k: CopyKind) -> &'static str {
+    match k.0 {
         1 => "HtoD",
         2 => "DtoH",
         3 => "HtoA",
@@ -168,8 +106,8 @@ pub fn memcpy_kind(k: u8) -> &'static str {
 }
 
 /// CUPTI memory kind → short name.
-pub fn memory_kind(k: u8) -> &'static str {
-    match k {
+pub fn memory_kind(k: MemoryKind) -> &'static str {
+    match k.0 {
         1 => "pageable",
         2 => "pinned",
         3 => "device",
@@ -182,8 +120,8 @@ pub fn memory_kind(k: u8) -> &'static str {
 }
 
 /// CUPTI memory kind → the label `nsys stats` prints (its ENUM_CUDA_MEM_KIND).
-pub fn memory_kind_label(k: u8) -> &'static str {
-    match k {
+pub fn memory_kind_label(k: MemoryKind) -> &'static str {
+    match k.0 {
         1 => "Pageable",
         2 => "Pinned",
         3 => "Device",
@@ -291,7 +229,7 @@ pub fn is_tensorboard_loader(name: &str) -> bool {
 }
 
 /// A copy kind as `nsys stats` names the operation ("[CUDA memcpy Host-to-Device]").
-pub fn memcpy_operation(kind: u8) -> &'static str {
+pub fn memcpy_operation(kind: CopyKind) -> &'static str {
     match memcpy_kind(kind) {
         "HtoD" => "[CUDA memcpy Host-to-Device]",
         "DtoH" => "[CUDA memcpy Device-to-Host]",
@@ -337,24 +275,6 @@ mod tests {
             ("(", "("),
         ] {
             assert_eq!(kernel_base_name(name), base, "{name}");
-        }
-    }
-
-    #[test]
-    fn state_queries_in_every_spelling() {
-        for q in [
-            "cudaGetDevice",
-            "cudaGetLastError",
-            "cuCtxGetCurrent",
-            "cudaStreamGetCaptureInfo_v2",
-            "cuDeviceGetAttribute_ptsz",
-            "cudaGetDevice_v3020",
-        ] {
-            assert!(api_is_query(q), "{q}");
-        }
-        for c in ["cudaLaunchKernel", "cudaStreamSynchronize", "cudaGetDeviceFlags_foo", "cudaMalloc", "cudaGetDevices"]
-        {
-            assert!(!api_is_query(c), "{c}");
         }
     }
 

@@ -49,15 +49,16 @@ impl StackJoin {
             }
             Some(EventKind::PyFrame) => {
                 self.seen = true;
+                let frame = e.as_py_frame();
                 let p = self.by_thread.entry(e.tid).or_default();
-                if e.device == 0 || p.correlation != e.correlation {
+                if frame.depth == 0 || p.correlation != e.correlation {
                     p.correlation = e.correlation;
                     p.frames.clear();
-                    p.borrowed = e.sub & cuflight_format::event::PYFRAME_OF_MAIN_THREAD != 0;
+                    p.borrowed = frame.of_main_thread;
                 }
                 // Frames come innermost first, one per depth; anything else is not this stack's.
-                if e.device as usize == p.frames.len() && p.frames.len() < 64 {
-                    p.frames.push(PyFrame { file: e.c as u32, func: e.name, line: e.a as u32 });
+                if frame.depth as usize == p.frames.len() && p.frames.len() < 64 {
+                    p.frames.push(PyFrame { file: frame.file, func: e.name, line: frame.line });
                 }
             }
             _ => {}

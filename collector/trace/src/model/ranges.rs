@@ -34,8 +34,9 @@ pub enum Payload {
 impl Payload {
     /// The payload of an NVTX push, start or mark event (see `EventKind::NvtxPush`).
     pub fn of(e: &RawEvent) -> Option<Payload> {
-        let bits = e.device as u64 | (e.stream as u64) << 32;
-        Some(match e.sub {
+        let nvtx = e.as_nvtx();
+        let bits = nvtx.payload_bits;
+        Some(match nvtx.payload_type {
             1 => Payload::Unsigned(bits),
             2 => Payload::Signed(bits as i64),
             3 => Payload::Float(f64::from_bits(bits)),
@@ -70,34 +71,39 @@ impl Pairer {
     pub fn feed(&mut self, e: &RawEvent) -> Option<Range> {
         match e.kind()? {
             EventKind::NvtxPush => {
-                self.stacks.entry((e.tid, e.c)).or_default().push((e.start, e.name, Payload::of(e)));
+                let domain = e.as_nvtx().domain;
+                self.stacks.entry((e.tid, domain)).or_default().push((e.start, e.name, Payload::of(e)));
                 None
             }
             EventKind::NvtxPop => {
-                let (start, name, payload) = self.stacks.get_mut(&(e.tid, e.c))?.pop()?;
-                Some(Range { start, end: e.start, name, domain: e.c, tid: e.tid, async_range: false, payload })
+                let domain = e.as_nvtx().domain;
+                let (start, name, payload) = self.stacks.get_mut(&(e.tid, domain))?.pop()?;
+                Some(Range { start, end: e.start, name, domain, tid: e.tid, async_range: false, payload })
             }
-            EventKind::NvtxStart => match self.early_ends.remove(&e.a) {
-                Some(end) => Some(Range {
-                    start: e.start,
-                    end: end.max(e.start),
-                    name: e.name,
-                    domain: e.c,
-                    tid: e.tid,
-                    async_range: true,
-                    payload: Payload::of(e),
-                }),
-                None => {
-                    self.open.insert(e.a, (e.start, e.name, e.c, e.tid, Payload::of(e)));
-                    None
+            EventKind::NvtxStart => {
+                let nvtx = e.as_nvtx();
+                match self.early_ends.remove(&nvtx.id) {
+                    Some(end) => Some(Range {
+                        start: e.start,
+                        end: end.max(e.start),
+                        name: e.name,
+                        domain: nvtx.domain,
+                        tid: e.tid,
+                        async_range: true,
+                        payload: Payload::of(e),
+                    }),
+                    None => {
+                        self.open.insert(nvtx.id, (e.start, e.name, nvtx.domain, e.tid, Payload::of(e)));
+                        None
+                    }
                 }
-            },
-            EventKind::NvtxEnd => match self.open.remove(&e.a) {
+            }
+            EventKind::NvtxEnd => match self.open.remove(&e.as_nvtx().id) {
                 Some((start, name, domain, tid, payload)) => {
                     Some(Range { start, end: e.start.max(start), name, domain, tid, async_range: true, payload })
                 }
                 None => {
-                    self.early_ends.insert(e.a, e.start);
+                    self.early_ends.insert(e.as_nvtx().id, e.start);
                     None
                 }
             },

@@ -135,7 +135,7 @@ impl Process {
         self.events
             .iter()
             .filter(|e| e.kind() == Some(EventKind::Api) && e.correlation != 0 && !with_kernel.contains(&e.correlation))
-            .filter(|e| crate::model::names::api_launches_kernel(self.string(e.name)))
+            .filter(|e| cuflight_format::calls::CallEffects::of(self.string(e.name)).launches_kernel())
             .count() as u64
     }
 }

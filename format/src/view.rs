@@ -1,0 +1,638 @@
+//! The typed view of a [`RawEvent`]: what its generic fields (`a`, `b`, `c`, `sub`, `flags`) mean for its kind,
+//! decoded in one place. Readers above `format` call these instead of reading the fields, so a change of layout
+//! touches this file and [`crate::event`] only, and the code says `copy.bytes` where it once said `e.a`.
+//!
+//! Each view is a small `Copy` struct made from the event on demand (a few shifts: free next to reading the event);
+//! the accessors do not check the kind, which callers have matched already, as they do today.
+//!
+//! ```
+//! use cuflight_format::{EventKind, RawEvent};
+//! use cuflight_format::view::{CopyKind, MemoryKind};
+//! let e = RawEvent::copy(0, 10, 20, CopyKind::DTOH, MemoryKind::DEVICE, MemoryKind::PAGEABLE, 4096, true);
+//! let copy = e.as_copy();
+//! assert_eq!((copy.kind, copy.bytes, copy.dst), (CopyKind::DTOH, 4096, MemoryKind::PAGEABLE));
+//! assert!(copy.blocks_host());
+//! ```
+
+use crate::event::{
+    LaunchConfig, MemKind, RawEvent, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE, FLAG_GLOBAL, PYFRAME_IMPORTED,
+    PYFRAME_OF_MAIN_THREAD, PYFRAME_TRUNCATED,
+};
+use crate::EventKind;
+
+/// CUPTI's memcpy kind (`CUpti_ActivityMemcpyKind`), as a copy's `sub` holds it. Unknown values are kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CopyKind(pub u8);
+
+impl CopyKind {
+    pub const HTOD: CopyKind = CopyKind(1);
+    pub const DTOH: CopyKind = CopyKind(2);
+    pub const DTOD: CopyKind = CopyKind(8);
+    pub const HTOH: CopyKind = CopyKind(9);
+    pub const PTOP: CopyKind = CopyKind(10);
+}
+
+/// CUPTI's memory kind (`CUpti_ActivityMemoryKind`: 1 pageable, 2 pinned, 3 device, 4 array, 5 managed, 6 device
+/// static, 7 managed static). Unknown values are kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MemoryKind(pub u8);
+
+impl MemoryKind {
+    pub const PAGEABLE: MemoryKind = MemoryKind(1);
+    pub const PINNED: MemoryKind = MemoryKind(2);
+    pub const DEVICE: MemoryKind = MemoryKind(3);
+}
+
+/// An [`EventKind::Api`] call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ApiCall {
+    /// A runtime call (false: a driver call).
+    pub runtime: bool,
+    /// CUPTI's callback id in its domain (0 where an import did not say).
+    pub cbid: u32,
+    /// The call's return code (`cudaError_t` or `CUresult`; 0 success) as the trace holds it: see [`ApiCall::code`].
+    pub result: u64,
+    /// The operator that made it (Kineto's `External id`; 0 none).
+    pub external: u64,
+}
+
+impl ApiCall {
+    /// The return code as CUDA's enums hold it (a trace's larger value saturates to u32::MAX).
+    pub fn code(&self) -> u32 {
+        u32::try_from(self.result).unwrap_or(u32::MAX)
+    }
+    pub fn failed(&self) -> bool {
+        self.result != 0
+    }
+}
+
+/// An [`EventKind::Memcpy`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Memcpy {
+    pub kind: CopyKind,
+    pub src: MemoryKind,
+    pub dst: MemoryKind,
+    pub bytes: u64,
+    /// Issued with an `*Async` call.
+    pub is_async: bool,
+}
+
+impl Memcpy {
+    /// The host side's memory of a copy that has one (HtoD and HtoH: the source; DtoH: the destination); None for
+    /// copies between devices or arrays.
+    pub fn host_memory(&self) -> Option<MemoryKind> {
+        match self.kind {
+            CopyKind::HTOD | CopyKind::HTOH => Some(self.src),
+            CopyKind::DTOH => Some(self.dst),
+            _ => None,
+        }
+    }
+
+    /// A device-to-host copy into pageable memory: the call that queues it blocks, "async" or not (the driver
+    /// stages it through a pinned buffer).
+    pub fn blocks_host(&self) -> bool {
+        self.kind == CopyKind::DTOH && self.dst == MemoryKind::PAGEABLE
+    }
+}
+
+/// An [`EventKind::Memset`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Memset {
+    pub memory: MemoryKind,
+    pub bytes: u64,
+    pub value: u64,
+    /// Issued with an `*Async` call.
+    pub is_async: bool,
+}
+
+/// An [`EventKind::Alloc`] or [`EventKind::Free`] seen by an API callback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemOp {
+    /// None for a value this build does not know.
+    pub memory: Option<MemKind>,
+    pub address: u64,
+    /// An allocation's size (a free's, where the recorder knew it).
+    pub bytes: u64,
+}
+
+impl MemOp {
+    /// Memory on the device (an unknown kind counts as device memory, as the analyses always counted it).
+    pub fn on_device(&self) -> bool {
+        self.memory.is_none_or(MemKind::is_device)
+    }
+}
+
+/// An [`EventKind::ClockSync`] pair: the same instant on three clocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClockPair {
+    pub cupti_ns: u64,
+    pub monotonic_ns: u64,
+    /// CLOCK_REALTIME (0: not taken).
+    pub realtime_ns: u64,
+}
+
+impl ClockPair {
+    /// CLOCK_REALTIME minus CLOCK_MONOTONIC at this pair, where both were taken: what turns a trace's monotonic
+    /// times into wall-clock times.
+    pub fn realtime_offset(&self) -> Option<i64> {
+        (self.realtime_ns != 0 && self.monotonic_ns != 0).then(|| self.realtime_ns as i64 - self.monotonic_ns as i64)
+    }
+}
+
+/// An [`EventKind::Device`]: `device` is its ordinal, `name` its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub memory_bytes: u64,
+    /// (major, minor) compute capability.
+    pub compute_capability: (u32, u32),
+    pub multiprocessors: u64,
+    /// `cuDriverGetVersion` (13000 for 13.0; 0 unknown).
+    pub driver_version: u32,
+}
+
+/// An [`EventKind::Sync`] record of CUPTI's SYNCHRONIZATION kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncRecord {
+    /// CUPTI's synchronization type: 1 event sync, 2 stream wait event, 3 stream sync, 4 context sync.
+    pub kind: u8,
+    /// The CUDA event waited for (0 none).
+    pub event: u64,
+}
+
+/// CUPTI's synchronization type of a stream waiting for an event ([`SyncRecord::kind`]:
+/// CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT, cupti_activity.h).
+pub const SYNC_STREAM_WAIT_EVENT: u8 = 2;
+
+/// An NVTX event (push, pop, start, end, mark, category).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Nvtx {
+    /// The domain's string id (0: the default domain).
+    pub domain: u64,
+    /// A start/end range's id, a category's id.
+    pub id: u64,
+    /// A mark for the whole trace (Kineto's global instants), tied to no thread.
+    pub global: bool,
+    /// A push's, start's or mark's NVTX category and ARGB color (0 none).
+    pub category: u32,
+    pub color: u32,
+    /// A push's, start's or mark's NVTX payload type (1 u64, 2 i64, 3 double, 4 u32, 5 i32, 6 float; 0 none) and
+    /// its 64 bits.
+    pub payload_type: u8,
+    pub payload_bits: u64,
+}
+
+/// An [`EventKind::Range`]: a complete range from an import (operators, annotations, GPU user annotations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RangeRecord {
+    /// The category's (or domain's) string id.
+    pub category: u32,
+    /// It lies on `device`/`stream`, not a host thread.
+    pub on_device: bool,
+    /// The operator's `External id` (0 none).
+    pub external: u64,
+    /// An operator's argument text (string id; 0 none) and its sequence number + 1 (0 none).
+    pub operator_text: u32,
+    pub sequence_plus_one: u64,
+}
+
+/// An [`EventKind::MemoryActivity`]: CUPTI's MEMORY2 record, the device's view of an allocation or release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryActivity {
+    /// CUPTI's memory operation type: 1 allocation, 2 release.
+    pub operation: u8,
+    pub address: u64,
+    pub bytes: u64,
+    pub memory: MemoryKind,
+}
+
+/// An [`EventKind::Overhead`]: CUPTI's own overhead (`CUpti_ActivityOverheadKind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overhead {
+    pub kind: u8,
+}
+
+/// An [`EventKind::GraphNode`]: the kernel before it ran as a node of a CUDA graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphNode {
+    pub graph_id: u64,
+    pub node_id: u64,
+}
+
+/// An [`EventKind::PyFrame`]: one frame of a call's Python stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PyFrameRecord {
+    /// 0 innermost.
+    pub depth: u32,
+    /// The function's name is the event's `name`; its file's string id here.
+    pub file: u32,
+    /// 0 unknown.
+    pub line: u32,
+    /// Deeper frames were left out after this one.
+    pub truncated: bool,
+    /// Borrowed from the main thread (the calling thread ran no Python).
+    pub of_main_thread: bool,
+    /// Taken from a trace's own Python ranges at import, not read by the agent.
+    pub imported: bool,
+    /// On the innermost frame: ns the agent took to read the stack (0 before 2026-11-27 agents).
+    pub read_ns: u64,
+}
+
+impl RawEvent {
+    /// An [`EventKind::Api`] call.
+    pub fn as_api(&self) -> ApiCall {
+        ApiCall { runtime: self.sub != API_DRIVER, cbid: self.a as u32, result: self.b, external: self.c }
+    }
+    /// A kernel's launch configuration.
+    pub fn launch_config(&self) -> LaunchConfig {
+        LaunchConfig::unpack(self.a, self.b, self.c)
+    }
+    /// A kernel's launch configuration as packed (grid, block and shared memory words): a key that is the same
+    /// for the same configuration.
+    pub fn launch_key(&self) -> [u64; 3] {
+        [self.a, self.b, self.c]
+    }
+    pub fn as_copy(&self) -> Memcpy {
+        let (src, dst) = self.copy_memory_kinds();
+        Memcpy {
+            kind: CopyKind(self.sub),
+            src: MemoryKind(src),
+            dst: MemoryKind(dst),
+            bytes: self.a,
+            is_async: self.flags & FLAG_ASYNC != 0,
+        }
+    }
+    pub fn as_memset(&self) -> Memset {
+        Memset { memory: MemoryKind(self.sub), bytes: self.a, value: self.b, is_async: self.flags & FLAG_ASYNC != 0 }
+    }
+    /// An [`EventKind::Alloc`] or [`EventKind::Free`].
+    pub fn as_mem_op(&self) -> MemOp {
+        MemOp { memory: MemKind::from_u8(self.sub), address: self.a, bytes: self.b }
+    }
+    pub fn as_clock_pair(&self) -> ClockPair {
+        ClockPair { cupti_ns: self.start, monotonic_ns: self.end, realtime_ns: self.a }
+    }
+    pub fn as_device(&self) -> DeviceInfo {
+        DeviceInfo {
+            memory_bytes: self.a,
+            compute_capability: self.compute_capability(),
+            multiprocessors: self.c,
+            driver_version: self.stream,
+        }
+    }
+    pub fn as_sync(&self) -> SyncRecord {
+        SyncRecord { kind: self.sub, event: self.a }
+    }
+    pub fn as_nvtx(&self) -> Nvtx {
+        Nvtx {
+            domain: self.c,
+            id: self.a,
+            global: self.flags & FLAG_GLOBAL != 0,
+            category: self.b as u32,
+            color: (self.b >> 32) as u32,
+            payload_type: self.sub,
+            payload_bits: self.device as u64 | (self.stream as u64) << 32,
+        }
+    }
+    pub fn as_range(&self) -> RangeRecord {
+        RangeRecord {
+            category: self.c as u32,
+            on_device: self.flags & FLAG_DEVICE != 0,
+            external: self.a,
+            operator_text: self.b as u32,
+            sequence_plus_one: self.b >> 32,
+        }
+    }
+    pub fn as_memory_activity(&self) -> MemoryActivity {
+        MemoryActivity { operation: self.sub, address: self.a, bytes: self.b, memory: MemoryKind(self.c as u8) }
+    }
+    pub fn as_overhead(&self) -> Overhead {
+        Overhead { kind: self.sub }
+    }
+    pub fn as_graph_node(&self) -> GraphNode {
+        GraphNode { graph_id: self.a, node_id: self.b }
+    }
+    pub fn as_py_frame(&self) -> PyFrameRecord {
+        PyFrameRecord {
+            depth: self.device,
+            file: self.c as u32,
+            line: self.a as u32,
+            truncated: self.sub & PYFRAME_TRUNCATED != 0,
+            of_main_thread: self.sub & PYFRAME_OF_MAIN_THREAD != 0,
+            imported: self.sub & PYFRAME_IMPORTED != 0,
+            read_ns: self.b,
+        }
+    }
+    /// An [`EventKind::ThreadName`]'s OS thread id (64 bits: an import keeps its trace's ids whole).
+    pub fn named_thread(&self) -> u64 {
+        self.a
+    }
+
+    /// The string id annotations are grouped by: an NVTX event's domain, an imported range's category.
+    pub fn annotation_domain(&self) -> u64 {
+        self.c
+    }
+
+    /// Sets [`RawEvent::annotation_domain`] (a string id).
+    pub fn set_annotation_domain(&mut self, id: u32) {
+        self.c = id as u64;
+    }
+
+    /// What a fact (a device, a thread's name, an NVTX category) is about, with its kind: a later event with the
+    /// same key restates the same fact.
+    pub fn fact_key(&self) -> (u8, u32, u64, u64) {
+        (self.kind, self.device, self.a, self.c)
+    }
+
+    /// Rewrites every string id the event holds with `map`: its name, and by kind an NVTX event's domain, a
+    /// range's category and operator text, a Python frame's file. For writing events into another string region
+    /// (merging traces).
+    pub fn map_string_ids(&mut self, map: impl Fn(u32) -> u32) {
+        self.name = map(self.name);
+        match self.kind() {
+            Some(
+                EventKind::NvtxPush
+                | EventKind::NvtxPop
+                | EventKind::NvtxStart
+                | EventKind::NvtxEnd
+                | EventKind::NvtxMark
+                | EventKind::NvtxCategory
+                | EventKind::PyFrame,
+            ) => self.c = map(self.c as u32) as u64,
+            Some(EventKind::Range) => {
+                self.c = map(self.c as u32) as u64;
+                if self.flags & FLAG_DEVICE == 0 {
+                    // An imported operator's argument text: a string id in the low half (see the Kineto importer).
+                    self.b = (self.b & !0xffff_ffff) | map(self.b as u32) as u64;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // The writers' side of the same layout: each setter makes the event that kind and writes the kind's own
+    // fields, leaving the common ones (thread, times, correlation, name, device, stream) as they were.
+
+    #[inline]
+    pub fn set_api(&mut self, call: ApiCall) {
+        self.kind = EventKind::Api as u8;
+        self.sub = if call.runtime { API_RUNTIME } else { API_DRIVER };
+        (self.a, self.b, self.c) = (call.cbid as u64, call.result, call.external);
+    }
+    #[inline]
+    pub fn set_launch_config(&mut self, config: &LaunchConfig) {
+        self.kind = EventKind::Kernel as u8;
+        (self.a, self.b, self.c) = config.pack();
+    }
+    #[inline]
+    pub fn set_copy(&mut self, copy: Memcpy) {
+        self.kind = EventKind::Memcpy as u8;
+        self.sub = copy.kind.0;
+        self.a = copy.bytes;
+        self.b = copy.src.0 as u64 | (copy.dst.0 as u64) << 8;
+        self.flags = if copy.is_async { self.flags | FLAG_ASYNC } else { self.flags & !FLAG_ASYNC };
+    }
+    #[inline]
+    pub fn set_memset(&mut self, memset: Memset) {
+        self.kind = EventKind::Memset as u8;
+        (self.sub, self.a, self.b) = (memset.memory.0, memset.bytes, memset.value);
+        self.flags = if memset.is_async { self.flags | FLAG_ASYNC } else { self.flags & !FLAG_ASYNC };
+    }
+    /// An allocation or a free (`kind`), of `op.memory` (an unknown kind is written as 0).
+    #[inline]
+    pub fn set_mem_op(&mut self, kind: EventKind, op: MemOp) {
+        debug_assert!(matches!(kind, EventKind::Alloc | EventKind::Free));
+        self.kind = kind as u8;
+        (self.sub, self.a, self.b) = (op.memory.map_or(0, |m| m as u8), op.address, op.bytes);
+    }
+    #[inline]
+    pub fn set_sync(&mut self, sync: SyncRecord) {
+        self.kind = EventKind::Sync as u8;
+        (self.sub, self.a) = (sync.kind, sync.event);
+    }
+    #[inline]
+    pub fn set_device(&mut self, d: DeviceInfo) {
+        self.kind = EventKind::Device as u8;
+        self.a = d.memory_bytes;
+        self.b = (d.compute_capability.0 as u64) << 8 | d.compute_capability.1 as u64;
+        self.c = d.multiprocessors;
+        self.stream = d.driver_version;
+    }
+    #[inline]
+    pub fn set_named_thread(&mut self, os_tid: u64) {
+        self.kind = EventKind::ThreadName as u8;
+        self.a = os_tid;
+    }
+    /// An imported range (operator text and sequence only for host ranges).
+    #[inline]
+    pub fn set_range(&mut self, r: RangeRecord) {
+        self.kind = EventKind::Range as u8;
+        self.c = r.category as u64;
+        self.a = r.external;
+        self.b = r.operator_text as u64 | r.sequence_plus_one << 32;
+        self.flags = if r.on_device { self.flags | FLAG_DEVICE } else { self.flags & !FLAG_DEVICE };
+    }
+    /// An NVTX event of `kind` (push, pop, start, end, mark, category).
+    #[inline]
+    pub fn set_nvtx(&mut self, kind: EventKind, n: Nvtx) {
+        self.kind = kind as u8;
+        (self.c, self.a) = (n.domain, n.id);
+        self.b = n.category as u64 | (n.color as u64) << 32;
+        self.flags = if n.global { self.flags | FLAG_GLOBAL } else { self.flags & !FLAG_GLOBAL };
+        self.sub = n.payload_type;
+        if n.payload_type != 0 {
+            (self.device, self.stream) = (n.payload_bits as u32, (n.payload_bits >> 32) as u32);
+        }
+    }
+    #[inline]
+    pub fn set_memory_activity(&mut self, m: MemoryActivity) {
+        self.kind = EventKind::MemoryActivity as u8;
+        (self.sub, self.a, self.b, self.c) = (m.operation, m.address, m.bytes, m.memory.0 as u64);
+    }
+    #[inline]
+    pub fn set_overhead(&mut self, o: Overhead) {
+        self.kind = EventKind::Overhead as u8;
+        self.sub = o.kind;
+    }
+    #[inline]
+    pub fn set_graph_node(&mut self, node: GraphNode) {
+        self.kind = EventKind::GraphNode as u8;
+        (self.a, self.b) = (node.graph_id, node.node_id);
+    }
+    #[inline]
+    pub fn set_py_frame(&mut self, f: PyFrameRecord) {
+        self.kind = EventKind::PyFrame as u8;
+        self.device = f.depth;
+        (self.c, self.a, self.b) = (f.file as u64, f.line as u64, f.read_ns);
+        self.sub = (f.truncated as u8 * PYFRAME_TRUNCATED)
+            | (f.of_main_thread as u8 * PYFRAME_OF_MAIN_THREAD)
+            | (f.imported as u8 * PYFRAME_IMPORTED);
+    }
+    #[inline]
+    pub fn set_clock_pair(&mut self, pair: ClockPair) {
+        self.kind = EventKind::ClockSync as u8;
+        (self.start, self.end, self.a) = (pair.cupti_ns, pair.monotonic_ns, pair.realtime_ns);
+    }
+
+    /// An API call on thread `tid`.
+    pub fn api_call(tid: u32, start: u64, end: u64, call: ApiCall) -> RawEvent {
+        let mut e = RawEvent::new(EventKind::Api, tid, start, end);
+        e.set_api(call);
+        e
+    }
+    /// A memcpy with its correlation id (set `device` and `stream` after).
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy(
+        start: u64,
+        end: u64,
+        correlation: u32,
+        kind: CopyKind,
+        src: MemoryKind,
+        dst: MemoryKind,
+        bytes: u64,
+        is_async: bool,
+    ) -> RawEvent {
+        let mut e = RawEvent::new(EventKind::Memcpy, 0, start, end);
+        e.correlation = correlation;
+        e.set_copy(Memcpy { kind, src, dst, bytes, is_async });
+        e
+    }
+    /// An allocation (`free`: false) or free of `bytes` at `address`, seen at `at` on thread `tid`.
+    pub fn mem_op(free: bool, tid: u32, at: u64, memory: MemKind, address: u64, bytes: u64) -> RawEvent {
+        let kind = if free { EventKind::Free } else { EventKind::Alloc };
+        let mut e = RawEvent::new(kind, tid, at, at);
+        e.set_mem_op(kind, MemOp { memory: Some(memory), address, bytes });
+        e
+    }
+    /// A clock pair.
+    pub fn clock_pair(pair: ClockPair) -> RawEvent {
+        let mut e = RawEvent::default();
+        e.set_clock_pair(pair);
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_read_what_the_constructors_wrote() {
+        let call = ApiCall { runtime: false, cbid: 305, result: 700, external: 42 };
+        assert_eq!(RawEvent::api_call(7, 1, 2, call).as_api(), call);
+        let huge = RawEvent::api_call(7, 1, 2, ApiCall { result: u64::MAX, ..call });
+        assert_eq!(huge.as_api().code(), u32::MAX);
+
+        let e = RawEvent::copy(1, 2, 9, CopyKind::HTOD, MemoryKind::PINNED, MemoryKind::DEVICE, 1 << 20, false);
+        let c = e.as_copy();
+        assert_eq!(
+            (c.kind, c.src, c.dst, c.bytes, c.is_async),
+            (CopyKind::HTOD, MemoryKind::PINNED, MemoryKind::DEVICE, 1 << 20, false)
+        );
+        assert!(!c.blocks_host());
+        assert_eq!(e.correlation, 9);
+
+        let m = RawEvent::mem_op(false, 3, 5, MemKind::PinnedHost, 0x1000, 64).as_mem_op();
+        assert_eq!((m.memory, m.address, m.bytes, m.on_device()), (Some(MemKind::PinnedHost), 0x1000, 64, false));
+
+        let pair = ClockPair { cupti_ns: 10, monotonic_ns: 1_000, realtime_ns: 5_000 };
+        assert_eq!(RawEvent::clock_pair(pair).as_clock_pair().realtime_offset(), Some(4_000));
+        assert_eq!(ClockPair { realtime_ns: 0, ..pair }.realtime_offset(), None);
+    }
+
+    /// Merging traces rewrites every string id an event holds, a Python frame's file among them (merge once kept
+    /// the old file ids, naming other strings of the merged region).
+    #[test]
+    fn string_ids_are_mapped_wherever_a_kind_keeps_one() {
+        let shift = |id: u32| id + 100;
+        let mut frame = RawEvent::new(EventKind::PyFrame, 1, 5, 5);
+        frame.name = 1;
+        frame.set_py_frame(PyFrameRecord {
+            depth: 0,
+            file: 2,
+            line: 9,
+            truncated: false,
+            of_main_thread: false,
+            imported: false,
+            read_ns: 0,
+        });
+        frame.map_string_ids(shift);
+        assert_eq!((frame.name, frame.as_py_frame().file, frame.as_py_frame().line), (101, 102, 9));
+        let mut op = RawEvent::new(EventKind::Range, 1, 5, 6);
+        op.set_range(RangeRecord {
+            category: 3,
+            on_device: false,
+            external: 7,
+            operator_text: 4,
+            sequence_plus_one: 2,
+        });
+        op.map_string_ids(shift);
+        let r = op.as_range();
+        assert_eq!((r.category, r.operator_text, r.sequence_plus_one, r.external), (103, 104, 2, 7));
+        let mut copy = RawEvent::copy(1, 2, 3, CopyKind::HTOD, MemoryKind::PINNED, MemoryKind::DEVICE, 99, true);
+        copy.map_string_ids(shift);
+        assert_eq!(copy.as_copy().bytes, 99);
+    }
+
+    #[test]
+    fn every_setter_round_trips_through_its_view() {
+        let mut e = RawEvent::default();
+        let d = DeviceInfo {
+            memory_bytes: 80 << 30,
+            compute_capability: (9, 0),
+            multiprocessors: 132,
+            driver_version: 13000,
+        };
+        e.set_device(d);
+        assert_eq!((e.kind(), e.as_device()), (Some(EventKind::Device), d));
+        let r = RangeRecord { category: 7, on_device: false, external: 9, operator_text: 11, sequence_plus_one: 4 };
+        e.set_range(r);
+        assert_eq!(e.as_range(), r);
+        let n = Nvtx {
+            domain: 3,
+            id: 5,
+            global: true,
+            category: 2,
+            color: 0xff00ff00,
+            payload_type: 3,
+            payload_bits: 2.5f64.to_bits(),
+        };
+        e.set_nvtx(EventKind::NvtxMark, n);
+        assert_eq!(e.as_nvtx(), n);
+        let f = PyFrameRecord {
+            depth: 2,
+            file: 4,
+            line: 77,
+            truncated: true,
+            of_main_thread: false,
+            imported: true,
+            read_ns: 0,
+        };
+        e.set_py_frame(f);
+        assert_eq!(e.as_py_frame(), f);
+        let s = SyncRecord { kind: SYNC_STREAM_WAIT_EVENT, event: 0xdead };
+        e.set_sync(s);
+        assert_eq!(e.as_sync(), s);
+        let m = Memset { memory: MemoryKind::DEVICE, bytes: 64, value: 0xff, is_async: true };
+        e.set_memset(m);
+        assert_eq!(e.as_memset(), m);
+        let g = GraphNode { graph_id: 1, node_id: 2 };
+        e.set_graph_node(g);
+        assert_eq!(e.as_graph_node(), g);
+        let cfg = LaunchConfig {
+            grid: [132, 1, 1],
+            block: [256, 1, 1],
+            registers: 32,
+            static_shared: 0,
+            dynamic_shared: 1024,
+        };
+        e.set_launch_config(&cfg);
+        assert_eq!(e.launch_config(), cfg);
+        let m = MemoryActivity { operation: 1, address: 0x7000, bytes: 1 << 21, memory: MemoryKind::DEVICE };
+        e.set_memory_activity(m);
+        assert_eq!(e.as_memory_activity(), m);
+        e.set_overhead(Overhead { kind: 3 });
+        assert_eq!(e.as_overhead(), Overhead { kind: 3 });
+        e.set_named_thread(1 << 40);
+        assert_eq!(e.named_thread(), 1 << 40);
+    }
+}
