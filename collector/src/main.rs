@@ -91,15 +91,14 @@ fn run(mut cli: Cli) -> Result<i32> {
             let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
             output::distinct_inputs(&inputs)?;
             let out = Output::create(&output, &inputs, force)?;
-            for t in &traces {
-                // Checked up front (readable, a known format), and cut-short traces named once.
-                let source = cuflight_collector::model::source::EventSource::open(t)?;
-                warn_cut_short(t, source.cut_short.as_deref());
-            }
             let mut command = vec!["cuflight".to_string(), "merge".to_string()];
             command.extend(traces.iter().map(|t| stand_in::name_of(t)));
             let w = std::io::BufWriter::with_capacity(1 << 20, out.try_clone()?);
-            let m = cuflight_collector::export::merge::merge(&traces, w, command)?;
+            // Cut-short traces named once, as they are opened.
+            let mut opened = |t: &std::path::Path, s: &cuflight_collector::model::source::EventSource| {
+                warn_cut_short(t, s.cut_short.as_deref())
+            };
+            let m = cuflight_collector::export::merge::merge(&traces, w, command, &mut opened)?;
             out.commit()?;
             print_hosts(&m.hosts);
             let s = |n: usize| if n == 1 { "" } else { "s" };

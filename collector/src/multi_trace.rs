@@ -16,14 +16,18 @@ pub fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) 
     let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
     output::distinct_inputs(&inputs)?;
     let out = OutputDir::create(&dest, &inputs, force, parquet::MANIFEST)?;
-    for t in traces {
-        // Checked up front (readable, a known format), and cut-short traces named once; opened again later.
-        let source = cuflight_collector::model::source::EventSource::open(t)?;
-        warn_cut_short(t, source.cut_short.as_deref());
-    }
     // Part files are named after their trace.
     let sources: Vec<(String, PathBuf)> = parquet::part_stems(traces).into_iter().zip(traces.iter().cloned()).collect();
-    let written = parquet::export(&sources, out.path())?;
+    // Each trace's steps as the report finds them (and a cut-short trace named, once, as it is first read).
+    let mut steps_of = |path: &std::path::Path, source: &mut cuflight_collector::model::source::EventSource| {
+        warn_cut_short(path, source.cut_short.as_deref());
+        let plans = cuflight_collector::analysis::report::plan::plan(source, None)?;
+        Ok(plans
+            .into_iter()
+            .map(|(k, plan)| (k, parquet::ProcessSteps { windows: plan.steps.windows, names: plan.steps.names }))
+            .collect())
+    };
+    let written = parquet::export(&sources, out.path(), &mut steps_of)?;
     let manifest = serde_json::json!({
         "schema_version": parquet::SCHEMA_VERSION,
         "written_by": format!("cuflight {}", env!("CARGO_PKG_VERSION")),
@@ -52,7 +56,7 @@ pub fn shown(traces: &[PathBuf]) -> String {
 
 /// How each host's clock was aligned, when there are several: a line per host up to 8 (the largest shifts
 /// first after the reference), then a summary of the rest, whose figures the output keeps.
-pub fn print_hosts(hosts: &[cuflight_collector::analysis::align::HostShift]) {
+pub fn print_hosts(hosts: &[cuflight_collector::model::align::HostShift]) {
     if hosts.len() > 1 {
         let mut shown: Vec<_> = hosts.iter().collect();
         shown.sort_by_key(|h| (!h.reference, std::cmp::Reverse(h.shift_ns.unsigned_abs()), h.matched == 0));
@@ -105,10 +109,6 @@ pub fn print_hosts(hosts: &[cuflight_collector::analysis::align::HostShift]) {
 /// The traces merged on one clock into a file in the temporary directory that is unlinked once opened (the
 /// source keeps it open), so nothing is left behind whatever happens next.
 pub fn merged_source(traces: &[PathBuf]) -> Result<cuflight_collector::model::source::EventSource> {
-    for t in traces {
-        let source = cuflight_collector::model::source::EventSource::open(t)?;
-        warn_cut_short(t, source.cut_short.as_deref());
-    }
     let dir = std::env::temp_dir();
     let (path, file) = (0..100)
         .find_map(|i| {
@@ -119,7 +119,10 @@ pub fn merged_source(traces: &[PathBuf]) -> Result<cuflight_collector::model::so
         })
         .with_context(|| format!("cannot create a file in {} to merge the traces into", dir.display()))?;
     let command = vec!["cuflight".to_string(), "export".to_string()];
-    let merged = cuflight_collector::export::merge::merge(traces, std::io::BufWriter::new(file), command);
+    let mut opened = |t: &std::path::Path, s: &cuflight_collector::model::source::EventSource| {
+        warn_cut_short(t, s.cut_short.as_deref())
+    };
+    let merged = cuflight_collector::export::merge::merge(traces, std::io::BufWriter::new(file), command, &mut opened);
     let source = merged
         .map_err(anyhow::Error::from)
         .and_then(|m| {

@@ -1,16 +1,16 @@
 //! `cuflight merge FILES... -o job.cuf`: one trace of a job recorded as several (one per host or rank, any
 //! format cuflight reads), on one clock. Every process's events are put on the epoch by its REALTIME offset and
-//! each host's clock moved onto the reference host's by their collectives ([`cuflight_analysis::align`]); the
+//! each host's clock moved onto the reference host's by their collectives ([`cuflight_trace::model::align`]); the
 //! merged trace then carries host-clock times with no clock pairs left to apply. Processes keep their pids as
 //! keys unless one was seen in an earlier file (then a key of its own, as a recording gives a reused pid);
 //! strings are rewritten per process and every event's string ids remapped. Streamed file by file, in bounded
 //! memory: each process's events go out in blocks as they come.
 
-use cuflight_analysis::align::{self, HostShift};
-use cuflight_analysis::job_clock::JobClockBuilder;
 use cuflight_format::file::{FileError, Footer, TraceWriter};
 use cuflight_format::strings::StringRegion;
 use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::align::{self, HostShift};
+use cuflight_trace::model::job_clock::JobClockBuilder;
 use cuflight_trace::model::source::EventSource;
 use cuflight_trace::model::trace::TraceError;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -36,27 +36,30 @@ pub struct Merged {
 const BLOCK: usize = 64 * 1024;
 const HELD: usize = 1 << 20;
 
-/// Merges the traces at `paths` into `w`; `command` goes to the footer. Each trace is opened twice, one at a
-/// time (its plan, then its events), so a thousand files never hold a thousand descriptors or indexes at once.
-pub fn merge<W: Write>(paths: &[std::path::PathBuf], w: W, command: Vec<String>) -> Result<Merged, MergeError> {
+/// Merges the traces at `paths` into `w`; `command` goes to the footer; `opened` hears of each trace as it is
+/// opened (a cut-short trace is named there). Each trace is opened once and read twice: a cheap pass for its
+/// clock facts ([`JobClockBuilder::add_source`]), then, once the job's clock is known, its events. The traces
+/// stay open between the two (one descriptor and index each, as the report over ranks holds them).
+pub fn merge<W: Write>(
+    paths: &[std::path::PathBuf],
+    w: W,
+    command: Vec<String>,
+    opened: &mut dyn FnMut(&std::path::Path, &EventSource),
+) -> Result<Merged, MergeError> {
     let mut clock = JobClockBuilder::default();
+    let mut sources = Vec::with_capacity(paths.len());
     for path in paths {
         let mut source = EventSource::open(path)?;
-        let source = &mut source;
-        let p = cuflight_analysis::report::plan::plan(source, None)?;
-        for (&k, proc_) in &source.processes {
-            if let Some(plan) = p.get(&k) {
-                cuflight_analysis::job_clock::add(&mut clock, proc_, plan);
-            }
-        }
+        opened(path, &source);
+        clock.add_source(&mut source)?;
+        sources.push(source);
     }
     let clock = clock.build();
     let mut out = TraceWriter::new(w)?;
     let mut merged = Merged::default();
     let mut keys_seen: FxHashSet<u32> = FxHashSet::default();
     let mut next_key = 0u32;
-    for path in paths {
-        let mut source = EventSource::open(path)?;
+    for mut source in sources {
         let source = &mut source;
         // Per process: its key in the merged file, string id map, clock, pending events.
         let mut procs: FxHashMap<u32, Proc> = FxHashMap::default();
@@ -162,5 +165,50 @@ impl Proc {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cuflight_format::file::ProcessInfo;
+
+    /// A recording of one process on `host`: a clock pair, then `n` collectives.
+    fn trace(path: &std::path::Path, pid: u32, host: &str, n: u64) {
+        let mut w = TraceWriter::new(Vec::new()).unwrap();
+        let mut strings = StringRegion::default();
+        let nccl = strings.intern("ncclDevKernel_AllReduce_Sum_f32_RING_LL");
+        w.write_strings(pid, 4, &strings.bytes()[4..]).unwrap();
+        let pair =
+            cuflight_format::view::ClockPair { cupti_ns: 1_000, monotonic_ns: 1_000, realtime_ns: 5_000 + pid as u64 };
+        let mut events = vec![RawEvent::clock_pair(pair)];
+        for i in 0..n {
+            let mut k = RawEvent::new(EventKind::Kernel, 0, 10_000 * (i + 1), 10_000 * (i + 1) + 500);
+            k.name = nccl;
+            events.push(k);
+        }
+        w.write_events(pid, &events).unwrap();
+        let info =
+            ProcessInfo { pid, host: host.into(), device_clock_monotonic: true, finished: true, ..Default::default() };
+        w.write_process(&info).unwrap();
+        std::fs::write(path, w.finish(Footer::default()).unwrap()).unwrap();
+    }
+
+    /// One open a trace, however many passes: the clock facts and the events come from the same source.
+    #[test]
+    fn each_trace_is_opened_once() {
+        let dir = std::env::temp_dir().join(format!("cuflight-merge-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let paths: Vec<_> = (0..3u32).map(|i| dir.join(format!("r{i}.cuf"))).collect();
+        for (i, p) in paths.iter().enumerate() {
+            trace(p, 100 + i as u32, &format!("host{i}"), 4);
+        }
+        let before = EventSource::opened_on_this_thread();
+        let mut heard = 0;
+        let merged = merge(&paths, Vec::new(), vec!["test".into()], &mut |_, _| heard += 1).unwrap();
+        assert_eq!(EventSource::opened_on_this_thread() - before, 3, "one open a trace");
+        assert_eq!((heard, merged.processes, merged.events), (3, 3, 12), "clock pairs are not written again");
+        assert_eq!(merged.hosts.len(), 3, "three hosts aligned on their collectives");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

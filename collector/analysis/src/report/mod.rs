@@ -498,9 +498,13 @@ fn ctx<'a>(
     }
 }
 
-/// Each process's way onto the job's clock ([`crate::job_clock`]), and how that clock was made.
-fn job_clocks(ctxs: &[Ctx]) -> (Vec<crate::align::ToJob>, job::Clocks) {
-    let clock = crate::job_clock::of(ctxs.iter().map(|c| (c.p, c.plan)));
+/// Each process's way onto the job's clock ([`cuflight_trace::model::job_clock`]), and how that clock was made.
+fn job_clocks(ctxs: &[Ctx]) -> (Vec<cuflight_trace::model::align::ToJob>, job::Clocks) {
+    let mut builder = cuflight_trace::model::job_clock::JobClockBuilder::default();
+    for c in ctxs {
+        builder.add_facts(c.p, &c.plan.clock);
+    }
+    let clock = builder.build();
     let clocks = ctxs.iter().map(|c| clock.to_job(c.p)).collect();
     let hosts = clock.hosts;
     // Three matched collectives at least per host before arrivals are compared across hosts.

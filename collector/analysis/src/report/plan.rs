@@ -17,6 +17,7 @@ use cuflight_trace::model::trace::Process;
 use cuflight_trace::model::windows::Windows;
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use cuflight_trace::model::job_clock::ClockFacts;
 use cuflight_trace::model::launches::LaunchJoin;
 
 /// A communication kernel, in the process's GPU-op order (the k-th one of every rank is the same collective).
@@ -46,8 +47,9 @@ pub struct Plan {
     pub driver_version: u32,
     /// First start and last end of what the timeline draws ([`cuflight_trace::model::timeline::drawn`]).
     pub timeline: Option<Span>,
-    /// CLOCK_REALTIME − CLOCK_MONOTONIC from the process's first clock pair (None: the trace has none).
-    pub realtime_offset: Option<i64>,
+    /// What the process tells of the job's clock: its first REALTIME offset, its collectives' ends (the same
+    /// facts `merge` and the Parquet export gather in a pass of their own).
+    pub clock: ClockFacts,
     /// Streams wait on events recorded in other streams (cudaStreamWaitEvent): GPU gaps may be dependencies.
     pub has_stream_waits: bool,
     /// HTA's traced-iterations rule: with two or more distinct `ProfilerStep` ranges, the last one's start.
@@ -128,7 +130,7 @@ struct First {
     devices: Vec<super::run::RunDevice>,
     driver_version: u32,
     timeline: Option<Span>,
-    realtime_offset: Option<i64>,
+    clock: ClockFacts,
     busy_extent: Option<Span>,
     max_op_end: Option<u64>,
     launchers: FxHashSet<u32>,
@@ -167,7 +169,7 @@ impl First {
             devices: Vec::new(),
             driver_version: 0,
             timeline: None,
-            realtime_offset: None,
+            clock: ClockFacts::default(),
             busy_extent: None,
             max_op_end: None,
             launchers: FxHashSet::default(),
@@ -206,9 +208,7 @@ impl First {
             let x = self.timeline.get_or_insert((e.start, e.end.max(e.start)));
             *x = (x.0.min(e.start), x.1.max(e.end).max(e.start));
         }
-        if kind == Some(EventKind::ClockSync) && self.realtime_offset.is_none() {
-            self.realtime_offset = e.as_clock_pair().realtime_offset();
-        }
+        self.clock.feed(p, e);
         if kind == Some(EventKind::Device) && self.devices.iter().all(|d| d.ordinal != e.device) {
             self.devices.push(super::run::device(e, p.string(e.name)));
             self.driver_version = self.driver_version.max(e.as_device().driver_version);
@@ -499,7 +499,7 @@ pub fn plan(
                 devices: f.devices,
                 driver_version: f.driver_version,
                 timeline: f.timeline,
-                realtime_offset: f.realtime_offset,
+                clock: f.clock,
                 has_stream_waits: f.has_stream_waits,
                 last_profiler_step: (f.profiler_steps.0.len() >= 2).then_some(f.profiler_steps.1),
                 pageable_dtoh: f.pageable_dtoh,

@@ -9,17 +9,18 @@
 //! Times are int64 ns since the Unix epoch: host CLOCK_MONOTONIC moved by the process's REALTIME offset (from
 //! its first clock pair); imports whose times are already epoch-based keep them; others are left as recorded and
 //! the processes table says so (`clock`). With several hosts, each host's clock is then shifted onto the
-//! reference host's by their collectives ([`cuflight_analysis::align`]): the job's common clock. Streamed from the
+//! reference host's by their collectives ([`cuflight_trace::model::align`]): the job's common clock. Streamed from the
 //! event sources in bounded memory (see `table`).
 
 mod table;
 
 use cuflight_format::event::MemKind;
 use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::job_clock::JobClockBuilder;
 use cuflight_trace::model::names;
 use cuflight_trace::model::ranges::Pairer;
 use cuflight_trace::model::source::EventSource;
-use cuflight_trace::model::trace::Process;
+use cuflight_trace::model::trace::{Process, TraceError};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -118,8 +119,8 @@ pub use cuflight_trace::model::host::host_value;
 pub struct Written {
     pub rows: BTreeMap<&'static str, u64>,
     pub files: u64,
-    /// How each host's clock was put on the reference host's (several hosts), see [`cuflight_analysis::align`].
-    pub hosts: Vec<cuflight_analysis::align::HostShift>,
+    /// How each host's clock was put on the reference host's (several hosts), see [`cuflight_trace::model::align`].
+    pub hosts: Vec<cuflight_trace::model::align::HostShift>,
 }
 
 /// A process as the tables name it, and how its times reach the epoch.
@@ -127,7 +128,7 @@ struct Place {
     host: String,
     rank: Option<u32>,
     pid: u32,
-    clock: cuflight_analysis::align::ToJob,
+    clock: cuflight_trace::model::align::ToJob,
     pairer: Pairer,
 }
 
@@ -165,36 +166,48 @@ pub fn part_stems(paths: &[std::path::PathBuf]) -> Vec<String> {
         .collect()
 }
 
+/// A process's steps (windows on its own clock, and their names) as the report finds them. The Parquet export
+/// writes them but does not find them: finding steps is the report's, which the caller runs ([`export`]).
+#[derive(Clone, Debug, Default)]
+pub struct ProcessSteps {
+    pub windows: Vec<(u64, u64)>,
+    pub names: Vec<String>,
+}
+
+/// Every process's steps of the trace at the path, by process key.
+pub type StepsOf<'a> = dyn FnMut(&Path, &mut EventSource) -> Result<FxHashMap<u32, ProcessSteps>, TraceError> + 'a;
+
 /// Writes the tables of every `(stem, source)` into `dir` (which must exist and be empty of our tables' files
-/// for these stems).
-/// `sources`: (part-file stem, the trace's path). Each trace is opened twice, one at a time (its plan, then its
-/// events), so a thousand ranks' files never hold a thousand descriptors or indexes at once.
-pub fn export(sources: &[(String, std::path::PathBuf)], dir: &Path) -> Result<Written, ParquetError> {
+/// for these stems), with each trace's steps as `steps_of` finds them.
+/// `sources`: (part-file stem, the trace's path). Each trace is opened once: a first pass for its steps and its
+/// clock facts ([`JobClockBuilder::add_source`]), then, once the job's clock is known, its events. The traces stay
+/// open in between (one descriptor and index each, as the report over ranks holds them).
+pub fn export(
+    sources: &[(String, std::path::PathBuf)],
+    dir: &Path,
+    steps_of: &mut StepsOf<'_>,
+) -> Result<Written, ParquetError> {
     let mut written = Written::default();
-    // First every trace's plan (steps, collectives, clock pairs), then the hosts' clocks aligned on collectives.
-    let mut all_plans = Vec::with_capacity(sources.len());
-    let mut job = cuflight_analysis::job_clock::JobClockBuilder::default();
+    // First every trace's steps and clock facts, then the hosts' clocks aligned on collectives.
+    let mut opened = Vec::with_capacity(sources.len());
+    let mut job = JobClockBuilder::default();
     for (_, path) in sources {
         let mut source = EventSource::open(path)?;
-        let source = &mut source;
-        let plans = cuflight_analysis::report::plan::plan(source, None)?;
-        for (&k, p) in &source.processes {
-            if let Some(plan) = plans.get(&k) {
-                cuflight_analysis::job_clock::add(&mut job, p, plan);
-            }
-        }
-        all_plans.push(plans);
+        job.add_source(&mut source)?;
+        let steps = steps_of(path, &mut source)?;
+        opened.push((source, steps));
     }
     let job = job.build();
     written.hosts = job.hosts.clone();
-    for ((stem, path), plans) in sources.iter().zip(all_plans) {
-        let mut source = EventSource::open(path)?;
+    for ((stem, path), (mut source, steps)) in sources.iter().zip(opened) {
         let source = &mut source;
         let shown = &path.display().to_string();
         let mut t: FxHashMap<&'static str, Table> =
             tables().into_iter().map(|(name, cols)| (name, Table::new(name, &cols, dir, stem))).collect();
         let mut places: FxHashMap<u32, Place> = FxHashMap::default();
         let mut events: FxHashMap<u32, u64> = FxHashMap::default();
+        // Where each process's timeline starts (what its clock's name needs).
+        let mut first_drawn: FxHashMap<u32, u64> = FxHashMap::default();
         for (&k, p) in &source.processes {
             let host = cuflight_trace::model::host::host_of(p).to_string();
             let clock = job.to_job(p);
@@ -206,6 +219,10 @@ pub fn export(sources: &[(String, std::path::PathBuf)], dir: &Path) -> Result<Wr
                 return;
             }
             *events.entry(k).or_default() += 1;
+            if cuflight_trace::model::timeline::drawn(e) {
+                let first = first_drawn.entry(k).or_insert(e.start);
+                *first = (*first).min(e.start);
+            }
             let Some(place) = places.get_mut(&k) else { return };
             if let Err(err) = row(&mut t, place, p, e) {
                 failed = Some(err);
@@ -222,11 +239,10 @@ pub fn export(sources: &[(String, std::path::PathBuf)], dir: &Path) -> Result<Wr
         }
         for (&k, p) in &source.processes {
             let place = &places[&k];
-            let plan = plans.get(&k);
-            if let Some(plan) = plan {
+            if let Some(found) = steps.get(&k) {
                 let steps = t.get_mut("steps").expect("steps table");
-                for (i, &(s, e)) in plan.steps.windows.iter().enumerate() {
-                    let name = plan.steps.names.get(i).map_or("", String::as_str);
+                for (i, &(s, e)) in found.windows.iter().enumerate() {
+                    let name = found.names.get(i).map_or("", String::as_str);
                     let (a, b) = (place.t(s), place.t(e));
                     steps.push(
                         &place.host,
@@ -244,7 +260,7 @@ pub fn export(sources: &[(String, std::path::PathBuf)], dir: &Path) -> Result<Wr
                     )?;
                 }
             }
-            let clock_name = job.clock_name(p, plan.and_then(|p| p.timeline).map_or(0, |s| s.0));
+            let clock_name = job.clock_name(p, first_drawn.get(&k).copied().unwrap_or(0));
             let command = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
             t.get_mut("processes").expect("processes table").push(
                 &place.host,

@@ -15,10 +15,16 @@ use crate::model::trace::{Trace, TraceError};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
+thread_local! {
+    /// Traces this thread opened ([`EventSource::opened_on_this_thread`]).
+    static OPENED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 impl EventSource {
     /// Any supported trace: cuflight files stream; other formats are loaded whole first. (Here, beside the
     /// importers it calls, so that the model knows no importer.)
     pub fn open(path: &Path) -> Result<EventSource, TraceError> {
+        OPENED.with(|n| n.set(n.get() + 1));
         if detect(path)? == Format::Native {
             if let Some(source) = Self::open_native(path)? {
                 return Ok(source);
@@ -28,6 +34,12 @@ impl EventSource {
             (trace, Some(spool)) => Self::from_spool(trace, spool, path.display().to_string()),
             (trace, None) => Self::from_trace(trace),
         })
+    }
+
+    /// How many traces this thread has opened so far: what a command over several traces costs (opening an
+    /// import parses it whole), counted so that tests can hold each command to one open a trace.
+    pub fn opened_on_this_thread() -> u64 {
+        OPENED.with(std::cell::Cell::get)
     }
 }
 

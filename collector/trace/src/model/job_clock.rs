@@ -9,9 +9,51 @@
 //! Processes that name no host share the host "unknown".
 
 use super::align::{self, HostShift, Member, ToJob};
-use super::trace::Process;
+use super::source::EventSource;
+use super::trace::{Process, TraceError};
+use cuflight_format::{EventKind, RawEvent};
+use rustc_hash::FxHashMap;
 
 pub use super::host::host_of;
+
+/// What one process tells of the job's clock, gathered event by event in one cheap pass ([`ClockFacts::feed`]):
+/// its REALTIME offset (its first clock pair that has one) and its collectives (NCCL's kernels, by
+/// [`super::names::is_comm_kernel`]), whose k-th end on every rank is the same instant. The report's planning
+/// pass feeds one too, so that every command puts a job on the same clock.
+#[derive(Clone, Debug, Default)]
+pub struct ClockFacts {
+    pub realtime_offset: Option<i64>,
+    /// (name's string id, end) of each collective on the process's own clock, in the order they ran.
+    pub collectives: Vec<(u32, u64)>,
+    /// Whether a kernel name is a collective's, once per name.
+    comm_names: FxHashMap<u32, bool>,
+}
+
+impl ClockFacts {
+    /// Takes in one event of process `p`, in the source's time order.
+    pub fn feed(&mut self, p: &Process, e: &RawEvent) {
+        match e.kind() {
+            Some(EventKind::ClockSync) if self.realtime_offset.is_none() => {
+                self.realtime_offset = e.as_clock_pair().realtime_offset();
+            }
+            Some(EventKind::Kernel) => {
+                let comm =
+                    *self.comm_names.entry(e.name).or_insert_with(|| super::names::is_comm_kernel(p.string(e.name)));
+                if comm {
+                    self.collectives.push((e.name, e.end.max(e.start)));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Every process's facts, in one pass over `source`.
+    pub fn of_source(source: &mut EventSource) -> Result<FxHashMap<u32, ClockFacts>, TraceError> {
+        let mut facts: FxHashMap<u32, ClockFacts> = FxHashMap::default();
+        source.for_each(|k, p, e| facts.entry(k).or_default().feed(p, e))?;
+        Ok(facts)
+    }
+}
 
 /// Collects each process's clock facts (its host, rank, REALTIME offset, collectives), then builds the clock.
 #[derive(Default)]
@@ -30,8 +72,22 @@ fn own_base(p: &Process) -> Option<i64> {
 }
 
 impl JobClockBuilder {
-    /// `p` with its REALTIME offset (None: no clock pair) and its collectives' (name, end on its own clock), as
-    /// the report's planning pass finds them (`cuflight_analysis::job_clock::add`).
+    /// `p` with what it told of the clock.
+    pub fn add_facts(&mut self, p: &Process, facts: &ClockFacts) {
+        let ends = facts.collectives.iter().map(|&(name, end)| (p.string(name).to_string(), end as i64)).collect();
+        self.add(p, facts.realtime_offset, ends);
+    }
+
+    /// Every process of `source`, in one pass over its events.
+    pub fn add_source(&mut self, source: &mut EventSource) -> Result<(), TraceError> {
+        let facts = ClockFacts::of_source(source)?;
+        for (k, p) in &source.processes {
+            self.add_facts(p, facts.get(k).unwrap_or(&ClockFacts::default()));
+        }
+        Ok(())
+    }
+
+    /// `p` with its REALTIME offset (None: no clock pair) and its collectives' (name, end on its own clock).
     pub fn add(&mut self, p: &Process, realtime_offset: Option<i64>, ends: Vec<(String, i64)>) {
         let host = host_of(p);
         // A process whose times count from an epoch base of its own (a torch.profiler trace) does not speak for

@@ -184,7 +184,7 @@ pub fn fill_gpu_work(
     c: &mut CriticalPath,
     traces: &mut [(String, cuflight_trace::model::source::EventSource)],
     owners: &[(usize, u32)],
-    clocks: &[crate::align::ToJob],
+    clocks: &[cuflight_trace::model::align::ToJob],
 ) -> Result<(), cuflight_trace::model::trace::TraceError> {
     use rustc_hash::FxHashMap;
     // Per (file, process): its segments as (index, start, end) on the job clock.

@@ -10,8 +10,8 @@ mod straggler;
 
 use super::findings::{Ctx, Finding};
 use super::ProcessReport;
-use crate::align::{HostShift, ToJob};
 use collectives::{Instance, Method, Op};
+use cuflight_trace::model::align::{HostShift, ToJob};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
