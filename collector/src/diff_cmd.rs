@@ -3,9 +3,9 @@
 
 use crate::cli::ReportFormat;
 use anyhow::Result;
-use cuflight_collector::analysis::diff::Diff;
-use cuflight_collector::analysis::report::{Options, Report};
 use cuflight_collector::export::output::{self, Output};
+use cuflight_collector::report::diff::Diff;
+use cuflight_collector::report::{Options, Report};
 use std::path::PathBuf;
 
 pub fn run(traces: &[PathBuf], format: ReportFormat, opts: &Options, out: Option<PathBuf>, force: bool) -> Result<i32> {

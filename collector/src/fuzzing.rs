@@ -28,8 +28,8 @@ pub fn trace_source(data: &[u8]) {
     let first = crate::model::filter::Filter::Time { from_ns: at(0), to_ns: at(0) + at(1) + 1 };
     // The report whole, and of the steps a stretch chosen by the bytes holds (`report --filter-time`).
     for filter in [None, Some(first.clone())] {
-        let opts = crate::analysis::report::Options { filter, ..Default::default() };
-        if let Ok(r) = crate::analysis::report::Report::compute(&mut traces, &opts) {
+        let opts = crate::report::Options { filter, ..Default::default() };
+        if let Ok(r) = crate::report::Report::compute(&mut traces, &opts) {
             let _ = (r.to_text(), r.to_json(), r.to_html());
         }
     }
@@ -71,8 +71,8 @@ pub fn kineto(data: &[u8]) -> bool {
 fn report(trace: crate::model::trace::Trace) {
     let mut traces = [("fuzz".to_string(), crate::model::source::EventSource::from_trace(trace))];
     for step in [None, Some("ProfilerStep".to_string())] {
-        let opts = crate::analysis::report::Options { step, include_warmup: false, filter: None };
-        if let Ok(r) = crate::analysis::report::Report::compute(&mut traces, &opts) {
+        let opts = crate::report::Options { step, include_warmup: false, filter: None };
+        if let Ok(r) = crate::report::Report::compute(&mut traces, &opts) {
             let _ = (r.to_text(), r.to_json(), r.to_html());
         }
     }

@@ -3,9 +3,11 @@
 //! - [`model`], [`import`], [`output`] (crate `cuflight-trace`): the trace model and the time-ordered event
 //!   source, with the one rule for each derived fact; readers of other tools' traces (torch.profiler/Kineto JSON,
 //!   Nsight Systems SQLite); output files that never destroy an input;
-//! - [`analysis`] (`cuflight-analysis`, over the model): `stats`, `report` and the job's clock;
-//! - [`export`] (`cuflight-export`, over the model and the analyses): Perfetto and Chrome JSON timelines,
-//!   Parquet tables, merge;
+//! - [`analysis`] (`cuflight-analysis`, over the model): `stats` and the text tables;
+//! - [`report`] (`cuflight-report`, over the model and the analyses): the diagnosis (steps, idle-time causes,
+//!   findings, the job across ranks) and `diff`;
+//! - [`export`] (`cuflight-export`, over the model only): Perfetto and Chrome JSON timelines, Parquet tables,
+//!   merge;
 //! - [`capture`] (`cuflight-capture`, over the model): recording a program, attach, dumps, recovery.
 //!
 //! `main.rs` parses arguments and runs each subcommand over these.
@@ -21,6 +23,7 @@
 pub use cuflight_analysis as analysis;
 pub use cuflight_capture as capture;
 pub use cuflight_export as export;
+pub use cuflight_report as report;
 pub use cuflight_trace::{import, model, output};
 #[doc(hidden)]
 pub mod fuzzing;

@@ -228,8 +228,8 @@ fn run(mut cli: Cli) -> Result<i32> {
                 sources.push((stand_in::name_of(t), cuflight_collector::model::source::EventSource::open(t)?));
             }
             let filter = filter_nvtx.or(filter_time);
-            let opts = cuflight_collector::analysis::report::Options { step, include_warmup, filter };
-            let report = cuflight_collector::analysis::report::Report::compute(&mut sources, &opts);
+            let opts = cuflight_collector::report::Options { step, include_warmup, filter };
+            let report = cuflight_collector::report::Report::compute(&mut sources, &opts);
             for (t, (_, source)) in traces.iter().zip(&sources) {
                 warn_cut_short(t, source.cut_short.as_deref());
             }
@@ -263,7 +263,7 @@ fn run(mut cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Diff { traces, format, step, filter_nvtx, filter_time, output, force } => {
-            let opts = cuflight_collector::analysis::report::Options {
+            let opts = cuflight_collector::report::Options {
                 step,
                 include_warmup: false,
                 filter: filter_nvtx.or(filter_time),

@@ -21,7 +21,7 @@ pub fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) 
     // Each trace's steps as the report finds them (and a cut-short trace named, once, as it is first read).
     let mut steps_of = |path: &std::path::Path, source: &mut cuflight_collector::model::source::EventSource| {
         warn_cut_short(path, source.cut_short.as_deref());
-        let plans = cuflight_collector::analysis::report::plan::plan(source, None)?;
+        let plans = cuflight_collector::report::plan::plan(source, None)?;
         Ok(plans
             .into_iter()
             .map(|(k, plan)| (k, parquet::ProcessSteps { windows: plan.steps.windows, names: plan.steps.names }))

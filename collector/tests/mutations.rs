@@ -2,9 +2,9 @@
 //! seeds are mutated (bit flips, byte sets, truncations, duplicated and deleted ranges) and every result must
 //! be a value or an error, never a panic. Coverage-guided fuzzing of the same entry points: `scripts/fuzz`.
 
-use cuflight_collector::analysis::report::{Options, Report};
 use cuflight_collector::fuzzing;
 use cuflight_collector::model::source::EventSource;
+use cuflight_collector::report::{Options, Report};
 use cuflight_format::file::{Footer, ProcessInfo, TraceWriter};
 use cuflight_format::{EventKind, RawEvent};
 

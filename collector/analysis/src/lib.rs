@@ -1,7 +1,5 @@
-//! Analyses over the trace model: the `nsys stats`-style tables ([`stats`], streamed) and the diagnosis
-//! ([`report`]: steps, idle-time causes, findings with their cost and fix, stragglers across ranks).
+//! Analyses over the trace model: the `nsys stats`-style tables ([`stats`], streamed) and the text tables they
+//! share with the report (`cuflight-report`, a crate of its own above this one).
 
-pub mod diff;
-pub mod report;
 pub mod stats;
 pub mod table;

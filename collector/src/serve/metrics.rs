@@ -137,7 +137,7 @@ impl ProcessMetrics {
 impl ProcessMetrics {
     /// Adds the report's idle causes of one window (its steps, or the window as one step).
     pub fn fold_idle(&mut self, source: EventSource) -> Result<(), String> {
-        use cuflight_collector::analysis::report::{Options, Report, ReportError};
+        use cuflight_collector::report::{Options, Report, ReportError};
         let mut sources = vec![("window".to_string(), source)];
         // A window is steady state: its first steps are not the program's warm-up.
         let opts = Options { step: None, include_warmup: true, filter: None };

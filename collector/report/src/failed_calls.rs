@@ -1,11 +1,11 @@
-//! What a run that failed ran into: its CUDA calls that returned an error ([`crate::stats::api_errors`]) and, for a
+//! What a run that failed ran into: its CUDA calls that returned an error ([`cuflight_analysis::stats::api_errors`]) and, for a
 //! device fault, the launch that most likely faulted. CUDA reports a kernel's fault at a later call (the next
 //! synchronisation or launch: driver_types.h, cudaErrorIllegalAddress, "The device encountered a load or store
 //! instruction on an invalid memory address... any further CUDA work will return the same error"), so the call
 //! that failed first is rarely where the bug is: the last kernel launched before it is the suspect.
 
-use crate::stats::api_errors::ApiErrors;
-use crate::stats::ApiErrorRow;
+use cuflight_analysis::stats::api_errors::ApiErrors;
+use cuflight_analysis::stats::ApiErrorRow;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::cuda_errors::{error_name, ErrorClass};
 use cuflight_trace::model::memory::LiveMemory;

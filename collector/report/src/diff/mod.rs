@@ -1,7 +1,7 @@
 //! `cuflight diff A B [C ...]`: the runs of a performance lab side by side (a baseline, one change, the next),
 //! each against the run before it: steady step time, GPU utilisation, kernel time by category, the kernels
 //! gained, lost, faster and slower, and the findings resolved and new. Each input is reported on its own first
-//! ([`crate::report`]: warm-up left out), so any trace format compares with any other: a native capture against
+//! ([`crate`]: warm-up left out), so any trace format compares with any other: a native capture against
 //! a torch.profiler trace of the same program.
 //!
 //! Kernels are matched by name with what differs between tools taken off (a leading `void `, the parameter
@@ -10,7 +10,7 @@
 
 mod render;
 
-use crate::report::{ProcessReport, Report};
+use crate::{ProcessReport, Report};
 use serde::Serialize;
 use std::collections::BTreeMap;
 

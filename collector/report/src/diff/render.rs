@@ -1,7 +1,7 @@
 //! `cuflight diff` as text for a terminal and as one self-contained HTML page (JSON is the serialised [`Diff`]).
 
 use super::Diff;
-use crate::table::Table;
+use cuflight_analysis::table::Table;
 use std::fmt::Write;
 
 pub fn ms(ns: u64) -> String {
@@ -25,7 +25,7 @@ fn label(i: usize) -> String {
 const SHOWN_KERNELS: usize = 15;
 
 fn short(name: &str) -> String {
-    crate::report::shorten(name, 70, "...")
+    crate::shorten(name, 70, "...")
 }
 
 impl Diff {
@@ -114,7 +114,7 @@ impl Diff {
     }
 
     pub fn to_html(&self) -> String {
-        let esc = crate::report::escape_html;
+        let esc = crate::escape_html;
         let n = self.runs.len();
         let mut out = String::from(
             "<!doctype html><html><head><meta charset=utf-8><title>cuflight diff</title><style>\

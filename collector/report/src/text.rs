@@ -5,7 +5,7 @@ use super::findings::{ms, Finding};
 use super::short_names::short_name;
 use super::steps::{StepRow, StepSource};
 use super::{ProcessReport, Report};
-use crate::table::Table;
+use cuflight_analysis::table::Table;
 use cuflight_trace::model::cuda_errors::ErrorClass;
 
 fn pct(part: u64, whole: u64) -> String {

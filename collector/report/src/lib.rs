@@ -8,6 +8,7 @@
 mod accum;
 pub mod breakdown;
 mod busy;
+pub mod diff;
 pub mod failed_calls;
 mod findings;
 mod gpu_findings;
@@ -107,7 +108,7 @@ pub struct ProcessReport {
     /// CUDA calls that returned an error: failures first, then expected answers such as "not ready" from a query
     /// (absent where none did, or where the trace holds no return codes: torch.profiler's).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub cuda_errors: Vec<crate::stats::ApiErrorRow>,
+    pub cuda_errors: Vec<cuflight_analysis::stats::ApiErrorRow>,
     /// What reading Python stacks cost inside the steps (absent where none were read).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub python_stacks: Option<stack_cost::StackCost>,

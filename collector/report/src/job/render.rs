@@ -5,7 +5,7 @@ use super::super::findings::ms;
 use super::super::html_escape::esc;
 use super::collectives::Method;
 use super::JobReport;
-use crate::table::Table;
+use cuflight_analysis::table::Table;
 use std::fmt::Write;
 
 /// Steps the terminal heatmap shows (the HTML one shows all).
@@ -129,7 +129,7 @@ impl JobReport {
                         let work: Vec<String> = s
                             .gpu_work
                             .iter()
-                            .map(|(n, ns)| format!("{} {}", crate::table::terminal_safe(n), ms(*ns)))
+                            .map(|(n, ns)| format!("{} {}", cuflight_analysis::table::terminal_safe(n), ms(*ns)))
                             .collect();
                         out.push_str(&format!("{:>31}GPU: {}\n", "", work.join(", ")));
                     }
