@@ -347,3 +347,30 @@ fn cupti_memory_note(count: Option<u32>) {
         );
     }
 }
+
+/// `cuflight recover TRACE [-o OUT]`: a complete copy of a trace cut short.
+pub fn recover(trace: &std::path::Path, output: Option<std::path::PathBuf>, force: bool) -> anyhow::Result<i32> {
+    let output = match output {
+        Some(o) => o,
+        None => crate::stand_in::beside(trace, "recovered.cuf")?,
+    };
+    let out = cuflight_collector::export::output::Output::create(&output, &[trace], force)?;
+    let r = cuflight_collector::capture::recover::recover(trace, std::io::BufWriter::new(out.try_clone()?))?;
+    out.commit()?;
+    match r.cut_short {
+        Some(why) => eprintln!(
+            "cuflight: wrote {}: {} events in {} blocks kept; {} bytes after the last complete block dropped ({why})",
+            output.display(),
+            r.events,
+            r.blocks,
+            r.dropped_bytes
+        ),
+        None => eprintln!(
+            "cuflight: wrote {}: {} events; {} was already complete",
+            output.display(),
+            r.events,
+            crate::stand_in::name_of(trace)
+        ),
+    }
+    Ok(0)
+}

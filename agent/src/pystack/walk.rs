@@ -215,34 +215,10 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
         let pages = high.saturating_sub(frames_low & !(4096 - 1)) / 4096;
         next.pages = pages.clamp(1, memory::WINDOW_PAGES as u64) as u8;
     }
-    // Each distinct code object's header once (recursion, and PyTorch's nested modules calling the same
-    // `_call_impl`, repeat them): every header costs the kernel a page to pin. Those the guess read are in the
-    // first slots; the rest are read in one call into the slots after them.
-    let mut unique = [0u64; CANDIDATES];
-    let mut slot = [0usize; CANDIDATES];
-    let mut which = [0usize; CANDIDATES];
-    let (mut distinct, mut missing) = (0, [0u64; CANDIDATES]);
-    let mut misses = 0;
-    for k in 0..found {
-        which[k] = match unique[..distinct].iter().position(|&c| c == codes[k]) {
-            Some(u) => u,
-            None => {
-                unique[distinct] = codes[k];
-                let guessed_as =
-                    (0..last.count as usize).find(|&g| last.guessed[g] == codes[k] && codes_read & 1 << g != 0);
-                slot[distinct] = match guessed_as {
-                    Some(g) => g,
-                    None => {
-                        missing[misses] = codes[k];
-                        misses += 1;
-                        CANDIDATES + misses - 1
-                    }
-                };
-                distinct += 1;
-                distinct - 1
-            }
-        };
-    }
+    // Each distinct code object's header once (recursion and nested modules repeat them; each header costs the
+    // kernel a page to pin): those the guess read are in the first slots, the rest read in one call after them.
+    let slots = code_slots(&codes[..found], &last, codes_read);
+    let CodeSlots { unique, slot, which, distinct, .. } = slots;
     if windowed {
         next.guessed[..distinct].copy_from_slice(&unique[..distinct]);
         // The frames outside the window where room is left (a frame's bytes fit a header's: a test checks).
@@ -254,18 +230,7 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
         next.count = nwalked as u8;
     }
     py.last_walk.set(next);
-    let read = memory::read_many(&missing[..misses], code_span(l), &mut headers[CANDIDATES..], &mut scratch);
-    // Headers the batch did not get (it stops at an unreadable one) are read on their own, once: 1 read, 2 not.
-    let mut state = [0u8; CANDIDATES];
-    for u in 0..distinct {
-        let s = slot[u];
-        state[u] = if s < CANDIDATES || read & 1 << (s - CANDIDATES) != 0 { 1 } else { 0 };
-    }
-    for u in 0..distinct {
-        if state[u] == 0 {
-            state[u] = if memory::read(unique[u], &mut headers[slot[u]][..code_span(l)]) { 1 } else { 2 };
-        }
-    }
+    let state = read_headers(l, &slots, &mut headers, &mut scratch);
     if l.code_tlbc.is_some() && in_copy[..found].iter().any(|&(_, copy)| copy != 0) {
         let (copies, frames) = (&in_copy[..found], &which[..found]);
         thread_copies::frame_offsets(l, py, copies, frames, &unique, &state, &slot, &headers, &mut offsets[..found]);
@@ -279,21 +244,7 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
         named[u] = true;
     }
     // Each code object's names looked up once, here: (file, function) ids where the cache knows them.
-    let mut known = [None; CANDIDATES];
-    for u in (0..distinct).filter(|&u| state[u] == 1 && named[u]) {
-        let buf = &headers[slot[u]];
-        let name_at = l.code_qualname.unwrap_or(l.code_name);
-        let (file, name) = (memory::u64_at(buf, l.code_filename), memory::u64_at(buf, name_at));
-        if memory::u64_at(buf, l.ob_type) != i.code_type {
-            continue;
-        }
-        known[u] = py.lookup(unique[u], file, name);
-        if known[u].is_none() {
-            for obj in [file, name, memory::u64_at(buf, l.code_linetable)] {
-                objects.add(obj);
-            }
-        }
-    }
+    let known = look_up_names(i, py, &slots, &state, &named, &headers, &mut objects);
     objects.read = memory::gather(&objects.addrs[..objects.count], &mut scratch);
     let objects = Objects { of: &objects, bytes: &scratch };
     let mut n = 0;
@@ -311,6 +262,107 @@ pub fn walk(i: &Interp, py: &ThreadPy, tstate: u64, out: &mut [Frame; MAX_FRAMES
         }
     }
     (n, !ended)
+}
+
+/// The distinct code objects of a walk's frames and where each one's header is read into: a slot the guess
+/// filled, or one after them for a header still to read (`missing`).
+#[derive(Clone, Copy)]
+struct CodeSlots {
+    unique: [u64; CANDIDATES],
+    /// Per distinct code object, its header's slot.
+    slot: [usize; CANDIDATES],
+    /// Per frame, its code object's index in `unique`.
+    which: [usize; CANDIDATES],
+    distinct: usize,
+    missing: [u64; CANDIDATES],
+    misses: usize,
+}
+
+#[inline]
+fn code_slots(codes: &[u64], last: &LastWalk, codes_read: u32) -> CodeSlots {
+    let mut c = CodeSlots {
+        unique: [0; CANDIDATES],
+        slot: [0; CANDIDATES],
+        which: [0; CANDIDATES],
+        distinct: 0,
+        missing: [0; CANDIDATES],
+        misses: 0,
+    };
+    for (k, &code) in codes.iter().enumerate() {
+        c.which[k] = match c.unique[..c.distinct].iter().position(|&u| u == code) {
+            Some(u) => u,
+            None => {
+                c.unique[c.distinct] = code;
+                let guessed_as =
+                    (0..last.count as usize).find(|&g| last.guessed[g] == code && codes_read & 1 << g != 0);
+                c.slot[c.distinct] = match guessed_as {
+                    Some(g) => g,
+                    None => {
+                        c.missing[c.misses] = code;
+                        c.misses += 1;
+                        CANDIDATES + c.misses - 1
+                    }
+                };
+                c.distinct += 1;
+                c.distinct - 1
+            }
+        };
+    }
+    c
+}
+
+/// Reads the code objects' headers the guess did not (one call for them all), into their slots of `headers`; per
+/// distinct code object: 1 read, 2 unreadable.
+#[inline]
+fn read_headers(
+    l: &Layout,
+    c: &CodeSlots,
+    headers: &mut [[u8; memory::HEADER]; SLOTS],
+    scratch: &mut [u8; memory::SCRATCH],
+) -> [u8; CANDIDATES] {
+    let read = memory::read_many(&c.missing[..c.misses], code_span(l), &mut headers[CANDIDATES..], scratch);
+    // Headers the batch did not get (it stops at an unreadable one) are read on their own, once: 1 read, 2 not.
+    let mut state = [0u8; CANDIDATES];
+    for (st, &s) in state.iter_mut().zip(&c.slot[..c.distinct]) {
+        *st = if s < CANDIDATES || read & 1 << (s - CANDIDATES) != 0 { 1 } else { 0 };
+    }
+    for u in 0..c.distinct {
+        if state[u] == 0 {
+            state[u] = if memory::read(c.unique[u], &mut headers[c.slot[u]][..code_span(l)]) { 1 } else { 2 };
+        }
+    }
+    state
+}
+
+/// Each named code object's (file, function) ids where the thread's cache knows them; for the others, what
+/// naming them needs (file, name, line table) is added to `objects`, to be read in one call.
+#[inline]
+fn look_up_names(
+    i: &Interp,
+    py: &ThreadPy,
+    c: &CodeSlots,
+    state: &[u8; CANDIDATES],
+    named: &[bool; CANDIDATES],
+    headers: &[[u8; memory::HEADER]; SLOTS],
+    objects: &mut Prefetched,
+) -> [Option<(u32, u32)>; CANDIDATES] {
+    let l = i.layout;
+    let mut known = [None; CANDIDATES];
+    for u in (0..c.distinct).filter(|&u| state[u] == 1 && named[u]) {
+        let buf = &headers[c.slot[u]];
+        let name_at = l.code_qualname.unwrap_or(l.code_name);
+        let (file, name) = (memory::u64_at(buf, l.code_filename), memory::u64_at(buf, name_at));
+        if memory::u64_at(buf, l.ob_type) != i.code_type {
+            continue;
+        }
+        known[u] = py.lookup(c.unique[u], file, name);
+        if known[u].is_none() {
+            for obj in [file, name, memory::u64_at(buf, l.code_linetable)] {
+                objects.add(obj);
+            }
+        }
+    }
+    known
 }
 
 /// The objects a walk read together ([`memory::gather`]).

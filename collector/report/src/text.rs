@@ -203,6 +203,24 @@ fn process(out: &mut String, p: &ProcessReport) {
         table.row(step_cells(t));
         table.render(out);
     }
+    kernel_tables(out, p);
+    let failed: Vec<_> = p.cuda_errors.iter().filter(|r| r.class != ErrorClass::Expected).collect();
+    if !failed.is_empty() {
+        let title = "  CUDA calls that failed (`cuflight stats --report cuda_api_errors` lists every return code)";
+        let mut t = Table::new(title, &["Count", "First at", "Class", "Error", "API"]);
+        for r in failed.iter().take(10) {
+            let first = format!("+{:.6} s", r.first_ns as f64 / 1e9);
+            t.row(vec![r.count.to_string(), first, r.class.as_str().into(), r.error.clone(), r.api.clone()]);
+        }
+        t.render(out);
+    }
+    for w in &p.warnings {
+        out.push_str(&format!("  warning: {w}\n"));
+    }
+}
+
+/// Kernel time by category, and the top kernels with their launch configuration.
+fn kernel_tables(out: &mut String, p: &ProcessReport) {
     if !p.categories.is_empty() {
         let mut t =
             Table::new("  Kernel time by category", &["Share", "Total (ms)", "Per step (ms)", "Count", "Category"]);
@@ -236,19 +254,6 @@ fn process(out: &mut String, p: &ProcessReport) {
             ]);
         }
         t.render(out);
-    }
-    let failed: Vec<_> = p.cuda_errors.iter().filter(|r| r.class != ErrorClass::Expected).collect();
-    if !failed.is_empty() {
-        let title = "  CUDA calls that failed (`cuflight stats --report cuda_api_errors` lists every return code)";
-        let mut t = Table::new(title, &["Count", "First at", "Class", "Error", "API"]);
-        for r in failed.iter().take(10) {
-            let first = format!("+{:.6} s", r.first_ns as f64 / 1e9);
-            t.row(vec![r.count.to_string(), first, r.class.as_str().into(), r.error.clone(), r.api.clone()]);
-        }
-        t.render(out);
-    }
-    for w in &p.warnings {
-        out.push_str(&format!("  warning: {w}\n"));
     }
 }
 

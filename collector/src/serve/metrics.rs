@@ -165,18 +165,40 @@ impl ProcessMetrics {
 /// The exposition of every followed process: Prometheus text format 0.0.4, or OpenMetrics 1.0 (`openmetrics`:
 /// a counter family is named without its samples' `_total`, and the text ends with `# EOF`).
 pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> String {
-    let mut out = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, samples: &mut dyn FnMut(&mut String)| {
-        let name = if openmetrics && kind == "counter" { name.trim_end_matches("_total") } else { name };
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        samples(&mut out);
-    };
-    let labels = |pid: &u32, m: &ProcessMetrics, extra: &str| {
-        let rank = m.rank.map_or(String::new(), |r| format!(",rank=\"{r}\""));
-        format!("pid=\"{pid}\",host=\"{}\"{rank}{extra}", escape(&m.host))
-    };
-    family(
+    let mut x = Exposition { out: String::new(), openmetrics };
+    agent_families(&mut x, processes);
+    work_families(&mut x, processes);
+    if openmetrics {
+        x.out.push_str("# EOF\n");
+    }
+    x.out
+}
+
+/// The text being written, in Prometheus's format or OpenMetrics's.
+struct Exposition {
+    out: String,
+    openmetrics: bool,
+}
+
+impl Exposition {
+    /// One metric family: its HELP and TYPE lines, then its samples.
+    fn family(&mut self, name: &str, kind: &str, help: &str, samples: &mut dyn FnMut(&mut String)) {
+        let name = if self.openmetrics && kind == "counter" { name.trim_end_matches("_total") } else { name };
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+        samples(&mut self.out);
+    }
+}
+
+/// A process's labels, and `extra` ones (each starting with a comma).
+fn labels(pid: &u32, m: &ProcessMetrics, extra: &str) -> String {
+    let rank = m.rank.map_or(String::new(), |r| format!(",rank=\"{r}\""));
+    format!("pid=\"{pid}\",host=\"{}\"{rank}{extra}", escape(&m.host))
+}
+
+/// What each process's agent is and does: its state, windows, sessions, cost.
+fn agent_families(x: &mut Exposition, processes: &BTreeMap<u32, ProcessMetrics>) {
+    x.family(
         "cuflight_agent_state",
         "gauge",
         "1 for the state the process's agent is in (dormant, recording, flight_recorder).",
@@ -186,7 +208,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
             }
         },
     );
-    family(
+    x.family(
         "cuflight_window_seconds_total",
         "counter",
         "Time covered by recorded windows: the other counters count only inside them.",
@@ -196,7 +218,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
             }
         },
     );
-    family(
+    x.family(
         "cuflight_gpu_busy_seconds_total",
         "counter",
         "Device time with at least one kernel, copy or memset of the process running (union over streams).",
@@ -209,7 +231,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
             }
         },
     );
-    family(
+    x.family(
         "cuflight_kernel_seconds_total",
         "counter",
         "Kernel time by category (gemm, attention, communication, ...; overlapping kernels each count).",
@@ -222,7 +244,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
             }
         },
     );
-    family(
+    x.family(
         "cuflight_gpu_idle_seconds_total",
         "counter",
         "GPU idle time inside steps by cause, as cuflight report attributes it (data_loading, sync_stall, \
@@ -236,7 +258,11 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
             }
         },
     );
-    family("cuflight_kernel_launches_total", "counter", "Kernels that ran.", &mut |o| {
+}
+
+/// What the GPU work was: kernels, copies, waits, errors, drops.
+fn work_families(x: &mut Exposition, processes: &BTreeMap<u32, ProcessMetrics>) {
+    x.family("cuflight_kernel_launches_total", "counter", "Kernels that ran.", &mut |o| {
         for (pid, m) in processes {
             for (d, n) in &m.launches {
                 let _ = writeln!(
@@ -247,7 +273,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
             }
         }
     });
-    family(
+    x.family(
         "cuflight_memcpy_bytes_total",
         "counter",
         "Bytes copied by kind (HtoD, DtoH, DtoD, ...) and host memory (pageable, pinned, device).",
@@ -260,7 +286,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
             }
         },
     );
-    family(
+    x.family(
         "cuflight_sync_wait_seconds_total",
         "counter",
         "Host time inside calls that wait for the GPU (cudaStreamSynchronize, cudaDeviceSynchronize, a blocking cudaMemcpy, ...).",
@@ -271,7 +297,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
             }
         },
     );
-    family(
+    x.family(
         "cuflight_device_memory_bytes",
         "gauge",
         "Device memory the process allocated during the windows and still holds at the end of the last.",
@@ -283,7 +309,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
             }
         },
     );
-    family(
+    x.family(
         "cuflight_cuda_call_errors_total",
         "counter",
         "CUDA calls that returned an error, by class (sticky: a device fault, after which every call fails; \
@@ -297,7 +323,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
             }
         },
     );
-    family(
+    x.family(
         "cuflight_agent_cupti_sessions_total",
         "counter",
         "CUPTI sessions the process's agent set up (recording, each window): CUPTI keeps about 74 KB of the \
@@ -309,7 +335,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
             }
         },
     );
-    family(
+    x.family(
         "cuflight_window_period_seconds",
         "gauge",
         "Time between the process's windows now: --duty's period, doubled every --window-budget CUPTI sessions.",
@@ -324,15 +350,16 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
             }
         },
     );
-    family("cuflight_events_dropped_total", "counter", "Records the agent lost (full rings, CUPTI drops).", &mut |o| {
-        for (pid, m) in processes {
-            let _ = writeln!(o, "cuflight_events_dropped_total{{{}}} {}", labels(pid, m, ""), m.dropped);
-        }
-    });
-    if openmetrics {
-        out.push_str("# EOF\n");
-    }
-    out
+    x.family(
+        "cuflight_events_dropped_total",
+        "counter",
+        "Records the agent lost (full rings, CUPTI drops).",
+        &mut |o| {
+            for (pid, m) in processes {
+                let _ = writeln!(o, "cuflight_events_dropped_total{{{}}} {}", labels(pid, m, ""), m.dropped);
+            }
+        },
+    );
 }
 
 fn secs(ns: u64) -> String {

@@ -87,49 +87,8 @@ impl Stats {
             Report::Kernels => durations("CUDA kernels (GPU time) [cuda_gpu_kern_sum]", &self.kernels),
             Report::Api => durations("CUDA API calls (host time) [cuda_api_sum]", &self.api),
             Report::MemTime => durations("GPU memory operations by time [cuda_gpu_mem_time_sum]", &self.gpu_mem_time),
-            Report::MemSize => {
-                let mut t = Table::new(
-                    "GPU memory operations by size [cuda_gpu_mem_size_sum]",
-                    &[
-                        "Total (bytes)",
-                        "Count",
-                        "Avg (bytes)",
-                        "Med (bytes)",
-                        "Min (bytes)",
-                        "Max (bytes)",
-                        "StdDev (bytes)",
-                        "Operation",
-                    ],
-                );
-                for r in &self.gpu_mem_size {
-                    let mut cells = stat_cells(
-                        r.total_bytes,
-                        r.count,
-                        [r.avg_bytes, r.median_bytes, r.min_bytes, r.max_bytes, r.stddev_bytes],
-                    );
-                    cells.push(r.operation.clone());
-                    t.row(cells);
-                }
-                t
-            }
-            Report::Memcpy => {
-                let mut t = Table::new(
-                    "Memory copies by host memory",
-                    &["Count", "Total (bytes)", "Total Time (ns)", "GB/s", "Async", "Host memory", "Kind"],
-                );
-                for r in &self.memcpy {
-                    t.row(vec![
-                        r.count.to_string(),
-                        r.bytes.to_string(),
-                        r.total_ns.to_string(),
-                        format!("{:.2}", r.gbps),
-                        r.async_count.to_string(),
-                        r.host_memory.clone(),
-                        r.kind.clone(),
-                    ]);
-                }
-                t
-            }
+            Report::MemSize => self.mem_size_table(),
+            Report::Memcpy => self.memcpy_table(),
             Report::Memset => {
                 let mut t = Table::new("Memsets", &["Count", "Total (bytes)", "Total Time (ns)", "Memory"]);
                 for r in &self.memset {
@@ -137,23 +96,7 @@ impl Stats {
                 }
                 t
             }
-            Report::Memory => {
-                let mut t = Table::new(
-                    "Memory",
-                    &["Allocs", "Frees", "Allocated (bytes)", "Peak (bytes)", "Live at end (bytes)", "Memory"],
-                );
-                for (name, m) in [("device", &self.memory.device), ("pinned host", &self.memory.pinned_host)] {
-                    t.row(vec![
-                        m.malloc_count.to_string(),
-                        m.free_count.to_string(),
-                        m.alloc_bytes.to_string(),
-                        m.peak_bytes.to_string(),
-                        m.live_bytes_at_end.to_string(),
-                        name.to_string(),
-                    ]);
-                }
-                t
-            }
+            Report::Memory => self.memory_table(),
             Report::Nvtx => nvtx_table("NVTX ranges and marks [nvtx_sum]", self.nvtx.clone(), grouped),
             Report::NvtxPushPop => {
                 nvtx_table("NVTX push/pop ranges [nvtx_pushpop_sum]", self.nvtx_of("PushPop"), grouped)
@@ -161,120 +104,9 @@ impl Stats {
             Report::NvtxStartEnd => {
                 nvtx_table("NVTX start/end ranges [nvtx_startend_sum]", self.nvtx_of("StartEnd"), grouped)
             }
-            Report::NvtxGpuProj => {
-                let mut t = Table::new(
-                    "NVTX ranges projected onto the GPU [nvtx_gpu_proj_sum]",
-                    &[
-                        "Total Proj Time (ns)",
-                        "Total Range Time (ns)",
-                        "Range Instances",
-                        "Proj Avg (ns)",
-                        "Proj Med (ns)",
-                        "Proj Min (ns)",
-                        "Proj Max (ns)",
-                        "Proj StdDev (ns)",
-                        "Total GPU Ops",
-                        "Avg GPU Ops",
-                        "Avg Range Lvl",
-                        "Avg Num Child",
-                        "Domain",
-                        "Range",
-                    ],
-                );
-                let rows: Vec<&NvtxProjRow> = self.nvtx_gpu_proj.iter().collect();
-                let shown = if grouped {
-                    super::grouping::group(&rows, |r| r.name.as_str(), |r| r.domain.clone())
-                } else {
-                    rows.iter().map(|&r| super::grouping::Shown::One(r)).collect()
-                };
-                for s in shown {
-                    let r = match s {
-                        super::grouping::Shown::One(r) => r,
-                        super::grouping::Shown::Group { pattern, rows } => {
-                            let sum = |f: fn(&NvtxProjRow) -> u64| rows.iter().map(|r| f(r)).sum::<u64>();
-                            let (proj, instances, ops) =
-                                (sum(|r| r.total_proj_ns), sum(|r| r.instances), sum(|r| r.total_gpu_ops));
-                            let n = instances.max(1) as f64;
-                            let mean = |f: fn(&NvtxProjRow) -> f64| {
-                                rows.iter().map(|r| f(r) * r.instances as f64).sum::<f64>() / n
-                            };
-                            t.row(vec![
-                                proj.to_string(),
-                                sum(|r| r.total_range_ns).to_string(),
-                                instances.to_string(),
-                                (proj / instances.max(1)).to_string(),
-                                "-".into(),
-                                rows.iter().map(|r| r.min_ns).min().unwrap_or(0).to_string(),
-                                rows.iter().map(|r| r.max_ns).max().unwrap_or(0).to_string(),
-                                "-".into(),
-                                ops.to_string(),
-                                format!("{:.1}", ops as f64 / n),
-                                format!("{:.1}", mean(|r| r.avg_range_level)),
-                                format!("{:.1}", mean(|r| r.avg_children)),
-                                rows[0].domain.clone(),
-                                format!("{pattern} ({} names; all with --format csv)", rows.len()),
-                            ]);
-                            continue;
-                        }
-                    };
-                    t.row(vec![
-                        r.total_proj_ns.to_string(),
-                        r.total_range_ns.to_string(),
-                        r.instances.to_string(),
-                        r.avg_ns.to_string(),
-                        r.median_ns.to_string(),
-                        r.min_ns.to_string(),
-                        r.max_ns.to_string(),
-                        r.stddev_ns.to_string(),
-                        r.total_gpu_ops.to_string(),
-                        format!("{:.1}", r.avg_gpu_ops),
-                        format!("{:.1}", r.avg_range_level),
-                        format!("{:.1}", r.avg_children),
-                        r.domain.clone(),
-                        r.name.clone(),
-                    ]);
-                }
-                t
-            }
-            Report::NvtxKern => {
-                let mut t = Table::new(
-                    "Kernels launched inside NVTX ranges [nvtx_kern_sum]",
-                    &[
-                        "Range",
-                        "Total Time (ns)",
-                        "Instances",
-                        "Avg (ns)",
-                        "Med (ns)",
-                        "Min (ns)",
-                        "Max (ns)",
-                        "StdDev (ns)",
-                        "Domain",
-                        "Kernel",
-                    ],
-                );
-                for r in &self.nvtx_kern {
-                    let mut cells = vec![r.range.clone()];
-                    cells.extend(r.time.cells());
-                    cells.extend([r.domain.clone(), r.kernel.clone()]);
-                    t.row(cells);
-                }
-                t
-            }
-            Report::Categories => {
-                let mut t = Table::new(
-                    "GPU time by kind of work (kernels by name: gemm, attention, ...; copies; memsets)",
-                    &["Time (%)", "Total Time (ns)", "Count", "Category"],
-                );
-                for r in &self.categories {
-                    t.row(vec![
-                        format!("{:.1}", r.percent),
-                        r.total_ns.to_string(),
-                        r.count.to_string(),
-                        r.category.into(),
-                    ]);
-                }
-                t
-            }
+            Report::NvtxGpuProj => self.nvtx_gpu_proj_table(grouped),
+            Report::NvtxKern => self.nvtx_kern_table(),
+            Report::Categories => self.categories_table(),
             Report::Sync => {
                 let mut t = Table::new("Synchronization", &["Count", "Total Time (ns)", "Kind"]);
                 for r in &self.sync {
@@ -295,91 +127,263 @@ impl Stats {
                 "CUDA API calls, kernels and memory operations [cuda_api_gpu_sum]",
                 &self.api_gpu_sum,
             ),
-            Report::PythonSync => {
-                let mut t = Table::new(
-                    "Synchronising calls by Python source line [python_sync_sum]",
-                    &[
-                        "Time (%)",
-                        "Total Time (ns)",
-                        "Num Calls",
-                        "Avg (ns)",
-                        "Max (ns)",
-                        "Location",
-                        "Function",
-                        "Calls",
-                    ],
-                );
-                for r in &self.python_sync {
-                    t.row(vec![
-                        format!("{:.1}", r.percent),
-                        r.time.total_ns.to_string(),
-                        r.time.count.to_string(),
-                        r.time.avg_ns.to_string(),
-                        r.time.max_ns.to_string(),
-                        format!("{}:{}", r.file, r.line),
-                        r.function.clone(),
-                        r.calls.clone(),
-                    ]);
-                }
-                t
-            }
-            Report::Graphs => {
-                let mut t =
-                    Table::new("CUDA graphs", &["PID", "Launches", "Kernels", "Nodes", "Kernel Time (ns)", "Graph"]);
-                for g in &self.graphs {
-                    t.row(vec![
-                        g.pid.to_string(),
-                        g.launches.to_string(),
-                        g.kernels.to_string(),
-                        g.nodes.to_string(),
-                        g.kernel_ns.to_string(),
-                        g.graph_id.to_string(),
-                    ]);
-                }
-                t
-            }
-            Report::ApiErrors => {
-                let mut t = Table::new(
-                    "CUDA calls that returned an error [cuda_api_errors]",
-                    &["PID", "Count", "First (ns)", "Last (ns)", "Class", "Code", "Error", "API"],
-                );
-                for r in &self.api_errors {
-                    t.row(vec![
-                        r.pid.to_string(),
-                        r.count.to_string(),
-                        r.first_ns.to_string(),
-                        r.last_ns.to_string(),
-                        r.class.as_str().to_string(),
-                        r.code.to_string(),
-                        r.error.clone(),
-                        r.api.clone(),
-                    ]);
-                }
-                t
-            }
+            Report::PythonSync => self.python_sync_table(),
+            Report::Graphs => self.graphs_table(),
+            Report::ApiErrors => self.api_errors_table(),
             Report::Processes => self.processes_table(),
-            Report::Devices => {
-                let mut t = Table::new("Devices", &["PID", "Device", "Memory (GiB)", "CC", "SMs", "Name"]);
-                for d in &self.devices {
-                    t.row(vec![
-                        d.pid.to_string(),
-                        d.device.to_string(),
-                        // 0: the trace did not say (a Kineto trace whose device was recovered from its kernels).
-                        match d.memory_bytes {
-                            0 => "?".into(),
-                            m => format!("{:.1}", m as f64 / (1u64 << 30) as f64),
-                        },
-                        match d.compute_capability.as_str() {
-                            "0.0" => "?".into(),
-                            cc => cc.to_string(),
-                        },
-                        d.multiprocessors.to_string(),
-                        d.name.clone(),
-                    ]);
-                }
-                t
-            }
+            Report::Devices => self.devices_table(),
         }
+    }
+
+    fn mem_size_table(&self) -> Table {
+        let mut t = Table::new(
+            "GPU memory operations by size [cuda_gpu_mem_size_sum]",
+            &[
+                "Total (bytes)",
+                "Count",
+                "Avg (bytes)",
+                "Med (bytes)",
+                "Min (bytes)",
+                "Max (bytes)",
+                "StdDev (bytes)",
+                "Operation",
+            ],
+        );
+        for r in &self.gpu_mem_size {
+            let mut cells = stat_cells(
+                r.total_bytes,
+                r.count,
+                [r.avg_bytes, r.median_bytes, r.min_bytes, r.max_bytes, r.stddev_bytes],
+            );
+            cells.push(r.operation.clone());
+            t.row(cells);
+        }
+        t
+    }
+
+    fn memcpy_table(&self) -> Table {
+        let mut t = Table::new(
+            "Memory copies by host memory",
+            &["Count", "Total (bytes)", "Total Time (ns)", "GB/s", "Async", "Host memory", "Kind"],
+        );
+        for r in &self.memcpy {
+            t.row(vec![
+                r.count.to_string(),
+                r.bytes.to_string(),
+                r.total_ns.to_string(),
+                format!("{:.2}", r.gbps),
+                r.async_count.to_string(),
+                r.host_memory.clone(),
+                r.kind.clone(),
+            ]);
+        }
+        t
+    }
+
+    fn memory_table(&self) -> Table {
+        let mut t = Table::new(
+            "Memory",
+            &["Allocs", "Frees", "Allocated (bytes)", "Peak (bytes)", "Live at end (bytes)", "Memory"],
+        );
+        for (name, m) in [("device", &self.memory.device), ("pinned host", &self.memory.pinned_host)] {
+            t.row(vec![
+                m.malloc_count.to_string(),
+                m.free_count.to_string(),
+                m.alloc_bytes.to_string(),
+                m.peak_bytes.to_string(),
+                m.live_bytes_at_end.to_string(),
+                name.to_string(),
+            ]);
+        }
+        t
+    }
+
+    fn nvtx_gpu_proj_table(&self, grouped: bool) -> Table {
+        let mut t = Table::new(
+            "NVTX ranges projected onto the GPU [nvtx_gpu_proj_sum]",
+            &[
+                "Total Proj Time (ns)",
+                "Total Range Time (ns)",
+                "Range Instances",
+                "Proj Avg (ns)",
+                "Proj Med (ns)",
+                "Proj Min (ns)",
+                "Proj Max (ns)",
+                "Proj StdDev (ns)",
+                "Total GPU Ops",
+                "Avg GPU Ops",
+                "Avg Range Lvl",
+                "Avg Num Child",
+                "Domain",
+                "Range",
+            ],
+        );
+        let rows: Vec<&NvtxProjRow> = self.nvtx_gpu_proj.iter().collect();
+        let shown = if grouped {
+            super::grouping::group(&rows, |r| r.name.as_str(), |r| r.domain.clone())
+        } else {
+            rows.iter().map(|&r| super::grouping::Shown::One(r)).collect()
+        };
+        for s in shown {
+            let r = match s {
+                super::grouping::Shown::One(r) => r,
+                super::grouping::Shown::Group { pattern, rows } => {
+                    let sum = |f: fn(&NvtxProjRow) -> u64| rows.iter().map(|r| f(r)).sum::<u64>();
+                    let (proj, instances, ops) =
+                        (sum(|r| r.total_proj_ns), sum(|r| r.instances), sum(|r| r.total_gpu_ops));
+                    let n = instances.max(1) as f64;
+                    let mean =
+                        |f: fn(&NvtxProjRow) -> f64| rows.iter().map(|r| f(r) * r.instances as f64).sum::<f64>() / n;
+                    t.row(vec![
+                        proj.to_string(),
+                        sum(|r| r.total_range_ns).to_string(),
+                        instances.to_string(),
+                        (proj / instances.max(1)).to_string(),
+                        "-".into(),
+                        rows.iter().map(|r| r.min_ns).min().unwrap_or(0).to_string(),
+                        rows.iter().map(|r| r.max_ns).max().unwrap_or(0).to_string(),
+                        "-".into(),
+                        ops.to_string(),
+                        format!("{:.1}", ops as f64 / n),
+                        format!("{:.1}", mean(|r| r.avg_range_level)),
+                        format!("{:.1}", mean(|r| r.avg_children)),
+                        rows[0].domain.clone(),
+                        format!("{pattern} ({} names; all with --format csv)", rows.len()),
+                    ]);
+                    continue;
+                }
+            };
+            t.row(vec![
+                r.total_proj_ns.to_string(),
+                r.total_range_ns.to_string(),
+                r.instances.to_string(),
+                r.avg_ns.to_string(),
+                r.median_ns.to_string(),
+                r.min_ns.to_string(),
+                r.max_ns.to_string(),
+                r.stddev_ns.to_string(),
+                r.total_gpu_ops.to_string(),
+                format!("{:.1}", r.avg_gpu_ops),
+                format!("{:.1}", r.avg_range_level),
+                format!("{:.1}", r.avg_children),
+                r.domain.clone(),
+                r.name.clone(),
+            ]);
+        }
+        t
+    }
+
+    fn nvtx_kern_table(&self) -> Table {
+        let mut t = Table::new(
+            "Kernels launched inside NVTX ranges [nvtx_kern_sum]",
+            &[
+                "Range",
+                "Total Time (ns)",
+                "Instances",
+                "Avg (ns)",
+                "Med (ns)",
+                "Min (ns)",
+                "Max (ns)",
+                "StdDev (ns)",
+                "Domain",
+                "Kernel",
+            ],
+        );
+        for r in &self.nvtx_kern {
+            let mut cells = vec![r.range.clone()];
+            cells.extend(r.time.cells());
+            cells.extend([r.domain.clone(), r.kernel.clone()]);
+            t.row(cells);
+        }
+        t
+    }
+
+    fn categories_table(&self) -> Table {
+        let mut t = Table::new(
+            "GPU time by kind of work (kernels by name: gemm, attention, ...; copies; memsets)",
+            &["Time (%)", "Total Time (ns)", "Count", "Category"],
+        );
+        for r in &self.categories {
+            t.row(vec![format!("{:.1}", r.percent), r.total_ns.to_string(), r.count.to_string(), r.category.into()]);
+        }
+        t
+    }
+
+    fn python_sync_table(&self) -> Table {
+        let mut t = Table::new(
+            "Synchronising calls by Python source line [python_sync_sum]",
+            &["Time (%)", "Total Time (ns)", "Num Calls", "Avg (ns)", "Max (ns)", "Location", "Function", "Calls"],
+        );
+        for r in &self.python_sync {
+            t.row(vec![
+                format!("{:.1}", r.percent),
+                r.time.total_ns.to_string(),
+                r.time.count.to_string(),
+                r.time.avg_ns.to_string(),
+                r.time.max_ns.to_string(),
+                format!("{}:{}", r.file, r.line),
+                r.function.clone(),
+                r.calls.clone(),
+            ]);
+        }
+        t
+    }
+
+    fn graphs_table(&self) -> Table {
+        let mut t = Table::new("CUDA graphs", &["PID", "Launches", "Kernels", "Nodes", "Kernel Time (ns)", "Graph"]);
+        for g in &self.graphs {
+            t.row(vec![
+                g.pid.to_string(),
+                g.launches.to_string(),
+                g.kernels.to_string(),
+                g.nodes.to_string(),
+                g.kernel_ns.to_string(),
+                g.graph_id.to_string(),
+            ]);
+        }
+        t
+    }
+
+    fn api_errors_table(&self) -> Table {
+        let mut t = Table::new(
+            "CUDA calls that returned an error [cuda_api_errors]",
+            &["PID", "Count", "First (ns)", "Last (ns)", "Class", "Code", "Error", "API"],
+        );
+        for r in &self.api_errors {
+            t.row(vec![
+                r.pid.to_string(),
+                r.count.to_string(),
+                r.first_ns.to_string(),
+                r.last_ns.to_string(),
+                r.class.as_str().to_string(),
+                r.code.to_string(),
+                r.error.clone(),
+                r.api.clone(),
+            ]);
+        }
+        t
+    }
+
+    fn devices_table(&self) -> Table {
+        let mut t = Table::new("Devices", &["PID", "Device", "Memory (GiB)", "CC", "SMs", "Name"]);
+        for d in &self.devices {
+            t.row(vec![
+                d.pid.to_string(),
+                d.device.to_string(),
+                // 0: the trace did not say (a Kineto trace whose device was recovered from its kernels).
+                match d.memory_bytes {
+                    0 => "?".into(),
+                    m => format!("{:.1}", m as f64 / (1u64 << 30) as f64),
+                },
+                match d.compute_capability.as_str() {
+                    "0.0" => "?".into(),
+                    cc => cc.to_string(),
+                },
+                d.multiprocessors.to_string(),
+                d.name.clone(),
+            ]);
+        }
+        t
     }
 
     fn processes_table(&self) -> Table {

@@ -13,9 +13,7 @@
 
 use cuflight_format::view::GraphNode;
 use cuflight_format::{EventKind, RawEvent};
-use cuflight_trace::model::cuda_errors::error_name;
 use cuflight_trace::model::launches::LaunchJoin;
-use cuflight_trace::model::names;
 use cuflight_trace::model::source::EventSource;
 use cuflight_trace::model::trace::{Process, TraceError};
 use rustc_hash::FxHashMap;
@@ -25,7 +23,8 @@ use std::io::Write;
 
 mod args;
 mod json_text;
-use args::{external_id, kernel, ExternalArg, OperatorArgs, PayloadArg, WorkArgs, EXTERNAL_FROM_CORRELATION};
+mod records;
+use args::{external_id, kernel, PayloadArg};
 pub use json_text::us;
 use json_text::{push_u64, push_us, Js, Out, Us, OUTPUT_CHUNK};
 
@@ -257,7 +256,6 @@ fn event<W: Write>(
         return out.complete("user_annotation", name, pid, tid, r.start, r.end, args);
     }
     let name = p.string(e.name);
-    let corr = e.correlation;
     if e.kind() == Some(EventKind::PyFrame) && e.as_py_frame().imported {
         // Joined at import from the trace's own python_function events, which are written as they were.
         return Ok(());
@@ -268,31 +266,7 @@ fn event<W: Write>(
         python_functions(out, p, pid, e, st, &frames, borrowed)?;
     }
     match e.kind() {
-        Some(EventKind::Api) => {
-            let call = e.as_api();
-            let cat = if call.runtime { "cuda_runtime" } else { "cuda_driver" };
-            // A call that queues device work shares its External id with that work (see `external_id`).
-            let launches = st.launches.api(p, e);
-            out.complete_with(cat, name, pid, e.tid as u64, e.start, e.end, |b| {
-                b.extend_from_slice(br#""correlation":"#);
-                push_u64(b, corr as u64);
-                b.extend_from_slice(br#","cbid":"#);
-                push_u64(b, call.cbid as u64);
-                if call.failed() {
-                    // cuflight's: the return code of a call that failed, and CUDA's name for it.
-                    b.extend_from_slice(br#","return":"#);
-                    push_u64(b, call.result);
-                    let name = error_name(call.runtime, call.code());
-                    b.extend_from_slice(format!(r#","error":{}"#, Js(&name)).as_bytes());
-                }
-                if launches || call.external != 0 {
-                    b.extend_from_slice(br#","External id":"#);
-                    let external =
-                        if call.external != 0 { call.external } else { EXTERNAL_FROM_CORRELATION + corr as u64 };
-                    push_u64(b, external);
-                }
-            })?;
-        }
+        Some(EventKind::Api) => records::api_call(out, p, e, st, pid, name)?,
         Some(EventKind::Kernel) => {
             // Written with the next event of its process, which may be its graph node.
             gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
@@ -302,63 +276,17 @@ fn event<W: Write>(
         }
         Some(EventKind::Memcpy) => {
             gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
-            let copy = e.as_copy();
-            let (src, dst) = (names::memory_kind(copy.src), names::memory_kind(copy.dst));
-            let label = format!("Memcpy {} ({} -> {})", names::memcpy_kind(copy.kind), title(src), title(dst));
-            let gbps = if e.duration() == 0 { 0.0 } else { copy.bytes as f64 / e.duration() as f64 };
-            // `async` is cuflight's addition, ignored by Kineto tools.
-            let extra = if copy.is_async { r#","async":true"# } else { "" };
-            let joined = st.launches.work(e);
-            out.complete(
-                "gpu_memcpy",
-                &label,
-                st.gpu_pid(e.device),
-                e.stream as u64,
-                e.start,
-                e.end,
-                format_args!(
-                    r#"{},"External id":{},"bytes":{},"memory bandwidth (GB/s)":{}{extra}"#,
-                    WorkArgs(e),
-                    external_id(e, joined),
-                    copy.bytes,
-                    serde_json::Number::from_f64(gbps).map_or("0".into(), |n| n.to_string())
-                ),
-            )?;
-            return flow(out, pid, st, e, joined);
+            return records::memcpy(out, e, st, pid);
         }
         Some(EventKind::Memset) => {
             gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
-            let memset = e.as_memset();
-            let label = format!("Memset ({})", title(names::memory_kind(memset.memory)));
-            let joined = st.launches.work(e);
-            out.complete(
-                "gpu_memset",
-                &label,
-                st.gpu_pid(e.device),
-                e.stream as u64,
-                e.start,
-                e.end,
-                format_args!(r#"{},"External id":{},"bytes":{}"#, WorkArgs(e), external_id(e, joined), memset.bytes),
-            )?;
-            return flow(out, pid, st, e, joined);
+            return records::memset(out, e, st, pid);
         }
         Some(EventKind::Range) => {
-            let range = e.as_range();
-            if range.on_device {
+            if e.as_range().on_device {
                 gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
-                let (d, s) = (st.gpu_pid(e.device), e.stream as u64);
-                out.complete("gpu_user_annotation", name, d, s, e.start, e.end, format_args!(""))?;
-            } else {
-                let domain = p.string(range.category);
-                let cat = if domain.is_empty() { "user_annotation" } else { domain };
-                let external = ExternalArg(range.external);
-                let op = OperatorArgs {
-                    text: p.string(range.operator_text),
-                    sequence: range.sequence_plus_one.checked_sub(1),
-                    after: range.external != 0,
-                };
-                out.complete(cat, name, pid, e.tid as u64, e.start, e.end, format_args!("{external}{op}"))?;
             }
+            records::range(out, p, e, st, (pid, name))?;
         }
         Some(EventKind::NvtxMark) if e.as_nvtx().global => {
             // A trace-wide instant, written as Kineto writes it (viewers draw it across the whole timeline).
@@ -380,58 +308,13 @@ fn event<W: Write>(
                 Us(e.start)
             )?;
         }
-        Some(EventKind::Alloc | EventKind::Free) => {
-            // torch.profiler's memory events: Bytes is negative for a free; Device Type 1 = CUDA, 0 = CPU.
-            let Some(change) = st.memory.apply(0, e) else { return Ok(()) };
-            // `pinned` is cuflight's addition: pinned host memory, not the CPU allocator.
-            let pinned = if change.device { "" } else { r#","pinned":true"# };
-            write!(
-                out.next()?,
-                r#"{{"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":{pid},"tid":{},"ts":{},"args":{{"Addr":{},"Bytes":{},"Device Type":{},"Device Id":{}{pinned}}}}}"#,
-                e.tid,
-                Us(e.start),
-                e.as_mem_op().address,
-                change.delta,
-                change.device as u8,
-                e.device
-            )?;
-        }
-        Some(EventKind::Sync) => {
-            let kind = names::sync_kind(e.as_sync().kind);
-            out.complete(
-                "cuda_sync",
-                kind,
-                st.gpu_pid(e.device),
-                e.stream as u64,
-                e.start,
-                e.end,
-                format_args!(
-                    r#""cuda_sync_kind":{},"stream":{},"correlation":{corr},"device":{}"#,
-                    Js(kind),
-                    // CUPTI's invalid stream (a context synchronisation) is Kineto's -1.
-                    if e.stream == u32::MAX { -1 } else { e.stream as i64 },
-                    e.device
-                ),
-            )?;
-        }
+        Some(EventKind::Alloc | EventKind::Free) => records::memory(out, e, st, pid)?,
+        Some(EventKind::Sync) => records::sync(out, e, st)?,
         Some(EventKind::ThreadName) => out.metadata("thread_name", pid, e.named_thread(), name)?,
         Some(EventKind::ClockSync) if seen.realtime_offset.is_none() => {
             seen.realtime_offset = e.as_clock_pair().realtime_offset();
         }
-        Some(EventKind::Device) => {
-            let d = e.as_device();
-            seen.driver_version = seen.driver_version.max(d.driver_version);
-            let (major, minor) = d.compute_capability;
-            // Devices are the machine's: every process of one host lists the same ones.
-            seen.gpus.insert(e.device, ((major, minor), d.multiprocessors));
-            seen.device_json.entry(key).or_default().push(format!(
-                r#"{{"id":{},"name":{},"totalGlobalMem":{},"computeMajor":{major},"computeMinor":{minor},"numSms":{}}}"#,
-                e.device,
-                Js(name),
-                d.memory_bytes,
-                d.multiprocessors
-            ));
-        }
+        Some(EventKind::Device) => records::device(e, name, key, seen),
         _ => {}
     }
     Ok(())

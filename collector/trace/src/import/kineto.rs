@@ -244,6 +244,46 @@ impl Importer {
         (id, seq)
     }
 
+    /// A metadata event (`"ph":"M"`): process and thread names, a process's rank label.
+    fn metadata(&mut self, e: &Event<'_>, pid: u64, tid: u64) {
+        let name = e.args.name.clone().unwrap_or_default();
+        match e.name.as_ref() {
+            "process_name" => {
+                self.process_names.insert(pid as u32, name.into_owned());
+            }
+            "thread_name" => self.thread_names.push((pid as u32, tid as u32, name.into_owned())),
+            "process_labels" => {
+                let labels = e.args.labels.as_deref().unwrap_or("");
+                let rank = labels.split(',').find_map(|l| l.trim().strip_prefix("rank ")?.parse().ok());
+                if let Some(r) = rank {
+                    self.process_ranks.insert(pid as u32, r);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A flow event (`"ph":"s"/"f"/"t"`): launch-to-kernel flows tell which host process owns a GPU's work.
+    fn flow_event(&mut self, e: &Event<'_>, (pid, tid): (u64, u64), ts: Option<u64>) {
+        let (ph, cat) = (e.ph.as_ref(), e.cat.as_ref());
+        if ph == b"f" && matches!(cat, b"ac2g" | b"async") {
+            if let (Some(ts), Some(Id::Num(id))) = (ts, &e.id) {
+                self.flow_ends.push(((pid, tid, ts), *id as u32));
+                if let Some(host) = self.flow_starts.remove(id) {
+                    let owners = self.gpu_owners.entry(pid).or_default();
+                    // Two are as good as many: the GPU is shared, the owner unknown.
+                    if owners.len() < 2 {
+                        owners.insert(host);
+                    }
+                }
+            }
+        } else if ph == b"s" && cat == b"ac2g" {
+            if let Some(Id::Num(id)) = &e.id {
+                self.flow_starts.insert(*id, pid as u32);
+            }
+        }
+    }
+
     fn add(&mut self, e: Event<'_>) {
         self.events += 1;
         let (ph, cat) = (e.ph.as_ref(), e.cat.as_ref());
@@ -261,43 +301,8 @@ impl Importer {
             self.fractional = ts.is_some_and(|t| t % 1000 != 0);
         }
         match ph {
-            b"M" => {
-                let name = e.args.name.clone().unwrap_or_default();
-                match e.name.as_ref() {
-                    "process_name" => {
-                        self.process_names.insert(pid as u32, name.into_owned());
-                    }
-                    "thread_name" => self.thread_names.push((pid as u32, tid as u32, name.into_owned())),
-                    "process_labels" => {
-                        let labels = e.args.labels.as_deref().unwrap_or("");
-                        let rank = labels.split(',').find_map(|l| l.trim().strip_prefix("rank ")?.parse().ok());
-                        if let Some(r) = rank {
-                            self.process_ranks.insert(pid as u32, r);
-                        }
-                    }
-                    _ => {}
-                }
-                return;
-            }
-            b"s" | b"f" | b"t" => {
-                if ph == b"f" && matches!(cat, b"ac2g" | b"async") {
-                    if let (Some(ts), Some(Id::Num(id))) = (ts, &e.id) {
-                        self.flow_ends.push(((pid, tid, ts), *id as u32));
-                        if let Some(host) = self.flow_starts.remove(id) {
-                            let owners = self.gpu_owners.entry(pid).or_default();
-                            // Two are as good as many: the GPU is shared, the owner unknown.
-                            if owners.len() < 2 {
-                                owners.insert(host);
-                            }
-                        }
-                    }
-                } else if ph == b"s" && cat == b"ac2g" {
-                    if let Some(Id::Num(id)) = &e.id {
-                        self.flow_starts.insert(*id, pid as u32);
-                    }
-                }
-                return;
-            }
+            b"M" => return self.metadata(&e, pid, tid),
+            b"s" | b"f" | b"t" => return self.flow_event(&e, (pid, tid), ts),
             b"X" | b"i" | b"I" => {}
             _ => return,
         }
@@ -404,22 +409,7 @@ impl Importer {
                 ev.set_range(RangeRecord { category: 0, on_device: false, external, operator_text, sequence_plus_one });
                 self.host_event(pid as u32, ev, &e.name, Some(domain));
             }
-            (_, _) if e.name == "[memory]" => {
-                // torch.profiler memory events: Bytes < 0 frees; Device Type 1 is CUDA.
-                let bytes = a.signed_bytes.unwrap_or(0);
-                let device = a.device_type.unwrap_or(0) == 1;
-                let kind = if bytes >= 0 { EventKind::Alloc } else { EventKind::Free };
-                self.memory_seen = true;
-                ev.end = start;
-                let memory = Some(if device { MemKind::Device } else { MemKind::PinnedHost });
-                ev.set_mem_op(kind, MemOp { memory, address: u(a.addr).unwrap_or(0), bytes: bytes.unsigned_abs() });
-                ev.device = u(a.device_id).unwrap_or(0) as u32;
-                // Host-side allocator events are CPU memory: keep device ones, and pinned memory cuflight marked.
-                let pinned = a.pinned == Some(true);
-                if device || pinned {
-                    self.host_event(pid as u32, ev, "", None);
-                }
-            }
+            (_, _) if e.name == "[memory]" => self.memory_event(ev, a, pid as u32),
             (_, _) => {
                 ev.kind = EventKind::NvtxMark as u8;
                 ev.end = start;
@@ -433,6 +423,22 @@ impl Importer {
                     self.host_event(pid as u32, ev, &e.name, Some(domain));
                 }
             }
+        }
+    }
+
+    /// torch.profiler's `[memory]` instant: an allocation (Bytes >= 0) or a free; Device Type 1 is CUDA.
+    fn memory_event(&mut self, mut ev: RawEvent, a: &Args<'_>, pid: u32) {
+        let bytes = a.signed_bytes.unwrap_or(0);
+        let device = a.device_type.unwrap_or(0) == 1;
+        let kind = if bytes >= 0 { EventKind::Alloc } else { EventKind::Free };
+        self.memory_seen = true;
+        ev.end = ev.start;
+        let memory = Some(if device { MemKind::Device } else { MemKind::PinnedHost });
+        ev.set_mem_op(kind, MemOp { memory, address: u(a.addr).unwrap_or(0), bytes: bytes.unsigned_abs() });
+        ev.device = u(a.device_id).unwrap_or(0) as u32;
+        // Host-side allocator events are CPU memory: keep device ones, and pinned memory cuflight marked.
+        if device || a.pinned == Some(true) {
+            self.host_event(pid, ev, "", None);
         }
     }
 

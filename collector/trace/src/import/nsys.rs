@@ -156,96 +156,9 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
         })
         .map_err(sql)?;
     }
-    // Device work: the same first six columns in every table, then its own.
-    let gpu_cols = |rest: &[&'static str]| [&GPU_COLS[..], rest].concat();
-    let kcols = gpu_cols(&[
-        "demangledName",
-        "registersPerThread",
-        "gridX",
-        "gridY",
-        "gridZ",
-        "blockX",
-        "blockY",
-        "blockZ",
-        "staticSharedMemory",
-        "dynamicSharedMemory",
-        // Newer exports keep the symbol too (`stats` names kernels by it with `:mangled`).
-        "mangledName",
-    ]);
-    db.each("CUPTI_ACTIVITY_KIND_KERNEL", &kcols, "", |r| {
-        let mut ev = gpu_event(r, EventKind::Kernel);
-        let d = |i: usize| r.int(i).max(0) as u32;
-        let cfg = LaunchConfig {
-            grid: [d(8), d(9), d(10)],
-            block: [d(11), d(12), d(13)],
-            registers: d(7) as u16,
-            static_shared: d(14),
-            dynamic_shared: d(15),
-        };
-        ev.set_launch_config(&cfg);
-        let (pid, name, mangled) = (pid_of(r.int(5)), db.string(r.int(6)), db.string(r.int(16)));
-        if !mangled.is_empty() && mangled != name {
-            let (p, t) = b.process(pid);
-            let id = t.id(p, name);
-            p.mangled.entry(id).or_insert_with(|| mangled.to_string());
-        }
-        b.push(pid, ev, name, None);
-    })
-    .map_err(sql)?;
-    let mcols = gpu_cols(&["bytes", "copyKind", "srcKind", "dstKind"]);
-    db.each("CUPTI_ACTIVITY_KIND_MEMCPY", &mcols, "", |r| {
-        let mut ev = gpu_event(r, EventKind::Memcpy);
-        let (src, dst) = (MemoryKind(mem_kind(r.int(8)) as u8), MemoryKind(mem_kind(r.int(9)) as u8));
-        // The export's copies say nothing of the call's asynchrony.
-        ev.set_copy(Memcpy { kind: CopyKind(r.int(7) as u8), src, dst, bytes: r.ns(6), is_async: false });
-        b.push(pid_of(r.int(5)), ev, "", None);
-    })
-    .map_err(sql)?;
-    let scols = gpu_cols(&["bytes", "memKind", "value"]);
-    db.each("CUPTI_ACTIVITY_KIND_MEMSET", &scols, "", |r| {
-        let mut ev = gpu_event(r, EventKind::Memset);
-        ev.set_memset(Memset {
-            memory: MemoryKind(mem_kind(r.int(7)) as u8),
-            bytes: r.ns(6),
-            value: r.int(8) as u64,
-            is_async: false,
-        });
-        b.push(pid_of(r.int(5)), ev, "", None);
-    })
-    .map_err(sql)?;
-    let ycols = ["start", "end", "streamId", "correlationId", "globalPid", "syncType", "eventId"];
-    db.each("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", &ycols, "", |r| {
-        let mut ev = RawEvent::new(EventKind::Sync, 0, r.ns(0), r.ns(1));
-        (ev.stream, ev.correlation) = (r.int(2) as u32, r.int(3) as u32);
-        ev.set_sync(SyncRecord { kind: r.int(5) as u8, event: r.int(6) as u64 });
-        b.push(pid_of(r.int(4)), ev, "", None);
-    })
-    .map_err(sql)?;
+    device_work(&db, &mut b).map_err(sql)?;
     nvtx(&db, &mut b).map_err(sql)?;
-    // --cuda-memory-usage=true: memoryOperationType is ENUM_CUDA_DEV_MEM_EVENT_OPER (0 allocation, 1
-    // deallocation), memKind ENUM_CUDA_MEM_KIND (0 pageable, 1 pinned, 2 device, 3 array, 4 managed, 5 device
-    // static, 6 managed static, 7 unknown; both enums as the export's own ENUM_* tables list them). Pageable and
-    // unknown memory is not the GPU's.
-    let ucols =
-        ["start", "globalPid", "deviceId", "address", "bytes", "memKind", "memoryOperationType", "correlationId"];
-    db.each("CUDA_GPU_MEMORY_USAGE_EVENTS", &ucols, "", |r| {
-        let memory = match r.int(5) {
-            1 => MemKind::PinnedHost,
-            2 | 3 | 5 => MemKind::Device,
-            4 | 6 => MemKind::Managed,
-            _ => return,
-        };
-        let kind = match r.int(6) {
-            0 => EventKind::Alloc,
-            1 => EventKind::Free,
-            _ => return,
-        };
-        let mut ev = RawEvent::new(kind, 0, r.ns(0), r.ns(0));
-        ev.set_mem_op(kind, MemOp { memory: Some(memory), address: r.int(3) as u64, bytes: r.ns(4) });
-        (ev.device, ev.correlation) = (r.int(2) as u32, r.int(7) as u32);
-        b.push(pid_of(r.int(1)), ev, "", None);
-    })
-    .map_err(sql)?;
+    memory_usage(&db, &mut b).map_err(sql)?;
 
     let mut names: HashMap<u32, String> = HashMap::new();
     db.each("PROCESSES", &["pid", "name"], "", |r| {
@@ -315,6 +228,100 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
         trace.processes.insert(pid, p);
     }
     Ok((trace, spool))
+}
+
+/// Device work: kernels, copies, memsets, synchronisations (the same first six columns in every table, then its
+/// own).
+fn device_work(db: &Db, b: &mut Processes) -> rusqlite::Result<()> {
+    let gpu_cols = |rest: &[&'static str]| [&GPU_COLS[..], rest].concat();
+    let kcols = gpu_cols(&[
+        "demangledName",
+        "registersPerThread",
+        "gridX",
+        "gridY",
+        "gridZ",
+        "blockX",
+        "blockY",
+        "blockZ",
+        "staticSharedMemory",
+        "dynamicSharedMemory",
+        // Newer exports keep the symbol too (`stats` names kernels by it with `:mangled`).
+        "mangledName",
+    ]);
+    db.each("CUPTI_ACTIVITY_KIND_KERNEL", &kcols, "", |r| {
+        let mut ev = gpu_event(r, EventKind::Kernel);
+        let d = |i: usize| r.int(i).max(0) as u32;
+        let cfg = LaunchConfig {
+            grid: [d(8), d(9), d(10)],
+            block: [d(11), d(12), d(13)],
+            registers: d(7) as u16,
+            static_shared: d(14),
+            dynamic_shared: d(15),
+        };
+        ev.set_launch_config(&cfg);
+        let (pid, name, mangled) = (pid_of(r.int(5)), db.string(r.int(6)), db.string(r.int(16)));
+        if !mangled.is_empty() && mangled != name {
+            let (p, t) = b.process(pid);
+            let id = t.id(p, name);
+            p.mangled.entry(id).or_insert_with(|| mangled.to_string());
+        }
+        b.push(pid, ev, name, None);
+    })?;
+    let mcols = gpu_cols(&["bytes", "copyKind", "srcKind", "dstKind"]);
+    db.each("CUPTI_ACTIVITY_KIND_MEMCPY", &mcols, "", |r| {
+        let mut ev = gpu_event(r, EventKind::Memcpy);
+        let (src, dst) = (MemoryKind(mem_kind(r.int(8)) as u8), MemoryKind(mem_kind(r.int(9)) as u8));
+        // The export's copies say nothing of the call's asynchrony.
+        ev.set_copy(Memcpy { kind: CopyKind(r.int(7) as u8), src, dst, bytes: r.ns(6), is_async: false });
+        b.push(pid_of(r.int(5)), ev, "", None);
+    })?;
+    let scols = gpu_cols(&["bytes", "memKind", "value"]);
+    db.each("CUPTI_ACTIVITY_KIND_MEMSET", &scols, "", |r| {
+        let mut ev = gpu_event(r, EventKind::Memset);
+        ev.set_memset(Memset {
+            memory: MemoryKind(mem_kind(r.int(7)) as u8),
+            bytes: r.ns(6),
+            value: r.int(8) as u64,
+            is_async: false,
+        });
+        b.push(pid_of(r.int(5)), ev, "", None);
+    })?;
+    let ycols = ["start", "end", "streamId", "correlationId", "globalPid", "syncType", "eventId"];
+    db.each("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", &ycols, "", |r| {
+        let mut ev = RawEvent::new(EventKind::Sync, 0, r.ns(0), r.ns(1));
+        (ev.stream, ev.correlation) = (r.int(2) as u32, r.int(3) as u32);
+        ev.set_sync(SyncRecord { kind: r.int(5) as u8, event: r.int(6) as u64 });
+        b.push(pid_of(r.int(4)), ev, "", None);
+    })?;
+    Ok(())
+}
+
+/// The device memory events of `--cuda-memory-usage=true`.
+fn memory_usage(db: &Db, b: &mut Processes) -> rusqlite::Result<()> {
+    // --cuda-memory-usage=true: memoryOperationType is ENUM_CUDA_DEV_MEM_EVENT_OPER (0 allocation, 1
+    // deallocation), memKind ENUM_CUDA_MEM_KIND (0 pageable, 1 pinned, 2 device, 3 array, 4 managed, 5 device
+    // static, 6 managed static, 7 unknown; both enums as the export's own ENUM_* tables list them). Pageable and
+    // unknown memory is not the GPU's.
+    let ucols =
+        ["start", "globalPid", "deviceId", "address", "bytes", "memKind", "memoryOperationType", "correlationId"];
+    db.each("CUDA_GPU_MEMORY_USAGE_EVENTS", &ucols, "", |r| {
+        let memory = match r.int(5) {
+            1 => MemKind::PinnedHost,
+            2 | 3 | 5 => MemKind::Device,
+            4 | 6 => MemKind::Managed,
+            _ => return,
+        };
+        let kind = match r.int(6) {
+            0 => EventKind::Alloc,
+            1 => EventKind::Free,
+            _ => return,
+        };
+        let mut ev = RawEvent::new(kind, 0, r.ns(0), r.ns(0));
+        ev.set_mem_op(kind, MemOp { memory: Some(memory), address: r.int(3) as u64, bytes: r.ns(4) });
+        (ev.device, ev.correlation) = (r.int(2) as u32, r.int(7) as u32);
+        b.push(pid_of(r.int(1)), ev, "", None);
+    })?;
+    Ok(())
 }
 
 /// What the export says of the run besides its events.
