@@ -8,7 +8,7 @@
 //! class, and so are records with zero or unfinished timestamps (forced flushes deliver those).
 //!
 //! CUPTI hands over thousands of records at once, on its own thread (or the flushing one). They go to a ring
-//! reserved for delivery (see `emit::SharedRings`), which no application thread can hold. That is the one place
+//! reserved for delivery (see `rings::SharedRings`), which no application thread can hold. That is the one place
 //! where the agent sleeps: when that ring is nearly full it gives the collector time to drain, instead of
 //! dropping a burst that the collector would have absorbed; it waits only while the collector's drain heartbeat
 //! is fresh, so a dead or stopped collector never slows the program. API threads never sleep: with a full ring

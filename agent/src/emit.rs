@@ -43,8 +43,9 @@ pub struct ThreadState {
     ring: RefCell<ThreadRing>,
     /// Depth of runtime API calls: driver callbacks inside one are the runtime's own work.
     pub runtime_depth: Cell<u32>,
-    /// The recording window `runtime_depth` was counted in ([`crate::callbacks::window`]): a call in flight when a
-    /// window ended never delivers its exit (a detach finalizes CUPTI), so a depth from an earlier window is stale.
+    /// The recording window `runtime_depth` was counted in ([`crate::callbacks::new_window`]): a call in flight
+    /// when a window ended never delivers its exit (a detach finalizes CUPTI), so a depth from an earlier window
+    /// is stale.
     pub depth_window: Cell<u32>,
     /// NVTX push/pop nesting depth of the default domain (what nvtxRangePush returns).
     pub nvtx_depth: Cell<i32>,
@@ -88,7 +89,7 @@ pub struct Delivery {
     tid: u32,
 }
 
-/// Takes the delivery ring for one buffer (see [`SharedRings`]); never waits.
+/// Takes the delivery ring for one buffer (see [`crate::rings::SharedRings`]); never waits.
 pub fn delivery() -> Delivery {
     let shared = state::agent().and_then(|a| {
         let mut guard = a.shared.delivery.try_lock()?;

@@ -140,15 +140,24 @@ fn a_write_error_stops_recording_but_never_the_program() {
     assert!(stderr.contains("recording stopped early") && stderr.contains("status 0"), "{stderr}");
     assert!(launched(&String::from_utf8_lossy(&out.stdout)) > 0);
     assert!(t.elapsed() < Duration::from_secs(8), "a 2 s program took {:?}", t.elapsed());
-    // A real full disk: a 1 MiB tmpfs (needs root; skipped with a line otherwise).
+    // A real full disk: a 256 KiB tmpfs (needs root; skipped with a line otherwise). Small enough that a loaded
+    // machine's slower flood still fills it: at 1 MiB a run of 316,165 events fit in 1,037,797 bytes once.
     let mnt = dir.join("mnt");
     std::fs::create_dir_all(&mnt).unwrap();
     let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
         .arg(&mnt)
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
+    // Unmounted however the test ends: a failed assertion once left it mounted, and every later run failed on it.
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).stderr(Stdio::null()).status();
+        }
+    }
+    let _unmount = mounted.then(|| Unmount(&mnt));
     if !mounted {
         eprintln!("skipped: cannot mount a small tmpfs here (not root); the /dev/full case ran");
         return;
@@ -174,7 +183,6 @@ fn a_write_error_stops_recording_but_never_the_program() {
     let out = Command::new(cuflight_bin()).arg("recover").arg(&trace).arg("-o").arg(&copy).output().unwrap();
     let recovered = String::from_utf8_lossy(&out.stderr);
     assert_eq!(number_after(&recovered, &format!("wrote {}: ", copy.display())), said, "{stderr}\n{recovered}");
-    let _ = Command::new("umount").arg(&mnt).status();
 }
 
 #[test]
