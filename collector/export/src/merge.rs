@@ -36,10 +36,15 @@ pub struct Merged {
 const BLOCK: usize = 64 * 1024;
 const HELD: usize = 1 << 20;
 
-/// Merges the traces at `paths` into `w`; `command` goes to the footer; `opened` hears of each trace as it is
-/// opened (a cut-short trace is named there). Each trace is opened once and read twice: a cheap pass for its
-/// clock facts ([`JobClockBuilder::add_source`]), then, once the job's clock is known, its events. The traces
-/// stay open between the two (one descriptor and index each, as the report over ranks holds them).
+/// Traces that stay open between a command's two passes: each is then opened (and an import parsed) once. With
+/// more, each is opened again for the second pass, one at a time, so that a thousand ranks never hold a thousand
+/// read buffers (256 KiB each), indexes and descriptors at once.
+pub const KEEP_OPEN: usize = 64;
+
+/// Merges the traces at `paths` into `w`; `command` goes to the footer; `opened` hears of each trace when it is
+/// first opened (a cut-short trace is named there). Each trace is read twice: a cheap pass for its clock facts
+/// ([`JobClockBuilder::add_source`]), then, once the job's clock is known, its events; up to [`KEEP_OPEN`]
+/// traces stay open in between, more are opened again.
 pub fn merge<W: Write>(
     paths: &[std::path::PathBuf],
     w: W,
@@ -47,19 +52,27 @@ pub fn merge<W: Write>(
     opened: &mut dyn FnMut(&std::path::Path, &EventSource),
 ) -> Result<Merged, MergeError> {
     let mut clock = JobClockBuilder::default();
-    let mut sources = Vec::with_capacity(paths.len());
+    let keep = paths.len() <= KEEP_OPEN;
+    let mut kept = Vec::new();
     for path in paths {
         let mut source = EventSource::open(path)?;
         opened(path, &source);
         clock.add_source(&mut source)?;
-        sources.push(source);
+        if keep {
+            kept.push(source);
+        }
     }
     let clock = clock.build();
     let mut out = TraceWriter::new(w)?;
     let mut merged = Merged::default();
     let mut keys_seen: FxHashSet<u32> = FxHashSet::default();
     let mut next_key = 0u32;
-    for mut source in sources {
+    let mut kept = kept.into_iter();
+    for path in paths {
+        let mut source = match kept.next() {
+            Some(source) => source,
+            None => EventSource::open(path)?,
+        };
         let source = &mut source;
         // Per process: its key in the merged file, string id map, clock, pending events.
         let mut procs: FxHashMap<u32, Proc> = FxHashMap::default();

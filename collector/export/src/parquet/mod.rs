@@ -179,9 +179,9 @@ pub type StepsOf<'a> = dyn FnMut(&Path, &mut EventSource) -> Result<FxHashMap<u3
 
 /// Writes the tables of every `(stem, source)` into `dir` (which must exist and be empty of our tables' files
 /// for these stems), with each trace's steps as `steps_of` finds them.
-/// `sources`: (part-file stem, the trace's path). Each trace is opened once: a first pass for its steps and its
-/// clock facts ([`JobClockBuilder::add_source`]), then, once the job's clock is known, its events. The traces stay
-/// open in between (one descriptor and index each, as the report over ranks holds them).
+/// `sources`: (part-file stem, the trace's path). Each trace is read in a first pass for its steps and its clock
+/// facts ([`JobClockBuilder::add_source`]), then, once the job's clock is known, for its events; up to
+/// [`crate::merge::KEEP_OPEN`] traces stay open in between (each opened once), more are opened again.
 pub fn export(
     sources: &[(String, std::path::PathBuf)],
     dir: &Path,
@@ -189,17 +189,22 @@ pub fn export(
 ) -> Result<Written, ParquetError> {
     let mut written = Written::default();
     // First every trace's steps and clock facts, then the hosts' clocks aligned on collectives.
-    let mut opened = Vec::with_capacity(sources.len());
+    let keep = sources.len() <= crate::merge::KEEP_OPEN;
+    let mut first_pass = Vec::with_capacity(sources.len());
     let mut job = JobClockBuilder::default();
     for (_, path) in sources {
         let mut source = EventSource::open(path)?;
         job.add_source(&mut source)?;
         let steps = steps_of(path, &mut source)?;
-        opened.push((source, steps));
+        first_pass.push((keep.then_some(source), steps));
     }
     let job = job.build();
     written.hosts = job.hosts.clone();
-    for ((stem, path), (mut source, steps)) in sources.iter().zip(opened) {
+    for ((stem, path), (kept, steps)) in sources.iter().zip(first_pass) {
+        let mut source = match kept {
+            Some(source) => source,
+            None => EventSource::open(path)?,
+        };
         let source = &mut source;
         let shown = &path.display().to_string();
         let mut t: FxHashMap<&'static str, Table> =
