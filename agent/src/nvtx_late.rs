@@ -8,7 +8,7 @@
 //! - `initState` (u32, padded to 8), then `etblCallbacks` = {16, GetModuleFunctionTable} and
 //!   `etblVersionInfo` = {24, version 3 | reserved 0 << 32, SetInjectionNvtxVersion}: five words that rarely
 //!   occur together by chance;
-//! - then the slots, then `functionTable_CORE` = {NULL, &slot[0], &slot[1], ...}: pointers back into the same
+//! - then the slots, then `functionTable_CORE` = {NULL, &slot\[0\], &slot\[1\], ...}: pointers back into the same
 //!   struct at the addresses just found, which nothing else holds.
 //!
 //! Only a candidate that passes both checks, whose callbacks point into executable memory of the same file, is

@@ -7,7 +7,7 @@
 //! - [`strings`]: the string region's layout (ids are byte offsets), with a parser and an in-memory builder.
 //! - [`channel`]: how an agent hands its segment to its collector (a Unix socket, credentials checked).
 //! - [`tracing`]: what a recording traces (`--trace`), one rule for the collector and the agent.
-//! - [`file`] (feature `file`): the compressed, versioned trace file the collector writes.
+//! - [`mod@file`] (feature `file`): the compressed, versioned trace file the collector writes.
 //!
 //! ```
 //! use cuflight_format::{event::{EventKind, RawEvent}, ring::HeapRing};

@@ -18,7 +18,7 @@
 //! A full ring never blocks: the event is refused and counted in `dropped`, or, in a flight recorder's ring
 //! (overwrite mode), the oldest event is discarded for it. Nobody drains a flight recorder's rings: its
 //! producer owns `read` and advances it past the slot it is about to reuse, and a reader takes a snapshot
-//! without advancing anything ([`Consumer::peek_into`]), checking `read` afterwards like a seqlock reader so
+//! without advancing anything ([`RingRef::peek_into`]), checking `read` afterwards like a seqlock reader so
 //! that slots reused while it copied are discarded rather than returned torn.
 
 use crate::event::RawEvent;

@@ -84,7 +84,7 @@ pub enum Mismatch {
     Other,
 }
 
-/// [`describes_itself_as`], saying why not.
+/// `describes_itself_as`, saying why not.
 pub fn check_description(layout: &Layout, runtime: u64) -> Result<(), Mismatch> {
     let Some(free_threaded) = layout.debug_free_threaded else { return Ok(()) };
     if runtime == 0 {

@@ -12,7 +12,7 @@
 //!   thread runs its own copy of the bytecode, found through the code object's array of copies.
 //! - Every read goes through [`memory::read`], which cannot fault: a frame torn down under the reader ends the
 //!   walk there. Code objects, strings and line tables are checked by their type pointers first.
-//! - File and function names are interned once per code object and thread ([`CodeCache`]).
+//! - File and function names are interned once per code object and thread (`ThreadPy::lookup`).
 //! - No Python in the process (no `PyGILState_GetThisThreadState` symbol): one check, nothing else.
 
 mod cache;

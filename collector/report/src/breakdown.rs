@@ -55,7 +55,7 @@ fn merge(mut v: Vec<(i64, i64)>) -> (i64, i64, i64) {
     m.result()
 }
 
-/// [`merge`] over intervals that arrive sorted by start (events are): only the current group is kept, and
+/// `merge` (the tests' reference) over intervals that arrive sorted by start (events are): only the current group is kept, and
 /// intervals with equal starts are held until the start moves on and taken by end, as the sort orders them.
 struct OnlineMerge {
     total: i64,

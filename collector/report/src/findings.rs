@@ -152,8 +152,15 @@ impl Ctx<'_> {
     }
 }
 
+/// A duration as the report writes it ("12.34 ms"): the one rule for text, HTML and diff.
 pub fn ms(ns: u64) -> String {
     format!("{:.2} ms", ns as f64 / 1e6)
+}
+
+/// `part` as a percentage of `whole`; None when `whole` is 0 (no share to speak of): the one rule for the
+/// report's percentages.
+pub fn percent(part: u64, whole: u64) -> Option<f64> {
+    (whole != 0).then(|| 100.0 * part as f64 / whole as f64)
 }
 
 /// (name, (count, total ns)) pairs as call rows, most time first.

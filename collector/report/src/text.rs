@@ -9,11 +9,7 @@ use cuflight_analysis::table::Table;
 use cuflight_trace::model::cuda_errors::ErrorClass;
 
 fn pct(part: u64, whole: u64) -> String {
-    if whole == 0 {
-        "-".into()
-    } else {
-        format!("{:.1}%", 100.0 * part as f64 / whole as f64)
-    }
+    super::findings::percent(part, whole).map_or("-".into(), |p| format!("{p:.1}%"))
 }
 
 pub fn who(f: &Finding) -> String {

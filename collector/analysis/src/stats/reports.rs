@@ -31,7 +31,7 @@ pub enum Report {
     /// nvtx_sum's push/pop and start/end rows apart (only by name: `nvtx` holds them all).
     NvtxPushPop,
     NvtxStartEnd,
-    /// A row per event (streamed by [`super::event_trace`], not held in [`Stats`]).
+    /// A row per event (streamed by [`super::event_trace`], not held in [`super::Stats`]).
     GpuTrace,
     ApiTrace,
     KernExecTrace,

@@ -96,7 +96,7 @@ const ANNOTATIONS: &[&str] = &[
 ];
 
 /// The iid of `name` in `table` (position + 1; 0 when absent). Evaluated at compile time through [`cat!`] and
-/// [`Arg::u`]/[`Arg::s`] calls in constant position, so no event compares strings.
+/// `ann!` calls in constant position, so no event compares strings.
 const fn iid(table: &[&str], name: &str) -> u64 {
     let mut i = 0;
     while i < table.len() {
@@ -143,7 +143,7 @@ pub(crate) use ann;
 enum Arg<'a> {
     U(u64, u64),
     S(u64, &'a str),
-    /// A string value interned with [`Exporter::value_iid`] (launch dimensions and mangled names repeat).
+    /// A string value interned with `Exporter::dims_iid` or `Exporter::mangled_iid` (launch dimensions and mangled names repeat).
     I(u64, u64),
 }
 

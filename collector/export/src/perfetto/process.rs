@@ -14,7 +14,7 @@ pub(super) struct ProcessState {
     /// Which calls launch work and which work is a launch's first: the one join every output uses.
     pub(super) launches: cuflight_trace::model::launches::LaunchJoin,
     /// Launch calls held back until their first device work appears (they then start its flow) or
-    /// [`LAUNCH_HORIZON_NS`] passes (written without one): a flow needs both ends, and a call's slice is written
+    /// [`cuflight_trace::model::launches::LAUNCH_HORIZON_NS`] passes (written without one): a flow needs both ends, and a call's slice is written
     /// once, with its flow id in it.
     pub(super) held: HashMap<u32, Vec<cuflight_format::RawEvent>>,
     pub(super) held_order: std::collections::VecDeque<(u64, u32)>,

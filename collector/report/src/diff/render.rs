@@ -4,9 +4,7 @@ use super::Diff;
 use cuflight_analysis::table::Table;
 use std::fmt::Write;
 
-pub fn ms(ns: u64) -> String {
-    format!("{:.2} ms", ns as f64 / 1e6)
-}
+pub use crate::findings::ms;
 
 fn ms_cell(ns: u64) -> String {
     format!("{:.3}", ns as f64 / 1e6)

@@ -3,7 +3,7 @@
 //!
 //! A collective (all-reduce, all-gather, a send/recv pair) completes at nearly the same instant on every rank
 //! that takes part: nobody leaves before the last has joined and the data has gone round. So on one clock (one
-//! host's, or hosts aligned by [`crate::align`]) kernels of one name whose ends lie within a tolerance
+//! host's, or hosts aligned by [`cuflight_trace::model::align`]) kernels of one name whose ends lie within a tolerance
 //! are one collective, one kernel per rank. That matching survives ranks that run different collectives (pipeline
 //! send/recv between neighbours, sub-groups) and traces that hold a sample of each rank's kernels, where "the
 //! k-th kernel of every rank" pairs strangers. Without a common clock (hosts placed only by NTP, milliseconds

@@ -1,5 +1,5 @@
 //! The job across ranks: with several ranks (several files, or several GPU processes in one trace), their
-//! clocks put on one ([`crate::align`]), their collectives matched ([`collectives`]), the straggler
+//! clocks put on one ([`cuflight_trace::model::align`]), their collectives matched ([`collectives`]), the straggler
 //! ([`straggler`]), then, once every rank is swept, the ranks side by side, who waited for whom, the critical
 //! path through a typical step's collectives ([`critical`]) and a rank × step heatmap.
 

@@ -351,7 +351,7 @@ fn collectives(n: usize) -> String {
 }
 
 fn pct(part: u64, whole: u64) -> f64 {
-    100.0 * part as f64 / whole.max(1) as f64
+    crate::findings::percent(part, whole).unwrap_or(0.0)
 }
 
 /// "rank 3 (local 3) pid 412" → "rank 3"; a process with no rank keeps its pid.

@@ -1,7 +1,7 @@
 //! torch.profiler's Python stacks (`with_stack=True`: a `python_function` event per Python call, nested per
 //! thread) turned into cuflight's own: every CUDA call the agent would read a stack at (synchronisations, copies,
 //! allocations, launches: [`CallEffects::python_stacks`]) gets the functions enclosing it on its thread as
-//! [`EventKind::PyFrame`] events, innermost first, marked [`PYFRAME_IMPORTED`]. Stats, report and Perfetto then
+//! [`EventKind::PyFrame`] events, innermost first, marked [`cuflight_format::event::PYFRAME_IMPORTED`]. Stats, report and Perfetto then
 //! name source lines for an imported trace as for a recorded one.
 
 use super::builder::Processes;
