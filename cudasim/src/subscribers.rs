@@ -10,7 +10,7 @@
 //!   the mode ("If 2, this option has not been set by a prior subscriber ... free to set it during
 //!   cuptiSubscribe_v2"); later ones join only if it allowed several and they ask for it too (a legacy
 //!   `cuptiSubscribe` never does); on success `oldSubscriberName` receives the first subscriber's name. CUPTI
-//!   names a v2 subscriber "CUPTI for <subscriberName>". Not documented, and modelled as the simplest reading:
+//!   names a v2 subscriber `"CUPTI for <subscriberName>"`. Not documented, and modelled as the simplest reading:
 //!   the mode is unset again once every subscriber has left. 13.3's notes mention multi-subscriber mode too, but
 //!   without the per-subscriber Activity API; the simulator does not model that intermediate state.
 
@@ -27,7 +27,7 @@ struct Subscriber {
     handle: usize,
     callback: c::CUpti_CallbackFunc,
     userdata: usize,
-    /// "CUPTI for <subscriberName>" (v2 with a name), else none.
+    /// `"CUPTI for <subscriberName>"` (v2 with a name), else none.
     name: Option<CString>,
     /// Callbacks enabled, by domain (0 driver, 1 runtime) and cbid.
     enabled: Box<[[bool; MAX_CBID]; 2]>,
