@@ -53,39 +53,32 @@ pub(super) fn memcpy<W: Write>(out: &mut Out<W>, e: &RawEvent, st: &mut ProcessO
     let gbps = if e.duration() == 0 { 0.0 } else { copy.bytes as f64 / e.duration() as f64 };
     // `async` is cuflight's addition, ignored by Kineto tools.
     let extra = if copy.is_async { r#","async":true"# } else { "" };
-    let joined = st.launches.work(e);
-    out.complete(
-        "gpu_memcpy",
-        &label,
-        st.gpu_pid(e.device),
-        e.stream as u64,
-        e.start,
-        e.end,
-        format_args!(
-            r#"{},"External id":{},"bytes":{},"memory bandwidth (GB/s)":{}{extra}"#,
-            WorkArgs(e),
-            external_id(e, joined),
-            copy.bytes,
-            serde_json::Number::from_f64(gbps).map_or("0".into(), |n| n.to_string())
-        ),
-    )?;
-    flow(out, pid, st, e, joined)
+    let gbps = serde_json::Number::from_f64(gbps).map_or("0".into(), |n| n.to_string());
+    let args = format_args!(r#","bytes":{},"memory bandwidth (GB/s)":{gbps}{extra}"#, copy.bytes);
+    device_op(out, e, st, pid, ("gpu_memcpy", &label), args)
 }
 
 /// A memset on its device's stream, and its flow from the launching call.
 pub(super) fn memset<W: Write>(out: &mut Out<W>, e: &RawEvent, st: &mut ProcessOut, pid: u64) -> std::io::Result<()> {
     let memset = e.as_memset();
     let label = format!("Memset ({})", title(names::memory_kind(memset.memory)));
+    device_op(out, e, st, pid, ("gpu_memset", &label), format_args!(r#","bytes":{}"#, memset.bytes))
+}
+
+/// A copy's or memset's slice on its device's stream (its work arguments and External id, then `rest`), and its
+/// flow from the launching call.
+fn device_op<W: Write>(
+    out: &mut Out<W>,
+    e: &RawEvent,
+    st: &mut ProcessOut,
+    pid: u64,
+    (cat, label): (&str, &str),
+    rest: std::fmt::Arguments<'_>,
+) -> std::io::Result<()> {
     let joined = st.launches.work(e);
-    out.complete(
-        "gpu_memset",
-        &label,
-        st.gpu_pid(e.device),
-        e.stream as u64,
-        e.start,
-        e.end,
-        format_args!(r#"{},"External id":{},"bytes":{}"#, WorkArgs(e), external_id(e, joined), memset.bytes),
-    )?;
+    let (device_pid, stream) = (st.gpu_pid(e.device), e.stream as u64);
+    let args = format_args!(r#"{},"External id":{}{rest}"#, WorkArgs(e), external_id(e, joined));
+    out.complete(cat, label, device_pid, stream, e.start, e.end, args)?;
     flow(out, pid, st, e, joined)
 }
 
