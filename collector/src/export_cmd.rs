@@ -2,7 +2,7 @@
 //! JSON, Parquet tables) of one trace or of a job's.
 
 use crate::cli::ExportFormat;
-use crate::multi_trace::{self, export_parquet, merged_source, print_hosts};
+use crate::multi_trace::{self, export_parquet, job_source, print_hosts};
 use crate::{stand_in, warn_cut_short};
 use anyhow::{bail, Context, Result};
 use cuflight_collector::export::output::{self, Output};
@@ -68,10 +68,11 @@ pub fn export(
     // `-o -`: standard output (a pipe into gzip, ssh, or trace_processor's stdin).
     let to_stdout = output.as_os_str() == "-";
     let out = if to_stdout { None } else { Some(Output::create(&output, &inputs, force)?) };
-    // Several traces (one job's hosts or ranks): merged on one clock first, as `cuflight merge` does.
-    // Streamed in time order (cuflight traces block by block, large imported ones spooled in runs).
+    // Several traces (one job's hosts or ranks): one source on the job's clock, as `cuflight merge` puts them,
+    // with no merged copy written. Streamed in time order (cuflight traces block by block, large imported ones
+    // spooled in runs).
     let mut source = if traces.len() > 1 {
-        merged_source(traces)?
+        job_source(traces, "export")?
     } else {
         let source = cuflight_collector::model::source::EventSource::open(&trace)?;
         warn_cut_short(&trace, source.cut_short.as_deref());

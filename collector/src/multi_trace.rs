@@ -1,5 +1,5 @@
 //! The commands' work over several traces at once: the Parquet export of a job, one clock for a job's hosts, and
-//! a merged source for the timeline exports.
+//! one time-ordered source of a job's traces for the timeline exports and stats.
 
 use crate::warn_cut_short;
 use anyhow::{Context, Result};
@@ -106,32 +106,32 @@ pub fn print_hosts(hosts: &[cuflight_collector::model::align::HostShift]) {
     }
 }
 
-/// The traces merged on one clock into a file in the temporary directory that is unlinked once opened (the
-/// source keeps it open), so nothing is left behind whatever happens next.
-pub fn merged_source(traces: &[PathBuf]) -> Result<cuflight_collector::model::source::EventSource> {
-    let dir = std::env::temp_dir();
-    let (path, file) = (0..100)
-        .find_map(|i| {
-            let path = dir.join(format!("cuflight-merge-{}-{i}.cuf", std::process::id()));
-            let mut open = std::fs::OpenOptions::new();
-            std::os::unix::fs::OpenOptionsExt::mode(open.write(true).create_new(true), 0o600);
-            open.open(&path).ok().map(|f| (path, f))
-        })
-        .with_context(|| format!("cannot create a file in {} to merge the traces into", dir.display()))?;
-    let command = vec!["cuflight".to_string(), "export".to_string()];
+/// The traces of one job as one source on its clock, each opened once and read as it is needed: no merged
+/// copy is written anywhere. `command` names the command in the source's footer.
+pub fn job_source(traces: &[PathBuf], command: &str) -> Result<cuflight_collector::model::source::EventSource> {
+    may_open_all(traces.len())?;
     let mut opened = |t: &std::path::Path, s: &cuflight_collector::model::source::EventSource| {
         warn_cut_short(t, s.cut_short.as_deref())
     };
-    let merged = cuflight_collector::export::merge::merge(traces, std::io::BufWriter::new(file), command, &mut opened);
-    let source = merged
-        .map_err(anyhow::Error::from)
-        .and_then(|m| {
-            print_hosts(&m.hosts);
-            Ok(cuflight_collector::model::source::EventSource::open(&path)?)
-        })
-        .with_context(|| {
-            format!("merging the traces in {} (free space there or point TMPDIR elsewhere)", dir.display())
-        });
-    let _ = std::fs::remove_file(&path);
-    source
+    let command = vec!["cuflight".to_string(), command.to_string()];
+    let (source, hosts) = cuflight_collector::model::source::EventSource::open_job(traces, command, &mut opened)?;
+    print_hosts(&hosts);
+    Ok(source)
+}
+
+/// Refuses up front (rather than at the 1,000th file) to read more traces at once than this process may open.
+/// Soft limits on open files are often 1,024 under a far higher hard limit: raised here (only in commands that
+/// read traces: `record` and `launch` hand their limits to the program, which must run as it would without
+/// cuflight).
+pub fn may_open_all(traces: usize) -> Result<()> {
+    let may_open = rlimit::increase_nofile_limit(u64::MAX)
+        .or_else(|_| rlimit::getrlimit(rlimit::Resource::NOFILE).map(|l| l.0))
+        .unwrap_or(u64::MAX);
+    if traces as u64 + 64 > may_open {
+        anyhow::bail!(
+            "{traces} traces are read at once and this process may open {may_open} files (ulimit -n): raise the \
+             limit, or merge them first (`cuflight merge TRACES -o job.cuf` reads one at a time) and give it job.cuf"
+        );
+    }
+    Ok(())
 }

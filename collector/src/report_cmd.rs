@@ -2,7 +2,7 @@
 
 use crate::cli::ReportFormat;
 use crate::{stand_in, warn_cut_short};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use cuflight_collector::export::output::{self, Output};
 use cuflight_collector::report::{Options, Report};
 use std::path::PathBuf;
@@ -17,21 +17,8 @@ pub fn run(
 ) -> Result<i32> {
     let inputs: Vec<&std::path::Path> = traces.iter().map(PathBuf::as_path).collect();
     output::distinct_inputs(&inputs)?;
-    // Every trace stays open through the report's passes. Soft limits on open files are often 1,024
-    // under a far higher hard limit: raised here (only here: `record` and `launch` hand their limits to
-    // the program, which must run as it would without cuflight), and where even the hard limit is too
-    // low, refused up front rather than at the 1,000th file.
-    let may_open = rlimit::increase_nofile_limit(u64::MAX)
-        .or_else(|_| rlimit::getrlimit(rlimit::Resource::NOFILE).map(|l| l.0))
-        .unwrap_or(u64::MAX);
-    if traces.len() as u64 + 64 > may_open {
-        bail!(
-            "{} traces are read at once and this process may open {may_open} files (ulimit -n): raise the \
-             limit, or merge them first (`cuflight merge TRACES -o job.cuf` reads one at a time) and report \
-             on job.cuf",
-            traces.len()
-        );
-    }
+    // Every trace stays open through the report's passes.
+    crate::multi_trace::may_open_all(traces.len())?;
     let out =
         output.as_deref().filter(|o| o.as_os_str() != "-").map(|o| Output::create(o, &inputs, force)).transpose()?;
     let mut sources = Vec::new();

@@ -4,7 +4,7 @@
 
 use crate::cli::{StatsFormat, TimeUnitArg};
 use crate::closed_output::BROKEN_PIPE_STATUS;
-use crate::multi_trace::merged_source;
+use crate::multi_trace::job_source;
 use crate::{warn_cut_short, write_text};
 use anyhow::{Context, Result};
 use cuflight_collector::analysis::stats::filter::Filter;
@@ -64,7 +64,7 @@ pub fn run(traces: Vec<PathBuf>, tables: Tables, output: Option<PathBuf>, force:
             warn_cut_short(one, source.cut_short.as_deref());
             source
         }
-        many => merged_source(many)?,
+        many => job_source(many, "stats")?,
     };
     let windows = match &filter {
         Some(f) => {

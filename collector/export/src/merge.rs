@@ -170,13 +170,7 @@ impl Proc {
     fn remap(&self, e: &RawEvent) -> RawEvent {
         let mut out = *e;
         out.map_string_ids(|id| self.id(id));
-        if e.start != 0 {
-            out.start = self.clock.at_u64(e.start);
-            out.end = self.clock.at_u64(e.end);
-            if e.end >= e.start {
-                out.end = out.end.max(out.start);
-            }
-        }
+        self.clock.event(&mut out);
         out
     }
 }
@@ -222,6 +216,47 @@ mod tests {
         assert_eq!(EventSource::opened_on_this_thread() - before, 3, "one open a trace");
         assert_eq!((heard, merged.processes, merged.events), (3, 3, 12), "clock pairs are not written again");
         assert_eq!(merged.hosts.len(), 3, "three hosts aligned on their collectives");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Every event of a pass: its process key, kind, times and name.
+    fn stream(source: &mut EventSource) -> Vec<(u32, Option<EventKind>, u64, u64, String)> {
+        let mut out = Vec::new();
+        source
+            .for_each(|key, p, e| {
+                let name = p.strings.get(&e.name).cloned().unwrap_or_default();
+                out.push((key, e.kind(), e.start, e.end, name));
+            })
+            .unwrap();
+        out
+    }
+
+    /// 64 ranks on 8 hosts (pids repeating across hosts): the job's source streams what `merge` writes, event for
+    /// event in the same order on the same clock, under the same keys, with each trace opened once and no file.
+    #[test]
+    fn a_job_source_streams_what_merge_writes() {
+        let dir = std::env::temp_dir().join(format!("cuflight-job-source-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let paths: Vec<_> = (0..64u32).map(|i| dir.join(format!("r{i}.cuf"))).collect();
+        for (i, p) in paths.iter().enumerate() {
+            trace(p, 100 + (i % 8) as u32, &format!("host{}", i / 8), 4);
+        }
+        let mut bytes = Vec::new();
+        let merged = merge(&paths, &mut bytes, vec!["test".into()], &mut |_, _| {}).unwrap();
+        let mut from_file = EventSource::from_bytes(bytes, "merged").unwrap().expect("a version-2 trace");
+
+        let before = EventSource::opened_on_this_thread();
+        let mut heard = 0;
+        let (mut job, hosts) = EventSource::open_job(&paths, vec!["test".into()], &mut |_, _| heard += 1).unwrap();
+        assert_eq!(EventSource::opened_on_this_thread() - before, 64, "one open a trace");
+        assert_eq!(heard, 64);
+        assert_eq!(hosts.len(), 8, "eight hosts aligned");
+        assert_eq!(job.processes.keys().collect::<Vec<_>>(), from_file.processes.keys().collect::<Vec<_>>());
+        let (a, b) = (stream(&mut job), stream(&mut from_file));
+        assert_eq!(a.len() as u64, merged.events);
+        assert_eq!(a, b, "the same events in the same order");
+        assert_eq!(stream(&mut job), a, "a second pass gives the same");
+        assert_eq!(EventSource::opened_on_this_thread() - before, 64, "passes open nothing again");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

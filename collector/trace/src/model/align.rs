@@ -82,6 +82,19 @@ impl ToJob {
         self.at(own).max(0) as u64
     }
 
+    /// `e` with its times on the job's clock: the one rule for an event, merged or streamed. Timeless events (at
+    /// 0) stay at 0; an end never comes before its start where it did not before.
+    pub fn event(&self, e: &mut cuflight_format::RawEvent) {
+        if e.start != 0 {
+            let ended = e.end >= e.start;
+            e.start = self.at_u64(e.start);
+            e.end = self.at_u64(e.end);
+            if ended {
+                e.end = e.end.max(e.start);
+            }
+        }
+    }
+
     /// What it adds at `own` (for display).
     pub fn offset_at(&self, own: u64) -> i64 {
         self.at(own).saturating_sub(own.min(i64::MAX as u64) as i64)

@@ -34,17 +34,19 @@ pub struct EventSource {
     pub fractional_us_timestamps: bool,
     /// After [`EventSource::for_each`]: the most blocks held in memory at once (what bounds its memory).
     pub peak_open_blocks: usize,
-    events: Events,
+    pub(super) events: Events,
     /// The stretches passes keep ([`EventSource::cut_to`]).
-    cut: Option<Windows>,
+    pub(super) cut: Option<Windows>,
 }
 
-enum Events {
+pub(super) enum Events {
     /// A loaded trace's events, per process key, each sorted by start.
     Loaded(BTreeMap<u32, Vec<RawEvent>>),
     /// An imported trace's events set aside on disk in sorted runs ([`crate::model::spool`]): each chunk is a
     /// block that needs no sorting.
     Spooled { shown: String, spool: Box<Spool>, blocks: Vec<PendingBlock> },
+    /// Several traces of one job on its clock ([`super::job_source`]).
+    Job(Box<super::job_source::Job>),
     File {
         /// How errors name the input.
         shown: String,
@@ -56,21 +58,27 @@ enum Events {
 
 /// An events block not opened yet: the earliest host-clock time any of its events can have.
 #[derive(Clone)]
-struct PendingBlock {
-    earliest: u64,
-    seq: u32,
-    offset: u64,
-    pid: u32,
+pub(super) struct PendingBlock {
+    pub(super) earliest: u64,
+    pub(super) seq: u32,
+    pub(super) offset: u64,
+    pub(super) pid: u32,
     /// How many events its header claims (a claim: only ever used to reserve memory).
-    events: u32,
+    pub(super) events: u32,
 }
 
 /// An opened block: its events on the host clock, sorted by start (stable: ring order within equal times).
-struct OpenBlock {
-    pid: u32,
-    seq: u32,
-    events: Vec<RawEvent>,
+pub(super) struct OpenBlock {
+    pub(super) pid: u32,
+    pub(super) seq: u32,
+    pub(super) events: Vec<RawEvent>,
     next: usize,
+}
+
+impl OpenBlock {
+    pub(super) fn new(pid: u32, seq: u32, events: Vec<RawEvent>) -> OpenBlock {
+        OpenBlock { pid, seq, events, next: 0 }
+    }
 }
 
 /// Heap key of an open block's next event: the documented order, then the slot that holds it.
@@ -265,60 +273,99 @@ impl EventSource {
                 self.events = Events::Loaded(back);
                 self.peak_open_blocks = peak?;
             }
-            Events::Spooled { shown, mut spool, blocks } => {
-                let open = |b: &PendingBlock, spare: Option<Vec<RawEvent>>| -> Result<Option<OpenBlock>, TraceError> {
-                    let mut events = spare.unwrap_or_default();
-                    let chunk = spool.chunks[b.offset as usize];
-                    spool.read(&chunk, &mut events).map_err(|e| TraceError::Import {
-                        path: shown.clone(),
-                        what: format!("reading back the events set aside in {}: {e}", std::env::temp_dir().display()),
-                    })?;
-                    Ok(Some(OpenBlock { pid: b.pid, seq: b.seq, events, next: 0 }))
-                };
-                let peak = merge(&self.processes, Vec::new(), blocks.clone(), open, None, &mut f);
-                self.events = Events::Spooled { shown, spool, blocks };
+            Events::Job(mut job) => {
+                let peak = job.pass(&mut self.processes, &mut f);
+                self.events = Events::Job(job);
                 self.peak_open_blocks = peak?;
             }
-            Events::File { shown, mut input, blocks } => {
-                let fmt = |source| TraceError::Format { path: shown.clone(), source };
-                let mut sort = SortScratch::default();
-                let mut refused: BTreeMap<u32, u64> = BTreeMap::new();
+            mut events => {
+                let mut scratch = OpenScratch::default();
+                let pending = events.pending().to_vec();
                 let processes = &self.processes;
-                let open = |b: &PendingBlock, spare: Option<Vec<RawEvent>>| -> Result<Option<OpenBlock>, TraceError> {
-                    if let Some(v) = spare {
-                        input.reader.recycle(v);
-                    }
-                    let Some(Block::Events { mut events, .. }) = input.read(b.offset).map_err(fmt)? else {
-                        return Ok(None);
-                    };
-                    // Written by an agent that knew no better (or by a hostile hand): never shown, counted.
-                    let before = events.len();
-                    events.retain(|e| !crate::model::trace::impossible_time(e));
-                    if events.len() < before {
-                        *refused.entry(b.pid).or_default() += (before - events.len()) as u64;
-                    }
-                    crate::model::trace::align_device_events(&processes[&b.pid].clock, &mut events);
-                    sort.stable_by_start(&mut events);
-                    // A writer never puts an event before the start its header declares: this block's header
-                    // (and the index built from it) cannot be trusted, and events would come out of order.
-                    if events.first().is_some_and(|e| e.start < b.earliest) {
-                        let why = format!(
-                            "the block at byte {} holds events earlier than its header declares (`cuflight recover` rewrites the headers)",
-                            b.offset
-                        );
-                        return Err(fmt(FileError::Corrupt(why)));
-                    }
-                    Ok(Some(OpenBlock { pid: b.pid, seq: b.seq, events, next: 0 }))
-                };
-                let peak = merge(processes, Vec::new(), blocks.clone(), open, None, &mut f);
-                self.events = Events::File { shown, input, blocks };
+                let open = |b: &PendingBlock, spare| events.open_block(processes, b, spare, &mut scratch);
+                let peak = merge(processes, Vec::new(), pending, open, None, &mut f);
+                self.events = events;
                 self.peak_open_blocks = peak?;
                 for (key, p) in self.processes.iter_mut() {
-                    p.refused = refused.get(key).copied().unwrap_or(0);
+                    p.refused = scratch.refused.get(key).copied().unwrap_or(0);
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// What opening blocks needs between them in one pass: the sort's scratch, and the events refused per process.
+#[derive(Default)]
+pub(super) struct OpenScratch {
+    sort: SortScratch,
+    refused: BTreeMap<u32, u64>,
+}
+
+impl OpenScratch {
+    /// Events of process `key` refused in the pass.
+    pub(super) fn refused_of(&self, key: u32) -> u64 {
+        self.refused.get(&key).copied().unwrap_or(0)
+    }
+}
+
+impl Events {
+    /// The blocks a pass opens, by earliest time (none for a loaded trace, whose events are at hand).
+    pub(super) fn pending(&self) -> &[PendingBlock] {
+        match self {
+            Events::Spooled { blocks, .. } | Events::File { blocks, .. } => blocks,
+            Events::Loaded(_) | Events::Job(_) => &[],
+        }
+    }
+
+    /// Block `b` read, its events on the host clock and sorted by start (`spare`: a vector to decode into).
+    pub(super) fn open_block(
+        &mut self,
+        processes: &BTreeMap<u32, Process>,
+        b: &PendingBlock,
+        spare: Option<Vec<RawEvent>>,
+        scratch: &mut OpenScratch,
+    ) -> Result<Option<OpenBlock>, TraceError> {
+        match self {
+            Events::Spooled { shown, spool, .. } => {
+                let mut events = spare.unwrap_or_default();
+                let chunk = spool.chunks[b.offset as usize];
+                spool.read(&chunk, &mut events).map_err(|e| TraceError::Import {
+                    path: shown.clone(),
+                    what: format!("reading back the events set aside in {}: {e}", std::env::temp_dir().display()),
+                })?;
+                Ok(Some(OpenBlock { pid: b.pid, seq: b.seq, events, next: 0 }))
+            }
+            Events::File { shown, input, .. } => {
+                let fmt = |source| TraceError::Format { path: shown.clone(), source };
+                if let Some(v) = spare {
+                    input.reader.recycle(v);
+                }
+                let Some(Block::Events { mut events, .. }) = input.read(b.offset).map_err(fmt)? else {
+                    return Ok(None);
+                };
+                // Written by an agent that knew no better (or by a hostile hand): never shown, counted.
+                let before = events.len();
+                events.retain(|e| !crate::model::trace::impossible_time(e));
+                if events.len() < before {
+                    *scratch.refused.entry(b.pid).or_default() += (before - events.len()) as u64;
+                }
+                let default = Process::default();
+                crate::model::trace::align_device_events(&process_of(processes, b.pid, &default).clock, &mut events);
+                scratch.sort.stable_by_start(&mut events);
+                // A writer never puts an event before the start its header declares: this block's header
+                // (and the index built from it) cannot be trusted, and events would come out of order.
+                if events.first().is_some_and(|e| e.start < b.earliest) {
+                    let why = format!(
+                        "the block at byte {} holds events earlier than its header declares (`cuflight recover` rewrites the headers)",
+                        b.offset
+                    );
+                    return Err(fmt(FileError::Corrupt(why)));
+                }
+                Ok(Some(OpenBlock { pid: b.pid, seq: b.seq, events, next: 0 }))
+            }
+            Events::Loaded(_) | Events::Job(_) => Ok(None),
+        }
     }
 }
 
@@ -360,7 +407,7 @@ pub fn load_trace(path: &Path) -> Result<Trace, TraceError> {
 
 /// K-way merge of open blocks, opening pending ones (sorted by earliest time) as soon as they could hold the
 /// next event. Returns the most blocks open at once.
-fn merge(
+pub(super) fn merge(
     processes: &BTreeMap<u32, Process>,
     open: Vec<OpenBlock>,
     pending: Vec<PendingBlock>,
@@ -445,13 +492,13 @@ impl Merger {
 /// events gathered into a second vector that is kept for the next block (a block holds one ring after another,
 /// each in its own order, so equal times must keep their positions).
 #[derive(Default)]
-struct SortScratch {
+pub(super) struct SortScratch {
     keys: Vec<(u64, u32)>,
     sorted: Vec<RawEvent>,
 }
 
 impl SortScratch {
-    fn stable_by_start(&mut self, events: &mut Vec<RawEvent>) {
+    pub(super) fn stable_by_start(&mut self, events: &mut Vec<RawEvent>) {
         // Most blocks are nearly in order (work recorded just after the call that launched it): moving the few
         // late events back costs a fraction of a sort. A block far from order stops early and is sorted.
         let budget = events.len() / 2 + 64;
@@ -496,7 +543,7 @@ impl<T: std::io::Read + Seek> ReadSeek for T {}
 
 /// Reads blocks by offset, mostly in file order, with one reader whose working memory is reused: a block that
 /// starts within what is already buffered is reached without a seek (a seek empties the buffer).
-struct BlockFile {
+pub(super) struct BlockFile {
     reader: TraceReader<BufReader<Box<dyn ReadSeek>>>,
     /// Where the last block read ended (`None` after an error or before the first read).
     pos: Option<u64>,
