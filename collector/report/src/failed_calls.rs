@@ -8,17 +8,15 @@ use cuflight_analysis::stats::api_errors::ApiErrors;
 use cuflight_analysis::stats::ApiErrorRow;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::cuda_errors::{error_name, ErrorClass};
+use cuflight_trace::model::launches::{Call, LaunchJoin};
 use cuflight_trace::model::memory::LiveMemory;
 use cuflight_trace::model::trace::Process;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
-/// Kernels remembered by correlation id until a fault asks which one its suspect launch ran: a kernel starts after
+/// Kernels remembered with their launch until a fault asks which one its suspect launch ran: a kernel starts after
 /// its launch and usually before the call that reports its fault, so the last few suffice.
 const RECENT_KERNELS: usize = 256;
-
-/// A launch call: start, correlation id, name.
-type Launch = (u64, u32, u32);
 
 /// The first sticky error and its suspect.
 struct Fault {
@@ -26,7 +24,7 @@ struct Fault {
     api: u32,
     code: u32,
     runtime: bool,
-    launch: Option<Launch>,
+    launch: Option<Call>,
     kernel: Option<u32>,
 }
 
@@ -34,9 +32,12 @@ struct Fault {
 #[derive(Default)]
 pub struct FailedCalls {
     errors: ApiErrors,
+    /// Which call launched each kernel: the one join every output uses.
+    join: LaunchJoin,
     launches_kernel: FxHashMap<u32, bool>,
-    last_launch: Option<Launch>,
-    recent: VecDeque<(u32, u32)>,
+    last_launch: Option<Call>,
+    /// The last kernels, each with its launch: (launch, kernel name).
+    recent: VecDeque<(Call, u32)>,
     fault: Option<Fault>,
     live: LiveMemory,
     /// The first failed allocation: when, and the device memory allocated then.
@@ -53,20 +54,22 @@ impl FailedCalls {
                 if self.fault.is_some() {
                     return;
                 }
+                let launch = self.join.api(p, e);
                 if code == 0 {
-                    // Only launches that succeeded can be the suspect; the name is classified once.
+                    // Only launches that succeeded can be the suspect (the program's call, not the driver call
+                    // inside it); the name is classified once.
                     let launches = self.launches_kernel.entry(e.name);
                     if *launches
                         .or_insert_with(|| cuflight_format::calls::CallEffects::of(p.string(e.name)).launches_kernel())
                     {
-                        self.last_launch = Some((e.start, e.correlation, e.name));
+                        self.last_launch = launch;
                     }
                     return;
                 }
                 match ErrorClass::of(p.string(e.name), code) {
                     Some(ErrorClass::Sticky) => {
                         let launch = self.last_launch;
-                        let kernel = launch.and_then(|l| self.recent.iter().rev().find(|k| k.0 == l.1).map(|k| k.1));
+                        let kernel = launch.and_then(|l| self.recent.iter().rev().find(|k| k.0 == l).map(|k| k.1));
                         let runtime = call.runtime;
                         self.fault = Some(Fault { at: e.start, api: e.name, code, runtime, launch, kernel });
                     }
@@ -76,18 +79,19 @@ impl FailedCalls {
                     _ => {}
                 }
             }
-            Some(EventKind::Kernel) => match &mut self.fault {
-                Some(f) if f.kernel.is_none() && f.launch.is_some_and(|l| l.1 == e.correlation) => {
-                    f.kernel = Some(e.name)
-                }
-                Some(_) => {}
-                None => {
-                    if self.recent.len() == RECENT_KERNELS {
-                        self.recent.pop_front();
+            Some(EventKind::Kernel) => {
+                let Some(launch) = self.join.work(e).map(|j| j.call) else { return };
+                match &mut self.fault {
+                    Some(f) if f.kernel.is_none() && f.launch == Some(launch) => f.kernel = Some(e.name),
+                    Some(_) => {}
+                    None => {
+                        if self.recent.len() == RECENT_KERNELS {
+                            self.recent.pop_front();
+                        }
+                        self.recent.push_back((launch, e.name));
                     }
-                    self.recent.push_back((e.correlation, e.name));
                 }
-            },
+            }
             Some(EventKind::Alloc | EventKind::Free) => _ = self.live.apply(0, e),
             _ => {}
         }
@@ -103,10 +107,13 @@ impl FailedCalls {
         if let Some(f) = &self.fault {
             let after: u64 = rows.iter().filter(|r| r.class == ErrorClass::Sticky).map(|r| r.count).sum();
             let suspect = match (f.launch, f.kernel) {
-                (Some((t, _, _)), Some(k)) => format!("kernel {} (launched at {})", p.string(k), at(t)),
-                (Some((t, corr, call)), None) => {
-                    format!("the {} at {} (correlation {corr}), whose kernel left no record", p.string(call), at(t))
-                }
+                (Some(l), Some(k)) => format!("kernel {} (launched at {})", p.string(k), at(l.start)),
+                (Some(l), None) => format!(
+                    "the {} at {} (correlation {}), whose kernel left no record",
+                    p.string(l.name),
+                    at(l.start),
+                    l.correlation
+                ),
                 (None, _) => "no kernel launch before it in the trace".to_string(),
             };
             said.push(format!(

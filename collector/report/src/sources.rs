@@ -5,6 +5,7 @@
 
 use cuflight_format::calls::{CallEffects, PythonStacks};
 use cuflight_format::RawEvent;
+use cuflight_trace::model::launches::Call;
 use cuflight_trace::model::pystacks::{blamed_frame, PyFrame, StackJoin};
 use cuflight_trace::model::trace::Process;
 use rustc_hash::FxHashMap;
@@ -43,8 +44,10 @@ const MAX_COPIES_PENDING: usize = 4096;
 pub struct Sources {
     join: StackJoin,
     lines: FxHashMap<(SourceKind, PyFrame), (u64, u64)>,
-    /// Copy calls with a line, by correlation id, until their copy's record says whether the memory was pageable.
-    copies: FxHashMap<u32, PyFrame>,
+    /// Copy calls with a line, by their launch (start, thread) as
+    /// [`LaunchJoin`](cuflight_trace::model::launches::LaunchJoin) names it, until their copy's
+    /// record says whether the memory was pageable.
+    copies: FxHashMap<(u64, u32), PyFrame>,
 }
 
 impl Sources {
@@ -63,25 +66,28 @@ impl Sources {
         }
     }
 
-    /// A copy call (correlation `correlation`) blamed on `frame`: its line counts once its record is seen.
-    pub fn copy_call(&mut self, correlation: u32, frame: Option<PyFrame>) {
+    /// A copy call blamed on `frame`, whose copy will join `launch`: its line counts once that record is seen.
+    pub fn copy_call(&mut self, launch: &Call, frame: Option<PyFrame>) {
         if let Some(f) = frame {
             if self.copies.len() >= MAX_COPIES_PENDING {
                 self.copies.clear();
             }
-            self.copies.insert(correlation, f);
+            self.copies.insert((launch.start, launch.tid), f);
         }
     }
 
-    /// The record of call `correlation`'s copy, which touched pageable memory for `ns` (in a step).
-    pub fn pageable_copy(&mut self, correlation: u32, ns: u64) {
-        let frame = self.copies.remove(&correlation);
+    /// The record of a copy (joined to `launch`, if its call is in the trace) that touched pageable memory for
+    /// `ns` (in a step).
+    pub fn pageable_copy(&mut self, launch: Option<&Call>, ns: u64) {
+        let frame = launch.and_then(|c| self.copies.remove(&(c.start, c.tid)));
         self.add(SourceKind::Pageable, frame, ns);
     }
 
     /// The record of a copy that did not touch pageable memory: its call is no longer waited for.
-    pub fn other_copy(&mut self, correlation: u32) {
-        self.copies.remove(&correlation);
+    pub fn other_copy(&mut self, launch: Option<&Call>) {
+        if let Some(c) = launch {
+            self.copies.remove(&(c.start, c.tid));
+        }
     }
 
     pub fn add(&mut self, kind: SourceKind, frame: Option<PyFrame>, ns: u64) {

@@ -216,7 +216,7 @@ impl<'a> Sweep<'a> {
         let names = &self.plan.names;
         match e.kind() {
             Some(EventKind::Api) => {
-                self.launches.api(p, e);
+                let launch = self.launches.api(p, e);
                 let span = (e.start, e.end.max(e.start));
                 self.runtime.push(span);
                 let call = names.call(e.name);
@@ -246,8 +246,8 @@ impl<'a> Sweep<'a> {
                 }
                 if source.is_some() && self.window_of(e.start).is_some() {
                     self.out.sources.launch(p, e, source);
-                    if call.has(CallEffects::COPIES) {
-                        self.out.sources.copy_call(e.correlation, source);
+                    if let Some(l) = launch.filter(|_| call.has(CallEffects::COPIES)) {
+                        self.out.sources.copy_call(&l, source);
                     }
                 }
             }
@@ -431,10 +431,10 @@ impl<'a> Sweep<'a> {
             Some(EventKind::Memcpy) => {
                 let (src, dst) = e.copy_memory_kinds();
                 let (acc, piece) = if src == 1 || dst == 1 {
-                    self.out.sources.pageable_copy(e.correlation, e.duration());
+                    self.out.sources.pageable_copy(launch.as_ref(), e.duration());
                     (&mut self.out.pageable, Piece::Pageable)
                 } else {
-                    self.out.sources.other_copy(e.correlation);
+                    self.out.sources.other_copy(launch.as_ref());
                     (&mut self.out.other_copies, Piece::OtherCopy)
                 };
                 acc.add(e);

@@ -23,7 +23,7 @@ pub(super) fn api_call<W: Write>(
     let call = e.as_api();
     let cat = if call.runtime { "cuda_runtime" } else { "cuda_driver" };
     // A call that queues device work shares its External id with that work (see `external_id`).
-    let launches = st.launches.api(p, e);
+    let launches = st.launches.api(p, e).is_some();
     out.complete_with(cat, name, pid, e.tid as u64, e.start, e.end, |b| {
         b.extend_from_slice(br#""correlation":"#);
         push_u64(b, corr as u64);

@@ -164,7 +164,7 @@ impl ProcessState {
         }
         match e.kind() {
             Some(EventKind::Api) => {
-                if self.launches.api(p, e) {
+                if self.launches.api(p, e).is_some() {
                     let calls = self.held.entry(e.correlation).or_insert_with(|| self.spare.pop().unwrap_or_default());
                     if calls.is_empty() {
                         self.held_order.push_back((e.start, e.correlation));

@@ -40,6 +40,8 @@ pub struct Call {
     pub external: u64,
     /// The call's name (a string id of the process): `cudaGraphLaunch` queues a whole graph.
     pub name: u32,
+    /// The id CUPTI gave the call and its work (for display: a viewer finds both by it).
+    pub correlation: u32,
 }
 
 /// Device work joined to its launch.
@@ -82,28 +84,33 @@ impl LaunchJoin {
         }
     }
 
-    /// Feeds an API call of `p`; true when it may queue work (and, when it is the first call with its id, now
-    /// waits for it).
-    pub fn api(&mut self, p: &Process, e: &RawEvent) -> bool {
+    /// Feeds an API call of `p`. When it may queue work: the launch its work will join, which is this call when it
+    /// is the first with its id (it now waits for its work), else the call it is inside (a runtime call's driver
+    /// call).
+    pub fn api(&mut self, p: &Process, e: &RawEvent) -> Option<Call> {
         if e.kind() != Some(EventKind::Api) || e.correlation == 0 {
-            return false;
+            return None;
         }
         let queues = *self.queues_work.entry(e.name).or_insert_with(|| CallEffects::of(p.string(e.name)).queues_work());
         if !queues {
-            return false;
+            return None;
         }
         if self.slots.is_empty() {
             self.slots = vec![Slot::default(); MIN_SLOTS];
         }
         let mut at = e.correlation as usize % self.slots.len();
-        if self.slots[at].correlation == e.correlation || self.spilled(e.correlation).is_some() {
-            return true; // the first call with this id (the runtime's, before the driver call it makes) stays
+        if self.slots[at].correlation == e.correlation {
+            return Some(self.slots[at].call); // the first call with this id (the runtime's) stays
+        }
+        if let Some(s) = self.spilled(e.correlation) {
+            return Some(s.call);
         }
         while self.slots.len() < SLOTS && self.slots[at].correlation != 0 && !self.slots[at].joined {
             self.grow();
             at = e.correlation as usize % self.slots.len();
         }
-        let call = Call { start: e.start, end: e.end, tid: e.tid, external: e.as_api().external, name: e.name };
+        let (correlation, external) = (e.correlation, e.as_api().external);
+        let call = Call { start: e.start, end: e.end, tid: e.tid, external, name: e.name, correlation };
         let taken = std::mem::replace(&mut self.slots[at], Slot { correlation: e.correlation, joined: false, call });
         if taken.correlation != 0 && !taken.joined && taken.call.start.saturating_add(LAUNCH_HORIZON_NS) > e.start {
             if e.start >= self.since.saturating_add(LAUNCH_HORIZON_NS / 2) {
@@ -112,7 +119,7 @@ impl LaunchJoin {
             }
             self.young.entry(taken.correlation).or_insert(taken);
         }
-        true
+        Some(call)
     }
 
     /// Doubles the ring: each kept call moves to its id's slot in the larger one (ids apart by a multiple of
@@ -163,22 +170,26 @@ mod tests {
         RawEvent { correlation: corr, ..RawEvent::new(EventKind::Kernel, 0, t, t + 5) }
     }
 
-    fn call(t: u64, name: u32) -> Call {
-        Call { start: t, end: t + 5, tid: 7, external: 0, name }
+    fn call(t: u64, name: u32, correlation: u32) -> Call {
+        Call { start: t, end: t + 5, tid: 7, external: 0, name, correlation }
     }
 
     #[test]
     fn every_work_joins_the_first_call_and_the_first_work_is_marked() {
         let p = process();
         let mut j = LaunchJoin::default();
-        assert!(j.api(&p, &api(1, 10, 100)));
-        assert!(j.api(&p, &api(4, 10, 101)), "the driver call inside it queues work too");
-        assert!(!j.api(&p, &api(2, 11, 110)), "a sync queues nothing");
-        assert!(j.api(&p, &api(3, 12, 120)));
-        assert!(j.api(&p, &api(1, 13, 130)));
-        assert_eq!(j.work(&kernel(10, 150)), Some(Joined { call: call(100, 1), first: true }), "the runtime call");
-        assert_eq!(j.work(&kernel(12, 160)), Some(Joined { call: call(120, 3), first: true }));
-        assert_eq!(j.work(&kernel(12, 170)), Some(Joined { call: call(120, 3), first: false }), "the graph's second");
+        assert_eq!(j.api(&p, &api(1, 10, 100)), Some(call(100, 1, 10)));
+        assert_eq!(j.api(&p, &api(4, 10, 101)), Some(call(100, 1, 10)), "the driver call is inside the launch");
+        assert_eq!(j.api(&p, &api(2, 11, 110)), None, "a sync queues nothing");
+        assert!(j.api(&p, &api(3, 12, 120)).is_some());
+        assert!(j.api(&p, &api(1, 13, 130)).is_some());
+        assert_eq!(j.work(&kernel(10, 150)), Some(Joined { call: call(100, 1, 10), first: true }), "the runtime call");
+        assert_eq!(j.work(&kernel(12, 160)), Some(Joined { call: call(120, 3, 12), first: true }));
+        assert_eq!(
+            j.work(&kernel(12, 170)),
+            Some(Joined { call: call(120, 3, 12), first: false }),
+            "the graph's second"
+        );
         assert_eq!(j.work(&kernel(11, 180)), None);
         assert_eq!(j.work(&kernel(99, 180)), None);
         assert_eq!(j.work(&RawEvent { correlation: 13, ..RawEvent::new(EventKind::Api, 7, 190, 195) }), None);
