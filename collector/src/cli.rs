@@ -43,11 +43,11 @@ pub enum Cmd {
         /// without pause, folded into the metrics every --interval). Each window sets CUPTI up and tears it down,
         /// and CUPTI keeps about 74 KB of the program's memory a window (H200, CUDA 13.0): 10s/100s records the
         /// same share with a tenth of the windows.
-        #[arg(long, default_value = "1s/10s", value_parser = crate::serve::parse_duty)]
-        duty: crate::serve::Duty,
+        #[arg(long, default_value = "1s/10s", value_parser = cuflight_live::serve::parse_duty)]
+        duty: cuflight_live::serve::Duty,
         /// CUPTI sessions of a process after which its period doubles (and again after as many more), so that
         /// the memory CUPTI keeps grows with the logarithm of the time followed; 0: never stretch.
-        #[arg(long, default_value_t = crate::serve::DEFAULT_WINDOW_BUDGET)]
+        #[arg(long, default_value_t = cuflight_live::serve::DEFAULT_WINDOW_BUDGET)]
         window_budget: u32,
         /// With --duty continuous, how often the counters move.
         #[arg(long, default_value = "1s", value_parser = attach::parse_duration)]
@@ -64,8 +64,8 @@ pub enum Cmd {
     Top {
         /// Recorded share of time, as serve's --duty (default: a window of 1 s every 2 s; continuous: recorded
         /// without pause, folded every second).
-        #[arg(long, default_value = "1s/2s", value_parser = crate::serve::parse_duty)]
-        duty: crate::serve::Duty,
+        #[arg(long, default_value = "1s/2s", value_parser = cuflight_live::serve::parse_duty)]
+        duty: cuflight_live::serve::Duty,
         /// Only these processes (default: every agent, the ones started later too).
         pids: Vec<u32>,
     },

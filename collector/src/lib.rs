@@ -8,7 +8,8 @@
 //!   findings, the job across ranks) and `diff`;
 //! - [`export`] (`cuflight-export`, over the model only): Perfetto and Chrome JSON timelines, Parquet tables,
 //!   merge;
-//! - [`capture`] (`cuflight-capture`, over the model): recording a program, attach, dumps, recovery.
+//! - [`capture`] (`cuflight-capture`, over the model): recording a program, attach, dumps, recovery;
+//! - [`live`] (`cuflight-live`, over capture and the report): `serve`'s Prometheus metrics and `top`.
 //!
 //! `main.rs` parses arguments and runs each subcommand over these.
 //!
@@ -23,6 +24,7 @@
 pub use cuflight_analysis as analysis;
 pub use cuflight_capture as capture;
 pub use cuflight_export as export;
+pub use cuflight_live as live;
 pub use cuflight_report as report;
 pub use cuflight_trace::{import, model, output};
 #[doc(hidden)]

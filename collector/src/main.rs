@@ -10,15 +10,14 @@ mod export_cmd;
 mod multi_trace;
 mod nsys_report;
 mod report_cmd;
-mod serve;
 mod stand_in;
 mod stats_cmd;
 mod stdin_trace;
-mod top;
 mod trace_dirs;
 use cli::*;
 use cuflight_collector::capture::agents;
 use cuflight_collector::export::output::Output;
+use cuflight_live::{serve, top};
 use std::time::Duration;
 
 fn main() {
@@ -74,10 +73,14 @@ fn run(mut cli: Cli) -> Result<i32> {
         Cmd::Dump(args) => capture_cmd::dump(args),
         Cmd::Attach(args) => capture_cmd::attach(args),
         Cmd::Serve { listen, allow_remote, duty, window_budget, interval, rounds, pids } => {
-            let duty = crate::serve::Duty { budget: window_budget, ..duty.or_continuous(interval) };
+            let duty = serve::Duty { budget: window_budget, ..duty.or_continuous(interval) };
             serve::serve(&serve::ServeOptions { listen, allow_remote, duty, pids, rounds })
+                .map(|()| 0)
+                .map_err(Into::into)
         }
-        Cmd::Top { duty, pids } => top::top(pids, duty.or_continuous(Duration::from_secs(1))),
+        Cmd::Top { duty, pids } => {
+            top::top(pids, duty.or_continuous(Duration::from_secs(1))).map(|()| 0).map_err(Into::into)
+        }
         Cmd::Ps { format, all } => {
             let rows = if all { agents::list_all() } else { agents::list() };
             let rows = rows.context("cannot list agents (is /proc mounted?)")?;

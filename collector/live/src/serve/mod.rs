@@ -17,8 +17,8 @@ mod follow;
 mod http;
 pub mod metrics;
 
-use anyhow::{bail, Context, Result};
-use cuflight_collector::capture::{agents, attach};
+use crate::LiveError;
+use cuflight_capture::{agents, attach};
 use metrics::ProcessMetrics;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -85,16 +85,13 @@ pub struct ServeOptions {
 /// The followed processes' metrics, shared between the sampling loop and whoever shows them.
 pub type Shared = Arc<Mutex<BTreeMap<u32, ProcessMetrics>>>;
 
-pub fn serve(opts: &ServeOptions) -> Result<i32> {
+/// Serves until SIGINT or SIGTERM (or `rounds` periods), then lets every agent go dormant again.
+pub fn serve(opts: &ServeOptions) -> Result<(), LiveError> {
     if !opts.listen.ip().is_loopback() && !opts.allow_remote {
-        bail!(
-            "--listen {} is reachable from other machines and would show them process and kernel names: add \
-             --allow-remote to mean it",
-            opts.listen
-        );
+        return Err(LiveError::RemoteRefused(opts.listen));
     }
     let listener =
-        std::net::TcpListener::bind(opts.listen).with_context(|| format!("cannot listen on {}", opts.listen))?;
+        std::net::TcpListener::bind(opts.listen).map_err(|err| LiveError::Listen { addr: opts.listen, err })?;
     let addr = listener.local_addr()?;
     if opts.duty.continuous {
         eprintln!(
@@ -118,8 +115,7 @@ pub fn serve(opts: &ServeOptions) -> Result<i32> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    sample_loop(&opts.pids, opts.duty, &shared, &stop, opts.rounds)?;
-    Ok(0)
+    sample_loop(&opts.pids, opts.duty, &shared, &stop, opts.rounds)
 }
 
 /// Samples every period until `stop` (or `rounds` periods), then lets every agent go dormant again.
@@ -129,7 +125,7 @@ pub fn sample_loop(
     shared: &Shared,
     stop: &Arc<AtomicBool>,
     rounds: Option<u64>,
-) -> Result<()> {
+) -> Result<(), LiveError> {
     let scratch = Scratch::new()?;
     let followers = follow::Followers::new(stop.clone());
     let mut round = 0u64;
@@ -199,7 +195,7 @@ pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, r
             // Folded outside the lock (a report of the window takes milliseconds): scrapes never wait on it.
             let Some(mut m) = shared.lock().expect("metrics").get(&pid).cloned() else { continue };
             let covered = took.min(duty.on).as_nanos() as u64;
-            let open = || cuflight_collector::model::source::EventSource::open(&path).map_err(|e| e.to_string());
+            let open = || cuflight_trace::model::source::EventSource::open(&path).map_err(|e| e.to_string());
             match open().and_then(|mut s| m.fold(&mut s, covered, None)) {
                 Ok(()) => {
                     if let Err(e) = open().and_then(|s| m.fold_idle(s)) {
@@ -254,14 +250,14 @@ pub struct Scratch(pub PathBuf);
 const SCRATCH_PREFIX: &str = "cuflight-serve-";
 
 impl Scratch {
-    pub fn new() -> Result<Scratch> {
+    pub fn new() -> Result<Scratch, LiveError> {
         let base = std::env::var_os("TMPDIR").map_or_else(std::env::temp_dir, PathBuf::from);
         sweep_stale(&base);
         let dir = base.join(format!("{SCRATCH_PREFIX}{}", std::process::id()));
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
-            .with_context(|| format!("cannot make {}", dir.display()))?;
+            .map_err(|err| LiveError::Scratch { dir: dir.clone(), err })?;
         Ok(Scratch(dir))
     }
 }

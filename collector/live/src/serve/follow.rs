@@ -4,9 +4,9 @@
 //! agent is detached (left dormant again) before serve exits.
 
 use super::{refresh, Shared};
-use cuflight_collector::capture::continuous::{attach_continuous, Part};
-use cuflight_collector::model::memory::LiveMemory;
-use cuflight_collector::model::source::EventSource;
+use cuflight_capture::continuous::{attach_continuous, Part};
+use cuflight_trace::model::memory::LiveMemory;
+use cuflight_trace::model::source::EventSource;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

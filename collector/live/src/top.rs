@@ -5,7 +5,7 @@
 //! since the previous refresh. Keys: ↑/↓ (k/j) pick a process, s changes the sort, q or Ctrl-C quits.
 
 use crate::serve::{self, metrics::ProcessMetrics, Duty, Shared};
-use anyhow::Result;
+use crate::LiveError;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Modifier, Style};
@@ -44,10 +44,10 @@ enum Sort {
     Pid,
 }
 
-pub fn top(pids: Vec<u32>, duty: Duty) -> Result<i32> {
+pub fn top(pids: Vec<u32>, duty: Duty) -> Result<(), LiveError> {
     use std::io::IsTerminal;
     if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
-        anyhow::bail!("top needs a terminal (for metrics a program can read, use cuflight serve)");
+        return Err(LiveError::NoTerminal);
     }
     let shared: Shared = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -61,14 +61,14 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<i32> {
             ratatui::restore();
             r
         }
-        Err(e) => Err(anyhow::anyhow!("cannot set up the terminal: {e}")),
+        Err(e) => Err(LiveError::Terminal(e)),
     };
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.join();
-    result.map(|_| 0)
+    result
 }
 
-fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared) -> Result<()> {
+fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared) -> Result<(), LiveError> {
     let mut before: BTreeMap<u32, ProcessMetrics> = BTreeMap::new();
     let mut rates: Vec<Rates> = Vec::new();
     let (mut sort, mut table) = (Sort::Busy, TableState::default().with_selected(0));

@@ -1,13 +1,13 @@
 //! What `cuflight serve` exposes: each followed process's counters, folded from its recorded windows, written in
 //! Prometheus' text exposition format (version 0.0.4: HELP and TYPE lines, counters in seconds and bytes).
 
-use cuflight_collector::model::cuda_errors::{error_name, ErrorClass};
-use cuflight_collector::model::kernel_category::kernel_category;
-use cuflight_collector::model::memory::LiveMemory;
-use cuflight_collector::model::names;
-use cuflight_collector::model::source::EventSource;
 use cuflight_format::calls::CallEffects;
 use cuflight_format::EventKind;
+use cuflight_trace::model::cuda_errors::{error_name, ErrorClass};
+use cuflight_trace::model::kernel_category::kernel_category;
+use cuflight_trace::model::memory::LiveMemory;
+use cuflight_trace::model::names;
+use cuflight_trace::model::source::EventSource;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -137,7 +137,7 @@ impl ProcessMetrics {
 impl ProcessMetrics {
     /// Adds the report's idle causes of one window (its steps, or the window as one step).
     pub fn fold_idle(&mut self, source: EventSource) -> Result<(), String> {
-        use cuflight_collector::report::{Options, Report, ReportError};
+        use cuflight_report::{Options, Report, ReportError};
         let mut sources = vec![("window".to_string(), source)];
         // A window is steady state: its first steps are not the program's warm-up.
         let opts = Options { step: None, include_warmup: true, filter: None };
