@@ -46,7 +46,7 @@ pub extern "C" fn cuflight_mark_step() -> i64 {
         if !state::enabled() || state::quiet() || state::existing_agent().is_none() {
             return step as i64;
         }
-        let now = clock::stamp_ns();
+        let now = clock::monotonic_ns();
         if previous != 0 {
             let mut end = RawEvent::new(EventKind::NvtxEnd, 0, now, now);
             end.set_nvtx(EventKind::NvtxEnd, Nvtx { id: previous, ..Nvtx::default() });

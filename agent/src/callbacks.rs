@@ -94,7 +94,7 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
             // forced: a forced flush hands over unfinished records (NVIDIA's injection sample flushes with 0).
             cupti::flush(false);
         }
-        let start = clock::stamp_ns();
+        let start = clock::monotonic_ns();
         if !data.correlationData.is_null() {
             // SAFETY: CUPTI gives each call a u64 slot shared by its enter and exit callbacks.
             unsafe { *data.correlationData = start };
@@ -118,7 +118,7 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         }
         return;
     }
-    let end = clock::stamp_ns();
+    let end = clock::monotonic_ns();
     if flight {
         watch_exit(runtime, cbid, data);
     }

@@ -185,7 +185,7 @@ pub fn flush(forced: bool) {
     // How much a process that ends without its final flush (SIGKILL, _exit) may lose: what CUPTI held since.
     if let Some(seg) = state::segment() {
         let h = seg.header();
-        h.last_flush_ns.store(crate::clock::stamp_ns(), Ordering::Relaxed);
+        h.last_flush_ns.store(crate::clock::monotonic_ns(), Ordering::Relaxed);
         h.flush_period_ms.store(flush_period().as_millis() as u32, Ordering::Relaxed);
     }
 }
@@ -236,24 +236,21 @@ pub fn write_clock_pair() {
     let _cupti = calls_shared();
     let mut best: Option<(u64, u64, u64)> = None; // (gap, cupti, monotonic midpoint)
     for _ in 0..3 {
-        let mono0 = clock::stamp_ns();
+        let mono0 = clock::monotonic_ns();
         let mut cupti_ts = 0u64;
         // SAFETY: valid out-pointer.
         if unsafe { (l.api.get_timestamp)(&mut cupti_ts) } != c::CUPTI_SUCCESS {
             return;
         }
-        let mono1 = clock::stamp_ns();
+        let mono1 = clock::monotonic_ns();
         let gap = mono1.saturating_sub(mono0);
         if best.is_none_or(|(g, _, _)| gap < g) {
             best = Some((gap, cupti_ts, mono0 / 2 + mono1 / 2));
         }
     }
     let Some((_, cupti_ts, mono)) = best else { return };
-    let ev = RawEvent::clock_pair(ClockPair {
-        cupti_ns: cupti_ts,
-        monotonic_ns: mono,
-        realtime_ns: clock::stamp_realtime_ns(),
-    });
+    let ev =
+        RawEvent::clock_pair(ClockPair { cupti_ns: cupti_ts, monotonic_ns: mono, realtime_ns: clock::realtime_ns() });
     // Through the delivery ring, as device records: the flush thread holds no ring of its own when application
     // threads have taken them all, and a clock pair lost would leave device time less well aligned.
     crate::emit::delivery().push(ev);

@@ -143,7 +143,7 @@ pub fn dump_to_session(session: &str) -> Result<(), String> {
     let agent = state::existing_agent().ok_or("the flight recorder has no segment")?;
     flush_then_facts();
     let h = agent.seg.header();
-    h.dump_ns.store(clock::stamp_ns(), Ordering::Relaxed);
+    h.dump_ns.store(clock::monotonic_ns(), Ordering::Relaxed);
     h.dump_reason.store(dump_reason::ON_DEMAND, Ordering::Release);
     cuflight_format::channel::send(session, agent.seg.fd())
         .map(drop)
@@ -155,7 +155,7 @@ pub fn dump_to_session(session: &str) -> Result<(), String> {
 fn dump_to_dir(reason: u32) -> bool {
     let (Some(agent), Some(dir)) = (state::existing_agent(), CONFIG.dump_dir.as_ref()) else { return false };
     let h = agent.seg.header();
-    h.dump_ns.store(clock::stamp_ns(), Ordering::Relaxed);
+    h.dump_ns.store(clock::monotonic_ns(), Ordering::Relaxed);
     h.dump_reason.store(reason, Ordering::Release);
     let mut path = Buf::new();
     let secs = clock::realtime_ns() / 1_000_000_000;

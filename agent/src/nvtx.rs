@@ -160,7 +160,7 @@ fn nvtx_event(kind: EventKind, domain: u32, name: u32, extra: Extra) -> RawEvent
 }
 
 fn nvtx_event_with_id(kind: EventKind, domain: u32, name: u32, extra: Extra, id: u64) -> RawEvent {
-    let now = clock::stamp_ns();
+    let now = clock::monotonic_ns();
     let mut ev = RawEvent::new(kind, 0, now, now);
     ev.name = name;
     ev.set_nvtx(

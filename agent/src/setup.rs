@@ -31,7 +31,7 @@ fn check(cupti: &Cupti, r: c::CUptiResult, what: &str) -> Result<(), String> {
 /// The answer to timestamp requests once registered: CUPTI then stamps every record with the clock the agent
 /// stamps host events with, so device and host events need no alignment.
 extern "C" fn timestamp_ns() -> u64 {
-    clock::stamp_ns()
+    clock::monotonic_ns()
 }
 
 /// How we share CUPTI.

@@ -96,7 +96,7 @@ static ARM_BEGAN: AtomicU64 = AtomicU64::new(0);
 /// Arming starts (`cuInit` under `cuflight record`, or an attach request): the segment's `armed_ns` is 0 until
 /// every source delivers.
 pub fn begin_arming() {
-    ARM_BEGAN.store(crate::clock::stamp_ns(), Ordering::Relaxed);
+    ARM_BEGAN.store(crate::clock::monotonic_ns(), Ordering::Relaxed);
     if let Some(seg) = existing_segment() {
         seg.header().armed_ns.store(0, Ordering::Release);
     }
@@ -107,7 +107,7 @@ pub fn begin_arming() {
 fn mark_armed() {
     if let Some(seg) = existing_segment() {
         let h = seg.header();
-        let now = crate::clock::stamp_ns();
+        let now = crate::clock::monotonic_ns();
         let began = ARM_BEGAN.load(Ordering::Relaxed);
         h.arm_began_ns.store(if began == 0 { now } else { began }, Ordering::Relaxed);
         h.armed_ns.store(now, Ordering::Release);
@@ -303,7 +303,7 @@ fn create() -> Option<&'static Agent> {
     };
     // SAFETY: getppid has no preconditions.
     let ppid = unsafe { libc::getppid() } as u32;
-    let seg = match MappedSegment::create(layout, pid, ppid, crate::clock::stamp_realtime_ns()) {
+    let seg = match MappedSegment::create(layout, pid, ppid, crate::clock::realtime_ns()) {
         Ok(s) => s,
         Err(e) => {
             NO_SEGMENT.store(true, Ordering::Relaxed);
@@ -376,8 +376,6 @@ fn record_process_facts(agent: &Agent) {
     } else {
         Vec::new()
     };
-    // CUFLIGHT_TEST_HOST: the host name to record, so one machine can play several hosts in tests.
-    let host = std::env::var("CUFLIGHT_TEST_HOST").map(String::into_bytes).unwrap_or(host);
     h.host.store(intern(&host), Ordering::Relaxed);
     // The rank, local rank and world size as launchers set them (torchrun/torch.distributed, Open MPI,
     // MPICH/PMI, Slurm): lets the collector line up the ranks of one job and name each "rank R (local L)".

@@ -399,13 +399,14 @@ thread_local! {
 }
 
 /// Test double only (no such entry point exists in CUDA): a simulated kernel calls this to say when it finishes
-/// on the simulated GPU, in CLOCK_MONOTONIC ns. A GPU stamps a kernel's end itself, whatever the host's scheduler
+/// on the simulated GPU, on the machine's CLOCK_MONOTONIC (`cudasim_machine_monotonic_ns`, the same as the
+/// host's unless `CUDASIM_CLOCK_DRIFT_PPM` makes this host's clock run fast), in ns. A GPU stamps a kernel's end itself, whatever the host's scheduler
 /// does; a CPU kernel's end is stamped when its stream's thread runs again, which a loaded host can delay by
 /// milliseconds. The record ends at `ns` (not before its start), and a kernel that returns earlier holds its
 /// stream until then, so the stream's next operation still starts after it.
 #[no_mangle]
 pub extern "C" fn cudasim_kernel_ends_at(ns: u64) {
-    KERNEL_ENDS_AT.with(|e| e.set(ns));
+    KERNEL_ENDS_AT.with(|e| e.set(crate::machine::host_monotonic(ns)));
 }
 
 /// The sticky error a call returns once a kernel faulted; version queries, which need no context, still work.

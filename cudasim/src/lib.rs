@@ -27,7 +27,9 @@
 //! only for test programs, for what a GPU does by itself: `cudasim_kernel_fault(code)` (a device-side fault,
 //! sticky) and `cudasim_kernel_ends_at(ns)` (when the GPU finishes the running kernel, untouched by the host's
 //! scheduler, as GPU timestamps are). One query exists only for tests: `cudasim_cupti_finalizations()`, how many
-//! times cuptiFinalize tore CUPTI down (a test cannot otherwise see a tool's detach).
+//! times cuptiFinalize tore CUPTI down (a test cannot otherwise see a tool's detach). One machine plays several
+//! hosts (`machine.rs`): each simulated process may have its own host name and clocks, and
+//! `cudasim_machine_monotonic_ns()` reads the machine's clock beneath them.
 
 #[macro_use]
 mod macros {
@@ -73,6 +75,7 @@ mod cupti_state;
 mod device;
 mod driver;
 mod graphs;
+mod machine;
 mod memory;
 mod records;
 mod release;

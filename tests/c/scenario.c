@@ -96,7 +96,8 @@ static void register_device_names(void) {
 
 /* Arrivals so far, across the ranks (a futex word in the shared barrier file). */
 static int *barrier_counter;
-/* Each rank's arrival at each collective (CLOCK_MONOTONIC, before any test clock offset), in slots reused
+/* Each rank's arrival at each collective (the machine's CLOCK_MONOTONIC, which every simulated host shares
+ * whatever its own clock says: cudasim_machine_monotonic_ns), in slots reused
  * every 32 collectives (no rank is ever more than one collective ahead): [slot][rank], ranks < 8. */
 static int64_t *arrivals;
 static int world = 1, my_rank;
@@ -110,13 +111,15 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* cudasim's test-only hook (not CUDA): the simulated GPU finishes this kernel at `ns` (CLOCK_MONOTONIC). */
+/* cudasim's test-only hooks (not CUDA): the simulated GPU finishes this kernel at `ns`, on the machine's
+ * CLOCK_MONOTONIC, which the second reads beneath the simulated host's own clock. */
 extern void cudasim_kernel_ends_at(uint64_t ns);
+extern uint64_t cudasim_machine_monotonic_ns(void);
 
 /* Joins when every rank has joined this collective, then "transfers" for 0.5 ms from the last arrival, so the
  * collective ends at one instant on every rank, as a real all-reduce does (NCCL's ring finishes within µs on
  * every participant). Ranks wait on a futex rather than spinning, so waiting ranks leave the cores to the
- * late one, and the end is the GPU's (cudasim_kernel_ends_at: the last arrival + 0.5 ms on the host's
+ * late one, and the end is the GPU's (cudasim_kernel_ends_at: the last arrival + 0.5 ms on the machine's
  * CLOCK_MONOTONIC, which the ranks share), so the host's scheduler, which can wake one rank's thread late, does
  * not move it. */
 void ncclKernel_AllReduce_RING_LL_Sum_float(void **a) {
@@ -124,7 +127,7 @@ void ncclKernel_AllReduce_RING_LL_Sum_float(void **a) {
     long c = collectives++;
     int target = (int)(world * collectives);
     int64_t *slot = arrivals + (c % 32) * 8;
-    __atomic_store_n(&slot[my_rank], now_ns(), __ATOMIC_SEQ_CST);
+    __atomic_store_n(&slot[my_rank], (int64_t)cudasim_machine_monotonic_ns(), __ATOMIC_SEQ_CST);
     int seen = __atomic_add_fetch(barrier_counter, 1, __ATOMIC_SEQ_CST);
     if (seen >= target) {
         syscall(SYS_futex, barrier_counter, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);

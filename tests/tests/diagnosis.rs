@@ -247,8 +247,8 @@ fn a_slow_rank_is_found_as_the_straggler() {
     let p = prog.display();
     let b = barrier.display();
     // RANK, LOCAL_RANK and WORLD_SIZE as torchrun sets them: the agent records them, so the report names ranks
-    // as the job does; CUFLIGHT_TEST_HOST names the host the agent records.
-    let env = |r: u32| format!("RANK={r} LOCAL_RANK={r} WORLD_SIZE=2 CUFLIGHT_TEST_HOST=node{r}");
+    // as the job does; CUDASIM_HOST names the host the agent records.
+    let env = |r: u32| format!("RANK={r} LOCAL_RANK={r} WORLD_SIZE=2 CUDASIM_HOST=node{r}");
     let script = format!("{} {p} rank 24 0 2 {b} & {} {p} rank 24 1 2 {b}; wait", env(0), env(1));
     let rec = record(&dir, &[], std::path::Path::new("/bin/sh"), &["-c", &script], &[]);
     assert!(rec.output.status.success(), "{}", rec.stderr());

@@ -126,12 +126,13 @@ fn imported_traces_and_ranks_share_one_directory() {
 
 #[test]
 fn a_host_whose_clock_is_off_is_recorded_with_that_offset() {
-    // CUFLIGHT_TEST_CLOCK_OFFSET_NS shifts every host and device timestamp the agent records, and its clock pairs:
+    // CUDASIM_CLOCK_OFFSET_NS puts the simulated host's CLOCK_REALTIME an hour ahead (device timestamps, on CUPTI's
+    // REALTIME clock, with it), so the agent's clock pairs carry that offset:
     // on the epoch, the run appears an hour late; device work still follows the calls that launched it.
     let dir = scratch("parquet-offset");
     let prog = build_c("train", &dir);
     let hour = 3_600_000_000_000i64;
-    let rec = record(&dir, &[], &prog, &["2"], &[("CUFLIGHT_TEST_CLOCK_OFFSET_NS", &hour.to_string())]);
+    let rec = record(&dir, &[], &prog, &["2"], &[("CUDASIM_CLOCK_OFFSET_NS", &hour.to_string())]);
     assert!(rec.output.status.success(), "{}", rec.stderr());
     let out = dir.join("tables");
     let (ok, err) = export(&[&rec.trace], &out, &[]);

@@ -1,6 +1,6 @@
 //! A job's ranks in one session: every rank's process named by the launcher's RANK, LOCAL_RANK, WORLD_SIZE and
 //! its host, and `-o run.%h.%r.cuf` writing one trace per rank (as nsys's `%q{RANK}`), each holding only its
-//! rank's process. One machine plays two hosts through CUFLIGHT_TEST_HOST.
+//! rank's process. One machine plays two hosts through CUDASIM_HOST.
 
 use cuflight_integration::*;
 use std::process::Command;
@@ -18,12 +18,7 @@ fn record_ranks(dir: &std::path::Path, output: &str, ranks: u32) -> std::process
     // A launcher as torchrun starts its workers: one process per rank, two ranks per host.
     let workers: Vec<String> = (0..ranks)
         .map(|r| {
-            format!(
-                "RANK={r} LOCAL_RANK={} WORLD_SIZE={ranks} CUFLIGHT_TEST_HOST=node{} {} &",
-                r % 2,
-                r / 2,
-                prog.display()
-            )
+            format!("RANK={r} LOCAL_RANK={} WORLD_SIZE={ranks} CUDASIM_HOST=node{} {} &", r % 2, r / 2, prog.display())
         })
         .collect();
     Command::new(cuflight_bin())
@@ -104,8 +99,8 @@ fn ranks_in_one_file_are_named_rank_local_pid() {
 #[test]
 fn two_hosts_with_skewed_clocks_are_aligned_on_their_collectives() {
     let _serial = serial();
-    // Two "hosts" on this machine (CUFLIGHT_TEST_HOST), hostb's clock 7.3 ms ahead (CUFLIGHT_TEST_CLOCK_OFFSET_NS,
-    // on every host and device timestamp and on its REALTIME pairs, as a host whose NTP is off), each rank in its
+    // Two "hosts" on this machine (CUDASIM_HOST), hostb's wall clock 7.3 ms ahead (CUDASIM_CLOCK_OFFSET_NS: the
+    // simulated process's CLOCK_REALTIME, as on a host whose NTP is off), each rank in its
     // own file. Their all-reduces end together (the kernels wait for each other): the export recovers the skew.
     let dir = scratch("ranks-skew");
     let prog = build_c("scenario", &dir);
@@ -113,8 +108,8 @@ fn two_hosts_with_skewed_clocks_are_aligned_on_their_collectives() {
     let skew: i64 = 7_300_000;
     let (p, b) = (prog.display(), barrier.display());
     let script = format!(
-        "RANK=0 CUFLIGHT_TEST_HOST=hosta {p} rank 16 0 2 {b} & \
-         RANK=1 CUFLIGHT_TEST_HOST=hostb CUFLIGHT_TEST_CLOCK_OFFSET_NS={skew} {p} rank 16 1 2 {b}; wait"
+        "RANK=0 CUDASIM_HOST=hosta {p} rank 16 0 2 {b} & \
+         RANK=1 CUDASIM_HOST=hostb CUDASIM_CLOCK_OFFSET_NS={skew} {p} rank 16 1 2 {b}; wait"
     );
     let recorded = record_per_host(&dir, &script);
     let (a, bfile) = (dir.join("run.hosta.0.cuf"), dir.join("run.hostb.1.cuf"));
@@ -362,15 +357,15 @@ fn ranks_come_from_every_launchers_environment() {
 #[test]
 fn a_host_whose_clock_drifts_is_followed_through_the_run() {
     let _serial = serial();
-    // hostb's clock is 7.3 ms ahead and gains 2000 ppm (CUFLIGHT_TEST_CLOCK_DRIFT_PPM): about 3 ms more over the
+    // hostb's clock is 7.3 ms ahead and gains 2000 ppm (CUDASIM_CLOCK_DRIFT_PPM): about 3 ms more over the
     // 100 steps. One shift for the whole run would leave a residual of about a quarter of that, and misplace
     // arrivals by as much; the alignment follows it (a knot per 16 matched collectives).
     let dir = scratch("ranks-drift");
     let prog = build_c("scenario", &dir);
     let (p, b) = (prog.display(), dir.join("barrier").display().to_string());
     let script = format!(
-        "RANK=0 CUFLIGHT_TEST_HOST=hosta {p} rank 100 0 2 {b} & RANK=1 CUFLIGHT_TEST_HOST=hostb \
-         CUFLIGHT_TEST_CLOCK_OFFSET_NS=7300000 CUFLIGHT_TEST_CLOCK_DRIFT_PPM=2000 {p} rank 100 1 2 {b}; wait"
+        "RANK=0 CUDASIM_HOST=hosta {p} rank 100 0 2 {b} & RANK=1 CUDASIM_HOST=hostb \
+         CUDASIM_CLOCK_OFFSET_NS=7300000 CUDASIM_CLOCK_DRIFT_PPM=2000 {p} rank 100 1 2 {b}; wait"
     );
     let recorded = record_per_host(&dir, &script);
     let text = String::from_utf8_lossy(&recorded.stdout);
