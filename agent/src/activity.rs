@@ -72,12 +72,12 @@ fn drain(buffer: *mut u8, valid: usize, l: &cupti::Loaded) {
         if n.is_multiple_of(every) {
             room.make(&out);
         }
-        // SAFETY: CUPTI walks its own buffer; `cursor` is null or the record it returned last.
-        let r = unsafe {
-            match v2 {
-                Some((v2, sub)) => (v2.get_next_record)(sub, buffer, valid, &mut cursor),
-                None => (l.api.activity_get_next_record)(buffer, valid, &mut cursor),
-            }
+        // CUPTI walks its own buffer; `cursor` is null or the record it returned last.
+        let r = match v2 {
+            // SAFETY: as said, through the v2 entry point for our subscriber.
+            Some((v2, sub)) => unsafe { (v2.get_next_record)(sub, buffer, valid, &mut cursor) },
+            // SAFETY: as said.
+            None => unsafe { (l.api.activity_get_next_record)(buffer, valid, &mut cursor) },
         };
         if r != c::CUPTI_SUCCESS {
             break;

@@ -92,12 +92,13 @@ pub unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize
     let _ = std::panic::catch_unwind(|| {
         let version = cupti::loaded().map_or(0, |l| l.version);
         let p = take_buffer(version);
-        // SAFETY: CUPTI's out-pointers. p == 0 only where CUPTI's version accepts it (drops and counts records).
-        unsafe {
-            *buffer = p as *mut u8;
-            *size = if p == 0 { 0 } else { BUFFER_SIZE };
-            *max_records = 0;
-        }
+        // CUPTI's out-pointers. p == 0 only where CUPTI's version accepts it (drops and counts records).
+        // SAFETY: CUPTI's valid out-pointer.
+        unsafe { *buffer = p as *mut u8 };
+        // SAFETY: as above.
+        unsafe { *size = if p == 0 { 0 } else { BUFFER_SIZE } };
+        // SAFETY: as above.
+        unsafe { *max_records = 0 };
     });
 }
 

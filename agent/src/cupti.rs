@@ -193,12 +193,11 @@ pub fn flush(forced: bool) {
 /// Adds CUPTI's dropped-record count for (context, stream) to the segment (reading it resets it in CUPTI).
 pub fn collect_dropped(l: &Loaded, ctx: c::CUcontext, stream: u32) {
     let mut dropped = 0usize;
-    // SAFETY: plain CUPTI queries with a valid out-pointer (ours, the subscriber's, in multi-subscriber mode).
-    let r = unsafe {
-        match activity_v2() {
-            Some((v2, sub)) => (v2.get_num_dropped_records)(sub, ctx, stream, &mut dropped),
-            None => (l.api.activity_get_num_dropped_records)(ctx, stream, &mut dropped),
-        }
+    let r = match activity_v2() {
+        // SAFETY: a plain CUPTI query with a valid out-pointer, for our subscriber in multi-subscriber mode.
+        Some((v2, sub)) => unsafe { (v2.get_num_dropped_records)(sub, ctx, stream, &mut dropped) },
+        // SAFETY: a plain CUPTI query with a valid out-pointer.
+        None => unsafe { (l.api.activity_get_num_dropped_records)(ctx, stream, &mut dropped) },
     };
     if r == c::CUPTI_SUCCESS && dropped > 0 {
         if let Some(seg) = state::segment() {

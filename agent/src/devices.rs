@@ -45,15 +45,15 @@ pub fn record() {
     if [count, name, mem, attr].iter().any(|p| p.is_null()) {
         return;
     }
-    // SAFETY: these are the driver's exported functions with the cuda.h signatures above.
-    let (count, name, mem, attr) = unsafe {
-        (
-            std::mem::transmute::<*mut c_void, GetCount>(count),
-            std::mem::transmute::<*mut c_void, GetName>(name),
-            std::mem::transmute::<*mut c_void, TotalMem>(mem),
-            std::mem::transmute::<*mut c_void, GetAttribute>(attr),
-        )
-    };
+    // Each is the driver's exported function with the cuda.h signature above.
+    // SAFETY: cuDeviceGetCount.
+    let count = unsafe { std::mem::transmute::<*mut c_void, GetCount>(count) };
+    // SAFETY: cuDeviceGetName.
+    let name = unsafe { std::mem::transmute::<*mut c_void, GetName>(name) };
+    // SAFETY: cuDeviceTotalMem_v2.
+    let mem = unsafe { std::mem::transmute::<*mut c_void, TotalMem>(mem) };
+    // SAFETY: cuDeviceGetAttribute.
+    let attr = unsafe { std::mem::transmute::<*mut c_void, GetAttribute>(attr) };
     let mut n = 0;
     // SAFETY: valid out-pointer.
     if unsafe { count(&mut n) } != 0 {
@@ -63,16 +63,19 @@ pub fn record() {
     for dev in 0..n.min(64) {
         let mut buf = [0 as c_char; 256];
         let (mut bytes, mut sms, mut major, mut minor) = (0usize, 0, 0, 0);
-        // SAFETY: valid buffers and out-pointers; the driver NUL-terminates names within the given length.
-        let label = unsafe {
-            name(buf.as_mut_ptr(), buf.len() as c_int, dev);
-            mem(&mut bytes, dev);
-            attr(&mut sms, ATTR_SM_COUNT, dev);
-            attr(&mut major, ATTR_CC_MAJOR, dev);
-            attr(&mut minor, ATTR_CC_MINOR, dev);
-            buf[255] = 0;
-            CStr::from_ptr(buf.as_ptr())
-        };
+        // SAFETY: a valid buffer of the given length.
+        unsafe { name(buf.as_mut_ptr(), buf.len() as c_int, dev) };
+        // SAFETY: a valid out-pointer.
+        unsafe { mem(&mut bytes, dev) };
+        // SAFETY: valid out-pointers, for the attributes cuda.h numbers so.
+        unsafe { attr(&mut sms, ATTR_SM_COUNT, dev) };
+        // SAFETY: as above.
+        unsafe { attr(&mut major, ATTR_CC_MAJOR, dev) };
+        // SAFETY: as above.
+        unsafe { attr(&mut minor, ATTR_CC_MINOR, dev) };
+        buf[255] = 0;
+        let name_bytes = buf.map(|c| c as u8);
+        let label = CStr::from_bytes_until_nul(&name_bytes).unwrap_or_default();
         let mut ev = RawEvent::new(EventKind::Device, 0, 0, 0);
         ev.device = dev as u32;
         ev.name = state::intern(label.to_bytes());

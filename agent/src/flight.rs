@@ -179,8 +179,7 @@ fn dump_to_dir(reason: u32) -> bool {
             )
         };
         if fd < 0 {
-            // SAFETY: reading errno.
-            if unsafe { *libc::__errno_location() } == libc::EEXIST {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
                 continue;
             }
             say(b"cuflight: cannot write the flight recorder's dump into ", dir.to_bytes(), b"\n");
@@ -246,27 +245,20 @@ static PREVIOUS: [once_cell::sync::OnceCell<libc::sigaction>; 32] = [const { onc
 /// SA_ONSTACK). Other threads keep what they have.
 fn alternate_stack() {
     const SIZE: usize = 64 << 10;
-    // SAFETY: sigaltstack queries into a zeroed stack_t; mmap of anonymous memory, checked; the stack is never
-    // freed (the thread may use it until the process ends).
-    unsafe {
-        let mut current: libc::stack_t = std::mem::zeroed();
-        if libc::sigaltstack(std::ptr::null(), &mut current) != 0 || current.ss_flags & libc::SS_DISABLE == 0 {
-            return;
-        }
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            SIZE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            return;
-        }
-        let stack = libc::stack_t { ss_sp: p, ss_flags: 0, ss_size: SIZE };
-        libc::sigaltstack(&stack, std::ptr::null_mut());
+    let mut current = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: 0, ss_size: 0 };
+    // SAFETY: a query into a local stack_t.
+    if unsafe { libc::sigaltstack(std::ptr::null(), &mut current) } != 0 || current.ss_flags & libc::SS_DISABLE == 0 {
+        return;
     }
+    let (prot, flags) = (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS);
+    // SAFETY: anonymous memory, checked below; never freed (the thread may use it until the process ends).
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), SIZE, prot, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return;
+    }
+    let stack = libc::stack_t { ss_sp: p, ss_flags: 0, ss_size: SIZE };
+    // SAFETY: the stack just mapped, SIZE bytes.
+    unsafe { libc::sigaltstack(&stack, std::ptr::null_mut()) };
 }
 
 fn install_handlers() {
@@ -297,11 +289,10 @@ fn install(sig: libc::c_int, handler: usize, flags: libc::c_int, only_if_default
     let _ = PREVIOUS[sig as usize].set(old);
     new.sa_sigaction = handler;
     new.sa_flags = flags;
-    // SAFETY: sigemptyset on our struct's mask; then installing a handler that only does async-signal-safe work.
-    unsafe {
-        libc::sigemptyset(&mut new.sa_mask);
-        libc::sigaction(sig, &new, std::ptr::null_mut());
-    }
+    // SAFETY: on our struct's mask.
+    unsafe { libc::sigemptyset(&mut new.sa_mask) };
+    // SAFETY: installing a handler that only does async-signal-safe work.
+    unsafe { libc::sigaction(sig, &new, std::ptr::null_mut()) };
 }
 
 extern "C" fn on_usr2(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
@@ -320,13 +311,14 @@ extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
     let Some(prev) = PREVIOUS.get(sig as usize).and_then(|p| p.get()) else { return };
     match prev.sa_sigaction {
         libc::SIG_DFL => {
-            // SAFETY: restoring the default action, then re-raising where the signal was sent (si_code <= 0:
-            // kill, raise, abort); it stays blocked until this handler returns.
-            unsafe {
-                libc::sigaction(sig, prev, std::ptr::null_mut());
-                if info.is_null() || (*info).si_code <= 0 {
-                    libc::raise(sig);
-                }
+            // SAFETY: restoring the default action.
+            unsafe { libc::sigaction(sig, prev, std::ptr::null_mut()) };
+            // SAFETY: the kernel's siginfo for this signal, when not null.
+            let sent = info.is_null() || unsafe { (*info).si_code } <= 0;
+            if sent {
+                // SAFETY: re-raising where the signal was sent (si_code <= 0: kill, raise, abort); it stays
+                // blocked until this handler returns.
+                unsafe { libc::raise(sig) };
             }
         }
         libc::SIG_IGN => {}

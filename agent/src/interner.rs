@@ -82,9 +82,12 @@ pub unsafe fn stored_equals_c(seg: &MappedSegment, id: u32, name: *const std::ff
     let Some((len, rest)) = bytes.split_first_chunk::<4>() else { return false };
     let len = u32::from_le_bytes(*len) as usize;
     let Some(stored) = rest.get(..len) else { return false };
-    // SAFETY: strnlen reads at most `len + 1` bytes and stops at `name`'s NUL, so it stays inside the string;
-    // when it finds exactly `len` bytes before the NUL, those `len` bytes are readable for the comparison.
-    unsafe { libc::strnlen(name, len + 1) == len && stored == std::slice::from_raw_parts(name as *const u8, len) }
+    // SAFETY: strnlen reads at most `len + 1` bytes and stops at `name`'s NUL, so it stays inside the string.
+    if unsafe { libc::strnlen(name, len + 1) } != len {
+        return false;
+    }
+    // SAFETY: exactly `len` bytes come before the NUL, so they are readable for the comparison.
+    stored == unsafe { std::slice::from_raw_parts(name as *const u8, len) }
 }
 
 fn stored_equals(seg: &MappedSegment, id: u32, s: &[u8]) -> bool {
@@ -130,13 +133,12 @@ mod tests {
         let i = Interner::new();
         let id = i.intern(&seg, b"gemm_kernel");
         // SAFETY: NUL-terminated literals.
-        unsafe {
-            assert!(stored_equals_c(&seg, id, c"gemm_kernel".as_ptr()));
-            assert!(!stored_equals_c(&seg, id, c"gemm_kernel2".as_ptr()), "longer");
-            assert!(!stored_equals_c(&seg, id, c"gemm".as_ptr()), "shorter");
-            assert!(!stored_equals_c(&seg, id, c"gemm_kernex".as_ptr()), "same length");
-            assert!(!stored_equals_c(&seg, id + 1000, c"gemm_kernel".as_ptr()), "past the strings");
-        }
+        let equals = |id, name: &std::ffi::CStr| unsafe { stored_equals_c(&seg, id, name.as_ptr()) };
+        assert!(equals(id, c"gemm_kernel"));
+        assert!(!equals(id, c"gemm_kernel2"), "longer");
+        assert!(!equals(id, c"gemm"), "shorter");
+        assert!(!equals(id, c"gemm_kernex"), "same length");
+        assert!(!equals(id + 1000, c"gemm_kernel"), "past the strings");
     }
 
     #[test]

@@ -71,12 +71,15 @@ fn wstr(p: *const WChar) -> String {
         return s;
     }
     let mut p = p;
-    // SAFETY: NVTX's W messages are NUL-terminated wchar_t strings valid for the call; we stop at the NUL.
-    unsafe {
-        while *p != 0 && s.len() < 4096 {
-            s.push(char::from_u32(*p as u32).unwrap_or('\u{FFFD}'));
-            p = p.add(1);
+    // NVTX's W messages are NUL-terminated wchar_t strings valid for the call; we stop at the NUL.
+    while s.len() < 4096 {
+        // SAFETY: `p` is at or before the string's NUL, so it points into the string.
+        let ch = unsafe { *p };
+        if ch == 0 {
+            break;
         }
+        s.push(char::from_u32(ch as u32).unwrap_or('\u{FFFD}'));
+        p = p.wrapping_add(1);
     }
     s
 }
@@ -134,14 +137,15 @@ fn attr(a: *const c::nvtxEventAttributes_t) -> (u32, Extra) {
         _ => (0, 0),
     };
     let extra = Extra { category: a.category, color: a.color, payload };
-    // SAFETY: the union member read matches messageType, as NVTX requires of callers.
-    let id = unsafe {
-        match a.messageType as u32 {
-            c::NVTX_MESSAGE_TYPE_ASCII => cstr_id(a.message.ascii),
-            c::NVTX_MESSAGE_TYPE_REGISTERED => a.message.registered as usize as u32,
-            c::NVTX_MESSAGE_TYPE_UNICODE => wstr_id(a.message.unicode),
-            _ => 0,
-        }
+    // The union member read matches messageType, as NVTX requires of callers.
+    let id = match a.messageType as u32 {
+        // SAFETY: as said: a NUL-terminated string valid for the call.
+        c::NVTX_MESSAGE_TYPE_ASCII => unsafe { cstr_id(a.message.ascii) },
+        // SAFETY: as said.
+        c::NVTX_MESSAGE_TYPE_REGISTERED => (unsafe { a.message.registered }) as usize as u32,
+        // SAFETY: as said: a NUL-terminated wide string valid for the call.
+        c::NVTX_MESSAGE_TYPE_UNICODE => unsafe { wstr_id(a.message.unicode) },
+        _ => 0,
     };
     (id, extra)
 }
@@ -411,13 +415,11 @@ pub fn install_callbacks(table: &c::NvtxExportTableCallbacks) -> c_int {
             if cbid == 0 || cbid > size {
                 continue;
             }
-            // SAFETY: `slots` has `size + 1` entries (index 0 unused); each non-null entry points at the
-            // library's function-pointer variable for that cbid.
-            unsafe {
-                let slot = *slots.add(cbid as usize);
-                if !slot.is_null() {
-                    *slot = f;
-                }
+            // SAFETY: `slots` has `size + 1` entries (index 0 unused).
+            let slot = unsafe { *slots.wrapping_add(cbid as usize) };
+            if !slot.is_null() {
+                // SAFETY: each non-null entry points at the library's function-pointer variable for that cbid.
+                unsafe { *slot = f };
             }
         }
     }

@@ -176,12 +176,12 @@ fn release(api: cupti_sys::loader::CuptiApi, subscriber: c::CUpti_SubscriberHand
 fn disable_kinds(api: cupti_sys::loader::CuptiApi) {
     let v2 = cupti::activity_v2();
     for &(kind, _, _) in ACTIVITY_KINDS {
-        // SAFETY: plain CUPTI calls; disabling a kind that was never enabled is harmless.
-        unsafe {
-            match v2 {
-                Some((v2, sub)) => (v2.disable)(sub, kind, std::ptr::null_mut()),
-                None => (api.activity_disable)(kind),
-            }
+        // Disabling a kind that was never enabled is harmless.
+        match v2 {
+            // SAFETY: a plain CUPTI call for our subscriber.
+            Some((v2, sub)) => unsafe { (v2.disable)(sub, kind, std::ptr::null_mut()) },
+            // SAFETY: a plain CUPTI call.
+            None => unsafe { (api.activity_disable)(kind) },
         };
     }
     if v2.is_some() {
@@ -226,85 +226,100 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Shar
         }
     }
     crate::nvtx::set_recorded(mask & tracing::NVTX != 0);
-    // SAFETY: plain CUPTI configuration calls on our subscriber.
-    unsafe {
-        if mask & tracing::QUERIES != 0 {
-            check(
-                cupti,
-                (api.enable_domain)(1, subscriber, c::CUPTI_CB_DOMAIN_RUNTIME_API),
-                "enabling runtime callbacks",
-            )?;
-        } else {
-            // Callback by callback, so that calls no analysis needs (cudaGetDevice, cudaGetLastError...) are never
-            // dispatched to us. An id this CUPTI does not know is refused and skipped.
-            let mut enabled = 0;
-            for &(cbid, name) in cupti_sys::cbids::RUNTIME {
-                if CallEffects::of(name).recorded_by_default()
-                    && (api.enable_callback)(1, subscriber, c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid) == c::CUPTI_SUCCESS
-                {
-                    enabled += 1;
-                }
-            }
-            if enabled == 0 {
-                return Err(format!("CUPTI at {} enabled none of the runtime callbacks cuflight needs", cupti.path));
+    enable_callbacks(cupti, subscriber, mask)?;
+    // System thread ids, so API calls and activity records name the same threads. A global option: one that
+    // joined another tool's CUPTI leaves it as that tool set it.
+    if !sharing.joined {
+        // SAFETY: a plain CUPTI configuration call.
+        unsafe { (api.set_thread_id_type)(c::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM) };
+    }
+    // One clock: CUPTI's default on Linux is CLOCK_REALTIME (CLOCK_MONOTONIC_RAW on WSL), which NTP steps and
+    // slews. The callback must be registered before any activity kind is enabled (cupti_activity.h).
+    // CUFLIGHT_DEVICE_CLOCK=cupti keeps CUPTI's own clock (aligned through clock pairs by the collector).
+    // A global option, which the first subscriber decides: one that joined another tool's CUPTI leaves the
+    // clock as that tool set it (the collector aligns through clock pairs then).
+    let keep_cupti_clock = sharing.joined || std::env::var("CUFLIGHT_DEVICE_CLOCK").is_ok_and(|v| v.trim() == "cupti");
+    if let Some(register) = cupti.optional.register_timestamp_callback.filter(|_| !keep_cupti_clock) {
+        // SAFETY: registers our extern "C" clock, which never unwinds.
+        if unsafe { register(Some(timestamp_ns)) } == c::CUPTI_SUCCESS {
+            if let Some(seg) = state::segment() {
+                seg.header().device_clock_monotonic.store(1, Ordering::Relaxed);
             }
         }
-        // Driver calls a program makes directly (the runtime's own driver calls come nested in a runtime call and
-        // are skipped): launches, copies, memsets, allocations, frees and synchronisations.
-        for &(cbid, name) in cupti_sys::cbids::DRIVER {
-            if CallEffects::of(name).recorded_from_driver() {
-                // An older CUPTI may not know a newer entry point (e.g. cuLaunchKernelEx): skip it, keep the rest.
-                let _ = (api.enable_callback)(1, subscriber, c::CUPTI_CB_DOMAIN_DRIVER_API, cbid);
-            }
-        }
-        // System thread ids, so API calls and activity records name the same threads. A global option: one that
-        // joined another tool's CUPTI leaves it as that tool set it.
-        if !sharing.joined {
-            (api.set_thread_id_type)(c::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
-        }
-        // One clock: CUPTI's default on Linux is CLOCK_REALTIME (CLOCK_MONOTONIC_RAW on WSL), which NTP steps and
-        // slews. The callback must be registered before any activity kind is enabled (cupti_activity.h).
-        // CUFLIGHT_DEVICE_CLOCK=cupti keeps CUPTI's own clock (aligned through clock pairs by the collector).
-        // A global option, which the first subscriber decides: one that joined another tool's CUPTI leaves the
-        // clock as that tool set it (the collector aligns through clock pairs then).
-        let keep_cupti_clock =
-            sharing.joined || std::env::var("CUFLIGHT_DEVICE_CLOCK").is_ok_and(|v| v.trim() == "cupti");
-        if let Some(register) = cupti.optional.register_timestamp_callback.filter(|_| !keep_cupti_clock) {
-            if register(Some(timestamp_ns)) == c::CUPTI_SUCCESS {
-                if let Some(seg) = state::segment() {
-                    seg.header().device_clock_monotonic.store(1, Ordering::Relaxed);
-                }
-            }
-        }
-        let registered = match v2 {
-            Some((v2, sub)) => (v2.register_callbacks)(
+    }
+    let registered = match v2 {
+        // SAFETY: our buffer callbacks, for our subscriber in multi-subscriber mode.
+        Some((v2, sub)) => unsafe {
+            (v2.register_callbacks)(
                 sub,
                 Some(activity_buffers::buffer_requested_v2),
                 Some(activity::buffer_completed_v2),
-            ),
-            None => (api.activity_register_callbacks)(
+            )
+        },
+        // SAFETY: our buffer callbacks.
+        None => unsafe {
+            (api.activity_register_callbacks)(
                 Some(activity_buffers::buffer_requested),
                 Some(activity::buffer_completed),
-            ),
-        };
-        check(cupti, registered, "registering activity buffers")?;
-        for &(kind, required, wanted) in ACTIVITY_KINDS {
-            if mask & wanted == 0 {
-                continue;
-            }
-            if !layout_is_readable(cupti, kind) {
-                if required {
-                    return Err(format!("CUPTI at {} writes activity records older than cuflight reads", cupti.path));
-                }
-                continue;
-            }
-            let r = match v2 {
-                Some((v2, sub)) => (v2.enable)(sub, kind, std::ptr::null_mut()),
-                None => (api.activity_enable)(kind),
-            };
+            )
+        },
+    };
+    check(cupti, registered, "registering activity buffers")?;
+    for &(kind, required, wanted) in ACTIVITY_KINDS {
+        if mask & wanted == 0 {
+            continue;
+        }
+        if !layout_is_readable(cupti, kind) {
             if required {
-                check(cupti, r, "enabling activity records")?;
+                return Err(format!("CUPTI at {} writes activity records older than cuflight reads", cupti.path));
             }
+            continue;
+        }
+        let r = match v2 {
+            // SAFETY: a plain CUPTI configuration call for our subscriber.
+            Some((v2, sub)) => unsafe { (v2.enable)(sub, kind, std::ptr::null_mut()) },
+            // SAFETY: a plain CUPTI configuration call.
+            None => unsafe { (api.activity_enable)(kind) },
+        };
+        if required {
+            check(cupti, r, "enabling activity records")?;
+        }
+    }
+    Ok(())
+}
+
+/// Subscribes our callbacks: every runtime call when `--trace` asks for queries, else callback by callback those
+/// an analysis needs, and the driver calls a program makes directly.
+fn enable_callbacks(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, mask: u32) -> Result<(), String> {
+    let api = cupti.api;
+    let enable = |domain, cbid| {
+        // SAFETY: a plain CUPTI configuration call on our subscriber.
+        unsafe { (api.enable_callback)(1, subscriber, domain, cbid) }
+    };
+    if mask & tracing::QUERIES != 0 {
+        // SAFETY: as above, for the whole domain.
+        let r = unsafe { (api.enable_domain)(1, subscriber, c::CUPTI_CB_DOMAIN_RUNTIME_API) };
+        check(cupti, r, "enabling runtime callbacks")?;
+    } else {
+        // Callback by callback, so that calls no analysis needs (cudaGetDevice, cudaGetLastError...) are never
+        // dispatched to us. An id this CUPTI does not know is refused and skipped.
+        let enabled = cupti_sys::cbids::RUNTIME
+            .iter()
+            .filter(|&&(cbid, name)| {
+                CallEffects::of(name).recorded_by_default()
+                    && enable(c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid) == c::CUPTI_SUCCESS
+            })
+            .count();
+        if enabled == 0 {
+            return Err(format!("CUPTI at {} enabled none of the runtime callbacks cuflight needs", cupti.path));
+        }
+    }
+    // Driver calls a program makes directly (the runtime's own driver calls come nested in a runtime call and
+    // are skipped): launches, copies, memsets, allocations, frees and synchronisations.
+    for &(cbid, name) in cupti_sys::cbids::DRIVER {
+        if CallEffects::of(name).recorded_from_driver() {
+            // An older CUPTI may not know a newer entry point (e.g. cuLaunchKernelEx): skip it, keep the rest.
+            let _ = enable(c::CUPTI_CB_DOMAIN_DRIVER_API, cbid);
         }
     }
     Ok(())

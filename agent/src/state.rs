@@ -354,11 +354,10 @@ fn create() -> Option<&'static Agent> {
 
 fn install_hooks() {
     HOOKS.call_once(|| {
-        // SAFETY: registering plain extern "C" handlers with libc.
-        unsafe {
-            libc::pthread_atfork(None, None, Some(after_fork_in_child));
-            libc::atexit(at_exit);
-        }
+        // SAFETY: registering a plain extern "C" handler with libc.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        // SAFETY: as above.
+        unsafe { libc::atexit(at_exit) };
     });
 }
 

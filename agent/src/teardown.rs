@@ -52,10 +52,9 @@ pub fn wanted(version: u32, multi_subscriber: bool) -> bool {
 /// disabled and flushed already). True once finalized; false when no call came within [`WAIT`] and the
 /// subscriber was removed instead.
 pub fn finalize_at_next_call(api: &CuptiApi, subscriber: c::CUpti_SubscriberHandle) -> bool {
-    // SAFETY: plain CUPTI calls on our own subscriber.
-    unsafe {
-        (api.enable_domain)(1, subscriber, c::CUPTI_CB_DOMAIN_RUNTIME_API);
-        (api.enable_domain)(1, subscriber, c::CUPTI_CB_DOMAIN_DRIVER_API);
+    for domain in [c::CUPTI_CB_DOMAIN_RUNTIME_API, c::CUPTI_CB_DOMAIN_DRIVER_API] {
+        // SAFETY: a plain CUPTI call on our own subscriber.
+        unsafe { (api.enable_domain)(1, subscriber, domain) };
     }
     KEPT.store(subscriber, Ordering::Release);
     STATE.store(PENDING, Ordering::Release);

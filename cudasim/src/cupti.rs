@@ -292,7 +292,7 @@ cupti_entry!(
             return c::CUPTI_ERROR_MAX_LIMIT_REACHED;
         }
         // SAFETY: next < valid, inside the buffer the caller owns.
-        unsafe { *record = buffer.add(next) as *mut c::CUpti_Activity };
+        unsafe { *record = buffer.wrapping_add(next) as *mut c::CUpti_Activity };
         c::CUPTI_SUCCESS
     }
 );
@@ -393,10 +393,9 @@ cupti_entry!(
             let name = other.to_bytes();
             let n = name.len().min(p.oldSubscriberSize - 1);
             // SAFETY: the caller's buffer holds oldSubscriberSize bytes; we write n + 1 <= that many.
-            unsafe {
-                std::ptr::copy_nonoverlapping(name.as_ptr(), p.oldSubscriberName as *mut u8, n);
-                *p.oldSubscriberName.add(n) = 0;
-            }
+            unsafe { std::ptr::copy_nonoverlapping(name.as_ptr(), p.oldSubscriberName as *mut u8, n) };
+            // SAFETY: as above: the NUL, at n < oldSubscriberSize.
+            unsafe { *p.oldSubscriberName.wrapping_add(n) = 0 };
         }
         r
     }

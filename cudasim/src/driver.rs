@@ -37,19 +37,19 @@ fn load_injection() {
     let Ok(cpath) = CString::new(path.as_encoded_bytes()) else {
         return;
     };
-    // SAFETY: dlopen/dlsym with NUL-terminated strings; the symbol is called with the documented signature
-    // `int InitializeInjection(void)` (the real driver ignores its result too).
-    unsafe {
-        let handle = libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL);
-        if handle.is_null() {
-            eprintln!("cudasim: cannot load CUDA_INJECTION64_PATH={}", path.to_string_lossy());
-            return;
-        }
-        let init = libc::dlsym(handle, c"InitializeInjection".as_ptr());
-        if !init.is_null() {
-            let init: extern "C" fn() -> c_int = std::mem::transmute(init);
-            init();
-        }
+    // SAFETY: dlopen with a NUL-terminated path.
+    let handle = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    if handle.is_null() {
+        eprintln!("cudasim: cannot load CUDA_INJECTION64_PATH={}", path.to_string_lossy());
+        return;
+    }
+    // SAFETY: dlsym on a live handle with a NUL-terminated name.
+    let init = unsafe { libc::dlsym(handle, c"InitializeInjection".as_ptr()) };
+    if !init.is_null() {
+        // SAFETY: the documented signature `int InitializeInjection(void)` (the real driver ignores its result
+        // too).
+        let init: extern "C" fn() -> c_int = unsafe { std::mem::transmute(init) };
+        init();
     }
 }
 
@@ -156,7 +156,7 @@ pub(crate) fn launch(
                         return c::cudaErrorInvalidValue;
                     }
                     // SAFETY: `args` holds one pointer per registered parameter, as kernelParams does for cuLaunchKernel.
-                    let p = unsafe { *args.add(i) } as *const u8;
+                    let p = unsafe { *args.wrapping_add(i) } as *const u8;
                     if p.is_null() {
                         return c::cudaErrorInvalidValue;
                     }
@@ -172,7 +172,7 @@ pub(crate) fn launch(
                     }
                     // SAFETY: the simulator's fallback convention: `args` is a NULL-terminated array of pointers to
                     // 8-byte arguments (see the crate docs).
-                    let p = unsafe { *args.add(i) };
+                    let p = unsafe { *args.wrapping_add(i) };
                     if p.is_null() {
                         break;
                     }
@@ -320,11 +320,10 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_i
     }
     let props = device_properties();
     let n = (len as usize - 1).min(props.name.len() - 1);
-    // SAFETY: the caller's buffer holds `len` bytes; we write at most len - 1 plus the NUL.
-    unsafe {
-        std::ptr::copy_nonoverlapping(props.name.as_ptr(), name, n);
-        *name.add(n) = 0;
-    }
+    // SAFETY: the caller's buffer holds `len` bytes; we write at most len - 1.
+    unsafe { std::ptr::copy_nonoverlapping(props.name.as_ptr(), name, n) };
+    // SAFETY: as above: the NUL, at n < len.
+    unsafe { *name.wrapping_add(n) = 0 };
     c::CUDA_SUCCESS
 }
 

@@ -128,8 +128,10 @@ pub unsafe extern "C" fn gethostname(name: *mut libc::c_char, len: libc::size_t)
     if let Some(host) = machine().host {
         let bytes = host.to_bytes_with_nul();
         if name.is_null() || bytes.len() > len {
-            // SAFETY: errno is this thread's.
-            unsafe { *libc::__errno_location() = libc::ENAMETOOLONG };
+            // SAFETY: errno's location is this thread's, always valid.
+            let errno = unsafe { libc::__errno_location() };
+            // SAFETY: as above.
+            unsafe { *errno = libc::ENAMETOOLONG };
             return -1;
         }
         // SAFETY: `name` holds `len` >= bytes.len() bytes (the caller's promise, checked above).

@@ -156,14 +156,13 @@ pub(crate) fn peer(fd: RawFd) -> Result<(u32, u32), ChannelError> {
 pub(crate) fn listen_at(name: &str, flags: i32, backlog: i32) -> Result<OwnedFd, ChannelError> {
     let fd = socket(flags)?;
     let (addr, len) = abstract_address(name);
-    // SAFETY: bind/listen on our socket with a valid address of `len` bytes.
-    unsafe {
-        if libc::bind(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) != 0 {
-            return Err(last("bind"));
-        }
-        if libc::listen(fd.as_raw_fd(), backlog) != 0 {
-            return Err(last("listen"));
-        }
+    // SAFETY: bind on our socket with a valid address of `len` bytes.
+    if unsafe { libc::bind(fd.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) } != 0 {
+        return Err(last("bind"));
+    }
+    // SAFETY: listen on our bound socket.
+    if unsafe { libc::listen(fd.as_raw_fd(), backlog) } != 0 {
+        return Err(last("listen"));
     }
     Ok(fd)
 }
@@ -277,19 +276,27 @@ fn receive(conn: OwnedFd, peer_uid: u32) -> Result<Received, ChannelError> {
         return Err(last("recvmsg"));
     }
     let mut fds = Vec::new();
-    // SAFETY: walking the control messages the kernel wrote into `cbuf`, with the libc macros.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg) as *const RawFd;
-                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
-                for i in 0..count {
-                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-                }
+    // Walking the control messages the kernel wrote into `cbuf`, with the libc macros.
+    // SAFETY: `msg` describes `cbuf`, alive here; CMSG_FIRSTHDR only reads `msg`.
+    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !cmsg.is_null() {
+        // SAFETY: a non-null header the macros returned lies inside `cbuf`.
+        let header = unsafe { cmsg.read_unaligned() };
+        if header.cmsg_level == libc::SOL_SOCKET && header.cmsg_type == libc::SCM_RIGHTS {
+            // SAFETY: the data of that header, inside `cbuf`.
+            let data = unsafe { libc::CMSG_DATA(cmsg) } as *const RawFd;
+            // SAFETY: a size computation.
+            let empty = unsafe { libc::CMSG_LEN(0) } as usize;
+            let count = (header.cmsg_len as usize).saturating_sub(empty) / std::mem::size_of::<RawFd>();
+            for i in 0..count {
+                // SAFETY: the `count` descriptors the kernel wrote after the header, in `cbuf`.
+                let raw = unsafe { data.wrapping_add(i).read_unaligned() };
+                // SAFETY: SCM_RIGHTS gave this process a new descriptor nobody else owns.
+                fds.push(unsafe { OwnedFd::from_raw_fd(raw) });
             }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
         }
+        // SAFETY: the next header after one inside `cbuf`, or null.
+        cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
     }
     if n as usize != payload.len() || u64::from_le_bytes(payload[..8].try_into().expect("8")) != MAGIC {
         return Err(ChannelError::Protocol("not a segment message"));
@@ -299,10 +306,9 @@ fn receive(conn: OwnedFd, peer_uid: u32) -> Result<Received, ChannelError> {
     }
     // The connection stays open for wake-ups, which the collector reads without blocking.
     // SAFETY: fcntl on a valid fd.
-    unsafe {
-        let flags = libc::fcntl(conn.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(conn.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
-    }
+    let flags = unsafe { libc::fcntl(conn.as_raw_fd(), libc::F_GETFL) };
+    // SAFETY: as above.
+    unsafe { libc::fcntl(conn.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) };
     Ok(Received { fd: fds.pop().expect("one"), conn, pid })
 }
 
@@ -332,15 +338,22 @@ pub fn send(session: &str, segment: RawFd) -> Result<OwnedFd, ChannelError> {
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-    // SAFETY: CMSG_SPACE/CMSG_LEN are pure size computations; the header written lies inside `cbuf`.
-    unsafe {
-        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as _;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        (libc::CMSG_DATA(cmsg) as *mut RawFd).write_unaligned(segment);
-    }
+    // SAFETY: a pure size computation.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as _;
+    // SAFETY: `msg` describes `cbuf`, which has room for one header and one descriptor.
+    let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    let header = libc::cmsghdr {
+        cmsg_level: libc::SOL_SOCKET,
+        cmsg_type: libc::SCM_RIGHTS,
+        // SAFETY: a pure size computation.
+        cmsg_len: unsafe { libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) } as _,
+    };
+    // SAFETY: the first header lies inside `cbuf` (sized by CMSG_SPACE above).
+    unsafe { cmsg.write_unaligned(header) };
+    // SAFETY: the header's data lies inside `cbuf`.
+    let data = unsafe { libc::CMSG_DATA(cmsg) } as *mut RawFd;
+    // SAFETY: room for one descriptor there (CMSG_SPACE of one).
+    unsafe { data.write_unaligned(segment) };
     // SAFETY: sendmsg of the buffers described by `msg`, alive for the call; MSG_NOSIGNAL so a listener that
     // went away cannot raise SIGPIPE in the program.
     let n = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
@@ -370,11 +383,10 @@ pub fn signal_process(pid: u32, sig: i32) -> io::Result<()> {
 /// Lowers the calling thread's scheduling priority (nice 10): the collector's background work (compression)
 /// must not take CPU from the program it records.
 pub fn lower_this_thread_priority() {
-    // SAFETY: gettid/setpriority have no memory preconditions; a per-thread nice value is Linux behaviour.
-    unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
-    }
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority has no memory preconditions; a per-thread nice value is Linux behaviour.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10) };
 }
 
 #[cfg(test)]
@@ -412,11 +424,10 @@ mod tests {
         assert!(l.accept().unwrap().is_err());
         assert!(t.elapsed() < std::time::Duration::from_secs(2));
         let s = socket(0).unwrap();
-        // SAFETY: as above; then a plain write of garbage.
-        unsafe {
-            libc::connect(s.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len);
-            libc::write(s.as_raw_fd(), b"0123456789abcdef".as_ptr() as *const libc::c_void, 16);
-        }
+        // SAFETY: as above.
+        unsafe { libc::connect(s.as_raw_fd(), &addr as *const _ as *const libc::sockaddr, len) };
+        // SAFETY: a plain write of garbage from a static buffer of 16 bytes.
+        unsafe { libc::write(s.as_raw_fd(), b"0123456789abcdef".as_ptr() as *const libc::c_void, 16) };
         assert!(matches!(l.accept().unwrap(), Err(ChannelError::Protocol(_))));
     }
 }

@@ -164,12 +164,11 @@ impl<'a> RingRef<'a> {
         let n = n.min(self.capacity()) as usize;
         let first = n.min(self.capacity() as usize - start);
         out.reserve(n);
-        // SAFETY: `start < capacity`, `first <= capacity - start` and `n - first <= start`: both ranges lie inside
-        // the slot array (from_raw's contract keeps it mapped while the view lives).
-        unsafe {
-            out.extend_from_slice(std::slice::from_raw_parts(self.slots.add(start), first));
-            out.extend_from_slice(std::slice::from_raw_parts(self.slots, n - first));
-        }
+        // SAFETY: `start < capacity` and `first <= capacity - start`: the range lies inside the slot array
+        // (from_raw's contract keeps it mapped while the view lives).
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(self.slots.wrapping_add(start), first) });
+        // SAFETY: `n - first <= start`: the range lies at the start of the slot array.
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(self.slots, n - first) });
     }
 }
 
@@ -205,7 +204,7 @@ impl<'a> Producer<'a> {
         }
         // SAFETY: slot `w & mask` lies inside the region (from_raw's contract) and is free: the consumer has
         // read everything below `cached_read` and never touches slots at or above `write`.
-        unsafe { self.ring.slots.add((w & self.ring.mask) as usize).write(*ev) };
+        unsafe { self.ring.slots.wrapping_add((w & self.ring.mask) as usize).write(*ev) };
         h.write.0.store(w.wrapping_add(1), Ordering::Release);
         true
     }
@@ -224,7 +223,7 @@ impl<'a> Producer<'a> {
         }
         // SAFETY: slot `w & mask` lies inside the region (from_raw's contract) and is free: the consumer has
         // read everything below `cached_read` and never touches slots at or above `write`.
-        unsafe { self.ring.slots.add((w & mask) as usize).write(*ev) };
+        unsafe { self.ring.slots.wrapping_add((w & mask) as usize).write(*ev) };
         let w = w.wrapping_add(1);
         h.write.0.store(w, Ordering::Release);
         if w.wrapping_sub(self.cached_read) <= mask / 4 {

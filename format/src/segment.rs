@@ -135,15 +135,14 @@ impl MappedSegment {
         }
         // SAFETY: `raw` is a fresh fd nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: plain syscalls on our fd.
-        unsafe {
-            if libc::ftruncate(raw, total as libc::off_t) != 0 {
-                return Err(last_error("ftruncate"));
-            }
-            let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-            if libc::fcntl(raw, libc::F_ADD_SEALS, seals) != 0 {
-                return Err(last_error("sealing the segment"));
-            }
+        // SAFETY: a plain syscall on our fd.
+        if unsafe { libc::ftruncate(raw, total as libc::off_t) } != 0 {
+            return Err(last_error("ftruncate"));
+        }
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: as above.
+        if unsafe { libc::fcntl(raw, libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(last_error("sealing the segment"));
         }
         let first_strings = STRINGS_CHUNK.min(layout.strings_capacity);
         reserve(raw, 0, HEADER_SIZE as u64 + first_strings)?;
@@ -183,14 +182,14 @@ impl MappedSegment {
     /// and fit the memory.
     pub fn from_fd(fd: OwnedFd) -> Result<Self, SegmentError> {
         let raw = fd.as_raw_fd();
-        // SAFETY: fstat/fcntl on a valid fd, into a zeroed struct.
-        let (st, seals) = unsafe {
-            let mut st: libc::stat = std::mem::zeroed();
-            if libc::fstat(raw, &mut st) != 0 {
-                return Err(last_error("fstat"));
-            }
-            (st, libc::fcntl(raw, libc::F_GET_SEALS))
-        };
+        // SAFETY: an all-zero stat is a valid value of the plain C struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat on a valid fd, into that struct.
+        if unsafe { libc::fstat(raw, &mut st) } != 0 {
+            return Err(last_error("fstat"));
+        }
+        // SAFETY: fcntl on a valid fd.
+        let seals = unsafe { libc::fcntl(raw, libc::F_GET_SEALS) };
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Err(SegmentError::Corrupt("not a regular memory file"));
         }
@@ -273,7 +272,7 @@ impl MappedSegment {
         let off = self.layout.ring_offset(i) as usize;
         // SAFETY: the validated layout places every ring inside the mapping; offsets are 4096 + multiples of the
         // ring size (a multiple of 128), so the ring is 128-byte aligned.
-        Some(unsafe { RingRef::from_raw(self.base.add(off), self.layout.ring_capacity) })
+        Some(unsafe { RingRef::from_raw(self.base.wrapping_add(off), self.layout.ring_capacity) })
     }
 
     /// Reserves the memory of one more ring and publishes it; its index, or None when every ring is reserved
@@ -313,7 +312,7 @@ impl MappedSegment {
         // and those bytes were published before `strings_len` (acquired above).
         unsafe {
             std::slice::from_raw_parts(
-                self.base.add((self.layout.strings_offset() + from) as usize),
+                self.base.wrapping_add((self.layout.strings_offset() + from) as usize),
                 (end - from) as usize,
             )
         }
@@ -340,13 +339,13 @@ impl MappedSegment {
             }
             h.strings_reserved.store(upto, Ordering::Relaxed);
         }
-        // SAFETY: the range [at, end) lies inside the reserved string region, past everything published, so no
-        // reader looks at it until the release store below.
-        unsafe {
-            let p = self.base.add((self.layout.strings_offset() + at) as usize);
-            std::ptr::copy_nonoverlapping((s.len() as u32).to_le_bytes().as_ptr(), p, 4);
-            std::ptr::copy_nonoverlapping(s.as_ptr(), p.add(4), s.len());
-        }
+        // The range [at, end) lies inside the reserved string region, past everything published, so no reader
+        // looks at it until the release store below.
+        let p = self.base.wrapping_add((self.layout.strings_offset() + at) as usize);
+        // SAFETY: inside that range: the length's 4 bytes first.
+        unsafe { std::ptr::copy_nonoverlapping((s.len() as u32).to_le_bytes().as_ptr(), p, 4) };
+        // SAFETY: inside that range: the string's bytes after them.
+        unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), p.wrapping_add(4), s.len()) };
         h.strings_len.store(end, Ordering::Release);
         Some(at as u32)
     }
@@ -382,25 +381,27 @@ impl MappedSegment {
 /// tests of the collector's side.
 #[doc(hidden)]
 pub fn sealed_memfd(bytes: &[u8]) -> Result<OwnedFd, SegmentError> {
-    // SAFETY: memfd_create with a static name; the fd is owned below; then plain syscalls on it.
-    unsafe {
-        let raw = libc::memfd_create(c"cuflight-test".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING);
-        if raw < 0 {
-            return Err(last_error("memfd_create"));
-        }
-        let fd = OwnedFd::from_raw_fd(raw);
-        let len = bytes.len().max(HEADER_SIZE);
-        if libc::ftruncate(raw, len as libc::off_t) != 0 {
-            return Err(last_error("ftruncate"));
-        }
-        if libc::pwrite(raw, bytes.as_ptr() as *const libc::c_void, bytes.len(), 0) != bytes.len() as isize {
-            return Err(last_error("pwrite"));
-        }
-        if libc::fcntl(raw, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW) != 0 {
-            return Err(last_error("sealing"));
-        }
-        Ok(fd)
+    // SAFETY: memfd_create with a static name.
+    let raw = unsafe { libc::memfd_create(c"cuflight-test".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if raw < 0 {
+        return Err(last_error("memfd_create"));
     }
+    // SAFETY: a fresh fd nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let len = bytes.len().max(HEADER_SIZE);
+    // SAFETY: a plain syscall on our fd.
+    if unsafe { libc::ftruncate(raw, len as libc::off_t) } != 0 {
+        return Err(last_error("ftruncate"));
+    }
+    // SAFETY: pwrite reads `bytes.len()` bytes of `bytes`.
+    if unsafe { libc::pwrite(raw, bytes.as_ptr() as *const libc::c_void, bytes.len(), 0) } != bytes.len() as isize {
+        return Err(last_error("pwrite"));
+    }
+    // SAFETY: a plain syscall on our fd.
+    if unsafe { libc::fcntl(raw, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW) } != 0 {
+        return Err(last_error("sealing"));
+    }
+    Ok(fd)
 }
 
 impl MappedSegment {
@@ -438,8 +439,11 @@ mod tests {
     use crate::event::{EventKind, RawEvent};
 
     fn dup(seg: &MappedSegment) -> OwnedFd {
-        // SAFETY: dup of a valid fd, owned by the result.
-        unsafe { OwnedFd::from_raw_fd(libc::dup(seg.fd())) }
+        // SAFETY: dup of a valid fd.
+        let raw = unsafe { libc::dup(seg.fd()) };
+        assert!(raw >= 0);
+        // SAFETY: the new fd is owned by the result alone.
+        unsafe { OwnedFd::from_raw_fd(raw) }
     }
 
     #[test]

@@ -88,22 +88,27 @@ fn in_helper(work: impl FnOnce() -> Result<(), InjectError>) -> Result<(), Injec
         return Err(InjectError::Helper(format!("fork: {}", std::io::Error::last_os_error())));
     }
     if child == 0 {
-        // SAFETY: in the child: a new session (no terminal signals), every catchable signal blocked, then the
-        // work, its report on the pipe, and _exit (no exit handlers of the parent's run here).
-        unsafe {
-            libc::close(fds[0]);
-            libc::setsid();
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
-            let report = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
-                Ok(Ok(())) => "ok".to_string(),
-                Ok(Err(e)) => format!("error:{e}"),
-                Err(_) => "error:the injection helper failed unexpectedly".to_string(),
-            };
-            libc::write(fds[1], report.as_ptr() as *const libc::c_void, report.len());
-            libc::_exit(0);
-        }
+        // In the child: a new session (no terminal signals), every catchable signal blocked, then the work, its
+        // report on the pipe, and _exit (no exit handlers of the parent's run here).
+        // SAFETY: the child's copy of the read end, unused here.
+        unsafe { libc::close(fds[0]) };
+        // SAFETY: setsid has no memory preconditions.
+        unsafe { libc::setsid() };
+        // SAFETY: an all-zero sigset_t is a valid value, filled next.
+        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: on a local sigset_t.
+        unsafe { libc::sigfillset(&mut all) };
+        // SAFETY: this thread's mask, from a valid set.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut()) };
+        let report = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+            Ok(Ok(())) => "ok".to_string(),
+            Ok(Err(e)) => format!("error:{e}"),
+            Err(_) => "error:the injection helper failed unexpectedly".to_string(),
+        };
+        // SAFETY: write of the report's bytes to our pipe end.
+        unsafe { libc::write(fds[1], report.as_ptr() as *const libc::c_void, report.len()) };
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(0) };
     }
     // SAFETY: our copy of the write end.
     unsafe { libc::close(fds[1]) };
@@ -118,11 +123,10 @@ fn in_helper(work: impl FnOnce() -> Result<(), InjectError>) -> Result<(), Injec
             break;
         }
     }
-    // SAFETY: closing our pipe end and reaping our child.
-    unsafe {
-        libc::close(fds[0]);
-        libc::waitpid(child, std::ptr::null_mut(), 0);
-    }
+    // SAFETY: closing our pipe end.
+    unsafe { libc::close(fds[0]) };
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
     let report = String::from_utf8_lossy(&report).into_owned();
     match report.strip_prefix("error:") {
         _ if report == "ok" => Ok(()),

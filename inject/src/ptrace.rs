@@ -53,11 +53,10 @@ pub(crate) mod regs {
     pub type Regs = libc::user_regs_struct;
 
     pub fn get(tid: u32) -> Option<Regs> {
-        // SAFETY: PTRACE_GETREGS into a zeroed user_regs_struct of the right size for this architecture.
-        unsafe {
-            let mut r: Regs = std::mem::zeroed();
-            (libc::ptrace(libc::PTRACE_GETREGS, tid as i32, 0, &mut r as *mut Regs) == 0).then_some(r)
-        }
+        // SAFETY: an all-zero user_regs_struct is a valid value of the plain C struct.
+        let mut r: Regs = unsafe { std::mem::zeroed() };
+        // SAFETY: PTRACE_GETREGS into a user_regs_struct of the right size for this architecture.
+        (unsafe { libc::ptrace(libc::PTRACE_GETREGS, tid as i32, 0, &mut r as *mut Regs) } == 0).then_some(r)
     }
     pub fn set(tid: u32, r: &Regs) -> bool {
         // SAFETY: PTRACE_SETREGS from a user_regs_struct read from the same thread.

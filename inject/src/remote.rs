@@ -103,17 +103,18 @@ struct HoldSignals(libc::sigset_t);
 
 impl HoldSignals {
     fn new() -> HoldSignals {
-        // SAFETY: sigset manipulation on local values; pthread_sigmask on this thread.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
-                libc::sigaddset(&mut set, s);
-            }
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-            HoldSignals(old)
+        // SAFETY: an all-zero sigset_t is a valid value of the plain C type.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        let mut old = set;
+        // SAFETY: on a local sigset_t.
+        unsafe { libc::sigemptyset(&mut set) };
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+            // SAFETY: on a local sigset_t, with a valid signal number.
+            unsafe { libc::sigaddset(&mut set, s) };
         }
+        // SAFETY: this thread's mask, from and into local sets.
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
+        HoldSignals(old)
     }
 }
 

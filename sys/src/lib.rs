@@ -22,6 +22,7 @@
     dead_code,
     clippy::all,
     clippy::undocumented_unsafe_blocks,
+    clippy::multiple_unsafe_ops_per_block,
     rustdoc::all
 )]
 pub mod cuda12;
@@ -32,6 +33,7 @@ pub mod cuda12;
     dead_code,
     clippy::all,
     clippy::undocumented_unsafe_blocks,
+    clippy::multiple_unsafe_ops_per_block,
     rustdoc::all
 )]
 pub mod cuda13;

@@ -93,8 +93,10 @@ pub fn mapped_library(prefix: &str) -> Option<PathBuf> {
         found: Option<PathBuf>,
     }
     unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
-        // SAFETY: the loader passes a valid dl_phdr_info; `data` is the &mut Search passed below.
-        let (info, search) = unsafe { (&*info, &mut *(data as *mut Search)) };
+        // SAFETY: the loader passes a valid dl_phdr_info.
+        let info = unsafe { &*info };
+        // SAFETY: `data` is the &mut Search passed below, alive for the call.
+        let search = unsafe { &mut *(data as *mut Search) };
         if info.dlpi_name.is_null() {
             return 0;
         }
@@ -232,24 +234,27 @@ impl CuptiOptional {
                 // SAFETY: CUPTI's exported cuptiActivityGetStructSize (cupti_activity.h, 13.x).
                 unsafe { std::mem::transmute::<*mut c_void, GetStructSize>(p) }
             }),
+            // Each with the signature the 13.5 cupti_activity.h declares for it (as in ActivityV2).
             activity_v2: (|| {
-                // SAFETY: CUPTI's exported v2 Activity entry points, each with the signature the 13.5
-                // cupti_activity.h declares (as in ActivityV2).
-                unsafe {
-                    Some(ActivityV2 {
-                        enable: std::mem::transmute::<*mut c_void, ActivityKindV2>(sym(c"cuptiActivityEnable_v2")?),
-                        disable: std::mem::transmute::<*mut c_void, ActivityKindV2>(sym(c"cuptiActivityDisable_v2")?),
-                        register_callbacks: std::mem::transmute::<*mut c_void, RegisterCallbacksV2>(sym(
-                            c"cuptiActivityRegisterCallbacks_v2",
-                        )?),
-                        get_next_record: std::mem::transmute::<*mut c_void, GetNextRecordV2>(sym(
-                            c"cuptiActivityGetNextRecord_v2",
-                        )?),
-                        get_num_dropped_records: std::mem::transmute::<*mut c_void, GetNumDroppedRecordsV2>(sym(
-                            c"cuptiActivityGetNumDroppedRecords_v2",
-                        )?),
-                    })
-                }
+                let enable = sym(c"cuptiActivityEnable_v2")?;
+                let disable = sym(c"cuptiActivityDisable_v2")?;
+                let register = sym(c"cuptiActivityRegisterCallbacks_v2")?;
+                let next = sym(c"cuptiActivityGetNextRecord_v2")?;
+                let dropped = sym(c"cuptiActivityGetNumDroppedRecords_v2")?;
+                Some(ActivityV2 {
+                    // SAFETY: CUPTI's exported cuptiActivityEnable_v2.
+                    enable: unsafe { std::mem::transmute::<*mut c_void, ActivityKindV2>(enable) },
+                    // SAFETY: CUPTI's exported cuptiActivityDisable_v2.
+                    disable: unsafe { std::mem::transmute::<*mut c_void, ActivityKindV2>(disable) },
+                    // SAFETY: CUPTI's exported cuptiActivityRegisterCallbacks_v2.
+                    register_callbacks: unsafe { std::mem::transmute::<*mut c_void, RegisterCallbacksV2>(register) },
+                    // SAFETY: CUPTI's exported cuptiActivityGetNextRecord_v2.
+                    get_next_record: unsafe { std::mem::transmute::<*mut c_void, GetNextRecordV2>(next) },
+                    // SAFETY: CUPTI's exported cuptiActivityGetNumDroppedRecords_v2.
+                    get_num_dropped_records: unsafe {
+                        std::mem::transmute::<*mut c_void, GetNumDroppedRecordsV2>(dropped)
+                    },
+                })
             })(),
         }
     }

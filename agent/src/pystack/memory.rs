@@ -19,9 +19,10 @@ static REFUSED: AtomicBool = AtomicBool::new(false);
 /// returns EFAULT rather than faulting, the kernel stopping at the first range it cannot read.
 unsafe fn readv(local: &[libc::iovec], remote: &[libc::iovec]) -> usize {
     let n = local.len().min(remote.len()) as libc::c_ulong;
-    // SAFETY: the caller's contract above; getpid has no preconditions (and is right after fork, where a cached pid
-    // would not be).
-    let got = unsafe { libc::process_vm_readv(libc::getpid(), local.as_ptr(), n, remote.as_ptr(), n, 0) };
+    // SAFETY: getpid has no preconditions (and is right after fork, where a cached pid would not be).
+    let pid = unsafe { libc::getpid() };
+    // SAFETY: the caller's contract above.
+    let got = unsafe { libc::process_vm_readv(pid, local.as_ptr(), n, remote.as_ptr(), n, 0) };
     if got < 0 {
         if matches!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EPERM | libc::ENOSYS)) {
             REFUSED.store(true, Ordering::Relaxed);
@@ -431,10 +432,9 @@ mod tests {
         assert_ne!(p, libc::MAP_FAILED);
         let base = p as u64;
         // SAFETY: the mapping is ours and 8192 bytes long.
-        unsafe {
-            std::ptr::write_bytes(p as *mut u8, 7, len);
-            libc::mprotect((base + 4096) as *mut libc::c_void, 4096, libc::PROT_NONE);
-        }
+        unsafe { std::ptr::write_bytes(p as *mut u8, 7, len) };
+        // SAFETY: its second page.
+        unsafe { libc::mprotect((base + 4096) as *mut libc::c_void, 4096, libc::PROT_NONE) };
         let mut buf = [0u8; 256];
         assert_eq!(read_prefix(base + 4096 - 100, &mut buf), 100);
         assert!(buf[..100].iter().all(|&b| b == 7));

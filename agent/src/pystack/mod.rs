@@ -141,16 +141,15 @@ fn python_minor() -> Option<u32> {
     if f == 0 {
         return None;
     }
-    // SAFETY: CPython's `const char *Py_GetVersion(void)` (pylifecycle.h) formats a static buffer; no Python
-    // code runs and no GIL is needed.
-    let text = unsafe {
-        let f = std::mem::transmute::<u64, extern "C" fn() -> *const c_char>(f);
-        let p = f();
-        if p.is_null() {
-            return None;
-        }
-        CStr::from_ptr(p).to_bytes()
-    };
+    // SAFETY: CPython's `const char *Py_GetVersion(void)` (pylifecycle.h), which formats a static buffer; no
+    // Python code runs and no GIL is needed.
+    let f = unsafe { std::mem::transmute::<u64, extern "C" fn() -> *const c_char>(f) };
+    let p = f();
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated static buffer.
+    let text = unsafe { CStr::from_ptr(p) }.to_bytes();
     let text = std::str::from_utf8(text).ok()?;
     let mut parts = text.split(|c: char| !c.is_ascii_digit());
     (parts.next()? == "3").then_some(())?;

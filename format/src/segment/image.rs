@@ -36,14 +36,13 @@ impl MappedSegment {
             let n = unsafe {
                 libc::pwrite(
                     fd,
-                    self.base.add((offset + done) as usize) as *const libc::c_void,
+                    self.base.wrapping_add((offset + done) as usize) as *const libc::c_void,
                     (len - done) as usize,
                     (offset + done) as libc::off_t,
                 )
             };
             if n <= 0 {
-                // SAFETY: reading errno is async-signal-safe.
-                if n < 0 && unsafe { *libc::__errno_location() } == libc::EINTR {
+                if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                     continue;
                 }
                 return false;
@@ -104,10 +103,9 @@ fn copy_extents(from: RawFd, to: RawFd, len: u64) -> Result<(), SegmentError> {
         // SAFETY: lseek on a valid descriptor.
         let data = unsafe { libc::lseek(from, at as libc::off_t, libc::SEEK_DATA) };
         let (start, end) = if data < 0 {
-            // SAFETY: reading errno.
-            match unsafe { *libc::__errno_location() } {
-                libc::ENXIO => break, // nothing but a hole up to the end
-                _ => (at, len),       // holes unknown here: copy everything
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::ENXIO) => break, // nothing but a hole up to the end
+                _ => (at, len),             // holes unknown here: copy everything
             }
         } else {
             let start = (data as u64).max(at);
