@@ -476,6 +476,12 @@ fn a_pinned_allocation_inside_a_step_is_an_allocation_in_report_stats_and_timeli
     let steady = r["processes"][0]["steps"].as_array().unwrap().len() as u64 - 1;
     assert!(count("cudaHostAlloc").is_some_and(|n| n >= steady), "{churn}");
     assert_eq!(count("cudaHostAlloc"), count("cudaFreeHost"), "{churn}");
+    // What it counts, it costs and shows: steady-state steps only (the first step's idle is not blamed on churn).
+    let first = r["processes"][0]["steps"][0]["name"].clone();
+    let worst = churn["evidence"]["steps"].as_array().unwrap();
+    assert!(!worst.is_empty() && worst.iter().all(|s| s["name"] != first), "{first}: {churn}");
+    let steady_idle: u64 = worst.iter().map(|s| s["lost_ns"].as_u64().unwrap()).sum();
+    assert!(churn["time_lost_ns"].as_u64().unwrap() >= steady_idle, "{churn}");
 
     let out = Command::new(cuflight_bin()).args(["stats", "--format", "json"]).arg(&trace).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

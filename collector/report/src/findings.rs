@@ -308,7 +308,15 @@ pub fn allocator_churn(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Fi
     if rows.is_empty() {
         return None;
     }
-    let c = idle.get(CauseKind::AllocatorChurn);
+    // The first step's allocations are the caching allocator warming up: the calls were counted from the second
+    // step, and so is the idle time they caused, its worst steps and its examples.
+    let all = idle.get(CauseKind::AllocatorChurn);
+    let mut c = all.clone();
+    if let Some(first) = c.per_step.first_mut() {
+        c.total_ns = c.total_ns.saturating_sub(std::mem::take(first));
+    }
+    c.worst.retain(|e| e.step.is_some_and(|s| s > 0));
+    let c = &c;
     let host_ns: u64 = rows.values().map(|r| r.1).sum();
     let count: u64 = rows.values().map(|r| r.0).sum();
     let mut ev = idle_evidence(ctx, c);
