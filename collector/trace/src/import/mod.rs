@@ -55,7 +55,7 @@ impl EventSource {
             parts.push(source);
         }
         let clock = clock.build();
-        let source = Self::job(parts, &clock, command);
+        let source = Self::job(parts, &|p| clock.to_job(p), command);
         Ok((source, clock.hosts))
     }
 

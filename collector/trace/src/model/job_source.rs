@@ -1,5 +1,6 @@
 //! Several traces of one job (one per host or rank, any format) as one [`EventSource`]: every event on the job's
-//! clock ([`JobClock`]: each process's REALTIME offset, then its host's shift onto the reference host), in one
+//! clock ([`crate::model::job_clock::JobClock`]: each process's REALTIME offset, then its host's shift onto the
+//! reference host), in one
 //! time order across all of them, each trace opened once and read block by block as its own source reads it. What
 //! `cuflight merge` writes to a file, without the file: `export`, `stats` and the Parquet tables of several traces
 //! read this.
@@ -8,11 +9,9 @@
 //! keys a reused pid), and comes out as a merged trace's would: on the host clock already (no clock pairs, no
 //! clock-sync events), its display name in its command line where it had none.
 
-use super::align::ToJob;
-use super::job_clock::JobClock;
-use super::source::{merge, Events, OpenBlock, OpenScratch, PendingBlock, SortScratch};
-use super::trace::{clock_map, Process, TraceError};
-use crate::model::source::EventSource;
+use super::{merge, EventSource, Events, OpenBlock, OpenScratch, PendingBlock, SortScratch};
+use crate::model::align::ToJob;
+use crate::model::trace::{clock_map, Process, TraceError};
 use cuflight_format::file::Footer;
 use cuflight_format::{EventKind, RawEvent};
 use std::collections::{BTreeMap, HashSet};
@@ -36,9 +35,10 @@ struct Part {
 }
 
 impl EventSource {
-    /// `parts` (each opened once, its clock facts already given to the builder of `clock`) as one source on the
-    /// job's clock. `command` goes to the footer, as a merge would write it.
-    pub fn job(parts: Vec<EventSource>, clock: &JobClock, command: Vec<String>) -> EventSource {
+    /// `parts` (each opened once) as one source on the job's clock, `to_job` saying how each process's times go
+    /// onto it ([`crate::model::job_clock::JobClock::to_job`]). `command` goes to the footer, as a merge would
+    /// write it.
+    pub fn job(parts: Vec<EventSource>, to_job: &dyn Fn(&Process) -> ToJob, command: Vec<String>) -> EventSource {
         let mut processes = BTreeMap::new();
         let mut job = Job { parts: Vec::with_capacity(parts.len()), pending: Vec::new(), origin: Vec::new() };
         let mut keys_seen = HashSet::new();
@@ -46,7 +46,7 @@ impl EventSource {
         let mut events = 0u64;
         for source in parts {
             events = events.saturating_add(source.footer.events);
-            let mut to_job = BTreeMap::new();
+            let mut keys = BTreeMap::new();
             for (&own, p) in &source.processes {
                 let key = if keys_seen.insert(p.info.pid) {
                     p.info.pid
@@ -54,21 +54,21 @@ impl EventSource {
                     next_key += 1;
                     0x8000_0000 | next_key
                 };
-                to_job.insert(own, (key, clock.to_job(p)));
+                keys.insert(own, (key, to_job(p)));
                 processes.insert(key, as_merged(p, key));
             }
             let part = job.parts.len();
             // A part's blocks keep their own order among themselves (it breaks ties between equal times).
             let base = job.origin.len() as u32;
             for b in source.events.pending() {
-                let (key, clock) = &to_job[&b.pid];
+                let (key, clock) = &keys[&b.pid];
                 let offset = job.origin.len() as u64;
                 let earliest = if b.earliest == 0 { 0 } else { clock.at_u64(b.earliest) };
                 let seq = base.saturating_add(b.seq);
                 job.pending.push(PendingBlock { earliest, seq, offset, pid: *key, events: b.events });
                 job.origin.push((part, b.clone()));
             }
-            job.parts.push(Part { events: source.events, processes: source.processes, to_job });
+            job.parts.push(Part { events: source.events, processes: source.processes, to_job: keys });
         }
         job.pending.sort_by_key(|b| (b.earliest, b.seq));
         EventSource {

@@ -11,7 +11,6 @@ pub mod cut;
 pub mod filter;
 pub mod host;
 pub mod job_clock;
-pub mod job_source;
 pub mod kernel_category;
 pub mod launches;
 pub mod memory;

@@ -34,19 +34,19 @@ pub struct EventSource {
     pub fractional_us_timestamps: bool,
     /// After [`EventSource::for_each`]: the most blocks held in memory at once (what bounds its memory).
     pub peak_open_blocks: usize,
-    pub(super) events: Events,
+    events: Events,
     /// The stretches passes keep ([`EventSource::cut_to`]).
-    pub(super) cut: Option<Windows>,
+    cut: Option<Windows>,
 }
 
-pub(super) enum Events {
+enum Events {
     /// A loaded trace's events, per process key, each sorted by start.
     Loaded(BTreeMap<u32, Vec<RawEvent>>),
     /// An imported trace's events set aside on disk in sorted runs ([`crate::model::spool`]): each chunk is a
     /// block that needs no sorting.
     Spooled { shown: String, spool: Box<Spool>, blocks: Vec<PendingBlock> },
-    /// Several traces of one job on its clock ([`super::job_source`]).
-    Job(Box<super::job_source::Job>),
+    /// Several traces of one job on its clock ([`EventSource::job`]).
+    Job(Box<job::Job>),
     File {
         /// How errors name the input.
         shown: String,
@@ -58,25 +58,25 @@ pub(super) enum Events {
 
 /// An events block not opened yet: the earliest host-clock time any of its events can have.
 #[derive(Clone)]
-pub(super) struct PendingBlock {
-    pub(super) earliest: u64,
-    pub(super) seq: u32,
-    pub(super) offset: u64,
-    pub(super) pid: u32,
+struct PendingBlock {
+    earliest: u64,
+    seq: u32,
+    offset: u64,
+    pid: u32,
     /// How many events its header claims (a claim: only ever used to reserve memory).
-    pub(super) events: u32,
+    events: u32,
 }
 
 /// An opened block: its events on the host clock, sorted by start (stable: ring order within equal times).
-pub(super) struct OpenBlock {
-    pub(super) pid: u32,
-    pub(super) seq: u32,
-    pub(super) events: Vec<RawEvent>,
+struct OpenBlock {
+    pid: u32,
+    seq: u32,
+    events: Vec<RawEvent>,
     next: usize,
 }
 
 impl OpenBlock {
-    pub(super) fn new(pid: u32, seq: u32, events: Vec<RawEvent>) -> OpenBlock {
+    fn new(pid: u32, seq: u32, events: Vec<RawEvent>) -> OpenBlock {
         OpenBlock { pid, seq, events, next: 0 }
     }
 }
@@ -297,21 +297,21 @@ impl EventSource {
 
 /// What opening blocks needs between them in one pass: the sort's scratch, and the events refused per process.
 #[derive(Default)]
-pub(super) struct OpenScratch {
+struct OpenScratch {
     sort: SortScratch,
     refused: BTreeMap<u32, u64>,
 }
 
 impl OpenScratch {
     /// Events of process `key` refused in the pass.
-    pub(super) fn refused_of(&self, key: u32) -> u64 {
+    fn refused_of(&self, key: u32) -> u64 {
         self.refused.get(&key).copied().unwrap_or(0)
     }
 }
 
 impl Events {
     /// The blocks a pass opens, by earliest time (none for a loaded trace, whose events are at hand).
-    pub(super) fn pending(&self) -> &[PendingBlock] {
+    fn pending(&self) -> &[PendingBlock] {
         match self {
             Events::Spooled { blocks, .. } | Events::File { blocks, .. } => blocks,
             Events::Loaded(_) | Events::Job(_) => &[],
@@ -319,7 +319,7 @@ impl Events {
     }
 
     /// Block `b` read, its events on the host clock and sorted by start (`spare`: a vector to decode into).
-    pub(super) fn open_block(
+    fn open_block(
         &mut self,
         processes: &BTreeMap<u32, Process>,
         b: &PendingBlock,
@@ -407,7 +407,7 @@ pub fn load_trace(path: &Path) -> Result<Trace, TraceError> {
 
 /// K-way merge of open blocks, opening pending ones (sorted by earliest time) as soon as they could hold the
 /// next event. Returns the most blocks open at once.
-pub(super) fn merge(
+fn merge(
     processes: &BTreeMap<u32, Process>,
     open: Vec<OpenBlock>,
     pending: Vec<PendingBlock>,
@@ -492,13 +492,13 @@ impl Merger {
 /// events gathered into a second vector that is kept for the next block (a block holds one ring after another,
 /// each in its own order, so equal times must keep their positions).
 #[derive(Default)]
-pub(super) struct SortScratch {
+struct SortScratch {
     keys: Vec<(u64, u32)>,
     sorted: Vec<RawEvent>,
 }
 
 impl SortScratch {
-    pub(super) fn stable_by_start(&mut self, events: &mut Vec<RawEvent>) {
+    fn stable_by_start(&mut self, events: &mut Vec<RawEvent>) {
         // Most blocks are nearly in order (work recorded just after the call that launched it): moving the few
         // late events back costs a fraction of a sort. A block far from order stops early and is sorted.
         let budget = events.len() / 2 + 64;
@@ -543,7 +543,7 @@ impl<T: std::io::Read + Seek> ReadSeek for T {}
 
 /// Reads blocks by offset, mostly in file order, with one reader whose working memory is reused: a block that
 /// starts within what is already buffered is reached without a seek (a seek empties the buffer).
-pub(super) struct BlockFile {
+struct BlockFile {
     reader: TraceReader<BufReader<Box<dyn ReadSeek>>>,
     /// Where the last block read ended (`None` after an error or before the first read).
     pos: Option<u64>,
@@ -582,6 +582,10 @@ fn footer_of<R: std::io::Read + Seek>(
     }
     Ok(Err(reader.cut_short().unwrap_or("no footer").to_string()))
 }
+
+/// Several traces of one job as one source (kept apart: a file of its own).
+#[path = "job_source.rs"]
+mod job;
 
 #[cfg(test)]
 #[path = "source_tests.rs"]
