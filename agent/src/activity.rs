@@ -12,10 +12,10 @@
 //! where the agent sleeps: when that ring is nearly full it gives the collector time to drain, instead of
 //! dropping a burst that the collector would have absorbed; it waits only while the collector's drain heartbeat
 //! is fresh, so a dead or stopped collector never slows the program. API threads never sleep: with a full ring
-//! they yield their core for at most 2 ms (see `emit::wait_for_room`).
+//! they yield their core for at most 2 ms (see `thread_rings::wait_for_room`).
 
 use crate::name_cache::BufferNames;
-use crate::{cupti, emit, state};
+use crate::{cupti, state, thread_rings};
 use cuflight_format::event::LaunchConfig;
 use cuflight_format::segment::record_class as class;
 use cuflight_format::view::{CopyKind, GraphNode, Memcpy, MemoryActivity, MemoryKind, Memset, Overhead, SyncRecord};
@@ -63,7 +63,7 @@ fn drain(buffer: *mut u8, valid: usize, l: &cupti::Loaded) {
     let mut n = 0u32;
     let mut room = Room::default();
     let mut names = crate::name_cache::BufferNames::new();
-    let mut out = emit::delivery();
+    let mut out = thread_rings::delivery();
     let v2 = cupti::activity_v2();
     // Look at the ring often enough that a small ring cannot fill between two looks.
     let every = out.space().map_or(256, |(_, cap)| (cap / 4).clamp(16, 256) as u32);
@@ -138,7 +138,7 @@ impl Room {
     /// so the collector can drain it (the ring's watermark has woken it): at most 1000 steps per buffer, and only
     /// while the collector is draining (its heartbeat in the segment is under a second old, and 0 once it
     /// stopped), never for a ring nobody drains.
-    fn make(&mut self, out: &emit::Delivery) {
+    fn make(&mut self, out: &thread_rings::Delivery) {
         let Some((space, capacity)) = out.space() else { return };
         let want = 1024.min(capacity / 2);
         if space >= want {
@@ -148,7 +148,7 @@ impl Room {
         let start = crate::clock::monotonic_ns();
         let mut slept = false;
         while self.waited < MAX_WAIT_STEPS
-            && emit::collector_draining(seg)
+            && thread_rings::collector_draining(seg)
             && out.space().is_some_and(|(free, _)| free < want)
         {
             std::thread::sleep(WAIT_STEP);
@@ -163,7 +163,7 @@ impl Room {
 }
 
 /// Decodes and emits one record, counting it when it cannot be used.
-fn handle(at: usize, size: usize, unused: &mut Unused, names: &mut BufferNames, out: &mut emit::Delivery) {
+fn handle(at: usize, size: usize, unused: &mut Unused, names: &mut BufferNames, out: &mut thread_rings::Delivery) {
     // SAFETY: `at` points at a record inside the buffer CUPTI handed us, `size` bytes long.
     let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, size) };
     match decode(bytes, names) {

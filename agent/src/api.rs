@@ -6,7 +6,7 @@
 //! step may end on another thread than the one it started on, and must not nest with the program's own ranges).
 //! `cuflight attach --steps`, `report` and `stats` find steps by that name.
 
-use crate::{clock, control, emit, nvtx, state};
+use crate::{clock, control, nvtx, state, thread_rings};
 use cuflight_format::view::Nvtx;
 use cuflight_format::{EventKind, RawEvent};
 use std::ffi::c_int;
@@ -50,7 +50,7 @@ pub extern "C" fn cuflight_mark_step() -> i64 {
         if previous != 0 {
             let mut end = RawEvent::new(EventKind::NvtxEnd, 0, now, now);
             end.set_nvtx(EventKind::NvtxEnd, Nvtx { id: previous, ..Nvtx::default() });
-            emit::push(end);
+            thread_rings::push(end);
         }
         // "ProfilerStep#" and up to 20 digits, formatted on the stack.
         let mut buf = [0u8; 40];
@@ -61,8 +61,8 @@ pub extern "C" fn cuflight_mark_step() -> i64 {
         };
         let mut start = RawEvent::new(EventKind::NvtxStart, 0, now, now);
         start.set_nvtx(EventKind::NvtxStart, Nvtx { id, ..Nvtx::default() });
-        start.name = emit::intern(&buf[..len]);
-        emit::push(start);
+        start.name = thread_rings::intern(&buf[..len]);
+        thread_rings::push(start);
         step as i64
     })
     .unwrap_or(-1)

@@ -2,7 +2,7 @@
 //! [`EventKind::Api`] event at exit; allocation and free calls also become Alloc/Free events, with the sizes and
 //! addresses read from the real `*_params` structs.
 
-use crate::{clock, cupti, emit, state};
+use crate::{clock, cupti, state, thread_rings};
 use cuflight_format::calls::PythonStacks;
 use cuflight_format::event::MemKind;
 use cuflight_format::view::{ApiCall, MemOp};
@@ -23,7 +23,7 @@ pub fn new_window() {
 
 /// This thread's runtime call depth, reset if it was counted in an earlier window.
 #[inline]
-fn current_depth(t: &emit::ThreadState) -> u32 {
+fn current_depth(t: &thread_rings::ThreadState) -> u32 {
     let window = WINDOW.load(Ordering::Relaxed);
     if t.depth_window.get() != window {
         t.depth_window.set(window);
@@ -102,7 +102,7 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         let python =
             crate::trace_choice::trace_mask() & cuflight_format::tracing::PYTHON != 0 && crate::pystack::available();
         // One thread-local access (a __tls_get_addr call in a dlopen'ed library) for the depth and the stack.
-        let outermost = emit::with_thread(|t| {
+        let outermost = thread_rings::with_thread(|t| {
             let depth = current_depth(t) + runtime as u32;
             t.runtime_depth.set(depth);
             let outermost = depth <= runtime as u32;
@@ -123,7 +123,7 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         watch_exit(runtime, cbid, data);
     }
     // One thread-local access for the depth bookkeeping and the pushes; without TLS (exit) the slow path.
-    let done = emit::with_thread(|t| {
+    let done = thread_rings::with_thread(|t| {
         let depth = current_depth(t);
         if runtime {
             t.runtime_depth.set(depth.saturating_sub(1));
@@ -133,7 +133,7 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
         on_exit(runtime, cbid, data, end, |ev| t.push(ev));
     });
     if done.is_none() {
-        on_exit(runtime, cbid, data, end, emit::push);
+        on_exit(runtime, cbid, data, end, thread_rings::push);
     }
     if runtime && cbid == c::CUPTI_RUNTIME_TRACE_CBID_cudaProfilerStop_v4000 {
         cupti::flush(false);
@@ -143,7 +143,7 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
 /// A call made inside another runtime call on this thread (a driver call the runtime makes on our behalf). At
 /// enter and at exit alike, a runtime call's own depth is counted.
 fn nested(runtime: bool) -> bool {
-    emit::with_thread(|t| current_depth(t) > runtime as u32).unwrap_or(false)
+    thread_rings::with_thread(|t| current_depth(t) > runtime as u32).unwrap_or(false)
 }
 
 /// The flight recorder's watch on a call's exit (before the runtime depth is unwound): sticky errors, and the end

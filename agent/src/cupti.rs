@@ -252,5 +252,5 @@ pub fn write_clock_pair() {
         RawEvent::clock_pair(ClockPair { cupti_ns: cupti_ts, monotonic_ns: mono, realtime_ns: clock::realtime_ns() });
     // Through the delivery ring, as device records: the flush thread holds no ring of its own when application
     // threads have taken them all, and a clock pair lost would leave device time less well aligned.
-    crate::emit::delivery().push(ev);
+    crate::thread_rings::delivery().push(ev);
 }

@@ -1,7 +1,7 @@
 //! Device facts (name, memory, compute capability, SM count) as [`EventKind::Device`] events, read through the
 //! driver API once CUDA is up (from the flush thread, never from inside `InitializeInjection`).
 
-use crate::{emit, state};
+use crate::{state, thread_rings};
 use cuflight_format::view::DeviceInfo;
 use cuflight_format::{EventKind, RawEvent};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -85,7 +85,7 @@ pub fn record() {
             multiprocessors: sms as u64,
             driver_version,
         });
-        emit::push(ev);
+        thread_rings::push(ev);
     }
 }
 

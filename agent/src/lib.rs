@@ -26,7 +26,6 @@ mod clock;
 mod control;
 mod cupti;
 mod devices;
-pub mod emit;
 mod flight;
 mod flight_config;
 mod interner;
@@ -38,6 +37,7 @@ mod rings;
 mod setup;
 mod state;
 mod teardown;
+pub mod thread_rings;
 mod trace_choice;
 
 use std::ffi::{c_char, c_int, CStr};

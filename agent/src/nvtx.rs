@@ -2,7 +2,7 @@
 //! library that calls it (each library embeds its own copy of NVTX and calls us separately). Ranges, marks,
 //! domains, registered strings and thread names become events on the calling thread's ring.
 
-use crate::{clock, emit, state};
+use crate::{clock, state, thread_rings};
 use cuflight_format::view::Nvtx;
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
@@ -156,7 +156,7 @@ fn no_extra() -> Extra {
 
 /// A start's or end's range id (`id`; 0 for the other kinds).
 fn event(kind: EventKind, domain: u32, name: u32, extra: Extra, id: u64) {
-    emit::push(nvtx_event_with_id(kind, domain, name, extra, id));
+    thread_rings::push(nvtx_event_with_id(kind, domain, name, extra, id));
 }
 
 fn nvtx_event(kind: EventKind, domain: u32, name: u32, extra: Extra) -> RawEvent {
@@ -186,21 +186,21 @@ fn nvtx_event_with_id(kind: EventKind, domain: u32, name: u32, extra: Extra, id:
 /// domain) and the ring.
 fn push_range(domain: u32, name: u32, extra: Extra) -> c_int {
     let ev = nvtx_event(EventKind::NvtxPush, domain, name, extra);
-    emit::with_thread(|t| {
+    thread_rings::with_thread(|t| {
         t.push(ev);
         let depth = t.nvtx_depth_of(domain);
         depth.set(depth.get() + 1);
         depth.get() - 1
     })
     .unwrap_or_else(|| {
-        emit::push(ev);
+        thread_rings::push(ev);
         0
     })
 }
 
 fn pop_range(domain: u32) -> c_int {
     let ev = nvtx_event(EventKind::NvtxPop, domain, 0, no_extra());
-    emit::with_thread(|t| {
+    thread_rings::with_thread(|t| {
         t.push(ev);
         let depth = t.nvtx_depth_of(domain);
         let d = depth.get();
@@ -211,7 +211,7 @@ fn pop_range(domain: u32) -> c_int {
         d - 1
     })
     .unwrap_or_else(|| {
-        emit::push(ev);
+        thread_rings::push(ev);
         -1
     })
 }

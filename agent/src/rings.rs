@@ -1,6 +1,6 @@
 //! Rings of this process's segment and who may write them: a thread claims one of its own ([`claim`]); two are
 //! kept back as [`SharedRings`] for CUPTI's record delivery and for threads that found none. Nothing here knows the
-//! agent's state: [`crate::emit`] decides which ring an event goes to.
+//! agent's state: [`crate::thread_rings`] decides which ring an event goes to.
 
 use cuflight_format::ring::Producer;
 use cuflight_format::segment::MappedSegment;

@@ -3,7 +3,7 @@
 //! run under a counting allocator and must not allocate once.
 
 use cuflight::callbacks::api_callback;
-use cuflight::emit;
+use cuflight::thread_rings;
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -68,15 +68,15 @@ fn callbacks_pushes_and_interning_do_not_allocate() {
     // Warm-up: the thread's first event creates the segment, claims a ring and interns the names.
     call(c::CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, c::CUPTI_API_ENTER, p, &mut ret, &mut slot);
     call(c::CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, c::CUPTI_API_EXIT, p, &mut ret, &mut slot);
-    let id = emit::intern(b"ProfilerStep#1");
+    let id = thread_rings::intern(b"ProfilerStep#1");
     assert_ne!(id, 0, "recording into a segment");
 
     COUNTING.with(|c| c.set(true));
     for _ in 0..10_000 {
         call(c::CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, c::CUPTI_API_ENTER, p, &mut ret, &mut slot);
         call(c::CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, c::CUPTI_API_EXIT, p, &mut ret, &mut slot);
-        assert_eq!(emit::intern(b"ProfilerStep#1"), id);
-        emit::push(RawEvent { name: id, ..RawEvent::new(EventKind::NvtxPush, 0, 1, 1) });
+        assert_eq!(thread_rings::intern(b"ProfilerStep#1"), id);
+        thread_rings::push(RawEvent { name: id, ..RawEvent::new(EventKind::NvtxPush, 0, 1, 1) });
     }
     COUNTING.with(|c| c.set(false));
     assert_eq!(ALLOCATIONS.load(Ordering::Relaxed), 0, "allocations on the hot path");

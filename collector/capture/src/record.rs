@@ -10,10 +10,10 @@
 //! only what its agent had not flushed yet: the collector still holds its segment and drains it.
 use crate::outputs::Outputs;
 pub use crate::outputs::RecordError;
+pub use crate::recorded_process::read_segment_once;
+use crate::recorded_process::{drain_one, live_drops, process_gone, process_info, Tracked};
 pub use crate::status::Progress;
 pub use crate::summary::{Arming, RecordSummary};
-pub use crate::tracked::read_segment_once;
-use crate::tracked::{drain_one, live_drops, process_gone, process_info, Tracked};
 pub use crate::window::Range;
 use cuflight_format::channel::{self, Listener};
 use cuflight_format::file::{Drops, ProcessInfo};

@@ -112,7 +112,7 @@ impl Window {
     }
 
     fn name(&mut self, seg: &MappedSegment, id: u32) -> &str {
-        self.names.entry((seg.pid(), id)).or_insert_with(|| super::tracked::string_at(seg, id))
+        self.names.entry((seg.pid(), id)).or_insert_with(|| super::recorded_process::string_at(seg, id))
     }
 
     fn open(&mut self, at: u64) {

@@ -1,11 +1,11 @@
 //! Findings read off the GPU work itself: pageable and heavy copies, fp32 GEMMs, exposed communication, memory
 //! growth and the hot kernels. Everything is measured inside the step windows.
 
-use super::accum::KernelAgg;
 use super::findings::{ms, Ctx, Evidence, Finding, KernelRow, Severity};
 use super::idle::Example;
 use super::short_names::short_name;
 use super::sweep::Swept;
+use super::tallies::KernelAgg;
 use cuflight_format::event::LaunchConfig;
 use cuflight_format::RawEvent;
 use cuflight_trace::model::kernel_category::Category;

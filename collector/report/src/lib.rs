@@ -5,7 +5,6 @@
 //! `findings.rs`), what the GPU work itself says (`gpu_findings.rs`) and, across ranks, the job view: clocks
 //! aligned, collectives matched, the straggler, who waited for whom, the critical path ([`job`]). Findings are sorted by severity, then by the time they cost; the verdict names the first.
 
-mod accum;
 pub mod breakdown;
 mod busy;
 pub mod diff;
@@ -29,6 +28,7 @@ pub mod stack_cost;
 pub mod step_path;
 pub mod steps;
 mod sweep;
+mod tallies;
 #[cfg(test)]
 mod tests;
 mod text;
@@ -95,7 +95,7 @@ pub struct ProcessReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub critical_path: Option<step_path::StepPath>,
     /// Kernel time of the analysed steps by kind of work (gemm, attention, ...), largest first.
-    pub categories: Vec<accum::CategoryShare>,
+    pub categories: Vec<tallies::CategoryShare>,
     pub top_kernels: Vec<KernelRow>,
     /// Every kernel of the analysed steps by name, most time first (for `cuflight diff`; JSON has the top ones).
     #[serde(skip)]

@@ -5,7 +5,6 @@
 //! bounded accumulators (per-name rows, distinct durations, five examples), so memory does not grow with the
 //! trace, only with its longest step.
 
-use super::accum::{add_call, CallTotals, Copies, Counts, KernelAgg, UnionTotal};
 use super::breakdown::{Breakdown, Hta, IdleSplit};
 use super::busy::{Growing, Utilization};
 use super::idle::IdleCauses;
@@ -13,6 +12,7 @@ use super::plan::Plan;
 use super::queue_deps::{Enders, StreamWaits};
 use super::spans::{clip, merge, subtract, total, Span};
 use super::steps::StepRow;
+use super::tallies::{add_call, CallTotals, Copies, Counts, KernelAgg, UnionTotal};
 use super::window::{stream_key, Closer, Ender, HostCall, HostRange, NameFlags, WindowView};
 use cuflight_format::calls::{CallClass, CallEffects};
 use cuflight_format::{EventKind, RawEvent};
