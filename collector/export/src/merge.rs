@@ -11,9 +11,9 @@ use cuflight_format::strings::StringRegion;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::align::{self, HostShift};
 use cuflight_trace::model::job_clock::JobClockBuilder;
-use cuflight_trace::model::source::EventSource;
+use cuflight_trace::model::source::{merged_info, EventSource, JobKeys};
 use cuflight_trace::model::trace::TraceError;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use std::io::Write;
 
 #[derive(Debug, thiserror::Error)]
@@ -65,8 +65,7 @@ pub fn merge<W: Write>(
     let clock = clock.build();
     let mut out = TraceWriter::new(w)?;
     let mut merged = Merged::default();
-    let mut keys_seen: FxHashSet<u32> = FxHashSet::default();
-    let mut next_key = 0u32;
+    let mut keys = JobKeys::default();
     let mut kept = kept.into_iter();
     for path in paths {
         let mut source = match kept.next() {
@@ -77,12 +76,7 @@ pub fn merge<W: Write>(
         // Per process: its key in the merged file, string id map, clock, pending events.
         let mut procs: FxHashMap<u32, Proc> = FxHashMap::default();
         for (&k, p) in &source.processes {
-            let key = if keys_seen.insert(p.info.pid) {
-                p.info.pid
-            } else {
-                next_key += 1;
-                0x8000_0000 | next_key
-            };
+            let key = keys.key(p.info.pid);
             let mut region = StringRegion::default();
             let mut ids: FxHashMap<u32, u32> = FxHashMap::default();
             for (&id, s) in &p.strings {
@@ -91,16 +85,8 @@ pub fn merge<W: Write>(
                 ids.insert(id, region.intern(text));
             }
             let clock = clock.to_job(p);
-            let mut info = p.info.clone();
-            info.key = if key == info.pid { 0 } else { key };
-            info.rank = info.rank.or(p.rank);
             // The events are written on the host clock already (device times mapped, clocks aligned).
-            info.device_clock_monotonic = true;
-            info.clock_pairs.clear();
-            if info.cmdline.is_empty() && !p.name.is_empty() {
-                info.cmdline = vec![p.name.clone()];
-            }
-            out.write_process(&info)?;
+            out.write_process(&merged_info(p, key))?;
             // Offset 0 is the region's reserved "no string": entries start at 4.
             out.write_strings(key, 4, &region.bytes()[4..])?;
             procs.insert(k, Proc { key, ids, clock, pending: Vec::new() });

@@ -12,7 +12,7 @@
 use super::{merge, EventSource, Events, OpenBlock, OpenScratch, PendingBlock, SortScratch};
 use crate::model::align::ToJob;
 use crate::model::trace::{clock_map, Process, TraceError};
-use cuflight_format::file::Footer;
+use cuflight_format::file::{Footer, ProcessInfo};
 use cuflight_format::{EventKind, RawEvent};
 use std::collections::{BTreeMap, HashSet};
 
@@ -41,19 +41,13 @@ impl EventSource {
     pub fn job(parts: Vec<EventSource>, to_job: &dyn Fn(&Process) -> ToJob, command: Vec<String>) -> EventSource {
         let mut processes = BTreeMap::new();
         let mut job = Job { parts: Vec::with_capacity(parts.len()), pending: Vec::new(), origin: Vec::new() };
-        let mut keys_seen = HashSet::new();
-        let mut next_key = 0u32;
+        let mut job_keys = JobKeys::default();
         let mut events = 0u64;
         for source in parts {
             events = events.saturating_add(source.footer.events);
             let mut keys = BTreeMap::new();
             for (&own, p) in &source.processes {
-                let key = if keys_seen.insert(p.info.pid) {
-                    p.info.pid
-                } else {
-                    next_key += 1;
-                    0x8000_0000 | next_key
-                };
+                let key = job_keys.key(p.info.pid);
                 keys.insert(own, (key, to_job(p)));
                 processes.insert(key, as_merged(p, key));
             }
@@ -83,8 +77,29 @@ impl EventSource {
     }
 }
 
-/// Process `p` as a merged trace keyed `key` holds it: facts a trace file keeps, times on the host clock.
-fn as_merged(p: &Process, key: u32) -> Process {
+/// The keys of a job's processes: a process keeps its pid unless an earlier one of the job had it, then it gets
+/// `0x8000_0000 | n` (as a recording keys a reused pid). The one rule for `merge` and the job's source.
+#[derive(Default)]
+pub struct JobKeys {
+    seen: HashSet<u32>,
+    next: u32,
+}
+
+impl JobKeys {
+    pub fn key(&mut self, pid: u32) -> u32 {
+        if self.seen.insert(pid) {
+            pid
+        } else {
+            self.next += 1;
+            0x8000_0000 | self.next
+        }
+    }
+}
+
+/// Process `p`'s facts as a merged trace writes them under `key`: its times on the host clock already (no clock
+/// pairs left to apply), its rank, and its display name as its command line where it had none. The one rule for
+/// `merge` and the job's source.
+pub fn merged_info(p: &Process, key: u32) -> ProcessInfo {
     let mut info = p.info.clone();
     info.key = if key == info.pid { 0 } else { key };
     info.rank = info.rank.or(p.rank);
@@ -93,6 +108,12 @@ fn as_merged(p: &Process, key: u32) -> Process {
     if info.cmdline.is_empty() && !p.name.is_empty() {
         info.cmdline = vec![p.name.clone()];
     }
+    info
+}
+
+/// Process `p` as a merged trace keyed `key` reads back: [`merged_info`], a pid where it had none.
+fn as_merged(p: &Process, key: u32) -> Process {
+    let mut info = merged_info(p, key);
     if info.pid == 0 {
         info.pid = key;
     }

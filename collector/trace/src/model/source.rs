@@ -586,6 +586,7 @@ fn footer_of<R: std::io::Read + Seek>(
 /// Several traces of one job as one source (kept apart: a file of its own).
 #[path = "job_source.rs"]
 mod job;
+pub use job::{merged_info, JobKeys};
 
 #[cfg(test)]
 #[path = "source_tests.rs"]
