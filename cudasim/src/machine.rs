@@ -11,6 +11,12 @@
 //!   many parts per million fast from the process's first reading (tests exaggerate it so a short run shows it).
 //!
 //! Unset, each call goes straight to libc's (found with `dlsym(RTLD_NEXT)`, the vDSO-backed clock).
+//!
+//! Sources: clock_gettime(2) (CLOCK_REALTIME "is affected by discontinuous jumps in the system time ... and by the
+//! incremental adjustments performed by adjtime(3) and NTP"; CLOCK_MONOTONIC by the incremental ones), which is
+//! what makes hosts' clocks disagree and drift; ld.so(8) and dlsym(3) (symbols resolve in load order, the
+//! executable's libraries before libc, and RTLD_NEXT finds the next definition), which is how the stand-ins take
+//! the names. None of this is CUDA's: the agent reads the clocks and the host name as it would on any machine.
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
