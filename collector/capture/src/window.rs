@@ -150,7 +150,7 @@ impl Window {
                 false
             }
             Range::Steps { skip, .. } => {
-                if in_step || !cuflight_trace::model::names::step_like(self.name(seg, name)) {
+                if in_step || !cuflight_trace::model::range_roles::step_like(self.name(seg, name)) {
                     return false;
                 }
                 if !armed {

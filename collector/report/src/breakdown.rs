@@ -245,7 +245,7 @@ fn union_ns(v: Vec<(u64, u64)>) -> u64 {
 mod tests {
     use super::*;
     use cuflight_format::EventKind;
-    use cuflight_trace::model::names::is_compute_kernel;
+    use cuflight_trace::model::kernel_category::is_compute_kernel;
 
     #[test]
     fn unions_merge_overlaps() {

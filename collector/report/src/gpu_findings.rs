@@ -65,7 +65,7 @@ fn example(ctx: &Ctx, e: &RawEvent, what: String) -> Example {
 }
 
 fn copy_label(e: &RawEvent) -> String {
-    use cuflight_trace::model::names::{memcpy_kind, memory_kind};
+    use cuflight_trace::model::cupti_labels::{memcpy_kind, memory_kind};
     let copy = e.as_copy();
     format!("{} {} bytes ({} -> {})", memcpy_kind(copy.kind), copy.bytes, memory_kind(copy.src), memory_kind(copy.dst))
 }
@@ -388,7 +388,7 @@ pub fn kernel_rows(ctx: &Ctx, agg: &KernelAgg, top: usize) -> Vec<KernelRow> {
 
 #[cfg(test)]
 mod tests {
-    use cuflight_trace::model::names::is_fp32_gemm;
+    use cuflight_trace::model::kernel_category::is_fp32_gemm;
 
     #[test]
     fn fp32_gemms_are_told_from_tensor_core_ones_by_name() {

@@ -201,7 +201,7 @@ impl Report {
                 let plan = &plans[fi][&k];
                 let mut warn = Vec::new();
                 for (name, start) in &plan.unclosed {
-                    if cuflight_trace::model::names::step_like(name) || opts.step.as_deref().is_some_and(|o| name.starts_with(o)) {
+                    if cuflight_trace::model::range_roles::step_like(name) || opts.step.as_deref().is_some_and(|o| name.starts_with(o)) {
                         warn.push(format!("step range \"{name}\" opened at {start} ns never ended; it was left out"));
                     }
                 }

@@ -1,7 +1,7 @@
 //! Communication/computation overlap, as Holistic Trace Analysis defines it (HTA 0.5,
 //! `CommunicationAnalysis.get_comm_comp_overlap`): of the time communication kernels run (the union of their
 //! intervals), the share during which a computation kernel runs too. Kernel kinds are HTA's (see
-//! `names::is_compute_kernel`, `names::is_comm_kernel`), over the traced iterations (HTA drops the GPU work
+//! `kernel_category::is_compute_kernel`, `kernel_category::is_comm_kernel`), over the traced iterations (HTA drops the GPU work
 //! launched in or after the last `ProfilerStep` when it loads a trace, see [`super::breakdown`]), with HTA's
 //! rounding of fractional-µs traces.
 //!

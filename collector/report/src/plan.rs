@@ -153,7 +153,7 @@ struct First {
 fn is_candidate(name: &str, option: Option<&str>) -> bool {
     option.is_some_and(|o| name.starts_with(o))
         || name.starts_with("ProfilerStep#")
-        || cuflight_trace::model::names::step_like(name)
+        || cuflight_trace::model::range_roles::step_like(name)
 }
 
 impl First {
@@ -373,7 +373,7 @@ fn steps_from_ranges(p: &Process, candidates: &[(HostRange, u64)], option: Optio
     if !profiler.is_empty() {
         return Some((StepSource::ProfilerStep, profiler));
     }
-    let nvtx = pick(&cuflight_trace::model::names::step_like);
+    let nvtx = pick(&cuflight_trace::model::range_roles::step_like);
     (nvtx.len() >= 2).then_some((StepSource::Nvtx, nvtx))
 }
 

@@ -9,7 +9,7 @@
 //!
 //! The **breakdown** gives each nanosecond of a window to one category, the first that applies: kernel,
 //! memcpy, memset, CUDA runtime (any thread in a CUDA call), data loading, CPU exec, other, with TensorBoard's
-//! definitions of the last ones (see `names::cpu_exec_category` and docs/report.md). GPU utilisation is the
+//! definitions of the last ones (see `range_roles::cpu_exec_category` and docs/report.md). GPU utilisation is the
 //! kernel-busy share of the window.
 
 use super::spans::{clip, within, Span};

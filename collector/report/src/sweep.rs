@@ -18,7 +18,7 @@ use cuflight_format::calls::{CallClass, CallEffects};
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::launches::LaunchJoin;
 use cuflight_trace::model::memory::LiveMemory;
-use cuflight_trace::model::names;
+use cuflight_trace::model::range_roles;
 use cuflight_trace::model::ranges::Pairer;
 use cuflight_trace::model::trace::Process;
 use rustc_hash::FxHashMap;
@@ -274,14 +274,14 @@ impl<'a> Sweep<'a> {
             _ => {}
         }
         if e.kind() == Some(EventKind::Range) && !e.as_range().on_device {
-            // An imported range: TensorBoard's categories decide (see `names::cpu_exec_category`).
+            // An imported range: TensorBoard's categories decide (see `range_roles::cpu_exec_category`).
             let category = p.string(e.as_range().category);
-            let loader = if names::is_kineto_host_category(category) {
-                names::is_tensorboard_loader(p.string(e.name))
+            let loader = if range_roles::is_kineto_host_category(category) {
+                range_roles::is_tensorboard_loader(p.string(e.name))
             } else {
                 self.plan.names.has(e.name, NameFlags::LOADER)
             };
-            if loader || names::cpu_exec_category(category) {
+            if loader || range_roles::cpu_exec_category(category) {
                 self.range(HostRange { start: e.start, end: e.end.max(e.start), name: e.name, tid: e.tid }, loader);
             }
         } else if let Some(r) = self.pairer.feed(e) {

@@ -8,8 +8,8 @@
 use super::spans::Span;
 use cuflight_format::calls::{CallClass, CallEffects};
 use cuflight_format::RawEvent;
-use cuflight_trace::model::names;
 use cuflight_trace::model::trace::Process;
+use cuflight_trace::model::{kernel_category, range_roles};
 use rustc_hash::FxHashMap;
 
 /// A stretch of time in which a launching thread was inside CUDA calls.
@@ -156,12 +156,12 @@ impl NameFlags {
                 f |= flag;
             }
         };
-        set(names::is_compute_kernel(name), Self::COMPUTE);
-        set(names::is_comm_kernel(name), Self::COMM);
-        set(names::is_fp32_gemm(name), Self::FP32_GEMM);
+        set(kernel_category::is_compute_kernel(name), Self::COMPUTE);
+        set(kernel_category::is_comm_kernel(name), Self::COMM);
+        set(kernel_category::is_fp32_gemm(name), Self::FP32_GEMM);
         set(name.contains("ProfilerStep"), Self::PROFILER_STEP);
-        set(names::step_like(name), Self::STEP_LIKE);
-        set(names::is_loader_range(name), Self::LOADER);
+        set(range_roles::step_like(name), Self::STEP_LIKE);
+        set(range_roles::is_loader_range(name), Self::LOADER);
         f
     }
 
@@ -183,7 +183,7 @@ impl NameFlags {
 mod tests {
     use super::*;
     use cuflight_format::view::{CopyKind, MemoryKind};
-    use cuflight_trace::model::names::{is_comm_kernel, is_loader_range};
+    use cuflight_trace::model::{kernel_category::is_comm_kernel, range_roles::is_loader_range};
 
     #[test]
     fn calls_are_classified_by_their_effect_on_the_queue() {
@@ -205,7 +205,7 @@ mod tests {
         assert!(is_comm_kernel("void ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)"));
         // One class a kernel: a communication kernel is never computation too, however it is spelled.
         for name in ["void ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)", "ncclDevKernel_AllGather_RING_LL"] {
-            assert!(!cuflight_trace::model::names::is_compute_kernel(name), "{name}");
+            assert!(!cuflight_trace::model::kernel_category::is_compute_kernel(name), "{name}");
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use super::*;
 use cuflight_format::{EventKind, RawEvent};
-use cuflight_trace::model::names;
+use cuflight_trace::model::cupti_labels;
 use cuflight_trace::model::ranges::Pairer;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -108,8 +108,8 @@ impl StatsAcc {
             }
             Some(EventKind::Memcpy) => {
                 let copy = e.as_copy();
-                let host = copy.host_memory().map_or("device", names::memory_kind);
-                let kind = names::memcpy_kind(copy.kind);
+                let host = copy.host_memory().map_or("device", cupti_labels::memory_kind);
+                let kind = cupti_labels::memcpy_kind(copy.kind);
                 let row = self.memcpy.entry((kind, host)).or_insert_with(|| MemcpyRow {
                     kind: kind.to_string(),
                     host_memory: host.to_string(),
@@ -123,13 +123,13 @@ impl StatsAcc {
                 row.bytes += copy.bytes;
                 row.total_ns += e.duration();
                 row.async_count += copy.is_async as u64;
-                let op = names::memcpy_operation(copy.kind);
+                let op = cupti_labels::memcpy_operation(copy.kind);
                 self.mem_time.entry(op).or_default().add(e.duration());
                 self.mem_size.entry(op).or_default().add(copy.bytes);
             }
             Some(EventKind::Memset) => {
                 let memset = e.as_memset();
-                let kind = names::memory_kind(memset.memory);
+                let kind = cupti_labels::memory_kind(memset.memory);
                 let row = self.memset.entry(kind).or_insert_with(|| MemsetRow {
                     kind: kind.to_string(),
                     count: 0,
@@ -143,7 +143,7 @@ impl StatsAcc {
                 self.mem_size.entry("[CUDA memset]").or_default().add(memset.bytes);
             }
             Some(EventKind::Sync) => {
-                let kind = names::sync_kind(e.as_sync().kind);
+                let kind = cupti_labels::sync_kind(e.as_sync().kind);
                 let row =
                     self.sync.entry(kind).or_insert_with(|| SyncRow { kind: kind.to_string(), count: 0, total_ns: 0 });
                 row.count += 1;

@@ -3,7 +3,7 @@
 //! instances of `elementwise_kernel` share a row), or the mangled symbol where the trace kept it (CUPTI's names:
 //! a recording; imports hold demangled names only, which stay).
 
-use cuflight_trace::model::names::kernel_base_name;
+use cuflight_trace::model::kernel_symbols::kernel_base_name;
 use cuflight_trace::model::trace::Process;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -6,7 +6,7 @@ use super::json_text::{push_u64, Js, Out, Us};
 use super::{flow, title, ProcessOut, Seen};
 use cuflight_format::RawEvent;
 use cuflight_trace::model::cuda_errors::error_name;
-use cuflight_trace::model::names;
+use cuflight_trace::model::cupti_labels;
 use cuflight_trace::model::trace::Process;
 use std::io::Write;
 
@@ -48,8 +48,8 @@ pub(super) fn api_call<W: Write>(
 /// A copy on its device's stream, and its flow from the launching call.
 pub(super) fn memcpy<W: Write>(out: &mut Out<W>, e: &RawEvent, st: &mut ProcessOut, pid: u64) -> std::io::Result<()> {
     let copy = e.as_copy();
-    let (src, dst) = (names::memory_kind(copy.src), names::memory_kind(copy.dst));
-    let label = format!("Memcpy {} ({} -> {})", names::memcpy_kind(copy.kind), title(src), title(dst));
+    let (src, dst) = (cupti_labels::memory_kind(copy.src), cupti_labels::memory_kind(copy.dst));
+    let label = format!("Memcpy {} ({} -> {})", cupti_labels::memcpy_kind(copy.kind), title(src), title(dst));
     let gbps = if e.duration() == 0 { 0.0 } else { copy.bytes as f64 / e.duration() as f64 };
     // `async` is cuflight's addition, ignored by Kineto tools.
     let extra = if copy.is_async { r#","async":true"# } else { "" };
@@ -61,7 +61,7 @@ pub(super) fn memcpy<W: Write>(out: &mut Out<W>, e: &RawEvent, st: &mut ProcessO
 /// A memset on its device's stream, and its flow from the launching call.
 pub(super) fn memset<W: Write>(out: &mut Out<W>, e: &RawEvent, st: &mut ProcessOut, pid: u64) -> std::io::Result<()> {
     let memset = e.as_memset();
-    let label = format!("Memset ({})", title(names::memory_kind(memset.memory)));
+    let label = format!("Memset ({})", title(cupti_labels::memory_kind(memset.memory)));
     device_op(out, e, st, pid, ("gpu_memset", &label), format_args!(r#","bytes":{}"#, memset.bytes))
 }
 
@@ -130,7 +130,7 @@ pub(super) fn memory<W: Write>(out: &mut Out<W>, e: &RawEvent, st: &mut ProcessO
 /// A CUPTI synchronisation record on its stream.
 pub(super) fn sync<W: Write>(out: &mut Out<W>, e: &RawEvent, st: &ProcessOut) -> std::io::Result<()> {
     let corr = e.correlation;
-    let kind = names::sync_kind(e.as_sync().kind);
+    let kind = cupti_labels::sync_kind(e.as_sync().kind);
     out.complete(
         "cuda_sync",
         kind,

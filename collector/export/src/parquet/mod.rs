@@ -16,8 +16,8 @@ mod table;
 
 use cuflight_format::event::MemKind;
 use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::cupti_labels;
 use cuflight_trace::model::job_clock::JobClockBuilder;
-use cuflight_trace::model::names;
 use cuflight_trace::model::ranges::Pairer;
 use cuflight_trace::model::source::EventSource;
 use cuflight_trace::model::trace::{Process, TraceError};
@@ -332,8 +332,8 @@ fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e
             v.extend(work);
             v.extend(span);
             v.extend([
-                V::S(names::memcpy_kind(copy.kind)), V::S(names::memory_kind(copy.src)),
-                V::S(names::memory_kind(copy.dst)), V::U64(copy.bytes),
+                V::S(cupti_labels::memcpy_kind(copy.kind)), V::S(cupti_labels::memory_kind(copy.src)),
+                V::S(cupti_labels::memory_kind(copy.dst)), V::U64(copy.bytes),
             ]);
             push(t, "copies", host, rank, &v)
         }
@@ -342,7 +342,7 @@ fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e
             v.extend(work);
             v.extend(span);
             let memset = e.as_memset();
-            v.extend([V::S(names::memory_kind(memset.memory)), V::U64(memset.bytes), V::U64(memset.value)]);
+            v.extend([V::S(cupti_labels::memory_kind(memset.memory)), V::U64(memset.bytes), V::U64(memset.value)]);
             push(t, "memsets", host, rank, &v)
         }
         Some(EventKind::Api) => {

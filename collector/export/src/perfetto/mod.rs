@@ -9,7 +9,7 @@
 
 use super::protobuf::Writer;
 use cuflight_format::EventKind;
-use cuflight_trace::model::names;
+use cuflight_trace::model::cupti_labels;
 use cuflight_trace::model::source::EventSource;
 use rustc_hash::FxHashMap as HashMap;
 use std::io::Write;

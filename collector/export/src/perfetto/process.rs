@@ -213,11 +213,11 @@ impl ProcessState {
                     }
                     EventKind::Memcpy => {
                         let copy = e.as_copy();
-                        let (src, dst) = (names::memory_kind(copy.src), names::memory_kind(copy.dst));
+                        let (src, dst) = (cupti_labels::memory_kind(copy.src), cupti_labels::memory_kind(copy.dst));
                         // One label a (kind, source, destination).
                         let key = (copy.dst.0 as u64) << 16 | (copy.src.0 as u64) << 8 | copy.kind.0 as u64;
                         let name = self.label(x, 1 << 32 | key, || {
-                            format!("Memcpy {} ({src} -> {dst})", names::memcpy_kind(copy.kind))
+                            format!("Memcpy {} ({src} -> {dst})", cupti_labels::memcpy_kind(copy.kind))
                         });
                         let args = [
                             corr,
@@ -236,7 +236,7 @@ impl ProcessState {
                     _ => {
                         let memset = e.as_memset();
                         let name = self.label(x, 2 << 32 | memset.memory.0 as u64, || {
-                            format!("Memset ({})", names::memory_kind(memset.memory))
+                            format!("Memset ({})", cupti_labels::memory_kind(memset.memory))
                         });
                         let args = [corr, Arg::U(ann!("bytes"), memset.bytes)];
                         x.slice(track, e.start, e.end, name, cat!("gpu_memset"), &args, None, term)?;
@@ -265,7 +265,7 @@ impl ProcessState {
                 let track = x.track(TrackKey::Async(pid, u32::MAX), || "CUDA synchronization".into())?;
                 let args = [Arg::U(ann!("stream"), e.stream as u64)];
                 let kind = e.as_sync().kind;
-                let name = self.label(x, 3 << 32 | kind as u64, || names::sync_kind(kind).to_string());
+                let name = self.label(x, 3 << 32 | kind as u64, || cupti_labels::sync_kind(kind).to_string());
                 x.slice(track, e.start, e.end, name, cat!("sync"), &args, None, None)?;
             }
             _ => {}

@@ -4,9 +4,9 @@
 use cuflight_format::calls::CallEffects;
 use cuflight_format::EventKind;
 use cuflight_trace::model::cuda_errors::{error_name, ErrorClass};
+use cuflight_trace::model::cupti_labels;
 use cuflight_trace::model::kernel_category::kernel_category;
 use cuflight_trace::model::memory::LiveMemory;
-use cuflight_trace::model::names;
 use cuflight_trace::model::source::EventSource;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -95,8 +95,8 @@ impl ProcessMetrics {
                             }
                             EventKind::Memcpy => {
                                 let copy = e.as_copy();
-                                let host = copy.host_memory().map_or("device", names::memory_kind);
-                                *self.memcpy_bytes.entry((names::memcpy_kind(copy.kind), host)).or_default() +=
+                                let host = copy.host_memory().map_or("device", cupti_labels::memory_kind);
+                                *self.memcpy_bytes.entry((cupti_labels::memcpy_kind(copy.kind), host)).or_default() +=
                                     copy.bytes;
                             }
                             _ => {}

@@ -52,7 +52,7 @@ fn us_to_ns(raw: &str) -> Option<u64> {
 fn id_of(v: &Option<Id>) -> u64 {
     match v {
         Some(Id::Num(n)) => *n,
-        Some(Id::Text(s)) => crate::model::names::stable_hash(s) & 0x7fff_ffff,
+        Some(Id::Text(s)) => stable_hash(s) & 0x7fff_ffff,
         None => 0,
     }
 }
@@ -392,7 +392,7 @@ impl Importer {
             (b"X", b"cuda_sync") => {
                 ev.tid = 0;
                 let kind = a.cuda_sync_kind.as_deref().unwrap_or(&e.name);
-                ev.set_sync(SyncRecord { kind: crate::model::names::sync_kind_from_name(kind), event: 0 });
+                ev.set_sync(SyncRecord { kind: crate::model::cupti_labels::sync_kind_from_name(kind), event: 0 });
                 ev.device = u(a.device).unwrap_or(pid) as u32;
                 ev.stream = a.stream.unwrap_or(tid as i64) as u32;
                 self.gpu_event(ev, (pid, tid));
@@ -575,6 +575,12 @@ fn import_with<R: std::io::Read>(reader: R, spooling: bool) -> Result<(Trace, Op
     let (mut trace, spool) = importer.finish()?;
     top.apply(&mut trace, first_ts);
     Ok((trace, spool))
+}
+
+/// FNV-1a: a hash that stays the same across runs and builds, so that a pid or tid Kineto writes as text maps
+/// to the same number on every import.
+fn stable_hash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
 #[cfg(test)]

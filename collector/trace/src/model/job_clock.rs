@@ -18,7 +18,7 @@ pub use super::host::host_of;
 
 /// What one process tells of the job's clock, gathered event by event in one cheap pass ([`ClockFacts::feed`]):
 /// its REALTIME offset (its first clock pair that has one) and its collectives (NCCL's kernels, by
-/// [`super::names::is_comm_kernel`]), whose k-th end on every rank is the same instant. The report's planning
+/// [`super::kernel_category::is_comm_kernel`]), whose k-th end on every rank is the same instant. The report's planning
 /// pass feeds one too, so that every command puts a job on the same clock.
 #[derive(Clone, Debug, Default)]
 pub struct ClockFacts {
@@ -37,8 +37,10 @@ impl ClockFacts {
                 self.realtime_offset = e.as_clock_pair().realtime_offset();
             }
             Some(EventKind::Kernel) => {
-                let comm =
-                    *self.comm_names.entry(e.name).or_insert_with(|| super::names::is_comm_kernel(p.string(e.name)));
+                let comm = *self
+                    .comm_names
+                    .entry(e.name)
+                    .or_insert_with(|| super::kernel_category::is_comm_kernel(p.string(e.name)));
                 if comm {
                     self.collectives.push((e.name, e.end.max(e.start)));
                 }

@@ -8,7 +8,7 @@
 //! (`flash_fwd_kernel`, `pytorch_flash::...`), Triton (`triton_poi_...`, `triton_red_...`, `triton_per_...`,
 //! `triton_tem_...`), NCCL. The first rule that matches decides.
 
-use super::names::{function_part, is_comm_kernel};
+use super::kernel_symbols::function_part;
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -121,6 +121,39 @@ pub fn kernel_category(name: &str) -> Category {
     } else {
         Category::Other
     }
+}
+
+// Kernel classifiers beside the categories: the one place that judges a kernel's name, for every analysis and output.
+
+/// Whether a kernel of this name is computation, as HTA counts it (neither communication nor a copy, memset or
+/// DMA), with one difference: communication is [`is_comm_kernel`]'s, so `void ncclKernel_...` (a name
+/// torch.profiler may give) is communication only, where HTA's `^nccl.*Kernel` would count it as computation too.
+pub fn is_compute_kernel(name: &str) -> bool {
+    !(is_comm_kernel(name)
+        || name.contains("Memcpy")
+        || name.starts_with("Memset")
+        || name.contains("Sync")
+        || name.starts_with("dma"))
+}
+
+/// GEMM/convolution kernels that run in fp32 on CUDA cores, judged by the names cuBLAS, cuDNN and CUTLASS give
+/// their kernels (`sgemm`, `f32f32`, `<float>` and no Tensor Core marker such as `tensorop`, `s1688`, `bf16`).
+pub fn is_fp32_gemm(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    let matmul = ["gemm", "conv", "matmul"].iter().any(|k| l.contains(k));
+    let tensor_cores = [
+        "tensorop", "hmma", "wgmma", "gmma", "h884", "h1688", "h16816", "s1688", "s16816", "i8816", "imma", "bf16",
+        "f16", "half", "tf32", "fp8", "e4m3", "e5m2", "int8",
+    ];
+    let fp32 = ["sgemm", "f32f32", "<float", "float>", "fp32", "_f32", "simt"];
+    matmul && !tensor_cores.iter().any(|k| l.contains(k)) && fp32.iter().any(|k| l.contains(k))
+}
+
+/// NCCL's kernels, by the names CUPTI reports once demangled (`ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`,
+/// `ncclKernel_...`) or torch.profiler's (which may carry the return type: `void ncclKernel_...`).
+pub fn is_comm_kernel(name: &str) -> bool {
+    let name = function_part(name);
+    name.starts_with("nccl") && name.contains("Kernel") || name.starts_with("ncclDev")
 }
 
 #[cfg(test)]

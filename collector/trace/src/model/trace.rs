@@ -64,7 +64,7 @@ pub fn insert_string<S: std::hash::BuildHasher>(
     bytes: &[u8],
 ) {
     let s = String::from_utf8_lossy(bytes).into_owned();
-    match crate::model::names::demangle(&s) {
+    match crate::model::kernel_symbols::demangle(&s) {
         Some(readable) => {
             strings.insert(id, readable);
             mangled.insert(id, s);

@@ -1,0 +1,38 @@
+//! What a host range's name or category says it is: a training step, data loading, CPU execution as
+//! TensorBoard's profiler plugin counts it. One rule for every analysis and output.
+
+/// Names that mark a training step: torch.profiler's `ProfilerStep#N` and the NVTX names programs give theirs.
+pub fn step_like(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    ["profilerstep", "step", "iteration", "train_step", "training_step", "iter "].iter().any(|k| l.starts_with(k))
+}
+
+/// Annotations that mark data loading (torch's `enumerate(DataLoader)#...__next__`, common NVTX names).
+pub fn is_loader_range(name: &str) -> bool {
+    let l = name.to_ascii_lowercase();
+    ["dataloader", "data_load", "data load", "load_batch", "next_batch", "fetch_batch"].iter().any(|k| l.contains(k))
+}
+
+/// Whether an imported host range of this category is CPU execution in the step breakdown, as TensorBoard's
+/// profiler plugin counts it (ProfileRole.CpuOp): operators (`cpu_op`, `operator`) and `python` events. Its
+/// parser drops user annotations other than ProfilerStep and NCCL/Gloo ones (torch-tb-profiler 0.4.3,
+/// trace.py's create_trace_event), and ignores Kineto's whole-trace span ("Trace"), Python stack frames
+/// (`python_function`) and module events. Other names are NVTX domains (cuflight's own exports), which count:
+/// NVTX ranges are what native captures have instead of operators.
+pub fn cpu_exec_category(category: &str) -> bool {
+    !matches!(
+        category,
+        "Trace" | "trace" | "python_function" | "Module" | "pl_profile" | "pl_module" | "memory" | "user_annotation"
+    )
+}
+
+/// Kineto's host categories that TensorBoard reads as operators or annotations.
+pub fn is_kineto_host_category(category: &str) -> bool {
+    matches!(category, "cpu_op" | "operator" | "user_annotation" | "python")
+}
+
+/// TensorBoard's DataLoader role: `enumerate(DataLoader)#...__next__` and `enumerate(DataPipe)#...`.
+pub fn is_tensorboard_loader(name: &str) -> bool {
+    name.starts_with("enumerate(DataLoader)#") && name.ends_with(".__next__")
+        || name.starts_with("enumerate(DataPipe)#")
+}
