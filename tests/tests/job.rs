@@ -210,3 +210,81 @@ fn a_rank_claimed_by_two_processes_of_the_job_is_shown_twice_and_said() {
     assert_eq!(r["job"]["ranks"].as_array().unwrap().len(), 2);
     assert!(!String::from_utf8_lossy(&out.stdout).contains("also claimed"));
 }
+
+/// 64 ranks on 8 simulated hosts, each recorded by cudasim into its own file (`-o run.%h.%r.cuf`): every command
+/// over a job's traces opens each trace once, counted by the library (`EventSource::opened_on_this_thread`):
+/// `merge` and the Parquet export (a first pass for the job's clock, a second for the events, each trace kept
+/// open in between), the job's time-ordered source (`export` and `stats` of several traces), and the report over
+/// ranks (given the traces open, it opens none). The job's source streams what `merge` writes, event for event.
+#[test]
+fn every_command_over_64_rank_traces_opens_each_trace_once() {
+    use cuflight_collector::model::source::EventSource;
+    let dir = scratch("job-64");
+    let prog = build_c("smoke", &dir);
+    let workers: Vec<String> = (0..64)
+        .map(|r| format!("RANK={r} LOCAL_RANK={} WORLD_SIZE=64 CUDASIM_HOST=node{} {} &", r % 8, r / 8, prog.display()))
+        .collect();
+    let out = Command::new(cuflight_bin())
+        .current_dir(&dir)
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .args(["record", "-o", "run.%h.%r.cuf", "sh", "-c"])
+        .arg(format!("{} wait", workers.join(" ")))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cuf"))
+        .collect();
+    paths.sort();
+    assert_eq!(paths.len(), 64, "one trace a rank");
+    let opens = |f: &mut dyn FnMut()| {
+        let before = EventSource::opened_on_this_thread();
+        f();
+        EventSource::opened_on_this_thread() - before
+    };
+
+    let mut merged_bytes = Vec::new();
+    let mut merged = None;
+    let n = opens(&mut || {
+        let m =
+            cuflight_collector::export::merge::merge(&paths, &mut merged_bytes, vec!["test".into()], &mut |_, _| {});
+        merged = Some(m.unwrap());
+    });
+    let merged = merged.unwrap();
+    assert_eq!((n, merged.processes), (64, 64), "merge: one open a trace, every rank's process");
+    assert_eq!(merged.hosts.len(), 8, "{:?}", merged.hosts);
+
+    let mut job = None;
+    let n = opens(&mut || job = Some(EventSource::open_job(&paths, vec!["test".into()], &mut |_, _| {}).unwrap()));
+    let (mut job, _) = job.unwrap();
+    assert_eq!(n, 64, "the job's source: one open a trace");
+    let mut file = EventSource::from_bytes(merged_bytes, "merged").unwrap().expect("a merged trace");
+    let stream = |s: &mut EventSource| {
+        let mut v = Vec::new();
+        s.for_each(|k, _, e| v.push((k, e.kind(), e.start, e.end))).unwrap();
+        v
+    };
+    let n = opens(&mut || assert_eq!(stream(&mut job), stream(&mut file), "the job's source is what merge writes"));
+    assert_eq!(n, 0, "a pass opens nothing");
+
+    let tables = dir.join("tables");
+    std::fs::create_dir(&tables).unwrap();
+    let stems = cuflight_collector::export::parquet::part_stems(&paths);
+    let sources: Vec<_> = stems.into_iter().zip(paths.iter().cloned()).collect();
+    let n = opens(&mut || {
+        let mut steps_of = |_: &std::path::Path, _: &mut EventSource| Ok(Default::default());
+        cuflight_collector::export::parquet::export(&sources, &tables, &mut steps_of).unwrap();
+    });
+    assert_eq!(n, 64, "the Parquet export: one open a trace");
+
+    let mut report = None;
+    let n = opens(&mut || {
+        let mut open: Vec<_> = paths.iter().map(|p| (p.display().to_string(), EventSource::open(p).unwrap())).collect();
+        report = Some(cuflight_collector::report::Report::compute(&mut open, &Default::default()).unwrap());
+    });
+    assert_eq!(n, 64, "the report over ranks opens no trace again");
+    let report: Value = serde_json::from_str(&report.unwrap().to_json()).unwrap();
+    assert_eq!(report["job"]["ranks"].as_array().map(Vec::len), Some(64), "{}", report["job"]);
+}

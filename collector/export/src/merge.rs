@@ -9,8 +9,8 @@
 use cuflight_format::file::{FileError, Footer, TraceWriter};
 use cuflight_format::strings::StringRegion;
 use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::import::{JobTraces, KEEP_OPEN};
 use cuflight_trace::model::align::{self, HostShift};
-use cuflight_trace::model::job_clock::JobClockBuilder;
 use cuflight_trace::model::source::{merged_info, EventSource, JobKeys};
 use cuflight_trace::model::trace::TraceError;
 use rustc_hash::FxHashMap;
@@ -36,42 +36,25 @@ pub struct Merged {
 const BLOCK: usize = 64 * 1024;
 const HELD: usize = 1 << 20;
 
-/// Traces that stay open between a command's two passes: each is then opened (and an import parsed) once. With
-/// more, each is opened again for the second pass, one at a time, so that a thousand ranks never hold a thousand
-/// read buffers (256 KiB each), indexes and descriptors at once.
-pub const KEEP_OPEN: usize = 64;
-
 /// Merges the traces at `paths` into `w`; `command` goes to the footer; `opened` hears of each trace when it is
-/// first opened (a cut-short trace is named there). Each trace is read twice: a cheap pass for its clock facts
-/// ([`JobClockBuilder::add_source`]), then, once the job's clock is known, its events; up to [`KEEP_OPEN`]
-/// traces stay open in between, more are opened again.
+/// first opened (a cut-short trace is named there). Each trace is read twice ([`JobTraces`]): a cheap pass for
+/// its clock facts, then, once the job's clock is known, its events; up to [`KEEP_OPEN`] traces stay open in
+/// between, more are opened again.
 pub fn merge<W: Write>(
     paths: &[std::path::PathBuf],
     w: W,
     command: Vec<String>,
     opened: &mut dyn FnMut(&std::path::Path, &EventSource),
 ) -> Result<Merged, MergeError> {
-    let mut clock = JobClockBuilder::default();
-    let keep = paths.len() <= KEEP_OPEN;
-    let mut kept = Vec::new();
-    for path in paths {
-        let mut source = EventSource::open(path)?;
-        opened(path, &source);
-        clock.add_source(&mut source)?;
-        if keep {
-            kept.push(source);
-        }
-    }
-    let clock = clock.build();
+    let (clock, mut traces) = JobTraces::open(paths, KEEP_OPEN, &mut |_, path, source| {
+        opened(path, source);
+        Ok(())
+    })?;
     let mut out = TraceWriter::new(w)?;
     let mut merged = Merged::default();
     let mut keys = JobKeys::default();
-    let mut kept = kept.into_iter();
-    for path in paths {
-        let mut source = match kept.next() {
-            Some(source) => source,
-            None => EventSource::open(path)?,
-        };
+    for i in 0..paths.len() {
+        let mut source = traces.second(i)?;
         let source = &mut source;
         // Per process: its key in the merged file, string id map, clock, pending events.
         let mut procs: FxHashMap<u32, Proc> = FxHashMap::default();

@@ -16,8 +16,8 @@ mod table;
 
 use cuflight_format::event::MemKind;
 use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::import::{JobTraces, KEEP_OPEN};
 use cuflight_trace::model::cupti_labels;
-use cuflight_trace::model::job_clock::JobClockBuilder;
 use cuflight_trace::model::ranges::Pairer;
 use cuflight_trace::model::source::EventSource;
 use cuflight_trace::model::trace::{Process, TraceError};
@@ -180,8 +180,8 @@ pub type StepsOf<'a> = dyn FnMut(&Path, &mut EventSource) -> Result<FxHashMap<u3
 /// Writes the tables of every `(stem, source)` into `dir` (which must exist and be empty of our tables' files
 /// for these stems), with each trace's steps as `steps_of` finds them.
 /// `sources`: (part-file stem, the trace's path). Each trace is read in a first pass for its steps and its clock
-/// facts ([`JobClockBuilder::add_source`]), then, once the job's clock is known, for its events; up to
-/// [`crate::merge::KEEP_OPEN`] traces stay open in between (each opened once), more are opened again.
+/// facts ([`JobTraces`]), then, once the job's clock is known, for its events; up to [`KEEP_OPEN`] traces stay
+/// open in between (each opened once), more are opened again.
 pub fn export(
     sources: &[(String, std::path::PathBuf)],
     dir: &Path,
@@ -189,22 +189,15 @@ pub fn export(
 ) -> Result<Written, ParquetError> {
     let mut written = Written::default();
     // First every trace's steps and clock facts, then the hosts' clocks aligned on collectives.
-    let keep = sources.len() <= crate::merge::KEEP_OPEN;
-    let mut first_pass = Vec::with_capacity(sources.len());
-    let mut job = JobClockBuilder::default();
-    for (_, path) in sources {
-        let mut source = EventSource::open(path)?;
-        job.add_source(&mut source)?;
-        let steps = steps_of(path, &mut source)?;
-        first_pass.push((keep.then_some(source), steps));
-    }
-    let job = job.build();
+    let paths: Vec<std::path::PathBuf> = sources.iter().map(|(_, path)| path.clone()).collect();
+    let mut steps = Vec::with_capacity(sources.len());
+    let (job, mut traces) = JobTraces::open(&paths, KEEP_OPEN, &mut |_, path, source| {
+        steps.push(steps_of(path, source)?);
+        Ok(())
+    })?;
     written.hosts = job.hosts.clone();
-    for ((stem, path), (kept, steps)) in sources.iter().zip(first_pass) {
-        let mut source = match kept {
-            Some(source) => source,
-            None => EventSource::open(path)?,
-        };
+    for (i, ((stem, path), steps)) in sources.iter().zip(steps).enumerate() {
+        let mut source = traces.second(i)?;
         let source = &mut source;
         let shown = &path.display().to_string();
         let mut t: FxHashMap<&'static str, Table> =

@@ -2,6 +2,7 @@
 //! torch.profiler/Kineto JSON (plain or gzip), and Nsight Systems SQLite exports.
 
 mod builder;
+mod job;
 mod json_scan;
 pub mod kineto;
 mod kineto_devices;
@@ -10,8 +11,8 @@ mod kineto_event;
 mod kineto_python;
 pub mod nsys;
 
-use crate::model::align::HostShift;
-use crate::model::job_clock::JobClockBuilder;
+pub use job::{JobTraces, KEEP_OPEN};
+
 use crate::model::source::EventSource;
 use crate::model::trace::{Trace, TraceError};
 use std::io::{BufRead, BufReader, Read};
@@ -36,27 +37,6 @@ impl EventSource {
             (trace, Some(spool)) => Self::from_spool(trace, spool, path.display().to_string()),
             (trace, None) => Self::from_trace(trace),
         })
-    }
-
-    /// Several traces of one job as one source on the job's clock ([`EventSource::job`]), each opened once:
-    /// `opened` hears of each as it is opened (a cut-short trace is named there). Also how each host's clock was
-    /// moved onto the reference host's.
-    pub fn open_job(
-        paths: &[std::path::PathBuf],
-        command: Vec<String>,
-        opened: &mut dyn FnMut(&Path, &EventSource),
-    ) -> Result<(EventSource, Vec<HostShift>), TraceError> {
-        let mut clock = JobClockBuilder::default();
-        let mut parts = Vec::with_capacity(paths.len());
-        for path in paths {
-            let mut source = Self::open(path)?;
-            opened(path, &source);
-            clock.add_source(&mut source)?;
-            parts.push(source);
-        }
-        let clock = clock.build();
-        let source = Self::job(parts, &|p| clock.to_job(p), command);
-        Ok((source, clock.hosts))
     }
 
     /// How many traces this thread has opened so far: what a command over several traces costs (opening an
