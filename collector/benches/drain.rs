@@ -3,8 +3,10 @@
 //! record. Run: `cargo bench -p cuflight --bench drain`.
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use cuflight_format::codec::EventEncoder;
+use cuflight_format::event::LaunchConfig;
 use cuflight_format::file::TraceWriter;
 use cuflight_format::ring::HeapRing;
+use cuflight_format::view::{ApiCall, CopyKind, MemoryKind};
 use cuflight_format::{EventKind, RawEvent};
 use std::time::{Duration, Instant};
 
@@ -29,34 +31,32 @@ fn realistic(n: usize) -> Vec<RawEvent> {
         let shape = rand(6);
         match rand(50) {
             0 => out.push(RawEvent { name: 9_000, ..RawEvent::new(EventKind::NvtxPush, 4242, t, t) }),
-            1 => out.push(RawEvent {
-                sub: 1,
-                stream: 7,
-                a: 4 << 20,
-                b: 2 | 3 << 8,
-                correlation: corr,
-                ..RawEvent::new(EventKind::Memcpy, 0, t + 4_000, t + 4_000 + 300_000 + rand(9_000))
-            }),
+            1 => {
+                let (start, end) = (t + 4_000, t + 4_000 + 300_000 + rand(9_000));
+                let (pinned, device) = (MemoryKind::PINNED, MemoryKind::DEVICE);
+                let copy = RawEvent::copy(start, end, corr, CopyKind::HTOD, pinned, device, 4 << 20, false);
+                out.push(RawEvent { stream: 7, ..copy })
+            }
             _ => {}
         }
         let api_end = t + 1_500 + rand(1_500);
-        out.push(RawEvent {
-            sub: 1,
-            correlation: corr,
-            name: 40,
-            a: 211,
-            ..RawEvent::new(EventKind::Api, 4242, t, api_end)
-        });
+        let launch = ApiCall { runtime: true, cbid: 211, result: 0, external: 0 };
+        out.push(RawEvent { correlation: corr, name: 40, ..RawEvent::api_call(4242, t, api_end, launch) });
         let k_start = t + 5_000 + rand(20_000);
-        out.push(RawEvent {
+        let mut kernel = RawEvent {
             correlation: corr,
             name,
             stream: 7 + rand(2) as u32,
-            a: (108 << shape) | 1 << 32,
-            b: 1 | (64 << (shape % 3)) << 16 | 1 << 32 | 1 << 48,
-            c: (32 + shape * 8) | ((shape * 4096) << 16),
             ..RawEvent::new(EventKind::Kernel, 0, k_start, k_start + 2_000 + rand(40_000))
+        };
+        kernel.set_launch_config(&LaunchConfig {
+            grid: [108 << shape as u32, 1, 1],
+            block: [64 << (shape as u32 % 3), 1, 1],
+            registers: 32 + shape as u16 * 8,
+            static_shared: shape as u32 * 4096,
+            dynamic_shared: 0,
         });
+        out.push(kernel);
         t = api_end;
     }
     out.truncate(n);

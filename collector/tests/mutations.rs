@@ -6,6 +6,7 @@ use cuflight_collector::fuzzing;
 use cuflight_collector::model::source::EventSource;
 use cuflight_collector::report::{Options, Report};
 use cuflight_format::file::{Footer, ProcessInfo, TraceWriter};
+use cuflight_format::view::{CopyKind, MemOp, MemoryKind, PyFrameRecord};
 use cuflight_format::{EventKind, RawEvent};
 
 struct Rng(u64);
@@ -101,19 +102,24 @@ fn seed_with(info: ProcessInfo, stack_ns: u64) -> Vec<u8> {
             });
             (t, corr) = (t + 10, corr + 1);
         }
-        events.push(RawEvent {
-            correlation: corr,
-            sub: 2,
-            a: 64,
-            b: 3 | 1 << 8,
-            ..RawEvent::new(EventKind::Memcpy, 0, t + 45, t + 50)
-        });
+        events.push(RawEvent::copy(
+            t + 45,
+            t + 50,
+            corr,
+            CopyKind::DTOH,
+            MemoryKind::DEVICE,
+            MemoryKind::PAGEABLE,
+            64,
+            false,
+        ));
         if stack_ns != 0 {
-            let frame = RawEvent::new(EventKind::PyFrame, 7, t, t);
-            events.push(RawEvent { name: step, c: k as u64, a: 3, b: stack_ns, correlation: corr, ..frame });
+            let frame = PyFrameRecord { file: k, line: 3, read_ns: stack_ns, ..Default::default() };
+            events.push(RawEvent { name: step, correlation: corr, ..RawEvent::py_frame(7, t, frame) });
         }
         events.push(RawEvent { name: sync, correlation: corr, ..RawEvent::new(EventKind::Api, 7, t, t + 60) });
-        events.push(RawEvent { a: 0x1000 + t, b: 256, ..RawEvent::new(EventKind::Alloc, 7, t + 61, t + 61) });
+        let mut alloc = RawEvent::new(EventKind::Alloc, 7, t + 61, t + 61);
+        alloc.set_mem_op(EventKind::Alloc, MemOp { memory: None, address: 0x1000 + t, bytes: 256 });
+        events.push(alloc);
         events.push(RawEvent { name: step, ..RawEvent::new(EventKind::NvtxPop, 7, t + 70, t + 70) });
         t += 100;
     }

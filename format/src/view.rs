@@ -219,7 +219,7 @@ pub struct GraphNode {
 }
 
 /// An [`EventKind::PyFrame`]: one frame of a call's Python stack.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PyFrameRecord {
     /// 0 innermost.
     pub depth: u32,
@@ -503,6 +503,18 @@ impl RawEvent {
         e.set_mem_op(kind, MemOp { memory: Some(memory), address, bytes });
         e
     }
+    /// An NVTX event of `kind` (push, pop, start, end, mark, category) on thread `tid`.
+    pub fn nvtx(kind: EventKind, tid: u32, start: u64, end: u64, n: Nvtx) -> RawEvent {
+        let mut e = RawEvent::new(kind, tid, start, end);
+        e.set_nvtx(kind, n);
+        e
+    }
+    /// A Python frame read on thread `tid` at `at` (its function's name and its call's correlation set after).
+    pub fn py_frame(tid: u32, at: u64, f: PyFrameRecord) -> RawEvent {
+        let mut e = RawEvent::new(EventKind::PyFrame, tid, at, at);
+        e.set_py_frame(f);
+        e
+    }
     /// A clock pair.
     pub fn clock_pair(pair: ClockPair) -> RawEvent {
         let mut e = RawEvent::default();
@@ -512,127 +524,5 @@ impl RawEvent {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn views_read_what_the_constructors_wrote() {
-        let call = ApiCall { runtime: false, cbid: 305, result: 700, external: 42 };
-        assert_eq!(RawEvent::api_call(7, 1, 2, call).as_api(), call);
-        let huge = RawEvent::api_call(7, 1, 2, ApiCall { result: u64::MAX, ..call });
-        assert_eq!(huge.as_api().code(), u32::MAX);
-
-        let e = RawEvent::copy(1, 2, 9, CopyKind::HTOD, MemoryKind::PINNED, MemoryKind::DEVICE, 1 << 20, false);
-        let c = e.as_copy();
-        assert_eq!(
-            (c.kind, c.src, c.dst, c.bytes, c.is_async),
-            (CopyKind::HTOD, MemoryKind::PINNED, MemoryKind::DEVICE, 1 << 20, false)
-        );
-        assert!(!c.blocks_host());
-        assert_eq!(e.correlation, 9);
-
-        let m = RawEvent::mem_op(false, 3, 5, MemKind::PinnedHost, 0x1000, 64).as_mem_op();
-        assert_eq!((m.memory, m.address, m.bytes, m.on_device()), (Some(MemKind::PinnedHost), 0x1000, 64, false));
-
-        let pair = ClockPair { cupti_ns: 10, monotonic_ns: 1_000, realtime_ns: 5_000 };
-        assert_eq!(RawEvent::clock_pair(pair).as_clock_pair().realtime_offset(), Some(4_000));
-        assert_eq!(ClockPair { realtime_ns: 0, ..pair }.realtime_offset(), None);
-    }
-
-    /// Merging traces rewrites every string id an event holds, a Python frame's file among them (merge once kept
-    /// the old file ids, naming other strings of the merged region).
-    #[test]
-    fn string_ids_are_mapped_wherever_a_kind_keeps_one() {
-        let shift = |id: u32| id + 100;
-        let mut frame = RawEvent::new(EventKind::PyFrame, 1, 5, 5);
-        frame.name = 1;
-        frame.set_py_frame(PyFrameRecord {
-            depth: 0,
-            file: 2,
-            line: 9,
-            truncated: false,
-            of_main_thread: false,
-            imported: false,
-            read_ns: 0,
-        });
-        frame.map_string_ids(shift);
-        assert_eq!((frame.name, frame.as_py_frame().file, frame.as_py_frame().line), (101, 102, 9));
-        let mut op = RawEvent::new(EventKind::Range, 1, 5, 6);
-        op.set_range(RangeRecord {
-            category: 3,
-            on_device: false,
-            external: 7,
-            operator_text: 4,
-            sequence_plus_one: 2,
-        });
-        op.map_string_ids(shift);
-        let r = op.as_range();
-        assert_eq!((r.category, r.operator_text, r.sequence_plus_one, r.external), (103, 104, 2, 7));
-        let mut copy = RawEvent::copy(1, 2, 3, CopyKind::HTOD, MemoryKind::PINNED, MemoryKind::DEVICE, 99, true);
-        copy.map_string_ids(shift);
-        assert_eq!(copy.as_copy().bytes, 99);
-    }
-
-    #[test]
-    fn every_setter_round_trips_through_its_view() {
-        let mut e = RawEvent::default();
-        let d = DeviceInfo {
-            memory_bytes: 80 << 30,
-            compute_capability: (9, 0),
-            multiprocessors: 132,
-            driver_version: 13000,
-        };
-        e.set_device(d);
-        assert_eq!((e.kind(), e.as_device()), (Some(EventKind::Device), d));
-        let r = RangeRecord { category: 7, on_device: false, external: 9, operator_text: 11, sequence_plus_one: 4 };
-        e.set_range(r);
-        assert_eq!(e.as_range(), r);
-        let n = Nvtx {
-            domain: 3,
-            id: 5,
-            global: true,
-            category: 2,
-            color: 0xff00ff00,
-            payload_type: 3,
-            payload_bits: 2.5f64.to_bits(),
-        };
-        e.set_nvtx(EventKind::NvtxMark, n);
-        assert_eq!(e.as_nvtx(), n);
-        let f = PyFrameRecord {
-            depth: 2,
-            file: 4,
-            line: 77,
-            truncated: true,
-            of_main_thread: false,
-            imported: true,
-            read_ns: 0,
-        };
-        e.set_py_frame(f);
-        assert_eq!(e.as_py_frame(), f);
-        let s = SyncRecord { kind: SYNC_STREAM_WAIT_EVENT, event: 0xdead };
-        e.set_sync(s);
-        assert_eq!(e.as_sync(), s);
-        let m = Memset { memory: MemoryKind::DEVICE, bytes: 64, value: 0xff, is_async: true };
-        e.set_memset(m);
-        assert_eq!(e.as_memset(), m);
-        let g = GraphNode { graph_id: 1, node_id: 2 };
-        e.set_graph_node(g);
-        assert_eq!(e.as_graph_node(), g);
-        let cfg = LaunchConfig {
-            grid: [132, 1, 1],
-            block: [256, 1, 1],
-            registers: 32,
-            static_shared: 0,
-            dynamic_shared: 1024,
-        };
-        e.set_launch_config(&cfg);
-        assert_eq!(e.launch_config(), cfg);
-        let m = MemoryActivity { operation: 1, address: 0x7000, bytes: 1 << 21, memory: MemoryKind::DEVICE };
-        e.set_memory_activity(m);
-        assert_eq!(e.as_memory_activity(), m);
-        e.set_overhead(Overhead { kind: 3 });
-        assert_eq!(e.as_overhead(), Overhead { kind: 3 });
-        e.set_named_thread(1 << 40);
-        assert_eq!(e.named_thread(), 1 << 40);
-    }
-}
+#[path = "view_tests.rs"]
+mod tests;

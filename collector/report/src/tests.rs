@@ -5,6 +5,7 @@ use super::plan::plan;
 use super::steps::StepSource;
 use super::sweep::{Sweep, Swept};
 use super::Report;
+use cuflight_format::view::PyFrameRecord;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::source::EventSource;
 use cuflight_trace::model::trace::{Process, Trace};
@@ -237,8 +238,7 @@ fn a_leak_rises_every_step_when_the_host_runs_ahead_of_the_gpu() {
         let start = t;
         ev.push(api(4, t, 5_000, 0));
         let block = u64::from(s + 1) << 32;
-        let alloc = RawEvent::new(EventKind::Alloc, 1, t + 4_000, t + 4_000);
-        ev.push(RawEvent { sub: cuflight_format::event::MemKind::Device as u8, a: block, b: 256 << 20, ..alloc });
+        ev.push(RawEvent::mem_op(false, 1, t + 4_000, cuflight_format::event::MemKind::Device, block, 256 << 20));
         ev.push(api(3, t + 10_000, 5_000, s + 1));
         gpu = gpu.max(t + 20_000);
         ev.push(kernel(2, gpu, 1_000_000, s + 1));
@@ -260,7 +260,7 @@ fn a_stack_read_costs_a_step_only_where_the_gpu_idles() {
         let reads = if step == 2 { vec![(launch + 6, 3), (launch + 11, 3)] } else { vec![] };
         reads
             .into_iter()
-            .map(|(at, read)| RawEvent { b: read, ..RawEvent::new(EventKind::PyFrame, 1, at, at) })
+            .map(|(at, read)| RawEvent::py_frame(1, at, PyFrameRecord { read_ns: read, ..Default::default() }))
             .collect()
     });
     let mut src = source(process(&[(9, "cudaLaunchKernel")], events));

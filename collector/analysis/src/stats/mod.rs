@@ -423,8 +423,10 @@ mod tests {
 
     #[test]
     fn ranges_pair_across_threads_and_push_pop_per_thread() {
-        let start = RawEvent { a: 9, name: 4, ..ev(EventKind::NvtxStart, 1, 100) };
-        let end = RawEvent { a: 9, ..ev(EventKind::NvtxEnd, 2, 700) };
+        use cuflight_format::view::Nvtx;
+        let range = Nvtx { id: 9, ..Default::default() };
+        let start = RawEvent { name: 4, ..RawEvent::nvtx(EventKind::NvtxStart, 1, 100, 100, range) };
+        let end = RawEvent::nvtx(EventKind::NvtxEnd, 2, 700, 700, range);
         let push_a = RawEvent { name: 8, ..ev(EventKind::NvtxPush, 1, 200) };
         let push_b = RawEvent { name: 8, ..ev(EventKind::NvtxPush, 2, 250) };
         let pop_a = ev(EventKind::NvtxPop, 1, 300);
@@ -470,13 +472,8 @@ mod tests {
     #[test]
     fn memory_replay_tracks_peak_and_live_bytes_by_kind() {
         use cuflight_format::event::MemKind;
-        let alloc = |t, addr, bytes, kind: MemKind| RawEvent {
-            a: addr,
-            b: bytes,
-            sub: kind as u8,
-            ..ev(EventKind::Alloc, 1, t)
-        };
-        let free = |t, addr, kind: MemKind| RawEvent { a: addr, sub: kind as u8, ..ev(EventKind::Free, 1, t) };
+        let alloc = |t, addr, bytes, kind: MemKind| RawEvent::mem_op(false, 1, t, kind, addr, bytes);
+        let free = |t, addr, kind: MemKind| RawEvent::mem_op(true, 1, t, kind, addr, 0);
         let t = trace_of(
             vec![
                 alloc(1, 0x1000, 100, MemKind::Device),

@@ -566,6 +566,7 @@ pub fn export<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cuflight_format::view::ApiCall;
     use cuflight_format::RawEvent;
     use cuflight_trace::model::trace::{Process, Trace};
 
@@ -580,7 +581,11 @@ mod tests {
         p.strings.insert(1, "cudaLaunchKernel".into());
         p.strings.insert(2, "k".into());
         p.events = vec![
-            RawEvent { correlation: 3, name: 1, sub: 1, ..RawEvent::new(EventKind::Api, 9, 100, 120) },
+            RawEvent {
+                correlation: 3,
+                name: 1,
+                ..RawEvent::api_call(9, 100, 120, ApiCall { runtime: true, cbid: 0, result: 0, external: 0 })
+            },
             RawEvent { name: 2, ..device_event(EventKind::Kernel, 130, 3) },
             device_event(EventKind::Memcpy, 150, 0),
         ];

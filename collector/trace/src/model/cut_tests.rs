@@ -1,4 +1,5 @@
 use super::*;
+use cuflight_format::view::{MemOp, Nvtx};
 
 fn process() -> Process {
     let mut p = Process::default();
@@ -99,7 +100,11 @@ fn nvtx_ranges_are_kept_whole_or_not_at_all() {
         starts(&cut(&[(100, 200)], &events)),
         [(PUSH, 10), (PUSH, 40), (mark, 150), (POP, 160), (PUSH, 170), (POP, 300), (POP, 310)]
     );
-    let async_range = |kind, t, id| RawEvent { a: id, ..ev(kind, t, t) };
+    let async_range = |kind, t, id| {
+        let mut e = ev(kind, t, t);
+        e.set_nvtx(kind, Nvtx { id, ..Default::default() });
+        e
+    };
     let events = [
         async_range(EventKind::NvtxStart, 10, 1),
         async_range(EventKind::NvtxStart, 20, 2),
@@ -140,7 +145,11 @@ fn stretches_with_gaps_and_without_events() {
 /// accounted for at its start, and so are frees of blocks it showed alive.
 #[test]
 fn memory_in_use_keeps_its_level() {
-    let mem = |kind, t, address, bytes| RawEvent { sub: MemKind::Device as u8, a: address, b: bytes, ..ev(kind, t, t) };
+    let mem = |kind, t, address, bytes| {
+        let mut e = ev(kind, t, t);
+        e.set_mem_op(kind, MemOp { memory: Some(MemKind::Device), address, bytes });
+        e
+    };
     use EventKind::{Alloc, Free};
     let events = [
         mem(Alloc, 10, 0x100, 1000),
@@ -212,7 +221,9 @@ fn closed_ranges_before_a_stretch_hold_nothing() {
     c.feed(1, &p, &ev(EventKind::NvtxPush, 0, 0), &mut |_, e| out.push(*e));
     for t in 1..=1_000_000u64 {
         let (kind, domain) = if t % 2 == 1 { (EventKind::NvtxPush, t % 3) } else { (EventKind::NvtxPop, (t - 1) % 3) };
-        c.feed(1, &p, &RawEvent { c: domain, ..ev(kind, t, t) }, &mut |_, e| out.push(*e));
+        let mut e = ev(kind, t, t);
+        e.set_nvtx(kind, Nvtx { domain, ..Default::default() });
+        c.feed(1, &p, &e, &mut |_, e| out.push(*e));
         assert!(c.held.len() <= 2, "{} held at {t}", c.held.len());
     }
     c.feed(1, &p, &ev(EventKind::NvtxPop, 10_000_050, 10_000_050), &mut |_, e| out.push(*e));

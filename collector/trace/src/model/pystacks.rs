@@ -111,8 +111,10 @@ mod tests {
         RawEvent { correlation: corr, ..RawEvent::new(EventKind::Api, tid, start, start + 10) }
     }
 
-    fn frame(tid: u32, corr: u32, depth: u32, line: u64) -> RawEvent {
-        RawEvent { correlation: corr, device: depth, a: line, ..RawEvent::new(EventKind::PyFrame, tid, 0, 0) }
+    fn frame(tid: u32, corr: u32, depth: u32, line: u32) -> RawEvent {
+        let mut e = RawEvent { correlation: corr, ..RawEvent::new(EventKind::PyFrame, tid, 0, 0) };
+        e.set_py_frame(cuflight_format::view::PyFrameRecord { depth, line, ..Default::default() });
+        e
     }
 
     #[test]

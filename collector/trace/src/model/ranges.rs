@@ -122,8 +122,11 @@ impl Pairer {
 mod tests {
     use super::*;
 
-    fn ev(kind: EventKind, tid: u32, t: u64, a: u64) -> RawEvent {
-        RawEvent { a, name: 5, ..RawEvent::new(kind, tid, t, t) }
+    /// An NVTX event of `kind`; `id` is a start/end range's.
+    fn ev(kind: EventKind, tid: u32, t: u64, id: u64) -> RawEvent {
+        let mut e = RawEvent { name: 5, ..RawEvent::new(kind, tid, t, t) };
+        e.set_nvtx(kind, cuflight_format::view::Nvtx { id, ..Default::default() });
+        e
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use super::*;
 use cuflight_format::file::{ProcessInfo, TraceWriter};
+use cuflight_format::view::MemOp;
 
 /// A file with three processes whose blocks overlap in time as a recording's do (device records arrive a
 /// flush later than host ones): one on CLOCK_MONOTONIC, one whose device clock runs 7 µs ahead (clock pairs
@@ -38,7 +39,7 @@ fn write_trace(path: &Path, cut: bool) {
                 block.push(api);
                 block.push(RawEvent::new(EventKind::NvtxPop, pid, t + 950, t + 950));
                 let mut mem = RawEvent::new(EventKind::Alloc, pid, t + 100, t + 100);
-                (mem.a, mem.b) = (0x1000 + i, 1 << (i % 20));
+                mem.set_mem_op(EventKind::Alloc, MemOp { memory: None, address: 0x1000 + i, bytes: 1 << (i % 20) });
                 block.push(mem);
                 // Device work from the previous flush (recorded on the device clock).
                 if flush > 0 && next() % 8 != 0 {
@@ -50,7 +51,7 @@ fn write_trace(path: &Path, cut: bool) {
                     };
                     block.push(k);
                     let mut free = RawEvent::new(EventKind::Free, pid, t - 99_000, t - 99_000);
-                    free.a = 0x1000 + i;
+                    free.set_mem_op(EventKind::Free, MemOp { memory: None, address: 0x1000 + i, bytes: 0 });
                     block.push(free);
                 }
             }
