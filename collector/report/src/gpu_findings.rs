@@ -60,8 +60,13 @@ pub const AMP_CAST_MIN_SHARE: f64 = 0.10;
 pub const TENSOR_CORE_SPEEDUP: f64 = 4.0;
 
 fn example(ctx: &Ctx, e: &RawEvent, what: String) -> Example {
-    let step = ctx.steps.windows.partition_point(|w| w.0 <= e.start).checked_sub(1);
-    Example { start_ns: e.start, end_ns: e.end, duration_ns: e.duration(), step, what }
+    example_at(ctx, (e.start, e.end), what)
+}
+
+/// An example of GPU work over `(start, end)`, in the step it starts in.
+pub fn example_at(ctx: &Ctx, (start, end): (u64, u64), what: String) -> Example {
+    let step = ctx.steps.windows.partition_point(|w| w.0 <= start).checked_sub(1);
+    Example { start_ns: start, end_ns: end, duration_ns: end.saturating_sub(start), step, what }
 }
 
 fn copy_label(e: &RawEvent) -> String {

@@ -7,9 +7,11 @@
 
 pub mod breakdown;
 mod busy;
+mod busy_findings;
 pub mod diff;
 pub mod failed_calls;
 mod findings;
+mod fusion;
 mod gpu_findings;
 mod html;
 mod html_charts;
@@ -296,6 +298,9 @@ impl Report {
             fs.extend(gpu_findings::pageable_memcpy(&ctx, &swept));
             fs.extend(gpu_findings::memcpy_heavy(&ctx, &swept));
             fs.extend(gpu_findings::fp32_gemm(&ctx, &swept));
+            fs.extend(busy_findings::misaligned_gemm(&ctx, &swept));
+            fs.extend(busy_findings::elementwise_chains(&ctx, &swept));
+            fs.extend(busy_findings::unfused_attention(&ctx, &swept));
             fs.extend(gpu_findings::copy_kernels(&ctx, &swept));
             fs.extend(gpu_findings::nccl_exposed(&ctx, &swept, !waits[i].is_empty()));
             fs.extend(gpu_findings::memory_growth(&ctx, &swept));

@@ -50,6 +50,8 @@ pub struct Swept {
     /// HTA's communication/computation overlap over the whole trace.
     pub comm_overlap: super::overlap::CommOverlap,
     pub kernels: KernelAgg,
+    /// Kernel sequences in steps that one fused kernel would replace.
+    pub fusable: super::fusion::Fusable,
     /// Live device memory at the end of each step (its host range: see `Sweep::memory_mark`).
     pub memory_at_end: Vec<i64>,
     /// The most spans, calls and ranges held at once when a window was done (what bounds the sweep's memory).
@@ -110,6 +112,7 @@ pub struct Sweep<'a> {
     idle_single: Option<IdleCauses>,
     comm_seen: u32,
     fp32_union: UnionTotal,
+    fusion: super::fusion::FusionSweep,
     comm_union: UnionTotal,
     live: LiveMemory,
     /// Python stack reads in windows not done yet ([`super::stack_cost`]).
@@ -163,6 +166,7 @@ impl<'a> Sweep<'a> {
             idle_single: (!plan.has_stream_waits).then(IdleCauses::default),
             comm_seen: 0,
             fp32_union: UnionTotal::default(),
+            fusion: super::fusion::FusionSweep::default(),
             comm_union: UnionTotal::default(),
             live: LiveMemory::default(),
             stack_reads: Default::default(),
@@ -417,6 +421,7 @@ impl<'a> Sweep<'a> {
                     self.out.launch_durations.add(c.end.saturating_sub(c.start));
                 }
                 self.out.kernels.add(e);
+                self.fusion.kernel(names, (e.device, e.stream), e.name, e.start, e.end);
                 if names.has(e.name, NameFlags::FP32_GEMM) {
                     self.out.fp32.add(e);
                     self.fp32_union.push((e.start, e.end));
@@ -599,6 +604,7 @@ impl<'a> Sweep<'a> {
         (self.out.breakdown, self.out.idle_split) = self.hta.finish();
         self.out.utilization = self.utilization.finish();
         self.out.fp32_union_ns = self.fp32_union.total();
+        self.out.fusable = self.fusion.finish();
         self.out.comm_union_ns = self.comm_union.total();
         self.out.comm_overlap = self.overlap.finish();
         self.out.step_path = super::step_path::walk(p, &self.capture);

@@ -8,8 +8,9 @@
 use super::spans::Span;
 use cuflight_format::calls::{CallClass, CallEffects};
 use cuflight_format::RawEvent;
+use cuflight_trace::model::kernel_category::{self, Category};
+use cuflight_trace::model::range_roles;
 use cuflight_trace::model::trace::Process;
-use cuflight_trace::model::{kernel_category, range_roles};
 use rustc_hash::FxHashMap;
 
 /// A stretch of time in which a launching thread was inside CUDA calls.
@@ -148,6 +149,12 @@ impl NameFlags {
     pub const PROFILER_STEP: u16 = 8;
     pub const STEP_LIKE: u16 = 16;
     pub const LOADER: u16 = 32;
+    /// An elementwise kernel a fusing compiler would merge with its neighbours (ATen's, not Triton's: those are
+    /// the fused ones).
+    pub const ELEMENTWISE: u16 = 64;
+    pub const GEMM: u16 = 128;
+    /// A softmax as attention computes it (not the loss's log-softmax).
+    pub const SOFTMAX: u16 = 256;
 
     pub fn of(name: &str) -> u16 {
         let mut f = 0;
@@ -162,6 +169,10 @@ impl NameFlags {
         set(name.contains("ProfilerStep"), Self::PROFILER_STEP);
         set(range_roles::step_like(name), Self::STEP_LIKE);
         set(range_roles::is_loader_range(name), Self::LOADER);
+        let category = kernel_category::kernel_category(name);
+        set(category == Category::Elementwise && !name.starts_with("triton_"), Self::ELEMENTWISE);
+        set(category == Category::Gemm, Self::GEMM);
+        set(category == Category::Softmax && !kernel_category::is_log_softmax(name), Self::SOFTMAX);
         f
     }
 

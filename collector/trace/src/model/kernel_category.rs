@@ -156,6 +156,78 @@ pub fn is_comm_kernel(name: &str) -> bool {
     name.starts_with("nccl") && name.contains("Kernel") || name.starts_with("ncclDev")
 }
 
+/// The operand alignment a cuBLAS or CUTLASS GEMM kernel was built for, in elements, as its name gives it
+/// (`cutlass_80_tensorop_s1688gemm_256x128_32x3_nt_align1`; cuBLAS's `..._aligna4_alignc4_...` per operand, the
+/// least of them): how many consecutive elements each global load may fetch. A kernel of alignment 1 or 2 is the
+/// library's fallback for a leading dimension (or base address) that is not a multiple of the full vector (8
+/// 16-bit or 4 32-bit elements: 16 bytes).
+pub fn gemm_alignment(name: &str) -> Option<u32> {
+    let f = function_part(name);
+    f.match_indices("_align")
+        .filter_map(|(at, key)| {
+            let rest = &f[at + key.len()..];
+            let rest = rest.strip_prefix(['a', 'b', 'c']).unwrap_or(rest);
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok().filter(|&a: &u32| a > 0)
+        })
+        .min()
+}
+
+/// The GPU architecture a GEMM kernel was compiled for, as `major * 10 + minor`, from the prefix cuBLAS, cuBLASLt
+/// and CUTLASS give their kernels: `volta_` (7.0), `turing_` (7.5), `ampere_` (8.0), `sm75_`/`sm80_`/`sm90_`/
+/// `sm100_`, `nvjet_sm90_`, `cutlass_75_`/`cutlass_80_` (CUTLASS's instance names carry the architecture they
+/// target). None where the name says nothing of it (cuBLASLt's `nvjet_tst_...`, Triton, ATen).
+pub fn gemm_arch(name: &str) -> Option<u32> {
+    let l = function_part(name).to_ascii_lowercase();
+    let named = [("volta_", 70), ("turing_", 75), ("ampere_", 80), ("hopper_", 90), ("blackwell_", 100)];
+    if let Some(&(_, arch)) = named.iter().find(|(prefix, _)| l.starts_with(prefix)) {
+        return Some(arch);
+    }
+    // `sm90_xmma_...`, `nvjet_sm90_...`, `cutlass::Kernel<cutlass_80_tensorop_...>`, `cutlass_75_...`.
+    let number_after = |key: &str| -> Option<u32> {
+        let at = l.find(key)? + key.len();
+        let digits: String = l[at..].chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok().filter(|&a| (50..=200).contains(&a))
+    };
+    if l.starts_with("sm") || l.starts_with("nvjet_sm") {
+        return number_after("sm");
+    }
+    number_after("cutlass_")
+}
+
+/// A log-softmax (the loss's, not attention's): ATen's `cunn_SoftMaxForward<..., LogSoftMaxForwardEpilogue>` and
+/// `softmax_warp_forward`/`softmax_warp_backward` whose fifth template argument (`is_log_softmax`) is true.
+pub fn is_log_softmax(name: &str) -> bool {
+    let f = function_part(name);
+    if f.to_ascii_lowercase().contains("logsoftmax") {
+        return true;
+    }
+    let base = super::kernel_symbols::kernel_base_name(name);
+    if base != "softmax_warp_forward" && base != "softmax_warp_backward" {
+        return false;
+    }
+    // `softmax_warp_forward<float, float, float, 10, true, false>(...)`: the template arguments, top level.
+    let Some(open) = f.find('<') else { return false };
+    let mut depth = 0;
+    let mut args = vec![String::new()];
+    for ch in f[open + 1..].chars() {
+        match ch {
+            '<' | '(' => depth += 1,
+            '>' | ')' if depth == 0 => break,
+            '>' | ')' => depth -= 1,
+            ',' if depth == 0 => {
+                args.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        if let Some(last) = args.last_mut() {
+            last.push(ch);
+        }
+    }
+    args.get(4).is_some_and(|a| a.trim() == "true")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,6 +274,42 @@ mod tests {
         ];
         for (name, want) in cases {
             assert_eq!(kernel_category(name), *want, "{name}");
+        }
+    }
+
+    /// Names from the shared real traces (A100, H100, V100) and from cuBLAS/CUTLASS builds of each generation.
+    #[test]
+    fn gemm_alignment_and_architecture_come_from_the_name() {
+        for (name, align, arch) in [
+            ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>(cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1::Params)", Some(1), Some(80)),
+            ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x4_nn_align4>(Params)", Some(4), Some(80)),
+            ("cutlass_75_tensorop_bf16_s1688gemm_bf16_64x64_32x1_nn_align1", Some(1), Some(75)),
+            ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(Params)", Some(1), Some(80)),
+            ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", None, Some(90)),
+            ("nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_NTN", None, Some(90)),
+            ("sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize64x128x32", None, Some(80)),
+            ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas", Some(4), Some(80)),
+            ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize128x128x64_aligna2_alignc8_kernel", Some(2), Some(90)),
+            ("ampere_sgemm_128x64_nn", None, Some(80)),
+            ("volta_sgemm_64x64_nt", None, Some(70)),
+            ("turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_nn", None, Some(75)),
+            ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN", None, None),
+            ("triton_tem_fused_mm_0", None, None),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)", None, None),
+        ] {
+            assert_eq!((gemm_alignment(name), gemm_arch(name)), (align, arch), "{name}");
+        }
+    }
+
+    #[test]
+    fn log_softmax_is_told_from_attentions_softmax() {
+        for (name, log) in [
+            ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>(float*, float const*, int, int, int, bool const*, int, bool)", true),
+            ("void (anonymous namespace)::softmax_warp_backward<float, float, float, 1, false, false>(float*, float const*, float const*, int, int, int, bool const*)", false),
+            ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(float*, float const*, int)", true),
+            ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, c10::BFloat16, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, int)", false),
+        ] {
+            assert_eq!(is_log_softmax(name), log, "{name}");
         }
     }
 }

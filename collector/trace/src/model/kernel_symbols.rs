@@ -87,6 +87,43 @@ fn matching_paren(bytes: &[u8], open: usize) -> usize {
     bytes.len()
 }
 
+/// The operation an ATen elementwise kernel computes, from what its template arguments name (every one of them is
+/// a `vectorized_elementwise_kernel`, `unrolled_elementwise_kernel` or `elementwise_kernel`): the function that
+/// launched it (`tanh_kernel_cuda` -> `tanh`, `launch_clamp_scalar` -> `clamp_scalar`), else the innermost
+/// operator functor (`BinaryFunctor<..., MulFunctor<float>>` -> `mul`, `CUDAFunctor_add<float>` -> `add`,
+/// `FillFunctor<float>` -> `fill`). Other names: their base name ([`kernel_base_name`]).
+pub fn elementwise_op(name: &str) -> String {
+    let f = function_part(name);
+    let base = kernel_base_name(name);
+    let Some(args) = f.find('<').map(|at| &f[at..]) else { return base.to_string() };
+    let words = || args.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| !w.is_empty());
+    let launcher = words().find_map(|w| {
+        w.strip_suffix("_kernel_cuda")
+            .or_else(|| w.strip_suffix("_kernel_impl"))
+            .or_else(|| w.strip_suffix("_kernel"))
+            .or_else(|| w.strip_prefix("launch_"))
+            // ATen's launch helpers (`gpu_kernel_impl<...>`), not operations.
+            .filter(|op| !op.is_empty() && !op.ends_with("elementwise") && *op != "gpu")
+    });
+    if let Some(op) = launcher {
+        return op.to_string();
+    }
+    const GENERIC: [&str; 4] = ["BinaryFunctor", "AUnaryFunctor", "BUnaryFunctor", "UnaryFunctor"];
+    let functor = words().rfind(|w| w.contains("Functor") && !GENERIC.contains(w)).map(|w| {
+        // `CUDAFunctor_add`, `CUDAFunctorOnSelf_add`: the operation after the underscore; `MulFunctor`: before.
+        match w.rsplit_once("Functor") {
+            Some((_, after))
+                if after.starts_with("OnSelf_") || after.starts_with("OnOther_") || after.starts_with('_') =>
+            {
+                after.rsplit('_').next().unwrap_or(w).to_string()
+            }
+            Some((before, _)) => before.to_ascii_lowercase(),
+            None => w.to_string(),
+        }
+    });
+    functor.filter(|op| !op.is_empty()).unwrap_or_else(|| base.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,5 +176,25 @@ mod tests {
         assert_eq!(demangle("sm90_xmma_gemm_f16f16_f32_tn_n"), None);
         assert_eq!(demangle("_Znot-a-symbol"), None);
         assert_eq!(function_part("void at::native::k<4>(int)"), "at::native::k<4>(int)");
+    }
+
+    /// ATen's elementwise kernels as the shared real traces name them: the operation, not the launcher template.
+    #[test]
+    fn elementwise_kernels_are_named_by_their_operation() {
+        for (name, op) in [
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 2> >(int, at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >, at::detail::Array<char*, 2>)", "mul"),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)", "add"),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctorOnSelf_add<long>, at::detail::Array<char*, 2> >(int, at::native::CUDAFunctorOnSelf_add<long>, at::detail::Array<char*, 2>)", "add"),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::neg_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, at::detail::Array<char*, 2> >(int)", "neg"),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const>(int)", "clamp_scalar"),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, at::native::(anonymous namespace)::threshold_kernel_impl<float>(at::TensorIteratorBase&, float, float)::{lambda(float, float)#1}>, at::detail::Array<char*, 3> >(int)", "threshold"),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)", "fill"),
+            ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&)>(int)", "mul"),
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::tanh_kernel_cuda(at::TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda(float)#1}, at::detail::Array<char*, 2> >(int)", "tanh"),
+            ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl<at::native::BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::TensorIteratorBase&)::{lambda(int)#1}>(int)", "mul"),
+            ("triton_poi_fused_add_mul_0", "triton_poi_fused_add_mul_0"),
+        ] {
+            assert_eq!(elementwise_op(name), op, "{name}");
+        }
     }
 }
