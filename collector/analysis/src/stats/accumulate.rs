@@ -56,6 +56,9 @@ pub struct StatsAcc {
     projection: super::projection::Projection,
     python: super::python::PythonAcc,
     kern_exec: super::kern_exec::KernExecAcc,
+    gemm_perf: super::gemm_perf::GemmPerfAcc,
+    /// Each process's calls and the work they launched: the one join every table here takes.
+    joins: FxHashMap<u32, cuflight_trace::model::launches::LaunchJoin>,
     kern_gb: super::kern_gb::KernGridAcc,
     errors: super::api_errors::ApiErrors,
     /// The timeline's first instant (its first drawn event), which error times count from.
@@ -72,13 +75,35 @@ impl StatsAcc {
         }
     }
 
+    /// Joins calls and the work they launched, for the tables that need the launch: a kernel's launch phases, an
+    /// operator's kernels. Copies and memsets join too, so that a later kernel with a reused id is not taken for
+    /// theirs.
+    fn join(&mut self, key: u32, p: &Process, e: &RawEvent) {
+        let join = self.joins.entry(key).or_default();
+        match e.kind() {
+            Some(EventKind::Api) => {
+                join.api(p, e);
+                self.gemm_perf.call(key, e);
+            }
+            Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
+                let Some(joined) = join.work(e) else { return };
+                if e.kind() == Some(EventKind::Kernel) {
+                    self.kern_exec.kernel(key, e, &joined.call);
+                }
+                self.gemm_perf.work(key, e, &joined.call);
+            }
+            Some(EventKind::Range) => self.gemm_perf.range(key, p, e),
+            _ => {}
+        }
+    }
+
     /// One event of process `key` (`p` its facts and strings); events must come in time order.
     pub fn feed(&mut self, key: u32, p: &Process, e: &RawEvent) {
         self.see(e);
         *self.events.entry(key).or_default() += 1;
         self.projection.feed(key, p, e);
         self.python.feed(key, p, e);
-        self.kern_exec.feed(key, p, e);
+        self.join(key, p, e);
         self.kern_gb.feed(key, e);
         if let Some(r) = self.pairers.entry(key).or_default().feed(e) {
             let style = if r.async_range { "StartEnd" } else { "PushPop" };
@@ -326,6 +351,7 @@ impl StatsAcc {
             sync: self.sync.into_values().collect(),
             python_sync: self.python.finish(processes),
             kern_exec: self.kern_exec.finish(processes, names),
+            gemm_perf: self.gemm_perf.finish(processes),
             kern_gb: self.kern_gb.finish(processes, names),
             gpu_sum: Vec::new(),
             api_gpu_sum: Vec::new(),

@@ -1,5 +1,5 @@
 //! `cuda_kern_exec_sum`, as `nsys stats` defines it: each kernel with the call that launched it, per (process,
-//! thread, device, launching call, kernel name). For every kernel joined to its call ([`LaunchJoin`], the join
+//! thread, device, launching call, kernel name). For every kernel joined to its call (`LaunchJoin`, the join
 //! every output uses): the call's own time (API), the time from the call's return to the kernel's start (queue:
 //! only kernels that started at or after their call returned count, as QCount; a kernel the GPU started while the
 //! call was still running waited in no queue), the kernel's run (kernel) and the whole, from the call's start to
@@ -10,8 +10,8 @@
 
 use super::dist::Dist;
 use crate::table::Table;
-use cuflight_format::{EventKind, RawEvent};
-use cuflight_trace::model::launches::{Call, LaunchJoin};
+use cuflight_format::RawEvent;
+use cuflight_trace::model::launches::Call;
 use cuflight_trace::model::trace::Process;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -87,35 +87,20 @@ type GroupKey = (u32, u32, u32, u32, u32);
 
 #[derive(Default)]
 pub struct KernExecAcc {
-    joins: FxHashMap<u32, LaunchJoin>,
     groups: FxHashMap<GroupKey, PairAcc>,
 }
 
 impl KernExecAcc {
-    /// One event of process `key`, in time order.
-    pub fn feed(&mut self, key: u32, p: &Process, e: &RawEvent) {
-        let join = self.joins.entry(key).or_default();
-        match e.kind() {
-            Some(EventKind::Api) => {
-                join.api(p, e);
-            }
-            Some(EventKind::Kernel) => {
-                let Some(j) = join.work(e) else { return };
-                let t = LaunchTimes::of(&j.call, e);
-                let acc = self.groups.entry((key, j.call.tid, e.device, j.call.name, e.name)).or_default();
-                acc.total.add(t.total);
-                acc.api.add(t.api);
-                if let Some(q) = t.queue {
-                    acc.queue.add(q);
-                }
-                acc.kernel.add(t.kernel);
-            }
-            // Copies and memsets join too, so that a later kernel with a reused id is not taken for theirs.
-            Some(EventKind::Memcpy | EventKind::Memset) => {
-                join.work(e);
-            }
-            _ => {}
+    /// A kernel of process `key` joined to its launch (by the stats pass's one [`LaunchJoin`]).
+    pub fn kernel(&mut self, key: u32, e: &RawEvent, call: &Call) {
+        let t = LaunchTimes::of(call, e);
+        let acc = self.groups.entry((key, call.tid, e.device, call.name, e.name)).or_default();
+        acc.total.add(t.total);
+        acc.api.add(t.api);
+        if let Some(q) = t.queue {
+            acc.queue.add(q);
         }
+        acc.kernel.add(t.kernel);
     }
 
     /// Rows by (pid, thread, device, call, kernel), longest average total first.
@@ -193,6 +178,7 @@ pub fn table(rows: &[KernExecRow]) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cuflight_format::EventKind;
 
     fn at(kind: EventKind, start: u64, end: u64, name: u32, correlation: u32) -> RawEvent {
         let mut e = RawEvent::new(kind, 1, start, end);
@@ -210,7 +196,7 @@ mod tests {
         for (id, s) in [(1, "cudaLaunchKernel"), (2, "gemm")] {
             p.strings.insert(id, s.to_string());
         }
-        let mut acc = KernExecAcc::default();
+        let (mut acc, mut join) = (KernExecAcc::default(), cuflight_trace::model::launches::LaunchJoin::default());
         let events = [
             at(EventKind::Api, 100, 110, 1, 7),
             at(EventKind::Api, 200, 210, 1, 8),
@@ -222,7 +208,11 @@ mod tests {
             at(EventKind::Kernel, 510, 520, 2, 10), // ended inside its call: the whole is the call
         ];
         for e in &events {
-            acc.feed(3, &p, e);
+            if e.kind() == Some(EventKind::Api) {
+                join.api(&p, e);
+            } else if let Some(j) = join.work(e) {
+                acc.kernel(3, e, &j.call);
+            }
         }
         let rows = acc.finish(&BTreeMap::from([(3, p)]), super::super::KernelNames::Full);
         assert_eq!(rows.len(), 1);

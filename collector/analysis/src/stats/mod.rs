@@ -9,6 +9,7 @@ pub mod combined;
 mod dist;
 pub mod event_trace;
 pub mod filter;
+pub mod gemm_perf;
 mod grouping;
 pub mod kern_exec;
 pub mod kern_gb;
@@ -284,6 +285,8 @@ pub struct Stats {
     pub kern_exec: Vec<kern_exec::KernExecRow>,
     /// Kernel time by name and launch configuration (nsys's cuda_gpu_kern_gb_sum).
     pub kern_gb: Vec<kern_gb::KernGridRow>,
+    /// GEMM operators by shape with their achieved TFLOP/s and TB/s (traces that recorded shapes).
+    pub gemm_perf: Vec<gemm_perf::GemmPerfRow>,
     /// Kernels and memory operations together (nsys's cuda_gpu_sum), and with the CUDA API calls (cuda_api_gpu_sum).
     pub gpu_sum: Vec<combined::CombinedRow>,
     pub api_gpu_sum: Vec<combined::CombinedRow>,

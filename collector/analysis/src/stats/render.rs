@@ -129,6 +129,7 @@ impl Stats {
             ),
             Report::PythonSync => self.python_sync_table(),
             Report::Graphs => self.graphs_table(),
+            Report::GemmPerf => super::gemm_perf::table(&self.gemm_perf),
             Report::ApiErrors => self.api_errors_table(),
             Report::Processes => self.processes_table(),
             Report::Devices => self.devices_table(),

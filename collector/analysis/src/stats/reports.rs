@@ -22,6 +22,8 @@ pub enum Report {
     Sync,
     PythonSync,
     Graphs,
+    /// GEMM operators by shape (cuflight's: nsys has no shapes).
+    GemmPerf,
     /// Calls that returned an error (cuflight's: nsys has no such report).
     ApiErrors,
     Processes,
@@ -39,7 +41,7 @@ pub enum Report {
 }
 
 impl Report {
-    pub const ALL: [Report; 21] = [
+    pub const ALL: [Report; 22] = [
         Report::Kernels,
         Report::KernGrid,
         Report::Categories,
@@ -56,6 +58,7 @@ impl Report {
         Report::Sync,
         Report::PythonSync,
         Report::Graphs,
+        Report::GemmPerf,
         Report::ApiErrors,
         Report::Processes,
         Report::Devices,
@@ -81,11 +84,12 @@ impl Report {
     }
 
     /// What the terminal shows by default: all but the per-range x per-kernel table, which grows with the run, the
-    /// combined summaries, which repeat the kernel, memory and API tables, and the per-launch and per-shape kernel
-    /// tables, which `nsys stats` does not print by default either (`--report`
+    /// combined summaries, which repeat the kernel, memory and API tables, the per-launch and per-shape kernel
+    /// tables, which `nsys stats` does not print by default either, and the GEMMs by shape (`--report`
     /// shows them; JSON and CSV hold everything).
     pub fn default_text() -> Vec<Report> {
-        let left_out = [Report::NvtxKern, Report::KernExec, Report::KernGrid, Report::GpuSum, Report::ApiGpuSum];
+        let left_out =
+            [Report::NvtxKern, Report::KernExec, Report::KernGrid, Report::GpuSum, Report::ApiGpuSum, Report::GemmPerf];
         Report::ALL.into_iter().filter(|r| !left_out.contains(r)).collect()
     }
 
@@ -108,6 +112,7 @@ impl Report {
             Report::Sync => ("sync", "sync"),
             Report::PythonSync => ("python_sync_sum", "python_sync"),
             Report::Graphs => ("graphs", "graphs"),
+            Report::GemmPerf => ("gemm_perf", "gemm_perf"),
             Report::ApiErrors => ("cuda_api_errors", "api_errors"),
             Report::Processes => ("processes", "processes"),
             Report::Devices => ("devices", "devices"),
