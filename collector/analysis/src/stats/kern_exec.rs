@@ -91,7 +91,7 @@ pub struct KernExecAcc {
 }
 
 impl KernExecAcc {
-    /// A kernel of process `key` joined to its launch (by the stats pass's one [`LaunchJoin`]).
+    /// A kernel of process `key` joined to its launch (by the stats pass's one [`cuflight_trace::model::launches::LaunchJoin`]).
     pub fn kernel(&mut self, key: u32, e: &RawEvent, call: &Call) {
         let t = LaunchTimes::of(call, e);
         let acc = self.groups.entry((key, call.tid, e.device, call.name, e.name)).or_default();
