@@ -9,7 +9,7 @@ use super::gpu_findings::example_at as example;
 use super::sweep::Swept;
 use super::tallies::KernelAgg;
 use super::window::NameFlags;
-use cuflight_trace::model::kernel_category::{gemm_alignment, gemm_arch};
+use cuflight_trace::model::kernel_category::{gemm_alignment, gemm_arch, is_fp32_gemm};
 use cuflight_trace::model::kernel_symbols::elementwise_op;
 
 pub const FIX_MISALIGNED: &str = "Pad the dimensions of these GEMMs to a multiple of 8 elements (16 bytes for \
@@ -52,12 +52,11 @@ pub fn misaligned_gemm(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     let archs = gemms.iter().filter_map(|(_, name)| gemm_arch(name));
     // The GPU's own architecture: its compute capability, else the newest any GEMM of the run was built for.
     let own = ctx.plan.capability.map(|(major, minor)| major * 10 + minor).or(archs.clone().max())?;
-    let own_in_use = archs.clone().any(|a| a / 10 == own / 10);
+    let rule = Fallback { own, own_in_use: archs.clone().any(|a| a / 10 == own / 10) };
     let (mut misaligned, mut legacy) = (KernelAgg::default(), KernelAgg::default());
     let mut flagged = KernelAgg::default();
     for &(n, name) in &gemms {
-        let low_alignment = gemm_alignment(name).is_some_and(|a| a <= 2);
-        let old = own_in_use && gemm_arch(name).is_some_and(|a| a / 10 + 1 < own / 10);
+        let (low_alignment, old) = rule.of(name);
         let row = swept.kernels.by_name[&n];
         for (agg, yes) in [(&mut misaligned, low_alignment), (&mut legacy, old), (&mut flagged, low_alignment || old)] {
             if yes {
@@ -71,7 +70,12 @@ pub fn misaligned_gemm(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
         return None;
     }
     let time = flagged.total_ns;
-    let lost = (time as f64 * (1.0 - 1.0 / ALIGNMENT_SPEEDUP)) as u64;
+    // The shapes' rates stand for the fallback GEMMs only when they cover most of their time, against a fair
+    // share of other GEMMs (a few small calls' rate says nothing of the rest).
+    let shapes = rates_from_shapes(ctx, &rule);
+    let measured = shapes.as_ref().filter(|m| m.fallback_ns * 2 >= time && m.others_ns * 4 >= m.fallback_ns);
+    let speedup = measured.as_ref().map_or(ALIGNMENT_SPEEDUP, |m| (m.others / m.fallback).max(1.0));
+    let lost = (time as f64 * (1.0 - 1.0 / speedup)) as u64;
     let all_gemm_ns: u64 = gemms.iter().map(|(n, _)| swept.kernels.by_name[n].1).sum();
     let mut ev = Evidence::default();
     if misaligned.count > 0 {
@@ -97,16 +101,45 @@ pub fn misaligned_gemm(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
             own % 10
         ));
     }
-    ev.facts.push(format!(
-        "at an assumed {ALIGNMENT_SPEEDUP}x for the GPU's own aligned kernels, {} of their {} would be saved (the \
-         figure from the aligned GEMMs' achieved rate needs the GEMMs' shapes)",
-        ms(lost),
-        ms(time)
-    ));
+    match &measured {
+        Some(m) => {
+            ev.facts.push(format!(
+                "from the shapes the trace recorded: the {} GEMM calls on fallback kernels achieved {:.1} TFLOP/s, \
+                 the run's other {} GEMMs {:.1} TFLOP/s; at that rate {} of their {} would be saved",
+                m.dtype,
+                m.fallback,
+                m.dtype,
+                m.others,
+                ms(lost),
+                ms(time)
+            ));
+            ev.metrics.insert("fallback_tflops", m.fallback);
+            ev.metrics.insert("other_tflops", m.others);
+        }
+        None => {
+            let why = match &shapes {
+                Some(m) => format!(
+                    "the shapes the trace recorded cover {} of these GEMMs' time against {} of others, too little to \
+                     measure by",
+                    ms(m.fallback_ns),
+                    ms(m.others_ns)
+                ),
+                None => "a trace recorded with shapes (torch.profiler's record_shapes=True) gives the other GEMMs' \
+                         achieved rate instead"
+                    .to_string(),
+            };
+            ev.facts.push(format!(
+                "at an assumed {ALIGNMENT_SPEEDUP}x for the GPU's own aligned kernels, {} of their {} would be saved \
+                 ({why})",
+                ms(lost),
+                ms(time)
+            ))
+        }
+    }
     ev.metrics.insert("fallback_gemm_ns", time as f64);
     ev.metrics.insert("misaligned_gemm_ns", misaligned.total_ns as f64);
     ev.metrics.insert("legacy_arch_gemm_ns", legacy.total_ns as f64);
-    ev.metrics.insert("assumed_speedup", ALIGNMENT_SPEEDUP);
+    ev.metrics.insert("speedup", speedup);
     ev.kernels = super::gpu_findings::kernel_rows(ctx, &flagged, 5);
     share_of_all(&mut ev.kernels, swept);
     let summary = format!(
@@ -114,6 +147,60 @@ pub fn misaligned_gemm(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
         ms(time / ctx.steps_count() as u64)
     );
     Some(ctx.finding("misaligned_gemm", lost, summary, ev, FIX_MISALIGNED))
+}
+
+/// Which fallback a GEMM kernel of a name is, on a GPU of architecture `own` (`major * 10 + minor`).
+struct Fallback {
+    own: u32,
+    /// Some GEMM of the run was built for the GPU's own major architecture.
+    own_in_use: bool,
+}
+
+impl Fallback {
+    /// (operands aligned to 1 or 2 elements, built two or more generations before the GPU).
+    fn of(&self, name: &str) -> (bool, bool) {
+        let low_alignment = gemm_alignment(name).is_some_and(|a| a <= 2);
+        let old = self.own_in_use && gemm_arch(name).is_some_and(|a| a / 10 + 1 < self.own / 10);
+        (low_alignment, old)
+    }
+}
+
+/// Achieved TFLOP/s of the GEMM calls on fallback kernels and of the run's other GEMM calls of the same element
+/// type, from the shapes the trace recorded (the type with the most fallback time; fp32 SIMT kernels left out, as
+/// above).
+struct Rates {
+    dtype: String,
+    fallback: f64,
+    others: f64,
+    /// GPU time of the calls each rate comes from.
+    fallback_ns: u64,
+    others_ns: u64,
+}
+
+fn rates_from_shapes(ctx: &Ctx, rule: &Fallback) -> Option<Rates> {
+    let rows: Vec<_> = ctx.plan.gemm_perf.iter().filter(|r| !r.kernel.is_empty() && !is_fp32_gemm(&r.kernel)).collect();
+    let is_fallback = |kernel: &str| {
+        let (low, old) = rule.of(kernel);
+        low || old
+    };
+    let mut by_dtype: Vec<(&str, u64)> = Vec::new();
+    for r in rows.iter().filter(|r| is_fallback(&r.kernel)) {
+        match by_dtype.iter_mut().find(|d| d.0 == r.dtype) {
+            Some(d) => d.1 += r.total_ns,
+            None => by_dtype.push((&r.dtype, r.total_ns)),
+        }
+    }
+    let dtype = by_dtype.iter().max_by_key(|d| d.1)?.0;
+    // FLOPs over GPU time: GFLOP per ns is 1e18 FLOP/s, a million TFLOP/s.
+    let rate = |fallback: bool| -> Option<(f64, u64)> {
+        let (flop, ns) = rows
+            .iter()
+            .filter(|r| r.dtype == dtype && is_fallback(&r.kernel) == fallback)
+            .fold((0.0, 0u64), |(f, t), r| (f + r.gflop * r.count as f64, t.saturating_add(r.total_ns)));
+        (ns > 0 && flop > 0.0).then(|| (flop / ns as f64 * 1e6, ns))
+    };
+    let ((fallback, fallback_ns), (others, others_ns)) = (rate(true)?, rate(false)?);
+    Some(Rates { dtype: dtype.to_string(), fallback, others, fallback_ns, others_ns })
 }
 
 /// Runs of [`MIN_CHAIN`] or more elementwise kernels in a row on one stream that compute one function in steps
@@ -226,5 +313,77 @@ fn chain_ops(ctx: &Ctx, g: &ChainGroup) -> String {
 fn share_of_all(rows: &mut [KernelRow], swept: &Swept) {
     for r in rows {
         r.share_of_kernel_time = r.total_ns as f64 / swept.kernels.total_ns.max(1) as f64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cuflight_format::view::{ApiCall, RangeRecord};
+    use cuflight_format::{EventKind, RawEvent};
+    use cuflight_trace::model::source::EventSource;
+    use cuflight_trace::model::trace::{Process, Trace};
+
+    /// Four steps, each a GEMM operator on an align1 kernel (400 us) and one on the GPU's own kernel (100 us),
+    /// both bf16 and recorded with their shapes: the estimate comes from the rates the shapes give.
+    #[test]
+    fn recorded_shapes_measure_what_padding_would_gain() {
+        let mut p = Process::default();
+        p.info.pid = 7;
+        let strings = [
+            (1, "ProfilerStep#0"),
+            (2, "aten::mm"),
+            (3, r#""Input Dims":[[1024, 1000], [1000, 1024]],"Input type":["c10::BFloat16", "c10::BFloat16"]"#),
+            (4, r#""Input Dims":[[1024, 1024], [1024, 1024]],"Input type":["c10::BFloat16", "c10::BFloat16"]"#),
+            (5, "cudaLaunchKernel"),
+            (6, "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align1"),
+            (7, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"),
+        ];
+        for (id, s) in strings {
+            p.strings.insert(id, s.to_string());
+        }
+        let range = |name, start, end, text, external| {
+            let mut e = RawEvent { name, ..RawEvent::new(EventKind::Range, 1, start, end) };
+            e.set_range(RangeRecord {
+                category: 0,
+                on_device: false,
+                external,
+                operator_text: text,
+                sequence_plus_one: 0,
+            });
+            e
+        };
+        let launch = ApiCall { runtime: true, cbid: 211, result: 0, external: 0 };
+        let (mut events, mut t, mut corr) = (Vec::new(), 1_000_000u64, 1u32);
+        for _ in 0..4 {
+            events.push(range(1, t, t + 600_000, 0, 0));
+            for (text, kernel, ns) in [(3, 6, 400_000), (4, 7, 100_000)] {
+                events.push(range(2, t + 1_000, t + 20_000, text, corr as u64));
+                events.push(RawEvent {
+                    name: 5,
+                    correlation: corr,
+                    ..RawEvent::api_call(1, t + 2_000, t + 10_000, launch)
+                });
+                let k = RawEvent::new(EventKind::Kernel, 0, t + 20_000, t + 20_000 + ns);
+                events.push(RawEvent { name: kernel, correlation: corr, stream: 7, ..k });
+                (t, corr) = (t + 20_000 + ns, corr + 1);
+            }
+            t += 80_000;
+        }
+        events.sort_by_key(|e| e.start);
+        p.events = events;
+        let mut trace = Trace::default();
+        trace.processes.insert(7, p);
+        let mut traces = vec![("t".to_string(), EventSource::from_trace(trace))];
+        let report = super::super::Report::compute(&mut traces, &Default::default()).unwrap();
+        let f = report.findings.iter().find(|f| f.kind == "misaligned_gemm").expect("misaligned_gemm");
+        // By hand: 2*1024*1024*1000 FLOP in 400 us against 2*1024^3 in 100 us.
+        let (fallback, others) = (2.0 * 1024.0 * 1024.0 * 1000.0 / 400e3 / 1e3, 2.0 * 1024f64.powi(3) / 100e3 / 1e3);
+        let m = &f.evidence.metrics;
+        assert!((m["fallback_tflops"] - fallback).abs() < 1e-9 && (m["other_tflops"] - others).abs() < 1e-9, "{m:?}");
+        let time = m["fallback_gemm_ns"];
+        let steps = report.processes[0].steps.len() as f64;
+        assert_eq!(time, steps * 400e3, "{m:?}");
+        assert_eq!(f.time_lost_ns, (time * (1.0 - fallback / others)) as u64, "{m:?}");
+        assert!(f.evidence.facts.iter().any(|x| x.contains("from the shapes the trace recorded")), "{f:?}");
     }
 }

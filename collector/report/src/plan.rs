@@ -17,6 +17,7 @@ use cuflight_trace::model::trace::Process;
 use cuflight_trace::model::windows::Windows;
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use cuflight_analysis::stats::gemm_perf::{GemmPerfAcc, GemmPerfRow};
 use cuflight_trace::model::job_clock::ClockFacts;
 use cuflight_trace::model::launches::LaunchJoin;
 
@@ -72,6 +73,8 @@ pub struct Plan {
     pub warmup: super::warmup::Warmup,
     /// CUDA calls that returned an error, and a device fault's suspect launch.
     pub failed: super::failed_calls::FailedCalls,
+    /// GEMM operators by shape, with their kernels and achieved rates (traces that recorded shapes).
+    pub gemm_perf: Vec<GemmPerfRow>,
 }
 
 impl Plan {
@@ -121,6 +124,8 @@ type DeviceFacts = (Option<(u32, u32)>, Option<u64>);
 struct First {
     names: NameFlags,
     launches: LaunchJoin,
+    /// GEMM operators' calls with their shapes and GPU time (traces that recorded shapes).
+    gemm_perf: GemmPerfAcc,
     pairer: Pairer,
     /// Host ranges that could be steps, whatever the source chosen later.
     candidates: Candidates,
@@ -162,6 +167,7 @@ impl First {
             failed: Default::default(),
             names: NameFlags::new(p),
             launches: LaunchJoin::default(),
+            gemm_perf: GemmPerfAcc::default(),
             pairer: Pairer::default(),
             candidates: Candidates::default(),
             has_stream_waits: false,
@@ -214,6 +220,7 @@ impl First {
             self.driver_version = self.driver_version.max(e.as_device().driver_version);
         }
         if kind == Some(EventKind::Range) && !e.as_range().on_device {
+            self.gemm_perf.range(0, p, e);
             let r = HostRange { start: e.start, end: e.end.max(e.start), name: e.name, tid: e.tid };
             self.range(p, option, r, None);
         } else if let Some(r) = self.pairer.feed(e) {
@@ -229,6 +236,7 @@ impl First {
         match kind {
             Some(EventKind::Api) => {
                 self.launches.api(p, e);
+                self.gemm_perf.call(0, e);
                 if e.correlation != 0 {
                     let ids = &mut self.api_ids;
                     *ids = (ids.0 + 1, ids.1.min(e.correlation), ids.2.max(e.correlation));
@@ -258,6 +266,7 @@ impl First {
                 }
                 self.max_op_end = Some(self.max_op_end.unwrap_or(0).max(e.end));
                 if let Some(call) = self.launches.work(e).map(|w| w.call) {
+                    self.gemm_perf.work(0, e, &call);
                     self.launchers.insert(call.tid);
                     self.candidates.work(call.start, e.end);
                 }
@@ -516,6 +525,7 @@ pub fn plan(
                 },
                 warmup,
                 failed: f.failed,
+                gemm_perf: f.gemm_perf.finish_one(p),
             },
         );
     }

@@ -23,6 +23,8 @@ struct Instance {
     name: u32,
     text: u32,
     gpu_ns: u64,
+    /// Its longest kernel: (name, ns).
+    kernel: (u32, u64),
 }
 
 /// Operator calls and the launches inside them. A launch belongs to the innermost GEMM operator open on its thread
@@ -56,7 +58,7 @@ impl GemmPerfAcc {
             return;
         }
         let at = self.instances.len();
-        self.instances.push(Instance { key, name: e.name, text: r.operator_text, gpu_ns: 0 });
+        self.instances.push(Instance { key, name: e.name, text: r.operator_text, gpu_ns: 0, kernel: (0, 0) });
         if r.external != 0 {
             self.by_external.insert((key, r.external), at);
         }
@@ -85,27 +87,53 @@ impl GemmPerfAcc {
         if let Some(&at) = at {
             let i = &mut self.instances[at];
             i.gpu_ns = i.gpu_ns.saturating_add(e.duration());
+            if e.kind() == Some(cuflight_format::EventKind::Kernel) && e.duration() > i.kernel.1 {
+                i.kernel = (e.name, e.duration());
+            }
         }
     }
 
     /// Rows by (operator, shapes, types), most GPU time first.
     pub fn finish(self, processes: &BTreeMap<u32, Process>) -> Vec<GemmPerfRow> {
-        let mut groups: BTreeMap<(String, String), (Gemm, Vec<u64>)> = BTreeMap::new();
+        self.finish_with(&|key| processes.get(&key))
+    }
+
+    /// The rows of one process's calls (fed with any one key).
+    pub fn finish_one(self, p: &Process) -> Vec<GemmPerfRow> {
+        self.finish_with(&|_| Some(p))
+    }
+
+    fn finish_with<'p>(self, process: &dyn Fn(u32) -> Option<&'p Process>) -> Vec<GemmPerfRow> {
+        // Per group: the problem, each call's GPU time, and its kernels' time by name.
+        type Group = (Gemm, Vec<u64>, BTreeMap<String, u64>);
+        let mut groups: BTreeMap<(String, String), Group> = BTreeMap::new();
         for i in self.instances {
-            let Some(p) = processes.get(&i.key) else { continue };
+            let Some(p) = process(i.key) else { continue };
             if i.gpu_ns == 0 {
                 continue; // no work joined: the trace lost its launch or its kernels
             }
             let (name, text) = (p.string(i.name), p.string(i.text));
             let group = (name.to_string(), text.to_string());
-            if let Some(g) = groups.get_mut(&group) {
-                g.1.push(i.gpu_ns);
-                continue;
+            let g = match groups.get_mut(&group) {
+                Some(g) => g,
+                None => {
+                    let Some(gemm) = Gemm::of(name, text) else { continue };
+                    groups.entry(group).or_insert((gemm, Vec::new(), BTreeMap::new()))
+                }
+            };
+            g.1.push(i.gpu_ns);
+            if i.kernel.1 > 0 {
+                *g.2.entry(p.string(i.kernel.0).to_string()).or_default() += i.kernel.1;
             }
-            let Some(gemm) = Gemm::of(name, text) else { continue };
-            groups.insert(group, (gemm, vec![i.gpu_ns]));
         }
-        let mut rows: Vec<GemmPerfRow> = groups.into_iter().map(|((op, _), (g, times))| g.row(op, &times)).collect();
+        let mut rows: Vec<GemmPerfRow> = groups
+            .into_iter()
+            .map(|((op, _), (g, times, kernels))| {
+                // The kernel that did most of the group's work (cuBLAS may pick another for a few calls).
+                let kernel = kernels.into_iter().max_by_key(|k| k.1).map(|k| k.0).unwrap_or_default();
+                g.row(op, kernel, &times)
+            })
+            .collect();
         rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.op.cmp(&b.op)));
         rows
     }
@@ -169,7 +197,7 @@ impl Gemm {
         elements * self.element_bytes as f64
     }
 
-    fn row(&self, op: String, times: &[u64]) -> GemmPerfRow {
+    fn row(&self, op: String, kernel: String, times: &[u64]) -> GemmPerfRow {
         let (flops, bytes) = (self.flops(), self.bytes());
         let count = times.len() as u64;
         let total_ns = times.iter().fold(0u64, |a, &t| a.saturating_add(t));
@@ -191,6 +219,7 @@ impl Gemm {
             // FLOPs per ns are GFLOP/s: /1e3 for TFLOP/s; bytes per ns are GB/s: /1e3 for TB/s.
             tflops_mean: mean(&|ns| flops / ns / 1e3),
             tbps_mean: mean(&|ns| bytes / ns / 1e3),
+            kernel,
         }
     }
 }
@@ -216,6 +245,8 @@ pub struct GemmPerfRow {
     /// Per call, averaged over the calls (as TraceLens's `TFLOPS/s_mean`).
     pub tflops_mean: f64,
     pub tbps_mean: f64,
+    /// The kernel that ran most of the group's time.
+    pub kernel: String,
 }
 
 pub fn table(rows: &[GemmPerfRow]) -> Table {
