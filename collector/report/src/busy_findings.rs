@@ -12,6 +12,9 @@ use super::window::NameFlags;
 use cuflight_trace::model::kernel_category::{gemm_alignment, gemm_arch, is_fp32_gemm};
 use cuflight_trace::model::kernel_symbols::elementwise_op;
 
+/// The kinds of finding read off a busy GPU's kernels here.
+pub const KINDS: [&str; 3] = ["misaligned_gemm", "elementwise_chains", "unfused_attention"];
+
 pub const FIX_MISALIGNED: &str = "Pad the dimensions of these GEMMs to a multiple of 8 elements (16 bytes for \
      bf16/fp16; 4 elements for fp32 and TF32), of 64 for the best tiles: a vocabulary of 50257 becomes 50304 \
      (nn.Embedding and the output layer, the extra logits never targeted), hidden and feed-forward sizes and \

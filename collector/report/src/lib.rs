@@ -579,13 +579,27 @@ fn verdict(findings: &[Finding], processes: &[ProcessReport]) -> String {
     }
 }
 
+/// From this share of step time with kernels running, the GPU counts as busy: its idle time is not where the time
+/// goes.
+const BUSY_UTILIZATION: f64 = 0.80;
+
 fn performance_verdict(findings: &[Finding], processes: &[ProcessReport]) -> String {
     let util = processes
         .iter()
         .filter_map(|p| p.step_total.as_ref())
         .map(|t| t.gpu_utilization)
         .fold(None, |m: Option<f64>, u| Some(m.map_or(u, |m| m.min(u))));
-    let util = util.map_or(String::new(), |u| format!(" GPU utilisation in steps: {:.0}%.", u * 100.0));
+    // A busy GPU whose kernels show none of the waste read off names: said, so that "no bottleneck" is not read
+    // as "nothing to gain".
+    let busy_clean = util.is_some_and(|u| u >= BUSY_UTILIZATION)
+        && !findings.iter().any(|f| busy_findings::KINDS.contains(&f.kind) || f.kind == "fp32_gemm");
+    let busy = if busy_clean {
+        " Its kernels show no GEMMs on fallback or fp32 kernels, no unfused elementwise chains and no unfused \
+         attention; whether they are memory- or compute-bound needs device counters, which this trace has none of."
+    } else {
+        ""
+    };
+    let util = util.map_or(String::new(), |u| format!(" GPU utilisation in steps: {:.0}%.{busy}", u * 100.0));
     match findings.first() {
         Some(f) if f.severity >= Severity::Medium => {
             let who = if processes.len() > 1 {
