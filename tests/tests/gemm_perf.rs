@@ -38,6 +38,17 @@ fn gemm_rates_from_shapes_agree_with_tracelens() {
             assert!((got / want - 1.0).abs() <= 0.02, "{op} {m}x{n}x{k} {what}: {got} vs TraceLens's {want}");
         }
     }
+    // On the roofline of the GPU the trace names (an H100 SXM5: 989.4 dense bf16 TFLOP/s, 3.35 TB/s, by NVIDIA's
+    // datasheet): 693 FLOP per byte is far above the ridge (295), so compute-bound, at 62% of the peak.
+    let big = rows.iter().find(|r| r["m"] == 8944 && r["n"] == 2816).unwrap();
+    let roof = &big["roofline"];
+    assert_eq!(
+        (roof["gpu"].as_str(), roof["math"].as_str(), roof["bound"].as_str()),
+        (Some("H100 SXM5"), Some("bf16"), Some("compute")),
+        "{roof}"
+    );
+    let of_peak = roof["compute_of_peak"].as_f64().unwrap();
+    assert!((of_peak - 610.6657102342793 / 989.4).abs() < 0.01, "{roof}");
     let text = stats_with(&["--report", "gemm_perf", trace.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("[gemm_perf]") && text.contains("610.7"), "{text}");

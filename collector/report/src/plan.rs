@@ -215,6 +215,9 @@ impl First {
             *x = (x.0.min(e.start), x.1.max(e.end).max(e.start));
         }
         self.clock.feed(p, e);
+        if kind == Some(EventKind::Device) {
+            self.gemm_perf.device(0, e);
+        }
         if kind == Some(EventKind::Device) && self.devices.iter().all(|d| d.ordinal != e.device) {
             self.devices.push(super::run::device(e, p.string(e.name)));
             self.driver_version = self.driver_version.max(e.as_device().driver_version);

@@ -93,6 +93,7 @@ impl StatsAcc {
                 self.gemm_perf.work(key, e, &joined.call);
             }
             Some(EventKind::Range) => self.gemm_perf.range(key, p, e),
+            Some(EventKind::Device) => self.gemm_perf.device(key, e),
             _ => {}
         }
     }

@@ -7,6 +7,7 @@
 
 use crate::table::Table;
 use cuflight_format::RawEvent;
+use cuflight_trace::model::gpu_peaks::{self, Math, Peaks};
 use cuflight_trace::model::launches::Call;
 use cuflight_trace::model::trace::Process;
 use rustc_hash::FxHashMap;
@@ -23,8 +24,9 @@ struct Instance {
     name: u32,
     text: u32,
     gpu_ns: u64,
-    /// Its longest kernel: (name, ns).
+    /// Its longest kernel: (name, ns), and the device it ran on.
     kernel: (u32, u64),
+    device: u32,
 }
 
 /// Operator calls and the launches inside them. A launch belongs to the innermost GEMM operator open on its thread
@@ -40,6 +42,8 @@ pub struct GemmPerfAcc {
     launches: FxHashMap<(u32, u32), usize>,
     /// Per process, whether each name is a GEMM operator.
     is_gemm: FxHashMap<(u32, u32), bool>,
+    /// Per (process, device ordinal): the GPU's name (for its peaks).
+    devices: FxHashMap<(u32, u32), u32>,
 }
 
 /// The ATen operators a GEMM's shapes can be read from.
@@ -58,13 +62,25 @@ impl GemmPerfAcc {
             return;
         }
         let at = self.instances.len();
-        self.instances.push(Instance { key, name: e.name, text: r.operator_text, gpu_ns: 0, kernel: (0, 0) });
+        self.instances.push(Instance {
+            key,
+            name: e.name,
+            text: r.operator_text,
+            gpu_ns: 0,
+            kernel: (0, 0),
+            device: 0,
+        });
         if r.external != 0 {
             self.by_external.insert((key, r.external), at);
         }
         let open = self.open.entry((key, e.tid)).or_default();
         open.retain(|&(end, _)| end > e.start);
         open.push((e.end, at));
+    }
+
+    /// A device's facts: its name gives its peaks.
+    pub fn device(&mut self, key: u32, e: &RawEvent) {
+        self.devices.entry((key, e.device)).or_insert(e.name);
     }
 
     /// A CUDA call, in time order: a launch inside a GEMM operator belongs to it.
@@ -88,7 +104,7 @@ impl GemmPerfAcc {
             let i = &mut self.instances[at];
             i.gpu_ns = i.gpu_ns.saturating_add(e.duration());
             if e.kind() == Some(cuflight_format::EventKind::Kernel) && e.duration() > i.kernel.1 {
-                i.kernel = (e.name, e.duration());
+                (i.kernel, i.device) = ((e.name, e.duration()), e.device);
             }
         }
     }
@@ -104,8 +120,8 @@ impl GemmPerfAcc {
     }
 
     fn finish_with<'p>(self, process: &dyn Fn(u32) -> Option<&'p Process>) -> Vec<GemmPerfRow> {
-        // Per group: the problem, each call's GPU time, and its kernels' time by name.
-        type Group = (Gemm, Vec<u64>, BTreeMap<String, u64>);
+        // Per group: the problem, each call's GPU time, its kernels' time by name, and its GPU's peaks.
+        type Group = (Gemm, Vec<u64>, BTreeMap<String, u64>, Option<Peaks>);
         let mut groups: BTreeMap<(String, String), Group> = BTreeMap::new();
         for i in self.instances {
             let Some(p) = process(i.key) else { continue };
@@ -118,7 +134,8 @@ impl GemmPerfAcc {
                 Some(g) => g,
                 None => {
                     let Some(gemm) = Gemm::of(name, text) else { continue };
-                    groups.entry(group).or_insert((gemm, Vec::new(), BTreeMap::new()))
+                    let gpu = self.devices.get(&(i.key, i.device)).and_then(|&n| gpu_peaks::of(p.string(n)));
+                    groups.entry(group).or_insert((gemm, Vec::new(), BTreeMap::new(), gpu))
                 }
             };
             g.1.push(i.gpu_ns);
@@ -128,10 +145,12 @@ impl GemmPerfAcc {
         }
         let mut rows: Vec<GemmPerfRow> = groups
             .into_iter()
-            .map(|((op, _), (g, times, kernels))| {
+            .map(|((op, _), (g, times, kernels, gpu))| {
                 // The kernel that did most of the group's work (cuBLAS may pick another for a few calls).
                 let kernel = kernels.into_iter().max_by_key(|k| k.1).map(|k| k.0).unwrap_or_default();
-                g.row(op, kernel, &times)
+                let mut row = g.row(op, kernel, &times);
+                row.roofline = gpu.and_then(|gpu| Roofline::of(&row, &gpu));
+                row
             })
             .collect();
         rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.op.cmp(&b.op)));
@@ -220,6 +239,7 @@ impl Gemm {
             tflops_mean: mean(&|ns| flops / ns / 1e3),
             tbps_mean: mean(&|ns| bytes / ns / 1e3),
             kernel,
+            roofline: None,
         }
     }
 }
@@ -247,12 +267,58 @@ pub struct GemmPerfRow {
     pub tbps_mean: f64,
     /// The kernel that ran most of the group's time.
     pub kernel: String,
+    /// Where the calls sit against their GPU's peaks (GPUs with known peaks).
+    pub roofline: Option<Roofline>,
+}
+
+/// A group's place on its GPU's roofline: its arithmetic intensity against the ridge (peak FLOP/s over peak
+/// bytes/s: below it a kernel can at best be memory-bound), and what it achieved of each peak.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Roofline {
+    /// The GPU (its datasheet's column) and the math the kernel ran (`bf16`, `tf32`, `fp32`, `fp8`).
+    pub gpu: &'static str,
+    pub math: &'static str,
+    pub peak_tflops: f64,
+    pub peak_tbps: f64,
+    /// FLOP per byte where the two roofs meet.
+    pub ridge_flops_per_byte: f64,
+    /// "compute" at or above the ridge, else "memory".
+    pub bound: &'static str,
+    /// Achieved over peak, 0-1.
+    pub compute_of_peak: f64,
+    pub dram_of_peak: f64,
+}
+
+impl Roofline {
+    fn of(row: &GemmPerfRow, gpu: &Peaks) -> Option<Roofline> {
+        let math = gpu_peaks::gemm_math(&row.dtype, &row.kernel)?;
+        let peak_tflops = gpu.tflops(math)?;
+        let ridge = peak_tflops / gpu.dram_tbps;
+        Some(Roofline {
+            gpu: gpu.name,
+            math: match math {
+                Math::Fp32 => "fp32",
+                Math::Tf32 => "tf32",
+                Math::Bf16 => "bf16",
+                Math::Fp8 => "fp8",
+            },
+            peak_tflops,
+            peak_tbps: gpu.dram_tbps,
+            ridge_flops_per_byte: ridge,
+            bound: if row.flops_per_byte >= ridge { "compute" } else { "memory" },
+            compute_of_peak: row.tflops_mean / peak_tflops,
+            dram_of_peak: row.tbps_mean / gpu.dram_tbps,
+        })
+    }
 }
 
 pub fn table(rows: &[GemmPerfRow]) -> Table {
     let mut t = Table::new(
         "GEMM operators by shape, from the trace's recorded shapes [gemm_perf]",
-        &["Time (%)", "Count", "Avg (us)", "TFLOP/s", "TB/s", "FLOP/B", "GFLOP", "Op", "B", "M", "N", "K", "Dtype"],
+        &[
+            "Time (%)", "Count", "Avg (us)", "TFLOP/s", "TB/s", "FLOP/B", "Peak (%)", "Bound", "GFLOP", "Op", "B", "M",
+            "N", "K", "Dtype",
+        ],
     );
     let all = rows.iter().map(|r| r.total_ns).sum::<u64>().max(1) as f64;
     for r in rows {
@@ -263,6 +329,12 @@ pub fn table(rows: &[GemmPerfRow]) -> Table {
             format!("{:.1}", r.tflops_mean),
             format!("{:.3}", r.tbps_mean),
             format!("{:.0}", r.flops_per_byte),
+            // The peak of the side it is on: compute above the ridge, DRAM below.
+            r.roofline.as_ref().map_or(String::new(), |f| {
+                let of = if f.bound == "compute" { f.compute_of_peak } else { f.dram_of_peak };
+                format!("{:.0}", 100.0 * of)
+            }),
+            r.roofline.as_ref().map_or(String::new(), |f| format!("{} {}", f.bound, f.math)),
             format!("{:.3}", r.gflop),
             r.op.clone(),
             r.batch.to_string(),
