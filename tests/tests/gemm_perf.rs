@@ -1,5 +1,6 @@
-//! `cuflight stats --report gemm_perf`: GEMM operators' achieved TFLOP/s and TB/s from the shapes a trace
-//! recorded, against the figures TraceLens (AMD's trace analyser) computed for the same real trace.
+//! `cuflight stats --report gemm_perf` and `attention_perf`: GEMM and attention operators' achieved TFLOP/s and
+//! TB/s from the shapes a trace recorded, against the figures TraceLens (AMD's trace analyser) computed for the
+//! same real trace.
 
 use cuflight_integration::*;
 
@@ -52,4 +53,31 @@ fn gemm_rates_from_shapes_agree_with_tracelens() {
     let text = stats_with(&["--report", "gemm_perf", trace.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("[gemm_perf]") && text.contains("610.7"), "{text}");
+}
+
+/// The same trace's attention (causal flash SDPA, 24 calls): within 2% of TraceLens's SDPA_fwd.csv for it
+/// (TFLOPS/s_mean 90.289, TB/s_mean 0.6461), the causal mask read from the call's concrete arguments.
+#[test]
+fn attention_rates_from_shapes_agree_with_tracelens() {
+    let Some(trace) = shared_trace("kineto-h100-qwen-inference.json.gz") else { return };
+    let out = stats_with(&["--format", "json", "--report", "attention_perf", trace.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = s["attention_perf"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let r = &rows[0];
+    assert_eq!(
+        (r["op"].as_str(), r["count"].as_u64(), r["causal"].as_bool()),
+        (Some("aten::_scaled_dot_product_flash_attention"), Some(24), Some(true)),
+        "{r}"
+    );
+    assert_eq!(
+        (r["batch"].as_u64(), r["heads_q"].as_u64(), r["n_q"].as_u64(), r["d_qk"].as_u64()),
+        (Some(16), Some(16), Some(559), Some(64))
+    );
+    for (what, key, want) in [("TFLOP/s", "tflops_mean", 90.28922364189224), ("TB/s", "tbps_mean", 0.6460767344679231)]
+    {
+        let got = r[key].as_f64().unwrap();
+        assert!((got / want - 1.0).abs() <= 0.02, "{what}: {got} vs TraceLens's {want}");
+    }
 }

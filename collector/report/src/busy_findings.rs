@@ -189,8 +189,8 @@ fn rates_from_shapes(ctx: &Ctx, rule: &Fallback) -> Option<Rates> {
     let mut by_dtype: Vec<(&str, u64)> = Vec::new();
     for r in rows.iter().filter(|r| is_fallback(&r.kernel)) {
         match by_dtype.iter_mut().find(|d| d.0 == r.dtype) {
-            Some(d) => d.1 += r.total_ns,
-            None => by_dtype.push((&r.dtype, r.total_ns)),
+            Some(d) => d.1 += r.achieved.total_ns,
+            None => by_dtype.push((&r.dtype, r.achieved.total_ns)),
         }
     }
     let dtype = by_dtype.iter().max_by_key(|d| d.1)?.0;
@@ -199,7 +199,9 @@ fn rates_from_shapes(ctx: &Ctx, rule: &Fallback) -> Option<Rates> {
         let (flop, ns) = rows
             .iter()
             .filter(|r| r.dtype == dtype && is_fallback(&r.kernel) == fallback)
-            .fold((0.0, 0u64), |(f, t), r| (f + r.gflop * r.count as f64, t.saturating_add(r.total_ns)));
+            .fold((0.0, 0u64), |(f, t), r| {
+                (f + r.achieved.gflop * r.achieved.count as f64, t.saturating_add(r.achieved.total_ns))
+            });
         (ns > 0 && flop > 0.0).then(|| (flop / ns as f64 * 1e6, ns))
     };
     let ((fallback, fallback_ns), (others, others_ns)) = (rate(true)?, rate(false)?);

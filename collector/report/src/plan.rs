@@ -17,7 +17,8 @@ use cuflight_trace::model::trace::Process;
 use cuflight_trace::model::windows::Windows;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use cuflight_analysis::stats::gemm_perf::{GemmPerfAcc, GemmPerfRow};
+use cuflight_analysis::stats::op_perf::gemm::GemmPerfRow;
+use cuflight_analysis::stats::op_perf::OpPerfAcc;
 use cuflight_trace::model::job_clock::ClockFacts;
 use cuflight_trace::model::launches::LaunchJoin;
 
@@ -125,7 +126,7 @@ struct First {
     names: NameFlags,
     launches: LaunchJoin,
     /// GEMM operators' calls with their shapes and GPU time (traces that recorded shapes).
-    gemm_perf: GemmPerfAcc,
+    gemm_perf: OpPerfAcc,
     pairer: Pairer,
     /// Host ranges that could be steps, whatever the source chosen later.
     candidates: Candidates,
@@ -167,7 +168,7 @@ impl First {
             failed: Default::default(),
             names: NameFlags::new(p),
             launches: LaunchJoin::default(),
-            gemm_perf: GemmPerfAcc::default(),
+            gemm_perf: OpPerfAcc::default(),
             pairer: Pairer::default(),
             candidates: Candidates::default(),
             has_stream_waits: false,
@@ -528,7 +529,7 @@ pub fn plan(
                 },
                 warmup,
                 failed: f.failed,
-                gemm_perf: f.gemm_perf.finish_one(p),
+                gemm_perf: f.gemm_perf.finish_one(p).gemm,
             },
         );
     }

@@ -56,7 +56,7 @@ pub struct StatsAcc {
     projection: super::projection::Projection,
     python: super::python::PythonAcc,
     kern_exec: super::kern_exec::KernExecAcc,
-    gemm_perf: super::gemm_perf::GemmPerfAcc,
+    op_perf: super::op_perf::OpPerfAcc,
     /// Each process's calls and the work they launched: the one join every table here takes.
     joins: FxHashMap<u32, cuflight_trace::model::launches::LaunchJoin>,
     kern_gb: super::kern_gb::KernGridAcc,
@@ -83,17 +83,17 @@ impl StatsAcc {
         match e.kind() {
             Some(EventKind::Api) => {
                 join.api(p, e);
-                self.gemm_perf.call(key, e);
+                self.op_perf.call(key, e);
             }
             Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
                 let Some(joined) = join.work(e) else { return };
                 if e.kind() == Some(EventKind::Kernel) {
                     self.kern_exec.kernel(key, e, &joined.call);
                 }
-                self.gemm_perf.work(key, e, &joined.call);
+                self.op_perf.work(key, e, &joined.call);
             }
-            Some(EventKind::Range) => self.gemm_perf.range(key, p, e),
-            Some(EventKind::Device) => self.gemm_perf.device(key, e),
+            Some(EventKind::Range) => self.op_perf.range(key, p, e),
+            Some(EventKind::Device) => self.op_perf.device(key, e),
             _ => {}
         }
     }
@@ -291,6 +291,7 @@ impl StatsAcc {
         let mut pinned_memory = self.pinned_memory;
         device_memory.live_bytes_at_end = self.live.device();
         pinned_memory.live_bytes_at_end = self.live.pinned();
+        let op_perf = self.op_perf.finish(processes);
         let mut stats = Stats {
             categories: Vec::new(),
             kernels,
@@ -352,7 +353,8 @@ impl StatsAcc {
             sync: self.sync.into_values().collect(),
             python_sync: self.python.finish(processes),
             kern_exec: self.kern_exec.finish(processes, names),
-            gemm_perf: self.gemm_perf.finish(processes),
+            gemm_perf: op_perf.gemm,
+            attention_perf: op_perf.attention,
             kern_gb: self.kern_gb.finish(processes, names),
             gpu_sum: Vec::new(),
             api_gpu_sum: Vec::new(),

@@ -9,11 +9,11 @@ pub mod combined;
 mod dist;
 pub mod event_trace;
 pub mod filter;
-pub mod gemm_perf;
 mod grouping;
 pub mod kern_exec;
 pub mod kern_gb;
 pub mod kernel_names;
+pub mod op_perf;
 mod projection;
 mod pushpop_trace;
 pub mod python;
@@ -285,8 +285,9 @@ pub struct Stats {
     pub kern_exec: Vec<kern_exec::KernExecRow>,
     /// Kernel time by name and launch configuration (nsys's cuda_gpu_kern_gb_sum).
     pub kern_gb: Vec<kern_gb::KernGridRow>,
-    /// GEMM operators by shape with their achieved TFLOP/s and TB/s (traces that recorded shapes).
-    pub gemm_perf: Vec<gemm_perf::GemmPerfRow>,
+    /// GEMM and attention operators by shape with their achieved TFLOP/s and TB/s (traces that recorded shapes).
+    pub gemm_perf: Vec<op_perf::gemm::GemmPerfRow>,
+    pub attention_perf: Vec<op_perf::attention::AttentionPerfRow>,
     /// Kernels and memory operations together (nsys's cuda_gpu_sum), and with the CUDA API calls (cuda_api_gpu_sum).
     pub gpu_sum: Vec<combined::CombinedRow>,
     pub api_gpu_sum: Vec<combined::CombinedRow>,

@@ -22,8 +22,9 @@ pub enum Report {
     Sync,
     PythonSync,
     Graphs,
-    /// GEMM operators by shape (cuflight's: nsys has no shapes).
+    /// GEMM and attention operators by shape (cuflight's: nsys has no shapes).
     GemmPerf,
+    AttentionPerf,
     /// Calls that returned an error (cuflight's: nsys has no such report).
     ApiErrors,
     Processes,
@@ -41,7 +42,7 @@ pub enum Report {
 }
 
 impl Report {
-    pub const ALL: [Report; 22] = [
+    pub const ALL: [Report; 23] = [
         Report::Kernels,
         Report::KernGrid,
         Report::Categories,
@@ -59,6 +60,7 @@ impl Report {
         Report::PythonSync,
         Report::Graphs,
         Report::GemmPerf,
+        Report::AttentionPerf,
         Report::ApiErrors,
         Report::Processes,
         Report::Devices,
@@ -88,8 +90,15 @@ impl Report {
     /// tables, which `nsys stats` does not print by default either, and the GEMMs by shape (`--report`
     /// shows them; JSON and CSV hold everything).
     pub fn default_text() -> Vec<Report> {
-        let left_out =
-            [Report::NvtxKern, Report::KernExec, Report::KernGrid, Report::GpuSum, Report::ApiGpuSum, Report::GemmPerf];
+        let left_out = [
+            Report::NvtxKern,
+            Report::KernExec,
+            Report::KernGrid,
+            Report::GpuSum,
+            Report::ApiGpuSum,
+            Report::GemmPerf,
+            Report::AttentionPerf,
+        ];
         Report::ALL.into_iter().filter(|r| !left_out.contains(r)).collect()
     }
 
@@ -113,6 +122,7 @@ impl Report {
             Report::PythonSync => ("python_sync_sum", "python_sync"),
             Report::Graphs => ("graphs", "graphs"),
             Report::GemmPerf => ("gemm_perf", "gemm_perf"),
+            Report::AttentionPerf => ("attention_perf", "attention_perf"),
             Report::ApiErrors => ("cuda_api_errors", "api_errors"),
             Report::Processes => ("processes", "processes"),
             Report::Devices => ("devices", "devices"),

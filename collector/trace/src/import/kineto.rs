@@ -217,7 +217,12 @@ impl Importer {
     /// An operator's argument text (a string id of process `pid`; 0 none) and its sequence number + 1 (0 none).
     fn operator_args(&mut self, pid: u32, a: &Args<'_>) -> (u32, u64) {
         let seq = a.sequence.filter(|s| (0..u32::MAX as i64).contains(s)).map_or(0, |s| s as u64 + 1);
-        let fields = [("Input Dims", a.input_dims), ("Input type", a.input_type), ("Call stack", a.call_stack)];
+        let fields = [
+            ("Input Dims", a.input_dims),
+            ("Input type", a.input_type),
+            ("Concrete Inputs", a.concrete_inputs),
+            ("Call stack", a.call_stack),
+        ];
         let mut text = String::new();
         for (key, value) in fields {
             if let Some(v) = value.and_then(|v| std::str::from_utf8(v).ok()) {

@@ -65,10 +65,12 @@ pub struct Args<'a> {
     pub blocks_per_sm: Option<f64>,
     pub occupancy_pct: Option<i64>,
     /// An operator's arguments TensorBoard reads, as their JSON text: "Input Dims" (or "Input dims"),
-    /// "Input type", "Call stack".
+    /// "Input type", "Call stack"; and its scalar arguments' values ("Concrete Inputs": an attention's
+    /// `is_causal`).
     pub input_dims: Option<&'a [u8]>,
     pub input_type: Option<&'a [u8]>,
     pub call_stack: Option<&'a [u8]>,
+    pub concrete_inputs: Option<&'a [u8]>,
     pub sequence: Option<i64>,
 }
 
@@ -142,6 +144,7 @@ fn args<'a>(b: &'a [u8], at: usize, a: &mut Args<'a>) -> Scanned<usize> {
             b"Input Dims" | b"Input dims" => raw_value(b, at, &mut a.input_dims)?,
             b"Input type" => raw_value(b, at, &mut a.input_type)?,
             b"Call stack" => raw_value(b, at, &mut a.call_stack)?,
+            b"Concrete Inputs" => raw_value(b, at, &mut a.concrete_inputs)?,
             b"Sequence number" => int(b, at, &mut a.sequence)?,
             _ => skip_value(b, at)?,
         })

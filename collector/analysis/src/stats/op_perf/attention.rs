@@ -1,0 +1,185 @@
+//! Attention operators (`scaled_dot_product_attention`'s flash, memory-efficient and cuDNN forms) by shape, as
+//! TraceLens's `SDPA_fwd.csv` counts them: 2·B·H·N_q·N_kv·(d_qk + d_v) FLOPs (the two matrix products), half of
+//! it when causal (the masked half is skipped); bytes Q, K, V read and the output written once.
+
+use super::{element_bytes, Achieved, Args, Roofline};
+use crate::table::Table;
+use serde::Serialize;
+
+/// The forward operators, with the place of `is_causal` among their arguments (ATen's native_functions.yaml:
+/// flash (query, key, value, dropout_p, is_causal, ...), efficient and cuDNN (query, key, value, attn_bias,
+/// compute_log_sumexp, dropout_p, is_causal, ...)).
+const OPS: [(&str, usize); 3] = [
+    ("aten::_scaled_dot_product_flash_attention", 4),
+    ("aten::_scaled_dot_product_efficient_attention", 6),
+    ("aten::_scaled_dot_product_cudnn_attention", 6),
+];
+
+pub fn is_op(name: &str) -> bool {
+    OPS.iter().any(|(op, _)| *op == name)
+}
+
+/// An attention's problem: Q is (B, H_q, N_q, d_qk), K (B, H_kv, N_kv, d_qk), V (B, H_kv, N_kv, d_v).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attention {
+    pub batch: u64,
+    pub n_q: u64,
+    pub heads_q: u64,
+    pub n_kv: u64,
+    pub heads_kv: u64,
+    pub d_qk: u64,
+    pub d_v: u64,
+    pub causal: bool,
+    pub dtype: String,
+    pub element_bytes: u64,
+}
+
+impl Attention {
+    pub fn of(op: &str, args: &Args) -> Option<Attention> {
+        let causal_at = OPS.iter().find(|(o, _)| *o == op)?.1;
+        let (q, k, v) = (args.shape(0)?, args.shape(1)?, args.shape(2)?);
+        let ([b, heads_q, n_q, d_qk], [bk, heads_kv, n_kv, dk], [bv, hv, nv, d_v]) =
+            (q.as_slice(), k.as_slice(), v.as_slice())
+        else {
+            return None;
+        };
+        if b != bk || b != bv || d_qk != dk || heads_kv != hv || n_kv != nv {
+            return None;
+        }
+        let causal = args.concrete(causal_at).is_some_and(|c| c.eq_ignore_ascii_case("true"));
+        let dtype = args.dtype(0).unwrap_or("").to_string();
+        Some(Attention {
+            batch: *b,
+            n_q: *n_q,
+            heads_q: *heads_q,
+            n_kv: *n_kv,
+            heads_kv: *heads_kv,
+            d_qk: *d_qk,
+            d_v: *d_v,
+            causal,
+            element_bytes: element_bytes(&dtype),
+            dtype,
+        })
+    }
+
+    pub fn flops(&self) -> f64 {
+        let full = 2.0
+            * self.batch as f64
+            * self.heads_q as f64
+            * self.n_q as f64
+            * self.n_kv as f64
+            * (self.d_qk + self.d_v) as f64;
+        if self.causal {
+            full / 2.0
+        } else {
+            full
+        }
+    }
+
+    pub fn bytes(&self) -> f64 {
+        let (b, hq, hkv) = (self.batch as f64, self.heads_q as f64, self.heads_kv as f64);
+        let q = b * hq * self.n_q as f64 * self.d_qk as f64;
+        let kv = b * hkv * self.n_kv as f64 * (self.d_qk + self.d_v) as f64;
+        let out = b * hq * self.n_q as f64 * self.d_v as f64;
+        (q + kv + out) * self.element_bytes as f64
+    }
+
+    pub(super) fn row(
+        &self,
+        op: String,
+        achieved: Achieved,
+        kernel: String,
+        roofline: Option<Roofline>,
+    ) -> AttentionPerfRow {
+        AttentionPerfRow {
+            op,
+            batch: self.batch,
+            n_q: self.n_q,
+            heads_q: self.heads_q,
+            n_kv: self.n_kv,
+            heads_kv: self.heads_kv,
+            d_qk: self.d_qk,
+            d_v: self.d_v,
+            causal: self.causal,
+            dtype: self.dtype.clone(),
+            achieved,
+            kernel,
+            roofline,
+        }
+    }
+}
+
+/// One (operator, shapes, types, arguments) group of attention calls.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AttentionPerfRow {
+    pub op: String,
+    pub batch: u64,
+    pub n_q: u64,
+    pub heads_q: u64,
+    pub n_kv: u64,
+    pub heads_kv: u64,
+    pub d_qk: u64,
+    pub d_v: u64,
+    pub causal: bool,
+    pub dtype: String,
+    #[serde(flatten)]
+    pub achieved: Achieved,
+    pub kernel: String,
+    pub roofline: Option<Roofline>,
+}
+
+pub fn table(rows: &[AttentionPerfRow]) -> Table {
+    let mut t = Table::new(
+        "Attention operators by shape, from the trace's recorded shapes [attention_perf]",
+        &[
+            "Time (%)", "Count", "Avg (us)", "TFLOP/s", "TB/s", "FLOP/B", "Peak (%)", "Bound", "GFLOP", "B", "N_Q",
+            "H_Q", "N_KV", "H_KV", "d_qk", "d_v", "Causal", "Dtype", "Op",
+        ],
+    );
+    let all = rows.iter().map(|r| r.achieved.total_ns).sum::<u64>().max(1) as f64;
+    for r in rows {
+        let a = &r.achieved;
+        let [peak, bound] = super::roofline_cells(r.roofline.as_ref());
+        t.row(vec![
+            format!("{:.1}", 100.0 * a.total_ns as f64 / all),
+            a.count.to_string(),
+            format!("{:.1}", a.mean_ns / 1e3),
+            format!("{:.1}", a.tflops_mean),
+            format!("{:.3}", a.tbps_mean),
+            format!("{:.0}", a.flops_per_byte),
+            peak,
+            bound,
+            format!("{:.3}", a.gflop),
+            r.batch.to_string(),
+            r.n_q.to_string(),
+            r.heads_q.to_string(),
+            r.n_kv.to_string(),
+            r.heads_kv.to_string(),
+            r.d_qk.to_string(),
+            r.d_v.to_string(),
+            r.causal.to_string(),
+            r.dtype.clone(),
+            r.op.clone(),
+        ]);
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// TraceLens's figures for the shared H100 Qwen trace's attention (its SDPA_fwd.csv): 10.239377408 GFLOPS
+    /// (causal: half of the full 20.48), 69.875 MB moved.
+    #[test]
+    fn flops_and_bytes_follow_the_shapes_and_causality() {
+        let text = r#""Input Dims":[[16, 16, 559, 64], [16, 16, 559, 64], [16, 16, 559, 64], [], [], [], []],"Input type":["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "Scalar", "Scalar", "Scalar", "Scalar"],"Concrete Inputs":["", "", "", "0.", "True", "False", "0.125"]"#;
+        let a = Attention::of("aten::_scaled_dot_product_flash_attention", &Args::parse(text).unwrap()).unwrap();
+        assert!(a.causal);
+        assert_eq!(a.flops(), 10_239_377_408.0);
+        assert!((a.bytes() / (1 << 20) as f64 - 69.875).abs() < 1e-9);
+        let full = Attention { causal: false, ..a.clone() };
+        assert_eq!(full.flops(), 2.0 * a.flops());
+        assert_eq!(Attention::of("aten::mm", &Args::parse(text).unwrap()), None);
+    }
+}
