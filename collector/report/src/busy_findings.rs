@@ -188,9 +188,9 @@ fn rates_from_shapes(ctx: &Ctx, rule: &Fallback) -> Option<Rates> {
     };
     let mut by_dtype: Vec<(&str, u64)> = Vec::new();
     for r in rows.iter().filter(|r| is_fallback(&r.kernel)) {
-        match by_dtype.iter_mut().find(|d| d.0 == r.dtype) {
+        match by_dtype.iter_mut().find(|d| d.0 == r.gemm.dtype) {
             Some(d) => d.1 += r.achieved.total_ns,
-            None => by_dtype.push((&r.dtype, r.achieved.total_ns)),
+            None => by_dtype.push((&r.gemm.dtype, r.achieved.total_ns)),
         }
     }
     let dtype = by_dtype.iter().max_by_key(|d| d.1)?.0;
@@ -198,7 +198,7 @@ fn rates_from_shapes(ctx: &Ctx, rule: &Fallback) -> Option<Rates> {
     let rate = |fallback: bool| -> Option<(f64, u64)> {
         let (flop, ns) = rows
             .iter()
-            .filter(|r| r.dtype == dtype && is_fallback(&r.kernel) == fallback)
+            .filter(|r| r.gemm.dtype == dtype && is_fallback(&r.kernel) == fallback)
             .fold((0.0, 0u64), |(f, t), r| {
                 (f + r.achieved.gflop * r.achieved.count as f64, t.saturating_add(r.achieved.total_ns))
             });

@@ -2,7 +2,7 @@
 //! TraceLens's `SDPA_fwd.csv` counts them: 2·B·H·N_q·N_kv·(d_qk + d_v) FLOPs (the two matrix products), half of
 //! it when causal (the masked half is skipped); bytes Q, K, V read and the output written once.
 
-use super::{element_bytes, Achieved, Args, Roofline};
+use super::{achieved_cells, element_bytes, Achieved, Args, Roofline, ACHIEVED_COLUMNS};
 use crate::table::Table;
 use serde::Serialize;
 
@@ -20,7 +20,7 @@ pub fn is_op(name: &str) -> bool {
 }
 
 /// An attention's problem: Q is (B, H_q, N_q, d_qk), K (B, H_kv, N_kv, d_qk), V (B, H_kv, N_kv, d_v).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Attention {
     pub batch: u64,
     pub n_q: u64,
@@ -31,6 +31,7 @@ pub struct Attention {
     pub d_v: u64,
     pub causal: bool,
     pub dtype: String,
+    #[serde(skip)]
     pub element_bytes: u64,
 }
 
@@ -85,27 +86,13 @@ impl Attention {
     }
 
     pub(super) fn row(
-        &self,
+        self,
         op: String,
         achieved: Achieved,
         kernel: String,
         roofline: Option<Roofline>,
     ) -> AttentionPerfRow {
-        AttentionPerfRow {
-            op,
-            batch: self.batch,
-            n_q: self.n_q,
-            heads_q: self.heads_q,
-            n_kv: self.n_kv,
-            heads_kv: self.heads_kv,
-            d_qk: self.d_qk,
-            d_v: self.d_v,
-            causal: self.causal,
-            dtype: self.dtype.clone(),
-            achieved,
-            kernel,
-            roofline,
-        }
+        AttentionPerfRow { op, attention: self, achieved, kernel, roofline }
     }
 }
 
@@ -113,15 +100,8 @@ impl Attention {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct AttentionPerfRow {
     pub op: String,
-    pub batch: u64,
-    pub n_q: u64,
-    pub heads_q: u64,
-    pub n_kv: u64,
-    pub heads_kv: u64,
-    pub d_qk: u64,
-    pub d_v: u64,
-    pub causal: bool,
-    pub dtype: String,
+    #[serde(flatten)]
+    pub attention: Attention,
     #[serde(flatten)]
     pub achieved: Achieved,
     pub kernel: String,
@@ -129,38 +109,17 @@ pub struct AttentionPerfRow {
 }
 
 pub fn table(rows: &[AttentionPerfRow]) -> Table {
-    let mut t = Table::new(
-        "Attention operators by shape, from the trace's recorded shapes [attention_perf]",
-        &[
-            "Time (%)", "Count", "Avg (us)", "TFLOP/s", "TB/s", "FLOP/B", "Peak (%)", "Bound", "GFLOP", "B", "N_Q",
-            "H_Q", "N_KV", "H_KV", "d_qk", "d_v", "Causal", "Dtype", "Op",
-        ],
-    );
-    let all = rows.iter().map(|r| r.achieved.total_ns).sum::<u64>().max(1) as f64;
+    let own = ["B", "N_Q", "H_Q", "N_KV", "H_KV", "d_qk", "d_v", "Causal", "Dtype", "Op"];
+    let columns: Vec<&str> = ACHIEVED_COLUMNS.into_iter().chain(own).collect();
+    let mut t = Table::new("Attention operators by shape, from the trace's recorded shapes [attention_perf]", &columns);
+    let all = rows.iter().map(|r| r.achieved.total_ns).sum::<u64>();
     for r in rows {
-        let a = &r.achieved;
-        let [peak, bound] = super::roofline_cells(r.roofline.as_ref());
-        t.row(vec![
-            format!("{:.1}", 100.0 * a.total_ns as f64 / all),
-            a.count.to_string(),
-            format!("{:.1}", a.mean_ns / 1e3),
-            format!("{:.1}", a.tflops_mean),
-            format!("{:.3}", a.tbps_mean),
-            format!("{:.0}", a.flops_per_byte),
-            peak,
-            bound,
-            format!("{:.3}", a.gflop),
-            r.batch.to_string(),
-            r.n_q.to_string(),
-            r.heads_q.to_string(),
-            r.n_kv.to_string(),
-            r.heads_kv.to_string(),
-            r.d_qk.to_string(),
-            r.d_v.to_string(),
-            r.causal.to_string(),
-            r.dtype.clone(),
-            r.op.clone(),
-        ]);
+        let mut cells = achieved_cells(&r.achieved, all, r.roofline.as_ref());
+        let a = &r.attention;
+        let sizes = [a.batch, a.n_q, a.heads_q, a.n_kv, a.heads_kv, a.d_qk, a.d_v];
+        cells.extend(sizes.iter().map(u64::to_string));
+        cells.extend([a.causal.to_string(), a.dtype.clone(), r.op.clone()]);
+        t.row(cells);
     }
     t
 }

@@ -1,7 +1,7 @@
 //! GEMM operators (`aten::mm`, `addmm`, `bmm`, `baddbmm`) by shape, as TraceLens's `GEMM.csv` counts them: 2·M·N·K
 //! FLOPs a batch, M·N more a batch for a bias; bytes every operand read and the output written once.
 
-use super::{element_bytes, Achieved, Args, Roofline};
+use super::{achieved_cells, element_bytes, Achieved, Args, Roofline, ACHIEVED_COLUMNS};
 use crate::table::Table;
 use serde::Serialize;
 
@@ -11,7 +11,7 @@ pub fn is_op(name: &str) -> bool {
 }
 
 /// A GEMM's problem, from its operator's shapes.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Gemm {
     pub batch: u64,
     pub m: u64,
@@ -21,6 +21,7 @@ pub struct Gemm {
     pub bias_elements: u64,
     /// The operands' element type (`c10::BFloat16`, `float`...) and its size in bytes (0 unknown).
     pub dtype: String,
+    #[serde(skip)]
     pub element_bytes: u64,
 }
 
@@ -57,25 +58,8 @@ impl Gemm {
         elements * self.element_bytes as f64
     }
 
-    pub(super) fn row(
-        &self,
-        op: String,
-        achieved: Achieved,
-        kernel: String,
-        roofline: Option<Roofline>,
-    ) -> GemmPerfRow {
-        GemmPerfRow {
-            op,
-            batch: self.batch,
-            m: self.m,
-            n: self.n,
-            k: self.k,
-            bias: self.bias_elements > 0,
-            dtype: self.dtype.clone(),
-            achieved,
-            kernel,
-            roofline,
-        }
+    pub(super) fn row(self, op: String, achieved: Achieved, kernel: String, roofline: Option<Roofline>) -> GemmPerfRow {
+        GemmPerfRow { op, gemm: self, achieved, kernel, roofline }
     }
 }
 
@@ -83,12 +67,8 @@ impl Gemm {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct GemmPerfRow {
     pub op: String,
-    pub batch: u64,
-    pub m: u64,
-    pub n: u64,
-    pub k: u64,
-    pub bias: bool,
-    pub dtype: String,
+    #[serde(flatten)]
+    pub gemm: Gemm,
     #[serde(flatten)]
     pub achieved: Achieved,
     /// The kernel that ran most of the group's time.
@@ -98,34 +78,15 @@ pub struct GemmPerfRow {
 }
 
 pub fn table(rows: &[GemmPerfRow]) -> Table {
-    let mut t = Table::new(
-        "GEMM operators by shape, from the trace's recorded shapes [gemm_perf]",
-        &[
-            "Time (%)", "Count", "Avg (us)", "TFLOP/s", "TB/s", "FLOP/B", "Peak (%)", "Bound", "GFLOP", "Op", "B", "M",
-            "N", "K", "Dtype",
-        ],
-    );
-    let all = rows.iter().map(|r| r.achieved.total_ns).sum::<u64>().max(1) as f64;
+    let columns: Vec<&str> = ACHIEVED_COLUMNS.into_iter().chain(["Op", "B", "M", "N", "K", "Dtype"]).collect();
+    let mut t = Table::new("GEMM operators by shape, from the trace's recorded shapes [gemm_perf]", &columns);
+    let all = rows.iter().map(|r| r.achieved.total_ns).sum::<u64>();
     for r in rows {
-        let a = &r.achieved;
-        let [peak, bound] = super::roofline_cells(r.roofline.as_ref());
-        t.row(vec![
-            format!("{:.1}", 100.0 * a.total_ns as f64 / all),
-            a.count.to_string(),
-            format!("{:.1}", a.mean_ns / 1e3),
-            format!("{:.1}", a.tflops_mean),
-            format!("{:.3}", a.tbps_mean),
-            format!("{:.0}", a.flops_per_byte),
-            peak,
-            bound,
-            format!("{:.3}", a.gflop),
-            r.op.clone(),
-            r.batch.to_string(),
-            r.m.to_string(),
-            r.n.to_string(),
-            r.k.to_string(),
-            r.dtype.clone(),
-        ]);
+        let mut cells = achieved_cells(&r.achieved, all, r.roofline.as_ref());
+        let g = &r.gemm;
+        cells.extend([r.op.clone(), g.batch.to_string(), g.m.to_string(), g.n.to_string(), g.k.to_string()]);
+        cells.push(g.dtype.clone());
+        t.row(cells);
     }
     t
 }

@@ -326,13 +326,29 @@ impl Roofline {
     }
 }
 
-/// The roofline's two columns of a table: the peak (%) on the side a group is on, and that side with the math.
-pub fn roofline_cells(r: Option<&Roofline>) -> [String; 2] {
-    match r {
+/// The columns every operator table starts with, before the operator's own parameters.
+pub const ACHIEVED_COLUMNS: [&str; 9] =
+    ["Time (%)", "Count", "Avg (us)", "TFLOP/s", "TB/s", "FLOP/B", "Peak (%)", "Bound", "GFLOP"];
+
+/// Those columns of a group: its share of `all_ns` (the table's GPU time), what it achieved, and where it sits on
+/// its roofline (the peak (%) on the side it is on, and that side with the math).
+pub fn achieved_cells(a: &Achieved, all_ns: u64, roofline: Option<&Roofline>) -> Vec<String> {
+    let (peak, bound) = match roofline {
         Some(f) => {
             let of = if f.bound == "compute" { f.compute_of_peak } else { f.dram_of_peak };
-            [format!("{:.0}", 100.0 * of), format!("{} {}", f.bound, f.math)]
+            (format!("{:.0}", 100.0 * of), format!("{} {}", f.bound, f.math))
         }
-        None => [String::new(), String::new()],
-    }
+        None => (String::new(), String::new()),
+    };
+    vec![
+        format!("{:.1}", 100.0 * a.total_ns as f64 / all_ns.max(1) as f64),
+        a.count.to_string(),
+        format!("{:.1}", a.mean_ns / 1e3),
+        format!("{:.1}", a.tflops_mean),
+        format!("{:.3}", a.tbps_mean),
+        format!("{:.0}", a.flops_per_byte),
+        peak,
+        bound,
+        format!("{:.3}", a.gflop),
+    ]
 }
