@@ -53099,6 +53099,1127 @@ impl Default for cuCheckpointProcessUnlock_params_st {
     }
 }
 pub type cuCheckpointProcessUnlock_params = cuCheckpointProcessUnlock_params_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Device_GetChipName_Params {
+    #[doc = "!< [in]"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in]"]
+    pub deviceIndex: usize,
+    #[doc = "!< [out]"]
+    pub pChipName: *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Device_GetChipName_Params"][::std::mem::size_of::<CUpti_Device_GetChipName_Params>() - 32usize];
+    ["Alignment of CUpti_Device_GetChipName_Params"]
+        [::std::mem::align_of::<CUpti_Device_GetChipName_Params>() - 8usize];
+    ["Offset of field: CUpti_Device_GetChipName_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Device_GetChipName_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Device_GetChipName_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Device_GetChipName_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Device_GetChipName_Params::deviceIndex"]
+        [::std::mem::offset_of!(CUpti_Device_GetChipName_Params, deviceIndex) - 16usize];
+    ["Offset of field: CUpti_Device_GetChipName_Params::pChipName"]
+        [::std::mem::offset_of!(CUpti_Device_GetChipName_Params, pChipName) - 24usize];
+};
+impl Default for CUpti_Device_GetChipName_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const CUPTI_METRIC_TYPE_COUNTER: CUpti_MetricType = 0;
+pub const CUPTI_METRIC_TYPE_RATIO: CUpti_MetricType = 1;
+pub const CUPTI_METRIC_TYPE_THROUGHPUT: CUpti_MetricType = 2;
+pub const CUPTI_METRIC_TYPE__COUNT: CUpti_MetricType = 3;
+pub type CUpti_MetricType = ::std::os::raw::c_uint;
+pub const CUPTI_PROFILER_TYPE_RANGE_PROFILER: CUpti_ProfilerType = 0;
+pub const CUPTI_PROFILER_TYPE_PM_SAMPLING: CUpti_ProfilerType = 1;
+pub const CUPTI_PROFILER_TYPE_PROFILER_INVALID: CUpti_ProfilerType = 2;
+pub type CUpti_ProfilerType = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_Object {
+    _unused: [u8; 0],
+}
+#[doc = " \\brief Params for cuptiProfilerHostInitialize"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_Initialize_Params {
+    #[doc = " [in] Size of the data structure.\n CUPTI client should set the size of the structure. It will be used in CUPTI to check what fields are\n available in the structure. Used to preserve backward compatibility."]
+    pub structSize: usize,
+    #[doc = " [in] Assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] the profiler kind one from CUpti_ProfilerType"]
+    pub profilerType: CUpti_ProfilerType,
+    #[doc = " [in] accepted for chips supported at the time-of-release."]
+    pub pChipName: *const ::std::os::raw::c_char,
+    #[doc = " [in] buffer with counter availability image - required for future chip support"]
+    pub pCounterAvailabilityImage: *const u8,
+    #[doc = " [out] binary blob allocated by CUPTI and operations associated with this object."]
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_Initialize_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_Initialize_Params>() - 48usize];
+    ["Alignment of CUpti_Profiler_Host_Initialize_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_Initialize_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_Initialize_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Initialize_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_Initialize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Initialize_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_Initialize_Params::profilerType"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Initialize_Params, profilerType) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_Initialize_Params::pChipName"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Initialize_Params, pChipName) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_Initialize_Params::pCounterAvailabilityImage"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Initialize_Params, pCounterAvailabilityImage) - 32usize];
+    ["Offset of field: CUpti_Profiler_Host_Initialize_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Initialize_Params, pHostObject) - 40usize];
+};
+impl Default for CUpti_Profiler_Host_Initialize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerHostDeinitialize"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_Deinitialize_Params {
+    #[doc = " [in] Size of the data structure.\n CUPTI client should set the size of the structure. It will be used in CUPTI to check what fields are\n available in the structure. Used to preserve backward compatibility."]
+    pub structSize: usize,
+    #[doc = " [in] Assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] reference to the profiler host object allocated by CUPTI in cuptiProfilerHostInitialize"]
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_Deinitialize_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_Deinitialize_Params>() - 24usize];
+    ["Alignment of CUpti_Profiler_Host_Deinitialize_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_Deinitialize_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_Deinitialize_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Deinitialize_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_Deinitialize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Deinitialize_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_Deinitialize_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Deinitialize_Params, pHostObject) - 16usize];
+};
+impl Default for CUpti_Profiler_Host_Deinitialize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerHostGetSupportedChips"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetSupportedChips_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [out] number of supported chips"]
+    pub numChips: usize,
+    #[doc = " [out] list of supported chips"]
+    pub ppChipNames: *const *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetSupportedChips_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetSupportedChips_Params>() - 32usize];
+    ["Alignment of CUpti_Profiler_Host_GetSupportedChips_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetSupportedChips_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSupportedChips_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSupportedChips_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSupportedChips_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSupportedChips_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSupportedChips_Params::numChips"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSupportedChips_Params, numChips) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSupportedChips_Params::ppChipNames"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSupportedChips_Params, ppChipNames) - 24usize];
+};
+impl Default for CUpti_Profiler_Host_GetSupportedChips_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerHostGetSupportedMetrics"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetBaseMetrics_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] reference to the profiler host object allocated by CUPTI in cuptiProfilerHostInitialize"]
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    #[doc = " [in] metric type (counter, ratio, throughput)"]
+    pub metricType: CUpti_MetricType,
+    #[doc = " [out] list of base metrics supported of queried metric type for the chip"]
+    pub ppMetricNames: *mut *const ::std::os::raw::c_char,
+    #[doc = " [out] number of metrics"]
+    pub numMetrics: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetBaseMetrics_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetBaseMetrics_Params>() - 48usize];
+    ["Alignment of CUpti_Profiler_Host_GetBaseMetrics_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetBaseMetrics_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetBaseMetrics_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetBaseMetrics_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetBaseMetrics_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetBaseMetrics_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetBaseMetrics_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetBaseMetrics_Params, pHostObject) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetBaseMetrics_Params::metricType"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetBaseMetrics_Params, metricType) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetBaseMetrics_Params::ppMetricNames"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetBaseMetrics_Params, ppMetricNames) - 32usize];
+    ["Offset of field: CUpti_Profiler_Host_GetBaseMetrics_Params::numMetrics"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetBaseMetrics_Params, numMetrics) - 40usize];
+};
+impl Default for CUpti_Profiler_Host_GetBaseMetrics_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerHostGetSubMetrics"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetSubMetrics_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] reference to the profiler host object allocated by CUPTI in cuptiProfilerHostInitialize"]
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    #[doc = " [in] the metric type for queried metric"]
+    pub metricType: CUpti_MetricType,
+    #[doc = " [in] metric name for which sub-metric will be listed"]
+    pub pMetricName: *const ::std::os::raw::c_char,
+    #[doc = " [out] number of submetrics supported"]
+    pub numOfSubmetrics: usize,
+    #[doc = " [out] list of submetrics supported for the metric."]
+    pub ppSubMetrics: *mut *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetSubMetrics_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetSubMetrics_Params>() - 56usize];
+    ["Alignment of CUpti_Profiler_Host_GetSubMetrics_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetSubMetrics_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSubMetrics_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSubMetrics_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSubMetrics_Params, pHostObject) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::metricType"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSubMetrics_Params, metricType) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::pMetricName"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSubMetrics_Params, pMetricName) - 32usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::numOfSubmetrics"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSubMetrics_Params, numOfSubmetrics) - 40usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::ppSubMetrics"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSubMetrics_Params, ppSubMetrics) - 48usize];
+};
+impl Default for CUpti_Profiler_Host_GetSubMetrics_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerHostGetMetricProperties"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetMetricProperties_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] reference to the profiler host object allocated by CUPTI in cuptiProfilerHostInitialize"]
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    #[doc = " [in] metric name for which its properties will be listed"]
+    pub pMetricName: *const ::std::os::raw::c_char,
+    #[doc = " [out] a short description about the metric"]
+    pub pDescription: *const ::std::os::raw::c_char,
+    #[doc = " [out] associated hw unit for the metric"]
+    pub pHwUnit: *const ::std::os::raw::c_char,
+    #[doc = " [out] the dimension of the metric values"]
+    pub pDimUnit: *const ::std::os::raw::c_char,
+    #[doc = " [out] the metric type (counter, ratio or throughput)"]
+    pub metricType: CUpti_MetricType,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetMetricProperties_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetMetricProperties_Params>() - 64usize];
+    ["Alignment of CUpti_Profiler_Host_GetMetricProperties_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetMetricProperties_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMetricProperties_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMetricProperties_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMetricProperties_Params, pHostObject) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::pMetricName"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMetricProperties_Params, pMetricName) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::pDescription"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMetricProperties_Params, pDescription) - 32usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::pHwUnit"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMetricProperties_Params, pHwUnit) - 40usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::pDimUnit"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMetricProperties_Params, pDimUnit) - 48usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::metricType"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMetricProperties_Params, metricType) - 56usize];
+};
+impl Default for CUpti_Profiler_Host_GetMetricProperties_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerHostGetRangeName"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetRangeName_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] the counter data image where profiling data has been decoded"]
+    pub pCounterDataImage: *const u8,
+    #[doc = " [in] size of counter data image"]
+    pub counterDataImageSize: usize,
+    #[doc = " [in] range index for which the range name will be queried"]
+    pub rangeIndex: usize,
+    #[doc = " [in] used in case of nested ranges, default=\"/\". Range1<delimiter>Range2"]
+    pub delimiter: *const ::std::os::raw::c_char,
+    #[doc = " [out] the range name.\n Note: that the CUPTI allocate the memory internal and\n its user responsibility to free up the allocated memory"]
+    pub pRangeName: *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetRangeName_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetRangeName_Params>() - 56usize];
+    ["Alignment of CUpti_Profiler_Host_GetRangeName_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetRangeName_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetRangeName_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetRangeName_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::pCounterDataImage"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetRangeName_Params, pCounterDataImage) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::counterDataImageSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetRangeName_Params, counterDataImageSize) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::rangeIndex"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetRangeName_Params, rangeIndex) - 32usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::delimiter"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetRangeName_Params, delimiter) - 40usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::pRangeName"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetRangeName_Params, pRangeName) - 48usize];
+};
+impl Default for CUpti_Profiler_Host_GetRangeName_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerHostEvaluateToGpuValues"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_EvaluateToGpuValues_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] reference to the profiler host object allocated by CUPTI in cuptiProfilerHostInitialize"]
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    #[doc = " [in] the counter data image where profiling data has been decoded"]
+    pub pCounterDataImage: *const u8,
+    #[doc = " [in] size of counter data image"]
+    pub counterDataImageSize: usize,
+    #[doc = " [in] range index for which the range name will be queried"]
+    pub rangeIndex: usize,
+    #[doc = " [in] the metrics for which GPU values will be evaluated for the range"]
+    pub ppMetricNames: *mut *const ::std::os::raw::c_char,
+    #[doc = " [in] number of metrics"]
+    pub numMetrics: usize,
+    #[doc = " [out] output value for given metric and range index"]
+    pub pMetricValues: *mut f64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_EvaluateToGpuValues_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_EvaluateToGpuValues_Params>() - 72usize];
+    ["Alignment of CUpti_Profiler_Host_EvaluateToGpuValues_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_EvaluateToGpuValues_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_EvaluateToGpuValues_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pHostObject) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::pCounterDataImage"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pCounterDataImage) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::counterDataImageSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_EvaluateToGpuValues_Params, counterDataImageSize) - 32usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::rangeIndex"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_EvaluateToGpuValues_Params, rangeIndex) - 40usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::ppMetricNames"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_EvaluateToGpuValues_Params, ppMetricNames) - 48usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::numMetrics"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_EvaluateToGpuValues_Params, numMetrics) - 56usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::pMetricValues"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pMetricValues) - 64usize];
+};
+impl Default for CUpti_Profiler_Host_EvaluateToGpuValues_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerHostConfigAddMetrics"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_ConfigAddMetrics_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] reference to the profiler host object allocated by CUPTI in cuptiProfilerHostInitialize"]
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    #[doc = " [in] metric names for which config image will be generated"]
+    pub ppMetricNames: *mut *const ::std::os::raw::c_char,
+    #[doc = " [in] number of metrics"]
+    pub numMetrics: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_ConfigAddMetrics_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_ConfigAddMetrics_Params>() - 40usize];
+    ["Alignment of CUpti_Profiler_Host_ConfigAddMetrics_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_ConfigAddMetrics_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_ConfigAddMetrics_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_ConfigAddMetrics_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_ConfigAddMetrics_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_ConfigAddMetrics_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_ConfigAddMetrics_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_ConfigAddMetrics_Params, pHostObject) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_ConfigAddMetrics_Params::ppMetricNames"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_ConfigAddMetrics_Params, ppMetricNames) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_ConfigAddMetrics_Params::numMetrics"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_ConfigAddMetrics_Params, numMetrics) - 32usize];
+};
+impl Default for CUpti_Profiler_Host_ConfigAddMetrics_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerHostGetConfigImageSize"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetConfigImageSize_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] reference to the profiler host object allocated by CUPTI in cuptiProfilerHostInitialize"]
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    #[doc = " [out] the size of config image, users need to allocate the buffer for storing"]
+    pub configImageSize: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetConfigImageSize_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetConfigImageSize_Params>() - 32usize];
+    ["Alignment of CUpti_Profiler_Host_GetConfigImageSize_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetConfigImageSize_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImageSize_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImageSize_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImageSize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImageSize_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImageSize_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImageSize_Params, pHostObject) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImageSize_Params::configImageSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImageSize_Params, configImageSize) - 24usize];
+};
+impl Default for CUpti_Profiler_Host_GetConfigImageSize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerHostGetConfigImage"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetConfigImage_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] reference to the profiler host object allocated by CUPTI in cuptiProfilerHostInitialize"]
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    #[doc = " [in] Number of bytes allocated for pBuffer"]
+    pub configImageSize: usize,
+    #[doc = " [out] Buffer receiving the config image"]
+    pub pConfigImage: *mut u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetConfigImage_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetConfigImage_Params>() - 40usize];
+    ["Alignment of CUpti_Profiler_Host_GetConfigImage_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetConfigImage_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImage_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImage_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImage_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImage_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImage_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImage_Params, pHostObject) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImage_Params::configImageSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImage_Params, configImageSize) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImage_Params::pConfigImage"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImage_Params, pConfigImage) - 32usize];
+};
+impl Default for CUpti_Profiler_Host_GetConfigImage_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerHostGetNumOfPasses"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetNumOfPasses_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] Number of bytes allocated for pConfigImage"]
+    pub configImageSize: usize,
+    #[doc = " [in] the config image buffer"]
+    pub pConfigImage: *mut u8,
+    #[doc = " [out] number of passes required for profiling scheduled metrics in the config image"]
+    pub numOfPasses: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetNumOfPasses_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetNumOfPasses_Params>() - 40usize];
+    ["Alignment of CUpti_Profiler_Host_GetNumOfPasses_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetNumOfPasses_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetNumOfPasses_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetNumOfPasses_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetNumOfPasses_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetNumOfPasses_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetNumOfPasses_Params::configImageSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetNumOfPasses_Params, configImageSize) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetNumOfPasses_Params::pConfigImage"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetNumOfPasses_Params, pConfigImage) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetNumOfPasses_Params::numOfPasses"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetNumOfPasses_Params, numOfPasses) - 32usize];
+};
+impl Default for CUpti_Profiler_Host_GetNumOfPasses_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerHostGetMaxNumHardwareMetricsPerPass"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] the profiler kind one from CUpti_ProfilerType"]
+    pub profilerType: CUpti_ProfilerType,
+    #[doc = " [in] accepted for chips supported at the time-of-release."]
+    pub pChipName: *const ::std::os::raw::c_char,
+    #[doc = " [in] buffer with counter availability image - required for future chip support"]
+    pub pCounterAvailabilityImage: *mut u8,
+    #[doc = " [out] maximum number of metrics that can be scheduled in a pass"]
+    pub maxMetricsPerPass: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params>() - 48usize];
+    ["Alignment of CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params::profilerType"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params, profilerType) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params::pChipName"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params, pChipName) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params::pCounterAvailabilityImage"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params,
+        pCounterAvailabilityImage
+    )
+        - 32usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params::maxMetricsPerPass"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params,
+        maxMetricsPerPass
+    ) - 40usize];
+};
+impl Default for CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_Object {
+    _unused: [u8; 0],
+}
+#[doc = " The trigger is based off of the SYSCLK frequency, note SYS frequency by default is variable.\n the sample interval (set in the struct CUpti_PmSampling_SetConfig_Params) is in terms of clocks."]
+pub const CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_SYSCLK_INTERVAL: CUpti_PmSampling_TriggerMode = 0;
+#[doc = " The trigger is based off of a fixed frequency source.\n The sample interval (set in the struct CUpti_PmSampling_SetConfig_Params) is in terms of nanoseconds.\n Note: This trigger mode is not supported on Turing GPU architecture and GA100 GPU.\n It is supported on Ampere GA10x and later GPU architectures."]
+pub const CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL: CUpti_PmSampling_TriggerMode = 1;
+#[doc = " The trigger is based off of a fixed frequency source.\n The sample interval (set in the struct CUpti_PmSampling_SetConfig_Params) is in terms of nanoseconds.\n Note: This trigger mode is not supported on Turing GPU architecture and GA100 GPU.\n It is supported on Ampere GA10x and later GPU architectures."]
+pub const CUPTI_PM_SAMPLING_TRIGGER_MODE_COUNT: CUpti_PmSampling_TriggerMode = 2;
+pub type CUpti_PmSampling_TriggerMode = ::std::os::raw::c_uint;
+pub const CUPTI_PM_SAMPLING_DECODE_STOP_REASON_OTHER: CUpti_PmSampling_DecodeStopReason = 0;
+#[doc = " Counter data image is full."]
+pub const CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL: CUpti_PmSampling_DecodeStopReason = 1;
+#[doc = " All the records in the hardware buffer is decoded."]
+pub const CUPTI_PM_SAMPLING_DECODE_STOP_REASON_END_OF_RECORDS: CUpti_PmSampling_DecodeStopReason = 2;
+#[doc = " All the records in the hardware buffer is decoded."]
+pub const CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNT: CUpti_PmSampling_DecodeStopReason = 3;
+pub type CUpti_PmSampling_DecodeStopReason = ::std::os::raw::c_uint;
+#[doc = " Keep the oldest records in the hardware buffer.\n CUPTI will report error for overflow in case hardware buffer is getting filled up."]
+pub const CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST: CUpti_PmSampling_HardwareBuffer_AppendMode = 0;
+#[doc = " Keep the latest records in the hardware buffer.\n Note: This mode is not supported on Turing GPU architecture.\n It is supported on Ampere and later GPU architectures."]
+pub const CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_LATEST: CUpti_PmSampling_HardwareBuffer_AppendMode = 1;
+pub type CUpti_PmSampling_HardwareBuffer_AppendMode = ::std::os::raw::c_uint;
+#[doc = " \\brief Params for cuptiPmSamplingSetConfig"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_SetConfig_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Set to NULL."]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] PM sampling object."]
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+    #[doc = " [in] Size of the config image."]
+    pub configSize: usize,
+    #[doc = " [in] Config image."]
+    pub pConfig: *const u8,
+    #[doc = " [in] The hardware buffer size in which raw PM sampling data\n will be stored. These samples will be decoded to counter data\n image with \\ref cuptiPmSamplingDecodeData call."]
+    pub hardwareBufferSize: usize,
+    #[doc = " [in] For the trigger mode `CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_SYSCLK_INTERVAL`, sampling interval\n is the number of sys clock cycles. For the trigger mode `CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL`,\n sampling interval is in nanoseconds."]
+    pub samplingInterval: u64,
+    #[doc = " [in] Trigger mode.\n Note: CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL is not supported in Turing and GA100.\n Supported from GA10x onwards."]
+    pub triggerMode: CUpti_PmSampling_TriggerMode,
+    #[doc = " [in] Append mode for the records in hardware buffer.\n For KEEP_OLDEST mode, all the records will be kept in the buffer and in case hardware buffer is getting filled up.\n overflow will be set to 1 in \\ref CUpti_PmSampling_DecodeData_Params. For KEEP_LATEST mode, the new records will\n overwrite the oldest records in the buffer in case of filled buffer."]
+    pub hwBufferAppendMode: CUpti_PmSampling_HardwareBuffer_AppendMode,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_SetConfig_Params"][::std::mem::size_of::<CUpti_PmSampling_SetConfig_Params>() - 64usize];
+    ["Alignment of CUpti_PmSampling_SetConfig_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_SetConfig_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, pPmSamplingObject) - 16usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::configSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, configSize) - 24usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::pConfig"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, pConfig) - 32usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::hardwareBufferSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, hardwareBufferSize) - 40usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::samplingInterval"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, samplingInterval) - 48usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::triggerMode"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, triggerMode) - 56usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::hwBufferAppendMode"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, hwBufferAppendMode) - 60usize];
+};
+impl Default for CUpti_PmSampling_SetConfig_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiPmSamplingEnable"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_Enable_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Set to NULL."]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] Device index."]
+    pub deviceIndex: usize,
+    #[doc = " [out] PM sampling object."]
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_Enable_Params"][::std::mem::size_of::<CUpti_PmSampling_Enable_Params>() - 32usize];
+    ["Alignment of CUpti_PmSampling_Enable_Params"][::std::mem::align_of::<CUpti_PmSampling_Enable_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_Enable_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Enable_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_Enable_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Enable_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_Enable_Params::deviceIndex"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Enable_Params, deviceIndex) - 16usize];
+    ["Offset of field: CUpti_PmSampling_Enable_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Enable_Params, pPmSamplingObject) - 24usize];
+};
+impl Default for CUpti_PmSampling_Enable_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiPmSamplingDisable"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_Disable_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Set to NULL."]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] PM sampling object."]
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_Disable_Params"][::std::mem::size_of::<CUpti_PmSampling_Disable_Params>() - 24usize];
+    ["Alignment of CUpti_PmSampling_Disable_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_Disable_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_Disable_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Disable_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_Disable_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Disable_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_Disable_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Disable_Params, pPmSamplingObject) - 16usize];
+};
+impl Default for CUpti_PmSampling_Disable_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiPmSamplingStart"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_Start_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Set to NULL."]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] PM sampling object."]
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_Start_Params"][::std::mem::size_of::<CUpti_PmSampling_Start_Params>() - 24usize];
+    ["Alignment of CUpti_PmSampling_Start_Params"][::std::mem::align_of::<CUpti_PmSampling_Start_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_Start_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Start_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_Start_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Start_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_Start_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Start_Params, pPmSamplingObject) - 16usize];
+};
+impl Default for CUpti_PmSampling_Start_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiPmSamplingStop"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_Stop_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Set to NULL."]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] PM sampling object."]
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_Stop_Params"][::std::mem::size_of::<CUpti_PmSampling_Stop_Params>() - 24usize];
+    ["Alignment of CUpti_PmSampling_Stop_Params"][::std::mem::align_of::<CUpti_PmSampling_Stop_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_Stop_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Stop_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_Stop_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Stop_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_Stop_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Stop_Params, pPmSamplingObject) - 16usize];
+};
+impl Default for CUpti_PmSampling_Stop_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiPmSamplingDecodeData"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_DecodeData_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Set to NULL."]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] PM sampling object."]
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+    #[doc = " [in] Counter data image."]
+    pub pCounterDataImage: *mut u8,
+    #[doc = " [in] Size of the counter data image."]
+    pub counterDataImageSize: usize,
+    #[doc = " [out] decode stop reason"]
+    pub decodeStopReason: CUpti_PmSampling_DecodeStopReason,
+    #[doc = " [out] overflow status for hardware buffer.\n To avoid overflow, either increase the maxSamples values in\n \\ref CUpti_PmSampling_SetConfig_Params or reduce the sampling interval."]
+    pub overflow: u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_DecodeData_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_DecodeData_Params>() - 48usize];
+    ["Alignment of CUpti_PmSampling_DecodeData_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_DecodeData_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_DecodeData_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_DecodeData_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_DecodeData_Params, pPmSamplingObject) - 16usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::pCounterDataImage"]
+        [::std::mem::offset_of!(CUpti_PmSampling_DecodeData_Params, pCounterDataImage) - 24usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::counterDataImageSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_DecodeData_Params, counterDataImageSize) - 32usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::decodeStopReason"]
+        [::std::mem::offset_of!(CUpti_PmSampling_DecodeData_Params, decodeStopReason) - 40usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::overflow"]
+        [::std::mem::offset_of!(CUpti_PmSampling_DecodeData_Params, overflow) - 44usize];
+};
+impl Default for CUpti_PmSampling_DecodeData_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiPmSamplingGetCounterData"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_GetCounterAvailability_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Set to NULL."]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] Device index."]
+    pub deviceIndex: usize,
+    #[doc = " [inout] Size of the counter availability image. When pCounterAvailabilityImage is NULL,\n this field is used to return the size of the counter availability image."]
+    pub counterAvailabilityImageSize: usize,
+    #[doc = " [out] Counter availability image."]
+    pub pCounterAvailabilityImage: *mut u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_GetCounterAvailability_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_GetCounterAvailability_Params>() - 40usize];
+    ["Alignment of CUpti_PmSampling_GetCounterAvailability_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_GetCounterAvailability_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterAvailability_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterAvailability_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterAvailability_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterAvailability_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterAvailability_Params::deviceIndex"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterAvailability_Params, deviceIndex) - 16usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterAvailability_Params::counterAvailabilityImageSize"][::std::mem::offset_of!(
+        CUpti_PmSampling_GetCounterAvailability_Params,
+        counterAvailabilityImageSize
+    ) - 24usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterAvailability_Params::pCounterAvailabilityImage"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterAvailability_Params, pCounterAvailabilityImage) - 32usize];
+};
+impl Default for CUpti_PmSampling_GetCounterAvailability_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiPmSamplingGetCounterDataSize"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_GetCounterDataSize_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Set to NULL."]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] PM sampling object."]
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+    #[doc = " [in] Names of the metrics to be collected."]
+    pub pMetricNames: *mut *const ::std::os::raw::c_char,
+    #[doc = " [in] Number of metrics to be collected."]
+    pub numMetrics: usize,
+    #[doc = " [in] Maximum number of samples to be stored in the counter data image."]
+    pub maxSamples: u32,
+    #[doc = " [out] Size of the counter data image."]
+    pub counterDataSize: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_GetCounterDataSize_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_GetCounterDataSize_Params>() - 56usize];
+    ["Alignment of CUpti_PmSampling_GetCounterDataSize_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_GetCounterDataSize_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataSize_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataSize_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataSize_Params, pPmSamplingObject) - 16usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::pMetricNames"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataSize_Params, pMetricNames) - 24usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::numMetrics"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataSize_Params, numMetrics) - 32usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::maxSamples"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataSize_Params, maxSamples) - 40usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::counterDataSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataSize_Params, counterDataSize) - 48usize];
+};
+impl Default for CUpti_PmSampling_GetCounterDataSize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiPmSamplingCounterDataImageInitialize"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_CounterDataImage_Initialize_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Set to NULL."]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] PM sampling object."]
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+    #[doc = " [in] Size of the counter data image."]
+    pub counterDataSize: usize,
+    #[doc = " [in] Counter data image."]
+    pub pCounterData: *mut u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_CounterDataImage_Initialize_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_CounterDataImage_Initialize_Params>() - 40usize];
+    ["Alignment of CUpti_PmSampling_CounterDataImage_Initialize_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_CounterDataImage_Initialize_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_CounterDataImage_Initialize_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterDataImage_Initialize_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_CounterDataImage_Initialize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterDataImage_Initialize_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_CounterDataImage_Initialize_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterDataImage_Initialize_Params, pPmSamplingObject) - 16usize];
+    ["Offset of field: CUpti_PmSampling_CounterDataImage_Initialize_Params::counterDataSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterDataImage_Initialize_Params, counterDataSize) - 24usize];
+    ["Offset of field: CUpti_PmSampling_CounterDataImage_Initialize_Params::pCounterData"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterDataImage_Initialize_Params, pCounterData) - 32usize];
+};
+impl Default for CUpti_PmSampling_CounterDataImage_Initialize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiPmSamplingGetCounterDataInfo"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_GetCounterDataInfo_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Set to NULL."]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] Counter data image."]
+    pub pCounterDataImage: *const u8,
+    #[doc = " [in] Size of the counter data image."]
+    pub counterDataImageSize: usize,
+    #[doc = " [out] Number of samples in the counter data image."]
+    pub numTotalSamples: usize,
+    #[doc = " [out] Number of populated samples."]
+    pub numPopulatedSamples: usize,
+    #[doc = " [out] Number of samples that have been completed."]
+    pub numCompletedSamples: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_GetCounterDataInfo_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_GetCounterDataInfo_Params>() - 56usize];
+    ["Alignment of CUpti_PmSampling_GetCounterDataInfo_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_GetCounterDataInfo_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataInfo_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataInfo_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::pCounterDataImage"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataInfo_Params, pCounterDataImage) - 16usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::counterDataImageSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataInfo_Params, counterDataImageSize) - 24usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::numTotalSamples"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataInfo_Params, numTotalSamples) - 32usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::numPopulatedSamples"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataInfo_Params, numPopulatedSamples) - 40usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::numCompletedSamples"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataInfo_Params, numCompletedSamples) - 48usize];
+};
+impl Default for CUpti_PmSampling_GetCounterDataInfo_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiPmSamplingCounterDataGetSampleInfo"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_CounterData_GetSampleInfo_Params {
+    #[doc = " [in] Size of the data structure."]
+    pub structSize: usize,
+    #[doc = " [in] Set to NULL."]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = " [in] PM sampling object."]
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+    #[doc = " [in] Counter data image."]
+    pub pCounterDataImage: *const u8,
+    #[doc = " [in] Size of the counter data image."]
+    pub counterDataImageSize: usize,
+    #[doc = " [in] Index of the sample."]
+    pub sampleIndex: usize,
+    #[doc = " [out] Start time of the sample."]
+    pub startTimestamp: u64,
+    #[doc = " [out] End time of the sample."]
+    pub endTimestamp: u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_CounterData_GetSampleInfo_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_CounterData_GetSampleInfo_Params>() - 64usize];
+    ["Alignment of CUpti_PmSampling_CounterData_GetSampleInfo_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_CounterData_GetSampleInfo_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterData_GetSampleInfo_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterData_GetSampleInfo_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterData_GetSampleInfo_Params, pPmSamplingObject) - 16usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::pCounterDataImage"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterData_GetSampleInfo_Params, pCounterDataImage) - 24usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::counterDataImageSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterData_GetSampleInfo_Params, counterDataImageSize) - 32usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::sampleIndex"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterData_GetSampleInfo_Params, sampleIndex) - 40usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::startTimestamp"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterData_GetSampleInfo_Params, startTimestamp) - 48usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::endTimestamp"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterData_GetSampleInfo_Params, endTimestamp) - 56usize];
+};
+impl Default for CUpti_PmSampling_CounterData_GetSampleInfo_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub type nvtxRangeId_t = u64;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
