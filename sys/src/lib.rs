@@ -38,6 +38,7 @@ pub mod cuda12;
 )]
 pub mod cuda13;
 pub mod loader;
+pub mod pm_sampling;
 
 /// Runtime and driver API callback ids with their binding names (`cudaMemcpy_v3020`, `cuMemAlloc_v2`; CUDA 13.5:
 /// ids never change between releases, later ones only add), tabulated at build time from the committed bindings.

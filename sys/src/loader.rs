@@ -212,6 +212,8 @@ pub struct CuptiOptional {
     pub get_struct_size: Option<GetStructSize>,
     /// All five v2 Activity entry points, or none.
     pub activity_v2: Option<ActivityV2>,
+    /// The device counters' entry points (CUDA 12.6+), all or none.
+    pub pm_sampling: Option<crate::pm_sampling::PmSamplingApi>,
 }
 
 impl CuptiOptional {
@@ -256,6 +258,7 @@ impl CuptiOptional {
                     },
                 })
             })(),
+            pm_sampling: crate::pm_sampling::PmSamplingApi::resolve(handle),
         }
     }
 }
