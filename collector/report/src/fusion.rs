@@ -39,7 +39,8 @@ impl ChainGroup {
         self.chains += 1;
         self.total_ns = self.total_ns.saturating_add(chain.total_ns);
         self.fusable_ns = self.fusable_ns.saturating_add(chain.total_ns.saturating_sub(chain.longest_ns));
-        if chain.end - chain.start > self.longest.1 - self.longest.0 {
+        // Corrupt times (an end before its start) must not wrap: a hostile trace is read as any other.
+        if chain.end.saturating_sub(chain.start) > self.longest.1.saturating_sub(self.longest.0) {
             self.longest = (chain.start, chain.end);
         }
     }
@@ -92,9 +93,15 @@ struct StreamState {
 #[derive(Default)]
 pub struct FusionSweep {
     streams: FxHashMap<(u32, u32), StreamState>,
+    chains: ChainGroups,
+    attention: ChainGroup,
+}
+
+/// Closed chains by what they compute (their first names and length), and those past [`MAX_GROUPS`].
+#[derive(Default)]
+struct ChainGroups {
     groups: FxHashMap<(Vec<u32>, usize), ChainGroup>,
     overflow: ChainGroup,
-    attention: ChainGroup,
 }
 
 impl FusionSweep {
@@ -125,10 +132,8 @@ impl FusionSweep {
             c.longest_ns = c.longest_ns.max(ns);
             c.end = c.end.max(end);
         } else {
-            let chain = std::mem::take(&mut state.chain);
-            self.close(chain);
+            self.chains.close(std::mem::take(&mut state.chain));
         }
-        let state = self.streams.get_mut(&stream).expect("inserted above");
         state.recent.push_back(k);
         if state.recent.len() > 2 * ATTENTION_GAP + 3 {
             state.recent.pop_front();
@@ -142,7 +147,7 @@ impl FusionSweep {
                 a.chains += 1;
                 a.length = a.length.max(pattern.len());
                 a.total_ns = a.total_ns.saturating_add(total);
-                if span.1 - span.0 > a.longest.1 - a.longest.0 {
+                if span.1.saturating_sub(span.0) > a.longest.1.saturating_sub(a.longest.0) {
                     a.longest = span;
                 }
                 state.recent.clear();
@@ -150,6 +155,21 @@ impl FusionSweep {
         }
     }
 
+    /// Every chain still open closed (at the end of the steps), groups sorted by time.
+    pub fn finish(mut self) -> Fusable {
+        for s in self.streams.values_mut() {
+            self.chains.close(std::mem::take(&mut s.chain));
+        }
+        let mut chains: Vec<ChainGroup> = self.chains.groups.into_values().collect();
+        if self.chains.overflow.chains > 0 {
+            chains.push(self.chains.overflow);
+        }
+        chains.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.names.cmp(&b.names)));
+        Fusable { chains, attention: self.attention }
+    }
+}
+
+impl ChainGroups {
     fn close(&mut self, chain: Chain) {
         if chain.length < MIN_CHAIN {
             return;
@@ -165,20 +185,6 @@ impl FusionSweep {
                 self.groups.insert(key, g);
             }
         }
-    }
-
-    /// Every chain still open closed (at the end of the steps), groups sorted by time.
-    pub fn finish(mut self) -> Fusable {
-        let open: Vec<Chain> = self.streams.values_mut().map(|s| std::mem::take(&mut s.chain)).collect();
-        for chain in open {
-            self.close(chain);
-        }
-        let mut chains: Vec<ChainGroup> = self.groups.into_values().collect();
-        if self.overflow.chains > 0 {
-            chains.push(self.overflow);
-        }
-        chains.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.names.cmp(&b.names)));
-        Fusable { chains, attention: self.attention }
     }
 }
 

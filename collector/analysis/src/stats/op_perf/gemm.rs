@@ -41,7 +41,11 @@ impl Gemm {
             _ => return None,
         };
         let dtype = args.dtype(a_at).unwrap_or("").to_string();
-        let bias_elements = bias.map_or(0, |s| s.iter().product());
+        // A trace's numbers are not trusted: a product that overflows is no shape.
+        let bias_elements = match bias {
+            Some(s) => s.iter().try_fold(1u64, |a, &d| a.checked_mul(d))?,
+            None => 0,
+        };
         Some(Gemm { batch, m, n, k, bias_elements, element_bytes: element_bytes(&dtype), dtype })
     }
 
