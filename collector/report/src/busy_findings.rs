@@ -104,6 +104,9 @@ pub fn misaligned_gemm(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
             own % 10
         ));
     }
+    if let Some(shapes) = fallback_shapes(ctx, &rule) {
+        ev.facts.push(shapes);
+    }
     match &measured {
         Some(m) => {
             ev.facts.push(format!(
@@ -166,6 +169,47 @@ impl Fallback {
         let old = self.own_in_use && gemm_arch(name).is_some_and(|a| a / 10 + 1 < self.own / 10);
         (low_alignment, old)
     }
+}
+
+/// The recorded shapes of the GEMM calls on fallback kernels, the costliest three, each with the dimensions that are
+/// not a multiple of the full vector (8 elements of 2 bytes, 4 of 4): what to pad. None without shapes.
+fn fallback_shapes(ctx: &Ctx, rule: &Fallback) -> Option<String> {
+    let mut rows: Vec<_> = ctx
+        .plan
+        .gemm_perf
+        .iter()
+        .filter(|r| {
+            !is_fp32_gemm(&r.kernel) && {
+                let (low, old) = rule.of(&r.kernel);
+                low || old
+            }
+        })
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    rows.sort_by(|a, b| b.achieved.total_ns.cmp(&a.achieved.total_ns));
+    let shown: Vec<String> = rows
+        .iter()
+        .take(3)
+        .map(|r| {
+            let g = &r.gemm;
+            let vector = if g.element_bytes >= 4 { 4 } else { 8 };
+            let odd: Vec<String> = [("M", g.m), ("N", g.n), ("K", g.k)]
+                .iter()
+                .filter(|(_, d)| d % vector != 0)
+                .map(|(name, d)| format!("{name} = {d}"))
+                .collect();
+            let why = if odd.is_empty() {
+                format!("its sizes are multiples of {vector}: a strided or offset operand is what is misaligned")
+            } else {
+                format!("{} not a multiple of {vector}", odd.join(", "))
+            };
+            let batch = if g.batch > 1 { format!("{}x", g.batch) } else { String::new() };
+            format!("{} {batch}{}x{}x{} {} ({} calls, {why})", r.op, g.m, g.n, g.k, g.dtype, r.achieved.count)
+        })
+        .collect();
+    Some(format!("the shapes on fallback kernels (M x N x K): {}", shown.join("; ")))
 }
 
 /// Achieved TFLOP/s of the GEMM calls on fallback kernels and of the run's other GEMM calls of the same element
@@ -390,5 +434,11 @@ mod tests {
         assert_eq!(time, steps * 400e3, "{m:?}");
         assert_eq!(f.time_lost_ns, (time * (1.0 - fallback / others)) as u64, "{m:?}");
         assert!(f.evidence.facts.iter().any(|x| x.contains("from the shapes the trace recorded")), "{f:?}");
+        // The shapes to pad: 1000 is a multiple of 8, so the fallback is a strided or offset operand's.
+        let shapes = f.evidence.facts.iter().find(|x| x.starts_with("the shapes on fallback kernels")).expect("shapes");
+        assert!(
+            shapes.contains("aten::mm 1024x1024x1000 c10::BFloat16 (4 calls, its sizes are multiples of 8"),
+            "{shapes}"
+        );
     }
 }
