@@ -188,7 +188,7 @@ fn fallback_shapes(ctx: &Ctx, rule: &Fallback) -> Option<String> {
     if rows.is_empty() {
         return None;
     }
-    rows.sort_by(|a, b| b.achieved.total_ns.cmp(&a.achieved.total_ns));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.achieved.total_ns));
     let shown: Vec<String> = rows
         .iter()
         .take(3)
