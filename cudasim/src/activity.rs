@@ -167,13 +167,16 @@ pub(crate) fn injected_failure(name: &str) -> bool {
 /// Each timestamp gets CUPTI's clock as it read at that moment: the callback's offset (a steady clock), or
 /// CLOCK_REALTIME's, including the slew accumulated by then.
 fn to_cupti_time(record: SimRecord) -> SimRecord {
+    let convert = cupti_time_converter();
+    record.map_times(|t| if t == 0 { 0 } else { convert(t) })
+}
+
+/// The conversion of [`to_cupti_time`] as it stands now, for other device timestamps (PM samples).
+pub(crate) fn cupti_time_converter() -> impl Fn(u64) -> u64 {
     let now = now_ns();
-    if TIMESTAMP_CALLBACK.load(Ordering::Acquire) != 0 {
-        let offset = cupti_now() as i64 - now as i64;
-        return record.map_times(|t| if t == 0 { 0 } else { t.wrapping_add_signed(offset) });
-    }
-    let base = realtime_raw() as i64 - now as i64;
-    record.map_times(|t| if t == 0 { 0 } else { t.wrapping_add_signed(base + slew_at(t)) })
+    let callback = TIMESTAMP_CALLBACK.load(Ordering::Acquire) != 0;
+    let offset = if callback { cupti_now() as i64 - now as i64 } else { realtime_raw() as i64 - now as i64 };
+    move |t: u64| if callback { t.wrapping_add_signed(offset) } else { t.wrapping_add_signed(offset + slew_at(t)) }
 }
 
 /// Marks a kernel as running on the device (see [`Running`]); returns the token for [`kernel_finished`].

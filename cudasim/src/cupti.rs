@@ -6,7 +6,7 @@ use crate::activity::{cupti_now, flush, injected_failure, BUFFERS, DROPPED, TIME
 use crate::cupti_state;
 use crate::records::record_size;
 use crate::release::{self, Release};
-use crate::{c, guard};
+use crate::c;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
@@ -118,18 +118,6 @@ fn supported_kind(kind: c::CUpti_ActivityKind) -> bool {
     )
 }
 
-macro_rules! cupti_entry {
-    (fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
-        /// # Safety
-        /// Called from C with the arguments documented for this CUPTI function.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c::CUptiResult {
-            crate::timing::cupti_call();
-            guard(c::CUPTI_ERROR_UNKNOWN, || $body)
-        }
-    };
-}
-
 cupti_entry!(
     fn cuptiGetVersion(version: *mut u32) {
         if version.is_null() {
@@ -152,6 +140,12 @@ cupti_entry!(
             c::CUPTI_ERROR_INVALID_PARAMETER => c"CUPTI_ERROR_INVALID_PARAMETER",
             c::CUPTI_ERROR_INVALID_KIND => c"CUPTI_ERROR_INVALID_KIND",
             c::CUPTI_ERROR_MAX_LIMIT_REACHED => c"CUPTI_ERROR_MAX_LIMIT_REACHED",
+            c::CUPTI_ERROR_INVALID_OPERATION => c"CUPTI_ERROR_INVALID_OPERATION",
+            c::CUPTI_ERROR_INVALID_METRIC_NAME => c"CUPTI_ERROR_INVALID_METRIC_NAME",
+            c::CUPTI_ERROR_HARDWARE_BUSY => c"CUPTI_ERROR_HARDWARE_BUSY",
+            c::CUPTI_ERROR_NOT_SUPPORTED => c"CUPTI_ERROR_NOT_SUPPORTED",
+            c::CUPTI_ERROR_INSUFFICIENT_PRIVILEGES => c"CUPTI_ERROR_INSUFFICIENT_PRIVILEGES",
+            c::CUPTI_ERROR_MIG_DEVICE_NOT_SUPPORTED => c"CUPTI_ERROR_MIG_DEVICE_NOT_SUPPORTED",
             _ => c"CUPTI_ERROR_UNKNOWN",
         };
         // SAFETY: non-null out-parameter; the string is static.

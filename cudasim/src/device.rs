@@ -165,9 +165,11 @@ impl Stream {
         );
         let copy_kind =
             if peer { crate::c::CUPTI_ACTIVITY_MEMCPY_KIND_PTOP as u8 } else { crate::memory::copy_kind(sk, dk) };
+        let end = now_ns();
+        crate::pm_counters::copy_ran(self.device, start, end, copy_kind as u32, bytes as f64);
         activity::emit(SimRecord::Memcpy {
             start,
-            end: now_ns(),
+            end,
             device: self.device,
             stream: self.id,
             correlation,
@@ -198,6 +200,8 @@ impl Stream {
                     graph: op.graph.unwrap_or((0, 0)),
                 };
                 let token = activity::kernel_started(record);
+                let counted = crate::pm_counters::work_started(self.device, start);
+                crate::pm_counters::take_declared();
                 KERNEL_ENDS_AT.with(|e| e.set(0));
                 // SAFETY: the app launched `f` as a kernel taking `void **args`; each entry points at an 8-byte
                 // copy of the argument taken at launch, alive for the call.
@@ -212,6 +216,11 @@ impl Stream {
                         at
                     }
                 };
+                if counted.is_some() {
+                    let span =
+                        crate::pm_counters::kernel_span(start, end, grid, block, crate::pm_counters::take_declared());
+                    crate::pm_counters::work_finished(self.device, counted, span);
+                }
                 activity::kernel_finished(token, record.map_times(|t| if t == 0 { end } else { t }));
             }
             Work::Memcpy { dst, src, bytes, is_async } => {

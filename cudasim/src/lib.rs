@@ -33,6 +33,19 @@
 
 #[macro_use]
 mod macros {
+    /// Defines an exported CUPTI function: it takes CUPTI's time per call and turns a panic into an error.
+    macro_rules! cupti_entry {
+        (fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+            /// # Safety
+            /// Called from C with the arguments documented for this CUPTI function.
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $crate::c::CUptiResult {
+                $crate::timing::cupti_call();
+                $crate::guard($crate::c::CUPTI_ERROR_UNKNOWN, || $body)
+            }
+        };
+    }
+
     /// Defines an exported runtime function whose arguments are named after the fields of its CUPTI params struct.
     macro_rules! runtime_fn {
         ($name:ident($($arg:ident: $ty:ty),* $(,)?) => $cbid:ident, $params:ident $body:block) => {
@@ -77,6 +90,9 @@ mod driver;
 mod graphs;
 mod machine;
 mod memory;
+mod pm_counters;
+mod pm_host;
+mod pm_sampling;
 mod records;
 mod release;
 mod runtime;

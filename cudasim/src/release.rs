@@ -81,6 +81,12 @@ impl Release {
     pub fn has_struct_size(&self) -> bool {
         self.api_version >= 130000
     }
+    /// PM sampling and the profiler host API (cupti_pmsampling.h and cupti_profiler_host.h first shipped with
+    /// CUDA 12.6). A real CUPTI before it lacks the symbols; the simulator, which exports them always, answers
+    /// CUPTI_ERROR_NOT_SUPPORTED instead.
+    pub fn has_pm_sampling(&self) -> bool {
+        self.api_version >= 24
+    }
     /// Multi-subscriber mode with the per-subscriber (v2) Activity API: see `subscribers.rs`.
     pub fn has_multiple_subscribers(&self) -> bool {
         self.api_version >= 130500

@@ -74,6 +74,12 @@ pub enum EventKind {
     /// from the main thread (the calling thread ran no Python); `b` on the innermost frame = ns the agent took
     /// to read the stack (0 from agents before 2026-11-27).
     PyFrame = 21,
+    /// One sample of the device's counters (CUPTI PM sampling) over `start`..`end` on `device`: `a` = SM active
+    /// | tensor pipes active << 16 | DRAM read throughput << 32 | DRAM write throughput << 48, `c` = graphics
+    /// engine active, each a fraction of its peak in 1/10000 ([`GPU_RATIO_ABSENT`] where the set lacks it); `b` =
+    /// PCIe bytes read | written << 32 (saturating), present when `sub` has [`GPU_SAMPLE_PCIE`]. Read it through
+    /// `as_gpu_sample`.
+    GpuSample = 22,
 }
 
 impl EventKind {
@@ -101,6 +107,7 @@ impl EventKind {
             19 => NvtxCategory,
             20 => GraphNode,
             21 => PyFrame,
+            22 => GpuSample,
             _ => return None,
         })
     }
@@ -144,6 +151,11 @@ pub const PYFRAME_OF_MAIN_THREAD: u8 = 2;
 /// write as they were: the frames are for the analyses, not to be exported again. They start 1 ns before their
 /// call (so that they sort before it wherever the import stored its events) and carry no read time.
 pub const PYFRAME_IMPORTED: u8 = 4;
+
+/// [`EventKind::GpuSample`]: a ratio the sample does not carry.
+pub const GPU_RATIO_ABSENT: u16 = u16::MAX;
+/// [`EventKind::GpuSample`] `sub` bit: `b` holds PCIe bytes.
+pub const GPU_SAMPLE_PCIE: u8 = 1;
 
 pub const API_RUNTIME: u8 = 1;
 /// `sub` of an [`EventKind::Api`] event.

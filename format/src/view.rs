@@ -15,8 +15,8 @@
 //! ```
 
 use crate::event::{
-    LaunchConfig, MemKind, RawEvent, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE, FLAG_GLOBAL, PYFRAME_IMPORTED,
-    PYFRAME_OF_MAIN_THREAD, PYFRAME_TRUNCATED,
+    LaunchConfig, MemKind, RawEvent, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE, FLAG_GLOBAL, GPU_RATIO_ABSENT,
+    GPU_SAMPLE_PCIE, PYFRAME_IMPORTED, PYFRAME_OF_MAIN_THREAD, PYFRAME_TRUNCATED,
 };
 use crate::EventKind;
 
@@ -237,6 +237,46 @@ pub struct PyFrameRecord {
     pub read_ns: u64,
 }
 
+/// An [`EventKind::GpuSample`]: what the device's counters say of one sampling interval. Each ratio is a
+/// fraction of its peak (1.0 = the peak; counters may read a little above it), None where the sample lacks it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GpuSample {
+    /// SMs active (`sm__cycles_active.avg` over `sm__cycles_elapsed.avg`).
+    pub sm_active: Option<f64>,
+    /// Tensor pipes active (`sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed`).
+    pub tensor_active: Option<f64>,
+    /// DRAM read and write throughput (`dram__{read,write}_throughput.avg.pct_of_peak_sustained_elapsed`).
+    pub dram_read: Option<f64>,
+    pub dram_write: Option<f64>,
+    /// The graphics engine busy (`gr__cycles_active.avg` over `gr__cycles_elapsed.max`): any work on the device.
+    pub gpu_active: Option<f64>,
+    /// PCIe bytes read and written by the device in the interval (`pcie__{read,write}_bytes.sum`), if sampled.
+    pub pcie_bytes: Option<(u64, u64)>,
+}
+
+impl GpuSample {
+    /// DRAM throughput, reads and writes together, as a fraction of peak (the peak is shared by both).
+    pub fn dram(&self) -> Option<f64> {
+        match (self.dram_read, self.dram_write) {
+            (None, None) => None,
+            (r, w) => Some(r.unwrap_or(0.0) + w.unwrap_or(0.0)),
+        }
+    }
+}
+
+/// A ratio in 1/10000 of its peak, [`GPU_RATIO_ABSENT`] for none; above 6.5 times the peak it saturates.
+fn pack_ratio(r: Option<f64>) -> u64 {
+    match r {
+        Some(v) if v.is_finite() => (v.max(0.0) * 10_000.0).round().min((GPU_RATIO_ABSENT - 1) as f64) as u64,
+        _ => GPU_RATIO_ABSENT as u64,
+    }
+}
+
+fn unpack_ratio(bits: u64) -> Option<f64> {
+    let v = bits as u16;
+    (v != GPU_RATIO_ABSENT).then(|| v as f64 / 10_000.0)
+}
+
 impl RawEvent {
     /// An [`EventKind::Api`] call.
     pub fn as_api(&self) -> ApiCall {
@@ -320,6 +360,16 @@ impl RawEvent {
             of_main_thread: self.sub & PYFRAME_OF_MAIN_THREAD != 0,
             imported: self.sub & PYFRAME_IMPORTED != 0,
             read_ns: self.b,
+        }
+    }
+    pub fn as_gpu_sample(&self) -> GpuSample {
+        GpuSample {
+            sm_active: unpack_ratio(self.a),
+            tensor_active: unpack_ratio(self.a >> 16),
+            dram_read: unpack_ratio(self.a >> 32),
+            dram_write: unpack_ratio(self.a >> 48),
+            gpu_active: unpack_ratio(self.c),
+            pcie_bytes: (self.sub & GPU_SAMPLE_PCIE != 0).then_some((self.b & 0xffff_ffff, self.b >> 32)),
         }
     }
     /// An [`EventKind::ThreadName`]'s OS thread id (64 bits: an import keeps its trace's ids whole).
@@ -466,6 +516,24 @@ impl RawEvent {
         self.sub = (f.truncated as u8 * PYFRAME_TRUNCATED)
             | (f.of_main_thread as u8 * PYFRAME_OF_MAIN_THREAD)
             | (f.imported as u8 * PYFRAME_IMPORTED);
+    }
+    pub fn set_gpu_sample(&mut self, s: GpuSample) {
+        self.kind = EventKind::GpuSample as u8;
+        self.a = pack_ratio(s.sm_active)
+            | pack_ratio(s.tensor_active) << 16
+            | pack_ratio(s.dram_read) << 32
+            | pack_ratio(s.dram_write) << 48;
+        self.c = pack_ratio(s.gpu_active);
+        let (read, written) = s.pcie_bytes.unwrap_or((0, 0));
+        self.b = read.min(u32::MAX as u64) | written.min(u32::MAX as u64) << 32;
+        self.sub = if s.pcie_bytes.is_some() { GPU_SAMPLE_PCIE } else { 0 };
+    }
+    /// A sample of device `device`'s counters over `start`..`end`.
+    pub fn gpu_sample(device: u32, start: u64, end: u64, s: GpuSample) -> RawEvent {
+        let mut e = RawEvent::new(EventKind::GpuSample, 0, start, end);
+        e.device = device;
+        e.set_gpu_sample(s);
+        e
     }
     #[inline]
     pub fn set_clock_pair(&mut self, pair: ClockPair) {

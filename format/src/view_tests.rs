@@ -107,3 +107,32 @@ fn every_setter_round_trips_through_its_view() {
     e.set_named_thread(1 << 40);
     assert_eq!(e.named_thread(), 1 << 40);
 }
+
+/// A counter sample keeps each ratio to 1/10000 of peak, tells an absent ratio from zero, and saturates what does
+/// not fit (a ratio above 6.5, PCIe bytes above 4 GiB) rather than wrap.
+#[test]
+fn gpu_sample_round_trips_to_a_hundredth_of_a_percent() {
+    let s = GpuSample {
+        sm_active: Some(0.98765),
+        tensor_active: Some(0.0),
+        dram_read: None,
+        dram_write: Some(1.02),
+        gpu_active: Some(1.0),
+        pcie_bytes: Some((4096, 1 << 20)),
+    };
+    let e = RawEvent::gpu_sample(3, 100, 200, s);
+    let back = e.as_gpu_sample();
+    assert_eq!(
+        (e.device, e.kind(), back.tensor_active, back.dram_read),
+        (3, Some(EventKind::GpuSample), Some(0.0), None)
+    );
+    assert!((back.sm_active.unwrap() - 0.9877).abs() < 1e-9);
+    assert_eq!((back.dram_write, back.gpu_active, back.pcie_bytes), (Some(1.02), Some(1.0), Some((4096, 1 << 20))));
+    assert_eq!(back.dram(), Some(1.02));
+    let huge = GpuSample { sm_active: Some(1e9), tensor_active: Some(f64::NAN), pcie_bytes: Some((u64::MAX, 0)), ..s };
+    let back = RawEvent::gpu_sample(0, 0, 1, huge).as_gpu_sample();
+    assert_eq!((back.sm_active, back.tensor_active), (Some(6.5534), None));
+    assert_eq!(back.pcie_bytes, Some((u32::MAX as u64, 0)));
+    let none = RawEvent::gpu_sample(0, 0, 1, GpuSample::default()).as_gpu_sample();
+    assert_eq!(none, GpuSample::default());
+}

@@ -54220,6 +54220,948 @@ impl Default for CUpti_PmSampling_CounterData_GetSampleInfo_Params {
         }
     }
 }
+#[doc = " Invalid value"]
+pub const CUPTI_Range_INVALID: CUpti_ProfilerRange = 0;
+#[doc = " Ranges are auto defined around each kernel in a profiling session"]
+pub const CUPTI_AutoRange: CUpti_ProfilerRange = 1;
+#[doc = " A range in which metric data to be collected is defined by the user"]
+pub const CUPTI_UserRange: CUpti_ProfilerRange = 2;
+#[doc = " Range count"]
+pub const CUPTI_Range_COUNT: CUpti_ProfilerRange = 3;
+#[doc = " \\brief Profiler range attribute\n\n A metric enabled in the session's configuration is collected separately per unique range-stack in the pass.\n This is an attribute to collect metrics around each kernel in a profiling session or in an user defined range."]
+pub type CUpti_ProfilerRange = ::std::os::raw::c_uint;
+#[doc = " Invalid Value"]
+pub const CUPTI_Replay_INVALID: CUpti_ProfilerReplayMode = 0;
+#[doc = " Replay is done by CUPTI user around the process"]
+pub const CUPTI_ApplicationReplay: CUpti_ProfilerReplayMode = 1;
+#[doc = " Replay is done around kernel implicitly by CUPTI"]
+pub const CUPTI_KernelReplay: CUpti_ProfilerReplayMode = 2;
+#[doc = " Replay is done by CUPTI user within a process"]
+pub const CUPTI_UserReplay: CUpti_ProfilerReplayMode = 3;
+#[doc = " Replay count"]
+pub const CUPTI_Replay_COUNT: CUpti_ProfilerReplayMode = 4;
+#[doc = " \\brief Profiler replay attribute\n\n For metrics which require multipass collection, a replay of the GPU kernel(s) is required.\n This is an attribute which specify how the replay of the kernel(s) to be measured is done."]
+pub type CUpti_ProfilerReplayMode = ::std::os::raw::c_uint;
+#[doc = " \\brief Default parameter for cuptiProfilerInitialize"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Initialize_Params {
+    #[doc = "!< [in] CUpti_Profiler_Initialize_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Initialize_Params"][::std::mem::size_of::<CUpti_Profiler_Initialize_Params>() - 16usize];
+    ["Alignment of CUpti_Profiler_Initialize_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Initialize_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Initialize_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Initialize_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Initialize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Initialize_Params, pPriv) - 8usize];
+};
+impl Default for CUpti_Profiler_Initialize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Default parameter for cuptiProfilerDeInitialize"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_DeInitialize_Params {
+    #[doc = "!< [in] CUpti_Profiler_DeInitialize_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_DeInitialize_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_DeInitialize_Params>() - 16usize];
+    ["Alignment of CUpti_Profiler_DeInitialize_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_DeInitialize_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_DeInitialize_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeInitialize_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_DeInitialize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeInitialize_Params, pPriv) - 8usize];
+};
+impl Default for CUpti_Profiler_DeInitialize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Input parameter to define the counterDataImage"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_CounterDataImageOptions {
+    #[doc = "!< [in] CUpti_Profiler_CounterDataImageOptions_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "< [in] Address of CounterDataPrefix generated from NVPW_CounterDataBuilder_GetCounterDataPrefix().\nMust be align(8)."]
+    pub pCounterDataPrefix: *const u8,
+    #[doc = "!< [in] Size of CounterDataPrefix generated from NVPW_CounterDataBuilder_GetCounterDataPrefix()."]
+    pub counterDataPrefixSize: usize,
+    #[doc = "!< [in] Maximum number of ranges that can be profiled"]
+    pub maxNumRanges: u32,
+    #[doc = "!< [in] Maximum number of RangeTree nodes; must be >= maxNumRanges"]
+    pub maxNumRangeTreeNodes: u32,
+    #[doc = "!< [in] Maximum string length of each RangeName, including the trailing NULL character"]
+    pub maxRangeNameLength: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_CounterDataImageOptions"]
+        [::std::mem::size_of::<CUpti_Profiler_CounterDataImageOptions>() - 48usize];
+    ["Alignment of CUpti_Profiler_CounterDataImageOptions"]
+        [::std::mem::align_of::<CUpti_Profiler_CounterDataImageOptions>() - 8usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImageOptions::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImageOptions, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImageOptions::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImageOptions, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImageOptions::pCounterDataPrefix"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImageOptions, pCounterDataPrefix) - 16usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImageOptions::counterDataPrefixSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImageOptions, counterDataPrefixSize) - 24usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImageOptions::maxNumRanges"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImageOptions, maxNumRanges) - 32usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImageOptions::maxNumRangeTreeNodes"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImageOptions, maxNumRangeTreeNodes) - 36usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImageOptions::maxRangeNameLength"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImageOptions, maxRangeNameLength) - 40usize];
+};
+impl Default for CUpti_Profiler_CounterDataImageOptions {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerCounterDataImageCalculateSize"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_CounterDataImage_CalculateSize_Params {
+    #[doc = "!< [in] CUpti_Profiler_CounterDataImage_CalculateSize_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] CUpti_Profiler_CounterDataImageOptions_STRUCT_SIZE"]
+    pub sizeofCounterDataImageOptions: usize,
+    #[doc = "!< [in] Pointer to Counter Data Image Options"]
+    pub pOptions: *const CUpti_Profiler_CounterDataImageOptions,
+    #[doc = "!< [out]"]
+    pub counterDataImageSize: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_CounterDataImage_CalculateSize_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_CounterDataImage_CalculateSize_Params>() - 40usize];
+    ["Alignment of CUpti_Profiler_CounterDataImage_CalculateSize_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_CounterDataImage_CalculateSize_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_CalculateSize_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImage_CalculateSize_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_CalculateSize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImage_CalculateSize_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_CalculateSize_Params::sizeofCounterDataImageOptions"][::std::mem::offset_of!(
+        CUpti_Profiler_CounterDataImage_CalculateSize_Params,
+        sizeofCounterDataImageOptions
+    )
+        - 16usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_CalculateSize_Params::pOptions"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImage_CalculateSize_Params, pOptions) - 24usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_CalculateSize_Params::counterDataImageSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImage_CalculateSize_Params, counterDataImageSize) - 32usize];
+};
+impl Default for CUpti_Profiler_CounterDataImage_CalculateSize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerCounterDataImageInitialize"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_CounterDataImage_Initialize_Params {
+    #[doc = "!< [in] CUpti_Profiler_CounterDataImage_Initialize_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] CUpti_Profiler_CounterDataImageOptions_STRUCT_SIZE"]
+    pub sizeofCounterDataImageOptions: usize,
+    #[doc = "!< [in] Pointer to Counter Data Image Options"]
+    pub pOptions: *const CUpti_Profiler_CounterDataImageOptions,
+    #[doc = "!< [in] Size calculated from cuptiProfilerCounterDataImageCalculateSize"]
+    pub counterDataImageSize: usize,
+    #[doc = "!< [in] The buffer to be initialized."]
+    pub pCounterDataImage: *mut u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_CounterDataImage_Initialize_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_CounterDataImage_Initialize_Params>() - 48usize];
+    ["Alignment of CUpti_Profiler_CounterDataImage_Initialize_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_CounterDataImage_Initialize_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_Initialize_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImage_Initialize_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_Initialize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImage_Initialize_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_Initialize_Params::sizeofCounterDataImageOptions"][::std::mem::offset_of!(
+        CUpti_Profiler_CounterDataImage_Initialize_Params,
+        sizeofCounterDataImageOptions
+    ) - 16usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_Initialize_Params::pOptions"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImage_Initialize_Params, pOptions) - 24usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_Initialize_Params::counterDataImageSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImage_Initialize_Params, counterDataImageSize) - 32usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_Initialize_Params::pCounterDataImage"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImage_Initialize_Params, pCounterDataImage) - 40usize];
+};
+impl Default for CUpti_Profiler_CounterDataImage_Initialize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerCounterDataImageCalculateScratchBufferSize"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params {
+    #[doc = "!< [in] CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] size calculated from cuptiProfilerCounterDataImageCalculateSize"]
+    pub counterDataImageSize: usize,
+    #[doc = "!< [in]"]
+    pub pCounterDataImage: *mut u8,
+    #[doc = "!< [out]"]
+    pub counterDataScratchBufferSize: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params>() - 40usize];
+    ["Alignment of CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params::structSize"][::std::mem::offset_of!(
+        CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params,
+        structSize
+    ) - 0usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params::counterDataImageSize"][::std::mem::offset_of!(
+        CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params,
+        counterDataImageSize
+    )
+        - 16usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params::pCounterDataImage"][::std::mem::offset_of!(
+        CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params,
+        pCounterDataImage
+    )
+        - 24usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params::counterDataScratchBufferSize"] [:: std :: mem :: offset_of ! (CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params , counterDataScratchBufferSize) - 32usize] ;
+};
+impl Default for CUpti_Profiler_CounterDataImage_CalculateScratchBufferSize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerCounterDataImageInitializeScratchBuffer"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params {
+    #[doc = "!< [in] CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] size calculated from cuptiProfilerCounterDataImageCalculateSize"]
+    pub counterDataImageSize: usize,
+    #[doc = "!< [in]"]
+    pub pCounterDataImage: *mut u8,
+    #[doc = "!< [in] size calculated using cuptiProfilerCounterDataImageCalculateScratchBufferSize"]
+    pub counterDataScratchBufferSize: usize,
+    #[doc = "!< [in] the scratch buffer to be initialized."]
+    pub pCounterDataScratchBuffer: *mut u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params>() - 48usize];
+    ["Alignment of CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params::counterDataImageSize"][::std::mem::offset_of!(
+        CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params,
+        counterDataImageSize
+    )
+        - 16usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params::pCounterDataImage"][::std::mem::offset_of!(
+        CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params,
+        pCounterDataImage
+    ) - 24usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params::counterDataScratchBufferSize"][::std::mem::offset_of!(
+        CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params,
+        counterDataScratchBufferSize
+    )
+        - 32usize];
+    ["Offset of field: CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params::pCounterDataScratchBuffer"][::std::mem::offset_of!(
+        CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params,
+        pCounterDataScratchBuffer
+    )
+        - 40usize];
+};
+impl Default for CUpti_Profiler_CounterDataImage_InitializeScratchBuffer_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerBeginSession"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_BeginSession_Params {
+    #[doc = "!< [in] CUpti_Profiler_BeginSession_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub ctx: CUcontext,
+    #[doc = "!< [in] size calculated from cuptiProfilerCounterDataImageCalculateSize"]
+    pub counterDataImageSize: usize,
+    #[doc = "!< [in] address of CounterDataImage"]
+    pub pCounterDataImage: *mut u8,
+    #[doc = "!< [in] size calculated from cuptiProfilerCounterDataImageInitializeScratchBuffer"]
+    pub counterDataScratchBufferSize: usize,
+    #[doc = "!< [in] address of CounterDataImage scratch buffer"]
+    pub pCounterDataScratchBuffer: *mut u8,
+    #[doc = "!< [in] [optional]"]
+    pub bDumpCounterDataInFile: u8,
+    #[doc = "!< [in] [optional]"]
+    pub pCounterDataFilePath: *const ::std::os::raw::c_char,
+    #[doc = "!< [in] CUpti_ProfilerRange"]
+    pub range: CUpti_ProfilerRange,
+    #[doc = "!< [in] CUpti_ProfilerReplayMode"]
+    pub replayMode: CUpti_ProfilerReplayMode,
+    #[doc = "!< [in] Maximum number of ranges that can be recorded in a single pass."]
+    pub maxRangesPerPass: usize,
+    #[doc = "!< [in] Maximum number of kernel launches that can be recorded in a single pass; must be >= maxRangesPerPass."]
+    pub maxLaunchesPerPass: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_BeginSession_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_BeginSession_Params>() - 96usize];
+    ["Alignment of CUpti_Profiler_BeginSession_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_BeginSession_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_BeginSession_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginSession_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_BeginSession_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginSession_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_BeginSession_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginSession_Params, ctx) - 16usize];
+    ["Offset of field: CUpti_Profiler_BeginSession_Params::counterDataImageSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginSession_Params, counterDataImageSize) - 24usize];
+    ["Offset of field: CUpti_Profiler_BeginSession_Params::pCounterDataImage"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginSession_Params, pCounterDataImage) - 32usize];
+    ["Offset of field: CUpti_Profiler_BeginSession_Params::counterDataScratchBufferSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginSession_Params, counterDataScratchBufferSize) - 40usize];
+    ["Offset of field: CUpti_Profiler_BeginSession_Params::pCounterDataScratchBuffer"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginSession_Params, pCounterDataScratchBuffer) - 48usize];
+    ["Offset of field: CUpti_Profiler_BeginSession_Params::bDumpCounterDataInFile"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginSession_Params, bDumpCounterDataInFile) - 56usize];
+    ["Offset of field: CUpti_Profiler_BeginSession_Params::pCounterDataFilePath"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginSession_Params, pCounterDataFilePath) - 64usize];
+    ["Offset of field: CUpti_Profiler_BeginSession_Params::range"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginSession_Params, range) - 72usize];
+    ["Offset of field: CUpti_Profiler_BeginSession_Params::replayMode"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginSession_Params, replayMode) - 76usize];
+    ["Offset of field: CUpti_Profiler_BeginSession_Params::maxRangesPerPass"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginSession_Params, maxRangesPerPass) - 80usize];
+    ["Offset of field: CUpti_Profiler_BeginSession_Params::maxLaunchesPerPass"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginSession_Params, maxLaunchesPerPass) - 88usize];
+};
+impl Default for CUpti_Profiler_BeginSession_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerEndSession"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_EndSession_Params {
+    #[doc = "!< [in] CUpti_Profiler_EndSession_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub ctx: CUcontext,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_EndSession_Params"][::std::mem::size_of::<CUpti_Profiler_EndSession_Params>() - 24usize];
+    ["Alignment of CUpti_Profiler_EndSession_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_EndSession_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_EndSession_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_EndSession_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_EndSession_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_EndSession_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_EndSession_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_Profiler_EndSession_Params, ctx) - 16usize];
+};
+impl Default for CUpti_Profiler_EndSession_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerSetConfig"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_SetConfig_Params {
+    #[doc = "!< [in] CUpti_Profiler_SetConfig_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub ctx: CUcontext,
+    #[doc = "!< [in] Config created by NVPW_RawMetricsConfig_GetConfigImage(). Must be align(8)."]
+    pub pConfig: *const u8,
+    #[doc = "!< [in] size of config"]
+    pub configSize: usize,
+    #[doc = "!< [in] the lowest nesting level to be profiled; must be >= 1"]
+    pub minNestingLevel: u16,
+    #[doc = "!< [in] the number of nesting levels to profile; must be >= 1"]
+    pub numNestingLevels: u16,
+    #[doc = "!< [in] Set this to zero for in-app replay; set this to the output of EndPass() for application replay"]
+    pub passIndex: usize,
+    #[doc = "!< [in] Set this to minNestingLevel for in-app replay; set this to the output of EndPass() for application"]
+    pub targetNestingLevel: u16,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_SetConfig_Params"][::std::mem::size_of::<CUpti_Profiler_SetConfig_Params>() - 64usize];
+    ["Alignment of CUpti_Profiler_SetConfig_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_SetConfig_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_SetConfig_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_SetConfig_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_SetConfig_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_SetConfig_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_SetConfig_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_Profiler_SetConfig_Params, ctx) - 16usize];
+    ["Offset of field: CUpti_Profiler_SetConfig_Params::pConfig"]
+        [::std::mem::offset_of!(CUpti_Profiler_SetConfig_Params, pConfig) - 24usize];
+    ["Offset of field: CUpti_Profiler_SetConfig_Params::configSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_SetConfig_Params, configSize) - 32usize];
+    ["Offset of field: CUpti_Profiler_SetConfig_Params::minNestingLevel"]
+        [::std::mem::offset_of!(CUpti_Profiler_SetConfig_Params, minNestingLevel) - 40usize];
+    ["Offset of field: CUpti_Profiler_SetConfig_Params::numNestingLevels"]
+        [::std::mem::offset_of!(CUpti_Profiler_SetConfig_Params, numNestingLevels) - 42usize];
+    ["Offset of field: CUpti_Profiler_SetConfig_Params::passIndex"]
+        [::std::mem::offset_of!(CUpti_Profiler_SetConfig_Params, passIndex) - 48usize];
+    ["Offset of field: CUpti_Profiler_SetConfig_Params::targetNestingLevel"]
+        [::std::mem::offset_of!(CUpti_Profiler_SetConfig_Params, targetNestingLevel) - 56usize];
+};
+impl Default for CUpti_Profiler_SetConfig_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerUnsetConfig"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_UnsetConfig_Params {
+    #[doc = "!< [in] CUpti_Profiler_UnsetConfig_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub ctx: CUcontext,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_UnsetConfig_Params"][::std::mem::size_of::<CUpti_Profiler_UnsetConfig_Params>() - 24usize];
+    ["Alignment of CUpti_Profiler_UnsetConfig_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_UnsetConfig_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_UnsetConfig_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_UnsetConfig_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_UnsetConfig_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_UnsetConfig_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_UnsetConfig_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_Profiler_UnsetConfig_Params, ctx) - 16usize];
+};
+impl Default for CUpti_Profiler_UnsetConfig_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerBeginPass"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_BeginPass_Params {
+    #[doc = "!< [in] CUpti_Profiler_BeginPass_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub ctx: CUcontext,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_BeginPass_Params"][::std::mem::size_of::<CUpti_Profiler_BeginPass_Params>() - 24usize];
+    ["Alignment of CUpti_Profiler_BeginPass_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_BeginPass_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_BeginPass_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginPass_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_BeginPass_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginPass_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_BeginPass_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_Profiler_BeginPass_Params, ctx) - 16usize];
+};
+impl Default for CUpti_Profiler_BeginPass_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerEndPass"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_EndPass_Params {
+    #[doc = "!< [in] CUpti_Profiler_EndPass_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub ctx: CUcontext,
+    pub targetNestingLevel: u16,
+    #[doc = "!< [out] The passIndex that will be collected by the *next* BeginPass"]
+    pub passIndex: usize,
+    #[doc = "!< [out] becomes true when the last pass has been queued to the GPU"]
+    pub allPassesSubmitted: u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_EndPass_Params"][::std::mem::size_of::<CUpti_Profiler_EndPass_Params>() - 48usize];
+    ["Alignment of CUpti_Profiler_EndPass_Params"][::std::mem::align_of::<CUpti_Profiler_EndPass_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_EndPass_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_EndPass_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_EndPass_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_EndPass_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_EndPass_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_Profiler_EndPass_Params, ctx) - 16usize];
+    ["Offset of field: CUpti_Profiler_EndPass_Params::targetNestingLevel"]
+        [::std::mem::offset_of!(CUpti_Profiler_EndPass_Params, targetNestingLevel) - 24usize];
+    ["Offset of field: CUpti_Profiler_EndPass_Params::passIndex"]
+        [::std::mem::offset_of!(CUpti_Profiler_EndPass_Params, passIndex) - 32usize];
+    ["Offset of field: CUpti_Profiler_EndPass_Params::allPassesSubmitted"]
+        [::std::mem::offset_of!(CUpti_Profiler_EndPass_Params, allPassesSubmitted) - 40usize];
+};
+impl Default for CUpti_Profiler_EndPass_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerEnableProfiling"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_EnableProfiling_Params {
+    #[doc = "!< [in] CUpti_Profiler_EnableProfiling_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub ctx: CUcontext,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_EnableProfiling_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_EnableProfiling_Params>() - 24usize];
+    ["Alignment of CUpti_Profiler_EnableProfiling_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_EnableProfiling_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_EnableProfiling_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_EnableProfiling_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_EnableProfiling_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_EnableProfiling_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_EnableProfiling_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_Profiler_EnableProfiling_Params, ctx) - 16usize];
+};
+impl Default for CUpti_Profiler_EnableProfiling_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerDisableProfiling"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_DisableProfiling_Params {
+    #[doc = "!< [in] CUpti_Profiler_DisableProfiling_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub ctx: CUcontext,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_DisableProfiling_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_DisableProfiling_Params>() - 24usize];
+    ["Alignment of CUpti_Profiler_DisableProfiling_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_DisableProfiling_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_DisableProfiling_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_DisableProfiling_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_DisableProfiling_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_DisableProfiling_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_DisableProfiling_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_Profiler_DisableProfiling_Params, ctx) - 16usize];
+};
+impl Default for CUpti_Profiler_DisableProfiling_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerIsPassCollected"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_IsPassCollected_Params {
+    #[doc = "!< [in] CUpti_Profiler_IsPassCollected_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub ctx: CUcontext,
+    #[doc = "!< [out] number of ranges whose data was dropped in the processed pass"]
+    pub numRangesDropped: usize,
+    #[doc = "!< [out] number of bytes not written to TraceBuffer due to buffer full"]
+    pub numTraceBytesDropped: usize,
+    #[doc = "!< [out] true if a pass was successfully decoded"]
+    pub onePassCollected: u8,
+    #[doc = "!< [out] becomes true when the last pass has been decoded"]
+    pub allPassesCollected: u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_IsPassCollected_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_IsPassCollected_Params>() - 48usize];
+    ["Alignment of CUpti_Profiler_IsPassCollected_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_IsPassCollected_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_IsPassCollected_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_IsPassCollected_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_IsPassCollected_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_IsPassCollected_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_IsPassCollected_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_Profiler_IsPassCollected_Params, ctx) - 16usize];
+    ["Offset of field: CUpti_Profiler_IsPassCollected_Params::numRangesDropped"]
+        [::std::mem::offset_of!(CUpti_Profiler_IsPassCollected_Params, numRangesDropped) - 24usize];
+    ["Offset of field: CUpti_Profiler_IsPassCollected_Params::numTraceBytesDropped"]
+        [::std::mem::offset_of!(CUpti_Profiler_IsPassCollected_Params, numTraceBytesDropped) - 32usize];
+    ["Offset of field: CUpti_Profiler_IsPassCollected_Params::onePassCollected"]
+        [::std::mem::offset_of!(CUpti_Profiler_IsPassCollected_Params, onePassCollected) - 40usize];
+    ["Offset of field: CUpti_Profiler_IsPassCollected_Params::allPassesCollected"]
+        [::std::mem::offset_of!(CUpti_Profiler_IsPassCollected_Params, allPassesCollected) - 41usize];
+};
+impl Default for CUpti_Profiler_IsPassCollected_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerFlushCounterData"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_FlushCounterData_Params {
+    #[doc = "!< [in] CUpti_Profiler_FlushCounterData_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub ctx: CUcontext,
+    #[doc = "!< [out] number of ranges whose data was dropped in the processed passes"]
+    pub numRangesDropped: usize,
+    #[doc = "!< [out] number of bytes not written to TraceBuffer due to buffer full"]
+    pub numTraceBytesDropped: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_FlushCounterData_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_FlushCounterData_Params>() - 40usize];
+    ["Alignment of CUpti_Profiler_FlushCounterData_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_FlushCounterData_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_FlushCounterData_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_FlushCounterData_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_FlushCounterData_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_FlushCounterData_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_FlushCounterData_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_Profiler_FlushCounterData_Params, ctx) - 16usize];
+    ["Offset of field: CUpti_Profiler_FlushCounterData_Params::numRangesDropped"]
+        [::std::mem::offset_of!(CUpti_Profiler_FlushCounterData_Params, numRangesDropped) - 24usize];
+    ["Offset of field: CUpti_Profiler_FlushCounterData_Params::numTraceBytesDropped"]
+        [::std::mem::offset_of!(CUpti_Profiler_FlushCounterData_Params, numTraceBytesDropped) - 32usize];
+};
+impl Default for CUpti_Profiler_FlushCounterData_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_PushRange_Params {
+    #[doc = "!< [in] CUpti_Profiler_PushRange_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub ctx: CUcontext,
+    #[doc = "!< [in] specifies the range for subsequent launches; must not be NULL"]
+    pub pRangeName: *const ::std::os::raw::c_char,
+    #[doc = "!< [in] assign to strlen(pRangeName) if known; if set to zero, the library will call strlen()"]
+    pub rangeNameLength: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_PushRange_Params"][::std::mem::size_of::<CUpti_Profiler_PushRange_Params>() - 40usize];
+    ["Alignment of CUpti_Profiler_PushRange_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_PushRange_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_PushRange_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_PushRange_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_PushRange_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_PushRange_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_PushRange_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_Profiler_PushRange_Params, ctx) - 16usize];
+    ["Offset of field: CUpti_Profiler_PushRange_Params::pRangeName"]
+        [::std::mem::offset_of!(CUpti_Profiler_PushRange_Params, pRangeName) - 24usize];
+    ["Offset of field: CUpti_Profiler_PushRange_Params::rangeNameLength"]
+        [::std::mem::offset_of!(CUpti_Profiler_PushRange_Params, rangeNameLength) - 32usize];
+};
+impl Default for CUpti_Profiler_PushRange_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_PopRange_Params {
+    #[doc = "!< [in] CUpti_Profiler_PopRange_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub ctx: CUcontext,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_PopRange_Params"][::std::mem::size_of::<CUpti_Profiler_PopRange_Params>() - 24usize];
+    ["Alignment of CUpti_Profiler_PopRange_Params"][::std::mem::align_of::<CUpti_Profiler_PopRange_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_PopRange_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_PopRange_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_PopRange_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_PopRange_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_PopRange_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_Profiler_PopRange_Params, ctx) - 16usize];
+};
+impl Default for CUpti_Profiler_PopRange_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = " \\brief Params for cuptiProfilerGetCounterAvailability"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_GetCounterAvailability_Params {
+    #[doc = "!< [in] CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub ctx: CUcontext,
+    #[doc = "!< [in/out] If `pCounterAvailabilityImage` is NULL, then the required size is returned in\n!< `counterAvailabilityImageSize`, otherwise `counterAvailabilityImageSize` should be set to the size of\n!< `pCounterAvailabilityImage`, and on return it would be overwritten with number of actual bytes copied"]
+    pub counterAvailabilityImageSize: usize,
+    #[doc = "!< [in] buffer receiving counter availability image, may be NULL"]
+    pub pCounterAvailabilityImage: *mut u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_GetCounterAvailability_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_GetCounterAvailability_Params>() - 40usize];
+    ["Alignment of CUpti_Profiler_GetCounterAvailability_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_GetCounterAvailability_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_GetCounterAvailability_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_GetCounterAvailability_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_GetCounterAvailability_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_GetCounterAvailability_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_GetCounterAvailability_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_Profiler_GetCounterAvailability_Params, ctx) - 16usize];
+    ["Offset of field: CUpti_Profiler_GetCounterAvailability_Params::counterAvailabilityImageSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_GetCounterAvailability_Params, counterAvailabilityImageSize) - 24usize];
+    ["Offset of field: CUpti_Profiler_GetCounterAvailability_Params::pCounterAvailabilityImage"]
+        [::std::mem::offset_of!(CUpti_Profiler_GetCounterAvailability_Params, pCounterAvailabilityImage) - 32usize];
+};
+impl Default for CUpti_Profiler_GetCounterAvailability_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[doc = "!< Configuration support level unknown - either detection code errored out before setting this value, or unable to determine it"]
+pub const CUPTI_PROFILER_CONFIGURATION_UNKNOWN: CUpti_Profiler_Support_Level = 0;
+#[doc = "!< Profiling is unavailable.  For specific feature fields, this means that the current configuration of this feature does not work with profiling.  For instance, SLI-enabled devices do not support profiling, and this value would be returned for SLI on an SLI-enabled device."]
+pub const CUPTI_PROFILER_CONFIGURATION_UNSUPPORTED: CUpti_Profiler_Support_Level = 1;
+#[doc = "!< Profiling would be available for this configuration, but was disabled by the system"]
+pub const CUPTI_PROFILER_CONFIGURATION_DISABLED: CUpti_Profiler_Support_Level = 2;
+#[doc = "!< Profiling is supported.  For specific feature fields, this means that the current configuration of this feature works with profiling.  For instance, SLI-enabled devices do not support profiling, and this value would only be returned for devices which are not SLI-enabled."]
+pub const CUPTI_PROFILER_CONFIGURATION_SUPPORTED: CUpti_Profiler_Support_Level = 3;
+#[doc = " Generic support level enum for CUPTI"]
+pub type CUpti_Profiler_Support_Level = ::std::os::raw::c_uint;
+#[doc = "!< CUPTI APIs for range based profiling (cuptiProfiler*)"]
+pub const CUPTI_PROFILER_RANGE_PROFILING: CUpti_Profiler_API = 0;
+#[doc = "!< CUPTI APIs collecting pc sampling data (cuptiPcSampling*)"]
+pub const CUPTI_PROFILER_PC_SAMPLING: CUpti_Profiler_API = 1;
+#[doc = "!< CUPTI APIs collecting SASS metrics data (cuptiSassMetrics*)"]
+pub const CUPTI_PROFILER_SASS_METRICS: CUpti_Profiler_API = 2;
+#[doc = "!< CUPTI APIs collecting PM Sampling data (cuptiPmSampling*)"]
+pub const CUPTI_PROFILER_PM_SAMPLING: CUpti_Profiler_API = 3;
+pub const CUPTI_PROFILER_UNKNOWN: CUpti_Profiler_API = 4;
+#[doc = " \\brief Profiler API types"]
+pub type CUpti_Profiler_API = ::std::os::raw::c_uint;
+#[doc = " \\brief Params for cuptiProfilerDeviceSupported"]
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_DeviceSupported_Params {
+    #[doc = "!< [in] Must be CUpti_Profiler_DeviceSupported_Params_STRUCT_SIZE"]
+    pub structSize: usize,
+    #[doc = "!< [in] assign to NULL"]
+    pub pPriv: *mut ::std::os::raw::c_void,
+    #[doc = "!< [in] if NULL, the current CUcontext is used"]
+    pub cuDevice: CUdevice,
+    #[doc = "!< [out] overall SUPPORTED / UNSUPPORTED flag representing whether Profiling and PC Sampling APIs work on the given device and configuration. SUPPORTED if all following flags are SUPPORTED, UNSUPPORTED otherwise."]
+    pub isSupported: CUpti_Profiler_Support_Level,
+    #[doc = "!< [out] SUPPORTED if the device architecture level supports the Profiling API (Compute Capability >= 7.0), UNSUPPORTED otherwise"]
+    pub architecture: CUpti_Profiler_Support_Level,
+    #[doc = "!< [out] SUPPORTED if SLI is not enabled, UNSUPPORTED otherwise"]
+    pub sli: CUpti_Profiler_Support_Level,
+    #[doc = "!< [out] SUPPORTED if vGPU is supported and profiling is enabled, DISABLED if profiling is supported but not enabled, UNSUPPORTED otherwise"]
+    pub vGpu: CUpti_Profiler_Support_Level,
+    #[doc = "!< [out] SUPPORTED if confidential compute is not enabled, UNSUPPORTED otherwise"]
+    pub confidentialCompute: CUpti_Profiler_Support_Level,
+    #[doc = "!< [out] SUPPORTED if not NVIDIA Crypto Mining Processors (CMP), UNSUPPORTED otherwise"]
+    pub cmp: CUpti_Profiler_Support_Level,
+    #[doc = "!< [out] SUPPORTED if WSL supported, UNSUPPORTED otherwise"]
+    pub wsl: CUpti_Profiler_Support_Level,
+    #[doc = "!< [in] the CUPTI API type for which device support will be checked"]
+    pub api: CUpti_Profiler_API,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_DeviceSupported_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_DeviceSupported_Params>() - 56usize];
+    ["Alignment of CUpti_Profiler_DeviceSupported_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_DeviceSupported_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::cuDevice"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, cuDevice) - 16usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::isSupported"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, isSupported) - 20usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::architecture"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, architecture) - 24usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::sli"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, sli) - 28usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::vGpu"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, vGpu) - 32usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::confidentialCompute"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, confidentialCompute) - 36usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::cmp"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, cmp) - 40usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::wsl"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, wsl) - 44usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::api"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, api) - 48usize];
+};
+impl Default for CUpti_Profiler_DeviceSupported_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub type nvtxRangeId_t = u64;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]

@@ -1,6 +1,7 @@
 //! CUPTI's device counter entry points: PM sampling (`cupti_pmsampling.h`, CUDA 12.6 and later), the profiler
 //! host API that chooses metrics, builds the configuration and turns raw counters into values
-//! (`cupti_profiler_host.h`, which needs no GPU), and the chip name they take (`cupti_target.h`). Every one takes
+//! (`cupti_profiler_host.h`), the chip name they take (`cupti_target.h`) and the profiler's set-up
+//! (`cupti_profiler_target.h`). Every one takes
 //! a single parameter struct (its `structSize` set to the struct's size) and returns a `CUptiResult`.
 //!
 //! Resolved all together from an opened libcupti, or not at all: a CUPTI without them (before 12.6) records
@@ -15,6 +16,9 @@ pub type Entry<P> = unsafe extern "C" fn(*mut P) -> c::CUptiResult;
 /// The entry points the recorder and the collector use.
 #[derive(Clone, Copy)]
 pub struct PmSamplingApi {
+    /// The profiler's set-up, which PM sampling needs before `cuptiPmSamplingEnable` (cupti_profiler_target.h).
+    pub profiler_initialize: Entry<c::CUpti_Profiler_Initialize_Params>,
+    pub profiler_deinitialize: Entry<c::CUpti_Profiler_DeInitialize_Params>,
     pub device_get_chip_name: Entry<c::CUpti_Device_GetChipName_Params>,
     pub host_initialize: Entry<c::CUpti_Profiler_Host_Initialize_Params>,
     pub host_deinitialize: Entry<c::CUpti_Profiler_Host_Deinitialize_Params>,
@@ -48,6 +52,8 @@ impl PmSamplingApi {
             (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, Entry<P>>(p) })
         }
         Some(PmSamplingApi {
+            profiler_initialize: entry(handle, c"cuptiProfilerInitialize")?,
+            profiler_deinitialize: entry(handle, c"cuptiProfilerDeInitialize")?,
             device_get_chip_name: entry(handle, c"cuptiDeviceGetChipName")?,
             host_initialize: entry(handle, c"cuptiProfilerHostInitialize")?,
             host_deinitialize: entry(handle, c"cuptiProfilerHostDeinitialize")?,

@@ -15,6 +15,7 @@ const WRAPPER: &str = r#"
 #include <cupti_target.h>
 #include <cupti_profiler_host.h>
 #include <cupti_pmsampling.h>
+#include <cupti_profiler_target.h>
 #include <nvtx3/nvToolsExt.h>
 "#;
 

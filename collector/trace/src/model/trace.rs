@@ -167,6 +167,7 @@ pub fn is_device_event(kind: Option<EventKind>) -> bool {
                 | EventKind::Overhead
                 | EventKind::MemoryActivity
                 | EventKind::GraphNode
+                | EventKind::GpuSample
         )
     )
 }
