@@ -89,6 +89,19 @@ pub fn record() {
     }
 }
 
+/// How many devices the driver sees, once it is initialised (None before, or without a driver).
+pub fn count() -> Option<u32> {
+    let count = sym(driver(), c"cuDeviceGetCount");
+    if count.is_null() {
+        return None;
+    }
+    // SAFETY: the driver's cuDeviceGetCount, with the cuda.h signature of `GetCount`.
+    let count = unsafe { std::mem::transmute::<*mut c_void, GetCount>(count) };
+    let mut n = 0;
+    // SAFETY: valid out-pointer.
+    (unsafe { count(&mut n) } == 0).then_some(n.max(0) as u32)
+}
+
 /// Calls `f`, a `cudaRuntimeGetVersion` or `cuDriverGetVersion` found with dlsym (null: not loaded): the version,
 /// or None when there is no such function or it fails.
 fn get_version(f: *mut c_void) -> Option<u32> {

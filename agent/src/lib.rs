@@ -28,6 +28,7 @@ mod cupti;
 mod devices;
 mod flight;
 mod flight_config;
+mod gpu_counters;
 mod interner;
 mod name_cache;
 mod nvtx;

@@ -159,6 +159,7 @@ pub fn start() -> Result<(), String> {
     }
     SUBSCRIBER.store(subscriber, Ordering::Release);
     cupti::flush_at_exit();
+    crate::gpu_counters::start(cupti.optional.pm_sampling);
     Ok(())
 }
 
@@ -194,6 +195,7 @@ fn disable_kinds(api: cupti_sys::loader::CuptiApi) {
 /// ([`crate::teardown`]: a CUPTI that was only unsubscribed kept the program slower), or where that cannot be,
 /// our subscriber is removed. No callback of ours runs until the next attach, which initialises CUPTI again.
 pub fn stop() {
+    crate::gpu_counters::finish();
     let subscriber = SUBSCRIBER.swap(std::ptr::null_mut(), Ordering::AcqRel);
     let Some(lib) = LIB.get() else { return };
     if subscriber.is_null() {

@@ -329,7 +329,12 @@ fn print_stats(trace: &std::path::Path) -> Result<()> {
 
 /// What losing nothing and reading Python stacks cost the program, and where stacks could not be read.
 fn print_costs(s: &RecordSummary) {
-    let lines = s.backpressure().into_iter().chain(s.python_stacks_line()).chain(s.python_unread_lines());
+    let lines = s
+        .backpressure()
+        .into_iter()
+        .chain(s.python_stacks_line())
+        .chain(s.python_unread_lines())
+        .chain(s.gpu_counters_lines());
     for line in lines {
         eprintln!("cuflight: {line}");
     }

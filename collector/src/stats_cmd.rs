@@ -48,6 +48,7 @@ pub fn run(traces: Vec<PathBuf>, tables: Tables, output: Option<PathBuf>, force:
         StatsFormat::Csv => Style::Csv,
         StatsFormat::Json => Style::Json,
     };
+    let default_view = named.is_empty() && style == Style::Table;
     let reports = match (named.is_empty(), style) {
         (true, Style::Table) => Report::default_text(),
         (true, _) => Report::ALL.to_vec(),
@@ -77,6 +78,11 @@ pub fn run(traces: Vec<PathBuf>, tables: Tables, output: Option<PathBuf>, force:
     let mut text = String::new();
     if !summaries.is_empty() {
         let stats = Stats::compute_source_naming(&mut source, kernel_names, windows.as_ref())?;
+        let mut summaries = summaries.clone();
+        // The counters' table is in the default view when the trace has counters (most traces have none).
+        if default_view && !stats.gpu_metrics.is_empty() {
+            summaries.push(Report::GpuMetrics);
+        }
         text = stats.render_in(&summaries, style, unit);
     }
     if per_event.is_empty() {

@@ -3,10 +3,10 @@
 //! `CUDASIM_CUPTI_VERSION` names (`release.rs`): its version, record layouts, buffer rules and clock.
 
 use crate::activity::{cupti_now, flush, injected_failure, BUFFERS, DROPPED, TIMESTAMP_CALLBACK};
+use crate::c;
 use crate::cupti_state;
 use crate::records::record_size;
 use crate::release::{self, Release};
-use crate::c;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 /// `cudaStreamNonBlocking` (a macro in driver_types.h, so not in the bindings).
 pub(crate) const STREAM_NON_BLOCKING: u32 = 1;
-pub(crate) const MAX_DEVICES: u32 = 8;
+pub(crate) use crate::MAX_DEVICES;
 
 pub(crate) type KernelFn = unsafe extern "C" fn(*mut *mut libc::c_void);
 

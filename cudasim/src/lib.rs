@@ -118,3 +118,6 @@ pub(crate) fn now_ns() -> u64 {
 }
 
 pub(crate) type CudaError = c::cudaError_t;
+
+/// The most devices the simulator models (`CUDASIM_DEVICES` is capped here).
+pub(crate) const MAX_DEVICES: u32 = 8;

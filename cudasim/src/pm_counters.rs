@@ -13,7 +13,7 @@
 //! H100 datasheet (HBM3 3.35 TB/s; dense BF16 Tensor Core 989.4 TFLOP/s, its 1,979 "with sparsity" halved) and
 //! its boost clock of 1.98 GHz (`nvidia-smi -q` on H100 SXM5: max SM clock 1980 MHz).
 
-use crate::device::MAX_DEVICES;
+use crate::MAX_DEVICES;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -19,9 +19,9 @@
 //! counters) and `mig` (CUPTI_ERROR_MIG_DEVICE_NOT_SUPPORTED).
 
 use crate::c;
-use crate::device::MAX_DEVICES;
 use crate::pm_counters::{self, is_modelled_metric, RawCounters, RAW_FIELDS};
 use crate::release::current as rel;
+use crate::MAX_DEVICES;
 use parking_lot::Mutex;
 use std::ffi::{c_char, CStr};
 

@@ -28,6 +28,7 @@ pub mod decimal;
 pub mod event;
 #[cfg(feature = "file")]
 pub mod file;
+pub mod gpu_counters;
 #[cfg(feature = "file")]
 pub mod index;
 pub mod python_reader;

@@ -445,3 +445,58 @@ fn roots_serve_follows_another_users_agent() {
     let launches = value(&m, "cuflight_kernel_launches", pid);
     assert!(launches > 100.0, "{launches} launches counted for uid 65534's pid {pid}");
 }
+
+/// A program launched with `--gpu-metrics` samples the device counters inside serve's windows: serve exposes them
+/// as gauges per device (the last window's means), and none for a program launched without.
+#[test]
+fn serve_exposes_the_device_counters_of_programs_launched_with_them() {
+    let _serial = serial();
+    let dir = scratch("serve-counters");
+    let prog = build_c("stepper", &dir);
+    let mut child = Command::new(cuflight_bin())
+        .args(["launch", "--gpu-metrics=50us", "--"])
+        .arg(&prog)
+        .arg("4")
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .env_remove("CUDASIM_CUPTI_VERSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("stepper: ready"), "{line}");
+    let counted = Stepper { child, out, started: Instant::now() };
+    let plain = stepper(&dir, 4);
+    let (mut serve, addr, _err) = start_serve(&["--duty", "300ms/1s"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let m = scrape(&addr, &dir, 1);
+    let _ = Command::new("kill").arg(serve.id().to_string()).status();
+    assert!(serve.wait().unwrap().success());
+    let samples = |family: &str, pid: u32| -> Vec<f64> {
+        m[family]["samples"]
+            .as_array()
+            .map(|s| {
+                s.iter()
+                    .filter(|s| s["labels"]["pid"].as_str() == Some(pid.to_string().as_str()))
+                    .map(|s| s["value"].as_f64().unwrap())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for family in
+        ["cuflight_gpu_sm_active_ratio", "cuflight_gpu_tensor_active_ratio", "cuflight_gpu_dram_throughput_ratio"]
+    {
+        assert_eq!(m[family]["type"], "gauge", "{family}: {m}");
+        let with = samples(family, counted.child.id());
+        assert_eq!(with.len(), 1, "{family} of the program launched with --gpu-metrics: {with:?}");
+        assert!((0.0..=1.0).contains(&with[0]), "{family}: {with:?}");
+        assert!(samples(family, plain.child.id()).is_empty(), "{family} of the program launched without");
+    }
+    // The stepper's kernels declare no work: SMs only, no Tensor Cores, no DRAM traffic.
+    assert_eq!(samples("cuflight_gpu_tensor_active_ratio", counted.child.id()), [0.0]);
+    counted.end();
+    plain.end();
+}

@@ -467,6 +467,13 @@ impl Session {
                 .iter()
                 .filter_map(|i| cuflight_format::python_reader::describe(i.python_reader).map(|w| (i.pid, w)))
                 .collect(),
+            gpu_samples: infos.iter().fold(0u64, |a, i| a.saturating_add(i.gpu_samples)),
+            gpu_sample_overflows: infos.iter().fold(0u64, |a, i| a.saturating_add(i.gpu_sample_overflows)),
+            gpu_sampling_ns: infos.iter().fold(0u64, |a, i| a.saturating_add(i.gpu_sampling_ns)),
+            gpu_counters_refused: infos
+                .iter()
+                .filter_map(|i| cuflight_format::gpu_counters::describe(i.gpu_counters).map(|w| (i.pid, w)))
+                .collect(),
             files,
         }
     }

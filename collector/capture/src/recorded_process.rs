@@ -165,6 +165,10 @@ pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
         python_stacks: h.python_stacks.load(Ordering::Relaxed),
         python_stack_ns: h.python_stack_ns.load(Ordering::Relaxed),
         python_reader: h.python_reader.load(Ordering::Relaxed),
+        gpu_counters: h.gpu_counters.load(Ordering::Relaxed),
+        gpu_samples: h.gpu_samples.load(Ordering::Relaxed),
+        gpu_sample_overflows: h.gpu_sample_overflows.load(Ordering::Relaxed),
+        gpu_sampling_ns: h.gpu_sampling_ns.load(Ordering::Relaxed),
     }
 }
 

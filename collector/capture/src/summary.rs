@@ -62,6 +62,12 @@ pub struct RecordSummary {
     pub python_stack_ns: u64,
     /// Python processes whose stacks could not be read, and why (an unknown release, a free-threaded build...).
     pub python_unread: Vec<(u32, String)>,
+    /// Device counters over all processes: samples written, hardware-buffer overflows, the ns the agents'
+    /// samplers spent decoding them; and processes that asked for counters and got none, with why.
+    pub gpu_samples: u64,
+    pub gpu_sample_overflows: u64,
+    pub gpu_sampling_ns: u64,
+    pub gpu_counters_refused: Vec<(u32, String)>,
     /// The files written, with their sizes (several when the output name has `%r`, `%h` or `%p`).
     pub files: Vec<(String, u64)>,
 }
@@ -99,6 +105,28 @@ impl RecordSummary {
             .iter()
             .map(|(pid, why)| format!("no Python stacks in process {pid}: {why}; the report cannot name source lines"))
             .collect()
+    }
+
+    /// What the device counters gave and cost, and where they were refused, a line each.
+    pub fn gpu_counters_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if self.gpu_samples > 0 || self.gpu_sampling_ns > 0 {
+            let lost = if self.gpu_sample_overflows > 0 {
+                format!(
+                    "; the hardware buffer overflowed {} times, losing samples (sample less often: --gpu-metrics=INTERVAL)",
+                    self.gpu_sample_overflows
+                )
+            } else {
+                String::new()
+            };
+            lines.push(format!(
+                "sampled device counters {} times; decoding them took the agent's sampler thread {:.1} ms of CPU{lost}",
+                self.gpu_samples,
+                self.gpu_sampling_ns as f64 / 1e6
+            ));
+        }
+        lines.extend(self.gpu_counters_refused.iter().map(|(pid, why)| format!("process {pid}: {why}")));
+        lines
     }
 
     /// What losing nothing cost, when the agent had to hold anything for room in a full ring.

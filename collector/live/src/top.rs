@@ -35,6 +35,8 @@ struct Rates {
     /// The agent's CUPTI sessions, and the time between its windows now (0: none yet, or continuous).
     sessions: u64,
     period_ns: u64,
+    /// The device counters of the last window (processes launched with `--gpu-metrics`), on a device's row.
+    counters: Option<cuflight_format::view::GpuSample>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -177,6 +179,7 @@ fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Ve
         failed,
         sessions: m.cupti_sessions,
         period_ns: m.window_period_ns,
+        counters: None,
     };
     let at = |map: &BTreeMap<u32, u64>, d: u32| map.get(&d).copied().unwrap_or(0);
     let devices: Vec<u32> = m.busy_ns.keys().chain(m.launches.keys()).copied().collect();
@@ -192,6 +195,7 @@ fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Ve
             device: Some(d),
             busy: per(at(&m.busy_ns, d), at(&b.busy_ns, d)),
             launches: per(at(&m.launches, d), at(&b.launches, d)) * 1e9,
+            counters: m.gpu_counters.get(&d).copied(),
             ..row.clone()
         })
         .collect()
@@ -252,8 +256,17 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
                 (n, 0) => format!("\nCUPTI sessions: {n}"),
                 (n, p) => format!("\nCUPTI sessions: {n}, a window every {:.1} s", p as f64 / 1e9),
             };
+            let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0));
+            let counters = r.counters.map_or(String::new(), |c| {
+                format!(
+                    "\ndevice counters: SM active {}, Tensor Cores {}, DRAM {} of peak",
+                    pct(c.sm_active),
+                    pct(c.tensor_active),
+                    pct(c.dram())
+                )
+            });
             format!(
-                "pid {}: {}\nkernel time: {}\nGPU idle in steps: {}{failed}{cupti}",
+                "pid {}: {}\nkernel time: {}{counters}\nGPU idle in steps: {}{failed}{cupti}",
                 r.pid,
                 r.command,
                 if r.categories.is_empty() { "-".into() } else { share(&r.categories) },

@@ -8,6 +8,7 @@
 pub mod breakdown;
 mod busy;
 mod busy_findings;
+mod counter_findings;
 pub mod diff;
 pub mod failed_calls;
 mod findings;
@@ -114,6 +115,10 @@ pub struct ProcessReport {
     /// What reading Python stacks cost inside the steps (absent where none were read).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub python_stacks: Option<stack_cost::StackCost>,
+    /// Device counters (`record --gpu-metrics`) by device, kind of work and kernel name, over the whole trace
+    /// (absent where the trace has none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpu_metrics: Vec<cuflight_analysis::stats::gpu_metrics::GpuMetricsRow>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -301,6 +306,8 @@ impl Report {
             fs.extend(busy_findings::misaligned_gemm(&ctx, &swept));
             fs.extend(busy_findings::elementwise_chains(&ctx, &swept));
             fs.extend(busy_findings::unfused_attention(&ctx, &swept));
+            fs.extend(counter_findings::memory_bound(&ctx, &swept));
+            fs.extend(counter_findings::tensor_underused(&ctx, &swept));
             fs.extend(gpu_findings::copy_kernels(&ctx, &swept));
             fs.extend(gpu_findings::nccl_exposed(&ctx, &swept, !waits[i].is_empty()));
             fs.extend(gpu_findings::memory_growth(&ctx, &swept));
@@ -374,6 +381,7 @@ impl Report {
                 warnings,
                 cuda_errors,
                 python_stacks,
+                gpu_metrics: swept.gpu_metrics,
             });
         }
         let job = (primary.len() > 1).then(|| {
@@ -591,14 +599,9 @@ fn performance_verdict(findings: &[Finding], processes: &[ProcessReport]) -> Str
         .fold(None, |m: Option<f64>, u| Some(m.map_or(u, |m| m.min(u))));
     // A busy GPU whose kernels show none of the waste read off names: said, so that "no bottleneck" is not read
     // as "nothing to gain".
-    let busy_clean = util.is_some_and(|u| u >= BUSY_UTILIZATION)
-        && !findings.iter().any(|f| busy_findings::KINDS.contains(&f.kind) || f.kind == "fp32_gemm");
-    let busy = if busy_clean {
-        " Its kernels show no GEMMs on fallback or fp32 kernels, no unfused elementwise chains and no unfused \
-         attention; whether they are memory- or compute-bound needs device counters, which this trace has none of."
-    } else {
-        ""
-    };
+    let busy = util.filter(|&u| u >= BUSY_UTILIZATION).map_or("", |_| {
+        counter_findings::clean_busy_note(findings, processes.iter().any(|p| !p.gpu_metrics.is_empty()))
+    });
     let util = util.map_or(String::new(), |u| format!(" GPU utilisation in steps: {:.0}%.{busy}", u * 100.0));
     match findings.first() {
         Some(f) if f.severity >= Severity::Medium => {

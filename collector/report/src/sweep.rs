@@ -62,6 +62,8 @@ pub struct Swept {
     pub sources: super::sources::Sources,
     /// What the Python stacks read in steps cost.
     pub stack_cost: super::stack_cost::StackCost,
+    /// Device counters (`record --gpu-metrics`) by device, kind of work and kernel name, over the whole trace.
+    pub gpu_metrics: Vec<cuflight_analysis::stats::gpu_metrics::GpuMetricsRow>,
 }
 
 /// Which piece a copy or collective leaves in the windows it overlaps.
@@ -115,6 +117,7 @@ pub struct Sweep<'a> {
     fusion: super::fusion::FusionSweep,
     comm_union: UnionTotal,
     live: LiveMemory,
+    counters: cuflight_analysis::stats::gpu_metrics::GpuMetricsAcc,
     /// Python stack reads in windows not done yet ([`super::stack_cost`]).
     stack_reads: super::stack_cost::PendingReads,
     /// Histories this long are trimmed between windows (a power of two).
@@ -170,6 +173,7 @@ impl<'a> Sweep<'a> {
             comm_union: UnionTotal::default(),
             live: LiveMemory::default(),
             stack_reads: Default::default(),
+            counters: Default::default(),
             trim_at: 1 << 14,
             out: Swept::default(),
         }
@@ -216,6 +220,7 @@ impl<'a> Sweep<'a> {
     /// The next event of process `p` (the process this sweep was planned for), in time order.
     pub fn event(&mut self, p: &Process, e: &RawEvent) {
         self.advance(p, e.start);
+        self.counters.feed(0, p, e);
         let source = self.out.sources.feed(p, e);
         let names = &self.plan.names;
         match e.kind() {
@@ -608,6 +613,7 @@ impl<'a> Sweep<'a> {
         self.out.comm_union_ns = self.comm_union.total();
         self.out.comm_overlap = self.overlap.finish();
         self.out.step_path = super::step_path::walk(p, &self.capture);
+        self.out.gpu_metrics = std::mem::take(&mut self.counters).finish(|_| Some(p));
         self.out
     }
 }

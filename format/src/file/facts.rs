@@ -101,6 +101,12 @@ pub struct ProcessInfo {
     pub python_stack_ns: u64,
     /// Why no Python stacks were read in this Python process (`python_reader`); 0: read, or no Python.
     pub python_reader: u32,
+    /// Device counters (`--gpu-metrics`): the sampler's verdict ([`crate::gpu_counters`]; 0: not asked), samples
+    /// written, hardware-buffer overflows (samples lost) and the ns the agent's sampler thread spent on them.
+    pub gpu_counters: u32,
+    pub gpu_samples: u64,
+    pub gpu_sample_overflows: u64,
+    pub gpu_sampling_ns: u64,
 }
 
 impl ProcessInfo {

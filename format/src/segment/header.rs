@@ -131,6 +131,13 @@ pub struct SegmentHeader {
     /// The Python stack reader's verdict on this process's interpreter ([`crate::python_reader`]; the interpreter's
     /// minor version in bits 8 to 15): 0 until the reader looked, or with no Python in the process.
     pub python_reader: AtomicU32,
+    /// Device counters (`--gpu-metrics`): the sampler's verdict ([`crate::gpu_counters`]; 0: not asked), the
+    /// samples it wrote, the times the hardware buffer overflowed (samples lost, their number unknown to CUPTI's
+    /// caller), and the ns its thread spent decoding and evaluating them: the cost, measured where it is paid.
+    pub gpu_counters: AtomicU32,
+    pub gpu_samples: AtomicU64,
+    pub gpu_sample_overflows: AtomicU64,
+    pub gpu_sampling_ns: AtomicU64,
 }
 
 /// Why a flight recorder dumped ([`SegmentHeader::dump_reason`]).

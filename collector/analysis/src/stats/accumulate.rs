@@ -57,6 +57,7 @@ pub struct StatsAcc {
     python: super::python::PythonAcc,
     kern_exec: super::kern_exec::KernExecAcc,
     op_perf: super::op_perf::OpPerfAcc,
+    gpu_metrics: super::gpu_metrics::GpuMetricsAcc,
     /// Each process's calls and the work they launched: the one join every table here takes.
     joins: FxHashMap<u32, cuflight_trace::model::launches::LaunchJoin>,
     kern_gb: super::kern_gb::KernGridAcc,
@@ -106,6 +107,7 @@ impl StatsAcc {
         self.python.feed(key, p, e);
         self.join(key, p, e);
         self.kern_gb.feed(key, e);
+        self.gpu_metrics.feed(key, p, e);
         if let Some(r) = self.pairers.entry(key).or_default().feed(e) {
             let style = if r.async_range { "StartEnd" } else { "PushPop" };
             self.nvtx.entry((key, Domain::Nvtx(r.domain), r.name, style)).or_default().add(r.end - r.start);
@@ -355,6 +357,7 @@ impl StatsAcc {
             kern_exec: self.kern_exec.finish(processes, names),
             gemm_perf: op_perf.gemm,
             attention_perf: op_perf.attention,
+            gpu_metrics: self.gpu_metrics.finish(|k| processes.get(&k)),
             kern_gb: self.kern_gb.finish(processes, names),
             gpu_sum: Vec::new(),
             api_gpu_sum: Vec::new(),

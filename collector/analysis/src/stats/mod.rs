@@ -9,6 +9,7 @@ pub mod combined;
 mod dist;
 pub mod event_trace;
 pub mod filter;
+pub mod gpu_metrics;
 mod grouping;
 pub mod kern_exec;
 pub mod kern_gb;
@@ -288,6 +289,8 @@ pub struct Stats {
     /// GEMM and attention operators by shape with their achieved TFLOP/s and TB/s (traces that recorded shapes).
     pub gemm_perf: Vec<op_perf::gemm::GemmPerfRow>,
     pub attention_perf: Vec<op_perf::attention::AttentionPerfRow>,
+    /// Device counters (recorded with `--gpu-metrics`) by device, kind of work and kernel name.
+    pub gpu_metrics: Vec<gpu_metrics::GpuMetricsRow>,
     /// Kernels and memory operations together (nsys's cuda_gpu_sum), and with the CUDA API calls (cuda_api_gpu_sum).
     pub gpu_sum: Vec<combined::CombinedRow>,
     pub api_gpu_sum: Vec<combined::CombinedRow>,

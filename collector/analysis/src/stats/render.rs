@@ -131,6 +131,7 @@ impl Stats {
             Report::Graphs => self.graphs_table(),
             Report::GemmPerf => super::op_perf::gemm::table(&self.gemm_perf),
             Report::AttentionPerf => super::op_perf::attention::table(&self.attention_perf),
+            Report::GpuMetrics => super::gpu_metrics::table(&self.gpu_metrics),
             Report::ApiErrors => self.api_errors_table(),
             Report::Processes => self.processes_table(),
             Report::Devices => self.devices_table(),

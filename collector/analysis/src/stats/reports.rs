@@ -25,6 +25,8 @@ pub enum Report {
     /// GEMM and attention operators by shape (cuflight's: nsys has no shapes).
     GemmPerf,
     AttentionPerf,
+    /// Device counters joined to kernels (cuflight's: nsys shows GPU metrics only as timeline rows).
+    GpuMetrics,
     /// Calls that returned an error (cuflight's: nsys has no such report).
     ApiErrors,
     Processes,
@@ -42,7 +44,7 @@ pub enum Report {
 }
 
 impl Report {
-    pub const ALL: [Report; 23] = [
+    pub const ALL: [Report; 24] = [
         Report::Kernels,
         Report::KernGrid,
         Report::Categories,
@@ -61,6 +63,7 @@ impl Report {
         Report::Graphs,
         Report::GemmPerf,
         Report::AttentionPerf,
+        Report::GpuMetrics,
         Report::ApiErrors,
         Report::Processes,
         Report::Devices,
@@ -98,6 +101,7 @@ impl Report {
             Report::ApiGpuSum,
             Report::GemmPerf,
             Report::AttentionPerf,
+            Report::GpuMetrics,
         ];
         Report::ALL.into_iter().filter(|r| !left_out.contains(r)).collect()
     }
@@ -123,6 +127,7 @@ impl Report {
             Report::Graphs => ("graphs", "graphs"),
             Report::GemmPerf => ("gemm_perf", "gemm_perf"),
             Report::AttentionPerf => ("attention_perf", "attention_perf"),
+            Report::GpuMetrics => ("gpu_metrics", "gpu_metrics"),
             Report::ApiErrors => ("cuda_api_errors", "api_errors"),
             Report::Processes => ("processes", "processes"),
             Report::Devices => ("devices", "devices"),

@@ -308,6 +308,29 @@ fn event<W: Write>(
                 Us(e.start)
             )?;
         }
+        Some(EventKind::GpuSample) => {
+            // A counter event ("ph":"C": the trace event format's counters, which Perfetto and chrome://tracing draw
+            // as a track of the GPU's process), one series per counter the sample carries.
+            let sample = e.as_gpu_sample();
+            let series: Vec<String> = [
+                ("SM active (%)", sample.sm_active),
+                ("Tensor active (%)", sample.tensor_active),
+                ("DRAM throughput (% of peak)", sample.dram()),
+            ]
+            .iter()
+            .filter_map(|(label, v)| v.map(|v| format!("{}:{:.1}", Js(label), v * 100.0)))
+            .collect();
+            if !series.is_empty() {
+                write!(
+                    out.next()?,
+                    r#"{{"ph":"C","name":"GPU {} counters","pid":{},"ts":{},"args":{{{}}}}}"#,
+                    e.device,
+                    st.gpu_pid(e.device),
+                    Us(e.start),
+                    series.join(",")
+                )?;
+            }
+        }
         Some(EventKind::Alloc | EventKind::Free) => records::memory(out, e, st, pid)?,
         Some(EventKind::Sync) => records::sync(out, e, st)?,
         Some(EventKind::ThreadName) => out.metadata("thread_name", pid, e.named_thread(), name)?,

@@ -3,7 +3,8 @@
 //!
 //! Tracks: one process track per profiled process (command, pid, rank), thread tracks with CUDA API calls and
 //! NVTX ranges, one track per GPU stream (device and stream in the name) with kernels, copies and memsets, async
-//! tracks for start/end ranges, and counter tracks for device memory in use and memcpy bandwidth. A flow joins
+//! tracks for start/end ranges, and counter tracks for device memory in use, memcpy bandwidth and the device counters
+//! sampled with `record --gpu-metrics` (SM, Tensor Core and DRAM activity per GPU). A flow joins
 //! each API call to the device work it launched (same correlation id). Names, categories and debug-annotation
 //! names are interned on one packet sequence.
 
@@ -175,6 +176,8 @@ impl TrackKey {
 enum CounterTrack {
     Memory,
     Bandwidth,
+    /// A device counter (`record --gpu-metrics`): device, and which of [`process::GPU_COUNTERS`].
+    Gpu(u32, u8),
 }
 
 /// Packets are written into one buffer and handed to the output in chunks of about this size.

@@ -4,6 +4,9 @@
 use super::*;
 use cuflight_trace::model::cuda_errors::{error_name, ErrorClass};
 
+/// The device counters drawn as counter tracks, a sample's value at its start (percent of peak).
+pub(super) const GPU_COUNTERS: [&str; 3] = ["SM active (%)", "Tensor active (%)", "DRAM throughput (% of peak)"];
+
 /// What one process needs while its events stream by.
 pub(super) struct ProcessState {
     pub(super) pid: u32,
@@ -260,6 +263,16 @@ impl ProcessState {
                 let track =
                     x.track(TrackKey::Counter(pid, CounterTrack::Memory), || "Device memory in use (bytes)".into())?;
                 x.counter(track, e.start, Counter::Int(change.live.min(i64::MAX as u64) as i64))?;
+            }
+            Some(EventKind::GpuSample) => {
+                let sample = e.as_gpu_sample();
+                let values = [sample.sm_active, sample.tensor_active, sample.dram()];
+                for (i, (value, label)) in values.into_iter().zip(GPU_COUNTERS).enumerate() {
+                    let Some(value) = value else { continue };
+                    let key = TrackKey::Counter(pid, CounterTrack::Gpu(e.device, i as u8));
+                    let track = x.track(key, || format!("GPU {} {label}", e.device))?;
+                    x.counter(track, e.start, Counter::Double((value * 1000.0).round() / 10.0))?;
+                }
             }
             Some(EventKind::Sync) => {
                 let track = x.track(TrackKey::Async(pid, u32::MAX), || "CUDA synchronization".into())?;

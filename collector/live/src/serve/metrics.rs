@@ -37,6 +37,8 @@ pub struct ProcessMetrics {
     /// The round of serve's last window of the process, and the time between its windows now (0: continuous).
     pub last_window_round: Option<u64>,
     pub window_period_ns: u64,
+    /// Device counters (`launch --gpu-metrics`) per device, averaged over the last window's samples.
+    pub gpu_counters: BTreeMap<u32, cuflight_format::view::GpuSample>,
 }
 
 impl ProcessMetrics {
@@ -69,6 +71,7 @@ impl ProcessMetrics {
         let live = carried.unwrap_or(&mut own);
         let mut memory_seen = carrying && self.device_memory.is_some();
         let mut info = None;
+        let mut counters: BTreeMap<u32, cuflight_trace::model::gpu_counters::CounterMeans> = BTreeMap::new();
         source
             .for_each(|_, p, e| {
                 if info.is_none() {
@@ -117,10 +120,15 @@ impl ProcessMetrics {
                         memory_seen = true;
                         live.apply(p.info.pid, e);
                     }
+                    Some(EventKind::GpuSample) => counters.entry(e.device).or_default().add(&e.as_gpu_sample()),
                     _ => {}
                 }
             })
             .map_err(|e| e.to_string())?;
+        // Gauges: the last window's samples (a window without any keeps the previous values).
+        for (device, means) in counters {
+            self.gpu_counters.insert(device, means.means());
+        }
         if let Some((host, rank, dropped)) = info {
             (self.host, self.rank) = (host, rank);
             self.dropped = self.dropped.saturating_add(dropped);
@@ -168,6 +176,7 @@ pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> S
     let mut x = Exposition { out: String::new(), openmetrics };
     agent_families(&mut x, processes);
     work_families(&mut x, processes);
+    counter_families(&mut x, processes);
     if openmetrics {
         x.out.push_str("# EOF\n");
     }
@@ -258,6 +267,39 @@ fn agent_families(x: &mut Exposition, processes: &BTreeMap<u32, ProcessMetrics>)
             }
         },
     );
+}
+
+/// The device counters' gauges (processes recorded with `--gpu-metrics`), per device.
+fn counter_families(x: &mut Exposition, processes: &BTreeMap<u32, ProcessMetrics>) {
+    type Pick = fn(&cuflight_format::view::GpuSample) -> Option<f64>;
+    let gauges: [(&str, &str, Pick); 3] = [
+        (
+            "cuflight_gpu_sm_active_ratio",
+            "Share of the device's SMs active over the last window (device counters, --gpu-metrics).",
+            |c| c.sm_active,
+        ),
+        (
+            "cuflight_gpu_tensor_active_ratio",
+            "Share of peak the Tensor Core pipes were active over the last window (device counters).",
+            |c| c.tensor_active,
+        ),
+        (
+            "cuflight_gpu_dram_throughput_ratio",
+            "DRAM read and write throughput as a share of peak over the last window (device counters).",
+            |c| c.dram(),
+        ),
+    ];
+    for (name, help, pick) in gauges {
+        x.family(name, "gauge", help, &mut |o| {
+            for (pid, m) in processes {
+                for (d, c) in &m.gpu_counters {
+                    if let Some(v) = pick(c) {
+                        let _ = writeln!(o, "{name}{{{}}} {v:.4}", labels(pid, m, &format!(",device=\"{d}\"")));
+                    }
+                }
+            }
+        });
+    }
 }
 
 /// What the GPU work was: kernels, copies, waits, errors, drops.

@@ -12,6 +12,7 @@ pub mod cuda_errors;
 pub mod cupti_labels;
 pub mod cut;
 pub mod filter;
+pub mod gpu_counters;
 pub mod gpu_peaks;
 pub mod host;
 pub mod job_clock;

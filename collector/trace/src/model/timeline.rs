@@ -6,7 +6,7 @@ use cuflight_format::{EventKind, RawEvent};
 
 /// Whether a timeline draws `e`: a slice (API calls, device work, synchronisations, ranges, and NVTX ranges,
 /// whose push or start and pop or end are their slice's ends), an instant (NVTX marks), or a counter value at its
-/// time (device memory allocated or freed: host memory draws nothing).
+/// time (device memory allocated or freed: host memory draws nothing; a device counter sample).
 pub fn drawn(e: &RawEvent) -> bool {
     match e.kind() {
         Some(
@@ -20,7 +20,8 @@ pub fn drawn(e: &RawEvent) -> bool {
             | EventKind::NvtxPush
             | EventKind::NvtxPop
             | EventKind::NvtxStart
-            | EventKind::NvtxEnd,
+            | EventKind::NvtxEnd
+            | EventKind::GpuSample,
         ) => true,
         Some(EventKind::Alloc | EventKind::Free) => is_device(e),
         _ => false,

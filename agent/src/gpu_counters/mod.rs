@@ -1,0 +1,238 @@
+//! Device counters while recording (`cuflight record --gpu-metrics`, which sets `CUFLIGHT_GPU_METRICS` to the
+//! sampling interval in ns): CUPTI's PM sampling on every device, on a thread of its own. Decoding and evaluating
+//! cost host time (33-88 µs and 34-35 µs a sample on an H200, 2026-11-28), so they never run on the program's
+//! threads: the sampler decodes every [`DECODE_PERIOD`], evaluates each sample's metrics and writes one
+//! [`EventKind::GpuSample`](cuflight_format::EventKind::GpuSample) per sample into the delivery ring, on the clock
+//! device records use. Its verdict, its sample and overflow counts and the CPU time it spent are in the segment
+//! header; where the counters are refused (privileges, another tool, MIG, an old CUPTI) the recording goes on
+//! without them and the verdict says why.
+
+mod device;
+
+use crate::{clock, cupti, devices, state, thread_rings};
+use cuflight_format::gpu_counters as verdict;
+use cuflight_format::RawEvent;
+use cupti_sys::pm_sampling::PmSamplingApi;
+use device::DeviceSampler;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the sampler decodes: at 10 kHz, 200 samples a time, within the image's 256.
+const DECODE_PERIOD: Duration = Duration::from_millis(20);
+/// Devices sampled at most (each holds a counter data image of about 9 MB).
+const MAX_DEVICES: u32 = 16;
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static THREAD: Mutex<Option<JoinHandle<()>>> = Mutex::new(None);
+
+/// The sampling interval asked for (`CUFLIGHT_GPU_METRICS`, ns; 0: no counters). Bounded to 1 µs..1 s: CUPTI
+/// accepts finer, but below 1 µs the decoding alone would outrun a core.
+pub fn interval_ns() -> u64 {
+    std::env::var("CUFLIGHT_GPU_METRICS").ok().and_then(|v| v.trim().parse::<u64>().ok()).map_or(0, |ns| {
+        if ns == 0 {
+            0
+        } else {
+            ns.clamp(1_000, 1_000_000_000)
+        }
+    })
+}
+
+fn set_verdict(code: u32, result: u32, holder: u32) {
+    if let Some(seg) = state::segment() {
+        seg.header().gpu_counters.store(verdict::encode(code, result, holder), Ordering::Relaxed);
+    }
+}
+
+/// Starts the sampler when counters were asked for (once a recording window; a new window starts it again).
+pub fn start(api: Option<PmSamplingApi>) {
+    let interval = interval_ns();
+    if interval == 0 {
+        return;
+    }
+    let Some(api) = api else {
+        set_verdict(verdict::NO_API, 0, 0);
+        return;
+    };
+    let mut thread = THREAD.lock();
+    if thread.is_some() {
+        return;
+    }
+    // At exit the sampler writes what the hardware buffer still holds before the final flush takes the last
+    // records: registered after that flush's handler (`cupti::flush_at_exit`, at set-up), so it runs first.
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    AT_EXIT.call_once(|| {
+        // SAFETY: registering a plain extern "C" handler with libc.
+        unsafe { libc::atexit(at_exit) };
+    });
+    STOP.store(false, Ordering::Release);
+    let spawned = std::thread::Builder::new().name("cuflight-counters".into()).spawn(move || {
+        let _ = std::panic::catch_unwind(|| run(api, interval));
+    });
+    match spawned {
+        Ok(h) => *thread = Some(h),
+        Err(_) => set_verdict(verdict::FAILED, 0, 0),
+    }
+}
+
+/// Stops sampling and waits (at most 2 s) for the sampler to write what the hardware buffer still held: at exit,
+/// before the final flush, and when a window ends.
+pub fn finish() {
+    STOP.store(true, Ordering::Release);
+    let Some(handle) = THREAD.lock().take() else { return };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !handle.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if handle.is_finished() {
+        let _ = handle.join();
+    }
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(finish);
+}
+
+/// Sleeps until the next decode or until asked to stop; true when stopping.
+fn wait(period: Duration) -> bool {
+    let until = Instant::now() + period;
+    while Instant::now() < until {
+        if STOP.load(Ordering::Acquire) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2).min(period));
+    }
+    STOP.load(Ordering::Acquire)
+}
+
+fn run(api: PmSamplingApi, interval: u64) {
+    // The driver is initialising when the agent starts (InitializeInjection runs inside cuInit): wait until it
+    // answers for its devices.
+    let count = loop {
+        if STOP.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(n) = devices::count().filter(|&n| n > 0) {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let cpu0 = thread_cpu_ns();
+    let mut samplers = Vec::new();
+    let mut refused = None;
+    {
+        let _cupti = cupti::calls_shared();
+        let mut init = cupti_sys::cuda13::CUpti_Profiler_Initialize_Params {
+            structSize: std::mem::size_of::<cupti_sys::cuda13::CUpti_Profiler_Initialize_Params>(),
+            pPriv: std::ptr::null_mut(),
+        };
+        // SAFETY: a valid parameter struct.
+        let r = unsafe { (api.profiler_initialize)(&mut init) };
+        if r != cupti_sys::cuda13::CUPTI_SUCCESS {
+            refused = Some((verdict::FAILED, r));
+        } else {
+            for d in 0..count.min(MAX_DEVICES) {
+                match DeviceSampler::open(api, d, interval) {
+                    Ok(s) => samplers.push(s),
+                    Err(why) => {
+                        refused.get_or_insert(why);
+                    }
+                }
+            }
+        }
+    }
+    match (samplers.is_empty(), refused) {
+        (true, Some((code, r))) => {
+            let holder = if code == verdict::BUSY { counter_holder() } else { 0 };
+            set_verdict(code, r, holder);
+        }
+        (true, None) => set_verdict(verdict::FAILED, 0, 0),
+        (false, _) => set_verdict(verdict::SAMPLING, 0, 0),
+    }
+    add_cost(cpu0);
+    loop {
+        let stopping = wait(DECODE_PERIOD);
+        let cpu0 = thread_cpu_ns();
+        {
+            let _cupti = cupti::calls_shared();
+            for s in samplers.iter_mut() {
+                if stopping {
+                    s.stop();
+                }
+                drain(s);
+            }
+        }
+        add_cost(cpu0);
+        if stopping {
+            break;
+        }
+    }
+    let _cupti = cupti::calls_shared();
+    for s in samplers {
+        s.close();
+    }
+}
+
+/// Writes one device's decoded samples on the clock device records use.
+fn drain(s: &mut DeviceSampler) {
+    let Some(seg) = state::segment() else { return };
+    let header = seg.header();
+    let mut delivery = thread_rings::delivery();
+    let mut shift: Option<i64> = None;
+    let mut written = 0u64;
+    let device = s.device;
+    let result = s.drain(&mut |start, end, sample| {
+        let offset =
+            *shift.get_or_insert_with(|| clock_shift(end, header.device_clock_monotonic.load(Ordering::Relaxed) != 0));
+        let (start, end) = (start.wrapping_add_signed(offset), end.wrapping_add_signed(offset));
+        delivery.push(RawEvent::gpu_sample(device, start, end, sample));
+        written += 1;
+    });
+    header.gpu_samples.fetch_add(written, Ordering::Relaxed);
+    if result == Ok(true) {
+        header.gpu_sample_overflows.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What to add to a sample's timestamps to put them on the device records' clock: CLOCK_MONOTONIC when the agent
+/// registered its timestamp callback, else CUPTI's default, CLOCK_REALTIME. Which clock PM samples are stamped
+/// with is not documented: the sample's end lies just before "now" on its own clock, so it tells.
+fn clock_shift(sample_end: u64, records_monotonic: bool) -> i64 {
+    let (mono, real) = (clock::monotonic_ns(), clock::realtime_ns());
+    let on_realtime = real.abs_diff(sample_end) < mono.abs_diff(sample_end);
+    match (on_realtime, records_monotonic) {
+        (true, true) => mono as i64 - real as i64,
+        (false, false) => real as i64 - mono as i64,
+        _ => 0,
+    }
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn add_cost(cpu0: u64) {
+    if let Some(seg) = state::segment() {
+        seg.header().gpu_sampling_ns.fetch_add(thread_cpu_ns().saturating_sub(cpu0), Ordering::Relaxed);
+    }
+}
+
+/// Which of the tools that hold GPU counters runs on this machine (an index into [`verdict::HOLDERS`] + 1; 0
+/// none found): a look at each process's name once, when CUPTI said the counters were busy.
+fn counter_holder() -> u32 {
+    const NAMES: [&str; 4] = ["nv-hostengine", "dcgm-exporter", "ncu", "nsys"];
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    let mut found = 0u32;
+    for entry in dir.flatten().take(100_000) {
+        let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else { continue };
+        if let Some(i) = NAMES.iter().position(|n| comm.trim() == *n) {
+            let i = i as u32 + 1;
+            found = if found == 0 { i } else { found.min(i) };
+        }
+    }
+    found
+}
