@@ -173,9 +173,22 @@ fn to_cupti_time(record: SimRecord) -> SimRecord {
 
 /// The conversion of [`to_cupti_time`] as it stands now, for other device timestamps (PM samples).
 pub(crate) fn cupti_time_converter() -> impl Fn(u64) -> u64 {
-    let now = now_ns();
     let callback = TIMESTAMP_CALLBACK.load(Ordering::Acquire) != 0;
-    let offset = if callback { cupti_now() as i64 - now as i64 } else { realtime_raw() as i64 - now as i64 };
+    // The offset between the device's clock and CUPTI's, read between two readings of the device's clock: of
+    // three tries, the one bracketed most tightly (a thread descheduled between the two clocks would otherwise
+    // shift every timestamp by the time it lost, milliseconds on a loaded machine, where a GPU's conversion is
+    // exact).
+    let mut best: Option<(u64, i64)> = None;
+    for _ in 0..3 {
+        let before = now_ns();
+        let other = if callback { cupti_now() } else { realtime_raw() };
+        let after = now_ns();
+        let gap = after.saturating_sub(before);
+        if best.is_none_or(|(g, _)| gap < g) {
+            best = Some((gap, other as i64 - (before / 2 + after / 2) as i64));
+        }
+    }
+    let offset = best.map_or(0, |b| b.1);
     move |t: u64| if callback { t.wrapping_add_signed(offset) } else { t.wrapping_add_signed(offset + slew_at(t)) }
 }
 

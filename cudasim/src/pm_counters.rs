@@ -152,12 +152,11 @@ pub(crate) fn set_recording(device: u32, on: bool) {
     RECORDING[d].store(on, Ordering::Release);
 }
 
-/// A kernel starts on `device`: a token for [`work_finished`], None when no sampling records there.
+/// A kernel starts on `device`: a token for [`work_finished`]. Every kernel is tracked while it runs, sampled or
+/// not: one already running when sampling starts is counted for the part of it after the start, as a GPU's
+/// counters count it.
 pub(crate) fn work_started(device: u32, start: u64) -> Option<u64> {
     let d = slot(device)?;
-    if !RECORDING[d].load(Ordering::Acquire) {
-        return None;
-    }
     let mut w = WORK[d].lock();
     let token = w.next_token;
     w.next_token += 1;
@@ -171,7 +170,8 @@ pub(crate) fn work_finished(device: u32, token: Option<u64>, span: Span) {
     let mut w = WORK[d].lock();
     if let Some(t) = token {
         w.running.retain(|&(r, _)| r != t);
-    } else if !RECORDING[d].load(Ordering::Acquire) {
+    }
+    if !RECORDING[d].load(Ordering::Acquire) {
         return;
     }
     // Bounded: a client that never decodes keeps at most this many spans (the oldest go first).

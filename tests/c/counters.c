@@ -8,8 +8,9 @@
  *                activity for 2 ms (0.3 TFLOP) with 0.2 GB moved;
  *   fma_loop     a full grid of dependent FMAs on registers for 5 ms: SMs busy, DRAM and Tensor Cores idle;
  *   vectorized_elementwise_kernel  60 us each, 40 in a row: too short for whole samples, an aggregate by name.
- * Usage: counters ROUNDS */
+ * Usage: counters ROUNDS [nocopy]: nocopy leaves the streaming copy out (the memory-bound kernel "fused away"). */
 #include <stdint.h>
+#include <string.h>
 
 #include "sim.h"
 
@@ -48,9 +49,10 @@ void vectorized_elementwise_kernel(void **a) {
 
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 3;
+    int copy = !(argc > 2 && !strcmp(argv[2], "nocopy"));
     void *args[] = {NULL};
     for (int r = 0; r < rounds; r++) {
-        launch(stream_copy, 132 * 8, 512, 0, args);
+        if (copy) launch(stream_copy, 132 * 8, 512, 0, args);
         launch(sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1, 132, 384, 0, args);
         launch(sm90_xmma_gemm_bf16bf16_bf16f32_f32_nn_n_tilesize64x64x64, 16, 128, 0, args);
         launch(fma_loop, 132 * 16, 256, 0, args);

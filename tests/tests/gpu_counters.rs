@@ -216,3 +216,35 @@ fn the_timelines_draw_each_sample() {
     let back = stats(&json);
     assert_eq!(back["kernels"], stats(&rec.trace)["kernels"]);
 }
+
+/// `diff` sets the runs' counters side by side, and a counter finding resolves only between two runs that both have
+/// counters: gone with the streaming copy, unmeasured against a run recorded without them.
+#[test]
+fn diff_compares_counters_and_never_calls_an_unmeasured_finding_resolved() {
+    let dir = scratch("gpu-counters-diff");
+    let prog = build_c("counters", &dir);
+    let run = |name: &str, flags: &[&str], args: &[&str]| {
+        let sub = dir.join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        let rec = record(&sub, flags, &prog, args, &[]);
+        assert!(rec.output.status.success(), "{}", rec.stderr());
+        rec.trace
+    };
+    let base = run("base", &["--gpu-metrics"], &["4"]);
+    let fused = run("fused", &["--gpu-metrics"], &["4", "nocopy"]);
+    let plain = run("plain", &[], &["4", "nocopy"]);
+    let out = std::process::Command::new(cuflight_bin())
+        .args(["diff", "--format", "json"])
+        .args([&base, &fused, &plain])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let diff: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let finding = diff["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "memory_bound").unwrap();
+    assert_eq!(finding["change"], serde_json::json!(["resolved", "unmeasured"]), "{finding}");
+    let device = diff["counters"].as_array().unwrap().iter().find(|c| c["level"] == "device").unwrap();
+    let runs = device["runs"].as_array().unwrap();
+    assert!(runs[0].is_object() && runs[1].is_object() && runs[2].is_null(), "{device}");
+    // Without the copy the GPU moves less: its DRAM share falls.
+    assert!(runs[1]["dram_pct"].as_f64().unwrap() < runs[0]["dram_pct"].as_f64().unwrap(), "{device}");
+}

@@ -74,16 +74,38 @@ pub struct FindingDiffRow {
     pub kind: &'static str,
     /// Per run: the share of step time it costs (None: not found).
     pub share: Vec<Option<f64>>,
-    /// Per run after the first: resolved, new, persists, absent.
+    /// Per run after the first: resolved, new, persists, absent; unmeasured for a finding made from device
+    /// counters where one of the two runs has none.
     pub change: Vec<&'static str>,
     /// The summary from the last run that has it.
     pub summary: String,
+}
+
+/// The device counters of a device or a kind of work in one run (`record --gpu-metrics`), percent of peak.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct CounterStat {
+    pub sm_active_pct: Option<f64>,
+    pub tensor_active_pct: Option<f64>,
+    pub dram_pct: Option<f64>,
+    pub bound: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CounterDiffRow {
+    /// "device" (all its samples) or "category" (the samples its kernels filled).
+    pub level: &'static str,
+    pub name: String,
+    /// Per run (None: no counters there, or no such work).
+    pub runs: Vec<Option<CounterStat>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Diff {
     pub runs: Vec<RunRow>,
     pub categories: Vec<CategoryRow>,
+    /// Device counters by device and category, where a run recorded them (`record --gpu-metrics`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub counters: Vec<CounterDiffRow>,
     /// Changed kernels first (by how much their time per step moved), then the rest.
     pub kernels: Vec<KernelDiffRow>,
     pub findings: Vec<FindingDiffRow>,
@@ -102,6 +124,32 @@ fn main_process(r: &Report, rank: Option<u32>) -> Option<&ProcessReport> {
             .max_by_key(|p| p.kernels.iter().map(|k| k.total_ns).sum::<u64>())
     });
     same_rank.or_else(|| r.processes.iter().max_by_key(|p| p.kernels.iter().map(|k| k.total_ns).sum::<u64>()))
+}
+
+/// Each run's counters of its first device and of each category, where any run has counters.
+fn counters(mains: &[&ProcessReport]) -> Vec<CounterDiffRow> {
+    let mut rows: Vec<CounterDiffRow> = Vec::new();
+    for (i, p) in mains.iter().enumerate() {
+        let first_device = p.gpu_metrics.iter().filter(|r| r.level == "device").map(|r| r.device).min();
+        for r in p.gpu_metrics.iter().filter(|r| r.level != "kernel" && Some(r.device) == first_device) {
+            let name = if r.level == "device" { "GPU".to_string() } else { r.name.clone() };
+            let at = match rows.iter().position(|x| x.level == r.level && x.name == name) {
+                Some(at) => at,
+                None => {
+                    rows.push(CounterDiffRow { level: r.level, name, runs: vec![None; mains.len()] });
+                    rows.len() - 1
+                }
+            };
+            rows[at].runs[i] = Some(CounterStat {
+                sm_active_pct: r.sm_active_pct,
+                tensor_active_pct: r.tensor_active_pct,
+                dram_pct: r.dram_pct,
+                bound: r.bound,
+            });
+        }
+    }
+    rows.sort_by_key(|r| r.level != "device");
+    rows
 }
 
 /// A kernel's name as every tool can agree on it.
@@ -184,7 +232,8 @@ impl Diff {
         let kernels = kernels(&mains, &per_step);
         let findings = findings(runs, &mains);
         let summary = summary(&rows, &kernels, &findings);
-        Diff { runs: rows, categories, kernels, findings, summary, warnings }
+        let counters = counters(&mains);
+        Diff { runs: rows, categories, counters, kernels, findings, summary, warnings }
     }
 
     pub fn to_json(&self) -> String {
@@ -292,8 +341,16 @@ fn findings(runs: &[(String, Report)], mains: &[&ProcessReport]) -> Vec<FindingD
         }
     }
     let mut rows: Vec<FindingDiffRow> = by.into_values().collect();
+    // A finding made from device counters is neither new nor resolved where one of the two runs has none.
+    let counted: Vec<bool> = mains.iter().map(|p| !p.gpu_metrics.is_empty()).collect();
     for row in &mut rows {
-        row.change = (1..n).map(|i| change(row.share[i - 1], row.share[i], row.kind)).collect();
+        let needs_counters = crate::counter_findings::KINDS.contains(&row.kind);
+        row.change = (1..n)
+            .map(|i| match needs_counters && !(counted[i - 1] && counted[i]) {
+                true => "unmeasured",
+                false => change(row.share[i - 1], row.share[i], row.kind),
+            })
+            .collect();
     }
     rows.sort_by(|a, b| {
         let top = |r: &FindingDiffRow| r.share.iter().flatten().fold(0.0f64, |m, &s| m.max(s));

@@ -90,6 +90,27 @@ impl Diff {
             }
             t.render(&mut out);
         }
+        if !self.counters.is_empty() {
+            let mut t = Table::with_headers(
+                "Device counters: SM / Tensor Cores / DRAM, % of peak (record --gpu-metrics)",
+                headers("Device or kind of work", false),
+            );
+            let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.0}"));
+            for c in &self.counters {
+                let mut row: Vec<String> = c
+                    .runs
+                    .iter()
+                    .map(|s| {
+                        s.map_or("-".into(), |s| {
+                            format!("{}/{}/{}", pct(s.sm_active_pct), pct(s.tensor_active_pct), pct(s.dram_pct))
+                        })
+                    })
+                    .collect();
+                row.push(c.name.clone());
+                t.row(row);
+            }
+            t.render(&mut out);
+        }
         let moved: Vec<_> = self.kernels.iter().filter(|k| k.change.iter().any(|c| *c != "same")).collect();
         if !moved.is_empty() {
             let mut t = Table::with_headers("Kernels that changed (ms per step)", headers("Kernel", true));
