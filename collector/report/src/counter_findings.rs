@@ -217,7 +217,7 @@ pub fn clean_busy_note(findings: &[Finding], counted: bool) -> &'static str {
         (false, false) => {
             " Its kernels show no GEMMs on fallback or fp32 kernels, no unfused elementwise chains and no unfused \
              attention; whether they are memory- or compute-bound needs device counters, which this trace has none \
-             of (record with --gpu-metrics)."
+             of (record with `cuflight record --gpu-metrics`)."
         }
         (false, true) => {
             " Its kernels show no GEMMs on fallback or fp32 kernels, no unfused elementwise chains and no unfused \
