@@ -123,6 +123,16 @@ fn the_report_names_the_memory_bound_kernel_and_the_starved_gemm() {
         f["evidence"]["kernels"].as_array().unwrap().iter().map(|k| k["name"].as_str().unwrap().to_string()).collect()
     };
     let lost = |f: &Value| f["time_lost_ns"].as_f64().unwrap();
+    // Each step carries its samples' counters; all of them together are the device's over the steps.
+    let steps = report["processes"][0]["steps"].as_array().unwrap();
+    assert!(!steps.is_empty());
+    for step in steps {
+        assert!(step["counters"]["samples"].as_u64().unwrap() >= 100, "{step}");
+        assert!(step["counters"]["dram_pct"].as_f64().unwrap() > 10.0, "{step}");
+    }
+    let total = &report["processes"][0]["step_total"]["counters"];
+    let samples: u64 = steps.iter().map(|s| s["counters"]["samples"].as_u64().unwrap()).sum();
+    assert_eq!(total["samples"].as_u64().unwrap(), samples);
     let memory = finding("memory_bound");
     assert_eq!(names(&memory), ["stream_copy"]);
     let in_steps = memory["evidence"]["metrics"]["memory_bound_ns"].as_f64().unwrap();

@@ -566,6 +566,7 @@ fn total_row(rows: &[StepRow]) -> StepRow {
         cpu_exec_ns: sum(|r| r.cpu_exec_ns),
         other_ns: sum(|r| r.other_ns),
         gpu_utilization: if duration == 0 { 0.0 } else { kernel as f64 / duration as f64 },
+        counters: steps::StepCounters::combine(rows.iter().filter_map(|r| r.counters)),
     }
 }
 

@@ -39,6 +39,48 @@ pub struct StepRow {
     pub cpu_exec_ns: u64,
     pub other_ns: u64,
     pub gpu_utilization: f64,
+    /// The device counters of the samples that start in the step (`record --gpu-metrics`; absent without).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counters: Option<StepCounters>,
+}
+
+/// A step's device counters: how many samples, and their mean shares of peak (percent).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct StepCounters {
+    pub samples: u64,
+    pub sm_active_pct: Option<f64>,
+    pub tensor_active_pct: Option<f64>,
+    pub dram_pct: Option<f64>,
+}
+
+impl StepCounters {
+    pub fn of(m: &cuflight_trace::model::gpu_counters::CounterMeans) -> Option<StepCounters> {
+        let c = m.means();
+        let pct = |v: Option<f64>| v.map(|v| (v * 1000.0).round() / 10.0);
+        (m.samples > 0).then(|| StepCounters {
+            samples: m.samples,
+            sm_active_pct: pct(c.sm_active),
+            tensor_active_pct: pct(c.tensor_active),
+            dram_pct: pct(c.dram()),
+        })
+    }
+
+    /// Several steps' counters together, each step weighted by its samples.
+    pub fn combine(all: impl Iterator<Item = StepCounters>) -> Option<StepCounters> {
+        let all: Vec<StepCounters> = all.collect();
+        let samples: u64 = all.iter().map(|c| c.samples).sum();
+        let mean = |f: fn(&StepCounters) -> Option<f64>| {
+            let with: Vec<(f64, u64)> = all.iter().filter_map(|c| f(c).map(|v| (v, c.samples))).collect();
+            let n: u64 = with.iter().map(|w| w.1).sum();
+            (n > 0).then(|| (with.iter().map(|(v, k)| v * *k as f64).sum::<f64>() / n as f64 * 10.0).round() / 10.0)
+        };
+        (samples > 0).then(|| StepCounters {
+            samples,
+            sm_active_pct: mean(|c| c.sm_active_pct),
+            tensor_active_pct: mean(|c| c.tensor_active_pct),
+            dram_pct: mean(|c| c.dram_pct),
+        })
+    }
 }
 
 pub struct Steps {
@@ -85,6 +127,7 @@ pub fn breakdown(tl: &WindowView, name: &str) -> StepRow {
         dataloader_ns: acc[4],
         cpu_exec_ns: acc[5],
         other_ns: acc[6],
+        counters: None,
         gpu_utilization: if duration == 0 { 0.0 } else { within(&tl.kernel_busy, s, e) as f64 / duration as f64 },
     }
 }

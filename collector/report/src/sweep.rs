@@ -118,6 +118,8 @@ pub struct Sweep<'a> {
     comm_union: UnionTotal,
     live: LiveMemory,
     counters: cuflight_analysis::stats::gpu_metrics::GpuMetricsAcc,
+    /// Device counter samples by the window they start in.
+    step_counters: Vec<cuflight_trace::model::gpu_counters::CounterMeans>,
     /// Python stack reads in windows not done yet ([`super::stack_cost`]).
     stack_reads: super::stack_cost::PendingReads,
     /// Histories this long are trimmed between windows (a power of two).
@@ -174,6 +176,7 @@ impl<'a> Sweep<'a> {
             live: LiveMemory::default(),
             stack_reads: Default::default(),
             counters: Default::default(),
+            step_counters: Vec::new(),
             trim_at: 1 << 14,
             out: Swept::default(),
         }
@@ -221,6 +224,14 @@ impl<'a> Sweep<'a> {
     pub fn event(&mut self, p: &Process, e: &RawEvent) {
         self.advance(p, e.start);
         self.counters.feed(0, p, e);
+        if e.kind() == Some(EventKind::GpuSample) {
+            if let Some(k) = self.window_of(e.start) {
+                if self.step_counters.len() <= k {
+                    self.step_counters.resize_with(k + 1, Default::default);
+                }
+                self.step_counters[k].add(&e.as_gpu_sample());
+            }
+        }
         let source = self.out.sources.feed(p, e);
         let names = &self.plan.names;
         match e.kind() {
@@ -519,7 +530,9 @@ impl<'a> Sweep<'a> {
             super::idle::attribute(&view, k, n, true, &self.step_starts, single);
         }
         if !self.plan.no_steps {
-            self.out.rows.push(super::steps::breakdown(&view, &self.plan.steps.names[k]));
+            let mut row = super::steps::breakdown(&view, &self.plan.steps.names[k]);
+            row.counters = self.step_counters.get(k).and_then(super::steps::StepCounters::of);
+            self.out.rows.push(row);
         }
         let clipped = |kind: Piece| -> Vec<Span> {
             merge(

@@ -80,9 +80,14 @@ pub fn severity(s: super::Severity) -> &'static str {
     }
 }
 
-fn step_cells(r: &StepRow) -> Vec<String> {
+/// A step's row; with `counters`, its SM, Tensor Core and DRAM shares of peak before its name.
+fn step_cells(r: &StepRow, counters: bool) -> Vec<String> {
     let d = r.duration_ns;
-    vec![
+    let share = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}%"));
+    let c = r.counters;
+    let counted = [c.and_then(|c| c.sm_active_pct), c.and_then(|c| c.tensor_active_pct), c.and_then(|c| c.dram_pct)];
+    let counted = counted.into_iter().map(share).filter(|_| counters);
+    let mut cells = vec![
         format!("{:.3}", d as f64 / 1e6),
         pct(r.kernel_ns, d),
         pct(r.memcpy_ns, d),
@@ -92,8 +97,10 @@ fn step_cells(r: &StepRow) -> Vec<String> {
         pct(r.cpu_exec_ns, d),
         pct(r.other_ns, d),
         format!("{:.1}%", r.gpu_utilization * 100.0),
-        r.name.clone(),
-    ]
+    ];
+    cells.extend(counted);
+    cells.push(r.name.clone());
+    cells
 }
 
 fn process(out: &mut String, p: &ProcessReport) {
@@ -169,6 +176,7 @@ fn process(out: &mut String, p: &ProcessReport) {
             StepSource::Pattern => "the repeating launch pattern",
             StepSource::None => "none",
         };
+        let counters = t.counters.is_some();
         let mut table = Table::new(
             format!(
                 "  Steps (from {source}): {}, mean {}, GPU utilisation {:.1}%",
@@ -177,26 +185,21 @@ fn process(out: &mut String, p: &ProcessReport) {
                 t.gpu_utilization * 100.0
             ),
             &[
-                "Time (ms)",
-                "Kernel",
-                "Memcpy",
-                "Memset",
-                "Runtime",
-                "DataLoader",
-                "CPU Exec",
-                "Other",
-                "GPU util",
-                "Step",
-            ],
+                &["Time (ms)", "Kernel", "Memcpy", "Memset", "Runtime", "DataLoader", "CPU Exec", "Other", "GPU util"]
+                    [..],
+                if counters { &["SM", "Tensor", "DRAM"][..] } else { &[][..] },
+                &["Step"][..],
+            ]
+            .concat(),
         );
         let shown = 10;
         for r in p.steps.iter().take(shown) {
-            table.row(step_cells(r));
+            table.row(step_cells(r, counters));
         }
         if p.steps.len() > shown {
-            table.row(vec!["...".into(); 10]);
+            table.row(vec!["...".into(); if counters { 13 } else { 10 }]);
         }
-        table.row(step_cells(t));
+        table.row(step_cells(t, counters));
         table.render(out);
     }
     kernel_tables(out, p);
