@@ -33,6 +33,12 @@ out = {
         f"select count(*) from {t('kernels')} k join {t('api')} a on k.host = a.host and k.pid = a.pid "
         f"and k.correlation = a.correlation where k.correlation <> 0 and k.start_ns < a.start_ns")[0][0],
     "bad_spans": rows(f"select count(*) from {t('kernels')} where end_ns < start_ns or duration_ns <> end_ns - start_ns")[0][0],
+    # Device counters: samples, and the mean DRAM read share of the samples inside stream_copy kernels.
+    "gpu_samples": rows(f"select count(*) from {t('gpu_samples')}")[0][0],
+    "copy_dram_read": rows(
+        f"select avg(g.dram_read) from {t('gpu_samples')} g join {t('kernels')} k on g.host = k.host and "
+        f"g.pid = k.pid and g.device = k.device and g.start_ns >= k.start_ns and g.end_ns <= k.end_ns "
+        f"where k.name = 'stream_copy'")[0][0],
 }
 if len(sys.argv) > 2:
     text = open(sys.argv[2], encoding="utf-8").read()

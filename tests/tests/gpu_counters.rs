@@ -225,6 +225,19 @@ fn the_timelines_draw_each_sample() {
     assert_eq!(text.matches(r#""ph":"C","name":"GPU 0 counters""#).count() as u64, samples);
     let back = stats(&json);
     assert_eq!(back["kernels"], stats(&rec.trace)["kernels"]);
+    // The Parquet export's gpu_samples table, joined to kernels with DuckDB as a user would.
+    let pq = dir.join("pq");
+    let out = std::process::Command::new(cuflight_bin())
+        .args(["export", "--format", "parquet", "--force", "-o"])
+        .arg(&pq)
+        .arg(&rec.trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let q = python_json("parquet_check.py", &[pq.as_os_str()]);
+    assert_eq!(q["gpu_samples"].as_u64(), Some(samples));
+    let stream_copy = kernel_row(&stats(&rec.trace), "stream_copy")["dram_read_pct"].as_f64().unwrap();
+    close("Parquet stream_copy DRAM read", 100.0 * q["copy_dram_read"].as_f64().unwrap(), stream_copy);
 }
 
 /// `diff` sets the runs' counters side by side, and a counter finding resolves only between two runs that both have

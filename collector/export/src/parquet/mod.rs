@@ -1,5 +1,5 @@
 //! `cuflight export --format parquet -o DIR TRACE...`: fleet tables for an existing engine (DuckDB, Spark, Trino,
-//! Polars). One directory per table under DIR (kernels, copies, memsets, api, nvtx, memory, steps, processes),
+//! Polars). One directory per table under DIR (kernels, copies, memsets, api, nvtx, memory, steps, gpu_samples, processes),
 //! hive-partitioned `host=H/rank=R` (rank `__HIVE_DEFAULT_PARTITION__`, Hive's NULL, when unknown), one part file per source trace
 //! (`<trace stem>.parquet`, `<trace stem>.N.parquet` when a partition's file had to be finished early; see
 //! [`part_stems`]). The schema is documented and
@@ -93,6 +93,21 @@ pub fn tables() -> Vec<(&'static str, Vec<(&'static str, Kind)>)> {
             ]),
         ),
         ("steps", columns(&[&PLACE, &[("step", U32), ("name", Str)], &SPAN])),
+        (
+            "gpu_samples",
+            columns(&[
+                &PLACE,
+                &[("device", U32)],
+                &SPAN,
+                &[
+                    ("sm_active", OptF64),
+                    ("tensor_active", OptF64),
+                    ("dram_read", OptF64),
+                    ("dram_write", OptF64),
+                    ("gpu_active", OptF64),
+                ],
+            ]),
+        ),
         (
             "processes",
             columns(&[
@@ -363,6 +378,13 @@ fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e
             ];
             v.extend(span);
             push(t, "nvtx", host, rank, &v)
+        }
+        Some(EventKind::GpuSample) => {
+            let c = e.as_gpu_sample();
+            let mut v = vec![V::S(host), r, V::U32(pid), V::U32(e.device)];
+            v.extend(span);
+            v.extend([c.sm_active, c.tensor_active, c.dram_read, c.dram_write, c.gpu_active].map(V::OptF64));
+            push(t, "gpu_samples", host, rank, &v)
         }
         Some(k @ (EventKind::Alloc | EventKind::Free)) => {
             let mem = e.as_mem_op();

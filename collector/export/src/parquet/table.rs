@@ -3,7 +3,7 @@
 //! partition's once [`BUFFERED_ROWS`] wait in all, and at most [`OPEN_FILES`] files are open at once (the
 //! least recently used is finished; its partition's next rows start a new part file).
 
-use arrow_array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
+use arrow_array::{ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array, UInt64Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use cuflight_trace::model::host::path_safe as partition_value;
 use parquet::arrow::ArrowWriter;
@@ -28,6 +28,8 @@ pub enum Kind {
     I64,
     /// Nullable (a rank may be unknown).
     OptI32,
+    /// Nullable (a counter a sample lacks).
+    OptF64,
 }
 
 pub enum V<'a> {
@@ -36,6 +38,7 @@ pub enum V<'a> {
     U64(u64),
     I64(i64),
     OptI32(Option<i32>),
+    OptF64(Option<f64>),
 }
 
 enum Col {
@@ -44,6 +47,7 @@ enum Col {
     U64(Vec<u64>),
     I64(Vec<i64>),
     OptI32(Vec<Option<i32>>),
+    OptF64(Vec<Option<f64>>),
 }
 
 impl Col {
@@ -54,6 +58,7 @@ impl Col {
             Kind::U64 => Col::U64(Vec::new()),
             Kind::I64 => Col::I64(Vec::new()),
             Kind::OptI32 => Col::OptI32(Vec::new()),
+            Kind::OptF64 => Col::OptF64(Vec::new()),
         }
     }
 
@@ -64,6 +69,7 @@ impl Col {
             (Col::U64(c), V::U64(x)) => c.push(*x),
             (Col::I64(c), V::I64(x)) => c.push(*x),
             (Col::OptI32(c), V::OptI32(x)) => c.push(*x),
+            (Col::OptF64(c), V::OptF64(x)) => c.push(*x),
             _ => return false,
         }
         true
@@ -76,6 +82,7 @@ impl Col {
             Col::U64(c) => Arc::new(UInt64Array::from(std::mem::take(c))),
             Col::I64(c) => Arc::new(Int64Array::from(std::mem::take(c))),
             Col::OptI32(c) => Arc::new(Int32Array::from(std::mem::take(c))),
+            Col::OptF64(c) => Arc::new(Float64Array::from(std::mem::take(c))),
         }
     }
 }
@@ -121,6 +128,7 @@ impl Table {
                     Kind::U64 => (DataType::UInt64, false),
                     Kind::I64 => (DataType::Int64, false),
                     Kind::OptI32 => (DataType::Int32, true),
+                    Kind::OptF64 => (DataType::Float64, true),
                 };
                 Field::new(n, t, null)
             })
