@@ -374,8 +374,14 @@ pub fn end_attach_window(child: std::process::Child) -> String {
 
 /// `cuflight launch -- program args` (a dormant agent) on cudasim, stdin and stdout piped, stderr dropped.
 pub fn launch_dormant(program: &Path, args: &[&str]) -> std::process::Child {
+    launch_dormant_with(&[], program, args)
+}
+
+/// As [`launch_dormant`], with `launch` flags (`--gpu-metrics`, ...).
+pub fn launch_dormant_with(flags: &[&str], program: &Path, args: &[&str]) -> std::process::Child {
     Command::new(cuflight_bin())
         .arg("launch")
+        .args(flags)
         .arg("--")
         .arg(program)
         .args(args)

@@ -27,8 +27,13 @@ fn stepper(dir: &Path, launches_per_step: u32) -> Stepper {
 }
 
 fn stepper_with(dir: &Path, args: &[&str]) -> Stepper {
+    launched_stepper(dir, &[], args)
+}
+
+/// A stepper under `cuflight launch FLAGS`.
+fn launched_stepper(dir: &Path, flags: &[&str], args: &[&str]) -> Stepper {
     let prog = build_c("stepper", dir);
-    let mut child = launch_dormant(&prog, args);
+    let mut child = launch_dormant_with(flags, &prog, args);
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
@@ -452,23 +457,7 @@ fn roots_serve_follows_another_users_agent() {
 fn serve_exposes_the_device_counters_of_programs_launched_with_them() {
     let _serial = serial();
     let dir = scratch("serve-counters");
-    let prog = build_c("stepper", &dir);
-    let mut child = Command::new(cuflight_bin())
-        .args(["launch", "--gpu-metrics=50us", "--"])
-        .arg(&prog)
-        .arg("4")
-        .env("LD_LIBRARY_PATH", cudasim_dir())
-        .env_remove("CUDASIM_CUPTI_VERSION")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert!(line.starts_with("stepper: ready"), "{line}");
-    let counted = Stepper { child, out, started: Instant::now() };
+    let counted = launched_stepper(&dir, &["--gpu-metrics=50us"], &["4"]);
     let plain = stepper(&dir, 4);
     let (mut serve, addr, _err) = start_serve(&["--duty", "300ms/1s"]);
     std::thread::sleep(Duration::from_millis(2500));
