@@ -142,6 +142,7 @@ cupti_entry!(
             return c::CUPTI_ERROR_INVALID_PARAMETER;
         }
         let (_, _, raw) = sample_at(image, p.rangeIndex as u64);
+        crate::timing::pm_evaluate();
         let values: Option<Vec<f64>> = wanted.iter().map(|m| raw.metric(m)).collect();
         let Some(values) = values else { return c::CUPTI_ERROR_INVALID_METRIC_NAME };
         // SAFETY: the client's array holds numMetrics doubles.

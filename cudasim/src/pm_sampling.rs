@@ -257,6 +257,7 @@ cupti_entry!(
             if !s.configured || (s.started_at.is_some() && s.stopped_at.is_none()) {
                 return c::CUPTI_ERROR_INVALID_OPERATION;
             }
+            crate::timing::pm_start_stop(true);
             pm_counters::set_recording(s.device, true);
             (s.started_at, s.stopped_at, s.next) = (Some(crate::now_ns()), None, 0);
             c::CUPTI_SUCCESS
@@ -273,6 +274,7 @@ cupti_entry!(
                 return c::CUPTI_ERROR_INVALID_OPERATION;
             }
             s.stopped_at = Some(crate::now_ns());
+            crate::timing::pm_start_stop(false);
             c::CUPTI_SUCCESS
         })
     }
@@ -380,6 +382,8 @@ cupti_entry!(
             }
             c::CUPTI_SUCCESS
         });
+        let decoded = populated.saturating_sub(get_u64(image, 16));
+        crate::timing::pm_decode(decoded);
         put_u64(image, 16, populated);
         p.decodeStopReason = stop;
         p.overflow = overflow as u8;

@@ -46,6 +46,13 @@
 //!   ended): H100 (kineto-h100-qwen-inference, 999 pairs) p10 0.96 us, median 1.70 us, p90 3.97 us; V100
 //!   (kineto-v100-ddp-ns, 4346 pairs) median 0.75 us.
 //!
+//! - `CUDASIM_PM_DECODE_US` (default 33) and `CUDASIM_PM_EVALUATE_US` (default 34): PM sampling's host work, per
+//!   sample, on the calling thread: `cuptiPmSamplingDecodeData` for each sample it decodes and
+//!   `cuptiProfilerHostEvaluateToGpuValues` for each sample evaluated. Measured by gpu-validate's counters part
+//!   (tests/gpu/pm_sampling.cu) on an H200 (CUDA 13.0, 2026-11-28, 13 metrics): decode 903 ms for 27,689 samples at
+//!   50 kHz (33 us a sample; 88 us at 10 kHz), evaluate 34 to 35 us a sample. `CUDASIM_PM_START_US` (640) and
+//!   `CUDASIM_PM_STOP_US` (1810): `cuptiPmSamplingStart` and `Stop`, the same run.
+//!
 //! Not modelled: an idle GPU starts a kernel about 1.2 us after its launch call returns (the same H100 trace, p50 of
 //! 21 kernels launched onto an idle GPU); cudasim's stream thread, parked on its queue, takes 6 to 14 us to wake on
 //! a 2-core machine. Polling the queue before parking was tried and made it worse there (26 us: the poller took
@@ -69,6 +76,10 @@ static SYNC_ACTIVITY_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_SYNC_ACTIVITY
 static OP_GAP_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_OP_GAP_NS", 1700));
 static PINNED_ALLOC_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PINNED_ALLOC_US", 2300));
 static PINNED_ALLOC_US_PER_MIB: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PINNED_ALLOC_US_PER_MIB", 115));
+static PM_DECODE_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_DECODE_US", 33));
+static PM_EVALUATE_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_EVALUATE_US", 34));
+static PM_START_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_START_US", 640));
+static PM_STOP_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_STOP_US", 1810));
 static FINALIZE_KEEPS_KB: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_FINALIZE_KEEPS_KB", 74));
 
 /// Whether CUPTI is initialised (false before the first CUPTI call and after cuptiFinalize).
@@ -127,6 +138,24 @@ pub(crate) fn callback_sites(subscribers: usize) {
 #[inline]
 pub(crate) fn runtime_call_with_sync_records() {
     busy_ns(*SYNC_ACTIVITY_NS);
+}
+
+/// `cuptiPmSamplingDecodeData` decoding `samples` samples: CPU work on the calling thread.
+pub(crate) fn pm_decode(samples: u64) {
+    busy_ns(PM_DECODE_US.saturating_mul(samples).saturating_mul(1000));
+}
+
+/// One sample evaluated to metric values: CPU work on the calling thread.
+pub(crate) fn pm_evaluate() {
+    busy_ns(PM_EVALUATE_US.saturating_mul(1000));
+}
+
+/// `cuptiPmSamplingStart` (true) or `Stop` (false).
+pub(crate) fn pm_start_stop(start: bool) {
+    let us = if start { *PM_START_US } else { *PM_STOP_US };
+    if us > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(us));
+    }
 }
 
 /// A stream's next operation, queued behind one that ended at `previous_end`, waits out the GPU's gap between
