@@ -268,6 +268,9 @@ fn diff_compares_counters_and_never_calls_an_unmeasured_finding_resolved() {
     let device = diff["counters"].as_array().unwrap().iter().find(|c| c["level"] == "device").unwrap();
     let runs = device["runs"].as_array().unwrap();
     assert!(runs[0].is_object() && runs[1].is_object() && runs[2].is_null(), "{device}");
-    // Without the copy the GPU moves less: its DRAM share falls.
-    assert!(runs[1]["dram_pct"].as_f64().unwrap() < runs[0]["dram_pct"].as_f64().unwrap(), "{device}");
+    // Without the copy its kind of work ("other": the copy and the FMA loop) moves far less. (The device's own
+    // share also counts idle samples, which the host's pace decides.)
+    let other = diff["counters"].as_array().unwrap().iter().find(|c| c["name"] == "other").unwrap();
+    let dram = |i: usize| other["runs"][i]["dram_pct"].as_f64().unwrap();
+    assert!(dram(1) < dram(0) / 2.0, "{other}");
 }

@@ -178,7 +178,6 @@ fn run(api: PmSamplingApi, interval: u64) {
 fn drain(s: &mut DeviceSampler) {
     let Some(seg) = state::segment() else { return };
     let header = seg.header();
-    let mut delivery = thread_rings::delivery();
     let mut shift: Option<i64> = None;
     let mut written = 0u64;
     let device = s.device;
@@ -186,7 +185,9 @@ fn drain(s: &mut DeviceSampler) {
         let offset =
             *shift.get_or_insert_with(|| clock_shift(end, header.device_clock_monotonic.load(Ordering::Relaxed) != 0));
         let (start, end) = (start.wrapping_add_signed(offset), end.wrapping_add_signed(offset));
-        delivery.push(RawEvent::gpu_sample(device, start, end, sample));
+        // The sampler's own ring, which waits for room when full: a burst of hundreds of samples in the delivery
+        // ring (CUPTI's records' ring) overflowed it at 20 kHz and dropped kernel records with the samples.
+        thread_rings::push(RawEvent::gpu_sample(device, start, end, sample));
         written += 1;
     });
     header.gpu_samples.fetch_add(written, Ordering::Relaxed);
