@@ -157,7 +157,9 @@ pub fn wake_for(session: &str) -> Result<&'static Agent, String> {
         return agent().ok_or_else(|| "cannot make the trace segment or reach the collector".to_string());
     };
     // What the previous window's collector left unread (it was killed mid-window) is not this window's: the
-    // rings start empty. No collector holds the segment now, so the agent may act as its consumer.
+    // rings start empty, and every count starts at zero. No collector holds the segment now, so the agent may
+    // act as its consumer.
+    agent.seg.header().start_window_tallies();
     for i in 0..agent.seg.reserved_rings() {
         if let Some(mut consumer) = agent.seg.consumer(i) {
             consumer.skip_all();

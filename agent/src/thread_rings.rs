@@ -196,8 +196,25 @@ fn wait_for_room(seg: &MappedSegment, p: &mut Producer) {
             std::thread::sleep(FULL_RING_SLEEP);
         }
     }
-    // What losing nothing cost the program, stated beside the drops.
-    seg.header().program_held_ns.fetch_add(now.saturating_sub(start), Ordering::Relaxed);
+    // What losing nothing cost, stated beside the drops: the program's threads, or the agent's own (the counter
+    // sampler), whose waits hold nothing of the program's and are told apart from its.
+    let held = now.saturating_sub(start);
+    let header = seg.header();
+    if AGENT_THREAD.with(Cell::get) {
+        header.delivery_held_ns.fetch_add(held, Ordering::Relaxed);
+    } else {
+        header.program_held_ns.fetch_add(held, Ordering::Relaxed);
+    }
+}
+
+thread_local! {
+    /// Set on the agent's own threads that write through [`push`] (the counter sampler).
+    static AGENT_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as one of the agent's own: its waits for room are not counted as the program's.
+pub fn mark_agent_thread() {
+    AGENT_THREAD.with(|a| a.set(true));
 }
 static GAVE_UP_AT: AtomicU64 = AtomicU64::new(u64::MAX);
 /// A woken collector that has not drained for this long, a full wait included, is stalled (stopped, killed).

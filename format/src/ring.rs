@@ -334,9 +334,11 @@ impl<'a> Consumer<'a> {
     }
 
     /// Discards every published event (what a collector that died left unread, before the next one takes over
-    /// the segment); returns how many.
+    /// the segment) and forgets the drops counted so far (they were the last window's); returns how many events.
+    /// Only while no producer writes (an agent between windows): the producer's own counter is reset here.
     pub fn skip_all(&mut self) -> u64 {
         let h = self.ring.header();
+        h.producer_side.0.dropped.store(0, Ordering::Relaxed);
         let r = h.read.0.load(Ordering::Relaxed);
         let w = h.write.0.load(Ordering::Acquire);
         h.read.0.store(w, Ordering::Release);
@@ -434,6 +436,10 @@ mod tests {
         assert_eq!(c.drain_into(&mut out), 8);
         assert_eq!(out.iter().map(|e| e.a).collect::<Vec<_>>(), (0..8).collect::<Vec<_>>());
         assert!(p.push(&ev(10)), "space freed by the drain is reused");
+        // A new window: what was left and what was dropped are the last window's.
+        assert_eq!(c.skip_all(), 1);
+        assert_eq!(p.ring().dropped(), 0);
+        assert_eq!(c.drain_into(&mut out), 0);
     }
 
     #[test]

@@ -180,6 +180,37 @@ fn a_refusal_is_one_line_and_the_trace_goes_on_without_counters() {
     }
 }
 
+/// An attached agent keeps its segment from window to window: each window's summary counts that window's samples
+/// and cost, not the sums since the first (the third of three 200 ms windows at 1 ms said 601 before).
+#[test]
+fn each_attach_window_counts_only_its_own_samples() {
+    let dir = scratch("gpu-counters-windows");
+    let prog = build_c("stepper", &dir);
+    let mut child = launch_dormant_with(&["--gpu-metrics=1ms"], &prog, &["4"]);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(line.starts_with("stepper: ready"), "{line}");
+    let run = std::process::Command::new(cuflight_bin())
+        .args(["attach", &child.id().to_string(), "--duration", "200ms", "--every", "400ms", "--count", "3", "-o"])
+        .arg(dir.join("w.cuf"))
+        .output()
+        .unwrap();
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    let counts: Vec<u64> = err
+        .lines()
+        .filter_map(|l| l.split("sampled device counters ").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(counts.len(), 3, "{err}");
+    for (n, c) in counts.iter().enumerate() {
+        // 200 ms at 1 ms, the window's arming and final decode on a loaded machine around it.
+        assert!((50..=320).contains(c), "window {}: {c} samples\n{err}", n + 1);
+    }
+}
+
 /// Without the flag nothing is sampled and nothing is said.
 #[test]
 fn no_counters_unless_asked() {

@@ -107,6 +107,7 @@ fn wait(period: Duration) -> bool {
 }
 
 fn run(api: PmSamplingApi, interval: u64) {
+    thread_rings::mark_agent_thread();
     // The driver is initialising when the agent starts (InitializeInjection runs inside cuInit): wait until it
     // answers for its devices.
     let count = loop {

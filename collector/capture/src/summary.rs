@@ -54,7 +54,7 @@ pub struct RecordSummary {
     pub range_never_started: bool,
     /// How the window waited for arming (with a range).
     pub arming: Arming,
-    /// Backpressure over all processes, ns: program threads and CUPTI's delivery held for room in full rings.
+    /// Backpressure over all processes, ns: program threads and the agent's own (CUPTI's delivery, the counter sampler) held for room in full rings.
     pub program_held_ns: u64,
     pub delivery_held_ns: u64,
     /// Python stacks read over all processes, and the ns the programs spent reading them.
@@ -133,7 +133,7 @@ impl RecordSummary {
     pub fn backpressure(&self) -> Option<String> {
         (self.program_held_ns + self.delivery_held_ns > 0).then(|| {
             format!(
-                "to lose nothing the agent held the program's threads {:.1} ms in all and CUPTI's delivery {:.1} ms, waiting for full rings to drain",
+                "to lose nothing the agent held the program's threads {:.1} ms in all and its own (CUPTI's delivery, the counter sampler) {:.1} ms, waiting for full rings to drain",
                 self.program_held_ns as f64 / 1e6,
                 self.delivery_held_ns as f64 / 1e6
             )

@@ -92,8 +92,8 @@ pub struct ProcessInfo {
     /// What the agent traced (`--trace`, e.g. "cuda,nvtx,memory,sync,overhead"); empty when unknown (an older
     /// agent, which traced those and every runtime call, or an import).
     pub traced: String,
-    /// Backpressure (ns): the program's threads held waiting for room in a full ring, and CUPTI's delivery thread
-    /// held waiting for room in the delivery ring; the price of losing nothing.
+    /// Backpressure (ns): the program's threads held waiting for room in a full ring, and the agent's own threads
+    /// (CUPTI's delivery, the counter sampler) held waiting for room in theirs; the price of losing nothing.
     pub program_held_ns: u64,
     pub delivery_held_ns: u64,
     /// Python stacks the agent read, and the ns the program's threads spent reading them (`--python-stacks`).

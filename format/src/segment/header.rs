@@ -3,7 +3,7 @@
 //! limits a collector checks them against.
 
 use crate::ring::ring_bytes;
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub const SEGMENT_MAGIC: u64 = u64::from_le_bytes(*b"CUFLSEG2");
 pub const SEGMENT_VERSION: u32 = 3;
@@ -121,7 +121,8 @@ pub struct SegmentHeader {
     /// predates `--trace` (it traced the default and every runtime call).
     pub trace_mask: AtomicU32,
     /// Backpressure: ns the program's threads spent waiting for room in a full ring (yielding to the collector),
-    /// and ns CUPTI's delivery thread slept for room in the delivery ring (CUPTI holds those buffers meanwhile).
+    /// and ns the agent's own threads slept for room (CUPTI's delivery thread in the delivery ring, holding CUPTI's
+    /// buffers meanwhile; the counter sampler in its ring).
     pub program_held_ns: AtomicU64,
     pub delivery_held_ns: AtomicU64,
     /// Python stacks the agent read (each sampled call in a Python process), and the ns its threads spent reading
@@ -138,6 +139,37 @@ pub struct SegmentHeader {
     pub gpu_samples: AtomicU64,
     pub gpu_sample_overflows: AtomicU64,
     pub gpu_sampling_ns: AtomicU64,
+}
+
+impl SegmentHeader {
+    /// Zeroes what the header counts for one recording window: drops, skipped and incomplete records, buffers,
+    /// refused rings, unseen calls, held time, Python stacks, the counter sampler's verdict, samples and cost. An
+    /// attached agent keeps its segment from window to window; each window's collector reports its own window's
+    /// counts, not the sums since the first. Called by the agent as a window starts, no collector holding the
+    /// segment; an increment racing it belongs to the window that ended.
+    pub fn start_window_tallies(&self) {
+        let counters = [
+            &self.no_ring_drops,
+            &self.string_drops,
+            &self.cupti_dropped,
+            &self.records_skipped,
+            &self.buffers_grown,
+            &self.buffers_refused,
+            &self.rings_refused,
+            &self.unseen_begin,
+            &self.program_held_ns,
+            &self.delivery_held_ns,
+            &self.python_stacks,
+            &self.python_stack_ns,
+            &self.gpu_samples,
+            &self.gpu_sample_overflows,
+            &self.gpu_sampling_ns,
+        ];
+        for c in counters.into_iter().chain(&self.skipped_by_class).chain(&self.incomplete_by_class) {
+            c.store(0, Ordering::Relaxed);
+        }
+        self.gpu_counters.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Why a flight recorder dumped ([`SegmentHeader::dump_reason`]).

@@ -216,8 +216,8 @@ pub struct ProcessRow {
     pub refused: u64,
     /// What the agent traced (`--trace`); empty when unknown.
     pub traced: String,
-    /// Backpressure, ns: the program's threads held waiting for room in a full ring, and CUPTI's delivery thread
-    /// held waiting for the collector (the price of losing nothing).
+    /// Backpressure, ns: the program's threads held waiting for room in a full ring, and the agent's own threads
+    /// (CUPTI's delivery, the counter sampler) held waiting for the collector (the price of losing nothing).
     pub program_held_ns: u64,
     pub delivery_held_ns: u64,
     /// Python stacks the agent read, and the ns the program spent reading them.

@@ -422,7 +422,7 @@ impl Stats {
             }
             if p.program_held_ns + p.delivery_held_ns > 0 {
                 command.push_str(&format!(
-                    " [held for room in full rings: program {:.1} ms, CUPTI delivery {:.1} ms]",
+                    " [held for room in full rings: program {:.1} ms, agent's own threads {:.1} ms]",
                     p.program_held_ns as f64 / 1e6,
                     p.delivery_held_ns as f64 / 1e6
                 ));
