@@ -16,6 +16,8 @@ pub const MIG: u32 = 5;
 pub const UNSUPPORTED: u32 = 6;
 /// Another CUPTI call failed (its result says which).
 pub const FAILED: u32 = 7;
+/// The previous window's sampler was still decoding its backlog when this window began.
+pub const STILL_FINISHING: u32 = 8;
 
 /// Programs seen holding the counters when CUPTI said they were busy (`holder` of [`encode`]).
 pub const HOLDERS: [&str; 4] = [
@@ -58,6 +60,9 @@ pub fn describe(value: u32) -> Option<String> {
             "no device counters: this GPU or CUPTI refused the counters cuflight samples (CUPTI result {result})"
         ),
         FAILED => format!("no device counters: setting up CUPTI's PM sampling failed (CUPTI result {result})"),
+        STILL_FINISHING => "no device counters in this window: the previous window's sampler was still decoding \
+                            its samples; leave more time between windows or sample less often (--gpu-metrics=INTERVAL)"
+            .into(),
         _ => return None,
     })
 }
@@ -74,6 +79,7 @@ mod tests {
         assert!(describe(encode(BUSY, 26, 1)).unwrap().contains("nv-hostengine"));
         assert!(describe(encode(BUSY, 26, 0)).unwrap().contains("DCGM"));
         assert!(describe(encode(FAILED, 999, 0)).unwrap().contains("999"));
+        assert!(describe(encode(STILL_FINISHING, 0, 0)).unwrap().contains("previous window"));
         // Read from another process: an unknown code or holder says nothing wrong.
         assert_eq!(describe(0xffff_ff77), None);
         assert!(describe(encode(BUSY, 26, 200)).unwrap().contains("another tool"));

@@ -457,7 +457,7 @@ fn roots_serve_follows_another_users_agent() {
 fn serve_exposes_the_device_counters_of_programs_launched_with_them() {
     let _serial = serial();
     let dir = scratch("serve-counters");
-    let counted = launched_stepper(&dir, &["--gpu-metrics=1ms"], &["4"]);
+    let counted = launched_stepper(&dir, &["--gpu-metrics=50us"], &["4"]);
     let plain = stepper(&dir, 4);
     let (mut serve, addr, _err) = start_serve(&["--duty", "300ms/1s"]);
     std::thread::sleep(Duration::from_millis(2500));

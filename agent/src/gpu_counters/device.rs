@@ -9,6 +9,7 @@ use cuflight_format::view::GpuSample;
 use cupti_sys::cuda13 as c;
 use cupti_sys::pm_sampling::PmSamplingApi;
 use std::ffi::{c_char, CStr};
+use std::time::Instant;
 
 /// What cuflight samples, under the names one pass held together on an H200 (GH100, 2026-11-28,
 /// tests/gpu/pm_sampling.cu): SM active and elapsed cycles, tensor pipes, DRAM read and write throughput,
@@ -68,6 +69,14 @@ fn ok(r: c::CUptiResult) -> Result<(), Refusal> {
     } else {
         Err(refusal(r))
     }
+}
+
+/// What one [`DeviceSampler::drain`] found.
+pub struct Drained {
+    /// The hardware buffer overflowed: samples were lost.
+    pub overflowed: bool,
+    /// Time ran out with samples still waiting: the sampler decodes slower than the device samples.
+    pub behind: bool,
 }
 
 /// A host object with a configuration built for some of [`METRICS`].
@@ -210,9 +219,9 @@ impl DeviceSampler {
         }
     }
 
-    /// Decodes what the hardware buffer holds, handing each completed sample's CUPTI start and end and counters
-    /// to `out`; returns whether the hardware buffer overflowed (samples were lost).
-    pub fn drain(&mut self, out: &mut impl FnMut(u64, u64, GpuSample)) -> Result<bool, Refusal> {
+    /// Decodes what the hardware buffer holds, until `until` at most, handing each completed sample's CUPTI start
+    /// and end and counters to `out`.
+    pub fn drain(&mut self, until: Instant, out: &mut impl FnMut(u64, u64, GpuSample)) -> Result<Drained, Refusal> {
         let mut overflowed = false;
         loop {
             let mut decode = params!(CUpti_PmSampling_DecodeData_Params, overflow);
@@ -237,7 +246,11 @@ impl DeviceSampler {
             }
             self.initialize_image()?;
             if decode.decodeStopReason != c::CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL || completed == 0 {
-                return Ok(overflowed);
+                return Ok(Drained { overflowed, behind: false });
+            }
+            // More waits than the time allowed: the hardware keeps filling faster than this thread decodes.
+            if Instant::now() >= until {
+                return Ok(Drained { overflowed, behind: true });
             }
         }
     }

@@ -19,8 +19,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How often the sampler decodes: at 10 kHz, 200 samples a time, within the image's 256.
+/// How often the sampler decodes: at 10 kHz, 200 samples a time, within the image's 256. Also the most one pass
+/// over a device decodes for, so that every device and the counts in the segment keep up while it is behind.
 const DECODE_PERIOD: Duration = Duration::from_millis(20);
+/// The most the last pass, after Stop, decodes for: within [`finish`]'s wait, however long the backlog.
+const FINAL_DRAIN: Duration = Duration::from_millis(1000);
 /// Devices sampled at most (each holds a counter data image of about 9 MB).
 const MAX_DEVICES: u32 = 16;
 
@@ -56,8 +59,19 @@ pub fn start(api: Option<PmSamplingApi>) {
         return;
     };
     let mut thread = THREAD.lock();
-    if thread.is_some() {
-        return;
+    match thread.take() {
+        Some(h) if h.is_finished() => {
+            let _ = h.join();
+        }
+        Some(h) => {
+            // Sampling already (started twice in one window), or the last window's sampler still finishing.
+            *thread = Some(h);
+            if STOP.load(Ordering::Acquire) {
+                set_verdict(verdict::STILL_FINISHING, 0, 0);
+            }
+            return;
+        }
+        None => {}
     }
     // At exit the sampler writes what the hardware buffer still holds before the final flush takes the last
     // records: registered after that flush's handler (`cupti::flush_at_exit`, at set-up), so it runs first.
@@ -80,13 +94,18 @@ pub fn start(api: Option<PmSamplingApi>) {
 /// before the final flush, and when a window ends.
 pub fn finish() {
     STOP.store(true, Ordering::Release);
-    let Some(handle) = THREAD.lock().take() else { return };
+    let mut thread = THREAD.lock();
+    let Some(handle) = thread.as_ref() else { return };
     let deadline = Instant::now() + Duration::from_secs(2);
     while !handle.is_finished() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
     }
+    // One still finishing stays here (a late CUPTI call): the next window must not start a second sampler on
+    // devices this one has not closed yet, which CUPTI refuses (INVALID_OPERATION).
     if handle.is_finished() {
-        let _ = handle.join();
+        if let Some(h) = thread.take() {
+            let _ = h.join();
+        }
     }
 }
 
@@ -152,16 +171,21 @@ fn run(api: PmSamplingApi, interval: u64) {
         (false, _) => set_verdict(verdict::SAMPLING, 0, 0),
     }
     add_cost(cpu0);
+    let mut behind = false;
     loop {
-        let stopping = wait(DECODE_PERIOD);
+        // Behind (samples still waiting when the last pass's time ran out): decode again at once, taking up to
+        // a core rather than losing samples; the hardware buffer overflows only past that.
+        let stopping = if behind { STOP.load(Ordering::Acquire) } else { wait(DECODE_PERIOD) };
         let cpu0 = thread_cpu_ns();
+        behind = false;
         {
             let _cupti = cupti::calls_shared();
             for s in samplers.iter_mut() {
                 if stopping {
                     s.stop();
                 }
-                drain(s);
+                let budget = if stopping { FINAL_DRAIN } else { DECODE_PERIOD };
+                behind |= drain(s, Instant::now() + budget, stopping);
             }
         }
         add_cost(cpu0);
@@ -175,26 +199,28 @@ fn run(api: PmSamplingApi, interval: u64) {
     }
 }
 
-/// Writes one device's decoded samples on the clock device records use.
-fn drain(s: &mut DeviceSampler) {
-    let Some(seg) = state::segment() else { return };
+/// Writes one device's decoded samples on the clock device records use, decoding until `until` at most; true
+/// when samples still wait. What a last drain (`stopping`) leaves undecoded is lost, and counted as an overflow.
+fn drain(s: &mut DeviceSampler, until: Instant, stopping: bool) -> bool {
+    let Some(seg) = state::segment() else { return false };
     let header = seg.header();
     let mut shift: Option<i64> = None;
-    let mut written = 0u64;
     let device = s.device;
-    let result = s.drain(&mut |start, end, sample| {
+    let result = s.drain(until, &mut |start, end, sample| {
         let offset =
             *shift.get_or_insert_with(|| clock_shift(end, header.device_clock_monotonic.load(Ordering::Relaxed) != 0));
         let (start, end) = (start.wrapping_add_signed(offset), end.wrapping_add_signed(offset));
         // The sampler's own ring, which waits for room when full: a burst of hundreds of samples in the delivery
         // ring (CUPTI's records' ring) overflowed it at 20 kHz and dropped kernel records with the samples.
         thread_rings::push(RawEvent::gpu_sample(device, start, end, sample));
-        written += 1;
+        // Counted as written: a window's collector may read the count while a long drain goes on.
+        header.gpu_samples.fetch_add(1, Ordering::Relaxed);
     });
-    header.gpu_samples.fetch_add(written, Ordering::Relaxed);
-    if result == Ok(true) {
+    let Ok(drained) = result else { return false };
+    if drained.overflowed || (stopping && drained.behind) {
         header.gpu_sample_overflows.fetch_add(1, Ordering::Relaxed);
     }
+    drained.behind
 }
 
 /// What to add to a sample's timestamps to put them on the device records' clock: CLOCK_MONOTONIC when the agent

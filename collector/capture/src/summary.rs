@@ -111,16 +111,21 @@ impl RecordSummary {
     pub fn gpu_counters_lines(&self) -> Vec<String> {
         let mut lines = Vec::new();
         if self.gpu_samples > 0 || self.gpu_sampling_ns > 0 {
+            let each_us = self.gpu_sampling_ns as f64 / self.gpu_samples.max(1) as f64 / 1e3;
             let lost = if self.gpu_sample_overflows > 0 {
+                // Half a core at this cost a sample leaves room for bursts and for the program.
+                let slowest = (2.0 * each_us).ceil().max(10.0);
                 format!(
-                    "; the hardware buffer overflowed {} times, losing samples (sample less often: --gpu-metrics=INTERVAL)",
+                    "; samples were lost {} time(s) (the hardware buffer overflowed, or the sampler fell behind): \
+                     sample less often, --gpu-metrics={slowest:.0}us or slower",
                     self.gpu_sample_overflows
                 )
             } else {
                 String::new()
             };
+            let each = if self.gpu_samples > 0 { format!(" ({each_us:.0} us a sample)") } else { String::new() };
             lines.push(format!(
-                "sampled device counters {} times; decoding them took the agent's sampler thread {:.1} ms of CPU{lost}",
+                "sampled device counters {} times; decoding them took the agent's sampler thread {:.1} ms of CPU{each}{lost}",
                 self.gpu_samples,
                 self.gpu_sampling_ns as f64 / 1e6
             ));
