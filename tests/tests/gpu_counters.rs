@@ -200,7 +200,7 @@ fn a_sampler_that_falls_behind_says_samples_were_lost_and_how_often_it_can_sampl
     // CPU time, which a loaded machine's descheduling leaves below the 500 us cudasim spins for.
     assert!(each >= 100.0, "{line}");
     // The trace holds what was decoded, and its kernels all the same.
-    assert!(stats(&rec.trace)["gpu_metrics"].as_array().unwrap().len() > 0);
+    assert!(!stats(&rec.trace)["gpu_metrics"].as_array().unwrap().is_empty());
     assert_eq!(kernel_time(&rec.trace, "vectorized_elementwise_kernel").1, 120);
 }
 
