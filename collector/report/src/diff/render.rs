@@ -19,6 +19,16 @@ fn label(i: usize) -> String {
     }
 }
 
+/// A kernel's time per step and what makes it: "7.245 = 2 x 3.623".
+fn kernel_cell(s: super::KernelStat) -> String {
+    let calls = if (s.count_per_step - s.count_per_step.round()).abs() < 0.05 {
+        format!("{:.0}", s.count_per_step)
+    } else {
+        format!("{:.1}", s.count_per_step)
+    };
+    format!("{} = {calls} x {}", ms_cell(s.per_step_ns), ms_cell(s.mean_ns))
+}
+
 /// Kernel rows shown in text and HTML (JSON has every kernel).
 const SHOWN_KERNELS: usize = 15;
 
@@ -113,10 +123,12 @@ impl Diff {
         }
         let moved: Vec<_> = self.kernels.iter().filter(|k| k.change.iter().any(|c| *c != "same")).collect();
         if !moved.is_empty() {
-            let mut t = Table::with_headers("Kernels that changed (ms per step)", headers("Kernel", true));
+            let mut t = Table::with_headers(
+                "Kernels that changed (ms per step = calls per step x mean ms; faster or slower by the time per step)",
+                headers("Kernel", true),
+            );
             for k in moved.iter().take(SHOWN_KERNELS) {
-                let mut row: Vec<String> =
-                    k.runs.iter().map(|s| s.map_or("-".into(), |s| ms_cell(s.per_step_ns))).collect();
+                let mut row: Vec<String> = k.runs.iter().map(|s| s.map_or("-".into(), kernel_cell)).collect();
                 row.extend(k.change.iter().map(|c| c.to_string()));
                 row.push(short(&k.name));
                 t.row(row);
@@ -139,7 +151,7 @@ impl Diff {
             "<!doctype html><html><head><meta charset=utf-8><title>cuflight diff</title><style>\
              body{font:14px system-ui,sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin:1em 0}\
              td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}.num{text-align:right}\
-             .faster,.resolved{color:#1a7f37}.slower,.new{color:#cf222e}.gained,.lost{color:#8250df}</style></head><body>\
+             .faster,.resolved,.reduced{color:#1a7f37}.slower,.new,.grew{color:#cf222e}.gained,.lost{color:#8250df}</style></head><body>\
              <h1>cuflight diff</h1>",
         );
         out.push_str("<h2>Runs</h2><table><tr><th>Run</th><th>File</th><th class=num>Steady step</th><th class=num>vs previous</th><th class=num>GPU util</th><th class=num>Kernels/step</th><th>Verdict</th></tr>");
@@ -194,12 +206,14 @@ impl Diff {
             }
             let _ = write!(out, "<td>{}</td></tr>", c.category);
         }
-        out.push_str("</table><h2>Kernels (time per step)</h2><table>");
+        out.push_str(
+            "</table><h2>Kernels (ms per step = calls per step x mean ms; faster or slower by the time per step)</h2><table>",
+        );
         head(&mut out, "Kernel", true);
         for k in self.kernels.iter().take(4 * SHOWN_KERNELS) {
             out.push_str("<tr>");
             for s in &k.runs {
-                let _ = write!(out, "<td class=num>{}</td>", s.map_or("-".into(), |s| ms(s.per_step_ns)));
+                let _ = write!(out, "<td class=num>{}</td>", s.map_or("-".into(), kernel_cell));
             }
             for c in &k.change {
                 let _ = write!(out, "<td class={c}>{c}</td>");

@@ -68,6 +68,15 @@ impl Category {
 }
 
 /// The category of the kernel named `name`.
+/// An activation function by its usual names, in user code as in ATen (`gelu_kernel`, `fused_bias_silu`,
+/// `swiglu_fwd`): elementwise work. Short names that are parts of other words (`elu`, `mish`) only as a whole word.
+fn is_activation(lower: &str) -> bool {
+    const PARTS: [&str; 10] =
+        ["relu", "gelu", "silu", "swish", "tanh", "sigmoid", "softplus", "swiglu", "geglu", "hardtanh"];
+    PARTS.iter().any(|p| lower.contains(p))
+        || lower.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| matches!(w, "elu" | "selu" | "celu" | "mish"))
+}
+
 pub fn kernel_category(name: &str) -> Category {
     if is_comm_kernel(name) {
         return Category::Communication;
@@ -116,7 +125,7 @@ pub fn kernel_category(name: &str) -> Category {
         Category::Copy
     } else if has(&["reduce_kernel", "reduce", "argmax", "argmin", "cub::device", "scan_kernel", "_sum_"]) {
         Category::Reduction
-    } else if has(&["elementwise", "functor", "fill", "scal_kernel"]) {
+    } else if has(&["elementwise", "functor", "fill", "scal_kernel"]) || is_activation(&l) {
         Category::Elementwise
     } else {
         Category::Other
@@ -270,6 +279,16 @@ mod tests {
             ("triton_per_fused__softmax_1", Category::Reduction),
             ("triton_tem_fused_mm_0", Category::Gemm),
             ("triton__0d1d2d3d", Category::Other),
+            // Activations, in ATen and in user code.
+            ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int, ...)", Category::Elementwise),
+            ("gelu_kernel", Category::Elementwise),
+            ("fused_bias_silu_fwd", Category::Elementwise),
+            ("swiglu_forward_kernel<__nv_bfloat16>", Category::Elementwise),
+            ("my_relu(float*, int)", Category::Elementwise),
+            ("tanh_approx", Category::Elementwise),
+            ("apply_elu(float const*, float*)", Category::Elementwise),
+            ("cudnn_infer_volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", Category::Convolution),
+            ("model_update_kernel", Category::Other),
             ("void split_embedding_codegen_forward_unweighted_kernel<float, float, float, false, long, 1ul, 16ul>(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>)", Category::Other),
         ];
         for (name, want) in cases {
