@@ -105,6 +105,27 @@ fn a_killed_collector_leaves_a_readable_trace_and_a_program_at_full_speed() {
     eprintln!("killed collector: program took {took:?}; {} kernels kept", count(&s, "kernels", "name", "empty"));
 }
 
+/// A collector killed before its first block (its output buffered) still leaves a trace, not an empty file of
+/// unknown format: the header is written when the file is made.
+#[test]
+fn a_collector_killed_at_once_leaves_a_trace_that_says_it_was_cut_short() {
+    let dir = scratch("faults-killed-at-once");
+    let flood = build_c("flood", &dir);
+    let trace = dir.join("early.cuf");
+    let mut rec = spawn(record_cmd(&trace, &[], &flood, &["1"]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::metadata(&trace).map_or(0, |m| m.len()) == 0 {
+        assert!(Instant::now() < deadline, "no header written");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    rec.kill().unwrap();
+    rec.wait().unwrap();
+    let out = Command::new(cuflight_bin()).args(["stats", "--format", "json"]).arg(&trace).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("cut short"), "{err}");
+}
+
 #[test]
 fn signals_sent_to_record_reach_the_program_and_the_trace_is_complete() {
     let dir = scratch("faults-signals");

@@ -144,8 +144,11 @@ impl Outputs {
         let output = Output::create(Path::new(name), &[], self.force)?;
         let written = Arc::new(AtomicU64::new(0));
         let counted = Counted { inner: output.try_clone()?, count: written.clone() };
-        let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, counted))
+        let mut writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, counted))
             .map_err(|source| RecordError::Write { path: name.to_string(), source })?;
+        // The file header reaches the file at once: a collector killed before its first block leaves a trace
+        // that reads as cut short with nothing in it, not an empty file of unknown format.
+        writer.flush().map_err(|source| RecordError::Write { path: name.to_string(), source })?;
         self.files.insert(name.to_string(), File { sink: Sink::start(writer), output, events: 0, written });
         Ok(())
     }

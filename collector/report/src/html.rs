@@ -128,6 +128,7 @@ fn idle_section(out: &mut String, p: &ProcessReport) {
             ("collectives waiting", c.collective_wait_ns, "#4e79a7"),
             ("host function waits", c.host_function_wait_ns, "#d37295"),
             ("CUDA graph waits", c.graph_wait_ns, "#edc948"),
+            ("GPU work not in the trace", c.unseen_work_ns, "#8cd17d"),
             ("unexplained (queued work waited on nothing traced)", c.idle_unexplained_ns, "#bab0ac"),
             ("unattributed", c.idle_in_steps_ns.saturating_sub(named), "#79706e"),
         ],

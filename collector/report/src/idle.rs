@@ -64,9 +64,15 @@ pub enum CauseKind {
     Graph = 8,
     HostPolling = 9,
     HostFunction = 10,
+    /// Queued work waited a millisecond or more with no op of the trace running: on work it does not hold.
+    UnseenWork = 11,
 }
 
-const CAUSES: usize = 11;
+const CAUSES: usize = 12;
+
+/// A queued wait this long with the GPU idle cannot be the launch pipeline or a dependency the trace holds (that
+/// would be running): the GPU ran work the trace does not hold.
+pub const UNSEEN_WORK_NS: u64 = 1_000_000;
 
 /// Where the GPU's idle time inside steps went (JSON `idle_causes`).
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -87,6 +93,9 @@ pub struct IdleSummary {
     pub graph_wait_ns: u64,
     /// ... behind a host function queued in its stream (`cudaLaunchHostFunc`).
     pub host_function_wait_ns: u64,
+    /// ... for a millisecond or more with no op of the trace running: on GPU work the trace does not hold (begun
+    /// before the capture, another process's, or left out of a sampled trace).
+    pub unseen_work_ns: u64,
     /// ... and nothing in the trace says on what.
     pub idle_unexplained_ns: u64,
     /// The host polled (`cudaEventQuery` loops) while the GPU idled.
@@ -116,11 +125,13 @@ impl IdleCauses {
                 + t(CauseKind::CrossStream)
                 + t(CauseKind::Collective)
                 + t(CauseKind::Graph)
-                + t(CauseKind::HostFunction),
+                + t(CauseKind::HostFunction)
+                + t(CauseKind::UnseenWork),
             cross_stream_wait_ns: t(CauseKind::CrossStream),
             collective_wait_ns: t(CauseKind::Collective),
             graph_wait_ns: t(CauseKind::Graph),
             host_function_wait_ns: t(CauseKind::HostFunction),
+            unseen_work_ns: t(CauseKind::UnseenWork),
             idle_unexplained_ns: t(CauseKind::DeviceWait),
             host_polling_ns: t(CauseKind::HostPolling),
         }
@@ -222,7 +233,8 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
                 let issued = next_op.and_then(|op| op.issued).unwrap_or(launched).max(queued.0);
                 out.launch_queued_ns = out.launch_queued_ns.saturating_add(b.saturating_sub(issued));
             } else if let Some(op) = next_op {
-                let (kind, label) = queued_wait(v, op, gap_start);
+                let waited = b - gap_start.max(launched);
+                let (kind, label) = queued_wait(v, op, gap_start, waited);
                 let detail = || wait_detail(v, op, gap_start, &label);
                 out.add_detailed(kind, queued, step, Some(&label), Some(&detail), n);
             }
@@ -280,7 +292,7 @@ fn wait_detail(v: &WindowView, op: &Closer, gap_start: u64, label: &str) -> Stri
 
 /// What the queued op `op`, which ended a GPU gap that began at `gap_start`, waited on, and how to say it
 /// (bounded labels: streams and collective names, not every kernel's).
-fn queued_wait(v: &WindowView, op: &Closer, gap_start: u64) -> (CauseKind, String) {
+fn queued_wait(v: &WindowView, op: &Closer, gap_start: u64, waited: u64) -> (CauseKind, String) {
     let stream = stream_label(op.stream);
     if let Some((call, _)) = op.blocking_call.filter(|c| c.1 > gap_start) {
         // Its own call is still running: the host stages the copy (pageable memory) while the GPU waits.
@@ -290,22 +302,37 @@ fn queued_wait(v: &WindowView, op: &Closer, gap_start: u64) -> (CauseKind, Strin
         let name = short_name(v.name(op.name));
         return (CauseKind::Collective, format!("{name} on {stream} started late"));
     }
-    if op.after_wait {
-        let i = v.enders.partition_point(|x| x.end < gap_start);
-        let from = v.enders.get(i).filter(|x| x.end == gap_start && x.stream != op.stream);
-        let from = from.map_or(String::new(), |x| format!(", after work on {}", stream_label(x.stream)));
-        return (CauseKind::CrossStream, format!("{stream} waited on an event (cudaStreamWaitEvent){from}"));
+    // An event recorded behind a host function (the launching thread queued one since its last launch): the
+    // producer is host work, which the trace holds.
+    if op.after_wait && op.after_host_fn {
+        return cross_stream(v, op, gap_start);
     }
     if op.after_host_fn {
         return (CauseKind::HostFunction, format!("{stream} waited for a host function (cudaLaunchHostFunc)"));
     }
+    // A graph's nodes may wait on host nodes (CPU work inside the graph) and on nodes no trace records: its own.
     if op.graph && op.launch_first {
         return (CauseKind::Graph, format!("a CUDA graph launched into {stream} started late"));
     }
     if op.graph {
         return (CauseKind::Graph, format!("work inside a CUDA graph on {stream} waited between its nodes"));
     }
+    // Whatever else it waited on (an event, the stream's earlier work) was queued before it and is not running:
+    // work the trace does not hold. An event's producer in the trace would be running.
+    if waited >= UNSEEN_WORK_NS {
+        return (CauseKind::UnseenWork, format!("queued work on {stream} waited on GPU work not in the trace"));
+    }
+    if op.after_wait {
+        return cross_stream(v, op, gap_start);
+    }
     (CauseKind::DeviceWait, format!("queued work on {stream} waited with nothing running"))
+}
+
+fn cross_stream(v: &WindowView, op: &Closer, gap_start: u64) -> (CauseKind, String) {
+    let i = v.enders.partition_point(|x| x.end < gap_start);
+    let from = v.enders.get(i).filter(|x| x.end == gap_start && x.stream != op.stream);
+    let from = from.map_or(String::new(), |x| format!(", after work on {}", stream_label(x.stream)));
+    (CauseKind::CrossStream, format!("{} waited on an event (cudaStreamWaitEvent){from}", stream_label(op.stream)))
 }
 
 /// Idle time while the launching threads were outside CUDA.

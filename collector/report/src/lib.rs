@@ -221,6 +221,12 @@ impl Report {
                         warn.push("no steps found (no ProfilerStep#N, no step-like NVTX range, no repeating launch pattern): findings cover the whole trace; name the step range with --step NAME".into());
                     }
                 }
+                if plan.queued_before_first_op_ns > 0 {
+                    warn.push(format!(
+                        "the first GPU op waited {:.2} ms in its queue after its launch with nothing of this trace running: the GPU was busy with work the trace does not hold (begun before the capture, or another process's); findings start at that op",
+                        plan.queued_before_first_op_ns as f64 / 1e6
+                    ));
+                }
                 warn
             })
             .collect();
@@ -593,17 +599,29 @@ fn verdict(findings: &[Finding], processes: &[ProcessReport]) -> String {
 const BUSY_UTILIZATION: f64 = 0.80;
 
 fn performance_verdict(findings: &[Finding], processes: &[ProcessReport]) -> String {
-    let util = processes
+    let in_steps = processes
         .iter()
         .filter_map(|p| p.step_total.as_ref())
         .map(|t| t.gpu_utilization)
         .fold(None, |m: Option<f64>, u| Some(m.map_or(u, |m| m.min(u))));
+    // Without steps anywhere: the share of the GPU ops' span they kept the GPU busy (HTA's definition).
+    let over_span = || {
+        processes
+            .iter()
+            .filter(|p| p.breakdown.span_ns > 0)
+            .map(|p| 1.0 - p.breakdown.idle_ns as f64 / p.breakdown.span_ns as f64)
+            .fold(None, |m: Option<f64>, u| Some(m.map_or(u, |m| m.min(u))))
+    };
+    let (util, label) = match in_steps {
+        Some(u) => (Some(u), "GPU utilisation in steps"),
+        None => (over_span(), "GPU busy from its first op to its last"),
+    };
     // A busy GPU whose kernels show none of the waste read off names: said, so that "no bottleneck" is not read
     // as "nothing to gain".
     let busy = util.filter(|&u| u >= BUSY_UTILIZATION).map_or("", |_| {
         counter_findings::clean_busy_note(findings, processes.iter().any(|p| !p.gpu_metrics.is_empty()))
     });
-    let util = util.map_or(String::new(), |u| format!(" GPU utilisation in steps: {:.0}%.{busy}", u * 100.0));
+    let util = util.map_or(String::new(), |u| format!(" {label}: {:.0}%.{busy}", u * 100.0));
     match findings.first() {
         Some(f) if f.severity >= Severity::Medium => {
             let who = if processes.len() > 1 {

@@ -63,6 +63,10 @@ pub struct Plan {
     pub loader_annotated: bool,
     /// No steps were found: the one window is the whole trace.
     pub no_steps: bool,
+    /// Without steps, how long the trace's first GPU op waited queued while nothing of the trace ran (ns; 0 when
+    /// under [`UNSEEN_WORK_NS`]): the GPU was busy with work the trace does not hold (started before it, or
+    /// another process's), so the whole-trace window starts at that op, not at its launch.
+    pub queued_before_first_op_ns: u64,
     pub events: u64,
     pub gpu_ops: u64,
     /// Device ordinals its GPU work ran on.
@@ -121,6 +125,10 @@ impl Plan {
 
 type DeviceFacts = (Option<(u32, u32)>, Option<u64>);
 
+/// A first GPU op that waited this long after its launch, nothing of the trace running before it, waited for work
+/// the trace does not hold: a launch takes microseconds to reach an idle GPU.
+const UNSEEN_WORK_NS: u64 = 1_000_000;
+
 /// Pass one's state for one process.
 struct First {
     names: NameFlags,
@@ -138,6 +146,8 @@ struct First {
     timeline: Option<Span>,
     clock: ClockFacts,
     busy_extent: Option<Span>,
+    /// The first GPU op's (launch call start, start), when its launch is in the trace.
+    first_op_queued: Option<Span>,
     max_op_end: Option<u64>,
     launchers: FxHashSet<u32>,
     /// Per thread: its API calls' first start and last end.
@@ -178,6 +188,7 @@ impl First {
             timeline: None,
             clock: ClockFacts::default(),
             busy_extent: None,
+            first_op_queued: None,
             max_op_end: None,
             launchers: FxHashSet::default(),
             api_extent: FxHashMap::default(),
@@ -270,6 +281,9 @@ impl First {
                 }
                 self.max_op_end = Some(self.max_op_end.unwrap_or(0).max(e.end));
                 if let Some(call) = self.launches.work(e).map(|w| w.call) {
+                    if self.gpu_ops == 1 {
+                        self.first_op_queued = Some((call.start, e.start));
+                    }
                     self.gemm_perf.work(0, e, &call);
                     self.launchers.insert(call.tid);
                     self.candidates.work(call.start, e.end);
@@ -435,8 +449,12 @@ pub fn plan(
                     }
                 }
                 Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
-                    let t = s.launches.work(e).map(|w| w.call.start);
-                    if e.kind() == Some(EventKind::Kernel) {
+                    let joined = s.launches.work(e);
+                    let t = joined.map(|w| w.call.start);
+                    // One launch, one entry: a CUDA graph's replay is one launch of many kernels, all at the
+                    // launch's time (counted each, a replay of 421 kernels made "steps" of 0 ms), named by its
+                    // first kernel.
+                    if e.kind() == Some(EventKind::Kernel) && joined.is_none_or(|w| w.first) {
                         s.seq.push((t.unwrap_or(e.start), e.name));
                     }
                     if let Some(t) = t {
@@ -484,9 +502,18 @@ pub fn plan(
         let (capability, device_memory) = ran_on.or(f.device_facts.first()).map_or((None, None), |(_, facts)| *facts);
         let mut steps = Steps { source: source_kind, host: ranges, windows, names };
         let no_steps = steps.windows.is_empty();
+        let mut queued_before_first_op_ns = 0;
         if no_steps {
-            // Findings then cover the whole trace: from the first GPU op or launching call to the last one's end.
-            let first = f.busy_extent.map_or(0, |b| b.0).min(launcher_extent.map_or(u64::MAX, |c| c.0));
+            // Findings then cover the whole trace: from the first GPU op or launching call to the last one's end,
+            // unless the first op waited long in its queue with nothing of the trace running: the GPU was busy
+            // with unseen work (a capture that began mid-run), which is no gap of this program's making.
+            let mut first = f.busy_extent.map_or(0, |b| b.0).min(launcher_extent.map_or(u64::MAX, |c| c.0));
+            if let Some((queued, started)) = f.first_op_queued {
+                if started.saturating_sub(queued) >= UNSEEN_WORK_NS {
+                    queued_before_first_op_ns = started - queued;
+                    first = started;
+                }
+            }
             let last = f.busy_extent.map_or(0, |b| b.1).max(launcher_extent.map_or(0, |c| c.1));
             steps.windows = vec![(first, last.max(first))];
             steps.names = vec!["whole trace".into()];
@@ -519,6 +546,7 @@ pub fn plan(
                 comm: f.comm,
                 loader_annotated,
                 no_steps,
+                queued_before_first_op_ns,
                 events: f.events,
                 gpu_ops: f.gpu_ops,
                 used_devices: f.used_devices,

@@ -65,7 +65,7 @@ pub fn calls_label(f: &Finding) -> &'static str {
     match f.kind {
         "data_loading" | "launch_bound" | "cpu_bound" => "idle in or right after",
         "sync_stall" | "allocator_churn" => "calls",
-        "cross_stream_wait" | "collective_wait" | "graph_wait" | "host_function_wait" => "waits",
+        "cross_stream_wait" | "collective_wait" | "graph_wait" | "host_function_wait" | "unseen_gpu_work" => "waits",
         "host_polling" => "polling with",
         _ => "calls",
     }
@@ -129,7 +129,7 @@ fn process(out: &mut String, p: &ProcessReport) {
     out.push_str(&format!(
         "  idle inside steps {}: data loading {}, sync stalls {}, launch overhead {}, host CPU work {}, allocator {}, \
          host polling {}; queued work waiting {} (on another stream's event {}, collectives {}, host functions {}, \
-         CUDA graphs {}, unexplained {})\n",
+         CUDA graphs {}, GPU work not in the trace {}, unexplained {})\n",
         ms(c.idle_in_steps_ns),
         ms(c.data_loading_ns),
         ms(c.sync_stall_ns),
@@ -142,6 +142,7 @@ fn process(out: &mut String, p: &ProcessReport) {
         ms(c.collective_wait_ns),
         ms(c.host_function_wait_ns),
         ms(c.graph_wait_ns),
+        ms(c.unseen_work_ns),
         ms(c.idle_unexplained_ns)
     ));
     if let Some(c) = &p.critical_path {

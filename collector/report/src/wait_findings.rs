@@ -20,19 +20,29 @@ const FIX_GRAPH: &str = "CUDA graph work waited with the GPU idle and queued: a 
 const FIX_HOST_FN: &str = "Queued GPU work waited for a host function in its stream (cudaLaunchHostFunc, \
      cudaStreamAddCallback) while the GPU had nothing else to run: keep host functions short (signal a host \
      thread instead of working inside the callback), or move them to a side stream the GPU work does not wait on.";
+const FIX_UNSEEN: &str = "Queued work waited a millisecond or more while no GPU op of this trace ran: the GPU was \
+     busy with work the trace does not hold. Another process on the same GPU (see nvidia-smi; record it too: \
+     cuflight record or attach to each, or give each its own GPU or MIG slice), work queued before the capture \
+     began (start the capture earlier, or between steps), or a trace that samples its events (record it whole).";
 const FIX_POLLING: &str = "The host polled (cudaEventQuery/cudaStreamQuery in a loop) while the GPU had nothing \
      queued: queue the dependent work behind the event on the device instead (cudaStreamWaitEvent), launch \
      independent work before waiting, or block once (cudaEventSynchronize on an event created with \
      cudaEventBlockingSync) instead of spinning.";
 
-/// cross_stream_wait, collective_wait, host_function_wait, graph_wait, host_polling.
+/// cross_stream_wait, collective_wait, host_function_wait, graph_wait, unseen_gpu_work, host_polling.
 pub fn wait_findings(ctx: &Ctx, idle: &IdleCauses) -> Vec<Finding> {
     let steps = ctx.steps_count() as u64;
-    let kinds: [(CauseKind, &'static str, &str, &str); 5] = [
+    let kinds: [(CauseKind, &'static str, &str, &str); 6] = [
         (CauseKind::CrossStream, "cross_stream_wait", "queued work waited on another stream's event", FIX_CROSS_STREAM),
         (CauseKind::Collective, "collective_wait", "collectives started late with the GPU idle", FIX_COLLECTIVE),
         (CauseKind::HostFunction, "host_function_wait", "queued work waited for a host function", FIX_HOST_FN),
         (CauseKind::Graph, "graph_wait", "CUDA graph work waited with the GPU idle", FIX_GRAPH),
+        (
+            CauseKind::UnseenWork,
+            "unseen_gpu_work",
+            "queued work waited on GPU work the trace does not hold",
+            FIX_UNSEEN,
+        ),
         (CauseKind::HostPolling, "host_polling", "the host polls for completion while the GPU idles", FIX_POLLING),
     ];
     let mut out = Vec::new();
