@@ -53,10 +53,13 @@
 //!   50 kHz (33 us a sample; 88 us at 10 kHz), evaluate 34 to 35 us a sample. `CUDASIM_PM_START_US` (640) and
 //!   `CUDASIM_PM_STOP_US` (1810): `cuptiPmSamplingStart` and `Stop`, the same run.
 //!
-//! Not modelled: an idle GPU starts a kernel about 1.2 us after its launch call returns (the same H100 trace, p50 of
-//! 21 kernels launched onto an idle GPU); cudasim's stream thread, parked on its queue, takes 6 to 14 us to wake on
-//! a 2-core machine. Polling the queue before parking was tried and made it worse there (26 us: the poller took
-//! the core the launching thread needed), so gaps before a kernel launched onto an idle stream are longer here.
+//! An idle GPU starts a kernel about 1.2 us after its launch (the same H100 trace, p50 of 21 kernels launched onto
+//! an idle GPU). cudasim's stream thread, parked on its queue, takes 6 to 14 us to wake on a 2-core machine, and a
+//! loaded one deschedules it for milliseconds; polling the queue before parking was tried and made it worse (26
+//! us: the poller took the core the launching thread needed). So records carry the device's clock, not the
+//! thread's (`device.rs`, `DeviceClock`): an op starts 1.2 us after it was queued, or this gap after the op ahead
+//! of it, or when what it waited on resolved, whichever is latest, however late the thread ran it; the host sees
+//! it done (a synchronisation returns) when the thread has run it.
 //!
 //! Activity records need no figure here: as in CUPTI, they reach the client only when a buffer fills or at a
 //! flush (`activity.rs`), so their delay is the client's flush period.
@@ -156,6 +159,11 @@ pub(crate) fn pm_start_stop(start: bool) {
     if us > 0 {
         std::thread::sleep(std::time::Duration::from_micros(us));
     }
+}
+
+/// The GPU's gap between two operations queued in one stream (`CUDASIM_OP_GAP_NS`).
+pub(crate) fn op_gap_ns() -> u64 {
+    *OP_GAP_NS
 }
 
 /// A stream's next operation, queued behind one that ended at `previous_end`, waits out the GPU's gap between

@@ -37,49 +37,57 @@ pub fn base_name(name: &str) -> &str {
 /// What a call does, as bits ([`CallEffects::of`]). A call may do several things: `cudaMemcpyAsync` copies
 /// asynchronously, `cudaFreeAsync` frees in stream order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct CallEffects(u16);
+pub struct CallEffects(u32);
 
 impl CallEffects {
     /// Launches a kernel: `cudaLaunchKernel`, `cuLaunchKernelEx`, `cudaLaunchCooperativeKernel`, `cuLaunchGrid`.
-    pub const LAUNCHES_KERNEL: u16 = 1;
+    pub const LAUNCHES_KERNEL: u32 = 1;
     /// Launches a whole CUDA graph: `cudaGraphLaunch`, `cuGraphLaunch`.
-    pub const LAUNCHES_GRAPH: u16 = 1 << 1;
+    pub const LAUNCHES_GRAPH: u32 = 1 << 1;
     /// Copies memory (`cudaMemcpy*`, `cuMemcpy*`): device work, and a wait when not asynchronous.
-    pub const COPIES: u16 = 1 << 2;
+    pub const COPIES: u32 = 1 << 2;
     /// Sets memory on the device (`cudaMemset*`, `cuMemsetD*`).
-    pub const SETS_MEMORY: u16 = 1 << 3;
+    pub const SETS_MEMORY: u32 = 1 << 3;
     /// Allocates device, pinned host or managed memory: `cudaMalloc*`, `cudaHostAlloc`, `cuMemAlloc*`,
     /// `cuMemHostAlloc`.
-    pub const ALLOCATES: u16 = 1 << 4;
+    pub const ALLOCATES: u32 = 1 << 4;
     /// Frees memory: `cudaFree*`, `cuMemFree*`. A synchronous free waits for the device.
-    pub const FREES: u16 = 1 << 5;
+    pub const FREES: u32 = 1 << 5;
     /// Waits until the device, a stream or an event is done: `cudaDeviceSynchronize`, `cuStreamSynchronize`...
-    pub const SYNCHRONIZES: u16 = 1 << 6;
+    pub const SYNCHRONIZES: u32 = 1 << 6;
     /// Makes a stream wait for an event on the device (the host does not wait): `cudaStreamWaitEvent`.
-    pub const STREAM_WAIT: u16 = 1 << 7;
+    pub const STREAM_WAIT: u32 = 1 << 7;
     /// Asks whether work is done without waiting: `cudaEventQuery`, `cudaStreamQuery`, `cuEventQuery`.
-    pub const POLLS: u16 = 1 << 8;
+    pub const POLLS: u32 = 1 << 8;
     /// Only reads state (the current device or context, the last error, attributes, versions, capture status,
     /// free memory): it neither queues work nor waits. PyTorch makes hundreds a step.
-    pub const QUERIES: u16 = 1 << 9;
+    pub const QUERIES: u32 = 1 << 9;
     /// Queues a host function in a stream (`cudaLaunchHostFunc`, `cudaStreamAddCallback`): it runs on the CPU
     /// and leaves no device record.
-    pub const HOST_FUNCTION: u16 = 1 << 10;
+    pub const HOST_FUNCTION: u32 = 1 << 10;
     /// Named `...Async`: returns before its work is done (stream-ordered allocation, asynchronous copies).
-    pub const ASYNC: u16 = 1 << 11;
+    pub const ASYNC: u32 = 1 << 11;
     /// The calls PyTorch makes around every operation that change only the host's view (`cudaSetDevice`, event
     /// creation and destruction): not queries, but left out of a default recording as Kineto leaves them out.
-    pub const BOOKKEEPING: u16 = 1 << 12;
+    pub const BOOKKEEPING: u32 = 1 << 12;
     /// Allocates or frees pinned (page-locked) host memory: `cudaMallocHost`, `cudaHostAlloc`, `cudaFreeHost`,
     /// `cuMemAllocHost`, `cuMemHostAlloc`, `cuMemFreeHost`. Milliseconds a call: the driver locks the pages.
-    pub const PINNED_HOST: u16 = 1 << 13;
+    pub const PINNED_HOST: u32 = 1 << 13;
+    /// Starts capturing a stream's work into a CUDA graph (`cudaStreamBeginCapture`, `...ToGraph`): until the
+    /// capture ends, the stream's launches describe nodes and run nothing.
+    pub const BEGINS_CAPTURE: u32 = 1 << 14;
+    /// Ends a stream capture and returns its graph (`cudaStreamEndCapture`).
+    pub const ENDS_CAPTURE: u32 = 1 << 15;
+    /// Makes or updates an executable graph (`cudaGraphInstantiate*`, `cudaGraphExecUpdate`, `cuGraphUpload`):
+    /// host work, milliseconds for a large graph, paid once when graphs are reused.
+    pub const INSTANTIATES_GRAPH: u32 = 1 << 16;
 
     /// The effects of the call named `name` (any dialect, see the module's header).
     pub fn of(name: &str) -> CallEffects {
         let base = base_name(name);
         let has = |k: &str| base.contains(k);
         let mut f = 0;
-        let mut set = |cond: bool, flag: u16| {
+        let mut set = |cond: bool, flag: u32| {
             if cond {
                 f |= flag;
             }
@@ -102,6 +110,9 @@ impl CallEffects {
         set(host_function, Self::HOST_FUNCTION);
         set(has("Async"), Self::ASYNC);
         set(does("MallocHost") || does("HostAlloc") || does("MemAllocHost") || does("FreeHost"), Self::PINNED_HOST);
+        set(has("StreamBeginCapture"), Self::BEGINS_CAPTURE);
+        set(has("StreamEndCapture"), Self::ENDS_CAPTURE);
+        set(has("GraphInstantiate") || has("GraphExecUpdate") || has("GraphUpload"), Self::INSTANTIATES_GRAPH);
         set(
             matches!(base, "cudaSetDevice" | "cudaEventCreate" | "cudaEventCreateWithFlags" | "cudaEventDestroy"),
             Self::BOOKKEEPING,
@@ -111,12 +122,12 @@ impl CallEffects {
 
     /// Whether every bit of `flag` is set.
     #[inline]
-    pub fn has(self, flag: u16) -> bool {
+    pub fn has(self, flag: u32) -> bool {
         self.0 & flag == flag
     }
     /// The bits.
     #[inline]
-    pub fn bits(self) -> u16 {
+    pub fn bits(self) -> u32 {
         self.0
     }
     /// Queues device work that leaves device records (kernels, graphs, copies, memsets): where flows from launches
@@ -175,9 +186,12 @@ impl CallEffects {
 
     /// Whether the agent subscribes to this driver call when a program makes it directly (runtime calls come
     /// through the runtime domain and their nested driver calls are skipped): launches, copies, memsets,
-    /// allocations, frees, synchronisations and stream waits.
+    /// allocations, frees, synchronisations, stream waits, and stream capture and graph instantiation.
     pub fn recorded_from_driver(self) -> bool {
-        self.queues_work() || self.manages_memory() || self.has(Self::SYNCHRONIZES) || self.has(Self::STREAM_WAIT)
+        self.queues_work()
+            || self.manages_memory()
+            || self.0 & (Self::SYNCHRONIZES | Self::STREAM_WAIT | Self::BEGINS_CAPTURE | Self::ENDS_CAPTURE) != 0
+            || self.has(Self::INSTANTIATES_GRAPH)
     }
 
     /// Which calls carry the Python stack of their thread (with `python` traced).

@@ -6,7 +6,7 @@ use super::*;
 use std::fmt::Write;
 
 /// The effect names, in bit order, as the table writes them.
-const EFFECTS: [(u16, &str); 14] = [
+const EFFECTS: [(u32, &str); 17] = [
     (CallEffects::LAUNCHES_KERNEL, "launches_kernel"),
     (CallEffects::LAUNCHES_GRAPH, "launches_graph"),
     (CallEffects::COPIES, "copies"),
@@ -21,6 +21,9 @@ const EFFECTS: [(u16, &str); 14] = [
     (CallEffects::ASYNC, "async"),
     (CallEffects::BOOKKEEPING, "bookkeeping"),
     (CallEffects::PINNED_HOST, "pinned_host"),
+    (CallEffects::BEGINS_CAPTURE, "begins_capture"),
+    (CallEffects::ENDS_CAPTURE, "ends_capture"),
+    (CallEffects::INSTANTIATES_GRAPH, "instantiates_graph"),
 ];
 
 fn describe(domain: &str, cbid: u32, name: &str) -> String {

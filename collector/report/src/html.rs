@@ -113,6 +113,7 @@ fn idle_section(out: &mut String, p: &ProcessReport) {
         + c.cpu_bound_ns
         + c.allocator_churn_ns
         + c.host_polling_ns
+        + c.graph_setup_ns
         + c.device_wait_ns;
     parts_bar(
         out,
@@ -124,6 +125,7 @@ fn idle_section(out: &mut String, p: &ProcessReport) {
             ("host CPU work", c.cpu_bound_ns, "#59a14f"),
             ("allocator", c.allocator_churn_ns, "#b07aa1"),
             ("host polling", c.host_polling_ns, "#ff9da7"),
+            ("CUDA graph capture", c.graph_setup_ns, "#86bcb6"),
             ("cross-stream waits", c.cross_stream_wait_ns, "#9c755f"),
             ("collectives waiting", c.collective_wait_ns, "#4e79a7"),
             ("host function waits", c.host_function_wait_ns, "#d37295"),

@@ -66,9 +66,11 @@ pub enum CauseKind {
     HostFunction = 10,
     /// Queued work waited a millisecond or more with no op of the trace running: on work it does not hold.
     UnseenWork = 11,
+    /// The host captured CUDA graphs (its launches run nothing meanwhile) or instantiated them.
+    GraphSetup = 12,
 }
 
-const CAUSES: usize = 12;
+const CAUSES: usize = 13;
 
 /// A queued wait this long with the GPU idle cannot be the launch pipeline or a dependency the trace holds (that
 /// would be running): the GPU ran work the trace does not hold.
@@ -100,6 +102,9 @@ pub struct IdleSummary {
     pub idle_unexplained_ns: u64,
     /// The host polled (`cudaEventQuery` loops) while the GPU idled.
     pub host_polling_ns: u64,
+    /// The host captured CUDA graphs (between `cudaStreamBeginCapture` and its end the launches run nothing) or
+    /// instantiated them while the GPU idled.
+    pub graph_setup_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -134,6 +139,7 @@ impl IdleCauses {
             unseen_work_ns: t(CauseKind::UnseenWork),
             idle_unexplained_ns: t(CauseKind::DeviceWait),
             host_polling_ns: t(CauseKind::HostPolling),
+            graph_setup_ns: t(CauseKind::GraphSetup),
         }
     }
 
@@ -207,6 +213,12 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
     // Idle stretches window by window (windows do not overlap), so that no stretch crosses a step boundary.
     let idle = subtract(&[v.span], &v.busy);
     out.idle_in_steps_ns += idle.iter().map(|(a, b)| b - a).sum::<u64>();
+    // While the host builds CUDA graphs, its launches describe nodes and run nothing: the idle time is the
+    // set-up's, whatever calls it is made of.
+    for piece in clip_all(&idle, &v.graph_setup) {
+        out.add(CauseKind::GraphSetup, piece, Some(k), Some("CUDA graph capture and instantiation"), n);
+    }
+    let idle = if v.graph_setup.is_empty() { idle } else { subtract(&idle, &v.graph_setup) };
     for (a, b) in idle {
         let step = Some(k);
         // The op that ends this stretch: already launched before it began → the GPU waited on itself.
@@ -233,7 +245,9 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
                 let issued = next_op.and_then(|op| op.issued).unwrap_or(launched).max(queued.0);
                 out.launch_queued_ns = out.launch_queued_ns.saturating_add(b.saturating_sub(issued));
             } else if let Some(op) = next_op {
-                let waited = b - gap_start.max(launched);
+                // How long it waited once its launch call had returned: inside the call the host was still issuing it
+                // (a thread descheduled in cudaLaunchKernel holds its kernel back, and that is host time).
+                let waited = b.saturating_sub(gap_start.max(op.issued.unwrap_or(launched)));
                 let (kind, label) = queued_wait(v, op, gap_start, waited);
                 let detail = || wait_detail(v, op, gap_start, &label);
                 out.add_detailed(kind, queued, step, Some(&label), Some(&detail), n);
@@ -272,6 +286,11 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
             }
         }
     }
+}
+
+/// The parts of `spans` inside `within` (both sorted and merged).
+fn clip_all(spans: &[Span], within: &[Span]) -> Vec<Span> {
+    within.iter().flat_map(|w| clip(spans, w.0, w.1)).filter(|x| x.1 > x.0).collect()
 }
 
 /// Query calls in one idle stretch from which the host counts as polling.

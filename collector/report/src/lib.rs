@@ -306,6 +306,7 @@ impl Report {
             let mut fs = findings::idle_findings(&ctx, idle, &swept);
             fs.extend(findings::allocator_churn(&ctx, idle, &swept));
             fs.extend(wait_findings::wait_findings(&ctx, idle));
+            fs.extend(wait_findings::graph_setup(&ctx, idle));
             fs.extend(gpu_findings::pageable_memcpy(&ctx, &swept));
             fs.extend(gpu_findings::memcpy_heavy(&ctx, &swept));
             fs.extend(gpu_findings::fp32_gemm(&ctx, &swept));

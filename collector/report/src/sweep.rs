@@ -102,6 +102,10 @@ pub struct Sweep<'a> {
     group: Option<Closer>,
     calls: VecDeque<HostCall>,
     call: Option<HostCall>,
+    /// Stream captures in progress: thread → when its `cudaStreamBeginCapture` began.
+    capturing: FxHashMap<u32, u64>,
+    /// Graph set-up done: stream captures (begin to end) and instantiations, not yet behind every window.
+    graph_setup: Vec<Span>,
     /// Closed host ranges (not steps): (span, data loading).
     ranges: Vec<(Span, bool)>,
     pieces: Vec<(Span, Piece)>,
@@ -163,6 +167,8 @@ impl<'a> Sweep<'a> {
             group: None,
             calls: VecDeque::new(),
             call: None,
+            capturing: FxHashMap::default(),
+            graph_setup: Vec::new(),
             ranges: Vec::new(),
             pieces: Vec::new(),
             done: 0,
@@ -246,6 +252,7 @@ impl<'a> Sweep<'a> {
                 if call.has(CallEffects::HOST_FUNCTION) {
                     self.stream_waits.host_fn_call(e.tid, e.start);
                 }
+                self.graph_setup_call(call, e);
                 // State queries neither queue nor wait: the time in them is the host's own (see idle.rs).
                 if self.plan.launchers.contains(&e.tid) && !call.only_queries() {
                     let class = call.class(self.plan.pageable_dtoh.contains(&e.correlation));
@@ -334,6 +341,20 @@ impl<'a> Sweep<'a> {
                 self.call_done(p, done);
             }
             None => self.call = Some(c),
+        }
+    }
+
+    /// A stream capture's begin or end, or a graph's instantiation: the host building graphs, whose launches run
+    /// nothing meanwhile.
+    fn graph_setup_call(&mut self, call: CallEffects, e: &RawEvent) {
+        if call.has(CallEffects::BEGINS_CAPTURE) {
+            self.capturing.entry(e.tid).or_insert(e.start);
+        } else if call.has(CallEffects::ENDS_CAPTURE) {
+            if let Some(began) = self.capturing.remove(&e.tid) {
+                self.graph_setup.push((began, e.end.max(began)));
+            }
+        } else if call.has(CallEffects::INSTANTIATES_GRAPH) {
+            self.graph_setup.push((e.start, e.end.max(e.start)));
         }
     }
 
@@ -496,6 +517,9 @@ impl<'a> Sweep<'a> {
                 if self.plan.names.has(name, NameFlags::LOADER) { &mut loader } else { &mut cpu }.push(piece);
             }
         }
+        // Graph set-up in the window, a capture still open at its end included.
+        let open = self.capturing.values().filter(|&&began| began < e).map(|&began| (began, e));
+        let graph_setup = merge(self.graph_setup.iter().copied().chain(open).filter(|x| x.1 > s && x.0 < e).collect());
         let mut calls: Vec<HostCall> = Vec::new();
         let mut call_before = None;
         for c in self.calls.iter().chain(self.call.as_ref()) {
@@ -523,6 +547,7 @@ impl<'a> Sweep<'a> {
             closers: self.closers.range(first_closer..).take_while(|c| c.start <= e).copied().collect(),
             calls,
             call_before,
+            graph_setup,
         };
         let n = windows.len();
         super::idle::attribute(&view, k, n, false, &self.step_starts, &mut self.out.idle);
@@ -584,6 +609,7 @@ impl<'a> Sweep<'a> {
         self.enders.trim(t);
         self.ranges.retain(|r| r.0 .1 > t);
         self.pieces.retain(|p| p.0 .1 > t);
+        self.graph_setup.retain(|x| x.1 > t);
     }
 
     /// Between windows (before the first, or after a long one), what waits is trimmed as it grows.

@@ -91,6 +91,7 @@ fn the_step_breakdown_gives_each_instant_to_the_first_category_that_applies() {
         enders: vec![],
         calls: vec![],
         call_before: None,
+        graph_setup: Vec::new(),
     };
     let row = super::steps::breakdown(&view, "s");
     assert_eq!((row.kernel_ns, row.memcpy_ns, row.runtime_ns, row.other_ns), (20, 10, 10, 10));
@@ -127,6 +128,7 @@ fn launch_gaps_are_split_into_host_issue_and_the_gpus_own_gap_between_queued_ker
         enders: vec![],
         calls: vec![],
         call_before: None,
+        graph_setup: Vec::new(),
     };
     let mut out = IdleCauses::default();
     attribute(&view, 0, 1, true, &[0], &mut out);

@@ -128,7 +128,7 @@ fn process(out: &mut String, p: &ProcessReport) {
     let c = &p.idle_causes;
     out.push_str(&format!(
         "  idle inside steps {}: data loading {}, sync stalls {}, launch overhead {}, host CPU work {}, allocator {}, \
-         host polling {}; queued work waiting {} (on another stream's event {}, collectives {}, host functions {}, \
+         host polling {}, CUDA graph capture {}; queued work waiting {} (on another stream's event {}, collectives {}, host functions {}, \
          CUDA graphs {}, GPU work not in the trace {}, unexplained {})\n",
         ms(c.idle_in_steps_ns),
         ms(c.data_loading_ns),
@@ -137,6 +137,7 @@ fn process(out: &mut String, p: &ProcessReport) {
         ms(c.cpu_bound_ns),
         ms(c.allocator_churn_ns),
         ms(c.host_polling_ns),
+        ms(c.graph_setup_ns),
         ms(c.device_wait_ns),
         ms(c.cross_stream_wait_ns),
         ms(c.collective_wait_ns),

@@ -24,10 +24,55 @@ const FIX_UNSEEN: &str = "Queued work waited a millisecond or more while no GPU 
      busy with work the trace does not hold. Another process on the same GPU (see nvidia-smi; record it too: \
      cuflight record or attach to each, or give each its own GPU or MIG slice), work queued before the capture \
      began (start the capture earlier, or between steps), or a trace that samples its events (record it whole).";
+const FIX_GRAPH_SETUP_ONCE: &str = "The GPU idled while the program captured and instantiated CUDA graphs: \
+     their launches describe graph nodes and run nothing until the graph is replayed. A one-off start-up cost when \
+     each graph is captured once and replayed (vLLM and SGLang capture every batch size at start-up, \
+     torch.compile(mode=\"reduce-overhead\") on its first calls): profile the replays, after warm-up, to see \
+     the steady state. Fewer captured sizes (vLLM cudagraph_capture_sizes, SGLang cuda-graph-max-bs) shorten it.";
+const FIX_GRAPH_SETUP_EVERY_STEP: &str = "The program captures or instantiates CUDA graphs in step after step: \
+     the GPU idles through every capture and the graphs save nothing. Capture once per input shape and replay: \
+     keep shapes static (pad batches to the captured sizes, torch._dynamo.mark_static or \
+     torch.compile(dynamic=False)), keep tensors at the same addresses (torch.compile's cudagraph trees \
+     re-record when inputs move; static input buffers with torch.cuda.graphs), and update an instantiated graph \
+     (cudaGraphExecUpdate) instead of instantiating a new one.";
 const FIX_POLLING: &str = "The host polled (cudaEventQuery/cudaStreamQuery in a loop) while the GPU had nothing \
      queued: queue the dependent work behind the event on the device instead (cudaStreamWaitEvent), launch \
      independent work before waiting, or block once (cudaEventSynchronize on an event created with \
      cudaEventBlockingSync) instead of spinning.";
+
+/// graph_capture: the GPU idle while the host built CUDA graphs, once (start-up) or step after step.
+pub fn graph_setup(ctx: &Ctx, idle: &IdleCauses) -> Option<Finding> {
+    let c = idle.get(CauseKind::GraphSetup);
+    if c.total_ns == 0 {
+        return None;
+    }
+    let steps = ctx.steps_count();
+    let with_setup = c.per_step.iter().filter(|&&ns| ns > 0).count();
+    // Steps that build graphs, two or more of them: not a start-up that happened to fall inside the steps.
+    let every_step = !ctx.plan.no_steps && with_setup >= 2;
+    let mut ev = Evidence { steps: ctx.worst_steps(&c.per_step), examples: c.worst.clone(), ..Default::default() };
+    ev.facts.push(if every_step {
+        format!(
+            "{with_setup} of {steps} steps captured or instantiated CUDA graphs, the GPU idle {} in all",
+            ms(c.total_ns)
+        )
+    } else {
+        format!("the GPU idled {} while the host captured and instantiated CUDA graphs", ms(c.total_ns))
+    });
+    ev.metrics.insert("steps_with_graph_setup", with_setup as f64);
+    let (summary, fix) = if every_step {
+        (
+            format!("CUDA graphs captured again step after step: {} per step", ms(c.total_ns / steps as u64)),
+            FIX_GRAPH_SETUP_EVERY_STEP,
+        )
+    } else {
+        (
+            format!("the GPU idles while CUDA graphs are captured (a one-off set-up): {}", ms(c.total_ns)),
+            FIX_GRAPH_SETUP_ONCE,
+        )
+    };
+    Some(ctx.finding("graph_capture", c.total_ns, summary, ev, fix))
+}
 
 /// cross_stream_wait, collective_wait, host_function_wait, graph_wait, unseen_gpu_work, host_polling.
 pub fn wait_findings(ctx: &Ctx, idle: &IdleCauses) -> Vec<Finding> {

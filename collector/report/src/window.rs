@@ -112,6 +112,8 @@ pub struct WindowView<'a> {
     pub calls: Vec<HostCall>,
     /// The last call stretch that ended at or before the window's start.
     pub call_before: Option<HostCall>,
+    /// The host building CUDA graphs (stream captures, begin to end, and instantiations), merged.
+    pub graph_setup: Vec<Span>,
 }
 
 impl WindowView<'_> {

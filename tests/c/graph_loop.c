@@ -1,0 +1,70 @@
+/* A loop of 12 steps (NVTX ranges "step") whose GPU work is 20 kernels of 50 us on one stream, run three ways:
+ *   once       the 20 kernels are captured into a CUDA graph and instantiated once, before the loop; each step
+ *              replays it (cudaGraphLaunch) and synchronises: 1 launch and 20 kernels a step, the GPU busy.
+ *   recapture  every step captures the 20 launches again (2 ms of host work between them, as a Python model's
+ *              forward takes), instantiates the graph, replays it once and destroys it: the GPU idles through
+ *              each capture, which the graph then saves nothing of.
+ *   eager      the 20 kernels launched one by one each step, 100 us of host work between launches.
+ * It prints "graph_loop: MODE". */
+#include "sim.h"
+#include <nvtx3/nvToolsExt.h>
+#include <string.h>
+#include <unistd.h>
+
+extern void cudasim_kernel_ends_at(uint64_t ns);
+extern uint64_t cudasim_machine_monotonic_ns(void);
+
+/* A kernel that runs 50 us without spinning a core (cudasim ends it at that time). */
+void layer(void **args) {
+    (void)args;
+    cudasim_kernel_ends_at(cudasim_machine_monotonic_ns() + 50000);
+}
+
+static void launch_all(cudaStream_t s, int host_us) {
+    void *args[] = {NULL};
+    for (int i = 0; i < 20; i++) {
+        launch(layer, 132, 256, s, args);
+        if (host_us > 0) usleep((useconds_t)host_us);
+    }
+}
+
+static cudaGraphExec_t capture(cudaStream_t s, cudaGraph_t *graph, int host_us) {
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    launch_all(s, host_us);
+    CHECK(cudaStreamEndCapture(s, graph));
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, *graph, 0));
+    return exec;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "once";
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    if (!strcmp(mode, "once")) exec = capture(s, &graph, 100);
+    for (int step = 0; step < 12; step++) {
+        nvtxRangePushA("step");
+        if (!strcmp(mode, "eager")) {
+            launch_all(s, 100);
+        } else if (!strcmp(mode, "recapture")) {
+            exec = capture(s, &graph, 100);
+            CHECK(cudaGraphLaunch(exec, s));
+        } else {
+            CHECK(cudaGraphLaunch(exec, s));
+        }
+        CHECK(cudaStreamSynchronize(s));
+        if (!strcmp(mode, "recapture")) {
+            CHECK(cudaGraphExecDestroy(exec));
+            CHECK(cudaGraphDestroy(graph));
+        }
+        nvtxRangePop();
+    }
+    if (!strcmp(mode, "once")) {
+        CHECK(cudaGraphExecDestroy(exec));
+        CHECK(cudaGraphDestroy(graph));
+    }
+    printf("graph_loop: %s\n", mode);
+    return 0;
+}

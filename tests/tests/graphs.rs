@@ -1,0 +1,63 @@
+//! CUDA graphs in the report (tests/c/graph_loop.c on cudasim, the CPU stand-in for the GPU): a loop that
+//! replays one graph a step is not launch-bound (a replay is one launch of 20 kernels); a loop that captures its
+//! graph again every step is named for it, with the time the GPU idles through each capture.
+
+use cuflight_integration::*;
+use serde_json::Value;
+
+fn finding<'a>(r: &'a Value, kind: &str) -> Option<&'a Value> {
+    r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == kind)
+}
+
+fn graph_loop(dir: &std::path::Path, mode: &str) -> (Value, Value) {
+    let prog = build_c("graph_loop", dir);
+    let rec = record(dir, &[], &prog, &[mode], &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    (report_json(&rec.trace), stats(&rec.trace))
+}
+
+#[test]
+fn a_loop_that_captures_its_graph_every_step_is_named_for_it() {
+    let dir = scratch("graphs-recapture");
+    let (r, s) = graph_loop(&dir, "recapture");
+    let f = finding(&r, "graph_capture").unwrap_or_else(|| panic!("no graph_capture: {}", r["findings"]));
+    assert_eq!(r["findings"][0]["kind"], "graph_capture", "{}", r["findings"]);
+    assert!(f["summary"].as_str().unwrap().contains("step after step"), "{f}");
+    assert!(f["fix"].as_str().unwrap().contains("Capture once per input shape"), "{f}");
+    // 20 launches 100 us apart a capture, the GPU idle throughout: 2 ms or more of each steady step.
+    let steps = r["processes"][0]["steps"].as_array().unwrap().len() as f64;
+    let per_step = f["time_lost_ns"].as_f64().unwrap() / steps;
+    assert!(per_step >= 2.0e6, "{per_step} ns a step: {f}");
+    assert!(f["evidence"]["metrics"]["steps_with_graph_setup"].as_f64().unwrap() >= steps - 1.0, "{f}");
+    let idle = &r["processes"][0]["idle_causes"];
+    assert!(idle["graph_setup_ns"].as_f64().unwrap() >= 2.0e6 * steps, "{idle}");
+    // The captured launches ran nothing: no launch overhead is blamed for them.
+    assert!(finding(&r, "launch_bound").is_none_or(|l| l["share"].as_f64().unwrap() < 0.05), "{}", r["findings"]);
+    // Each step's graph is a new one: 12 graphs of 20 nodes, each replayed once.
+    let graphs = s["graphs"].as_array().unwrap();
+    assert_eq!(graphs.len(), 12, "{graphs:?}");
+    assert!(graphs.iter().all(|g| g["launches"] == 1 && g["kernels"] == 20 && g["nodes"] == 20), "{graphs:?}");
+}
+
+#[test]
+fn a_loop_that_replays_one_graph_is_not_launch_bound_and_its_capture_is_no_step_cost() {
+    let dir = scratch("graphs-once");
+    let (r, s) = graph_loop(&dir, "once");
+    // The capture happened before the first step: nothing of it is in the steps.
+    assert!(finding(&r, "graph_capture").is_none(), "{}", r["findings"]);
+    // One replay a step queues 20 kernels at once: the host is not what the GPU waits for.
+    assert!(finding(&r, "launch_bound").is_none_or(|l| l["share"].as_f64().unwrap() < 0.10), "{}", r["findings"]);
+    assert!(finding(&r, "cpu_bound").is_none(), "{}", r["findings"]);
+    let graphs = s["graphs"].as_array().unwrap();
+    assert_eq!(graphs.len(), 1, "{graphs:?}");
+    assert_eq!((graphs[0]["launches"].as_u64(), graphs[0]["kernels"].as_u64()), (Some(12), Some(240)));
+    // The same loop launched eagerly, 100 us of host work between launches, is the launch-bound one.
+    let dir = scratch("graphs-eager");
+    let (eager, _) = graph_loop(&dir, "eager");
+    let host_bound: f64 = ["launch_bound", "cpu_bound"]
+        .iter()
+        .filter_map(|k| finding(&eager, k))
+        .map(|f| f["share"].as_f64().unwrap())
+        .sum();
+    assert!(host_bound >= 0.10, "{}", eager["findings"]);
+}
