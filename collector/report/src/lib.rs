@@ -79,6 +79,8 @@ pub struct ProcessReport {
     pub idle_breakdown: breakdown::IdleSplit,
     /// GPU idle time inside the steps, and the part of it no cause explains (also in `idle_causes`).
     pub idle_in_steps_ns: u64,
+    /// The time the findings cover: the steps' windows, or without steps the one window of the whole trace.
+    pub covered_ns: u64,
     pub idle_unexplained_ns: u64,
     /// cuflight's attribution of the idle time inside steps (see [`idle`]).
     pub idle_causes: idle::IdleSummary,
@@ -370,6 +372,7 @@ impl Report {
                 breakdown: swept.breakdown,
                 idle_breakdown: swept.idle_split,
                 idle_in_steps_ns: idle.idle_in_steps_ns,
+                covered_ns: ctx.step_total_ns,
                 idle_unexplained_ns: idle.summary().idle_unexplained_ns,
                 idle_causes: idle.summary(),
                 comm_overlap: swept.comm_overlap,
@@ -605,17 +608,18 @@ fn performance_verdict(findings: &[Finding], processes: &[ProcessReport]) -> Str
         .filter_map(|p| p.step_total.as_ref())
         .map(|t| t.gpu_utilization)
         .fold(None, |m: Option<f64>, u| Some(m.map_or(u, |m| m.min(u))));
-    // Without steps anywhere: the share of the GPU ops' span they kept the GPU busy (HTA's definition).
-    let over_span = || {
+    // Without steps anywhere: the GPU's busy share of the time the findings cover (the whole trace's window),
+    // the denominator of their shares, so that a verdict never reads "cpu_bound 71%" beside "busy 100%".
+    let covered = || {
         processes
             .iter()
-            .filter(|p| p.breakdown.span_ns > 0)
-            .map(|p| 1.0 - p.breakdown.idle_ns as f64 / p.breakdown.span_ns as f64)
+            .filter(|p| p.covered_ns > 0)
+            .map(|p| 1.0 - p.idle_in_steps_ns.min(p.covered_ns) as f64 / p.covered_ns as f64)
             .fold(None, |m: Option<f64>, u| Some(m.map_or(u, |m| m.min(u))))
     };
     let (util, label) = match in_steps {
         Some(u) => (Some(u), "GPU utilisation in steps"),
-        None => (over_span(), "GPU busy from its first op to its last"),
+        None => (covered(), "GPU busy in the time covered"),
     };
     // A busy GPU whose kernels show none of the waste read off names: said, so that "no bottleneck" is not read
     // as "nothing to gain".
@@ -623,6 +627,8 @@ fn performance_verdict(findings: &[Finding], processes: &[ProcessReport]) -> Str
         counter_findings::clean_busy_note(findings, processes.iter().any(|p| !p.gpu_metrics.is_empty()))
     });
     let util = util.map_or(String::new(), |u| format!(" {label}: {:.0}%.{busy}", u * 100.0));
+    // What the shares are of: step time, or without steps the time covered.
+    let of = if in_steps.is_some() { "step time" } else { "the time covered" };
     match findings.first() {
         Some(f) if f.severity >= Severity::Medium => {
             let who = if processes.len() > 1 {
@@ -630,16 +636,15 @@ fn performance_verdict(findings: &[Finding], processes: &[ProcessReport]) -> Str
             } else {
                 String::new()
             };
-            let cost =
-                if f.time_lost_ns > 0 { format!(", {:.0}% of step time", f.share * 100.0) } else { String::new() };
+            let cost = if f.time_lost_ns > 0 { format!(", {:.0}% of {of}", f.share * 100.0) } else { String::new() };
             format!("{}: {}{who}{cost}.{util}", f.kind, f.summary)
         }
         Some(f) => format!(
-            "No major bottleneck; the largest is {}: {} ({:.1}% of step time).{util}",
+            "No major bottleneck; the largest is {}: {} ({:.1}% of {of}).{util}",
             f.kind,
             f.summary,
             f.share * 100.0
         ),
-        None => format!("No bottleneck above {:.0}% of step time.{util}", MIN_SHARE * 100.0),
+        None => format!("No bottleneck above {:.0}% of {of}.{util}", MIN_SHARE * 100.0),
     }
 }
