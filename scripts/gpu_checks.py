@@ -243,7 +243,46 @@ def planted(args):
     return ok
 
 
-CHECKS = {"faithful": faithful, "torch": torch, "torch-windows": torch_windows, "infer": infer, "planted": planted}
+def compiled(args):
+    """tests/gpu/compiled_torch.py eager, compiled and graphed (issue 51): steady kernel time per step within 1% of
+    torch.profiler's, the warm-up (compilation, capture) left out, graph replays joined, and no launch_bound blamed
+    on a graphed loop."""
+    out, steps = args[0], int(args[1])
+    rows, ok, summary = [], True, {}
+    for mode in ("eager", "compile", "graphs"):
+        try:
+            r = json.load(open(os.path.join(out, f"compiled-{mode}-report.json")))
+            s = json.load(open(os.path.join(out, f"compiled-{mode}-stats.json")))
+            t = json.load(open(os.path.join(out, f"compiled-{mode}-torchprof.json")))
+        except (OSError, ValueError) as e:
+            rows.append((mode, f"missing: {e}", False))
+            ok = False
+            continue
+        p = r["processes"][0]
+        n = max(len(p["steps"]), 1)
+        ours = p["step_total"]["kernel_ns"] / 1e3 / n if p.get("step_total") else 0.0
+        theirs = t["kernel_time_us"] / steps
+        gap = abs(ours / theirs - 1) if theirs else 1.0
+        graphs = s.get("graphs", [])
+        replays = sum(g["launches"] for g in graphs)
+        launch = next((f["share"] for f in r["findings"] if f["kind"] == "launch_bound"), 0.0)
+        capture = next((f["summary"] for f in r["findings"] if f["kind"] == "graph_capture"), "")
+        good = gap <= 0.01 and (mode != "graphs" or (replays >= steps and launch < 0.05))
+        ok &= good
+        summary[mode] = {"us_per_step": ours, "torchprof_us_per_step": theirs, "gap": gap, "steps": len(p["steps"]),
+                         "warmup_steps": p["warmup"]["steps"], "graphs": len(graphs), "replays": replays,
+                         "launch_bound": launch, "graph_capture": capture, "verdict": r["verdict"], "pass": good}
+        rows.append((mode, f"{ours:.1f} vs {theirs:.1f} us/step ({gap:.2%}); warm-up {p['warmup']['steps']}; "
+                           f"graphs {len(graphs)} replayed {replays}; launch_bound {launch:.1%}", good))
+    for mode, what, good in rows:
+        print(f"{mode:8} {what} {'PASS' if good else 'FAIL'}")
+    summary["pass"] = ok
+    json.dump(summary, open(os.path.join(out, "compiled-summary.json"), "w"), indent=1)
+    return ok
+
+
+CHECKS = {"faithful": faithful, "torch": torch, "torch-windows": torch_windows, "infer": infer, "planted": planted,
+          "compiled": compiled}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in CHECKS:
