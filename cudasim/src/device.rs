@@ -73,35 +73,6 @@ struct Op {
     correlation: u32,
     /// (graph id, node id) for work launched as a node of an instantiated graph.
     graph: Option<(u32, u64)>,
-    /// When it was queued (CLOCK_MONOTONIC ns).
-    queued_at: u64,
-}
-
-/// The device's own clock for one stream. A GPU starts queued work when the work ahead of it (and what it waits
-/// on) is done, whatever the host is doing; cudasim runs each stream's work on a thread, which a loaded machine
-/// deschedules for milliseconds. Records keep the device's times: an op starts at the latest of when it was
-/// queued (plus the H100's 1.2 us from launch to start on an idle GPU), the end of the op ahead of it plus the
-/// gap between queued ops ([`crate::timing::op_gap_ns`]), and when its last dependency (an event wait, a host
-/// function) resolved; it lasts as long as it ran. Without this, work queued behind nothing waited milliseconds
-/// "with nothing running" on a 2-core CI machine, which no GPU does.
-#[derive(Default)]
-struct DeviceClock {
-    /// Device time the last op on the stream ended.
-    last_end: u64,
-    /// Host time the stream's last dependency resolved (an event wait, a host function).
-    floor: u64,
-}
-
-/// From launch to start on an idle H100 (p50 of 21 kernels launched onto an idle GPU, kineto-h100-qwen-inference).
-const IDLE_START_NS: u64 = 1_200;
-
-impl DeviceClock {
-    /// (device time the op starts, how far the host's clock runs ahead of it now).
-    fn start(&self, queued_at: u64, now: u64) -> (u64, u64) {
-        let ready = self.last_end.saturating_add(crate::timing::op_gap_ns());
-        let start = (queued_at + IDLE_START_NS).max(ready).max(self.floor).min(now);
-        (start, now - start)
-    }
 }
 
 /// A stream capture in progress (cudaStreamBeginCapture): work is recorded as graph nodes instead of run.
@@ -162,16 +133,16 @@ impl Stream {
         });
         let me = s.clone();
         let spawned = std::thread::Builder::new().name(format!("cudasim-stream-{id}")).spawn(move || {
-            let mut clock = DeviceClock::default();
             // A kernel that declares its end (cudasim_kernel_ends_at) sleeps until then: Linux's default timer
             // slack (50 us) made every such kernel end 50-90 us late and left gaps no GPU has between queued
             // kernels (a graph replay's nodes run back to back, about a microsecond apart on an H100).
             // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
             unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
             let mut previous_end = 0;
+            let mut previous_node = None;
             for op in rx {
                 crate::timing::op_gap(previous_end);
-                me.execute(op, &mut clock);
+                previous_node = me.execute(op, previous_node);
                 previous_end = now_ns();
                 let mut p = me.done.lock();
                 p.done += 1;
@@ -191,17 +162,7 @@ impl Stream {
 
     /// Paces a finished copy like the link it used and emits its record. Between two devices the copy is a
     /// peer-to-peer one (CUPTI_ACTIVITY_MEMCPY_KIND_PTOP).
-    /// `start`: when the copy began on the host's clock and how far that runs ahead of the device's; returns when
-    /// it ended on the device's.
-    fn copied(
-        &self,
-        (start, shift): (u64, u64),
-        correlation: u32,
-        dst: usize,
-        src: usize,
-        bytes: usize,
-        is_async: bool,
-    ) -> u64 {
+    fn copied(&self, start: u64, correlation: u32, dst: usize, src: usize, bytes: usize, is_async: bool) {
         let (sk, dk) = (crate::memory::cupti_kind_of(src), crate::memory::cupti_kind_of(dst));
         crate::memory::pace_like_pcie(start, bytes, sk, dk);
         let peer = matches!(
@@ -210,7 +171,7 @@ impl Stream {
         );
         let copy_kind =
             if peer { crate::c::CUPTI_ACTIVITY_MEMCPY_KIND_PTOP as u8 } else { crate::memory::copy_kind(sk, dk) };
-        let (start, end) = (start - shift, now_ns() - shift);
+        let end = now_ns();
         crate::pm_counters::copy_ran(self.device, start, end, copy_kind as u32, bytes as f64);
         activity::emit(SimRecord::Memcpy {
             start,
@@ -224,19 +185,29 @@ impl Stream {
             dst_kind: dk,
             is_async,
         });
-        end
     }
 
-    fn execute(&self, op: Op, clock: &mut DeviceClock) {
-        // `start` is the host's clock (kernel bodies, copies' pacing); records carry the device's: `shift` earlier.
-        let start = now_ns();
-        let (device_start, shift) = clock.start(op.queued_at, start);
+    /// Runs one op. `previous_node`: (correlation, recorded end) of the kernel just run, when it was a graph node;
+    /// returns the same for this op.
+    fn execute(&self, op: Op, previous_node: Option<(u32, u64)>) -> Option<(u32, u64)> {
+        let now = now_ns();
+        // A graph launch queues all its nodes at once, and a GPU runs each right after the one before (about a
+        // microsecond apart on an H100): the node's record starts then, not when this thread got to it (waking
+        // from the previous kernel's sleep took it tens of microseconds, milliseconds on a loaded machine).
+        let start = match (op.graph, previous_node) {
+            (Some(_), Some((correlation, end))) if correlation == op.correlation => {
+                end.saturating_add(crate::timing::op_gap_ns()).min(now)
+            }
+            _ => now,
+        };
+        // How far this thread runs behind the node's start: the kernel's body runs now and its end moves back.
+        let late = now - start;
         match op.work {
             Work::Kernel { f, mut args, grid, block, shared, name } => {
                 let mut ptrs: Vec<*mut libc::c_void> =
                     args.iter_mut().map(|a| a as *mut u64 as *mut libc::c_void).collect();
                 let record = SimRecord::Kernel {
-                    start: device_start,
+                    start,
                     end: 0,
                     device: self.device,
                     stream: self.id,
@@ -248,7 +219,7 @@ impl Stream {
                     graph: op.graph.unwrap_or((0, 0)),
                 };
                 let token = activity::kernel_started(record);
-                let counted = crate::pm_counters::work_started(self.device, device_start);
+                let counted = crate::pm_counters::work_started(self.device, start);
                 crate::pm_counters::take_declared();
                 KERNEL_ENDS_AT.with(|e| e.set(0));
                 // SAFETY: the app launched `f` as a kernel taking `void **args`; each entry points at an 8-byte
@@ -257,26 +228,25 @@ impl Stream {
                 let end = match KERNEL_ENDS_AT.with(|e| e.get()) {
                     0 => now_ns(),
                     at => {
-                        let at = at.max(start);
+                        let at = at.max(now);
                         if let Some(wait) = at.checked_sub(now_ns()).filter(|&w| w > 0) {
                             std::thread::sleep(std::time::Duration::from_nanos(wait));
                         }
                         at
                     }
-                };
-                let end = end - shift;
+                } - late;
                 if counted.is_some() {
-                    let declared = crate::pm_counters::take_declared();
-                    let span = crate::pm_counters::kernel_span(device_start, end, grid, block, declared);
+                    let span =
+                        crate::pm_counters::kernel_span(start, end, grid, block, crate::pm_counters::take_declared());
                     crate::pm_counters::work_finished(self.device, counted, span);
                 }
                 activity::kernel_finished(token, record.map_times(|t| if t == 0 { end } else { t }));
-                clock.last_end = end;
+                return op.graph.map(|_| (op.correlation, end));
             }
             Work::Memcpy { dst, src, bytes, is_async } => {
                 // SAFETY: the app passed valid ranges of `bytes` bytes (host memory stands in for device memory).
                 unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
-                clock.last_end = self.copied((start, shift), op.correlation, dst, src, bytes, is_async);
+                self.copied(now, op.correlation, dst, src, bytes, is_async);
             }
             Work::Memcpy2D { dst, dpitch, src, spitch, width, height, is_async } => {
                 for row in 0..height {
@@ -285,17 +255,15 @@ impl Stream {
                         std::ptr::copy((src + row * spitch) as *const u8, (dst + row * dpitch) as *mut u8, width)
                     };
                 }
-                clock.last_end = self.copied((start, shift), op.correlation, dst, src, width * height, is_async);
+                self.copied(now, op.correlation, dst, src, width * height, is_async);
             }
 
             Work::Memset { dst, value, bytes, is_async } => {
                 // SAFETY: the app passed a valid range of `bytes` bytes.
                 unsafe { std::ptr::write_bytes(dst as *mut u8, value, bytes) };
-                let end = now_ns() - shift;
-                clock.last_end = end;
                 activity::emit(SimRecord::Memset {
-                    start: device_start,
-                    end,
+                    start: now,
+                    end: now_ns(),
                     device: self.device,
                     stream: self.id,
                     correlation: op.correlation,
@@ -305,21 +273,15 @@ impl Stream {
                     is_async,
                 });
             }
-            // The event completes when the work ahead of it has, on the device's clock.
-            Work::Record(ev) => ev.timestamp.store(clock.last_end.max(clock.floor).min(start), Ordering::Release),
-            Work::HostFn(f, data) => {
-                // SAFETY: the app passed a host function and its argument, valid until the function has run.
-                unsafe { f(data as *mut libc::c_void) };
-                clock.floor = now_ns();
-            }
-            Work::Wait(other, seq) => {
-                other.wait_for(seq);
-                clock.floor = now_ns();
-            }
+            Work::Record(ev) => ev.timestamp.store(now, Ordering::Release),
+            // SAFETY: the app passed a host function and its argument, valid until the function has run.
+            Work::HostFn(f, data) => unsafe { f(data as *mut libc::c_void) },
+            Work::Wait(other, seq) => other.wait_for(seq),
             Work::Free(p) => {
                 crate::memory::free(p as *mut u8, &[crate::memory::Space::Device]);
             }
         }
+        None
     }
 
     /// Queues `work`; returns its sequence number (1-based), or None if the stream is gone. While the stream is
@@ -351,7 +313,7 @@ impl Stream {
     fn push(&self, work: Work, graph: Option<(u32, u64)>) -> Option<u64> {
         let tx = self.tx.lock();
         let seq = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
-        tx.as_ref()?.send(Op { work, correlation: current_correlation(), graph, queued_at: now_ns() }).ok()?;
+        tx.as_ref()?.send(Op { work, correlation: current_correlation(), graph }).ok()?;
         Some(seq)
     }
 

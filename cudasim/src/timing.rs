@@ -53,13 +53,15 @@
 //!   50 kHz (33 us a sample; 88 us at 10 kHz), evaluate 34 to 35 us a sample. `CUDASIM_PM_START_US` (640) and
 //!   `CUDASIM_PM_STOP_US` (1810): `cuptiPmSamplingStart` and `Stop`, the same run.
 //!
-//! An idle GPU starts a kernel about 1.2 us after its launch (the same H100 trace, p50 of 21 kernels launched onto
-//! an idle GPU). cudasim's stream thread, parked on its queue, takes 6 to 14 us to wake on a 2-core machine, and a
-//! loaded one deschedules it for milliseconds; polling the queue before parking was tried and made it worse (26
-//! us: the poller took the core the launching thread needed). So records carry the device's clock, not the
-//! thread's (`device.rs`, `DeviceClock`): an op starts 1.2 us after it was queued, or this gap after the op ahead
-//! of it, or when what it waited on resolved, whichever is latest, however late the thread ran it; the host sees
-//! it done (a synchronisation returns) when the thread has run it.
+//! Not modelled: an idle GPU starts a kernel about 1.2 us after its launch call returns (the same H100 trace, p50 of
+//! 21 kernels launched onto an idle GPU); cudasim's stream thread, parked on its queue, takes 6 to 14 us to wake on
+//! a 2-core machine, and a loaded one deschedules it for milliseconds. Polling the queue before parking was tried
+//! and made it worse there (26 us: the poller took the core the launching thread needed), so gaps before a kernel
+//! launched onto an idle stream are longer here. Keeping the device's own clock in every record (an op starts when
+//! queued or behind the op ahead of it, however late the thread ran it) was tried on 2026-11-29 and reverted: the
+//! tests whose kernels measure time themselves (ranks that wait for each other inside a kernel, PM samples already
+//! decoded) then disagreed with the records. Only a graph launch's kernel nodes keep it: each starts this gap after
+//! the node before it (`device.rs`), as a GPU runs a replay's nodes back to back.
 //!
 //! Activity records need no figure here: as in CUPTI, they reach the client only when a buffer fills or at a
 //! flush (`activity.rs`), so their delay is the client's flush period.

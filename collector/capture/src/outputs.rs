@@ -147,8 +147,9 @@ impl Outputs {
         let mut writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, counted))
             .map_err(|source| RecordError::Write { path: name.to_string(), source })?;
         // The file header reaches the file at once: a collector killed before its first block leaves a trace
-        // that reads as cut short with nothing in it, not an empty file of unknown format.
-        writer.flush().map_err(|source| RecordError::Write { path: name.to_string(), source })?;
+        // that reads as cut short with nothing in it, not an empty file of unknown format. A failure here (a full
+        // disk) is left to the first block's write, which stops the recording and never the program.
+        let _ = writer.flush();
         self.files.insert(name.to_string(), File { sink: Sink::start(writer), output, events: 0, written });
         Ok(())
     }
