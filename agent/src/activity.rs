@@ -168,8 +168,8 @@ fn handle(at: usize, size: usize, unused: &mut Unused, names: &mut BufferNames, 
     let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, size) };
     match decode(bytes, names) {
         Decoded::Event(ev) => out.push(ev),
-        Decoded::GraphKernel(kernel, node) => {
-            out.push(kernel);
+        Decoded::GraphOp(op, node) => {
+            out.push(op);
             out.push(node);
         }
         Decoded::Ignored => {}
@@ -182,8 +182,8 @@ fn handle(at: usize, size: usize, unused: &mut Unused, names: &mut BufferNames, 
 #[derive(Debug, PartialEq)]
 pub enum Decoded {
     Event(RawEvent),
-    /// A kernel launched as a CUDA graph node, and its [`EventKind::GraphNode`] event.
-    GraphKernel(RawEvent, RawEvent),
+    /// A kernel, copy or memset run as a CUDA graph node, and its [`EventKind::GraphNode`] event.
+    GraphOp(RawEvent, RawEvent),
     /// A kind we did not ask for (harmless).
     Ignored,
     /// Too short for the oldest layout holding the fields we read: not read (record class).
@@ -235,16 +235,24 @@ pub fn min_size(kind: c::CUpti_ActivityKind) -> Option<usize> {
     })
 }
 
-/// The [`EventKind::GraphNode`] event of a kernel record, when the kernel ran as a graph node.
-fn graph_node(r: &c::CUpti_ActivityKernel5) -> Option<RawEvent> {
-    (r.graphId != 0).then(|| {
-        let mut ev = RawEvent::new(EventKind::GraphNode, 0, r.start, r.end);
-        ev.device = r.deviceId;
-        ev.stream = r.streamId;
-        ev.correlation = r.correlationId;
-        ev.set_graph_node(GraphNode { graph_id: r.graphId as u64, node_id: r.graphNodeId });
+/// The [`EventKind::GraphNode`] event of `op` (a kernel, copy or memset event), when it ran as a node of graph
+/// `graph_id` (CUPTI writes 0 for work not launched through a graph).
+fn graph_node(op: &RawEvent, graph_id: u32, node_id: u64) -> Option<RawEvent> {
+    (graph_id != 0).then(|| {
+        let mut ev = RawEvent::new(EventKind::GraphNode, 0, op.start, op.end);
+        (ev.device, ev.stream, ev.correlation) = (op.device, op.stream, op.correlation);
+        ev.set_graph_node(GraphNode { graph_id: graph_id as u64, node_id });
+        ev.set_graph_node_op(op.kind().unwrap_or(EventKind::Kernel));
         ev
     })
+}
+
+/// `op` alone, or with its graph node event.
+fn maybe_graph_op(op: RawEvent, graph_id: u32, node_id: u64) -> Decoded {
+    match graph_node(&op, graph_id, node_id) {
+        Some(node) => Decoded::GraphOp(op, node),
+        None => Decoded::Event(op),
+    }
 }
 
 fn kernel(r: c::CUpti_ActivityKernel5, names: &mut BufferNames) -> RawEvent {
@@ -310,13 +318,16 @@ pub fn decode(bytes: &[u8], names: &mut BufferNames) -> Decoded {
             if !finished(r.start, r.end) {
                 return Decoded::Incomplete(cls);
             }
-            return match graph_node(&r) {
-                Some(node) => Decoded::GraphKernel(kernel(r, names), node),
-                None => Decoded::Event(kernel(r, names)),
-            };
+            return maybe_graph_op(kernel(r, names), r.graphId, r.graphNodeId);
         }
-        c::CUPTI_ACTIVITY_KIND_MEMCPY => prefix(bytes).map(memcpy),
-        c::CUPTI_ACTIVITY_KIND_MEMSET => prefix(bytes).map(memset),
+        c::CUPTI_ACTIVITY_KIND_MEMCPY => match prefix::<c::CUpti_ActivityMemcpy4>(bytes) {
+            Some(r) if finished(r.start, r.end) => return maybe_graph_op(memcpy(r), r.graphId, r.graphNodeId),
+            r => r.map(memcpy),
+        },
+        c::CUPTI_ACTIVITY_KIND_MEMSET => match prefix::<c::CUpti_ActivityMemset3>(bytes) {
+            Some(r) if finished(r.start, r.end) => return maybe_graph_op(memset(r), r.graphId, r.graphNodeId),
+            r => r.map(memset),
+        },
         c::CUPTI_ACTIVITY_KIND_MEMORY2 => prefix::<c::CUpti_ActivityMemory2>(bytes).map(|r| {
             let mut ev = RawEvent::new(EventKind::MemoryActivity, 0, r.timestamp, r.timestamp);
             ev.device = r.deviceId;
@@ -380,9 +391,9 @@ mod tests {
             [start, end, deviceId, streamId, correlationId, gridX, gridY, gridZ, blockX, blockY, blockZ,
             registersPerThread, staticSharedMemory, dynamicSharedMemory, name, graphId, graphNodeId]);
         same!(c::CUpti_ActivityMemcpy4 => c12::CUpti_ActivityMemcpy5, c12::CUpti_ActivityMemcpy6, c::CUpti_ActivityMemcpy7;
-            [copyKind, srcKind, dstKind, flags, bytes, start, end, deviceId, streamId, correlationId, graphId]);
+            [copyKind, srcKind, dstKind, flags, bytes, start, end, deviceId, streamId, correlationId, graphId, graphNodeId]);
         same!(c::CUpti_ActivityMemset3 => c12::CUpti_ActivityMemset4, c::CUpti_ActivityMemset5;
-            [value, bytes, start, end, deviceId, streamId, correlationId, flags, memoryKind]);
+            [value, bytes, start, end, deviceId, streamId, correlationId, flags, memoryKind, graphId, graphNodeId]);
         same!(c::CUpti_ActivityMemory2 => c12::CUpti_ActivityMemory3, c::CUpti_ActivityMemory4;
             [memoryOperationType, memoryKind, correlationId, address, bytes, timestamp, deviceId, streamId]);
         same!(c::CUpti_ActivitySynchronization => c::CUpti_ActivitySynchronization2;

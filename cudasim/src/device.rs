@@ -162,7 +162,14 @@ impl Stream {
 
     /// Paces a finished copy like the link it used and emits its record. Between two devices the copy is a
     /// peer-to-peer one (CUPTI_ACTIVITY_MEMCPY_KIND_PTOP).
-    fn copied(&self, start: u64, correlation: u32, dst: usize, src: usize, bytes: usize, is_async: bool) {
+    fn copied(
+        &self,
+        start: u64,
+        op: (u32, Option<(u32, u64)>),
+        (dst, src, bytes): (usize, usize, usize),
+        is_async: bool,
+    ) {
+        let (correlation, graph) = op;
         let (sk, dk) = (crate::memory::cupti_kind_of(src), crate::memory::cupti_kind_of(dst));
         crate::memory::pace_like_pcie(start, bytes, sk, dk);
         let peer = matches!(
@@ -184,6 +191,7 @@ impl Stream {
             src_kind: sk,
             dst_kind: dk,
             is_async,
+            graph: graph.unwrap_or((0, 0)),
         });
     }
 
@@ -246,7 +254,7 @@ impl Stream {
             Work::Memcpy { dst, src, bytes, is_async } => {
                 // SAFETY: the app passed valid ranges of `bytes` bytes (host memory stands in for device memory).
                 unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
-                self.copied(now, op.correlation, dst, src, bytes, is_async);
+                self.copied(now, (op.correlation, op.graph), (dst, src, bytes), is_async);
             }
             Work::Memcpy2D { dst, dpitch, src, spitch, width, height, is_async } => {
                 for row in 0..height {
@@ -255,7 +263,7 @@ impl Stream {
                         std::ptr::copy((src + row * spitch) as *const u8, (dst + row * dpitch) as *mut u8, width)
                     };
                 }
-                self.copied(now, op.correlation, dst, src, width * height, is_async);
+                self.copied(now, (op.correlation, op.graph), (dst, src, width * height), is_async);
             }
 
             Work::Memset { dst, value, bytes, is_async } => {
@@ -271,6 +279,7 @@ impl Stream {
                     value: value as u32,
                     memory_kind: crate::memory::cupti_kind_of(dst) as u16,
                     is_async,
+                    graph: op.graph.unwrap_or((0, 0)),
                 });
             }
             Work::Record(ev) => ev.timestamp.store(now, Ordering::Release),

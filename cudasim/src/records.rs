@@ -32,6 +32,8 @@ pub(crate) enum SimRecord {
         src_kind: u8,
         dst_kind: u8,
         is_async: bool,
+        /// (graphId, graphNodeId) of a copy run as a graph node; (0, 0) otherwise (CUpti_ActivityMemcpy*).
+        graph: (u32, u64),
     },
     Memset {
         start: u64,
@@ -43,6 +45,8 @@ pub(crate) enum SimRecord {
         value: u32,
         memory_kind: u16,
         is_async: bool,
+        /// (graphId, graphNodeId) of a memset run as a graph node; (0, 0) otherwise (CUpti_ActivityMemset*).
+        graph: (u32, u64),
     },
     Memory {
         release: bool,
@@ -123,7 +127,7 @@ macro_rules! fill_kernel {
 }
 
 macro_rules! fill_memcpy {
-    ($ty:ty, $buf:expr, $start:expr, $end:expr, $device:expr, $stream:expr, $corr:expr, $bytes:expr, $ck:expr, $sk:expr, $dk:expr, $async:expr) => {{
+    ($ty:ty, $buf:expr, $start:expr, $end:expr, $device:expr, $stream:expr, $corr:expr, $bytes:expr, $ck:expr, $sk:expr, $dk:expr, $async:expr, $graph:expr) => {{
         // SAFETY: all-zero bytes are a valid value of this plain C struct.
         let mut r: $ty = unsafe { std::mem::zeroed() };
         r.kind = c::CUPTI_ACTIVITY_KIND_MEMCPY;
@@ -139,13 +143,14 @@ macro_rules! fill_memcpy {
         r.streamId = $stream;
         r.correlationId = $corr;
         r.runtimeCorrelationId = $corr;
+        (r.graphId, r.graphNodeId) = $graph;
         // SAFETY: the caller checked the record fits at this offset.
         unsafe { ($buf as *mut $ty).write_unaligned(r) };
     }};
 }
 
 macro_rules! fill_memset {
-    ($ty:ty, $buf:expr, $start:expr, $end:expr, $device:expr, $stream:expr, $corr:expr, $bytes:expr, $value:expr, $mk:expr, $async:expr) => {{
+    ($ty:ty, $buf:expr, $start:expr, $end:expr, $device:expr, $stream:expr, $corr:expr, $bytes:expr, $value:expr, $mk:expr, $async:expr, $graph:expr) => {{
         // SAFETY: all-zero bytes are a valid value of this plain C struct.
         let mut r: $ty = unsafe { std::mem::zeroed() };
         r.kind = c::CUPTI_ACTIVITY_KIND_MEMSET;
@@ -159,6 +164,7 @@ macro_rules! fill_memset {
         r.correlationId = $corr;
         r.flags = if $async { 1 } else { 0 }; // CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC
         r.memoryKind = $mk;
+        (r.graphId, r.graphNodeId) = $graph;
         // SAFETY: the caller checked the record fits at this offset.
         unsafe { ($buf as *mut $ty).write_unaligned(r) };
     }};
@@ -239,6 +245,7 @@ impl SimRecord {
                 src_kind,
                 dst_kind,
                 is_async,
+                graph,
             } => {
                 macro_rules! m {
                     ($t:ty) => {
@@ -254,7 +261,8 @@ impl SimRecord {
                             copy_kind,
                             src_kind,
                             dst_kind,
-                            is_async
+                            is_async,
+                            graph
                         )
                     };
                 }
@@ -264,7 +272,18 @@ impl SimRecord {
                     release::Memcpy::V7 => m!(c::CUpti_ActivityMemcpy7),
                 }
             }
-            SimRecord::Memset { start, end, device, stream, correlation, bytes, value, memory_kind, is_async } => {
+            SimRecord::Memset {
+                start,
+                end,
+                device,
+                stream,
+                correlation,
+                bytes,
+                value,
+                memory_kind,
+                is_async,
+                graph,
+            } => {
                 macro_rules! s {
                     ($t:ty) => {
                         fill_memset!(
@@ -278,7 +297,8 @@ impl SimRecord {
                             bytes,
                             value,
                             memory_kind,
-                            is_async
+                            is_async,
+                            graph
                         )
                     };
                 }

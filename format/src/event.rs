@@ -64,8 +64,9 @@ pub enum EventKind {
     Range = 18,
     /// `nvtxNameCategory*` / `nvtxDomainNameCategory*`: `a` = category id, `name` = its name, `c` = domain.
     NvtxCategory = 19,
-    /// The kernel recorded just before it on the same ring ran as a node of a CUDA graph: `a` = CUPTI graphId,
-    /// `b` = graphNodeId, `correlation` = the graph launch's, `start`..`end` = the kernel's.
+    /// The kernel, memcpy or memset recorded just before it on the same ring ran as a node of a CUDA graph: `a` =
+    /// CUPTI graphId, `b` = graphNodeId, `correlation` = the graph launch's, `start`..`end` = the op's, `sub` = the
+    /// op's [`EventKind`] (0 in traces written before copies and memsets had node events: a kernel).
     GraphNode = 20,
     /// One frame of the Python stack of the thread that made API call `correlation` (same `tid`, `start` = the
     /// call's start): `device` = depth (0 innermost), `name` = function (qualified name where the interpreter

@@ -351,6 +351,15 @@ impl RawEvent {
     pub fn as_graph_node(&self) -> GraphNode {
         GraphNode { graph_id: self.a, node_id: self.b }
     }
+    /// What ran as the node of an [`EventKind::GraphNode`]: a kernel (also `sub` 0, written before copies and
+    /// memsets had theirs), a memcpy or a memset.
+    pub fn graph_node_op(&self) -> EventKind {
+        match self.sub {
+            s if s == EventKind::Memcpy as u8 => EventKind::Memcpy,
+            s if s == EventKind::Memset as u8 => EventKind::Memset,
+            _ => EventKind::Kernel,
+        }
+    }
     pub fn as_py_frame(&self) -> PyFrameRecord {
         PyFrameRecord {
             depth: self.device,
@@ -507,6 +516,10 @@ impl RawEvent {
     pub fn set_graph_node(&mut self, node: GraphNode) {
         self.kind = EventKind::GraphNode as u8;
         (self.a, self.b) = (node.graph_id, node.node_id);
+    }
+    /// Says what ran as the node (see [`RawEvent::graph_node_op`]).
+    pub fn set_graph_node_op(&mut self, op: EventKind) {
+        self.sub = op as u8;
     }
     #[inline]
     pub fn set_py_frame(&mut self, f: PyFrameRecord) {

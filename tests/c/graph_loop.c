@@ -1,10 +1,11 @@
-/* A loop of 12 steps (NVTX ranges "step") whose GPU work is 20 kernels of 50 us on one stream, run three ways:
- *   once       the 20 kernels are captured into a CUDA graph and instantiated once, before the loop; each step
- *              replays it (cudaGraphLaunch) and synchronises: 1 launch and 20 kernels a step, the GPU busy.
- *   recapture  every step captures the 20 launches again (2 ms of host work between them, as a Python model's
+/* A loop of 12 steps (NVTX ranges "step") whose GPU work is a memset, a 1 MiB copy in, 20 kernels of 50 us and a
+ * 1 MiB copy out on one stream (23 operations), run three ways:
+ *   once       the work is captured into a CUDA graph and instantiated once, before the loop; each step replays it
+ *              (cudaGraphLaunch) and synchronises: 1 launch and 23 nodes (20 kernels) a step, the GPU busy.
+ *   recapture  every step captures the work again (2 ms of host work between the kernels, as a Python model's
  *              forward takes), instantiates the graph, replays it once and destroys it: the GPU idles through
  *              each capture, which the graph then saves nothing of.
- *   eager      the 20 kernels launched one by one each step, 100 us of host work between launches.
+ *   eager      the work launched op by op each step, 100 us of host work between the kernels.
  * It prints "graph_loop: MODE". */
 #include "sim.h"
 #include <nvtx3/nvToolsExt.h>
@@ -20,12 +21,18 @@ void layer(void **args) {
     cudasim_kernel_ends_at(cudasim_machine_monotonic_ns() + 50000);
 }
 
+enum { BYTES = 1 << 20 };
+static void *dev, *host;
+
 static void launch_all(cudaStream_t s, int host_us) {
     void *args[] = {NULL};
+    CHECK(cudaMemsetAsync(dev, 0, BYTES, s));
+    CHECK(cudaMemcpyAsync(dev, host, BYTES, cudaMemcpyHostToDevice, s));
     for (int i = 0; i < 20; i++) {
         launch(layer, 132, 256, s, args);
         if (host_us > 0) usleep((useconds_t)host_us);
     }
+    CHECK(cudaMemcpyAsync(host, dev, BYTES, cudaMemcpyDeviceToHost, s));
 }
 
 static cudaGraphExec_t capture(cudaStream_t s, cudaGraph_t *graph, int host_us) {
@@ -41,6 +48,8 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "once";
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(cudaMalloc(&dev, BYTES));
+    CHECK(cudaMallocHost(&host, BYTES));
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
     if (!strcmp(mode, "once")) exec = capture(s, &graph, 100);

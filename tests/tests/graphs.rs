@@ -33,10 +33,10 @@ fn a_loop_that_captures_its_graph_every_step_is_named_for_it() {
     assert!(idle["graph_setup_ns"].as_f64().unwrap() >= 2.0e6 * steps, "{idle}");
     // The captured launches ran nothing: no launch overhead is blamed for them.
     assert!(finding(&r, "launch_bound").is_none_or(|l| l["share"].as_f64().unwrap() < 0.05), "{}", r["findings"]);
-    // Each step's graph is a new one: 12 graphs of 20 nodes, each replayed once.
+    // Each step's graph is a new one: 12 graphs of 23 nodes (a memset, 2 copies, 20 kernels), each replayed once.
     let graphs = s["graphs"].as_array().unwrap();
     assert_eq!(graphs.len(), 12, "{graphs:?}");
-    assert!(graphs.iter().all(|g| g["launches"] == 1 && g["kernels"] == 20 && g["nodes"] == 20), "{graphs:?}");
+    assert!(graphs.iter().all(|g| g["launches"] == 1 && g["kernels"] == 20 && g["nodes"] == 23), "{graphs:?}");
 }
 
 #[test]
@@ -48,9 +48,14 @@ fn a_loop_that_replays_one_graph_is_not_launch_bound_and_its_capture_is_no_step_
     // One replay a step queues 20 kernels at once: the host is not what the GPU waits for.
     assert!(finding(&r, "launch_bound").is_none_or(|l| l["share"].as_f64().unwrap() < 0.10), "{}", r["findings"]);
     assert!(finding(&r, "cpu_bound").is_none(), "{}", r["findings"]);
+    // One graph, replayed 12 times: every kernel, copy and memset of each replay joined to its launch.
     let graphs = s["graphs"].as_array().unwrap();
     assert_eq!(graphs.len(), 1, "{graphs:?}");
     assert_eq!((graphs[0]["launches"].as_u64(), graphs[0]["kernels"].as_u64()), (Some(12), Some(240)));
+    assert_eq!(graphs[0]["nodes"], 23, "{graphs:?}");
+    assert_eq!(count(&s, "api", "name", "cudaGraphLaunch"), 12);
+    let copies: u64 = s["memcpy"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
+    assert_eq!(copies, 24, "{}", s["memcpy"]);
     // The same loop launched eagerly, 100 us of host work between launches, is the launch-bound one.
     let dir = scratch("graphs-eager");
     let (eager, _) = graph_loop(&dir, "eager");

@@ -64,7 +64,7 @@ pub enum CauseKind {
     Graph = 8,
     HostPolling = 9,
     HostFunction = 10,
-    /// Queued work waited a millisecond or more with no op of the trace running: on work it does not hold.
+    /// Queued work waited a millisecond or more with no op of the trace running: on work it does not hold (imports).
     UnseenWork = 11,
     /// The host captured CUDA graphs (its launches run nothing meanwhile) or instantiated them.
     GraphSetup = 12,
@@ -337,8 +337,11 @@ fn queued_wait(v: &WindowView, op: &Closer, gap_start: u64, waited: u64) -> (Cau
         return (CauseKind::Graph, format!("work inside a CUDA graph on {stream} waited between its nodes"));
     }
     // Whatever else it waited on (an event, the stream's earlier work) was queued before it and is not running:
-    // work the trace does not hold. An event's producer in the trace would be running.
-    if waited >= UNSEEN_WORK_NS {
+    // work the trace does not hold. An event's producer in the trace would be running. Only in traces that can
+    // miss their process's work (imports: sampled, captured mid-run): a cuflight capture holds every op since it
+    // was armed, where such a wait stays unexplained (another process on the GPU, not told apart yet; on cudasim,
+    // the simulated GPU's thread waiting for a core of a loaded machine).
+    if waited >= UNSEEN_WORK_NS && v.p.info.traced.is_empty() {
         return (CauseKind::UnseenWork, format!("queued work on {stream} waited on GPU work not in the trace"));
     }
     if op.after_wait {

@@ -208,8 +208,11 @@ impl StatsAcc {
                 let g = self.graphs.entry((key, node.graph_id)).or_default();
                 g.0.insert(e.correlation);
                 g.1.insert(node.node_id);
-                g.2 += 1;
-                g.3 += e.duration();
+                // Kernels counted and timed; copies and memsets are nodes too.
+                if e.graph_node_op() == EventKind::Kernel {
+                    g.2 += 1;
+                    g.3 += e.duration();
+                }
                 self.kernel_seen(key, p, e.correlation);
             }
             Some(EventKind::NvtxCategory) => {
