@@ -16,6 +16,25 @@ fn graph_loop(dir: &std::path::Path, mode: &str) -> (Value, Value) {
     (report_json(&rec.trace), stats(&rec.trace))
 }
 
+/// The Kineto JSON export puts each replayed op's graph and node on it: kernels, copies and memsets alike.
+#[test]
+fn the_export_names_the_graph_node_of_every_replayed_op() {
+    let dir = scratch("graphs-export");
+    let prog = build_c("graph_loop", &dir);
+    let rec = record(&dir, &[], &prog, &["once"], &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let v = export_chrome(&rec.trace, &dir.join("once.json"));
+    let events = v["traceEvents"].as_array().unwrap();
+    for (cat, want) in [("kernel", 240), ("gpu_memcpy", 24), ("gpu_memset", 12)] {
+        let ops: Vec<&Value> = events.iter().filter(|e| e["cat"] == cat).collect();
+        assert_eq!(ops.len(), want, "{cat}");
+        assert!(ops.iter().all(|e| e["args"]["graph id"].is_u64() && e["args"]["graph node id"].is_u64()), "{cat}");
+    }
+    let nodes: std::collections::HashSet<u64> =
+        events.iter().filter_map(|e| e["args"]["graph node id"].as_u64()).collect();
+    assert_eq!(nodes.len(), 23);
+}
+
 #[test]
 fn a_loop_that_captures_its_graph_every_step_is_named_for_it() {
     let dir = scratch("graphs-recapture");

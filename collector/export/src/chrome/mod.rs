@@ -50,8 +50,9 @@ struct ProcessOut {
     ranges: cuflight_trace::model::ranges::Pairer,
     memory: cuflight_trace::model::memory::LiveMemory,
     launches: LaunchJoin,
-    /// A kernel held back for one event: the agent records a graph kernel's [`EventKind::GraphNode`] right after
-    /// it (same start, same correlation), and its graph ids belong in the kernel's args.
+    /// A kernel, copy or memset held back for one event: the agent records a graph node's
+    /// [`EventKind::GraphNode`] right after it (same start, same correlation), and its graph ids belong in its
+    /// args. A kernel's External id is taken (and its flow written) when it is held; a copy's when it is written.
     held: Option<(RawEvent, u64)>,
     /// Added to correlation ids to make flow ids: correlation ids are per process, so with several processes each
     /// gets its own range (its index + 1, shifted past 32 bits; below 2^53, so JSON readers keep it exact). A
@@ -123,9 +124,8 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
     }
     let mut rest = || -> std::io::Result<()> {
         for (&pid, st) in state.iter_mut() {
-            if let Some((k, external)) = st.held.take() {
-                let gpu_pid = st.gpu_pid(k.device);
-                kernel(&mut out, &source.processes[&pid], &k, None, external, seen.gpus.get(&k.device), gpu_pid)?;
+            if let Some(held) = st.held.take() {
+                write_held(&mut out, &source.processes[&pid], held, None, st, &seen, pid as u64)?;
             }
         }
         for &(gpu_pid, device, key) in &seen.gpu_pids {
@@ -231,6 +231,23 @@ fn python_file(file: &str) -> &str {
     file
 }
 
+/// Writes a held kernel, copy or memset with its graph node, if the next event was that.
+fn write_held<W: Write>(
+    out: &mut Out<W>,
+    p: &Process,
+    (k, external): (RawEvent, u64),
+    node: Option<GraphNode>,
+    st: &mut ProcessOut,
+    seen: &Seen,
+    pid: u64,
+) -> std::io::Result<()> {
+    match k.kind() {
+        Some(EventKind::Memcpy) => records::memcpy(out, &k, st, pid, node),
+        Some(EventKind::Memset) => records::memset(out, &k, st, pid, node),
+        _ => kernel(out, p, &k, node, external, seen.gpus.get(&k.device), st.gpu_pid(k.device)),
+    }
+}
+
 fn event<W: Write>(
     out: &mut Out<W>,
     key: u32,
@@ -239,16 +256,17 @@ fn event<W: Write>(
     st: &mut ProcessOut,
     seen: &mut Seen,
 ) -> std::io::Result<()> {
-    let gpu_pids = &mut seen.gpu_pids;
-    if let Some((k, external)) = st.held.take() {
+    let pid = key as u64;
+    if let Some(held) = st.held.take() {
+        let k = held.0;
         let node = (e.kind() == Some(EventKind::GraphNode) && e.correlation == k.correlation && e.start == k.start)
             .then(|| e.as_graph_node());
-        kernel(out, p, &k, node, external, seen.gpus.get(&k.device), st.gpu_pid(k.device))?;
+        write_held(out, p, held, node, st, seen, pid)?;
         if node.is_some() {
             return Ok(());
         }
     }
-    let pid = key as u64;
+    let gpu_pids = &mut seen.gpu_pids;
     if let Some(r) = st.ranges.feed(e) {
         let (domain, payload) = (Js(p.nvtx_domain(r.domain)), PayloadArg(r.payload));
         let (name, tid) = (p.string(r.name), r.tid as u64);
@@ -274,13 +292,10 @@ fn event<W: Write>(
             st.held = Some((*e, external_id(e, joined)));
             return flow(out, pid, st, e, joined);
         }
-        Some(EventKind::Memcpy) => {
+        Some(EventKind::Memcpy | EventKind::Memset) => {
+            // Written with the next event of its process, which may be its graph node.
             gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
-            return records::memcpy(out, e, st, pid);
-        }
-        Some(EventKind::Memset) => {
-            gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
-            return records::memset(out, e, st, pid);
+            st.held = Some((*e, 0));
         }
         Some(EventKind::Range) => {
             if e.as_range().on_device {

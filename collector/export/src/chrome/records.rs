@@ -4,6 +4,7 @@
 use super::args::{external_id, ExternalArg, OperatorArgs, WorkArgs, EXTERNAL_FROM_CORRELATION};
 use super::json_text::{push_u64, Js, Out, Us};
 use super::{flow, title, ProcessOut, Seen};
+use cuflight_format::view::GraphNode;
 use cuflight_format::RawEvent;
 use cuflight_trace::model::cuda_errors::error_name;
 use cuflight_trace::model::cupti_labels;
@@ -45,8 +46,19 @@ pub(super) fn api_call<W: Write>(
     Ok(())
 }
 
-/// A copy on its device's stream, and its flow from the launching call.
-pub(super) fn memcpy<W: Write>(out: &mut Out<W>, e: &RawEvent, st: &mut ProcessOut, pid: u64) -> std::io::Result<()> {
+/// The graph and node a copy or memset ran as (cuflight's addition, as on kernels), or nothing.
+fn graph_args(node: Option<GraphNode>) -> String {
+    node.map_or(String::new(), |n| format!(r#","graph id":{},"graph node id":{}"#, n.graph_id, n.node_id))
+}
+
+/// A copy on its device's stream (with its graph node, if it ran as one), and its flow from the launching call.
+pub(super) fn memcpy<W: Write>(
+    out: &mut Out<W>,
+    e: &RawEvent,
+    st: &mut ProcessOut,
+    pid: u64,
+    node: Option<GraphNode>,
+) -> std::io::Result<()> {
     let copy = e.as_copy();
     let (src, dst) = (cupti_labels::memory_kind(copy.src), cupti_labels::memory_kind(copy.dst));
     let label = format!("Memcpy {} ({} -> {})", cupti_labels::memcpy_kind(copy.kind), title(src), title(dst));
@@ -54,15 +66,23 @@ pub(super) fn memcpy<W: Write>(out: &mut Out<W>, e: &RawEvent, st: &mut ProcessO
     // `async` is cuflight's addition, ignored by Kineto tools.
     let extra = if copy.is_async { r#","async":true"# } else { "" };
     let gbps = serde_json::Number::from_f64(gbps).map_or("0".into(), |n| n.to_string());
-    let args = format_args!(r#","bytes":{},"memory bandwidth (GB/s)":{gbps}{extra}"#, copy.bytes);
+    let graph = graph_args(node);
+    let args = format_args!(r#","bytes":{},"memory bandwidth (GB/s)":{gbps}{extra}{graph}"#, copy.bytes);
     device_op(out, e, st, pid, ("gpu_memcpy", &label), args)
 }
 
-/// A memset on its device's stream, and its flow from the launching call.
-pub(super) fn memset<W: Write>(out: &mut Out<W>, e: &RawEvent, st: &mut ProcessOut, pid: u64) -> std::io::Result<()> {
+/// A memset on its device's stream (with its graph node, if it ran as one), and its flow from the launching call.
+pub(super) fn memset<W: Write>(
+    out: &mut Out<W>,
+    e: &RawEvent,
+    st: &mut ProcessOut,
+    pid: u64,
+    node: Option<GraphNode>,
+) -> std::io::Result<()> {
     let memset = e.as_memset();
     let label = format!("Memset ({})", title(cupti_labels::memory_kind(memset.memory)));
-    device_op(out, e, st, pid, ("gpu_memset", &label), format_args!(r#","bytes":{}"#, memset.bytes))
+    let graph = graph_args(node);
+    device_op(out, e, st, pid, ("gpu_memset", &label), format_args!(r#","bytes":{}{graph}"#, memset.bytes))
 }
 
 /// A copy's or memset's slice on its device's stream (its work arguments and External id, then `rest`), and its
