@@ -32,7 +32,8 @@ pub(crate) enum SimRecord {
         src_kind: u8,
         dst_kind: u8,
         is_async: bool,
-        /// (graphId, graphNodeId) of a copy run as a graph node; (0, 0) otherwise (CUpti_ActivityMemcpy*).
+        /// (graphId, graphNodeId) of a copy run as a graph node; (0, 0) otherwise: cupti_activity.h,
+        /// CUpti_ActivityMemcpy4 to 7, "This field will be 0 if the memcpy is not done through graph launch".
         graph: (u32, u64),
     },
     Memset {
@@ -45,7 +46,8 @@ pub(crate) enum SimRecord {
         value: u32,
         memory_kind: u16,
         is_async: bool,
-        /// (graphId, graphNodeId) of a memset run as a graph node; (0, 0) otherwise (CUpti_ActivityMemset*).
+        /// (graphId, graphNodeId) of a memset run as a graph node; (0, 0) otherwise: cupti_activity.h,
+        /// CUpti_ActivityMemset3 to 5, "This field will be 0 if the memset is not executed through graph launch".
         graph: (u32, u64),
     },
     Memory {
