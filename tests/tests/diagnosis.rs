@@ -383,9 +383,14 @@ fn diff_names_the_bottleneck_a_change_resolved() {
     let saved = f64_of(&runs[0]["step_ns"]) - f64_of(&runs[1]["step_ns"]);
     assert!(saved > 2e6, "{}", d["runs"]);
     let sync = d["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "sync_stall").expect("sync_stall row");
-    // Still found after (the loop's own sync each step), at a sixth of its share: reduced, not resolved.
-    assert_eq!(sync["change"][0], "reduced", "{}", d["findings"]);
-    assert!(d["summary"][0].as_str().unwrap().contains("reduced: sync_stall"), "{}", d["summary"]);
+    // The clean loop still syncs once a step, and the GPU idles the launch latency after each: about 1% of its
+    // steps, so found or not from run to run (reduced or resolved), and at a sixth of the share before at most.
+    let (was, now) = (f64_of(&sync["share"][0]), sync["share"][1].as_f64().unwrap_or(0.0));
+    assert!(was > 0.15 && now < was / 6.0, "{}", d["findings"]);
+    let change = sync["change"][0].as_str().unwrap();
+    assert!(change == "reduced" || change == "resolved", "{}", d["findings"]);
+    let summary = d["summary"][0].as_str().unwrap();
+    assert!(summary.contains(&format!("{change}: sync_stall")), "{}", d["summary"]);
     assert!(d["categories"].as_array().unwrap().iter().any(|c| c["category"] == "gemm"));
     // The same kernels ran in both: none gained or lost.
     for k in d["kernels"].as_array().unwrap() {
@@ -407,7 +412,7 @@ fn diff_names_the_bottleneck_a_change_resolved() {
         assert!(f["change"][0] == "persists" || f["change"][0] == "absent", "{f}");
     }
     let text = Command::new(cuflight_bin()).arg("diff").args([&before, &after]).output().unwrap();
-    assert!(String::from_utf8_lossy(&text.stdout).contains("reduced"), "{}", String::from_utf8_lossy(&text.stdout));
+    assert!(String::from_utf8_lossy(&text.stdout).contains(change), "{}", String::from_utf8_lossy(&text.stdout));
     let html = before.with_extension("html");
     let out = Command::new(cuflight_bin())
         .args(["diff", "--format", "html", "--force", "-o"])

@@ -142,6 +142,8 @@ struct Importer {
     /// Per process, a rank given by a `process_labels` metadata event ("rank R", as cuflight writes a trace of
     /// several ranks); it wins over `distributedInfo`.
     process_ranks: rustc_hash::FxHashMap<u32, u32>,
+    /// Per process, what a cuflight capture traced (its export's `cuflight_traced` metadata event).
+    process_traced: rustc_hash::FxHashMap<u32, String>,
     events: u64,
     fractional: bool,
     /// API calls per process (the process that launches the most gets GPU work whose launch is missing).
@@ -179,6 +181,7 @@ impl Importer {
             kernel_figures: Default::default(),
             rank: None,
             process_ranks: Default::default(),
+            process_traced: Default::default(),
             events: 0,
             fractional: false,
             api_calls: Default::default(),
@@ -262,6 +265,12 @@ impl Importer {
                 let rank = labels.split(',').find_map(|l| l.trim().strip_prefix("rank ")?.parse().ok());
                 if let Some(r) = rank {
                     self.process_ranks.insert(pid as u32, r);
+                }
+            }
+            // Kept only as a list `--trace` accepts, written anew (the file is another program's).
+            "cuflight_traced" => {
+                if let Ok(mask) = cuflight_format::tracing::parse(&name) {
+                    self.process_traced.insert(pid as u32, cuflight_format::tracing::describe(mask));
                 }
             }
             _ => {}
@@ -535,6 +544,7 @@ impl Importer {
             p.info.cmdline = vec![p.name.clone()];
             p.info.finished = true;
             p.rank = self.process_ranks.get(&pid).copied().or(self.rank);
+            p.info.traced = self.process_traced.remove(&pid).unwrap_or_default();
             if !self.return_codes_seen {
                 let why = "the trace holds no CUDA return codes (torch.profiler records none)";
                 p.info.not_recorded.push(("errors".into(), why.into()));

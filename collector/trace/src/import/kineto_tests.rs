@@ -77,3 +77,18 @@ fn run_metadata_after_the_events_reaches_every_process() {
         "no wall time; a control character is no name"
     );
 }
+
+/// cuflight's own export says what its capture traced, so that the capture and its export read alike; a list
+/// `--trace` would refuse is dropped, never kept as written.
+#[test]
+fn what_a_cuflight_capture_traced_survives_its_export() {
+    let text = r#"{"traceEvents":[
+        {"ph":"M","name":"cuflight_traced","pid":10,"tid":0,"args":{"name":"cuda, nvtx"}},
+        {"ph":"M","name":"cuflight_traced","pid":20,"tid":0,"args":{"name":"cuda,<script>"}},
+        {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":10,"tid":11,"ts":100,"dur":5,"args":{"correlation":7}},
+        {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":20,"tid":21,"ts":100,"dur":5,"args":{"correlation":8}},
+        {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":30,"tid":31,"ts":100,"dur":5,"args":{"correlation":9}}]}"#;
+    let t = import(text.as_bytes()).unwrap();
+    let traced = |pid: u32| t.processes[&pid].info.traced.clone();
+    assert_eq!((traced(10).as_str(), traced(20).as_str(), traced(30).as_str()), ("cuda,nvtx", "", ""));
+}
