@@ -1,7 +1,10 @@
 """Runs Holistic Trace Analysis' temporal breakdown on one Kineto JSON trace (plain or .gz) and prints it as JSON:
 {"idle_us", "compute_us", "non_compute_us", "kernel_us"} for the trace's rank, and its idle time breakdown
 summed over streams: {"host_wait_us", "kernel_wait_us", "other_us"}, and its communication/computation overlap
-{"comm_overlap_pct"} (null without communication kernels). Usage: hta_breakdown.py TRACE
+{"comm_overlap_pct"} (null without communication kernels). Usage: hta_breakdown.py [--exact] TRACE
+
+--exact keeps nanoseconds (HTA_DISABLE_NS_ROUNDING=1), as cuflight breaks down its own captures and their export;
+without it HTA rounds starts up and ends down to whole microseconds, and sub-microsecond ops turn negative.
 """
 import json
 import logging
@@ -12,6 +15,9 @@ import sys
 import tempfile
 
 logging.disable(logging.WARNING)
+if "--exact" in sys.argv:
+    sys.argv.remove("--exact")
+    os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
 from hta.trace_analysis import TraceAnalysis  # noqa: E402
 
 

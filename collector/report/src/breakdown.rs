@@ -16,8 +16,9 @@
 //! - **Non-compute**: span - idle - compute (communication, memory and other GPU work not overlapped by compute).
 //! - **Rounding**: HTA rounds traces whose timestamps have fractions of a microsecond (start up to the next whole
 //!   µs, end down to the previous one, a workaround for overlapping events in PyTorch's ns-resolution traces).
-//!   A Kineto import with such timestamps is broken down the same way, so the numbers equal HTA's; cuflight's
-//!   own traces keep exact nanoseconds.
+//!   A torch.profiler trace with such timestamps is broken down the same way, so the numbers equal HTA's;
+//!   cuflight's own captures, and their Kineto export, keep exact nanoseconds (HTA equals them with
+//!   `HTA_DISABLE_NS_ROUNDING=1`).
 //! - **Merging** follows HTA's arithmetic: intervals sorted by start are grouped while a start does not pass the
 //!   running maximum end; busy time is Σ(group end - group start), signed (rounding can make an interval
 //!   negative), and the span runs from the first group's start to the last group's end.

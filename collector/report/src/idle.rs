@@ -341,7 +341,7 @@ fn queued_wait(v: &WindowView, op: &Closer, gap_start: u64, waited: u64) -> (Cau
     // miss their process's work (imports: sampled, captured mid-run): a cuflight capture holds every op since it
     // was armed, where such a wait stays unexplained (another process on the GPU, not told apart yet; on cudasim,
     // the simulated GPU's thread waiting for a core of a loaded machine).
-    if waited >= UNSEEN_WORK_NS && v.p.info.traced.is_empty() {
+    if waited >= UNSEEN_WORK_NS && v.p.imported {
         return (CauseKind::UnseenWork, format!("queued work on {stream} waited on GPU work not in the trace"));
     }
     if op.after_wait {

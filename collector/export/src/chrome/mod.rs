@@ -90,11 +90,11 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
     for (&pid, p) in processes {
         let label = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
         out.metadata("process_name", pid as u64, 0, &label).map_err(io)?;
-        // What the capture traced: its importer then knows the trace holds every op of those kinds since the
-        // capture was armed, and reads it as the capture (a wait on work missing from the trace means something
-        // else in a capture than in a sampled torch.profiler trace).
-        if !p.info.traced.is_empty() {
-            out.metadata("cuflight_traced", pid as u64, 0, &p.info.traced).map_err(io)?;
+        // A capture's, with what it traced: its importer then knows the trace holds every op since the capture
+        // was armed, and reads it as the capture (a wait on work missing from the trace means something else in a
+        // capture than in a sampled torch.profiler trace; no rounding to HTA's whole µs).
+        if !p.imported {
+            out.metadata("cuflight_capture", pid as u64, 0, &p.info.traced).map_err(io)?;
         }
         if let Some(rank) = p.rank.filter(|_| ranks.len() > 1) {
             let labels = format!("rank {rank}");

@@ -37,7 +37,7 @@ impl Processes {
     pub fn process(&mut self, pid: u32) -> &mut (Process, StringTable) {
         self.host.entry(pid).or_insert_with(|| {
             let info = cuflight_format::file::ProcessInfo { pid, ..Default::default() };
-            (Process { info, ..Default::default() }, StringTable::default())
+            (Process { info, imported: true, ..Default::default() }, StringTable::default())
         })
     }
 

@@ -142,8 +142,9 @@ struct Importer {
     /// Per process, a rank given by a `process_labels` metadata event ("rank R", as cuflight writes a trace of
     /// several ranks); it wins over `distributedInfo`.
     process_ranks: rustc_hash::FxHashMap<u32, u32>,
-    /// Per process, what a cuflight capture traced (its export's `cuflight_traced` metadata event).
-    process_traced: rustc_hash::FxHashMap<u32, String>,
+    /// Processes of a cuflight capture (its export's `cuflight_capture` metadata event), with what it traced
+    /// (empty when unknown).
+    process_captured: rustc_hash::FxHashMap<u32, String>,
     events: u64,
     fractional: bool,
     /// API calls per process (the process that launches the most gets GPU work whose launch is missing).
@@ -181,7 +182,7 @@ impl Importer {
             kernel_figures: Default::default(),
             rank: None,
             process_ranks: Default::default(),
-            process_traced: Default::default(),
+            process_captured: Default::default(),
             events: 0,
             fractional: false,
             api_calls: Default::default(),
@@ -267,11 +268,11 @@ impl Importer {
                     self.process_ranks.insert(pid as u32, r);
                 }
             }
-            // Kept only as a list `--trace` accepts, written anew (the file is another program's).
-            "cuflight_traced" => {
-                if let Ok(mask) = cuflight_format::tracing::parse(&name) {
-                    self.process_traced.insert(pid as u32, cuflight_format::tracing::describe(mask));
-                }
+            // What it traced is kept only as a list `--trace` accepts, written anew (the file is another
+            // program's).
+            "cuflight_capture" => {
+                let traced = cuflight_format::tracing::parse(&name).map(cuflight_format::tracing::describe);
+                self.process_captured.insert(pid as u32, traced.unwrap_or_default());
             }
             _ => {}
         }
@@ -532,7 +533,12 @@ impl Importer {
         }
         self.python.join(&mut self.host);
         let (host, spool) = self.host.finish()?;
-        let mut trace = Trace { fractional_us_timestamps: self.fractional, ..Default::default() };
+        // HTA rounds ns-resolution traces to whole µs (its workaround for PyTorch's overlapping host events),
+        // which turns sub-µs GPU ops negative; the breakdown follows it on torch.profiler's traces so that the
+        // numbers equal HTA's, but not on cuflight's own export: that reads as its capture did, exactly (HTA too,
+        // with HTA_DISABLE_NS_ROUNDING=1; docs/report.md).
+        let rounded = self.fractional && self.process_captured.is_empty();
+        let mut trace = Trace { fractional_us_timestamps: rounded, ..Default::default() };
         for (pid, (mut p, _)) in host {
             if self.python.too_many(pid) {
                 p.info.not_recorded.push((
@@ -544,7 +550,9 @@ impl Importer {
             p.info.cmdline = vec![p.name.clone()];
             p.info.finished = true;
             p.rank = self.process_ranks.get(&pid).copied().or(self.rank);
-            p.info.traced = self.process_traced.remove(&pid).unwrap_or_default();
+            if let Some(traced) = self.process_captured.remove(&pid) {
+                (p.imported, p.info.traced) = (false, traced);
+            }
             if !self.return_codes_seen {
                 let why = "the trace holds no CUDA return codes (torch.profiler records none)";
                 p.info.not_recorded.push(("errors".into(), why.into()));

@@ -78,17 +78,22 @@ fn run_metadata_after_the_events_reaches_every_process() {
     );
 }
 
-/// cuflight's own export says what its capture traced, so that the capture and its export read alike; a list
-/// `--trace` would refuse is dropped, never kept as written.
+/// cuflight's own export marks its processes as a capture's, with what it traced: they read as the capture did
+/// (every op held since it was armed, exact ns, not HTA's whole µs); a traced list `--trace` would refuse is
+/// dropped, never kept as written; a process without the mark is an import.
 #[test]
-fn what_a_cuflight_capture_traced_survives_its_export() {
+fn a_cuflight_capture_reads_back_from_its_export_as_a_capture() {
     let text = r#"{"traceEvents":[
-        {"ph":"M","name":"cuflight_traced","pid":10,"tid":0,"args":{"name":"cuda, nvtx"}},
-        {"ph":"M","name":"cuflight_traced","pid":20,"tid":0,"args":{"name":"cuda,<script>"}},
-        {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":10,"tid":11,"ts":100,"dur":5,"args":{"correlation":7}},
+        {"ph":"M","name":"cuflight_capture","pid":10,"tid":0,"args":{"name":"cuda, nvtx"}},
+        {"ph":"M","name":"cuflight_capture","pid":20,"tid":0,"args":{"name":"cuda,<script>"}},
+        {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":10,"tid":11,"ts":100.5,"dur":5,"args":{"correlation":7}},
         {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":20,"tid":21,"ts":100,"dur":5,"args":{"correlation":8}},
         {"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":30,"tid":31,"ts":100,"dur":5,"args":{"correlation":9}}]}"#;
     let t = import(text.as_bytes()).unwrap();
-    let traced = |pid: u32| t.processes[&pid].info.traced.clone();
-    assert_eq!((traced(10).as_str(), traced(20).as_str(), traced(30).as_str()), ("cuda,nvtx", "", ""));
+    let read = |pid: u32| (t.processes[&pid].info.traced.as_str(), t.processes[&pid].imported);
+    assert_eq!((read(10), read(20), read(30)), (("cuda,nvtx", false), ("", false), ("", true)));
+    assert!(!t.fractional_us_timestamps, "a capture's export keeps its nanoseconds");
+    let foreign = text.replace("cuflight_capture", "other_tool");
+    let t = import(foreign.as_bytes()).unwrap();
+    assert!(t.processes.values().all(|p| p.imported) && t.fractional_us_timestamps);
 }

@@ -41,6 +41,10 @@ pub struct Process {
     /// The CUDA runtime's version (12040 = 12.4) where an imported trace says (torch.profiler's
     /// `cuda_runtime_version`); 0 unknown.
     pub cuda_runtime_version: u32,
+    /// Read from another tool's trace (torch.profiler's Kineto JSON, an nsys export): it holds what that tool
+    /// recorded, which can miss the process's work (sampled, graph kernels left out, begun mid-run). False for
+    /// cuflight's captures, read back from their Kineto export too: they hold every op since they were armed.
+    pub imported: bool,
 }
 
 /// Whether a cuflight-recorded event's time cannot be true: a start of 0 (the agent stamps CLOCK_MONOTONIC, which
@@ -145,7 +149,8 @@ impl Process {
 pub struct Trace {
     pub processes: BTreeMap<u32, Process>,
     pub footer: Footer,
-    /// Imported from Kineto JSON whose timestamps have fractions of a microsecond (HTA rounds those).
+    /// Imported from Kineto JSON whose timestamps have fractions of a microsecond (HTA rounds those), not
+    /// written by cuflight.
     pub fractional_us_timestamps: bool,
     /// Why the file ended before its footer (read up to its last complete block), if it did.
     pub cut_short: Option<String>,
