@@ -555,23 +555,32 @@ fn failed_calls_are_named_and_a_device_fault_names_its_suspect_kernel() {
     }
 }
 
-/// A host operator named like the kernel it launches (torch.compile's Triton call, 95.8 µs on the host) is no GPU
-/// work: the breakdown counts the one kernel of 1.76 µs. HTA 0.5.0 gives 94 µs of compute for its own
-/// `triton_example` trace, built like this one (docs/report.md says why cuflight differs).
+/// A host operator named like the kernel it launches (torch.compile's Triton call, 95.8 µs on the host, with the
+/// stream it launches on as an argument) is no GPU work: the breakdown counts the one kernel of 1.76 µs. Nor is a
+/// context synchronisation, which Kineto writes with stream 4294967295 (CUPTI's "no stream", unsigned). HTA 0.5
+/// counts both, as it takes every event whose stream is not -1 for a GPU op (94 µs of compute on its own
+/// `triton_example` trace, built like this one; the span to a late context sync on its `critical_path` traces):
+/// the report says so beside its breakdown (docs/report.md).
 #[test]
 fn a_host_operator_named_like_a_kernel_is_no_gpu_work() {
     let dir = scratch("report-triton-example");
     let path = dir.join("triton.json");
     let trace = r#"{"traceEvents": [
  {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 10, "tid": 10, "ts": 1000.0, "dur": 2000.0},
- {"ph": "X", "cat": "cpu_op", "name": "triton_poi_fused_add_cos_sin_0", "pid": 10, "tid": 10, "ts": 1264.0, "dur": 95.812},
+ {"ph": "X", "cat": "cpu_op", "name": "triton_poi_fused_add_cos_sin_0", "pid": 10, "tid": 10, "ts": 1264.0, "dur": 95.812, "args": {"stream": 0}},
  {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "pid": 10, "tid": 10, "ts": 1309.1, "dur": 47.768, "args": {"correlation": 7}},
  {"ph": "X", "cat": "kernel", "name": "triton_poi_fused_add_cos_sin_0", "pid": 0, "tid": 7, "ts": 1354.592, "dur": 1.76, "args": {"device": 0, "stream": 7, "correlation": 7}},
- {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 10, "tid": 10, "ts": 1514.1, "dur": 16.846, "args": {"correlation": 8}}
+ {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 10, "tid": 10, "ts": 1514.1, "dur": 16.846, "args": {"correlation": 8}},
+ {"ph": "X", "cat": "cuda_sync", "name": "Context Sync", "pid": 0, "tid": -1, "ts": 1520.0, "dur": 10.0, "args": {"cuda_sync_kind": "Context Sync", "stream": 4294967295, "correlation": 8, "device": 0}}
 ]}"#;
     std::fs::write(&path, trace).unwrap();
     let r = report(&path);
     let b = &r["processes"][0]["breakdown"];
     assert_eq!(b["gpu_ops"], 1, "{b}");
-    assert!(b["compute_ns"].as_u64().unwrap() <= 2_000, "{b}");
+    assert!(b["compute_ns"].as_u64().unwrap() <= 2_000 && b["span_ns"].as_u64().unwrap() <= 2_000, "{b}");
+    assert_eq!((&b["not_gpu_work"]["host_ops"], &b["not_gpu_work"]["context_syncs"]), (&1.into(), &1.into()), "{b}");
+    let out = Command::new(cuflight_bin()).arg("report").arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.contains("left out where HTA counts it")).expect("the difference named");
+    assert!(line.contains("1 context synchronisation") && line.contains("1 host operator"), "{line}");
 }

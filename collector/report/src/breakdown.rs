@@ -3,7 +3,9 @@
 //!
 //! - **GPU ops**: kernels, memcpys, memsets and synchronisation records on a stream (HTA: every event with a
 //!   `stream`; Kineto's `cuda_sync`, CUPTI's SYNCHRONIZATION records). A context synchronisation has no stream
-//!   (-1) and is left out, as HTA leaves it. HTA types them by name like kernels: a stream wait ("Stream Wait
+//!   and is left out, as HTA leaves it when the file says -1 (cuflight's export); Kineto writes 4294967295,
+//!   which HTA counts, as it counts host operators with a stream argument: neither is GPU work, the import
+//!   counts them ([`NotGpuWork`]) and the report names them. HTA types them by name like kernels: a stream wait ("Stream Wait
 //!   Event", no "Sync" in it) is computation, the others are not.
 //! - **Traced iterations**: when the trace holds at least two `ProfilerStep#N` ranges, the last step is left
 //!   out, as HTA does: host events must start before the last step starts, and a GPU op counts only if a kept
@@ -24,6 +26,7 @@
 //!   negative), and the span runs from the first group's start to the last group's end.
 
 use cuflight_format::RawEvent;
+use cuflight_trace::model::trace::NotGpuWork;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -35,6 +38,9 @@ pub struct Breakdown {
     pub span_ns: u64,
     /// GPU ops counted (after the last-step rule).
     pub gpu_ops: u64,
+    /// What HTA counts as GPU ops in the trace and cuflight leaves out, being no GPU work; with any, HTA's figures
+    /// differ from these.
+    pub not_gpu_work: NotGpuWork,
 }
 
 impl Breakdown {
@@ -232,6 +238,7 @@ impl Hta {
             non_compute_ns: clamp(span - idle - compute_ns),
             span_ns: clamp(span),
             gpu_ops: self.gpu_ops,
+            not_gpu_work: NotGpuWork::default(),
         };
         (b, self.split)
     }

@@ -646,6 +646,7 @@ impl<'a> Sweep<'a> {
             }
         }
         (self.out.breakdown, self.out.idle_split) = self.hta.finish();
+        self.out.breakdown.not_gpu_work = p.not_gpu_work;
         self.out.utilization = self.utilization.finish();
         self.out.fp32_union_ns = self.fp32_union.total();
         self.out.fusable = self.fusion.finish();

@@ -118,6 +118,22 @@ fn process(out: &mut String, p: &ProcessReport) {
         b.percent(b.compute_ns),
         b.percent(b.non_compute_ns)
     ));
+    let mut left_out = Vec::new();
+    let n = &b.not_gpu_work;
+    if n.context_syncs > 0 {
+        let what = "context synchronisation(s) (host waits on no stream, which the trace writes as stream 4294967295)";
+        left_out.push(format!("{} {what}", n.context_syncs));
+    }
+    if n.host_ops > 0 {
+        let what = "host operator(s) with a stream argument (kernel launchers such as Triton's, run on the CPU)";
+        left_out.push(format!("{} {what}", n.host_ops));
+    }
+    if !left_out.is_empty() {
+        out.push_str(&format!(
+            "    not GPU work, left out where HTA counts it as GPU ops (so HTA's figures differ): {}\n",
+            left_out.join("; ")
+        ));
+    }
     let i = &p.idle_breakdown;
     out.push_str(&format!(
         "  idle by cause (per stream, HTA): host wait {}, kernel wait {}, other {}\n",

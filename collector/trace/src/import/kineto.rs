@@ -145,6 +145,11 @@ struct Importer {
     /// Processes of a cuflight capture (its export's `cuflight_capture` metadata event), with what it traced
     /// (empty when unknown).
     process_captured: rustc_hash::FxHashMap<u32, String>,
+    /// Per process, what HTA would take for GPU ops ([`Process::not_gpu_work`]).
+    not_gpu_work: rustc_hash::FxHashMap<u32, crate::model::trace::NotGpuWork>,
+    /// Context synchronisations written with stream 4294967295, by (start, correlation): counted for the process
+    /// their GPU events go to once placed.
+    unsigned_context_syncs: rustc_hash::FxHashSet<(u64, u32)>,
     events: u64,
     fractional: bool,
     /// API calls per process (the process that launches the most gets GPU work whose launch is missing).
@@ -183,6 +188,8 @@ impl Importer {
             rank: None,
             process_ranks: Default::default(),
             process_captured: Default::default(),
+            not_gpu_work: Default::default(),
+            unsigned_context_syncs: Default::default(),
             events: 0,
             fractional: false,
             api_calls: Default::default(),
@@ -410,11 +417,17 @@ impl Importer {
                 ev.set_sync(SyncRecord { kind: crate::model::cupti_labels::sync_kind_from_name(kind), event: 0 });
                 ev.device = u(a.device).unwrap_or(pid) as u32;
                 ev.stream = a.stream.unwrap_or(tid as i64) as u32;
+                if a.stream == Some(u32::MAX as i64) {
+                    self.unsigned_context_syncs.insert((ev.start, ev.correlation));
+                }
                 self.gpu_event(ev, (pid, tid));
             }
             (b"X", _) => {
                 if cat == b"python_function" {
                     self.python.range(pid as u32, tid as u32, (start, end), &e.name);
+                }
+                if a.stream.is_some_and(|s| s != -1) {
+                    self.not_gpu_work.entry(pid as u32).or_default().host_ops += 1;
                 }
                 // cuflight's own exports keep the NVTX domain in args; Kineto's user annotations have none.
                 let domain = a.domain.as_deref().unwrap_or(if cat.is_empty() { "other" } else { cat_text() });
@@ -488,6 +501,10 @@ impl Importer {
                     Some(&host) => host,
                     None => this.correlation_pid.get(&ev.correlation).copied().unwrap_or(default_host),
                 };
+                if ev.kind() == Some(EventKind::Sync) && this.unsigned_context_syncs.remove(&(ev.start, ev.correlation))
+                {
+                    this.not_gpu_work.entry(pid).or_default().context_syncs += 1;
+                }
                 let (p, t) = this.host.process(pid);
                 let mut to_local = |id: u32| *local.entry((pid, id)).or_insert_with(|| t.id(p, names.name(id)));
                 ev.name = to_local(ev.name);
@@ -550,6 +567,7 @@ impl Importer {
             p.info.cmdline = vec![p.name.clone()];
             p.info.finished = true;
             p.rank = self.process_ranks.get(&pid).copied().or(self.rank);
+            p.not_gpu_work = self.not_gpu_work.get(&pid).copied().unwrap_or_default();
             if let Some(traced) = self.process_captured.remove(&pid) {
                 (p.imported, p.info.traced) = (false, traced);
             }

@@ -45,6 +45,19 @@ pub struct Process {
     /// recorded, which can miss the process's work (sampled, graph kernels left out, begun mid-run). False for
     /// cuflight's captures, read back from their Kineto export too: they hold every op since they were armed.
     pub imported: bool,
+    /// Events of an imported trace that HTA counts as GPU ops, being no GPU work, which cuflight leaves out.
+    pub not_gpu_work: NotGpuWork,
+}
+
+/// Events HTA takes for GPU ops, as it reads every event with a stream argument but -1 as one.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct NotGpuWork {
+    /// Context synchronisations written with stream 4294967295 (Kineto writes CUPTI's "no stream" unsigned):
+    /// host waits on no stream.
+    pub context_syncs: u64,
+    /// Host operators with a stream argument (torch.profiler records the stream a Triton kernel's launcher
+    /// launches on): host work.
+    pub host_ops: u64,
 }
 
 /// Whether a cuflight-recorded event's time cannot be true: a start of 0 (the agent stamps CLOCK_MONOTONIC, which
