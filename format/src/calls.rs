@@ -81,6 +81,10 @@ impl CallEffects {
     /// Makes or updates an executable graph (`cudaGraphInstantiate*`, `cudaGraphExecUpdate`, `cuGraphUpload`):
     /// host work, milliseconds for a large graph, paid once when graphs are reused.
     pub const INSTANTIATES_GRAPH: u32 = 1 << 16;
+    /// Sets CUDA up: creates or destroys a context or stream, loads a module or library, sets a limit or a
+    /// function's attributes (`cudaStreamCreateWithFlags`, `cuModuleLoadData`, `cudaFuncSetAttribute`). Host work
+    /// inside the driver, once or rarely, milliseconds where it initialises CUDA; never a launch's overhead.
+    pub const SETS_UP: u32 = 1 << 17;
 
     /// The effects of the call named `name` (any dialect, see the module's header).
     pub fn of(name: &str) -> CallEffects {
@@ -113,6 +117,7 @@ impl CallEffects {
         set(has("StreamBeginCapture"), Self::BEGINS_CAPTURE);
         set(has("StreamEndCapture"), Self::ENDS_CAPTURE);
         set(has("GraphInstantiate") || has("GraphExecUpdate") || has("GraphUpload"), Self::INSTANTIATES_GRAPH);
+        set(sets_up(base), Self::SETS_UP);
         set(
             matches!(base, "cudaSetDevice" | "cudaEventCreate" | "cudaEventCreateWithFlags" | "cudaEventDestroy"),
             Self::BOOKKEEPING,
@@ -153,6 +158,12 @@ impl CallEffects {
     #[inline]
     pub fn only_queries(self) -> bool {
         self.has(Self::QUERIES)
+    }
+    /// Sets CUDA up ([`Self::SETS_UP`]): time in it is the host's own work, not a launch's overhead (a stream
+    /// created in 474 ms as CUDA initialised, on HTA's critical_path traces).
+    #[inline]
+    pub fn only_sets_up(self) -> bool {
+        self.has(Self::SETS_UP)
     }
     /// Blocks the calling thread until the GPU reaches a point: an explicit synchronisation, or a copy that is not
     /// asynchronous (`cudaMemcpy`, `cuMemcpyHtoD_v2`). Asynchronous copies into pageable memory block too, but
@@ -209,6 +220,28 @@ impl CallEffects {
 /// A call that only reads state, by its base name: a `Get`, `Peek` or `Is...` verb (the current device or context,
 /// the last error, attributes, versions, capture status, free memory), and the capture-mode exchange PyTorch makes
 /// around every operation.
+/// Calls that set CUDA up ([`CallEffects::SETS_UP`]), by what they make, load or configure (runtime and driver
+/// names alike: `cudaStreamCreate`, `cuStreamCreate`, `cuModuleLoadDataEx`, `cuLibraryLoadFromFile`).
+fn sets_up(base: &str) -> bool {
+    const VERBS: [&str; 14] = [
+        "StreamCreate",
+        "StreamDestroy",
+        "CtxCreate",
+        "CtxDestroy",
+        "PrimaryCtxRetain",
+        "PrimaryCtxRelease",
+        "PrimaryCtxReset",
+        "DeviceReset",
+        "ModuleLoad",
+        "ModuleUnload",
+        "LibraryLoad",
+        "LibraryUnload",
+        "SetLimit",
+        "FuncSetAttribute",
+    ];
+    VERBS.iter().any(|v| base.contains(v))
+}
+
 fn reads_state_only(base: &str) -> bool {
     let verb = base
         .strip_prefix("__cuda")

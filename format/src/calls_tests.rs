@@ -6,7 +6,7 @@ use super::*;
 use std::fmt::Write;
 
 /// The effect names, in bit order, as the table writes them.
-const EFFECTS: [(u32, &str); 17] = [
+const EFFECTS: [(u32, &str); 18] = [
     (CallEffects::LAUNCHES_KERNEL, "launches_kernel"),
     (CallEffects::LAUNCHES_GRAPH, "launches_graph"),
     (CallEffects::COPIES, "copies"),
@@ -24,6 +24,7 @@ const EFFECTS: [(u32, &str); 17] = [
     (CallEffects::BEGINS_CAPTURE, "begins_capture"),
     (CallEffects::ENDS_CAPTURE, "ends_capture"),
     (CallEffects::INSTANTIATES_GRAPH, "instantiates_graph"),
+    (CallEffects::SETS_UP, "sets_up"),
 ];
 
 fn describe(domain: &str, cbid: u32, name: &str) -> String {

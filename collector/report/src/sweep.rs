@@ -253,8 +253,8 @@ impl<'a> Sweep<'a> {
                     self.stream_waits.host_fn_call(e.tid, e.start);
                 }
                 self.graph_setup_call(call, e);
-                // State queries neither queue nor wait: the time in them is the host's own (see idle.rs).
-                if self.plan.launchers.contains(&e.tid) && !call.only_queries() {
+                // State queries and set-up neither queue nor wait: the time in them is the host's own (idle.rs).
+                if self.plan.launchers.contains(&e.tid) && !call.only_queries() && !call.only_sets_up() {
                     let class = call.class(self.plan.pageable_dtoh.contains(&e.correlation));
                     let call = super::step_path::PathCall {
                         start: span.0,
