@@ -83,6 +83,10 @@ pub fn run(traces: Vec<PathBuf>, tables: Tables, output: Option<PathBuf>, force:
         if default_view && !stats.gpu_metrics.is_empty() {
             summaries.push(Report::GpuMetrics);
         }
+        // So is the Triton table when torch.compile made the kernels.
+        if default_view && !stats.triton.is_empty() {
+            summaries.push(Report::Triton);
+        }
         text = stats.render_in(&summaries, style, unit);
     }
     if per_event.is_empty() {

@@ -609,3 +609,43 @@ fn filters_summarise_what_a_range_launched() {
         assert!(!out.status.success() && err.contains(says), "{err}");
     }
 }
+
+/// torch.compile's kernels grouped by what they fuse: two copies of one chain (`_0`, `_3`) in one row, a
+/// reduction apart, other kernels left out; the table is in the default view only when there are Triton kernels.
+#[test]
+fn triton_kernels_are_grouped_by_the_operations_they_fuse() {
+    let dir = scratch("stats-triton");
+    let kernel = |name: &str, ts: u64, dur: u64| {
+        format!(
+            r#"{{"ph":"X","cat":"kernel","name":"{name}","pid":0,"tid":7,"ts":{ts},"dur":{dur},"args":{{"device":0,"stream":7}}}}"#
+        )
+    };
+    let events = [
+        kernel("triton_poi_fused_add_mul_0", 10, 5),
+        kernel("triton_poi_fused_add_mul_3", 20, 5),
+        kernel("triton_red_fused__to_copy_mean_pow_rsqrt_1", 30, 20),
+        kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 60, 50),
+    ];
+    let compiled = dir.join("compiled.json");
+    std::fs::write(&compiled, format!(r#"{{"traceEvents":[{}]}}"#, events.join(","))).unwrap();
+    let out = stats_with(&["--format", "json", "--report", "triton", compiled.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = serde_json::from_slice::<Value>(&out.stdout).unwrap()["triton"].clone();
+    assert_eq!(rows.as_array().unwrap().len(), 2, "{rows}");
+    assert_eq!(
+        (rows[0]["kind"].as_str(), rows[0]["fused"].as_str()),
+        (Some("reduction"), Some("_to_copy_mean_pow_rsqrt"))
+    );
+    assert_eq!(
+        (rows[1]["fused"].as_str(), rows[1]["kernels"].as_u64(), rows[1]["count"].as_u64()),
+        (Some("add_mul"), Some(2), Some(2))
+    );
+    assert!((rows[1]["percent"].as_f64().unwrap() - 12.5).abs() < 0.01, "{rows}");
+    let title = "Triton kernels (torch.compile) by what they fuse";
+    let text = String::from_utf8_lossy(&stats_with(&[compiled.to_str().unwrap()]).stdout).to_string();
+    assert!(text.contains(title) && text.contains("add_mul"), "{text}");
+    let eager = dir.join("eager.json");
+    std::fs::write(&eager, format!(r#"{{"traceEvents":[{}]}}"#, events[3])).unwrap();
+    let text = String::from_utf8_lossy(&stats_with(&[eager.to_str().unwrap()]).stdout).to_string();
+    assert!(!text.contains(title), "{text}");
+}

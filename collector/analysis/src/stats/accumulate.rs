@@ -343,6 +343,7 @@ impl StatsAcc {
             nvtx_gpu_proj,
             nvtx_kern,
             nvtx_categories: self.nvtx_categories.into_iter().collect(),
+            triton: Vec::new(),
             graphs: self
                 .graphs
                 .into_iter()
@@ -375,6 +376,7 @@ impl StatsAcc {
         stats.api_gpu_sum = combine(&[(API, &stats.api), (KERNEL, &stats.kernels), (MEMORY, &stats.gpu_mem_time)]);
         let by_full_name = full_names.as_ref().unwrap_or(&stats.kernels);
         stats.categories = super::categories::category_rows(by_full_name, &stats.memcpy, &stats.memset);
+        stats.triton = super::triton::triton_rows(by_full_name);
         stats
     }
 }

@@ -21,6 +21,7 @@ pub mod python;
 mod render;
 mod reports;
 mod row_stream;
+pub mod triton;
 
 use crate::table::Table;
 pub use accumulate::StatsAcc;
@@ -279,6 +280,8 @@ pub struct Stats {
     pub nvtx_categories: Vec<NvtxCategoryRow>,
     /// CUDA graphs whose nodes ran: launches (distinct launch calls), kernels, their total time.
     pub graphs: Vec<GraphRow>,
+    /// torch.compile's Triton kernels by kind and fused operations ([`triton`]).
+    pub triton: Vec<triton::TritonRow>,
     pub sync: Vec<SyncRow>,
     /// Calls that wait for the GPU, copy or allocate, by the Python source line behind them.
     pub python_sync: Vec<python::PythonSyncRow>,

@@ -129,6 +129,7 @@ impl Stats {
             ),
             Report::PythonSync => self.python_sync_table(),
             Report::Graphs => self.graphs_table(),
+            Report::Triton => self.triton_table(),
             Report::GemmPerf => super::op_perf::gemm::table(&self.gemm_perf),
             Report::AttentionPerf => super::op_perf::attention::table(&self.attention_perf),
             Report::GpuMetrics => super::gpu_metrics::table(&self.gpu_metrics),
@@ -328,6 +329,19 @@ impl Stats {
                 r.function.clone(),
                 r.calls.clone(),
             ]);
+        }
+        t
+    }
+
+    fn triton_table(&self) -> Table {
+        let mut t = Table::new(
+            "Triton kernels (torch.compile) by what they fuse",
+            &["Time (%)", "Total Time (ns)", "Count", "Kernels", "Kind", "Fused"],
+        );
+        for r in &self.triton {
+            let fused = if r.fused.is_empty() { "-".to_string() } else { r.fused.clone() };
+            let cells = [r.total_ns.to_string(), r.count.to_string(), r.kernels.to_string(), r.kind.to_string()];
+            t.row([vec![format!("{:.1}", r.percent)], cells.to_vec(), vec![fused]].concat());
         }
         t
     }

@@ -22,6 +22,8 @@ pub enum Report {
     Sync,
     PythonSync,
     Graphs,
+    /// torch.compile's Triton kernels by what they fuse (cuflight's).
+    Triton,
     /// GEMM and attention operators by shape (cuflight's: nsys has no shapes).
     GemmPerf,
     AttentionPerf,
@@ -44,7 +46,7 @@ pub enum Report {
 }
 
 impl Report {
-    pub const ALL: [Report; 24] = [
+    pub const ALL: [Report; 25] = [
         Report::Kernels,
         Report::KernGrid,
         Report::Categories,
@@ -61,6 +63,7 @@ impl Report {
         Report::Sync,
         Report::PythonSync,
         Report::Graphs,
+        Report::Triton,
         Report::GemmPerf,
         Report::AttentionPerf,
         Report::GpuMetrics,
@@ -102,6 +105,7 @@ impl Report {
             Report::GemmPerf,
             Report::AttentionPerf,
             Report::GpuMetrics,
+            Report::Triton,
         ];
         Report::ALL.into_iter().filter(|r| !left_out.contains(r)).collect()
     }
@@ -125,6 +129,7 @@ impl Report {
             Report::Sync => ("sync", "sync"),
             Report::PythonSync => ("python_sync_sum", "python_sync"),
             Report::Graphs => ("graphs", "graphs"),
+            Report::Triton => ("triton", "triton"),
             Report::GemmPerf => ("gemm_perf", "gemm_perf"),
             Report::AttentionPerf => ("attention_perf", "attention_perf"),
             Report::GpuMetrics => ("gpu_metrics", "gpu_metrics"),
