@@ -222,6 +222,9 @@ fn steps_table(out: &mut String, p: &ProcessReport) {
     if let Some(w) = super::text::warmup_line(&p.warmup) {
         let _ = write!(out, "<p class=warmup>{}</p>", esc(&w));
     }
+    if let Some(l) = super::text::first_runs_line(&p.warmup) {
+        let _ = write!(out, "<p class=warmup>{}</p>", esc(&l));
+    }
     if let Some(f) = &p.filtered {
         let _ = write!(out, "<p class=warmup>Filtered: analysed {}</p>", esc(f));
     }

@@ -525,6 +525,10 @@ pub fn plan(
             super::warmup::detect(&steps.windows, &steps.names, &f.warm)
         };
         warmup.kernels_only_in_warmup = warmup.example_kernels.iter().map(|&k| p.string(k).to_string()).collect();
+        for later in &mut warmup.later {
+            later.examples = later.kernel_ids.iter().take(3).map(|&k| p.string(k).to_string()).collect();
+            later.recompiled = later.kernel_ids.iter().all(|&k| p.string(k).starts_with("triton_"));
+        }
         plans.insert(
             k,
             Plan {

@@ -171,6 +171,9 @@ fn process(out: &mut String, p: &ProcessReport) {
     if let Some(w) = warmup_line(&p.warmup) {
         out.push_str(&format!("  {w}\n"));
     }
+    if let Some(l) = first_runs_line(&p.warmup) {
+        out.push_str(&format!("  {l}\n"));
+    }
     // What the Python stacks cost (above the threshold the warnings say so, with the switch).
     let cheap =
         |s: &super::stack_cost::StackCost| s.in_steps > 0 && s.exposed_share_of_steps <= super::stack_cost::MAX_SHARE;
@@ -307,6 +310,36 @@ pub fn warmup_line(w: &super::warmup::Warmup) -> Option<String> {
         names.join(", "),
         ms(w.steady_step_ns),
         w.describe()
+    ))
+}
+
+/// The later steps that paid for first-time work (recompilations), each with its cost; None when there were none.
+pub fn first_runs_line(w: &super::warmup::Warmup) -> Option<String> {
+    if w.later.is_empty() {
+        return None;
+    }
+    let steps: Vec<String> = w
+        .later
+        .iter()
+        .take(5)
+        .map(|f| {
+            let what = if f.recompiled { "a torch.compile recompilation: " } else { "" };
+            let kind = if f.recompiled { "new Triton kernel" } else { "kernel" };
+            let e =
+                f.examples.first().map_or(String::new(), |n| format!(", e.g. {}", super::short_names::short_name(n)));
+            let s = if f.new_kernels == 1 { "" } else { "s" };
+            format!("{} +{} ({what}{} {kind}{s} the trace had not run before{e})", f.name, ms(f.cost_ns), f.new_kernels)
+        })
+        .collect();
+    let more = if w.later.len() > 5 { format!(", and {} more", w.later.len() - 5) } else { String::new() };
+    let cost: u64 = w.later.iter().map(|f| f.cost_ns).sum();
+    Some(format!(
+        "Slow steps running kernels for the first time after warm-up: {} step(s), {} over the steady {} in all: {}{more}; \
+         analysed with the rest",
+        w.later.len(),
+        ms(cost),
+        ms(w.steady_step_ns),
+        steps.join("; ")
     ))
 }
 

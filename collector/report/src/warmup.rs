@@ -11,6 +11,11 @@
 //!
 //! Warm-up is the run of such steps from the first one, at most half the steps, and only with three steps or
 //! more (fewer have no steady pattern to compare against).
+//!
+//! A later step pays for first-time work again when it runs kernels that no step before it ran and takes more
+//! than 1.5× the steady median: a `torch.compile` recompilation (a new shape or a guard that failed compiles
+//! new Triton kernels; Inductor names them `triton_*`), a code path taken for the first time (the first
+//! evaluation), a kernel autotuned for a new shape. Each is named with its cost, its time over the median.
 
 use super::spans::Span;
 use rustc_hash::FxHashMap;
@@ -87,6 +92,59 @@ pub struct Warmup {
     /// ... their names, once resolved.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kernels_only_in_warmup: Vec<String>,
+    /// Steps after the warm-up that paid for first-time work again (see the module docs), in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub later: Vec<FirstRun>,
+}
+
+/// A step after the warm-up that ran kernels no earlier step ran, slowly (JSON `warmup.later`).
+#[derive(Debug, Clone, Serialize)]
+pub struct FirstRun {
+    pub name: String,
+    pub start_ns: u64,
+    pub duration_ns: u64,
+    /// Its time over the steady steps' median.
+    pub cost_ns: u64,
+    /// Kernels (distinct names) first run in it.
+    pub new_kernels: usize,
+    /// All of them Triton's (`triton_*`): torch.compile compiled them, so the step recompiled.
+    pub recompiled: bool,
+    /// Their ids in the process's strings, in order of first run.
+    #[serde(skip)]
+    pub kernel_ids: Vec<u32>,
+    /// The first three, by name.
+    pub examples: Vec<String>,
+}
+
+/// Steps from `from` on that ran kernels first seen in them and took over [`SLOW`]× `median`.
+fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, median: u64) -> Vec<FirstRun> {
+    let in_window = |t: u64| windows.partition_point(|w| w.0 <= t).checked_sub(1).filter(|&i| t < windows[i].1);
+    let mut firsts: Vec<(u64, u32)> = ev.kernels.iter().map(|(&k, &(first, _))| (first, k)).collect();
+    firsts.sort_unstable();
+    let mut per: FxHashMap<usize, Vec<u32>> = FxHashMap::default();
+    for (first, k) in firsts {
+        if let Some(i) = in_window(first).filter(|&i| i >= from && i > 0) {
+            per.entry(i).or_default().push(k);
+        }
+    }
+    let mut out: Vec<FirstRun> = per
+        .into_iter()
+        .filter_map(|(i, kernels)| {
+            let d = windows[i].1 - windows[i].0;
+            (median > 0 && d as f64 > SLOW * median as f64).then(|| FirstRun {
+                name: names.get(i).cloned().unwrap_or_default(),
+                start_ns: windows[i].0,
+                duration_ns: d,
+                cost_ns: d - median,
+                new_kernels: kernels.len(),
+                recompiled: false,
+                kernel_ids: kernels,
+                examples: Vec::new(),
+            })
+        })
+        .collect();
+    out.sort_unstable_by_key(|r| r.start_ns);
+    out
 }
 
 impl Warmup {
@@ -163,6 +221,7 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
     let warm_end = detail.last().map_or(0, |d| d.start_ns + d.duration_ns);
     let example_kernels =
         only_before.iter().filter(|&&(_, first, _)| first < warm_end).take(5).map(|&(k, _, _)| k).collect();
+    let later = first_runs(windows, names, ev, detail.len(), median);
     Warmup {
         steps: detail.len(),
         ns: detail.iter().map(|d| d.duration_ns).sum(),
@@ -172,6 +231,7 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
         detail,
         example_kernels,
         kernels_only_in_warmup: Vec::new(),
+        later,
     }
 }
 
@@ -234,6 +294,37 @@ mod tests {
             ev.alloc_call(win.0 + 5);
         }
         assert_eq!(detect(&w, &names, &ev).steps, 0);
+    }
+
+    #[test]
+    fn a_later_step_that_compiles_new_kernels_is_named_with_its_cost() {
+        // 12 steady steps of 100; step 8 recompiles: 400, and runs kernel 3 from then on.
+        let mut d = vec![100u64; 12];
+        d[8] = 400;
+        let (w, names) = windows(&d);
+        let mut ev = Evidence::new();
+        for (i, win) in w.iter().enumerate() {
+            ev.kernel(1, win.0 + 10);
+            if i >= 8 {
+                ev.kernel(3, win.0 + 350.min(win.1 - win.0 - 1));
+            }
+        }
+        let r = detect(&w, &names, &ev);
+        assert_eq!(r.steps, 0);
+        assert_eq!(r.later.len(), 1, "{r:?}");
+        let f = &r.later[0];
+        assert_eq!((f.name.as_str(), f.cost_ns, f.new_kernels, &f.kernel_ids), ("ProfilerStep#8", 300, 1, &vec![3]));
+        // New kernels at steady speed (a second model's first call, cheap) or a slow step with none: neither.
+        d[8] = 100;
+        let (w, names) = windows(&d);
+        assert!(detect(&w, &names, &ev).later.is_empty());
+        d[8] = 400;
+        let (w, names) = windows(&d);
+        let mut ev = Evidence::new();
+        for win in &w {
+            ev.kernel(1, win.0 + 10);
+        }
+        assert!(detect(&w, &names, &ev).later.is_empty());
     }
 
     #[test]
