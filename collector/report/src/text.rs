@@ -143,9 +143,11 @@ fn process(out: &mut String, p: &ProcessReport) {
     ));
     let c = &p.idle_causes;
     out.push_str(&format!(
-        "  idle inside steps {}: data loading {}, sync stalls {}, launch overhead {}, host CPU work {}, allocator {}, \
+        "  idle {} {}: data loading {}, sync stalls {}, launch overhead {}, host CPU work {}, allocator {}, \
          host polling {}, CUDA graph capture {}; queued work waiting {} (on another stream's event {}, collectives {}, host functions {}, \
          CUDA graphs {}, GPU work not in the trace {}, unexplained {})\n",
+        // Without steps the findings cover the whole trace's window.
+        if p.step_total.is_some() { "inside steps" } else { "in the time covered" },
         ms(c.idle_in_steps_ns),
         ms(c.data_loading_ns),
         ms(c.sync_stall_ns),
