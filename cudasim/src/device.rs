@@ -162,23 +162,25 @@ impl Stream {
 
     /// Paces a finished copy like the link it used and emits its record. Between two devices the copy is a
     /// peer-to-peer one (CUPTI_ACTIVITY_MEMCPY_KIND_PTOP).
+    /// A copy that began at `now` on this thread's clock, `late` after its recorded start (a graph node's:
+    /// [`Self::execute`]); returns its recorded end.
     fn copied(
         &self,
-        start: u64,
+        (now, late): (u64, u64),
         op: (u32, Option<(u32, u64)>),
         (dst, src, bytes): (usize, usize, usize),
         is_async: bool,
-    ) {
+    ) -> u64 {
         let (correlation, graph) = op;
         let (sk, dk) = (crate::memory::cupti_kind_of(src), crate::memory::cupti_kind_of(dst));
-        crate::memory::pace_like_pcie(start, bytes, sk, dk);
+        crate::memory::pace_like_pcie(now, bytes, sk, dk);
         let peer = matches!(
             (crate::memory::lookup(src), crate::memory::lookup(dst)),
             (Some((crate::memory::Space::Device, a)), Some((crate::memory::Space::Device, b))) if a != b
         );
         let copy_kind =
             if peer { crate::c::CUPTI_ACTIVITY_MEMCPY_KIND_PTOP as u8 } else { crate::memory::copy_kind(sk, dk) };
-        let end = now_ns();
+        let (start, end) = (now - late, now_ns() - late);
         crate::pm_counters::copy_ran(self.device, start, end, copy_kind as u32, bytes as f64);
         activity::emit(SimRecord::Memcpy {
             start,
@@ -193,10 +195,11 @@ impl Stream {
             is_async,
             graph: graph.unwrap_or((0, 0)),
         });
+        end
     }
 
-    /// Runs one op. `previous_node`: (correlation, recorded end) of the kernel just run, when it was a graph node;
-    /// returns the same for this op.
+    /// Runs one op. `previous_node`: (correlation, recorded end) of the kernel, copy or memset just run, when it was
+    /// a graph node; returns the same for this op.
     fn execute(&self, op: Op, previous_node: Option<(u32, u64)>) -> Option<(u32, u64)> {
         let now = now_ns();
         // A graph launch queues all its nodes at once, and a GPU runs each right after the one before: queued ops
@@ -209,7 +212,8 @@ impl Stream {
             }
             _ => now,
         };
-        // How far this thread runs behind the node's start: the kernel's body runs now and its end moves back.
+        // How far this thread runs behind the node's start: the kernel's body (the copy, the memset) runs now and its
+        // end moves back as far, so that the graph's next node starts the GPU's gap after it.
         let late = now - start;
         match op.work {
             Work::Kernel { f, mut args, grid, block, shared, name } => {
@@ -235,15 +239,18 @@ impl Stream {
                 // copy of the argument taken at launch, alive for the call.
                 unsafe { f(ptrs.as_mut_ptr()) };
                 let end = match KERNEL_ENDS_AT.with(|e| e.get()) {
-                    0 => now_ns(),
+                    0 => now_ns() - late,
                     at => {
-                        let at = at.max(now);
-                        if let Some(wait) = at.checked_sub(now_ns()).filter(|&w| w > 0) {
+                        // It ends its declared time after its start, and the thread sleeps until then, not until
+                        // that long after it got to it: a thread behind its graph catches up instead of falling
+                        // further behind at every node (each sleep wakes late).
+                        let end = at.max(now) - late;
+                        if let Some(wait) = end.checked_sub(now_ns()).filter(|&w| w > 0) {
                             std::thread::sleep(std::time::Duration::from_nanos(wait));
                         }
-                        at
+                        end
                     }
-                } - late;
+                };
                 if counted.is_some() {
                     let span =
                         crate::pm_counters::kernel_span(start, end, grid, block, crate::pm_counters::take_declared());
@@ -255,7 +262,8 @@ impl Stream {
             Work::Memcpy { dst, src, bytes, is_async } => {
                 // SAFETY: the app passed valid ranges of `bytes` bytes (host memory stands in for device memory).
                 unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
-                self.copied(now, (op.correlation, op.graph), (dst, src, bytes), is_async);
+                let end = self.copied((now, late), (op.correlation, op.graph), (dst, src, bytes), is_async);
+                return op.graph.map(|_| (op.correlation, end));
             }
             Work::Memcpy2D { dst, dpitch, src, spitch, width, height, is_async } => {
                 for row in 0..height {
@@ -264,15 +272,17 @@ impl Stream {
                         std::ptr::copy((src + row * spitch) as *const u8, (dst + row * dpitch) as *mut u8, width)
                     };
                 }
-                self.copied(now, (op.correlation, op.graph), (dst, src, width * height), is_async);
+                let end = self.copied((now, late), (op.correlation, op.graph), (dst, src, width * height), is_async);
+                return op.graph.map(|_| (op.correlation, end));
             }
 
             Work::Memset { dst, value, bytes, is_async } => {
                 // SAFETY: the app passed a valid range of `bytes` bytes.
                 unsafe { std::ptr::write_bytes(dst as *mut u8, value, bytes) };
+                let end = now_ns() - late;
                 activity::emit(SimRecord::Memset {
-                    start: now,
-                    end: now_ns(),
+                    start,
+                    end,
                     device: self.device,
                     stream: self.id,
                     correlation: op.correlation,
@@ -282,6 +292,7 @@ impl Stream {
                     is_async,
                     graph: op.graph.unwrap_or((0, 0)),
                 });
+                return op.graph.map(|_| (op.correlation, end));
             }
             Work::Record(ev) => ev.timestamp.store(now, Ordering::Release),
             // SAFETY: the app passed a host function and its argument, valid until the function has run.

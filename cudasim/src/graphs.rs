@@ -6,6 +6,11 @@
 //! launch call, as CUPTI reports them. Synchronising a capturing stream is illegal: it returns
 //! `cudaErrorStreamCaptureUnsupported` and the capture fails at its end with `cudaErrorStreamCaptureInvalidated`.
 //! Nodes run in capture order (the simulator keeps no dependency edges besides stream order).
+//! `cudaGraphExecUpdate` sets an executable graph's node parameters from a topologically identical graph (as many
+//! nodes, each of the same type, paired in order; a kernel node may change its function, as drivers since 11.2
+//! allow) and fails with `cudaErrorGraphExecUpdateFailure` otherwise, its `resultInfo` saying why
+//! (cuda_runtime_api.h, "cudaGraphExecUpdate"). The executable graph keeps its graph and node ids: the update
+//! changes its nodes' parameters in place, so later replays' records name the same nodes.
 
 use crate::context::current_device;
 use crate::device::{self, Capture, Work};
@@ -36,6 +41,16 @@ fn insert(table: &Mutex<Option<HashMap<usize, Arc<Graph>>>>, g: Arc<Graph>) -> u
 
 fn get(table: &Mutex<Option<HashMap<usize, Arc<Graph>>>>, handle: usize) -> Option<Arc<Graph>> {
     table.lock().as_ref()?.get(&handle).cloned()
+}
+
+/// Puts `g` in `table` under an existing handle (an updated executable graph keeps its handle).
+fn replace(table: &Mutex<Option<HashMap<usize, Arc<Graph>>>>, handle: usize, g: Arc<Graph>) {
+    table.lock().get_or_insert_with(HashMap::new).insert(handle, g);
+}
+
+/// Whether two nodes' work is of one node type (kernel, copy or memset), which an update may not change.
+fn same_type(a: &Work, b: &Work) -> bool {
+    std::mem::discriminant(a) == std::mem::discriminant(b)
 }
 
 fn remove(table: &Mutex<Option<HashMap<usize, Arc<Graph>>>>, handle: usize) -> bool {
@@ -99,6 +114,32 @@ runtime_fn!(cudaGraphInstantiate(pGraphExec: *mut c::cudaGraphExec_t, graph: c::
     // An executable graph is a snapshot: later changes to the graph do not reach it.
     let exec = Arc::new(Graph { id: g.id, nodes: g.nodes.clone() });
     if put(pGraphExec, insert(&EXECS, exec) as c::cudaGraphExec_t) { c::cudaSuccess } else { c::cudaErrorInvalidValue }
+});
+
+runtime_fn!(cudaGraphExecUpdate(hGraphExec: c::cudaGraphExec_t, hGraph: c::cudaGraph_t, resultInfo: *mut c::cudaGraphExecUpdateResultInfo) => CUPTI_RUNTIME_TRACE_CBID_cudaGraphExecUpdate_v10020, cudaGraphExecUpdate_v10020_params {
+    let (Some(exec), Some(g)) = (get(&EXECS, hGraphExec as usize), get(&GRAPHS, hGraph as usize)) else {
+        return c::cudaErrorInvalidValue;
+    };
+    if resultInfo.is_null() {
+        return c::cudaErrorInvalidValue;
+    }
+    let result = if exec.nodes.len() != g.nodes.len() {
+        c::cudaGraphExecUpdateErrorTopologyChanged
+    } else if exec.nodes.iter().zip(&g.nodes).any(|((_, a), (_, b))| !same_type(a, b)) {
+        c::cudaGraphExecUpdateErrorNodeTypeChanged
+    } else {
+        c::cudaGraphExecUpdateSuccess
+    };
+    let info = c::cudaGraphExecUpdateResultInfo { result, errorNode: std::ptr::null_mut(), errorFromNode: std::ptr::null_mut() };
+    if !put(resultInfo, info) {
+        return c::cudaErrorInvalidValue;
+    }
+    if result != c::cudaGraphExecUpdateSuccess {
+        return c::cudaErrorGraphExecUpdateFailure;
+    }
+    let nodes = exec.nodes.iter().zip(&g.nodes).map(|((id, _), (_, work))| (*id, work.clone())).collect();
+    replace(&EXECS, hGraphExec as usize, Arc::new(Graph { id: exec.id, nodes }));
+    c::cudaSuccess
 });
 
 runtime_fn!(cudaGraphLaunch(graphExec: c::cudaGraphExec_t, stream: c::cudaStream_t) => CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, cudaGraphLaunch_v10000_params {

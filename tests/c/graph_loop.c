@@ -6,6 +6,9 @@
  *              forward takes), instantiates the graph, replays it once and destroys it: the GPU idles through
  *              each capture, which the graph then saves nothing of.
  *   eager      the work launched op by op each step, 100 us of host work between the kernels.
+ *   update     as once, and beside each replay an eager kernel on a second stream; at step 6 the work is captured
+ *              again copying from another host buffer, and the executable graph updated to it
+ *              (cudaGraphExecUpdate): the same graph and nodes replay, with the new copy's source.
  * It prints "graph_loop: MODE". */
 #include "sim.h"
 #include <nvtx3/nvToolsExt.h>
@@ -21,8 +24,14 @@ void layer(void **args) {
     cudasim_kernel_ends_at(cudasim_machine_monotonic_ns() + 50000);
 }
 
+/* The eager work beside the replays. */
+void side(void **args) {
+    (void)args;
+    cudasim_kernel_ends_at(cudasim_machine_monotonic_ns() + 20000);
+}
+
 enum { BYTES = 1 << 20 };
-static void *dev, *host;
+static void *dev, *host, *host2;
 
 static void launch_all(cudaStream_t s, int host_us) {
     void *args[] = {NULL};
@@ -52,7 +61,11 @@ int main(int argc, char **argv) {
     CHECK(cudaMallocHost(&host, BYTES));
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
-    if (!strcmp(mode, "once")) exec = capture(s, &graph, 100);
+    int update = !strcmp(mode, "update");
+    cudaStream_t s2;
+    CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    CHECK(cudaMallocHost(&host2, BYTES));
+    if (!strcmp(mode, "once") || update) exec = capture(s, &graph, 100);
     for (int step = 0; step < 12; step++) {
         nvtxRangePushA("step");
         if (!strcmp(mode, "eager")) {
@@ -61,16 +74,35 @@ int main(int argc, char **argv) {
             exec = capture(s, &graph, 100);
             CHECK(cudaGraphLaunch(exec, s));
         } else {
+            if (update && step == 6) {
+                /* The same work reading another buffer: a topologically identical graph. */
+                void *first = host;
+                host = host2;
+                cudaGraph_t again;
+                CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+                launch_all(s, 0);
+                CHECK(cudaStreamEndCapture(s, &again));
+                cudaGraphExecUpdateResultInfo info;
+                CHECK(cudaGraphExecUpdate(exec, again, &info));
+                if (info.result != cudaGraphExecUpdateSuccess) return 3;
+                CHECK(cudaGraphDestroy(again));
+                host = first;
+            }
             CHECK(cudaGraphLaunch(exec, s));
+            if (update) {
+                void *args[] = {NULL};
+                launch(side, 1, 32, s2, args);
+            }
         }
         CHECK(cudaStreamSynchronize(s));
+        CHECK(cudaStreamSynchronize(s2));
         if (!strcmp(mode, "recapture")) {
             CHECK(cudaGraphExecDestroy(exec));
             CHECK(cudaGraphDestroy(graph));
         }
         nvtxRangePop();
     }
-    if (!strcmp(mode, "once")) {
+    if (!strcmp(mode, "once") || update) {
         CHECK(cudaGraphExecDestroy(exec));
         CHECK(cudaGraphDestroy(graph));
     }

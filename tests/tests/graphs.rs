@@ -85,3 +85,27 @@ fn a_loop_that_replays_one_graph_is_not_launch_bound_and_its_capture_is_no_step_
         .sum();
     assert!(host_bound >= 0.10, "{}", eager["findings"]);
 }
+
+/// A graph captured before the recording began (`--skip-steps 3`: the window opens after the capture), replayed
+/// across the window's start, updated at step 6 (`cudaGraphExecUpdate`: the same graph and nodes, a new copy
+/// source) and replayed beside eager work on another stream: every replay inside the window is joined to its
+/// launch with all its nodes, the update is no capture loop, and nothing is blamed on launches.
+#[test]
+fn a_graph_captured_before_the_window_and_updated_in_it_is_seen_whole() {
+    let dir = scratch("graphs-update");
+    let prog = build_c("graph_loop", &dir);
+    let rec = record(&dir, &["--skip-steps", "3", "--steps", "9"], &prog, &["update"], &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let (r, s) = (report_json(&rec.trace), stats(&rec.trace));
+    let graphs = s["graphs"].as_array().unwrap();
+    assert_eq!(graphs.len(), 1, "one graph, updated in place: {graphs:?}");
+    // Steps 3..12 recorded: 9 replays of 23 nodes (20 kernels), the last 6 after the update.
+    assert_eq!((graphs[0]["launches"].as_u64(), graphs[0]["kernels"].as_u64()), (Some(9), Some(180)), "{graphs:?}");
+    assert_eq!(graphs[0]["nodes"], 23, "{graphs:?}");
+    assert_eq!(count(&s, "api", "name", "cudaGraphLaunch"), 9);
+    assert_eq!(count(&s, "api", "name", "cudaGraphExecUpdate"), 1);
+    assert_eq!(count(&s, "kernels", "name", "side"), 9, "the eager kernels beside");
+    // The update's capture is a one-off: no loop that captures step after step, no launch overhead blamed.
+    assert!(finding(&r, "graph_capture").is_none_or(|f| !f["summary"].as_str().unwrap().contains("step after step")));
+    assert!(finding(&r, "launch_bound").is_none_or(|l| l["share"].as_f64().unwrap() < 0.10), "{}", r["findings"]);
+}
