@@ -9,6 +9,11 @@ fn finding<'a>(r: &'a Value, kind: &str) -> Option<&'a Value> {
     r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == kind)
 }
 
+/// The trace [`graph_loop`] recorded in `dir`.
+fn rec_trace(dir: &std::path::Path) -> std::path::PathBuf {
+    dir.join("trace.cuf")
+}
+
 fn graph_loop(dir: &std::path::Path, mode: &str) -> (Value, Value) {
     let prog = build_c("graph_loop", dir);
     let rec = record(dir, &[], &prog, &[mode], &[]);
@@ -73,6 +78,12 @@ fn a_loop_that_replays_one_graph_is_not_launch_bound_and_its_capture_is_no_step_
     assert_eq!((graphs[0]["launches"].as_u64(), graphs[0]["kernels"].as_u64()), (Some(12), Some(240)));
     assert_eq!(graphs[0]["nodes"], 23, "{graphs:?}");
     assert_eq!(count(&s, "api", "name", "cudaGraphLaunch"), 12);
+    // The timeline draws each replay as one slice above its nodes.
+    let pftrace = dir.join("once.pftrace");
+    let (ok, err) = export_to(&rec_trace(&dir), &pftrace, &[]);
+    assert!(ok, "{err}");
+    let decoded = python_json("check_perfetto.py", &[pftrace.as_os_str()]);
+    assert_eq!(decoded["graph_replays"], 12, "{decoded}");
     let copies: u64 = s["memcpy"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
     assert_eq!(copies, 24, "{}", s["memcpy"]);
     // The same loop launched eagerly, 100 us of host work between launches, is the launch-bound one.

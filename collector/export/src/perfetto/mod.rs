@@ -77,7 +77,7 @@ pub struct ExportCounts {
 /// Categories and debug-annotation names are a fixed vocabulary, interned once in the first packet (iid =
 /// position + 1), so events never look them up.
 const CATEGORIES: &[&str] =
-    &["cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset", "range", "nvtx", "sync"];
+    &["cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset", "range", "nvtx", "sync", "graph"];
 const ANNOTATIONS: &[&str] = &[
     "correlation",
     "return",
@@ -93,6 +93,7 @@ const ANNOTATIONS: &[&str] = &[
     "stream",
     "mangled name",
     "python stack",
+    "nodes",
     "error",
 ];
 
@@ -157,6 +158,8 @@ enum TrackKey {
     Async(u32, u32),
     /// Overlap lane `n` of the track with this uuid (see [`lanes`]).
     Lane(u32, u64, u32),
+    /// A stream's CUDA graph replays, one slice each (pid, device, stream).
+    Replays(u32, u32, u32),
 }
 
 impl TrackKey {
@@ -167,7 +170,8 @@ impl TrackKey {
             | TrackKey::Stream(pid, ..)
             | TrackKey::Counter(pid, _)
             | TrackKey::Async(pid, _)
-            | TrackKey::Lane(pid, ..) => pid,
+            | TrackKey::Lane(pid, ..)
+            | TrackKey::Replays(pid, ..) => pid,
         }
     }
 }
@@ -357,7 +361,8 @@ impl<W: Write> Exporter<W> {
             | TrackKey::Stream(pid, ..)
             | TrackKey::Counter(pid, _)
             | TrackKey::Async(pid, _)
-            | TrackKey::Lane(pid, ..) => {
+            | TrackKey::Lane(pid, ..)
+            | TrackKey::Replays(pid, ..) => {
                 let name = self.process_labels.get(&pid).cloned().unwrap_or_else(|| format!("pid {pid}"));
                 Some(self.track(TrackKey::Process(pid), || name)?)
             }
@@ -386,7 +391,9 @@ impl<W: Write> Exporter<W> {
                         w.string(TD_NAME, &name);
                         w.message(TD_COUNTER, |_| {});
                     }
-                    TrackKey::Stream(..) | TrackKey::Async(..) | TrackKey::Lane(..) => w.string(TD_NAME, &name),
+                    TrackKey::Stream(..) | TrackKey::Async(..) | TrackKey::Lane(..) | TrackKey::Replays(..) => {
+                        w.string(TD_NAME, &name)
+                    }
                 }
             })
         })?;

@@ -31,6 +31,22 @@ pub(super) struct ProcessState {
     call_stacks: HashMap<u32, u64>,
     /// The first call that returned a device fault was marked (every later call returns it too).
     faulted: bool,
+    /// The last kernel, copy or memset: (start, correlation, device, stream, end). Its graph node, if it was one,
+    /// comes next ([`EventKind::GraphNode`]).
+    last_op: Option<(u64, u32, u32, u32, u64)>,
+    /// The CUDA graph replay being drawn on each (device, stream): one slice from its first node's start to its
+    /// last node's end, on a track beside the stream's.
+    replays: HashMap<(u32, u32), Replay>,
+}
+
+/// One launch of a CUDA graph on one stream, as its nodes go by.
+#[derive(Clone, Copy)]
+pub(super) struct Replay {
+    correlation: u32,
+    graph: u64,
+    start: u64,
+    end: u64,
+    nodes: u64,
 }
 
 impl ProcessState {
@@ -50,7 +66,42 @@ impl ProcessState {
             labels: HashMap::default(),
             stacks: Default::default(),
             call_stacks: HashMap::default(),
+            last_op: None,
+            replays: HashMap::default(),
         }
+    }
+
+    /// A graph node record: the op just written ran as a node of a graph launch, which is drawn as one slice.
+    fn graph_node<W: Write>(&mut self, x: &mut Exporter<W>, e: &cuflight_format::RawEvent) -> std::io::Result<()> {
+        let Some((start, correlation, device, stream, end)) = self.last_op.take() else { return Ok(()) };
+        if start != e.start || correlation != e.correlation {
+            return Ok(());
+        }
+        let graph = e.as_graph_node().graph_id;
+        match self.replays.get_mut(&(device, stream)) {
+            Some(r) if r.correlation == correlation && r.graph == graph => {
+                r.end = r.end.max(end);
+                r.nodes += 1;
+                Ok(())
+            }
+            _ => {
+                let replay = Replay { correlation, graph, start, end, nodes: 1 };
+                match self.replays.insert((device, stream), replay) {
+                    Some(done) => self.replay_slice(x, (device, stream), done),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// Draws one finished replay on its stream's replay track.
+    fn replay_slice<W: Write>(&mut self, x: &mut Exporter<W>, at: (u32, u32), r: Replay) -> std::io::Result<()> {
+        let pid = self.pid;
+        let track =
+            x.track(TrackKey::Replays(pid, at.0, at.1), || format!("GPU {} stream {} CUDA graph replays", at.0, at.1))?;
+        let name = self.label(x, 4 << 32 | r.graph, || format!("CUDA graph {} replay", r.graph));
+        let args = [Arg::U(ann!("correlation"), r.correlation as u64), Arg::U(ann!("nodes"), r.nodes)];
+        x.slice(track, r.start, r.end, name, cat!("graph"), &args, None, None)
     }
 
     pub(super) fn string(&self, id: u32) -> &str {
@@ -94,6 +145,13 @@ impl ProcessState {
 
     /// Writes the held launch calls older than `now` minus the horizon (all of them for `u64::MAX`) without a flow.
     pub(super) fn release<W: Write>(&mut self, x: &mut Exporter<W>, now: u64) -> std::io::Result<()> {
+        if now == u64::MAX {
+            let mut open: Vec<((u32, u32), Replay)> = self.replays.drain().collect();
+            open.sort_unstable_by_key(|&(at, r)| (r.start, at));
+            for (at, r) in open {
+                self.replay_slice(x, at, r)?;
+            }
+        }
         while let Some(&(start, corr)) = self.held_order.front() {
             if now != u64::MAX && start.saturating_add(cuflight_trace::model::launches::LAUNCH_HORIZON_NS) >= now {
                 break;
@@ -151,6 +209,9 @@ impl ProcessState {
             let iid = x.stack_iid(p_text);
             self.call_stacks.insert(correlation, iid);
         }
+        if e.kind() == Some(EventKind::GraphNode) {
+            return self.graph_node(x, e);
+        }
         // The one rule of what a timeline draws (the report counts its times from where it starts).
         if !cuflight_trace::model::timeline::drawn(e) {
             return Ok(());
@@ -178,6 +239,7 @@ impl ProcessState {
                 }
             }
             Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
+                self.last_op = Some((e.start, e.correlation, e.device, e.stream, e.end));
                 let track = self.stream(x, e.device, e.stream)?;
                 // The first work of held launch calls: they start the flow it ends (once per launch).
                 let first = self.launches.work(e).is_some_and(|w| w.first);
