@@ -281,8 +281,55 @@ def compiled(args):
     return ok
 
 
+def phase_latency(requests, phases, start, end):
+    """p50/p99 latency (ms) of the requests that arrived in one phase."""
+    lo, hi = int(phases[start]), int(phases[end])
+    lat = sorted(r[1] / 1e6 for r in requests if lo <= r[0] < hi)
+    if not lat:
+        return {"requests": 0}
+    return {"requests": len(lat), "p50_ms": statistics.median(lat), "p99_ms": lat[int(0.99 * (len(lat) - 1))]}
+
+
+def batching(args):
+    """tests/gpu/batching_server.py attached at each rate (issue 51, item 3): every replayed kernel joined to its
+    graph launch (each graph's kernels a whole multiple of its launches), the iteration kinds named (NVTX prefill,
+    decode, mixed), no launch_bound blamed on graphed decoding, and request latency dormant / attached / after the
+    detach (reported, not failed: one short phase each on a shared machine)."""
+    out, rates = args[0], args[1:]
+    ok, summary = True, {}
+    for rate in rates:
+        try:
+            phases = dict(line.split() for line in open(os.path.join(out, f"batching-{rate}-phases.txt")) if line.strip())
+            served = json.load(open(os.path.join(out, f"batching-{rate}-requests.json")))
+            s = json.load(open(os.path.join(out, f"batching-{rate}-stats.json")))
+            r = json.load(open(os.path.join(out, f"batching-{rate}-report.json")))
+        except (OSError, ValueError) as e:
+            print(f"rate {rate}: missing: {e} FAIL")
+            ok = False
+            continue
+        requests = served["requests"]
+        latency = {p: phase_latency(requests, phases, p, p + "_end") for p in ("dormant", "attached", "detached")}
+        graphs = s.get("graphs", [])
+        replays = sum(g["launches"] for g in graphs)
+        whole = bool(graphs) and all(g["launches"] > 0 and g["kernels"] % g["launches"] == 0 for g in graphs)
+        kinds = {k: sum(n["count"] for n in s["nvtx"] if n["name"] == k) for k in ("prefill", "decode", "mixed")}
+        launch = next((f["share"] for f in r["findings"] if f["kind"] == "launch_bound"), 0.0)
+        good = whole and kinds["decode"] > 0 and launch < 0.10
+        ok &= good
+        summary[rate] = {"latency": latency, "graphs": len(graphs), "replays": replays, "whole": whole,
+                         "iterations": kinds, "server_iterations": served["iterations"], "launch_bound": launch,
+                         "verdict": r["verdict"], "pass": good}
+        lat = "  ".join(f"{p} p50 {l.get('p50_ms', 0):.2f} p99 {l.get('p99_ms', 0):.2f} ms ({l.get('requests', 0)})"
+                        for p, l in latency.items())
+        print(f"rate {rate}/s: {len(graphs)} graphs, {replays} replays, joined whole: {whole}; iterations {kinds}; "
+              f"launch_bound {launch:.1%}; {lat}; verdict: {r['verdict'][:120]}", "PASS" if good else "FAIL")
+    summary["pass"] = ok
+    json.dump(summary, open(os.path.join(out, "batching-summary.json"), "w"), indent=1)
+    return ok
+
+
 CHECKS = {"faithful": faithful, "torch": torch, "torch-windows": torch_windows, "infer": infer, "planted": planted,
-          "compiled": compiled}
+          "compiled": compiled, "batching": batching}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in CHECKS:
