@@ -100,26 +100,38 @@ impl Plan {
         let keep: Vec<bool> = (0..total)
             .map(|i| chosen.holds(if with_host { self.steps.host[i].start } else { self.steps.windows[i].0 }))
             .collect();
-        fn only<T>(v: &mut Vec<T>, keep: &[bool]) {
-            *v = std::mem::take(v).into_iter().zip(keep).filter(|(_, &k)| k).map(|(x, _)| x).collect();
-        }
-        only(&mut self.steps.windows, &keep);
-        only(&mut self.steps.names, &keep);
-        if with_host {
-            only(&mut self.steps.host, &keep);
-        }
+        self.keep_only(&keep);
         (self.steps.windows.len(), total)
     }
 
-    /// Leaves the warm-up steps out of the steps every analysis covers (the report's default).
+    /// Keeps the steps whose `keep` is true.
+    fn keep_only(&mut self, keep: &[bool]) {
+        fn only<T>(v: &mut Vec<T>, keep: &[bool]) {
+            *v = std::mem::take(v).into_iter().zip(keep).filter(|(_, &k)| k).map(|(x, _)| x).collect();
+        }
+        let with_host = self.steps.host.len() == self.steps.windows.len();
+        only(&mut self.steps.windows, keep);
+        only(&mut self.steps.names, keep);
+        if with_host {
+            only(&mut self.steps.host, keep);
+        }
+    }
+
+    /// Leaves the warm-up steps, and the later steps that paid for first-time work again (a recompilation), out of
+    /// the steps every analysis covers (the report's default): one-off costs, each named with its own.
     pub fn leave_out_warmup(&mut self) {
-        let k = self.warmup.steps.min(self.steps.windows.len());
-        if k == 0 || self.no_steps {
+        if self.no_steps {
             return;
         }
-        self.steps.host.drain(..k);
+        let k = self.warmup.steps.min(self.steps.windows.len());
+        self.steps.host.drain(..k.min(self.steps.host.len()));
         self.steps.windows.drain(..k);
         self.steps.names.drain(..k);
+        if !self.warmup.later.is_empty() {
+            let later: Vec<u64> = self.warmup.later.iter().map(|f| f.start_ns).collect();
+            let keep: Vec<bool> = self.steps.windows.iter().map(|w| !later.contains(&w.0)).collect();
+            self.keep_only(&keep);
+        }
     }
 }
 

@@ -335,9 +335,16 @@ pub fn first_runs_line(w: &super::warmup::Warmup) -> Option<String> {
         .collect();
     let more = if w.later.len() > 5 { format!(", and {} more", w.later.len() - 5) } else { String::new() };
     let cost: u64 = w.later.iter().map(|f| f.cost_ns).sum();
+    let apart = if w.filtered {
+        "analysed where the filter chose them"
+    } else if w.included {
+        "analysed with the rest (--include-warmup)"
+    } else {
+        "left out with the warm-up (--include-warmup keeps them)"
+    };
     Some(format!(
         "Slow steps running kernels for the first time after warm-up: {} step(s), {} over the steady {} in all: {}{more}; \
-         analysed with the rest",
+         {apart}",
         w.later.len(),
         ms(cost),
         ms(w.steady_step_ns),

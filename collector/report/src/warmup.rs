@@ -15,7 +15,8 @@
 //! A later step pays for first-time work again when it runs kernels that no step before it ran and takes more
 //! than 1.5× the steady median: a `torch.compile` recompilation (a new shape or a guard that failed compiles
 //! new Triton kernels; Inductor names them `triton_*`), a code path taken for the first time (the first
-//! evaluation), a kernel autotuned for a new shape. Each is named with its cost, its time over the median.
+//! evaluation), a kernel autotuned for a new shape. Each is named with its cost, its time over the median, and
+//! left out of the analyses with the warm-up ([`super::plan::Plan::leave_out_warmup`]).
 
 use super::spans::Span;
 use rustc_hash::FxHashMap;

@@ -145,7 +145,7 @@ struct Importer {
     /// Processes of a cuflight capture (its export's `cuflight_capture` metadata event), with what it traced
     /// (empty when unknown).
     process_captured: rustc_hash::FxHashMap<u32, String>,
-    /// Per process, what HTA would take for GPU ops ([`Process::not_gpu_work`]).
+    /// Per process, what HTA would take for GPU ops ([`crate::model::trace::Process::not_gpu_work`]).
     not_gpu_work: rustc_hash::FxHashMap<u32, crate::model::trace::NotGpuWork>,
     /// Context synchronisations written with stream 4294967295, by (start, correlation): counted for the process
     /// their GPU events go to once placed.
