@@ -385,6 +385,35 @@ fn change(before: Option<f64>, after: Option<f64>) -> &'static str {
     }
 }
 
+/// What a run fused that the run before it did not (an eager loop against its `torch.compile`d self): the ATen
+/// elementwise kernels it no longer runs and the Triton kernels it gained, by the operations they fuse (their
+/// Inductor names); None unless both happened.
+fn fusion(kernels: &[KernelDiffRow], i: usize) -> Option<String> {
+    use cuflight_analysis::stats::triton::fused_chain;
+    let changed = |what: &'static str| kernels.iter().filter(move |k| k.change[i - 1] == what);
+    let (mut calls, mut ns) = (0.0, 0u64);
+    for k in changed("lost").filter(|k| k.category == "elementwise" && fused_chain(&k.name).is_none()) {
+        let before = k.runs[i - 1].as_ref()?;
+        (calls, ns) = (calls + before.count_per_step, ns + before.per_step_ns);
+    }
+    let mut chains: Vec<(u64, String)> = changed("gained")
+        .filter_map(|k| Some((k.runs[i].as_ref()?.per_step_ns, fused_chain(&k.name)?)))
+        .map(|(ns, (kind, ops))| (ns, if ops.is_empty() { kind.to_string() } else { format!("{kind} {ops}") }))
+        .collect();
+    if calls == 0.0 || chains.is_empty() {
+        return None;
+    }
+    chains.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    chains.dedup_by(|a, b| a.1 == b.1);
+    let shown: Vec<&str> = chains.iter().take(3).map(|c| c.1.as_str()).collect();
+    let more = if chains.len() > 3 { format!(" and {} more", chains.len() - 3) } else { String::new() };
+    Some(format!(
+        "fused: {calls:.0} elementwise kernels a step ({}) gone; the Triton kernels in their place fuse {}{more}",
+        render::ms(ns),
+        shown.join(", ")
+    ))
+}
+
 fn summary(rows: &[RunRow], kernels: &[KernelDiffRow], findings: &[FindingDiffRow]) -> Vec<String> {
     let mut out = Vec::new();
     for i in 1..rows.len() {
@@ -410,6 +439,9 @@ fn summary(rows: &[RunRow], kernels: &[KernelDiffRow], findings: &[FindingDiffRo
             .collect();
         if !k.is_empty() {
             s.push_str(&format!("; kernels: {}", k.join(", ")));
+        }
+        if let Some(fused) = fusion(kernels, i) {
+            s.push_str(&format!("; {fused}"));
         }
         // Each changed finding with the shares that make it so: "reduced: nccl_exposed 18.9% → 9.8%".
         let pct = |s: Option<f64>| s.map_or("-".to_string(), |s| format!("{:.1}%", s * 100.0));
@@ -459,6 +491,42 @@ mod tests {
         assert_eq!(kernel_key("ampere_sgemm_128x64_nn"), "ampere_sgemm_128x64_nn");
         assert_eq!(kernel_key("void f<(int)1>(float*)"), "f<(int)1>");
         assert_eq!(kernel_key("f(int) const"), "f(int) const");
+    }
+
+    /// An eager loop against its compiled self: the ATen elementwise kernels it lost and the Triton chains it
+    /// gained are named; a change without both says nothing of fusion.
+    #[test]
+    fn fused_chains_that_replaced_eager_kernels_are_named() {
+        let stat = |count: f64, per_step_ns: u64| Some(KernelStat { count_per_step: count, per_step_ns, mean_ns: 1 });
+        let row = |name: &str, category: &'static str, runs: Vec<Option<KernelStat>>, change: &'static str| {
+            KernelDiffRow { name: name.into(), category, runs, change: vec![change] }
+        };
+        let rows = vec![
+            row(
+                "at::native::vectorized_elementwise_kernel<4, AddFunctor>",
+                "elementwise",
+                vec![stat(8.0, 80_000), None],
+                "lost",
+            ),
+            row(
+                "at::native::vectorized_elementwise_kernel<4, GeluFunctor>",
+                "elementwise",
+                vec![stat(4.0, 40_000), None],
+                "lost",
+            ),
+            row("triton_poi_fused_add_gelu_0", "elementwise", vec![None, stat(4.0, 30_000)], "gained"),
+            row("triton_poi_fused_add_gelu_3", "elementwise", vec![None, stat(4.0, 20_000)], "gained"),
+            row("triton_red_fused_sum_1", "reduction", vec![None, stat(1.0, 10_000)], "gained"),
+            row("sm90_gemm", "gemm", vec![stat(4.0, 1_000_000), stat(4.0, 1_000_000)], "same"),
+        ];
+        let line = fusion(&rows, 1).expect("named");
+        assert_eq!(
+            line,
+            "fused: 12 elementwise kernels a step (0.12 ms) gone; the Triton kernels in their place fuse pointwise \
+             add_gelu, reduction sum"
+        );
+        assert_eq!(fusion(&rows[3..], 1), None, "nothing eager lost");
+        assert_eq!(fusion(&rows[..2], 1), None, "nothing fused gained");
     }
 
     #[test]
