@@ -313,16 +313,23 @@ def batching(args):
         replays = sum(g["launches"] for g in graphs)
         whole = bool(graphs) and all(g["launches"] > 0 and g["kernels"] % g["launches"] == 0 for g in graphs)
         kinds = {k: sum(n["count"] for n in s["nvtx"] if n["name"] == k) for k in ("prefill", "decode", "mixed")}
+        # The report's own iteration table (issue 51 item 3): kinds named, requests attributed.
+        it = (r["processes"][0].get("iterations") or {}) if r.get("processes") else {}
+        reported = {k["kind"]: k["count"] for k in it.get("kinds", [])}
+        requests = it.get("requests") or {}
         launch = next((f["share"] for f in r["findings"] if f["kind"] == "launch_bound"), 0.0)
-        good = whole and kinds["decode"] > 0 and launch < 0.10
+        good = whole and kinds["decode"] > 0 and launch < 0.10 and it.get("told_by") == "names" \
+            and reported.get("decode", 0) > 0 and requests.get("ended", 0) > 0
         ok &= good
         summary[rate] = {"latency": latency, "graphs": len(graphs), "replays": replays, "whole": whole,
-                         "iterations": kinds, "server_iterations": served["iterations"], "launch_bound": launch,
+                         "iterations": kinds, "reported_iterations": reported, "reported_requests": requests,
+                         "server_iterations": served["iterations"], "launch_bound": launch,
                          "verdict": r["verdict"], "pass": good}
         lat = "  ".join(f"{p} p50 {l.get('p50_ms', 0):.2f} p99 {l.get('p99_ms', 0):.2f} ms ({l.get('requests', 0)})"
                         for p, l in latency.items())
         print(f"rate {rate}/s: {len(graphs)} graphs, {replays} replays, joined whole: {whole}; iterations {kinds}; "
-              f"launch_bound {launch:.1%}; {lat}; verdict: {r['verdict'][:120]}", "PASS" if good else "FAIL")
+              f"report: {reported}, requests {requests.get('ended', 0)} (p50 {requests.get('latency_p50_ns', 0) / 1e6:.1f} ms, "
+              f"{requests.get('kernels_p50', 0)} kernels); launch_bound {launch:.1%}; {lat}; verdict: {r['verdict'][:120]}", "PASS" if good else "FAIL")
     summary["pass"] = ok
     json.dump(summary, open(os.path.join(out, "batching-summary.json"), "w"), indent=1)
     return ok

@@ -118,6 +118,15 @@ impl Ctx<'_> {
         }
     }
 
+    /// The fix that fits the program: a training loop's or a model server's.
+    pub fn fix<'f>(&self, training: &'f str, serving: &'f str) -> &'f str {
+        if self.plan.serving {
+            serving
+        } else {
+            training
+        }
+    }
+
     pub fn finding(&self, kind: &'static str, lost: u64, summary: String, evidence: Evidence, fix: &str) -> Finding {
         let share = self.share(lost);
         Finding {
@@ -193,6 +202,18 @@ pub const FIX_SYNC: &str = "Take host synchronisation off the hot path: keep the
      shapes (nonzero, boolean masks) that force a sync.";
 pub const FIX_LAUNCH: &str = "Cut per-kernel launch overhead: torch.compile (fuses small ops), CUDA Graphs \
      (torch.cuda.graphs, or torch.compile(mode=\"reduce-overhead\")), fused/foreach optimizers, larger batches.";
+/// The same three for a model server ([`Plan::serving`]): its loop is the engine's iterations, not a training step.
+pub const FIX_SYNC_SERVING: &str = "Overlap the engine's scheduling with the GPU: it reads each iteration's tokens \
+     back (a synchronisation) and only then prepares the next batch, so the GPU waits for the host every iteration; \
+     prepare iteration N+1 while N runs (vLLM's async scheduling, SGLang's overlap scheduler), or copy the tokens \
+     with non_blocking=True and wait on an event just before they are needed.";
+pub const FIX_LAUNCH_SERVING: &str = "Replay more of each iteration as CUDA graphs: capture decode for the batch \
+     sizes actually served (graph buckets that cover them, so no batch falls back to eager), and prefill and mixed \
+     batches piecewise (vLLM's piecewise CUDA graphs); torch.compile fuses the small ops that stay eager.";
+pub const FIX_CPU_SERVING: &str = "Find the host hot spot in the engine's loop (py-spy on the server process): \
+     scheduling, sampling or tokenisation on the CPU between iterations; move detokenisation and request handling \
+     off the engine's thread and overlap scheduling with the GPU (async scheduling).";
+
 pub const FIX_CHURN: &str = "Stop allocating in steady state: reuse buffers, let PyTorch's caching allocator keep \
      memory (no torch.cuda.empty_cache() in the loop), PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; in CUDA \
      code use cudaMallocAsync or a memory pool.";
@@ -239,7 +260,7 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         ev.metrics.insert("sync_calls_per_step", count as f64 / steps as f64);
         ev.api_calls = syncs;
         let summary = format!("host synchronisation drains the GPU queue: {} idle per step", per_step(c.total_ns));
-        let mut f = ctx.finding("sync_stall", c.total_ns, summary, ev, FIX_SYNC);
+        let mut f = ctx.finding("sync_stall", c.total_ns, summary, ev, ctx.fix(FIX_SYNC, FIX_SYNC_SERVING));
         f.sources = swept.sources.rows(SourceKind::Sync, ctx.p);
         out.push(f);
     }
@@ -271,7 +292,7 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         } else {
             format!("GPU waits for kernel launches: {} idle per step", per_step(c.total_ns))
         };
-        let mut f = ctx.finding("launch_bound", c.total_ns, summary, ev, FIX_LAUNCH);
+        let mut f = ctx.finding("launch_bound", c.total_ns, summary, ev, ctx.fix(FIX_LAUNCH, FIX_LAUNCH_SERVING));
         f.sources = swept.sources.rows(SourceKind::Launch, ctx.p);
         out.push(f);
     }
@@ -284,7 +305,7 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
             per_step(c.total_ns)
         ));
         let summary = format!("GPU waits for host CPU work between launches: {} per step", per_step(c.total_ns));
-        out.push(ctx.finding("cpu_bound", c.total_ns, summary, ev, FIX_CPU));
+        out.push(ctx.finding("cpu_bound", c.total_ns, summary, ev, ctx.fix(FIX_CPU, FIX_CPU_SERVING)));
     }
     out
 }

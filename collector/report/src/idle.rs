@@ -239,7 +239,11 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
             // launch overhead too.
             let queued = (a.max(launched), b);
             let tiny_next = next_op.is_some_and(|op| op.duration < TINY_KERNEL_NS);
-            if b - gap_start.max(launched) < KERNEL_WAIT_NS || single_stream && tiny_next {
+            // No front end takes a millisecond over one op: a gap that long waited on something else (in an
+            // import, work cut out of the trace: a vLLM iteration's first copy waited 7.8 ms for the previous
+            // iteration's kernels, which TraceLens's one-iteration slice does not hold).
+            let gap = b - gap_start.max(launched);
+            if gap < KERNEL_WAIT_NS || single_stream && tiny_next && gap < UNSEEN_WORK_NS {
                 out.add(CauseKind::LaunchBound, queued, step, None, n);
                 // Queued from when its launch call returned (inside the call the host was still issuing it).
                 let issued = next_op.and_then(|op| op.issued).unwrap_or(launched).max(queued.0);

@@ -18,11 +18,13 @@ mod html;
 mod html_charts;
 mod html_escape;
 pub mod idle;
+pub mod iterations;
 pub mod job;
 pub mod overlap;
 mod pattern;
 pub mod plan;
 mod queue_deps;
+mod range_steps;
 pub mod run;
 mod short_names;
 pub mod sources;
@@ -95,6 +97,10 @@ pub struct ProcessReport {
     pub steps: Vec<StepRow>,
     /// All steps together (sums; utilisation over their total time).
     pub step_total: Option<StepRow>,
+    /// A serving engine's iterations by kind (prefill, decode, mixed, or graph replay against eager) and its
+    /// annotated requests; absent where steps are not told apart that way ([`iterations`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iterations: Option<iterations::Iterations>,
     pub findings: Vec<Finding>,
     /// The chain of GPU and host work that sets a typical step's time, across streams.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -327,6 +333,7 @@ impl Report {
             sort_findings(&mut fs);
             all.extend(fs.iter().filter(|f| f.severity > Severity::Info).cloned());
             let step_total = (!swept.rows.is_empty()).then(|| total_row(&swept.rows));
+            let iterations = iterations::summarize(&swept.rows, &plan.steps.windows, &plan.requests);
             let python_stacks =
                 swept.stack_cost.finish(swept.rows.len(), step_total.as_ref().map_or(0, |t| t.duration_ns));
             warnings.extend(python_stacks.and_then(|c| c.warning()));
@@ -381,6 +388,7 @@ impl Report {
                 warmup: plan.warmup.clone(),
                 steps: swept.rows,
                 step_total,
+                iterations,
                 findings: fs,
                 critical_path: swept.step_path,
                 categories,
@@ -576,6 +584,9 @@ fn total_row(rows: &[StepRow]) -> StepRow {
         cpu_exec_ns: sum(|r| r.cpu_exec_ns),
         other_ns: sum(|r| r.other_ns),
         gpu_utilization: if duration == 0 { 0.0 } else { kernel as f64 / duration as f64 },
+        kernels: sum(|r| r.kernels),
+        eager_kernels: sum(|r| r.eager_kernels),
+        graph_replays: sum(|r| r.graph_replays),
         counters: steps::StepCounters::combine(rows.iter().filter_map(|r| r.counters)),
     }
 }

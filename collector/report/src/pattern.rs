@@ -20,13 +20,61 @@ pub fn steps(mut seq: Vec<(u64, u32)>, (waits, waits_end): (Vec<(u64, u32)>, u64
     let by_kernels = period(&seq);
     if by_kernels.is_none_or(|p| p == 1) && waits.len() >= 3 {
         let mut merged = seq.clone();
-        merged.extend(waits);
+        merged.extend(waits.iter().copied());
         merged.sort_by_key(|x| x.0);
         if let Some(p) = period(&merged).filter(|&p| p > 1) {
             return cut(&merged, p, last_end.max(waits_end));
         }
+        if let Some(steps) = between_waits(&seq, &waits, last_end.max(waits_end)) {
+            return steps;
+        }
     }
     by_kernels.map_or_else(Vec::new, |p| cut(&seq, p, last_end))
+}
+
+/// Steps that end at the host's waits, where the launches repeat with no period but the host waits after each
+/// batch of them: a model server's engine loop (continuous batching makes every iteration different: a few
+/// decodes, then one that also prefills) reads each iteration's tokens back before it schedules the next. It
+/// takes 6 waits at least, launches between 90% of consecutive waits, and no stretch holding a tenth of all
+/// launches (a few waits scattered through one long loop are not its rhythm). Each step runs from the first
+/// launch after a wait to the next such launch; the last ends at `last_end`.
+fn between_waits(seq: &[(u64, u32)], waits: &[(u64, u32)], last_end: u64) -> Option<Vec<HostRange>> {
+    if waits.len() < 6 || seq.is_empty() {
+        return None;
+    }
+    let mut at: Vec<u64> = waits.iter().map(|w| w.0).collect();
+    at.sort_unstable();
+    // Launches in each stretch: before the first wait, between consecutive ones, after the last.
+    let mut per = vec![0usize; at.len() + 1];
+    for &(t, _) in seq {
+        per[at.partition_point(|&w| w < t)] += 1;
+    }
+    let between = &per[1..at.len()];
+    let holding = between.iter().filter(|&&n| n > 0).count();
+    if holding * 10 < between.len() * 9 || per.iter().any(|&n| n * 10 > seq.len()) {
+        return None;
+    }
+    let mut starts: Vec<u64> = Vec::with_capacity(at.len() + 1);
+    let mut k = 0;
+    for (i, &(t, _)) in seq.iter().enumerate() {
+        let stretch = at.partition_point(|&w| w < t);
+        if i == 0 || stretch != k {
+            starts.push(t);
+            k = stretch;
+        }
+    }
+    Some(
+        starts
+            .iter()
+            .enumerate()
+            .map(|(i, &start)| HostRange {
+                start,
+                end: starts.get(i + 1).copied().unwrap_or(last_end),
+                name: 0,
+                tid: 0,
+            })
+            .collect(),
+    )
 }
 
 /// The period of `seq` (sorted by time), if it repeats.
@@ -161,6 +209,30 @@ mod tests {
             }
         }
         assert_eq!(steps(seq, (waits, 0), t + 100).len(), 8);
+    }
+
+    #[test]
+    fn an_engine_loop_with_no_period_is_cut_at_its_waits() {
+        // Continuous batching: decodes (a replay, name 5) every iteration, a prefill of 8 launches (name 1) every
+        // fourth; the host waits (name 2) at each iteration's end.
+        let (mut seq, mut waits, mut t) = (vec![], vec![], 0);
+        for it in 0..40 {
+            if it % 4 == 0 {
+                for _ in 0..8 {
+                    seq.push((t, 1));
+                    t += 10;
+                }
+            }
+            seq.push((t, 5));
+            t += 10;
+            waits.push((t, 2));
+            t += 100;
+        }
+        let got = steps(seq.clone(), (waits, t - 90), t);
+        assert_eq!(got.len(), 40, "{got:?}");
+        assert_eq!(got[0].start, 0);
+        assert_eq!(got[1].start, 8 * 10 + 10 + 100);
+        assert_eq!(got.last().unwrap().end, t);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! end later than its host range), and, for a program without step ranges, finds the steps from the repeating
 //! pattern of launches (the one case that keeps one entry per GPU op: a fallback for unannotated programs).
 
+use super::range_steps::{steps_from_ranges, Candidates, OpenKey, RangeSteps};
 use super::spans::Span;
 use super::steps::{StepSource, Steps};
 use super::window::{HostRange, NameFlags};
@@ -80,7 +81,30 @@ pub struct Plan {
     pub failed: super::failed_calls::FailedCalls,
     /// GEMM operators by shape, with their kernels and achieved rates (traces that recorded shapes).
     pub gemm_perf: Vec<GemmPerfRow>,
+    /// Ranges around the requests a server handled ([`NameFlags::REQUEST`]): those that ended, and how many were
+    /// still open when the trace ended.
+    pub requests: Requests,
+    /// A model server: its steps are iterations it names prefill, decode or mixed, or it annotates requests. Fixes
+    /// then speak of serving (batching, scheduling), not of training.
+    pub serving: bool,
 }
+
+/// A server's annotated requests, in the order they ended.
+#[derive(Debug, Clone, Default)]
+pub struct Requests {
+    /// (start, end) of each, at most [`MAX_REQUESTS`].
+    pub ended: Vec<Span>,
+    /// Ended requests past [`MAX_REQUESTS`], not kept.
+    pub not_kept: u64,
+    pub open_at_end: u64,
+    /// Where those still open began (at most [`MAX_REQUESTS`]).
+    pub open_starts: Vec<u64>,
+    /// The name of the first one (what the report calls them).
+    pub name: Option<String>,
+}
+
+/// The most request ranges kept for the report (16 bytes each): a server's day.
+pub const MAX_REQUESTS: usize = 1 << 20;
 
 impl Plan {
     /// Keeps the steps that start inside `chosen` (`--filter-nvtx`, `--filter-time`), warm-up or not (they were
@@ -176,6 +200,7 @@ struct First {
     /// API calls with a correlation id: (count, lowest id, highest id).
     api_ids: (u64, u32, u32),
     failed: super::failed_calls::FailedCalls,
+    requests: Requests,
 }
 
 fn is_candidate(name: &str, option: Option<&str>) -> bool {
@@ -213,6 +238,7 @@ impl First {
             used_devices: Default::default(),
             warm: super::warmup::Evidence::new(),
             api_ids: (0, u32::MAX, 0),
+            requests: Requests::default(),
         }
     }
 
@@ -227,6 +253,15 @@ impl First {
         }
         if r.end > r.start && self.names.has(r.name, NameFlags::LOADER) {
             self.loader_names.insert(r.name);
+        }
+        if self.names.has(r.name, NameFlags::REQUEST) {
+            let q = &mut self.requests;
+            q.name.get_or_insert_with(|| p.string(r.name).to_string());
+            if q.ended.len() < MAX_REQUESTS {
+                q.ended.push((r.start, r.end));
+            } else {
+                q.not_kept += 1;
+            }
         }
     }
 
@@ -319,103 +354,6 @@ impl First {
     }
 }
 
-/// How a range that opened is found again when it closes: (thread, domain, start, name, async).
-type OpenKey = (u32, u64, u64, u32, bool);
-
-/// Every range that could be a step, with the latest end of the GPU work launched inside it (its window may end
-/// there): a step's work is seen while the step is open or soon after it closed, so the ranges that can still
-/// take work are the open ones and the last ones to close.
-#[derive(Default)]
-struct Candidates {
-    /// (range, end of the work launched inside it); open ranges end at u64::MAX.
-    all: Vec<(HostRange, u64)>,
-    open: FxHashMap<OpenKey, u32>,
-    /// Closed ranges in the order they closed (the order ranges are reported in).
-    closed: Vec<u32>,
-    /// Closed ranges by end.
-    by_end: Vec<u32>,
-}
-
-impl Candidates {
-    fn open(&mut self, key: OpenKey) {
-        let at = self.all.len() as u32;
-        self.all.push((HostRange { start: key.2, end: u64::MAX, name: key.3, tid: key.0 }, 0));
-        self.open.insert(key, at);
-    }
-
-    fn closed(&mut self, r: HostRange, key: Option<OpenKey>) {
-        let at = match key.and_then(|k| self.open.remove(&k)) {
-            Some(at) => {
-                self.all[at as usize].0 = r;
-                at
-            }
-            None => {
-                self.all.push((r, 0));
-                (self.all.len() - 1) as u32
-            }
-        };
-        self.closed.push(at);
-        let all = &self.all;
-        let pos = self.by_end.partition_point(|&i| all[i as usize].0.end <= r.end);
-        self.by_end.insert(pos, at);
-    }
-
-    /// Device work launched at `t` ends at `end`.
-    fn work(&mut self, t: u64, end: u64) {
-        for &i in self.open.values() {
-            let c = &mut self.all[i as usize];
-            if c.0.start <= t {
-                c.1 = c.1.max(end);
-            }
-        }
-        for &i in self.by_end.iter().rev() {
-            let c = &mut self.all[i as usize];
-            if c.0.end <= t {
-                break;
-            }
-            if c.0.start <= t {
-                c.1 = c.1.max(end);
-            }
-        }
-    }
-
-    /// The closed ranges, in the order they closed.
-    fn ranges(&self) -> Vec<(HostRange, u64)> {
-        self.closed.iter().map(|&i| self.all[i as usize]).collect()
-    }
-}
-
-/// Keeps the outermost of nested or overlapping ranges, in time order.
-fn top_level(mut v: Vec<(HostRange, u64)>) -> Vec<(HostRange, u64)> {
-    v.sort_by_key(|(r, _)| (r.start, std::cmp::Reverse(r.end)));
-    let mut out: Vec<(HostRange, u64)> = Vec::new();
-    for r in v {
-        if out.last().is_none_or(|last| r.0.start >= last.0.end) {
-            out.push(r);
-        }
-    }
-    out
-}
-
-/// Steps from ranges, in order of preference, each with the end of the work launched inside it (None: the
-/// launch pattern must tell).
-type RangeSteps = (StepSource, Vec<(HostRange, u64)>);
-
-fn steps_from_ranges(p: &Process, candidates: &[(HostRange, u64)], option: Option<&str>) -> Option<RangeSteps> {
-    let pick = |f: &dyn Fn(&str) -> bool| -> Vec<(HostRange, u64)> {
-        top_level(candidates.iter().filter(|r| f(p.string(r.0.name))).copied().collect())
-    };
-    if let Some(opt) = option {
-        return Some((StepSource::Option, pick(&|n| n.starts_with(opt))));
-    }
-    let profiler = pick(&|n| n.starts_with("ProfilerStep#"));
-    if !profiler.is_empty() {
-        return Some((StepSource::ProfilerStep, profiler));
-    }
-    let nvtx = pick(&cuflight_trace::model::range_roles::step_like);
-    (nvtx.len() >= 2).then_some((StepSource::Nvtx, nvtx))
-}
-
 /// Pass two's state for a process whose steps come from its launch pattern: (launch time or start, name) of
 /// every kernel, and (launch time, end) of every op whose launch is in the trace.
 #[derive(Default)]
@@ -465,9 +403,12 @@ pub fn plan(
                     let t = joined.map(|w| w.call.start);
                     // One launch, one entry: a CUDA graph's replay is one launch of many kernels, all at the
                     // launch's time (counted each, a replay of 421 kernels made "steps" of 0 ms), named by its
-                    // first kernel.
+                    // first kernel, or by the launch call where its first node is a copy or memset.
+                    let graph = joined.filter(|w| first[&k].names.call(w.call.name).has(CallEffects::LAUNCHES_GRAPH));
                     if e.kind() == Some(EventKind::Kernel) && joined.is_none_or(|w| w.first) {
                         s.seq.push((t.unwrap_or(e.start), e.name));
+                    } else if let Some(w) = graph.filter(|w| w.first) {
+                        s.seq.push((w.call.start, w.call.name));
                     }
                     if let Some(t) = t {
                         s.launched.push((t, e.end));
@@ -509,10 +450,19 @@ pub fn plan(
             .filter_map(|t| f.api_extent.get(t))
             .fold(None, |acc: Option<Span>, x| Some(acc.map_or(*x, |a| (a.0.min(x.0), a.1.max(x.1)))));
         let unclosed = f.pairer.unclosed().map(|(name, start)| (p.string(name).to_string(), start)).collect();
+        let mut requests = f.requests;
+        for (name, start) in f.pairer.unclosed().filter(|&(name, _)| f.names.has(name, NameFlags::REQUEST)) {
+            requests.open_at_end += 1;
+            if requests.open_starts.len() < MAX_REQUESTS {
+                requests.open_starts.push(start);
+            }
+            requests.name.get_or_insert_with(|| p.string(name).to_string());
+        }
         // The device the work ran on decides (the lowest used ordinal): a trace lists every GPU it could see.
         let ran_on = f.used_devices.first().and_then(|u| f.device_facts.iter().find(|(d, _)| d == u));
         let (capability, device_memory) = ran_on.or(f.device_facts.first()).map_or((None, None), |(_, facts)| *facts);
         let mut steps = Steps { source: source_kind, host: ranges, windows, names };
+        let serving = steps.names.iter().any(|n| cuflight_trace::model::range_roles::iteration_kind(n).is_some());
         let no_steps = steps.windows.is_empty();
         let mut queued_before_first_op_ns = 0;
         if no_steps {
@@ -574,6 +524,8 @@ pub fn plan(
                 warmup,
                 failed: f.failed,
                 gemm_perf: f.gemm_perf.finish_one(p).gemm,
+                serving: serving || !requests.ended.is_empty() || requests.open_at_end > 0,
+                requests,
             },
         );
     }

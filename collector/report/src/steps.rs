@@ -39,6 +39,12 @@ pub struct StepRow {
     pub cpu_exec_ns: u64,
     pub other_ns: u64,
     pub gpu_utilization: f64,
+    /// Kernels that start in the window, those of them launched one by one (not by a graph launch), and the CUDA
+    /// graph replays whose first node starts in it: a serving engine's decode replays graphs, its prefill runs
+    /// eagerly ([`super::iterations`]).
+    pub kernels: u64,
+    pub eager_kernels: u64,
+    pub graph_replays: u64,
     /// The device counters of the samples that start in the step (`record --gpu-metrics`; absent without).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub counters: Option<StepCounters>,
@@ -129,5 +135,8 @@ pub fn breakdown(tl: &WindowView, name: &str) -> StepRow {
         other_ns: acc[6],
         counters: None,
         gpu_utilization: if duration == 0 { 0.0 } else { within(&tl.kernel_busy, s, e) as f64 / duration as f64 },
+        kernels: 0,
+        eager_kernels: 0,
+        graph_replays: 0,
     }
 }

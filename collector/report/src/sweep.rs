@@ -124,6 +124,8 @@ pub struct Sweep<'a> {
     counters: cuflight_analysis::stats::gpu_metrics::GpuMetricsAcc,
     /// Device counter samples by the window they start in.
     step_counters: Vec<cuflight_trace::model::gpu_counters::CounterMeans>,
+    /// Per window: (kernels, eager kernels, graph replays) that start in it (see [`StepRow::kernels`]).
+    step_work: Vec<(u64, u64, u64)>,
     /// Python stack reads in windows not done yet ([`super::stack_cost`]).
     stack_reads: super::stack_cost::PendingReads,
     /// Histories this long are trimmed between windows (a power of two).
@@ -183,6 +185,7 @@ impl<'a> Sweep<'a> {
             stack_reads: Default::default(),
             counters: Default::default(),
             step_counters: Vec::new(),
+            step_work: vec![(0, 0, 0); if plan.no_steps { 0 } else { windows.len() }],
             trim_at: 1 << 14,
             out: Swept::default(),
         }
@@ -446,6 +449,12 @@ impl<'a> Sweep<'a> {
                 blocking: blocking.is_some(),
             });
         }
+        if let Some(w) = k.and_then(|k| self.step_work.get_mut(k)) {
+            let graph = launch.is_some_and(|c| names.call(c.name).has(CallEffects::LAUNCHES_GRAPH));
+            w.0 += u64::from(is_kernel);
+            w.1 += u64::from(is_kernel && !graph);
+            w.2 += u64::from(graph && joined.is_some_and(|j| j.first));
+        }
         let s = (e.device, e.stream);
         if *self.stream.get_or_insert(s) != s {
             self.single_stream = false;
@@ -557,6 +566,7 @@ impl<'a> Sweep<'a> {
         if !self.plan.no_steps {
             let mut row = super::steps::breakdown(&view, &self.plan.steps.names[k]);
             row.counters = self.step_counters.get(k).and_then(super::steps::StepCounters::of);
+            (row.kernels, row.eager_kernels, row.graph_replays) = self.step_work.get(k).copied().unwrap_or_default();
             self.out.rows.push(row);
         }
         let clipped = |kind: Piece| -> Vec<Span> {

@@ -118,7 +118,7 @@ pub struct FirstRun {
 }
 
 /// Steps from `from` on that ran kernels first seen in them and took over [`SLOW`]× `median`.
-fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, median: u64) -> Vec<FirstRun> {
+fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, reference: &[u64]) -> Vec<FirstRun> {
     let in_window = |t: u64| windows.partition_point(|w| w.0 <= t).checked_sub(1).filter(|&i| t < windows[i].1);
     let mut firsts: Vec<(u64, u32)> = ev.kernels.iter().map(|(&k, &(first, _))| (first, k)).collect();
     firsts.sort_unstable();
@@ -131,7 +131,7 @@ fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, me
     let mut out: Vec<FirstRun> = per
         .into_iter()
         .filter_map(|(i, kernels)| {
-            let d = windows[i].1 - windows[i].0;
+            let (d, median) = (windows[i].1 - windows[i].0, reference[i]);
             (median > 0 && d as f64 > SLOW * median as f64).then(|| FirstRun {
                 name: names.get(i).cloned().unwrap_or_default(),
                 start_ns: windows[i].0,
@@ -169,6 +169,31 @@ impl Warmup {
     }
 }
 
+/// What each step's time is compared with: the median steady step (the second half's) of its own kind where a
+/// serving engine names its iterations (a prefill is slower than a decode by nature, not for warming up; 0 for a
+/// kind the steady half does not run), else of all steps.
+fn like_steps_median(windows: &[Span], names: &[String], half: usize, median: u64) -> Vec<u64> {
+    use cuflight_trace::model::range_roles::iteration_kind;
+    let kinds: Vec<_> = (0..windows.len()).map(|i| names.get(i).and_then(|n| iteration_kind(n))).collect();
+    if kinds.iter().all(Option::is_none) {
+        return vec![median; windows.len()];
+    }
+    let mut by_kind: FxHashMap<_, Vec<u64>> = FxHashMap::default();
+    for i in half..windows.len() {
+        by_kind.entry(kinds[i]).or_default().push(windows[i].1 - windows[i].0);
+    }
+    let medians: FxHashMap<_, u64> = by_kind
+        .into_iter()
+        .map(|(k, mut v)| {
+            v.sort_unstable();
+            (k, v[v.len() / 2])
+        })
+        .collect();
+    // A kind the steady half never runs has nothing to be compared with: only first-time kernels or allocations
+    // can make it warm-up (0: no reference).
+    kinds.iter().map(|k| medians.get(k).copied().unwrap_or(0)).collect()
+}
+
 /// How many leading steps of `windows` (with `names`) are warm-up, and what they did.
 pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
     let n = windows.len();
@@ -179,6 +204,7 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
     let mut steady: Vec<u64> = windows[half..].iter().map(|w| w.1 - w.0).collect();
     steady.sort_unstable();
     let median = steady[steady.len() / 2];
+    let reference = like_steps_median(windows, names, half, median);
     let steady_start = windows[half].0;
     // Kernels introduced in a leading step and never run again once the steady half begins.
     let mut only_before: Vec<(u32, u64, u64)> =
@@ -204,7 +230,7 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
     let mut detail = Vec::new();
     for i in 0..half {
         let d = windows[i].1 - windows[i].0;
-        let slowdown = if median == 0 { 1.0 } else { d as f64 / median as f64 };
+        let slowdown = if reference[i] == 0 { 1.0 } else { d as f64 / reference[i] as f64 };
         let alloc_calls = allocs.as_ref().map_or(0, |a| a[i]);
         let allocating = allocs.is_some() && alloc_calls > steady_allocs;
         if !(slowdown > SLOW || new_kernels[i] > 0 || allocating) {
@@ -222,7 +248,7 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
     let warm_end = detail.last().map_or(0, |d| d.start_ns + d.duration_ns);
     let example_kernels =
         only_before.iter().filter(|&&(_, first, _)| first < warm_end).take(5).map(|&(k, _, _)| k).collect();
-    let later = first_runs(windows, names, ev, detail.len(), median);
+    let later = first_runs(windows, names, ev, detail.len(), &reference);
     Warmup {
         steps: detail.len(),
         ns: detail.iter().map(|d| d.duration_ns).sum(),

@@ -157,6 +157,8 @@ impl NameFlags {
     pub const GEMM: u16 = 128;
     /// A softmax as attention computes it (not the loss's log-softmax).
     pub const SOFTMAX: u16 = 256;
+    /// A range around one request a server handles ([`range_roles::is_request_range`]).
+    pub const REQUEST: u16 = 512;
 
     pub fn of(name: &str) -> u16 {
         let mut f = 0;
@@ -171,6 +173,7 @@ impl NameFlags {
         set(name.contains("ProfilerStep"), Self::PROFILER_STEP);
         set(range_roles::step_like(name), Self::STEP_LIKE);
         set(range_roles::is_loader_range(name), Self::LOADER);
+        set(range_roles::is_request_range(name), Self::REQUEST);
         let category = kernel_category::kernel_category(name);
         set(category == Category::Elementwise && !name.starts_with("triton_"), Self::ELEMENTWISE);
         set(category == Category::Gemm, Self::GEMM);

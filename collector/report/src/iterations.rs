@@ -1,0 +1,228 @@
+//! A serving engine's iterations told apart: prefill, decode and mixed batches (from the names the engine gives
+//! its iteration ranges, [`range_roles::iteration_kind`]), or, where it names none, steps that replay a CUDA graph
+//! against steps that run eagerly; the GPU time and idle of each kind, and what each annotated request took.
+//!
+//! The iterations are the report's steps (an iteration name is step-like), after the warm-up is left out; each
+//! kind's rows sum their steps' TensorBoard breakdown ([`super::steps`]): GPU busy is kernel, memcpy and memset
+//! time, idle the rest of the window.
+
+use super::plan::Requests;
+use super::spans::Span;
+use super::steps::StepRow;
+use cuflight_trace::model::range_roles::{self, IterationKind};
+use serde::Serialize;
+
+/// How the kinds were told apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToldBy {
+    /// The engine's own names for its iterations.
+    Names,
+    /// Whether a step replays a CUDA graph: the engine names nothing.
+    Launches,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Iterations {
+    pub told_by: ToldBy,
+    /// One row per kind, most iterations first.
+    pub kinds: Vec<KindRow>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<RequestStats>,
+    /// What the report could not attribute, in words (engine's names missing, requests not annotated...).
+    pub not_attributed: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KindRow {
+    /// "prefill", "decode", "mixed", "other" (names); "graph replay", "graph replay + eager", "eager", "no
+    /// kernels" (launches: whether the step replays a CUDA graph, launches kernels one by one, or both).
+    pub kind: String,
+    pub count: u64,
+    pub time_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    /// Kernel, memcpy and memset time in the kind's windows, and the rest of them.
+    pub gpu_busy_ns: u64,
+    pub idle_ns: u64,
+    pub kernels: u64,
+    pub graph_replays: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestStats {
+    /// What the ranges are called ("request").
+    pub name: String,
+    /// Requests whose range ended in the trace (the ones below describe), and those still open at its end.
+    pub ended: u64,
+    pub open_at_end: u64,
+    pub latency_p50_ns: u64,
+    pub latency_p99_ns: u64,
+    /// Of the analysed iterations: how many each request was in flight for (median), and their kernels.
+    pub iterations_p50: u64,
+    pub kernels_p50: u64,
+    /// Each iteration's GPU busy time split evenly among the requests in flight in it, summed per request (mean).
+    pub gpu_share_mean_ns: u64,
+    /// Ended requests that overlap no analysed iteration (in the warm-up, or between iterations).
+    pub outside_iterations: u64,
+}
+
+/// The kind of each step, by name or by launches; None where neither tells (no iteration names, and steps that
+/// do not differ in whether they replay graphs and launch eagerly, or that replay none).
+fn kinds_of(rows: &[StepRow]) -> Option<(ToldBy, Vec<String>)> {
+    let named: Vec<Option<IterationKind>> = rows.iter().map(|r| range_roles::iteration_kind(&r.name)).collect();
+    if named.iter().any(Option::is_some) {
+        let labels = named.iter().map(|k| k.map_or("other", IterationKind::label).to_string()).collect();
+        return Some((ToldBy::Names, labels));
+    }
+    let label = |r: &StepRow| match (r.graph_replays > 0, r.eager_kernels > 0) {
+        (true, false) => "graph replay",
+        (true, true) => "graph replay + eager",
+        (false, true) => "eager",
+        (false, false) => "no kernels",
+    };
+    let labels: Vec<String> = rows.iter().map(|r| label(r).to_string()).collect();
+    let distinct: std::collections::BTreeSet<&str> = labels.iter().map(String::as_str).collect();
+    if !(distinct.len() >= 2 && rows.iter().any(|r| r.graph_replays > 0)) {
+        return None;
+    }
+    Some((ToldBy::Launches, labels))
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn busy(r: &StepRow) -> u64 {
+    r.kernel_ns + r.memcpy_ns + r.memset_ns
+}
+
+/// The iterations of one process's analysed steps (`rows`, in time order, on `windows`), with its requests.
+pub fn summarize(rows: &[StepRow], windows: &[Span], requests: &Requests) -> Option<Iterations> {
+    let kinds = kinds_of(rows);
+    let annotated = !requests.ended.is_empty() || requests.open_at_end > 0;
+    if kinds.is_none() && !annotated {
+        return None;
+    }
+    let mut not_attributed = Vec::new();
+    let (told_by, rows_by_kind) = match &kinds {
+        Some((told_by, labels)) => {
+            let mut order: Vec<String> = Vec::new();
+            for l in labels {
+                if !order.contains(l) {
+                    order.push(l.clone());
+                }
+            }
+            let mut out: Vec<KindRow> = order.iter().map(|k| kind_row(k, rows, labels)).collect();
+            out.sort_by(|a, b| b.count.cmp(&a.count).then(a.kind.cmp(&b.kind)));
+            (*told_by, out)
+        }
+        None => (ToldBy::Launches, Vec::new()),
+    };
+    if kinds.is_none() {
+        not_attributed.push(
+            "iterations are not told apart: the engine names none, and its steps do not split into CUDA graph \
+             replays and eager ones"
+                .to_string(),
+        );
+    } else if told_by == ToldBy::Launches {
+        not_attributed.push(
+            "the engine names no iterations (NVTX or annotation ranges \"prefill\", \"decode\", \"mixed\"; vLLM's \
+             execute_context_N_generation_M; SGLang's step[EXTEND|DECODE|MIXED]), so iterations are told apart only \
+             by what they launch: where an engine graphs its decode and runs prefill eagerly, \"graph replay\" is \
+             decode, \"eager\" prefill and both a mixed batch, but an engine that runs eager work beside its \
+             decode graphs (sampling) or graphs its prefill makes them look alike"
+                .to_string(),
+        );
+    }
+    let requests_row = if annotated {
+        Some(request_stats(rows, windows, requests))
+    } else {
+        not_attributed.push(
+            "requests are not annotated (no range named \"request\" from admission to last token), so latency and \
+             kernels per request cannot be attributed"
+                .to_string(),
+        );
+        None
+    };
+    if requests.not_kept > 0 {
+        not_attributed.push(format!(
+            "{} requests past the first {} were not kept",
+            requests.not_kept,
+            requests.ended.len()
+        ));
+    }
+    Some(Iterations { told_by, kinds: rows_by_kind, requests: requests_row, not_attributed })
+}
+
+fn kind_row(kind: &str, rows: &[StepRow], labels: &[String]) -> KindRow {
+    let mine: Vec<&StepRow> = rows.iter().zip(labels).filter(|(_, l)| *l == kind).map(|(r, _)| r).collect();
+    let mut durations: Vec<u64> = mine.iter().map(|r| r.duration_ns).collect();
+    durations.sort_unstable();
+    let time_ns = durations.iter().sum();
+    let gpu_busy_ns = mine.iter().map(|r| busy(r)).sum::<u64>();
+    KindRow {
+        kind: kind.to_string(),
+        count: mine.len() as u64,
+        time_ns,
+        p50_ns: percentile(&durations, 0.5),
+        p99_ns: percentile(&durations, 0.99),
+        gpu_busy_ns,
+        idle_ns: time_ns - gpu_busy_ns.min(time_ns),
+        kernels: mine.iter().map(|r| r.kernels).sum(),
+        graph_replays: mine.iter().map(|r| r.graph_replays).sum(),
+    }
+}
+
+/// The windows a request (start, end) overlaps: windows are in time order and do not overlap, so their ends are
+/// ordered too.
+fn overlapped(windows: &[Span], (s, e): Span) -> std::ops::Range<usize> {
+    let first = windows.partition_point(|w| w.1 <= s);
+    let last = first + windows[first..].partition_point(|w| w.0 < e);
+    first..last
+}
+
+fn request_stats(rows: &[StepRow], windows: &[Span], requests: &Requests) -> RequestStats {
+    let windows = &windows[..windows.len().min(rows.len())];
+    // Requests in flight in each window: the ended ones and those still open at the trace's end.
+    let mut in_flight = vec![0u64; windows.len()];
+    let open = requests.open_starts.iter().map(|&s| (s, u64::MAX));
+    for r in requests.ended.iter().copied().chain(open) {
+        for k in overlapped(windows, r) {
+            in_flight[k] += 1;
+        }
+    }
+    let (mut latency, mut iterations, mut kernels) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut share_sum, mut outside) = (0u128, 0u64);
+    for &(s, e) in &requests.ended {
+        latency.push(e - s);
+        let ks = overlapped(windows, (s, e));
+        if ks.is_empty() {
+            outside += 1;
+            continue;
+        }
+        iterations.push(ks.len() as u64);
+        kernels.push(ks.clone().map(|k| rows[k].kernels).sum());
+        share_sum += ks.map(|k| u128::from(busy(&rows[k]) / in_flight[k].max(1))).sum::<u128>();
+    }
+    for v in [&mut latency, &mut iterations, &mut kernels] {
+        v.sort_unstable();
+    }
+    let counted = iterations.len().max(1) as u128;
+    RequestStats {
+        name: requests.name.clone().unwrap_or_else(|| "request".into()),
+        ended: requests.ended.len() as u64,
+        open_at_end: requests.open_at_end,
+        latency_p50_ns: percentile(&latency, 0.5),
+        latency_p99_ns: percentile(&latency, 0.99),
+        iterations_p50: percentile(&iterations, 0.5),
+        kernels_p50: percentile(&kernels, 0.5),
+        gpu_share_mean_ns: u64::try_from(share_sum / counted).unwrap_or(u64::MAX),
+        outside_iterations: outside,
+    }
+}

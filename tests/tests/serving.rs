@@ -1,0 +1,88 @@
+//! A model server's iterations in the report (tests/c/batching.c on cudasim, the CPU stand-in for the GPU): a
+//! continuous-batching loop that prefills arriving requests eagerly and decodes by replaying CUDA graphs. Named
+//! (NVTX "prefill"/"decode"/"mixed" iterations and "request" start/end ranges), the report counts each kind
+//! exactly as the program did and what each request took; unnamed, it tells the iterations apart by what they
+//! launch and says what it could not attribute.
+
+use cuflight_integration::*;
+use serde_json::Value;
+
+/// What the program says it did: "batching: prefill P decode D mixed M requests R kernels K replays G".
+fn counts(stdout: &str) -> std::collections::HashMap<String, u64> {
+    let line = stdout.lines().find(|l| l.starts_with("batching:")).unwrap_or_else(|| panic!("{stdout}"));
+    let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+    words.chunks(2).map(|c| (c[0].to_string(), c[1].parse().unwrap())).collect()
+}
+
+fn served(test: &str, mode: &str) -> (Value, std::collections::HashMap<String, u64>) {
+    let dir = scratch(test);
+    let prog = build_c("batching", &dir);
+    let rec = record(&dir, &[], &prog, &[mode], &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    (report_json(&rec.trace), counts(&String::from_utf8_lossy(&rec.output.stdout)))
+}
+
+fn kind<'a>(it: &'a Value, name: &str) -> &'a Value {
+    it["kinds"].as_array().unwrap().iter().find(|k| k["kind"] == name).unwrap_or_else(|| panic!("no {name}: {it}"))
+}
+
+#[test]
+fn named_iterations_and_requests_are_counted_as_the_server_ran_them() {
+    let (r, did) = served("serving-named", "named");
+    let p = &r["processes"][0];
+    let it = &p["iterations"];
+    assert_eq!(it["told_by"], "names", "{it}");
+    // Every iteration of each kind, none lost to the warm-up rule: a prefill is slower than a decode by nature.
+    for name in ["prefill", "decode", "mixed"] {
+        assert_eq!(kind(it, name)["count"].as_u64(), Some(did[name]), "{name}: {it}");
+    }
+    // A decode replays one graph of 6 kernels; a mixed iteration adds a prefill's 8 eager kernels.
+    let decode = kind(it, "decode");
+    assert_eq!(decode["kernels"].as_u64(), Some(6 * did["decode"]), "{decode}");
+    assert_eq!(decode["graph_replays"].as_u64(), Some(did["decode"]), "{decode}");
+    let mixed = kind(it, "mixed");
+    assert_eq!(mixed["kernels"].as_u64(), Some(14 * did["mixed"]), "{mixed}");
+    assert_eq!(kind(it, "prefill")["graph_replays"], 0, "{it}");
+    let total: u64 = it["kinds"].as_array().unwrap().iter().map(|k| k["kernels"].as_u64().unwrap()).sum();
+    assert_eq!(total, did["kernels"], "{it}");
+    for k in it["kinds"].as_array().unwrap() {
+        let (busy, idle, time) = (k["gpu_busy_ns"].as_u64().unwrap(), k["idle_ns"].as_u64().unwrap(), &k["time_ns"]);
+        assert_eq!(Some(busy + idle), time.as_u64(), "{k}");
+        assert!(k["p50_ns"].as_u64().unwrap() <= k["p99_ns"].as_u64().unwrap(), "{k}");
+    }
+    // Prefill iterations run 8 kernels of 60 us, decodes 6 of 30: the kinds' medians say so.
+    assert!(mixed["p50_ns"].as_u64().unwrap() > decode["p50_ns"].as_u64().unwrap(), "{it}");
+    // 12 requests, each admitted in one iteration and decoded in the next 10: in flight for 11 iterations.
+    let q = &it["requests"];
+    assert_eq!((q["ended"].as_u64(), q["open_at_end"].as_u64()), (Some(did["requests"]), Some(0)), "{q}");
+    assert_eq!(q["iterations_p50"], 11, "{q}");
+    assert_eq!(q["outside_iterations"], 0, "{q}");
+    assert!(q["latency_p50_ns"].as_u64().unwrap() <= q["latency_p99_ns"].as_u64().unwrap(), "{q}");
+    assert!(q["gpu_share_mean_ns"].as_u64().unwrap() > 0, "{q}");
+    assert!(it["not_attributed"].as_array().unwrap().is_empty(), "{it}");
+    // The fixes speak to a server: no advice about losses and training steps.
+    for f in r["findings"].as_array().unwrap() {
+        let fix = f["fix"].as_str().unwrap();
+        assert!(!fix.contains("keep the loss") && !fix.contains("fused/foreach optimizers"), "{fix}");
+    }
+    if let Some(f) = r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "sync_stall") {
+        assert!(f["fix"].as_str().unwrap().contains("async scheduling"), "{f}");
+    }
+}
+
+#[test]
+fn unnamed_iterations_are_told_apart_by_their_launches_and_the_gaps_are_said() {
+    let (r, did) = served("serving-plain", "plain");
+    let p = &r["processes"][0];
+    // No step ranges and no period in the launches: the iterations are cut where the host waits for its tokens.
+    assert_eq!(p["step_source"], "pattern", "{}", p["warnings"]);
+    let it = &p["iterations"];
+    assert_eq!(it["told_by"], "launches", "{it}");
+    // This engine graphs its decode and prefills eagerly: graph replays alone are its decodes, both its mixed
+    // iterations (its only prefill-alone iteration is the first, left out with the warm-up before it).
+    assert_eq!(kind(it, "graph replay")["count"].as_u64(), Some(did["decode"]), "{it}");
+    assert_eq!(kind(it, "graph replay + eager")["count"].as_u64(), Some(did["mixed"]), "{it}");
+    assert!(it.get("requests").is_none(), "{it}");
+    let said = it["not_attributed"].to_string();
+    assert!(said.contains("names no iterations") && said.contains("requests are not annotated"), "{said}");
+}
