@@ -86,3 +86,23 @@ fn unnamed_iterations_are_told_apart_by_their_launches_and_the_gaps_are_said() {
     let said = it["not_attributed"].to_string();
     assert!(said.contains("names no iterations") && said.contains("requests are not annotated"), "{said}");
 }
+
+/// A window into a server that is already serving (`--skip-steps 10 --steps 20`: iterations are steps): the 20
+/// iterations in it are counted, requests still open at its end are counted apart, and the ranges begun before
+/// it are said to have no known latency.
+#[test]
+fn a_window_into_a_serving_loop_says_which_requests_it_saw_whole() {
+    let dir = scratch("serving-window");
+    let prog = build_c("batching", &dir);
+    let rec = record(&dir, &["--skip-steps", "10", "--steps", "20"], &prog, &["named"], &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let r = report_json(&rec.trace);
+    let it = &r["processes"][0]["iterations"];
+    let counted: u64 = it["kinds"].as_array().unwrap().iter().map(|k| k["count"].as_u64().unwrap()).sum();
+    let warmup = r["processes"][0]["warmup"]["steps"].as_u64().unwrap();
+    assert_eq!(counted + warmup, 20, "{it}");
+    let q = &it["requests"];
+    assert!(q["open_at_end"].as_u64().unwrap() > 0, "{q}");
+    let said = it["not_attributed"].to_string();
+    assert!(said.contains("began before it"), "{said}");
+}

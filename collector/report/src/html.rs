@@ -260,6 +260,31 @@ fn steps_table(out: &mut String, p: &ProcessReport) {
     out.push_str("</table>");
 }
 
+/// A serving engine's iterations by kind, its requests, and what could not be attributed.
+fn iterations_table(out: &mut String, it: &super::iterations::Iterations) {
+    if !it.kinds.is_empty() {
+        let _ = write!(out, "<p>{}:</p><table><tr>", esc(&it.title()));
+        for (i, h) in super::iterations::HEADERS.iter().enumerate() {
+            let _ = write!(out, "<th{}>{}</th>", if i == 0 { "" } else { " class=num" }, esc(h));
+        }
+        out.push_str("</tr>");
+        for row in it.rows() {
+            out.push_str("<tr>");
+            for (i, c) in row.iter().enumerate() {
+                let _ = write!(out, "<td{}>{}</td>", if i == 0 { "" } else { " class=num" }, esc(c));
+            }
+            out.push_str("</tr>");
+        }
+        out.push_str("</table>");
+    }
+    if let Some(line) = it.requests_line() {
+        let _ = write!(out, "<p>{}</p>", esc(&line));
+    }
+    for n in &it.not_attributed {
+        let _ = write!(out, "<p class=note>Not attributed: {}</p>", esc(n));
+    }
+}
+
 impl Report {
     /// The report as one self-contained HTML page.
     pub fn to_html(&self) -> String {
@@ -299,6 +324,9 @@ fn render(r: &Report) -> String {
         );
         step_chart(&mut out, p);
         steps_table(&mut out, p);
+        if let Some(it) = &p.iterations {
+            iterations_table(&mut out, it);
+        }
         utilization_chart(&mut out, p);
         idle_section(&mut out, p);
         kernel_table(&mut out, p);

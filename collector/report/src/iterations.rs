@@ -6,6 +6,7 @@
 //! kind's rows sum their steps' TensorBoard breakdown ([`super::steps`]): GPU busy is kernel, memcpy and memset
 //! time, idle the rest of the window.
 
+use super::findings::{ms, percent};
 use super::plan::Requests;
 use super::spans::Span;
 use super::steps::StepRow;
@@ -150,6 +151,13 @@ pub fn summarize(rows: &[StepRow], windows: &[Span], requests: &Requests) -> Opt
         );
         None
     };
+    if annotated && requests.begun_before > 0 {
+        not_attributed.push(format!(
+            "{} start/end ranges ended in the trace that began before it (requests admitted before the capture \
+             among them): their latency is not known, and iterations before the capture are not counted for them",
+            requests.begun_before
+        ));
+    }
     if requests.not_kept > 0 {
         not_attributed.push(format!(
             "{} requests past the first {} were not kept",
@@ -224,5 +232,125 @@ fn request_stats(rows: &[StepRow], windows: &[Span], requests: &Requests) -> Req
         kernels_p50: percentile(&kernels, 0.5),
         gpu_share_mean_ns: u64::try_from(share_sum / counted).unwrap_or(u64::MAX),
         outside_iterations: outside,
+    }
+}
+
+/// The columns of the kinds' table, text and HTML alike.
+pub const HEADERS: &[&str] =
+    &["Kind", "Count", "Time (ms)", "p50 (ms)", "p99 (ms)", "GPU busy", "Idle", "Kernels/iter", "Replays/iter"];
+
+impl Iterations {
+    pub fn title(&self) -> String {
+        let by = match self.told_by {
+            ToldBy::Names => "by the names the engine gives them",
+            ToldBy::Launches => "by what they launch (CUDA graph replays, eager kernels)",
+        };
+        format!("Iterations, told apart {by}")
+    }
+
+    /// One row of [`HEADERS`] per kind.
+    pub fn rows(&self) -> Vec<Vec<String>> {
+        let pct = |part: u64, whole: u64| percent(part, whole).map_or("-".into(), |p| format!("{p:.1}%"));
+        self.kinds
+            .iter()
+            .map(|k| {
+                let per = |v: u64| format!("{:.1}", v as f64 / k.count.max(1) as f64);
+                vec![
+                    k.kind.clone(),
+                    k.count.to_string(),
+                    format!("{:.3}", k.time_ns as f64 / 1e6),
+                    format!("{:.3}", k.p50_ns as f64 / 1e6),
+                    format!("{:.3}", k.p99_ns as f64 / 1e6),
+                    pct(k.gpu_busy_ns, k.time_ns),
+                    pct(k.idle_ns, k.time_ns),
+                    per(k.kernels),
+                    per(k.graph_replays),
+                ]
+            })
+            .collect()
+    }
+
+    /// What the annotated requests took, in one line (None without request ranges).
+    pub fn requests_line(&self) -> Option<String> {
+        let r = self.requests.as_ref()?;
+        let open =
+            if r.open_at_end > 0 { format!(" ({} still open at the end)", r.open_at_end) } else { String::new() };
+        let outside = if r.outside_iterations > 0 {
+            format!("; {} in no analysed iteration", r.outside_iterations)
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "Requests (ranges \"{}\"): {} ended{open}: latency p50 {}, p99 {}; each in flight for {} iterations and \
+             {} kernels (p50), {} of GPU time (mean; each iteration's busy time split among the requests in it){outside}",
+            r.name,
+            r.ended,
+            ms(r.latency_p50_ns),
+            ms(r.latency_p99_ns),
+            r.iterations_p50,
+            r.kernels_p50,
+            ms(r.gpu_share_mean_ns),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, start: u64, duration: u64, kernel: u64, kernels: u64, replays: u64, eager: u64) -> StepRow {
+        StepRow {
+            name: name.into(),
+            start_ns: start,
+            duration_ns: duration,
+            kernel_ns: kernel,
+            memcpy_ns: 0,
+            memset_ns: 0,
+            runtime_ns: 0,
+            dataloader_ns: 0,
+            cpu_exec_ns: 0,
+            other_ns: duration - kernel,
+            gpu_utilization: kernel as f64 / duration as f64,
+            kernels,
+            eager_kernels: eager,
+            graph_replays: replays,
+            counters: None,
+        }
+    }
+
+    #[test]
+    fn requests_share_the_gpu_time_of_the_iterations_they_were_in() {
+        // Iterations of 100 ns, 60 busy: a prefill, then decodes; request A in iterations 0-2, B in 1-3.
+        let rows = vec![
+            row("prefill", 0, 100, 60, 8, 0, 8),
+            row("decode", 100, 100, 60, 6, 1, 0),
+            row("decode", 200, 100, 60, 6, 1, 0),
+            row("decode", 300, 100, 60, 6, 1, 0),
+        ];
+        let windows: Vec<Span> = rows.iter().map(|r| (r.start_ns, r.start_ns + r.duration_ns)).collect();
+        let requests =
+            Requests { ended: vec![(10, 290), (110, 390)], name: Some("request".into()), ..Default::default() };
+        let it = summarize(&rows, &windows, &requests).unwrap();
+        assert_eq!(it.told_by, ToldBy::Names);
+        let decode = &it.kinds[0];
+        assert_eq!((decode.kind.as_str(), decode.count, decode.kernels, decode.graph_replays), ("decode", 3, 18, 3));
+        assert_eq!((decode.gpu_busy_ns, decode.idle_ns, decode.p50_ns), (180, 120, 100));
+        let q = it.requests.unwrap();
+        assert_eq!((q.ended, q.iterations_p50, q.kernels_p50, q.latency_p50_ns), (2, 3, 18, 280));
+        // A: 60 alone + 30 + 30 (shared with B) = 120; B: 30 + 30 + 60 = 120.
+        assert_eq!(q.gpu_share_mean_ns, 120);
+        assert!(it.not_attributed.is_empty());
+    }
+
+    #[test]
+    fn steps_that_all_launch_alike_are_not_iterations() {
+        let rows = vec![row("step", 0, 100, 60, 6, 1, 0), row("step", 100, 100, 60, 6, 1, 0)];
+        let windows: Vec<Span> = vec![(0, 100), (100, 200)];
+        assert!(summarize(&rows, &windows, &Requests::default()).is_none());
+        // Eager steps beside replaying ones: told apart by their launches, and the gaps said.
+        let rows = vec![row("step", 0, 100, 60, 6, 1, 0), row("step", 100, 100, 60, 8, 0, 8)];
+        let it = summarize(&rows, &windows, &Requests::default()).unwrap();
+        assert_eq!(it.told_by, ToldBy::Launches);
+        assert_eq!(it.not_attributed.len(), 2, "{:?}", it.not_attributed);
     }
 }

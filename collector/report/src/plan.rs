@@ -99,6 +99,8 @@ pub struct Requests {
     pub open_at_end: u64,
     /// Where those still open began (at most [`MAX_REQUESTS`]).
     pub open_starts: Vec<u64>,
+    /// Start/end ranges that ended in the trace but began before it (any name: an end carries none).
+    pub begun_before: u64,
     /// The name of the first one (what the report calls them).
     pub name: Option<String>,
 }
@@ -451,6 +453,7 @@ pub fn plan(
             .fold(None, |acc: Option<Span>, x| Some(acc.map_or(*x, |a| (a.0.min(x.0), a.1.max(x.1)))));
         let unclosed = f.pairer.unclosed().map(|(name, start)| (p.string(name).to_string(), start)).collect();
         let mut requests = f.requests;
+        requests.begun_before = f.pairer.ends_without_start() as u64;
         for (name, start) in f.pairer.unclosed().filter(|&(name, _)| f.names.has(name, NameFlags::REQUEST)) {
             requests.open_at_end += 1;
             if requests.open_starts.len() < MAX_REQUESTS {

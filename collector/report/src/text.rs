@@ -247,49 +247,14 @@ fn process(out: &mut String, p: &ProcessReport) {
 /// A serving engine's iterations by kind, its requests, and what could not be attributed.
 fn iterations(out: &mut String, it: &super::iterations::Iterations) {
     if !it.kinds.is_empty() {
-        let by = match it.told_by {
-            super::iterations::ToldBy::Names => "by the names the engine gives them",
-            super::iterations::ToldBy::Launches => "by what they launch (CUDA graph replays, eager kernels)",
-        };
-        let mut t = Table::new(
-            format!("  Iterations, told apart {by}"),
-            &["Kind", "Count", "Time (ms)", "p50 (ms)", "p99 (ms)", "GPU busy", "Idle", "Kernels/iter", "Replays/iter"],
-        );
-        for k in &it.kinds {
-            let per = |v: u64| format!("{:.1}", v as f64 / k.count.max(1) as f64);
-            t.row(vec![
-                k.kind.clone(),
-                k.count.to_string(),
-                format!("{:.3}", k.time_ns as f64 / 1e6),
-                format!("{:.3}", k.p50_ns as f64 / 1e6),
-                format!("{:.3}", k.p99_ns as f64 / 1e6),
-                pct(k.gpu_busy_ns, k.time_ns),
-                pct(k.idle_ns, k.time_ns),
-                per(k.kernels),
-                per(k.graph_replays),
-            ]);
+        let mut t = Table::new(format!("  {}", it.title()), super::iterations::HEADERS);
+        for row in it.rows() {
+            t.row(row);
         }
         t.render(out);
     }
-    if let Some(r) = &it.requests {
-        let open =
-            if r.open_at_end > 0 { format!(" ({} still open at the end)", r.open_at_end) } else { String::new() };
-        let outside = if r.outside_iterations > 0 {
-            format!("; {} in no analysed iteration", r.outside_iterations)
-        } else {
-            String::new()
-        };
-        out.push_str(&format!(
-            "  Requests (ranges \"{}\"): {} ended{open}: latency p50 {}, p99 {}; each in flight for {} iterations and \
-             {} kernels (p50), {} of GPU time (mean; each iteration's busy time split among the requests in it){outside}\n",
-            r.name,
-            r.ended,
-            ms(r.latency_p50_ns),
-            ms(r.latency_p99_ns),
-            r.iterations_p50,
-            r.kernels_p50,
-            ms(r.gpu_share_mean_ns),
-        ));
+    if let Some(line) = it.requests_line() {
+        out.push_str(&format!("  {line}\n"));
     }
     for n in &it.not_attributed {
         out.push_str(&format!("  not attributed: {n}\n"));

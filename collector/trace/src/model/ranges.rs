@@ -111,6 +111,12 @@ impl Pairer {
         }
     }
 
+    /// Start/end ranges whose end was seen and whose start never was: begun before the trace (an attached window
+    /// into a server that was already serving). An end names no range, so these are of any name.
+    pub fn ends_without_start(&self) -> usize {
+        self.early_ends.len()
+    }
+
     /// Ranges opened and never closed (push without pop, start without end): (name, start).
     pub fn unclosed(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
         let pushed = self.stacks.values().flatten().map(|&(start, name, _)| (name, start));
