@@ -335,8 +335,43 @@ def batching(args):
     return ok
 
 
+def graphtrace(args):
+    """CUDA graphs traced per node and per launch (issue 51, item 1): the reduce-overhead loop's step time with no
+    tool, node-level and graph-level tracing (2 rounds), the events and bytes each trace took, and the same graph
+    launches seen both ways (graph-level rows know no kernels)."""
+    out = args[0]
+    step = {}
+    for mode in ("none", "node", "graph"):
+        for rnd in (1, 2):
+            try:
+                text = open(os.path.join(out, f"gt-{mode}-{rnd}.txt")).read()
+                step.setdefault(mode, []).append(float(re.search(r"step_ms ([0-9.]+)", text).group(1)))
+                m = re.search(r"\((\d+) events .*?, (\d+) bytes", text)
+                if m:
+                    step.setdefault(mode + "_events", []).append((int(m.group(1)), int(m.group(2))))
+            except (OSError, AttributeError) as e:
+                print(f"graphtrace {mode} round {rnd}: missing: {e} FAIL")
+                return False
+    base = min(step["none"])
+    stats = {m: json.load(open(os.path.join(out, f"gt-{m}-stats.json"))) for m in ("node", "graph")}
+    launches = {m: sum(g["launches"] for g in stats[m].get("graphs", [])) for m in stats}
+    graph_level = all(g["graph_level"] for g in stats["graph"].get("graphs", [])) and bool(stats["graph"].get("graphs"))
+    node_kernels = sum(g["kernels"] for g in stats["node"].get("graphs", []))
+    print(f"{'mode':6} {'step ms r1':>10} {'r2':>8} {'vs none':>8} {'events':>10} {'bytes':>10}")
+    for m in ("none", "node", "graph"):
+        ev = step.get(m + "_events", [(0, 0)])[-1]
+        print(f"{m:6} {step[m][0]:10.3f} {step[m][1]:8.3f} {(min(step[m]) / base - 1) * 100:7.1f}% {ev[0]:10} {ev[1]:10}")
+    print(f"graph launches: node-level {launches['node']}, graph-level {launches['graph']}; "
+          f"kernels in graphs (node-level) {node_kernels}; graph-level rows marked: {graph_level}")
+    ok = graph_level and launches["graph"] > 0 and abs(launches["graph"] - launches["node"]) <= launches["node"] * 0.01
+    json.dump({"step_ms": step, "launches": launches, "node_kernels": node_kernels, "pass": ok},
+              open(os.path.join(out, "graphtrace-summary.json"), "w"), indent=1)
+    print("PASS" if ok else "FAIL")
+    return ok
+
+
 CHECKS = {"faithful": faithful, "torch": torch, "torch-windows": torch_windows, "infer": infer, "planted": planted,
-          "compiled": compiled, "batching": batching}
+          "compiled": compiled, "batching": batching, "graphtrace": graphtrace}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in CHECKS:

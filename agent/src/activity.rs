@@ -210,7 +210,9 @@ fn finished(start: u64, end: u64) -> bool {
 /// The activity class a record kind is counted under.
 pub fn class_of(kind: c::CUpti_ActivityKind) -> usize {
     match kind {
-        c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL | c::CUPTI_ACTIVITY_KIND_KERNEL => class::KERNEL,
+        c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
+        | c::CUPTI_ACTIVITY_KIND_KERNEL
+        | c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE => class::KERNEL,
         c::CUPTI_ACTIVITY_KIND_MEMCPY => class::MEMCPY,
         c::CUPTI_ACTIVITY_KIND_MEMSET => class::MEMSET,
         c::CUPTI_ACTIVITY_KIND_MEMORY2 => class::MEMORY,
@@ -231,6 +233,7 @@ pub fn min_size(kind: c::CUpti_ActivityKind) -> Option<usize> {
         c::CUPTI_ACTIVITY_KIND_MEMORY2 => size_of::<c::CUpti_ActivityMemory2>(),
         c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => size_of::<c::CUpti_ActivitySynchronization>(),
         c::CUPTI_ACTIVITY_KIND_OVERHEAD => size_of::<c::CUpti_ActivityOverhead>(),
+        c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE => size_of::<c::CUpti_ActivityGraphTrace2>(),
         _ => return None,
     })
 }
@@ -271,6 +274,23 @@ fn kernel(r: c::CUpti_ActivityKernel5, names: &mut BufferNames) -> RawEvent {
     };
     ev.set_launch_config(&cfg);
     ev
+}
+
+/// A graph launch traced at graph level (`--trace graphs`): its nodes have no records, so its execution is a
+/// kernel event named [`cuflight_format::view::GRAPH_LEVEL_NAME`] on the launch's stream, followed by a [`EventKind::GraphNode`] event
+/// whose node is [`cuflight_format::view::WHOLE_GRAPH`]. CUPTI writes INT_MAX as the device of a graph whose first
+/// node runs on the host; such a launch is kept on device 0's clock domain with its stream.
+fn graph_launch(r: c::CUpti_ActivityGraphTrace2, names: &mut BufferNames) -> Decoded {
+    let mut ev = RawEvent::new(EventKind::Kernel, 0, r.start, r.end);
+    ev.device = if r.deviceId == i32::MAX as u32 { r.endDeviceId } else { r.deviceId };
+    ev.stream = r.streamId;
+    ev.correlation = r.correlationId;
+    // SAFETY: a NUL-terminated static string.
+    ev.name = unsafe { names.id(cuflight_format::view::GRAPH_LEVEL_NAME.as_ptr()) };
+    match graph_node(&ev, r.graphId, cuflight_format::view::WHOLE_GRAPH) {
+        Some(node) => Decoded::GraphOp(ev, node),
+        None => Decoded::Event(ev),
+    }
 }
 
 fn memcpy(r: c::CUpti_ActivityMemcpy4) -> RawEvent {
@@ -328,6 +348,13 @@ pub fn decode(bytes: &[u8], names: &mut BufferNames) -> Decoded {
             Some(r) if finished(r.start, r.end) => return maybe_graph_op(memset(r), r.graphId, r.graphNodeId),
             r => r.map(memset),
         },
+        c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE => {
+            let Some(r) = prefix::<c::CUpti_ActivityGraphTrace2>(bytes) else { return Decoded::Skipped(cls) };
+            if !finished(r.start, r.end) {
+                return Decoded::Incomplete(cls);
+            }
+            return graph_launch(r, names);
+        }
         c::CUPTI_ACTIVITY_KIND_MEMORY2 => prefix::<c::CUpti_ActivityMemory2>(bytes).map(|r| {
             let mut ev = RawEvent::new(EventKind::MemoryActivity, 0, r.timestamp, r.timestamp);
             ev.device = r.deviceId;
@@ -484,6 +511,28 @@ mod tests {
         assert_eq!(decode(&bytes_of(&k), &mut BufferNames::new()), Decoded::Incomplete(class::KERNEL));
         k.start = 0; // CUPTI could not collect timestamps
         assert_eq!(decode(&bytes_of(&k), &mut BufferNames::new()), Decoded::Incomplete(class::KERNEL));
+    }
+
+    /// A graph launch traced at graph level becomes the kernel event that stands for it and its whole-graph node.
+    #[test]
+    fn a_graph_level_record_is_one_launch_of_a_whole_graph() {
+        let r = c::CUpti_ActivityGraphTrace2 {
+            kind: c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE,
+            correlationId: 42,
+            start: 1000,
+            end: 9000,
+            deviceId: 1,
+            graphId: 7,
+            streamId: 13,
+            endDeviceId: 1,
+            ..Default::default()
+        };
+        let Decoded::GraphOp(op, node) = decode(&bytes_of(&r), &mut BufferNames::new()) else { panic!("not decoded") };
+        assert_eq!((op.kind(), op.start, op.end, op.device, op.stream), (Some(EventKind::Kernel), 1000, 9000, 1, 13));
+        assert_eq!((node.correlation, node.as_graph_node().graph_id), (42, 7));
+        assert_eq!(node.as_graph_node().node_id, cuflight_format::view::WHOLE_GRAPH);
+        let unfinished = c::CUpti_ActivityGraphTrace2 { end: 0, ..r };
+        assert_eq!(decode(&bytes_of(&unfinished), &mut BufferNames::new()), Decoded::Incomplete(class::KERNEL));
     }
 
     #[test]

@@ -19,6 +19,7 @@ const ACTIVITY_KINDS: &[(c::CUpti_ActivityKind, bool, u32)] = &[
     (c::CUPTI_ACTIVITY_KIND_MEMORY2, false, tracing::MEMORY),
     (c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, false, tracing::SYNC),
     (c::CUPTI_ACTIVITY_KIND_OVERHEAD, false, tracing::OVERHEAD),
+    (c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE, false, tracing::GRAPHS),
 ];
 
 fn check(cupti: &Cupti, r: c::CUptiResult, what: &str) -> Result<(), String> {

@@ -301,7 +301,9 @@ pub struct TraceArgs {
     /// read state: cudaGetDevice, cudaGetLastError, ...), nvtx, memory (CUPTI memory records), sync (CUPTI
     /// synchronization records: what each wait waited for; CUPTI then intercepts every runtime call, about 175 ns
     /// each on an H100), overhead (CUPTI overhead records), python (the Python source line behind each
-    /// synchronising call, copy, allocation and every 1024th launch). Default: cuda,nvtx,memory,overhead,python.
+    /// synchronising call, copy, allocation and every 1024th launch), graphs (CUDA graphs at graph level, as nsys's
+    /// --cuda-graph-trace=graph: one record per replay instead of one per node; the kernels inside graphs are then
+    /// not seen). Default: cuda,nvtx,memory,overhead,python.
     #[arg(short = 't', long, value_parser = parse_trace, value_name = "LIST")]
     pub trace: Option<u32>,
     /// Python stacks of CUDA calls (on by default; `off` is the same as leaving python out of --trace).

@@ -3,7 +3,7 @@
 //! allocates per-thread buffers), completed on a worker thread like CUPTI's own, and flushed on request.
 
 use crate::c;
-use crate::cupti_state::{activity_enabled, finalized};
+use crate::cupti_state::{activity_enabled, finalized, graph_level};
 use crate::now_ns;
 use crate::records::{record_size, SimRecord};
 use crate::release::current as rel;
@@ -29,6 +29,8 @@ pub(crate) struct Buffers {
 struct Consumer {
     handle: usize,
     kinds: u64,
+    /// This subscriber selected graph-level tracing (see `cupti_state::graph_level`): sticky.
+    graph_level: bool,
     bufs: Buffers,
     dropped: usize,
 }
@@ -53,7 +55,7 @@ fn with_consumer<R>(handle: usize, f: impl FnOnce(&mut Consumer) -> R) -> R {
         Some(i) => i,
         None => {
             let bufs = Buffers { request: 0, complete: 0, v2: true, current: Vec::new() };
-            all.push(Consumer { handle, kinds: 0, bufs, dropped: 0 });
+            all.push(Consumer { handle, kinds: 0, graph_level: false, bufs, dropped: 0 });
             all.len() - 1
         }
     };
@@ -68,6 +70,7 @@ pub(crate) fn set_kind_v2(handle: usize, kind: c::CUpti_ActivityKind, on: bool) 
         return;
     }
     with_consumer(handle, |c| {
+        c.graph_level |= on && kind == c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE;
         if on {
             c.kinds |= 1 << kind;
         } else {
@@ -235,11 +238,12 @@ pub(crate) fn emit(rec: SimRecord) {
     let kind = rec.activity_kind();
     let size = record_size(kind, &release);
     let key = thread_key();
-    if activity_enabled(kind) && !append(&mut BUFFERS.lock(), &rec, size, key) {
+    let node = rec.graph_node();
+    if activity_enabled(kind) && !(node && graph_level()) && !append(&mut BUFFERS.lock(), &rec, size, key) {
         DROPPED.fetch_add(1, Ordering::Relaxed);
     }
     let mut consumers = CONSUMERS.lock();
-    for c in consumers.iter_mut().filter(|c| kind < 64 && c.kinds & (1 << kind) != 0) {
+    for c in consumers.iter_mut().filter(|c| kind < 64 && c.kinds & (1 << kind) != 0 && !(node && c.graph_level)) {
         if !append(&mut c.bufs, &rec, size, key) {
             c.dropped += 1;
         }

@@ -115,6 +115,7 @@ fn supported_kind(kind: c::CUpti_ActivityKind) -> bool {
             | c::CUPTI_ACTIVITY_KIND_MEMORY2
             | c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
             | c::CUPTI_ACTIVITY_KIND_OVERHEAD
+            | c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE
     )
 }
 

@@ -45,6 +45,7 @@ pub(crate) fn finalized() -> bool {
 /// (cupti_activity.h, cuptiFinalize), so no kind stays enabled.
 pub(crate) fn finalize() {
     ACTIVITY_KINDS.store(0, Ordering::Relaxed);
+    GRAPH_LEVEL.store(false, Ordering::Relaxed);
     FINALIZED.store(true, Ordering::Relaxed);
     FINALIZATIONS.fetch_add(1, Ordering::Relaxed);
 }
@@ -60,6 +61,16 @@ pub(crate) fn reinitialise() {
     FINALIZED.store(false, Ordering::Relaxed);
 }
 
+/// Graph-level tracing selected for the session: cupti_activity.h, CUPTI_ACTIVITY_KIND_GRAPH_TRACE, "Successfully
+/// enabling this activity selects graph-level tracing for the CUPTI session. Disabling the activity stops delivery
+/// of graph records but does not restore node level tracing of graph nodes." Graph nodes then have no kernel,
+/// memcpy or memset records; cuptiFinalize ends the session.
+static GRAPH_LEVEL: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn graph_level() -> bool {
+    GRAPH_LEVEL.load(Ordering::Relaxed)
+}
+
 pub(crate) fn activity_enabled(kind: c::CUpti_ActivityKind) -> bool {
     kind < 64 && ACTIVITY_KINDS.load(Ordering::Relaxed) & (1 << kind) != 0
 }
@@ -68,6 +79,9 @@ pub(crate) fn activity_enabled(kind: c::CUpti_ActivityKind) -> bool {
 pub(crate) fn set_kind(kind: c::CUpti_ActivityKind, on: bool) {
     if kind >= 64 {
         return;
+    }
+    if on && kind == c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE {
+        GRAPH_LEVEL.store(true, Ordering::Relaxed);
     }
     if on {
         ACTIVITY_KINDS.fetch_or(1 << kind, Ordering::Relaxed);

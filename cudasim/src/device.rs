@@ -73,6 +73,8 @@ struct Op {
     correlation: u32,
     /// (graph id, node id) for work launched as a node of an instantiated graph.
     graph: Option<(u32, u64)>,
+    /// The last node of its graph launch: the launch's graph-level record follows it.
+    last_node: bool,
 }
 
 /// A stream capture in progress (cudaStreamBeginCapture): work is recorded as graph nodes instead of run.
@@ -139,10 +141,29 @@ impl Stream {
             // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
             unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
             let mut previous_end = 0;
-            let mut previous_node = None;
+            let mut previous_node: Option<(u32, u64)> = None;
+            // The first node's start of the graph launch running (for its graph-level record).
+            let mut launch_start = 0;
             for op in rx {
                 crate::timing::op_gap(previous_end);
-                previous_node = me.execute(op, previous_node);
+                let (graph, last, correlation) = (op.graph, op.last_node, op.correlation);
+                let ran = me.execute(op, previous_node);
+                if let (Some((graph_id, _)), Some((_, start, end))) = (graph, ran) {
+                    if previous_node.is_none_or(|(c, _)| c != correlation) {
+                        launch_start = start;
+                    }
+                    if last {
+                        activity::emit(SimRecord::GraphTrace {
+                            start: launch_start,
+                            end,
+                            device: me.device,
+                            stream: me.id,
+                            correlation,
+                            graph_id,
+                        });
+                    }
+                }
+                previous_node = ran.map(|(c, _, end)| (c, end));
                 previous_end = now_ns();
                 let mut p = me.done.lock();
                 p.done += 1;
@@ -199,8 +220,8 @@ impl Stream {
     }
 
     /// Runs one op. `previous_node`: (correlation, recorded end) of the kernel, copy or memset just run, when it was
-    /// a graph node; returns the same for this op.
-    fn execute(&self, op: Op, previous_node: Option<(u32, u64)>) -> Option<(u32, u64)> {
+    /// a graph node; returns (correlation, recorded start, recorded end) of this op when it is one.
+    fn execute(&self, op: Op, previous_node: Option<(u32, u64)>) -> Option<(u32, u64, u64)> {
         let now = now_ns();
         // A graph launch queues all its nodes at once, and a GPU runs each right after the one before: queued ops
         // start 1.7 us apart at the median on a real H100 (kineto-h100-qwen-inference, 999 pairs; `CUDASIM_OP_GAP_NS`
@@ -257,13 +278,13 @@ impl Stream {
                     crate::pm_counters::work_finished(self.device, counted, span);
                 }
                 activity::kernel_finished(token, record.map_times(|t| if t == 0 { end } else { t }));
-                return op.graph.map(|_| (op.correlation, end));
+                return op.graph.map(|_| (op.correlation, start, end));
             }
             Work::Memcpy { dst, src, bytes, is_async } => {
                 // SAFETY: the app passed valid ranges of `bytes` bytes (host memory stands in for device memory).
                 unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
                 let end = self.copied((now, late), (op.correlation, op.graph), (dst, src, bytes), is_async);
-                return op.graph.map(|_| (op.correlation, end));
+                return op.graph.map(|_| (op.correlation, start, end));
             }
             Work::Memcpy2D { dst, dpitch, src, spitch, width, height, is_async } => {
                 for row in 0..height {
@@ -273,7 +294,7 @@ impl Stream {
                     };
                 }
                 let end = self.copied((now, late), (op.correlation, op.graph), (dst, src, width * height), is_async);
-                return op.graph.map(|_| (op.correlation, end));
+                return op.graph.map(|_| (op.correlation, start, end));
             }
 
             Work::Memset { dst, value, bytes, is_async } => {
@@ -292,7 +313,7 @@ impl Stream {
                     is_async,
                     graph: op.graph.unwrap_or((0, 0)),
                 });
-                return op.graph.map(|_| (op.correlation, end));
+                return op.graph.map(|_| (op.correlation, start, end));
             }
             Work::Record(ev) => ev.timestamp.store(now, Ordering::Release),
             // SAFETY: the app passed a host function and its argument, valid until the function has run.
@@ -322,19 +343,19 @@ impl Stream {
             return Some(0);
         }
         self.order_against_legacy();
-        self.push(work, None)
+        self.push(work, None, false)
     }
 
     /// Queues one node of a graph launch.
-    pub(crate) fn enqueue_node(self: &Arc<Self>, work: Work, graph: (u32, u64)) -> Option<u64> {
+    pub(crate) fn enqueue_node(self: &Arc<Self>, work: Work, graph: (u32, u64), last_node: bool) -> Option<u64> {
         self.order_against_legacy();
-        self.push(work, Some(graph))
+        self.push(work, Some(graph), last_node)
     }
 
-    fn push(&self, work: Work, graph: Option<(u32, u64)>) -> Option<u64> {
+    fn push(&self, work: Work, graph: Option<(u32, u64)>, last_node: bool) -> Option<u64> {
         let tx = self.tx.lock();
         let seq = self.submitted.fetch_add(1, Ordering::AcqRel) + 1;
-        tx.as_ref()?.send(Op { work, correlation: current_correlation(), graph }).ok()?;
+        tx.as_ref()?.send(Op { work, correlation: current_correlation(), graph, last_node }).ok()?;
         Some(seq)
     }
 
@@ -359,13 +380,13 @@ impl Stream {
             for s in others {
                 let seq = s.submitted.load(Ordering::Acquire);
                 if s.done.lock().done < seq {
-                    self.push(Work::Wait(s, seq), None);
+                    self.push(Work::Wait(s, seq), None, false);
                 }
             }
         } else if self.blocking {
             let seq = legacy.submitted.load(Ordering::Acquire);
             if legacy.done.lock().done < seq {
-                self.push(Work::Wait(legacy.clone(), seq), None);
+                self.push(Work::Wait(legacy.clone(), seq), None, false);
             }
         }
     }

@@ -64,8 +64,8 @@ fn launch(exec: usize, stream: usize) -> CudaError {
     if s.capture.lock().is_some() {
         return c::cudaErrorStreamCaptureUnsupported; // (child-graph capture is not modelled)
     }
-    for (node, work) in &g.nodes {
-        if s.enqueue_node(work.clone(), (g.id, *node)).is_none() {
+    for (i, (node, work)) in g.nodes.iter().enumerate() {
+        if s.enqueue_node(work.clone(), (g.id, *node), i + 1 == g.nodes.len()).is_none() {
             return c::cudaErrorUnknown;
         }
     }

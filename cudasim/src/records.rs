@@ -50,6 +50,18 @@ pub(crate) enum SimRecord {
         /// CUpti_ActivityMemset3 to 5, "This field will be 0 if the memset is not executed through graph launch".
         graph: (u32, u64),
     },
+    /// One launch of a CUDA graph traced at graph level (CUPTI_ACTIVITY_KIND_GRAPH_TRACE, cupti_activity.h,
+    /// CUpti_ActivityGraphTrace2: "represents execution for a graph without giving visibility about the execution
+    /// of its nodes"; `correlation` is "identical to the correlation ID in the driver API activity record that
+    /// launched the graph"): from its first node's start to its last node's end.
+    GraphTrace {
+        start: u64,
+        end: u64,
+        device: u32,
+        stream: u32,
+        correlation: u32,
+        graph_id: u32,
+    },
     Memory {
         release: bool,
         timestamp: u64,
@@ -99,6 +111,8 @@ pub(crate) fn record_size(kind: c::CUpti_ActivityKind, rel: &Release) -> usize {
             release::Sync::V2 => size_of::<c::CUpti_ActivitySynchronization2>(),
         },
         c::CUPTI_ACTIVITY_KIND_OVERHEAD => size_of::<c::CUpti_ActivityOverhead3>(),
+        // The same layout in CUDA 12 and 13 (CUpti_ActivityGraphTrace2, 56 bytes in both headers).
+        c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE => size_of::<c::CUpti_ActivityGraphTrace2>(),
         _ => 8,
     };
     s.next_multiple_of(8)
@@ -183,6 +197,17 @@ impl SimRecord {
             SimRecord::Memset { .. } => c::CUPTI_ACTIVITY_KIND_MEMSET,
             SimRecord::Memory { .. } => c::CUPTI_ACTIVITY_KIND_MEMORY2,
             SimRecord::Sync { .. } => c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+            SimRecord::GraphTrace { .. } => c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE,
+        }
+    }
+
+    /// A kernel, copy or memset run as a node of a graph launch.
+    pub(crate) fn graph_node(&self) -> bool {
+        match self {
+            SimRecord::Kernel { graph, .. } | SimRecord::Memcpy { graph, .. } | SimRecord::Memset { graph, .. } => {
+                graph.0 != 0
+            }
+            _ => false,
         }
     }
 
@@ -193,7 +218,8 @@ impl SimRecord {
             SimRecord::Kernel { start, end, .. }
             | SimRecord::Memcpy { start, end, .. }
             | SimRecord::Memset { start, end, .. }
-            | SimRecord::Sync { start, end, .. } => {
+            | SimRecord::Sync { start, end, .. }
+            | SimRecord::GraphTrace { start, end, .. } => {
                 *start = f(*start);
                 *end = f(*end);
             }
@@ -370,6 +396,23 @@ impl SimRecord {
                     release::Sync::V1 => y!(c12::CUpti_ActivitySynchronization),
                     release::Sync::V2 => y!(c::CUpti_ActivitySynchronization2),
                 }
+            }
+            SimRecord::GraphTrace { start, end, device, stream, correlation, graph_id } => {
+                let r = c::CUpti_ActivityGraphTrace2 {
+                    kind: c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE,
+                    correlationId: correlation,
+                    start,
+                    end,
+                    deviceId: device,
+                    graphId: graph_id,
+                    contextId: device + 1,
+                    streamId: stream,
+                    endDeviceId: device,
+                    endContextId: device + 1,
+                    ..Default::default()
+                };
+                // SAFETY: the caller checked the record fits at this offset.
+                unsafe { (p as *mut c::CUpti_ActivityGraphTrace2).write_unaligned(r) };
             }
         }
     }

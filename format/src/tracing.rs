@@ -22,8 +22,13 @@
 //! - `python`: the Python stack (file, line, function; 16 frames) of the thread behind each synchronising call,
 //!   copy and allocation, and of every Nth launch per thread (`CUFLIGHT_PY_LAUNCH_EVERY`, default 1024), read
 //!   from the interpreter's memory (CPython 3.9 to 3.14). A process without Python pays nothing.
+//! - `graphs`: CUDA graphs traced at graph level, as nsys's `--cuda-graph-trace=graph`: one record per graph launch
+//!   (CUPTI_ACTIVITY_KIND_GRAPH_TRACE: its first node's start to its last node's end, on the launch's stream)
+//!   instead of a record per node. Enabling it "selects graph-level tracing for the CUPTI session"
+//!   (cupti_activity.h): no node of any graph has a kernel, copy or memset record then, so per-node kernel names
+//!   and times are gone. The cheaper form for a server replaying graphs of hundreds of kernels each iteration.
 //!
-//! The default is everything but `queries` and `sync`.
+//! The default is everything but `queries`, `sync` and `graphs`.
 
 pub const CUDA: u32 = 1;
 pub const QUERIES: u32 = 2;
@@ -32,10 +37,11 @@ pub const MEMORY: u32 = 8;
 pub const SYNC: u32 = 16;
 pub const OVERHEAD: u32 = 32;
 pub const PYTHON: u32 = 64;
+pub const GRAPHS: u32 = 128;
 pub const DEFAULT: u32 = CUDA | NVTX | MEMORY | OVERHEAD | PYTHON;
 
 /// The names `--trace` takes, with their bits, in the order `--help` lists them.
-pub const NAMES: [(&str, u32); 7] = [
+pub const NAMES: [(&str, u32); 8] = [
     ("cuda", CUDA),
     ("queries", QUERIES),
     ("nvtx", NVTX),
@@ -43,6 +49,7 @@ pub const NAMES: [(&str, u32); 7] = [
     ("sync", SYNC),
     ("overhead", OVERHEAD),
     ("python", PYTHON),
+    ("graphs", GRAPHS),
 ];
 
 /// `cuda,nvtx,...` as a mask; `cuda` must be named (cuflight always traces CUDA), unknown names are refused.

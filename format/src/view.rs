@@ -211,6 +211,14 @@ pub struct Overhead {
     pub kind: u8,
 }
 
+/// The node id of an [`EventKind::GraphNode`] that stands for a whole graph launch traced at graph level (`--trace
+/// graphs`, CUPTI_ACTIVITY_KIND_GRAPH_TRACE): the kernel event before it is the graph's execution, named "CUDA
+/// graph (graph-level trace)", and no node of the launch has an event.
+pub const WHOLE_GRAPH: u64 = u64::MAX;
+
+/// The name of the kernel event that stands for a graph launch traced at graph level ([`WHOLE_GRAPH`]).
+pub const GRAPH_LEVEL_NAME: &std::ffi::CStr = c"CUDA graph (graph-level trace)";
+
 /// An [`EventKind::GraphNode`]: the kernel before it ran as a node of a CUDA graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GraphNode {

@@ -4,10 +4,13 @@ graphs), for scripts/gpu-validate's `compiled` part (issue 51).
 `python compiled_torch.py MODE STEPS` runs WARMUP steps, then STEPS steps each inside an NVTX range "stepN" (under
 `cuflight record`); `python compiled_torch.py MODE STEPS torchprof OUT` runs the same steps under torch.profiler
 (CUDA activity only) and writes the kernel count and kernel time of the STEPS steps as JSON, for comparison.
-MODE: eager, compile, graphs. The first steps compile (and in graphs mode capture): the warm-up.
+`python compiled_torch.py MODE STEPS timing` prints "step_ms MEAN" of the STEPS steps (synchronised at both ends):
+what a tool costs the loop (gpu-validate's `graphtrace` part). MODE: eager, compile, graphs. The first steps compile
+(and in graphs mode capture): the warm-up.
 """
 import json
 import sys
+import time
 
 import torch
 
@@ -84,11 +87,14 @@ def main():
         with open(sys.argv[4], "w") as f:
             json.dump({"kernels": len(kernels), "kernel_time_us": sum(e.device_time for e in kernels)}, f)
         return
+    began = time.perf_counter()
     for i in range(WARMUP, WARMUP + steps):
         torch.cuda.nvtx.range_push(f"step{i}")
         step()
         torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
+    if len(sys.argv) > 3 and sys.argv[3] == "timing":
+        print(f"step_ms {(time.perf_counter() - began) * 1e3 / steps:.4f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -120,3 +120,38 @@ fn a_graph_captured_before_the_window_and_updated_in_it_is_seen_whole() {
     assert!(finding(&r, "graph_capture").is_none_or(|f| !f["summary"].as_str().unwrap().contains("step after step")));
     assert!(finding(&r, "launch_bound").is_none_or(|l| l["share"].as_f64().unwrap() < 0.10), "{}", r["findings"]);
 }
+
+/// `--trace ...,graphs` traces CUDA graphs at graph level (CUPTI_ACTIVITY_KIND_GRAPH_TRACE): one record per
+/// replay, from its first node's start to its last node's end, joined to its launch; no node has a record (so no
+/// `layer` kernel), eager work beside the graph is traced as ever, and the report says what it cannot see.
+#[test]
+fn graphs_traced_at_graph_level_are_one_record_per_replay() {
+    let dir = scratch("graphs-graph-level");
+    let prog = build_c("graph_loop", &dir);
+    let rec = record(&dir, &["--trace", "cuda,nvtx,graphs"], &prog, &["update"], &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let (r, s) = (report_json(&rec.trace), stats(&rec.trace));
+    let graphs = s["graphs"].as_array().unwrap();
+    assert_eq!(graphs.len(), 1, "{graphs:?}");
+    let g = &graphs[0];
+    assert_eq!((g["launches"].as_u64(), g["graph_level"].as_bool()), (Some(12), Some(true)), "{g}");
+    assert_eq!((g["kernels"].as_u64(), g["nodes"].as_u64()), (Some(0), Some(0)), "{g}");
+    // A replay runs 20 kernels of 50 us back to back: a millisecond at least from first node to last.
+    assert!(g["replay_ns"].as_u64().unwrap() >= 12 * 1_000_000, "{g}");
+    assert_eq!(count(&s, "kernels", "name", "CUDA graph (graph-level trace)"), 12);
+    assert_eq!(count(&s, "kernels", "name", "layer"), 0, "graph nodes have no records at graph level");
+    assert_eq!(count(&s, "kernels", "name", "side"), 12, "eager kernels are traced as ever");
+    assert_eq!(count(&s, "api", "name", "cudaGraphLaunch"), 12);
+    assert!(r["verdict"].as_str().unwrap().contains("traced at graph level"), "{}", r["verdict"]);
+    assert!(finding(&r, "launch_bound").is_none_or(|l| l["share"].as_f64().unwrap() < 0.10), "{}", r["findings"]);
+    // In the Kineto export each replay is one kernel with its graph id and no node id.
+    let v = export_chrome(&rec.trace, &dir.join("graph-level.json"));
+    let replays: Vec<&Value> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] == "kernel" && e["name"] == "CUDA graph (graph-level trace)")
+        .collect();
+    assert_eq!(replays.len(), 12);
+    assert!(replays.iter().all(|e| e["args"]["graph id"].is_u64() && e["args"].get("graph node id").is_none()));
+}

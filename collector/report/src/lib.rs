@@ -634,10 +634,19 @@ fn performance_verdict(findings: &[Finding], processes: &[ProcessReport]) -> Str
     };
     // A busy GPU whose kernels show none of the waste read off names: said, so that "no bottleneck" is not read
     // as "nothing to gain".
-    let busy = util.filter(|&u| u >= BUSY_UTILIZATION).map_or("", |_| {
+    let graph_level = cuflight_format::view::GRAPH_LEVEL_NAME.to_str().unwrap_or_default();
+    let graph_level = processes.iter().any(|p| p.kernels.iter().any(|k| k.name == graph_level));
+    let busy = util.filter(|&u| u >= BUSY_UTILIZATION && !graph_level).map_or("", |_| {
         counter_findings::clean_busy_note(findings, processes.iter().any(|p| !p.gpu_metrics.is_empty()))
     });
-    let util = util.map_or(String::new(), |u| format!(" {label}: {:.0}%.{busy}", u * 100.0));
+    // Graph-level tracing hides the kernels inside graphs, and their replays count as busy from first node to last.
+    let hidden = if graph_level {
+        " CUDA graphs were traced at graph level (--trace graphs): the kernels inside them are not seen, and each \
+         replay counts as busy from its first node's start to its last node's end."
+    } else {
+        ""
+    };
+    let util = util.map_or(String::new(), |u| format!(" {label}: {:.0}%.{busy}{hidden}", u * 100.0));
     // What the shares are of: step time, or without steps the time covered.
     let of = if in_steps.is_some() { "step time" } else { "the time covered" };
     match findings.first() {

@@ -29,7 +29,16 @@ struct Launches {
 }
 
 /// Graph launches (distinct correlation ids), distinct nodes, kernels and their time.
-type GraphAcc = (FxHashSet<u32>, FxHashSet<u64>, u64, u64);
+/// One graph's launches (correlation → first start, last end of what ran), node ids, kernels and kernel time, and
+/// whether it was traced at graph level (`--trace graphs`: no node events).
+#[derive(Default)]
+struct GraphAcc {
+    launches: FxHashMap<u32, (u64, u64)>,
+    nodes: FxHashSet<u64>,
+    kernels: u64,
+    kernel_ns: u64,
+    graph_level: bool,
+}
 
 #[derive(Default)]
 pub struct StatsAcc {
@@ -206,12 +215,18 @@ impl StatsAcc {
             Some(EventKind::GraphNode) => {
                 let node = e.as_graph_node();
                 let g = self.graphs.entry((key, node.graph_id)).or_default();
-                g.0.insert(e.correlation);
-                g.1.insert(node.node_id);
-                // Kernels counted and timed; copies and memsets are nodes too.
-                if e.graph_node_op() == EventKind::Kernel {
-                    g.2 += 1;
-                    g.3 += e.duration();
+                let span = g.launches.entry(e.correlation).or_insert((e.start, e.end));
+                *span = (span.0.min(e.start), span.1.max(e.end));
+                if node.node_id == cuflight_format::view::WHOLE_GRAPH {
+                    // The launch as one record: its nodes and kernels are not known.
+                    g.graph_level = true;
+                } else {
+                    g.nodes.insert(node.node_id);
+                    // Kernels counted and timed; copies and memsets are nodes too.
+                    if e.graph_node_op() == EventKind::Kernel {
+                        g.kernels += 1;
+                        g.kernel_ns += e.duration();
+                    }
                 }
                 self.kernel_seen(key, p, e.correlation);
             }
@@ -347,13 +362,15 @@ impl StatsAcc {
             graphs: self
                 .graphs
                 .into_iter()
-                .map(|((pid, graph_id), (launches, nodes, kernels, kernel_ns))| GraphRow {
+                .map(|((pid, graph_id), g)| GraphRow {
                     pid,
                     graph_id,
-                    launches: launches.len() as u64,
-                    kernels,
-                    nodes: nodes.len() as u64,
-                    kernel_ns,
+                    launches: g.launches.len() as u64,
+                    kernels: g.kernels,
+                    nodes: g.nodes.len() as u64,
+                    kernel_ns: g.kernel_ns,
+                    replay_ns: g.launches.values().map(|(s, e)| e.saturating_sub(*s)).sum(),
+                    graph_level: g.graph_level,
                 })
                 .collect(),
             sync: self.sync.into_values().collect(),

@@ -341,6 +341,11 @@ pub struct GraphRow {
     pub kernels: u64,
     pub nodes: u64,
     pub kernel_ns: u64,
+    /// Each launch's first start to last end, summed (the mean replay time is this over `launches`).
+    pub replay_ns: u64,
+    /// Traced at graph level (`--trace graphs`): one record per launch, so `kernels`, `nodes` and `kernel_ns` are
+    /// not known (0).
+    pub graph_level: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, PartialOrd, Eq, Ord)]

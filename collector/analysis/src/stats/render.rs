@@ -347,14 +347,20 @@ impl Stats {
     }
 
     fn graphs_table(&self) -> Table {
-        let mut t = Table::new("CUDA graphs", &["PID", "Launches", "Kernels", "Nodes", "Kernel Time (ns)", "Graph"]);
+        let mut t = Table::new(
+            "CUDA graphs",
+            &["PID", "Launches", "Mean Replay (ns)", "Kernels", "Nodes", "Kernel Time (ns)", "Graph"],
+        );
         for g in &self.graphs {
+            // Traced at graph level, a launch's nodes are not known.
+            let known = |v: u64| if g.graph_level { "-".to_string() } else { v.to_string() };
             t.row(vec![
                 g.pid.to_string(),
                 g.launches.to_string(),
-                g.kernels.to_string(),
-                g.nodes.to_string(),
-                g.kernel_ns.to_string(),
+                (g.replay_ns / g.launches.max(1)).to_string(),
+                known(g.kernels),
+                known(g.nodes),
+                known(g.kernel_ns),
                 g.graph_id.to_string(),
             ]);
         }

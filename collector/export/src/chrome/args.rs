@@ -50,7 +50,7 @@ pub(super) fn kernel<W: Write>(
     let figures = gpu.and_then(|&(cc, sms)| cuflight_trace::model::occupancy::kineto_figures(cc, sms, &c));
     let (g, bl) = (c.grid, c.block);
     // cuflight's addition.
-    let graph = node.map(|n| format!(r#","graph id":{},"graph node id":{}"#, n.graph_id, n.node_id));
+    let graph = Some(super::records::graph_args(node)).filter(|g| !g.is_empty());
     // cuflight's addition: the symbol as CUPTI named it.
     let mangled = p.mangled.get(&e.name).map(|m| format!(r#","mangled":{}"#, Js(m)));
     out.complete_with("kernel", p.string(e.name), gpu_pid, e.stream as u64, e.start, e.end, |b| {

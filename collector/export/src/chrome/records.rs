@@ -46,9 +46,14 @@ pub(super) fn api_call<W: Write>(
     Ok(())
 }
 
-/// The graph and node a copy or memset ran as (cuflight's addition, as on kernels), or nothing.
-fn graph_args(node: Option<GraphNode>) -> String {
-    node.map_or(String::new(), |n| format!(r#","graph id":{},"graph node id":{}"#, n.graph_id, n.node_id))
+/// The graph and node a kernel, copy or memset ran as (cuflight's addition), or nothing.
+pub(super) fn graph_args(node: Option<GraphNode>) -> String {
+    match node {
+        None => String::new(),
+        // A launch traced at graph level stands for all its nodes: no node id.
+        Some(n) if n.node_id == cuflight_format::view::WHOLE_GRAPH => format!(r#","graph id":{}"#, n.graph_id),
+        Some(n) => format!(r#","graph id":{},"graph node id":{}"#, n.graph_id, n.node_id),
+    }
 }
 
 /// A copy on its device's stream (with its graph node, if it ran as one), and its flow from the launching call.
