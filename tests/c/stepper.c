@@ -4,7 +4,7 @@
  * prints "stepper: ready" once CUDA is up and "stepper: N steps" at the end.
  * With "block SECONDS", a second thread first launches a kernel that runs SECONDS on a stream of its own and
  * waits for it in cudaStreamSynchronize, printing "stepper: blocked" as it enters the wait: a call in flight
- * while a tool attaches.
+ * while a tool attaches. With "blocks SECONDS" it does so again and again: a call always in flight.
  * With "grow", every 100th step also allocates 1 MiB of device memory that it keeps (a slow leak, at most 4096).
  * With "oom", every 10th step also asks cudaMalloc for 2^60 bytes, which fails (out of memory), and goes on. */
 #include "sim.h"
@@ -18,6 +18,7 @@ void tick(void **args) { (void)args; }
 
 /* cudasim runs a kernel's body on its stream's worker thread: sleeping there is a kernel that takes that long. */
 static double block_seconds;
+static int block_again;
 void spin(void **args) {
     (void)args;
     usleep((useconds_t)(block_seconds * 1e6));
@@ -28,10 +29,12 @@ static void *blocker(void *arg) {
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     void *args[] = {NULL};
-    launch(spin, 1, 1, s, args);
-    printf("stepper: blocked\n");
-    fflush(stdout);
-    CHECK(cudaStreamSynchronize(s));
+    do {
+        launch(spin, 1, 1, s, args);
+        printf("stepper: blocked\n");
+        fflush(stdout);
+        CHECK(cudaStreamSynchronize(s));
+    } while (__atomic_load_n(&block_again, __ATOMIC_RELAXED));
     return NULL;
 }
 
@@ -49,7 +52,8 @@ int main(int argc, char **argv) {
     launch(tick, 1, 1, s, args);
     CHECK(cudaStreamSynchronize(s));
     pthread_t t;
-    int blocking = argc > 3 && strcmp(argv[2], "block") == 0;
+    int blocking = argc > 3 && (strcmp(argv[2], "block") == 0 || strcmp(argv[2], "blocks") == 0);
+    block_again = argc > 3 && strcmp(argv[2], "blocks") == 0;
     int grow = argc > 2 && strcmp(argv[2], "grow") == 0;
     int oom = argc > 2 && strcmp(argv[2], "oom") == 0;
     long grown = 0;
@@ -79,6 +83,7 @@ int main(int argc, char **argv) {
         }
         usleep(900);
     }
+    __atomic_store_n(&block_again, 0, __ATOMIC_RELAXED);
     if (blocking) pthread_join(t, NULL);
     printf("stepper: %ld steps\n", steps);
     return 0;

@@ -49,8 +49,9 @@ impl Stepper {
         self.out.read_to_string(&mut rest).unwrap();
         assert!(self.child.wait().unwrap().success());
         let secs = self.started.elapsed().as_secs_f64();
-        let steps: f64 =
-            rest.trim().strip_prefix("stepper: ").and_then(|r| r.strip_suffix(" steps")).unwrap().parse().unwrap();
+        let steps =
+            rest.trim().lines().last().and_then(|l| l.strip_prefix("stepper: ")).and_then(|r| r.strip_suffix(" steps"));
+        let steps: f64 = steps.unwrap_or_else(|| panic!("{rest}")).parse().unwrap();
         steps / secs
     }
 }
@@ -547,4 +548,25 @@ fn idle_half_requests_do_not_hold_the_metrics_endpoint() {
         let _ = serve.kill();
         let _ = serve.wait();
     }
+}
+
+/// Issue 52 item 4: a quiet program with a thread always waiting on a long kernel, under `serve`'s windows: no
+/// record is lost, so `cuflight_events_dropped_total` stays 0, and the calls each window began in the middle of are
+/// counted apart, at least one a window.
+#[test]
+fn calls_in_flight_at_arming_are_no_drops() {
+    let _serial = serial();
+    let dir = scratch("serve-in-flight");
+    let stepper = stepper_with(&dir, &["3", "blocks", "0.2"]);
+    let pid = stepper.child.id();
+    let (mut serve, addr, _err) = start_serve(&["--duty", "300ms/500ms", "--rounds", "5", &pid.to_string()]);
+    std::thread::sleep(Duration::from_millis(2200));
+    let m = scrape(&addr, &dir, 1);
+    assert!(serve.wait().unwrap().success());
+    stepper.end();
+    let windows = value(&m, "cuflight_window_seconds", pid) / 0.3;
+    assert!(windows >= 2.0, "{windows} windows folded");
+    assert_eq!(value(&m, "cuflight_events_dropped", pid), 0.0, "{}", m["cuflight_events_dropped"]);
+    let in_flight = value(&m, "cuflight_calls_in_flight_at_arming", pid);
+    assert!(in_flight >= windows.floor(), "{in_flight} calls in flight over {windows} windows");
 }

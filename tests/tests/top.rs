@@ -39,14 +39,14 @@ fn top_shows_live_rates_and_quits_on_q() {
         // PID, GPU, BUSY, LAUNCH/S, ...
         live = row.is_some_and(|r| {
             r.split_whitespace().nth(3).and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v > 100.0)
-        }) && screen.contains("kernel time: other")
+        }) && screen.contains("kernel time (GPU-s/s): other")
             && screen.contains("failed CUDA calls: cudaErrorMemoryAllocation x")
             && screen.contains("CUPTI sessions: ");
     }
     assert!(live, "no live row for pid {pid}:\n{screen}");
     assert!(screen.lines().count() <= 24 && screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
     assert!(screen.contains("./stepper 4") || screen.contains("stepper 4"), "{screen}");
-    assert!(screen.contains("kernel time: other"), "{screen}");
+    assert!(screen.contains("kernel time (GPU-s/s): other"), "{screen}");
     // Each window is a CUPTI session (memory CUPTI keeps): counted, with the time between windows.
     assert!(screen.contains("a window every 1.0 s"), "{screen}");
     tmux(&["send-keys", "-t", &session, "q"]);

@@ -1,6 +1,8 @@
 //! `cuflight top`: the followed processes' GPU work, live, refreshed every second (as `top` shows CPU work): per
-//! process and GPU its busy share, launches per second, time waited in synchronisation, device memory, drops and
-//! command; under it, the selected process's kernel time by category and its GPU idle time by cause. The numbers
+//! process and GPU its busy share, launches per second, threads waiting in synchronisation on average (SYNC-THR:
+//! summed over threads, so 1.60 is more than one thread always waiting, not a share), device memory, records lost
+//! and command; under it, the selected process's kernel time by category in GPU-seconds per second (summed over
+//! streams and devices: above 1 where kernels overlap) and its GPU idle time by cause. The numbers
 //! come from `serve`'s sampling (windows folded into counters); rates are over the time the windows covered
 //! since the previous refresh. Keys: ↑/↓ (k/j) pick a process, s changes the sort, q or Ctrl-C quits.
 
@@ -212,7 +214,7 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
             r.device.map_or("-".into(), |d| d.to_string()),
             format!("{:5.1}%", r.busy * 100.0),
             format!("{:8.0}", r.launches),
-            format!("{:5.1}%", r.sync * 100.0),
+            format!("{:6.2}", r.sync),
             r.memory.map_or("-".into(), |b| format!("{} MiB", b >> 20)),
             r.dropped.to_string(),
             r.state.to_string(),
@@ -224,7 +226,7 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
         Constraint::Length(3),
         Constraint::Length(6),
         Constraint::Length(10),
-        Constraint::Length(6),
+        Constraint::Length(8),
         Constraint::Length(9),
         Constraint::Length(6),
         Constraint::Length(9),
@@ -232,7 +234,7 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
     ];
     let t = Table::new(rows, widths)
         .header(
-            Row::new(vec!["PID", "GPU", "BUSY", "LAUNCH/S", "SYNC", "MEMORY", "DROPS", "STATE", "COMMAND"])
+            Row::new(vec!["PID", "GPU", "BUSY", "LAUNCH/S", "SYNC-THR", "MEMORY", "DROPS", "STATE", "COMMAND"])
                 .style(Style::new().add_modifier(Modifier::BOLD)),
         )
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
@@ -243,6 +245,10 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
         Some(r) => {
             let share = |v: &[(String, f64)]| {
                 v.iter().take(5).map(|(n, s)| format!("{n} {:.1}%", s * 100.0)).collect::<Vec<_>>().join(", ")
+            };
+            // GPU-seconds per second: summed over streams, so not a share of anything.
+            let rate = |v: &[(String, f64)]| {
+                v.iter().take(5).map(|(n, s)| format!("{n} {s:.3}")).collect::<Vec<_>>().join(", ")
             };
             let failed = if r.failed.is_empty() {
                 String::new()
@@ -266,10 +272,10 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
                 )
             });
             format!(
-                "pid {}: {}\nkernel time: {}{counters}\nGPU idle in steps: {}{failed}{cupti}",
+                "pid {}: {}\nkernel time (GPU-s/s): {}{counters}\nGPU idle in steps: {}{failed}{cupti}",
                 r.pid,
                 r.command,
-                if r.categories.is_empty() { "-".into() } else { share(&r.categories) },
+                if r.categories.is_empty() { "-".into() } else { rate(&r.categories) },
                 if r.idle.is_empty() { "-".into() } else { share(&r.idle) }
             )
         }

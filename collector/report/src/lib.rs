@@ -362,7 +362,7 @@ impl Report {
                 cuda_runtime_version: p.cuda_runtime_version,
                 cupti_version: p.info.cupti_version,
                 drops: p.info.drops,
-                dropped_total: p.info.drops.total().saturating_add(p.info.unseen_begin).saturating_add(p.refused),
+                dropped_total: p.info.drops.total().saturating_add(p.refused),
                 unseen_begin: p.info.unseen_begin,
                 refused: p.refused,
                 finished: p.info.finished,

@@ -37,6 +37,7 @@ pub struct RunSummary {
     /// `cuptiGetVersion`, 0 unknown.
     pub cupti_version: u32,
     pub drops: Drops,
+    /// Records lost, every cause once (drops and refused events; not the calls in flight at arming).
     pub dropped_total: u64,
     /// Calls the agent left out (in flight when it was armed) and events the reader refused (impossible times).
     pub unseen_begin: u64,
@@ -187,15 +188,20 @@ impl RunSummary {
                 "{} events (ring full {}, no ring {}, CUPTI {}, skipped {}",
                 self.dropped_total, d.ring_full, d.no_ring, d.cupti_dropped, d.records_skipped
             );
-            if self.unseen_begin > 0 {
-                lost.push_str(&format!(", in flight at arming {}", self.unseen_begin));
-            }
             if self.refused > 0 {
                 lost.push_str(&format!(", impossible times {}", self.refused));
             }
             lost + ")"
         };
         out.push(("Dropped", lost));
+        if self.unseen_begin > 0 {
+            // Not lost: begun before the window, so their start is unknown and they are left out.
+            let what = format!(
+                "{} calls in flight when recording was armed, left out (their start is unknown)",
+                self.unseen_begin
+            );
+            out.push(("Unseen", what));
+        }
         if !self.finished {
             out.push(("Ended", "abruptly: the last device records the agent had not flushed are missing".into()));
         }

@@ -300,10 +300,9 @@ impl StatsAcc {
         let mut rows = Vec::new();
         let mut dropped: u64 = 0;
         for (&key, p) in processes {
-            dropped = dropped
-                .saturating_add(p.info.drops.total())
-                .saturating_add(p.info.unseen_begin)
-                .saturating_add(p.refused);
+            // Records lost only: calls in flight when recording was armed were not lost (they began before it)
+            // and are counted apart (`unseen_begin`).
+            dropped = dropped.saturating_add(p.info.drops.total()).saturating_add(p.refused);
             let launches_without_kernel = self.launches.get(&key).map_or(0, |l| l.waiting.values().sum::<u64>());
             rows.push(process_row(p, self.events.get(&key).copied().unwrap_or(0), launches_without_kernel));
         }

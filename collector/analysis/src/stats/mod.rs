@@ -300,7 +300,8 @@ pub struct Stats {
     /// Calls that returned an error, by process, API and code: failures first (sticky, out of memory, other),
     /// then the expected answers; most frequent first within each.
     pub api_errors: Vec<ApiErrorRow>,
-    /// Total records lost, all causes and processes (see `processes[].drops`, `unseen_begin` and `refused`).
+    /// Total records lost, all causes and processes (see `processes[].drops` and `refused`). Calls in flight when
+    /// recording was armed (`processes[].unseen_begin`) are not lost records and not in it.
     pub dropped: u64,
     /// Kinds no process of the trace recorded (an import made without them): their tables are not zeros but
     /// unknown.

@@ -476,7 +476,7 @@ impl Stats {
                 if p.host.is_empty() { "-".to_string() } else { p.host.clone() },
                 p.cupti_version.to_string(),
                 p.events.to_string(),
-                p.drops.total().saturating_add(p.unseen_begin).saturating_add(p.refused).to_string(),
+                p.drops.total().saturating_add(p.refused).to_string(),
                 match (p.finished, p.launches_without_kernel) {
                     (true, _) => "yes".to_string(),
                     (false, 0) => "no (killed?)".to_string(),

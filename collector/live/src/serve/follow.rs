@@ -50,12 +50,12 @@ impl Followers {
 
 fn follow(pid: u32, interval: Duration, stop: &AtomicBool, shared: &Shared, dir: &Path) {
     // Drops are counted by the agent since it was attached: each part's facts repeat the running total.
-    let mut drops_seen = 0;
+    let (mut drops_seen, mut unseen_seen) = (0, 0);
     // One recording cut into parts: device memory is replayed across them.
     let mut live = LiveMemory::default();
     let folded = attach_continuous(pid, dir, interval, stop, |part: Part| {
         let Some(mut m) = shared.lock().expect("metrics").get(&pid).cloned() else { return false };
-        let before = m.dropped;
+        let (before, unseen_before) = (m.dropped, m.in_flight_at_arming);
         let open = || EventSource::open(part.path).map_err(|e| e.to_string());
         let covered = part.to_ns.saturating_sub(part.from_ns);
         match open().and_then(|mut s| m.fold(&mut s, covered, Some(&mut live))) {
@@ -67,6 +67,9 @@ fn follow(pid: u32, interval: Duration, stop: &AtomicBool, shared: &Shared, dir:
                 let total = m.dropped - before;
                 m.dropped = before + total.saturating_sub(drops_seen);
                 drops_seen = drops_seen.max(total);
+                let unseen = m.in_flight_at_arming - unseen_before;
+                m.in_flight_at_arming = unseen_before + unseen.saturating_sub(unseen_seen);
+                unseen_seen = unseen_seen.max(unseen);
                 if let Some(now) = shared.lock().expect("metrics").get_mut(&pid) {
                     (m.state, m.command) = (now.state, now.command.clone());
                     *now = m;

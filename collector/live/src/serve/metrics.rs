@@ -28,6 +28,8 @@ pub struct ProcessMetrics {
     pub sync_wait_ns: u64,
     pub device_memory: Option<u64>,
     pub dropped: u64,
+    /// Calls in flight when a window was armed (left out, not lost: their start is unknown).
+    pub in_flight_at_arming: u64,
     /// GPU idle time inside the windows' steps by the report's causes (`unexplained` for what none explains).
     pub idle_ns: BTreeMap<String, u64>,
     /// Calls that returned an error, by class and CUDA's name for the code.
@@ -78,7 +80,8 @@ impl ProcessMetrics {
                     info = Some((
                         p.info.host.clone(),
                         p.info.rank,
-                        p.info.drops.total().saturating_add(p.info.unseen_begin),
+                        p.info.drops.total().saturating_add(p.refused),
+                        p.info.unseen_begin,
                     ));
                 }
                 match e.kind() {
@@ -129,9 +132,10 @@ impl ProcessMetrics {
         for (device, means) in counters {
             self.gpu_counters.insert(device, means.means());
         }
-        if let Some((host, rank, dropped)) = info {
+        if let Some((host, rank, dropped, unseen)) = info {
             (self.host, self.rank) = (host, rank);
             self.dropped = self.dropped.saturating_add(dropped);
+            self.in_flight_at_arming = self.in_flight_at_arming.saturating_add(unseen);
         }
         // Allocations made before the first window are unseen: the gauge is what the windows saw allocated (in
         // a continuous recording, everything since the attach).
@@ -395,10 +399,21 @@ fn work_families(x: &mut Exposition, processes: &BTreeMap<u32, ProcessMetrics>) 
     x.family(
         "cuflight_events_dropped_total",
         "counter",
-        "Records the agent lost (full rings, CUPTI drops).",
+        "Records lost (full rings, CUPTI drops, refused buffers and impossible times), each once.",
         &mut |o| {
             for (pid, m) in processes {
                 let _ = writeln!(o, "cuflight_events_dropped_total{{{}}} {}", labels(pid, m, ""), m.dropped);
+            }
+        },
+    );
+    x.family(
+        "cuflight_calls_in_flight_at_arming_total",
+        "counter",
+        "CUDA calls in flight when a window was armed: left out (their start is unknown), not lost.",
+        &mut |o| {
+            for (pid, m) in processes {
+                let v = m.in_flight_at_arming;
+                let _ = writeln!(o, "cuflight_calls_in_flight_at_arming_total{{{}}} {v}", labels(pid, m, ""));
             }
         },
     );
