@@ -569,4 +569,14 @@ fn calls_in_flight_at_arming_are_no_drops() {
     assert_eq!(value(&m, "cuflight_events_dropped", pid), 0.0, "{}", m["cuflight_events_dropped"]);
     let in_flight = value(&m, "cuflight_calls_in_flight_at_arming", pid);
     assert!(in_flight >= windows.floor(), "{in_flight} calls in flight over {windows} windows");
+    // What the recording cost, by where it is measured, and its share of the last window.
+    let sources: Vec<&str> = m["cuflight_agent_overhead_seconds"]["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["labels"]["source"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["cupti", "ring_wait", "python_stacks"], "{}", m["cuflight_agent_overhead_seconds"]);
+    let ratio = value(&m, "cuflight_agent_overhead_ratio", pid);
+    assert!((0.0..1.0).contains(&ratio), "{ratio}");
 }

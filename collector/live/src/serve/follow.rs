@@ -49,13 +49,13 @@ impl Followers {
 }
 
 fn follow(pid: u32, interval: Duration, stop: &AtomicBool, shared: &Shared, dir: &Path) {
-    // Drops are counted by the agent since it was attached: each part's facts repeat the running total.
-    let (mut drops_seen, mut unseen_seen) = (0, 0);
-    // One recording cut into parts: device memory is replayed across them.
+    // One recording cut into parts: device memory is replayed across them, and the agent's tallies start anew.
     let mut live = LiveMemory::default();
+    if let Some(m) = shared.lock().expect("metrics").get_mut(&pid) {
+        m.new_session();
+    }
     let folded = attach_continuous(pid, dir, interval, stop, |part: Part| {
         let Some(mut m) = shared.lock().expect("metrics").get(&pid).cloned() else { return false };
-        let (before, unseen_before) = (m.dropped, m.in_flight_at_arming);
         let open = || EventSource::open(part.path).map_err(|e| e.to_string());
         let covered = part.to_ns.saturating_sub(part.from_ns);
         match open().and_then(|mut s| m.fold(&mut s, covered, Some(&mut live))) {
@@ -64,12 +64,6 @@ fn follow(pid: u32, interval: Duration, stop: &AtomicBool, shared: &Shared, dir:
                 if let Err(e) = open().and_then(|s| m.fold_idle(s)) {
                     eprintln!("cuflight serve: idle causes of pid {pid} left out of one part: {e}");
                 }
-                let total = m.dropped - before;
-                m.dropped = before + total.saturating_sub(drops_seen);
-                drops_seen = drops_seen.max(total);
-                let unseen = m.in_flight_at_arming - unseen_before;
-                m.in_flight_at_arming = unseen_before + unseen.saturating_sub(unseen_seen);
-                unseen_seen = unseen_seen.max(unseen);
                 if let Some(now) = shared.lock().expect("metrics").get_mut(&pid) {
                     (m.state, m.command) = (now.state, now.command.clone());
                     *now = m;

@@ -41,6 +41,55 @@ pub struct ProcessMetrics {
     pub window_period_ns: u64,
     /// Device counters (`launch --gpu-metrics`) per device, averaged over the last window's samples.
     pub gpu_counters: BTreeMap<u32, cuflight_format::view::GpuSample>,
+    /// What the recording cost the program, by where it was measured ([`OVERHEAD_SOURCES`]), over every window,
+    /// and the share of the last window's time it took.
+    pub overhead_ns: BTreeMap<&'static str, u64>,
+    pub overhead_ratio: f64,
+    /// The agent's tallies of the continuous recording being folded, as of its last part (each part repeats them).
+    session_seen: SessionTotals,
+}
+
+/// Where the recording's cost to the program is measured: CUPTI's own overhead records (its buffer flushes and
+/// instrumentation, on the program's threads), the program's threads waiting for room in a full ring, and the
+/// agent reading Python stacks. Not the callbacks' own cost per call, which no clock in the process sees without
+/// adding to it (gpu-validate's `cost` part measures it on a GPU).
+pub const OVERHEAD_SOURCES: [&str; 3] = ["cupti", "ring_wait", "python_stacks"];
+
+/// What the agent tallies for a session (a window, or a continuous recording so far).
+#[derive(Default, Clone, Copy, Debug, PartialEq)]
+struct SessionTotals {
+    dropped: u64,
+    in_flight: u64,
+    ring_wait_ns: u64,
+    python_ns: u64,
+}
+
+impl SessionTotals {
+    fn of(p: &cuflight_trace::model::trace::Process) -> SessionTotals {
+        SessionTotals {
+            dropped: p.info.drops.total().saturating_add(p.refused),
+            in_flight: p.info.unseen_begin,
+            ring_wait_ns: p.info.program_held_ns,
+            python_ns: p.info.python_stack_ns,
+        }
+    }
+
+    /// What is new since `seen`, and the running totals to remember.
+    fn since(self, seen: SessionTotals) -> (SessionTotals, SessionTotals) {
+        let new = SessionTotals {
+            dropped: self.dropped.saturating_sub(seen.dropped),
+            in_flight: self.in_flight.saturating_sub(seen.in_flight),
+            ring_wait_ns: self.ring_wait_ns.saturating_sub(seen.ring_wait_ns),
+            python_ns: self.python_ns.saturating_sub(seen.python_ns),
+        };
+        let kept = SessionTotals {
+            dropped: self.dropped.max(seen.dropped),
+            in_flight: self.in_flight.max(seen.in_flight),
+            ring_wait_ns: self.ring_wait_ns.max(seen.ring_wait_ns),
+            python_ns: self.python_ns.max(seen.python_ns),
+        };
+        (new, kept)
+    }
 }
 
 impl ProcessMetrics {
@@ -55,6 +104,11 @@ impl ProcessMetrics {
 }
 
 impl ProcessMetrics {
+    /// A continuous recording begins: the agent's tallies start again from zero.
+    pub fn new_session(&mut self) {
+        self.session_seen = SessionTotals::default();
+    }
+
     /// Adds one window's trace to the totals; `window_ns` is how long the window lasted. `carried` is the live
     /// memory of the parts before this one of one continuous recording (`--duty continuous`): allocations and
     /// frees are then replayed across parts. Windows with gaps between them start from nothing (what happened
@@ -74,15 +128,11 @@ impl ProcessMetrics {
         let mut memory_seen = carrying && self.device_memory.is_some();
         let mut info = None;
         let mut counters: BTreeMap<u32, cuflight_trace::model::gpu_counters::CounterMeans> = BTreeMap::new();
+        let mut cupti_overhead_ns = 0u64;
         source
             .for_each(|_, p, e| {
                 if info.is_none() {
-                    info = Some((
-                        p.info.host.clone(),
-                        p.info.rank,
-                        p.info.drops.total().saturating_add(p.refused),
-                        p.info.unseen_begin,
-                    ));
+                    info = Some((p.info.host.clone(), p.info.rank, SessionTotals::of(p)));
                 }
                 match e.kind() {
                     Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
@@ -119,6 +169,7 @@ impl ProcessMetrics {
                             *self.call_errors.entry((class.key(), name)).or_default() += 1;
                         }
                     }
+                    Some(EventKind::Overhead) => cupti_overhead_ns += e.duration(),
                     Some(EventKind::Alloc | EventKind::Free) => {
                         memory_seen = true;
                         live.apply(p.info.pid, e);
@@ -132,11 +183,21 @@ impl ProcessMetrics {
         for (device, means) in counters {
             self.gpu_counters.insert(device, means.means());
         }
-        if let Some((host, rank, dropped, unseen)) = info {
+        let mut overhead = cupti_overhead_ns;
+        if let Some((host, rank, totals)) = info {
             (self.host, self.rank) = (host, rank);
-            self.dropped = self.dropped.saturating_add(dropped);
-            self.in_flight_at_arming = self.in_flight_at_arming.saturating_add(unseen);
+            // Each window is a session of its own; the parts of a continuous recording repeat its totals.
+            let seen = if carrying { self.session_seen } else { SessionTotals::default() };
+            let (new, kept) = totals.since(seen);
+            self.session_seen = kept;
+            self.dropped = self.dropped.saturating_add(new.dropped);
+            self.in_flight_at_arming = self.in_flight_at_arming.saturating_add(new.in_flight);
+            *self.overhead_ns.entry("ring_wait").or_default() += new.ring_wait_ns;
+            *self.overhead_ns.entry("python_stacks").or_default() += new.python_ns;
+            overhead = overhead.saturating_add(new.ring_wait_ns).saturating_add(new.python_ns);
         }
+        *self.overhead_ns.entry("cupti").or_default() += cupti_overhead_ns;
+        self.overhead_ratio = if window_ns > 0 { overhead as f64 / window_ns as f64 } else { 0.0 };
         // Allocations made before the first window are unseen: the gauge is what the windows saw allocated (in
         // a continuous recording, everything since the attach).
         if memory_seen {
@@ -403,6 +464,31 @@ fn work_families(x: &mut Exposition, processes: &BTreeMap<u32, ProcessMetrics>) 
         &mut |o| {
             for (pid, m) in processes {
                 let _ = writeln!(o, "cuflight_events_dropped_total{{{}}} {}", labels(pid, m, ""), m.dropped);
+            }
+        },
+    );
+    x.family(
+        "cuflight_agent_overhead_seconds_total",
+        "counter",
+        "What the recording cost the program where it is measured: CUPTI's overhead records (source cupti), its \
+         threads waiting for ring room (ring_wait), Python stacks read (python_stacks); not the callbacks' own cost.",
+        &mut |o| {
+            for (pid, m) in processes {
+                for source in OVERHEAD_SOURCES {
+                    let ns = m.overhead_ns.get(source).copied().unwrap_or(0);
+                    let l = labels(pid, m, &format!(",source=\"{source}\""));
+                    let _ = writeln!(o, "cuflight_agent_overhead_seconds_total{{{l}}} {}", secs(ns));
+                }
+            }
+        },
+    );
+    x.family(
+        "cuflight_agent_overhead_ratio",
+        "gauge",
+        "The share of the last window's time the recording cost the program (the sources above, summed).",
+        &mut |o| {
+            for (pid, m) in processes {
+                let _ = writeln!(o, "cuflight_agent_overhead_ratio{{{}}} {:.6}", labels(pid, m, ""), m.overhead_ratio);
             }
         },
     );
