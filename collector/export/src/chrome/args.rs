@@ -50,7 +50,7 @@ pub(super) fn kernel<W: Write>(
     let figures = gpu.and_then(|&(cc, sms)| cuflight_trace::model::occupancy::kineto_figures(cc, sms, &c));
     let (g, bl) = (c.grid, c.block);
     // cuflight's addition.
-    let graph = Some(super::records::graph_args(node)).filter(|g| !g.is_empty());
+    let graph = Some(graph_args(node)).filter(|g| !g.is_empty());
     // cuflight's addition: the symbol as CUPTI named it.
     let mangled = p.mangled.get(&e.name).map(|m| format!(r#","mangled":{}"#, Js(m)));
     out.complete_with("kernel", p.string(e.name), gpu_pid, e.stream as u64, e.start, e.end, |b| {
@@ -132,5 +132,15 @@ impl fmt::Display for OperatorArgs<'_> {
             write!(f, r#"{}"Sequence number":{seq}"#, if after { "," } else { "" })?;
         }
         Ok(())
+    }
+}
+
+/// The graph and node a kernel, copy or memset ran as (cuflight's addition), or nothing.
+pub(super) fn graph_args(node: Option<GraphNode>) -> String {
+    match node {
+        None => String::new(),
+        // A launch traced at graph level stands for all its nodes: no node id.
+        Some(n) if n.node_id == cuflight_format::view::WHOLE_GRAPH => format!(r#","graph id":{}"#, n.graph_id),
+        Some(n) => format!(r#","graph id":{},"graph node id":{}"#, n.graph_id, n.node_id),
     }
 }

@@ -1,7 +1,7 @@
 //! The Chrome JSON of each kind of record a process streams: API calls, copies and memsets, ranges, memory
 //! instants, synchronisations and devices (kernels are in `args`, written with their graph node).
 
-use super::args::{external_id, ExternalArg, OperatorArgs, WorkArgs, EXTERNAL_FROM_CORRELATION};
+use super::args::{external_id, graph_args, ExternalArg, OperatorArgs, WorkArgs, EXTERNAL_FROM_CORRELATION};
 use super::json_text::{push_u64, Js, Out, Us};
 use super::{flow, title, ProcessOut, Seen};
 use cuflight_format::view::GraphNode;
@@ -44,16 +44,6 @@ pub(super) fn api_call<W: Write>(
         }
     })?;
     Ok(())
-}
-
-/// The graph and node a kernel, copy or memset ran as (cuflight's addition), or nothing.
-pub(super) fn graph_args(node: Option<GraphNode>) -> String {
-    match node {
-        None => String::new(),
-        // A launch traced at graph level stands for all its nodes: no node id.
-        Some(n) if n.node_id == cuflight_format::view::WHOLE_GRAPH => format!(r#","graph id":{}"#, n.graph_id),
-        Some(n) => format!(r#","graph id":{},"graph node id":{}"#, n.graph_id, n.node_id),
-    }
 }
 
 /// A copy on its device's stream (with its graph node, if it ran as one), and its flow from the launching call.
