@@ -108,8 +108,13 @@ fn pids(m: &Value) -> Vec<u32> {
 /// Starts `cuflight serve --listen 127.0.0.1:0 ARGS` and returns it with the address it listens on (its first
 /// line on stderr). Its stderr is kept open in the returned reader so later lines never block it.
 fn start_serve(args: &[&str]) -> (Child, String, BufReader<std::process::ChildStderr>) {
+    start_serve_on("127.0.0.1:0", args)
+}
+
+/// As [`start_serve`], listening on `listen`.
+fn start_serve_on(listen: &str, args: &[&str]) -> (Child, String, BufReader<std::process::ChildStderr>) {
     let mut serve = Command::new(cuflight_bin())
-        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["serve", "--listen", listen])
         .args(args)
         .stderr(Stdio::piped())
         .spawn()
@@ -527,17 +532,8 @@ fn idle_half_requests_do_not_hold_the_metrics_endpoint() {
     let _serial = serial();
     for args in [&[][..], &["--allow-remote"][..]] {
         let listen = if args.is_empty() { "127.0.0.1:0" } else { "0.0.0.0:0" };
-        let mut serve = Command::new(cuflight_bin())
-            .args(["serve", "--listen", listen])
-            .args(args)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(serve.stderr.take().unwrap());
-        let mut line = String::new();
-        err.read_line(&mut line).unwrap();
-        let port = line.split("http://").nth(1).and_then(|r| r.split('/').next()).expect(&line);
-        let addr = format!("127.0.0.1:{}", port.rsplit(':').next().unwrap());
+        let (mut serve, listening, _err) = start_serve_on(listen, args);
+        let addr = format!("127.0.0.1:{}", listening.rsplit(':').next().unwrap());
         let before = rss_kib(serve.id());
         let (status, took, held) = scrape_beside_idle_clients(&addr, 1000);
         assert!(status.starts_with("HTTP/1.1 200"), "{args:?}: {status:?} after {took:?}");
