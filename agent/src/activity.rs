@@ -167,6 +167,8 @@ fn handle(at: usize, size: usize, unused: &mut Unused, names: &mut BufferNames, 
     // SAFETY: `at` points at a record inside the buffer CUPTI handed us, `size` bytes long.
     let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, size) };
     match decode(bytes, names) {
+        // Sampling (`record --sample`): device work of calls made outside the recorded steps is not kept.
+        Decoded::Event(ev) | Decoded::GraphOp(ev, _) if !crate::sampler::keeps_device_work(&ev) => {}
         Decoded::Event(ev) => out.push(ev),
         Decoded::GraphOp(op, node) => {
             out.push(op);

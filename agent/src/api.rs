@@ -46,6 +46,9 @@ pub extern "C" fn cuflight_mark_step() -> i64 {
         if !state::enabled() || state::quiet() || state::existing_agent().is_none() {
             return step as i64;
         }
+        if crate::sampler::sampling() {
+            crate::sampler::marked(previous, id);
+        }
         let now = clock::monotonic_ns();
         if previous != 0 {
             let mut end = RawEvent::new(EventKind::NvtxEnd, 0, now, now);

@@ -180,6 +180,7 @@ fn on_exit(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData, end: u64, pus
     } else {
         let mut ev = RawEvent::api_call(0, start, end, ApiCall { runtime, cbid, result: ret as u64, external: 0 });
         ev.correlation = data.correlationId;
+        crate::sampler::saw_call(data.correlationId);
         ev.name = api_name(runtime, cbid, data);
         push(ev);
     }

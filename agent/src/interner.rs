@@ -90,6 +90,13 @@ pub unsafe fn stored_equals_c(seg: &MappedSegment, id: u32, name: *const std::ff
     stored == unsafe { std::slice::from_raw_parts(name as *const u8, len) }
 }
 
+/// The bytes of the string stored as `id`.
+pub fn stored(seg: &MappedSegment, id: u32) -> Option<&[u8]> {
+    let bytes = seg.strings_since(id as u64);
+    let (len, rest) = bytes.split_first_chunk::<4>()?;
+    rest.get(..u32::from_le_bytes(*len) as usize)
+}
+
 fn stored_equals(seg: &MappedSegment, id: u32, s: &[u8]) -> bool {
     let bytes = seg.strings_since(id as u64);
     bytes.len() >= 4 + s.len() && bytes[..4] == (s.len() as u32).to_le_bytes() && &bytes[4..4 + s.len()] == s

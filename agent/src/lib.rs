@@ -35,6 +35,7 @@ mod nvtx;
 mod nvtx_late;
 mod pystack;
 mod rings;
+mod sampler;
 mod setup;
 mod state;
 mod teardown;
@@ -83,8 +84,18 @@ pub extern "C" fn InitializeInjection() -> c_int {
             control::start(cuflight_format::control::STATE_DORMANT);
             return 1;
         }
+        sampler::configure_from_env(sampler::Switches {
+            resume: setup::resume,
+            pause_callbacks: setup::pause_callbacks,
+            pause_activity: setup::pause_activity,
+        });
         match setup::start() {
             Ok(()) => {
+                if sampler::sampling() {
+                    // Quiet until the first recorded step (`record --sample`).
+                    setup::pause_callbacks();
+                    setup::pause_activity();
+                }
                 state::finish_init(true);
                 control::start(cuflight_format::control::STATE_RECORDING);
             }

@@ -2,7 +2,7 @@
 //! library that calls it (each library embeds its own copy of NVTX and calls us separately). Ranges, marks,
 //! domains, registered strings and thread names become events on the calling thread's ring.
 
-use crate::{clock, state, thread_rings};
+use crate::{clock, sampler, state, thread_rings};
 use cuflight_format::view::Nvtx;
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
@@ -156,7 +156,17 @@ fn no_extra() -> Extra {
 
 /// A start's or end's range id (`id`; 0 for the other kinds).
 fn event(kind: EventKind, domain: u32, name: u32, extra: Extra, id: u64) {
+    // Between the steps `record --sample` records, marks are not kept.
+    if kind == EventKind::NvtxMark && !sampler::keeps_everything() {
+        return;
+    }
     thread_rings::push(nvtx_event_with_id(kind, domain, name, extra, id));
+}
+
+/// Whether the string interned as `name` marks a step (`record --sample` asks where a step may begin).
+fn step_name(name: u32) -> bool {
+    state::with_interned(name, |bytes| std::str::from_utf8(bytes).is_ok_and(cuflight_format::step_names::step_like))
+        .unwrap_or(false)
 }
 
 fn nvtx_event(kind: EventKind, domain: u32, name: u32, extra: Extra) -> RawEvent {
@@ -187,13 +197,19 @@ fn nvtx_event_with_id(kind: EventKind, domain: u32, name: u32, extra: Extra, id:
 fn push_range(domain: u32, name: u32, extra: Extra) -> c_int {
     let ev = nvtx_event(EventKind::NvtxPush, domain, name, extra);
     thread_rings::with_thread(|t| {
-        t.push(ev);
         let depth = t.nvtx_depth_of(domain);
-        depth.set(depth.get() + 1);
-        depth.get() - 1
+        let before = depth.get();
+        // Sampling: a step may begin here (and its recording with it, before its push is written).
+        if !sampler::sampling() || sampler::pushed(domain, before, ev.start, || step_name(name)) {
+            t.push(ev);
+        }
+        depth.set(before + 1);
+        before
     })
     .unwrap_or_else(|| {
-        thread_rings::push(ev);
+        if sampler::keeps_everything() {
+            thread_rings::push(ev);
+        }
         0
     })
 }
@@ -201,9 +217,19 @@ fn push_range(domain: u32, name: u32, extra: Extra) -> c_int {
 fn pop_range(domain: u32) -> c_int {
     let ev = nvtx_event(EventKind::NvtxPop, domain, 0, no_extra());
     thread_rings::with_thread(|t| {
-        t.push(ev);
         let depth = t.nvtx_depth_of(domain);
         let d = depth.get();
+        let (keep, ends_step) = match sampler::sampling() {
+            true if d > 0 => sampler::popping(domain, d - 1),
+            true => (sampler::keeps_everything(), false),
+            false => (true, false),
+        };
+        if keep {
+            t.push(ev);
+        }
+        if ends_step {
+            sampler::step_ended();
+        }
         if d == 0 {
             return -1;
         }
@@ -211,7 +237,9 @@ fn pop_range(domain: u32) -> c_int {
         d - 1
     })
     .unwrap_or_else(|| {
-        thread_rings::push(ev);
+        if sampler::keeps_everything() {
+            thread_rings::push(ev);
+        }
         -1
     })
 }
@@ -223,8 +251,20 @@ pub fn next_range_id() -> u64 {
 
 fn start_range(domain: u32, name: u32, extra: Extra) -> u64 {
     let id = next_range_id();
-    event(EventKind::NvtxStart, domain, name, extra, id);
+    if !sampler::sampling() || sampler::started(id, || step_name(name)) {
+        event(EventKind::NvtxStart, domain, name, extra, id);
+    }
     id
+}
+
+fn end_range(domain: u32, id: u64) {
+    let (keep, ends_step) = if sampler::sampling() { sampler::ending(id) } else { (true, false) };
+    if keep {
+        event(EventKind::NvtxEnd, domain, 0, no_extra(), id);
+    }
+    if ends_step {
+        sampler::step_ended();
+    }
 }
 
 fn domain_id(d: c::nvtxDomainHandle_t) -> u32 {
@@ -250,7 +290,7 @@ unsafe extern "C" fn range_start_a(m: *const c_char) -> u64 {
     hot(0, || start_range(0, cstr_id(m), no_extra()))
 }
 unsafe extern "C" fn range_end(id: u64) {
-    hot((), || event(EventKind::NvtxEnd, 0, 0, no_extra(), id))
+    hot((), || end_range(0, id))
 }
 unsafe extern "C" fn range_push_ex(a: *const c::nvtxEventAttributes_t) -> c_int {
     hot(-1, || {
@@ -280,7 +320,7 @@ unsafe extern "C" fn domain_range_start_ex(d: c::nvtxDomainHandle_t, a: *const c
     })
 }
 unsafe extern "C" fn domain_range_end(d: c::nvtxDomainHandle_t, id: u64) {
-    hot((), || event(EventKind::NvtxEnd, domain_id(d), 0, no_extra(), id))
+    hot((), || end_range(domain_id(d), id))
 }
 unsafe extern "C" fn domain_range_push_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) -> c_int {
     hot(-1, || {

@@ -268,6 +268,12 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Shar
         },
     };
     check(cupti, registered, "registering activity buffers")?;
+    enable_kinds(cupti, mask)
+}
+
+/// Enables the activity kinds `mask` asks for (again, after [`pause_activity`]).
+fn enable_kinds(cupti: &Cupti, mask: u32) -> Result<(), String> {
+    let (api, v2) = (cupti.api, cupti::activity_v2());
     for &(kind, required, wanted) in ACTIVITY_KINDS {
         if mask & wanted == 0 {
             continue;
@@ -291,6 +297,41 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Shar
     Ok(())
 }
 
+/// `record --sample` between recorded steps ([`crate::sampler`]): no callback of ours is dispatched. CUPTI stays
+/// subscribed and initialised, so the next recorded step costs enabling again, not a new CUPTI session.
+pub fn pause_callbacks() {
+    let (Some(lib), sub) = (LIB.get(), SUBSCRIBER.load(Ordering::Acquire)) else { return };
+    if sub.is_null() {
+        return;
+    }
+    for domain in [c::CUPTI_CB_DOMAIN_RUNTIME_API, c::CUPTI_CB_DOMAIN_DRIVER_API] {
+        // SAFETY: a plain CUPTI configuration call on our subscriber.
+        unsafe { (lib.api.enable_domain)(0, sub, domain) };
+    }
+}
+
+/// `record --sample` once a recorded step's device work has had time to finish: no activity record of ours.
+pub fn pause_activity() {
+    if let Some(lib) = LIB.get().filter(|_| !SUBSCRIBER.load(Ordering::Acquire).is_null()) {
+        disable_kinds(lib.api);
+    }
+}
+
+/// `record --sample`: a recorded step begins; the callbacks and activity kinds of the set-up are enabled again.
+pub fn resume() -> Result<(), String> {
+    let (Some(lib), sub) = (LIB.get(), SUBSCRIBER.load(Ordering::Acquire)) else {
+        return Err("CUPTI is not set up".into());
+    };
+    if sub.is_null() {
+        return Err("CUPTI is not set up".into());
+    }
+    // Calls in flight when the callbacks were paused never had their exit seen: depths start again.
+    callbacks::new_window();
+    let mask = crate::trace_choice::trace_mask();
+    enable_callbacks(lib, sub, mask)?;
+    enable_kinds(lib, mask)
+}
+
 /// Subscribes our callbacks: every runtime call when `--trace` asks for queries, else callback by callback those
 /// an analysis needs, and the driver calls a program makes directly.
 fn enable_callbacks(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, mask: u32) -> Result<(), String> {
@@ -306,12 +347,10 @@ fn enable_callbacks(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, mask: 
     } else {
         // Callback by callback, so that calls no analysis needs (cudaGetDevice, cudaGetLastError...) are never
         // dispatched to us. An id this CUPTI does not know is refused and skipped.
-        let enabled = cupti_sys::cbids::RUNTIME
+        let enabled = wanted()
+            .runtime
             .iter()
-            .filter(|&&(cbid, name)| {
-                CallEffects::of(name).recorded_by_default()
-                    && enable(c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid) == c::CUPTI_SUCCESS
-            })
+            .filter(|&&cbid| enable(c::CUPTI_CB_DOMAIN_RUNTIME_API, cbid) == c::CUPTI_SUCCESS)
             .count();
         if enabled == 0 {
             return Err(format!("CUPTI at {} enabled none of the runtime callbacks cuflight needs", cupti.path));
@@ -319,13 +358,34 @@ fn enable_callbacks(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, mask: 
     }
     // Driver calls a program makes directly (the runtime's own driver calls come nested in a runtime call and
     // are skipped): launches, copies, memsets, allocations, frees and synchronisations.
-    for &(cbid, name) in cupti_sys::cbids::DRIVER {
-        if CallEffects::of(name).recorded_from_driver() {
-            // An older CUPTI may not know a newer entry point (e.g. cuLaunchKernelEx): skip it, keep the rest.
-            let _ = enable(c::CUPTI_CB_DOMAIN_DRIVER_API, cbid);
-        }
+    for &cbid in &wanted().driver {
+        // An older CUPTI may not know a newer entry point (e.g. cuLaunchKernelEx): skip it, keep the rest.
+        let _ = enable(c::CUPTI_CB_DOMAIN_DRIVER_API, cbid);
     }
     Ok(())
+}
+
+/// The callbacks recorded by default, classified once: `record --sample` enables them again for every recorded
+/// step, and classifying 700 names each time cost milliseconds.
+struct Wanted {
+    runtime: Vec<u32>,
+    driver: Vec<u32>,
+}
+
+fn wanted() -> &'static Wanted {
+    static WANTED: once_cell::sync::OnceCell<Wanted> = once_cell::sync::OnceCell::new();
+    WANTED.get_or_init(|| Wanted {
+        runtime: cupti_sys::cbids::RUNTIME
+            .iter()
+            .filter(|&&(_, name)| CallEffects::of(name).recorded_by_default())
+            .map(|&(cbid, _)| cbid)
+            .collect(),
+        driver: cupti_sys::cbids::DRIVER
+            .iter()
+            .filter(|&&(_, name)| CallEffects::of(name).recorded_from_driver())
+            .map(|&(cbid, _)| cbid)
+            .collect(),
+    })
 }
 
 /// Where the release says how long its records of `kind` are (13.x `cuptiActivityGetStructSize`), check that

@@ -263,6 +263,12 @@ pub fn intern(s: &[u8]) -> u32 {
     agent().map_or(0, |a| a.interner.intern(&a.seg, s))
 }
 
+/// `f` of the bytes of the string interned as `id` (None: no segment, or no such string).
+pub fn with_interned<R>(id: u32, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    let a = agent()?;
+    crate::interner::stored(&a.seg, id).map(f)
+}
+
 /// Whether the string interned as `id` equals the NUL-terminated string at `name`.
 ///
 /// # Safety

@@ -24,9 +24,13 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         duration,
         delay,
         stats,
+        sample,
         command,
     } = args;
     program_word("record", &command);
+    if sample.is_some() && !trace.traces_nvtx() {
+        bail!("--sample finds steps by the program's NVTX ranges: keep nvtx in --trace");
+    }
     trace.apply();
     let SamplingArgs { every, count } = sampling;
     let Some(agent) = record::find_agent() else {
@@ -77,6 +81,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         flush_ms,
         linger: Duration::from_secs(linger_secs),
         force,
+        sample,
         range: match (window.range(), duration, delay) {
             (range, None, None) => range,
             (None, d, y) => Some(record::Range::Armed {
@@ -103,6 +108,18 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         eprintln!("cuflight: {}", s.arming.describe().unwrap_or_default());
     }
     print_costs(&s);
+    if let Some(n) = sample {
+        match s.sampled_steps {
+            0 => eprintln!(
+                "cuflight: --sample 1/{n} recorded no step: the program marked none (step-like NVTX ranges: \
+                 ProfilerStep#N, step, train_step, ...; or cuflight.step()), so the trace holds no CUDA work"
+            ),
+            k => eprintln!(
+                "cuflight: recorded {k} step(s) whole, one chosen at random in each block of {n}; `cuflight report` \
+                 extrapolates to every step"
+            ),
+        }
+    }
     if s.range_never_started {
         eprintln!(
             "cuflight: the capture range or steps asked for never started: the trace holds no events of the program"

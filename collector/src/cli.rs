@@ -318,6 +318,11 @@ pub struct TraceArgs {
 }
 
 impl TraceArgs {
+    /// Whether the agents will trace NVTX (the mask asked for, or the default).
+    pub fn traces_nvtx(&self) -> bool {
+        self.trace.unwrap_or(cuflight_format::tracing::DEFAULT) & cuflight_format::tracing::NVTX != 0
+    }
+
     /// Hands the choice to the agents of the processes started from here (through their environment).
     pub fn apply(&self) {
         use cuflight_format::tracing::{describe, DEFAULT, PYTHON};
@@ -356,6 +361,16 @@ fn parse_sampling_interval(text: &str) -> Result<u64, String> {
         return Err(format!("'{text}': the sampling interval must be between 1us and 1s (1 MHz to 1 Hz)"));
     }
     Ok(ns.round() as u64)
+}
+
+/// `1/N` (or `N`) with N from 2 to 1,000,000: one step of every N.
+fn parse_sample(text: &str) -> Result<u32, String> {
+    let n = text.trim().strip_prefix("1/").unwrap_or(text.trim());
+    match n.parse::<u32>() {
+        Ok(n) if (2..=1_000_000).contains(&n) => Ok(n),
+        Ok(1) => Err("1/1 is every step: leave --sample out to record the whole run".into()),
+        _ => Err(format!("'{text}': give 1/N, one step of every N (N from 2 to 1000000), e.g. 1/10")),
+    }
 }
 
 fn parse_trace(text: &str) -> Result<u32, String> {
@@ -492,6 +507,18 @@ pub struct RecordArgs {
     pub window: WindowArgs,
     #[command(flatten, next_help_heading = "When to record")]
     pub sampling: SamplingArgs,
+    /// Record one step of every N whole (1/N: one chosen at random in each block of N steps), CUPTI quiet in
+    /// between; every step's own range is kept, so `report` and `stats` extrapolate to the whole run and say
+    /// how. Steps are the program's step-like NVTX ranges (ProfilerStep#N, step, train_step, ...) or
+    /// `cuflight.step()` marks.
+    #[arg(
+        long,
+        value_name = "1/N",
+        value_parser = parse_sample,
+        conflicts_with_all = ["every", "steps", "capture_range", "delay", "duration"],
+        help_heading = "When to record"
+    )]
+    pub sample: Option<u32>,
     /// How often the agent flushes CUPTI's activity buffers, in ms (default 1000).
     #[arg(long, help_heading = "Tuning")]
     pub flush_ms: Option<u64>,

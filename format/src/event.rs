@@ -81,6 +81,10 @@ pub enum EventKind {
     /// PCIe bytes read | written << 32 (saturating), present when `sub` has [`GPU_SAMPLE_PCIE`]. Read it through
     /// `as_gpu_sample`.
     GpuSample = 22,
+    /// `record --sample 1/N`: the agent recorded step `a` (its index from 0, counted from the run's first step)
+    /// whole, `start`..`end`, one step chosen at random in each block of `b` = N. Outside such spans only step
+    /// ranges are in the trace. Read it through `as_sampled`.
+    Sampled = 23,
 }
 
 impl EventKind {
@@ -109,6 +113,7 @@ impl EventKind {
             20 => GraphNode,
             21 => PyFrame,
             22 => GpuSample,
+            23 => Sampled,
             _ => return None,
         })
     }

@@ -6,6 +6,7 @@
 //! - [`segment`]: the layout of a process's shared-memory segment (header, string region, rings), a sealed memfd.
 //! - [`strings`]: the string region's layout (ids are byte offsets), with a parser and an in-memory builder.
 //! - [`channel`]: how an agent hands its segment to its collector (a Unix socket, credentials checked).
+//! - [`step_names`]: which range names mark a step, one rule for the agent and the collector.
 //! - [`tracing`]: what a recording traces (`--trace`), one rule for the collector and the agent.
 //! - [`mod@file`] (feature `file`): the compressed, versioned trace file the collector writes.
 //!
@@ -34,6 +35,7 @@ pub mod index;
 pub mod python_reader;
 pub mod ring;
 pub mod segment;
+pub mod step_names;
 pub mod strings;
 pub mod tracing;
 #[cfg(feature = "file")]

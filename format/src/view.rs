@@ -389,6 +389,11 @@ impl RawEvent {
             pcie_bytes: (self.sub & GPU_SAMPLE_PCIE != 0).then_some((self.b & 0xffff_ffff, self.b >> 32)),
         }
     }
+    /// An [`EventKind::Sampled`]'s step: (index from the run's first step, N of one in N).
+    pub fn as_sampled(&self) -> (u64, u64) {
+        (self.a, self.b)
+    }
+
     /// An [`EventKind::ThreadName`]'s OS thread id (64 bits: an import keeps its trace's ids whole).
     pub fn named_thread(&self) -> u64 {
         self.a
@@ -550,6 +555,13 @@ impl RawEvent {
         self.sub = if s.pcie_bytes.is_some() { GPU_SAMPLE_PCIE } else { 0 };
     }
     /// A sample of device `device`'s counters over `start`..`end`.
+    /// An [`EventKind::Sampled`] span: step `index` of the run recorded whole, one in `one_in`.
+    pub fn sampled(start: u64, end: u64, index: u64, one_in: u64) -> RawEvent {
+        let mut e = RawEvent::new(EventKind::Sampled, 0, start, end);
+        (e.a, e.b) = (index, one_in);
+        e
+    }
+
     pub fn gpu_sample(device: u32, start: u64, end: u64, s: GpuSample) -> RawEvent {
         let mut e = RawEvent::new(EventKind::GpuSample, 0, start, end);
         e.device = device;

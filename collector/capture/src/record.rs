@@ -54,6 +54,8 @@ pub struct RecordOptions {
     pub force: bool,
     /// Keep only what lies inside the program's own marks (steps, profiler API, an NVTX range).
     pub range: Option<super::window::Range>,
+    /// `--sample 1/N`: the agents record one step of every N whole, CUPTI quiet in between.
+    pub sample: Option<u32>,
 }
 
 /// Drained data is written in blocks of this many events at most this old: large blocks compress far better
@@ -86,6 +88,8 @@ struct Recorder {
     ended: Vec<ProcessInfo>,
     sink: Outputs,
     pending: usize,
+    /// Steps the agents recorded whole under `--sample` (their `Sampled` events).
+    sampled_steps: u64,
     last_write: Instant,
     last_liveness: Instant,
     /// Set by a write error: nothing more is drained or written.
@@ -139,6 +143,10 @@ impl Recorder {
         for t in self.tracked.values_mut() {
             let before = t.pending_events.len();
             let n = drain_one(t, now);
+            self.sampled_steps += t.pending_events[before..]
+                .iter()
+                .filter(|e| e.kind() == Some(cuflight_format::EventKind::Sampled))
+                .count() as u64;
             match self.window.as_mut() {
                 Some(w) => {
                     w.filter(&t.seg, &mut t.pending_events, before);
@@ -288,6 +296,7 @@ impl Session {
             ended: Vec::new(),
             sink,
             pending: 0,
+            sampled_steps: 0,
             last_write: Instant::now(),
             last_liveness: Instant::now(),
             stopped: None,
@@ -458,6 +467,7 @@ impl Session {
             stopped: rec.stopped.take(),
             unflushed,
             range_never_started: false,
+            sampled_steps: rec.sampled_steps,
             arming: Arming::default(),
             program_held_ns: infos.iter().fold(0u64, |a, i| a.saturating_add(i.program_held_ns)),
             delivery_held_ns: infos.iter().fold(0u64, |a, i| a.saturating_add(i.delivery_held_ns)),
@@ -508,6 +518,10 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
     if let Some(ms) = opts.flush_ms {
         cmd.env("CUFLIGHT_FLUSH_MS", ms.to_string());
     }
+    match opts.sample {
+        Some(n) => cmd.env("CUFLIGHT_SAMPLE", n.to_string()),
+        None => cmd.env_remove("CUFLIGHT_SAMPLE"),
+    };
     // On failure the output is dropped, which removes what this command created (never an existing file).
     let mut child = cmd.spawn().map_err(|source| RecordError::Spawn { command: opts.command[0].clone(), source })?;
     let wait_ms = opts.drain_interval.as_millis().clamp(1, 10_000) as i32;

@@ -52,6 +52,8 @@ pub struct RecordSummary {
     pub unflushed: Vec<(u32, u32)>,
     /// A capture range or step window was asked for and never started.
     pub range_never_started: bool,
+    /// Steps recorded whole under `--sample 1/N`.
+    pub sampled_steps: u64,
     /// How the window waited for arming (with a range).
     pub arming: Arming,
     /// Backpressure over all processes, ns: program threads and the agent's own (CUPTI's delivery, the counter sampler) held for room in full rings.

@@ -228,6 +228,11 @@ fn steps_table(out: &mut String, p: &ProcessReport) {
     if let Some(f) = &p.filtered {
         let _ = write!(out, "<p class=warmup>Filtered: analysed {}</p>", esc(f));
     }
+    if let Some(s) = &p.sampling {
+        for line in s.describe() {
+            let _ = write!(out, "<p class=warmup>Sampled: {}</p>", esc(&line));
+        }
+    }
     let Some(t) = &p.step_total else { return };
     let _ = write!(
         out,

@@ -26,6 +26,7 @@ pub mod plan;
 mod queue_deps;
 mod range_steps;
 pub mod run;
+pub mod sampled;
 mod short_names;
 pub mod sources;
 pub mod spans;
@@ -95,6 +96,9 @@ pub struct ProcessReport {
     /// The leading steps that were warm-up: left out of `steps` and everything below unless `included`.
     pub warmup: warmup::Warmup,
     pub steps: Vec<StepRow>,
+    /// A trace recorded with `record --sample 1/N`: the recorded steps against every step run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<sampled::Sampling>,
     /// All steps together (sums; utilisation over their total time).
     pub step_total: Option<StepRow>,
     /// A serving engine's iterations by kind (prefill, decode, mixed, or graph replay against eager) and its
@@ -175,6 +179,10 @@ impl Report {
                 Some(f) => plan::choose(&mut plan, f, source, file)?,
                 None => {
                     for p in plan.values_mut() {
+                        // `record --sample`: the recorded steps, warm-up apart (the other steps hold no GPU work).
+                        if p.keep_sampled_steps() {
+                            continue;
+                        }
                         if opts.include_warmup {
                             p.warmup.included = true;
                         } else {
@@ -386,6 +394,7 @@ impl Report {
                 step_source: plan.steps.source,
                 filtered: chosen[fi].get(&k).cloned(),
                 warmup: plan.warmup.clone(),
+                sampling: plan.sampling.as_ref().map(|c| sampled::Sampling::new(c, &swept.rows)),
                 steps: swept.rows,
                 step_total,
                 iterations,

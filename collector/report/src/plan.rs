@@ -87,6 +87,10 @@ pub struct Plan {
     /// A model server: its steps are iterations it names prefill, decode or mixed, or it annotates requests. Fixes
     /// then speak of serving (batching, scheduling), not of training.
     pub serving: bool,
+    /// What the agent recorded whole under `record --sample` (empty otherwise), and, once the recorded steps
+    /// are chosen ([`super::sampled::choose`]), what the report says of them.
+    pub sampled: super::sampled::SampledSpans,
+    pub sampling: Option<super::sampled::Chosen>,
 }
 
 /// A server's annotated requests, in the order they ended.
@@ -128,6 +132,27 @@ impl Plan {
             .collect();
         self.keep_only(&keep);
         (self.steps.windows.len(), total)
+    }
+
+    /// `record --sample`: keeps the recorded steps (warm-up apart: the other steps hold no GPU work) and notes
+    /// what to say of them; false for a trace recorded whole.
+    pub fn keep_sampled_steps(&mut self) -> bool {
+        let starts: Vec<u64> = self.steps.windows.iter().map(|w| w.0).collect();
+        // Host time where the steps are ranges (each step's own range, whether recorded or not).
+        let step_ns: Vec<u64> = if self.steps.host.len() == starts.len() {
+            self.steps.host.iter().map(|r| r.end.saturating_sub(r.start)).collect()
+        } else {
+            self.steps.windows.iter().map(|&(s, e)| e.saturating_sub(s)).collect()
+        };
+        let warm = self.warmup.steps.min(starts.len());
+        let Some((kept, chosen)) = super::sampled::choose(&self.sampled, &starts, step_ns, warm) else { return false };
+        self.keep_steps_in(&kept);
+        // Warm-up steps were left out above, not analysed where a filter chose them; and a recorded step running
+        // a kernel for the first time in the trace proves nothing (the steps between were not recorded).
+        (self.warmup.included, self.warmup.filtered) = (false, false);
+        self.warmup.later.clear();
+        self.sampling = Some(chosen);
+        true
     }
 
     /// Keeps the steps whose `keep` is true.
@@ -187,6 +212,7 @@ struct First {
     /// The first GPU op's (launch call start, start), when its launch is in the trace.
     first_op_queued: Option<Span>,
     max_op_end: Option<u64>,
+    sampled: super::sampled::SampledSpans,
     launchers: FxHashSet<u32>,
     /// Per thread: its API calls' first start and last end.
     api_extent: FxHashMap<u32, Span>,
@@ -229,6 +255,7 @@ impl First {
             busy_extent: None,
             first_op_queued: None,
             max_op_end: None,
+            sampled: Default::default(),
             launchers: FxHashSet::default(),
             api_extent: FxHashMap::default(),
             profiler_steps: (FxHashSet::default(), 0),
@@ -270,6 +297,7 @@ impl First {
     fn event(&mut self, p: &Process, option: Option<&str>, e: &RawEvent) {
         self.events += 1;
         self.failed.feed(p, e);
+        self.sampled.event(e);
         let kind = e.kind();
         if cuflight_trace::model::timeline::drawn(e) {
             let x = self.timeline.get_or_insert((e.start, e.end.max(e.start)));
@@ -529,6 +557,8 @@ pub fn plan(
                 gemm_perf: f.gemm_perf.finish_one(p).gemm,
                 serving: serving || !requests.ended.is_empty() || requests.open_at_end > 0,
                 requests,
+                sampled: f.sampled,
+                sampling: None,
             },
         );
     }
@@ -560,6 +590,8 @@ pub fn choose(
     let stretches = filter.windows(source).map_err(|e| super::ReportError::Filter(file.to_string(), e))?;
     let mut said = FxHashMap::default();
     for (&k, p) in plans.iter_mut() {
+        // A sampled trace: among the steps it recorded whole (the others hold no GPU work).
+        p.keep_sampled_steps();
         let (kept, of) = p.keep_steps_in(&stretches);
         let what = if p.no_steps { "stretches" } else { "steps" };
         said.insert(k, format!("the {kept} of {of} {what} that start inside {}", filter.kept(&stretches)));

@@ -191,6 +191,11 @@ fn process(out: &mut String, p: &ProcessReport) {
     if let Some(f) = &p.filtered {
         out.push_str(&format!("  Filtered: analysed {f}\n"));
     }
+    if let Some(s) = &p.sampling {
+        for line in s.describe() {
+            out.push_str(&format!("  Sampled: {line}\n"));
+        }
+    }
     if let Some(t) = &p.step_total {
         let source = match p.step_source {
             StepSource::Option => "--step",

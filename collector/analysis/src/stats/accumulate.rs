@@ -61,6 +61,8 @@ pub struct StatsAcc {
     pinned_memory: MemoryUse,
     devices: BTreeMap<u32, Vec<DeviceRow>>,
     events: FxHashMap<u32, u64>,
+    /// `record --sample 1/N`: per process, (N, steps recorded whole).
+    sampled: FxHashMap<u32, (u64, u64)>,
     launches: FxHashMap<u32, Launches>,
     projection: super::projection::Projection,
     python: super::python::PythonAcc,
@@ -112,6 +114,10 @@ impl StatsAcc {
     pub fn feed(&mut self, key: u32, p: &Process, e: &RawEvent) {
         self.see(e);
         *self.events.entry(key).or_default() += 1;
+        if e.kind() == Some(EventKind::Sampled) {
+            let s = self.sampled.entry(key).or_default();
+            *s = (e.as_sampled().1, s.1 + 1);
+        }
         self.projection.feed(key, p, e);
         self.python.feed(key, p, e);
         self.join(key, p, e);
@@ -304,7 +310,9 @@ impl StatsAcc {
             // and are counted apart (`unseen_begin`).
             dropped = dropped.saturating_add(p.info.drops.total()).saturating_add(p.refused);
             let launches_without_kernel = self.launches.get(&key).map_or(0, |l| l.waiting.values().sum::<u64>());
-            rows.push(process_row(p, self.events.get(&key).copied().unwrap_or(0), launches_without_kernel));
+            let mut row = process_row(p, self.events.get(&key).copied().unwrap_or(0), launches_without_kernel);
+            (row.sample_one_in, row.sampled_steps) = self.sampled.get(&key).copied().unwrap_or_default();
+            rows.push(row);
         }
         let mut device_memory = self.device_memory;
         let mut pinned_memory = self.pinned_memory;
@@ -465,6 +473,8 @@ fn projection_rows(
 fn process_row(p: &Process, events: u64, launches_without_kernel: u64) -> ProcessRow {
     ProcessRow {
         launches_without_kernel,
+        sample_one_in: 0,
+        sampled_steps: 0,
         flush_period_ms: p.info.flush_period_ms,
         rings_refused: p.info.rings_refused,
         pid: p.info.pid,

@@ -207,6 +207,12 @@ pub struct ProcessRow {
     /// Kernel launches of this process with no kernel record: for a process that ended without its final flush
     /// (SIGKILL, `_exit`), the device work lost with it (0 for a process that finished).
     pub launches_without_kernel: u64,
+    /// `record --sample 1/N`: N and the steps recorded whole (0, 0 for a trace recorded whole). The tables hold
+    /// those steps' work only: `cuflight report` extrapolates to every step.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sample_one_in: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sampled_steps: u64,
     /// For such a process: its flush period, the longest stretch of device records it can have lost.
     pub flush_period_ms: u32,
     pub events: u64,
@@ -406,6 +412,10 @@ impl Stats {
     pub fn to_table(&self) -> String {
         self.render(&Report::ALL, Style::Table)
     }
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 #[cfg(test)]

@@ -436,6 +436,12 @@ impl Stats {
             if p.unseen_begin > 0 {
                 command.push_str(&format!(" [{} calls in flight when recording was armed: left out]", p.unseen_begin));
             }
+            if p.sample_one_in > 0 {
+                command.push_str(&format!(
+                    " [sampled: {} steps recorded whole, one in {}; the tables hold their work only, `cuflight report` extrapolates]",
+                    p.sampled_steps, p.sample_one_in
+                ));
+            }
             if !p.traced.is_empty() && p.traced != cuflight_format::tracing::describe(cuflight_format::tracing::DEFAULT)
             {
                 command.push_str(&format!(" [traced: {}]", p.traced));

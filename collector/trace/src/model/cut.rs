@@ -103,9 +103,9 @@ impl Cut {
                     self.keep(key, e, at, emit);
                 }
             }
-            Some(EventKind::Sync | EventKind::Range | EventKind::Overhead | EventKind::GpuSample) if overlaps => {
-                self.keep(key, e, at, emit)
-            }
+            Some(
+                EventKind::Sync | EventKind::Range | EventKind::Overhead | EventKind::GpuSample | EventKind::Sampled,
+            ) if overlaps => self.keep(key, e, at, emit),
             Some(EventKind::NvtxMark | EventKind::MemoryActivity) if at == Place::Inside => emit(key, e),
             Some(EventKind::PyFrame) => {
                 let call = self.last_call.get(&(key, e.tid));
@@ -148,7 +148,8 @@ impl Cut {
                 | EventKind::Overhead
                 | EventKind::NvtxMark
                 | EventKind::MemoryActivity
-                | EventKind::GpuSample,
+                | EventKind::GpuSample
+                | EventKind::Sampled,
             ) => {}
             Some(EventKind::ThreadName | EventKind::ClockSync | EventKind::Device | EventKind::NvtxCategory) | None => {
                 self.keep(key, e, at, emit)

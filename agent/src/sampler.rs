@@ -1,0 +1,277 @@
+//! `cuflight record --sample 1/N`: one step of every N recorded whole, CUPTI quiet in between.
+//!
+//! CUPTI is set up once, at `InitializeInjection`, then paused at once: our callbacks and activity kinds are
+//! disabled, which is what CUPTI costs nothing for (cupti_callbacks.h, `cuptiEnableDomain`: "enable or disable
+//! all callbacks in a domain"; cupti_activity.h, `cuptiActivityDisable`). Steps are found by the program's own
+//! ranges (the step-name rule of `cuflight_format::step_names`, NVTX push/pop and start/end, or
+//! `cuflight.step()`), which reach the agent through NVTX injection without CUPTI. In each block of N steps one
+//! is chosen at random (stratified: no period of the program's, an evaluation every 10 steps say, lines up with
+//! the choice) and recorded from its start to its end; a `Sampled` event then states what was recorded. Re-arming
+//! only enables what was disabled: CUPTI is not initialised again for each step (its set-up took 15 ms a window
+//! on an H200, issue 52).
+//!
+//! While paused only the step ranges themselves are kept (every step's host time is in the trace, so the report
+//! knows how many steps ran and how long each took); the program's other NVTX ranges and marks are not.
+//!
+//! The kernels a recorded step launched may still run when it ends: activity kinds are disabled only when the
+//! next step starts (or at the next chosen step's end), the callbacks at once. What CUPTI delivers between is
+//! kept by the collector only where it belongs to a recorded step's calls.
+
+use crate::{clock, thread_rings};
+use cuflight_format::{EventKind, RawEvent};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+/// N of `--sample 1/N` (0: not sampling).
+static ONE_IN: AtomicU32 = AtomicU32::new(0);
+/// Whether the current step is recorded (the program's NVTX ranges are then kept whole).
+static RECORDING: AtomicBool = AtomicBool::new(false);
+
+/// The step in progress, read without the lock by every NVTX call while sampling (written under it): none, a
+/// push/pop range (ending when its domain's depth on thread `tid` falls back to `depth`) or a start/end range
+/// (also `cuflight.step()`'s).
+const NONE: u8 = 0;
+const PUSHED: u8 = 1;
+const STARTED: u8 = 2;
+static OPEN_KIND: AtomicU8 = AtomicU8::new(NONE);
+/// PUSHED: tid << 32 | depth; STARTED: the range id.
+static OPEN_KEY: AtomicU64 = AtomicU64::new(0);
+static OPEN_DOMAIN: AtomicU32 = AtomicU32::new(0);
+
+/// Taken only where a step begins or ends (never waited for on an NVTX call: `try_lock`).
+struct Sampler {
+    /// The step's start and index (from 0, counted from the run's first step).
+    started_ns: u64,
+    index: u64,
+    /// Steps begun.
+    steps: u64,
+    /// The step of the current block of N that is recorded.
+    chosen: u64,
+    /// Activity kinds are still enabled after a recorded step's end (its kernels may still run).
+    kinds_on: bool,
+    /// CUPTI was enabled again for the next step, the one chosen.
+    armed: bool,
+    rng: u64,
+}
+
+static SAMPLER: Mutex<Sampler> =
+    Mutex::new(Sampler { started_ns: 0, index: 0, steps: 0, chosen: 0, kinds_on: false, armed: false, rng: 0 });
+
+/// How the sampler turns CUPTI on and off (the set-up's, handed over so that this module depends on nothing
+/// that calls it).
+#[derive(Clone, Copy)]
+pub struct Switches {
+    /// Enables the callbacks and activity kinds of the set-up again.
+    pub resume: fn() -> Result<(), String>,
+    pub pause_callbacks: fn(),
+    pub pause_activity: fn(),
+}
+
+fn nothing() {}
+fn refused() -> Result<(), String> {
+    Err("not sampling".into())
+}
+
+static SWITCHES: Mutex<Switches> =
+    Mutex::new(Switches { resume: refused, pause_callbacks: nothing, pause_activity: nothing });
+
+fn switches() -> Switches {
+    *SWITCHES.lock()
+}
+
+/// `CUFLIGHT_SAMPLE=N` (set by `cuflight record --sample 1/N`): N from 2 to 1,000,000, else not sampling.
+pub fn configure_from_env(with: Switches) {
+    let n = std::env::var("CUFLIGHT_SAMPLE").ok().and_then(|v| v.trim().parse::<u32>().ok()).unwrap_or(0);
+    if (2..=1_000_000).contains(&n) {
+        *SWITCHES.lock() = with;
+        let mut s = SAMPLER.lock();
+        s.rng = (clock::monotonic_ns() ^ (std::process::id() as u64).rotate_left(32)) | 1;
+        s.chosen = s.pick(n);
+        ONE_IN.store(n, Ordering::Release);
+    }
+}
+
+/// Whether this run samples steps.
+#[inline]
+pub fn sampling() -> bool {
+    ONE_IN.load(Ordering::Relaxed) != 0
+}
+
+/// Whether the program's NVTX ranges and marks are kept now: always, unless sampling between recorded steps.
+#[inline]
+pub fn keeps_everything() -> bool {
+    !sampling() || RECORDING.load(Ordering::Relaxed)
+}
+
+impl Sampler {
+    /// xorshift64: which step of a block is recorded.
+    fn pick(&mut self, n: u32) -> u64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        self.rng % n as u64
+    }
+
+    fn begin(&mut self, kind: u8, key: u64, domain: u32, now: u64) {
+        let n = ONE_IN.load(Ordering::Relaxed) as u64;
+        let index = self.steps;
+        self.steps += 1;
+        OPEN_KEY.store(key, Ordering::Relaxed);
+        OPEN_DOMAIN.store(domain, Ordering::Relaxed);
+        OPEN_KIND.store(kind, Ordering::Release);
+        self.started_ns = now;
+        self.index = index;
+        if index == 0 {
+            // The first step: nothing was armed ahead of it.
+            self.armed = self.chosen == 0 && (switches().resume)().is_ok();
+        }
+        if index % n == self.chosen {
+            // Armed when the step before ended (or just now, for the first).
+            RECORDING.store(self.armed, Ordering::Release);
+            self.armed = false;
+        }
+    }
+
+    /// After a step ended: arms the next step when it is the one chosen, so that enabling CUPTI again costs the
+    /// gap between steps, not the recorded step's own time.
+    fn after(&mut self) {
+        let n = ONE_IN.load(Ordering::Relaxed) as u64;
+        let next = self.steps;
+        if next.is_multiple_of(n) {
+            self.chosen = self.pick(n as u32);
+        }
+        if next % n == self.chosen {
+            // CUPTI refusing leaves that step unrecorded; the next block tries again.
+            self.armed = (switches().resume)().is_ok();
+        }
+    }
+
+    fn end(&mut self, now: u64) {
+        OPEN_KIND.store(NONE, Ordering::Release);
+        let recorded = RECORDING.swap(false, Ordering::AcqRel);
+        if recorded {
+            (switches().pause_callbacks)();
+            close_calls();
+            let one_in = ONE_IN.load(Ordering::Relaxed) as u64;
+            thread_rings::push(RawEvent::sampled(self.started_ns, now.max(self.started_ns), self.index, one_in));
+            // Its kernels may still run: the kinds stay on until the next step ends.
+            self.kinds_on = true;
+            self.after();
+            return;
+        }
+        if self.kinds_on {
+            (switches().pause_activity)();
+            self.kinds_on = false;
+        }
+        self.after();
+    }
+}
+
+/// A range is pushed at `at` on this thread in `domain`, whose depth was `depth` before: whether it is kept.
+/// `step` reads its name, only where it may begin a step.
+pub fn pushed(domain: u32, depth: i32, at: u64, step: impl FnOnce() -> bool) -> bool {
+    if OPEN_KIND.load(Ordering::Acquire) != NONE || !step() {
+        return RECORDING.load(Ordering::Relaxed);
+    }
+    let Some(mut s) = SAMPLER.try_lock() else { return RECORDING.load(Ordering::Relaxed) };
+    if OPEN_KIND.load(Ordering::Acquire) != NONE {
+        return RECORDING.load(Ordering::Relaxed);
+    }
+    let key = (thread_rings::tid() as u64) << 32 | depth as u32 as u64;
+    s.begin(PUSHED, key, domain, at);
+    true
+}
+
+/// A range is popped on this thread in `domain`, its depth falling to `depth`: (kept, ends the step). A step's
+/// end stops recording once its pop is written: call [`step_ended`] then.
+pub fn popping(domain: u32, depth: i32) -> (bool, bool) {
+    let ends = OPEN_KIND.load(Ordering::Acquire) == PUSHED
+        && OPEN_DOMAIN.load(Ordering::Relaxed) == domain
+        && OPEN_KEY.load(Ordering::Relaxed) == (thread_rings::tid() as u64) << 32 | depth as u32 as u64;
+    (ends || RECORDING.load(Ordering::Relaxed), ends)
+}
+
+/// A start/end range starts (`id`): whether it is kept.
+pub fn started(id: u64, step: impl FnOnce() -> bool) -> bool {
+    if OPEN_KIND.load(Ordering::Acquire) != NONE || !step() {
+        return RECORDING.load(Ordering::Relaxed);
+    }
+    let Some(mut s) = SAMPLER.try_lock() else { return RECORDING.load(Ordering::Relaxed) };
+    if OPEN_KIND.load(Ordering::Acquire) != NONE {
+        return RECORDING.load(Ordering::Relaxed);
+    }
+    s.begin(STARTED, id, 0, clock::monotonic_ns());
+    true
+}
+
+/// A start/end range ends: (kept, ends the step; then call [`step_ended`] once its end is written).
+pub fn ending(id: u64) -> (bool, bool) {
+    let ends = OPEN_KIND.load(Ordering::Acquire) == STARTED && OPEN_KEY.load(Ordering::Relaxed) == id;
+    (ends || RECORDING.load(Ordering::Relaxed), ends)
+}
+
+/// The step's closing pop or end was written.
+pub fn step_ended() {
+    SAMPLER.lock().end(clock::monotonic_ns());
+}
+
+/// `cuflight.step()`: the step `previous` (a range id, 0 none) ends and `id` starts; the step marks are kept.
+pub fn marked(previous: u64, id: u64) {
+    let mut s = SAMPLER.lock();
+    let now = clock::monotonic_ns();
+    if previous != 0 && OPEN_KIND.load(Ordering::Acquire) == STARTED && OPEN_KEY.load(Ordering::Relaxed) == previous {
+        s.end(now);
+    }
+    if OPEN_KIND.load(Ordering::Acquire) == NONE {
+        s.begin(STARTED, id, 0, now);
+    }
+}
+
+/// The correlation ids of the calls the recorded steps made: the current step's first (0: none yet) and, for
+/// the last few recorded steps, first << 32 | last. CUPTI numbers calls in increasing order (cupti_activity.h,
+/// `correlationId`: "each function invocation is assigned a unique correlation ID").
+static CURRENT_FIRST: AtomicU32 = AtomicU32::new(0);
+static CURRENT_LAST: AtomicU32 = AtomicU32::new(0);
+const KEPT_STEPS: usize = 8;
+static RECORDED_CALLS: [AtomicU64; KEPT_STEPS] = [const { AtomicU64::new(0) }; KEPT_STEPS];
+static RECORDED_NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// A call the agent recorded (its exit callback), while sampling: bounds the step's device work.
+#[inline]
+pub fn saw_call(correlation: u32) {
+    if !sampling() || correlation == 0 {
+        return;
+    }
+    if CURRENT_FIRST.load(Ordering::Relaxed) == 0 {
+        let _ = CURRENT_FIRST.compare_exchange(0, correlation, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    CURRENT_LAST.fetch_max(correlation, Ordering::Relaxed);
+}
+
+/// The recorded step ended: its calls' span joins those whose device work is kept.
+fn close_calls() {
+    let (first, last) = (CURRENT_FIRST.swap(0, Ordering::AcqRel), CURRENT_LAST.swap(0, Ordering::AcqRel));
+    if first != 0 {
+        let i = RECORDED_NEXT.fetch_add(1, Ordering::Relaxed) as usize % KEPT_STEPS;
+        RECORDED_CALLS[i].store((first as u64) << 32 | last.max(first) as u64, Ordering::Release);
+    }
+}
+
+/// Whether a kernel, copy or memset record belongs to a recorded step's calls (always, when not sampling).
+pub fn keeps_device_work(ev: &RawEvent) -> bool {
+    if !sampling()
+        || !matches!(ev.kind(), Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset))
+        || ev.correlation == 0
+    {
+        return true;
+    }
+    let c = ev.correlation;
+    let first = CURRENT_FIRST.load(Ordering::Acquire);
+    if RECORDING.load(Ordering::Acquire) && first != 0 && c >= first {
+        return true;
+    }
+    RECORDED_CALLS.iter().any(|span| {
+        let span = span.load(Ordering::Acquire);
+        span != 0 && ((span >> 32) as u32..=span as u32).contains(&c)
+    })
+}

@@ -1,0 +1,171 @@
+//! Traces recorded with `record --sample 1/N`: one step of every N recorded whole (chosen at random in each
+//! block of N), only the step ranges of the others. The report analyses the recorded steps and extrapolates to
+//! every step the run made, saying how: steps run and recorded, the step time of all of them against that of
+//! the recorded ones (a biased sample shows there), kernel time per step with its 95% confidence interval.
+
+use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::windows::Windows;
+use serde::Serialize;
+
+/// The agent's `Sampled` events of one process: what it recorded whole.
+#[derive(Debug, Clone, Default)]
+pub struct SampledSpans {
+    /// N of one in N (0: not a sampled trace).
+    pub one_in: u64,
+    pub spans: Vec<(u64, u64)>,
+}
+
+impl SampledSpans {
+    pub fn event(&mut self, e: &RawEvent) {
+        if e.kind() == Some(EventKind::Sampled) && e.end >= e.start {
+            self.one_in = e.as_sampled().1;
+            // Bounded by the trace itself: one event a recorded step.
+            self.spans.push((e.start, e.end));
+        }
+    }
+}
+
+/// What choosing the recorded steps left for the report to say.
+#[derive(Debug, Clone, Default)]
+pub struct Chosen {
+    pub one_in: u64,
+    /// Every step the trace holds a range of, and their durations (host, ns).
+    pub steps_run: u64,
+    pub step_ns_all: Vec<u64>,
+    pub steps_recorded: u64,
+    /// Recorded steps among the warm-up steps, left out.
+    pub warmup_left_out: u64,
+}
+
+/// The recorded steps of a sampled process to analyse (those outside warm-up, unless only warm-up was recorded)
+/// and what to say of them; None for a trace recorded whole. `step_starts` and `step_ns_all`: every step's start
+/// and host duration; `warm`: how many leading steps are warm-up.
+pub fn choose(
+    sampled: &SampledSpans,
+    step_starts: &[u64],
+    step_ns_all: Vec<u64>,
+    warm: usize,
+) -> Option<(Windows, Chosen)> {
+    if sampled.one_in == 0 || step_starts.is_empty() {
+        return None;
+    }
+    // The warm-up rule read every step's host time; recorded steps among the warm-up ones are left out.
+    let warm_end = if warm > 0 { step_starts.get(warm).copied().unwrap_or(u64::MAX) } else { 0 };
+    let steady: Vec<(u64, u64)> = sampled.spans.iter().copied().filter(|s| s.1 >= warm_end).collect();
+    let kept = if steady.is_empty() { sampled.spans.clone() } else { steady };
+    let chosen = Chosen {
+        one_in: sampled.one_in,
+        steps_run: step_ns_all.len() as u64,
+        step_ns_all,
+        steps_recorded: sampled.spans.len() as u64,
+        warmup_left_out: (sampled.spans.len() - kept.len()) as u64,
+    };
+    Some((Windows::new(kept), chosen))
+}
+
+/// The report's section on a sampled trace.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sampling {
+    pub one_in: u64,
+    pub steps_run: u64,
+    pub steps_recorded: u64,
+    pub steps_analysed: u64,
+    pub warmup_left_out: u64,
+    /// Mean step time of every step the run made, and of the steps analysed (ms).
+    pub step_ms_all: f64,
+    pub step_ms_analysed: f64,
+    /// Kernel time per analysed step (ms): mean and the half-width of its 95% confidence interval (0 with one
+    /// step: unknown).
+    pub kernel_ms_per_step: f64,
+    pub kernel_ms_ci95: f64,
+    /// Kernel time of the whole run, extrapolated: per step times the steps run (s).
+    pub kernel_s_run: f64,
+}
+
+impl Sampling {
+    pub fn new(c: &Chosen, rows: &[crate::steps::StepRow]) -> Sampling {
+        let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+        let all: Vec<f64> = c.step_ns_all.iter().map(|&n| n as f64 / 1e6).collect();
+        let durations: Vec<f64> = rows.iter().map(|r| r.duration_ns as f64 / 1e6).collect();
+        let kernel: Vec<f64> = rows.iter().map(|r| r.kernel_ns as f64 / 1e6).collect();
+        let kernel_mean = mean(&kernel);
+        Sampling {
+            one_in: c.one_in,
+            steps_run: c.steps_run,
+            steps_recorded: c.steps_recorded,
+            steps_analysed: rows.len() as u64,
+            warmup_left_out: c.warmup_left_out,
+            step_ms_all: mean(&all),
+            step_ms_analysed: mean(&durations),
+            kernel_ms_per_step: kernel_mean,
+            kernel_ms_ci95: half_width_95(&kernel, kernel_mean),
+            kernel_s_run: kernel_mean * c.steps_run as f64 / 1e3,
+        }
+    }
+
+    /// The lines the text report prints.
+    pub fn describe(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "{} of {} steps recorded whole (one in {}, chosen at random in each block); {} analysed{}",
+            self.steps_recorded,
+            self.steps_run,
+            self.one_in,
+            self.steps_analysed,
+            match self.warmup_left_out {
+                0 => String::new(),
+                n => format!(", {n} in the warm-up left out"),
+            }
+        )];
+        lines.push(format!(
+            "step time: {:.3} ms mean over every step, {:.3} ms over those analysed{}",
+            self.step_ms_all,
+            self.step_ms_analysed,
+            if self.step_ms_all > 0.0 && (self.step_ms_analysed / self.step_ms_all - 1.0).abs() > 0.1 {
+                " (more than 10% apart: the recorded steps may not be typical; sample more, e.g. a smaller N)"
+            } else {
+                ""
+            }
+        ));
+        let ci = if self.steps_analysed > 1 {
+            format!(" ± {:.3} ms (95% confidence, {} steps)", self.kernel_ms_ci95, self.steps_analysed)
+        } else {
+            " (one step: no confidence interval)".to_string()
+        };
+        lines.push(format!(
+            "kernel time per step: {:.3} ms{ci}; over the {} steps run: {:.3} s (extrapolated)",
+            self.kernel_ms_per_step, self.steps_run, self.kernel_s_run
+        ));
+        lines
+    }
+}
+
+/// Half the width of the 95% confidence interval of the mean of `v` (Student's t for small samples).
+fn half_width_95(v: &[f64], mean: f64) -> f64 {
+    let n = v.len();
+    if n < 2 {
+        return 0.0;
+    }
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    // t(0.975, n-1) for 1..=30 degrees of freedom, then the normal 1.96.
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+    ];
+    let t = T.get(n - 2).copied().unwrap_or(1.96);
+    t * (var / n as f64).sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interval_narrows_with_more_steps() {
+        let few = [1.0, 1.2, 0.8];
+        let many: Vec<f64> = few.iter().cycle().take(30).copied().collect();
+        let (a, b) = (half_width_95(&few, 1.0), half_width_95(&many, 1.0));
+        assert!(a > b && b > 0.0, "{a} {b}");
+        assert!((a - 4.303 * (0.04f64 / 3.0).sqrt()).abs() < 1e-9);
+        assert_eq!(half_width_95(&[2.0], 2.0), 0.0);
+    }
+}

@@ -1,0 +1,57 @@
+/* A training loop for `record --sample`: "sampled STEPS [mark]" runs STEPS steps, each an NVTX range
+ * "train_step" (or, with "mark", steps marked by cuflight.step()'s C entry point) holding a nested range
+ * "forward", a mark, launches of kernels of known durations (a GEMM 300 us, an attention kernel 200 us, an
+ * elementwise one 40 us three times), a copy and a cudaStreamSynchronize. Every 7th step also runs a longer
+ * GEMM (an uneven step, as a real loop has). It prints "sampled: N steps" at the end. */
+#include "sim.h"
+#include <dlfcn.h>
+#include <nvtx3/nvToolsExt.h>
+#include <string.h>
+
+void ampere_sgemm_128x64_nn(void **a) { (void)a; busy_us(300); }
+void flash_fwd_kernel(void **a) { (void)a; busy_us(200); }
+void vectorized_elementwise_kernel_add(void **a) { (void)a; busy_us(40); }
+void ampere_sgemm_256x128_nn(void **a) { (void)a; busy_us(500); }
+
+int main(int argc, char **argv) {
+    int steps = argc > 1 ? atoi(argv[1]) : 50;
+    int marked = argc > 2 && strcmp(argv[2], "mark") == 0;
+    /* The agent's step mark, where the agent is loaded (what the cuflight Python module calls). */
+    long (*mark_step)(void) = NULL;
+    if (marked) {
+        mark_step = (long (*)(void))dlsym(RTLD_DEFAULT, "cuflight_mark_step");
+    }
+    void *args[] = {NULL};
+    void *dev = NULL;
+    char host[65536] = {0};
+    CHECK(cudaMalloc(&dev, sizeof host));
+    for (int i = 0; i < steps; i++) {
+        if (mark_step) {
+            mark_step();
+        } else {
+            nvtxRangePushA("train_step");
+        }
+        nvtxRangePushA("forward");
+        launch(ampere_sgemm_128x64_nn, 1, 1, 0, args);
+        launch(flash_fwd_kernel, 1, 1, 0, args);
+        for (int k = 0; k < 3; k++) {
+            launch(vectorized_elementwise_kernel_add, 1, 1, 0, args);
+        }
+        if (i % 7 == 6) {
+            launch(ampere_sgemm_256x128_nn, 1, 1, 0, args);
+        }
+        nvtxRangePop();
+        nvtxMarkA("loss");
+        CHECK(cudaMemcpyAsync(dev, host, sizeof host, cudaMemcpyHostToDevice, 0));
+        CHECK(cudaStreamSynchronize(0));
+        if (!mark_step) {
+            nvtxRangePop();
+        }
+    }
+    if (mark_step) {
+        mark_step();
+    }
+    CHECK(cudaFree(dev));
+    printf("sampled: %d steps\n", steps);
+    return 0;
+}
