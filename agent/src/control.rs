@@ -138,7 +138,8 @@ fn attach(session: &str) -> Result<(), String> {
         let found = crate::nvtx_late::hook_tables();
         state::set_nvtx_late(found.hooked, found.foreign);
     }
-    match setup::start() {
+    // An attach: the program's contexts exist, too late for hardware timestamps (`hes`).
+    match setup::start(false) {
         Ok(()) => {
             state::finish_init(true);
             cupti::record_devices_now();

@@ -64,7 +64,7 @@ pub extern "C" fn InitializeInjection() -> c_int {
         if state::session().is_none() && flight::span_ns() != 0 {
             // `cuflight launch --flight-recorder`: recording from the start into rings that keep the newest
             // events, for `cuflight dump` and for dumps on a crash or hang.
-            match setup::start() {
+            match setup::start(true) {
                 Ok(()) => {
                     state::finish_init(true);
                     control::start(cuflight_format::control::STATE_FLIGHT_RECORDER);
@@ -89,7 +89,7 @@ pub extern "C" fn InitializeInjection() -> c_int {
             pause_callbacks: setup::pause_callbacks,
             pause_activity: setup::pause_activity,
         });
-        match setup::start() {
+        match setup::start(true) {
             Ok(()) => {
                 if sampler::sampling() {
                     // Quiet until the first recorded step (`record --sample`).

@@ -232,9 +232,12 @@ pub fn marked(previous: u64, id: u64) {
 /// `correlationId`: "each function invocation is assigned a unique correlation ID").
 static CURRENT_FIRST: AtomicU32 = AtomicU32::new(0);
 static CURRENT_LAST: AtomicU32 = AtomicU32::new(0);
-const KEPT_STEPS: usize = 8;
+/// The recorded steps' calls, oldest first, in a ring: CUPTI hands records over when a buffer fills or at the next
+/// flush (a second by default), by which time a program of 1 ms steps recorded one in ten has recorded a hundred
+/// more; 4096 covers that many seconds of such a program, 32 KB.
+const KEPT_STEPS: usize = 4096;
 static RECORDED_CALLS: [AtomicU64; KEPT_STEPS] = [const { AtomicU64::new(0) }; KEPT_STEPS];
-static RECORDED_NEXT: AtomicU32 = AtomicU32::new(0);
+static RECORDED: AtomicU64 = AtomicU64::new(0);
 
 /// A call the agent recorded (its exit callback), while sampling: bounds the step's device work.
 #[inline]
@@ -252,8 +255,10 @@ pub fn saw_call(correlation: u32) {
 fn close_calls() {
     let (first, last) = (CURRENT_FIRST.swap(0, Ordering::AcqRel), CURRENT_LAST.swap(0, Ordering::AcqRel));
     if first != 0 {
-        let i = RECORDED_NEXT.fetch_add(1, Ordering::Relaxed) as usize % KEPT_STEPS;
-        RECORDED_CALLS[i].store((first as u64) << 32 | last.max(first) as u64, Ordering::Release);
+        // Only the step-ending thread writes here (under the sampler's lock).
+        let n = RECORDED.load(Ordering::Relaxed);
+        RECORDED_CALLS[n as usize % KEPT_STEPS].store((first as u64) << 32 | last.max(first) as u64, Ordering::Release);
+        RECORDED.store(n + 1, Ordering::Release);
     }
 }
 
@@ -266,12 +271,22 @@ pub fn keeps_device_work(ev: &RawEvent) -> bool {
         return true;
     }
     let c = ev.correlation;
+    // The calls since CUPTI was armed for the current (or next) recorded step.
     let first = CURRENT_FIRST.load(Ordering::Acquire);
-    if RECORDING.load(Ordering::Acquire) && first != 0 && c >= first {
+    if first != 0 && c >= first {
         return true;
     }
-    RECORDED_CALLS.iter().any(|span| {
-        let span = span.load(Ordering::Acquire);
-        span != 0 && ((span >> 32) as u32..=span as u32).contains(&c)
-    })
+    // Newest first: spans rise with the correlation ids, so a record past a span's end lies between recorded steps.
+    let n = RECORDED.load(Ordering::Acquire);
+    for i in (n.saturating_sub(KEPT_STEPS as u64)..n).rev() {
+        let span = RECORDED_CALLS[i as usize % KEPT_STEPS].load(Ordering::Acquire);
+        let (first, last) = ((span >> 32) as u32, span as u32);
+        if c > last {
+            return false;
+        }
+        if c >= first {
+            return true;
+        }
+    }
+    false
 }

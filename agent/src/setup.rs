@@ -8,7 +8,7 @@ use cuflight_format::tracing;
 use cupti_sys::cuda13 as c;
 use cupti_sys::loader::Cupti;
 use cupti_sys::CuptiFamily;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 
 /// Activity kinds, each with whether set-up fails without it and the `--trace` name that asks for it (`CUDA` is
 /// always asked for). Never KIND_KERNEL, which serialises kernels.
@@ -116,7 +116,7 @@ pub fn sessions() -> u32 {
 /// Loads and configures CUPTI: from `InitializeInjection` under `cuflight record`, or from the control thread
 /// when `cuflight attach` wakes a dormant agent (CUPTI initialises lazily and accepts a subscriber after contexts
 /// exist). Nothing of CUPTI is kept unless the subscription succeeds, and a later failure unsubscribes again.
-pub fn start() -> Result<(), String> {
+pub fn start(before_contexts: bool) -> Result<(), String> {
     let seg = state::segment().ok_or("no recording session")?;
     let cupti = match LIB.get() {
         Some(c) => c,
@@ -143,6 +143,9 @@ pub fn start() -> Result<(), String> {
     // Counted once subscribed: CUPTI initialised, whatever happens next (a failed set-up unsubscribes).
     SESSIONS.fetch_add(1, Ordering::Relaxed);
     activity_buffers::init_pool();
+    if before_contexts {
+        hw_trace(cupti);
+    }
     cupti::install(cupti::Loaded { api, version });
     cupti::set_activity_v2(cupti.optional.activity_v2.filter(|_| sharing.multi).map(|v2| (v2, subscriber)));
     if let Err(why) = configure(cupti, subscriber, sharing) {
@@ -164,6 +167,38 @@ pub fn start() -> Result<(), String> {
     Ok(())
 }
 
+/// Whether CUPTI took the Hardware Event System for kernel timestamps (`--trace hes`): it then stays on for
+/// the session ("cannot be disabled", cupti_activity.h).
+static HW_TRACE: AtomicBool = AtomicBool::new(false);
+
+/// `--trace hes`: asks CUPTI for hardware kernel timestamps. Only at set-up from `InitializeInjection`, inside
+/// `cuInit`: the call "must be called after CUDA driver initialization but before creating the CUDA context",
+/// and before any activity kind is enabled (cupti_activity.h, `cuptiActivityEnableHWTrace` and
+/// `CUPTI_ACTIVITY_ATTR_ENABLE_HES`). A refusal (`CUPTI_ERROR_NOT_SUPPORTED` before Blackwell, or the MIG, MPS,
+/// vGPU, WSL and confidential-computing codes) leaves the software path, which records the same records.
+fn hw_trace(cupti: &Cupti) {
+    if crate::trace_choice::trace_mask() & tracing::HES == 0 {
+        return;
+    }
+    if let Some(enable) = cupti.optional.enable_hw_trace {
+        // SAFETY: a plain CUPTI configuration call.
+        if unsafe { enable(1) } == c::CUPTI_SUCCESS {
+            HW_TRACE.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// What this window traces as set up: `--trace`'s choice, with `hes` only where CUPTI took it (so the trace's
+/// `traced` list says which timestamps it holds).
+fn effective_mask() -> u32 {
+    let mask = crate::trace_choice::trace_mask() & !tracing::HES;
+    if HW_TRACE.load(Ordering::Acquire) {
+        mask | tracing::HES
+    } else {
+        mask
+    }
+}
+
 /// Leaves CUPTI as we found it for another tool: no activity kind of ours enabled, no subscriber. In
 /// multi-subscriber mode only our own kinds are disabled (the legacy call would disable the other tools' too),
 /// and what CUPTI completed meanwhile is collected before our subscriber, whose buffers hold it, goes.
@@ -176,6 +211,14 @@ fn release(api: cupti_sys::loader::CuptiApi, subscriber: c::CUpti_SubscriberHand
 
 /// Disables our activity kinds and, in multi-subscriber mode, collects what CUPTI completed meanwhile.
 fn disable_kinds(api: cupti_sys::loader::CuptiApi) {
+    disable_kinds_only(api);
+    if cupti::activity_v2().is_some() {
+        cupti::flush(false);
+    }
+}
+
+/// Disables our activity kinds; what CUPTI holds stays in its buffers for the next flush.
+fn disable_kinds_only(api: cupti_sys::loader::CuptiApi) {
     let v2 = cupti::activity_v2();
     for &(kind, _, _) in ACTIVITY_KINDS {
         // Disabling a kind that was never enabled is harmless.
@@ -185,9 +228,6 @@ fn disable_kinds(api: cupti_sys::loader::CuptiApi) {
             // SAFETY: a plain CUPTI call.
             None => unsafe { (api.activity_disable)(kind) },
         };
-    }
-    if v2.is_some() {
-        cupti::flush(false);
     }
 }
 
@@ -219,7 +259,7 @@ pub fn stop() {
 fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Sharing) -> Result<(), String> {
     let api = cupti.api;
     let v2 = cupti::activity_v2();
-    let mask = crate::trace_choice::trace_mask();
+    let mask = effective_mask();
     crate::call_roles::compute();
     if let Some(seg) = state::segment() {
         seg.header().trace_mask.store(mask, Ordering::Relaxed);
@@ -311,9 +351,11 @@ pub fn pause_callbacks() {
 }
 
 /// `record --sample` once a recorded step's device work has had time to finish: no activity record of ours.
+/// Nothing is flushed on the program's thread here: the subscriber stays, and the flush thread collects the
+/// records CUPTI holds.
 pub fn pause_activity() {
     if let Some(lib) = LIB.get().filter(|_| !SUBSCRIBER.load(Ordering::Acquire).is_null()) {
-        disable_kinds(lib.api);
+        disable_kinds_only(lib.api);
     }
 }
 
@@ -327,7 +369,7 @@ pub fn resume() -> Result<(), String> {
     }
     // Calls in flight when the callbacks were paused never had their exit seen: depths start again.
     callbacks::new_window();
-    let mask = crate::trace_choice::trace_mask();
+    let mask = effective_mask();
     enable_callbacks(lib, sub, mask)?;
     enable_kinds(lib, mask)
 }

@@ -28,7 +28,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         command,
     } = args;
     program_word("record", &command);
-    if sample.is_some() && !trace.traces_nvtx() {
+    if sample.is_some() && !trace.asks(cuflight_format::tracing::NVTX) {
         bail!("--sample finds steps by the program's NVTX ranges: keep nvtx in --trace");
     }
     trace.apply();
@@ -108,6 +108,16 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         eprintln!("cuflight: {}", s.arming.describe().unwrap_or_default());
     }
     print_costs(&s);
+    if trace.asks(cuflight_format::tracing::HES) {
+        for (pid, traced) in &s.traced {
+            if !traced.split(',').any(|t| t == "hes") {
+                eprintln!(
+                    "cuflight: process {pid}: CUPTI did not take hardware kernel timestamps (hes: Blackwell or newer \
+                     with CUDA 12.8 or later, not under MIG, MPS, vGPU or WSL); kernels were timed the usual way"
+                );
+            }
+        }
+    }
     if let Some(n) = sample {
         match s.sampled_steps {
             0 => eprintln!(

@@ -303,7 +303,8 @@ pub struct TraceArgs {
     /// each on an H100), overhead (CUPTI overhead records), python (the Python source line behind each
     /// synchronising call, copy, allocation and every 1024th launch), graphs (CUDA graphs at graph level, as nsys's
     /// --cuda-graph-trace=graph: one record per replay instead of one per node; the kernels inside graphs are then
-    /// not seen). Default: cuda,nvtx,memory,overhead,python.
+    /// not seen), hes (Blackwell's hardware kernel timestamps, where CUPTI offers them; not with attach).
+    /// Default: cuda,nvtx,memory,overhead,python.
     #[arg(short = 't', long, value_parser = parse_trace, value_name = "LIST")]
     pub trace: Option<u32>,
     /// Python stacks of CUDA calls (on by default; `off` is the same as leaving python out of --trace).
@@ -318,9 +319,9 @@ pub struct TraceArgs {
 }
 
 impl TraceArgs {
-    /// Whether the agents will trace NVTX (the mask asked for, or the default).
-    pub fn traces_nvtx(&self) -> bool {
-        self.trace.unwrap_or(cuflight_format::tracing::DEFAULT) & cuflight_format::tracing::NVTX != 0
+    /// Whether the agents are asked for `bit` (the mask asked for, or the default).
+    pub fn asks(&self, bit: u32) -> bool {
+        self.trace.unwrap_or(cuflight_format::tracing::DEFAULT) & bit != 0
     }
 
     /// Hands the choice to the agents of the processes started from here (through their environment).

@@ -40,7 +40,11 @@ static CONSUMERS: Mutex<Vec<Consumer>> = Mutex::new(Vec::new());
 static CONSUMER_KINDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn publish_kinds(all: &[Consumer]) {
-    CONSUMER_KINDS.store(all.iter().fold(0, |k, c| k | c.kinds), Ordering::Relaxed);
+    let kinds = all.iter().fold(0, |k, c| k | c.kinds);
+    if kinds != 0 {
+        crate::cupti_state::kind_was_enabled();
+    }
+    CONSUMER_KINDS.store(kinds, Ordering::Relaxed);
 }
 
 /// Whether `kind` is enabled at all: through the legacy Activity API or by a per-subscriber consumer.

@@ -347,6 +347,12 @@ cupti_entry!(
     }
 );
 
+cupti_entry!(
+    fn cuptiActivityEnableHWTrace(enable: u8) {
+        crate::hw_trace::enable(enable != 0, cupti_state::any_kind_enabled())
+    }
+);
+
 // The simulator is one library for every release, so it cannot leave out the symbols a release lacks; it refuses
 // them instead, which the client sees as the entry point being unusable.
 cupti_entry!(

@@ -75,10 +75,24 @@ pub(crate) fn activity_enabled(kind: c::CUpti_ActivityKind) -> bool {
     kind < 64 && ACTIVITY_KINDS.load(Ordering::Relaxed) & (1 << kind) != 0
 }
 
+/// Some activity kind was enabled in this process, by any client (what `hw_trace.rs` must come before).
+static EVER_ENABLED: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn any_kind_enabled() -> bool {
+    EVER_ENABLED.load(Ordering::Relaxed)
+}
+
+pub(crate) fn kind_was_enabled() {
+    EVER_ENABLED.store(true, Ordering::Relaxed);
+}
+
 /// Turns activity kind `kind` on or off (kinds past 63 are never on).
 pub(crate) fn set_kind(kind: c::CUpti_ActivityKind, on: bool) {
     if kind >= 64 {
         return;
+    }
+    if on {
+        kind_was_enabled();
     }
     if on && kind == c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE {
         GRAPH_LEVEL.store(true, Ordering::Relaxed);

@@ -416,6 +416,7 @@ impl Stream {
 
 /// The stream behind a `cudaStream_t` handle on `device` (0 = legacy default stream).
 pub(crate) fn stream(handle: usize, device: u32) -> Option<Arc<Stream>> {
+    crate::hw_trace::context_made();
     // cudaStreamLegacy is (cudaStream_t)1 and cudaStreamPerThread is 2; both map to the default stream here.
     if handle <= 2 {
         return LEGACY.get(device as usize).cloned();
@@ -424,6 +425,7 @@ pub(crate) fn stream(handle: usize, device: u32) -> Option<Arc<Stream>> {
 }
 
 pub(crate) fn create_stream(device: u32, flags: u32) -> usize {
+    crate::hw_trace::context_made();
     let s = Stream::spawn(device, flags & STREAM_NON_BLOCKING == 0, None);
     let handle = Arc::as_ptr(&s) as usize;
     STREAMS.lock().insert(handle, s);

@@ -53,23 +53,25 @@ fn load_injection() {
     }
 }
 
-/// An H100-like device (the name says it is simulated).
+/// An H100-like device (the name says it is simulated), or with `CUDASIM_GPU=b200` a Blackwell B200 (compute
+/// capability 10.0, 148 SMs and 180 GB as DGX B200's datasheet gives 1,440 GB for eight); the rest is the H100's.
 pub(crate) fn device_properties() -> c::cudaDeviceProp {
     // SAFETY: cudaDeviceProp is plain C data; all-zero is valid.
     let mut p: c::cudaDeviceProp = unsafe { std::mem::zeroed() };
-    for (dst, src) in p.name.iter_mut().zip(b"NVIDIA H100 80GB HBM3 (cudasim)") {
+    let blackwell = crate::hw_trace::blackwell();
+    let name: &[u8] = if blackwell { b"NVIDIA B200 (cudasim)" } else { b"NVIDIA H100 80GB HBM3 (cudasim)" };
+    for (dst, src) in p.name.iter_mut().zip(name) {
         *dst = *src as c_char;
     }
-    p.totalGlobalMem = 80 << 30;
+    p.totalGlobalMem = if blackwell { 180 << 30 } else { 80 << 30 };
     p.sharedMemPerBlock = 48 << 10;
     p.regsPerBlock = 65536;
     p.warpSize = 32;
     p.maxThreadsPerBlock = 1024;
     p.maxThreadsDim = [1024, 1024, 64];
     p.maxGridSize = [i32::MAX, 65535, 65535];
-    p.major = 9;
-    p.minor = 0;
-    p.multiProcessorCount = 132;
+    (p.major, p.minor) = if blackwell { (10, 0) } else { (9, 0) };
+    p.multiProcessorCount = if blackwell { 148 } else { 132 };
     p.l2CacheSize = 50 << 20;
     p.maxThreadsPerMultiProcessor = 2048;
     p.sharedMemPerMultiprocessor = 228 << 10;

@@ -13,6 +13,8 @@
 //!   `cuptiActivityGetStructSize` on 13.x only; timestamps on CLOCK_REALTIME unless a timestamp callback is
 //!   registered; forced flushes hand over running kernels unfinished (end 0); full buffers are completed on a
 //!   worker thread, as CUPTI's own;
+//! - the device is an H100, or with `CUDASIM_GPU=b200` a Blackwell B200, which alone takes
+//!   `cuptiActivityEnableHWTrace` (hardware kernel timestamps, CUDA 12.8+, before any context: `hw_trace.rs`);
 //! - CUPTI takes time as the real one does (`timing.rs`, each figure with its source): lazy initialisation at the
 //!   first CUPTI call, each activity enable, each callback site; a callback site goes to the subscribers enabled
 //!   at that site, so a tool that subscribes while a call runs gets its exit with a zeroed correlation slot;
@@ -88,6 +90,7 @@ mod cupti_state;
 mod device;
 mod driver;
 mod graphs;
+mod hw_trace;
 mod machine;
 mod memory;
 mod pm_counters;

@@ -35,6 +35,7 @@ static ALLOCATIONS: Mutex<BTreeMap<usize, Allocation>> = Mutex::new(BTreeMap::ne
 
 /// Allocates `len` bytes (256-byte aligned, as cudaMalloc guarantees) in `space`.
 pub(crate) fn alloc(len: usize, space: Space, device: u32) -> Option<*mut u8> {
+    crate::hw_trace::context_made();
     if space == Space::Pinned {
         crate::timing::pin_pages(len);
     }

@@ -87,6 +87,10 @@ impl Release {
     pub fn has_pm_sampling(&self) -> bool {
         self.api_version >= 24
     }
+    /// `cuptiActivityEnableHWTrace`: CUDA 12.8 and later (see `hw_trace.rs`).
+    pub fn has_hw_trace(&self) -> bool {
+        self.api_version >= 26
+    }
     /// Multi-subscriber mode with the per-subscriber (v2) Activity API: see `subscribers.rs`.
     pub fn has_multiple_subscribers(&self) -> bool {
         self.api_version >= 130500

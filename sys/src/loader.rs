@@ -203,6 +203,9 @@ pub struct ActivityV2 {
     pub get_num_dropped_records: GetNumDroppedRecordsV2,
 }
 
+/// `cuptiActivityEnableHWTrace` (CUDA 12.8 and later).
+pub type EnableHwTrace = unsafe extern "C" fn(u8) -> c::CUptiResult;
+
 /// Entry points that only some releases export: looked up one by one, absent ones are `None`, so one agent
 /// binary serves every release.
 #[derive(Clone, Copy, Default)]
@@ -214,6 +217,8 @@ pub struct CuptiOptional {
     pub activity_v2: Option<ActivityV2>,
     /// The device counters' entry points (CUDA 12.6+), all or none.
     pub pm_sampling: Option<crate::pm_sampling::PmSamplingApi>,
+    /// Hardware Event System kernel timestamps (CUDA 12.8+; Blackwell and later GPUs).
+    pub enable_hw_trace: Option<EnableHwTrace>,
 }
 
 impl CuptiOptional {
@@ -259,6 +264,10 @@ impl CuptiOptional {
                 })
             })(),
             pm_sampling: crate::pm_sampling::PmSamplingApi::resolve(handle),
+            enable_hw_trace: sym(c"cuptiActivityEnableHWTrace").map(|p| {
+                // SAFETY: CUPTI's exported cuptiActivityEnableHWTrace (cupti_activity.h, 12.8 and later).
+                unsafe { std::mem::transmute::<*mut c_void, EnableHwTrace>(p) }
+            }),
         }
     }
 }

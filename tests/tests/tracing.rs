@@ -127,3 +127,43 @@ fn the_callback_switch_for_benchmarks_skips_only_the_calls_made_while_it_is_on()
     assert_eq!(plain.status.code(), Some(23));
     assert!(String::from_utf8_lossy(&plain.stderr).contains("no cuflight agent"));
 }
+
+/// `--trace ...,hes`: hardware kernel timestamps where CUPTI takes them, the usual path elsewhere, and said.
+/// cudasim models `cuptiActivityEnableHWTrace` from the headers: a Blackwell (`CUDASIM_GPU=b200`) takes it
+/// before the program's context exists; an H100, or a CUDA before 12.8, refuses it; an attach comes too late.
+#[test]
+fn hardware_kernel_timestamps_are_used_where_cupti_takes_them() {
+    let dir = scratch("tracing-hes");
+    let prog = build_c("categories", &dir);
+    let flags = ["--trace", "cuda,nvtx,hes"];
+    let b200 = record(&dir, &flags, &prog, &[], &[("CUDASIM_GPU", "b200")]);
+    assert!(b200.output.status.success(), "{}", b200.stderr());
+    assert!(!b200.stderr().contains("did not take"), "{}", b200.stderr());
+    let s = stats(&b200.trace);
+    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx,hes");
+    assert_eq!(count(&s, "kernels", "name", "flash_fwd_kernel"), 5, "{}", s["kernels"]);
+    assert!(s["devices"].to_string().contains("B200"), "{}", s["devices"]);
+    for (why, env) in
+        [("an H100", vec![]), ("CUDA 12.6", vec![("CUDASIM_GPU", "b200"), ("CUDASIM_CUPTI_VERSION", "12.6")])]
+    {
+        let r = record(&dir, &flags, &prog, &[], &env);
+        assert!(r.output.status.success(), "{why}: {}", r.stderr());
+        assert!(r.stderr().contains("did not take hardware kernel timestamps"), "{why}: {}", r.stderr());
+        let s = stats(&r.trace);
+        assert_eq!(s["processes"][0]["traced"], "cuda,nvtx", "{why}");
+        assert_eq!(count(&s, "kernels", "name", "flash_fwd_kernel"), 5, "{why}: recorded the usual way");
+    }
+    // An attach to a program launched asking for it: its context exists, so the window times kernels as usual.
+    let mut server = Server::start(&dir, &flags, &[("CUDASIM_GPU", "b200"), ("CUFLIGHT_TRACE", "")]);
+    let pid = server.pid();
+    let trace = dir.join("attached.cuf");
+    let window = spawn_attach(pid, &trace, &["--duration", "60s"], &[]);
+    wait_for_agent_state(pid, "recording");
+    assert_eq!(server.cmd("t 2 1"), "done");
+    end_attach_window(window);
+    let s = stats(&trace);
+    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx");
+    assert_eq!(count(&s, "kernels", "name", "tick"), 2, "{}", s["kernels"]);
+    let (status, _) = server.end();
+    assert!(status.success());
+}

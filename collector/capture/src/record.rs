@@ -468,6 +468,7 @@ impl Session {
             unflushed,
             range_never_started: false,
             sampled_steps: rec.sampled_steps,
+            traced: infos.iter().filter(|i| !i.traced.is_empty()).map(|i| (i.pid, i.traced.clone())).collect(),
             arming: Arming::default(),
             program_held_ns: infos.iter().fold(0u64, |a, i| a.saturating_add(i.program_held_ns)),
             delivery_held_ns: infos.iter().fold(0u64, |a, i| a.saturating_add(i.delivery_held_ns)),

@@ -54,6 +54,9 @@ pub struct RecordSummary {
     pub range_never_started: bool,
     /// Steps recorded whole under `--sample 1/N`.
     pub sampled_steps: u64,
+    /// What each process's agent traced as set up (`--trace`, less what CUPTI refused: `hes`), by pid; empty
+    /// for a process whose agent never set up.
+    pub traced: Vec<(u32, String)>,
     /// How the window waited for arming (with a range).
     pub arming: Arming,
     /// Backpressure over all processes, ns: program threads and the agent's own (CUPTI's delivery, the counter sampler) held for room in full rings.
