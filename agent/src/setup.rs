@@ -219,8 +219,24 @@ fn disable_kinds(api: cupti_sys::loader::CuptiApi) {
 
 /// Disables our activity kinds; what CUPTI holds stays in its buffers for the next flush.
 fn disable_kinds_only(api: cupti_sys::loader::CuptiApi) {
+    disable_these(api, ACTIVITY_KINDS.iter().map(|k| k.0));
+}
+
+/// Kinds CUPTI pays for on every operation, instrumenting each launch, copy, memset or (SYNCHRONIZATION) runtime
+/// call: the ones `record --sample` turns off between recorded steps. MEMORY2 and OVERHEAD stay on (records only
+/// at allocations and at CUPTI's own flushes), so the memory timeline stays whole; re-enabling costs per kind (9 to
+/// 87 µs each on an H100, `cudasim/src/timing.rs`), so fewer kinds cost less each recorded step.
+const PER_OPERATION_KINDS: &[c::CUpti_ActivityKind] = &[
+    c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+    c::CUPTI_ACTIVITY_KIND_MEMCPY,
+    c::CUPTI_ACTIVITY_KIND_MEMSET,
+    c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+    c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE,
+];
+
+fn disable_these(api: cupti_sys::loader::CuptiApi, kinds: impl Iterator<Item = c::CUpti_ActivityKind>) {
     let v2 = cupti::activity_v2();
-    for &(kind, _, _) in ACTIVITY_KINDS {
+    for kind in kinds {
         // Disabling a kind that was never enabled is harmless.
         match v2 {
             // SAFETY: a plain CUPTI call for our subscriber.
@@ -313,9 +329,14 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Shar
 
 /// Enables the activity kinds `mask` asks for (again, after [`pause_activity`]).
 fn enable_kinds(cupti: &Cupti, mask: u32) -> Result<(), String> {
+    enable_these(cupti, mask, |_| true)
+}
+
+/// Enables the kinds `mask` asks for that `which` keeps.
+fn enable_these(cupti: &Cupti, mask: u32, which: impl Fn(c::CUpti_ActivityKind) -> bool) -> Result<(), String> {
     let (api, v2) = (cupti.api, cupti::activity_v2());
     for &(kind, required, wanted) in ACTIVITY_KINDS {
-        if mask & wanted == 0 {
+        if mask & wanted == 0 || !which(kind) {
             continue;
         }
         if !layout_is_readable(cupti, kind) {
@@ -355,7 +376,7 @@ pub fn pause_callbacks() {
 /// records CUPTI holds.
 pub fn pause_activity() {
     if let Some(lib) = LIB.get().filter(|_| !SUBSCRIBER.load(Ordering::Acquire).is_null()) {
-        disable_kinds_only(lib.api);
+        disable_these(lib.api, PER_OPERATION_KINDS.iter().copied());
     }
 }
 
@@ -371,7 +392,7 @@ pub fn resume() -> Result<(), String> {
     callbacks::new_window();
     let mask = effective_mask();
     enable_callbacks(lib, sub, mask)?;
-    enable_kinds(lib, mask)
+    enable_these(lib, mask, |kind| PER_OPERATION_KINDS.contains(&kind))
 }
 
 /// Subscribes our callbacks: every runtime call when `--trace` asks for queries, else callback by callback those

@@ -78,6 +78,13 @@ fn one_step_in_ten_is_recorded_whole_and_extrapolated() {
     assert!(text.contains("Sampled: 20 of 200 steps recorded whole (one in 10"), "{text}");
     assert!(text.contains("(extrapolated)"), "{text}");
     assert!(!text.contains("for the first time"), "a sampled trace cannot tell first runs: {text}");
+
+    // diff takes a sampled run beside a whole one, and says which is which.
+    let out =
+        std::process::Command::new(cuflight_bin()).arg("diff").arg(&full.trace).arg(&sampled.trace).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("(1 in 10 recorded)"), "{text}");
 }
 
 /// Steps marked by `cuflight.step()` (the agent's C entry point) are sampled the same way.

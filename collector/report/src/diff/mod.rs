@@ -32,6 +32,9 @@ pub struct RunRow {
     pub pid: u32,
     pub steps: usize,
     pub warmup_steps: usize,
+    /// `record --sample 1/N`: N (the steps are the recorded ones; absent for a whole recording).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampled_one_in: Option<u64>,
     /// Mean steady step time (the span of the GPU work when no steps were found).
     pub step_ns: u64,
     /// Step time over the previous run's (None for the first).
@@ -219,6 +222,7 @@ impl Diff {
                 pid: p.pid,
                 steps,
                 warmup_steps: if p.warmup.included { 0 } else { p.warmup.steps },
+                sampled_one_in: p.sampling.as_ref().map(|s| s.one_in),
                 step_ns,
                 step_ratio,
                 gpu_util: p.step_total.as_ref().map_or(0.0, |t| t.gpu_utilization),

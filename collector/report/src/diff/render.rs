@@ -53,10 +53,10 @@ impl Diff {
                 format!("{:.1}%", r.gpu_util * 100.0),
                 format!("{:.1}", r.kernels),
                 ms_cell(r.kernel_ns),
-                if r.warmup_steps > 0 {
-                    format!("{} (+{} warm-up)", r.steps, r.warmup_steps)
-                } else {
-                    r.steps.to_string()
+                match (r.warmup_steps, r.sampled_one_in) {
+                    (_, Some(n)) => format!("{} (1 in {n} recorded)", r.steps),
+                    (0, None) => r.steps.to_string(),
+                    (w, None) => format!("{} (+{w} warm-up)", r.steps),
                 },
                 r.file.clone(),
             ]);
