@@ -92,9 +92,10 @@ pub extern "C" fn InitializeInjection() -> c_int {
         match setup::start(true) {
             Ok(()) => {
                 if sampler::sampling() {
-                    // Quiet until the first recorded step (`record --sample`).
+                    // Quiet until the first recorded step or time slice (`record --sample`).
                     setup::pause_callbacks();
                     setup::pause_activity();
+                    sampler::start_slices();
                 }
                 state::finish_init(true);
                 control::start(cuflight_format::control::STATE_RECORDING);

@@ -10,6 +10,9 @@
 //! only enables what was disabled: CUPTI is not initialised again for each step (its set-up took 15 ms a window
 //! on an H200, issue 52).
 //!
+//! A program that marks no step is sampled in time slices (a second) instead (one in N, chosen the same way), until
+//! its first step, from a thread of the agent's own.
+//!
 //! While paused only the step ranges themselves are kept (every step's host time is in the trace, so the report
 //! knows how many steps ran and how long each took); the program's other NVTX ranges and marks are not.
 //!
@@ -52,10 +55,52 @@ struct Sampler {
     /// CUPTI was enabled again for the next step, the one chosen.
     armed: bool,
     rng: u64,
+    /// Until the program's first step: one-second slices begun, the one chosen in the current block, and
+    /// whether one is being recorded.
+    slices: u64,
+    slice_chosen: u64,
+    slice_recording: bool,
 }
 
-static SAMPLER: Mutex<Sampler> =
-    Mutex::new(Sampler { started_ns: 0, index: 0, steps: 0, chosen: 0, kinds_on: false, armed: false, rng: 0 });
+static SAMPLER: Mutex<Sampler> = Mutex::new(Sampler {
+    started_ns: 0,
+    index: 0,
+    steps: 0,
+    chosen: 0,
+    kinds_on: false,
+    armed: false,
+    rng: 0,
+    slices: 0,
+    slice_chosen: 0,
+    slice_recording: false,
+});
+
+/// A program that marks no step (or none yet) is sampled in slices this long, one in N: a second, or
+/// `CUFLIGHT_SAMPLE_SLICE_MS` (10 ms to an hour).
+fn slice() -> std::time::Duration {
+    let ms = std::env::var("CUFLIGHT_SAMPLE_SLICE_MS").ok().and_then(|v| v.trim().parse::<u64>().ok());
+    std::time::Duration::from_millis(ms.unwrap_or(1000).clamp(10, 3_600_000))
+}
+
+/// Starts sampling time slices until the program's first step (after CUPTI was set up and paused).
+pub fn start_slices() {
+    if !sampling() {
+        return;
+    }
+    let slice = slice();
+    let _ = std::thread::Builder::new().name("cuflight-sample".into()).spawn(move || {
+        let _ = std::panic::catch_unwind(|| loop {
+            {
+                let mut s = SAMPLER.lock();
+                if s.steps > 0 {
+                    return; // steps are sampled from now on ([`Sampler::begin`] ended the slice)
+                }
+                s.next_slice(clock::monotonic_ns());
+            }
+            std::thread::sleep(slice);
+        });
+    });
+}
 
 /// How the sampler turns CUPTI on and off (the set-up's, handed over so that this module depends on nothing
 /// that calls it).
@@ -112,7 +157,41 @@ impl Sampler {
         self.rng % n as u64
     }
 
+    /// The time slice being recorded ends, and the next begins (recorded if it is the one chosen in its block).
+    fn next_slice(&mut self, now: u64) {
+        let n = ONE_IN.load(Ordering::Relaxed) as u64;
+        if self.slice_recording {
+            self.end_slice(now);
+        } else if self.kinds_on {
+            (switches().pause_activity)();
+            self.kinds_on = false;
+        }
+        let index = self.slices;
+        self.slices += 1;
+        if index.is_multiple_of(n) {
+            self.slice_chosen = self.pick(n as u32);
+        }
+        if index % n == self.slice_chosen && (switches().resume)().is_ok() {
+            (self.slice_recording, self.started_ns, self.index) = (true, now, index);
+            RECORDING.store(true, Ordering::Release);
+        }
+    }
+
+    fn end_slice(&mut self, now: u64) {
+        self.slice_recording = false;
+        RECORDING.store(false, Ordering::Release);
+        (switches().pause_callbacks)();
+        close_calls();
+        self.kinds_on = true;
+        let one_in = ONE_IN.load(Ordering::Relaxed) as u64;
+        thread_rings::push(RawEvent::sampled_slice(self.started_ns, now.max(self.started_ns), self.index, one_in));
+    }
+
     fn begin(&mut self, kind: u8, key: u64, domain: u32, now: u64) {
+        if self.slice_recording {
+            // The program's first step: the slice ends here, steps are sampled from now on.
+            self.end_slice(now);
+        }
         let n = ONE_IN.load(Ordering::Relaxed) as u64;
         let index = self.steps;
         self.steps += 1;

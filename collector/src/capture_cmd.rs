@@ -119,12 +119,16 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         }
     }
     if let Some(n) = sample {
-        match s.sampled_steps {
-            0 => eprintln!(
-                "cuflight: --sample 1/{n} recorded no step: the program marked none (step-like NVTX ranges: \
-                 ProfilerStep#N, step, train_step, ...; or cuflight.step()), so the trace holds no CUDA work"
+        match (s.sampled_steps, s.sampled_slices) {
+            (0, 0) => eprintln!(
+                "cuflight: --sample 1/{n} recorded nothing: the program ended before its first step or second"
             ),
-            k => eprintln!(
+            (0, k) => eprintln!(
+                "cuflight: recorded {k} time slice(s) whole, one chosen at random in each block of {n}: the \
+                 program marked no step (step-like NVTX ranges: ProfilerStep#N, step, train_step, ...; or \
+                 cuflight.step()), which would sample whole steps"
+            ),
+            (k, _) => eprintln!(
                 "cuflight: recorded {k} step(s) whole, one chosen at random in each block of {n}; `cuflight report` \
                  extrapolates to every step"
             ),

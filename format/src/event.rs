@@ -82,8 +82,9 @@ pub enum EventKind {
     /// `as_gpu_sample`.
     GpuSample = 22,
     /// `record --sample 1/N`: the agent recorded step `a` (its index from 0, counted from the run's first step)
-    /// whole, `start`..`end`, one step chosen at random in each block of `b` = N. Outside such spans only step
-    /// ranges are in the trace. Read it through `as_sampled`.
+    /// whole, `start`..`end`, one step chosen at random in each block of `b` = N; with `sub` =
+    /// [`SAMPLED_SLICE`], time slice `a` instead (a program that had marked no step yet is sampled in one-second
+    /// slices). Outside such spans only step ranges are in the trace. Read it through `as_sampled`.
     Sampled = 23,
 }
 
@@ -157,6 +158,9 @@ pub const PYFRAME_OF_MAIN_THREAD: u8 = 2;
 /// write as they were: the frames are for the analyses, not to be exported again. They start 1 ns before their
 /// call (so that they sort before it wherever the import stored its events) and carry no read time.
 pub const PYFRAME_IMPORTED: u8 = 4;
+
+/// [`EventKind::Sampled`] `sub`: the span is a time slice, not a step.
+pub const SAMPLED_SLICE: u8 = 1;
 
 /// [`EventKind::GpuSample`]: a ratio the sample does not carry.
 pub const GPU_RATIO_ABSENT: u16 = u16::MAX;

@@ -16,7 +16,7 @@
 
 use crate::event::{
     LaunchConfig, MemKind, RawEvent, API_DRIVER, API_RUNTIME, FLAG_ASYNC, FLAG_DEVICE, FLAG_GLOBAL, GPU_RATIO_ABSENT,
-    GPU_SAMPLE_PCIE, PYFRAME_IMPORTED, PYFRAME_OF_MAIN_THREAD, PYFRAME_TRUNCATED,
+    GPU_SAMPLE_PCIE, PYFRAME_IMPORTED, PYFRAME_OF_MAIN_THREAD, PYFRAME_TRUNCATED, SAMPLED_SLICE,
 };
 use crate::EventKind;
 
@@ -389,9 +389,14 @@ impl RawEvent {
             pcie_bytes: (self.sub & GPU_SAMPLE_PCIE != 0).then_some((self.b & 0xffff_ffff, self.b >> 32)),
         }
     }
-    /// An [`EventKind::Sampled`]'s step: (index from the run's first step, N of one in N).
+    /// An [`EventKind::Sampled`]'s step or slice: (index from the run's first, N of one in N).
     pub fn as_sampled(&self) -> (u64, u64) {
         (self.a, self.b)
+    }
+
+    /// Whether an [`EventKind::Sampled`] span is a time slice (the program had marked no step yet).
+    pub fn is_sampled_slice(&self) -> bool {
+        self.sub == SAMPLED_SLICE
     }
 
     /// An [`EventKind::ThreadName`]'s OS thread id (64 bits: an import keeps its trace's ids whole).
@@ -559,6 +564,13 @@ impl RawEvent {
     pub fn sampled(start: u64, end: u64, index: u64, one_in: u64) -> RawEvent {
         let mut e = RawEvent::new(EventKind::Sampled, 0, start, end);
         (e.a, e.b) = (index, one_in);
+        e
+    }
+
+    /// An [`EventKind::Sampled`] time slice: slice `index` of the run (before its first step), one in `one_in`.
+    pub fn sampled_slice(start: u64, end: u64, index: u64, one_in: u64) -> RawEvent {
+        let mut e = RawEvent::sampled(start, end, index, one_in);
+        e.sub = SAMPLED_SLICE;
         e
     }
 

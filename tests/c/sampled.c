@@ -1,5 +1,6 @@
-/* A training loop for `record --sample`: "sampled STEPS [mark]" runs STEPS steps, each an NVTX range
- * "train_step" (or, with "mark", steps marked by cuflight.step()'s C entry point) holding a nested range
+/* A training loop for `record --sample`: "sampled STEPS [mark|plain]" runs STEPS steps, each an NVTX range
+ * "train_step" (or, with "mark", steps marked by cuflight.step()'s C entry point; with "plain", no step marked
+ * at all, and 3 ms of host work after each, as a program that names nothing) holding a nested range
  * "forward", a mark, launches of kernels of known durations (a GEMM 300 us, an attention kernel 200 us, an
  * elementwise one 40 us three times), a copy and a cudaStreamSynchronize. Every 7th step also runs a longer
  * GEMM (an uneven step, as a real loop has). It prints "sampled: N steps" at the end. */
@@ -16,6 +17,7 @@ void ampere_sgemm_256x128_nn(void **a) { (void)a; busy_us(500); }
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 50;
     int marked = argc > 2 && strcmp(argv[2], "mark") == 0;
+    int plain = argc > 2 && strcmp(argv[2], "plain") == 0;
     /* The agent's step mark, where the agent is loaded (what the cuflight Python module calls). */
     long (*mark_step)(void) = NULL;
     if (marked) {
@@ -28,7 +30,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < steps; i++) {
         if (mark_step) {
             mark_step();
-        } else {
+        } else if (!plain) {
             nvtxRangePushA("train_step");
         }
         nvtxRangePushA("forward");
@@ -44,7 +46,9 @@ int main(int argc, char **argv) {
         nvtxMarkA("loss");
         CHECK(cudaMemcpyAsync(dev, host, sizeof host, cudaMemcpyHostToDevice, 0));
         CHECK(cudaStreamSynchronize(0));
-        if (!mark_step) {
+        if (plain) {
+            busy_us(3000);
+        } else if (!mark_step) {
             nvtxRangePop();
         }
     }

@@ -88,8 +88,9 @@ struct Recorder {
     ended: Vec<ProcessInfo>,
     sink: Outputs,
     pending: usize,
-    /// Steps the agents recorded whole under `--sample` (their `Sampled` events).
+    /// Steps and time slices the agents recorded whole under `--sample` (their `Sampled` events).
     sampled_steps: u64,
+    sampled_slices: u64,
     last_write: Instant,
     last_liveness: Instant,
     /// Set by a write error: nothing more is drained or written.
@@ -143,10 +144,10 @@ impl Recorder {
         for t in self.tracked.values_mut() {
             let before = t.pending_events.len();
             let n = drain_one(t, now);
-            self.sampled_steps += t.pending_events[before..]
-                .iter()
-                .filter(|e| e.kind() == Some(cuflight_format::EventKind::Sampled))
-                .count() as u64;
+            for e in t.pending_events[before..].iter().filter(|e| e.kind() == Some(cuflight_format::EventKind::Sampled))
+            {
+                *if e.is_sampled_slice() { &mut self.sampled_slices } else { &mut self.sampled_steps } += 1;
+            }
             match self.window.as_mut() {
                 Some(w) => {
                     w.filter(&t.seg, &mut t.pending_events, before);
@@ -297,6 +298,7 @@ impl Session {
             sink,
             pending: 0,
             sampled_steps: 0,
+            sampled_slices: 0,
             last_write: Instant::now(),
             last_liveness: Instant::now(),
             stopped: None,
@@ -468,6 +470,7 @@ impl Session {
             unflushed,
             range_never_started: false,
             sampled_steps: rec.sampled_steps,
+            sampled_slices: rec.sampled_slices,
             traced: infos.iter().filter(|i| !i.traced.is_empty()).map(|i| (i.pid, i.traced.clone())).collect(),
             arming: Arming::default(),
             program_held_ns: infos.iter().fold(0u64, |a, i| a.saturating_add(i.program_held_ns)),

@@ -52,8 +52,9 @@ pub struct RecordSummary {
     pub unflushed: Vec<(u32, u32)>,
     /// A capture range or step window was asked for and never started.
     pub range_never_started: bool,
-    /// Steps recorded whole under `--sample 1/N`.
+    /// Steps, and one-second time slices (a program marking no steps), recorded whole under `--sample 1/N`.
     pub sampled_steps: u64,
+    pub sampled_slices: u64,
     /// What each process's agent traced as set up (`--trace`, less what CUPTI refused: `hes`), by pid; empty
     /// for a process whose agent never set up.
     pub traced: Vec<(u32, String)>,

@@ -228,7 +228,9 @@ impl Report {
                         warn.push(format!("step range \"{name}\" opened at {start} ns never ended; it was left out"));
                     }
                 }
-                if plan.no_steps && opts.filter.is_some() {
+                if plan.no_steps && plan.sampling.is_some() {
+                    // Said by the sampling section: the recorded time slices are what is analysed.
+                } else if plan.no_steps && opts.filter.is_some() {
                     warn.push("no steps found: findings cover the stretches the filter chose".into());
                 } else if plan.no_steps {
                     if opts.step.is_some() {

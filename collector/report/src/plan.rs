@@ -137,7 +137,21 @@ impl Plan {
     /// `record --sample`: keeps the recorded steps (warm-up apart: the other steps hold no GPU work) and notes
     /// what to say of them; false for a trace recorded whole.
     pub fn keep_sampled_steps(&mut self) -> bool {
-        let starts: Vec<u64> = self.steps.windows.iter().map(|w| w.0).collect();
+        // A program that marked no step range was sampled in time slices: steps found in its launch pattern are
+        // not its own and lie only inside the recorded slices, so the slices are the stretches analysed.
+        if self.sampled.spans.is_empty() && !self.sampled.slices.is_empty() && !self.no_steps {
+            let (first, last) = self.timeline.unwrap_or_default();
+            self.no_steps = true;
+            self.steps = Steps {
+                source: StepSource::None,
+                host: Vec::new(),
+                windows: vec![(first, last)],
+                names: vec!["whole trace".into()],
+            };
+            self.warmup = Default::default();
+        }
+        let starts: Vec<u64> =
+            if self.no_steps { Vec::new() } else { self.steps.windows.iter().map(|w| w.0).collect() };
         // Host time where the steps are ranges (each step's own range, whether recorded or not).
         let step_ns: Vec<u64> = if self.steps.host.len() == starts.len() {
             self.steps.host.iter().map(|r| r.end.saturating_sub(r.start)).collect()

@@ -12,15 +12,26 @@ use serde::Serialize;
 pub struct SampledSpans {
     /// N of one in N (0: not a sampled trace).
     pub one_in: u64,
+    /// Recorded steps.
     pub spans: Vec<(u64, u64)>,
+    /// Recorded time slices (before the program's first step, or in a program that marks none), and how many
+    /// slices the run began (the highest index seen, plus one).
+    pub slices: Vec<(u64, u64)>,
+    pub slices_run: u64,
 }
 
 impl SampledSpans {
     pub fn event(&mut self, e: &RawEvent) {
         if e.kind() == Some(EventKind::Sampled) && e.end >= e.start {
-            self.one_in = e.as_sampled().1;
-            // Bounded by the trace itself: one event a recorded step.
-            self.spans.push((e.start, e.end));
+            let (index, one_in) = e.as_sampled();
+            self.one_in = one_in;
+            // Bounded by the trace itself: one event a recorded step or slice.
+            if e.is_sampled_slice() {
+                self.slices.push((e.start, e.end));
+                self.slices_run = self.slices_run.max(index.saturating_add(1));
+            } else {
+                self.spans.push((e.start, e.end));
+            }
         }
     }
 }
@@ -29,6 +40,8 @@ impl SampledSpans {
 #[derive(Debug, Clone, Default)]
 pub struct Chosen {
     pub one_in: u64,
+    /// Time slices rather than steps were recorded (the program marks no steps).
+    pub slices: bool,
     /// Every step the trace holds a range of, and their durations (host, ns).
     pub steps_run: u64,
     pub step_ns_all: Vec<u64>,
@@ -46,8 +59,23 @@ pub fn choose(
     step_ns_all: Vec<u64>,
     warm: usize,
 ) -> Option<(Windows, Chosen)> {
-    if sampled.one_in == 0 || step_starts.is_empty() {
+    if sampled.one_in == 0 {
         return None;
+    }
+    if step_starts.is_empty() {
+        // No steps: the time slices the agent recorded are the stretches analysed.
+        if sampled.slices.is_empty() {
+            return None;
+        }
+        let chosen = Chosen {
+            one_in: sampled.one_in,
+            slices: true,
+            steps_run: sampled.slices_run,
+            step_ns_all: Vec::new(),
+            steps_recorded: sampled.slices.len() as u64,
+            warmup_left_out: 0,
+        };
+        return Some((Windows::new(sampled.slices.clone()), chosen));
     }
     // The warm-up rule read every step's host time; recorded steps among the warm-up ones are left out.
     let warm_end = if warm > 0 { step_starts.get(warm).copied().unwrap_or(u64::MAX) } else { 0 };
@@ -55,6 +83,7 @@ pub fn choose(
     let kept = if steady.is_empty() { sampled.spans.clone() } else { steady };
     let chosen = Chosen {
         one_in: sampled.one_in,
+        slices: false,
         steps_run: step_ns_all.len() as u64,
         step_ns_all,
         steps_recorded: sampled.spans.len() as u64,
@@ -67,6 +96,11 @@ pub fn choose(
 #[derive(Debug, Clone, Serialize)]
 pub struct Sampling {
     pub one_in: u64,
+    /// What was sampled: "step", or "slice" (time slices, the program marking no steps); the `steps_*` fields
+    /// count those.
+    pub unit: &'static str,
+    /// The longest span recorded (ms): a slice's length (a second unless `CUFLIGHT_SAMPLE_SLICE_MS` said).
+    pub longest_ms: f64,
     pub steps_run: u64,
     pub steps_recorded: u64,
     pub steps_analysed: u64,
@@ -91,6 +125,8 @@ impl Sampling {
         let kernel_mean = mean(&kernel);
         Sampling {
             one_in: c.one_in,
+            unit: if c.slices { "slice" } else { "step" },
+            longest_ms: rows.iter().map(|r| r.duration_ns).max().unwrap_or(0) as f64 / 1e6,
             steps_run: c.steps_run,
             steps_recorded: c.steps_recorded,
             steps_analysed: rows.len() as u64,
@@ -105,6 +141,9 @@ impl Sampling {
 
     /// The lines the text report prints.
     pub fn describe(&self) -> Vec<String> {
+        if self.unit == "slice" {
+            return self.describe_slices();
+        }
         let mut lines = vec![format!(
             "{} of {} steps recorded whole (one in {}, chosen at random in each block); {} analysed{}",
             self.steps_recorded,
@@ -136,6 +175,27 @@ impl Sampling {
             self.kernel_ms_per_step, self.steps_run, self.kernel_s_run
         ));
         lines
+    }
+}
+
+impl Sampling {
+    fn describe_slices(&self) -> Vec<String> {
+        let ci = if self.steps_analysed > 1 {
+            format!(" ± {:.3} ms (95% confidence, {} slices)", self.kernel_ms_ci95, self.steps_analysed)
+        } else {
+            " (one slice: no confidence interval)".to_string()
+        };
+        vec![
+            format!(
+                "{} of {} time slices of {:.0} ms recorded whole (one in {}, chosen at random in each block): the \
+                 program marks no steps (step-like NVTX ranges or cuflight.step() would sample whole steps)",
+                self.steps_recorded, self.steps_run, self.longest_ms, self.one_in
+            ),
+            format!(
+                "kernel time per slice: {:.3} ms{ci}; over the {} slices run: {:.3} s (extrapolated)",
+                self.kernel_ms_per_step, self.steps_run, self.kernel_s_run
+            ),
+        ]
     }
 }
 

@@ -563,7 +563,9 @@ impl<'a> Sweep<'a> {
         if let Some(single) = self.idle_single.as_mut() {
             super::idle::attribute(&view, k, n, true, &self.step_starts, single);
         }
-        if !self.plan.no_steps {
+        // Rows per step; and per recorded time slice of a sampled program that marks no steps (the report
+        // extrapolates from them).
+        if !self.plan.no_steps || self.plan.sampling.as_ref().is_some_and(|c| c.slices) {
             let mut row = super::steps::breakdown(&view, &self.plan.steps.names[k]);
             row.counters = self.step_counters.get(k).and_then(super::steps::StepCounters::of);
             (row.kernels, row.eager_kernels, row.graph_replays) = self.step_work.get(k).copied().unwrap_or_default();

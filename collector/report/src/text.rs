@@ -202,6 +202,9 @@ fn process(out: &mut String, p: &ProcessReport) {
             StepSource::ProfilerStep => "ProfilerStep annotations",
             StepSource::Nvtx => "NVTX ranges",
             StepSource::Pattern => "the repeating launch pattern",
+            StepSource::None if p.sampling.as_ref().is_some_and(|s| s.unit == "slice") => {
+                "the time slices `record --sample` recorded"
+            }
             StepSource::None => "none",
         };
         let counters = t.counters.is_some();

@@ -61,8 +61,8 @@ pub struct StatsAcc {
     pinned_memory: MemoryUse,
     devices: BTreeMap<u32, Vec<DeviceRow>>,
     events: FxHashMap<u32, u64>,
-    /// `record --sample 1/N`: per process, (N, steps recorded whole).
-    sampled: FxHashMap<u32, (u64, u64)>,
+    /// `record --sample 1/N`: per process, (N, steps recorded whole, time slices recorded whole).
+    sampled: FxHashMap<u32, (u64, u64, u64)>,
     launches: FxHashMap<u32, Launches>,
     projection: super::projection::Projection,
     python: super::python::PythonAcc,
@@ -116,7 +116,8 @@ impl StatsAcc {
         *self.events.entry(key).or_default() += 1;
         if e.kind() == Some(EventKind::Sampled) {
             let s = self.sampled.entry(key).or_default();
-            *s = (e.as_sampled().1, s.1 + 1);
+            s.0 = e.as_sampled().1;
+            *if e.is_sampled_slice() { &mut s.2 } else { &mut s.1 } += 1;
         }
         self.projection.feed(key, p, e);
         self.python.feed(key, p, e);
@@ -311,7 +312,8 @@ impl StatsAcc {
             dropped = dropped.saturating_add(p.info.drops.total()).saturating_add(p.refused);
             let launches_without_kernel = self.launches.get(&key).map_or(0, |l| l.waiting.values().sum::<u64>());
             let mut row = process_row(p, self.events.get(&key).copied().unwrap_or(0), launches_without_kernel);
-            (row.sample_one_in, row.sampled_steps) = self.sampled.get(&key).copied().unwrap_or_default();
+            (row.sample_one_in, row.sampled_steps, row.sampled_slices) =
+                self.sampled.get(&key).copied().unwrap_or_default();
             rows.push(row);
         }
         let mut device_memory = self.device_memory;
@@ -475,6 +477,7 @@ fn process_row(p: &Process, events: u64, launches_without_kernel: u64) -> Proces
         launches_without_kernel,
         sample_one_in: 0,
         sampled_steps: 0,
+        sampled_slices: 0,
         flush_period_ms: p.info.flush_period_ms,
         rings_refused: p.info.rings_refused,
         pid: p.info.pid,

@@ -213,6 +213,9 @@ pub struct ProcessRow {
     pub sample_one_in: u64,
     #[serde(skip_serializing_if = "is_zero")]
     pub sampled_steps: u64,
+    /// ... and the time slices recorded whole while the program had marked no step.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sampled_slices: u64,
     /// For such a process: its flush period, the longest stretch of device records it can have lost.
     pub flush_period_ms: u32,
     pub events: u64,

@@ -437,9 +437,14 @@ impl Stats {
                 command.push_str(&format!(" [{} calls in flight when recording was armed: left out]", p.unseen_begin));
             }
             if p.sample_one_in > 0 {
+                let what = match (p.sampled_steps, p.sampled_slices) {
+                    (steps, 0) => format!("{steps} steps"),
+                    (0, slices) => format!("{slices} time slices"),
+                    (steps, slices) => format!("{steps} steps and {slices} time slices before the first step"),
+                };
                 command.push_str(&format!(
-                    " [sampled: {} steps recorded whole, one in {}; the tables hold their work only, `cuflight report` extrapolates]",
-                    p.sampled_steps, p.sample_one_in
+                    " [sampled: {what} recorded whole, one in {}; the tables hold their work only, `cuflight report` extrapolates]",
+                    p.sample_one_in
                 ));
             }
             if !p.traced.is_empty() && p.traced != cuflight_format::tracing::describe(cuflight_format::tracing::DEFAULT)
