@@ -31,6 +31,7 @@ mod short_names;
 pub mod sources;
 pub mod spans;
 pub mod stack_cost;
+mod step_choice;
 pub mod step_path;
 pub mod steps;
 mod sweep;
@@ -176,7 +177,7 @@ impl Report {
         for (file, source) in traces.iter_mut() {
             let mut plan = plan::plan(source, opts.step.as_deref())?;
             let said = match &opts.filter {
-                Some(f) => plan::choose(&mut plan, f, source, file)?,
+                Some(f) => step_choice::choose(&mut plan, f, source, file)?,
                 None => {
                     for p in plan.values_mut() {
                         // `record --sample`: the recorded steps, warm-up apart (the other steps hold no GPU work).
