@@ -41,7 +41,7 @@ static OPEN_KIND: AtomicU8 = AtomicU8::new(NONE);
 static OPEN_KEY: AtomicU64 = AtomicU64::new(0);
 static OPEN_DOMAIN: AtomicU32 = AtomicU32::new(0);
 
-/// Taken only where a step begins or ends (never waited for on an NVTX call: `try_lock`).
+/// Taken only where a step or time slice begins or ends, never on a plain NVTX call.
 struct Sampler {
     /// The step's start and index (from 0, counted from the run's first step).
     started_ns: u64,
@@ -252,7 +252,9 @@ pub fn pushed(domain: u32, depth: i32, at: u64, step: impl FnOnce() -> bool) -> 
     if OPEN_KIND.load(Ordering::Acquire) != NONE || !step() {
         return RECORDING.load(Ordering::Relaxed);
     }
-    let Some(mut s) = SAMPLER.try_lock() else { return RECORDING.load(Ordering::Relaxed) };
+    // A step begins: the lock is taken (a step boundary, not a call; held briefly but by the time slices'
+    // thread while it arms CUPTI, which a step start must not slip past).
+    let mut s = SAMPLER.lock();
     if OPEN_KIND.load(Ordering::Acquire) != NONE {
         return RECORDING.load(Ordering::Relaxed);
     }
@@ -275,7 +277,9 @@ pub fn started(id: u64, step: impl FnOnce() -> bool) -> bool {
     if OPEN_KIND.load(Ordering::Acquire) != NONE || !step() {
         return RECORDING.load(Ordering::Relaxed);
     }
-    let Some(mut s) = SAMPLER.try_lock() else { return RECORDING.load(Ordering::Relaxed) };
+    // A step begins: the lock is taken (a step boundary, not a call; held briefly but by the time slices'
+    // thread while it arms CUPTI, which a step start must not slip past).
+    let mut s = SAMPLER.lock();
     if OPEN_KIND.load(Ordering::Acquire) != NONE {
         return RECORDING.load(Ordering::Relaxed);
     }

@@ -18,15 +18,20 @@ int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 50;
     int marked = argc > 2 && strcmp(argv[2], "mark") == 0;
     int plain = argc > 2 && strcmp(argv[2], "plain") == 0;
-    /* The agent's step mark, where the agent is loaded (what the cuflight Python module calls). */
-    long (*mark_step)(void) = NULL;
-    if (marked) {
-        mark_step = (long (*)(void))dlsym(RTLD_DEFAULT, "cuflight_mark_step");
-    }
     void *args[] = {NULL};
     void *dev = NULL;
     char host[65536] = {0};
     CHECK(cudaMalloc(&dev, sizeof host));
+    /* The agent's step mark, found once CUDA (which loads the agent) is up: what the cuflight Python module
+     * calls. A run without the agent has none and marks nothing. */
+    long (*mark_step)(void) = NULL;
+    if (marked) {
+        mark_step = (long (*)(void))dlsym(RTLD_DEFAULT, "cuflight_mark_step");
+        if (!mark_step) {
+            fprintf(stderr, "sampled: no cuflight_mark_step (no agent loaded)\n");
+            return 3;
+        }
+    }
     for (int i = 0; i < steps; i++) {
         if (mark_step) {
             mark_step();
