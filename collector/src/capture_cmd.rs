@@ -253,6 +253,13 @@ pub fn dump(args: DumpArgs) -> Result<i32> {
 pub fn attach(args: AttachArgs) -> Result<i32> {
     let AttachArgs { pid, output, duration, window, sampling, force, inject, trace } = args;
     let SamplingArgs { every, count } = sampling;
+    if trace.is_some_and(|t| t & cuflight_format::tracing::HES != 0) {
+        // CUPTI takes it only before the program's context exists (cupti_activity.h): at `record` or `launch`.
+        eprintln!(
+            "cuflight: hes is chosen when the program starts (record or launch --trace ...,hes): this window times \
+             kernels the usual way"
+        );
+    }
     let inject = match inject {
         true => Some(record::find_agent().context(NO_AGENT)?),
         false => None,

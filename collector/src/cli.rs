@@ -600,7 +600,8 @@ pub struct AttachArgs {
     #[arg(long)]
     pub inject: bool,
     /// What the window traces (as `record --trace`; default: what the program was launched with). NVTX
-    /// can be left out of a window, not added to a program launched without it.
+    /// can be left out of a window, not added to a program launched without it; hes (hardware kernel
+    /// timestamps) only comes from the program's start.
     #[arg(short = 't', long, value_parser = parse_trace, value_name = "LIST")]
     pub trace: Option<u32>,
 }
