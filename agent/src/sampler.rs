@@ -54,7 +54,9 @@ struct Sampler {
     kinds_on: bool,
     /// CUPTI was enabled again for the next step, the one chosen.
     armed: bool,
-    rng: u64,
+    /// What the choices derive from: the same in every process of one `record` (`CUFLIGHT_SAMPLE_SEED`), so the
+    /// ranks of a job record the same steps.
+    seed: u64,
     /// Until the program's first step: one-second slices begun, the one chosen in the current block, and
     /// whether one is being recorded.
     slices: u64,
@@ -69,11 +71,23 @@ static SAMPLER: Mutex<Sampler> = Mutex::new(Sampler {
     chosen: 0,
     kinds_on: false,
     armed: false,
-    rng: 0,
+    seed: 0,
     slices: 0,
     slice_chosen: 0,
     slice_recording: false,
 });
+
+/// Which of the `n` steps (or slices) of block `block` is recorded: splitmix64 of the seed and the block, so the
+/// choice depends on nothing but them (not on how many slices went before the first step).
+fn pick(seed: u64, block: u64, n: u64) -> u64 {
+    let mut z = seed.wrapping_add(block.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) % n
+}
+
+/// Slices are chosen apart from steps.
+const SLICE_SALT: u64 = 0x5a17_c35e_0000_0001;
 
 /// A program that marks no step (or none yet) is sampled in slices this long, one in N: a second, or
 /// `CUFLIGHT_SAMPLE_SLICE_MS` (10 ms to an hour).
@@ -130,8 +144,11 @@ pub fn configure_from_env(with: Switches) {
     if (2..=1_000_000).contains(&n) {
         *SWITCHES.lock() = with;
         let mut s = SAMPLER.lock();
-        s.rng = (clock::monotonic_ns() ^ (std::process::id() as u64).rotate_left(32)) | 1;
-        s.chosen = s.pick(n);
+        s.seed = std::env::var("CUFLIGHT_SAMPLE_SEED")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| clock::monotonic_ns() ^ (std::process::id() as u64).rotate_left(32));
+        s.chosen = pick(s.seed, 0, n as u64);
         ONE_IN.store(n, Ordering::Release);
     }
 }
@@ -149,14 +166,6 @@ pub fn keeps_everything() -> bool {
 }
 
 impl Sampler {
-    /// xorshift64: which step of a block is recorded.
-    fn pick(&mut self, n: u32) -> u64 {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        self.rng % n as u64
-    }
-
     /// The time slice being recorded ends, and the next begins (recorded if it is the one chosen in its block).
     fn next_slice(&mut self, now: u64) {
         let n = ONE_IN.load(Ordering::Relaxed) as u64;
@@ -169,7 +178,7 @@ impl Sampler {
         let index = self.slices;
         self.slices += 1;
         if index.is_multiple_of(n) {
-            self.slice_chosen = self.pick(n as u32);
+            self.slice_chosen = pick(self.seed ^ SLICE_SALT, index / n, n);
         }
         if index % n == self.slice_chosen && (switches().resume)().is_ok() {
             (self.slice_recording, self.started_ns, self.index) = (true, now, index);
@@ -217,7 +226,7 @@ impl Sampler {
         let n = ONE_IN.load(Ordering::Relaxed) as u64;
         let next = self.steps;
         if next.is_multiple_of(n) {
-            self.chosen = self.pick(n as u32);
+            self.chosen = pick(self.seed, next / n, n);
         }
         if next % n == self.chosen {
             // CUPTI refusing leaves that step unrecorded; the next block tries again.
@@ -372,4 +381,21 @@ pub fn keeps_device_work(ev: &RawEvent) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick;
+
+    /// The same seed and block choose the same step; over many blocks every offset is chosen, about evenly.
+    #[test]
+    fn choices_depend_on_the_seed_and_block_alone() {
+        assert_eq!(pick(42, 7, 10), pick(42, 7, 10));
+        let mut seen = [0u32; 10];
+        for block in 0..10_000 {
+            seen[pick(42, block, 10) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&c| (800..1200).contains(&c)), "{seen:?}");
+        assert!((0..50).any(|b| pick(1, b, 10) != pick(2, b, 10)));
+    }
 }

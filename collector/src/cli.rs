@@ -511,7 +511,8 @@ pub struct RecordArgs {
     /// Record one step of every N whole (1/N: one chosen at random in each block of N steps), CUPTI quiet in
     /// between; every step's own range is kept, so `report` and `stats` extrapolate to the whole run and say
     /// how. Steps are the program's step-like NVTX ranges (ProfilerStep#N, step, train_step, ...) or
-    /// `cuflight.step()` marks.
+    /// `cuflight.step()` marks; a program that marks none is sampled in one-second slices. Every process of
+    /// the run records the same steps (for a multi-node job, export the same CUFLIGHT_SAMPLE_SEED on each).
     #[arg(
         long,
         value_name = "1/N",

@@ -523,7 +523,14 @@ pub fn record(opts: &RecordOptions) -> Result<RecordSummary, RecordError> {
         cmd.env("CUFLIGHT_FLUSH_MS", ms.to_string());
     }
     match opts.sample {
-        Some(n) => cmd.env("CUFLIGHT_SAMPLE", n.to_string()),
+        Some(n) => {
+            // One seed for every process of the run, so that the ranks of a job record the same steps; one the
+            // user exported (the same on every node of a multi-node job) is kept.
+            if std::env::var_os("CUFLIGHT_SAMPLE_SEED").is_none() {
+                cmd.env("CUFLIGHT_SAMPLE_SEED", (segment::monotonic_ns() ^ std::process::id() as u64).to_string());
+            }
+            cmd.env("CUFLIGHT_SAMPLE", n.to_string())
+        }
         None => cmd.env_remove("CUFLIGHT_SAMPLE"),
     };
     // On failure the output is dropped, which removes what this command created (never an existing file).

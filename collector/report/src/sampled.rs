@@ -12,8 +12,9 @@ use serde::Serialize;
 pub struct SampledSpans {
     /// N of one in N (0: not a sampled trace).
     pub one_in: u64,
-    /// Recorded steps.
+    /// Recorded steps, and their indexes in the run (from 0).
     pub spans: Vec<(u64, u64)>,
+    pub indexes: Vec<u64>,
     /// Recorded time slices (before the program's first step, or in a program that marks none), and how many
     /// slices the run began (the highest index seen, plus one).
     pub slices: Vec<(u64, u64)>,
@@ -31,6 +32,7 @@ impl SampledSpans {
                 self.slices_run = self.slices_run.max(index.saturating_add(1));
             } else {
                 self.spans.push((e.start, e.end));
+                self.indexes.push(index);
             }
         }
     }
@@ -48,6 +50,8 @@ pub struct Chosen {
     pub steps_recorded: u64,
     /// Recorded steps among the warm-up steps, left out.
     pub warmup_left_out: u64,
+    /// Which steps were recorded (their indexes in the run, from 0; empty for slices).
+    pub recorded: Vec<u64>,
 }
 
 /// The recorded steps of a sampled process to analyse (those outside warm-up, unless only warm-up was recorded)
@@ -74,6 +78,7 @@ pub fn choose(
             step_ns_all: Vec::new(),
             steps_recorded: sampled.slices.len() as u64,
             warmup_left_out: 0,
+            recorded: Vec::new(),
         };
         return Some((Windows::new(sampled.slices.clone()), chosen));
     }
@@ -88,6 +93,7 @@ pub fn choose(
         step_ns_all,
         steps_recorded: sampled.spans.len() as u64,
         warmup_left_out: (sampled.spans.len() - kept.len()) as u64,
+        recorded: sampled.indexes.clone(),
     };
     Some((Windows::new(kept), chosen))
 }
@@ -114,6 +120,10 @@ pub struct Sampling {
     pub kernel_ms_ci95: f64,
     /// Kernel time of the whole run, extrapolated: per step times the steps run (s).
     pub kernel_s_run: f64,
+    /// The steps recorded, by index in the run from 0 (the same in every process of one `record`, so a job's
+    /// ranks recorded the same steps).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub recorded: Vec<u64>,
 }
 
 impl Sampling {
@@ -136,6 +146,7 @@ impl Sampling {
             kernel_ms_per_step: kernel_mean,
             kernel_ms_ci95: half_width_95(&kernel, kernel_mean),
             kernel_s_run: kernel_mean * c.steps_run as f64 / 1e3,
+            recorded: c.recorded.clone(),
         }
     }
 
