@@ -258,6 +258,12 @@ impl Sampler {
 /// A range is pushed at `at` on this thread in `domain`, whose depth was `depth` before: whether it is kept.
 /// `step` reads its name, only where it may begin a step.
 pub fn pushed(domain: u32, depth: i32, at: u64, step: impl FnOnce() -> bool) -> bool {
+    may_begin(step, || (PUSHED, (thread_rings::tid() as u64) << 32 | depth as u32 as u64, domain, at))
+}
+
+/// A range that may begin a step starts: whether it is kept. `step` reads its name, `open` says how the step
+/// would end (kind, key, domain) and when it began; both only where no step is open.
+fn may_begin(step: impl FnOnce() -> bool, open: impl FnOnce() -> (u8, u64, u32, u64)) -> bool {
     if OPEN_KIND.load(Ordering::Acquire) != NONE || !step() {
         return RECORDING.load(Ordering::Relaxed);
     }
@@ -267,8 +273,8 @@ pub fn pushed(domain: u32, depth: i32, at: u64, step: impl FnOnce() -> bool) -> 
     if OPEN_KIND.load(Ordering::Acquire) != NONE {
         return RECORDING.load(Ordering::Relaxed);
     }
-    let key = (thread_rings::tid() as u64) << 32 | depth as u32 as u64;
-    s.begin(PUSHED, key, domain, at);
+    let (kind, key, domain, at) = open();
+    s.begin(kind, key, domain, at);
     true
 }
 
@@ -283,17 +289,7 @@ pub fn popping(domain: u32, depth: i32) -> (bool, bool) {
 
 /// A start/end range starts (`id`): whether it is kept.
 pub fn started(id: u64, step: impl FnOnce() -> bool) -> bool {
-    if OPEN_KIND.load(Ordering::Acquire) != NONE || !step() {
-        return RECORDING.load(Ordering::Relaxed);
-    }
-    // A step begins: the lock is taken (a step boundary, not a call; held briefly but by the time slices'
-    // thread while it arms CUPTI, which a step start must not slip past).
-    let mut s = SAMPLER.lock();
-    if OPEN_KIND.load(Ordering::Acquire) != NONE {
-        return RECORDING.load(Ordering::Relaxed);
-    }
-    s.begin(STARTED, id, 0, clock::monotonic_ns());
-    true
+    may_begin(step, || (STARTED, id, 0, clock::monotonic_ns()))
 }
 
 /// A start/end range ends: (kept, ends the step; then call [`step_ended`] once its end is written).

@@ -53,8 +53,10 @@ fn load_injection() {
     }
 }
 
-/// An H100-like device (the name says it is simulated), or with `CUDASIM_GPU=b200` a Blackwell B200 (compute
-/// capability 10.0, 148 SMs and 180 GB as DGX B200's datasheet gives 1,440 GB for eight); the rest is the H100's.
+/// An H100-like device (the name says it is simulated), or with `CUDASIM_GPU=b200` a Blackwell B200: compute
+/// capability 10.0 (CUDA's table of compute capabilities), 180 GB (DGX B200's datasheet: 1,440 GB for eight
+/// GPUs); its 148 SMs are taken from public deviceQuery reports, not an NVIDIA document, and only the compute
+/// capability matters to what it models (`hw_trace.rs`). The rest is the H100's.
 pub(crate) fn device_properties() -> c::cudaDeviceProp {
     // SAFETY: cudaDeviceProp is plain C data; all-zero is valid.
     let mut p: c::cudaDeviceProp = unsafe { std::mem::zeroed() };
