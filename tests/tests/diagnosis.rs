@@ -191,7 +191,10 @@ fn thousand_tiny_kernels_are_launch_bound_and_steps_come_from_the_pattern() {
     let causes = &r["processes"][0]["idle_causes"];
     let idle_ns = f64_of(&causes["idle_in_steps_ns"]);
     let launch_ns = f64_of(&causes["launch_bound_ns"]);
-    assert!(launch_ns >= 0.6 * idle_ns, "launch-bound {launch_ns} of {idle_ns} idle: {causes}");
+    // The simulated GPU's own lateness is no launch's: once (a local run, 2026-11-29, nothing else running here)
+    // the host left cudasim's stream thread waiting for a core with work queued for 622 of 974 ms idle.
+    let device_late_ns = f64_of(&causes["device_wait_ns"]);
+    assert!(launch_ns >= 0.6 * (idle_ns - device_late_ns), "launch-bound {launch_ns} of {idle_ns} idle: {causes}");
     let misplaced = f64_of(&causes["data_loading_ns"]) + f64_of(&causes["allocator_churn_ns"]);
     assert!(misplaced <= 0.03 * idle_ns, "no data loading or allocator planted: {causes}");
     let total = f64_of(&r["processes"][0]["step_total"]["duration_ns"]);
