@@ -2,7 +2,7 @@
 write its part's summary JSON, and exits 1 when a check fails.
 
 usage: gpu_checks.py faithful STATS TRACE SUMMARY | torch STATS TORCHPROF STEPS SUMMARY |
-       torch-windows DIR STEPS SUMMARY | infer DIR SUMMARY | planted DIR
+       torch-windows DIR STEPS SUMMARY | infer DIR SUMMARY | planted DIR | serve DIR "MODES"
 """
 import json
 import os
@@ -369,9 +369,71 @@ def graphtrace(args):
     print("PASS" if ok else "FAIL")
     return ok
 
+WINDOW_LINE = re.compile(r"unix (\d+\.\d+)\): (?:armed in ([\d.]+) ms|never armed), over after ([\d.]+) s")
+
+
+def serve_windows(err_path):
+    """The windows `cuflight serve --log-windows` logged: (asked, armed, over) in Unix seconds."""
+    windows = []
+    for line in open(err_path) if os.path.exists(err_path) else []:
+        m = WINDOW_LINE.search(line)
+        if m:
+            asked, over = float(m[1]), float(m[1]) + float(m[3])
+            windows.append((asked, asked + float(m[2] or 0) / 1e3, over))
+    return windows
+
+
+def serve(args):
+    """Where a duty cycle's cost goes (issue 52 item 1): each step of planted_torch.py tiny under each mode against
+    the dormant median, split into the steps before any window (serve's presence), inside a window (arming,
+    recording, the finalize) and after one (a program left slower by a finalized CUPTI). Modes: dormant; watch
+    (serve following another pid: the collector alone); duty (1s/10s); duty-keep (the same, CUPTI not finalized
+    after a window: CUFLIGHT_FINALIZE=0); continuous; record; sample10."""
+    out, modes = args[0], args[1].split()
+    runs = {}
+    for m in modes:
+        for r in (1, 2):
+            path = os.path.join(out, f"s-{m}-{r}.json")
+            if os.path.exists(path):
+                t = json.load(open(path))
+                runs.setdefault(m, []).append((r, t, serve_windows(os.path.join(out, f"serve-{m}-{r}.err"))))
+    base = statistics.median(x for _, t, _ in runs.get("dormant", []) for x in t["step_ms_each"])
+    print(f"dormant median step {base:.3f} ms")
+    print(f"{'mode':11} {'rd':>2} {'mean ms':>8} {'vs dorm':>8} {'before: n  med   +ms':>22} "
+          f"{'in windows: n  max   +ms':>25} {'after: n  med   +ms':>21} windows")
+    summary = {"dormant_median_ms": base, "modes": {}}
+    for m in modes:
+        for r, t, windows in runs.get(m, []):
+            each, t0 = t["step_ms_each"], t.get("t0_unix")
+            parts = {"before": [], "window": [], "after": []}
+            end = t0
+            for ms in each:
+                start, end = end, end + ms / 1e3
+                if not windows or t0 is None or end <= windows[0][0]:
+                    parts["before"].append(ms)
+                elif any(start < w[2] and end > w[0] for w in windows):
+                    parts["window"].append(ms)
+                else:
+                    parts["after"].append(ms)
+            def cell(xs, mid):
+                if not xs:
+                    return f"{0:4} {'-':>6} {'-':>7}"
+                return f"{len(xs):4} {mid(xs):6.2f} {sum(x - base for x in xs):+7.0f}"
+            mean = statistics.mean(each)
+            arm = [round((w[1] - w[0]) * 1e3, 1) for w in windows]
+            print(f"{m:11} {r:2} {mean:8.3f} {(mean / base - 1) * 100:+7.1f}% {cell(parts['before'], statistics.median):>22} "
+                  f"{cell(parts['window'], max):>25} {cell(parts['after'], statistics.median):>21} "
+                  f"{len(windows)} (armed in {arm} ms)")
+            summary["modes"].setdefault(m, []).append({
+                "round": r, "mean_ms": mean, "windows": windows,
+                **{k: {"steps": len(v), "median_ms": statistics.median(v) if v else None,
+                       "excess_ms": sum(x - base for x in v)} for k, v in parts.items()}})
+    json.dump(summary, open(os.path.join(out, "serve-summary.json"), "w"), indent=1)
+    return True
+
 
 CHECKS = {"faithful": faithful, "torch": torch, "torch-windows": torch_windows, "infer": infer, "planted": planted,
-          "compiled": compiled, "batching": batching, "graphtrace": graphtrace}
+          "compiled": compiled, "batching": batching, "graphtrace": graphtrace, "serve": serve}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in CHECKS:

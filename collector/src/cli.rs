@@ -52,6 +52,10 @@ pub enum Cmd {
         /// With --duty continuous, how often the counters move.
         #[arg(long, default_value = "1s", value_parser = attach::parse_duration)]
         interval: Duration,
+        /// One line on stderr per window: when it was asked for (UTC and Unix seconds), how long CUPTI's set-up
+        /// took, when it ended, its events and drops; to line a program's own timings up with the windows.
+        #[arg(long)]
+        log_windows: bool,
         /// Stop after this many periods (default: until SIGINT or SIGTERM).
         #[arg(long, hide = true)]
         rounds: Option<u64>,

@@ -1,6 +1,6 @@
 //! `cuflight`: record CUDA programs and analyse their traces. Each subcommand is a thin layer over the library.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
 mod capture_cmd;
 mod cli;
@@ -72,8 +72,11 @@ fn run(mut cli: Cli) -> Result<i32> {
         Cmd::Launch(args) => capture_cmd::launch(args),
         Cmd::Dump(args) => capture_cmd::dump(args),
         Cmd::Attach(args) => capture_cmd::attach(args),
-        Cmd::Serve { listen, allow_remote, duty, window_budget, interval, rounds, pids } => {
-            let duty = serve::Duty { budget: window_budget, ..duty.or_continuous(interval) };
+        Cmd::Serve { listen, allow_remote, duty, window_budget, interval, log_windows, rounds, pids } => {
+            if log_windows && duty.continuous {
+                bail!("--log-windows logs the windows of --duty ON/PERIOD; --duty continuous records without any");
+            }
+            let duty = serve::Duty { budget: window_budget, log: log_windows, ..duty.or_continuous(interval) };
             serve::serve(&serve::ServeOptions { listen, allow_remote, duty, pids, rounds })
                 .map(|()| 0)
                 .map_err(Into::into)

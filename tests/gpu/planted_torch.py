@@ -19,7 +19,7 @@ work in a 1.5 ms step) is launch-bound on an H100, and cuflight rightly said so.
              blocks it already holds, so a 16 MiB-per-step leak stays invisible for the first 30 steps of this
              model; a leak shows once it outgrows the cache, as every leak that ends in an out-of-memory error does)
 
-`--timing` writes the mean step time (after warm-up) so the same script measures profiler overhead;
+`--timing` writes the mean step time (after warm-up) and each step's so the same script measures profiler overhead;
 `--torchprof` runs the measured steps under torch.profiler (CUDA activities), for the comparison.
 """
 import json
@@ -86,18 +86,24 @@ def main():
 
         prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
         prof.__enter__()
-    t0 = time.perf_counter()
+    t0, t0_unix = time.perf_counter(), time.time()
+    # Each step's end on the host clock (about 0.1 us a read against steps of milliseconds): a duty cycle's cost
+    # splits into the steady steps between windows and the few inside them (gpu-validate's serve part).
+    ends = []
     for i in range(steps):
         torch.cuda.nvtx.range_push(f"step#{i}")
         step(i)
         torch.cuda.nvtx.range_pop()
+        ends.append(time.perf_counter())
     torch.cuda.synchronize()
     t1 = time.perf_counter()
     if prof is not None:
         prof.__exit__(None, None, None)
     if timing:
         with open(timing, "w") as f:
-            json.dump({"variant": variant, "steps": steps, "step_ms": (t1 - t0) * 1e3 / steps}, f)
+            each = [round((b - a) * 1e3, 4) for a, b in zip([t0] + ends[:-1], ends)]
+            json.dump({"variant": variant, "steps": steps, "step_ms": (t1 - t0) * 1e3 / steps,
+                       "step_ms_each": each, "t0_unix": t0_unix}, f)
 
 
 if __name__ == "__main__":

@@ -576,3 +576,37 @@ fn calls_in_flight_at_arming_are_no_drops() {
     let ratio = value(&m, "cuflight_agent_overhead_ratio", pid);
     assert!((0.0..1.0).contains(&ratio), "{ratio}");
 }
+
+#[test]
+fn each_window_is_logged_when_asked() {
+    let _serial = serial();
+    let dir = scratch("serve-log-windows");
+    let stepper = stepper(&dir, 3);
+    let pid = stepper.child.id();
+    let (mut serve, _addr, mut err) =
+        start_serve(&["--duty", "200ms/400ms", "--rounds", "3", "--log-windows", &pid.to_string()]);
+    assert!(serve.wait().unwrap().success());
+    stepper.end();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    let lines: Vec<&str> = rest.lines().filter(|l| l.contains(&format!("pid {pid} period"))).collect();
+    assert_eq!(lines.len(), 3, "{rest}");
+    // Asked for once a period, each armed, over after its 200 ms, with its events and drops.
+    let asked: Vec<f64> = lines
+        .iter()
+        .map(|l| l.split("(unix ").nth(1).and_then(|r| r.split(')').next()).unwrap().parse().unwrap())
+        .collect();
+    for (i, l) in lines.iter().enumerate() {
+        assert!(l.contains(&format!("period {} window", i + 1)), "{l}");
+        assert!(l.contains("armed in ") && l.contains("(the duration passed)") && l.contains("dropped 0 ("), "{l}");
+        let over: f64 = l.split("over after ").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
+        assert!((0.2..2.0).contains(&over), "{l}");
+    }
+    for pair in asked.windows(2) {
+        assert!((0.35..1.5).contains(&(pair[1] - pair[0])), "{asked:?}");
+    }
+    let refused =
+        Command::new(cuflight_bin()).args(["serve", "--duty", "continuous", "--log-windows"]).output().unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("continuous records without any"));
+}

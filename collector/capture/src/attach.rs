@@ -57,6 +57,7 @@ pub enum AttachError {
 const REPLY_MS: i64 = 10_000;
 
 /// What an attach produced, and why its window ended.
+#[derive(Clone, Debug)]
 pub struct Attached {
     pub summary: RecordSummary,
     pub ended: &'static str,

@@ -33,7 +33,7 @@ impl Arming {
 }
 
 /// What a recording produced.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct RecordSummary {
     pub exit_code: i32,
     /// Events the files hold.

@@ -36,6 +36,9 @@ pub struct Duty {
     pub continuous: bool,
     /// CUPTI sessions of a process after which its period doubles (again after as many more); 0: never.
     pub budget: u32,
+    /// One line on stderr per window (`serve --log-windows`): when it was asked for, how long arming took, what it
+    /// recorded. Lines up a program's own timings with the windows that cost it.
+    pub log: bool,
 }
 
 /// `--window-budget`'s default: an hour of windows at the default duty (1s/10s), about 27 MB of CUPTI's.
@@ -49,6 +52,7 @@ pub fn parse_duty(text: &str) -> Result<Duty, String> {
             period: Duration::ZERO,
             continuous: true,
             budget: DEFAULT_WINDOW_BUDGET,
+            log: false,
         });
     }
     let Some((on, period)) = text.split_once('/') else {
@@ -58,7 +62,7 @@ pub fn parse_duty(text: &str) -> Result<Duty, String> {
     if on.is_zero() || on > period {
         return Err(format!("'{text}': the window must be longer than zero and at most the period"));
     }
-    Ok(Duty { on, period, continuous: false, budget: DEFAULT_WINDOW_BUDGET })
+    Ok(Duty { on, period, continuous: false, budget: DEFAULT_WINDOW_BUDGET, log: false })
 }
 
 impl Duty {
@@ -183,9 +187,13 @@ pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, r
             let on = duty.on;
             let path = scratch.join(format!("{pid}-{round}.cuf"));
             std::thread::spawn(move || {
-                let started = Instant::now();
-                let ok = record_window(pid, &path, on);
-                (pid, path, ok, started.elapsed())
+                let (started, asked_ns) = (Instant::now(), unix_ns());
+                let window = record_window(pid, &path, on);
+                let took = started.elapsed();
+                if duty.log {
+                    eprintln!("{}", window_line(pid, round, asked_ns, took, window.as_ref()));
+                }
+                (pid, path, window.is_some(), took)
             })
         })
         .collect();
@@ -227,8 +235,36 @@ fn refresh(pids: &[u32], shared: &Shared) -> Vec<agents::AgentRow> {
     rows
 }
 
-/// Attaches to `pid` for `on`; false when the window could not be recorded (the process left, another collector).
-fn record_window(pid: u32, path: &Path, on: Duration) -> bool {
+/// `--log-windows`' line for one window: asked for at `asked_ns` (CLOCK_REALTIME, printed as Unix seconds too,
+/// the clock programs log in), over after `took`.
+fn window_line(pid: u32, round: u64, asked_ns: u64, took: Duration, window: Option<&attach::Attached>) -> String {
+    let at = format!(
+        "cuflight serve: pid {pid} period {} window asked at {} (unix {}.{:06})",
+        round + 1,
+        cuflight_report::run::utc(asked_ns),
+        asked_ns / 1_000_000_000,
+        asked_ns % 1_000_000_000 / 1000
+    );
+    let Some(w) = window else {
+        return format!("{at}: not recorded (the process left, or another collector holds it)");
+    };
+    let armed =
+        w.arming.took_ns.map_or_else(|| "never armed".into(), |ns| format!("armed in {:.1} ms", ns as f64 / 1e6));
+    format!(
+        "{at}: {armed}, over after {:.3} s ({}), {} events, {}",
+        took.as_secs_f64(),
+        w.ended,
+        w.summary.events,
+        w.summary.drops_line()
+    )
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Attaches to `pid` for `on`; None when the window could not be recorded (the process left, another collector).
+fn record_window(pid: u32, path: &Path, on: Duration) -> Option<attach::Attached> {
     let opts = attach::AttachOptions {
         pid,
         output: path.to_path_buf(),
@@ -241,7 +277,9 @@ fn record_window(pid: u32, path: &Path, on: Duration) -> bool {
         inject: None,
         trace: None,
     };
-    attach::attach(&opts, |_, _| {}).is_ok()
+    let mut recorded = None;
+    attach::attach(&opts, |_, window| recorded = Some(window.clone())).ok()?;
+    recorded
 }
 
 /// A private directory for the windows' files (mode 0700), removed when dropped.
