@@ -5,6 +5,7 @@
 //! `findings.rs`), what the GPU work itself says (`gpu_findings.rs`) and, across ranks, the job view: clocks
 //! aligned, collectives matched, the straggler, who waited for whom, the critical path ([`job`]). Findings are sorted by severity, then by the time they cost; the verdict names the first.
 
+mod assemble;
 pub mod breakdown;
 mod busy;
 mod busy_findings;
@@ -174,41 +175,7 @@ impl Report {
     /// `traces`: (display name, source); several traces are several ranks of one job. Each source is read in
     /// two or three passes: the plan (steps and their windows), then the window sweep.
     pub fn compute(traces: &mut [(String, EventSource)], opts: &Options) -> Result<Report, ReportError> {
-        let mut plans = Vec::with_capacity(traces.len());
-        let mut chosen: Vec<rustc_hash::FxHashMap<u32, String>> = Vec::with_capacity(traces.len());
-        for (file, source) in traces.iter_mut() {
-            let mut plan = plan::plan(source, opts.step.as_deref())?;
-            let said = match &opts.filter {
-                Some(f) => step_choice::choose(&mut plan, f, source, file)?,
-                None => {
-                    for p in plan.values_mut() {
-                        // `record --sample`: the recorded steps, warm-up apart (the other steps hold no GPU work).
-                        if p.keep_sampled_steps() {
-                            continue;
-                        }
-                        if opts.include_warmup {
-                            p.warmup.included = true;
-                        } else {
-                            p.leave_out_warmup();
-                        }
-                    }
-                    Default::default()
-                }
-            };
-            chosen.push(said);
-            if plan.values().all(|p| p.events == 0) {
-                // Not the program's fault when the agent was off: say why it was.
-                if let Some(p) = source.processes.values().find(|p| !p.info.status.is_empty()) {
-                    return Err(ReportError::AgentOff {
-                        file: file.clone(),
-                        pid: p.info.pid,
-                        why: p.info.status.clone(),
-                    });
-                }
-                return Err(ReportError::Empty(file.clone()));
-            }
-            plans.push(plan);
-        }
+        let (plans, chosen) = assemble::plan_traces(traces, opts)?;
         // Processes with GPU work, in file order, then by process key.
         let mut procs: Vec<(usize, u32)> = Vec::new();
         for (fi, (_, source)) in traces.iter().enumerate() {
@@ -221,43 +188,14 @@ impl Report {
             return Err(ReportError::NoGpuWork(names.join(", ")));
         }
         let several_files = traces.len() > 1;
-        let warnings: Vec<Vec<String>> = procs
-            .iter()
-            .map(|&(fi, k)| {
-                let plan = &plans[fi][&k];
-                let mut warn = Vec::new();
-                for (name, start) in &plan.unclosed {
-                    if cuflight_trace::model::range_roles::step_like(name) || opts.step.as_deref().is_some_and(|o| name.starts_with(o)) {
-                        warn.push(format!("step range \"{name}\" opened at {start} ns never ended; it was left out"));
-                    }
-                }
-                if plan.no_steps && plan.sampling.is_some() {
-                    // Said by the sampling section: the recorded time slices are what is analysed.
-                } else if plan.no_steps && opts.filter.is_some() {
-                    warn.push("no steps found: findings cover the stretches the filter chose".into());
-                } else if plan.no_steps {
-                    if opts.step.is_some() {
-                        warn.push(format!("no range named {:?}: findings cover the whole trace", opts.step.as_deref().unwrap_or("")));
-                    } else {
-                        warn.push("no steps found (no ProfilerStep#N, no step-like NVTX range, no repeating launch pattern): findings cover the whole trace; name the step range with --step NAME".into());
-                    }
-                }
-                if plan.queued_before_first_op_ns > 0 {
-                    warn.push(format!(
-                        "the first GPU op waited {:.2} ms in its queue after its launch with nothing of this trace running: the GPU was busy with work the trace does not hold (begun before the capture, or another process's); findings start at that op",
-                        plan.queued_before_first_op_ns as f64 / 1e6
-                    ));
-                }
-                warn
-            })
-            .collect();
+        let mut warnings: Vec<Vec<String>> =
+            procs.iter().map(|&(fi, k)| assemble::plan_warnings(&plans[fi][&k], opts)).collect();
         let n = procs.len();
         let ctxs: Vec<Ctx> =
             procs.iter().enumerate().map(|(i, &(fi, k))| ctx(traces, &plans, (fi, k), i, several_files, n)).collect();
         // One process per rank takes part in the job view; its DataLoader or other workers with GPU work of
         // their own (same rank, from the launcher's environment they inherit) are reported beside it.
         let (primary, main_of) = roles(&ctxs);
-        let mut warnings = warnings;
         for (i, w) in claimed_twice(&ctxs, &primary, &procs, traces) {
             warnings[i].push(w);
         }
@@ -282,139 +220,23 @@ impl Report {
         let worker_of: Vec<Option<u32>> = main_of.iter().map(|m| m.map(|j| ctxs[j].p.info.pid)).collect();
         drop(job_ctxs);
         drop(ctxs);
-        // The sweep, file by file (every process of a file in one pass).
-        let mut swept: Vec<Option<sweep::Swept>> = (0..procs.len()).map(|_| None).collect();
-        for (fi, (_, source)) in traces.iter_mut().enumerate() {
-            let mine: Vec<usize> = (0..procs.len()).filter(|&i| procs[i].0 == fi).collect();
-            let rounding = source.fractional_us_timestamps;
-            let mut sweeps: rustc_hash::FxHashMap<u32, (usize, sweep::Sweep)> = mine
-                .iter()
-                .map(|&i| {
-                    let k = procs[i].1;
-                    (k, (i, sweep::Sweep::new(&plans[fi][&k], &waits[i], rounding)))
-                })
-                .collect();
-            source.for_each(|k, p, e| {
-                if let Some((_, s)) = sweeps.get_mut(&k) {
-                    s.event(p, e);
-                }
-            })?;
-            for (k, (i, s)) in sweeps {
-                swept[i] = Some(s.finish(&source.processes[&k]));
-            }
-        }
+        let swept = assemble::sweep_traces(traces, &plans, &procs, &waits)?;
         let mut all = Vec::new();
         let mut processes = Vec::new();
-        for (i, &(fi, k)) in procs.iter().enumerate() {
-            let p = &traces[fi].1.processes[&k];
-            let plan = &plans[fi][&k];
+        for (i, (&(fi, k), swept)) in procs.iter().zip(swept).enumerate() {
             let ctx = ctx(traces, &plans, (fi, k), i, several_files, n);
-            let swept = swept[i].take().expect("every process swept");
-            let idle = &swept.idle;
-            let mut warnings = warnings[i].clone();
-            let unexplained = idle.summary().idle_unexplained_ns;
-            if let Some(cov) = plan.api_id_coverage.filter(|&c| c < 0.02) {
-                if unexplained * 20 > idle.idle_in_steps_ns {
-                    warnings.push(format!(
-                        "the trace holds 1 in {:.0} of the CUDA calls its correlation ids number: it was sampled or \
-                         filtered, so GPU work is missing, and the {} of idle time no cause explains is likely that \
-                         work",
-                        1.0 / cov.max(1e-9),
-                        findings::ms(unexplained)
-                    ));
-                }
-            }
-            let mut fs = findings::idle_findings(&ctx, idle, &swept);
-            fs.extend(findings::allocator_churn(&ctx, idle, &swept));
-            fs.extend(wait_findings::wait_findings(&ctx, idle));
-            fs.extend(wait_findings::graph_setup(&ctx, idle));
-            fs.extend(gpu_findings::pageable_memcpy(&ctx, &swept));
-            fs.extend(gpu_findings::memcpy_heavy(&ctx, &swept));
-            fs.extend(gpu_findings::fp32_gemm(&ctx, &swept));
-            fs.extend(busy_findings::misaligned_gemm(&ctx, &swept));
-            fs.extend(busy_findings::elementwise_chains(&ctx, &swept));
-            fs.extend(busy_findings::unfused_attention(&ctx, &swept));
-            fs.extend(counter_findings::memory_bound(&ctx, &swept));
-            fs.extend(counter_findings::tensor_underused(&ctx, &swept));
-            fs.extend(gpu_findings::copy_kernels(&ctx, &swept));
-            fs.extend(gpu_findings::nccl_exposed(&ctx, &swept, !waits[i].is_empty()));
-            fs.extend(gpu_findings::memory_growth(&ctx, &swept));
-            fs.retain(|f| f.share >= MIN_SHARE || f.kind == "memory_growth");
-            let hot = gpu_findings::hot_kernels(&ctx, &swept);
-            let top_kernels = hot.as_ref().map_or(vec![], |h| h.evidence.kernels.clone());
-            fs.extend(hot);
-            sort_findings(&mut fs);
-            all.extend(fs.iter().filter(|f| f.severity > Severity::Info).cloned());
-            let step_total = (!swept.rows.is_empty()).then(|| total_row(&swept.rows));
-            let iterations = iterations::summarize(&swept.rows, &plan.steps.windows, &plan.requests);
-            let python_stacks =
-                swept.stack_cost.finish(swept.rows.len(), step_total.as_ref().map_or(0, |t| t.duration_ns));
-            warnings.extend(python_stacks.and_then(|c| c.warning()));
-            // A Python process whose stacks the agent could not read: its findings name no source lines.
-            if let Some(why) = cuflight_format::python_reader::describe(p.info.python_reader) {
-                warnings.push(format!("no Python stacks: {why}, so findings name no source lines"));
-            }
-            let categories = swept.kernels.by_category(|id| p.string(id), swept.rows.len());
-            let kernels = gpu_findings::kernel_rows(&ctx, &swept.kernels, usize::MAX);
-            let command = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
-            // The file's timeline spans all its processes (one Perfetto export per file).
-            let file_span = plans[fi].values().filter_map(|q| q.timeline).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
-            let (trace_start_ns, trace_end_ns) = file_span.unwrap_or((0, 0));
-            // A device fault or a failed allocation is what the reader must know first.
-            let (cuda_errors, failures) = plan.failed.finish(p, trace_start_ns, plan.device_memory);
-            warnings.splice(0..0, failures);
-            let run = run::RunSummary {
-                command_line: p.info.cmdline.clone(),
-                host: p.info.host.clone(),
-                started_realtime_ns: p.info.start_realtime_ns,
-                trace_start_ns,
-                trace_end_ns,
-                devices: plan.devices.clone(),
-                used_devices: plan.used_devices.iter().copied().collect(),
-                cuda_driver_version: plan.driver_version,
-                cuda_runtime_version: p.cuda_runtime_version,
-                cupti_version: p.info.cupti_version,
-                drops: p.info.drops,
-                dropped_total: p.info.drops.total().saturating_add(p.refused),
-                unseen_begin: p.info.unseen_begin,
-                refused: p.refused,
-                finished: p.info.finished,
-                agent_status: p.info.status.clone(),
-            };
-            processes.push(ProcessReport {
-                file: traces[fi].0.clone(),
-                pid: k,
-                rank: ctx.rank,
-                command,
-                who: cuflight_trace::model::trace::who(ctx.rank, p.info.local_rank, p.info.pid),
-                worker_of: worker_of[i],
-                run,
-                breakdown: swept.breakdown,
-                idle_breakdown: swept.idle_split,
-                idle_in_steps_ns: idle.idle_in_steps_ns,
-                covered_ns: ctx.step_total_ns,
-                idle_unexplained_ns: idle.summary().idle_unexplained_ns,
-                idle_causes: idle.summary(),
-                comm_overlap: swept.comm_overlap,
-                step_source: plan.steps.source,
+            let part = assemble::Part {
+                file: &traces[fi].0,
+                ctx: &ctx,
+                file_plans: &plans[fi],
+                warnings: std::mem::take(&mut warnings[i]),
                 filtered: chosen[fi].get(&k).cloned(),
-                warmup: plan.warmup.clone(),
-                sampling: plan.sampling.as_ref().map(|c| sampled::Sampling::new(c, &swept.rows)),
-                steps: swept.rows,
-                step_total,
-                iterations,
-                findings: fs,
-                critical_path: swept.step_path,
-                categories,
-                top_kernels,
-                kernels,
-                utilization_over_time: swept.utilization,
-                utilization_span_ns: plan.busy_extent,
-                warnings,
-                cuda_errors,
-                python_stacks,
-                gpu_metrics: swept.gpu_metrics,
-            });
+                worker_of: worker_of[i],
+                waited_for_ranks: !waits[i].is_empty(),
+            };
+            let report = assemble::process_report(part, swept);
+            all.extend(report.findings.iter().filter(|f| f.severity > Severity::Info).cloned());
+            processes.push(report);
         }
         let job = (primary.len() > 1).then(|| {
             let ctxs: Vec<Ctx> = primary.iter().map(|&i| ctx(traces, &plans, procs[i], i, several_files, n)).collect();
@@ -451,29 +273,6 @@ impl Report {
     pub fn write_json(&self, mut w: impl std::io::Write) -> std::io::Result<()> {
         serde_json::to_writer_pretty(&mut w, self)?;
         w.write_all(b"\n")
-    }
-}
-
-fn total_row(rows: &[StepRow]) -> StepRow {
-    let sum = |f: fn(&StepRow) -> u64| rows.iter().map(f).sum::<u64>();
-    let duration = sum(|r| r.duration_ns);
-    let kernel = sum(|r| r.kernel_ns);
-    StepRow {
-        name: format!("all {} steps", rows.len()),
-        start_ns: rows[0].start_ns,
-        duration_ns: duration,
-        kernel_ns: kernel,
-        memcpy_ns: sum(|r| r.memcpy_ns),
-        memset_ns: sum(|r| r.memset_ns),
-        runtime_ns: sum(|r| r.runtime_ns),
-        dataloader_ns: sum(|r| r.dataloader_ns),
-        cpu_exec_ns: sum(|r| r.cpu_exec_ns),
-        other_ns: sum(|r| r.other_ns),
-        gpu_utilization: if duration == 0 { 0.0 } else { kernel as f64 / duration as f64 },
-        kernels: sum(|r| r.kernels),
-        eager_kernels: sum(|r| r.eager_kernels),
-        graph_replays: sum(|r| r.graph_replays),
-        counters: steps::StepCounters::combine(rows.iter().filter_map(|r| r.counters)),
     }
 }
 
