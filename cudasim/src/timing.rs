@@ -24,6 +24,18 @@
 //!   kernel records and launch callbacks only, 209 ns with SYNCHRONIZATION added, 34 to 37 ns with MEMCPY,
 //!   MEMSET, MEMORY2 or OVERHEAD instead (medians of 3 runs). Driver calls were not measured and pay nothing here.
 //!
+//! - `CUDASIM_CUPTI_LAUNCH_NS` (default 800): every kernel launch while CUPTI is initialised, whatever is enabled:
+//!   only `cuptiFinalize` gives a launch its old cost back. Measured by gpu-validate's cycles part
+//!   (tests/gpu/attach_cycles.cu `keep`: one subscriber kept across 200 windows, every domain and kind disabled
+//!   between them) on an H200 (driver 580.159.04, CUDA 13.0, 2026-11-28): launches 19-23% slower between windows
+//!   than before the first. That run's own launch time was not kept; the cost part's plain launch on the H200 took
+//!   3.9-4.0 us (issue 26), so about 0.8 us. On an H100 a served model's p50 request took 0.320 ms dormant and
+//!   still 0.458 ms after a detach that left CUPTI initialised (agent/src/teardown.rs). Trivial calls pay nothing:
+//!   an unsubscribed `cudaGetDevice` took 34 ns with kernel records on (below).
+//! - `CUDASIM_KERNEL_RECORD_NS` (default 700): a kernel launch while kernel records (KERNEL or CONCURRENT_KERNEL)
+//!   are enabled, beyond the above: a no-op subscriber with kernel records cost a 3.9-4.0 us launch 1.1 to 2.4 us
+//!   on the H200 (issue 26), about 1.7 of which 0.8 is CUPTI's being initialised and 0.17 the two callback sites.
+//!
 //! - `CUDASIM_CUPTI_FINALIZE_KEEPS_KB` (default 74): memory CUPTI keeps after each `cuptiFinalize`, never freed.
 //!   Measured by gpu-validate's cycles part (tests/gpu/attach_cycles.cu) on an H200 (driver 580.159.04, CUDA 13.0,
 //!   2026-11-28): 200 subscribe/finalize cycles in one process left glibc's heap in use 14.8 MB higher after the
@@ -66,6 +78,7 @@
 //! Activity records need no figure here: as in CUPTI, they reach the client only when a buffer fills or at a
 //! flush (`activity.rs`), so their delay is the client's flush period.
 
+use crate::c;
 use once_cell::sync::Lazy;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -85,6 +98,8 @@ static PM_DECODE_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_DECODE_US", 33
 static PM_EVALUATE_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_EVALUATE_US", 34));
 static PM_START_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_START_US", 640));
 static PM_STOP_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_STOP_US", 1810));
+static CUPTI_LAUNCH_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_LAUNCH_NS", 800));
+static KERNEL_RECORD_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_KERNEL_RECORD_NS", 700));
 static FINALIZE_KEEPS_KB: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_FINALIZE_KEEPS_KB", 74));
 
 /// Whether CUPTI is initialised (false before the first CUPTI call and after cuptiFinalize).
@@ -113,6 +128,18 @@ pub(crate) fn cupti_finalized() {
     READY.store(false, Ordering::Release);
     let kept = vec![1u8; (*FINALIZE_KEEPS_KB).min(1 << 20) as usize * 1024];
     std::mem::forget(kept);
+}
+
+/// A kernel launch's cost of CUPTI: being initialised at all, and kernel records being on (a busy wait: CPU work
+/// on the launching thread).
+#[inline]
+pub(crate) fn kernel_launch() {
+    if !READY.load(Ordering::Acquire) {
+        return;
+    }
+    let records = crate::activity::enabled_anywhere(c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
+        || crate::activity::enabled_anywhere(c::CUPTI_ACTIVITY_KIND_KERNEL);
+    busy_ns(CUPTI_LAUNCH_NS.saturating_add(if records { *KERNEL_RECORD_NS } else { 0 }));
 }
 
 /// A pinned host allocation of `len` bytes locks and maps its pages (the calling thread sleeps: the kernel does

@@ -215,6 +215,31 @@ fn cudasim_models_cuptis_set_up_delivery_and_callback_costs() {
     assert!(off["setup_ms"].as_f64().unwrap() < 10.0, "{off}");
 }
 
+/// A launch pays for CUPTI while it is set up, recording or not, and only cuptiFinalize gives its cost back
+/// (cudasim/src/timing.rs: the H200's launches 19-23% slower with a subscriber kept and nothing enabled): the cost
+/// a paused sampler's program pays between recorded steps, and why serve's windows finalize.
+#[test]
+fn a_launch_pays_for_cupti_until_it_is_finalized() {
+    let dir = scratch("windows-kept-cupti");
+    let prog = build_c("kept_cupti", &dir);
+    // Which phases pay, with the figures (800 and 700 ns by default) raised to 8 us: a debug build's launch takes
+    // 3-6 us here, and a loaded machine moves it by 2 us.
+    let out = Command::new(&prog)
+        .arg("10000")
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .env("CUDASIM_CUPTI_LAUNCH_NS", "8000")
+        .env("CUDASIM_KERNEL_RECORD_NS", "8000")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ns = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} in {t}"));
+    // Each phase's figure is its fastest batch of five cycles (load only adds); `before` is one phase's.
+    assert!(ns("kept_ns") - ns("finalized_ns") >= 5000.0, "set up and paused against finalized: {t}");
+    assert!(ns("recording_ns") - ns("kept_ns") >= 5000.0, "kernel records on: {t}");
+    assert!(ns("finalized_ns") - ns("before_ns") < 3000.0, "finalized as before CUPTI: {t}");
+}
+
 /// Issue 52 item 4: ten windows in a row into a program that always has a call in flight (a thread waiting on
 /// 200 ms kernels, one after another) each report no record lost and their own calls in flight at arming (the
 /// waiting thread's, and the loop's own wait if it was in one), never the sum of the windows before.
