@@ -397,7 +397,10 @@ def serve(args):
             if os.path.exists(path):
                 t = json.load(open(path))
                 runs.setdefault(m, []).append((r, t, serve_windows(os.path.join(out, f"serve-{m}-{r}.err"))))
-    base = statistics.median(x for _, t, _ in runs.get("dormant", []) for x in t["step_ms_each"])
+    if "dormant" not in runs:
+        print("serve: no dormant run to compare with (SERVE_MODES must hold dormant)")
+        return False
+    base = statistics.median(x for _, t, _ in runs["dormant"] for x in t["step_ms_each"])
     print(f"dormant median step {base:.3f} ms")
     print(f"{'mode':11} {'rd':>2} {'mean ms':>8} {'vs dorm':>8} {'before: n  med   +ms':>22} "
           f"{'in windows: n  max   +ms':>25} {'after: n  med   +ms':>21} windows")
