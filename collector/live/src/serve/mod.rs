@@ -193,7 +193,7 @@ pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, r
                 if duty.log {
                     eprintln!("{}", window_line(pid, round, asked_ns, took, window.as_ref()));
                 }
-                (pid, path, window.is_some(), took)
+                (pid, path, window.is_ok(), took)
             })
         })
         .collect();
@@ -237,7 +237,13 @@ fn refresh(pids: &[u32], shared: &Shared) -> Vec<agents::AgentRow> {
 
 /// `--log-windows`' line for one window: asked for at `asked_ns` (CLOCK_REALTIME, printed as Unix seconds too,
 /// the clock programs log in), over after `took`.
-fn window_line(pid: u32, round: u64, asked_ns: u64, took: Duration, window: Option<&attach::Attached>) -> String {
+fn window_line(
+    pid: u32,
+    round: u64,
+    asked_ns: u64,
+    took: Duration,
+    window: Result<&attach::Attached, &String>,
+) -> String {
     let at = format!(
         "cuflight serve: pid {pid} period {} window asked at {} (unix {}.{:06})",
         round + 1,
@@ -245,8 +251,9 @@ fn window_line(pid: u32, round: u64, asked_ns: u64, took: Duration, window: Opti
         asked_ns / 1_000_000_000,
         asked_ns % 1_000_000_000 / 1000
     );
-    let Some(w) = window else {
-        return format!("{at}: not recorded (the process left, or another collector holds it)");
+    let w = match window {
+        Ok(w) => w,
+        Err(why) => return format!("{at}: not recorded: {why}"),
     };
     let armed =
         w.arming.took_ns.map_or_else(|| "never armed".into(), |ns| format!("armed in {:.1} ms", ns as f64 / 1e6));
@@ -263,8 +270,8 @@ fn unix_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// Attaches to `pid` for `on`; None when the window could not be recorded (the process left, another collector).
-fn record_window(pid: u32, path: &Path, on: Duration) -> Option<attach::Attached> {
+/// Attaches to `pid` for `on`; why not when the window could not be recorded (the process left, another collector).
+fn record_window(pid: u32, path: &Path, on: Duration) -> Result<attach::Attached, String> {
     let opts = attach::AttachOptions {
         pid,
         output: path.to_path_buf(),
@@ -278,8 +285,8 @@ fn record_window(pid: u32, path: &Path, on: Duration) -> Option<attach::Attached
         trace: None,
     };
     let mut recorded = None;
-    attach::attach(&opts, |_, window| recorded = Some(window.clone())).ok()?;
-    recorded
+    attach::attach(&opts, |_, window| recorded = Some(window.clone())).map_err(|e| e.to_string())?;
+    recorded.ok_or_else(|| "no window was recorded".to_string())
 }
 
 /// A private directory for the windows' files (mode 0700), removed when dropped.
