@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use cuflight_collector::analysis::stats::{self, Stats};
 use cuflight_collector::capture::record::RecordSummary;
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
-use cuflight_collector::capture::{agents, attach, dump, sampled};
+use cuflight_collector::capture::{agents, attach, doctor_checks, dump, sampled};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -102,7 +102,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         other => other.context("recording failed")?,
     };
     for (pid, why) in &s.disabled {
-        eprintln!("cuflight: agent was off in process {pid}: {why}");
+        eprintln!("cuflight: agent was off in process {pid}: {}", doctor_checks::with_pointer(why));
     }
     if s.arming.ranges_before > 0 {
         eprintln!("cuflight: {}", s.arming.describe().unwrap_or_default());

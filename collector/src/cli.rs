@@ -82,6 +82,17 @@ pub enum Cmd {
         #[arg(long)]
         all: bool,
     },
+    /// Every check a recording depends on, each with what it found and the fix: the agent, the NVIDIA driver and
+    /// its GPUs, the libcupti a program would load, a probe program recorded end to end, other profilers, device
+    /// counters' permission, ptrace for `attach --inject`, memory for the rings, container/MIG/MPS, the clock.
+    /// Exits 0 when `cuflight record` would work here.
+    Doctor {
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// The doctor's probe program: asks the CUDA driver and writes what it said into FILE (internal).
+    #[command(hide = true)]
+    DoctorProbe { file: PathBuf },
     /// Shell completions for cuflight: `source <(cuflight completions bash)`, or save them where your shell
     /// looks (zsh: a directory on $fpath as _cuflight; fish: ~/.config/fish/completions/cuflight.fish).
     Completions {

@@ -6,6 +6,7 @@ mod capture_cmd;
 mod cli;
 mod closed_output;
 mod diff_cmd;
+mod doctor;
 mod export_cmd;
 mod multi_trace;
 mod nsys_report;
@@ -23,11 +24,21 @@ use std::time::Duration;
 fn main() {
     closed_output::install();
     let cli = Cli::parse();
+    // What the capture commands meet (no CUPTI, ptrace refused...) is what `cuflight doctor` checks: their errors
+    // name its check.
+    let captures = matches!(
+        cli.command,
+        Cmd::Record(_) | Cmd::Launch(_) | Cmd::Attach(_) | Cmd::Dump(_) | Cmd::Serve { .. } | Cmd::Top { .. }
+    );
     match run(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) if closed_output::is_broken_pipe(&e) => std::process::exit(closed_output::BROKEN_PIPE_STATUS),
         Err(e) => {
-            eprintln!("cuflight: {}", stand_in::shown(one_line(&e)));
+            let mut line = stand_in::shown(one_line(&e));
+            if captures {
+                line = cuflight_collector::capture::doctor_checks::with_pointer(&line);
+            }
+            eprintln!("cuflight: {line}");
             std::process::exit(1);
         }
     }
@@ -93,6 +104,8 @@ fn run(mut cli: Cli) -> Result<i32> {
             }
             Ok(0)
         }
+        Cmd::Doctor { format } => doctor::run(format),
+        Cmd::DoctorProbe { file } => doctor::probe_main(&file),
         Cmd::Merge { traces, output, force } => export_cmd::merge(&traces, &output, force),
         Cmd::Export { traces, format, output, force, filter_nvtx, filter_time } => {
             export_cmd::export(&traces, format, output, force, filter_nvtx.or(filter_time))

@@ -89,6 +89,7 @@ mod cupti;
 mod cupti_state;
 mod device;
 mod driver;
+mod driver_context;
 mod graphs;
 mod hw_trace;
 mod machine;

@@ -27,6 +27,9 @@ pub const HOLDERS: [&str; 4] = [
     "Nsight Systems (nsys) with --gpu-metrics-devices",
 ];
 
+/// The process names (`/proc/PID/comm`) of [`HOLDERS`], in the same order.
+pub const HOLDER_PROCESSES: [&str; 4] = ["nv-hostengine", "dcgm-exporter", "ncu", "nsys"];
+
 /// `code` with the CUPTI result behind it and, for [`BUSY`], which of [`HOLDERS`] was found running (+1; 0 none).
 pub fn encode(code: u32, cupti_result: u32, holder: u32) -> u32 {
     code | (cupti_result & 0xffff) << 8 | (holder & 0xff) << 24

@@ -37,6 +37,7 @@ pub mod cuda12;
     rustdoc::all
 )]
 pub mod cuda13;
+pub mod driver_probe;
 pub mod loader;
 pub mod pm_sampling;
 

@@ -331,7 +331,9 @@ impl Cupti {
             if handle.is_null() {
                 continue;
             }
-            let shown = path.display().to_string();
+            // The file the loader found (a bare soname says nothing of where it came from); the first libcupti
+            // mapped is this one, since a mapped one is the search's second candidate and the first that opens.
+            let shown = mapped_library("libcupti.so").unwrap_or_else(|| path.clone()).display().to_string();
             let optional = CuptiOptional::resolve(handle);
             return CuptiApi::resolve(handle, &shown).map(|api| Cupti { api, optional, path: shown });
         }

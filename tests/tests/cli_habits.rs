@@ -1,5 +1,6 @@
 //! The command line as nsys and perf users expect it: `record CMD ARGS` without `--`, a shell's exit status for a
-//! command that cannot run, a plain word when nothing used CUDA or the agent was off, shell completions.
+//! command that cannot run, a plain word when nothing used CUDA or the agent was off, shell completions, and
+//! `cuflight doctor` saying what a recording needs on the machine it runs on.
 
 use cuflight_integration::*;
 use std::process::Command;
@@ -164,4 +165,124 @@ fn stats_of_a_thousand_steps_stays_short_and_csv_keeps_every_row() {
     assert_eq!(csv.lines().filter(|l| l.contains("ProfilerStep#")).count(), 1000);
     let kern = String::from_utf8(cuflight(&["stats", t, "--report", "nvtx_kern_sum"], &[]).stdout).unwrap();
     assert!(kern.contains("[nvtx_kern_sum]"));
+}
+
+/// `cuflight doctor --format json` under `env`, with its exit status and the checks by name.
+fn doctor(env: &[(&str, &str)], lib_dir: &std::path::Path) -> (i32, serde_json::Value) {
+    let out = Command::new(cuflight_bin())
+        .args(["doctor", "--format", "json"])
+        .env("LD_LIBRARY_PATH", lib_dir)
+        .env_remove("CUFLIGHT_CUPTI")
+        .env_remove("CUDA_HOME")
+        .envs(env.iter().copied())
+        .output()
+        .expect("cuflight doctor runs");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor's JSON: {e}\n{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap_or(-1), json)
+}
+
+fn check<'a>(json: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    json["checks"].as_array().unwrap().iter().find(|c| c["check"] == name).unwrap_or_else(|| panic!("{name}: {json}"))
+}
+
+#[test]
+fn doctor_on_cudasim_says_a_recording_works_and_that_the_gpu_is_simulated() {
+    let (code, json) = doctor(&[], &cudasim_dir());
+    assert_eq!(code, 0, "{json:#}");
+    assert_eq!(json["record_would_work"], true);
+    let driver = check(&json, "driver");
+    assert_eq!(driver["result"], "note");
+    assert!(driver["found"].as_str().unwrap().contains("cudasim"), "{driver}");
+    let recording = check(&json, "recording");
+    assert_eq!(recording["result"], "ok", "{recording}");
+    assert!(recording["found"].as_str().unwrap().contains("memset on GPU 0 recorded"), "{recording}");
+    assert_eq!(check(&json, "cupti")["result"], "ok");
+    let names: Vec<&str> = json["checks"].as_array().unwrap().iter().map(|c| c["check"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "agent",
+            "driver",
+            "cupti",
+            "recording",
+            "other-tools",
+            "counters",
+            "ptrace",
+            "memory",
+            "environment",
+            "clock"
+        ]
+    );
+}
+
+#[test]
+fn doctor_without_libcupti_fails_and_record_names_the_check() {
+    let dir = scratch("doctor-no-cupti");
+    let libs = dir.join("libs");
+    std::fs::create_dir_all(&libs).unwrap();
+    // The driver and the runtime, but no libcupti anywhere the agent looks.
+    for name in ["libcuda.so.1", "libcudart.so", "libcudart.so.13"] {
+        std::os::unix::fs::symlink(cudasim_dir().join(name).canonicalize().unwrap(), libs.join(name)).unwrap();
+    }
+    let (code, json) = doctor(&[], &libs);
+    assert_eq!(code, 1, "{json:#}");
+    let cupti = check(&json, "cupti");
+    assert_eq!(cupti["result"], "fail", "{cupti}");
+    assert!(cupti["found"].as_str().unwrap().contains("no libcupti found"), "{cupti}");
+    assert!(cupti["fix"].as_str().unwrap().contains("CUFLIGHT_CUPTI"), "{cupti}");
+    assert_eq!(check(&json, "recording")["fix"], "see the cupti check");
+
+    let prog = build_c("streams", &dir);
+    let out = Command::new(cuflight_bin())
+        .args(["record", "--force", "-o", dir.join("t.cuf").to_str().unwrap(), prog.to_str().unwrap(), "1"])
+        .env("LD_LIBRARY_PATH", &libs)
+        .env_remove("CUFLIGHT_CUPTI")
+        .env_remove("CUDA_HOME")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no libcupti found") && err.contains("(`cuflight doctor` checks this: cupti)"), "{err}");
+}
+
+#[test]
+fn doctor_without_a_gpu_names_the_driver_error_and_skips_the_recording() {
+    let (code, json) = doctor(&[("CUDASIM_DEVICES", "0")], &cudasim_dir());
+    assert_eq!(code, 1, "{json:#}");
+    let driver = check(&json, "driver");
+    assert_eq!(driver["result"], "fail");
+    assert!(driver["found"].as_str().unwrap().contains("CUDA_ERROR_NO_DEVICE (100)"), "{driver}");
+    assert!(driver["fix"].as_str().unwrap().contains("CUDA_VISIBLE_DEVICES"), "{driver}");
+    assert_eq!(check(&json, "recording")["result"], "skipped");
+}
+
+#[test]
+fn doctor_says_how_to_allow_counters_the_driver_keeps_to_administrators() {
+    // cudasim's CUDASIM_PM_SAMPLING=denied answers as a driver with NVreg_RestrictProfilingToAdminUsers=1 does.
+    let (code, json) = doctor(&[("CUDASIM_PM_SAMPLING", "denied")], &cudasim_dir());
+    assert_eq!(code, 0, "counters are not needed for a recording: {json:#}");
+    let counters = check(&json, "counters");
+    assert_eq!(counters["result"], "warn", "{counters}");
+    assert!(counters["found"].as_str().unwrap().contains("administrators"), "{counters}");
+    assert!(counters["fix"].as_str().unwrap().contains("NVreg_RestrictProfilingToAdminUsers=0"), "{counters}");
+}
+
+#[test]
+fn doctor_with_a_tiny_dev_shm_still_records_and_says_why() {
+    // A mount namespace of its own with a 1 MiB /dev/shm (Docker's default is 64 MiB): needs unshare and root.
+    let probe = Command::new("unshare").args(["-m", "true"]).output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: needs `unshare -m` (root) for a private /dev/shm");
+        return;
+    }
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec \"$0\" doctor --format json"])
+        .arg(cuflight_bin())
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor's JSON");
+    let memory = check(&json, "memory");
+    assert!(memory["found"].as_str().unwrap().contains("/dev/shm is 1 MiB but cuflight does not use it"), "{memory}");
+    assert_eq!(check(&json, "recording")["result"], "ok", "a recording needs no /dev/shm: {json:#}");
 }

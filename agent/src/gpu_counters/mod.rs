@@ -252,7 +252,7 @@ fn add_cost(cpu0: u64) {
 /// Which of the tools that hold GPU counters runs on this machine (an index into [`verdict::HOLDERS`] + 1; 0
 /// none found): a look at each process's name once, when CUPTI said the counters were busy.
 fn counter_holder() -> u32 {
-    const NAMES: [&str; 4] = ["nv-hostengine", "dcgm-exporter", "ncu", "nsys"];
+    const NAMES: [&str; 4] = verdict::HOLDER_PROCESSES;
     let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
     let mut found = 0u32;
     for entry in dir.flatten().take(100_000) {

@@ -9,6 +9,7 @@
 pub mod agents;
 pub mod attach;
 pub mod continuous;
+pub mod doctor_checks;
 pub mod dump;
 pub mod outputs;
 pub mod record;

@@ -136,7 +136,11 @@ impl RecordSummary {
                 self.gpu_sampling_ns as f64 / 1e6
             ));
         }
-        lines.extend(self.gpu_counters_refused.iter().map(|(pid, why)| format!("process {pid}: {why}")));
+        lines.extend(
+            self.gpu_counters_refused
+                .iter()
+                .map(|(pid, why)| format!("process {pid}: {}", crate::doctor_checks::with_pointer(why))),
+        );
         lines
     }
 

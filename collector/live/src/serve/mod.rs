@@ -253,7 +253,7 @@ fn window_line(
     );
     let w = match window {
         Ok(w) => w,
-        Err(why) => return format!("{at}: not recorded: {why}"),
+        Err(why) => return format!("{at}: not recorded: {}", cuflight_capture::doctor_checks::with_pointer(why)),
     };
     let armed =
         w.arming.took_ns.map_or_else(|| "never armed".into(), |ns| format!("armed in {:.1} ms", ns as f64 / 1e6));
