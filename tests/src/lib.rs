@@ -41,7 +41,7 @@ pub fn as_other_user(uid: u32) -> Option<Command> {
         c
     };
     if !root || !setpriv.exists() {
-        eprintln!("skipped: needs root and setpriv to run processes as other users");
+        skipped("needs root and setpriv to run processes as other users");
         return None;
     }
     let lib = cudasim_dir().join("libcudart.so");
@@ -51,10 +51,7 @@ pub fn as_other_user(uid: u32) -> Option<Command> {
         .status()
         .is_ok_and(|s| s.success());
     if !reach {
-        eprintln!(
-            "skipped: uid {uid} cannot reach {} (a checkout under a private directory)",
-            cuflight_bin().display()
-        );
+        skipped(&format!("uid {uid} cannot reach {} (a checkout under a private directory)", cuflight_bin().display()));
         return None;
     }
     Some(command())
@@ -167,11 +164,33 @@ pub fn count(stats: &Value, table: &str, key: &str, value: &str) -> u64 {
     rows(stats, table, key, value).iter().map(|r| r["count"].as_u64().unwrap_or(0)).sum()
 }
 
+/// Says that the calling test skipped a check, and why: on stderr (which `cargo test` shows only for a failing
+/// test) and, where the test command collects them (`scripts/test` sets `CUFLIGHT_SKIP_LOG`), as a line
+/// `binary::test<TAB>why` of that file, which its closing summary counts and names.
+pub fn skipped(why: &str) {
+    eprintln!("skipped: {why}");
+    let Some(log) = std::env::var_os("CUFLIGHT_SKIP_LOG").filter(|v| !v.is_empty()) else { return };
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .map(|s| s.rsplit_once('-').map_or(s.clone(), |(name, _hash)| name.to_string()))
+        .unwrap_or_default();
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    let line = format!("{binary}::{test}\t{}\n", why.replace(['\t', '\n'], " "));
+    // One short write with O_APPEND: lines of tests running at once do not interleave.
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(log);
+    let _ = file.and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+}
+
 /// Where the third-party traces recorded on real GPUs live: `$CUFLIGHT_TRACES`, else `../shared/traces` beside
-/// the repository (read in place, never copied).
+/// the repository (read in place, never copied), else `.cache/traces` (where `scripts/fetch-traces` puts the
+/// public ones, fetched by repository, commit and checksum).
 pub fn shared_traces_dir() -> Option<PathBuf> {
     let from_env = std::env::var_os("CUFLIGHT_TRACES").filter(|v| !v.is_empty()).map(PathBuf::from);
-    from_env.or_else(|| Some(repo_root().join("../shared/traces"))).filter(|d| d.is_dir())
+    if from_env.is_some() {
+        return from_env.filter(|d| d.is_dir());
+    }
+    [repo_root().join("../shared/traces"), repo_root().join(".cache/traces")].into_iter().find(|d| d.is_dir())
 }
 
 /// The shared trace `name`, or None (with one line saying so) where no trace directory exists. Under `CI=true`
@@ -181,7 +200,9 @@ pub fn shared_trace(name: &str) -> Option<PathBuf> {
     if path.is_none() {
         let ci = std::env::var("CI").is_ok_and(|v| v == "true");
         assert!(!ci, "shared trace {name} is missing (CI=true): set CUFLIGHT_TRACES or provide ../shared/traces");
-        eprintln!("skipped: shared trace {name} not found (set CUFLIGHT_TRACES or provide ../shared/traces)");
+        skipped(&format!(
+            "shared trace {name} not found (scripts/fetch-traces fetches the public ones; or set CUFLIGHT_TRACES)"
+        ));
     }
     path
 }

@@ -272,7 +272,7 @@ fn doctor_with_a_tiny_dev_shm_still_records_and_says_why() {
     // A mount namespace of its own with a 1 MiB /dev/shm (Docker's default is 64 MiB): needs unshare and root.
     let probe = Command::new("unshare").args(["-m", "true"]).output();
     if !probe.is_ok_and(|o| o.status.success()) {
-        eprintln!("skipped: needs `unshare -m` (root) for a private /dev/shm");
+        skipped("needs `unshare -m` (root) for a private /dev/shm");
         return;
     }
     let out = Command::new("unshare")

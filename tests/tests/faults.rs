@@ -180,7 +180,7 @@ fn a_write_error_stops_recording_but_never_the_program() {
     }
     let _unmount = mounted.then(|| Unmount(&mnt));
     if !mounted {
-        eprintln!("skipped: cannot mount a small tmpfs here (not root); the /dev/full case ran");
+        skipped("cannot mount a small tmpfs here (not root); the /dev/full case ran");
         return;
     }
     let trace = mnt.join("t.cuf");

@@ -236,7 +236,7 @@ fn a_process_in_another_mount_namespace_gets_a_copy_of_the_agent() {
     let mut cmd = Command::new("unshare");
     cmd.args(["-m", "sh", "-c", &script]);
     if !Command::new("unshare").args(["-m", "true"]).status().is_ok_and(|s| s.success()) {
-        eprintln!("skipped: unshare -m is not permitted here");
+        skipped("unshare -m is not permitted here");
         return;
     }
     let mut server = Server::spawn(cmd, &[("LD_LIBRARY_PATH", outside.to_str().unwrap())]);
@@ -263,7 +263,7 @@ fn a_process_in_another_network_namespace_is_injected_listed_and_recorded() {
     // agent's control socket and the collector's session listener must both be reached inside the process's.
     let dir = scratch("inject-netns");
     if !Command::new("unshare").args(["-n", "true"]).status().is_ok_and(|s| s.success()) {
-        eprintln!("skipped: unshare -n is not permitted here");
+        skipped("unshare -n is not permitted here");
         return;
     }
     let prog = build_c("server", &dir);
@@ -320,7 +320,7 @@ fn a_program_whose_main_thread_never_rests_is_injected_through_a_quiet_thread() 
 #[test]
 fn a_python_process_using_cuda_is_injected_and_recorded() {
     if !ptrace_allowed() || Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("skipped: needs python3 and ptrace");
+        skipped("needs python3 and ptrace");
         return;
     }
     let dir = scratch("inject-python");

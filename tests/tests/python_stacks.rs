@@ -165,7 +165,7 @@ fn python_stacks_can_be_turned_off() {
         let warnings = report["processes"][0]["warnings"].to_string();
         assert!(warnings.contains(&format!("no Python stacks: {why}")), "{warnings}");
     } else {
-        eprintln!("skipped the unknown-release check: no pyenv CPython 3.8 here");
+        skipped("the unknown-release check: no pyenv CPython 3.8 here");
     }
     // A known one says nothing of the kind.
     assert!(s["processes"][0].get("python_unread").is_none(), "{}", s["processes"][0]);

@@ -164,7 +164,7 @@ fn serve_follows_agents_and_counts_their_work_in_windows() {
         ),
         Err(e) => {
             assert!(std::env::var_os("CI").is_none(), "no promtool ({e}): scripts/setup-tests fetches it");
-            eprintln!("skipped promtool: {e}");
+            skipped(&format!("promtool: {e}"));
         }
     }
     // The Grafana dashboard in docs asks only for metrics serve has.

@@ -16,7 +16,7 @@ fn tmux(args: &[&str]) -> String {
 fn top_shows_live_rates_and_quits_on_q() {
     if Command::new("tmux").arg("-V").output().is_err() {
         assert!(std::env::var_os("CI").is_none(), "tmux is missing (scripts/setup-tests installs it)");
-        eprintln!("skipped: no tmux");
+        skipped("no tmux");
         return;
     }
     let dir = scratch("top");

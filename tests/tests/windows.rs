@@ -126,7 +126,7 @@ fn step_windows_on_a_fast_loop_hold_their_steps_counted_from_arming() {
 #[test]
 fn an_injected_agent_counts_steps_from_arming_too() {
     if std::fs::read_to_string("/proc/self/status").is_ok_and(|s| s.contains("Seccomp:\t2")) {
-        eprintln!("skipped: ptrace is forbidden here (inject.rs tests the refusal)");
+        skipped("ptrace is forbidden here (inject.rs tests the refusal)");
         return;
     }
     let dir = scratch("windows-inject");
