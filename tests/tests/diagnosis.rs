@@ -355,6 +355,9 @@ fn html_report_renders_in_headless_chromium() {
     let png = dir.join("report.png");
     let shot = Command::new(browser)
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1000,1400"])
+        // Its profile in the test's directory, not ~/.cache/chromium-headless; nothing fetched from the network.
+        .arg(format!("--user-data-dir={}", dir.join("chromium-profile").display()))
+        .args(["--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-sync"])
         .arg(format!("--screenshot={}", png.display()))
         .arg(format!("file://{}", html.display()))
         .output()

@@ -233,11 +233,27 @@ pub fn default_beside(input: &Path, ext: &str) -> PathBuf {
 mod tests {
     use super::*;
 
-    fn dir(tag: &str) -> PathBuf {
+    /// A test's directory in the temporary directory, removed when the test ends (passed or not).
+    struct Scratch(PathBuf);
+
+    impl std::ops::Deref for Scratch {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dir(tag: &str) -> Scratch {
         let d = std::env::temp_dir().join(format!("cuflight-output-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
-        d
+        Scratch(d)
     }
 
     #[test]
@@ -265,7 +281,7 @@ mod tests {
         o.file().write_all(b"half").unwrap();
         drop(o); // failed before commit
         assert_eq!(std::fs::read(&f).unwrap(), b"old");
-        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1, "no temporary file left behind");
+        assert_eq!(std::fs::read_dir(&*d).unwrap().count(), 1, "no temporary file left behind");
         Output::create(&f, &[], true).unwrap().write_all_and_commit(b"new").unwrap();
         assert_eq!(std::fs::read(&f).unwrap(), b"new");
     }
