@@ -90,6 +90,20 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+    /// A Model Context Protocol server on standard input and output, for AI assistants: tools to list traces,
+    /// read stats tables, the report's findings and verdict, a diff, one kernel or step; with --allow-record also
+    /// to record a window of a running process or run a command under `record`, each at most --max-seconds.
+    Mcp {
+        /// Offer the tools that record (attach to a process of yours, run a command you name).
+        #[arg(long)]
+        allow_record: bool,
+        /// The longest a recording tool may record, in seconds.
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        max_seconds: u64,
+        /// Where the recording tools write their traces.
+        #[arg(long, default_value = ".")]
+        output_dir: PathBuf,
+    },
     /// The doctor's probe program: asks the CUDA driver and writes what it said into FILE (internal).
     #[command(hide = true)]
     DoctorProbe { file: PathBuf },

@@ -8,6 +8,7 @@ mod closed_output;
 mod diff_cmd;
 mod doctor;
 mod export_cmd;
+mod mcp;
 mod multi_trace;
 mod nsys_report;
 mod report_cmd;
@@ -106,6 +107,9 @@ fn run(mut cli: Cli) -> Result<i32> {
         }
         Cmd::Doctor { format } => doctor::run(format),
         Cmd::DoctorProbe { file } => doctor::probe_main(&file),
+        Cmd::Mcp { allow_record, max_seconds, output_dir } => {
+            mcp::serve(&mcp::McpOptions { allow_record, max_seconds, output_dir })
+        }
         Cmd::Merge { traces, output, force } => export_cmd::merge(&traces, &output, force),
         Cmd::Export { traces, format, output, force, filter_nvtx, filter_time } => {
             export_cmd::export(&traces, format, output, force, filter_nvtx.or(filter_time))

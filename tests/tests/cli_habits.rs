@@ -286,3 +286,58 @@ fn doctor_with_a_tiny_dev_shm_still_records_and_says_why() {
     assert!(memory["found"].as_str().unwrap().contains("/dev/shm is 1 MiB but cuflight does not use it"), "{memory}");
     assert_eq!(check(&json, "recording")["result"], "ok", "a recording needs no /dev/shm: {json:#}");
 }
+
+#[test]
+fn mcp_serves_an_assistant_through_the_protocols_own_client() {
+    let dir = scratch("mcp");
+    let prog = build_c("train", &dir);
+    let first = record(&dir, &[], &prog, &["6"], &[]);
+    assert!(first.output.status.success(), "{}", first.stderr());
+    let baseline = dir.join("baseline.cuf");
+    std::fs::rename(&first.trace, &baseline).unwrap();
+    let second = record(&dir, &[], &prog, &["8"], &[]);
+    assert!(second.output.status.success(), "{}", second.stderr());
+    let out = Command::new("python3")
+        .arg(repo_root().join("tests/py/mcp_client.py"))
+        .args([cuflight_bin().as_os_str(), dir.as_os_str(), baseline.as_os_str(), second.trace.as_os_str()])
+        .args(["--allow-record".as_ref(), prog.as_os_str()])
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .output()
+        .expect("python3 runs");
+    assert!(out.status.success(), "mcp_client.py: {}", String::from_utf8_lossy(&out.stderr));
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(seen["server"], "cuflight");
+    assert_eq!(seen["schemas_are_objects"], true);
+    let tools: Vec<&str> = seen["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    for t in [
+        "list_traces",
+        "findings",
+        "report",
+        "trace_stats",
+        "kernel",
+        "step",
+        "diff",
+        "record_process",
+        "record_command",
+    ] {
+        assert!(tools.contains(&t), "{t} not listed: {tools:?}");
+    }
+    for (name, call) in seen["calls"].as_object().unwrap() {
+        assert_eq!(call["is_error"], false, "{name}: {call}");
+        assert_eq!(call["json"], true, "{name}: {call}");
+    }
+    assert!(seen["calls"]["findings"]["keys"].as_array().unwrap().contains(&"verdict".into()));
+    assert!(seen["calls"]["kernel"]["head"].as_str().unwrap().contains("sgemm_128x128_nn"));
+    let bad = &seen["bad_calls"];
+    assert!(bad["kernel"].as_str().unwrap().starts_with("jsonrpc:"), "{bad}");
+    assert!(bad["no_such_tool"].as_str().unwrap().contains("unknown tool"), "{bad}");
+    assert!(bad["step"].as_str().unwrap().starts_with("jsonrpc:"), "{bad}");
+    assert!(bad["record_process"].as_str().unwrap().contains("no cuflight agent answers"), "{bad}");
+    assert_eq!(seen["missing_trace"]["is_error"], true);
+    assert_eq!(seen["alive_after_errors"], true);
+    let recorded = &seen["record_command"];
+    assert_eq!(recorded["is_error"], false, "{recorded}");
+    let text = recorded["text"].as_str().unwrap();
+    let path = text.strip_prefix("trace ").and_then(|t| t.split(' ').next()).expect("the trace's path");
+    assert!(std::path::Path::new(path).is_file(), "{text}");
+}

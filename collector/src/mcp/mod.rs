@@ -1,0 +1,168 @@
+//! `cuflight mcp`: a Model Context Protocol server over standard input and output, so that an AI assistant can
+//! read traces (list them, stats tables, the report's findings and verdict, a diff, one kernel or step) and, when
+//! the user allows it with `--allow-record`, record a bounded window of a process or run a command under `record`.
+//!
+//! The transport is the specification's stdio one: one JSON-RPC 2.0 message a line, the server's own logging on
+//! standard error only. The lifecycle is `initialize` (the client's protocol version is answered with itself when
+//! this server speaks it, else with the newest it does), then `tools/list` and `tools/call`; `ping` at any time.
+//! A bad request gets a JSON-RPC error and the server carries on; a tool that fails returns its error as the
+//! tool's result (`isError`), as the specification asks, so the assistant can read it.
+
+mod tools;
+mod tools_record;
+
+use anyhow::Result;
+use serde_json::{json, Value};
+use std::io::{BufRead, Write};
+
+/// The protocol revisions this server speaks, newest first.
+const PROTOCOL_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// A request line longer than this is refused (and skipped) rather than held in memory.
+const MAX_LINE: usize = 4 << 20;
+
+#[derive(Clone, Debug)]
+pub struct McpOptions {
+    /// Allow the tools that record (attach to a process, run a command).
+    pub allow_record: bool,
+    /// The longest window or command a recording tool may take, seconds.
+    pub max_seconds: u64,
+    /// Where the recording tools write their traces.
+    pub output_dir: std::path::PathBuf,
+}
+
+/// JSON-RPC 2.0's error codes.
+pub(crate) const PARSE_ERROR: i64 = -32700;
+pub(crate) const INVALID_REQUEST: i64 = -32600;
+pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
+pub(crate) const INVALID_PARAMS: i64 = -32602;
+
+fn error(id: Value, code: i64, message: impl Into<String>) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
+}
+
+fn result(id: Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+pub fn serve(opts: &McpOptions) -> Result<i32> {
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut out = std::io::stdout().lock();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = std::io::Read::take(&mut input, MAX_LINE as u64 + 1).read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Ok(0); // the client closed our input: the specification's shutdown
+        }
+        if line.len() > MAX_LINE && !line.ends_with(b"\n") {
+            // Skip the rest of the oversized line, then say so.
+            let mut rest = Vec::new();
+            while {
+                rest.clear();
+                std::io::Read::take(&mut input, MAX_LINE as u64).read_until(b'\n', &mut rest)? > 0
+                    && !rest.ends_with(b"\n")
+            } {}
+            reply(&mut out, &error(Value::Null, INVALID_REQUEST, "message longer than 4 MiB"))?;
+            continue;
+        }
+        let text = String::from_utf8_lossy(&line);
+        if text.trim().is_empty() {
+            continue;
+        }
+        let replies = match serde_json::from_str::<Value>(&text) {
+            Err(e) => vec![error(Value::Null, PARSE_ERROR, format!("not JSON: {e}"))],
+            Ok(Value::Array(batch)) if !batch.is_empty() => batch.iter().filter_map(|m| handle(m, opts)).collect(),
+            Ok(message) => handle(&message, opts).into_iter().collect(),
+        };
+        for r in replies {
+            reply(&mut out, &r)?;
+        }
+    }
+}
+
+fn reply(out: &mut impl Write, message: &Value) -> std::io::Result<()> {
+    // serde_json's compact form has no raw newline: one message, one line.
+    writeln!(out, "{message}")?;
+    out.flush()
+}
+
+/// The reply to one message; None for a notification (no id), which is never answered.
+fn handle(message: &Value, opts: &McpOptions) -> Option<Value> {
+    let id = message.get("id").cloned();
+    let Some(method) = message.get("method").and_then(Value::as_str) else {
+        return Some(error(id.unwrap_or(Value::Null), INVALID_REQUEST, "not a JSON-RPC 2.0 request (no method)"));
+    };
+    let id = id?; // notifications/initialized, notifications/cancelled...: nothing to answer
+    if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Some(error(id, INVALID_REQUEST, "jsonrpc must be \"2.0\""));
+    }
+    let params = message.get("params").cloned().unwrap_or(Value::Null);
+    Some(match method {
+        "initialize" => result(id, initialize(&params)),
+        "ping" => result(id, json!({})),
+        "tools/list" => result(id, json!({"tools": tools::list(opts)})),
+        "tools/call" => match tools::call(&params, opts) {
+            Ok(r) => result(id, r),
+            Err(message) => error(id, INVALID_PARAMS, message),
+        },
+        other => error(id, METHOD_NOT_FOUND, format!("unknown method {other}")),
+    })
+}
+
+fn initialize(params: &Value) -> Value {
+    let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
+    let version = PROTOCOL_VERSIONS.iter().find(|v| **v == asked).copied().unwrap_or(PROTOCOL_VERSIONS[0]);
+    json!({
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": false}},
+        "serverInfo": {"name": "cuflight", "title": "cuflight GPU profiler", "version": env!("CARGO_PKG_VERSION")},
+        "instructions": "Start with list_traces on the user's folder, then report (the findings, each with the time \
+                         it costs and the fix to try) and trace_stats for tables; diff compares two runs. Times \
+                         are nanoseconds in JSON.",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> McpOptions {
+        McpOptions { allow_record: false, max_seconds: 10, output_dir: std::env::temp_dir() }
+    }
+
+    #[test]
+    fn initialize_answers_the_clients_version_when_spoken_and_the_newest_otherwise() {
+        let m = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-03-26"}});
+        let r = handle(&m, &opts()).unwrap();
+        assert_eq!(r["result"]["protocolVersion"], "2025-03-26");
+        assert_eq!(r["result"]["serverInfo"]["name"], "cuflight");
+        let m = json!({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"protocolVersion": "1999-01-01"}});
+        assert_eq!(handle(&m, &opts()).unwrap()["result"]["protocolVersion"], PROTOCOL_VERSIONS[0]);
+    }
+
+    #[test]
+    fn notifications_get_no_answer_and_bad_requests_get_errors() {
+        assert!(handle(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), &opts()).is_none());
+        let r = handle(&json!({"jsonrpc": "2.0", "id": 3, "method": "resources/list"}), &opts()).unwrap();
+        assert_eq!(r["error"]["code"], METHOD_NOT_FOUND);
+        let r = handle(&json!({"id": 4}), &opts()).unwrap();
+        assert_eq!(r["error"]["code"], INVALID_REQUEST);
+        let r =
+            handle(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "nope"}}), &opts());
+        assert_eq!(r.unwrap()["error"]["code"], INVALID_PARAMS);
+    }
+
+    #[test]
+    fn the_recording_tools_are_listed_only_when_allowed() {
+        let names = |o: &McpOptions| -> Vec<String> {
+            tools::list(o).iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+        };
+        assert!(!names(&opts()).iter().any(|n| n.starts_with("record")));
+        let allowed = McpOptions { allow_record: true, ..opts() };
+        assert!(names(&allowed).contains(&"record_process".to_string()));
+        let call = json!({"name": "record_process", "arguments": {"pid": 1, "seconds": 1}});
+        assert!(tools::call(&call, &opts()).unwrap_err().contains("--allow-record"));
+    }
+}

@@ -1,0 +1,333 @@
+//! The MCP server's tools. Each reading tool runs this same `cuflight` binary with `--format json` in a process
+//! of its own, so that an assistant gets exactly what the command line gives, a corrupt trace cannot take the
+//! server down, and a slow analysis can be stopped at its time limit.
+
+use super::McpOptions;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A tool's text is cut here (an assistant's context is finite): a stats table or a report of a long job fits.
+const MAX_TEXT: usize = 256 << 10;
+/// How long an analysis may take before it is stopped.
+const ANALYSIS_LIMIT: Duration = Duration::from_secs(600);
+
+fn traces_schema() -> Value {
+    json!({"type": "array", "items": {"type": "string"}, "minItems": 1,
+           "description": "Trace files (cuflight .cuf, torch.profiler Kineto .json/.json.gz, Nsight Systems .sqlite \
+                           or .nsys-rep), or one directory of them; several are one job's ranks"})
+}
+
+/// The tools, with their JSON Schemas; the recording ones only under `--allow-record`.
+pub fn list(opts: &McpOptions) -> Vec<Value> {
+    let mut tools = vec![
+        json!({"name": "list_traces", "title": "List traces",
+               "description": "The trace files in a directory (not its subdirectories): name, format, size, when modified.",
+               "inputSchema": {"type": "object", "required": ["directory"], "additionalProperties": false,
+                               "properties": {"directory": {"type": "string"}}}}),
+        json!({"name": "findings", "title": "Findings and verdict",
+               "description": "The diagnosis of a run: the verdict (what bounds it) and each finding with its severity, \
+                               the time it costs per step, its evidence and the fix to try.",
+               "inputSchema": {"type": "object", "required": ["traces"], "additionalProperties": false,
+                               "properties": {"traces": traces_schema(),
+                                              "include_warmup": {"type": "boolean", "default": false}}}}),
+        json!({"name": "report", "title": "Full report",
+               "description": "The whole report of `cuflight report --format json`: per process the run, time \
+                               breakdown, idle causes, steps, warm-up, critical path, categories, top kernels, findings.",
+               "inputSchema": {"type": "object", "required": ["traces"], "additionalProperties": false,
+                               "properties": {"traces": traces_schema(),
+                                              "step": {"type": "string", "description": "steps are the ranges with this name"},
+                                              "include_warmup": {"type": "boolean", "default": false}}}}),
+        json!({"name": "trace_stats", "title": "Stats tables",
+               "description": "nsys-style summary tables of `cuflight stats --format json` (kernels, API calls, copies, \
+                               NVTX ranges...). `tables` picks some by nsys's names, e.g. cuda_gpu_kern_sum,cuda_api_sum.",
+               "inputSchema": {"type": "object", "required": ["traces"], "additionalProperties": false,
+                               "properties": {"traces": traces_schema(), "tables": {"type": "string"}}}}),
+        json!({"name": "kernel", "title": "One kernel",
+               "description": "The kernels whose name contains `name` (case-insensitive): calls, total, mean, min, max \
+                               time, launch configuration, as the kernel summary table has them (at most 20).",
+               "inputSchema": {"type": "object", "required": ["traces", "name"], "additionalProperties": false,
+                               "properties": {"traces": traces_schema(), "name": {"type": "string", "minLength": 1}}}}),
+        json!({"name": "step", "title": "One step",
+               "description": "The stats tables of one step only: the Nth instance (from 1) of the step range `range` \
+                               (default ProfilerStep#*, every step of a PyTorch profile matches it).",
+               "inputSchema": {"type": "object", "required": ["traces", "n"], "additionalProperties": false,
+                               "properties": {"traces": traces_schema(), "n": {"type": "integer", "minimum": 1},
+                                              "range": {"type": "string", "default": "ProfilerStep#*"}}}}),
+        json!({"name": "diff", "title": "Compare two runs",
+               "description": "What changed from a baseline run to a candidate: step time, kernels, findings that \
+                               appeared, grew, shrank or went away.",
+               "inputSchema": {"type": "object", "required": ["baseline", "candidate"], "additionalProperties": false,
+                               "properties": {"baseline": {"type": "string"}, "candidate": {"type": "string"}}}}),
+    ];
+    if opts.allow_record {
+        let max = opts.max_seconds;
+        tools.push(json!({"name": "record_process", "title": "Record a running process",
+            "description": format!("Attach to a running CUDA process for a window of at most {max} s and write its \
+                                    trace (the process must have a dormant agent: started with `cuflight launch`, or \
+                                    `inject` loads one). Returns the trace's path and what was recorded."),
+            "inputSchema": {"type": "object", "required": ["pid", "seconds"], "additionalProperties": false,
+                            "properties": {"pid": {"type": "integer", "minimum": 1},
+                                           "seconds": {"type": "number", "exclusiveMinimum": 0, "maximum": max},
+                                           "inject": {"type": "boolean", "default": false}}}}));
+        tools.push(json!({"name": "record_command", "title": "Run a command under cuflight record",
+            "description": format!("Run a command under `cuflight record` for at most {max} s (stopped then, its \
+                                    trace kept) and return the trace's path and what was recorded."),
+            "inputSchema": {"type": "object", "required": ["command"], "additionalProperties": false,
+                            "properties": {"command": {"type": "array", "items": {"type": "string"}, "minItems": 1}}}}));
+    }
+    tools
+}
+
+/// Runs `tools/call`. Err: the request itself is wrong (unknown tool, bad arguments), a JSON-RPC error; a tool
+/// that ran and failed is Ok with `isError`.
+pub fn call(params: &Value, opts: &McpOptions) -> Result<Value, String> {
+    let name = params.get("name").and_then(Value::as_str).ok_or("tools/call needs a tool name")?;
+    let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
+    if !args.is_object() {
+        return Err("arguments must be an object".into());
+    }
+    let outcome = match name {
+        "list_traces" => list_traces(&args),
+        "findings" => findings(&args),
+        "report" => report(&args),
+        "trace_stats" => trace_stats(&args),
+        "kernel" => kernel(&args),
+        "step" => step(&args),
+        "diff" => diff(&args),
+        "record_process" | "record_command" if !opts.allow_record => {
+            return Err(format!("{name} records programs: start `cuflight mcp --allow-record` to allow it"))
+        }
+        "record_process" => super::tools_record::record_process(&args, opts),
+        "record_command" => super::tools_record::record_command(&args, opts),
+        other => return Err(format!("unknown tool {other}")),
+    };
+    Ok(match outcome {
+        Ok(text) => json!({"content": [{"type": "text", "text": cut(text)}], "isError": false}),
+        Err(Failure::Args(why)) => return Err(why),
+        Err(Failure::Ran(why)) => json!({"content": [{"type": "text", "text": why}], "isError": true}),
+    })
+}
+
+pub enum Failure {
+    /// The arguments are wrong: a JSON-RPC error.
+    Args(String),
+    /// The tool ran and failed: its result, marked as an error.
+    Ran(String),
+}
+
+fn cut(mut text: String) -> String {
+    if text.len() > MAX_TEXT {
+        let mut end = MAX_TEXT;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("\n[cut at 256 KiB: ask for fewer tables, or one kernel or step]");
+    }
+    text
+}
+
+pub fn string_arg(args: &Value, key: &str) -> Result<String, Failure> {
+    match args.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        _ => Err(Failure::Args(format!("`{key}` must be a non-empty string"))),
+    }
+}
+
+fn traces_arg(args: &Value) -> Result<Vec<String>, Failure> {
+    let list = match args.get("traces") {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
+        _ => Vec::new(),
+    };
+    if list.is_empty() || list.iter().any(|s| s.is_empty() || s == "-") {
+        return Err(Failure::Args("`traces` must name one or more trace files (or a directory)".into()));
+    }
+    Ok(list)
+}
+
+fn bool_arg(args: &Value, key: &str) -> bool {
+    args.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+/// Runs this cuflight with `args`; its standard output, or its last error line.
+pub fn run_cuflight(args: &[String], limit: Duration) -> Result<String, Failure> {
+    let exe = std::env::current_exe().map_err(|e| Failure::Ran(format!("cannot find the cuflight binary: {e}")))?;
+    let dir = crate::stand_in::private_dir("mcp").map_err(|e| Failure::Ran(format!("{e:#}")))?;
+    let (out_path, err_path) = (dir.join("out"), dir.join("err"));
+    let result = (|| {
+        let mut child = std::process::Command::new(exe)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&out_path).map_err(|e| e.to_string())?)
+            .stderr(std::fs::File::create(&err_path).map_err(|e| e.to_string())?)
+            .spawn()
+            .map_err(|e| format!("cannot run cuflight: {e}"))?;
+        let start = Instant::now();
+        let status = loop {
+            match child.try_wait().map_err(|e| e.to_string())? {
+                Some(s) => break s,
+                None if start.elapsed() > limit => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("stopped after {} s", limit.as_secs()));
+                }
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+        if !status.success() {
+            let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("failed");
+            return Err(last.to_string());
+        }
+        read_capped(&out_path)
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result.map_err(Failure::Ran)
+}
+
+/// A file's text, at most MAX_TEXT and a bit (the caller cuts it with a note).
+fn read_capped(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    f.take(MAX_TEXT as u64 + 1).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+fn list_traces(args: &Value) -> Result<String, Failure> {
+    let dir = PathBuf::from(string_arg(args, "directory")?);
+    let entries = std::fs::read_dir(&dir).map_err(|e| Failure::Ran(format!("cannot read {}: {e}", dir.display())))?;
+    let mut rows = Vec::new();
+    for entry in entries.flatten().take(10_000) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(format) = format_of(&name) else { continue };
+        // No links followed: a link's target is read only when named.
+        let Ok(meta) = entry.path().symlink_metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        let modified = meta.modified().ok().and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok());
+        rows.push(json!({"path": entry.path().display().to_string(), "name": name, "format": format,
+                         "bytes": meta.len(), "modified_unix": modified.map(|d| d.as_secs())}));
+    }
+    rows.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    rows.truncate(500);
+    Ok(serde_json::to_string_pretty(&json!({"directory": dir.display().to_string(), "traces": rows}))
+        .unwrap_or_default())
+}
+
+fn format_of(name: &str) -> Option<&'static str> {
+    let n = name.to_ascii_lowercase();
+    Some(if n.ends_with(".cuf") {
+        "cuflight"
+    } else if n.ends_with(".json") || n.ends_with(".json.gz") {
+        "kineto-json"
+    } else if n.ends_with(".sqlite") {
+        "nsys-sqlite"
+    } else if n.ends_with(".nsys-rep") {
+        "nsys-report"
+    } else {
+        return None;
+    })
+}
+
+fn report_args(args: &Value) -> Result<Vec<String>, Failure> {
+    let mut a = vec!["report".to_string(), "--format".into(), "json".into()];
+    if bool_arg(args, "include_warmup") {
+        a.push("--include-warmup".into());
+    }
+    if args.get("step").is_some() {
+        a.extend(["--step".into(), string_arg(args, "step")?]);
+    }
+    a.push("--".into());
+    a.extend(traces_arg(args)?);
+    Ok(a)
+}
+
+fn report(args: &Value) -> Result<String, Failure> {
+    run_cuflight(&report_args(args)?, ANALYSIS_LIMIT)
+}
+
+fn findings(args: &Value) -> Result<String, Failure> {
+    let text = run_cuflight(&report_args(args)?, ANALYSIS_LIMIT)?;
+    let full: Value = serde_json::from_str(&text)
+        .map_err(|_| Failure::Ran("the report is larger than 256 KiB: ask for `report` and read it in parts".into()))?;
+    let processes: Vec<Value> = full["processes"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .map(|p| {
+                    json!({"file": p["file"], "pid": p["pid"], "rank": p["rank"], "command": p["command"],
+                                "steps": p["step_total"], "warmup": p["warmup"], "warnings": p["warnings"]})
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(serde_json::to_string_pretty(
+        &json!({"verdict": full["verdict"], "findings": full["findings"], "processes": processes}),
+    )
+    .unwrap_or_default())
+}
+
+fn stats_args(args: &Value, extra: &[String]) -> Result<Vec<String>, Failure> {
+    let mut a = vec!["stats".to_string(), "--format".into(), "json".into()];
+    a.extend(extra.iter().cloned());
+    a.push("--".into());
+    a.extend(traces_arg(args)?);
+    Ok(a)
+}
+
+fn trace_stats(args: &Value) -> Result<String, Failure> {
+    let extra = match args.get("tables") {
+        Some(_) => vec!["--report".to_string(), string_arg(args, "tables")?],
+        None => Vec::new(),
+    };
+    run_cuflight(&stats_args(args, &extra)?, ANALYSIS_LIMIT)
+}
+
+fn kernel(args: &Value) -> Result<String, Failure> {
+    let want = string_arg(args, "name")?.to_lowercase();
+    let text = run_cuflight(&stats_args(args, &["--report".into(), "cuda_gpu_kern_sum".into()])?, ANALYSIS_LIMIT)?;
+    let stats: Value = serde_json::from_str(&text).map_err(|e| Failure::Ran(format!("unreadable stats: {e}")))?;
+    let rows: Vec<&Value> = stats
+        .as_object()
+        .into_iter()
+        .flat_map(|o| o.values())
+        .filter_map(Value::as_array)
+        .flatten()
+        .filter(|row| row.get("name").and_then(Value::as_str).is_some_and(|n| n.to_lowercase().contains(&want)))
+        .take(20)
+        .collect();
+    if rows.is_empty() {
+        return Err(Failure::Ran(format!("no kernel's name contains {want:?}")));
+    }
+    Ok(serde_json::to_string_pretty(&json!({"kernels": rows})).unwrap_or_default())
+}
+
+fn step(args: &Value) -> Result<String, Failure> {
+    let n = args
+        .get("n")
+        .and_then(Value::as_u64)
+        .filter(|n| *n >= 1)
+        .ok_or(Failure::Args("`n` must be 1 or more".into()))?;
+    let range = match args.get("range") {
+        Some(_) => string_arg(args, "range")?,
+        None => "ProfilerStep#*".into(),
+    };
+    let filter = format!("{range}/{n}");
+    run_cuflight(&stats_args(args, &["--filter-nvtx".into(), filter])?, ANALYSIS_LIMIT)
+}
+
+fn diff(args: &Value) -> Result<String, Failure> {
+    let a = vec![
+        "diff".to_string(),
+        "--format".into(),
+        "json".into(),
+        "--".into(),
+        string_arg(args, "baseline")?,
+        string_arg(args, "candidate")?,
+    ];
+    run_cuflight(&a, ANALYSIS_LIMIT)
+}

@@ -1,0 +1,77 @@
+"""Drives `cuflight mcp` with the Model Context Protocol's own Python client (the `mcp` package's stdio transport):
+initialize, list the tools, call each reading tool on a trace, send bad arguments, and check the server still
+answers. Prints one JSON object of what it saw.
+
+usage: mcp_client.py CUFLIGHT TRACE_DIR BASELINE TRACE [--allow-record PROGRAM]
+"""
+import asyncio, json, os, sys
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def text_of(result):
+    return "".join(getattr(c, "text", "") for c in result.content)
+
+
+async def main():
+    cuflight, trace_dir, baseline, trace = sys.argv[1:5]
+    record_program = sys.argv[6] if len(sys.argv) > 6 and sys.argv[5] == "--allow-record" else None
+    args = ["mcp"] + (["--allow-record", "--max-seconds", "20", "--output-dir", trace_dir] if record_program else [])
+    params = StdioServerParameters(command=cuflight, args=args, env=dict(os.environ))
+    seen = {}
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            seen["protocol"] = str(getattr(init, "protocol_version", getattr(init, "protocolVersion", "")))
+            seen["server"] = init.server_info.name if hasattr(init, "server_info") else init.serverInfo.name
+            tools = await session.list_tools()
+            seen["tools"] = sorted(t.name for t in tools.tools)
+            seen["schemas_are_objects"] = all(
+                (getattr(t, "input_schema", None) or getattr(t, "inputSchema"))["type"] == "object" for t in tools.tools)
+            calls = {
+                "list_traces": {"directory": trace_dir},
+                "findings": {"traces": [trace]},
+                "report": {"traces": [trace]},
+                "trace_stats": {"traces": [trace], "tables": "cuda_gpu_kern_sum"},
+                "kernel": {"traces": [trace], "name": "sgemm"},
+                "step": {"traces": [trace], "n": 2},
+                "diff": {"baseline": baseline, "candidate": trace},
+            }
+            results = {}
+            for name, arguments in calls.items():
+                r = await session.call_tool(name, arguments)
+                text = text_of(r)
+                is_error = bool(getattr(r, "is_error", getattr(r, "isError", False)))
+                parsed = None
+                try:
+                    parsed = json.loads(text)
+                except ValueError:
+                    pass
+                results[name] = {"is_error": is_error, "json": parsed is not None, "bytes": len(text),
+                                 "keys": sorted(parsed.keys()) if isinstance(parsed, dict) else None,
+                                 "head": text[:300]}
+            seen["calls"] = results
+            # A bad argument: a JSON-RPC error (the SDK raises), never a crash.
+            errors = {}
+            for name, arguments in {"kernel": {"traces": [trace]}, "no_such_tool": {}, "step": {"traces": [trace], "n": 0},
+                                    "record_process": {"pid": 1, "seconds": 1}}.items():
+                try:
+                    r = await session.call_tool(name, arguments)
+                    errors[name] = "result:" + ("error " if getattr(r, "is_error", getattr(r, "isError", False)) else "") + text_of(r)[:200]
+                except Exception as e:  # the SDK's MCPError
+                    errors[name] = "jsonrpc:" + str(e)[:200]
+            seen["bad_calls"] = errors
+            missing = await session.call_tool("findings", {"traces": [os.path.join(trace_dir, "missing.cuf")]})
+            seen["missing_trace"] = {"is_error": bool(getattr(missing, "is_error", getattr(missing, "isError", False))),
+                                     "text": text_of(missing)[:300]}
+            await session.send_ping()
+            seen["alive_after_errors"] = True
+            if record_program:
+                r = await session.call_tool("record_command", {"command": [record_program, "3"]})
+                seen["record_command"] = {"is_error": bool(getattr(r, "is_error", getattr(r, "isError", False))),
+                                          "text": text_of(r)[:600]}
+    print(json.dumps(seen))
+
+
+asyncio.run(main())
