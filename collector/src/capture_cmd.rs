@@ -165,15 +165,18 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         [] => opts.output.display().to_string(),
         many => format!("{} files ({})", many.len(), cuflight_collector::capture::outputs::list(&s.files)),
     };
+    let names_lost = match s.drops.strings_full {
+        0 => String::new(),
+        n => format!("; {n} names not kept (the string table was full: those events have no name)"),
+    };
     eprintln!(
-        "cuflight: wrote {} ({} events from {} process(es), {} bytes, {:.1} bytes/event); {}, strings dropped {}",
+        "cuflight: wrote {} ({} events from {} process(es), {} bytes, {:.1} bytes/event); {}{names_lost}",
         written,
         s.events,
         s.processes,
         s.bytes,
         s.bytes as f64 / s.events.max(1) as f64,
         s.drops_line(),
-        s.drops.strings_full,
     );
     if let Some(why) = &s.stopped {
         bail!("recording stopped early ({why}); the program ran to its end with status {}", s.exit_code);

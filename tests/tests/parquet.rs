@@ -59,7 +59,7 @@ fn duckdb_reads_the_tables_as_stats_reads_the_trace() {
     assert!(first < now && first > now - 3_600_000_000_000, "{first} vs now {now}");
     let manifest: Value = serde_json::from_slice(&std::fs::read(out.join("cuflight-parquet.json")).unwrap()).unwrap();
     assert_eq!(manifest["schema_version"], 1);
-    assert_eq!(manifest["tables"]["kernels"], 4 * 18);
+    assert_eq!(manifest["tables"]["kernels"], 4 * 19);
 
     // The output directory: refused when it exists, replaced with --force, never a foreign one or a link.
     let (ok, err) = export(&[&rec.trace], &out, &[]);
@@ -108,9 +108,9 @@ fn imported_traces_and_ranks_share_one_directory() {
         |t: &Path| stats(t)["kernels"].as_array().unwrap().iter().map(|k| k["count"].as_u64().unwrap()).sum::<u64>();
     assert_eq!(q["kernels_by_rank"], serde_json::json!({"0": count(&r0), "1": count(&r1)}));
     assert!(out.join("kernels/host=unknown/rank=0").is_dir() && out.join("kernels/host=unknown/rank=1").is_dir());
-    // The README's DuckDB query, as printed there: its top 20 (rank, kernel) rows are each what that rank's own
-    // `stats` says of the kernel.
-    let readme = repo_root().join("README.md");
+    // The guide's DuckDB query (docs/guide/timelines.md), as printed there: its top 20 (rank, kernel) rows are each
+    // what that rank's own `stats` says of the kernel.
+    let readme = repo_root().join("docs/guide/timelines.md");
     let q = python_json("parquet_check.py", &[out.as_os_str(), readme.as_os_str()]);
     let rows = q["readme_query"].as_array().unwrap();
     assert_eq!(rows.len(), 20, "{rows:?}");

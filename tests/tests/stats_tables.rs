@@ -550,7 +550,7 @@ fn time_columns_follow_the_unit_asked_for() {
 }
 
 /// `--filter-nvtx` and `--filter-time` (nsys's): the tables of what a range launched or a stretch held. In the
-/// simulated training loop every step launches 18 kernels, its `forward` range 9 of them (run on the GPU after
+/// simulated training loop every step launches 19 kernels, its `forward` range 10 of them (run on the GPU after
 /// the range closed on the host); the whole timeline is the whole trace; a missing range or instance is one line.
 #[test]
 fn filters_summarise_what_a_range_launched() {
@@ -570,16 +570,16 @@ fn filters_summarise_what_a_range_launched() {
         (count, String::from_utf8_lossy(&out.stderr).into_owned())
     };
     let (all, _) = kernels(&[]);
-    assert_eq!(all, 5 * 18, "5 steps (ProfilerStep#0 to #4) of 18 kernels");
+    assert_eq!(all, 5 * 19, "5 steps (ProfilerStep#0 to #4) of 19 kernels");
     let (step, said) = kernels(&["--filter-nvtx", "ProfilerStep#3"]);
-    assert_eq!(step, 18, "{said}");
+    assert_eq!(step, 19, "{said}");
     let (forward, said) = kernels(&["--filter-nvtx", "forward"]);
-    assert_eq!(forward, 5 * 9, "{said}");
+    assert_eq!(forward, 5 * 10, "{said}");
     assert!(said.contains("inside 'forward' (5 stretches"), "{said}");
-    assert_eq!(kernels(&["--filter-nvtx", "forward/2"]).0, 9);
+    assert_eq!(kernels(&["--filter-nvtx", "forward/2"]).0, 10);
     assert_eq!(kernels(&["--filter-time", "0/1000s"]).0, all);
     assert_eq!(kernels(&["--filter-nvtx", "ProfilerStep#*"]).0, all, "every step");
-    assert_eq!(kernels(&["--filter-nvtx", "ProfilerStep#*/2"]).0, 18, "the second step");
+    assert_eq!(kernels(&["--filter-nvtx", "ProfilerStep#*/2"]).0, 19, "the second step");
     // nvtx_pushpop_trace: each instance with its nest, as many as nvtx_sum counts; a filter keeps the ranges that
     // start inside.
     let out = stats_with(&[t, "--report", "nvtx_sum,nvtx_pushpop_trace", "--format", "json"]);

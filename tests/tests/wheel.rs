@@ -69,7 +69,7 @@ fn the_wheel_installs_into_a_fresh_venv_and_records() {
     let train = build_c("train", &dir);
     let trace = dir.join("train.cuf");
     run(clean(Command::new(&bin)).arg("record").arg("-o").arg(&trace).arg(&train).arg("3"));
-    assert_eq!(kernels(&stats_with(&bin, &trace)), 3 * 18, "3 steps of 18 kernels");
+    assert_eq!(kernels(&stats_with(&bin, &trace)), 3 * 19, "3 steps of 19 kernels");
 
     // The Python module: a window of steps 3..=6 out of 10, from inside the program.
     let window = dir.join("window.cuf");

@@ -393,6 +393,24 @@ const TEXT_PROCESSES: usize = 16;
 
 fn render(r: &Report) -> String {
     let mut out = format!("Verdict: {}\n", r.verdict);
+    // Said first, since `stats` counts every step: a reader comparing the two must know the report's are fewer.
+    let left_out: Vec<usize> = r
+        .processes
+        .iter()
+        .filter(|p| p.warmup.steps > 0 && !p.warmup.included && !p.warmup.filtered)
+        .map(|p| p.warmup.steps)
+        .collect();
+    if !left_out.is_empty() {
+        let steps: usize = left_out.iter().sum();
+        let (s, which) = match left_out.len() {
+            1 => (if steps == 1 { "" } else { "s" }, String::new()),
+            n => ("s", format!(" of {n} processes")),
+        };
+        out.push_str(&format!(
+            "Warm-up left out of all below: {steps} step{s}{which} (see Warm-up under each process); `cuflight stats` \
+             counts every step; --include-warmup keeps them\n"
+        ));
+    }
     if !r.findings.is_empty() {
         out.push_str("\nFindings, most costly first:\n");
         for (i, f) in r.findings.iter().take(TEXT_FINDINGS).enumerate() {
