@@ -14,7 +14,6 @@ import base64
 import hashlib
 import io
 import os
-import platform
 import re
 import shutil
 import struct
@@ -70,11 +69,12 @@ def _cargo_build():
 
 
 def _stripped(path, scratch):
-    """A copy without debug sections (the release profile keeps line tables); the original if `strip` is absent."""
+    """A copy without debug sections (the release profile keeps line tables); the original if `strip` is absent or
+    cannot read another architecture's file (scripts/wheels strips those while building)."""
     copy = os.path.join(scratch, os.path.basename(path))
     shutil.copy2(path, copy)
     strip = shutil.which("strip")
-    if strip and subprocess.run([strip, "--strip-debug", copy]).returncode == 0:
+    if strip and subprocess.run([strip, "--strip-debug", copy], stderr=subprocess.DEVNULL).returncode == 0:
         return copy
     return path
 
@@ -108,10 +108,26 @@ def _glibc_needed(path):
     return best
 
 
+# ELF e_machine values (elf.h) and the wheel architecture names they go by.
+_ARCHES = {62: "x86_64", 183: "aarch64"}
+
+
+def elf_arch(path):
+    """The architecture an ELF file is built for, as wheel tags name it."""
+    with open(path, "rb") as f:
+        head = f.read(20)
+    machine, = struct.unpack_from("<H", head, 18)
+    if machine not in _ARCHES:
+        raise RuntimeError(f"cuflight: {path} is built for ELF machine {machine}, which no wheel tag names here")
+    return _ARCHES[machine]
+
+
 def _tag(files):
-    arch = platform.machine()
+    arches = {elf_arch(f) for f in files}
+    if len(arches) != 1:
+        raise RuntimeError(f"cuflight: the binary and the agent are built for different machines: {sorted(arches)}")
     major, minor = max(_glibc_needed(f) for f in files)
-    return f"py3-none-manylinux_{major}_{minor}_{arch}"
+    return f"py3-none-manylinux_{major}_{minor}_{arches.pop()}"
 
 
 def _record_line(name, data):
@@ -140,8 +156,14 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    version = _version()
     exe, lib = _cargo_build()
+    return pack_wheel(exe, lib, wheel_directory)
+
+
+def pack_wheel(exe, lib, wheel_directory):
+    """A wheel of an already built `cuflight` and `libcuflight.so` (also cross-built ones: scripts/wheels), tagged
+    with their architecture and the newest glibc they need; returns its file name."""
+    version = _version()
     with tempfile.TemporaryDirectory() as scratch:
         exe, lib = _stripped(exe, scratch), _stripped(lib, scratch)
         tag = _tag([exe, lib])

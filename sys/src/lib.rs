@@ -38,6 +38,8 @@ pub mod cuda12;
 )]
 pub mod cuda13;
 pub mod driver_probe;
+#[cfg(feature = "glibc-compat")]
+pub mod glibc_compat;
 pub mod loader;
 pub mod pm_sampling;
 

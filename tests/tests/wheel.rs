@@ -133,3 +133,125 @@ fn the_wheel_installs_into_a_fresh_venv_and_records() {
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("exists; pass overwrite=True"));
 }
+
+/// The wheels `scripts/wheels` built (`$CUFLIGHT_WHEELS`, default `target/wheels/dist`: scripts/test builds them
+/// when CUFLIGHT_WHEELS_BUILD=1, as CI does), by architecture; None, said, where none were built.
+fn built_wheel(arch: &str) -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("CUFLIGHT_WHEELS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/wheels/dist"));
+    let found =
+        std::fs::read_dir(&dir).into_iter().flatten().flatten().map(|e| e.path()).find(|p| {
+            p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(&format!("manylinux_2_28_{arch}.whl")))
+        });
+    if found.is_none() {
+        skipped(&format!("no {arch} wheel in {} (scripts/wheels builds them; CI does)", dir.display()));
+    }
+    found
+}
+
+#[test]
+fn the_wheels_need_glibc_2_28_and_only_libraries_every_manylinux_system_has() {
+    for arch in ["x86_64", "aarch64"] {
+        let Some(wheel) = built_wheel(arch) else { continue };
+        let seen = python_json("wheel_check.py", &[wheel.as_os_str()]);
+        assert_eq!(seen["tags"], serde_json::json!([format!("py3-none-manylinux_2_28_{arch}")]), "{seen}");
+        let elf = seen["elf"].as_object().unwrap();
+        assert_eq!(elf.len(), 2, "the binary and the agent: {seen}");
+        for (file, f) in elf {
+            assert_eq!(f["arch"], arch, "{file}: {f}");
+            let (major, minor) = (f["glibc"][0].as_u64().unwrap(), f["glibc"][1].as_u64().unwrap());
+            assert!((major, minor) <= (2, 28), "{file} needs glibc {major}.{minor}: {f}");
+            assert_eq!(f["outside_policy"], serde_json::json!([]), "{file}: {f}");
+        }
+    }
+}
+
+#[test]
+fn the_x86_64_wheel_installs_without_cargo_and_records_the_demo() {
+    let Some(wheel) = built_wheel("x86_64") else { return };
+    let dir = scratch("wheel-prebuilt");
+    let venv = dir.join("venv");
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
+    // No Rust anywhere on PATH: the install must not build anything.
+    let path = format!("{}:/usr/local/bin:/usr/bin:/bin", venv.join("bin").display());
+    let no_cargo = Command::new("sh").args(["-c", "command -v cargo"]).env("PATH", &path).output().unwrap();
+    assert!(!no_cargo.status.success(), "cargo is still on {path}");
+    run(Command::new(venv.join("bin/pip"))
+        .args(["install", "-q", "--no-index", "--no-deps"])
+        .arg(&wheel)
+        .env("PATH", &path));
+    let bin = venv.join("bin/cuflight");
+    let train = build_c("train", &dir);
+    let trace = dir.join("demo.cuf");
+    run(clean(Command::new(&bin)).arg("record").arg("-o").arg(&trace).arg(&train).arg("3").env("PATH", &path));
+    assert_eq!(kernels(&stats_with(&bin, &trace)), 3 * 19, "3 steps of 19 kernels");
+}
+
+#[test]
+fn the_aarch64_build_records_the_demo_under_qemu() {
+    // The aarch64 binaries scripts/wheels built (with cudasim for aarch64), run by qemu-user with Debian's aarch64
+    // C library; the program is the demo's, compiled for aarch64 by the same zig.
+    let out = repo_root().join("target/wheels/aarch64-unknown-linux-gnu/release");
+    let sysroot = Path::new("/usr/aarch64-linux-gnu");
+    let zig = repo_root().join(".cache/wheel-tools/bin/python");
+    let qemu = Command::new("qemu-aarch64").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !out.join("cuflight").is_file() || !out.join("cudasim/libcudart.so").exists() || !zig.is_file() {
+        skipped("no aarch64 build in target/wheels (scripts/wheels builds it; CI does)");
+        return;
+    }
+    if !qemu || !sysroot.join("lib/ld-linux-aarch64.so.1").exists() {
+        skipped("needs qemu-aarch64 and Debian's aarch64 C library (apt install qemu-user libc6-arm64-cross)");
+        return;
+    }
+    let dir = scratch("wheel-aarch64");
+    let train = dir.join("train-aarch64");
+    run(Command::new(&zig)
+        // cudasim leaves std's weak gettid undefined, which zig's linker refuses in a library an executable links
+        // unless told (the dynamic linker resolves it, as it does for any weak symbol).
+        .args(["-m", "ziglang", "cc", "-target", "aarch64-linux-gnu.2.28", "-O1", "-rdynamic"])
+        .args(["-Wl,--allow-shlib-undefined", "-I"])
+        .arg(cuda_include())
+        .arg(repo_root().join("tests/c/train.c"))
+        .arg("-L")
+        .arg(out.join("cudasim"))
+        .args(["-lcudart", "-ldl", "-o"])
+        .arg(&train));
+    let qemu_run = |args: &[&std::ffi::OsStr]| -> std::process::Output {
+        let mut cmd = Command::new("qemu-aarch64");
+        cmd.arg("-L").arg(sysroot).args(args);
+        cmd.env("LD_LIBRARY_PATH", out.join("cudasim")).env("CUFLIGHT_AGENT", out.join("libcuflight.so"));
+        cmd.output().expect("qemu-aarch64 runs")
+    };
+    // The collector under qemu runs the program under qemu too (an aarch64 child needs its own emulator).
+    let trace = dir.join("demo.cuf");
+    let rec = qemu_run(&[
+        out.join("cuflight").as_os_str(),
+        "record".as_ref(),
+        "-o".as_ref(),
+        trace.as_os_str(),
+        "--".as_ref(),
+        "qemu-aarch64".as_ref(),
+        "-L".as_ref(),
+        sysroot.as_os_str(),
+        train.as_os_str(),
+        "3".as_ref(),
+    ]);
+    assert!(rec.status.success(), "{}", String::from_utf8_lossy(&rec.stderr));
+    let stats = qemu_run(&[
+        out.join("cuflight").as_os_str(),
+        "stats".as_ref(),
+        "--format".as_ref(),
+        "json".as_ref(),
+        trace.as_os_str(),
+    ]);
+    assert!(stats.status.success(), "{}", String::from_utf8_lossy(&stats.stderr));
+    let s: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(kernels(&s), 3 * 19, "3 steps of 19 kernels, recorded on aarch64");
+    let report = qemu_run(&[out.join("cuflight").as_os_str(), "report".as_ref(), trace.as_os_str()]);
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(report.status.success() && text.contains("fp32_gemm"), "{text}");
+    let doctor = qemu_run(&[out.join("cuflight").as_os_str(), "doctor".as_ref()]);
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(text.contains("agent") && text.contains("(aarch64)"), "{text}");
+}
