@@ -176,7 +176,7 @@ fn device(d: &Driver, dev: c::CUdevice) -> Result<ProbedDevice, Failed> {
     Ok(ProbedDevice { name, capability: (major, minor) })
 }
 
-/// A 1 MiB memset on device 0's primary context, synchronised: GPU work for CUPTI to record.
+/// Twenty 1 MiB memsets on device 0's primary context, each synchronised: GPU work for CUPTI to record.
 fn memset_on_device_0(d: &Driver) -> Result<bool, Failed> {
     // SAFETY: cuda.h's signature for the name.
     let retain =
@@ -202,12 +202,21 @@ fn memset_on_device_0(d: &Driver) -> Result<bool, Failed> {
         d.check("cuCtxSetCurrent", unsafe { set_current(ctx) })?;
         let mut ptr: c::CUdeviceptr = 0;
         const BYTES: usize = 1 << 20;
+        const ROUNDS: usize = 20;
         // SAFETY: a valid out-pointer.
         d.check("cuMemAlloc", unsafe { alloc(&mut ptr, BYTES) })?;
-        // SAFETY: `ptr` holds BYTES bytes of device memory.
-        let set = d.check("cuMemsetD8", unsafe { memset(ptr, 0, BYTES) });
-        // SAFETY: no arguments; the context is current.
-        let synced = set.and_then(|()| d.check("cuCtxSynchronize", unsafe { sync() }));
+        // Spread over about 20 ms, so that a device-counter sampler started with the recording sees the GPU busy.
+        let mut synced = Ok(());
+        for _ in 0..ROUNDS {
+            // SAFETY: `ptr` holds BYTES bytes of device memory.
+            let set = d.check("cuMemsetD8", unsafe { memset(ptr, 0, BYTES) });
+            // SAFETY: no arguments; the context is current.
+            synced = set.and_then(|()| d.check("cuCtxSynchronize", unsafe { sync() }));
+            if synced.is_err() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         // SAFETY: `ptr` came from cuMemAlloc above and is freed once.
         let freed = d.check("cuMemFree", unsafe { free(ptr) });
         synced.and(freed)

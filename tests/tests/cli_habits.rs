@@ -196,7 +196,7 @@ fn doctor_on_cudasim_says_a_recording_works_and_that_the_gpu_is_simulated() {
     assert!(driver["found"].as_str().unwrap().contains("cudasim"), "{driver}");
     let recording = check(&json, "recording");
     assert_eq!(recording["result"], "ok", "{recording}");
-    assert!(recording["found"].as_str().unwrap().contains("memset on GPU 0 recorded"), "{recording}");
+    assert!(recording["found"].as_str().unwrap().contains("memsets on GPU 0 recorded"), "{recording}");
     assert_eq!(check(&json, "cupti")["result"], "ok");
     let names: Vec<&str> = json["checks"].as_array().unwrap().iter().map(|c| c["check"].as_str().unwrap()).collect();
     assert_eq!(
@@ -327,7 +327,8 @@ fn mcp_serves_an_assistant_through_the_protocols_own_client() {
         assert_eq!(call["json"], true, "{name}: {call}");
     }
     assert!(seen["calls"]["findings"]["keys"].as_array().unwrap().contains(&"verdict".into()));
-    assert!(seen["calls"]["kernel"]["head"].as_str().unwrap().contains("sgemm_128x128_nn"));
+    // Either GEMM may come first (their times are close): the rows are those whose name contains "sgemm".
+    assert!(seen["calls"]["kernel"]["head"].as_str().unwrap().contains("sgemm_128x128_"));
     let bad = &seen["bad_calls"];
     assert!(bad["kernel"].as_str().unwrap().starts_with("jsonrpc:"), "{bad}");
     assert!(bad["no_such_tool"].as_str().unwrap().contains("unknown tool"), "{bad}");

@@ -331,7 +331,7 @@ pub fn record_probe(agent: &Path) -> Recorded {
     };
     let trace = dir.path().join("probe.cuf");
     // Read by the agent at set-up; the doctor records nothing else, so its own environment is the probe's.
-    std::env::set_var("CUFLIGHT_GPU_METRICS", "1000000");
+    std::env::set_var("CUFLIGHT_GPU_METRICS", "100000");
     let opts = RecordOptions {
         output: trace.clone(),
         command: vec![

@@ -226,13 +226,13 @@ mod verdicts {
         if r.memset_records == 0 {
             return check(
                 Level::Fail,
-                format!("the agent set CUPTI up, but no record of the probe's memset arrived ({} events)", r.events),
+                format!("the agent set CUPTI up, but no record of the probe's memsets arrived ({} events)", r.events),
                 Some("run `cuflight doctor --format json` and report it with your driver and CUDA versions".into()),
             );
         }
         check(
             Level::Ok,
-            format!("recorded a probe program: CUPTI set up, its memset on GPU 0 recorded ({} events)", r.events),
+            format!("recorded a probe program: CUPTI set up, its memsets on GPU 0 recorded ({} events)", r.events),
             None,
         )
     }

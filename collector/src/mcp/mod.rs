@@ -37,6 +37,22 @@ pub(crate) const INVALID_REQUEST: i64 = -32600;
 pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
 pub(crate) const INVALID_PARAMS: i64 = -32602;
 
+/// Why a tool gave no result.
+pub(crate) enum Failure {
+    /// The arguments are wrong: a JSON-RPC error.
+    Args(String),
+    /// The tool ran and failed: its result, marked as an error.
+    Ran(String),
+}
+
+/// A tool's argument that must be a non-empty string.
+pub(crate) fn string_arg(args: &Value, key: &str) -> Result<String, Failure> {
+    match args.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        _ => Err(Failure::Args(format!("`{key}` must be a non-empty string"))),
+    }
+}
+
 fn error(id: Value, code: i64, message: impl Into<String>) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
 }

@@ -2,7 +2,7 @@
 //! of its own, so that an assistant gets exactly what the command line gives, a corrupt trace cannot take the
 //! server down, and a slow analysis can be stopped at its time limit.
 
-use super::McpOptions;
+use super::{string_arg, Failure, McpOptions};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -109,13 +109,6 @@ pub fn call(params: &Value, opts: &McpOptions) -> Result<Value, String> {
     })
 }
 
-pub enum Failure {
-    /// The arguments are wrong: a JSON-RPC error.
-    Args(String),
-    /// The tool ran and failed: its result, marked as an error.
-    Ran(String),
-}
-
 fn cut(mut text: String) -> String {
     if text.len() > MAX_TEXT {
         let mut end = MAX_TEXT;
@@ -126,13 +119,6 @@ fn cut(mut text: String) -> String {
         text.push_str("\n[cut at 256 KiB: ask for fewer tables, or one kernel or step]");
     }
     text
-}
-
-pub fn string_arg(args: &Value, key: &str) -> Result<String, Failure> {
-    match args.get(key) {
-        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-        _ => Err(Failure::Args(format!("`{key}` must be a non-empty string"))),
-    }
 }
 
 fn traces_arg(args: &Value) -> Result<Vec<String>, Failure> {

@@ -1,8 +1,7 @@
 //! The MCP tools that record, offered only under `cuflight mcp --allow-record`: a window of a running process
 //! (`cuflight attach`), or a command run under `cuflight record`, each bounded by `--max-seconds`.
 
-use super::tools::{string_arg, Failure};
-use super::McpOptions;
+use super::{string_arg, Failure, McpOptions};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
