@@ -77,7 +77,20 @@ fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared) -> Result<(), Li
     let mut rates: Vec<Rates> = Vec::new();
     let (mut sort, mut table) = (Sort::Busy, TableState::default().with_selected(0));
     let mut next_refresh = Instant::now();
+    // The terminal going away (ssh dropped, the tmux pane killed: SIGHUP) or a kill ends top. The windows it takes
+    // register SIGHUP for themselves, which replaces its default action: without this flag a top whose terminal
+    // was gone kept running, a core busy polling the dead terminal, and attached to every agent it could.
+    // SIGHUP keeps its default action (the process ends; an agent in a window sees its collector go and returns to
+    // dormant by itself); SIGTERM ends top at the next turn of this loop.
+    let always = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    signal_hook::flag::register_conditional_default(signal_hook::consts::SIGHUP, always)
+        .map_err(LiveError::Terminal)?;
+    let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, gone.clone()).map_err(LiveError::Terminal)?;
     loop {
+        if gone.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
         if Instant::now() >= next_refresh {
             let now = shared.lock().expect("metrics").clone();
             let mut next = Vec::new();
