@@ -80,11 +80,17 @@ pub fn build_c(name: &str, dir: &Path) -> PathBuf {
     build_c_linked(name, dir, true)
 }
 
+/// The C compiler the tests build their programs with: `$CUFLIGHT_TEST_CC` (one path: the aarch64 run under qemu
+/// sets `scripts/aarch64-cc`), else gcc.
+pub fn c_compiler() -> Command {
+    Command::new(std::env::var_os("CUFLIGHT_TEST_CC").filter(|v| !v.is_empty()).unwrap_or_else(|| "gcc".into()))
+}
+
 /// As [`build_c`]; `link_cudart: false` leaves the runtime out (the program loads it itself).
 pub fn build_c_linked(name: &str, dir: &Path, link_cudart: bool) -> PathBuf {
     let out = dir.join(name);
     let src = repo_root().join("tests/c").join(format!("{name}.c"));
-    let status = Command::new("gcc")
+    let status = c_compiler()
         .args(["-O1", "-g", "-rdynamic", "-pthread", "-Wall", "-Werror", "-Wno-unused-function"])
         .arg("-I")
         .arg(cuda_include())

@@ -65,7 +65,7 @@ fn every_library_embedding_nvtx_is_injected_not_only_the_first() {
     let lib = dir.join("libnvtx_lib.so");
     let inc = cuda_include();
     let gcc = |args: &[&std::ffi::OsStr]| {
-        let st = std::process::Command::new("gcc").args(args).status().unwrap();
+        let st = c_compiler().args(args).status().unwrap();
         assert!(st.success(), "gcc {args:?}");
     };
     let src = repo_root().join("tests/c");

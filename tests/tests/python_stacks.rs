@@ -359,7 +359,7 @@ fn a_thread_running_no_python_gets_the_main_threads_line() {
     // launches and synchronises while the Python thread waits in the ctypes call, on every CPython found.
     let dir = scratch("pystacks-native");
     let lib = dir.join("libnative_thread.so");
-    let st = std::process::Command::new("gcc")
+    let st = c_compiler()
         .args(["-shared", "-fPIC", "-I"])
         .arg(cuda_include())
         .arg(repo_root().join("tests/c/native_thread.c"))

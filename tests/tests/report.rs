@@ -394,7 +394,7 @@ fn a_loop_of_one_kernel_has_steps_cut_at_its_synchronisations() {
     // cannot tell the steps apart: every launch was a "step". The synchronisations cut them.
     let dir = scratch("report-one-kernel");
     let kernel = dir.join("libempty_kernel.so");
-    let built = Command::new("gcc")
+    let built = c_compiler()
         .args(["-O2", "-shared", "-fPIC", "-o"])
         .arg(&kernel)
         .arg(repo_root().join("tests/c/empty_kernel.c"))

@@ -188,70 +188,85 @@ fn the_x86_64_wheel_installs_without_cargo_and_records_the_demo() {
     assert_eq!(kernels(&stats_with(&bin, &trace)), 3 * 19, "3 steps of 19 kernels");
 }
 
+/// The aarch64 build scripts/wheels made (`target/wheels/aarch64-unknown-linux-gnu/release`: cuflight, the agent,
+/// cudasim and the capture tests), or None, said, where it is missing.
+fn aarch64_build() -> Option<std::path::PathBuf> {
+    let out = repo_root().join("target/wheels/aarch64-unknown-linux-gnu/release");
+    let built = ["cuflight", "libcuflight.so", "cudasim/libcudart.so", "tests/capture"];
+    if built.iter().any(|f| !out.join(f).exists()) || !repo_root().join(".cache/wheel-tools/bin/python").is_file() {
+        skipped("no aarch64 build in target/wheels (scripts/wheels builds it; CI does)");
+        return None;
+    }
+    Some(out)
+}
+
+/// `scripts/aarch64-run program args`: aarch64 programs, and every aarch64 program they start, run by qemu-user
+/// through a binfmt_misc handler private to a user namespace; None, said, where this machine cannot (exit 77).
+fn aarch64_run(program: &Path, args: &[&std::ffi::OsStr], env: &[(&str, &Path)]) -> Option<std::process::Output> {
+    let mut cmd = Command::new(repo_root().join("scripts/aarch64-run"));
+    cmd.arg(program).args(args).env_remove("CUFLIGHT_SKIP_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("scripts/aarch64-run runs");
+    if out.status.code() == Some(77) {
+        skipped(String::from_utf8_lossy(&out.stderr).trim());
+        return None;
+    }
+    Some(out)
+}
+
 #[test]
 fn the_aarch64_build_records_the_demo_under_qemu() {
-    // The aarch64 binaries scripts/wheels built (with cudasim for aarch64), run by qemu-user with Debian's aarch64
-    // C library; the program is the demo's, compiled for aarch64 by the same zig.
-    let out = repo_root().join("target/wheels/aarch64-unknown-linux-gnu/release");
-    let sysroot = Path::new("/usr/aarch64-linux-gnu");
-    let zig = repo_root().join(".cache/wheel-tools/bin/python");
-    let qemu = Command::new("qemu-aarch64").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !out.join("cuflight").is_file() || !out.join("cudasim/libcudart.so").exists() || !zig.is_file() {
-        skipped("no aarch64 build in target/wheels (scripts/wheels builds it; CI does)");
-        return;
-    }
-    if !qemu || !sysroot.join("lib/ld-linux-aarch64.so.1").exists() {
-        skipped("needs qemu-aarch64 and Debian's aarch64 C library (apt install qemu-user libc6-arm64-cross)");
-        return;
-    }
+    // The demo's program compiled for aarch64 by the wheels' zig, recorded by the aarch64 collector and agent on
+    // cudasim for aarch64, every process of it emulated.
+    let Some(out) = aarch64_build() else { return };
     let dir = scratch("wheel-aarch64");
     let train = dir.join("train-aarch64");
-    run(Command::new(&zig)
-        // cudasim leaves std's weak gettid undefined, which zig's linker refuses in a library an executable links
-        // unless told (the dynamic linker resolves it, as it does for any weak symbol).
-        .args(["-m", "ziglang", "cc", "-target", "aarch64-linux-gnu.2.28", "-O1", "-rdynamic"])
-        .args(["-Wl,--allow-shlib-undefined", "-I"])
+    run(Command::new(repo_root().join("scripts/aarch64-cc"))
+        .args(["-O1", "-rdynamic", "-I"])
         .arg(cuda_include())
         .arg(repo_root().join("tests/c/train.c"))
         .arg("-L")
         .arg(out.join("cudasim"))
         .args(["-lcudart", "-ldl", "-o"])
         .arg(&train));
-    let qemu_run = |args: &[&std::ffi::OsStr]| -> std::process::Output {
-        let mut cmd = Command::new("qemu-aarch64");
-        cmd.arg("-L").arg(sysroot).args(args);
-        cmd.env("LD_LIBRARY_PATH", out.join("cudasim")).env("CUFLIGHT_AGENT", out.join("libcuflight.so"));
-        cmd.output().expect("qemu-aarch64 runs")
-    };
-    // The collector under qemu runs the program under qemu too (an aarch64 child needs its own emulator).
+    let env = [("LD_LIBRARY_PATH", out.join("cudasim")), ("CUFLIGHT_AGENT", out.join("libcuflight.so"))];
+    let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
+    let cuflight = out.join("cuflight");
     let trace = dir.join("demo.cuf");
-    let rec = qemu_run(&[
-        out.join("cuflight").as_os_str(),
-        "record".as_ref(),
-        "-o".as_ref(),
-        trace.as_os_str(),
-        "--".as_ref(),
-        "qemu-aarch64".as_ref(),
-        "-L".as_ref(),
-        sysroot.as_os_str(),
-        train.as_os_str(),
-        "3".as_ref(),
-    ]);
+    let args = ["record".as_ref(), "-o".as_ref(), trace.as_os_str(), "--".as_ref(), train.as_os_str(), "3".as_ref()];
+    let Some(rec) = aarch64_run(&cuflight, &args, &env) else { return };
     assert!(rec.status.success(), "{}", String::from_utf8_lossy(&rec.stderr));
-    let stats = qemu_run(&[
-        out.join("cuflight").as_os_str(),
-        "stats".as_ref(),
-        "--format".as_ref(),
-        "json".as_ref(),
-        trace.as_os_str(),
-    ]);
+    let stats =
+        aarch64_run(&cuflight, &["stats".as_ref(), "--format".as_ref(), "json".as_ref(), trace.as_os_str()], &env)
+            .unwrap();
     assert!(stats.status.success(), "{}", String::from_utf8_lossy(&stats.stderr));
     let s: Value = serde_json::from_slice(&stats.stdout).unwrap();
     assert_eq!(kernels(&s), 3 * 19, "3 steps of 19 kernels, recorded on aarch64");
-    let report = qemu_run(&[out.join("cuflight").as_os_str(), "report".as_ref(), trace.as_os_str()]);
+    let report = aarch64_run(&cuflight, &["report".as_ref(), trace.as_os_str()], &env).unwrap();
     let text = String::from_utf8_lossy(&report.stdout);
     assert!(report.status.success() && text.contains("fp32_gemm"), "{text}");
-    let doctor = qemu_run(&[out.join("cuflight").as_os_str(), "doctor".as_ref()]);
-    let text = String::from_utf8_lossy(&doctor.stdout);
-    assert!(text.contains("agent") && text.contains("(aarch64)"), "{text}");
+    // The doctor's probe is an aarch64 child of its own, recorded on cudasim as a program is.
+    let doctor = aarch64_run(&cuflight, &["doctor".as_ref(), "--format".as_ref(), "json".as_ref()], &env).unwrap();
+    let d: Value = serde_json::from_slice(&doctor.stdout).unwrap_or_else(|e| panic!("{e}: {doctor:?}"));
+    let check = |name: &str| d["checks"].as_array().unwrap().iter().find(|c| c["check"] == name).unwrap().clone();
+    assert!(check("agent")["found"].as_str().unwrap().contains("(aarch64)"), "{d}");
+    assert_eq!(check("recording")["result"], "ok", "{d}");
+    assert!(check("driver")["found"].as_str().unwrap().contains("cudasim"), "{d}");
+    assert!(doctor.status.success(), "{d}");
+}
+
+#[test]
+fn the_aarch64_capture_tests_pass_under_qemu() {
+    // tests/tests/capture.rs built for aarch64 by scripts/wheels: its C programs compiled for aarch64 by the same
+    // zig (CUFLIGHT_TEST_CC), recorded through CUDA_INJECTION64_PATH and LD_PRELOAD, forks, execs, shells, SIGKILL.
+    let Some(out) = aarch64_build() else { return };
+    let cc = repo_root().join("scripts/aarch64-cc");
+    let Some(run) = aarch64_run(&out.join("tests/capture"), &[], &[("CUFLIGHT_TEST_CC", &cc)]) else { return };
+    let text = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success(), "{text}");
+    let result = text.lines().find(|l| l.starts_with("test result:")).unwrap_or_default();
+    let passed: u32 = result.split_once("ok. ").and_then(|(_, r)| r.split(' ').next()?.parse().ok()).unwrap_or(0);
+    assert!(passed >= 16 && result.contains(" 0 failed"), "{result}\n{text}");
 }
