@@ -104,6 +104,12 @@ pub enum Cmd {
         #[arg(long, default_value = ".")]
         output_dir: PathBuf,
     },
+    /// The JSON Schema of what a command prints with `--format json` (for programs that read it; the guide
+    /// publishes them: docs/guide/schemas/).
+    Schema {
+        #[arg(value_enum)]
+        of: SchemaOf,
+    },
     /// The doctor's probe program: asks the CUDA driver and writes what it said into FILE (internal).
     #[command(hide = true)]
     DoctorProbe { file: PathBuf },
@@ -465,6 +471,16 @@ pub enum InjectArg {
     Driver,
     /// LD_PRELOAD.
     Preload,
+}
+
+/// The commands whose `--format json` output has a published schema.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SchemaOf {
+    Stats,
+    Report,
+    Diff,
+    Doctor,
+    Ps,
 }
 
 #[derive(Clone, Copy, ValueEnum)]

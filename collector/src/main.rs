@@ -12,6 +12,7 @@ mod mcp;
 mod multi_trace;
 mod nsys_report;
 mod report_cmd;
+mod schema_cmd;
 mod stand_in;
 mod stats_cmd;
 mod stdin_trace;
@@ -107,6 +108,7 @@ fn run(mut cli: Cli) -> Result<i32> {
         }
         Cmd::Doctor { format } => doctor::run(format),
         Cmd::DoctorProbe { file } => doctor::probe_main(&file),
+        Cmd::Schema { of } => schema_cmd::print(of),
         Cmd::Mcp { allow_record, max_seconds, output_dir } => {
             mcp::serve(&mcp::McpOptions { allow_record, max_seconds, output_dir })
         }

@@ -7,7 +7,7 @@ use std::io::Read;
 use std::path::Path;
 
 /// One process with a cuflight agent that this user may control.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct AgentRow {
     /// In this process's pid namespace.
     pub pid: u32,

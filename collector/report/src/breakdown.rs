@@ -29,7 +29,7 @@ use cuflight_format::RawEvent;
 use cuflight_trace::model::trace::NotGpuWork;
 use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Breakdown {
     pub idle_ns: u64,
     pub compute_ns: u64,
@@ -122,7 +122,7 @@ impl OnlineMerge {
 /// when the op's launch call started after the previous op ended (the host had not queued it yet), else
 /// **kernel wait** when shorter than 30 µs (back-to-back launch overhead), else **other** (e.g. waiting on
 /// another stream). Summed over streams, so it can exceed the breakdown's idle time on multi-stream ranks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct IdleSplit {
     pub host_wait_ns: i64,
     pub kernel_wait_ns: i64,

@@ -12,7 +12,7 @@ use cuflight_trace::model::trace::Process;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     Info,
@@ -32,21 +32,21 @@ impl Severity {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StepCost {
     pub step: usize,
     pub name: String,
     pub lost_ns: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CallRow {
     pub name: String,
     pub count: u64,
     pub total_ns: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct KernelRow {
     pub name: String,
     pub count: u64,
@@ -62,7 +62,7 @@ pub struct KernelRow {
     pub occupancy: Option<f64>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct Evidence {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub facts: Vec<String>,
@@ -78,7 +78,7 @@ pub struct Evidence {
     pub metrics: BTreeMap<&'static str, f64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Finding {
     pub kind: &'static str,
     pub severity: Severity,

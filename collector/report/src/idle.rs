@@ -30,7 +30,7 @@ use super::window::{stream_label, Closer, HostCall, WindowView};
 use cuflight_format::calls::{CallClass, CallEffects};
 use serde::Serialize;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Example {
     pub start_ns: u64,
     pub end_ns: u64,
@@ -77,7 +77,7 @@ const CAUSES: usize = 13;
 pub const UNSEEN_WORK_NS: u64 = 1_000_000;
 
 /// Where the GPU's idle time inside steps went (JSON `idle_causes`).
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, schemars::JsonSchema)]
 pub struct IdleSummary {
     pub idle_in_steps_ns: u64,
     pub data_loading_ns: u64,

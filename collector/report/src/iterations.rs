@@ -14,7 +14,7 @@ use cuflight_trace::model::range_roles::{self, IterationKind};
 use serde::Serialize;
 
 /// How the kinds were told apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ToldBy {
     /// The engine's own names for its iterations.
@@ -23,7 +23,7 @@ pub enum ToldBy {
     Launches,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Iterations {
     pub told_by: ToldBy,
     /// One row per kind, most iterations first.
@@ -34,7 +34,7 @@ pub struct Iterations {
     pub not_attributed: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct KindRow {
     /// "prefill", "decode", "mixed", "other" (names); "graph replay", "graph replay + eager", "eager", "no
     /// kernels" (launches: whether the step replays a CUDA graph, launches kernels one by one, or both).
@@ -50,7 +50,7 @@ pub struct KindRow {
     pub graph_replays: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RequestStats {
     /// What the ranges are called ("request").
     pub name: String,

@@ -68,7 +68,7 @@ pub struct Options {
     pub filter: Option<cuflight_trace::model::filter::Filter>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ProcessReport {
     pub file: String,
     pub pid: u32,
@@ -137,7 +137,7 @@ pub struct ProcessReport {
     pub gpu_metrics: Vec<cuflight_analysis::stats::gpu_metrics::GpuMetricsRow>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Report {
     pub verdict: String,
     /// Every process's findings and the cross-rank ones, most costly first.

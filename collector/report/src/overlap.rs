@@ -13,7 +13,7 @@ use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct CommOverlap {
     /// Union of communication kernels' intervals.
     pub comm_ns: u64,

@@ -7,7 +7,7 @@ use cuflight_format::file::Drops;
 use cuflight_format::RawEvent;
 use serde::Serialize;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RunDevice {
     pub ordinal: u32,
     pub name: String,
@@ -18,7 +18,7 @@ pub struct RunDevice {
     pub multiprocessors: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RunSummary {
     pub command_line: Vec<String>,
     pub host: String,

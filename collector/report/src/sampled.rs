@@ -99,7 +99,7 @@ pub fn choose(
 }
 
 /// The report's section on a sampled trace.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Sampling {
     pub one_in: u64,
     /// What was sampled: "step", or "slice" (time slices, the program marking no steps); the `steps_*` fields

@@ -15,7 +15,7 @@ use serde::Serialize;
 const MAX_SOURCES: usize = 5;
 
 /// One line of the program behind a finding's calls.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct Source {
     pub file: String,
     pub line: u32,

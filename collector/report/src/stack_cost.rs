@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 /// The share of step time above which the report warns that stacks cost too much.
 pub const MAX_SHARE: f64 = 0.005;
 
-#[derive(Debug, Default, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Default, Clone, Copy, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct StackCost {
     /// Stacks read over the whole trace, and those read inside steps.
     pub stacks: u64,

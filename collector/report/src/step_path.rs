@@ -82,7 +82,7 @@ impl StepCapture {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Link {
     /// gpu (an op running), launch_wait (an op waiting for its launch call), stream_order (waiting past the end of
     /// the op before it in its stream: the GPU's queue), stream_wait (waiting for another stream's work through an
@@ -95,7 +95,7 @@ pub struct Link {
     pub duration_ns: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Share {
     pub what: String,
     pub ns: u64,
@@ -103,7 +103,7 @@ pub struct Share {
 }
 
 /// JSON `critical_path` of a process.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StepPath {
     pub step: String,
     pub step_ns: u64,

@@ -16,7 +16,7 @@ use super::spans::{clip, within, Span};
 use super::window::{HostRange, WindowView};
 use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepSource {
     Option,
@@ -26,7 +26,7 @@ pub enum StepSource {
     None,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StepRow {
     pub name: String,
     pub start_ns: u64,
@@ -51,7 +51,7 @@ pub struct StepRow {
 }
 
 /// A step's device counters: how many samples, and their mean shares of peak (percent).
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct StepCounters {
     pub samples: u64,
     pub sm_active_pct: Option<f64>,

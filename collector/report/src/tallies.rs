@@ -167,7 +167,7 @@ mod tests {
 }
 
 /// Kernel time of the analysed steps by kind of work ([`cuflight_trace::model::kernel_category`]).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct CategoryShare {
     pub category: &'static str,
     pub count: u64,

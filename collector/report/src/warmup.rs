@@ -61,7 +61,7 @@ impl Evidence {
 }
 
 /// One warm-up step and why it is one.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct WarmupStep {
     pub name: String,
     pub start_ns: u64,
@@ -74,7 +74,7 @@ pub struct WarmupStep {
 }
 
 /// The warm-up steps of a process (JSON `warmup`).
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct Warmup {
     pub steps: usize,
     pub ns: u64,
@@ -99,7 +99,7 @@ pub struct Warmup {
 }
 
 /// A step after the warm-up that ran kernels no earlier step ran, slowly (JSON `warmup.later`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FirstRun {
     pub name: String,
     pub start_ns: u64,

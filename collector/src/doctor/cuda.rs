@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The probe's answer, as it writes it (a copy of cupti-sys's `DriverProbe` that serde can carry).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema, Deserialize)]
 pub struct ProbeFacts {
     pub load_error: Option<String>,
     pub library: Option<String>,

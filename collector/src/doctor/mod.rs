@@ -13,9 +13,10 @@ use serde::Serialize;
 
 pub use cuda::probe_main;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
+    /// The check passed.
     Ok,
     /// Worth knowing; changes nothing a recording needs.
     Note,
@@ -39,18 +40,29 @@ impl Level {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Check {
+    /// The check's name; a failure of `record`, `attach` or `serve` names the check that says more.
+    #[schemars(schema_with = "check_names")]
     pub check: &'static str,
     pub result: Level,
+    /// What the check found, in words.
     pub found: String,
+    /// The one-line fix, when there is something to do.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
-struct Diagnosis {
+fn check_names(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "string", "enum": checks::ALL})
+}
+
+/// What `cuflight doctor --format json` prints.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct Diagnosis {
+    /// Whether `cuflight record` would work here (then the doctor exits 0): no check failed.
     record_would_work: bool,
+    /// Every check, in the order the doctor runs them.
     checks: Vec<Check>,
 }
 

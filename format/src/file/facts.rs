@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Records lost, by cause. Nothing is lost silently: every drop lands in one of these.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Drops {
     /// Events refused by a full ring (the collector drained too slowly).
     pub ring_full: u64,

@@ -5,7 +5,7 @@ use super::{DurationRow, MemcpyRow, MemsetRow};
 use cuflight_trace::model::kernel_category::{kernel_category, Category};
 use serde::Serialize;
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct CategoryRow {
     pub category: &'static str,
     pub count: u64,

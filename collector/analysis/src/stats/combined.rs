@@ -12,7 +12,7 @@ pub const KERNEL: &str = "CUDA_KERNEL";
 pub const MEMORY: &str = "MEMORY_OPER";
 pub const API: &str = "CUDA_API";
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct CombinedRow {
     pub category: &'static str,
     /// `percent` is of every row of the combined table.

@@ -16,7 +16,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// One row: a device, a category of kernels or a kernel name.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct GpuMetricsRow {
     /// "device", "category" or "kernel".
     pub level: &'static str,

@@ -40,7 +40,7 @@ impl LaunchTimes {
 }
 
 /// One (process, thread, device, launching call, kernel) group's launches.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct KernExecRow {
     pub pid: u32,
     pub tid: u32,
@@ -58,7 +58,7 @@ pub struct KernExecRow {
 }
 
 /// Average, median, least, most and sample standard deviation, in ns.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct Spread {
     pub avg_ns: u64,
     pub median_ns: u64,

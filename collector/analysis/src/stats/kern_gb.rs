@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 
 /// One kernel name and launch configuration: its time as a [`DurationRow`] (the JSON keys of `kernels`) with the
 /// grid and block beside them.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct KernGridRow {
     pub grid: [u32; 3],
     pub block: [u32; 3],

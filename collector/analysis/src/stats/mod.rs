@@ -21,6 +21,7 @@ pub mod python;
 mod render;
 mod reports;
 mod row_stream;
+pub mod schema;
 pub mod triton;
 
 use crate::table::Table;
@@ -32,7 +33,7 @@ pub use reports::{Choice, Report, Style};
 use serde::Serialize;
 
 /// Count and duration summary of one name.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct DurationRow {
     pub name: String,
     #[serde(flatten)]
@@ -43,7 +44,7 @@ pub struct DurationRow {
 
 /// Count and spread of a set of durations (ns): the figures every duration summary row holds, flattened into it in
 /// JSON (`count`, `total_ns`, `avg_ns`, `median_ns`, `min_ns`, `max_ns`, `stddev_ns`).
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct Durations {
     pub count: u64,
     pub total_ns: u64,
@@ -88,7 +89,7 @@ impl DurationRow {
 }
 
 /// Sizes of one kind of copy (or memset), as `nsys stats`' cuda_gpu_mem_size_sum.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct MemSizeRow {
     pub operation: String,
     pub count: u64,
@@ -100,7 +101,7 @@ pub struct MemSizeRow {
     pub stddev_bytes: u64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct NvtxRow {
     pub domain: String,
     pub name: String,
@@ -117,7 +118,7 @@ pub struct NvtxRow {
 
 /// An NVTX push/pop range projected onto the GPU (nsys's nvtx_gpu_proj_sum): from the start of the first GPU
 /// operation launched inside it to the end of the last; the statistics are of those projections.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct NvtxProjRow {
     pub domain: String,
     pub name: String,
@@ -137,7 +138,7 @@ pub struct NvtxProjRow {
 }
 
 /// Kernels launched inside an NVTX range, per (range, kernel) (nsys's nvtx_kern_sum).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct NvtxKernRow {
     pub domain: String,
     pub range: String,
@@ -146,7 +147,7 @@ pub struct NvtxKernRow {
     pub time: Durations,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct MemcpyRow {
     pub kind: String,
     /// Host side of the copy: pageable, pinned, managed; "device" when both sides are on the device.
@@ -158,7 +159,7 @@ pub struct MemcpyRow {
     pub async_count: u64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct MemsetRow {
     pub kind: String,
     pub count: u64,
@@ -166,7 +167,7 @@ pub struct MemsetRow {
     pub total_ns: u64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct MemoryUse {
     pub malloc_count: u64,
     pub free_count: u64,
@@ -176,21 +177,21 @@ pub struct MemoryUse {
 }
 
 /// Device memory at top level (as the JSON schema promises), pinned host memory beside it.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct MemoryStats {
     #[serde(flatten)]
     pub device: MemoryUse,
     pub pinned_host: MemoryUse,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct SyncRow {
     pub kind: String,
     pub count: u64,
     pub total_ns: u64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct ProcessRow {
     pub pid: u32,
     pub ppid: u32,
@@ -253,14 +254,14 @@ pub struct ProcessRow {
     pub world_size: u32,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct UnusedRow {
     pub class: String,
     pub skipped: u64,
     pub incomplete: u64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct DeviceRow {
     pub pid: u32,
     pub device: u32,
@@ -270,7 +271,7 @@ pub struct DeviceRow {
     pub multiprocessors: u64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct Stats {
     pub kernels: Vec<DurationRow>,
     /// Device time by kind of work (gemm, attention, ..., memcpy, memset), largest first.
@@ -320,7 +321,7 @@ pub struct Stats {
 }
 
 /// The calls of one API name that returned one error code.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct ApiErrorRow {
     pub pid: u32,
     pub api: String,
@@ -336,14 +337,14 @@ pub struct ApiErrorRow {
     pub last_ns: u64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct NotRecordedRow {
     /// "memory", "nvtx" or "memset".
     pub kind: String,
     pub why: String,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct GraphRow {
     pub pid: u32,
     pub graph_id: u64,
@@ -358,7 +359,7 @@ pub struct GraphRow {
     pub graph_level: bool,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, PartialOrd, Eq, Ord)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq, PartialOrd, Eq, Ord)]
 pub struct NvtxCategoryRow {
     pub domain: String,
     pub category: u64,

@@ -10,7 +10,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
 /// One source line's synchronising calls.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct PythonSyncRow {
     pub file: String,
     pub line: u32,

@@ -7,7 +7,7 @@
 use super::DurationRow;
 use serde::Serialize;
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct TritonRow {
     /// pointwise, reduction, persistent reduction, template, foreach.
     pub kind: &'static str,

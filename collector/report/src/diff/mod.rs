@@ -26,7 +26,7 @@ const STEP_CHANGE: f64 = 0.10;
 /// ... and by more than this (ns): noise on tiny kernels is no change.
 const MIN_STEP_CHANGE_NS: f64 = 1_000.0;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RunRow {
     pub file: String,
     pub pid: u32,
@@ -50,7 +50,7 @@ pub struct RunRow {
     pub filtered: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CategoryRow {
     pub category: &'static str,
     /// Per run: kernel time per step, and kernels per step.
@@ -58,14 +58,14 @@ pub struct CategoryRow {
     pub count_per_step: Vec<f64>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema)]
 pub struct KernelStat {
     pub count_per_step: f64,
     pub per_step_ns: u64,
     pub mean_ns: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct KernelDiffRow {
     /// The name as the first run that has it spells it.
     pub name: String,
@@ -77,7 +77,7 @@ pub struct KernelDiffRow {
     pub change: Vec<&'static str>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FindingDiffRow {
     pub kind: &'static str,
     /// Per run: the share of step time it costs (None: not found).
@@ -90,7 +90,7 @@ pub struct FindingDiffRow {
 }
 
 /// The device counters of a device or a kind of work in one run (`record --gpu-metrics`), percent of peak.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct CounterStat {
     pub sm_active_pct: Option<f64>,
     pub tensor_active_pct: Option<f64>,
@@ -98,7 +98,7 @@ pub struct CounterStat {
     pub bound: &'static str,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CounterDiffRow {
     /// "device" (all its samples) or "category" (the samples its kernels filled).
     pub level: &'static str,
@@ -107,7 +107,7 @@ pub struct CounterDiffRow {
     pub runs: Vec<Option<CounterStat>>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Diff {
     pub runs: Vec<RunRow>,
     pub categories: Vec<CategoryRow>,

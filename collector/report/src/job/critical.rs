@@ -12,7 +12,7 @@ use serde::Serialize;
 /// At most this many segments are kept (a step of thousands of collectives says the same in its largest).
 const MAX_SEGMENTS: usize = 512;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Segment {
     /// "work": one rank's time before it joined a collective (or after the last one); "collective": the
     /// collective running once all had joined.
@@ -32,7 +32,7 @@ pub struct Segment {
     pub gpu_work: Vec<(String, u64)>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CriticalPath {
     pub step: String,
     /// The step's span across ranks on the job's clock.

@@ -22,7 +22,7 @@ use serde::Serialize;
 const MIN_TOLERANCE_NS: i64 = 1_000_000;
 
 /// How the ranks' clocks were put on one.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Clocks {
     /// "one host": every rank on one host's clock; "aligned": hosts aligned on collectives; "realtime": hosts
     /// placed only by their REALTIME clocks (NTP, milliseconds of error), too coarse to compare arrivals.
@@ -138,7 +138,7 @@ pub fn plan(ctxs: &[Ctx], to_job: &[ToJob], clocks: Clocks) -> JobPlan {
 }
 
 /// The ranks side by side, in the report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct JobReport {
     pub clocks: Clocks,
     /// How arrivals were compared: "arrival" (starts on the common clock) or "duration".
@@ -158,7 +158,7 @@ pub struct JobReport {
     pub critical_path_missing: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RankRow {
     pub who: String,
     pub rank: Option<u32>,
@@ -191,7 +191,7 @@ pub struct RankRow {
 
 /// Rank × step: each rank's step durations and the time it waited for others in each step, by step name in
 /// the first rank's order.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct Heatmap {
     pub steps: Vec<String>,
     pub ranks: Vec<String>,

@@ -14,7 +14,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// How one host's clock was put on the reference's.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct HostShift {
     pub host: String,
     /// Added to this host's epoch times (after the REALTIME offset); 0 for the reference. The median over the

@@ -8,7 +8,7 @@
 use super::cuda_error_names::{DRIVER, RUNTIME};
 
 /// What a failed call means.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorClass {
     /// A device-side fault (an illegal address, a failed launch, a device assert, an uncorrectable ECC error):

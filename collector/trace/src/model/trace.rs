@@ -50,7 +50,7 @@ pub struct Process {
 }
 
 /// Events HTA takes for GPU ops, as it reads every event with a stream argument but -1 as one.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct NotGpuWork {
     /// Context synchronisations written with stream 4294967295 (Kineto writes CUPTI's "no stream" unsigned):
     /// host waits on no stream.

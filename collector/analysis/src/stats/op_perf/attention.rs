@@ -20,7 +20,7 @@ pub fn is_op(name: &str) -> bool {
 }
 
 /// An attention's problem: Q is (B, H_q, N_q, d_qk), K (B, H_kv, N_kv, d_qk), V (B, H_kv, N_kv, d_v).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Attention {
     pub batch: u64,
     pub n_q: u64,
@@ -97,7 +97,7 @@ impl Attention {
 }
 
 /// One (operator, shapes, types, arguments) group of attention calls.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct AttentionPerfRow {
     pub op: String,
     #[serde(flatten)]

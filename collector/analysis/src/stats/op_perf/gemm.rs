@@ -11,7 +11,7 @@ pub fn is_op(name: &str) -> bool {
 }
 
 /// A GEMM's problem, from its operator's shapes.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Gemm {
     pub batch: u64,
     pub m: u64,
@@ -68,7 +68,7 @@ impl Gemm {
 }
 
 /// One (operator, shapes, types) group of GEMM calls.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct GemmPerfRow {
     pub op: String,
     #[serde(flatten)]

@@ -85,7 +85,7 @@ pub fn element_bytes(dtype: &str) -> u64 {
 }
 
 /// What a group of calls achieved: FLOPs and bytes of one call, each call's GPU time.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct Achieved {
     pub count: u64,
     /// GPU time of the work the calls launched, in all and per call.
@@ -286,7 +286,7 @@ struct Group {
 
 /// A group's place on its GPU's roofline: its arithmetic intensity against the ridge (peak FLOP/s over peak
 /// bytes/s: below it a kernel can at best be memory-bound), and what it achieved of each peak.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct Roofline {
     /// The GPU (its datasheet's column) and the math the kernel ran (`bf16`, `tf32`, `fp32`, `fp8`).
     pub gpu: &'static str,
