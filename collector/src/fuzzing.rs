@@ -88,5 +88,6 @@ pub fn nsys(data: &[u8]) -> bool {
     drop(f);
     let ok = crate::import::nsys::import(&path).is_ok();
     let _ = std::fs::remove_file(&path);
+    // Nothing beside it: the importer opens it immutable (no -shm/-wal files whatever its header says).
     ok
 }

@@ -73,7 +73,7 @@ pub fn take(paths: &mut [&mut PathBuf]) -> Result<Exported> {
         }
         // Without nsys the path stays: the importer says which command makes it readable.
         let Some(nsys) = find_nsys() else { continue };
-        let dir = crate::stand_in::private_dir("nsys")?;
+        let dir = crate::private_dir::create("nsys")?;
         exported.dirs.push(dir.clone());
         let sqlite = dir.join("report.sqlite");
         eprintln!(

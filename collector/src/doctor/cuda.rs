@@ -3,11 +3,13 @@
 //! way `cuflight record` records a program.
 
 use super::{Check, Level};
+use crate::deadline::{wait_with_deadline, Ended};
+use crate::private_dir::PrivateDir;
 use cuflight_collector::capture::doctor_checks as checks;
 use cuflight_collector::capture::record::{self, Inject, RecordOptions, RecordSummary};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The probe's answer, as it writes it (a copy of cupti-sys's `DriverProbe` that serde can carry).
 #[derive(Clone, Debug, Default, Serialize, schemars::JsonSchema, Deserialize)]
@@ -44,24 +46,6 @@ pub fn probe_main(out: &Path) -> anyhow::Result<i32> {
 }
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A private scratch directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Result<Scratch, String> {
-        crate::stand_in::private_dir("doctor").map(Scratch).map_err(|e| format!("{e:#}"))
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 pub fn agent() -> (Check, Option<PathBuf>) {
     let Some(path) = record::find_agent() else {
@@ -128,7 +112,7 @@ fn machine_name(m: u16) -> String {
 
 /// Runs `cuflight doctor-probe` with nothing injected, and reads its answer.
 pub fn probe_driver() -> Result<ProbeFacts, String> {
-    let dir = Scratch::new()?;
+    let dir = PrivateDir::new("doctor").map_err(|e| format!("{e:#}"))?;
     let out = dir.path().join("probe.json");
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the cuflight binary: {e}"))?;
     let mut child = std::process::Command::new(exe)
@@ -139,18 +123,11 @@ pub fn probe_driver() -> Result<ProbeFacts, String> {
         .stdin(std::process::Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start the probe: {e}"))?;
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if start.elapsed() > PROBE_TIMEOUT + Duration::from_secs(5) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err("the driver did not answer within 60 s (the probe was stopped)".into());
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(format!("cannot wait for the probe: {e}")),
-        }
+    // The probe stops itself at PROBE_TIMEOUT; this is for a probe stuck where it cannot.
+    let status = match wait_with_deadline(&mut child, PROBE_TIMEOUT + Duration::from_secs(5), None) {
+        Ok(Ended::Exited(s) | Ended::Stopped(s)) => s,
+        Ok(Ended::Killed) => return Err("the driver did not answer within 60 s (the probe was stopped)".into()),
+        Err(e) => return Err(format!("cannot wait for the probe: {e}")),
     };
     read_facts(&out).ok_or_else(|| match status.code() {
         Some(124) => "the driver did not answer within 60 s (the probe stopped itself)".to_string(),
@@ -286,20 +263,14 @@ fn python_paths() -> Vec<PathBuf> {
         .stdout(std::process::Stdio::piped())
         .spawn();
     let Ok(mut child) = child else { return Vec::new() };
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(5) {
-        if let Ok(Some(_)) = child.try_wait() {
-            let mut text = String::new();
-            if let Some(mut out) = child.stdout.take() {
-                let _ = std::io::Read::read_to_string(&mut out, &mut text);
-            }
-            return text.lines().filter(|l| !l.is_empty()).map(PathBuf::from).collect();
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if !matches!(wait_with_deadline(&mut child, Duration::from_secs(5), None), Ok(Ended::Exited(_))) {
+        return Vec::new();
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    Vec::new()
+    let mut text = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = std::io::Read::read_to_string(&mut out, &mut text);
+    }
+    text.lines().filter(|l| !l.is_empty()).map(PathBuf::from).collect()
 }
 
 /// What a recording of the probe showed: the agent's status, the libcupti it loaded, whether the memset's
@@ -318,10 +289,10 @@ pub struct Recorded {
 /// Records `cuflight doctor-probe` as `cuflight record` records a program, with device counters asked for.
 pub fn record_probe(agent: &Path) -> Recorded {
     let mut r = Recorded::default();
-    let dir = match Scratch::new() {
+    let dir = match PrivateDir::new("doctor") {
         Ok(d) => d,
         Err(e) => {
-            r.error = Some(e);
+            r.error = Some(format!("{e:#}"));
             return r;
         }
     };

@@ -3,9 +3,11 @@
 //! server down, and a slow analysis can be stopped at its time limit.
 
 use super::{string_arg, Failure, McpOptions};
+use crate::deadline::{wait_with_deadline, Ended};
+use crate::private_dir::PrivateDir;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A tool's text is cut here (an assistant's context is finite): a stats table or a report of a long job fits.
 const MAX_TEXT: usize = 256 << 10;
@@ -140,9 +142,9 @@ fn bool_arg(args: &Value, key: &str) -> bool {
 /// Runs this cuflight with `args`; its standard output, or its last error line.
 pub fn run_cuflight(args: &[String], limit: Duration) -> Result<String, Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::Ran(format!("cannot find the cuflight binary: {e}")))?;
-    let dir = crate::stand_in::private_dir("mcp").map_err(|e| Failure::Ran(format!("{e:#}")))?;
-    let (out_path, err_path) = (dir.join("out"), dir.join("err"));
-    let result = (|| {
+    let dir = PrivateDir::new("mcp").map_err(|e| Failure::Ran(format!("{e:#}")))?;
+    let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
+    let ran = (|| {
         let mut child = std::process::Command::new(exe)
             .args(args)
             .stdin(std::process::Stdio::null())
@@ -150,17 +152,9 @@ pub fn run_cuflight(args: &[String], limit: Duration) -> Result<String, Failure>
             .stderr(std::fs::File::create(&err_path).map_err(|e| e.to_string())?)
             .spawn()
             .map_err(|e| format!("cannot run cuflight: {e}"))?;
-        let start = Instant::now();
-        let status = loop {
-            match child.try_wait().map_err(|e| e.to_string())? {
-                Some(s) => break s,
-                None if start.elapsed() > limit => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!("stopped after {} s", limit.as_secs()));
-                }
-                None => std::thread::sleep(Duration::from_millis(20)),
-            }
+        let status = match wait_with_deadline(&mut child, limit, None).map_err(|e| e.to_string())? {
+            Ended::Exited(s) | Ended::Stopped(s) => s,
+            Ended::Killed => return Err(format!("stopped after {} s", limit.as_secs())),
         };
         let err = std::fs::read_to_string(&err_path).unwrap_or_default();
         if !status.success() {
@@ -169,8 +163,7 @@ pub fn run_cuflight(args: &[String], limit: Duration) -> Result<String, Failure>
         }
         read_capped(&out_path)
     })();
-    let _ = std::fs::remove_dir_all(&dir);
-    result.map_err(Failure::Ran)
+    ran.map_err(Failure::Ran)
 }
 
 /// A file's text, at most MAX_TEXT and a bit (the caller cuts it with a note).

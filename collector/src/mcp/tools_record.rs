@@ -2,9 +2,11 @@
 //! (`cuflight attach`), or a command run under `cuflight record`, each bounded by `--max-seconds`.
 
 use super::{string_arg, Failure, McpOptions};
+use crate::deadline::{wait_with_deadline, Ended};
+use crate::private_dir::PrivateDir;
 use serde_json::Value;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Time beyond the window for arming (CUPTI's set-up), injecting and writing the trace.
 const GRACE: Duration = Duration::from_secs(60);
@@ -61,8 +63,8 @@ pub fn record_command(args: &Value, opts: &McpOptions) -> Result<String, Failure
 /// keeps the trace), then killed if it does not end within a grace period. Returns what it said and the path.
 fn run_recording(args: &[String], limit: Duration, path: &std::path::Path) -> Result<String, Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::Ran(format!("cannot find the cuflight binary: {e}")))?;
-    let dir = crate::stand_in::private_dir("mcp").map_err(|e| Failure::Ran(format!("{e:#}")))?;
-    let err_path = dir.join("err");
+    let dir = PrivateDir::new("mcp").map_err(|e| Failure::Ran(format!("{e:#}")))?;
+    let err_path = dir.path().join("err");
     let result = (|| {
         let mut child = std::process::Command::new(exe)
             .args(args)
@@ -71,21 +73,11 @@ fn run_recording(args: &[String], limit: Duration, path: &std::path::Path) -> Re
             .stderr(std::fs::File::create(&err_path).map_err(|e| e.to_string())?)
             .spawn()
             .map_err(|e| format!("cannot run cuflight: {e}"))?;
-        let start = Instant::now();
-        let mut stopped = false;
-        let status = loop {
-            if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
-                break s;
-            }
-            if !stopped && start.elapsed() > limit {
-                let _ = cuflight_format::channel::signal_process(child.id(), libc::SIGTERM);
-                stopped = true;
-            } else if start.elapsed() > limit + GRACE {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("did not stop within {} s of its limit", GRACE.as_secs()));
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        // At the limit it is asked to stop as `kill` would: record ends the program's run and keeps the trace.
+        let (status, stopped) = match wait_with_deadline(&mut child, limit, Some(GRACE)).map_err(|e| e.to_string())? {
+            Ended::Exited(s) => (s, false),
+            Ended::Stopped(s) => (s, true),
+            Ended::Killed => return Err(format!("did not stop within {} s of its limit", GRACE.as_secs())),
         };
         let said = std::fs::read_to_string(&err_path).unwrap_or_default();
         let said: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).rev().take(20).collect();
@@ -101,6 +93,5 @@ fn run_recording(args: &[String], limit: Duration, path: &std::path::Path) -> Re
             said.join("\n")
         ))
     })();
-    let _ = std::fs::remove_dir_all(&dir);
     result.map_err(Failure::Ran)
 }

@@ -113,6 +113,30 @@ fn gpu_event(r: &Row, kind: EventKind) -> RawEvent {
     ev
 }
 
+/// Opens the export without writing anything, beside it either: a read-only connection to a database whose header
+/// says WAL would still create its `-shm` and `-wal` files in the user's directory, so the file is opened
+/// `immutable` (no locks, no journal files) unless a `-wal` file already beside it holds pages SQLite must read.
+fn open_read_only(path: &Path) -> Result<Connection, String> {
+    use std::os::unix::ffi::OsStrExt;
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+        return Connection::open_with_flags(path, flags).map_err(|e| e.to_string());
+    }
+    // A URI names the file: every byte but the unreserved ones and '/' percent-encoded (RFC 3986).
+    let mut uri = String::from("file:");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI).map_err(|e| e.to_string())
+}
+
 /// Imports an Nsight Systems SQLite export, all in memory.
 pub fn import(path: &Path) -> Result<Trace, String> {
     import_with(path, false).map(|(t, _)| t)
@@ -125,8 +149,7 @@ pub fn import_spooled(path: &Path) -> Result<(Trace, Option<Spool>), String> {
 }
 
 fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), String> {
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .map_err(|e| e.to_string())?;
+    let conn = open_read_only(path)?;
     let tables: HashSet<String> = conn
         .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
         .and_then(|mut st| st.query_map([], |r| r.get::<_, String>(0))?.collect())
@@ -415,5 +438,39 @@ mod tests {
         assert_eq!(strip_version("cuModuleGetLoadingMode"), "cuModuleGetLoadingMode");
         assert_eq!(strip_version("my_vector"), "my_vector");
         assert_eq!((mem_kind(0), mem_kind(2), mem_kind(7)), (1, 3, 0));
+    }
+
+    #[test]
+    fn an_export_in_wal_mode_is_read_without_writing_beside_it() {
+        let dir = std::env::temp_dir().join(format!("cuflight-nsys-wal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A name a URI must encode.
+        let path = dir.join("run #1 ?100%.sqlite");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.pragma_update(None, "journal_mode", "wal").unwrap();
+            c.execute_batch(
+                "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT); INSERT INTO StringIds VALUES (1, 'k');
+                 CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, text TEXT);",
+            )
+            .unwrap();
+        }
+        let listed = || {
+            let mut names: Vec<String> =
+                std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+            names.sort();
+            names
+        };
+        assert_eq!(listed(), ["run #1 ?100%.sqlite"], "closing checkpoints the WAL away");
+        let mut header = [0u8; 20];
+        std::io::Read::read_exact(&mut std::fs::File::open(&path).unwrap(), &mut header).unwrap();
+        assert_eq!(header[18], 2, "the header still says WAL");
+        let conn = open_read_only(&path).unwrap();
+        let n: i64 = conn.query_row("SELECT COUNT(*) FROM StringIds", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 1);
+        drop(conn);
+        assert_eq!(listed(), ["run #1 ?100%.sqlite"], "no -shm or -wal left beside the user's file");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
