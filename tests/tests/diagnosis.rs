@@ -355,8 +355,12 @@ fn html_report_renders_in_headless_chromium() {
     let png = dir.join("report.png");
     let shot = Command::new(browser)
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1000,1400"])
-        // Its profile in the test's directory, not ~/.cache/chromium-headless; nothing fetched from the network.
+        // Its profile in the test's directory, not ~/.cache/chromium-headless; nothing fetched from the network;
+        // GLib's settings cache (~/.cache/dconf) and anything else it keeps under the user's home in there too.
         .arg(format!("--user-data-dir={}", dir.join("chromium-profile").display()))
+        .env("HOME", dir.join("chromium-home"))
+        .env("XDG_CACHE_HOME", dir.join("chromium-home/.cache"))
+        .env("XDG_CONFIG_HOME", dir.join("chromium-home/.config"))
         .args(["--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-sync"])
         .arg(format!("--screenshot={}", png.display()))
         .arg(format!("file://{}", html.display()))

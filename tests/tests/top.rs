@@ -61,6 +61,52 @@ fn top_shows_live_rates_and_quits_on_q() {
 }
 
 #[test]
+fn top_ends_cleanly_when_its_terminal_goes() {
+    // ssh dropped or the tmux pane killed: SIGHUP. top must end (a top left running keeps a core busy and attaches
+    // to every agent) and leave nothing behind (its scratch directory of windows).
+    if Command::new("tmux").arg("-V").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "tmux is missing (scripts/setup-tests installs it)");
+        skipped("no tmux");
+        return;
+    }
+    let dir = scratch("top-hup");
+    let prog = build_c("stepper", &dir);
+    let mut stepper = launch_dormant(&prog, &["4"]);
+    let mut line = String::new();
+    BufReader::new(stepper.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let session = format!("cuflight-top-hup-{}", std::process::id());
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    // exec: the pane's process is top itself.
+    let cmd =
+        format!("TMPDIR={} exec {} top --duty 500ms/1s {}", tmp.display(), cuflight_bin().display(), stepper.id());
+    tmux(&["new-session", "-d", "-s", &session, "-x", "80", "-y", "24", &cmd]);
+    let top: u32 = tmux(&["display-message", "-p", "-t", &session, "#{pane_pid}"]).trim().parse().unwrap();
+    let scratch_dir = tmp.join(format!("cuflight-serve-{top}"));
+    let started = Instant::now();
+    while !tmux(&["capture-pane", "-p", "-t", &session]).contains("CUPTI sessions: ")
+        && started.elapsed() < Duration::from_secs(20)
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(scratch_dir.is_dir(), "top's scratch directory {} while it runs", scratch_dir.display());
+    tmux(&["kill-session", "-t", &session]);
+    let hup = Instant::now();
+    let alive = || std::path::Path::new(&format!("/proc/{top}")).exists();
+    while alive() && hup.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let still = alive();
+    if still {
+        let _ = Command::new("kill").args(["-9", &top.to_string()]).status();
+    }
+    drop(stepper.stdin.take());
+    let _ = stepper.wait();
+    assert!(!still, "top still ran 10 s after its terminal went");
+    assert!(!scratch_dir.exists(), "top left {} behind", scratch_dir.display());
+}
+
+#[test]
 fn top_without_a_terminal_says_so() {
     let out = Command::new(cuflight_bin()).arg("top").stdin(Stdio::null()).output().unwrap();
     assert_eq!(out.status.code(), Some(1));

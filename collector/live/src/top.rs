@@ -55,10 +55,16 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<(), LiveError> {
     }
     let shared: Shared = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
+    let (sampler_done, sampler_ended) = std::sync::mpsc::channel::<()>();
     let sampler = {
         let (shared, stop) = (shared.clone(), stop.clone());
-        std::thread::spawn(move || serve::sample_loop(&pids, duty, &shared, &stop, None))
+        std::thread::spawn(move || {
+            let r = serve::sample_loop(&pids, duty, &shared, &stop, None);
+            let _ = sampler_done.send(());
+            r
+        })
     };
+    let signals = end_on_signals(stop.clone(), sampler_ended)?;
     let result = match ratatui::try_init() {
         Ok(mut terminal) => {
             let r = ui(&mut terminal, &shared);
@@ -67,9 +73,33 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<(), LiveError> {
         }
         Err(e) => Err(LiveError::Terminal(e)),
     };
+    signals.close();
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.join();
     result
+}
+
+/// The terminal going away (ssh dropped, the tmux pane killed: SIGHUP) or a kill (SIGTERM) ends top from a thread
+/// of its own: crossterm's read of a hung-up terminal does not return, so the interface's loop never sees it (a
+/// top whose terminal was gone kept running, a core busy, attached to every agent it could). The sampler is
+/// stopped (its window ends; the agents return to dormant; its scratch directory goes), then the process exits
+/// with 128 + the signal, as a shell reports a process a signal ended.
+fn end_on_signals(
+    stop: Arc<AtomicBool>,
+    sampler_ended: std::sync::mpsc::Receiver<()>,
+) -> Result<signal_hook::iterator::Handle, LiveError> {
+    use signal_hook::consts::{SIGHUP, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM]).map_err(LiveError::Terminal)?;
+    let handle = signals.handle();
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = sampler_ended.recv_timeout(Duration::from_secs(5));
+            ratatui::restore();
+            std::process::exit(128 + signal);
+        }
+    });
+    Ok(handle)
 }
 
 fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared) -> Result<(), LiveError> {
@@ -77,20 +107,7 @@ fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared) -> Result<(), Li
     let mut rates: Vec<Rates> = Vec::new();
     let (mut sort, mut table) = (Sort::Busy, TableState::default().with_selected(0));
     let mut next_refresh = Instant::now();
-    // The terminal going away (ssh dropped, the tmux pane killed: SIGHUP) or a kill ends top. The windows it takes
-    // register SIGHUP for themselves, which replaces its default action: without this flag a top whose terminal
-    // was gone kept running, a core busy polling the dead terminal, and attached to every agent it could.
-    // SIGHUP keeps its default action (the process ends; an agent in a window sees its collector go and returns to
-    // dormant by itself); SIGTERM ends top at the next turn of this loop.
-    let always = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    signal_hook::flag::register_conditional_default(signal_hook::consts::SIGHUP, always)
-        .map_err(LiveError::Terminal)?;
-    let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGTERM, gone.clone()).map_err(LiveError::Terminal)?;
     loop {
-        if gone.load(std::sync::atomic::Ordering::Relaxed) {
-            return Ok(());
-        }
         if Instant::now() >= next_refresh {
             let now = shared.lock().expect("metrics").clone();
             let mut next = Vec::new();
