@@ -7,8 +7,23 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// tmux on a server of these tests' own: its socket in the build's scratch directory, so the tests neither add
+/// sessions to the user's own tmux server nor leave /tmp/tmux-UID behind (a socket path over the 108 bytes a Unix
+/// socket allows, in a clone at a long path, falls back to a named server of this test binary's).
+fn tmux_command() -> Command {
+    let socket = profile_dir().join("test-scratch/tmux.sock");
+    let _ = std::fs::create_dir_all(profile_dir().join("test-scratch"));
+    let mut cmd = Command::new("tmux");
+    if socket.as_os_str().len() < 100 {
+        cmd.arg("-S").arg(socket);
+    } else {
+        cmd.args(["-L", &format!("cuflight-tests-{}", std::process::id())]);
+    }
+    cmd
+}
+
 fn tmux(args: &[&str]) -> String {
-    let out = Command::new("tmux").args(args).output().expect("tmux runs");
+    let out = tmux_command().args(args).output().expect("tmux runs");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -54,7 +69,7 @@ fn top_shows_live_rates_and_quits_on_q() {
     while !done.exists() && quit.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = Command::new("tmux").args(["kill-session", "-t", &session]).output();
+    let _ = tmux_command().args(["kill-session", "-t", &session]).output();
     drop(stepper.stdin.take());
     let _ = stepper.wait();
     assert_eq!(std::fs::read_to_string(&done).expect("top quit on q").trim(), "0");
