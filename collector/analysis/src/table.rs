@@ -112,6 +112,11 @@ pub struct Table {
 }
 
 impl Table {
+    /// The title above the table (with the report's name in brackets).
+    pub fn title(&self) -> &str {
+        &self.title
+    }
+
     pub fn new(title: impl Into<String>, headers: &[&'static str]) -> Table {
         Table::with_headers(title, headers.iter().map(|h| h.to_string()).collect())
     }

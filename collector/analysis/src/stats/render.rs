@@ -82,7 +82,7 @@ impl Stats {
     }
 
     /// `grouped`: NVTX names that differ only by numbers share a row (the terminal's view).
-    fn table(&self, report: Report, grouped: bool) -> Table {
+    pub(super) fn table(&self, report: Report, grouped: bool) -> Table {
         match report {
             Report::Kernels => durations("CUDA kernels (GPU time) [cuda_gpu_kern_sum]", &self.kernels),
             Report::Api => durations("CUDA API calls (host time) [cuda_api_sum]", &self.api),

@@ -13,11 +13,21 @@ pub fn json_schema() -> Value {
     // `--report` prints the tables it names (and with them `not_recorded`), so no key is always there.
     top.remove("required");
     let Some(properties) = top.get_mut("properties").and_then(Value::as_object_mut) else { return schema };
+    // Each table's description: its title on the terminal, and the name `--report` takes.
+    let empty = Stats::compute(&cuflight_trace::model::trace::Trace::default());
+    for report in Report::ALL {
+        let (name, key) = report.names();
+        if let Some(table) = properties.get_mut(key).and_then(Value::as_object_mut) {
+            let title = empty.table(report, false).title().to_string();
+            let own = table.get("description").and_then(Value::as_str).map(|d| format!(" {d}")).unwrap_or_default();
+            table.insert("description".into(), format!("{title}: `--report {name}`.{own}").into());
+        }
+    }
     let nvtx = properties.get("nvtx").cloned().unwrap_or(Value::Bool(true));
     for part in Report::PARTS {
         let (name, key) = part.names();
         let mut s = nvtx.clone();
-        s["description"] = format!("`--report {name}`: the rows of `nvtx` of that kind of range").into();
+        s["description"] = format!("`--report {name}` only: the rows of `nvtx` of that kind of range").into();
         properties.insert(key.into(), s);
     }
     for report in Report::EVENT_TRACES {
