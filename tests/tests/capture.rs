@@ -308,10 +308,16 @@ fn activity_bursts_larger_than_the_ring_are_not_dropped() {
     // so a collector starved of CPU for longer (the whole suite in parallel on two cores: once, 577 drops)
     // loses some of the burst; without backpressure half of every 2,000-record buffer would be lost.
     assert!(kept.iter().sum::<u64>() >= 11_000, "{kept:?}: backpressure kept too little of the burst");
-    // What keeping them cost is stated: the delivery thread's waits, in stats and in record's summary.
+    // What keeping them cost is stated: the delivery thread's waits, in stats and in record's summary. A collector
+    // on the other core can drain the ring as fast as the delivery thread fills it (seen once in a clean-clone CI
+    // run: 48,083 events, nothing held, nothing dropped); then nothing waited, and nothing may be missing either.
     let held = s["processes"][0]["delivery_held_ns"].as_u64().unwrap();
-    assert!(held > 0, "{}", s["processes"][0]);
-    assert!(r.stderr().contains("to lose nothing the agent held"), "{}", r.stderr());
+    let said = r.stderr().contains("to lose nothing the agent held");
+    if held > 0 {
+        assert!(said, "{}", r.stderr());
+    } else {
+        assert!(!said && dropped == 0 && missing == 0, "nothing held, yet {missing} missing: {}", s["processes"][0]);
+    }
 }
 
 #[test]
