@@ -27,23 +27,42 @@ fn tmux(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Whether tmux is here (CI must have it); says the test skipped otherwise.
+fn have_tmux() -> bool {
+    if Command::new("tmux").arg("-V").output().is_ok() {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "tmux is missing (scripts/setup-tests installs it)");
+    skipped("no tmux");
+    false
+}
+
+/// tests/c/stepper.c built into `dir` and started with a dormant agent, once it said it is ready.
+fn dormant_stepper(dir: &std::path::Path, args: &[&str]) -> std::process::Child {
+    let prog = build_c("stepper", dir);
+    let mut stepper = launch_dormant(&prog, args);
+    let mut line = String::new();
+    BufReader::new(stepper.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    stepper
+}
+
+/// A detached 80x24 session `name` of the tests' tmux server running `cmd`.
+fn tmux_session(name: &str, cmd: &str) {
+    tmux(&["new-session", "-d", "-s", name, "-x", "80", "-y", "24", cmd]);
+}
+
 #[test]
 fn top_shows_live_rates_and_quits_on_q() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        assert!(std::env::var_os("CI").is_none(), "tmux is missing (scripts/setup-tests installs it)");
-        skipped("no tmux");
+    if !have_tmux() {
         return;
     }
     let dir = scratch("top");
-    let prog = build_c("stepper", &dir);
-    let mut stepper = launch_dormant(&prog, &["4", "oom"]);
-    let mut line = String::new();
-    BufReader::new(stepper.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let mut stepper = dormant_stepper(&dir, &["4", "oom"]);
     let pid = stepper.id();
     let session = format!("cuflight-top-{}", std::process::id());
     let done = dir.join("top-exited");
     let cmd = format!("{} top --duty 500ms/1s {pid}; echo $? > {}", cuflight_bin().display(), done.display());
-    tmux(&["new-session", "-d", "-s", &session, "-x", "80", "-y", "24", &cmd]);
+    tmux_session(&session, &cmd);
     // Wait for a row with a launch rate (windows of 500 ms, a refresh a second).
     let started = Instant::now();
     let (mut screen, mut live) = (String::new(), false);
@@ -79,23 +98,18 @@ fn top_shows_live_rates_and_quits_on_q() {
 fn top_ends_cleanly_when_its_terminal_goes() {
     // ssh dropped or the tmux pane killed: SIGHUP. top must end (a top left running keeps a core busy and attaches
     // to every agent) and leave nothing behind (its scratch directory of windows).
-    if Command::new("tmux").arg("-V").output().is_err() {
-        assert!(std::env::var_os("CI").is_none(), "tmux is missing (scripts/setup-tests installs it)");
-        skipped("no tmux");
+    if !have_tmux() {
         return;
     }
     let dir = scratch("top-hup");
-    let prog = build_c("stepper", &dir);
-    let mut stepper = launch_dormant(&prog, &["4"]);
-    let mut line = String::new();
-    BufReader::new(stepper.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let mut stepper = dormant_stepper(&dir, &["4"]);
     let session = format!("cuflight-top-hup-{}", std::process::id());
     let tmp = dir.join("tmp");
     std::fs::create_dir_all(&tmp).unwrap();
     // exec: the pane's process is top itself.
     let cmd =
         format!("TMPDIR={} exec {} top --duty 500ms/1s {}", tmp.display(), cuflight_bin().display(), stepper.id());
-    tmux(&["new-session", "-d", "-s", &session, "-x", "80", "-y", "24", &cmd]);
+    tmux_session(&session, &cmd);
     let top: u32 = tmux(&["display-message", "-p", "-t", &session, "#{pane_pid}"]).trim().parse().unwrap();
     let scratch_dir = tmp.join(format!("cuflight-serve-{top}"));
     let started = Instant::now();
