@@ -70,9 +70,13 @@ pub struct Options {
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ProcessReport {
+    /// The trace file the process came from.
     pub file: String,
+    /// In the recorded process's pid namespace.
     pub pid: u32,
+    /// Its rank in a distributed job (RANK, or the trace's own), null outside one.
     pub rank: Option<u32>,
+    /// Its command line.
     pub command: String,
     /// "rank R (local L) pid P", or "pid P".
     pub who: String,
@@ -82,23 +86,31 @@ pub struct ProcessReport {
     pub worker_of: Option<u32>,
     /// The run: command line, host, devices, versions, timeline span, drops.
     pub run: run::RunSummary,
+    /// The GPU's time from its first op to its last as HTA splits it: idle, compute, and non-compute (copies,
+    /// memsets, communication).
     pub breakdown: breakdown::Breakdown,
+    /// The idle part of `breakdown` by what the GPU waited for: the host to queue work, back-to-back launches, or
+    /// other (summed over streams).
     pub idle_breakdown: breakdown::IdleSplit,
     /// GPU idle time inside the steps, and the part of it no cause explains (also in `idle_causes`).
     pub idle_in_steps_ns: u64,
     /// The time the findings cover: the steps' windows, or without steps the one window of the whole trace.
     pub covered_ns: u64,
+    /// The part of `idle_in_steps_ns` no cause explains.
     pub idle_unexplained_ns: u64,
     /// cuflight's attribution of the idle time inside steps (see [`idle`]).
     pub idle_causes: idle::IdleSummary,
     /// HTA's communication/computation overlap.
     pub comm_overlap: overlap::CommOverlap,
+    /// Where the steps came from: `option` (`--step NAME`), `profiler_step` (torch.profiler's `ProfilerStep#N`),
+    /// `nvtx` (step-like NVTX ranges), `pattern` (the repeating pattern of kernel launches), or `none`.
     pub step_source: StepSource,
     /// What `--filter-nvtx`/`--filter-time` kept: "the 1 of 600 steps that start inside 'ProfilerStep#552' ...".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub filtered: Option<String>,
     /// The leading steps that were warm-up: left out of `steps` and everything below unless `included`.
     pub warmup: warmup::Warmup,
+    /// Each analysed step, in order.
     pub steps: Vec<StepRow>,
     /// A trace recorded with `record --sample 1/N`: the recorded steps against every step run.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -109,12 +121,14 @@ pub struct ProcessReport {
     /// annotated requests; absent where steps are not told apart that way ([`iterations`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub iterations: Option<iterations::Iterations>,
+    /// This process's findings, most costly first (also in the report's `findings`).
     pub findings: Vec<Finding>,
     /// The chain of GPU and host work that sets a typical step's time, across streams.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub critical_path: Option<step_path::StepPath>,
     /// Kernel time of the analysed steps by kind of work (gemm, attention, ...), largest first.
     pub categories: Vec<tallies::CategoryShare>,
+    /// The kernels with the most time in the analysed steps, most first.
     pub top_kernels: Vec<KernelRow>,
     /// Every kernel of the analysed steps by name, most time first (for `cuflight diff`; JSON has the top ones).
     #[serde(skip)]
@@ -123,6 +137,7 @@ pub struct ProcessReport {
     pub utilization_over_time: Vec<f64>,
     /// ... that span: first GPU op start, last GPU op end.
     pub utilization_span_ns: Option<(u64, u64)>,
+    /// What the reader should know about the trace itself: cut short, records lost, steps left out, ...
     pub warnings: Vec<String>,
     /// CUDA calls that returned an error: failures first, then expected answers such as "not ready" from a query
     /// (absent where none did, or where the trace holds no return codes: torch.profiler's).
@@ -139,9 +154,11 @@ pub struct ProcessReport {
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Report {
+    /// One paragraph: what bounds the run, its most costly finding, and a failure where the run had one.
     pub verdict: String,
     /// Every process's findings and the cross-rank ones, most costly first.
     pub findings: Vec<Finding>,
+    /// Each process with GPU work, in trace order: its run, steps, breakdowns and findings.
     pub processes: Vec<ProcessReport>,
     /// With several ranks: the ranks side by side, on one clock.
     #[serde(skip_serializing_if = "Option::is_none")]
