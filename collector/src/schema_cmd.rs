@@ -33,3 +33,41 @@ pub fn schema(of: SchemaOf) -> Value {
     .into();
     schema
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    /// The paths of the members that have no description, so that the reference documents every JSON field (a
+    /// new member without a doc comment fails here, not in a reader's guesswork).
+    fn undescribed(node: &Value, at: &str, out: &mut Vec<String>) {
+        match node {
+            Value::Object(map) => {
+                if let Some(Value::Object(members)) = map.get("properties") {
+                    for (name, member) in members {
+                        if member.get("description").is_none() {
+                            out.push(format!("{at}.{name}"));
+                        }
+                    }
+                }
+                for (key, value) in map {
+                    let at = if key == "properties" { at.to_string() } else { format!("{at}/{key}") };
+                    undescribed(value, &at, out);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|item| undescribed(item, at, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_member_of_every_schema_is_described() {
+        let mut missing = Vec::new();
+        for of in SchemaOf::value_variants() {
+            let name = of.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
+            undescribed(&schema(*of), &name, &mut missing);
+        }
+        assert!(missing.is_empty(), "{} members without a description:\n{}", missing.len(), missing.join("\n"));
+    }
+}

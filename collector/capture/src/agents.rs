@@ -11,7 +11,9 @@ use std::path::Path;
 pub struct AgentRow {
     /// In this process's pid namespace.
     pub pid: u32,
+    /// The user the process runs as (and the agent's control channel belongs to).
     pub uid: u32,
+    /// dormant, recording, flight recorder; with `--all`, "no agent" for a CUDA process without one.
     pub state: &'static str,
     /// When the agent entered its state (Unix time, ns).
     pub since_unix_ns: u64,
@@ -21,6 +23,7 @@ pub struct AgentRow {
     pub cupti_version: u32,
     /// CUPTI sessions the agent set up so far (recording, attach windows); 0 from agents older than the count.
     pub cupti_sessions: u32,
+    /// The process's command line (`/proc/PID/cmdline`, arguments joined by spaces).
     pub command: String,
 }
 

@@ -31,8 +31,11 @@ use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Breakdown {
+    /// The span minus the union of every GPU op's interval: no GPU work running (HTA's idle time).
     pub idle_ns: u64,
+    /// The union of compute kernels' intervals (not communication, copies or memsets).
     pub compute_ns: u64,
+    /// The span minus idle and compute: communication, copies and other GPU work that no compute kernel overlapped.
     pub non_compute_ns: u64,
     /// First GPU op start to last GPU op end (HTA's `kernel_time`).
     pub span_ns: u64,
@@ -124,8 +127,12 @@ impl OnlineMerge {
 /// another stream). Summed over streams, so it can exceed the breakdown's idle time on multi-stream ranks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct IdleSplit {
+    /// Gaps before an op whose launch call began after the previous op on its stream ended: the host had not queued it
+    /// yet.
     pub host_wait_ns: i64,
+    /// Other gaps shorter than 30 µs: back-to-back launch overhead.
     pub kernel_wait_ns: i64,
+    /// The remaining gaps (e.g. waiting on another stream).
     pub other_ns: i64,
 }
 

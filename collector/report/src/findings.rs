@@ -34,29 +34,43 @@ impl Severity {
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StepCost {
+    /// The step's index among the analysed steps, from 0.
     pub step: usize,
+    /// The step's name.
     pub name: String,
+    /// What the finding cost in that step.
     pub lost_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CallRow {
+    /// The CUDA call's name.
     pub name: String,
+    /// Calls blamed.
     pub count: u64,
+    /// Their time: the calls' own durations, or the idle time they caused where the finding measures that.
     pub total_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct KernelRow {
+    /// The kernel's name.
     pub name: String,
+    /// Calls of it in the analysed window.
     pub count: u64,
+    /// Their device time, summed.
     pub total_ns: u64,
+    /// Device time a call.
     pub mean_ns: u64,
     /// Share of all kernel time in the analysed window.
     pub share_of_kernel_time: f64,
+    /// Its grid's blocks in x, y, z (of its first launch in the window).
     pub grid: [u32; 3],
+    /// Its block's threads in x, y, z.
     pub block: [u32; 3],
+    /// Registers a thread.
     pub registers_per_thread: u32,
+    /// Shared memory a block, static and dynamic.
     pub shared_memory_bytes: u32,
     /// Theoretical occupancy (resident warps / maximum) from block size, registers and shared memory.
     pub occupancy: Option<f64>,
@@ -64,31 +78,46 @@ pub struct KernelRow {
 
 #[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct Evidence {
+    /// What was measured, in sentences.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub facts: Vec<String>,
+    /// The steps that lost the most, worst first (at most 5).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepCost>,
+    /// The longest stretches behind the finding, with where they are on the timeline (at most 5).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub examples: Vec<Example>,
+    /// The kernels the finding is about.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kernels: Vec<KernelRow>,
+    /// The CUDA calls blamed, by name, most costly first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub api_calls: Vec<CallRow>,
+    /// The finding's figures by name (ratios, counts, ns), for tools that compare them.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<&'static str, f64>,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Finding {
+    /// What was found (data_loading, sync_stall, launch_bound, ...; docs/report.md lists every kind).
     pub kind: &'static str,
+    /// info, low, medium or high: from the share of step time lost (medium from 5%, high from 20%) or, for a finding
+    /// that costs no time, what it puts at risk.
     pub severity: Severity,
+    /// The step time the finding costs in the analysed steps, summed: what fixing it could win back.
     pub time_lost_ns: u64,
     /// time_lost_ns as a fraction of step time (of the traced span when there are no steps).
     pub share: f64,
+    /// The process it was found in.
     pub pid: u32,
+    /// That process's distributed rank, when known.
     pub rank: Option<u32>,
+    /// The finding in one sentence, with its figures.
     pub summary: String,
+    /// What it rests on.
     pub evidence: Evidence,
+    /// What to try, for this kind of program.
     pub fix: String,
     /// The Python lines behind the calls this finding blames, most costly first (recorded Python stacks).
     #[serde(skip_serializing_if = "Vec::is_empty")]

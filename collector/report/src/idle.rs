@@ -32,10 +32,15 @@ use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Example {
+    /// Its start on the trace's clock (subtract `run.trace_start_ns` for the time on the timeline).
     pub start_ns: u64,
+    /// Its end on the same clock.
     pub end_ns: u64,
+    /// Its length.
     pub duration_ns: u64,
+    /// The analysed step it lies in (index from 0), when it lies in one.
     pub step: Option<usize>,
+    /// What happened there, in words.
     pub what: String,
 }
 
@@ -79,11 +84,19 @@ pub const UNSEEN_WORK_NS: u64 = 1_000_000;
 /// Where the GPU's idle time inside steps went (JSON `idle_causes`).
 #[derive(Debug, Clone, Copy, Default, Serialize, schemars::JsonSchema)]
 pub struct IdleSummary {
+    /// GPU idle time inside the analysed steps, in all; the rest of the members split it by cause.
     pub idle_in_steps_ns: u64,
+    /// ... while the host loaded data: inside a data-loading annotation, or from the step's start to its first CUDA
+    /// call.
     pub data_loading_ns: u64,
+    /// ... while the host was in a synchronising call, or working after one drained the queue.
     pub sync_stall_ns: u64,
+    /// ... on per-op overhead: the next op queued under 30 µs before, the host in a launch call, or host work of up
+    /// to 100 µs at a time between launches (Python, dispatch).
     pub launch_bound_ns: u64,
+    /// ... while the host did its own work for longer than 100 µs at a time before the next launch.
     pub cpu_bound_ns: u64,
+    /// ... while the host was in cudaMalloc or cudaFree, or working after a cudaFree.
     pub allocator_churn_ns: u64,
     /// Work was queued but waited (the four below).
     pub device_wait_ns: u64,

@@ -25,9 +25,12 @@ pub enum ToldBy {
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Iterations {
+    /// How iterations were told apart: "names" (the engine's own names) or "launches" (whether a step replays a CUDA
+    /// graph).
     pub told_by: ToldBy,
     /// One row per kind, most iterations first.
     pub kinds: Vec<KindRow>,
+    /// Request latencies, where the program marked its requests with ranges.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requests: Option<RequestStats>,
     /// What the report could not attribute, in words (engine's names missing, requests not annotated...).
@@ -39,14 +42,21 @@ pub struct KindRow {
     /// "prefill", "decode", "mixed", "other" (names); "graph replay", "graph replay + eager", "eager", "no
     /// kernels" (launches: whether the step replays a CUDA graph, launches kernels one by one, or both).
     pub kind: String,
+    /// Iterations of the kind.
     pub count: u64,
+    /// Their durations, summed.
     pub time_ns: u64,
+    /// The median iteration's duration.
     pub p50_ns: u64,
+    /// The 99th percentile of their durations.
     pub p99_ns: u64,
     /// Kernel, memcpy and memset time in the kind's windows, and the rest of them.
     pub gpu_busy_ns: u64,
+    /// The rest of their windows: no GPU work.
     pub idle_ns: u64,
+    /// Kernels that started in them.
     pub kernels: u64,
+    /// CUDA graph replays that started in them.
     pub graph_replays: u64,
 }
 
@@ -56,11 +66,15 @@ pub struct RequestStats {
     pub name: String,
     /// Requests whose range ended in the trace (the ones below describe), and those still open at its end.
     pub ended: u64,
+    /// Requests whose range was still open when the trace ended.
     pub open_at_end: u64,
+    /// The median request's latency (its range's duration).
     pub latency_p50_ns: u64,
+    /// The 99th percentile of request latency.
     pub latency_p99_ns: u64,
     /// Of the analysed iterations: how many each request was in flight for (median), and their kernels.
     pub iterations_p50: u64,
+    /// Kernels that started in those iterations, for the median request.
     pub kernels_p50: u64,
     /// Each iteration's GPU busy time split evenly among the requests in flight in it, summed per request (mean).
     pub gpu_share_mean_ns: u64,

@@ -9,24 +9,31 @@ use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RunDevice {
+    /// The CUDA device ordinal.
     pub ordinal: u32,
+    /// The device's name.
     pub name: String,
     /// 0 when the trace did not say.
     pub memory_bytes: u64,
     /// "9.0"; "?" when the trace did not say.
     pub compute_capability: String,
+    /// Its streaming multiprocessors (0 when the trace did not say).
     pub multiprocessors: u64,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RunSummary {
+    /// The program and its arguments.
     pub command_line: Vec<String>,
+    /// The host it ran on.
     pub host: String,
     /// Wall-clock start of the recording (CLOCK_REALTIME ns; 0 for imports that do not say).
     pub started_realtime_ns: u64,
     /// The file's timeline: first start and last end of what the Perfetto export draws, over all its processes.
     pub trace_start_ns: u64,
+    /// The timeline's last end.
     pub trace_end_ns: u64,
+    /// The devices the process saw.
     pub devices: Vec<RunDevice>,
     /// Ordinals of the devices this process's GPU work ran on.
     pub used_devices: Vec<u32>,
@@ -36,11 +43,13 @@ pub struct RunSummary {
     pub cuda_runtime_version: u32,
     /// `cuptiGetVersion`, 0 unknown.
     pub cupti_version: u32,
+    /// Records lost by cause (each counted once, in one cause).
     pub drops: Drops,
     /// Records lost, every cause once (drops and refused events; not the calls in flight at arming).
     pub dropped_total: u64,
     /// Calls the agent left out (in flight when it was armed) and events the reader refused (impossible times).
     pub unseen_begin: u64,
+    /// Events the reader refused (impossible times).
     pub refused: u64,
     /// The agent flushed and finished (false: the process died abruptly and its last device records are missing).
     pub finished: bool,

@@ -101,22 +101,29 @@ pub fn choose(
 /// The report's section on a sampled trace.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Sampling {
+    /// N of `record --sample 1/N`.
     pub one_in: u64,
     /// What was sampled: "step", or "slice" (time slices, the program marking no steps); the `steps_*` fields
     /// count those.
     pub unit: &'static str,
     /// The longest span recorded (ms): a slice's length (a second unless `CUFLIGHT_SAMPLE_SLICE_MS` said).
     pub longest_ms: f64,
+    /// Steps (or slices) the run made, recorded or not.
     pub steps_run: u64,
+    /// Those recorded whole.
     pub steps_recorded: u64,
+    /// Those analysed: recorded and not warm-up.
     pub steps_analysed: u64,
+    /// Recorded steps left out as warm-up.
     pub warmup_left_out: u64,
     /// Mean step time of every step the run made, and of the steps analysed (ms).
     pub step_ms_all: f64,
+    /// Mean time of the steps analysed (ms).
     pub step_ms_analysed: f64,
     /// Kernel time per analysed step (ms): mean and the half-width of its 95% confidence interval (0 with one
     /// step: unknown).
     pub kernel_ms_per_step: f64,
+    /// The half-width of the 95% confidence interval of `kernel_ms_per_step` (0 with one step: unknown).
     pub kernel_ms_ci95: f64,
     /// Kernel time of the whole run, extrapolated: per step times the steps run (s).
     pub kernel_s_run: f64,

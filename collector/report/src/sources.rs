@@ -17,8 +17,11 @@ const MAX_SOURCES: usize = 5;
 /// One line of the program behind a finding's calls.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct Source {
+    /// The Python source file (as the interpreter names it).
     pub file: String,
+    /// The line.
     pub line: u32,
+    /// The function it is in.
     pub function: String,
     /// Calls blamed on this line (for launches: the sampled ones).
     pub count: u64,

@@ -19,14 +19,17 @@ pub const MAX_SHARE: f64 = 0.005;
 pub struct StackCost {
     /// Stacks read over the whole trace, and those read inside steps.
     pub stacks: u64,
+    /// Stacks read inside steps.
     pub in_steps: u64,
     /// ns the program spent reading the stacks inside steps (0 from an agent that did not time its reads).
     pub in_steps_ns: u64,
     /// That per step, and as a share of the steps' time.
     pub per_step_ns: u64,
+    /// `per_step_ns` as a share of step time, 0 to 1.
     pub share_of_steps: f64,
     /// The part of those reads during which the GPU was idle (see the module docs), and its share of step time.
     pub exposed_ns: u64,
+    /// `exposed_ns` as a share of step time, 0 to 1.
     pub exposed_share_of_steps: f64,
 }
 

@@ -90,22 +90,30 @@ pub struct Link {
     /// (the launching thread's own work), sync_return (a synchronising call returning), poll_wait (the host polling an
     /// event past the end of the GPU work before it).
     pub kind: &'static str,
+    /// The op, the call or the wait, in words.
     pub what: String,
+    /// Its start on the trace's clock.
     pub start_ns: u64,
+    /// Its length.
     pub duration_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Share {
+    /// What the time was: a kernel category, host work or a kind of wait.
     pub what: String,
+    /// Its time on the path.
     pub ns: u64,
+    /// Its share of the path's time, 0 to 1.
     pub share: f64,
 }
 
 /// JSON `critical_path` of a process.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StepPath {
+    /// The step the path is through (the analysed step of median duration).
     pub step: String,
+    /// The step's duration.
     pub step_ns: u64,
     /// The links' total (the step's time from the path's first link to the step's end).
     pub path_ns: u64,
@@ -113,6 +121,7 @@ pub struct StepPath {
     pub by_kind: Vec<Share>,
     /// The longest links (shortening one saves up to its length).
     pub longest: Vec<Link>,
+    /// Links on the whole path (`longest` lists some of them).
     pub links: usize,
 }
 

@@ -28,22 +28,36 @@ pub enum StepSource {
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StepRow {
+    /// The step's name (ProfilerStep#12, the NVTX range's, or "step N (pattern)" for a repeating launch pattern).
     pub name: String,
+    /// Its window's start on the trace's clock.
     pub start_ns: u64,
+    /// Its window: from its host start to its host end or the end of the last GPU op launched in it, whichever is
+    /// later.
     pub duration_ns: u64,
+    /// Window time with a kernel running.
     pub kernel_ns: u64,
+    /// ... else with a copy running.
     pub memcpy_ns: u64,
+    /// ... else with a memset running.
     pub memset_ns: u64,
+    /// ... else with a thread in a CUDA call.
     pub runtime_ns: u64,
+    /// ... else loading data (DataLoader ranges).
     pub dataloader_ns: u64,
+    /// ... else in other host work the trace shows (operators, NVTX ranges).
     pub cpu_exec_ns: u64,
+    /// The rest of the window.
     pub other_ns: u64,
+    /// The kernel-busy share of the window, 0 to 1.
     pub gpu_utilization: f64,
     /// Kernels that start in the window, those of them launched one by one (not by a graph launch), and the CUDA
     /// graph replays whose first node starts in it: a serving engine's decode replays graphs, its prefill runs
     /// eagerly ([`super::iterations`]).
     pub kernels: u64,
+    /// Those launched one by one (not by a graph launch).
     pub eager_kernels: u64,
+    /// CUDA graph replays whose first node starts in it.
     pub graph_replays: u64,
     /// The device counters of the samples that start in the step (`record --gpu-metrics`; absent without).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -53,9 +67,13 @@ pub struct StepRow {
 /// A step's device counters: how many samples, and their mean shares of peak (percent).
 #[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct StepCounters {
+    /// Counter samples that start in the step.
     pub samples: u64,
+    /// Mean SM activity, percent of peak.
     pub sm_active_pct: Option<f64>,
+    /// Mean Tensor Core activity, percent of peak.
     pub tensor_active_pct: Option<f64>,
+    /// Mean DRAM throughput (reads and writes), percent of peak.
     pub dram_pct: Option<f64>,
 }
 

@@ -169,8 +169,11 @@ mod tests {
 /// Kernel time of the analysed steps by kind of work ([`cuflight_trace::model::kernel_category`]).
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct CategoryShare {
+    /// The kernel category (gemm, attention, communication, ...).
     pub category: &'static str,
+    /// Its kernels in the analysed steps.
     pub count: u64,
+    /// Their device time, summed.
     pub total_ns: u64,
     /// Of all kernel time in the analysed steps.
     pub share_of_kernel_time: f64,

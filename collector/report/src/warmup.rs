@@ -63,20 +63,26 @@ impl Evidence {
 /// One warm-up step and why it is one.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct WarmupStep {
+    /// The step's name.
     pub name: String,
+    /// Its start on the trace's clock.
     pub start_ns: u64,
+    /// Its duration.
     pub duration_ns: u64,
     /// Its time over the steady steps' median.
     pub slowdown: f64,
     /// Kernels (distinct names) it ran that no steady step runs.
     pub kernels_only_here: usize,
+    /// Device allocation calls it made.
     pub alloc_calls: usize,
 }
 
 /// The warm-up steps of a process (JSON `warmup`).
 #[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct Warmup {
+    /// The first steps judged warm-up (first-time kernels, allocations, or a time no later step takes).
     pub steps: usize,
+    /// Their time, summed.
     pub ns: u64,
     /// Whether they are analysed with the rest (`--include-warmup`).
     pub included: bool,
@@ -85,6 +91,7 @@ pub struct Warmup {
     pub filtered: bool,
     /// Median time of the steady steps the rules compare against.
     pub steady_step_ns: u64,
+    /// Each warm-up step and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub detail: Vec<WarmupStep>,
     /// Up to five kernels that ran only in warm-up, the longest-lived first (ids into the process's strings).
@@ -101,8 +108,11 @@ pub struct Warmup {
 /// A step after the warm-up that ran kernels no earlier step ran, slowly (JSON `warmup.later`).
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FirstRun {
+    /// The step's name.
     pub name: String,
+    /// Its start on the trace's clock.
     pub start_ns: u64,
+    /// Its duration.
     pub duration_ns: u64,
     /// Its time over the steady steps' median.
     pub cost_ns: u64,

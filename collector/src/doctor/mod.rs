@@ -45,6 +45,7 @@ pub struct Check {
     /// The check's name; a failure of `record`, `attach` or `serve` names the check that says more.
     #[schemars(schema_with = "check_names")]
     pub check: &'static str,
+    /// ok, note, warn, fail, or skipped (not tried: an earlier check failed).
     pub result: Level,
     /// What the check found, in words.
     pub found: String,

@@ -7,8 +7,12 @@ use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct CategoryRow {
+    /// The kind of work: gemm, attention, convolution, normalization, softmax, elementwise, reduction, optimizer,
+    /// communication, copy (copy kernels), other; memcpy and memset for the copies and memsets.
     pub category: &'static str,
+    /// Kernels (or copies, memsets) of the kind.
     pub count: u64,
+    /// Their device time, summed.
     pub total_ns: u64,
     /// Of all device time in the table.
     pub percent: f64,

@@ -14,6 +14,7 @@ pub const API: &str = "CUDA_API";
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct CombinedRow {
+    /// CUDA_KERNEL, MEMORY_OPER or CUDA_API, as nsys's cuda_gpu_sum and cuda_api_gpu_sum say it.
     pub category: &'static str,
     /// `percent` is of every row of the combined table.
     #[serde(flatten)]

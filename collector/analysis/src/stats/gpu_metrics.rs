@@ -20,28 +20,43 @@ use std::collections::BTreeMap;
 pub struct GpuMetricsRow {
     /// "device", "category" or "kernel".
     pub level: &'static str,
+    /// The process that ran the work.
     pub pid: u32,
+    /// The CUDA device ordinal the samples came from.
     pub device: u32,
     /// The device's name, the category, or the kernel's name.
     pub name: String,
     /// Kernel time of the name or category (ns); for a device, the time its samples cover.
     pub total_ns: u64,
-    /// Samples averaged in the row; for a kernel name, those its kernels filled, and how many of its kernels held
-    /// at least five whole samples (measured by themselves).
+    /// Samples averaged in the row; for a kernel name or a category, those its kernels filled (a sample shared
+    /// with idle time counts for the share its work filled).
     pub samples: u64,
+    /// For a kernel name: its samples that lay wholly inside one of its kernels (0 on other levels).
     pub whole_samples: u64,
+    /// For a kernel name: how many of its kernels held at least five whole samples, so were measured by
+    /// themselves; 0 means the row is an aggregate of shorter kernels (0 on other levels).
     pub measured_alone: u64,
-    /// Mean shares of peak, in percent (None where the samples lacked the counter).
+    /// Mean share of the SMs' peak activity (sm__cycles_active), in percent (None where the samples lacked the
+    /// counter).
     pub sm_active_pct: Option<f64>,
+    /// Mean share of the Tensor Cores' peak activity, in percent (None where the samples lacked the counter).
     pub tensor_active_pct: Option<f64>,
+    /// Mean DRAM throughput as a share of its peak, reads and writes together, in percent (None where the samples
+    /// lacked both).
     pub dram_pct: Option<f64>,
+    /// Mean DRAM read throughput as a share of the peak, in percent.
     pub dram_read_pct: Option<f64>,
+    /// Mean DRAM write throughput as a share of the peak, in percent.
     pub dram_write_pct: Option<f64>,
-    /// For a device: the graphics engine busy, and samples with no work or with several kernels' work inside.
+    /// For a device: the share of time the graphics engine was busy, in percent.
     pub gpu_active_pct: Option<f64>,
+    /// For a device: samples with no GPU work inside (0 on other levels).
     pub idle_samples: u64,
+    /// For a device: samples that no one kernel name filled (several shared them), so no name owns them (0 on
+    /// other levels).
     pub mixed_samples: u64,
-    /// memory, compute, compute (CUDA cores), latency, balanced or mixed (see `gpu_counters::bound`).
+    /// The side of the roofline the counters put the work on: memory, compute, compute (CUDA cores), latency,
+    /// balanced or mixed; empty without samples.
     pub bound: &'static str,
 }
 

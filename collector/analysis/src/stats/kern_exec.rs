@@ -42,28 +42,42 @@ impl LaunchTimes {
 /// One (process, thread, device, launching call, kernel) group's launches.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct KernExecRow {
+    /// The process.
     pub pid: u32,
+    /// The thread that made the launching calls.
     pub tid: u32,
+    /// The device the kernels ran on.
     pub device: u32,
+    /// The launching call (cudaLaunchKernel, cuLaunchKernelEx, ...).
     pub api: String,
+    /// The kernel's name.
     pub kernel: String,
+    /// Kernels joined to their launch in the group.
     pub count: u64,
     /// Kernels that started at or after their call returned.
     pub queue_count: u64,
+    /// From the call's start to the later of the call's and the kernel's end.
     pub total: Spread,
+    /// The launching call's own duration.
     pub api_time: Spread,
     /// Over the `queue_count` kernels that queued.
     pub queue: Spread,
+    /// The kernel's duration on the device.
     pub kernel_time: Spread,
 }
 
 /// Average, median, least, most and sample standard deviation, in ns.
 #[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct Spread {
+    /// The mean.
     pub avg_ns: u64,
+    /// The median.
     pub median_ns: u64,
+    /// The least.
     pub min_ns: u64,
+    /// The most.
     pub max_ns: u64,
+    /// The sample standard deviation.
     pub stddev_ns: u64,
 }
 

@@ -16,7 +16,9 @@ use std::collections::{BTreeMap, HashMap};
 /// grid and block beside them.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct KernGridRow {
+    /// The grid's blocks in x, y, z.
     pub grid: [u32; 3],
+    /// The block's threads in x, y, z.
     pub block: [u32; 3],
     #[serde(flatten)]
     pub kernel: DurationRow,

@@ -35,6 +35,7 @@ use serde::Serialize;
 /// Count and duration summary of one name.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct DurationRow {
+    /// The kernel's, call's or operation's name.
     pub name: String,
     #[serde(flatten)]
     pub time: Durations,
@@ -46,12 +47,17 @@ pub struct DurationRow {
 /// JSON (`count`, `total_ns`, `avg_ns`, `median_ns`, `min_ns`, `max_ns`, `stddev_ns`).
 #[derive(Debug, Clone, Copy, Default, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct Durations {
+    /// How many there were.
     pub count: u64,
+    /// Their durations summed.
     pub total_ns: u64,
+    /// The mean duration.
     pub avg_ns: u64,
     /// Exact up to 4096 instances, within 0.05% beyond (see `dist`).
     pub median_ns: u64,
+    /// The shortest.
     pub min_ns: u64,
+    /// The longest.
     pub max_ns: u64,
     /// Sample standard deviation.
     pub stddev_ns: u64,
@@ -91,19 +97,29 @@ impl DurationRow {
 /// Sizes of one kind of copy (or memset), as `nsys stats`' cuda_gpu_mem_size_sum.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct MemSizeRow {
+    /// The operation as nsys names it ("[CUDA memcpy Host-to-Device]", "[CUDA memset]").
     pub operation: String,
+    /// How many there were.
     pub count: u64,
+    /// Bytes copied or set, summed.
     pub total_bytes: u64,
+    /// The mean size.
     pub avg_bytes: u64,
+    /// The median size.
     pub median_bytes: u64,
+    /// The smallest.
     pub min_bytes: u64,
+    /// The largest.
     pub max_bytes: u64,
+    /// The sample standard deviation of the sizes.
     pub stddev_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct NvtxRow {
+    /// The NVTX domain ("default" for the default domain).
     pub domain: String,
+    /// The range's or mark's message.
     pub name: String,
     /// "range" or "mark".
     pub kind: &'static str,
@@ -120,28 +136,45 @@ pub struct NvtxRow {
 /// operation launched inside it to the end of the last; the statistics are of those projections.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct NvtxProjRow {
+    /// The NVTX domain ("default" for the default domain).
     pub domain: String,
+    /// The range's message.
     pub name: String,
+    /// The projections' durations summed: each instance from the start of the first GPU operation launched inside it to
+    /// the end of the last.
     pub total_proj_ns: u64,
+    /// The ranges' own (host) durations summed, over the same instances.
     pub total_range_ns: u64,
+    /// Instances that launched GPU work (those with a projection).
     pub instances: u64,
+    /// The mean projection.
     pub avg_ns: u64,
+    /// The median projection.
     pub median_ns: u64,
+    /// The shortest projection.
     pub min_ns: u64,
+    /// The longest projection.
     pub max_ns: u64,
+    /// The sample standard deviation of the projections.
     pub stddev_ns: u64,
+    /// GPU operations (kernels, copies, memsets) launched inside the instances, summed.
     pub total_gpu_ops: u64,
+    /// GPU operations an instance, on average.
     pub avg_gpu_ops: f64,
     /// Nesting depth on its thread (0: outermost), on average.
     pub avg_range_level: f64,
+    /// Ranges nested directly inside an instance, on average.
     pub avg_children: f64,
 }
 
 /// Kernels launched inside an NVTX range, per (range, kernel) (nsys's nvtx_kern_sum).
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct NvtxKernRow {
+    /// The NVTX domain ("default" for the default domain).
     pub domain: String,
+    /// The range's message.
     pub range: String,
+    /// The kernel's name.
     pub kernel: String,
     #[serde(flatten)]
     pub time: Durations,
@@ -149,30 +182,46 @@ pub struct NvtxKernRow {
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct MemcpyRow {
+    /// The direction, as CUPTI names it: HtoD, DtoH, DtoD, HtoH, PtoP (device to another device), or with A for a CUDA
+    /// array.
     pub kind: String,
     /// Host side of the copy: pageable, pinned, managed; "device" when both sides are on the device.
     pub host_memory: String,
+    /// Copies of this kind.
     pub count: u64,
+    /// Bytes copied, summed.
     pub bytes: u64,
+    /// Their device time, summed.
     pub total_ns: u64,
+    /// Bytes over device time: GB/s.
     pub gbps: f64,
+    /// Those made by an asynchronous call (cudaMemcpyAsync and the like).
     pub async_count: u64,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct MemsetRow {
+    /// The memory set: device, pinned, pageable, managed, array.
     pub kind: String,
+    /// Memsets of this kind.
     pub count: u64,
+    /// Bytes set, summed.
     pub bytes: u64,
+    /// Their device time, summed.
     pub total_ns: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct MemoryUse {
+    /// Allocations, every process of the trace together.
     pub malloc_count: u64,
+    /// Frees.
     pub free_count: u64,
+    /// Bytes allocated, summed over the allocations.
     pub alloc_bytes: u64,
+    /// The most bytes live at once, every process together.
     pub peak_bytes: u64,
+    /// Bytes still allocated when the trace ends.
     pub live_bytes_at_end: u64,
 }
 
@@ -181,29 +230,43 @@ pub struct MemoryUse {
 pub struct MemoryStats {
     #[serde(flatten)]
     pub device: MemoryUse,
+    /// Page-locked host memory (cudaMallocHost, cudaHostAlloc) the same way.
     pub pinned_host: MemoryUse,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct SyncRow {
+    /// The synchronisation: cudaEventSynchronize, cudaStreamWaitEvent, cudaStreamSynchronize or cudaDeviceSynchronize
+    /// (context synchronisation).
     pub kind: String,
+    /// How many there were.
     pub count: u64,
+    /// Their durations summed: the time the host (or, for a stream wait, the stream) waited.
     pub total_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct ProcessRow {
+    /// The process's pid as the recording saw it.
     pub pid: u32,
+    /// Its parent's pid.
     pub ppid: u32,
+    /// Its command line, arguments joined by spaces.
     pub command: String,
+    /// The host it ran on.
     pub host: String,
+    /// `cuptiGetVersion` (0: the process never started CUDA, or an imported trace that does not say).
     pub cupti_version: u32,
+    /// Empty, or why the agent disabled itself in this process.
     pub status: String,
+    /// The agent flushed and finished at exit (false: the process died abruptly, e.g. SIGKILL).
     pub finished: bool,
     /// The agent was loaded into the running process (`attach --inject`): NVTX ranges come only from the
     /// libraries whose NVTX tables it found late (`nvtx_tables_late`); `nvtx_tables_foreign` were another tool's.
     pub injected_late: bool,
+    /// Libraries whose NVTX tables the late-loaded agent found and took over.
     pub nvtx_tables_late: u32,
+    /// NVTX tables that another tool had already claimed (their ranges are not recorded).
     pub nvtx_tables_foreign: u32,
     /// Kernel launches of this process with no kernel record: for a process that ended without its final flush
     /// (SIGKILL, `_exit`), the device work lost with it (0 for a process that finished).
@@ -212,6 +275,7 @@ pub struct ProcessRow {
     /// those steps' work only: `cuflight report` extrapolates to every step.
     #[serde(skip_serializing_if = "is_zero")]
     pub sample_one_in: u64,
+    /// `record --sample 1/N`: the steps recorded whole.
     #[serde(skip_serializing_if = "is_zero")]
     pub sampled_steps: u64,
     /// ... and the time slices recorded whole while the program had marked no step.
@@ -219,7 +283,9 @@ pub struct ProcessRow {
     pub sampled_slices: u64,
     /// For such a process: its flush period, the longest stretch of device records it can have lost.
     pub flush_period_ms: u32,
+    /// Events of this process in the trace.
     pub events: u64,
+    /// Records lost, by cause: each lost record is counted once, in one cause.
     pub drops: cuflight_format::file::Drops,
     /// API calls the agent saw end but not begin (in flight when recording was armed): left out by the agent.
     pub unseen_begin: u64,
@@ -230,9 +296,11 @@ pub struct ProcessRow {
     /// Backpressure, ns: the program's threads held waiting for room in a full ring, and the agent's own threads
     /// (CUPTI's delivery, the counter sampler) held waiting for the collector (the price of losing nothing).
     pub program_held_ns: u64,
+    /// The agent's own threads (CUPTI's delivery, the counter sampler) held waiting for the collector, ns.
     pub delivery_held_ns: u64,
     /// Python stacks the agent read, and the ns the program spent reading them.
     pub python_stacks: u64,
+    /// The time the program spent reading Python stacks, ns.
     pub python_stack_ns: u64,
     /// Why no Python stacks were read in this Python process (an unknown release, a free-threaded build...).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -244,30 +312,42 @@ pub struct ProcessRow {
     pub records_unused: Vec<UnusedRow>,
     /// CUPTI buffers the agent allocated beyond its pool, and requests it refused at its cap.
     pub buffers_grown: u64,
+    /// CUPTI buffer requests the agent refused at its cap.
     pub buffers_refused: u64,
     /// How device timestamps were put on the host clock: "monotonic" (CUPTI stamped CLOCK_MONOTONIC), "aligned"
     /// (piecewise-linear over the clock pairs), or "none" (no device work or no pair).
     pub device_clock: String,
     /// Distributed rank, local rank and world size (0: unknown), from the launcher's environment or the trace.
     pub rank: Option<u32>,
+    /// The rank on its node (LOCAL_RANK), when known.
     pub local_rank: Option<u32>,
+    /// Processes in the job (WORLD_SIZE; 0: unknown).
     pub world_size: u32,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct UnusedRow {
+    /// The CUPTI activity record class (kernel, memcpy, memset, ...).
     pub class: String,
+    /// Records too short to read.
     pub skipped: u64,
+    /// Records with zero or unfinished timestamps (e.g. from the forced flush at exit).
     pub incomplete: u64,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct DeviceRow {
+    /// The process that used the device.
     pub pid: u32,
+    /// The CUDA device ordinal in that process.
     pub device: u32,
+    /// The device's name ("NVIDIA H100 80GB HBM3").
     pub name: String,
+    /// Its global memory.
     pub memory_bytes: u64,
+    /// Its compute capability, major.minor ("9.0").
     pub compute_capability: String,
+    /// Its streaming multiprocessors.
     pub multiprocessors: u64,
 }
 
@@ -323,34 +403,46 @@ pub struct Stats {
 /// The calls of one API name that returned one error code.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct ApiErrorRow {
+    /// The process that made the calls.
     pub pid: u32,
+    /// The API call's name.
     pub api: String,
+    /// The error code it returned (cudaError_t or CUresult).
     pub code: u32,
     /// CUDA's name for the code (the runtime's for a runtime call, the driver's for a driver call).
     pub error: String,
     /// sticky (a device fault: every later call fails), out_of_memory, error, or expected (an answer such as
     /// "not ready" from a query: [`cuflight_trace::model::cuda_errors::ErrorClass`]).
     pub class: cuflight_trace::model::cuda_errors::ErrorClass,
+    /// Calls that returned it.
     pub count: u64,
     /// When the first and the last of them started, ns after the timeline's start.
     pub first_ns: u64,
+    /// When the last of them started, ns after the timeline's start.
     pub last_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct NotRecordedRow {
-    /// "memory", "nvtx" or "memset".
+    /// The kind of record: "memory", "nvtx", "memset", "errors" (CUDA return codes) or "python" (Python stacks).
     pub kind: String,
+    /// Why the trace has none (which importer, which option left them out).
     pub why: String,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct GraphRow {
+    /// The process that launched the graph.
     pub pid: u32,
+    /// CUPTI's id of the graph (of the executable graph, as its node records carry it).
     pub graph_id: u64,
+    /// Distinct launches of it (cudaGraphLaunch calls) whose work was recorded.
     pub launches: u64,
+    /// Kernel nodes that ran, over every launch.
     pub kernels: u64,
+    /// Distinct nodes seen running.
     pub nodes: u64,
+    /// The kernel nodes' device time, summed.
     pub kernel_ns: u64,
     /// Each launch's first start to last end, summed (the mean replay time is this over `launches`).
     pub replay_ns: u64,
@@ -361,8 +453,11 @@ pub struct GraphRow {
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq, PartialOrd, Eq, Ord)]
 pub struct NvtxCategoryRow {
+    /// The NVTX domain ("default" for the default domain).
     pub domain: String,
+    /// The category's id.
     pub category: u64,
+    /// The name the program gave it.
     pub name: String,
 }
 

@@ -12,8 +12,11 @@ use std::collections::{BTreeMap, HashMap};
 /// One source line's synchronising calls.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct PythonSyncRow {
+    /// The Python source file of the innermost frame.
     pub file: String,
+    /// Its line.
     pub line: u32,
+    /// Its function.
     pub function: String,
     #[serde(flatten)]
     pub time: super::Durations,

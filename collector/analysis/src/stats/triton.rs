@@ -15,7 +15,9 @@ pub struct TritonRow {
     pub fused: String,
     /// Distinct kernel names in the row (the same chain generated more than once).
     pub kernels: u64,
+    /// Kernels run.
     pub count: u64,
+    /// Their device time, summed.
     pub total_ns: u64,
     /// Of all kernel time in the trace.
     pub percent: f64,

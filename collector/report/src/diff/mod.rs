@@ -27,10 +27,15 @@ const STEP_CHANGE: f64 = 0.10;
 const MIN_STEP_CHANGE_NS: f64 = 1_000.0;
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+/// One run as `diff` compares it: the process with the most GPU work (or the rank compared before).
 pub struct RunRow {
+    /// The trace as named on the command line.
     pub file: String,
+    /// The process compared.
     pub pid: u32,
+    /// Steady steps found (warm-up left out); 0 when none were found and the figures are per run.
     pub steps: usize,
+    /// Warm-up steps left out of the figures (0 when the warm-up was kept in, as `report --include-warmup` does).
     pub warmup_steps: usize,
     /// `record --sample 1/N`: N (the steps are the recorded ones; absent for a whole recording).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -39,11 +44,13 @@ pub struct RunRow {
     pub step_ns: u64,
     /// Step time over the previous run's (None for the first).
     pub step_ratio: Option<f64>,
+    /// Kernel time over steady step time, 0 to 1 (0 without steps).
     pub gpu_util: f64,
     /// Kernels per step.
     pub kernels: f64,
     /// Kernel time per step.
     pub kernel_ns: u64,
+    /// The report's one-line verdict of the run.
     pub verdict: String,
     /// What `--filter-nvtx`/`--filter-time` kept of the run (the report's `filtered`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -51,24 +58,33 @@ pub struct RunRow {
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+/// A kind of kernel (GEMM, attention, NCCL, elementwise, ...) across the runs.
 pub struct CategoryRow {
+    /// The kernel category.
     pub category: &'static str,
-    /// Per run: kernel time per step, and kernels per step.
+    /// Per run: its kernel time per step.
     pub per_step_ns: Vec<u64>,
+    /// Per run: its kernels per step.
     pub count_per_step: Vec<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema)]
+/// A kernel in one run.
 pub struct KernelStat {
+    /// Calls per step.
     pub count_per_step: f64,
+    /// Time per step.
     pub per_step_ns: u64,
+    /// Mean time a call.
     pub mean_ns: u64,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+/// A kernel across the runs, matched by its name without `void ` and its parameter list.
 pub struct KernelDiffRow {
     /// The name as the first run that has it spells it.
     pub name: String,
+    /// Its kernel category.
     pub category: &'static str,
     /// Per run (None: it did not run there).
     pub runs: Vec<Option<KernelStat>>,
@@ -78,7 +94,9 @@ pub struct KernelDiffRow {
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+/// A kind of finding across the runs.
 pub struct FindingDiffRow {
+    /// The finding's kind (as the report's `findings[].kind`).
     pub kind: &'static str,
     /// Per run: the share of step time it costs (None: not found).
     pub share: Vec<Option<f64>>,
@@ -92,9 +110,13 @@ pub struct FindingDiffRow {
 /// The device counters of a device or a kind of work in one run (`record --gpu-metrics`), percent of peak.
 #[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct CounterStat {
+    /// Mean SM activity, percent of peak.
     pub sm_active_pct: Option<f64>,
+    /// Mean Tensor Core activity, percent of peak.
     pub tensor_active_pct: Option<f64>,
+    /// Mean DRAM throughput (reads and writes), percent of peak.
     pub dram_pct: Option<f64>,
+    /// The side of the roofline the counters put the work on (as `gpu_metrics.bound`).
     pub bound: &'static str,
 }
 
@@ -102,6 +124,7 @@ pub struct CounterStat {
 pub struct CounterDiffRow {
     /// "device" (all its samples) or "category" (the samples its kernels filled).
     pub level: &'static str,
+    /// "GPU" for the device, else the category.
     pub name: String,
     /// Per run (None: no counters there, or no such work).
     pub runs: Vec<Option<CounterStat>>,
@@ -109,16 +132,20 @@ pub struct CounterDiffRow {
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Diff {
+    /// The runs in the order given, the baseline first.
     pub runs: Vec<RunRow>,
+    /// Kernel time per step by category, the category that takes most in any run first.
     pub categories: Vec<CategoryRow>,
     /// Device counters by device and category, where a run recorded them (`record --gpu-metrics`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub counters: Vec<CounterDiffRow>,
     /// Changed kernels first (by how much their time per step moved), then the rest.
     pub kernels: Vec<KernelDiffRow>,
+    /// Every kind of finding in any run, with its cost in each.
     pub findings: Vec<FindingDiffRow>,
     /// What changed from each run to the next, in words.
     pub summary: Vec<String>,
+    /// What limits the comparison: several processes in a run, a rank missing, no steps found.
     pub warnings: Vec<String>,
 }
 

@@ -19,9 +19,11 @@ pub struct Segment {
     pub kind: &'static str,
     /// The rank on the path (work), or the last to join (collective).
     pub who: String,
+    /// "work before joining" a collective, "work after the last collective", or the collective's kernel name.
     pub what: String,
     /// On the job's clock (ns; the epoch when the traces carry REALTIME pairs).
     pub start_ns: i64,
+    /// Its length.
     pub duration_ns: u64,
     /// Which rank (index into the job's ranks).
     #[serde(skip)]
@@ -34,14 +36,19 @@ pub struct Segment {
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CriticalPath {
+    /// The step the path is through.
     pub step: String,
     /// The step's span across ranks on the job's clock.
     pub start_ns: i64,
+    /// The step's span across ranks: the first rank's start to the last rank's end.
     pub duration_ns: u64,
+    /// Collectives on the path.
     pub collectives: usize,
     /// Work on the path per rank, most first: (who, ns).
     pub work_by_rank: Vec<(String, u64)>,
+    /// Collective time on the path, once every rank had joined.
     pub collective_ns: u64,
+    /// The path, in time order; its segments add up to the span.
     pub segments: Vec<Segment>,
     /// Segments left out beyond [`MAX_SEGMENTS`] (their time is in the totals).
     pub segments_left_out: usize,

@@ -27,6 +27,7 @@ pub struct Clocks {
     /// "one host": every rank on one host's clock; "aligned": hosts aligned on collectives; "realtime": hosts
     /// placed only by their REALTIME clocks (NTP, milliseconds of error), too coarse to compare arrivals.
     pub basis: &'static str,
+    /// Each host's shift onto the reference host's clock.
     pub hosts: Vec<HostShift>,
 }
 
@@ -140,6 +141,7 @@ pub fn plan(ctxs: &[Ctx], to_job: &[ToJob], clocks: Clocks) -> JobPlan {
 /// The ranks side by side, in the report.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct JobReport {
+    /// How the ranks' clocks were put on one.
     pub clocks: Clocks,
     /// How arrivals were compared: "arrival" (starts on the common clock) or "duration".
     pub method: Method,
@@ -150,8 +152,11 @@ pub struct JobReport {
     /// The job's world size as its traces say (the launcher's WORLD_SIZE, torch.profiler's `distributedInfo`);
     /// 0 unknown. More than the ranks given: the view covers those only.
     pub world_size: u32,
+    /// One row per rank, in the order the traces were given.
     pub ranks: Vec<RankRow>,
+    /// Step time and waits by rank and step.
     pub heatmap: Heatmap,
+    /// The critical path through a typical step (the one of median span), when it could be found.
     pub critical_path: Option<critical::CriticalPath>,
     /// Why there is no critical path, when there is none.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -160,30 +165,45 @@ pub struct JobReport {
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct RankRow {
+    /// "rank R (local L) pid P", or "pid P".
     pub who: String,
+    /// Its distributed rank, when known.
     pub rank: Option<u32>,
+    /// Its process.
     pub pid: u32,
+    /// The host it ran on.
     pub host: String,
     /// The GPUs (ordinals on its host) its work ran on.
     pub gpus: Vec<u32>,
     /// Added to its times to put them on the job's clock (its REALTIME offset and its host's shift), at its
     /// first event (a drifting host's shift changes through the run).
     pub clock_offset_ns: i64,
+    /// Steady steps analysed.
     pub steps: usize,
+    /// Its mean steady step time.
     pub mean_step_ns: u64,
+    /// Kernel time over step time, 0 to 1 (None without steps).
     pub gpu_utilization: Option<f64>,
     /// HTA's temporal breakdown, in % of the GPU span.
     pub compute_pct: f64,
+    /// Non-compute GPU time, in % of the GPU span.
     pub non_compute_pct: f64,
+    /// GPU idle time, in % of the GPU span.
     pub idle_pct: f64,
     /// Union of communication kernels, and how much of it computation kernels overlapped (HTA's
     /// `get_comm_comp_overlap`).
     pub comm_ns: u64,
+    /// The share of communication time that computation overlapped, in percent (None without communication).
     pub comm_overlap_pct: Option<f64>,
+    /// Collectives it took part in with another rank.
     pub collectives: u64,
+    /// Its communication kernels that no other rank's matched.
     pub unmatched_collectives: u64,
+    /// Collectives it was the last to join: the others waited for it.
     pub times_last: u64,
+    /// Time it waited in collectives for the last rank to join, in the steps.
     pub waited_ns: u64,
+    /// The median of how much later it joined a collective than the others (negative: earlier).
     pub median_lateness_ns: i64,
     /// Whom it waited for, most first: (who, ns).
     pub waited_for: Vec<(String, u64)>,
@@ -193,9 +213,13 @@ pub struct RankRow {
 /// the first rank's order.
 #[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct Heatmap {
+    /// The step names, one column each, in the order the ranks ran them.
     pub steps: Vec<String>,
+    /// The ranks, one row each (as `ranks[].who`).
     pub ranks: Vec<String>,
+    /// [rank][step]: that rank's duration of that step (None: it has no such step).
     pub step_ns: Vec<Vec<Option<u64>>>,
+    /// [rank][step]: the time that rank waited in collectives for the last rank in that step (None: not known).
     pub waited_ns: Vec<Vec<Option<u64>>>,
 }
 

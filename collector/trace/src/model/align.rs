@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 /// How one host's clock was put on the reference's.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct HostShift {
+    /// The host.
     pub host: String,
     /// Added to this host's epoch times (after the REALTIME offset); 0 for the reference. The median over the
     /// run; `knots` follow it through the run when it changes.
@@ -24,6 +25,7 @@ pub struct HostShift {
     pub matched: u64,
     /// Median |end difference − shift at that time| over the matched collectives.
     pub residual_ns: u64,
+    /// Whether this is the reference host (every other host is shifted onto its clock).
     pub reference: bool,
     /// (this host's epoch time, shift) at the middle of successive stretches of matched collectives; between
     /// knots the shift is interpolated (see [`HostShift::at`]). Empty: `shift_ns` throughout.

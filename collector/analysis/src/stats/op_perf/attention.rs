@@ -22,14 +22,23 @@ pub fn is_op(name: &str) -> bool {
 /// An attention's problem: Q is (B, H_q, N_q, d_qk), K (B, H_kv, N_kv, d_qk), V (B, H_kv, N_kv, d_v).
 #[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Attention {
+    /// Sequences a call.
     pub batch: u64,
+    /// Query tokens a sequence.
     pub n_q: u64,
+    /// Query heads.
     pub heads_q: u64,
+    /// Key and value tokens a sequence.
     pub n_kv: u64,
+    /// Key and value heads (fewer than query heads with grouped-query attention).
     pub heads_kv: u64,
+    /// Head dimension of queries and keys.
     pub d_qk: u64,
+    /// Head dimension of values.
     pub d_v: u64,
+    /// Causal masking (about half the score matrix computed).
     pub causal: bool,
+    /// The operands' element type (`c10::BFloat16`, `c10::Half`, `float`...).
     pub dtype: String,
     #[serde(skip)]
     pub element_bytes: u64,
@@ -99,12 +108,15 @@ impl Attention {
 /// One (operator, shapes, types, arguments) group of attention calls.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct AttentionPerfRow {
+    /// The operator (aten::_scaled_dot_product_flash_attention, _efficient_attention or _cudnn_attention).
     pub op: String,
     #[serde(flatten)]
     pub attention: Attention,
     #[serde(flatten)]
     pub achieved: Achieved,
+    /// The kernel that ran most of the group's time.
     pub kernel: String,
+    /// Where the calls sit against their GPU's peaks (GPUs with known peaks).
     pub roofline: Option<Roofline>,
 }
 

@@ -13,9 +13,13 @@ pub fn is_op(name: &str) -> bool {
 /// A GEMM's problem, from its operator's shapes.
 #[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Gemm {
+    /// Matrices multiplied a call (1 for mm and addmm).
     pub batch: u64,
+    /// Rows of the result (and of the left operand).
     pub m: u64,
+    /// Columns of the result (and of the right operand).
     pub n: u64,
+    /// The shared dimension summed over.
     pub k: u64,
     /// Elements of the bias added (addmm, baddbmm; 0 none).
     pub bias_elements: u64,
@@ -70,6 +74,7 @@ impl Gemm {
 /// One (operator, shapes, types) group of GEMM calls.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct GemmPerfRow {
+    /// The operator: aten::mm, aten::addmm, aten::bmm or aten::baddbmm.
     pub op: String,
     #[serde(flatten)]
     pub gemm: Gemm,

@@ -87,16 +87,21 @@ pub fn element_bytes(dtype: &str) -> u64 {
 /// What a group of calls achieved: FLOPs and bytes of one call, each call's GPU time.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
 pub struct Achieved {
+    /// Operator calls in the group.
     pub count: u64,
     /// GPU time of the work the calls launched, in all and per call.
     pub total_ns: u64,
+    /// GPU time per call.
     pub mean_ns: f64,
+    /// Floating-point operations of one call, in GFLOP.
     pub gflop: f64,
     /// MiB moved (TraceLens's "Data Moved (MB)" is MiB).
     pub data_mib: f64,
+    /// Arithmetic intensity: FLOP over bytes moved.
     pub flops_per_byte: f64,
     /// Per call, averaged over the calls (as TraceLens's `TFLOPS/s_mean`).
     pub tflops_mean: f64,
+    /// DRAM traffic (the operands read and the result written once) per call's GPU time, TB/s, averaged over the calls.
     pub tbps_mean: f64,
 }
 
@@ -290,8 +295,11 @@ struct Group {
 pub struct Roofline {
     /// The GPU (its datasheet's column) and the math the kernel ran (`bf16`, `tf32`, `fp32`, `fp8`).
     pub gpu: &'static str,
+    /// The math the kernel ran: bf16, tf32, fp32 or fp8.
     pub math: &'static str,
+    /// The GPU's datasheet peak for that math, TFLOP/s.
     pub peak_tflops: f64,
+    /// The GPU's datasheet DRAM bandwidth, TB/s.
     pub peak_tbps: f64,
     /// FLOP per byte where the two roofs meet.
     pub ridge_flops_per_byte: f64,
@@ -299,6 +307,7 @@ pub struct Roofline {
     pub bound: &'static str,
     /// Achieved over peak, 0-1.
     pub compute_of_peak: f64,
+    /// Achieved DRAM throughput over the peak, 0-1.
     pub dram_of_peak: f64,
 }
 
