@@ -12,7 +12,6 @@ mod export_cmd;
 mod mcp;
 mod multi_trace;
 mod nsys_report;
-mod private_dir;
 mod report_cmd;
 mod schema_cmd;
 mod stand_in;

@@ -73,7 +73,7 @@ pub fn take(paths: &mut [&mut PathBuf]) -> Result<Exported> {
         }
         // Without nsys the path stays: the importer says which command makes it readable.
         let Some(nsys) = find_nsys() else { continue };
-        let dir = crate::private_dir::create("nsys")?;
+        let dir = cuflight_collector::capture::private_dir::create("nsys")?;
         exported.dirs.push(dir.clone());
         let sqlite = dir.join("report.sqlite");
         eprintln!(

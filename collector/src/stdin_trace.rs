@@ -49,7 +49,7 @@ pub fn take(paths: &mut [&mut PathBuf]) -> Result<Option<StdinTrace>> {
     let (path, named) = if sqlite {
         // SQLite opens a database by its resolved name, which an unnamed file has not: a named copy, in a
         // directory of this process's own.
-        let private = crate::private_dir::create("stdin")?;
+        let private = cuflight_collector::capture::private_dir::create("stdin")?;
         let path = private.join("standard-input.sqlite");
         let copied = (|| -> std::io::Result<()> {
             let mut to = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;

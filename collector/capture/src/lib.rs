@@ -12,6 +12,7 @@ pub mod continuous;
 pub mod doctor_checks;
 pub mod dump;
 pub mod outputs;
+pub mod private_dir;
 pub mod record;
 mod recorded_process;
 pub mod recover;

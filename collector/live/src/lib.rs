@@ -17,8 +17,8 @@ pub enum LiveError {
     RemoteRefused(std::net::SocketAddr),
     #[error("cannot listen on {addr}: {err}")]
     Listen { addr: std::net::SocketAddr, err: std::io::Error },
-    #[error("cannot make {dir}: {err}")]
-    Scratch { dir: std::path::PathBuf, err: std::io::Error },
+    #[error(transparent)]
+    Scratch(#[from] cuflight_capture::private_dir::PrivateDirError),
     #[error("top needs a terminal (for metrics a program can read, use cuflight serve)")]
     NoTerminal,
     #[error("cannot set up the terminal: {0}")]

@@ -4,8 +4,8 @@
 
 use super::{Check, Level};
 use crate::deadline::{wait_with_deadline, Ended};
-use crate::private_dir::PrivateDir;
 use cuflight_collector::capture::doctor_checks as checks;
+use cuflight_collector::capture::private_dir::PrivateDir;
 use cuflight_collector::capture::record::{self, Inject, RecordOptions, RecordSummary};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};

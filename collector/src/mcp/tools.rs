@@ -4,7 +4,7 @@
 
 use super::{string_arg, Failure, McpOptions};
 use crate::deadline::{wait_with_deadline, Ended};
-use crate::private_dir::PrivateDir;
+use cuflight_collector::capture::private_dir::PrivateDir;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

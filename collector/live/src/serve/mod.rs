@@ -22,7 +22,7 @@ use cuflight_capture::{agents, attach};
 use metrics::ProcessMetrics;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -130,15 +130,16 @@ pub fn sample_loop(
     stop: &Arc<AtomicBool>,
     rounds: Option<u64>,
 ) -> Result<(), LiveError> {
-    let scratch = Scratch::new()?;
+    // The windows' files, in a directory of this process's own.
+    let scratch = cuflight_capture::private_dir::PrivateDir::new("serve")?;
     let followers = follow::Followers::new(stop.clone());
     let mut round = 0u64;
     while !stop.load(Ordering::Relaxed) && rounds.is_none_or(|r| round < r) {
         let started = Instant::now();
         if duty.continuous {
-            followers.follow_new(pids, duty.period, shared, &scratch.0);
+            followers.follow_new(pids, duty.period, shared, scratch.path());
         } else {
-            sample_round(pids, duty, shared, &scratch.0, round);
+            sample_round(pids, duty, shared, scratch.path(), round);
         }
         round += 1;
         while started.elapsed() < duty.period && !stop.load(Ordering::Relaxed) {
@@ -288,57 +289,3 @@ fn record_window(pid: u32, path: &Path, on: Duration) -> Result<attach::Attached
     attach::attach(&opts, |_, window| recorded = Some(window.clone())).map_err(|e| e.to_string())?;
     recorded.ok_or_else(|| "no window was recorded".to_string())
 }
-
-/// A private directory for the windows' files (mode 0700), removed when dropped.
-pub struct Scratch(pub PathBuf);
-
-const SCRATCH_PREFIX: &str = "cuflight-serve-";
-
-impl Scratch {
-    pub fn new() -> Result<Scratch, LiveError> {
-        let base = std::env::var_os("TMPDIR").map_or_else(std::env::temp_dir, PathBuf::from);
-        sweep_stale(&base);
-        let dir = base.join(format!("{SCRATCH_PREFIX}{}", std::process::id()));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|err| LiveError::Scratch { dir: dir.clone(), err })?;
-        Ok(Scratch(dir))
-    }
-}
-
-/// Removes the scratch directories that killed `serve`s and `top`s left behind (a SIGKILL runs no destructor):
-/// those of processes that no longer run, or of this one's pid (a reused pid: ours is not made yet). Only real
-/// directories owned by this user; a symlink or another user's entry is never followed or touched.
-fn sweep_stale(base: &Path) {
-    let Ok(entries) = std::fs::read_dir(base) else { return };
-    let uid = cuflight_format::channel::euid();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(SCRATCH_PREFIX)).and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else { continue };
-        if !meta.file_type().is_dir() || meta.uid() != uid {
-            continue;
-        }
-        if pid == std::process::id() || !process_exists(pid) {
-            // remove_dir_all does not follow symlinks inside the directory.
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
-/// Whether a process `pid` exists (this machine's /proc, which `serve` already reads to find agents).
-fn process_exists(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
