@@ -1,10 +1,13 @@
 """Drives `cuflight mcp` with the Model Context Protocol's own Python client (the `mcp` package's stdio transport):
-initialize, list the tools, call each reading tool on a trace, send bad arguments, and check the server still
-answers. Prints one JSON object of what it saw.
+initialize, list the tools, call each reading tool on a trace, read the schemas it offers as resources and check
+the report, stats and diff tools' results against them, send bad arguments, and check the server still answers.
+Prints one JSON object of what it saw.
 
 usage: mcp_client.py CUFLIGHT TRACE_DIR BASELINE TRACE [--allow-record PROGRAM]
 """
 import asyncio, json, os, sys
+
+import jsonschema
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -38,10 +41,11 @@ async def main():
                 "step": {"traces": [trace], "n": 2},
                 "diff": {"baseline": baseline, "candidate": trace},
             }
-            results = {}
+            results, texts = {}, {}
             for name, arguments in calls.items():
                 r = await session.call_tool(name, arguments)
                 text = text_of(r)
+                texts[name] = text
                 is_error = bool(getattr(r, "is_error", getattr(r, "isError", False)))
                 parsed = None
                 try:
@@ -52,6 +56,23 @@ async def main():
                                  "keys": sorted(parsed.keys()) if isinstance(parsed, dict) else None,
                                  "head": text[:300]}
             seen["calls"] = results
+            # The schemas as resources, and the tools' results checked against them.
+            listed = await session.list_resources()
+            uris = sorted(str(r.uri) for r in listed.resources)
+            seen["resources"] = uris
+            valid = {}
+            for tool, of in {"report": "report", "trace_stats": "stats", "diff": "diff"}.items():
+                read = await session.read_resource("cuflight://schema/" + of)
+                schema = json.loads(read.contents[0].text)
+                document = json.loads(texts[tool])
+                errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(document)]
+                valid[tool] = errors[:3] or "valid"
+            seen["valid_against_schema"] = valid
+            try:
+                await session.read_resource("cuflight://schema/nope")
+                seen["unknown_resource"] = "answered"
+            except Exception as e:  # the SDK's MCPError
+                seen["unknown_resource"] = "jsonrpc:" + str(e)[:200]
             # A bad argument: a JSON-RPC error (the SDK raises), never a crash.
             errors = {}
             for name, arguments in {"kernel": {"traces": [trace]}, "no_such_tool": {}, "step": {"traces": [trace], "n": 0},

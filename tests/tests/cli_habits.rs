@@ -329,6 +329,15 @@ fn mcp_serves_an_assistant_through_the_protocols_own_client() {
     assert!(seen["calls"]["findings"]["keys"].as_array().unwrap().contains(&"verdict".into()));
     // Either GEMM may come first (their times are close): the rows are those whose name contains "sgemm".
     assert!(seen["calls"]["kernel"]["head"].as_str().unwrap().contains("sgemm_128x128_"));
+    // The schemas are resources, and what the tools return conforms to them.
+    let resources: Vec<&str> = seen["resources"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+    for of in ["report", "stats", "diff", "doctor", "ps"] {
+        assert!(resources.contains(&format!("cuflight://schema/{of}").as_str()), "{resources:?}");
+    }
+    for tool in ["report", "trace_stats", "diff"] {
+        assert_eq!(seen["valid_against_schema"][tool], "valid", "{tool}: {}", seen["valid_against_schema"]);
+    }
+    assert!(seen["unknown_resource"].as_str().unwrap().starts_with("jsonrpc:"), "{}", seen["unknown_resource"]);
     let bad = &seen["bad_calls"];
     assert!(bad["kernel"].as_str().unwrap().starts_with("jsonrpc:"), "{bad}");
     assert!(bad["no_such_tool"].as_str().unwrap().contains("unknown tool"), "{bad}");

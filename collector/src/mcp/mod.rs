@@ -4,10 +4,12 @@
 //!
 //! The transport is the specification's stdio one: one JSON-RPC 2.0 message a line, the server's own logging on
 //! standard error only. The lifecycle is `initialize` (the client's protocol version is answered with itself when
-//! this server speaks it, else with the newest it does), then `tools/list` and `tools/call`; `ping` at any time.
+//! this server speaks it, else with the newest it does), then `tools/list` and `tools/call`, and `resources/list`
+//! and `resources/read` for the JSON Schemas of the tools' results; `ping` at any time.
 //! A bad request gets a JSON-RPC error and the server carries on; a tool that fails returns its error as the
 //! tool's result (`isError`), as the specification asks, so the assistant can read it.
 
+mod resources;
 mod tools;
 mod tools_record;
 
@@ -123,6 +125,12 @@ fn handle(message: &Value, opts: &McpOptions) -> Option<Value> {
             Ok(r) => result(id, r),
             Err(message) => error(id, INVALID_PARAMS, message),
         },
+        "resources/list" => result(id, resources::list()),
+        "resources/templates/list" => result(id, json!({"resourceTemplates": []})),
+        "resources/read" => match resources::read(&params) {
+            Ok(r) => result(id, r),
+            Err((code, message)) => error(id, code, message),
+        },
         other => error(id, METHOD_NOT_FOUND, format!("unknown method {other}")),
     })
 }
@@ -132,11 +140,12 @@ fn initialize(params: &Value) -> Value {
     let version = PROTOCOL_VERSIONS.iter().find(|v| **v == asked).copied().unwrap_or(PROTOCOL_VERSIONS[0]);
     json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}},
+        "capabilities": {"tools": {"listChanged": false}, "resources": {"listChanged": false}},
         "serverInfo": {"name": "cuflight", "title": "cuflight GPU profiler", "version": env!("CARGO_PKG_VERSION")},
         "instructions": "Start with list_traces on the user's folder, then report (the findings, each with the time \
                          it costs and the fix to try) and trace_stats for tables; diff compares two runs. Times \
-                         are nanoseconds in JSON.",
+                         are nanoseconds in JSON; the resources cuflight://schema/report, cuflight://schema/stats and \
+                         cuflight://schema/diff describe every field.",
     })
 }
 
@@ -161,7 +170,7 @@ mod tests {
     #[test]
     fn notifications_get_no_answer_and_bad_requests_get_errors() {
         assert!(handle(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), &opts()).is_none());
-        let r = handle(&json!({"jsonrpc": "2.0", "id": 3, "method": "resources/list"}), &opts()).unwrap();
+        let r = handle(&json!({"jsonrpc": "2.0", "id": 3, "method": "prompts/list"}), &opts()).unwrap();
         assert_eq!(r["error"]["code"], METHOD_NOT_FOUND);
         let r = handle(&json!({"id": 4}), &opts()).unwrap();
         assert_eq!(r["error"]["code"], INVALID_REQUEST);

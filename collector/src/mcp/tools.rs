@@ -28,21 +28,25 @@ pub fn list(opts: &McpOptions) -> Vec<Value> {
                "inputSchema": {"type": "object", "required": ["directory"], "additionalProperties": false,
                                "properties": {"directory": {"type": "string"}}}}),
         json!({"name": "findings", "title": "Findings and verdict",
-               "description": "The diagnosis of a run: the verdict (what bounds it) and each finding with its severity, \
-                               the time it costs per step, its evidence and the fix to try.",
+               "description": "The diagnosis of a run: the verdict (what bounds it) and each finding with its \
+                               severity, the time it costs per step, its evidence and the fix to try (fields as in \
+                               cuflight://schema/report).",
                "inputSchema": {"type": "object", "required": ["traces"], "additionalProperties": false,
                                "properties": {"traces": traces_schema(),
                                               "include_warmup": {"type": "boolean", "default": false}}}}),
         json!({"name": "report", "title": "Full report",
                "description": "The whole report of `cuflight report --format json`: per process the run, time \
-                               breakdown, idle causes, steps, warm-up, critical path, categories, top kernels, findings.",
+                               breakdown, idle causes, steps, warm-up, critical path, categories, top kernels, \
+                               findings. Every field is described in the resource cuflight://schema/report.",
                "inputSchema": {"type": "object", "required": ["traces"], "additionalProperties": false,
                                "properties": {"traces": traces_schema(),
                                               "step": {"type": "string", "description": "steps are the ranges with this name"},
                                               "include_warmup": {"type": "boolean", "default": false}}}}),
         json!({"name": "trace_stats", "title": "Stats tables",
-               "description": "nsys-style summary tables of `cuflight stats --format json` (kernels, API calls, copies, \
-                               NVTX ranges...). `tables` picks some by nsys's names, e.g. cuda_gpu_kern_sum,cuda_api_sum.",
+               "description": "nsys-style summary tables of `cuflight stats --format json` (kernels, API calls, \
+                               copies, NVTX ranges...). `tables` picks some by nsys's names, e.g. \
+                               cuda_gpu_kern_sum,cuda_api_sum. Every column is described in the resource \
+                               cuflight://schema/stats.",
                "inputSchema": {"type": "object", "required": ["traces"], "additionalProperties": false,
                                "properties": {"traces": traces_schema(), "tables": {"type": "string"}}}}),
         json!({"name": "kernel", "title": "One kernel",
@@ -58,7 +62,7 @@ pub fn list(opts: &McpOptions) -> Vec<Value> {
                                               "range": {"type": "string", "default": "ProfilerStep#*"}}}}),
         json!({"name": "diff", "title": "Compare two runs",
                "description": "What changed from a baseline run to a candidate: step time, kernels, findings that \
-                               appeared, grew, shrank or went away.",
+                               appeared, grew, shrank or went away (fields: cuflight://schema/diff).",
                "inputSchema": {"type": "object", "required": ["baseline", "candidate"], "additionalProperties": false,
                                "properties": {"baseline": {"type": "string"}, "candidate": {"type": "string"}}}}),
     ];
