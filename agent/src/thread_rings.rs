@@ -79,8 +79,7 @@ pub fn with_thread<R>(f: impl FnOnce(&ThreadState) -> R) -> Option<R> {
 pub fn tid() -> u32 {
     with_thread(|t| t.ring.try_borrow().ok().filter(|r| r.generation == state::generation()).map(|r| r.tid))
         .flatten()
-        // SAFETY: gettid has no preconditions.
-        .unwrap_or_else(|| unsafe { libc::gettid() as u32 })
+        .unwrap_or_else(cuflight_format::channel::thread_id)
 }
 
 /// Where one CUPTI buffer's records go: the delivery ring while this thread holds it, else the thread's own.
@@ -96,8 +95,7 @@ pub fn delivery() -> Delivery {
         guard.producer(&a.seg)?;
         Some(guard)
     });
-    // SAFETY: gettid has no preconditions.
-    Delivery { shared, tid: unsafe { libc::gettid() as u32 } }
+    Delivery { shared, tid: cuflight_format::channel::thread_id() }
 }
 
 impl Delivery {
@@ -265,8 +263,7 @@ impl ThreadState {
         if r.generation != generation {
             // First event of this thread, or first after fork: never reuse a parent's ring.
             r.generation = generation;
-            // SAFETY: gettid has no preconditions.
-            r.tid = unsafe { libc::gettid() as u32 };
+            r.tid = cuflight_format::channel::thread_id();
             r.producer = claim(seg, r.tid);
             r.retry_in = RETRY_CLAIM_EVERY;
         } else if r.producer.is_none() {
@@ -374,8 +371,7 @@ fn fallback(seg: &MappedSegment, ev: &mut RawEvent) {
 /// Slow path: claims any free ring for one push and gives it back. False only when no ring could be claimed.
 #[cold]
 fn push_borrowed(seg: &MappedSegment, ev: &mut RawEvent) -> bool {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() as u32 };
+    let tid = cuflight_format::channel::thread_id();
     if ev.tid == 0 {
         ev.tid = tid;
     }

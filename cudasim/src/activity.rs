@@ -225,8 +225,9 @@ fn thread_key() -> u64 {
     // Cached per thread: a system call per record would be this simulator's own cost, not one CUPTI is known to
     // have (cudasim/src/timing.rs models CUPTI's measured costs; this is not one of them).
     thread_local! {
-        // SAFETY: gettid has no preconditions.
-        static TID: u64 = unsafe { libc::gettid() as u64 };
+        // Through the system call: glibc's gettid() is 2.30's, newer than the wheels' glibc 2.28.
+        // SAFETY: SYS_gettid takes no arguments and cannot fail.
+        static TID: u64 = unsafe { libc::syscall(libc::SYS_gettid) as u64 };
     }
     TID.with(|t| *t)
 }

@@ -53,6 +53,14 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// The calling thread's kernel id. Through the system call rather than glibc's `gettid()`, which glibc gained only
+/// in 2.30: the wheels promise glibc 2.28, where a library calling `gettid()` fails with `undefined symbol` (and
+/// the agent would take the program down with it).
+pub fn thread_id() -> u32 {
+    // SAFETY: SYS_gettid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
 /// The abstract socket address of a session (`sun_path` starts with NUL), and its length.
 fn address(session: &str) -> (libc::sockaddr_un, libc::socklen_t) {
     abstract_address(&session_name(euid(), session))
@@ -383,10 +391,8 @@ pub fn signal_process(pid: u32, sig: i32) -> io::Result<()> {
 /// Lowers the calling thread's scheduling priority (nice 10): the collector's background work (compression)
 /// must not take CPU from the program it records.
 pub fn lower_this_thread_priority() {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
     // SAFETY: setpriority has no memory preconditions; a per-thread nice value is Linux behaviour.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10) };
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, thread_id() as libc::id_t, 10) };
 }
 
 #[cfg(test)]

@@ -127,18 +127,8 @@ impl MappedSegment {
                 total >> 20
             )));
         }
-        // SAFETY: memfd_create with a static NUL-terminated name; the fd is owned below.
-        let raw =
-            unsafe { libc::memfd_create(c"cuflight-segment".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-        if raw < 0 {
-            return Err(last_error("memfd_create"));
-        }
-        // SAFETY: `raw` is a fresh fd nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: a plain syscall on our fd.
-        if unsafe { libc::ftruncate(raw, total as libc::off_t) } != 0 {
-            return Err(last_error("ftruncate"));
-        }
+        let fd = sealable_memfd(c"cuflight-segment", total)?;
+        let raw = fd.as_raw_fd();
         let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
         // SAFETY: as above.
         if unsafe { libc::fcntl(raw, libc::F_ADD_SEALS, seals) } != 0 {
@@ -377,22 +367,33 @@ impl MappedSegment {
     }
 }
 
+/// A memfd of `len` bytes (sparse: nothing is allocated until written) that accepts seals, close-on-exec. Through
+/// the system call rather than glibc's `memfd_create()` (2.27), so that the agent loads on any glibc the kernel
+/// call works under (Linux 3.17+).
+pub(crate) fn sealable_memfd(name: &std::ffi::CStr, len: u64) -> Result<OwnedFd, SegmentError> {
+    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    // SAFETY: `name` is NUL-terminated and outlives the call; the descriptor returned is owned below.
+    let raw = unsafe { libc::syscall(libc::SYS_memfd_create, name.as_ptr(), flags) } as RawFd;
+    if raw < 0 {
+        return Err(last_error("memfd_create"));
+    }
+    // SAFETY: `raw` is a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| SegmentError::NoMemory(format!("a memfd of {len} bytes is past the largest file offset")))?;
+    // SAFETY: ftruncate on our own descriptor.
+    if unsafe { libc::ftruncate(raw, len) } != 0 {
+        return Err(last_error("ftruncate"));
+    }
+    Ok(fd)
+}
+
 /// A sealed memfd holding `bytes` (at least one header long), as an agent would hand it over: for fuzzing and
 /// tests of the collector's side.
 #[doc(hidden)]
 pub fn sealed_memfd(bytes: &[u8]) -> Result<OwnedFd, SegmentError> {
-    // SAFETY: memfd_create with a static name.
-    let raw = unsafe { libc::memfd_create(c"cuflight-test".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if raw < 0 {
-        return Err(last_error("memfd_create"));
-    }
-    // SAFETY: a fresh fd nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let len = bytes.len().max(HEADER_SIZE);
-    // SAFETY: a plain syscall on our fd.
-    if unsafe { libc::ftruncate(raw, len as libc::off_t) } != 0 {
-        return Err(last_error("ftruncate"));
-    }
+    let fd = sealable_memfd(c"cuflight-test", bytes.len().max(HEADER_SIZE) as u64)?;
+    let raw = fd.as_raw_fd();
     // SAFETY: pwrite reads `bytes.len()` bytes of `bytes`.
     if unsafe { libc::pwrite(raw, bytes.as_ptr() as *const libc::c_void, bytes.len(), 0) } != bytes.len() as isize {
         return Err(last_error("pwrite"));

@@ -108,6 +108,31 @@ def _glibc_needed(path):
     return best
 
 
+def unversioned_undefined(path):
+    """The functions and objects an ELF64 file needs from elsewhere (strong, undefined) that carry no symbol
+    version: linked against an old glibc, a name that glibc gained later (`gettid`, 2.30) is left so, and that file
+    then fails on the old glibc that its tag promises (`undefined symbol`) however old its GLIBC_ versions are."""
+    with open(path, "rb") as f:
+        data = f.read()
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    dynsym = next((s for s in sections if s[1] == 11), None)  # SHT_DYNSYM
+    versym = next((s for s in sections if s[1] == 0x6FFFFFFF), None)  # SHT_GNU_versym
+    if dynsym is None or versym is None:
+        return []
+    strtab = sections[dynsym[6]][4]
+    names = []
+    for i in range(1, dynsym[5] // 24):
+        name, info, _other, shndx, _value, _size = struct.unpack_from("<IBBHQQ", data, dynsym[4] + 24 * i)
+        version, = struct.unpack_from("<H", data, versym[4] + 2 * i)
+        # Undefined, bound GLOBAL (a WEAK one may be absent), version index 0 or 1: no version required.
+        if shndx == 0 and info >> 4 == 1 and version & 0x7FFF in (0, 1):
+            end = data.index(b"\0", strtab + name)
+            names.append(data[strtab + name:end].decode())
+    return sorted(names)
+
+
 # ELF e_machine values (elf.h) and the wheel architecture names they go by.
 _ARCHES = {62: "x86_64", 183: "aarch64"}
 
@@ -127,6 +152,11 @@ def _tag(files):
     if len(arches) != 1:
         raise RuntimeError(f"cuflight: the binary and the agent are built for different machines: {sorted(arches)}")
     major, minor = max(_glibc_needed(f) for f in files)
+    for f in files:
+        missing = unversioned_undefined(f)
+        if missing:
+            raise RuntimeError(f"cuflight: {os.path.basename(f)} needs {', '.join(missing)} with no symbol version: "
+                               f"glibc {major}.{minor}, which the wheel's tag would promise, may lack them")
     return f"py3-none-manylinux_{major}_{minor}_{arches.pop()}"
 
 

@@ -1,6 +1,7 @@
 """What a wheel promises and what its binaries need, read from the files (as auditwheel does): the wheel's tag,
-and per ELF file its architecture, the newest GLIBC_ symbol version it requires and the libraries it links
-(DT_NEEDED), with those outside the manylinux policy's list. Prints one JSON object.
+and per ELF file its architecture, the newest GLIBC_ symbol version it requires, the symbols it needs with no
+version at all (which the old glibc of its tag may lack), and the libraries it links (DT_NEEDED), with those
+outside the manylinux policy's list. Prints one JSON object.
 
 usage: wheel_check.py WHEEL
 """
@@ -51,10 +52,11 @@ def main(path):
             try:
                 glibc = cuflight_build._glibc_needed(scratch)
                 arch = cuflight_build.elf_arch(scratch)
+                unversioned = cuflight_build.unversioned_undefined(scratch)
             finally:
                 os.remove(scratch)
             libs = needed(data)
-            files[member] = {"arch": arch, "glibc": list(glibc), "needed": libs,
+            files[member] = {"arch": arch, "glibc": list(glibc), "unversioned": unversioned, "needed": libs,
                              "outside_policy": [l for l in libs if l not in POLICY]}
     tags = [l.split(": ", 1)[1] for l in tag.splitlines() if l.startswith("Tag: ")]
     print(json.dumps({"file": name, "tags": tags, "elf": files}))

@@ -162,6 +162,8 @@ fn the_wheels_need_glibc_2_28_and_only_libraries_every_manylinux_system_has() {
             assert_eq!(f["arch"], arch, "{file}: {f}");
             let (major, minor) = (f["glibc"][0].as_u64().unwrap(), f["glibc"][1].as_u64().unwrap());
             assert!((major, minor) <= (2, 28), "{file} needs glibc {major}.{minor}: {f}");
+            // A symbol with no version is one the old glibc lacked when linked: `undefined symbol` there.
+            assert_eq!(f["unversioned"], serde_json::json!([]), "{file}: {f}");
             assert_eq!(f["outside_policy"], serde_json::json!([]), "{file}: {f}");
         }
     }

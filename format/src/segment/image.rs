@@ -8,7 +8,7 @@
 
 use super::{last_error, MappedSegment, SegmentError, HEADER_SIZE};
 use crate::ring::ring_bytes;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 
 /// Largest image `cuflight` reads: the largest valid segment.
@@ -70,7 +70,7 @@ impl MappedSegment {
         let at = std::mem::offset_of!(super::SegmentHeader, total_size) as u64;
         std::os::unix::fs::FileExt::read_exact_at(file, &mut declared, at).map_err(|e| SegmentError::Io("read", e))?;
         let size = u64::from_le_bytes(declared).clamp(len, MAX_IMAGE);
-        let copy = memfd(size)?;
+        let copy = super::sealable_memfd(c"cuflight-image", size)?;
         copy_extents(file.as_raw_fd(), copy.as_raw_fd(), len)?;
         // SAFETY: fcntl on our own memfd.
         if unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW) } != 0 {
@@ -78,21 +78,6 @@ impl MappedSegment {
         }
         MappedSegment::from_fd(copy)
     }
-}
-
-fn memfd(len: u64) -> Result<OwnedFd, SegmentError> {
-    // SAFETY: memfd_create with a static name; the fd is owned below.
-    let raw = unsafe { libc::memfd_create(c"cuflight-image".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if raw < 0 {
-        return Err(last_error("memfd_create"));
-    }
-    // SAFETY: a fresh descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: ftruncate on our memfd (sparse: nothing is allocated until written).
-    if unsafe { libc::ftruncate(raw, len as libc::off_t) } != 0 {
-        return Err(last_error("ftruncate"));
-    }
-    Ok(fd)
 }
 
 /// Copies the data of `from` (skipping holes where the file system reports them) into `to`, in bounded chunks.
