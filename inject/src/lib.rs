@@ -3,11 +3,11 @@
 //! How (the technique debuggers and Meta's wprof use; this code is our own): find the target's libc in
 //! `/proc/PID/maps` and `dlopen` in its dynamic symbols (glibc 2.34+ exports `dlopen` from libc; older ones have
 //! `__libc_dlopen_mode`); ptrace one of its threads that is blocked in a system call (so it holds no lock of the
-//! allocator or the loader that `dlopen` needs) and make it call `dlopen(agent, RTLD_NOW)`. On x86-64 the call
-//! goes through a stub written past the end of libc's code (see `stub`): it calls dlopen, restores every register
-//! itself and resumes the interrupted system call as the kernel would. Elsewhere (aarch64, or a libc with no room
-//! after its code) the call returns to address 0, the fault is caught, and the registers are put back through
-//! ptrace. The agent's constructor sees it was loaded late and goes dormant with its control socket up.
+//! allocator or the loader that `dlopen` needs) and make it call `dlopen(agent, RTLD_NOW)`. The call goes through
+//! a stub written past the end of libc's code (see `stub`): it calls dlopen, puts every register back (x86-64
+//! itself, aarch64 through `rt_sigreturn`) and resumes the interrupted system call as the kernel would. Where libc
+//! leaves no room after its code, the call returns to address 0, the fault is caught, and the registers are put
+//! back through ptrace. The agent's constructor sees it was loaded late and goes dormant with its control socket up.
 //!
 //! Guarantees and their limits:
 //! - The ptrace work runs in a helper process of its own session with every catchable signal blocked: killing
@@ -17,12 +17,12 @@
 //!   the fallback path a SIGKILL of the helper while `dlopen` runs (milliseconds) kills the program.
 //! - Every wait has a time limit; a dlopen that takes longer is left to finish (with the stub, safely). A ptrace
 //!   refusal is one line naming the cause and the remedy.
-//! - x86-64 is tested; the aarch64 register handling follows the kernel's regsets and is untested.
+//! - Tested on x86-64, and on aarch64 in an emulated arm64 machine with SVE and pointer authentication
+//!   (scripts/aarch64-vm): the same tests, SIGKILL of the helper at each step included.
 
 mod elf;
 mod ptrace;
 mod remote;
-#[cfg(target_arch = "x86_64")]
 mod stub;
 
 use std::path::{Path, PathBuf};

@@ -69,6 +69,9 @@ pub(crate) mod regs {
     pub fn sp(r: &Regs) -> u64 {
         r.rsp
     }
+    pub fn pc(r: &Regs) -> u64 {
+        r.rip
+    }
     /// Calls `func(a0, a1)` returning to `ret_sp`'s word (0 written there by the caller); no syscall restart.
     pub fn call(saved: &Regs, func: u64, a0: u64, a1: u64, ret_sp: u64) -> Regs {
         let mut r = *saved;
@@ -115,6 +118,9 @@ pub(crate) mod regs {
     }
     pub fn sp(r: &Regs) -> u64 {
         r.sp
+    }
+    pub fn pc(r: &Regs) -> u64 {
+        r.pc
     }
     pub fn call(saved: &Regs, func: u64, a0: u64, a1: u64, ret_sp: u64) -> Regs {
         let mut r = *saved;

@@ -14,8 +14,7 @@ pub struct Dlopen {
     /// glibc before 2.34: `__libc_dlopen_mode`, whose mode needs `__RTLD_DLOPEN` (0x80000000).
     private: bool,
     /// Executable bytes past the end of libc's code, in its last code page, that belong to no section:
-    /// where the self-restoring call stub goes (x86-64; aarch64 calls dlopen without a stub and ignores it).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    /// where the self-restoring call stub goes.
     pub(crate) code_gap: Option<(u64, u64)>,
 }
 
@@ -213,7 +212,6 @@ fn call_on(pid: u32, tid: u32, dlopen: &Dlopen, path: &CString, timeout: Duratio
     };
     let mode = if dlopen.private { RTLD_NOW | RTLD_DLOPEN } else { RTLD_NOW };
     crate::step("stopped");
-    #[cfg(target_arch = "x86_64")]
     if let Some((gap, _)) = dlopen.code_gap.filter(|(a, b)| b - a >= crate::stub::LEN) {
         let call = crate::stub::Call {
             pid,
@@ -231,8 +229,8 @@ fn call_on(pid: u32, tid: u32, dlopen: &Dlopen, path: &CString, timeout: Duratio
         };
         return crate::stub::call(&call).map(Some);
     }
-    // Without room for the stub (or on aarch64): the call returns to address 0 and the fault it raises is
-    // caught. The path and (x86-64) the return address go below the red zone of the thread's stack; the bytes
+    // Without room for the stub: the call returns to address 0 and the fault it raises is caught. The path and
+    // (x86-64) the return address go below the red zone of the thread's stack; the bytes
     // there are saved and put back.
     let bytes = path.as_bytes_with_nul();
     let path_at = (regs::sp(&saved) - regs::RED_ZONE - 256 - bytes.len() as u64) & !15;

@@ -12,7 +12,7 @@
  * program a second tool in CUPTI's multi-subscriber mode (13.5: cuptiSubscribe_v2 allowing multiple subscribers,
  * launch callbacks and kernel records through the per-subscriber Activity API), printing "subscribed" or
  * "refused NAME"; "v" waits for the next line in a raw read system call with known values in xmm0 and
- * xmm15 and prints "xmm ok" if they survived (an injection interrupts that very call); "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "E N" makes N
+ * xmm15 (d0 and d31 on aarch64) and prints "xmm ok" if they survived (an injection interrupts that very call); "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "E N" makes N
  * rounds of the error queries (cudaGetLastError, cudaPeekAtLastError, cudaGetErrorString) and prints "done"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it; "D" launches one kernel through the driver API (cuLaunchKernel); "f" prints
  * "finalized N", cudasim's count of cuptiFinalize teardowns (-1 on real CUDA); "u NAME M" opens an NVTX range NAME
  * and runs M kernels in it without closing it, "q" closes it, each printing "done"; "O" asks cudaMalloc for 2^60
@@ -204,8 +204,27 @@ static int commands(void) {
                 : "a"(0L), "D"(0L), "S"(buf), "d"(sizeof buf), [a] "r"(in0), [b] "r"(in15)
                 : "rcx", "r11", "memory", "xmm0", "xmm15");
             printf(n > 0 && out0 == in0 && out15 == in15 ? "xmm ok\n" : "xmm clobbered %ld\n", n);
+#elif defined(__aarch64__)
+            /* The same with the FP/SIMD registers d0 and d31 around read(2) (x8 = 63, asm-generic/unistd.h). */
+            char buf[64];
+            unsigned long long in0 = 0x1122334455667788ull, in31 = 0x99aabbccddeeff00ull, out0 = 0, out31 = 0;
+            register long x0 __asm__("x0") = 0;
+            register long x1 __asm__("x1") = (long)buf;
+            register long x2 __asm__("x2") = sizeof buf;
+            register long x8 __asm__("x8") = 63;
+            __asm__ volatile(
+                "fmov d0, %[a]\n\t"
+                "fmov d31, %[b]\n\t"
+                "svc #0\n\t"
+                "fmov %[c], d0\n\t"
+                "fmov %[d], d31\n\t"
+                : "+r"(x0), [c] "=&r"(out0), [d] "=&r"(out31)
+                : "r"(x1), "r"(x2), "r"(x8), [a] "r"(in0), [b] "r"(in31)
+                : "memory", "v0", "v31");
+            long n = x0;
+            printf(n > 0 && out0 == in0 && out31 == in31 ? "xmm ok\n" : "xmm clobbered %ld\n", n);
 #else
-            printf("xmm ok\n");
+#error "the vector register check needs this architecture's registers"
 #endif
         } else if (line[0] == 'c') {
             long n = atol(line + 1);

@@ -86,9 +86,17 @@ pub fn c_compiler() -> Command {
     Command::new(std::env::var_os("CUFLIGHT_TEST_CC").filter(|v| !v.is_empty()).unwrap_or_else(|| "gcc".into()))
 }
 
-/// As [`build_c`]; `link_cudart: false` leaves the runtime out (the program loads it itself).
+/// As [`build_c`]; `link_cudart: false` leaves the runtime out (the program loads it itself). Where no compiler
+/// exists (the emulated arm64 machine of scripts/aarch64-vm), `$CUFLIGHT_TEST_C_BUILT` names a directory of the
+/// programs compiled beforehand by the same command (`NAME`, or `NAME.nocudart` without the runtime).
 pub fn build_c_linked(name: &str, dir: &Path, link_cudart: bool) -> PathBuf {
     let out = dir.join(name);
+    if let Some(built) = std::env::var_os("CUFLIGHT_TEST_C_BUILT").filter(|v| !v.is_empty()) {
+        let file = if link_cudart { name.to_string() } else { format!("{name}.nocudart") };
+        let from = Path::new(&built).join(file);
+        std::fs::copy(&from, &out).unwrap_or_else(|e| panic!("{} was not built beforehand: {e}", from.display()));
+        return out;
+    }
     let src = repo_root().join("tests/c").join(format!("{name}.c"));
     let status = c_compiler()
         .args(["-O1", "-g", "-rdynamic", "-pthread", "-Wall", "-Werror", "-Wno-unused-function"])

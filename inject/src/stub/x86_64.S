@@ -1,6 +1,6 @@
-# The self-restoring dlopen call of `cuflight attach --inject` (x86-64). inject/src/stub.rs holds these bytes
+# The self-restoring dlopen call of `cuflight attach --inject` (x86-64). inject/src/stub/x86_64.rs holds these bytes
 # and documents the context r12 points at; its test reassembles this file and compares.
-#   as --64 -o stub.o stub_x86_64.S && objcopy -O binary -j .text stub.o stub.bin
+#   as --64 -o stub.o x86_64.S && objcopy -O binary -j .text stub.o stub.bin
 # 0: rflags, 8..136: rax rbx rcx rdx rsi rdi rbp r8 r9 r10 r11 r12 r13 r14 r15 rsp (as the thread resumes),
 # 136: dlopen, 144: its result, 160: 1 = XSAVE image, 0 = FXSAVE image, 192: the image.
 # rdi and rsi hold dlopen's arguments; rsp is 16-byte aligned.
