@@ -11,7 +11,8 @@
  * cudasim's test-only cudasim_kernel_fault) and prints the errors the next two synchronisations return; "M" makes the
  * program a second tool in CUPTI's multi-subscriber mode (13.5: cuptiSubscribe_v2 allowing multiple subscribers,
  * launch callbacks and kernel records through the per-subscriber Activity API), printing "subscribed" or
- * "refused NAME"; "v" waits for the next line in a raw read system call with known values in xmm0 and
+ * "refused NAME"; "G" gives the main thread an alternate signal stack and blocks SIGUSR2, "g" prints them
+ * ("altstack PTR SIZE flags F usr2 1"); "v" waits for the next line in a raw read system call with known values in xmm0 and
  * xmm15 (d0 and d31 on aarch64) and prints "xmm ok" if they survived (an injection interrupts that very call); "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "E N" makes N
  * rounds of the error queries (cudaGetLastError, cudaPeekAtLastError, cudaGetErrorString) and prints "done"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it; "D" launches one kernel through the driver API (cuLaunchKernel); "f" prints
  * "finalized N", cudasim's count of cuptiFinalize teardowns (-1 on real CUDA); "u NAME M" opens an NVTX range NAME
@@ -226,6 +227,20 @@ static int commands(void) {
 #else
 #error "the vector register check needs this architecture's registers"
 #endif
+        } else if (line[0] == 'G') {
+            /* An alternate signal stack and SIGUSR2 blocked, for the test that an injection leaves both as found. */
+            static char alt[64 << 10];
+            stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt, .ss_flags = 0};
+            sigset_t usr2;
+            sigemptyset(&usr2);
+            sigaddset(&usr2, SIGUSR2);
+            printf(sigaltstack(&ss, NULL) == 0 && pthread_sigmask(SIG_BLOCK, &usr2, NULL) == 0 ? "done\n" : "failed\n");
+        } else if (line[0] == 'g') {
+            stack_t ss;
+            sigset_t now;
+            sigaltstack(NULL, &ss);
+            pthread_sigmask(SIG_BLOCK, NULL, &now);
+            printf("altstack %p %zu flags %d usr2 %d\n", ss.ss_sp, ss.ss_size, ss.ss_flags, sigismember(&now, SIGUSR2));
         } else if (line[0] == 'c') {
             long n = atol(line + 1);
             int dev = 0;

@@ -370,3 +370,25 @@ fn the_interrupted_thread_gets_its_vector_registers_back() {
     assert_eq!(server.cmd("go"), "xmm ok");
     assert!(server.end().0.success());
 }
+
+#[test]
+fn the_interrupted_thread_keeps_its_signal_mask_and_alternate_stack() {
+    if !ptrace_allowed() {
+        return;
+    }
+    // The thread that runs dlopen is the main one, waiting for the next command; what the stub puts back must
+    // include what no register holds (on aarch64, rt_sigreturn sets both from its frame).
+    let dir = scratch("inject-sigstate");
+    let mut server = Server::plain(&dir, &[]);
+    assert_eq!(server.cmd("G"), "done");
+    let before = server.cmd("g");
+    assert!(before.ends_with("flags 0 usr2 1"), "{before}");
+    let out = Command::new(cuflight_bin())
+        .args(["attach", "--inject", &server.pid().to_string(), "--duration", "100ms", "--force", "-o"])
+        .arg(dir.join("sig.cuf"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(server.cmd("g"), before);
+    assert!(server.end().0.success());
+}
