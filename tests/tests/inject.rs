@@ -9,6 +9,16 @@ fn ptrace_allowed() -> bool {
     !std::fs::read_to_string("/proc/self/status").is_ok_and(|s| s.contains("Seccomp:\t2"))
 }
 
+/// `attach --inject PID --duration D --force -o OUT`, which must succeed.
+fn inject_for(pid: u32, duration: &str, out: &std::path::Path) {
+    let run = Command::new(cuflight_bin())
+        .args(["attach", "--inject", &pid.to_string(), "--duration", duration, "--force", "-o"])
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+}
+
 #[test]
 fn a_server_started_plainly_is_injected_recorded_twice_and_ends_as_usual() {
     let dir = scratch("inject-plain");
@@ -361,12 +371,7 @@ fn the_interrupted_thread_gets_its_vector_registers_back() {
     let mut server = Server::plain(&dir, &[]);
     server.send("v");
     std::thread::sleep(std::time::Duration::from_millis(100));
-    let out = Command::new(cuflight_bin())
-        .args(["attach", "--inject", &server.pid().to_string(), "--duration", "100ms", "--force", "-o"])
-        .arg(dir.join("fp.cuf"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    inject_for(server.pid(), "100ms", &dir.join("fp.cuf"));
     assert_eq!(server.cmd("go"), "xmm ok");
     assert!(server.end().0.success());
 }
@@ -383,12 +388,7 @@ fn the_interrupted_thread_keeps_its_signal_mask_and_alternate_stack() {
     assert_eq!(server.cmd("G"), "done");
     let before = server.cmd("g");
     assert!(before.ends_with("flags 0 usr2 1"), "{before}");
-    let out = Command::new(cuflight_bin())
-        .args(["attach", "--inject", &server.pid().to_string(), "--duration", "100ms", "--force", "-o"])
-        .arg(dir.join("sig.cuf"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    inject_for(server.pid(), "100ms", &dir.join("sig.cuf"));
     assert_eq!(server.cmd("g"), before);
     assert!(server.end().0.success());
 }
