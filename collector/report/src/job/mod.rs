@@ -217,9 +217,9 @@ pub struct Heatmap {
     pub steps: Vec<String>,
     /// The ranks, one row each (as `ranks[].who`).
     pub ranks: Vec<String>,
-    /// [rank][step]: that rank's duration of that step (None: it has no such step).
+    /// `[rank][step]`: that rank's duration of that step (None: it has no such step).
     pub step_ns: Vec<Vec<Option<u64>>>,
-    /// [rank][step]: the time that rank waited in collectives for the last rank in that step (None: not known).
+    /// `[rank][step]`: the time that rank waited in collectives for the last rank in that step (None: not known).
     pub waited_ns: Vec<Vec<Option<u64>>>,
 }
 
