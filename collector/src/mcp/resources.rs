@@ -26,7 +26,7 @@ pub fn list() -> Value {
         .map(|&of| {
             let name = name_of(of);
             json!({"uri": uri(of), "name": format!("{name}.schema.json"),
-                   "title": format!("JSON Schema of cuflight {name}'s output"),
+                   "title": format!("JSON Schema of cuflight {name} --format json"),
                    "description": format!("What every member of `cuflight {name} --format json` means (JSON Schema \
                                            draft 2020-12): read it to interpret a tool's result."),
                    "mimeType": "application/schema+json"})
@@ -37,7 +37,10 @@ pub fn list() -> Value {
 
 /// `resources/read`. Err: (JSON-RPC error code, message).
 pub fn read(params: &Value) -> Result<Value, (i64, String)> {
-    let asked = params.get("uri").and_then(Value::as_str).ok_or((super::INVALID_PARAMS, "`uri` is required".into()))?;
+    let asked = params
+        .get("uri")
+        .and_then(Value::as_str)
+        .ok_or((super::INVALID_PARAMS, "`uri` must be a string: one that resources/list lists".into()))?;
     let of = SchemaOf::value_variants()
         .iter()
         .copied()
