@@ -111,14 +111,20 @@ fn top_ends_cleanly_when_its_terminal_goes() {
         format!("TMPDIR={} exec {} top --duty 500ms/1s {}", tmp.display(), cuflight_bin().display(), stepper.id());
     tmux_session(&session, &cmd);
     let top: u32 = tmux(&["display-message", "-p", "-t", &session, "#{pane_pid}"]).trim().parse().unwrap();
-    let scratch_dir = tmp.join(format!("cuflight-serve-{top}"));
+    // cuflight_capture::private_dir's name: cuflight-serve-PID-NS.
+    let scratch_dirs = || -> Vec<std::path::PathBuf> {
+        let prefix = format!("cuflight-serve-{top}-");
+        let entries = std::fs::read_dir(&tmp).into_iter().flatten().flatten();
+        entries.filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).map(|e| e.path()).collect()
+    };
     let started = Instant::now();
     while !tmux(&["capture-pane", "-p", "-t", &session]).contains("CUPTI sessions: ")
         && started.elapsed() < Duration::from_secs(20)
     {
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(scratch_dir.is_dir(), "top's scratch directory {} while it runs", scratch_dir.display());
+    let running = scratch_dirs();
+    assert!(running.len() == 1 && running[0].is_dir(), "top's scratch directory in {} while it runs", tmp.display());
     tmux(&["kill-session", "-t", &session]);
     let hup = Instant::now();
     let alive = || std::path::Path::new(&format!("/proc/{top}")).exists();
@@ -132,7 +138,7 @@ fn top_ends_cleanly_when_its_terminal_goes() {
     drop(stepper.stdin.take());
     let _ = stepper.wait();
     assert!(!still, "top still ran 10 s after its terminal went");
-    assert!(!scratch_dir.exists(), "top left {} behind", scratch_dir.display());
+    assert!(scratch_dirs().is_empty(), "top left {:?} behind", scratch_dirs());
 }
 
 #[test]
