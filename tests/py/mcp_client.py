@@ -83,15 +83,21 @@ async def main():
                 except Exception as e:  # the SDK's MCPError
                     errors[name] = "jsonrpc:" + str(e)[:200]
             seen["bad_calls"] = errors
+            # A value that looks like an option stays a value, and the failure says what was wrong with it.
+            r = await session.call_tool("trace_stats", {"traces": [trace], "tables": "--output=x"})
+            seen["option_like_value"] = {"is_error": bool(getattr(r, "is_error", getattr(r, "isError", False))),
+                                         "text": text_of(r)[:300]}
             missing = await session.call_tool("findings", {"traces": [os.path.join(trace_dir, "missing.cuf")]})
             seen["missing_trace"] = {"is_error": bool(getattr(missing, "is_error", getattr(missing, "isError", False))),
                                      "text": text_of(missing)[:300]}
             await session.send_ping()
             seen["alive_after_errors"] = True
             if record_program:
-                r = await session.call_tool("record_command", {"command": [record_program, "3"]})
-                seen["record_command"] = {"is_error": bool(getattr(r, "is_error", getattr(r, "isError", False))),
-                                          "text": text_of(r)[:600]}
+                # Twice at once: two traces, neither taken for the other.
+                for key in ("record_command", "record_command_again"):
+                    r = await session.call_tool("record_command", {"command": [record_program, "3"]})
+                    seen[key] = {"is_error": bool(getattr(r, "is_error", getattr(r, "isError", False))),
+                                 "text": text_of(r)[:600]}
     print(json.dumps(seen))
 
 

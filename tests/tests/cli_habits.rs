@@ -343,11 +343,19 @@ fn mcp_serves_an_assistant_through_the_protocols_own_client() {
     assert!(bad["no_such_tool"].as_str().unwrap().contains("unknown tool"), "{bad}");
     assert!(bad["step"].as_str().unwrap().starts_with("jsonrpc:"), "{bad}");
     assert!(bad["record_process"].as_str().unwrap().contains("no cuflight agent answers"), "{bad}");
+    let option_like = &seen["option_like_value"];
+    assert_eq!(option_like["is_error"], true, "{option_like}");
+    assert!(option_like["text"].as_str().unwrap().contains("unknown report '--output=x'"), "{option_like}");
     assert_eq!(seen["missing_trace"]["is_error"], true);
     assert_eq!(seen["alive_after_errors"], true);
-    let recorded = &seen["record_command"];
-    assert_eq!(recorded["is_error"], false, "{recorded}");
-    let text = recorded["text"].as_str().unwrap();
-    let path = text.strip_prefix("trace ").and_then(|t| t.split(' ').next()).expect("the trace's path");
-    assert!(std::path::Path::new(path).is_file(), "{text}");
+    let mut paths = Vec::new();
+    for key in ["record_command", "record_command_again"] {
+        let recorded = &seen[key];
+        assert_eq!(recorded["is_error"], false, "{recorded}");
+        let text = recorded["text"].as_str().unwrap();
+        let path = text.strip_prefix("trace ").and_then(|t| t.split(' ').next()).expect("the trace's path");
+        assert!(std::path::Path::new(path).is_file(), "{text}");
+        paths.push(path.to_string());
+    }
+    assert_ne!(paths[0], paths[1], "two recordings, two traces");
 }

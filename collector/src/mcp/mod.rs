@@ -90,11 +90,20 @@ pub fn serve(opts: &McpOptions) -> Result<i32> {
             continue;
         }
         let replies = match serde_json::from_str::<Value>(&text) {
-            Err(e) => vec![error(Value::Null, PARSE_ERROR, format!("not JSON: {e}"))],
-            Ok(Value::Array(batch)) if !batch.is_empty() => batch.iter().filter_map(|m| handle(m, opts)).collect(),
-            Ok(message) => handle(&message, opts).into_iter().collect(),
+            Err(e) => Some(error(Value::Null, PARSE_ERROR, format!("not JSON: {e}"))),
+            // A batch (JSON-RPC 2.0, MCP 2025-03-26) is answered with one array of its replies, none when it
+            // held only notifications.
+            Ok(Value::Array(batch)) if !batch.is_empty() => {
+                let answers: Vec<Value> = batch.iter().filter_map(|m| handle(m, opts)).collect();
+                if answers.is_empty() {
+                    None
+                } else {
+                    Some(Value::Array(answers))
+                }
+            }
+            Ok(message) => handle(&message, opts),
         };
-        for r in replies {
+        if let Some(r) = replies {
             reply(&mut out, &r)?;
         }
     }
@@ -113,6 +122,10 @@ fn handle(message: &Value, opts: &McpOptions) -> Option<Value> {
         return Some(error(id.unwrap_or(Value::Null), INVALID_REQUEST, "not a JSON-RPC 2.0 request (no method)"));
     };
     let id = id?; // notifications/initialized, notifications/cancelled...: nothing to answer
+    if !(id.is_string() || id.is_i64() || id.is_u64()) {
+        // MCP: "Requests MUST include a string or integer ID ... the ID MUST NOT be null."
+        return Some(error(Value::Null, INVALID_REQUEST, "a request's id must be a string or an integer"));
+    }
     if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Some(error(id, INVALID_REQUEST, "jsonrpc must be \"2.0\""));
     }
@@ -172,6 +185,10 @@ mod tests {
         assert!(handle(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), &opts()).is_none());
         let r = handle(&json!({"jsonrpc": "2.0", "id": 3, "method": "prompts/list"}), &opts()).unwrap();
         assert_eq!(r["error"]["code"], METHOD_NOT_FOUND);
+        let r = handle(&json!({"jsonrpc": "2.0", "id": null, "method": "ping"}), &opts()).unwrap();
+        assert_eq!(r["error"]["code"], INVALID_REQUEST);
+        let r = handle(&json!({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}), &opts()).unwrap();
+        assert_eq!((r["error"]["code"].as_i64(), &r["id"]), (Some(INVALID_REQUEST), &Value::Null));
         let r = handle(&json!({"id": 4}), &opts()).unwrap();
         assert_eq!(r["error"]["code"], INVALID_REQUEST);
         let r =

@@ -162,12 +162,21 @@ pub fn run_cuflight(args: &[String], limit: Duration) -> Result<String, Failure>
         };
         let err = std::fs::read_to_string(&err_path).unwrap_or_default();
         if !status.success() {
-            let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("failed");
-            return Err(last.to_string());
+            return Err(failure_line(&err).to_string());
         }
         read_capped(&out_path)
     })();
     ran.map_err(Failure::Ran)
+}
+
+/// The line of a failed run's standard error that says why: cuflight's own errors are one line (`cuflight: ...`,
+/// the last such line, after any warnings), clap's begin `error:` and end with a hint to try `--help`.
+fn failure_line(stderr: &str) -> &str {
+    let lines = || stderr.lines().rev().map(str::trim).filter(|l| !l.is_empty());
+    lines()
+        .find(|l| l.starts_with("cuflight:") || l.starts_with("error:"))
+        .or_else(|| lines().next())
+        .unwrap_or("failed")
 }
 
 /// A file's text, at most MAX_TEXT and a bit (the caller cuts it with a note).
@@ -216,13 +225,15 @@ fn format_of(name: &str) -> Option<&'static str> {
     })
 }
 
+// Option values go glued to their option (`--step=VALUE`): a value an assistant sends that begins with `-` is then
+// never read as an option of its own. Trace paths come after `--` for the same reason.
 fn report_args(args: &Value) -> Result<Vec<String>, Failure> {
     let mut a = vec!["report".to_string(), "--format".into(), "json".into()];
     if bool_arg(args, "include_warmup") {
         a.push("--include-warmup".into());
     }
     if args.get("step").is_some() {
-        a.extend(["--step".into(), string_arg(args, "step")?]);
+        a.push(format!("--step={}", string_arg(args, "step")?));
     }
     a.push("--".into());
     a.extend(traces_arg(args)?);
@@ -264,7 +275,7 @@ fn stats_args(args: &Value, extra: &[String]) -> Result<Vec<String>, Failure> {
 
 fn trace_stats(args: &Value) -> Result<String, Failure> {
     let extra = match args.get("tables") {
-        Some(_) => vec!["--report".to_string(), string_arg(args, "tables")?],
+        Some(_) => vec![format!("--report={}", string_arg(args, "tables")?)],
         None => Vec::new(),
     };
     run_cuflight(&stats_args(args, &extra)?, ANALYSIS_LIMIT)
@@ -300,7 +311,7 @@ fn step(args: &Value) -> Result<String, Failure> {
         None => "ProfilerStep#*".into(),
     };
     let filter = format!("{range}/{n}");
-    run_cuflight(&stats_args(args, &["--filter-nvtx".into(), filter])?, ANALYSIS_LIMIT)
+    run_cuflight(&stats_args(args, &[format!("--filter-nvtx={filter}")])?, ANALYSIS_LIMIT)
 }
 
 fn diff(args: &Value) -> Result<String, Failure> {
@@ -313,4 +324,31 @@ fn diff(args: &Value) -> Result<String, Failure> {
         string_arg(args, "candidate")?,
     ];
     run_cuflight(&a, ANALYSIS_LIMIT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_run_is_told_by_its_error_line_not_its_hint() {
+        let clap = "error: a value is required for '--report <REPORT>'\n\nUsage: cuflight stats\n\nFor more \
+                    information, try '--help'.\n";
+        assert_eq!(failure_line(clap), "error: a value is required for '--report <REPORT>'");
+        let ours = "cuflight: warning: 2 records dropped\ncuflight: t.cuf: truncated trace\n";
+        assert_eq!(failure_line(ours), "cuflight: t.cuf: truncated trace");
+        assert_eq!(failure_line("Killed\n\n"), "Killed");
+        assert_eq!(failure_line(""), "failed");
+    }
+
+    #[test]
+    fn values_that_look_like_options_stay_values() {
+        let args = json!({"traces": ["--help"], "step": "--output=x", "tables": "-o"});
+        let report = report_args(&args).ok().unwrap();
+        assert!(report.contains(&"--step=--output=x".to_string()));
+        let dash = report.iter().position(|a| a == "--").unwrap();
+        assert_eq!(&report[dash + 1..], ["--help"]);
+        let stats = stats_args(&args, &["--report=-o".to_string()]).ok().unwrap();
+        assert_eq!(stats[3..], ["--report=-o", "--", "--help"]);
+    }
 }

@@ -15,8 +15,12 @@ fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
+/// A new trace's path. The sequence number keeps two recordings in one second apart: with the same name the
+/// second `record` would refuse to replace the first, and its trace would be taken for the new one.
 fn output(opts: &McpOptions, what: &str) -> PathBuf {
-    opts.output_dir.join(format!("mcp-{what}-{}-{}.cuf", unix_now(), std::process::id()))
+    static SEQUENCE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = SEQUENCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    opts.output_dir.join(format!("mcp-{what}-{}-{}-{n}.cuf", unix_now(), std::process::id()))
 }
 
 pub fn record_process(args: &Value, opts: &McpOptions) -> Result<String, Failure> {
@@ -66,6 +70,9 @@ fn run_recording(args: &[String], limit: Duration, path: &std::path::Path) -> Re
     let dir = PrivateDir::new("mcp").map_err(|e| Failure::Ran(format!("{e:#}")))?;
     let err_path = dir.path().join("err");
     let result = (|| {
+        if path.symlink_metadata().is_ok() {
+            return Err(format!("{} exists already: not replaced", path.display()));
+        }
         let mut child = std::process::Command::new(exe)
             .args(args)
             .stdin(std::process::Stdio::null())
