@@ -359,3 +359,71 @@ fn mcp_serves_an_assistant_through_the_protocols_own_client() {
     }
     assert_ne!(paths[0], paths[1], "two recordings, two traces");
 }
+
+/// `cuflight mcp` driven line by line: what the SDK's client hides (when each reply comes) is what is checked.
+#[test]
+fn mcp_answers_while_a_tool_runs_and_a_cancelled_call_stops_its_command() {
+    use std::io::{BufRead, Write};
+    use std::time::{Duration, Instant};
+    let dir = scratch("mcp-cancel");
+    let mut server = Command::new(cuflight_bin())
+        .args(["mcp", "--allow-record", "--max-seconds", "120", "--output-dir", dir.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("cuflight mcp runs");
+    let mut input = server.stdin.take().unwrap();
+    let (tx, replies) = std::sync::mpsc::channel::<serde_json::Value>();
+    let output = std::io::BufReader::new(server.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for line in output.lines().map_while(Result::ok) {
+            let _ = tx.send(serde_json::from_str(&line).expect("each line is one JSON message"));
+        }
+    });
+    let mut send = |message: serde_json::Value| writeln!(input, "{message}").and_then(|()| input.flush()).unwrap();
+    let call = |id: u32, command: &[&str]| {
+        serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                           "params": {"name": "record_command", "arguments": {"command": command}}})
+    };
+    let started = Instant::now();
+    // Two programs that would run for two minutes, then a ping and a quick call: both answered meanwhile.
+    send(call(1, &["sleep", "120"]));
+    send(call(2, &["sleep", "120"]));
+    send(serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}));
+    let pong = replies.recv_timeout(Duration::from_secs(10)).expect("a ping is answered while tools run");
+    assert_eq!(pong["id"], 3, "{pong}");
+    send(call(4, &["true"]));
+    let quick = replies.recv_timeout(Duration::from_secs(30)).expect("a quick call ends beside the long ones");
+    assert_eq!((quick["id"].as_u64(), &quick["result"]["isError"]), (Some(4), &false.into()), "{quick}");
+    // A reused id in progress is refused; the cancelled call's recording stops and it gets no reply.
+    send(call(1, &["true"]));
+    let reused = replies.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!((reused["id"].as_u64(), reused["error"]["code"].as_i64()), (Some(1), Some(-32600)), "{reused}");
+    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}));
+    let no_sleep_1 = || {
+        let ps = Command::new("pgrep").args(["-f", "-c", "^sleep 120$"]).output().unwrap();
+        String::from_utf8_lossy(&ps.stdout).trim().parse::<u32>().unwrap_or(0)
+    };
+    let t = Instant::now();
+    while no_sleep_1() > 1 && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(no_sleep_1(), 1, "the cancelled call's program was stopped, the other runs on");
+    assert!(replies.recv_timeout(Duration::from_secs(1)).is_err(), "a cancelled call gets no reply");
+    // Closing the session stops the call still running, and the server ends.
+    drop(input);
+    let t = Instant::now();
+    while server.try_wait().unwrap().is_none() && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = server.try_wait().unwrap();
+    if status.is_none() {
+        let _ = server.kill();
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "the server ends when its input closes");
+    assert_eq!(no_sleep_1(), 0, "no program left running");
+    let traces =
+        std::fs::read_dir(&dir).unwrap().filter(|e| e.as_ref().unwrap().path().extension() == Some("cuf".as_ref()));
+    assert_eq!(traces.count(), 3, "the stopped recordings kept their traces");
+    assert!(started.elapsed() < Duration::from_secs(100), "nothing waited for a program's two minutes");
+}

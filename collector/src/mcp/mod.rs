@@ -6,16 +6,21 @@
 //! standard error only. The lifecycle is `initialize` (the client's protocol version is answered with itself when
 //! this server speaks it, else with the newest it does), then `tools/list` and `tools/call`, and `resources/list`
 //! and `resources/read` for the JSON Schemas of the tools' results; `ping` at any time.
-//! A bad request gets a JSON-RPC error and the server carries on; a tool that fails returns its error as the
+//! Tool calls run on threads of their own (`calls`), so requests are read, pings answered and calls cancelled
+//! while they run. A bad request gets a JSON-RPC error and the server carries on; a tool that fails returns its error as the
 //! tool's result (`isError`), as the specification asks, so the assistant can read it.
 
+mod calls;
 mod resources;
 mod tools;
 mod tools_record;
 
 use anyhow::Result;
+use calls::{reply, Calls, Output, Work};
 use serde_json::{json, Value};
-use std::io::{BufRead, Write};
+use std::io::BufRead;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 
 /// The protocol revisions this server speaks, newest first.
 const PROTOCOL_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
@@ -55,7 +60,7 @@ pub(crate) fn string_arg(args: &Value, key: &str) -> Result<String, Failure> {
     }
 }
 
-fn error(id: Value, code: i64, message: impl Into<String>) -> Value {
+pub(crate) fn error(id: Value, code: i64, message: impl Into<String>) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
 }
 
@@ -64,15 +69,24 @@ fn result(id: Value, result: Value) -> Value {
 }
 
 pub fn serve(opts: &McpOptions) -> Result<i32> {
+    let out: Output = Arc::new(Mutex::new(std::io::stdout()));
+    let calls = Calls::default();
+    let read = read_requests(opts, &out, &calls);
+    // The client closed our input (the specification's shutdown) or it failed: stop what still runs.
+    calls.cancel_all_and_wait();
+    read.map(|()| 0)
+}
+
+fn read_requests(opts: &McpOptions, out: &Output, calls: &Calls) -> Result<()> {
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
-    let mut out = std::io::stdout().lock();
     let mut line = Vec::new();
+    let mut batches = 0u64;
     loop {
         line.clear();
         let n = std::io::Read::take(&mut input, MAX_LINE as u64 + 1).read_until(b'\n', &mut line)?;
         if n == 0 {
-            return Ok(0); // the client closed our input: the specification's shutdown
+            return Ok(());
         }
         if line.len() > MAX_LINE && !line.ends_with(b"\n") {
             // Skip the rest of the oversized line, then say so.
@@ -82,41 +96,58 @@ pub fn serve(opts: &McpOptions) -> Result<i32> {
                 std::io::Read::take(&mut input, MAX_LINE as u64).read_until(b'\n', &mut rest)? > 0
                     && !rest.ends_with(b"\n")
             } {}
-            reply(&mut out, &error(Value::Null, INVALID_REQUEST, "message longer than 4 MiB"))?;
+            reply(out, &error(Value::Null, INVALID_REQUEST, "message longer than 4 MiB"))?;
             continue;
         }
         let text = String::from_utf8_lossy(&line);
         if text.trim().is_empty() {
             continue;
         }
-        let replies = match serde_json::from_str::<Value>(&text) {
-            Err(e) => Some(error(Value::Null, PARSE_ERROR, format!("not JSON: {e}"))),
-            // A batch (JSON-RPC 2.0, MCP 2025-03-26) is answered with one array of its replies, none when it
-            // held only notifications.
-            Ok(Value::Array(batch)) if !batch.is_empty() => {
-                let answers: Vec<Value> = batch.iter().filter_map(|m| handle(m, opts)).collect();
-                if answers.is_empty() {
-                    None
-                } else {
-                    Some(Value::Array(answers))
-                }
+        let (key, id, work): (String, Value, Work) = match serde_json::from_str::<Value>(&text) {
+            Err(e) => {
+                reply(out, &error(Value::Null, PARSE_ERROR, format!("not JSON: {e}")))?;
+                continue;
             }
-            Ok(message) => handle(&message, opts),
+            // A batch (JSON-RPC 2.0, MCP 2025-03-26) is answered with one array of its replies, none when it
+            // held only notifications. It runs as one call: cancelling one of its requests does not stop it.
+            Ok(Value::Array(batch)) if !batch.is_empty() => {
+                batches += 1;
+                let opts = opts.clone();
+                let work = move |cancelled: &AtomicBool| {
+                    let answers: Vec<Value> = batch.iter().filter_map(|m| handle(m, &opts, cancelled)).collect();
+                    (!answers.is_empty()).then_some(Value::Array(answers))
+                };
+                // No request id's JSON text begins with a space: the key cannot be taken by a request.
+                (format!(" batch {batches}"), Value::Null, Box::new(work))
+            }
+            Ok(message) => match message.get("method").and_then(Value::as_str) {
+                Some("notifications/cancelled") => {
+                    if let Some(request) = message.pointer("/params/requestId") {
+                        calls.cancel(&request.to_string());
+                    }
+                    continue;
+                }
+                Some("tools/call") if message.get("id").is_some_and(|id| id.is_string() || id.is_number()) => {
+                    let id = message["id"].clone();
+                    let opts = opts.clone();
+                    (id.to_string(), id, Box::new(move |cancelled: &AtomicBool| handle(&message, &opts, cancelled)))
+                }
+                _ => {
+                    if let Some(r) = handle(&message, opts, &AtomicBool::new(false)) {
+                        reply(out, &r)?;
+                    }
+                    continue;
+                }
+            },
         };
-        if let Some(r) = replies {
-            reply(&mut out, &r)?;
+        if let Err(why) = calls.start(key, id.clone(), out.clone(), work) {
+            reply(out, &error(id, INVALID_REQUEST, why))?;
         }
     }
 }
 
-fn reply(out: &mut impl Write, message: &Value) -> std::io::Result<()> {
-    // serde_json's compact form has no raw newline: one message, one line.
-    writeln!(out, "{message}")?;
-    out.flush()
-}
-
 /// The reply to one message; None for a notification (no id), which is never answered.
-fn handle(message: &Value, opts: &McpOptions) -> Option<Value> {
+fn handle(message: &Value, opts: &McpOptions, cancelled: &AtomicBool) -> Option<Value> {
     let id = message.get("id").cloned();
     let Some(method) = message.get("method").and_then(Value::as_str) else {
         return Some(error(id.unwrap_or(Value::Null), INVALID_REQUEST, "not a JSON-RPC 2.0 request (no method)"));
@@ -134,7 +165,7 @@ fn handle(message: &Value, opts: &McpOptions) -> Option<Value> {
         "initialize" => result(id, initialize(&params)),
         "ping" => result(id, json!({})),
         "tools/list" => result(id, json!({"tools": tools::list(opts)})),
-        "tools/call" => match tools::call(&params, opts) {
+        "tools/call" => match tools::call(&params, opts, cancelled) {
             Ok(r) => result(id, r),
             Err(message) => error(id, INVALID_PARAMS, message),
         },
@@ -173,26 +204,40 @@ mod tests {
     #[test]
     fn initialize_answers_the_clients_version_when_spoken_and_the_newest_otherwise() {
         let m = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-03-26"}});
-        let r = handle(&m, &opts()).unwrap();
+        let r = handle(&m, &opts(), &AtomicBool::new(false)).unwrap();
         assert_eq!(r["result"]["protocolVersion"], "2025-03-26");
         assert_eq!(r["result"]["serverInfo"]["name"], "cuflight");
         let m = json!({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"protocolVersion": "1999-01-01"}});
-        assert_eq!(handle(&m, &opts()).unwrap()["result"]["protocolVersion"], PROTOCOL_VERSIONS[0]);
+        assert_eq!(
+            handle(&m, &opts(), &AtomicBool::new(false)).unwrap()["result"]["protocolVersion"],
+            PROTOCOL_VERSIONS[0]
+        );
     }
 
     #[test]
     fn notifications_get_no_answer_and_bad_requests_get_errors() {
-        assert!(handle(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), &opts()).is_none());
-        let r = handle(&json!({"jsonrpc": "2.0", "id": 3, "method": "prompts/list"}), &opts()).unwrap();
+        assert!(handle(
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            &opts(),
+            &AtomicBool::new(false)
+        )
+        .is_none());
+        let r = handle(&json!({"jsonrpc": "2.0", "id": 3, "method": "prompts/list"}), &opts(), &AtomicBool::new(false))
+            .unwrap();
         assert_eq!(r["error"]["code"], METHOD_NOT_FOUND);
-        let r = handle(&json!({"jsonrpc": "2.0", "id": null, "method": "ping"}), &opts()).unwrap();
-        assert_eq!(r["error"]["code"], INVALID_REQUEST);
-        let r = handle(&json!({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}), &opts()).unwrap();
-        assert_eq!((r["error"]["code"].as_i64(), &r["id"]), (Some(INVALID_REQUEST), &Value::Null));
-        let r = handle(&json!({"id": 4}), &opts()).unwrap();
-        assert_eq!(r["error"]["code"], INVALID_REQUEST);
         let r =
-            handle(&json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "nope"}}), &opts());
+            handle(&json!({"jsonrpc": "2.0", "id": null, "method": "ping"}), &opts(), &AtomicBool::new(false)).unwrap();
+        assert_eq!(r["error"]["code"], INVALID_REQUEST);
+        let r = handle(&json!({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}), &opts(), &AtomicBool::new(false))
+            .unwrap();
+        assert_eq!((r["error"]["code"].as_i64(), &r["id"]), (Some(INVALID_REQUEST), &Value::Null));
+        let r = handle(&json!({"id": 4}), &opts(), &AtomicBool::new(false)).unwrap();
+        assert_eq!(r["error"]["code"], INVALID_REQUEST);
+        let r = handle(
+            &json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "nope"}}),
+            &opts(),
+            &AtomicBool::new(false),
+        );
         assert_eq!(r.unwrap()["error"]["code"], INVALID_PARAMS);
     }
 
@@ -205,6 +250,6 @@ mod tests {
         let allowed = McpOptions { allow_record: true, ..opts() };
         assert!(names(&allowed).contains(&"record_process".to_string()));
         let call = json!({"name": "record_process", "arguments": {"pid": 1, "seconds": 1}});
-        assert!(tools::call(&call, &opts()).unwrap_err().contains("--allow-record"));
+        assert!(tools::call(&call, &opts(), &AtomicBool::new(false)).unwrap_err().contains("--allow-record"));
     }
 }

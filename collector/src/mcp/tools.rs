@@ -3,10 +3,11 @@
 //! server down, and a slow analysis can be stopped at its time limit.
 
 use super::{string_arg, Failure, McpOptions};
-use crate::deadline::{wait_with_deadline, Ended};
+use crate::deadline::{wait_with_deadline_or_cancel, Ended};
 use cuflight_collector::capture::private_dir::PrivateDir;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// A tool's text is cut here (an assistant's context is finite): a stats table or a report of a long job fits.
@@ -87,7 +88,8 @@ pub fn list(opts: &McpOptions) -> Vec<Value> {
 
 /// Runs `tools/call`. Err: the request itself is wrong (unknown tool, bad arguments), a JSON-RPC error; a tool
 /// that ran and failed is Ok with `isError`.
-pub fn call(params: &Value, opts: &McpOptions) -> Result<Value, String> {
+/// `cancelled` set (the client cancelled the request, or closed the session) stops the command it runs.
+pub fn call(params: &Value, opts: &McpOptions, cancelled: &AtomicBool) -> Result<Value, String> {
     let name = params.get("name").and_then(Value::as_str).ok_or("tools/call needs a tool name")?;
     let args = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
     if !args.is_object() {
@@ -95,17 +97,17 @@ pub fn call(params: &Value, opts: &McpOptions) -> Result<Value, String> {
     }
     let outcome = match name {
         "list_traces" => list_traces(&args),
-        "findings" => findings(&args),
-        "report" => report(&args),
-        "trace_stats" => trace_stats(&args),
-        "kernel" => kernel(&args),
-        "step" => step(&args),
-        "diff" => diff(&args),
+        "findings" => findings(&args, cancelled),
+        "report" => report(&args, cancelled),
+        "trace_stats" => trace_stats(&args, cancelled),
+        "kernel" => kernel(&args, cancelled),
+        "step" => step(&args, cancelled),
+        "diff" => diff(&args, cancelled),
         "record_process" | "record_command" if !opts.allow_record => {
             return Err(format!("{name} records programs: start `cuflight mcp --allow-record` to allow it"))
         }
-        "record_process" => super::tools_record::record_process(&args, opts),
-        "record_command" => super::tools_record::record_command(&args, opts),
+        "record_process" => super::tools_record::record_process(&args, opts, cancelled),
+        "record_command" => super::tools_record::record_command(&args, opts, cancelled),
         other => return Err(format!("unknown tool {other}")),
     };
     Ok(match outcome {
@@ -144,7 +146,7 @@ fn bool_arg(args: &Value, key: &str) -> bool {
 }
 
 /// Runs this cuflight with `args`; its standard output, or its last error line.
-pub fn run_cuflight(args: &[String], limit: Duration) -> Result<String, Failure> {
+pub fn run_cuflight(args: &[String], limit: Duration, cancelled: &AtomicBool) -> Result<String, Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::Ran(format!("cannot find the cuflight binary: {e}")))?;
     let dir = PrivateDir::new("mcp").map_err(|e| Failure::Ran(format!("{e:#}")))?;
     let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
@@ -156,10 +158,12 @@ pub fn run_cuflight(args: &[String], limit: Duration) -> Result<String, Failure>
             .stderr(std::fs::File::create(&err_path).map_err(|e| e.to_string())?)
             .spawn()
             .map_err(|e| format!("cannot run cuflight: {e}"))?;
-        let status = match wait_with_deadline(&mut child, limit, None).map_err(|e| e.to_string())? {
-            Ended::Exited(s) | Ended::Stopped(s) => s,
-            Ended::Killed => return Err(format!("stopped after {} s", limit.as_secs())),
-        };
+        let status =
+            match wait_with_deadline_or_cancel(&mut child, limit, None, cancelled).map_err(|e| e.to_string())? {
+                Ended::Exited(s) | Ended::Stopped(s) => s,
+                Ended::Killed if cancelled.load(std::sync::atomic::Ordering::Relaxed) => return Err("cancelled".into()),
+                Ended::Killed => return Err(format!("stopped after {} s", limit.as_secs())),
+            };
         let err = std::fs::read_to_string(&err_path).unwrap_or_default();
         if !status.success() {
             return Err(failure_line(&err).to_string());
@@ -240,12 +244,12 @@ fn report_args(args: &Value) -> Result<Vec<String>, Failure> {
     Ok(a)
 }
 
-fn report(args: &Value) -> Result<String, Failure> {
-    run_cuflight(&report_args(args)?, ANALYSIS_LIMIT)
+fn report(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
+    run_cuflight(&report_args(args)?, ANALYSIS_LIMIT, cancelled)
 }
 
-fn findings(args: &Value) -> Result<String, Failure> {
-    let text = run_cuflight(&report_args(args)?, ANALYSIS_LIMIT)?;
+fn findings(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
+    let text = run_cuflight(&report_args(args)?, ANALYSIS_LIMIT, cancelled)?;
     let full: Value = serde_json::from_str(&text)
         .map_err(|_| Failure::Ran("the report is larger than 256 KiB: ask for `report` and read it in parts".into()))?;
     let processes: Vec<Value> = full["processes"]
@@ -273,17 +277,18 @@ fn stats_args(args: &Value, extra: &[String]) -> Result<Vec<String>, Failure> {
     Ok(a)
 }
 
-fn trace_stats(args: &Value) -> Result<String, Failure> {
+fn trace_stats(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
     let extra = match args.get("tables") {
         Some(_) => vec![format!("--report={}", string_arg(args, "tables")?)],
         None => Vec::new(),
     };
-    run_cuflight(&stats_args(args, &extra)?, ANALYSIS_LIMIT)
+    run_cuflight(&stats_args(args, &extra)?, ANALYSIS_LIMIT, cancelled)
 }
 
-fn kernel(args: &Value) -> Result<String, Failure> {
+fn kernel(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
     let want = string_arg(args, "name")?.to_lowercase();
-    let text = run_cuflight(&stats_args(args, &["--report".into(), "cuda_gpu_kern_sum".into()])?, ANALYSIS_LIMIT)?;
+    let text =
+        run_cuflight(&stats_args(args, &["--report".into(), "cuda_gpu_kern_sum".into()])?, ANALYSIS_LIMIT, cancelled)?;
     let stats: Value = serde_json::from_str(&text).map_err(|e| Failure::Ran(format!("unreadable stats: {e}")))?;
     let rows: Vec<&Value> = stats
         .as_object()
@@ -300,7 +305,7 @@ fn kernel(args: &Value) -> Result<String, Failure> {
     Ok(serde_json::to_string_pretty(&json!({"kernels": rows})).unwrap_or_default())
 }
 
-fn step(args: &Value) -> Result<String, Failure> {
+fn step(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
     let n = args
         .get("n")
         .and_then(Value::as_u64)
@@ -311,10 +316,10 @@ fn step(args: &Value) -> Result<String, Failure> {
         None => "ProfilerStep#*".into(),
     };
     let filter = format!("{range}/{n}");
-    run_cuflight(&stats_args(args, &[format!("--filter-nvtx={filter}")])?, ANALYSIS_LIMIT)
+    run_cuflight(&stats_args(args, &[format!("--filter-nvtx={filter}")])?, ANALYSIS_LIMIT, cancelled)
 }
 
-fn diff(args: &Value) -> Result<String, Failure> {
+fn diff(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
     let a = vec![
         "diff".to_string(),
         "--format".into(),
@@ -323,7 +328,7 @@ fn diff(args: &Value) -> Result<String, Failure> {
         string_arg(args, "baseline")?,
         string_arg(args, "candidate")?,
     ];
-    run_cuflight(&a, ANALYSIS_LIMIT)
+    run_cuflight(&a, ANALYSIS_LIMIT, cancelled)
 }
 
 #[cfg(test)]

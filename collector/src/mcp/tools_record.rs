@@ -2,10 +2,11 @@
 //! (`cuflight attach`), or a command run under `cuflight record`, each bounded by `--max-seconds`.
 
 use super::{string_arg, Failure, McpOptions};
-use crate::deadline::{wait_with_deadline, Ended};
+use crate::deadline::{wait_with_deadline_or_cancel, Ended};
 use cuflight_collector::capture::private_dir::PrivateDir;
 use serde_json::Value;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// Time beyond the window for arming (CUPTI's set-up), injecting and writing the trace.
@@ -23,7 +24,7 @@ fn output(opts: &McpOptions, what: &str) -> PathBuf {
     opts.output_dir.join(format!("mcp-{what}-{}-{}-{n}.cuf", unix_now(), std::process::id()))
 }
 
-pub fn record_process(args: &Value, opts: &McpOptions) -> Result<String, Failure> {
+pub fn record_process(args: &Value, opts: &McpOptions, cancelled: &AtomicBool) -> Result<String, Failure> {
     let pid = args
         .get("pid")
         .and_then(Value::as_u64)
@@ -45,10 +46,10 @@ pub fn record_process(args: &Value, opts: &McpOptions) -> Result<String, Failure
     if args.get("inject").and_then(Value::as_bool).unwrap_or(false) {
         a.push("--inject".into());
     }
-    run_recording(&a, Duration::from_secs_f64(seconds) + GRACE, &path)
+    run_recording(&a, Duration::from_secs_f64(seconds) + GRACE, &path, cancelled)
 }
 
-pub fn record_command(args: &Value, opts: &McpOptions) -> Result<String, Failure> {
+pub fn record_command(args: &Value, opts: &McpOptions, cancelled: &AtomicBool) -> Result<String, Failure> {
     let command: Vec<String> = match args.get("command") {
         Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect(),
         _ => Vec::new(),
@@ -60,12 +61,18 @@ pub fn record_command(args: &Value, opts: &McpOptions) -> Result<String, Failure
     let path = output(opts, "record");
     let mut a = vec!["record".to_string(), "-o".into(), path.display().to_string(), "--".into()];
     a.extend(command);
-    run_recording(&a, Duration::from_secs(opts.max_seconds), &path)
+    run_recording(&a, Duration::from_secs(opts.max_seconds), &path, cancelled)
 }
 
-/// Runs a recording cuflight; at the limit it is asked to stop as `kill` would (it ends the program's run and
-/// keeps the trace), then killed if it does not end within a grace period. Returns what it said and the path.
-fn run_recording(args: &[String], limit: Duration, path: &std::path::Path) -> Result<String, Failure> {
+/// Runs a recording cuflight; at the limit, or cancelled, it is asked to stop as `kill` would (it ends the
+/// program's run and keeps the trace), then killed if it does not end within a grace period. Returns what it said
+/// and the path.
+fn run_recording(
+    args: &[String],
+    limit: Duration,
+    path: &std::path::Path,
+    cancelled: &AtomicBool,
+) -> Result<String, Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::Ran(format!("cannot find the cuflight binary: {e}")))?;
     let dir = PrivateDir::new("mcp").map_err(|e| Failure::Ran(format!("{e:#}")))?;
     let err_path = dir.path().join("err");
@@ -81,11 +88,12 @@ fn run_recording(args: &[String], limit: Duration, path: &std::path::Path) -> Re
             .spawn()
             .map_err(|e| format!("cannot run cuflight: {e}"))?;
         // At the limit it is asked to stop as `kill` would: record ends the program's run and keeps the trace.
-        let (status, stopped) = match wait_with_deadline(&mut child, limit, Some(GRACE)).map_err(|e| e.to_string())? {
-            Ended::Exited(s) => (s, false),
-            Ended::Stopped(s) => (s, true),
-            Ended::Killed => return Err(format!("did not stop within {} s of its limit", GRACE.as_secs())),
-        };
+        let (status, stopped) =
+            match wait_with_deadline_or_cancel(&mut child, limit, Some(GRACE), cancelled).map_err(|e| e.to_string())? {
+                Ended::Exited(s) => (s, false),
+                Ended::Stopped(s) => (s, true),
+                Ended::Killed => return Err(format!("did not stop within {} s of its limit", GRACE.as_secs())),
+            };
         let said = std::fs::read_to_string(&err_path).unwrap_or_default();
         let said: Vec<&str> = said.lines().filter(|l| !l.trim().is_empty()).rev().take(20).collect();
         let said: Vec<&str> = said.into_iter().rev().collect();

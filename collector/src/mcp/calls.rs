@@ -1,0 +1,219 @@
+//! Tool calls run beside the reading of requests, so that while an analysis runs the server still answers
+//! `ping`, reads `notifications/cancelled` and takes more calls (assistants call tools in parallel). A cancelled
+//! call stops the command it runs and, as the specification asks, gets no reply.
+
+use serde_json::Value;
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Calls that run at once; more wait for a slot. Each analysis is a process of its own holding a trace in memory,
+/// so a burst of calls must not become a burst of processes.
+const RUNNING_AT_ONCE: usize = 4;
+/// Calls accepted (running or waiting) before another is refused as busy: a bound on threads.
+const ACCEPTED_AT_MOST: usize = 64;
+
+/// What a call does, given the flag that says it was cancelled; its reply, if any.
+pub type Work = Box<dyn FnOnce(&AtomicBool) -> Option<Value> + Send>;
+
+/// JSON-RPC 2.0's code for an error inside the server.
+const INTERNAL_ERROR: i64 = -32603;
+
+/// Standard output, shared by the reader and the calls: one whole message a line, never two interleaved.
+pub type Output = Arc<Mutex<std::io::Stdout>>;
+
+pub fn reply(out: &Mutex<std::io::Stdout>, message: &Value) -> std::io::Result<()> {
+    let out = out.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut out = out.lock();
+    // serde_json's compact form has no raw newline: one message, one line.
+    writeln!(out, "{message}")?;
+    out.flush()
+}
+
+#[derive(Default)]
+struct State {
+    /// Accepted calls by key (a request id's JSON text), each with the flag that cancels it.
+    calls: HashMap<String, Arc<AtomicBool>>,
+    running: usize,
+}
+
+/// The calls in progress.
+#[derive(Clone, Default)]
+pub struct Calls {
+    shared: Arc<(Mutex<State>, Condvar)>,
+}
+
+impl Calls {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.shared.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `work` on a thread of its own as the call `key`, and writes what it returns unless the call was
+    /// cancelled; a panic in it is answered as an internal error to `id`. Err: the key is in use, too many calls
+    /// are in progress, or no thread could be started.
+    pub fn start<F>(&self, key: String, id: Value, out: Output, work: F) -> Result<(), &'static str>
+    where
+        F: FnOnce(&AtomicBool) -> Option<Value> + Send + 'static,
+    {
+        let cancelled = Arc::new(AtomicBool::new(false));
+        {
+            let mut state = self.state();
+            if state.calls.contains_key(&key) {
+                return Err("a request with this id is in progress already");
+            }
+            if state.calls.len() >= ACCEPTED_AT_MOST {
+                return Err("too many tool calls in progress: wait for some to end");
+            }
+            state.calls.insert(key.clone(), cancelled.clone());
+        }
+        let calls = self.clone();
+        let thread_key = key.clone();
+        let spawned = std::thread::Builder::new().name("mcp-call".into()).spawn(move || {
+            // Ends the call however `work` ends, a panic included, so that no one waits for it for ever.
+            let _ended = Ended { calls: &calls, key: &thread_key };
+            if !calls.take_slot(&cancelled) {
+                return;
+            }
+            let _slot = Slot(&calls);
+            let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&cancelled)))
+                .unwrap_or_else(|_| Some(super::error(id, INTERNAL_ERROR, "the tool failed: a bug in cuflight")));
+            if let Some(answer) = answer.filter(|_| !cancelled.load(Ordering::Relaxed)) {
+                let _ = reply(&out, &answer); // the client may be gone: nothing to tell it then
+            }
+        });
+        if spawned.is_err() {
+            self.finish(&key);
+            return Err("cannot start a thread for the call");
+        }
+        Ok(())
+    }
+
+    /// Cancels the call `key` if it is in progress (`notifications/cancelled` may come after its reply).
+    pub fn cancel(&self, key: &str) {
+        if let Some(flag) = self.state().calls.get(key) {
+            flag.store(true, Ordering::Relaxed);
+        }
+        self.shared.1.notify_all(); // a call waiting for a slot sees it
+    }
+
+    /// Cancels every call and waits until all have ended: the client closed the session.
+    pub fn cancel_all_and_wait(&self) {
+        let mut state = self.state();
+        for flag in state.calls.values() {
+            flag.store(true, Ordering::Relaxed);
+        }
+        self.shared.1.notify_all();
+        while !state.calls.is_empty() {
+            state = self.shared.1.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    /// Waits for a free slot; false if the call was cancelled meanwhile.
+    fn take_slot(&self, cancelled: &AtomicBool) -> bool {
+        let mut state = self.state();
+        loop {
+            if cancelled.load(Ordering::Relaxed) {
+                return false;
+            }
+            if state.running < RUNNING_AT_ONCE {
+                state.running += 1;
+                return true;
+            }
+            state = self.shared.1.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    fn finish(&self, key: &str) {
+        self.state().calls.remove(key);
+        self.shared.1.notify_all();
+    }
+}
+
+struct Slot<'a>(&'a Calls);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.state().running -= 1;
+        self.0.shared.1.notify_all();
+    }
+}
+
+struct Ended<'a> {
+    calls: &'a Calls,
+    key: &'a str,
+}
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        self.calls.finish(self.key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn out() -> Output {
+        Arc::new(Mutex::new(std::io::stdout()))
+    }
+
+    #[test]
+    fn at_most_four_run_at_once_and_a_cancelled_one_waiting_never_runs() {
+        let calls = Calls::default();
+        let (running, most) = (Arc::new(Mutex::new(0usize)), Arc::new(Mutex::new(0usize)));
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        for i in 0..8 {
+            let (running, most, ran) = (running.clone(), most.clone(), ran.clone());
+            calls
+                .start(i.to_string(), Value::Null, out(), move |cancelled| {
+                    let now = {
+                        let mut r = running.lock().unwrap();
+                        *r += 1;
+                        *r
+                    };
+                    let mut m = most.lock().unwrap();
+                    *m = (*m).max(now);
+                    drop(m);
+                    let t = Instant::now();
+                    while !cancelled.load(Ordering::Relaxed) && t.elapsed() < Duration::from_secs(10) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    *running.lock().unwrap() -= 1;
+                    ran.lock().unwrap().push(i);
+                    None
+                })
+                .unwrap();
+        }
+        assert_eq!(
+            calls.start("3".into(), Value::Null, out(), |_| None),
+            Err("a request with this id is in progress already")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        let t = Instant::now();
+        calls.cancel_all_and_wait();
+        assert!(t.elapsed() < Duration::from_secs(5), "cancelling ends the calls at once");
+        assert!(*most.lock().unwrap() <= RUNNING_AT_ONCE);
+        assert_eq!(ran.lock().unwrap().len(), RUNNING_AT_ONCE, "those waiting for a slot never ran");
+        assert!(calls.state().calls.is_empty() && calls.state().running == 0);
+    }
+
+    #[test]
+    fn a_call_that_panics_still_ends_and_frees_its_slot() {
+        let calls = Calls::default();
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        let work = move |_: &AtomicBool| -> Option<Value> {
+            flag.store(true, Ordering::Relaxed);
+            panic!("a tool's bug")
+        };
+        calls.start("p".into(), Value::Null, out(), work).unwrap();
+        let t = Instant::now();
+        while !calls.state().calls.is_empty() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(ran.load(Ordering::Relaxed) && calls.state().calls.is_empty());
+        assert_eq!(calls.state().running, 0);
+    }
+}
