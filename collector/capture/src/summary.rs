@@ -82,20 +82,7 @@ impl RecordSummary {
     /// "dropped N (ring full .., no ring .., CUPTI .., skipped ..[, write error ..])": every event lost, once.
     /// "nothing lost", or how many events were and where, in words a user knows.
     pub fn drops_line(&self) -> String {
-        let d = &self.drops;
-        let total = d.total().saturating_add(self.unwritten);
-        if total == 0 {
-            return "nothing lost".into();
-        }
-        let causes = [
-            (d.ring_full, "a thread's ring was full"),
-            (d.no_ring, "more threads than rings"),
-            (d.cupti_dropped, "CUPTI's own buffers overflowed"),
-            (d.records_skipped, "records CUPTI wrote that cuflight could not read"),
-            (self.unwritten, "a write error"),
-        ];
-        let why: Vec<String> = causes.iter().filter(|c| c.0 > 0).map(|(n, why)| format!("{n}: {why}")).collect();
-        format!("{total} events lost ({})", why.join(", "))
+        self.drops.lost_line(&[(self.unwritten, "a write error")])
     }
 
     /// What the Python stacks cost the programs, when any were read.

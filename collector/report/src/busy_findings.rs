@@ -3,7 +3,7 @@
 //! fused kernel would replace, and attention computed from separate kernels. Each estimate of the time to gain
 //! says how it was made; none needs device counters.
 
-use super::findings::{ms, Ctx, Evidence, Finding, KernelRow};
+use super::findings::{counted, ms, times, Ctx, Evidence, Finding, KernelRow};
 use super::fusion::{ChainGroup, MIN_CHAIN};
 use super::gpu_findings::example_at as example;
 use super::sweep::Swept;
@@ -206,7 +206,15 @@ fn fallback_shapes(ctx: &Ctx, rule: &Fallback) -> Option<String> {
                 format!("{} not a multiple of {vector}", odd.join(", "))
             };
             let batch = if g.batch > 1 { format!("{}x", g.batch) } else { String::new() };
-            format!("{} {batch}{}x{}x{} {} ({} calls, {why})", r.op, g.m, g.n, g.k, g.dtype, r.achieved.count)
+            format!(
+                "{} {batch}{}x{}x{} {} ({}, {why})",
+                r.op,
+                g.m,
+                g.n,
+                g.k,
+                g.dtype,
+                counted(r.achieved.count, "call", "calls")
+            )
         })
         .collect();
     Some(format!("the shapes on fallback kernels (M x N x K): {}", shown.join("; ")))
@@ -273,7 +281,7 @@ pub fn elementwise_chains(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
         ms(lost)
     ));
     for g in groups.iter().take(3) {
-        ev.facts.push(format!("{} kernels: {} ({} times, {})", g.length, chain_ops(ctx, g), g.chains, ms(g.total_ns)));
+        ev.facts.push(format!("{} kernels: {} ({}, {})", g.length, chain_ops(ctx, g), times(g.chains), ms(g.total_ns)));
     }
     if !loops.is_empty() {
         let n: u64 = loops.iter().map(|g| g.chains).sum();

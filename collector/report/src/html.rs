@@ -4,7 +4,7 @@
 //! breakdowns, idle time by cause, the steps and the top kernels, with full kernel names. Times are relative to
 //! the start of the file's Perfetto timeline.
 
-use super::findings::{ms, Finding};
+use super::findings::{counted, ms, Finding};
 use super::html_charts::{parts_bar, step_chart, utilization_chart, CATEGORIES};
 use super::html_escape::esc;
 use super::text::{calls_label, severity, who};
@@ -86,11 +86,11 @@ fn finding_card(out: &mut String, f: &Finding, origin: u64) {
             .map_or(String::new(), |c| format!(": <code>{}</code>", esc(&c)));
         let _ = write!(
             out,
-            "<li>at <code>{}:{}</code> in {}{code} ({} calls, {})</li>",
+            "<li>at <code>{}:{}</code> in {}{code} ({}, {})</li>",
             esc(&s.file),
             s.line,
             esc(&s.function),
-            s.count,
+            counted(s.count, "call", "calls"),
             ms(s.ns)
         );
     }

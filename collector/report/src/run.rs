@@ -189,20 +189,13 @@ impl RunSummary {
             v => format!(", runtime {}", driver_version(v)),
         };
         out.push(("CUDA", format!("driver {}{runtime}, CUPTI API {cupti}", driver_version(self.cuda_driver_version))));
-        let d = &self.drops;
-        let lost = if self.dropped_total == 0 {
-            "none".to_string()
-        } else {
-            let mut lost = format!(
-                "{} events (ring full {}, no ring {}, CUPTI {}, skipped {}",
-                self.dropped_total, d.ring_full, d.no_ring, d.cupti_dropped, d.records_skipped
-            );
-            if self.refused > 0 {
-                lost.push_str(&format!(", impossible times {}", self.refused));
-            }
-            lost + ")"
-        };
-        out.push(("Dropped", lost));
+        let refused = (self.refused, "impossible times, such as an end before its start, refused on reading");
+        out.push(("Recording", self.drops.lost_line(&[refused])));
+        if self.drops.strings_full > 0 {
+            // Events kept, names not: said apart, since no event was lost.
+            let n = self.drops.strings_full;
+            out.push(("Names", format!("{n} not kept (the string table was full: those events have no name)")));
+        }
         if self.unseen_begin > 0 {
             // Not lost: begun before the window, so their start is unknown and they are left out.
             let what = format!(

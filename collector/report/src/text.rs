@@ -1,7 +1,7 @@
 //! The terminal rendering of a report: the verdict first, then the findings with their evidence and fix, then
 //! per process the breakdowns, the steps and the top kernels.
 
-use super::findings::{ms, Finding};
+use super::findings::{counted, ms, Finding};
 use super::short_names::short_name;
 use super::steps::{StepRow, StepSource};
 use super::{ProcessReport, Report};
@@ -50,10 +50,10 @@ fn finding(out: &mut String, i: usize, f: &Finding, origin: u64) {
         let file = std::path::Path::new(&s.file).file_name().map_or(s.file.as_str(), |n| n.to_str().unwrap_or(""));
         let code = super::sources::source_text(&s.file, s.line).map_or(String::new(), |c| format!(": {c}"));
         out.push_str(&format!(
-            "    - at {file}:{} in {}{code} ({} calls, {})\n",
+            "    - at {file}:{} in {}{code} ({}, {})\n",
             s.line,
             s.function,
-            s.count,
+            counted(s.count, "call", "calls"),
             ms(s.ns)
         ));
     }

@@ -26,6 +26,25 @@ impl Drops {
             .saturating_add(self.cupti_dropped)
             .saturating_add(self.records_skipped)
     }
+
+    /// What was lost and why, in the words every output uses: "nothing lost", or "N events lost (n: cause, ...)"
+    /// naming only the causes that lost something. `more` are causes the caller counts beside these (a write
+    /// error, events the reader refused).
+    pub fn lost_line(&self, more: &[(u64, &str)]) -> String {
+        let causes = [
+            (self.ring_full, "a thread's ring was full"),
+            (self.no_ring, "more threads than rings"),
+            (self.cupti_dropped, "CUPTI's own buffers overflowed"),
+            (self.records_skipped, "records CUPTI wrote that cuflight could not read"),
+        ];
+        let all = causes.iter().chain(more).filter(|(n, _)| *n > 0);
+        let total = all.clone().fold(0u64, |sum, (n, _)| sum.saturating_add(*n));
+        if total == 0 {
+            return "nothing lost".into();
+        }
+        let why: Vec<String> = all.map(|(n, why)| format!("{n}: {why}")).collect();
+        format!("{total} events lost ({})", why.join(", "))
+    }
 }
 
 /// Facts about one profiled process.
@@ -197,4 +216,21 @@ pub struct Footer {
     pub events: u64,
     pub command: Vec<String>,
     pub exit_code: Option<i32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Drops;
+
+    #[test]
+    fn the_lost_line_names_only_the_causes_that_lost_something() {
+        assert_eq!(Drops::default().lost_line(&[(0, "a write error")]), "nothing lost");
+        let d = Drops { ring_full: 3, cupti_dropped: 2, strings_full: 9, ..Drops::default() };
+        assert_eq!(
+            d.lost_line(&[(1, "a write error")]),
+            "6 events lost (3: a thread's ring was full, 2: CUPTI's own buffers overflowed, 1: a write error)"
+        );
+        let hostile = Drops { ring_full: u64::MAX, no_ring: 5, ..Drops::default() };
+        assert!(hostile.lost_line(&[]).starts_with(&format!("{} events lost", u64::MAX)));
+    }
 }

@@ -3,7 +3,7 @@
 //! kernels is the time it costs them. Without collectives, ranks whose mean step is more than 5% above the
 //! others' median are reported.
 
-use super::super::findings::{ms, Ctx, Evidence, Finding, Severity, MIN_SHARE};
+use super::super::findings::{ms, times, Ctx, Evidence, Finding, Severity, MIN_SHARE};
 use super::super::idle::Example;
 use super::collectives::Method;
 use super::JobPlan;
@@ -64,10 +64,10 @@ pub fn finding(ctxs: &[Ctx], job: &JobPlan) -> Option<Finding> {
     ));
     for (r, c) in ctxs.iter().enumerate() {
         ev.facts.push(format!(
-            "{}: waited {} in all, last to join {} times",
+            "{}: waited {} in all, last to join {}",
             label(c),
             ms(ranks[r].waited_ns),
-            ranks[r].times_last
+            times(ranks[r].times_last)
         ));
     }
     ev.examples = worst
