@@ -326,7 +326,7 @@ fn html_report_renders_in_headless_chromium() {
     for needed in [
         "<td>GPU</td><td>0: NVIDIA H100",
         "<td>CUDA</td><td>driver ",
-        "<td>Dropped</td><td>none</td>",
+        "<td>Recording</td><td>nothing lost</td>",
         "time per step (ms)",
         ">step</text>",
         "kernel busy (%)",

@@ -288,3 +288,38 @@ fn every_command_over_64_rank_traces_opens_each_trace_once() {
     let report: Value = serde_json::from_str(&report.unwrap().to_json()).unwrap();
     assert_eq!(report["job"]["ranks"].as_array().map(Vec::len), Some(64), "{}", report["job"]);
 }
+
+/// Traces of different runs given together are not one job: rank 0 of a V100 DDP run in 2024 and an H100
+/// inference run in 2025 (the shared traces) once made a straggler of the slower, "96% slower than the other
+/// ranks' (rank 0)". Now the report says they ran apart and reports each alone: no job view, no straggler, no
+/// rank invented for a trace that has none. HTA's two ranks, which ran together, still make a job.
+#[test]
+fn traces_of_different_runs_are_reported_alone_not_as_a_job() {
+    let (Some(ddp), Some(qwen), Some(r0), Some(r1)) = (
+        shared_trace("kineto-v100-ddp-ns.json.gz"),
+        shared_trace("kineto-h100-qwen-inference.json.gz"),
+        shared_trace("kineto-2rank-r0.json.gz"),
+        shared_trace("kineto-2rank-r1.json.gz"),
+    ) else {
+        return;
+    };
+    let json = |files: &[&std::path::Path]| -> Value {
+        let out = Command::new(cuflight_bin()).args(["report", "--format", "json"]).args(files).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let r = json(&[&ddp, &qwen]);
+    let why = r["separate_runs"].as_str().expect("said why");
+    assert!(why.contains("2024-04-04") && why.contains("2025-07-18") && why.contains("cuflight diff"), "{why}");
+    assert!(r.get("job").is_none(), "no job view: {}", r["job"]);
+    let kinds: Vec<&str> = r["findings"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    assert!(!kinds.contains(&"straggler"), "{kinds:?}");
+    let qwen_rank = r["processes"].as_array().unwrap().iter().find(|p| p["pid"] == 25286).unwrap().get("rank");
+    assert!(qwen_rank.is_none_or(Value::is_null), "no rank invented: {qwen_rank:?}");
+    let text = Command::new(cuflight_bin()).arg("report").args([&ddp, &qwen]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("Separate runs: ")), "{text}");
+    // Ranks that ran together are still one job.
+    let r = json(&[&r0, &r1]);
+    assert!(r.get("separate_runs").is_none() && r["job"]["ranks"].as_array().unwrap().len() == 2, "{}", r["job"]);
+}

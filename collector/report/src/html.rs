@@ -300,8 +300,9 @@ impl Report {
 fn render(r: &Report) -> String {
     let mut out = format!(
         "<!doctype html><html><head><meta charset=utf-8><title>cuflight report</title><style>{STYLE}</style>\
-         </head><body><h1>cuflight report</h1><p class=verdict>{}</p><h2>Findings</h2>",
-        esc(&r.verdict)
+         </head><body><h1>cuflight report</h1><p class=verdict>{}</p>{}<h2>Findings</h2>",
+        esc(&r.verdict),
+        r.separate_runs.as_ref().map_or(String::new(), |why| format!("<p class=note>Separate runs: {}</p>", esc(why)))
     );
     if r.findings.is_empty() {
         out.push_str("<p>No bottleneck found.</p>");

@@ -132,3 +132,62 @@ pub(crate) fn straggler_rank(
         None
     })
 }
+
+/// Traces whose wall-clock spans lie further apart than this were not taken at the same time, so they are not
+/// ranks of one job. Ranks run together: their spans overlap, give or take NTP's milliseconds between hosts and
+/// seconds of start-up. A minute is far beyond both.
+const APART_NS: u64 = 60_000_000_000;
+
+/// Why the primaries are not one job's ranks, if their times say so: two traces given together whose wall-clock
+/// spans are more than [`APART_NS`] apart (two runs of a program, perhaps given to compare them, which `diff`
+/// does). Spans are read from each trace's REALTIME offset alone, never through the job clock's alignment, which
+/// would match collectives of unrelated runs. Traces without wall-clock times cannot tell, and are taken as one
+/// job as before. `files[i]`: the trace file of `ctxs[i]`.
+pub(crate) fn separate_runs(
+    ctxs: &[Ctx],
+    clocks: &[cuflight_trace::model::align::ToJob],
+    files: &[&str],
+) -> Option<String> {
+    let mut spans: Vec<(u64, u64, usize)> = Vec::new();
+    for (i, (c, clock)) in ctxs.iter().zip(clocks).enumerate() {
+        let (start, end) = c.plan.timeline?;
+        // Epoch times: a REALTIME offset, or times that were epoch-based as recorded (after 2001-09-09).
+        let epoch = |t: u64| -> Option<u64> {
+            match clock.realtime {
+                0 if t >= 1_000_000_000_000_000_000 => Some(t),
+                0 => None,
+                r => u64::try_from((t.min(i64::MAX as u64) as i64).saturating_add(r)).ok(),
+            }
+        };
+        spans.push((epoch(start)?, epoch(end)?, i));
+    }
+    spans.sort_unstable();
+    let mut reach = spans.first()?;
+    for next in &spans[1..] {
+        if next.0 > reach.1.saturating_add(APART_NS) {
+            let (a, b) = (reach.2, next.2);
+            return Some(format!(
+                "{} ran at {} and {} at {}, {} apart: not at the same time, so not ranks of one job. Each is reported \
+                 alone; `cuflight diff BASELINE CANDIDATE` compares two runs",
+                files[a],
+                super::run::utc(reach.0),
+                files[b],
+                super::run::utc(next.0),
+                apart(next.0 - reach.1)
+            ));
+        }
+        if next.1 > reach.1 {
+            reach = next;
+        }
+    }
+    None
+}
+
+fn apart(ns: u64) -> String {
+    let s = ns / 1_000_000_000;
+    match s {
+        0..=5_399 => format!("{} min", s / 60),
+        5_400..=172_799 => format!("{:.0} h", s as f64 / 3600.0),
+        _ => format!("{:.0} days", s as f64 / 86_400.0),
+    }
+}

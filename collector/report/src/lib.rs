@@ -49,7 +49,7 @@ use cuflight_trace::model::cuda_errors::ErrorClass;
 use findings::{Ctx, MIN_SHARE};
 pub use findings::{Evidence, Finding, KernelRow, Severity};
 pub use html_escape::esc as escape_html;
-use job_roles::{claimed_twice, ctx, job_clocks, roles};
+use job_roles::{claimed_twice, ctx, job_clocks, roles, separate_runs};
 use serde::Serialize;
 pub use short_names::shorten;
 use steps::{StepRow, StepSource};
@@ -156,6 +156,10 @@ pub struct ProcessReport {
 pub struct Report {
     /// One paragraph: what bounds the run, its most costly finding, and a failure where the run had one.
     pub verdict: String,
+    /// Why the traces given together are not one job's ranks, when their times say so (they ran more than a
+    /// minute apart): each process is then reported alone, with no job view and no cross-rank findings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub separate_runs: Option<String>,
     /// Every process's findings and the cross-rank ones, most costly first.
     pub findings: Vec<Finding>,
     /// Each process with GPU work, in trace order: its run, steps, breakdowns and findings.
@@ -204,17 +208,31 @@ impl Report {
             let names: Vec<&str> = traces.iter().map(|(f, _)| f.as_str()).collect();
             return Err(ReportError::NoGpuWork(names.join(", ")));
         }
-        let several_files = traces.len() > 1;
+        let n = procs.len();
+        // Traces of different times are not one job: no job view, no cross-rank findings, files not taken as
+        // ranks, and the report says why.
+        let separate = {
+            let all: Vec<Ctx> = procs.iter().enumerate().map(|(i, &p)| ctx(traces, &plans, p, i, false, n)).collect();
+            let files: Vec<&str> = procs.iter().map(|&(fi, _)| traces[fi].0.as_str()).collect();
+            separate_runs(&all, &job_clocks(&all).0, &files)
+        };
+        let several_files = traces.len() > 1 && separate.is_none();
+        // Ranks by order (of files, or of GPU processes) only for one job: separate runs keep their own or none.
+        let ranked = if separate.is_some() { 1 } else { n };
         let mut warnings: Vec<Vec<String>> =
             procs.iter().map(|&(fi, k)| assemble::plan_warnings(&plans[fi][&k], opts)).collect();
-        let n = procs.len();
-        let ctxs: Vec<Ctx> =
-            procs.iter().enumerate().map(|(i, &(fi, k))| ctx(traces, &plans, (fi, k), i, several_files, n)).collect();
+        let ctxs: Vec<Ctx> = procs
+            .iter()
+            .enumerate()
+            .map(|(i, &(fi, k))| ctx(traces, &plans, (fi, k), i, several_files, ranked))
+            .collect();
         // One process per rank takes part in the job view; its DataLoader or other workers with GPU work of
         // their own (same rank, from the launcher's environment they inherit) are reported beside it.
         let (primary, main_of) = roles(&ctxs);
-        for (i, w) in claimed_twice(&ctxs, &primary, &procs, traces) {
-            warnings[i].push(w);
+        if separate.is_none() {
+            for (i, w) in claimed_twice(&ctxs, &primary, &procs, traces) {
+                warnings[i].push(w);
+            }
         }
         // One rank of a job that communicates: who its collectives wait for is in the other ranks' traces.
         if let [only] = primary[..] {
@@ -227,9 +245,15 @@ impl Report {
                 ));
             }
         }
-        let job_ctxs: Vec<Ctx> = primary.iter().map(|&i| ctx(traces, &plans, procs[i], i, several_files, n)).collect();
+        let job_ctxs: Vec<Ctx> =
+            primary.iter().map(|&i| ctx(traces, &plans, procs[i], i, several_files, ranked)).collect();
         let (offsets, clocks) = job_clocks(&job_ctxs);
         let mut job_plan = job::plan(&job_ctxs, &offsets, clocks);
+        if separate.is_some() {
+            // What the collectives matched across unrelated runs is noise: no finding, and no one waited for them.
+            job_plan.finding = None;
+            job_plan.waits.iter_mut().for_each(|w| w.clear());
+        }
         let mut waits: Vec<rustc_hash::FxHashMap<u32, u64>> = vec![Default::default(); n];
         for (j, &i) in primary.iter().enumerate() {
             waits[i] = std::mem::take(&mut job_plan.waits[j]);
@@ -241,7 +265,7 @@ impl Report {
         let mut all = Vec::new();
         let mut processes = Vec::new();
         for (i, (&(fi, k), swept)) in procs.iter().zip(swept).enumerate() {
-            let ctx = ctx(traces, &plans, (fi, k), i, several_files, n);
+            let ctx = ctx(traces, &plans, (fi, k), i, several_files, ranked);
             let part = assemble::Part {
                 file: &traces[fi].0,
                 ctx: &ctx,
@@ -255,8 +279,9 @@ impl Report {
             all.extend(report.findings.iter().filter(|f| f.severity > Severity::Info).cloned());
             processes.push(report);
         }
-        let job = (primary.len() > 1).then(|| {
-            let ctxs: Vec<Ctx> = primary.iter().map(|&i| ctx(traces, &plans, procs[i], i, several_files, n)).collect();
+        let job = (primary.len() > 1 && separate.is_none()).then(|| {
+            let ctxs: Vec<Ctx> =
+                primary.iter().map(|&i| ctx(traces, &plans, procs[i], i, several_files, ranked)).collect();
             let inputs: Vec<job::RankInput> = ctxs
                 .iter()
                 .zip(&offsets)
@@ -273,7 +298,7 @@ impl Report {
         all.extend(job_plan.finding);
         sort_findings(&mut all);
         let verdict = verdict(&all, &processes);
-        Ok(Report { verdict, findings: all, processes, job })
+        Ok(Report { verdict, separate_runs: separate, findings: all, processes, job })
     }
 
     /// Where the timeline of the file that holds `f`'s process starts (times in a finding are relative to it).

@@ -393,6 +393,9 @@ const TEXT_PROCESSES: usize = 16;
 
 fn render(r: &Report) -> String {
     let mut out = format!("Verdict: {}\n", r.verdict);
+    if let Some(why) = &r.separate_runs {
+        out.push_str(&format!("Separate runs: {why}\n"));
+    }
     // Said first, since `stats` counts every step: a reader comparing the two must know the report's are fewer.
     let left_out: Vec<usize> = r
         .processes
