@@ -427,3 +427,32 @@ fn mcp_answers_while_a_tool_runs_and_a_cancelled_call_stops_its_command() {
     assert_eq!(traces.count(), 3, "the stopped recordings kept their traces");
     assert!(started.elapsed() < Duration::from_secs(100), "nothing waited for a program's two minutes");
 }
+
+/// The H100 attach window's report is 863 KB of JSON (1,645 steps), more than a tool returns (256 KiB): `findings`
+/// once failed on it ("the report is larger than 256 KiB"), though what it returns is a few KB.
+#[test]
+fn mcp_findings_of_a_report_larger_than_a_tools_text() {
+    use std::io::{BufRead, Write};
+    let Some(window) = shared_trace("h100-attach-window.cuf") else {
+        return;
+    };
+    let mut server = Command::new(cuflight_bin())
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("cuflight mcp runs");
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                  "params": {"name": "findings", "arguments": {"traces": [window]}}});
+    let mut input = server.stdin.take().unwrap();
+    writeln!(input, "{call}").unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    drop(input);
+    let _ = server.wait();
+    let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(reply["result"]["isError"], false, "{reply}");
+    let text = reply["result"]["content"][0]["text"].as_str().unwrap();
+    let findings: serde_json::Value = serde_json::from_str(text).expect("whole JSON, not cut");
+    assert!(findings["verdict"].as_str().unwrap().starts_with("launch_bound"), "{}", findings["verdict"]);
+}

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Calls that run at once; more wait for a slot. Each analysis is a process of its own holding a trace in memory,
 /// so a burst of calls must not become a burst of processes.
@@ -97,15 +98,18 @@ impl Calls {
         self.shared.1.notify_all(); // a call waiting for a slot sees it
     }
 
-    /// Cancels every call and waits until all have ended: the client closed the session.
-    pub fn cancel_all_and_wait(&self) {
+    /// Cancels every call and waits until all have ended, or `most` has passed: a call writing its reply to a
+    /// client that stopped reading never ends, and must not keep the server from ending.
+    pub fn cancel_all_and_wait(&self, most: Duration) {
+        let deadline = Instant::now() + most;
         let mut state = self.state();
         for flag in state.calls.values() {
             flag.store(true, Ordering::Relaxed);
         }
         self.shared.1.notify_all();
         while !state.calls.is_empty() {
-            state = self.shared.1.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else { return };
+            state = self.shared.1.wait_timeout(state, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
         }
     }
 
@@ -153,7 +157,6 @@ impl Drop for Ended<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, Instant};
 
     fn out() -> Output {
         Arc::new(Mutex::new(std::io::stdout()))
@@ -192,11 +195,21 @@ mod tests {
         );
         std::thread::sleep(Duration::from_millis(200));
         let t = Instant::now();
-        calls.cancel_all_and_wait();
+        calls.cancel_all_and_wait(Duration::from_secs(30));
         assert!(t.elapsed() < Duration::from_secs(5), "cancelling ends the calls at once");
         assert!(*most.lock().unwrap() <= RUNNING_AT_ONCE);
         assert_eq!(ran.lock().unwrap().len(), RUNNING_AT_ONCE, "those waiting for a slot never ran");
         assert!(calls.state().calls.is_empty() && calls.state().running == 0);
+        // A call that does not end (its reply stuck on a full pipe) holds the wait no longer than allowed.
+        calls
+            .start("stuck".into(), Value::Null, out(), |_| {
+                std::thread::sleep(Duration::from_secs(3));
+                None
+            })
+            .unwrap();
+        let t = Instant::now();
+        calls.cancel_all_and_wait(Duration::from_millis(200));
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     }
 
     #[test]

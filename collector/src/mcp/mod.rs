@@ -25,6 +25,10 @@ use std::sync::{Arc, Mutex};
 /// The protocol revisions this server speaks, newest first.
 const PROTOCOL_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
+/// How long the server waits, when it ends, for its calls to stop their commands (a recording asked to stop
+/// writes its trace first: well under a second).
+const STOPPING_AT_MOST: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A request line longer than this is refused (and skipped) rather than held in memory.
 const MAX_LINE: usize = 4 << 20;
 
@@ -71,10 +75,27 @@ fn result(id: Value, result: Value) -> Value {
 pub fn serve(opts: &McpOptions) -> Result<i32> {
     let out: Output = Arc::new(Mutex::new(std::io::stdout()));
     let calls = Calls::default();
+    stop_calls_on_signals(&calls)?;
     let read = read_requests(opts, &out, &calls);
     // The client closed our input (the specification's shutdown) or it failed: stop what still runs.
-    calls.cancel_all_and_wait();
+    calls.cancel_all_and_wait(STOPPING_AT_MOST);
     read.map(|()| 0)
+}
+
+/// A client that does not see the server end after closing its input sends SIGTERM (the specification's stdio
+/// shutdown), and a terminal sends SIGINT or SIGHUP: the commands the calls run, each a process of its own, are
+/// stopped first (a recording keeps its trace), then the signal ends the server as it would have.
+fn stop_calls_on_signals(calls: &Calls) -> Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    let calls = calls.clone();
+    std::thread::Builder::new().name("mcp-signals".into()).spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            calls.cancel_all_and_wait(STOPPING_AT_MOST);
+            let _ = signal_hook::low_level::emulate_default_handler(signal);
+        }
+    })?;
+    Ok(())
 }
 
 fn read_requests(opts: &McpOptions, out: &Output, calls: &Calls) -> Result<()> {

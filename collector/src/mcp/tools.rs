@@ -12,6 +12,9 @@ use std::time::Duration;
 
 /// A tool's text is cut here (an assistant's context is finite): a stats table or a report of a long job fits.
 const MAX_TEXT: usize = 256 << 10;
+/// What a tool that picks from a command's JSON (findings, kernel) reads of it at most: a job of many ranks
+/// writes a report far larger than an assistant reads, and the part picked is small.
+const MAX_JSON: u64 = 256 << 20;
 /// How long an analysis may take before it is stopped.
 const ANALYSIS_LIMIT: Duration = Duration::from_secs(600);
 
@@ -124,7 +127,10 @@ fn cut(mut text: String) -> String {
             end -= 1;
         }
         text.truncate(end);
-        text.push_str("\n[cut at 256 KiB: ask for fewer tables, or one kernel or step]");
+        text.push_str(
+            "\n[cut at 256 KiB: `findings` gives the verdict and findings alone; `trace_stats` with `tables` fewer \
+             tables; `kernel` or `step` one kernel or step]",
+        );
     }
     text
 }
@@ -145,8 +151,19 @@ fn bool_arg(args: &Value, key: &str) -> bool {
     args.get(key).and_then(Value::as_bool).unwrap_or(false)
 }
 
-/// Runs this cuflight with `args`; its standard output, or its last error line.
+/// Runs this cuflight with `args`; its standard output (what `cut` shows: a little more than MAX_TEXT), or its
+/// error line.
 pub fn run_cuflight(args: &[String], limit: Duration, cancelled: &AtomicBool) -> Result<String, Failure> {
+    run_cuflight_reading(args, limit, cancelled, MAX_TEXT as u64 + 1)
+}
+
+/// [`run_cuflight`], reading at most `most` bytes of its output.
+fn run_cuflight_reading(
+    args: &[String],
+    limit: Duration,
+    cancelled: &AtomicBool,
+    most: u64,
+) -> Result<String, Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::Ran(format!("cannot find the cuflight binary: {e}")))?;
     let dir = PrivateDir::new("mcp").map_err(|e| Failure::Ran(format!("{e:#}")))?;
     let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
@@ -168,7 +185,7 @@ pub fn run_cuflight(args: &[String], limit: Duration, cancelled: &AtomicBool) ->
         if !status.success() {
             return Err(failure_line(&err).to_string());
         }
-        read_capped(&out_path)
+        read_capped(&out_path, most)
     })();
     ran.map_err(Failure::Ran)
 }
@@ -183,12 +200,12 @@ fn failure_line(stderr: &str) -> &str {
         .unwrap_or("failed")
 }
 
-/// A file's text, at most MAX_TEXT and a bit (the caller cuts it with a note).
-fn read_capped(path: &Path) -> Result<String, String> {
+/// A file's first `most` bytes as text.
+fn read_capped(path: &Path, most: u64) -> Result<String, String> {
     use std::io::Read;
     let mut bytes = Vec::new();
     let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    f.take(MAX_TEXT as u64 + 1).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    f.take(most).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
@@ -249,9 +266,9 @@ fn report(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
 }
 
 fn findings(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
-    let text = run_cuflight(&report_args(args)?, ANALYSIS_LIMIT, cancelled)?;
+    let text = run_cuflight_reading(&report_args(args)?, ANALYSIS_LIMIT, cancelled, MAX_JSON)?;
     let full: Value = serde_json::from_str(&text)
-        .map_err(|_| Failure::Ran("the report is larger than 256 KiB: ask for `report` and read it in parts".into()))?;
+        .map_err(|_| Failure::Ran(format!("the report is larger than {} MiB: report fewer traces", MAX_JSON >> 20)))?;
     let processes: Vec<Value> = full["processes"]
         .as_array()
         .map(|ps| {
@@ -287,8 +304,8 @@ fn trace_stats(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> 
 
 fn kernel(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
     let want = string_arg(args, "name")?.to_lowercase();
-    let text =
-        run_cuflight(&stats_args(args, &["--report".into(), "cuda_gpu_kern_sum".into()])?, ANALYSIS_LIMIT, cancelled)?;
+    let table = ["--report=cuda_gpu_kern_sum".to_string()];
+    let text = run_cuflight_reading(&stats_args(args, &table)?, ANALYSIS_LIMIT, cancelled, MAX_JSON)?;
     let stats: Value = serde_json::from_str(&text).map_err(|e| Failure::Ran(format!("unreadable stats: {e}")))?;
     let rows: Vec<&Value> = stats
         .as_object()
