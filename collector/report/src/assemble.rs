@@ -52,13 +52,16 @@ pub(crate) fn plan_traces(
 }
 
 /// What a process's plan warns of: step ranges never ended, no steps found, work queued before the trace.
-pub(crate) fn plan_warnings(plan: &plan::Plan, opts: &Options) -> Vec<String> {
+pub(crate) fn plan_warnings(plan: &plan::Plan, file_plans: &FxHashMap<u32, plan::Plan>, opts: &Options) -> Vec<String> {
     let mut warn = Vec::new();
+    // Times as the rest of the report gives them: from the start of the file's timeline.
+    let origin = file_plans.values().filter_map(|q| q.timeline.map(|t| t.0)).min().unwrap_or(0);
     for (name, start) in &plan.unclosed {
         if cuflight_trace::model::range_roles::step_like(name)
             || opts.step.as_deref().is_some_and(|o| name.starts_with(o))
         {
-            warn.push(format!("step range \"{name}\" opened at {start} ns never ended; it was left out"));
+            let at = super::run::relative(*start, origin);
+            warn.push(format!("step range \"{name}\" opened at {at} never ended; it was left out"));
         }
     }
     if plan.no_steps && plan.sampling.is_some() {
@@ -78,6 +81,13 @@ pub(crate) fn plan_warnings(plan: &plan::Plan, opts: &Options) -> Vec<String> {
                     .into(),
             );
         }
+    }
+    if plan.steps_before_cuda > 0 {
+        warn.push(format!(
+            "{} steps ended before the first CUDA call the trace holds, with nothing of CUDA in them (NVTX recorded \
+             before CUDA was: an attach by an older cuflight, while CUPTI was being set up): left out",
+            plan.steps_before_cuda
+        ));
     }
     if plan.queued_before_first_op_ns > 0 {
         warn.push(format!(

@@ -220,7 +220,7 @@ impl Report {
         // Ranks by order (of files, or of GPU processes) only for one job: separate runs keep their own or none.
         let ranked = if separate.is_some() { 1 } else { n };
         let mut warnings: Vec<Vec<String>> =
-            procs.iter().map(|&(fi, k)| assemble::plan_warnings(&plans[fi][&k], opts)).collect();
+            procs.iter().map(|&(fi, k)| assemble::plan_warnings(&plans[fi][&k], &plans[fi], opts)).collect();
         let ctxs: Vec<Ctx> = procs
             .iter()
             .enumerate()

@@ -67,6 +67,8 @@ pub struct Plan {
     /// under [`UNSEEN_WORK_NS`]): the GPU was busy with work the trace does not hold (started before it, or
     /// another process's), so the whole-trace window starts at that op, not at its launch.
     pub queued_before_first_op_ns: u64,
+    /// Leading steps left out because they ended before the process's first CUDA call or GPU op.
+    pub steps_before_cuda: usize,
     pub events: u64,
     pub gpu_ops: u64,
     /// Device ordinals its GPU work ran on.
@@ -376,7 +378,10 @@ pub fn plan(
     let mut plans = FxHashMap::default();
     for (k, f) in first {
         let p = &source.processes[&k];
-        let (source_kind, ranges, gpu_end): (StepSource, Vec<HostRange>, Vec<u64>) = match host.remove(&k).flatten() {
+        let (source_kind, mut ranges, mut gpu_end): (StepSource, Vec<HostRange>, Vec<u64>) = match host
+            .remove(&k)
+            .flatten()
+        {
             Some((src, ranges)) => (src, ranges.iter().map(|r| r.0).collect(), ranges.iter().map(|r| r.1).collect()),
             None => {
                 let s = pattern.remove(&k).unwrap_or_default();
@@ -392,6 +397,16 @@ pub fn plan(
                 (src, ranges, gpu_end)
             }
         };
+        // Steps that ended before the process's first CUDA call or GPU op hold nothing of CUDA: a trace that
+        // recorded NVTX before CUDA (an `attach --inject` of an older cuflight, while CUPTI was being set up: 143
+        // steps of 1.2 ms in the shared H100 window) would count each as a step of 0% GPU. Left out and said.
+        let cuda_from = f.api_extent.values().map(|x| x.0).chain(f.busy_extent.map(|b| b.0)).min();
+        // Not in a sampled trace, whose unsampled steps keep their ranges and nothing else by design.
+        let before_cuda =
+            cuda_from.filter(|_| f.sampled.one_in == 0).map_or(0, |from| ranges.partition_point(|r| r.end <= from));
+        let steps_before_cuda = if before_cuda < ranges.len() { before_cuda } else { 0 };
+        ranges.drain(..steps_before_cuda);
+        gpu_end.drain(..steps_before_cuda);
         let names = ranges
             .iter()
             .enumerate()
@@ -469,6 +484,7 @@ pub fn plan(
                 loader_annotated,
                 no_steps,
                 queued_before_first_op_ns,
+                steps_before_cuda,
                 events: f.events,
                 gpu_ops: f.gpu_ops,
                 used_devices: f.used_devices,

@@ -379,3 +379,36 @@ fn a_filter_chooses_the_steps_the_report_analyses() {
     assert_eq!(busy(&filter_report(1, false, "15ns/40ns").unwrap()), 0);
     assert!(p.filtered.as_deref().is_some_and(|f| f.starts_with("the 1 of 1 stretches")), "{:?}", p.filtered);
 }
+
+/// An older `attach --inject` recorded NVTX while CUPTI was still being set up: the trace opens with steps that
+/// hold no CUDA call and no GPU op (143 of them in the shared H100 window). They are left out and counted; a step
+/// that only begins before the first CUDA call, and ends after it, stays.
+#[test]
+fn steps_that_ended_before_the_first_cuda_call_are_left_out() {
+    let strings = [(1, "step"), (2, "gemm"), (3, "cudaLaunchKernel")];
+    let mut ev = Vec::new();
+    let mut t = 1_000_000u64;
+    for _ in 0..5 {
+        ev.push(RawEvent { name: 1, ..RawEvent::new(EventKind::Range, 1, t, t + 900_000) });
+        t += 1_000_000;
+    }
+    // The step recording began in: its first call 100 µs in.
+    for (s, corr) in (0..4).zip(1u32..) {
+        let call = if s == 0 { t + 100_000 } else { t + 10_000 };
+        ev.push(api(3, call, 5_000, corr));
+        ev.push(kernel(2, call + 10_000, 500_000, corr));
+        ev.push(RawEvent { name: 1, ..RawEvent::new(EventKind::Range, 1, t, t + 900_000) });
+        t += 1_000_000;
+    }
+    let mut src = source(process(&strings, ev));
+    let plans = plan(&mut src, None).unwrap();
+    let p = &plans[&7];
+    assert_eq!((p.steps_before_cuda, p.steps.host.len()), (5, 4));
+    assert_eq!(p.steps.host[0].start, 6_000_000, "the step in which recording began stays");
+    // Without any CUDA at all, no step is left out for it (nothing to measure from).
+    let only_nvtx: Vec<RawEvent> = (0..3u64)
+        .map(|i| RawEvent { name: 1, ..RawEvent::new(EventKind::Range, 1, i * 1000, i * 1000 + 900) })
+        .collect();
+    let mut src = source(process(&strings, only_nvtx));
+    assert_eq!(plan(&mut src, None).unwrap()[&7].steps_before_cuda, 0);
+}
