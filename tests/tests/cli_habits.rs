@@ -429,9 +429,11 @@ fn mcp_answers_while_a_tool_runs_and_a_cancelled_call_stops_its_command() {
 }
 
 /// The H100 attach window's report is 863 KB of JSON (1,645 steps), more than a tool returns (256 KiB): `findings`
-/// once failed on it ("the report is larger than 256 KiB"), though what it returns is a few KB.
+/// once failed on it ("the report is larger than 256 KiB"), though what it returns is a few KB, and `report` cut
+/// it in the middle of a step. Now `findings` reads it whole, and `report` returns JSON with fewer step rows and
+/// says so.
 #[test]
-fn mcp_findings_of_a_report_larger_than_a_tools_text() {
+fn mcp_findings_and_report_of_a_report_larger_than_a_tools_text() {
     use std::io::{BufRead, Write};
     let Some(window) = shared_trace("h100-attach-window.cuf") else {
         return;
@@ -442,17 +444,28 @@ fn mcp_findings_of_a_report_larger_than_a_tools_text() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("cuflight mcp runs");
-    let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                                  "params": {"name": "findings", "arguments": {"traces": [window]}}});
     let mut input = server.stdin.take().unwrap();
-    writeln!(input, "{call}").unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let mut output = std::io::BufReader::new(server.stdout.take().unwrap());
+    let mut ask = |tool: &str| -> serde_json::Value {
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                      "params": {"name": tool, "arguments": {"traces": [&window]}}});
+        writeln!(input, "{call}").unwrap();
+        let mut line = String::new();
+        output.read_line(&mut line).unwrap();
+        let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(reply["result"]["isError"], false, "{reply}");
+        let text = reply["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.len() <= 256 << 10, "{tool}: {} bytes", text.len());
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{tool}: not JSON ({e})"))
+    };
+    let findings = ask("findings");
+    assert!(findings["verdict"].as_str().unwrap().starts_with("launch_bound"), "{}", findings["verdict"]);
+    let report = ask("report");
+    let steps = report["processes"][0]["steps"].as_array().unwrap().len() as u64;
+    let cut = &report["cut"]["arrays"][0];
+    assert_eq!(cut["array"], "/processes/0/steps", "{}", report["cut"]);
+    assert!(cut["rows"].as_u64().unwrap() > steps && cut["shown"].as_u64() == Some(steps), "{cut}");
+    assert_eq!(report["verdict"], findings["verdict"]);
     drop(input);
     let _ = server.wait();
-    let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
-    assert_eq!(reply["result"]["isError"], false, "{reply}");
-    let text = reply["result"]["content"][0]["text"].as_str().unwrap();
-    let findings: serde_json::Value = serde_json::from_str(text).expect("whole JSON, not cut");
-    assert!(findings["verdict"].as_str().unwrap().starts_with("launch_bound"), "{}", findings["verdict"]);
 }

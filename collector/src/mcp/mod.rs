@@ -11,6 +11,7 @@
 //! tool's result (`isError`), as the specification asks, so the assistant can read it.
 
 mod calls;
+mod fit;
 mod resources;
 mod tools;
 mod tools_record;

@@ -262,7 +262,16 @@ fn report_args(args: &Value) -> Result<Vec<String>, Failure> {
 }
 
 fn report(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
-    run_cuflight(&report_args(args)?, ANALYSIS_LIMIT, cancelled)
+    fitted(run_cuflight_reading(&report_args(args)?, ANALYSIS_LIMIT, cancelled, MAX_JSON)?)
+}
+
+/// A command's JSON output shortened to fit a tool's text, still JSON ([`super::fit`]); output too large to
+/// read whole is cut as text.
+fn fitted(text: String) -> Result<String, Failure> {
+    Ok(match serde_json::from_str::<Value>(&text) {
+        Ok(value) if text.len() > MAX_TEXT => super::fit::fit(value, MAX_TEXT - 1024),
+        _ => text,
+    })
 }
 
 fn findings(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
@@ -299,7 +308,7 @@ fn trace_stats(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> 
         Some(_) => vec![format!("--report={}", string_arg(args, "tables")?)],
         None => Vec::new(),
     };
-    run_cuflight(&stats_args(args, &extra)?, ANALYSIS_LIMIT, cancelled)
+    fitted(run_cuflight_reading(&stats_args(args, &extra)?, ANALYSIS_LIMIT, cancelled, MAX_JSON)?)
 }
 
 fn kernel(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
