@@ -21,12 +21,10 @@ pub type Work = Box<dyn FnOnce(&AtomicBool) -> Option<Value> + Send>;
 /// JSON-RPC 2.0's code for an error inside the server.
 const INTERNAL_ERROR: i64 = -32603;
 
-/// Standard output, shared by the reader and the calls: one whole message a line, never two interleaved.
-pub type Output = Arc<Mutex<std::io::Stdout>>;
-
-pub fn reply(out: &Mutex<std::io::Stdout>, message: &Value) -> std::io::Result<()> {
-    let out = out.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let mut out = out.lock();
+/// Writes one message on standard output, which the reader and the calls share: the lock held for the whole
+/// message keeps two from interleaving.
+pub fn reply(message: &Value) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
     // serde_json's compact form has no raw newline: one message, one line.
     writeln!(out, "{message}")?;
     out.flush()
@@ -53,7 +51,7 @@ impl Calls {
     /// Runs `work` on a thread of its own as the call `key`, and writes what it returns unless the call was
     /// cancelled; a panic in it is answered as an internal error to `id`. Err: the key is in use, too many calls
     /// are in progress, or no thread could be started.
-    pub fn start<F>(&self, key: String, id: Value, out: Output, work: F) -> Result<(), &'static str>
+    pub fn start<F>(&self, key: String, id: Value, work: F) -> Result<(), &'static str>
     where
         F: FnOnce(&AtomicBool) -> Option<Value> + Send + 'static,
     {
@@ -80,7 +78,7 @@ impl Calls {
             let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&cancelled)))
                 .unwrap_or_else(|_| Some(super::error(id, INTERNAL_ERROR, "the tool failed: a bug in cuflight")));
             if let Some(answer) = answer.filter(|_| !cancelled.load(Ordering::Relaxed)) {
-                let _ = reply(&out, &answer); // the client may be gone: nothing to tell it then
+                let _ = reply(&answer); // the client may be gone: nothing to tell it then
             }
         });
         if spawned.is_err() {
@@ -158,10 +156,6 @@ impl Drop for Ended<'_> {
 mod tests {
     use super::*;
 
-    fn out() -> Output {
-        Arc::new(Mutex::new(std::io::stdout()))
-    }
-
     #[test]
     fn at_most_four_run_at_once_and_a_cancelled_one_waiting_never_runs() {
         let calls = Calls::default();
@@ -170,7 +164,7 @@ mod tests {
         for i in 0..8 {
             let (running, most, ran) = (running.clone(), most.clone(), ran.clone());
             calls
-                .start(i.to_string(), Value::Null, out(), move |cancelled| {
+                .start(i.to_string(), Value::Null, move |cancelled| {
                     let now = {
                         let mut r = running.lock().unwrap();
                         *r += 1;
@@ -190,7 +184,7 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(
-            calls.start("3".into(), Value::Null, out(), |_| None),
+            calls.start("3".into(), Value::Null, |_| None),
             Err("a request with this id is in progress already")
         );
         std::thread::sleep(Duration::from_millis(200));
@@ -202,7 +196,7 @@ mod tests {
         assert!(calls.state().calls.is_empty() && calls.state().running == 0);
         // A call that does not end (its reply stuck on a full pipe) holds the wait no longer than allowed.
         calls
-            .start("stuck".into(), Value::Null, out(), |_| {
+            .start("stuck".into(), Value::Null, |_| {
                 std::thread::sleep(Duration::from_secs(3));
                 None
             })
@@ -221,7 +215,7 @@ mod tests {
             flag.store(true, Ordering::Relaxed);
             panic!("a tool's bug")
         };
-        calls.start("p".into(), Value::Null, out(), work).unwrap();
+        calls.start("p".into(), Value::Null, work).unwrap();
         let t = Instant::now();
         while !calls.state().calls.is_empty() && t.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(5));

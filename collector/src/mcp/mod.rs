@@ -17,11 +17,10 @@ mod tools;
 mod tools_record;
 
 use anyhow::Result;
-use calls::{reply, Calls, Output, Work};
+use calls::{reply, Calls, Work};
 use serde_json::{json, Value};
 use std::io::BufRead;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
 
 /// The protocol revisions this server speaks, newest first.
 const PROTOCOL_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
@@ -74,10 +73,9 @@ fn result(id: Value, result: Value) -> Value {
 }
 
 pub fn serve(opts: &McpOptions) -> Result<i32> {
-    let out: Output = Arc::new(Mutex::new(std::io::stdout()));
     let calls = Calls::default();
     stop_calls_on_signals(&calls)?;
-    let read = read_requests(opts, &out, &calls);
+    let read = read_requests(opts, &calls);
     // The client closed our input (the specification's shutdown) or it failed: stop what still runs.
     calls.cancel_all_and_wait(STOPPING_AT_MOST);
     read.map(|()| 0)
@@ -99,7 +97,7 @@ fn stop_calls_on_signals(calls: &Calls) -> Result<()> {
     Ok(())
 }
 
-fn read_requests(opts: &McpOptions, out: &Output, calls: &Calls) -> Result<()> {
+fn read_requests(opts: &McpOptions, calls: &Calls) -> Result<()> {
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let mut line = Vec::new();
@@ -118,7 +116,7 @@ fn read_requests(opts: &McpOptions, out: &Output, calls: &Calls) -> Result<()> {
                 std::io::Read::take(&mut input, MAX_LINE as u64).read_until(b'\n', &mut rest)? > 0
                     && !rest.ends_with(b"\n")
             } {}
-            reply(out, &error(Value::Null, INVALID_REQUEST, "message longer than 4 MiB"))?;
+            reply(&error(Value::Null, INVALID_REQUEST, "message longer than 4 MiB"))?;
             continue;
         }
         let text = String::from_utf8_lossy(&line);
@@ -127,7 +125,7 @@ fn read_requests(opts: &McpOptions, out: &Output, calls: &Calls) -> Result<()> {
         }
         let (key, id, work): (String, Value, Work) = match serde_json::from_str::<Value>(&text) {
             Err(e) => {
-                reply(out, &error(Value::Null, PARSE_ERROR, format!("not JSON: {e}")))?;
+                reply(&error(Value::Null, PARSE_ERROR, format!("not JSON: {e}")))?;
                 continue;
             }
             // A batch (JSON-RPC 2.0, MCP 2025-03-26) is answered with one array of its replies, none when it
@@ -156,14 +154,14 @@ fn read_requests(opts: &McpOptions, out: &Output, calls: &Calls) -> Result<()> {
                 }
                 _ => {
                     if let Some(r) = handle(&message, opts, &AtomicBool::new(false)) {
-                        reply(out, &r)?;
+                        reply(&r)?;
                     }
                     continue;
                 }
             },
         };
-        if let Err(why) = calls.start(key, id.clone(), out.clone(), work) {
-            reply(out, &error(id, INVALID_REQUEST, why))?;
+        if let Err(why) = calls.start(key, id.clone(), work) {
+            reply(&error(id, INVALID_REQUEST, why))?;
         }
     }
 }
