@@ -588,6 +588,15 @@ fn record_every_takes_sampling_windows_of_the_program_and_exits_with_its_status(
         total += kernels;
     }
     assert!(total < 100, "nothing recorded between windows: {total} of about 250 kernels");
+    // The windows reported together are one process's, 400 ms apart: not ranks of a job (they once made a
+    // straggler of one window against the others).
+    let windows: Vec<_> = (1..=3).map(|n| dir.join(format!("sample-{n}.cuf"))).collect();
+    let out = Command::new(cuflight_bin()).args(["report", "--format", "json"]).args(&windows).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let why = r["separate_runs"].as_str().unwrap_or_default();
+    assert!(why.contains("are windows of one process (pid"), "{why}: {}", r["job"]);
+    assert!(r.get("job").is_none(), "{}", r["job"]);
     // A program that never uses CUDA: no window, its own status.
     let out = Command::new(cuflight_bin())
         .args(["record", "--every", "1s", "--count", "2", "--force", "-o"])

@@ -83,7 +83,13 @@ fn a_killed_collector_leaves_a_readable_trace_and_a_program_at_full_speed() {
     let trace = dir.join("killed.cuf");
     let start = Instant::now();
     let mut rec = spawn(record_cmd(&trace, &[], &flood, &["3"]));
-    std::thread::sleep(Duration::from_millis(1200));
+    // Killed once a few flushes are written (about 0.2 s on an idle machine; under a loaded CI run, 1.2 s once
+    // found no kernel block written yet), and while the 3 s program still runs.
+    let written = || std::fs::metadata(&trace).map_or(0, |m| m.len());
+    while written() < 256 << 10 && start.elapsed() < Duration::from_millis(2500) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
     rec.kill().unwrap();
     rec.wait().unwrap();
     // The orphaned program keeps the pipe open until it ends: it must end on time, not crawl waiting for a

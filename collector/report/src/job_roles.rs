@@ -140,7 +140,7 @@ const APART_NS: u64 = 60_000_000_000;
 
 /// Why the primaries are not one job's ranks, if their times say so: two traces given together whose wall-clock
 /// spans are more than [`APART_NS`] apart (two runs of a program, perhaps given to compare them, which `diff`
-/// does). Spans are read from each trace's REALTIME offset alone, never through the job clock's alignment, which
+/// does), or one process's windows in several files. Spans are read from each trace's REALTIME offset alone, never through the job clock's alignment, which
 /// would match collectives of unrelated runs. Traces without wall-clock times cannot tell, and are taken as one
 /// job as before. `files[i]`: the trace file of `ctxs[i]`.
 pub(crate) fn separate_runs(
@@ -162,6 +162,25 @@ pub(crate) fn separate_runs(
         spans.push((epoch(start)?, epoch(end)?, i));
     }
     spans.sort_unstable();
+    // One process in several files (the windows of `record --every`, `<name>-N.cuf`) is no job's ranks either,
+    // however close its windows: the same pid on the same named host, at times that do not overlap.
+    let mut seen: rustc_hash::FxHashMap<(&str, u32), (u64, usize)> = Default::default();
+    for &(start, end, i) in &spans {
+        let (host, pid) = (ctxs[i].p.info.host.as_str(), ctxs[i].p.info.pid);
+        if host.is_empty() {
+            continue;
+        }
+        if let Some(&(before_end, j)) = seen.get(&(host, pid)) {
+            if files[j] != files[i] && start >= before_end {
+                return Some(format!(
+                    "{} and {} are windows of one process (pid {pid} on {host}), not ranks of one job. Each is \
+                     reported alone",
+                    files[j], files[i]
+                ));
+            }
+        }
+        seen.insert((host, pid), (end, i));
+    }
     let mut reach = spans.first()?;
     for next in &spans[1..] {
         if next.0 > reach.1.saturating_add(APART_NS) {
