@@ -140,26 +140,15 @@ const APART_NS: u64 = 60_000_000_000;
 
 /// Why the primaries are not one job's ranks, if their times say so: two traces given together whose wall-clock
 /// spans are more than [`APART_NS`] apart (two runs of a program, perhaps given to compare them, which `diff`
-/// does), or one process's windows in several files. Spans are read from each trace's REALTIME offset alone, never through the job clock's alignment, which
-/// would match collectives of unrelated runs. Traces without wall-clock times cannot tell, and are taken as one
-/// job as before. `files[i]`: the trace file of `ctxs[i]`.
-pub(crate) fn separate_runs(
-    ctxs: &[Ctx],
-    clocks: &[cuflight_trace::model::align::ToJob],
-    files: &[&str],
-) -> Option<String> {
+/// does), or one process's windows in several files. Spans are read through each process's REALTIME offset
+/// alone, never the job clock's alignment, which would match collectives of unrelated runs. Traces without
+/// wall-clock times cannot tell, and are taken as one job as before. `files[i]`: the trace file of `ctxs[i]`.
+pub(crate) fn separate_runs(ctxs: &[Ctx], realtime_offsets: &[Option<i64>], files: &[&str]) -> Option<String> {
+    use cuflight_trace::model::job_clock::on_epoch;
     let mut spans: Vec<(u64, u64, usize)> = Vec::new();
-    for (i, (c, clock)) in ctxs.iter().zip(clocks).enumerate() {
+    for (i, (c, &offset)) in ctxs.iter().zip(realtime_offsets).enumerate() {
         let (start, end) = c.plan.timeline?;
-        // Epoch times: a REALTIME offset, or times that were epoch-based as recorded (after 2001-09-09).
-        let epoch = |t: u64| -> Option<u64> {
-            match clock.realtime {
-                0 if t >= 1_000_000_000_000_000_000 => Some(t),
-                0 => None,
-                r => u64::try_from((t.min(i64::MAX as u64) as i64).saturating_add(r)).ok(),
-            }
-        };
-        spans.push((epoch(start)?, epoch(end)?, i));
+        spans.push((on_epoch(start, offset)?, on_epoch(end, offset)?, i));
     }
     spans.sort_unstable();
     // One process in several files (the windows of `record --every`, `<name>-N.cuf`) is no job's ranks either,

@@ -214,7 +214,11 @@ impl Report {
         let separate = {
             let all: Vec<Ctx> = procs.iter().enumerate().map(|(i, &p)| ctx(traces, &plans, p, i, false, n)).collect();
             let files: Vec<&str> = procs.iter().map(|&(fi, _)| traces[fi].0.as_str()).collect();
-            separate_runs(&all, &job_clocks(&all).0, &files)
+            let mut clock = cuflight_trace::model::job_clock::JobClockBuilder::default();
+            for c in &all {
+                clock.add(c.p, c.plan.clock.realtime_offset, Vec::new());
+            }
+            separate_runs(&all, &clock.realtime_offsets(), &files)
         };
         let several_files = traces.len() > 1 && separate.is_none();
         // Ranks by order (of files, or of GPU processes) only for one job: separate runs keep their own or none.

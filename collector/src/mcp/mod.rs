@@ -7,8 +7,8 @@
 //! this server speaks it, else with the newest it does), then `tools/list` and `tools/call`, and `resources/list`
 //! and `resources/read` for the JSON Schemas of the tools' results; `ping` at any time.
 //! Tool calls run on threads of their own (`calls`), so requests are read, pings answered and calls cancelled
-//! while they run. A bad request gets a JSON-RPC error and the server carries on; a tool that fails returns its error as the
-//! tool's result (`isError`), as the specification asks, so the assistant can read it.
+//! while they run. A bad request gets a JSON-RPC error and the server carries on; a tool that fails returns its
+//! error as the tool's result (`isError`), as the specification asks, so the assistant can read it.
 
 mod calls;
 mod fit;
@@ -147,7 +147,7 @@ fn read_requests(opts: &McpOptions, calls: &Calls) -> Result<()> {
                     }
                     continue;
                 }
-                Some("tools/call") if message.get("id").is_some_and(|id| id.is_string() || id.is_number()) => {
+                Some("tools/call") if message.get("id").is_some_and(valid_id) => {
                     let id = message["id"].clone();
                     let opts = opts.clone();
                     (id.to_string(), id, Box::new(move |cancelled: &AtomicBool| handle(&message, &opts, cancelled)))
@@ -166,6 +166,11 @@ fn read_requests(opts: &McpOptions, calls: &Calls) -> Result<()> {
     }
 }
 
+/// MCP: "Requests MUST include a string or integer ID ... the ID MUST NOT be null."
+fn valid_id(id: &Value) -> bool {
+    id.is_string() || id.is_i64() || id.is_u64()
+}
+
 /// The reply to one message; None for a notification (no id), which is never answered.
 fn handle(message: &Value, opts: &McpOptions, cancelled: &AtomicBool) -> Option<Value> {
     let id = message.get("id").cloned();
@@ -173,8 +178,7 @@ fn handle(message: &Value, opts: &McpOptions, cancelled: &AtomicBool) -> Option<
         return Some(error(id.unwrap_or(Value::Null), INVALID_REQUEST, "not a JSON-RPC 2.0 request (no method)"));
     };
     let id = id?; // notifications/initialized, notifications/cancelled...: nothing to answer
-    if !(id.is_string() || id.is_i64() || id.is_u64()) {
-        // MCP: "Requests MUST include a string or integer ID ... the ID MUST NOT be null."
+    if !valid_id(&id) {
         return Some(error(Value::Null, INVALID_REQUEST, "a request's id must be a string or an integer"));
     }
     if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
@@ -221,43 +225,32 @@ mod tests {
         McpOptions { allow_record: false, max_seconds: 10, output_dir: std::env::temp_dir() }
     }
 
+    fn handled(message: Value) -> Option<Value> {
+        handle(&message, &opts(), &AtomicBool::new(false))
+    }
+
     #[test]
     fn initialize_answers_the_clients_version_when_spoken_and_the_newest_otherwise() {
         let m = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-03-26"}});
-        let r = handle(&m, &opts(), &AtomicBool::new(false)).unwrap();
+        let r = handled(m).unwrap();
         assert_eq!(r["result"]["protocolVersion"], "2025-03-26");
         assert_eq!(r["result"]["serverInfo"]["name"], "cuflight");
         let m = json!({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"protocolVersion": "1999-01-01"}});
-        assert_eq!(
-            handle(&m, &opts(), &AtomicBool::new(false)).unwrap()["result"]["protocolVersion"],
-            PROTOCOL_VERSIONS[0]
-        );
+        assert_eq!(handled(m).unwrap()["result"]["protocolVersion"], PROTOCOL_VERSIONS[0]);
     }
 
     #[test]
     fn notifications_get_no_answer_and_bad_requests_get_errors() {
-        assert!(handle(
-            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-            &opts(),
-            &AtomicBool::new(false)
-        )
-        .is_none());
-        let r = handle(&json!({"jsonrpc": "2.0", "id": 3, "method": "prompts/list"}), &opts(), &AtomicBool::new(false))
-            .unwrap();
+        assert!(handled(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).is_none());
+        let r = handled(json!({"jsonrpc": "2.0", "id": 3, "method": "prompts/list"})).unwrap();
         assert_eq!(r["error"]["code"], METHOD_NOT_FOUND);
-        let r =
-            handle(&json!({"jsonrpc": "2.0", "id": null, "method": "ping"}), &opts(), &AtomicBool::new(false)).unwrap();
+        let r = handled(json!({"jsonrpc": "2.0", "id": null, "method": "ping"})).unwrap();
         assert_eq!(r["error"]["code"], INVALID_REQUEST);
-        let r = handle(&json!({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}), &opts(), &AtomicBool::new(false))
-            .unwrap();
+        let r = handled(json!({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"})).unwrap();
         assert_eq!((r["error"]["code"].as_i64(), &r["id"]), (Some(INVALID_REQUEST), &Value::Null));
-        let r = handle(&json!({"id": 4}), &opts(), &AtomicBool::new(false)).unwrap();
+        let r = handled(json!({"id": 4})).unwrap();
         assert_eq!(r["error"]["code"], INVALID_REQUEST);
-        let r = handle(
-            &json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "nope"}}),
-            &opts(),
-            &AtomicBool::new(false),
-        );
+        let r = handled(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "nope"}}));
         assert_eq!(r.unwrap()["error"]["code"], INVALID_PARAMS);
     }
 

@@ -16,6 +16,18 @@ use rustc_hash::FxHashMap;
 
 pub use super::host::host_of;
 
+/// Times at or after this (2001-09-09 in ns) are taken as epoch times already, as imports record them.
+const EPOCH_FLOOR_NS: u64 = 1_000_000_000_000_000_000;
+
+/// `own` (a process's time) on the epoch: through its REALTIME offset, else as it is when it is epoch-based
+/// already; None when neither tells.
+pub fn on_epoch(own: u64, realtime_offset: Option<i64>) -> Option<u64> {
+    match realtime_offset {
+        Some(r) => u64::try_from((own.min(i64::MAX as u64) as i64).saturating_add(r)).ok(),
+        None => (own >= EPOCH_FLOOR_NS).then_some(own),
+    }
+}
+
 /// What one process tells of the job's clock, gathered event by event in one cheap pass ([`ClockFacts::feed`]):
 /// its REALTIME offset (its first clock pair that has one) and its collectives (NCCL's kernels, by
 /// [`super::kernel_category::is_comm_kernel`]), whose k-th end on every rank is the same instant. The report's planning
@@ -103,6 +115,13 @@ impl JobClockBuilder {
         self.own_base.push(own_base(p));
     }
 
+    /// Each added process's REALTIME offset as [`JobClock::realtime_offset`] finds it, without aligning hosts
+    /// on collectives (which `build` does): for questions about wall-clock times alone.
+    pub fn realtime_offsets(&self) -> Vec<Option<i64>> {
+        let host = |h: &str| self.realtime.iter().find(|(name, _)| name == h).and_then(|(_, o)| *o);
+        self.own_base.iter().zip(&self.members).map(|(own, m)| own.or_else(|| host(&m.host))).collect()
+    }
+
     pub fn build(mut self) -> JobClock {
         for (m, own) in self.members.iter_mut().zip(&self.own_base) {
             let host = || self.realtime.iter().find(|(h, _)| *h == m.host).and_then(|(_, o)| *o).unwrap_or(0);
@@ -143,7 +162,7 @@ impl JobClock {
     /// What `p`'s placed times are: "realtime" (the epoch, from clock pairs, or times that were epoch based
     /// already: after 2001-09-09 as recorded, `first_ns` being its first) or "as recorded".
     pub fn clock_name(&self, p: &Process, first_ns: u64) -> &'static str {
-        if self.realtime_offset(p).is_some() || first_ns >= 1_000_000_000_000_000_000 {
+        if self.realtime_offset(p).is_some() || first_ns >= EPOCH_FLOOR_NS {
             "realtime"
         } else {
             "as recorded"
