@@ -153,8 +153,17 @@ pub fn stats(trace: &Path) -> Value {
 
 /// `cuflight report --format json` of a trace.
 pub fn report_json(trace: &Path) -> Value {
-    let out =
-        Command::new(cuflight_bin()).args(["report", "--format", "json"]).arg(trace).output().expect("cuflight runs");
+    report_json_with(trace, &[])
+}
+
+/// `cuflight report --format json` of a trace with more options (`--include-warmup`).
+pub fn report_json_with(trace: &Path, options: &[&str]) -> Value {
+    let out = Command::new(cuflight_bin())
+        .args(["report", "--format", "json"])
+        .args(options)
+        .arg(trace)
+        .output()
+        .expect("cuflight runs");
     assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("report prints JSON")
 }

@@ -33,12 +33,7 @@ fn a_recompilation_in_the_middle_of_the_run_is_named_with_its_cost() {
     // Left out of the steps the findings cover, as the warm-up is; --include-warmup keeps both.
     let steps = |r: &Value| r["processes"][0]["steps"].as_array().unwrap().len() as u64;
     assert_eq!(steps(&r), 20 - w["steps"].as_u64().unwrap() - 1, "{}", r["processes"][0]["steps"]);
-    let all = Command::new(cuflight_bin())
-        .args(["report", "--format", "json", "--include-warmup"])
-        .arg(&rec.trace)
-        .output()
-        .unwrap();
-    let all: Value = serde_json::from_slice(&all.stdout).unwrap();
+    let all = report_json_with(&rec.trace, &["--include-warmup"]);
     assert_eq!(steps(&all), 20);
     // The 30 ms of recompiling blames no host work on the steady steps.
     let host = r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "cpu_bound");

@@ -10,12 +10,6 @@ use std::sync::Mutex;
 /// Scenarios measure time: each test holds this for its whole run, so they do not compete for the CPU.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn report_json(args: &[&std::ffi::OsStr]) -> Value {
-    let out = Command::new(cuflight_bin()).args(["report", "--format", "json"]).args(args).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -49,7 +43,7 @@ fn scenario_run(mode: &str, steps: &str, test: &str) -> (Value, std::path::PathB
     let rec = record(&dir, &[], &prog, &[mode, steps], &[]);
     assert!(rec.output.status.success(), "{}", rec.stderr());
     let planted = planted_ns(&rec.output.stdout);
-    (report_json(&[rec.trace.as_os_str()]), rec.trace, planted)
+    (report_json(&rec.trace), rec.trace, planted)
 }
 
 fn f64_of(v: &Value) -> f64 {
@@ -250,7 +244,7 @@ fn warmup_steps_are_reported_apart() {
     assert_eq!(p["steps"].as_array().unwrap().len() as u64, 24 - warm);
     assert_eq!(p["steps"][0]["name"], format!("ProfilerStep#{warm}"));
     assert!(r["verdict"].as_str().unwrap().starts_with("No "), "{}", r["verdict"]);
-    let all = report_json(&[trace.as_os_str(), "--include-warmup".as_ref()]);
+    let all = report_json_with(&trace, &["--include-warmup"]);
     let p = &all["processes"][0];
     assert_eq!((p["warmup"]["steps"].as_u64(), p["warmup"]["included"].as_bool()), (Some(warm), Some(true)));
     assert_eq!(p["steps"].as_array().unwrap().len(), 24);
@@ -274,7 +268,7 @@ fn a_slow_rank_is_found_as_the_straggler() {
     let script = format!("{} {p} rank 24 0 2 {b} & {} {p} rank 24 1 2 {b}; wait", env(0), env(1));
     let rec = record(&dir, &[], std::path::Path::new("/bin/sh"), &["-c", &script], &[]);
     assert!(rec.output.status.success(), "{}", rec.stderr());
-    let r = report_json(&[rec.trace.as_os_str()]);
+    let r = report_json(&rec.trace);
     let f = top(&r);
     assert_eq!(f["kind"], "straggler", "{}", r["findings"]);
     let procs = r["processes"].as_array().unwrap();
