@@ -2,7 +2,7 @@
 //! JSON, Parquet tables) of one trace or of a job's.
 
 use crate::cli::ExportFormat;
-use crate::multi_trace::{self, export_parquet, job_source, print_hosts};
+use crate::multi_trace::{self, export_parquet, job_source, print_placement};
 use crate::{stand_in, warn_cut_short};
 use anyhow::{bail, Context, Result};
 use cuflight_collector::export::output::{self, Output};
@@ -23,7 +23,7 @@ pub fn merge(traces: &[PathBuf], output: &Path, force: bool) -> Result<i32> {
     };
     let m = cuflight_collector::export::merge::merge(traces, w, command, &mut opened)?;
     out.commit()?;
-    print_hosts(&m.hosts);
+    print_placement(&m.placement, traces);
     let s = |n: usize| if n == 1 { "" } else { "s" };
     eprintln!(
         "cuflight: wrote {}: {} process{}, {} events from {} trace{}",

@@ -33,14 +33,14 @@ pub fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) 
         "written_by": format!("cuflight {}", env!("CARGO_PKG_VERSION")),
         "tables": written.rows,
         "files": written.files,
-        "hosts": written.hosts,
+        "hosts": written.placement.hosts,
         "sources": traces.iter().map(|t| crate::stand_in::name_of(t)).collect::<Vec<_>>(),
     });
     let path = out.path().join(parquet::MANIFEST);
     std::fs::write(&path, serde_json::to_vec_pretty(&manifest)?)
         .with_context(|| format!("cannot write {}", path.display()))?;
     out.commit()?;
-    print_hosts(&written.hosts);
+    print_placement(&written.placement, traces);
     let rows: Vec<String> = written.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();
     eprintln!("cuflight: wrote {}: {} files; rows: {}", dest.display(), written.files, rows.join(", "));
     Ok(0)
@@ -54,9 +54,28 @@ pub fn shown(traces: &[PathBuf]) -> String {
     }
 }
 
+/// Why `traces` are not one job's, when their times say so and it matters here: traces taken at different
+/// times, or one process's windows on several hosts' clocks (the clocks are then not aligned on collectives);
+/// then how each host's clock was aligned.
+pub fn print_placement(placed: &cuflight_collector::model::job_clock::Placement, traces: &[PathBuf]) {
+    use cuflight_collector::model::runs::Separate;
+    let several_hosts = placed.hosts.len() > 1;
+    if let Some(s) = placed.separate.as_ref().filter(|s| several_hosts || matches!(s, Separate::Apart { .. })) {
+        let names: Vec<String> = traces.iter().map(|t| crate::stand_in::name_of(t)).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let clocks = if several_hosts {
+            "; each host keeps its REALTIME clock (collectives of separate runs do not match)"
+        } else {
+            ""
+        };
+        eprintln!("cuflight: warning: {}{clocks}", s.describe(&names));
+    }
+    print_hosts(&placed.hosts);
+}
+
 /// How each host's clock was aligned, when there are several: a line per host up to 8 (the largest shifts
 /// first after the reference), then a summary of the rest, whose figures the output keeps.
-pub fn print_hosts(hosts: &[cuflight_collector::model::align::HostShift]) {
+fn print_hosts(hosts: &[cuflight_collector::model::align::HostShift]) {
     if hosts.len() > 1 {
         let mut shown: Vec<_> = hosts.iter().collect();
         shown.sort_by_key(|h| (!h.reference, std::cmp::Reverse(h.shift_ns.unsigned_abs()), h.matched == 0));
@@ -114,8 +133,8 @@ pub fn job_source(traces: &[PathBuf], command: &str) -> Result<cuflight_collecto
         warn_cut_short(t, s.cut_short.as_deref())
     };
     let command = vec!["cuflight".to_string(), command.to_string()];
-    let (source, hosts) = cuflight_collector::model::source::EventSource::open_job(traces, command, &mut opened)?;
-    print_hosts(&hosts);
+    let (source, placed) = cuflight_collector::model::source::EventSource::open_job(traces, command, &mut opened)?;
+    print_placement(&placed, traces);
     Ok(source)
 }
 

@@ -254,7 +254,7 @@ fn every_command_over_64_rank_traces_opens_each_trace_once() {
     });
     let merged = merged.unwrap();
     assert_eq!((n, merged.processes), (64, 64), "merge: one open a trace, every rank's process");
-    assert_eq!(merged.hosts.len(), 8, "{:?}", merged.hosts);
+    assert_eq!(merged.placement.hosts.len(), 8, "{:?}", merged.placement.hosts);
 
     let mut job = None;
     let n = opens(&mut || job = Some(EventSource::open_job(&paths, vec!["test".into()], &mut |_, _| {}).unwrap()));
@@ -322,4 +322,16 @@ fn traces_of_different_runs_are_reported_alone_not_as_a_job() {
     // Ranks that ran together are still one job.
     let r = json(&[&r0, &r1]);
     assert!(r.get("separate_runs").is_none() && r["job"]["ranks"].as_array().unwrap().len() == 2, "{}", r["job"]);
+    // The commands that put traces on one clock say so too, and leave separate runs' hosts unaligned.
+    let dir = scratch("separate-runs");
+    let merged = dir.join("m.cuf");
+    for args in [&["stats"][..], &["merge", "-o", merged.to_str().unwrap()][..]] {
+        let out = Command::new(cuflight_bin()).args(args).args([&ddp, &qwen]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && err.contains("470 days apart"), "{args:?}: {err}");
+        assert!(err.contains("keeps its REALTIME clock"), "{args:?}: {err}");
+        let out = Command::new(cuflight_bin()).args(args).arg("--force").args([&r0, &r1]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && !err.contains("warning"), "{args:?}: {err}");
+    }
 }

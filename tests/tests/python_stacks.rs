@@ -134,12 +134,14 @@ fn python_stacks_can_be_turned_off() {
     let (rec, s) = record_py(&dir, Path::new("python3"), &["3"], &["--trace", "cuda,python"]);
     assert_eq!(s["python_sync"].as_array().unwrap().len(), 4, "{}", s["python_sync"]);
     // What the stacks cost is measured where it is paid and shown: at least one read per synchronising call of
-    // the table (its calls counted), each taking some time and less than a millisecond.
+    // the table (its calls counted), each taking some time, and a plausible one (a read takes microseconds; the
+    // bound is loose because a loaded machine stretched 9 reads to 10.8 ms, and what a read costs is a
+    // benchmark's question: it only catches a unit gone wrong).
     let p = &s["processes"][0];
     let calls: u64 = s["python_sync"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).sum();
     let (stacks, ns) = (p["python_stacks"].as_u64().unwrap(), p["python_stack_ns"].as_u64().unwrap());
     assert!(stacks >= calls && calls > 0, "{stacks} stacks for {calls} calls");
-    assert!(ns > stacks * 100 && ns < stacks * 1_000_000, "{ns} ns for {stacks} stacks");
+    assert!(ns > stacks * 100 && ns < stacks * 100_000_000, "{ns} ns for {stacks} stacks");
     assert!(rec.stderr().contains(&format!("read {stacks} Python stacks in ")), "{}", rec.stderr());
     // An interpreter the reader does not know (3.8, where pyenv has one) runs as before, without stacks, and
     // record and stats say why (a user would otherwise wonder where the source lines went).

@@ -10,7 +10,8 @@ use cuflight_format::file::{FileError, Footer, TraceWriter};
 use cuflight_format::strings::StringRegion;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::import::{JobTraces, KEEP_OPEN};
-use cuflight_trace::model::align::{self, HostShift};
+use cuflight_trace::model::align;
+use cuflight_trace::model::job_clock::Placement;
 use cuflight_trace::model::source::{merged_info, EventSource, JobKeys};
 use cuflight_trace::model::trace::TraceError;
 use rustc_hash::FxHashMap;
@@ -29,7 +30,8 @@ pub enum MergeError {
 pub struct Merged {
     pub processes: usize,
     pub events: u64,
-    pub hosts: Vec<HostShift>,
+    /// How the hosts' clocks were aligned, and whether the traces are one job's.
+    pub placement: Placement,
 }
 
 /// Events per block, and waiting in all (across a file's processes) before every process's are written.
@@ -114,7 +116,7 @@ pub fn merge<W: Write>(
     }
     let mut w = out.finish(Footer { events: merged.events, command, exit_code: None })?;
     w.flush().map_err(FileError::Io)?;
-    merged.hosts = clock.hosts;
+    merged.placement = clock.placement();
     Ok(merged)
 }
 
@@ -184,7 +186,7 @@ mod tests {
         let merged = merge(&paths, Vec::new(), vec!["test".into()], &mut |_, _| heard += 1).unwrap();
         assert_eq!(EventSource::opened_on_this_thread() - before, 3, "one open a trace");
         assert_eq!((heard, merged.processes, merged.events), (3, 3, 12), "clock pairs are not written again");
-        assert_eq!(merged.hosts.len(), 3, "three hosts aligned on their collectives");
+        assert_eq!(merged.placement.hosts.len(), 3, "three hosts aligned on their collectives");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -216,10 +218,10 @@ mod tests {
 
         let before = EventSource::opened_on_this_thread();
         let mut heard = 0;
-        let (mut job, hosts) = EventSource::open_job(&paths, vec!["test".into()], &mut |_, _| heard += 1).unwrap();
+        let (mut job, placed) = EventSource::open_job(&paths, vec!["test".into()], &mut |_, _| heard += 1).unwrap();
         assert_eq!(EventSource::opened_on_this_thread() - before, 64, "one open a trace");
         assert_eq!(heard, 64);
-        assert_eq!(hosts.len(), 8, "eight hosts aligned");
+        assert_eq!(placed.hosts.len(), 8, "eight hosts aligned");
         assert_eq!(job.processes.keys().collect::<Vec<_>>(), from_file.processes.keys().collect::<Vec<_>>());
         let (a, b) = (stream(&mut job), stream(&mut from_file));
         assert_eq!(a.len() as u64, merged.events);

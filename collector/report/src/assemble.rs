@@ -55,7 +55,7 @@ pub(crate) fn plan_traces(
 pub(crate) fn plan_warnings(plan: &plan::Plan, file_plans: &FxHashMap<u32, plan::Plan>, opts: &Options) -> Vec<String> {
     let mut warn = Vec::new();
     // Times as the rest of the report gives them: from the start of the file's timeline.
-    let origin = file_plans.values().filter_map(|q| q.timeline.map(|t| t.0)).min().unwrap_or(0);
+    let origin = file_plans.values().filter_map(|q| q.clock.span.map(|t| t.0)).min().unwrap_or(0);
     for (name, start) in &plan.unclosed {
         if cuflight_trace::model::range_roles::step_like(name)
             || opts.step.as_deref().is_some_and(|o| name.starts_with(o))
@@ -171,7 +171,7 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
     let kernels = gpu_findings::kernel_rows(ctx, &swept.kernels, usize::MAX);
     let command = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
     // The file's timeline spans all its processes (one Perfetto export per file).
-    let file_span = file_plans.values().filter_map(|q| q.timeline).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
+    let file_span = file_plans.values().filter_map(|q| q.clock.span).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
     let (trace_start_ns, trace_end_ns) = file_span.unwrap_or((0, 0));
     // A device fault or a failed allocation is what the reader must know first.
     let (cuda_errors, failures) = plan.failed.finish(p, trace_start_ns, plan.device_memory);

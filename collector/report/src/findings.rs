@@ -136,6 +136,8 @@ pub struct Ctx<'a> {
     pub step_total_ns: u64,
     pub pid: u32,
     pub rank: Option<u32>,
+    /// Index of its trace among those given.
+    pub file: usize,
 }
 
 impl Ctx<'_> {

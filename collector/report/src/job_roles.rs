@@ -92,6 +92,7 @@ pub(crate) fn ctx<'a>(
         step_total_ns: plan.steps.windows.iter().map(|w| w.1 - w.0).sum(),
         pid: k,
         rank: straggler_rank(p, fi, i, several_files, n),
+        file: fi,
     }
 }
 
@@ -99,7 +100,7 @@ pub(crate) fn ctx<'a>(
 pub(crate) fn job_clocks(ctxs: &[Ctx]) -> (Vec<cuflight_trace::model::align::ToJob>, job::Clocks) {
     let mut builder = cuflight_trace::model::job_clock::JobClockBuilder::default();
     for c in ctxs {
-        builder.add_facts(c.p, &c.plan.clock);
+        builder.add_facts(c.file, c.p, &c.plan.clock);
     }
     let clock = builder.build();
     let clocks = ctxs.iter().map(|c| clock.to_job(c.p)).collect();
@@ -131,71 +132,4 @@ pub(crate) fn straggler_rank(
     } else {
         None
     })
-}
-
-/// Traces whose wall-clock spans lie further apart than this were not taken at the same time, so they are not
-/// ranks of one job. Ranks run together: their spans overlap, give or take NTP's milliseconds between hosts and
-/// seconds of start-up. A minute is far beyond both.
-const APART_NS: u64 = 60_000_000_000;
-
-/// Why the primaries are not one job's ranks, if their times say so: two traces given together whose wall-clock
-/// spans are more than [`APART_NS`] apart (two runs of a program, perhaps given to compare them, which `diff`
-/// does), or one process's windows in several files. Spans are read through each process's REALTIME offset
-/// alone, never the job clock's alignment, which would match collectives of unrelated runs. Traces without
-/// wall-clock times cannot tell, and are taken as one job as before. `files[i]`: the trace file of `ctxs[i]`.
-pub(crate) fn separate_runs(ctxs: &[Ctx], realtime_offsets: &[Option<i64>], files: &[&str]) -> Option<String> {
-    use cuflight_trace::model::job_clock::on_epoch;
-    let mut spans: Vec<(u64, u64, usize)> = Vec::new();
-    for (i, (c, &offset)) in ctxs.iter().zip(realtime_offsets).enumerate() {
-        let (start, end) = c.plan.timeline?;
-        spans.push((on_epoch(start, offset)?, on_epoch(end, offset)?, i));
-    }
-    spans.sort_unstable();
-    // One process in several files (the windows of `record --every`, `<name>-N.cuf`) is no job's ranks either,
-    // however close its windows: the same pid on the same named host, at times that do not overlap.
-    let mut seen: rustc_hash::FxHashMap<(&str, u32), (u64, usize)> = Default::default();
-    for &(start, end, i) in &spans {
-        let (host, pid) = (ctxs[i].p.info.host.as_str(), ctxs[i].p.info.pid);
-        if host.is_empty() {
-            continue;
-        }
-        if let Some(&(before_end, j)) = seen.get(&(host, pid)) {
-            if files[j] != files[i] && start >= before_end {
-                return Some(format!(
-                    "{} and {} are windows of one process (pid {pid} on {host}), not ranks of one job. Each is \
-                     reported alone",
-                    files[j], files[i]
-                ));
-            }
-        }
-        seen.insert((host, pid), (end, i));
-    }
-    let mut reach = spans.first()?;
-    for next in &spans[1..] {
-        if next.0 > reach.1.saturating_add(APART_NS) {
-            let (a, b) = (reach.2, next.2);
-            return Some(format!(
-                "{} ran at {} and {} at {}, {} apart: not at the same time, so not ranks of one job. Each is reported \
-                 alone; `cuflight diff BASELINE CANDIDATE` compares two runs",
-                files[a],
-                super::run::utc(reach.0),
-                files[b],
-                super::run::utc(next.0),
-                apart(next.0 - reach.1)
-            ));
-        }
-        if next.1 > reach.1 {
-            reach = next;
-        }
-    }
-    None
-}
-
-fn apart(ns: u64) -> String {
-    let s = ns / 1_000_000_000;
-    match s {
-        0..=5_399 => format!("{} min", s / 60),
-        5_400..=172_799 => format!("{:.0} h", s as f64 / 3600.0),
-        _ => format!("{:.0} days", s as f64 / 86_400.0),
-    }
 }

@@ -46,10 +46,11 @@ pub mod warmup;
 pub mod window;
 
 use cuflight_trace::model::cuda_errors::ErrorClass;
+use cuflight_trace::model::runs::Separate;
 use findings::{Ctx, MIN_SHARE};
 pub use findings::{Evidence, Finding, KernelRow, Severity};
 pub use html_escape::esc as escape_html;
-use job_roles::{claimed_twice, ctx, job_clocks, roles, separate_runs};
+use job_roles::{claimed_twice, ctx, job_clocks, roles};
 use serde::Serialize;
 pub use short_names::shorten;
 use steps::{StepRow, StepSource};
@@ -212,13 +213,20 @@ impl Report {
         // Traces of different times are not one job: no job view, no cross-rank findings, files not taken as
         // ranks, and the report says why.
         let separate = {
-            let all: Vec<Ctx> = procs.iter().enumerate().map(|(i, &p)| ctx(traces, &plans, p, i, false, n)).collect();
-            let files: Vec<&str> = procs.iter().map(|&(fi, _)| traces[fi].0.as_str()).collect();
             let mut clock = cuflight_trace::model::job_clock::JobClockBuilder::default();
-            for c in &all {
-                clock.add(c.p, c.plan.clock.realtime_offset, Vec::new());
+            for &(fi, k) in &procs {
+                clock.add_facts(fi, &traces[fi].1.processes[&k], &plans[fi][&k].clock);
             }
-            separate_runs(&all, &clock.realtime_offsets(), &files)
+            let files: Vec<&str> = traces.iter().map(|(f, _)| f.as_str()).collect();
+            clock.separate_runs().map(|s| {
+                let consequence = match s {
+                    Separate::Windows { .. } => "Each is reported alone",
+                    Separate::Apart { .. } => {
+                        "Each is reported alone; `cuflight diff BASELINE CANDIDATE` compares two runs"
+                    }
+                };
+                format!("{}. {consequence}", s.describe(&files))
+            })
         };
         let several_files = traces.len() > 1 && separate.is_none();
         // Ranks by order (of files, or of GPU processes) only for one job: separate runs keep their own or none.

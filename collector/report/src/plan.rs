@@ -47,10 +47,8 @@ pub struct Plan {
     /// Every device the trace lists (first record of each ordinal), and the CUDA driver's version.
     pub devices: Vec<super::run::RunDevice>,
     pub driver_version: u32,
-    /// First start and last end of what the timeline draws ([`cuflight_trace::model::timeline::drawn`]).
-    pub timeline: Option<Span>,
-    /// What the process tells of the job's clock: its first REALTIME offset, its collectives' ends (the same
-    /// facts `merge` and the Parquet export gather in a pass of their own).
+    /// What the process tells of the job's clock: its first REALTIME offset, its collectives' ends, the span of
+    /// what the timeline draws (the same facts `merge` and the Parquet export gather in a pass of their own).
     pub clock: ClockFacts,
     /// Streams wait on events recorded in other streams (cudaStreamWaitEvent): GPU gaps may be dependencies.
     pub has_stream_waits: bool,
@@ -133,7 +131,6 @@ struct First {
     device_facts: Vec<(u32, DeviceFacts)>,
     devices: Vec<super::run::RunDevice>,
     driver_version: u32,
-    timeline: Option<Span>,
     clock: ClockFacts,
     busy_extent: Option<Span>,
     /// The first GPU op's (launch call start, start), when its launch is in the trace.
@@ -177,7 +174,6 @@ impl First {
             device_facts: Vec::new(),
             devices: Vec::new(),
             driver_version: 0,
-            timeline: None,
             clock: ClockFacts::default(),
             busy_extent: None,
             first_op_queued: None,
@@ -226,10 +222,6 @@ impl First {
         self.failed.feed(p, e);
         self.sampled.event(e);
         let kind = e.kind();
-        if cuflight_trace::model::timeline::drawn(e) {
-            let x = self.timeline.get_or_insert((e.start, e.end.max(e.start)));
-            *x = (x.0.min(e.start), x.1.max(e.end).max(e.start));
-        }
         self.clock.feed(p, e);
         if kind == Some(EventKind::Device) {
             self.gemm_perf.device(0, e);
@@ -475,7 +467,6 @@ pub fn plan(
                 device_memory,
                 devices: f.devices,
                 driver_version: f.driver_version,
-                timeline: f.timeline,
                 clock: f.clock,
                 has_stream_waits: f.has_stream_waits,
                 last_profiler_step: (f.profiler_steps.0.len() >= 2).then_some(f.profiler_steps.1),

@@ -114,25 +114,7 @@ pub fn device(e: &RawEvent, name: &str) -> RunDevice {
     }
 }
 
-/// CLOCK_REALTIME ns as "2026-11-24 17:55:01 UTC" (the civil calendar from days since 1970, Howard Hinnant's
-/// algorithm); "-" for 0.
-pub fn utc(ns: u64) -> String {
-    if ns == 0 {
-        return "-".into();
-    }
-    let secs = ns / 1_000_000_000;
-    let (days, rem) = ((secs / 86400) as i64, secs % 86400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem / 60 % 60, rem % 60)
-}
+pub use cuflight_trace::model::wall_clock::utc;
 
 impl RunSummary {
     /// One line per fact, for the text report and the HTML summary: (label, value).
@@ -222,8 +204,6 @@ impl RunSummary {
 mod tests {
     #[test]
     fn wall_clock_and_relative_times_read_as_people_write_them() {
-        assert_eq!(super::utc(1_795_542_901_000_000_000), "2026-11-24 17:55:01 UTC");
-        assert_eq!(super::utc(951_782_400_000_000_000), "2000-02-29 00:00:00 UTC");
         assert_eq!(super::relative(2_500_123_456, 1_000_000_000), "+1.500123 s");
         assert_eq!(super::relative(999_000_000, 1_000_000_000), "-0.001000 s");
         assert_eq!(super::driver_version(12040), "12.4");

@@ -36,7 +36,7 @@ impl Plan {
         // A program that marked no step range was sampled in time slices: steps found in its launch pattern are
         // not its own and lie only inside the recorded slices, so the slices are the stretches analysed.
         if self.sampled.spans.is_empty() && !self.sampled.slices.is_empty() && !self.no_steps {
-            let (first, last) = self.timeline.unwrap_or_default();
+            let (first, last) = self.clock.span.unwrap_or_default();
             self.no_steps = true;
             self.steps = Steps {
                 source: StepSource::None,

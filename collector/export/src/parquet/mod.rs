@@ -135,7 +135,7 @@ pub struct Written {
     pub rows: BTreeMap<&'static str, u64>,
     pub files: u64,
     /// How each host's clock was put on the reference host's (several hosts), see [`cuflight_trace::model::align`].
-    pub hosts: Vec<cuflight_trace::model::align::HostShift>,
+    pub placement: cuflight_trace::model::job_clock::Placement,
 }
 
 /// A process as the tables name it, and how its times reach the epoch.
@@ -210,7 +210,7 @@ pub fn export(
         steps.push(steps_of(path, source)?);
         Ok(())
     })?;
-    written.hosts = job.hosts.clone();
+    written.placement = job.placement();
     for (i, ((stem, path), steps)) in sources.iter().zip(steps).enumerate() {
         let mut source = traces.second(i)?;
         let source = &mut source;

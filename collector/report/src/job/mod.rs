@@ -248,7 +248,7 @@ impl JobReport {
                     pid: p.pid,
                     host: p.run.host.clone(),
                     gpus: i.ctx.plan.used_devices.iter().copied().collect(),
-                    clock_offset_ns: i.clock.offset_at(i.ctx.plan.timeline.map_or(0, |t| t.0)),
+                    clock_offset_ns: i.clock.offset_at(i.ctx.plan.clock.span.map_or(0, |t| t.0)),
                     steps: p.steps.len(),
                     mean_step_ns: p.step_total.as_ref().map_or(0, |t| t.duration_ns / p.steps.len().max(1) as u64),
                     gpu_utilization: p.step_total.as_ref().map(|t| t.gpu_utilization),

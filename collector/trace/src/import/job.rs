@@ -4,8 +4,7 @@
 //! trace by trace ([`JobTraces::second`]: `merge`, the Parquet export) or all in one time order
 //! ([`EventSource::open_job`]: the timeline exports and `stats`).
 
-use crate::model::align::HostShift;
-use crate::model::job_clock::{JobClock, JobClockBuilder};
+use crate::model::job_clock::{JobClock, JobClockBuilder, Placement};
 use crate::model::source::EventSource;
 use crate::model::trace::TraceError;
 use std::path::{Path, PathBuf};
@@ -55,18 +54,18 @@ impl JobTraces {
 impl EventSource {
     /// Several traces of one job as one source on the job's clock ([`EventSource::job`]), each opened once:
     /// `opened` hears of each as it is opened (a cut-short trace is named there). Also how each host's clock was
-    /// moved onto the reference host's.
+    /// moved onto the reference host's, and whether the traces are one job's.
     pub fn open_job(
         paths: &[PathBuf],
         command: Vec<String>,
         opened: &mut dyn FnMut(&Path, &EventSource),
-    ) -> Result<(EventSource, Vec<HostShift>), TraceError> {
+    ) -> Result<(EventSource, Placement), TraceError> {
         let (clock, mut traces) = JobTraces::open(paths, usize::MAX, &mut |_, path, source| {
             opened(path, source);
             Ok(())
         })?;
         let parts = (0..paths.len()).map(|i| traces.second(i)).collect::<Result<Vec<_>, _>>()?;
         let source = Self::job(parts, &|p| clock.to_job(p), command);
-        Ok((source, clock.hosts))
+        Ok((source, clock.placement()))
     }
 }

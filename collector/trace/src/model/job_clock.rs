@@ -9,6 +9,7 @@
 //! Processes that name no host share the host "unknown".
 
 use super::align::{self, HostShift, Member, ToJob};
+use super::runs::{RunSpan, Separate};
 use super::source::EventSource;
 use super::trace::{Process, TraceError};
 use cuflight_format::{EventKind, RawEvent};
@@ -35,6 +36,9 @@ pub fn on_epoch(own: u64, realtime_offset: Option<i64>) -> Option<u64> {
 #[derive(Clone, Debug, Default)]
 pub struct ClockFacts {
     pub realtime_offset: Option<i64>,
+    /// First start and last end of what the timeline draws ([`super::timeline::drawn`]), on its own clock: the
+    /// span the separate-runs rule ([`super::runs`]) compares.
+    pub span: Option<(u64, u64)>,
     /// (name's string id, end) of each collective on the process's own clock, in the order they ran.
     pub collectives: Vec<(u32, u64)>,
     /// Whether a kernel name is a collective's, once per name.
@@ -44,6 +48,11 @@ pub struct ClockFacts {
 impl ClockFacts {
     /// Takes in one event of process `p`, in the source's time order.
     pub fn feed(&mut self, p: &Process, e: &RawEvent) {
+        if super::timeline::drawn(e) {
+            let span = self.span.get_or_insert((e.start, e.end.max(e.start)));
+            span.0 = span.0.min(e.start);
+            span.1 = span.1.max(e.end.max(e.start));
+        }
         match e.kind() {
             Some(EventKind::ClockSync) if self.realtime_offset.is_none() => {
                 self.realtime_offset = e.as_clock_pair().realtime_offset();
@@ -72,6 +81,10 @@ impl ClockFacts {
 /// Collects each process's clock facts (its host, rank, REALTIME offset, collectives), then builds the clock.
 #[derive(Default)]
 pub struct JobClockBuilder {
+    /// Traces added by [`JobClockBuilder::add_source`] so far: the next one's file index.
+    sources: usize,
+    /// Per process (as `members`): where it was recorded, for the separate-runs rule.
+    spans: Vec<Recorded>,
     /// Hosts in the order first seen, with the first REALTIME offset measured there.
     realtime: Vec<(String, Option<i64>)>,
     /// Per process, its collectives' ends on its own clock until [`JobClockBuilder::build`] adds its host's offset.
@@ -80,29 +93,45 @@ pub struct JobClockBuilder {
     own_base: Vec<Option<i64>>,
 }
 
+/// Where a process was recorded: its trace file's index, the host its trace names (maybe none) and its pid, and
+/// the span of its events on its own clock.
+struct Recorded {
+    file: usize,
+    host: String,
+    pid: u32,
+    span: Option<(u64, u64)>,
+}
+
 /// The epoch base `p`'s times count from, if its trace gives one ([`Process::epoch_base_ns`]).
 fn own_base(p: &Process) -> Option<i64> {
     (p.epoch_base_ns != 0).then(|| p.epoch_base_ns.min(i64::MAX as u64) as i64)
 }
 
 impl JobClockBuilder {
-    /// `p` with what it told of the clock.
-    pub fn add_facts(&mut self, p: &Process, facts: &ClockFacts) {
+    /// `p`, of trace file `file` (its index among those given), with what it told of the clock.
+    pub fn add_facts(&mut self, file: usize, p: &Process, facts: &ClockFacts) {
         let ends = facts.collectives.iter().map(|&(name, end)| (p.string(name).to_string(), end as i64)).collect();
         self.add(p, facts.realtime_offset, ends);
+        if let Some(last) = self.spans.last_mut() {
+            (last.file, last.span) = (file, facts.span);
+        }
     }
 
-    /// Every process of `source`, in one pass over its events.
+    /// Every process of `source`, the next trace file, in one pass over its events.
     pub fn add_source(&mut self, source: &mut EventSource) -> Result<(), TraceError> {
         let facts = ClockFacts::of_source(source)?;
+        let file = self.sources;
+        self.sources += 1;
         for (k, p) in &source.processes {
-            self.add_facts(p, facts.get(k).unwrap_or(&ClockFacts::default()));
+            self.add_facts(file, p, facts.get(k).unwrap_or(&ClockFacts::default()));
         }
         Ok(())
     }
 
-    /// `p` with its REALTIME offset (None: no clock pair) and its collectives' (name, end on its own clock).
+    /// `p` with its REALTIME offset (None: no clock pair) and its collectives' (name, end on its own clock); no
+    /// span, so it takes no part in the separate-runs rule.
     pub fn add(&mut self, p: &Process, realtime_offset: Option<i64>, ends: Vec<(String, i64)>) {
+        self.spans.push(Recorded { file: 0, host: p.info.host.clone(), pid: p.info.pid, span: None });
         let host = host_of(p);
         // A process whose times count from an epoch base of its own (a torch.profiler trace) does not speak for
         // its host's CLOCK_MONOTONIC.
@@ -122,7 +151,29 @@ impl JobClockBuilder {
         self.own_base.iter().zip(&self.members).map(|(own, m)| own.or_else(|| host(&m.host))).collect()
     }
 
+    /// Whether the processes added are of separate runs ([`super::runs`]), by their spans on the epoch through
+    /// their REALTIME offsets alone.
+    pub fn separate_runs(&self) -> Option<Separate> {
+        let offsets = self.realtime_offsets();
+        let spans: Vec<RunSpan> = (self.spans.iter().zip(offsets))
+            .filter_map(|(r, offset)| {
+                let (start, end) = r.span?;
+                let (start, end) = (on_epoch(start, offset)?, on_epoch(end, offset)?);
+                Some(RunSpan { file: r.file, host: &r.host, pid: r.pid, start, end })
+            })
+            .collect();
+        super::runs::separate(&spans)
+    }
+
+    /// The clock. Hosts are aligned on their collectives only when the processes are of one run: the k-th
+    /// collective of one run says nothing of another's clock.
     pub fn build(mut self) -> JobClock {
+        let separate = self.separate_runs();
+        if separate.is_some() {
+            for m in &mut self.members {
+                m.collectives.clear();
+            }
+        }
         for (m, own) in self.members.iter_mut().zip(&self.own_base) {
             let host = || self.realtime.iter().find(|(h, _)| *h == m.host).and_then(|(_, o)| *o).unwrap_or(0);
             let offset = own.unwrap_or_else(host);
@@ -131,8 +182,16 @@ impl JobClockBuilder {
             }
         }
         let hosts = align::align(&self.members);
-        JobClock { realtime: self.realtime, hosts }
+        JobClock { realtime: self.realtime, hosts, separate }
     }
+}
+
+/// How a job's processes were put on one clock, for a command to say: each host's shift, and why the traces are
+/// not one job's when their times say so.
+#[derive(Debug, Clone, Default)]
+pub struct Placement {
+    pub hosts: Vec<HostShift>,
+    pub separate: Option<Separate>,
 }
 
 /// Every process's way onto the job's clock.
@@ -140,9 +199,16 @@ pub struct JobClock {
     realtime: Vec<(String, Option<i64>)>,
     /// Per host, the shift onto the reference host (the reference first).
     pub hosts: Vec<HostShift>,
+    /// Why the processes are not one job's, when their times say so (their hosts then keep their REALTIME
+    /// placement).
+    pub separate: Option<Separate>,
 }
 
 impl JobClock {
+    pub fn placement(&self) -> Placement {
+        Placement { hosts: self.hosts.clone(), separate: self.separate.clone() }
+    }
+
     /// What puts `p`'s times on the epoch: the base of its own trace, else its host's REALTIME offset if one was
     /// measured there.
     pub fn realtime_offset(&self, p: &Process) -> Option<i64> {
@@ -202,6 +268,37 @@ mod tests {
         assert_eq!(clock.clock_name(&b, 1_700_000_000_000_000_000), "realtime", "epoch-based import");
         let nameless = process("", 4);
         assert_eq!(host_of(&nameless), "unknown");
+    }
+
+    /// Two hosts whose collectives would match, k-th to k-th: aligned when their traces ran together, left on
+    /// their REALTIME clocks when they ran an hour apart (the k-th collective of one run says nothing of
+    /// another's clock), and the clock says why.
+    #[test]
+    fn collectives_of_separate_runs_do_not_align_their_hosts() {
+        let (mut a, mut b) = (process("a", 0), process("b", 1));
+        (a.info.pid, b.info.pid) = (10, 20);
+        a.strings.insert(1, "ncclKernel_AllReduce".into());
+        b.strings.insert(1, "ncclKernel_AllReduce".into());
+        let hour = 3_600_000_000_000u64;
+        let clock = |b_offset: i64| {
+            let mut builder = JobClockBuilder::default();
+            let facts = |offset: i64, name: u32| ClockFacts {
+                realtime_offset: Some(offset),
+                span: Some((1_000, 10_000_000)),
+                collectives: (1..=5).map(|k| (name, k * 1_000_000)).collect(),
+                ..Default::default()
+            };
+            builder.add_facts(0, &a, &facts(0, 1));
+            builder.add_facts(1, &b, &facts(b_offset, 1));
+            builder.build()
+        };
+        let together = clock(3_000);
+        assert!(together.separate.is_none());
+        assert_eq!(together.hosts.iter().find(|h| h.host == "b").map(|h| (h.matched, h.shift_ns)), Some((5, -3_000)));
+        let apart = clock(hour as i64);
+        assert!(matches!(apart.separate, Some(crate::model::runs::Separate::Apart { first: 0, second: 1, .. })));
+        assert_eq!(apart.hosts.iter().find(|h| h.host == "b").map(|h| h.matched), Some(0), "{:?}", apart.hosts);
+        assert_eq!(apart.to_job(&b).at(5), hour as i64 + 5, "on its REALTIME clock");
     }
 
     /// torch.profiler traces count from an epoch base of their own (`baseTimeNanoseconds`): two ranks whose bases

@@ -1,0 +1,133 @@
+//! Whether traces given together are one job's: the rule every command over several traces applies (`report`
+//! reports separate runs alone, `merge`, `stats` and the exports warn and do not align their clocks on
+//! collectives, which would match those of unrelated runs).
+//!
+//! Ranks of one job run together: their spans overlap, give or take NTP's milliseconds between hosts and seconds of
+//! start-up. Traces whose wall-clock spans lie more than [`APART_NS`] apart were taken at different times (two runs
+//! of a program, perhaps given to compare them, which `diff` does). One process's windows in several files (`record
+//! --every`'s `<name>-N.cuf`) are not ranks either, however close: the same pid on the same named host, at times
+//! that do not overlap. Spans are read through REALTIME offsets alone, never a job clock's alignment. Traces
+//! without wall-clock times cannot tell, and are taken as one job.
+
+/// Traces further apart than this (a minute: far beyond NTP's error and a job's start-up) are separate runs.
+pub const APART_NS: u64 = 60_000_000_000;
+
+/// One process's span on the epoch, and where it came from.
+#[derive(Debug, Clone)]
+pub struct RunSpan<'a> {
+    /// Index of its trace file among those given.
+    pub file: usize,
+    /// The host its trace names ("" when none: such processes are never taken as one process's windows).
+    pub host: &'a str,
+    pub pid: u32,
+    /// First start and last end of what it recorded, on the epoch.
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Why traces are not one job's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Separate {
+    /// Files `first` and `second` hold windows of one process.
+    Windows { first: usize, second: usize, host: String, pid: u32 },
+    /// File `first`'s span ended at `first_end`, and file `second`'s began at `second_start`, more than
+    /// [`APART_NS`] later, with nothing in between.
+    Apart { first: usize, second: usize, first_end: u64, second_start: u64 },
+}
+
+impl Separate {
+    /// What the times say, naming the files (`files[i]`: file `i`'s name), without what a command does of it.
+    pub fn describe(&self, files: &[&str]) -> String {
+        let name = |i: usize| files.get(i).copied().unwrap_or("?");
+        match self {
+            Separate::Windows { first, second, host, pid } => format!(
+                "{} and {} are windows of one process (pid {pid} on {host}), not ranks of one job",
+                name(*first),
+                name(*second)
+            ),
+            Separate::Apart { first, second, first_end, second_start } => format!(
+                "{} ran at {} and {} at {}, {} apart: not at the same time, so not ranks of one job",
+                name(*first),
+                super::wall_clock::utc(*first_end),
+                name(*second),
+                super::wall_clock::utc(*second_start),
+                super::wall_clock::duration_words(second_start - first_end)
+            ),
+        }
+    }
+}
+
+/// Whether the processes of `spans` are of separate runs, and the first reason found.
+pub fn separate(spans: &[RunSpan]) -> Option<Separate> {
+    let mut order: Vec<&RunSpan> = spans.iter().collect();
+    order.sort_unstable_by_key(|s| (s.start, s.end, s.file));
+    let mut seen: rustc_hash::FxHashMap<(&str, u32), &RunSpan> = Default::default();
+    for s in order.iter().filter(|s| !s.host.is_empty()) {
+        if let Some(before) = seen.get(&(s.host, s.pid)) {
+            if before.file != s.file && s.start >= before.end {
+                let (host, pid) = (s.host.to_string(), s.pid);
+                return Some(Separate::Windows { first: before.file, second: s.file, host, pid });
+            }
+        }
+        seen.insert((s.host, s.pid), s);
+    }
+    let mut reach = *order.first()?;
+    for next in &order[1..] {
+        if next.start > reach.end.saturating_add(APART_NS) {
+            let (first, second) = (reach.file, next.file);
+            return Some(Separate::Apart { first, second, first_end: reach.end, second_start: next.start });
+        }
+        if next.end > reach.end {
+            reach = next;
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(file: usize, host: &str, pid: u32, start_s: u64, end_s: u64) -> RunSpan<'_> {
+        RunSpan { file, host, pid, start: start_s * 1_000_000_000, end: end_s * 1_000_000_000 }
+    }
+
+    #[test]
+    fn ranks_that_overlap_or_start_within_a_minute_are_one_job() {
+        let ranks = [span(0, "a", 1, 100, 200), span(1, "b", 1, 150, 260), span(2, "c", 7, 300, 400)];
+        assert_eq!(separate(&ranks), None);
+        // The same pid on two hosts is two processes.
+        assert_eq!(separate(&[span(0, "a", 1, 0, 10), span(1, "b", 1, 20, 30)]), None);
+        // A trace that names no host is never taken as another's window.
+        assert_eq!(separate(&[span(0, "", 1, 0, 10), span(1, "", 1, 20, 30)]), None);
+        assert_eq!(separate(&[]), None);
+    }
+
+    #[test]
+    fn a_gap_of_over_a_minute_after_everything_before_it_separates_runs() {
+        // File 1 reaches past file 2's start: the gap is counted from the furthest end.
+        let spans =
+            [span(0, "a", 1, 0, 10), span(1, "b", 2, 5, 500), span(2, "c", 3, 520, 530), span(3, "d", 4, 700, 710)];
+        let s = separate(&spans).unwrap();
+        assert_eq!(
+            s,
+            Separate::Apart { first: 2, second: 3, first_end: 530_000_000_000, second_start: 700_000_000_000 }
+        );
+        let said = s.describe(&["w", "x", "y.cuf", "z.cuf"]);
+        assert!(
+            said.starts_with("y.cuf ran at 1970-01-01 00:08:50 UTC and z.cuf at 1970-01-01 00:11:40 UTC, 2 min apart"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn one_processes_windows_in_two_files_are_not_ranks() {
+        let spans = [span(0, "h", 42, 0, 10), span(1, "h", 42, 12, 20)];
+        let s = separate(&spans).unwrap();
+        assert_eq!(s, Separate::Windows { first: 0, second: 1, host: "h".into(), pid: 42 });
+        assert!(s.describe(&["a-1.cuf", "a-2.cuf"]).contains("windows of one process (pid 42 on h)"));
+        // Two processes of one file, or overlapping (a pid reused at once cannot be), are not windows.
+        assert_eq!(separate(&[span(0, "h", 42, 0, 10), span(0, "h", 42, 12, 20)]), None);
+        assert_eq!(separate(&[span(0, "h", 42, 0, 10), span(1, "h", 42, 5, 20)]), None);
+    }
+}
