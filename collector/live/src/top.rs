@@ -56,15 +56,18 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<(), LiveError> {
     let shared: Shared = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let (sampler_done, sampler_ended) = std::sync::mpsc::channel::<()>();
+    // The sampler's windows' files: top's own, so that an exit on a signal removes them whether or not the sampler
+    // ended in time.
+    let scratch = cuflight_capture::private_dir::PrivateDir::new("serve")?;
     let sampler = {
-        let (shared, stop) = (shared.clone(), stop.clone());
+        let (shared, stop, dir) = (shared.clone(), stop.clone(), scratch.path().to_path_buf());
         std::thread::spawn(move || {
-            let r = serve::sample_loop(&pids, duty, &shared, &stop, None);
+            let r = serve::sample_loop(&pids, duty, &shared, &stop, None, &dir);
             let _ = sampler_done.send(());
             r
         })
     };
-    let signals = end_on_signals(stop.clone(), sampler_ended)?;
+    let signals = end_on_signals(stop.clone(), sampler_ended, scratch.path().to_path_buf())?;
     let result = match ratatui::try_init() {
         Ok(mut terminal) => {
             let r = ui(&mut terminal, &shared);
@@ -82,11 +85,13 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<(), LiveError> {
 /// The terminal going away (ssh dropped, the tmux pane killed: SIGHUP) or a kill (SIGTERM) ends top from a thread
 /// of its own: crossterm's read of a hung-up terminal does not return, so the interface's loop never sees it (a
 /// top whose terminal was gone kept running, a core busy, attached to every agent it could). The sampler is
-/// stopped (its window ends; the agents return to dormant; its scratch directory goes), then the process exits
-/// with 128 + the signal, as a shell reports a process a signal ended.
+/// stopped (its window ends; the agents return to dormant), given 5 s for that, its scratch directory removed
+/// (`exit` runs no destructor; a loaded machine once took longer than 5 s to end a window, and the directory
+/// stayed), then the process exits with 128 + the signal, as a shell reports a process a signal ended.
 fn end_on_signals(
     stop: Arc<AtomicBool>,
     sampler_ended: std::sync::mpsc::Receiver<()>,
+    scratch: std::path::PathBuf,
 ) -> Result<signal_hook::iterator::Handle, LiveError> {
     use signal_hook::consts::{SIGHUP, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM]).map_err(LiveError::Terminal)?;
@@ -95,6 +100,7 @@ fn end_on_signals(
         if let Some(signal) = signals.forever().next() {
             stop.store(true, Ordering::Relaxed);
             let _ = sampler_ended.recv_timeout(Duration::from_secs(5));
+            let _ = std::fs::remove_dir_all(&scratch);
             ratatui::restore();
             std::process::exit(128 + signal);
         }

@@ -119,27 +119,29 @@ pub fn serve(opts: &ServeOptions) -> Result<(), LiveError> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    sample_loop(&opts.pids, opts.duty, &shared, &stop, opts.rounds)
+    // The windows' files, in a directory of this process's own.
+    let scratch = cuflight_capture::private_dir::PrivateDir::new("serve")?;
+    sample_loop(&opts.pids, opts.duty, &shared, &stop, opts.rounds, scratch.path())
 }
 
-/// Samples every period until `stop` (or `rounds` periods), then lets every agent go dormant again.
+/// Samples every period until `stop` (or `rounds` periods), then lets every agent go dormant again. The windows'
+/// files go in `scratch`, a directory of the caller's own.
 pub fn sample_loop(
     pids: &[u32],
     duty: Duty,
     shared: &Shared,
     stop: &Arc<AtomicBool>,
     rounds: Option<u64>,
+    scratch: &Path,
 ) -> Result<(), LiveError> {
-    // The windows' files, in a directory of this process's own.
-    let scratch = cuflight_capture::private_dir::PrivateDir::new("serve")?;
     let followers = follow::Followers::new(stop.clone());
     let mut round = 0u64;
     while !stop.load(Ordering::Relaxed) && rounds.is_none_or(|r| round < r) {
         let started = Instant::now();
         if duty.continuous {
-            followers.follow_new(pids, duty.period, shared, scratch.path());
+            followers.follow_new(pids, duty.period, shared, scratch);
         } else {
-            sample_round(pids, duty, shared, scratch.path(), round);
+            sample_round(pids, duty, shared, scratch, round);
         }
         round += 1;
         while started.elapsed() < duty.period && !stop.load(Ordering::Relaxed) {
