@@ -374,10 +374,12 @@ fn mcp_answers_while_a_tool_runs_and_a_cancelled_call_stops_its_command() {
         .expect("cuflight mcp runs");
     let mut input = server.stdin.take().unwrap();
     let (tx, replies) = std::sync::mpsc::channel::<serde_json::Value>();
+    let (progress_tx, progress) = std::sync::mpsc::channel::<serde_json::Value>();
     let output = std::io::BufReader::new(server.stdout.take().unwrap());
     std::thread::spawn(move || {
         for line in output.lines().map_while(Result::ok) {
-            let _ = tx.send(serde_json::from_str(&line).expect("each line is one JSON message"));
+            let message: serde_json::Value = serde_json::from_str(&line).expect("each line is one JSON message");
+            let _ = if message["method"] == "notifications/progress" { &progress_tx } else { &tx }.send(message);
         }
     });
     let mut send = |message: serde_json::Value| writeln!(input, "{message}").and_then(|()| input.flush()).unwrap();
@@ -388,7 +390,10 @@ fn mcp_answers_while_a_tool_runs_and_a_cancelled_call_stops_its_command() {
     let started = Instant::now();
     // Two programs that would run for two minutes, then a ping and a quick call: both answered meanwhile.
     send(call(1, &["sleep", "120"]));
-    send(call(2, &["sleep", "120"]));
+    // The second asks for progress: it is told to be running while it runs.
+    let mut with_progress = call(2, &["sleep", "120"]);
+    with_progress["params"]["_meta"] = serde_json::json!({"progressToken": "rec-2"});
+    send(with_progress);
     send(serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}));
     let pong = replies.recv_timeout(Duration::from_secs(10)).expect("a ping is answered while tools run");
     assert_eq!(pong["id"], 3, "{pong}");
@@ -410,6 +415,14 @@ fn mcp_answers_while_a_tool_runs_and_a_cancelled_call_stops_its_command() {
     }
     assert_eq!(no_sleep_1(), 1, "the cancelled call's program was stopped, the other runs on");
     assert!(replies.recv_timeout(Duration::from_secs(1)).is_err(), "a cancelled call gets no reply");
+    let first = progress.recv_timeout(Duration::from_secs(15)).expect("the call that asked is told to be running");
+    let second = progress.recv_timeout(Duration::from_secs(15)).expect("and again");
+    for p in [&first, &second] {
+        assert_eq!(p["params"]["progressToken"], "rec-2", "only the call that asked: {p}");
+        assert!(p["params"]["message"].as_str().unwrap().starts_with("record_command running for"), "{p}");
+    }
+    let at = |p: &serde_json::Value| p["params"]["progress"].as_u64().unwrap();
+    assert!(at(&second) > at(&first), "progress increases: {first} then {second}");
     // Closing the session stops the call still running, and the server ends.
     drop(input);
     let t = Instant::now();

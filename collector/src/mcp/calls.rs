@@ -1,6 +1,9 @@
 //! Tool calls run beside the reading of requests, so that while an analysis runs the server still answers
 //! `ping`, reads `notifications/cancelled` and takes more calls (assistants call tools in parallel). A cancelled
-//! call stops the command it runs and, as the specification asks, gets no reply.
+//! call stops the command it runs and, as the specification asks, gets no reply. A call whose request asked for
+//! progress (`_meta.progressToken`) is told to be running every few seconds until it ends: clients give up on a
+//! request that says nothing for a minute or so unless progress comes (the TypeScript SDK's
+//! `resetTimeoutOnProgress`), and a recording may run for ten.
 
 use serde_json::Value;
 use std::collections::HashMap;
@@ -20,6 +23,53 @@ pub type Work = Box<dyn FnOnce(&AtomicBool) -> Option<Value> + Send>;
 
 /// JSON-RPC 2.0's code for an error inside the server.
 const INTERNAL_ERROR: i64 = -32603;
+/// How often a running call that asked for progress is said to be running.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// What a call's progress notifications carry: the request's token, and what runs ("record_command").
+#[derive(Clone, Debug)]
+pub struct Progress {
+    pub token: Value,
+    pub what: String,
+}
+
+impl Progress {
+    /// The progress a `tools/call` request asks for: MCP's token is a string or an integer.
+    pub fn asked(request: &Value) -> Option<Progress> {
+        let token = request.pointer("/params/_meta/progressToken")?;
+        let what = request.pointer("/params/name").and_then(Value::as_str).unwrap_or("the tool");
+        (token.is_string() || token.is_i64() || token.is_u64())
+            .then(|| Progress { token: token.clone(), what: what.chars().take(64).collect() })
+    }
+
+    /// The notification after `seconds` of running: its progress is the seconds, which increase with each, as
+    /// the specification requires; there is no total to give.
+    fn notification(&self, seconds: u64) -> Value {
+        serde_json::json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/progress",
+            "params": {
+                "progressToken": self.token,
+                "progress": seconds,
+                "message": format!("{} running for {seconds} s", self.what),
+            }
+        })
+    }
+
+    /// Says the call is running every [`PROGRESS_EVERY`] until `done` or `cancelled`: whichever, within 50 ms,
+    /// so that no progress follows the reply.
+    fn tell_until(&self, done: &AtomicBool, cancelled: &AtomicBool) {
+        let started = Instant::now();
+        let mut next = PROGRESS_EVERY;
+        while !done.load(Ordering::Relaxed) && !cancelled.load(Ordering::Relaxed) {
+            if started.elapsed() >= next {
+                let _ = reply(&self.notification(next.as_secs()));
+                next += PROGRESS_EVERY;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
 
 /// Writes one message on standard output, which the reader and the calls share: the lock held for the whole
 /// message keeps two from interleaving.
@@ -49,9 +99,9 @@ impl Calls {
     }
 
     /// Runs `work` on a thread of its own as the call `key`, and writes what it returns unless the call was
-    /// cancelled; a panic in it is answered as an internal error to `id`. Err: the key is in use, too many calls
-    /// are in progress, or no thread could be started.
-    pub fn start<F>(&self, key: String, id: Value, work: F) -> Result<(), &'static str>
+    /// cancelled; a panic in it is answered as an internal error to `id`. With `progress`, the call is said to be
+    /// running while it runs. Err: the key is in use, too many calls are in progress, or no thread could be started.
+    pub fn start<F>(&self, key: String, id: Value, progress: Option<Progress>, work: F) -> Result<(), &'static str>
     where
         F: FnOnce(&AtomicBool) -> Option<Value> + Send + 'static,
     {
@@ -75,8 +125,16 @@ impl Calls {
                 return;
             }
             let _slot = Slot(&calls);
-            let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&cancelled)))
-                .unwrap_or_else(|_| Some(super::error(id, INTERNAL_ERROR, "the tool failed: a bug in cuflight")));
+            let done = AtomicBool::new(false);
+            let answer = std::thread::scope(|scope| {
+                if let Some(p) = &progress {
+                    scope.spawn(|| p.tell_until(&done, &cancelled));
+                }
+                let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(&cancelled)));
+                done.store(true, Ordering::Relaxed);
+                answer
+            })
+            .unwrap_or_else(|_| Some(super::error(id, INTERNAL_ERROR, "the tool failed: a bug in cuflight")));
             if let Some(answer) = answer.filter(|_| !cancelled.load(Ordering::Relaxed)) {
                 let _ = reply(&answer); // the client may be gone: nothing to tell it then
             }
@@ -164,7 +222,7 @@ mod tests {
         for i in 0..8 {
             let (running, most, ran) = (running.clone(), most.clone(), ran.clone());
             calls
-                .start(i.to_string(), Value::Null, move |cancelled| {
+                .start(i.to_string(), Value::Null, None, move |cancelled| {
                     let now = {
                         let mut r = running.lock().unwrap();
                         *r += 1;
@@ -184,7 +242,7 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(
-            calls.start("3".into(), Value::Null, |_| None),
+            calls.start("3".into(), Value::Null, None, |_| None),
             Err("a request with this id is in progress already")
         );
         std::thread::sleep(Duration::from_millis(200));
@@ -196,7 +254,7 @@ mod tests {
         assert!(calls.state().calls.is_empty() && calls.state().running == 0);
         // A call that does not end (its reply stuck on a full pipe) holds the wait no longer than allowed.
         calls
-            .start("stuck".into(), Value::Null, |_| {
+            .start("stuck".into(), Value::Null, None, |_| {
                 std::thread::sleep(Duration::from_secs(3));
                 None
             })
@@ -204,6 +262,29 @@ mod tests {
         let t = Instant::now();
         calls.cancel_all_and_wait(Duration::from_millis(200));
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn progress_is_told_only_where_asked_with_a_token_mcp_allows_and_increases() {
+        let request =
+            |token: Value| serde_json::json!({"params": {"name": "report", "_meta": {"progressToken": token}}});
+        for token in [Value::from("t"), Value::from(7), Value::from(u64::MAX)] {
+            assert!(Progress::asked(&request(token.clone())).is_some_and(|p| p.token == token && p.what == "report"));
+        }
+        for token in [Value::Null, Value::from(1.5), serde_json::json!({"a": 1}), serde_json::json!([1])] {
+            assert!(Progress::asked(&request(token.clone())).is_none(), "{token}");
+        }
+        assert!(Progress::asked(&serde_json::json!({"params": {"name": "report"}})).is_none());
+        let p = Progress { token: "t".into(), what: "record_command".into() };
+        let n = p.notification(10);
+        assert_eq!(n["method"], "notifications/progress");
+        assert_eq!((&n["params"]["progressToken"], n["params"]["progress"].as_u64()), (&Value::from("t"), Some(10)));
+        assert!(n.get("id").is_none(), "a notification");
+        // Told until the call is done, and no later.
+        let (done, cancelled) = (AtomicBool::new(true), AtomicBool::new(false));
+        let t = Instant::now();
+        p.tell_until(&done, &cancelled);
+        assert!(t.elapsed() < Duration::from_secs(1));
     }
 
     #[test]
@@ -215,7 +296,7 @@ mod tests {
             flag.store(true, Ordering::Relaxed);
             panic!("a tool's bug")
         };
-        calls.start("p".into(), Value::Null, work).unwrap();
+        calls.start("p".into(), Value::Null, None, work).unwrap();
         let t = Instant::now();
         while !calls.state().calls.is_empty() && t.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(5));

@@ -17,7 +17,7 @@ mod tools;
 mod tools_record;
 
 use anyhow::Result;
-use calls::{reply, Calls, Work};
+use calls::{reply, Calls, Progress, Work};
 use serde_json::{json, Value};
 use std::io::BufRead;
 use std::sync::atomic::AtomicBool;
@@ -123,44 +123,46 @@ fn read_requests(opts: &McpOptions, calls: &Calls) -> Result<()> {
         if text.trim().is_empty() {
             continue;
         }
-        let (key, id, work): (String, Value, Work) = match serde_json::from_str::<Value>(&text) {
-            Err(e) => {
-                reply(&error(Value::Null, PARSE_ERROR, format!("not JSON: {e}")))?;
-                continue;
-            }
-            // A batch (JSON-RPC 2.0, MCP 2025-03-26) is answered with one array of its replies, none when it
-            // held only notifications. It runs as one call: cancelling one of its requests does not stop it.
-            Ok(Value::Array(batch)) if !batch.is_empty() => {
-                batches += 1;
-                let opts = opts.clone();
-                let work = move |cancelled: &AtomicBool| {
-                    let answers: Vec<Value> = batch.iter().filter_map(|m| handle(m, &opts, cancelled)).collect();
-                    (!answers.is_empty()).then_some(Value::Array(answers))
-                };
-                // No request id's JSON text begins with a space: the key cannot be taken by a request.
-                (format!(" batch {batches}"), Value::Null, Box::new(work))
-            }
-            Ok(message) => match message.get("method").and_then(Value::as_str) {
-                Some("notifications/cancelled") => {
-                    if let Some(request) = message.pointer("/params/requestId") {
-                        calls.cancel(&request.to_string());
-                    }
+        let (key, id, progress, work): (String, Value, Option<Progress>, Work) =
+            match serde_json::from_str::<Value>(&text) {
+                Err(e) => {
+                    reply(&error(Value::Null, PARSE_ERROR, format!("not JSON: {e}")))?;
                     continue;
                 }
-                Some("tools/call") if message.get("id").is_some_and(valid_id) => {
-                    let id = message["id"].clone();
+                // A batch (JSON-RPC 2.0, MCP 2025-03-26) is answered with one array of its replies, none when it
+                // held only notifications. It runs as one call: cancelling one of its requests does not stop it.
+                Ok(Value::Array(batch)) if !batch.is_empty() => {
+                    batches += 1;
                     let opts = opts.clone();
-                    (id.to_string(), id, Box::new(move |cancelled: &AtomicBool| handle(&message, &opts, cancelled)))
+                    let work = move |cancelled: &AtomicBool| {
+                        let answers: Vec<Value> = batch.iter().filter_map(|m| handle(m, &opts, cancelled)).collect();
+                        (!answers.is_empty()).then_some(Value::Array(answers))
+                    };
+                    // No request id's JSON text begins with a space: the key cannot be taken by a request.
+                    (format!(" batch {batches}"), Value::Null, None, Box::new(work))
                 }
-                _ => {
-                    if let Some(r) = handle(&message, opts, &AtomicBool::new(false)) {
-                        reply(&r)?;
+                Ok(message) => match message.get("method").and_then(Value::as_str) {
+                    Some("notifications/cancelled") => {
+                        if let Some(request) = message.pointer("/params/requestId") {
+                            calls.cancel(&request.to_string());
+                        }
+                        continue;
                     }
-                    continue;
-                }
-            },
-        };
-        if let Err(why) = calls.start(key, id.clone(), work) {
+                    Some("tools/call") if message.get("id").is_some_and(valid_id) => {
+                        let (id, progress) = (message["id"].clone(), Progress::asked(&message));
+                        let opts = opts.clone();
+                        let work = move |cancelled: &AtomicBool| handle(&message, &opts, cancelled);
+                        (id.to_string(), id, progress, Box::new(work))
+                    }
+                    _ => {
+                        if let Some(r) = handle(&message, opts, &AtomicBool::new(false)) {
+                            reply(&r)?;
+                        }
+                        continue;
+                    }
+                },
+            };
+        if let Err(why) = calls.start(key, id.clone(), progress, work) {
             reply(&error(id, INVALID_REQUEST, why))?;
         }
     }
