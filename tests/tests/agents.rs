@@ -597,6 +597,14 @@ fn record_every_takes_sampling_windows_of_the_program_and_exits_with_its_status(
     let why = r["separate_runs"].as_str().unwrap_or_default();
     assert!(why.contains("are windows of one process (pid"), "{why}: {}", r["job"]);
     assert!(r.get("job").is_none(), "{}", r["job"]);
+    // Each finding names its window, which its pid alone cannot (times in it were once taken from the first
+    // window's start).
+    let findings = r["findings"].as_array().unwrap();
+    assert!(!findings.is_empty(), "{r}");
+    for f in findings {
+        let named = f["trace"].as_str().unwrap_or_default();
+        assert!(windows.iter().any(|w| w.to_str() == Some(named)), "{f}");
+    }
     // A program that never uses CUDA: no window, its own status.
     let out = Command::new(cuflight_bin())
         .args(["record", "--every", "1s", "--count", "2", "--force", "-o"])

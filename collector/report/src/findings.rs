@@ -113,6 +113,13 @@ pub struct Finding {
     pub pid: u32,
     /// That process's distributed rank, when known.
     pub rank: Option<u32>,
+    /// The trace file it was found in, where pid and rank do not tell its process apart (one process's windows
+    /// in several files, `record --every`'s `<name>-N.cuf`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+    /// The trace file it was found in, always (what [`Finding::trace`] shows where it must).
+    #[serde(skip)]
+    pub file: String,
     /// The finding in one sentence, with its figures.
     pub summary: String,
     /// What it rests on.
@@ -138,6 +145,8 @@ pub struct Ctx<'a> {
     pub rank: Option<u32>,
     /// Index of its trace among those given.
     pub file: usize,
+    /// That trace's name.
+    pub trace: &'a str,
 }
 
 impl Ctx<'_> {
@@ -167,6 +176,8 @@ impl Ctx<'_> {
             share,
             pid: self.pid,
             rank: self.rank,
+            trace: None,
+            file: self.trace.to_string(),
             summary,
             evidence,
             fix: fix.to_string(),

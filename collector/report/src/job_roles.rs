@@ -93,6 +93,7 @@ pub(crate) fn ctx<'a>(
         pid: k,
         rank: straggler_rank(p, fi, i, several_files, n),
         file: fi,
+        trace: &traces[fi].0,
     }
 }
 

@@ -193,6 +193,28 @@ fn sort_findings(v: &mut [Finding]) {
     v.sort_by(|a, b| b.severity.cmp(&a.severity).then(b.time_lost_ns.cmp(&a.time_lost_ns)));
 }
 
+impl ProcessReport {
+    /// Whether `f` was found in this process.
+    pub fn holds(&self, f: &Finding) -> bool {
+        self.pid == f.pid && self.rank == f.rank && self.file == f.file
+    }
+}
+
+/// Names the trace of every finding whose pid and rank another process of the report has too (one process's
+/// windows in several files): "pid 11394" three times over tells a reader nothing.
+fn name_shared_pids(all: &mut [Finding], processes: &mut [ProcessReport]) {
+    let mut files: rustc_hash::FxHashMap<(u32, Option<u32>), Vec<&str>> = Default::default();
+    for p in processes.iter() {
+        files.entry((p.pid, p.rank)).or_default().push(&p.file);
+    }
+    let shared: rustc_hash::FxHashSet<(u32, Option<u32>)> =
+        files.into_iter().filter(|(_, f)| f.len() > 1).map(|(key, _)| key).collect();
+    let in_processes = processes.iter_mut().flat_map(|p| p.findings.iter_mut());
+    for f in all.iter_mut().chain(in_processes).filter(|f| shared.contains(&(f.pid, f.rank))) {
+        f.trace = Some(f.file.clone());
+    }
+}
+
 impl Report {
     /// `traces`: (display name, source); several traces are several ranks of one job. Each source is read in
     /// two or three passes: the plan (steps and their windows), then the window sweep.
@@ -309,13 +331,14 @@ impl Report {
         }
         all.extend(job_plan.finding);
         sort_findings(&mut all);
+        name_shared_pids(&mut all, &mut processes);
         let verdict = verdict(&all, &processes);
         Ok(Report { verdict, separate_runs: separate, findings: all, processes, job })
     }
 
     /// Where the timeline of the file that holds `f`'s process starts (times in a finding are relative to it).
     pub fn origin_of(&self, f: &Finding) -> u64 {
-        let p = self.processes.iter().find(|p| p.pid == f.pid && p.rank == f.rank);
+        let p = self.processes.iter().find(|p| p.holds(f));
         p.or_else(|| self.processes.iter().find(|p| p.pid == f.pid)).map_or(0, |p| p.run.trace_start_ns)
     }
 
@@ -391,7 +414,8 @@ fn performance_verdict(findings: &[Finding], processes: &[ProcessReport]) -> Str
     match findings.first() {
         Some(f) if f.severity >= Severity::Medium => {
             let who = if processes.len() > 1 {
-                f.rank.map_or(format!(" (pid {})", f.pid), |r| format!(" (rank {r})"))
+                let who = f.rank.map_or(format!("pid {}", f.pid), |r| format!("rank {r}"));
+                format!(" ({who}{})", f.trace.as_ref().map_or(String::new(), |t| format!(" in {t}")))
             } else {
                 String::new()
             };

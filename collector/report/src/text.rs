@@ -13,7 +13,8 @@ fn pct(part: u64, whole: u64) -> String {
 }
 
 pub fn who(f: &Finding) -> String {
-    f.rank.map_or(format!("pid {}", f.pid), |r| format!("rank {r} (pid {})", f.pid))
+    let who = f.rank.map_or(format!("pid {}", f.pid), |r| format!("rank {r} (pid {})", f.pid));
+    f.trace.as_ref().map_or(who.clone(), |t| format!("{who} in {t}"))
 }
 
 fn finding(out: &mut String, i: usize, f: &Finding, origin: u64) {
@@ -430,7 +431,7 @@ fn render(r: &Report) -> String {
     let mut shown: Vec<usize> = Vec::new();
     if r.processes.len() > TEXT_PROCESSES {
         for f in r.findings.iter().take(TEXT_FINDINGS) {
-            let i = r.processes.iter().position(|p| p.pid == f.pid && p.rank == f.rank);
+            let i = r.processes.iter().position(|p| p.holds(f));
             if let Some(i) = i.filter(|i| !shown.contains(i) && shown.len() < TEXT_PROCESSES) {
                 shown.push(i);
             }
