@@ -605,6 +605,16 @@ fn record_every_takes_sampling_windows_of_the_program_and_exits_with_its_status(
         let named = f["trace"].as_str().unwrap_or_default();
         assert!(windows.iter().any(|w| w.to_str() == Some(named)), "{f}");
     }
+    // The text sets the windows side by side, in time order, each from its start after the first's.
+    let text = Command::new(cuflight_bin()).arg("report").args(&windows).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let table: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("The 3 windows of pid ")).take(6).collect();
+    assert_eq!(table.len(), 6, "{text}");
+    let at: Vec<f64> = table[3..].iter().map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap()).collect();
+    assert!(at[0] == 0.0 && at[0] < at[1] && at[1] < at[2], "{table:?}");
+    for (row, w) in table[3..].iter().zip(&windows) {
+        assert!(row.trim_start().starts_with(w.to_str().unwrap()), "{table:?}");
+    }
     // A program that never uses CUDA: no window, its own status.
     let out = Command::new(cuflight_bin())
         .args(["record", "--every", "1s", "--count", "2", "--force", "-o"])

@@ -310,6 +310,21 @@ fn render(r: &Report) -> String {
     for f in &r.findings {
         finding_card(&mut out, f, r.origin_of(f));
     }
+    for w in super::windows::of(r) {
+        let _ = write!(out, "<h2>{}</h2><table><tr>", esc(&w.title()));
+        for h in super::windows::HEADERS {
+            let _ = write!(out, "<th>{}</th>", esc(h));
+        }
+        out.push_str("</tr>");
+        for row in &w.rows {
+            out.push_str("<tr>");
+            for c in row.cells() {
+                let _ = write!(out, "<td>{}</td>", esc(&c));
+            }
+            out.push_str("</tr>");
+        }
+        out.push_str("</table>");
+    }
     if let Some(j) = &r.job {
         j.to_html(&mut out);
     }

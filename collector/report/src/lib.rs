@@ -44,6 +44,7 @@ mod text;
 mod wait_findings;
 pub mod warmup;
 pub mod window;
+pub mod windows;
 
 use cuflight_trace::model::cuda_errors::ErrorClass;
 use cuflight_trace::model::runs::Separate;
@@ -203,12 +204,8 @@ impl ProcessReport {
 /// Names the trace of every finding whose pid and rank another process of the report has too (one process's
 /// windows in several files): "pid 11394" three times over tells a reader nothing.
 fn name_shared_pids(all: &mut [Finding], processes: &mut [ProcessReport]) {
-    let mut files: rustc_hash::FxHashMap<(u32, Option<u32>), Vec<&str>> = Default::default();
-    for p in processes.iter() {
-        files.entry((p.pid, p.rank)).or_default().push(&p.file);
-    }
     let shared: rustc_hash::FxHashSet<(u32, Option<u32>)> =
-        files.into_iter().filter(|(_, f)| f.len() > 1).map(|(key, _)| key).collect();
+        windows::shared_pids(processes).iter().map(|m| (processes[m[0]].pid, processes[m[0]].rank)).collect();
     let in_processes = processes.iter_mut().flat_map(|p| p.findings.iter_mut());
     for f in all.iter_mut().chain(in_processes).filter(|f| shared.contains(&(f.pid, f.rank))) {
         f.trace = Some(f.file.clone());

@@ -424,6 +424,13 @@ fn render(r: &Report) -> String {
             out.push_str(&format!("\n ... and {} more (--format json or html)\n", r.findings.len() - TEXT_FINDINGS));
         }
     }
+    for w in super::windows::of(r) {
+        let mut table = Table::new(format!("\n{}", w.title()), &super::windows::HEADERS);
+        for row in &w.rows {
+            table.row(row.cells());
+        }
+        table.render(&mut out);
+    }
     if let Some(j) = &r.job {
         j.to_text(&mut out);
     }
