@@ -9,7 +9,9 @@ use super::{ProcessReport, Report};
 /// The processes of `processes` that share a pid and rank with another in a different file, grouped (indices in
 /// order of the processes): the windows of one process. A pid and rank alone do not tell them apart.
 pub fn shared_pids(processes: &[ProcessReport]) -> Vec<Vec<usize>> {
-    let mut groups: Vec<((u32, Option<u32>), Vec<usize>)> = Vec::new();
+    // (pid, rank) and the processes that have it, in order of first seen.
+    type Key = (u32, Option<u32>);
+    let mut groups: Vec<(Key, Vec<usize>)> = Vec::new();
     for (i, p) in processes.iter().enumerate() {
         match groups.iter_mut().find(|(key, _)| *key == (p.pid, p.rank)) {
             Some((_, members)) => members.push(i),
