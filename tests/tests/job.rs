@@ -314,6 +314,11 @@ fn traces_of_different_runs_are_reported_alone_not_as_a_job() {
     assert!(r.get("job").is_none(), "no job view: {}", r["job"]);
     let kinds: Vec<&str> = r["findings"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
     assert!(!kinds.contains(&"straggler"), "{kinds:?}");
+    // Each finding names its trace: both runs have a rank 0.
+    for f in r["findings"].as_array().unwrap() {
+        let t = f["trace"].as_str().unwrap_or_default();
+        assert!(t == ddp.to_str().unwrap() || t == qwen.to_str().unwrap(), "{f}");
+    }
     let qwen_rank = r["processes"].as_array().unwrap().iter().find(|p| p["pid"] == 25286).unwrap().get("rank");
     assert!(qwen_rank.is_none_or(Value::is_null), "no rank invented: {qwen_rank:?}");
     let text = Command::new(cuflight_bin()).arg("report").args([&ddp, &qwen]).output().unwrap();

@@ -114,7 +114,7 @@ pub struct Finding {
     /// That process's distributed rank, when known.
     pub rank: Option<u32>,
     /// The trace file it was found in, where pid and rank do not tell its process apart (one process's windows
-    /// in several files, `record --every`'s `<name>-N.cuf`).
+    /// in several files, `record --every`'s `<name>-N.cuf`; traces of separate runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
     /// The trace file it was found in, always (what [`Finding::trace`] shows where it must).

@@ -202,12 +202,13 @@ impl ProcessReport {
 }
 
 /// Names the trace of every finding whose pid and rank another process of the report has too (one process's
-/// windows in several files): "pid 11394" three times over tells a reader nothing.
-fn name_shared_pids(all: &mut [Finding], processes: &mut [ProcessReport]) {
+/// windows in several files): "pid 11394" three times over tells a reader nothing. With `every` (separate runs,
+/// whose files are all that tells their processes apart: each may have a rank 0), every finding's.
+fn name_traces(all: &mut [Finding], processes: &mut [ProcessReport], every: bool) {
     let shared: rustc_hash::FxHashSet<(u32, Option<u32>)> =
         windows::shared_pids(processes).iter().map(|m| (processes[m[0]].pid, processes[m[0]].rank)).collect();
     let in_processes = processes.iter_mut().flat_map(|p| p.findings.iter_mut());
-    for f in all.iter_mut().chain(in_processes).filter(|f| shared.contains(&(f.pid, f.rank))) {
+    for f in all.iter_mut().chain(in_processes).filter(|f| every || shared.contains(&(f.pid, f.rank))) {
         f.trace = Some(f.file.clone());
     }
 }
@@ -328,7 +329,7 @@ impl Report {
         }
         all.extend(job_plan.finding);
         sort_findings(&mut all);
-        name_shared_pids(&mut all, &mut processes);
+        name_traces(&mut all, &mut processes, separate.is_some());
         let verdict = verdict(&all, &processes);
         Ok(Report { verdict, separate_runs: separate, findings: all, processes, job })
     }
