@@ -239,6 +239,10 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
     let mut trace = Trace::default();
     for (pid, (mut p, _)) in host {
         p.info.start_realtime_ns = run.session_start_ns;
+        // nsys's times count from the capture's start, which TARGET_INFO_SESSION_START_TIME puts on the epoch
+        // ("UTC Epoch timestamp at start of the capture", its schema's comment): the base that places this trace
+        // beside others (the job clock, the separate-runs rule), as torch.profiler's baseTimeNanoseconds does.
+        p.epoch_base_ns = run.session_start_ns.min(1 << 61);
         p.info.host = run.host.clone();
         p.name = names.get(&pid).cloned().unwrap_or_default();
         p.info.cmdline = match &run.command {

@@ -154,15 +154,31 @@ impl JobClockBuilder {
     /// Whether the processes added are of separate runs ([`super::runs`]), by their spans on the epoch through
     /// their REALTIME offsets alone.
     pub fn separate_runs(&self) -> Option<Separate> {
+        super::runs::separate(&self.run_spans())
+    }
+
+    /// The runs the added processes' files make ([`super::runs::runs`]), and the files whose times do not say
+    /// when they ran.
+    pub fn runs(&self) -> (Vec<super::runs::Run>, Vec<usize>) {
+        let runs = super::runs::runs(&self.run_spans());
+        let mut untimed: Vec<usize> =
+            self.spans.iter().map(|r| r.file).filter(|f| !runs.iter().any(|r| r.files.contains(f))).collect();
+        untimed.sort_unstable();
+        untimed.dedup();
+        (runs, untimed)
+    }
+
+    /// Each added process's span on the epoch, through its REALTIME offset alone; those with no span or offset
+    /// are left out.
+    fn run_spans(&self) -> Vec<RunSpan<'_>> {
         let offsets = self.realtime_offsets();
-        let spans: Vec<RunSpan> = (self.spans.iter().zip(offsets))
+        (self.spans.iter().zip(offsets))
             .filter_map(|(r, offset)| {
                 let (start, end) = r.span?;
                 let (start, end) = (on_epoch(start, offset)?, on_epoch(end, offset)?);
                 Some(RunSpan { file: r.file, host: &r.host, pid: r.pid, start, end })
             })
-            .collect();
-        super::runs::separate(&spans)
+            .collect()
     }
 
     /// The clock. Hosts are aligned on their collectives only when the processes are of one run: the k-th

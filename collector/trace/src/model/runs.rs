@@ -57,6 +57,75 @@ impl Separate {
     }
 }
 
+/// One run among traces given together: files whose spans lie within [`APART_NS`] of one another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    /// Its first instant on the epoch.
+    pub start: u64,
+    /// Its files' indices, in order.
+    pub files: Vec<usize>,
+}
+
+/// The runs among the files of `spans` (their processes' spans joined per file), in time order: a run goes on
+/// while the next file starts within [`APART_NS`] of the furthest end so far. Files with no span are in none.
+pub fn runs(spans: &[RunSpan]) -> Vec<Run> {
+    let mut files: Vec<(u64, u64, usize)> = Vec::new();
+    for s in spans {
+        match files.iter_mut().find(|f| f.2 == s.file) {
+            Some(f) => (f.0, f.1) = (f.0.min(s.start), f.1.max(s.end)),
+            None => files.push((s.start, s.end, s.file)),
+        }
+    }
+    files.sort_unstable();
+    let mut out: Vec<Run> = Vec::new();
+    let mut reach = 0u64; // the current run's furthest end
+    for (start, end, file) in files {
+        match out.last_mut() {
+            Some(run) if start <= reach.saturating_add(APART_NS) => {
+                run.files.push(file);
+                reach = reach.max(end);
+            }
+            _ => {
+                out.push(Run { start, files: vec![file] });
+                reach = end;
+            }
+        }
+    }
+    for run in &mut out {
+        run.files.sort_unstable();
+    }
+    out
+}
+
+/// The runs in a sentence, naming their files (`files[i]`: file `i`'s name), at most `most` of them: "The 7
+/// traces are 5 runs: a.json, b.json at 2023-04-28 23:51:39 UTC; ..."; None when each run is one trace of two.
+/// `untimed`: the files given whose times do not say when they ran (in no run).
+pub fn describe_runs(runs: &[Run], untimed: &[usize], files: &[&str], most: usize) -> Option<String> {
+    let timed: usize = runs.iter().map(|r| r.files.len()).sum();
+    if runs.len() < 2 || (runs.len() == 2 && timed == 2 && untimed.is_empty()) {
+        return None;
+    }
+    let name = |i: &usize| files.get(*i).copied().unwrap_or("?");
+    let mut listed: Vec<String> = runs
+        .iter()
+        .take(most)
+        .map(|r| {
+            let names: Vec<&str> = r.files.iter().map(name).collect();
+            format!("{} at {}", names.join(", "), super::wall_clock::utc(r.start))
+        })
+        .collect();
+    if runs.len() > most {
+        listed.push(format!("and {} more", runs.len() - most));
+    }
+    let traces = timed + untimed.len();
+    let untimed = match untimed {
+        [] => String::new(),
+        [one] => format!(" and {}, which does not say when it ran", name(one)),
+        many => format!(" and {} that do not say when they ran", many.len()),
+    };
+    Some(format!("The {traces} traces are {} runs{untimed}: {}", runs.len(), listed.join("; ")))
+}
+
 /// Whether the processes of `spans` are of separate runs, and the first reason found.
 pub fn separate(spans: &[RunSpan]) -> Option<Separate> {
     let mut order: Vec<&RunSpan> = spans.iter().collect();
@@ -118,6 +187,33 @@ mod tests {
             said.starts_with("y.cuf ran at 1970-01-01 00:08:50 UTC and z.cuf at 1970-01-01 00:11:40 UTC, 2 min apart"),
             "{said}"
         );
+    }
+
+    #[test]
+    fn traces_group_into_runs_by_time_and_are_named_when_it_tells_more_than_the_pair() {
+        // Files 0 and 2 ran together (file 0's two processes joined), file 1 a day later, file 3 with no span.
+        let day = 86_400;
+        let spans = [
+            span(0, "a", 1, 100, 200),
+            span(0, "a", 2, 150, 400),
+            span(1, "b", 3, day, day + 10),
+            span(2, "c", 4, 430, 500),
+        ];
+        let r = runs(&spans);
+        assert_eq!(
+            r,
+            vec![Run { start: 100_000_000_000, files: vec![0, 2] }, Run { start: day * 1_000_000_000, files: vec![1] }]
+        );
+        let names = ["r0.json", "other.json", "r1.json", "x.sqlite"];
+        let said = describe_runs(&r, &[3], &names, 6).unwrap();
+        assert_eq!(
+            said,
+            "The 4 traces are 2 runs and x.sqlite, which does not say when it ran: r0.json, r1.json at 1970-01-01 \
+             00:01:40 UTC; other.json at 1970-01-02 00:00:00 UTC"
+        );
+        assert!(describe_runs(&r, &[], &names, 1).unwrap().ends_with("; and 1 more"));
+        // Two traces, two runs: the pair's own sentence says it all.
+        assert_eq!(describe_runs(&runs(&spans[2..]), &[], &names, 6), None);
     }
 
     #[test]

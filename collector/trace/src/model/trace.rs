@@ -36,7 +36,8 @@ pub struct Process {
     /// start, or an end before the start ([`impossible_time`]).
     pub refused: u64,
     /// The epoch ns this process's times count from, where the trace says (torch.profiler's
-    /// `baseTimeNanoseconds`); 0: its times are as recorded (the epoch already, or CLOCK_MONOTONIC with clock pairs).
+    /// `baseTimeNanoseconds`, nsys's session start); 0: its times are as recorded (the epoch already, or
+    /// CLOCK_MONOTONIC with clock pairs).
     pub epoch_base_ns: u64,
     /// The CUDA runtime's version (12040 = 12.4) where an imported trace says (torch.profiler's
     /// `cuda_runtime_version`); 0 unknown.
