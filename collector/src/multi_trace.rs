@@ -60,7 +60,7 @@ pub fn shown(traces: &[PathBuf]) -> String {
 pub fn print_placement(placed: &cuflight_collector::model::job_clock::Placement, traces: &[PathBuf]) {
     use cuflight_collector::model::runs::Separate;
     let several_hosts = placed.hosts.len() > 1;
-    if let Some(s) = placed.separate.as_ref().filter(|s| several_hosts || matches!(s, Separate::Apart { .. })) {
+    if let Some(s) = placed.separate.as_ref().filter(|s| several_hosts || matches!(s.why, Separate::Apart { .. })) {
         let names: Vec<String> = traces.iter().map(|t| crate::stand_in::name_of(t)).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let clocks = if several_hosts {

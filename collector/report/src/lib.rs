@@ -239,17 +239,10 @@ impl Report {
             }
             let files: Vec<&str> = traces.iter().map(|(f, _)| f.as_str()).collect();
             clock.separate_runs().map(|s| {
-                let consequence = match s {
-                    Separate::Windows { .. } => "Each is reported alone".to_string(),
+                let consequence = match s.why {
+                    Separate::Windows { .. } => "Each is reported alone",
                     Separate::Apart { .. } => {
-                        let (runs, untimed) = clock.runs();
-                        let runs = cuflight_trace::model::runs::describe_runs(&runs, &untimed, &files, 6);
-                        let together =
-                            if runs.is_some() { "; give one run's traces alone for its job view" } else { "" };
-                        format!(
-                            "{}Each is reported alone{together}; `cuflight diff BASELINE CANDIDATE` compares two runs",
-                            runs.map_or(String::new(), |r| format!("{r}. "))
-                        )
+                        "Each is reported alone; `cuflight diff BASELINE CANDIDATE` compares two runs"
                     }
                 };
                 format!("{}. {consequence}", s.describe(&files))

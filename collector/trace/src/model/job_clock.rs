@@ -9,7 +9,7 @@
 //! Processes that name no host share the host "unknown".
 
 use super::align::{self, HostShift, Member, ToJob};
-use super::runs::{RunSpan, Separate};
+use super::runs::{RunSpan, Separated};
 use super::source::EventSource;
 use super::trace::{Process, TraceError};
 use cuflight_format::{EventKind, RawEvent};
@@ -153,19 +153,17 @@ impl JobClockBuilder {
 
     /// Whether the processes added are of separate runs ([`super::runs`]), by their spans on the epoch through
     /// their REALTIME offsets alone.
-    pub fn separate_runs(&self) -> Option<Separate> {
-        super::runs::separate(&self.run_spans())
-    }
-
-    /// The runs the added processes' files make ([`super::runs::runs`]), and the files whose times do not say
-    /// when they ran.
-    pub fn runs(&self) -> (Vec<super::runs::Run>, Vec<usize>) {
-        let runs = super::runs::runs(&self.run_spans());
+    /// With the runs their files make ([`super::runs::runs`]) and the files whose times do not say when they
+    /// ran.
+    pub fn separate_runs(&self) -> Option<Separated> {
+        let spans = self.run_spans();
+        let why = super::runs::separate(&spans)?;
+        let runs = super::runs::runs(&spans);
         let mut untimed: Vec<usize> =
             self.spans.iter().map(|r| r.file).filter(|f| !runs.iter().any(|r| r.files.contains(f))).collect();
         untimed.sort_unstable();
         untimed.dedup();
-        (runs, untimed)
+        Some(Separated { why, runs, untimed })
     }
 
     /// Each added process's span on the epoch, through its REALTIME offset alone; those with no span or offset
@@ -207,7 +205,7 @@ impl JobClockBuilder {
 #[derive(Debug, Clone, Default)]
 pub struct Placement {
     pub hosts: Vec<HostShift>,
-    pub separate: Option<Separate>,
+    pub separate: Option<Separated>,
 }
 
 /// Every process's way onto the job's clock.
@@ -217,7 +215,7 @@ pub struct JobClock {
     pub hosts: Vec<HostShift>,
     /// Why the processes are not one job's, when their times say so (their hosts then keep their REALTIME
     /// placement).
-    pub separate: Option<Separate>,
+    pub separate: Option<Separated>,
 }
 
 impl JobClock {
@@ -312,7 +310,8 @@ mod tests {
         assert!(together.separate.is_none());
         assert_eq!(together.hosts.iter().find(|h| h.host == "b").map(|h| (h.matched, h.shift_ns)), Some((5, -3_000)));
         let apart = clock(hour as i64);
-        assert!(matches!(apart.separate, Some(crate::model::runs::Separate::Apart { first: 0, second: 1, .. })));
+        let why = apart.separate.as_ref().map(|s| &s.why);
+        assert!(matches!(why, Some(crate::model::runs::Separate::Apart { first: 0, second: 1, .. })), "{why:?}");
         assert_eq!(apart.hosts.iter().find(|h| h.host == "b").map(|h| h.matched), Some(0), "{:?}", apart.hosts);
         assert_eq!(apart.to_job(&b).at(5), hour as i64 + 5, "on its REALTIME clock");
     }

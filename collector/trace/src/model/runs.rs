@@ -123,7 +123,31 @@ pub fn describe_runs(runs: &[Run], untimed: &[usize], files: &[&str], most: usiz
         [one] => format!(" and {}, which does not say when it ran", name(one)),
         many => format!(" and {} that do not say when they ran", many.len()),
     };
-    Some(format!("The {traces} traces are {} runs{untimed}: {}", runs.len(), listed.join("; ")))
+    Some(format!(
+        "The {traces} traces are {} runs{untimed}: {}; give a run's traces alone to see it as one job",
+        runs.len(),
+        listed.join("; ")
+    ))
+}
+
+/// Traces that are not one job's: the first reason found, and the runs they make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Separated {
+    pub why: Separate,
+    pub runs: Vec<Run>,
+    /// Files whose times do not say when they ran (in no run).
+    pub untimed: Vec<usize>,
+}
+
+impl Separated {
+    /// What the times say, and the runs the traces make where that tells more than the reason alone (traces
+    /// apart in time; one process's windows are one run).
+    pub fn describe(&self, files: &[&str]) -> String {
+        let why = self.why.describe(files);
+        let runs =
+            describe_runs(&self.runs, &self.untimed, files, 6).filter(|_| matches!(self.why, Separate::Apart { .. }));
+        runs.map_or(why.clone(), |runs| format!("{why}. {runs}"))
+    }
 }
 
 /// Whether the processes of `spans` are of separate runs, and the first reason found.
@@ -209,9 +233,9 @@ mod tests {
         assert_eq!(
             said,
             "The 4 traces are 2 runs and x.sqlite, which does not say when it ran: r0.json, r1.json at 1970-01-01 \
-             00:01:40 UTC; other.json at 1970-01-02 00:00:00 UTC"
+             00:01:40 UTC; other.json at 1970-01-02 00:00:00 UTC; give a run's traces alone to see it as one job"
         );
-        assert!(describe_runs(&r, &[], &names, 1).unwrap().ends_with("; and 1 more"));
+        assert!(describe_runs(&r, &[], &names, 1).unwrap().contains("; and 1 more;"));
         // Two traces, two runs: the pair's own sentence says it all.
         assert_eq!(describe_runs(&runs(&spans[2..]), &[], &names, 6), None);
     }
