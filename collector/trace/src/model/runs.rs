@@ -28,8 +28,8 @@ pub struct RunSpan<'a> {
 /// Why traces are not one job's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Separate {
-    /// Files `first` and `second` hold windows of one process.
-    Windows { first: usize, second: usize, host: String, pid: u32 },
+    /// `files` (two or more, in time order) hold windows of one process.
+    Windows { files: Vec<usize>, host: String, pid: u32 },
     /// File `first`'s span ended at `first_end`, and file `second`'s began at `second_start`, more than
     /// [`APART_NS`] later, with nothing in between.
     Apart { first: usize, second: usize, first_end: u64, second_start: u64 },
@@ -40,11 +40,15 @@ impl Separate {
     pub fn describe(&self, files: &[&str]) -> String {
         let name = |i: usize| files.get(i).copied().unwrap_or("?");
         match self {
-            Separate::Windows { first, second, host, pid } => format!(
-                "{} and {} are windows of one process (pid {pid} on {host}), not ranks of one job",
-                name(*first),
-                name(*second)
-            ),
+            Separate::Windows { files, host, pid } => {
+                let mut names: Vec<String> = files.iter().take(6).map(|&i| name(i).to_string()).collect();
+                if files.len() > 6 {
+                    names.push(format!("{} more", files.len() - 6));
+                }
+                let last = names.pop().unwrap_or_default();
+                let listed = if names.is_empty() { last } else { format!("{} and {last}", names.join(", ")) };
+                format!("{listed} are windows of one process (pid {pid} on {host}), not ranks of one job")
+            }
             Separate::Apart { first, second, first_end, second_start } => format!(
                 "{} ran at {} and {} at {}, {} apart: not at the same time, so not ranks of one job",
                 name(*first),
@@ -158,8 +162,13 @@ pub fn separate(spans: &[RunSpan]) -> Option<Separate> {
     for s in order.iter().filter(|s| !s.host.is_empty()) {
         if let Some(before) = seen.get(&(s.host, s.pid)) {
             if before.file != s.file && s.start >= before.end {
-                let (host, pid) = (s.host.to_string(), s.pid);
-                return Some(Separate::Windows { first: before.file, second: s.file, host, pid });
+                let mut files: Vec<usize> = Vec::new();
+                for w in order.iter().filter(|w| (w.host, w.pid) == (s.host, s.pid)) {
+                    if !files.contains(&w.file) {
+                        files.push(w.file);
+                    }
+                }
+                return Some(Separate::Windows { files, host: s.host.to_string(), pid: s.pid });
             }
         }
         seen.insert((s.host, s.pid), s);
@@ -242,10 +251,20 @@ mod tests {
 
     #[test]
     fn one_processes_windows_in_two_files_are_not_ranks() {
-        let spans = [span(0, "h", 42, 0, 10), span(1, "h", 42, 12, 20)];
+        let spans =
+            [span(2, "h", 42, 30, 40), span(0, "h", 42, 0, 10), span(1, "h", 42, 12, 20), span(3, "g", 7, 0, 9)];
         let s = separate(&spans).unwrap();
-        assert_eq!(s, Separate::Windows { first: 0, second: 1, host: "h".into(), pid: 42 });
-        assert!(s.describe(&["a-1.cuf", "a-2.cuf"]).contains("windows of one process (pid 42 on h)"));
+        assert_eq!(s, Separate::Windows { files: vec![0, 1, 2], host: "h".into(), pid: 42 });
+        let said = s.describe(&["a-1.cuf", "a-2.cuf", "a-3.cuf", "b.cuf"]);
+        assert!(said.starts_with("a-1.cuf, a-2.cuf and a-3.cuf are windows of one process (pid 42 on h)"), "{said}");
+        let many = Separate::Windows { files: (0..9).collect(), host: "h".into(), pid: 1 };
+        let names: Vec<String> = (0..9).map(|i| format!("w{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        assert!(
+            many.describe(&names).starts_with("w0, w1, w2, w3, w4, w5 and 3 more are windows"),
+            "{}",
+            many.describe(&names)
+        );
         // Two processes of one file, or overlapping (a pid reused at once cannot be), are not windows.
         assert_eq!(separate(&[span(0, "h", 42, 0, 10), span(0, "h", 42, 12, 20)]), None);
         assert_eq!(separate(&[span(0, "h", 42, 0, 10), span(1, "h", 42, 5, 20)]), None);
