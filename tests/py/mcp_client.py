@@ -98,6 +98,14 @@ async def main():
                     r = await session.call_tool("record_command", {"command": [record_program, "3"]})
                     seen[key] = {"is_error": bool(getattr(r, "is_error", getattr(r, "isError", False))),
                                  "text": text_of(r)[:600]}
+                # A call that runs for a while, with the SDK's own progress token: told to be running meanwhile.
+                told = []
+
+                async def progress(done, total, message):
+                    told.append({"progress": done, "message": message})
+
+                r = await session.call_tool("record_command", {"command": ["sleep", "6"]}, progress_callback=progress)
+                seen["progress"] = told
     print(json.dumps(seen))
 
 

@@ -327,6 +327,14 @@ fn mcp_serves_an_assistant_through_the_protocols_own_client() {
         assert_eq!(call["json"], true, "{name}: {call}");
     }
     assert!(seen["calls"]["findings"]["keys"].as_array().unwrap().contains(&"verdict".into()));
+    // The SDK's progress callback heard a 6-second recording run, in increasing steps.
+    let told: Vec<f64> = seen["progress"].as_array().unwrap().iter().map(|p| p["progress"].as_f64().unwrap()).collect();
+    assert!(!told.is_empty() && told.windows(2).all(|w| w[0] < w[1]), "{}", seen["progress"]);
+    assert!(
+        seen["progress"][0]["message"].as_str().unwrap().contains("record_command running for"),
+        "{}",
+        seen["progress"]
+    );
     // Either GEMM may come first (their times are close): the rows are those whose name contains "sgemm".
     assert!(seen["calls"]["kernel"]["head"].as_str().unwrap().contains("sgemm_128x128_"));
     // The schemas are resources, and what the tools return conforms to them.
