@@ -235,7 +235,7 @@ impl Report {
         let separate = {
             let mut clock = cuflight_trace::model::job_clock::JobClockBuilder::default();
             for &(fi, k) in &procs {
-                clock.add_facts(fi, &traces[fi].1.processes[&k], &plans[fi][&k].clock);
+                clock.add_span(fi, &traces[fi].1.processes[&k], &plans[fi][&k].clock);
             }
             let files: Vec<&str> = traces.iter().map(|(f, _)| f.as_str()).collect();
             clock.separate_runs().map(|s| {

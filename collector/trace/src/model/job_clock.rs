@@ -111,10 +111,13 @@ impl JobClockBuilder {
     /// `p`, of trace file `file` (its index among those given), with what it told of the clock.
     pub fn add_facts(&mut self, file: usize, p: &Process, facts: &ClockFacts) {
         let ends = facts.collectives.iter().map(|&(name, end)| (p.string(name).to_string(), end as i64)).collect();
-        self.add(p, facts.realtime_offset, ends);
-        if let Some(last) = self.spans.last_mut() {
-            (last.file, last.span) = (file, facts.span);
-        }
+        self.push(p, facts.realtime_offset, ends, (file, facts.span));
+    }
+
+    /// As [`JobClockBuilder::add_facts`] without the collectives: what [`JobClockBuilder::separate_runs`] needs,
+    /// without copying every collective's name for a clock that will not be built.
+    pub fn add_span(&mut self, file: usize, p: &Process, facts: &ClockFacts) {
+        self.push(p, facts.realtime_offset, Vec::new(), (file, facts.span));
     }
 
     /// Every process of `source`, the next trace file, in one pass over its events.
@@ -131,7 +134,18 @@ impl JobClockBuilder {
     /// `p` with its REALTIME offset (None: no clock pair) and its collectives' (name, end on its own clock); no
     /// span, so it takes no part in the separate-runs rule.
     pub fn add(&mut self, p: &Process, realtime_offset: Option<i64>, ends: Vec<(String, i64)>) {
-        self.spans.push(Recorded { file: 0, host: p.info.host.clone(), pid: p.info.pid, span: None });
+        self.push(p, realtime_offset, ends, (0, None));
+    }
+
+    /// `p` of trace file `file`, its events spanning `span` on its own clock.
+    fn push(
+        &mut self,
+        p: &Process,
+        realtime_offset: Option<i64>,
+        ends: Vec<(String, i64)>,
+        (file, span): (usize, Option<(u64, u64)>),
+    ) {
+        self.spans.push(Recorded { file, host: p.info.host.clone(), pid: p.info.pid, span });
         let host = host_of(p);
         // A process whose times count from an epoch base of its own (a torch.profiler trace) does not speak for
         // its host's CLOCK_MONOTONIC.
@@ -152,9 +166,8 @@ impl JobClockBuilder {
     }
 
     /// Whether the processes added are of separate runs ([`super::runs`]), by their spans on the epoch through
-    /// their REALTIME offsets alone.
-    /// With the runs their files make ([`super::runs::runs`]) and the files whose times do not say when they
-    /// ran.
+    /// their REALTIME offsets alone; if so, with the runs their files make ([`super::runs::runs`]) and the files
+    /// whose times do not say when they ran.
     pub fn separate_runs(&self) -> Option<Separated> {
         let spans = self.run_spans();
         let why = super::runs::separate(&spans)?;
