@@ -114,7 +114,11 @@ pub fn describe_runs(runs: &[Run], untimed: &[usize], files: &[&str], most: usiz
         .iter()
         .take(most)
         .map(|r| {
-            let names: Vec<&str> = r.files.iter().map(name).collect();
+            // A run of a thousand ranks is named by its first few.
+            let mut names: Vec<String> = r.files.iter().take(3).map(|f| name(f).to_string()).collect();
+            if r.files.len() > 3 {
+                names.push(format!("{} more", r.files.len() - 3));
+            }
             format!("{} at {}", names.join(", "), super::wall_clock::utc(r.start))
         })
         .collect();
@@ -245,6 +249,11 @@ mod tests {
              00:01:40 UTC; other.json at 1970-01-02 00:00:00 UTC; give a run's traces alone to see it as one job"
         );
         assert!(describe_runs(&r, &[], &names, 1).unwrap().contains("; and 1 more;"));
+        let big = [Run { start: 0, files: (0..1000).collect() }, Run { start: 1, files: vec![1000] }];
+        let many: Vec<String> = (0..=1000).map(|i| format!("r{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let said = describe_runs(&big, &[], &many, 6).unwrap();
+        assert!(said.starts_with("The 1001 traces are 2 runs: r0, r1, r2, 997 more at "), "{said}");
         // Two traces, two runs: the pair's own sentence says it all.
         assert_eq!(describe_runs(&runs(&spans[2..]), &[], &names, 6), None);
     }
