@@ -391,6 +391,7 @@ impl Report {
 /// What the terminal shows of a large job (JSON and HTML have everything).
 const TEXT_FINDINGS: usize = 20;
 const TEXT_PROCESSES: usize = 16;
+const TEXT_WINDOWS: usize = 24;
 
 fn render(r: &Report) -> String {
     let mut out = format!("Verdict: {}\n", r.verdict);
@@ -426,10 +427,13 @@ fn render(r: &Report) -> String {
     }
     for w in super::windows::of(r) {
         let mut table = Table::new(format!("\n{}", w.title()), &super::windows::HEADERS);
-        for row in &w.rows {
+        for row in w.rows.iter().take(TEXT_WINDOWS) {
             table.row(row.cells());
         }
         table.render(&mut out);
+        if w.rows.len() > TEXT_WINDOWS {
+            out.push_str(&format!("  ... and {} more (--format html)\n", w.rows.len() - TEXT_WINDOWS));
+        }
     }
     if let Some(j) = &r.job {
         j.to_text(&mut out);
