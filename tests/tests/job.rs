@@ -324,6 +324,12 @@ fn traces_of_different_runs_are_reported_alone_not_as_a_job() {
     let text = Command::new(cuflight_bin()).arg("report").args([&ddp, &qwen]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("Separate runs: ")), "{text}");
+    // Three traces of two runs: the runs are listed, HTA's two ranks together.
+    let r = json(&[&r0, &ddp, &r1]);
+    let why = r["separate_runs"].as_str().expect("said why");
+    let (r0_name, r1_name, ddp_name) = (r0.to_str().unwrap(), r1.to_str().unwrap(), ddp.to_str().unwrap());
+    assert!(why.contains(&format!("The 3 traces are 2 runs: {r0_name}, {r1_name} at 2023-04-28")), "{why}");
+    assert!(why.contains(&format!("; {ddp_name} at 2024-04-04")), "{why}");
     // Ranks that ran together are still one job.
     let r = json(&[&r0, &r1]);
     assert!(r.get("separate_runs").is_none() && r["job"]["ranks"].as_array().unwrap().len() == 2, "{}", r["job"]);
