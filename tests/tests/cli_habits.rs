@@ -490,3 +490,41 @@ fn mcp_findings_and_report_of_a_report_larger_than_a_tools_text() {
     drop(input);
     let _ = server.wait();
 }
+
+/// Traces of two runs given to the tools: `findings` says why they are reported alone, and `trace_stats`, whose
+/// tables sum them, passes on the warning the command printed (a tool's reply holds its output alone).
+#[test]
+fn mcp_tools_say_when_traces_are_of_separate_runs() {
+    use std::io::{BufRead, Write};
+    let (Some(ddp), Some(qwen)) =
+        (shared_trace("kineto-v100-ddp-ns.json.gz"), shared_trace("kineto-h100-qwen-inference.json.gz"))
+    else {
+        return;
+    };
+    let mut server = Command::new(cuflight_bin())
+        .arg("mcp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("cuflight mcp runs");
+    let mut input = server.stdin.take().unwrap();
+    let mut output = std::io::BufReader::new(server.stdout.take().unwrap());
+    let mut ask = |tool: &str| -> serde_json::Value {
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                      "params": {"name": tool, "arguments": {"traces": [&ddp, &qwen]}}});
+        writeln!(input, "{call}").unwrap();
+        let mut line = String::new();
+        output.read_line(&mut line).unwrap();
+        let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(reply["result"]["isError"], false, "{reply}");
+        serde_json::from_str(reply["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
+    };
+    let findings = ask("findings");
+    assert!(findings["separate_runs"].as_str().unwrap().contains("470 days apart"), "{}", findings["separate_runs"]);
+    assert!(findings["findings"].as_array().unwrap().iter().all(|f| f["trace"].is_string()), "{findings}");
+    let stats = ask("trace_stats");
+    let warned = stats["cuflight_warnings"].as_array().expect("the warning passed on");
+    assert!(warned.iter().any(|w| w.as_str().unwrap().contains("470 days apart")), "{warned:?}");
+    drop(input);
+    let _ = server.wait();
+}

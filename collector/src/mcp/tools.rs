@@ -164,6 +164,17 @@ fn run_cuflight_reading(
     cancelled: &AtomicBool,
     most: u64,
 ) -> Result<String, Failure> {
+    run_cuflight_warned(args, limit, cancelled, most).map(|(out, _)| out)
+}
+
+/// [`run_cuflight_reading`], with the warnings a successful run printed (`cuflight: warning: ...`, at most 16):
+/// traces of separate runs summed, a trace cut short, which the output alone does not say.
+fn run_cuflight_warned(
+    args: &[String],
+    limit: Duration,
+    cancelled: &AtomicBool,
+    most: u64,
+) -> Result<(String, Vec<String>), Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::Ran(format!("cannot find the cuflight binary: {e}")))?;
     let dir = PrivateDir::new("mcp").map_err(|e| Failure::Ran(format!("{e:#}")))?;
     let (out_path, err_path) = (dir.path().join("out"), dir.path().join("err"));
@@ -185,7 +196,9 @@ fn run_cuflight_reading(
         if !status.success() {
             return Err(failure_line(&err).to_string());
         }
-        read_capped(&out_path, most)
+        let warnings =
+            err.lines().filter_map(|l| l.strip_prefix("cuflight: warning: ")).take(16).map(str::to_string).collect();
+        Ok((read_capped(&out_path, most)?, warnings))
     })();
     ran.map_err(Failure::Ran)
 }
@@ -262,15 +275,23 @@ fn report_args(args: &Value) -> Result<Vec<String>, Failure> {
 }
 
 fn report(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
-    fitted(run_cuflight_reading(&report_args(args)?, ANALYSIS_LIMIT, cancelled, MAX_JSON)?)
+    fitted(run_cuflight_warned(&report_args(args)?, ANALYSIS_LIMIT, cancelled, MAX_JSON)?)
 }
 
-/// A command's JSON output shortened to fit a tool's text, still JSON ([`super::fit`]); output too large to
-/// read whole is cut as text.
-fn fitted(text: String) -> Result<String, Failure> {
-    Ok(match serde_json::from_str::<Value>(&text) {
-        Ok(value) if text.len() > MAX_TEXT => super::fit::fit(value, MAX_TEXT - 1024),
-        _ => text,
+/// A command's JSON output shortened to fit a tool's text, still JSON ([`super::fit`]), with the warnings it
+/// printed as `cuflight_warnings`; output too large to read whole is cut as text.
+fn fitted((text, warnings): (String, Vec<String>)) -> Result<String, Failure> {
+    let Ok(mut value) = serde_json::from_str::<Value>(&text) else { return Ok(text) };
+    if warnings.is_empty() && text.len() <= MAX_TEXT {
+        return Ok(text);
+    }
+    if let Some(object) = value.as_object_mut().filter(|_| !warnings.is_empty()) {
+        object.insert("cuflight_warnings".into(), warnings.into());
+    }
+    Ok(if text.len() > MAX_TEXT {
+        super::fit::fit(value, MAX_TEXT - 1024)
+    } else {
+        serde_json::to_string_pretty(&value).unwrap_or(text)
     })
 }
 
@@ -289,10 +310,12 @@ fn findings(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
                 .collect()
         })
         .unwrap_or_default();
-    Ok(serde_json::to_string_pretty(
-        &json!({"verdict": full["verdict"], "findings": full["findings"], "processes": processes}),
-    )
-    .unwrap_or_default())
+    let mut answer = json!({"verdict": full["verdict"], "findings": full["findings"], "processes": processes});
+    // Traces of separate runs, or one process's windows: each finding names its trace, and this says why.
+    if let Some(why) = full.get("separate_runs") {
+        answer["separate_runs"] = why.clone();
+    }
+    Ok(serde_json::to_string_pretty(&answer).unwrap_or_default())
 }
 
 fn stats_args(args: &Value, extra: &[String]) -> Result<Vec<String>, Failure> {
@@ -308,7 +331,7 @@ fn trace_stats(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> 
         Some(_) => vec![format!("--report={}", string_arg(args, "tables")?)],
         None => Vec::new(),
     };
-    fitted(run_cuflight_reading(&stats_args(args, &extra)?, ANALYSIS_LIMIT, cancelled, MAX_JSON)?)
+    fitted(run_cuflight_warned(&stats_args(args, &extra)?, ANALYSIS_LIMIT, cancelled, MAX_JSON)?)
 }
 
 fn kernel(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
