@@ -455,29 +455,14 @@ fn mcp_answers_while_a_tool_runs_and_a_cancelled_call_stops_its_command() {
 /// says so.
 #[test]
 fn mcp_findings_and_report_of_a_report_larger_than_a_tools_text() {
-    use std::io::{BufRead, Write};
     let Some(window) = shared_trace("h100-attach-window.cuf") else {
         return;
     };
-    let mut server = Command::new(cuflight_bin())
-        .arg("mcp")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("cuflight mcp runs");
-    let mut input = server.stdin.take().unwrap();
-    let mut output = std::io::BufReader::new(server.stdout.take().unwrap());
+    let mut mcp = Mcp::start();
     let mut ask = |tool: &str| -> serde_json::Value {
-        let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                                      "params": {"name": tool, "arguments": {"traces": [&window]}}});
-        writeln!(input, "{call}").unwrap();
-        let mut line = String::new();
-        output.read_line(&mut line).unwrap();
-        let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(reply["result"]["isError"], false, "{reply}");
-        let text = reply["result"]["content"][0]["text"].as_str().unwrap();
+        let text = mcp.tool_text(tool, &[&window]);
         assert!(text.len() <= 256 << 10, "{tool}: {} bytes", text.len());
-        serde_json::from_str(text).unwrap_or_else(|e| panic!("{tool}: not JSON ({e})"))
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{tool}: not JSON ({e})"))
     };
     let findings = ask("findings");
     assert!(findings["verdict"].as_str().unwrap().starts_with("launch_bound"), "{}", findings["verdict"]);
@@ -487,44 +472,65 @@ fn mcp_findings_and_report_of_a_report_larger_than_a_tools_text() {
     assert_eq!(cut["array"], "/processes/0/steps", "{}", report["cut"]);
     assert!(cut["rows"].as_u64().unwrap() > steps && cut["shown"].as_u64() == Some(steps), "{cut}");
     assert_eq!(report["verdict"], findings["verdict"]);
-    drop(input);
-    let _ = server.wait();
+}
+
+/// A `cuflight mcp` session for tests that ask one tool at a time; ended when dropped.
+struct Mcp {
+    server: std::process::Child,
+    input: Option<std::process::ChildStdin>,
+    output: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Mcp {
+    fn start() -> Mcp {
+        let mut server = Command::new(cuflight_bin())
+            .arg("mcp")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("cuflight mcp runs");
+        let input = server.stdin.take();
+        let output = std::io::BufReader::new(server.stdout.take().unwrap());
+        Mcp { server, input, output }
+    }
+
+    /// The text `tool` answers for `traces`, which must not be an error.
+    fn tool_text(&mut self, tool: &str, traces: &[&std::path::Path]) -> String {
+        use std::io::{BufRead, Write};
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                      "params": {"name": tool, "arguments": {"traces": traces}}});
+        writeln!(self.input.as_mut().unwrap(), "{call}").unwrap();
+        let mut line = String::new();
+        self.output.read_line(&mut line).unwrap();
+        let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(reply["result"]["isError"], false, "{reply}");
+        reply["result"]["content"][0]["text"].as_str().unwrap().to_string()
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        drop(self.input.take());
+        let _ = self.server.wait();
+    }
 }
 
 /// Traces of two runs given to the tools: `findings` says why they are reported alone, and `trace_stats`, whose
 /// tables sum them, passes on the warning the command printed (a tool's reply holds its output alone).
 #[test]
 fn mcp_tools_say_when_traces_are_of_separate_runs() {
-    use std::io::{BufRead, Write};
     let (Some(ddp), Some(qwen)) =
         (shared_trace("kineto-v100-ddp-ns.json.gz"), shared_trace("kineto-h100-qwen-inference.json.gz"))
     else {
         return;
     };
-    let mut server = Command::new(cuflight_bin())
-        .arg("mcp")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("cuflight mcp runs");
-    let mut input = server.stdin.take().unwrap();
-    let mut output = std::io::BufReader::new(server.stdout.take().unwrap());
-    let mut ask = |tool: &str| -> serde_json::Value {
-        let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                                      "params": {"name": tool, "arguments": {"traces": [&ddp, &qwen]}}});
-        writeln!(input, "{call}").unwrap();
-        let mut line = String::new();
-        output.read_line(&mut line).unwrap();
-        let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(reply["result"]["isError"], false, "{reply}");
-        serde_json::from_str(reply["result"]["content"][0]["text"].as_str().unwrap()).unwrap()
-    };
+    let mut mcp = Mcp::start();
+    let mut ask =
+        |tool: &str| -> serde_json::Value { serde_json::from_str(&mcp.tool_text(tool, &[&ddp, &qwen])).unwrap() };
     let findings = ask("findings");
     assert!(findings["separate_runs"].as_str().unwrap().contains("470 days apart"), "{}", findings["separate_runs"]);
     assert!(findings["findings"].as_array().unwrap().iter().all(|f| f["trace"].is_string()), "{findings}");
     let stats = ask("trace_stats");
     let warned = stats["cuflight_warnings"].as_array().expect("the warning passed on");
     assert!(warned.iter().any(|w| w.as_str().unwrap().contains("470 days apart")), "{warned:?}");
-    drop(input);
-    let _ = server.wait();
 }
