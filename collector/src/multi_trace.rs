@@ -68,7 +68,12 @@ pub fn print_placement(placed: &cuflight_collector::model::job_clock::Placement,
         } else {
             ""
         };
-        eprintln!("cuflight: warning: {}{clocks}", s.describe(&names));
+        let alone = if s.runs.iter().any(|r| r.files.len() > 1) {
+            "; give one run's traces alone to put them on one clock as a job"
+        } else {
+            ""
+        };
+        eprintln!("cuflight: warning: {}{clocks}{alone}", s.describe(&names));
     }
     print_hosts(&placed.hosts);
 }

@@ -292,7 +292,8 @@ fn every_command_over_64_rank_traces_opens_each_trace_once() {
 /// Traces of different runs given together are not one job: rank 0 of a V100 DDP run in 2024 and an H100
 /// inference run in 2025 (the shared traces) once made a straggler of the slower, "96% slower than the other
 /// ranks' (rank 0)". Now the report says they ran apart and reports each alone: no job view, no straggler, no
-/// rank invented for a trace that has none. HTA's two ranks, which ran together, still make a job.
+/// rank invented for a trace that has none. HTA's two ranks, which ran together, still make a job, also
+/// beside another run.
 #[test]
 fn traces_of_different_runs_are_reported_alone_not_as_a_job() {
     let (Some(ddp), Some(qwen), Some(r0), Some(r1)) = (
@@ -324,15 +325,41 @@ fn traces_of_different_runs_are_reported_alone_not_as_a_job() {
     let text = Command::new(cuflight_bin()).arg("report").args([&ddp, &qwen]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("Separate runs: ")), "{text}");
-    // Three traces of two runs: the runs are listed, HTA's two ranks together.
+    // Ranks that ran together are one job.
+    let pair = json(&[&r0, &r1]);
+    assert!(pair.get("separate_runs").is_none() && pair["job"]["ranks"].as_array().unwrap().len() == 2, "{pair}");
+    // Three traces of two runs, as a directory gathers them: the runs are listed, and HTA's two ranks are
+    // reported as the job they were, as when given alone: the same job view and the same findings, each naming
+    // its trace; the V100 run beside them, alone.
     let r = json(&[&r0, &ddp, &r1]);
     let why = r["separate_runs"].as_str().expect("said why");
     let (r0_name, r1_name, ddp_name) = (r0.to_str().unwrap(), r1.to_str().unwrap(), ddp.to_str().unwrap());
     assert!(why.contains(&format!("The 3 traces are 2 runs: {r0_name}, {r1_name} at 2023-04-28")), "{why}");
     assert!(why.contains(&format!("; {ddp_name} at 2024-04-04")), "{why}");
-    // Ranks that ran together are still one job.
-    let r = json(&[&r0, &r1]);
-    assert!(r.get("separate_runs").is_none() && r["job"]["ranks"].as_array().unwrap().len() == 2, "{}", r["job"]);
+    assert!(why.contains("a run of several traces as one job"), "{why}");
+    assert!(r.get("job").is_none(), "{}", r["job"]);
+    let jobs = r["run_jobs"].as_array().expect("the pair's job");
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let mut job = jobs[0].clone();
+    let run = job.as_object_mut().unwrap().remove("run").expect("which run");
+    assert_eq!(run["traces"], serde_json::json!([r0_name, r1_name]), "{run}");
+    assert_eq!(job, pair["job"], "the job view as when the pair is given alone");
+    let of = |r: &Value, pid: u64| -> Vec<(String, u64)> {
+        let fs = r["findings"].as_array().unwrap().iter().filter(|f| f["pid"] == pid);
+        fs.map(|f| (f["kind"].as_str().unwrap().to_string(), f["time_lost_ns"].as_u64().unwrap())).collect()
+    };
+    for pid in [4037, 4045] {
+        assert_eq!(of(&r, pid), of(&pair, pid), "pid {pid}");
+    }
+    assert!(of(&r, 4045).iter().any(|f| f.0 == "straggler"), "{:?}", of(&r, 4045));
+    for f in r["findings"].as_array().unwrap() {
+        assert!([r0_name, r1_name, ddp_name].contains(&f["trace"].as_str().unwrap_or_default()), "{f}");
+    }
+    let files: Vec<&str> = r["processes"].as_array().unwrap().iter().map(|p| p["file"].as_str().unwrap()).collect();
+    assert_eq!(files, [r0_name, r1_name, ddp_name], "run by run");
+    let text = Command::new(cuflight_bin()).arg("report").args([&r0, &ddp, &r1]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&format!("== The job (the run of {r0_name} and {r1_name} at 2023-04-28")), "{text}");
     // The commands that put traces on one clock say so too, and leave separate runs' hosts unaligned.
     let dir = scratch("separate-runs");
     let merged = dir.join("m.cuf");

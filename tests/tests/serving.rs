@@ -30,30 +30,68 @@ fn left_out(warmup: &Value) -> u64 {
     warmup["steps"].as_u64().unwrap() + later
 }
 
+/// Steps of one kind the report left out (warm-up, later slow first runs).
+fn left_out_of(warmup: &Value, kind: &str) -> u64 {
+    let of =
+        |list: &str| warmup.get(list).map_or(0, |l| l.as_array().unwrap().iter().filter(|d| d["kind"] == kind).count());
+    (of("detail") + of("later")) as u64
+}
+
+/// Each left-out step was compared with its own kind's steady median, or, for a kind the steady half never
+/// runs, with the slowest kind's: never with the decodes that make most steps.
+fn compared_with_its_kind(warmup: &Value) {
+    let medians: Vec<(String, u64)> = warmup["steady_by_kind"]
+        .as_array()
+        .unwrap_or_else(|| panic!("steps have kinds: {warmup}"))
+        .iter()
+        .map(|k| (k["kind"].as_str().unwrap().to_string(), k["steady_step_ns"].as_u64().unwrap()))
+        .collect();
+    let slowest = medians.iter().map(|m| m.1).max().unwrap();
+    for d in warmup.get("detail").and_then(Value::as_array).into_iter().flatten() {
+        let own = medians.iter().find(|m| d["kind"] == m.0.as_str()).map_or(slowest, |m| m.1);
+        assert_eq!(d["compared_with_ns"].as_u64(), Some(own), "{d} in {warmup}");
+    }
+}
+
+/// Iterations of one kind in the table (0 where it has no row).
+fn count(it: &Value, name: &str) -> u64 {
+    it["kinds"].as_array().unwrap().iter().find(|k| k["kind"] == name).map_or(0, |k| k["count"].as_u64().unwrap())
+}
+
 fn kind<'a>(it: &'a Value, name: &str) -> &'a Value {
     it["kinds"].as_array().unwrap().iter().find(|k| k["kind"] == name).unwrap_or_else(|| panic!("no {name}: {it}"))
 }
 
 #[test]
 fn named_iterations_and_requests_are_counted_as_the_server_ran_them() {
-    let (r, did, _) = served("serving-named", "named");
+    let (r, did, trace) = served("serving-named", "named");
     let p = &r["processes"][0];
     let it = &p["iterations"];
     assert_eq!(it["told_by"], "names", "{it}");
-    // Every iteration of each kind, none lost to the warm-up rule: a prefill is slower than a decode by nature.
+    // Every iteration of each kind, in its row or left out as warm-up (on a loaded machine the first iterations
+    // run slowly enough); a prefill is slower than a decode by nature, so the warm-up rule compares each with
+    // its own kind: the only pure prefill with the slowest kind the steady half runs.
+    let w = &p["warmup"];
     for name in ["prefill", "decode", "mixed"] {
-        assert_eq!(kind(it, name)["count"].as_u64(), Some(did[name]), "{name}: {it}");
+        assert_eq!(count(it, name) + left_out_of(w, name), did[name], "{name}: {it}, {w}");
     }
-    // A decode replays one graph of 6 kernels; a mixed iteration adds a prefill's 8 eager kernels.
-    let decode = kind(it, "decode");
+    compared_with_its_kind(w);
+    // With the warm-up kept, each kind holds exactly what the program ran. A decode replays one graph of 6
+    // kernels; a mixed iteration adds a prefill's 8 eager kernels.
+    let all = report_json_with(&trace, &["--include-warmup"]);
+    let all = &all["processes"][0]["iterations"];
+    for name in ["prefill", "decode", "mixed"] {
+        assert_eq!(count(all, name), did[name], "{name}: {all}");
+    }
+    let decode = kind(all, "decode");
     assert_eq!(decode["kernels"].as_u64(), Some(6 * did["decode"]), "{decode}");
     assert_eq!(decode["graph_replays"].as_u64(), Some(did["decode"]), "{decode}");
-    let mixed = kind(it, "mixed");
+    let mixed = kind(all, "mixed");
     assert_eq!(mixed["kernels"].as_u64(), Some(14 * did["mixed"]), "{mixed}");
-    assert_eq!(kind(it, "prefill")["graph_replays"], 0, "{it}");
-    let total: u64 = it["kinds"].as_array().unwrap().iter().map(|k| k["kernels"].as_u64().unwrap()).sum();
-    assert_eq!(total, did["kernels"], "{it}");
-    for k in it["kinds"].as_array().unwrap() {
+    assert_eq!(kind(all, "prefill")["graph_replays"], 0, "{all}");
+    let total: u64 = all["kinds"].as_array().unwrap().iter().map(|k| k["kernels"].as_u64().unwrap()).sum();
+    assert_eq!(total, did["kernels"], "{all}");
+    for k in all["kinds"].as_array().unwrap() {
         let (busy, idle, time) = (k["gpu_busy_ns"].as_u64().unwrap(), k["idle_ns"].as_u64().unwrap(), &k["time_ns"]);
         assert_eq!(Some(busy + idle), time.as_u64(), "{k}");
         assert!(k["p50_ns"].as_u64().unwrap() <= k["p99_ns"].as_u64().unwrap(), "{k}");
@@ -61,7 +99,7 @@ fn named_iterations_and_requests_are_counted_as_the_server_ran_them() {
     // Prefill iterations run 8 kernels of 60 us, decodes 6 of 30: each kind's GPU time says so (their wall
     // times do too, but a loaded machine can stretch any of them).
     let busy_each = |k: &Value| k["gpu_busy_ns"].as_u64().unwrap() / k["count"].as_u64().unwrap();
-    assert!(busy_each(mixed) > 3 * busy_each(decode), "{it}");
+    assert!(busy_each(mixed) > 3 * busy_each(decode), "{all}");
     // 12 requests, each admitted in one iteration and decoded in the next 10: in flight for 11 iterations.
     let q = &it["requests"];
     assert_eq!((q["ended"].as_u64(), q["open_at_end"].as_u64()), (Some(did["requests"]), Some(0)), "{q}");
@@ -90,13 +128,15 @@ fn unnamed_iterations_are_told_apart_by_their_launches_and_the_gaps_are_said() {
     assert_eq!(it["told_by"], "launches", "{it}");
     // This engine graphs its decode and prefills eagerly: graph replays alone are its decodes, both its mixed
     // iterations. Every iteration is counted once, in its kind or in the warm-up the steps begin with (the
-    // pre-serving warm-up and the first prefill at least; on a loaded machine the first iterations run slowly
-    // enough to be more of it).
-    let count = |it: &Value, name: &str| kind(it, name)["count"].as_u64().unwrap();
-    let warmup = left_out(&p["warmup"]);
-    let counted: u64 = it["kinds"].as_array().unwrap().iter().map(|k| k["count"].as_u64().unwrap()).sum();
-    assert_eq!(counted + warmup, did["decode"] + did["mixed"] + 2, "{it}, left out {warmup}");
-    assert!(did["decode"] - count(it, "graph replay") <= warmup, "{it}, left out {warmup}");
+    // pre-serving warm-up at least; on a loaded machine the first iterations run slowly enough to be more of it).
+    // The first prefill, twice a decode, is compared with the slowest steady kind (a mixed iteration), not with
+    // the decodes that make most steps: on an idle machine it is an iteration, not warm-up.
+    let w = &p["warmup"];
+    let ran = [("graph replay", did["decode"]), ("graph replay + eager", did["mixed"] + 1), ("eager", 1)];
+    for (name, ran) in ran {
+        assert_eq!(count(it, name) + left_out_of(w, name), ran, "{name}: {it}, {w}");
+    }
+    compared_with_its_kind(w);
     assert_eq!(kind(it, "graph replay")["kernels"].as_u64(), Some(6 * count(it, "graph replay")), "{it}");
     assert!(it.get("requests").is_none(), "{it}");
     // With the warm-up kept, each kind holds exactly what the program ran: the pre-serving warm-up (a prefill

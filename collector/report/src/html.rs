@@ -325,7 +325,7 @@ fn render(r: &Report) -> String {
         }
         out.push_str("</table>");
     }
-    if let Some(j) = &r.job {
+    for j in r.job.iter().chain(&r.run_jobs) {
         j.to_html(&mut out);
     }
     for p in &r.processes {

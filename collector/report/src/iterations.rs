@@ -1,5 +1,5 @@
 //! A serving engine's iterations told apart: prefill, decode and mixed batches (from the names the engine gives
-//! its iteration ranges, [`range_roles::iteration_kind`]), or, where it names none, steps that replay a CUDA graph
+//! its iteration ranges, [`super::step_kinds`]), or, where it names none, steps that replay a CUDA graph
 //! against steps that run eagerly; the GPU time and idle of each kind, and what each annotated request took.
 //!
 //! The iterations are the report's steps (an iteration name is step-like), after the warm-up is left out; each
@@ -9,19 +9,10 @@
 use super::findings::{ms, percent};
 use super::plan::Requests;
 use super::spans::Span;
+pub use super::step_kinds::ToldBy;
+use super::step_kinds::{self, Launched};
 use super::steps::StepRow;
-use cuflight_trace::model::range_roles::{self, IterationKind};
 use serde::Serialize;
-
-/// How the kinds were told apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ToldBy {
-    /// The engine's own names for its iterations.
-    Names,
-    /// Whether a step replays a CUDA graph: the engine names nothing.
-    Launches,
-}
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Iterations {
@@ -82,26 +73,11 @@ pub struct RequestStats {
     pub outside_iterations: u64,
 }
 
-/// The kind of each step, by name or by launches; None where neither tells (no iteration names, and steps that
-/// do not differ in whether they replay graphs and launch eagerly, or that replay none).
-fn kinds_of(rows: &[StepRow]) -> Option<(ToldBy, Vec<String>)> {
-    let named: Vec<Option<IterationKind>> = rows.iter().map(|r| range_roles::iteration_kind(&r.name)).collect();
-    if named.iter().any(Option::is_some) {
-        let labels = named.iter().map(|k| k.map_or("other", IterationKind::label).to_string()).collect();
-        return Some((ToldBy::Names, labels));
-    }
-    let label = |r: &StepRow| match (r.graph_replays > 0, r.eager_kernels > 0) {
-        (true, false) => "graph replay",
-        (true, true) => "graph replay + eager",
-        (false, true) => "eager",
-        (false, false) => "no kernels",
-    };
-    let labels: Vec<String> = rows.iter().map(|r| label(r).to_string()).collect();
-    let distinct: std::collections::BTreeSet<&str> = labels.iter().map(String::as_str).collect();
-    if !(distinct.len() >= 2 && rows.iter().any(|r| r.graph_replays > 0)) {
-        return None;
-    }
-    Some((ToldBy::Launches, labels))
+/// The kind of each step, by name or by launches ([`step_kinds::kinds`]).
+fn kinds_of(rows: &[StepRow]) -> Option<(ToldBy, Vec<&'static str>)> {
+    let launched: Vec<Launched> =
+        rows.iter().map(|r| Launched { graph_replays: r.graph_replays, eager_kernels: r.eager_kernels }).collect();
+    step_kinds::kinds(rows.iter().map(|r| r.name.as_str()), Some(&launched))
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -127,10 +103,10 @@ pub fn summarize(rows: &[StepRow], windows: &[Span], requests: &Requests) -> Opt
     let mut not_attributed = Vec::new();
     let (told_by, rows_by_kind) = match &kinds {
         Some((told_by, labels)) => {
-            let mut order: Vec<String> = Vec::new();
-            for l in labels {
-                if !order.contains(l) {
-                    order.push(l.clone());
+            let mut order: Vec<&str> = Vec::new();
+            for &l in labels {
+                if !order.contains(&l) {
+                    order.push(l);
                 }
             }
             let mut out: Vec<KindRow> = order.iter().map(|k| kind_row(k, rows, labels)).collect();
@@ -182,8 +158,8 @@ pub fn summarize(rows: &[StepRow], windows: &[Span], requests: &Requests) -> Opt
     Some(Iterations { told_by, kinds: rows_by_kind, requests: requests_row, not_attributed })
 }
 
-fn kind_row(kind: &str, rows: &[StepRow], labels: &[String]) -> KindRow {
-    let mine: Vec<&StepRow> = rows.iter().zip(labels).filter(|(_, l)| *l == kind).map(|(r, _)| r).collect();
+fn kind_row(kind: &str, rows: &[StepRow], labels: &[&str]) -> KindRow {
+    let mine: Vec<&StepRow> = rows.iter().zip(labels).filter(|(_, l)| **l == kind).map(|(r, _)| r).collect();
     let mut durations: Vec<u64> = mine.iter().map(|r| r.duration_ns).collect();
     durations.sort_unstable();
     let time_ns = durations.iter().sum();

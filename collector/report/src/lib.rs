@@ -9,6 +9,7 @@ mod assemble;
 pub mod breakdown;
 mod busy;
 mod busy_findings;
+mod by_run;
 mod counter_findings;
 pub mod diff;
 pub mod failed_calls;
@@ -34,6 +35,7 @@ pub mod sources;
 pub mod spans;
 pub mod stack_cost;
 mod step_choice;
+mod step_kinds;
 pub mod step_path;
 pub mod steps;
 mod sweep;
@@ -169,6 +171,10 @@ pub struct Report {
     /// With several ranks: the ranks side by side, on one clock.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub job: Option<job::JobReport>,
+    /// Traces of separate runs (`separate_runs`), of which a run has several: each such run's job view, in time
+    /// order (`job.run` names its traces).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub run_jobs: Vec<job::JobReport>,
 }
 
 /// Why a report cannot be made (one line each, for the CLI).
@@ -205,49 +211,55 @@ impl ProcessReport {
 /// windows in several files): "pid 11394" three times over tells a reader nothing. With `every` (separate runs,
 /// whose files are all that tells their processes apart: each may have a rank 0), every finding's.
 fn name_traces(all: &mut [Finding], processes: &mut [ProcessReport], every: bool) {
-    let shared: rustc_hash::FxHashSet<(u32, Option<u32>)> =
-        windows::shared_pids(processes).iter().map(|m| (processes[m[0]].pid, processes[m[0]].rank)).collect();
+    let named = trace_named(processes, every);
     let in_processes = processes.iter_mut().flat_map(|p| p.findings.iter_mut());
-    for f in all.iter_mut().chain(in_processes).filter(|f| every || shared.contains(&(f.pid, f.rank))) {
+    for f in all.iter_mut().chain(in_processes).filter(|f| named(f.pid, f.rank)) {
         f.trace = Some(f.file.clone());
     }
 }
 
+/// Whether what a process of pid and rank says must name its trace ([`name_traces`]).
+fn trace_named(processes: &[ProcessReport], every: bool) -> impl Fn(u32, Option<u32>) -> bool {
+    let shared: rustc_hash::FxHashSet<(u32, Option<u32>)> =
+        windows::shared_pids(processes).iter().map(|m| (processes[m[0]].pid, processes[m[0]].rank)).collect();
+    move |pid, rank| every || shared.contains(&(pid, rank))
+}
+
 impl Report {
-    /// `traces`: (display name, source); several traces are several ranks of one job. Each source is read in
-    /// two or three passes: the plan (steps and their windows), then the window sweep.
+    /// `traces`: (display name, source); several traces are several ranks of one job, or of separate runs
+    /// ([`by_run`]). Each source is read in two or three passes: the plan (steps and their windows), then the
+    /// window sweep.
     pub fn compute(traces: &mut [(String, EventSource)], opts: &Options) -> Result<Report, ReportError> {
         let (plans, chosen) = assemble::plan_traces(traces, opts)?;
-        // Processes with GPU work, in file order, then by process key.
-        let mut procs: Vec<(usize, u32)> = Vec::new();
-        for (fi, (_, source)) in traces.iter().enumerate() {
-            procs.extend(
-                source.processes.keys().filter(|k| plans[fi].get(k).is_some_and(|p| p.gpu_ops > 0)).map(|&k| (fi, k)),
-            );
+        let procs = gpu_processes(traces, &plans)?;
+        match separated(traces, &plans, &procs).and_then(|s| by_run::groups(&s, traces.len()).map(|g| (s, g))) {
+            Some((s, groups)) => by_run::compute(traces, plans, chosen, (&s, groups), opts),
+            None => Report::compute_planned(traces, &plans, &chosen, opts),
         }
-        if procs.is_empty() {
-            let names: Vec<&str> = traces.iter().map(|(f, _)| f.as_str()).collect();
-            return Err(ReportError::NoGpuWork(names.join(", ")));
-        }
+    }
+
+    /// The report of planned traces, taken as one run: processes apart in time or one process's windows are
+    /// reported alone.
+    fn compute_planned(
+        traces: &mut [(String, EventSource)],
+        plans: &job_roles::Plans,
+        chosen: &[rustc_hash::FxHashMap<u32, String>],
+        opts: &Options,
+    ) -> Result<Report, ReportError> {
+        let procs = gpu_processes(traces, plans)?;
         let n = procs.len();
         // Traces of different times are not one job: no job view, no cross-rank findings, files not taken as
         // ranks, and the report says why.
-        let separate = {
-            let mut clock = cuflight_trace::model::job_clock::JobClockBuilder::default();
-            for &(fi, k) in &procs {
-                clock.add_span(fi, &traces[fi].1.processes[&k], &plans[fi][&k].clock);
-            }
+        let separate = separated(traces, plans, &procs).map(|s| {
             let files: Vec<&str> = traces.iter().map(|(f, _)| f.as_str()).collect();
-            clock.separate_runs().map(|s| {
-                let consequence = match s.why {
-                    Separate::Windows { .. } => "Each is reported alone",
-                    Separate::Apart { .. } => {
-                        "Each is reported alone; `cuflight diff BASELINE CANDIDATE` compares two runs"
-                    }
-                };
-                format!("{}. {consequence}", s.describe(&files))
-            })
-        };
+            let consequence = match s.why {
+                Separate::Windows { .. } => "Each is reported alone",
+                Separate::Apart { .. } => {
+                    "Each is reported alone; `cuflight diff BASELINE CANDIDATE` compares two runs"
+                }
+            };
+            format!("{}. {consequence}", s.describe(&files))
+        });
         let several_files = traces.len() > 1 && separate.is_none();
         // Ranks by order (of files, or of GPU processes) only for one job: separate runs keep their own or none.
         let ranked = if separate.is_some() { 1 } else { n };
@@ -256,7 +268,7 @@ impl Report {
         let ctxs: Vec<Ctx> = procs
             .iter()
             .enumerate()
-            .map(|(i, &(fi, k))| ctx(traces, &plans, (fi, k), i, several_files, ranked))
+            .map(|(i, &(fi, k))| ctx(traces, plans, (fi, k), i, several_files, ranked))
             .collect();
         // One process per rank takes part in the job view; its DataLoader or other workers with GPU work of
         // their own (same rank, from the launcher's environment they inherit) are reported beside it.
@@ -278,7 +290,7 @@ impl Report {
             }
         }
         let job_ctxs: Vec<Ctx> =
-            primary.iter().map(|&i| ctx(traces, &plans, procs[i], i, several_files, ranked)).collect();
+            primary.iter().map(|&i| ctx(traces, plans, procs[i], i, several_files, ranked)).collect();
         let (offsets, clocks) = job_clocks(&job_ctxs);
         let mut job_plan = job::plan(&job_ctxs, &offsets, clocks);
         if separate.is_some() {
@@ -293,11 +305,11 @@ impl Report {
         let worker_of: Vec<Option<u32>> = main_of.iter().map(|m| m.map(|j| ctxs[j].p.info.pid)).collect();
         drop(job_ctxs);
         drop(ctxs);
-        let swept = assemble::sweep_traces(traces, &plans, &procs, &waits)?;
+        let swept = assemble::sweep_traces(traces, plans, &procs, &waits)?;
         let mut all = Vec::new();
         let mut processes = Vec::new();
         for (i, (&(fi, k), swept)) in procs.iter().zip(swept).enumerate() {
-            let ctx = ctx(traces, &plans, (fi, k), i, several_files, ranked);
+            let ctx = ctx(traces, plans, (fi, k), i, several_files, ranked);
             let part = assemble::Part {
                 file: &traces[fi].0,
                 ctx: &ctx,
@@ -313,7 +325,7 @@ impl Report {
         }
         let job = (primary.len() > 1 && separate.is_none()).then(|| {
             let ctxs: Vec<Ctx> =
-                primary.iter().map(|&i| ctx(traces, &plans, procs[i], i, several_files, ranked)).collect();
+                primary.iter().map(|&i| ctx(traces, plans, procs[i], i, several_files, ranked)).collect();
             let inputs: Vec<job::RankInput> = ctxs
                 .iter()
                 .zip(&offsets)
@@ -330,8 +342,8 @@ impl Report {
         all.extend(job_plan.finding);
         sort_findings(&mut all);
         name_traces(&mut all, &mut processes, separate.is_some());
-        let verdict = verdict(&all, &processes);
-        Ok(Report { verdict, separate_runs: separate, findings: all, processes, job })
+        let verdict = verdict(&all, &processes, separate.is_some());
+        Ok(Report { verdict, separate_runs: separate, findings: all, processes, job, run_jobs: Vec::new() })
     }
 
     /// Where the timeline of the file that holds `f`'s process starts (times in a finding are relative to it).
@@ -351,8 +363,37 @@ impl Report {
     }
 }
 
-fn verdict(findings: &[Finding], processes: &[ProcessReport]) -> String {
-    let performance = performance_verdict(findings, processes);
+/// The processes with GPU work, in file order, then by process key.
+fn gpu_processes(traces: &[(String, EventSource)], plans: &job_roles::Plans) -> Result<Vec<(usize, u32)>, ReportError> {
+    let mut procs: Vec<(usize, u32)> = Vec::new();
+    for (fi, (_, source)) in traces.iter().enumerate() {
+        procs.extend(
+            source.processes.keys().filter(|k| plans[fi].get(k).is_some_and(|p| p.gpu_ops > 0)).map(|&k| (fi, k)),
+        );
+    }
+    if procs.is_empty() {
+        let names: Vec<&str> = traces.iter().map(|(f, _)| f.as_str()).collect();
+        return Err(ReportError::NoGpuWork(names.join(", ")));
+    }
+    Ok(procs)
+}
+
+/// Whether the processes `procs` are of separate runs ([`cuflight_trace::model::runs`]), by their spans.
+fn separated(
+    traces: &[(String, EventSource)],
+    plans: &job_roles::Plans,
+    procs: &[(usize, u32)],
+) -> Option<cuflight_trace::model::runs::Separated> {
+    let mut clock = cuflight_trace::model::job_clock::JobClockBuilder::default();
+    for &(fi, k) in procs {
+        clock.add_span(fi, &traces[fi].1.processes[&k], &plans[fi][&k].clock);
+    }
+    clock.separate_runs()
+}
+
+/// The verdict; `every_trace`: what a process says names its trace ([`name_traces`]).
+fn verdict(findings: &[Finding], processes: &[ProcessReport], every_trace: bool) -> String {
+    let performance = performance_verdict(findings, processes, every_trace);
     let faults = processes.iter().filter_map(|p| {
         let r = p.cuda_errors.iter().filter(|r| r.class == ErrorClass::Sticky).min_by_key(|r| r.first_ns)?;
         Some((r, p))
@@ -373,24 +414,30 @@ fn verdict(findings: &[Finding], processes: &[ProcessReport]) -> String {
 /// goes.
 const BUSY_UTILIZATION: f64 = 0.80;
 
-fn performance_verdict(findings: &[Finding], processes: &[ProcessReport]) -> String {
-    let in_steps = processes
-        .iter()
-        .filter_map(|p| p.step_total.as_ref())
-        .map(|t| t.gpu_utilization)
-        .fold(None, |m: Option<f64>, u| Some(m.map_or(u, |m| m.min(u))));
+fn performance_verdict(findings: &[Finding], processes: &[ProcessReport], every_trace: bool) -> String {
+    // The lowest of the processes', and whose it is.
+    let lowest = |of: &dyn Fn(&ProcessReport) -> Option<f64>| {
+        processes.iter().filter_map(|p| Some((of(p)?, p))).min_by(|a, b| a.0.total_cmp(&b.0))
+    };
+    let in_steps = lowest(&|p| p.step_total.as_ref().map(|t| t.gpu_utilization));
     // Without steps anywhere: the GPU's busy share of the time the findings cover (the whole trace's window),
     // the denominator of their shares, so that a verdict never reads "cpu_bound 71%" beside "busy 100%".
     let covered = || {
-        processes
-            .iter()
-            .filter(|p| p.covered_ns > 0)
-            .map(|p| 1.0 - p.idle_in_steps_ns.min(p.covered_ns) as f64 / p.covered_ns as f64)
-            .fold(None, |m: Option<f64>, u| Some(m.map_or(u, |m| m.min(u))))
+        lowest(&|p| (p.covered_ns > 0).then(|| 1.0 - p.idle_in_steps_ns.min(p.covered_ns) as f64 / p.covered_ns as f64))
     };
-    let (util, label) = match in_steps {
+    let (lowest, label) = match in_steps {
         Some(u) => (Some(u), "GPU utilisation in steps"),
         None => (covered(), "GPU busy in the time covered"),
+    };
+    let util = lowest.map(|(u, _)| u);
+    // Of several processes, the lowest figure names its own: it need not be the finding's process.
+    let whose = match lowest {
+        Some((_, p)) if processes.len() > 1 => {
+            let named = trace_named(processes, every_trace)(p.pid, p.rank);
+            let trace = if named { format!(" in {}", p.file) } else { String::new() };
+            format!(" at the lowest ({}{trace})", p.rank.map_or(format!("pid {}", p.pid), |r| format!("rank {r}")))
+        }
+        _ => String::new(),
     };
     // A busy GPU whose kernels show none of the waste read off names: said, so that "no bottleneck" is not read
     // as "nothing to gain".
@@ -406,7 +453,7 @@ fn performance_verdict(findings: &[Finding], processes: &[ProcessReport]) -> Str
     } else {
         ""
     };
-    let util = util.map_or(String::new(), |u| format!(" {label}: {:.0}%.{busy}{hidden}", u * 100.0));
+    let util = util.map_or(String::new(), |u| format!(" {label}: {:.0}%{whose}.{busy}{hidden}", u * 100.0));
     // What the shares are of: step time, or without steps the time covered.
     let of = if in_steps.is_some() { "step time" } else { "the time covered" };
     match findings.first() {

@@ -276,7 +276,15 @@ impl First {
                     x.1 = x.1.max(e.end);
                 }
                 self.max_op_end = Some(self.max_op_end.unwrap_or(0).max(e.end));
-                if let Some(call) = self.launches.work(e).map(|w| w.call) {
+                let joined = self.launches.work(e);
+                // What a step launches tells a server's kinds of steps apart, as the sweep counts them.
+                let graph = joined.is_some_and(|j| self.names.call(j.call.name).has(CallEffects::LAUNCHES_GRAPH));
+                if graph && joined.is_some_and(|j| j.first) {
+                    self.warm.graph_replays.push(e.start);
+                } else if kind == Some(EventKind::Kernel) && !graph {
+                    self.warm.eager_kernels.push(e.start);
+                }
+                if let Some(call) = joined.map(|w| w.call) {
                     if self.gpu_ops == 1 {
                         self.first_op_queued = Some((call.start, e.start));
                     }

@@ -324,7 +324,15 @@ pub fn warmup_line(w: &super::warmup::Warmup) -> Option<String> {
     if w.steps == 0 {
         return None;
     }
-    let names: Vec<String> = w.detail.iter().take(3).map(|d| format!("{} {}", d.name, ms(d.duration_ns))).collect();
+    let names: Vec<String> = w
+        .detail
+        .iter()
+        .take(3)
+        .map(|d| {
+            let kind = d.kind.map_or(String::new(), |k| format!(", {k}"));
+            format!("{} {}{kind}", d.name, ms(d.duration_ns))
+        })
+        .collect();
     let more = if w.detail.len() > 3 { ", ..." } else { "" };
     let apart = if w.filtered {
         "analysed where the filter chose them"
@@ -334,12 +342,15 @@ pub fn warmup_line(w: &super::warmup::Warmup) -> Option<String> {
         "left out of the verdict, findings and steps below (--include-warmup keeps them)"
     };
     Some(format!(
-        "Warm-up: {} step{}, {} ({}{more}; steady steps take {}): {}; {apart}",
+        "Warm-up: {} step{}, {} ({}{more}; {}): {}; {apart}",
         w.steps,
         if w.steps == 1 { "" } else { "s" },
         ms(w.ns),
-        names.join(", "),
-        ms(w.steady_step_ns),
+        names.join("; "),
+        w.steady_by_kind_words(ms).map_or_else(
+            || format!("steady steps take {}", ms(w.steady_step_ns)),
+            |k| format!("steady steps by kind: {k}")
+        ),
         w.describe()
     ))
 }
@@ -359,7 +370,13 @@ pub fn first_runs_line(w: &super::warmup::Warmup) -> Option<String> {
             let e =
                 f.examples.first().map_or(String::new(), |n| format!(", e.g. {}", super::short_names::short_name(n)));
             let s = if f.new_kernels == 1 { "" } else { "s" };
-            format!("{} +{} ({what}{} {kind}{s} the trace had not run before{e})", f.name, ms(f.cost_ns), f.new_kernels)
+            let of = f.kind.map_or(String::new(), |k| format!(", {k}"));
+            format!(
+                "{}{of} +{} ({what}{} {kind}{s} the trace had not run before{e})",
+                f.name,
+                ms(f.cost_ns),
+                f.new_kernels
+            )
         })
         .collect();
     let more = if w.later.len() > 5 { format!(", and {} more", w.later.len() - 5) } else { String::new() };
@@ -372,11 +389,11 @@ pub fn first_runs_line(w: &super::warmup::Warmup) -> Option<String> {
         "left out with the warm-up (--include-warmup keeps them)"
     };
     Some(format!(
-        "Slow steps running kernels for the first time after warm-up: {} step(s), {} over the steady {} in all: {}{more}; \
-         {apart}",
+        "Slow steps running kernels for the first time after warm-up: {} step(s), {} over the steady {} in all: \
+         {}{more}; {apart}",
         w.later.len(),
         ms(cost),
-        ms(w.steady_step_ns),
+        w.steady_by_kind_words(ms).map_or_else(|| ms(w.steady_step_ns), |k| format!("median of their kind ({k})")),
         steps.join("; ")
     ))
 }
@@ -392,6 +409,7 @@ impl Report {
 const TEXT_FINDINGS: usize = 20;
 const TEXT_PROCESSES: usize = 16;
 const TEXT_WINDOWS: usize = 24;
+const TEXT_RUN_JOBS: usize = 4;
 
 fn render(r: &Report) -> String {
     let mut out = format!("Verdict: {}\n", r.verdict);
@@ -437,6 +455,15 @@ fn render(r: &Report) -> String {
     }
     if let Some(j) = &r.job {
         j.to_text(&mut out);
+    }
+    for j in r.run_jobs.iter().take(TEXT_RUN_JOBS) {
+        j.to_text(&mut out);
+    }
+    if r.run_jobs.len() > TEXT_RUN_JOBS {
+        out.push_str(&format!(
+            "\n ... and {} more runs' jobs (--format json or html)\n",
+            r.run_jobs.len() - TEXT_RUN_JOBS
+        ));
     }
     // Of many processes, those the shown findings name, then the first ones.
     let mut shown: Vec<usize> = Vec::new();

@@ -4,7 +4,9 @@
 //! step decides the verdict of a run whose steady steps take 30 ms.
 //!
 //! A leading step is warm-up when any of these holds, against the steady half of the run (its later half):
-//! - it takes more than 1.5× the steady steps' median time;
+//! - it takes more than 1.5× the steady steps' median time: of its own kind where a server's steps have kinds
+//!   ([`super::step_kinds`]: a prefill is not a slow decode), of the slowest steady kind for a kind the steady
+//!   half never runs;
 //! - it runs kernels that no later half step runs (autotuning candidates, set-up kernels);
 //! - it makes more device allocation calls (`cudaMalloc`, `cuMemAlloc`; not the stream-ordered ones, which
 //!   reuse a pool) than any steady step (the allocator growing).
@@ -13,34 +15,77 @@
 //! more (fewer have no steady pattern to compare against).
 //!
 //! A later step pays for first-time work again when it runs kernels that no step before it ran and takes more
-//! than 1.5× the steady median: a `torch.compile` recompilation (a new shape or a guard that failed compiles
+//! than 1.5× the steady median (of its kind): a `torch.compile` recompilation (a new shape or a guard that failed compiles
 //! new Triton kernels; Inductor names them `triton_*`), a code path taken for the first time (the first
 //! evaluation), a kernel autotuned for a new shape. Each is named with its cost, its time over the median, and
 //! left out of the analyses with the warm-up ([`super::plan::Plan::leave_out_warmup`]).
 
 use super::spans::Span;
+use super::step_kinds::{self, Launched};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 /// A step is slow when it takes more than this times the steady median.
 const SLOW: f64 = 1.5;
 
-/// Device allocation calls remembered per process for the allocation rule (their start times); past this many,
-/// the rule is left out (the run allocates all the time, so allocations do not tell warm-up apart).
-pub const MAX_ALLOC_CALLS: usize = 1 << 20;
+/// Times remembered per process for each rule that needs them (device allocation calls, graph replays, eager
+/// kernels); past this many, the rule is left out (a run that allocates all the time is not told apart by its
+/// allocations; past a million eager kernels, steps are compared with all steps, not with their kind's).
+pub const MAX_TIMES: usize = 1 << 20;
 
 /// What the plan pass collects for the rules.
 #[derive(Default)]
 pub struct Evidence {
     /// Kernel name → (first start, last start).
     pub kernels: FxHashMap<u32, (u64, u64)>,
-    /// Start times of device allocation calls (None once there were more than [`MAX_ALLOC_CALLS`]).
-    pub alloc_calls: Option<Vec<u64>>,
+    /// Start times of device allocation calls.
+    pub alloc_calls: Times,
+    /// Where each CUDA graph replay's first op starts, and each kernel launched one by one: what a server's
+    /// steps launch tells its kinds apart ([`super::step_kinds`]).
+    pub graph_replays: Times,
+    pub eager_kernels: Times,
+}
+
+/// Start times, up to [`MAX_TIMES`] (None once there were more).
+pub struct Times(Option<Vec<u64>>);
+
+impl Default for Times {
+    fn default() -> Times {
+        Times(Some(Vec::new()))
+    }
+}
+
+impl Times {
+    pub fn push(&mut self, t: u64) {
+        if let Some(v) = self.0.as_mut() {
+            if v.len() >= MAX_TIMES {
+                self.0 = None;
+            } else {
+                v.push(t);
+            }
+        }
+    }
+
+    /// How many fall in each of `windows` (in time order, not overlapping); None past the cap.
+    fn per_window(&self, windows: &[Span]) -> Option<Vec<u64>> {
+        let mut per = vec![0u64; windows.len()];
+        for &t in self.0.as_ref()? {
+            if let Some(i) = in_window(windows, t) {
+                per[i] += 1;
+            }
+        }
+        Some(per)
+    }
+}
+
+/// The window `t` falls in.
+fn in_window(windows: &[Span], t: u64) -> Option<usize> {
+    windows.partition_point(|w| w.0 <= t).checked_sub(1).filter(|&i| t < windows[i].1)
 }
 
 impl Evidence {
     pub fn new() -> Evidence {
-        Evidence { kernels: FxHashMap::default(), alloc_calls: Some(Vec::new()) }
+        Evidence::default()
     }
 
     pub fn kernel(&mut self, name: u32, start: u64) {
@@ -50,13 +95,7 @@ impl Evidence {
     }
 
     pub fn alloc_call(&mut self, start: u64) {
-        if let Some(v) = self.alloc_calls.as_mut() {
-            if v.len() >= MAX_ALLOC_CALLS {
-                self.alloc_calls = None;
-            } else {
-                v.push(start);
-            }
-        }
+        self.alloc_calls.push(start);
     }
 }
 
@@ -69,8 +108,13 @@ pub struct WarmupStep {
     pub start_ns: u64,
     /// Its duration.
     pub duration_ns: u64,
-    /// Its time over the steady steps' median.
+    /// Its kind, where the steps have kinds (a serving engine's iterations, [`step_kinds`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    /// Its time over the median it is compared with (`compared_with_ns`).
     pub slowdown: f64,
+    /// The steady steps' median of its kind, or of all steps where steps have no kinds; 0 where none compares.
+    pub compared_with_ns: u64,
     /// Kernels (distinct names) it ran that no steady step runs.
     pub kernels_only_here: usize,
     /// Device allocation calls it made.
@@ -89,8 +133,12 @@ pub struct Warmup {
     /// A filter (`--filter-nvtx`, `--filter-time`) chose the steps: warm-up ones are analysed where chosen.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub filtered: bool,
-    /// Median time of the steady steps the rules compare against.
+    /// Median time of the steady steps (the later half's).
     pub steady_step_ns: u64,
+    /// Where steps have kinds (a server's prefill, decode...): each kind's steady median, which its steps are
+    /// compared with (a kind the steady half never runs is compared with the slowest), fastest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steady_by_kind: Vec<KindMedian>,
     /// Each warm-up step and why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub detail: Vec<WarmupStep>,
@@ -105,6 +153,15 @@ pub struct Warmup {
     pub later: Vec<FirstRun>,
 }
 
+/// One kind's steady median (JSON `warmup.steady_by_kind`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct KindMedian {
+    /// The kind ("decode", "graph replay"...).
+    pub kind: &'static str,
+    /// The median duration of its steps in the steady half.
+    pub steady_step_ns: u64,
+}
+
 /// A step after the warm-up that ran kernels no earlier step ran, slowly (JSON `warmup.later`).
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FirstRun {
@@ -114,7 +171,10 @@ pub struct FirstRun {
     pub start_ns: u64,
     /// Its duration.
     pub duration_ns: u64,
-    /// Its time over the steady steps' median.
+    /// Its kind, where the steps have kinds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    /// Its time over the steady median it is compared with (its kind's, where steps have kinds).
     pub cost_ns: u64,
     /// Kernels (distinct names) first run in it.
     pub new_kernels: usize,
@@ -127,25 +187,25 @@ pub struct FirstRun {
     pub examples: Vec<String>,
 }
 
-/// Steps from `from` on that ran kernels first seen in them and took over [`SLOW`]× `median`.
-fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, reference: &[u64]) -> Vec<FirstRun> {
-    let in_window = |t: u64| windows.partition_point(|w| w.0 <= t).checked_sub(1).filter(|&i| t < windows[i].1);
+/// Steps from `from` on that ran kernels first seen in them and took over [`SLOW`]× their reference.
+fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, reference: &Reference) -> Vec<FirstRun> {
     let mut firsts: Vec<(u64, u32)> = ev.kernels.iter().map(|(&k, &(first, _))| (first, k)).collect();
     firsts.sort_unstable();
     let mut per: FxHashMap<usize, Vec<u32>> = FxHashMap::default();
     for (first, k) in firsts {
-        if let Some(i) = in_window(first).filter(|&i| i >= from && i > 0) {
+        if let Some(i) = in_window(windows, first).filter(|&i| i >= from && i > 0) {
             per.entry(i).or_default().push(k);
         }
     }
     let mut out: Vec<FirstRun> = per
         .into_iter()
         .filter_map(|(i, kernels)| {
-            let (d, median) = (windows[i].1 - windows[i].0, reference[i]);
+            let (d, median) = (windows[i].1 - windows[i].0, reference.per_step[i]);
             (median > 0 && d as f64 > SLOW * median as f64).then(|| FirstRun {
                 name: names.get(i).cloned().unwrap_or_default(),
                 start_ns: windows[i].0,
                 duration_ns: d,
+                kind: reference.kind(i),
                 cost_ns: d - median,
                 new_kernels: kernels.len(),
                 recompiled: false,
@@ -159,6 +219,13 @@ fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, re
 }
 
 impl Warmup {
+    /// Each kind's steady median in words ("decode 0.35 ms, prefill 1.01 ms"); None where steps have no kinds.
+    pub fn steady_by_kind_words(&self, ms: impl Fn(u64) -> String) -> Option<String> {
+        let kinds: Vec<String> =
+            self.steady_by_kind.iter().map(|k| format!("{} {}", k.kind, ms(k.steady_step_ns))).collect();
+        (!kinds.is_empty()).then(|| kinds.join(", "))
+    }
+
     /// One line for text and HTML: what the warm-up steps did.
     pub fn describe(&self) -> String {
         let mut what: Vec<String> = Vec::new();
@@ -173,35 +240,61 @@ impl Warmup {
         }
         let slowest = self.detail.iter().map(|d| d.slowdown).fold(0.0, f64::max);
         if slowest > SLOW {
-            what.push(format!("up to {slowest:.1}x the steady step time"));
+            let of = if self.steady_by_kind.is_empty() { "" } else { " of its kind" };
+            what.push(format!("up to {slowest:.1}x the steady step time{of}"));
         }
         what.join("; ")
     }
 }
 
-/// What each step's time is compared with: the median steady step (the second half's) of its own kind where a
-/// serving engine names its iterations (a prefill is slower than a decode by nature, not for warming up; 0 for a
-/// kind the steady half does not run), else of all steps.
-fn like_steps_median(windows: &[Span], names: &[String], half: usize, median: u64) -> Vec<u64> {
-    use cuflight_trace::model::range_roles::iteration_kind;
-    let kinds: Vec<_> = (0..windows.len()).map(|i| names.get(i).and_then(|n| iteration_kind(n))).collect();
-    if kinds.iter().all(Option::is_none) {
-        return vec![median; windows.len()];
+/// What each step's time is compared with.
+struct Reference {
+    /// Per step: the median it is compared with.
+    per_step: Vec<u64>,
+    /// Per step: its kind, where steps have kinds.
+    kinds: Option<Vec<&'static str>>,
+    /// Each kind's steady median, fastest first.
+    medians: Vec<KindMedian>,
+}
+
+impl Reference {
+    fn kind(&self, i: usize) -> Option<&'static str> {
+        self.kinds.as_ref().map(|k| k[i])
     }
-    let mut by_kind: FxHashMap<_, Vec<u64>> = FxHashMap::default();
+}
+
+/// The median steady step (the second half's) of each step's own kind where a serving engine's steps have
+/// kinds ([`step_kinds::kinds`]: a prefill is slower than a decode by nature, not for warming up), else of all
+/// steps. A step of a kind the steady half never runs (the eager steps before a loop is captured as a graph, a
+/// server's only pure prefill) is compared with the slowest steady kind: slower than all the program does
+/// steadily.
+fn reference(windows: &[Span], names: &[String], ev: &Evidence, half: usize, median: u64) -> Reference {
+    let launched: Option<Vec<Launched>> =
+        ev.graph_replays.per_window(windows).zip(ev.eager_kernels.per_window(windows)).map(|(g, e)| {
+            g.into_iter()
+                .zip(e)
+                .map(|(graph_replays, eager_kernels)| Launched { graph_replays, eager_kernels })
+                .collect()
+        });
+    let names = (0..windows.len()).map(|i| names.get(i).map_or("", String::as_str));
+    let Some((_, kinds)) = step_kinds::kinds(names, launched.as_deref()) else {
+        return Reference { per_step: vec![median; windows.len()], kinds: None, medians: Vec::new() };
+    };
+    let mut by_kind: FxHashMap<&'static str, Vec<u64>> = FxHashMap::default();
     for i in half..windows.len() {
         by_kind.entry(kinds[i]).or_default().push(windows[i].1 - windows[i].0);
     }
-    let medians: FxHashMap<_, u64> = by_kind
+    let mut medians: Vec<KindMedian> = by_kind
         .into_iter()
-        .map(|(k, mut v)| {
+        .map(|(kind, mut v)| {
             v.sort_unstable();
-            (k, v[v.len() / 2])
+            KindMedian { kind, steady_step_ns: v[v.len() / 2] }
         })
         .collect();
-    // A kind the steady half never runs has nothing to be compared with: only first-time kernels or allocations
-    // can make it warm-up (0: no reference).
-    kinds.iter().map(|k| medians.get(k).copied().unwrap_or(0)).collect()
+    medians.sort_unstable_by_key(|m| (m.steady_step_ns, m.kind));
+    let slowest = medians.last().map_or(median, |m| m.steady_step_ns);
+    let of = |k: &str| medians.iter().find(|m| m.kind == k).map_or(slowest, |m| m.steady_step_ns);
+    Reference { per_step: kinds.iter().map(|k| of(k)).collect(), kinds: Some(kinds), medians }
 }
 
 /// How many leading steps of `windows` (with `names`) are warm-up, and what they did.
@@ -214,34 +307,26 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
     let mut steady: Vec<u64> = windows[half..].iter().map(|w| w.1 - w.0).collect();
     steady.sort_unstable();
     let median = steady[steady.len() / 2];
-    let reference = like_steps_median(windows, names, half, median);
+    let reference = reference(windows, names, ev, half, median);
     let steady_start = windows[half].0;
     // Kernels introduced in a leading step and never run again once the steady half begins.
     let mut only_before: Vec<(u32, u64, u64)> =
         ev.kernels.iter().filter(|(_, &(_, last))| last < steady_start).map(|(&k, &(f, l))| (k, f, l)).collect();
     only_before.sort_unstable_by_key(|&(k, f, l)| (std::cmp::Reverse(l - f), f, k));
-    let in_window = |t: u64| windows.partition_point(|w| w.0 <= t).checked_sub(1).filter(|&i| t < windows[i].1);
     let mut new_kernels = vec![0usize; n];
     for &(_, first, _) in &only_before {
-        if let Some(i) = in_window(first) {
+        if let Some(i) = in_window(windows, first) {
             new_kernels[i] += 1;
         }
     }
-    let allocs: Option<Vec<usize>> = ev.alloc_calls.as_ref().map(|calls| {
-        let mut per = vec![0usize; n];
-        for &t in calls {
-            if let Some(i) = in_window(t) {
-                per[i] += 1;
-            }
-        }
-        per
-    });
-    let steady_allocs = allocs.as_ref().map_or(0, |a| a[half..].iter().copied().max().unwrap_or(0));
+    let allocs = ev.alloc_calls.per_window(windows);
+    let steady_allocs = allocs.as_ref().map_or(0, |a| a[half..].iter().copied().max().unwrap_or(0) as usize);
     let mut detail = Vec::new();
     for i in 0..half {
         let d = windows[i].1 - windows[i].0;
-        let slowdown = if reference[i] == 0 { 1.0 } else { d as f64 / reference[i] as f64 };
-        let alloc_calls = allocs.as_ref().map_or(0, |a| a[i]);
+        let compared_with_ns = reference.per_step[i];
+        let slowdown = if compared_with_ns == 0 { 1.0 } else { d as f64 / compared_with_ns as f64 };
+        let alloc_calls = allocs.as_ref().map_or(0, |a| a[i] as usize);
         let allocating = allocs.is_some() && alloc_calls > steady_allocs;
         if !(slowdown > SLOW || new_kernels[i] > 0 || allocating) {
             break;
@@ -250,7 +335,9 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
             name: names.get(i).cloned().unwrap_or_default(),
             start_ns: windows[i].0,
             duration_ns: d,
+            kind: reference.kind(i),
             slowdown,
+            compared_with_ns,
             kernels_only_here: new_kernels[i],
             alloc_calls: if allocating { alloc_calls } else { 0 },
         });
@@ -265,6 +352,7 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
         included: false,
         filtered: false,
         steady_step_ns: median,
+        steady_by_kind: reference.medians,
         detail,
         example_kernels,
         kernels_only_in_warmup: Vec::new(),
@@ -362,6 +450,61 @@ mod tests {
             ev.kernel(1, win.0 + 10);
         }
         assert!(detect(&w, &names, &ev).later.is_empty());
+    }
+
+    #[test]
+    fn a_servers_steps_are_compared_with_their_own_kind_told_by_what_they_launch() {
+        // An unnamed server: a pre-serving warm-up (300, prefill and replays), the first prefill (eager, 90),
+        // then decodes (graph replays, 30) with a mixed iteration (both, 100) every fourth step.
+        let mut d = vec![300u64, 90];
+        let mut launch = vec![(true, true), (false, true)];
+        for i in 0..20 {
+            let mixed = i % 4 == 3;
+            d.push(if mixed { 100 } else { 30 });
+            launch.push((true, mixed));
+        }
+        let (w, names) = windows(&d);
+        let (w, names) = (w, names.iter().map(|_| "step".to_string()).collect::<Vec<_>>());
+        let mut ev = Evidence::new();
+        for (win, &(graph, eager)) in w.iter().zip(&launch) {
+            if graph {
+                ev.graph_replays.push(win.0 + 1);
+            }
+            if eager {
+                ev.eager_kernels.push(win.0 + 2);
+            }
+        }
+        let r = detect(&w, &names, &ev);
+        // The prefill (3x a decode) is no warm-up: no steady step is eager alone, so it is compared with the
+        // slowest steady kind (mixed, 100); the pre-serving warm-up is 3x a mixed iteration.
+        assert_eq!(r.steps, 1, "{r:?}");
+        assert_eq!((r.detail[0].kind, r.detail[0].compared_with_ns), (Some("graph replay + eager"), 100));
+        let kinds: Vec<(&str, u64)> = r.steady_by_kind.iter().map(|k| (k.kind, k.steady_step_ns)).collect();
+        assert_eq!(kinds, vec![("graph replay", 30), ("graph replay + eager", 100)]);
+        // Without what each step launched (more than the cap), every step is compared with all steps.
+        ev.eager_kernels = Times(None);
+        let r = detect(&w, &names, &ev);
+        assert_eq!((r.steps, r.steady_by_kind.len()), (2, 0), "{r:?}");
+        assert!(r.detail[1].kind.is_none());
+    }
+
+    #[test]
+    fn eager_steps_before_a_loop_is_captured_as_a_graph_are_still_warmup() {
+        // torch.compile's reduce-overhead: eager (and recording) steps at 3x, then graph replays alone.
+        let mut d = vec![90u64, 90, 90];
+        d.extend([30u64; 12]);
+        let (w, names) = windows(&d);
+        let mut ev = Evidence::new();
+        for (i, win) in w.iter().enumerate() {
+            if i < 3 {
+                ev.eager_kernels.push(win.0 + 1);
+            } else {
+                ev.graph_replays.push(win.0 + 1);
+            }
+        }
+        let r = detect(&w, &names, &ev);
+        assert_eq!(r.steps, 3, "{r:?}");
+        assert_eq!(r.detail[0].compared_with_ns, 30);
     }
 
     #[test]

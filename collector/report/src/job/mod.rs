@@ -161,6 +161,36 @@ pub struct JobReport {
     /// Why there is no critical path, when there is none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub critical_path_missing: Option<String>,
+    /// Which run it is, where the traces given were of several (the report's `run_jobs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunOf>,
+}
+
+/// One run among traces of several (JSON `run_jobs[].run`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct RunOf {
+    /// Its traces, in the order given.
+    pub traces: Vec<String>,
+    /// When it began (UTC).
+    pub began: String,
+}
+
+impl RunOf {
+    /// "the run of a.json and b.json at 2023-04-28 23:51:38 UTC" (a run of many traces named by its first three).
+    pub fn words(&self) -> String {
+        let mut names: Vec<&str> = self.traces.iter().take(3).map(String::as_str).collect();
+        let more = self.traces.len().saturating_sub(3);
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        let listed = match (names.pop(), more.is_empty()) {
+            (Some(last), true) if !names.is_empty() => format!("{} and {last}", names.join(", ")),
+            (Some(last), _) => {
+                names.push(last);
+                format!("{}{more}", names.join(", "))
+            }
+            (None, _) => String::new(),
+        };
+        format!("the run of {listed} at {}", self.began)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -281,6 +311,7 @@ impl JobReport {
             heatmap,
             critical_path,
             critical_path_missing,
+            run: None,
         }
     }
 }

@@ -73,7 +73,8 @@ impl JobReport {
     }
 
     pub fn to_text(&self, out: &mut String) {
-        out.push_str(&format!("\n== The job: {}\n", self.clock_line()));
+        let which = self.run.as_ref().map_or(String::new(), |r| format!(" ({})", r.words()));
+        out.push_str(&format!("\n== The job{which}: {}\n", self.clock_line()));
         let mut t =
             Table::new("  Ranks side by side (breakdown: HTA's; overlap: of communication time)", &RANK_HEADERS);
         let notable = self.notable_ranks();
@@ -185,7 +186,8 @@ impl JobReport {
     }
 
     pub fn to_html(&self, out: &mut String) {
-        let _ = write!(out, "<h2>The job</h2><p>{}.</p>", esc(&self.clock_line()));
+        let which = self.run.as_ref().map_or(String::new(), |r| format!(" ({})", r.words()));
+        let _ = write!(out, "<h2>The job{}</h2><p>{}.</p>", esc(&which), esc(&self.clock_line()));
         out.push_str("<table><tr>");
         for h in RANK_HEADERS {
             let _ = write!(out, "<th>{}</th>", esc(h));

@@ -103,6 +103,7 @@ pub fn runs(spans: &[RunSpan]) -> Vec<Run> {
 
 /// The runs in a sentence, naming their files (`files[i]`: file `i`'s name), at most `most` of them: "The 7
 /// traces are 5 runs: a.json, b.json at 2023-04-28 23:51:39 UTC; ..."; None when each run is one trace of two.
+/// What a command does of them is its caller's to say.
 /// `untimed`: the files given whose times do not say when they ran (in no run).
 pub fn describe_runs(runs: &[Run], untimed: &[usize], files: &[&str], most: usize) -> Option<String> {
     let timed: usize = runs.iter().map(|r| r.files.len()).sum();
@@ -131,11 +132,7 @@ pub fn describe_runs(runs: &[Run], untimed: &[usize], files: &[&str], most: usiz
         [one] => format!(" and {}, which does not say when it ran", name(one)),
         many => format!(" and {} that do not say when they ran", many.len()),
     };
-    Some(format!(
-        "The {traces} traces are {} runs{untimed}: {}; give a run's traces alone to see it as one job",
-        runs.len(),
-        listed.join("; ")
-    ))
+    Some(format!("The {traces} traces are {} runs{untimed}: {}", runs.len(), listed.join("; ")))
 }
 
 /// Traces that are not one job's: the first reason found, and the runs they make.
@@ -246,7 +243,7 @@ mod tests {
         assert_eq!(
             said,
             "The 4 traces are 2 runs and x.sqlite, which does not say when it ran: r0.json, r1.json at 1970-01-01 \
-             00:01:40 UTC; other.json at 1970-01-02 00:00:00 UTC; give a run's traces alone to see it as one job"
+             00:01:40 UTC; other.json at 1970-01-02 00:00:00 UTC"
         );
         assert!(describe_runs(&r, &[], &names, 1).unwrap().contains("; and 1 more;"));
         let big = [Run { start: 0, files: (0..1000).collect() }, Run { start: 1, files: vec![1000] }];
