@@ -318,18 +318,23 @@ def batching(args):
         reported = {k["kind"]: k["count"] for k in it.get("kinds", [])}
         requests = it.get("requests") or {}
         launch = next((f["share"] for f in r["findings"] if f["kind"] == "launch_bound"), 0.0)
+        # What the warm-up rule left out, each step against its own kind's steady median (reported, not failed).
+        w = r["processes"][0].get("warmup", {}) if r.get("processes") else {}
+        left_out = [(d["name"], d.get("kind"), round(d["slowdown"], 2)) for d in w.get("detail", [])]
+        left_out += [(f["name"], f.get("kind"), f"+{f['cost_ns'] / 1e6:.2f} ms") for f in w.get("later", [])]
         good = whole and kinds["decode"] > 0 and launch < 0.10 and it.get("told_by") == "names" \
             and reported.get("decode", 0) > 0 and requests.get("ended", 0) > 0
         ok &= good
         summary[rate] = {"latency": latency, "graphs": len(graphs), "replays": replays, "whole": whole,
                          "iterations": kinds, "reported_iterations": reported, "reported_requests": requests,
                          "server_iterations": served["iterations"], "launch_bound": launch,
+                         "left_out": left_out, "steady_by_kind": w.get("steady_by_kind", []),
                          "verdict": r["verdict"], "pass": good}
         lat = "  ".join(f"{p} p50 {l.get('p50_ms', 0):.2f} p99 {l.get('p99_ms', 0):.2f} ms ({l.get('requests', 0)})"
                         for p, l in latency.items())
         print(f"rate {rate}/s: {len(graphs)} graphs, {replays} replays, joined whole: {whole}; iterations {kinds}; "
               f"report: {reported}, requests {requests.get('ended', 0)} (p50 {requests.get('latency_p50_ns', 0) / 1e6:.1f} ms, "
-              f"{requests.get('kernels_p50', 0)} kernels); launch_bound {launch:.1%}; {lat}; verdict: {r['verdict'][:120]}", "PASS" if good else "FAIL")
+              f"{requests.get('kernels_p50', 0)} kernels); left out {left_out}; launch_bound {launch:.1%}; {lat}; verdict: {r['verdict'][:120]}", "PASS" if good else "FAIL")
     summary["pass"] = ok
     json.dump(summary, open(os.path.join(out, "batching-summary.json"), "w"), indent=1)
     return ok

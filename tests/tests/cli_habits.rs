@@ -421,7 +421,12 @@ fn mcp_answers_while_a_tool_runs_and_a_cancelled_call_stops_its_command() {
     while no_sleep_1() > 1 && t.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(no_sleep_1(), 1, "the cancelled call's program was stopped, the other runs on");
+    // Seen once in a full local run (2026-11-30), not again in 9 runs alone or loaded: which processes, and whose.
+    let processes = || {
+        let ps = Command::new("ps").args(["-eo", "pid,ppid,etimes,args"]).output().unwrap();
+        String::from_utf8_lossy(&ps.stdout).lines().filter(|l| l.contains("sleep 120")).collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(no_sleep_1(), 1, "the cancelled call's program was stopped, the other runs on:\n{}", processes());
     assert!(replies.recv_timeout(Duration::from_secs(1)).is_err(), "a cancelled call gets no reply");
     let first = progress.recv_timeout(Duration::from_secs(15)).expect("the call that asked is told to be running");
     let second = progress.recv_timeout(Duration::from_secs(15)).expect("and again");

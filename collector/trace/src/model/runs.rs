@@ -245,7 +245,7 @@ mod tests {
             "The 4 traces are 2 runs and x.sqlite, which does not say when it ran: r0.json, r1.json at 1970-01-01 \
              00:01:40 UTC; other.json at 1970-01-02 00:00:00 UTC"
         );
-        assert!(describe_runs(&r, &[], &names, 1).unwrap().contains("; and 1 more;"));
+        assert!(describe_runs(&r, &[], &names, 1).unwrap().ends_with("; and 1 more"));
         let big = [Run { start: 0, files: (0..1000).collect() }, Run { start: 1, files: vec![1000] }];
         let many: Vec<String> = (0..=1000).map(|i| format!("r{i}")).collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
