@@ -5,8 +5,8 @@
 //!
 //! A leading step is warm-up when any of these holds, against the steady half of the run (its later half):
 //! - it takes more than 1.5× the steady steps' median time: of its own kind where a server's steps have kinds
-//!   ([`super::step_kinds`]: a prefill is not a slow decode), of the slowest steady kind for a kind the steady
-//!   half never runs;
+//!   ([`super::step_kinds`]: a prefill is not a slow decode; a kind the steady half never runs, see
+//!   [`reference`]);
 //! - it runs kernels that no later half step runs (autotuning candidates, set-up kernels);
 //! - it makes more device allocation calls (`cudaMalloc`, `cuMemAlloc`; not the stream-ordered ones, which
 //!   reuse a pool) than any steady step (the allocator growing).
@@ -21,7 +21,7 @@
 //! left out of the analyses with the warm-up ([`super::plan::Plan::leave_out_warmup`]).
 
 use super::spans::Span;
-use super::step_kinds::{self, Launched};
+use super::step_kinds::{self, Launched, ToldBy};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -136,7 +136,8 @@ pub struct Warmup {
     /// Median time of the steady steps (the later half's).
     pub steady_step_ns: u64,
     /// Where steps have kinds (a server's prefill, decode...): each kind's steady median, which its steps are
-    /// compared with (a kind the steady half never runs is compared with the slowest), fastest first.
+    /// compared with, fastest first (a kind the steady half never runs: with the slowest where kinds are told by
+    /// launches, with none where the engine names them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub steady_by_kind: Vec<KindMedian>,
     /// Each warm-up step and why.
@@ -265,9 +266,11 @@ impl Reference {
 
 /// The median steady step (the second half's) of each step's own kind where a serving engine's steps have
 /// kinds ([`step_kinds::kinds`]: a prefill is slower than a decode by nature, not for warming up), else of all
-/// steps. A step of a kind the steady half never runs (the eager steps before a loop is captured as a graph, a
-/// server's only pure prefill) is compared with the slowest steady kind: slower than all the program does
-/// steadily.
+/// steps. A step of a kind the steady half never runs:
+/// - named by the engine (the prefills of a batch that then only decodes): compared with nothing, since the
+///   engine says it is other work; warm-up only for first-time kernels or allocations;
+/// - told by its launches (the eager steps before a loop is captured as a graph, a server's lone first prefill):
+///   compared with the slowest steady kind, slower than all the program does steadily.
 fn reference(windows: &[Span], names: &[String], ev: &Evidence, half: usize, median: u64) -> Reference {
     let launched: Option<Vec<Launched>> =
         ev.graph_replays.per_window(windows).zip(ev.eager_kernels.per_window(windows)).map(|(g, e)| {
@@ -277,7 +280,7 @@ fn reference(windows: &[Span], names: &[String], ev: &Evidence, half: usize, med
                 .collect()
         });
     let names = (0..windows.len()).map(|i| names.get(i).map_or("", String::as_str));
-    let Some((_, kinds)) = step_kinds::kinds(names, launched.as_deref()) else {
+    let Some((told_by, kinds)) = step_kinds::kinds(names, launched.as_deref()) else {
         return Reference { per_step: vec![median; windows.len()], kinds: None, medians: Vec::new() };
     };
     let mut by_kind: FxHashMap<&'static str, Vec<u64>> = FxHashMap::default();
@@ -292,8 +295,11 @@ fn reference(windows: &[Span], names: &[String], ev: &Evidence, half: usize, med
         })
         .collect();
     medians.sort_unstable_by_key(|m| (m.steady_step_ns, m.kind));
-    let slowest = medians.last().map_or(median, |m| m.steady_step_ns);
-    let of = |k: &str| medians.iter().find(|m| m.kind == k).map_or(slowest, |m| m.steady_step_ns);
+    let absent = match told_by {
+        ToldBy::Names => 0,
+        ToldBy::Launches => medians.last().map_or(median, |m| m.steady_step_ns),
+    };
+    let of = |k: &str| medians.iter().find(|m| m.kind == k).map_or(absent, |m| m.steady_step_ns);
     Reference { per_step: kinds.iter().map(|k| of(k)).collect(), kinds: Some(kinds), medians }
 }
 
@@ -486,6 +492,17 @@ mod tests {
         let r = detect(&w, &names, &ev);
         assert_eq!((r.steps, r.steady_by_kind.len()), (2, 0), "{r:?}");
         assert!(r.detail[1].kind.is_none());
+    }
+
+    #[test]
+    fn named_kinds_the_steady_half_never_runs_are_not_slow_by_time() {
+        // A batch prefilled first (3 steps at 10x), then decoded: the engine says the prefills are other work.
+        let mut d = vec![300u64; 3];
+        d.extend([30u64; 12]);
+        let (w, _) = windows(&d);
+        let names: Vec<String> = (0..d.len()).map(|i| if i < 3 { "prefill" } else { "decode" }.to_string()).collect();
+        let r = detect(&w, &names, &Evidence::new());
+        assert_eq!(r.steps, 0, "{r:?}");
     }
 
     #[test]
