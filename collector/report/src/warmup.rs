@@ -6,7 +6,7 @@
 //! A leading step is warm-up when any of these holds, against the steady half of the run (its later half):
 //! - it takes more than 1.5× the steady steps' median time: of its own kind where a server's steps have kinds
 //!   ([`super::step_kinds`]: a prefill is not a slow decode; a kind the steady half never runs, see
-//!   [`reference`]);
+//!   [`reference()`]);
 //! - it runs kernels that no later half step runs (autotuning candidates, set-up kernels);
 //! - it makes more device allocation calls (`cudaMalloc`, `cuMemAlloc`; not the stream-ordered ones, which
 //!   reuse a pool) than any steady step (the allocator growing).
