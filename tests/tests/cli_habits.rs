@@ -408,6 +408,11 @@ fn mcp_answers_while_a_tool_runs_and_a_cancelled_call_stops_its_command() {
     send(call(4, &["true"]));
     let quick = replies.recv_timeout(Duration::from_secs(30)).expect("a quick call ends beside the long ones");
     assert_eq!((quick["id"].as_u64(), &quick["result"]["isError"]), (Some(4), &false.into()), "{quick}");
+    // An id whose reply came is free at once (MCP asks clients not to reuse one; some do): the call ends before
+    // its reply is written, or a client sending its next request at once was told the id was in progress.
+    send(call(4, &["true"]));
+    let again = replies.recv_timeout(Duration::from_secs(30)).expect("a quick call again");
+    assert_eq!((again["id"].as_u64(), &again["result"]["isError"]), (Some(4), &false.into()), "{again}");
     // A reused id in progress is refused; the cancelled call's recording stops and it gets no reply.
     send(call(1, &["true"]));
     let reused = replies.recv_timeout(Duration::from_secs(10)).unwrap();
@@ -450,7 +455,7 @@ fn mcp_answers_while_a_tool_runs_and_a_cancelled_call_stops_its_command() {
     assert_eq!(no_sleep_1(), 0, "no program left running");
     let traces =
         std::fs::read_dir(&dir).unwrap().filter(|e| e.as_ref().unwrap().path().extension() == Some("cuf".as_ref()));
-    assert_eq!(traces.count(), 3, "the stopped recordings kept their traces");
+    assert_eq!(traces.count(), 4, "the stopped recordings kept their traces (and the two quick ones theirs)");
     assert!(started.elapsed() < Duration::from_secs(100), "nothing waited for a program's two minutes");
 }
 
@@ -484,6 +489,8 @@ struct Mcp {
     server: std::process::Child,
     input: Option<std::process::ChildStdin>,
     output: std::io::BufReader<std::process::ChildStdout>,
+    /// The last request's id: MCP asks that a session never use one twice.
+    id: u64,
 }
 
 impl Mcp {
@@ -496,19 +503,20 @@ impl Mcp {
             .expect("cuflight mcp runs");
         let input = server.stdin.take();
         let output = std::io::BufReader::new(server.stdout.take().unwrap());
-        Mcp { server, input, output }
+        Mcp { server, input, output, id: 0 }
     }
 
     /// The text `tool` answers for `traces`, which must not be an error.
     fn tool_text(&mut self, tool: &str, traces: &[&std::path::Path]) -> String {
         use std::io::{BufRead, Write};
-        let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        self.id += 1;
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": self.id, "method": "tools/call",
                                       "params": {"name": tool, "arguments": {"traces": traces}}});
         writeln!(self.input.as_mut().unwrap(), "{call}").unwrap();
         let mut line = String::new();
         self.output.read_line(&mut line).unwrap();
         let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(reply["result"]["isError"], false, "{reply}");
+        assert_eq!((&reply["id"], &reply["result"]["isError"]), (&self.id.into(), &false.into()), "{reply}");
         reply["result"]["content"][0]["text"].as_str().unwrap().to_string()
     }
 }

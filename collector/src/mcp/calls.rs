@@ -85,6 +85,8 @@ struct State {
     /// Accepted calls by key (a request id's JSON text), each with the flag that cancels it.
     calls: HashMap<String, Arc<AtomicBool>>,
     running: usize,
+    /// Calls ended whose replies are being written.
+    replying: usize,
 }
 
 /// The calls in progress.
@@ -118,9 +120,10 @@ impl Calls {
         }
         let calls = self.clone();
         let thread_key = key.clone();
+        let flag = cancelled.clone();
         let spawned = std::thread::Builder::new().name("mcp-call".into()).spawn(move || {
             // Ends the call however `work` ends, a panic included, so that no one waits for it for ever.
-            let _ended = Ended { calls: &calls, key: &thread_key };
+            let _ended = Ended { calls: &calls, key: &thread_key, flag: &cancelled };
             if !calls.take_slot(&cancelled) {
                 return;
             }
@@ -136,11 +139,15 @@ impl Calls {
             })
             .unwrap_or_else(|_| Some(super::error(id, INTERNAL_ERROR, "the tool failed: a bug in cuflight")));
             if let Some(answer) = answer.filter(|_| !cancelled.load(Ordering::Relaxed)) {
+                // Ended before its reply is written: a client that reads it may send its next request at once,
+                // with this id again, and it must not be told that one is in progress.
+                calls.replying(&thread_key, &cancelled, 1);
                 let _ = reply(&answer); // the client may be gone: nothing to tell it then
+                calls.replying(&thread_key, &cancelled, -1);
             }
         });
         if spawned.is_err() {
-            self.finish(&key);
+            self.finish(&key, &flag);
             return Err("cannot start a thread for the call");
         }
         Ok(())
@@ -163,7 +170,7 @@ impl Calls {
             flag.store(true, Ordering::Relaxed);
         }
         self.shared.1.notify_all();
-        while !state.calls.is_empty() {
+        while !state.calls.is_empty() || state.replying > 0 {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else { return };
             state = self.shared.1.wait_timeout(state, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
         }
@@ -184,8 +191,25 @@ impl Calls {
         }
     }
 
-    fn finish(&self, key: &str) {
-        self.state().calls.remove(key);
+    /// Ends the call `key` whose flag is `flag` (not a later call that took the same key once this one replied).
+    fn finish(&self, key: &str, flag: &Arc<AtomicBool>) {
+        let mut state = self.state();
+        if state.calls.get(key).is_some_and(|f| Arc::ptr_eq(f, flag)) {
+            state.calls.remove(key);
+        }
+        drop(state);
+        self.shared.1.notify_all();
+    }
+
+    /// Ends the call and counts its reply as being written (`by` 1), or written (-1), for
+    /// [`Calls::cancel_all_and_wait`].
+    fn replying(&self, key: &str, flag: &Arc<AtomicBool>, by: isize) {
+        if by > 0 {
+            self.finish(key, flag);
+        }
+        let mut state = self.state();
+        state.replying = state.replying.saturating_add_signed(by);
+        drop(state);
         self.shared.1.notify_all();
     }
 }
@@ -202,11 +226,12 @@ impl Drop for Slot<'_> {
 struct Ended<'a> {
     calls: &'a Calls,
     key: &'a str,
+    flag: &'a Arc<AtomicBool>,
 }
 
 impl Drop for Ended<'_> {
     fn drop(&mut self) {
-        self.calls.finish(self.key);
+        self.calls.finish(self.key, self.flag);
     }
 }
 
@@ -262,6 +287,33 @@ mod tests {
         let t = Instant::now();
         calls.cancel_all_and_wait(Duration::from_millis(200));
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn a_call_ended_does_not_end_a_later_one_with_its_id() {
+        let calls = Calls::default();
+        let waiting = |calls: &Calls| {
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let work = move |_: &AtomicBool| {
+                let _ = rx.recv_timeout(Duration::from_secs(10));
+                None
+            };
+            calls.start("1".into(), Value::Null, None, work).map(|()| tx)
+        };
+        let first_go = waiting(&calls).unwrap();
+        let first = calls.state().calls["1"].clone();
+        // As when the first call's reply is about to be written: the id is free, and a new request takes it.
+        calls.replying("1", &first, 1);
+        let second_go = waiting(&calls).expect("the id is free once its reply is being written");
+        // The first call's thread then ends: the second call stays in progress until it ends itself.
+        calls.replying("1", &first, -1);
+        first_go.send(()).unwrap();
+        calls.finish("1", &first);
+        assert!(calls.state().calls.contains_key("1"), "the later call is still in progress");
+        assert_eq!(waiting(&calls).err(), Some("a request with this id is in progress already"));
+        second_go.send(()).unwrap();
+        calls.cancel_all_and_wait(Duration::from_secs(10));
+        assert!(calls.state().calls.is_empty() && calls.state().replying == 0);
     }
 
     #[test]
