@@ -542,6 +542,9 @@ fn mcp_tools_say_when_traces_are_of_separate_runs() {
         |tool: &str| -> serde_json::Value { serde_json::from_str(&mcp.tool_text(tool, &[&ddp, &qwen])).unwrap() };
     let findings = ask("findings");
     assert!(findings["separate_runs"].as_str().unwrap().contains("470 days apart"), "{}", findings["separate_runs"]);
+    let each = findings["run_verdicts"].as_array().expect("each run's verdict");
+    assert_eq!(each.len(), 2, "{each:?}");
+    assert!(each[0]["verdict"].as_str().unwrap().starts_with("fp32_gemm"), "{each:?}");
     assert!(findings["findings"].as_array().unwrap().iter().all(|f| f["trace"].is_string()), "{findings}");
     let stats = ask("trace_stats");
     let warned = stats["cuflight_warnings"].as_array().expect("the warning passed on");

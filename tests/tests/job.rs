@@ -338,6 +338,11 @@ fn traces_of_different_runs_are_reported_alone_not_as_a_job() {
     assert!(why.contains(&format!("; {ddp_name} at 2024-04-04")), "{why}");
     assert!(why.contains("a run of several traces as one job"), "{why}");
     assert!(r.get("job").is_none(), "{}", r["job"]);
+    // Each run's verdict, in time order, as its traces alone have it.
+    let verdicts = r["run_verdicts"].as_array().expect("each run's verdict");
+    let runs: Vec<&Value> = verdicts.iter().map(|v| &v["run"]["traces"]).collect();
+    assert_eq!(runs, [&serde_json::json!([r0_name, r1_name]), &serde_json::json!([ddp_name])], "{verdicts:?}");
+    assert_eq!(verdicts[0]["verdict"], pair["verdict"], "{verdicts:?}");
     let jobs = r["run_jobs"].as_array().expect("the pair's job");
     assert_eq!(jobs.len(), 1, "{jobs:?}");
     let mut job = jobs[0].clone();
@@ -360,6 +365,7 @@ fn traces_of_different_runs_are_reported_alone_not_as_a_job() {
     let text = Command::new(cuflight_bin()).arg("report").args([&r0, &ddp, &r1]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains(&format!("== The job (the run of {r0_name} and {r1_name} at 2023-04-28")), "{text}");
+    assert!(text.contains(&format!("\n  - the run of {ddp_name} at 2024-04-04")), "{text}");
     // The commands that put traces on one clock say so too, and leave separate runs' hosts unaligned.
     let dir = scratch("separate-runs");
     let merged = dir.join("m.cuf");

@@ -9,7 +9,7 @@
 
 use super::job::RunOf;
 use super::job_roles::Plans;
-use super::{name_traces, sort_findings, verdict, Options, Report, ReportError};
+use super::{name_traces, sort_findings, verdict, Options, Report, ReportError, RunVerdict};
 use cuflight_trace::model::runs::{describe_runs, Separated};
 use cuflight_trace::model::source::EventSource;
 use rustc_hash::FxHashMap;
@@ -21,10 +21,10 @@ pub(crate) struct Group {
 }
 
 /// The runs to report one by one, in time order, then the traces that do not say when they ran, each alone;
-/// None unless the traces make several runs apart in time and one holds several traces (else reporting each
-/// process alone says as much). The first reason found may be one process's windows: they are one run.
+/// None unless the traces make several runs apart in time. The first reason found may be one process's windows:
+/// they are one run.
 pub(crate) fn groups(s: &Separated, n: usize) -> Option<Vec<Group>> {
-    if s.runs.len() < 2 || s.runs.iter().all(|r| r.files.len() < 2) {
+    if s.runs.len() < 2 {
         return None;
     }
     let mut groups: Vec<Group> =
@@ -64,18 +64,21 @@ pub(crate) fn compute(
     let names: Vec<String> = traces.iter().map(|(f, _)| f.clone()).collect();
     let why = {
         let files: Vec<&str> = names.iter().map(String::as_str).collect();
-        // Never None here: a run holds several traces, and there are two runs or more.
-        let runs = describe_runs(&s.runs, &s.untimed, &files, 6).unwrap_or_else(|| s.why.describe(&files));
-        format!(
-            "{runs}: runs apart in time are not one job. Each run is reported apart: a run of several traces as one \
-             job, the others alone; `cuflight diff BASELINE CANDIDATE` compares two runs"
-        )
+        // Two traces of two runs: the pair's own sentence says when each ran.
+        let runs = describe_runs(&s.runs, &s.untimed, &files, 6)
+            .map_or_else(|| s.why.describe(&files), |runs| format!("{runs}: runs apart in time are not one job"));
+        let each = if s.runs.iter().any(|r| r.files.len() > 1) {
+            "Each run is reported apart: a run of several traces as one job, the others alone"
+        } else {
+            "Each is reported alone"
+        };
+        format!("{runs}. {each}; `cuflight diff BASELINE CANDIDATE` compares two runs")
     };
     // Each run's traces side by side, as one run's report needs them; put back in the caller's order after.
     let order: Vec<usize> = groups.iter().flat_map(|g| g.files.iter().copied()).collect();
     permute(traces, &order);
     let (mut plans, mut chosen): (Vec<_>, Vec<_>) = (plans.into_iter().map(Some).collect(), chosen);
-    let mut parts: Vec<(Report, Option<RunOf>)> = Vec::new();
+    let mut parts: Vec<(Report, RunOf)> = Vec::new();
     let mut at = 0;
     let mut failed = None;
     for g in &groups {
@@ -85,10 +88,10 @@ pub(crate) fn compute(
         let group_chosen: Vec<_> = g.files.iter().map(|&f| std::mem::take(&mut chosen[f])).collect();
         match Report::compute_planned(&mut traces[range], &group_plans, &group_chosen, opts) {
             Ok(r) => {
-                let run = g.began.map(|t| RunOf {
+                let run = RunOf {
                     traces: g.files.iter().map(|&f| names[f].clone()).collect(),
-                    began: cuflight_trace::model::wall_clock::utc(t),
-                });
+                    began: g.began.map(cuflight_trace::model::wall_clock::utc),
+                };
                 parts.push((r, run));
             }
             // A trace with no GPU work is in no run's report.
@@ -110,14 +113,17 @@ pub(crate) fn compute(
     Ok(merge(parts, why))
 }
 
-/// The runs' reports as one: their processes in run order, their findings together, each run's job view.
-fn merge(parts: Vec<(Report, Option<RunOf>)>, why: String) -> Report {
+/// The runs' reports as one: their processes in run order, their findings together, each run's verdict and job
+/// view.
+fn merge(parts: Vec<(Report, RunOf)>, why: String) -> Report {
     let (mut processes, mut findings, mut run_jobs, mut within) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut run_verdicts = Vec::new();
     for (r, run) in parts {
         processes.extend(r.processes);
         findings.extend(r.findings);
+        run_verdicts.push(RunVerdict { run: run.clone(), verdict: r.verdict });
         if let Some(mut job) = r.job {
-            job.run = run;
+            job.run = Some(run);
             run_jobs.push(job);
         }
         // One process's windows within a run.
@@ -126,7 +132,8 @@ fn merge(parts: Vec<(Report, Option<RunOf>)>, why: String) -> Report {
     sort_findings(&mut findings);
     name_traces(&mut findings, &mut processes, true);
     let separate_runs = Some(std::iter::once(why).chain(within).collect::<Vec<_>>().join(". "));
-    Report { verdict: verdict(&findings, &processes, true), separate_runs, findings, processes, job: None, run_jobs }
+    let verdict = verdict(&findings, &processes, true);
+    Report { verdict, separate_runs, run_verdicts, findings, processes, job: None, run_jobs }
 }
 
 #[cfg(test)]
@@ -135,7 +142,7 @@ mod tests {
     use cuflight_trace::model::runs::Separate;
 
     #[test]
-    fn runs_are_split_only_when_apart_in_time_and_one_holds_several_traces() {
+    fn runs_are_split_only_when_apart_in_time() {
         use cuflight_trace::model::runs::Run;
         let apart = Separate::Apart { first: 0, second: 1, first_end: 0, second_start: 1 };
         let runs = vec![Run { start: 5, files: vec![0, 2] }, Run { start: 9, files: vec![1] }];
@@ -144,9 +151,9 @@ mod tests {
         let files: Vec<(Vec<usize>, Option<u64>)> = g.into_iter().map(|g| (g.files, g.began)).collect();
         // File 3 says not when it ran, file 4 has no GPU work: each alone, after the runs.
         assert_eq!(files, vec![(vec![0, 2], Some(5)), (vec![1], Some(9)), (vec![3], None), (vec![4], None)]);
-        // Each run one trace: reporting each alone says it all.
+        // Each run one trace: each reported alone, with its own verdict.
         let one_each = vec![Run { start: 5, files: vec![0] }, Run { start: 9, files: vec![1] }];
-        assert!(groups(&Separated { why: apart, runs: one_each, untimed: vec![] }, 2).is_none());
+        assert_eq!(groups(&Separated { why: apart, runs: one_each, untimed: vec![] }, 2).map(|g| g.len()), Some(2));
         // One process's windows are one run; beside another run of several traces, the runs are split.
         let windows = Separate::Windows { files: vec![0, 1], host: "h".into(), pid: 7 };
         let one = vec![Run { start: 5, files: vec![0, 1] }];

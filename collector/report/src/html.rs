@@ -304,6 +304,13 @@ fn render(r: &Report) -> String {
         esc(&r.verdict),
         r.separate_runs.as_ref().map_or(String::new(), |why| format!("<p class=note>Separate runs: {}</p>", esc(why)))
     );
+    if !r.run_verdicts.is_empty() {
+        out.push_str("<ul>");
+        for v in &r.run_verdicts {
+            let _ = write!(out, "<li>{}: {}</li>", esc(&v.run.words()), esc(&v.verdict));
+        }
+        out.push_str("</ul>");
+    }
     if r.findings.is_empty() {
         out.push_str("<p>No bottleneck found.</p>");
     }

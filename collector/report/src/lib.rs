@@ -164,6 +164,10 @@ pub struct Report {
     /// minute apart): each process is then reported alone, with no job view and no cross-rank findings.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub separate_runs: Option<String>,
+    /// Where separate runs are reported run by run (a run holds several traces): each run's own verdict, in time
+    /// order (`verdict` is the costliest across them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub run_verdicts: Vec<RunVerdict>,
     /// Every process's findings and the cross-rank ones, most costly first.
     pub findings: Vec<Finding>,
     /// Each process with GPU work, in trace order: its run, steps, breakdowns and findings.
@@ -175,6 +179,15 @@ pub struct Report {
     /// order (`job.run` names its traces).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub run_jobs: Vec<job::JobReport>,
+}
+
+/// One run's verdict among separate runs (JSON `run_verdicts`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct RunVerdict {
+    /// Which run: its traces, when it began.
+    pub run: job::RunOf,
+    /// Its verdict, as its traces given alone would have.
+    pub verdict: String,
 }
 
 /// Why a report cannot be made (one line each, for the CLI).
@@ -343,7 +356,8 @@ impl Report {
         sort_findings(&mut all);
         name_traces(&mut all, &mut processes, separate.is_some());
         let verdict = verdict(&all, &processes, separate.is_some());
-        Ok(Report { verdict, separate_runs: separate, findings: all, processes, job, run_jobs: Vec::new() })
+        let (run_verdicts, run_jobs) = (Vec::new(), Vec::new());
+        Ok(Report { verdict, separate_runs: separate, run_verdicts, findings: all, processes, job, run_jobs })
     }
 
     /// Where the timeline of the file that holds `f`'s process starts (times in a finding are relative to it).

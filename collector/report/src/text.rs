@@ -410,11 +410,21 @@ const TEXT_FINDINGS: usize = 20;
 const TEXT_PROCESSES: usize = 16;
 const TEXT_WINDOWS: usize = 24;
 const TEXT_RUN_JOBS: usize = 4;
+const TEXT_RUN_VERDICTS: usize = 8;
 
 fn render(r: &Report) -> String {
     let mut out = format!("Verdict: {}\n", r.verdict);
     if let Some(why) = &r.separate_runs {
         out.push_str(&format!("Separate runs: {why}\n"));
+    }
+    for v in r.run_verdicts.iter().take(TEXT_RUN_VERDICTS) {
+        out.push_str(&format!("  - {}: {}\n", v.run.words(), v.verdict));
+    }
+    if r.run_verdicts.len() > TEXT_RUN_VERDICTS {
+        out.push_str(&format!(
+            "  ... and {} more runs (--format json or html)\n",
+            r.run_verdicts.len() - TEXT_RUN_VERDICTS
+        ));
     }
     // Said first, since `stats` counts every step: a reader comparing the two must know the report's are fewer.
     let left_out: Vec<usize> = r

@@ -315,6 +315,9 @@ fn findings(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
     if let Some(why) = full.get("separate_runs") {
         answer["separate_runs"] = why.clone();
     }
+    if let Some(each) = full.get("run_verdicts") {
+        answer["run_verdicts"] = each.clone();
+    }
     Ok(serde_json::to_string_pretty(&answer).unwrap_or_default())
 }
 

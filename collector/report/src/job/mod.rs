@@ -171,8 +171,8 @@ pub struct JobReport {
 pub struct RunOf {
     /// Its traces, in the order given.
     pub traces: Vec<String>,
-    /// When it began (UTC).
-    pub began: String,
+    /// When it began (UTC); null for a trace that does not say when it ran.
+    pub began: Option<String>,
 }
 
 impl RunOf {
@@ -189,7 +189,10 @@ impl RunOf {
             }
             (None, _) => String::new(),
         };
-        format!("the run of {listed} at {}", self.began)
+        match &self.began {
+            Some(t) => format!("the run of {listed} at {t}"),
+            None => format!("{listed}, which does not say when it ran"),
+        }
     }
 }
 
