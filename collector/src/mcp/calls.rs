@@ -127,7 +127,7 @@ impl Calls {
             if !calls.take_slot(&cancelled) {
                 return;
             }
-            let _slot = Slot(&calls);
+            let slot = Slot(&calls);
             let done = AtomicBool::new(false);
             let answer = std::thread::scope(|scope| {
                 if let Some(p) = &progress {
@@ -138,6 +138,8 @@ impl Calls {
                 answer
             })
             .unwrap_or_else(|_| Some(super::error(id, INTERNAL_ERROR, "the tool failed: a bug in cuflight")));
+            // The work is done: its slot is free for a waiting call before the reply goes out.
+            drop(slot);
             if let Some(answer) = answer.filter(|_| !cancelled.load(Ordering::Relaxed)) {
                 // Ended before its reply is written: a client that reads it may send its next request at once,
                 // with this id again, and it must not be told that one is in progress.
