@@ -49,7 +49,6 @@ pub mod window;
 pub mod windows;
 
 use cuflight_trace::model::cuda_errors::ErrorClass;
-use cuflight_trace::model::runs::Separate;
 use findings::{Ctx, MIN_SHARE};
 pub use findings::{Evidence, Finding, KernelRow, Severity};
 pub use html_escape::esc as escape_html;
@@ -160,12 +159,13 @@ pub struct ProcessReport {
 pub struct Report {
     /// One paragraph: what bounds the run, its most costly finding, and a failure where the run had one.
     pub verdict: String,
-    /// Why the traces given together are not one job's ranks, when their times say so (they ran more than a
-    /// minute apart): each process is then reported alone, with no job view and no cross-rank findings.
+    /// Why the traces given together are not one job's ranks, when their times say so: runs more than a minute
+    /// apart are reported run by run (`run_verdicts`, `run_jobs`), one process's windows each alone; no job view
+    /// or cross-rank finding spans two runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub separate_runs: Option<String>,
-    /// Where separate runs are reported run by run (a run holds several traces): each run's own verdict, in time
-    /// order (`verdict` is the costliest across them).
+    /// Traces of separate runs, reported run by run: each run's own verdict, in time order (`verdict` is the
+    /// costliest across them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub run_verdicts: Vec<RunVerdict>,
     /// Every process's findings and the cross-rank ones, most costly first.
@@ -263,15 +263,10 @@ impl Report {
         let n = procs.len();
         // Traces of different times are not one job: no job view, no cross-rank findings, files not taken as
         // ranks, and the report says why.
+        // Runs apart in time come here one by one ([`by_run`]): what is left is one process's windows.
         let separate = separated(traces, plans, &procs).map(|s| {
             let files: Vec<&str> = traces.iter().map(|(f, _)| f.as_str()).collect();
-            let consequence = match s.why {
-                Separate::Windows { .. } => "Each is reported alone",
-                Separate::Apart { .. } => {
-                    "Each is reported alone; `cuflight diff BASELINE CANDIDATE` compares two runs"
-                }
-            };
-            format!("{}. {consequence}", s.describe(&files))
+            format!("{}. Each is reported alone", s.describe(&files))
         });
         let several_files = traces.len() > 1 && separate.is_none();
         // Ranks by order (of files, or of GPU processes) only for one job: separate runs keep their own or none.
