@@ -111,8 +111,12 @@ pub fn median(mut v: Vec<u64>) -> u64 {
 
 /// Whether `t` falls inside one of `windows` (sorted, not overlapping).
 pub fn in_windows(windows: &[(u64, u64)], t: u64) -> bool {
-    let k = windows.partition_point(|w| w.0 <= t);
-    k > 0 && t < windows[k - 1].1
+    window_of(windows, t).is_some()
+}
+
+/// The one of `windows` (sorted, not overlapping) that `t` falls inside.
+pub fn window_of(windows: &[(u64, u64)], t: u64) -> Option<usize> {
+    windows.partition_point(|w| w.0 <= t).checked_sub(1).filter(|&i| t < windows[i].1)
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@
 //! evaluation), a kernel autotuned for a new shape. Each is named with its cost, its time over the median, and
 //! left out of the analyses with the warm-up ([`super::plan::Plan::leave_out_warmup`]).
 
-use super::spans::Span;
+use super::spans::{window_of, Span};
 use super::step_kinds::{self, Launched, ToldBy};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -70,17 +70,12 @@ impl Times {
     fn per_window(&self, windows: &[Span]) -> Option<Vec<u64>> {
         let mut per = vec![0u64; windows.len()];
         for &t in self.0.as_ref()? {
-            if let Some(i) = in_window(windows, t) {
+            if let Some(i) = window_of(windows, t) {
                 per[i] += 1;
             }
         }
         Some(per)
     }
-}
-
-/// The window `t` falls in.
-fn in_window(windows: &[Span], t: u64) -> Option<usize> {
-    windows.partition_point(|w| w.0 <= t).checked_sub(1).filter(|&i| t < windows[i].1)
 }
 
 impl Evidence {
@@ -194,7 +189,7 @@ fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, re
     firsts.sort_unstable();
     let mut per: FxHashMap<usize, Vec<u32>> = FxHashMap::default();
     for (first, k) in firsts {
-        if let Some(i) = in_window(windows, first).filter(|&i| i >= from && i > 0) {
+        if let Some(i) = window_of(windows, first).filter(|&i| i >= from && i > 0) {
             per.entry(i).or_default().push(k);
         }
     }
@@ -321,7 +316,7 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
     only_before.sort_unstable_by_key(|&(k, f, l)| (std::cmp::Reverse(l - f), f, k));
     let mut new_kernels = vec![0usize; n];
     for &(_, first, _) in &only_before {
-        if let Some(i) = in_window(windows, first) {
+        if let Some(i) = window_of(windows, first) {
             new_kernels[i] += 1;
         }
     }
