@@ -8,6 +8,8 @@
  * for 100 us. A request leaves after 10 decoded tokens.
  * With "named", each iteration is an NVTX range "prefill", "decode" or "mixed" (both) and each request an NVTX
  * start/end range "request" from its admission to its last token; with "plain" nothing is named.
+ * With "offline" (named nothing), it serves an offline batch as vLLM's first scheduler did: 8 requests, all there
+ * at the start, prefilled one an iteration with no decode beside it, then decoded together (bucket 8) for 60 tokens.
  * Before serving it warms up: one prefill and one replay of each bucket.
  * It prints "batching: prefill P decode D mixed M requests R kernels K replays G", what it did while serving. */
 #include "sim.h"
@@ -58,6 +60,8 @@ static void sample(cudaStream_t s) {
 
 int main(int argc, char **argv) {
     int named = argc > 1 && !strcmp(argv[1], "named");
+    int offline = argc > 1 && !strcmp(argv[1], "offline");
+    int requests = offline ? 8 : REQUESTS, to_decode = offline ? 60 : TOKENS;
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CHECK(cudaMalloc(&logits, 8 * 4096));
@@ -73,10 +77,11 @@ int main(int argc, char **argv) {
     int left[REQUESTS] = {0}, admitted = 0, finished = 0;
     long counts[3] = {0}, kernels = 0, replays = 0;
     static const char *kinds[3] = {"prefill", "decode", "mixed"};
-    for (int it = 0; finished < REQUESTS; it++) {
-        int arriving = admitted < REQUESTS && it == admitted * ARRIVAL_EVERY;
+    for (int it = 0; finished < requests; it++) {
+        int arriving = admitted < requests && (offline || it == admitted * ARRIVAL_EVERY);
         int running = 0;
         for (int r = 0; r < admitted; r++) running += left[r] > 0;
+        if (offline && arriving) running = 0; /* prefill-only while the batch is admitted */
         if (!arriving && !running) {
             usleep(100);
             continue;
@@ -100,17 +105,17 @@ int main(int argc, char **argv) {
         }
         sample(s);
         busy_us(100);
-        for (int r = 0; r < admitted; r++) {
+        for (int r = 0; running && r < admitted; r++) {
             if (left[r] > 0 && --left[r] == 0) {
                 if (named) nvtxRangeEnd(range[r]);
                 finished++;
             }
         }
-        if (arriving) left[admitted++] = TOKENS;
+        if (arriving) left[admitted++] = to_decode;
         if (named) nvtxRangePop();
     }
     for (int b = 0; b < BUCKETS; b++) CHECK(cudaGraphExecDestroy(decode[b]));
     printf("batching: prefill %ld decode %ld mixed %ld requests %d kernels %ld replays %ld\n", counts[0], counts[1],
-           counts[2], REQUESTS, kernels, replays);
+           counts[2], requests, kernels, replays);
     return 0;
 }

@@ -9,6 +9,8 @@
  *   update     as once, and beside each replay an eager kernel on a second stream; at step 6 the work is captured
  *              again copying from another host buffer, and the executable graph updated to it
  *              (cudaGraphExecUpdate): the same graph and nodes replay, with the new copy's source.
+ *   late       as torch.compile(mode="reduce-overhead") does: steps 0-2 launch the work eagerly (100 us of host
+ *              work between the kernels), step 3 captures it (the same) and replays it, later steps replay it.
  * It prints "graph_loop: MODE". */
 #include "sim.h"
 #include <nvtx3/nvToolsExt.h>
@@ -68,8 +70,12 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "once") || update) exec = capture(s, &graph, 100);
     for (int step = 0; step < 12; step++) {
         nvtxRangePushA("step");
-        if (!strcmp(mode, "eager")) {
+        int late = !strcmp(mode, "late");
+        if (!strcmp(mode, "eager") || (late && step < 3)) {
             launch_all(s, 100);
+        } else if (late && step == 3) {
+            exec = capture(s, &graph, 100);
+            CHECK(cudaGraphLaunch(exec, s));
         } else if (!strcmp(mode, "recapture")) {
             exec = capture(s, &graph, 100);
             CHECK(cudaGraphLaunch(exec, s));
@@ -102,7 +108,7 @@ int main(int argc, char **argv) {
         }
         nvtxRangePop();
     }
-    if (!strcmp(mode, "once") || update) {
+    if (!strcmp(mode, "once") || update || !strcmp(mode, "late")) {
         CHECK(cudaGraphExecDestroy(exec));
         CHECK(cudaGraphDestroy(graph));
     }

@@ -97,6 +97,25 @@ fn a_loop_that_replays_one_graph_is_not_launch_bound_and_its_capture_is_no_step_
     assert!(host_bound >= 0.10, "{}", eager["findings"]);
 }
 
+/// A loop run eagerly for three steps, then captured as a graph and replayed (torch.compile's reduce-overhead
+/// warms up so, then records): its steps are told apart by their launches, and the eager ones, begun before the
+/// capture, are the loop's warm-up, compared with the replays; the capturing step is warm-up for its time.
+#[test]
+fn eager_steps_before_the_loop_is_captured_are_its_warmup() {
+    let dir = scratch("graphs-late");
+    let (r, _) = graph_loop(&dir, "late");
+    let w = &r["processes"][0]["warmup"];
+    let kinds = w["steady_by_kind"].as_array().unwrap_or_else(|| panic!("steps have kinds: {w}"));
+    assert_eq!(kinds.len(), 1, "{w}");
+    assert_eq!(kinds[0]["kind"], "graph replay", "{w}");
+    let detail = w["detail"].as_array().unwrap_or_else(|| panic!("warm-up: {w}"));
+    assert!(detail.len() >= 4, "{w}");
+    for d in &detail[..3] {
+        assert_eq!((&d["kind"], &d["compared_with_ns"]), (&Value::from("eager"), &kinds[0]["steady_step_ns"]), "{w}");
+    }
+    assert_eq!(detail[3]["kind"], "graph replay", "{w}");
+}
+
 /// A graph captured before the recording began (`--skip-steps 3`: the window opens after the capture), replayed
 /// across the window's start, updated at step 6 (`cudaGraphExecUpdate`: the same graph and nodes, a new copy
 /// source) and replayed beside eager work on another stream: every replay inside the window is joined to its

@@ -261,6 +261,9 @@ impl First {
                 if call.allocates() && !call.has(CallEffects::ASYNC) {
                     self.warm.alloc_call(e.start);
                 }
+                if call.has(CallEffects::BEGINS_CAPTURE) || call.has(CallEffects::INSTANTIATES_GRAPH) {
+                    self.warm.graph_setup(e.start);
+                }
             }
             Some(EventKind::Sync) if e.as_sync().kind == SYNC_STREAM_WAIT_EVENT => self.has_stream_waits = true,
             Some(EventKind::Device) if self.device_facts.iter().all(|(d, _)| *d != e.device) => {
@@ -458,6 +461,7 @@ pub fn plan(
             super::warmup::detect(&steps.windows, &steps.names, &f.warm)
         };
         warmup.kernels_only_in_warmup = warmup.example_kernels.iter().map(|&k| p.string(k).to_string()).collect();
+        warmup.run_again_example = warmup.kernels_run_again.first().map(|&k| p.string(k).to_string());
         for later in &mut warmup.later {
             later.examples = later.kernel_ids.iter().take(3).map(|&k| p.string(k).to_string()).collect();
             later.recompiled = later.kernel_ids.iter().all(|&k| p.string(k).starts_with("triton_"));

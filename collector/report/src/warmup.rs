@@ -44,6 +44,10 @@ pub struct Evidence {
     /// steps launch tells its kinds apart ([`super::step_kinds`]).
     pub graph_replays: Times,
     pub eager_kernels: Times,
+    /// The earliest start of a stream capture or a graph instantiation: steps launched one by one before it
+    /// are a loop's eager runs before it is captured, those after it are other work than the graph's
+    /// ([`reference()`]).
+    pub first_graph_setup: Option<u64>,
 }
 
 /// Start times, up to [`MAX_TIMES`] (None once there were more).
@@ -92,6 +96,11 @@ impl Evidence {
     pub fn alloc_call(&mut self, start: u64) {
         self.alloc_calls.push(start);
     }
+
+    /// A stream capture began or a graph was instantiated at `start`.
+    pub fn graph_setup(&mut self, start: u64) {
+        self.first_graph_setup = Some(self.first_graph_setup.map_or(start, |t| t.min(start)));
+    }
 }
 
 /// One warm-up step and why it is one.
@@ -131,8 +140,8 @@ pub struct Warmup {
     /// Median time of the steady steps (the later half's).
     pub steady_step_ns: u64,
     /// Where steps have kinds (a server's prefill, decode...): each kind's steady median, which its steps are
-    /// compared with, fastest first (a kind the steady half never runs: with the slowest where kinds are told by
-    /// launches, with none where the engine names them).
+    /// compared with, fastest first (a kind the steady half never runs: with the slowest where its steps are a
+    /// loop's eager runs before the loop was captured as a CUDA graph, else with none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub steady_by_kind: Vec<KindMedian>,
     /// Each warm-up step and why.
@@ -141,6 +150,14 @@ pub struct Warmup {
     /// Up to five kernels that ran only in warm-up, the longest-lived first (ids into the process's strings).
     #[serde(skip)]
     pub example_kernels: Vec<u32>,
+    /// Of the kernels the warm-up ran first that no steady step runs, how many steps after the warm-up run
+    /// again (a server's prefill kernels, run by the pre-serving warm-up, then by the prefills before the steady
+    /// half): work of the program, not set-up.
+    #[serde(skip)]
+    pub kernels_run_again: Vec<u32>,
+    /// The first of them by name, once resolved.
+    #[serde(skip)]
+    pub run_again_example: Option<String>,
     /// ... their names, once resolved.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kernels_only_in_warmup: Vec<String>,
@@ -226,9 +243,17 @@ impl Warmup {
     pub fn describe(&self) -> String {
         let mut what: Vec<String> = Vec::new();
         let kernels: usize = self.detail.iter().map(|d| d.kernels_only_here).sum();
-        if kernels > 0 {
+        let again = self.kernels_run_again.len();
+        let only = kernels.saturating_sub(again);
+        if only > 0 {
             let e = self.kernels_only_in_warmup.first().map_or(String::new(), |n| format!(", e.g. {n}"));
-            what.push(format!("{kernels} kernels that steady steps never run (autotuning, set-up{e})"));
+            what.push(format!("{only} kernels that only the warm-up runs (autotuning, set-up{e})"));
+        }
+        if again > 0 {
+            let e = self.run_again_example.as_ref().map_or(String::new(), |n| format!(" (e.g. {n})"));
+            what.push(format!(
+                "{again} kernels run for the first time{e}, which later steps run again but no steady step"
+            ));
         }
         let allocs: usize = self.detail.iter().map(|d| d.alloc_calls).sum();
         if allocs > 0 {
@@ -261,11 +286,14 @@ impl Reference {
 
 /// The median steady step (the second half's) of each step's own kind where a serving engine's steps have
 /// kinds ([`step_kinds::kinds`]: a prefill is slower than a decode by nature, not for warming up), else of all
-/// steps. A step of a kind the steady half never runs:
-/// - named by the engine (the prefills of a batch that then only decodes): compared with nothing, since the
-///   engine says it is other work; warm-up only for first-time kernels or allocations;
-/// - told by its launches (the eager steps before a loop is captured as a graph, a server's lone first prefill):
-///   compared with the slowest steady kind, slower than all the program does steadily.
+/// steps. A step of a kind the steady half never runs is compared with the slowest steady kind, slower than all
+/// the program does steadily, only where it is a loop's eager run before the loop was captured as a CUDA graph:
+/// kinds told by launches, and the step began before the trace's first capture or instantiation
+/// (`torch.compile(mode="reduce-overhead")` warms up eagerly, then records). Otherwise it is compared with
+/// nothing, and is warm-up only for first-time kernels or allocations:
+/// - named by the engine (the prefills of a batch that then only decodes): the engine says it is other work;
+/// - told by its launches after the graphs were built, in the trace or before it began (a server captures its
+///   decode graphs at start-up, then prefills eagerly: an offline batch's leading prefills are not slow decodes).
 fn reference(windows: &[Span], names: &[String], ev: &Evidence, half: usize, median: u64) -> Reference {
     let launched: Option<Vec<Launched>> =
         ev.graph_replays.per_window(windows).zip(ev.eager_kernels.per_window(windows)).map(|(g, e)| {
@@ -290,12 +318,16 @@ fn reference(windows: &[Span], names: &[String], ev: &Evidence, half: usize, med
         })
         .collect();
     medians.sort_unstable_by_key(|m| (m.steady_step_ns, m.kind));
-    let absent = match told_by {
-        ToldBy::Names => 0,
-        ToldBy::Launches => medians.last().map_or(median, |m| m.steady_step_ns),
-    };
-    let of = |k: &str| medians.iter().find(|m| m.kind == k).map_or(absent, |m| m.steady_step_ns);
-    Reference { per_step: kinds.iter().map(|k| of(k)).collect(), kinds: Some(kinds), medians }
+    let slowest = medians.last().map_or(median, |m| m.steady_step_ns);
+    let before_capture = |i: usize| ev.first_graph_setup.is_some_and(|t| t >= windows[i].0);
+    let per_step = (0..windows.len())
+        .map(|i| match medians.iter().find(|m| m.kind == kinds[i]) {
+            Some(m) => m.steady_step_ns,
+            None if told_by == ToldBy::Launches && before_capture(i) => slowest,
+            None => 0,
+        })
+        .collect();
+    Reference { per_step, kinds: Some(kinds), medians }
 }
 
 /// How many leading steps of `windows` (with `names`) are warm-up, and what they did.
@@ -344,8 +376,9 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
         });
     }
     let warm_end = detail.last().map_or(0, |d| d.start_ns + d.duration_ns);
-    let example_kernels =
-        only_before.iter().filter(|&&(_, first, _)| first < warm_end).take(5).map(|&(k, _, _)| k).collect();
+    let (only_warmup, run_again): (Vec<_>, Vec<_>) =
+        only_before.iter().filter(|&&(_, first, _)| first < warm_end).partition(|&&(_, _, last)| last < warm_end);
+    let example_kernels = only_warmup.iter().take(5).map(|&&(k, _, _)| k).collect();
     let later = first_runs(windows, names, ev, detail.len(), &reference);
     Warmup {
         steps: detail.len(),
@@ -356,6 +389,8 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
         steady_by_kind: reference.medians,
         detail,
         example_kernels,
+        kernels_run_again: run_again.iter().map(|&&(k, _, _)| k).collect(),
+        run_again_example: None,
         kernels_only_in_warmup: Vec::new(),
         later,
     }
@@ -404,6 +439,9 @@ mod tests {
                 ev.kernel(2, win.0 + 20); // an autotuning candidate, step 0 only
                 ev.alloc_call(win.0 + 5);
             }
+            if i == 0 || i == 3 {
+                ev.kernel(4, win.0 + 30); // the program's own work, run again by a step kept, never steadily
+            }
             if i == 1 {
                 ev.alloc_call(win.0 + 5); // the allocator still growing
                 ev.alloc_call(win.0 + 6);
@@ -411,9 +449,15 @@ mod tests {
         }
         let r = detect(&w, &names, &ev);
         assert_eq!(r.steps, 2, "{r:?}");
-        assert_eq!((r.detail[0].kernels_only_here, r.detail[0].alloc_calls), (1, 1));
+        assert_eq!((r.detail[0].kernels_only_here, r.detail[0].alloc_calls), (2, 1));
         assert_eq!((r.detail[1].kernels_only_here, r.detail[1].alloc_calls), (0, 2));
-        assert_eq!(r.example_kernels, vec![2]);
+        // Only the candidate is set-up; the other kernel is work a later step does again.
+        assert_eq!((&r.example_kernels, &r.kernels_run_again), (&vec![2], &vec![4]));
+        let said = r.describe();
+        assert!(
+            said.contains("1 kernels that only the warm-up runs") && said.contains("1 kernels run for the"),
+            "{said}"
+        );
         // A program that allocates in every step: allocations tell nothing.
         let mut ev = Evidence::new();
         for win in &w {
@@ -467,6 +511,7 @@ mod tests {
         let (w, names) = windows(&d);
         let (w, names) = (w, names.iter().map(|_| "step".to_string()).collect::<Vec<_>>());
         let mut ev = Evidence::new();
+        ev.graph_setup(0);
         for (win, &(graph, eager)) in w.iter().zip(&launch) {
             if graph {
                 ev.graph_replays.push(win.0 + 1);
@@ -476,8 +521,9 @@ mod tests {
             }
         }
         let r = detect(&w, &names, &ev);
-        // The prefill (3x a decode) is no warm-up: no steady step is eager alone, so it is compared with the
-        // slowest steady kind (mixed, 100); the pre-serving warm-up is 3x a mixed iteration.
+        // The prefill (3x a decode) is no warm-up: no steady step is eager alone, and the graphs were captured
+        // before it, so it is other work than theirs, compared with nothing; the pre-serving warm-up is 3x a mixed
+        // iteration.
         assert_eq!(r.steps, 1, "{r:?}");
         assert_eq!((r.detail[0].kind, r.detail[0].compared_with_ns), (Some("graph replay + eager"), 100));
         let kinds: Vec<(&str, u64)> = r.steady_by_kind.iter().map(|k| (k.kind, k.steady_step_ns)).collect();
@@ -501,8 +547,8 @@ mod tests {
     }
 
     #[test]
-    fn eager_steps_before_a_loop_is_captured_as_a_graph_are_still_warmup() {
-        // torch.compile's reduce-overhead: eager (and recording) steps at 3x, then graph replays alone.
+    fn eager_steps_are_warmup_before_the_loop_is_captured_and_other_work_after() {
+        // Eager steps at 3x, then graph replays alone.
         let mut d = vec![90u64, 90, 90];
         d.extend([30u64; 12]);
         let (w, names) = windows(&d);
@@ -514,9 +560,18 @@ mod tests {
                 ev.graph_replays.push(win.0 + 1);
             }
         }
+        // torch.compile's reduce-overhead: it warms up eagerly, then records the graph in the third step.
+        ev.graph_setup(w[2].0 + 5);
         let r = detect(&w, &names, &ev);
         assert_eq!(r.steps, 3, "{r:?}");
-        assert_eq!(r.detail[0].compared_with_ns, 30);
+        assert_eq!((r.detail[0].kind, r.detail[0].compared_with_ns), (Some("eager"), 30));
+        // An unnamed offline batch: the decode graphs captured at start-up (or before the trace began), then
+        // the batch prefilled eagerly and decoded. The prefills are other work than a decode, not slow ones.
+        for setup in [Some(0), None] {
+            ev.first_graph_setup = setup;
+            let r = detect(&w, &names, &ev);
+            assert_eq!(r.steps, 0, "{setup:?}: {r:?}");
+        }
     }
 
     #[test]
