@@ -396,10 +396,13 @@ fn mcp_answers_while_a_tool_runs_and_a_cancelled_call_stops_its_command() {
                            "params": {"name": "record_command", "arguments": {"command": command}}})
     };
     let started = Instant::now();
-    // Two programs that would run for two minutes, then a ping and a quick call: both answered meanwhile.
-    send(call(1, &["sleep", "120"]));
+    // Two programs that would run for two minutes, then a ping and a quick call: both answered meanwhile. Their
+    // duration names this test run (GNU sleep takes fractions): a run of this test beside it (another checkout's
+    // CI) or a program another run left behind is not counted as one of them.
+    let long = format!("120.{}", std::process::id());
+    send(call(1, &["sleep", &long]));
     // The second asks for progress: it is told to be running while it runs.
-    let mut with_progress = call(2, &["sleep", "120"]);
+    let mut with_progress = call(2, &["sleep", &long]);
     with_progress["params"]["_meta"] = serde_json::json!({"progressToken": "rec-2"});
     send(with_progress);
     send(serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}));
@@ -419,14 +422,15 @@ fn mcp_answers_while_a_tool_runs_and_a_cancelled_call_stops_its_command() {
     assert_eq!((reused["id"].as_u64(), reused["error"]["code"].as_i64()), (Some(1), Some(-32600)), "{reused}");
     send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}));
     let no_sleep_1 = || {
-        let ps = Command::new("pgrep").args(["-f", "-c", "^sleep 120$"]).output().unwrap();
+        let ps = Command::new("pgrep").args(["-f", "-c", &format!("^sleep {long}$")]).output().unwrap();
         String::from_utf8_lossy(&ps.stdout).trim().parse::<u32>().unwrap_or(0)
     };
     let t = Instant::now();
     while no_sleep_1() > 1 && t.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Seen once in a full local run (2026-11-30), not again in 9 runs alone or loaded: which processes, and whose.
+    // Which processes, and whose, if the count is wrong. (Seen once, 2026-11-30, when the count was of every
+    // "sleep 120" on the machine, likely while a clean clone's CI ran this test beside it.)
     let processes = || {
         let ps = Command::new("ps").args(["-eo", "pid,ppid,etimes,args"]).output().unwrap();
         String::from_utf8_lossy(&ps.stdout).lines().filter(|l| l.contains("sleep 120")).collect::<Vec<_>>().join("\n")
