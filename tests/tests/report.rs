@@ -233,6 +233,39 @@ fn bad_input_gets_a_clear_message() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// Among several traces, one with nothing recorded (a rank killed before its first flush, its agent off, a
+/// program that never used CUDA) is left out and said, and the others are reported; alone, or all of them so,
+/// it is the error above.
+#[test]
+fn a_trace_with_nothing_recorded_among_others_is_left_out_and_said() {
+    let dir = scratch("report-left-out");
+    let nothing = record(&dir, &[], std::path::Path::new("/bin/true"), &[], &[]);
+    assert!(nothing.output.status.success(), "{}", nothing.stderr());
+    let empty = dir.join("empty.cuf");
+    std::fs::rename(&nothing.trace, &empty).unwrap();
+    let rec = record(&dir, &[], &build_c("train", &dir), &["3"], &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let run = |format: &str, traces: &[&std::path::Path]| {
+        Command::new(cuflight_bin()).args(["report", "--format", format]).args(traces).output().unwrap()
+    };
+    let out = run("json", &[&rec.trace, &empty]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let left = r["traces_left_out"].as_array().unwrap_or_else(|| panic!("{}", r["verdict"]));
+    assert_eq!(left.len(), 1, "{left:?}");
+    let why = left[0].as_str().unwrap();
+    assert!(why.contains("empty.cuf") && why.contains("holds no events"), "{why}");
+    assert_eq!(r["processes"].as_array().unwrap().len(), 1);
+    let text = String::from_utf8_lossy(&run("text", &[&rec.trace, &empty]).stdout).to_string();
+    assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("Left out: ") && l.contains("empty.cuf")), "{text}");
+    let copy = dir.join("empty-too.cuf");
+    std::fs::copy(&empty, &copy).unwrap();
+    let out = run("text", &[&empty, &copy]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("holds no events"), "{err}");
+}
+
 #[test]
 fn a_step_that_never_ends_is_left_out_with_a_warning() {
     let dir = scratch("report-open-step");

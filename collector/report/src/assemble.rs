@@ -12,15 +12,35 @@ use crate::{
 use cuflight_trace::model::source::EventSource;
 use rustc_hash::FxHashMap;
 
-/// Every trace planned, and per trace what `--filter-*` chose in each process (by key).
-pub(crate) fn plan_traces(
-    traces: &mut [(String, EventSource)],
-    opts: &Options,
-) -> Result<(Plans, Vec<FxHashMap<u32, String>>), ReportError> {
+/// What [`plan_traces`] makes of the traces.
+pub(crate) struct Planned {
+    pub plans: Plans,
+    /// Per trace, what `--filter-*` chose in each process (by key).
+    pub chosen: Vec<FxHashMap<u32, String>>,
+    /// The traces left out, each with why.
+    pub left_out: Vec<String>,
+}
+
+/// Every trace planned. Among several, a trace with nothing recorded (a rank killed before its first flush, its
+/// agent off) is left out, with an empty plan, rather than ending the report of the others; alone, or all of them
+/// so, it is an error.
+pub(crate) fn plan_traces(traces: &mut [(String, EventSource)], opts: &Options) -> Result<Planned, ReportError> {
     let mut plans = Vec::with_capacity(traces.len());
     let mut chosen = Vec::with_capacity(traces.len());
+    let mut left_out: Vec<ReportError> = Vec::new();
     for (file, source) in traces.iter_mut() {
         let mut plan = plan::plan(source, opts.step.as_deref())?;
+        if plan.values().all(|p| p.events == 0) {
+            // Not the program's fault when the agent was off: say why it was.
+            let why = match source.processes.values().find(|p| !p.info.status.is_empty()) {
+                Some(p) => ReportError::AgentOff { file: file.clone(), pid: p.info.pid, why: p.info.status.clone() },
+                None => ReportError::Empty(file.clone()),
+            };
+            left_out.push(why);
+            plans.push(FxHashMap::default());
+            chosen.push(FxHashMap::default());
+            continue;
+        }
         let said = match &opts.filter {
             Some(f) => step_choice::choose(&mut plan, f, source, file)?,
             None => {
@@ -39,16 +59,12 @@ pub(crate) fn plan_traces(
             }
         };
         chosen.push(said);
-        if plan.values().all(|p| p.events == 0) {
-            // Not the program's fault when the agent was off: say why it was.
-            if let Some(p) = source.processes.values().find(|p| !p.info.status.is_empty()) {
-                return Err(ReportError::AgentOff { file: file.clone(), pid: p.info.pid, why: p.info.status.clone() });
-            }
-            return Err(ReportError::Empty(file.clone()));
-        }
         plans.push(plan);
     }
-    Ok((plans, chosen))
+    if left_out.len() == traces.len() && !left_out.is_empty() {
+        return Err(left_out.swap_remove(0));
+    }
+    Ok(Planned { plans, chosen, left_out: left_out.iter().map(ToString::to_string).collect() })
 }
 
 /// What a process's plan warns of: step ranges never ended, no steps found, work queued before the trace.

@@ -133,7 +133,16 @@ fn merge(parts: Vec<(Report, RunOf)>, why: String) -> Report {
     name_traces(&mut findings, &mut processes, true);
     let separate_runs = Some(std::iter::once(why).chain(within).collect::<Vec<_>>().join(". "));
     let verdict = verdict(&findings, &processes, true);
-    Report { verdict, separate_runs, run_verdicts, findings, processes, job: None, run_jobs }
+    Report {
+        verdict,
+        separate_runs,
+        run_verdicts,
+        traces_left_out: Vec::new(),
+        findings,
+        processes,
+        job: None,
+        run_jobs,
+    }
 }
 
 #[cfg(test)]

@@ -300,8 +300,9 @@ impl Report {
 fn render(r: &Report) -> String {
     let mut out = format!(
         "<!doctype html><html><head><meta charset=utf-8><title>cuflight report</title><style>{STYLE}</style>\
-         </head><body><h1>cuflight report</h1><p class=verdict>{}</p>{}<h2>Findings</h2>",
+         </head><body><h1>cuflight report</h1><p class=verdict>{}</p>{}{}<h2>Findings</h2>",
         esc(&r.verdict),
+        r.traces_left_out.iter().map(|why| format!("<p class=note>Left out: {}</p>", esc(why))).collect::<String>(),
         r.separate_runs.as_ref().map_or(String::new(), |why| format!("<p class=note>Separate runs: {}</p>", esc(why)))
     );
     if !r.run_verdicts.is_empty() {

@@ -168,6 +168,10 @@ pub struct Report {
     /// costliest across them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub run_verdicts: Vec<RunVerdict>,
+    /// Traces given with others that hold nothing to report (nothing recorded, or the agent was off), each with
+    /// why: the report is of the others.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub traces_left_out: Vec<String>,
     /// Every process's findings and the cross-rank ones, most costly first.
     pub findings: Vec<Finding>,
     /// Each process with GPU work, in trace order: its run, steps, breakdowns and findings.
@@ -243,12 +247,15 @@ impl Report {
     /// ([`by_run`]). Each source is read in two or three passes: the plan (steps and their windows), then the
     /// window sweep.
     pub fn compute(traces: &mut [(String, EventSource)], opts: &Options) -> Result<Report, ReportError> {
-        let (plans, chosen) = assemble::plan_traces(traces, opts)?;
+        let assemble::Planned { plans, chosen, left_out } = assemble::plan_traces(traces, opts)?;
         let procs = gpu_processes(traces, &plans)?;
-        match separated(traces, &plans, &procs).and_then(|s| by_run::groups(&s, traces.len()).map(|g| (s, g))) {
-            Some((s, groups)) => by_run::compute(traces, plans, chosen, (&s, groups), opts),
-            None => Report::compute_planned(traces, &plans, &chosen, opts),
-        }
+        let mut report =
+            match separated(traces, &plans, &procs).and_then(|s| by_run::groups(&s, traces.len()).map(|g| (s, g))) {
+                Some((s, groups)) => by_run::compute(traces, plans, chosen, (&s, groups), opts)?,
+                None => Report::compute_planned(traces, &plans, &chosen, opts)?,
+            };
+        report.traces_left_out = left_out;
+        Ok(report)
     }
 
     /// The report of planned traces, taken as one run: processes apart in time or one process's windows are
@@ -352,7 +359,16 @@ impl Report {
         name_traces(&mut all, &mut processes, separate.is_some());
         let verdict = verdict(&all, &processes, separate.is_some());
         let (run_verdicts, run_jobs) = (Vec::new(), Vec::new());
-        Ok(Report { verdict, separate_runs: separate, run_verdicts, findings: all, processes, job, run_jobs })
+        Ok(Report {
+            verdict,
+            separate_runs: separate,
+            run_verdicts,
+            traces_left_out: Vec::new(),
+            findings: all,
+            processes,
+            job,
+            run_jobs,
+        })
     }
 
     /// Where the timeline of the file that holds `f`'s process starts (times in a finding are relative to it).

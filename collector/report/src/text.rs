@@ -414,6 +414,9 @@ const TEXT_RUN_VERDICTS: usize = 8;
 
 fn render(r: &Report) -> String {
     let mut out = format!("Verdict: {}\n", r.verdict);
+    for why in &r.traces_left_out {
+        out.push_str(&format!("Left out: {why}\n"));
+    }
     if let Some(why) = &r.separate_runs {
         out.push_str(&format!("Separate runs: {why}\n"));
     }

@@ -318,6 +318,10 @@ fn findings(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
     if let Some(each) = full.get("run_verdicts") {
         answer["run_verdicts"] = each.clone();
     }
+    // A rank with nothing recorded: the findings are the others'.
+    if let Some(each) = full.get("traces_left_out") {
+        answer["traces_left_out"] = each.clone();
+    }
     Ok(serde_json::to_string_pretty(&answer).unwrap_or_default())
 }
 
