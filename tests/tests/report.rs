@@ -123,6 +123,26 @@ fn step_breakdown_follows_tensorboards_definitions() {
     }
 }
 
+/// A fix fits the program: a training loop's (an optimizer ran) speaks of losses and optimizers, an inference
+/// run's does not (Qwen's generation under torch.profiler: "keep the loss on the GPU" meant nothing there).
+#[test]
+fn fixes_speak_of_training_only_where_an_optimizer_ran() {
+    let fix_of = |r: &serde_json::Value, kind: &str| {
+        r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == kind).map(|f| f["fix"].to_string())
+    };
+    if let Some(qwen) = shared_trace("kineto-h100-qwen-inference.json.gz") {
+        let r = report(&qwen);
+        let sync = fix_of(&r, "sync_stall").expect("Qwen's sync_stall");
+        assert!(!sync.contains("loss") && sync.contains("once per batch"), "{sync}");
+        let launch = fix_of(&r, "launch_bound").expect("Qwen's launch_bound");
+        assert!(!launch.contains("optimizer") && launch.contains("CUDA graph"), "{launch}");
+    }
+    if let Some(v100) = shared_trace("kineto-v100-ddp-ns.json.gz") {
+        let launch = fix_of(&report(&v100), "launch_bound").expect("the V100 run's launch_bound");
+        assert!(launch.contains("fused/foreach optimizers"), "{launch}");
+    }
+}
+
 #[test]
 fn the_fp32_fix_names_what_the_gpu_has() {
     // A V100 (compute capability 7.0) has fp16 Tensor Cores only: bf16 autocast and the TF32 switch do nothing there.

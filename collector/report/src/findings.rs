@@ -158,12 +158,15 @@ impl Ctx<'_> {
         }
     }
 
-    /// The fix that fits the program: a training loop's or a model server's.
-    pub fn fix<'f>(&self, training: &'f str, serving: &'f str) -> &'f str {
+    /// The fix that fits the program: a model server's, a training loop's, or in general terms (inference, an
+    /// HPC code: "keep the loss on the GPU" means nothing there).
+    pub fn fix<'f>(&self, fixes: Fixes<'f>) -> &'f str {
         if self.plan.serving {
-            serving
+            fixes.serving
+        } else if self.plan.training {
+            fixes.training
         } else {
-            training
+            fixes.general
         }
     }
 
@@ -253,11 +256,32 @@ fn idle_evidence(ctx: &Ctx, c: &Cause) -> Evidence {
 
 pub const FIX_DATA: &str = "Feed the GPU faster: DataLoader(num_workers=N (one per spare core), pin_memory=True, \
      persistent_workers=True, prefetch_factor=2 or more); cache or pre-decode the dataset; move augmentation to the GPU.";
+/// A finding's fix for each kind of program ([`Ctx::fix`]).
+#[derive(Clone, Copy)]
+pub struct Fixes<'f> {
+    pub training: &'f str,
+    pub serving: &'f str,
+    pub general: &'f str,
+}
+
 pub const FIX_SYNC: &str = "Take host synchronisation off the hot path: keep the loss on the GPU and call .item(), \
      print() or .cpu() every N steps; replace torch.cuda.synchronize() with CUDA events; avoid data-dependent \
      shapes (nonzero, boolean masks) that force a sync.";
 pub const FIX_LAUNCH: &str = "Cut per-kernel launch overhead: torch.compile (fuses small ops), CUDA Graphs \
      (torch.cuda.graphs, or torch.compile(mode=\"reduce-overhead\")), fused/foreach optimizers, larger batches.";
+/// The same three for a program that neither trains nor names a server's iterations (inference, an HPC code).
+pub const FIX_SYNC_GENERAL: &str = "Take host synchronisation off the hot path: wait only where the host needs a \
+     result, and read results back once per batch or every N iterations rather than after each (in PyTorch \
+     .item(), .tolist(), .cpu() and print() of a GPU tensor each wait); wait on an event for the work that matters \
+     (cudaEventSynchronize, cudaStreamWaitEvent) rather than on the whole device (cudaDeviceSynchronize, \
+     torch.cuda.synchronize()); avoid data-dependent shapes (nonzero, boolean masks) that force a sync.";
+pub const FIX_LAUNCH_GENERAL: &str = "Cut per-kernel launch overhead: fewer, larger kernels (torch.compile fuses \
+     small ops; in CUDA code, one kernel for a run of small ones), the launch sequence replayed as a CUDA graph \
+     (stream capture; torch.cuda.graphs or torch.compile(mode=\"reduce-overhead\")), more work per kernel (larger \
+     batches).";
+pub const FIX_CPU_GENERAL: &str = "Find the host hot spot between launches (py-spy or perf on the process); move \
+     preprocessing off the launching thread or onto the GPU; replace Python loops over tensors with batched ops; \
+     torch.compile removes per-op Python overhead.";
 /// The same three for a model server ([`Plan::serving`]): its loop is the engine's iterations, not a training step.
 pub const FIX_SYNC_SERVING: &str = "Overlap the engine's scheduling with the GPU: it reads each iteration's tokens \
      back (a synchronisation) and only then prepares the next batch, so the GPU waits for the host every iteration; \
@@ -316,7 +340,13 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         ev.metrics.insert("sync_calls_per_step", count as f64 / steps as f64);
         ev.api_calls = syncs;
         let summary = format!("host synchronisation drains the GPU queue: {} idle per step", per_step(c.total_ns));
-        let mut f = ctx.finding("sync_stall", c.total_ns, summary, ev, ctx.fix(FIX_SYNC, FIX_SYNC_SERVING));
+        let mut f = ctx.finding(
+            "sync_stall",
+            c.total_ns,
+            summary,
+            ev,
+            ctx.fix(Fixes { training: FIX_SYNC, serving: FIX_SYNC_SERVING, general: FIX_SYNC_GENERAL }),
+        );
         f.sources = swept.sources.rows(SourceKind::Sync, ctx.p);
         out.push(f);
     }
@@ -348,7 +378,13 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         } else {
             format!("GPU waits for kernel launches: {} idle per step", per_step(c.total_ns))
         };
-        let mut f = ctx.finding("launch_bound", c.total_ns, summary, ev, ctx.fix(FIX_LAUNCH, FIX_LAUNCH_SERVING));
+        let mut f = ctx.finding(
+            "launch_bound",
+            c.total_ns,
+            summary,
+            ev,
+            ctx.fix(Fixes { training: FIX_LAUNCH, serving: FIX_LAUNCH_SERVING, general: FIX_LAUNCH_GENERAL }),
+        );
         f.sources = swept.sources.rows(SourceKind::Launch, ctx.p);
         out.push(f);
     }
@@ -361,7 +397,13 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
             per_step(c.total_ns)
         ));
         let summary = format!("GPU waits for host CPU work between launches: {} per step", per_step(c.total_ns));
-        out.push(ctx.finding("cpu_bound", c.total_ns, summary, ev, ctx.fix(FIX_CPU, FIX_CPU_SERVING)));
+        out.push(ctx.finding(
+            "cpu_bound",
+            c.total_ns,
+            summary,
+            ev,
+            ctx.fix(Fixes { training: FIX_CPU, serving: FIX_CPU_SERVING, general: FIX_CPU_GENERAL }),
+        ));
     }
     out
 }

@@ -286,12 +286,8 @@ pub fn copy_kernels(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
         }
     }
     let time = copies.total_ns;
-    // A training step: the optimizer ran in it (PyTorch's foreach and fused optimizers, the default on CUDA).
-    let training = swept
-        .kernels
-        .by_name
-        .keys()
-        .any(|&n| cuflight_trace::model::kernel_category::kernel_category(ctx.p.string(n)) == Category::Optimizer);
+    // A training loop: autocast casts every weight in each step.
+    let training = ctx.plan.training;
     let casts_ns = kinds.iter().find(|k| k.0 == CopyKind::Casts).map_or(0, |k| k.2);
     let enough = if training {
         ctx.share(time - casts_ns) >= COPY_MIN_SHARE || ctx.share(time) >= AMP_CAST_MIN_SHARE

@@ -13,6 +13,7 @@ use super::window::{HostRange, NameFlags};
 use cuflight_format::calls::CallEffects;
 use cuflight_format::view::SYNC_STREAM_WAIT_EVENT;
 use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::kernel_category;
 use cuflight_trace::model::ranges::Pairer;
 use cuflight_trace::model::trace::Process;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -86,6 +87,10 @@ pub struct Plan {
     /// A model server: its steps are iterations it names prefill, decode or mixed, or it annotates requests. Fixes
     /// then speak of serving (batching, scheduling), not of training.
     pub serving: bool,
+    /// A training loop: an optimizer's kernels ran (PyTorch's foreach and fused optimizers, the default on CUDA;
+    /// [`cuflight_trace::model::kernel_category`]). Fixes then speak of losses and optimizers; a program that is
+    /// neither (inference, an HPC code) gets fixes in general terms.
+    pub training: bool,
     /// What the agent recorded whole under `record --sample` (empty otherwise), and, once the recorded steps
     /// are chosen ([`super::sampled::choose`]), what the report says of them.
     pub sampled: super::sampled::SampledSpans,
@@ -500,6 +505,11 @@ pub fn plan(
                 failed: f.failed,
                 gemm_perf: f.gemm_perf.finish_one(p).gemm,
                 serving: serving || !requests.ended.is_empty() || requests.open_at_end > 0,
+                training: f
+                    .warm
+                    .kernels
+                    .keys()
+                    .any(|&n| kernel_category::kernel_category(p.string(n)) == kernel_category::Category::Optimizer),
                 requests,
                 sampled: f.sampled,
                 sampling: None,
