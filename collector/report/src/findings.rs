@@ -293,6 +293,9 @@ pub const FIX_LAUNCH_SERVING: &str = "Replay more of each iteration as CUDA grap
 pub const FIX_CPU_SERVING: &str = "Find the host hot spot in the engine's loop (py-spy on the server process): \
      scheduling, sampling or tokenisation on the CPU between iterations; move detokenisation and request handling \
      off the engine's thread and overlap scheduling with the GPU (async scheduling).";
+const SYNC_FIXES: Fixes = Fixes { training: FIX_SYNC, serving: FIX_SYNC_SERVING, general: FIX_SYNC_GENERAL };
+const LAUNCH_FIXES: Fixes = Fixes { training: FIX_LAUNCH, serving: FIX_LAUNCH_SERVING, general: FIX_LAUNCH_GENERAL };
+const CPU_FIXES: Fixes = Fixes { training: FIX_CPU, serving: FIX_CPU_SERVING, general: FIX_CPU_GENERAL };
 
 pub const FIX_CHURN: &str = "Stop allocating in steady state: reuse buffers, let PyTorch's caching allocator keep \
      memory (no torch.cuda.empty_cache() in the loop), PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; in CUDA \
@@ -340,13 +343,7 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         ev.metrics.insert("sync_calls_per_step", count as f64 / steps as f64);
         ev.api_calls = syncs;
         let summary = format!("host synchronisation drains the GPU queue: {} idle per step", per_step(c.total_ns));
-        let mut f = ctx.finding(
-            "sync_stall",
-            c.total_ns,
-            summary,
-            ev,
-            ctx.fix(Fixes { training: FIX_SYNC, serving: FIX_SYNC_SERVING, general: FIX_SYNC_GENERAL }),
-        );
+        let mut f = ctx.finding("sync_stall", c.total_ns, summary, ev, ctx.fix(SYNC_FIXES));
         f.sources = swept.sources.rows(SourceKind::Sync, ctx.p);
         out.push(f);
     }
@@ -378,13 +375,7 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         } else {
             format!("GPU waits for kernel launches: {} idle per step", per_step(c.total_ns))
         };
-        let mut f = ctx.finding(
-            "launch_bound",
-            c.total_ns,
-            summary,
-            ev,
-            ctx.fix(Fixes { training: FIX_LAUNCH, serving: FIX_LAUNCH_SERVING, general: FIX_LAUNCH_GENERAL }),
-        );
+        let mut f = ctx.finding("launch_bound", c.total_ns, summary, ev, ctx.fix(LAUNCH_FIXES));
         f.sources = swept.sources.rows(SourceKind::Launch, ctx.p);
         out.push(f);
     }
@@ -397,13 +388,7 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
             per_step(c.total_ns)
         ));
         let summary = format!("GPU waits for host CPU work between launches: {} per step", per_step(c.total_ns));
-        out.push(ctx.finding(
-            "cpu_bound",
-            c.total_ns,
-            summary,
-            ev,
-            ctx.fix(Fixes { training: FIX_CPU, serving: FIX_CPU_SERVING, general: FIX_CPU_GENERAL }),
-        ));
+        out.push(ctx.finding("cpu_bound", c.total_ns, summary, ev, ctx.fix(CPU_FIXES)));
     }
     out
 }
