@@ -1,7 +1,7 @@
 //! Findings read off the GPU work itself: pageable and heavy copies, fp32 GEMMs, exposed communication, memory
 //! growth and the hot kernels. Everything is measured inside the step windows.
 
-use super::findings::{ms, Ctx, Evidence, Finding, KernelRow, Severity};
+use super::findings::{ms, Ctx, Evidence, Finding, Fixes, KernelRow, Severity};
 use super::idle::Example;
 use super::short_names::short_name;
 use super::sweep::Swept;
@@ -25,6 +25,13 @@ pub const FIX_FP32_FP16_ONLY: &str = "Run matmuls and convolutions on Tensor Cor
 pub const FIX_NCCL: &str = "Overlap communication with compute: DDP bucket_cap_mb (fewer, larger buckets), \
      gradient_as_bucket_view=True, no_sync() during gradient accumulation; FSDP backward_prefetch/forward_prefetch; \
      check the interconnect with NCCL_DEBUG=INFO.";
+/// Communication exposed where nothing trains (tensor-parallel inference, a server): DDP and FSDP have no say.
+pub const FIX_NCCL_GENERAL: &str = "Overlap communication with compute: issue collectives early and asynchronously \
+     (async_op=True, waited on just before the result is needed) with independent compute queued beside them; in \
+     tensor-parallel inference, fewer GPUs per model replica where the model fits (less communication per token) \
+     and the engine's custom all-reduce for small messages (vLLM and SGLang have one); check the interconnect with \
+     NCCL_DEBUG=INFO and nvidia-smi topo -m.";
+const NCCL_FIXES: Fixes = Fixes { training: FIX_NCCL, serving: FIX_NCCL_GENERAL, general: FIX_NCCL_GENERAL };
 pub const FIX_GROWTH: &str = "Find what keeps tensors alive across steps: accumulate loss.item() or loss.detach(), \
      not loss; clear lists of outputs; check caches. torch.cuda.memory._record_memory_history() shows where the \
      growing blocks were allocated.";
@@ -172,7 +179,7 @@ pub fn nccl_exposed(ctx: &Ctx, swept: &Swept, waited: bool) -> Option<Finding> {
     ev.kernels = kernel_rows(ctx, &swept.comm, 5);
     let summary =
         format!("communication not overlapped with compute: {} per step", ms(lost / ctx.steps_count() as u64));
-    Some(ctx.finding("nccl_exposed", lost, summary, ev, FIX_NCCL))
+    Some(ctx.finding("nccl_exposed", lost, summary, ev, ctx.fix(NCCL_FIXES)))
 }
 
 /// Live device memory at the end of each step (its host range) rising step over step, after a warm-up. Seen from
