@@ -278,6 +278,17 @@ fn a_trace_with_nothing_recorded_among_others_is_left_out_and_said() {
     assert_eq!(r["processes"].as_array().unwrap().len(), 1);
     let text = String::from_utf8_lossy(&run("text", &[&rec.trace, &empty]).stdout).to_string();
     assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("Left out: ") && l.contains("empty.cuf")), "{text}");
+    // A run of a job so, compared by `diff`: the others are compared, and the diff says what was left out.
+    let job = dir.join("job");
+    std::fs::create_dir_all(&job).unwrap();
+    std::fs::copy(&rec.trace, job.join("rank0.cuf")).unwrap();
+    std::fs::copy(&empty, job.join("rank1.cuf")).unwrap();
+    let out =
+        Command::new(cuflight_bin()).args(["diff", "--format", "json"]).arg(&job).arg(&rec.trace).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let said = d["warnings"].to_string();
+    assert!(said.contains("left out") && said.contains("rank1.cuf"), "{said}");
     let copy = dir.join("empty-too.cuf");
     std::fs::copy(&empty, &copy).unwrap();
     let out = run("text", &[&empty, &copy]);

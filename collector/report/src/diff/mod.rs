@@ -224,6 +224,8 @@ impl Diff {
         // Runs of a job compare one rank throughout: the first run's busiest.
         let mut rank: Option<u32> = None;
         for (file, r) in runs {
+            // A run of a job whose rank recorded nothing: the others are compared, and the diff says so.
+            warnings.extend(r.traces_left_out.iter().map(|why| format!("{file}: left out {why}")));
             let Some(p) = main_process(r, rank) else { continue };
             if r.processes.len() > 1 {
                 let why =
