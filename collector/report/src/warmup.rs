@@ -150,9 +150,9 @@ pub struct Warmup {
     /// Up to five kernels that ran only in warm-up, the longest-lived first (ids into the process's strings).
     #[serde(skip)]
     pub example_kernels: Vec<u32>,
-    /// Of the kernels the warm-up ran first that no steady step runs, how many steps after the warm-up run
-    /// again (a server's prefill kernels, run by the pre-serving warm-up, then by the prefills before the steady
-    /// half): work of the program, not set-up.
+    /// Of the kernels the warm-up ran first that no steady step runs, those that steps after the warm-up run
+    /// again (ids; a server's prefill kernels, run by the pre-serving warm-up, then by the prefills before the
+    /// steady half): work of the program, not set-up.
     #[serde(skip)]
     pub kernels_run_again: Vec<u32>,
     /// The first of them by name, once resolved.
