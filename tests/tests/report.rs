@@ -123,7 +123,7 @@ fn step_breakdown_follows_tensorboards_definitions() {
     }
 }
 
-/// A fix fits the program: a training loop's (an optimizer ran) speaks of losses and optimizers, an inference
+/// A fix fits the program: a training loop's (an optimizer or a backward pass ran) speaks of losses and optimizers, an inference
 /// run's does not (Qwen's generation under torch.profiler: "keep the loss on the GPU" meant nothing there).
 #[test]
 fn fixes_speak_of_training_only_where_an_optimizer_ran() {

@@ -7,7 +7,7 @@
 use super::findings::{counted, ms, Finding};
 use super::html_charts::{parts_bar, step_chart, utilization_chart, CATEGORIES};
 use super::html_escape::esc;
-use super::text::{calls_label, severity, who};
+use super::text::{calls_label, severity, shown_calls, who};
 use super::{ProcessReport, Report};
 use std::fmt::Write;
 
@@ -57,13 +57,9 @@ fn finding_card(out: &mut String, f: &Finding, origin: u64) {
             ev.steps.iter().take(5).map(|s| format!("{} ({})", esc(&s.name), ms(s.lost_ns))).collect();
         let _ = write!(out, "<li>worst steps: {}</li>", steps.join(", "));
     }
-    if !ev.api_calls.is_empty() {
-        let calls: Vec<String> = ev
-            .api_calls
-            .iter()
-            .take(5)
-            .map(|c| format!("{} ×{} ({})", esc(&c.name), c.count, ms(c.total_ns)))
-            .collect();
+    let calls: Vec<String> =
+        shown_calls(f).take(5).map(|c| format!("{} ×{} ({})", esc(&c.name), c.count, ms(c.total_ns))).collect();
+    if !calls.is_empty() {
         let _ = write!(out, "<li>{}: {}</li>", calls_label(f), calls.join(", "));
     }
     if f.kind != "hot_kernels" {

@@ -88,7 +88,8 @@ pub struct Plan {
     /// then speak of serving (batching, scheduling), not of training.
     pub serving: bool,
     /// A training loop: an optimizer's kernels ran (PyTorch's foreach and fused optimizers, the default on CUDA;
-    /// [`cuflight_trace::model::kernel_category`]). Fixes then speak of losses and optimizers; a program that is
+    /// [`cuflight_trace::model::kernel_category`]), or a backward pass's
+    /// ([`kernel_category::is_backward_kernel`]: a hand-written optimizer runs plain elementwise kernels). Fixes then speak of losses and optimizers; a program that is
     /// neither (inference, an HPC code) gets fixes in general terms.
     pub training: bool,
     /// What the agent recorded whole under `record --sample` (empty otherwise), and, once the recorded steps
@@ -505,11 +506,11 @@ pub fn plan(
                 failed: f.failed,
                 gemm_perf: f.gemm_perf.finish_one(p).gemm,
                 serving: serving || !requests.ended.is_empty() || requests.open_at_end > 0,
-                training: f
-                    .warm
-                    .kernels
-                    .keys()
-                    .any(|&n| kernel_category::kernel_category(p.string(n)) == kernel_category::Category::Optimizer),
+                training: f.warm.kernels.keys().any(|&n| {
+                    let name = p.string(n);
+                    kernel_category::kernel_category(name) == kernel_category::Category::Optimizer
+                        || kernel_category::is_backward_kernel(name)
+                }),
                 requests,
                 sampled: f.sampled,
                 sampling: None,

@@ -135,16 +135,15 @@ impl RunSummary {
         let (used, idle): (Vec<&RunDevice>, Vec<&RunDevice>) =
             devices.into_iter().partition(|d| self.used_devices.contains(&d.ordinal));
         for d in &used {
-            let memory = match d.memory_bytes {
-                0 => "memory ?".to_string(),
-                m => format!("{:.1} GiB", m as f64 / (1u64 << 30) as f64),
-            };
+            let figures = format!("compute capability {}, {} SMs", d.compute_capability, d.multiprocessors);
             out.push((
                 "GPU",
-                format!(
-                    "{}: {} ({memory}, compute capability {}, {} SMs)",
-                    d.ordinal, d.name, d.compute_capability, d.multiprocessors
-                ),
+                match d.memory_bytes {
+                    // A device the trace did not describe (a Kineto trace's, recovered from its kernels): what is
+                    // known, after the name that says how, and no placeholder for its memory.
+                    0 => format!("{}: {}: {figures}", d.ordinal, d.name),
+                    m => format!("{}: {} ({:.1} GiB, {figures})", d.ordinal, d.name, m as f64 / (1u64 << 30) as f64),
+                },
             ));
         }
         if !idle.is_empty() {

@@ -271,14 +271,22 @@ fn a_stack_read_costs_a_step_only_where_the_gpu_idles() {
     assert_eq!((cost.stacks, cost.in_steps, cost.in_steps_ns, cost.exposed_ns), (2, 2, 6, 3));
 }
 
+/// A fused optimizer's kernel (PyTorch's foreach add).
+const FOREACH_ADD: &str = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float)";
+
 /// Five ProfilerStep ranges of 100 ns, each launching a GEMM, a cast and a concatenation (ns long), and a fused
 /// optimizer kernel when `optimizer_ns` is not 0 (a training step).
 fn copy_steps(cast_ns: u64, cat_ns: u64, optimizer_ns: u64) -> Report {
+    copy_steps_ending(cast_ns, cat_ns, FOREACH_ADD, optimizer_ns)
+}
+
+/// [`copy_steps`] with another fourth kernel (`last`, `last_ns` long; none when 0).
+fn copy_steps_ending(cast_ns: u64, cat_ns: u64, last: &str, last_ns: u64) -> Report {
     let strings = [
         (1, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"),
         (2, "void at::native::vectorized_elementwise_kernel<4, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul> >(int, at::native::bfloat16_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1}, std::array<char*, 2ul>)"),
         (3, "void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous namespace)::OpaqueType<2u>, unsigned int, 4, 64, 64>(at::native::(anonymous namespace)::OpaqueType<2u>*)"),
-        (4, "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float)"),
+        (4, last),
         (8, "ProfilerStep#0"),
         (9, "cudaLaunchKernel"),
     ];
@@ -287,7 +295,7 @@ fn copy_steps(cast_ns: u64, cat_ns: u64, optimizer_ns: u64) -> Report {
         let (t, corr) = (1000 + step * 100, 1 + step as u32 * 4);
         events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 100) });
         let mut at = t + 10;
-        let kernels = [(1, 50), (2, cast_ns), (3, cat_ns), (4, optimizer_ns)];
+        let kernels = [(1, 50), (2, cast_ns), (3, cat_ns), (4, last_ns)];
         for (i, (name, dur)) in kernels.into_iter().filter(|k| k.1 > 0).enumerate() {
             events.push(api(9, t + 1 + i as u64, 1, corr + i as u32));
             events.push(kernel(name, at, dur, corr + i as u32));
@@ -316,7 +324,7 @@ fn copy_kernels_are_named_by_kind_with_each_kinds_fix() {
     assert!(r.findings.iter().all(|f| f.kind != "copy_kernels"), "{:?}", r.findings);
 }
 
-/// In a training step (an optimizer kernel ran) casts are, first of all, autocast's weight casts, which every
+/// In a training step (an optimizer or backward kernel ran) casts are, first of all, autocast's weight casts, which every
 /// mixed-precision loop pays (the H200's clean planted loop: 6.2% of its step, 2026-11-28): they are a finding only
 /// from 10% of step time, with the fix that shrinks them (larger micro-batches), while other copies keep the 5% rule.
 #[test]
@@ -325,6 +333,9 @@ fn a_training_loops_casts_are_mixed_precisions_price_below_a_tenth_of_the_step()
     // 7% of step time in casts: what an AMP loop pays at a common micro-batch; a finding in inference.
     assert!(none(&copy_steps(7, 0, 5)), "training");
     assert!(!none(&copy_steps(7, 0, 0)), "inference");
+    // A backward pass trains too, its optimizer hand-written (plain elementwise updates, no optimizer kernel).
+    let backward = "void (anonymous namespace)::softmax_warp_backward<float, float, float, 1, false, false>(float*, float const*, float const*, int, int, int, bool const*)";
+    assert!(none(&copy_steps_ending(7, 0, backward, 5)), "a backward pass");
     // 6% of step time in concatenation (not a cast) beside them: the 5% rule.
     assert!(!none(&copy_steps(7, 6, 5)));
     // 12%: more than mixed precision costs at a common micro-batch.

@@ -33,9 +33,9 @@ fn finding(out: &mut String, i: usize, f: &Finding, origin: u64) {
         let s: Vec<String> = ev.steps.iter().take(3).map(|s| format!("{} {}", s.name, ms(s.lost_ns))).collect();
         out.push_str(&format!("    - worst steps: {}\n", s.join(", ")));
     }
-    if !ev.api_calls.is_empty() {
-        let s: Vec<String> =
-            ev.api_calls.iter().take(3).map(|c| format!("{} x{} ({})", c.name, c.count, ms(c.total_ns))).collect();
+    let s: Vec<String> =
+        shown_calls(f).take(3).map(|c| format!("{} x{} ({})", c.name, c.count, ms(c.total_ns))).collect();
+    if !s.is_empty() {
         out.push_str(&format!("    - {}: {}\n", calls_label(f), s.join(", ")));
     }
     if f.kind != "hot_kernels" {
@@ -59,6 +59,13 @@ fn finding(out: &mut String, i: usize, f: &Finding, origin: u64) {
         ));
     }
     out.push_str(&format!("    fix: {}\n", f.fix));
+}
+
+/// The calls a finding names, less those whose time reads 0.00 ms: CloverLeaf's launch_bound, 5.82 ms lost, listed
+/// "cudaMalloc x8 (0.00 ms), cudaLaunchKernel x2 (0.00 ms)", which says nothing of where its time went. JSON keeps
+/// them all.
+pub fn shown_calls(f: &Finding) -> impl Iterator<Item = &super::findings::CallRow> {
+    f.evidence.api_calls.iter().filter(|c| c.total_ns >= 5_000)
 }
 
 /// Idle-time findings list the CUDA calls the idle time happened in or right after; the others, the calls found.
@@ -310,7 +317,16 @@ fn kernel_tables(out: &mut String, p: &ProcessReport) {
 
 /// The critical path of the typical step in one line: what its time is made of.
 pub fn critical_path_line(c: &super::step_path::StepPath) -> String {
-    let parts: Vec<String> = c.by_kind.iter().take(6).map(|g| format!("{} {:.0}%", g.what, g.share * 100.0)).collect();
+    // Links that round to 0% are left out (the two-rank trace's path read "host work 100%, gemm kernels 0%, GPU
+    // queue 0%, sync 0%..."); the first is kept whatever its share. JSON keeps every kind.
+    let parts: Vec<String> = c
+        .by_kind
+        .iter()
+        .take(6)
+        .enumerate()
+        .filter(|(i, g)| *i == 0 || g.share >= 0.005)
+        .map(|(_, g)| format!("{} {:.0}%", g.what, g.share * 100.0))
+        .collect();
     format!(
         "Critical path of a typical step ({}, {}; shortening a link saves up to its length): {}",
         c.step,

@@ -76,8 +76,8 @@ pub fn recovered(samples: &BTreeMap<u32, Figures>) -> Vec<DeviceFacts> {
         };
         let capability = CANDIDATES.into_iter().find(|&cc| fits(cc));
         let name = match capability {
-            Some(_) => format!("GPU {id} ({sms} SMs and architecture recovered from its kernels)"),
-            None => format!("GPU {id} ({sms} SMs recovered from its kernels)"),
+            Some(_) => "unnamed GPU (its SMs and compute capability recovered from its kernels)".to_string(),
+            None => "unnamed GPU (its SMs recovered from its kernels)".to_string(),
         };
         out.push(DeviceFacts { id, name, memory: 0, capability: capability.unwrap_or((0, 0)), sms });
     }

@@ -67,7 +67,6 @@ impl Category {
     }
 }
 
-/// The category of the kernel named `name`.
 /// An activation function by its usual names, in user code as in ATen (`gelu_kernel`, `fused_bias_silu`,
 /// `swiglu_fwd`): elementwise work. Short names that are parts of other words (`elu`, `mish`) only as a whole word.
 fn is_activation(lower: &str) -> bool {
@@ -77,6 +76,7 @@ fn is_activation(lower: &str) -> bool {
         || lower.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| matches!(w, "elu" | "selu" | "celu" | "mish"))
 }
 
+/// The category of the kernel named `name`.
 pub fn kernel_category(name: &str) -> Category {
     if is_comm_kernel(name) {
         return Category::Communication;
@@ -133,6 +133,16 @@ pub fn kernel_category(name: &str) -> Category {
 }
 
 // Kernel classifiers beside the categories: the one place that judges a kernel's name, for every analysis and output.
+
+/// Whether the kernel named `name` computes gradients: a backward pass runs, so the program trains (an
+/// inference server or an HPC code runs none). ATen names its backward kernels so (`softmax_warp_backward`,
+/// `GammaBetaBackwardCUDAKernel`, `max_pool_backward_nchw`), FlashAttention `flash_bwd_*`, cuDNN its weight and
+/// data gradients `wgrad`/`dgrad` and batch norm's `bn_bw_*`. A loop with a hand-written optimizer (plain
+/// elementwise updates, no optimizer kernel) is still told by its backward pass.
+pub fn is_backward_kernel(name: &str) -> bool {
+    let l = function_part(name).to_ascii_lowercase();
+    ["backward", "_bwd", "bwd_", "wgrad", "dgrad", "bn_bw"].iter().any(|k| l.contains(k))
+}
 
 /// Whether a kernel of this name is computation, as HTA counts it (neither communication nor a copy, memset or
 /// DMA), with one difference: communication is [`is_comm_kernel`]'s, so `void ncclKernel_...` (a name
@@ -329,6 +339,26 @@ mod tests {
             ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, c10::BFloat16, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(c10::BFloat16*, c10::BFloat16 const*, int)", false),
         ] {
             assert_eq!(is_log_softmax(name), log, "{name}");
+        }
+    }
+
+    /// Backward kernels from the shared training traces (V100, A100, H100), and none of the inference or HPC
+    /// traces' kernels (the H100 Qwen decode, CloverLeaf): a backward pass is what tells training apart.
+    #[test]
+    fn backward_kernels_are_told_by_their_names() {
+        for (name, backward) in [
+            ("void wgrad_alg0_engine<float, 128, 5, 5, 3, 3, 3, false, 512>(int, int, int, float const*, int, float*, float const*, kernel_grad_params, unsigned long long, int, float, int, int, int, int)", true),
+            ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int, int, int, float const*, int, float const*, int, float*, kernel_grad_params, unsigned long long, int, unsigned long long, int, float, int, int, int)", true),
+            ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 512, true, 1>(float, float, float, float, cudnnTensorStruct, float const*, cudnnTensorStruct, float const*, cudnnTensorStruct, float*, float const*, float*, float*, float const*, float const*, float)", true),
+            ("void at::native::(anonymous namespace)::max_pool_backward_nchw<float, float>(float const*, long const*, int, long, long, long, int, int, int, int, int, int, int, int, int, int, float*)", true),
+            ("void (anonymous namespace)::softmax_warp_backward<float, float, float, 1, false, false>(float*, float const*, float const*, int, int, int, bool const*)", true),
+            ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t, Flash_kernel_traits<128, 64, 128, 8, cutlass::bfloat16_t> >, false, false, false, false, true, true, false>(Flash_bwd_params)", true),
+            ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, false, true, false, false, true, true, false, false>(pytorch_flash::Flash_fwd_params)", false),
+            ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous namespace)::OpaqueType<2u>, unsigned int, 4, 64, 64>(at::native::(anonymous namespace)::OpaqueType<2u>*, at::native::(anonymous namespace)::CatArrInputTensorMetadata<at::native::(anonymous namespace)::OpaqueType<2u>, unsigned int, 64, 64>, at::native::(anonymous namespace)::TensorSizeStride<unsigned int, 4u>, int, unsigned int)", false),
+            ("void clover::par_ranged2d_kernel<PdV_kernel(bool, int, int, int, int, double, clover::Buffer2D<double>, clover::Buffer2D<double>, clover::Buffer2D<double>)>(int, int, int, int, PdV_kernel)", false),
+            ("triton_poi_fused_add_mul_0", false),
+        ] {
+            assert_eq!(is_backward_kernel(name), backward, "{name}");
         }
     }
 }
