@@ -164,7 +164,7 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
     let (p, plan) = (ctx.p, ctx.plan);
     let idle = &swept.idle;
     let unexplained = idle.summary().idle_unexplained_ns;
-    if let Some(cov) = plan.api_id_coverage.filter(|&c| c < 0.02) {
+    if let Some(cov) = plan.api_id_coverage.filter(|_| plan.calls_sampled()) {
         if unexplained * 20 > idle.idle_in_steps_ns {
             warnings.push(format!(
                 "the trace holds 1 in {:.0} of the CUDA calls its correlation ids number: it was sampled or \
@@ -266,6 +266,10 @@ fn findings_of(ctx: &Ctx, swept: &sweep::Swept, waited_for_ranks: bool) -> (Vec<
     fs.extend(gpu_findings::nccl_exposed(ctx, swept, waited_for_ranks));
     fs.extend(gpu_findings::memory_growth(ctx, swept));
     fs.retain(|f| f.share >= MIN_SHARE || f.kind == "memory_growth");
+    // The path follows launches and synchronisations: with most calls missing it is not the step's.
+    if !ctx.plan.calls_sampled() {
+        super::path_bound::bound_by_path(&mut fs, swept.step_path.as_ref(), ctx.step_total_ns, ctx.steps_count());
+    }
     let hot = gpu_findings::hot_kernels(ctx, swept);
     let top_kernels = hot.as_ref().map_or(vec![], |h| h.evidence.kernels.clone());
     fs.extend(hot);

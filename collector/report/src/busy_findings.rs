@@ -410,21 +410,23 @@ mod tests {
             e
         };
         let launch = ApiCall { runtime: true, cbid: 211, result: 0, external: 0 };
-        let (mut events, mut t, mut corr) = (Vec::new(), 1_000_000u64, 1u32);
+        let (mut events, mut step, mut corr) = (Vec::new(), 1_000_000u64, 1u32);
         for _ in 0..4 {
-            events.push(range(1, t, t + 600_000, 0, 0));
+            events.push(range(1, step, step + 600_000, 0, 0));
+            // The host launches both GEMMs at once and the GPU runs them back to back: the GPU holds the step.
+            let (mut host, mut gpu) = (step, step + 20_000);
             for (text, kernel, ns) in [(3, 6, 400_000), (4, 7, 100_000)] {
-                events.push(range(2, t + 1_000, t + 20_000, text, corr as u64));
+                events.push(range(2, host + 1_000, host + 20_000, text, corr as u64));
                 events.push(RawEvent {
                     name: 5,
                     correlation: corr,
-                    ..RawEvent::api_call(1, t + 2_000, t + 10_000, launch)
+                    ..RawEvent::api_call(1, host + 2_000, host + 10_000, launch)
                 });
-                let k = RawEvent::new(EventKind::Kernel, 0, t + 20_000, t + 20_000 + ns);
+                let k = RawEvent::new(EventKind::Kernel, 0, gpu, gpu + ns);
                 events.push(RawEvent { name: kernel, correlation: corr, stream: 7, ..k });
-                (t, corr) = (t + 20_000 + ns, corr + 1);
+                (host, gpu, corr) = (host + 20_000, gpu + ns, corr + 1);
             }
-            t += 80_000;
+            step += 600_000;
         }
         events.sort_by_key(|e| e.start);
         p.events = events;

@@ -24,6 +24,7 @@ pub mod iterations;
 pub mod job;
 mod job_roles;
 pub mod overlap;
+mod path_bound;
 mod pattern;
 pub mod plan;
 mod queue_deps;

@@ -78,6 +78,12 @@ impl Plan {
         }
     }
 
+    /// Whether the trace holds 1 in 50 or fewer of the CUDA calls its correlation ids number
+    /// ([`Plan::api_id_coverage`]): sampled or filtered, so GPU work, launches and synchronisations are missing.
+    pub fn calls_sampled(&self) -> bool {
+        self.api_id_coverage.is_some_and(|c| c < 0.02)
+    }
+
     /// Leaves the warm-up steps, and the later steps that paid for first-time work again (a recompilation), out of
     /// the steps every analysis covers (the report's default): one-off costs, each named with its own.
     pub fn leave_out_warmup(&mut self) {

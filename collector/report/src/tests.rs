@@ -423,3 +423,51 @@ fn steps_that_ended_before_the_first_cuda_call_are_left_out() {
     let mut src = source(process(&strings, only_nvtx));
     assert_eq!(plan(&mut src, None).unwrap()[&7].steps_before_cuda, 0);
 }
+
+/// Five ProfilerStep ranges of 1000 ns, each with a 500 ns fp32 GEMM launched at its start and a 20 ns elementwise
+/// kernel launched `last_at` ns in: late, the host holds the step and the GEMM runs beside its work; early, the GPU
+/// runs one kernel after the other and holds it.
+fn fp32_steps(last_at: u64) -> Report {
+    let strings = [
+        (1, "ampere_sgemm_128x64_nn"),
+        (2, "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>(int)"),
+        (8, "ProfilerStep#0"),
+        (9, "cudaLaunchKernel"),
+    ];
+    let mut events = Vec::new();
+    for step in 0..5u64 {
+        let (t, corr) = (10_000 + step * 1000, 1 + step as u32 * 2);
+        events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 1000) });
+        events.push(api(9, t + 1, 5, corr));
+        events.push(kernel(1, t + 10, 500, corr));
+        events.push(api(9, t + last_at, 5, corr + 1));
+        events.push(kernel(2, (t + last_at + 10).max(t + 510), 20, corr + 1));
+    }
+    let mut traces = [("t".to_string(), source(process(&strings, events)))];
+    let opts = super::Options { step: None, include_warmup: true, filter: None };
+    Report::compute(&mut traces, &opts).unwrap()
+}
+
+/// A finding about the GPU's own time saves step time only as far as the GPU holds the step: where the typical
+/// step's critical path is the host's, the fp32 GEMMs' loss is capped at the path's GPU part and says so.
+#[test]
+fn gpu_findings_are_bounded_by_the_critical_paths_gpu_time() {
+    let fp32 = |r: &Report| r.findings.iter().find(|f| f.kind == "fp32_gemm").cloned().expect("fp32_gemm");
+    // The GPU holds the step: 375 ns of the 500 ns GEMM would go with Tensor Cores, in each 1000 ns step.
+    let gpu_bound = fp32(&fp32_steps(6));
+    assert_eq!(gpu_bound.time_lost_ns, 5 * 375, "{gpu_bound:?}");
+    assert!(!gpu_bound.evidence.metrics.contains_key("critical_path_gpu_share"));
+    // The host launches the step's last kernel 950 ns in: the path is host work and that kernel (2% GPU).
+    let r = fp32_steps(950);
+    let path = r.processes[0].critical_path.as_ref().expect("a path");
+    let host = path.by_kind.iter().find(|g| g.what == "host work").expect("host work");
+    assert!(host.share > 0.9, "{path:?}");
+    let f = fp32(&r);
+    let m = &f.evidence.metrics;
+    assert_eq!(m["gpu_time_ns"], 5.0 * 375.0, "what the GEMMs would save on the GPU stays: {m:?}");
+    assert!(m["critical_path_gpu_share"] < 0.05, "{m:?}");
+    assert_eq!(f.time_lost_ns, (m["critical_path_gpu_share"] * 5000.0) as u64, "{f:?}");
+    assert_eq!(f.severity, super::Severity::Low, "still listed: {f:?}");
+    assert!(f.evidence.facts.iter().any(|x| x.contains("overlaps the host's")), "{:?}", f.evidence.facts);
+    assert!(r.findings.iter().any(|x| x.kind == "fp32_gemm"), "in the report's list");
+}
