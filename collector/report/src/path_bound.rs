@@ -3,13 +3,14 @@
 //! A finding about the GPU's own time (kernels slower than they could be, communication or copies with no compute
 //! beside them, work queued and waiting) measures that GPU time. It shortens the step only where the GPU holds the
 //! step: where the launching thread is what the step waits for, the same GPU time overlaps the host's and a faster
-//! GPU finishes early and idles. The shared two-rank DDP trace read "nccl_exposed: 27% of step time" beside its
-//! own critical path of "host work 100%": the host launched the step's last work 611 ms into a 623 ms step, with
-//! no wait for the GPU on the way, so no overlap of communication could shorten it. The GPU's part of the typical
-//! step's path caps such a finding's loss; the GPU time it measures stays in its summary and metrics.
+//! GPU finishes early and idles. The shared H100 attach window (a launch-bound PyTorch loop) read "fp32_gemm: 20.2%
+//! of step time" beside its own critical path of "host work 97%": faster GEMMs could not shorten its steps before
+//! its launches were cut. The GPU's part of the typical step's path caps such a finding's loss; the GPU time it
+//! measures stays in its summary and metrics. The caller leaves out traces whose CUDA calls were sampled, whose
+//! path misses launches and waits.
 
 use super::findings::{ms, Finding, Severity};
-use super::step_path::StepPath;
+use super::step_path::{StepPath, HOST_GROUPS};
 
 /// Findings about the GPU's busy or queued time (docs/report.md describes each).
 const GPU_SIDE: [&str; 14] = [
@@ -29,11 +30,8 @@ const GPU_SIDE: [&str; 14] = [
     "unseen_gpu_work",
 ];
 
-/// Groups of the path that are the host's time: its own work, its waits returning, and ops waiting for their
-/// launch calls ([`super::step_path::walk`] names them so).
-const HOST_GROUPS: [&str; 4] = ["host work", "sync", "host polling", "launch latency"];
-
-/// Below this share of the step, a path's GPU part bounds nothing worth saying: the step is the host's.
+/// A finding within this share of step time above the path's GPU part is left as it is: the path is one step's,
+/// and a cap of a point or less would say more than it knows.
 const MARGIN: f64 = 0.01;
 
 /// The GPU's part of the typical step's path, as a share of that step.

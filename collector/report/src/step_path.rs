@@ -21,6 +21,15 @@ const MAX_OPS: usize = 1 << 18;
 /// Links listed (the totals cover all).
 const SHOWN_LINKS: usize = 12;
 
+/// The groups of [`StepPath::by_kind`] that are the host's time: the launching threads' own work, synchronising
+/// and polling calls returning, and ops waiting for their launch calls. Every other group is the GPU's (its work
+/// by category, its queues and waits).
+const HOST_WORK: &str = "host work";
+const SYNC: &str = "sync";
+const HOST_POLLING: &str = "host polling";
+const LAUNCH_LATENCY: &str = "launch latency";
+pub const HOST_GROUPS: [&str; 4] = [HOST_WORK, SYNC, HOST_POLLING, LAUNCH_LATENCY];
+
 #[derive(Clone, Copy, Debug)]
 pub struct PathOp {
     pub start: u64,
@@ -169,7 +178,7 @@ pub fn walk(p: &Process, cap: &StepCapture) -> Option<StepPath> {
         }
     };
     let mut cur = *by_end.last()?;
-    push("host", "the host finishing the step after the GPU's last work".into(), "host work".into(), ops[cur].end, e);
+    push("host", "the host finishing the step after the GPU's last work".into(), HOST_WORK.into(), ops[cur].end, e);
     let mut guard = 0;
     loop {
         guard += 1;
@@ -230,21 +239,21 @@ pub fn walk(p: &Process, cap: &StepCapture) -> Option<StepPath> {
                 push(
                     "launch_wait",
                     format!("{} waiting for its launch", op_what(p, &op)),
-                    "launch latency".into(),
+                    LAUNCH_LATENCY.into(),
                     t,
                     op.start,
                 );
                 // The host: back to the thread's last synchronising call before the launch.
                 let sync = cap.syncs.iter().filter(|c| c.tid == tid && c.end <= call_start).max_by_key(|c| c.end);
                 let from = sync.map_or(s, |c| c.end.max(s));
-                push("host", format!("thread {tid}: CPU work and launches"), "host work".into(), from, t);
+                push("host", format!("thread {tid}: CPU work and launches"), HOST_WORK.into(), from, t);
                 match sync.and_then(|c| ended_before(c.end, None).map(|i| (c, i))) {
                     Some((c, i)) if c.end > s && ops[i].end > s => {
                         let name = p.string(c.name);
                         let (kind, what, group) = if c.poll {
-                            ("poll_wait", format!("the host polling with {name} until done"), "host polling")
+                            ("poll_wait", format!("the host polling with {name} until done"), HOST_POLLING)
                         } else {
-                            ("sync_return", format!("{name} returning"), "sync")
+                            ("sync_return", format!("{name} returning"), SYNC)
                         };
                         push(kind, what, group.into(), ops[i].end, c.end);
                         cur = i;
@@ -253,7 +262,7 @@ pub fn walk(p: &Process, cap: &StepCapture) -> Option<StepPath> {
                 }
             }
             None => {
-                push("host", "before the step's first GPU work".into(), "host work".into(), s, op.start);
+                push("host", "before the step's first GPU work".into(), HOST_WORK.into(), s, op.start);
                 break;
             }
         }
