@@ -648,3 +648,33 @@ fn a_host_operator_named_like_a_kernel_is_no_gpu_work() {
     let line = text.lines().find(|l| l.contains("left out where HTA counts it")).expect("the difference named");
     assert!(line.contains("1 context synchronisation") && line.contains("1 host operator"), "{line}");
 }
+
+/// A GPU-side finding claims only the step time the GPU holds on the typical step's critical path: the attach
+/// window's loop is launch-bound (host work 97% of its path), so its fp32 GEMMs' 403 ms of GPU time are capped and
+/// listed low, under the verdict. A trace whose CUDA calls were sampled (the two-rank trace holds 1 in 216) has a
+/// path that misses launches and waits: it says so and caps nothing.
+#[test]
+fn gpu_findings_are_capped_by_the_critical_path_where_it_is_whole() {
+    if let Some(window) = shared_trace("h100-attach-window.cuf") {
+        let r = report(&window);
+        let p = &r["processes"][0];
+        assert!(p["critical_path"].get("calls_sampled").is_none(), "{}", p["critical_path"]);
+        let f = r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "fp32_gemm").expect("fp32_gemm");
+        let m = &f["evidence"]["metrics"];
+        let gpu = m["gpu_time_ns"].as_f64().unwrap();
+        assert!((gpu / 1e6 - 403.43).abs() < 0.01, "{m}");
+        assert!(m["critical_path_gpu_share"].as_f64().unwrap() < 0.05, "{m}");
+        assert!(f["share"].as_f64().unwrap() < 0.05 && f["severity"] == "low", "{f}");
+        assert!(r["verdict"].as_str().unwrap().starts_with("launch_bound"), "{}", r["verdict"]);
+    }
+    if let Some(r0) = shared_trace("kineto-2rank-r0.json.gz") {
+        let r = report(&r0);
+        assert_eq!(r["processes"][0]["critical_path"]["calls_sampled"], true);
+        let capped =
+            r["findings"].as_array().unwrap().iter().any(|f| f["evidence"]["metrics"]["gpu_time_ns"].is_number());
+        assert!(!capped, "{}", r["findings"]);
+        let out = Command::new(cuflight_bin()).arg("report").arg(&r0).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("the trace sampled its CUDA calls"), "{text}");
+    }
+}

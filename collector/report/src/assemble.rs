@@ -6,8 +6,8 @@ use crate::findings::{self, Ctx, MIN_SHARE};
 use crate::job_roles::Plans;
 use crate::steps::StepRow;
 use crate::{
-    busy_findings, counter_findings, gpu_findings, iterations, plan, run, sampled, sort_findings, step_choice, steps,
-    sweep, wait_findings, Finding, Options, ProcessReport, ReportError,
+    busy_findings, counter_findings, gpu_findings, iterations, plan, run, sampled, sort_findings, step_choice,
+    step_path, steps, sweep, wait_findings, Finding, Options, ProcessReport, ReportError,
 };
 use cuflight_trace::model::source::EventSource;
 use rustc_hash::FxHashMap;
@@ -233,7 +233,7 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
         step_total,
         iterations,
         findings: fs,
-        critical_path: swept.step_path,
+        critical_path: swept.step_path.map(|path| step_path::StepPath { calls_sampled: plan.calls_sampled(), ..path }),
         categories,
         top_kernels,
         kernels,

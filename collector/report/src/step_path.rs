@@ -132,6 +132,10 @@ pub struct StepPath {
     pub longest: Vec<Link>,
     /// Links on the whole path (`longest` lists some of them).
     pub links: usize,
+    /// The trace sampled its CUDA calls (1 in 50 or fewer of its correlation ids are in it): launches and waits
+    /// missing from it may hold the step where the path shows host work. GPU-side findings are not capped by it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub calls_sampled: bool,
 }
 
 fn op_what(p: &Process, op: &PathOp) -> String {
@@ -283,7 +287,8 @@ pub fn walk(p: &Process, cap: &StepCapture) -> Option<StepPath> {
     let mut longest: Vec<Link> = links.into_iter().map(|l| l.0).collect();
     longest.sort_by(|a, b| b.duration_ns.cmp(&a.duration_ns).then(a.start_ns.cmp(&b.start_ns)));
     longest.truncate(SHOWN_LINKS);
-    Some(StepPath { step: cap.name.clone(), step_ns: e - s, path_ns, by_kind: groups, longest, links: count })
+    let step = cap.name.clone();
+    Some(StepPath { step, step_ns: e - s, path_ns, by_kind: groups, longest, links: count, calls_sampled: false })
 }
 
 #[cfg(test)]

@@ -327,8 +327,14 @@ pub fn critical_path_line(c: &super::step_path::StepPath) -> String {
         .filter(|(i, g)| *i == 0 || g.share >= 0.005)
         .map(|(_, g)| format!("{} {:.0}%", g.what, g.share * 100.0))
         .collect();
+    let sampled = if c.calls_sampled {
+        " (the trace sampled its CUDA calls: launches and waits missing from it may hold the step where this shows \
+         host work)"
+    } else {
+        ""
+    };
     format!(
-        "Critical path of a typical step ({}, {}; shortening a link saves up to its length): {}",
+        "Critical path of a typical step ({}, {}; shortening a link saves up to its length): {}{sampled}",
         c.step,
         ms(c.step_ns),
         parts.join(", ")
