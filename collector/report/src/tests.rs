@@ -271,6 +271,13 @@ fn a_stack_read_costs_a_step_only_where_the_gpu_idles() {
     assert_eq!((cost.stacks, cost.in_steps, cost.in_steps_ns, cost.exposed_ns), (2, 2, 6, 3));
 }
 
+/// The report of one process of these strings and events, its warm-up steps analysed with the rest.
+fn report_of_all_steps(strings: &[(u32, &str)], events: Vec<RawEvent>) -> Report {
+    let mut traces = [("t".to_string(), source(process(strings, events)))];
+    let opts = super::Options { step: None, include_warmup: true, filter: None };
+    Report::compute(&mut traces, &opts).unwrap()
+}
+
 /// A fused optimizer's kernel (PyTorch's foreach add).
 const FOREACH_ADD: &str = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float)";
 
@@ -302,9 +309,7 @@ fn copy_steps_ending(cast_ns: u64, cat_ns: u64, last: &str, last_ns: u64) -> Rep
             at += dur;
         }
     }
-    let mut traces = [("t".to_string(), source(process(&strings, events)))];
-    let opts = super::Options { step: None, include_warmup: true, filter: None };
-    Report::compute(&mut traces, &opts).unwrap()
+    report_of_all_steps(&strings, events)
 }
 
 /// Kernels that only copy data are a finding when they take 5% of step time or more, told apart by kind (casts,
@@ -443,9 +448,7 @@ fn fp32_steps(last_at: u64) -> Report {
         events.push(api(9, t + last_at, 5, corr + 1));
         events.push(kernel(2, (t + last_at + 10).max(t + 510), 20, corr + 1));
     }
-    let mut traces = [("t".to_string(), source(process(&strings, events)))];
-    let opts = super::Options { step: None, include_warmup: true, filter: None };
-    Report::compute(&mut traces, &opts).unwrap()
+    report_of_all_steps(&strings, events)
 }
 
 /// A finding about the GPU's own time saves step time only as far as the GPU holds the step: where the typical
