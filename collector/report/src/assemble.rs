@@ -233,7 +233,10 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
         step_total,
         iterations,
         findings: fs,
-        critical_path: swept.step_path.map(|path| step_path::StepPath { calls_sampled: plan.calls_sampled(), ..path }),
+        critical_path: swept
+            .step_paths
+            .typical
+            .map(|path| step_path::StepPath { calls_sampled: plan.calls_sampled(), ..path }),
         categories,
         top_kernels,
         kernels,
@@ -268,7 +271,7 @@ fn findings_of(ctx: &Ctx, swept: &sweep::Swept, waited_for_ranks: bool) -> (Vec<
     fs.retain(|f| f.share >= MIN_SHARE || f.kind == "memory_growth");
     // The path follows launches and synchronisations: with most calls missing it is not the step's.
     if !ctx.plan.calls_sampled() {
-        super::path_bound::bound_by_path(&mut fs, swept.step_path.as_ref(), ctx.step_total_ns, ctx.steps_count());
+        super::path_bound::bound_by_path(&mut fs, &swept.step_paths, ctx.step_total_ns, ctx.steps_count());
     }
     let hot = gpu_findings::hot_kernels(ctx, swept);
     let top_kernels = hot.as_ref().map_or(vec![], |h| h.evidence.kernels.clone());

@@ -1,16 +1,20 @@
-//! What a fix on the GPU's side can win back, bounded by the critical path of the typical step.
+//! What a fix on the GPU's side can win back, bounded by the steps' critical paths.
 //!
 //! A finding about the GPU's own time (kernels slower than they could be, communication or copies with no compute
 //! beside them, work queued and waiting) measures that GPU time. It shortens the step only where the GPU holds the
 //! step: where the launching thread is what the step waits for, the same GPU time overlaps the host's and a faster
 //! GPU finishes early and idles. The shared H100 attach window (a launch-bound PyTorch loop) read "fp32_gemm: 20.2%
 //! of step time" beside its own critical path of "host work 97%": faster GEMMs could not shorten its steps before
-//! its launches were cut. The GPU's part of the typical step's path caps such a finding's loss; the GPU time it
-//! measures stays in its summary and metrics. The caller leaves out traces whose CUDA calls were sampled, whose
-//! path misses launches and waits.
+//! its launches were cut.
+//!
+//! The GPU's part of the steps' paths caps such a finding's loss; the GPU time it measures stays in its summary and
+//! metrics. One step per group of steps by duration is walked ([`super::step_path::PathSteps`]), each group's
+//! path weighted by its steps' time: a server whose long prefills are the GPU's and whose decodes are the host's
+//! keeps its prefills' GPU findings, which its typical (decode) step alone would cap. The caller leaves out traces
+//! whose CUDA calls were sampled, whose paths miss launches and waits.
 
 use super::findings::{ms, Finding, Severity};
-use super::step_path::{StepPath, HOST_GROUPS};
+use super::step_path::{StepPath, Walked, HOST_GROUPS};
 
 /// Findings about the GPU's busy or queued time (docs/report.md describes each).
 const GPU_SIDE: [&str; 14] = [
@@ -30,30 +34,65 @@ const GPU_SIDE: [&str; 14] = [
     "unseen_gpu_work",
 ];
 
-/// A finding within this share of step time above the path's GPU part is left as it is: the path is one step's,
+/// A finding within this share of step time above the paths' GPU part is left as it is: each path is one step's,
 /// and a cap of a point or less would say more than it knows.
 const MARGIN: f64 = 0.01;
 
-/// The GPU's part of the typical step's path, as a share of that step.
+/// The GPU's part of a step's path, as a share of that step.
 fn gpu_share(path: &StepPath) -> f64 {
     let gpu: u64 = path.by_kind.iter().filter(|g| !HOST_GROUPS.contains(&g.what.as_str())).map(|g| g.ns).sum();
     gpu as f64 / path.step_ns.max(1) as f64
 }
 
-/// The host's largest part of the path, in words ("host work 100%").
-fn host_words(path: &StepPath) -> String {
-    let host = path.by_kind.iter().filter(|g| HOST_GROUPS.contains(&g.what.as_str())).max_by_key(|g| g.ns);
-    host.map_or(String::new(), |g| format!("{} {:.0}%", g.what, g.ns as f64 * 100.0 / path.step_ns.max(1) as f64))
+/// The GPU's part of the paths walked, each group's weighted by its steps' time (a step with no GPU work has
+/// none); the typical step's where no group was walked.
+fn weighted_gpu_share(walked: &Walked, typical: &StepPath) -> f64 {
+    let total: u64 = walked.strata.iter().map(|s| s.steps_ns).sum();
+    if total == 0 {
+        return gpu_share(typical);
+    }
+    let gpu: f64 = walked.strata.iter().map(|s| s.path.as_ref().map_or(0.0, gpu_share) * s.steps_ns as f64).sum();
+    gpu / total as f64
 }
 
-/// Caps each GPU-side finding's loss at the GPU's share of the typical step's path times the analysed steps'
-/// time (`step_total_ns`), and says so in its evidence; `steps`: how many steps that time holds.
-pub fn bound_by_path(fs: &mut [Finding], path: Option<&StepPath>, step_total_ns: u64, steps: usize) {
-    let Some(path) = path else { return };
-    if step_total_ns == 0 || path.step_ns == 0 {
+/// The host's largest part of a path, in words ("host work 100%"); None where the path holds no host time.
+fn host_words(path: &StepPath) -> Option<String> {
+    let host = path.by_kind.iter().filter(|g| HOST_GROUPS.contains(&g.what.as_str()) && g.ns > 0).max_by_key(|g| g.ns);
+    host.map(|g| format!("{} {:.0}%", g.what, g.ns as f64 * 100.0 / path.step_ns.max(1) as f64))
+}
+
+/// Which paths hold `share` GPU time, in words.
+fn paths_words(walked: &Walked, typical: &StepPath, share: f64) -> String {
+    let steps: usize = walked.strata.iter().map(|s| s.steps).sum();
+    let groups = walked.strata.len();
+    let pct = share * 100.0;
+    let host = host_words(typical).map_or(String::new(), |h| format!(": {h}"));
+    let of_typical = format!("the typical step, {} of {}{host}", typical.step, ms(typical.step_ns));
+    if groups <= 1 {
+        format!(
+            "the critical path of the typical step ({}, {}) holds {pct:.1}% GPU time{}",
+            typical.step,
+            ms(typical.step_ns),
+            host_words(typical).map_or(String::new(), |h| format!(" ({h})"))
+        )
+    } else if groups == steps {
+        format!("the critical paths of all {steps} steps hold {pct:.1}% GPU time ({of_typical})")
+    } else {
+        format!(
+            "the critical paths of {groups} steps (the middle one of each of {groups} equal groups of the {steps} \
+             steps by duration, weighted by its group's time) hold {pct:.1}% GPU time ({of_typical})"
+        )
+    }
+}
+
+/// Caps each GPU-side finding's loss at the GPU's share of the steps' paths times the analysed steps' time
+/// (`step_total_ns`), and says so in its evidence; `steps`: how many steps that time holds.
+pub fn bound_by_path(fs: &mut [Finding], walked: &Walked, step_total_ns: u64, steps: usize) {
+    let Some(typical) = walked.typical.as_ref() else { return };
+    if step_total_ns == 0 || typical.step_ns == 0 {
         return;
     }
-    let share = gpu_share(path);
+    let share = weighted_gpu_share(walked, typical);
     let cap = (share * step_total_ns as f64) as u64;
     let per_step = |ns: u64| ms(ns / steps.max(1) as u64);
     for f in fs.iter_mut().filter(|f| GPU_SIDE.contains(&f.kind)) {
@@ -61,13 +100,9 @@ pub fn bound_by_path(fs: &mut [Finding], path: Option<&StepPath>, step_total_ns:
             continue;
         }
         f.evidence.facts.push(format!(
-            "the critical path of the typical step ({}, {}) holds {:.1}% GPU time ({}): this GPU time overlaps the \
-             host's, so fixing it shortens a step by at most about {} ({} in all), not the {} a step ({}) it \
-             measures, until the host's part is shorter",
-            path.step,
-            ms(path.step_ns),
-            share * 100.0,
-            host_words(path),
+            "{}: this GPU time overlaps the host's, so fixing it shortens a step by at most about {} ({} in all), \
+             not the {} a step ({}) it measures, until the host's part is shorter",
+            paths_words(walked, typical, share),
             per_step(cap),
             ms(cap),
             per_step(f.time_lost_ns),

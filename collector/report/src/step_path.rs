@@ -18,6 +18,10 @@ use serde::Serialize;
 
 /// Ops of the typical step kept for the walk (a step of more runs the walk on its first this many).
 const MAX_OPS: usize = 1 << 18;
+/// Groups of the steps by duration, the middle step of each walked too ([`PathSteps`]).
+const STRATA: usize = 8;
+/// Ops kept for each of those steps but the typical one.
+const MAX_STRATUM_OPS: usize = MAX_OPS / STRATA;
 /// Links listed (the totals cover all).
 const SHOWN_LINKS: usize = 12;
 
@@ -88,6 +92,106 @@ impl StepCapture {
         {
             self.syncs.push(c);
         }
+    }
+}
+
+/// The steps whose critical paths the sweep keeps: the typical one (median duration), whose path the report shows,
+/// and the middle step of each of up to [`STRATA`] groups of the steps sorted by duration. A run's steps may differ in
+/// what holds them (a server's long prefills beside its decodes, a loop's evaluation steps): what a fix on the
+/// GPU's side can win back is bounded by every group's path, each weighted by its steps' time
+/// ([`super::path_bound`]), not by the typical step's alone.
+#[derive(Default)]
+pub struct PathSteps {
+    /// (window, what is kept of it), by window.
+    kept: Vec<(usize, StepCapture)>,
+    typical: Option<usize>,
+    /// Per group: the window walked for it, its steps' time and count.
+    groups: Vec<(usize, u64, usize)>,
+}
+
+/// One group of steps by duration: the path of its middle step, and the group's steps.
+#[derive(Debug, Clone)]
+pub struct Stratum {
+    /// None where that step holds no GPU work (its path holds no GPU time).
+    pub path: Option<StepPath>,
+    pub steps_ns: u64,
+    pub steps: usize,
+}
+
+/// The paths walked: the typical step's, and one per group of steps by duration.
+#[derive(Debug, Clone, Default)]
+pub struct Walked {
+    pub typical: Option<StepPath>,
+    pub strata: Vec<Stratum>,
+}
+
+impl PathSteps {
+    /// The steps to keep of `windows` (the analysed steps, in time order) named `names`.
+    pub fn new(windows: &[Span], names: &[String]) -> PathSteps {
+        let n = windows.len();
+        let len = |i: usize| windows[i].1.saturating_sub(windows[i].0);
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| (len(i), i));
+        let typical = order.get(n / 2).copied();
+        let count = STRATA.min(n);
+        let groups: Vec<(usize, u64, usize)> = (0..count)
+            .map(|g| {
+                let members = &order[g * n / count..(g + 1) * n / count];
+                (members[members.len() / 2], members.iter().map(|&i| len(i)).sum(), members.len())
+            })
+            .collect();
+        let mut ks: Vec<usize> = groups.iter().map(|g| g.0).chain(typical).collect();
+        ks.sort_unstable();
+        ks.dedup();
+        let kept = ks
+            .into_iter()
+            .map(|k| {
+                let name = names.get(k).cloned().unwrap_or_default();
+                (k, StepCapture { window: windows[k], name, ..Default::default() })
+            })
+            .collect();
+        PathSteps { kept, typical, groups }
+    }
+
+    /// Whether window `k`'s ops are kept.
+    pub fn keeps(&self, k: usize) -> bool {
+        self.kept.binary_search_by_key(&k, |c| c.0).is_ok()
+    }
+
+    /// Keeps an op of window `k`.
+    pub fn op(&mut self, k: usize, op: PathOp) {
+        if let Ok(i) = self.kept.binary_search_by_key(&k, |c| c.0) {
+            let cap = &mut self.kept[i].1;
+            if Some(k) == self.typical || cap.ops.len() < MAX_STRATUM_OPS {
+                cap.op(op);
+            }
+        }
+    }
+
+    /// Keeps a call of a launching thread (each kept step takes those in its window).
+    pub fn call(&mut self, class: CallClass, c: PathCall) {
+        for (_, cap) in &mut self.kept {
+            cap.call(class, c);
+        }
+    }
+
+    /// Walks every kept step.
+    pub fn walk(&self, p: &Process) -> Walked {
+        let path_of = |k: usize| {
+            let i = self.kept.binary_search_by_key(&k, |c| c.0).ok()?;
+            walk(p, &self.kept[i].1)
+        };
+        let typical = self.typical.and_then(path_of);
+        let strata = self
+            .groups
+            .iter()
+            .map(|&(k, steps_ns, steps)| Stratum {
+                path: if Some(k) == self.typical { typical.clone() } else { path_of(k) },
+                steps_ns,
+                steps,
+            })
+            .collect();
+        Walked { typical, strata }
     }
 }
 

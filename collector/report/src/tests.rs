@@ -433,6 +433,12 @@ fn steps_that_ended_before_the_first_cuda_call_are_left_out() {
 /// kernel launched `last_at` ns in: late, the host holds the step and the GEMM runs beside its work; early, the GPU
 /// runs one kernel after the other and holds it.
 fn fp32_steps(last_at: u64) -> Report {
+    fp32_steps_of(&[(1000, 500, last_at); 5])
+}
+
+/// ProfilerStep ranges one after the other, each (its length, its fp32 GEMM's, when its last kernel is launched):
+/// the GEMM launched at the step's start, a 20 ns elementwise kernel after it.
+fn fp32_steps_of(steps: &[(u64, u64, u64)]) -> Report {
     let strings = [
         (1, "ampere_sgemm_128x64_nn"),
         (2, "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>(int)"),
@@ -440,13 +446,15 @@ fn fp32_steps(last_at: u64) -> Report {
         (9, "cudaLaunchKernel"),
     ];
     let mut events = Vec::new();
-    for step in 0..5u64 {
-        let (t, corr) = (10_000 + step * 1000, 1 + step as u32 * 2);
-        events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 1000) });
+    let mut t = 10_000;
+    for (step, &(len, gemm, last_at)) in steps.iter().enumerate() {
+        let corr = 1 + step as u32 * 2;
+        events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + len) });
         events.push(api(9, t + 1, 5, corr));
-        events.push(kernel(1, t + 10, 500, corr));
+        events.push(kernel(1, t + 10, gemm, corr));
         events.push(api(9, t + last_at, 5, corr + 1));
-        events.push(kernel(2, (t + last_at + 10).max(t + 510), 20, corr + 1));
+        events.push(kernel(2, (t + last_at + 10).max(t + 10 + gemm), 20, corr + 1));
+        t += len;
     }
     report_of_all_steps(&strings, events)
 }
@@ -473,4 +481,24 @@ fn gpu_findings_are_bounded_by_the_critical_paths_gpu_time() {
     assert_eq!(f.severity, super::Severity::Low, "still listed: {f:?}");
     assert!(f.evidence.facts.iter().any(|x| x.contains("overlaps the host's")), "{:?}", f.evidence.facts);
     assert!(r.findings.iter().any(|x| x.kind == "fp32_gemm"), "in the report's list");
+}
+
+/// Steps that differ in what holds them are each bounded by their own paths: five short steps the host holds and
+/// three long ones of a 2900 ns GEMM (a server's decodes and prefills). The typical step is a short one, whose path
+/// (2% GPU) would cap the GEMMs' loss at 0.3 µs; the long steps' paths are the GPU's, and the loss they measure
+/// (6.5 µs of the 8.4) stands.
+#[test]
+fn steps_that_differ_are_each_bounded_by_their_own_paths() {
+    let (short, long) = ((1000, 500, 950), (3000, 2900, 6));
+    let r = fp32_steps_of(&[short, long, short, short, long, short, long, short]);
+    let path = r.processes[0].critical_path.as_ref().expect("a path");
+    assert_eq!(path.step_ns, 1000, "the typical step is a short one: {path:?}");
+    let f = r.findings.iter().find(|f| f.kind == "fp32_gemm").expect("fp32_gemm");
+    let gemm_ns = 5 * 500 + 3 * 2900;
+    assert_eq!(f.time_lost_ns, gemm_ns * 3 / 4, "not capped: {f:?}");
+    assert!(!f.evidence.metrics.contains_key("critical_path_gpu_share"), "{f:?}");
+    // Long steps alone: no cap; short steps alone: capped, all five paths walked.
+    let r = fp32_steps_of(&[short; 5]);
+    let f = r.findings.iter().find(|f| f.kind == "fp32_gemm").expect("fp32_gemm");
+    assert!(f.evidence.facts.iter().any(|x| x.starts_with("the critical paths of all 5 steps hold")), "{f:?}");
 }

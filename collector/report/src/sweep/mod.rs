@@ -58,8 +58,9 @@ pub struct Swept {
     pub memory_at_end: Vec<i64>,
     /// The most spans, calls and ranges held at once when a window was done (what bounds the sweep's memory).
     pub peak_kept: usize,
-    /// The critical path of the typical step ([`super::step_path`]).
-    pub step_path: Option<super::step_path::StepPath>,
+    /// The critical path of the typical step, and of one step per group of steps by duration
+    /// ([`super::step_path`]).
+    pub step_paths: super::step_path::Walked,
     /// The Python lines behind synchronising calls, allocations and (sampled) launches in steps.
     pub sources: super::sources::Sources,
     /// What the Python stacks read in steps cost.
@@ -97,9 +98,8 @@ pub struct Sweep<'a> {
     closers: VecDeque<Closer>,
     enders: Enders,
     stream_waits: StreamWaits,
-    /// The typical step (median window) and what its critical path needs.
-    typical: Option<usize>,
-    capture: super::step_path::StepCapture,
+    /// What the critical paths of the typical step and of one step per group by duration need.
+    paths: super::step_path::PathSteps,
     /// The first op of the latest start time.
     group: Option<Closer>,
     calls: VecDeque<HostCall>,
@@ -138,14 +138,11 @@ pub struct Sweep<'a> {
 impl<'a> Sweep<'a> {
     pub fn new(plan: &'a Plan, waits: &'a FxHashMap<u32, u64>, hta_rounding: bool) -> Sweep<'a> {
         let windows = &plan.steps.windows;
-        let mut order: Vec<usize> = (0..windows.len()).collect();
-        order.sort_by_key(|&i| (windows[i].1 - windows[i].0, i));
-        // Without steps the one window is the whole trace: no typical step to walk (and nothing to keep for it).
-        let typical = if plan.no_steps { None } else { order.get(order.len() / 2).copied() };
-        let capture = super::step_path::StepCapture {
-            window: typical.map_or((0, 0), |k| windows[k]),
-            name: typical.and_then(|k| plan.steps.names.get(k).cloned()).unwrap_or_default(),
-            ..Default::default()
+        // Without steps the one window is the whole trace: no step to walk (and nothing to keep for it).
+        let paths = if plan.no_steps {
+            Default::default()
+        } else {
+            super::step_path::PathSteps::new(windows, &plan.steps.names)
         };
         Sweep {
             plan,
@@ -166,8 +163,7 @@ impl<'a> Sweep<'a> {
             closers: VecDeque::new(),
             enders: Enders::default(),
             stream_waits: StreamWaits::default(),
-            typical,
-            capture,
+            paths,
             group: None,
             calls: VecDeque::new(),
             call: None,
@@ -268,7 +264,7 @@ impl<'a> Sweep<'a> {
                         name: e.name,
                         poll: false,
                     };
-                    self.capture.call(class, call);
+                    self.paths.call(class, call);
                     self.host_call(p, HostCall { start: span.0, end: span.1, class, name: e.name, source });
                 }
                 let alloc = call.manages_memory() && !call.has(CallEffects::ASYNC);
@@ -429,29 +425,31 @@ impl<'a> Sweep<'a> {
         }
         let ordinal = self.comm_seen;
         self.comm_seen += u32::from(comm);
-        let k = self.window_of(e.start);
-        if k.is_none() {
+        let Some(k) = self.window_of(e.start) else {
             return;
-        }
-        if k == self.typical {
-            self.capture.op(super::step_path::PathOp {
-                start: span.0,
-                end: span.1,
-                stream,
-                name: e.name,
-                copy: match kind {
-                    Some(EventKind::Memcpy) => Some("memcpy"),
-                    Some(EventKind::Memset) => Some("memset"),
-                    _ => None,
+        };
+        if self.paths.keeps(k) {
+            self.paths.op(
+                k,
+                super::step_path::PathOp {
+                    start: span.0,
+                    end: span.1,
+                    stream,
+                    name: e.name,
+                    copy: match kind {
+                        Some(EventKind::Memcpy) => Some("memcpy"),
+                        Some(EventKind::Memset) => Some("memset"),
+                        _ => None,
+                    },
+                    launch: launch.zip(issued).map(|(c, issued)| (c.start, issued, c.tid)),
+                    after_wait,
+                    after_host_fn,
+                    graph: launch.is_some_and(|c| self.plan.names.call(c.name).has(CallEffects::LAUNCHES_GRAPH)),
+                    blocking: blocking.is_some(),
                 },
-                launch: launch.zip(issued).map(|(c, issued)| (c.start, issued, c.tid)),
-                after_wait,
-                after_host_fn,
-                graph: launch.is_some_and(|c| self.plan.names.call(c.name).has(CallEffects::LAUNCHES_GRAPH)),
-                blocking: blocking.is_some(),
-            });
+            );
         }
-        if let Some(w) = k.and_then(|k| self.step_work.get_mut(k)) {
+        if let Some(w) = self.step_work.get_mut(k) {
             let graph = launch.is_some_and(|c| names.call(c.name).has(CallEffects::LAUNCHES_GRAPH));
             w.0 += u64::from(is_kernel);
             w.1 += u64::from(is_kernel && !graph);

@@ -176,7 +176,7 @@ impl Sweep<'_> {
         self.out.fusable = self.fusion.finish();
         self.out.comm_union_ns = self.comm_union.total();
         self.out.comm_overlap = self.overlap.finish();
-        self.out.step_path = crate::step_path::walk(p, &self.capture);
+        self.out.step_paths = self.paths.walk(p);
         self.out.gpu_metrics = std::mem::take(&mut self.counters).finish(|_| Some(p));
         self.out
     }
