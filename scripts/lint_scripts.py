@@ -22,6 +22,9 @@ def is_shell_script(path):
             first = f.readline(200)
     except OSError:
         return False
+    # A file sourced by a script (scripts/gpu-validate.d) names its shell as ShellCheck reads it.
+    if first.strip() in (b"# shellcheck shell=bash", b"# shellcheck shell=sh"):
+        return True
     if not first.startswith(b"#!"):
         return False
     interpreter = first.split(b"/")[-1].split()
@@ -34,7 +37,7 @@ def main():
     python = [f for f in files if f.endswith(".py")]
     shell = [f for f in files if not f.endswith((".py", ".md")) and is_shell_script(os.path.join(root, f))]
     failed = False
-    for tool, args, chosen in (("pyflakes", [], python), ("shellcheck", ["-S", "warning", "-f", "gcc"], shell)):
+    for tool, args, chosen in (("pyflakes", [], python), ("shellcheck", ["-x", "-S", "warning", "-f", "gcc"], shell)):
         exe = shutil.which(tool)
         if exe is None:
             sys.exit(f"lint_scripts: {tool} not found: run scripts/setup-tests (it installs it into .venv-test)")
