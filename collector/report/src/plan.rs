@@ -350,174 +350,208 @@ pub fn plan(
     for (k, f) in &first {
         host.insert(*k, steps_from_ranges(&source.processes[k], &f.candidates.ranges(), option));
     }
-    let mut pattern: FxHashMap<u32, Pattern> =
-        host.iter().filter(|(_, h)| h.is_none()).map(|(&k, _)| (k, Pattern::default())).collect();
-    if pattern.values().any(|_| true) {
-        source.for_each(|k, p, e| {
-            let Some(s) = pattern.get_mut(&k) else { return };
-            match e.kind() {
-                Some(EventKind::Api) => {
-                    s.launches.api(p, e);
-                    // A synchronising call, or a copy that returns when it is done (cudaMemcpy: `.item()`).
-                    if first[&k].names.call(e.name).waits_for_gpu() {
-                        s.waits.push((e.start, e.name));
-                        s.waits_end = s.waits_end.max(e.end);
-                    }
-                }
-                Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
-                    let joined = s.launches.work(e);
-                    let t = joined.map(|w| w.call.start);
-                    // One launch, one entry: a CUDA graph's replay is one launch of many kernels, all at the
-                    // launch's time (counted each, a replay of 421 kernels made "steps" of 0 ms), named by its
-                    // first kernel, or by the launch call where its first node is a copy or memset.
-                    let graph = joined.filter(|w| first[&k].names.call(w.call.name).has(CallEffects::LAUNCHES_GRAPH));
-                    if e.kind() == Some(EventKind::Kernel) && joined.is_none_or(|w| w.first) {
-                        s.seq.push((t.unwrap_or(e.start), e.name));
-                    } else if let Some(w) = graph.filter(|w| w.first) {
-                        s.seq.push((w.call.start, w.call.name));
-                    }
-                    if let Some(t) = t {
-                        s.launched.push((t, e.end));
-                    }
-                }
-                _ => {}
-            }
-        })?;
-    }
+    let mut pattern = launch_patterns(source, &first, &host)?;
     let mut plans = FxHashMap::default();
     for (k, f) in first {
-        let p = &source.processes[&k];
-        let (source_kind, mut ranges, mut gpu_end): (StepSource, Vec<HostRange>, Vec<u64>) = match host
-            .remove(&k)
-            .flatten()
-        {
+        let steps = match host.remove(&k).flatten() {
             Some((src, ranges)) => (src, ranges.iter().map(|r| r.0).collect(), ranges.iter().map(|r| r.1).collect()),
-            None => {
-                let s = pattern.remove(&k).unwrap_or_default();
-                let ranges = super::pattern::steps(s.seq, (s.waits, s.waits_end), f.max_op_end.unwrap_or(0));
-                let mut gpu_end = vec![0; ranges.len()];
-                for (t, end) in s.launched {
-                    let k = ranges.partition_point(|r| r.start <= t);
-                    if k > 0 && t < ranges[k - 1].end {
-                        gpu_end[k - 1] = gpu_end[k - 1].max(end);
-                    }
-                }
-                let src = if ranges.is_empty() { StepSource::None } else { StepSource::Pattern };
-                (src, ranges, gpu_end)
-            }
+            None => pattern_steps(pattern.remove(&k).unwrap_or_default(), f.max_op_end.unwrap_or(0)),
         };
-        // Steps that ended before the process's first CUDA call or GPU op hold nothing of CUDA: a trace that
-        // recorded NVTX before CUDA (an `attach --inject` of an older cuflight, while CUPTI was being set up: 143
-        // steps of 1.2 ms in the shared H100 window) would count each as a step of 0% GPU. Left out and said.
-        let cuda_from = f.api_extent.values().map(|x| x.0).chain(f.busy_extent.map(|b| b.0)).min();
-        // Not in a sampled trace, whose unsampled steps keep their ranges and nothing else by design.
-        let before_cuda =
-            cuda_from.filter(|_| f.sampled.one_in == 0).map_or(0, |from| ranges.partition_point(|r| r.end <= from));
-        let steps_before_cuda = if before_cuda < ranges.len() { before_cuda } else { 0 };
-        ranges.drain(..steps_before_cuda);
-        gpu_end.drain(..steps_before_cuda);
-        let names = ranges
-            .iter()
-            .enumerate()
-            .map(|(i, r)| if r.name == 0 { format!("step {i} (pattern)") } else { p.string(r.name).to_string() })
-            .collect();
-        let windows = windows(&ranges, &gpu_end);
-        let step_names: FxHashSet<u32> = ranges.iter().map(|r| r.name).collect();
-        let launcher_extent = f
-            .launchers
-            .iter()
-            .filter_map(|t| f.api_extent.get(t))
-            .fold(None, |acc: Option<Span>, x| Some(acc.map_or(*x, |a| (a.0.min(x.0), a.1.max(x.1)))));
-        let unclosed = f.pairer.unclosed().map(|(name, start)| (p.string(name).to_string(), start)).collect();
-        let mut requests = f.requests;
-        requests.begun_before = f.pairer.ends_without_start() as u64;
-        for (name, start) in f.pairer.unclosed().filter(|&(name, _)| f.names.has(name, NameFlags::REQUEST)) {
-            requests.open_at_end += 1;
-            if requests.open_starts.len() < MAX_REQUESTS {
-                requests.open_starts.push(start);
-            }
-            requests.name.get_or_insert_with(|| p.string(name).to_string());
-        }
-        // The device the work ran on decides (the lowest used ordinal): a trace lists every GPU it could see.
-        let ran_on = f.used_devices.first().and_then(|u| f.device_facts.iter().find(|(d, _)| d == u));
-        let (capability, device_memory) = ran_on.or(f.device_facts.first()).map_or((None, None), |(_, facts)| *facts);
-        let mut steps = Steps { source: source_kind, host: ranges, windows, names };
-        let serving = steps.names.iter().any(|n| cuflight_trace::model::range_roles::iteration_kind(n).is_some());
-        let no_steps = steps.windows.is_empty();
-        let mut queued_before_first_op_ns = 0;
-        if no_steps {
-            // Findings then cover the whole trace: from the first GPU op or launching call to the last one's end,
-            // unless the first op waited long in its queue with nothing of the trace running: the GPU was busy
-            // with unseen work (a capture that began mid-run), which is no gap of this program's making.
-            let mut first = f.busy_extent.map_or(0, |b| b.0).min(launcher_extent.map_or(u64::MAX, |c| c.0));
-            if let Some((queued, started)) = f.first_op_queued {
-                if started.saturating_sub(queued) >= UNSEEN_WORK_NS {
-                    queued_before_first_op_ns = started - queued;
-                    first = started;
-                }
-            }
-            let last = f.busy_extent.map_or(0, |b| b.1).max(launcher_extent.map_or(0, |c| c.1));
-            steps.windows = vec![(first, last.max(first))];
-            steps.names = vec!["whole trace".into()];
-        }
-        let loader_annotated = f.loader_names.iter().any(|n| !step_names.contains(n));
-        let mut warmup = if no_steps {
-            super::warmup::Warmup::default()
-        } else {
-            super::warmup::detect(&steps.windows, &steps.names, &f.warm)
-        };
-        warmup.kernels_only_in_warmup = warmup.example_kernels.iter().map(|&k| p.string(k).to_string()).collect();
-        warmup.run_again_example = warmup.kernels_run_again.first().map(|&k| p.string(k).to_string());
-        for later in &mut warmup.later {
-            later.examples = later.kernel_ids.iter().take(3).map(|&k| p.string(k).to_string()).collect();
-            later.recompiled = later.kernel_ids.iter().all(|&k| p.string(k).starts_with("triton_"));
-        }
-        plans.insert(
-            k,
-            Plan {
-                names: f.names,
-                steps,
-                step_names,
-                unclosed,
-                launchers: f.launchers,
-                busy_extent: f.busy_extent,
-                capability,
-                device_memory,
-                devices: f.devices,
-                driver_version: f.driver_version,
-                clock: f.clock,
-                has_stream_waits: f.has_stream_waits,
-                last_profiler_step: (f.profiler_steps.0.len() >= 2).then_some(f.profiler_steps.1),
-                pageable_dtoh: f.pageable_dtoh,
-                comm: f.comm,
-                loader_annotated,
-                no_steps,
-                queued_before_first_op_ns,
-                steps_before_cuda,
-                events: f.events,
-                gpu_ops: f.gpu_ops,
-                used_devices: f.used_devices,
-                api_id_coverage: {
-                    let (n, lo, hi) = f.api_ids;
-                    let span = hi.saturating_sub(lo) as u64 + 1;
-                    (n > 0 && span >= 10_000).then(|| n as f64 / span as f64)
-                },
-                warmup,
-                failed: f.failed,
-                gemm_perf: f.gemm_perf.finish_one(p).gemm,
-                serving: serving || !requests.ended.is_empty() || requests.open_at_end > 0,
-                training: f.warm.kernels.keys().any(|&n| {
-                    let name = p.string(n);
-                    kernel_category::kernel_category(name) == kernel_category::Category::Optimizer
-                        || kernel_category::is_backward_kernel(name)
-                }),
-                requests,
-                sampled: f.sampled,
-                sampling: None,
-            },
-        );
+        plans.insert(k, plan_of(&source.processes[&k], f, steps));
     }
     Ok(plans)
+}
+
+/// The second pass, over the processes whose ranges make no steps: what their launch pattern needs.
+fn launch_patterns(
+    source: &mut cuflight_trace::model::source::EventSource,
+    first: &FxHashMap<u32, First>,
+    host: &FxHashMap<u32, Option<RangeSteps>>,
+) -> Result<FxHashMap<u32, Pattern>, cuflight_trace::model::trace::TraceError> {
+    let mut pattern: FxHashMap<u32, Pattern> =
+        host.iter().filter(|(_, h)| h.is_none()).map(|(&k, _)| (k, Pattern::default())).collect();
+    if pattern.is_empty() {
+        return Ok(pattern);
+    }
+    source.for_each(|k, p, e| {
+        let Some(s) = pattern.get_mut(&k) else { return };
+        match e.kind() {
+            Some(EventKind::Api) => {
+                s.launches.api(p, e);
+                // A synchronising call, or a copy that returns when it is done (cudaMemcpy: `.item()`).
+                if first[&k].names.call(e.name).waits_for_gpu() {
+                    s.waits.push((e.start, e.name));
+                    s.waits_end = s.waits_end.max(e.end);
+                }
+            }
+            Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
+                let joined = s.launches.work(e);
+                let t = joined.map(|w| w.call.start);
+                // One launch, one entry: a CUDA graph's replay is one launch of many kernels, all at the
+                // launch's time (counted each, a replay of 421 kernels made "steps" of 0 ms), named by its
+                // first kernel, or by the launch call where its first node is a copy or memset.
+                let graph = joined.filter(|w| first[&k].names.call(w.call.name).has(CallEffects::LAUNCHES_GRAPH));
+                if e.kind() == Some(EventKind::Kernel) && joined.is_none_or(|w| w.first) {
+                    s.seq.push((t.unwrap_or(e.start), e.name));
+                } else if let Some(w) = graph.filter(|w| w.first) {
+                    s.seq.push((w.call.start, w.call.name));
+                }
+                if let Some(t) = t {
+                    s.launched.push((t, e.end));
+                }
+            }
+            _ => {}
+        }
+    })?;
+    Ok(pattern)
+}
+
+/// Steps from a launch pattern (`max_op_end`: the process's last GPU op's end): their source, host ranges, and
+/// the end of the last GPU op launched in each.
+fn pattern_steps(s: Pattern, max_op_end: u64) -> (StepSource, Vec<HostRange>, Vec<u64>) {
+    let ranges = super::pattern::steps(s.seq, (s.waits, s.waits_end), max_op_end);
+    let mut gpu_end = vec![0; ranges.len()];
+    for (t, end) in s.launched {
+        let k = ranges.partition_point(|r| r.start <= t);
+        if k > 0 && t < ranges[k - 1].end {
+            gpu_end[k - 1] = gpu_end[k - 1].max(end);
+        }
+    }
+    let src = if ranges.is_empty() { StepSource::None } else { StepSource::Pattern };
+    (src, ranges, gpu_end)
+}
+
+/// A trace without steps is one window: from the first GPU op or launching call to the last one's end, unless the
+/// first op waited long in its queue with nothing of the trace running: the GPU was busy with unseen work (a
+/// capture that began mid-run), which is no gap of this program's making. Returns the window and that wait.
+fn whole_trace(f: &First, launcher_extent: Option<Span>) -> (Span, u64) {
+    let mut first = f.busy_extent.map_or(0, |b| b.0).min(launcher_extent.map_or(u64::MAX, |c| c.0));
+    let mut queued_ns = 0;
+    if let Some((queued, started)) = f.first_op_queued {
+        if started.saturating_sub(queued) >= UNSEEN_WORK_NS {
+            queued_ns = started - queued;
+            first = started;
+        }
+    }
+    let last = f.busy_extent.map_or(0, |b| b.1).max(launcher_extent.map_or(0, |c| c.1));
+    ((first, last.max(first)), queued_ns)
+}
+
+/// The requests a server annotated, with those still open at the trace's end.
+fn requests_of(p: &Process, f: &First, mut requests: Requests) -> Requests {
+    requests.begun_before = f.pairer.ends_without_start() as u64;
+    for (name, start) in f.pairer.unclosed().filter(|&(name, _)| f.names.has(name, NameFlags::REQUEST)) {
+        requests.open_at_end += 1;
+        if requests.open_starts.len() < MAX_REQUESTS {
+            requests.open_starts.push(start);
+        }
+        requests.name.get_or_insert_with(|| p.string(name).to_string());
+    }
+    requests
+}
+
+/// The warm-up of `steps`, its kernels named.
+fn warmup_of(p: &Process, f: &First, steps: &Steps, no_steps: bool) -> super::warmup::Warmup {
+    let mut warmup = if no_steps {
+        super::warmup::Warmup::default()
+    } else {
+        super::warmup::detect(&steps.windows, &steps.names, &f.warm)
+    };
+    warmup.kernels_only_in_warmup = warmup.example_kernels.iter().map(|&k| p.string(k).to_string()).collect();
+    warmup.run_again_example = warmup.kernels_run_again.first().map(|&k| p.string(k).to_string());
+    for later in &mut warmup.later {
+        later.examples = later.kernel_ids.iter().take(3).map(|&k| p.string(k).to_string()).collect();
+        later.recompiled = later.kernel_ids.iter().all(|&k| p.string(k).starts_with("triton_"));
+    }
+    warmup
+}
+
+/// One process's plan from its first pass and its steps (their source, host ranges, and the end of the last GPU
+/// op launched in each).
+fn plan_of(
+    p: &Process,
+    mut f: First,
+    (source_kind, mut ranges, mut gpu_end): (StepSource, Vec<HostRange>, Vec<u64>),
+) -> Plan {
+    // Steps that ended before the process's first CUDA call or GPU op hold nothing of CUDA: a trace that
+    // recorded NVTX before CUDA (an `attach --inject` of an older cuflight, while CUPTI was being set up: 143
+    // steps of 1.2 ms in the shared H100 window) would count each as a step of 0% GPU. Left out and said.
+    let cuda_from = f.api_extent.values().map(|x| x.0).chain(f.busy_extent.map(|b| b.0)).min();
+    // Not in a sampled trace, whose unsampled steps keep their ranges and nothing else by design.
+    let before_cuda =
+        cuda_from.filter(|_| f.sampled.one_in == 0).map_or(0, |from| ranges.partition_point(|r| r.end <= from));
+    let steps_before_cuda = if before_cuda < ranges.len() { before_cuda } else { 0 };
+    ranges.drain(..steps_before_cuda);
+    gpu_end.drain(..steps_before_cuda);
+    let names = ranges
+        .iter()
+        .enumerate()
+        .map(|(i, r)| if r.name == 0 { format!("step {i} (pattern)") } else { p.string(r.name).to_string() })
+        .collect();
+    let windows = windows(&ranges, &gpu_end);
+    let step_names: FxHashSet<u32> = ranges.iter().map(|r| r.name).collect();
+    let launcher_extent = f
+        .launchers
+        .iter()
+        .filter_map(|t| f.api_extent.get(t))
+        .fold(None, |acc: Option<Span>, x| Some(acc.map_or(*x, |a| (a.0.min(x.0), a.1.max(x.1)))));
+    let unclosed = f.pairer.unclosed().map(|(name, start)| (p.string(name).to_string(), start)).collect();
+    // The device the work ran on decides (the lowest used ordinal): a trace lists every GPU it could see.
+    let ran_on = f.used_devices.first().and_then(|u| f.device_facts.iter().find(|(d, _)| d == u));
+    let (capability, device_memory) = ran_on.or(f.device_facts.first()).map_or((None, None), |(_, facts)| *facts);
+    let mut steps = Steps { source: source_kind, host: ranges, windows, names };
+    let serving = steps.names.iter().any(|n| cuflight_trace::model::range_roles::iteration_kind(n).is_some());
+    let no_steps = steps.windows.is_empty();
+    let mut queued_before_first_op_ns = 0;
+    if no_steps {
+        let (window, queued) = whole_trace(&f, launcher_extent);
+        (steps.windows, steps.names, queued_before_first_op_ns) = (vec![window], vec!["whole trace".into()], queued);
+    }
+    let loader_annotated = f.loader_names.iter().any(|n| !step_names.contains(n));
+    let warmup = warmup_of(p, &f, &steps, no_steps);
+    let requests = std::mem::take(&mut f.requests);
+    let requests = requests_of(p, &f, requests);
+    Plan {
+        names: f.names,
+        steps,
+        step_names,
+        unclosed,
+        launchers: f.launchers,
+        busy_extent: f.busy_extent,
+        capability,
+        device_memory,
+        devices: f.devices,
+        driver_version: f.driver_version,
+        clock: f.clock,
+        has_stream_waits: f.has_stream_waits,
+        last_profiler_step: (f.profiler_steps.0.len() >= 2).then_some(f.profiler_steps.1),
+        pageable_dtoh: f.pageable_dtoh,
+        comm: f.comm,
+        loader_annotated,
+        no_steps,
+        queued_before_first_op_ns,
+        steps_before_cuda,
+        events: f.events,
+        gpu_ops: f.gpu_ops,
+        used_devices: f.used_devices,
+        api_id_coverage: {
+            let (n, lo, hi) = f.api_ids;
+            let span = hi.saturating_sub(lo) as u64 + 1;
+            (n > 0 && span >= 10_000).then(|| n as f64 / span as f64)
+        },
+        warmup,
+        failed: f.failed,
+        gemm_perf: f.gemm_perf.finish_one(p).gemm,
+        serving: serving || !requests.ended.is_empty() || requests.open_at_end > 0,
+        training: f.warm.kernels.keys().any(|&n| {
+            let name = p.string(n);
+            kernel_category::kernel_category(name) == kernel_category::Category::Optimizer
+                || kernel_category::is_backward_kernel(name)
+        }),
+        requests,
+        sampled: f.sampled,
+        sampling: None,
+    }
 }
 
 /// Step windows: host range extended to the end of the GPU work it launched, never overlapping the previous.
