@@ -36,6 +36,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     let Some(agent) = record::find_agent() else {
         bail!(NO_AGENT);
     };
+    let drain_interval = Duration::from_millis(drain_ms.clamp(1, 10_000));
     if let Some(every) = every {
         let range = window.range();
         let duration = duration.or((range.is_none()).then_some(every.min(Duration::from_secs(10))));
@@ -43,31 +44,11 @@ pub fn record(args: RecordArgs) -> Result<i32> {
             bail!("--every must be at least --duration (windows cannot overlap)");
         }
         cupti_memory_note(count);
-        let opts = sampled::SampledOptions {
-            command,
-            agent,
-            output: output.unwrap_or_else(record::default_output),
-            every,
-            count: count.unwrap_or(1),
-            duration,
-            range,
-            force,
-            drain_interval: Duration::from_millis(drain_ms.clamp(1, 10_000)),
-        };
-        let s = sampled::record_sampled(&opts, |path, a| {
-            eprintln!(
-                "cuflight: wrote {} ({} events, {} bytes; {}); {}",
-                path.display(),
-                a.summary.events,
-                a.summary.bytes,
-                a.ended,
-                a.summary.drops_line()
-            );
-        })?;
-        if let Some(why) = s.short {
-            eprintln!("cuflight: {} of {} windows recorded ({why})", s.windows, opts.count);
-        }
-        return Ok(s.exit_code);
+        let output = output.unwrap_or_else(record::default_output);
+        let count = count.unwrap_or(1);
+        let opts =
+            sampled::SampledOptions { command, agent, output, every, count, duration, range, force, drain_interval };
+        return record_every(&opts);
     }
     let opts = RecordOptions {
         output: output.unwrap_or_else(record::default_output),
@@ -77,22 +58,12 @@ pub fn record(args: RecordArgs) -> Result<i32> {
             InjectArg::Driver => Inject::Driver,
             InjectArg::Preload => Inject::Preload,
         },
-        drain_interval: Duration::from_millis(drain_ms.clamp(1, 10_000)),
+        drain_interval,
         flush_ms,
         linger: Duration::from_secs(linger_secs),
         force,
         sample,
-        range: match (window.range(), duration, delay) {
-            (range, None, None) => range,
-            (None, d, y) => Some(record::Range::Armed {
-                ns: d.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
-                delay_ns: y.map_or(0, |y| y.as_nanos().min(u64::MAX as u128) as u64),
-            }),
-            (Some(_), _, _) => bail!(
-                "--duration and --delay bound a window by time, --steps and --capture-range by the program's \
-                 marks: choose one (or add --every for sampling windows of steps)"
-            ),
-        },
+        range: record_range(window.range(), duration, delay)?,
     };
     let s = match record::record(&opts) {
         Err(record::RecordError::Spawn { command, source }) => {
@@ -101,14 +72,66 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         }
         other => other.context("recording failed")?,
     };
+    tell_recorded(&s, &opts, trace.asks(cuflight_format::tracing::HES));
+    if let Some(why) = &s.stopped {
+        bail!("recording stopped early ({why}); the program ran to its end with status {}", s.exit_code);
+    }
+    if stats == Some(true) && s.events > 0 {
+        for (file, _) in &s.files {
+            print_stats(std::path::Path::new(file))?;
+        }
+    }
+    Ok(s.exit_code)
+}
+
+/// `record --every`: sampling windows, a line for each file written.
+fn record_every(opts: &sampled::SampledOptions) -> Result<i32> {
+    let s = sampled::record_sampled(opts, |path, a| {
+        eprintln!(
+            "cuflight: wrote {} ({} events, {} bytes; {}); {}",
+            path.display(),
+            a.summary.events,
+            a.summary.bytes,
+            a.ended,
+            a.summary.drops_line()
+        );
+    })?;
+    if let Some(why) = s.short {
+        eprintln!("cuflight: {} of {} windows recorded ({why})", s.windows, opts.count);
+    }
+    Ok(s.exit_code)
+}
+
+/// The window `record` keeps: by the program's marks (`range`), or by time (--duration, --delay), not both.
+fn record_range(
+    range: Option<record::Range>,
+    duration: Option<Duration>,
+    delay: Option<Duration>,
+) -> Result<Option<record::Range>> {
+    Ok(match (range, duration, delay) {
+        (range, None, None) => range,
+        (None, d, y) => Some(record::Range::Armed {
+            ns: d.map(|d| d.as_nanos().min(u64::MAX as u128) as u64),
+            delay_ns: y.map_or(0, |y| y.as_nanos().min(u64::MAX as u128) as u64),
+        }),
+        (Some(_), _, _) => bail!(
+            "--duration and --delay bound a window by time, --steps and --capture-range by the program's \
+             marks: choose one (or add --every for sampling windows of steps)"
+        ),
+    })
+}
+
+/// What `record` tells of a recording once it is done: agents that were off, costs, what --sample and
+/// --trace ...,hes got, signals forwarded, processes that ended unflushed, and what it wrote and lost.
+fn tell_recorded(s: &RecordSummary, opts: &RecordOptions, asked_hes: bool) {
     for (pid, why) in &s.disabled {
         eprintln!("cuflight: agent was off in process {pid}: {}", doctor_checks::with_pointer(why));
     }
     if s.arming.ranges_before > 0 {
         eprintln!("cuflight: {}", s.arming.describe().unwrap_or_default());
     }
-    print_costs(&s);
-    if trace.asks(cuflight_format::tracing::HES) {
+    print_costs(s);
+    if asked_hes {
         for (pid, traced) in &s.traced {
             if !traced.split(',').any(|t| t == "hes") {
                 eprintln!(
@@ -118,7 +141,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
             }
         }
     }
-    if let Some(n) = sample {
+    if let Some(n) = opts.sample {
         match (s.sampled_steps, s.sampled_slices) {
             (0, 0) => eprintln!(
                 "cuflight: --sample 1/{n} recorded nothing: the program ended before its first step or second"
@@ -178,15 +201,6 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         s.bytes as f64 / s.events.max(1) as f64,
         s.drops_line(),
     );
-    if let Some(why) = &s.stopped {
-        bail!("recording stopped early ({why}); the program ran to its end with status {}", s.exit_code);
-    }
-    if stats == Some(true) && s.events > 0 {
-        for (file, _) in &s.files {
-            print_stats(std::path::Path::new(file))?;
-        }
-    }
-    Ok(s.exit_code)
 }
 
 pub fn launch(args: LaunchArgs) -> Result<i32> {
