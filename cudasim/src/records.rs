@@ -335,85 +335,118 @@ impl SimRecord {
                     release::Memset::V5 => s!(c::CUpti_ActivityMemset5),
                 }
             }
-            SimRecord::Memory {
-                release: is_release,
-                timestamp,
-                device,
-                stream,
-                correlation,
-                address,
-                bytes,
-                memory_kind,
-                is_async,
-            } => {
-                macro_rules! mem {
-                    ($t:ty) => {{
-                        // SAFETY: all-zero bytes are a valid value of this plain C struct.
-                        let mut r: $t = unsafe { std::mem::zeroed() };
-                        r.kind = c::CUPTI_ACTIVITY_KIND_MEMORY2;
-                        r.memoryOperationType = if is_release {
-                            c::CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE
-                        } else {
-                            c::CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION
-                        };
-                        r.memoryKind = memory_kind;
-                        r.correlationId = correlation;
-                        r.address = address;
-                        r.bytes = bytes;
-                        r.timestamp = timestamp;
-                        r.processId = std::process::id();
-                        r.deviceId = device;
-                        r.contextId = device + 1;
-                        r.streamId = stream;
-                        r.isAsync = is_async as u32;
-                        // SAFETY: the caller checked the record fits at this offset.
-                        unsafe { (p as *mut $t).write_unaligned(r) };
-                    }};
-                }
-                match rel.memory {
-                    release::Memory::V3 => mem!(c12::CUpti_ActivityMemory3),
-                    release::Memory::V4 => mem!(c::CUpti_ActivityMemory4),
-                }
+            SimRecord::Memory { .. } => {
+                // SAFETY: guaranteed by the caller.
+                unsafe { self.write_memory(p, rel) }
             }
-            SimRecord::Sync { start, end, kind, stream, correlation, event } => {
-                macro_rules! y {
-                    ($t:ty) => {{
-                        // SAFETY: all-zero bytes are a valid value of this plain C struct.
-                        let mut r: $t = unsafe { std::mem::zeroed() };
-                        r.kind = c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
-                        r.type_ = kind;
-                        r.start = start;
-                        r.end = end;
-                        r.correlationId = correlation;
-                        r.contextId = 1;
-                        r.streamId = stream;
-                        r.cudaEventId = event;
-                        // SAFETY: the caller checked the record fits at this offset.
-                        unsafe { (p as *mut $t).write_unaligned(r) };
-                    }};
-                }
-                match rel.sync {
-                    release::Sync::V1 => y!(c12::CUpti_ActivitySynchronization),
-                    release::Sync::V2 => y!(c::CUpti_ActivitySynchronization2),
-                }
+            SimRecord::Sync { .. } => {
+                // SAFETY: guaranteed by the caller.
+                unsafe { self.write_sync(p, rel) }
             }
-            SimRecord::GraphTrace { start, end, device, stream, correlation, graph_id } => {
-                let r = c::CUpti_ActivityGraphTrace2 {
-                    kind: c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE,
-                    correlationId: correlation,
-                    start,
-                    end,
-                    deviceId: device,
-                    graphId: graph_id,
-                    contextId: device + 1,
-                    streamId: stream,
-                    endDeviceId: device,
-                    endContextId: device + 1,
-                    ..Default::default()
-                };
-                // SAFETY: the caller checked the record fits at this offset.
-                unsafe { (p as *mut c::CUpti_ActivityGraphTrace2).write_unaligned(r) };
+            SimRecord::GraphTrace { .. } => {
+                // SAFETY: guaranteed by the caller.
+                unsafe { self.write_graph_trace(p) }
             }
         }
+    }
+
+    /// A memory record (an allocation or a release), in the release's layout.
+    ///
+    /// # Safety
+    /// As [`SimRecord::write`], at `p`.
+    unsafe fn write_memory(&self, p: *mut u8, rel: &Release) {
+        let SimRecord::Memory {
+            release: is_release,
+            timestamp,
+            device,
+            stream,
+            correlation,
+            address,
+            bytes,
+            memory_kind,
+            is_async,
+        } = *self
+        else {
+            return;
+        };
+        macro_rules! mem {
+            ($t:ty) => {{
+                // SAFETY: all-zero bytes are a valid value of this plain C struct.
+                let mut r: $t = unsafe { std::mem::zeroed() };
+                r.kind = c::CUPTI_ACTIVITY_KIND_MEMORY2;
+                r.memoryOperationType = if is_release {
+                    c::CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE
+                } else {
+                    c::CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION
+                };
+                r.memoryKind = memory_kind;
+                r.correlationId = correlation;
+                r.address = address;
+                r.bytes = bytes;
+                r.timestamp = timestamp;
+                r.processId = std::process::id();
+                r.deviceId = device;
+                r.contextId = device + 1;
+                r.streamId = stream;
+                r.isAsync = is_async as u32;
+                // SAFETY: the caller checked the record fits at this offset.
+                unsafe { (p as *mut $t).write_unaligned(r) };
+            }};
+        }
+        match rel.memory {
+            release::Memory::V3 => mem!(c12::CUpti_ActivityMemory3),
+            release::Memory::V4 => mem!(c::CUpti_ActivityMemory4),
+        }
+    }
+
+    /// A synchronisation record, in the release's layout.
+    ///
+    /// # Safety
+    /// As [`SimRecord::write`], at `p`.
+    unsafe fn write_sync(&self, p: *mut u8, rel: &Release) {
+        let SimRecord::Sync { start, end, kind, stream, correlation, event } = *self else { return };
+        macro_rules! y {
+            ($t:ty) => {{
+                // SAFETY: all-zero bytes are a valid value of this plain C struct.
+                let mut r: $t = unsafe { std::mem::zeroed() };
+                r.kind = c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
+                r.type_ = kind;
+                r.start = start;
+                r.end = end;
+                r.correlationId = correlation;
+                r.contextId = 1;
+                r.streamId = stream;
+                r.cudaEventId = event;
+                // SAFETY: the caller checked the record fits at this offset.
+                unsafe { (p as *mut $t).write_unaligned(r) };
+            }};
+        }
+        match rel.sync {
+            release::Sync::V1 => y!(c12::CUpti_ActivitySynchronization),
+            release::Sync::V2 => y!(c::CUpti_ActivitySynchronization2),
+        }
+    }
+
+    /// A graph-level record (one per graph launch).
+    ///
+    /// # Safety
+    /// As [`SimRecord::write`], at `p`.
+    unsafe fn write_graph_trace(&self, p: *mut u8) {
+        let SimRecord::GraphTrace { start, end, device, stream, correlation, graph_id } = *self else { return };
+        let r = c::CUpti_ActivityGraphTrace2 {
+            kind: c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE,
+            correlationId: correlation,
+            start,
+            end,
+            deviceId: device,
+            graphId: graph_id,
+            contextId: device + 1,
+            streamId: stream,
+            endDeviceId: device,
+            endContextId: device + 1,
+            ..Default::default()
+        };
+        // SAFETY: the caller checked the record fits at this offset.
+        unsafe { (p as *mut c::CUpti_ActivityGraphTrace2).write_unaligned(r) };
     }
 }
