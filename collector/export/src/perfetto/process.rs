@@ -238,76 +238,7 @@ impl ProcessState {
                     self.api_slice(x, e, None)?;
                 }
             }
-            Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
-                self.last_op = Some((e.start, e.correlation, e.device, e.stream, e.end));
-                let track = self.stream(x, e.device, e.stream)?;
-                // The first work of held launch calls: they start the flow it ends (once per launch).
-                let first = self.launches.work(e).is_some_and(|w| w.first);
-                let calls = if first { self.held.remove(&e.correlation) } else { None };
-                let term = calls.as_ref().map(|_| flow_id(pid, e.correlation));
-                if let Some(calls) = calls {
-                    for call in &calls {
-                        self.api_slice(x, call, term)?;
-                    }
-                    self.reuse(calls);
-                }
-                let corr = Arg::U(ann!("correlation"), e.correlation as u64);
-                match k {
-                    EventKind::Kernel => {
-                        let c = e.launch_config();
-                        // Launch dimensions and mangled names repeat: written once, then referred to by iid.
-                        let (grid, block) = (x.dims_iid(c.grid), x.dims_iid(c.block));
-                        let mangled = self.mangled.get(&e.name).map(|m| x.mangled_iid(pid, e.name, m));
-                        let mut args = [
-                            corr,
-                            Arg::I(ann!("grid"), grid),
-                            Arg::I(ann!("block"), block),
-                            Arg::U(ann!("registers per thread"), c.registers as u64),
-                            Arg::U(ann!("static shared memory"), c.static_shared as u64),
-                            Arg::U(ann!("dynamic shared memory"), c.dynamic_shared as u64),
-                            Arg::I(ann!("mangled name"), mangled.unwrap_or(0)),
-                        ];
-                        // Shared memory sizes only when used: most kernels use none, and every byte counts here.
-                        let mut used = if c.static_shared == 0 && c.dynamic_shared == 0 { 4 } else { 6 };
-                        if mangled.is_some() {
-                            args.swap(used, 6);
-                            used += 1;
-                        }
-                        let name = x.id_iid(pid, e.name, &self.strings);
-                        x.slice(track, e.start, e.end, name, cat!("kernel"), &args[..used], None, term)?;
-                    }
-                    EventKind::Memcpy => {
-                        let copy = e.as_copy();
-                        let (src, dst) = (cupti_labels::memory_kind(copy.src), cupti_labels::memory_kind(copy.dst));
-                        // One label a (kind, source, destination).
-                        let key = (copy.dst.0 as u64) << 16 | (copy.src.0 as u64) << 8 | copy.kind.0 as u64;
-                        let name = self.label(x, 1 << 32 | key, || {
-                            format!("Memcpy {} ({src} -> {dst})", cupti_labels::memcpy_kind(copy.kind))
-                        });
-                        let args = [
-                            corr,
-                            Arg::U(ann!("bytes"), copy.bytes),
-                            Arg::S(ann!("source"), src),
-                            Arg::S(ann!("destination"), dst),
-                        ];
-                        x.slice(track, e.start, e.end, name, cat!("gpu_memcpy"), &args, None, term)?;
-                        let bw = x.track(TrackKey::Counter(pid, CounterTrack::Bandwidth), || {
-                            "Memcpy bandwidth (GB/s)".into()
-                        })?;
-                        let gbps = if e.duration() == 0 { 0.0 } else { copy.bytes as f64 / e.duration() as f64 };
-                        x.counter(bw, e.start, Counter::Double(gbps))?;
-                        x.counter(bw, e.end.max(e.start), Counter::Double(0.0))?;
-                    }
-                    _ => {
-                        let memset = e.as_memset();
-                        let name = self.label(x, 2 << 32 | memset.memory.0 as u64, || {
-                            format!("Memset ({})", cupti_labels::memory_kind(memset.memory))
-                        });
-                        let args = [corr, Arg::U(ann!("bytes"), memset.bytes)];
-                        x.slice(track, e.start, e.end, name, cat!("gpu_memset"), &args, None, term)?;
-                    }
-                }
-            }
+            Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => self.gpu_op(x, e, k)?,
             Some(EventKind::Range) => {
                 let range = e.as_range();
                 let track = if range.on_device { self.stream(x, e.device, e.stream)? } else { self.thread(x, e.tid)? };
@@ -346,6 +277,110 @@ impl ProcessState {
             _ => {}
         }
         Ok(())
+    }
+
+    /// A kernel, copy or memset on its stream's track, ending the flow from its held launch calls.
+    fn gpu_op<W: Write>(
+        &mut self,
+        x: &mut Exporter<W>,
+        e: &cuflight_format::RawEvent,
+        k: EventKind,
+    ) -> std::io::Result<()> {
+        let pid = self.pid;
+        self.last_op = Some((e.start, e.correlation, e.device, e.stream, e.end));
+        let track = self.stream(x, e.device, e.stream)?;
+        // The first work of held launch calls: they start the flow it ends (once per launch).
+        let first = self.launches.work(e).is_some_and(|w| w.first);
+        let calls = if first { self.held.remove(&e.correlation) } else { None };
+        let term = calls.as_ref().map(|_| flow_id(pid, e.correlation));
+        if let Some(calls) = calls {
+            for call in &calls {
+                self.api_slice(x, call, term)?;
+            }
+            self.reuse(calls);
+        }
+        let corr = Arg::U(ann!("correlation"), e.correlation as u64);
+        match k {
+            EventKind::Kernel => self.kernel_slice(x, e, track, corr, term),
+            EventKind::Memcpy => self.memcpy_slice(x, e, track, corr, term),
+            _ => self.memset_slice(x, e, track, corr, term),
+        }
+    }
+
+    /// A kernel's slice: its launch configuration, and its mangled name where it has one.
+    fn kernel_slice<W: Write>(
+        &mut self,
+        x: &mut Exporter<W>,
+        e: &cuflight_format::RawEvent,
+        track: u64,
+        corr: Arg,
+        term: Option<u64>,
+    ) -> std::io::Result<()> {
+        let pid = self.pid;
+        let c = e.launch_config();
+        // Launch dimensions and mangled names repeat: written once, then referred to by iid.
+        let (grid, block) = (x.dims_iid(c.grid), x.dims_iid(c.block));
+        let mangled = self.mangled.get(&e.name).map(|m| x.mangled_iid(pid, e.name, m));
+        let mut args = [
+            corr,
+            Arg::I(ann!("grid"), grid),
+            Arg::I(ann!("block"), block),
+            Arg::U(ann!("registers per thread"), c.registers as u64),
+            Arg::U(ann!("static shared memory"), c.static_shared as u64),
+            Arg::U(ann!("dynamic shared memory"), c.dynamic_shared as u64),
+            Arg::I(ann!("mangled name"), mangled.unwrap_or(0)),
+        ];
+        // Shared memory sizes only when used: most kernels use none, and every byte counts here.
+        let mut used = if c.static_shared == 0 && c.dynamic_shared == 0 { 4 } else { 6 };
+        if mangled.is_some() {
+            args.swap(used, 6);
+            used += 1;
+        }
+        let name = x.id_iid(pid, e.name, &self.strings);
+        x.slice(track, e.start, e.end, name, cat!("kernel"), &args[..used], None, term)
+    }
+
+    /// A copy's slice, and the bandwidth counter while it runs.
+    fn memcpy_slice<W: Write>(
+        &mut self,
+        x: &mut Exporter<W>,
+        e: &cuflight_format::RawEvent,
+        track: u64,
+        corr: Arg,
+        term: Option<u64>,
+    ) -> std::io::Result<()> {
+        let pid = self.pid;
+        let copy = e.as_copy();
+        let (src, dst) = (cupti_labels::memory_kind(copy.src), cupti_labels::memory_kind(copy.dst));
+        // One label a (kind, source, destination).
+        let key = (copy.dst.0 as u64) << 16 | (copy.src.0 as u64) << 8 | copy.kind.0 as u64;
+        let name = self
+            .label(x, 1 << 32 | key, || format!("Memcpy {} ({src} -> {dst})", cupti_labels::memcpy_kind(copy.kind)));
+        let args =
+            [corr, Arg::U(ann!("bytes"), copy.bytes), Arg::S(ann!("source"), src), Arg::S(ann!("destination"), dst)];
+        x.slice(track, e.start, e.end, name, cat!("gpu_memcpy"), &args, None, term)?;
+        let bw = x.track(TrackKey::Counter(pid, CounterTrack::Bandwidth), || "Memcpy bandwidth (GB/s)".into())?;
+        let gbps = if e.duration() == 0 { 0.0 } else { copy.bytes as f64 / e.duration() as f64 };
+        x.counter(bw, e.start, Counter::Double(gbps))?;
+        x.counter(bw, e.end.max(e.start), Counter::Double(0.0))?;
+        Ok(())
+    }
+
+    /// A memset's slice.
+    fn memset_slice<W: Write>(
+        &mut self,
+        x: &mut Exporter<W>,
+        e: &cuflight_format::RawEvent,
+        track: u64,
+        corr: Arg,
+        term: Option<u64>,
+    ) -> std::io::Result<()> {
+        let memset = e.as_memset();
+        let name = self.label(x, 2 << 32 | memset.memory.0 as u64, || {
+            format!("Memset ({})", cupti_labels::memory_kind(memset.memory))
+        });
+        let args = [corr, Arg::U(ann!("bytes"), memset.bytes)];
+        x.slice(track, e.start, e.end, name, cat!("gpu_memset"), &args, None, term)
     }
 
     /// A start/end range: one async track per range name, since such ranges may overlap.
