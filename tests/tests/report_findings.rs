@@ -1,0 +1,140 @@
+//! `cuflight report`'s findings as a user reads them: fixes that fit the program and the GPU, failed calls named
+//! with their suspect kernel, and GPU-side findings bounded by the steps' critical paths.
+
+use cuflight_integration::*;
+use std::process::Command;
+
+/// A fix fits the program: a training loop's (an optimizer or a backward pass ran) speaks of losses and optimizers, an inference
+/// run's does not (Qwen's generation under torch.profiler: "keep the loss on the GPU" meant nothing there).
+#[test]
+fn fixes_speak_of_training_only_where_an_optimizer_ran() {
+    let fix_of = |r: &serde_json::Value, kind: &str| {
+        r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == kind).map(|f| f["fix"].to_string())
+    };
+    if let Some(qwen) = shared_trace("kineto-h100-qwen-inference.json.gz") {
+        let r = report_json(&qwen);
+        let sync = fix_of(&r, "sync_stall").expect("Qwen's sync_stall");
+        assert!(!sync.contains("loss") && sync.contains("once per batch"), "{sync}");
+        let launch = fix_of(&r, "launch_bound").expect("Qwen's launch_bound");
+        assert!(!launch.contains("optimizer") && launch.contains("CUDA graph"), "{launch}");
+    }
+    if let Some(v100) = shared_trace("kineto-v100-ddp-ns.json.gz") {
+        let launch = fix_of(&report_json(&v100), "launch_bound").expect("the V100 run's launch_bound");
+        assert!(launch.contains("fused/foreach optimizers"), "{launch}");
+    }
+}
+
+#[test]
+fn the_fp32_fix_names_what_the_gpu_has() {
+    // A V100 (compute capability 7.0) has fp16 Tensor Cores only: bf16 autocast and the TF32 switch do nothing there.
+    if let Some(v100) = shared_trace("kineto-v100-ddp-ns.json.gz") {
+        let r = report_json(&v100);
+        let f = r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "fp32_gemm").expect("fp32_gemm").clone();
+        let fix = f["fix"].as_str().unwrap();
+        assert!(
+            fix.contains("torch.float16") && !fix.contains("bfloat16") && !fix.contains("matmul_precision"),
+            "{fix}"
+        );
+    }
+    // cudasim's H100 (9.0): bf16 and TF32.
+    let dir = scratch("report-fp32");
+    let prog = build_c("train", &dir);
+    let rec = record(&dir, &[], &prog, &["3"], &[]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let r = report_json(&rec.trace);
+    let f = r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "fp32_gemm").expect("fp32_gemm").clone();
+    assert!(f["fix"].as_str().unwrap().contains("bfloat16"), "{f}");
+}
+
+/// A run that fails says so first: every call that returned an error, by API and code with CUDA's names (stats),
+/// and in the report the device fault with the kernel launched last before it (CUDA reports a fault at a later
+/// call), and the allocations that found no memory. Queries answering "not ready" are expected, not failures.
+#[test]
+fn failed_calls_are_named_and_a_device_fault_names_its_suspect_kernel() {
+    let dir = scratch("report-failed-calls");
+    let (s, _) = record_server_cmd(&dir, &[], "k 2\nQ\nO\nO\ne\n");
+    let rows = s["api_errors"].as_array().unwrap();
+    let row = |api: &str| rows.iter().find(|r| r["api"] == api).unwrap_or_else(|| panic!("{api}: {rows:?}"));
+    let fault = row("cudaDeviceSynchronize");
+    assert_eq!((fault["code"].as_u64(), fault["error"].as_str()), (Some(700), Some("cudaErrorIllegalAddress")));
+    assert_eq!((fault["class"].as_str(), fault["count"].as_u64()), (Some("sticky"), Some(2)), "{fault}");
+    let oom = row("cudaMalloc");
+    assert_eq!(
+        (oom["error"].as_str(), oom["class"].as_str(), oom["count"].as_u64()),
+        (Some("cudaErrorMemoryAllocation"), Some("out_of_memory"), Some(2))
+    );
+    let query = row("cudaStreamQuery");
+    assert_eq!((query["error"].as_str(), query["class"].as_str()), (Some("cudaErrorNotReady"), Some("expected")));
+    assert_eq!(rows[0]["class"], "sticky", "failures first");
+    assert!(
+        fault["first_ns"].as_u64() > oom["first_ns"].as_u64() && oom["first_ns"].as_u64() > query["first_ns"].as_u64()
+    );
+    let r = report_json(&dir.join("trace.cuf"));
+    let verdict = r["verdict"].as_str().unwrap();
+    assert!(verdict.starts_with("The run failed: a device fault (cudaErrorIllegalAddress)"), "{verdict}");
+    let p = &r["processes"][0];
+    let warning = p["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("the suspect, kernel faulty (launched at"), "{warning}");
+    let oom = p["warnings"][1].as_str().unwrap();
+    assert!(oom.starts_with("2 allocation(s) found no device memory"), "{}", p["warnings"]);
+    assert!(oom.contains("GiB of the device's 80.00 GiB allocated"), "cudasim's H100: {oom}");
+    assert_eq!(p["cuda_errors"].as_array().unwrap().len(), 3);
+    // The Kineto-JSON export keeps each failed call's code (`return`, `error`), and reads back the same table.
+    let json = dir.join("failed.json");
+    let exported = export_chrome(&dir.join("trace.cuf"), &json);
+    assert!(exported["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["args"]["error"] == "cudaErrorIllegalAddress"));
+    assert_eq!(stats(&json)["api_errors"], s["api_errors"]);
+    // The Perfetto timeline marks where the fault was first reported (one instant; later failures are slices).
+    let pftrace = dir.join("failed.pftrace");
+    let (ok, err) = export_to(&dir.join("trace.cuf"), &pftrace, &[]);
+    assert!(ok, "{err}");
+    let decoded = python_json("check_perfetto.py", &[pftrace.as_os_str(), json.as_os_str()]);
+    assert_eq!(decoded["instants"], 1, "{decoded}");
+    // A run without failures says nothing of them; a torch.profiler trace holds no return codes, and says so.
+    let clean = record(&dir, &[], &build_c("train", &dir), &["2"], &[]);
+    let r = report_json(&clean.trace);
+    assert!(r["processes"][0].get("cuda_errors").is_none() && !r["verdict"].as_str().unwrap().contains("failed"));
+    if let Some(kineto) = shared_trace("kineto-2rank-r0.json.gz") {
+        let kinds: Vec<String> = stats(&kineto)["not_recorded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["kind"].as_str().unwrap().to_string())
+            .collect();
+        assert!(kinds.contains(&"errors".to_string()), "{kinds:?}");
+    }
+}
+
+/// A GPU-side finding claims only the step time the GPU holds on the steps' critical paths: the attach
+/// window's loop is launch-bound (host work 97% of its path), so its fp32 GEMMs' 403 ms of GPU time are capped and
+/// listed low, under the verdict. A trace whose CUDA calls were sampled (the two-rank trace holds 1 in 216) has a
+/// path that misses launches and waits: it says so and caps nothing.
+#[test]
+fn gpu_findings_are_capped_by_the_critical_path_where_it_is_whole() {
+    if let Some(window) = shared_trace("h100-attach-window.cuf") {
+        let r = report_json(&window);
+        let p = &r["processes"][0];
+        assert!(p["critical_path"].get("calls_sampled").is_none(), "{}", p["critical_path"]);
+        let f = r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "fp32_gemm").expect("fp32_gemm");
+        let m = &f["evidence"]["metrics"];
+        let gpu = m["gpu_time_ns"].as_f64().unwrap();
+        assert!((gpu / 1e6 - 403.43).abs() < 0.01, "{m}");
+        assert!(m["critical_path_gpu_share"].as_f64().unwrap() < 0.05, "{m}");
+        assert!(f["share"].as_f64().unwrap() < 0.05 && f["severity"] == "low", "{f}");
+        assert!(r["verdict"].as_str().unwrap().starts_with("launch_bound"), "{}", r["verdict"]);
+    }
+    if let Some(r0) = shared_trace("kineto-2rank-r0.json.gz") {
+        let r = report_json(&r0);
+        assert_eq!(r["processes"][0]["critical_path"]["calls_sampled"], true);
+        let capped =
+            r["findings"].as_array().unwrap().iter().any(|f| f["evidence"]["metrics"]["gpu_time_ns"].is_number());
+        assert!(!capped, "{}", r["findings"]);
+        let out = Command::new(cuflight_bin()).arg("report").arg(&r0).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("the trace sampled its CUDA calls"), "{text}");
+    }
+}
