@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+mod capture_args;
 mod capture_cmd;
 mod cli;
 mod closed_output;
