@@ -49,6 +49,13 @@ pub(super) struct Replay {
     nodes: u64,
 }
 
+/// Where a GPU op's slice goes: its stream's track, and the flow from its launch calls it ends (its first op only).
+#[derive(Clone, Copy)]
+struct OpTrack {
+    track: u64,
+    term: Option<u64>,
+}
+
 impl ProcessState {
     pub(super) fn new(pid: u32, strings: HashMap<u32, String>) -> Self {
         ProcessState {
@@ -299,11 +306,11 @@ impl ProcessState {
             }
             self.reuse(calls);
         }
-        let corr = Arg::U(ann!("correlation"), e.correlation as u64);
+        let at = OpTrack { track, term };
         match k {
-            EventKind::Kernel => self.kernel_slice(x, e, track, corr, term),
-            EventKind::Memcpy => self.memcpy_slice(x, e, track, corr, term),
-            _ => self.memset_slice(x, e, track, corr, term),
+            EventKind::Kernel => self.kernel_slice(x, e, at),
+            EventKind::Memcpy => self.memcpy_slice(x, e, at),
+            _ => self.memset_slice(x, e, at),
         }
     }
 
@@ -312,10 +319,9 @@ impl ProcessState {
         &mut self,
         x: &mut Exporter<W>,
         e: &cuflight_format::RawEvent,
-        track: u64,
-        corr: Arg,
-        term: Option<u64>,
+        OpTrack { track, term }: OpTrack,
     ) -> std::io::Result<()> {
+        let corr = Arg::U(ann!("correlation"), e.correlation as u64);
         let pid = self.pid;
         let c = e.launch_config();
         // Launch dimensions and mangled names repeat: written once, then referred to by iid.
@@ -345,10 +351,9 @@ impl ProcessState {
         &mut self,
         x: &mut Exporter<W>,
         e: &cuflight_format::RawEvent,
-        track: u64,
-        corr: Arg,
-        term: Option<u64>,
+        OpTrack { track, term }: OpTrack,
     ) -> std::io::Result<()> {
+        let corr = Arg::U(ann!("correlation"), e.correlation as u64);
         let pid = self.pid;
         let copy = e.as_copy();
         let (src, dst) = (cupti_labels::memory_kind(copy.src), cupti_labels::memory_kind(copy.dst));
@@ -371,10 +376,9 @@ impl ProcessState {
         &mut self,
         x: &mut Exporter<W>,
         e: &cuflight_format::RawEvent,
-        track: u64,
-        corr: Arg,
-        term: Option<u64>,
+        OpTrack { track, term }: OpTrack,
     ) -> std::io::Result<()> {
+        let corr = Arg::U(ann!("correlation"), e.correlation as u64);
         let memset = e.as_memset();
         let name = self.label(x, 2 << 32 | memset.memory.0 as u64, || {
             format!("Memset ({})", cupti_labels::memory_kind(memset.memory))
