@@ -45,14 +45,12 @@ fn gpu_share(path: &StepPath) -> f64 {
 }
 
 /// The GPU's part of the paths walked, each group's weighted by its steps' time (a step with no GPU work has
-/// none); the typical step's where no group was walked.
-fn weighted_gpu_share(walked: &Walked, typical: &StepPath) -> f64 {
-    let total: u64 = walked.strata.iter().map(|s| s.steps_ns).sum();
-    if total == 0 {
-        return gpu_share(typical);
-    }
-    let gpu: f64 = walked.strata.iter().map(|s| s.path.as_ref().map_or(0.0, gpu_share) * s.steps_ns as f64).sum();
-    gpu / total as f64
+/// none); None where no group's path is whole (steps of more ops than the sweep keeps).
+fn weighted_gpu_share(walked: &Walked) -> Option<f64> {
+    let whole = walked.strata.iter().filter(|s| !s.partial);
+    let total: u64 = whole.clone().map(|s| s.steps_ns).sum();
+    let gpu: f64 = whole.map(|s| s.path.as_ref().map_or(0.0, gpu_share) * s.steps_ns as f64).sum();
+    (total > 0).then(|| gpu / total as f64)
 }
 
 /// The host's largest part of a path, in words ("host work 100%"); None where the path holds no host time.
@@ -68,7 +66,11 @@ fn paths_words(walked: &Walked, typical: &StepPath, share: f64) -> String {
     let pct = share * 100.0;
     let host = host_words(typical).map_or(String::new(), |h| format!(": {h}"));
     let of_typical = format!("the typical step, {} of {}{host}", typical.step, ms(typical.step_ns));
-    if groups <= 1 {
+    let left_out = match walked.strata.iter().filter(|s| s.partial).count() {
+        0 => String::new(),
+        n => format!(", {n} of them left out (more GPU ops than a walk keeps)"),
+    };
+    let words = if groups <= 1 {
         format!(
             "the critical path of the typical step ({}, {}) holds {pct:.1}% GPU time{}",
             typical.step,
@@ -82,7 +84,8 @@ fn paths_words(walked: &Walked, typical: &StepPath, share: f64) -> String {
             "the critical paths of {groups} steps (the middle one of each of {groups} equal groups of the {steps} \
              steps by duration, weighted by its group's time) hold {pct:.1}% GPU time ({of_typical})"
         )
-    }
+    };
+    words + &left_out
 }
 
 /// Caps each GPU-side finding's loss at the GPU's share of the steps' paths times the analysed steps' time
@@ -92,7 +95,7 @@ pub fn bound_by_path(fs: &mut [Finding], walked: &Walked, step_total_ns: u64, st
     if step_total_ns == 0 || typical.step_ns == 0 {
         return;
     }
-    let share = weighted_gpu_share(walked, typical);
+    let Some(share) = weighted_gpu_share(walked) else { return };
     let cap = (share * step_total_ns as f64) as u64;
     let per_step = |ns: u64| ms(ns / steps.max(1) as u64);
     for f in fs.iter_mut().filter(|f| GPU_SIDE.contains(&f.kind)) {

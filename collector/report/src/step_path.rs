@@ -102,8 +102,8 @@ impl StepCapture {
 /// ([`super::path_bound`]), not by the typical step's alone.
 #[derive(Default)]
 pub struct PathSteps {
-    /// (window, what is kept of it), by window.
-    kept: Vec<(usize, StepCapture)>,
+    /// (window, what is kept of it, whether ops of it were left out), by window.
+    kept: Vec<(usize, StepCapture, bool)>,
     typical: Option<usize>,
     /// Per group: the window walked for it, its steps' time and count.
     groups: Vec<(usize, u64, usize)>,
@@ -114,6 +114,8 @@ pub struct PathSteps {
 pub struct Stratum {
     /// None where that step holds no GPU work (its path holds no GPU time).
     pub path: Option<StepPath>,
+    /// The step ran more ops than were kept for it: its path is not the step's, and bounds nothing.
+    pub partial: bool,
     pub steps_ns: u64,
     pub steps: usize,
 }
@@ -147,7 +149,7 @@ impl PathSteps {
             .into_iter()
             .map(|k| {
                 let name = names.get(k).cloned().unwrap_or_default();
-                (k, StepCapture { window: windows[k], name, ..Default::default() })
+                (k, StepCapture { window: windows[k], name, ..Default::default() }, false)
             })
             .collect();
         PathSteps { kept, typical, groups }
@@ -161,32 +163,37 @@ impl PathSteps {
     /// Keeps an op of window `k`.
     pub fn op(&mut self, k: usize, op: PathOp) {
         if let Ok(i) = self.kept.binary_search_by_key(&k, |c| c.0) {
-            let cap = &mut self.kept[i].1;
-            if Some(k) == self.typical || cap.ops.len() < MAX_STRATUM_OPS {
+            let limit = if Some(k) == self.typical { MAX_OPS } else { MAX_STRATUM_OPS };
+            let (_, cap, partial) = &mut self.kept[i];
+            if cap.ops.len() < limit {
                 cap.op(op);
+            } else {
+                *partial = true;
             }
         }
     }
 
     /// Keeps a call of a launching thread (each kept step takes those in its window).
     pub fn call(&mut self, class: CallClass, c: PathCall) {
-        for (_, cap) in &mut self.kept {
+        for (_, cap, _) in &mut self.kept {
             cap.call(class, c);
         }
     }
 
     /// Walks every kept step.
     pub fn walk(&self, p: &Process) -> Walked {
-        let path_of = |k: usize| {
-            let i = self.kept.binary_search_by_key(&k, |c| c.0).ok()?;
-            walk(p, &self.kept[i].1)
-        };
-        let typical = self.typical.and_then(path_of);
+        let kept = |k: usize| self.kept.binary_search_by_key(&k, |c| c.0).ok().map(|i| &self.kept[i]);
+        let typical = self.typical.and_then(kept).and_then(|(_, cap, _)| walk(p, cap));
         let strata = self
             .groups
             .iter()
             .map(|&(k, steps_ns, steps)| Stratum {
-                path: if Some(k) == self.typical { typical.clone() } else { path_of(k) },
+                path: if Some(k) == self.typical {
+                    typical.clone()
+                } else {
+                    kept(k).and_then(|(_, cap, _)| walk(p, cap))
+                },
+                partial: kept(k).is_some_and(|(_, _, partial)| *partial),
                 steps_ns,
                 steps,
             })
@@ -474,5 +481,24 @@ mod tests {
         let ns = |what: &str| path.by_kind.iter().find(|g| g.what == what).map_or(0, |g| g.ns);
         assert_eq!((ns("gemm kernels"), ns("memcpy"), ns("GPU queue")), (50, 8, 2), "{path:?}");
         assert_eq!(ns("host work"), 0, "{path:?}");
+    }
+
+    #[test]
+    fn a_step_of_more_ops_than_kept_is_partial_and_the_others_whole() {
+        // Nine steps, longer each: eight groups, the last of steps 7 and 8 walked through step 8; step 4 typical.
+        let windows: Vec<Span> = (0..9).map(|i| (i * 1000, i * 1000 + 100 + i)).collect();
+        let mut paths = PathSteps::new(&windows, &vec![String::new(); 9]);
+        for k in 0..9 {
+            let n = if k == 8 || k == 4 { MAX_STRATUM_OPS + 1 } else { 1 };
+            if paths.keeps(k as usize) {
+                for _ in 0..n {
+                    paths.op(k as usize, op(k * 1000 + 10, k * 1000 + 90, 1, Some((k * 1000, k * 1000 + 1, 9)), false));
+                }
+            }
+        }
+        let walked = paths.walk(&process());
+        let partial: Vec<bool> = walked.strata.iter().map(|s| s.partial).collect();
+        assert_eq!(partial, [false, false, false, false, false, false, false, true], "{walked:?}");
+        assert!(walked.typical.is_some() && walked.strata.iter().take(7).all(|s| s.path.is_some()));
     }
 }
