@@ -153,7 +153,8 @@ fn unnamed_iterations_are_told_apart_by_their_launches_and_the_gaps_are_said() {
 /// An offline batch that names nothing (8 requests prefilled one an iteration, then decoded together by graph
 /// replays for 60 tokens): the prefills, a kind the steady half never runs, launched after the decode graphs were captured,
 /// are the batch's iterations, not warm-up, however much slower than a decode (before, all of them were left
-/// out). Only the pre-serving warm-up is, for the prefill kernels it ran first.
+/// out). Only the pre-serving warm-up is, for the prefill kernels it ran first. A prefill's critical path is shown
+/// beside the typical (decode) step's.
 #[test]
 fn an_unnamed_offline_batchs_prefills_are_iterations_not_warmup() {
     let (r, did, _) = served("serving-offline", "offline");
@@ -167,6 +168,10 @@ fn an_unnamed_offline_batchs_prefills_are_iterations_not_warmup() {
     assert_eq!(count(it, "graph replay") + left_out_of(w, "graph replay"), did["decode"], "{it}, {w}");
     assert_eq!(left_out_of(w, "graph replay + eager"), 1, "the pre-serving warm-up: {w}");
     compared_with_its_kind(w);
+    // The typical step is a decode; what holds the prefills (the slowest eighth) is shown beside its path.
+    let slow = &p["slow_step_path"];
+    let row = p["steps"].as_array().unwrap().iter().find(|s| s["name"] == slow["step"]).expect("the slow step's row");
+    assert!(row["graph_replays"] == 0 && row["eager_kernels"].as_u64().unwrap() > 0, "a prefill: {row}, {slow}");
 }
 
 /// A window into a server that is already serving (`--skip-steps 10 --steps 20`: iterations are steps): the 20

@@ -233,6 +233,10 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
         step_total,
         iterations,
         findings: fs,
+        slow_step_path: swept.step_paths.slow().map(|mut slow| {
+            slow.path.calls_sampled = plan.calls_sampled();
+            slow
+        }),
         critical_path: swept
             .step_paths
             .typical

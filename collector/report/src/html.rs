@@ -197,23 +197,27 @@ fn kernel_table(out: &mut String, p: &ProcessReport) {
     out.push_str("</table><p class=note>Occupancy: theoretical, from block size, registers and shared memory.</p>");
 }
 
-fn steps_table(out: &mut String, p: &ProcessReport) {
-    if let Some(c) = &p.critical_path {
+/// A critical path's line and its longest links.
+fn path_table(out: &mut String, line: &str, c: &super::step_path::StepPath) {
+    let _ = write!(out, "<p>{}</p><table><tr><th class=num>Time</th><th>Link</th><th>What</th></tr>", esc(line));
+    for l in &c.longest {
         let _ = write!(
             out,
-            "<p>{}</p><table><tr><th class=num>Time</th><th>Link</th><th>What</th></tr>",
-            esc(&super::text::critical_path_line(c))
+            "<tr><td class=num>{}</td><td>{}</td><td>{}</td></tr>",
+            ms(l.duration_ns),
+            l.kind,
+            esc(&l.what)
         );
-        for l in &c.longest {
-            let _ = write!(
-                out,
-                "<tr><td class=num>{}</td><td>{}</td><td>{}</td></tr>",
-                ms(l.duration_ns),
-                l.kind,
-                esc(&l.what)
-            );
+    }
+    out.push_str("</table>");
+}
+
+fn steps_table(out: &mut String, p: &ProcessReport) {
+    if let Some(c) = &p.critical_path {
+        path_table(out, &super::text::critical_path_line(c), c);
+        if let Some(s) = &p.slow_step_path {
+            path_table(out, &super::text::slow_path_line(s, c), &s.path);
         }
-        out.push_str("</table>");
     }
     if let Some(w) = super::text::warmup_line(&p.warmup) {
         let _ = write!(out, "<p class=warmup>{}</p>", esc(&w));

@@ -130,6 +130,10 @@ pub struct ProcessReport {
     /// The chain of GPU and host work that sets a typical step's time, across streams.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub critical_path: Option<step_path::StepPath>,
+    /// The chain of work that sets a slow step's time, where the slowest steps take 1.5 times the typical one or more
+    /// and are held otherwise (the GPU's part of the path, or its largest group's, 20 points of the step apart).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slow_step_path: Option<step_path::SlowStepPath>,
     /// Kernel time of the analysed steps by kind of work (gemm, attention, ...), largest first.
     pub categories: Vec<tallies::CategoryShare>,
     /// The kernels with the most time in the analysed steps, most first.

@@ -38,18 +38,12 @@ const GPU_SIDE: [&str; 14] = [
 /// and a cap of a point or less would say more than it knows.
 const MARGIN: f64 = 0.01;
 
-/// The GPU's part of a step's path, as a share of that step.
-fn gpu_share(path: &StepPath) -> f64 {
-    let gpu: u64 = path.by_kind.iter().filter(|g| !HOST_GROUPS.contains(&g.what.as_str())).map(|g| g.ns).sum();
-    gpu as f64 / path.step_ns.max(1) as f64
-}
-
 /// The GPU's part of the paths walked, each group's weighted by its steps' time (a step with no GPU work has
 /// none); None where no group's path is whole (steps of more ops than the sweep keeps).
 fn weighted_gpu_share(walked: &Walked) -> Option<f64> {
     let whole = walked.strata.iter().filter(|s| !s.partial);
     let total: u64 = whole.clone().map(|s| s.steps_ns).sum();
-    let gpu: f64 = whole.map(|s| s.path.as_ref().map_or(0.0, gpu_share) * s.steps_ns as f64).sum();
+    let gpu: f64 = whole.map(|s| s.path.as_ref().map_or(0.0, StepPath::gpu_share) * s.steps_ns as f64).sum();
     (total > 0).then(|| gpu / total as f64)
 }
 

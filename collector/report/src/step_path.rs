@@ -127,6 +127,59 @@ pub struct Walked {
     pub strata: Vec<Stratum>,
 }
 
+/// A slow step's path is shown beside the typical one's from this many times the typical step's length.
+const SLOW: f64 = 1.5;
+
+/// JSON `slow_step_path` of a process: what holds its slow steps, where they are much longer than its typical one
+/// (a server's prefills beside its decodes, a loop's evaluation or checkpoint steps) and the typical step's path
+/// cannot say.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct SlowStepPath {
+    /// The steps of its group: the slowest eighth of the steps by duration (the slowest step alone in a run of
+    /// fewer than 8), of which the path is of the middle one.
+    pub group_steps: usize,
+    /// The analysed steps.
+    pub of_steps: usize,
+    #[serde(flatten)]
+    pub path: StepPath,
+}
+
+/// A slow step's path is shown where a part of it differs from the typical step's by this share of the step or
+/// more: the GPU's part, or its largest group's (a slow step held as a typical one is, only longer, says nothing new).
+const DIFFERS: f64 = 0.2;
+
+impl StepPath {
+    /// The GPU's part of the path (every group but the host's), as a share of the step.
+    pub fn gpu_share(&self) -> f64 {
+        let gpu: u64 = self.by_kind.iter().filter(|g| !HOST_GROUPS.contains(&g.what.as_str())).map(|g| g.ns).sum();
+        gpu as f64 / self.step_ns.max(1) as f64
+    }
+
+    /// The share of the step in group `what` (0 where the path has none).
+    fn share_of(&self, what: &str) -> f64 {
+        self.by_kind.iter().find(|g| g.what == what).map_or(0.0, |g| g.ns as f64 / self.step_ns.max(1) as f64)
+    }
+
+    /// Whether this path is held otherwise than `other`: its GPU part, or its largest group, by [`DIFFERS`].
+    fn differs_from(&self, other: &StepPath) -> bool {
+        let top = self.by_kind.first().map_or(0.0, |g| self.share_of(&g.what) - other.share_of(&g.what));
+        (self.gpu_share() - other.gpu_share()).abs() >= DIFFERS || top >= DIFFERS
+    }
+}
+
+impl Walked {
+    /// The path of the middle step of the slowest group, where it is whole, takes at least [`SLOW`] times the
+    /// typical step and is held otherwise.
+    pub fn slow(&self) -> Option<SlowStepPath> {
+        let typical = self.typical.as_ref()?;
+        let last = self.strata.last().filter(|s| !s.partial)?;
+        let long = |p: &&StepPath| p.step_ns as f64 >= SLOW * typical.step_ns as f64;
+        let path = last.path.as_ref().filter(long).filter(|p| p.differs_from(typical))?;
+        let of_steps = self.strata.iter().map(|s| s.steps).sum();
+        Some(SlowStepPath { group_steps: last.steps, of_steps, path: path.clone() })
+    }
+}
+
 impl PathSteps {
     /// The steps to keep of `windows` (the analysed steps, in time order) named `names`.
     pub fn new(windows: &[Span], names: &[String]) -> PathSteps {
@@ -231,7 +284,7 @@ pub struct Share {
 /// JSON `critical_path` of a process.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StepPath {
-    /// The step the path is through (the analysed step of median duration).
+    /// The step the path is through (in `critical_path`, the analysed step of median duration).
     pub step: String,
     /// The step's duration.
     pub step_ns: u64,

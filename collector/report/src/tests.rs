@@ -497,8 +497,22 @@ fn steps_that_differ_are_each_bounded_by_their_own_paths() {
     let gemm_ns = 5 * 500 + 3 * 2900;
     assert_eq!(f.time_lost_ns, gemm_ns * 3 / 4, "not capped: {f:?}");
     assert!(!f.evidence.metrics.contains_key("critical_path_gpu_share"), "{f:?}");
-    // Long steps alone: no cap; short steps alone: capped, all five paths walked.
+    // What holds the slow steps is shown beside the typical step's path: the GEMM, not the host.
+    let p = &r.processes[0];
+    let slow = p.slow_step_path.as_ref().expect("a slow step's path");
+    assert_eq!((slow.path.step_ns, slow.group_steps, slow.of_steps), (3000, 1, 8), "{slow:?}");
+    assert!(slow.path.gpu_share() > 0.9 && path.gpu_share() < 0.1, "{slow:?}");
+    let line = super::text::slow_path_line(slow, path);
+    assert!(
+        line.starts_with("Critical path of a slow step (ProfilerStep#0, 0.00 ms, 3.0x the typical; the slowest"),
+        "{line}"
+    );
+    // Short steps alone: capped, all five paths walked, and no slow step to show.
     let r = fp32_steps_of(&[short; 5]);
     let f = r.findings.iter().find(|f| f.kind == "fp32_gemm").expect("fp32_gemm");
     assert!(f.evidence.facts.iter().any(|x| x.starts_with("the critical paths of all 5 steps hold")), "{f:?}");
+    assert!(r.processes[0].slow_step_path.is_none());
+    // Slow steps held as the typical ones are, only longer, show nothing new.
+    let r = fp32_steps_of(&[short, short, (2000, 500, 1950), short]);
+    assert!(r.processes[0].slow_step_path.is_none(), "{:?}", r.processes[0].slow_step_path);
 }

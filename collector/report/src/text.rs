@@ -177,6 +177,12 @@ fn process(out: &mut String, p: &ProcessReport) {
         for l in c.longest.iter().take(3) {
             out.push_str(&format!("    - {} {}: {}\n", ms(l.duration_ns), l.kind, l.what));
         }
+        if let Some(s) = &p.slow_step_path {
+            out.push_str(&format!("  {}\n", slow_path_line(s, c)));
+            for l in s.path.longest.iter().take(3) {
+                out.push_str(&format!("    - {} {}: {}\n", ms(l.duration_ns), l.kind, l.what));
+            }
+        }
     }
     if let Some(w) = warmup_line(&p.warmup) {
         out.push_str(&format!("  {w}\n"));
@@ -317,6 +323,23 @@ fn kernel_tables(out: &mut String, p: &ProcessReport) {
 
 /// The critical path of the typical step in one line: what its time is made of.
 pub fn critical_path_line(c: &super::step_path::StepPath) -> String {
+    path_line(c, "a typical step", &format!("{}, {}", c.step, ms(c.step_ns)))
+}
+
+/// The critical path of a slow step in one line, with how slow and which steps it stands for.
+pub fn slow_path_line(s: &super::step_path::SlowStepPath, typical: &super::step_path::StepPath) -> String {
+    let c = &s.path;
+    let times = c.step_ns as f64 / typical.step_ns.max(1) as f64;
+    let of = if s.group_steps <= 1 {
+        format!("the slowest of {} steps", s.of_steps)
+    } else {
+        format!("the middle one of the slowest {} of {} steps", s.group_steps, s.of_steps)
+    };
+    path_line(c, "a slow step", &format!("{}, {}, {times:.1}x the typical; {of}", c.step, ms(c.step_ns)))
+}
+
+/// A path in one line: `which` step (`about` it) and what its time is made of.
+fn path_line(c: &super::step_path::StepPath, which: &str, about: &str) -> String {
     // Links that round to 0% are left out (the two-rank trace's path read "host work 100%, gemm kernels 0%, GPU
     // queue 0%, sync 0%..."); the first is kept whatever its share. JSON keeps every kind.
     let parts: Vec<String> = c
@@ -334,9 +357,7 @@ pub fn critical_path_line(c: &super::step_path::StepPath) -> String {
         ""
     };
     format!(
-        "Critical path of a typical step ({}, {}; shortening a link saves up to its length): {}{sampled}",
-        c.step,
-        ms(c.step_ns),
+        "Critical path of {which} ({about}; shortening a link saves up to its length): {}{sampled}",
         parts.join(", ")
     )
 }
