@@ -173,15 +173,9 @@ fn process(out: &mut String, p: &ProcessReport) {
         ms(c.idle_unexplained_ns)
     ));
     if let Some(c) = &p.critical_path {
-        out.push_str(&format!("  {}\n", critical_path_line(c)));
-        for l in c.longest.iter().take(3) {
-            out.push_str(&format!("    - {} {}: {}\n", ms(l.duration_ns), l.kind, l.what));
-        }
+        path_lines(out, &critical_path_line(c), c);
         if let Some(s) = &p.slow_step_path {
-            out.push_str(&format!("  {}\n", slow_path_line(s, c)));
-            for l in s.path.longest.iter().take(3) {
-                out.push_str(&format!("    - {} {}: {}\n", ms(l.duration_ns), l.kind, l.what));
-            }
+            path_lines(out, &slow_path_line(s, c), &s.path);
         }
     }
     if let Some(w) = warmup_line(&p.warmup) {
@@ -318,6 +312,14 @@ fn kernel_tables(out: &mut String, p: &ProcessReport) {
             ]);
         }
         t.render(out);
+    }
+}
+
+/// A critical path's line and its three longest links.
+fn path_lines(out: &mut String, line: &str, c: &super::step_path::StepPath) {
+    out.push_str(&format!("  {line}\n"));
+    for l in c.longest.iter().take(3) {
+        out.push_str(&format!("    - {} {}: {}\n", ms(l.duration_ns), l.kind, l.what));
     }
 }
 
