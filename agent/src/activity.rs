@@ -166,7 +166,12 @@ impl Room {
 fn handle(at: usize, size: usize, unused: &mut Unused, names: &mut BufferNames, out: &mut thread_rings::Delivery) {
     // SAFETY: `at` points at a record inside the buffer CUPTI handed us, `size` bytes long.
     let bytes = unsafe { std::slice::from_raw_parts(at as *const u8, size) };
-    match decode(bytes, names) {
+    let decoded = decode(bytes, names);
+    if matches!(decoded, Decoded::GraphOp(..)) {
+        // Graph replays seen by their records too: a window whose callbacks missed the launches (sampling).
+        crate::teardown::saw_graphs();
+    }
+    match decoded {
         // Sampling (`record --sample`): device work of calls made outside the recorded steps is not kept.
         Decoded::Event(ev) | Decoded::GraphOp(ev, _) if !crate::sampler::keeps_device_work(&ev) => {}
         Decoded::Event(ev) => out.push(ev),

@@ -15,6 +15,9 @@ const WAITS: u8 = 1;
 const STACK_EVERY: u8 = 2;
 /// Every Nth launch per thread reads it.
 const STACK_SAMPLED: u8 = 4;
+/// The call captures, instantiates or launches a CUDA graph: a detach then leaves CUPTI loaded
+/// ([`crate::teardown`]).
+const GRAPHS: u8 = 8;
 
 /// Roles per domain (0 = driver, 1 = runtime) and callback id; 0 until [`compute`] ran, or for ids unknown to
 /// the bindings (a newer CUPTI's), which then have no role.
@@ -36,7 +39,10 @@ fn role_of(call: CallEffects) -> u8 {
         PythonStacks::Every => STACK_EVERY,
         PythonStacks::Sampled => STACK_SAMPLED,
     };
-    stacks | if call.waits_for_gpu() { WAITS } else { 0 }
+    let graphs = [CallEffects::LAUNCHES_GRAPH, CallEffects::INSTANTIATES_GRAPH, CallEffects::BEGINS_CAPTURE]
+        .into_iter()
+        .any(|flag| call.has(flag));
+    stacks | if call.waits_for_gpu() { WAITS } else { 0 } | if graphs { GRAPHS } else { 0 }
 }
 
 #[inline]
@@ -48,6 +54,12 @@ fn role(runtime: bool, cbid: u32) -> u8 {
 #[inline]
 pub fn waits_for_gpu(runtime: bool, cbid: u32) -> bool {
     role(runtime, cbid) & WAITS != 0
+}
+
+/// Whether the call captures, instantiates or launches a CUDA graph.
+#[inline]
+pub fn touches_graphs(runtime: bool, cbid: u32) -> bool {
+    role(runtime, cbid) & GRAPHS != 0
 }
 
 /// Which of the call's invocations read the Python stack.
@@ -98,5 +110,20 @@ mod tests {
         assert_eq!(python_stacks(true, c::CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020), PythonStacks::Every);
         assert_eq!(python_stacks(true, c::CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020), PythonStacks::None);
         assert_eq!(python_stacks(true, MAX_CBID as u32 + 5), PythonStacks::None);
+    }
+
+    #[test]
+    fn graph_captures_instantiations_and_launches_are_marked() {
+        compute();
+        for cbid in [
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaGraphInstantiate_v10000,
+            c::CUPTI_RUNTIME_TRACE_CBID_cudaStreamBeginCapture_v10000,
+        ] {
+            assert!(touches_graphs(true, cbid), "runtime {cbid}");
+        }
+        assert!(touches_graphs(false, c::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch));
+        assert!(!touches_graphs(true, c::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000));
+        assert!(!touches_graphs(true, c::CUPTI_RUNTIME_TRACE_CBID_cudaGraphAddKernelNode_v10000));
     }
 }

@@ -122,6 +122,9 @@ fn handle(domain: c::CUpti_CallbackDomain, cbid: u32, data: &c::CUpti_CallbackDa
     if flight {
         watch_exit(runtime, cbid, data);
     }
+    if crate::call_roles::touches_graphs(runtime, cbid) {
+        crate::teardown::saw_graphs();
+    }
     // One thread-local access for the depth bookkeeping and the pushes; without TLS (exit) the slow path.
     let done = thread_rings::with_thread(|t| {
         let depth = current_depth(t);

@@ -14,13 +14,20 @@
 //!
 //! Only from CUPTI 12.6 (API version 24): before it, CUPTI initialised again after a finalize crashed programs
 //! using CUDA graphs (PyTorch turned teardown off for them, pytorch/pytorch#144455). Not in multi-subscriber mode,
-//! where another tool's session shares CUPTI. `CUFLIGHT_FINALIZE=0` turns it off.
+//! where another tool's session shares CUPTI. Never in a process that captured, instantiated or launched a CUDA
+//! graph: on an H200 (CUDA 13.0, driver 580.159.04, 2026-12-01, gpu-validate's batching part) a server replaying
+//! decode graphs back to back (150 requests a second) died with `cudaErrorLaunchFailure` at its first
+//! synchronisation after a 10-second window's detach, where the same server at 20 and 60 requests a second lived
+//! on; PyTorch keeps teardown off wherever graphs are used (pytorch/pytorch#112507: crashes at CUPTI's next
+//! initialisation after a teardown, on CUDA 11 and 12). Such a program keeps CUPTI loaded after a detach, and with
+//! it some of a launch's cost (module docs above). `CUFLIGHT_FINALIZE=0` turns finalizing off; `always` finalizes
+//! graph programs too.
 
 use crate::cupti;
 use cupti_sys::cuda13 as c;
 use cupti_sys::loader::CuptiApi;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 const IDLE: u8 = 0;
@@ -41,11 +48,25 @@ const LOCK_WAIT: Duration = Duration::from_millis(20);
 /// CUPTI 12.6's API version (cupti_version.h).
 const FIRST_VERSION: u32 = 24;
 
+/// Set for good once the process captured, instantiated or launched a CUDA graph under CUPTI (seen by a call's
+/// callback or a graph node's record).
+static GRAPHS_SEEN: AtomicBool = AtomicBool::new(false);
+
+/// The process uses CUDA graphs: its detaches leave CUPTI loaded.
+#[cold]
+pub fn saw_graphs() {
+    GRAPHS_SEEN.store(true, Ordering::Relaxed);
+}
+
 /// Whether a detach from CUPTI `version` should finalize it.
 pub fn wanted(version: u32, multi_subscriber: bool) -> bool {
-    version >= FIRST_VERSION
-        && !multi_subscriber
-        && std::env::var("CUFLIGHT_FINALIZE").ok().is_none_or(|v| v.trim() != "0")
+    let setting = std::env::var("CUFLIGHT_FINALIZE").ok();
+    decide(version, multi_subscriber, GRAPHS_SEEN.load(Ordering::Relaxed), setting.as_deref().map(str::trim))
+}
+
+/// [`wanted`]'s rule: `setting` is `CUFLIGHT_FINALIZE` (`0` never, `always` even with graphs).
+fn decide(version: u32, multi_subscriber: bool, graphs: bool, setting: Option<&str>) -> bool {
+    version >= FIRST_VERSION && !multi_subscriber && setting != Some("0") && (!graphs || setting == Some("always"))
 }
 
 /// Has the exit of the program's next CUDA call finalize CUPTI through `subscriber` (whose activity kinds are
@@ -138,11 +159,22 @@ fn finalize_now() {
 
 #[cfg(test)]
 mod tests {
+    use super::decide;
+
     #[test]
     fn finalizes_only_from_cupti_12_6_and_alone() {
-        assert!(!super::wanted(23, false), "12.5");
-        assert!(super::wanted(24, false), "12.6");
-        assert!(super::wanted(130001, false), "13.0");
-        assert!(!super::wanted(130500, true), "another tool's session");
+        assert!(!decide(23, false, false, None), "12.5");
+        assert!(decide(24, false, false, None), "12.6");
+        assert!(decide(130001, false, false, None), "13.0");
+        assert!(!decide(130500, true, false, None), "another tool's session");
+        assert!(!decide(130001, false, false, Some("0")), "CUFLIGHT_FINALIZE=0");
+    }
+
+    #[test]
+    fn a_program_that_used_cuda_graphs_keeps_cupti_unless_told() {
+        assert!(!decide(130001, false, true, None));
+        assert!(!decide(130001, false, true, Some("1")));
+        assert!(decide(130001, false, true, Some("always")));
+        assert!(!decide(23, false, true, Some("always")), "never before 12.6");
     }
 }

@@ -15,7 +15,8 @@
  * ("altstack PTR SIZE flags F usr2 1"); "v" waits for the next line in a raw read system call with known values in xmm0 and
  * xmm15 (d0 and d31 on aarch64) and prints "xmm ok" if they survived (an injection interrupts that very call); "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "E N" makes N
  * rounds of the error queries (cudaGetLastError, cudaPeekAtLastError, cudaGetErrorString) and prints "done"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it; "D" launches one kernel through the driver API (cuLaunchKernel); "f" prints
- * "finalized N", cudasim's count of cuptiFinalize teardowns (-1 on real CUDA); "u NAME M" opens an NVTX range NAME
+ * "finalized N", cudasim's count of cuptiFinalize teardowns (-1 on real CUDA); "R N" replays N times a CUDA graph of
+ * two kernels "tick" (captured at the first "R") and prints "done N"; "u NAME M" opens an NVTX range NAME
  * and runs M kernels in it without closing it, "q" closes it, each printing "done"; "O" asks cudaMalloc for 2^60
  * bytes and prints "oom CODE"; "Q" queries a stream busy with a 50 ms kernel and prints "query CODE", then waits;
  * EOF ends it. */
@@ -124,6 +125,23 @@ static int commands(void) {
             long n = atol(line + 1);
             for (long i = 0; i < n; i++) launch(tick, 1, 1, 0, args);
             CHECK(cudaDeviceSynchronize());
+            printf("done %ld\n", n);
+        } else if (line[0] == 'R') {
+            /* A CUDA graph of two kernels, captured on the first "R", replayed N times. */
+            static cudaStream_t gs;
+            static cudaGraphExec_t gexec;
+            long n = atol(line + 1);
+            if (!gexec) {
+                cudaGraph_t g;
+                CHECK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
+                CHECK(cudaStreamBeginCapture(gs, cudaStreamCaptureModeGlobal));
+                launch(tick, 1, 1, gs, args);
+                launch(tick, 1, 1, gs, args);
+                CHECK(cudaStreamEndCapture(gs, &g));
+                CHECK(cudaGraphInstantiate(&gexec, g, 0));
+            }
+            for (long i = 0; i < n; i++) CHECK(cudaGraphLaunch(gexec, gs));
+            CHECK(cudaStreamSynchronize(gs));
             printf("done %ld\n", n);
         } else if (line[0] == 't') {
             long steps = 0, per = 0;

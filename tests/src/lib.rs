@@ -393,6 +393,13 @@ pub fn spawn_attach(pid: u32, trace: &Path, args: &[&str], env: &[(&str, &str)])
         .expect("cuflight runs")
 }
 
+/// [`spawn_attach`], returned once the agent records.
+pub fn attach_in_background(pid: u32, trace: &Path, args: &[&str]) -> std::process::Child {
+    let child = spawn_attach(pid, trace, args, &[]);
+    wait_for_agent_state(pid, "recording");
+    child
+}
+
 /// Waits (20 s at most) until `cuflight ps` lists process `pid` in `state` (dormant, recording, ...).
 pub fn wait_for_agent_state(pid: u32, state: &str) {
     let t = std::time::Instant::now();
