@@ -269,6 +269,12 @@ pub const FIX_SYNC: &str = "Take host synchronisation off the hot path: keep the
      shapes (nonzero, boolean masks) that force a sync.";
 pub const FIX_LAUNCH: &str = "Cut per-kernel launch overhead: torch.compile (fuses small ops), CUDA Graphs \
      (torch.cuda.graphs, or torch.compile(mode=\"reduce-overhead\")), fused/foreach optimizers, larger batches.";
+/// launch_bound in a training loop that replays CUDA graphs already: what is left is launched outside them.
+pub const FIX_LAUNCH_GRAPHED: &str = "Most kernels already replay as CUDA graphs; the launch overhead left is the \
+     kernels still launched one by one and the graph launch calls. Under torch.compile(mode=\"reduce-overhead\") \
+     those are usually the optimizer step and zero_grad outside the compiled function: compile the whole step \
+     (torch.compile the optimizer step too, or a capturable optimizer captured with the model), and keep the eager \
+     ops between replays few; fused/foreach optimizers launch fewer kernels.";
 /// The same three for a program that neither trains nor names a server's iterations (inference, an HPC code).
 pub const FIX_SYNC_GENERAL: &str = "Take host synchronisation off the hot path: wait only where the host needs a \
      result, and read results back once per batch or every N iterations rather than after each (in PyTorch \
@@ -353,10 +359,16 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         let (kernels, short, median_kernel, median_launch) = launch_stats(swept);
         // What the host issuing faster would win, against the GPU's own gaps between queued kernels.
         let queued = idle.launch_queued_ns.min(c.total_ns);
+        // Graph nodes are issued by the GPU from one launch: their gaps are graph waits, told apart here.
+        let graphed = match swept.graph_kernels {
+            0 => String::new(),
+            g => format!("{g} more ran as nodes of replayed CUDA graphs, their gaps counted as graph waits; "),
+        };
         ev.facts.push(format!(
-            "{kernels} kernels in steps ({:.0} per step), {short} of them shorter than the median launch call \
-             ({}); median kernel {:.1} µs; the GPU idled {} per step between launches: {} waiting for the host to \
-             issue the next kernel, {} with it already queued (the GPU's own gap between kernels, {} per kernel)",
+            "{kernels} kernels launched one by one in steps ({:.0} per step), {short} of them shorter than the median \
+             launch call ({}); median kernel {:.1} µs; {graphed}the GPU idled {} per step between launches: {} \
+             waiting for the host to issue the next kernel, {} with it already queued (the GPU's own gap between \
+             kernels, {} per kernel)",
             kernels as f64 / steps as f64,
             format_us(median_launch),
             median_kernel as f64 / 1e3,
@@ -375,7 +387,11 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         } else {
             format!("GPU waits for kernel launches: {} idle per step", per_step(c.total_ns))
         };
-        let mut f = ctx.finding("launch_bound", c.total_ns, summary, ev, ctx.fix(LAUNCH_FIXES));
+        let fix = match ctx.fix(LAUNCH_FIXES) {
+            FIX_LAUNCH if swept.graph_kernels > 0 => FIX_LAUNCH_GRAPHED,
+            fix => fix,
+        };
+        let mut f = ctx.finding("launch_bound", c.total_ns, summary, ev, fix);
         f.sources = swept.sources.rows(SourceKind::Launch, ctx.p);
         out.push(f);
     }
@@ -397,7 +413,8 @@ fn format_us(ns: u64) -> String {
     format!("{:.1} µs", ns as f64 / 1e3)
 }
 
-/// (kernels in steps, how many are shorter than the median launch call, median kernel ns, median launch ns).
+/// (kernels launched one by one in steps, how many are shorter than the median launch call, median kernel ns,
+/// median launch ns).
 fn launch_stats(swept: &Swept) -> (u64, u64, u64, u64) {
     let median_launch = swept.launch_durations.median();
     let k = &swept.kernel_durations;

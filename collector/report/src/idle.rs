@@ -9,7 +9,8 @@
 //!   or the work its stream waits on); an op whose launching thread made its stream wait on an event since the
 //!   previous launch into it → **cross-stream wait** (named by the waiting stream and the stream whose work
 //!   ran last); an op queued after a host function its thread put in a stream → **host function wait**; an op
-//!   of a CUDA graph → **graph wait** (the graph's own dependencies); anything else is
+//!   of a CUDA graph → **graph wait** (the graph's own dependencies; also under 30 µs and before a tiny node: the
+//!   GPU issues a graph's nodes from one launch, so no gap before one is the host's launch overhead); anything else is
 //!   **unexplained** (`idle_unexplained_ns`), printed as such;
 //! - the launching threads polling (three or more `cudaEventQuery`/`cudaStreamQuery` calls in one idle
 //!   stretch) → **host polling**: the host waits by spinning instead of queueing the dependent work;
@@ -252,11 +253,14 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
             // launch overhead too.
             let queued = (a.max(launched), b);
             let tiny_next = next_op.is_some_and(|op| op.duration < TINY_KERNEL_NS);
+            // A graph's nodes are issued by the GPU from one launch, not by the host one by one: whatever held
+            // them (the replay's start, the gaps between nodes) is the graph's, never launch overhead.
+            let graph_next = next_op.is_some_and(|op| op.graph);
             // No front end takes a millisecond over one op: a gap that long waited on something else (in an
             // import, work cut out of the trace: a vLLM iteration's first copy waited 7.8 ms for the previous
             // iteration's kernels, which TraceLens's one-iteration slice does not hold).
             let gap = b - gap_start.max(launched);
-            if gap < KERNEL_WAIT_NS || single_stream && tiny_next && gap < UNSEEN_WORK_NS {
+            if !graph_next && (gap < KERNEL_WAIT_NS || single_stream && tiny_next && gap < UNSEEN_WORK_NS) {
                 out.add(CauseKind::LaunchBound, queued, step, None, n);
                 // Queued from when its launch call returned (inside the call the host was still issuing it).
                 let issued = next_op.and_then(|op| op.issued).unwrap_or(launched).max(queued.0);
@@ -349,6 +353,10 @@ fn queued_wait(v: &WindowView, op: &Closer, gap_start: u64, waited: u64) -> (Cau
     // A graph's nodes may wait on host nodes (CPU work inside the graph) and on nodes no trace records: its own.
     if op.graph && op.launch_first {
         return (CauseKind::Graph, format!("a CUDA graph launched into {stream} started late"));
+    }
+    if op.graph && waited < KERNEL_WAIT_NS {
+        // What the GPU takes between one node and the next: a cost per node, like a launch's, that graphs keep.
+        return (CauseKind::Graph, format!("the GPU's own gaps between a CUDA graph's nodes on {stream}"));
     }
     if op.graph {
         return (CauseKind::Graph, format!("work inside a CUDA graph on {stream} waited between its nodes"));

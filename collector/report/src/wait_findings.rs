@@ -16,7 +16,10 @@ const FIX_GRAPH: &str = "CUDA graph work waited with the GPU idle and queued: a 
      its upload (call cudaGraphUpload once after instantiating; torch.compile's cudagraph trees re-record when \
      input shapes or addresses change) or for the stream's earlier dependencies; nodes that wait inside a graph \
      wait on something outside it (an event or external wait node, a host node). Print the graph \
-     (cudaGraphDebugDotPrint) and capture the producer into the same graph.";
+     (cudaGraphDebugDotPrint) and capture the producer into the same graph. The GPU's own gaps between nodes (a \
+     microsecond or so each) are a cost per node that graphs keep: fewer, larger kernels (torch.compile fuses \
+     small ops) shrink them. Under node-level tracing CUPTI adds to each replay's start; `--trace ...,graphs` \
+     (one record per launch) disturbs it less.";
 const FIX_HOST_FN: &str = "Queued GPU work waited for a host function in its stream (cudaLaunchHostFunc, \
      cudaStreamAddCallback) while the GPU had nothing else to run: keep host functions short (signal a host \
      thread instead of working inside the callback), or move them to a side stream the GPU work does not wait on.";

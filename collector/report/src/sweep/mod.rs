@@ -34,9 +34,11 @@ pub struct Swept {
     pub breakdown: Breakdown,
     pub idle_split: IdleSplit,
     pub utilization: Vec<f64>,
-    /// Kernels that start in steps: durations, and their launch calls' durations.
+    /// Kernels launched one by one that start in steps: durations, and their launch calls' durations.
     pub kernel_durations: Counts,
     pub launch_durations: Counts,
+    /// Kernels that start in steps as nodes of replayed CUDA graphs.
+    pub graph_kernels: u64,
     /// Synchronising call stretches of the launching threads that start in steps.
     pub sync_calls: CallTotals,
     /// `cudaMalloc`/`cudaFree` (not the stream-ordered ones) in steps after the first.
@@ -372,6 +374,8 @@ impl<'a> Sweep<'a> {
         let kind = e.kind();
         let joined = self.launches.work(e);
         let launch = joined.map(|w| w.call);
+        // Run as a node of a replayed CUDA graph: the GPU issues it, not a launch call of its own.
+        let graph = launch.is_some_and(|c| names.call(c.name).has(CallEffects::LAUNCHES_GRAPH));
         let is_kernel = kind == Some(EventKind::Kernel);
         let compute = is_kernel && names.has(e.name, NameFlags::COMPUTE);
         let comm = is_kernel && names.has(e.name, NameFlags::COMM);
@@ -393,7 +397,7 @@ impl<'a> Sweep<'a> {
                 stream,
                 name: e.name,
                 comm,
-                graph: launch.is_some_and(|c| names.call(c.name).has(CallEffects::LAUNCHES_GRAPH)),
+                graph,
                 launch_first: joined.is_some_and(|w| w.first),
                 after_wait,
                 after_host_fn,
@@ -444,17 +448,17 @@ impl<'a> Sweep<'a> {
                     launch: launch.zip(issued).map(|(c, issued)| (c.start, issued, c.tid)),
                     after_wait,
                     after_host_fn,
-                    graph: launch.is_some_and(|c| self.plan.names.call(c.name).has(CallEffects::LAUNCHES_GRAPH)),
+                    graph,
                     blocking: blocking.is_some(),
                 },
             );
         }
         if let Some(w) = self.step_work.get_mut(k) {
-            let graph = launch.is_some_and(|c| names.call(c.name).has(CallEffects::LAUNCHES_GRAPH));
             w.0 += u64::from(is_kernel);
             w.1 += u64::from(is_kernel && !graph);
             w.2 += u64::from(graph && joined.is_some_and(|j| j.first));
         }
+        self.out.graph_kernels += u64::from(is_kernel && graph);
         let s = (e.device, e.stream);
         if *self.stream.get_or_insert(s) != s {
             self.single_stream = false;
@@ -462,9 +466,12 @@ impl<'a> Sweep<'a> {
         }
         match kind {
             Some(EventKind::Kernel) => {
-                self.out.kernel_durations.add(e.duration());
-                if let Some(c) = launch {
-                    self.out.launch_durations.add(c.end.saturating_sub(c.start));
+                // Launch overhead is the host's per kernel it launches itself: graph nodes are counted apart.
+                if !graph {
+                    self.out.kernel_durations.add(e.duration());
+                    if let Some(c) = launch {
+                        self.out.launch_durations.add(c.end.saturating_sub(c.start));
+                    }
                 }
                 self.out.kernels.add(e);
                 self.fusion.kernel(names, (e.device, e.stream), e.name, e.start, e.end);
