@@ -254,7 +254,7 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
             let queued = (a.max(launched), b);
             let tiny_next = next_op.is_some_and(|op| op.duration < TINY_KERNEL_NS);
             // A graph's nodes are issued by the GPU from one launch, not by the host one by one: whatever held
-            // them (the replay's start, the gaps between nodes) is the graph's, never launch overhead.
+            // them once the launch call returned (the replay's start, the gaps between nodes) is the graph's.
             let graph_next = next_op.is_some_and(|op| op.graph);
             // No front end takes a millisecond over one op: a gap that long waited on something else (in an
             // import, work cut out of the trace: a vLLM iteration's first copy waited 7.8 ms for the previous
@@ -271,7 +271,20 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
                 let waited = b.saturating_sub(gap_start.max(op.issued.unwrap_or(launched)));
                 let (kind, label) = queued_wait(v, op, gap_start, waited);
                 let detail = || wait_detail(v, op, gap_start, &label);
-                out.add_detailed(kind, queued, step, Some(&label), Some(&detail), n);
+                let queued = if op.graph {
+                    // Until its launch call returned the host was still issuing the graph (a cudaGraphLaunch of a
+                    // hundred nodes takes 100-400 µs under CUPTI on an H200): launch time, not the graph's wait.
+                    let issued = op.issued.unwrap_or(launched).clamp(queued.0, b);
+                    if issued > queued.0 {
+                        out.add(CauseKind::LaunchBound, (queued.0, issued), step, None, n);
+                    }
+                    (issued, b)
+                } else {
+                    queued
+                };
+                if queued.1 > queued.0 {
+                    out.add_detailed(kind, queued, step, Some(&label), Some(&detail), n);
+                }
             }
             if launched <= a {
                 continue;

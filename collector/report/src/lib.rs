@@ -471,8 +471,7 @@ fn performance_verdict(findings: &[Finding], processes: &[ProcessReport], every_
     };
     // A busy GPU whose kernels show none of the waste read off names: said, so that "no bottleneck" is not read
     // as "nothing to gain".
-    let graph_level = cuflight_format::view::GRAPH_LEVEL_NAME.to_str().unwrap_or_default();
-    let graph_level = processes.iter().any(|p| p.kernels.iter().any(|k| k.name == graph_level));
+    let graph_level = processes.iter().any(|p| p.kernels.iter().any(|k| window::is_graph_level(&k.name)));
     let busy = util.filter(|&u| u >= BUSY_UTILIZATION && !graph_level).map_or("", |_| {
         counter_findings::clean_busy_note(findings, processes.iter().any(|p| !p.gpu_metrics.is_empty()))
     });

@@ -144,6 +144,11 @@ pub fn is_dtoh_to_pageable(copy: &RawEvent) -> bool {
 #[derive(Default)]
 pub struct NameFlags(FxHashMap<u32, (u16, CallEffects)>);
 
+/// The name of a whole graph replay traced at graph level (`--trace graphs`).
+pub fn is_graph_level(name: &str) -> bool {
+    cuflight_format::view::GRAPH_LEVEL_NAME.to_str().is_ok_and(|g| name == g)
+}
+
 impl NameFlags {
     pub const COMPUTE: u16 = 1;
     pub const COMM: u16 = 2;
@@ -159,6 +164,8 @@ impl NameFlags {
     pub const SOFTMAX: u16 = 256;
     /// A range around one request a server handles ([`range_roles::is_request_range`]).
     pub const REQUEST: u16 = 512;
+    /// A whole graph replay traced at graph level (`--trace graphs`): one record for all its nodes.
+    pub const GRAPH_LEVEL: u16 = 1024;
 
     pub fn of(name: &str) -> u16 {
         let mut f = 0;
@@ -174,6 +181,7 @@ impl NameFlags {
         set(range_roles::step_like(name), Self::STEP_LIKE);
         set(range_roles::is_loader_range(name), Self::LOADER);
         set(range_roles::is_request_range(name), Self::REQUEST);
+        set(is_graph_level(name), Self::GRAPH_LEVEL);
         let category = kernel_category::kernel_category(name);
         set(category == Category::Elementwise && !name.starts_with("triton_"), Self::ELEMENTWISE);
         set(category == Category::Gemm, Self::GEMM);

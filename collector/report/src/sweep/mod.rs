@@ -39,6 +39,10 @@ pub struct Swept {
     pub launch_durations: Counts,
     /// Kernels that start in steps as nodes of replayed CUDA graphs.
     pub graph_kernels: u64,
+    /// The launch calls of the CUDA graph replays whose first op starts in steps: their durations.
+    pub graph_launch_durations: Counts,
+    /// Those replays were traced at graph level (`--trace graphs`), one record each.
+    pub graph_level: bool,
     /// Synchronising call stretches of the launching threads that start in steps.
     pub sync_calls: CallTotals,
     /// `cudaMalloc`/`cudaFree` (not the stream-ordered ones) in steps after the first.
@@ -459,6 +463,10 @@ impl<'a> Sweep<'a> {
             w.2 += u64::from(graph && joined.is_some_and(|j| j.first));
         }
         self.out.graph_kernels += u64::from(is_kernel && graph);
+        if let Some(c) = launch.filter(|_| graph && joined.is_some_and(|j| j.first)) {
+            self.out.graph_launch_durations.add(c.end.saturating_sub(c.start));
+            self.out.graph_level |= names.has(e.name, NameFlags::GRAPH_LEVEL);
+        }
         let s = (e.device, e.stream);
         if *self.stream.get_or_insert(s) != s {
             self.single_stream = false;
