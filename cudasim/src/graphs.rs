@@ -64,6 +64,7 @@ fn launch(exec: usize, stream: usize) -> CudaError {
     if s.capture.lock().is_some() {
         return c::cudaErrorStreamCaptureUnsupported; // (child-graph capture is not modelled)
     }
+    crate::timing::graph_launch(g.nodes.iter().filter(|(_, w)| matches!(w, device::Work::Kernel { .. })).count());
     for (i, (node, work)) in g.nodes.iter().enumerate() {
         if s.enqueue_node(work.clone(), (g.id, *node), i + 1 == g.nodes.len()).is_none() {
             return c::cudaErrorUnknown;

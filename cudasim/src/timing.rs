@@ -36,6 +36,13 @@
 //!   are enabled, beyond the above: a no-op subscriber with kernel records cost a 3.9-4.0 us launch 1.1 to 2.4 us
 //!   on the H200 (issue 26), about 1.7 of which 0.8 is CUPTI's being initialised and 0.17 the two callback sites.
 //!
+//! - `CUDASIM_GRAPH_NODE_RECORD_NS` (default 1100): a graph launch while kernel records are enabled at node level
+//!   (the default; not under graph-level tracing, CUPTI_ACTIVITY_KIND_GRAPH_TRACE), for each kernel node of the
+//!   graph, on the launching thread. Measured by gpu-validate's graphtrace part on an H200 (driver 580.159.04, CUDA
+//!   13.0, 2026-12-01: tests/gpu/compiled_torch.py's reduce-overhead loop, 608 launches of graphs of 107 kernel
+//!   nodes each): `cudaGraphLaunch` took a median of 156 us traced per node and 40 us traced per launch, so about
+//!   (156 - 40) / 107 = 1.1 us a node.
+//!
 //! - `CUDASIM_CUPTI_FINALIZE_KEEPS_KB` (default 74): memory CUPTI keeps after each `cuptiFinalize`, never freed.
 //!   Measured by gpu-validate's cycles part (tests/gpu/attach_cycles.cu) on an H200 (driver 580.159.04, CUDA 13.0,
 //!   2026-11-28): 200 subscribe/finalize cycles in one process left glibc's heap in use 14.8 MB higher after the
@@ -100,6 +107,7 @@ static PM_START_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_START_US", 640)
 static PM_STOP_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_STOP_US", 1810));
 static CUPTI_LAUNCH_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_LAUNCH_NS", 800));
 static KERNEL_RECORD_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_KERNEL_RECORD_NS", 700));
+static GRAPH_NODE_RECORD_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_GRAPH_NODE_RECORD_NS", 1100));
 static FINALIZE_KEEPS_KB: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_FINALIZE_KEEPS_KB", 74));
 
 /// Whether CUPTI is initialised (false before the first CUPTI call and after cuptiFinalize).
@@ -140,6 +148,19 @@ pub(crate) fn kernel_launch() {
     let records = crate::activity::enabled_anywhere(c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
         || crate::activity::enabled_anywhere(c::CUPTI_ACTIVITY_KIND_KERNEL);
     busy_ns(CUPTI_LAUNCH_NS.saturating_add(if records { *KERNEL_RECORD_NS } else { 0 }));
+}
+
+/// A graph launch of `kernel_nodes` kernel nodes: what node-level kernel records cost it (a busy wait on the
+/// launching thread).
+pub(crate) fn graph_launch(kernel_nodes: usize) {
+    if !READY.load(Ordering::Acquire) || crate::cupti_state::graph_level() {
+        return;
+    }
+    if crate::activity::enabled_anywhere(c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
+        || crate::activity::enabled_anywhere(c::CUPTI_ACTIVITY_KIND_KERNEL)
+    {
+        busy_ns(GRAPH_NODE_RECORD_NS.saturating_mul(kernel_nodes as u64));
+    }
 }
 
 /// A pinned host allocation of `len` bytes locks and maps its pages (the calling thread sleeps: the kernel does

@@ -69,12 +69,18 @@ fn a_loop_that_replays_one_graph_is_not_launch_bound_and_its_capture_is_no_step_
     let (r, s) = graph_loop(&dir, "once");
     // The capture happened before the first step: nothing of it is in the steps.
     assert!(finding(&r, "graph_capture").is_none(), "{}", r["findings"]);
-    // One replay a step queues 20 kernels at once: the host is not what the GPU waits for. The gaps between the
+    // One replay a step queues 20 kernels at once: no kernel waits on a launch of its own. The gaps between the
     // nodes are the graph's (graph_wait), never launch overhead (they were, before an H200's reduce-overhead loop
-    // showed launch_bound blamed on its replays).
-    assert!(finding(&r, "launch_bound").is_none_or(|l| l["share"].as_f64().unwrap() < 0.02), "{}", r["findings"]);
+    // showed launch_bound blamed on its replays). What launch time is left is the host inside cudaGraphLaunch,
+    // which CUPTI's node-level tracing lengthens (cudasim models the H200's 1.1 us a kernel node), said so.
+    if let Some(l) = finding(&r, "launch_bound") {
+        let facts = l["evidence"]["facts"].to_string();
+        assert!(l["share"].as_f64().unwrap() < 0.10, "{l}");
+        assert!(facts.contains("no kernel was launched one by one") && facts.contains("node-level tracing"), "{l}");
+        assert!(l["fix"].as_str().unwrap().starts_with("Every kernel already replays as CUDA graphs"), "{l}");
+    }
     assert!(finding(&r, "cpu_bound").is_none(), "{}", r["findings"]);
-    let waits = finding(&r, "graph_wait").map(|f| f["evidence"]["facts"].to_string()).unwrap_or_default();
+    let waits = finding(&r, "graph_wait").map(|f| f["evidence"].to_string()).unwrap_or_default();
     assert!(waits.contains("the GPU's own gaps between a CUDA graph's nodes"), "{}", r["findings"]);
     // One graph, replayed 12 times: every kernel, copy and memset of each replay joined to its launch.
     let graphs = s["graphs"].as_array().unwrap();

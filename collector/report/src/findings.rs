@@ -275,6 +275,12 @@ pub const FIX_LAUNCH_GRAPHED: &str = "Most kernels already replay as CUDA graphs
      those are usually the optimizer step and zero_grad outside the compiled function: compile the whole step \
      (torch.compile the optimizer step too, or a capturable optimizer captured with the model), and keep the eager \
      ops between replays few; fused/foreach optimizers launch fewer kernels.";
+/// launch_bound where every kernel in the steps replays from CUDA graphs: the time is in the graph launch calls.
+pub const FIX_LAUNCH_GRAPH_CALLS: &str = "Every kernel already replays as CUDA graphs; the GPU waits while the host \
+     is inside the graph launch calls. Part of that is the profiler's when graphs are traced per node (see the \
+     facts; `--trace cuda,nvtx,graphs` measures the launches without it). Queue the next replay before waiting on \
+     the last one's results, upload each graph once after instantiating it (cudaGraphUpload), and launch fewer, \
+     larger graphs (one per step rather than several).";
 /// The same three for a program that neither trains nor names a server's iterations (inference, an HPC code).
 pub const FIX_SYNC_GENERAL: &str = "Take host synchronisation off the hot path: wait only where the host needs a \
      result, and read results back once per batch or every N iterations rather than after each (in PyTorch \
@@ -353,54 +359,7 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         f.sources = swept.sources.rows(SourceKind::Sync, ctx.p);
         out.push(f);
     }
-    let c = idle.get(CauseKind::LaunchBound);
-    if c.total_ns > 0 {
-        let mut ev = idle_evidence(ctx, c);
-        let (kernels, short, median_kernel, median_launch) = launch_stats(swept);
-        // What the host issuing faster would win, against the GPU's own gaps between queued kernels.
-        let queued = idle.launch_queued_ns.min(c.total_ns);
-        // Graph nodes are issued by the GPU from one launch: their gaps are graph waits, told apart here.
-        let graphed = match swept.graph_kernels {
-            0 => String::new(),
-            g if swept.graph_level => {
-                format!("{g} CUDA graph replays ran traced whole (--trace graphs), their gaps counted as graph waits; ")
-            }
-            g => format!("{g} more ran as nodes of replayed CUDA graphs, their gaps counted as graph waits; "),
-        };
-        ev.facts.push(format!(
-            "{kernels} kernels launched one by one in steps ({:.0} per step), {short} of them shorter than the median \
-             launch call ({}); median kernel {:.1} µs; {graphed}the GPU idled {} per step between launches: {} \
-             waiting for the host to issue the next kernel, {} with it already queued (the GPU's own gap between \
-             kernels, {} per kernel)",
-            kernels as f64 / steps as f64,
-            format_us(median_launch),
-            median_kernel as f64 / 1e3,
-            per_step(c.total_ns),
-            per_step(c.total_ns - queued),
-            per_step(queued),
-            format_us(queued / kernels.max(1)),
-        ));
-        if let Some(fact) = traced_graph_launches(swept) {
-            ev.facts.push(fact);
-        }
-        ev.metrics.insert("queued_gap_ns_per_step", queued as f64 / steps as f64);
-        ev.metrics.insert("kernels_per_step", kernels as f64 / steps as f64);
-        ev.metrics.insert("median_kernel_ns", median_kernel as f64);
-        ev.metrics.insert("median_launch_ns", median_launch as f64);
-        // Mostly queued: the gaps are the GPU's own, per kernel, whatever the host does (fewer kernels or graphs).
-        let summary = if queued * 2 > c.total_ns {
-            format!("GPU idles in the gaps between queued kernels: {} per step", per_step(c.total_ns))
-        } else {
-            format!("GPU waits for kernel launches: {} idle per step", per_step(c.total_ns))
-        };
-        let fix = match ctx.fix(LAUNCH_FIXES) {
-            FIX_LAUNCH if swept.graph_kernels > 0 => FIX_LAUNCH_GRAPHED,
-            fix => fix,
-        };
-        let mut f = ctx.finding("launch_bound", c.total_ns, summary, ev, fix);
-        f.sources = swept.sources.rows(SourceKind::Launch, ctx.p);
-        out.push(f);
-    }
+    out.extend(launch_bound(ctx, idle, swept));
     let c = idle.get(CauseKind::CpuBound);
     if c.total_ns > 0 {
         let mut ev = idle_evidence(ctx, c);
@@ -413,6 +372,76 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         out.push(ctx.finding("cpu_bound", c.total_ns, summary, ev, ctx.fix(CPU_FIXES)));
     }
     out
+}
+
+/// launch_bound: the GPU idle while the host issues work one launch at a time (graph nodes counted apart).
+fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> {
+    let c = idle.get(CauseKind::LaunchBound);
+    if c.total_ns == 0 {
+        return None;
+    }
+    let steps = ctx.steps_count();
+    let per_step = |ns: u64| ms(ns / steps as u64);
+    let mut ev = idle_evidence(ctx, c);
+    let (kernels, short, median_kernel, median_launch) = launch_stats(swept);
+    // What the host issuing faster would win, against the GPU's own gaps between queued kernels.
+    let queued = idle.launch_queued_ns.min(c.total_ns);
+    // Graph nodes are issued by the GPU from one launch: their gaps are graph waits, told apart here.
+    let graphed = match swept.graph_kernels {
+        0 => String::new(),
+        g if swept.graph_level => {
+            format!("{g} CUDA graph replays ran traced whole (--trace graphs), their gaps counted as graph waits; ")
+        }
+        g => format!(
+            "{g} {}ran as nodes of replayed CUDA graphs, their gaps counted as graph waits; ",
+            if kernels > 0 { "more " } else { "" }
+        ),
+    };
+    let one_by_one = if kernels == 0 {
+        "no kernel was launched one by one in steps; ".to_string()
+    } else {
+        format!(
+            "{kernels} kernels launched one by one in steps ({:.0} per step), {short} of them shorter than the \
+             median launch call ({}); median kernel {:.1} µs; ",
+            kernels as f64 / steps as f64,
+            format_us(median_launch),
+            median_kernel as f64 / 1e3,
+        )
+    };
+    let gaps = match kernels {
+        0 => String::new(),
+        k => format!(" (the GPU's own gap between kernels, {} per kernel)", format_us(queued / k)),
+    };
+    ev.facts.push(format!(
+        "{one_by_one}{graphed}the GPU idled {} per step between launches: {} waiting for the host to issue the next \
+         kernel, {} with it already queued{gaps}",
+        per_step(c.total_ns),
+        per_step(c.total_ns - queued),
+        per_step(queued),
+    ));
+    if let Some(fact) = traced_graph_launches(swept) {
+        ev.facts.push(fact);
+    }
+    ev.metrics.insert("queued_gap_ns_per_step", queued as f64 / steps as f64);
+    ev.metrics.insert("kernels_per_step", kernels as f64 / steps as f64);
+    ev.metrics.insert("median_kernel_ns", median_kernel as f64);
+    ev.metrics.insert("median_launch_ns", median_launch as f64);
+    // Mostly queued: the gaps are the GPU's own, per kernel, whatever the host does (fewer kernels or graphs).
+    let summary = if queued * 2 > c.total_ns {
+        format!("GPU idles in the gaps between queued kernels: {} per step", per_step(c.total_ns))
+    } else if kernels == 0 {
+        format!("GPU waits while the host launches CUDA graphs: {} idle per step", per_step(c.total_ns))
+    } else {
+        format!("GPU waits for kernel launches: {} idle per step", per_step(c.total_ns))
+    };
+    let fix = match ctx.fix(LAUNCH_FIXES) {
+        _ if kernels == 0 && swept.graph_kernels > 0 => FIX_LAUNCH_GRAPH_CALLS,
+        FIX_LAUNCH if swept.graph_kernels > 0 => FIX_LAUNCH_GRAPHED,
+        fix => fix,
+    };
+    let mut f = ctx.finding("launch_bound", c.total_ns, summary, ev, fix);
+    f.sources = swept.sources.rows(SourceKind::Launch, ctx.p);
+    Some(f)
 }
 
 /// What CUPTI's node-level tracing adds to each graph launch, where graph replays were traced per node: the time

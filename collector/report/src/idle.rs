@@ -276,7 +276,10 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
                     // hundred nodes takes 100-400 µs under CUPTI on an H200): launch time, not the graph's wait.
                     let issued = op.issued.unwrap_or(launched).clamp(queued.0, b);
                     if issued > queued.0 {
-                        out.add(CauseKind::LaunchBound, (queued.0, issued), step, None, n);
+                        let first = v.calls.partition_point(|c| c.end <= queued.0);
+                        let call =
+                            v.calls[first..].iter().take_while(|c| c.start <= queued.0).find(|c| c.start == launched);
+                        out.add(CauseKind::LaunchBound, (queued.0, issued), step, call.map(|c| v.name(c.name)), n);
                     }
                     (issued, b)
                 } else {
