@@ -120,7 +120,11 @@ part_wheel() {
   [ -f "$whl" ] || { echo "wheel: no x86_64 wheel: scripts/wheels target/wheels/dist x86_64, and carry target/wheels/dist"; return 1; }
   local venv="$out/wheel-venv" path
   # The machine's PyTorch stays visible; nothing from this checkout is (no CUFLIGHT_BIN, CUFLIGHT_AGENT, PYTHONPATH).
-  python3 -m venv --system-site-packages "$venv" || return 1
+  # The H200 image's python3 is itself a venv (/opt/torch/.venv), whose packages --system-site-packages does not
+  # reach (2026-12-01: "No module named 'torch'"): a .pth names the directory torch is installed in.
+  python3 -m venv "$venv" || return 1
+  python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))' \
+    > "$(echo "$venv"/lib/python3*/site-packages)/machine-torch.pth" || return 1
   path="$venv/bin:/usr/local/bin:/usr/bin:/bin"
   if PATH=$path command -v cargo >/dev/null; then echo "wheel: cargo is on $path"; return 1; fi
   env -u CUFLIGHT_BIN -u CUFLIGHT_AGENT -u PYTHONPATH PATH="$path" "$venv/bin/pip" install -q --no-index --no-deps "$whl" || return 1

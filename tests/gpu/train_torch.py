@@ -52,10 +52,10 @@ def main():
         for _ in range(steps):
             step(model, opt, x, y)
         torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    out = {"kernels": len(kernels), "kernel_time_us": sum(e.device_time for e in kernels)}
+    from torchprof_kernels import device_summary
+
     with open(sys.argv[3], "w") as f:
-        json.dump(out, f)
+        json.dump(device_summary(prof), f)
 
 
 if __name__ == "__main__":
