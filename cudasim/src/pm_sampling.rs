@@ -16,7 +16,9 @@
 //! `CUDASIM_PM_SAMPLING` plays what stops a real client: `denied` (CUPTI_ERROR_INSUFFICIENT_PRIVILEGES from the
 //! availability query and Enable, as with `NVreg_RestrictProfilingToAdminUsers=1` or a container without the
 //! capability), `busy` (CUPTI_ERROR_HARDWARE_BUSY from Enable: another client such as DCGM profiling holds the
-//! counters) and `mig` (CUPTI_ERROR_MIG_DEVICE_NOT_SUPPORTED).
+//! counters), `mig` (CUPTI_ERROR_MIG_DEVICE_NOT_SUPPORTED) and `invalid` (CUPTI_ERROR_INVALID_PARAMETER from
+//! SetConfig, a failure no documented cause explains: an H200's doctor probe met result 1 in its set-up on
+//! 2026-12-01, at a call the agent did not yet name).
 
 use crate::c;
 use crate::pm_counters::{self, is_modelled_metric, RawCounters, RAW_FIELDS};
@@ -226,7 +228,12 @@ cupti_entry!(
     fn cuptiPmSamplingSetConfig(p: *mut c::CUpti_PmSampling_SetConfig_Params) {
         // SAFETY: the client's parameter struct, checked for null.
         let Some(p) = (unsafe { p.as_mut() }) else { return c::CUPTI_ERROR_INVALID_PARAMETER };
-        if p.pConfig.is_null() || p.configSize < 16 || p.samplingInterval == 0 || p.hardwareBufferSize == 0 {
+        if p.pConfig.is_null()
+            || p.configSize < 16
+            || p.samplingInterval == 0
+            || p.hardwareBufferSize == 0
+            || mode() == "invalid"
+        {
             return c::CUPTI_ERROR_INVALID_PARAMETER;
         }
         // SAFETY: the client passed a config image of configSize bytes.

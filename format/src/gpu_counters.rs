@@ -1,6 +1,6 @@
 //! Whether the agent sampled the device's counters (`SegmentHeader::gpu_counters`: a code in the low byte, the
-//! CUPTI result that decided it in the next 16 bits, which tool holds the counters above), and what `record`,
-//! `stats` and `report` say of it: one line with why and what would allow it.
+//! CUPTI result that decided it in the next 16 bits, above them which tool holds the counters or which call
+//! refused), and what `record`, `stats` and `report` say of it: one line with why and what would allow it.
 
 /// Counters were sampled.
 pub const SAMPLING: u32 = 1;
@@ -19,6 +19,65 @@ pub const FAILED: u32 = 7;
 /// The previous window's sampler was still decoding its backlog when this window began.
 pub const STILL_FINISHING: u32 = 8;
 
+/// The CUPTI calls of the counters' set-up and sampling, named by [`Step`] numbers: a refusal other than
+/// [`BUSY`] carries the one that refused in [`encode`]'s top byte (its `holder`), so that the user reads which call
+/// failed, not only its result.
+pub const STEPS: [&str; 15] = [
+    "cuptiProfilerInitialize",
+    "cuptiDeviceGetChipName",
+    "cuptiPmSamplingGetCounterAvailability",
+    "cuptiPmSamplingEnable",
+    "cuptiProfilerHostInitialize",
+    "cuptiProfilerHostConfigAddMetrics",
+    "cuptiProfilerHostGetConfigImageSize",
+    "cuptiProfilerHostGetConfigImage",
+    "cuptiProfilerHostGetNumOfPasses",
+    "cuptiPmSamplingSetConfig",
+    "cuptiPmSamplingGetCounterDataSize",
+    "cuptiPmSamplingCounterDataImageInitialize",
+    "cuptiPmSamplingStart",
+    "cuptiPmSamplingDecodeData",
+    "cuptiPmSamplingGetCounterDataInfo",
+];
+
+/// A call of [`STEPS`], from 1 (0: none named).
+pub type Step = u8;
+
+/// The [`Step`] of the call named `name` (0 where it is none of [`STEPS`]).
+pub const fn step(name: &str) -> Step {
+    let mut i = 0;
+    while i < STEPS.len() {
+        if const_eq(STEPS[i], name) {
+            return i as Step + 1;
+        }
+        i += 1;
+    }
+    0
+}
+
+const fn const_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// " at NAME" for a refusal's [`Step`], or nothing.
+fn at_step(step: u32) -> String {
+    match (step as usize).checked_sub(1).and_then(|i| STEPS.get(i)) {
+        Some(name) => format!(" at {name}"),
+        None => String::new(),
+    }
+}
+
 /// Programs seen holding the counters when CUPTI said they were busy (`holder` of [`encode`]).
 pub const HOLDERS: [&str; 4] = [
     "DCGM's host engine (nv-hostengine) with profiling metrics on",
@@ -30,7 +89,8 @@ pub const HOLDERS: [&str; 4] = [
 /// The process names (`/proc/PID/comm`) of [`HOLDERS`], in the same order.
 pub const HOLDER_PROCESSES: [&str; 4] = ["nv-hostengine", "dcgm-exporter", "ncu", "nsys"];
 
-/// `code` with the CUPTI result behind it and, for [`BUSY`], which of [`HOLDERS`] was found running (+1; 0 none).
+/// `code` with the CUPTI result behind it and, for [`BUSY`], which of [`HOLDERS`] was found running (+1; 0 none);
+/// for the other refusals, the [`Step`] that refused.
 pub fn encode(code: u32, cupti_result: u32, holder: u32) -> u32 {
     code | (cupti_result & 0xffff) << 8 | (holder & 0xff) << 24
 }
@@ -60,9 +120,13 @@ pub fn describe(value: u32) -> Option<String> {
         }
         MIG => "no device counters: CUPTI cannot sample counters on a MIG instance; record on a whole GPU".into(),
         UNSUPPORTED => format!(
-            "no device counters: this GPU or CUPTI refused the counters cuflight samples (CUPTI result {result})"
+            "no device counters: this GPU or CUPTI refused the counters cuflight samples (CUPTI result {result}{})",
+            at_step(value >> 24)
         ),
-        FAILED => format!("no device counters: setting up CUPTI's PM sampling failed (CUPTI result {result})"),
+        FAILED => format!(
+            "no device counters: setting up CUPTI's PM sampling failed (CUPTI result {result}{})",
+            at_step(value >> 24)
+        ),
         STILL_FINISHING => "no device counters in this window: the previous window's sampler was still decoding \
                             its samples; leave more time between windows or sample less often (--gpu-metrics=INTERVAL)"
             .into(),
@@ -73,6 +137,18 @@ pub fn describe(value: u32) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_set_up_names_the_cupti_call_that_failed() {
+        let enable = step("cuptiPmSamplingEnable");
+        assert_eq!(enable, 4);
+        let why = describe(encode(FAILED, 1, enable as u32)).unwrap();
+        assert!(why.ends_with("(CUPTI result 1 at cuptiPmSamplingEnable)"), "{why}");
+        let unnamed = describe(encode(FAILED, 1, 0)).unwrap();
+        assert!(unnamed.ends_with("(CUPTI result 1)"), "{unnamed}");
+        assert_eq!(step("cuptiSomethingElse"), 0);
+        assert!(describe(encode(FAILED, 1, 200)).unwrap().ends_with("(CUPTI result 1)"), "a step no build names");
+    }
 
     #[test]
     fn every_refusal_says_what_would_allow_counters_and_sampling_says_nothing() {

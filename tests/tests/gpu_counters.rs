@@ -164,7 +164,12 @@ fn the_report_names_the_memory_bound_kernel_and_the_starved_gemm() {
 /// Counters refused: one line saying why and what would allow them, and the trace complete without them.
 #[test]
 fn a_refusal_is_one_line_and_the_trace_goes_on_without_counters() {
-    for (mode, says) in [("denied", "NVreg_RestrictProfilingToAdminUsers=0"), ("busy", "CUPTI_ERROR_HARDWARE_BUSY")] {
+    for (mode, says) in [
+        ("denied", "NVreg_RestrictProfilingToAdminUsers=0"),
+        ("busy", "CUPTI_ERROR_HARDWARE_BUSY"),
+        // A failure with no documented cause names the call that failed.
+        ("invalid", "(CUPTI result 1 at cuptiPmSamplingSetConfig)"),
+    ] {
         let dir = scratch(&format!("gpu-counters-{mode}"));
         let prog = build_c("counters", &dir);
         let rec = record(&dir, &["--gpu-metrics"], &prog, &["1"], &[("CUDASIM_PM_SAMPLING", mode)]);

@@ -31,8 +31,8 @@ const IMAGE_SAMPLES: u32 = 256;
 /// The hardware buffer the raw samples wait in until decoded.
 const HARDWARE_BUFFER_BYTES: usize = 64 << 20;
 
-/// Why a device gives no counters: a [`verdict`] code and the CUPTI result behind it.
-pub type Refusal = (u32, c::CUptiResult);
+/// Why a device gives no counters: a [`verdict`] code, the CUPTI result behind it, and the call that gave it.
+pub type Refusal = (u32, c::CUptiResult, verdict::Step);
 
 /// CUPTI's parameter struct `$ty`, zeroed, its `structSize` the header's `*_STRUCT_SIZE` (the end of `$last`).
 macro_rules! params {
@@ -48,7 +48,7 @@ fn field_size<T, F>(_: impl Fn(&T) -> &F) -> usize {
     std::mem::size_of::<F>()
 }
 
-fn refusal(r: c::CUptiResult) -> Refusal {
+fn refusal(step: verdict::Step, r: c::CUptiResult) -> Refusal {
     let code = match r {
         c::CUPTI_ERROR_INSUFFICIENT_PRIVILEGES | c::CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES => {
             verdict::DENIED
@@ -60,14 +60,30 @@ fn refusal(r: c::CUptiResult) -> Refusal {
         }
         _ => verdict::FAILED,
     };
-    (code, r)
+    (code, r, step)
 }
 
-fn ok(r: c::CUptiResult) -> Result<(), Refusal> {
+const CHIP_NAME: verdict::Step = verdict::step("cuptiDeviceGetChipName");
+const AVAILABILITY: verdict::Step = verdict::step("cuptiPmSamplingGetCounterAvailability");
+const ENABLE: verdict::Step = verdict::step("cuptiPmSamplingEnable");
+const HOST_INITIALIZE: verdict::Step = verdict::step("cuptiProfilerHostInitialize");
+const ADD_METRICS: verdict::Step = verdict::step("cuptiProfilerHostConfigAddMetrics");
+const CONFIG_IMAGE_SIZE: verdict::Step = verdict::step("cuptiProfilerHostGetConfigImageSize");
+const CONFIG_IMAGE: verdict::Step = verdict::step("cuptiProfilerHostGetConfigImage");
+const PASSES: verdict::Step = verdict::step("cuptiProfilerHostGetNumOfPasses");
+const SET_CONFIG: verdict::Step = verdict::step("cuptiPmSamplingSetConfig");
+const DATA_SIZE: verdict::Step = verdict::step("cuptiPmSamplingGetCounterDataSize");
+const IMAGE_INITIALIZE: verdict::Step = verdict::step("cuptiPmSamplingCounterDataImageInitialize");
+const START: verdict::Step = verdict::step("cuptiPmSamplingStart");
+const DECODE: verdict::Step = verdict::step("cuptiPmSamplingDecodeData");
+const DATA_INFO: verdict::Step = verdict::step("cuptiPmSamplingGetCounterDataInfo");
+
+/// The result of the call `step` (a [`verdict::STEPS`] number).
+fn ok(step: verdict::Step, r: c::CUptiResult) -> Result<(), Refusal> {
     if r == c::CUPTI_SUCCESS {
         Ok(())
     } else {
-        Err(refusal(r))
+        Err(refusal(step, r))
     }
 }
 
@@ -111,15 +127,15 @@ impl DeviceSampler {
         let mut chip = params!(CUpti_Device_GetChipName_Params, pChipName);
         chip.deviceIndex = device as usize;
         // SAFETY: a valid parameter struct.
-        ok(unsafe { (api.device_get_chip_name)(&mut chip) })?;
+        ok(CHIP_NAME, unsafe { (api.device_get_chip_name)(&mut chip) })?;
         if chip.pChipName.is_null() {
-            return Err((verdict::FAILED, c::CUPTI_ERROR_UNKNOWN));
+            return Err((verdict::FAILED, c::CUPTI_ERROR_UNKNOWN, CHIP_NAME));
         }
         let availability = counter_availability(&api, device)?;
         let mut enable = params!(CUpti_PmSampling_Enable_Params, pPmSamplingObject);
         enable.deviceIndex = device as usize;
         // SAFETY: a valid parameter struct.
-        ok(unsafe { (api.enable)(&mut enable) })?;
+        ok(ENABLE, unsafe { (api.enable)(&mut enable) })?;
         let object = enable.pPmSamplingObject;
         let disable = || {
             let mut p = params!(CUpti_PmSampling_Disable_Params, pPmSamplingObject);
@@ -175,17 +191,17 @@ impl DeviceSampler {
             // SAFETY: as above.
             r = unsafe { (self.api.set_config)(&mut set) };
         }
-        ok(r)?;
+        ok(SET_CONFIG, r)?;
         let mut size = params!(CUpti_PmSampling_GetCounterDataSize_Params, counterDataSize);
         size.pPmSamplingObject = self.object;
         size.pMetricNames = self.names.as_mut_ptr();
         size.numMetrics = self.names.len();
         size.maxSamples = IMAGE_SAMPLES;
         // SAFETY: a valid parameter struct; the names outlive the call.
-        ok(unsafe { (self.api.get_counter_data_size)(&mut size) })?;
+        ok(DATA_SIZE, unsafe { (self.api.get_counter_data_size)(&mut size) })?;
         // Bounded: an answer past 64 MB a device is not an image size cuflight will allocate.
         if size.counterDataSize == 0 || size.counterDataSize > 64 << 20 {
-            return Err((verdict::FAILED, c::CUPTI_ERROR_UNKNOWN));
+            return Err((verdict::FAILED, c::CUPTI_ERROR_UNKNOWN, DATA_SIZE));
         }
         self.image = vec![0; size.counterDataSize];
         self.initialize_image()
@@ -197,14 +213,14 @@ impl DeviceSampler {
         init.counterDataSize = self.image.len();
         init.pCounterData = self.image.as_mut_ptr();
         // SAFETY: a valid parameter struct over our image.
-        ok(unsafe { (self.api.counter_data_image_initialize)(&mut init) })
+        ok(IMAGE_INITIALIZE, unsafe { (self.api.counter_data_image_initialize)(&mut init) })
     }
 
     fn start(&mut self) -> Result<(), Refusal> {
         let mut p = params!(CUpti_PmSampling_Start_Params, pPmSamplingObject);
         p.pPmSamplingObject = self.object;
         // SAFETY: a valid parameter struct.
-        ok(unsafe { (self.api.start)(&mut p) })?;
+        ok(START, unsafe { (self.api.start)(&mut p) })?;
         self.running = true;
         Ok(())
     }
@@ -232,7 +248,7 @@ impl DeviceSampler {
             let r = unsafe { (self.api.decode_data)(&mut decode) };
             // OUT_OF_MEMORY: the hardware buffer overflowed; what was decoded is still good.
             if r != c::CUPTI_ERROR_OUT_OF_MEMORY {
-                ok(r)?;
+                ok(DECODE, r)?;
             }
             overflowed |= decode.overflow != 0 || r == c::CUPTI_ERROR_OUT_OF_MEMORY;
             let completed = self.completed_samples()?;
@@ -260,7 +276,7 @@ impl DeviceSampler {
         info.pCounterDataImage = self.image.as_ptr();
         info.counterDataImageSize = self.image.len();
         // SAFETY: a valid parameter struct over our image.
-        ok(unsafe { (self.api.get_counter_data_info)(&mut info) })?;
+        ok(DATA_INFO, unsafe { (self.api.get_counter_data_info)(&mut info) })?;
         // Bounded by the image's own capacity: CUPTI's answer is not trusted to index past it.
         Ok(info.numCompletedSamples.min(IMAGE_SAMPLES as usize))
     }
@@ -323,14 +339,14 @@ fn counter_availability(api: &PmSamplingApi, device: u32) -> Result<Vec<u8>, Ref
     let mut avail = params!(CUpti_PmSampling_GetCounterAvailability_Params, pCounterAvailabilityImage);
     avail.deviceIndex = device as usize;
     // SAFETY: a valid parameter struct; a null image asks for the size.
-    ok(unsafe { (api.get_counter_availability)(&mut avail) })?;
+    ok(AVAILABILITY, unsafe { (api.get_counter_availability)(&mut avail) })?;
     if avail.counterAvailabilityImageSize > 16 << 20 {
-        return Err((verdict::FAILED, c::CUPTI_ERROR_UNKNOWN));
+        return Err((verdict::FAILED, c::CUPTI_ERROR_UNKNOWN, AVAILABILITY));
     }
     let mut image = vec![0u8; avail.counterAvailabilityImageSize];
     avail.pCounterAvailabilityImage = image.as_mut_ptr();
     // SAFETY: as above, with an image of the size CUPTI asked for.
-    ok(unsafe { (api.get_counter_availability)(&mut avail) })?;
+    ok(AVAILABILITY, unsafe { (api.get_counter_availability)(&mut avail) })?;
     Ok(image)
 }
 
@@ -356,7 +372,7 @@ fn host_config(
     init.pChipName = chip;
     init.pCounterAvailabilityImage = availability.as_ptr();
     // SAFETY: a valid parameter struct; the chip name and availability image outlive the call.
-    ok(unsafe { (api.host_initialize)(&mut init) })?;
+    ok(HOST_INITIALIZE, unsafe { (api.host_initialize)(&mut init) })?;
     let mut config = HostConfig { host: init.pHostObject, image: Vec::new(), passes: 0 };
     let built = (|| {
         let mut names: Vec<*const c_char> = metrics.iter().map(|&i| METRICS[i].as_ptr()).collect();
@@ -365,13 +381,13 @@ fn host_config(
         add.ppMetricNames = names.as_mut_ptr();
         add.numMetrics = names.len();
         // SAFETY: a valid parameter struct; the names outlive the call.
-        ok(unsafe { (api.host_config_add_metrics)(&mut add) })?;
+        ok(ADD_METRICS, unsafe { (api.host_config_add_metrics)(&mut add) })?;
         let mut size = params!(CUpti_Profiler_Host_GetConfigImageSize_Params, configImageSize);
         size.pHostObject = config.host;
         // SAFETY: a valid parameter struct.
-        ok(unsafe { (api.host_get_config_image_size)(&mut size) })?;
+        ok(CONFIG_IMAGE_SIZE, unsafe { (api.host_get_config_image_size)(&mut size) })?;
         if size.configImageSize == 0 || size.configImageSize > 64 << 20 {
-            return Err((verdict::FAILED, c::CUPTI_ERROR_UNKNOWN));
+            return Err((verdict::FAILED, c::CUPTI_ERROR_UNKNOWN, CONFIG_IMAGE_SIZE));
         }
         config.image = vec![0; size.configImageSize];
         let mut get = params!(CUpti_Profiler_Host_GetConfigImage_Params, pConfigImage);
@@ -379,12 +395,12 @@ fn host_config(
         get.configImageSize = config.image.len();
         get.pConfigImage = config.image.as_mut_ptr();
         // SAFETY: a valid parameter struct over our image.
-        ok(unsafe { (api.host_get_config_image)(&mut get) })?;
+        ok(CONFIG_IMAGE, unsafe { (api.host_get_config_image)(&mut get) })?;
         let mut passes = params!(CUpti_Profiler_Host_GetNumOfPasses_Params, numOfPasses);
         passes.configImageSize = config.image.len();
         passes.pConfigImage = config.image.as_mut_ptr();
         // SAFETY: as above.
-        ok(unsafe { (api.host_get_num_of_passes)(&mut passes) })?;
+        ok(PASSES, unsafe { (api.host_get_num_of_passes)(&mut passes) })?;
         config.passes = passes.numOfPasses;
         Ok(())
     })();
@@ -408,7 +424,7 @@ fn choose_metrics(
         Ok(c) if c.passes == 1 => return Ok((c, all)),
         Ok(c) => {
             drop_host(api, c.host);
-            (verdict::UNSUPPORTED, c::CUPTI_ERROR_NOT_SUPPORTED)
+            (verdict::UNSUPPORTED, c::CUPTI_ERROR_NOT_SUPPORTED, PASSES)
         }
         Err(why) => why,
     };

@@ -150,7 +150,7 @@ fn run(api: PmSamplingApi, interval: u64) {
         // SAFETY: a valid parameter struct.
         let r = unsafe { (api.profiler_initialize)(&mut init) };
         if r != cupti_sys::cuda13::CUPTI_SUCCESS {
-            refused = Some((verdict::FAILED, r));
+            refused = Some((verdict::FAILED, r, verdict::step("cuptiProfilerInitialize")));
         } else {
             for d in 0..count.min(MAX_DEVICES) {
                 match DeviceSampler::open(api, d, interval) {
@@ -163,8 +163,9 @@ fn run(api: PmSamplingApi, interval: u64) {
         }
     }
     match (samplers.is_empty(), refused) {
-        (true, Some((code, r))) => {
-            let holder = if code == verdict::BUSY { counter_holder() } else { 0 };
+        (true, Some((code, r, step))) => {
+            // BUSY names who holds the counters; the other refusals, the call that refused.
+            let holder = if code == verdict::BUSY { counter_holder() } else { u32::from(step) };
             set_verdict(code, r, holder);
         }
         (true, None) => set_verdict(verdict::FAILED, 0, 0),
