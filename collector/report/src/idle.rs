@@ -9,9 +9,10 @@
 //!   or the work its stream waits on); an op whose launching thread made its stream wait on an event since the
 //!   previous launch into it → **cross-stream wait** (named by the waiting stream and the stream whose work
 //!   ran last); an op queued after a host function its thread put in a stream → **host function wait**; an op
-//!   of a CUDA graph → **graph wait** (the graph's own dependencies; also under 30 µs and before a tiny node: the
-//!   GPU issues a graph's nodes from one launch, so no gap before one is the host's launch overhead); anything else is
-//!   **unexplained** (`idle_unexplained_ns`), printed as such;
+//!   of a CUDA graph → **graph wait** (the graph's own dependencies, short gaps included: the GPU issues a
+//!   graph's nodes from one launch, so no gap before one is the host's launch overhead; but while the host is
+//!   still inside the graph's launch call → **launch bound**); anything else is **unexplained**
+//!   (`idle_unexplained_ns`), printed as such;
 //! - the launching threads polling (three or more `cudaEventQuery`/`cudaStreamQuery` calls in one idle
 //!   stretch) → **host polling**: the host waits by spinning instead of queueing the dependent work;
 //! - inside a data-loading annotation: **data loading**;

@@ -457,13 +457,15 @@ impl<'a> Sweep<'a> {
                 },
             );
         }
+        // The first op of a graph replay: one a launch.
+        let replay = graph && joined.is_some_and(|j| j.first);
         if let Some(w) = self.step_work.get_mut(k) {
             w.0 += u64::from(is_kernel);
             w.1 += u64::from(is_kernel && !graph);
-            w.2 += u64::from(graph && joined.is_some_and(|j| j.first));
+            w.2 += u64::from(replay);
         }
         self.out.graph_kernels += u64::from(is_kernel && graph);
-        if let Some(c) = launch.filter(|_| graph && joined.is_some_and(|j| j.first)) {
+        if let Some(c) = launch.filter(|_| replay) {
             self.out.graph_launch_durations.add(c.end.saturating_sub(c.start));
             self.out.graph_level |= names.has(e.name, NameFlags::GRAPH_LEVEL);
         }
