@@ -18,8 +18,8 @@
 //! capability), `busy` (CUPTI_ERROR_HARDWARE_BUSY from Enable: another client such as DCGM profiling holds the
 //! counters), `mig` (CUPTI_ERROR_MIG_DEVICE_NOT_SUPPORTED) and `invalid` (CUPTI_ERROR_INVALID_PARAMETER from
 //! SetConfig, which cupti_pmsampling.h lists "if any pParams is not valid"; played whatever the parameters, since an
-//! H200's doctor probe met result 1 in its set-up on 2026-12-01 with parameters the same run's other programs had
-//! sampled with, at a call the agent did not yet name).
+//! H200's doctor probe met result 1 in its set-up on 2026-12-01 with the parameters an H200 had
+//! sampled with on 2026-11-28, at a call the agent did not yet name).
 
 use crate::c;
 use crate::pm_counters::{self, is_modelled_metric, RawCounters, RAW_FIELDS};
