@@ -113,7 +113,12 @@ pub enum Cmd {
     },
     /// The doctor's probe program: asks the CUDA driver and writes what it said into FILE (internal).
     #[command(hide = true)]
-    DoctorProbe { file: PathBuf },
+    DoctorProbe {
+        file: PathBuf,
+        /// How long its memsets go on, in ms (20 at least).
+        #[arg(long, default_value_t = 0)]
+        work_ms: u64,
+    },
     /// Shell completions for cuflight: `source <(cuflight completions bash)`, or save them where your shell
     /// looks (zsh: a directory on $fpath as _cuflight; fish: ~/.config/fish/completions/cuflight.fish).
     Completions {

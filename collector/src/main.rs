@@ -109,7 +109,7 @@ fn run(mut cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Doctor { format } => doctor::run(format),
-        Cmd::DoctorProbe { file } => doctor::probe_main(&file),
+        Cmd::DoctorProbe { file, work_ms } => doctor::probe_main(&file, Duration::from_millis(work_ms)),
         Cmd::Schema { of } => schema_cmd::print(of),
         Cmd::Mcp { allow_record, max_seconds, output_dir } => {
             mcp::serve(&mcp::McpOptions { allow_record, max_seconds, output_dir })

@@ -35,6 +35,7 @@ cupti_entry!(
         if chip != CHIP.to_str().ok() {
             return c::CUPTI_ERROR_INVALID_PARAMETER;
         }
+        crate::timing::pm_host_initialize();
         let handle = NEXT_HOST.fetch_add(1, Ordering::Relaxed);
         HOSTS.lock().get_or_insert_with(HashMap::new).insert(handle, Vec::new());
         p.pHostObject = handle as *mut c::CUpti_Profiler_Host_Object;

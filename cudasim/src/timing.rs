@@ -70,7 +70,11 @@
 //!   `cuptiProfilerHostEvaluateToGpuValues` for each sample evaluated. Measured by gpu-validate's counters part
 //!   (tests/gpu/pm_sampling.cu) on an H200 (CUDA 13.0, 2026-11-28, 13 metrics): decode 903 ms for 27,689 samples at
 //!   50 kHz (33 us a sample; 88 us at 10 kHz), evaluate 34 to 35 us a sample. `CUDASIM_PM_START_US` (640) and
-//!   `CUDASIM_PM_STOP_US` (1810): `cuptiPmSamplingStart` and `Stop`, the same run.
+//!   `CUDASIM_PM_STOP_US` (1810): `cuptiPmSamplingStart` and `Stop`, the same run. `CUDASIM_PM_HOST_INIT_US`
+//!   (default 0): `cuptiProfilerHostInitialize`, which loads the chip's metric tables; **not measured** (the
+//!   counters part timed only Start and Stop), so by default free. Set, it plays a set-up that outlasts a short
+//!   program: the H200's doctor probe, a ~20 ms program, met a failed set-up on 2026-12-01 where a long program
+//!   sampled with the same parameters.
 //!
 //! Not modelled: an idle GPU starts a kernel about 1.2 us after its launch call returns (the same H100 trace, p50 of
 //! 21 kernels launched onto an idle GPU); cudasim's stream thread, parked on its queue, takes 6 to 14 us to wake on
@@ -105,6 +109,7 @@ static PM_DECODE_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_DECODE_US", 33
 static PM_EVALUATE_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_EVALUATE_US", 34));
 static PM_START_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_START_US", 640));
 static PM_STOP_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_STOP_US", 1810));
+static PM_HOST_INIT_US: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_PM_HOST_INIT_US", 0));
 static CUPTI_LAUNCH_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_LAUNCH_NS", 800));
 static KERNEL_RECORD_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_KERNEL_RECORD_NS", 700));
 static GRAPH_NODE_RECORD_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_GRAPH_NODE_RECORD_NS", 1100));
@@ -208,6 +213,13 @@ pub(crate) fn pm_start_stop(start: bool) {
     let us = if start { *PM_START_US } else { *PM_STOP_US };
     if us > 0 {
         std::thread::sleep(std::time::Duration::from_micros(us));
+    }
+}
+
+/// `cuptiProfilerHostInitialize`: the calling thread waits (`CUDASIM_PM_HOST_INIT_US`).
+pub(crate) fn pm_host_initialize() {
+    if *PM_HOST_INIT_US > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(*PM_HOST_INIT_US));
     }
 }
 

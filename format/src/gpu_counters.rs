@@ -18,6 +18,11 @@ pub const UNSUPPORTED: u32 = 6;
 pub const FAILED: u32 = 7;
 /// The previous window's sampler was still decoding its backlog when this window began.
 pub const STILL_FINISHING: u32 = 8;
+/// The program ended (or the window closed) while the sampler was still setting up: the [`Step`] it had reached,
+/// and the result of the call that failed as it ended, if one did.
+pub const ENDED_EARLY: u32 = 9;
+/// What [`describe`] says of [`ENDED_EARLY`], before where the set-up was.
+pub const ENDED_EARLY_SAYS: &str = "the recording ended while CUPTI's PM sampling was still being set up";
 
 /// The CUPTI calls of the counters' set-up and sampling, named by [`Step`] numbers: a refusal other than
 /// [`BUSY`] carries the one that refused in [`encode`]'s top byte (its `holder`), so that the user reads which call
@@ -127,6 +132,16 @@ pub fn describe(value: u32) -> Option<String> {
             "no device counters: setting up CUPTI's PM sampling failed (CUPTI result {result}{})",
             at_step(value >> 24)
         ),
+        ENDED_EARLY => {
+            let when = match (result, (value >> 24) as usize) {
+                (_, 0) => "before the driver listed its devices".to_string(),
+                (0, s) => STEPS.get(s - 1).map_or(String::new(), |name| format!("at {name}")),
+                (r, s) => STEPS.get(s - 1).map_or(format!("CUPTI result {r}"), |name| {
+                    format!("{name} returned CUPTI result {r} as it ended")
+                }),
+            };
+            format!("no device counters: {ENDED_EARLY_SAYS} ({when}); counters need a program or window that outlasts their set-up")
+        }
         STILL_FINISHING => "no device counters in this window: the previous window's sampler was still decoding \
                             its samples; leave more time between windows or sample less often (--gpu-metrics=INTERVAL)"
             .into(),
@@ -159,6 +174,12 @@ mod tests {
         assert!(describe(encode(BUSY, 26, 0)).unwrap().contains("DCGM"));
         assert!(describe(encode(FAILED, 999, 0)).unwrap().contains("999"));
         assert!(describe(encode(STILL_FINISHING, 0, 0)).unwrap().contains("previous window"));
+        let set_config = step("cuptiPmSamplingSetConfig") as u32;
+        let ended = describe(encode(ENDED_EARLY, 1, set_config)).unwrap();
+        assert!(ended.contains("(cuptiPmSamplingSetConfig returned CUPTI result 1 as it ended)"), "{ended}");
+        let abandoned = describe(encode(ENDED_EARLY, 0, set_config)).unwrap();
+        assert!(abandoned.contains("(at cuptiPmSamplingSetConfig)"), "{abandoned}");
+        assert!(describe(encode(ENDED_EARLY, 0, 0)).unwrap().contains("before the driver listed its devices"));
         // Read from another process: an unknown code or holder says nothing wrong.
         assert_eq!(describe(0xffff_ff77), None);
         assert!(describe(encode(BUSY, 26, 200)).unwrap().contains("another tool"));

@@ -105,9 +105,9 @@ impl Driver {
     }
 }
 
-/// Asks the driver everything [`DriverProbe`] holds. Loads `libcuda.so.1` into this process and initialises it:
-/// call it from a process made for it.
-pub fn probe_driver() -> DriverProbe {
+/// Asks the driver everything [`DriverProbe`] holds, its memsets spread over `work` at least. Loads `libcuda.so.1`
+/// into this process and initialises it: call it from a process made for it.
+pub fn probe_driver(work: std::time::Duration) -> DriverProbe {
     let mut out = DriverProbe::default();
     // SAFETY: dlopen with a NUL-terminated name; RTLD_NOW so a broken install fails here.
     let handle = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -126,13 +126,13 @@ pub fn probe_driver() -> DriverProbe {
     // SAFETY: a live handle and a NUL-terminated name; only whether the symbol exists is read.
     out.simulator = !unsafe { libc::dlsym(handle, c"cudasim_machine_monotonic_ns".as_ptr()) }.is_null();
     out.library = crate::loader::mapped_library("libcuda.so").map(|p| p.display().to_string());
-    if let Err(f) = steps(&driver, &mut out) {
+    if let Err(f) = steps(&driver, &mut out, work) {
         out.failed = Some(f);
     }
     out
 }
 
-fn steps(d: &Driver, out: &mut DriverProbe) -> Result<(), Failed> {
+fn steps(d: &Driver, out: &mut DriverProbe, work: std::time::Duration) -> Result<(), Failed> {
     // SAFETY: cuda.h's signature for the name.
     let version = unsafe { d.get::<IntOutFn>(c"cuDriverGetVersion") }.ok_or(Driver::missing("cuDriverGetVersion"))?;
     let mut v = 0;
@@ -152,7 +152,7 @@ fn steps(d: &Driver, out: &mut DriverProbe) -> Result<(), Failed> {
         out.devices.push(device(d, dev)?);
     }
     if n > 0 {
-        out.work_done = memset_on_device_0(d)?;
+        out.work_done = memset_on_device_0(d, work)?;
     }
     Ok(())
 }
@@ -176,8 +176,9 @@ fn device(d: &Driver, dev: c::CUdevice) -> Result<ProbedDevice, Failed> {
     Ok(ProbedDevice { name, capability: (major, minor) })
 }
 
-/// Twenty 1 MiB memsets on device 0's primary context, each synchronised: GPU work for CUPTI to record.
-fn memset_on_device_0(d: &Driver) -> Result<bool, Failed> {
+/// 1 MiB memsets on device 0's primary context, each synchronised, twenty at least and until `work` passed: GPU
+/// work for CUPTI to record, and for a device-counter sampler to see.
+fn memset_on_device_0(d: &Driver, work: std::time::Duration) -> Result<bool, Failed> {
     // SAFETY: cuda.h's signature for the name.
     let retain =
         unsafe { d.get::<RetainFn>(c"cuDevicePrimaryCtxRetain") }.ok_or(Driver::missing("cuDevicePrimaryCtxRetain"))?;
@@ -197,7 +198,7 @@ fn memset_on_device_0(d: &Driver) -> Result<bool, Failed> {
     let mut ctx: c::CUcontext = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; device 0 exists (the count was positive).
     d.check("cuDevicePrimaryCtxRetain", unsafe { retain(&mut ctx, 0) })?;
-    let work = || -> Result<(), Failed> {
+    let memsets = || -> Result<(), Failed> {
         // SAFETY: a context the driver just returned.
         d.check("cuCtxSetCurrent", unsafe { set_current(ctx) })?;
         let mut ptr: c::CUdeviceptr = 0;
@@ -205,9 +206,13 @@ fn memset_on_device_0(d: &Driver) -> Result<bool, Failed> {
         const ROUNDS: usize = 20;
         // SAFETY: a valid out-pointer.
         d.check("cuMemAlloc", unsafe { alloc(&mut ptr, BYTES) })?;
-        // Spread over about 20 ms, so that a device-counter sampler started with the recording sees the GPU busy.
+        // Spread out (a ms apart), so that a device-counter sampler started with the recording sees the GPU busy.
+        let began = std::time::Instant::now();
         let mut synced = Ok(());
-        for _ in 0..ROUNDS {
+        for round in 0.. {
+            if round >= ROUNDS && began.elapsed() >= work {
+                break;
+            }
             // SAFETY: `ptr` holds BYTES bytes of device memory.
             let set = d.check("cuMemsetD8", unsafe { memset(ptr, 0, BYTES) });
             // SAFETY: no arguments; the context is current.
@@ -221,7 +226,7 @@ fn memset_on_device_0(d: &Driver) -> Result<bool, Failed> {
         let freed = d.check("cuMemFree", unsafe { free(ptr) });
         synced.and(freed)
     };
-    let done = work();
+    let done = memsets();
     // SAFETY: releases the retain above; the primary context goes when its last user releases it.
     let released = d.check("cuDevicePrimaryCtxRelease", unsafe { release(0) });
     done.and(released).map(|()| true)

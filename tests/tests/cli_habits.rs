@@ -198,6 +198,9 @@ fn doctor_on_cudasim_says_a_recording_works_and_that_the_gpu_is_simulated() {
     assert_eq!(recording["result"], "ok", "{recording}");
     assert!(recording["found"].as_str().unwrap().contains("memsets on GPU 0 recorded"), "{recording}");
     assert_eq!(check(&json, "cupti")["result"], "ok");
+    let counters = check(&json, "counters");
+    assert_eq!(counters["result"], "ok", "{counters}");
+    assert!(counters["found"].as_str().unwrap().contains("the probe sampled"), "{counters}");
     let names: Vec<&str> = json["checks"].as_array().unwrap().iter().map(|c| c["check"].as_str().unwrap()).collect();
     assert_eq!(
         names,
@@ -214,6 +217,21 @@ fn doctor_on_cudasim_says_a_recording_works_and_that_the_gpu_is_simulated() {
             "clock"
         ]
     );
+}
+
+/// A counters set-up that outlasts the probe (cudasim's host initialisation made to take 3 s) is said as such, with
+/// where it was, not as a CUPTI failure: the H200's doctor said "setting up CUPTI's PM sampling failed (CUPTI result
+/// 1)" of a probe that lived ~20 ms, where a long program sampled. The probe now works for 1.5 s when recorded.
+#[test]
+fn doctor_says_when_the_counters_set_up_outlasted_its_probe() {
+    let (code, json) = doctor(&[("CUDASIM_PM_HOST_INIT_US", "3000000")], &cudasim_dir());
+    assert_eq!(code, 0, "{json:#}");
+    let counters = check(&json, "counters");
+    assert_eq!(counters["result"], "warn", "{counters}");
+    let found = counters["found"].as_str().unwrap();
+    assert!(found.contains(cuflight_format::gpu_counters::ENDED_EARLY_SAYS), "{counters}");
+    assert!(found.contains("(at cupti") && !found.contains("failed"), "{counters}");
+    assert!(counters["fix"].as_str().unwrap().contains("1.5 s of work"), "{counters}");
 }
 
 #[test]

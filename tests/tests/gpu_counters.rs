@@ -185,6 +185,24 @@ fn a_refusal_is_one_line_and_the_trace_goes_on_without_counters() {
     }
 }
 
+/// A program that ends while the sampler is still setting up (cudasim's host initialisation made to take 1 s; the
+/// program runs about 0.1 s) gets a line saying so and where the set-up was, not a CUPTI failure: at exit the
+/// set-up goes no further than the call it is in (the H200's ~20 ms doctor probe read "setting up CUPTI's PM
+/// sampling failed (CUPTI result 1)").
+#[test]
+fn a_program_that_ends_during_the_set_up_is_told_so_not_a_cupti_failure() {
+    let dir = scratch("gpu-counters-short");
+    let prog = build_c("counters", &dir);
+    let rec = record(&dir, &["--gpu-metrics"], &prog, &["1"], &[("CUDASIM_PM_HOST_INIT_US", "1000000")]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let stderr = rec.stderr();
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("no device counters")).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("still being set up (at cuptiPmSamplingSetConfig)"), "{}", lines[0]);
+    assert!(!lines[0].contains("failed"), "{}", lines[0]);
+    assert_eq!(kernel_time(&rec.trace, "vectorized_elementwise_kernel").1, 40);
+}
+
 /// Samples in `stderr`'s "sampled device counters N times" lines, one a window.
 fn sampled_counts(stderr: &str) -> Vec<u64> {
     stderr.lines().filter_map(|l| l.split("sampled device counters ").nth(1)?.split(' ').next()?.parse().ok()).collect()

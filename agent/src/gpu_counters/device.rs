@@ -78,6 +78,20 @@ const START: verdict::Step = verdict::step("cuptiPmSamplingStart");
 const DECODE: verdict::Step = verdict::step("cuptiPmSamplingDecodeData");
 const DATA_INFO: verdict::Step = verdict::step("cuptiPmSamplingGetCounterDataInfo");
 
+/// Told the set-up's next call before it is made; false when the sampler was asked to stop meanwhile (the program
+/// exiting, the window closing).
+pub type Progress<'a> = &'a dyn Fn(verdict::Step) -> bool;
+
+/// Before the call `step` of the set-up: the set-up goes no further once asked to stop, since its calls may take
+/// long and, at exit, would run while the process tears itself down.
+fn checkpoint(progress: Progress, step: verdict::Step) -> Result<(), Refusal> {
+    if progress(step) {
+        Ok(())
+    } else {
+        Err((verdict::ENDED_EARLY, c::CUPTI_SUCCESS, step))
+    }
+}
+
 /// The result of the call `step` (a [`verdict::STEPS`] number).
 fn ok(step: verdict::Step, r: c::CUptiResult) -> Result<(), Refusal> {
     if r == c::CUPTI_SUCCESS {
@@ -122,8 +136,14 @@ pub struct DeviceSampler {
 unsafe impl Send for DeviceSampler {}
 
 impl DeviceSampler {
-    /// Sets up and starts sampling device `device` every `interval_ns`.
-    pub fn open(api: PmSamplingApi, device: u32, interval_ns: u64) -> Result<DeviceSampler, Refusal> {
+    /// Sets up and starts sampling device `device` every `interval_ns`, telling `progress` each stage first.
+    pub fn open(
+        api: PmSamplingApi,
+        device: u32,
+        interval_ns: u64,
+        progress: Progress,
+    ) -> Result<DeviceSampler, Refusal> {
+        checkpoint(progress, CHIP_NAME)?;
         let mut chip = params!(CUpti_Device_GetChipName_Params, pChipName);
         chip.deviceIndex = device as usize;
         // SAFETY: a valid parameter struct.
@@ -132,6 +152,7 @@ impl DeviceSampler {
             return Err((verdict::FAILED, c::CUPTI_ERROR_UNKNOWN, CHIP_NAME));
         }
         let availability = counter_availability(&api, device)?;
+        checkpoint(progress, ENABLE)?;
         let mut enable = params!(CUpti_PmSampling_Enable_Params, pPmSamplingObject);
         enable.deviceIndex = device as usize;
         // SAFETY: a valid parameter struct.
@@ -143,7 +164,7 @@ impl DeviceSampler {
             // SAFETY: a valid parameter struct naming the object Enable gave.
             unsafe { (api.disable)(&mut p) };
         };
-        let (config, chosen) = match choose_metrics(&api, chip.pChipName, &availability) {
+        let (config, chosen) = match choose_metrics(&api, chip.pChipName, &availability, progress) {
             Ok(c) => c,
             Err(why) => {
                 disable();
@@ -165,7 +186,11 @@ impl DeviceSampler {
         for (at, &i) in chosen.iter().enumerate() {
             s.slot[i] = Some(at);
         }
-        if let Err(why) = s.configure(interval_ns).and_then(|()| s.start()) {
+        let started = checkpoint(progress, SET_CONFIG)
+            .and_then(|()| s.configure(interval_ns))
+            .and_then(|()| checkpoint(progress, START))
+            .and_then(|()| s.start());
+        if let Err(why) = started {
             s.close();
             return Err(why);
         }
@@ -418,7 +443,9 @@ fn choose_metrics(
     api: &PmSamplingApi,
     chip: *const c_char,
     availability: &[u8],
+    progress: Progress,
 ) -> Result<(HostConfig, Vec<usize>), Refusal> {
+    checkpoint(progress, HOST_INITIALIZE)?;
     let all: Vec<usize> = (0..METRICS.len()).collect();
     let mut last = match host_config(api, chip, availability, &all) {
         Ok(c) if c.passes == 1 => return Ok((c, all)),
@@ -430,6 +457,7 @@ fn choose_metrics(
     };
     let mut chosen: Vec<usize> = Vec::new();
     for i in all {
+        checkpoint(progress, HOST_INITIALIZE)?;
         let trial: Vec<usize> = chosen.iter().copied().chain([i]).collect();
         match host_config(api, chip, availability, &trial) {
             Ok(c) => {
@@ -444,6 +472,7 @@ fn choose_metrics(
     if chosen.is_empty() {
         return Err(last);
     }
+    checkpoint(progress, HOST_INITIALIZE)?;
     let config = host_config(api, chip, availability, &chosen)?;
     Ok((config, chosen))
 }

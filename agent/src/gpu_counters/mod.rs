@@ -15,6 +15,7 @@ use cuflight_format::RawEvent;
 use cupti_sys::pm_sampling::PmSamplingApi;
 use device::DeviceSampler;
 use parking_lot::Mutex;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -127,10 +128,19 @@ fn wait(period: Duration) -> bool {
 
 fn run(api: PmSamplingApi, interval: u64) {
     thread_rings::mark_agent_thread();
+    // Until a device samples, the verdict says how far the set-up got: what the recording reads if the program ends
+    // (or the window closes) first, even while a CUPTI call of the set-up still runs.
+    let sampling = Cell::new(false);
+    let progress = |step: verdict::Step| {
+        if !sampling.get() {
+            set_verdict(verdict::ENDED_EARLY, 0, step.into());
+        }
+        !STOP.load(Ordering::Acquire)
+    };
     // The driver is initialising when the agent starts (InitializeInjection runs inside cuInit): wait until it
     // answers for its devices.
     let count = loop {
-        if STOP.load(Ordering::Acquire) {
+        if !progress(0) {
             return;
         }
         if let Some(n) = devices::count().filter(|&n| n > 0) {
@@ -147,14 +157,26 @@ fn run(api: PmSamplingApi, interval: u64) {
             structSize: std::mem::size_of::<cupti_sys::cuda13::CUpti_Profiler_Initialize_Params>(),
             pPriv: std::ptr::null_mut(),
         };
+        let initialize = verdict::step("cuptiProfilerInitialize");
+        if !progress(initialize) {
+            return;
+        }
         // SAFETY: a valid parameter struct.
         let r = unsafe { (api.profiler_initialize)(&mut init) };
         if r != cupti_sys::cuda13::CUPTI_SUCCESS {
-            refused = Some((verdict::FAILED, r, verdict::step("cuptiProfilerInitialize")));
+            refused = Some((verdict::FAILED, r, initialize));
         } else {
             for d in 0..count.min(MAX_DEVICES) {
-                match DeviceSampler::open(api, d, interval) {
-                    Ok(s) => samplers.push(s),
+                match DeviceSampler::open(api, d, interval, &progress) {
+                    Ok(s) => {
+                        samplers.push(s);
+                        sampling.set(true);
+                    }
+                    // Asked to stop: no further device.
+                    Err(why) if why.0 == verdict::ENDED_EARLY => {
+                        refused.get_or_insert(why);
+                        break;
+                    }
                     Err(why) => {
                         refused.get_or_insert(why);
                     }
@@ -163,6 +185,14 @@ fn run(api: PmSamplingApi, interval: u64) {
         }
     }
     match (samplers.is_empty(), refused) {
+        // A call that failed once the program was ending (or the window closing) is not the GPU's refusal: at exit
+        // the driver may already be tearing down what the set-up needs. A named refusal (privileges, another
+        // tool, MIG, unsupported) stays what it is.
+        (true, Some((code, r, step)))
+            if code == verdict::ENDED_EARLY || (code == verdict::FAILED && STOP.load(Ordering::Acquire)) =>
+        {
+            set_verdict(verdict::ENDED_EARLY, r, step.into())
+        }
         (true, Some((code, r, step))) => {
             // BUSY names who holds the counters; the other refusals, the call that refused.
             let holder = if code == verdict::BUSY { counter_holder() } else { u32::from(step) };

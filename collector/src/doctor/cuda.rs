@@ -24,14 +24,15 @@ pub struct ProbeFacts {
     pub simulator: bool,
 }
 
-/// `cuflight doctor-probe FILE`: asks the driver and writes what it said into FILE. A watchdog ends the process
-/// if the driver does not answer in time (a hung driver must not hang the doctor).
-pub fn probe_main(out: &Path) -> anyhow::Result<i32> {
+/// `cuflight doctor-probe FILE [--work-ms MS]`: asks the driver, gives the GPU work for `work` at least, and writes
+/// what it said into FILE. A watchdog ends the process if the driver does not answer in time (a hung driver must
+/// not hang the doctor).
+pub fn probe_main(out: &Path, work: Duration) -> anyhow::Result<i32> {
     std::thread::spawn(|| {
         std::thread::sleep(PROBE_TIMEOUT);
         std::process::exit(124);
     });
-    let p = cupti_sys::driver_probe::probe_driver();
+    let p = cupti_sys::driver_probe::probe_driver(work);
     let facts = ProbeFacts {
         load_error: p.load_error,
         library: p.library,
@@ -46,6 +47,11 @@ pub fn probe_main(out: &Path) -> anyhow::Result<i32> {
 }
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long the recorded probe keeps the GPU busy: long enough for the device counters' sampler, which the agent
+/// starts with CUDA and which sets up on a thread of its own, to finish its set-up and sample. On the H200
+/// (2026-12-01) a probe of ~20 ms ended with the set-up failed at an unnamed step, where a long program sampled.
+pub const RECORDED_PROBE_WORK: Duration = Duration::from_millis(1500);
 
 pub fn agent() -> (Check, Option<PathBuf>) {
     let Some(path) = record::find_agent() else {
@@ -309,6 +315,7 @@ pub fn record_probe(agent: &Path) -> Recorded {
             exe.display().to_string(),
             "doctor-probe".into(),
             dir.path().join("facts.json").display().to_string(),
+            format!("--work-ms={}", RECORDED_PROBE_WORK.as_millis()),
         ],
         agent: agent.to_path_buf(),
         inject: Inject::Driver,

@@ -145,6 +145,7 @@ fn render(d: &Diagnosis) -> String {
 mod verdicts {
     use super::cuda::{cuda_release, Recorded};
     use super::{checks, Check, Level};
+    use cuflight_format::gpu_counters as verdict;
     use std::path::PathBuf;
 
     fn release((major, minor): (u32, u32)) -> String {
@@ -265,6 +266,15 @@ mod verdicts {
         match recorded {
             Some(r) if r.counters_sampled => {
                 return check(Level::Ok, format!("the probe sampled the GPU's performance counters{running}"), None)
+            }
+            Some(Recorded { counters_refused: Some(why), .. }) if why.contains(verdict::ENDED_EARLY_SAYS) => {
+                let secs = super::cuda::RECORDED_PROBE_WORK.as_secs_f64();
+                let found = why.split_once("; ").map_or(why.as_str(), |(found, _)| found);
+                let fix = format!(
+                    "the probe gave the GPU {secs:.1} s of work; record a longer program of your own with \
+                     --gpu-metrics to see whether it gets counters"
+                );
+                return check(Level::Warn, format!("{found}{running}"), Some(fix));
             }
             Some(Recorded { counters_refused: Some(why), .. }) => {
                 let (found, fix) = match why.split_once("; ") {
