@@ -17,51 +17,9 @@ use std::io::Write;
 
 mod lanes;
 mod process;
+mod proto;
 use process::ProcessState;
-
-// Field numbers from Perfetto's protos.
-const TRACE_PACKET: u32 = 1;
-const PKT_TIMESTAMP: u32 = 8;
-const PKT_SEQ_ID: u32 = 10;
-const PKT_TRACK_EVENT: u32 = 11;
-const PKT_INTERNED_DATA: u32 = 12;
-const PKT_SEQ_FLAGS: u32 = 13;
-const PKT_TRACK_DESCRIPTOR: u32 = 60;
-const TD_UUID: u32 = 1;
-const TD_NAME: u32 = 2;
-const TD_PROCESS: u32 = 3;
-const TD_THREAD: u32 = 4;
-const TD_PARENT: u32 = 5;
-const TD_COUNTER: u32 = 8;
-const PD_PID: u32 = 1;
-const PD_NAME: u32 = 6;
-const THD_PID: u32 = 1;
-const THD_TID: u32 = 2;
-const THD_NAME: u32 = 5;
-const TE_CATEGORY_IIDS: u32 = 3;
-const TE_DEBUG: u32 = 4;
-const TE_TYPE: u32 = 9;
-const TE_NAME_IID: u32 = 10;
-const TE_TRACK: u32 = 11;
-const TE_COUNTER: u32 = 30;
-const TE_DOUBLE_COUNTER: u32 = 44;
-const TE_FLOWS: u32 = 47;
-const TE_TERMINATING_FLOWS: u32 = 48;
-const DA_NAME_IID: u32 = 1;
-const DA_UINT: u32 = 3;
-const DA_STRING: u32 = 6;
-const DA_STRING_IID: u32 = 17;
-const ID_CATEGORIES: u32 = 1;
-const ID_NAMES: u32 = 2;
-const ID_ANNOTATION_NAMES: u32 = 3;
-const ID_ANNOTATION_STRINGS: u32 = 29;
-const TYPE_BEGIN: u64 = 1;
-const TYPE_END: u64 = 2;
-const TYPE_INSTANT: u64 = 3;
-const TYPE_COUNTER: u64 = 4;
-const SEQ_CLEARED: u64 = 1;
-const SEQ_NEEDS_STATE: u64 = 2;
-const SEQUENCE: u64 = 1;
+use proto::*;
 
 /// What the export wrote, for the CLI summary and for tests that decode the file.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]

@@ -289,27 +289,32 @@ pub fn as_u64(tok: &[u8]) -> Option<u64> {
         .or_else(|| text.parse::<f64>().ok().map(|v| v as u64))
 }
 
-/// Decimal microseconds to nanoseconds: exact for up to three decimals (what Kineto writes), through f64
-/// otherwise. Negative values are `None`.
-pub fn us_token_to_ns_f64(tok: &[u8]) -> Option<u64> {
-    let (int, frac) = match memchr::memchr(b'.', tok) {
-        Some(p) => (&tok[..p], &tok[p + 1..]),
-        None => (tok, &b""[..]),
-    };
-    let digits = |s: &[u8]| s.iter().all(u8::is_ascii_digit);
-    if !int.is_empty() && int.len() <= 12 && frac.len() <= 3 && digits(int) && digits(frac) {
-        let mut ns = 0u64;
-        for &c in int {
-            ns = ns * 10 + (c - b'0') as u64;
-        }
-        ns *= 1000;
-        for (k, &c) in frac.iter().enumerate() {
-            ns += (c - b'0') as u64 * [100, 10, 1][k];
-        }
-        return Some(ns);
+/// Decimal microseconds as written (a number's text, or a number in a string) to integer nanoseconds: exactly,
+/// rounding on the fourth decimal, since epoch microseconds like `1712195495506161.2` need more digits than f64
+/// holds; through f64 only for an exponent. Negative or not a number: `None`.
+pub fn us_to_ns(raw: &str) -> Option<u64> {
+    // What Kineto writes (up to 16 integer digits, up to 3 decimals) is converted without going through `str`.
+    let b = raw.as_bytes();
+    let (int, frac) = b.split_at(memchr::memchr(b'.', b).unwrap_or(b.len()));
+    let frac = frac.get(1..).unwrap_or_default();
+    if (1..=16).contains(&int.len()) && frac.len() <= 3 && int.iter().chain(frac).all(u8::is_ascii_digit) {
+        let digits = |s: &[u8]| s.iter().fold(0u64, |v, &c| v * 10 + (c - b'0') as u64);
+        return Some(digits(int) * 1000 + digits(frac) * [0, 100, 10, 1][frac.len()]);
     }
-    let v: f64 = std::str::from_utf8(tok).ok()?.parse().ok()?;
-    Some((v.max(0.0) * 1000.0).round() as u64)
+    let raw = raw.trim().trim_matches('"');
+    if raw.contains(['e', 'E']) {
+        let v: f64 = raw.parse().ok()?;
+        return (v >= 0.0).then(|| (v * 1000.0).round() as u64);
+    }
+    let (int, frac) = raw.split_once('.').unwrap_or((raw, ""));
+    let int: u64 = int.parse().ok()?;
+    let mut frac_ns = 0u64;
+    for (i, c) in frac.chars().take(3).enumerate() {
+        frac_ns += c.to_digit(10)? as u64 * [100, 10, 1][i];
+    }
+    // Round on the fourth decimal (sub-nanosecond).
+    let round = frac.chars().nth(3).and_then(|c| c.to_digit(10)).is_some_and(|d| d >= 5) as u64;
+    int.checked_mul(1000)?.checked_add(frac_ns + round)
 }
 
 /// The largest single item (one event, one top-level value) the window grows to hold.
@@ -423,10 +428,10 @@ mod tests {
         assert_eq!(as_i64(b"-3.9"), Some(-3));
         assert_eq!(as_i64(b"18446744073709551615"), Some(-1));
         assert_eq!(as_i64(b"null"), None);
-        assert_eq!(us_token_to_ns_f64(b"2.25"), Some(2250));
-        assert_eq!(us_token_to_ns_f64(b"7"), Some(7000));
-        assert_eq!(us_token_to_ns_f64(b"1.0004"), Some(1000));
-        assert_eq!(us_token_to_ns_f64(b"-1"), Some(0));
+        assert_eq!(us_to_ns("2.25"), Some(2250));
+        assert_eq!(us_to_ns("7"), Some(7000));
+        assert_eq!(us_to_ns("1.0004"), Some(1000));
+        assert_eq!(us_to_ns("-1"), None);
     }
 
     #[test]

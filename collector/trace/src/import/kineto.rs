@@ -9,10 +9,11 @@
 //! correlation id of the launching runtime call (or the `ac2g` flow when a kernel has no correlation).
 
 use super::builder::{spool_failed, Processes};
+use super::json_scan::us_to_ns;
 use super::json_scan::Window;
 use super::kineto_devices as devices;
 use super::kineto_document as document;
-use super::kineto_event::{Args, Event, Id};
+use super::kineto_event::{id_of, memcpy_kinds, memory_kind, u, Args, Event, Id};
 use crate::model::spool::{GpuSpill, Spool};
 use crate::model::trace::Trace;
 use cuflight_format::event::{LaunchConfig, MemKind};
@@ -21,69 +22,6 @@ use cuflight_format::view::{
 };
 use cuflight_format::{EventKind, RawEvent};
 use serde_json::Value;
-
-/// Decimal microseconds (as written) to integer nanoseconds, exactly.
-fn us_to_ns(raw: &str) -> Option<u64> {
-    // What Kineto writes (up to 16 integer digits, up to 3 decimals) is converted without going through `str`.
-    let b = raw.as_bytes();
-    let (int, frac) = b.split_at(memchr::memchr(b'.', b).unwrap_or(b.len()));
-    let frac = frac.get(1..).unwrap_or_default();
-    if (1..=16).contains(&int.len()) && frac.len() <= 3 && int.iter().chain(frac).all(u8::is_ascii_digit) {
-        let digits = |s: &[u8]| s.iter().fold(0u64, |v, &c| v * 10 + (c - b'0') as u64);
-        return Some(digits(int) * 1000 + digits(frac) * [0, 100, 10, 1][frac.len()]);
-    }
-    let raw = raw.trim().trim_matches('"');
-    if raw.contains(['e', 'E']) {
-        let v: f64 = raw.parse().ok()?;
-        return (v >= 0.0).then(|| (v * 1000.0).round() as u64);
-    }
-    let (int, frac) = raw.split_once('.').unwrap_or((raw, ""));
-    let int: u64 = int.parse().ok()?;
-    let mut frac_ns = 0u64;
-    for (i, c) in frac.chars().take(3).enumerate() {
-        frac_ns += c.to_digit(10)? as u64 * [100, 10, 1][i];
-    }
-    // Round on the fourth decimal (sub-nanosecond).
-    let round = frac.chars().nth(3).and_then(|c| c.to_digit(10)).is_some_and(|d| d >= 5) as u64;
-    int.checked_mul(1000)?.checked_add(frac_ns + round)
-}
-
-/// pid/tid as numbers; strings (some traces name threads) hash to a stable number.
-fn id_of(v: &Option<Id>) -> u64 {
-    match v {
-        Some(Id::Num(n)) => *n,
-        Some(Id::Text(s)) => stable_hash(s) & 0x7fff_ffff,
-        None => 0,
-    }
-}
-
-fn u(v: Option<i64>) -> Option<u64> {
-    v.map(|n| n.max(0) as u64)
-}
-
-/// "Memcpy HtoD (Pageable -> Device)" → (CUPTI copy kind, source kind, destination kind).
-fn memcpy_kinds(name: &str) -> (u8, u8, u8) {
-    let kind = ["HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"]
-        .iter()
-        .position(|k| name.contains(k))
-        .map_or(0, |i| i as u8 + 1);
-    let (src, dst) = name
-        .split_once('(')
-        .and_then(|(_, rest)| rest.trim_end_matches(')').split_once("->"))
-        .map_or((0, 0), |(s, d)| (memory_kind(s.trim()), memory_kind(d.trim())));
-    (kind, src, dst)
-}
-
-fn memory_kind(s: &str) -> u8 {
-    match s.to_ascii_lowercase().as_str() {
-        "pageable" => 1,
-        "pinned" => 2,
-        "device" => 3,
-        "array" => 4,
-        "managed" => 5,
-        _ => 0,
-    }
-}
 
 /// Names of GPU events while their process is not known yet: id 0 is "".
 #[derive(Default)]
@@ -222,10 +160,9 @@ impl Importer {
         }
     }
 
-    /// An operator's arguments for a host range's `b`: the string id of their JSON text (`"Input Dims":...`,
-    /// as the trace had them) in the low 32 bits, its "Sequence number" + 1 in the high ones. A text that is not
-    /// JSON is dropped, so an export never writes what it was not given.
-    /// An operator's argument text (a string id of process `pid`; 0 none) and its sequence number + 1 (0 none).
+    /// An operator's arguments, for a host range: the string id (of process `pid`; 0 none) of their JSON text
+    /// (`"Input Dims":...`, as the trace had them) and its "Sequence number" + 1 (0 none). A text that is not JSON
+    /// is dropped, so an export never writes what it was not given.
     fn operator_args(&mut self, pid: u32, a: &Args<'_>) -> (u32, u64) {
         let seq = a.sequence.filter(|s| (0..u32::MAX as i64).contains(s)).map_or(0, |s| s as u64 + 1);
         let fields = [
@@ -616,12 +553,6 @@ fn import_with<R: std::io::Read>(reader: R, spooling: bool) -> Result<(Trace, Op
     let (mut trace, spool) = importer.finish()?;
     top.apply(&mut trace, first_ts);
     Ok((trace, spool))
-}
-
-/// FNV-1a: a hash that stays the same across runs and builds, so that a pid or tid Kineto writes as text maps
-/// to the same number on every import.
-fn stable_hash(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
 #[cfg(test)]

@@ -3,9 +3,10 @@
 //! everything else is skipped without being built into values.
 //!
 //! Members of the wrong type read as absent rather than failing the whole trace: a tracer that writes
-//! `"dur": "5"` loses that event's duration, not the file.
+//! `"dur": "5"` loses that event's duration, not the file. Below the parser, what an event's members mean: ids,
+//! copy kinds from a memcpy's name.
 
-use super::json_scan::{as_i64, as_u64, next_or_close, skip_value, string, token, us_token_to_ns_f64, ws, Scanned};
+use super::json_scan::{as_i64, as_u64, next_or_close, skip_value, string, token, us_to_ns, ws, Scanned};
 use std::borrow::Cow;
 
 /// A pid, tid or flow id: a number, or a string (hashed to a stable number, the text kept for names).
@@ -100,7 +101,8 @@ pub fn parse_event<'a>(b: &'a [u8], i: usize, e: &mut Event<'a>) -> Scanned<usiz
             }
             b"dur" => match number(b, at)? {
                 (Some(tok), end) => {
-                    e.dur = us_token_to_ns_f64(tok);
+                    // A negative duration reads as none (0).
+                    e.dur = std::str::from_utf8(tok).ok().and_then(us_to_ns);
                     end
                 }
                 (None, end) => end,
@@ -288,4 +290,47 @@ fn dims(b: &[u8], at: usize, out: &mut Option<[u32; 3]>) -> Scanned<usize> {
         }
         at = next;
     }
+}
+
+/// pid/tid as numbers; strings (some traces name threads) hash to a stable number.
+pub(super) fn id_of(v: &Option<Id>) -> u64 {
+    match v {
+        Some(Id::Num(n)) => *n,
+        Some(Id::Text(s)) => stable_hash(s) & 0x7fff_ffff,
+        None => 0,
+    }
+}
+
+pub(super) fn u(v: Option<i64>) -> Option<u64> {
+    v.map(|n| n.max(0) as u64)
+}
+
+/// "Memcpy HtoD (Pageable -> Device)" → (CUPTI copy kind, source kind, destination kind).
+pub(super) fn memcpy_kinds(name: &str) -> (u8, u8, u8) {
+    let kind = ["HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"]
+        .iter()
+        .position(|k| name.contains(k))
+        .map_or(0, |i| i as u8 + 1);
+    let (src, dst) = name
+        .split_once('(')
+        .and_then(|(_, rest)| rest.trim_end_matches(')').split_once("->"))
+        .map_or((0, 0), |(s, d)| (memory_kind(s.trim()), memory_kind(d.trim())));
+    (kind, src, dst)
+}
+
+pub(super) fn memory_kind(s: &str) -> u8 {
+    match s.to_ascii_lowercase().as_str() {
+        "pageable" => 1,
+        "pinned" => 2,
+        "device" => 3,
+        "array" => 4,
+        "managed" => 5,
+        _ => 0,
+    }
+}
+
+/// FNV-1a: a hash that stays the same across runs and builds, so that a pid or tid Kineto writes as text maps
+/// to the same number on every import.
+fn stable_hash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
