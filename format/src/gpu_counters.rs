@@ -50,29 +50,7 @@ pub type Step = u8;
 
 /// The [`Step`] of the call named `name` (0 where it is none of [`STEPS`]).
 pub const fn step(name: &str) -> Step {
-    let mut i = 0;
-    while i < STEPS.len() {
-        if const_eq(STEPS[i], name) {
-            return i as Step + 1;
-        }
-        i += 1;
-    }
-    0
-}
-
-const fn const_eq(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
+    crate::position_in(&STEPS, name) as Step
 }
 
 /// " at NAME" for a refusal's [`Step`], or nothing.

@@ -43,3 +43,24 @@ pub mod varint;
 pub mod view;
 
 pub use event::{EventKind, RawEvent};
+
+/// Where `name` stands in `table`, from 1 (0: absent): the number a fixed vocabulary gives a name, found at compile
+/// time where the call is in constant position (a CUPTI call's step in a counters verdict, an interned Perfetto
+/// category), so no event compares strings at run time.
+pub const fn position_in(table: &[&str], name: &str) -> usize {
+    let mut i = 0;
+    while i < table.len() {
+        let (a, b) = (table[i].as_bytes(), name.as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return i + 1;
+            }
+        }
+        i += 1;
+    }
+    0
+}

@@ -58,21 +58,7 @@ const ANNOTATIONS: &[&str] = &[
 /// The iid of `name` in `table` (position + 1; 0 when absent). Evaluated at compile time through [`cat!`] and
 /// `ann!` calls in constant position, so no event compares strings.
 const fn iid(table: &[&str], name: &str) -> u64 {
-    let mut i = 0;
-    while i < table.len() {
-        let (a, b) = (table[i].as_bytes(), name.as_bytes());
-        if a.len() == b.len() {
-            let mut j = 0;
-            while j < a.len() && a[j] == b[j] {
-                j += 1;
-            }
-            if j == a.len() {
-                return i as u64 + 1;
-            }
-        }
-        i += 1;
-    }
-    0
+    cuflight_format::position_in(table, name) as u64
 }
 
 /// A category's iid, found at compile time.
