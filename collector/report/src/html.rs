@@ -234,19 +234,22 @@ fn steps_table(out: &mut String, p: &ProcessReport) {
         }
     }
     let Some(t) = &p.step_total else { return };
+    let shown = super::text::shown_steps(&p.steps);
     let _ = write!(
         out,
-        "<p>{} steps, mean {}, GPU utilisation in steps {:.1}%. Step time by category (TensorBoard's definitions, \
-         first that applies):</p><table><tr><th>Step</th><th class=num>Start</th><th class=num>Time</th>",
+        "<p>{} steps, mean {}{}, GPU utilisation in steps {:.1}%. Step time by category (TensorBoard's \
+         definitions, first that applies){}:</p><table><tr><th>Step</th><th class=num>Start</th><th class=num>Time</th>",
         p.steps.len(),
         ms(t.duration_ns / p.steps.len().max(1) as u64),
-        t.gpu_utilization * 100.0
+        esc(&super::text::step_spread(&p.steps)),
+        t.gpu_utilization * 100.0,
+        if shown.len() < p.steps.len() { "; the first steps, then the slowest, in step order" } else { "" },
     );
     for (name, _) in CATEGORIES {
         let _ = write!(out, "<th class=num>{name}</th>");
     }
     out.push_str("</tr>");
-    let rows = p.steps.iter().take(10).chain(std::iter::once(t));
+    let rows = shown.iter().map(|&i| &p.steps[i]).chain(std::iter::once(t));
     for r in rows {
         let d = r.duration_ns.max(1) as f64;
         let parts = [r.kernel_ns, r.memcpy_ns, r.memset_ns, r.runtime_ns, r.dataloader_ns, r.cpu_exec_ns, r.other_ns];

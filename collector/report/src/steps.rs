@@ -26,7 +26,7 @@ pub enum StepSource {
     None,
 }
 
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct StepRow {
     /// The step's name (ProfilerStep#12, the NVTX range's, or "step N (pattern)" for a repeating launch pattern).
     pub name: String,

@@ -516,3 +516,23 @@ fn steps_that_differ_are_each_bounded_by_their_own_paths() {
     let r = fp32_steps_of(&[short, short, (2000, 500, 1950), short]);
     assert!(r.processes[0].slow_step_path.is_none(), "{:?}", r.processes[0].slow_step_path);
 }
+
+/// A long run's text shows how it began and its slowest steps, not its first ten, and the steps' spread beside the
+/// mean (1643 steps of an attached window showed 10 of its first ms, all near the median).
+#[test]
+fn a_long_run_shows_its_first_steps_and_its_slowest_with_their_spread() {
+    use super::steps::StepRow;
+    let ms = 1_000_000;
+    let step = |i: u64| StepRow {
+        name: format!("s{i}"),
+        duration_ns: if i % 10 == 7 { 6 * ms + i } else { ms },
+        ..StepRow::default()
+    };
+    let steps: Vec<StepRow> = (0..100).map(step).collect();
+    let shown = super::text::shown_steps(&steps);
+    assert_eq!(shown, [0, 1, 2, 17, 27, 37, 47, 57, 67, 77, 87, 97], "the first 3, then the 9 slowest in step order");
+    assert_eq!(super::text::step_spread(&steps), " (median 1.00 ms, p90 1.00 ms, slowest 6.00 ms)");
+    let short: Vec<StepRow> = (0..12).map(step).collect();
+    assert_eq!(super::text::shown_steps(&short), (0..12).collect::<Vec<_>>());
+    assert_eq!(super::text::step_spread(&short), "");
+}

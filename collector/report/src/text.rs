@@ -89,6 +89,34 @@ pub fn severity(s: super::Severity) -> &'static str {
 }
 
 /// A step's row; with `counters`, its SM, Tensor Core and DRAM shares of peak before its name.
+/// Steps the text shows whole: all of them up to [`SHOWN_STEPS`], else the first [`FIRST_STEPS`] (how the run
+/// began) and the slowest of the rest (what a user looks for in a long run), in step order.
+const SHOWN_STEPS: usize = 12;
+const FIRST_STEPS: usize = 3;
+
+pub(crate) fn shown_steps(steps: &[StepRow]) -> Vec<usize> {
+    if steps.len() <= SHOWN_STEPS {
+        return (0..steps.len()).collect();
+    }
+    let mut rest: Vec<usize> = (FIRST_STEPS..steps.len()).collect();
+    rest.sort_by_key(|&i| std::cmp::Reverse(steps[i].duration_ns));
+    rest.truncate(SHOWN_STEPS - FIRST_STEPS);
+    rest.sort_unstable();
+    (0..FIRST_STEPS).chain(rest).collect()
+}
+
+/// ", median M, p90 P, slowest S" of the steps' times, where there are enough steps for a spread to say more than
+/// the table.
+pub(crate) fn step_spread(steps: &[StepRow]) -> String {
+    if steps.len() <= SHOWN_STEPS {
+        return String::new();
+    }
+    let mut d: Vec<u64> = steps.iter().map(|s| s.duration_ns).collect();
+    d.sort_unstable();
+    let at = |q: f64| d[((d.len() - 1) as f64 * q).round() as usize];
+    format!(" (median {}, p90 {}, slowest {})", ms(at(0.5)), ms(at(0.9)), ms(d[d.len() - 1]))
+}
+
 fn step_cells(r: &StepRow, counters: bool) -> Vec<String> {
     let d = r.duration_ns;
     let share = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}%"));
@@ -218,9 +246,10 @@ fn process(out: &mut String, p: &ProcessReport) {
         let counters = t.counters.is_some();
         let mut table = Table::new(
             format!(
-                "  Steps (from {source}): {}, mean {}, GPU utilisation {:.1}%",
+                "  Steps (from {source}): {}, mean {}{}, GPU utilisation {:.1}%",
                 p.steps.len(),
                 ms(t.duration_ns / p.steps.len().max(1) as u64),
+                step_spread(&p.steps),
                 t.gpu_utilization * 100.0
             ),
             &[
@@ -231,12 +260,17 @@ fn process(out: &mut String, p: &ProcessReport) {
             ]
             .concat(),
         );
-        let shown = 10;
-        for r in p.steps.iter().take(shown) {
-            table.row(step_cells(r, counters));
-        }
-        if p.steps.len() > shown {
-            table.row(vec!["...".into(); if counters { 13 } else { 10 }]);
+        let long = p.steps.len() > SHOWN_STEPS;
+        for i in shown_steps(&p.steps) {
+            let mut cells = step_cells(&p.steps[i], counters);
+            if long && i >= FIRST_STEPS {
+                *cells.last_mut().unwrap() += " (among the slowest)";
+            }
+            table.row(cells);
+            // One gap: between how the run began and the slowest steps after (each marked so, in step order).
+            if long && i + 1 == FIRST_STEPS {
+                table.row(vec!["...".to_string(); if counters { 13 } else { 10 }]);
+            }
         }
         table.row(step_cells(t, counters));
         table.render(out);
