@@ -148,9 +148,23 @@ part_gpu_metrics() {
   done
   "$bin" stats --report gpu_metrics --format json "$out/gm-counters-1/t.cuf" > "$out/gm-stats.json" || return 1
   "$bin" stats --report gpu_metrics "$out/gm-counters-1/t.cuf" || true
+  # How long the sampler's set-up takes here: the first counter sample after the program's first CUDA call (the
+  # doctor's recorded probe works 1.5 s for it; the H200's ~20 ms probe got no counters on 2026-12-01).
+  "$bin" export --format chrome --force -o "$out/gm-counters-1/t.json" "$out/gm-counters-1/t.cuf" > /dev/null || true
   python3 - "$out" <<'PY'
 import json, os, statistics, sys
 out = sys.argv[1]
+set_up_ms = None
+try:
+    events = json.load(open(os.path.join(out, "gm-counters-1", "t.json")))["traceEvents"]
+    calls = [float(e["ts"]) for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    samples = [float(e["ts"]) for e in events if e.get("ph") == "C" and "counters" in e.get("name", "")]
+    if calls and samples:
+        set_up_ms = (min(samples) - min(calls)) / 1e3
+except (OSError, ValueError, KeyError):
+    pass
+print("gpu-metrics: first counter sample", "none" if set_up_ms is None else f"{set_up_ms:.1f} ms",
+      "after the first CUDA call (the sampler's set-up and its first, dropped, sample)")
 rows = json.load(open(os.path.join(out, "gm-stats.json")))["gpu_metrics"]
 kernels = [r for r in rows if r["level"] == "kernel"]
 by_name = {r["name"]: r for r in kernels}
@@ -174,7 +188,7 @@ cost = {k: phases["counters"][k] / phases["plain"][k] - 1 for k in phases["plain
 sampler = [l for l in open(os.path.join(out, "gm-counters-1", "record.log")) if "device counters" in l]
 summary = {"checks": {k: {"counters": g, "measured": w} for k, (g, w) in checks.items()},
            "fma": fma, "gemm_kernel": gemm and gemm["name"], "phases_ms": phases, "cost": cost,
-           "sampler": sampler, "pass": ok}
+           "sampler": sampler, "first_sample_after_first_call_ms": set_up_ms, "pass": ok}
 json.dump(summary, open(os.path.join(out, "gpu-metrics-summary.json"), "w"), indent=1)
 for k, (g, w) in checks.items():
     print(f"{k}: counters {g} vs measured {w:.1f}")
