@@ -164,7 +164,7 @@ fn run(api: PmSamplingApi, interval: u64) {
         // SAFETY: a valid parameter struct.
         let r = unsafe { (api.profiler_initialize)(&mut init) };
         if r != cupti_sys::cuda13::CUPTI_SUCCESS {
-            refused = Some((verdict::FAILED, r, initialize));
+            refused = Some(ended_early_if_stopping((verdict::FAILED, r, initialize)));
         } else {
             for d in 0..count.min(MAX_DEVICES) {
                 match DeviceSampler::open(api, d, interval, &progress) {
@@ -178,19 +178,14 @@ fn run(api: PmSamplingApi, interval: u64) {
                         break;
                     }
                     Err(why) => {
-                        refused.get_or_insert(why);
+                        refused.get_or_insert(ended_early_if_stopping(why));
                     }
                 }
             }
         }
     }
     match (samplers.is_empty(), refused) {
-        // A call that failed once the program was ending (or the window closing) is not the GPU's refusal: at exit
-        // the driver may already be tearing down what the set-up needs. A named refusal (privileges, another
-        // tool, MIG, unsupported) stays what it is.
-        (true, Some((code, r, step)))
-            if code == verdict::ENDED_EARLY || (code == verdict::FAILED && STOP.load(Ordering::Acquire)) =>
-        {
+        (true, Some((code, r, step))) if code == verdict::ENDED_EARLY => {
             set_verdict(verdict::ENDED_EARLY, r, step.into())
         }
         (true, Some((code, r, step))) => {
@@ -227,6 +222,16 @@ fn run(api: PmSamplingApi, interval: u64) {
     let _cupti = cupti::calls_shared();
     for s in samplers {
         s.close();
+    }
+}
+
+/// A call that failed once the program was ending (or the window closing) is not the GPU's refusal: at exit the
+/// driver may already be tearing down what the set-up needs. A named refusal (privileges, another tool, MIG,
+/// unsupported) stays what it is, and so does a failure from before the stop.
+fn ended_early_if_stopping(why: device::Refusal) -> device::Refusal {
+    match why {
+        (verdict::FAILED, r, step) if STOP.load(Ordering::Acquire) => (verdict::ENDED_EARLY, r, step),
+        other => other,
     }
 }
 
