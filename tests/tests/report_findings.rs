@@ -109,6 +109,24 @@ fn failed_calls_are_named_and_a_device_fault_names_its_suspect_kernel() {
     }
 }
 
+/// A long run's steps, read as its user would: the text shows how the run began and its slowest steps (not its
+/// first ten, all near the median), with the spread beside the mean, and the JSON gives the spread (the attach
+/// window: 1643 steps, the slowest step1000 at 3.27 ms, 2.8x the median).
+#[test]
+fn a_long_runs_step_table_shows_its_slowest_steps_and_their_spread() {
+    let Some(window) = shared_trace("h100-attach-window.cuf") else { return };
+    let r = report_json(&window);
+    let spread = &r["processes"][0]["step_spread"];
+    assert_eq!(spread["slowest"], "step1000", "{spread}");
+    assert_eq!(spread["slowest_ns"], 3_268_473, "{spread}");
+    let out = Command::new(cuflight_bin()).arg("report").arg(&window).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("1643, mean 1.22 ms (median 1.16 ms, p90 1.70 ms, slowest 3.27 ms)"), "{text}");
+    let marked: Vec<&str> = text.lines().filter(|l| l.ends_with(" (among the slowest)")).collect();
+    assert_eq!(marked.len(), 9, "{text}");
+    assert!(marked.iter().any(|l| l.contains(" step1000 ")), "{text}");
+}
+
 /// A GPU-side finding claims only the step time the GPU holds on the steps' critical paths: the attach
 /// window's loop is launch-bound (host work 97% of its path), so its fp32 GEMMs' 403 ms of GPU time are capped and
 /// listed low, under the verdict. A trace whose CUDA calls were sampled (the two-rank trace holds 1 in 216) has a

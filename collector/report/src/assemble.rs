@@ -229,6 +229,7 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
         filtered,
         warmup: plan.warmup.clone(),
         sampling: plan.sampling.as_ref().map(|c| sampled::Sampling::new(c, &swept.rows)),
+        step_spread: super::steps::spread(&swept.rows),
         steps: swept.rows,
         step_total,
         iterations,

@@ -241,7 +241,7 @@ fn steps_table(out: &mut String, p: &ProcessReport) {
          definitions, first that applies){}:</p><table><tr><th>Step</th><th class=num>Start</th><th class=num>Time</th>",
         p.steps.len(),
         ms(t.duration_ns / p.steps.len().max(1) as u64),
-        esc(&super::text::step_spread(&p.steps)),
+        esc(&super::text::step_spread(p)),
         t.gpu_utilization * 100.0,
         if shown.len() < p.steps.len() { "; the first steps, then the slowest, in step order" } else { "" },
     );

@@ -121,6 +121,9 @@ pub struct ProcessReport {
     pub sampling: Option<sampled::Sampling>,
     /// All steps together (sums; utilisation over their total time).
     pub step_total: Option<StepRow>,
+    /// How the steps' times spread (two steps or more).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_spread: Option<steps::StepSpread>,
     /// A serving engine's iterations by kind (prefill, decode, mixed, or graph replay against eager) and its
     /// annotated requests; absent where steps are not told apart that way ([`iterations`]).
     #[serde(skip_serializing_if = "Option::is_none")]

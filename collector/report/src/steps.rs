@@ -158,3 +158,29 @@ pub fn breakdown(tl: &WindowView, name: &str) -> StepRow {
         graph_replays: 0,
     }
 }
+
+/// How the steps' times spread, where a mean hides a slow tail: the median, the 90th percentile and the slowest
+/// step (nearest rank).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema, PartialEq)]
+pub struct StepSpread {
+    /// The median step's time.
+    pub median_ns: u64,
+    /// The 90th percentile of the steps' times: a tenth of the steps take longer.
+    pub p90_ns: u64,
+    /// The slowest step's time.
+    pub slowest_ns: u64,
+    /// The slowest step's name.
+    pub slowest: String,
+}
+
+/// The spread of `rows`' times; none for fewer than two steps.
+pub fn spread(rows: &[StepRow]) -> Option<StepSpread> {
+    if rows.len() < 2 {
+        return None;
+    }
+    let mut d: Vec<u64> = rows.iter().map(|r| r.duration_ns).collect();
+    d.sort_unstable();
+    let at = |q: f64| d[((d.len() - 1) as f64 * q).round() as usize];
+    let slowest = rows.iter().max_by_key(|r| r.duration_ns).map(|r| r.name.clone()).unwrap_or_default();
+    Some(StepSpread { median_ns: at(0.5), p90_ns: at(0.9), slowest_ns: d[d.len() - 1], slowest })
+}

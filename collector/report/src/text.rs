@@ -105,16 +105,14 @@ pub(crate) fn shown_steps(steps: &[StepRow]) -> Vec<usize> {
     (0..FIRST_STEPS).chain(rest).collect()
 }
 
-/// ", median M, p90 P, slowest S" of the steps' times, where there are enough steps for a spread to say more than
-/// the table.
-pub(crate) fn step_spread(steps: &[StepRow]) -> String {
-    if steps.len() <= SHOWN_STEPS {
-        return String::new();
+/// " (median M, p90 P, slowest S)" of the steps' times, where there are more steps than the table shows.
+pub(crate) fn step_spread(p: &ProcessReport) -> String {
+    match &p.step_spread {
+        Some(s) if p.steps.len() > SHOWN_STEPS => {
+            format!(" (median {}, p90 {}, slowest {})", ms(s.median_ns), ms(s.p90_ns), ms(s.slowest_ns))
+        }
+        _ => String::new(),
     }
-    let mut d: Vec<u64> = steps.iter().map(|s| s.duration_ns).collect();
-    d.sort_unstable();
-    let at = |q: f64| d[((d.len() - 1) as f64 * q).round() as usize];
-    format!(" (median {}, p90 {}, slowest {})", ms(at(0.5)), ms(at(0.9)), ms(d[d.len() - 1]))
 }
 
 fn step_cells(r: &StepRow, counters: bool) -> Vec<String> {
@@ -249,7 +247,7 @@ fn process(out: &mut String, p: &ProcessReport) {
                 "  Steps (from {source}): {}, mean {}{}, GPU utilisation {:.1}%",
                 p.steps.len(),
                 ms(t.duration_ns / p.steps.len().max(1) as u64),
-                step_spread(&p.steps),
+                step_spread(p),
                 t.gpu_utilization * 100.0
             ),
             &[

@@ -305,7 +305,8 @@ fn findings(args: &Value, cancelled: &AtomicBool) -> Result<String, Failure> {
             ps.iter()
                 .map(|p| {
                     json!({"file": p["file"], "pid": p["pid"], "rank": p["rank"], "command": p["command"],
-                                "steps": p["step_total"], "warmup": p["warmup"], "warnings": p["warnings"]})
+                                "steps": p["step_total"], "step_spread": p["step_spread"], "warmup": p["warmup"],
+                                "warnings": p["warnings"]})
                 })
                 .collect()
         })
