@@ -88,12 +88,12 @@ pub fn severity(s: super::Severity) -> &'static str {
     }
 }
 
-/// A step's row; with `counters`, its SM, Tensor Core and DRAM shares of peak before its name.
-/// Steps the text shows whole: all of them up to [`SHOWN_STEPS`], else the first [`FIRST_STEPS`] (how the run
-/// began) and the slowest of the rest (what a user looks for in a long run), in step order.
+/// Rows a step table shows at most, and how many of them are the run's first steps.
 const SHOWN_STEPS: usize = 12;
 const FIRST_STEPS: usize = 3;
 
+/// Steps the text and HTML show whole: all of them up to [`SHOWN_STEPS`], else the first [`FIRST_STEPS`] (how the
+/// run began) and the slowest of the rest (what a user looks for in a long run), in step order.
 pub(crate) fn shown_steps(steps: &[StepRow]) -> Vec<usize> {
     if steps.len() <= SHOWN_STEPS {
         return (0..steps.len()).collect();
@@ -115,6 +115,7 @@ pub(crate) fn step_spread(p: &ProcessReport) -> String {
     }
 }
 
+/// A step's row; with `counters`, its SM, Tensor Core and DRAM shares of peak before its name.
 fn step_cells(r: &StepRow, counters: bool) -> Vec<String> {
     let d = r.duration_ns;
     let share = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}%"));
