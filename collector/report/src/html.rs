@@ -110,27 +110,29 @@ fn idle_section(out: &mut String, p: &ProcessReport) {
         + c.allocator_churn_ns
         + c.host_polling_ns
         + c.graph_setup_ns
+        + c.graph_tracing_ns
         + c.device_wait_ns;
-    parts_bar(
-        out,
-        &format!("Idle time inside steps by cause ({} in all)", ms(c.idle_in_steps_ns)),
-        &[
-            ("data loading", c.data_loading_ns, "#76b7b2"),
-            ("sync stalls", c.sync_stall_ns, "#e15759"),
-            ("launch overhead", c.launch_bound_ns, "#f28e2b"),
-            ("host CPU work", c.cpu_bound_ns, "#59a14f"),
-            ("allocator", c.allocator_churn_ns, "#b07aa1"),
-            ("host polling", c.host_polling_ns, "#ff9da7"),
-            ("CUDA graph capture", c.graph_setup_ns, "#86bcb6"),
-            ("cross-stream waits", c.cross_stream_wait_ns, "#9c755f"),
-            ("collectives waiting", c.collective_wait_ns, "#4e79a7"),
-            ("host function waits", c.host_function_wait_ns, "#d37295"),
-            ("CUDA graph waits", c.graph_wait_ns, "#edc948"),
-            ("GPU work not in the trace", c.unseen_work_ns, "#8cd17d"),
-            ("unexplained (queued work waited on nothing traced)", c.idle_unexplained_ns, "#bab0ac"),
-            ("unattributed", c.idle_in_steps_ns.saturating_sub(named), "#79706e"),
-        ],
-    );
+    let mut parts = vec![
+        ("data loading", c.data_loading_ns, "#76b7b2"),
+        ("sync stalls", c.sync_stall_ns, "#e15759"),
+        ("launch overhead", c.launch_bound_ns, "#f28e2b"),
+        ("host CPU work", c.cpu_bound_ns, "#59a14f"),
+        ("allocator", c.allocator_churn_ns, "#b07aa1"),
+        ("host polling", c.host_polling_ns, "#ff9da7"),
+        ("CUDA graph capture", c.graph_setup_ns, "#86bcb6"),
+        ("cross-stream waits", c.cross_stream_wait_ns, "#9c755f"),
+        ("collectives waiting", c.collective_wait_ns, "#4e79a7"),
+        ("host function waits", c.host_function_wait_ns, "#d37295"),
+        ("CUDA graph waits", c.graph_wait_ns, "#edc948"),
+        ("GPU work not in the trace", c.unseen_work_ns, "#8cd17d"),
+        ("unexplained (queued work waited on nothing traced)", c.idle_unexplained_ns, "#bab0ac"),
+        ("unattributed", c.idle_in_steps_ns.saturating_sub(named), "#79706e"),
+    ];
+    // Only where graphs were traced node by node: the profiler's own part, kept out of launch overhead.
+    if c.graph_tracing_ns > 0 {
+        parts.insert(7, ("CUPTI tracing graph nodes (the profiler's)", c.graph_tracing_ns, "#d4a6c8"));
+    }
+    parts_bar(out, &format!("Idle time inside steps by cause ({} in all)", ms(c.idle_in_steps_ns)), &parts);
     let i = &p.idle_breakdown;
     parts_bar(
         out,

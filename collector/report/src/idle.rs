@@ -75,9 +75,21 @@ pub enum CauseKind {
     UnseenWork = 11,
     /// The host captured CUDA graphs (its launches run nothing meanwhile) or instantiated them.
     GraphSetup = 12,
+    /// The host was inside a CUDA graph's launch call that CUPTI lengthened to trace each node: the profiler's.
+    GraphTracing = 13,
 }
 
-const CAUSES: usize = 13;
+const CAUSES: usize = 14;
+
+/// What CUPTI's node-level tracing adds to a CUDA graph's launch call for each node it records, on the launching
+/// thread. Measured by gpu-validate's graphtrace part on an H200 (driver 580.159.04, CUDA 13.0, 2026-12-01:
+/// `torch.compile(mode="reduce-overhead")`'s training loop, 608 launches of graphs of 107 kernel nodes each):
+/// `cudaGraphLaunch` took a median of 156 µs traced per node and 40 µs traced per launch
+/// (`CUPTI_ACTIVITY_KIND_GRAPH_TRACE`), so about (156 - 40) / 107 = 1.1 µs a node. The GPU idles meanwhile: in
+/// that loop's trace the first node ran 40-220 µs into its launch call, and about 30 nodes more ran, with gaps,
+/// before the call returned. Idle time inside such a call, up to this much per node of the launch, is the
+/// profiler's, not the program's launch overhead.
+pub const GRAPH_NODE_TRACING_NS: u64 = 1_100;
 
 /// A queued wait this long with the GPU idle cannot be the launch pipeline or a dependency the trace holds (that
 /// would be running): the GPU ran work the trace does not hold.
@@ -120,6 +132,10 @@ pub struct IdleSummary {
     /// The host captured CUDA graphs (between `cudaStreamBeginCapture` and its end the launches run nothing) or
     /// instantiated them while the GPU idled.
     pub graph_setup_ns: u64,
+    /// The host was inside CUDA graph launch calls that CUPTI's node-level tracing lengthened: the profiler's time,
+    /// estimated as up to 1.1 µs per node of each launch (measured on an H200), and not in `launch_bound_ns`.
+    /// Zero where graphs were traced one record per launch (`--trace ...,graphs`) or none ran.
+    pub graph_tracing_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -155,6 +171,7 @@ impl IdleCauses {
             idle_unexplained_ns: t(CauseKind::DeviceWait),
             host_polling_ns: t(CauseKind::HostPolling),
             graph_setup_ns: t(CauseKind::GraphSetup),
+            graph_tracing_ns: t(CauseKind::GraphTracing),
         }
     }
 
@@ -234,6 +251,8 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
         out.add(CauseKind::GraphSetup, piece, Some(k), Some("CUDA graph capture and instantiation"), n);
     }
     let idle = if v.graph_setup.is_empty() { idle } else { subtract(&idle, &v.graph_setup) };
+    // Per graph launch traced node by node (by its call's start): the idle time already put down to the tracing.
+    let mut tracing_taken: rustc_hash::FxHashMap<u64, u64> = rustc_hash::FxHashMap::default();
     for (a, b) in idle {
         let step = Some(k);
         // The op that ends this stretch: already launched before it began → the GPU waited on itself.
@@ -280,7 +299,18 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
                         let first = v.calls.partition_point(|c| c.end <= queued.0);
                         let call =
                             v.calls[first..].iter().take_while(|c| c.start <= queued.0).find(|c| c.start == launched);
-                        out.add(CauseKind::LaunchBound, (queued.0, issued), step, call.map(|c| v.name(c.name)), n);
+                        let name = call.map(|c| v.name(c.name));
+                        // CUPTI's share first: what tracing the launch's nodes added to the call, not yet given.
+                        let budget = v.graph_nodes.get(&launched).map_or(0, |&(_, nodes)| {
+                            let taken = tracing_taken.entry(launched).or_default();
+                            let left = (u64::from(nodes) * GRAPH_NODE_TRACING_NS).saturating_sub(*taken);
+                            let share = left.min(issued - queued.0);
+                            *taken += share;
+                            share
+                        });
+                        let traced = queued.0 + budget;
+                        out.add(CauseKind::GraphTracing, (queued.0, traced), step, name, n);
+                        out.add(CauseKind::LaunchBound, (traced, issued), step, name, n);
                     }
                     (issued, b)
                 } else {

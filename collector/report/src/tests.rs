@@ -72,19 +72,22 @@ fn pattern_steps_cut_at_the_longest_pause() {
     assert_eq!((steps.host[0].start, steps.host[1].start), (1000, 2040));
 }
 
-#[test]
-fn the_step_breakdown_gives_each_instant_to_the_first_category_that_applies() {
-    let p = process(&[], vec![]);
-    let view = super::window::WindowView {
-        p: &p,
-        span: (0, 50),
-        busy: vec![(10, 40)],
+/// A window of `p` with nothing in it, for the fields a test sets.
+fn empty_view<'a>(
+    p: &'a Process,
+    span: super::spans::Span,
+    graph_nodes: &'a super::window::GraphNodes,
+) -> super::window::WindowView<'a> {
+    super::window::WindowView {
+        p,
+        span,
+        busy: vec![],
         busy_before: None,
-        kernel_busy: vec![(10, 30)],
+        kernel_busy: vec![],
         compute_busy: vec![],
-        memcpy_busy: vec![(25, 40)],
+        memcpy_busy: vec![],
         memset_busy: vec![],
-        runtime_busy: vec![(0, 12)],
+        runtime_busy: vec![],
         loader: vec![],
         cpu: vec![],
         closers: vec![],
@@ -92,6 +95,19 @@ fn the_step_breakdown_gives_each_instant_to_the_first_category_that_applies() {
         calls: vec![],
         call_before: None,
         graph_setup: Vec::new(),
+        graph_nodes,
+    }
+}
+
+#[test]
+fn the_step_breakdown_gives_each_instant_to_the_first_category_that_applies() {
+    let (p, no_graphs) = (process(&[], vec![]), Default::default());
+    let view = super::window::WindowView {
+        busy: vec![(10, 40)],
+        kernel_busy: vec![(10, 30)],
+        memcpy_busy: vec![(25, 40)],
+        runtime_busy: vec![(0, 12)],
+        ..empty_view(&p, (0, 50), &no_graphs)
     };
     let row = super::steps::breakdown(&view, "s");
     assert_eq!((row.kernel_ns, row.memcpy_ns, row.runtime_ns, row.other_ns), (20, 10, 10, 10));
@@ -102,7 +118,7 @@ fn the_step_breakdown_gives_each_instant_to_the_first_category_that_applies() {
 fn launch_gaps_are_split_into_host_issue_and_the_gpus_own_gap_between_queued_kernels() {
     use super::idle::{attribute, CauseKind, IdleCauses};
     use super::window::Closer;
-    let p = process(&[], vec![]);
+    let (p, no_graphs) = (process(&[], vec![]), Default::default());
     let closer = |start, launched, issued| Closer {
         start,
         duration: 10,
@@ -111,29 +127,57 @@ fn launch_gaps_are_split_into_host_issue_and_the_gpus_own_gap_between_queued_ker
         ..Default::default()
     };
     let view = super::window::WindowView {
-        p: &p,
-        span: (0, 60),
         busy: vec![(0, 10), (20, 30), (40, 60)],
-        busy_before: None,
-        kernel_busy: vec![],
-        compute_busy: vec![],
-        memcpy_busy: vec![],
-        memset_busy: vec![],
-        runtime_busy: vec![],
-        loader: vec![],
-        cpu: vec![],
         // Issued by a call that returned at 8, before the gap: queued for all of 10-20. The next one's call began
         // at 31 and returned at 45, after the kernel began: the host was issuing it throughout 30-40.
         closers: vec![closer(20, 5, 8), closer(40, 31, 45)],
-        enders: vec![],
-        calls: vec![],
-        call_before: None,
-        graph_setup: Vec::new(),
+        ..empty_view(&p, (0, 60), &no_graphs)
     };
     let mut out = IdleCauses::default();
     attribute(&view, 0, 1, true, &[0], &mut out);
     assert_eq!(out.get(CauseKind::LaunchBound).total_ns, 20);
     assert_eq!(out.launch_queued_ns, 10);
+}
+
+/// Idle time inside a CUDA graph's launch call is launch overhead, less what CUPTI's node-level tracing adds to the
+/// call: up to `GRAPH_NODE_TRACING_NS` per node of the launch over all its stretches, and nothing where the
+/// graph was traced one record per launch (no nodes counted for it).
+#[test]
+fn idle_inside_a_graph_launch_call_is_the_profilers_up_to_its_cost_per_traced_node() {
+    use super::idle::{attribute, CauseKind, IdleCauses, GRAPH_NODE_TRACING_NS};
+    use super::window::{Closer, GraphNodes, HostCall};
+    use cuflight_format::calls::CallClass;
+    let p = process(&[(1, "cudaGraphLaunch")], vec![]);
+    // cudaGraphLaunch runs 1,000-9,000 ns; its nodes start 5,000, 7,000 and (after it returned) 9,000.
+    let node = |start| Closer {
+        start,
+        duration: 500,
+        launched: Some(1_000),
+        issued: Some(9_000),
+        graph: true,
+        launch_first: start == 5_000,
+        ..Default::default()
+    };
+    let call = HostCall { start: 1_000, end: 9_000, class: CallClass::Launch, name: 1, source: None };
+    let causes = |nodes: &GraphNodes| {
+        let view = super::window::WindowView {
+            busy: vec![(0, 1_000), (5_000, 5_500), (7_000, 7_500), (9_000, 10_000)],
+            closers: vec![node(5_000), node(7_000), node(9_000)],
+            calls: vec![call],
+            ..empty_view(&p, (0, 10_000), nodes)
+        };
+        let mut out = IdleCauses::default();
+        attribute(&view, 0, 1, true, &[0], &mut out);
+        (out.get(CauseKind::GraphTracing).total_ns, out.get(CauseKind::LaunchBound).total_ns)
+    };
+    // Traced per node: 3 nodes' worth comes out of the first stretch (4,000 ns), none of the later two (1,500 each).
+    let traced: GraphNodes = [(1_000, (9_000, 3))].into_iter().collect();
+    assert_eq!(causes(&traced), (3 * GRAPH_NODE_TRACING_NS, 7_000 - 3 * GRAPH_NODE_TRACING_NS));
+    // A launch of many nodes: at most the idle time inside the call.
+    let many: GraphNodes = [(1_000, (9_000, 100))].into_iter().collect();
+    assert_eq!(causes(&many), (7_000, 0));
+    // One record per launch (`--trace ...,graphs`): all of it is the launch's.
+    assert_eq!(causes(&GraphNodes::default()), (0, 7_000));
 }
 
 /// A training loop of NVTX steps whose GPU work runs late (the host queues ahead), with a sync at the end of each

@@ -177,9 +177,14 @@ fn process(out: &mut String, p: &ProcessReport) {
         ms(i.other_ns.max(0) as u64)
     ));
     let c = &p.idle_causes;
+    // Only where graphs were traced node by node: the profiler's own part, kept out of launch overhead.
+    let tracing = match c.graph_tracing_ns {
+        0 => String::new(),
+        ns => format!(", CUPTI tracing graph nodes {} (the profiler's)", ms(ns)),
+    };
     out.push_str(&format!(
         "  idle {} {}: data loading {}, sync stalls {}, launch overhead {}, host CPU work {}, allocator {}, \
-         host polling {}, CUDA graph capture {}; queued work waiting {} (on another stream's event {}, collectives {}, host functions {}, \
+         host polling {}, CUDA graph capture {}{tracing}; queued work waiting {} (on another stream's event {}, collectives {}, host functions {}, \
          CUDA graphs {}, GPU work not in the trace {}, unexplained {})\n",
         // Without steps the findings cover the whole trace's window.
         if p.step_total.is_some() { "inside steps" } else { "in the time covered" },

@@ -114,7 +114,13 @@ pub struct WindowView<'a> {
     pub call_before: Option<HostCall>,
     /// The host building CUDA graphs (stream captures, begin to end, and instantiations), merged.
     pub graph_setup: Vec<Span>,
+    /// The CUDA graph launches traced node by node whose calls may overlap the window.
+    pub graph_nodes: &'a GraphNodes,
 }
+
+/// CUDA graph launches whose nodes were traced one by one, by their launch call's start: (the call's end, how many
+/// of its nodes the trace holds so far).
+pub type GraphNodes = rustc_hash::FxHashMap<u64, (u64, u32)>;
 
 impl WindowView<'_> {
     /// The last CUDA-call stretch that ended at or before `t` (`t` inside the window).

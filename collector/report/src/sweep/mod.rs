@@ -114,6 +114,9 @@ pub struct Sweep<'a> {
     capturing: FxHashMap<u32, u64>,
     /// Graph set-up done: stream captures (begin to end) and instantiations, not yet behind every window.
     graph_setup: Vec<Span>,
+    /// CUDA graph launches traced node by node, by their call's start: the call's end and the nodes seen so far,
+    /// until no window left holds the call ([`crate::idle::GRAPH_NODE_TRACING_NS`]: what tracing adds per node).
+    graph_nodes: crate::window::GraphNodes,
     /// Closed host ranges (not steps): (span, data loading).
     ranges: Vec<(Span, bool)>,
     pieces: Vec<(Span, Piece)>,
@@ -175,6 +178,7 @@ impl<'a> Sweep<'a> {
             call: None,
             capturing: FxHashMap::default(),
             graph_setup: Vec::new(),
+            graph_nodes: Default::default(),
             ranges: Vec::new(),
             pieces: Vec::new(),
             done: 0,
@@ -381,6 +385,10 @@ impl<'a> Sweep<'a> {
         // Run as a node of a replayed CUDA graph: the GPU issues it, not a launch call of its own.
         let graph = launch.is_some_and(|c| names.call(c.name).has(CallEffects::LAUNCHES_GRAPH));
         let is_kernel = kind == Some(EventKind::Kernel);
+        // A node recorded on its own (not one record for the whole replay): its launch call did CUPTI's work for it.
+        if let Some(c) = launch.filter(|_| graph && !names.has(e.name, NameFlags::GRAPH_LEVEL)) {
+            self.graph_nodes.entry(c.start).or_insert((c.end, 0)).1 += 1;
+        }
         let compute = is_kernel && names.has(e.name, NameFlags::COMPUTE);
         let comm = is_kernel && names.has(e.name, NameFlags::COMM);
         let stream = stream_key(e.device, e.stream);

@@ -69,6 +69,7 @@ impl Sweep<'_> {
             calls,
             call_before,
             graph_setup,
+            graph_nodes: &self.graph_nodes,
         };
         let n = windows.len();
         crate::idle::attribute(&view, k, n, false, &self.step_starts, &mut self.out.idle);
@@ -134,6 +135,7 @@ impl Sweep<'_> {
         self.ranges.retain(|r| r.0 .1 > t);
         self.pieces.retain(|p| p.0 .1 > t);
         self.graph_setup.retain(|x| x.1 > t);
+        self.graph_nodes.retain(|_, (end, _)| *end > t);
     }
 
     /// Between windows (before the first, or after a long one), what waits is trimmed as it grows.
