@@ -236,14 +236,14 @@ fn steps_table(out: &mut String, p: &ProcessReport) {
         }
     }
     let Some(t) = &p.step_total else { return };
-    let shown = super::text::shown_steps(&p.steps);
+    let shown = super::text_steps::shown_steps(&p.steps);
     let _ = write!(
         out,
         "<p>{} steps, mean {}{}, GPU utilisation in steps {:.1}%. Step time by category (TensorBoard's \
          definitions, first that applies){}:</p><table><tr><th>Step</th><th class=num>Start</th><th class=num>Time</th>",
         p.steps.len(),
         ms(t.duration_ns / p.steps.len().max(1) as u64),
-        esc(&super::text::step_spread(p)),
+        esc(&super::text_steps::step_spread(p)),
         t.gpu_utilization * 100.0,
         if shown.len() < p.steps.len() { "; the first steps, then the slowest, in step order" } else { "" },
     );

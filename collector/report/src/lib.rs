@@ -44,6 +44,7 @@ mod tallies;
 #[cfg(test)]
 mod tests;
 mod text;
+mod text_steps;
 mod wait_findings;
 pub mod warmup;
 pub mod window;

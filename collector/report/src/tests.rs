@@ -573,12 +573,12 @@ fn a_long_run_shows_its_first_steps_and_its_slowest_with_their_spread() {
         ..StepRow::default()
     };
     let steps: Vec<StepRow> = (0..100).map(step).collect();
-    let shown = super::text::shown_steps(&steps);
+    let shown = super::text_steps::shown_steps(&steps);
     assert_eq!(shown, [0, 1, 2, 17, 27, 37, 47, 57, 67, 77, 87, 97], "the first 3, then the 9 slowest in step order");
     let spread = super::steps::spread(&steps).unwrap();
     assert_eq!((spread.median_ns, spread.p90_ns, spread.slowest_ns), (ms, ms, 6 * ms + 97));
     assert_eq!(spread.slowest, "s97");
     let short: Vec<StepRow> = (0..12).map(step).collect();
-    assert_eq!(super::text::shown_steps(&short), (0..12).collect::<Vec<_>>());
+    assert_eq!(super::text_steps::shown_steps(&short), (0..12).collect::<Vec<_>>());
     assert!(super::steps::spread(&steps[..1]).is_none());
 }

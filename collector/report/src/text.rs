@@ -3,14 +3,9 @@
 
 use super::findings::{counted, ms, Finding};
 use super::short_names::short_name;
-use super::steps::{StepRow, StepSource};
 use super::{ProcessReport, Report};
 use cuflight_analysis::table::Table;
 use cuflight_trace::model::cuda_errors::ErrorClass;
-
-fn pct(part: u64, whole: u64) -> String {
-    super::findings::percent(part, whole).map_or("-".into(), |p| format!("{p:.1}%"))
-}
 
 pub fn who(f: &Finding) -> String {
     let who = f.rank.map_or(format!("pid {}", f.pid), |r| format!("rank {r} (pid {})", f.pid));
@@ -88,62 +83,67 @@ pub fn severity(s: super::Severity) -> &'static str {
     }
 }
 
-/// Rows a step table shows at most, and how many of them are the run's first steps.
-const SHOWN_STEPS: usize = 12;
-const FIRST_STEPS: usize = 3;
-
-/// Steps the text and HTML show whole: all of them up to [`SHOWN_STEPS`], else the first [`FIRST_STEPS`] (how the
-/// run began) and the slowest of the rest (what a user looks for in a long run), in step order.
-pub(crate) fn shown_steps(steps: &[StepRow]) -> Vec<usize> {
-    if steps.len() <= SHOWN_STEPS {
-        return (0..steps.len()).collect();
-    }
-    let mut rest: Vec<usize> = (FIRST_STEPS..steps.len()).collect();
-    rest.sort_by_key(|&i| std::cmp::Reverse(steps[i].duration_ns));
-    rest.truncate(SHOWN_STEPS - FIRST_STEPS);
-    rest.sort_unstable();
-    (0..FIRST_STEPS).chain(rest).collect()
-}
-
-/// " (median M, p90 P, slowest S)" of the steps' times, where there are more steps than the table shows.
-pub(crate) fn step_spread(p: &ProcessReport) -> String {
-    match &p.step_spread {
-        Some(s) if p.steps.len() > SHOWN_STEPS => {
-            format!(" (median {}, p90 {}, slowest {})", ms(s.median_ns), ms(s.p90_ns), ms(s.slowest_ns))
-        }
-        _ => String::new(),
-    }
-}
-
-/// A step's row; with `counters`, its SM, Tensor Core and DRAM shares of peak before its name.
-fn step_cells(r: &StepRow, counters: bool) -> Vec<String> {
-    let d = r.duration_ns;
-    let share = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}%"));
-    let c = r.counters;
-    let counted = [c.and_then(|c| c.sm_active_pct), c.and_then(|c| c.tensor_active_pct), c.and_then(|c| c.dram_pct)];
-    let counted = counted.into_iter().map(share).filter(|_| counters);
-    let mut cells = vec![
-        format!("{:.3}", d as f64 / 1e6),
-        pct(r.kernel_ns, d),
-        pct(r.memcpy_ns, d),
-        pct(r.memset_ns, d),
-        pct(r.runtime_ns, d),
-        pct(r.dataloader_ns, d),
-        pct(r.cpu_exec_ns, d),
-        pct(r.other_ns, d),
-        format!("{:.1}%", r.gpu_utilization * 100.0),
-    ];
-    cells.extend(counted);
-    cells.push(r.name.clone());
-    cells
-}
-
 fn process(out: &mut String, p: &ProcessReport) {
     let worker = p.worker_of.map_or(String::new(), |m| format!(", a worker of pid {m}"));
     out.push_str(&format!("\n== {} ({}{worker}) from {}\n", p.command, p.who, p.file));
     for (label, value) in p.run.facts() {
         out.push_str(&format!("  {label}: {value}\n"));
     }
+    gpu_time_lines(out, p);
+    if let Some(c) = &p.critical_path {
+        path_lines(out, &critical_path_line(c), c);
+        if let Some(s) = &p.slow_step_path {
+            path_lines(out, &slow_path_line(s, c), &s.path);
+        }
+    }
+    if let Some(w) = warmup_line(&p.warmup) {
+        out.push_str(&format!("  {w}\n"));
+    }
+    if let Some(l) = first_runs_line(&p.warmup) {
+        out.push_str(&format!("  {l}\n"));
+    }
+    // What the Python stacks cost (above the threshold the warnings say so, with the switch).
+    let cheap =
+        |s: &super::stack_cost::StackCost| s.in_steps > 0 && s.exposed_share_of_steps <= super::stack_cost::MAX_SHARE;
+    if let Some(s) = p.python_stacks.filter(cheap) {
+        out.push_str(&format!(
+            "  Python stacks: {} read in steps, {:.1} us a step, {:.1} us of it with the GPU idle ({:.2}% of step time)\n",
+            s.in_steps,
+            s.per_step_ns as f64 / 1e3,
+            s.exposed_per_step_ns() as f64 / 1e3,
+            s.exposed_share_of_steps * 100.0
+        ));
+    }
+    if let Some(f) = &p.filtered {
+        out.push_str(&format!("  Filtered: analysed {f}\n"));
+    }
+    if let Some(s) = &p.sampling {
+        for line in s.describe() {
+            out.push_str(&format!("  Sampled: {line}\n"));
+        }
+    }
+    super::text_steps::step_table(out, p);
+    if let Some(it) = &p.iterations {
+        iterations(out, it);
+    }
+    kernel_tables(out, p);
+    let failed: Vec<_> = p.cuda_errors.iter().filter(|r| r.class != ErrorClass::Expected).collect();
+    if !failed.is_empty() {
+        let title = "  CUDA calls that failed (`cuflight stats --report cuda_api_errors` lists every return code)";
+        let mut t = Table::new(title, &["Count", "First at", "Class", "Error", "API"]);
+        for r in failed.iter().take(10) {
+            let first = format!("+{:.6} s", r.first_ns as f64 / 1e9);
+            t.row(vec![r.count.to_string(), first, r.class.as_str().into(), r.error.clone(), r.api.clone()]);
+        }
+        t.render(out);
+    }
+    for w in &p.warnings {
+        out.push_str(&format!("  warning: {w}\n"));
+    }
+}
+
+/// The GPU's time split as HTA splits it, and its idle time by the report's causes.
+fn gpu_time_lines(out: &mut String, p: &ProcessReport) {
     let b = &p.breakdown;
     out.push_str(&format!(
         "  GPU time breakdown (HTA definitions) over {} ({} GPU ops): idle {:.1}%, compute {:.1}%, non-compute {:.1}%\n",
@@ -204,98 +204,6 @@ fn process(out: &mut String, p: &ProcessReport) {
         ms(c.unseen_work_ns),
         ms(c.idle_unexplained_ns)
     ));
-    if let Some(c) = &p.critical_path {
-        path_lines(out, &critical_path_line(c), c);
-        if let Some(s) = &p.slow_step_path {
-            path_lines(out, &slow_path_line(s, c), &s.path);
-        }
-    }
-    if let Some(w) = warmup_line(&p.warmup) {
-        out.push_str(&format!("  {w}\n"));
-    }
-    if let Some(l) = first_runs_line(&p.warmup) {
-        out.push_str(&format!("  {l}\n"));
-    }
-    // What the Python stacks cost (above the threshold the warnings say so, with the switch).
-    let cheap =
-        |s: &super::stack_cost::StackCost| s.in_steps > 0 && s.exposed_share_of_steps <= super::stack_cost::MAX_SHARE;
-    if let Some(s) = p.python_stacks.filter(cheap) {
-        out.push_str(&format!(
-            "  Python stacks: {} read in steps, {:.1} us a step, {:.1} us of it with the GPU idle ({:.2}% of step time)\n",
-            s.in_steps,
-            s.per_step_ns as f64 / 1e3,
-            s.exposed_per_step_ns() as f64 / 1e3,
-            s.exposed_share_of_steps * 100.0
-        ));
-    }
-    if let Some(f) = &p.filtered {
-        out.push_str(&format!("  Filtered: analysed {f}\n"));
-    }
-    if let Some(s) = &p.sampling {
-        for line in s.describe() {
-            out.push_str(&format!("  Sampled: {line}\n"));
-        }
-    }
-    if let Some(t) = &p.step_total {
-        let source = match p.step_source {
-            StepSource::Option => "--step",
-            StepSource::ProfilerStep => "ProfilerStep annotations",
-            StepSource::Nvtx => "NVTX ranges",
-            StepSource::Pattern => "the repeating launch pattern",
-            StepSource::None if p.sampling.as_ref().is_some_and(|s| s.unit == "slice") => {
-                "the time slices `record --sample` recorded"
-            }
-            StepSource::None => "none",
-        };
-        let counters = t.counters.is_some();
-        let mut table = Table::new(
-            format!(
-                "  Steps (from {source}): {}, mean {}{}, GPU utilisation {:.1}%",
-                p.steps.len(),
-                ms(t.duration_ns / p.steps.len().max(1) as u64),
-                step_spread(p),
-                t.gpu_utilization * 100.0
-            ),
-            &[
-                &["Time (ms)", "Kernel", "Memcpy", "Memset", "Runtime", "DataLoader", "CPU Exec", "Other", "GPU util"]
-                    [..],
-                if counters { &["SM", "Tensor", "DRAM"][..] } else { &[][..] },
-                &["Step"][..],
-            ]
-            .concat(),
-        );
-        let long = p.steps.len() > SHOWN_STEPS;
-        for i in shown_steps(&p.steps) {
-            let mut cells = step_cells(&p.steps[i], counters);
-            if long && i >= FIRST_STEPS {
-                *cells.last_mut().unwrap() += " (among the slowest)";
-            }
-            table.row(cells);
-            // One gap: between how the run began and the slowest steps after (each marked so, in step order).
-            if long && i + 1 == FIRST_STEPS {
-                table.row(vec!["...".to_string(); if counters { 13 } else { 10 }]);
-            }
-        }
-        table.row(step_cells(t, counters));
-        table.render(out);
-    }
-    if let Some(it) = &p.iterations {
-        iterations(out, it);
-    }
-    kernel_tables(out, p);
-    let failed: Vec<_> = p.cuda_errors.iter().filter(|r| r.class != ErrorClass::Expected).collect();
-    if !failed.is_empty() {
-        let title = "  CUDA calls that failed (`cuflight stats --report cuda_api_errors` lists every return code)";
-        let mut t = Table::new(title, &["Count", "First at", "Class", "Error", "API"]);
-        for r in failed.iter().take(10) {
-            let first = format!("+{:.6} s", r.first_ns as f64 / 1e9);
-            t.row(vec![r.count.to_string(), first, r.class.as_str().into(), r.error.clone(), r.api.clone()]);
-        }
-        t.render(out);
-    }
-    for w in &p.warnings {
-        out.push_str(&format!("  warning: {w}\n"));
-    }
 }
 
 /// A serving engine's iterations by kind, its requests, and what could not be attributed.
