@@ -6,7 +6,9 @@
  * waits for it in cudaStreamSynchronize, printing "stepper: blocked" as it enters the wait: a call in flight
  * while a tool attaches. With "blocks SECONDS" it does so again and again: a call always in flight.
  * With "grow", every 100th step also allocates 1 MiB of device memory that it keeps (a slow leak, at most 4096).
- * With "oom", every 10th step also asks cudaMalloc for 2^60 bytes, which fails (out of memory), and goes on. */
+ * With "oom", every 10th step also asks cudaMalloc for 2^60 bytes, which fails (out of memory), and goes on.
+ * With "graph", the K launches are captured once (stream capture) and each step replays them as one CUDA graph
+ * launch: 2 API calls a step and K kernels, each a node of the graph (as a decode step of a model server). */
 #include "sim.h"
 #include <nvtx3/nvToolsExt.h>
 #include <poll.h>
@@ -56,6 +58,14 @@ int main(int argc, char **argv) {
     block_again = argc > 3 && strcmp(argv[2], "blocks") == 0;
     int grow = argc > 2 && strcmp(argv[2], "grow") == 0;
     int oom = argc > 2 && strcmp(argv[2], "oom") == 0;
+    cudaGraphExec_t step_graph = NULL;
+    if (argc > 2 && strcmp(argv[2], "graph") == 0) {
+        cudaGraph_t g;
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        for (long k = 0; k < per; k++) launch(tick, 1, 1, s, args);
+        CHECK(cudaStreamEndCapture(s, &g));
+        CHECK(cudaGraphInstantiate(&step_graph, g, 0));
+    }
     long grown = 0;
     if (blocking) {
         block_seconds = atof(argv[3]);
@@ -67,7 +77,10 @@ int main(int argc, char **argv) {
     while (!stdin_closed()) {
         nvtxRangePushA("step");
         nvtxRangePushA("request");
-        for (long k = 0; k < per; k++) launch(tick, 1, 1, s, args);
+        if (step_graph)
+            CHECK(cudaGraphLaunch(step_graph, s));
+        else
+            for (long k = 0; k < per; k++) launch(tick, 1, 1, s, args);
         CHECK(cudaStreamSynchronize(s));
         nvtxRangePop();
         nvtxRangePop();

@@ -9,6 +9,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "serve/cost.rs"]
+mod cost;
 #[path = "serve/endpoint.rs"]
 mod endpoint;
 
@@ -519,7 +521,8 @@ fn calls_in_flight_at_arming_are_no_drops() {
         .iter()
         .map(|s| s["labels"]["source"].as_str().unwrap())
         .collect();
-    assert_eq!(sources, ["cupti", "ring_wait", "python_stacks"], "{}", m["cuflight_agent_overhead_seconds"]);
+    let sources_expected = ["cupti", "ring_wait", "python_stacks", "graph_node_tracing"];
+    assert_eq!(sources, sources_expected, "{}", m["cuflight_agent_overhead_seconds"]);
     let ratio = value(&m, "cuflight_agent_overhead_ratio", pid);
     assert!((0.0..1.0).contains(&ratio), "{ratio}");
 }
