@@ -3,7 +3,9 @@
  * Step 0 compiles them first (30 ms of host work: Dynamo's tracing, Inductor's code generation, Triton's compile),
  * so it runs kernels no later step runs, slowly. At step RECOMPILE a new input shape fails a guard and the model
  * recompiles (30 ms again): from then on it runs newly generated kernels (`..._2`, `..._3`) instead of `_0`, `_1`.
- * Usage: compiled_loop [STEPS [RECOMPILE]] (20, 12). It prints "compiled_loop: recompiled at step N". */
+ * Usage: compiled_loop [STEPS [RECOMPILE [HOST_US]]] (20, 12, 0). It prints "compiled_loop: recompiled at step N".
+ * With HOST_US, the host works that long before each launch and every kernel takes 5 us: a small model whose
+ * compiled kernels the host cannot launch fast enough (launch-bound under 100 us, host-bound above). */
 #include "sim.h"
 #include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
@@ -12,8 +14,17 @@
 extern void cudasim_kernel_ends_at(uint64_t ns);
 extern uint64_t cudasim_machine_monotonic_ns(void);
 
+static int host_us;
+
 static void runs_us(uint64_t us) {
-    cudasim_kernel_ends_at(cudasim_machine_monotonic_ns() + us * 1000);
+    cudasim_kernel_ends_at(cudasim_machine_monotonic_ns() + (host_us ? 5 : us) * 1000);
+}
+
+/* Host work of host_us, spinning (a sleep that short oversleeps by far more on a loaded machine). */
+static void host_work(void) {
+    uint64_t until = cudasim_machine_monotonic_ns() + (uint64_t)host_us * 1000;
+    while (host_us && cudasim_machine_monotonic_ns() < until) {
+    }
 }
 
 /* The first shape's kernels, and those compiled for the second. */
@@ -27,6 +38,7 @@ void sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n(void **args) { (void)args; runs_us
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 20;
     int recompile = argc > 2 ? atoi(argv[2]) : 12;
+    host_us = argc > 3 ? atoi(argv[3]) : 0;
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     void *args[] = {NULL};
@@ -37,8 +49,11 @@ int main(int argc, char **argv) {
         int second_shape = step >= recompile;
         if (step == 0 || step == recompile) usleep(30000); /* compiling */
         for (int layer = 0; layer < 4; layer++) {
+            host_work();
             launch(sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n, 132, 256, s, args);
+            host_work();
             launch(second_shape ? triton_poi_fused_add_mul_2 : triton_poi_fused_add_mul_0, 264, 128, s, args);
+            host_work();
             launch(second_shape ? triton_red_fused__to_copy_mean_pow_rsqrt_3 : triton_red_fused__to_copy_mean_pow_rsqrt_1,
                    132, 512, s, args);
         }

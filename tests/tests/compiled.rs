@@ -60,3 +60,25 @@ fn a_compiled_loop_without_recompilation_names_no_later_step() {
     assert!(w["later"].as_array().is_none_or(|l| l.is_empty()), "{w}");
     assert!(w["steps"].as_u64().unwrap() >= 1, "{w}");
 }
+
+/// A compiled model whose host cannot launch its kernels fast enough: the fixes speak to a program that is already
+/// compiled (CUDA graphs, graph breaks), not one to compile; the same loop with its host work in longer stretches
+/// is host-bound, with the compiled program's fix for that too.
+#[test]
+fn a_compiled_loop_the_host_holds_back_is_told_what_to_do_next_not_to_compile() {
+    let dir = scratch("compiled-loop-host");
+    let prog = build_c("compiled_loop", &dir);
+    for (host_us, kind, fix) in [
+        ("40", "launch_bound", "The program already runs torch.compile'd code"),
+        ("400", "cpu_bound", "The program already runs torch.compile'd code: the host work"),
+    ] {
+        let rec = record(&dir, &[], &prog, &["20", "100", host_us], &[]);
+        assert!(rec.output.status.success(), "{}", rec.stderr());
+        let r = report_json(&rec.trace);
+        let f = r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == kind);
+        let f = f.unwrap_or_else(|| panic!("{host_us} us of host work: no {kind} in {}", r["findings"]));
+        let text = f["fix"].as_str().unwrap();
+        assert!(text.starts_with(fix) && !text.contains("torch.compile (fuses"), "{host_us} us: {f}");
+        assert!(!text.contains("optimizer"), "no optimizer ran, so no training advice: {f}");
+    }
+}

@@ -300,13 +300,12 @@ pub fn elementwise_chains(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     ev.metrics.insert("chains", chains as f64);
     ev.metrics.insert("chain_kernels", kernels as f64);
     ev.metrics.insert("chain_ns", time as f64);
-    let compiled = swept.kernels.by_name.keys().any(|&n| ctx.p.string(n).starts_with("triton_"));
     let summary = format!(
         "unfused elementwise chains: {} per step, of which fusing would save about {}",
         ms(time / ctx.steps_count() as u64),
         ms(lost / ctx.steps_count() as u64)
     );
-    let fix = if compiled { FIX_CHAINS_COMPILED } else { FIX_CHAINS };
+    let fix = if super::findings::runs_compiled_code(ctx, swept) { FIX_CHAINS_COMPILED } else { FIX_CHAINS };
     Some(ctx.finding("elementwise_chains", lost, summary, ev, fix))
 }
 

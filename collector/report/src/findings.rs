@@ -8,6 +8,7 @@ use super::steps::Steps;
 use super::sweep::Swept;
 use super::tallies::CallTotals;
 use cuflight_format::calls::CallEffects;
+use cuflight_trace::model::inductor;
 use cuflight_trace::model::trace::Process;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -305,6 +306,24 @@ pub const FIX_LAUNCH_SERVING: &str = "Replay more of each iteration as CUDA grap
 pub const FIX_CPU_SERVING: &str = "Find the host hot spot in the engine's loop (py-spy on the server process): \
      scheduling, sampling or tokenisation on the CPU between iterations; move detokenisation and request handling \
      off the engine's thread and overlap scheduling with the GPU (async scheduling).";
+/// launch_bound and cpu_bound in a program that already runs torch.compile'd code (Inductor's kernels), not replayed
+/// as CUDA graphs: compiling it is done; what is left is launching the compiled kernels one by one.
+pub const FIX_LAUNCH_COMPILED_GENERAL: &str = "The program already runs torch.compile'd code (Inductor's Triton \
+     kernels); what is left is its kernels launched one by one and the eager ops between graph breaks. Replay them \
+     as CUDA graphs: torch.compile(mode=\"reduce-overhead\") (static shapes; mark the dynamic ones or pad to a few \
+     sizes); remove graph breaks so more ops fuse (TORCH_LOGS=graph_breaks lists them); give each kernel more work \
+     (larger batches).";
+/// The same in a training loop, whose optimizer step usually runs eagerly after the compiled model.
+pub const FIX_LAUNCH_COMPILED: &str = "The training step already runs torch.compile'd code (Inductor's Triton \
+     kernels); what is left is its kernels launched one by one, the eager ops between graph breaks and the optimizer \
+     step outside the compiled function. Replay them as CUDA graphs: torch.compile(mode=\"reduce-overhead\") \
+     (static shapes); compile the optimizer step too, or use a fused/foreach optimizer; remove graph breaks \
+     (TORCH_LOGS=graph_breaks lists them); larger batches.";
+pub const FIX_CPU_COMPILED: &str = "The program already runs torch.compile'd code: the host work between launches \
+     is outside the compiled graphs (graph breaks: TORCH_LOGS=graph_breaks lists them; input preparation, logging, \
+     eager ops) or the compiled code's own wrapper and guards. Find the hot spot with py-spy on the process; move \
+     input preparation off the launching thread (DataLoader workers); where the compiled code is not replayed as \
+     CUDA graphs yet, torch.compile(mode=\"reduce-overhead\") removes the wrapper's work per kernel.";
 const SYNC_FIXES: Fixes = Fixes { training: FIX_SYNC, serving: FIX_SYNC_SERVING, general: FIX_SYNC_GENERAL };
 const LAUNCH_FIXES: Fixes = Fixes { training: FIX_LAUNCH, serving: FIX_LAUNCH_SERVING, general: FIX_LAUNCH_GENERAL };
 const CPU_FIXES: Fixes = Fixes { training: FIX_CPU, serving: FIX_CPU_SERVING, general: FIX_CPU_GENERAL };
@@ -369,7 +388,11 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
             per_step(c.total_ns)
         ));
         let summary = format!("GPU waits for host CPU work between launches: {} per step", per_step(c.total_ns));
-        out.push(ctx.finding("cpu_bound", c.total_ns, summary, ev, ctx.fix(CPU_FIXES)));
+        let fix = match ctx.fix(CPU_FIXES) {
+            FIX_CPU | FIX_CPU_GENERAL if runs_compiled_code(ctx, swept) => FIX_CPU_COMPILED,
+            fix => fix,
+        };
+        out.push(ctx.finding("cpu_bound", c.total_ns, summary, ev, fix));
     }
     out
 }
@@ -437,6 +460,8 @@ fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> 
     let fix = match ctx.fix(LAUNCH_FIXES) {
         _ if kernels == 0 && swept.graph_kernels > 0 => FIX_LAUNCH_GRAPH_CALLS,
         FIX_LAUNCH if swept.graph_kernels > 0 => FIX_LAUNCH_GRAPHED,
+        FIX_LAUNCH if runs_compiled_code(ctx, swept) => FIX_LAUNCH_COMPILED,
+        FIX_LAUNCH_GENERAL if runs_compiled_code(ctx, swept) => FIX_LAUNCH_COMPILED_GENERAL,
         fix => fix,
     };
     let mut f = ctx.finding("launch_bound", c.total_ns, summary, ev, fix);
@@ -469,6 +494,12 @@ fn traced_graph_launches(swept: &Swept, traced_ns: u64, steps: usize) -> Option<
         format_us(launches.median()),
         GRAPH_NODE_TRACING_NS as f64 / 1e3,
     ))
+}
+
+/// Whether the steps ran kernels torch.compile generated: the program is compiled already, so a fix says what to
+/// do next rather than to compile it.
+pub fn runs_compiled_code(ctx: &Ctx, swept: &Swept) -> bool {
+    swept.kernels.by_name.keys().any(|&n| inductor::is_inductor_kernel(ctx.p.string(n)))
 }
 
 fn format_us(ns: u64) -> String {

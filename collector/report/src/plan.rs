@@ -13,9 +13,9 @@ use super::window::{HostRange, NameFlags};
 use cuflight_format::calls::CallEffects;
 use cuflight_format::view::SYNC_STREAM_WAIT_EVENT;
 use cuflight_format::{EventKind, RawEvent};
-use cuflight_trace::model::kernel_category;
 use cuflight_trace::model::ranges::Pairer;
 use cuflight_trace::model::trace::Process;
+use cuflight_trace::model::{inductor, kernel_category};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use cuflight_analysis::stats::op_perf::gemm::GemmPerfRow;
@@ -461,7 +461,7 @@ fn warmup_of(p: &Process, f: &First, steps: &Steps, no_steps: bool) -> super::wa
     warmup.run_again_example = warmup.kernels_run_again.first().map(|&k| p.string(k).to_string());
     for later in &mut warmup.later {
         later.examples = later.kernel_ids.iter().take(3).map(|&k| p.string(k).to_string()).collect();
-        later.recompiled = later.kernel_ids.iter().all(|&k| p.string(k).starts_with("triton_"));
+        later.recompiled = later.kernel_ids.iter().all(|&k| inductor::is_inductor_kernel(p.string(k)));
     }
     warmup
 }

@@ -9,8 +9,8 @@ use super::spans::Span;
 use cuflight_format::calls::{CallClass, CallEffects};
 use cuflight_format::RawEvent;
 use cuflight_trace::model::kernel_category::{self, Category};
-use cuflight_trace::model::range_roles;
 use cuflight_trace::model::trace::Process;
+use cuflight_trace::model::{inductor, range_roles};
 use rustc_hash::FxHashMap;
 
 /// A stretch of time in which a launching thread was inside CUDA calls.
@@ -189,7 +189,7 @@ impl NameFlags {
         set(range_roles::is_request_range(name), Self::REQUEST);
         set(is_graph_level(name), Self::GRAPH_LEVEL);
         let category = kernel_category::kernel_category(name);
-        set(category == Category::Elementwise && !name.starts_with("triton_"), Self::ELEMENTWISE);
+        set(category == Category::Elementwise && !inductor::is_inductor_kernel(name), Self::ELEMENTWISE);
         set(category == Category::Gemm, Self::GEMM);
         set(category == Category::Softmax && !kernel_category::is_log_softmax(name), Self::SOFTMAX);
         f

@@ -1,8 +1,7 @@
 //! Kernels torch.compile generated with Triton, grouped by what they fuse. Inductor names each kernel
-//! `triton_<kind>_fused_<ops>_<index>`: the kind (`poi` pointwise, `red` reduction, `per` persistent reduction,
-//! `tem` template: a GEMM or convolution, `for` foreach), the ATen operations it fuses joined by `_` (up to
-//! Inductor's `kernel_name_max_ops`, 10), and an index telling apart kernels that fuse the same operations. One
-//! row per kind and operations: every graph's copy of a fused chain together.
+//! `triton_<kind>_fused_<ops>_<index>` (the kind: [`cuflight_trace::model::inductor`]), the ATen operations it fuses
+//! joined by `_` (up to Inductor's `kernel_name_max_ops`, 10), and an index telling apart kernels that fuse the same
+//! operations. One row per kind and operations: every graph's copy of a fused chain together.
 
 use super::DurationRow;
 use serde::Serialize;
@@ -26,16 +25,8 @@ pub struct TritonRow {
 /// A Triton kernel's kind and fused operations, from its name; None for other kernels and for Triton names that
 /// follow no Inductor pattern (`triton__0d1d2d`, a hand-written kernel's own name).
 pub fn fused_chain(name: &str) -> Option<(&'static str, &str)> {
-    let rest = name.strip_prefix("triton_")?;
-    let (kind, rest) = rest.split_once('_').unwrap_or((rest, ""));
-    let kind = match kind {
-        "poi" => "pointwise",
-        "red" => "reduction",
-        "per" => "persistent reduction",
-        "tem" => "template",
-        "for" => "foreach",
-        _ => return None,
-    };
+    let (kind, rest) = cuflight_trace::model::inductor::kind_of(name)?;
+    let kind = kind.as_str();
     // The index: digits after the last `_`.
     let ops = match rest.rsplit_once('_') {
         Some((ops, index)) if !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) => ops,

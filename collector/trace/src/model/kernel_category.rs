@@ -84,13 +84,14 @@ pub fn kernel_category(name: &str) -> Category {
     let f = function_part(name);
     let l = f.to_ascii_lowercase();
     let has = |keys: &[&str]| keys.iter().any(|k| l.contains(k));
-    // Triton names its kernels by what they are: pointwise, reduction, persistent reduction, template (GEMM).
-    if let Some(rest) = l.strip_prefix("triton_") {
-        return match rest.split('_').next() {
-            Some("poi") => Category::Elementwise,
-            Some("red" | "per") => Category::Reduction,
-            Some("tem") => Category::Gemm,
-            _ => Category::Other,
+    // torch.compile names its Triton kernels by what they are: pointwise, reduction, template (GEMM)...
+    if super::inductor::is_inductor_kernel(&l) {
+        use super::inductor::Kind;
+        return match super::inductor::kind_of(&l).map(|k| k.0) {
+            Some(Kind::Pointwise) => Category::Elementwise,
+            Some(Kind::Reduction | Kind::PersistentReduction) => Category::Reduction,
+            Some(Kind::Template) => Category::Gemm,
+            Some(Kind::Foreach) | None => Category::Other,
         };
     }
     if has(&["flash_fwd", "flash_bwd", "fmha", "attention", "attn", "sdpa", "_mha_", "flash::"]) {

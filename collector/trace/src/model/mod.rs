@@ -15,6 +15,7 @@ pub mod filter;
 pub mod gpu_counters;
 pub mod gpu_peaks;
 pub mod host;
+pub mod inductor;
 pub mod job_clock;
 pub mod kernel_category;
 pub mod kernel_symbols;
