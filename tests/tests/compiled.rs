@@ -59,6 +59,12 @@ fn a_compiled_loop_without_recompilation_names_no_later_step() {
     let w = &r["processes"][0]["warmup"];
     assert!(w["later"].as_array().is_none_or(|l| l.is_empty()), "{w}");
     assert!(w["steps"].as_u64().unwrap() >= 1, "{w}");
+    // The first step's 30 ms of host work is the compile, said so: its kernels are Inductor's.
+    assert_eq!(w["compiled"], true, "{w}");
+    let text = Command::new(cuflight_bin()).arg("report").arg(&rec.trace).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = text.lines().find(|l| l.trim_start().starts_with("Warm-up:")).expect("a warm-up line");
+    assert!(line.contains("torch.compile compiling (Dynamo's tracing") && !line.contains("CUDA graphs"), "{line}");
 }
 
 /// A compiled model whose host cannot launch its kernels fast enough: the fixes speak to a program that is already

@@ -233,6 +233,7 @@ fn warmup_steps_are_reported_apart() {
     // Three planted; a loaded machine may slow the next one enough to look like warm-up too.
     let warm = w["steps"].as_u64().unwrap();
     assert!((3..=4).contains(&warm), "{w}");
+    assert!(w["compiled"].is_null(), "no Inductor kernel ran: no compile is named: {w}");
     assert_eq!(w["included"], false);
     let detail = w["detail"].as_array().unwrap();
     assert_eq!(detail[0]["name"], "ProfilerStep#0");

@@ -463,6 +463,7 @@ fn warmup_of(p: &Process, f: &First, steps: &Steps, no_steps: bool) -> super::wa
         later.examples = later.kernel_ids.iter().take(3).map(|&k| p.string(k).to_string()).collect();
         later.recompiled = later.kernel_ids.iter().all(|&k| inductor::is_inductor_kernel(p.string(k)));
     }
+    warmup.compiled = warmup.steps > 0 && f.warm.kernels.keys().any(|&k| inductor::is_inductor_kernel(p.string(k)));
     warmup
 }
 

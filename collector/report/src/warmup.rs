@@ -20,6 +20,7 @@
 //! evaluation), a kernel autotuned for a new shape. Each is named with its cost, its time over the median, and
 //! left out of the analyses with the warm-up ([`super::plan::Plan::leave_out_warmup`]).
 
+use super::findings::counted;
 use super::spans::{window_of, Span};
 use super::step_kinds::{self, Launched, ToldBy};
 use rustc_hash::FxHashMap;
@@ -164,6 +165,10 @@ pub struct Warmup {
     /// Steps after the warm-up that paid for first-time work again (see the module docs), in order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub later: Vec<FirstRun>,
+    /// The program runs kernels torch.compile generated: its first steps compiled them on the host (Dynamo's
+    /// tracing, Inductor's code generation, Triton's compiling), which is what makes them slow.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub compiled: bool,
 }
 
 /// One kind's steady median (JSON `warmup.steady_by_kind`).
@@ -247,22 +252,41 @@ impl Warmup {
         let only = kernels.saturating_sub(again);
         if only > 0 {
             let e = self.kernels_only_in_warmup.first().map_or(String::new(), |n| format!(", e.g. {n}"));
-            what.push(format!("{only} kernels that only the warm-up runs (autotuning, set-up{e})"));
+            what.push(format!(
+                "{} that only the warm-up runs (autotuning, set-up{e})",
+                counted(only as u64, "kernel", "kernels")
+            ));
         }
         if again > 0 {
             let e = self.run_again_example.as_ref().map_or(String::new(), |n| format!(" (e.g. {n})"));
             what.push(format!(
-                "{again} kernels run for the first time{e}, which later steps run again but no steady step"
+                "{} run for the first time{e}, which later steps run again but no steady step",
+                counted(again as u64, "kernel", "kernels")
             ));
         }
         let allocs: usize = self.detail.iter().map(|d| d.alloc_calls).sum();
         if allocs > 0 {
-            what.push(format!("{allocs} device allocation calls (the allocator growing)"));
+            what.push(format!(
+                "{} (the allocator growing)",
+                counted(allocs as u64, "device allocation call", "device allocation calls")
+            ));
         }
         let slowest = self.detail.iter().map(|d| d.slowdown).fold(0.0, f64::max);
         if slowest > SLOW {
             let of = if self.steady_by_kind.is_empty() { "" } else { " of its kind" };
-            what.push(format!("up to {slowest:.1}x the steady step time{of}"));
+            // A compiled loop that replays CUDA graphs (mode="reduce-overhead") also records them as it warms up.
+            let graphed = self.detail.iter().any(|d| d.kind.is_some_and(|k| k.contains("graph")));
+            let why = match (self.compiled, graphed) {
+                (false, _) => "",
+                (true, false) => {
+                    ": torch.compile compiling (Dynamo's tracing, Inductor's code generation, Triton's compiling)"
+                }
+                (true, true) => {
+                    ": torch.compile compiling (Dynamo's tracing, Inductor's code generation, Triton's compiling) \
+                     and recording its CUDA graphs"
+                }
+            };
+            what.push(format!("up to {slowest:.1}x the steady step time{of}{why}"));
         }
         what.join("; ")
     }
@@ -393,6 +417,8 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
         run_again_example: None,
         kernels_only_in_warmup: Vec::new(),
         later,
+        // Told by the kernels' names, which the plan resolves.
+        compiled: false,
     }
 }
 
