@@ -212,19 +212,7 @@ pub fn ms(ns: u64) -> String {
     format!("{:.2} ms", ns as f64 / 1e6)
 }
 
-/// A count and its noun, singular for one: "1 call", "3 calls".
-pub fn counted(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
-
-/// How often something happened: "once", "3 times".
-pub fn times(n: u64) -> String {
-    if n == 1 {
-        "once".into()
-    } else {
-        format!("{n} times")
-    }
-}
+pub use super::words::{counted, times};
 
 /// `part` as a percentage of `whole`; None when `whole` is 0 (no share to speak of): the one rule for the
 /// report's percentages.

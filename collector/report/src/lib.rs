@@ -49,6 +49,7 @@ mod wait_findings;
 pub mod warmup;
 pub mod window;
 pub mod windows;
+mod words;
 
 use cuflight_trace::model::cuda_errors::ErrorClass;
 use findings::{Ctx, MIN_SHARE};

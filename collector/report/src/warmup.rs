@@ -20,9 +20,9 @@
 //! evaluation), a kernel autotuned for a new shape. Each is named with its cost, its time over the median, and
 //! left out of the analyses with the warm-up ([`super::plan::Plan::leave_out_warmup`]).
 
-use super::findings::counted;
 use super::spans::{window_of, Span};
 use super::step_kinds::{self, Launched, ToldBy};
+use super::words::counted;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
