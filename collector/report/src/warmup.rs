@@ -481,7 +481,7 @@ mod tests {
         assert_eq!((&r.example_kernels, &r.kernels_run_again), (&vec![2], &vec![4]));
         let said = r.describe();
         assert!(
-            said.contains("1 kernels that only the warm-up runs") && said.contains("1 kernels run for the"),
+            said.contains("1 kernel that only the warm-up runs") && said.contains("1 kernel run for the"),
             "{said}"
         );
         // A program that allocates in every step: allocations tell nothing.
