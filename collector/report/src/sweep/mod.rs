@@ -387,7 +387,8 @@ impl<'a> Sweep<'a> {
         let is_kernel = kind == Some(EventKind::Kernel);
         // A node recorded on its own (not one record for the whole replay): its launch call did CUPTI's work for it.
         if let Some(c) = launch.filter(|_| graph && !names.has(e.name, NameFlags::GRAPH_LEVEL)) {
-            self.graph_nodes.entry(c.start).or_insert((c.end, 0)).1 += 1;
+            let nodes = &mut self.graph_nodes.entry(c.start).or_insert((c.end, 0)).1;
+            *nodes = nodes.saturating_add(1);
         }
         let compute = is_kernel && names.has(e.name, NameFlags::COMPUTE);
         let comm = is_kernel && names.has(e.name, NameFlags::COMM);
