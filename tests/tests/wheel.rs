@@ -190,6 +190,73 @@ fn the_x86_64_wheel_installs_without_cargo_and_records_the_demo() {
     assert_eq!(kernels(&stats_with(&bin, &trace)), 3 * 19, "3 steps of 19 kernels");
 }
 
+/// The demo's program (tests/c/train.c) for `arch` with glibc 2.28 (scripts/zig-cc), linked against `cudasim`.
+fn demo_for_glibc_2_28(arch: &str, cudasim: &Path, out: &Path) -> std::path::PathBuf {
+    run(Command::new(repo_root().join("scripts/zig-cc"))
+        .args([arch, "-O1", "-rdynamic", "-I"])
+        .arg(cuda_include())
+        .arg(repo_root().join("tests/c/train.c"))
+        .arg("-L")
+        .arg(cudasim)
+        .args(["-lcudart", "-ldl", "-o"])
+        .arg(out));
+    out.to_path_buf()
+}
+
+/// The x86_64 wheel where the only C library is Debian 11's glibc 2.31 (Ubuntu 20.04's; RHEL 8's 2.28 no registry
+/// here ships): installed without cargo, its collector, its agent and the wheels' cudasim record the demo, compiled
+/// against glibc 2.28, and report it, in a root of that libc and libgcc_s alone (scripts/old-glibc-run). A binary
+/// that needed a newer glibc would not start there.
+#[test]
+fn the_x86_64_wheel_records_the_demo_where_the_c_library_is_glibc_2_31() {
+    let Some(wheel) = built_wheel("x86_64") else { return };
+    let built = repo_root().join("target/wheels/x86_64-unknown-linux-gnu/release");
+    if !built.join("cudasim/libcudart.so").exists() || !repo_root().join(".cache/wheel-tools/bin/python").is_file() {
+        skipped("no x86_64 cudasim or zig in target/wheels (scripts/wheels builds them; CI does)");
+        return;
+    }
+    let dir = scratch("wheel-glibc-2.31");
+    let venv = dir.join("venv");
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
+    run(Command::new(venv.join("bin/pip")).args(["install", "-q", "--no-index", "--no-deps"]).arg(&wheel));
+    let train = demo_for_glibc_2_28("x86_64", &built.join("cudasim"), &dir.join("train"));
+    let old_glibc = |args: &[&std::ffi::OsStr]| -> Option<std::process::Output> {
+        let mut cmd = Command::new(repo_root().join("scripts/old-glibc-run"));
+        cmd.arg(&dir).arg(&built).arg("--").args(args).env("LD_LIBRARY_PATH", built.join("cudasim"));
+        let out = cmd.output().expect("scripts/old-glibc-run runs");
+        if out.status.code() == Some(77) {
+            skipped(String::from_utf8_lossy(&out.stderr).trim());
+            return None;
+        }
+        Some(out)
+    };
+    let Some(libc) = old_glibc(&["/lib/x86_64-linux-gnu/libc.so.6".as_ref()]) else { return };
+    let version = String::from_utf8_lossy(&libc.stdout);
+    assert!(version.contains("release version 2.31."), "{version}");
+    // The control: the same program built by this machine's compiler needs its newer glibc, and does not start.
+    let native = dir.join("native");
+    std::fs::create_dir_all(&native).unwrap();
+    let native = build_c("train", &native);
+    let refused = old_glibc(&[native.as_os_str(), "1".as_ref()]).unwrap();
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && why.contains("GLIBC_2.3"), "{why}");
+    let bin = venv.join("bin/cuflight");
+    let trace = dir.join("demo.cuf");
+    let args = ["record".as_ref(), "-o".as_ref(), trace.as_os_str(), "--".as_ref(), train.as_os_str(), "3".as_ref()];
+    let rec = old_glibc(&[&[bin.as_os_str()][..], &args[..]].concat()).unwrap();
+    assert!(rec.status.success(), "{}", String::from_utf8_lossy(&rec.stderr));
+    assert!(String::from_utf8_lossy(&rec.stderr).contains("nothing lost"), "{}", String::from_utf8_lossy(&rec.stderr));
+    let stats =
+        old_glibc(&[bin.as_os_str(), "stats".as_ref(), "--format".as_ref(), "json".as_ref(), trace.as_os_str()]);
+    let stats = stats.unwrap();
+    assert!(stats.status.success(), "{}", String::from_utf8_lossy(&stats.stderr));
+    let s: Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(kernels(&s), 3 * 19, "3 steps of 19 kernels, recorded on glibc 2.31");
+    let report = old_glibc(&[bin.as_os_str(), "report".as_ref(), trace.as_os_str()]).unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(report.status.success() && text.contains("fp32_gemm"), "{text}");
+}
+
 /// The aarch64 build scripts/wheels made (`target/wheels/aarch64-unknown-linux-gnu/release`: cuflight, the agent,
 /// cudasim and the capture tests), or None, said, where it is missing.
 fn aarch64_build() -> Option<std::path::PathBuf> {
@@ -224,15 +291,7 @@ fn the_aarch64_build_records_the_demo_under_qemu() {
     // cudasim for aarch64, every process of it emulated.
     let Some(out) = aarch64_build() else { return };
     let dir = scratch("wheel-aarch64");
-    let train = dir.join("train-aarch64");
-    run(Command::new(repo_root().join("scripts/aarch64-cc"))
-        .args(["-O1", "-rdynamic", "-I"])
-        .arg(cuda_include())
-        .arg(repo_root().join("tests/c/train.c"))
-        .arg("-L")
-        .arg(out.join("cudasim"))
-        .args(["-lcudart", "-ldl", "-o"])
-        .arg(&train));
+    let train = demo_for_glibc_2_28("aarch64", &out.join("cudasim"), &dir.join("train-aarch64"));
     let env = [("LD_LIBRARY_PATH", out.join("cudasim")), ("CUFLIGHT_AGENT", out.join("libcuflight.so"))];
     let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (*k, v.as_path())).collect();
     let cuflight = out.join("cuflight");
