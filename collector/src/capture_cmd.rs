@@ -388,6 +388,7 @@ fn print_costs(s: &RecordSummary) {
         .backpressure()
         .into_iter()
         .chain(s.python_stacks_line())
+        .chain(s.graph_node_tracing_line())
         .chain(s.python_unread_lines())
         .chain(s.gpu_counters_lines());
     for line in lines {

@@ -47,6 +47,17 @@ pub const GRAPHS: u32 = 128;
 pub const HES: u32 = 256;
 pub const DEFAULT: u32 = CUDA | NVTX | MEMORY | OVERHEAD | PYTHON;
 
+/// What CUPTI's node-level tracing adds to a CUDA graph's launch call for each node it records, on the launching
+/// thread. Measured by gpu-validate's graphtrace part on an H200 (driver 580.159.04, CUDA 13.0, 2026-12-01:
+/// `torch.compile(mode="reduce-overhead")`'s training loop, 608 launches of graphs of 107 kernel nodes each):
+/// `cudaGraphLaunch` took a median of 156 µs traced per node and 40 µs traced per launch
+/// (`CUPTI_ACTIVITY_KIND_GRAPH_TRACE`), so about (156 - 40) / 107 = 1.1 µs a node. The GPU idles meanwhile: in
+/// that loop's trace the first node ran 40-220 µs into its launch call, and about 30 nodes more ran, with gaps,
+/// before the call returned. The report gives idle time inside such a call, up to this much per node of the launch, to
+/// the profiler rather than to the program's launch overhead; `record` and `serve` count it in what the recording
+/// cost. `graphs` (graph-level records) is what avoids it.
+pub const GRAPH_NODE_TRACING_NS: u64 = 1_100;
+
 /// The names `--trace` takes, with their bits, in the order `--help` lists them.
 pub const NAMES: [(&str, u32); 9] = [
     ("cuda", CUDA),

@@ -227,6 +227,14 @@ pub struct GraphNode {
     pub node_id: u64,
 }
 
+impl GraphNode {
+    /// A node CUPTI traced on its own (node-level tracing, each lengthening its launch call), not a whole launch
+    /// traced at graph level ([`WHOLE_GRAPH`]).
+    pub fn is_node_level(&self) -> bool {
+        self.node_id != WHOLE_GRAPH
+    }
+}
+
 /// An [`EventKind::PyFrame`]: one frame of a call's Python stack.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PyFrameRecord {

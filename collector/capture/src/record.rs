@@ -18,7 +18,7 @@ pub use crate::window::Range;
 use cuflight_format::channel::{self, Listener};
 use cuflight_format::file::{Drops, ProcessInfo};
 use cuflight_format::segment::{self, state, MappedSegment};
-use cuflight_format::RawEvent;
+use cuflight_format::{EventKind, RawEvent};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
@@ -91,6 +91,8 @@ struct Recorder {
     /// Steps and time slices the agents recorded whole under `--sample` (their `Sampled` events).
     sampled_steps: u64,
     sampled_slices: u64,
+    /// CUDA graph nodes CUPTI traced one by one (each lengthened its graph's launch call).
+    graph_nodes_traced: u64,
     last_write: Instant,
     last_liveness: Instant,
     /// Set by a write error: nothing more is drained or written.
@@ -144,9 +146,16 @@ impl Recorder {
         for t in self.tracked.values_mut() {
             let before = t.pending_events.len();
             let n = drain_one(t, now);
-            for e in t.pending_events[before..].iter().filter(|e| e.kind() == Some(cuflight_format::EventKind::Sampled))
-            {
-                *if e.is_sampled_slice() { &mut self.sampled_slices } else { &mut self.sampled_steps } += 1;
+            for e in &t.pending_events[before..] {
+                match e.kind() {
+                    Some(EventKind::Sampled) => {
+                        *if e.is_sampled_slice() { &mut self.sampled_slices } else { &mut self.sampled_steps } += 1
+                    }
+                    Some(EventKind::GraphNode) => {
+                        self.graph_nodes_traced += u64::from(e.as_graph_node().is_node_level())
+                    }
+                    _ => {}
+                }
             }
             match self.window.as_mut() {
                 Some(w) => {
@@ -299,6 +308,7 @@ impl Session {
             pending: 0,
             sampled_steps: 0,
             sampled_slices: 0,
+            graph_nodes_traced: 0,
             last_write: Instant::now(),
             last_liveness: Instant::now(),
             stopped: None,
@@ -471,6 +481,7 @@ impl Session {
             range_never_started: false,
             sampled_steps: rec.sampled_steps,
             sampled_slices: rec.sampled_slices,
+            graph_nodes_traced: rec.graph_nodes_traced,
             traced: infos.iter().filter(|i| !i.traced.is_empty()).map(|i| (i.pid, i.traced.clone())).collect(),
             arming: Arming::default(),
             program_held_ns: infos.iter().fold(0u64, |a, i| a.saturating_add(i.program_held_ns)),

@@ -74,6 +74,8 @@ pub struct RecordSummary {
     pub gpu_sample_overflows: u64,
     pub gpu_sampling_ns: u64,
     pub gpu_counters_refused: Vec<(u32, String)>,
+    /// CUDA graph nodes CUPTI traced one by one over all processes (not whole launches traced at graph level).
+    pub graph_nodes_traced: u64,
     /// The files written, with their sizes (several when the output name has `%r`, `%h` or `%p`).
     pub files: Vec<(String, u64)>,
 }
@@ -93,6 +95,22 @@ impl RecordSummary {
                 self.python_stacks,
                 self.python_stack_ns as f64 / 1e6,
                 self.python_stack_ns as f64 / self.python_stacks as f64 / 1e3
+            )
+        })
+    }
+
+    /// What tracing CUDA graphs node by node cost the programs' graph launches, estimated (no record measures it),
+    /// when any node was traced so.
+    pub fn graph_node_tracing_line(&self) -> Option<String> {
+        (self.graph_nodes_traced > 0).then(|| {
+            let each = cuflight_format::tracing::GRAPH_NODE_TRACING_NS;
+            format!(
+                "CUPTI traced {} CUDA graph nodes one by one, lengthening the graph launch calls by about {:.2} ms \
+                 ({:.1} us a node, an H200's figure; the report sets it apart from launch overhead); adding `graphs` \
+                 to --trace records one record per launch instead, without the nodes' names and times",
+                self.graph_nodes_traced,
+                self.graph_nodes_traced.saturating_mul(each) as f64 / 1e6,
+                each as f64 / 1e3
             )
         })
     }

@@ -1,13 +1,14 @@
 //! Findings: one bottleneck each, with the time it costs, the evidence and the fix. This file holds the finding
 //! model and the host-side findings (why the GPU idles); `gpu_findings.rs` holds those read off GPU work.
 
-use super::idle::{Cause, CauseKind, Example, IdleCauses, GRAPH_NODE_TRACING_NS};
+use super::idle::{Cause, CauseKind, Example, IdleCauses};
 use super::plan::Plan;
 use super::sources::SourceKind;
 use super::steps::Steps;
 use super::sweep::Swept;
 use super::tallies::CallTotals;
 use cuflight_format::calls::CallEffects;
+use cuflight_format::tracing::GRAPH_NODE_TRACING_NS;
 use cuflight_trace::model::inductor;
 use cuflight_trace::model::trace::Process;
 use serde::Serialize;

@@ -30,6 +30,7 @@ use super::short_names::short_name;
 use super::spans::{clip, subtract, Span};
 use super::window::{stream_label, Closer, HostCall, WindowView};
 use cuflight_format::calls::{CallClass, CallEffects};
+use cuflight_format::tracing::GRAPH_NODE_TRACING_NS;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -80,16 +81,6 @@ pub enum CauseKind {
 }
 
 const CAUSES: usize = 14;
-
-/// What CUPTI's node-level tracing adds to a CUDA graph's launch call for each node it records, on the launching
-/// thread. Measured by gpu-validate's graphtrace part on an H200 (driver 580.159.04, CUDA 13.0, 2026-12-01:
-/// `torch.compile(mode="reduce-overhead")`'s training loop, 608 launches of graphs of 107 kernel nodes each):
-/// `cudaGraphLaunch` took a median of 156 µs traced per node and 40 µs traced per launch
-/// (`CUPTI_ACTIVITY_KIND_GRAPH_TRACE`), so about (156 - 40) / 107 = 1.1 µs a node. The GPU idles meanwhile: in
-/// that loop's trace the first node ran 40-220 µs into its launch call, and about 30 nodes more ran, with gaps,
-/// before the call returned. Idle time inside such a call, up to this much per node of the launch, is the
-/// profiler's, not the program's launch overhead.
-pub const GRAPH_NODE_TRACING_NS: u64 = 1_100;
 
 /// A queued wait this long with the GPU idle cannot be the launch pipeline or a dependency the trace holds (that
 /// would be running): the GPU ran work the trace does not hold.

@@ -144,9 +144,10 @@ fn launch_gaps_are_split_into_host_issue_and_the_gpus_own_gap_between_queued_ker
 /// graph was traced one record per launch (no nodes counted for it).
 #[test]
 fn idle_inside_a_graph_launch_call_is_the_profilers_up_to_its_cost_per_traced_node() {
-    use super::idle::{attribute, CauseKind, IdleCauses, GRAPH_NODE_TRACING_NS};
+    use super::idle::{attribute, CauseKind, IdleCauses};
     use super::window::{Closer, GraphNodes, HostCall};
     use cuflight_format::calls::CallClass;
+    use cuflight_format::tracing::GRAPH_NODE_TRACING_NS;
     let p = process(&[(1, "cudaGraphLaunch")], vec![]);
     // cudaGraphLaunch runs 1,000-9,000 ns; its nodes start 5,000, 7,000 and (after it returned) 9,000.
     let node = |start| Closer {

@@ -224,7 +224,7 @@ impl StatsAcc {
                 let g = self.graphs.entry((key, node.graph_id)).or_default();
                 let span = g.launches.entry(e.correlation).or_insert((e.start, e.end));
                 *span = (span.0.min(e.start), span.1.max(e.end));
-                if node.node_id == cuflight_format::view::WHOLE_GRAPH {
+                if !node.is_node_level() {
                     // The launch as one record: its nodes and kernels are not known.
                     g.graph_level = true;
                 } else {

@@ -140,7 +140,7 @@ pub(super) fn graph_args(node: Option<GraphNode>) -> String {
     match node {
         None => String::new(),
         // A launch traced at graph level stands for all its nodes: no node id.
-        Some(n) if n.node_id == cuflight_format::view::WHOLE_GRAPH => format!(r#","graph id":{}"#, n.graph_id),
+        Some(n) if !n.is_node_level() => format!(r#","graph id":{}"#, n.graph_id),
         Some(n) => format!(r#","graph id":{},"graph node id":{}"#, n.graph_id, n.node_id),
     }
 }

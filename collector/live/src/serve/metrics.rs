@@ -2,9 +2,8 @@
 //! Prometheus' text exposition format (version 0.0.4: HELP and TYPE lines, counters in seconds and bytes).
 
 use cuflight_format::calls::CallEffects;
-use cuflight_format::view::WHOLE_GRAPH;
+use cuflight_format::tracing::GRAPH_NODE_TRACING_NS;
 use cuflight_format::EventKind;
-use cuflight_report::idle::GRAPH_NODE_TRACING_NS;
 use cuflight_trace::model::cuda_errors::{error_name, ErrorClass};
 use cuflight_trace::model::cupti_labels;
 use cuflight_trace::model::kernel_category::kernel_category;
@@ -174,7 +173,7 @@ impl ProcessMetrics {
                         }
                     }
                     Some(EventKind::Overhead) => cupti_overhead_ns += e.duration(),
-                    Some(EventKind::GraphNode) => traced_nodes += u64::from(e.as_graph_node().node_id != WHOLE_GRAPH),
+                    Some(EventKind::GraphNode) => traced_nodes += u64::from(e.as_graph_node().is_node_level()),
                     Some(EventKind::Alloc | EventKind::Free) => {
                         memory_seen = true;
                         live.apply(p.info.pid, e);

@@ -115,7 +115,7 @@ pub struct Sweep<'a> {
     /// Graph set-up done: stream captures (begin to end) and instantiations, not yet behind every window.
     graph_setup: Vec<Span>,
     /// CUDA graph launches traced node by node, by their call's start: the call's end and the nodes seen so far,
-    /// until no window left holds the call ([`crate::idle::GRAPH_NODE_TRACING_NS`]: what tracing adds per node).
+    /// until no window left holds the call ([`cuflight_format::tracing::GRAPH_NODE_TRACING_NS`]: what tracing adds per node).
     graph_nodes: crate::window::GraphNodes,
     /// Closed host ranges (not steps): (span, data loading).
     ranges: Vec<(Span, bool)>,
