@@ -276,3 +276,39 @@ fn a_recording_streamed_through_a_pipe_reads_back_whole() {
     assert_eq!(count(&s, "kernels", "name", "scale"), 1, "{s}");
     assert_eq!(err, "", "a whole trace, no warning");
 }
+
+/// A FIFO made with `mkfifo` in `dir`, fed `bytes` by a thread once a reader opens it.
+fn fed_fifo(dir: &std::path::Path, name: &str, bytes: Vec<u8>) -> (std::path::PathBuf, std::thread::JoinHandle<()>) {
+    let fifo = dir.join(name);
+    let _ = std::fs::remove_file(&fifo);
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let path = fifo.clone();
+    (fifo, std::thread::spawn(move || std::fs::write(path, bytes).unwrap()))
+}
+
+/// A pipe named as a trace (`cuflight diff <(zcat a.cuf.gz) <(zcat b.cuf.gz)`, a FIFO) cannot seek: each is read
+/// once, as standard input is, and reads as its file does, named by its path. It used to fail as "bad magic".
+#[test]
+fn traces_named_as_pipes_read_as_their_files_do() {
+    let dir = scratch("named-pipes");
+    let trace = a_trace(&dir);
+    let bytes = std::fs::read(&trace).unwrap();
+    let file = Command::new(cuflight_bin()).args(["stats", "--format", "json"]).arg(&trace).output().unwrap();
+    let (fifo, feeder) = fed_fifo(&dir, "one.cuf", bytes.clone());
+    let piped = Command::new(cuflight_bin()).args(["stats", "--format", "json"]).arg(&fifo).output().unwrap();
+    feeder.join().unwrap();
+    assert!(piped.status.success(), "{}", String::from_utf8_lossy(&piped.stderr));
+    assert_eq!(String::from_utf8_lossy(&piped.stdout), String::from_utf8_lossy(&file.stdout));
+    // Two at once, each named as given.
+    let (a, fa) = fed_fifo(&dir, "a.cuf", bytes.clone());
+    let (b, fb) = fed_fifo(&dir, "b.cuf", bytes);
+    let out = Command::new(cuflight_bin()).arg("diff").args([&a, &b]).output().unwrap();
+    fa.join().unwrap();
+    fb.join().unwrap();
+    let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{err}");
+    let named = |p: &std::path::Path| text.contains(p.to_str().unwrap());
+    assert!(named(&a) && named(&b) && !text.contains("/proc/"), "{text}");
+}
