@@ -15,9 +15,9 @@ mod multi_trace;
 mod nsys_report;
 mod report_cmd;
 mod schema_cmd;
+mod spooled_inputs;
 mod stand_in;
 mod stats_cmd;
-mod stdin_trace;
 mod trace_dirs;
 use cli::*;
 use cuflight_collector::capture::agents;
@@ -78,8 +78,8 @@ fn run(mut cli: Cli) -> Result<i32> {
         None if name != "diff" => trace_dirs::refuse(&cli.command.trace_paths(), name)?,
         None => {}
     }
-    // Kept open until the command is done: a trace read from standard input lives in it.
-    let _stdin = stdin_trace::take(&mut cli.command.trace_paths())?;
+    // Kept open until the command is done: traces read from standard input, pipes and compressed files live in it.
+    let _spooled = spooled_inputs::take(&mut cli.command.trace_paths())?;
     // And those of Nsight Systems reports read through their SQLite exports.
     let _exports = nsys_report::take(&mut cli.command.trace_paths())?;
     match cli.command {

@@ -1,4 +1,5 @@
-//! Traces read through a stand-in file: standard input's copy (`-`), an Nsight Systems report's SQLite export.
+//! Traces read through a stand-in file: the copy of standard input (`-`), of a pipe or of a compressed trace, an
+//! Nsight Systems report's SQLite export.
 //! Messages and outputs name the trace as the user gave it, never the stand-in; the original stays an input of the
 //! command, so that an output naming it is refused as an output naming any input is.
 
@@ -43,10 +44,12 @@ pub fn name_of(trace: &Path) -> String {
 /// The default output beside `trace` (`output::default_beside`): beside the file the user named; a trace read
 /// from standard input has no place beside it, so the output must be named.
 pub fn beside(trace: &Path, ext: &str) -> anyhow::Result<PathBuf> {
-    let found = stand_ins().iter().find(|s| Path::new(&s.path) == trace).map(|s| s.original.clone());
+    let found = stand_ins().iter().find(|s| Path::new(&s.path) == trace).map(|s| (s.shown.clone(), s.original.clone()));
     match found {
-        Some(None) => anyhow::bail!("the trace comes from standard input: name the output with -o"),
-        Some(Some(original)) => Ok(cuflight_collector::export::output::default_beside(&original, ext)),
+        Some((shown, None)) => {
+            anyhow::bail!("the trace comes from {shown}, no file to write beside: name the output with -o")
+        }
+        Some((_, Some(original))) => Ok(cuflight_collector::export::output::default_beside(&original, ext)),
         None => Ok(cuflight_collector::export::output::default_beside(trace, ext)),
     }
 }

@@ -41,7 +41,10 @@ pub fn refuse(traces: &[&mut PathBuf], command: &str) -> Result<()> {
 
 fn is_trace(path: &Path) -> bool {
     let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
-    cuflight_collector::import::detect(path).is_ok() || name.ends_with(".nsys-rep") || name.ends_with(".qdrep")
+    cuflight_collector::import::detect(path).is_ok()
+        || name.ends_with(".nsys-rep")
+        || name.ends_with(".qdrep")
+        || crate::spooled_inputs::is_compressed_trace(path)
 }
 
 pub fn traces_in(dir: &Path) -> Result<Vec<PathBuf>> {

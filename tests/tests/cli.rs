@@ -312,3 +312,73 @@ fn traces_named_as_pipes_read_as_their_files_do() {
     let named = |p: &std::path::Path| text.contains(p.to_str().unwrap());
     assert!(named(&a) && named(&b) && !text.contains("/proc/"), "{text}");
 }
+
+/// Compressed traces (gzip, zstd) read as what they hold, named as given: a cuflight trace, an nsys SQLite export,
+/// Kineto JSON (gzip'd Kineto JSON streams through its importer as before). One cut short reads what it holds, with
+/// a warning; one that would grow past a thousand times its size is refused before it fills the temporary
+/// directory; a directory holding them lists them; outputs go beside them, named for what they hold.
+#[test]
+fn compressed_traces_read_as_what_they_hold() {
+    use std::io::Write;
+    let dir = scratch("compressed");
+    let trace = a_trace(&dir);
+    let bytes = std::fs::read(&trace).unwrap();
+    let gzip = |b: &[u8]| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(b).unwrap();
+        e.finish().unwrap()
+    };
+    let stats = |p: &std::path::Path| {
+        let out = Command::new(cuflight_bin()).args(["stats", "--format", "json"]).arg(p).output().unwrap();
+        assert!(out.status.success(), "{}: {}", p.display(), String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let plain = stats(&trace);
+    let (gz, zst) = (dir.join("run.cuf.gz"), dir.join("run.cuf.zst"));
+    std::fs::write(&gz, gzip(&bytes)).unwrap();
+    std::fs::write(&zst, zstd::encode_all(&bytes[..], 3).unwrap()).unwrap();
+    assert_eq!(stats(&gz), plain);
+    assert_eq!(stats(&zst), plain);
+    if let Some(sqlite) = shared_trace("nsys-a100-cloverleaf.sqlite") {
+        let packed = dir.join("cloverleaf.sqlite.zst");
+        std::fs::write(&packed, zstd::encode_all(std::fs::File::open(&sqlite).unwrap(), 3).unwrap()).unwrap();
+        assert_eq!(stats(&packed), stats(&sqlite));
+    }
+    // The report names it as given.
+    let out = Command::new(cuflight_bin()).arg("report").arg(&gz).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("from {}", gz.display())) && !text.contains("/proc/"), "{text}");
+    // Cut short: what it holds, with a warning that says so.
+    let cut = dir.join("cut.cuf.gz");
+    let whole = gzip(&bytes);
+    std::fs::write(&cut, &whole[..whole.len() * 3 / 4]).unwrap();
+    let out = Command::new(cuflight_bin()).arg("stats").arg(&cut).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.contains(&format!("{}: the compressed file ends early", cut.display())),
+        "{err}"
+    );
+    // 256 MiB of a trace's magic and zeros in a few KB: refused at 64 MB, one line.
+    let bomb = dir.join("bomb.cuf.zst");
+    {
+        let mut e = zstd::Encoder::new(std::fs::File::create(&bomb).unwrap(), 1).unwrap();
+        e.write_all(&bytes[..16]).unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..256 {
+            e.write_all(&zeros).unwrap();
+        }
+        e.finish().unwrap();
+    }
+    let (code, err) = cuflight(&["stats", bomb.to_str().unwrap()]);
+    assert_one_line_error(code, &err, "decompresses to more than 1000 times its size");
+    // A directory of them is read as one; the default output goes beside, named for what it holds.
+    let listed = dir.join("listed");
+    std::fs::create_dir_all(&listed).unwrap();
+    std::fs::copy(&zst, listed.join("run.cuf.zst")).unwrap();
+    let (code, err) = cuflight(&["report", listed.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("1 trace"), "{err}");
+    let (code, err) = cuflight(&["export", zst.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(dir.join("run.perfetto-trace").is_file(), "{err}");
+}

@@ -20,8 +20,9 @@ const ANALYSIS_LIMIT: Duration = Duration::from_secs(600);
 
 fn traces_schema() -> Value {
     json!({"type": "array", "items": {"type": "string"}, "minItems": 1,
-           "description": "Trace files (cuflight .cuf, torch.profiler Kineto .json/.json.gz, Nsight Systems .sqlite \
-                           or .nsys-rep), or one directory of them; several are one job's ranks"})
+           "description": "Trace files (cuflight .cuf, torch.profiler Kineto .json, Nsight Systems .sqlite or \
+                           .nsys-rep; but .nsys-rep, also compressed: .gz, .zst), or one directory of them; several \
+                           are one job's ranks"})
 }
 
 /// The tools, with their JSON Schemas; the recording ones only under `--allow-record`.
@@ -245,14 +246,16 @@ fn list_traces(args: &Value) -> Result<String, Failure> {
 }
 
 fn format_of(name: &str) -> Option<&'static str> {
-    let n = name.to_ascii_lowercase();
+    let whole = name.to_ascii_lowercase();
+    // Compressed traces read as their contents (gzip, zstd); an Nsight Systems report only as it is.
+    let n = whole.strip_suffix(".gz").or_else(|| whole.strip_suffix(".zst")).unwrap_or(&whole);
     Some(if n.ends_with(".cuf") {
         "cuflight"
-    } else if n.ends_with(".json") || n.ends_with(".json.gz") {
+    } else if n.ends_with(".json") {
         "kineto-json"
     } else if n.ends_with(".sqlite") {
         "nsys-sqlite"
-    } else if n.ends_with(".nsys-rep") {
+    } else if whole.ends_with(".nsys-rep") {
         "nsys-report"
     } else {
         return None;

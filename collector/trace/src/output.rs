@@ -220,7 +220,9 @@ impl Drop for Output {
 /// The default output of a command reading `input`: `input` with extension `ext`, or, where that would be the
 /// input itself (exporting `k.json` to JSON), `<stem>.cuflight.<ext>`.
 pub fn default_beside(input: &Path, ext: &str) -> PathBuf {
-    let plain = input.with_extension(ext);
+    // run.cuf.gz and trace.json.zst are named for what they hold: run.EXT, trace.EXT.
+    let compressed = input.extension().is_some_and(|e| e == "gz" || e == "zst");
+    let plain = if compressed { input.with_extension("").with_extension(ext) } else { input.with_extension(ext) };
     if plain == input
         || std::fs::metadata(&plain).ok().zip(std::fs::metadata(input).ok()).is_some_and(|(a, b)| same_file(&a, &b))
     {
@@ -269,6 +271,9 @@ mod tests {
         assert_eq!(std::fs::read(&f).unwrap(), b"keep");
         assert_eq!(default_beside(&f, "json"), d.join("k.cuflight.json"));
         assert_eq!(default_beside(&d.join("t.cuf"), "json"), d.join("t.json"));
+        // A compressed trace's output is named for what it holds.
+        assert_eq!(default_beside(&d.join("t.cuf.gz"), "parquet"), d.join("t.parquet"));
+        assert_eq!(default_beside(&d.join("k.json.zst"), "perfetto-trace"), d.join("k.perfetto-trace"));
     }
 
     #[test]

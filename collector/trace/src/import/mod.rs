@@ -134,7 +134,10 @@ fn load_with(path: &Path, spool: bool) -> Result<(Trace, Option<crate::model::sp
             let mut inner = Vec::with_capacity(64);
             (&mut gz).take(64).read_to_end(&mut inner).map_err(|e| bad(format!("gzip: {e}")))?;
             if sniff(&inner) != Some(Format::KinetoJson) {
-                return Err(bad("gzip file does not hold a JSON trace".into()));
+                return Err(bad(
+                    "gzip file holds no trace cuflight reads (a cuflight trace, Kineto JSON or an nsys SQLite export)"
+                        .into(),
+                ));
             }
             kineto(&mut inner.as_slice().chain(gz)).map_err(|e| bad(format!("Kineto JSON (gzip): {e}")))
         }
