@@ -186,6 +186,12 @@ fn attach_refuses_what_it_cannot_record_with_one_line() {
     assert_eq!(out.status.code(), Some(1));
     assert!(err.contains("no cuflight agent answers") && err.lines().count() == 1, "{err}");
     assert!(!dir.join("none.cuf").exists(), "nothing left behind");
+    // No such process: said so, not that its agent is silent.
+    let mut ended = Command::new("true").spawn().unwrap();
+    ended.wait().unwrap();
+    let out = Command::new(cuflight_bin()).args(["attach", &ended.id().to_string()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("no process {} runs here", ended.id())) && err.lines().count() == 1, "{err}");
     // An agent already recording for `cuflight record` is not taken over.
     let trace = dir.join("trace.cuf");
     let (mut child, _out) = start_server(&dir, &["record", "--force", "-o", trace.to_str().unwrap()], &[]);

@@ -35,7 +35,7 @@ pub struct AttachOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
-    #[error("no cuflight agent answers in process {0} (start the program with `cuflight launch`; `cuflight ps` lists the agents you may control)")]
+    #[error("{}", super::recorded_process::no_agent_in(*.0, "start the program with `cuflight launch`, or attach with --inject; "))]
     NoAgent(u32),
     #[error("cannot list agents: {0}")]
     List(std::io::Error),

@@ -34,7 +34,7 @@ impl Target {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DumpError {
-    #[error("no cuflight agent answers in process {0} (`cuflight ps` lists the agents you may control)")]
+    #[error("{}", super::recorded_process::no_agent_in(*.0, ""))]
     NoAgent(u32),
     #[error("cannot list agents: {0}")]
     List(std::io::Error),

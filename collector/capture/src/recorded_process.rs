@@ -70,6 +70,16 @@ impl Tracked {
 /// Clock pairs kept per process: one per agent flush (1 s) is 18 hours; past it every other pair is dropped.
 pub(super) const MAX_CLOCK_PAIRS: usize = 1 << 16;
 
+/// Why `pid` has no agent to talk to, in a line: no such process here, or `hint` (what to do about a process
+/// without an agent).
+pub(crate) fn no_agent_in(pid: u32, hint: &str) -> String {
+    if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        format!("no cuflight agent answers in process {pid} ({hint}`cuflight ps` lists the agents you may control)")
+    } else {
+        format!("no process {pid} runs here (in this PID namespace); `cuflight ps` lists the agents you may control")
+    }
+}
+
 /// The process is gone (exited, or a zombie waiting for its parent).
 pub(super) fn process_gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
