@@ -177,7 +177,7 @@ pub enum Cmd {
         format: ReportFormat,
         /// Steps are the ranges with this name (or starting with it), instead of ProfilerStep#N, step-like NVTX
         /// ranges or the repeating launch pattern.
-        #[arg(long)]
+        #[arg(long, value_parser = parse_step_name)]
         step: Option<String>,
         /// Analyse the warm-up steps with the rest (by default the first steps that run kernels, allocate or
         /// take time as no later step does are reported apart, and the verdict describes the steady steps).
@@ -212,7 +212,7 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
         /// Steps are the ranges with this name (or starting with it), in every run.
-        #[arg(long)]
+        #[arg(long, value_parser = parse_step_name)]
         step: Option<String>,
         /// Compare only the steps that start inside the instances of this NVTX range in each run (as report's
         /// option: NAME, NAME/N, NAME*), e.g. the same step of two runs.
@@ -383,6 +383,14 @@ pub enum StatsFormat {
     Table,
     Json,
     Csv,
+}
+
+/// `--step NAME`: a name every range starts with (the empty one) would make every range a step.
+fn parse_step_name(text: &str) -> Result<String, String> {
+    match text.trim() {
+        "" => Err("a range name is needed (steps are the ranges with this name, or starting with it)".into()),
+        _ => Ok(text.to_string()),
+    }
 }
 
 pub fn parse_report(text: &str) -> Result<stats::Choice, String> {

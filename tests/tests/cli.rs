@@ -66,6 +66,9 @@ fn bad_flags_missing_files_and_commands_fail_cleanly() {
     assert_one_line_error(code, &err, "cannot open /nonexistent/run.cuf");
     let (code, err) = cuflight(&["stats", "x.cuf", "--format", "xml"]);
     assert_one_line_error(code, &err, "invalid value 'xml'");
+    // An empty step name would make every range a step.
+    let (code, err) = cuflight(&["report", "x.cuf", "--step", ""]);
+    assert_one_line_error(code, &err, "a range name is needed");
     let (code, err) = cuflight(&["record"]);
     assert_one_line_error(code, &err, "required");
     let dir = scratch("nocommand");
