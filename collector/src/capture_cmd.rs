@@ -45,13 +45,16 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         }
         cupti_memory_note(count);
         let output = output.unwrap_or_else(record::default_output);
+        output_not_in_command(&command, &output)?;
         let count = count.unwrap_or(1);
         let opts =
             sampled::SampledOptions { command, agent, output, every, count, duration, range, force, drain_interval };
         return record_every(&opts);
     }
+    let output = output.unwrap_or_else(record::default_output);
+    output_not_in_command(&command, &output)?;
     let opts = RecordOptions {
-        output: output.unwrap_or_else(record::default_output),
+        output,
         command,
         agent,
         inject: match inject {
@@ -342,6 +345,28 @@ const NO_AGENT: &str = "cannot find libcuflight.so next to the cuflight binary o
 
 /// Everything before the program is cuflight's: a word there that looks like an option and is not one is an
 /// error naming it (clap's usage, exit 2), never a program to run. `--` before a program named `-x` still runs it.
+/// Refuses an output that is the program to record, or a file its command names (`-o train.py -- python
+/// train.py`): with --force the trace would replace it while it runs.
+fn output_not_in_command(command: &[String], output: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(out) = std::fs::metadata(output) else { return Ok(()) };
+    let is_output =
+        |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| m.dev() == out.dev() && m.ino() == out.ino());
+    let Some(first) = command.first() else { return Ok(()) };
+    let program = if first.contains('/') {
+        Some(PathBuf::from(first))
+    } else {
+        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(first)).find(|c| c.is_file()))
+    };
+    if program.is_some_and(|p| is_output(&p)) {
+        bail!("{} is the program to record; choose another output (-o)", output.display());
+    }
+    if let Some(arg) = command[1..].iter().find(|a| is_output(std::path::Path::new(a))) {
+        bail!("{} is named in the command to record ({arg}); choose another output (-o)", output.display());
+    }
+    Ok(())
+}
+
 fn program_word(subcommand: &str, command: &[String]) {
     let Some(word) = command.first().filter(|w| w.starts_with('-') && w.len() > 1) else { return };
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();

@@ -135,6 +135,19 @@ fn no_command_destroys_its_input_or_an_existing_file() {
     let (code, err) = cuflight(&["record", "--force", "-o", keep.to_str().unwrap(), "--", "/nonexistent/program"]);
     assert_one_line_error(code, &err, "cannot run");
     assert_eq!(std::fs::read(&keep).unwrap(), before, "a failed record leaves the old trace");
+    // The program to record, or a file its command names, is never the output, even with --force.
+    let program = dir.join("program");
+    std::fs::copy("/bin/true", &program).unwrap();
+    let p = program.to_str().unwrap();
+    for (args, says) in [
+        (vec!["record", "-f", "-o", p, "--", p], "is the program to record"),
+        (vec!["record", "-f", "-o", t, "--", "/bin/true", t], "is named in the command to record"),
+        (vec!["record", "-f", "--every", "2s", "--count", "2", "-o", p, "--", p], "is the program to record"),
+    ] {
+        let (code, err) = cuflight(&args);
+        assert_one_line_error(code, &err, says);
+    }
+    assert_eq!(std::fs::read(&program).unwrap(), std::fs::read("/bin/true").unwrap(), "the program untouched");
     let fresh = dir.join("fresh.cuf");
     let _ = std::fs::remove_file(&fresh);
     let (code, _) = cuflight(&["record", "-o", fresh.to_str().unwrap(), "--", "/nonexistent/program"]);
