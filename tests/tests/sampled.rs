@@ -77,6 +77,11 @@ fn one_step_in_ten_is_recorded_whole_and_extrapolated() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Sampled: 20 of 200 steps recorded whole (one in 10"), "{text}");
     assert!(text.contains("(extrapolated)"), "{text}");
+    // Step time of the recorded steps against the others', each by its own range.
+    let (rec, others) =
+        (sampling["step_ms_recorded"].as_f64().unwrap(), sampling["step_ms_unrecorded"].as_f64().unwrap());
+    assert!(rec > 0.0 && others > 0.0, "{sampling}");
+    assert!(text.contains("Sampled: step time (each step's own range): "), "{text}");
     assert!(!text.contains("for the first time"), "a sampled trace cannot tell first runs: {text}");
 
     // diff takes a sampled run beside a whole one, and says which is which.

@@ -52,6 +52,9 @@ pub struct Chosen {
     pub warmup_left_out: u64,
     /// Which steps were recorded (their indexes in the run, from 0; empty for slices).
     pub recorded: Vec<u64>,
+    /// Host durations (each step's own range) of the steps past the warm-up, recorded and not (none for slices).
+    pub step_ns_recorded: Vec<u64>,
+    pub step_ns_unrecorded: Vec<u64>,
 }
 
 /// The recorded steps of a sampled process to analyse (those outside warm-up, unless only warm-up was recorded)
@@ -79,6 +82,8 @@ pub fn choose(
             steps_recorded: sampled.slices.len() as u64,
             warmup_left_out: 0,
             recorded: Vec::new(),
+            step_ns_recorded: Vec::new(),
+            step_ns_unrecorded: Vec::new(),
         };
         return Some((Windows::new(sampled.slices.clone()), chosen));
     }
@@ -86,6 +91,15 @@ pub fn choose(
     let warm_end = if warm > 0 { step_starts.get(warm).copied().unwrap_or(u64::MAX) } else { 0 };
     let steady: Vec<(u64, u64)> = sampled.spans.iter().copied().filter(|s| s.1 >= warm_end).collect();
     let kept = if steady.is_empty() { sampled.spans.clone() } else { steady };
+    // Which steps were recorded, by time (a recorded span holds the step's start): the agent's step indexes
+    // need not be positions in this list.
+    let mut spans = sampled.spans.clone();
+    spans.sort_unstable();
+    let in_recorded = |t: u64| spans.partition_point(|s| s.0 <= t).checked_sub(1).is_some_and(|i| t <= spans[i].1);
+    let (recorded, unrecorded): (Vec<usize>, Vec<usize>) =
+        (warm..step_starts.len().min(step_ns_all.len())).partition(|&i| in_recorded(step_starts[i]));
+    let (step_ns_recorded, step_ns_unrecorded) =
+        (recorded.iter().map(|&i| step_ns_all[i]).collect(), unrecorded.iter().map(|&i| step_ns_all[i]).collect());
     let chosen = Chosen {
         one_in: sampled.one_in,
         slices: false,
@@ -94,6 +108,8 @@ pub fn choose(
         steps_recorded: sampled.spans.len() as u64,
         warmup_left_out: (sampled.spans.len() - kept.len()) as u64,
         recorded: sampled.indexes.clone(),
+        step_ns_recorded,
+        step_ns_unrecorded,
     };
     Some((Windows::new(kept), chosen))
 }
@@ -118,8 +134,13 @@ pub struct Sampling {
     pub warmup_left_out: u64,
     /// Mean step time of every step the run made, and of the steps analysed (ms).
     pub step_ms_all: f64,
-    /// Mean time of the steps analysed (ms).
+    /// Mean time of the steps analysed (ms), as the step table has them (to the end of their GPU work).
     pub step_ms_analysed: f64,
+    /// Mean host time (each step's own range) of the steps past the warm-up that were recorded, and of those that
+    /// were not (ms; 0 when none): the latter is the program's own step time, without what recording costs a step.
+    pub step_ms_recorded: f64,
+    /// See `step_ms_recorded`.
+    pub step_ms_unrecorded: f64,
     /// Kernel time per analysed step (ms): mean and the half-width of its 95% confidence interval (0 with one
     /// step: unknown).
     pub kernel_ms_per_step: f64,
@@ -136,6 +157,7 @@ pub struct Sampling {
 impl Sampling {
     pub fn new(c: &Chosen, rows: &[crate::steps::StepRow]) -> Sampling {
         let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+        let ms = |v: &[u64]| v.iter().map(|&n| n as f64 / 1e6).collect::<Vec<f64>>();
         let all: Vec<f64> = c.step_ns_all.iter().map(|&n| n as f64 / 1e6).collect();
         let durations: Vec<f64> = rows.iter().map(|r| r.duration_ns as f64 / 1e6).collect();
         let kernel: Vec<f64> = rows.iter().map(|r| r.kernel_ns as f64 / 1e6).collect();
@@ -150,6 +172,8 @@ impl Sampling {
             warmup_left_out: c.warmup_left_out,
             step_ms_all: mean(&all),
             step_ms_analysed: mean(&durations),
+            step_ms_recorded: mean(&ms(&c.step_ns_recorded)),
+            step_ms_unrecorded: mean(&ms(&c.step_ns_unrecorded)),
             kernel_ms_per_step: kernel_mean,
             kernel_ms_ci95: half_width_95(&kernel, kernel_mean),
             kernel_s_run: kernel_mean * c.steps_run as f64 / 1e3,
@@ -173,16 +197,7 @@ impl Sampling {
                 n => format!(", {n} in the warm-up left out"),
             }
         )];
-        lines.push(format!(
-            "step time: {:.3} ms mean over every step, {:.3} ms over those analysed{}",
-            self.step_ms_all,
-            self.step_ms_analysed,
-            if self.step_ms_all > 0.0 && (self.step_ms_analysed / self.step_ms_all - 1.0).abs() > 0.1 {
-                " (more than 10% apart: the recorded steps may not be typical; sample more, e.g. a smaller N)"
-            } else {
-                ""
-            }
-        ));
+        lines.push(self.step_time_line());
         let ci = if self.steps_analysed > 1 {
             format!(" ± {:.3} ms (95% confidence, {} steps)", self.kernel_ms_ci95, self.steps_analysed)
         } else {
@@ -197,6 +212,39 @@ impl Sampling {
 }
 
 impl Sampling {
+    /// The recorded steps' time against the others': recording makes a step slower (CUPTI's work on each launch
+    /// and copy), so the steps not recorded give the program's own step time; recorded steps faster than the
+    /// others by much are a sample that may not be typical.
+    fn step_time_line(&self) -> String {
+        let (recorded, others) = (self.step_ms_recorded, self.step_ms_unrecorded);
+        if recorded <= 0.0 || others <= 0.0 {
+            return format!(
+                "step time: {:.3} ms mean over every step, {:.3} ms over those analysed",
+                self.step_ms_all, self.step_ms_analysed
+            );
+        }
+        let apart = recorded / others - 1.0;
+        let why = if apart > 0.05 {
+            format!(
+                " (recorded steps {:.0}% slower: what recording costs a step, CUPTI's work on each of its launches and \
+                 copies; {others:.3} ms is the program's own step time)",
+                apart * 100.0
+            )
+        } else if apart < -0.1 {
+            format!(
+                " (recorded steps {:.0}% faster than the others: they may not be typical; sample more, e.g. a \
+                 smaller N)",
+                -apart * 100.0
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "step time (each step's own range): {recorded:.3} ms over the steps recorded, {others:.3} ms over those \
+             not{why}"
+        )
+    }
+
     fn describe_slices(&self) -> Vec<String> {
         let ci = if self.steps_analysed > 1 {
             format!(" ± {:.3} ms (95% confidence, {} slices)", self.kernel_ms_ci95, self.steps_analysed)
@@ -245,5 +293,40 @@ mod tests {
         assert!(a > b && b > 0.0, "{a} {b}");
         assert!((a - 4.303 * (0.04f64 / 3.0).sqrt()).abs() < 1e-9);
         assert_eq!(half_width_95(&[2.0], 2.0), 0.0);
+    }
+
+    /// Recorded steps are told against the steps not recorded, by their own ranges both (the step table's
+    /// durations run to the end of their GPU work, which unrecorded steps do not show): slower by more than 5% is
+    /// recording's cost, faster by more than 10% a sample that may not be typical, and the steps' indexes play no
+    /// part (a recorded span holds the step's start).
+    #[test]
+    fn recorded_steps_are_told_against_those_not_recorded() {
+        // Ten steps of 10 ms a second apart; steps 3 and 7 recorded (spans a little wider than their ranges).
+        let starts: Vec<u64> = (0..10).map(|i| i * 1_000_000_000).collect();
+        let mut host = vec![10_000_000u64; 10];
+        let sampled = |recorded_ns: u64, host: &mut Vec<u64>| {
+            host[3] = recorded_ns;
+            host[7] = recorded_ns;
+            let mut s = SampledSpans { one_in: 5, ..Default::default() };
+            for i in [7usize, 3] {
+                s.spans.push((starts[i] - 10, starts[i] + recorded_ns + 1_000_000));
+                s.indexes.push(i as u64 + 100);
+            }
+            s
+        };
+        let line = |recorded_ns: u64, host: &mut Vec<u64>, warm: usize| {
+            let s = sampled(recorded_ns, host);
+            let (_, c) = choose(&s, &starts, host.clone(), warm).unwrap();
+            assert_eq!((c.step_ns_recorded.len(), c.step_ns_unrecorded.len()), (2, 8 - warm));
+            Sampling::new(&c, &[]).step_time_line()
+        };
+        let slow = line(12_000_000, &mut host, 0);
+        assert!(slow.contains("12.000 ms over the steps recorded, 10.000 ms over those not (recorded steps 20% slower: what recording costs"), "{slow}");
+        assert!(!line(10_400_000, &mut host, 0).contains('%'));
+        let fast = line(8_000_000, &mut host, 0);
+        assert!(fast.contains("20% faster than the others: they may not be typical"), "{fast}");
+        // Warm-up steps are no one's step time: a slow first step is left out of the others.
+        host[0] = 500_000_000;
+        assert!(!line(10_000_000, &mut host, 1).contains('%'));
     }
 }
