@@ -82,6 +82,7 @@ fn one_step_in_ten_is_recorded_whole_and_extrapolated() {
         (sampling["step_ms_recorded"].as_f64().unwrap(), sampling["step_ms_unrecorded"].as_f64().unwrap());
     assert!(rec > 0.0 && others > 0.0, "{sampling}");
     assert!(text.contains("Sampled: step time (each step's own range): "), "{text}");
+    assert!(text.contains("a sampled recording: the 180 steps not recorded count as idle in this split"), "{text}");
     assert!(!text.contains("for the first time"), "a sampled trace cannot tell first runs: {text}");
 
     // diff takes a sampled run beside a whole one, and says which is which.

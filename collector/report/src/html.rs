@@ -356,6 +356,9 @@ fn render(r: &Report) -> String {
             b.percent(b.compute_ns),
             b.percent(b.non_compute_ns)
         );
+        if let Some(s) = &p.sampling {
+            let _ = write!(out, "<p>{}.</p>", esc(&s.breakdown_note()));
+        }
         step_chart(&mut out, p);
         steps_table(&mut out, p);
         if let Some(it) = &p.iterations {

@@ -245,6 +245,18 @@ impl Sampling {
         )
     }
 
+    /// What HTA's split of the GPU's time means for a sampled recording: it spans the whole timeline, where what
+    /// was not recorded reads as idle.
+    pub fn breakdown_note(&self) -> String {
+        format!(
+            "a sampled recording: the {} {}s not recorded count as idle in this split (HTA's, over the whole \
+             timeline); the GPU's utilisation is that of the {}s analysed, below",
+            self.steps_run.saturating_sub(self.steps_recorded),
+            self.unit,
+            self.unit
+        )
+    }
+
     fn describe_slices(&self) -> Vec<String> {
         let ci = if self.steps_analysed > 1 {
             format!(" ± {:.3} ms (95% confidence, {} slices)", self.kernel_ms_ci95, self.steps_analysed)

@@ -153,6 +153,9 @@ fn gpu_time_lines(out: &mut String, p: &ProcessReport) {
         b.percent(b.compute_ns),
         b.percent(b.non_compute_ns)
     ));
+    if let Some(s) = &p.sampling {
+        out.push_str(&format!("    {}\n", s.breakdown_note()));
+    }
     let mut left_out = Vec::new();
     let n = &b.not_gpu_work;
     if n.context_syncs > 0 {
