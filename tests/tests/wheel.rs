@@ -70,6 +70,15 @@ fn the_wheel_installs_into_a_fresh_venv_and_records() {
     let trace = dir.join("train.cuf");
     run(clean(Command::new(&bin)).arg("record").arg("-o").arg(&trace).arg(&train).arg("3"));
     assert_eq!(kernels(&stats_with(&bin, &trace)), 3 * 19, "3 steps of 19 kernels");
+    // Without a driver, the installed doctor points at what a wheel can do, not at a checkout's scripts.
+    let doctor =
+        Command::new(&bin).args(["doctor", "--format", "json"]).env_remove("LD_LIBRARY_PATH").output().unwrap();
+    let d: Value = serde_json::from_slice(&doctor.stdout).unwrap_or_else(|e| panic!("{e}: {doctor:?}"));
+    let driver = d["checks"].as_array().unwrap().iter().find(|c| c["check"] == "driver").unwrap();
+    if driver["found"].as_str().unwrap().starts_with("no NVIDIA driver") {
+        let fix = driver["fix"].as_str().unwrap();
+        assert!(fix.contains("read traces recorded elsewhere") && !fix.contains("scripts/"), "{fix}");
+    }
 
     // The Python module: a window of steps 3..=6 out of 10, from inside the program.
     let window = dir.join("window.cuf");

@@ -172,9 +172,12 @@ pub fn driver(probe: &Result<ProbeFacts, String>, module: Option<&str>) -> Check
             Some(m) => format!("the NVIDIA kernel module {m} is loaded but libcuda.so.1 is not found ({e})"),
             None => format!("no NVIDIA driver: no kernel module and no libcuda.so.1 ({e})"),
         };
-        let fix = "install the NVIDIA driver (its user-space libcuda.so.1 too: in a container, run it with the \
-                   NVIDIA Container Toolkit, --gpus all); without a GPU, `scripts/demo` runs on cudasim";
-        return check(Level::Fail, found, Some(fix));
+        let fix = format!(
+            "install the NVIDIA driver (its user-space libcuda.so.1 too: in a container, run it with the NVIDIA \
+             Container Toolkit, --gpus all); {}",
+            without_a_gpu()
+        );
+        return check(Level::Fail, found, Some(&fix));
     }
     let library = facts.library.as_deref().unwrap_or("libcuda.so.1");
     let who = if facts.simulator {
@@ -349,4 +352,20 @@ pub fn record_probe(agent: &Path) -> Recorded {
         }
     }
     r
+}
+
+/// What a machine without a GPU can do: in a source checkout (the binary under its `target/`), the demo on
+/// cudasim; from a wheel, which has no scripts, read traces recorded elsewhere.
+fn without_a_gpu() -> &'static str {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // A wheel puts the binary in <env>/bin and the agent in <env>/lib, wherever the environment lies.
+    let bin = exe.parent().filter(|d| d.file_name().is_some_and(|n| n == "bin"));
+    let installed = bin.and_then(Path::parent).is_some_and(|env| env.join("lib/libcuflight.so").is_file());
+    let checkout = !installed && exe.ancestors().any(|d| d.join("scripts/demo").is_file());
+    if checkout {
+        "without a GPU, `scripts/demo` runs on cudasim, cuflight's CPU stand-in for CUDA"
+    } else {
+        "without a GPU, `cuflight report`, `stats`, `diff` and `export` read traces recorded elsewhere (cuflight's, \
+         torch.profiler's, Nsight Systems' SQLite exports)"
+    }
 }
