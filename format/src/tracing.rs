@@ -58,6 +58,16 @@ pub const DEFAULT: u32 = CUDA | NVTX | MEMORY | OVERHEAD | PYTHON;
 /// cost. `graphs` (graph-level records) is what avoids it.
 pub const GRAPH_NODE_TRACING_NS: u64 = 1_100;
 
+/// What CUPTI's tracing adds to a kernel launched one by one, on the launching thread: about 1 µs. Measured by
+/// gpu-validate's sampled part on an H200 (driver 580.159.04, CUDA 13.0, 2026-12-01): in `record --sample 1/10`
+/// of a launch-bound PyTorch loop (2042 launches a step, 400 steps, two runs) the steps recorded ran 0.91 and
+/// 0.99 µs a launch slower than the steps not recorded (their own NVTX ranges: 24.96 against 23.10 ms, 23.31
+/// against 21.29 ms). A tight loop of bare launches pays more (1.1 to 2.4 µs on a 3.9 µs launch with a no-op
+/// subscriber, issue 26). Where the GPU waits on the host's launches, that time is mostly GPU idle the program
+/// would not have: the report says how much of launch_bound it may be, and sets none of it apart (no record of
+/// it, and unlike a graph launch's nodes, no call to find it in).
+pub const EAGER_LAUNCH_TRACING_NS: u64 = 1_000;
+
 /// The names `--trace` takes, with their bits, in the order `--help` lists them.
 pub const NAMES: [(&str, u32); 9] = [
     ("cuda", CUDA),

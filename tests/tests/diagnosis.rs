@@ -194,6 +194,10 @@ fn thousand_tiny_kernels_are_launch_bound_and_steps_come_from_the_pattern() {
     let total = f64_of(&r["processes"][0]["step_total"]["duration_ns"]);
     assert_near("share vs launch-bound idle", f64_of(&f["share"]), launch_ns / total, 0.01, &r);
     assert!(f64_of(&f["evidence"]["metrics"]["kernels_per_step"]) > 990.0);
+    // A thousand launches a step: what CUPTI's tracing may have added to them is said, about 1 ms a step.
+    let facts = f["evidence"]["facts"].to_string();
+    assert!(facts.contains("CUPTI's tracing lengthens each launch call by about 1.0 µs"), "{facts}");
+    assert!(facts.contains("launches a step, up to 1.0") || facts.contains("launches a step, up to 0.99"), "{facts}");
 }
 
 #[test]

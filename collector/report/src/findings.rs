@@ -7,8 +7,8 @@ use super::sources::SourceKind;
 use super::steps::Steps;
 use super::sweep::Swept;
 use super::tallies::CallTotals;
+use super::tracing_cost;
 use cuflight_format::calls::CallEffects;
-use cuflight_format::tracing::GRAPH_NODE_TRACING_NS;
 use cuflight_trace::model::inductor;
 use cuflight_trace::model::trace::Process;
 use serde::Serialize;
@@ -208,12 +208,7 @@ impl Ctx<'_> {
     }
 }
 
-/// A duration as the report writes it ("12.34 ms"): the one rule for text, HTML and diff.
-pub fn ms(ns: u64) -> String {
-    format!("{:.2} ms", ns as f64 / 1e6)
-}
-
-pub use super::words::{counted, times};
+pub use super::words::{counted, format_us, ms, times};
 
 /// `part` as a percentage of `whole`; None when `whole` is 0 (no share to speak of): the one rule for the
 /// report's percentages.
@@ -398,6 +393,7 @@ fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> 
     let (kernels, short, median_kernel, median_launch) = launch_stats(swept);
     // What the host issuing faster would win, against the GPU's own gaps between queued kernels.
     let queued = idle.launch_queued_ns.min(c.total_ns);
+    let waited_for_host = c.total_ns - queued;
     // Graph nodes are issued by the GPU from one launch: their gaps are graph waits, told apart here.
     let graphed = match swept.graph_kernels {
         0 => String::new(),
@@ -428,10 +424,12 @@ fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> 
         "{one_by_one}{graphed}the GPU idled {} per step between launches: {} waiting for the host to issue the next \
          kernel, {} with it already queued{gaps}",
         per_step(c.total_ns),
-        per_step(c.total_ns - queued),
+        per_step(waited_for_host),
         per_step(queued),
     ));
-    if let Some(fact) = traced_graph_launches(swept, idle.get(CauseKind::GraphTracing).total_ns, steps) {
+    let sampled = ctx.plan.sampling.as_ref().and_then(|c| c.recorded_steps_longer_ns());
+    ev.facts.extend(tracing_cost::eager_launches(kernels, steps, waited_for_host, sampled));
+    if let Some(fact) = tracing_cost::graph_launches(swept, idle.get(CauseKind::GraphTracing).total_ns, steps) {
         ev.facts.push(fact);
     }
     ev.metrics.insert("queued_gap_ns_per_step", queued as f64 / steps as f64);
@@ -458,41 +456,10 @@ fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> 
     Some(f)
 }
 
-/// What CUPTI's node-level tracing adds to each graph launch, where graph replays were traced per node: the time
-/// the host spends in a launch call while the GPU idles is launch time, but up to
-/// [`GRAPH_NODE_TRACING_NS`] a node of it is the profiler's, and the idle sweep put that apart (`traced_ns`).
-fn traced_graph_launches(swept: &Swept, traced_ns: u64, steps: usize) -> Option<String> {
-    let launches = &swept.graph_launch_durations;
-    if launches.len() == 0 || swept.graph_level {
-        return None;
-    }
-    let nodes = swept.graph_kernels as f64 / launches.len() as f64;
-    let apart = match traced_ns {
-        0 => String::new(),
-        ns => format!(
-            "; {} per step of the GPU's idle time inside those calls is put down to it and not counted here",
-            ms(ns / steps.max(1) as u64)
-        ),
-    };
-    Some(format!(
-        "its {} CUDA graph launches took a median of {} each ({nodes:.0} kernel nodes a launch); CUPTI's node-level \
-         tracing lengthens each launch call by about {:.1} µs a node (measured on an H200: a median of 156 µs traced \
-         per node against 40 µs traced per launch, ~107-node graphs){apart}: `--trace cuda,nvtx,graphs` records \
-         one record per launch",
-        launches.len(),
-        format_us(launches.median()),
-        GRAPH_NODE_TRACING_NS as f64 / 1e3,
-    ))
-}
-
 /// Whether the steps ran kernels torch.compile generated: the program is compiled already, so a fix says what to
 /// do next rather than to compile it.
 pub fn runs_compiled_code(ctx: &Ctx, swept: &Swept) -> bool {
     swept.kernels.by_name.keys().any(|&n| inductor::is_inductor_kernel(ctx.p.string(n)))
-}
-
-fn format_us(ns: u64) -> String {
-    format!("{:.1} µs", ns as f64 / 1e3)
 }
 
 /// (kernels launched one by one in steps, how many are shorter than the median launch call, median kernel ns,

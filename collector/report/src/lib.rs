@@ -45,6 +45,7 @@ mod tallies;
 mod tests;
 mod text;
 mod text_steps;
+mod tracing_cost;
 mod wait_findings;
 pub mod warmup;
 pub mod window;

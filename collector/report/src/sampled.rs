@@ -57,6 +57,16 @@ pub struct Chosen {
     pub step_ns_unrecorded: Vec<u64>,
 }
 
+impl Chosen {
+    /// How much longer, on average, the recorded steps ran than those not recorded (each by its own range, ns);
+    /// None where either is missing or the recorded ones were not longer.
+    pub fn recorded_steps_longer_ns(&self) -> Option<u64> {
+        let mean = |v: &[u64]| (!v.is_empty()).then(|| v.iter().map(|&n| n as f64).sum::<f64>() / v.len() as f64);
+        let (recorded, others) = (mean(&self.step_ns_recorded)?, mean(&self.step_ns_unrecorded)?);
+        (recorded > others).then_some((recorded - others) as u64)
+    }
+}
+
 /// The recorded steps of a sampled process to analyse (those outside warm-up, unless only warm-up was recorded)
 /// and what to say of them; None for a trace recorded whole. `step_starts` and `step_ns_all`: every step's start
 /// and host duration; `warm`: how many leading steps are warm-up.
