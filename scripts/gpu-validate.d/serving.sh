@@ -142,6 +142,10 @@ for cat, full in per_step["record"].items():
     print(f"sampled {cat:12} per step: sampled {got:8.4f} ms, full {full:8.4f} ms ({apart[cat]:+.1f}%)")
 sampling = rep["sample10"].get("sampling")
 print("sampled: report's sampling section", json.dumps(sampling))
+if sampling and sampling.get("step_ms_unrecorded"):
+    # What recording costs a step, measured inside one run (EAGER_LAUNCH_TRACING_NS is read off this).
+    print(f"sampled: steps recorded {sampling['step_ms_recorded']:.3f} ms, not recorded "
+          f"{sampling['step_ms_unrecorded']:.3f} ms (their own ranges)")
 json.dump({"step_ms": med, "runs": runs, "category_per_step_ms": per_step, "apart_pct": apart, "sampling": sampling},
           open(os.path.join(out, "sampled-summary.json"), "w"), indent=1)
 sys.exit(0 if sampling and sampling["steps_recorded"] >= 30 else 1)
