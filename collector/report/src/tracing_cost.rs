@@ -7,8 +7,11 @@ use super::sweep::Swept;
 use super::words::{format_us, ms};
 use cuflight_format::tracing::{EAGER_LAUNCH_TRACING_NS, GRAPH_NODE_TRACING_NS};
 
+/// Below this a step, what tracing eager launches may cost is not worth a line (two launches a step: 2 µs).
+const MIN_SAID_NS: u64 = 10_000;
+
 /// How much of the GPU's wait on the host's launches (`waited_ns` over `steps`) CUPTI's tracing of `kernels`
-/// launches may be, where it is a twentieth of it or more; None where less. A sampled recording measured it:
+/// launches may be, where it is a twentieth of it or more and 10 µs a step or more; None where less. A sampled recording measured it:
 /// `sampled`, how much longer its recorded steps ran than the others (their own ranges, ns a step).
 pub(crate) fn eager_launches(kernels: u64, steps: usize, waited_ns: u64, sampled: Option<u64>) -> Option<String> {
     let steps = steps.max(1) as u64;
@@ -27,7 +30,7 @@ pub(crate) fn eager_launches(kernels: u64, steps: usize, waited_ns: u64, sampled
         ));
     }
     let most = (kernels.saturating_mul(EAGER_LAUNCH_TRACING_NS) / steps).min(waited);
-    if most * 20 < waited {
+    if most * 20 < waited || most < MIN_SAID_NS {
         return None;
     }
     let how_much = if most == waited { "all".to_string() } else { ms(most) };
@@ -85,6 +88,8 @@ mod tests {
         // 10 launches a step against 1 ms waited: 1%, not said.
         assert!(eager_launches(40, 4, 4_000_000, None).is_none());
         assert!(eager_launches(0, 4, 4_000_000, None).is_none());
+        // Two launches a step against 30 µs waited: 2 µs a step, too little to say.
+        assert!(eager_launches(8, 4, 120_000, None).is_none());
         // Measured by a sampled recording: its figure, not the estimate.
         let said = eager_launches(8000, 4, 56_000_000, Some(1_870_000)).unwrap();
         assert!(said.starts_with("the steps recorded ran 1.87 ms longer than the steps not recorded"), "{said}");
