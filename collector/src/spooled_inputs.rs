@@ -65,8 +65,8 @@ pub fn take(paths: &mut [&mut PathBuf]) -> Result<Vec<Spooled>> {
     Ok(kept)
 }
 
-/// How many times its own size a compressed trace may grow to (counting at least 64 KiB of it): gzip and zstd make a trace
-/// 1 to 20 times smaller; far more is a file made to fill the temporary directory.
+/// How many times its own size a compressed trace may grow to (counting at least 64 KiB of it): gzip and zstd make
+/// a trace 1 to 20 times smaller; far more is a file made to fill the temporary directory.
 const MAX_EXPANSION: u64 = 1000;
 
 /// A decoder of `path` where it is a trace compressed with gzip or zstd, but Kineto JSON in gzip (its importer
@@ -136,7 +136,7 @@ fn spool(
     original: Option<PathBuf>,
 ) -> Result<Spooled> {
     let dir = std::env::temp_dir();
-    let in_tmp = || format!("a temporary file in {}", dir.display());
+    let in_tmp = || format!("a temporary file in {} (TMPDIR chooses where)", dir.display());
     // Unlinked as soon as it is made: nothing is left behind, however cuflight ends.
     let spool = cuflight_collector::model::spool::Spool::create();
     let mut file = spool.with_context(|| format!("cannot make {} for {shown}", in_tmp()))?.into_file();

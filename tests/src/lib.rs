@@ -444,3 +444,12 @@ pub fn launch_dormant_with(flags: &[&str], program: &Path, args: &[&str]) -> std
         .spawn()
         .expect("cuflight launch runs")
 }
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Held for the whole of a test that measures time on this machine's cores (a scenario's planted shares, ranks'
+/// clock skew): the tests of one test binary that take it run one at a time, not competing for the CPU. A test
+/// that failed while holding it does not block the others.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -5,14 +5,6 @@
 use cuflight_integration::*;
 use serde_json::Value;
 use std::process::Command;
-use std::sync::Mutex;
-
-/// Scenarios measure time: each test holds this for its whole run, so they do not compete for the CPU.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Records `scenario MODE 24` and returns its report and trace.
 fn scenario(mode: &str) -> (Value, std::path::PathBuf) {
@@ -80,6 +72,7 @@ fn once_more_on_a_hiccup(check: impl Fn()) {
 
 #[test]
 fn clean_loop_has_no_finding_above_five_percent() {
+    // Scenarios measure time: each holds `serial()` for its whole run, so they do not compete for the CPU.
     let _serial = serial();
     once_more_on_a_hiccup(|| {
         // More steps than the other scenarios: a single scheduling hiccup of this shared machine (a few ms) must not

@@ -8,15 +8,9 @@ use cuflight_integration::*;
 use serde_json::Value;
 use std::process::Command;
 
+/// Four ranks measure time on this machine's cores: each test takes `serial()`, one at a time.
 const RANKS: u32 = 4;
 const STEPS: u32 = 16;
-
-/// Each test runs four ranks that measure time on this machine's two cores: one test at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn planted_ns(stdout: &[u8]) -> f64 {
     let text = String::from_utf8_lossy(stdout);

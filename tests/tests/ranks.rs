@@ -5,14 +5,6 @@
 use cuflight_integration::*;
 use std::process::Command;
 
-/// The timing test (clock skew recovered within 50 µs from collective ends) runs alone: the other tests here
-/// load this machine's cores, and a rank descheduled at a collective's end shifts what it measured.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn record_ranks(dir: &std::path::Path, output: &str, ranks: u32) -> std::process::Output {
     let prog = build_c("smoke", dir);
     // A launcher as torchrun starts its workers: one process per rank, two ranks per host.
@@ -98,6 +90,7 @@ fn ranks_in_one_file_are_named_rank_local_pid() {
 
 #[test]
 fn two_hosts_with_skewed_clocks_are_aligned_on_their_collectives() {
+    // Alone: a rank descheduled at a collective's end by the other tests here shifts what it measured (50 µs).
     let _serial = serial();
     // Two "hosts" on this machine (CUDASIM_HOST), hostb's wall clock 7.3 ms ahead (CUDASIM_CLOCK_OFFSET_NS: the
     // simulated process's CLOCK_REALTIME, as on a host whose NTP is off), each rank in its
