@@ -11,8 +11,9 @@ use cuflight_format::tracing::{EAGER_LAUNCH_TRACING_NS, GRAPH_NODE_TRACING_NS};
 const MIN_SAID_NS: u64 = 10_000;
 
 /// How much of the GPU's wait on the host's launches (`waited_ns` over `steps`) CUPTI's tracing of `kernels`
-/// launches may be, where it is a twentieth of it or more and 10 µs a step or more; None where less. A sampled recording measured it:
-/// `sampled`, how much longer its recorded steps ran than the others (their own ranges, ns a step).
+/// launches may be, where it is a twentieth of it or more and 10 µs a step or more; None where less. A sampled
+/// recording measured it: `sampled`, how much longer its recorded steps ran than the others (their own ranges, ns
+/// a step).
 pub(crate) fn eager_launches(kernels: u64, steps: usize, waited_ns: u64, sampled: Option<u64>) -> Option<String> {
     let steps = steps.max(1) as u64;
     let waited = waited_ns / steps;
@@ -20,10 +21,11 @@ pub(crate) fn eager_launches(kernels: u64, steps: usize, waited_ns: u64, sampled
     if kernels == 0 || waited == 0 {
         return None;
     }
-    if let Some(longer) = sampled.filter(|&l| l * 20 >= waited) {
+    if let Some(longer) = sampled.filter(|&l| l.saturating_mul(20) >= waited) {
+        let how_much = if longer >= waited { "all" } else { "that much" };
         return Some(format!(
             "the steps recorded ran {} longer than the steps not recorded (their own ranges; {launches:.0} launches a \
-             step, each lengthened by CUPTI's tracing): up to that much of the {} per step the GPU waited for the \
+             step, each lengthened by CUPTI's tracing): up to {how_much} of the {} per step the GPU waited for the \
              host is the recording's, not the program's",
             ms(longer),
             ms(waited),
@@ -94,6 +96,9 @@ mod tests {
         let said = eager_launches(8000, 4, 56_000_000, Some(1_870_000)).unwrap();
         assert!(said.starts_with("the steps recorded ran 1.87 ms longer than the steps not recorded"), "{said}");
         assert!(said.contains("of the 14.00 ms per step the GPU waited"), "{said}");
+        // More than the wait: all of it.
+        let said = eager_launches(8000, 4, 4_000_000, Some(1_870_000)).unwrap();
+        assert!(said.contains("up to all of the 1.00 ms per step"), "{said}");
         // A measured difference too small to matter falls back to the estimate.
         let said = eager_launches(8000, 4, 56_000_000, Some(10_000)).unwrap();
         assert!(said.starts_with("CUPTI's tracing lengthens each launch call by about 1.0 µs"), "{said}");
