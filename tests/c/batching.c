@@ -10,7 +10,10 @@
  * start/end range "request" from its admission to its last token; with "plain" nothing is named.
  * With "offline" (named nothing), it serves an offline batch as vLLM's first scheduler did: 8 requests, all there
  * at the start, prefilled one an iteration with no decode beside it, then decoded together (bucket 8) for 60 tokens.
- * Before serving it warms up: one prefill and one replay of each bucket.
+ * With "lazy" (named nothing), 20 requests decode 30 tokens (up to 8 run at once) and a bucket's graph is captured the
+ * first time a batch needs it, as torch.compile's CUDA graph trees do: that batch runs eagerly, 2 ms of host work
+ * record it, then it is captured and replayed (buckets 4 and 8 come mid-run).
+ * Before serving (but lazily) it warms up: one prefill and one replay of each bucket.
  * It prints "batching: prefill P decode D mixed M requests R kernels K replays G", what it did while serving. */
 #include "sim.h"
 #include <nvtx3/nvToolsExt.h>
@@ -30,7 +33,7 @@ void decode_layer(void **args) {
     cudasim_kernel_ends_at(cudasim_machine_monotonic_ns() + 30000);
 }
 
-enum { REQUESTS = 12, ARRIVAL_EVERY = 4, TOKENS = 10, PREFILL_KERNELS = 8, DECODE_KERNELS = 6, BUCKETS = 3 };
+enum { REQUESTS = 12, MAX_REQUESTS = 20, ARRIVAL_EVERY = 4, TOKENS = 10, PREFILL_KERNELS = 8, DECODE_KERNELS = 6, BUCKETS = 3 };
 static const int bucket_size[BUCKETS] = {1, 4, 8};
 static void *logits, *tokens, *host_tokens;
 
@@ -61,20 +64,23 @@ static void sample(cudaStream_t s) {
 int main(int argc, char **argv) {
     int named = argc > 1 && !strcmp(argv[1], "named");
     int offline = argc > 1 && !strcmp(argv[1], "offline");
-    int requests = offline ? 8 : REQUESTS, to_decode = offline ? 60 : TOKENS;
+    int lazy = argc > 1 && !strcmp(argv[1], "lazy");
+    int requests = offline ? 8 : lazy ? MAX_REQUESTS : REQUESTS, to_decode = offline ? 60 : lazy ? 30 : TOKENS;
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CHECK(cudaMalloc(&logits, 8 * 4096));
     CHECK(cudaMalloc(&tokens, 4096));
     CHECK(cudaMallocHost(&host_tokens, 4096));
-    cudaGraphExec_t decode[BUCKETS];
-    for (int b = 0; b < BUCKETS; b++) decode[b] = capture_decode(s, bucket_size[b]);
-    prefill(s);
-    for (int b = 0; b < BUCKETS; b++) CHECK(cudaGraphLaunch(decode[b], s));
-    sample(s);
+    cudaGraphExec_t decode[BUCKETS] = {0};
+    if (!lazy) {
+        for (int b = 0; b < BUCKETS; b++) decode[b] = capture_decode(s, bucket_size[b]);
+        prefill(s);
+        for (int b = 0; b < BUCKETS; b++) CHECK(cudaGraphLaunch(decode[b], s));
+        sample(s);
+    }
 
-    nvtxRangeId_t range[REQUESTS];
-    int left[REQUESTS] = {0}, admitted = 0, finished = 0;
+    nvtxRangeId_t range[MAX_REQUESTS];
+    int left[MAX_REQUESTS] = {0}, admitted = 0, finished = 0;
     long counts[3] = {0}, kernels = 0, replays = 0;
     static const char *kinds[3] = {"prefill", "decode", "mixed"};
     for (int it = 0; finished < requests; it++) {
@@ -99,6 +105,14 @@ int main(int argc, char **argv) {
         if (running) {
             int b = 0;
             while (bucket_size[b] < running) b++;
+            if (!decode[b]) {
+                void *args[] = {NULL};
+                CHECK(cudaMemsetAsync(logits, 0, (size_t)bucket_size[b] * 4096, s));
+                for (int i = 0; i < DECODE_KERNELS; i++)
+                    launch(decode_layer, (unsigned)bucket_size[b] * 16, 128, s, args);
+                usleep(2000);
+                decode[b] = capture_decode(s, bucket_size[b]);
+            }
             CHECK(cudaGraphLaunch(decode[b], s));
             kernels += DECODE_KERNELS;
             replays++;

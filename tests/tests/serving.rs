@@ -195,3 +195,29 @@ fn a_window_into_a_serving_loop_says_which_requests_it_saw_whole() {
     let said = it["not_attributed"].to_string();
     assert!(said.contains("began before it"), "{said}");
 }
+
+/// A server that captures a batch size's CUDA graph the first time a batch needs it (`batching lazy`, as
+/// torch.compile's CUDA graph trees do; it names nothing): each step that captured one mid-run, slow by the eager
+/// run and the recording, is named with that and left out with the warm-up, not counted as a steady iteration.
+#[test]
+fn graphs_captured_lazily_mid_run_are_named_and_left_out() {
+    let (r, did, trace) = served("serving-lazy", "lazy");
+    assert_eq!((did["prefill"], did["decode"], did["mixed"]), (1, 87, 19), "{did:?}");
+    let p = &r["processes"][0];
+    let later = p["warmup"]["later"].as_array().cloned().unwrap_or_default();
+    let captures: Vec<&Value> = later.iter().filter(|f| f["graphs_instantiated"].as_u64() == Some(1)).collect();
+    // Buckets 4 and 8 are first needed mid-run (bucket 1's capture may fall in the warm-up).
+    assert!(captures.len() >= 2, "{later:?}");
+    for f in &captures {
+        assert!(f["cost_ns"].as_u64().unwrap() >= 1_000_000, "2 ms of host work recording it: {f}");
+        let name = f["name"].as_str().unwrap();
+        assert!(p["steps"].as_array().unwrap().iter().all(|s| s["name"] != name), "{name} left out");
+        assert_eq!(f["recompiled"], false, "no Triton kernel: {f}");
+    }
+    let text = std::process::Command::new(cuflight_bin()).arg("report").arg(&trace).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("1 CUDA graph captured and instantiated: a batch size or input shape first met then"),
+        "{text}"
+    );
+}

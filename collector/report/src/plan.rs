@@ -268,7 +268,7 @@ impl First {
                     self.warm.alloc_call(e.start);
                 }
                 if call.has(CallEffects::BEGINS_CAPTURE) || call.has(CallEffects::INSTANTIATES_GRAPH) {
-                    self.warm.graph_setup(e.start);
+                    self.warm.graph_setup(e.start, call.has(CallEffects::INSTANTIATES_GRAPH));
                 }
             }
             Some(EventKind::Sync) if e.as_sync().kind == SYNC_STREAM_WAIT_EVENT => self.has_stream_waits = true,
@@ -461,7 +461,8 @@ fn warmup_of(p: &Process, f: &First, steps: &Steps, no_steps: bool) -> super::wa
     warmup.run_again_example = warmup.kernels_run_again.first().map(|&k| p.string(k).to_string());
     for later in &mut warmup.later {
         later.examples = later.kernel_ids.iter().take(3).map(|&k| p.string(k).to_string()).collect();
-        later.recompiled = later.kernel_ids.iter().all(|&k| inductor::is_inductor_kernel(p.string(k)));
+        later.recompiled =
+            !later.kernel_ids.is_empty() && later.kernel_ids.iter().all(|&k| inductor::is_inductor_kernel(p.string(k)));
     }
     warmup.compiled = warmup.steps > 0 && f.warm.kernels.keys().any(|&k| inductor::is_inductor_kernel(p.string(k)));
     warmup

@@ -359,18 +359,25 @@ pub fn first_runs_line(w: &super::warmup::Warmup) -> Option<String> {
         .iter()
         .take(5)
         .map(|f| {
-            let what = if f.recompiled { "a torch.compile recompilation: " } else { "" };
-            let kind = if f.recompiled { "new Triton kernel" } else { "kernel" };
-            let e =
-                f.examples.first().map_or(String::new(), |n| format!(", e.g. {}", super::short_names::short_name(n)));
-            let s = if f.new_kernels == 1 { "" } else { "s" };
+            let mut did = Vec::new();
+            if f.new_kernels > 0 {
+                let what = if f.recompiled { "a torch.compile recompilation: " } else { "" };
+                let kind = if f.recompiled { "new Triton kernel" } else { "kernel" };
+                let e = f
+                    .examples
+                    .first()
+                    .map_or(String::new(), |n| format!(", e.g. {}", super::short_names::short_name(n)));
+                let s = if f.new_kernels == 1 { "" } else { "s" };
+                did.push(format!("{what}{} {kind}{s} the trace had not run before{e}", f.new_kernels));
+            }
+            if f.graphs_instantiated > 0 {
+                did.push(format!(
+                    "{} captured and instantiated: a batch size or input shape first met then",
+                    counted(f.graphs_instantiated, "CUDA graph", "CUDA graphs")
+                ));
+            }
             let of = f.kind.map_or(String::new(), |k| format!(", {k}"));
-            format!(
-                "{}{of} +{} ({what}{} {kind}{s} the trace had not run before{e})",
-                f.name,
-                ms(f.cost_ns),
-                f.new_kernels
-            )
+            format!("{}{of} +{} ({})", f.name, ms(f.cost_ns), did.join("; "))
         })
         .collect();
     let more = if w.later.len() > 5 { format!(", and {} more", w.later.len() - 5) } else { String::new() };
@@ -383,7 +390,8 @@ pub fn first_runs_line(w: &super::warmup::Warmup) -> Option<String> {
         "left out with the warm-up (--include-warmup keeps them)"
     };
     Some(format!(
-        "Slow steps running kernels for the first time after warm-up: {} step(s), {} over the steady {} in all: \
+        "Slow steps doing first-time work after warm-up (kernels not run before, CUDA graphs captured): {} step(s), \
+         {} over the steady {} in all: \
          {}{more}; {apart}",
         w.later.len(),
         ms(cost),

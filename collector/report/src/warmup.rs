@@ -18,7 +18,9 @@
 //! than 1.5× the steady median (of its kind): a `torch.compile` recompilation (a new shape or a guard that failed compiles
 //! new Triton kernels; Inductor names them `triton_*`), a code path taken for the first time (the first
 //! evaluation), a kernel autotuned for a new shape. Each is named with its cost, its time over the median, and
-//! left out of the analyses with the warm-up ([`super::plan::Plan::leave_out_warmup`]).
+//! left out of the analyses with the warm-up ([`super::plan::Plan::leave_out_warmup`]). So is a slow later step
+//! that instantiates a CUDA graph: one captured lazily, the first time its batch size or input shape came
+//! (torch.compile's CUDA graph trees; a server that captures its decode buckets as it meets them).
 
 use super::spans::{window_of, Span};
 use super::step_kinds::{self, Launched, ToldBy};
@@ -49,6 +51,8 @@ pub struct Evidence {
     /// are a loop's eager runs before it is captured, those after it are other work than the graph's
     /// ([`reference()`]).
     pub first_graph_setup: Option<u64>,
+    /// Start times of graph instantiations: a later step that makes one pays for a graph captured lazily.
+    pub graph_instantiations: Times,
 }
 
 /// Start times, up to [`MAX_TIMES`] (None once there were more).
@@ -98,9 +102,12 @@ impl Evidence {
         self.alloc_calls.push(start);
     }
 
-    /// A stream capture began or a graph was instantiated at `start`.
-    pub fn graph_setup(&mut self, start: u64) {
+    /// A stream capture began or a graph was instantiated (`instantiates`) at `start`.
+    pub fn graph_setup(&mut self, start: u64, instantiates: bool) {
         self.first_graph_setup = Some(self.first_graph_setup.map_or(start, |t| t.min(start)));
+        if instantiates {
+            self.graph_instantiations.push(start);
+        }
     }
 }
 
@@ -171,6 +178,10 @@ pub struct Warmup {
     pub compiled: bool,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// One kind's steady median (JSON `warmup.steady_by_kind`).
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct KindMedian {
@@ -198,6 +209,10 @@ pub struct FirstRun {
     pub new_kernels: usize,
     /// All of them Triton's (`triton_*`): torch.compile compiled them, so the step recompiled.
     pub recompiled: bool,
+    /// CUDA graphs instantiated in it: a graph captured lazily, for a batch size or input shape first seen then
+    /// (torch.compile's CUDA graph trees, a server that captures its buckets as it meets them).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub graphs_instantiated: u64,
     /// Their ids in the process's strings, in order of first run.
     #[serde(skip)]
     pub kernel_ids: Vec<u32>,
@@ -205,7 +220,8 @@ pub struct FirstRun {
     pub examples: Vec<String>,
 }
 
-/// Steps from `from` on that ran kernels first seen in them and took over [`SLOW`]× their reference.
+/// Steps from `from` on that ran kernels first seen in them, or instantiated a CUDA graph, and took over [`SLOW`]×
+/// their reference.
 fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, reference: &Reference) -> Vec<FirstRun> {
     let mut firsts: Vec<(u64, u32)> = ev.kernels.iter().map(|(&k, &(first, _))| (first, k)).collect();
     firsts.sort_unstable();
@@ -214,6 +230,10 @@ fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, re
         if let Some(i) = window_of(windows, first).filter(|&i| i >= from && i > 0) {
             per.entry(i).or_default().push(k);
         }
+    }
+    let graphs = ev.graph_instantiations.per_window(windows).unwrap_or_default();
+    for (i, _) in graphs.iter().enumerate().filter(|&(i, &n)| n > 0 && i >= from && i > 0) {
+        per.entry(i).or_default();
     }
     let mut out: Vec<FirstRun> = per
         .into_iter()
@@ -227,6 +247,7 @@ fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, re
                 cost_ns: d - median,
                 new_kernels: kernels.len(),
                 recompiled: false,
+                graphs_instantiated: graphs.get(i).copied().unwrap_or(0),
                 kernel_ids: kernels,
                 examples: Vec::new(),
             })
@@ -423,187 +444,5 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn windows(durations: &[u64]) -> (Vec<Span>, Vec<String>) {
-        let mut t = 1_000;
-        let w = durations
-            .iter()
-            .map(|&d| {
-                let s = (t, t + d);
-                t += d;
-                s
-            })
-            .collect();
-        (w, (0..durations.len()).map(|i| format!("ProfilerStep#{i}")).collect())
-    }
-
-    #[test]
-    fn slow_first_steps_are_warmup_and_a_steady_run_has_none() {
-        // The H100 transformer run: 315 and 51 ms first steps, then about 30 ms each.
-        let mut d = vec![315_000_000, 51_000_000];
-        d.extend([30_000_000u64, 31_000_000, 29_000_000].iter().cycle().take(20));
-        let (w, names) = windows(&d);
-        let r = detect(&w, &names, &Evidence::new());
-        assert_eq!((r.steps, r.ns), (2, 366_000_000));
-        assert_eq!(r.detail[0].name, "ProfilerStep#0");
-        let (w, names) = windows(&[30, 31, 29, 30, 30, 32]);
-        assert_eq!(detect(&w, &names, &Evidence::new()).steps, 0);
-        // Too few steps to tell a pattern.
-        let (w, names) = windows(&[300, 30]);
-        assert_eq!(detect(&w, &names, &Evidence::new()).steps, 0);
-    }
-
-    #[test]
-    fn autotuning_kernels_and_allocator_growth_make_warmup_at_steady_speed() {
-        let (w, names) = windows(&[100, 100, 100, 100, 100, 100, 100, 100]);
-        let mut ev = Evidence::new();
-        for (i, win) in w.iter().enumerate() {
-            ev.kernel(1, win.0 + 10); // the model's kernel, every step
-            if i == 0 {
-                ev.kernel(2, win.0 + 20); // an autotuning candidate, step 0 only
-                ev.alloc_call(win.0 + 5);
-            }
-            if i == 0 || i == 3 {
-                ev.kernel(4, win.0 + 30); // the program's own work, run again by a step kept, never steadily
-            }
-            if i == 1 {
-                ev.alloc_call(win.0 + 5); // the allocator still growing
-                ev.alloc_call(win.0 + 6);
-            }
-        }
-        let r = detect(&w, &names, &ev);
-        assert_eq!(r.steps, 2, "{r:?}");
-        assert_eq!((r.detail[0].kernels_only_here, r.detail[0].alloc_calls), (2, 1));
-        assert_eq!((r.detail[1].kernels_only_here, r.detail[1].alloc_calls), (0, 2));
-        // Only the candidate is set-up; the other kernel is work a later step does again.
-        assert_eq!((&r.example_kernels, &r.kernels_run_again), (&vec![2], &vec![4]));
-        let said = r.describe();
-        assert!(
-            said.contains("1 kernel that only the warm-up runs") && said.contains("1 kernel run for the"),
-            "{said}"
-        );
-        // A program that allocates in every step: allocations tell nothing.
-        let mut ev = Evidence::new();
-        for win in &w {
-            ev.alloc_call(win.0 + 5);
-        }
-        assert_eq!(detect(&w, &names, &ev).steps, 0);
-    }
-
-    #[test]
-    fn a_later_step_that_compiles_new_kernels_is_named_with_its_cost() {
-        // 12 steady steps of 100; step 8 recompiles: 400, and runs kernel 3 from then on.
-        let mut d = vec![100u64; 12];
-        d[8] = 400;
-        let (w, names) = windows(&d);
-        let mut ev = Evidence::new();
-        for (i, win) in w.iter().enumerate() {
-            ev.kernel(1, win.0 + 10);
-            if i >= 8 {
-                ev.kernel(3, win.0 + 350.min(win.1 - win.0 - 1));
-            }
-        }
-        let r = detect(&w, &names, &ev);
-        assert_eq!(r.steps, 0);
-        assert_eq!(r.later.len(), 1, "{r:?}");
-        let f = &r.later[0];
-        assert_eq!((f.name.as_str(), f.cost_ns, f.new_kernels, &f.kernel_ids), ("ProfilerStep#8", 300, 1, &vec![3]));
-        // New kernels at steady speed (a second model's first call, cheap) or a slow step with none: neither.
-        d[8] = 100;
-        let (w, names) = windows(&d);
-        assert!(detect(&w, &names, &ev).later.is_empty());
-        d[8] = 400;
-        let (w, names) = windows(&d);
-        let mut ev = Evidence::new();
-        for win in &w {
-            ev.kernel(1, win.0 + 10);
-        }
-        assert!(detect(&w, &names, &ev).later.is_empty());
-    }
-
-    #[test]
-    fn a_servers_steps_are_compared_with_their_own_kind_told_by_what_they_launch() {
-        // An unnamed server: a pre-serving warm-up (300, prefill and replays), the first prefill (eager, 90),
-        // then decodes (graph replays, 30) with a mixed iteration (both, 100) every fourth step.
-        let mut d = vec![300u64, 90];
-        let mut launch = vec![(true, true), (false, true)];
-        for i in 0..20 {
-            let mixed = i % 4 == 3;
-            d.push(if mixed { 100 } else { 30 });
-            launch.push((true, mixed));
-        }
-        let (w, names) = windows(&d);
-        let (w, names) = (w, names.iter().map(|_| "step".to_string()).collect::<Vec<_>>());
-        let mut ev = Evidence::new();
-        ev.graph_setup(0);
-        for (win, &(graph, eager)) in w.iter().zip(&launch) {
-            if graph {
-                ev.graph_replays.push(win.0 + 1);
-            }
-            if eager {
-                ev.eager_kernels.push(win.0 + 2);
-            }
-        }
-        let r = detect(&w, &names, &ev);
-        // The prefill (3x a decode) is no warm-up: no steady step is eager alone, and the graphs were captured
-        // before it, so it is other work than theirs, compared with nothing; the pre-serving warm-up is 3x a mixed
-        // iteration.
-        assert_eq!(r.steps, 1, "{r:?}");
-        assert_eq!((r.detail[0].kind, r.detail[0].compared_with_ns), (Some("graph replay + eager"), 100));
-        let kinds: Vec<(&str, u64)> = r.steady_by_kind.iter().map(|k| (k.kind, k.steady_step_ns)).collect();
-        assert_eq!(kinds, vec![("graph replay", 30), ("graph replay + eager", 100)]);
-        // Without what each step launched (more than the cap), every step is compared with all steps.
-        ev.eager_kernels = Times(None);
-        let r = detect(&w, &names, &ev);
-        assert_eq!((r.steps, r.steady_by_kind.len()), (2, 0), "{r:?}");
-        assert!(r.detail[1].kind.is_none());
-    }
-
-    #[test]
-    fn named_kinds_the_steady_half_never_runs_are_not_slow_by_time() {
-        // A batch prefilled first (3 steps at 10x), then decoded: the engine says the prefills are other work.
-        let mut d = vec![300u64; 3];
-        d.extend([30u64; 12]);
-        let (w, _) = windows(&d);
-        let names: Vec<String> = (0..d.len()).map(|i| if i < 3 { "prefill" } else { "decode" }.to_string()).collect();
-        let r = detect(&w, &names, &Evidence::new());
-        assert_eq!(r.steps, 0, "{r:?}");
-    }
-
-    #[test]
-    fn eager_steps_are_warmup_before_the_loop_is_captured_and_other_work_after() {
-        // Eager steps at 3x, then graph replays alone.
-        let mut d = vec![90u64, 90, 90];
-        d.extend([30u64; 12]);
-        let (w, names) = windows(&d);
-        let mut ev = Evidence::new();
-        for (i, win) in w.iter().enumerate() {
-            if i < 3 {
-                ev.eager_kernels.push(win.0 + 1);
-            } else {
-                ev.graph_replays.push(win.0 + 1);
-            }
-        }
-        // torch.compile's reduce-overhead: it warms up eagerly, then records the graph in the third step.
-        ev.graph_setup(w[2].0 + 5);
-        let r = detect(&w, &names, &ev);
-        assert_eq!(r.steps, 3, "{r:?}");
-        assert_eq!((r.detail[0].kind, r.detail[0].compared_with_ns), (Some("eager"), 30));
-        // An unnamed offline batch: the decode graphs captured at start-up (or before the trace began), then
-        // the batch prefilled eagerly and decoded. The prefills are other work than a decode, not slow ones.
-        for setup in [Some(0), None] {
-            ev.first_graph_setup = setup;
-            let r = detect(&w, &names, &ev);
-            assert_eq!(r.steps, 0, "{setup:?}: {r:?}");
-        }
-    }
-
-    #[test]
-    fn warmup_never_takes_more_than_half_the_steps() {
-        let (w, names) = windows(&[900, 800, 700, 600, 500, 400, 300, 200]);
-        let r = detect(&w, &names, &Evidence::new());
-        assert!(r.steps <= 4, "{r:?}");
-    }
-}
+#[path = "warmup_tests.rs"]
+mod tests;
