@@ -72,34 +72,54 @@ const MAX_EXPANSION: u64 = 1000;
 /// A decoder of `path` where it is a trace compressed with gzip or zstd, but Kineto JSON in gzip (its importer
 /// decompresses as it reads). None for anything else, which the readers then name.
 fn decompressor(path: &std::path::Path) -> Result<Option<Box<dyn Read>>> {
-    use cuflight_collector::import::{sniff, Format};
-    let open = || File::open(path).with_context(|| format!("cannot open {}", path.display()));
-    let mut head = [0u8; 4];
-    if open()?.read_exact_at(&mut head, 0).is_err() {
-        return Ok(None);
-    }
-    let decoder = |file: File| -> Option<Box<dyn Read>> {
-        if head[..2] == [0x1f, 0x8b] {
-            Some(Box::new(flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file))))
-        } else if head == [0x28, 0xb5, 0x2f, 0xfd] {
-            Some(Box::new(zstd::stream::read::Decoder::new(file).ok()?))
-        } else {
-            None
-        }
-    };
-    let Some(first) = decoder(open()?) else { return Ok(None) };
-    let mut inner = Vec::with_capacity(64);
-    let _ = first.take(64).read_to_end(&mut inner);
-    Ok(match sniff(&inner) {
-        None | Some(Format::KinetoJsonGzip) => None,
-        Some(Format::KinetoJson) if head[0] == 0x1f => None,
-        Some(_) => decoder(open()?),
+    use cuflight_collector::import::Format;
+    Ok(match compressed(path)? {
+        Some((Compression::Gzip, Format::KinetoJson)) | None => None,
+        Some((how, _)) => how.decoder(File::open(path).with_context(|| format!("cannot open {}", path.display()))?),
     })
 }
 
-/// Whether `path` is a trace compressed with zstd, or with gzip and not Kineto JSON (which is read as it is).
+/// Whether `path` is a trace compressed with gzip or zstd, of a format cuflight reads.
 pub fn is_compressed_trace(path: &std::path::Path) -> bool {
-    matches!(decompressor(path), Ok(Some(_)))
+    matches!(compressed(path), Ok(Some(_)))
+}
+
+#[derive(Clone, Copy)]
+enum Compression {
+    Gzip,
+    Zstd,
+}
+
+impl Compression {
+    fn decoder(self, file: File) -> Option<Box<dyn Read>> {
+        match self {
+            Compression::Gzip => Some(Box::new(flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file)))),
+            Compression::Zstd => Some(Box::new(zstd::stream::read::Decoder::new(file).ok()?)),
+        }
+    }
+}
+
+/// How `path` is compressed and the format of what it holds (read from its first 64 decompressed bytes); None
+/// where it is not compressed or holds no trace cuflight reads (a log archive beside the traces).
+fn compressed(path: &std::path::Path) -> Result<Option<(Compression, cuflight_collector::import::Format)>> {
+    use cuflight_collector::import::{sniff, Format};
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut head = [0u8; 4];
+    if file.read_exact_at(&mut head, 0).is_err() {
+        return Ok(None);
+    }
+    let how = match head {
+        [0x1f, 0x8b, ..] => Compression::Gzip,
+        [0x28, 0xb5, 0x2f, 0xfd] => Compression::Zstd,
+        _ => return Ok(None),
+    };
+    let Some(decoder) = how.decoder(file) else { return Ok(None) };
+    let mut inner = Vec::with_capacity(64);
+    let _ = decoder.take(64).read_to_end(&mut inner);
+    Ok(match sniff(&inner) {
+        None | Some(Format::KinetoJsonGzip) => None,
+        Some(format) => Some((how, format)),
+    })
 }
 
 /// A decoder's output, at most `left` bytes; a stream that breaks off ends there, and `cut` says why.

@@ -41,10 +41,14 @@ pub fn refuse(traces: &[&mut PathBuf], command: &str) -> Result<()> {
 
 fn is_trace(path: &Path) -> bool {
     let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
-    cuflight_collector::import::detect(path).is_ok()
-        || name.ends_with(".nsys-rep")
-        || name.ends_with(".qdrep")
-        || crate::spooled_inputs::is_compressed_trace(path)
+    use cuflight_collector::import::{detect, Format};
+    match detect(path) {
+        // gzip: Kineto JSON, or another trace compressed; not a log archive beside the traces.
+        Ok(Format::KinetoJsonGzip) | Err(_) => {
+            crate::spooled_inputs::is_compressed_trace(path) || name.ends_with(".nsys-rep") || name.ends_with(".qdrep")
+        }
+        Ok(_) => true,
+    }
 }
 
 pub fn traces_in(dir: &Path) -> Result<Vec<PathBuf>> {

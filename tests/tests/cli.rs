@@ -391,9 +391,11 @@ fn compressed_traces_read_as_what_they_hold() {
     let listed = dir.join("listed");
     std::fs::create_dir_all(&listed).unwrap();
     std::fs::copy(&zst, listed.join("run.cuf.zst")).unwrap();
+    // A log archive beside it is no trace: left out, not read and refused.
+    std::fs::write(listed.join("train_log.gz"), gzip(b"epoch 1 loss 0.5\n")).unwrap();
     let (code, err) = cuflight(&["report", listed.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains("1 trace"), "{err}");
+    assert!(err.contains("1 trace; left out 1 other entry"), "{err}");
     let (code, err) = cuflight(&["export", zst.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{err}");
     assert!(dir.join("run.perfetto-trace").is_file(), "{err}");
