@@ -343,8 +343,6 @@ const NO_AGENT: &str = "cannot find libcuflight.so next to the cuflight binary o
                         no libraries: use `python3 -m pip install .`, or copy target/release/libcuflight.so beside \
                         the binary); or set CUFLIGHT_AGENT to its path";
 
-/// Everything before the program is cuflight's: a word there that looks like an option and is not one is an
-/// error naming it (clap's usage, exit 2), never a program to run. `--` before a program named `-x` still runs it.
 /// Refuses an output that is the program to record, or a file its command names (`-o train.py -- python
 /// train.py`): with --force the trace would replace it while it runs.
 fn output_not_in_command(command: &[String], output: &std::path::Path) -> Result<()> {
@@ -367,6 +365,8 @@ fn output_not_in_command(command: &[String], output: &std::path::Path) -> Result
     Ok(())
 }
 
+/// Everything before the program is cuflight's: a word there that looks like an option and is not one is an
+/// error naming it (clap's usage, exit 2), never a program to run. `--` before a program named `-x` still runs it.
 fn program_word(subcommand: &str, command: &[String]) {
     let Some(word) = command.first().filter(|w| w.starts_with('-') && w.len() > 1) else { return };
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
