@@ -413,6 +413,7 @@ fn print_costs(s: &RecordSummary) {
         .backpressure()
         .into_iter()
         .chain(s.python_stacks_line())
+        .chain(s.eager_tracing_line())
         .chain(s.graph_node_tracing_line())
         .chain(s.python_unread_lines())
         .chain(s.gpu_counters_lines());

@@ -36,6 +36,8 @@
 //!
 //! The default is everything but `queries`, `sync`, `graphs` and `hes`.
 
+use crate::{EventKind, RawEvent};
+
 pub const CUDA: u32 = 1;
 pub const QUERIES: u32 = 2;
 pub const NVTX: u32 = 4;
@@ -67,6 +69,58 @@ pub const GRAPH_NODE_TRACING_NS: u64 = 1_100;
 /// would not have: the report says how much of launch_bound it may be, and sets none of it apart (no record of
 /// it, and unlike a graph launch's nodes, no call to find it in).
 pub const EAGER_LAUNCH_TRACING_NS: u64 = 1_000;
+
+/// What a recording traced that lengthens the program's launch calls, tallied event by event: kernels launched
+/// one by one and CUDA graph nodes traced one by one. No record measures what tracing them cost the launching
+/// threads; `record`, `attach` and `serve` tell it from the figures above, this one tally for all three.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TracedLaunches {
+    kernels: u64,
+    /// Kernel records that ran as a graph's node, or stand for a whole graph launch (graph-level tracing).
+    graph_kernels: u64,
+    graph_nodes: u64,
+}
+
+impl TracedLaunches {
+    /// Counts one event of a recording (a kernel, or the graph node record that follows a graph's kernel).
+    pub fn add(&mut self, e: &RawEvent) {
+        match e.kind() {
+            Some(EventKind::Kernel) => self.kernels += 1,
+            Some(EventKind::GraphNode) => {
+                self.graph_nodes += u64::from(e.as_graph_node().is_node_level());
+                self.graph_kernels += u64::from(e.graph_node_op() == EventKind::Kernel);
+            }
+            _ => {}
+        }
+    }
+
+    /// Adds another tally (another process's, another window's).
+    pub fn merge(&mut self, other: TracedLaunches) {
+        self.kernels = self.kernels.saturating_add(other.kernels);
+        self.graph_kernels = self.graph_kernels.saturating_add(other.graph_kernels);
+        self.graph_nodes = self.graph_nodes.saturating_add(other.graph_nodes);
+    }
+
+    /// Kernels launched one by one, each lengthened by [`EAGER_LAUNCH_TRACING_NS`].
+    pub fn eager_kernels(&self) -> u64 {
+        self.kernels.saturating_sub(self.graph_kernels)
+    }
+
+    /// Graph nodes CUPTI traced on their own, each lengthening its launch by [`GRAPH_NODE_TRACING_NS`].
+    pub fn graph_nodes(&self) -> u64 {
+        self.graph_nodes
+    }
+
+    /// What tracing the eager launches is estimated to have added to the launching threads, ns.
+    pub fn eager_ns(&self) -> u64 {
+        self.eager_kernels().saturating_mul(EAGER_LAUNCH_TRACING_NS)
+    }
+
+    /// What tracing the graph nodes is estimated to have added to the graph launch calls, ns.
+    pub fn graph_node_ns(&self) -> u64 {
+        self.graph_nodes.saturating_mul(GRAPH_NODE_TRACING_NS)
+    }
+}
 
 /// The names `--trace` takes, with their bits, in the order `--help` lists them.
 pub const NAMES: [(&str, u32); 9] = [
@@ -105,6 +159,30 @@ pub fn describe(mask: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::view::WHOLE_GRAPH;
+
+    fn event(kind: EventKind, sub: u8, node: u64) -> RawEvent {
+        RawEvent { kind: kind as u8, sub, a: 7, b: node, ..RawEvent::default() }
+    }
+
+    /// A graph's kernel nodes and a graph-level launch are not launched one by one; copies in graphs are nodes
+    /// too; a graph-level launch traces no node.
+    #[test]
+    fn launches_are_told_apart_from_graph_nodes() {
+        let mut t = TracedLaunches::default();
+        for _ in 0..5 {
+            t.add(&event(EventKind::Kernel, 0, 0));
+        }
+        t.add(&event(EventKind::GraphNode, 0, 1));
+        t.add(&event(EventKind::GraphNode, EventKind::Memcpy as u8, 2));
+        t.add(&event(EventKind::GraphNode, 0, WHOLE_GRAPH));
+        t.add(&event(EventKind::Memcpy, 0, 0));
+        assert_eq!((t.eager_kernels(), t.graph_nodes()), (3, 2));
+        assert_eq!((t.eager_ns(), t.graph_node_ns()), (3 * EAGER_LAUNCH_TRACING_NS, 2 * GRAPH_NODE_TRACING_NS));
+        let mut sum = t;
+        sum.merge(t);
+        assert_eq!((sum.eager_kernels(), sum.graph_nodes()), (6, 4));
+    }
 
     #[test]
     fn lists_parse_as_nsys_lists_do() {

@@ -521,7 +521,7 @@ fn calls_in_flight_at_arming_are_no_drops() {
         .iter()
         .map(|s| s["labels"]["source"].as_str().unwrap())
         .collect();
-    let sources_expected = ["cupti", "ring_wait", "python_stacks", "graph_node_tracing"];
+    let sources_expected = ["cupti", "ring_wait", "python_stacks", "launch_tracing", "graph_node_tracing"];
     assert_eq!(sources, sources_expected, "{}", m["cuflight_agent_overhead_seconds"]);
     let ratio = value(&m, "cuflight_agent_overhead_ratio", pid);
     assert!((0.0..1.0).contains(&ratio), "{ratio}");

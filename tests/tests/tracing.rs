@@ -167,3 +167,26 @@ fn hardware_kernel_timestamps_are_used_where_cupti_takes_them() {
     let (status, _) = server.end();
     assert!(status.success());
 }
+
+/// `record` says what CUPTI's tracing of kernels launched one by one added to the program's launch calls (1.0 us
+/// each, the H200's figure), once that reaches 10 ms in all, and counts exactly the kernels the trace holds.
+#[test]
+fn record_says_what_tracing_eager_launches_cost_once_it_matters() {
+    let dir = scratch("tracing-eager-cost");
+    let prog = build_c("streams", &dir);
+    let r = record(&dir, &[], &prog, &["1300"], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    let s = stats(&r.trace);
+    let kernels: u64 = s["kernels"].as_array().unwrap().iter().map(|k| k["count"].as_u64().unwrap()).sum();
+    assert!(kernels >= 10_000, "{kernels}");
+    let said = format!(
+        "CUPTI traced {kernels} kernel launches, lengthening the launching threads' calls by about {:.1} ms in all \
+         (1.0 us a launch",
+        kernels as f64 / 1e3
+    );
+    assert!(r.stderr().contains(&said), "{said}\n{}", r.stderr());
+    // A few thousand launches cost a few ms: not worth a line.
+    let r = record(&dir, &[], &prog, &["300"], &[]);
+    assert!(r.output.status.success(), "{}", r.stderr());
+    assert!(!r.stderr().contains("kernel launches, lengthening"), "{}", r.stderr());
+}

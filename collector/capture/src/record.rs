@@ -18,6 +18,7 @@ pub use crate::window::Range;
 use cuflight_format::channel::{self, Listener};
 use cuflight_format::file::{Drops, ProcessInfo};
 use cuflight_format::segment::{self, state, MappedSegment};
+use cuflight_format::tracing::TracedLaunches;
 use cuflight_format::{EventKind, RawEvent};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
@@ -91,8 +92,8 @@ struct Recorder {
     /// Steps and time slices the agents recorded whole under `--sample` (their `Sampled` events).
     sampled_steps: u64,
     sampled_slices: u64,
-    /// CUDA graph nodes CUPTI traced one by one (each lengthened its graph's launch call).
-    graph_nodes_traced: u64,
+    /// Kernels and CUDA graph nodes CUPTI traced one by one (each lengthened its launch call).
+    traced_launches: TracedLaunches,
     last_write: Instant,
     last_liveness: Instant,
     /// Set by a write error: nothing more is drained or written.
@@ -151,10 +152,7 @@ impl Recorder {
                     Some(EventKind::Sampled) => {
                         *if e.is_sampled_slice() { &mut self.sampled_slices } else { &mut self.sampled_steps } += 1
                     }
-                    Some(EventKind::GraphNode) => {
-                        self.graph_nodes_traced += u64::from(e.as_graph_node().is_node_level())
-                    }
-                    _ => {}
+                    _ => self.traced_launches.add(e),
                 }
             }
             match self.window.as_mut() {
@@ -308,7 +306,7 @@ impl Session {
             pending: 0,
             sampled_steps: 0,
             sampled_slices: 0,
-            graph_nodes_traced: 0,
+            traced_launches: TracedLaunches::default(),
             last_write: Instant::now(),
             last_liveness: Instant::now(),
             stopped: None,
@@ -481,7 +479,7 @@ impl Session {
             range_never_started: false,
             sampled_steps: rec.sampled_steps,
             sampled_slices: rec.sampled_slices,
-            graph_nodes_traced: rec.graph_nodes_traced,
+            traced_launches: rec.traced_launches,
             traced: infos.iter().filter(|i| !i.traced.is_empty()).map(|i| (i.pid, i.traced.clone())).collect(),
             arming: Arming::default(),
             program_held_ns: infos.iter().fold(0u64, |a, i| a.saturating_add(i.program_held_ns)),

@@ -32,6 +32,10 @@ impl Arming {
     }
 }
 
+/// Below this in all, what tracing eager launches cost is not said (10,000 launches): a program that launches
+/// that few is not held by its launches.
+pub const EAGER_TRACING_SAID_NS: u64 = 10_000_000;
+
 /// What a recording produced.
 #[derive(Clone, Debug)]
 pub struct RecordSummary {
@@ -74,8 +78,9 @@ pub struct RecordSummary {
     pub gpu_sample_overflows: u64,
     pub gpu_sampling_ns: u64,
     pub gpu_counters_refused: Vec<(u32, String)>,
-    /// CUDA graph nodes CUPTI traced one by one over all processes (not whole launches traced at graph level).
-    pub graph_nodes_traced: u64,
+    /// Kernels launched one by one and CUDA graph nodes CUPTI traced over all processes (not whole graph launches
+    /// traced at graph level).
+    pub traced_launches: cuflight_format::tracing::TracedLaunches,
     /// The files written, with their sizes (several when the output name has `%r`, `%h` or `%p`).
     pub files: Vec<(String, u64)>,
 }
@@ -102,15 +107,30 @@ impl RecordSummary {
     /// What tracing CUDA graphs node by node cost the programs' graph launches, estimated (no record measures it),
     /// when any node was traced so.
     pub fn graph_node_tracing_line(&self) -> Option<String> {
-        (self.graph_nodes_traced > 0).then(|| {
-            let each = cuflight_format::tracing::GRAPH_NODE_TRACING_NS;
+        let nodes = self.traced_launches.graph_nodes();
+        (nodes > 0).then(|| {
             format!(
-                "CUPTI traced {} CUDA graph nodes one by one, lengthening the graph launch calls by about {:.2} ms \
+                "CUPTI traced {nodes} CUDA graph nodes one by one, lengthening the graph launch calls by about {:.2} ms \
                  ({:.1} us a node, an H200's figure; the report sets it apart from launch overhead); adding `graphs` \
                  to --trace records one record per launch instead, without the nodes' names and times",
-                self.graph_nodes_traced,
-                self.graph_nodes_traced.saturating_mul(each) as f64 / 1e6,
-                each as f64 / 1e3
+                self.traced_launches.graph_node_ns() as f64 / 1e6,
+                cuflight_format::tracing::GRAPH_NODE_TRACING_NS as f64 / 1e3
+            )
+        })
+    }
+
+    /// What tracing kernels launched one by one cost the launching threads, estimated (no record measures it),
+    /// when it reaches [`EAGER_TRACING_SAID_NS`] in all.
+    pub fn eager_tracing_line(&self) -> Option<String> {
+        let ns = self.traced_launches.eager_ns();
+        (ns >= EAGER_TRACING_SAID_NS).then(|| {
+            format!(
+                "CUPTI traced {} kernel launches, lengthening the launching threads' calls by about {:.1} ms in all \
+                 ({:.1} us a launch, an H200's figure); where the GPU waited on them, the report says how much of its \
+                 idle time that may be, and `record --sample 1/N` measures what it costs a step",
+                self.traced_launches.eager_kernels(),
+                ns as f64 / 1e6,
+                cuflight_format::tracing::EAGER_LAUNCH_TRACING_NS as f64 / 1e3
             )
         })
     }

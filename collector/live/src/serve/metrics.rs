@@ -2,7 +2,7 @@
 //! Prometheus' text exposition format (version 0.0.4: HELP and TYPE lines, counters in seconds and bytes).
 
 use cuflight_format::calls::CallEffects;
-use cuflight_format::tracing::GRAPH_NODE_TRACING_NS;
+use cuflight_format::tracing::TracedLaunches;
 use cuflight_format::EventKind;
 use cuflight_trace::model::cuda_errors::{error_name, ErrorClass};
 use cuflight_trace::model::cupti_labels;
@@ -50,11 +50,11 @@ pub struct ProcessMetrics {
     session_seen: SessionTotals,
 }
 
-/// Where the recording's cost to the program is measured: CUPTI's own overhead records (its buffer flushes and
-/// instrumentation, on the program's threads), the program's threads waiting for room in a full ring, and the
-/// agent reading Python stacks. Not the callbacks' own cost per call, which no clock in the process sees without
-/// adding to it (gpu-validate's `cost` part measures it on a GPU).
-pub const OVERHEAD_SOURCES: [&str; 4] = ["cupti", "ring_wait", "python_stacks", "graph_node_tracing"];
+/// Where the recording's cost to the program is measured or estimated: CUPTI's own overhead records (its buffer
+/// flushes and instrumentation, on the program's threads), the program's threads waiting for room in a full ring,
+/// the agent reading Python stacks; and, estimated from what the window traced (no clock in the process sees it
+/// without adding to it), CUPTI lengthening each kernel launched one by one and each CUDA graph node it traced.
+pub const OVERHEAD_SOURCES: [&str; 5] = ["cupti", "ring_wait", "python_stacks", "launch_tracing", "graph_node_tracing"];
 
 /// What the agent tallies for a session (a window, or a continuous recording so far).
 #[derive(Default, Clone, Copy, Debug, PartialEq)]
@@ -130,8 +130,8 @@ impl ProcessMetrics {
         let mut info = None;
         let mut counters: BTreeMap<u32, cuflight_trace::model::gpu_counters::CounterMeans> = BTreeMap::new();
         let mut cupti_overhead_ns = 0u64;
-        // CUDA graph nodes traced one by one: CUPTI lengthened their launch calls (not at graph level).
-        let mut traced_nodes = 0u64;
+        // Kernels launched one by one and CUDA graph nodes traced one by one: CUPTI lengthened their launch calls.
+        let mut traced = TracedLaunches::default();
         source
             .for_each(|_, p, e| {
                 if info.is_none() {
@@ -151,6 +151,7 @@ impl ProcessMetrics {
                                 let category = kernel_category(p.string(e.name)).as_str();
                                 *self.kernel_ns.entry((e.device, category)).or_default() += e.duration();
                                 *self.launches.entry(e.device).or_default() += 1;
+                                traced.add(e);
                             }
                             EventKind::Memcpy => {
                                 let copy = e.as_copy();
@@ -173,7 +174,7 @@ impl ProcessMetrics {
                         }
                     }
                     Some(EventKind::Overhead) => cupti_overhead_ns += e.duration(),
-                    Some(EventKind::GraphNode) => traced_nodes += u64::from(e.as_graph_node().is_node_level()),
+                    Some(EventKind::GraphNode) => traced.add(e),
                     Some(EventKind::Alloc | EventKind::Free) => {
                         memory_seen = true;
                         live.apply(p.info.pid, e);
@@ -187,10 +188,10 @@ impl ProcessMetrics {
         for (device, means) in counters {
             self.gpu_counters.insert(device, means.means());
         }
-        // Estimated, as the report sets it apart from launch overhead: no record measures it.
-        let node_tracing_ns = traced_nodes.saturating_mul(GRAPH_NODE_TRACING_NS);
-        *self.overhead_ns.entry("graph_node_tracing").or_default() += node_tracing_ns;
-        let mut overhead = cupti_overhead_ns.saturating_add(node_tracing_ns);
+        // Estimated from what was traced, as the report does: no record measures it.
+        *self.overhead_ns.entry("launch_tracing").or_default() += traced.eager_ns();
+        *self.overhead_ns.entry("graph_node_tracing").or_default() += traced.graph_node_ns();
+        let mut overhead = cupti_overhead_ns.saturating_add(traced.eager_ns()).saturating_add(traced.graph_node_ns());
         if let Some((host, rank, totals)) = info {
             (self.host, self.rank) = (host, rank);
             // Each window is a session of its own; the parts of a continuous recording repeat its totals.
@@ -477,10 +478,10 @@ fn work_families(x: &mut Exposition, processes: &BTreeMap<u32, ProcessMetrics>) 
     x.family(
         "cuflight_agent_overhead_seconds_total",
         "counter",
-        "What the recording cost the program where it is measured: CUPTI's overhead records (source cupti), its \
-         threads waiting for ring room (ring_wait), Python stacks read (python_stacks), and CUPTI tracing each node of \
-         CUDA graph launches (graph_node_tracing, estimated at 1.1 us a node: an H200's figure); not the callbacks' own \
-         cost.",
+        "What the recording cost the program's threads: CUPTI's overhead records (source cupti), its threads waiting \
+         for ring room (ring_wait), Python stacks read (python_stacks), and, estimated from an H200's figures, CUPTI \
+         tracing each kernel launched one by one (launch_tracing, 1.0 us a launch) and each node of CUDA graph \
+         launches (graph_node_tracing, 1.1 us a node).",
         &mut |o| {
             for (pid, m) in processes {
                 for source in OVERHEAD_SOURCES {
@@ -494,7 +495,8 @@ fn work_families(x: &mut Exposition, processes: &BTreeMap<u32, ProcessMetrics>) 
     x.family(
         "cuflight_agent_overhead_ratio",
         "gauge",
-        "The share of the last window's time the recording cost the program (the sources above, summed).",
+        "What the recording cost the program's threads over the last window, as a share of its time (the sources \
+         above, summed over threads: above 1 where several threads each paid more than a window's time).",
         &mut |o| {
             for (pid, m) in processes {
                 let _ = writeln!(o, "cuflight_agent_overhead_ratio{{{}}} {:.6}", labels(pid, m, ""), m.overhead_ratio);
