@@ -83,6 +83,9 @@ fn top_shows_live_rates_and_quits_on_q() {
     assert!(screen.contains("kernel time (GPU-s/s): other"), "{screen}");
     // Each window is a CUPTI session (memory CUPTI keeps): counted, with the time between windows.
     assert!(screen.contains("a window every 1.0 s"), "{screen}");
+    // What the windows cost the program's threads: its 4 launches a step traced, at least.
+    let cost = screen.split("; cost ").nth(1).and_then(|r| r.split('%').next()).and_then(|v| v.parse::<f64>().ok());
+    assert!(cost.is_some_and(|c| (0.0..100.0).contains(&c)), "{screen}");
     tmux(&["send-keys", "-t", &session, "q"]);
     let quit = Instant::now();
     while !done.exists() && quit.elapsed() < Duration::from_secs(10) {

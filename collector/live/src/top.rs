@@ -2,7 +2,8 @@
 //! process and GPU its busy share, launches per second, threads waiting in synchronisation on average (SYNC-THR:
 //! summed over threads, so 1.60 is more than one thread always waiting, not a share), device memory, records lost
 //! and command; under it, the selected process's kernel time by category in GPU-seconds per second (summed over
-//! streams and devices: above 1 where kernels overlap) and its GPU idle time by cause. The numbers
+//! streams and devices: above 1 where kernels overlap), its GPU idle time by cause, and what the windows cost its
+//! threads (serve's `cuflight_agent_overhead_seconds_total`, over window time, summed over threads). The numbers
 //! come from `serve`'s sampling (windows folded into counters); rates are over the time the windows covered
 //! since the previous refresh. Keys: ↑/↓ (k/j) pick a process, s changes the sort, q or Ctrl-C quits.
 
@@ -37,6 +38,8 @@ struct Rates {
     /// The agent's CUPTI sessions, and the time between its windows now (0: none yet, or continuous).
     sessions: u64,
     period_ns: u64,
+    /// What the recording cost the program's threads per second of window (serve's overhead sources, summed).
+    cost: f64,
     /// The device counters of the last window (processes launched with `--gpu-metrics`), on a device's row.
     counters: Option<cuflight_format::view::GpuSample>,
 }
@@ -217,6 +220,7 @@ fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Ve
         failed,
         sessions: m.cupti_sessions,
         period_ns: m.window_period_ns,
+        cost: per(m.overhead_ns.values().sum(), b.overhead_ns.values().sum()),
         counters: None,
     };
     let at = |map: &BTreeMap<u32, u64>, d: u32| map.get(&d).copied().unwrap_or(0);
@@ -292,11 +296,16 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
                 let calls: Vec<String> = r.failed.iter().take(3).map(|(e, n)| format!("{e} x{n}")).collect();
                 format!("\nfailed CUDA calls: {}", calls.join(", "))
             };
-            // Each CUPTI session keeps memory in the program (serve's module docs): how many, and how far apart.
+            // Each CUPTI session keeps memory in the program (serve's module docs): how many, and how far apart;
+            // and what the windows cost its threads (summed over threads, so not capped at 100%).
             let cupti = match (r.sessions, r.period_ns) {
                 (0, _) => String::new(),
                 (n, 0) => format!("\nCUPTI sessions: {n}"),
                 (n, p) => format!("\nCUPTI sessions: {n}, a window every {:.1} s", p as f64 / 1e9),
+            };
+            let cupti = match r.sessions {
+                0 => cupti,
+                _ => format!("{cupti}; cost {:.1}% of window time", r.cost * 100.0),
             };
             let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0));
             let counters = r.counters.map_or(String::new(), |c| {
