@@ -2,13 +2,16 @@
 write its part's summary JSON, and exits 1 when a check fails.
 
 usage: gpu_checks.py faithful STATS TRACE SUMMARY | torch STATS TORCHPROF STEPS SUMMARY |
-       torch-windows DIR STEPS SUMMARY | infer DIR SUMMARY | planted DIR | serve DIR "MODES"
+       torch-windows DIR STEPS SUMMARY | infer DIR SUMMARY | planted DIR | serve DIR "MODES" |
+       scrape SERVE_STDERR OUT SERVE_PID
 """
 import json
 import os
 import re
 import statistics
 import sys
+import time
+import urllib.request
 
 
 def faithful(args):
@@ -407,6 +410,50 @@ def serve_windows(err_path):
     return windows
 
 
+def scrape(args):
+    """Keeps, in OUT, serve's last exposition that holds a followed process (serve drops a process once it exits,
+    so the figures are read while the program runs), until serve (SERVE_PID) ends: its URL from its first line."""
+    err_path, out_path, serve_pid = args[0], args[1], int(args[2])
+    url, deadline = None, time.time() + 15
+    while url is None and time.time() < deadline:
+        m = re.search(r"(http://[^ ]+/metrics)", open(err_path).read() if os.path.exists(err_path) else "")
+        url = m and m[1]
+        time.sleep(0.2)
+    while url:
+        try:
+            os.kill(serve_pid, 0)
+        except OSError:
+            break
+        try:
+            text = urllib.request.urlopen(url, timeout=2).read().decode()
+            if "cuflight_agent_overhead_ratio{" in text:
+                with open(out_path + ".part", "w") as f:
+                    f.write(text)
+                os.replace(out_path + ".part", out_path)
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return True
+
+
+SAMPLE = re.compile(r'^(cuflight_[a-z_]+)\{([^}]*)\} ([0-9.eE+-]+)$')
+
+
+def serve_said(prom_path):
+    """What serve's last scrape said the windows cost: (window seconds, {source: seconds})."""
+    window, cost = 0.0, {}
+    for line in open(prom_path) if os.path.exists(prom_path) else []:
+        m = SAMPLE.match(line.strip())
+        if not m:
+            continue
+        if m[1] == "cuflight_window_seconds_total":
+            window += float(m[3])
+        elif m[1] == "cuflight_agent_overhead_seconds_total":
+            source = re.search(r'source="([^"]+)"', m[2])[1]
+            cost[source] = cost.get(source, 0.0) + float(m[3])
+    return window, cost
+
+
 def serve(args):
     """Where a duty cycle's cost goes (issue 52 item 1): each step of planted_torch.py tiny under each mode against
     the dormant median, split into the steps before any window (serve's presence), inside a window (arming,
@@ -451,7 +498,17 @@ def serve(args):
             print(f"{m:11} {r:2} {mean:8.3f} {(mean / base - 1) * 100:+7.1f}% {cell(parts['before'], statistics.median):>22} "
                   f"{cell(parts['window'], max):>25} {cell(parts['after'], statistics.median):>21} "
                   f"{len(windows)} (armed in {arm} ms)")
+            # What serve's own metrics said the windows cost (issue 52 item 1), against the steps they covered.
+            window_s, said = serve_said(os.path.join(out, f"serve-{m}-{r}.prom"))
+            if window_s > 0:
+                in_windows = parts["window"] if windows else each
+                measured = (statistics.mean(in_windows) / base - 1) * 100 if in_windows else float("nan")
+                said_pct = {k: round(v / window_s * 100, 2) for k, v in said.items() if v > 0}
+                print(f"    serve said: {sum(said.values()) / window_s * 100:.1f}% of {window_s:.1f} s of windows "
+                      f"{said_pct}; measured in windows: {measured:+.1f}% a step")
+                t["serve_said"] = {"window_s": window_s, "cost_s": said}
             summary["modes"].setdefault(m, []).append({
+                "serve_said": t.get("serve_said"),
                 "round": r, "mean_ms": mean, "windows": windows,
                 **{k: {"steps": len(v), "median_ms": statistics.median(v) if v else None,
                        "excess_ms": sum(x - base for x in v)} for k, v in parts.items()}})
@@ -460,7 +517,7 @@ def serve(args):
 
 
 CHECKS = {"faithful": faithful, "torch": torch, "torch-windows": torch_windows, "infer": infer, "planted": planted,
-          "compiled": compiled, "batching": batching, "graphtrace": graphtrace, "serve": serve}
+          "compiled": compiled, "batching": batching, "graphtrace": graphtrace, "serve": serve, "scrape": scrape}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in CHECKS:

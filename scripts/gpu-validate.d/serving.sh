@@ -94,6 +94,9 @@ part_serve() {
           serve_pid=$! ;;
         continuous) "$bin" serve --listen 127.0.0.1:0 --duty continuous 2> "$out/serve-$m-$round.err" & serve_pid=$! ;;
       esac
+      # What serve's own metrics say the windows cost, read while the program runs (serve drops it once it exits).
+      [ -n "$serve_pid" ] && python3 scripts/gpu_checks.py scrape "$out/serve-$m-$round.err" \
+        "$out/serve-$m-$round.prom" "$serve_pid" &
       case $m in
         record|sample10) trace_out="$out/serve-$m.cuf" with_mode $m python3 tests/gpu/planted_torch.py tiny 600 \
           --timing "$out/s-$m-$round.json" ;;
@@ -101,7 +104,7 @@ part_serve() {
           --timing "$out/s-$m-$round.json" ;;
         *) with_mode dormant python3 tests/gpu/planted_torch.py tiny 600 --timing "$out/s-$m-$round.json" ;;
       esac
-      [ -n "$serve_pid" ] && { kill "$serve_pid"; wait "$serve_pid"; }
+      [ -n "$serve_pid" ] && { kill "$serve_pid"; wait "$serve_pid"; wait; }
     done
   done
   python3 scripts/gpu_checks.py serve "$out" "$modes" || return 1
