@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 mod cost;
 #[path = "serve/endpoint.rs"]
 mod endpoint;
+#[path = "serve/steps.rs"]
+mod steps;
 
 /// Serve follows every agent of this user: the tests take turns, so none sees (or attaches to) another's programs.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -182,7 +184,13 @@ fn serve_follows_agents_and_counts_their_work_in_windows() {
     {
         let name = format!("cuflight_{name}");
         if name != "cuflight_" && !name.starts_with("cuflight_gpu_work") {
-            assert!(served.contains(&format!("# TYPE {name} ")), "the dashboard asks for {name}, not served");
+            // A histogram's series are its family's name with a suffix.
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .filter_map(|s| name.strip_suffix(s))
+                .find(|f| served.contains(&format!("# TYPE {f} histogram")))
+                .unwrap_or(&name);
+            assert!(served.contains(&format!("# TYPE {family} ")), "the dashboard asks for {name}, not served");
         }
     }
     assert_eq!(open["cuflight_kernel_launches"]["type"], "counter", "{open}");

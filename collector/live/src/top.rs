@@ -2,10 +2,11 @@
 //! process and GPU its busy share, launches per second, threads waiting in synchronisation on average (SYNC-THR:
 //! summed over threads, so 1.60 is more than one thread always waiting, not a share), device memory, records lost
 //! and command; under it, the selected process's kernel time by category in GPU-seconds per second (summed over
-//! streams and devices: above 1 where kernels overlap), its GPU idle time by cause, and what the windows cost its
-//! threads (serve's `cuflight_agent_overhead_seconds_total`, over window time, summed over threads). The numbers
-//! come from `serve`'s sampling (windows folded into counters); rates are over the time the windows covered
-//! since the previous refresh. Keys: ↑/↓ (k/j) pick a process, s changes the sort, q or Ctrl-C quits.
+//! streams and devices: above 1 where kernels overlap), its steps (or a server's iterations by kind) a second and
+//! their mean time, its GPU idle time by cause, and what the windows cost its threads (serve's
+//! `cuflight_agent_overhead_seconds_total` over window time, summed over threads). The numbers come from `serve`'s
+//! sampling (windows folded into counters); rates are over the time the windows covered since the previous refresh.
+//! Keys: ↑/↓ (k/j) pick a process, s changes the sort, q or Ctrl-C quits.
 
 use crate::serve::{self, metrics::ProcessMetrics, Duty, Shared};
 use crate::LiveError;
@@ -40,6 +41,8 @@ struct Rates {
     period_ns: u64,
     /// What the recording cost the program's threads per second of window (serve's overhead sources, summed).
     cost: f64,
+    /// Steps by kind: how many a second of window, and their mean duration in ns.
+    steps: Vec<(&'static str, f64, u64)>,
     /// The device counters of the last window (processes launched with `--gpu-metrics`), on a device's row.
     counters: Option<cuflight_format::view::GpuSample>,
 }
@@ -221,6 +224,15 @@ fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Ve
         sessions: m.cupti_sessions,
         period_ns: m.window_period_ns,
         cost: per(m.overhead_ns.values().sum(), b.overhead_ns.values().sum()),
+        steps: m
+            .steps
+            .iter()
+            .filter_map(|(kind, h)| {
+                let (count, sum) = b.steps.get(kind).map_or((0, 0), |b| (b.count, b.sum_ns));
+                let n = h.count.saturating_sub(count);
+                (n > 0).then(|| (*kind, per(h.count, count) * 1e9, h.sum_ns.saturating_sub(sum) / n))
+            })
+            .collect(),
         counters: None,
     };
     let at = |map: &BTreeMap<u32, u64>, d: u32| map.get(&d).copied().unwrap_or(0);
@@ -245,7 +257,7 @@ fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Ve
 
 fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &str) {
     let [head, list, detail, keys] =
-        Layout::vertical([Constraint::Length(1), Constraint::Min(5), Constraint::Length(8), Constraint::Length(1)])
+        Layout::vertical([Constraint::Length(1), Constraint::Min(5), Constraint::Length(9), Constraint::Length(1)])
             .areas(f.area());
     f.render_widget(Paragraph::new(format!("cuflight top: {} process(es), sorted by {sort}", rates.len())), head);
     let rows = rates.iter().map(|r| {
@@ -316,8 +328,25 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
                     pct(c.dram())
                 )
             });
+            let steps = if r.steps.is_empty() {
+                String::new()
+            } else {
+                // A training loop's steps, or a server's iterations by kind: how many a second, how long each.
+                let each = |rate: f64, mean: u64| {
+                    let digits = if rate >= 10.0 { 0 } else { 1 };
+                    format!("{rate:.digits$}/s, {:.2} ms mean", mean as f64 / 1e6)
+                };
+                match r.steps.as_slice() {
+                    [("step", rate, mean)] => format!("\nsteps: {}", each(*rate, *mean)),
+                    kinds => {
+                        let kinds: Vec<String> =
+                            kinds.iter().take(4).map(|(k, rate, mean)| format!("{k} {}", each(*rate, *mean))).collect();
+                        format!("\niterations: {}", kinds.join("; "))
+                    }
+                }
+            };
             format!(
-                "pid {}: {}\nkernel time (GPU-s/s): {}{counters}\nGPU idle in steps: {}{failed}{cupti}",
+                "pid {}: {}{steps}\nkernel time (GPU-s/s): {}{counters}\nGPU idle in steps: {}{failed}{cupti}",
                 r.pid,
                 r.command,
                 if r.categories.is_empty() { "-".into() } else { rate(&r.categories) },

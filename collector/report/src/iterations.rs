@@ -80,6 +80,20 @@ fn kinds_of(rows: &[StepRow]) -> Option<(ToldBy, Vec<&'static str>)> {
     step_kinds::kinds(rows.iter().map(|r| r.name.as_str()), Some(&launched))
 }
 
+/// The kind of each step for a series kept across windows (serve's step histogram), where a window may hold one
+/// kind only: the engine's names where it names its iterations; else, where any step replays a CUDA graph, what
+/// each launched ("graph replay", "eager", ...); else "step" (a training loop).
+pub fn kind_of_each(rows: &[StepRow]) -> Vec<&'static str> {
+    match kinds_of(rows) {
+        Some((ToldBy::Names, labels)) => labels,
+        _ if rows.iter().any(|r| r.graph_replays > 0) => rows
+            .iter()
+            .map(|r| Launched { graph_replays: r.graph_replays, eager_kernels: r.eager_kernels }.label())
+            .collect(),
+        _ => vec!["step"; rows.len()],
+    }
+}
+
 /// Nearest-rank percentile of sorted values.
 fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
@@ -342,5 +356,19 @@ mod tests {
         let it = summarize(&rows, &windows, &Requests::default()).unwrap();
         assert_eq!(it.told_by, ToldBy::Launches);
         assert_eq!(it.not_attributed.len(), 2, "{:?}", it.not_attributed);
+    }
+
+    /// Kinds kept across serve's windows: a window of decodes alone is still decodes (by name) or graph replays
+    /// (unnamed), never relabelled "step"; a training loop's steps are "step".
+    #[test]
+    fn each_step_has_a_kind_that_holds_across_windows() {
+        let named = [row("decode", 0, 100, 60, 6, 1, 0), row("decode", 100, 100, 60, 6, 1, 0)];
+        assert_eq!(kind_of_each(&named), ["decode", "decode"]);
+        let unnamed = [row("step", 0, 100, 60, 6, 1, 0), row("step", 100, 100, 60, 6, 1, 0)];
+        assert_eq!(kind_of_each(&unnamed), ["graph replay", "graph replay"]);
+        let mixed = [row("step", 0, 100, 60, 6, 1, 0), row("step", 100, 100, 60, 14, 1, 8)];
+        assert_eq!(kind_of_each(&mixed), ["graph replay", "graph replay + eager"]);
+        let training = [row("train_step", 0, 100, 60, 8, 0, 8), row("train_step", 100, 100, 60, 8, 0, 8)];
+        assert_eq!(kind_of_each(&training), ["step", "step"]);
     }
 }

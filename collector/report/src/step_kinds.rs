@@ -28,7 +28,7 @@ pub struct Launched {
 }
 
 impl Launched {
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match (self.graph_replays > 0, self.eager_kernels > 0) {
             (true, false) => "graph replay",
             (true, true) => "graph replay + eager",

@@ -33,6 +33,8 @@ pub struct ProcessMetrics {
     pub in_flight_at_arming: u64,
     /// GPU idle time inside the windows' steps by the report's causes (`unexplained` for what none explains).
     pub idle_ns: BTreeMap<String, u64>,
+    /// The durations of the steps (or a server's iterations, by kind) that ran whole inside the windows.
+    pub steps: BTreeMap<&'static str, StepHistogram>,
     /// Calls that returned an error, by class and CUDA's name for the code.
     pub call_errors: BTreeMap<(&'static str, String), u64>,
     /// CUPTI sessions the agent has had (its own count: serve's windows and any other collector's).
@@ -90,6 +92,38 @@ impl SessionTotals {
             python_ns: self.python_ns.max(seen.python_ns),
         };
         (new, kept)
+    }
+}
+
+/// The upper bounds of the step histogram's buckets, seconds: from a server's decode iteration (about a millisecond)
+/// to a large model's training step (seconds); Prometheus' default buckets with 1 and 2.5 ms added.
+pub const STEP_BUCKETS_S: [f64; 13] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// Step durations as a Prometheus histogram: how many fell at or under each bound (not yet cumulative), their
+/// sum and count.
+#[derive(Default, Clone, Debug)]
+pub struct StepHistogram {
+    in_bucket: [u64; STEP_BUCKETS_S.len()],
+    pub sum_ns: u64,
+    pub count: u64,
+}
+
+impl StepHistogram {
+    pub fn add(&mut self, ns: u64) {
+        let s = ns as f64 / 1e9;
+        if let Some(i) = STEP_BUCKETS_S.iter().position(|&le| s <= le) {
+            self.in_bucket[i] += 1;
+        }
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+        self.count += 1;
+    }
+
+    /// (bound, steps at or under it), cumulative as Prometheus' `_bucket` series are; `+Inf` is the count.
+    pub fn cumulative(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
+        STEP_BUCKETS_S.iter().zip(self.in_bucket.iter()).scan(0u64, |sum, (&le, &n)| {
+            *sum += n;
+            Some((le, *sum))
+        })
     }
 }
 
@@ -238,6 +272,14 @@ impl ProcessMetrics {
                 }
             }
             *self.idle_ns.entry("unexplained".into()).or_default() += p.idle_unexplained_ns;
+            // Steps the report found (ranges or the launch pattern), not the window taken as one.
+            use cuflight_report::steps::StepSource;
+            if matches!(p.step_source, StepSource::ProfilerStep | StepSource::Nvtx | StepSource::Pattern) {
+                let kinds = cuflight_report::iterations::kind_of_each(&p.steps);
+                for (row, kind) in p.steps.iter().zip(kinds) {
+                    self.steps.entry(kind).or_default().add(row.duration_ns);
+                }
+            }
         }
         Ok(())
     }
@@ -248,6 +290,7 @@ impl ProcessMetrics {
 pub fn render(processes: &BTreeMap<u32, ProcessMetrics>, openmetrics: bool) -> String {
     let mut x = Exposition { out: String::new(), openmetrics };
     agent_families(&mut x, processes);
+    step_family(&mut x, processes);
     work_families(&mut x, processes);
     counter_families(&mut x, processes);
     if openmetrics {
@@ -336,6 +379,30 @@ fn agent_families(x: &mut Exposition, processes: &BTreeMap<u32, ProcessMetrics>)
                 for (cause, ns) in &m.idle_ns {
                     let l = labels(pid, m, &format!(",cause=\"{}\"", escape(cause)));
                     let _ = writeln!(o, "cuflight_gpu_idle_seconds_total{{{l}}} {}", secs(*ns));
+                }
+            }
+        },
+    );
+}
+
+/// How long the steps inside the windows took, per process and kind: a histogram.
+fn step_family(x: &mut Exposition, processes: &BTreeMap<u32, ProcessMetrics>) {
+    x.family(
+        "cuflight_step_seconds",
+        "histogram",
+        "Steps that ran whole inside the recorded windows, as cuflight report finds them (ProfilerStep or NVTX \
+         ranges, else the launch pattern), by kind: step; a server's prefill, decode, mixed where it names them, or \
+         graph replay, eager, graph replay + eager. Recorded steps: what recording costs them is in their time.",
+        &mut |o| {
+            for (pid, m) in processes {
+                for (kind, h) in &m.steps {
+                    let l = labels(pid, m, &format!(",kind=\"{kind}\""));
+                    for (le, n) in h.cumulative() {
+                        let _ = writeln!(o, "cuflight_step_seconds_bucket{{{l},le=\"{le}\"}} {n}");
+                    }
+                    let _ = writeln!(o, "cuflight_step_seconds_bucket{{{l},le=\"+Inf\"}} {}", h.count);
+                    let _ = writeln!(o, "cuflight_step_seconds_sum{{{l}}} {}", secs(h.sum_ns));
+                    let _ = writeln!(o, "cuflight_step_seconds_count{{{l}}} {}", h.count);
                 }
             }
         },
