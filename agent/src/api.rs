@@ -46,7 +46,7 @@ pub extern "C" fn cuflight_mark_step() -> i64 {
         if !state::enabled() || state::quiet() || state::existing_agent().is_none() {
             return step as i64;
         }
-        if crate::sampler::sampling() {
+        if crate::sampler::tracking_steps() {
             crate::sampler::marked(previous, id);
         }
         let now = clock::monotonic_ns();

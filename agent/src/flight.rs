@@ -9,8 +9,8 @@
 //!   default action), so the process ends exactly as it would have. CUPTI cannot be flushed there: device records
 //!   CUPTI still held (up to one flush period) are missing from such a dump.
 //! - SIGUSR2 (only where the program left it at its default action), a hang (a thread waited in a synchronising
-//!   call while no GPU work completed for `--hang-timeout`), or a sticky CUDA error: the control thread flushes
-//!   CUPTI and writes the image.
+//!   call while no GPU work completed for `--hang-timeout`), a sticky CUDA error, or a slow step
+//!   (`--dump-on-slow-step`, `crate::slow_steps`): the control thread flushes CUPTI and writes the image.
 //!
 //! `cuflight dump IMAGE` turns an image into a trace.
 
@@ -121,6 +121,10 @@ pub fn service() {
     }
     let reason = PENDING.swap(0, Ordering::AcqRel);
     if reason != 0 {
+        if reason == dump_reason::SLOW_STEP {
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "cuflight: {}", crate::slow_steps::describe());
+        }
         flush_then_facts();
         dump_to_dir(reason);
     }

@@ -12,6 +12,8 @@ pub struct Config {
     pub dump_dir: Option<CString>,
     /// 0: no hang detection.
     pub hang_ns: u64,
+    /// `--dump-on-slow-step FACTOR`, times 1000 (0: slow steps are not watched).
+    pub slow_step_x1000: u64,
 }
 
 pub static CONFIG: Lazy<Config> = Lazy::new(|| {
@@ -20,5 +22,14 @@ pub static CONFIG: Lazy<Config> = Lazy::new(|| {
         .ok()
         .filter(|d| d.starts_with('/') && d.len() < 3000)
         .and_then(|d| CString::new(d).ok());
-    Config { span_ns: ns("CUFLIGHT_FLIGHT_RECORDER"), dump_dir, hang_ns: ns("CUFLIGHT_HANG_TIMEOUT") }
+    Config {
+        span_ns: ns("CUFLIGHT_FLIGHT_RECORDER"),
+        dump_dir,
+        hang_ns: ns("CUFLIGHT_HANG_TIMEOUT"),
+        // At least 1.1x: a factor of 1 would dump every step longer than the median.
+        slow_step_x1000: match ns("CUFLIGHT_SLOW_STEP") {
+            0 => 0,
+            x => x.max(1100),
+        },
+    }
 });

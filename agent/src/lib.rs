@@ -37,6 +37,7 @@ mod pystack;
 mod rings;
 mod sampler;
 mod setup;
+mod slow_steps;
 mod state;
 mod teardown;
 pub mod thread_rings;

@@ -163,10 +163,14 @@ fn event(kind: EventKind, domain: u32, name: u32, extra: Extra, id: u64) {
     thread_rings::push(nvtx_event_with_id(kind, domain, name, extra, id));
 }
 
-/// Whether the string interned as `name` marks a step (`record --sample` asks where a step may begin).
-fn step_name(name: u32) -> bool {
-    state::with_interned(name, |bytes| std::str::from_utf8(bytes).is_ok_and(cuflight_format::step_names::step_like))
-        .unwrap_or(false)
+/// The kind of step the string interned as `name` marks ([`crate::slow_steps::kind_index`]), None where it marks
+/// none (`record --sample` and the slow-step watch ask where a step may begin).
+fn step_kind(name: u32) -> Option<u8> {
+    state::with_interned(name, |bytes| {
+        let name = std::str::from_utf8(bytes).ok().filter(|n| cuflight_format::step_names::step_like(n))?;
+        Some(crate::slow_steps::kind_index(name))
+    })
+    .flatten()
 }
 
 fn nvtx_event(kind: EventKind, domain: u32, name: u32, extra: Extra) -> RawEvent {
@@ -200,7 +204,7 @@ fn push_range(domain: u32, name: u32, extra: Extra) -> c_int {
         let depth = t.nvtx_depth_of(domain);
         let before = depth.get();
         // Sampling: a step may begin here (and its recording with it, before its push is written).
-        if !sampler::sampling() || sampler::pushed(domain, before, ev.start, || step_name(name)) {
+        if !sampler::tracking_steps() || sampler::pushed(domain, before, ev.start, || step_kind(name)) {
             t.push(ev);
         }
         depth.set(before + 1);
@@ -219,7 +223,7 @@ fn pop_range(domain: u32) -> c_int {
     thread_rings::with_thread(|t| {
         let depth = t.nvtx_depth_of(domain);
         let d = depth.get();
-        let (keep, ends_step) = match sampler::sampling() {
+        let (keep, ends_step) = match sampler::tracking_steps() {
             true if d > 0 => sampler::popping(domain, d - 1),
             true => (sampler::keeps_everything(), false),
             false => (true, false),
@@ -251,14 +255,14 @@ pub fn next_range_id() -> u64 {
 
 fn start_range(domain: u32, name: u32, extra: Extra) -> u64 {
     let id = next_range_id();
-    if !sampler::sampling() || sampler::started(id, || step_name(name)) {
+    if !sampler::tracking_steps() || sampler::started(id, || step_kind(name)) {
         event(EventKind::NvtxStart, domain, name, extra, id);
     }
     id
 }
 
 fn end_range(domain: u32, id: u64) {
-    let (keep, ends_step) = if sampler::sampling() { sampler::ending(id) } else { (true, false) };
+    let (keep, ends_step) = if sampler::tracking_steps() { sampler::ending(id) } else { (true, false) };
     if keep {
         event(EventKind::NvtxEnd, domain, 0, no_extra(), id);
     }

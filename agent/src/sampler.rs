@@ -16,6 +16,9 @@
 //! While paused only the step ranges themselves are kept (every step's host time is in the trace, so the report
 //! knows how many steps ran and how long each took); the program's other NVTX ranges and marks are not.
 //!
+//! The same step boundaries serve the flight recorder's slow-step dumps ([`crate::slow_steps`]) where no step is
+//! sampled: steps are then only timed, and every range is kept.
+//!
 //! The kernels a recorded step launched may still run when it ends: activity kinds are disabled only when the
 //! next step starts (or at the next chosen step's end), the callbacks at once. What CUPTI delivers between is
 //! kept by the collector only where it belongs to a recorded step's calls.
@@ -43,8 +46,10 @@ static OPEN_DOMAIN: AtomicU32 = AtomicU32::new(0);
 
 /// Taken only where a step or time slice begins or ends, never on a plain NVTX call.
 struct Sampler {
-    /// The step's start and index (from 0, counted from the run's first step).
+    /// The step's start and index (from 0, counted from the run's first step), and its kind
+    /// ([`crate::slow_steps::kind_index`]).
     started_ns: u64,
+    class: u8,
     index: u64,
     /// Steps begun.
     steps: u64,
@@ -66,6 +71,7 @@ struct Sampler {
 
 static SAMPLER: Mutex<Sampler> = Mutex::new(Sampler {
     started_ns: 0,
+    class: 0,
     index: 0,
     steps: 0,
     chosen: 0,
@@ -159,6 +165,13 @@ pub fn sampling() -> bool {
     ONE_IN.load(Ordering::Relaxed) != 0
 }
 
+/// Whether step boundaries are followed: to sample steps, or to time them for the flight recorder's slow-step
+/// dumps.
+#[inline]
+pub fn tracking_steps() -> bool {
+    sampling() || crate::slow_steps::watching()
+}
+
 /// Whether the program's NVTX ranges and marks are kept now: always, unless sampling between recorded steps.
 #[inline]
 pub fn keeps_everything() -> bool {
@@ -196,7 +209,15 @@ impl Sampler {
         thread_rings::push(RawEvent::sampled_slice(self.started_ns, now.max(self.started_ns), self.index, one_in));
     }
 
-    fn begin(&mut self, kind: u8, key: u64, domain: u32, now: u64) {
+    fn begin(&mut self, kind: u8, key: u64, domain: u32, now: u64, class: u8) {
+        if !sampling() {
+            // Timed only (slow steps): nothing is armed or chosen.
+            OPEN_KEY.store(key, Ordering::Relaxed);
+            OPEN_DOMAIN.store(domain, Ordering::Relaxed);
+            OPEN_KIND.store(kind, Ordering::Release);
+            (self.started_ns, self.class) = (now, class);
+            return;
+        }
         if self.slice_recording {
             // The program's first step: the slice ends here, steps are sampled from now on.
             self.end_slice(now);
@@ -236,6 +257,10 @@ impl Sampler {
 
     fn end(&mut self, now: u64) {
         OPEN_KIND.store(NONE, Ordering::Release);
+        if !sampling() {
+            crate::slow_steps::ended(self.class, now.saturating_sub(self.started_ns));
+            return;
+        }
         let recorded = RECORDING.swap(false, Ordering::AcqRel);
         if recorded {
             (switches().pause_callbacks)();
@@ -256,25 +281,26 @@ impl Sampler {
 }
 
 /// A range is pushed at `at` on this thread in `domain`, whose depth was `depth` before: whether it is kept.
-/// `step` reads its name, only where it may begin a step.
-pub fn pushed(domain: u32, depth: i32, at: u64, step: impl FnOnce() -> bool) -> bool {
+/// `step` reads its name, only where it may begin a step: the step's kind, None for a range that is no step.
+pub fn pushed(domain: u32, depth: i32, at: u64, step: impl FnOnce() -> Option<u8>) -> bool {
     may_begin(step, || (PUSHED, (thread_rings::tid() as u64) << 32 | depth as u32 as u64, domain, at))
 }
 
 /// A range that may begin a step starts: whether it is kept. `step` reads its name, `open` says how the step
 /// would end (kind, key, domain) and when it began; both only where no step is open.
-fn may_begin(step: impl FnOnce() -> bool, open: impl FnOnce() -> (u8, u64, u32, u64)) -> bool {
-    if OPEN_KIND.load(Ordering::Acquire) != NONE || !step() {
-        return RECORDING.load(Ordering::Relaxed);
+fn may_begin(step: impl FnOnce() -> Option<u8>, open: impl FnOnce() -> (u8, u64, u32, u64)) -> bool {
+    if OPEN_KIND.load(Ordering::Acquire) != NONE {
+        return keeps_everything();
     }
+    let Some(class) = step() else { return keeps_everything() };
     // A step begins: the lock is taken (a step boundary, not a call; held briefly but by the time slices'
     // thread while it arms CUPTI, which a step start must not slip past).
     let mut s = SAMPLER.lock();
     if OPEN_KIND.load(Ordering::Acquire) != NONE {
-        return RECORDING.load(Ordering::Relaxed);
+        return keeps_everything();
     }
     let (kind, key, domain, at) = open();
-    s.begin(kind, key, domain, at);
+    s.begin(kind, key, domain, at, class);
     true
 }
 
@@ -284,18 +310,18 @@ pub fn popping(domain: u32, depth: i32) -> (bool, bool) {
     let ends = OPEN_KIND.load(Ordering::Acquire) == PUSHED
         && OPEN_DOMAIN.load(Ordering::Relaxed) == domain
         && OPEN_KEY.load(Ordering::Relaxed) == (thread_rings::tid() as u64) << 32 | depth as u32 as u64;
-    (ends || RECORDING.load(Ordering::Relaxed), ends)
+    (ends || keeps_everything(), ends)
 }
 
 /// A start/end range starts (`id`): whether it is kept.
-pub fn started(id: u64, step: impl FnOnce() -> bool) -> bool {
+pub fn started(id: u64, step: impl FnOnce() -> Option<u8>) -> bool {
     may_begin(step, || (STARTED, id, 0, clock::monotonic_ns()))
 }
 
 /// A start/end range ends: (kept, ends the step; then call [`step_ended`] once its end is written).
 pub fn ending(id: u64) -> (bool, bool) {
     let ends = OPEN_KIND.load(Ordering::Acquire) == STARTED && OPEN_KEY.load(Ordering::Relaxed) == id;
-    (ends || RECORDING.load(Ordering::Relaxed), ends)
+    (ends || keeps_everything(), ends)
 }
 
 /// The step's closing pop or end was written.
@@ -311,7 +337,7 @@ pub fn marked(previous: u64, id: u64) {
         s.end(now);
     }
     if OPEN_KIND.load(Ordering::Acquire) == NONE {
-        s.begin(STARTED, id, 0, now);
+        s.begin(STARTED, id, 0, now, 0);
     }
 }
 

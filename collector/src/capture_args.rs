@@ -215,7 +215,8 @@ pub struct RecordArgs {
 #[derive(clap::Args)]
 pub struct LaunchArgs {
     /// Record from the start into rings that keep the last DUR (e.g. 30s) of everything, for `cuflight dump`
-    /// and for automatic dumps when the program crashes, hangs, hits a sticky CUDA error or gets SIGUSR2.
+    /// and for automatic dumps when the program crashes, hangs, hits a sticky CUDA error, gets SIGUSR2 or takes a
+    /// slow step (--dump-on-slow-step).
     #[arg(long, value_parser = attach::parse_duration)]
     pub flight_recorder: Option<Duration>,
     /// Where automatic dumps go (default: the current directory).
@@ -224,6 +225,11 @@ pub struct LaunchArgs {
     /// Dump when a thread waits in a synchronising CUDA call this long while no GPU work completes.
     #[arg(long, value_parser = attach::parse_duration, requires = "flight_recorder")]
     pub hang_timeout: Option<Duration>,
+    /// Dump when a step (the program's NVTX step ranges, ProfilerStep, cuflight.step(); a server's prefill,
+    /// decode and mixed iterations each against their own kind) takes FACTOR times the median of the 16 before
+    /// it and 1 ms more, e.g. 3 or 3x; at most one such dump per recorder span, 8 a process.
+    #[arg(long, value_name = "FACTOR", value_parser = parse_factor, requires = "flight_recorder")]
+    pub dump_on_slow_step: Option<f64>,
     #[command(flatten)]
     pub trace: TraceArgs,
     /// The program and its arguments: options end at the first word that is not one (as with `nsys profile`);
@@ -274,4 +280,14 @@ pub struct AttachArgs {
     /// timestamps) only comes from the program's start.
     #[arg(short = 't', long, value_parser = parse_trace, value_name = "LIST")]
     pub trace: Option<u32>,
+}
+
+/// `--dump-on-slow-step`'s factor: `3` or `3x`, from 1.1 to 1000.
+fn parse_factor(v: &str) -> Result<f64, String> {
+    let f: f64 =
+        v.trim().trim_end_matches(['x', 'X']).parse().map_err(|_| format!("'{v}' is not a factor (e.g. 3 or 3x)"))?;
+    if !(1.1..=1000.0).contains(&f) {
+        return Err(format!("'{v}': a slow step is 1.1 to 1000 times the typical one"));
+    }
+    Ok(f)
 }

@@ -207,7 +207,7 @@ fn tell_recorded(s: &RecordSummary, opts: &RecordOptions, asked_hes: bool) {
 }
 
 pub fn launch(args: LaunchArgs) -> Result<i32> {
-    let LaunchArgs { flight_recorder, dump_dir, hang_timeout, trace, command } = args;
+    let LaunchArgs { flight_recorder, dump_dir, hang_timeout, dump_on_slow_step, trace, command } = args;
     program_word("launch", &command);
     trace.apply();
     let Some(agent) = record::find_agent() else {
@@ -229,7 +229,7 @@ pub fn launch(args: LaunchArgs) -> Result<i32> {
                 .open(&probe)
                 .with_context(|| format!("--dump-dir {}: cannot create files there", dir.display()))?;
             let _ = std::fs::remove_file(&probe);
-            Some(agents::FlightRecorder { span, dump_dir: dir, hang_timeout })
+            Some(agents::FlightRecorder { span, dump_dir: dir, hang_timeout, slow_step: dump_on_slow_step })
         }
         None => None,
     };

@@ -179,7 +179,9 @@ fn sigusr2_and_a_hang_each_dump_and_the_program_goes_on() {
     assert_eq!(first.len(), 1);
     assert_eq!(server.cmd("k 1"), "done 1", "SIGUSR2 did not disturb the program");
     let usr2 = dir.join("usr2.cuf");
-    assert!(dumped(first[0].to_str().unwrap(), &usr2, &[]).contains("dumped: SIGUSR2"));
+    let said = dumped(first[0].to_str().unwrap(), &usr2, &[]);
+    // The control thread flushed CUPTI before writing the image: nothing is said to be missing.
+    assert!(said.contains("dumped: SIGUSR2") && !said.contains("could not flush"), "{said}");
     // Flushed by the control thread before writing: kernels are complete.
     assert_eq!(count(&stats(&usr2), "kernels", "name", "tick"), 3);
     // A kernel that takes 3 s while the host waits for it: dumped once, after the 1 s timeout.
@@ -194,6 +196,49 @@ fn sigusr2_and_a_hang_each_dump_and_the_program_goes_on() {
     std::thread::sleep(Duration::from_millis(600));
     assert!(server.end().0.success());
     assert_eq!(images(&dir, 0).len(), 2, "one dump per hang, none for the quick waits after it");
+}
+
+/// `--dump-on-slow-step 3`: 20 quick NVTX steps, then one held open 400 ms: dumped once, with the line that says
+/// why; the quick steps after it and a second slow one within the span are not dumped again.
+#[test]
+fn a_slow_step_dumps_once_with_what_led_to_it() {
+    let dir = scratch("flight-slow-step");
+    let flags = ["--flight-recorder", "30s", "--dump-dir", dir.to_str().unwrap(), "--dump-on-slow-step", "3x"];
+    let mut server = Server::start(&dir, &flags, &[]);
+    assert_eq!(server.cmd("t 20 1"), "done");
+    assert!(images(&dir, 0).is_empty(), "quick steps are not slow");
+    assert_eq!(server.cmd("u step 1"), "done");
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(server.cmd("q"), "done");
+    let found = images(&dir, 1);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(server.cmd("t 5 1"), "done");
+    assert_eq!(server.cmd("u step 1"), "done");
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(server.cmd("q"), "done");
+    std::thread::sleep(Duration::from_millis(600));
+    let (status, err) = server.end();
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains("a step took ") && err.contains("the typical") && err.contains("(--dump-on-slow-step)"),
+        "{err}"
+    );
+    assert_eq!(images(&dir, 0).len(), 1, "one slow-step dump per recorder span");
+    let trace = dir.join("slow.cuf");
+    let said = dumped(found[0].to_str().unwrap(), &trace, &[]);
+    assert!(said.contains("dumped: a slow step") && !said.contains("could not flush"), "{said}");
+    // The quick steps and the slow one, which the report names.
+    let report = report_json(&trace);
+    let steps = report["processes"][0]["steps"].as_array().unwrap();
+    let slowest = steps.iter().map(|s| s["duration_ns"].as_u64().unwrap()).max().unwrap();
+    assert!(steps.len() >= 20 && slowest >= 400_000_000, "{} steps, slowest {slowest} ns", steps.len());
+    // A factor that is no factor is refused before anything runs.
+    let refused = Command::new(cuflight_bin())
+        .args(["launch", "--flight-recorder", "30s", "--dump-on-slow-step", "1", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.contains("1.1 to 1000 times"), "{err}");
 }
 
 #[test]

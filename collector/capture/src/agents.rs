@@ -161,11 +161,16 @@ pub fn launch(agent: &Path, command: &[String], flight: Option<&FlightRecorder>)
         .env_remove("CUFLIGHT_SESSION")
         .env_remove("CUFLIGHT_FLIGHT_RECORDER")
         .env_remove("CUFLIGHT_DUMP_DIR")
-        .env_remove("CUFLIGHT_HANG_TIMEOUT");
+        .env_remove("CUFLIGHT_HANG_TIMEOUT")
+        .env_remove("CUFLIGHT_SLOW_STEP");
     if let Some(f) = flight {
         cmd.env("CUFLIGHT_FLIGHT_RECORDER", f.span.as_nanos().to_string()).env("CUFLIGHT_DUMP_DIR", &f.dump_dir);
         if let Some(h) = f.hang_timeout {
             cmd.env("CUFLIGHT_HANG_TIMEOUT", h.as_nanos().to_string());
+        }
+        if let Some(factor) = f.slow_step {
+            // The agent reads the factor in thousandths (no float parsing in it).
+            cmd.env("CUFLIGHT_SLOW_STEP", ((factor * 1000.0).round() as u64).to_string());
         }
     }
     cmd.exec()
@@ -177,4 +182,6 @@ pub struct FlightRecorder {
     /// Absolute: the program may change its working directory.
     pub dump_dir: std::path::PathBuf,
     pub hang_timeout: Option<std::time::Duration>,
+    /// `--dump-on-slow-step`: dump when a step takes this many times the typical one.
+    pub slow_step: Option<f64>,
 }

@@ -141,7 +141,8 @@ fn finish(
     let h = seg.header();
     let recorder_span = h.flight_recorder_ns.load(Ordering::Relaxed);
     let dump_ns = h.dump_ns.load(Ordering::Relaxed);
-    let reason = dump_reason::describe(h.dump_reason.load(Ordering::Relaxed));
+    let reason_code = h.dump_reason.load(Ordering::Relaxed);
+    let reason = dump_reason::describe(reason_code);
     let span = last.unwrap_or(Duration::from_nanos(if recorder_span == 0 { u64::MAX } else { recorder_span }));
     let armed_ns = h.armed_ns.load(Ordering::Acquire);
     let (events, oldest_complete) = snapshot(&seg, dump_ns, span, armed_ns);
@@ -149,8 +150,8 @@ fn finish(
     session.add_snapshot(seg, conn, pid, events);
     session.step(false);
     let mut summary = session.finish(vec![command], None);
-    if flushed {
-        // The agent flushed CUPTI just before handing over: nothing it held is missing.
+    if flushed || dump_reason::flushed_first(reason_code) {
+        // The agent flushed CUPTI just before handing over or writing: nothing it held is missing.
         summary.unflushed.clear();
     }
     Ok(Dumped { summary, pid, reason, span, complete_for })

@@ -182,8 +182,16 @@ pub mod dump_reason {
     pub const HANG: u32 = 3;
     /// A CUDA call returned a sticky error (the context is unusable: illegal address, launch failure...).
     pub const CUDA_ERROR: u32 = 4;
+    /// A step took `--dump-on-slow-step` times as long as the typical step of its kind.
+    pub const SLOW_STEP: u32 = 5;
     /// A fatal signal: this plus the signal's number.
     pub const SIGNAL_BASE: u32 = 64;
+
+    /// Whether the agent flushed CUPTI before writing a dump for `reason`: its control thread does, but for a
+    /// fatal signal (a signal handler cannot flush; the records CUPTI held are missing).
+    pub fn flushed_first(reason: u32) -> bool {
+        matches!(reason, ON_DEMAND | SIGUSR2 | HANG | CUDA_ERROR | SLOW_STEP)
+    }
 
     pub fn describe(reason: u32) -> String {
         match reason {
@@ -191,6 +199,7 @@ pub mod dump_reason {
             SIGUSR2 => "SIGUSR2".into(),
             HANG => "a hang (a synchronising call waited while no GPU work completed)".into(),
             CUDA_ERROR => "a sticky CUDA error".into(),
+            SLOW_STEP => "a slow step (--dump-on-slow-step: its last step against the typical one)".into(),
             r if r > SIGNAL_BASE && r < SIGNAL_BASE + 65 => format!("fatal signal {}", signal_name(r - SIGNAL_BASE)),
             _ => "unknown".into(),
         }

@@ -1,0 +1,165 @@
+//! `cuflight launch --flight-recorder DUR --dump-on-slow-step FACTOR`: the flight recorder dumps the last DUR when
+//! a step takes FACTOR times as long as the steps before it, so that the straggler a platform team is paged for
+//! is on disk with what led to it, without anyone at the keyboard.
+//!
+//! Steps are the program's own (the step-name rule of `cuflight_format::step_names`, through NVTX or
+//! `cuflight.step()`), found by the same step boundaries as `record --sample` ([`crate::sampler`]). A serving
+//! engine's prefills, decodes and mixed iterations are each compared with their own kind: a prefill is slower than
+//! a decode by nature. The typical step is the median of the last [`HISTORY`] of its kind, after the first
+//! [`WARMUP`] (compilation, allocator growth); a step is slow when it took FACTOR times that and at least
+//! [`MIN_EXCESS_NS`] more (a 30 µs step twice as long is noise). A slow step joins the history like any other, so
+//! a program that stays slower stops being dumped once the new pace is its median.
+//!
+//! Disks fill: one slow-step dump per recorder span (a dump holds the whole span anyway) and [`MAX_DUMPS`] a
+//! process at most. The step's end only stores what it saw and asks the control thread (`crate::flight`), which
+//! flushes CUPTI (the step's last kernels) and writes the image within 200 ms.
+
+use crate::flight_config::CONFIG;
+use crate::{clock, flight};
+use cuflight_format::segment::dump_reason;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Steps of each kind kept to find the typical one.
+pub const HISTORY: usize = 16;
+/// Steps of each kind never compared (nor kept): the program warming up.
+pub const WARMUP: u64 = 3;
+/// Steps of a kind needed before any is compared.
+const MIN_HISTORY: usize = 8;
+/// A slow step is also this much longer than the typical one.
+pub const MIN_EXCESS_NS: u64 = 1_000_000;
+/// Slow-step dumps a process writes at most.
+pub const MAX_DUMPS: u32 = 8;
+
+/// The durations of one kind's recent steps.
+#[derive(Clone, Copy)]
+struct Kind {
+    seen: u64,
+    recent: [u64; HISTORY],
+    filled: usize,
+    next: usize,
+}
+
+impl Kind {
+    const NEW: Kind = Kind { seen: 0, recent: [0; HISTORY], filled: 0, next: 0 };
+
+    /// The median of the kept durations, once there are enough.
+    fn typical(&self) -> Option<u64> {
+        if self.filled < MIN_HISTORY {
+            return None;
+        }
+        let mut sorted = self.recent;
+        let kept = &mut sorted[..self.filled];
+        kept.sort_unstable();
+        Some(kept[self.filled / 2])
+    }
+
+    /// Adds a step; returns the typical step before it where this one is slow by `factor_x1000` / 1000.
+    fn add(&mut self, ns: u64, factor_x1000: u64) -> Option<u64> {
+        self.seen += 1;
+        if self.seen <= WARMUP {
+            return None;
+        }
+        let slow = self.typical().filter(|&typical| {
+            ns.saturating_mul(1000) >= typical.saturating_mul(factor_x1000)
+                && ns >= typical.saturating_add(MIN_EXCESS_NS)
+        });
+        self.recent[self.next] = ns;
+        self.next = (self.next + 1) % HISTORY;
+        self.filled = (self.filled + 1).min(HISTORY);
+        slow
+    }
+}
+
+/// Per kind: a plain step, then a serving engine's prefill, decode and mixed iterations ([`kind_index`]).
+static KINDS: Mutex<[Kind; 4]> = Mutex::new([Kind::NEW; 4]);
+/// The slow step being dumped, for the control thread's line: its duration and the typical one, ns.
+static SLOW_NS: AtomicU64 = AtomicU64::new(0);
+static TYPICAL_NS: AtomicU64 = AtomicU64::new(0);
+/// When the last slow-step dump was asked for (0: never), and how many were.
+static LAST_DUMP_NS: AtomicU64 = AtomicU64::new(0);
+static DUMPS: AtomicU32 = AtomicU32::new(0);
+
+/// Whether steps are watched: a flight recorder asked to dump slow steps, once it runs.
+#[inline]
+pub fn watching() -> bool {
+    CONFIG.slow_step_x1000 != 0 && flight::armed()
+}
+
+/// The index of a step's kind from its name: 0 a plain step, 1 prefill, 2 decode, 3 mixed.
+pub fn kind_index(name: &str) -> u8 {
+    use cuflight_format::step_names::{iteration_kind, IterationKind};
+    match iteration_kind(name) {
+        None => 0,
+        Some(IterationKind::Prefill) => 1,
+        Some(IterationKind::Decode) => 2,
+        Some(IterationKind::Mixed) => 3,
+    }
+}
+
+/// A step of kind `kind` ended after `ns`: a dump is asked for where it is slow and the limits allow. Takes a
+/// lock at a step's end only, never on a plain call.
+pub fn ended(kind: u8, ns: u64) {
+    if !watching() {
+        return;
+    }
+    let Some(typical) = KINDS.lock()[usize::from(kind).min(3)].add(ns, CONFIG.slow_step_x1000) else { return };
+    let now = clock::monotonic_ns();
+    let last = LAST_DUMP_NS.load(Ordering::Acquire);
+    if (last != 0 && now.saturating_sub(last) < CONFIG.span_ns) || DUMPS.load(Ordering::Acquire) >= MAX_DUMPS {
+        return;
+    }
+    LAST_DUMP_NS.store(now, Ordering::Release);
+    DUMPS.fetch_add(1, Ordering::AcqRel);
+    SLOW_NS.store(ns, Ordering::Relaxed);
+    TYPICAL_NS.store(typical, Ordering::Relaxed);
+    flight::request(dump_reason::SLOW_STEP);
+}
+
+/// The line the control thread prints before the dump: which step, against what.
+pub fn describe() -> String {
+    let (ns, typical) = (SLOW_NS.load(Ordering::Relaxed), TYPICAL_NS.load(Ordering::Relaxed));
+    format!(
+        "a step took {:.2} ms, {:.1}x the typical {:.2} ms (--dump-on-slow-step): dumping the flight recorder",
+        ns as f64 / 1e6,
+        ns as f64 / typical.max(1) as f64,
+        typical as f64 / 1e6
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After the warm-up and 8 steps of history, a step 3x the median (and 1 ms longer) is slow; the slow step
+    /// then counts in the history, so a program that stays slower is soon its own typical.
+    #[test]
+    fn a_step_is_slow_against_the_median_of_its_kind() {
+        let mut k = Kind::NEW;
+        let x3 = 3000;
+        for ns in [50_000_000, 40_000_000, 30_000_000] {
+            assert_eq!(k.add(ns, x3), None, "warm-up");
+        }
+        for i in 0..8 {
+            assert_eq!(k.add(10_000_000 + i * 100_000, x3), None);
+        }
+        assert_eq!(k.add(29_000_000, x3), None, "under 3x");
+        assert_eq!(k.add(32_000_000, x3), Some(10_400_000));
+        for _ in 0..9 {
+            k.add(31_000_000, x3);
+        }
+        assert_eq!(k.add(35_000_000, x3), None, "the new pace is typical");
+        // Tiny steps: three times as long but under a millisecond more is noise.
+        let mut tiny = Kind::NEW;
+        for _ in 0..12 {
+            tiny.add(30_000, x3);
+        }
+        assert_eq!(tiny.add(200_000, x3), None);
+        assert_eq!(tiny.add(2_000_000, x3), Some(30_000));
+    }
+
+    #[test]
+    fn kinds_follow_the_engines_names() {
+        assert_eq!((kind_index("train_step"), kind_index("decode"), kind_index("prefill")), (0, 2, 1));
+    }
+}
