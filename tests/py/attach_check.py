@@ -1,6 +1,6 @@
-"""The dormant agent, attach windows and sampling, the flight recorder's dump on demand, and injection into the
-same program started without cuflight, checked end to end with exact counts: on cudasim (tests/c/server.c, "cmd"
-mode) and on a real GPU (tests/gpu/server.cu, from scripts/gpu-validate).
+"""The dormant agent, attach windows and sampling, the flight recorder's dumps (on demand, on a slow step), and
+injection into the same program started without cuflight, checked end to end with exact counts: on cudasim
+(tests/c/server.c, "cmd" mode) and on a real GPU (tests/gpu/server.cu, from scripts/gpu-validate).
 
 usage: attach_check.py CUFLIGHT OUT_DIR CYCLES -- SERVER [ARGS...]
 Prints one line per check and a JSON summary as its last line; exits 1 if any check failed.
@@ -144,6 +144,29 @@ for label, want in (("", 7), (" again, nothing taken by the first", 9)):
     ask(fr, "k 2")
 fr.stdin.close()
 check("the flight recorder's program ends normally", fr.wait(timeout=60) == 0)
+
+# A slow step dumps by itself (--dump-on-slow-step): 20 steps of one kernel, then one of 5000 (each ring keeps
+# 16 Ki events, so all of it fits); the control thread flushes CUPTI first, so every kernel is in the image.
+slow_dir = os.path.join(out, "slow-step")
+os.makedirs(slow_dir, exist_ok=True)
+fr = start([cuflight, "launch", "--flight-recorder", "60s", "--dump-dir", slow_dir, "--dump-on-slow-step", "3", "--"])
+ask(fr, "t 20 1")
+ask(fr, "t 1 5000")
+deadline = time.time() + 5
+while time.time() < deadline and not any(f.endswith(".seg") for f in os.listdir(slow_dir)):
+    time.sleep(0.1)
+images = sorted(f for f in os.listdir(slow_dir) if f.endswith(".seg"))
+n, said = 0, ""
+if len(images) == 1:
+    dump = os.path.join(out, "slow-step.cuf")
+    r = subprocess.run([cuflight, "dump", os.path.join(slow_dir, images[0]), "--force", "-o", dump],
+                       capture_output=True, text=True)
+    said = r.stderr.strip()
+    n = kernels(dump)[0] if r.returncode == 0 else 0
+check("a slow step dumps the flight recorder by itself, flushed", len(images) == 1 and n == 5021
+      and "a slow step" in said and "could not flush" not in said, f"{images}: {n} of 5021; {said}")
+fr.stdin.close()
+fr.wait(timeout=60)
 
 # Injection: the same program started without cuflight, recorded through `attach --inject`.
 plain = start([])
