@@ -295,8 +295,19 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
     let chosen = table.selected().and_then(|i| rates.get(i));
     let text = match chosen {
         Some(r) => {
+            // Causes that round to 0.0% say nothing.
             let share = |v: &[(String, f64)]| {
-                v.iter().take(5).map(|(n, s)| format!("{n} {:.1}%", s * 100.0)).collect::<Vec<_>>().join(", ")
+                let shown: Vec<String> = v
+                    .iter()
+                    .filter(|(_, s)| *s >= 0.0005)
+                    .take(5)
+                    .map(|(n, s)| format!("{n} {:.1}%", s * 100.0))
+                    .collect();
+                if shown.is_empty() {
+                    "-".to_string()
+                } else {
+                    shown.join(", ")
+                }
             };
             // GPU-seconds per second: summed over streams, so not a share of anything.
             let rate = |v: &[(String, f64)]| {
