@@ -227,8 +227,9 @@ fn a_slow_step_dumps_once_with_what_led_to_it() {
     let trace = dir.join("slow.cuf");
     let said = dumped(found[0].to_str().unwrap(), &trace, &[]);
     assert!(said.contains("dumped: a slow step") && !said.contains("could not flush"), "{said}");
-    // The quick steps and the slow one, which the report names.
+    // The quick steps and the slow one, which the report names; flushed, the snapshot did not end abruptly.
     let report = report_json(&trace);
+    assert_eq!(report["processes"][0]["run"]["finished"], true, "{}", report["processes"][0]["run"]);
     let steps = report["processes"][0]["steps"].as_array().unwrap();
     let slowest = steps.iter().map(|s| s["duration_ns"].as_u64().unwrap()).max().unwrap();
     assert!(steps.len() >= 20 && slowest >= 400_000_000, "{} steps, slowest {slowest} ns", steps.len());

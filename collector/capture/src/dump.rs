@@ -91,7 +91,7 @@ fn from_process(pid: u32, output: &Path, last: Option<Duration>, force: bool) ->
             }
         }
     };
-    finish(session, seg, conn, seen_pid, last, format!("dump {pid}"), true)
+    finish(session, seg, conn, seen_pid, last, format!("dump {pid}"))
 }
 
 fn from_image(path: &Path, output: &Path, last: Option<Duration>, force: bool) -> Result<Dumped, DumpError> {
@@ -105,7 +105,7 @@ fn from_image(path: &Path, output: &Path, last: Option<Duration>, force: bool) -
     let null: OwnedFd = std::fs::File::open("/dev/null").map_err(|e| bad(format!("/dev/null: {e}")))?.into();
     let session = Session::open(output, force)?;
     let pid = seg.pid();
-    finish(session, seg, null, pid, last, format!("dump {shown}"), false)
+    finish(session, seg, null, pid, last, format!("dump {shown}"))
 }
 
 /// Opens an image without following a link, and only one of this user's (root: anyone's).
@@ -136,24 +136,20 @@ fn finish(
     pid: u32,
     last: Option<Duration>,
     command: String,
-    flushed: bool,
 ) -> Result<Dumped, DumpError> {
     let h = seg.header();
     let recorder_span = h.flight_recorder_ns.load(Ordering::Relaxed);
     let dump_ns = h.dump_ns.load(Ordering::Relaxed);
-    let reason_code = h.dump_reason.load(Ordering::Relaxed);
-    let reason = dump_reason::describe(reason_code);
+    let reason = dump_reason::describe(h.dump_reason.load(Ordering::Relaxed));
     let span = last.unwrap_or(Duration::from_nanos(if recorder_span == 0 { u64::MAX } else { recorder_span }));
     let armed_ns = h.armed_ns.load(Ordering::Acquire);
     let (events, oldest_complete) = snapshot(&seg, dump_ns, span, armed_ns);
     let complete_for = oldest_complete.map(|t| Duration::from_nanos(dump_ns.saturating_sub(t)));
     session.add_snapshot(seg, conn, pid, events);
     session.step(false);
-    let mut summary = session.finish(vec![command], None);
-    if flushed || dump_reason::flushed_first(reason_code) {
-        // The agent flushed CUPTI just before handing over or writing: nothing it held is missing.
-        summary.unflushed.clear();
-    }
+    // Whether the agent flushed CUPTI first (nothing it held is missing) is the process's own fact, read from
+    // its dump reason (`recorded_process::process_info`).
+    let summary = session.finish(vec![command], None);
     Ok(Dumped { summary, pid, reason, span, complete_for })
 }
 

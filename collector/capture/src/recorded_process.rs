@@ -149,7 +149,12 @@ pub(super) fn process_info(t: &Tracked) -> ProcessInfo {
         cupti_path: string_at(&t.seg, h.cupti_path.load(Ordering::Relaxed)),
         status: if st == state::DISABLED { t.seg.status() } else { String::new() },
         start_realtime_ns: h.start_realtime_ns,
-        finished: st == state::FINISHED || st == state::DISABLED,
+        // A flight recorder's snapshot the agent flushed CUPTI for is whole up to its dump (the program ran on);
+        // a crash's image is not.
+        finished: st == state::FINISHED
+            || st == state::DISABLED
+            || (t.frozen
+                && cuflight_format::segment::dump_reason::flushed_first(h.dump_reason.load(Ordering::Relaxed))),
         drops,
         rank: h.rank_plus_one.load(Ordering::Relaxed).checked_sub(1),
         local_rank: h.local_rank_plus_one.load(Ordering::Relaxed).checked_sub(1),
