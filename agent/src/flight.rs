@@ -119,6 +119,7 @@ pub fn service() {
     if now.saturating_sub(FACTS_AT.load(Ordering::Relaxed)) >= (CONFIG.span_ns / 2).max(1_000_000_000) {
         record_facts();
     }
+    crate::slow_steps::check_open(crate::sampler::open_step());
     let reason = PENDING.swap(0, Ordering::AcqRel);
     if reason != 0 {
         if reason == dump_reason::SLOW_STEP {

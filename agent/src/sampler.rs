@@ -258,7 +258,7 @@ impl Sampler {
     fn end(&mut self, now: u64) {
         OPEN_KIND.store(NONE, Ordering::Release);
         if !sampling() {
-            crate::slow_steps::ended(self.class, now.saturating_sub(self.started_ns));
+            crate::slow_steps::ended(self.class, self.started_ns, now.saturating_sub(self.started_ns));
             return;
         }
         let recorded = RECORDING.swap(false, Ordering::AcqRel);
@@ -322,6 +322,15 @@ pub fn started(id: u64, step: impl FnOnce() -> Option<u8>) -> bool {
 pub fn ending(id: u64) -> (bool, bool) {
     let ends = OPEN_KIND.load(Ordering::Acquire) == STARTED && OPEN_KEY.load(Ordering::Relaxed) == id;
     (ends || keeps_everything(), ends)
+}
+
+/// The step in progress where steps are only timed (slow steps): its kind and start.
+pub fn open_step() -> Option<(u8, u64)> {
+    if sampling() || OPEN_KIND.load(Ordering::Acquire) == NONE {
+        return None;
+    }
+    let s = SAMPLER.lock();
+    (OPEN_KIND.load(Ordering::Acquire) != NONE).then_some((s.class, s.started_ns))
 }
 
 /// The step's closing pop or end was written.

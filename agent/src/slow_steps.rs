@@ -10,6 +10,11 @@
 //! [`MIN_EXCESS_NS`] more (a 30 µs step twice as long is noise). A slow step joins the history like any other, so
 //! a program that stays slower stops being dumped once the new pace is its median.
 //!
+//! A slow step is dumped at its end, whole. One still running is dumped before its end only once it has run half
+//! the recorder's span and is slow: waiting longer would let the rings overwrite how it began, and a stall that
+//! never ends its step (a collective waiting on a lost rank, a deadlock on the host) is caught while it lasts. The
+//! control thread looks five times a second ([`check_open`]); the step's end then asks for nothing more.
+//!
 //! Disks fill: one slow-step dump per recorder span (a dump holds the whole span anyway) and [`MAX_DUMPS`] a
 //! process at most. The step's end only stores what it saw and asks the control thread (`crate::flight`), which
 //! flushes CUPTI (the step's last kernels) and writes the image within 200 ms.
@@ -18,7 +23,7 @@ use crate::flight_config::CONFIG;
 use crate::{clock, flight};
 use cuflight_format::segment::dump_reason;
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Steps of each kind kept to find the typical one.
 pub const HISTORY: usize = 16;
@@ -54,16 +59,24 @@ impl Kind {
         Some(kept[self.filled / 2])
     }
 
+    /// The typical step where a step of `ns` is slow by `factor_x1000` / 1000 against it.
+    fn slow(&self, ns: u64, factor_x1000: u64) -> Option<u64> {
+        if self.seen <= WARMUP {
+            return None;
+        }
+        self.typical().filter(|&typical| {
+            ns.saturating_mul(1000) >= typical.saturating_mul(factor_x1000)
+                && ns >= typical.saturating_add(MIN_EXCESS_NS)
+        })
+    }
+
     /// Adds a step; returns the typical step before it where this one is slow by `factor_x1000` / 1000.
     fn add(&mut self, ns: u64, factor_x1000: u64) -> Option<u64> {
         self.seen += 1;
         if self.seen <= WARMUP {
             return None;
         }
-        let slow = self.typical().filter(|&typical| {
-            ns.saturating_mul(1000) >= typical.saturating_mul(factor_x1000)
-                && ns >= typical.saturating_add(MIN_EXCESS_NS)
-        });
+        let slow = self.slow(ns, factor_x1000);
         self.recent[self.next] = ns;
         self.next = (self.next + 1) % HISTORY;
         self.filled = (self.filled + 1).min(HISTORY);
@@ -79,6 +92,10 @@ static TYPICAL_NS: AtomicU64 = AtomicU64::new(0);
 /// When the last slow-step dump was asked for (0: never), and how many were.
 static LAST_DUMP_NS: AtomicU64 = AtomicU64::new(0);
 static DUMPS: AtomicU32 = AtomicU32::new(0);
+/// The start of the step dumped while still running (0: none), so that its end does not ask again; and whether
+/// the step being dumped was still running.
+static DUMPED_OPEN: AtomicU64 = AtomicU64::new(0);
+static RUNNING: AtomicBool = AtomicBool::new(false);
 
 /// Whether steps are watched: a flight recorder asked to dump slow steps, once it runs.
 #[inline]
@@ -97,30 +114,59 @@ pub fn kind_index(name: &str) -> u8 {
     }
 }
 
-/// A step of kind `kind` ended after `ns`: a dump is asked for where it is slow and the limits allow. Takes a
-/// lock at a step's end only, never on a plain call.
-pub fn ended(kind: u8, ns: u64) {
+/// A step of kind `kind` that began at `started_ns` ended after `ns`: a dump is asked for where it is slow and the
+/// limits allow. Takes a lock at a step's end only, never on a plain call.
+pub fn ended(kind: u8, started_ns: u64, ns: u64) {
     if !watching() {
         return;
     }
     let Some(typical) = KINDS.lock()[usize::from(kind).min(3)].add(ns, CONFIG.slow_step_x1000) else { return };
+    if DUMPED_OPEN.load(Ordering::Acquire) == started_ns {
+        return; // dumped while it ran
+    }
+    RUNNING.store(false, Ordering::Relaxed);
+    ask(ns, typical);
+}
+
+/// The control thread's look at the step in progress (`open`: its kind and start, from the sampler's step
+/// boundaries): dumped once where it has already run long enough to be slow.
+pub fn check_open(open: Option<(u8, u64)>) {
+    let Some((kind, started_ns)) = open.filter(|_| watching()) else { return };
+    if DUMPED_OPEN.load(Ordering::Acquire) == started_ns {
+        return;
+    }
+    let ran = clock::monotonic_ns().saturating_sub(started_ns);
+    if ran < CONFIG.span_ns / 2 {
+        return;
+    }
+    let Some(typical) = KINDS.lock()[usize::from(kind).min(3)].slow(ran, CONFIG.slow_step_x1000) else { return };
+    RUNNING.store(true, Ordering::Relaxed);
+    if ask(ran, typical) {
+        DUMPED_OPEN.store(started_ns, Ordering::Release);
+    }
+}
+
+/// Asks for a dump of a step of `ns` against `typical`, where the limits allow: whether it was asked for.
+fn ask(ns: u64, typical: u64) -> bool {
     let now = clock::monotonic_ns();
     let last = LAST_DUMP_NS.load(Ordering::Acquire);
     if (last != 0 && now.saturating_sub(last) < CONFIG.span_ns) || DUMPS.load(Ordering::Acquire) >= MAX_DUMPS {
-        return;
+        return false;
     }
     LAST_DUMP_NS.store(now, Ordering::Release);
     DUMPS.fetch_add(1, Ordering::AcqRel);
     SLOW_NS.store(ns, Ordering::Relaxed);
     TYPICAL_NS.store(typical, Ordering::Relaxed);
     flight::request(dump_reason::SLOW_STEP);
+    true
 }
 
 /// The line the control thread prints before the dump: which step, against what.
 pub fn describe() -> String {
     let (ns, typical) = (SLOW_NS.load(Ordering::Relaxed), TYPICAL_NS.load(Ordering::Relaxed));
+    let took = if RUNNING.load(Ordering::Relaxed) { "has run for" } else { "took" };
     format!(
-        "a step took {:.2} ms, {:.1}x the typical {:.2} ms (--dump-on-slow-step): dumping the flight recorder",
+        "a step {took} {:.2} ms, {:.1}x the typical {:.2} ms (--dump-on-slow-step): dumping the flight recorder",
         ns as f64 / 1e6,
         ns as f64 / typical.max(1) as f64,
         typical as f64 / 1e6

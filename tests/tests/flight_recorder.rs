@@ -242,6 +242,26 @@ fn a_slow_step_dumps_once_with_what_led_to_it() {
     assert!(!refused.status.success() && err.contains("1.1 to 1000 times"), "{err}");
 }
 
+/// A slow step that has run half the recorder's span (2 s) is dumped while it lasts, before the rings overwrite how
+/// it began; its end, long after, asks for nothing more.
+#[test]
+fn a_step_stalled_for_half_the_span_dumps_while_it_lasts() {
+    let dir = scratch("flight-stalled-step");
+    let flags = ["--flight-recorder", "2s", "--dump-dir", dir.to_str().unwrap(), "--dump-on-slow-step", "3"];
+    let mut server = Server::start(&dir, &flags, &[]);
+    assert_eq!(server.cmd("t 20 1"), "done");
+    assert_eq!(server.cmd("u step 1"), "done");
+    let found = images(&dir, 1);
+    assert_eq!(found.len(), 1, "dumped while the step ran: {found:?}");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(server.cmd("q"), "done");
+    std::thread::sleep(Duration::from_millis(600));
+    let (status, err) = server.end();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("a step has run for ") && err.matches("dumping the flight recorder").count() == 1, "{err}");
+    assert_eq!(images(&dir, 0).len(), 1, "the stalled step's end asked for nothing more");
+}
+
 #[test]
 fn hostile_or_mistaken_images_get_one_line() {
     let dir = scratch("flight-bad-images");
