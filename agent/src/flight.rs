@@ -42,6 +42,7 @@ static FATAL_DUMPED: AtomicBool = AtomicBool::new(false);
 /// Starts the recorder's watches once CUPTI runs: signal handlers and hang detection.
 pub fn arm() {
     install_handlers();
+    crate::slow_steps::arm();
     // The flush thread records the devices after its first period (never inside cuInit, which is running now).
     FACTS_AT.store(clock::monotonic_ns(), Ordering::Relaxed);
     ARMED.store(true, Ordering::Release);
@@ -120,6 +121,9 @@ pub fn service() {
         record_facts();
     }
     crate::slow_steps::check_open(crate::sampler::open_step());
+    if crate::slow_steps::take_wanted() {
+        request(dump_reason::SLOW_STEP);
+    }
     let reason = PENDING.swap(0, Ordering::AcqRel);
     if reason != 0 {
         if reason == dump_reason::SLOW_STEP {

@@ -16,12 +16,11 @@
 //! control thread looks five times a second ([`check_open`]); the step's end then asks for nothing more.
 //!
 //! Disks fill: one slow-step dump per recorder span (a dump holds the whole span anyway) and [`MAX_DUMPS`] a
-//! process at most. The step's end only stores what it saw and asks the control thread (`crate::flight`), which
-//! flushes CUPTI (the step's last kernels) and writes the image within 200 ms.
+//! process at most. The step's end only stores what it saw and raises a flag the control thread (`crate::flight`)
+//! takes within 200 ms: it flushes CUPTI (the step's last kernels) and writes the image.
 
+use crate::clock;
 use crate::flight_config::CONFIG;
-use crate::{clock, flight};
-use cuflight_format::segment::dump_reason;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
@@ -97,10 +96,25 @@ static DUMPS: AtomicU32 = AtomicU32::new(0);
 static DUMPED_OPEN: AtomicU64 = AtomicU64::new(0);
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
+/// Set when the flight recorder runs (`crate::flight::arm`), and when a slow step wants a dump (the control thread
+/// takes it: [`take_wanted`]). This module asks; the recorder, which depends on it, dumps.
+static ARMED: AtomicBool = AtomicBool::new(false);
+static WANTED: AtomicBool = AtomicBool::new(false);
+
+/// The flight recorder runs: steps are watched from now on where `--dump-on-slow-step` asked.
+pub fn arm() {
+    ARMED.store(true, Ordering::Release);
+}
+
 /// Whether steps are watched: a flight recorder asked to dump slow steps, once it runs.
 #[inline]
 pub fn watching() -> bool {
-    CONFIG.slow_step_x1000 != 0 && flight::armed()
+    CONFIG.slow_step_x1000 != 0 && ARMED.load(Ordering::Relaxed)
+}
+
+/// Whether a slow step asked for a dump since the last look (the control thread's).
+pub fn take_wanted() -> bool {
+    WANTED.swap(false, Ordering::AcqRel)
 }
 
 /// The index of a step's kind from its name: 0 a plain step, 1 prefill, 2 decode, 3 mixed.
@@ -157,7 +171,7 @@ fn ask(ns: u64, typical: u64) -> bool {
     DUMPS.fetch_add(1, Ordering::AcqRel);
     SLOW_NS.store(ns, Ordering::Relaxed);
     TYPICAL_NS.store(typical, Ordering::Relaxed);
-    flight::request(dump_reason::SLOW_STEP);
+    WANTED.store(true, Ordering::Release);
     true
 }
 
