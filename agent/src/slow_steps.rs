@@ -16,7 +16,9 @@
 //! control thread looks five times a second ([`check_open`]); the step's end then asks for nothing more.
 //!
 //! Disks fill: one slow-step dump per recorder span (a dump holds the whole span anyway) and [`MAX_DUMPS`] a
-//! process at most. The step's end only stores what it saw and raises a flag the control thread (`crate::flight`)
+//! process at most; and a slow step that took about as long as one already dumped of its kind (within a quarter) is
+//! not dumped again, so an evaluation or checkpoint every N steps, named as a step, is dumped once and leaves the
+//! dumps to a slowdown of another size. The step's end only stores what it saw and raises a flag the control thread (`crate::flight`)
 //! takes within 200 ms: it flushes CUPTI (the step's last kernels) and writes the image.
 
 use crate::clock;
@@ -35,17 +37,33 @@ pub const MIN_EXCESS_NS: u64 = 1_000_000;
 /// Slow-step dumps a process writes at most.
 pub const MAX_DUMPS: u32 = 8;
 
-/// The durations of one kind's recent steps.
+/// The durations of one kind's recent steps, and of the slow ones already dumped.
 #[derive(Clone, Copy)]
 struct Kind {
     seen: u64,
     recent: [u64; HISTORY],
     filled: usize,
     next: usize,
+    dumped: [u64; MAX_DUMPS as usize],
+    dumped_n: usize,
 }
 
 impl Kind {
-    const NEW: Kind = Kind { seen: 0, recent: [0; HISTORY], filled: 0, next: 0 };
+    const NEW: Kind =
+        Kind { seen: 0, recent: [0; HISTORY], filled: 0, next: 0, dumped: [0; MAX_DUMPS as usize], dumped_n: 0 };
+
+    /// Whether a slow step of `ns` is like one already dumped (within a quarter of its time): a periodic
+    /// evaluation or checkpoint step, named as a step, is dumped once, not once a span.
+    fn like_dumped(&self, ns: u64) -> bool {
+        self.dumped[..self.dumped_n].iter().any(|&d| ns.abs_diff(d) <= d / 4)
+    }
+
+    fn note_dumped(&mut self, ns: u64) {
+        if self.dumped_n < self.dumped.len() {
+            self.dumped[self.dumped_n] = ns;
+            self.dumped_n += 1;
+        }
+    }
 
     /// The median of the kept durations, once there are enough.
     fn typical(&self) -> Option<u64> {
@@ -134,12 +152,16 @@ pub fn ended(kind: u8, started_ns: u64, ns: u64) {
     if !watching() {
         return;
     }
-    let Some(typical) = KINDS.lock()[usize::from(kind).min(3)].add(ns, CONFIG.slow_step_x1000) else { return };
-    if DUMPED_OPEN.load(Ordering::Acquire) == started_ns {
-        return; // dumped while it ran
+    let mut kinds = KINDS.lock();
+    let k = &mut kinds[usize::from(kind).min(3)];
+    let Some(typical) = k.add(ns, CONFIG.slow_step_x1000) else { return };
+    if DUMPED_OPEN.load(Ordering::Acquire) == started_ns || k.like_dumped(ns) {
+        return; // dumped while it ran, or one like it was
     }
     RUNNING.store(false, Ordering::Relaxed);
-    ask(ns, typical);
+    if ask(ns, typical) {
+        k.note_dumped(ns);
+    }
 }
 
 /// The control thread's look at the step in progress (`open`: its kind and start, from the sampler's step
@@ -216,6 +238,15 @@ mod tests {
         }
         assert_eq!(tiny.add(200_000, x3), None);
         assert_eq!(tiny.add(2_000_000, x3), Some(30_000));
+    }
+
+    /// A periodic slow step (an evaluation every N steps) is dumped once; a slowdown of another size still is.
+    #[test]
+    fn a_slow_step_like_one_dumped_is_known() {
+        let mut k = Kind::NEW;
+        k.note_dumped(40_000_000);
+        assert!(k.like_dumped(45_000_000) && k.like_dumped(32_000_000));
+        assert!(!k.like_dumped(80_000_000) && !k.like_dumped(20_000_000));
     }
 
     #[test]

@@ -262,6 +262,30 @@ fn a_step_stalled_for_half_the_span_dumps_while_it_lasts() {
     assert_eq!(images(&dir, 0).len(), 1, "the stalled step's end asked for nothing more");
 }
 
+/// A slow step like one already dumped (an evaluation every N steps, named as a step) is dumped once, even past the
+/// span; a slowdown of another size is dumped again.
+#[test]
+fn a_periodic_slow_step_is_dumped_once() {
+    let dir = scratch("flight-periodic-step");
+    let flags = ["--flight-recorder", "1s", "--dump-dir", dir.to_str().unwrap(), "--dump-on-slow-step", "3"];
+    let mut server = Server::start(&dir, &flags, &[]);
+    let slow_step = |server: &mut Server, ms: u64| {
+        assert_eq!(server.cmd("t 20 1"), "done");
+        assert_eq!(server.cmd("u step 1"), "done");
+        std::thread::sleep(Duration::from_millis(ms));
+        assert_eq!(server.cmd("q"), "done");
+        std::thread::sleep(Duration::from_millis(1200));
+    };
+    slow_step(&mut server, 200);
+    assert_eq!(images(&dir, 1).len(), 1);
+    slow_step(&mut server, 210);
+    assert_eq!(images(&dir, 0).len(), 1, "as slow as the one dumped: known");
+    slow_step(&mut server, 420);
+    assert_eq!(images(&dir, 2).len(), 2, "twice as slow: dumped");
+    let (status, err) = server.end();
+    assert!(status.success(), "{err}");
+}
+
 #[test]
 fn hostile_or_mistaken_images_get_one_line() {
     let dir = scratch("flight-bad-images");
