@@ -158,8 +158,7 @@ pub fn ended(kind: u8, started_ns: u64, ns: u64) {
     if DUMPED_OPEN.load(Ordering::Acquire) == started_ns || k.like_dumped(ns) {
         return; // dumped while it ran, or one like it was
     }
-    RUNNING.store(false, Ordering::Relaxed);
-    if ask(ns, typical) {
+    if ask(ns, typical, false) {
         k.note_dumped(ns);
     }
 }
@@ -176,21 +175,24 @@ pub fn check_open(open: Option<(u8, u64)>) {
         return;
     }
     let Some(typical) = KINDS.lock()[usize::from(kind).min(3)].slow(ran, CONFIG.slow_step_x1000) else { return };
-    RUNNING.store(true, Ordering::Relaxed);
-    if ask(ran, typical) {
+    if ask(ran, typical, true) {
         DUMPED_OPEN.store(started_ns, Ordering::Release);
     }
 }
 
-/// Asks for a dump of a step of `ns` against `typical`, where the limits allow: whether it was asked for.
-fn ask(ns: u64, typical: u64) -> bool {
+/// Asks for a dump of a step of `ns` (`running`: still) against `typical`, where the limits allow: whether it was
+/// asked for. A step's end and the control thread may ask at once: one of them wins the time of the last dump.
+fn ask(ns: u64, typical: u64, running: bool) -> bool {
     let now = clock::monotonic_ns();
     let last = LAST_DUMP_NS.load(Ordering::Acquire);
     if (last != 0 && now.saturating_sub(last) < CONFIG.span_ns) || DUMPS.load(Ordering::Acquire) >= MAX_DUMPS {
         return false;
     }
-    LAST_DUMP_NS.store(now, Ordering::Release);
+    if LAST_DUMP_NS.compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return false;
+    }
     DUMPS.fetch_add(1, Ordering::AcqRel);
+    RUNNING.store(running, Ordering::Relaxed);
     SLOW_NS.store(ns, Ordering::Relaxed);
     TYPICAL_NS.store(typical, Ordering::Relaxed);
     WANTED.store(true, Ordering::Release);
