@@ -232,7 +232,9 @@ fn a_slow_step_dumps_once_with_what_led_to_it() {
     assert_eq!(report["processes"][0]["run"]["finished"], true, "{}", report["processes"][0]["run"]);
     let steps = report["processes"][0]["steps"].as_array().unwrap();
     let slowest = steps.iter().map(|s| s["duration_ns"].as_u64().unwrap()).max().unwrap();
-    assert!(steps.len() >= 20 && slowest >= 400_000_000, "{} steps, slowest {slowest} ns", steps.len());
+    assert!(slowest >= 400_000_000, "slowest {slowest} ns");
+    // Every step since the start (the report leaves out a warm-up, as long as a loaded machine makes it).
+    assert_eq!(count(&stats(&trace), "nvtx", "name", "step"), 21);
     // A factor that is no factor is refused before anything runs.
     let refused = Command::new(cuflight_bin())
         .args(["launch", "--flight-recorder", "30s", "--dump-on-slow-step", "1", "true"])
