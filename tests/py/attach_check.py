@@ -145,13 +145,14 @@ for label, want in (("", 7), (" again, nothing taken by the first", 9)):
 fr.stdin.close()
 check("the flight recorder's program ends normally", fr.wait(timeout=60) == 0)
 
-# A slow step dumps by itself (--dump-on-slow-step): 20 steps of one kernel, then one of 5000 (each ring keeps
-# 16 Ki events, so all of it fits); the control thread flushes CUPTI first, so every kernel is in the image.
+# A slow step dumps by itself (--dump-on-slow-step 5): 20 steps of 200 kernels (about half a millisecond), then one
+# of 10,000 (20 times as long and over 10 ms more); each ring keeps 16 Ki events, so all of it fits, and the control
+# thread flushes CUPTI first, so every kernel is in the image.
 slow_dir = os.path.join(out, "slow-step")
 os.makedirs(slow_dir, exist_ok=True)
-fr = start([cuflight, "launch", "--flight-recorder", "60s", "--dump-dir", slow_dir, "--dump-on-slow-step", "3", "--"])
-ask(fr, "t 20 1")
-ask(fr, "t 1 5000")
+fr = start([cuflight, "launch", "--flight-recorder", "60s", "--dump-dir", slow_dir, "--dump-on-slow-step", "5", "--"])
+ask(fr, "t 20 200")
+ask(fr, "t 1 10000")
 deadline = time.time() + 5
 while time.time() < deadline and not any(f.endswith(".seg") for f in os.listdir(slow_dir)):
     time.sleep(0.1)
@@ -163,8 +164,8 @@ if len(images) == 1:
                        capture_output=True, text=True)
     said = r.stderr.strip()
     n = kernels(dump)[0] if r.returncode == 0 else 0
-check("a slow step dumps the flight recorder by itself, flushed", len(images) == 1 and n == 5021
-      and "a slow step" in said and "could not flush" not in said, f"{images}: {n} of 5021; {said}")
+check("a slow step dumps the flight recorder by itself, flushed", len(images) == 1 and n == 14001
+      and "a slow step" in said and "could not flush" not in said, f"{images}: {n} of 14001; {said}")
 fr.stdin.close()
 fr.wait(timeout=60)
 

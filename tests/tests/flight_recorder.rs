@@ -198,24 +198,30 @@ fn sigusr2_and_a_hang_each_dump_and_the_program_goes_on() {
     assert_eq!(images(&dir, 0).len(), 2, "one dump per hang, none for the quick waits after it");
 }
 
-/// `--dump-on-slow-step 3`: 20 quick NVTX steps, then one held open 400 ms: dumped once, with the line that says
-/// why; the quick steps after it and a second slow one within the span are not dumped again.
+/// `n` NVTX steps "step" of about `ms` each, held open by the test (a step's time is the test's, not the machine's:
+/// on a loaded machine a step of a few microseconds may take milliseconds, and ten such would look slow).
+fn steps(server: &mut Server, n: usize, ms: u64) {
+    for _ in 0..n {
+        assert_eq!(server.cmd("u step 1"), "done");
+        std::thread::sleep(Duration::from_millis(ms));
+        assert_eq!(server.cmd("q"), "done");
+    }
+}
+
+/// `--dump-on-slow-step 8`: 20 steps of 20 ms, then one of 400 ms: dumped once, with the line that says why; the
+/// steps after it and a second slow one within the span are not dumped again.
 #[test]
 fn a_slow_step_dumps_once_with_what_led_to_it() {
     let dir = scratch("flight-slow-step");
-    let flags = ["--flight-recorder", "30s", "--dump-dir", dir.to_str().unwrap(), "--dump-on-slow-step", "3x"];
+    let flags = ["--flight-recorder", "30s", "--dump-dir", dir.to_str().unwrap(), "--dump-on-slow-step", "8x"];
     let mut server = Server::start(&dir, &flags, &[]);
-    assert_eq!(server.cmd("t 20 1"), "done");
-    assert!(images(&dir, 0).is_empty(), "quick steps are not slow");
-    assert_eq!(server.cmd("u step 1"), "done");
-    std::thread::sleep(Duration::from_millis(400));
-    assert_eq!(server.cmd("q"), "done");
+    steps(&mut server, 20, 20);
+    assert!(images(&dir, 0).is_empty(), "steps of their usual time are not slow");
+    steps(&mut server, 1, 400);
     let found = images(&dir, 1);
     assert_eq!(found.len(), 1, "{found:?}");
-    assert_eq!(server.cmd("t 5 1"), "done");
-    assert_eq!(server.cmd("u step 1"), "done");
-    std::thread::sleep(Duration::from_millis(400));
-    assert_eq!(server.cmd("q"), "done");
+    steps(&mut server, 5, 20);
+    steps(&mut server, 1, 400);
     std::thread::sleep(Duration::from_millis(600));
     let (status, err) = server.end();
     assert!(status.success(), "{err}");
@@ -227,7 +233,7 @@ fn a_slow_step_dumps_once_with_what_led_to_it() {
     let trace = dir.join("slow.cuf");
     let said = dumped(found[0].to_str().unwrap(), &trace, &[]);
     assert!(said.contains("dumped: a slow step") && !said.contains("could not flush"), "{said}");
-    // The quick steps and the slow one, which the report names; flushed, the snapshot did not end abruptly.
+    // The usual steps and the slow one, which the report names; flushed, the snapshot did not end abruptly.
     let report = report_json(&trace);
     assert_eq!(report["processes"][0]["run"]["finished"], true, "{}", report["processes"][0]["run"]);
     let steps = report["processes"][0]["steps"].as_array().unwrap();
@@ -249,9 +255,9 @@ fn a_slow_step_dumps_once_with_what_led_to_it() {
 #[test]
 fn a_step_stalled_for_half_the_span_dumps_while_it_lasts() {
     let dir = scratch("flight-stalled-step");
-    let flags = ["--flight-recorder", "2s", "--dump-dir", dir.to_str().unwrap(), "--dump-on-slow-step", "3"];
+    let flags = ["--flight-recorder", "2s", "--dump-dir", dir.to_str().unwrap(), "--dump-on-slow-step", "8"];
     let mut server = Server::start(&dir, &flags, &[]);
-    assert_eq!(server.cmd("t 20 1"), "done");
+    steps(&mut server, 20, 20);
     assert_eq!(server.cmd("u step 1"), "done");
     let found = images(&dir, 1);
     assert_eq!(found.len(), 1, "dumped while the step ran: {found:?}");
@@ -269,21 +275,20 @@ fn a_step_stalled_for_half_the_span_dumps_while_it_lasts() {
 #[test]
 fn a_periodic_slow_step_is_dumped_once() {
     let dir = scratch("flight-periodic-step");
-    let flags = ["--flight-recorder", "1s", "--dump-dir", dir.to_str().unwrap(), "--dump-on-slow-step", "3"];
+    let flags = ["--flight-recorder", "2s", "--dump-dir", dir.to_str().unwrap(), "--dump-on-slow-step", "8"];
     let mut server = Server::start(&dir, &flags, &[]);
-    let slow_step = |server: &mut Server, ms: u64| {
-        assert_eq!(server.cmd("t 20 1"), "done");
-        assert_eq!(server.cmd("u step 1"), "done");
-        std::thread::sleep(Duration::from_millis(ms));
-        assert_eq!(server.cmd("q"), "done");
-        std::thread::sleep(Duration::from_millis(1200));
+    let evaluation = |server: &mut Server, ms: u64| {
+        steps(server, 20, 20);
+        steps(server, 1, ms);
+        // Past the span: only the likeness holds a second dump back.
+        std::thread::sleep(Duration::from_millis(2200));
     };
-    slow_step(&mut server, 200);
+    evaluation(&mut server, 300);
     assert_eq!(images(&dir, 1).len(), 1);
-    slow_step(&mut server, 210);
+    evaluation(&mut server, 300);
     assert_eq!(images(&dir, 0).len(), 1, "as slow as the one dumped: known");
-    slow_step(&mut server, 420);
-    assert_eq!(images(&dir, 2).len(), 2, "twice as slow: dumped");
+    evaluation(&mut server, 800);
+    assert_eq!(images(&dir, 2).len(), 2, "more than twice as slow: dumped");
     let (status, err) = server.end();
     assert!(status.success(), "{err}");
 }
