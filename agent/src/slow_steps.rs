@@ -125,10 +125,11 @@ pub fn arm() {
     ARMED.store(true, Ordering::Release);
 }
 
-/// Whether steps are watched: a flight recorder asked to dump slow steps, once it runs.
+/// Whether steps are watched: a flight recorder asked to dump slow steps, once it runs. The flag first: every NVTX
+/// call asks, and the configuration is read (once, allocating) only by a recorder that runs.
 #[inline]
 pub fn watching() -> bool {
-    CONFIG.slow_step_x1000 != 0 && ARMED.load(Ordering::Relaxed)
+    ARMED.load(Ordering::Relaxed) && CONFIG.slow_step_x1000 != 0
 }
 
 /// Whether a slow step asked for a dump since the last look (the control thread's).
