@@ -16,7 +16,7 @@
 
 use crate::flight_config::CONFIG;
 use crate::{clock, cupti, state};
-use cuflight_format::segment::dump_reason;
+use cuflight_format::segment::{dump_dir, dump_reason};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// The flight recorder's span in ns (0: this agent is not one). Only meaningful outside `cuflight record`.
@@ -163,6 +163,9 @@ pub fn dump_to_session(session: &str) -> Result<(), String> {
 /// Async-signal-safe: no allocation, no lock; only `open`, `pwrite`, `ftruncate`, `close`, `write`.
 fn dump_to_dir(reason: u32) -> bool {
     let (Some(agent), Some(dir)) = (state::existing_agent(), CONFIG.dump_dir.as_ref()) else { return false };
+    if refused_for_disk(dir, agent.seg.image_bytes()) {
+        return false;
+    }
     let h = agent.seg.header();
     h.dump_ns.store(clock::monotonic_ns(), Ordering::Relaxed);
     h.dump_reason.store(reason, Ordering::Release);
@@ -212,6 +215,24 @@ fn dump_to_dir(reason: u32) -> bool {
     false
 }
 
+/// Whether a dump of `image` bytes must not be written into `dir`, for the disk it would take
+/// (`--dump-max-use`, `--dump-keep-free`: `cuflight_format::segment::dump_dir`); said on stderr where so.
+fn refused_for_disk(dir: &std::ffi::CStr, image: u64) -> bool {
+    use std::fmt::Write;
+    let Some(refusal) = dump_dir::measure(dir).and_then(|room| CONFIG.dump_limits.refusal(&room, image)) else {
+        return false;
+    };
+    let mut line = Buf::new();
+    line.push(b"cuflight: flight recorder dump not written into ");
+    line.push(dir.to_bytes());
+    line.push(b": ");
+    // Into the fixed buffer: core's formatting neither allocates nor locks; a line too long is cut.
+    let _ = write!(line, "{refusal}");
+    line.push(b"\n");
+    say(line.bytes(), b"", b"");
+    true
+}
+
 /// One line on stderr from three pieces, with a single `writev` (async-signal-safe, no buffer on the stack).
 fn say(a: &[u8], b: &[u8], c: &[u8]) {
     let iov = [a, b, c].map(|s| libc::iovec { iov_base: s.as_ptr() as *mut libc::c_void, iov_len: s.len() });
@@ -242,6 +263,13 @@ impl Buf {
     }
     fn bytes(&self) -> &[u8] {
         &self.bytes[..self.len]
+    }
+}
+
+impl std::fmt::Write for Buf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.push(s.as_bytes());
+        Ok(())
     }
 }
 

@@ -14,10 +14,13 @@ pub struct Config {
     pub hang_ns: u64,
     /// `--dump-on-slow-step FACTOR`, times 1000 (0: slow steps are not watched).
     pub slow_step_x1000: u64,
+    /// `--dump-max-use`, `--dump-keep-free` (bytes; unset: the defaults, from the file system's size).
+    pub dump_limits: cuflight_format::segment::dump_dir::Limits,
 }
 
 pub static CONFIG: Lazy<Config> = Lazy::new(|| {
-    let ns = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
+    let bytes = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok());
+    let ns = |name: &str| bytes(name).unwrap_or(0);
     let dump_dir = std::env::var("CUFLIGHT_DUMP_DIR")
         .ok()
         .filter(|d| d.starts_with('/') && d.len() < 3000)
@@ -30,6 +33,10 @@ pub static CONFIG: Lazy<Config> = Lazy::new(|| {
         slow_step_x1000: match ns("CUFLIGHT_SLOW_STEP") {
             0 => 0,
             x => x.max(1100),
+        },
+        dump_limits: cuflight_format::segment::dump_dir::Limits {
+            max_use: bytes("CUFLIGHT_DUMP_MAX_USE"),
+            keep_free: bytes("CUFLIGHT_DUMP_KEEP_FREE"),
         },
     }
 });

@@ -231,6 +231,16 @@ pub struct LaunchArgs {
     /// one such dump per recorder span, 8 a process.
     #[arg(long, value_name = "FACTOR", value_parser = parse_factor, requires = "flight_recorder")]
     pub dump_on_slow_step: Option<f64>,
+    /// The most the dumps in --dump-dir may take (all of them, any process's): an automatic dump that would
+    /// take them past it is not written, and says so. SIZE as 4G, 500M (base 1024). Default: a tenth of its file
+    /// system, 4 GiB at most (systemd-coredump's MaxUse).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "flight_recorder")]
+    pub dump_max_use: Option<u64>,
+    /// What the file system of --dump-dir keeps available for the program: an automatic dump that would leave
+    /// less is not written, and says so. Default: 15% of the file system, 4 GiB at most (systemd-coredump's
+    /// KeepFree); 0 keeps nothing.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "flight_recorder")]
+    pub dump_keep_free: Option<u64>,
     #[command(flatten)]
     pub trace: TraceArgs,
     /// The program and its arguments: options end at the first word that is not one (as with `nsys profile`);
@@ -291,4 +301,39 @@ fn parse_factor(v: &str) -> Result<f64, String> {
         return Err(format!("'{v}': a slow step is 1.1 to 1000 times the typical one"));
     }
     Ok(f)
+}
+
+/// A size in bytes: `4G`, `500M`, `64k`, `1.5G`, `4GiB`, `1024` (K, M, G, T to the base of 1024, as systemd
+/// reads them).
+fn parse_size(v: &str) -> Result<u64, String> {
+    let t = v.trim();
+    let digits = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let shift = match unit.trim().to_ascii_lowercase().trim_end_matches("ib").trim_end_matches('b') {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        _ => return Err(format!("'{v}' is not a size (e.g. 4G, 500M)")),
+    };
+    let n: f64 = number.parse().map_err(|_| format!("'{v}' is not a size (e.g. 4G, 500M)"))?;
+    let bytes = n * (1u64 << shift) as f64;
+    if !(0.0..=u64::MAX as f64 / 2.0).contains(&bytes) {
+        return Err(format!("'{v}': too large a size"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_read_as_systemd_reads_them() {
+        let sz = super::parse_size;
+        assert_eq!((sz("4G"), sz("500M"), sz("64k"), sz("1024")), (Ok(4 << 30), Ok(500 << 20), Ok(64 << 10), Ok(1024)));
+        assert_eq!((sz("1.5G"), sz("2GiB"), sz(" 3 MB"), sz("0")), (Ok(3 << 29), Ok(2 << 30), Ok(3 << 20), Ok(0)));
+        for bad in ["", "G", "4X", "-1G", "1e30T", "4 G B x"] {
+            assert!(sz(bad).is_err(), "{bad}");
+        }
+    }
 }

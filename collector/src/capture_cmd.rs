@@ -7,6 +7,7 @@ use cuflight_collector::analysis::stats::{self, Stats};
 use cuflight_collector::capture::record::RecordSummary;
 use cuflight_collector::capture::record::{self, Inject, RecordOptions};
 use cuflight_collector::capture::{agents, attach, doctor_checks, dump, sampled};
+use cuflight_format::segment::dump_dir;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -207,7 +208,16 @@ fn tell_recorded(s: &RecordSummary, opts: &RecordOptions, asked_hes: bool) {
 }
 
 pub fn launch(args: LaunchArgs) -> Result<i32> {
-    let LaunchArgs { flight_recorder, dump_dir, hang_timeout, dump_on_slow_step, trace, command } = args;
+    let LaunchArgs {
+        flight_recorder,
+        dump_dir,
+        hang_timeout,
+        dump_on_slow_step,
+        dump_max_use,
+        dump_keep_free,
+        trace,
+        command,
+    } = args;
     program_word("launch", &command);
     trace.apply();
     let Some(agent) = record::find_agent() else {
@@ -229,7 +239,14 @@ pub fn launch(args: LaunchArgs) -> Result<i32> {
                 .open(&probe)
                 .with_context(|| format!("--dump-dir {}: cannot create files there", dir.display()))?;
             let _ = std::fs::remove_file(&probe);
-            Some(agents::FlightRecorder { span, dump_dir: dir, hang_timeout, slow_step: dump_on_slow_step })
+            let limits = dump_dir::Limits { max_use: dump_max_use, keep_free: dump_keep_free };
+            if let Some(refusal) = limits.refused_now(&dir) {
+                eprintln!(
+                    "cuflight: warning: --dump-dir {}: automatic dumps will not be written while {refusal}",
+                    dir.display()
+                );
+            }
+            Some(agents::FlightRecorder { span, dump_dir: dir, hang_timeout, slow_step: dump_on_slow_step, limits })
         }
         None => None,
     };

@@ -23,6 +23,7 @@
 //! segment read-write (it advances ring read counters and writes its drain heartbeat) and trusts nothing in it:
 //! the layout is validated once, with checked arithmetic and limits, into a copy that every later access uses.
 
+pub mod dump_dir;
 mod header;
 mod image;
 

@@ -198,6 +198,45 @@ fn sigusr2_and_a_hang_each_dump_and_the_program_goes_on() {
     assert_eq!(images(&dir, 0).len(), 2, "one dump per hang, none for the quick waits after it");
 }
 
+/// Dumps fill no disk: one that would take the dump directory's dumps past --dump-max-use, or leave its file
+/// system less than --dump-keep-free, is not written and says why (the program goes on); `launch` says so before
+/// the program starts where no dump could be written; within both limits, dumps are written as before.
+#[test]
+fn a_dump_that_would_fill_the_disk_is_not_written() {
+    let dir = scratch("flight-disk");
+    let d = dir.to_str().unwrap();
+    let old = dir.join("cuflight-1-1-0.seg");
+    std::fs::write(&old, vec![1u8; 3 << 20]).unwrap(); // an earlier dump of 3 MiB
+    for (limit, value, said) in [
+        ("--dump-max-use", "2M", "the dumps there take 3 MiB"),
+        ("--dump-keep-free", "1000000T", "less than the"),
+        ("--dump-max-use", "1G", ""),
+    ] {
+        let mut server = Server::start(&dir, &["--flight-recorder", "30s", "--dump-dir", d, limit, value], &[]);
+        assert_eq!(server.cmd("k 2"), "done 2");
+        assert!(Command::new("kill").args(["-USR2", &server.pid().to_string()]).status().unwrap().success());
+        let written = said.is_empty();
+        if !written {
+            std::thread::sleep(Duration::from_millis(1000)); // the control thread looks five times a second
+        }
+        let found = images(&dir, 2);
+        assert_eq!(server.cmd("k 1"), "done 1", "the program goes on");
+        let (status, err) = server.end();
+        assert!(status.success(), "{err}");
+        if written {
+            assert_eq!(found.len(), 2, "{found:?} {err}");
+            assert!(err.contains("flight recorder dump written to") && !err.contains("warning"), "{err}");
+            continue;
+        }
+        assert_eq!(found, std::slice::from_ref(&old), "{err}");
+        let lines: Vec<&str> = err.lines().filter(|l| l.contains(said)).collect();
+        assert_eq!(lines.len(), 2, "{err}");
+        assert!(lines[0].starts_with(&format!("cuflight: warning: --dump-dir {d}: automatic dumps will not be")));
+        assert!(lines[1].starts_with(&format!("cuflight: flight recorder dump not written into {d}: ")));
+        assert!(lines[1].contains(limit), "{err}");
+    }
+}
+
 /// `n` NVTX steps "step" of about `ms` each, held open by the test (a step's time is the test's, not the machine's:
 /// on a loaded machine a step of a few microseconds may take milliseconds, and ten such would look slow).
 fn steps(server: &mut Server, n: usize, ms: u64) {

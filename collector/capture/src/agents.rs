@@ -162,7 +162,9 @@ pub fn launch(agent: &Path, command: &[String], flight: Option<&FlightRecorder>)
         .env_remove("CUFLIGHT_FLIGHT_RECORDER")
         .env_remove("CUFLIGHT_DUMP_DIR")
         .env_remove("CUFLIGHT_HANG_TIMEOUT")
-        .env_remove("CUFLIGHT_SLOW_STEP");
+        .env_remove("CUFLIGHT_SLOW_STEP")
+        .env_remove("CUFLIGHT_DUMP_MAX_USE")
+        .env_remove("CUFLIGHT_DUMP_KEEP_FREE");
     if let Some(f) = flight {
         cmd.env("CUFLIGHT_FLIGHT_RECORDER", f.span.as_nanos().to_string()).env("CUFLIGHT_DUMP_DIR", &f.dump_dir);
         if let Some(h) = f.hang_timeout {
@@ -171,6 +173,12 @@ pub fn launch(agent: &Path, command: &[String], flight: Option<&FlightRecorder>)
         if let Some(factor) = f.slow_step {
             // The agent reads the factor in thousandths (no float parsing in it).
             cmd.env("CUFLIGHT_SLOW_STEP", ((factor * 1000.0).round() as u64).to_string());
+        }
+        if let Some(bytes) = f.limits.max_use {
+            cmd.env("CUFLIGHT_DUMP_MAX_USE", bytes.to_string());
+        }
+        if let Some(bytes) = f.limits.keep_free {
+            cmd.env("CUFLIGHT_DUMP_KEEP_FREE", bytes.to_string());
         }
     }
     cmd.exec()
@@ -184,4 +192,6 @@ pub struct FlightRecorder {
     pub hang_timeout: Option<std::time::Duration>,
     /// `--dump-on-slow-step`: dump when a step takes this many times the typical one.
     pub slow_step: Option<f64>,
+    /// `--dump-max-use`, `--dump-keep-free`.
+    pub limits: cuflight_format::segment::dump_dir::Limits,
 }

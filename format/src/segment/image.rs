@@ -18,15 +18,24 @@ impl MappedSegment {
     /// Writes this segment's image into `fd` (an empty file); false on any error. Async-signal-safe: reads the
     /// mapping (every byte written is reserved memory, so none can fault) and calls only `pwrite`/`ftruncate`.
     pub fn write_image(&self, fd: RawFd) -> bool {
-        let h = self.header();
+        self.image_pieces().all(|(offset, len)| self.write_range(fd, offset, len))
+    }
+
+    /// The bytes [`Self::write_image`] would write now: what the image takes on disk (its holes take nothing),
+    /// for the dump directory's budget ([`super::dump_dir`]).
+    pub fn image_bytes(&self) -> u64 {
+        self.image_pieces().map(|(_, len)| len).sum()
+    }
+
+    /// The image's pieces, (offset, length): the header, the strings published so far, each reserved ring.
+    fn image_pieces(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         let layout = self.layout;
-        let strings = h.strings_len.load(Ordering::Acquire).min(layout.strings_capacity);
-        let mut ok = self.write_range(fd, 0, HEADER_SIZE as u64)
-            && self.write_range(fd, layout.strings_offset(), strings.next_multiple_of(4).min(layout.strings_capacity));
-        for i in 0..self.reserved_rings() {
-            ok = ok && self.write_range(fd, layout.ring_offset(i), ring_bytes(layout.ring_capacity) as u64);
-        }
-        ok
+        let strings = self.header().strings_len.load(Ordering::Acquire).min(layout.strings_capacity);
+        let rings =
+            (0..self.reserved_rings()).map(move |i| (layout.ring_offset(i), ring_bytes(layout.ring_capacity) as u64));
+        [(0, HEADER_SIZE as u64), (layout.strings_offset(), strings.next_multiple_of(4).min(layout.strings_capacity))]
+            .into_iter()
+            .chain(rings)
     }
 
     fn write_range(&self, fd: RawFd, offset: u64, len: u64) -> bool {
@@ -144,6 +153,8 @@ mod tests {
         assert!(seg.write_image(file.as_raw_fd()));
         drop(file);
         let on_disk = std::fs::metadata(&path).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert!(on_disk.blocks() * 512 <= seg.image_bytes() + 4 * 4096, "holes take no disk: {on_disk:?}");
         assert_eq!(on_disk.len(), layout.ring_offset(1), "the image ends with its last reserved ring");
         let back = MappedSegment::from_image(&std::fs::File::open(&path).unwrap()).unwrap();
         std::fs::remove_file(&path).unwrap();
