@@ -207,7 +207,13 @@ fn dump_to_dir(reason: u32) -> bool {
                 shown,
                 b" (`cuflight dump FILE -o trace.cuf` reads it)\n",
             );
+        } else if dump_reason::flushed_first(reason) {
+            // The program goes on, and needs the space more than a part of a dump: given back.
+            // SAFETY: the NUL-terminated path just created by us (O_EXCL).
+            unsafe { libc::unlink(path.bytes().as_ptr() as *const libc::c_char) };
+            say(b"cuflight: the flight recorder's dump could not be written whole (disk full?); removed it, the program needs the space: ", shown, b"\n");
         } else {
+            // The process is ending: a part of its dump is better than none (`cuflight dump` reads what is there).
             say(b"cuflight: the flight recorder's dump is incomplete (disk full?): ", shown, b"\n");
         }
         return ok;
