@@ -459,7 +459,8 @@ pub fn recover(trace: &std::path::Path, output: Option<std::path::PathBuf>, forc
         None => crate::stand_in::beside(trace, "recovered.cuf")?,
     };
     let out = cuflight_collector::export::output::Output::create(&output, &[trace], force)?;
-    let r = cuflight_collector::capture::recover::recover(trace, std::io::BufWriter::new(out.try_clone()?))?;
+    let r = cuflight_collector::capture::recover::recover(trace, std::io::BufWriter::new(out.try_clone()?))
+        .map_err(|e| crate::export_cmd::named(e, &output))?;
     out.commit()?;
     match r.cut_short {
         Some(why) => eprintln!(

@@ -21,7 +21,14 @@ pub fn merge(traces: &[PathBuf], output: &Path, force: bool) -> Result<i32> {
     let mut opened = |t: &std::path::Path, s: &cuflight_collector::model::source::EventSource| {
         warn_cut_short(t, s.cut_short.as_deref())
     };
-    let m = cuflight_collector::export::merge::merge(traces, w, command, &mut opened)?;
+    let m = cuflight_collector::export::merge::merge(traces, w, command, &mut opened).map_err(|e| match e {
+        cuflight_collector::export::merge::MergeError::Trace(e) => named(e, output),
+        cuflight_collector::export::merge::MergeError::Write(e) => match e {
+            cuflight_format::file::FileError::Io(io) => anyhow::Error::new(io),
+            e => anyhow::Error::new(e),
+        }
+        .context(format!("cannot write {}", output.display())),
+    })?;
     out.commit()?;
     print_placement(&m.placement, traces);
     let s = |n: usize| if n == 1 { "" } else { "s" };
@@ -94,7 +101,7 @@ pub fn export(
     let mut json = false;
     match format {
         ExportFormat::Perfetto => {
-            let c = cuflight_collector::export::perfetto::export(&mut source, w)?;
+            let c = cuflight_collector::export::perfetto::export(&mut source, w).map_err(|e| named(e, &output))?;
             eprintln!(
                 "cuflight: wrote {}: {} packets, {} slices, {} instants, {} flows, {} counter values, {} tracks",
                 output.display(),
@@ -109,12 +116,12 @@ pub fn export(
         _ if output.extension().is_some_and(|e| e == "gz") => {
             // Fast compression: the JSON is large and repetitive, and the export must keep its pace.
             let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::fast());
-            let n = cuflight_collector::export::chrome::export(&mut source, &mut gz).with_context(write_err)?;
+            let n = cuflight_collector::export::chrome::export(&mut source, &mut gz).map_err(|e| named(e, &output))?;
             gz.finish().and_then(|mut w| std::io::Write::flush(&mut w)).with_context(write_err)?;
             eprintln!("cuflight: wrote {}: {n} trace events, gzip-compressed", output.display());
         }
         _ => {
-            let n = cuflight_collector::export::chrome::export(&mut source, w).with_context(write_err)?;
+            let n = cuflight_collector::export::chrome::export(&mut source, w).map_err(|e| named(e, &output))?;
             eprintln!("cuflight: wrote {}: {n} trace events", output.display());
             json = true;
         }
@@ -129,4 +136,15 @@ pub fn export(
         );
     }
     Ok(0)
+}
+
+/// An error of a command that reads a trace and writes something of it: a failed write names the output (a full
+/// disk is no fault of the input), anything else is the input's own.
+pub fn named(e: cuflight_collector::model::trace::TraceError, output: &Path) -> anyhow::Error {
+    match e {
+        cuflight_collector::model::trace::TraceError::Output(io) => {
+            anyhow::Error::new(io).context(format!("cannot write {}", output.display()))
+        }
+        other => other.into(),
+    }
 }

@@ -153,7 +153,7 @@ fn write_text(out: Option<Output>, text: &str) -> Result<()> {
     match out {
         Some(out) => {
             let path = out.path().display().to_string();
-            out.write_all_and_commit(text.as_bytes()).with_context(|| format!("cannot write {path}"))?;
+            out.write_all_and_commit(text.as_bytes())?; // its error names the file
             eprintln!("cuflight: wrote {path}");
         }
         None => print!("{text}"),

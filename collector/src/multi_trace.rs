@@ -2,7 +2,7 @@
 //! one time-ordered source of a job's traces for the timeline exports and stats.
 
 use crate::warn_cut_short;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use cuflight_collector::export::output;
 use std::path::PathBuf;
 
@@ -27,7 +27,9 @@ pub fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) 
             .map(|(k, plan)| (k, parquet::ProcessSteps { windows: plan.steps.windows, names: plan.steps.names }))
             .collect())
     };
-    let written = parquet::export(&sources, out.path(), &mut steps_of)?;
+    // Written into a hidden directory renamed into place when complete: errors name the directory the user gave.
+    let named = |e: String| anyhow::anyhow!(e.replace(&out.path().display().to_string(), &dest.display().to_string()));
+    let written = parquet::export(&sources, out.path(), &mut steps_of).map_err(|e| named(e.to_string()))?;
     let manifest = serde_json::json!({
         "schema_version": parquet::SCHEMA_VERSION,
         "written_by": format!("cuflight {}", env!("CARGO_PKG_VERSION")),
@@ -38,7 +40,7 @@ pub fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) 
     });
     let path = out.path().join(parquet::MANIFEST);
     std::fs::write(&path, serde_json::to_vec_pretty(&manifest)?)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+        .map_err(|e| named(format!("cannot write {}: {e}", path.display())))?;
     out.commit()?;
     print_placement(&written.placement, traces);
     let rows: Vec<String> = written.rows.iter().map(|(t, n)| format!("{t} {n}")).collect();

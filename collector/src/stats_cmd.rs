@@ -132,7 +132,7 @@ pub fn run(traces: Vec<PathBuf>, tables: Tables, output: Option<PathBuf>, force:
         sink.write_all(end.as_bytes()).and_then(|_| sink.flush()).map_err(failed)?;
     }
     if let Some(o) = out {
-        o.commit().with_context(|| format!("cannot write {}", shown.unwrap_or_default()))?;
+        o.commit()?; // its error names the file
         eprintln!("cuflight: wrote {}", output.unwrap_or_default().display());
     }
     Ok(0)

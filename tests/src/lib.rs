@@ -190,6 +190,30 @@ pub fn count(stats: &Value, table: &str, key: &str, value: &str) -> u64 {
 /// Says that the calling test skipped a check, and why: on stderr (which `cargo test` shows only for a failing
 /// test) and, where the test command collects them (`scripts/test` sets `CUFLIGHT_SKIP_LOG`), as a line
 /// `binary::test<TAB>why` of that file, which its closing summary counts and names.
+/// A real full disk: a tmpfs of `size` (e.g. "256k") mounted on `dir` (created), unmounted when dropped however
+/// the test ends (a failed assertion once left one mounted, and every later run failed on it). None where this
+/// user cannot mount one (not root).
+pub struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    pub fn mount(dir: &Path, size: &str) -> Option<SmallDisk> {
+        std::fs::create_dir_all(dir).ok()?;
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        mounted.then(|| SmallDisk(dir.to_path_buf()))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).stderr(std::process::Stdio::null()).status();
+    }
+}
+
 pub fn skipped(why: &str) {
     eprintln!("skipped: {why}");
     let Some(log) = std::env::var_os("CUFLIGHT_SKIP_LOG").filter(|v| !v.is_empty()) else { return };

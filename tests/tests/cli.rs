@@ -400,3 +400,52 @@ fn compressed_traces_read_as_what_they_hold() {
     assert_eq!(code, Some(0), "{err}");
     assert!(dir.join("run.perfetto-trace").is_file(), "{err}");
 }
+
+/// A full disk under every command that writes a file of a trace: one line that names the output (not the
+/// input) with the system's reason, status 1, nothing left on the disk, and a file replaced with --force intact.
+#[test]
+fn every_output_on_a_full_disk_is_one_line_naming_it_and_leaves_nothing() {
+    let dir = scratch("full-disk-outputs");
+    let trace = a_trace(&dir);
+    let other = dir.join("other.cuf");
+    std::fs::copy(&trace, &other).unwrap();
+    let mnt = dir.join("mnt");
+    let Some(_disk) = SmallDisk::mount(&mnt, "64k") else {
+        skipped("cannot mount a small tmpfs here (not root)");
+        return;
+    };
+    std::fs::write(mnt.join("keep.json"), b"precious").unwrap();
+    // Filled to the last byte: every output's first write fails.
+    let mut filler = std::fs::File::create(mnt.join("filler")).unwrap();
+    while std::io::Write::write_all(&mut filler, &[7u8; 4096]).is_ok() {}
+    let _ = std::io::Write::write_all(&mut filler, &[7u8; 1]);
+    let (t, o) = (trace.to_str().unwrap(), other.to_str().unwrap());
+    let at = |name: &str| mnt.join(name).to_str().unwrap().to_string();
+    let cases: Vec<(Vec<String>, String)> = [
+        (vec!["export", t, "-o"], "t.perfetto-trace"),
+        (vec!["export", t, "--format", "chrome", "-o"], "t.json"),
+        (vec!["export", t, "--format", "chrome", "-o"], "t.json.gz"),
+        (vec!["export", t, "--format", "parquet", "-o"], "pq"),
+        (vec!["report", t, "--format", "html", "-o"], "r.html"),
+        (vec!["report", t, "--format", "json", "--force", "-o"], "keep.json"),
+        (vec!["stats", t, "--format", "csv", "-o"], "s.csv"),
+        (vec!["merge", t, o, "-o"], "m.cuf"),
+        (vec!["recover", t, "-o"], "rec.cuf"),
+        (vec!["diff", t, o, "--format", "json", "-o"], "d.json"),
+    ]
+    .into_iter()
+    .map(|(args, out)| (args.into_iter().map(String::from).chain([at(out)]).collect(), at(out)))
+    .collect();
+    for (args, out) in &cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, err) = cuflight(&args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(&format!("cannot write {out}")) && err.contains("No space left"), "{args:?}: {err}");
+    }
+    let mut left: Vec<String> =
+        std::fs::read_dir(&mnt).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, ["filler", "keep.json"], "nothing half-written is left");
+    assert_eq!(std::fs::read(mnt.join("keep.json")).unwrap(), b"precious");
+}

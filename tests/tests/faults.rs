@@ -170,25 +170,10 @@ fn a_write_error_stops_recording_but_never_the_program() {
     // A real full disk: a 256 KiB tmpfs (needs root; skipped with a line otherwise). Small enough that a loaded
     // machine's slower flood still fills it: at 1 MiB a run of 316,165 events fit in 1,037,797 bytes once.
     let mnt = dir.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
-        .arg(&mnt)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    // Unmounted however the test ends: a failed assertion once left it mounted, and every later run failed on it.
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(self.0).stderr(Stdio::null()).status();
-        }
-    }
-    let _unmount = mounted.then(|| Unmount(&mnt));
-    if !mounted {
+    let Some(_disk) = SmallDisk::mount(&mnt, "256k") else {
         skipped("cannot mount a small tmpfs here (not root); the /dev/full case ran");
         return;
-    }
+    };
     let trace = mnt.join("t.cuf");
     let out = record_cmd(&trace, &[], &flood, &["2"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

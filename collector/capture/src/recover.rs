@@ -2,7 +2,7 @@
 //! a complete file: every complete block, then a footer. Every reader already accepts such a trace with a
 //! warning; a recovered copy reads without one and can be handed to tools that expect a footer.
 
-use cuflight_format::file::{Block, Footer, TraceReader, TraceWriter};
+use cuflight_format::file::{Block, FileError, Footer, TraceReader, TraceWriter};
 use cuflight_trace::model::trace::TraceError;
 use std::io::Write;
 use std::path::Path;
@@ -36,7 +36,12 @@ pub fn recover<W: Write>(path: &Path, out: W) -> Result<Recovered, TraceError> {
     let len = file.metadata().map_or(0, |m| m.len());
     let fmt = |source| TraceError::Format { path: shown.clone(), source };
     let mut reader = TraceReader::new(std::io::BufReader::with_capacity(1 << 20, file)).map_err(fmt)?;
-    let mut writer = TraceWriter::new(out).map_err(fmt)?;
+    // Writing fails for the output's sake (a full disk), not the input's.
+    let wr = |e| match e {
+        FileError::Io(io) => TraceError::Output(io),
+        source => TraceError::Format { path: shown.clone(), source },
+    };
+    let mut writer = TraceWriter::new(out).map_err(wr)?;
     let mut r = Recovered::default();
     let mut footer = Footer::default();
     let mut first_command: Option<(u64, Vec<String>)> = None;
@@ -48,12 +53,12 @@ pub fn recover<W: Write>(path: &Path, out: W) -> Result<Recovered, TraceError> {
                 if first_command.as_ref().is_none_or(|(t, _)| info.start_realtime_ns < *t) {
                     first_command = Some((info.start_realtime_ns, info.cmdline.clone()));
                 }
-                writer.write_process(&info).map_err(fmt)?;
+                writer.write_process(&info).map_err(wr)?;
             }
-            Block::Strings { pid, base, bytes } => writer.write_strings(pid, base, &bytes).map_err(fmt)?,
+            Block::Strings { pid, base, bytes } => writer.write_strings(pid, base, &bytes).map_err(wr)?,
             Block::Events { pid, events } => {
                 r.events += events.len() as u64;
-                writer.write_events(pid, &events).map_err(fmt)?;
+                writer.write_events(pid, &events).map_err(wr)?;
             }
             Block::Footer(f) => footer = f,
         }
@@ -63,6 +68,6 @@ pub fn recover<W: Write>(path: &Path, out: W) -> Result<Recovered, TraceError> {
         r.dropped_bytes = len.saturating_sub(reader.complete_bytes());
         footer = Footer { command: first_command.map(|(_, c)| c).unwrap_or_default(), exit_code: None, events: 0 };
     }
-    writer.finish(footer).map_err(fmt)?;
+    writer.finish(footer).map_err(wr)?;
     Ok(r)
 }

@@ -21,7 +21,8 @@ use std::io::Write;
 pub enum MergeError {
     #[error(transparent)]
     Trace(#[from] TraceError),
-    #[error("cannot write the merged trace: {0}")]
+    /// Writing the merged trace failed (the caller names it).
+    #[error("{0}")]
     Write(#[from] FileError),
 }
 

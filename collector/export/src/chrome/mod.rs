@@ -74,7 +74,7 @@ impl ProcessOut {
 
 /// Writes the trace of `source` as Kineto-style JSON; returns the number of trace events written.
 pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceError> {
-    let io = |e: std::io::Error| TraceError::Import { path: "output".into(), what: e.to_string() };
+    let io = TraceError::Output;
     let mut out = Out { w, buf: Vec::with_capacity(OUTPUT_CHUNK + 4096), first: true, events: 0 };
     out.w.write_all(b"{\"schemaVersion\": 1,\n").map_err(io)?;
     let processes = &source.processes;

@@ -33,7 +33,7 @@ pub const MANIFEST: &str = "cuflight-parquet.json";
 pub enum ParquetError {
     #[error("cannot write {0}: {1}")]
     Io(String, std::io::Error),
-    #[error("cannot write Parquet {0}: {1}")]
+    #[error("cannot write {0} (Parquet): {1}")]
     Parquet(String, parquet::errors::ParquetError),
     #[error("Parquet export: {0}")]
     Internal(String),

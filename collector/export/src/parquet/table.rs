@@ -209,13 +209,13 @@ impl Table {
             return Ok(());
         }
         self.open(key)?;
-        let (schema, name) = (self.schema.clone(), self.name);
+        let (schema, table) = (self.schema.clone(), self.root.join(self.name));
         let Some(part) = self.parts.get_mut(key) else { return Ok(()) };
         let arrays: Vec<ArrayRef> = part.cols.iter_mut().map(Col::take).collect();
         part.rows = 0;
         let batch = RecordBatch::try_new(schema, arrays).map_err(|e| super::ParquetError::Internal(e.to_string()))?;
         if let Some(w) = part.writer.as_mut() {
-            w.write(&batch).map_err(|e| super::ParquetError::Parquet(name.to_string(), e))?;
+            w.write(&batch).map_err(|e| failed(&table, e))?;
         }
         Ok(())
     }
@@ -231,8 +231,7 @@ impl Table {
                 if part.files == 0 { format!("{stem}.parquet") } else { format!("{stem}.{}.parquet", part.files) };
             let path = dir.join(file_name);
             let file = File::create_new(&path).map_err(|e| super::ParquetError::Io(path.display().to_string(), e))?;
-            let w = ArrowWriter::try_new(file, schema.clone(), Some(props()))
-                .map_err(|e| super::ParquetError::Parquet(path.display().to_string(), e))?;
+            let w = ArrowWriter::try_new(file, schema.clone(), Some(props())).map_err(|e| failed(&path, e))?;
             part.writer = Some(w);
             part.files += 1;
             self.files += 1;
@@ -242,7 +241,7 @@ impl Table {
 
     fn close(&mut self, key: &(String, String)) -> Result<(), super::ParquetError> {
         if let Some(w) = self.parts.get_mut(key).and_then(|p| p.writer.take()) {
-            w.close().map_err(|e| super::ParquetError::Parquet(self.name.to_string(), e))?;
+            w.close().map_err(|e| failed(&self.root.join(self.name), e))?;
         }
         Ok(())
     }
@@ -268,5 +267,18 @@ impl Table {
             self.close(&k)?;
         }
         Ok(())
+    }
+}
+
+/// A Parquet writer's failure as the user reads it: the table's directory or file, and the I/O error itself where
+/// one caused it (a full disk), not the writer's wrapping ("External: ...").
+fn failed(what: &Path, e: parquet::errors::ParquetError) -> super::ParquetError {
+    let what = what.display().to_string();
+    match e {
+        parquet::errors::ParquetError::External(inner) => match inner.downcast::<std::io::Error>() {
+            Ok(io) => super::ParquetError::Io(what, *io),
+            Err(inner) => super::ParquetError::Parquet(what, parquet::errors::ParquetError::External(inner)),
+        },
+        e => super::ParquetError::Parquet(what, e),
     }
 }

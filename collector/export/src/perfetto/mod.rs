@@ -482,10 +482,7 @@ pub fn export<W: Write>(
     source: &mut EventSource,
     out: W,
 ) -> Result<ExportCounts, cuflight_trace::model::trace::TraceError> {
-    let io = |e: std::io::Error| cuflight_trace::model::trace::TraceError::Import {
-        path: "output".into(),
-        what: e.to_string(),
-    };
+    let io = cuflight_trace::model::trace::TraceError::Output;
     let mut x = Exporter::new(out);
     let mut states: HashMap<u32, ProcessState> = HashMap::default();
     for (&key, p) in &source.processes {

@@ -16,6 +16,9 @@ pub enum TraceError {
     Format { path: String, source: FileError },
     #[error("{path}: {what}")]
     Import { path: String, what: String },
+    /// Writing what was made of the trace failed (a full disk, a closed pipe); the caller names the output.
+    #[error("{0}")]
+    Output(#[source] std::io::Error),
 }
 
 /// One profiled process.
