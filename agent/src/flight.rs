@@ -218,6 +218,12 @@ fn dump_to_dir(reason: u32) -> bool {
         }
         return ok;
     }
+    // Sixteen dumps in one second, or names another user took in a shared directory.
+    say(
+        b"cuflight: flight recorder dump not written into ",
+        dir.to_bytes(),
+        b": every name for this second is taken\n",
+    );
     false
 }
 
