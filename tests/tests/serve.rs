@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 mod cost;
 #[path = "serve/endpoint.rs"]
 mod endpoint;
+#[path = "serve/flight.rs"]
+mod flight;
 #[path = "serve/steps.rs"]
 mod steps;
 

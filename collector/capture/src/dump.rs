@@ -59,19 +59,38 @@ pub struct Dumped {
     /// rings wrapped within it), both as seconds before the dump.
     pub span: Duration,
     pub complete_for: Option<Duration>,
+    /// When the agent took the snapshot, on its clock (the events' own): where the next of [`dump_since`]'s
+    /// snapshots begins.
+    pub dump_ns: u64,
 }
 
 /// How long an agent may take to flush CUPTI and hand its segment over.
 const REPLY_MS: i64 = 10_000;
 
 pub fn dump(target: &Target, output: &Path, last: Option<Duration>, force: bool) -> Result<Dumped, DumpError> {
+    let keep = Keep { last, after_ns: None };
     match target {
-        Target::Pid(pid) => from_process(*pid, output, last, force),
-        Target::Image(path) => from_image(path, output, last, force),
+        Target::Pid(pid) => from_process(*pid, output, keep, force),
+        Target::Image(path) => from_image(path, output, keep, force),
     }
 }
 
-fn from_process(pid: u32, output: &Path, last: Option<Duration>, force: bool) -> Result<Dumped, DumpError> {
+/// A live flight recorder's events that ended after `after_ns` (a previous snapshot's [`Dumped::dump_ns`]; 0: those
+/// of the last `last`) and by the snapshot's own time, for a collector that takes snapshot after snapshot (`serve`):
+/// each event is in one of them. `output` is replaced.
+pub fn dump_since(pid: u32, output: &Path, after_ns: u64, last: Duration) -> Result<Dumped, DumpError> {
+    from_process(pid, output, Keep { last: Some(last), after_ns: Some(after_ns) }, true)
+}
+
+/// What a snapshot keeps: the events that ended within `last` (None: the recorder's span); with `after_ns`, only
+/// those that ended after it and by the snapshot's time (a later snapshot has the rest).
+#[derive(Clone, Copy)]
+struct Keep {
+    last: Option<Duration>,
+    after_ns: Option<u64>,
+}
+
+fn from_process(pid: u32, output: &Path, keep: Keep, force: bool) -> Result<Dumped, DumpError> {
     let name = control::find(pid).map_err(DumpError::List)?.ok_or(DumpError::NoAgent(pid))?;
     let mut session = Session::open_near(output, force, control::netns_of(&name), control::uid_of(&name))?;
     match control::command(&name, control::COMMAND_DUMP, session.name.as_bytes(), REPLY_MS) {
@@ -91,10 +110,10 @@ fn from_process(pid: u32, output: &Path, last: Option<Duration>, force: bool) ->
             }
         }
     };
-    finish(session, seg, conn, seen_pid, last, format!("dump {pid}"))
+    finish(session, seg, conn, seen_pid, keep, format!("dump {pid}"))
 }
 
-fn from_image(path: &Path, output: &Path, last: Option<Duration>, force: bool) -> Result<Dumped, DumpError> {
+fn from_image(path: &Path, output: &Path, keep: Keep, force: bool) -> Result<Dumped, DumpError> {
     let shown = path.display().to_string();
     let bad = |why: String| DumpError::Image { path: shown.clone(), why };
     if output.canonicalize().ok().is_some_and(|o| path.canonicalize().ok() == Some(o)) {
@@ -105,7 +124,7 @@ fn from_image(path: &Path, output: &Path, last: Option<Duration>, force: bool) -
     let null: OwnedFd = std::fs::File::open("/dev/null").map_err(|e| bad(format!("/dev/null: {e}")))?.into();
     let session = Session::open(output, force)?;
     let pid = seg.pid();
-    finish(session, seg, null, pid, last, format!("dump {shown}"))
+    finish(session, seg, null, pid, keep, format!("dump {shown}"))
 }
 
 /// Opens an image without following a link, and only one of this user's (root: anyone's).
@@ -134,31 +153,38 @@ fn finish(
     seg: MappedSegment,
     conn: OwnedFd,
     pid: u32,
-    last: Option<Duration>,
+    keep: Keep,
     command: String,
 ) -> Result<Dumped, DumpError> {
     let h = seg.header();
     let recorder_span = h.flight_recorder_ns.load(Ordering::Relaxed);
     let dump_ns = h.dump_ns.load(Ordering::Relaxed);
     let reason = dump_reason::describe(h.dump_reason.load(Ordering::Relaxed));
-    let span = last.unwrap_or(Duration::from_nanos(if recorder_span == 0 { u64::MAX } else { recorder_span }));
+    let span = keep.last.unwrap_or(Duration::from_nanos(if recorder_span == 0 { u64::MAX } else { recorder_span }));
     let armed_ns = h.armed_ns.load(Ordering::Acquire);
-    let (events, oldest_complete) = snapshot(&seg, dump_ns, span, armed_ns);
+    let (events, oldest_complete) = snapshot(&seg, dump_ns, span, armed_ns, keep.after_ns);
     let complete_for = oldest_complete.map(|t| Duration::from_nanos(dump_ns.saturating_sub(t)));
     session.add_snapshot(seg, conn, pid, events);
     session.step(false);
     // Whether the agent flushed CUPTI first (nothing it held is missing) is the process's own fact, read from
     // its dump reason (`recorded_process::process_info`).
     let summary = session.finish(vec![command], None);
-    Ok(Dumped { summary, pid, reason, span, complete_for })
+    Ok(Dumped { summary, pid, reason, span, complete_for, dump_ns })
 }
 
 /// Every ring's events that ended within `span` before `dump_ns` (the agent's clock), in ring order, with the
 /// facts that hold for the whole run (devices, thread and category names, clock pairs) kept whatever their age,
 /// the latest of each. Also returns the start of the oldest event of the youngest ring that wrapped: from there
 /// on the snapshot is complete. Nothing from before the recorder was armed (`armed_ns`, 0: unknown) is kept, as
-/// for any window: its calls would lack their device work.
-fn snapshot(seg: &MappedSegment, dump_ns: u64, span: Duration, armed_ns: u64) -> (Vec<RawEvent>, Option<u64>) {
+/// for any window: its calls would lack their device work. With `after_ns`, only what ended after it and by
+/// `dump_ns` (what ended later is the next snapshot's).
+fn snapshot(
+    seg: &MappedSegment,
+    dump_ns: u64,
+    span: Duration,
+    armed_ns: u64,
+    after_ns: Option<u64>,
+) -> (Vec<RawEvent>, Option<u64>) {
     let cutoff = dump_ns.saturating_sub(span.as_nanos().min(u64::MAX as u128) as u64);
     let mut all = Vec::new();
     let mut complete_from: Option<u64> = None;
@@ -188,7 +214,10 @@ fn snapshot(seg: &MappedSegment, dump_ns: u64, span: Duration, armed_ns: u64) ->
         let keep = if is_fact(e) {
             latest_fact.get(&e.fact_key()) == Some(&i)
         } else {
-            (dump_ns == 0 || e.end.max(e.start) >= cutoff) && e.start >= armed_ns
+            let end = e.end.max(e.start);
+            (dump_ns == 0 || end >= cutoff)
+                && e.start >= armed_ns
+                && after_ns.is_none_or(|after| end > after && end <= dump_ns)
         };
         i += 1;
         keep

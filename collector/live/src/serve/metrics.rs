@@ -326,7 +326,7 @@ fn agent_families(x: &mut Exposition, processes: &BTreeMap<u32, ProcessMetrics>)
     x.family(
         "cuflight_agent_state",
         "gauge",
-        "1 for the state the process's agent is in (dormant, recording, flight_recorder).",
+        "1 for the state the process's agent is in (dormant, recording, flight recorder).",
         &mut |o| {
             for (pid, m) in processes {
                 let _ = writeln!(o, "cuflight_agent_state{{{}}} 1", labels(pid, m, &format!(",state=\"{}\"", m.state)));
@@ -336,7 +336,7 @@ fn agent_families(x: &mut Exposition, processes: &BTreeMap<u32, ProcessMetrics>)
     x.family(
         "cuflight_window_seconds_total",
         "counter",
-        "Time covered by recorded windows: the other counters count only inside them.",
+        "Time covered by recorded windows (a flight recorder's: its snapshots, a second apart, cover all the time since the first): the other counters count only inside them.",
         &mut |o| {
             for (pid, m) in processes {
                 let _ = writeln!(o, "cuflight_window_seconds_total{{{}}} {}", labels(pid, m, ""), secs(m.window_ns));

@@ -13,6 +13,7 @@
 //! hour at 1s/10s) its period doubles, and the memory CUPTI keeps grows with the logarithm of the time followed
 //! (27 MB the first hour, 27 MB more by the third, the seventh, the fifteenth...), not in proportion to it.
 
+mod flight;
 mod follow;
 mod http;
 pub mod metrics;
@@ -135,6 +136,7 @@ pub fn sample_loop(
     scratch: &Path,
 ) -> Result<(), LiveError> {
     let followers = follow::Followers::new(stop.clone());
+    let mut flights = flight::Snapshots::default();
     let mut round = 0u64;
     while !stop.load(Ordering::Relaxed) && rounds.is_none_or(|r| round < r) {
         let started = Instant::now();
@@ -144,7 +146,11 @@ pub fn sample_loop(
             sample_round(pids, duty, shared, scratch, round);
         }
         round += 1;
-        while started.elapsed() < duty.period && !stop.load(Ordering::Relaxed) {
+        loop {
+            flights.round(pids, shared, scratch);
+            if started.elapsed() >= duty.period || stop.load(Ordering::Relaxed) {
+                break;
+            }
             std::thread::sleep(Duration::from_millis(50).min(duty.period));
         }
     }

@@ -1,0 +1,93 @@
+//! Processes started with `cuflight launch --flight-recorder` record all the time, into rings that keep their
+//! newest events: serve opens no window on them (they are not dormant) and takes a snapshot of each every second
+//! instead, as `cuflight dump PID` does (the agent flushes CUPTI and hands its rings over; the collector copies them
+//! without draining, and the program records on), folding what ended since the snapshot before. No CUPTI session
+//! is added and nothing is armed: the metrics cover all the time since the first snapshot, and what they say the
+//! recording costs is what the program pays all along (a flight recorder is a continuous recording).
+//!
+//! A ring that wrapped between two snapshots (a thread with more than its 16 Ki events a second) lost events
+//! before serve saw them: said once a process, since its counters then read low.
+
+use super::{refresh, Shared};
+use cuflight_capture::dump;
+use cuflight_trace::model::memory::LiveMemory;
+use cuflight_trace::model::source::EventSource;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How often a flight recorder is snapshotted: often enough that a busy thread's ring (16 Ki events) seldom wraps
+/// in between, and a CUPTI flush a second is what the agent does anyway (`CUFLIGHT_FLUSH_MS`).
+pub const EVERY: Duration = Duration::from_secs(1);
+
+/// Per flight-recorded process: where its last snapshot ended (the agent's clock), its device memory replayed
+/// across snapshots, and whether a wrap was said.
+#[derive(Default)]
+struct Followed {
+    last_ns: u64,
+    live: LiveMemory,
+    said_wrap: bool,
+}
+
+#[derive(Default)]
+pub struct Snapshots {
+    followed: BTreeMap<u32, Followed>,
+    last: Option<Instant>,
+}
+
+impl Snapshots {
+    /// Snapshots every flight-recorded agent (those in `pids`, or all) where [`EVERY`] has passed since the last
+    /// round, and folds each into `shared`.
+    pub fn round(&mut self, pids: &[u32], shared: &Shared, scratch: &Path) {
+        if self.last.is_some_and(|t| t.elapsed() < EVERY) {
+            return;
+        }
+        self.last = Some(Instant::now());
+        let rows = refresh(pids, shared);
+        let flying: Vec<u32> = rows.iter().filter(|r| r.state == "flight recorder").map(|r| r.pid).collect();
+        self.followed.retain(|pid, _| flying.contains(pid));
+        for pid in flying {
+            let path = scratch.join(format!("{pid}-flight.cuf"));
+            self.snapshot(pid, &path, shared);
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+
+    fn snapshot(&mut self, pid: u32, path: &Path, shared: &Shared) {
+        let first = !self.followed.contains_key(&pid);
+        let f = self.followed.entry(pid).or_default();
+        let d = match dump::dump_since(pid, path, f.last_ns, EVERY) {
+            Ok(d) => d,
+            // The process left, or another collector holds it: tried again next round.
+            Err(e) => return eprintln!("cuflight serve: no snapshot of flight recorder {pid}: {e}"),
+        };
+        // The first snapshot covers the last second; each later one the time since the one before.
+        let covered = if first || d.dump_ns < f.last_ns { EVERY.as_nanos() as u64 } else { d.dump_ns - f.last_ns };
+        if !f.said_wrap && d.complete_for.is_some_and(|c| (c.as_nanos() as u64) < covered) {
+            f.said_wrap = true;
+            eprintln!(
+                "cuflight serve: flight recorder {pid}: a busy thread's ring wrapped between two snapshots a second \
+                 apart, so its counters miss events (more events a ring: CUFLIGHT_RING_EVENTS in its environment)"
+            );
+        }
+        f.last_ns = d.dump_ns;
+        let Some(mut m) = shared.lock().expect("metrics").get(&pid).cloned() else { return };
+        if first {
+            m.new_session();
+        }
+        m.window_period_ns = 0; // recorded all along
+        let open = || EventSource::open(path).map_err(|e| e.to_string());
+        match open().and_then(|mut s| m.fold(&mut s, covered, Some(&mut f.live))) {
+            Ok(()) => {
+                if let Err(e) = open().and_then(|s| m.fold_idle(s)) {
+                    eprintln!("cuflight serve: idle causes of flight recorder {pid} left out of one snapshot: {e}");
+                }
+                if let Some(now) = shared.lock().expect("metrics").get_mut(&pid) {
+                    (m.state, m.command) = (now.state, now.command.clone());
+                    *now = m;
+                }
+            }
+            Err(e) => eprintln!("cuflight serve: snapshot of flight recorder {pid} unreadable: {e}"),
+        }
+    }
+}
