@@ -159,8 +159,10 @@ pub fn dump_to_session(session: &str) -> Result<(), String> {
         .map_err(|e| format!("cannot reach the collector: {e}"))
 }
 
-/// Writes the segment's image to `<dump dir>/cuflight-<pid>-<unix seconds>-<n>.seg` and says so on stderr.
-/// Async-signal-safe: no allocation, no lock; only `open`, `pwrite`, `ftruncate`, `close`, `write`.
+/// Writes the segment's image to `<dump dir>/cuflight-<pid>-<unix seconds>-<n>.seg` and says so on stderr. The image
+/// is written under a hidden name first and linked into place whole, so that whoever watches the directory (a job
+/// that uploads new dumps) never takes a dump still being written.
+/// Async-signal-safe: no allocation, no lock; only `open`, `pwrite`, `ftruncate`, `close`, `link`, `unlink`, `write`.
 fn dump_to_dir(reason: u32) -> bool {
     let (Some(agent), Some(dir)) = (state::existing_agent(), CONFIG.dump_dir.as_ref()) else { return false };
     if refused_for_disk(dir, agent.seg.image_bytes()) {
@@ -169,62 +171,98 @@ fn dump_to_dir(reason: u32) -> bool {
     let h = agent.seg.header();
     h.dump_ns.store(clock::monotonic_ns(), Ordering::Relaxed);
     h.dump_reason.store(reason, Ordering::Release);
-    let mut path = Buf::new();
     let secs = clock::realtime_ns() / 1_000_000_000;
+    let (mut partial, mut path) = (Buf::new(), Buf::new());
+    let mut fd = -1;
     for n in 0..16u64 {
-        path.clear();
-        path.push(dir.to_bytes());
-        path.push(b"/cuflight-");
-        // SAFETY: getpid has no preconditions.
-        path.number(unsafe { libc::getpid() } as u64);
-        path.push(b"-");
-        path.number(secs);
-        path.push(b"-");
-        path.number(n);
-        path.push(b".seg\0");
+        dump_name(&mut partial, dir, b"/.cuflight-", secs, n, b".seg.partial\0");
         // SAFETY: a NUL-terminated path in our buffer; a new file only (never a link, never an existing file).
-        let fd = unsafe {
+        fd = unsafe {
             libc::open(
-                path.bytes().as_ptr() as *const libc::c_char,
+                partial.bytes().as_ptr() as *const libc::c_char,
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
                 0o600,
             )
         };
-        if fd < 0 {
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
-                continue;
-            }
-            say(b"cuflight: cannot write the flight recorder's dump into ", dir.to_bytes(), b"\n");
-            return false;
+        if fd >= 0 || last_errno() != libc::EEXIST {
+            break;
         }
-        let ok = agent.seg.write_image(fd);
-        // SAFETY: our descriptor.
-        unsafe { libc::close(fd) };
-        let shown = &path.bytes()[..path.len - 1];
-        if ok {
-            say(
-                b"cuflight: flight recorder dump written to ",
-                shown,
-                b" (`cuflight dump FILE -o trace.cuf` reads it)\n",
-            );
-        } else if dump_reason::flushed_first(reason) {
-            // The program goes on, and needs the space more than a part of a dump: given back.
-            // SAFETY: the NUL-terminated path just created by us (O_EXCL).
-            unsafe { libc::unlink(path.bytes().as_ptr() as *const libc::c_char) };
-            say(b"cuflight: the flight recorder's dump could not be written whole (disk full?); removed it, the program needs the space: ", shown, b"\n");
-        } else {
-            // The process is ending: a part of its dump is better than none (`cuflight dump` reads what is there).
-            say(b"cuflight: the flight recorder's dump is incomplete (disk full?): ", shown, b"\n");
-        }
-        return ok;
     }
-    // Sixteen dumps in one second, or names another user took in a shared directory.
-    say(
-        b"cuflight: flight recorder dump not written into ",
-        dir.to_bytes(),
-        b": every name for this second is taken\n",
-    );
-    false
+    if fd < 0 {
+        say(b"cuflight: cannot write the flight recorder's dump into ", dir.to_bytes(), b"\n");
+        return false;
+    }
+    let ok = agent.seg.write_image(fd);
+    // SAFETY: our descriptor.
+    unsafe { libc::close(fd) };
+    let unlink_partial = || {
+        // SAFETY: a NUL-terminated path in our buffer, of the file created above (O_EXCL): ours.
+        unsafe { libc::unlink(partial.bytes().as_ptr() as *const libc::c_char) }
+    };
+    if !ok && dump_reason::flushed_first(reason) {
+        // The program goes on, and needs the space more than a part of a dump: given back.
+        unlink_partial();
+        say(b"cuflight: the flight recorder's dump could not be written whole (disk full?) and was removed: the program needs the space; dump directory ", dir.to_bytes(), b"\n");
+        return false;
+    }
+    // `link` never replaces a file: a name taken (by another dump this second) is skipped.
+    let mut placed = false;
+    for n in 0..16u64 {
+        dump_name(&mut path, dir, b"/cuflight-", secs, n, b".seg\0");
+        // SAFETY: NUL-terminated paths in our buffers; link never replaces a file.
+        let r = unsafe {
+            libc::link(partial.bytes().as_ptr() as *const libc::c_char, path.bytes().as_ptr() as *const libc::c_char)
+        };
+        placed = r == 0;
+        if placed {
+            break;
+        }
+        if last_errno() == libc::EEXIST {
+            continue;
+        }
+        // A file system without hard links (some FUSE and object-store mounts): renamed instead, which replaces a
+        // file of that name, so only where none is.
+        // SAFETY: as above; F_OK only asks whether the name exists.
+        placed = unsafe {
+            libc::access(path.bytes().as_ptr() as *const libc::c_char, libc::F_OK) != 0
+                && libc::rename(
+                    partial.bytes().as_ptr() as *const libc::c_char,
+                    path.bytes().as_ptr() as *const libc::c_char,
+                ) == 0
+        };
+        break;
+    }
+    unlink_partial();
+    if !placed {
+        say(b"cuflight: flight recorder dump not written into ", dir.to_bytes(), b": no name for it could be made\n");
+        return false;
+    }
+    let shown = &path.bytes()[..path.len - 1];
+    if ok {
+        say(b"cuflight: flight recorder dump written to ", shown, b" (`cuflight dump FILE -o trace.cuf` reads it)\n");
+    } else {
+        // The process is ending: a part of its dump is better than none (`cuflight dump` reads what is there).
+        say(b"cuflight: the flight recorder's dump is incomplete (disk full?): ", shown, b"\n");
+    }
+    ok
+}
+
+/// `<dir><prefix><pid>-<secs>-<n><suffix>` into `p` (the suffix carries the terminating NUL).
+fn dump_name(p: &mut Buf, dir: &std::ffi::CStr, prefix: &[u8], secs: u64, n: u64, suffix: &[u8]) {
+    p.clear();
+    p.push(dir.to_bytes());
+    p.push(prefix);
+    // SAFETY: getpid has no preconditions.
+    p.number(unsafe { libc::getpid() } as u64);
+    p.push(b"-");
+    p.number(secs);
+    p.push(b"-");
+    p.number(n);
+    p.push(suffix);
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
 /// Whether a dump of `image` bytes must not be written into `dir`, for the disk it would take

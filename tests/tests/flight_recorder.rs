@@ -234,6 +234,10 @@ fn a_dump_that_would_fill_the_disk_is_not_written() {
         assert!(lines[1].starts_with(&format!("cuflight: flight recorder dump not written into {d}: ")));
         assert!(lines[1].contains(limit), "{err}");
     }
+    // Written under a hidden name and linked into place whole: nothing half-written is left, visible or not.
+    let names: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(!names.iter().any(|n| n.starts_with('.') || n.ends_with(".partial")), "{names:?}");
 }
 
 /// `n` NVTX steps "step" of about `ms` each, held open by the test (a step's time is the test's, not the machine's:
