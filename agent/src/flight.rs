@@ -222,14 +222,12 @@ fn dump_to_dir(reason: u32) -> bool {
         }
         // A file system without hard links (some FUSE and object-store mounts): renamed instead, which replaces a
         // file of that name, so only where none is.
-        // SAFETY: as above; F_OK only asks whether the name exists.
-        placed = unsafe {
-            libc::access(path.bytes().as_ptr() as *const libc::c_char, libc::F_OK) != 0
-                && libc::rename(
-                    partial.bytes().as_ptr() as *const libc::c_char,
-                    path.bytes().as_ptr() as *const libc::c_char,
-                ) == 0
-        };
+        let (from, to) =
+            (partial.bytes().as_ptr() as *const libc::c_char, path.bytes().as_ptr() as *const libc::c_char);
+        // SAFETY: a NUL-terminated path in our buffer; F_OK only asks whether the name exists.
+        let free = unsafe { libc::access(to, libc::F_OK) } != 0;
+        // SAFETY: NUL-terminated paths in our buffers.
+        placed = free && unsafe { libc::rename(from, to) } == 0;
         break;
     }
     unlink_partial();
