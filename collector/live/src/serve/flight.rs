@@ -27,6 +27,7 @@ struct Followed {
     last_ns: u64,
     live: LiveMemory,
     said_wrap: bool,
+    said_failure: bool,
 }
 
 #[derive(Default)]
@@ -58,8 +59,14 @@ impl Snapshots {
         let f = self.followed.entry(pid).or_default();
         let d = match dump::dump_since(pid, path, f.last_ns, EVERY) {
             Ok(d) => d,
-            // The process left, or another collector holds it: tried again next round.
-            Err(e) => return eprintln!("cuflight serve: no snapshot of flight recorder {pid}: {e}"),
+            // The process left, or another collector holds it: tried again next round, said once (`top` draws
+            // over the same terminal).
+            Err(e) => {
+                if !std::mem::replace(&mut f.said_failure, true) {
+                    eprintln!("cuflight serve: no snapshot of flight recorder {pid}: {e}");
+                }
+                return;
+            }
         };
         // The first snapshot covers the last second; each later one the time since the one before.
         let covered = if first || d.dump_ns < f.last_ns { EVERY.as_nanos() as u64 } else { d.dump_ns - f.last_ns };
