@@ -269,7 +269,8 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
             format!("{:6.2}", r.sync),
             r.memory.map_or("-".into(), |b| format!("{} MiB", b >> 20)),
             r.dropped.to_string(),
-            r.state.to_string(),
+            // "flight recorder" in the column's 10 characters.
+            r.state.replace("recorder", "rec"),
             r.command.clone(),
         ])
     });
@@ -281,7 +282,7 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
         Constraint::Length(8),
         Constraint::Length(9),
         Constraint::Length(6),
-        Constraint::Length(9),
+        Constraint::Length(10),
         Constraint::Min(10),
     ];
     let t = Table::new(rows, widths)
