@@ -5,6 +5,9 @@
 //! - a pipe named as a trace (`cuflight report <(zcat run.cuf.gz)`, a FIFO);
 //! - a compressed trace, gzip or zstd (`run.cuf.gz`, `run.sqlite.zst`, `trace.json.zst`), but Kineto JSON in gzip,
 //!   which its importer reads as it decompresses.
+//!
+//! A flight recorder's dump image (`cuflight-PID-TIME-N.seg`) is read as the trace `cuflight dump IMAGE` makes of
+//! it, written into a private directory of this process's own, removed when done.
 
 use anyhow::{bail, Context, Result};
 use std::fs::File;
@@ -51,7 +54,9 @@ pub fn take(paths: &mut [&mut PathBuf]) -> Result<Vec<Spooled>> {
             let mut pipe = File::open(&**path).with_context(|| format!("cannot open {shown}"))?;
             kept.push(spool(&mut pipe, path, shown, "copy", None)?);
         } else if meta.is_file() {
-            if let Some(inner) = decompressor(path)? {
+            if is_dump_image(path) {
+                kept.push(dump_image(path, shown)?);
+            } else if let Some(inner) = decompressor(path)? {
                 let left = MAX_EXPANSION.saturating_mul(meta.len().max(64 << 10));
                 let mut decoding = Decompressing { inner, left, cut: None };
                 let original = Some(path.to_path_buf());
@@ -63,6 +68,38 @@ pub fn take(paths: &mut [&mut PathBuf]) -> Result<Vec<Spooled>> {
         }
     }
     Ok(kept)
+}
+
+/// Whether `path` begins as a flight recorder's dump image does (the segment's magic).
+pub fn is_dump_image(path: &std::path::Path) -> bool {
+    let mut head = [0u8; 8];
+    File::open(path).and_then(|f| f.read_exact_at(&mut head, 0)).is_ok()
+        && u64::from_le_bytes(head) == cuflight_format::segment::SEGMENT_MAGIC
+}
+
+/// The trace of the dump image at `path` (validated as another process's output, and only one of this user's), in a
+/// private directory; `path` then names it, and messages the image.
+fn dump_image(path: &mut PathBuf, shown: String) -> Result<Spooled> {
+    use cuflight_collector::capture::dump;
+    let private = cuflight_collector::capture::private_dir::create("image")?;
+    let trace = private.join("dump.cuf");
+    let made = dump::dump(&dump::Target::Image(path.clone()), &trace, None, true)
+        .map_err(anyhow::Error::from)
+        .and_then(|d| Ok((d, File::open(&trace)?)));
+    let (d, file) = match made {
+        Ok(made) => made,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&private);
+            return Err(e);
+        }
+    };
+    eprintln!(
+        "cuflight: {shown}: a flight recorder's dump ({}), read as the trace `cuflight dump` makes of it",
+        d.reason
+    );
+    crate::stand_in::register(&trace, shown, Some(path.clone()));
+    *path = trace;
+    Ok(Spooled { _file: file, dir: Some(private) })
 }
 
 /// How many times its own size a compressed trace may grow to (counting at least 64 KiB of it): gzip and zstd make

@@ -45,7 +45,10 @@ fn is_trace(path: &Path) -> bool {
     match detect(path) {
         // gzip: Kineto JSON, or another trace compressed; not a log archive beside the traces.
         Ok(Format::KinetoJsonGzip) | Err(_) => {
-            crate::spooled_inputs::is_compressed_trace(path) || name.ends_with(".nsys-rep") || name.ends_with(".qdrep")
+            crate::spooled_inputs::is_compressed_trace(path)
+                || crate::spooled_inputs::is_dump_image(path)
+                || name.ends_with(".nsys-rep")
+                || name.ends_with(".qdrep")
         }
         Ok(_) => true,
     }

@@ -116,6 +116,12 @@ fn a_crash_leaves_an_image_and_the_program_dies_of_its_own_signal() {
         assert_eq!(launches(&trace), 5);
         assert!(count(&stats(&trace), "kernels", "name", "tick") <= 5);
         assert!(said.contains("could not flush CUPTI"), "{said}");
+        // Every command reads the image itself as that trace, and says what it is.
+        assert_eq!(launches(&found[0]), 5);
+        let out = Command::new(cuflight_bin()).args(["stats", image]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let says = format!("{image}: a flight recorder's dump (fatal signal {name})");
+        assert!(out.status.success() && err.contains(&says), "{err}");
     }
 }
 

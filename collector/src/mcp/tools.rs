@@ -257,6 +257,8 @@ fn format_of(name: &str) -> Option<&'static str> {
         "nsys-sqlite"
     } else if whole.ends_with(".nsys-rep") {
         "nsys-report"
+    } else if whole.starts_with("cuflight-") && whole.ends_with(".seg") {
+        "flight-recorder-dump"
     } else {
         return None;
     })
