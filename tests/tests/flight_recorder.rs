@@ -122,6 +122,10 @@ fn a_crash_leaves_an_image_and_the_program_dies_of_its_own_signal() {
         let err = String::from_utf8_lossy(&out.stderr);
         let says = format!("{image}: a flight recorder's dump (fatal signal {name})");
         assert!(out.status.success() && err.contains(&says), "{err}");
+        // Its kernels were still in CUPTI's buffers: the report says so, not that nothing ran on the GPU.
+        let out = Command::new(cuflight_bin()).args(["report", image]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("its process ended before CUPTI delivered them"), "{err}");
     }
 }
 

@@ -95,7 +95,7 @@ pub(crate) fn compute(
                 parts.push((r, run));
             }
             // A trace with no GPU work is in no run's report.
-            Err(ReportError::NoGpuWork(_)) => {}
+            Err(ReportError::NoGpuWork(_) | ReportError::NoGpuWorkDelivered(_)) => {}
             Err(e) => {
                 failed = Some(e);
                 break;

@@ -216,6 +216,11 @@ pub enum ReportError {
     AgentOff { file: String, pid: u32, why: String },
     #[error("{0}: no GPU kernels, copies or memsets in the trace: nothing ran on the GPU while it was recorded")]
     NoGpuWork(String),
+    #[error(
+        "{0}: no GPU kernels, copies or memsets in the trace: its process ended before CUPTI delivered them (a crash's \
+         dump cannot flush CUPTI); `cuflight stats` lists the CUDA calls it made"
+    )]
+    NoGpuWorkDelivered(String),
     #[error("{0}: {1}")]
     Filter(String, cuflight_trace::model::filter::FilterError),
     #[error("{0}: no step starts inside {1} (the filter chooses steps by their start)")]
@@ -408,8 +413,13 @@ fn gpu_processes(traces: &[(String, EventSource)], plans: &job_roles::Plans) -> 
         );
     }
     if procs.is_empty() {
-        let names: Vec<&str> = traces.iter().map(|(f, _)| f.as_str()).collect();
-        return Err(ReportError::NoGpuWork(names.join(", ")));
+        let names = traces.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>().join(", ");
+        let ended_abruptly = traces.iter().any(|(_, s)| s.processes.values().any(|p| !p.info.finished));
+        return Err(if ended_abruptly {
+            ReportError::NoGpuWorkDelivered(names)
+        } else {
+            ReportError::NoGpuWork(names)
+        });
     }
     Ok(procs)
 }

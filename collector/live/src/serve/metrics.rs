@@ -260,7 +260,9 @@ impl ProcessMetrics {
             Ok(r) => r,
             // A part with no GPU work (a server between requests, a program before its first kernel): the GPU had
             // nothing queued, so no idle time is blamed on a cause; its coverage and calls were folded already.
-            Err(ReportError::NoGpuWork(_) | ReportError::Empty(_)) => return Ok(()),
+            Err(ReportError::NoGpuWork(_) | ReportError::NoGpuWorkDelivered(_) | ReportError::Empty(_)) => {
+                return Ok(())
+            }
             Err(e) => return Err(e.to_string()),
         };
         for p in &report.processes {
