@@ -175,7 +175,7 @@ fn dump_to_dir(reason: u32) -> bool {
     let (mut partial, mut path) = (Buf::new(), Buf::new());
     let mut fd = -1;
     for n in 0..16u64 {
-        dump_name(&mut partial, dir, b"/.cuflight-", secs, n, b".seg.partial\0");
+        dump_name(&mut partial, dir, dump_dir::PARTIAL_PREFIX, secs, n, dump_dir::PARTIAL_SUFFIX);
         // SAFETY: a NUL-terminated path in our buffer; a new file only (never a link, never an existing file).
         fd = unsafe {
             libc::open(
@@ -208,7 +208,7 @@ fn dump_to_dir(reason: u32) -> bool {
     // `link` never replaces a file: a name taken (by another dump this second) is skipped.
     let mut placed = false;
     for n in 0..16u64 {
-        dump_name(&mut path, dir, b"/cuflight-", secs, n, b".seg\0");
+        dump_name(&mut path, dir, dump_dir::DUMP_PREFIX, secs, n, dump_dir::DUMP_SUFFIX);
         // SAFETY: NUL-terminated paths in our buffers; link never replaces a file.
         let r = unsafe {
             libc::link(partial.bytes().as_ptr() as *const libc::c_char, path.bytes().as_ptr() as *const libc::c_char)
@@ -245,18 +245,20 @@ fn dump_to_dir(reason: u32) -> bool {
     ok
 }
 
-/// `<dir><prefix><pid>-<secs>-<n><suffix>` into `p` (the suffix carries the terminating NUL).
-fn dump_name(p: &mut Buf, dir: &std::ffi::CStr, prefix: &[u8], secs: u64, n: u64, suffix: &[u8]) {
+/// `<dir>/<prefix><pid>-<secs>-<n><suffix>` into `p`, NUL-terminated.
+fn dump_name(p: &mut Buf, dir: &std::ffi::CStr, prefix: &str, secs: u64, n: u64, suffix: &str) {
     p.clear();
     p.push(dir.to_bytes());
-    p.push(prefix);
+    p.push(b"/");
+    p.push(prefix.as_bytes());
     // SAFETY: getpid has no preconditions.
     p.number(unsafe { libc::getpid() } as u64);
     p.push(b"-");
     p.number(secs);
     p.push(b"-");
     p.number(n);
-    p.push(suffix);
+    p.push(suffix.as_bytes());
+    p.push(b"\0");
 }
 
 fn last_errno() -> i32 {

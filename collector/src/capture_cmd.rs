@@ -239,6 +239,13 @@ pub fn launch(args: LaunchArgs) -> Result<i32> {
                 .open(&probe)
                 .with_context(|| format!("--dump-dir {}: cannot create files there", dir.display()))?;
             let _ = std::fs::remove_file(&probe);
+            let swept = dump::sweep_partial_dumps(&dir);
+            if swept > 0 {
+                eprintln!(
+                    "cuflight: --dump-dir {}: removed {swept} partial dump(s) of processes killed while writing them",
+                    dir.display()
+                );
+            }
             let limits = dump_dir::Limits { max_use: dump_max_use, keep_free: dump_keep_free };
             if let Some(refusal) = limits.refused_now(&dir) {
                 eprintln!(

@@ -217,12 +217,19 @@ fn a_dump_that_would_fill_the_disk_is_not_written() {
     let d = dir.to_str().unwrap();
     let old = dir.join("cuflight-1-1-0.seg");
     std::fs::write(&old, vec![1u8; 3 << 20]).unwrap(); // an earlier dump of 3 MiB
+                                                       // Partial dumps: one a killed process left (no such pid runs), one of a process still writing it (this one).
+    let stale = dir.join(".cuflight-4000000-1-0.seg.partial");
+    let live = dir.join(format!(".cuflight-{}-1-0.seg.partial", std::process::id()));
+    for p in [&stale, &live] {
+        std::fs::write(p, b"part").unwrap();
+    }
     for (limit, value, said) in [
         ("--dump-max-use", "2M", "the dumps there take 3 MiB"),
         ("--dump-keep-free", "1000000T", "less than the"),
         ("--dump-max-use", "1G", ""),
     ] {
         let mut server = Server::start(&dir, &["--flight-recorder", "30s", "--dump-dir", d, limit, value], &[]);
+        assert!(!stale.exists() && live.exists(), "launch sweeps only what dead processes left");
         assert_eq!(server.cmd("k 2"), "done 2");
         assert!(Command::new("kill").args(["-USR2", &server.pid().to_string()]).status().unwrap().success());
         let written = said.is_empty();
@@ -244,6 +251,7 @@ fn a_dump_that_would_fill_the_disk_is_not_written() {
         assert!(lines[1].starts_with(&format!("cuflight: flight recorder dump not written into {d}: ")));
         assert!(lines[1].contains(limit), "{err}");
     }
+    std::fs::remove_file(&live).unwrap();
     // Written under a hidden name and linked into place whole: nothing half-written is left, visible or not.
     let names: Vec<String> =
         std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();

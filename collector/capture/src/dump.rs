@@ -225,6 +225,25 @@ fn snapshot(
     (all, complete_from.filter(|&t| t > cutoff))
 }
 
+/// Removes from the dump directory `dir` the partial dumps (`.cuflight-PID-...seg.partial`) that processes left when
+/// killed while writing (SIGKILL runs nothing): only regular files of this user's whose process no longer runs
+/// (a name is not proof of ownership in a shared directory). Returns how many went.
+pub fn sweep_partial_dumps(dir: &Path) -> usize {
+    use cuflight_format::segment::dump_dir::partial_dump_pid;
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let uid = cuflight_format::channel::euid();
+    let mut removed = 0;
+    for entry in entries.flatten().take(100_000) {
+        let Some(pid) = entry.file_name().to_str().and_then(partial_dump_pid) else { continue };
+        let ours = std::fs::symlink_metadata(entry.path()).is_ok_and(|m| m.is_file() && m.uid() == uid);
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// Most events one snapshot holds (2 GiB): eight times the default segment's 256 rings of 16 Ki events.
 const MAX_SNAPSHOT_EVENTS: u64 = 32 << 20;
 

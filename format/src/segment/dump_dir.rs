@@ -14,6 +14,13 @@
 
 use std::ffi::CStr;
 
+/// A dump's name, `cuflight-PID-TIME-N.seg`, and the hidden name it is written under until whole
+/// (`.cuflight-PID-TIME-N.seg.partial`), linked into place then.
+pub const DUMP_PREFIX: &str = "cuflight-";
+pub const DUMP_SUFFIX: &str = ".seg";
+pub const PARTIAL_PREFIX: &str = ".cuflight-";
+pub const PARTIAL_SUFFIX: &str = ".seg.partial";
+
 /// The defaults' share of the file system's size, in percent, and their cap (systemd-coredump's).
 pub const DEFAULT_MAX_USE_PERCENT: u64 = 10;
 pub const DEFAULT_KEEP_FREE_PERCENT: u64 = 15;
@@ -146,7 +153,13 @@ impl std::fmt::Display for Refusal {
 
 /// Whether a directory entry's name is a dump image's (`cuflight-PID-TIME-N.seg`).
 pub fn is_dump_name(name: &[u8]) -> bool {
-    name.starts_with(b"cuflight-") && name.ends_with(b".seg")
+    name.starts_with(DUMP_PREFIX.as_bytes()) && name.ends_with(DUMP_SUFFIX.as_bytes())
+}
+
+/// The pid in a partial dump's name, where `name` is one.
+pub fn partial_dump_pid(name: &str) -> Option<u32> {
+    let middle = name.strip_prefix(PARTIAL_PREFIX)?.strip_suffix(PARTIAL_SUFFIX)?;
+    middle.split('-').next()?.parse().ok()
 }
 
 /// Measures `dir`: None where it cannot be opened as a directory or its file system cannot be read (the dump's own
@@ -261,6 +274,14 @@ mod tests {
         );
         let default = Limits::default().refusal(&Room { available: 100 << 20, fs_size: 2 << 30, ..room }, 0).unwrap();
         assert!(default.to_string().contains("by default 15% of the file system"), "{default}");
+    }
+
+    #[test]
+    fn names_of_dumps_and_of_dumps_being_written() {
+        assert!(is_dump_name(b"cuflight-12-1796141393-0.seg") && !is_dump_name(b".cuflight-12-1-0.seg.partial"));
+        assert_eq!(partial_dump_pid(".cuflight-12-1796141393-0.seg.partial"), Some(12));
+        assert_eq!(partial_dump_pid("cuflight-12-1796141393-0.seg"), None);
+        assert_eq!(partial_dump_pid(".cuflight-x-1-0.seg.partial"), None);
     }
 
     #[test]
