@@ -5,8 +5,8 @@
 //! makes the program's own next checkpoint fail, which is worse than the dump is worth. So a dump is written only
 //! where, with it, the dumps in the directory stay within `--dump-max-use` and the file system keeps
 //! `--dump-keep-free` available. The defaults are systemd-coredump's for core dumps, which platform teams know
-//! (coredump.conf(5): MaxUse= a tenth and KeepFree= 15% of the file system's size, at most 4G each). Nothing is
-//! ever deleted: old dumps are the user's to keep or remove.
+//! (coredump.conf(5): MaxUse= a tenth and KeepFree= 15% of the file system's size, at most 4G each). Old dumps are
+//! the user's to keep or remove (only a partial dump a killed process left is swept, by `launch`).
 //!
 //! Async-signal-safe (a crash's dump runs in a signal handler, `launch` checks once before the program starts):
 //! raw system calls into fixed buffers, no allocation, no lock; the directory's entries are another user's input
