@@ -75,11 +75,12 @@ pub fn dump(target: &Target, output: &Path, last: Option<Duration>, force: bool)
     }
 }
 
-/// A live flight recorder's events that ended after `after_ns` (a previous snapshot's [`Dumped::dump_ns`]; 0: those
-/// of the last `last`) and by the snapshot's own time, for a collector that takes snapshot after snapshot (`serve`):
-/// each event is in one of them. `output` is replaced.
-pub fn dump_since(pid: u32, output: &Path, after_ns: u64, last: Duration) -> Result<Dumped, DumpError> {
-    from_process(pid, output, Keep { last: Some(last), after_ns: Some(after_ns) }, true)
+/// A live flight recorder's events that ended after `after_ns` (a previous snapshot's [`Dumped::dump_ns`], however
+/// long ago; 0: those of the last `first`) and by the snapshot's own time, for a collector that takes snapshot after
+/// snapshot (`serve`): each event is in one of them. `output` is replaced.
+pub fn dump_since(pid: u32, output: &Path, after_ns: u64, first: Duration) -> Result<Dumped, DumpError> {
+    let last = (after_ns == 0).then_some(first);
+    from_process(pid, output, Keep { last, after_ns: Some(after_ns) }, true)
 }
 
 /// What a snapshot keeps: the events that ended within `last` (None: the recorder's span); with `after_ns`, only

@@ -14,6 +14,7 @@ use cuflight_trace::model::memory::LiveMemory;
 use cuflight_trace::model::source::EventSource;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often a flight recorder is snapshotted: often enough that a busy thread's ring (16 Ki events) seldom wraps
@@ -30,20 +31,28 @@ struct Followed {
     said_failure: bool,
 }
 
+/// Follows every flight-recorded agent (those in `pids`, or all) until `stop`, a snapshot of each every [`EVERY`]:
+/// on a thread of its own, so that serve's windows on dormant programs (which last `--duty`'s ON) never space
+/// the snapshots out past what the rings hold.
+pub fn follow(pids: &[u32], shared: &Shared, scratch: &Path, stop: &AtomicBool) {
+    let mut snapshots = Snapshots::default();
+    while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        snapshots.round(pids, shared, scratch);
+        while started.elapsed() < EVERY && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 #[derive(Default)]
-pub struct Snapshots {
+struct Snapshots {
     followed: BTreeMap<u32, Followed>,
-    last: Option<Instant>,
 }
 
 impl Snapshots {
-    /// Snapshots every flight-recorded agent (those in `pids`, or all) where [`EVERY`] has passed since the last
-    /// round, and folds each into `shared`.
-    pub fn round(&mut self, pids: &[u32], shared: &Shared, scratch: &Path) {
-        if self.last.is_some_and(|t| t.elapsed() < EVERY) {
-            return;
-        }
-        self.last = Some(Instant::now());
+    /// Snapshots every flight-recorded agent there is now and folds each into `shared`.
+    fn round(&mut self, pids: &[u32], shared: &Shared, scratch: &Path) {
         let rows = refresh(pids, shared);
         let flying: Vec<u32> = rows.iter().filter(|r| r.state == "flight recorder").map(|r| r.pid).collect();
         self.followed.retain(|pid, _| flying.contains(pid));
@@ -73,8 +82,8 @@ impl Snapshots {
         if !f.said_wrap && d.complete_for.is_some_and(|c| (c.as_nanos() as u64) < covered) {
             f.said_wrap = true;
             eprintln!(
-                "cuflight serve: flight recorder {pid}: a busy thread's ring wrapped between two snapshots a second \
-                 apart, so its counters miss events (more events a ring: CUFLIGHT_RING_EVENTS in its environment)"
+                "cuflight serve: flight recorder {pid}: a busy thread's ring wrapped between two snapshots, so its \
+                 counters miss events (more events a ring: CUFLIGHT_RING_EVENTS in its environment)"
             );
         }
         f.last_ns = d.dump_ns;

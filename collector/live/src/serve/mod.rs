@@ -136,7 +136,10 @@ pub fn sample_loop(
     scratch: &Path,
 ) -> Result<(), LiveError> {
     let followers = follow::Followers::new(stop.clone());
-    let mut flights = flight::Snapshots::default();
+    let flights = {
+        let (pids, shared, scratch, stop) = (pids.to_vec(), shared.clone(), scratch.to_path_buf(), stop.clone());
+        std::thread::spawn(move || flight::follow(&pids, &shared, &scratch, &stop))
+    };
     let mut round = 0u64;
     while !stop.load(Ordering::Relaxed) && rounds.is_none_or(|r| round < r) {
         let started = Instant::now();
@@ -146,16 +149,13 @@ pub fn sample_loop(
             sample_round(pids, duty, shared, scratch, round);
         }
         round += 1;
-        loop {
-            flights.round(pids, shared, scratch);
-            if started.elapsed() >= duty.period || stop.load(Ordering::Relaxed) {
-                break;
-            }
+        while started.elapsed() < duty.period && !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(50).min(duty.period));
         }
     }
     stop.store(true, Ordering::Relaxed);
     followers.join();
+    let _ = flights.join();
     Ok(())
 }
 
