@@ -8,10 +8,9 @@
 //! A ring that wrapped between two snapshots (a thread with more than its 16 Ki events a second) lost events
 //! before serve saw them: said once a process, since its counters then read low.
 
-use super::{refresh, Shared};
+use super::{fold_into, refresh, Shared};
 use cuflight_capture::dump;
 use cuflight_trace::model::memory::LiveMemory;
-use cuflight_trace::model::source::EventSource;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,23 +86,12 @@ impl Snapshots {
             );
         }
         f.last_ns = d.dump_ns;
-        let Some(mut m) = shared.lock().expect("metrics").get(&pid).cloned() else { return };
-        if first {
-            m.new_session();
-        }
-        m.window_period_ns = 0; // recorded all along
-        let open = || EventSource::open(path).map_err(|e| e.to_string());
-        match open().and_then(|mut s| m.fold(&mut s, covered, Some(&mut f.live))) {
-            Ok(()) => {
-                if let Err(e) = open().and_then(|s| m.fold_idle(s)) {
-                    eprintln!("cuflight serve: idle causes of flight recorder {pid} left out of one snapshot: {e}");
-                }
-                if let Some(now) = shared.lock().expect("metrics").get_mut(&pid) {
-                    (m.state, m.command) = (now.state, now.command.clone());
-                    *now = m;
-                }
+        let what = format!("a snapshot of flight recorder {pid}");
+        fold_into(shared, pid, path, covered, Some(&mut f.live), &what, |m| {
+            if first {
+                m.new_session();
             }
-            Err(e) => eprintln!("cuflight serve: snapshot of flight recorder {pid} unreadable: {e}"),
-        }
+            m.window_period_ns = 0; // recorded all along
+        });
     }
 }

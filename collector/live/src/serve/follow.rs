@@ -3,10 +3,9 @@
 //! metrics cover all the time after the first arming. One thread per followed process; when serve stops, each
 //! agent is detached (left dormant again) before serve exits.
 
-use super::{refresh, Shared};
+use super::{fold_into, refresh, Shared};
 use cuflight_capture::continuous::{attach_continuous, Part};
 use cuflight_trace::model::memory::LiveMemory;
-use cuflight_trace::model::source::EventSource;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,23 +54,9 @@ fn follow(pid: u32, interval: Duration, stop: &AtomicBool, shared: &Shared, dir:
         m.new_session();
     }
     let folded = attach_continuous(pid, dir, interval, stop, |part: Part| {
-        let Some(mut m) = shared.lock().expect("metrics").get(&pid).cloned() else { return false };
-        let open = || EventSource::open(part.path).map_err(|e| e.to_string());
         let covered = part.to_ns.saturating_sub(part.from_ns);
-        match open().and_then(|mut s| m.fold(&mut s, covered, Some(&mut live))) {
-            Ok(()) => {
-                // Idle causes need a report of the part; one that cannot be made costs only them.
-                if let Err(e) = open().and_then(|s| m.fold_idle(s)) {
-                    eprintln!("cuflight serve: idle causes of pid {pid} left out of one part: {e}");
-                }
-                if let Some(now) = shared.lock().expect("metrics").get_mut(&pid) {
-                    (m.state, m.command) = (now.state, now.command.clone());
-                    *now = m;
-                }
-            }
-            Err(e) => eprintln!("cuflight serve: recording of pid {pid} unreadable: {e}"),
-        }
-        !stop.load(Ordering::Relaxed)
+        let what = format!("one part of pid {pid}'s recording");
+        fold_into(shared, pid, part.path, covered, Some(&mut live), &what, |_| {}) && !stop.load(Ordering::Relaxed)
     });
     if let Err(e) = folded {
         // Another collector attached first, or the process left: tried again while it is dormant.

@@ -209,25 +209,43 @@ pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, r
     for w in windows {
         let Ok((pid, path, ok, took)) = w.join() else { continue };
         if ok {
-            // Folded outside the lock (a report of the window takes milliseconds): scrapes never wait on it.
-            let Some(mut m) = shared.lock().expect("metrics").get(&pid).cloned() else { continue };
             let covered = took.min(duty.on).as_nanos() as u64;
-            let open = || cuflight_trace::model::source::EventSource::open(&path).map_err(|e| e.to_string());
-            match open().and_then(|mut s| m.fold(&mut s, covered, None)) {
-                Ok(()) => {
-                    if let Err(e) = open().and_then(|s| m.fold_idle(s)) {
-                        eprintln!("cuflight serve: idle causes of pid {pid} left out of one window: {e}");
-                    }
-                    if let Some(now) = shared.lock().expect("metrics").get_mut(&pid) {
-                        (m.state, m.command) = (now.state, now.command.clone());
-                        *now = m;
-                    }
-                }
-                Err(e) => eprintln!("cuflight serve: window of pid {pid} unreadable: {e}"),
-            }
+            fold_into(shared, pid, &path, covered, None, &format!("pid {pid}'s window"), |_| {});
         }
         let _ = std::fs::remove_file(&path);
     }
+}
+
+/// Folds the recording at `path` (`what`: a window, a part of a continuous recording, a flight recorder's snapshot)
+/// covering `covered_ns` into `pid`'s metrics, once `prepare` has adjusted them; `carried`: the device memory of
+/// the recording's earlier parts. Folded into a copy outside the lock (a report of it takes milliseconds), so
+/// scrapes never wait on it. False where `pid` is followed no more.
+fn fold_into(
+    shared: &Shared,
+    pid: u32,
+    path: &Path,
+    covered_ns: u64,
+    carried: Option<&mut cuflight_trace::model::memory::LiveMemory>,
+    what: &str,
+    prepare: impl FnOnce(&mut ProcessMetrics),
+) -> bool {
+    let Some(mut m) = shared.lock().expect("metrics").get(&pid).cloned() else { return false };
+    prepare(&mut m);
+    let open = || cuflight_trace::model::source::EventSource::open(path).map_err(|e| e.to_string());
+    match open().and_then(|mut s| m.fold(&mut s, covered_ns, carried)) {
+        Ok(()) => {
+            // Idle causes need a report of it; one that cannot be made costs only them.
+            if let Err(e) = open().and_then(|s| m.fold_idle(s)) {
+                eprintln!("cuflight serve: idle causes left out of {what}: {e}");
+            }
+            if let Some(now) = shared.lock().expect("metrics").get_mut(&pid) {
+                (m.state, m.command) = (now.state, now.command.clone());
+                *now = m;
+            }
+        }
+        Err(e) => eprintln!("cuflight serve: {what} unreadable: {e}"),
+    }
+    true
 }
 
 /// The agents there are now (those in `pids`, or all): exited ones dropped from `shared`, new ones added, states
