@@ -235,7 +235,7 @@ pub struct LaunchArgs {
     /// The most the dumps in --dump-dir may take (all of them, any process's): an automatic dump that would
     /// take them past it is not written, and says so. SIZE as 4G, 500M (base 1024). Default: a tenth of its file
     /// system, 4 GiB at most (systemd-coredump's MaxUse).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "flight_recorder")]
+    #[arg(long, value_name = "SIZE", value_parser = parse_budget, requires = "flight_recorder")]
     pub dump_max_use: Option<u64>,
     /// What the file system of --dump-dir keeps available for the program: an automatic dump that would leave
     /// less is not written, and says so. Default: 15% of the file system, 4 GiB at most (systemd-coredump's
@@ -326,6 +326,15 @@ fn parse_size(v: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
+/// `--dump-max-use`: a size above zero (zero would refuse every dump, which leaving out the automatic dumps'
+/// causes says better).
+fn parse_budget(v: &str) -> Result<u64, String> {
+    match parse_size(v)? {
+        0 => Err(format!("'{v}': a budget of 0 refuses every dump")),
+        n => Ok(n),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -336,5 +345,6 @@ mod tests {
         for bad in ["", "G", "4X", "-1G", "1e30T", "4 G B x"] {
             assert!(sz(bad).is_err(), "{bad}");
         }
+        assert!(super::parse_budget("0").is_err() && super::parse_budget("1k") == Ok(1024));
     }
 }
