@@ -8,6 +8,12 @@
 //! answer depends on the release: from CUPTI API version 27 (CUDA 12.9) a NULL buffer makes CUPTI drop and count
 //! the records; below 27 a NULL buffer crashes libcupti (Kineto issue 1275, fixed in Kineto PR 1534 only for
 //! version 27 and later), so there we allocate beyond the cap rather than ever return NULL. Both are counted.
+//!
+//! Every buffer handed to CUPTI is zero, and the agent tells CUPTI so (`CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_
+//! BUFFER`, set by [`crate::setup`]): by default CUPTI zeroes each buffer it is given "in the main thread", where
+//! "a few stalls may appear in critical path" (cupti_activity.h): on CUDA 13 that is the program's launching
+//! thread, 256 KiB at a time. New buffers come zeroed from the allocator; a completed one is zeroed on the thread
+//! that delivered it (CUPTI's worker or a flush), before it goes back to the pool.
 
 use crate::{cupti, state};
 use crossbeam_queue::ArrayQueue;
@@ -35,7 +41,7 @@ fn buffer_layout() -> std::alloc::Layout {
 
 fn allocate() -> usize {
     // SAFETY: non-zero size; buffers live for the process (recycled through the pool, never freed).
-    let p = unsafe { std::alloc::alloc(buffer_layout()) } as usize;
+    let p = unsafe { std::alloc::alloc_zeroed(buffer_layout()) } as usize;
     if p != 0 {
         ALLOCATED.fetch_add(1, Ordering::Relaxed);
     }
@@ -116,9 +122,11 @@ pub unsafe extern "C" fn buffer_requested_v2(
     unsafe { buffer_requested(buffer, size, max_records) }
 }
 
-/// Returns a buffer CUPTI completed to the pool (never to the allocator).
+/// Returns a buffer CUPTI completed to the pool (never to the allocator), zeroed for its next use.
 pub fn give_back(buffer: *mut u8) {
     if !buffer.is_null() {
+        // SAFETY: every buffer CUPTI completes is one of ours, BUFFER_SIZE bytes, no longer used by CUPTI.
+        unsafe { std::ptr::write_bytes(buffer, 0, BUFFER_SIZE) };
         if let Some(q) = POOL.get() {
             let _ = q.push(buffer as usize);
         }

@@ -324,7 +324,25 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Shar
         },
     };
     check(cupti, registered, "registering activity buffers")?;
+    promise_zeroed_buffers(cupti, subscriber, sharing);
     enable_kinds(cupti, mask)
+}
+
+/// Tells CUPTI that our activity buffers come zeroed ([`activity_buffers`]), so that it does not zero each one on
+/// the thread that asked for it. For our subscriber alone in multi-subscriber mode; through the legacy call (a
+/// global option) only where no other tool subscribed first. Refused or unknown: CUPTI zeroes as before.
+fn promise_zeroed_buffers(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Sharing) {
+    let attr = c::CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER;
+    let mut value: u8 = 1;
+    let mut size = std::mem::size_of::<u8>();
+    let value_ptr = &mut value as *mut u8 as *mut std::ffi::c_void;
+    match (cupti::activity_v2().is_some(), cupti.optional.set_attribute_v2, cupti.optional.set_attribute) {
+        // SAFETY: a plain CUPTI configuration call for our subscriber; size and value outlive it.
+        (true, Some(set), _) => unsafe { set(subscriber, attr, &mut size, value_ptr) },
+        // SAFETY: as above, the global form.
+        (false, _, Some(set)) if !sharing.joined => unsafe { set(attr, &mut size, value_ptr) },
+        _ => return,
+    };
 }
 
 /// Enables the activity kinds `mask` asks for (again, after [`pause_activity`]).

@@ -2,6 +2,7 @@
 //! stamped with CUPTI's clock, filled into the client's buffers (one per producing thread where the release
 //! allocates per-thread buffers), completed on a worker thread like CUPTI's own, and flushed on request.
 
+use crate::api_records::{self, ApiSet};
 use crate::c;
 use crate::cupti_state::{activity_enabled, finalized, graph_level};
 use crate::now_ns;
@@ -31,6 +32,8 @@ struct Consumer {
     kinds: u64,
     /// This subscriber selected graph-level tracing (see `cupti_state::graph_level`): sticky.
     graph_level: bool,
+    /// The calls it wants API records of (`api_records.rs`).
+    api: ApiSet,
     bufs: Buffers,
     dropped: usize,
 }
@@ -40,6 +43,7 @@ static CONSUMERS: Mutex<Vec<Consumer>> = Mutex::new(Vec::new());
 static CONSUMER_KINDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn publish_kinds(all: &[Consumer]) {
+    crate::api_records::set_any_consumer(all.iter().any(|c| c.api.any()));
     let kinds = all.iter().fold(0, |k, c| k | c.kinds);
     if kinds != 0 {
         crate::cupti_state::kind_was_enabled();
@@ -59,7 +63,7 @@ fn with_consumer<R>(handle: usize, f: impl FnOnce(&mut Consumer) -> R) -> R {
         Some(i) => i,
         None => {
             let bufs = Buffers { request: 0, complete: 0, v2: true, current: Vec::new() };
-            all.push(Consumer { handle, kinds: 0, graph_level: false, bufs, dropped: 0 });
+            all.push(Consumer { handle, kinds: 0, graph_level: false, api: ApiSet::default(), bufs, dropped: 0 });
             all.len() - 1
         }
     };
@@ -75,12 +79,26 @@ pub(crate) fn set_kind_v2(handle: usize, kind: c::CUpti_ActivityKind, on: bool) 
     }
     with_consumer(handle, |c| {
         c.graph_level |= on && kind == c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE;
+        if let Some(domain) = api_records::domain_of_kind(kind) {
+            c.api.set_all(domain, on);
+        }
         if on {
             c.kinds |= 1 << kind;
         } else {
             c.kinds &= !(1 << kind);
         }
     });
+}
+
+/// `cuptiActivityEnableRuntimeApi_v2` / `DriverApi_v2` for `handle`: API records of one call of `domain`.
+pub(crate) fn set_api_v2(handle: usize, domain: usize, cbid: u32, on: bool) {
+    with_consumer(handle, |c| c.api.set(domain, cbid, on));
+}
+
+/// Whether some client wants an API record of `cbid` in `domain` (driver 0, runtime 1).
+pub(crate) fn api_record_wanted(domain: usize, cbid: u32) -> bool {
+    api_records::maybe_wanted()
+        && (api_records::legacy_wants(domain, cbid) || CONSUMERS.lock().iter().any(|c| c.api.wants(domain, cbid)))
 }
 
 /// `cuptiActivityRegisterCallbacks_v2` for `handle`.
@@ -244,11 +262,21 @@ pub(crate) fn emit(rec: SimRecord) {
     let size = record_size(kind, &release);
     let key = thread_key();
     let node = rec.graph_node();
-    if activity_enabled(kind) && !(node && graph_level()) && !append(&mut BUFFERS.lock(), &rec, size, key) {
+    // API records go by call (`api_records.rs`), every other record by kind.
+    let api = rec.api_call();
+    let legacy = match api {
+        Some((domain, cbid)) => api_records::legacy_wants(domain, cbid),
+        None => activity_enabled(kind) && !(node && graph_level()),
+    };
+    if legacy && !append(&mut BUFFERS.lock(), &rec, size, key) {
         DROPPED.fetch_add(1, Ordering::Relaxed);
     }
     let mut consumers = CONSUMERS.lock();
-    for c in consumers.iter_mut().filter(|c| kind < 64 && c.kinds & (1 << kind) != 0 && !(node && c.graph_level)) {
+    let wants = |c: &Consumer| match api {
+        Some((domain, cbid)) => c.api.wants(domain, cbid),
+        None => kind < 64 && c.kinds & (1 << kind) != 0 && !(node && c.graph_level),
+    };
+    for c in consumers.iter_mut().filter(|c| wants(c)) {
         if !append(&mut c.bufs, &rec, size, key) {
             c.dropped += 1;
         }
@@ -307,6 +335,8 @@ fn append(st: &mut Buffers, rec: &SimRecord, size: usize, key: u64) -> bool {
         if buf.is_null() || cap < size || !(buf as usize).is_multiple_of(8) {
             break;
         }
+        // SAFETY: the client gave us `cap` bytes at `buf`.
+        unsafe { api_records::received_buffer(buf, cap) };
         st.current.push((key, (buf as usize, cap, 0)));
     }
     false

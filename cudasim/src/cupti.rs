@@ -5,7 +5,7 @@
 use crate::activity::{cupti_now, flush, injected_failure, BUFFERS, DROPPED, TIMESTAMP_CALLBACK};
 use crate::c;
 use crate::cupti_state;
-use crate::records::record_size;
+use crate::records::{record_size, SimRecord};
 use crate::release::{self, Release};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
@@ -81,6 +81,10 @@ pub(crate) fn api_call<P>(
             unsafe { cb(userdata as *mut c_void, domain, cbid, &data as *const _ as *const c_void) };
         }
     }
+    // An API activity record: runtime calls, and the driver calls the program makes itself (`api_records.rs`).
+    let api_record = domain_index(domain)
+        .filter(|&d| (d == 1 || outer) && crate::activity::api_record_wanted(d, cbid))
+        .map(|d| (d, crate::now_ns()));
     ret = body().max(ret);
     ret = crate::device::sticky_error(domain, cbid).unwrap_or(ret);
     data.callbackSite = c::CUPTI_API_EXIT;
@@ -97,6 +101,12 @@ pub(crate) fn api_call<P>(
             // SAFETY: as above; the return value pointer is valid for the call.
             unsafe { cb(userdata as *mut c_void, domain, cbid, &data as *const _ as *const c_void) };
         }
+    }
+    if let Some((d, start)) = api_record {
+        let kind = if d == 1 { c::CUPTI_ACTIVITY_KIND_RUNTIME } else { c::CUPTI_ACTIVITY_KIND_DRIVER };
+        let thread = crate::api_records::thread_id();
+        let end = crate::now_ns();
+        crate::activity::emit(SimRecord::Api { kind, cbid, start, end, thread, correlation, result: ret });
     }
     if outer {
         cupti_state::leave_outer();
@@ -116,6 +126,8 @@ fn supported_kind(kind: c::CUpti_ActivityKind) -> bool {
             | c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
             | c::CUPTI_ACTIVITY_KIND_OVERHEAD
             | c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE
+            | c::CUPTI_ACTIVITY_KIND_RUNTIME
+            | c::CUPTI_ACTIVITY_KIND_DRIVER
     )
 }
 
@@ -232,13 +244,19 @@ cupti_entry!(
             return c::CUPTI_ERROR_NOT_SUPPORTED;
         }
         crate::timing::activity_enable();
-        cupti_state::set_kind(kind, true);
+        match crate::api_records::domain_of_kind(kind) {
+            Some(domain) => crate::api_records::set_legacy(domain, None, true),
+            None => cupti_state::set_kind(kind, true),
+        }
         c::CUPTI_SUCCESS
     }
 );
 
 cupti_entry!(
     fn cuptiActivityDisable(kind: c::CUpti_ActivityKind) {
+        if let Some(domain) = crate::api_records::domain_of_kind(kind) {
+            crate::api_records::set_legacy(domain, None, false);
+        }
         cupti_state::set_kind(kind, false);
         c::CUPTI_SUCCESS
     }
@@ -315,8 +333,8 @@ cupti_entry!(
 );
 
 cupti_entry!(
-    fn cuptiSetThreadIdType(_kind: c::CUpti_ActivityThreadIdType) {
-        c::CUPTI_SUCCESS
+    fn cuptiSetThreadIdType(kind: c::CUpti_ActivityThreadIdType) {
+        crate::api_records::set_thread_id_type(kind)
     }
 );
 
@@ -329,6 +347,7 @@ cupti_entry!(
             return c::CUPTI_SUCCESS;
         }
         cupti_state::finalize();
+        crate::api_records::clear();
         subscribers::clear();
         crate::timing::cupti_finalized();
         c::CUPTI_SUCCESS
@@ -422,7 +441,7 @@ cupti_entry!(
 // The per-subscriber (v2) Activity API of CUPTI 13.5 (cupti_activity.h; CUPTI Python 13.5 notes: "New
 // per-subscriber Activity APIs"): each subscriber enables its own kinds and gets its own buffers. Refused below
 // 13.5, like any entry point a release lacks.
-fn v2_subscriber(handle: c::CUpti_SubscriberHandle) -> Result<usize, c::CUptiResult> {
+pub(crate) fn v2_subscriber(handle: c::CUpti_SubscriberHandle) -> Result<usize, c::CUptiResult> {
     if !rel().has_multiple_subscribers() {
         return Err(c::CUPTI_ERROR_NOT_SUPPORTED);
     }

@@ -84,6 +84,7 @@ mod macros {
 }
 
 mod activity;
+mod api_records;
 mod context;
 mod cupti;
 mod cupti_state;

@@ -81,6 +81,16 @@ pub(crate) enum SimRecord {
         correlation: u32,
         event: u32,
     },
+    /// A runtime or driver call (CUPTI_ACTIVITY_KIND_RUNTIME / DRIVER, `CUpti_ActivityAPI`: see `api_records.rs`).
+    Api {
+        kind: c::CUpti_ActivityKind,
+        cbid: u32,
+        start: u64,
+        end: u64,
+        thread: u32,
+        correlation: u32,
+        result: u32,
+    },
 }
 
 /// Size of one record of `kind` in `rel`'s layout, rounded to CUPTI's 8-byte record alignment.
@@ -113,6 +123,8 @@ pub(crate) fn record_size(kind: c::CUpti_ActivityKind, rel: &Release) -> usize {
         c::CUPTI_ACTIVITY_KIND_OVERHEAD => size_of::<c::CUpti_ActivityOverhead3>(),
         // The same layout in CUDA 12 and 13 (CUpti_ActivityGraphTrace2, 56 bytes in both headers).
         c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE => size_of::<c::CUpti_ActivityGraphTrace2>(),
+        // The same layout in CUDA 12 and 13 (CUpti_ActivityAPI, 40 bytes in both headers).
+        c::CUPTI_ACTIVITY_KIND_RUNTIME | c::CUPTI_ACTIVITY_KIND_DRIVER => size_of::<c::CUpti_ActivityAPI>(),
         _ => 8,
     };
     s.next_multiple_of(8)
@@ -198,6 +210,15 @@ impl SimRecord {
             SimRecord::Memory { .. } => c::CUPTI_ACTIVITY_KIND_MEMORY2,
             SimRecord::Sync { .. } => c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
             SimRecord::GraphTrace { .. } => c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE,
+            SimRecord::Api { kind, .. } => *kind,
+        }
+    }
+
+    /// An API record's (domain, cbid): driver 0, runtime 1.
+    pub(crate) fn api_call(&self) -> Option<(usize, u32)> {
+        match *self {
+            SimRecord::Api { kind, cbid, .. } => crate::api_records::domain_of_kind(kind).map(|d| (d, cbid)),
+            _ => None,
         }
     }
 
@@ -219,7 +240,8 @@ impl SimRecord {
             | SimRecord::Memcpy { start, end, .. }
             | SimRecord::Memset { start, end, .. }
             | SimRecord::Sync { start, end, .. }
-            | SimRecord::GraphTrace { start, end, .. } => {
+            | SimRecord::GraphTrace { start, end, .. }
+            | SimRecord::Api { start, end, .. } => {
                 *start = f(*start);
                 *end = f(*end);
             }
@@ -346,6 +368,20 @@ impl SimRecord {
             SimRecord::GraphTrace { .. } => {
                 // SAFETY: guaranteed by the caller.
                 unsafe { self.write_graph_trace(p) }
+            }
+            SimRecord::Api { kind, cbid, start, end, thread, correlation, result } => {
+                let r = c::CUpti_ActivityAPI {
+                    kind,
+                    cbid,
+                    start,
+                    end,
+                    processId: std::process::id(),
+                    threadId: thread,
+                    correlationId: correlation,
+                    returnValue: result,
+                };
+                // SAFETY: guaranteed by the caller; unaligned writes are fine.
+                unsafe { (p as *mut c::CUpti_ActivityAPI).write_unaligned(r) };
             }
         }
     }

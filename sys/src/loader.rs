@@ -205,6 +205,30 @@ pub struct ActivityV2 {
 
 /// `cuptiActivityEnableHWTrace` (CUDA 12.8 and later).
 pub type EnableHwTrace = unsafe extern "C" fn(u8) -> c::CUptiResult;
+/// `cuptiActivitySetAttribute` (every release): a global Activity API attribute.
+pub type SetAttribute = unsafe extern "C" fn(c::CUpti_ActivityAttribute, *mut usize, *mut c_void) -> c::CUptiResult;
+/// `cuptiActivitySetAttribute_v2` (13.x): one subscriber's attribute in multi-subscriber mode.
+pub type SetAttributeV2 = unsafe extern "C" fn(
+    c::CUpti_SubscriberHandle,
+    c::CUpti_ActivityAttribute,
+    *mut usize,
+    *mut c_void,
+) -> c::CUptiResult;
+/// `cuptiActivityEnableRuntimeApi` / `cuptiActivityEnableDriverApi`: API activity records for one callback id.
+pub type EnableApiRecords = unsafe extern "C" fn(c::CUpti_CallbackId, u8) -> c::CUptiResult;
+/// `cuptiActivityEnableRuntimeApi_v2` / `cuptiActivityEnableDriverApi_v2` (13.x): the same for one subscriber.
+pub type EnableApiRecordsV2 =
+    unsafe extern "C" fn(c::CUpti_SubscriberHandle, c::CUpti_CallbackId, u8) -> c::CUptiResult;
+
+/// Per-call API activity records (`cuptiActivityEnableRuntimeApi`/`DriverApi`, cupti_activity.h), both domains
+/// or neither.
+#[derive(Clone, Copy)]
+pub struct ApiRecords {
+    pub runtime: EnableApiRecords,
+    pub driver: EnableApiRecords,
+    /// The per-subscriber forms, where the release has them (13.x).
+    pub v2: Option<(EnableApiRecordsV2, EnableApiRecordsV2)>,
+}
 
 /// Entry points that only some releases export: looked up one by one, absent ones are `None`, so one agent
 /// binary serves every release.
@@ -219,6 +243,9 @@ pub struct CuptiOptional {
     pub pm_sampling: Option<crate::pm_sampling::PmSamplingApi>,
     /// Hardware Event System kernel timestamps (CUDA 12.8+; Blackwell and later GPUs).
     pub enable_hw_trace: Option<EnableHwTrace>,
+    pub set_attribute: Option<SetAttribute>,
+    pub set_attribute_v2: Option<SetAttributeV2>,
+    pub api_records: Option<ApiRecords>,
 }
 
 impl CuptiOptional {
@@ -268,6 +295,32 @@ impl CuptiOptional {
                 // SAFETY: CUPTI's exported cuptiActivityEnableHWTrace (cupti_activity.h, 12.8 and later).
                 unsafe { std::mem::transmute::<*mut c_void, EnableHwTrace>(p) }
             }),
+            set_attribute: sym(c"cuptiActivitySetAttribute").map(|p| {
+                // SAFETY: CUPTI's exported cuptiActivitySetAttribute (cupti_activity.h).
+                unsafe { std::mem::transmute::<*mut c_void, SetAttribute>(p) }
+            }),
+            set_attribute_v2: sym(c"cuptiActivitySetAttribute_v2").map(|p| {
+                // SAFETY: CUPTI's exported cuptiActivitySetAttribute_v2 (cupti_activity.h, 13.x).
+                unsafe { std::mem::transmute::<*mut c_void, SetAttributeV2>(p) }
+            }),
+            api_records: (|| {
+                let runtime = sym(c"cuptiActivityEnableRuntimeApi")?;
+                let driver = sym(c"cuptiActivityEnableDriverApi")?;
+                let v2 = sym(c"cuptiActivityEnableRuntimeApi_v2").zip(sym(c"cuptiActivityEnableDriverApi_v2"));
+                Some(ApiRecords {
+                    // SAFETY: CUPTI's exported cuptiActivityEnableRuntimeApi (cupti_activity.h).
+                    runtime: unsafe { std::mem::transmute::<*mut c_void, EnableApiRecords>(runtime) },
+                    // SAFETY: CUPTI's exported cuptiActivityEnableDriverApi (cupti_activity.h).
+                    driver: unsafe { std::mem::transmute::<*mut c_void, EnableApiRecords>(driver) },
+                    v2: v2.map(|(r, d)| {
+                        // SAFETY: CUPTI's exported cuptiActivityEnableRuntimeApi_v2 (cupti_activity.h, 13.x).
+                        let runtime = unsafe { std::mem::transmute::<*mut c_void, EnableApiRecordsV2>(r) };
+                        // SAFETY: CUPTI's exported cuptiActivityEnableDriverApi_v2 (cupti_activity.h, 13.x).
+                        let driver = unsafe { std::mem::transmute::<*mut c_void, EnableApiRecordsV2>(d) };
+                        (runtime, driver)
+                    }),
+                })
+            })(),
         }
     }
 }

@@ -308,6 +308,12 @@ pub fn cuflight(args: &[&std::ffi::OsStr]) -> (bool, String) {
 /// `cuflight record --force -o DIR/trace.cuf [flags] -- server cmd` (tests/c/server.c built into `dir`) fed
 /// `input` on stdin; returns the trace's stats and record's stderr.
 pub fn record_server_cmd(dir: &Path, flags: &[&str], input: &str) -> (Value, String) {
+    let (stats, err, _) = record_server_cmd_output(dir, flags, input);
+    (stats, err)
+}
+
+/// [`record_server_cmd`], with what the server printed (its answers) as well.
+pub fn record_server_cmd_output(dir: &Path, flags: &[&str], input: &str) -> (Value, String, String) {
     use std::io::Write;
     let prog = build_c("server", dir);
     let trace = dir.join("trace.cuf");
@@ -322,7 +328,7 @@ pub fn record_server_cmd(dir: &Path, flags: &[&str], input: &str) -> (Value, Str
         .env_remove("CUDASIM_CUPTI_VERSION")
         .env_remove("CUFLIGHT_TRACE")
         .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("cuflight runs");
@@ -330,7 +336,7 @@ pub fn record_server_cmd(dir: &Path, flags: &[&str], input: &str) -> (Value, Str
     let out = child.wait_with_output().expect("record ends");
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
-    (stats(&trace), err)
+    (stats(&trace), err, String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// `cuflight launch [ARGS] -- server cmd` (tests/c/server.c), obeying lines on stdin.

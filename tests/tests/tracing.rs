@@ -190,3 +190,37 @@ fn record_says_what_tracing_eager_launches_cost_once_it_matters() {
     assert!(r.output.status.success(), "{}", r.stderr());
     assert!(!r.stderr().contains("kernel launches, lengthening"), "{}", r.stderr());
 }
+
+#[test]
+fn cupti_is_handed_zeroed_buffers_and_told_so() {
+    // By default CUPTI zeroes every activity buffer it is given on the thread that asked for it (the program's,
+    // on CUDA 13); the agent's buffers come zeroed instead, recycled ones too, and CUPTI is told so: through the
+    // per-subscriber call (13.5) and the global one (12.9). 30,000 kernels fill more buffers than the pool holds,
+    // so completed buffers are handed out again.
+    use std::io::Write;
+    let dir = scratch("tracing-zeroed");
+    let prog = build_c("server", &dir);
+    for release in ["13.5", "12.9"] {
+        let mut child = Command::new(cuflight_bin())
+            .args(["record", "--force", "-o"])
+            .arg(dir.join("z.cuf"))
+            .arg("--")
+            .arg(&prog)
+            .arg("cmd")
+            .env("LD_LIBRARY_PATH", cudasim_dir())
+            .env("CUDASIM_CUPTI_VERSION", release)
+            .env_remove("CUFLIGHT_TRACE")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"k 30000\nz\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{release}: {stderr}");
+        assert!(stdout.contains("zeroed 1 dirty 0"), "{release}: {stdout}\n{stderr}");
+        let s = stats(&dir.join("z.cuf"));
+        assert_eq!(count(&s, "kernels", "name", "tick"), 30001, "{release}: every record read (and the warm-up)");
+    }
+}
