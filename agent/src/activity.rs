@@ -241,6 +241,7 @@ pub fn min_size(kind: c::CUpti_ActivityKind) -> Option<usize> {
         c::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION => size_of::<c::CUpti_ActivitySynchronization>(),
         c::CUPTI_ACTIVITY_KIND_OVERHEAD => size_of::<c::CUpti_ActivityOverhead>(),
         c::CUPTI_ACTIVITY_KIND_GRAPH_TRACE => size_of::<c::CUpti_ActivityGraphTrace2>(),
+        c::CUPTI_ACTIVITY_KIND_RUNTIME | c::CUPTI_ACTIVITY_KIND_DRIVER => size_of::<c::CUpti_ActivityAPI>(),
         _ => return None,
     })
 }
@@ -382,6 +383,10 @@ pub fn decode(bytes: &[u8], names: &mut BufferNames) -> Decoded {
             ev.set_sync(SyncRecord { kind: r.type_ as u8, event: r.cudaEventId as u64 });
             ev
         }),
+        c::CUPTI_ACTIVITY_KIND_RUNTIME | c::CUPTI_ACTIVITY_KIND_DRIVER => {
+            let Some(r) = prefix::<c::CUpti_ActivityAPI>(bytes) else { return Decoded::Skipped(cls) };
+            return crate::api_records::event(&r).map_or(Decoded::Incomplete(cls), Decoded::Event);
+        }
         c::CUPTI_ACTIVITY_KIND_OVERHEAD => prefix::<c::CUpti_ActivityOverhead>(bytes).map(|r| {
             let mut ev = RawEvent::new(EventKind::Overhead, 0, r.start, r.end);
             ev.set_overhead(Overhead { kind: r.overheadKind as u8 });
@@ -544,7 +549,10 @@ mod tests {
 
     #[test]
     fn unknown_kinds_are_ignored_and_garbage_is_skipped() {
-        assert_eq!(decode(&[5, 0, 0, 0, 0, 0, 0, 0], &mut BufferNames::new()), Decoded::Ignored);
+        // CUPTI_ACTIVITY_KIND_EVENT (6): not a kind the agent enables.
+        assert_eq!(decode(&[6, 0, 0, 0, 0, 0, 0, 0], &mut BufferNames::new()), Decoded::Ignored);
+        // A runtime call record too short for CUpti_ActivityAPI.
+        assert_eq!(decode(&[5, 0, 0, 0, 0, 0, 0, 0], &mut BufferNames::new()), Decoded::Skipped(class::OTHER));
         assert_eq!(decode(&[1, 0], &mut BufferNames::new()), Decoded::Skipped(class::OTHER));
     }
 }

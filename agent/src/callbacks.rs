@@ -11,8 +11,6 @@ use cupti_sys::cuda13 as c;
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::call_roles::MAX_CBID;
-
 /// Counts recording windows (CUPTI set up anew), so per-thread call depths from an earlier window are dropped.
 static WINDOW: AtomicU32 = AtomicU32::new(1);
 
@@ -31,8 +29,6 @@ fn current_depth(t: &thread_rings::ThreadState) -> u32 {
     }
     t.runtime_depth.get()
 }
-/// Interned callback names per domain (0 = driver, 1 = runtime) and cbid; 0 = not yet interned.
-static NAMES: [[AtomicU32; MAX_CBID]; 2] = [const { [const { AtomicU32::new(0) }; MAX_CBID] }; 2];
 
 /// The callback to subscribe with. `CUFLIGHT_NOOP_CALLBACK=1` (a measurement aid, for `tests/gpu/overhead.cu`'s
 /// comparison on a GPU) subscribes one that returns at once: the program then pays cuflight's CUPTI configuration
@@ -219,18 +215,10 @@ fn unseen_begin() {
 }
 
 fn api_name(runtime: bool, cbid: u32, data: &c::CUpti_CallbackData) -> u32 {
-    let Some(slot) = NAMES[runtime as usize].get(cbid as usize) else {
-        return 0;
-    };
-    let id = slot.load(Ordering::Relaxed);
-    if id != 0 || data.functionName.is_null() {
-        return id;
-    }
-    // SAFETY: functionName is a static NUL-terminated string per the CUPTI documentation.
-    let name = unsafe { CStr::from_ptr(data.functionName) };
-    let id = state::intern(name.to_bytes());
-    slot.store(id, Ordering::Relaxed);
-    id
+    crate::name_cache::call_name(runtime, cbid, || {
+        // SAFETY: functionName is null or a static NUL-terminated string per the CUPTI documentation.
+        (!data.functionName.is_null()).then(|| unsafe { CStr::from_ptr(data.functionName) }.to_bytes())
+    })
 }
 
 /// Reads `*out` where `out` is an out-parameter the call just filled (`void **`, `CUdeviceptr *`).

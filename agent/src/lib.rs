@@ -19,6 +19,7 @@
 mod activity;
 mod activity_buffers;
 pub mod api;
+mod api_records;
 #[doc(hidden)]
 mod call_roles;
 pub mod callbacks;

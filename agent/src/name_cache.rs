@@ -6,11 +6,31 @@
 //! address (a buffer rewritten, a module unloaded and another loaded) or a slot torn by two threads writing it
 //! at once only costs a miss, never a wrong name. `benches/agent-instructions` counts what it saves.
 
+use crate::call_roles::MAX_CBID;
 use crate::state;
 use std::ffi::{c_char, CStr};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 const SLOTS: usize = 256;
+
+/// Interned call names per domain (0 = driver, 1 = runtime) and cbid; 0 = not yet interned. One cache for the
+/// callbacks (which name a call as CUPTI hands it) and the API records (named from the binding tables).
+static CALL_NAMES: [[AtomicU32; MAX_CBID]; 2] = [const { [const { AtomicU32::new(0) }; MAX_CBID] }; 2];
+
+/// The interned name of call `cbid`, `name` giving it the first time (0 where there is none).
+pub fn call_name<'a>(runtime: bool, cbid: u32, name: impl FnOnce() -> Option<&'a [u8]>) -> u32 {
+    let Some(slot) = CALL_NAMES[runtime as usize].get(cbid as usize) else {
+        return 0;
+    };
+    let id = slot.load(Ordering::Relaxed);
+    if id != 0 {
+        return id;
+    }
+    let Some(name) = name() else { return 0 };
+    let id = state::intern(name);
+    slot.store(id, Ordering::Relaxed);
+    id
+}
 
 /// Address -> string id, direct-mapped, shared by every thread (written only on a miss).
 static CACHE: [(AtomicUsize, AtomicU32); SLOTS] = [const { (AtomicUsize::new(0), AtomicU32::new(0)) }; SLOTS];

@@ -2,7 +2,7 @@
 //! the other tool when CUPTI is taken), enable our callbacks and activity kinds, register the activity buffers,
 //! and start the flush thread. What keeps data flowing afterwards is in [`crate::cupti`].
 
-use crate::{activity, activity_buffers, callbacks, clock, cupti, state};
+use crate::{activity, activity_buffers, api_records, callbacks, clock, cupti, state};
 use cuflight_format::calls::CallEffects;
 use cuflight_format::tracing;
 use cupti_sys::cuda13 as c;
@@ -217,9 +217,12 @@ fn disable_kinds(api: cupti_sys::loader::CuptiApi) {
     }
 }
 
-/// Disables our activity kinds; what CUPTI holds stays in its buffers for the next flush.
+/// Disables our activity kinds and API records; what CUPTI holds stays in its buffers for the next flush.
 fn disable_kinds_only(api: cupti_sys::loader::CuptiApi) {
     disable_these(api, ACTIVITY_KINDS.iter().map(|k| k.0));
+    if let Some(lib) = LIB.get() {
+        api_records::disable(lib);
+    }
 }
 
 /// Kinds CUPTI pays for on every operation, instrumenting each launch, copy, memset or (SYNCHRONIZATION) runtime
@@ -275,17 +278,21 @@ pub fn stop() {
 fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Sharing) -> Result<(), String> {
     let api = cupti.api;
     let v2 = cupti::activity_v2();
-    let mask = effective_mask();
+    let mut mask = effective_mask();
     crate::call_roles::compute();
     if let Some(seg) = state::segment() {
-        seg.header().trace_mask.store(mask, Ordering::Relaxed);
         // What an earlier window's reader found (a new segment has not heard it).
         if crate::pystack::verdict() != 0 {
             seg.header().python_reader.store(crate::pystack::verdict(), Ordering::Relaxed);
         }
     }
     crate::nvtx::set_recorded(mask & tracing::NVTX != 0);
-    enable_callbacks(cupti, subscriber, mask)?;
+    // The calls from records (`--trace api-records`) once the clock and buffers are in place, else callbacks.
+    let from_records =
+        api_records::possible(cupti, mask, v2.is_some()) && layout_is_readable(cupti, c::CUPTI_ACTIVITY_KIND_RUNTIME);
+    if !from_records {
+        enable_callbacks(cupti, subscriber, mask)?;
+    }
     // System thread ids, so API calls and activity records name the same threads. A global option: one that
     // joined another tool's CUPTI leaves it as that tool set it.
     if !sharing.joined {
@@ -325,17 +332,31 @@ fn configure(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Shar
     };
     check(cupti, registered, "registering activity buffers")?;
     promise_zeroed_buffers(cupti, subscriber, sharing);
-    enable_kinds(cupti, mask)
+    enable_kinds(cupti, mask)?;
+    if from_records {
+        let wanted = wanted();
+        let all_runtime = mask & tracing::QUERIES != 0;
+        if !api_records::enable(cupti, subscriber, all_runtime, &wanted.runtime, &wanted.driver) {
+            enable_callbacks(cupti, subscriber, mask)?;
+        }
+    }
+    if !api_records::on() {
+        mask &= !tracing::API_RECORDS;
+    }
+    if let Some(seg) = state::segment() {
+        seg.header().trace_mask.store(mask, Ordering::Relaxed);
+    }
+    Ok(())
 }
 
-/// Tells CUPTI that our activity buffers come zeroed ([`activity_buffers`]), so that it does not zero each one on
-/// the thread that asked for it. For our subscriber alone in multi-subscriber mode; through the legacy call (a
-/// global option) only where no other tool subscribed first. Refused or unknown: CUPTI zeroes as before.
-fn promise_zeroed_buffers(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Sharing) {
-    let attr = c::CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER;
-    let mut value: u8 = 1;
-    let mut size = std::mem::size_of::<u8>();
-    let value_ptr = &mut value as *mut u8 as *mut std::ffi::c_void;
+/// Sets an Activity API attribute: for our subscriber alone in multi-subscriber mode, through the legacy call (a
+/// global option) only where no other tool subscribed first. Refused or unknown: CUPTI keeps its default.
+fn set_attribute(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Sharing, attr: u32, value: &[u8]) {
+    let mut bytes = [0u8; 8];
+    let Some(used) = bytes.get_mut(..value.len()) else { return };
+    used.copy_from_slice(value);
+    let mut size = value.len();
+    let value_ptr = bytes.as_mut_ptr() as *mut std::ffi::c_void;
     match (cupti::activity_v2().is_some(), cupti.optional.set_attribute_v2, cupti.optional.set_attribute) {
         // SAFETY: a plain CUPTI configuration call for our subscriber; size and value outlive it.
         (true, Some(set), _) => unsafe { set(subscriber, attr, &mut size, value_ptr) },
@@ -343,6 +364,12 @@ fn promise_zeroed_buffers(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, 
         (false, _, Some(set)) if !sharing.joined => unsafe { set(attr, &mut size, value_ptr) },
         _ => return,
     };
+}
+
+/// Tells CUPTI that our activity buffers come zeroed ([`activity_buffers`]), so that it does not zero each one on
+/// the thread that asked for it. Refused or unknown: CUPTI zeroes as before.
+fn promise_zeroed_buffers(cupti: &Cupti, subscriber: c::CUpti_SubscriberHandle, sharing: Sharing) {
+    set_attribute(cupti, subscriber, sharing, c::CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &[1u8]);
 }
 
 /// Enables the activity kinds `mask` asks for (again, after [`pause_activity`]).

@@ -76,7 +76,7 @@ pub fn record(args: RecordArgs) -> Result<i32> {
         }
         other => other.context("recording failed")?,
     };
-    tell_recorded(&s, &opts, trace.asks(cuflight_format::tracing::HES));
+    tell_recorded(&s, &opts, &trace);
     if let Some(why) = &s.stopped {
         bail!("recording stopped early ({why}); the program ran to its end with status {}", s.exit_code);
     }
@@ -126,8 +126,10 @@ fn record_range(
 }
 
 /// What `record` tells of a recording once it is done: agents that were off, costs, what --sample and
-/// --trace ...,hes got, signals forwarded, processes that ended unflushed, and what it wrote and lost.
-fn tell_recorded(s: &RecordSummary, opts: &RecordOptions, asked_hes: bool) {
+/// --trace ...,hes or ...,api-records got, signals forwarded, processes that ended unflushed, and what it wrote
+/// and lost.
+fn tell_recorded(s: &RecordSummary, opts: &RecordOptions, trace: &TraceArgs) {
+    let asked_hes = trace.asks(cuflight_format::tracing::HES);
     for (pid, why) in &s.disabled {
         eprintln!("cuflight: agent was off in process {pid}: {}", doctor_checks::with_pointer(why));
     }
@@ -141,6 +143,16 @@ fn tell_recorded(s: &RecordSummary, opts: &RecordOptions, asked_hes: bool) {
                 eprintln!(
                     "cuflight: process {pid}: CUPTI did not take hardware kernel timestamps (hes: Blackwell or newer \
                      with CUDA 12.8 or later, not under MIG, MPS, vGPU or WSL); kernels were timed the usual way"
+                );
+            }
+        }
+    }
+    if trace.asks(cuflight_format::tracing::API_RECORDS) {
+        for (pid, traced) in &s.traced {
+            if !traced.split(',').any(|t| t == "api-records") {
+                eprintln!(
+                    "cuflight: process {pid}: its calls were recorded through callbacks, not CUPTI's API records \
+                     (api-records needs CUPTI 12.6 or later, and no --sample or flight recorder)"
                 );
             }
         }

@@ -201,6 +201,19 @@ pub(crate) unsafe fn received_buffer(buf: *mut u8, cap: usize) {
     }
 }
 
+/// API records written for any client since the process began.
+static WRITTEN: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn written() {
+    WRITTEN.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Test-only (not a CUDA function): how many API records were written (for whichever client wanted them).
+#[no_mangle]
+pub extern "C" fn cudasim_api_records_written() -> u64 {
+    WRITTEN.load(Ordering::Relaxed)
+}
+
 /// Test-only (not a CUDA function): whether the client promised zeroed buffers (the attribute's value).
 #[no_mangle]
 pub extern "C" fn cudasim_client_zeroes_buffers() -> u64 {

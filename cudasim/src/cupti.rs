@@ -107,6 +107,7 @@ pub(crate) fn api_call<P>(
         let thread = crate::api_records::thread_id();
         let end = crate::now_ns();
         crate::activity::emit(SimRecord::Api { kind, cbid, start, end, thread, correlation, result: ret });
+        crate::api_records::written();
     }
     if outer {
         cupti_state::leave_outer();

@@ -34,7 +34,15 @@
 //!   CUPTI, MIG, MPS, vGPU, WSL, confidential computing) the software path records as usual and the trace's
 //!   `traced` list leaves `hes` out. Not yet measured on a Blackwell GPU, hence not a default.
 //!
-//! The default is everything but `queries`, `sync`, `graphs` and `hes`.
+//! - `api-records`: the runtime and driver calls from CUPTI's API activity records (CUPTI_ACTIVITY_KIND_RUNTIME and
+//!   DRIVER, each call enabled on its own with `cuptiActivityEnableRuntimeApi`, as Kineto records calls) instead
+//!   of callbacks into the agent: no call of the program runs the agent's code. Taken only where no callback is
+//!   wanted: not with `python` (refused together), `record --sample` or a flight recorder, whose windows use
+//!   callbacks, and not where CUPTI lacks the per-call entry points (CUDA 12.6 and later have them); the trace's
+//!   `traced` list says which it was. Allocation sizes then come from `memory`'s records only. Not yet measured
+//!   against callbacks on a GPU, hence not a default.
+//!
+//! The default is everything but `queries`, `sync`, `graphs`, `hes` and `api-records`.
 
 use crate::{EventKind, RawEvent};
 
@@ -47,6 +55,7 @@ pub const OVERHEAD: u32 = 32;
 pub const PYTHON: u32 = 64;
 pub const GRAPHS: u32 = 128;
 pub const HES: u32 = 256;
+pub const API_RECORDS: u32 = 512;
 pub const DEFAULT: u32 = CUDA | NVTX | MEMORY | OVERHEAD | PYTHON;
 
 /// What CUPTI's node-level tracing adds to a CUDA graph's launch call for each node it records, on the launching
@@ -123,7 +132,7 @@ impl TracedLaunches {
 }
 
 /// The names `--trace` takes, with their bits, in the order `--help` lists them.
-pub const NAMES: [(&str, u32); 9] = [
+pub const NAMES: [(&str, u32); 10] = [
     ("cuda", CUDA),
     ("queries", QUERIES),
     ("nvtx", NVTX),
@@ -133,6 +142,7 @@ pub const NAMES: [(&str, u32); 9] = [
     ("python", PYTHON),
     ("graphs", GRAPHS),
     ("hes", HES),
+    ("api-records", API_RECORDS),
 ];
 
 /// `cuda,nvtx,...` as a mask; `cuda` must be named (cuflight always traces CUDA), unknown names are refused.
@@ -147,6 +157,11 @@ pub fn parse(list: &str) -> Result<u32, String> {
     }
     if mask & CUDA == 0 {
         return Err(format!("'{list}': cuflight always traces CUDA, so the list must name cuda (e.g. cuda,nvtx)"));
+    }
+    if mask & API_RECORDS != 0 && mask & PYTHON != 0 {
+        return Err(format!(
+            "'{list}': api-records takes the calls from CUPTI's records, which carry no Python stack: leave python out"
+        ));
     }
     Ok(mask)
 }

@@ -9,7 +9,7 @@ part_cost() {
   nvcc -O2 -o "$out/overhead" tests/gpu/overhead.cu $cupti_flags || return 1
   local round m
   for round in 1 2 3 4 5; do
-    for m in $(rotated $round plain null null+activity dormant cuflight queries ab); do
+    for m in $(rotated $round plain null null+activity dormant cuflight queries callbacks records ab); do
       case $m in
         null|null+activity) with_mode none "$out/overhead" 200000 $m ;;
         # 100,000 launches in 200 blocks of 500 (the GPU's queue) for the in-process measurement's 100 pairs.
@@ -22,7 +22,9 @@ part_cost() {
 import json, os, statistics, sys
 out = sys.argv[1]
 # queries: cuflight recording with --trace ...,queries (every runtime call subscribed, as before per-id callbacks).
-modes = ["plain", "null", "null+activity", "dormant", "cuflight", "queries"]
+# callbacks / records: one trace (cuda,nvtx,memory,overhead), its calls from callbacks or from API activity records
+# (issue 52: the cheaper of the two becomes the default where no callback is needed).
+modes = ["plain", "null", "null+activity", "dormant", "cuflight", "queries", "callbacks", "records"]
 def read(m, r):
     return dict(l.split() for l in open(os.path.join(out, f"oh-{m}-{r}.txt")) if l.strip())
 keys = ("cudaGetDevice_ns", "cudaLaunchKernel_ns")
@@ -33,6 +35,9 @@ print(f"{'ns per call (median / max)':28}" + "".join(f"{m:>18}" for m in modes) 
 for k in keys:
     print(f"{k:28}" + "".join(f"{med[m][k]:9.1f}/{worst[m][k]:<8.1f}" for m in modes)
           + f"{med['cuflight'][k] - med['null+activity'][k]:12.1f}")
+for k in keys:
+    print(f"api-records against callbacks, {k}: {med['records'][k] - med['callbacks'][k]:+.1f} ns a call "
+          f"(medians {med['records'][k]:.1f} / {med['callbacks'][k]:.1f})")
 # The agent's own work measured inside one recorded process (overhead.cu's ab mode: batches with its callback
 # working and skipped, alternated), where CUPTI's spread from run to run is common to both halves.
 own = {k: [float(read("ab", r)[k]) for r in range(1, 6)] for k in ("agent_own_getdevice_ns", "agent_own_launch_ns")}
@@ -117,14 +122,15 @@ part_eager() {
   export CUDART_KERNEL_LIB="$out/libempty_kernel.so"
   local round m
   for round in 1 2 3 4 5; do
-    for m in $(rotated $round none dormant cudainj record); do
+    for m in $(rotated $round none dormant cudainj record callbacks records); do
       with_mode $m python3 tests/py/eager_loop.py 500 > "$out/e-$m-$round.txt" || return 1
     done
   done
   python3 - "$out" <<'PY'
 import json, os, re, statistics, sys
 out = sys.argv[1]
-modes = ("none", "dormant", "cudainj", "record")
+# callbacks / records: issue 52's A/B (one trace without Python stacks; its calls from callbacks or API records).
+modes = ("none", "dormant", "cudainj", "record", "callbacks", "records")
 def us(m, r):
     return float(re.search(r"us_per_op=([0-9.]+)", open(os.path.join(out, f"e-{m}-{r}.txt")).read()).group(1))
 runs = {m: [us(m, r) for r in range(1, 6)] for m in modes}

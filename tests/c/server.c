@@ -16,8 +16,8 @@
  * xmm15 (d0 and d31 on aarch64) and prints "xmm ok" if they survived (an injection interrupts that very call); "c N" times N cudaGetDevice calls and prints "ns PER_CALL"; "E N" makes N
  * rounds of the error queries (cudaGetLastError, cudaPeekAtLastError, cudaGetErrorString) and prints "done"; "n NAME" names the calling thread through NVTX and prints "done"; "m" flushes and prints "tool LAUNCHES KERNELS" (what that tool saw so far); "W" unsubscribes it; "D" launches one kernel through the driver API (cuLaunchKernel); "f" prints
  * "finalized N", cudasim's count of cuptiFinalize teardowns (-1 on real CUDA); "z" prints "zeroed PROMISED dirty
- * N", whether the tool promised CUPTI zeroed activity buffers and how many it handed over dirty (cudasim's
- * test-only counts, -1 on real CUDA); "R N" replays N times a CUDA graph of
+ * N api R", whether the tool promised CUPTI zeroed activity buffers, how many it handed over dirty and how many
+ * API activity records CUPTI wrote (cudasim's test-only counts, -1 on real CUDA); "R N" replays N times a CUDA graph of
  * two kernels "tick" (captured at the first "R") and prints "done N"; "u NAME M" opens an NVTX range NAME
  * and runs M kernels in it without closing it, "q" closes it, each printing "done"; "O" asks cudaMalloc for 2^60
  * bytes and prints "oom CODE"; "Q" queries a stream busy with a 50 ms kernel and prints "query CODE", then waits;
@@ -312,7 +312,9 @@ static int commands(void) {
         } else if (line[0] == 'z') {
             uint64_t (*promised)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "cudasim_client_zeroes_buffers");
             uint64_t (*dirty)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "cudasim_dirty_activity_buffers");
-            printf("zeroed %lld dirty %lld\n", promised ? (long long)promised() : -1LL, dirty ? (long long)dirty() : -1LL);
+            uint64_t (*api)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "cudasim_api_records_written");
+            printf("zeroed %lld dirty %lld api %lld\n", promised ? (long long)promised() : -1LL,
+                   dirty ? (long long)dirty() : -1LL, api ? (long long)api() : -1LL);
         } else if (line[0] == 's') {
             CUpti_SubscriberHandle sub;
             int ok = cuptiSubscribe(&sub, (CUpti_CallbackFunc)on_api, NULL) == CUPTI_SUCCESS;

@@ -191,36 +191,167 @@ fn record_says_what_tracing_eager_launches_cost_once_it_matters() {
     assert!(!r.stderr().contains("kernel launches, lengthening"), "{}", r.stderr());
 }
 
+/// Where [`record_on`] writes its trace.
+fn trace_file(dir: &std::path::Path, release: &str, trace: Option<&str>) -> std::path::PathBuf {
+    dir.join(format!("{release}-{}.cuf", trace.unwrap_or("default").replace(',', "-")))
+}
+
+/// `cuflight record [--trace LIST] -- server cmd` on cudasim modelling CUPTI `release`, fed `input`: the trace's
+/// stats, what the server answered, and cuflight's stderr.
+fn record_on(
+    dir: &std::path::Path,
+    release: &str,
+    trace: Option<&str>,
+    input: &str,
+) -> (serde_json::Value, String, String) {
+    use std::io::Write;
+    let prog = build_c("server", dir);
+    let out_file = trace_file(dir, release, trace);
+    let mut cmd = Command::new(cuflight_bin());
+    cmd.args(["record", "--force", "-o"]).arg(&out_file);
+    if let Some(list) = trace {
+        cmd.args(["--trace", list]);
+    }
+    let mut child = cmd
+        .arg("--")
+        .arg(&prog)
+        .arg("cmd")
+        .env("LD_LIBRARY_PATH", cudasim_dir())
+        .env("CUDASIM_CUPTI_VERSION", release)
+        .env_remove("CUFLIGHT_TRACE")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{release}: {stderr}");
+    (stats(&out_file), stdout.into_owned(), stderr.into_owned())
+}
+
 #[test]
 fn cupti_is_handed_zeroed_buffers_and_told_so() {
     // By default CUPTI zeroes every activity buffer it is given on the thread that asked for it (the program's,
     // on CUDA 13); the agent's buffers come zeroed instead, recycled ones too, and CUPTI is told so: through the
     // per-subscriber call (13.5) and the global one (12.9). 30,000 kernels fill more buffers than the pool holds,
     // so completed buffers are handed out again.
-    use std::io::Write;
     let dir = scratch("tracing-zeroed");
-    let prog = build_c("server", &dir);
     for release in ["13.5", "12.9"] {
-        let mut child = Command::new(cuflight_bin())
-            .args(["record", "--force", "-o"])
-            .arg(dir.join("z.cuf"))
-            .arg("--")
-            .arg(&prog)
-            .arg("cmd")
-            .env("LD_LIBRARY_PATH", cudasim_dir())
-            .env("CUDASIM_CUPTI_VERSION", release)
-            .env_remove("CUFLIGHT_TRACE")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(b"k 30000\nz\n").unwrap();
-        let out = child.wait_with_output().unwrap();
-        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert!(out.status.success(), "{release}: {stderr}");
-        assert!(stdout.contains("zeroed 1 dirty 0"), "{release}: {stdout}\n{stderr}");
-        let s = stats(&dir.join("z.cuf"));
+        let (s, stdout, stderr) = record_on(&dir, release, None, "k 30000\nz\n");
+        assert!(stdout.contains("zeroed 1 dirty 0 api 0"), "{release}: {stdout}\n{stderr}");
         assert_eq!(count(&s, "kernels", "name", "tick"), 30001, "{release}: every record read (and the warm-up)");
+    }
+}
+
+/// The threads the Chrome export shows API calls on, and its launch-to-kernel flow events.
+fn timeline(dir: &std::path::Path, trace: &std::path::Path) -> (Vec<u64>, usize) {
+    let file = dir.join("timeline.json");
+    let out = Command::new(cuflight_bin()).args(["export", "--force", "-o"]).arg(&file).arg(trace).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let mut threads: Vec<u64> = events
+        .iter()
+        .filter(|e| e["cat"] == "cuda_runtime" || e["cat"] == "cuda_driver")
+        .filter_map(|e| e["tid"].as_u64())
+        .collect();
+    threads.dedup();
+    (threads, events.iter().filter(|e| e["cat"] == "ac2g").count())
+}
+
+/// Launches, a driver launch, waits, NVTX steps, error queries, graph replays and the profiler range.
+const CALLS: &str = "k 5\nt 2 3\nD\nE 3\nR 4\np\nP\n";
+
+/// Each API table row as (name, calls).
+fn api_rows(s: &serde_json::Value) -> Vec<(String, u64)> {
+    let mut rows: Vec<(String, u64)> = s["api"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap().to_string(), r["count"].as_u64().unwrap()))
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn calls_from_cupti_records_are_the_calls_callbacks_record() {
+    // `api-records`: the same calls, on the threads that made them and joined to the same kernels, without a
+    // callback into the agent; through the per-subscriber entry points (13.5) and the global ones (12.9). CUPTI
+    // 12.4 has no per-call records: callbacks record, and the trace says which it was.
+    let dir = scratch("tracing-api-records");
+    for release in ["13.5", "12.9"] {
+        let (by_callbacks, _, _) = record_on(&dir, release, Some("cuda,nvtx,memory,overhead"), CALLS);
+        let (by_records, _, err) = record_on(&dir, release, Some("cuda,nvtx,memory,overhead,api-records"), CALLS);
+        assert_eq!(by_records["processes"][0]["traced"], "cuda,nvtx,memory,overhead,api-records", "{release}: {err}");
+        assert_eq!(api_rows(&by_records), api_rows(&by_callbacks), "{release}");
+        assert_eq!(count(&by_records, "api", "name", "cuLaunchKernel"), 1, "{release}: the program's own driver call");
+        assert_eq!(count(&by_records, "api", "name", "cudaGetLastError"), 0, "{release}: queries stay out");
+        assert_eq!(count(&by_records, "kernels", "name", "tick"), count(&by_callbacks, "kernels", "name", "tick"));
+        // On the program's thread (the server makes every call on its main thread, whose id is its pid), each
+        // launch joined to its kernel as with callbacks.
+        let pid = by_records["processes"][0]["pid"].as_u64().unwrap();
+        let (threads, flows) =
+            timeline(&dir, &trace_file(&dir, release, Some("cuda,nvtx,memory,overhead,api-records")));
+        assert_eq!(threads, vec![pid], "{release}");
+        let (_, flows_by_callbacks) = timeline(&dir, &trace_file(&dir, release, Some("cuda,nvtx,memory,overhead")));
+        assert_eq!(flows, flows_by_callbacks, "{release}");
+    }
+    let (s, _, err) = record_on(&dir, "12.4", Some("cuda,nvtx,api-records"), CALLS);
+    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx", "no per-call records before 12.6: callbacks");
+    assert!(err.contains("recorded through callbacks, not CUPTI's API records"), "said: {err}");
+    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 14);
+    // Python stacks are read in callbacks: asking for both is refused at once.
+    let out = Command::new(cuflight_bin())
+        .args(["record", "--trace", "cuda,python,api-records", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("leave python out"));
+}
+
+#[test]
+fn api_records_end_with_their_window() {
+    // Nothing of ours stays enabled between windows (Meta's wprof warns of a subscribed CUPTI still filling
+    // buffers): the launches made between two windows reach neither. With CUPTI finalized after each window (the
+    // default) and without (CUFLIGHT_FINALIZE=0, where only the agent's own disabling stops the records).
+    // Through the per-subscriber calls (13.5) and the global ones (12.9), which outlive an unsubscribe.
+    for (release, finalize) in [("13.5", "1"), ("13.5", "0"), ("12.9", "1"), ("12.9", "0")] {
+        let dir = scratch(&format!("tracing-api-records-windows-{release}-{finalize}"));
+        let mut server = Server::start(
+            &dir,
+            &["--trace", "cuda,nvtx,api-records"],
+            &[("CUFLIGHT_TRACE", ""), ("CUFLIGHT_FINALIZE", finalize), ("CUDASIM_CUPTI_VERSION", release)],
+        );
+        let pid = server.pid();
+        let mut window = |name: &str, kernels: u64| {
+            let trace = dir.join(name);
+            let child = spawn_attach(pid, &trace, &["--duration", "60s"], &[]);
+            wait_for_agent_state(pid, "recording");
+            assert_eq!(server.cmd(&format!("k {kernels}")), format!("done {kernels}"));
+            end_attach_window(child);
+            wait_for_agent_state(pid, "dormant");
+            // CUPTI writes no API record between windows.
+            let written = |server: &mut Server| server.cmd("z").rsplit(' ').next().unwrap().to_string();
+            let before = written(&mut server);
+            assert_eq!(server.cmd("k 7"), "done 7", "between windows");
+            assert_eq!(written(&mut server), before, "{release} {finalize}: records between windows");
+            stats(&trace)
+        };
+        for (name, kernels) in [("first.cuf", 3), ("second.cuf", 2)] {
+            let s = window(name, kernels);
+            assert_eq!(s["processes"][0]["traced"], "cuda,nvtx,api-records", "{release} {finalize} {name}");
+            assert_eq!(
+                count(&s, "api", "name", "cudaLaunchKernel"),
+                kernels,
+                "{release} {finalize} {name}: {}",
+                s["api"]
+            );
+            assert_eq!(count(&s, "kernels", "name", "tick"), kernels, "{release} {finalize} {name}");
+        }
+        let (status, _) = server.end();
+        assert!(status.success());
     }
 }
