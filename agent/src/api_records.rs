@@ -137,12 +137,12 @@ pub fn event(r: &c::CUpti_ActivityAPI) -> Option<RawEvent> {
     Some(ev)
 }
 
-/// The call's name from the binding tables (`cudaLaunchKernel_v7000` -> `cudaLaunchKernel`), as CUPTI's callbacks
-/// name it.
+/// The call's name from the binding tables (`cudaLaunchKernel_v7000` -> `cudaLaunchKernel`,
+/// `cudaLaunchKernel_ptsz_v7000` -> `cudaLaunchKernel_ptsz`), as CUPTI's callbacks name it.
 fn binding_name(runtime: bool, cbid: u32) -> Option<&'static str> {
     let table = if runtime { cupti_sys::cbids::RUNTIME } else { cupti_sys::cbids::DRIVER };
     let name = table.iter().find(|&&(id, _)| id == cbid)?.1;
-    Some(cuflight_format::calls::base_name(name))
+    Some(cuflight_format::calls::without_version(name))
 }
 
 #[cfg(test)]

@@ -21,17 +21,21 @@
 /// (`_ptsz`, `_ptds`). `cudaMemcpy_ptds_v7000` -> `cudaMemcpy`, `cuStreamGetCaptureInfo_v2_ptsz` ->
 /// `cuStreamGetCaptureInfo`. The one place these suffixes are stripped.
 pub fn base_name(name: &str) -> &str {
-    fn version_off(name: &str) -> &str {
-        match name.rsplit_once("_v") {
-            Some((b, v)) if !v.is_empty() && v.bytes().all(|c| c.is_ascii_digit()) => b,
-            _ => name,
-        }
-    }
     // Both orders occur: `cudaMemcpy_ptds_v7000` (CUPTI's runtime table), `cuStreamGetCaptureInfo_v2_ptsz` (its
     // driver table).
-    let base = version_off(name);
+    let base = without_version(name);
     let base = base.strip_suffix("_ptsz").or_else(|| base.strip_suffix("_ptds")).unwrap_or(base);
-    version_off(base)
+    without_version(base)
+}
+
+/// A table's name for a call as the call names itself: without the version suffix CUPTI's callback-id tables and
+/// nsys's exports add (`cudaMalloc_v3020` -> `cudaMalloc`, `cudaMemcpy_ptds_v7000` -> `cudaMemcpy_ptds`), the
+/// per-thread default stream kept, as CUPTI's callbacks name the call.
+pub fn without_version(name: &str) -> &str {
+    match name.rsplit_once("_v") {
+        Some((b, v)) if !v.is_empty() && v.bytes().all(|c| c.is_ascii_digit()) => b,
+        _ => name,
+    }
 }
 
 /// What a call does, as bits ([`CallEffects::of`]). A call may do several things: `cudaMemcpyAsync` copies

@@ -198,6 +198,10 @@ fn state_queries_in_every_spelling() {
 
 #[test]
 fn suffixes_come_off_in_one_place() {
+    assert_eq!(without_version("cudaMalloc_v3020"), "cudaMalloc");
+    assert_eq!(without_version("cudaMemcpy_ptds_v7000"), "cudaMemcpy_ptds");
+    assert_eq!(without_version("cuModuleGetLoadingMode"), "cuModuleGetLoadingMode");
+    assert_eq!(without_version("my_vector"), "my_vector");
     assert_eq!(base_name("cudaMemcpy_v3020"), "cudaMemcpy");
     assert_eq!(base_name("cudaMemcpy_ptds_v7000"), "cudaMemcpy");
     assert_eq!(base_name("cuStreamGetCaptureInfo_v2_ptsz"), "cuStreamGetCaptureInfo");

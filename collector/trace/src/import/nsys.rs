@@ -26,14 +26,6 @@ fn tid_of(global: i64) -> u32 {
     (global & 0xff_ffff) as u32
 }
 
-/// `cudaMalloc_v3020` → `cudaMalloc`.
-fn strip_version(name: &str) -> &str {
-    match name.rsplit_once("_v") {
-        Some((base, v)) if !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()) => base,
-        _ => name,
-    }
-}
-
 /// nsys ENUM_CUDA_MEM_KIND → CUPTI memory kind.
 fn mem_kind(nsys: i64) -> u64 {
     if (0..7).contains(&nsys) {
@@ -175,7 +167,7 @@ fn import_with(path: &Path, spooling: bool) -> Result<(Trace, Option<Spool>), St
             let call = ApiCall { runtime, cbid: 0, result: r.int(5) as u64, external: 0 };
             let mut ev = RawEvent::api_call(tid_of(g), r.ns(0), r.ns(1), call);
             ev.correlation = r.int(3) as u32;
-            b.push(pid_of(g), ev, strip_version(db.string(r.int(4))), None);
+            b.push(pid_of(g), ev, cuflight_format::calls::without_version(db.string(r.int(4))), None);
         })
         .map_err(sql)?;
     }
@@ -438,9 +430,6 @@ mod tests {
     fn global_ids_and_names_decode() {
         let g = 310028055214088i64;
         assert_eq!((pid_of(g), tid_of(g)), (1701896, 1701896));
-        assert_eq!(strip_version("cudaMalloc_v3020"), "cudaMalloc");
-        assert_eq!(strip_version("cuModuleGetLoadingMode"), "cuModuleGetLoadingMode");
-        assert_eq!(strip_version("my_vector"), "my_vector");
         assert_eq!((mem_kind(0), mem_kind(2), mem_kind(7)), (1, 3, 0));
     }
 
