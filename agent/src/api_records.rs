@@ -4,7 +4,7 @@
 //! (`cuptiActivityEnableRuntimeApi(cbid, 1)` without the kind: "to enable the collection of a small set of CUDA
 //! Runtime APIs", cupti_activity.h), so no call of the program runs a line of the agent's code; the records
 //! reach the agent on CUPTI's delivery thread with the calling thread's id, and become the same
-//! [`EventKind::Api`] events.
+//! [`cuflight_format::EventKind::Api`] events.
 //!
 //! What only a callback can see is then missing, so the agent takes this path only where none is wanted
 //! ([`possible`]): Python stacks (read on the calling thread), `record --sample` (it counts calls as they are

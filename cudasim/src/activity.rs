@@ -98,7 +98,8 @@ pub(crate) fn set_api_v2(handle: usize, domain: usize, cbid: u32, on: bool) {
 /// Whether some client wants an API record of `cbid` in `domain` (driver 0, runtime 1).
 pub(crate) fn api_record_wanted(domain: usize, cbid: u32) -> bool {
     api_records::maybe_wanted()
-        && (api_records::legacy_wants(domain, cbid) || CONSUMERS.lock().iter().any(|c| c.api.wants(domain, cbid)))
+        && (api_records::legacy_wants(domain, cbid)
+            || api_records::any_consumer() && CONSUMERS.lock().iter().any(|c| c.api.wants(domain, cbid)))
 }
 
 /// `cuptiActivityRegisterCallbacks_v2` for `handle`.
@@ -257,7 +258,9 @@ pub(crate) fn emit(rec: SimRecord) {
         return;
     }
     let release = rel();
-    let rec = to_cupti_time(rec);
+    // Device records carry the device's clock, converted here as CUPTI converts GPU timestamps; an API record is
+    // stamped on CUPTI's clock already, on the calling thread, as CUPTI stamps a call.
+    let rec = if rec.api_call().is_some() { rec } else { to_cupti_time(rec) };
     let kind = rec.activity_kind();
     let size = record_size(kind, &release);
     let key = thread_key();
@@ -270,6 +273,13 @@ pub(crate) fn emit(rec: SimRecord) {
     };
     if legacy && !append(&mut BUFFERS.lock(), &rec, size, key) {
         DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+    let any_consumer = match api {
+        Some(_) => api_records::any_consumer(),
+        None => kind < 64 && CONSUMER_KINDS.load(Ordering::Relaxed) & (1 << kind) != 0,
+    };
+    if !any_consumer {
+        return;
     }
     let mut consumers = CONSUMERS.lock();
     let wants = |c: &Consumer| match api {

@@ -29,7 +29,6 @@
 
 use crate::c;
 use crate::subscribers::MAX_CBID;
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 const WORDS: usize = MAX_CBID / 64;
@@ -100,6 +99,11 @@ pub(crate) fn legacy_wants(domain: usize, cbid: u32) -> bool {
 /// Whether some per-subscriber consumer wants API records (kept by `activity.rs`, which holds their sets).
 pub(crate) fn set_any_consumer(any: bool) {
     ANY_CONSUMER.store(any, Ordering::Relaxed);
+}
+
+/// Whether some per-subscriber consumer wants some API record.
+pub(crate) fn any_consumer() -> bool {
+    ANY_CONSUMER.load(Ordering::Relaxed)
 }
 
 /// cuptiFinalize: no client wants anything.
@@ -225,79 +229,3 @@ pub extern "C" fn cudasim_client_zeroes_buffers() -> u64 {
 pub extern "C" fn cudasim_dirty_activity_buffers() -> u64 {
     DIRTY.load(Ordering::Relaxed)
 }
-
-cupti_entry!(
-    fn cuptiActivityEnableRuntimeApi(cbid: c::CUpti_CallbackId, enable: u8) {
-        api_records_for(1, cbid, enable)
-    }
-);
-
-cupti_entry!(
-    fn cuptiActivityEnableDriverApi(cbid: c::CUpti_CallbackId, enable: u8) {
-        api_records_for(0, cbid, enable)
-    }
-);
-
-cupti_entry!(
-    fn cuptiActivityEnableRuntimeApi_v2(handle: c::CUpti_SubscriberHandle, cbid: c::CUpti_CallbackId, enable: u8) {
-        api_records_for_subscriber(handle, 1, cbid, enable)
-    }
-);
-
-cupti_entry!(
-    fn cuptiActivityEnableDriverApi_v2(handle: c::CUpti_SubscriberHandle, cbid: c::CUpti_CallbackId, enable: u8) {
-        api_records_for_subscriber(handle, 0, cbid, enable)
-    }
-);
-
-/// `cuptiActivityEnable{Runtime,Driver}Api`: from CUDA 12.6 (API version 24; see `api_records.rs`).
-fn api_records_for(domain: usize, cbid: u32, enable: u8) -> c::CUptiResult {
-    if crate::release::current().api_version < 24 {
-        return c::CUPTI_ERROR_NOT_SUPPORTED;
-    }
-    if cbid as usize >= MAX_CBID {
-        return c::CUPTI_ERROR_INVALID_PARAMETER;
-    }
-    set_legacy(domain, Some(cbid), enable != 0);
-    c::CUPTI_SUCCESS
-}
-
-/// The `_v2` forms: the per-subscriber Activity API (13.5 here, as the other v2 entry points).
-fn api_records_for_subscriber(
-    handle: c::CUpti_SubscriberHandle,
-    domain: usize,
-    cbid: u32,
-    enable: u8,
-) -> c::CUptiResult {
-    let h = match crate::cupti::v2_subscriber(handle) {
-        Ok(h) => h,
-        Err(e) => return e,
-    };
-    if cbid as usize >= MAX_CBID {
-        return c::CUPTI_ERROR_INVALID_PARAMETER;
-    }
-    crate::activity::set_api_v2(h, domain, cbid, enable != 0);
-    c::CUPTI_SUCCESS
-}
-
-cupti_entry!(
-    fn cuptiActivitySetAttribute(attr: c::CUpti_ActivityAttribute, size: *mut usize, value: *mut c_void) {
-        // SAFETY: the caller's pointers, checked for null inside.
-        unsafe { set_attribute(attr, size, value as *mut u8) }
-    }
-);
-
-cupti_entry!(
-    fn cuptiActivitySetAttribute_v2(
-        handle: c::CUpti_SubscriberHandle,
-        attr: c::CUpti_ActivityAttribute,
-        size: *mut usize,
-        value: *mut c_void,
-    ) {
-        if let Err(e) = crate::cupti::v2_subscriber(handle) {
-            return e;
-        }
-        // SAFETY: the caller's pointers, checked for null inside.
-        unsafe { set_attribute(attr, size, value as *mut u8) }
-    }
-);

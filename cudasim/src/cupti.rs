@@ -84,7 +84,7 @@ pub(crate) fn api_call<P>(
     // An API activity record: runtime calls, and the driver calls the program makes itself (`api_records.rs`).
     let api_record = domain_index(domain)
         .filter(|&d| (d == 1 || outer) && crate::activity::api_record_wanted(d, cbid))
-        .map(|d| (d, crate::now_ns()));
+        .map(|d| (d, cupti_now()));
     ret = body().max(ret);
     ret = crate::device::sticky_error(domain, cbid).unwrap_or(ret);
     data.callbackSite = c::CUPTI_API_EXIT;
@@ -105,7 +105,7 @@ pub(crate) fn api_call<P>(
     if let Some((d, start)) = api_record {
         let kind = if d == 1 { c::CUPTI_ACTIVITY_KIND_RUNTIME } else { c::CUPTI_ACTIVITY_KIND_DRIVER };
         let thread = crate::api_records::thread_id();
-        let end = crate::now_ns();
+        let end = cupti_now();
         crate::activity::emit(SimRecord::Api { kind, cbid, start, end, thread, correlation, result: ret });
         crate::api_records::written();
     }

@@ -84,6 +84,7 @@ mod macros {
 }
 
 mod activity;
+mod api_entries;
 mod api_records;
 mod context;
 mod cupti;

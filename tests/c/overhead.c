@@ -3,7 +3,10 @@
  * freed unread (what any CUPTI tracer pays, cudasim's modelled CUPTI work included), under `cuflight launch`
  * (dormant agent) and under `cuflight record` (benches/agent-overhead runs them side by side). NVTX push/pop
  * pairs are timed too: without an injected tool NVTX's own stubs return at once.
- * Usage: overhead [calls] [plain|null-subscriber|null+activity|ab] [all|getdevice|launch|nvtx]
+ * null+api: the subscriber with no callback enabled, kernel records, and API activity records of the launch calls
+ * instead (cuptiActivityEnableRuntimeApi/DriverApi), freed unread: the configuration `--trace ...,api-records`
+ * makes, without the agent.
+ * Usage: overhead [calls] [plain|null-subscriber|null+activity|null+api|ab] [all|getdevice|launch|nvtx]
  * (the last: time one kind of call only, as benches/agent-instructions counts each kind's instructions apart).
  * ab, under `cuflight record`: batches of calls alternated with the agent's callback working and skipped
  * (cuflight_bench_skip_callbacks), in this one process; prints the median difference of paired batches per call,
@@ -62,13 +65,19 @@ int main(int argc, char **argv) {
     if (!all && !do_get && !do_launch && !do_nvtx) return 2;
     if (argc > 2 && strncmp(argv[2], "null", 4) == 0) {
         CUpti_SubscriberHandle sub;
+        int api = strcmp(argv[2], "null+api") == 0;
         if (cuptiSubscribe(&sub, (CUpti_CallbackFunc)noop_callback, NULL) != CUPTI_SUCCESS) return 20;
-        cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API);
-        cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
-        if (strcmp(argv[2], "null+activity") == 0) {
+        if (!api) {
+            cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API);
+            cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+        }
+        if (strcmp(argv[2], "null+activity") == 0 || api) {
             if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS) return 21;
             if (cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) return 22;
         }
+        if (api && (cuptiActivityEnableRuntimeApi(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 1) != CUPTI_SUCCESS ||
+                    cuptiActivityEnableDriverApi(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 1) != CUPTI_SUCCESS))
+            return 23;
     }
     int dev;
     CHECK(cudaGetDevice(&dev)); /* initialise outside the timed loops */

@@ -15,7 +15,9 @@
 // no-op subscriber to the whole runtime domain). percbid: the runtime launch and the driver launch callbacks only;
 // PIECES, joined by '+': activity (concurrent kernel records), kinds (memcpy, memset, memory2, synchronization and
 // overhead records; or one of them alone: memcpy, memset, memory2, sync, ovh), ts (a timestamp callback on CLOCK_MONOTONIC), tid (system thread ids), driver (the driver
-// callbacks cuflight enables for copies, memsets, allocations and synchronisation).
+// callbacks cuflight enables for copies, memsets, allocations and synchronisation), api (the launches' API activity
+// records, cuptiActivityEnableRuntimeApi/DriverApi, instead of their callbacks: what `--trace ...,api-records`
+// makes CUPTI do).
 #include <cuda_runtime.h>
 #include <cupti.h>
 #include <stdio.h>
@@ -56,8 +58,14 @@ static int percbid(const char *mode) {
   if (cuptiSubscribe(&sub, noop, NULL) != CUPTI_SUCCESS) return 20;
   if (has(mode, "tid")) cuptiSetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
   if (has(mode, "ts")) cuptiActivityRegisterTimestampCallback(timestamp);
-  cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
-  cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+  // "api": the launches' API activity records instead of their callbacks (`--trace ...,api-records`, issue 52).
+  if (has(mode, "api")) {
+    cuptiActivityEnableRuntimeApi(CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, 1);
+    cuptiActivityEnableDriverApi(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, 1);
+  } else {
+    cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000);
+    cuptiEnableCallback(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel);
+  }
   if (has(mode, "driver")) {
     const CUpti_CallbackId ids[] = {
         CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
