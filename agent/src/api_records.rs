@@ -26,7 +26,8 @@ static ON: AtomicBool = AtomicBool::new(false);
 /// CUPTI with the per-call entry points (the per-subscriber forms in multi-subscriber mode).
 pub fn possible(cupti: &Cupti, mask: u32, multi_subscriber: bool) -> bool {
     use cuflight_format::tracing::{API_RECORDS, PYTHON};
-    let callbacks_needed = mask & PYTHON != 0 || crate::sampler::sampling() || crate::flight::armed();
+    // A flight recorder is set up before it is armed: its span says it is one.
+    let callbacks_needed = mask & PYTHON != 0 || crate::sampler::sampling() || crate::flight::span_ns() != 0;
     let entry_points = match cupti.optional.api_records {
         Some(r) => !multi_subscriber || r.v2.is_some(),
         None => false,

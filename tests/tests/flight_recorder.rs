@@ -176,6 +176,25 @@ fn a_sticky_cuda_error_dumps_once() {
 }
 
 #[test]
+fn a_flight_recorder_asked_for_api_records_keeps_its_callbacks() {
+    // Its watches (sticky errors, hangs, slow steps) are callbacks: `api-records` is not taken, and the trace says so.
+    let dir = scratch("flight-api-records");
+    let d = dir.to_str().unwrap();
+    let launch = ["--flight-recorder", "30s", "--dump-dir", d, "--trace", "cuda,nvtx,api-records"];
+    let mut server = Server::start(&dir, &launch, &[]);
+    assert_eq!(server.cmd("k 3"), "done 3");
+    assert_eq!(server.cmd("e"), "error 700 700");
+    let found = images(&dir, 1);
+    assert_eq!(found.len(), 1, "the sticky error was watched");
+    let trace = dir.join("t.cuf");
+    dumped(found[0].to_str().unwrap(), &trace, &[]);
+    let s = stats(&trace);
+    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx");
+    assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 5);
+    assert!(server.end().0.success());
+}
+
+#[test]
 fn sigusr2_and_a_hang_each_dump_and_the_program_goes_on() {
     let dir = scratch("flight-usr2-hang");
     let mut server = Server::start(
