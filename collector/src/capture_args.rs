@@ -31,7 +31,7 @@ pub struct TraceArgs {
     /// call about 1.1 us a node (an H200's figure); the kernels inside graphs are then not seen), hes (Blackwell's
     /// hardware kernel timestamps, where CUPTI offers them; not with attach), api-records (the calls from CUPTI's
     /// API activity records, as Kineto takes them, instead of callbacks into cuflight: no Python stacks, so not
-    /// with python; CUDA 12.6 and later; not measured against callbacks on a GPU yet).
+    /// with python; CUDA 12.5 and later; not measured against callbacks on a GPU yet).
     /// Default: cuda,nvtx,memory,overhead,python.
     #[arg(short = 't', long, value_parser = parse_trace, value_name = "LIST")]
     pub trace: Option<u32>,

@@ -152,7 +152,7 @@ fn tell_recorded(s: &RecordSummary, opts: &RecordOptions, trace: &TraceArgs) {
             if !traced.split(',').any(|t| t == "api-records") {
                 eprintln!(
                     "cuflight: process {pid}: its calls were recorded through callbacks, not CUPTI's API records \
-                     (api-records needs CUPTI 12.6 or later, and no --sample or flight recorder)"
+                     (api-records needs CUPTI 12.5 or later, and no --sample or flight recorder)"
                 );
             }
         }

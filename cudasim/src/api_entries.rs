@@ -31,9 +31,9 @@ cupti_entry!(
     }
 );
 
-/// `cuptiActivityEnable{Runtime,Driver}Api`: from CUDA 12.6 (API version 24; see `api_records.rs`).
+/// `cuptiActivityEnable{Runtime,Driver}Api`: from CUDA 12.5 (API version 23; see `api_records.rs`).
 fn api_records_for(domain: usize, cbid: u32, enable: u8) -> c::CUptiResult {
-    if crate::release::current().api_version < 24 {
+    if crate::release::current().api_version < 23 {
         return c::CUPTI_ERROR_NOT_SUPPORTED;
     }
     if cbid as usize >= MAX_CBID {

@@ -7,9 +7,10 @@
 //! - `cuptiActivityEnableRuntimeApi(cbid, enable)` / `cuptiActivityEnableDriverApi`: "to enable the collection of
 //!   a small set of CUDA Runtime APIs, user can call this API without using the activity kind"; the kind "controls
 //!   the collection of either all ... APIs or none" and "overrides the settings done by this API if it is called
-//!   after the API". The `_v2` forms (13.x) do the same for one subscriber. Both are in the 12.9 and 13.5 headers;
-//!   the simulator refuses them below API version 24 (CUDA 12.6, the release taken to introduce them: not checked
-//!   against an older header here).
+//!   after the API". The `_v2` forms (13.x) do the same for one subscriber. First in the 12.5 header (API version
+//!   23: the cupti_activity.h of PyPI's nvidia-cuda-cupti-cu12 12.4.127 lacks them, 12.5.82's has them); the
+//!   simulator refuses them below it. `CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER` is in every 12.x header
+//!   (12.1.105's already).
 //! - Driver records only for the driver calls a program makes itself: a real H100 Kineto trace with driver
 //!   records on (TraceLens's Qwen1.5 inference trace, `kineto-h100-qwen-inference.json.gz` in shared/traces) holds
 //!   1,921 runtime records and one driver record (a direct `cuLaunchKernel`), none inside a runtime call, though

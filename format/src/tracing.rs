@@ -38,7 +38,7 @@
 //!   DRIVER, each call enabled on its own with `cuptiActivityEnableRuntimeApi`, as Kineto records calls) instead
 //!   of callbacks into the agent: no call of the program runs the agent's code. Taken only where no callback is
 //!   wanted: not with `python` (refused together), `record --sample` or a flight recorder, whose windows use
-//!   callbacks, and not where CUPTI lacks the per-call entry points (CUDA 12.6 and later have them); the trace's
+//!   callbacks, and not where CUPTI lacks the per-call entry points (CUDA 12.5 and later have them); the trace's
 //!   `traced` list says which it was. Allocation sizes then come from `memory`'s records only. Not yet measured
 //!   against callbacks on a GPU, hence not a default.
 //!

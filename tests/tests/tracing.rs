@@ -300,7 +300,7 @@ fn calls_from_cupti_records_are_the_calls_callbacks_record() {
         assert_eq!(flows, flows_by_callbacks, "{release}");
     }
     let (s, _, err) = record_on(&dir, "12.4", Some("cuda,nvtx,api-records"), CALLS);
-    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx", "no per-call records before 12.6: callbacks");
+    assert_eq!(s["processes"][0]["traced"], "cuda,nvtx", "no per-call records before 12.5: callbacks");
     assert!(err.contains("recorded through callbacks, not CUPTI's API records"), "said: {err}");
     assert_eq!(count(&s, "api", "name", "cudaLaunchKernel"), 14);
     // Python stacks are read in callbacks: asking for both is refused at once.
