@@ -11,8 +11,9 @@
  * With "offline" (named nothing), it serves an offline batch as vLLM's first scheduler did: 8 requests, all there
  * at the start, prefilled one an iteration with no decode beside it, then decoded together (bucket 8) for 60 tokens.
  * With "lazy" (named nothing), 20 requests decode 30 tokens (up to 8 run at once) and a bucket's graph is captured the
- * first time a batch needs it, as torch.compile's CUDA graph trees do: that batch runs eagerly, 2 ms of host work
- * record it, then it is captured and replayed (buckets 4 and 8 come mid-run).
+ * first time a batch needs it, as torch.compile's CUDA graph trees do: that batch runs eagerly, 10 ms of host work
+ * record it (a real model's recording takes tens of milliseconds; a capture must stand out of a mixed step slowed by
+ * a loaded machine), then it is captured and replayed (buckets 4 and 8 come mid-run).
  * Before serving (but lazily) it warms up: one prefill and one replay of each bucket.
  * It prints "batching: prefill P decode D mixed M requests R kernels K replays G", what it did while serving. */
 #include "sim.h"
@@ -110,7 +111,7 @@ int main(int argc, char **argv) {
                 CHECK(cudaMemsetAsync(logits, 0, (size_t)bucket_size[b] * 4096, s));
                 for (int i = 0; i < DECODE_KERNELS; i++)
                     launch(decode_layer, (unsigned)bucket_size[b] * 16, 128, s, args);
-                usleep(2000);
+                usleep(10000);
                 decode[b] = capture_decode(s, bucket_size[b]);
             }
             CHECK(cudaGraphLaunch(decode[b], s));

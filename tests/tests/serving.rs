@@ -16,6 +16,8 @@ fn counts(stdout: &str) -> std::collections::HashMap<String, u64> {
 
 /// The program's report, what it says it did, and its trace.
 fn served(test: &str, mode: &str) -> (Value, std::collections::HashMap<String, u64>, std::path::PathBuf) {
+    // Steps are told apart as slow by their time: one recording at a time.
+    let _one = serial();
     let dir = scratch(test);
     let prog = build_c("batching", &dir);
     let rec = record(&dir, &[], &prog, &[mode], &[]);
@@ -199,25 +201,44 @@ fn a_window_into_a_serving_loop_says_which_requests_it_saw_whole() {
 /// A server that captures a batch size's CUDA graph the first time a batch needs it (`batching lazy`, as
 /// torch.compile's CUDA graph trees do; it names nothing): each step that captured one mid-run, slow by the eager
 /// run and the recording, is named with that and left out with the warm-up, not counted as a steady iteration.
+/// Bucket 1's capture falls in the warm-up, and so may bucket 4's where a loaded machine slows the first steps:
+/// the warm-up then names it. Bucket 8's (about step 17) comes after.
 #[test]
 fn graphs_captured_lazily_mid_run_are_named_and_left_out() {
     let (r, did, trace) = served("serving-lazy", "lazy");
     assert_eq!((did["prefill"], did["decode"], did["mixed"]), (1, 87, 19), "{did:?}");
     let p = &r["processes"][0];
-    let later = p["warmup"]["later"].as_array().cloned().unwrap_or_default();
-    let captures: Vec<&Value> = later.iter().filter(|f| f["graphs_instantiated"].as_u64() == Some(1)).collect();
-    // Buckets 4 and 8 are first needed mid-run (bucket 1's capture may fall in the warm-up).
-    assert!(captures.len() >= 2, "{later:?}");
-    for f in &captures {
-        assert!(f["cost_ns"].as_u64().unwrap() >= 1_000_000, "2 ms of host work recording it: {f}");
+    let w = &p["warmup"];
+    let capturing = |list: &str| -> Vec<Value> {
+        let steps = w.get(list).and_then(Value::as_array).cloned().unwrap_or_default();
+        steps.into_iter().filter(|f| f["graphs_instantiated"].as_u64() == Some(1)).collect()
+    };
+    let (in_warmup, later) = (capturing("detail"), capturing("later"));
+    assert!(in_warmup.len() + later.len() >= 3 && !later.is_empty(), "one capture a bucket: {w}");
+    for f in &later {
+        assert!(
+            f["cost_ns"].as_u64().unwrap() >= 1_000_000,
+            "10 ms of host work recording it, over a mixed step's time even on a loaded machine: {f}"
+        );
+        assert_eq!(f["recompiled"], false, "no Triton kernel: {f}");
+    }
+    for f in in_warmup.iter().chain(&later) {
         let name = f["name"].as_str().unwrap();
         assert!(p["steps"].as_array().unwrap().iter().all(|s| s["name"] != name), "{name} left out");
-        assert_eq!(f["recompiled"], false, "no Triton kernel: {f}");
     }
     let text = std::process::Command::new(cuflight_bin()).arg("report").arg(&trace).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(
         text.contains("1 CUDA graph captured and instantiated: a batch size or input shape first met then"),
         "{text}"
+    );
+    let warm = match in_warmup.len() {
+        0 => None,
+        1 => Some("1 CUDA graph captured and instantiated;".to_string()),
+        n => Some(format!("{n} CUDA graphs captured and instantiated;")),
+    };
+    assert!(
+        warm.as_ref().is_none_or(|w| text.contains(w.as_str())),
+        "the warm-up names its captures ({warm:?}): {text}"
     );
 }

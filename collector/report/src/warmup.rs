@@ -131,6 +131,10 @@ pub struct WarmupStep {
     pub kernels_only_here: usize,
     /// Device allocation calls it made.
     pub alloc_calls: usize,
+    /// CUDA graphs instantiated in it (captured as the program warmed up, or lazily for a batch size first met
+    /// while the warm-up still ran).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub graphs_instantiated: u64,
 }
 
 /// The warm-up steps of a process (JSON `warmup`).
@@ -292,6 +296,10 @@ impl Warmup {
                 counted(allocs as u64, "device allocation call", "device allocation calls")
             ));
         }
+        let graphs: u64 = self.detail.iter().map(|d| d.graphs_instantiated).sum();
+        if graphs > 0 {
+            what.push(format!("{} captured and instantiated", counted(graphs, "CUDA graph", "CUDA graphs")));
+        }
         let slowest = self.detail.iter().map(|d| d.slowdown).fold(0.0, f64::max);
         if slowest > SLOW {
             let of = if self.steady_by_kind.is_empty() { "" } else { " of its kind" };
@@ -399,6 +407,7 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
     }
     let allocs = ev.alloc_calls.per_window(windows);
     let steady_allocs = allocs.as_ref().map_or(0, |a| a[half..].iter().copied().max().unwrap_or(0) as usize);
+    let graphs = ev.graph_instantiations.per_window(windows).unwrap_or_default();
     let mut detail = Vec::new();
     for i in 0..half {
         let d = windows[i].1 - windows[i].0;
@@ -418,6 +427,7 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
             compared_with_ns,
             kernels_only_here: new_kernels[i],
             alloc_calls: if allocating { alloc_calls } else { 0 },
+            graphs_instantiated: graphs.get(i).copied().unwrap_or(0),
         });
     }
     let warm_end = detail.last().map_or(0, |d| d.start_ns + d.duration_ns);

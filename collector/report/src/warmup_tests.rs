@@ -116,6 +116,27 @@ fn a_later_step_that_captures_a_graph_is_named_with_its_cost() {
     assert!(detect(&w, &names, &ev).later.is_empty(), "at steady speed");
 }
 
+/// A graph instantiated while the warm-up still ran (a loaded machine slowed the steps up to it) is named by the
+/// warm-up, not lost: its step says so and the warm-up's line counts it.
+#[test]
+fn a_graph_captured_in_the_warmup_is_named_by_it() {
+    let mut d = vec![100u64; 12];
+    d[0] = 400;
+    d[1] = 300;
+    let (w, names) = windows(&d);
+    let mut ev = Evidence::new();
+    for win in &w {
+        ev.kernel(1, win.0 + 10);
+    }
+    ev.graph_setup(w[1].0 + 200, true);
+    let r = detect(&w, &names, &ev);
+    assert_eq!(r.steps, 2, "{r:?}");
+    let counts: Vec<u64> = r.detail.iter().map(|d| d.graphs_instantiated).collect();
+    assert_eq!(counts, [0, 1]);
+    assert!(r.later.is_empty(), "{r:?}");
+    assert!(r.describe().starts_with("1 CUDA graph captured and instantiated; up to 4.0x"), "{}", r.describe());
+}
+
 #[test]
 fn a_servers_steps_are_compared_with_their_own_kind_told_by_what_they_launch() {
     // An unnamed server: a pre-serving warm-up (300, prefill and replays), the first prefill (eager, 90),
