@@ -8,6 +8,8 @@ use std::process::Command;
 
 #[test]
 fn a_recompilation_in_the_middle_of_the_run_is_named_with_its_cost() {
+    // Warm-up and slow steps are told by time: one recording at a time.
+    let _one = serial();
     let dir = scratch("compiled-loop");
     let prog = build_c("compiled_loop", &dir);
     let rec = record(&dir, &[], &prog, &["20", "12"], &[]);
@@ -51,6 +53,8 @@ fn a_recompilation_in_the_middle_of_the_run_is_named_with_its_cost() {
 /// Without a recompilation nothing later is named, and a run with one keeps its steady steps' verdict.
 #[test]
 fn a_compiled_loop_without_recompilation_names_no_later_step() {
+    // Warm-up and slow steps are told by time: one recording at a time.
+    let _one = serial();
     let dir = scratch("compiled-loop-steady");
     let prog = build_c("compiled_loop", &dir);
     let rec = record(&dir, &[], &prog, &["20", "100"], &[]);

@@ -50,6 +50,8 @@ fn the_export_names_the_graph_node_of_every_replayed_op() {
 
 #[test]
 fn a_loop_that_captures_its_graph_every_step_is_named_for_it() {
+    // Warm-up and slow steps are told by time: one recording at a time.
+    let _one = serial();
     let dir = scratch("graphs-recapture");
     let (r, s) = graph_loop(&dir, "recapture");
     let f = finding(&r, "graph_capture").unwrap_or_else(|| panic!("no graph_capture: {}", r["findings"]));
@@ -130,6 +132,8 @@ fn a_loop_that_replays_one_graph_is_not_launch_bound_and_its_capture_is_no_step_
 /// capture, are the loop's warm-up, compared with the replays; the capturing step is warm-up for its time.
 #[test]
 fn eager_steps_before_the_loop_is_captured_are_its_warmup() {
+    // Warm-up and slow steps are told by time: one recording at a time.
+    let _one = serial();
     let dir = scratch("graphs-late");
     let (r, _) = graph_loop(&dir, "late");
     let w = &r["processes"][0]["warmup"];
