@@ -59,7 +59,7 @@ pub fn enable(
     };
     if !runtime_ok {
         ON.store(true, Ordering::Release); // so that `disable` undoes whatever was enabled
-        disable(cupti);
+        disable(cupti, runtime, driver);
         return false;
     }
     for &cbid in driver {
@@ -90,8 +90,11 @@ fn set(api: ApiRecords, subscriber: Option<c::CUpti_SubscriberHandle>, runtime: 
 }
 
 /// Stops every API record of ours: the window is over, or set-up fell back to callbacks. Nothing of ours stays
-/// enabled between windows.
-pub fn disable(cupti: &Cupti) {
+/// enabled between windows. `runtime` and `driver` are the calls [`enable`] was given: a call enabled on its own
+/// outlives its kind's disable ("overrides ... if it is called after", cupti_activity.h), so each is disabled
+/// again, and only those (a CUPTI configuration call each, on the control thread: the 547 calls recorded by default,
+/// not the 1,412 ids CUDA 13's tables know).
+pub fn disable(cupti: &Cupti, runtime: &[u32], driver: &[u32]) {
     if !ON.swap(false, Ordering::AcqRel) {
         return;
     }
@@ -106,10 +109,10 @@ pub fn disable(cupti: &Cupti) {
     }
     let Some(api) = cupti.optional.api_records else { return };
     let subscriber = v2.map(|(_, sub)| sub);
-    for &(cbid, _) in cupti_sys::cbids::RUNTIME {
+    for &cbid in runtime {
         set(api, subscriber, true, cbid, false);
     }
-    for &(cbid, _) in cupti_sys::cbids::DRIVER {
+    for &cbid in driver {
         set(api, subscriber, false, cbid, false);
     }
 }
