@@ -30,7 +30,7 @@ fn a_recompilation_in_the_middle_of_the_run_is_named_with_its_cost() {
     assert!((20.0..60.0).contains(&cost), "{f}");
     let text = Command::new(cuflight_bin()).arg("report").arg(&rec.trace).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
-    let line = text.lines().find(|l| l.contains("Slow steps doing first-time work after warm-up")).expect("named");
+    let line = text.lines().find(|l| l.contains("Steps doing first-time work after warm-up")).expect("named");
     assert!(line.contains("ProfilerStep#12") && line.contains("a torch.compile recompilation"), "{line}");
     // Left out of the steps the findings cover, as the warm-up is; --include-warmup keeps both.
     let steps = |r: &Value| r["processes"][0]["steps"].as_array().unwrap().len() as u64;

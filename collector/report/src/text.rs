@@ -349,7 +349,8 @@ pub fn warmup_line(w: &super::warmup::Warmup) -> Option<String> {
     ))
 }
 
-/// The later steps that paid for first-time work (recompilations), each with its cost; None when there were none.
+/// The later steps that did first-time work (recompilations, lazy captures), each with its cost; None when there were
+/// none.
 pub fn first_runs_line(w: &super::warmup::Warmup) -> Option<String> {
     if w.later.is_empty() {
         return None;
@@ -377,7 +378,8 @@ pub fn first_runs_line(w: &super::warmup::Warmup) -> Option<String> {
                 ));
             }
             let of = f.kind.map_or(String::new(), |k| format!(", {k}"));
-            format!("{}{of} +{} ({})", f.name, ms(f.cost_ns), did.join("; "))
+            let cost = if f.cost_ns > 0 { format!("+{}", ms(f.cost_ns)) } else { "no slower".to_string() };
+            format!("{}{of} {cost} ({})", f.name, did.join("; "))
         })
         .collect();
     let more = if w.later.len() > 5 { format!(", and {} more", w.later.len() - 5) } else { String::new() };
@@ -390,7 +392,7 @@ pub fn first_runs_line(w: &super::warmup::Warmup) -> Option<String> {
         "left out with the warm-up (--include-warmup keeps them)"
     };
     Some(format!(
-        "Slow steps doing first-time work after warm-up (kernels not run before, CUDA graphs captured): {} step(s), \
+        "Steps doing first-time work after warm-up (slow with kernels not run before; CUDA graphs captured): {} step(s), \
          {} over the steady {} in all: \
          {}{more}; {apart}",
         w.later.len(),

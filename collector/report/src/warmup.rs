@@ -18,9 +18,13 @@
 //! than 1.5× the steady median (of its kind): a `torch.compile` recompilation (a new shape or a guard that failed compiles
 //! new Triton kernels; Inductor names them `triton_*`), a code path taken for the first time (the first
 //! evaluation), a kernel autotuned for a new shape. Each is named with its cost, its time over the median, and
-//! left out of the analyses with the warm-up ([`super::plan::Plan::leave_out_warmup`]). So is a slow later step
-//! that instantiates a CUDA graph: one captured lazily, the first time its batch size or input shape came
-//! (torch.compile's CUDA graph trees; a server that captures its decode buckets as it meets them).
+//! left out of the analyses with the warm-up ([`super::plan::Plan::leave_out_warmup`]). So is a later step that
+//! instantiates a CUDA graph: one captured lazily, the first time its batch size or input shape came
+//! (torch.compile's CUDA graph trees; a server that captures its decode buckets as it meets them). Slow, always;
+//! at any speed where such steps are rare ([`RARE_CAPTURES`]): a server's capture step runs the batch eagerly
+//! before it records it, so it holds eager kernels and a replay as a mixed step does, and is told apart from one
+//! by the instantiation, not by its time (a loaded host stretches the mixed steps it is compared with). A loop
+//! that instantiates in most steps is not lazy but re-capturing, for the `graph_capture` finding.
 
 use super::spans::{window_of, Span};
 use super::step_kinds::{self, Launched, ToldBy};
@@ -30,6 +34,10 @@ use serde::Serialize;
 
 /// A step is slow when it takes more than this times the steady median.
 const SLOW: f64 = 1.5;
+
+/// A later step that instantiates a CUDA graph is named at any speed where at most one in this many steps after
+/// the warm-up does.
+pub const RARE_CAPTURES: usize = 8;
 
 /// Times remembered per process for each rule that needs them (device allocation calls, graph replays, eager
 /// kernels); past this many, the rule is left out (a run that allocates all the time is not told apart by its
@@ -207,7 +215,8 @@ pub struct FirstRun {
     /// Its kind, where the steps have kinds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<&'static str>,
-    /// Its time over the steady median it is compared with (its kind's, where steps have kinds).
+    /// Its time over the steady median it is compared with (its kind's, where steps have kinds); 0 where it is no
+    /// slower (a rare capture at steady speed) or no steady step compares.
     pub cost_ns: u64,
     /// Kernels (distinct names) first run in it.
     pub new_kernels: usize,
@@ -225,7 +234,7 @@ pub struct FirstRun {
 }
 
 /// Steps from `from` on that ran kernels first seen in them, or instantiated a CUDA graph, and took over [`SLOW`]×
-/// their reference.
+/// their reference; and those that instantiated one at any speed, where few steps do ([`RARE_CAPTURES`]).
 fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, reference: &Reference) -> Vec<FirstRun> {
     let mut firsts: Vec<(u64, u32)> = ev.kernels.iter().map(|(&k, &(first, _))| (first, k)).collect();
     firsts.sort_unstable();
@@ -236,22 +245,27 @@ fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, re
         }
     }
     let graphs = ev.graph_instantiations.per_window(windows).unwrap_or_default();
-    for (i, _) in graphs.iter().enumerate().filter(|&(i, &n)| n > 0 && i >= from && i > 0) {
+    let capturing: Vec<usize> =
+        graphs.iter().enumerate().filter(|&(i, &n)| n > 0 && i >= from && i > 0).map(|(i, _)| i).collect();
+    let rare = capturing.len() * RARE_CAPTURES <= windows.len().saturating_sub(from);
+    for &i in &capturing {
         per.entry(i).or_default();
     }
     let mut out: Vec<FirstRun> = per
         .into_iter()
         .filter_map(|(i, kernels)| {
             let (d, median) = (windows[i].1 - windows[i].0, reference.per_step[i]);
-            (median > 0 && d as f64 > SLOW * median as f64).then(|| FirstRun {
+            let slow = median > 0 && d as f64 > SLOW * median as f64;
+            let instantiated = graphs.get(i).copied().unwrap_or(0);
+            (slow || (rare && instantiated > 0)).then(|| FirstRun {
                 name: names.get(i).cloned().unwrap_or_default(),
                 start_ns: windows[i].0,
                 duration_ns: d,
                 kind: reference.kind(i),
-                cost_ns: d - median,
+                cost_ns: if median > 0 { d.saturating_sub(median) } else { 0 },
                 new_kernels: kernels.len(),
                 recompiled: false,
-                graphs_instantiated: graphs.get(i).copied().unwrap_or(0),
+                graphs_instantiated: instantiated,
                 kernel_ids: kernels,
                 examples: Vec::new(),
             })

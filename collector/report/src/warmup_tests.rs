@@ -94,8 +94,9 @@ fn a_later_step_that_compiles_new_kernels_is_named_with_its_cost() {
     assert!(detect(&w, &names, &ev).later.is_empty());
 }
 
-/// A graph captured lazily: a later step that instantiates one and is slow is named, with no kernel new to it;
-/// one at steady speed, or a slow step without one, is not.
+/// A graph captured lazily: a later step that instantiates one and is slow is named with its cost, with no
+/// kernel new to it; one at steady speed too, where few steps capture (cost 0); a slow step without one is not,
+/// and nor are the steps of a loop that instantiates in most steps (it re-captures: `graph_capture`'s).
 #[test]
 fn a_later_step_that_captures_a_graph_is_named_with_its_cost() {
     let mut d = vec![100u64; 12];
@@ -113,7 +114,26 @@ fn a_later_step_that_captures_a_graph_is_named_with_its_cost() {
     assert_eq!((f.name.as_str(), f.cost_ns, f.new_kernels, f.graphs_instantiated), ("ProfilerStep#9", 250, 0, 1));
     d[9] = 100;
     let (w, names) = windows(&d);
-    assert!(detect(&w, &names, &ev).later.is_empty(), "at steady speed");
+    let mut ev = Evidence::new();
+    for win in &w {
+        ev.kernel(1, win.0 + 10);
+    }
+    ev.graph_setup(w[9].0 + 50, true);
+    let r = detect(&w, &names, &ev);
+    let at_speed: Vec<(&str, u64)> = r.later.iter().map(|f| (f.name.as_str(), f.cost_ns)).collect();
+    assert_eq!(at_speed, [("ProfilerStep#9", 0)], "at steady speed: {r:?}");
+    let mut plain = Evidence::new();
+    for win in &w {
+        plain.kernel(1, win.0 + 10);
+    }
+    d[9] = 350;
+    let (w, names) = windows(&d);
+    assert!(detect(&w, &names, &plain).later.is_empty(), "slow, without a capture");
+    let (w, names) = windows(&[100; 12]);
+    for win in &w[2..] {
+        plain.graph_setup(win.0 + 20, true);
+    }
+    assert!(detect(&w, &names, &plain).later.is_empty(), "a capture every step");
 }
 
 /// A graph instantiated while the warm-up still ran (a loaded machine slowed the steps up to it) is named by the
