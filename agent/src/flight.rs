@@ -160,9 +160,10 @@ pub fn dump_to_session(session: &str) -> Result<(), String> {
 }
 
 /// Writes the segment's image to `<dump dir>/cuflight-<pid>-<unix seconds>-<n>.seg` and says so on stderr. The image
-/// is written under a hidden name first and linked into place whole, so that whoever watches the directory (a job
-/// that uploads new dumps) never takes a dump still being written.
-/// Async-signal-safe: no allocation, no lock; only `open`, `pwrite`, `ftruncate`, `close`, `link`, `unlink`, `write`.
+/// is written under a hidden name first and linked into place whole (renamed where the file system has no hard
+/// links), so that whoever watches the directory (a job that uploads new dumps) never takes a dump still being
+/// written. Async-signal-safe: no allocation, no lock; only `open`, `pwrite`, `ftruncate`, `close`, `link`,
+/// `access`, `rename`, `unlink`, `write`.
 fn dump_to_dir(reason: u32) -> bool {
     let (Some(agent), Some(dir)) = (state::existing_agent(), CONFIG.dump_dir.as_ref()) else { return false };
     if refused_for_disk(dir, agent.seg.image_bytes()) {
@@ -221,13 +222,16 @@ fn dump_to_dir(reason: u32) -> bool {
             continue;
         }
         // A file system without hard links (some FUSE and object-store mounts): renamed instead, which replaces a
-        // file of that name, so only where none is.
+        // file of that name, so only where none is (a link refused may not say EEXIST for a name taken: the next
+        // name is tried).
         let (from, to) =
             (partial.bytes().as_ptr() as *const libc::c_char, path.bytes().as_ptr() as *const libc::c_char);
         // SAFETY: a NUL-terminated path in our buffer; F_OK only asks whether the name exists.
-        let free = unsafe { libc::access(to, libc::F_OK) } != 0;
+        if unsafe { libc::access(to, libc::F_OK) } == 0 {
+            continue;
+        }
         // SAFETY: NUL-terminated paths in our buffers.
-        placed = free && unsafe { libc::rename(from, to) } == 0;
+        placed = unsafe { libc::rename(from, to) } == 0;
         break;
     }
     unlink_partial();

@@ -227,6 +227,55 @@ fn sigusr2_and_a_hang_each_dump_and_the_program_goes_on() {
     assert_eq!(images(&dir, 0).len(), 2, "one dump per hang, none for the quick waits after it");
 }
 
+/// A dump directory on a file system without hard links (some FUSE and object-store mounts; here a seccomp filter,
+/// tests/c/no_link.c, has link(2) fail with EPERM): the dump is renamed into place instead, never over a file of
+/// the same name (the names it would take first are there already: it takes the next), and no partial file is left.
+#[test]
+fn a_dump_directory_without_hard_links_gets_its_dump_by_rename() {
+    let dir = scratch("flight-no-link");
+    let no_link = build_c_linked("no_link", &dir, false);
+    let probe = Command::new(&no_link).arg("true").status().unwrap();
+    if probe.code() == Some(125) {
+        skipped("no seccomp filter could be installed here (tests/c/no_link.c)");
+        return;
+    }
+    assert!(probe.success(), "{probe:?}");
+    let server = build_c("server", &dir);
+    let mut cmd = Command::new(cuflight_bin());
+    cmd.args(["launch", "--flight-recorder", "30s", "--dump-dir", dir.to_str().unwrap(), "--"]);
+    cmd.arg(&no_link).arg(&server).arg("cmd");
+    let mut server = Server::spawn(cmd, &[]);
+    assert_eq!(server.cmd("k 2"), "done 2");
+    // The first name of each second about now is taken by another file.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let taken: Vec<PathBuf> =
+        (now - 1..now + 20).map(|s| dir.join(format!("cuflight-{}-{s}-0.seg", server.pid()))).collect();
+    for t in &taken {
+        std::fs::write(t, b"not a dump").unwrap();
+    }
+    assert!(Command::new("kill").args(["-USR2", &server.pid().to_string()]).status().unwrap().success());
+    let found = images(&dir, taken.len() + 1);
+    let placed: Vec<&PathBuf> = found.iter().filter(|p| !taken.contains(p)).collect();
+    assert_eq!(placed.len(), 1, "{found:?}");
+    assert!(placed[0].to_str().unwrap().ends_with("-1.seg"), "the next name: {placed:?}");
+    assert_eq!(server.cmd("k 1"), "done 1", "the program goes on");
+    let (status, err) = server.end();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("flight recorder dump written to") && err.contains(placed[0].to_str().unwrap()), "{err}");
+    for t in &taken {
+        assert_eq!(std::fs::read(t).unwrap(), b"not a dump", "{} replaced", t.display());
+    }
+    let partial: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|n| n.ends_with(".partial"))
+        .collect();
+    assert!(partial.is_empty(), "{partial:?}");
+    let trace = dir.join("renamed.cuf");
+    assert!(dumped(placed[0].to_str().unwrap(), &trace, &[]).contains("dumped: SIGUSR2"));
+    assert_eq!(count(&stats(&trace), "kernels", "name", "tick"), 3);
+}
+
 /// Dumps fill no disk: one that would take the dump directory's dumps past --dump-max-use, or leave its file
 /// system less than --dump-keep-free, is not written and says why (the program goes on); `launch` says so before
 /// the program starts where no dump could be written; within both limits, dumps are written as before.
