@@ -181,6 +181,7 @@ fn an_unnamed_offline_batchs_prefills_are_iterations_not_warmup() {
 /// it are said to have no known latency.
 #[test]
 fn a_window_into_a_serving_loop_says_which_requests_it_saw_whole() {
+    let _one = serial();
     let dir = scratch("serving-window");
     let prog = build_c("batching", &dir);
     let rec = record(&dir, &["--skip-steps", "10", "--steps", "20"], &prog, &["named"], &[]);
