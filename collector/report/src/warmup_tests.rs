@@ -13,6 +13,15 @@ fn windows(durations: &[u64]) -> (Vec<Span>, Vec<String>) {
     (w, (0..durations.len()).map(|i| format!("ProfilerStep#{i}")).collect())
 }
 
+/// Evidence of a model's kernel (id 1) run in every step of `w`.
+fn kernel_every_step(w: &[Span]) -> Evidence {
+    let mut ev = Evidence::new();
+    for win in w {
+        ev.kernel(1, win.0 + 10);
+    }
+    ev
+}
+
 #[test]
 fn slow_first_steps_are_warmup_and_a_steady_run_has_none() {
     // The H100 transformer run: 315 and 51 ms first steps, then about 30 ms each.
@@ -87,10 +96,7 @@ fn a_later_step_that_compiles_new_kernels_is_named_with_its_cost() {
     assert!(detect(&w, &names, &ev).later.is_empty());
     d[8] = 400;
     let (w, names) = windows(&d);
-    let mut ev = Evidence::new();
-    for win in &w {
-        ev.kernel(1, win.0 + 10);
-    }
+    let ev = kernel_every_step(&w);
     assert!(detect(&w, &names, &ev).later.is_empty());
 }
 
@@ -102,10 +108,7 @@ fn a_later_step_that_captures_a_graph_is_named_with_its_cost() {
     let mut d = vec![100u64; 12];
     d[9] = 350;
     let (w, names) = windows(&d);
-    let mut ev = Evidence::new();
-    for win in &w {
-        ev.kernel(1, win.0 + 10);
-    }
+    let mut ev = kernel_every_step(&w);
     ev.graph_setup(w[9].0 + 20, false);
     ev.graph_setup(w[9].0 + 200, true);
     let r = detect(&w, &names, &ev);
@@ -114,18 +117,12 @@ fn a_later_step_that_captures_a_graph_is_named_with_its_cost() {
     assert_eq!((f.name.as_str(), f.cost_ns, f.new_kernels, f.graphs_instantiated), ("ProfilerStep#9", 250, 0, 1));
     d[9] = 100;
     let (w, names) = windows(&d);
-    let mut ev = Evidence::new();
-    for win in &w {
-        ev.kernel(1, win.0 + 10);
-    }
+    let mut ev = kernel_every_step(&w);
     ev.graph_setup(w[9].0 + 50, true);
     let r = detect(&w, &names, &ev);
     let at_speed: Vec<(&str, u64)> = r.later.iter().map(|f| (f.name.as_str(), f.cost_ns)).collect();
     assert_eq!(at_speed, [("ProfilerStep#9", 0)], "at steady speed: {r:?}");
-    let mut plain = Evidence::new();
-    for win in &w {
-        plain.kernel(1, win.0 + 10);
-    }
+    let mut plain = kernel_every_step(&w);
     d[9] = 350;
     let (w, names) = windows(&d);
     assert!(detect(&w, &names, &plain).later.is_empty(), "slow, without a capture");
@@ -144,10 +141,7 @@ fn a_graph_captured_in_the_warmup_is_named_by_it() {
     d[0] = 400;
     d[1] = 300;
     let (w, names) = windows(&d);
-    let mut ev = Evidence::new();
-    for win in &w {
-        ev.kernel(1, win.0 + 10);
-    }
+    let mut ev = kernel_every_step(&w);
     ev.graph_setup(w[1].0 + 200, true);
     let r = detect(&w, &names, &ev);
     assert_eq!(r.steps, 2, "{r:?}");
