@@ -234,8 +234,16 @@ pub struct FirstRun {
 }
 
 /// Steps from `from` on that ran kernels first seen in them, or instantiated a CUDA graph, and took over [`SLOW`]×
-/// their reference; and those that instantiated one at any speed, where few steps do ([`RARE_CAPTURES`]).
-fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, reference: &Reference) -> Vec<FirstRun> {
+/// their reference; and those that instantiated one at any speed, where few steps do ([`RARE_CAPTURES`]). `graphs`:
+/// the instantiations in each step.
+fn first_runs(
+    windows: &[Span],
+    names: &[String],
+    ev: &Evidence,
+    graphs: &[u64],
+    from: usize,
+    reference: &Reference,
+) -> Vec<FirstRun> {
     let mut firsts: Vec<(u64, u32)> = ev.kernels.iter().map(|(&k, &(first, _))| (first, k)).collect();
     firsts.sort_unstable();
     let mut per: FxHashMap<usize, Vec<u32>> = FxHashMap::default();
@@ -244,7 +252,6 @@ fn first_runs(windows: &[Span], names: &[String], ev: &Evidence, from: usize, re
             per.entry(i).or_default().push(k);
         }
     }
-    let graphs = ev.graph_instantiations.per_window(windows).unwrap_or_default();
     let capturing: Vec<usize> =
         graphs.iter().enumerate().filter(|&(i, &n)| n > 0 && i >= from && i > 0).map(|(i, _)| i).collect();
     let rare = capturing.len() * RARE_CAPTURES <= windows.len().saturating_sub(from);
@@ -448,7 +455,7 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
     let (only_warmup, run_again): (Vec<_>, Vec<_>) =
         only_before.iter().filter(|&&(_, first, _)| first < warm_end).partition(|&&(_, _, last)| last < warm_end);
     let example_kernels = only_warmup.iter().take(5).map(|&&(k, _, _)| k).collect();
-    let later = first_runs(windows, names, ev, detail.len(), &reference);
+    let later = first_runs(windows, names, ev, &graphs, detail.len(), &reference);
     Warmup {
         steps: detail.len(),
         ns: detail.iter().map(|d| d.duration_ns).sum(),
