@@ -348,9 +348,15 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         let syncs = rows_by_time(swept.sync_calls.iter().map(|(n, &c)| (n, c)));
         let blocked: u64 = syncs.iter().map(|r| r.total_ns).sum();
         let count: u64 = syncs.iter().map(|r| r.count).sum();
+        // Threads waiting at once each count their wait: summed over several, the time says so.
+        let threads = match swept.sync_threads {
+            0 | 1 => String::new(),
+            n => format!(", summed over {n} threads"),
+        };
+        let (calls, whom) = if count == 1 { ("call", "its thread") } else { ("calls", "their threads") };
         ev.facts.push(format!(
-            "{count} synchronising calls inside steps ({:.1} per step) blocked the host {} in all; the GPU then \
-             idled {} per step until the host queued more work",
+            "{count} synchronising {calls} inside steps ({:.1} per step) blocked {whom} {} in all{threads}; the GPU \
+             then idled {} per step until the host queued more work",
             count as f64 / steps as f64,
             ms(blocked),
             per_step(c.total_ns)

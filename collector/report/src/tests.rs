@@ -10,13 +10,13 @@ use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::source::EventSource;
 use cuflight_trace::model::trace::{Process, Trace};
 
-fn source(p: Process) -> EventSource {
+pub(crate) fn source(p: Process) -> EventSource {
     let mut t = Trace::default();
     t.processes.insert(p.info.pid, p);
     EventSource::from_trace(t)
 }
 
-fn process(strings: &[(u32, &str)], mut events: Vec<RawEvent>) -> Process {
+pub(crate) fn process(strings: &[(u32, &str)], mut events: Vec<RawEvent>) -> Process {
     let mut p = Process::default();
     p.info.pid = 7;
     for &(id, s) in strings {
@@ -27,15 +27,15 @@ fn process(strings: &[(u32, &str)], mut events: Vec<RawEvent>) -> Process {
     p
 }
 
-fn kernel(name: u32, start: u64, dur: u64, corr: u32) -> RawEvent {
+pub(crate) fn kernel(name: u32, start: u64, dur: u64, corr: u32) -> RawEvent {
     RawEvent { name, correlation: corr, stream: 7, ..RawEvent::new(EventKind::Kernel, 0, start, start + dur) }
 }
 
-fn api(name: u32, start: u64, dur: u64, corr: u32) -> RawEvent {
+pub(crate) fn api(name: u32, start: u64, dur: u64, corr: u32) -> RawEvent {
     RawEvent { name, correlation: corr, ..RawEvent::new(EventKind::Api, 1, start, start + dur) }
 }
 
-fn sweep(src: &mut EventSource, trim_at: usize) -> Swept {
+pub(crate) fn sweep(src: &mut EventSource, trim_at: usize) -> Swept {
     let plans = plan(src, None).unwrap();
     let waits = Default::default();
     let (&k, pl) = plans.iter().next().unwrap();
@@ -183,7 +183,7 @@ fn idle_inside_a_graph_launch_call_is_the_profilers_up_to_its_cost_per_traced_no
 
 /// A training loop of NVTX steps whose GPU work runs late (the host queues ahead), with a sync at the end of each
 /// step, a data-loading range that spans step boundaries, and a kernel longer than a step.
-fn loop_trace(steps: u64) -> Process {
+pub(crate) fn loop_trace(steps: u64) -> Process {
     let strings = [(1, "step"), (2, "gemm"), (3, "cudaLaunchKernel"), (4, "cudaStreamSynchronize"), (5, "load batch")];
     let mut ev = Vec::new();
     let (mut t, mut corr) = (1_000_000u64, 1u32);

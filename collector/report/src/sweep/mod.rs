@@ -43,8 +43,11 @@ pub struct Swept {
     pub graph_launch_durations: Counts,
     /// Those replays were traced at graph level (`--trace graphs`), one record each.
     pub graph_level: bool,
-    /// Synchronising call stretches of the launching threads that start in steps.
+    /// Synchronising calls of the launching threads that start in steps, each thread's counted apart (a call
+    /// nested in another of its thread's, the runtime's driver call, is the same wait).
     pub sync_calls: CallTotals,
+    /// The threads those calls were made on.
+    pub sync_threads: usize,
     /// `cudaMalloc`/`cudaFree` (not the stream-ordered ones) in steps after the first.
     pub alloc_calls: CallTotals,
     pub pageable: Copies,
@@ -112,6 +115,10 @@ pub struct Sweep<'a> {
     call: Option<HostCall>,
     /// Stream captures in progress: thread → when its `cudaStreamBeginCapture` began.
     capturing: FxHashMap<u32, u64>,
+    /// Per launching thread, the end of its last synchronising call counted in `sync_calls`.
+    sync_until: FxHashMap<u32, u64>,
+    /// The threads with a synchronising call counted.
+    sync_counted: rustc_hash::FxHashSet<u32>,
     /// Graph set-up done: stream captures (begin to end) and instantiations, not yet behind every window.
     graph_setup: Vec<Span>,
     /// CUDA graph launches traced node by node, by their call's start: the call's end and the nodes seen so far,
@@ -177,6 +184,8 @@ impl<'a> Sweep<'a> {
             calls: VecDeque::new(),
             call: None,
             capturing: FxHashMap::default(),
+            sync_until: FxHashMap::default(),
+            sync_counted: Default::default(),
             graph_setup: Vec::new(),
             graph_nodes: Default::default(),
             ranges: Vec::new(),
@@ -275,7 +284,10 @@ impl<'a> Sweep<'a> {
                         poll: false,
                     };
                     self.paths.call(class, call);
-                    self.host_call(p, HostCall { start: span.0, end: span.1, class, name: e.name, source });
+                    if class == CallClass::Sync {
+                        self.sync_call(p, e, source);
+                    }
+                    self.host_call(HostCall { start: span.0, end: span.1, class, name: e.name, source });
                 }
                 let alloc = call.manages_memory() && !call.has(CallEffects::ASYNC);
                 if alloc && self.window_of(e.start).is_some_and(|k| k > 0) {
@@ -337,7 +349,7 @@ impl<'a> Sweep<'a> {
 
     /// Launching threads' calls, nested or overlapping (runtime over driver, two threads), become disjoint
     /// stretches named by their most blocking call.
-    fn host_call(&mut self, p: &Process, c: HostCall) {
+    fn host_call(&mut self, c: HostCall) {
         match &mut self.call {
             Some(last) if c.start < last.end => {
                 last.end = last.end.max(c.end);
@@ -349,7 +361,7 @@ impl<'a> Sweep<'a> {
             }
             Some(last) => {
                 let done = std::mem::replace(last, c);
-                self.call_done(p, done);
+                self.calls.push_back(done);
             }
             None => self.call = Some(c),
         }
@@ -369,12 +381,24 @@ impl<'a> Sweep<'a> {
         }
     }
 
-    fn call_done(&mut self, p: &Process, c: HostCall) {
-        if c.class == CallClass::Sync && self.window_of(c.start).is_some() {
-            add_call(&mut self.out.sync_calls, p.string(c.name), c.end - c.start);
-            self.out.sources.add(super::sources::SourceKind::Sync, c.source, c.end - c.start);
+    /// Counts a launching thread's synchronising call that starts in a step, by thread: the host timeline merges
+    /// the threads' calls (`host_call`), and where several threads call CUDA at once a merged stretch can begin
+    /// before the steps and hold every wait of the run, which then went uncounted beside the idle time blamed on
+    /// them (400 threads launching and each synchronising its stream: "0 synchronising calls").
+    fn sync_call(&mut self, p: &Process, e: &RawEvent, source: Option<cuflight_trace::model::pystacks::PyFrame>) {
+        let end = e.end.max(e.start);
+        let until = self.sync_until.entry(e.tid).or_default();
+        if e.start < *until {
+            return; // inside the thread's previous synchronising call: the same wait
         }
-        self.calls.push_back(c);
+        *until = end;
+        if self.window_of(e.start).is_some() {
+            if self.sync_counted.insert(e.tid) {
+                self.out.sync_threads += 1;
+            }
+            add_call(&mut self.out.sync_calls, p.string(e.name), end - e.start);
+            self.out.sources.add(super::sources::SourceKind::Sync, source, end - e.start);
+        }
     }
 
     fn op(&mut self, e: &RawEvent) {
@@ -521,3 +545,6 @@ impl<'a> Sweep<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -156,7 +156,7 @@ impl Sweep<'_> {
 
     pub fn finish(mut self, p: &Process) -> Swept {
         if let Some(c) = self.call.take() {
-            self.call_done(p, c);
+            self.calls.push_back(c);
         }
         self.advance(p, u64::MAX);
         while self.done < self.windows().len() {
