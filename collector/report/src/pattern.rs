@@ -32,6 +32,44 @@ pub fn steps(mut seq: Vec<(u64, u32)>, (waits, waits_end): (Vec<(u64, u32)>, u64
     by_kernels.map_or_else(Vec::new, |p| cut(&seq, p, last_end))
 }
 
+/// Steps of a process's launches (time, name, thread) and waits (start, name, thread), as [`steps`] cuts them,
+/// unless several threads launch at once. PyTorch hands a step from the main thread (forward) to the autograd
+/// thread (backward) and back, a few switches a step, and their launches make one loop. Threads that launch
+/// concurrently (a replica per GPU, a server's workers) interleave their loops into a sequence that repeats
+/// nothing, or cut "steps" of a few launches each (400 threads of 200 launches and a wait each made 398 steps, most
+/// of them 0 ms): where the launching thread changes more than once in eight launches, the busiest thread's
+/// launches and waits are the loop, and where that loop has no steps of two launches or more there are none.
+pub fn steps_of_threads(
+    mut seq: Vec<(u64, u32, u32)>,
+    waits: Vec<(u64, u32, u32)>,
+    waits_end: u64,
+    last_end: u64,
+) -> Vec<HostRange> {
+    let strip = |v: Vec<(u64, u32, u32)>, keep: Option<u32>| {
+        v.into_iter().filter(|x| keep.is_none_or(|t| x.2 == t)).map(|x| (x.0, x.1)).collect::<Vec<_>>()
+    };
+    seq.sort_by_key(|x| x.0);
+    let switches = seq.windows(2).filter(|w| w[0].2 != w[1].2).count();
+    if seq.len() < MIN_INTERLEAVED || switches * 8 <= seq.len() {
+        return steps(strip(seq, None), (strip(waits, None), waits_end), last_end);
+    }
+    let mut per_thread: FxHashMap<u32, usize> = FxHashMap::default();
+    for x in &seq {
+        *per_thread.entry(x.2).or_default() += 1;
+    }
+    let busiest = per_thread.into_iter().max_by_key(|&(tid, n)| (n, std::cmp::Reverse(tid))).map(|x| x.0);
+    let (seq, waits) = (strip(seq, busiest), strip(waits, busiest));
+    let launches = seq.len();
+    let cut = steps(seq, (waits, waits_end), last_end);
+    if cut.len() * 2 > launches {
+        return Vec::new();
+    }
+    cut
+}
+
+/// Launches below which no interleaving is judged: a handful says nothing of a loop.
+const MIN_INTERLEAVED: usize = 64;
+
 /// Steps that end at the host's waits, where the launches repeat with no period but the host waits after each
 /// batch of them: a model server's engine loop (continuous batching makes every iteration different: a few
 /// decodes, then one that also prefills) reads each iteration's tokens back before it schedules the next. It
@@ -241,5 +279,43 @@ mod tests {
         let waits = vec![(15, 2), (1005, 2), (4005, 2)];
         let starts = |v: Vec<HostRange>| v.iter().map(|r| (r.start, r.end)).collect::<Vec<_>>();
         assert_eq!(starts(steps(seq.clone(), (waits, 0), 6000)), starts(steps(seq, (vec![], 0), 6000)));
+    }
+
+    /// Steps of kernels `names`, 1000 apart, on `tid`; each launch 10 after the one before.
+    fn thread_loop(tid: u32, steps: u64, names: &[u32], offset: u64) -> Vec<(u64, u32, u32)> {
+        let per = names.len() as u64 * 10 + 1000;
+        (0..steps)
+            .flat_map(|k| names.iter().enumerate().map(move |(i, &n)| (offset + k * per + i as u64 * 10, n, tid)))
+            .collect()
+    }
+
+    #[test]
+    fn a_step_handed_between_threads_is_one_loop() {
+        // PyTorch: forward (kernels 1, 2) on the main thread, backward (3, 4, 5) on the autograd thread, in turn.
+        let mut seq = vec![];
+        for k in 0..30u64 {
+            let t = k * 2000;
+            seq.extend([(t, 1, 1), (t + 10, 2, 1), (t + 500, 3, 2), (t + 510, 4, 2), (t + 520, 5, 2)]);
+        }
+        assert_eq!(steps_of_threads(seq, vec![], 0, 70_000).len(), 30);
+    }
+
+    #[test]
+    fn threads_launching_at_once_are_cut_by_the_busiest_threads_loop() {
+        // Two replicas, one per GPU, each looping over kernels 1, 2, 3 (the second thread 5 ns behind): their
+        // launches alternate, and each replica has 40 steps.
+        let mut seq = thread_loop(1, 40, &[1, 2, 3], 0);
+        seq.extend(thread_loop(2, 39, &[1, 2, 3], 5));
+        let got = steps_of_threads(seq, vec![], 0, 50_000);
+        assert_eq!(got.len(), 40, "{got:?}");
+        // 400 threads each launching one kernel 200 times, then waiting: no thread's loop has a step of two
+        // launches or more, so there are no steps (the whole trace is one window), not 200 of one launch.
+        let mut seq = vec![];
+        let mut waits = vec![];
+        for tid in 0..400u32 {
+            seq.extend((0..200u64).map(|i| (i * 400 + u64::from(tid), 1, tid)));
+            waits.push((200 * 400 + u64::from(tid), 9, tid));
+        }
+        assert!(steps_of_threads(seq, waits, 90_000, 90_000).is_empty());
     }
 }

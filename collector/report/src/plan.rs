@@ -325,10 +325,11 @@ impl First {
 #[derive(Default)]
 struct Pattern {
     launches: LaunchJoin,
-    seq: Vec<(u64, u32)>,
-    /// (start, name) of every call that makes the host wait for the GPU: where kernel names alone cannot tell
-    /// the steps apart (one kernel repeating), the waits may ([`super::pattern::steps`]).
-    waits: Vec<(u64, u32)>,
+    /// (launch time or start, name, launching thread) of every kernel.
+    seq: Vec<(u64, u32, u32)>,
+    /// (start, name, thread) of every call that makes the host wait for the GPU: where kernel names alone cannot
+    /// tell the steps apart (one kernel repeating), the waits may ([`super::pattern::steps`]).
+    waits: Vec<(u64, u32, u32)>,
     /// Where the last of them ended: a step cut at waits ends with its wait.
     waits_end: u64,
     launched: Vec<(u64, u64)>,
@@ -380,7 +381,7 @@ fn launch_patterns(
                 s.launches.api(p, e);
                 // A synchronising call, or a copy that returns when it is done (cudaMemcpy: `.item()`).
                 if first[&k].names.call(e.name).waits_for_gpu() {
-                    s.waits.push((e.start, e.name));
+                    s.waits.push((e.start, e.name, e.tid));
                     s.waits_end = s.waits_end.max(e.end);
                 }
             }
@@ -391,10 +392,12 @@ fn launch_patterns(
                 // launch's time (counted each, a replay of 421 kernels made "steps" of 0 ms), named by its
                 // first kernel, or by the launch call where its first node is a copy or memset.
                 let graph = joined.filter(|w| first[&k].names.call(w.call.name).has(CallEffects::LAUNCHES_GRAPH));
+                // An op without its launch call in the trace has no launching thread (u32::MAX).
+                let tid = joined.map_or(u32::MAX, |w| w.call.tid);
                 if e.kind() == Some(EventKind::Kernel) && joined.is_none_or(|w| w.first) {
-                    s.seq.push((t.unwrap_or(e.start), e.name));
+                    s.seq.push((t.unwrap_or(e.start), e.name, tid));
                 } else if let Some(w) = graph.filter(|w| w.first) {
-                    s.seq.push((w.call.start, w.call.name));
+                    s.seq.push((w.call.start, w.call.name, tid));
                 }
                 if let Some(t) = t {
                     s.launched.push((t, e.end));
@@ -409,7 +412,7 @@ fn launch_patterns(
 /// Steps from a launch pattern (`max_op_end`: the process's last GPU op's end): their source, host ranges, and
 /// the end of the last GPU op launched in each.
 fn pattern_steps(s: Pattern, max_op_end: u64) -> (StepSource, Vec<HostRange>, Vec<u64>) {
-    let ranges = super::pattern::steps(s.seq, (s.waits, s.waits_end), max_op_end);
+    let ranges = super::pattern::steps_of_threads(s.seq, s.waits, s.waits_end, max_op_end);
     let mut gpu_end = vec![0; ranges.len()];
     for (t, end) in s.launched {
         let k = ranges.partition_point(|r| r.start <= t);
