@@ -206,6 +206,45 @@ impl Ctx<'_> {
     pub fn steps_count(&self) -> usize {
         self.steps.names.len().max(1)
     }
+
+    /// Without steps the whole trace is one window: a figure "per step" is over the time it covers.
+    pub fn has_steps(&self) -> bool {
+        self.steps.source != super::steps::StepSource::None
+    }
+
+    /// `total_ns` over the steps as a reader takes it: "1.57 ms per step", or without steps "141.69 ms in all"
+    /// (the one window is no step).
+    pub fn per_step(&self, total_ns: u64) -> String {
+        self.per_step_of(total_ns, "")
+    }
+
+    /// As [`Ctx::per_step`], with `what` between the time and the "per step": "0.12 ms idle per step".
+    pub fn per_step_of(&self, total_ns: u64, what: &str) -> String {
+        let what = if what.is_empty() { String::new() } else { format!(" {what}") };
+        if self.has_steps() {
+            format!("{}{what} per step", ms(total_ns / self.steps_count() as u64))
+        } else {
+            format!("{}{what} in all", ms(total_ns))
+        }
+    }
+
+    /// Where a count was taken: "inside steps", or without steps "in the time covered".
+    pub fn inside_steps(&self) -> &'static str {
+        if self.has_steps() {
+            "inside steps"
+        } else {
+            "in the time covered"
+        }
+    }
+
+    /// " (2.0 per step)" after a count, or nothing without steps.
+    pub fn count_per_step(&self, count: u64) -> String {
+        if self.has_steps() {
+            format!(" ({:.1} per step)", count as f64 / self.steps_count() as f64)
+        } else {
+            String::new()
+        }
+    }
 }
 
 pub use super::words::{counted, format_us, ms, times};
@@ -329,17 +368,17 @@ pub const FIX_CPU: &str = "Find the host hot spot between launches (py-spy or pe
 pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding> {
     let mut out = Vec::new();
     let steps = ctx.steps_count();
-    let per_step = |ns: u64| ms(ns / steps as u64);
+    let per_step = |ns: u64| ctx.per_step(ns);
     let c = idle.get(CauseKind::DataLoading);
     if c.total_ns > 0 {
         let mut ev = idle_evidence(ctx, c);
         ev.facts.push(format!(
-            "the GPU idled {} per step at step starts while the launching thread was outside CUDA{}",
+            "the GPU idled {} at step starts while the launching thread was outside CUDA{}",
             per_step(c.total_ns),
             if ctx.plan.loader_annotated { " or inside DataLoader annotations" } else { "" }
         ));
         ev.metrics.insert("idle_per_step_ns", (c.total_ns / steps as u64) as f64);
-        let summary = format!("GPU waits for input data: {} per step", per_step(c.total_ns));
+        let summary = format!("GPU waits for input data: {}", per_step(c.total_ns));
         out.push(ctx.finding("data_loading", c.total_ns, summary, ev, FIX_DATA));
     }
     let c = idle.get(CauseKind::SyncStall);
@@ -355,15 +394,16 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         };
         let (calls, whom) = if count == 1 { ("call", "its thread") } else { ("calls", "their threads") };
         ev.facts.push(format!(
-            "{count} synchronising {calls} inside steps ({:.1} per step) blocked {whom} {} in all{threads}; the GPU \
-             then idled {} per step until the host queued more work",
-            count as f64 / steps as f64,
+            "{count} synchronising {calls} {}{} blocked {whom} {} in all{threads}; the GPU then idled {} until the \
+             host queued more work",
+            ctx.inside_steps(),
+            ctx.count_per_step(count),
             ms(blocked),
             per_step(c.total_ns)
         ));
         ev.metrics.insert("sync_calls_per_step", count as f64 / steps as f64);
         ev.api_calls = syncs;
-        let summary = format!("host synchronisation drains the GPU queue: {} idle per step", per_step(c.total_ns));
+        let summary = format!("host synchronisation drains the GPU queue: {}", ctx.per_step_of(c.total_ns, "idle"));
         let mut f = ctx.finding("sync_stall", c.total_ns, summary, ev, ctx.fix(SYNC_FIXES));
         f.sources = swept.sources.rows(SourceKind::Sync, ctx.p);
         out.push(f);
@@ -373,11 +413,11 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
     if c.total_ns > 0 {
         let mut ev = idle_evidence(ctx, c);
         ev.facts.push(format!(
-            "the GPU idled {} per step while the launching threads ran CPU work (outside CUDA, stretches over \
+            "the GPU idled {} while the launching threads ran CPU work (outside CUDA, stretches over \
              100 µs) between launches",
             per_step(c.total_ns)
         ));
-        let summary = format!("GPU waits for host CPU work between launches: {} per step", per_step(c.total_ns));
+        let summary = format!("GPU waits for host CPU work between launches: {}", per_step(c.total_ns));
         let fix = match ctx.fix(CPU_FIXES) {
             FIX_CPU | FIX_CPU_GENERAL if runs_compiled_code(ctx, swept) => FIX_CPU_COMPILED,
             fix => fix,
@@ -394,7 +434,7 @@ fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> 
         return None;
     }
     let steps = ctx.steps_count();
-    let per_step = |ns: u64| ms(ns / steps as u64);
+    let per_step = |ns: u64| ctx.per_step(ns);
     let mut ev = idle_evidence(ctx, c);
     let (kernels, short, median_kernel, median_launch) = launch_stats(swept);
     // What the host issuing faster would win, against the GPU's own gaps between queued kernels.
@@ -411,13 +451,15 @@ fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> 
             if kernels > 0 { "more " } else { "" }
         ),
     };
+    let in_steps = if ctx.has_steps() { "in steps" } else { "in the time covered" };
     let one_by_one = if kernels == 0 {
-        "no kernel was launched one by one in steps; ".to_string()
+        format!("no kernel was launched one by one {in_steps}; ")
     } else {
+        let per_step =
+            if ctx.has_steps() { format!(" ({:.0} per step)", kernels as f64 / steps as f64) } else { String::new() };
         format!(
-            "{kernels} kernels launched one by one in steps ({:.0} per step), {short} of them shorter than the \
-             median launch call ({}); median kernel {:.1} µs; ",
-            kernels as f64 / steps as f64,
+            "{kernels} kernels launched one by one {in_steps}{per_step}, {short} of them shorter than the median \
+             launch call ({}); median kernel {:.1} µs; ",
             format_us(median_launch),
             median_kernel as f64 / 1e3,
         )
@@ -427,15 +469,16 @@ fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> 
         k => format!(" (the GPU's own gap between kernels, {} per kernel)", format_us(queued / k)),
     };
     ev.facts.push(format!(
-        "{one_by_one}{graphed}the GPU idled {} per step between launches: {} waiting for the host to issue the next \
-         kernel, {} with it already queued{gaps}",
+        "{one_by_one}{graphed}the GPU idled {} between launches: {} waiting for the host to issue the next kernel, \
+         {} with it already queued{gaps}",
         per_step(c.total_ns),
-        per_step(waited_for_host),
-        per_step(queued),
+        ms(waited_for_host / steps as u64),
+        ms(queued / steps as u64),
     ));
     let sampled = ctx.plan.sampling.as_ref().and_then(|c| c.recorded_steps_longer_ns());
-    ev.facts.extend(tracing_cost::eager_launches(kernels, steps, waited_for_host, sampled));
-    if let Some(fact) = tracing_cost::graph_launches(swept, idle.get(CauseKind::GraphTracing).total_ns, steps) {
+    let steps_said = if ctx.has_steps() { steps } else { 0 };
+    ev.facts.extend(tracing_cost::eager_launches(kernels, steps_said, waited_for_host, sampled));
+    if let Some(fact) = tracing_cost::graph_launches(swept, idle.get(CauseKind::GraphTracing).total_ns, steps_said) {
         ev.facts.push(fact);
     }
     ev.metrics.insert("queued_gap_ns_per_step", queued as f64 / steps as f64);
@@ -444,11 +487,11 @@ fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> 
     ev.metrics.insert("median_launch_ns", median_launch as f64);
     // Mostly queued: the gaps are the GPU's own, per kernel, whatever the host does (fewer kernels or graphs).
     let summary = if queued * 2 > c.total_ns {
-        format!("GPU idles in the gaps between queued kernels: {} per step", per_step(c.total_ns))
+        format!("GPU idles in the gaps between queued kernels: {}", per_step(c.total_ns))
     } else if kernels == 0 {
-        format!("GPU waits while the host launches CUDA graphs: {} idle per step", per_step(c.total_ns))
+        format!("GPU waits while the host launches CUDA graphs: {}", ctx.per_step_of(c.total_ns, "idle"))
     } else {
-        format!("GPU waits for kernel launches: {} idle per step", per_step(c.total_ns))
+        format!("GPU waits for kernel launches: {}", ctx.per_step_of(c.total_ns, "idle"))
     };
     let fix = match ctx.fix(LAUNCH_FIXES) {
         _ if kernels == 0 && swept.graph_kernels > 0 => FIX_LAUNCH_GRAPH_CALLS,
@@ -516,4 +559,34 @@ pub fn allocator_churn(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Fi
     let mut f = ctx.finding("allocator_churn", lost, summary, ev, fix);
     f.sources = swept.sources.rows(SourceKind::Alloc, ctx.p);
     Some(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tests::{api, kernel, report_of_all_steps};
+
+    /// A trace without steps is one window: its findings speak of the time covered and totals "in all", not of
+    /// steps it does not have (400 threads launching at once read "141.69 ms per step" and "% of step time").
+    #[test]
+    fn a_trace_without_steps_says_what_its_figures_are_of() {
+        // Twenty kernels of different names, each launched 20 µs after the one before runs 1 µs: no launch pattern
+        // repeats, and the GPU idles between launches.
+        let mut events = Vec::new();
+        let mut strings = vec![(99, "cudaLaunchKernel".to_string())];
+        for k in 0..20u32 {
+            let t = 1_000_000 + u64::from(k) * 20_000;
+            events.push(api(99, t, 3_000, k + 1));
+            events.push(kernel(k + 1, t + 3_500, 1_000, k + 1));
+            strings.push((k + 1, format!("kernel_{k}")));
+        }
+        let strings: Vec<(u32, &str)> = strings.iter().map(|(id, s)| (*id, s.as_str())).collect();
+        let r = report_of_all_steps(&strings, events);
+        assert!(r.processes[0].step_total.is_none(), "no steps");
+        let f = r.findings.iter().find(|f| f.kind == "launch_bound").expect("launch_bound");
+        assert_eq!(r.share_of(f), "the time covered");
+        assert!(f.summary.ends_with(" in all"), "{}", f.summary);
+        assert!(f.evidence.facts.iter().all(|x| !x.contains("per step")), "{:?}", f.evidence.facts);
+        let text = r.to_text();
+        assert!(text.contains("% of the time covered,") && !text.contains("of step time"), "{text}");
+    }
 }

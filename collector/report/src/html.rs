@@ -24,7 +24,7 @@ const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#
     td.name{word-break:break-all;font-family:ui-monospace,monospace;font-size:11px}\
     .facts td:first-child{color:#555;width:90px}.kbar{display:inline-block;height:10px;background:#4e79a7}";
 
-fn finding_card(out: &mut String, f: &Finding, origin: u64) {
+fn finding_card(out: &mut String, f: &Finding, origin: u64, share_of: &str) {
     let color = match f.severity {
         super::Severity::High => "#c0392b",
         super::Severity::Medium => "#e67e22",
@@ -32,7 +32,7 @@ fn finding_card(out: &mut String, f: &Finding, origin: u64) {
         super::Severity::Info => "#2980b9",
     };
     let cost = if f.time_lost_ns > 0 {
-        format!("{:.1}% of step time · {} lost", f.share * 100.0, ms(f.time_lost_ns))
+        format!("{:.1}% of {share_of} · {} lost", f.share * 100.0, ms(f.time_lost_ns))
     } else {
         String::new()
     };
@@ -321,7 +321,7 @@ fn render(r: &Report) -> String {
         out.push_str("<p>No bottleneck found.</p>");
     }
     for f in &r.findings {
-        finding_card(&mut out, f, r.origin_of(f));
+        finding_card(&mut out, f, r.origin_of(f), r.share_of(f));
     }
     for w in super::windows::of(r) {
         let _ = write!(out, "<h2>{}</h2><table><tr>", esc(&w.title()));

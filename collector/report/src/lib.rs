@@ -388,6 +388,16 @@ impl Report {
     }
 
     /// Where the timeline of the file that holds `f`'s process starts (times in a finding are relative to it).
+    /// What a finding's share is of: "step time", or "the time covered" for a process without steps (its whole
+    /// trace is one window).
+    pub fn share_of(&self, f: &Finding) -> &'static str {
+        let p = self.processes.iter().find(|p| p.holds(f));
+        match p.or_else(|| self.processes.iter().find(|p| p.pid == f.pid)) {
+            Some(p) if p.step_total.is_none() => "the time covered",
+            _ => "step time",
+        }
+    }
+
     pub fn origin_of(&self, f: &Finding) -> u64 {
         let p = self.processes.iter().find(|p| p.holds(f));
         p.or_else(|| self.processes.iter().find(|p| p.pid == f.pid)).map_or(0, |p| p.run.trace_start_ns)

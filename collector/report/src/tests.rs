@@ -317,7 +317,7 @@ fn a_stack_read_costs_a_step_only_where_the_gpu_idles() {
 }
 
 /// The report of one process of these strings and events, its warm-up steps analysed with the rest.
-fn report_of_all_steps(strings: &[(u32, &str)], events: Vec<RawEvent>) -> Report {
+pub(crate) fn report_of_all_steps(strings: &[(u32, &str)], events: Vec<RawEvent>) -> Report {
     let mut traces = [("t".to_string(), source(process(strings, events)))];
     let opts = super::Options { step: None, include_warmup: true, filter: None };
     Report::compute(&mut traces, &opts).unwrap()

@@ -12,9 +12,9 @@ pub fn who(f: &Finding) -> String {
     f.trace.as_ref().map_or(who.clone(), |t| format!("{who} in {t}"))
 }
 
-fn finding(out: &mut String, i: usize, f: &Finding, origin: u64) {
+fn finding(out: &mut String, i: usize, f: &Finding, origin: u64, share_of: &str) {
     let cost = if f.time_lost_ns > 0 {
-        format!("{:.1}% of step time, {} lost", f.share * 100.0, ms(f.time_lost_ns))
+        format!("{:.1}% of {share_of}, {} lost", f.share * 100.0, ms(f.time_lost_ns))
     } else {
         String::new()
     };
@@ -454,7 +454,7 @@ fn render(r: &Report) -> String {
     if !r.findings.is_empty() {
         out.push_str("\nFindings, most costly first:\n");
         for (i, f) in r.findings.iter().take(TEXT_FINDINGS).enumerate() {
-            finding(&mut out, i, f, r.origin_of(f));
+            finding(&mut out, i, f, r.origin_of(f), r.share_of(f));
         }
         if r.findings.len() > TEXT_FINDINGS {
             out.push_str(&format!("\n ... and {} more (--format json or html)\n", r.findings.len() - TEXT_FINDINGS));

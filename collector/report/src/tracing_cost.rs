@@ -14,7 +14,9 @@ const MIN_SAID_NS: u64 = 10_000;
 /// launches may be, where it is a twentieth of it or more and 10 µs a step or more; None where less. A sampled
 /// recording measured it: `sampled`, how much longer its recorded steps ran than the others (their own ranges, ns
 /// a step).
+/// `steps` 0: the trace has none (one window), and the figures are its totals.
 pub(crate) fn eager_launches(kernels: u64, steps: usize, waited_ns: u64, sampled: Option<u64>) -> Option<String> {
+    let (a_step, per_step) = if steps == 0 { ("", "") } else { (" a step", " per step") };
     let steps = steps.max(1) as u64;
     let waited = waited_ns / steps;
     let launches = kernels as f64 / steps as f64;
@@ -39,7 +41,7 @@ pub(crate) fn eager_launches(kernels: u64, steps: usize, waited_ns: u64, sampled
     Some(format!(
         "CUPTI's tracing lengthens each launch call by about {} (measured on an H200: the recorded steps of a \
          launch-bound PyTorch loop ran 0.9-1.0 µs a launch slower than its steps not recorded); with {launches:.0} \
-         launches a step, up to {how_much} of the {} per step the GPU waited for the host may be the profiler's, \
+         launches{a_step}, up to {how_much} of the {}{per_step} the GPU waited for the host may be the profiler's, \
          not the program's (`record --sample 1/N` measures it: the steps it does not record run without it)",
         format_us(EAGER_LAUNCH_TRACING_NS),
         ms(waited),
@@ -49,6 +51,7 @@ pub(crate) fn eager_launches(kernels: u64, steps: usize, waited_ns: u64, sampled
 /// What CUPTI's node-level tracing adds to each graph launch, where graph replays were traced per node: the time
 /// the host spends in a launch call while the GPU idles is launch time, but up to
 /// [`GRAPH_NODE_TRACING_NS`] a node of it is the profiler's, and the idle sweep put that apart (`traced_ns`).
+/// `steps` 0: the trace has none, as for [`eager_launches`].
 pub(crate) fn graph_launches(swept: &Swept, traced_ns: u64, steps: usize) -> Option<String> {
     let launches = &swept.graph_launch_durations;
     if launches.len() == 0 || swept.graph_level {
@@ -58,17 +61,20 @@ pub(crate) fn graph_launches(swept: &Swept, traced_ns: u64, steps: usize) -> Opt
     let apart = match traced_ns {
         0 => String::new(),
         ns => format!(
-            "; {} per step of the GPU's idle time inside those calls is put down to it and not counted here",
-            ms(ns / steps.max(1) as u64)
+            "; {}{} of the GPU's idle time inside those calls is put down to it and not counted here",
+            ms(ns / steps.max(1) as u64),
+            if steps == 0 { "" } else { " per step" }
         ),
     };
     Some(format!(
-        "its {} CUDA graph launches took a median of {} each ({nodes:.0} kernel nodes a launch); CUPTI's node-level \
+        "{} ({nodes:.0} kernel nodes a launch); CUPTI's node-level \
          tracing lengthens each launch call by about {:.1} µs a node (measured on an H200: a median of 156 µs traced \
          per node against 40 µs traced per launch, ~107-node graphs){apart}: `--trace cuda,nvtx,graphs` records \
          one record per launch",
-        launches.len(),
-        format_us(launches.median()),
+        match launches.len() {
+            1 => format!("its one CUDA graph launch took {}", format_us(launches.median())),
+            n => format!("its {n} CUDA graph launches took a median of {} each", format_us(launches.median())),
+        },
         GRAPH_NODE_TRACING_NS as f64 / 1e3,
     ))
 }
