@@ -228,19 +228,19 @@ impl Ctx<'_> {
         }
     }
 
-    /// Where a count was taken: "inside steps", or without steps "in the time covered".
-    pub fn inside_steps(&self) -> &'static str {
+    /// Where a count was taken: `said` ("in steps", "inside steps"), or without steps "in the time covered".
+    pub fn in_steps(&self, said: &'static str) -> &'static str {
         if self.has_steps() {
-            "inside steps"
+            said
         } else {
             "in the time covered"
         }
     }
 
-    /// " (2.0 per step)" after a count, or nothing without steps.
-    pub fn count_per_step(&self, count: u64) -> String {
+    /// " (2.0 per step)" after a count, with `decimals`, or nothing without steps.
+    pub fn count_per_step(&self, count: u64, decimals: usize) -> String {
         if self.has_steps() {
-            format!(" ({:.1} per step)", count as f64 / self.steps_count() as f64)
+            format!(" ({:.decimals$} per step)", count as f64 / self.steps_count() as f64)
         } else {
             String::new()
         }
@@ -368,17 +368,16 @@ pub const FIX_CPU: &str = "Find the host hot spot between launches (py-spy or pe
 pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding> {
     let mut out = Vec::new();
     let steps = ctx.steps_count();
-    let per_step = |ns: u64| ctx.per_step(ns);
     let c = idle.get(CauseKind::DataLoading);
     if c.total_ns > 0 {
         let mut ev = idle_evidence(ctx, c);
         ev.facts.push(format!(
             "the GPU idled {} at step starts while the launching thread was outside CUDA{}",
-            per_step(c.total_ns),
+            ctx.per_step(c.total_ns),
             if ctx.plan.loader_annotated { " or inside DataLoader annotations" } else { "" }
         ));
         ev.metrics.insert("idle_per_step_ns", (c.total_ns / steps as u64) as f64);
-        let summary = format!("GPU waits for input data: {}", per_step(c.total_ns));
+        let summary = format!("GPU waits for input data: {}", ctx.per_step(c.total_ns));
         out.push(ctx.finding("data_loading", c.total_ns, summary, ev, FIX_DATA));
     }
     let c = idle.get(CauseKind::SyncStall);
@@ -396,10 +395,10 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         ev.facts.push(format!(
             "{count} synchronising {calls} {}{} blocked {whom} {} in all{threads}; the GPU then idled {} until the \
              host queued more work",
-            ctx.inside_steps(),
-            ctx.count_per_step(count),
+            ctx.in_steps("inside steps"),
+            ctx.count_per_step(count, 1),
             ms(blocked),
-            per_step(c.total_ns)
+            ctx.per_step(c.total_ns)
         ));
         ev.metrics.insert("sync_calls_per_step", count as f64 / steps as f64);
         ev.api_calls = syncs;
@@ -415,9 +414,9 @@ pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding
         ev.facts.push(format!(
             "the GPU idled {} while the launching threads ran CPU work (outside CUDA, stretches over \
              100 µs) between launches",
-            per_step(c.total_ns)
+            ctx.per_step(c.total_ns)
         ));
-        let summary = format!("GPU waits for host CPU work between launches: {}", per_step(c.total_ns));
+        let summary = format!("GPU waits for host CPU work between launches: {}", ctx.per_step(c.total_ns));
         let fix = match ctx.fix(CPU_FIXES) {
             FIX_CPU | FIX_CPU_GENERAL if runs_compiled_code(ctx, swept) => FIX_CPU_COMPILED,
             fix => fix,
@@ -434,7 +433,6 @@ fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> 
         return None;
     }
     let steps = ctx.steps_count();
-    let per_step = |ns: u64| ctx.per_step(ns);
     let mut ev = idle_evidence(ctx, c);
     let (kernels, short, median_kernel, median_launch) = launch_stats(swept);
     // What the host issuing faster would win, against the GPU's own gaps between queued kernels.
@@ -451,12 +449,11 @@ fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> 
             if kernels > 0 { "more " } else { "" }
         ),
     };
-    let in_steps = if ctx.has_steps() { "in steps" } else { "in the time covered" };
+    let in_steps = ctx.in_steps("in steps");
     let one_by_one = if kernels == 0 {
         format!("no kernel was launched one by one {in_steps}; ")
     } else {
-        let per_step =
-            if ctx.has_steps() { format!(" ({:.0} per step)", kernels as f64 / steps as f64) } else { String::new() };
+        let per_step = ctx.count_per_step(kernels, 0);
         format!(
             "{kernels} kernels launched one by one {in_steps}{per_step}, {short} of them shorter than the median \
              launch call ({}); median kernel {:.1} µs; ",
@@ -471,7 +468,7 @@ fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> 
     ev.facts.push(format!(
         "{one_by_one}{graphed}the GPU idled {} between launches: {} waiting for the host to issue the next kernel, \
          {} with it already queued{gaps}",
-        per_step(c.total_ns),
+        ctx.per_step(c.total_ns),
         ms(waited_for_host / steps as u64),
         ms(queued / steps as u64),
     ));
@@ -487,7 +484,7 @@ fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> 
     ev.metrics.insert("median_launch_ns", median_launch as f64);
     // Mostly queued: the gaps are the GPU's own, per kernel, whatever the host does (fewer kernels or graphs).
     let summary = if queued * 2 > c.total_ns {
-        format!("GPU idles in the gaps between queued kernels: {}", per_step(c.total_ns))
+        format!("GPU idles in the gaps between queued kernels: {}", ctx.per_step(c.total_ns))
     } else if kernels == 0 {
         format!("GPU waits while the host launches CUDA graphs: {}", ctx.per_step_of(c.total_ns, "idle"))
     } else {

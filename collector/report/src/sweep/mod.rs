@@ -115,10 +115,8 @@ pub struct Sweep<'a> {
     call: Option<HostCall>,
     /// Stream captures in progress: thread → when its `cudaStreamBeginCapture` began.
     capturing: FxHashMap<u32, u64>,
-    /// Per launching thread, the end of its last synchronising call counted in `sync_calls`.
-    sync_until: FxHashMap<u32, u64>,
-    /// The threads with a synchronising call counted.
-    sync_counted: rustc_hash::FxHashSet<u32>,
+    /// Per launching thread, the end of its last synchronising call, and whether one was counted in `sync_calls`.
+    sync_until: FxHashMap<u32, (u64, bool)>,
     /// Graph set-up done: stream captures (begin to end) and instantiations, not yet behind every window.
     graph_setup: Vec<Span>,
     /// CUDA graph launches traced node by node, by their call's start: the call's end and the nodes seen so far,
@@ -185,7 +183,6 @@ impl<'a> Sweep<'a> {
             call: None,
             capturing: FxHashMap::default(),
             sync_until: FxHashMap::default(),
-            sync_counted: Default::default(),
             graph_setup: Vec::new(),
             graph_nodes: Default::default(),
             ranges: Vec::new(),
@@ -387,13 +384,14 @@ impl<'a> Sweep<'a> {
     /// them (400 threads launching and each synchronising its stream: "0 synchronising calls").
     fn sync_call(&mut self, p: &Process, e: &RawEvent, source: Option<cuflight_trace::model::pystacks::PyFrame>) {
         let end = e.end.max(e.start);
-        let until = self.sync_until.entry(e.tid).or_default();
+        let in_step = self.window_of(e.start).is_some();
+        let (until, counted) = self.sync_until.entry(e.tid).or_default();
         if e.start < *until {
             return; // inside the thread's previous synchronising call: the same wait
         }
         *until = end;
-        if self.window_of(e.start).is_some() {
-            if self.sync_counted.insert(e.tid) {
+        if in_step {
+            if !std::mem::replace(counted, true) {
                 self.out.sync_threads += 1;
             }
             add_call(&mut self.out.sync_calls, p.string(e.name), end - e.start);
