@@ -24,12 +24,14 @@ pub fn install() {
         let Some(why) = text.strip_prefix("failed printing to ") else {
             return default(info);
         };
+        // The exit runs no destructor: the command's private directories are removed first.
+        use cuflight_collector::capture::private_dir::remove_all_then;
         if why.contains("Broken pipe") || why.contains("os error 32") {
-            std::process::exit(BROKEN_PIPE_STATUS);
+            remove_all_then(|| {}, BROKEN_PIPE_STATUS);
         }
         // Standard error may be the stream that failed: one attempt, never a second panic.
         let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("cuflight: cannot write {why}\n").as_bytes());
-        std::process::exit(1);
+        remove_all_then(|| {}, 1);
     }));
 }
 

@@ -23,6 +23,7 @@ use cli::*;
 use cuflight_collector::capture::agents;
 use cuflight_collector::export::output::Output;
 use cuflight_live::{serve, top};
+use std::io::Write;
 use std::time::Duration;
 
 fn main() {
@@ -42,7 +43,9 @@ fn main() {
             if captures {
                 line = cuflight_collector::capture::doctor_checks::with_pointer(&line);
             }
-            eprintln!("cuflight: {line}");
+            // Not eprintln!: its panic on a closed standard error (a terminal hung up under `top`) would turn
+            // exit 1 into 101.
+            let _ = writeln!(std::io::stderr(), "cuflight: {line}");
             std::process::exit(1);
         }
     }

@@ -6,20 +6,13 @@
 //! the export command to run.
 
 use anyhow::{bail, Context, Result};
+use cuflight_collector::capture::private_dir::PrivateDir;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The private directories of the exports made for this command, removed when it is done.
 pub struct Exported {
-    dirs: Vec<PathBuf>,
-}
-
-impl Drop for Exported {
-    fn drop(&mut self) {
-        for dir in &self.dirs {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
+    _dirs: Vec<PrivateDir>,
 }
 
 /// A report by its name, and not a format cuflight reads by content (a file named so that holds SQLite is read
@@ -54,7 +47,7 @@ fn export_beside(report: &Path) -> Option<PathBuf> {
 /// Replaces each Nsight Systems report among `paths` by its SQLite export; the exports made here live until the
 /// returned value is dropped.
 pub fn take(paths: &mut [&mut PathBuf]) -> Result<Exported> {
-    let mut exported = Exported { dirs: Vec::new() };
+    let mut exported = Exported { _dirs: Vec::new() };
     // A report named twice is exported once (the command then refuses the repeated input as for any trace).
     let mut done: Vec<((u64, u64), PathBuf)> = Vec::new();
     for path in paths.iter_mut().filter(|p| is_report(p)) {
@@ -73,8 +66,9 @@ pub fn take(paths: &mut [&mut PathBuf]) -> Result<Exported> {
         }
         // Without nsys the path stays: the importer says which command makes it readable.
         let Some(nsys) = find_nsys() else { continue };
-        let dir = cuflight_collector::capture::private_dir::create("nsys")?;
-        exported.dirs.push(dir.clone());
+        let private = PrivateDir::new("nsys")?;
+        let dir = private.path().to_path_buf();
+        exported._dirs.push(private);
         let sqlite = dir.join("report.sqlite");
         eprintln!(
             "cuflight: exporting {} to SQLite with {} (`nsys export --type sqlite` once keeps an export to reuse)",

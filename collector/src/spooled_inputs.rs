@@ -10,6 +10,7 @@
 //! it, written into a private directory of this process's own, removed when done.
 
 use anyhow::{bail, Context, Result};
+use cuflight_collector::capture::private_dir::PrivateDir;
 use std::fs::File;
 use std::io::{IsTerminal, Read, Seek};
 use std::os::fd::AsRawFd;
@@ -20,15 +21,7 @@ use std::path::PathBuf;
 pub struct Spooled {
     _file: File,
     /// The private directory of a named copy (an SQLite export), removed when done.
-    dir: Option<PathBuf>,
-}
-
-impl Drop for Spooled {
-    fn drop(&mut self) {
-        if let Some(dir) = &self.dir {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
+    _dir: Option<PrivateDir>,
 }
 
 /// Replaces a `-` among `paths` by standard input's copy, each pipe named by path (a FIFO, or `<(zcat
@@ -81,25 +74,17 @@ pub fn is_dump_image(path: &std::path::Path) -> bool {
 /// private directory; `path` then names it, and messages the image.
 fn dump_image(path: &mut PathBuf, shown: String) -> Result<Spooled> {
     use cuflight_collector::capture::dump;
-    let private = cuflight_collector::capture::private_dir::create("image")?;
-    let trace = private.join("dump.cuf");
-    let made = dump::dump(&dump::Target::Image(path.clone()), &trace, None, true)
-        .map_err(anyhow::Error::from)
-        .and_then(|d| Ok((d, File::open(&trace)?)));
-    let (d, file) = match made {
-        Ok(made) => made,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&private);
-            return Err(e);
-        }
-    };
+    let private = PrivateDir::new("image")?;
+    let trace = private.path().join("dump.cuf");
+    let d = dump::dump(&dump::Target::Image(path.clone()), &trace, None, true)?;
+    let file = File::open(&trace)?;
     eprintln!(
         "cuflight: {shown}: a flight recorder's dump ({}), read as the trace `cuflight dump` makes of it",
         d.reason
     );
     crate::stand_in::register(&trace, shown, Some(path.clone()));
     *path = trace;
-    Ok(Spooled { _file: file, dir: Some(private) })
+    Ok(Spooled { _file: file, _dir: Some(private) })
 }
 
 /// How many times its own size a compressed trace may grow to (counting at least 64 KiB of it): gzip and zstd make
@@ -203,8 +188,8 @@ fn spool(
     let (stand_in, named) = if sqlite {
         // SQLite opens a database by its resolved name, which an unnamed file has not: a named copy, in a
         // directory of this process's own.
-        let private = cuflight_collector::capture::private_dir::create("stdin")?;
-        let copy = private.join("standard-input.sqlite");
+        let private = PrivateDir::new("stdin")?;
+        let copy = private.path().join("standard-input.sqlite");
         let copied = (|| -> std::io::Result<()> {
             let mut to = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&copy)?;
             file.seek(std::io::SeekFrom::Start(0))?;
@@ -212,7 +197,6 @@ fn spool(
             Ok(())
         })();
         if let Err(e) = copied {
-            let _ = std::fs::remove_dir_all(&private);
             return Err(e).with_context(|| format!("cannot copy {shown} to {}", copy.display()));
         }
         (copy, Some(private))
@@ -221,5 +205,5 @@ fn spool(
     };
     crate::stand_in::register(&stand_in, shown, original);
     *path = stand_in;
-    Ok(Spooled { _file: file, dir: named })
+    Ok(Spooled { _file: file, _dir: named })
 }

@@ -144,7 +144,15 @@ fn top_ends_cleanly_when_its_terminal_goes() {
     let _ = stepper.wait();
     assert!(seen_running, "top's scratch directory in {} while it ran: {running:?}", tmp.display());
     assert!(!still, "top still ran 10 s after its terminal went");
-    assert!(scratch_dirs().is_empty(), "top left {:?} behind", scratch_dirs());
+    let left: Vec<_> = scratch_dirs()
+        .into_iter()
+        .map(|d| {
+            let inside =
+                std::fs::read_dir(&d).into_iter().flatten().flatten().map(|e| e.file_name()).collect::<Vec<_>>();
+            format!("{} holding {inside:?}", d.display())
+        })
+        .collect();
+    assert!(left.is_empty(), "top left {left:?} behind");
 }
 
 #[test]

@@ -5,6 +5,8 @@
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
+use std::time::Duration;
 
 /// The directory could not be made (the temporary directory missing, full or not writable).
 #[derive(Debug, thiserror::Error)]
@@ -16,9 +18,9 @@ pub struct PrivateDirError {
 }
 
 /// Makes a directory of this process's own in the temporary directory (mode 0700: what goes in is the user's
-/// data), named `cuflight-{kind}-{pid}-{ns}`, and returns its path: the caller removes it. Those of earlier cuflight
-/// processes that are gone (killed before they could remove theirs) are removed first.
-pub fn create(kind: &str) -> Result<PathBuf, PrivateDirError> {
+/// data), named `cuflight-{kind}-{pid}-{ns}`. Those of earlier cuflight processes that are gone (killed before they
+/// could remove theirs) are removed first.
+fn create(kind: &str) -> Result<PathBuf, PrivateDirError> {
     let tmp = std::env::temp_dir();
     let prefix = format!("cuflight-{kind}-");
     sweep_stale(&tmp, &prefix);
@@ -49,13 +51,19 @@ fn sweep_stale(tmp: &Path, prefix: &str) {
     }
 }
 
-/// A [`create`]d directory, removed with what it holds when dropped.
+/// A directory of this process's own in the temporary directory, removed with what it holds when dropped, or
+/// by [`remove_all_then`] when the process ends without unwinding.
 #[derive(Debug)]
 pub struct PrivateDir(PathBuf);
 
+/// The [`PrivateDir`]s of this process not dropped yet. Its lock is held while one is removed.
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
 impl PrivateDir {
     pub fn new(kind: &str) -> Result<PrivateDir, PrivateDirError> {
-        create(kind).map(PrivateDir)
+        let dir = create(kind)?;
+        live().push(dir.clone());
+        Ok(PrivateDir(dir))
     }
 
     pub fn path(&self) -> &Path {
@@ -65,7 +73,52 @@ impl PrivateDir {
 
 impl Drop for PrivateDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let mut live = live();
+        remove(&self.0);
+        live.retain(|d| *d != self.0);
+    }
+}
+
+/// Removes every [`PrivateDir`] of this process, then runs `end` (`std::process::exit`, a signal's default action:
+/// what runs no destructor) and, should `end` return, exits with `status`. The lock is held from the removal to the
+/// end, so a thread dropping one meanwhile neither races this removal nor is cut short by the exit halfway: both
+/// happened when `top`'s terminal went, its interface and its signal thread each removing the directory as the
+/// other exited, and the directory stayed (CI, stop 75).
+pub fn remove_all_then(end: impl FnOnce(), status: i32) -> ! {
+    // Bounded: should the exit come from a thread that holds the lock (a panic mid-removal), it still exits.
+    let live = live_within(Duration::from_secs(5));
+    for dir in live.iter().flat_map(|l| l.iter()) {
+        remove(dir);
+    }
+    end();
+    std::process::exit(status)
+}
+
+/// The lock on [`LIVE`], or None after `wait`.
+fn live_within(wait: Duration) -> Option<MutexGuard<'static, Vec<PathBuf>>> {
+    let started = std::time::Instant::now();
+    loop {
+        match LIVE.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(TryLockError::Poisoned(poisoned)) => return Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) if started.elapsed() < wait => std::thread::sleep(Duration::from_millis(1)),
+            Err(TryLockError::WouldBlock) => return None,
+        }
+    }
+}
+
+fn live() -> MutexGuard<'static, Vec<PathBuf>> {
+    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn remove(dir: &Path) {
+    // A file made while the directory was being emptied (a window that has not ended yet) fails the last step
+    // with "directory not empty": tried again, as the writer is ending.
+    for _ in 0..3 {
+        match std::fs::remove_dir_all(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => std::thread::sleep(Duration::from_millis(20)),
+            _ => return,
+        }
     }
 }
 
@@ -106,5 +159,31 @@ mod tests {
             let _ = std::fs::remove_dir_all(p);
         }
         let _ = std::fs::remove_file(&link);
+    }
+
+    #[test]
+    fn an_exit_removes_the_live_directories_first() {
+        // The exit is the test binary's own, run again as a child for this test alone.
+        if let Ok(kind) = std::env::var("CUFLIGHT_PRIVATE_DIR_EXIT") {
+            let (kept, dropped) = (PrivateDir::new(&kind).unwrap(), PrivateDir::new(&kind).unwrap());
+            std::fs::write(kept.path().join("window.cuf"), b"x").unwrap();
+            println!("{}\n{}", kept.path().display(), dropped.path().display());
+            // One dropped by another thread at the moment of the exit (it may then wait on the lock until the end).
+            std::thread::spawn(move || drop(dropped));
+            remove_all_then(|| {}, 7);
+        }
+        let kind = format!("exittest{}", std::process::id());
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "private_dir::tests::an_exit_removes_the_live_directories_first", "--nocapture"])
+            .env("CUFLIGHT_PRIVATE_DIR_EXIT", &kind)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(7), "{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let made: Vec<&str> = stdout.lines().filter(|l| l.contains(&kind)).collect();
+        assert_eq!(made.len(), 2, "{stdout}");
+        for dir in made {
+            assert!(!Path::new(dir).exists(), "{dir} left behind");
+        }
     }
 }

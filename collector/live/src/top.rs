@@ -10,6 +10,7 @@
 
 use crate::serve::{self, metrics::ProcessMetrics, Duty, Shared};
 use crate::LiveError;
+use cuflight_capture::private_dir::PrivateDir;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Modifier, Style};
@@ -64,7 +65,7 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<(), LiveError> {
     let (sampler_done, sampler_ended) = std::sync::mpsc::channel::<()>();
     // The sampler's windows' files: top's own, so that an exit on a signal removes them whether or not the sampler
     // ended in time.
-    let scratch = cuflight_capture::private_dir::PrivateDir::new("serve")?;
+    let scratch = PrivateDir::new("serve")?;
     let sampler = {
         let (shared, stop, dir) = (shared.clone(), stop.clone(), scratch.path().to_path_buf());
         std::thread::spawn(move || {
@@ -73,11 +74,16 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<(), LiveError> {
             r
         })
     };
-    let signals = end_on_signals(stop.clone(), sampler_ended, scratch.path().to_path_buf())?;
-    let result = match ratatui::try_init() {
+    let signals = end_on_signals(stop.clone(), sampler_ended)?;
+    let result = match enter_terminal() {
         Ok(mut terminal) => {
             let r = ui(&mut terminal, &shared);
-            ratatui::restore();
+            let _ = ratatui::try_restore();
+            if r.is_err() {
+                // The terminal failed (hung up): ratatui's drop would report its failure to show the cursor with
+                // `eprintln!`, whose own failure is a panic, an exit with the sampler's window still open.
+                std::mem::forget(terminal);
+            }
             r
         }
         Err(e) => Err(LiveError::Terminal(e)),
@@ -85,19 +91,20 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<(), LiveError> {
     signals.close();
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.join();
+    drop(scratch);
     result
 }
 
 /// The terminal going away (ssh dropped, the tmux pane killed: SIGHUP) or a kill (SIGTERM) ends top from a thread
 /// of its own: crossterm's read of a hung-up terminal does not return, so the interface's loop never sees it (a
 /// top whose terminal was gone kept running, a core busy, attached to every agent it could). The sampler is
-/// stopped (its window ends; the agents return to dormant), given 5 s for that, its scratch directory removed
-/// (`exit` runs no destructor; a loaded machine once took longer than 5 s to end a window, and the directory
-/// stayed), then the process exits with 128 + the signal, as a shell reports a process a signal ended.
+/// stopped (its window ends; the agents return to dormant), given 5 s for that, then the process exits with 128 +
+/// the signal, as a shell reports a process a signal ended, its scratch directory removed first (`exit` runs no
+/// destructor; a loaded machine once took longer than 5 s to end a window). The interface, its next draw failing,
+/// may be ending `top` at the same moment: `remove_all_then` keeps the two from cutting each other short.
 fn end_on_signals(
     stop: Arc<AtomicBool>,
     sampler_ended: std::sync::mpsc::Receiver<()>,
-    scratch: std::path::PathBuf,
 ) -> Result<signal_hook::iterator::Handle, LiveError> {
     use signal_hook::consts::{SIGHUP, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGHUP, SIGTERM]).map_err(LiveError::Terminal)?;
@@ -106,12 +113,29 @@ fn end_on_signals(
         if let Some(signal) = signals.forever().next() {
             stop.store(true, Ordering::Relaxed);
             let _ = sampler_ended.recv_timeout(Duration::from_secs(5));
-            let _ = std::fs::remove_dir_all(&scratch);
-            ratatui::restore();
-            std::process::exit(128 + signal);
+            let restore = || {
+                let _ = ratatui::try_restore();
+            };
+            cuflight_capture::private_dir::remove_all_then(restore, 128 + signal);
         }
     });
     Ok(handle)
+}
+
+/// The terminal in raw mode on its alternate screen, restored if a thread panics. Not `ratatui::try_init`: its
+/// panic hook restores the terminal with `ratatui::restore`, which reports a failure with `eprintln!`; with the
+/// terminal hung up that print panics inside the hook and the process aborts, skipping every clean-up (top's
+/// scratch directory was left behind, CI stop 75). A restore that fails here says nothing: there is no one to
+/// tell.
+fn enter_terminal() -> std::io::Result<ratatui::DefaultTerminal> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let _ = ratatui::try_restore();
+        hook(info);
+    }));
+    ratatui::crossterm::terminal::enable_raw_mode()?;
+    ratatui::crossterm::execute!(std::io::stdout(), ratatui::crossterm::terminal::EnterAlternateScreen)?;
+    ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))
 }
 
 fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared) -> Result<(), LiveError> {

@@ -83,7 +83,8 @@ pub fn serve(opts: &McpOptions) -> Result<i32> {
 
 /// A client that does not see the server end after closing its input sends SIGTERM (the specification's stdio
 /// shutdown), and a terminal sends SIGINT or SIGHUP: the commands the calls run, each a process of its own, are
-/// stopped first (a recording keeps its trace), then the signal ends the server as it would have.
+/// stopped first (a recording keeps its trace), the calls' private directories removed, then the signal ends the
+/// server as it would have.
 fn stop_calls_on_signals(calls: &Calls) -> Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
@@ -91,7 +92,10 @@ fn stop_calls_on_signals(calls: &Calls) -> Result<()> {
     std::thread::Builder::new().name("mcp-signals".into()).spawn(move || {
         if let Some(signal) = signals.forever().next() {
             calls.cancel_all_and_wait(STOPPING_AT_MOST);
-            let _ = signal_hook::low_level::emulate_default_handler(signal);
+            let end = || {
+                let _ = signal_hook::low_level::emulate_default_handler(signal);
+            };
+            cuflight_collector::capture::private_dir::remove_all_then(end, 128 + signal);
         }
     })?;
     Ok(())
