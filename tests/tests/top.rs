@@ -98,6 +98,56 @@ fn top_shows_live_rates_and_quits_on_q() {
 }
 
 #[test]
+fn top_shows_what_went_wrong_below_its_table_and_lists_it_when_it_ends() {
+    // Windows that cannot be written (here a file size limit, as a full temporary directory does): what the
+    // sampler says must not land over the table (it once scrolled the table off the screen), and must not be
+    // lost either.
+    if !have_tmux() {
+        return;
+    }
+    let dir = scratch("top-notices");
+    let mut stepper = dormant_stepper(&dir, &["4"]);
+    let session = format!("cuflight-top-notices-{}", std::process::id());
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let done = dir.join("top-exited");
+    // The shell ignores SIGXFSZ, so that the write fails with EFBIG instead of killing top; the pane stays.
+    let cmd = format!(
+        "trap '' XFSZ; ulimit -f 1; TMPDIR={} {} top --duty 500ms/1s {}; echo $? > {}; sleep 60",
+        tmp.display(),
+        cuflight_bin().display(),
+        stepper.id(),
+        done.display()
+    );
+    tmux_session(&session, &cmd);
+    let started = Instant::now();
+    let mut screen = String::new();
+    while !screen.contains("notices (listed when top ends)") && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(300));
+        screen = tmux(&["capture-pane", "-p", "-t", &session]);
+    }
+    let lines: Vec<&str> = screen.lines().collect();
+    let header_kept = lines.first().is_some_and(|l| l.starts_with("cuflight top: 1 process(es)"))
+        && lines.get(2).is_some_and(|l| l.starts_with("PID"));
+    let said = lines.iter().position(|l| l.contains("notices (listed when top ends), the latest: cuflight: cannot"));
+    let keys = lines.iter().position(|l| l.starts_with("↑/↓ pick"));
+    tmux(&["send-keys", "-t", &session, "q"]);
+    let quit = Instant::now();
+    while !done.exists() && quit.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = tmux(&["capture-pane", "-p", "-J", "-t", &session]);
+    let _ = tmux_command().args(["kill-session", "-t", &session]).output();
+    drop(stepper.stdin.take());
+    let _ = stepper.wait();
+    assert!(header_kept && screen.lines().count() <= 24, "the table was written over:\n{screen}");
+    assert!(said.is_some_and(|s| keys.is_some_and(|k| s < k && k - s <= 2)), "no notice above the keys:\n{screen}");
+    assert_eq!(std::fs::read_to_string(&done).ok().as_deref().map(str::trim), Some("0"), "{after}");
+    let listed = after.split("notices while it ran").nth(1).unwrap_or("");
+    assert!(listed.contains("File too large") && listed.contains("recording stops here"), "not listed:\n{after}");
+}
+
+#[test]
 fn top_ends_cleanly_when_its_terminal_goes() {
     // ssh dropped or the tmux pane killed: SIGHUP. top must end (a top left running keeps a core busy and attaches
     // to every agent) and leave nothing behind (its scratch directory of windows).

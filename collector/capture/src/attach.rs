@@ -152,7 +152,7 @@ fn record_window(
     };
     if ended != "the process exited" {
         if let Some(why) = request_detach(name) {
-            eprintln!("cuflight: the agent in process {pid} {why}");
+            crate::notice!("cuflight: the agent in process {pid} {why}");
         }
     }
     let arming = session.arming();

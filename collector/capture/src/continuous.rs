@@ -54,7 +54,7 @@ pub fn attach_continuous(
             cut_at += interval;
             let to_ns = segment::monotonic_ns();
             if let Some(error) = session.rotate(&path_of(n + 1), &command)? {
-                eprintln!("cuflight: {error}");
+                crate::notice!("cuflight: {error}");
             }
             let finished = path_of(n);
             n += 1;

@@ -193,7 +193,7 @@ fn snapshot(
         let Some(ring) = seg.ring(i) else { continue };
         // Another process wrote the counters: a snapshot never holds more than the bound, whatever they claim.
         if all.len() as u64 + ring.len().min(ring.capacity()) > MAX_SNAPSHOT_EVENTS {
-            eprintln!("cuflight: ring {i} left out: the snapshot would exceed {MAX_SNAPSHOT_EVENTS} events");
+            crate::notice!("cuflight: ring {i} left out: the snapshot would exceed {MAX_SNAPSHOT_EVENTS} events");
             continue;
         }
         let before = all.len();

@@ -4,13 +4,15 @@
 //! [`recover`] completes a trace whose recording was cut short; [`agents`] lists the agents running on this
 //! machine and starts programs with a dormant one; [`attach`] records a window of a running program's dormant
 //! agent ([`sampled`]: sampling windows of a program `record` starts; [`continuous`]: without pause, in back-to-back
-//! files); [`dump`] takes the last seconds of a flight recorder, live or from the image it wrote on a crash.
+//! files); [`dump`] takes the last seconds of a flight recorder, live or from the image it wrote on a crash;
+//! [`notice`] is how they tell their user what happened meanwhile.
 
 pub mod agents;
 pub mod attach;
 pub mod continuous;
 pub mod doctor_checks;
 pub mod dump;
+pub mod notice;
 pub mod outputs;
 pub mod private_dir;
 pub mod record;

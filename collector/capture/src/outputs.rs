@@ -201,11 +201,11 @@ impl Outputs {
         }
     }
 
-    /// The first write error, if one happened.
+    /// The first write error, if one happened, saying which file.
     pub fn error(&self) -> Option<String> {
-        self.error
-            .clone()
-            .or_else(|| self.files.iter().find_map(|(name, f)| f.sink.error().map(|e| format!("{name}: {e}"))))
+        self.error.clone().or_else(|| {
+            self.files.iter().find_map(|(name, f)| f.sink.error().map(|e| format!("cannot write {name}: {e}")))
+        })
     }
 
     pub fn events_written(&self) -> u64 {

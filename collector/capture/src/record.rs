@@ -133,7 +133,7 @@ impl Recorder {
     /// Reports a refused peer or segment once per distinct message, at most 20 times a run.
     fn complain(&mut self, msg: String) {
         if self.complained.len() < 20 && self.complained.insert(msg.clone()) {
-            eprintln!("cuflight: {msg}");
+            crate::notice!("cuflight: {msg}");
         }
     }
 
@@ -167,7 +167,7 @@ impl Recorder {
             self.write_pending();
         }
         if let Some(e) = self.sink.error() {
-            self.stop(format!("cannot write {}: {e}", self.sink.name()));
+            self.stop(e);
         }
     }
 
@@ -176,7 +176,7 @@ impl Recorder {
         if self.stopped.is_some() {
             return;
         }
-        eprintln!("cuflight: {why}; recording stops here, the program runs on");
+        crate::notice!("cuflight: {why}; recording stops here, the program runs on");
         self.stopped = Some(why);
         for t in self.tracked.values() {
             t.seg.header().collector_drained_ns.store(0, Ordering::Relaxed);
@@ -461,7 +461,7 @@ impl Session {
         let crate::outputs::Finished { files, error, unwritten } =
             rec.sink.finish(&command, exit_code, stopped.is_some());
         if let (None, Some(e)) = (&stopped, &error) {
-            eprintln!("cuflight: {e}");
+            crate::notice!("cuflight: {e}");
         }
         rec.stopped = stopped.or(error);
         let bytes = files.iter().map(|f| f.1).sum();

@@ -6,7 +6,8 @@
 //! their mean time, its GPU idle time by cause, and what the windows cost its threads (serve's
 //! `cuflight_agent_overhead_seconds_total` over window time, summed over threads). The numbers come from `serve`'s
 //! sampling (windows folded into counters); rates are over the time the windows covered since the previous refresh.
-//! Keys: ↑/↓ (k/j) pick a process, s changes the sort, q or Ctrl-C quits.
+//! What the sampler has to say meanwhile (a window it could not write) is shown above the keys and listed when top
+//! ends. Keys: ↑/↓ (k/j) pick a process, s changes the sort, q or Ctrl-C quits.
 
 use crate::serve::{self, metrics::ProcessMetrics, Duty, Shared};
 use crate::LiveError;
@@ -66,6 +67,7 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<(), LiveError> {
     // The sampler's windows' files: top's own, so that an exit on a signal removes them whether or not the sampler
     // ended in time.
     let scratch = PrivateDir::new("serve")?;
+    let mut notices = Notices { from: Some(cuflight_capture::notice::divert()), ..Notices::default() };
     let sampler = {
         let (shared, stop, dir) = (shared.clone(), stop.clone(), scratch.path().to_path_buf());
         std::thread::spawn(move || {
@@ -77,7 +79,7 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<(), LiveError> {
     let signals = end_on_signals(stop.clone(), sampler_ended)?;
     let result = match enter_terminal() {
         Ok(mut terminal) => {
-            let r = ui(&mut terminal, &shared);
+            let r = ui(&mut terminal, &shared, &mut notices);
             let _ = ratatui::try_restore();
             if r.is_err() {
                 // The terminal failed (hung up): ratatui's drop would report its failure to show the cursor with
@@ -92,7 +94,62 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<(), LiveError> {
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.join();
     drop(scratch);
+    notices.tell_after();
     result
+}
+
+/// What the sampler had to say while top ran ([`cuflight_capture::notice`]: on the terminal, it would have landed
+/// over the table): the latest on a line above the keys, and the first few and the last listed once top ends.
+#[derive(Default)]
+struct Notices {
+    from: Option<std::sync::mpsc::Receiver<String>>,
+    first: Vec<String>,
+    latest: Option<String>,
+    count: u64,
+}
+
+impl Notices {
+    const LISTED: usize = 5;
+
+    fn take_new(&mut self) {
+        let Some(from) = &self.from else { return };
+        for line in from.try_iter() {
+            self.count += 1;
+            if self.first.len() < Self::LISTED && !self.first.contains(&line) {
+                self.first.push(line.clone());
+            }
+            self.latest = Some(line);
+        }
+    }
+
+    /// The latest, for the line above the keys.
+    fn shown(&self) -> Option<String> {
+        let latest = self.latest.as_deref()?;
+        Some(match self.count {
+            1 => latest.to_string(),
+            n => format!("{n} notices (listed when top ends), the latest: {latest}"),
+        })
+    }
+
+    /// Lists them on standard error, the terminal restored (a failed write loses them: no one is there).
+    fn tell_after(&mut self) {
+        self.take_new();
+        self.from = None; // later ones (none: the sampler has ended) go to standard error again
+        let Some(latest) = &self.latest else { return };
+        use std::io::Write;
+        let mut err = std::io::stderr().lock();
+        let _ = match self.count {
+            1 => writeln!(err, "cuflight top: while it ran:"),
+            n if n as usize <= self.first.len() => writeln!(err, "cuflight top: {n} notices while it ran:"),
+            n => writeln!(err, "cuflight top: {n} notices while it ran; the first different ones and the last:"),
+        };
+        for line in &self.first {
+            let _ = writeln!(err, "  {line}");
+        }
+        if !self.first.contains(latest) {
+            let _ = writeln!(err, "  {latest}");
+        }
+    }
 }
 
 /// The terminal going away (ssh dropped, the tmux pane killed: SIGHUP) or a kill (SIGTERM) ends top from a thread
@@ -138,7 +195,7 @@ fn enter_terminal() -> std::io::Result<ratatui::DefaultTerminal> {
     ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))
 }
 
-fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared) -> Result<(), LiveError> {
+fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared, notices: &mut Notices) -> Result<(), LiveError> {
     let mut before: BTreeMap<u32, ProcessMetrics> = BTreeMap::new();
     let mut rates: Vec<Rates> = Vec::new();
     let (mut sort, mut table) = (Sort::Busy, TableState::default().with_selected(0));
@@ -175,7 +232,9 @@ fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared) -> Result<(), Li
         if table.selected().is_none_or(|i| i >= rates.len()) && !rates.is_empty() {
             table.select(Some(0));
         }
-        terminal.draw(|f| draw(f, &rates, &mut table, sort_name))?;
+        notices.take_new();
+        let notice = notices.shown();
+        terminal.draw(|f| draw(f, &rates, &mut table, sort_name, notice.as_deref()))?;
         if event::poll(Duration::from_millis(200))? {
             if let Event::Key(k) = event::read()? {
                 if k.kind != KeyEventKind::Press {
@@ -279,10 +338,15 @@ fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Ve
         .collect()
 }
 
-fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &str) {
-    let [head, list, detail, keys] =
-        Layout::vertical([Constraint::Length(1), Constraint::Min(5), Constraint::Length(9), Constraint::Length(1)])
-            .areas(f.area());
+fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &str, notice: Option<&str>) {
+    let [head, list, detail, said, keys] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(5),
+        Constraint::Length(9),
+        Constraint::Length(notice.map_or(0, |_| 2)),
+        Constraint::Length(1),
+    ])
+    .areas(f.area());
     f.render_widget(Paragraph::new(format!("cuflight top: {} process(es), sorted by {sort}", rates.len())), head);
     let rows = rates.iter().map(|r| {
         Row::new(vec![
@@ -392,5 +456,9 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
         None => "no cuflight agent to show yet (start programs with `cuflight launch`)".into(),
     };
     f.render_widget(Paragraph::new(text).wrap(ratatui::widgets::Wrap { trim: true }), detail);
+    if let Some(notice) = notice {
+        let shown = Paragraph::new(notice).style(Style::new().add_modifier(Modifier::BOLD));
+        f.render_widget(shown.wrap(ratatui::widgets::Wrap { trim: true }), said);
+    }
     f.render_widget(Paragraph::new("↑/↓ pick  s sort  q quit"), keys);
 }

@@ -71,7 +71,7 @@ impl Snapshots {
             // over the same terminal).
             Err(e) => {
                 if !std::mem::replace(&mut f.said_failure, true) {
-                    eprintln!("cuflight serve: no snapshot of flight recorder {pid}: {e}");
+                    cuflight_capture::notice!("cuflight serve: no snapshot of flight recorder {pid}: {e}");
                 }
                 return;
             }
@@ -80,7 +80,7 @@ impl Snapshots {
         let covered = if first || d.dump_ns < f.last_ns { EVERY.as_nanos() as u64 } else { d.dump_ns - f.last_ns };
         if !f.said_wrap && d.complete_for.is_some_and(|c| (c.as_nanos() as u64) < covered) {
             f.said_wrap = true;
-            eprintln!(
+            cuflight_capture::notice!(
                 "cuflight serve: flight recorder {pid}: a busy thread's ring wrapped between two snapshots, so its \
                  counters miss events (more events a ring: CUFLIGHT_RING_EVENTS in its environment)"
             );

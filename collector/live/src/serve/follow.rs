@@ -61,7 +61,7 @@ fn follow(pid: u32, interval: Duration, stop: &AtomicBool, shared: &Shared, dir:
     if let Err(e) = folded {
         // Another collector attached first, or the process left: tried again while it is dormant.
         if !stop.load(Ordering::Relaxed) {
-            eprintln!("cuflight serve: cannot follow pid {pid}: {e}");
+            cuflight_capture::notice!("cuflight serve: cannot follow pid {pid}: {e}");
         }
     }
 }

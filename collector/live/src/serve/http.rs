@@ -38,7 +38,7 @@ struct Conn {
 /// it (its Accept header).
 pub fn run(listener: std::net::TcpListener, body: impl Fn(bool) -> String) {
     if let Err(e) = serve(listener, body) {
-        eprintln!("cuflight serve: the metrics endpoint stopped: {e}");
+        cuflight_capture::notice!("cuflight serve: the metrics endpoint stopped: {e}");
     }
 }
 

@@ -99,14 +99,15 @@ pub fn serve(opts: &ServeOptions) -> Result<(), LiveError> {
         std::net::TcpListener::bind(opts.listen).map_err(|err| LiveError::Listen { addr: opts.listen, err })?;
     let addr = listener.local_addr()?;
     if opts.duty.continuous {
-        eprintln!(
+        cuflight_capture::notice!(
             "cuflight: serving http://{addr}/metrics (recording continuously, folded every {:?})",
             opts.duty.period
         );
     } else {
-        eprintln!(
+        cuflight_capture::notice!(
             "cuflight: serving http://{addr}/metrics (windows of {:?} every {:?})",
-            opts.duty.on, opts.duty.period
+            opts.duty.on,
+            opts.duty.period
         );
     }
     let shared: Shared = Arc::default();
@@ -172,7 +173,7 @@ pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, r
                 let stride = m.stride(duty.budget);
                 let period = (duty.period.as_nanos() as u64).saturating_mul(stride);
                 if m.window_period_ns != 0 && period > m.window_period_ns {
-                    eprintln!(
+                    cuflight_capture::notice!(
                         "cuflight serve: pid {} has had {} CUPTI sessions (CUPTI keeps about {} MB of them): a window \
                          every {:.1} s from now",
                         r.pid,
@@ -200,9 +201,12 @@ pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, r
                 let window = record_window(pid, &path, on);
                 let took = started.elapsed();
                 if duty.log {
-                    eprintln!("{}", window_line(pid, round, asked_ns, took, window.as_ref()));
+                    cuflight_capture::notice!("{}", window_line(pid, round, asked_ns, took, window.as_ref()));
                 }
-                (pid, path, window.is_ok(), took)
+                // A window whose file could not be written (a full temporary directory) was said by the
+                // recording; folding what is left of it would only add that it cannot be read.
+                let written = window.as_ref().is_ok_and(|w| w.summary.stopped.is_none());
+                (pid, path, written, took)
             })
         })
         .collect();
@@ -236,14 +240,14 @@ fn fold_into(
         Ok(()) => {
             // Idle causes need a report of it; one that cannot be made costs only them.
             if let Err(e) = open().and_then(|s| m.fold_idle(s)) {
-                eprintln!("cuflight serve: idle causes left out of {what}: {e}");
+                cuflight_capture::notice!("cuflight serve: idle causes left out of {what}: {e}");
             }
             if let Some(now) = shared.lock().expect("metrics").get_mut(&pid) {
                 (m.state, m.command) = (now.state, now.command.clone());
                 *now = m;
             }
         }
-        Err(e) => eprintln!("cuflight serve: {what} unreadable: {e}"),
+        Err(e) => cuflight_capture::notice!("cuflight serve: {what} unreadable: {e}"),
     }
     true
 }
