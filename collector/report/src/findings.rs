@@ -190,8 +190,12 @@ impl Ctx<'_> {
         }
     }
 
-    /// The steps that lost the most, worst first (at most 5).
+    /// The steps that lost the most, worst first (at most 5); none without steps ("worst steps: whole trace" said
+    /// nothing).
     pub fn worst_steps(&self, per_step: &[u64]) -> Vec<StepCost> {
+        if !self.has_steps() {
+            return Vec::new();
+        }
         let mut v: Vec<StepCost> = per_step
             .iter()
             .enumerate()
@@ -585,5 +589,6 @@ mod tests {
         assert!(f.evidence.facts.iter().all(|x| !x.contains("per step")), "{:?}", f.evidence.facts);
         let text = r.to_text();
         assert!(text.contains("% of the time covered,") && !text.contains("of step time"), "{text}");
+        assert!(f.evidence.steps.is_empty() && !text.contains("worst steps"), "{text}");
     }
 }
