@@ -176,7 +176,12 @@ impl Recorder {
         if self.stopped.is_some() {
             return;
         }
-        crate::notice!("cuflight: {why}; recording stops here, the program runs on");
+        // Windows written one after another (serve, top, `record --sample`) fail alike, in files named by number.
+        let kind: String = why.chars().filter(|c| !c.is_ascii_digit()).collect();
+        crate::notice::at_most_a_minute(
+            &kind,
+            format_args!("cuflight: {why}; recording stops here, the program runs on"),
+        );
         self.stopped = Some(why);
         for t in self.tracked.values() {
             t.seg.header().collector_drained_ns.store(0, Ordering::Relaxed);
