@@ -5,7 +5,7 @@
 //! machine and starts programs with a dormant one; [`attach`] records a window of a running program's dormant
 //! agent ([`sampled`]: sampling windows of a program `record` starts; [`continuous`]: without pause, in back-to-back
 //! files); [`dump`] takes the last seconds of a flight recorder, live or from the image it wrote on a crash;
-//! [`notice`] is how they tell their user what happened meanwhile.
+//! [`mod@notice`] is how they tell their user what happened meanwhile.
 
 pub mod agents;
 pub mod attach;

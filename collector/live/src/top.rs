@@ -98,7 +98,7 @@ pub fn top(pids: Vec<u32>, duty: Duty) -> Result<(), LiveError> {
     result
 }
 
-/// What the sampler had to say while top ran ([`cuflight_capture::notice`]: on the terminal, it would have landed
+/// What the sampler had to say while top ran ([`mod@cuflight_capture::notice`]: on the terminal, it would have landed
 /// over the table): the latest on a line above the keys, and the first few and the last listed once top ends.
 #[derive(Default)]
 struct Notices {
