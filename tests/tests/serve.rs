@@ -15,6 +15,8 @@ mod cost;
 mod endpoint;
 #[path = "serve/flight.rs"]
 mod flight;
+#[path = "serve/lost.rs"]
+mod lost;
 #[path = "serve/steps.rs"]
 mod steps;
 

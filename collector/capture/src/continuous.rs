@@ -17,6 +17,8 @@ pub struct Part<'a> {
     pub path: &'a Path,
     pub from_ns: u64,
     pub to_ns: u64,
+    /// Why the file does not hold the whole span (a write error, said already): what it holds would read low.
+    pub incomplete: Option<String>,
 }
 
 /// Records process `pid` until it exits, `stop` is set or `done` returns false, rotating to a fresh file
@@ -53,13 +55,17 @@ pub fn attach_continuous(
         if Instant::now() >= cut_at {
             cut_at += interval;
             let to_ns = segment::monotonic_ns();
-            if let Some(error) = session.rotate(&path_of(n + 1), &command)? {
-                crate::notice!("cuflight: {error}");
-            }
+            let incomplete = match session.rotate(&path_of(n + 1), &command) {
+                Ok(incomplete) => incomplete,
+                Err(e) => {
+                    let _ = request_detach(&name);
+                    return Err(e.into());
+                }
+            };
             let finished = path_of(n);
             n += 1;
             let keep_going = match from_ns {
-                Some(f) => done(Part { path: &finished, from_ns: f, to_ns }),
+                Some(f) => done(Part { path: &finished, from_ns: f, to_ns, incomplete }),
                 None => true, // not armed yet: nothing in it
             };
             let _ = std::fs::remove_file(&finished);
@@ -75,10 +81,10 @@ pub fn attach_continuous(
         let _ = request_detach(&name);
     }
     let to_ns = segment::monotonic_ns();
-    let _ = session.finish(command, None);
+    let incomplete = session.finish(command, None).stopped;
     let last = path_of(n);
     if let Some(f) = from_ns {
-        done(Part { path: &last, from_ns: f, to_ns });
+        done(Part { path: &last, from_ns: f, to_ns, incomplete });
         n += 1;
     }
     let _ = std::fs::remove_file(&last);

@@ -176,12 +176,7 @@ impl Recorder {
         if self.stopped.is_some() {
             return;
         }
-        // Windows written one after another (serve, top, `record --sample`) fail alike, in files named by number.
-        let kind: String = why.chars().filter(|c| !c.is_ascii_digit()).collect();
-        crate::notice::at_most_a_minute(
-            &kind,
-            format_args!("cuflight: {why}; recording stops here, the program runs on"),
-        );
+        say_write_error(&why);
         self.stopped = Some(why);
         for t in self.tracked.values() {
             t.seg.header().collector_drained_ns.store(0, Ordering::Relaxed);
@@ -254,6 +249,12 @@ fn session_id(attempt: u32) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let bits = if random.is_ok() { u64::from_le_bytes(bytes) } else { nanos ^ attempt as u64 };
     format!("{}-{bits:016x}", std::process::id())
+}
+
+/// A file that could not be written, said once a minute: windows and parts written one after another (serve,
+/// top, `record --sample`) fail alike, whether the error met a block on its way or the end of the file.
+fn say_write_error(why: &str) {
+    crate::notice::at_most_a_minute(format_args!("cuflight: {why}; the file ends there, the program runs on"));
 }
 
 fn signal_name(sig: i32) -> &'static str {
@@ -413,21 +414,32 @@ impl Session {
     /// Ends the file being written as [`Self::finish`] does, the processes staying attached, and goes on in a
     /// fresh file at `path`: continuous recording in back-to-back files with the agents armed once. The new file
     /// is self-contained: every string from the first (ids are offsets into the agent's string region) and every
-    /// process's facts again. Returns the finished file's write error, if any.
+    /// process's facts again. Returns why the finished file is incomplete, if it is. A write error stops only the
+    /// file it hit: the next one is tried (a full disk may have room again), starting from what the rings get
+    /// after the cut; what they held meanwhile went with the failed file.
     pub fn rotate(&mut self, path: &Path, command: &[String]) -> Result<Option<String>, RecordError> {
         let rec = &mut self.rec;
         rec.accept();
         rec.drain(true);
+        let now = segment::monotonic_ns();
         for t in rec.tracked.values_mut() {
             let info = process_info(t);
             if rec.stopped.is_none() {
                 rec.sink.process(t.key, info);
+            } else {
+                drain_one(t, now);
+                t.pending_events.clear();
             }
             (t.strings_read, t.pending_base, t.written) = (0, 0, None);
             t.pending_strings.clear();
         }
         let old = std::mem::replace(&mut rec.sink, Outputs::open(path, true)?);
-        Ok(old.finish(command, None, rec.stopped.is_some()).error)
+        let stopped = rec.stopped.take();
+        let error = old.finish(command, None, stopped.is_some()).error;
+        if let (None, Some(e)) = (&stopped, &error) {
+            say_write_error(e);
+        }
+        Ok(stopped.or(error))
     }
 
     /// A last drain, every process's facts, the footer; commits the file (or keeps what reached it after a
@@ -466,7 +478,7 @@ impl Session {
         let crate::outputs::Finished { files, error, unwritten } =
             rec.sink.finish(&command, exit_code, stopped.is_some());
         if let (None, Some(e)) = (&stopped, &error) {
-            crate::notice!("cuflight: {e}");
+            say_write_error(e);
         }
         rec.stopped = stopped.or(error);
         let bytes = files.iter().map(|f| f.1).sum();

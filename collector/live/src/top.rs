@@ -41,6 +41,9 @@ struct Rates {
     /// The agent's CUPTI sessions, and the time between its windows now (0: none yet, or continuous).
     sessions: u64,
     period_ns: u64,
+    /// Windows folded, and those lost by why (serve's [`crate::serve::metrics::LOST_WINDOWS`]), since top began.
+    windows: u64,
+    lost: Vec<(&'static str, u64)>,
     /// What the recording cost the program's threads per second of window (serve's overhead sources, summed).
     cost: f64,
     /// Steps by kind: how many a second of window, and their mean duration in ns.
@@ -207,8 +210,9 @@ fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared, notices: &mut No
             for (pid, m) in &now {
                 let old = before.get(pid);
                 if old.is_some_and(|o| o.window_ns == m.window_ns) {
-                    // No window ended since the last refresh: keep its rates (and the baseline they came from).
-                    next.extend(rates.iter().filter(|r| r.pid == *pid).cloned().map(|r| Rates { state: m.state, ..r }));
+                    // No window folded since the last refresh: keep its rates (and the baseline they came from), with
+                    // what is counted outside windows brought up to date (windows lost, sessions set up).
+                    next.extend(rates.iter().filter(|r| r.pid == *pid).cloned().map(|r| r.brought_up_to(m)));
                     continue;
                 }
                 next.extend(rates_of(*pid, m, old));
@@ -260,6 +264,20 @@ fn ui(terminal: &mut ratatui::DefaultTerminal, shared: &Shared, notices: &mut No
     }
 }
 
+impl Rates {
+    /// The same rates, with the state and the counts of windows and sessions as of `m`.
+    fn brought_up_to(self, m: &ProcessMetrics) -> Rates {
+        Rates {
+            state: m.state,
+            sessions: m.cupti_sessions,
+            period_ns: m.window_period_ns,
+            windows: m.windows,
+            lost: m.windows_lost.iter().map(|(why, n)| (*why, *n)).collect(),
+            ..self
+        }
+    }
+}
+
 /// Rates since `before` (the whole history for a process seen the first time), per covered second: a row per GPU
 /// the process used, one row before it used any.
 fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Vec<Rates> {
@@ -304,8 +322,10 @@ fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Ve
         categories,
         idle,
         failed,
-        sessions: m.cupti_sessions,
-        period_ns: m.window_period_ns,
+        sessions: 0,
+        period_ns: 0,
+        windows: 0,
+        lost: Vec::new(),
         cost: per(m.overhead_ns.values().sum(), b.overhead_ns.values().sum()),
         steps: m
             .steps
@@ -317,7 +337,8 @@ fn rates_of(pid: u32, m: &ProcessMetrics, before: Option<&ProcessMetrics>) -> Ve
             })
             .collect(),
         counters: None,
-    };
+    }
+    .brought_up_to(m);
     let at = |map: &BTreeMap<u32, u64>, d: u32| map.get(&d).copied().unwrap_or(0);
     let devices: Vec<u32> = m.busy_ns.keys().chain(m.launches.keys()).copied().collect();
     let mut devices = devices;
@@ -415,9 +436,20 @@ fn draw(f: &mut ratatui::Frame, rates: &[Rates], table: &mut TableState, sort: &
                 (n, 0) => format!("\nCUPTI sessions: {n}"),
                 (n, p) => format!("\nCUPTI sessions: {n}, a window every {:.1} s", p as f64 / 1e9),
             };
-            let cupti = match r.sessions {
-                0 => cupti,
+            // Nothing folded yet: no window time to measure a cost over.
+            let cupti = match (r.sessions, r.windows) {
+                (0, _) | (_, 0) => cupti,
                 _ => format!("{cupti}; cost {:.1}% of window time", r.cost * 100.0),
+            };
+            // Windows that were wanted but not folded: the rates above leave their time out.
+            let lost: u64 = r.lost.iter().map(|l| l.1).sum();
+            let cupti = match lost {
+                0 => cupti,
+                _ => {
+                    let why: Vec<String> =
+                        r.lost.iter().map(|(why, n)| format!("{} {n}", why.replace('_', " "))).collect();
+                    format!("{cupti}\nwindows lost: {lost} of {} ({})", r.windows + lost, why.join(", "))
+                }
             };
             let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0));
             let counters = r.counters.map_or(String::new(), |c| {

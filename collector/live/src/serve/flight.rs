@@ -8,7 +8,7 @@
 //! A ring that wrapped between two snapshots (a thread with more than its 16 Ki events a second) lost events
 //! before serve saw them: said once a process, since its counters then read low.
 
-use super::{fold_into, refresh, Shared};
+use super::{count_lost, fold_into, refresh, Shared};
 use cuflight_capture::dump;
 use cuflight_trace::model::memory::LiveMemory;
 use std::collections::BTreeMap;
@@ -70,6 +70,7 @@ impl Snapshots {
             // The process left, or another collector holds it: tried again next round, said once (`top` draws
             // over the same terminal).
             Err(e) => {
+                count_lost(shared, pid, "not_recorded");
                 if !std::mem::replace(&mut f.said_failure, true) {
                     cuflight_capture::notice!("cuflight serve: no snapshot of flight recorder {pid}: {e}");
                 }

@@ -3,7 +3,7 @@
 //! metrics cover all the time after the first arming. One thread per followed process; when serve stops, each
 //! agent is detached (left dormant again) before serve exits.
 
-use super::{fold_into, refresh, Shared};
+use super::{count_lost, fold_into, refresh, Shared};
 use cuflight_capture::continuous::{attach_continuous, Part};
 use cuflight_trace::model::memory::LiveMemory;
 use std::collections::BTreeMap;
@@ -54,6 +54,12 @@ fn follow(pid: u32, interval: Duration, stop: &AtomicBool, shared: &Shared, dir:
         m.new_session();
     }
     let folded = attach_continuous(pid, dir, interval, stop, |part: Part| {
+        if part.incomplete.is_some() {
+            // Said by the recording; the next part is tried afresh. Allocations and frees it held are unseen.
+            count_lost(shared, pid, "unwritten");
+            live = LiveMemory::default();
+            return shared.lock().expect("metrics").contains_key(&pid) && !stop.load(Ordering::Relaxed);
+        }
         let covered = part.to_ns.saturating_sub(part.from_ns);
         let what = format!("one part of pid {pid}'s recording");
         fold_into(shared, pid, part.path, covered, Some(&mut live), &what, |_| {}) && !stop.load(Ordering::Relaxed)

@@ -13,6 +13,7 @@
 //! hour at 1s/10s) its period doubles, and the memory CUPTI keeps grows with the logarithm of the time followed
 //! (27 MB the first hour, 27 MB more by the third, the seventh, the fifteenth...), not in proportion to it.
 
+pub mod exposition;
 mod flight;
 mod follow;
 mod http;
@@ -114,7 +115,7 @@ pub fn serve(opts: &ServeOptions) -> Result<(), LiveError> {
     {
         let shared = shared.clone();
         std::thread::spawn(move || {
-            http::run(listener, move |om| metrics::render(&shared.lock().expect("metrics"), om))
+            http::run(listener, move |om| exposition::render(&shared.lock().expect("metrics"), om))
         });
     }
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -205,18 +206,32 @@ pub fn sample_round(pids: &[u32], duty: Duty, shared: &Shared, scratch: &Path, r
                 }
                 // A window whose file could not be written (a full temporary directory) was said by the
                 // recording; folding what is left of it would only add that it cannot be read.
-                let written = window.as_ref().is_ok_and(|w| w.summary.stopped.is_none());
-                (pid, path, written, took)
+                let lost = match &window {
+                    Err(_) => Some("not_recorded"),
+                    Ok(w) if w.summary.stopped.is_some() => Some("unwritten"),
+                    Ok(_) => None,
+                };
+                (pid, path, lost, took)
             })
         })
         .collect();
     for w in windows {
-        let Ok((pid, path, ok, took)) = w.join() else { continue };
-        if ok {
-            let covered = took.min(duty.on).as_nanos() as u64;
-            fold_into(shared, pid, &path, covered, None, &format!("pid {pid}'s window"), |_| {});
+        let Ok((pid, path, lost, took)) = w.join() else { continue };
+        match lost {
+            Some(why) => count_lost(shared, pid, why),
+            None => {
+                let covered = took.min(duty.on).as_nanos() as u64;
+                fold_into(shared, pid, &path, covered, None, &format!("pid {pid}'s window"), |_| {});
+            }
         }
         let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// A window of `pid` wanted but not folded, and why ([`metrics::LOST_WINDOWS`]).
+fn count_lost(shared: &Shared, pid: u32, why: &'static str) {
+    if let Some(m) = shared.lock().expect("metrics").get_mut(&pid) {
+        *m.windows_lost.entry(why).or_default() += 1;
     }
 }
 
@@ -247,7 +262,10 @@ fn fold_into(
                 *now = m;
             }
         }
-        Err(e) => cuflight_capture::notice!("cuflight serve: {what} unreadable: {e}"),
+        Err(e) => {
+            cuflight_capture::notice!("cuflight serve: {what} unreadable: {e}");
+            count_lost(shared, pid, "unreadable");
+        }
     }
     true
 }
