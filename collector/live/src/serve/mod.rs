@@ -96,6 +96,9 @@ pub fn serve(opts: &ServeOptions) -> Result<(), LiveError> {
     if !opts.listen.ip().is_loopback() && !opts.allow_remote {
         return Err(LiveError::RemoteRefused(opts.listen));
     }
+    // The windows' files, in a directory of this process's own: made first, so that serve says it serves only
+    // once it can.
+    let scratch = cuflight_capture::private_dir::PrivateDir::new("serve")?;
     let listener =
         std::net::TcpListener::bind(opts.listen).map_err(|err| LiveError::Listen { addr: opts.listen, err })?;
     let addr = listener.local_addr()?;
@@ -122,8 +125,6 @@ pub fn serve(opts: &ServeOptions) -> Result<(), LiveError> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;
     }
-    // The windows' files, in a directory of this process's own.
-    let scratch = cuflight_capture::private_dir::PrivateDir::new("serve")?;
     sample_loop(&opts.pids, opts.duty, &shared, &stop, opts.rounds, scratch.path())
 }
 
