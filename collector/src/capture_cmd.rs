@@ -88,12 +88,21 @@ pub fn record(args: RecordArgs) -> Result<i32> {
     Ok(s.exit_code)
 }
 
+/// What became of a recording's file: written, or cut short by a write error (what reached it is kept, readable
+/// up to its last complete block).
+fn wrote(s: &RecordSummary, file: impl std::fmt::Display) -> String {
+    match s.stopped {
+        Some(_) => format!("kept what reached {file} before a write error"),
+        None => format!("wrote {file}"),
+    }
+}
+
 /// `record --every`: sampling windows, a line for each file written.
 fn record_every(opts: &sampled::SampledOptions) -> Result<i32> {
     let s = sampled::record_sampled(opts, |path, a| {
         eprintln!(
-            "cuflight: wrote {} ({} events, {} bytes; {}); {}",
-            path.display(),
+            "cuflight: {} ({} events, {} bytes; {}); {}",
+            wrote(&a.summary, path.display()),
             a.summary.events,
             a.summary.bytes,
             a.ended,
@@ -193,7 +202,7 @@ fn tell_recorded(s: &RecordSummary, opts: &RecordOptions, trace: &TraceArgs) {
     }
     if s.processes == 0 {
         eprintln!(
-            "cuflight: no process of the program used CUDA (none loaded the CUDA driver, which loads the agent): the trace is empty; the program exited with status {}",
+            "cuflight: no process of the program reached the collector: none used CUDA (the CUDA driver loads the agent), or each agent said above why it could not; the trace is empty; the program exited with status {}",
             s.exit_code
         );
     } else if s.disabled.len() == s.processes {
@@ -209,8 +218,8 @@ fn tell_recorded(s: &RecordSummary, opts: &RecordOptions, trace: &TraceArgs) {
         n => format!("; {n} names not kept (the string table was full: those events have no name)"),
     };
     eprintln!(
-        "cuflight: wrote {} ({} events from {} process(es), {} bytes, {:.1} bytes/event); {}{names_lost}",
-        written,
+        "cuflight: {} ({} events from {} process(es), {} bytes, {:.1} bytes/event); {}{names_lost}",
+        wrote(s, written),
         s.events,
         s.processes,
         s.bytes,
@@ -344,8 +353,8 @@ pub fn attach(args: AttachArgs) -> Result<i32> {
     attach::attach(&opts, |path, a| {
         let s = &a.summary;
         eprintln!(
-            "cuflight: wrote {} ({} events, {} bytes; {}); {}",
-            path.display(),
+            "cuflight: {} ({} events, {} bytes; {}); {}",
+            wrote(s, path.display()),
             s.events,
             s.bytes,
             a.ended,

@@ -49,7 +49,7 @@ fn a_run_without_cuda_or_with_the_agent_off_is_said_plainly_and_not_blamed_on_th
     let out = cuflight(&["record", "--force", "-o", t, "sh", "-c", "exit 3"], &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "the program's status");
-    assert!(err.contains("no process of the program used CUDA"), "{err}");
+    assert!(err.contains("no process of the program reached the collector: none used CUDA"), "{err}");
     let prog = build_c("streams", &dir);
     let off = [("CUDASIM_FAIL", "cuptiActivityRegisterCallbacks")];
     let out = cuflight(&["record", "--force", "-o", t, prog.to_str().unwrap(), "1"], &off);

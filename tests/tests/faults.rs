@@ -189,7 +189,8 @@ fn a_write_error_stops_recording_but_never_the_program() {
         let at = text.find(key).unwrap_or_else(|| panic!("no '{key}' in {text}")) + key.len();
         text[at..].split(|c: char| !c.is_ascii_digit()).next().and_then(|d| d.parse().ok()).unwrap()
     };
-    let said = number_after(&stderr, &format!("wrote {} (", trace.display()));
+    // Not "wrote": the file is what reached it before the error.
+    let said = number_after(&stderr, &format!("kept what reached {} before a write error (", trace.display()));
     // "N events lost (..., M: a write error)": the events the error kept out of the file, counted.
     let before = stderr.split(": a write error").next().unwrap_or_default();
     let kept_out = before.rsplit(|c: char| !c.is_ascii_digit()).next().and_then(|d| d.parse::<u64>().ok());
