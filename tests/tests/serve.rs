@@ -124,12 +124,14 @@ fn start_serve(args: &[&str]) -> (Child, String, BufReader<std::process::ChildSt
 
 /// As [`start_serve`], listening on `listen`.
 fn start_serve_on(listen: &str, args: &[&str]) -> (Child, String, BufReader<std::process::ChildStderr>) {
-    let mut serve = Command::new(cuflight_bin())
-        .args(["serve", "--listen", listen])
-        .args(args)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut serve = Command::new(cuflight_bin());
+    serve.args(["serve", "--listen", listen]).args(args);
+    start_serve_by(serve)
+}
+
+/// Starts serve by `command` (which runs it), as [`start_serve`] does.
+fn start_serve_by(mut command: Command) -> (Child, String, BufReader<std::process::ChildStderr>) {
+    let mut serve = command.stderr(Stdio::piped()).spawn().unwrap();
     let mut err = BufReader::new(serve.stderr.take().unwrap());
     let mut line = String::new();
     err.read_line(&mut line).unwrap();

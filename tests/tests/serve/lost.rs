@@ -28,18 +28,11 @@ fn outcome(m: &Value, pid: u32, outcome: &str) -> f64 {
 /// limit fails with EFBIG instead of killing serve, after `setup` (shell commands); returns it, its address and the
 /// rest of its stderr.
 fn serve_from_shell(setup: &str, args: &str) -> (Child, String, BufReader<std::process::ChildStderr>) {
-    let mut serve = Command::new("sh")
-        .arg("-c")
+    let mut sh = Command::new("sh");
+    sh.arg("-c")
         .arg(format!("trap '' XFSZ; {setup} exec \"$0\" serve --listen 127.0.0.1:0 {args}"))
-        .arg(cuflight_bin())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(serve.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    let addr = line.split("http://").nth(1).and_then(|r| r.split('/').next()).expect(&line).to_string();
-    (serve, addr, err)
+        .arg(cuflight_bin());
+    start_serve_by(sh)
 }
 
 #[test]
