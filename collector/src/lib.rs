@@ -24,8 +24,8 @@
 pub use cuflight_analysis as analysis;
 pub use cuflight_capture as capture;
 pub use cuflight_export as export;
+#[doc(hidden)]
+pub use cuflight_fuzzing as fuzzing;
 pub use cuflight_live as live;
 pub use cuflight_report as report;
 pub use cuflight_trace::{import, model, output};
-#[doc(hidden)]
-pub mod fuzzing;

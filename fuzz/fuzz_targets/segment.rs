@@ -2,5 +2,5 @@
 //! drained, strings parsed, process facts built; never a panic, a fault or an unbounded allocation.
 #![no_main]
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    cuflight_collector::fuzzing::segment(data);
+    cuflight_fuzzing::segment(data);
 });

@@ -2,5 +2,5 @@
 //! an unbounded allocation or events out of order.
 #![no_main]
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    cuflight_collector::fuzzing::trace_source(data);
+    cuflight_fuzzing::trace_source(data);
 });

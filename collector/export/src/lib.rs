@@ -4,6 +4,7 @@
 pub mod chrome;
 pub mod merge;
 pub mod output_dir;
+#[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod perfetto;
 mod protobuf;

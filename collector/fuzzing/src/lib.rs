@@ -1,5 +1,7 @@
 //! Entry points shared by the fuzz targets (`fuzz/`, cargo fuzz) and the stable mutation test that runs in CI
-//! (`collector/tests/mutations.rs`): each takes arbitrary bytes and must return, never panic.
+//! (`collector/tests/mutations.rs`): each takes arbitrary bytes and must return, never panic. A crate of its own so
+//! that the fuzz targets build only what these reach.
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 
@@ -19,17 +21,19 @@ pub fn trace_reader(data: &[u8]) -> usize {
 /// exports (whole and cut) and the report (its plan and window sweep). They may refuse the bytes, never panic. (A target of its
 /// own: each input is read several times over, which would slow the block reader's fuzzing tenfold.)
 pub fn trace_source(data: &[u8]) {
-    let Ok(Some(mut source)) = crate::model::source::EventSource::from_bytes(data.to_vec(), "fuzz") else { return };
-    let _ = crate::analysis::stats::Stats::compute_source(&mut source).map(|s| s.to_table());
-    let _ = crate::export::chrome::export(&mut source, std::io::sink());
-    let _ = crate::export::perfetto::export(&mut source, std::io::sink());
+    let Ok(Some(mut source)) = cuflight_trace::model::source::EventSource::from_bytes(data.to_vec(), "fuzz") else {
+        return;
+    };
+    let _ = cuflight_analysis::stats::Stats::compute_source(&mut source).map(|s| s.to_table());
+    let _ = cuflight_export::chrome::export(&mut source, std::io::sink());
+    let _ = cuflight_export::perfetto::export(&mut source, std::io::sink());
     let mut traces = [("fuzz".to_string(), source)];
     let at = |i: usize| data.get(i).map_or(0, |&b| b as u64) * 1_000;
-    let first = crate::model::filter::Filter::Time { from_ns: at(0), to_ns: at(0) + at(1) + 1 };
+    let first = cuflight_trace::model::filter::Filter::Time { from_ns: at(0), to_ns: at(0) + at(1) + 1 };
     // The report whole, and of the steps a stretch chosen by the bytes holds (`report --filter-time`).
     for filter in [None, Some(first.clone())] {
-        let opts = crate::report::Options { filter, ..Default::default() };
-        if let Ok(r) = crate::report::Report::compute(&mut traces, &opts) {
+        let opts = cuflight_report::Options { filter, ..Default::default() };
+        if let Ok(r) = cuflight_report::Report::compute(&mut traces, &opts) {
             let _ = (r.to_text(), r.to_json(), r.to_html());
         }
     }
@@ -40,9 +44,9 @@ pub fn trace_source(data: &[u8]) {
         let second = end.saturating_add(at(2) + 1);
         let mut spans = w.spans;
         spans.push((second, second.saturating_add(at(3))));
-        source.cut_to(crate::model::windows::Windows::new(spans));
-        let _ = crate::export::chrome::export(&mut source, std::io::sink());
-        let _ = crate::export::perfetto::export(&mut source, std::io::sink());
+        source.cut_to(cuflight_trace::model::windows::Windows::new(spans));
+        let _ = cuflight_export::chrome::export(&mut source, std::io::sink());
+        let _ = cuflight_export::perfetto::export(&mut source, std::io::sink());
     }
 }
 
@@ -51,16 +55,16 @@ pub fn trace_source(data: &[u8]) {
 pub fn segment(data: &[u8]) -> usize {
     let Ok(fd) = cuflight_format::segment::sealed_memfd(data) else { return 0 };
     let Ok(seg) = cuflight_format::segment::MappedSegment::from_fd(fd) else { return 0 };
-    crate::capture::record::read_segment_once(seg)
+    cuflight_capture::record::read_segment_once(seg)
 }
 
 /// The Kineto importer over arbitrary bytes (gunzipped first when they look like gzip), then the report and its
 /// three renderings on whatever imported.
 pub fn kineto(data: &[u8]) -> bool {
     let imported = if data.starts_with(&[0x1f, 0x8b]) {
-        crate::import::kineto::import(std::io::BufReader::new(flate2::read::GzDecoder::new(data)))
+        cuflight_trace::import::kineto::import(std::io::BufReader::new(flate2::read::GzDecoder::new(data)))
     } else {
-        crate::import::kineto::import(data)
+        cuflight_trace::import::kineto::import(data)
     };
     let Ok(trace) = imported else { return false };
     report(trace);
@@ -68,11 +72,11 @@ pub fn kineto(data: &[u8]) -> bool {
 }
 
 /// `cuflight report` over an imported trace: it may refuse it (no GPU work), never panic.
-fn report(trace: crate::model::trace::Trace) {
-    let mut traces = [("fuzz".to_string(), crate::model::source::EventSource::from_trace(trace))];
+fn report(trace: cuflight_trace::model::trace::Trace) {
+    let mut traces = [("fuzz".to_string(), cuflight_trace::model::source::EventSource::from_trace(trace))];
     for step in [None, Some("ProfilerStep".to_string())] {
-        let opts = crate::report::Options { step, include_warmup: false, filter: None };
-        if let Ok(r) = crate::report::Report::compute(&mut traces, &opts) {
+        let opts = cuflight_report::Options { step, include_warmup: false, filter: None };
+        if let Ok(r) = cuflight_report::Report::compute(&mut traces, &opts) {
             let _ = (r.to_text(), r.to_json(), r.to_html());
         }
     }
@@ -86,7 +90,7 @@ pub fn nsys(data: &[u8]) -> bool {
         return false;
     }
     drop(f);
-    let ok = crate::import::nsys::import(&path).is_ok();
+    let ok = cuflight_trace::import::nsys::import(&path).is_ok();
     let _ = std::fs::remove_file(&path);
     // Nothing beside it: the importer opens it immutable (no -shm/-wal files whatever its header says).
     ok
