@@ -6,7 +6,8 @@
 //! asks it to detach: the agent flushes CUPTI into its rings, unsubscribes and marks the segment finished before
 //! it answers, so the last drain after the answer holds the whole window.
 
-use super::record::{RecordError, RecordSummary, Session};
+use super::record::{RecordError, RecordSummary};
+use super::session::Session;
 use cuflight_format::control;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use std::path::{Path, PathBuf};

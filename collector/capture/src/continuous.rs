@@ -5,7 +5,7 @@
 //! window ends with a flush and a detach); here only the first arming is lost.
 
 use super::attach::{request_attach, request_detach, AttachError};
-use super::record::Session;
+use super::session::Session;
 use super::window::{Range, Window};
 use cuflight_format::{control, segment};
 use std::path::{Path, PathBuf};

@@ -6,7 +6,8 @@
 //! span, and lets go. An image (`cuflight-PID-TIME-N.seg` in the dump directory) is another process's output
 //! and read as hostile input: copied into private memory and validated like a live segment.
 
-use super::record::{RecordError, RecordSummary, Session};
+use super::record::{RecordError, RecordSummary};
+use super::session::Session;
 use cuflight_format::segment::{dump_reason, MappedSegment};
 use cuflight_format::{control, EventKind, RawEvent};
 use std::collections::HashMap;

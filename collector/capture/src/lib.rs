@@ -1,6 +1,7 @@
 //! Capture: running a program under the agent and turning what its agents hand over into a trace file.
-//! [`record`] launches the program and drains its agents' shared-memory rings into [`outputs`] (one file, or one
-//! per rank, host or pid; each with its writer thread, `sink`);
+//! [`record`] launches the program beside a collector session (`session`: the listener agents hand their
+//! segments to) that drains their shared-memory rings into [`outputs`] (one file, or one per rank, host or pid;
+//! each with its writer thread, `sink`);
 //! [`recover`] completes a trace whose recording was cut short; [`agents`] lists the agents running on this
 //! machine and starts programs with a dormant one; [`attach`] records a window of a running program's dormant
 //! agent ([`sampled`]: sampling windows of a program `record` starts; [`continuous`]: without pause, in back-to-back
@@ -19,6 +20,7 @@ pub mod record;
 mod recorded_process;
 pub mod recover;
 pub mod sampled;
+mod session;
 mod sink;
 mod status;
 mod summary;

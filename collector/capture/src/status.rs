@@ -5,7 +5,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-/// A recording's progress (see `record::Session::progress`).
+/// A recording's progress (see `session::Session::progress`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Progress {
     pub processes: usize,
