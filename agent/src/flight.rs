@@ -10,7 +10,9 @@
 //!   CUPTI still held (up to one flush period) are missing from such a dump.
 //! - SIGUSR2 (only where the program left it at its default action), a hang (a thread waited in a synchronising
 //!   call while no GPU work completed for `--hang-timeout`), a sticky CUDA error, or a slow step
-//!   (`--dump-on-slow-step`, `crate::slow_steps`): the control thread flushes CUPTI and writes the image.
+//!   (`--dump-on-slow-step`, `crate::slow_steps`): the control thread flushes CUPTI and writes the image. A
+//!   program that exits meanwhile (its last step was the slow one) writes it at exit, or waits for it there:
+//!   ending the process would leave it half-written.
 //!
 //! `cuflight dump IMAGE` turns an image into a trace.
 
@@ -38,10 +40,20 @@ static PENDING: AtomicU32 = AtomicU32::new(0);
 static CUDA_ERROR_SEEN: AtomicBool = AtomicBool::new(false);
 /// A fatal-signal dump happened or is happening (several threads may fault at once).
 static FATAL_DUMPED: AtomicBool = AtomicBool::new(false);
+/// The control thread, or exit, is writing a dump: one at a time, and exit waits for it.
+static DUMPING: AtomicBool = AtomicBool::new(false);
+/// The longest exit waits for a dump being written (an image of every ring, on a slow disk).
+const EXIT_WAITS_NS: u64 = 10_000_000_000;
 
 /// Starts the recorder's watches once CUPTI runs: signal handlers and hang detection.
 pub fn arm() {
     install_handlers();
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    // Registered after CUPTI's forced flush at exit (`cupti::flush_at_exit`, at set-up): it runs before it.
+    // SAFETY: registering a plain extern "C" handler with libc.
+    AT_EXIT.call_once(|| unsafe {
+        libc::atexit(at_exit);
+    });
     crate::slow_steps::arm();
     // The flush thread records the devices after its first period (never inside cuInit, which is running now).
     FACTS_AT.store(clock::monotonic_ns(), Ordering::Relaxed);
@@ -120,9 +132,30 @@ pub fn service() {
     if now.saturating_sub(FACTS_AT.load(Ordering::Relaxed)) >= (CONFIG.span_ns / 2).max(1_000_000_000) {
         record_facts();
     }
-    crate::slow_steps::check_open(crate::sampler::open_step());
+    crate::slow_steps::check_open();
     if crate::slow_steps::take_wanted() {
         request(dump_reason::SLOW_STEP);
+    }
+    dump_pending();
+    if CONFIG.hang_ns == 0 || IN_SYNC.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let progress = LAST_PROGRESS.load(Ordering::Acquire);
+    let since = SYNC_SINCE.load(Ordering::Acquire).max(progress);
+    if clock::monotonic_ns().saturating_sub(since) >= CONFIG.hang_ns
+        && HANG_DUMPED_AT.swap(progress, Ordering::AcqRel) != progress
+        && !DUMPING.swap(true, Ordering::AcqRel)
+    {
+        flush_then_facts();
+        dump_to_dir(dump_reason::HANG);
+        DUMPING.store(false, Ordering::Release);
+    }
+}
+
+/// Writes the dump asked for, unless one is being written (then the next look takes it).
+fn dump_pending() {
+    if PENDING.load(Ordering::Acquire) == 0 || DUMPING.swap(true, Ordering::AcqRel) {
+        return;
     }
     let reason = PENDING.swap(0, Ordering::AcqRel);
     if reason != 0 {
@@ -133,17 +166,27 @@ pub fn service() {
         flush_then_facts();
         dump_to_dir(reason);
     }
-    if CONFIG.hang_ns == 0 || IN_SYNC.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    let progress = LAST_PROGRESS.load(Ordering::Acquire);
-    let since = SYNC_SINCE.load(Ordering::Acquire).max(progress);
-    if clock::monotonic_ns().saturating_sub(since) >= CONFIG.hang_ns
-        && HANG_DUMPED_AT.swap(progress, Ordering::AcqRel) != progress
-    {
-        flush_then_facts();
-        dump_to_dir(dump_reason::HANG);
-    }
+    DUMPING.store(false, Ordering::Release);
+}
+
+/// At exit: a dump asked for and not yet taken (a slow last step: the control thread looks five times a second)
+/// is written now, and one being written is waited for, or the process would end it half-written.
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if crate::slow_steps::take_wanted() {
+            request(dump_reason::SLOW_STEP);
+        }
+        let deadline = clock::monotonic_ns().saturating_add(EXIT_WAITS_NS);
+        let wait = || {
+            while DUMPING.load(Ordering::Acquire) && clock::monotonic_ns() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        };
+        wait();
+        dump_pending();
+        // The control thread may have taken it first.
+        wait();
+    });
 }
 
 /// `cuflight dump PID`: flushes CUPTI and hands the segment to the collector listening on `session`, which

@@ -34,6 +34,7 @@ mod interner;
 mod name_cache;
 mod nvtx;
 mod nvtx_late;
+mod open_steps;
 mod pystack;
 mod rings;
 mod sampler;

@@ -204,7 +204,7 @@ fn push_range(domain: u32, name: u32, extra: Extra) -> c_int {
         let depth = t.nvtx_depth_of(domain);
         let before = depth.get();
         // Sampling: a step may begin here (and its recording with it, before its push is written).
-        if !sampler::tracking_steps() || sampler::pushed(domain, before, ev.start, || step_kind(name)) {
+        if !sampler::tracking_steps() || sampler::pushed(t, domain, before, ev.start, || step_kind(name)) {
             t.push(ev);
         }
         depth.set(before + 1);
@@ -224,15 +224,15 @@ fn pop_range(domain: u32) -> c_int {
         let depth = t.nvtx_depth_of(domain);
         let d = depth.get();
         let (keep, ends_step) = match sampler::tracking_steps() {
-            true if d > 0 => sampler::popping(domain, d - 1),
-            true => (sampler::keeps_everything(), false),
-            false => (true, false),
+            true if d > 0 => sampler::popping(t, domain, d - 1),
+            true => (sampler::keeps_everything(), None),
+            false => (true, None),
         };
         if keep {
             t.push(ev);
         }
-        if ends_step {
-            sampler::step_ended();
+        if let Some(step) = ends_step {
+            sampler::step_ended(step);
         }
         if d == 0 {
             return -1;
@@ -262,12 +262,12 @@ fn start_range(domain: u32, name: u32, extra: Extra) -> u64 {
 }
 
 fn end_range(domain: u32, id: u64) {
-    let (keep, ends_step) = if sampler::tracking_steps() { sampler::ending(id) } else { (true, false) };
+    let (keep, ends_step) = if sampler::tracking_steps() { sampler::ending(id) } else { (true, None) };
     if keep {
         event(EventKind::NvtxEnd, domain, 0, no_extra(), id);
     }
-    if ends_step {
-        sampler::step_ended();
+    if let Some(step) = ends_step {
+        sampler::step_ended(step);
     }
 }
 

@@ -17,13 +17,15 @@
 //! knows how many steps ran and how long each took); the program's other NVTX ranges and marks are not.
 //!
 //! The same step boundaries serve the flight recorder's slow-step dumps ([`crate::slow_steps`]) where no step is
-//! sampled: steps are then only timed, and every range is kept.
+//! sampled: steps are then only timed, each thread's own ([`crate::open_steps`]), and every range is kept.
 //!
 //! The kernels a recorded step launched may still run when it ends: activity kinds are disabled only when the
 //! next step starts (or at the next chosen step's end), the callbacks at once. What CUPTI delivers between is
 //! kept by the collector only where it belongs to a recorded step's calls.
 
-use crate::{clock, thread_rings};
+use crate::open_steps::{self, Slot};
+use crate::thread_rings::{self, ThreadState};
+use crate::{clock, slow_steps};
 use cuflight_format::{EventKind, RawEvent};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -33,9 +35,9 @@ static ONE_IN: AtomicU32 = AtomicU32::new(0);
 /// Whether the current step is recorded (the program's NVTX ranges are then kept whole).
 static RECORDING: AtomicBool = AtomicBool::new(false);
 
-/// The step in progress, read without the lock by every NVTX call while sampling (written under it): none, a
+/// The step sampling follows, read without the lock by every NVTX call while sampling (written under it): none, a
 /// push/pop range (ending when its domain's depth on thread `tid` falls back to `depth`) or a start/end range
-/// (also `cuflight.step()`'s).
+/// (also `cuflight.step()`'s). One process-wide: CUPTI is armed for the whole process, whichever thread steps.
 const NONE: u8 = 0;
 const PUSHED: u8 = 1;
 const STARTED: u8 = 2;
@@ -46,10 +48,8 @@ static OPEN_DOMAIN: AtomicU32 = AtomicU32::new(0);
 
 /// Taken only where a step or time slice begins or ends, never on a plain NVTX call.
 struct Sampler {
-    /// The step's start and index (from 0, counted from the run's first step), and its kind
-    /// ([`crate::slow_steps::kind_index`]).
+    /// The step's start and index (from 0, counted from the run's first step).
     started_ns: u64,
-    class: u8,
     index: u64,
     /// Steps begun.
     steps: u64,
@@ -71,7 +71,6 @@ struct Sampler {
 
 static SAMPLER: Mutex<Sampler> = Mutex::new(Sampler {
     started_ns: 0,
-    class: 0,
     index: 0,
     steps: 0,
     chosen: 0,
@@ -209,15 +208,7 @@ impl Sampler {
         thread_rings::push(RawEvent::sampled_slice(self.started_ns, now.max(self.started_ns), self.index, one_in));
     }
 
-    fn begin(&mut self, kind: u8, key: u64, domain: u32, now: u64, class: u8) {
-        if !sampling() {
-            // Timed only (slow steps): nothing is armed or chosen.
-            OPEN_KEY.store(key, Ordering::Relaxed);
-            OPEN_DOMAIN.store(domain, Ordering::Relaxed);
-            OPEN_KIND.store(kind, Ordering::Release);
-            (self.started_ns, self.class) = (now, class);
-            return;
-        }
+    fn begin(&mut self, kind: u8, key: u64, domain: u32, now: u64) {
         if self.slice_recording {
             // The program's first step: the slice ends here, steps are sampled from now on.
             self.end_slice(now);
@@ -257,10 +248,6 @@ impl Sampler {
 
     fn end(&mut self, now: u64) {
         OPEN_KIND.store(NONE, Ordering::Release);
-        if !sampling() {
-            crate::slow_steps::ended(self.class, self.started_ns, now.saturating_sub(self.started_ns));
-            return;
-        }
         let recorded = RECORDING.swap(false, Ordering::AcqRel);
         if recorded {
             (switches().pause_callbacks)();
@@ -280,19 +267,29 @@ impl Sampler {
     }
 }
 
-/// A range is pushed at `at` on this thread in `domain`, whose depth was `depth` before: whether it is kept.
-/// `step` reads its name, only where it may begin a step: the step's kind, None for a range that is no step.
-pub fn pushed(domain: u32, depth: i32, at: u64, step: impl FnOnce() -> Option<u8>) -> bool {
+/// Which step ended: the one sampling follows, or a thread's step where steps are only timed.
+#[derive(Clone, Copy)]
+pub enum StepEnd {
+    Sampled,
+    Timed(Slot),
+}
+
+/// A range is pushed on this thread (`t`) in `domain`, whose depth was `depth` before, at `at`: whether it is
+/// kept. `step` reads its name, only where it may begin a step: the step's kind, None for a range that is no step.
+pub fn pushed(t: &ThreadState, domain: u32, depth: i32, at: u64, step: impl FnOnce() -> Option<u8>) -> bool {
+    if !sampling() {
+        open_steps::pushed(&t.open_step, thread_rings::tid, (domain, depth, at), step);
+        return true;
+    }
     may_begin(step, || (PUSHED, (thread_rings::tid() as u64) << 32 | depth as u32 as u64, domain, at))
 }
 
-/// A range that may begin a step starts: whether it is kept. `step` reads its name, `open` says how the step
-/// would end (kind, key, domain) and when it began; both only where no step is open.
+/// Sampling: a range that may begin a step starts: whether it is kept. `step` reads its name, `open` says how the
+/// step would end (kind, key, domain) and when it began; both only where no step is open.
 fn may_begin(step: impl FnOnce() -> Option<u8>, open: impl FnOnce() -> (u8, u64, u32, u64)) -> bool {
-    if OPEN_KIND.load(Ordering::Acquire) != NONE {
+    if OPEN_KIND.load(Ordering::Acquire) != NONE || step().is_none() {
         return keeps_everything();
     }
-    let Some(class) = step() else { return keeps_everything() };
     // A step begins: the lock is taken (a step boundary, not a call; held briefly but by the time slices'
     // thread while it arms CUPTI, which a step start must not slip past).
     let mut s = SAMPLER.lock();
@@ -300,53 +297,71 @@ fn may_begin(step: impl FnOnce() -> Option<u8>, open: impl FnOnce() -> (u8, u64,
         return keeps_everything();
     }
     let (kind, key, domain, at) = open();
-    s.begin(kind, key, domain, at, class);
+    s.begin(kind, key, domain, at);
     true
 }
 
-/// A range is popped on this thread in `domain`, its depth falling to `depth`: (kept, ends the step). A step's
-/// end stops recording once its pop is written: call [`step_ended`] then.
-pub fn popping(domain: u32, depth: i32) -> (bool, bool) {
+/// A range is popped on this thread (`t`) in `domain`, its depth falling to `depth`: (kept, the step it ends). A
+/// step's end stops recording once its pop is written: call [`step_ended`] then.
+#[inline]
+pub fn popping(t: &ThreadState, domain: u32, depth: i32) -> (bool, Option<StepEnd>) {
+    if !sampling() {
+        return (true, open_steps::popping(&t.open_step, domain, depth).map(StepEnd::Timed));
+    }
     let ends = OPEN_KIND.load(Ordering::Acquire) == PUSHED
         && OPEN_DOMAIN.load(Ordering::Relaxed) == domain
         && OPEN_KEY.load(Ordering::Relaxed) == (thread_rings::tid() as u64) << 32 | depth as u32 as u64;
-    (ends || keeps_everything(), ends)
+    (ends || keeps_everything(), ends.then_some(StepEnd::Sampled))
 }
 
 /// A start/end range starts (`id`): whether it is kept.
 pub fn started(id: u64, step: impl FnOnce() -> Option<u8>) -> bool {
+    if !sampling() {
+        open_steps::started(id, thread_rings::tid, clock::monotonic_ns, step);
+        return true;
+    }
     may_begin(step, || (STARTED, id, 0, clock::monotonic_ns()))
 }
 
-/// A start/end range ends: (kept, ends the step; then call [`step_ended`] once its end is written).
-pub fn ending(id: u64) -> (bool, bool) {
-    let ends = OPEN_KIND.load(Ordering::Acquire) == STARTED && OPEN_KEY.load(Ordering::Relaxed) == id;
-    (ends || keeps_everything(), ends)
-}
-
-/// The step in progress where steps are only timed (slow steps): its kind and start.
-pub fn open_step() -> Option<(u8, u64)> {
-    if sampling() || OPEN_KIND.load(Ordering::Acquire) == NONE {
-        return None;
+/// A start/end range ends: (kept, the step it ends; then call [`step_ended`] once its end is written).
+#[inline]
+pub fn ending(id: u64) -> (bool, Option<StepEnd>) {
+    if !sampling() {
+        return (true, open_steps::ending(id).map(StepEnd::Timed));
     }
-    let s = SAMPLER.lock();
-    (OPEN_KIND.load(Ordering::Acquire) != NONE).then_some((s.class, s.started_ns))
+    let ends = OPEN_KIND.load(Ordering::Acquire) == STARTED && OPEN_KEY.load(Ordering::Relaxed) == id;
+    (ends || keeps_everything(), ends.then_some(StepEnd::Sampled))
 }
 
 /// The step's closing pop or end was written.
-pub fn step_ended() {
-    SAMPLER.lock().end(clock::monotonic_ns());
+pub fn step_ended(which: StepEnd) {
+    let now = clock::monotonic_ns();
+    match which {
+        StepEnd::Sampled => SAMPLER.lock().end(now),
+        StepEnd::Timed(slot) => {
+            if let Some(o) = open_steps::ended(slot) {
+                slow_steps::ended(o.thread, o.class, o.started_ns, now.saturating_sub(o.started_ns));
+            }
+        }
+    }
 }
 
 /// `cuflight.step()`: the step `previous` (a range id, 0 none) ends and `id` starts; the step marks are kept.
 pub fn marked(previous: u64, id: u64) {
+    if !sampling() {
+        if let Some(slot) = open_steps::ending(previous) {
+            step_ended(StepEnd::Timed(slot));
+        }
+        open_steps::started(id, thread_rings::tid, clock::monotonic_ns, || Some(0));
+        return;
+    }
     let mut s = SAMPLER.lock();
     let now = clock::monotonic_ns();
     if previous != 0 && OPEN_KIND.load(Ordering::Acquire) == STARTED && OPEN_KEY.load(Ordering::Relaxed) == previous {
         s.end(now);
     }
     if OPEN_KIND.load(Ordering::Acquire) == NONE {
-        s.begin(STARTED, id, 0, now, 0);
+        s.begin(STARTED, id, 0, now);
     }
 }
 

@@ -3,17 +3,20 @@
 //! is on disk with what led to it, without anyone at the keyboard.
 //!
 //! Steps are the program's own (the step-name rule of `cuflight_format::step_names`, through NVTX or
-//! `cuflight.step()`), found by the same step boundaries as `record --sample` ([`crate::sampler`]). A serving
-//! engine's prefills, decodes and mixed iterations are each compared with their own kind: a prefill is slower than
-//! a decode by nature. The typical step is the median of the last [`HISTORY`] of its kind, after the first
-//! [`WARMUP`] (compilation, allocator growth); a step is slow when it took FACTOR times that and at least
+//! `cuflight.step()`), found by the same step boundaries as `record --sample` ([`crate::sampler`]), each thread's
+//! own ([`crate::open_steps`]). A serving engine's prefills, decodes and mixed iterations are each compared with
+//! their own kind (a prefill is slower than a decode by nature), and each thread's steps with its own (a server's
+//! thread per GPU, or a pipeline's stages, need not take alike): the first [`THREADS`] threads that step have a
+//! history each, later ones share one. The typical step is the median of the last [`HISTORY`] of its kind, after
+//! the first [`WARMUP`] (compilation, allocator growth); a step is slow when it took FACTOR times that and at least
 //! [`MIN_EXCESS_NS`] more (a thread the OS left waiting a few milliseconds is no straggler). A slow step joins the history like any other, so
 //! a program that stays slower stops being dumped once the new pace is its median.
 //!
 //! A slow step is dumped at its end, whole. One still running is dumped before its end only once it has run half
 //! the recorder's span and is slow: waiting longer would let the rings overwrite how it began, and a stall that
 //! never ends its step (a collective waiting on a lost rank, a deadlock on the host) is caught while it lasts. The
-//! control thread looks five times a second ([`check_open`]); the step's end then asks for nothing more.
+//! control thread looks at every open step five times a second ([`check_open`]). The steps running when one was
+//! dumped so (every thread's, where a stall holds them all) ask for nothing more, then or at their end.
 //!
 //! Disks fill: one slow-step dump per recorder span (a dump holds the whole span anyway) and [`MAX_DUMPS`] a
 //! process at most; and a slow step that took about as long as one already dumped of its kind (within a quarter) is
@@ -102,17 +105,44 @@ impl Kind {
     }
 }
 
-/// Per kind: a plain step, then a serving engine's prefill, decode and mixed iterations ([`kind_index`]).
-static KINDS: Mutex<[Kind; 4]> = Mutex::new([Kind::NEW; 4]);
+/// Threads with a step history of their own; the others share the last.
+pub const THREADS: usize = 8;
+
+/// Per thread that steps (by the first [`THREADS`], the others in the last), per kind: a plain step, then a serving
+/// engine's prefill, decode and mixed iterations ([`kind_index`]).
+struct Histories {
+    threads: [u32; THREADS],
+    kinds: [[Kind; 4]; THREADS],
+}
+
+impl Histories {
+    /// The history of `thread`'s steps of `kind`.
+    fn of(&mut self, thread: u32, kind: u8) -> &mut Kind {
+        let i = match self.threads.iter().position(|&t| t == thread) {
+            Some(i) => i,
+            None => match self.threads.iter().position(|&t| t == 0) {
+                Some(free) if thread != 0 => {
+                    self.threads[free] = thread;
+                    free
+                }
+                _ => THREADS - 1,
+            },
+        };
+        &mut self.kinds[i][usize::from(kind).min(3)]
+    }
+}
+
+static HISTORIES: Mutex<Histories> = Mutex::new(Histories { threads: [0; THREADS], kinds: [[Kind::NEW; 4]; THREADS] });
 /// The slow step being dumped, for the control thread's line: its duration and the typical one, ns.
 static SLOW_NS: AtomicU64 = AtomicU64::new(0);
 static TYPICAL_NS: AtomicU64 = AtomicU64::new(0);
 /// When the last slow-step dump was asked for (0: never), and how many were.
 static LAST_DUMP_NS: AtomicU64 = AtomicU64::new(0);
 static DUMPS: AtomicU32 = AtomicU32::new(0);
-/// The start of the step dumped while still running (0: none), so that its end does not ask again; and whether
-/// the step being dumped was still running.
-static DUMPED_OPEN: AtomicU64 = AtomicU64::new(0);
+/// When a step was last dumped while still running (0: never): the steps already running then (a stall often holds
+/// every thread's step, a thread per GPU waiting in one collective) were in that dump, and are not dumped again
+/// while they last or at their end. And whether the step being dumped was still running.
+static RUNNING_DUMP_AT: AtomicU64 = AtomicU64::new(0);
 static RUNNING: AtomicBool = AtomicBool::new(false);
 
 /// Set when the flight recorder runs (`crate::flight::arm`), and when a slow step wants a dump (the control thread
@@ -148,39 +178,48 @@ pub fn kind_index(name: &str) -> u8 {
     }
 }
 
-/// A step of kind `kind` that began at `started_ns` ended after `ns`: a dump is asked for where it is slow and the
-/// limits allow. Takes a lock at a step's end only, never on a plain call.
-pub fn ended(kind: u8, started_ns: u64, ns: u64) {
+/// A step of kind `kind` that `thread` began at `started_ns` ended after `ns`: a dump is asked for where it is slow
+/// and the limits allow. Takes a lock at a step's end only, never on a plain call.
+pub fn ended(thread: u32, kind: u8, started_ns: u64, ns: u64) {
     if !watching() {
         return;
     }
-    let mut kinds = KINDS.lock();
-    let k = &mut kinds[usize::from(kind).min(3)];
+    let mut histories = HISTORIES.lock();
+    let k = histories.of(thread, kind);
     let Some(typical) = k.add(ns, CONFIG.slow_step_x1000) else { return };
-    if DUMPED_OPEN.load(Ordering::Acquire) == started_ns || k.like_dumped(ns) {
-        return; // dumped while it ran, or one like it was
+    if started_ns <= RUNNING_DUMP_AT.load(Ordering::Acquire) || k.like_dumped(ns) {
+        return; // running when a running step was dumped, or like one dumped
     }
     if ask(ns, typical, false) {
         k.note_dumped(ns);
     }
 }
 
-/// The control thread's look at the step in progress (`open`: its kind and start, from the sampler's step
-/// boundaries): dumped once where it has already run long enough to be slow.
-pub fn check_open(open: Option<(u8, u64)>) {
-    let Some((kind, started_ns)) = open.filter(|_| watching()) else { return };
-    if DUMPED_OPEN.load(Ordering::Acquire) == started_ns {
+/// The control thread's look at the steps in progress: one is dumped once where it has already run long enough to
+/// be slow.
+pub fn check_open() {
+    if !watching() || crate::sampler::sampling() {
+        return;
+    }
+    for open in crate::open_steps::open_now() {
+        check_running(open);
+    }
+}
+
+fn check_running(open: crate::open_steps::Open) {
+    let crate::open_steps::Open { started_ns, class, thread } = open;
+    if started_ns <= RUNNING_DUMP_AT.load(Ordering::Acquire) {
         return;
     }
     let ran = clock::monotonic_ns().saturating_sub(started_ns);
     if ran < CONFIG.span_ns / 2 {
         return;
     }
-    let k = KINDS.lock()[usize::from(kind).min(3)];
+    let k = *HISTORIES.lock().of(thread, class);
     // Slow, and longer than the slow steps like it already dumped.
     let Some(typical) = k.slow(ran, CONFIG.slow_step_x1000).filter(|_| !k.like_dumped(ran)) else { return };
     if ask(ran, typical, true) {
-        DUMPED_OPEN.store(started_ns, Ordering::Release);
+        RUNNING_DUMP_AT.store(clock::monotonic_ns(), Ordering::Release);
     }
 }
 

@@ -54,6 +54,8 @@ pub struct ThreadState {
     pub nvtx_domain_depths: [Cell<(u32, i32)>; 8],
     /// The Python stack reader's cache and launch count.
     pub py: crate::pystack::ThreadPy,
+    /// The step this thread pushed, where steps are timed for slow-step dumps.
+    pub open_step: crate::open_steps::Mark,
 }
 
 thread_local! {
@@ -65,6 +67,7 @@ thread_local! {
             nvtx_depth: Cell::new(0),
             nvtx_domain_depths: [const { Cell::new((0, 0)) }; 8],
             py: crate::pystack::ThreadPy::new(),
+            open_step: crate::open_steps::Mark::new(),
         }
     };
 }

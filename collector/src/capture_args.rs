@@ -228,9 +228,9 @@ pub struct LaunchArgs {
     /// Dump when a thread waits in a synchronising CUDA call this long while no GPU work completes.
     #[arg(long, value_parser = attach::parse_duration, requires = "flight_recorder")]
     pub hang_timeout: Option<Duration>,
-    /// Dump when a step (the program's NVTX step ranges, ProfilerStep, cuflight.step(); a server's prefill,
-    /// decode and mixed iterations each against their own kind) takes FACTOR times the median of the 16 before
-    /// it and 10 ms more, e.g. 3 or 3x (at its end; a step still running once it has run half the span); at most
+    /// Dump when a step (the program's NVTX step ranges, ProfilerStep, cuflight.step(); each thread's against
+    /// its own, a server's prefill, decode and mixed iterations each against their own kind) takes FACTOR times
+    /// the median of the 16 before it and 10 ms more, e.g. 3 or 3x (at its end; a step still running once it has run half the span); at most
     /// one such dump per recorder span, 8 a process, and none for a slow step within a quarter of the time of one
     /// already dumped (a periodic evaluation step is dumped once).
     #[arg(long, value_name = "FACTOR", value_parser = parse_factor, requires = "flight_recorder")]

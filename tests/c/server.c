@@ -21,7 +21,9 @@
  * two kernels "tick" (captured at the first "R") and prints "done N"; "u NAME M" opens an NVTX range NAME
  * and runs M kernels in it without closing it, "q" closes it, each printing "done"; "O" asks cudaMalloc for 2^60
  * bytes and prints "oom CODE"; "Q" queries a stream busy with a 50 ms kernel and prints "query CODE", then waits;
- * EOF ends it. */
+ * "b MS" starts a second thread that runs NVTX steps "step" of about MS ms back to back (a kernel on a stream of
+ * its own, then a sleep: a server's other GPU thread) and prints "done" (while it runs: its next steps take MS),
+ * "B" stops it and prints "done N" (its steps); EOF ends it. */
 #include "sim.h"
 #include <cuda.h>
 #include <dlfcn.h>
@@ -112,6 +114,25 @@ void spin(void **args) {
     usleep((useconds_t)(spin_seconds * 1e6));
 }
 
+/* "b MS": the second stepping thread, until "B". */
+static volatile int side_running;
+static long side_ms, side_steps;
+static void *side_stepper(void *arg) {
+    (void)arg;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    void *args[] = {NULL};
+    while (__atomic_load_n(&side_running, __ATOMIC_ACQUIRE)) {
+        nvtxRangePushA("step");
+        launch(tick, 1, 1, s, args);
+        CHECK(cudaStreamSynchronize(s));
+        usleep((useconds_t)(__atomic_load_n(&side_ms, __ATOMIC_RELAXED) * 1000));
+        nvtxRangePop();
+        side_steps++;
+    }
+    return NULL;
+}
+
 static int stdin_closed(void) {
     struct pollfd p = {0, POLLIN, 0};
     char buf[64];
@@ -197,6 +218,23 @@ static int commands(void) {
             launch(spin, 1, 1, 0, args);
             printf("query %d\n", (int)cudaStreamQuery(0));
             CHECK(cudaDeviceSynchronize());
+        } else if (line[0] == 'b' || line[0] == 'B') {
+            static pthread_t side;
+            if (line[0] == 'b' && side_running) {
+                __atomic_store_n(&side_ms, atol(line + 1), __ATOMIC_RELAXED);
+                printf("done\n");
+            } else if (line[0] == 'b') {
+                side_ms = atol(line + 1);
+                side_running = 1;
+                pthread_create(&side, NULL, side_stepper, NULL);
+                printf("done\n");
+            } else if (line[0] == 'B' && side_running) {
+                __atomic_store_n(&side_running, 0, __ATOMIC_RELEASE);
+                pthread_join(side, NULL);
+                printf("done %ld\n", side_steps);
+            } else {
+                printf("refused\n");
+            }
         } else if (line[0] == 'e') {
             launch(faulty, 1, 1, 0, args);
             int first = (int)cudaDeviceSynchronize();

@@ -421,6 +421,86 @@ fn a_periodic_slow_step_is_dumped_once() {
     assert!(status.success(), "{err}");
 }
 
+/// A server with a thread per GPU: a side thread runs steps of 5 ms back to back, always one open, while the main
+/// thread runs steps of 60 ms. Each thread's steps are watched, against its own: the main thread's usual steps are
+/// not slow beside the side thread's (12 times as long), and its slow step is dumped, measured against its own.
+#[test]
+fn each_thread_steps_against_its_own() {
+    let dir = scratch("flight-thread-steps");
+    let flags = ["--flight-recorder", "30s", "--dump-dir", dir.to_str().unwrap(), "--dump-on-slow-step", "6"];
+    let mut server = Server::start(&dir, &flags, &[]);
+    assert_eq!(server.cmd("b 5"), "done");
+    steps(&mut server, 20, 60);
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(images(&dir, 0).is_empty(), "a thread's usual steps are not slow beside another's shorter ones");
+    steps(&mut server, 1, 800);
+    let found = images(&dir, 1);
+    assert_eq!(found.len(), 1, "the main thread's slow step, though the side thread always had one open");
+    let side = server.cmd("B");
+    let side_steps: u64 = side.strip_prefix("done ").and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(side_steps >= 100, "{side}");
+    let (status, err) = server.end();
+    assert!(status.success(), "{err}");
+    let typical_ms: f64 = err
+        .split("the typical ")
+        .nth(1)
+        .and_then(|rest| rest.split(" ms").next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no slow-step line: {err}"));
+    assert!(typical_ms >= 40.0, "measured against the main thread's own steps, not the side thread's: {err}");
+}
+
+/// A slow last step: the program exits as soon as it ends, before the control thread looks (five times a second).
+/// The dump is written at exit, whole: not left half-written, nor never asked for.
+#[test]
+fn a_slow_last_step_is_dumped_at_exit() {
+    let dir = scratch("flight-slow-last-step");
+    let flags = ["--flight-recorder", "30s", "--dump-dir", dir.to_str().unwrap(), "--dump-on-slow-step", "8"];
+    let mut server = Server::start(&dir, &flags, &[]);
+    steps(&mut server, 20, 20);
+    steps(&mut server, 1, 400);
+    let (status, err) = server.end();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("a step took ") && err.contains("flight recorder dump written to"), "{err}");
+    let found = images(&dir, 1);
+    assert_eq!(found.len(), 1, "{err}");
+    let names: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(!names.iter().any(|n| n.ends_with(".partial")), "{names:?}");
+    let trace = dir.join("last.cuf");
+    dumped(found[0].to_str().unwrap(), &trace, &[]);
+    let report = report_json(&trace);
+    let steps = report["processes"][0]["steps"].as_array().unwrap();
+    let slowest = steps.iter().map(|s| s["duration_ns"].as_u64().unwrap()).max().unwrap();
+    assert!(slowest >= 400_000_000, "the slow step is in the dump: slowest {slowest} ns");
+}
+
+/// A stall that holds every thread's step (a thread per GPU waiting in one collective) is dumped once while it
+/// lasts: the other thread's step, running then too, asks for nothing more, while it lasts or at its end.
+#[test]
+fn a_stall_of_every_thread_dumps_once() {
+    let dir = scratch("flight-thread-stall");
+    let flags = ["--flight-recorder", "2s", "--dump-dir", dir.to_str().unwrap(), "--dump-on-slow-step", "8"];
+    let mut server = Server::start(&dir, &flags, &[]);
+    assert_eq!(server.cmd("b 20"), "done");
+    steps(&mut server, 20, 20);
+    // Both stall: one step of the side thread's sleeps 3.5 s (those after it 20 ms again), the main thread's
+    // stays open 4 s.
+    assert_eq!(server.cmd("b 3500"), "done");
+    assert_eq!(server.cmd("u step 1"), "done");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(server.cmd("b 20"), "done");
+    assert_eq!(images(&dir, 1).len(), 1, "dumped while the steps ran");
+    std::thread::sleep(Duration::from_millis(3700));
+    assert_eq!(server.cmd("q"), "done");
+    assert!(server.cmd("B").starts_with("done "));
+    std::thread::sleep(Duration::from_millis(600));
+    let (status, err) = server.end();
+    assert!(status.success(), "{err}");
+    assert_eq!(err.matches("dumping the flight recorder").count(), 1, "{err}");
+    assert_eq!(images(&dir, 0).len(), 1, "one stall, one dump: {err}");
+}
+
 #[test]
 fn hostile_or_mistaken_images_get_one_line() {
     let dir = scratch("flight-bad-images");

@@ -199,7 +199,9 @@ pub mod dump_reason {
             SIGUSR2 => "SIGUSR2".into(),
             HANG => "a hang (a synchronising call waited while no GPU work completed)".into(),
             CUDA_ERROR => "a sticky CUDA error".into(),
-            SLOW_STEP => "a slow step (--dump-on-slow-step: its last step against the typical one)".into(),
+            SLOW_STEP => {
+                "a slow step (--dump-on-slow-step: a step against the typical one of its thread and kind)".into()
+            }
             r if r > SIGNAL_BASE && r < SIGNAL_BASE + 65 => format!("fatal signal {}", signal_name(r - SIGNAL_BASE)),
             _ => "unknown".into(),
         }
