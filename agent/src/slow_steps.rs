@@ -195,10 +195,10 @@ pub fn ended(thread: u32, kind: u8, started_ns: u64, ns: u64) {
     }
 }
 
-/// The control thread's look at the steps in progress: one is dumped once where it has already run long enough to
-/// be slow.
+/// The control thread's look at the steps in progress (only timed ones are open: none while sampling): one is
+/// dumped once where it has already run long enough to be slow.
 pub fn check_open() {
-    if !watching() || crate::sampler::sampling() {
+    if !watching() {
         return;
     }
     for open in crate::open_steps::open_now() {
