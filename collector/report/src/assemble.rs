@@ -80,6 +80,7 @@ pub(crate) fn plan_warnings(plan: &plan::Plan, file_plans: &FxHashMap<u32, plan:
             warn.push(format!("step range \"{name}\" opened at {at} never ended; it was left out"));
         }
     }
+    warn.extend(plan.other_threads_steps.clone());
     if plan.no_steps && plan.sampling.is_some() {
         // Said by the sampling section: the recorded time slices are what is analysed.
     } else if plan.no_steps && opts.filter.is_some() {

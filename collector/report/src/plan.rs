@@ -39,6 +39,8 @@ pub struct Plan {
     pub step_names: FxHashSet<u32>,
     /// Step-like ranges opened and never closed: (name, start).
     pub unclosed: Vec<(String, u64)>,
+    /// Other threads' step ranges left out, where they overlapped the steps' (said as a warning).
+    pub other_threads_steps: Option<String>,
     /// Threads whose calls launched GPU work in the trace.
     pub launchers: FxHashSet<u32>,
     /// First start and last end of the GPU ops with a duration (the busy time's extent).
@@ -354,11 +356,15 @@ pub fn plan(
     let mut pattern = launch_patterns(source, &first, &host)?;
     let mut plans = FxHashMap::default();
     for (k, f) in first {
-        let steps = match host.remove(&k).flatten() {
-            Some((src, ranges)) => (src, ranges.iter().map(|r| r.0).collect(), ranges.iter().map(|r| r.1).collect()),
-            None => pattern_steps(pattern.remove(&k).unwrap_or_default(), f.max_op_end.unwrap_or(0)),
+        let (steps, left_out) = match host.remove(&k).flatten() {
+            Some(RangeSteps { source, ranges, left_out }) => {
+                ((source, ranges.iter().map(|r| r.0).collect(), ranges.iter().map(|r| r.1).collect()), left_out)
+            }
+            None => (pattern_steps(pattern.remove(&k).unwrap_or_default(), f.max_op_end.unwrap_or(0)), None),
         };
-        plans.insert(k, plan_of(&source.processes[&k], f, steps));
+        let mut plan = plan_of(&source.processes[&k], f, steps);
+        plan.other_threads_steps = left_out;
+        plans.insert(k, plan);
     }
     Ok(plans)
 }
@@ -521,6 +527,7 @@ fn plan_of(
         steps,
         step_names,
         unclosed,
+        other_threads_steps: None,
         launchers: f.launchers,
         busy_extent: f.busy_extent,
         capability,
