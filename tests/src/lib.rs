@@ -394,10 +394,18 @@ impl Server {
         std::io::Write::flush(stdin).unwrap();
     }
 
+    /// Sends `line` and returns the program's one-line answer. The program closing its output instead (it ended or
+    /// crashed) fails the test with how it ended and its stderr: an empty answer alone says nothing of why.
     pub fn cmd(&mut self, line: &str) -> String {
         self.send(line);
         let mut reply = String::new();
-        std::io::BufRead::read_line(&mut self.out, &mut reply).unwrap();
+        if std::io::BufRead::read_line(&mut self.out, &mut reply).unwrap() == 0 {
+            drop(self.stdin.take());
+            let status = self.child.wait().unwrap();
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut err);
+            panic!("the program closed its output instead of answering {line:?}: {status}; its stderr:\n{err}");
+        }
         reply.trim().to_string()
     }
 
