@@ -273,7 +273,7 @@ fn call_rows(c: &Cause) -> Vec<CallRow> {
     v
 }
 
-fn idle_evidence(ctx: &Ctx, c: &Cause) -> Evidence {
+pub(crate) fn idle_evidence(ctx: &Ctx, c: &Cause) -> Evidence {
     Evidence {
         steps: ctx.worst_steps(&c.per_step),
         examples: c.worst.clone(),
@@ -282,8 +282,6 @@ fn idle_evidence(ctx: &Ctx, c: &Cause) -> Evidence {
     }
 }
 
-pub const FIX_DATA: &str = "Feed the GPU faster: DataLoader(num_workers=N (one per spare core), pin_memory=True, \
-     persistent_workers=True, prefetch_factor=2 or more); cache or pre-decode the dataset; move augmentation to the GPU.";
 /// A finding's fix for each kind of program ([`Ctx::fix`]).
 #[derive(Clone, Copy)]
 pub struct Fixes<'f> {
@@ -372,18 +370,7 @@ pub const FIX_CPU: &str = "Find the host hot spot between launches (py-spy or pe
 pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding> {
     let mut out = Vec::new();
     let steps = ctx.steps_count();
-    let c = idle.get(CauseKind::DataLoading);
-    if c.total_ns > 0 {
-        let mut ev = idle_evidence(ctx, c);
-        ev.facts.push(format!(
-            "the GPU idled {} at step starts while the launching thread was outside CUDA{}",
-            ctx.per_step(c.total_ns),
-            if ctx.plan.loader_annotated { " or inside DataLoader annotations" } else { "" }
-        ));
-        ev.metrics.insert("idle_per_step_ns", (c.total_ns / steps as u64) as f64);
-        let summary = format!("GPU waits for input data: {}", ctx.per_step(c.total_ns));
-        out.push(ctx.finding("data_loading", c.total_ns, summary, ev, FIX_DATA));
-    }
+    out.extend(super::loading::data_loading(ctx, idle));
     let c = idle.get(CauseKind::SyncStall);
     if c.total_ns > 0 {
         let mut ev = idle_evidence(ctx, c);

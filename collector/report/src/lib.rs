@@ -23,6 +23,7 @@ pub mod idle;
 pub mod iterations;
 pub mod job;
 mod job_roles;
+mod loading;
 pub mod overlap;
 mod path_bound;
 mod pattern;

@@ -13,6 +13,7 @@ use super::window::{HostRange, NameFlags};
 use cuflight_format::calls::CallEffects;
 use cuflight_format::view::SYNC_STREAM_WAIT_EVENT;
 use cuflight_format::{EventKind, RawEvent};
+use cuflight_trace::model::range_roles::{self, LoaderWorkers};
 use cuflight_trace::model::ranges::Pairer;
 use cuflight_trace::model::trace::Process;
 use cuflight_trace::model::{inductor, kernel_category};
@@ -62,6 +63,9 @@ pub struct Plan {
     pub comm: Vec<CommOp>,
     /// Whether any data-loading annotation (other than a step range) has a duration.
     pub loader_annotated: bool,
+    /// Where the annotated DataLoader loads, where its annotations say and agree (two loaders of different kinds
+    /// say nothing of which one the GPU waited for).
+    pub loader_workers: Option<LoaderWorkers>,
     /// No steps were found: the one window is the whole trace.
     pub no_steps: bool,
     /// Without steps, how long the trace's first GPU op waited queued while nothing of the trace ran (ns; 0 when
@@ -164,9 +168,7 @@ struct First {
 }
 
 fn is_candidate(name: &str, option: Option<&str>) -> bool {
-    option.is_some_and(|o| name.starts_with(o))
-        || name.starts_with("ProfilerStep#")
-        || cuflight_trace::model::range_roles::step_like(name)
+    option.is_some_and(|o| name.starts_with(o)) || name.starts_with("ProfilerStep#") || range_roles::step_like(name)
 }
 
 impl First {
@@ -511,14 +513,17 @@ fn plan_of(
     let ran_on = f.used_devices.first().and_then(|u| f.device_facts.iter().find(|(d, _)| d == u));
     let (capability, device_memory) = ran_on.or(f.device_facts.first()).map_or((None, None), |(_, facts)| *facts);
     let mut steps = Steps { source: source_kind, host: ranges, windows, names };
-    let serving = steps.names.iter().any(|n| cuflight_trace::model::range_roles::iteration_kind(n).is_some());
+    let serving = steps.names.iter().any(|n| range_roles::iteration_kind(n).is_some());
     let no_steps = steps.windows.is_empty();
     let mut queued_before_first_op_ns = 0;
     if no_steps {
         let (window, queued) = whole_trace(&f, launcher_extent);
         (steps.windows, steps.names, queued_before_first_op_ns) = (vec![window], vec!["whole trace".into()], queued);
     }
-    let loader_annotated = f.loader_names.iter().any(|n| !step_names.contains(n));
+    let loaders: Vec<u32> = f.loader_names.iter().copied().filter(|n| !step_names.contains(n)).collect();
+    let loader_annotated = !loaders.is_empty();
+    let mut kinds = loaders.iter().filter_map(|&n| range_roles::loader_workers(p.string(n)));
+    let loader_workers = kinds.next().filter(|first| kinds.all(|k| k == *first));
     let warmup = warmup_of(p, &f, &steps, no_steps);
     let requests = std::mem::take(&mut f.requests);
     let requests = requests_of(p, &f, requests);
@@ -540,6 +545,7 @@ fn plan_of(
         pageable_dtoh: f.pageable_dtoh,
         comm: f.comm,
         loader_annotated,
+        loader_workers,
         no_steps,
         queued_before_first_op_ns,
         steps_before_cuda,

@@ -324,7 +324,7 @@ pub(crate) fn report_of_all_steps(strings: &[(u32, &str)], events: Vec<RawEvent>
 }
 
 /// A fused optimizer's kernel (PyTorch's foreach add).
-const FOREACH_ADD: &str = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float)";
+pub(crate) const FOREACH_ADD: &str = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<2>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor<float, 2, 2, 0>, std::plus<float>, float)";
 
 /// Five ProfilerStep ranges of 100 ns, each launching a GEMM, a cast and a concatenation (ns long), and a fused
 /// optimizer kernel when `optimizer_ns` is not 0 (a training step).

@@ -21,6 +21,26 @@ pub fn is_loader_range(name: &str) -> bool {
     ["dataloader", "data_load", "data load", "load_batch", "next_batch", "fetch_batch"].iter().any(|k| l.contains(k))
 }
 
+/// Where a DataLoader loads its batches, as its annotation names its iterator: torch.profiler's
+/// `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (`num_workers=0`: on the training thread itself)
+/// or `..._MultiProcessingDataLoaderIter.__next__` (worker processes; torch/utils/data/dataloader.py names both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoaderWorkers {
+    InProcess,
+    Workers,
+}
+
+/// The [`LoaderWorkers`] a data-loading range's name says, if it says one.
+pub fn loader_workers(name: &str) -> Option<LoaderWorkers> {
+    if name.contains("_SingleProcessDataLoaderIter") {
+        Some(LoaderWorkers::InProcess)
+    } else if name.contains("_MultiProcessingDataLoaderIter") {
+        Some(LoaderWorkers::Workers)
+    } else {
+        None
+    }
+}
+
 /// Whether an imported host range of this category is CPU execution in the step breakdown, as TensorBoard's
 /// profiler plugin counts it (ProfileRole.CpuOp): operators (`cpu_op`, `operator`) and `python` events. Its
 /// parser drops user annotations other than ProfilerStep and NCCL/Gloo ones (torch-tb-profiler 0.4.3,
@@ -48,6 +68,17 @@ pub fn is_tensorboard_loader(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dataloaders_annotation_says_where_it_loads() {
+        let single = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__";
+        let multi = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__";
+        assert_eq!(loader_workers(single), Some(LoaderWorkers::InProcess));
+        assert_eq!(loader_workers(multi), Some(LoaderWorkers::Workers));
+        assert!(is_loader_range(single) && is_loader_range(multi));
+        assert_eq!(loader_workers("data_load"), None);
+        assert_eq!(loader_workers("enumerate(DataPipe)#ShufflerIterDataPipe"), None);
+    }
 
     #[test]
     fn request_ranges_are_told_by_their_name() {

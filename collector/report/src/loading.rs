@@ -1,0 +1,133 @@
+//! data_loading: the GPU idle at step starts while the launching thread was outside CUDA or inside a DataLoader
+//! annotation. What the program is decides the words and the fix: a training loop whose DataLoader's annotations say
+//! where it loads (on the training thread, or in worker processes that do not keep up), a model server preparing
+//! its next iteration's batch, or a program that says neither.
+
+use super::findings::{Ctx, Finding};
+use super::idle::{CauseKind, IdleCauses};
+use cuflight_trace::model::range_roles::LoaderWorkers;
+
+/// A training loop whose DataLoader's annotations do not say where it loads.
+pub const FIX_DATA: &str = "Feed the GPU faster: DataLoader(num_workers=N (one per spare core), pin_memory=True, \
+     persistent_workers=True, prefetch_factor=2 or more); cache or pre-decode the dataset; move augmentation to the GPU.";
+/// The DataLoader loads on the training thread (`num_workers=0`).
+pub const FIX_DATA_IN_PROCESS: &str = "Load batches in worker processes while the GPU computes: \
+     DataLoader(num_workers=N (one per spare core; 0, as here, loads each batch on the thread that launches the \
+     GPU's work), pin_memory=True, persistent_workers=True, prefetch_factor=2 or more); cache or pre-decode the \
+     dataset; move augmentation to the GPU.";
+/// The DataLoader has worker processes and the GPU still waits for them.
+pub const FIX_DATA_WORKERS: &str = "The DataLoader's workers do not keep up: see where their time goes (py-spy dump \
+     or top on the worker processes: reading from storage, decoding, augmentation); add workers where cores are \
+     spare, raise prefetch_factor to ride out slow batches, keep the workers between epochs \
+     (persistent_workers=True) and let them pin batches (pin_memory=True); cache or pre-decode the dataset (decode \
+     images on the GPU: torchvision.io.decode_jpeg(device=\"cuda\") or DALI); move augmentation to the GPU.";
+/// A model server ([`super::plan::Plan::serving`]): the host builds the next iteration's batch.
+pub const FIX_DATA_SERVING: &str = "The GPU idles at each iteration's start while the engine builds the batch on \
+     the CPU (scheduling, input tensors, their copy to the GPU): prepare iteration N+1 while N runs (vLLM's async \
+     scheduling, SGLang's overlap scheduler), keep input buffers preallocated and pinned and copy them with \
+     non_blocking=True, and move tokenisation and request handling off the engine's thread.";
+/// A program that neither trains nor serves, without DataLoader annotations (inference, an HPC code).
+pub const FIX_DATA_GENERAL: &str = "Prepare each step's input before the GPU needs it: read and decode the next \
+     batch on another thread or process while this one computes (in PyTorch a DataLoader with num_workers and \
+     pin_memory=True; in CUDA code double buffers in pinned memory, copied with cudaMemcpyAsync on a second \
+     stream); cache or pre-decode the input.";
+
+/// The data_loading finding, where the GPU idled at step starts.
+pub fn data_loading(ctx: &Ctx, idle: &IdleCauses) -> Option<Finding> {
+    let c = idle.get(CauseKind::DataLoading);
+    if c.total_ns == 0 {
+        return None;
+    }
+    let mut ev = super::findings::idle_evidence(ctx, c);
+    let plan = ctx.plan;
+    ev.facts.push(format!(
+        "the GPU idled {} at step starts while the launching thread was outside CUDA{}",
+        ctx.per_step(c.total_ns),
+        if plan.loader_annotated { " or inside DataLoader annotations" } else { "" }
+    ));
+    let (what, fix) = match plan.loader_workers {
+        _ if plan.serving => ("GPU waits at iteration starts while the engine prepares the batch", FIX_DATA_SERVING),
+        Some(LoaderWorkers::InProcess) => {
+            ev.facts.push(
+                "the DataLoader loads each batch on the training thread itself (its annotations name \
+                 _SingleProcessDataLoaderIter: num_workers=0), so the GPU waits for every batch"
+                    .to_string(),
+            );
+            ("GPU waits for input data", FIX_DATA_IN_PROCESS)
+        }
+        Some(LoaderWorkers::Workers) => {
+            ev.facts.push(
+                "the DataLoader already loads in worker processes (its annotations name \
+                 _MultiProcessingDataLoaderIter), and the GPU still waits for their batches"
+                    .to_string(),
+            );
+            ("GPU waits for input data", FIX_DATA_WORKERS)
+        }
+        None if plan.training => ("GPU waits for input data", FIX_DATA),
+        None => ("GPU waits for input data", FIX_DATA_GENERAL),
+    };
+    ev.metrics.insert("idle_per_step_ns", (c.total_ns / ctx.steps_count() as u64) as f64);
+    let summary = format!("{what}: {}", ctx.per_step(c.total_ns));
+    Some(ctx.finding("data_loading", c.total_ns, summary, ev, fix))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::{api, kernel, report_of_all_steps, FOREACH_ADD};
+    use crate::Report;
+    use cuflight_format::{EventKind, RawEvent};
+
+    /// Five steps of 1000 ns named `step`, each with a range named `loader` over its first 600 ns (none where
+    /// empty) and a GEMM launched after it, then an optimizer kernel where `training`: the GPU idles at every
+    /// step's start while the host loads.
+    fn loading_steps(step: &str, loader: &str, training: bool) -> Report {
+        let strings = [(1, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"), (2, FOREACH_ADD)];
+        let mut strings = strings.to_vec();
+        strings.extend([(5, loader), (8, step), (9, "cudaLaunchKernel")]);
+        let mut events = Vec::new();
+        for s in 0..5u64 {
+            let (t, corr) = (1000 + s * 1000, 1 + s as u32 * 2);
+            events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 1000) });
+            if !loader.is_empty() {
+                events.push(RawEvent { name: 5, ..RawEvent::new(EventKind::Range, 1, t + 1, t + 600) });
+            }
+            events.push(api(9, t + 601, 2, corr));
+            events.push(kernel(1, t + 610, 300, corr));
+            if training {
+                events.push(api(9, t + 604, 2, corr + 1));
+                events.push(kernel(2, t + 910, 50, corr + 1));
+            }
+        }
+        report_of_all_steps(&strings, events)
+    }
+
+    fn found(r: &Report) -> &Finding {
+        r.findings.iter().find(|f| f.kind == "data_loading").expect("data_loading")
+    }
+
+    /// The fix follows what the program is and where its DataLoader loads, as its annotations name it.
+    #[test]
+    fn the_fix_for_waiting_on_input_fits_the_program_and_its_loader() {
+        let single = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__";
+        let multi = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__";
+        let r = loading_steps("ProfilerStep#0", single, true);
+        let f = found(&r);
+        assert_eq!(f.fix, FIX_DATA_IN_PROCESS);
+        assert!(f.summary.starts_with("GPU waits for input data: "), "{}", f.summary);
+        assert!(f.evidence.facts.iter().any(|l| l.contains("num_workers=0")), "{:?}", f.evidence.facts);
+        let r = loading_steps("ProfilerStep#0", multi, true);
+        let f = found(&r);
+        assert_eq!(f.fix, FIX_DATA_WORKERS);
+        assert!(f.evidence.facts.iter().any(|l| l.contains("worker processes")), "{:?}", f.evidence.facts);
+        // Not named: the usual DataLoader advice to a training loop, in general terms to other programs.
+        assert_eq!(found(&loading_steps("ProfilerStep#0", "", true)).fix, FIX_DATA);
+        assert_eq!(found(&loading_steps("ProfilerStep#0", "data_load", true)).fix, FIX_DATA);
+        assert_eq!(found(&loading_steps("ProfilerStep#0", "", false)).fix, FIX_DATA_GENERAL);
+        // A model server's iterations: the engine builds the batch, whatever else the trace holds.
+        let r = loading_steps("decode", single, false);
+        let f = found(&r);
+        assert_eq!(f.fix, FIX_DATA_SERVING);
+        assert!(f.summary.starts_with("GPU waits at iteration starts"), "{}", f.summary);
+    }
+}
