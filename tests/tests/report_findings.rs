@@ -22,6 +22,12 @@ fn fixes_speak_of_training_only_where_an_optimizer_ran() {
         let launch = fix_of(&report_json(&v100), "launch_bound").expect("the V100 run's launch_bound");
         assert!(launch.contains("fused/foreach optimizers"), "{launch}");
     }
+    // An HPC code (CloverLeaf's nsys export): copies are fixed in CUDA's terms first, not with a DataLoader.
+    if let Some(clover) = shared_trace("nsys-a100-cloverleaf.sqlite") {
+        let pageable = fix_of(&report_json(&clover), "pageable_memcpy").expect("CloverLeaf's pageable copies");
+        assert!(pageable.starts_with("\"Copy from pinned memory: allocate the host buffers"), "{pageable}");
+        assert!(!pageable.contains("DataLoader"), "{pageable}");
+    }
 }
 
 #[test]

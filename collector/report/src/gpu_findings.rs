@@ -15,6 +15,18 @@ pub const FIX_PAGEABLE: &str = "Copy from pinned memory: DataLoader(pin_memory=T
      cudaMemcpyAsync.";
 pub const FIX_MEMCPY: &str = "Keep data on the GPU: create tensors on the device, avoid repeated .to()/.cpu() \
      round trips, and overlap the remaining copies with compute on a side stream.";
+/// The same two for a program that neither trains nor serves (an HPC code, inference): CUDA's terms first, then
+/// PyTorch's, where the CloverLeaf export had been told of a DataLoader first.
+pub const FIX_PAGEABLE_GENERAL: &str = "Copy from pinned memory: allocate the host buffers once with \
+     cudaMallocHost (or cudaHostRegister the existing ones) and copy with cudaMemcpyAsync, so that the copy runs at \
+     full speed and the host does not wait for it; in PyTorch, pin_memory() the host tensors and copy them with \
+     .to(device, non_blocking=True).";
+pub const FIX_MEMCPY_GENERAL: &str = "Keep data on the GPU between steps: copy to the host only what the host \
+     reads, and not every step; overlap the remaining copies with compute (cudaMemcpyAsync from pinned memory on a \
+     stream of their own; in PyTorch, tensors created on the device and .to(device, non_blocking=True) on a side \
+     stream).";
+const PAGEABLE_FIXES: Fixes = Fixes { training: FIX_PAGEABLE, serving: FIX_PAGEABLE, general: FIX_PAGEABLE_GENERAL };
+const MEMCPY_FIXES: Fixes = Fixes { training: FIX_MEMCPY, serving: FIX_MEMCPY, general: FIX_MEMCPY_GENERAL };
 pub const FIX_FP32: &str = "Run matmuls and convolutions on Tensor Cores: torch.autocast(\"cuda\", \
      dtype=torch.bfloat16) (or fp16 with GradScaler); at least torch.set_float32_matmul_precision(\"high\") for TF32.";
 /// Volta and Turing (compute capability 7.x) have fp16 Tensor Cores only: bf16 and TF32 came with Ampere (8.0), and
@@ -101,7 +113,7 @@ pub fn pageable_memcpy(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     ev.metrics.insert("bytes", c.bytes as f64);
     ev.examples = c.longest.0.iter().map(|e| example(ctx, e, copy_label(e))).collect();
     let summary = format!("copies from/to pageable memory: {} per step", ms(lost / ctx.steps_count() as u64));
-    let mut f = ctx.finding("pageable_memcpy", lost, summary, ev, FIX_PAGEABLE);
+    let mut f = ctx.finding("pageable_memcpy", lost, summary, ev, ctx.fix(PAGEABLE_FIXES));
     f.sources = swept.sources.rows(super::sources::SourceKind::Pageable, ctx.p);
     Some(f)
 }
@@ -123,7 +135,7 @@ pub fn memcpy_heavy(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     ev.metrics.insert("bytes", c.bytes as f64);
     ev.examples = c.longest.0.iter().map(|e| example(ctx, e, copy_label(e))).collect();
     let summary = format!("copies with no compute beside them: {} per step", ms(lost / ctx.steps_count() as u64));
-    Some(ctx.finding("memcpy_heavy", lost, summary, ev, FIX_MEMCPY))
+    Some(ctx.finding("memcpy_heavy", lost, summary, ev, ctx.fix(MEMCPY_FIXES)))
 }
 
 pub fn fp32_gemm(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
