@@ -4,7 +4,7 @@
 //! its next iteration's batch, or a program that says neither.
 
 use super::findings::{Ctx, Finding};
-use super::idle::{CauseKind, IdleCauses};
+use super::idle::{CauseKind, IdleCauses, STEP_START_INPUT_NS};
 use cuflight_trace::model::range_roles::LoaderWorkers;
 
 /// A training loop whose DataLoader's annotations do not say where it loads.
@@ -41,8 +41,9 @@ pub fn data_loading(ctx: &Ctx, idle: &IdleCauses) -> Option<Finding> {
     let mut ev = super::findings::idle_evidence(ctx, c);
     let plan = ctx.plan;
     ev.facts.push(format!(
-        "the GPU idled {} at step starts while the launching thread was outside CUDA{}",
+        "the GPU idled {} at step starts while the launching thread was outside CUDA for {} or more at a stretch{}",
         ctx.per_step(c.total_ns),
+        super::words::ms(STEP_START_INPUT_NS),
         if plan.loader_annotated { " or inside DataLoader annotations" } else { "" }
     ));
     let (what, fix) = match plan.loader_workers {
@@ -78,25 +79,26 @@ mod tests {
     use crate::Report;
     use cuflight_format::{EventKind, RawEvent};
 
-    /// Five steps of 1000 ns named `step`, each with a range named `loader` over its first 600 ns (none where
-    /// empty) and a GEMM launched after it, then an optimizer kernel where `training`: the GPU idles at every
-    /// step's start while the host loads.
+    /// Five steps of 10 ms named `step`, each with a range named `loader` over its first 2 ms (none where empty)
+    /// and a GEMM launched after it, then an optimizer kernel where `training`: the GPU idles at every step's start
+    /// while the host loads.
     fn loading_steps(step: &str, loader: &str, training: bool) -> Report {
         let strings = [(1, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"), (2, FOREACH_ADD)];
         let mut strings = strings.to_vec();
         strings.extend([(5, loader), (8, step), (9, "cudaLaunchKernel")]);
         let mut events = Vec::new();
+        const MS: u64 = 1_000_000;
         for s in 0..5u64 {
-            let (t, corr) = (1000 + s * 1000, 1 + s as u32 * 2);
-            events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 1000) });
+            let (t, corr) = (MS + s * 10 * MS, 1 + s as u32 * 2);
+            events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 10 * MS) });
             if !loader.is_empty() {
-                events.push(RawEvent { name: 5, ..RawEvent::new(EventKind::Range, 1, t + 1, t + 600) });
+                events.push(RawEvent { name: 5, ..RawEvent::new(EventKind::Range, 1, t + 1_000, t + 2 * MS) });
             }
-            events.push(api(9, t + 601, 2, corr));
-            events.push(kernel(1, t + 610, 300, corr));
+            events.push(api(9, t + 2 * MS + 1_000, 2_000, corr));
+            events.push(kernel(1, t + 2 * MS + 10_000, 5 * MS, corr));
             if training {
-                events.push(api(9, t + 604, 2, corr + 1));
-                events.push(kernel(2, t + 910, 50, corr + 1));
+                events.push(api(9, t + 2 * MS + 4_000, 2_000, corr + 1));
+                events.push(kernel(2, t + 7 * MS + 100_000, MS / 2, corr + 1));
             }
         }
         report_of_all_steps(&strings, events)
@@ -124,6 +126,17 @@ mod tests {
         assert_eq!(found(&loading_steps("ProfilerStep#0", "", true)).fix, FIX_DATA);
         assert_eq!(found(&loading_steps("ProfilerStep#0", "data_load", true)).fix, FIX_DATA);
         assert_eq!(found(&loading_steps("ProfilerStep#0", "", false)).fix, FIX_DATA_GENERAL);
+        // Without a DataLoader annotation, a step's start of 0.5 ms outside CUDA is the loop's own host work.
+        let short = |r: Report| r.findings.iter().all(|f| f.kind != "data_loading");
+        let strings = [(1, "gemm"), (8, "ProfilerStep#0"), (9, "cudaLaunchKernel")];
+        let mut events = Vec::new();
+        for s in 0..5u64 {
+            let t = 1_000_000 + s * 1_000_000;
+            events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 1_000_000) });
+            events.push(api(9, t + 500_000, 2_000, s as u32 + 1));
+            events.push(kernel(1, t + 510_000, 400_000, s as u32 + 1));
+        }
+        assert!(short(report_of_all_steps(&strings, events)));
         // A model server's iterations: the engine builds the batch, whatever else the trace holds.
         let r = loading_steps("decode", single, false);
         let f = found(&r);
