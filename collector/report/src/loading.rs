@@ -1,5 +1,5 @@
-//! data_loading: the GPU idle at step starts while the launching thread was outside CUDA or inside a DataLoader
-//! annotation. What the program is decides the words and the fix: a training loop whose DataLoader's annotations say
+//! data_loading: the GPU idle at step starts while the launching thread was inside a DataLoader annotation, or
+//! outside CUDA for [`STEP_START_INPUT_NS`] or more. What the program is decides the words and the fix: a training loop whose DataLoader's annotations say
 //! where it loads (on the training thread, or in worker processes that do not keep up), a model server preparing
 //! its next iteration's batch, or a program that says neither.
 
@@ -41,10 +41,10 @@ pub fn data_loading(ctx: &Ctx, idle: &IdleCauses) -> Option<Finding> {
     let mut ev = super::findings::idle_evidence(ctx, c);
     let plan = ctx.plan;
     ev.facts.push(format!(
-        "the GPU idled {} at step starts while the launching thread was outside CUDA for {} or more at a stretch{}",
+        "the GPU idled {} at step starts while the launching thread was {}outside CUDA for {} or more at a stretch",
         ctx.per_step(c.total_ns),
+        if plan.loader_annotated { "inside DataLoader annotations, or " } else { "" },
         super::words::ms(STEP_START_INPUT_NS),
-        if plan.loader_annotated { " or inside DataLoader annotations" } else { "" }
     ));
     let (what, fix) = match plan.loader_workers {
         _ if plan.serving => ("GPU waits at iteration starts while the engine prepares the batch", FIX_DATA_SERVING),
