@@ -135,7 +135,10 @@ impl RunSummary {
         let (used, idle): (Vec<&RunDevice>, Vec<&RunDevice>) =
             devices.into_iter().partition(|d| self.used_devices.contains(&d.ordinal));
         for d in &used {
-            let figures = format!("compute capability {}, {} SMs", d.compute_capability, d.multiprocessors);
+            let figures = match d.compute_capability.as_str() {
+                "?" => format!("{} SMs", d.multiprocessors),
+                cc => format!("compute capability {cc}, {} SMs", d.multiprocessors),
+            };
             out.push((
                 "GPU",
                 match d.memory_bytes {

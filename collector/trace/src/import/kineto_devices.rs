@@ -41,11 +41,15 @@ pub fn from_properties(props: &[Value]) -> Vec<DeviceFacts> {
         .iter()
         .map(|d| {
             let n = |k| d.get(k).and_then(Value::as_u64).unwrap_or(0);
+            // ROCm's traces (HTA's MI250 sample) give an AMD GPU's ISA version as computeMajor/Minor (gfx90a: 9,
+            // 0), which would read as a Hopper's compute capability. Their wavefront is 64 wide where every NVIDIA
+            // GPU's warp is 32: such a device's capability is unknown, not 9.0.
+            let amd = n("warpSize") == 64;
             DeviceFacts {
                 id: n("id") as u32,
                 name: d.get("name").and_then(Value::as_str).unwrap_or("GPU").to_string(),
                 memory: n("totalGlobalMem"),
-                capability: (n("computeMajor") as u32, n("computeMinor") as u32),
+                capability: if amd { (0, 0) } else { (n("computeMajor") as u32, n("computeMinor") as u32) },
                 sms: n("numSms"),
             }
         })
@@ -82,4 +86,23 @@ pub fn recovered(samples: &BTreeMap<u32, Figures>) -> Vec<DeviceFacts> {
         out.push(DeviceFacts { id, name, memory: 0, capability: capability.unwrap_or((0, 0)), sms });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::from_properties;
+
+    /// An NVIDIA GPU's compute capability is kept; an AMD GPU's ISA version (64-wide wavefronts) is not taken for
+    /// one.
+    #[test]
+    fn only_an_nvidia_gpu_has_a_compute_capability() {
+        let props: Vec<serde_json::Value> = serde_json::from_str(
+            r#"[{"id":0,"name":"NVIDIA H100","computeMajor":9,"computeMinor":0,"warpSize":32,"numSms":132},
+                {"id":1,"name":"AMD Radeon Graphics","computeMajor":9,"computeMinor":0,"warpSize":64,"numSms":104},
+                {"id":2,"name":"an older trace's GPU","computeMajor":8,"computeMinor":0,"numSms":108}]"#,
+        )
+        .unwrap();
+        let caps: Vec<(u32, u32)> = from_properties(&props).iter().map(|d| d.capability).collect();
+        assert_eq!(caps, [(9, 0), (0, 0), (8, 0)]);
+    }
 }
