@@ -487,6 +487,9 @@ fn performance_verdict(findings: &[Finding], processes: &[ProcessReport], every_
         None => (covered(), "GPU busy in the time covered"),
     };
     let util = lowest.map(|(u, _)| u);
+    // A GPU mostly idle whose findings are all small: they explain little of its idle time, which "no major
+    // bottleneck" would hide (TraceLens's one-iteration SGLang decode: utilisation 2%, its largest finding 1.8%).
+    let mostly_idle = util.is_some_and(|u| u < BUSY_UTILIZATION);
     // Of several processes, the lowest figure names its own: it need not be the finding's process.
     let whose = match lowest {
         Some((_, p)) if processes.len() > 1 => {
@@ -524,11 +527,52 @@ fn performance_verdict(findings: &[Finding], processes: &[ProcessReport], every_
             format!("{}: {}{who}{cost}.{util}", f.kind, f.summary)
         }
         Some(f) => format!(
-            "No major bottleneck; the largest is {}: {} ({:.1}% of {of}).{util}",
+            "{}; the largest is {}: {} ({:.1}% of {of}).{util}",
+            if mostly_idle { "No finding explains much of the GPU's idle time" } else { "No major bottleneck" },
             f.kind,
             f.summary,
             f.share * 100.0
         ),
+        None if mostly_idle => format!(
+            "No finding explains the GPU's idle time (none reaches {:.0}% of {of}; see the idle causes under each \
+             process).{util}",
+            MIN_SHARE * 100.0
+        ),
         None => format!("No bottleneck above {:.0}% of {of}.{util}", MIN_SHARE * 100.0),
+    }
+}
+
+#[cfg(test)]
+mod verdict_tests {
+    use super::{performance_verdict, Severity};
+    use crate::tests::{api, kernel, report_of_all_steps};
+    use cuflight_format::{EventKind, RawEvent};
+
+    /// Small findings beside a GPU that idles half its steps explain little of that idle time; beside a busy GPU
+    /// they are "no major bottleneck".
+    #[test]
+    fn a_mostly_idle_gpu_is_never_told_there_is_no_major_bottleneck() {
+        // Steps of 100 ns, each with one kernel of `busy` ns.
+        let verdict = |busy: u64, keep_findings: bool| {
+            let strings = [(1, "gemm_kernel"), (8, "step#0"), (9, "cudaLaunchKernel")];
+            let mut events = Vec::new();
+            for step in 0..8u64 {
+                let t = 1000 + step * 100;
+                events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 100) });
+                events.push(api(9, t + 1, 2, step as u32 + 1));
+                events.push(kernel(1, t + 5, busy, step as u32 + 1));
+            }
+            let mut r = report_of_all_steps(&strings, events);
+            r.findings.iter_mut().for_each(|f| f.severity = Severity::Low);
+            r.findings.truncate(usize::from(keep_findings));
+            performance_verdict(&r.findings, &r.processes, false)
+        };
+        let idle = verdict(50, true);
+        assert!(idle.starts_with("No finding explains much of the GPU's idle time; the largest is"), "{idle}");
+        let busy = verdict(90, true);
+        assert!(busy.starts_with("No major bottleneck; the largest is"), "{busy}");
+        let idle = verdict(50, false);
+        assert!(idle.starts_with("No finding explains the GPU's idle time (none reaches 1% of step time"), "{idle}");
+        assert!(verdict(90, false).starts_with("No bottleneck above 1% of step time"), "{}", verdict(90, false));
     }
 }
