@@ -259,7 +259,8 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
 /// leak); and the hot kernels' rows.
 fn findings_of(ctx: &Ctx, swept: &sweep::Swept, waited_for_ranks: bool) -> (Vec<Finding>, Vec<findings::KernelRow>) {
     let idle = &swept.idle;
-    let mut fs = findings::idle_findings(ctx, idle, swept);
+    let mut fs: Vec<Finding> = crate::loading::data_loading(ctx, idle).into_iter().collect();
+    fs.extend(findings::idle_findings(ctx, idle, swept));
     fs.extend(findings::allocator_churn(ctx, idle, swept));
     fs.extend(wait_findings::wait_findings(ctx, idle));
     fs.extend(wait_findings::graph_setup(ctx, idle));

@@ -366,11 +366,11 @@ pub const FIX_CPU: &str = "Find the host hot spot between launches (py-spy or pe
      preprocessing into DataLoader workers or onto the GPU; replace Python loops over tensors with batched ops; \
      torch.compile removes per-op Python overhead.";
 
-/// data_loading, sync_stall, launch_bound, cpu_bound (the idle part of allocator_churn is in its own finding).
+/// sync_stall, launch_bound, cpu_bound (data_loading is `loading.rs`'s; the idle part of allocator_churn is in its own
+/// finding).
 pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding> {
     let mut out = Vec::new();
     let steps = ctx.steps_count();
-    out.extend(super::loading::data_loading(ctx, idle));
     let c = idle.get(CauseKind::SyncStall);
     if c.total_ns > 0 {
         let mut ev = idle_evidence(ctx, c);
