@@ -457,7 +457,8 @@ fn by_previous_call(v: &WindowView, out: &mut IdleCauses, (a, b): Span, step: Op
             (CauseKind::AllocatorChurn, Some(v.name(c.name)))
         }
         _ => {
-            // A step began since the last CUDA call: the host is getting the step's input ready.
+            // A step began since the last CUDA call and this stretch lasts [`STEP_START_INPUT_NS`] or more: the
+            // host is getting the step's input ready.
             let k = starts.partition_point(|&s| s <= prev_end);
             if starts.get(k).is_some_and(|&s| s < b) && b - a >= STEP_START_INPUT_NS {
                 (CauseKind::DataLoading, None)

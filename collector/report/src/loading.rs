@@ -46,26 +46,30 @@ pub fn data_loading(ctx: &Ctx, idle: &IdleCauses) -> Option<Finding> {
         if plan.loader_annotated { "inside DataLoader annotations, or " } else { "" },
         super::words::ms(STEP_START_INPUT_NS),
     ));
-    let (what, fix) = match plan.loader_workers {
-        _ if plan.serving => ("GPU waits at iteration starts while the engine prepares the batch", FIX_DATA_SERVING),
-        Some(LoaderWorkers::InProcess) => {
-            ev.facts.push(
+    // What the DataLoader's annotations say of where it loads, and the fix for that.
+    let (fix, said) = match plan.loader_workers {
+        _ if plan.serving => (FIX_DATA_SERVING, None),
+        Some(LoaderWorkers::InProcess) => (
+            FIX_DATA_IN_PROCESS,
+            Some(
                 "the DataLoader loads each batch on the training thread itself (its annotations name \
-                 _SingleProcessDataLoaderIter: num_workers=0), so the GPU waits for every batch"
-                    .to_string(),
-            );
-            ("GPU waits for input data", FIX_DATA_IN_PROCESS)
-        }
-        Some(LoaderWorkers::Workers) => {
-            ev.facts.push(
+                 _SingleProcessDataLoaderIter: num_workers=0), so the GPU waits for every batch",
+            ),
+        ),
+        Some(LoaderWorkers::Workers) => (
+            FIX_DATA_WORKERS,
+            Some(
                 "the DataLoader already loads in worker processes (its annotations name \
-                 _MultiProcessingDataLoaderIter), and the GPU still waits for their batches"
-                    .to_string(),
-            );
-            ("GPU waits for input data", FIX_DATA_WORKERS)
-        }
-        None if plan.training => ("GPU waits for input data", FIX_DATA),
-        None => ("GPU waits for input data", FIX_DATA_GENERAL),
+                 _MultiProcessingDataLoaderIter), and the GPU still waits for their batches",
+            ),
+        ),
+        None if plan.training => (FIX_DATA, None),
+        None => (FIX_DATA_GENERAL, None),
+    };
+    ev.facts.extend(said.map(str::to_string));
+    let what = match plan.serving {
+        true => "GPU waits at iteration starts while the engine prepares the batch",
+        false => "GPU waits for input data",
     };
     ev.metrics.insert("idle_per_step_ns", (c.total_ns / ctx.steps_count() as u64) as f64);
     let summary = format!("{what}: {}", ctx.per_step(c.total_ns));
