@@ -169,6 +169,27 @@ impl CallEffects {
     pub fn only_sets_up(self) -> bool {
         self.has(Self::SETS_UP)
     }
+    /// Has nothing of its own to take time over: it queues no device work, neither waits, copies, allocates, frees
+    /// nor polls, and builds no graph (event creation and recording, setting the device, attribute queries). It
+    /// returns in microseconds unless CUDA does its own set-up inside it: the first runtime call initialises CUDA,
+    /// and without lazy loading the first call after a library registers its kernels loads every one of them
+    /// (cuDNN's first convolution, on the V100 ResNet-50 samples of Kineto's TensorBoard plugin: 720 ms inside a
+    /// `cudaEventCreateWithFlags`).
+    #[inline]
+    pub fn returns_at_once(self) -> bool {
+        const ACTS: u32 = CallEffects::LAUNCHES_KERNEL
+            | CallEffects::LAUNCHES_GRAPH
+            | CallEffects::COPIES
+            | CallEffects::SETS_MEMORY
+            | CallEffects::ALLOCATES
+            | CallEffects::FREES
+            | CallEffects::SYNCHRONIZES
+            | CallEffects::POLLS
+            | CallEffects::BEGINS_CAPTURE
+            | CallEffects::ENDS_CAPTURE
+            | CallEffects::INSTANTIATES_GRAPH;
+        self.0 & ACTS == 0
+    }
     /// Blocks the calling thread until the GPU reaches a point: an explicit synchronisation, or a copy that is not
     /// asynchronous (`cudaMemcpy`, `cuMemcpyHtoD_v2`). Asynchronous copies into pageable memory block too, but
     /// only their device record tells (see [`CallEffects::class`]).

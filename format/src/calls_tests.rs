@@ -172,6 +172,29 @@ fn calls_are_classed_by_their_effect_on_the_queue() {
 }
 
 #[test]
+fn calls_with_nothing_of_their_own_to_do_return_at_once() {
+    for name in
+        ["cudaEventCreateWithFlags", "cudaEventRecord", "cudaSetDevice", "cudaGetDeviceCount", "cudaStreamWaitEvent"]
+    {
+        assert!(CallEffects::of(name).returns_at_once(), "{name}");
+    }
+    for name in [
+        "cudaLaunchKernel",
+        "cudaGraphLaunch",
+        "cudaMemcpyAsync",
+        "cudaMemsetAsync",
+        "cudaMalloc",
+        "cudaFreeAsync",
+        "cudaStreamSynchronize",
+        "cudaEventQuery",
+        "cudaGraphInstantiate",
+        "cudaStreamEndCapture",
+    ] {
+        assert!(!CallEffects::of(name).returns_at_once(), "{name}");
+    }
+}
+
+#[test]
 fn state_queries_in_every_spelling() {
     for q in [
         "cudaGetDevice",

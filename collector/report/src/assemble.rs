@@ -175,7 +175,10 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
             ));
         }
     }
-    let (fs, top_kernels) = findings_of(ctx, &swept, waited_for_ranks);
+    // The file's timeline spans all its processes (one Perfetto export per file).
+    let file_span = file_plans.values().filter_map(|q| q.clock.span).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
+    let (trace_start_ns, trace_end_ns) = file_span.unwrap_or((0, 0));
+    let (fs, top_kernels) = findings_of(ctx, &swept, waited_for_ranks, (trace_start_ns, trace_end_ns));
     let step_total = (!swept.rows.is_empty()).then(|| total_row(&swept.rows));
     let iterations = iterations::summarize(&swept.rows, &plan.steps.windows, &plan.requests);
     let python_stacks = swept.stack_cost.finish(swept.rows.len(), step_total.as_ref().map_or(0, |t| t.duration_ns));
@@ -187,9 +190,6 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
     let categories = swept.kernels.by_category(|id| p.string(id), swept.rows.len());
     let kernels = gpu_findings::kernel_rows(ctx, &swept.kernels, usize::MAX);
     let command = if p.name.is_empty() { p.info.cmdline.join(" ") } else { p.name.clone() };
-    // The file's timeline spans all its processes (one Perfetto export per file).
-    let file_span = file_plans.values().filter_map(|q| q.clock.span).reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)));
-    let (trace_start_ns, trace_end_ns) = file_span.unwrap_or((0, 0));
     // A device fault or a failed allocation is what the reader must know first.
     let (cuda_errors, failures) = plan.failed.finish(p, trace_start_ns, plan.device_memory);
     warnings.splice(0..0, failures);
@@ -256,14 +256,20 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
 }
 
 /// Every finding of one process, most severe and costly first, those under [`MIN_SHARE`] left out (but a memory
-/// leak); and the hot kernels' rows.
-fn findings_of(ctx: &Ctx, swept: &sweep::Swept, waited_for_ranks: bool) -> (Vec<Finding>, Vec<findings::KernelRow>) {
+/// leak); and the hot kernels' rows. `span`: the file's timeline.
+fn findings_of(
+    ctx: &Ctx,
+    swept: &sweep::Swept,
+    waited_for_ranks: bool,
+    span: (u64, u64),
+) -> (Vec<Finding>, Vec<findings::KernelRow>) {
     let idle = &swept.idle;
     let mut fs: Vec<Finding> = crate::loading::data_loading(ctx, idle).into_iter().collect();
     fs.extend(findings::idle_findings(ctx, idle, swept));
     fs.extend(findings::allocator_churn(ctx, idle, swept));
     fs.extend(wait_findings::wait_findings(ctx, idle));
     fs.extend(wait_findings::graph_setup(ctx, idle));
+    fs.extend(wait_findings::cuda_setup(ctx, idle, span));
     fs.extend(gpu_findings::pageable_memcpy(ctx, swept));
     fs.extend(gpu_findings::memcpy_heavy(ctx, swept));
     fs.extend(gpu_findings::fp32_gemm(ctx, swept));

@@ -148,10 +148,7 @@ pub fn misaligned_gemm(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     ev.metrics.insert("speedup", speedup);
     ev.kernels = super::gpu_findings::kernel_rows(ctx, &flagged, 5);
     share_of_all(&mut ev.kernels, swept);
-    let summary = format!(
-        "GEMMs on fallback kernels (misaligned, or built for an older GPU): {} per step",
-        ms(time / ctx.steps_count() as u64)
-    );
+    let summary = format!("GEMMs on fallback kernels (misaligned, or built for an older GPU): {}", ctx.per_step(time));
     Some(ctx.finding("misaligned_gemm", lost, summary, ev, FIX_MISALIGNED))
 }
 
@@ -301,8 +298,8 @@ pub fn elementwise_chains(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     ev.metrics.insert("chain_kernels", kernels as f64);
     ev.metrics.insert("chain_ns", time as f64);
     let summary = format!(
-        "unfused elementwise chains: {} per step, of which fusing would save about {}",
-        ms(time / ctx.steps_count() as u64),
+        "unfused elementwise chains: {}, of which fusing would save about {}",
+        ctx.per_step(time),
         ms(lost / ctx.steps_count() as u64)
     );
     let fix = if super::findings::runs_compiled_code(ctx, swept) { FIX_CHAINS_COMPILED } else { FIX_CHAINS };
@@ -343,10 +340,7 @@ pub fn unfused_attention(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     ev.metrics.insert("patterns", a.chains as f64);
     ev.metrics.insert("pattern_ns", a.total_ns as f64);
     ev.metrics.insert("assumed_speedup", ATTENTION_SPEEDUP);
-    let summary = format!(
-        "attention from separate GEMM and softmax kernels: {} per step",
-        ms(a.total_ns / ctx.steps_count() as u64)
-    );
+    let summary = format!("attention from separate GEMM and softmax kernels: {}", ctx.per_step(a.total_ns));
     Some(ctx.finding("unfused_attention", lost, summary, ev, FIX_ATTENTION))
 }
 

@@ -136,8 +136,8 @@ pub fn memory_bound(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     ev.metrics.insert("kernel_names", picked.len() as f64);
     ev.kernels = super::gpu_findings::kernel_rows(ctx, &flagged, 5);
     let summary = format!(
-        "Memory-bound kernels at the DRAM bandwidth limit (device counters): {} per step",
-        ms(flagged.total_ns / ctx.steps_count() as u64)
+        "Memory-bound kernels at the DRAM bandwidth limit (device counters): {}",
+        ctx.per_step(flagged.total_ns)
     );
     Some(ctx.finding("memory_bound", lost, summary, ev, FIX_MEMORY_BOUND))
 }
@@ -200,10 +200,8 @@ pub fn tensor_underused(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     ev.metrics.insert("underused_gemm_ns", flagged.total_ns as f64);
     ev.metrics.insert("target_tensor_pct", target);
     ev.kernels = super::gpu_findings::kernel_rows(ctx, &flagged, 5);
-    let summary = format!(
-        "GEMMs with the Tensor Cores mostly idle (device counters): {} per step",
-        ms(flagged.total_ns / ctx.steps_count() as u64)
-    );
+    let summary =
+        format!("GEMMs with the Tensor Cores mostly idle (device counters): {}", ctx.per_step(flagged.total_ns));
     Some(ctx.finding("tensor_underused", lost, summary, ev, FIX_TENSOR_UNDERUSED))
 }
 

@@ -112,7 +112,7 @@ pub fn pageable_memcpy(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     ev.metrics.insert("copies", c.count as f64);
     ev.metrics.insert("bytes", c.bytes as f64);
     ev.examples = c.longest.0.iter().map(|e| example(ctx, e, copy_label(e))).collect();
-    let summary = format!("copies from/to pageable memory: {} per step", ms(lost / ctx.steps_count() as u64));
+    let summary = format!("copies from/to pageable memory: {}", ctx.per_step(lost));
     let mut f = ctx.finding("pageable_memcpy", lost, summary, ev, ctx.fix(PAGEABLE_FIXES));
     f.sources = swept.sources.rows(super::sources::SourceKind::Pageable, ctx.p);
     Some(f)
@@ -134,7 +134,7 @@ pub fn memcpy_heavy(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     ));
     ev.metrics.insert("bytes", c.bytes as f64);
     ev.examples = c.longest.0.iter().map(|e| example(ctx, e, copy_label(e))).collect();
-    let summary = format!("copies with no compute beside them: {} per step", ms(lost / ctx.steps_count() as u64));
+    let summary = format!("copies with no compute beside them: {}", ctx.per_step(lost));
     Some(ctx.finding("memcpy_heavy", lost, summary, ev, ctx.fix(MEMCPY_FIXES)))
 }
 
@@ -162,8 +162,7 @@ pub fn fp32_gemm(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     ev.metrics.insert("fp32_gemm_ns", time as f64);
     ev.metrics.insert("assumed_speedup", TENSOR_CORE_SPEEDUP);
     ev.kernels = kernel_rows(ctx, &swept.fp32, 5);
-    let summary =
-        format!("fp32 GEMMs with Tensor Cores idle: {} of GEMM time per step", ms(time / ctx.steps_count() as u64));
+    let summary = format!("fp32 GEMMs with Tensor Cores idle: {}", ctx.per_step_of(time, "of GEMM time"));
     let fix = if ctx.plan.capability.is_some_and(|(major, _)| major == 7) { FIX_FP32_FP16_ONLY } else { FIX_FP32 };
     Some(ctx.finding("fp32_gemm", lost, summary, ev, fix))
 }
@@ -198,8 +197,7 @@ pub fn nccl_exposed(ctx: &Ctx, swept: &Swept, waited: bool) -> Option<Finding> {
     ));
     ev.metrics.insert("overlap", 1.0 - lost as f64 / comm_time.max(1) as f64);
     ev.kernels = kernel_rows(ctx, &swept.comm, 5);
-    let summary =
-        format!("communication not overlapped with compute: {} per step", ms(lost / ctx.steps_count() as u64));
+    let summary = format!("communication not overlapped with compute: {}", ctx.per_step(lost));
     Some(ctx.finding("nccl_exposed", lost, summary, ev, ctx.fix(NCCL_FIXES)))
 }
 
@@ -357,8 +355,8 @@ pub fn copy_kernels(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
         r.share_of_kernel_time = r.total_ns as f64 / swept.kernels.total_ns.max(1) as f64;
     }
     let summary = format!(
-        "GPU time in kernels that only copy data (casts, concatenation, layout changes): up to {} per step",
-        ms(time / ctx.steps_count() as u64)
+        "GPU time in kernels that only copy data (casts, concatenation, layout changes): up to {}",
+        ctx.per_step(time)
     );
     // The fix of each kind that takes a quarter of the copy time or more, the largest first.
     let fixes: Vec<&str> = kinds

@@ -111,6 +111,7 @@ fn idle_section(out: &mut String, p: &ProcessReport) {
         + c.host_polling_ns
         + c.graph_setup_ns
         + c.graph_tracing_ns
+        + c.cuda_setup_ns
         + c.device_wait_ns;
     let mut parts = vec![
         ("data loading", c.data_loading_ns, "#76b7b2"),
@@ -120,6 +121,7 @@ fn idle_section(out: &mut String, p: &ProcessReport) {
         ("allocator", c.allocator_churn_ns, "#b07aa1"),
         ("host polling", c.host_polling_ns, "#ff9da7"),
         ("CUDA graph capture", c.graph_setup_ns, "#86bcb6"),
+        ("CUDA set-up", c.cuda_setup_ns, "#a0cbe8"),
         ("cross-stream waits", c.cross_stream_wait_ns, "#9c755f"),
         ("collectives waiting", c.collective_wait_ns, "#4e79a7"),
         ("host function waits", c.host_function_wait_ns, "#d37295"),

@@ -15,11 +15,15 @@
 //!   (`idle_unexplained_ns`), printed as such;
 //! - the launching threads polling (three or more `cudaEventQuery`/`cudaStreamQuery` calls in one idle
 //!   stretch) → **host polling**: the host waits by spinning instead of queueing the dependent work;
+//! - where no queued op waits: inside a call in which CUDA set itself up (a call that creates a stream or context,
+//!   loads a module, or has nothing of its own to do; or a kernel's first launch; which took a millisecond or more:
+//!   CUDA initialising, a library's kernels loading) → **CUDA set-up**, whatever else the stretch holds;
 //! - inside a data-loading annotation: **data loading**;
 //! - (calls that only read state, such as `cudaGetDevice`, count as host time, not as CUDA calls: they neither queue
 //!   nor wait, and PyTorch makes hundreds a step;)
 //! - inside a CUDA call: a synchronising call → **sync stall**; `cudaMalloc`/`cudaFree` → **allocator churn**;
-//!   any other call (launches) → **launch bound**;
+//!   any other call (launches) → **launch bound**; a queued op's own launch call still running (the host issuing it)
+//!   too, however long the gap, but a copy's (the host staging it from pageable memory) → **sync stall**;
 //! - outside CUDA, after a synchronising call (the queue was drained by it) → **sync stall**; after
 //!   `cudaFree` → **allocator churn**; after the step began and before its first CUDA call (the host is
 //!   preparing the step's input) → **data loading**; otherwise the host is busy between launches: up to
@@ -28,7 +32,8 @@
 
 use super::short_names::short_name;
 use super::spans::{clip, subtract, Span};
-use super::window::{stream_label, Closer, HostCall, WindowView};
+use super::window::{stream_label, Closer, HostCall, SetupCall, WindowView};
+use super::words::ms;
 use cuflight_format::calls::{CallClass, CallEffects};
 use cuflight_format::tracing::GRAPH_NODE_TRACING_NS;
 use serde::Serialize;
@@ -78,9 +83,19 @@ pub enum CauseKind {
     GraphSetup = 12,
     /// The host was inside a CUDA graph's launch call that CUPTI lengthened to trace each node: the profiler's.
     GraphTracing = 13,
+    /// A launching thread was inside a call in which CUDA set itself up (a [`crate::window::SetupCall`]).
+    CudaSetup = 14,
 }
 
-const CAUSES: usize = 14;
+const CAUSES: usize = 15;
+
+/// A call that returns at once ([`CallEffects::returns_at_once`]), or a kernel's first launch, that takes this long
+/// or longer did CUDA's own set-up inside it (initialisation, modules loaded): no launch or host work of the program
+/// takes a millisecond inside such a call (a launch takes microseconds).
+pub const SETUP_CALL_NS: u64 = 1_000_000;
+
+/// How a kernel's first launch is named among the CUDA set-up calls ("cudaLaunchKernel (a kernel's first launch)").
+pub const FIRST_LAUNCH: &str = " (a kernel's first launch)";
 
 /// A queued wait this long with the GPU idle cannot be the launch pipeline or a dependency the trace holds (that
 /// would be running): the GPU ran work the trace does not hold.
@@ -127,6 +142,11 @@ pub struct IdleSummary {
     /// estimated as up to 1.1 µs per node of each launch (measured on an H200), and not in `launch_bound_ns`.
     /// Zero where graphs were traced one record per launch (`--trace ...,graphs`) or none ran.
     pub graph_tracing_ns: u64,
+    /// ... while a launching thread was inside a call in which CUDA set itself up, with no queued op waiting: one
+    /// that creates a stream or context, loads a module or library or sets a limit, or has nothing of its own to do
+    /// (event creation, setting the device), or a kernel's first launch (its module loaded), which took 1 ms or
+    /// more. Zero in most steady steps: CUDA initialises, and loads a library's kernels, at their first use.
+    pub cuda_setup_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -163,6 +183,7 @@ impl IdleCauses {
             host_polling_ns: t(CauseKind::HostPolling),
             graph_setup_ns: t(CauseKind::GraphSetup),
             graph_tracing_ns: t(CauseKind::GraphTracing),
+            cuda_setup_ns: t(CauseKind::CudaSetup),
         }
     }
 
@@ -290,31 +311,31 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
                 let waited = b.saturating_sub(gap_start.max(op.issued.unwrap_or(launched)));
                 let (kind, label) = queued_wait(v, op, gap_start, waited);
                 let detail = || wait_detail(v, op, gap_start, &label);
-                let queued = if op.graph {
-                    // Until its launch call returned the host was still issuing the graph (a cudaGraphLaunch of a
-                    // hundred nodes takes 100-400 µs under CUPTI on an H200): launch time, not the graph's wait.
-                    let issued = op.issued.unwrap_or(launched).clamp(queued.0, b);
-                    if issued > queued.0 {
-                        let first = v.calls.partition_point(|c| c.end <= queued.0);
-                        let call =
-                            v.calls[first..].iter().take_while(|c| c.start <= queued.0).find(|c| c.start == launched);
-                        let name = call.map(|c| v.name(c.name));
-                        // CUPTI's share first: what tracing the launch's nodes added to the call, not yet given.
-                        let budget = v.graph_nodes.get(&launched).map_or(0, |&(_, nodes)| {
-                            let taken = tracing_taken.entry(launched).or_default();
-                            let left = (u64::from(nodes) * GRAPH_NODE_TRACING_NS).saturating_sub(*taken);
-                            let share = left.min(issued - queued.0);
-                            *taken += share;
-                            share
-                        });
-                        let traced = queued.0 + budget;
-                        out.add(CauseKind::GraphTracing, (queued.0, traced), step, name, n);
-                        out.add(CauseKind::LaunchBound, (traced, issued), step, name, n);
-                    }
-                    (issued, b)
-                } else {
-                    queued
-                };
+                // Until its launch call returned the host was still issuing the op: launch time, not a wait (a
+                // cudaGraphLaunch of a hundred nodes takes 100-400 µs under CUPTI on an H200; a thread descheduled in
+                // cudaLaunchKernel holds its kernel back; a pageable copy is staged: 3 ms calls of cudaMemcpyAsync
+                // in Kineto's ResNet-50 sample with 4 DataLoader workers, which read as unexplained waits).
+                let issued = op.issued.unwrap_or(launched).clamp(queued.0, b);
+                if issued > queued.0 {
+                    let first = v.calls.partition_point(|c| c.end <= queued.0);
+                    let call =
+                        v.calls[first..].iter().take_while(|c| c.start <= queued.0).find(|c| c.start == launched);
+                    let name = call.map(|c| v.name(c.name));
+                    // CUPTI's share of a graph's launch first: what tracing its nodes added to the call, not yet given.
+                    let budget = v.graph_nodes.get(&launched).filter(|_| op.graph).map_or(0, |&(_, nodes)| {
+                        let taken = tracing_taken.entry(launched).or_default();
+                        let left = (u64::from(nodes) * GRAPH_NODE_TRACING_NS).saturating_sub(*taken);
+                        let share = left.min(issued - queued.0);
+                        *taken += share;
+                        share
+                    });
+                    let traced = queued.0 + budget;
+                    out.add(CauseKind::GraphTracing, (queued.0, traced), step, name, n);
+                    // A copy's call that has not returned with the copy queued is staging it from pageable memory.
+                    let kind = if op.copy { CauseKind::SyncStall } else { CauseKind::LaunchBound };
+                    host_add(v, out, kind, (traced, issued), step, name, n);
+                }
+                let queued = (issued, b);
                 if queued.1 > queued.0 {
                     out.add_detailed(kind, queued, step, Some(&label), Some(&detail), n);
                 }
@@ -332,7 +353,7 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
         for c in calls() {
             if c.start > t {
                 match poll {
-                    Some(name) => out.add(CauseKind::HostPolling, (t, c.start), step, Some(name), n),
+                    Some(name) => host_add(v, out, CauseKind::HostPolling, (t, c.start), step, Some(name), n),
                     None => outside(v, out, (t, c.start), step, step_starts, n),
                 }
             }
@@ -343,12 +364,12 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
                 CallClass::Poll if poll.is_some() => CauseKind::HostPolling,
                 CallClass::Poll | CallClass::Launch => CauseKind::LaunchBound,
             };
-            out.add(kind, piece, step, Some(v.name(c.name)), n);
+            host_add(v, out, kind, piece, step, Some(v.name(c.name)), n);
             t = t.max(c.end.min(b));
         }
         if t < b {
             match poll {
-                Some(name) => out.add(CauseKind::HostPolling, (t, b), step, Some(name), n),
+                Some(name) => host_add(v, out, CauseKind::HostPolling, (t, b), step, Some(name), n),
                 None => outside(v, out, (t, b), step, step_starts, n),
             }
         }
@@ -358,6 +379,15 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
 /// The parts of `spans` inside `within` (both sorted and merged).
 fn clip_all(spans: &[Span], within: &[Span]) -> Vec<Span> {
     within.iter().flat_map(|w| clip(spans, w.0, w.1)).filter(|x| x.1 > x.0).collect()
+}
+
+/// One stretch inside a call in which CUDA set itself up, in words.
+fn setup_detail(v: &WindowView, s: &SetupCall) -> String {
+    let (call, took) = (v.name(s.call), ms(s.span.1 - s.span.0));
+    match s.kernel {
+        Some(k) => format!("host in {call} for {took}, the first launch of {}", short_name(v.name(k))),
+        None => format!("host in {call} for {took}, CUDA setting itself up"),
+    }
 }
 
 /// Query calls in one idle stretch from which the host counts as polling.
@@ -436,7 +466,7 @@ fn outside(v: &WindowView, out: &mut IdleCauses, (a, b): Span, step: Option<usiz
         if piece.0 > t {
             by_previous_call(v, out, (t, piece.0), step, starts, n);
         }
-        out.add(CauseKind::DataLoading, piece, step, None, n);
+        host_add(v, out, CauseKind::DataLoading, piece, step, None, n);
         t = piece.1;
     }
     if t < b {
@@ -469,5 +499,32 @@ fn by_previous_call(v: &WindowView, out: &mut IdleCauses, (a, b): Span, step: Op
             }
         }
     };
-    out.add(kind, (a, b), step, call, n);
+    host_add(v, out, kind, (a, b), step, call, n);
+}
+
+/// Gives the stretch `(a, b)` of host-side idle time to `kind`, less what a launching thread spent inside calls in
+/// which CUDA set itself up: the GPU waited for CUDA there, whatever the call (host time, a launch, a poll).
+fn host_add(
+    v: &WindowView,
+    out: &mut IdleCauses,
+    kind: CauseKind,
+    (a, b): Span,
+    step: Option<usize>,
+    call: Option<&str>,
+    n: usize,
+) {
+    let mut t = a;
+    // Merged and sorted by start: their ends rise too.
+    let first = v.cuda_setup.partition_point(|s| s.span.1 <= a);
+    for s in v.cuda_setup[first..].iter().take_while(|s| s.span.0 < b) {
+        let (from, to) = (s.span.0.max(t), s.span.1.min(b));
+        out.add(kind, (t, from), step, call, n);
+        let label = match s.kernel {
+            Some(_) => format!("{}{FIRST_LAUNCH}", v.name(s.call)),
+            None => v.name(s.call).to_string(),
+        };
+        out.add_detailed(CauseKind::CudaSetup, (from, to), step, Some(&label), Some(&|| setup_detail(v, s)), n);
+        t = to;
+    }
+    out.add(kind, (t, b), step, call, n);
 }

@@ -32,6 +32,8 @@ mod queue_deps;
 mod range_steps;
 pub mod run;
 pub mod sampled;
+#[cfg(test)]
+mod setup_tests;
 mod short_names;
 pub mod sources;
 pub mod spans;

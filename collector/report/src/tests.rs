@@ -95,6 +95,7 @@ fn empty_view<'a>(
         calls: vec![],
         call_before: None,
         graph_setup: Vec::new(),
+        cuda_setup: Vec::new(),
         graph_nodes,
     }
 }

@@ -185,9 +185,14 @@ fn gpu_time_lines(out: &mut String, p: &ProcessReport) {
         0 => String::new(),
         ns => format!(", CUPTI tracing graph nodes {} (the profiler's)", ms(ns)),
     };
+    // Only where CUDA set itself up inside the analysed time (most steady steps have none).
+    let setup = match c.cuda_setup_ns {
+        0 => String::new(),
+        ns => format!(", CUDA set-up {}", ms(ns)),
+    };
     out.push_str(&format!(
         "  idle {} {}: data loading {}, sync stalls {}, launch overhead {}, host CPU work {}, allocator {}, \
-         host polling {}, CUDA graph capture {}{tracing}; queued work waiting {} (on another stream's event {}, collectives {}, host functions {}, \
+         host polling {}, CUDA graph capture {}{setup}{tracing}; queued work waiting {} (on another stream's event {}, collectives {}, host functions {}, \
          CUDA graphs {}, GPU work not in the trace {}, unexplained {})\n",
         // Without steps the findings cover the whole trace's window.
         if p.step_total.is_some() { "inside steps" } else { "in the time covered" },

@@ -1,8 +1,10 @@
-//! Findings for idle time the GPU spent with work queued (what that work waited on) and for host polling:
-//! the causes `idle.rs` tells apart beyond the host-side ones of `findings.rs`.
+//! Findings for idle time the GPU spent with work queued (what that work waited on), for host polling, and for the
+//! host setting CUDA up (graph captures, CUDA's own set-up): the causes `idle.rs` tells apart beyond the host-side
+//! ones of `findings.rs`.
 
 use super::findings::{ms, rows_by_time, Ctx, Evidence, Finding};
-use super::idle::{CauseKind, IdleCauses};
+use super::idle::{CauseKind, IdleCauses, FIRST_LAUNCH};
+use super::words::counted;
 
 const FIX_CROSS_STREAM: &str = "A stream waited on an event recorded in another stream while the GPU had nothing \
      else to run: record the event right after the work it guards (not after later work), launch that work \
@@ -77,6 +79,75 @@ pub fn graph_setup(ctx: &Ctx, idle: &IdleCauses) -> Option<Finding> {
     Some(ctx.finding("graph_capture", c.total_ns, summary, ev, fix))
 }
 
+const FIX_CUDA_SETUP_ONCE: &str = "The GPU idled while CUDA set itself up inside calls that take microseconds \
+     once it has: initialising, creating streams and library handles (cuBLAS, cuDNN), loading kernels. A start-up \
+     cost, paid once: measure the steady state after it (torch.profiler's schedule(wait=1, warmup=1, active=3); a \
+     warm-up iteration before timing or serving) rather than tuning it. Seconds of initialising are the driver \
+     setting the GPUs up again for each program: keep them initialised between programs (nvidia-persistenced, or \
+     persistence mode: nvidia-smi -pm 1).";
+const FIX_CUDA_SETUP_LOADING: &str = " Where CUDA loads every kernel of a library at its first call (no lazy \
+     loading), CUDA_MODULE_LOADING=LAZY (CUDA 11.7 and later, the default on Linux from 12.2; PyTorch sets it from \
+     1.13) loads each kernel at its first launch instead; a first launch that takes long compiles PTX for this GPU: \
+     build for its architecture (TORCH_CUDA_ARCH_LIST, nvcc -gencode) or keep the JIT cache (CUDA_CACHE_MAXSIZE).";
+const FIX_CUDA_SETUP_EVERY_STEP: &str = "CUDA sets itself up in step after step: the loop creates streams, events, \
+     library handles or contexts, or loads modules, each time (a torch.cuda.Stream() or a new thread's first CUDA \
+     call per step, a kernel compiled and loaded for each new input shape). Create them once before the loop and \
+     reuse them; keep input shapes static so that no new kernel is built and loaded.";
+
+/// cuda_setup: the GPU idle while CUDA set itself up inside the launching threads' calls, once (start-up, a library's
+/// first use) or step after step. `span`: the trace's timeline (start, end), for the `--filter-time` that leaves a
+/// start-up out of a trace without steps.
+pub fn cuda_setup(ctx: &Ctx, idle: &IdleCauses, span: (u64, u64)) -> Option<Finding> {
+    let c = idle.get(CauseKind::CudaSetup);
+    if c.total_ns == 0 {
+        return None;
+    }
+    let steps = ctx.steps_count();
+    let with_setup = c.per_step.iter().filter(|&&ns| ns > 0).count();
+    // Steady steps that set CUDA up, two or more of them: not a first use that happened to fall inside the steps.
+    let every_step = ctx.has_steps() && with_setup >= 2;
+    let mut ev = Evidence { steps: ctx.worst_steps(&c.per_step), examples: c.worst.clone(), ..Default::default() };
+    let mut rows = rows_by_time(c.calls.iter().map(|(n, &counts)| (n, counts)));
+    rows.truncate(5);
+    let first_launches = c.calls.iter().filter(|(n, _)| n.ends_with(FIRST_LAUNCH)).map(|(_, &(k, _))| k).sum::<u64>();
+    ev.facts.push(format!(
+        "the GPU idled {} while a launching thread was inside calls in which CUDA set itself up{}: {}",
+        ms(c.total_ns),
+        if every_step { format!(", in {with_setup} of {steps} steps") } else { String::new() },
+        rows.first().map_or(String::from("-"), |r| format!("most in {} ({})", r.name, ms(r.total_ns)))
+    ));
+    if first_launches > 0 {
+        let launches = counted(first_launches, "kernel's first launch", "kernels' first launches");
+        ev.facts.push(format!(
+            "{launches} took 1 ms or more: CUDA loaded the kernel's module then (or compiled it from PTX)"
+        ));
+    }
+    ev.api_calls = rows;
+    ev.metrics.insert("steps_with_cuda_setup", with_setup as f64);
+    let summary = if every_step {
+        format!("CUDA set itself up again step after step: {}", ctx.per_step(c.total_ns))
+    } else {
+        format!("the GPU idles while CUDA sets itself up (a one-off start-up cost): {}", ms(c.total_ns))
+    };
+    let fix = if every_step {
+        FIX_CUDA_SETUP_EVERY_STEP.to_string()
+    } else {
+        let after = c.worst.iter().map(|w| w.end_ns).max().unwrap_or(0);
+        // Without steps the whole trace is analysed: the same trace from after its start-up is the steady state.
+        let filter = (!ctx.has_steps() && after > span.0 && span.1 > after).then(|| {
+            let ms_after = |t: u64| (t - span.0).div_ceil(1_000_000);
+            let (from, to) = (ms_after(after), ms_after(span.1) + 1);
+            format!(
+                " Here: `cuflight report --filter-time {from}ms/{to}ms {}` analyses what follows the longest of these \
+                 stretches.",
+                ctx.trace
+            )
+        });
+        format!("{FIX_CUDA_SETUP_ONCE}{FIX_CUDA_SETUP_LOADING}{}", filter.unwrap_or_default())
+    };
+    Some(ctx.finding("cuda_setup", c.total_ns, summary, ev, &fix))
+}
+
 /// cross_stream_wait, collective_wait, host_function_wait, graph_wait, unseen_gpu_work, host_polling.
 pub fn wait_findings(ctx: &Ctx, idle: &IdleCauses) -> Vec<Finding> {
     let steps = ctx.steps_count() as u64;
@@ -104,13 +175,13 @@ pub fn wait_findings(ctx: &Ctx, idle: &IdleCauses) -> Vec<Finding> {
         rows.truncate(5);
         let (count, _) = c.calls.values().fold((0, 0), |a, &(n, t)| (a.0 + n, a.1 + t));
         ev.facts.push(format!(
-            "the GPU idled {} per step in {count} stretches: {}",
-            ms(c.total_ns / steps),
+            "the GPU idled {}, in {count} stretches: {}",
+            ctx.per_step(c.total_ns),
             rows.first().map_or(String::from("-"), |r| format!("most in \"{}\" ({})", r.name, ms(r.total_ns)))
         ));
         ev.api_calls = rows;
         ev.metrics.insert("idle_per_step_ns", (c.total_ns / steps) as f64);
-        let summary = format!("{what}: {} per step", ms(c.total_ns / steps));
+        let summary = format!("{what}: {}", ctx.per_step(c.total_ns));
         out.push(ctx.finding(name, c.total_ns, summary, ev, fix));
     }
     out

@@ -25,6 +25,18 @@ pub struct HostCall {
     pub source: Option<cuflight_trace::model::pystacks::PyFrame>,
 }
 
+/// A launching thread inside a CUDA call while CUDA set itself up: a call that sets CUDA up (creates a stream or
+/// context, loads a module) or that returns at once, which took [`crate::idle::SETUP_CALL_NS`] or more; or the
+/// first launch of a kernel that took as long (its module loaded, or compiled from PTX, then).
+#[derive(Clone, Copy, Debug)]
+pub struct SetupCall {
+    pub span: Span,
+    /// The call's name.
+    pub call: u32,
+    /// The kernel whose first launch it was.
+    pub kernel: Option<u32>,
+}
+
 /// A completed host range (NVTX range or imported annotation/operator).
 #[derive(Clone, Copy, Debug)]
 pub struct HostRange {
@@ -59,6 +71,8 @@ pub struct Closer {
     pub after_host_fn: bool,
     /// Its launch call, when that call blocks the host (a synchronous or pageable copy): (name, end).
     pub blocking_call: Option<(u32, u64)>,
+    /// A memory copy: while its call still runs with the copy queued, the host stages it (pageable memory).
+    pub copy: bool,
 }
 
 /// The GPU op that ends a busy stretch (the last to end), before the gap that follows.
@@ -114,6 +128,8 @@ pub struct WindowView<'a> {
     pub call_before: Option<HostCall>,
     /// The host building CUDA graphs (stream captures, begin to end, and instantiations), merged.
     pub graph_setup: Vec<Span>,
+    /// The launching threads inside calls while CUDA set itself up, merged, by start.
+    pub cuda_setup: Vec<SetupCall>,
     /// The CUDA graph launches traced node by node whose calls may overlap the window.
     pub graph_nodes: &'a GraphNodes,
 }

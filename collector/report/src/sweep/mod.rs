@@ -9,13 +9,13 @@ mod windows_done;
 
 use super::breakdown::{Breakdown, Hta, IdleSplit};
 use super::busy::{Growing, Utilization};
-use super::idle::IdleCauses;
+use super::idle::{IdleCauses, SETUP_CALL_NS};
 use super::plan::Plan;
 use super::queue_deps::{Enders, StreamWaits};
 use super::spans::Span;
 use super::steps::StepRow;
 use super::tallies::{add_call, CallTotals, Copies, Counts, KernelAgg, UnionTotal};
-use super::window::{stream_key, Closer, Ender, HostCall, HostRange, NameFlags};
+use super::window::{stream_key, Closer, Ender, HostCall, HostRange, NameFlags, SetupCall};
 use cuflight_format::calls::{CallClass, CallEffects};
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::launches::LaunchJoin;
@@ -23,7 +23,7 @@ use cuflight_trace::model::memory::LiveMemory;
 use cuflight_trace::model::range_roles;
 use cuflight_trace::model::ranges::Pairer;
 use cuflight_trace::model::trace::Process;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 
 /// What the sweep found in one process.
@@ -119,6 +119,11 @@ pub struct Sweep<'a> {
     sync_until: FxHashMap<u32, (u64, bool)>,
     /// Graph set-up done: stream captures (begin to end) and instantiations, not yet behind every window.
     graph_setup: Vec<Span>,
+    /// The launching threads' calls in which CUDA set itself up, not yet behind every window (unsorted: a kernel's
+    /// first launch is known when its kernel comes).
+    cuda_setup: Vec<SetupCall>,
+    /// The kernels launched so far (names), to tell a kernel's first launch.
+    kernels_launched: FxHashSet<u32>,
     /// CUDA graph launches traced node by node, by their call's start: the call's end and the nodes seen so far,
     /// until no window left holds the call ([`cuflight_format::tracing::GRAPH_NODE_TRACING_NS`]: what tracing adds per node).
     graph_nodes: crate::window::GraphNodes,
@@ -184,6 +189,8 @@ impl<'a> Sweep<'a> {
             capturing: FxHashMap::default(),
             sync_until: FxHashMap::default(),
             graph_setup: Vec::new(),
+            cuda_setup: Vec::new(),
+            kernels_launched: FxHashSet::default(),
             graph_nodes: Default::default(),
             ranges: Vec::new(),
             pieces: Vec::new(),
@@ -270,6 +277,9 @@ impl<'a> Sweep<'a> {
                     self.stream_waits.host_fn_call(e.tid, e.start);
                 }
                 self.graph_setup_call(call, e);
+                if self.plan.launchers.contains(&e.tid) {
+                    self.cuda_setup_call(call, e);
+                }
                 // State queries and set-up neither queue nor wait: the time in them is the host's own (idle.rs).
                 if self.plan.launchers.contains(&e.tid) && !call.only_queries() && !call.only_sets_up() {
                     let class = call.class(self.plan.pageable_dtoh.contains(&e.correlation));
@@ -378,6 +388,14 @@ impl<'a> Sweep<'a> {
         }
     }
 
+    /// A launching thread's call in which CUDA set itself up ([`SetupCall`]): one that sets CUDA up or returns at once,
+    /// and took [`SETUP_CALL_NS`] or more.
+    fn cuda_setup_call(&mut self, call: CallEffects, e: &RawEvent) {
+        if (call.only_sets_up() || call.returns_at_once()) && e.duration() >= SETUP_CALL_NS {
+            self.cuda_setup.push(SetupCall { span: (e.start, e.end.max(e.start)), call: e.name, kernel: None });
+        }
+    }
+
     /// Counts a launching thread's synchronising call that starts in a step, by thread: the host timeline merges
     /// the threads' calls (`host_call`), and where several threads call CUDA at once a merged stretch can begin
     /// before the steps and hold every wait of the run, which then went uncounted beside the idle time blamed on
@@ -407,6 +425,13 @@ impl<'a> Sweep<'a> {
         // Run as a node of a replayed CUDA graph: the GPU issues it, not a launch call of its own.
         let graph = launch.is_some_and(|c| names.call(c.name).has(CallEffects::LAUNCHES_GRAPH));
         let is_kernel = kind == Some(EventKind::Kernel);
+        // A kernel's first launch that took a millisecond or more: its module loaded in the call (lazy loading).
+        if is_kernel && self.kernels_launched.insert(e.name) && !graph {
+            let slow = launch.filter(|c| c.end.saturating_sub(c.start) >= SETUP_CALL_NS);
+            if let Some(c) = slow.filter(|c| self.plan.launchers.contains(&c.tid)) {
+                self.cuda_setup.push(SetupCall { span: (c.start, c.end), call: c.name, kernel: Some(e.name) });
+            }
+        }
         // A node recorded on its own (not one record for the whole replay): its launch call did CUPTI's work for it.
         if let Some(c) = launch.filter(|_| graph && !names.has(e.name, NameFlags::GRAPH_LEVEL)) {
             let nodes = &mut self.graph_nodes.entry(c.start).or_insert((c.end, 0)).1;
@@ -437,6 +462,7 @@ impl<'a> Sweep<'a> {
                 after_wait,
                 after_host_fn,
                 blocking_call: blocking.map(|c| (c.name, c.end)),
+                copy: kind == Some(EventKind::Memcpy),
             });
         }
         let span = (e.start, e.end.max(e.start));

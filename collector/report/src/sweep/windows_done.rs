@@ -3,7 +3,7 @@
 
 use super::{Piece, Sweep, Swept};
 use crate::spans::{clip, merge, subtract, total, Span};
-use crate::window::{HostCall, NameFlags, WindowView};
+use crate::window::{HostCall, NameFlags, SetupCall, WindowView};
 use cuflight_trace::model::trace::Process;
 
 impl Sweep<'_> {
@@ -41,6 +41,17 @@ impl Sweep<'_> {
         // Graph set-up in the window, a capture still open at its end included.
         let open = self.capturing.values().filter(|&&began| began < e).map(|&began| (began, e));
         let graph_setup = merge(self.graph_setup.iter().copied().chain(open).filter(|x| x.1 > s && x.0 < e).collect());
+        let mut setup: Vec<SetupCall> =
+            self.cuda_setup.iter().filter(|x| x.span.1 > s && x.span.0 < e).copied().collect();
+        setup.sort_by_key(|x| x.span.0);
+        // Merged (threads inside such calls at once: the first names the stretch), so that their ends rise too.
+        let mut cuda_setup: Vec<SetupCall> = Vec::with_capacity(setup.len());
+        for x in setup {
+            match cuda_setup.last_mut() {
+                Some(last) if x.span.0 < last.span.1 => last.span.1 = last.span.1.max(x.span.1),
+                _ => cuda_setup.push(x),
+            }
+        }
         let mut calls: Vec<HostCall> = Vec::new();
         let mut call_before = None;
         for c in self.calls.iter().chain(self.call.as_ref()) {
@@ -69,6 +80,7 @@ impl Sweep<'_> {
             calls,
             call_before,
             graph_setup,
+            cuda_setup,
             graph_nodes: &self.graph_nodes,
         };
         let n = windows.len();
@@ -135,6 +147,7 @@ impl Sweep<'_> {
         self.ranges.retain(|r| r.0 .1 > t);
         self.pieces.retain(|p| p.0 .1 > t);
         self.graph_setup.retain(|x| x.1 > t);
+        self.cuda_setup.retain(|x| x.span.1 > t);
         self.graph_nodes.retain(|_, (end, _)| *end > t);
     }
 
@@ -149,6 +162,7 @@ impl Sweep<'_> {
             || long(self.pieces.len())
             || long(self.closers.len())
             || long(self.enders.len())
+            || long(self.cuda_setup.len())
         {
             self.trim();
         }

@@ -1,0 +1,79 @@
+//! CUDA setting itself up inside the program's calls (`CauseKind::CudaSetup`, the `cuda_setup` finding), and a
+//! queued op's own call still running: what the GPU waited for there.
+
+use super::idle::{CauseKind, FIRST_LAUNCH};
+use super::tests::{api, kernel, report_of_all_steps};
+use cuflight_format::{EventKind, RawEvent};
+
+const MS: u64 = 1_000_000;
+
+fn strings() -> Vec<(u32, &'static str)> {
+    vec![
+        (1, "kernel_a"),
+        (2, "kernel_b"),
+        (9, "cudaLaunchKernel"),
+        (10, "cudaEventCreateWithFlags"),
+        (11, "cudaStreamCreateWithFlags"),
+        (12, "cudaMemcpyAsync"),
+    ]
+}
+
+/// A program's start-up, as Kineto's ResNet-50 samples of a V100 show it (no steps): a 3 ms event creation and a
+/// kernel's 5 ms first launch with the GPU idle are CUDA's set-up; the same kernel's second 5 ms launch is not (its
+/// module is loaded), nor a 3 ms stream creation while queued work waits (the GPU waits on its queue).
+#[test]
+fn cuda_setting_itself_up_is_told_apart_from_launches_and_from_queued_waits() {
+    let events = vec![
+        api(9, MS, 2_000, 1),
+        kernel(1, MS + 3_000, 10_000, 1),
+        api(10, 2 * MS, 3 * MS, 0),
+        api(9, 6 * MS, 5 * MS, 2),
+        kernel(2, 11 * MS + 100, 10_000, 2),
+        api(9, 12 * MS, 5 * MS, 3),
+        kernel(2, 17 * MS + 100, 10_000, 3),
+        // Launched at 20 ms, it waits (on nothing the trace holds) until 25 ms; a stream is created meanwhile.
+        api(9, 20 * MS, 2_000, 4),
+        api(11, 21 * MS, 3 * MS, 0),
+        kernel(1, 25 * MS, 10_000, 4),
+    ];
+    let r = report_of_all_steps(&strings(), events);
+    let c = &r.processes[0].idle_causes;
+    assert_eq!(c.cuda_setup_ns, 8 * MS, "{c:?}");
+    assert!(c.launch_bound_ns >= 5 * MS, "the second launch is the host's: {c:?}");
+    assert!(c.device_wait_ns >= 3 * MS, "the stream was created while queued work waited: {c:?}");
+    let f = r.findings.iter().find(|f| f.kind == "cuda_setup").expect("cuda_setup");
+    assert!(f.summary.contains("one-off"), "{}", f.summary);
+    let calls: Vec<&str> = f.evidence.api_calls.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(calls, [format!("cudaLaunchKernel{FIRST_LAUNCH}").as_str(), "cudaEventCreateWithFlags"]);
+    assert!(f.evidence.examples[0].what.contains("the first launch of kernel_b"), "{:?}", f.evidence.examples);
+    // Without steps the whole trace was analysed: the fix says how to leave the start-up out (its timeline begins
+    // at 1 ms, the first launch, and the set-up ended at 11 ms).
+    assert!(f.fix.contains("--filter-time 10ms/26ms t`"), "{}", f.fix);
+    assert_eq!(CauseKind::CudaSetup as usize, 14);
+}
+
+/// A copy whose call still runs with the copy queued is being staged from pageable memory (Kineto's ResNet-50 sample
+/// with DataLoader workers: 3 ms cudaMemcpyAsync calls, read as unexplained waits): a stall on the copy, not a wait
+/// on other work; a kernel whose launch call still runs is launch time.
+#[test]
+fn a_queued_ops_own_call_still_running_is_the_host_not_a_wait() {
+    let copy = |start: u64, corr: u32| RawEvent {
+        correlation: corr,
+        stream: 7,
+        ..RawEvent::new(EventKind::Memcpy, 0, start, start + 10_000)
+    };
+    let events = vec![
+        api(9, MS, 2_000, 1),
+        kernel(1, MS + 3_000, 10_000, 1),
+        // The copy is queued at 2 ms (its record's start), its call returns at 4 ms; the kernel likewise at 6-8 ms.
+        api(12, 2 * MS, 2 * MS, 2),
+        copy(4 * MS + 1_000, 2),
+        api(9, 6 * MS, 2 * MS, 3),
+        kernel(1, 8 * MS + 1_000, 10_000, 3),
+    ];
+    let r = report_of_all_steps(&strings(), events);
+    let c = &r.processes[0].idle_causes;
+    assert!(c.sync_stall_ns >= 2 * MS, "{c:?}");
+    assert!(c.launch_bound_ns >= 2 * MS, "{c:?}");
+    assert!(c.idle_unexplained_ns < 10_000, "{c:?}");
+}
