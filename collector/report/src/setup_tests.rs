@@ -77,3 +77,26 @@ fn a_queued_ops_own_call_still_running_is_the_host_not_a_wait() {
     assert!(c.launch_bound_ns >= 2 * MS, "{c:?}");
     assert!(c.idle_unexplained_ns < 10_000, "{c:?}");
 }
+
+/// A loop that creates a stream in every step (2 ms each, CUDA setting up) is told so, with the fix that creates it
+/// once; the steps come from the repeating launches.
+#[test]
+fn cuda_set_up_in_step_after_step_is_named_with_its_fix() {
+    let (mut events, mut t, mut corr) = (Vec::new(), MS, 1);
+    for _ in 0..6 {
+        events.push(api(11, t, 2 * MS, 0));
+        t += 2 * MS + 1_000;
+        for name in [1, 2, 1] {
+            events.push(api(9, t, 2_000, corr));
+            events.push(kernel(name, t + 3_000, 10_000, corr));
+            corr += 1;
+            t += 20_000;
+        }
+    }
+    let r = report_of_all_steps(&strings(), events);
+    let f = r.findings.iter().find(|f| f.kind == "cuda_setup").expect("cuda_setup");
+    assert!(f.summary.contains("step after step") && f.summary.ends_with(" per step"), "{}", f.summary);
+    assert!(f.fix.starts_with("CUDA sets itself up in step after step"), "{}", f.fix);
+    assert_eq!(f.evidence.api_calls[0].name, "cudaStreamCreateWithFlags");
+    assert!(f.evidence.metrics["steps_with_cuda_setup"] >= 2.0, "{:?}", f.evidence.metrics);
+}
