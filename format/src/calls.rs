@@ -163,8 +163,8 @@ impl CallEffects {
     pub fn only_queries(self) -> bool {
         self.has(Self::QUERIES)
     }
-    /// Sets CUDA up ([`Self::SETS_UP`]): time in it is the host's own work, not a launch's overhead (a stream
-    /// created in 474 ms as CUDA initialised, on HTA's critical_path traces).
+    /// Sets CUDA up ([`Self::SETS_UP`]): time in it is not a launch's overhead (a stream created in 474 ms as CUDA
+    /// initialised, on HTA's critical_path traces); the report gives a millisecond or more of it to CUDA's set-up.
     #[inline]
     pub fn only_sets_up(self) -> bool {
         self.has(Self::SETS_UP)
