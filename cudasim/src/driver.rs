@@ -146,6 +146,7 @@ pub(crate) fn launch(
         &params,
         name.as_ptr(),
         || {
+            crate::timing::kernel_first_launch(f);
             crate::timing::kernel_launch();
             if grid.contains(&0) || block.contains(&0) || block.iter().product::<u32>() > 1024 {
                 return c::cudaErrorInvalidConfiguration;

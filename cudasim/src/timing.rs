@@ -76,6 +76,16 @@
 //!   program: the H200's doctor probe, a ~20 ms program, met a failed set-up on 2026-12-01 where a long program
 //!   sampled with the same parameters.
 //!
+//! - `CUDASIM_MODULE_LOAD_US` (default 0): not CUPTI's but the runtime's: a kernel's first launch in the process
+//!   loads it before queueing it. The CUDA Programming Guide's "Lazy Loading" section: the runtime loads each
+//!   module "on first usage of a variable or a kernel from that module", the default on Linux from CUDA 12.2
+//!   (both releases cudasim models); with `CUDA_MODULE_LOADING=EAGER` every module loads at initialisation
+//!   instead, which is not modelled (no launch pays). Each kernel is its own module here. Off by default: how long
+//!   a load takes depends on the module and the machine, and no cuflight run on a GPU has measured it. Real traces
+//!   recorded by others show first launches of 1.4 ms (HTA's `trace_file_list` inference trace, an elementwise
+//!   kernel), 6.5 ms (HTA's MI250 trace, HIP) and 2.1 s (Kineto's V100 ResNet-50 sample, CUDA 11, which loaded
+//!   eagerly, so more than one kernel's).
+//!
 //! Not modelled: an idle GPU starts a kernel about 1.2 us after its launch call returns (the same H100 trace, p50 of
 //! 21 kernels launched onto an idle GPU); cudasim's stream thread, parked on its queue, takes 6 to 14 us to wake on
 //! a 2-core machine, and a loaded one deschedules it for milliseconds. Polling the queue before parking was tried
@@ -114,6 +124,16 @@ static CUPTI_LAUNCH_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_LAUNCH_N
 static KERNEL_RECORD_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_KERNEL_RECORD_NS", 700));
 static GRAPH_NODE_RECORD_NS: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_GRAPH_NODE_RECORD_NS", 1100));
 static FINALIZE_KEEPS_KB: Lazy<u64> = Lazy::new(|| env_u64("CUDASIM_CUPTI_FINALIZE_KEEPS_KB", 74));
+static MODULE_LOAD_US: Lazy<u64> = Lazy::new(|| {
+    let eager = std::env::var("CUDA_MODULE_LOADING").is_ok_and(|v| v.eq_ignore_ascii_case("EAGER"));
+    if eager {
+        0
+    } else {
+        env_u64("CUDASIM_MODULE_LOAD_US", 0)
+    }
+});
+/// The kernels (function handles) launched so far: each loads at its first launch.
+static LOADED: Mutex<Option<std::collections::HashSet<usize>>> = Mutex::new(None);
 
 /// Whether CUPTI is initialised (false before the first CUPTI call and after cuptiFinalize).
 static READY: AtomicBool = AtomicBool::new(false);
@@ -153,6 +173,18 @@ pub(crate) fn kernel_launch() {
     let records = crate::activity::enabled_anywhere(c::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
         || crate::activity::enabled_anywhere(c::CUPTI_ACTIVITY_KIND_KERNEL);
     busy_ns(CUPTI_LAUNCH_NS.saturating_add(if records { *KERNEL_RECORD_NS } else { 0 }));
+}
+
+/// A launch of kernel `f`: its first loads it (`CUDASIM_MODULE_LOAD_US`; the launching thread waits, as the
+/// driver reads and loads the code).
+pub(crate) fn kernel_first_launch(f: usize) {
+    if *MODULE_LOAD_US == 0 {
+        return;
+    }
+    let first = LOADED.lock().get_or_insert_with(Default::default).insert(f);
+    if first {
+        std::thread::sleep(std::time::Duration::from_micros(*MODULE_LOAD_US));
+    }
 }
 
 /// A graph launch of `kernel_nodes` kernel nodes: what node-level kernel records cost it (a busy wait on the

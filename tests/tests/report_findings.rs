@@ -162,3 +162,26 @@ fn gpu_findings_are_capped_by_the_critical_path_where_it_is_whole() {
         assert!(text.contains("the trace sampled its CUDA calls"), "{text}");
     }
 }
+
+/// A kernel's first launch that loads its module (cudasim's `CUDASIM_MODULE_LOAD_US`, CUDA's lazy loading) is CUDA
+/// setting itself up, recorded through the agent: with the warm-up step analysed, the report names the first
+/// launches as a one-off start-up cost; by default that step is the warm-up, left out, and nothing is blamed.
+#[test]
+fn first_launches_that_load_their_modules_are_cuda_set_up() {
+    let dir = scratch("report-cuda-setup");
+    let prog = build_c("train", &dir);
+    let rec = record(&dir, &[], &prog, &["4"], &[("CUDASIM_MODULE_LOAD_US", "4000")]);
+    assert!(rec.output.status.success(), "{}", rec.stderr());
+    let all = report_json_with(&rec.trace, &["--include-warmup"]);
+    let f = all["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "cuda_setup").expect("cuda_setup").clone();
+    assert!(f["summary"].as_str().unwrap().contains("one-off start-up cost"), "{f}");
+    // The seven kernels of train.c, 4 ms each, less what ran on the GPU meanwhile.
+    let first = &f["evidence"]["api_calls"][0];
+    assert_eq!(first["name"], "cudaLaunchKernel (a kernel's first launch)", "{f}");
+    assert!(first["count"].as_u64().unwrap() >= 7, "one stretch or more per kernel: {f}");
+    let setup = all["processes"][0]["idle_causes"]["cuda_setup_ns"].as_f64().unwrap();
+    assert!(setup >= 20e6, "{}", all["processes"][0]["idle_causes"]);
+    let steady = report_json(&rec.trace);
+    assert!(steady["processes"][0]["warmup"]["steps"].as_u64().unwrap() >= 1, "{}", steady["processes"][0]["warmup"]);
+    assert!(steady["findings"].as_array().unwrap().iter().all(|f| f["kind"] != "cuda_setup"), "{}", steady["findings"]);
+}
