@@ -479,8 +479,17 @@ fn by_previous_call(v: &WindowView, out: &mut IdleCauses, (a, b): Span, step: Op
     let prev_end = prev.map_or(0, |c| c.end);
     // Only a sync inside the loop drains the queue step after step; one before the steps (setup) does not count.
     let in_loop = |c: &HostCall| starts.first().is_some_and(|&s| c.start >= s);
+    // A sync made with the GPU idle already drained nothing: the host's time after it is its own, as before it
+    // (TraceLens's timesformer trace: a benchmark's torch.cuda.synchronize() at the step's start, then 218 ms of
+    // the host's work before the first launch, read as a sync stall).
+    let drained = |c: &HostCall| {
+        let i = v.busy.partition_point(|x| x.1 <= a);
+        i.checked_sub(1).map(|i| v.busy[i].1).or(v.busy_before).is_some_and(|idle_from| idle_from > c.start)
+    };
     let (kind, call) = match prev {
-        Some(c) if c.class == CallClass::Sync && in_loop(c) => (CauseKind::SyncStall, Some(v.name(c.name))),
+        Some(c) if c.class == CallClass::Sync && in_loop(c) && drained(c) => {
+            (CauseKind::SyncStall, Some(v.name(c.name)))
+        }
         Some(c)
             if c.class == CallClass::Alloc && CallEffects::of(v.name(c.name)).has(CallEffects::FREES) && in_loop(c) =>
         {

@@ -1,5 +1,6 @@
-//! CUDA setting itself up inside the program's calls (`CauseKind::CudaSetup`, the `cuda_setup` finding), and a
-//! queued op's own call still running: what the GPU waited for there.
+//! What the GPU waited for while the host was in or after a CUDA call: CUDA setting itself up inside the program's
+//! calls (`CauseKind::CudaSetup`, the `cuda_setup` finding), a queued op's own call still running, and a sync that
+//! found the GPU idle already.
 
 use super::idle::{CauseKind, FIRST_LAUNCH};
 use super::tests::{api, kernel, report_of_all_steps};
@@ -99,4 +100,36 @@ fn cuda_set_up_in_step_after_step_is_named_with_its_fix() {
     assert!(f.fix.starts_with("CUDA sets itself up in step after step"), "{}", f.fix);
     assert_eq!(f.evidence.api_calls[0].name, "cudaStreamCreateWithFlags");
     assert!(f.evidence.metrics["steps_with_cuda_setup"] >= 2.0, "{:?}", f.evidence.metrics);
+}
+
+/// Five steps of three kernels, then a `cudaStreamSynchronize` and 2 ms of the host's own work. Where the last
+/// kernel still runs when the sync is made, the sync drains the queue and the 2 ms are a sync stall; where the GPU
+/// had finished before it (TraceLens's timesformer trace: a benchmark's torch.cuda.synchronize() at each step's
+/// start, then 218 ms of host work), the sync drained nothing and the 2 ms are the host's (cpu_bound).
+#[test]
+fn a_sync_stalls_the_gpu_only_where_it_drained_the_queue() {
+    let report = |last_kernel_ns: u64| {
+        let (mut events, mut t, mut corr) = (Vec::new(), MS, 1);
+        for _ in 0..5 {
+            for (i, name) in [1, 2, 1].into_iter().enumerate() {
+                events.push(api(9, t + 20_000 * i as u64, 2_000, corr));
+                let dur = if i == 2 { last_kernel_ns } else { 10_000 };
+                events.push(kernel(name, t + 20_000 * i as u64 + 3_000, dur, corr));
+                corr += 1;
+            }
+            // The sync at +100 us returns when the last kernel has ended (or at once).
+            let last_end = t + 43_000 + last_kernel_ns;
+            events.push(api(13, t + 100_000, last_end.saturating_sub(t + 100_000).max(5_000), 0));
+            t += 2_200_000;
+        }
+        let mut strings = strings();
+        strings.push((13, "cudaStreamSynchronize"));
+        report_of_all_steps(&strings, events).processes[0].idle_causes
+    };
+    let idle_gpu = report(10_000);
+    assert!(idle_gpu.sync_stall_ns < 100_000, "{idle_gpu:?}");
+    assert!(idle_gpu.cpu_bound_ns >= 4 * 1_900_000, "{idle_gpu:?}");
+    let busy_gpu = report(110_000);
+    assert!(busy_gpu.sync_stall_ns >= 4 * 1_900_000, "{busy_gpu:?}");
+    assert!(busy_gpu.cpu_bound_ns < 100_000, "{busy_gpu:?}");
 }
