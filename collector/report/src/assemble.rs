@@ -7,7 +7,7 @@ use crate::job_roles::Plans;
 use crate::steps::StepRow;
 use crate::{
     busy_findings, counter_findings, gpu_findings, iterations, plan, run, sampled, sort_findings, step_choice,
-    step_path, steps, sweep, wait_findings, Finding, Options, ProcessReport, ReportError,
+    step_path, steps, sweep, sync_findings, wait_findings, Finding, Options, ProcessReport, ReportError,
 };
 use cuflight_trace::model::source::EventSource;
 use rustc_hash::FxHashMap;
@@ -265,6 +265,7 @@ fn findings_of(
 ) -> (Vec<Finding>, Vec<findings::KernelRow>) {
     let idle = &swept.idle;
     let mut fs: Vec<Finding> = crate::loading::data_loading(ctx, idle).into_iter().collect();
+    fs.extend(sync_findings::sync_stall(ctx, idle, swept));
     fs.extend(findings::idle_findings(ctx, idle, swept));
     fs.extend(findings::allocator_churn(ctx, idle, swept));
     fs.extend(wait_findings::wait_findings(ctx, idle));

@@ -349,7 +349,6 @@ pub const FIX_CPU_COMPILED: &str = "The program already runs torch.compile'd cod
      eager ops) or the compiled code's own wrapper and guards. Find the hot spot with py-spy on the process; move \
      input preparation off the launching thread (DataLoader workers); where the compiled code is not replayed as \
      CUDA graphs yet, torch.compile(mode=\"reduce-overhead\") removes the wrapper's work per kernel.";
-const SYNC_FIXES: Fixes = Fixes { training: FIX_SYNC, serving: FIX_SYNC_SERVING, general: FIX_SYNC_GENERAL };
 const LAUNCH_FIXES: Fixes = Fixes { training: FIX_LAUNCH, serving: FIX_LAUNCH_SERVING, general: FIX_LAUNCH_GENERAL };
 const CPU_FIXES: Fixes = Fixes { training: FIX_CPU, serving: FIX_CPU_SERVING, general: FIX_CPU_GENERAL };
 
@@ -366,38 +365,10 @@ pub const FIX_CPU: &str = "Find the host hot spot between launches (py-spy or pe
      preprocessing into DataLoader workers or onto the GPU; replace Python loops over tensors with batched ops; \
      torch.compile removes per-op Python overhead.";
 
-/// sync_stall, launch_bound, cpu_bound (data_loading is `loading.rs`'s; the idle part of allocator_churn is in its own
+/// launch_bound, cpu_bound (sync_stall is `sync_findings.rs`'s, data_loading is `loading.rs`'s; the idle part of allocator_churn is in its own
 /// finding).
 pub fn idle_findings(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Vec<Finding> {
     let mut out = Vec::new();
-    let steps = ctx.steps_count();
-    let c = idle.get(CauseKind::SyncStall);
-    if c.total_ns > 0 {
-        let mut ev = idle_evidence(ctx, c);
-        let syncs = rows_by_time(swept.sync_calls.iter().map(|(n, &c)| (n, c)));
-        let blocked: u64 = syncs.iter().map(|r| r.total_ns).sum();
-        let count: u64 = syncs.iter().map(|r| r.count).sum();
-        // Threads waiting at once each count their wait: summed over several, the time says so.
-        let threads = match swept.sync_threads {
-            0 | 1 => String::new(),
-            n => format!(", summed over {n} threads"),
-        };
-        let (calls, whom) = if count == 1 { ("call", "its thread") } else { ("calls", "their threads") };
-        ev.facts.push(format!(
-            "{count} synchronising {calls} {}{} blocked {whom} {} in all{threads}; the GPU then idled {} until the \
-             host queued more work",
-            ctx.in_steps("inside steps"),
-            ctx.count_per_step(count, 1),
-            ms(blocked),
-            ctx.per_step(c.total_ns)
-        ));
-        ev.metrics.insert("sync_calls_per_step", count as f64 / steps as f64);
-        ev.api_calls = syncs;
-        let summary = format!("host synchronisation drains the GPU queue: {}", ctx.per_step_of(c.total_ns, "idle"));
-        let mut f = ctx.finding("sync_stall", c.total_ns, summary, ev, ctx.fix(SYNC_FIXES));
-        f.sources = swept.sources.rows(SourceKind::Sync, ctx.p);
-        out.push(f);
-    }
     out.extend(launch_bound(ctx, idle, swept));
     let c = idle.get(CauseKind::CpuBound);
     if c.total_ns > 0 {

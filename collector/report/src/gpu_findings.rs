@@ -25,7 +25,8 @@ pub const FIX_MEMCPY_GENERAL: &str = "Keep data on the GPU between steps: copy t
      reads, and not every step; overlap the remaining copies with compute (cudaMemcpyAsync from pinned memory on a \
      stream of their own; in PyTorch, tensors created on the device and .to(device, non_blocking=True) on a side \
      stream).";
-const PAGEABLE_FIXES: Fixes = Fixes { training: FIX_PAGEABLE, serving: FIX_PAGEABLE, general: FIX_PAGEABLE_GENERAL };
+pub(crate) const PAGEABLE_FIXES: Fixes =
+    Fixes { training: FIX_PAGEABLE, serving: FIX_PAGEABLE, general: FIX_PAGEABLE_GENERAL };
 const MEMCPY_FIXES: Fixes = Fixes { training: FIX_MEMCPY, serving: FIX_MEMCPY, general: FIX_MEMCPY_GENERAL };
 pub const FIX_FP32: &str = "Run matmuls and convolutions on Tensor Cores: torch.autocast(\"cuda\", \
      dtype=torch.bfloat16) (or fp16 with GradScaler); at least torch.set_float32_matmul_precision(\"high\") for TF32.";

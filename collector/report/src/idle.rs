@@ -94,6 +94,18 @@ const CAUSES: usize = 15;
 /// takes a millisecond inside such a call (a launch takes microseconds).
 pub const SETUP_CALL_NS: u64 = 1_000_000;
 
+/// Whether a call with `effects` that took `duration_ns` did CUDA's own set-up inside it ([`SETUP_CALL_NS`]): the
+/// one rule for the idle causes (the sweep) and the warm-up's account of its steps (the plan pass).
+pub fn sets_cuda_up(effects: CallEffects, duration_ns: u64) -> bool {
+    (effects.only_sets_up() || effects.returns_at_once()) && duration_ns >= SETUP_CALL_NS
+}
+
+/// Whether a kernel's first launch (`graph`: as a node of a replayed graph, issued by the GPU) whose call took
+/// `duration_ns` loaded the kernel's module inside it (lazy loading) or compiled it from PTX.
+pub fn first_launch_sets_cuda_up(graph: bool, duration_ns: u64) -> bool {
+    !graph && duration_ns >= SETUP_CALL_NS
+}
+
 /// How a kernel's first launch is named among the CUDA set-up calls ("cudaLaunchKernel (a kernel's first launch)").
 pub const FIRST_LAUNCH: &str = " (a kernel's first launch)";
 
@@ -156,6 +168,35 @@ pub struct IdleCauses {
     /// The part of the launch-bound time in which the next op was already queued: the GPU's own gap between
     /// ops, which the host issuing faster would not shorten.
     pub launch_queued_ns: u64,
+    /// The part of the sync-stall time in which a copy's own call was still running before the copy began: the
+    /// host staging it from pageable memory (the driver copies through a bounce buffer before it queues the DMA).
+    pub staged: StagedCopies,
+}
+
+/// Copies whose own call kept the GPU idle while it staged them ([`IdleCauses::staged`]).
+#[derive(Debug, Default)]
+pub struct StagedCopies {
+    /// Copies, each counted once however many stretches its staging was cut into.
+    pub copies: u64,
+    pub idle_ns: u64,
+    /// By call name: (copies, idle ns).
+    pub calls: std::collections::BTreeMap<String, (u64, u64)>,
+    /// The last copy counted (its start on the GPU): stretches of one copy come one after another.
+    last_copy: Option<u64>,
+}
+
+impl StagedCopies {
+    fn add(&mut self, copy_start: u64, call: &str, idle_ns: u64) {
+        if idle_ns == 0 {
+            return;
+        }
+        let new = self.last_copy != Some(copy_start);
+        self.last_copy = Some(copy_start);
+        self.copies += u64::from(new);
+        self.idle_ns += idle_ns;
+        let e = self.calls.entry(call.to_string()).or_default();
+        *e = (e.0 + u64::from(new), e.1 + idle_ns);
+    }
 }
 
 impl IdleCauses {
@@ -333,11 +374,19 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
                     out.add(CauseKind::GraphTracing, (queued.0, traced), step, name, n);
                     // A copy's call that has not returned with the copy queued is staging it from pageable memory.
                     let kind = if op.copy { CauseKind::SyncStall } else { CauseKind::LaunchBound };
+                    let stalled = out.get(CauseKind::SyncStall).total_ns;
                     host_add(v, out, kind, (traced, issued), step, name, n);
+                    if op.copy {
+                        let staged = out.get(CauseKind::SyncStall).total_ns - stalled;
+                        out.staged.add(b, name.unwrap_or("a copy's call"), staged);
+                    }
                 }
                 let queued = (issued, b);
                 if queued.1 > queued.0 {
                     out.add_detailed(kind, queued, step, Some(&label), Some(&detail), n);
+                    if kind == CauseKind::SyncStall {
+                        out.staged.add(b, &label, queued.1 - queued.0); // its blocking call, still staging it
+                    }
                 }
             }
             if launched <= a {

@@ -43,6 +43,7 @@ mod step_kinds;
 pub mod step_path;
 pub mod steps;
 mod sweep;
+mod sync_findings;
 mod tallies;
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,7 @@
 use super::range_steps::{steps_from_ranges, Candidates, OpenKey, RangeSteps};
 use super::spans::Span;
 use super::steps::{StepSource, Steps};
+use super::warmup::SetupSeen;
 use super::window::{HostRange, NameFlags};
 use cuflight_format::calls::CallEffects;
 use cuflight_format::view::SYNC_STREAM_WAIT_EVENT;
@@ -274,6 +275,10 @@ impl First {
                 if call.has(CallEffects::BEGINS_CAPTURE) || call.has(CallEffects::INSTANTIATES_GRAPH) {
                     self.warm.graph_setup(e.start, call.has(CallEffects::INSTANTIATES_GRAPH));
                 }
+                if super::idle::sets_cuda_up(call, e.duration()) {
+                    let span = (e.start, e.end.max(e.start));
+                    self.warm.cuda_setup(SetupSeen { span, tid: e.tid, call: e.name, first_launch: false });
+                }
             }
             Some(EventKind::Sync) if e.as_sync().kind == SYNC_STREAM_WAIT_EVENT => self.has_stream_waits = true,
             Some(EventKind::Device) if self.device_facts.iter().all(|(d, _)| *d != e.device) => {
@@ -313,6 +318,12 @@ impl First {
                     }
                 }
                 if kind == Some(EventKind::Kernel) {
+                    let first = !self.warm.kernels.contains_key(&e.name);
+                    let call = joined.map(|j| j.call).filter(|_| first);
+                    if let Some(c) = call.filter(|c| super::idle::first_launch_sets_cuda_up(graph, c.end - c.start)) {
+                        let span = (c.start, c.end);
+                        self.warm.cuda_setup(SetupSeen { span, tid: c.tid, call: c.name, first_launch: true });
+                    }
                     self.warm.kernel(e.name, e.start);
                 }
                 if kind == Some(EventKind::Kernel) && self.names.has(e.name, NameFlags::COMM) {
@@ -475,6 +486,7 @@ fn warmup_of(p: &Process, f: &First, steps: &Steps, no_steps: bool) -> super::wa
         later.recompiled =
             !later.kernel_ids.is_empty() && later.kernel_ids.iter().all(|&k| inductor::is_inductor_kernel(p.string(k)));
     }
+    warmup.account_cuda_setup(&f.warm.cuda_setup, &f.launchers, |id| p.string(id));
     warmup.compiled = warmup.steps > 0 && f.warm.kernels.keys().any(|&k| inductor::is_inductor_kernel(p.string(k)));
     warmup
 }

@@ -77,6 +77,16 @@ fn a_queued_ops_own_call_still_running_is_the_host_not_a_wait() {
     assert!(c.sync_stall_ns >= 2 * MS, "{c:?}");
     assert!(c.launch_bound_ns >= 2 * MS, "{c:?}");
     assert!(c.idle_unexplained_ns < 10_000, "{c:?}");
+    // The stall is the copy's staging, with no sync in the trace: the finding says so, and gives the pinned-memory
+    // fix rather than the one for synchronisation.
+    let f = r.findings.iter().find(|f| f.kind == "sync_stall").expect("sync_stall");
+    assert!(f.summary.starts_with("host blocks staging copies from pageable memory"), "{}", f.summary);
+    assert!(f.fix.starts_with("Copy from pinned memory"), "{}", f.fix);
+    assert!(f.evidence.facts.iter().any(|x| x.starts_with("1 copy kept the GPU idle")), "{:?}", f.evidence.facts);
+    assert!(!f.evidence.facts.iter().any(|x| x.contains("synchronising")), "{:?}", f.evidence.facts);
+    let call = &f.evidence.api_calls[0];
+    assert_eq!((call.name.as_str(), call.count), ("cudaMemcpyAsync (staging)", 1));
+    assert!(call.total_ns >= 2 * MS && call.total_ns < 2 * MS + 10_000, "{call:?}");
 }
 
 /// A loop that creates a stream in every step (2 ms each, CUDA setting up) is told so, with the fix that creates it

@@ -28,7 +28,7 @@
 
 use super::spans::{window_of, Span};
 use super::step_kinds::{self, Launched, ToldBy};
-use super::words::counted;
+use super::words::{counted, ms};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -61,7 +61,23 @@ pub struct Evidence {
     pub first_graph_setup: Option<u64>,
     /// Start times of graph instantiations: a later step that makes one pays for a graph captured lazily.
     pub graph_instantiations: Times,
+    /// Calls in which CUDA set itself up, on any thread (the launching threads are known only after the pass), up
+    /// to [`MAX_SETUP_SEEN`].
+    pub cuda_setup: Vec<SetupSeen>,
 }
+
+/// A call in which CUDA set itself up ([`super::idle::sets_cuda_up`], [`super::idle::first_launch_sets_cuda_up`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SetupSeen {
+    pub span: Span,
+    pub tid: u32,
+    pub call: u32,
+    /// A kernel's first launch (its module loaded), not a call that only sets up.
+    pub first_launch: bool,
+}
+
+/// Set-up calls remembered per process: a program makes a few dozen; a trace with more is told by its first ones.
+pub const MAX_SETUP_SEEN: usize = 1 << 16;
 
 /// Start times, up to [`MAX_TIMES`] (None once there were more).
 pub struct Times(Option<Vec<u64>>);
@@ -110,6 +126,12 @@ impl Evidence {
         self.alloc_calls.push(start);
     }
 
+    pub fn cuda_setup(&mut self, seen: SetupSeen) {
+        if self.cuda_setup.len() < MAX_SETUP_SEEN {
+            self.cuda_setup.push(seen);
+        }
+    }
+
     /// A stream capture began or a graph was instantiated (`instantiates`) at `start`.
     pub fn graph_setup(&mut self, start: u64, instantiates: bool) {
         self.first_graph_setup = Some(self.first_graph_setup.map_or(start, |t| t.min(start)));
@@ -143,6 +165,11 @@ pub struct WarmupStep {
     /// while the warm-up still ran).
     #[serde(skip_serializing_if = "is_zero")]
     pub graphs_instantiated: u64,
+    /// Time a launching thread spent in it inside calls in which CUDA set itself up (the `cuda_setup` idle
+    /// cause's calls: kernels' first launches that loaded their modules, streams, handles and events created,
+    /// CUDA initialised), merged across threads.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cuda_setup_ns: u64,
 }
 
 /// The warm-up steps of a process (JSON `warmup`).
@@ -188,6 +215,12 @@ pub struct Warmup {
     /// tracing, Inductor's code generation, Triton's compiling), which is what makes them slow.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub compiled: bool,
+    /// The calls behind the warm-up steps' `cuda_setup_ns`: kernels' first launches, and the other calls by name
+    /// with their counts, most first.
+    #[serde(skip)]
+    pub setup_first_launches: u64,
+    #[serde(skip)]
+    pub setup_calls: Vec<(String, u64)>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -290,6 +323,53 @@ impl Warmup {
         (!kinds.is_empty()).then(|| kinds.join(", "))
     }
 
+    /// Puts down to each warm-up step the time its launching threads spent in calls in which CUDA set itself up
+    /// (`seen`, kept for the threads in `launchers`; `name` resolves a call's name).
+    pub fn account_cuda_setup<'a>(
+        &mut self,
+        seen: &[SetupSeen],
+        launchers: &rustc_hash::FxHashSet<u32>,
+        name: impl Fn(u32) -> &'a str,
+    ) {
+        let mut calls: FxHashMap<&str, u64> = FxHashMap::default();
+        for d in &mut self.detail {
+            let step = (d.start_ns, d.start_ns + d.duration_ns);
+            let mut spans: Vec<Span> = Vec::new();
+            for x in seen.iter().filter(|x| launchers.contains(&x.tid) && x.span.0 < step.1 && x.span.1 > step.0) {
+                spans.push((x.span.0.max(step.0), x.span.1.min(step.1)));
+                if x.first_launch {
+                    self.setup_first_launches += 1;
+                } else {
+                    *calls.entry(name(x.call)).or_default() += 1;
+                }
+            }
+            d.cuda_setup_ns = super::spans::merge(spans).iter().map(|s| s.1 - s.0).sum();
+        }
+        let mut calls: Vec<(String, u64)> = calls.into_iter().map(|(n, c)| (n.to_string(), c)).collect();
+        calls.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        self.setup_calls = calls;
+    }
+
+    /// What CUDA's own set-up took in the warm-up steps, in words ("CUDA set itself up for 28.00 ms of it (...)").
+    fn cuda_setup_words(&self) -> Option<String> {
+        let total: u64 = self.detail.iter().map(|d| d.cuda_setup_ns).sum();
+        if total == 0 {
+            return None;
+        }
+        let mut what = Vec::new();
+        match self.setup_first_launches {
+            0 => {}
+            1 => what.push("a kernel's first launch, its module loaded".to_string()),
+            n => what.push(format!("{n} kernels' first launches, their modules loaded")),
+        }
+        let shown = self.setup_calls.iter().take(3).map(|(name, n)| format!("{name} x{n}"));
+        what.extend(shown);
+        if self.setup_calls.len() > 3 {
+            what.push(format!("{} more calls", self.setup_calls.len() - 3));
+        }
+        Some(format!("CUDA set itself up for {} of it ({})", ms(total), what.join("; ")))
+    }
+
     /// One line for text and HTML: what the warm-up steps did.
     pub fn describe(&self) -> String {
         let mut what: Vec<String> = Vec::new();
@@ -338,6 +418,7 @@ impl Warmup {
             };
             what.push(format!("up to {slowest:.1}x the steady step time{of}{why}"));
         }
+        what.extend(self.cuda_setup_words());
         what.join("; ")
     }
 }
@@ -449,6 +530,7 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
             kernels_only_here: new_kernels[i],
             alloc_calls: if allocating { alloc_calls } else { 0 },
             graphs_instantiated: graphs.get(i).copied().unwrap_or(0),
+            cuda_setup_ns: 0,
         });
     }
     let warm_end = detail.last().map_or(0, |d| d.start_ns + d.duration_ns);
@@ -471,6 +553,9 @@ pub fn detect(windows: &[Span], names: &[String], ev: &Evidence) -> Warmup {
         later,
         // Told by the kernels' names, which the plan resolves.
         compiled: false,
+        // The launching threads' set-up calls, which the plan gives once it knows those threads.
+        setup_first_launches: 0,
+        setup_calls: Vec::new(),
     }
 }
 

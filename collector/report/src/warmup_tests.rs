@@ -234,3 +234,44 @@ fn warmup_never_takes_more_than_half_the_steps() {
     let r = detect(&w, &names, &Evidence::new());
     assert!(r.steps <= 4, "{r:?}");
 }
+
+/// CUDA's set-up inside a warm-up step is put down to it, once where two launching threads set up at once, and
+/// not at all on a thread that launches nothing (a DataLoader worker creating its own stream); the line names it.
+#[test]
+fn cuda_setup_inside_a_warmup_step_is_measured_and_named() {
+    let mut d = vec![300_000_000u64];
+    d.extend([30_000_000u64; 9]);
+    let (w, names) = windows(&d);
+    let mut r = detect(&w, &names, &kernel_every_step(&w));
+    assert_eq!(r.steps, 1);
+    let ms = 1_000_000;
+    let seen = |from: u64, to: u64, tid: u32, call: u32, first_launch: bool| SetupSeen {
+        span: (w[0].0 + from * ms, w[0].0 + to * ms),
+        tid,
+        call,
+        first_launch,
+    };
+    let seen = [
+        seen(0, 100, 1, 7, false),
+        seen(50, 120, 2, 7, false),
+        seen(150, 160, 1, 8, true),
+        seen(170, 180, 1, 8, true),
+        seen(200, 290, 3, 7, false),
+        seen(310, 320, 1, 7, false), // in the next step, which is steady
+    ];
+    let launchers: rustc_hash::FxHashSet<u32> = [1, 2].into_iter().collect();
+    r.account_cuda_setup(
+        &seen,
+        &launchers,
+        |id| if id == 7 { "cudaStreamCreateWithFlags" } else { "cudaLaunchKernel" },
+    );
+    assert_eq!(r.detail[0].cuda_setup_ns, 140 * ms);
+    let line = r.describe();
+    assert!(
+        line.contains(
+            "CUDA set itself up for 140.00 ms of it (2 kernels' first launches, their modules loaded; \
+             cudaStreamCreateWithFlags x2)"
+        ),
+        "{line}"
+    );
+}

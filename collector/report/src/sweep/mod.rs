@@ -9,7 +9,7 @@ mod windows_done;
 
 use super::breakdown::{Breakdown, Hta, IdleSplit};
 use super::busy::{Growing, Utilization};
-use super::idle::{IdleCauses, SETUP_CALL_NS};
+use super::idle::{first_launch_sets_cuda_up, sets_cuda_up, IdleCauses};
 use super::plan::Plan;
 use super::queue_deps::{Enders, StreamWaits};
 use super::spans::Span;
@@ -388,10 +388,9 @@ impl<'a> Sweep<'a> {
         }
     }
 
-    /// A launching thread's call in which CUDA set itself up ([`SetupCall`]): one that sets CUDA up or returns at once,
-    /// and took [`SETUP_CALL_NS`] or more.
+    /// A launching thread's call in which CUDA set itself up ([`SetupCall`], by [`sets_cuda_up`]).
     fn cuda_setup_call(&mut self, call: CallEffects, e: &RawEvent) {
-        if (call.only_sets_up() || call.returns_at_once()) && e.duration() >= SETUP_CALL_NS {
+        if sets_cuda_up(call, e.duration()) {
             self.cuda_setup.push(SetupCall { span: (e.start, e.end.max(e.start)), call: e.name, kernel: None });
         }
     }
@@ -426,8 +425,8 @@ impl<'a> Sweep<'a> {
         let graph = launch.is_some_and(|c| names.call(c.name).has(CallEffects::LAUNCHES_GRAPH));
         let is_kernel = kind == Some(EventKind::Kernel);
         // A kernel's first launch that took a millisecond or more: its module loaded in the call (lazy loading).
-        if is_kernel && self.kernels_launched.insert(e.name) && !graph {
-            let slow = launch.filter(|c| c.end.saturating_sub(c.start) >= SETUP_CALL_NS);
+        if is_kernel && self.kernels_launched.insert(e.name) {
+            let slow = launch.filter(|c| first_launch_sets_cuda_up(graph, c.end.saturating_sub(c.start)));
             if let Some(c) = slow.filter(|c| self.plan.launchers.contains(&c.tid)) {
                 self.cuda_setup.push(SetupCall { span: (c.start, c.end), call: c.name, kernel: Some(e.name) });
             }
