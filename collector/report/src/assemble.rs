@@ -204,6 +204,7 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
         cuda_driver_version: plan.driver_version,
         cuda_runtime_version: p.cuda_runtime_version,
         cupti_version: p.info.cupti_version,
+        hip_runtime_version: p.hip_runtime_version,
         drops: p.info.drops,
         dropped_total: p.info.drops.total().saturating_add(p.refused),
         unseen_begin: p.info.unseen_begin,

@@ -43,6 +43,10 @@ pub struct RunSummary {
     pub cuda_runtime_version: u32,
     /// `cuptiGetVersion`, 0 unknown.
     pub cupti_version: u32,
+    /// The HIP runtime's version in a trace recorded on ROCm (HIP_VERSION's form: 60443483 = 6.4.43483); absent
+    /// elsewhere.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub hip_runtime_version: u32,
     /// Records lost by cause (each counted once, in one cause).
     pub drops: Drops,
     /// Records lost, every cause once (drops and refused events; not the calls in flight at arming).
@@ -81,6 +85,16 @@ pub fn driver_version(v: u32) -> String {
     } else {
         format!("{}.{}", v / 1000, v % 1000 / 10)
     }
+}
+
+/// HIP's version number as HIP writes it (`hip_version.h`: major × 10,000,000 + minor × 100,000 + patch):
+/// 60443483 → "6.4.43483".
+pub fn hip_version(v: u32) -> String {
+    format!("{}.{}.{}", v / 10_000_000, v % 10_000_000 / 100_000, v % 100_000)
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 /// Sorted ordinals as people write them: "1-7", "0, 2, 5-6".
@@ -136,6 +150,8 @@ impl RunSummary {
             devices.into_iter().partition(|d| self.used_devices.contains(&d.ordinal));
         for d in &used {
             let figures = match d.compute_capability.as_str() {
+                // AMD calls its multiprocessors compute units (deviceProperties' numSms: 304 on an MI300X).
+                "?" if d.name.starts_with("AMD ") => format!("{} CUs", d.multiprocessors),
                 "?" => format!("{} SMs", d.multiprocessors),
                 cc => format!("compute capability {cc}, {} SMs", d.multiprocessors),
             };
@@ -172,7 +188,12 @@ impl RunSummary {
             0 => String::new(),
             v => format!(", runtime {}", driver_version(v)),
         };
-        out.push(("CUDA", format!("driver {}{runtime}, CUPTI API {cupti}", driver_version(self.cuda_driver_version))));
+        if self.hip_runtime_version != 0 && self.cuda_driver_version == 0 && self.cupti_version == 0 {
+            out.push(("ROCm", format!("HIP runtime {}", hip_version(self.hip_runtime_version))));
+        } else {
+            let driver = driver_version(self.cuda_driver_version);
+            out.push(("CUDA", format!("driver {driver}{runtime}, CUPTI API {cupti}")));
+        }
         let refused = (self.refused, "impossible times, such as an end before its start, refused on reading");
         out.push(("Recording", self.drops.lost_line(&[refused])));
         if self.drops.strings_full > 0 {

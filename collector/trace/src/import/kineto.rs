@@ -70,6 +70,12 @@ struct Importer {
     thread_names: Vec<(u32, u32, String)>,
     process_names: rustc_hash::FxHashMap<u32, String>,
     devices: Vec<Value>,
+    /// Recorded on ROCm (the document says so, or a device has 64-wide wavefronts): GPU ops may number devices
+    /// otherwise than `deviceProperties` ([`devices::rocm_ordinals`]).
+    rocm: bool,
+    /// The devices GPU ops (kernels, copies, memsets) name, and those the caching allocator's events name.
+    op_devices: std::collections::BTreeSet<u32>,
+    allocator_devices: std::collections::BTreeSet<u32>,
     /// The CUDA driver's version (`cuda_driver_version`), carried by the devices' events; 0 unknown.
     driver_version: u32,
     /// The earliest `ts` of any event, in ns as written.
@@ -120,6 +126,9 @@ impl Importer {
             thread_names: Vec::new(),
             process_names: Default::default(),
             devices: Vec::new(),
+            rocm: false,
+            op_devices: Default::default(),
+            allocator_devices: Default::default(),
             driver_version: 0,
             first_ts: None,
             kernel_figures: Default::default(),
@@ -146,6 +155,9 @@ impl Importer {
     }
 
     fn gpu_event(&mut self, ev: RawEvent, at: (u64, u64)) {
+        if matches!(ev.kind(), Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) {
+            self.op_devices.insert(ev.device);
+        }
         self.gpu.push((ev, at));
         if self.spooling && self.gpu.len() >= self.run {
             let spill = match self.gpu_spill.take() {
@@ -391,10 +403,11 @@ impl Importer {
         }
     }
 
-    /// torch.profiler's `[memory]` instant: an allocation (Bytes >= 0) or a free; Device Type 1 is CUDA.
+    /// torch.profiler's `[memory]` instant: an allocation (Bytes >= 0) or a free; Device Type is c10's
+    /// `DeviceType`: 1 CUDA, 6 HIP (what PyTorch built for ROCm writes: TraceLens's MI300X traces).
     fn memory_event(&mut self, mut ev: RawEvent, a: &Args<'_>, pid: u32) {
         let bytes = a.signed_bytes.unwrap_or(0);
-        let device = a.device_type.unwrap_or(0) == 1;
+        let device = matches!(a.device_type, Some(1 | 6));
         let kind = if bytes >= 0 { EventKind::Alloc } else { EventKind::Free };
         self.memory_seen = true;
         ev.end = ev.start;
@@ -402,6 +415,9 @@ impl Importer {
         ev.set_mem_op(kind, MemOp { memory, address: u(a.addr).unwrap_or(0), bytes: bytes.unsigned_abs() });
         ev.device = u(a.device_id).unwrap_or(0) as u32;
         // Host-side allocator events are CPU memory: keep device ones, and pinned memory cuflight marked.
+        if device {
+            self.allocator_devices.insert(ev.device);
+        }
         if device || a.pinned == Some(true) {
             self.host_event(pid, ev, "", None);
         }
@@ -424,9 +440,15 @@ impl Importer {
         let mut local: rustc_hash::FxHashMap<(u32, u32), u32> = Default::default();
         // The flow ends by place, built once and only if some GPU event needs one (the last end at a place wins).
         let mut flow_ends: Option<rustc_hash::FxHashMap<(u64, u64, u64), u32>> = None;
+        let rocm = self.rocm || self.devices.iter().any(|d| d.get("warpSize").and_then(Value::as_u64) == Some(64));
+        let listed: Vec<u32> = devices::from_properties(&self.devices).iter().map(|d| d.id).collect();
+        let ordinals = devices::rocm_ordinals(&self.op_devices, &self.allocator_devices, &listed).filter(|_| rocm);
         let mut place = |this: &mut Importer, gpu: Vec<(RawEvent, (u64, u64))>| {
             let n = gpu.len();
             for (mut ev, (pid, tid)) in gpu {
+                if let Some(&ordinal) = ordinals.as_ref().and_then(|m| m.get(&ev.device)) {
+                    ev.device = ordinal;
+                }
                 if ev.correlation == 0 && !this.flow_ends.is_empty() {
                     let ends = flow_ends.get_or_insert_with(|| this.flow_ends.iter().copied().collect());
                     if let Some(&id) = ends.get(&(pid, tid, ev.start)) {
@@ -547,6 +569,7 @@ fn import_with<R: std::io::Read>(reader: R, spooling: bool) -> Result<(Trace, Op
     if let Some(Value::Array(devices)) = &top.device_properties {
         importer.devices = devices.clone();
     }
+    importer.rocm = top.rocm;
     importer.driver_version = top.driver_version();
     importer.rank = top.distributed_info.as_ref().and_then(|d| d.get("rank")).and_then(Value::as_u64).map(|r| r as u32);
     let first_ts = importer.first_ts;

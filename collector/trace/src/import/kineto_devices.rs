@@ -47,13 +47,46 @@ pub fn from_properties(props: &[Value]) -> Vec<DeviceFacts> {
             let amd = n("warpSize") == 64;
             DeviceFacts {
                 id: n("id") as u32,
-                name: d.get("name").and_then(Value::as_str).unwrap_or("GPU").to_string(),
+                // Named "" in some ROCm traces (TraceLens's vLLM MI300X captures).
+                name: match d.get("name").and_then(Value::as_str).map(str::trim) {
+                    Some(name) if !name.is_empty() => name.to_string(),
+                    _ if amd => "AMD GPU".to_string(),
+                    _ => "GPU".to_string(),
+                },
                 memory: n("totalGlobalMem"),
                 capability: if amd { (0, 0) } else { (n("computeMajor") as u32, n("computeMinor") as u32) },
                 sms: n("numSms"),
             }
         })
         .collect()
+}
+
+/// On ROCm, the devices torch.profiler's GPU ops name, as HIP ordinals (`deviceProperties`' ids, and those of the
+/// caching allocator's `[memory]` events), where the two differ: op device → ordinal. Kineto took an op's device
+/// from roctracer's record (`device_id`: the HSA agent's node id, which numbers the CPU agents, one per NUMA node,
+/// before the GPUs), and since rocprofiler-sdk from the agent's `logical_node_type_id` (its index among all the
+/// node's GPUs, which HIP_VISIBLE_DEVICES does not renumber). TraceLens's MI300X traces list HIP device 0 and run
+/// their kernels on "device" 2 (a two-socket host) or 9 (the eighth GPU of one). Where the allocator's events name
+/// as many devices as the ops, they are the same GPUs in the same order (both enumerations follow the GPUs'
+/// order); else, where one device is listed and the ops name one other, it is that one. None where the ids agree
+/// or nothing tells (the ids are then kept as written).
+pub fn rocm_ordinals(
+    ops: &std::collections::BTreeSet<u32>,
+    allocated: &std::collections::BTreeSet<u32>,
+    listed: &[u32],
+) -> Option<BTreeMap<u32, u32>> {
+    if ops.is_empty() || ops == allocated {
+        return None;
+    }
+    if allocated.len() == ops.len() {
+        return Some(ops.iter().copied().zip(allocated.iter().copied()).collect());
+    }
+    match (listed, ops.iter().next()) {
+        (&[only], Some(&op)) if allocated.is_empty() && ops.len() == 1 && op != only => {
+            Some(BTreeMap::from([(op, only)]))
+        }
+        _ => None,
+    }
 }
 
 /// Architectures tried, most common in traces first (the first that fits every sample wins).

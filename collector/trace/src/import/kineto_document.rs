@@ -3,7 +3,7 @@
 //!
 //! Besides `deviceProperties` and `distributedInfo`, what torch.profiler writes about the run: its CUDA driver,
 //! runtime and CUPTI versions (`cuda_driver_version`, 12090 = 12.9; `cuda_runtime_version`; `cupti_version`,
-//! `cuptiGetVersion`'s number), and, since
+//! `cuptiGetVersion`'s number) or, on ROCm, its HIP runtime's (`hip_runtime_version`; `roctracer_version`), and, since
 //! Kineto made timestamps relative to keep them exact in a double, `baseTimeNanoseconds`: the epoch ns each `ts`
 //! counts from (libkineto's ChromeTraceBaseTime, the start of the current 7,889,238 s interval; HTA adds it to
 //! `ts` the same way). Older traces write epoch microseconds in `ts` itself. Kineto writes these after the events,
@@ -27,11 +27,19 @@ pub struct TopLevel {
     pub cupti_version: Option<u32>,
     /// A host name, where the trace's metadata gives one (`hostname`, `host_name`: added by the recording job).
     pub host: Option<String>,
+    /// The HIP runtime's version (`hip_runtime_version`, HIP_VERSION's form: 60443483 = 6.4.43483) in a trace
+    /// torch.profiler recorded on ROCm.
+    pub hip_runtime_version: Option<u32>,
+    /// The trace was recorded on ROCm (`hip_runtime_version` or `roctracer_version` present): its GPU ops may
+    /// number devices differently from `deviceProperties` ([`super::kineto_devices::rocm_ordinals`]).
+    pub rocm: bool,
 }
 
 /// Members read as values (the rest are skipped); each is small.
-const READ: [&[u8]; 9] = [
+const READ: [&[u8]; 11] = [
     b"deviceProperties",
+    b"hip_runtime_version",
+    b"roctracer_version",
     b"distributedInfo",
     b"baseTimeNanoseconds",
     b"cuda_driver_version",
@@ -55,6 +63,11 @@ impl TopLevel {
             b"cuda_driver_version" => self.cuda_driver_version = small(&value),
             b"cuda_runtime_version" => self.cuda_runtime_version = small(&value),
             b"cupti_version" => self.cupti_version = small(&value),
+            b"hip_runtime_version" => {
+                self.hip_runtime_version = small(&value);
+                self.rocm = true;
+            }
+            b"roctracer_version" => self.rocm = true,
             _ => {
                 // A host name as it may appear in file names: bounded, printable, never empty.
                 let name = value.as_str().map(str::trim).filter(|s| !s.is_empty() && s.len() <= 255);
@@ -95,6 +108,7 @@ impl TopLevel {
             // Below 2^61 ns (year 2043 + 30): a base plus any time stays within what the job clock handles.
             p.epoch_base_ns = self.base_time_ns.filter(|&b| b < 1 << 61).unwrap_or(0);
             p.cuda_runtime_version = self.cuda_runtime_version.unwrap_or(0);
+            p.hip_runtime_version = self.hip_runtime_version.unwrap_or(0);
         }
     }
 }

@@ -97,3 +97,38 @@ fn a_cuflight_capture_reads_back_from_its_export_as_a_capture() {
     let t = import(foreign.as_bytes()).unwrap();
     assert!(t.processes.values().all(|p| p.imported) && t.fractional_us_timestamps);
 }
+
+/// A trace torch.profiler recorded on ROCm (TraceLens's MI300X traces): the kernels name the HSA agent's node id as
+/// their device (2: after two CPU agents) where `deviceProperties` and the allocator's HIP events (c10's Device Type
+/// 6) name HIP device 0. The kernel lands on device 0, described; the allocation is device memory; HIP's version is
+/// kept. A CUDA trace's ids are kept as written.
+#[test]
+fn a_rocm_traces_gpu_ops_land_on_the_device_its_properties_describe() {
+    let trace = |device_type: u32, rocm: &str| {
+        format!(
+            r#"{{"traceEvents":[
+        {{"ph":"X","cat":"cuda_runtime","name":"hipLaunchKernel","pid":10,"tid":11,"ts":2000,"dur":5,"args":{{"correlation":7}}}},
+        {{"ph":"X","cat":"kernel","name":"k","pid":2,"tid":1,"ts":2010,"dur":2,"args":{{"correlation":7,"device":2,"stream":1}}}},
+        {{"ph":"i","cat":"cpu_instant_event","name":"[memory]","pid":10,"tid":11,"ts":2001,"s":"t",
+          "args":{{"Total Reserved":2097152,"Total Allocated":512,"Bytes":512,"Addr":140000,"Device Type":{device_type},"Device Id":0}}}}],
+        "deviceProperties":[{{"id":0,"name":"","totalGlobalMem":1,"computeMajor":9,"computeMinor":4,"numSms":304,"warpSize":64}}]
+        {rocm}}}"#
+        )
+    };
+    let t = import(trace(6, r#","roctracer_version":4.1,"hip_runtime_version":60443483"#).as_bytes()).unwrap();
+    let p = &t.processes[&10];
+    let kernel = p.events.iter().find(|e| e.kind() == Some(EventKind::Kernel)).unwrap();
+    assert_eq!(kernel.device, 0);
+    let alloc = p.events.iter().find(|e| e.kind() == Some(EventKind::Alloc)).expect("HIP memory is device memory");
+    assert_eq!(alloc.device, 0);
+    assert_eq!(p.hip_runtime_version, 60_443_483);
+    let device = p.events.iter().find(|e| e.kind() == Some(EventKind::Device)).unwrap();
+    assert_eq!(p.string(device.name), "AMD GPU", "an empty name says what is known");
+    // Without the allocator's events the one listed device is still the one.
+    let t = import(trace(0, r#","roctracer_version":4.1"#).as_bytes()).unwrap();
+    assert_eq!(t.processes[&10].events.iter().find(|e| e.kind() == Some(EventKind::Kernel)).unwrap().device, 0);
+    // A CUDA trace (32-wide warps, no ROCm member) keeps its ids, however odd.
+    let cuda = trace(1, "").replace(r#","warpSize":64"#, "");
+    let t = import(cuda.as_bytes()).unwrap();
+    assert_eq!(t.processes[&10].events.iter().find(|e| e.kind() == Some(EventKind::Kernel)).unwrap().device, 2);
+}

@@ -45,6 +45,9 @@ pub struct Process {
     /// The CUDA runtime's version (12040 = 12.4) where an imported trace says (torch.profiler's
     /// `cuda_runtime_version`); 0 unknown.
     pub cuda_runtime_version: u32,
+    /// The HIP runtime's version (HIP_VERSION's form: major × 10^7 + minor × 10^5 + patch, 60443483 = 6.4.43483)
+    /// where an imported trace recorded on ROCm says (torch.profiler's `hip_runtime_version`); 0 unknown.
+    pub hip_runtime_version: u32,
     /// Read from another tool's trace (torch.profiler's Kineto JSON, an nsys export): it holds what that tool
     /// recorded, which can miss the process's work (sampled, graph kernels left out, begun mid-run). False for
     /// cuflight's captures, read back from their Kineto export too: they hold every op since they were armed.
