@@ -169,16 +169,19 @@ pub struct IdleCauses {
     /// ops, which the host issuing faster would not shorten.
     pub launch_queued_ns: u64,
     /// The part of the sync-stall time in which a copy's own call was still running before the copy began: the
-    /// host staging it from pageable memory (the driver copies through a bounce buffer before it queues the DMA).
+    /// driver preparing it, and staging it where it touches pageable memory (through a bounce buffer).
     pub staged: StagedCopies,
 }
 
-/// Copies whose own call kept the GPU idle while it staged them ([`IdleCauses::staged`]).
+/// Copies whose own call kept the GPU idle before they began ([`IdleCauses::staged`]).
 #[derive(Debug, Default)]
 pub struct StagedCopies {
-    /// Copies, each counted once however many stretches its staging was cut into.
+    /// Copies, each counted once however many stretches its call was cut into.
     pub copies: u64,
     pub idle_ns: u64,
+    /// ... of them, those touching pageable host memory (staged through the driver's bounce buffer).
+    pub pageable: u64,
+    pub pageable_idle_ns: u64,
     /// By call name: (copies, idle ns).
     pub calls: std::collections::BTreeMap<String, (u64, u64)>,
     /// The last copy counted (its start on the GPU): stretches of one copy come one after another.
@@ -186,14 +189,18 @@ pub struct StagedCopies {
 }
 
 impl StagedCopies {
-    fn add(&mut self, copy_start: u64, call: &str, idle_ns: u64) {
+    fn add(&mut self, copy: &Closer, call: &str, idle_ns: u64) {
         if idle_ns == 0 {
             return;
         }
-        let new = self.last_copy != Some(copy_start);
-        self.last_copy = Some(copy_start);
+        let new = self.last_copy != Some(copy.start);
+        self.last_copy = Some(copy.start);
         self.copies += u64::from(new);
         self.idle_ns += idle_ns;
+        if copy.pageable {
+            self.pageable += u64::from(new);
+            self.pageable_idle_ns += idle_ns;
+        }
         let e = self.calls.entry(call.to_string()).or_default();
         *e = (e.0 + u64::from(new), e.1 + idle_ns);
     }
@@ -378,14 +385,14 @@ pub fn attribute(v: &WindowView, k: usize, n: usize, single_stream: bool, step_s
                     host_add(v, out, kind, (traced, issued), step, name, n);
                     if op.copy {
                         let staged = out.get(CauseKind::SyncStall).total_ns - stalled;
-                        out.staged.add(b, name.unwrap_or("a copy's call"), staged);
+                        out.staged.add(op, name.unwrap_or("a copy's call"), staged);
                     }
                 }
                 let queued = (issued, b);
                 if queued.1 > queued.0 {
                     out.add_detailed(kind, queued, step, Some(&label), Some(&detail), n);
                     if kind == CauseKind::SyncStall {
-                        out.staged.add(b, &label, queued.1 - queued.0); // its blocking call, still staging it
+                        out.staged.add(op, &label, queued.1 - queued.0); // its blocking call, still running
                     }
                 }
             }

@@ -4,7 +4,8 @@
 
 use super::idle::{CauseKind, FIRST_LAUNCH};
 use super::tests::{api, kernel, report_of_all_steps};
-use cuflight_format::{EventKind, RawEvent};
+use cuflight_format::view::{CopyKind, MemoryKind};
+use cuflight_format::RawEvent;
 
 const MS: u64 = 1_000_000;
 
@@ -58,21 +59,29 @@ fn cuda_setting_itself_up_is_told_apart_from_launches_and_from_queued_waits() {
 /// on other work; a kernel whose launch call still runs is launch time.
 #[test]
 fn a_queued_ops_own_call_still_running_is_the_host_not_a_wait() {
-    let copy = |start: u64, corr: u32| RawEvent {
-        correlation: corr,
-        stream: 7,
-        ..RawEvent::new(EventKind::Memcpy, 0, start, start + 10_000)
+    let report = |host: MemoryKind| {
+        let copy = |start: u64, corr: u32| RawEvent {
+            stream: 7,
+            ..RawEvent::copy(start, start + 10_000, corr, CopyKind::HTOD, host, MemoryKind::DEVICE, 8, true)
+        };
+        let events = vec![
+            api(9, MS, 2_000, 1),
+            kernel(1, MS + 3_000, 10_000, 1),
+            // The copy is queued at 2 ms (its record's start), its call returns at 4 ms; the kernel likewise at 6-8
+            // ms.
+            api(12, 2 * MS, 2 * MS, 2),
+            copy(4 * MS + 1_000, 2),
+            api(9, 6 * MS, 2 * MS, 3),
+            kernel(1, 8 * MS + 1_000, 10_000, 3),
+        ];
+        report_of_all_steps(&strings(), events)
     };
-    let events = vec![
-        api(9, MS, 2_000, 1),
-        kernel(1, MS + 3_000, 10_000, 1),
-        // The copy is queued at 2 ms (its record's start), its call returns at 4 ms; the kernel likewise at 6-8 ms.
-        api(12, 2 * MS, 2 * MS, 2),
-        copy(4 * MS + 1_000, 2),
-        api(9, 6 * MS, 2 * MS, 3),
-        kernel(1, 8 * MS + 1_000, 10_000, 3),
-    ];
-    let r = report_of_all_steps(&strings(), events);
+    // From pinned memory the call's time is still the host's, but no staging: the driver preparing the copy.
+    let pinned = report(MemoryKind::PINNED);
+    let f = pinned.findings.iter().find(|f| f.kind == "sync_stall").expect("sync_stall");
+    assert!(f.evidence.facts.iter().any(|x| x.ends_with(": the driver preparing them")), "{:?}", f.evidence.facts);
+    assert!(!f.summary.contains("pageable"), "{}", f.summary);
+    let r = report(MemoryKind::PAGEABLE);
     let c = &r.processes[0].idle_causes;
     assert!(c.sync_stall_ns >= 2 * MS, "{c:?}");
     assert!(c.launch_bound_ns >= 2 * MS, "{c:?}");

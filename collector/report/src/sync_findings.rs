@@ -43,9 +43,15 @@ pub fn sync_stall(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding
     }
     if staged.copies > 0 {
         let names: Vec<&str> = staged.calls.keys().map(String::as_str).collect();
+        let why = match (staged.pageable, staged.copies) {
+            (0, _) => "the driver preparing them".to_string(),
+            (p, n) if p == n => "the driver staging them through a bounce buffer, as they touch pageable memory".into(),
+            (p, _) => {
+                format!("the driver preparing them; {p} touch pageable memory, which it stages through a bounce buffer")
+            }
+        };
         ev.facts.push(format!(
-            "{} kept the GPU idle {} inside {} own calls ({}) before they began: the host staging them from \
-             pageable memory through the driver's bounce buffer",
+            "{} kept the GPU idle {} inside {} own calls ({}) before they began: {why}",
             counted(staged.copies, "copy", "copies"),
             ctx.per_step(staged_ns),
             if staged.copies == 1 { "its" } else { "their" },
@@ -62,7 +68,8 @@ pub fn sync_stall(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding
         total_ns: ns,
     }));
     ev.api_calls.sort_by_key(|r| std::cmp::Reverse(r.total_ns));
-    let staging_most = staged_ns * 2 > c.total_ns;
+    // Staging pageable memory is most of it: pinned memory is the fix, not fewer syncs.
+    let staging_most = staged.pageable_idle_ns.min(c.total_ns) * 2 > c.total_ns;
     let summary = if staging_most {
         format!("host blocks staging copies from pageable memory: {}", ctx.per_step_of(c.total_ns, "idle"))
     } else {

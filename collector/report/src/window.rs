@@ -73,6 +73,8 @@ pub struct Closer {
     pub blocking_call: Option<(u32, u64)>,
     /// A memory copy: while its call still runs with the copy queued, the host stages it (pageable memory).
     pub copy: bool,
+    /// ... one touching pageable host memory, which the driver stages through a bounce buffer.
+    pub pageable: bool,
 }
 
 /// The GPU op that ends a busy stretch (the last to end), before the gap that follows.

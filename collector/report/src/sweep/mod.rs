@@ -462,6 +462,7 @@ impl<'a> Sweep<'a> {
                 after_host_fn,
                 blocking_call: blocking.map(|c| (c.name, c.end)),
                 copy: kind == Some(EventKind::Memcpy),
+                pageable: kind == Some(EventKind::Memcpy) && touches_pageable(e),
             });
         }
         let span = (e.start, e.end.max(e.start));
@@ -553,8 +554,7 @@ impl<'a> Sweep<'a> {
                 }
             }
             Some(EventKind::Memcpy) => {
-                let (src, dst) = e.copy_memory_kinds();
-                let (acc, piece) = if src == 1 || dst == 1 {
+                let (acc, piece) = if touches_pageable(e) {
                     self.out.sources.pageable_copy(launch.as_ref(), e.duration());
                     (&mut self.out.pageable, Piece::Pageable)
                 } else {
@@ -571,3 +571,9 @@ impl<'a> Sweep<'a> {
 
 #[cfg(test)]
 mod tests;
+
+/// A copy to or from pageable host memory (memory kind 1, CUPTI's `CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE`).
+fn touches_pageable(copy: &RawEvent) -> bool {
+    let (src, dst) = copy.copy_memory_kinds();
+    src == 1 || dst == 1
+}
