@@ -82,10 +82,11 @@ fn finding_card(out: &mut String, f: &Finding, origin: u64, share_of: &str) {
             .map_or(String::new(), |c| format!(": <code>{}</code>", esc(&c)));
         let _ = write!(
             out,
-            "<li>at <code>{}:{}</code> in {}{code} ({}, {})</li>",
-            esc(&s.file),
-            s.line,
-            esc(&s.function),
+            "<li>at {}{code} ({}, {})</li>",
+            match s.is_c_function() {
+                true => format!("<code>{}</code>", esc(&s.file)),
+                false => format!("<code>{}:{}</code> in {}", esc(&s.file), s.line, esc(&s.function)),
+            },
             counted(s.count, "call", "calls"),
             ms(s.ns)
         );
@@ -345,8 +346,7 @@ fn render(r: &Report) -> String {
     }
     for p in &r.processes {
         let b = &p.breakdown;
-        let worker = p.worker_of.map_or(String::new(), |m| format!(", a worker of pid {m}"));
-        let _ = write!(out, "<h2>{} ({}{worker})</h2>", esc(&p.command), esc(&p.who));
+        let _ = write!(out, "<h2>{}</h2>", esc(&p.title()));
         run_table(&mut out, p);
         let _ = write!(
             out,

@@ -242,6 +242,16 @@ impl ProcessReport {
     pub fn holds(&self, f: &Finding) -> bool {
         self.pid == f.pid && self.rank == f.rank && self.file == f.file
     }
+
+    /// How a report heads this process: "COMMAND (WHO, a worker of pid M)", or WHO alone where the trace names
+    /// no command (TraceLens's B200 trace has no process_name: it read "==  (rank 0 pid 6583)").
+    pub fn title(&self) -> String {
+        let worker = self.worker_of.map_or(String::new(), |m| format!(", a worker of pid {m}"));
+        match self.command.trim() {
+            "" => format!("{}{worker}", self.who),
+            command => format!("{command} ({}{worker})", self.who),
+        }
+    }
 }
 
 /// Names the trace of every finding whose pid and rank another process of the report has too (one process's

@@ -133,7 +133,11 @@ pub use cuflight_trace::model::wall_clock::utc;
 impl RunSummary {
     /// One line per fact, for the text report and the HTML summary: (label, value).
     pub fn facts(&self) -> Vec<(&'static str, String)> {
-        let mut out = vec![("Command", self.command_line.join(" "))];
+        let mut out = Vec::new();
+        let command = self.command_line.join(" ");
+        if !command.trim().is_empty() {
+            out.push(("Command", command));
+        }
         if !self.host.is_empty() {
             out.push(("Host", self.host.clone()));
         }

@@ -29,6 +29,27 @@ pub struct Source {
     pub ns: u64,
 }
 
+impl Source {
+    /// Where, as a report line says it: "FILE:LINE in FUNCTION" (`short`: the file's name without its directory), or a
+    /// C function's pseudo-file alone (`<built-in method item of Tensor object>`: no line, no function, and slashes
+    /// of its own that are no directory).
+    pub fn location(&self, short: bool) -> String {
+        if self.is_c_function() {
+            return self.file.clone();
+        }
+        let file = match short {
+            true => std::path::Path::new(&self.file).file_name().and_then(|n| n.to_str()).unwrap_or(&self.file),
+            false => &self.file,
+        };
+        format!("{file}:{} in {}", self.line, self.function)
+    }
+
+    /// A C function's pseudo-file (torch.profiler's `<built-in ...>` frames): no source line to show.
+    pub fn is_c_function(&self) -> bool {
+        self.file.starts_with('<') && self.line == 0
+    }
+}
+
 /// Which finding a line's calls feed.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum SourceKind {

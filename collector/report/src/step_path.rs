@@ -33,6 +33,10 @@ const SYNC: &str = "sync";
 const HOST_POLLING: &str = "host polling";
 const LAUNCH_LATENCY: &str = "launch latency";
 pub const HOST_GROUPS: [&str; 4] = [HOST_WORK, SYNC, HOST_POLLING, LAUNCH_LATENCY];
+/// The groups of ops launched and waiting a millisecond or more on nothing the trace holds: neither the host's time
+/// nor the GPU's work of this trace ([`StepPath::gpu_share`] leaves them out).
+const UNSEEN_WORK: &str = "waits on work not in the trace";
+const UNEXPLAINED: &str = "unexplained waits";
 
 #[derive(Clone, Copy, Debug)]
 pub struct PathOp {
@@ -149,9 +153,11 @@ pub struct SlowStepPath {
 const DIFFERS: f64 = 0.2;
 
 impl StepPath {
-    /// The GPU's part of the path (every group but the host's), as a share of the step.
+    /// The GPU's part of the path (every group but the host's and the waits on what the trace does not hold), as
+    /// a share of the step.
     pub fn gpu_share(&self) -> f64 {
-        let gpu: u64 = self.by_kind.iter().filter(|g| !HOST_GROUPS.contains(&g.what.as_str())).map(|g| g.ns).sum();
+        let gpu_side = |what: &str| !HOST_GROUPS.contains(&what) && what != UNSEEN_WORK && what != UNEXPLAINED;
+        let gpu: u64 = self.by_kind.iter().filter(|g| gpu_side(&g.what)).map(|g| g.ns).sum();
         gpu as f64 / self.step_ns.max(1) as f64
     }
 
@@ -257,7 +263,8 @@ impl PathSteps {
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Link {
-    /// gpu (an op running), launch_wait (an op waiting for its launch call), stream_order (waiting past the end of
+    /// gpu (an op running), launch_wait (an op waiting for its launch call), unseen_wait (an op launched and
+    /// waiting a millisecond or more on nothing the trace holds), stream_order (waiting past the end of
     /// the op before it in its stream: the GPU's queue), stream_wait (waiting for another stream's work through an
     /// event), host_function (waiting for a host function in its stream), graph_wait (inside a CUDA graph), host
     /// (the launching thread's own work), sync_return (a synchronising call returning), poll_wait (the host polling an
@@ -404,13 +411,19 @@ pub fn walk(p: &Process, cap: &StepCapture) -> Option<StepPath> {
             }
             Some(t) => {
                 let (call_start, _, tid) = launch.expect("t_launch is set");
-                push(
-                    "launch_wait",
-                    format!("{} waiting for its launch", op_what(p, &op)),
-                    LAUNCH_LATENCY.into(),
-                    t,
-                    op.start,
-                );
+                // Launched and waiting a millisecond or more with nothing before it in the trace: no launch takes
+                // that long; it waited on what the trace does not hold, as the idle causes say (TraceLens's SGLang
+                // prefill: 493 ms read "launch latency 50%" beside "GPU work not in the trace").
+                if op.start - t >= super::idle::UNSEEN_WORK_NS {
+                    let (what, group) = match p.imported {
+                        true => ("on GPU work not in the trace", UNSEEN_WORK),
+                        false => ("with nothing running", UNEXPLAINED),
+                    };
+                    push("unseen_wait", format!("{} waiting {what}", op_what(p, &op)), group.into(), t, op.start);
+                } else {
+                    let what = format!("{} waiting for its launch", op_what(p, &op));
+                    push("launch_wait", what, LAUNCH_LATENCY.into(), t, op.start);
+                }
                 // The host: back to the thread's last synchronising call before the launch.
                 let sync = cap.syncs.iter().filter(|c| c.tid == tid && c.end <= call_start).max_by_key(|c| c.end);
                 let from = sync.map_or(s, |c| c.end.max(s));
@@ -500,6 +513,29 @@ mod tests {
         assert_eq!(ns("gemm kernels"), 25 + 20 + 10);
         assert_eq!(ns("host work"), 42);
         assert_eq!(ns("launch latency"), 3);
+    }
+
+    /// An op launched and waiting 2 ms with nothing before it waited on what the trace does not hold (TraceLens's
+    /// SGLang traces: 463 and 493 ms read "launch latency"): said so, in an import as in a capture, and neither the
+    /// host's part of the path nor the GPU's.
+    #[test]
+    fn a_long_wait_after_the_launch_is_no_launch_latency() {
+        let ms = 1_000_000;
+        let cap = StepCapture {
+            window: (0, 5 * ms),
+            name: "step".into(),
+            ops: vec![op(3 * ms, 5 * ms, 1, Some((0, 1_000, 9)), false)],
+            syncs: vec![],
+        };
+        for (imported, group) in [(true, "waits on work not in the trace"), (false, "unexplained waits")] {
+            let mut p = process();
+            p.imported = imported;
+            let path = walk(&p, &cap).unwrap();
+            let ns = |what: &str| path.by_kind.iter().find(|g| g.what == what).map_or(0, |g| g.ns);
+            assert_eq!((ns(group), ns("launch latency")), (3 * ms - 1_000, 0), "{path:?}");
+            assert!(path.longest.iter().any(|l| l.kind == "unseen_wait"), "{path:?}");
+            assert!((path.gpu_share() - 0.4).abs() < 1e-9, "the GEMM alone: {}", path.gpu_share());
+        }
     }
 
     #[test]

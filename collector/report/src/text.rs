@@ -43,12 +43,10 @@ fn finding(out: &mut String, i: usize, f: &Finding, origin: u64, share_of: &str)
         }
     }
     for s in f.sources.iter().take(3) {
-        let file = std::path::Path::new(&s.file).file_name().map_or(s.file.as_str(), |n| n.to_str().unwrap_or(""));
         let code = super::sources::source_text(&s.file, s.line).map_or(String::new(), |c| format!(": {c}"));
         out.push_str(&format!(
-            "    - at {file}:{} in {}{code} ({}, {})\n",
-            s.line,
-            s.function,
+            "    - at {}{code} ({}, {})\n",
+            s.location(true),
             counted(s.count, "call", "calls"),
             ms(s.ns)
         ));
@@ -84,8 +82,7 @@ pub fn severity(s: super::Severity) -> &'static str {
 }
 
 fn process(out: &mut String, p: &ProcessReport) {
-    let worker = p.worker_of.map_or(String::new(), |m| format!(", a worker of pid {m}"));
-    out.push_str(&format!("\n== {} ({}{worker}) from {}\n", p.command, p.who, p.file));
+    out.push_str(&format!("\n== {} from {}\n", p.title(), p.file));
     for (label, value) in p.run.facts() {
         out.push_str(&format!("  {label}: {value}\n"));
     }

@@ -76,6 +76,25 @@ fn is_activation(lower: &str) -> bool {
         || lower.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| matches!(w, "elu" | "selu" | "celu" | "mish"))
 }
 
+/// A collective that is not NCCL's, by the names its libraries give it: PyTorch's symmetric-memory all-reduce
+/// (`multimem_all_reduce_kernel`, `one_shot_all_reduce_kernel`), vLLM's and SGLang's custom all-reduce
+/// (`cross_device_reduce_1stage`), TensorRT-LLM's (`allreduce_fusion_kernel`), all-to-alls of expert parallelism.
+/// Its category is communication; HTA's breakdown still counts only NCCL's ([`is_comm_kernel`]).
+fn is_other_collective(lower: &str) -> bool {
+    const PARTS: [&str; 9] = [
+        "all_reduce",
+        "allreduce",
+        "all_gather",
+        "allgather",
+        "reduce_scatter",
+        "reducescatter",
+        "alltoall",
+        "all_to_all",
+        "cross_device_reduce",
+    ];
+    PARTS.iter().any(|p| lower.contains(p))
+}
+
 /// The category of the kernel named `name`.
 pub fn kernel_category(name: &str) -> Category {
     if is_comm_kernel(name) {
@@ -84,6 +103,7 @@ pub fn kernel_category(name: &str) -> Category {
     let f = function_part(name);
     let l = f.to_ascii_lowercase();
     let has = |keys: &[&str]| keys.iter().any(|k| l.contains(k));
+    let word = |w: &str| l.split(|c: char| !c.is_ascii_alphanumeric()).any(|x| x == w);
     // torch.compile names its Triton kernels by what they are: pointwise, reduction, template (GEMM)...
     if super::inductor::is_inductor_kernel(&l) {
         use super::inductor::Kind;
@@ -94,18 +114,28 @@ pub fn kernel_category(name: &str) -> Category {
             Some(Kind::Foreach) | None => Category::Other,
         };
     }
+    if is_other_collective(&l) {
+        return Category::Communication;
+    }
+    // FBGEMM's kernels (`fbgemm_gpu::`, its embedding and conversion kernels) are no GEMMs for their library's name.
+    let gemm_named = l.replace("fbgemm", "").contains("gemm");
     if has(&["flash_fwd", "flash_bwd", "fmha", "attention", "attn", "sdpa", "_mha_", "flash::"]) {
         Category::Attention
     } else if has(&["softmax"]) {
         Category::Softmax
     } else if has(&["layer_norm", "layernorm", "rms_norm", "rmsnorm", "batch_norm", "batchnorm", "group_norm"])
-        || has(&["instance_norm", "bn_fw", "bn_bw", "gammabetabackward", "rowwisemoments", "welford"])
+        || has(&["groupnorm", "instance_norm", "bn_fw", "bn_bw", "gammabeta", "rowwisemoments", "welford"])
     {
         Category::Normalization
     } else if has(&["conv", "scudnn", "winograd", "wgrad", "dgrad", "fprop", "cask_cudnn", "cudnn::cnn"]) {
         Category::Convolution
-    } else if has(&["gemm", "gemv", "nvjet", "matmul", "cublaslt", "splitkreduce", "cublas"])
+    } else if gemm_named
+        || has(&["gemv", "nvjet", "matmul", "cublaslt", "splitkreduce", "cublas"])
         || l.starts_with("epilogue::")
+        // Tensile's and hipBLASLt's GEMMs on AMD GPUs name the contraction (`Cijk_Ailk_Bljk_...`: C[i,j,k] from
+        // A[i,l,k] and B[l,j,k]); TensorRT-LLM's batched GEMMs begin `bmm_` (`bmm_Bfloat16_MxE2m1MxE4m3_...`).
+        || l.starts_with("cijk_")
+        || word("bmm")
     {
         Category::Gemm
     } else if !l.contains("embedding")
@@ -126,7 +156,7 @@ pub fn kernel_category(name: &str) -> Category {
         Category::Copy
     } else if has(&["reduce_kernel", "reduce", "argmax", "argmin", "cub::device", "scan_kernel", "_sum_"]) {
         Category::Reduction
-    } else if has(&["elementwise", "functor", "fill", "scal_kernel"]) || is_activation(&l) {
+    } else if has(&["elementwise", "functor", "fill", "scal_kernel", "dropout"]) || is_activation(&l) {
         Category::Elementwise
     } else {
         Category::Other
@@ -300,6 +330,16 @@ mod tests {
             ("apply_elu(float const*, float*)", Category::Elementwise),
             ("cudnn_infer_volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", Category::Convolution),
             ("model_update_kernel", Category::Other),
+            // AMD's and other libraries' names (TraceLens's MI300X and B200 traces, HTA's).
+            ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x256x32_MI16x16x1_SN_LDSB1_AFC1_AFEM1_AFEM1_ASEM1_CLR1_CADS0_DTLA0_DTLB0_DTVA0_DTVB0_EPS0_FDSI0_GRPM1_GRVWA4_GRVWB4_GSUAMBSK_GLS0_ISA942_", Category::Gemm),
+            ("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM_TN_transOut_schedP2x1x2x3_biasM_bN_tma_tmaOpt_clmp_swiGlu_dynBatch_sm100f", Category::Gemm),
+            ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(c10::BFloat16*, unsigned long, unsigned int**, unsigned long, unsigned long)", Category::Communication),
+            ("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)", Category::Communication),
+            ("triton_poi_fused_all_gather_into_tensor_0", Category::Elementwise),
+            ("void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_float_to_bfloat16_gpu_kernel(float const*, int, int, unsigned short*)::{lambda(float)#1}, std::array<char*, 2ul> >(int, ...)", Category::Elementwise),
+            ("void (anonymous namespace)::groupnorm_kernel_dispatch_down<__hip_bfloat16, 1024u>(unsigned int, unsigned int, long, float, bool, __hip_bfloat16 const*)", Category::Normalization),
+            ("void at::native::(anonymous namespace)::cuComputeGradGammaBeta<float, float, true>(float const*, float const*, int, int)", Category::Normalization),
+            ("void at::native::(anonymous namespace)::fused_dropout_kernel_vec<float, float, unsigned int, 1, 4, bool>(at::cuda::detail::TensorInfo<float const, unsigned int>)", Category::Elementwise),
             ("void split_embedding_codegen_forward_unweighted_kernel<float, float, float, false, long, 1ul, 16ul>(at::GenericPackedTensorAccessor<float, 1ul, at::RestrictPtrTraits, long>)", Category::Other),
         ];
         for (name, want) in cases {

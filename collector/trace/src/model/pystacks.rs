@@ -98,9 +98,15 @@ pub fn stack_text(p: &Process, frames: &[PyFrame]) -> String {
     text
 }
 
-/// The frame a call is blamed on: the innermost frame in the program's own code, else the innermost.
+/// The frame a call is blamed on: the innermost frame in the program's own code, else the innermost in a source
+/// file (a library's), else the innermost: a C function's pseudo-file (`<built-in method ...>`, torch.profiler's
+/// innermost frame of most calls) names no line to look at.
 pub fn blamed_frame<'a>(p: &Process, frames: &'a [PyFrame]) -> Option<&'a PyFrame> {
-    frames.iter().find(|f| is_user_file(p.string(f.file))).or(frames.first())
+    frames
+        .iter()
+        .find(|f| is_user_file(p.string(f.file)))
+        .or_else(|| frames.iter().find(|f| !p.string(f.file).starts_with('<')))
+        .or(frames.first())
 }
 
 #[cfg(test)]
@@ -139,6 +145,22 @@ mod tests {
             join.feed(e, |c, f| got.push((c.correlation, f.iter().map(|f| f.line).collect::<Vec<_>>())));
         }
         assert_eq!(got, vec![(20, vec![70]), (10, vec![7, 8])]);
+    }
+
+    /// A call with no frame in the program's own code is blamed on the innermost frame in a source file, not on
+    /// torch.profiler's C-function pseudo-frame inside it (TraceLens's B200 trace read "at <built-in function
+    /// _disabled_torch_function_impl>:0 in"); with only pseudo-frames, the innermost.
+    #[test]
+    fn a_call_outside_the_programs_code_is_blamed_on_a_source_line() {
+        let mut p = Process::default();
+        let mut t = crate::model::trace::StringTable::default();
+        let mut f = |file: &str, line| PyFrame { file: t.id(&mut p, file), func: 0, line };
+        let builtin = f("<built-in function _disabled_torch_function_impl>", 0);
+        let library = f("torch/nn/parameter.py", 122);
+        let user = f("train.py", 40);
+        assert_eq!(blamed_frame(&p, &[builtin, library, user]).map(|f| f.line), Some(40));
+        assert_eq!(blamed_frame(&p, &[builtin, library]).map(|f| f.line), Some(122));
+        assert_eq!(blamed_frame(&p, &[builtin]).map(|f| f.file), Some(builtin.file));
     }
 
     #[test]
