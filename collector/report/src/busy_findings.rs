@@ -325,10 +325,10 @@ pub fn unfused_attention(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     let lost = (a.total_ns as f64 * (1.0 - 1.0 / ATTENTION_SPEEDUP)) as u64;
     let mut ev = Evidence::default();
     ev.facts.push(format!(
-        "{} times a GEMM, a softmax and a GEMM ran in a row on one stream with at most 3 elementwise kernels between \
+        "{} a GEMM, a softmax and a GEMM ran in a row on one stream with at most 3 elementwise kernels between \
          (scale, mask, dropout): attention computed from separate kernels, {} in steps, the score matrix written \
          to memory and read back by each",
-        a.chains,
+        super::words::times(a.chains),
         ms(a.total_ns)
     ));
     ev.facts.push(format!(

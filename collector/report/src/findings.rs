@@ -417,8 +417,9 @@ fn launch_bound(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding> 
     } else {
         let per_step = ctx.count_per_step(kernels, 0);
         format!(
-            "{kernels} kernels launched one by one {in_steps}{per_step}, {short} of them shorter than the median \
-             launch call ({}); median kernel {:.1} µs; ",
+            "{} launched one by one {in_steps}{per_step}, {short} of them shorter than the median launch call ({}); \
+             median kernel {:.1} µs; ",
+            counted(kernels, "kernel", "kernels"),
             format_us(median_launch),
             median_kernel as f64 / 1e3,
         )

@@ -1,7 +1,7 @@
 //! Findings read off the GPU work itself: pageable and heavy copies, fp32 GEMMs, exposed communication, memory
 //! growth and the hot kernels. Everything is measured inside the step windows.
 
-use super::findings::{ms, Ctx, Evidence, Finding, Fixes, KernelRow, Severity};
+use super::findings::{counted, ms, Ctx, Evidence, Finding, Fixes, KernelRow, Severity};
 use super::idle::Example;
 use super::short_names::short_name;
 use super::sweep::Swept;
@@ -103,9 +103,9 @@ pub fn pageable_memcpy(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     let lost = c.lost_ns;
     let mut ev = Evidence::default();
     ev.facts.push(format!(
-        "{} copies touching pageable host memory moved {:.1} MB at {:.2} GB/s and took {}; the driver stages them \
+        "{} touching pageable host memory moved {:.1} MB at {:.2} GB/s and took {}; the driver stages them \
          through a bounce buffer and the host blocks on them",
-        c.count,
+        counted(c.count, "copy", "copies"),
         c.bytes as f64 / 1e6,
         if c.busy_ns == 0 { 0.0 } else { c.bytes as f64 / c.busy_ns as f64 },
         ms(lost)
@@ -128,8 +128,8 @@ pub fn memcpy_heavy(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     }
     let mut ev = Evidence::default();
     ev.facts.push(format!(
-        "{} copies ({:.1} MB) kept the GPU busy {} without compute running beside them",
-        c.count,
+        "{} ({:.1} MB) kept the GPU busy {} without compute running beside them",
+        counted(c.count, "copy", "copies"),
         c.bytes as f64 / 1e6,
         ms(lost)
     ));

@@ -175,8 +175,9 @@ pub fn wait_findings(ctx: &Ctx, idle: &IdleCauses) -> Vec<Finding> {
         rows.truncate(5);
         let (count, _) = c.calls.values().fold((0, 0), |a, &(n, t)| (a.0 + n, a.1 + t));
         ev.facts.push(format!(
-            "the GPU idled {}, in {count} stretches: {}",
+            "the GPU idled {}, in {}: {}",
             ctx.per_step(c.total_ns),
+            counted(count, "stretch", "stretches"),
             rows.first().map_or(String::from("-"), |r| format!("most in \"{}\" ({})", r.name, ms(r.total_ns)))
         ));
         ev.api_calls = rows;
