@@ -525,7 +525,7 @@ fn performance_verdict(findings: &[Finding], processes: &[ProcessReport], every_
     } else {
         ""
     };
-    let util = util.map_or(String::new(), |u| format!(" {label}: {:.0}%{whose}.{busy}{hidden}", u * 100.0));
+    let util = util.map_or(String::new(), |u| format!(" {label}: {}{whose}.{busy}{hidden}", words::percent(u)));
     // What the shares are of: step time, or without steps the time covered.
     let of = if in_steps.is_some() { "step time" } else { "the time covered" };
     match findings.first() {

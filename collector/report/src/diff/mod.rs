@@ -453,14 +453,14 @@ fn summary(rows: &[RunRow], kernels: &[KernelDiffRow], findings: &[FindingDiffRo
         let (a, b) = (&rows[i - 1], &rows[i]);
         let mut s = match b.step_ratio {
             Some(r) => format!(
-                "{} → {}: steady step {} → {} ({:+.1}%), GPU utilisation {:.0}% → {:.0}%",
+                "{} → {}: steady step {} → {} ({:+.1}%), GPU utilisation {} → {}",
                 a.file,
                 b.file,
                 render::ms(a.step_ns),
                 render::ms(b.step_ns),
                 (r - 1.0) * 100.0,
-                a.gpu_util * 100.0,
-                b.gpu_util * 100.0
+                crate::words::percent(a.gpu_util),
+                crate::words::percent(b.gpu_util)
             ),
             None => format!("{} → {}", a.file, b.file),
         };
