@@ -95,7 +95,8 @@ pub(crate) fn compute(
                 parts.push((r, run));
             }
             // A trace with no GPU work is in no run's report.
-            Err(ReportError::NoGpuWork(_) | ReportError::NoGpuWorkDelivered(_)) => {}
+            Err(ReportError::NoGpuWork(_) | ReportError::NoGpuWorkDelivered(_) | ReportError::OtherAccelerator(..)) => {
+            }
             Err(e) => {
                 failed = Some(e);
                 break;

@@ -220,6 +220,8 @@ pub enum ReportError {
     AgentOff { file: String, pid: u32, why: String },
     #[error("{0}: no GPU kernels, copies or memsets in the trace: nothing ran on the GPU while it was recorded")]
     NoGpuWork(String),
+    #[error("{0}: no GPU kernels, copies or memsets in the trace: {1}")]
+    OtherAccelerator(String, String),
     #[error(
         "{0}: no GPU kernels, copies or memsets in the trace: its process ended before CUPTI delivered them (a crash's \
          dump cannot flush CUPTI); `cuflight stats` lists the CUDA calls it made"
@@ -439,7 +441,12 @@ fn gpu_processes(traces: &[(String, EventSource)], plans: &job_roles::Plans) -> 
     if procs.is_empty() {
         let names = traces.iter().map(|(f, _)| f.as_str()).collect::<Vec<_>>().join(", ");
         let ended_abruptly = traces.iter().any(|(_, s)| s.processes.values().any(|p| !p.info.finished));
-        return Err(if ended_abruptly {
+        let accelerator = traces.iter().flat_map(|(_, s)| s.processes.values()).find_map(|p| {
+            p.info.not_recorded.iter().find(|(kind, _)| kind == cuflight_trace::import::kineto::ACCELERATOR)
+        });
+        return Err(if let Some((_, why)) = accelerator {
+            ReportError::OtherAccelerator(names, why.clone())
+        } else if ended_abruptly {
             ReportError::NoGpuWorkDelivered(names)
         } else {
             ReportError::NoGpuWork(names)

@@ -73,6 +73,8 @@ struct Importer {
     /// Recorded on ROCm (the document says so, or a device has 64-wide wavefronts): GPU ops may number devices
     /// otherwise than `deviceProperties` ([`devices::rocm_ordinals`]).
     rocm: bool,
+    /// The trace holds an accelerator's work that is no GPU's (Meta's MTIA: `mtia_ccp_events`, `mtia_runtime`).
+    other_accelerator: bool,
     /// The devices GPU ops (kernels, copies, memsets) name, and those the caching allocator's events name.
     op_devices: std::collections::BTreeSet<u32>,
     allocator_devices: std::collections::BTreeSet<u32>,
@@ -127,6 +129,7 @@ impl Importer {
             process_names: Default::default(),
             devices: Vec::new(),
             rocm: false,
+            other_accelerator: false,
             op_devices: Default::default(),
             allocator_devices: Default::default(),
             driver_version: 0,
@@ -270,6 +273,9 @@ impl Importer {
         }
         if !self.fractional {
             self.fractional = ts.is_some_and(|t| t % 1000 != 0);
+        }
+        if cat.starts_with(b"mtia_") {
+            self.other_accelerator = true;
         }
         match ph {
             b"M" => return self.metadata(&e, pid, tid),
@@ -530,6 +536,9 @@ impl Importer {
             if let Some(traced) = self.process_captured.remove(&pid) {
                 (p.imported, p.info.traced) = (false, traced);
             }
+            if self.other_accelerator {
+                p.info.not_recorded.push((ACCELERATOR.into(), OTHER_ACCELERATOR.into()));
+            }
             if !self.return_codes_seen {
                 let why = "the trace holds no CUDA return codes (torch.profiler records none)";
                 p.info.not_recorded.push(("errors".into(), why.into()));
@@ -546,6 +555,12 @@ impl Importer {
         Ok((trace, spool))
     }
 }
+
+/// The kind of [`crate::model::trace::Process`]'s `not_recorded` entry that says the trace holds an accelerator's
+/// work cuflight does not read, and why.
+pub const ACCELERATOR: &str = "accelerator";
+const OTHER_ACCELERATOR: &str = "the trace holds the work of Meta's MTIA accelerator (mtia_ccp_events, mtia_runtime), \
+     which cuflight does not read: it reads NVIDIA's and AMD's GPUs' kernels, copies and memsets";
 
 /// Imports a Kineto/Chrome JSON trace from a reader (already decompressed), all in memory.
 pub fn import<R: std::io::Read>(reader: R) -> Result<Trace, String> {

@@ -132,3 +132,18 @@ fn a_rocm_traces_gpu_ops_land_on_the_device_its_properties_describe() {
     let t = import(cuda.as_bytes()).unwrap();
     assert_eq!(t.processes[&10].events.iter().find(|e| e.kind() == Some(EventKind::Kernel)).unwrap().device, 2);
 }
+
+/// A trace of Meta's MTIA accelerator (HTA's test data) holds no GPU work cuflight reads: it says why, rather than
+/// "nothing ran on the GPU".
+#[test]
+fn an_accelerator_cuflight_does_not_read_is_named() {
+    let mtia = r#"{"traceEvents":[
+        {"ph":"X","cat":"cpu_op","name":"aten::mm","pid":10,"tid":11,"ts":2000,"dur":5},
+        {"ph":"X","cat":"mtia_ccp_events","name":"pe_exe","pid":17,"tid":3910,"ts":2001,"dur":3,"args":{"stream":112}}]}"#;
+    let t = import(mtia.as_bytes()).unwrap();
+    let why = t.processes[&10].info.not_recorded.iter().find(|(k, _)| k == super::ACCELERATOR).map(|(_, w)| w.as_str());
+    assert!(why.is_some_and(|w| w.contains("MTIA")), "{:?}", t.processes[&10].info.not_recorded);
+    let cuda = r#"{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":10,"tid":11,"ts":2000,"dur":5}]}"#;
+    let t = import(cuda.as_bytes()).unwrap();
+    assert!(t.processes[&10].info.not_recorded.iter().all(|(k, _)| k != super::ACCELERATOR));
+}
