@@ -28,6 +28,13 @@ fn fixes_speak_of_training_only_where_an_optimizer_ran() {
         assert!(pageable.starts_with("\"Copy from pinned memory: allocate the host buffers"), "{pageable}");
         assert!(!pageable.contains("DataLoader"), "{pageable}");
     }
+    // A TorchRec job's exposed communication is its all-to-all on NCCL's send/recv kernels: DDP's bucket settings
+    // do not touch it.
+    if let Some(a100) = shared_trace("kineto-a100-nccl-r0.json.gz") {
+        let nccl = fix_of(&report_json(&a100), "nccl_exposed").expect("the A100 rank's nccl_exposed");
+        assert!(nccl.contains("send/recv kernels") && nccl.contains("all-to-all"), "{nccl}");
+        assert!(!nccl.contains("bucket_cap_mb"), "{nccl}");
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@ use super::sweep::Swept;
 use super::tallies::KernelAgg;
 use cuflight_format::event::LaunchConfig;
 use cuflight_format::RawEvent;
-use cuflight_trace::model::kernel_category::Category;
+use cuflight_trace::model::kernel_category::{is_send_recv, Category};
 
 pub const FIX_PAGEABLE: &str = "Copy from pinned memory: DataLoader(pin_memory=True) with tensor.to(device, \
      non_blocking=True); in CUDA code allocate host buffers with cudaMallocHost (or cudaHostRegister them) and use \
@@ -45,6 +45,16 @@ pub const FIX_NCCL_GENERAL: &str = "Overlap communication with compute: issue co
      and the engine's custom all-reduce for small messages (vLLM and SGLang have one); check the interconnect with \
      NCCL_DEBUG=INFO and nvidia-smi topo -m.";
 const NCCL_FIXES: Fixes = Fixes { training: FIX_NCCL, serving: FIX_NCCL_GENERAL, general: FIX_NCCL_GENERAL };
+/// Communication exposed that is mostly NCCL's send/recv kernels: all-to-alls or pipeline transfers, which DDP's and
+/// FSDP's settings do not touch (HTA's sampled two-rank traces: TorchRec's embedding all-to-all, SendRecv only).
+pub const FIX_NCCL_SEND_RECV: &str = "The exposed communication runs on NCCL's send/recv kernels, which carry \
+     all-to-alls (sharded embeddings, as TorchRec's; expert parallelism's dispatch and combine) and pipeline \
+     stages' transfers (the host's nccl:* annotations around their launches say which). Overlap them with \
+     compute rather than waiting on them at once: for all-to-alls, pipeline the next batch's input distribution \
+     behind this batch's compute (TorchRec's TrainPipelineSparseDist) and overlap dispatch/combine with expert \
+     compute; for pipeline stages, more micro-batches per step and an interleaved 1F1B schedule, with transfers \
+     posted early (torch.distributed.batch_isend_irecv) and waited on just before use; check the links with \
+     NCCL_DEBUG=INFO and nvidia-smi topo -m.";
 pub const FIX_GROWTH: &str = "Find what keeps tensors alive across steps: accumulate loss.item() or loss.detach(), \
      not loss; clear lists of outputs; check caches. torch.cuda.memory._record_memory_history() shows where the \
      growing blocks were allocated.";
@@ -198,8 +208,12 @@ pub fn nccl_exposed(ctx: &Ctx, swept: &Swept, waited: bool) -> Option<Finding> {
     ));
     ev.metrics.insert("overlap", 1.0 - lost as f64 / comm_time.max(1) as f64);
     ev.kernels = kernel_rows(ctx, &swept.comm, 5);
+    let send_recv = |n: &u32| is_send_recv(ctx.p.string(*n));
+    let send_recv_ns: u64 = swept.comm.by_name.iter().filter(|(n, _)| send_recv(n)).map(|(_, r)| r.1).sum();
+    ev.metrics.insert("send_recv_share", send_recv_ns as f64 / swept.comm.total_ns.max(1) as f64);
+    let fix = if send_recv_ns * 2 > swept.comm.total_ns { FIX_NCCL_SEND_RECV } else { ctx.fix(NCCL_FIXES) };
     let summary = format!("communication not overlapped with compute: {}", ctx.per_step(lost));
-    Some(ctx.finding("nccl_exposed", lost, summary, ev, ctx.fix(NCCL_FIXES)))
+    Some(ctx.finding("nccl_exposed", lost, summary, ev, fix))
 }
 
 /// Live device memory at the end of each step (its host range) rising step over step, after a warm-up. Seen from
