@@ -46,9 +46,10 @@ pub fn sync_stall(ctx: &Ctx, idle: &IdleCauses, swept: &Swept) -> Option<Finding
         let why = match (staged.pageable, staged.copies) {
             (0, _) => "the driver preparing them".to_string(),
             (p, n) if p == n => "the driver staging them through a bounce buffer, as they touch pageable memory".into(),
-            (p, _) => {
-                format!("the driver preparing them; {p} touch pageable memory, which it stages through a bounce buffer")
-            }
+            (p, _) => format!(
+                "the driver preparing them; {} pageable memory, which it stages through a bounce buffer",
+                counted(p, "of them touches", "of them touch")
+            ),
         };
         ev.facts.push(format!(
             "{} kept the GPU idle {} inside {} own calls ({}) before they began: {why}",
