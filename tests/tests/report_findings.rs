@@ -182,20 +182,23 @@ fn first_launches_that_load_their_modules_are_cuda_set_up() {
     let all = report_json_with(&rec.trace, &["--include-warmup"]);
     let f = all["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "cuda_setup").expect("cuda_setup").clone();
     assert!(f["summary"].as_str().unwrap().contains("one-off start-up cost"), "{f}");
-    // The seven kernels of train.c, 4 ms each, less what ran on the GPU meanwhile.
+    // The seven kernels of train.c load their modules, 4 ms each; the idle time is what the GPU did not spend on
+    // work queued before (cudasim's device thread lags the host on a loaded machine: as few as 4 stretches and
+    // 14 ms were seen with every core busy). The first launch of all has nothing before it: 4 ms at least.
     let first = &f["evidence"]["api_calls"][0];
     assert_eq!(first["name"], "cudaLaunchKernel (a kernel's first launch)", "{f}");
-    assert!(first["count"].as_u64().unwrap() >= 7, "one stretch or more per kernel: {f}");
+    assert!(first["count"].as_u64().unwrap() >= 1, "{f}");
     let setup = all["processes"][0]["idle_causes"]["cuda_setup_ns"].as_f64().unwrap();
-    assert!(setup >= 20e6, "{}", all["processes"][0]["idle_causes"]);
+    assert!(setup >= 4e6, "{}", all["processes"][0]["idle_causes"]);
     let steady = report_json(&rec.trace);
     assert!(steady["processes"][0]["warmup"]["steps"].as_u64().unwrap() >= 1, "{}", steady["processes"][0]["warmup"]);
     assert!(steady["findings"].as_array().unwrap().iter().all(|f| f["kind"] != "cuda_setup"), "{}", steady["findings"]);
-    // Left out as warm-up, the set-up is still said: the warm-up's line names it as what made the step slow.
+    // Left out as warm-up, the set-up is still said: the warm-up's line names it as what made the step slow. It is
+    // the host's time in the calls, whatever the GPU did meanwhile: all seven, 4 ms each.
     let warmup = &steady["processes"][0]["warmup"];
-    assert!(warmup["detail"][0]["cuda_setup_ns"].as_f64().unwrap() >= 20e6, "{warmup}");
+    assert!(warmup["detail"][0]["cuda_setup_ns"].as_f64().unwrap() >= 28e6, "{warmup}");
     let out = Command::new(cuflight_bin()).arg("report").arg(&rec.trace).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.contains("CUDA set itself up for ")).unwrap_or_else(|| panic!("{text}"));
-    assert!(line.contains("kernels' first launches, their modules loaded"), "{line}");
+    assert!(line.contains("7 kernels' first launches, their modules loaded"), "{line}");
 }

@@ -201,8 +201,11 @@ impl StagedCopies {
             self.pageable += u64::from(new);
             self.pageable_idle_ns += idle_ns;
         }
-        let e = self.calls.entry(call.to_string()).or_default();
-        *e = (e.0 + u64::from(new), e.1 + idle_ns);
+        let added = (u64::from(new), idle_ns);
+        match self.calls.get_mut(call) {
+            Some(e) => *e = (e.0 + added.0, e.1 + added.1),
+            None => _ = self.calls.insert(call.to_string(), added),
+        }
     }
 }
 

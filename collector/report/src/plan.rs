@@ -320,7 +320,9 @@ impl First {
                 if kind == Some(EventKind::Kernel) {
                     let first = !self.warm.kernels.contains_key(&e.name);
                     let call = joined.map(|j| j.call).filter(|_| first);
-                    if let Some(c) = call.filter(|c| super::idle::first_launch_sets_cuda_up(graph, c.end - c.start)) {
+                    if let Some(c) =
+                        call.filter(|c| super::idle::first_launch_sets_cuda_up(graph, c.end.saturating_sub(c.start)))
+                    {
                         let span = (c.start, c.end);
                         self.warm.cuda_setup(SetupSeen { span, tid: c.tid, call: c.name, first_launch: true });
                     }

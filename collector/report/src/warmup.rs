@@ -332,10 +332,17 @@ impl Warmup {
         name: impl Fn(u32) -> &'a str,
     ) {
         let mut calls: FxHashMap<&str, u64> = FxHashMap::default();
+        // The launching threads' calls by start, so that each step reads its own (a step holds only those that
+        // started before its end; one that began before it and runs into it is found by its end).
+        let mut seen: Vec<&SetupSeen> = seen.iter().filter(|x| launchers.contains(&x.tid)).collect();
+        seen.sort_unstable_by_key(|x| x.span.0);
+        let longest = seen.iter().map(|x| x.span.1.saturating_sub(x.span.0)).max().unwrap_or(0);
         for d in &mut self.detail {
-            let step = (d.start_ns, d.start_ns + d.duration_ns);
+            let step = (d.start_ns, d.start_ns.saturating_add(d.duration_ns));
             let mut spans: Vec<Span> = Vec::new();
-            for x in seen.iter().filter(|x| launchers.contains(&x.tid) && x.span.0 < step.1 && x.span.1 > step.0) {
+            let from = seen.partition_point(|x| x.span.0 < step.0.saturating_sub(longest));
+            let to = seen.partition_point(|x| x.span.0 < step.1);
+            for x in seen[from..to].iter().filter(|x| x.span.1 > step.0) {
                 spans.push((x.span.0.max(step.0), x.span.1.min(step.1)));
                 if x.first_launch {
                     self.setup_first_launches += 1;
