@@ -447,7 +447,9 @@ impl Importer {
         // The flow ends by place, built once and only if some GPU event needs one (the last end at a place wins).
         let mut flow_ends: Option<rustc_hash::FxHashMap<(u64, u64, u64), u32>> = None;
         let rocm = self.rocm || self.devices.iter().any(|d| d.get("warpSize").and_then(Value::as_u64) == Some(64));
-        let listed: Vec<u32> = devices::from_properties(&self.devices).iter().map(|d| d.id).collect();
+        // The devices the trace describes, read once: their ids tell the ROCm ordinals, then they are the devices.
+        let described = devices::from_properties(&self.devices);
+        let listed: Vec<u32> = described.iter().map(|d| d.id).collect();
         let ordinals = devices::rocm_ordinals(&self.op_devices, &self.allocator_devices, &listed).filter(|_| rocm);
         let mut place = |this: &mut Importer, gpu: Vec<(RawEvent, (u64, u64))>| {
             let n = gpu.len();
@@ -495,8 +497,8 @@ impl Importer {
                 p.events.push(ev);
             }
         }
-        let devices = match self.devices.is_empty() {
-            false => devices::from_properties(&self.devices),
+        let devices = match described.is_empty() {
+            false => described,
             true => devices::recovered(&self.kernel_figures),
         };
         if let Some((p, t)) = self.host.host.get_mut(&default_host) {
