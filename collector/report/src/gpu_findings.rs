@@ -6,9 +6,11 @@ use super::idle::Example;
 use super::short_names::short_name;
 use super::sweep::Swept;
 use super::tallies::KernelAgg;
+use super::window::CommByCollective;
 use cuflight_format::event::LaunchConfig;
 use cuflight_format::RawEvent;
-use cuflight_trace::model::kernel_category::{is_send_recv, Category};
+use cuflight_trace::model::collectives::Collective;
+use cuflight_trace::model::kernel_category::Category;
 
 pub const FIX_PAGEABLE: &str = "Copy from pinned memory: DataLoader(pin_memory=True) with tensor.to(device, \
      non_blocking=True); in CUDA code allocate host buffers with cudaMallocHost (or cudaHostRegister them) and use \
@@ -45,15 +47,20 @@ pub const FIX_NCCL_GENERAL: &str = "Overlap communication with compute: issue co
      and the engine's custom all-reduce for small messages (vLLM and SGLang have one); check the interconnect with \
      NCCL_DEBUG=INFO and nvidia-smi topo -m.";
 const NCCL_FIXES: Fixes = Fixes { training: FIX_NCCL, serving: FIX_NCCL_GENERAL, general: FIX_NCCL_GENERAL };
-/// Communication exposed that is mostly NCCL's send/recv kernels: all-to-alls or pipeline transfers, which DDP's and
-/// FSDP's settings do not touch (HTA's sampled two-rank traces: TorchRec's embedding all-to-all, SendRecv only).
-pub const FIX_NCCL_SEND_RECV: &str = "The exposed communication runs on NCCL's send/recv kernels, which carry \
-     all-to-alls (sharded embeddings, as TorchRec's; expert parallelism's dispatch and combine) and pipeline \
-     stages' transfers (the host's nccl:* annotations around their launches say which). Overlap them with \
-     compute rather than waiting on them at once: for all-to-alls, pipeline the next batch's input distribution \
-     behind this batch's compute (TorchRec's TrainPipelineSparseDist) and overlap dispatch/combine with expert \
-     compute; for pipeline stages, more micro-batches per step and an interleaved 1F1B schedule, with transfers \
-     posted early (torch.distributed.batch_isend_irecv) and waited on just before use; check the links with \
+/// Communication exposed that is mostly all-to-alls (the host's annotations say so: NCCL runs them as grouped sends
+/// and receives), which DDP's and FSDP's settings do not touch: HTA's sampled two-rank traces, TorchRec's embedding
+/// all-to-all.
+pub const FIX_NCCL_ALL_TO_ALL: &str = "Most of the exposed communication is all-to-all (sharded embeddings' input \
+     and output distribution, as TorchRec's; expert parallelism's dispatch and combine). Overlap it with compute \
+     rather than waiting on it at once: pipeline the next batch's input distribution behind this batch's compute \
+     (TorchRec's TrainPipelineSparseDist), overlap dispatch and combine with expert compute (split the batch into \
+     micro-batches); balance tables or experts across ranks so no rank's all-to-all waits on a heavier one; check \
+     the links with NCCL_DEBUG=INFO and nvidia-smi topo -m.";
+/// Communication exposed that is mostly sends and receives between two ranks: pipeline stages' transfers.
+pub const FIX_NCCL_P2P: &str = "Most of the exposed communication is sends and receives between ranks (pipeline \
+     stages' activations and gradients). Post them early (torch.distributed.batch_isend_irecv, or isend/irecv) and \
+     wait just before use; in training, more micro-batches per step and an interleaved 1F1B schedule shrink the \
+     pipeline's bubbles; in serving, fewer pipeline stages where the model fits; check the links with \
      NCCL_DEBUG=INFO and nvidia-smi topo -m.";
 pub const FIX_GROWTH: &str = "Find what keeps tensors alive across steps: accumulate loss.item() or loss.detach(), \
      not loss; clear lists of outputs; check caches. torch.cuda.memory._record_memory_history() shows where the \
@@ -208,12 +215,62 @@ pub fn nccl_exposed(ctx: &Ctx, swept: &Swept, waited: bool) -> Option<Finding> {
     ));
     ev.metrics.insert("overlap", 1.0 - lost as f64 / comm_time.max(1) as f64);
     ev.kernels = kernel_rows(ctx, &swept.comm, 5);
-    let send_recv = |n: &u32| is_send_recv(ctx.p.string(*n));
-    let send_recv_ns: u64 = swept.comm.by_name.iter().filter(|(n, _)| send_recv(n)).map(|(_, r)| r.1).sum();
-    ev.metrics.insert("send_recv_share", send_recv_ns as f64 / swept.comm.total_ns.max(1) as f64);
-    let fix = if send_recv_ns * 2 > swept.comm.total_ns { FIX_NCCL_SEND_RECV } else { ctx.fix(NCCL_FIXES) };
+    let by = &swept.comm_by_collective;
+    if let Some(fact) = by_collective_fact(by) {
+        ev.facts.push(fact);
+    }
+    for c in Collective::ALL.into_iter().filter(|c| by.total_ns[c.index()] > 0) {
+        ev.metrics.insert(collective_metric(c), by.exposed_ns[c.index()] as f64 / lost.max(1) as f64);
+    }
+    let fix = match by.most_exposed().map(|m| m.0) {
+        Some(Collective::AllToAll) => FIX_NCCL_ALL_TO_ALL,
+        Some(Collective::PointToPoint) => FIX_NCCL_P2P,
+        _ => ctx.fix(NCCL_FIXES),
+    };
     let summary = format!("communication not overlapped with compute: {}", ctx.per_step(lost));
     Some(ctx.finding("nccl_exposed", lost, summary, ev, fix))
+}
+
+/// The exposed communication by collective, largest first (at most four), and how they were told: "by collective,
+/// exposed of the time each ran: all_to_all 40.12 ms of 182.40 ms, ...". None where only one kind ran and a name said it (the kernel rows say as much).
+fn by_collective_fact(by: &CommByCollective) -> Option<String> {
+    let not_told = CommByCollective::slot(None);
+    let mut told: Vec<(String, usize)> = Collective::ALL.iter().map(|c| (c.label().to_string(), c.index())).collect();
+    told.push(("not told".to_string(), not_told));
+    told.retain(|(_, i)| by.total_ns[*i] > 0);
+    told.sort_by_key(|(_, i)| std::cmp::Reverse((by.exposed_ns[*i], by.total_ns[*i])));
+    if told.len() < 2 && by.total_ns[not_told] == 0 {
+        return None;
+    }
+    let parts: Vec<String> = told
+        .iter()
+        .take(4)
+        .map(|(label, i)| format!("{label} {} of {}", ms(by.exposed_ns[*i]), ms(by.total_ns[*i])))
+        .collect();
+    let unsaid = if by.total_ns[not_told] > 0 {
+        "; \"not told\": NCCL's SendRecv or RCCL's Generic kernels, which carry any collective, launched outside \
+         the annotations PyTorch's process groups write (nccl:all_reduce...)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "by collective, exposed of the time each ran: {} (a kernel's collective is what the host's range around its \
+         launch asked for, else what its name says){unsaid}",
+        parts.join(", ")
+    ))
+}
+
+/// The metric that holds a collective's share of the exposed time: `all_to_all_share`, `send_recv_share`.
+fn collective_metric(c: Collective) -> &'static str {
+    match c {
+        Collective::AllReduce => "all_reduce_share",
+        Collective::AllGather => "all_gather_share",
+        Collective::ReduceScatter => "reduce_scatter_share",
+        Collective::AllToAll => "all_to_all_share",
+        Collective::Broadcast => "broadcast_share",
+        Collective::Reduce => "reduce_share",
+        Collective::PointToPoint => "send_recv_share",
+    }
 }
 
 /// Live device memory at the end of each step (its host range) rising step over step, after a warm-up. Seen from

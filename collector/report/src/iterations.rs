@@ -7,7 +7,7 @@
 //! time, idle the rest of the window.
 
 use super::findings::{ms, percent};
-use super::plan::Requests;
+use super::requests::Requests;
 use super::spans::Span;
 pub use super::step_kinds::ToldBy;
 use super::step_kinds::{self, Launched};

@@ -10,6 +10,8 @@ pub mod breakdown;
 mod busy;
 mod busy_findings;
 mod by_run;
+#[cfg(test)]
+mod collective_tests;
 mod counter_findings;
 pub mod diff;
 pub mod failed_calls;
@@ -30,6 +32,7 @@ mod pattern;
 pub mod plan;
 mod queue_deps;
 mod range_steps;
+mod requests;
 pub mod run;
 pub mod sampled;
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! pattern of launches (the one case that keeps one entry per GPU op: a fallback for unannotated programs).
 
 use super::range_steps::{steps_from_ranges, Candidates, OpenKey, RangeSteps};
+use super::requests::Requests;
 use super::spans::Span;
 use super::steps::{StepSource, Steps};
 use super::warmup::SetupSeen;
@@ -22,6 +23,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use cuflight_analysis::stats::op_perf::gemm::GemmPerfRow;
 use cuflight_analysis::stats::op_perf::OpPerfAcc;
+use cuflight_trace::model::collectives::CollectiveSpans;
 use cuflight_trace::model::job_clock::ClockFacts;
 use cuflight_trace::model::launches::LaunchJoin;
 
@@ -62,6 +64,8 @@ pub struct Plan {
     /// Correlations whose (last) copy goes device to pageable host memory: an "async" call for it blocks.
     pub pageable_dtoh: FxHashSet<u32>,
     pub comm: Vec<CommOp>,
+    /// The host's ranges that announce a collective, per thread: which one each communication kernel ran.
+    pub collective_spans: CollectiveSpans,
     /// Whether any data-loading annotation (other than a step range) has a duration.
     pub loader_annotated: bool,
     /// Where the annotated DataLoader loads, where its annotations say and agree (two loaders of different kinds
@@ -105,25 +109,6 @@ pub struct Plan {
     pub sampling: Option<super::sampled::Chosen>,
 }
 
-/// A server's annotated requests, in the order they ended.
-#[derive(Debug, Clone, Default)]
-pub struct Requests {
-    /// (start, end) of each, at most [`MAX_REQUESTS`].
-    pub ended: Vec<Span>,
-    /// Ended requests past [`MAX_REQUESTS`], not kept.
-    pub not_kept: u64,
-    pub open_at_end: u64,
-    /// Where those still open began (at most [`MAX_REQUESTS`]).
-    pub open_starts: Vec<u64>,
-    /// Start/end ranges that ended in the trace but began before it (any name: an end carries none).
-    pub begun_before: u64,
-    /// The name of the first one (what the report calls them).
-    pub name: Option<String>,
-}
-
-/// The most request ranges kept for the report (16 bytes each): a server's day.
-pub const MAX_REQUESTS: usize = 1 << 20;
-
 type DeviceFacts = (Option<(u32, u32)>, Option<u64>);
 
 /// A first GPU op that waited this long after its launch, nothing of the trace running before it, waited for work
@@ -156,6 +141,7 @@ struct First {
     profiler_steps: (FxHashSet<u32>, u64),
     pageable_dtoh: FxHashSet<u32>,
     comm: Vec<CommOp>,
+    collective_spans: CollectiveSpans,
     /// Names of data-loading ranges with a duration (whether they are steps is known only later).
     loader_names: FxHashSet<u32>,
     events: u64,
@@ -195,6 +181,7 @@ impl First {
             profiler_steps: (FxHashSet::default(), 0),
             pageable_dtoh: FxHashSet::default(),
             comm: Vec::new(),
+            collective_spans: CollectiveSpans::default(),
             loader_names: FxHashSet::default(),
             events: 0,
             gpu_ops: 0,
@@ -218,13 +205,10 @@ impl First {
             self.loader_names.insert(r.name);
         }
         if self.names.has(r.name, NameFlags::REQUEST) {
-            let q = &mut self.requests;
-            q.name.get_or_insert_with(|| p.string(r.name).to_string());
-            if q.ended.len() < MAX_REQUESTS {
-                q.ended.push((r.start, r.end));
-            } else {
-                q.not_kept += 1;
-            }
+            self.requests.add_ended(p.string(r.name), (r.start, r.end));
+        }
+        if let Some(c) = self.names.range_collective(r.name) {
+            self.collective_spans.add(r.tid, r.start, r.end, c);
         }
     }
 
@@ -328,7 +312,7 @@ impl First {
                     }
                     self.warm.kernel(e.name, e.start);
                 }
-                if kind == Some(EventKind::Kernel) && self.names.has(e.name, NameFlags::COMM) {
+                if kind == Some(EventKind::Kernel) && self.names.has(e.name, NameFlags::COLLECTIVE) {
                     self.comm.push(CommOp { start: e.start, duration: e.duration(), name: e.name });
                 }
             }
@@ -465,11 +449,7 @@ fn whole_trace(f: &First, launcher_extent: Option<Span>) -> (Span, u64) {
 fn requests_of(p: &Process, f: &First, mut requests: Requests) -> Requests {
     requests.begun_before = f.pairer.ends_without_start() as u64;
     for (name, start) in f.pairer.unclosed().filter(|&(name, _)| f.names.has(name, NameFlags::REQUEST)) {
-        requests.open_at_end += 1;
-        if requests.open_starts.len() < MAX_REQUESTS {
-            requests.open_starts.push(start);
-        }
-        requests.name.get_or_insert_with(|| p.string(name).to_string());
+        requests.add_open(p.string(name), start);
     }
     requests
 }
@@ -558,6 +538,11 @@ fn plan_of(
         last_profiler_step: (f.profiler_steps.0.len() >= 2).then_some(f.profiler_steps.1),
         pageable_dtoh: f.pageable_dtoh,
         comm: f.comm,
+        collective_spans: {
+            let mut spans = f.collective_spans;
+            spans.finish();
+            spans
+        },
         loader_annotated,
         loader_workers,
         no_steps,

@@ -8,6 +8,7 @@
 use super::spans::Span;
 use cuflight_format::calls::{CallClass, CallEffects};
 use cuflight_format::RawEvent;
+use cuflight_trace::model::collectives::{self, Collective};
 use cuflight_trace::model::kernel_category::{self, Category};
 use cuflight_trace::model::trace::Process;
 use cuflight_trace::model::{inductor, range_roles};
@@ -162,11 +163,44 @@ pub fn is_dtoh_to_pageable(copy: &RawEvent) -> bool {
     copy.as_copy().blocks_host()
 }
 
+/// Communication kernels' time by the collective they ran ([`Collective::ALL`]'s order, then those no annotation
+/// or name tells): in all, and with no compute beside it in steps.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CommByCollective {
+    pub total_ns: [u64; 8],
+    pub exposed_ns: [u64; 8],
+}
+
+impl CommByCollective {
+    /// The place of `c` (None: not told) in the arrays.
+    pub fn slot(c: Option<Collective>) -> usize {
+        c.map_or(Collective::ALL.len(), Collective::index)
+    }
+
+    /// The collective with the most exposed time, and that time; None when the most is of kernels not told.
+    pub fn most_exposed(&self) -> Option<(Collective, u64)> {
+        let told = Collective::ALL.iter().map(|&c| (c, self.exposed_ns[c.index()])).max_by_key(|x| x.1)?;
+        (told.1 > 0 && told.1 >= self.exposed_ns[Self::slot(None)]).then_some(told)
+    }
+}
+
 /// What the analyses need to know about each name, computed once per distinct string (not per event: a
 /// 10M-event trace has a few thousand names): what a kernel or range of that name is ([`NameFlags::COMPUTE`]...)
 /// and what a call of that name does ([`CallEffects`], the one classifier of CUDA calls).
 #[derive(Default)]
-pub struct NameFlags(FxHashMap<u32, (u16, CallEffects)>);
+pub struct NameFlags(FxHashMap<u32, NameFacts>);
+
+/// What one name is, as [`NameFlags`] keeps it.
+#[derive(Clone, Copy, Default)]
+struct NameFacts {
+    flags: u16,
+    call: CallEffects,
+    /// The collective a communication kernel of this name ran, where the name says
+    /// ([`collectives::of_kernel`]).
+    kernel_collective: Option<Collective>,
+    /// The collective a host range of this name announces ([`collectives::of_range`]).
+    range_collective: Option<Collective>,
+}
 
 /// The name of a whole graph replay traced at graph level (`--trace graphs`).
 pub fn is_graph_level(name: &str) -> bool {
@@ -175,6 +209,8 @@ pub fn is_graph_level(name: &str) -> bool {
 
 impl NameFlags {
     pub const COMPUTE: u16 = 1;
+    /// NCCL's kernels: HTA's communication, for its breakdown and overlap ([`NameFlags::COLLECTIVE`] for the
+    /// report's own).
     pub const COMM: u16 = 2;
     pub const FP32_GEMM: u16 = 4;
     pub const PROFILER_STEP: u16 = 8;
@@ -190,6 +226,9 @@ impl NameFlags {
     pub const REQUEST: u16 = 512;
     /// A whole graph replay traced at graph level (`--trace graphs`): one record for all its nodes.
     pub const GRAPH_LEVEL: u16 = 1024;
+    /// A collective, NCCL's or another library's (vLLM's custom all-reduce, PyTorch's symmetric memory): the
+    /// report's communication ([`Category::Communication`]).
+    pub const COLLECTIVE: u16 = 2048;
 
     pub fn of(name: &str) -> u16 {
         let mut f = 0;
@@ -210,20 +249,36 @@ impl NameFlags {
         set(category == Category::Elementwise && !inductor::is_inductor_kernel(name), Self::ELEMENTWISE);
         set(category == Category::Gemm, Self::GEMM);
         set(category == Category::Softmax && !kernel_category::is_log_softmax(name), Self::SOFTMAX);
+        set(kernel_category::is_collective_kernel(name), Self::COLLECTIVE);
         f
     }
 
     pub fn new(p: &Process) -> NameFlags {
-        NameFlags(p.strings.iter().map(|(&id, s)| (id, (Self::of(s), CallEffects::of(s)))).collect())
+        let facts = |s: &str| {
+            let flags = Self::of(s);
+            let kernel_collective = (flags & Self::COLLECTIVE != 0).then(|| collectives::of_kernel(s)).flatten();
+            NameFacts { flags, call: CallEffects::of(s), kernel_collective, range_collective: collectives::of_range(s) }
+        };
+        NameFlags(p.strings.iter().map(|(&id, s)| (id, facts(s))).collect())
     }
 
     /// What a call named by string `id` does.
     pub fn call(&self, id: u32) -> CallEffects {
-        self.0.get(&id).map_or_else(CallEffects::default, |f| f.1)
+        self.0.get(&id).map_or_else(CallEffects::default, |f| f.call)
     }
 
     pub fn has(&self, id: u32, flag: u16) -> bool {
-        self.0.get(&id).is_some_and(|f| f.0 & flag != 0)
+        self.0.get(&id).is_some_and(|f| f.flags & flag != 0)
+    }
+
+    /// The collective a communication kernel named by `id` ran, where its name says.
+    pub fn kernel_collective(&self, id: u32) -> Option<Collective> {
+        self.0.get(&id).and_then(|f| f.kernel_collective)
+    }
+
+    /// The collective a host range named by `id` announces.
+    pub fn range_collective(&self, id: u32) -> Option<Collective> {
+        self.0.get(&id).and_then(|f| f.range_collective)
     }
 }
 

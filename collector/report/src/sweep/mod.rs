@@ -15,7 +15,7 @@ use super::queue_deps::{Enders, StreamWaits};
 use super::spans::Span;
 use super::steps::StepRow;
 use super::tallies::{add_call, CallTotals, Copies, Counts, KernelAgg, UnionTotal};
-use super::window::{stream_key, Closer, Ender, HostCall, HostRange, NameFlags, SetupCall};
+use super::window::{stream_key, Closer, CommByCollective, Ender, HostCall, HostRange, NameFlags, SetupCall};
 use cuflight_format::calls::{CallClass, CallEffects};
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::model::launches::LaunchJoin;
@@ -58,6 +58,8 @@ pub struct Swept {
     pub comm_union_ns: u64,
     /// Communication time in steps with no compute beside it (less each collective's wait for other ranks).
     pub comm_exposed_ns: u64,
+    /// The same time by collective.
+    pub comm_by_collective: CommByCollective,
     /// HTA's communication/computation overlap over the whole trace.
     pub comm_overlap: super::overlap::CommOverlap,
     pub kernels: KernelAgg,
@@ -83,7 +85,8 @@ pub struct Swept {
 enum Piece {
     Pageable,
     OtherCopy,
-    Comm,
+    /// A collective's kernel, with its [`CommByCollective::slot`].
+    Comm(u8),
 }
 
 /// One process's sweep state.
@@ -436,8 +439,12 @@ impl<'a> Sweep<'a> {
             let nodes = &mut self.graph_nodes.entry(c.start).or_insert((c.end, 0)).1;
             *nodes = nodes.saturating_add(1);
         }
-        let compute = is_kernel && names.has(e.name, NameFlags::COMPUTE);
-        let comm = is_kernel && names.has(e.name, NameFlags::COMM);
+        // The report's communication is any collective's (vLLM's custom all-reduce too), which is no compute; HTA's
+        // breakdown and overlap count NCCL's alone, and other collectives as compute.
+        let hta_compute = is_kernel && names.has(e.name, NameFlags::COMPUTE);
+        let nccl = is_kernel && names.has(e.name, NameFlags::COMM);
+        let comm = is_kernel && names.has(e.name, NameFlags::COLLECTIVE);
+        let compute = hta_compute && !comm;
         let stream = stream_key(e.device, e.stream);
         let (after_wait, after_host_fn) =
             launch.map_or((false, false), |c| self.stream_waits.launched(stream, c.tid, c.start));
@@ -484,9 +491,9 @@ impl<'a> Sweep<'a> {
             Some(EventKind::Memcpy) => _ = self.memcpy.push(span),
             _ => _ = self.memset.push(span),
         }
-        self.hta.op(e, launch.map(|c| (c.start, c.end)), compute);
+        self.hta.op(e, launch.map(|c| (c.start, c.end)), hta_compute);
         if is_kernel && self.hta.traced(e, launch.map(|c| (c.start, c.end))) {
-            self.overlap.kernel(super::breakdown::interval(e.start, e.end, self.hta_rounding), comm, compute && !comm);
+            self.overlap.kernel(super::breakdown::interval(e.start, e.end, self.hta_rounding), nccl, hta_compute);
         }
         let ordinal = self.comm_seen;
         self.comm_seen += u32::from(comm);
@@ -549,8 +556,14 @@ impl<'a> Sweep<'a> {
                 if comm {
                     self.out.comm.add(e);
                     self.comm_union.push((e.start, e.end));
+                    // What the program asked for (the host's range around the launch) before the kernel's name.
+                    let collective = launch
+                        .and_then(|c| self.plan.collective_spans.around(c.tid, (c.start, c.end)))
+                        .or_else(|| names.kernel_collective(e.name));
+                    let slot = CommByCollective::slot(collective);
+                    self.out.comm_by_collective.total_ns[slot] += e.duration();
                     let wait = self.waits.get(&ordinal).copied().unwrap_or(0);
-                    self.pieces.push(((e.start.saturating_add(wait).min(e.end), e.end), Piece::Comm));
+                    self.pieces.push(((e.start.saturating_add(wait).min(e.end), e.end), Piece::Comm(slot as u8)));
                 }
             }
             Some(EventKind::Memcpy) => {

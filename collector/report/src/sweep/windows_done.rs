@@ -96,18 +96,23 @@ impl Sweep<'_> {
             (row.kernels, row.eager_kernels, row.graph_replays) = self.step_work.get(k).copied().unwrap_or_default();
             self.out.rows.push(row);
         }
-        let clipped = |kind: Piece| -> Vec<Span> {
+        let clipped = |kind: &dyn Fn(Piece) -> bool| -> Vec<Span> {
             merge(
-                self.pieces
-                    .iter()
-                    .filter(|p| p.1 == kind)
-                    .flat_map(|p| clip(std::slice::from_ref(&p.0), s, e))
-                    .collect(),
+                self.pieces.iter().filter(|p| kind(p.1)).flat_map(|p| clip(std::slice::from_ref(&p.0), s, e)).collect(),
             )
         };
-        self.out.pageable.lost_ns += total(&clipped(Piece::Pageable));
-        self.out.other_copies.lost_ns += total(&subtract(&clipped(Piece::OtherCopy), &view.compute_busy));
-        self.out.comm_exposed_ns += total(&subtract(&clipped(Piece::Comm), &view.compute_busy));
+        self.out.pageable.lost_ns += total(&clipped(&|p| p == Piece::Pageable));
+        self.out.other_copies.lost_ns += total(&subtract(&clipped(&|p| p == Piece::OtherCopy), &view.compute_busy));
+        self.out.comm_exposed_ns += total(&subtract(&clipped(&|p| matches!(p, Piece::Comm(_))), &view.compute_busy));
+        // Each collective's apart (two on different streams at once count in both).
+        let mut slots: Vec<u8> =
+            self.pieces.iter().filter_map(|p| if let Piece::Comm(s) = p.1 { Some(s) } else { None }).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        for slot in slots {
+            let exposed = total(&subtract(&clipped(&|p| p == Piece::Comm(slot)), &view.compute_busy));
+            self.out.comm_by_collective.exposed_ns[usize::from(slot)] += exposed;
+        }
         let idle = self.stack_reads.take_idle(e, |end| self.busy.overlapping((s, end)));
         self.out.stack_cost.exposed(idle);
         let kept = self.busy.done.len()

@@ -30,8 +30,8 @@ pub fn on_epoch(own: u64, realtime_offset: Option<i64>) -> Option<u64> {
 }
 
 /// What one process tells of the job's clock, gathered event by event in one cheap pass ([`ClockFacts::feed`]):
-/// its REALTIME offset (its first clock pair that has one) and its collectives (NCCL's kernels, by
-/// [`super::kernel_category::is_comm_kernel`]), whose k-th end on every rank is the same instant. The report's planning
+/// its REALTIME offset (its first clock pair that has one) and its collectives (NCCL's kernels and other libraries',
+/// by [`super::kernel_category::is_collective_kernel`]), whose k-th end on every rank is the same instant. The report's planning
 /// pass feeds one too, so that every command puts a job on the same clock.
 #[derive(Clone, Debug, Default)]
 pub struct ClockFacts {
@@ -61,7 +61,7 @@ impl ClockFacts {
                 let comm = *self
                     .comm_names
                     .entry(e.name)
-                    .or_insert_with(|| super::kernel_category::is_comm_kernel(p.string(e.name)));
+                    .or_insert_with(|| super::kernel_category::is_collective_kernel(p.string(e.name)));
                 if comm {
                     self.collectives.push((e.name, e.end.max(e.start)));
                 }

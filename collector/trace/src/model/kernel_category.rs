@@ -199,22 +199,17 @@ pub fn is_fp32_gemm(name: &str) -> bool {
     matmul && !tensor_cores.iter().any(|k| l.contains(k)) && fp32.iter().any(|k| l.contains(k))
 }
 
+/// A collective's kernel, NCCL's or another library's ([`Category::Communication`]): the report's communication and
+/// the job's clock read these; HTA's breakdown NCCL's alone ([`is_comm_kernel`]).
+pub fn is_collective_kernel(name: &str) -> bool {
+    kernel_category(name) == Category::Communication
+}
+
 /// NCCL's kernels, by the names CUPTI reports once demangled (`ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)`,
 /// `ncclKernel_...`) or torch.profiler's (which may carry the return type: `void ncclKernel_...`).
 pub fn is_comm_kernel(name: &str) -> bool {
     let name = function_part(name);
     name.starts_with("nccl") && name.contains("Kernel") || name.starts_with("ncclDev")
-}
-
-/// NCCL's send/recv kernels (`ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t`, `ncclDevKernel_SendRecv(...)`,
-/// `ncclDevKernel_Send...`, `...Recv...`): NCCL runs both point-to-point transfers (pipeline stages) and
-/// all-to-alls (sharded embeddings, expert parallelism: grouped sends and receives) on them, so the name alone does
-/// not say which.
-pub fn is_send_recv(name: &str) -> bool {
-    is_comm_kernel(name) && {
-        let base = super::kernel_symbols::kernel_base_name(name);
-        base.contains("SendRecv") || base.contains("_Send") || base.contains("_Recv")
-    }
 }
 
 /// The operand alignment a cuBLAS or CUTLASS GEMM kernel was built for, in elements, as its name gives it
@@ -359,15 +354,6 @@ mod tests {
     }
 
     /// Names from the shared real traces (A100, H100, V100) and from cuBLAS/CUTLASS builds of each generation.
-    #[test]
-    fn send_recv_kernels_are_told_from_other_collectives() {
-        assert!(is_send_recv("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"));
-        assert!(is_send_recv("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"));
-        assert!(!is_send_recv("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"));
-        assert!(!is_send_recv("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"));
-        assert!(!is_send_recv("my_SendRecv_kernel"), "not NCCL's");
-    }
-
     #[test]
     fn gemm_alignment_and_architecture_come_from_the_name() {
         for (name, align, arch) in [

@@ -2,11 +2,12 @@
 //! ([`trace`]), the time-ordered event stream ([`source`]) and the part of it a filter keeps ([`filter`],
 //! [`windows`], [`cut`]), and the one rule for each fact derived from events:
 //! device memory alive ([`memory`]), NVTX ranges ([`ranges`]), launch-to-work flows ([`launches`]) and what a name
-//! says: what a kernel does and its fallbacks ([`kernel_category`]), its symbol demangled and cut to its function
+//! says: what a kernel does and its fallbacks ([`kernel_category`]), which collective it ran ([`collectives`]), its symbol demangled and cut to its function
 //! ([`kernel_symbols`]), CUPTI's enumerations in words ([`cupti_labels`]), what a host range is (a step, data
 //! loading: [`range_roles`]), and host names ([`host`]). What a CUDA call does is `cuflight_format::calls`'.
 
 pub mod align;
+pub mod collectives;
 pub mod cuda_error_names;
 pub mod cuda_errors;
 pub mod cupti_labels;

@@ -1,0 +1,74 @@
+//! Communication as the report reads it on hand-made steps: any library's collective, each told by what the host
+//! asked for around its launch.
+
+use super::tests::{api, kernel, report_of_all_steps};
+use super::Report;
+use cuflight_format::{EventKind, RawEvent};
+
+/// Five ProfilerStep ranges of 100 ns, each launching a GEMM (40 ns) then `comm` (30 ns, after it: exposed), the
+/// second inside a host range named `around` where one is given.
+fn comm_steps(comm: &str, around: Option<&str>) -> Report {
+    let strings = [
+        (1, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"),
+        (2, comm),
+        (3, around.unwrap_or("unused")),
+        (8, "ProfilerStep#0"),
+        (9, "cudaLaunchKernel"),
+    ];
+    let mut events = Vec::new();
+    for step in 0..5u64 {
+        let (t, corr) = (1000 + step * 100, 1 + step as u32 * 2);
+        events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 100) });
+        events.push(api(9, t + 1, 1, corr));
+        events.push(kernel(1, t + 10, 40, corr));
+        if around.is_some() {
+            events.push(RawEvent { name: 3, ..RawEvent::new(EventKind::Range, 1, t + 2, t + 6) });
+        }
+        events.push(api(9, t + 3, 1, corr + 1));
+        events.push(kernel(2, t + 50, 30, corr + 1));
+    }
+    report_of_all_steps(&strings, events)
+}
+
+fn nccl_exposed(r: &Report) -> &super::Finding {
+    r.findings.iter().find(|f| f.kind == "nccl_exposed").unwrap_or_else(|| panic!("{:?}", r.findings))
+}
+
+/// NCCL 2.1x runs collectives without a kernel of their own on its SendRecv kernel: the host's annotation says
+/// which, and the fix follows it.
+#[test]
+fn the_hosts_annotation_tells_what_a_send_recv_kernel_carried() {
+    let send_recv = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)";
+    let r = comm_steps(send_recv, Some("nccl:all_to_all"));
+    let f = nccl_exposed(&r);
+    assert_eq!(f.time_lost_ns, 5 * 30);
+    assert_eq!(f.evidence.metrics["all_to_all_share"], 1.0, "{f:?}");
+    assert_eq!(f.fix, super::gpu_findings::FIX_NCCL_ALL_TO_ALL);
+    let r = comm_steps(send_recv, Some("nccl:send 0->1"));
+    assert_eq!(nccl_exposed(&r).fix, super::gpu_findings::FIX_NCCL_P2P);
+    // An all-reduce on the same kernel: the data-parallel fix (no optimizer ran: in general terms).
+    let r = comm_steps(send_recv, Some("nccl:all_reduce"));
+    let f = nccl_exposed(&r);
+    assert_eq!(f.evidence.metrics["all_reduce_share"], 1.0);
+    assert_eq!(f.fix, super::gpu_findings::FIX_NCCL_GENERAL);
+    // Nothing around the launch: the kernel's name does not say, and the fact says why.
+    let r = comm_steps(send_recv, None);
+    let f = nccl_exposed(&r);
+    assert_eq!(f.fix, super::gpu_findings::FIX_NCCL_GENERAL);
+    assert!(f.evidence.facts.iter().any(|l| l.contains("\"not told\"")), "{:?}", f.evidence.facts);
+    // A specialised kernel names its own.
+    let r = comm_steps("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", None);
+    assert_eq!(nccl_exposed(&r).evidence.metrics["all_gather_share"], 1.0);
+}
+
+/// A collective that is not NCCL's (vLLM's custom all-reduce) is communication, not compute: exposed, never
+/// overlapping itself. HTA's breakdown still counts it as compute, as HTA does.
+#[test]
+fn other_libraries_collectives_are_communication() {
+    let r = comm_steps("void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)", None);
+    let f = nccl_exposed(&r);
+    assert_eq!(f.time_lost_ns, 5 * 30, "{f:?}");
+    assert_eq!(f.evidence.metrics["all_reduce_share"], 1.0);
+    let b = &r.processes[0].breakdown;
+    assert!(b.compute_ns >= 5 * 70, "HTA's compute holds it: {b:?}");
+}
