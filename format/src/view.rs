@@ -235,6 +235,10 @@ impl GraphNode {
     }
 }
 
+/// Frames kept per Python stack, innermost first: the agent reads no more, and an import keeps as many (deeper
+/// ones are left out; the last kept frame says so).
+pub const MAX_PY_FRAMES: usize = 16;
+
 /// An [`EventKind::PyFrame`]: one frame of a call's Python stack.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PyFrameRecord {

@@ -35,7 +35,7 @@ use std::cell::Cell;
 use std::ffi::{c_char, CStr};
 
 /// Frames kept per stack; deeper ones are left out (the last kept frame says so).
-pub const MAX_FRAMES: usize = 16;
+pub const MAX_FRAMES: usize = cuflight_format::view::MAX_PY_FRAMES;
 /// Python frames looked at for the [`MAX_FRAMES`] kept (some may turn out not to hold code).
 const CANDIDATES: usize = MAX_FRAMES + 8;
 

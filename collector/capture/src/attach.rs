@@ -8,6 +8,7 @@
 
 use super::record::{RecordError, RecordSummary};
 use super::session::Session;
+use super::AGENT_REPLY_MS as REPLY_MS;
 use cuflight_format::control;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use std::path::{Path, PathBuf};
@@ -53,9 +54,6 @@ pub enum AttachError {
     #[error("cannot make the agent visible to the process: {0}")]
     Copy(String),
 }
-
-/// How long an agent may take to set CUPTI up or to flush it.
-const REPLY_MS: i64 = 10_000;
 
 /// What an attach produced, and why its window ended.
 #[derive(Clone, Debug)]

@@ -8,6 +8,7 @@
 
 use super::record::{RecordError, RecordSummary};
 use super::session::Session;
+use super::AGENT_REPLY_MS as REPLY_MS;
 use cuflight_format::segment::{dump_reason, MappedSegment};
 use cuflight_format::{control, EventKind, RawEvent};
 use std::collections::HashMap;
@@ -64,9 +65,6 @@ pub struct Dumped {
     /// snapshots begins.
     pub dump_ns: u64,
 }
-
-/// How long an agent may take to flush CUPTI and hand its segment over.
-const REPLY_MS: i64 = 10_000;
 
 pub fn dump(target: &Target, output: &Path, last: Option<Duration>, force: bool) -> Result<Dumped, DumpError> {
     let keep = Keep { last, after_ns: None };

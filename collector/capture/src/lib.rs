@@ -25,3 +25,6 @@ mod sink;
 mod status;
 mod summary;
 pub mod window;
+
+/// How long an agent may take to answer a command: to set CUPTI up, or to flush it and hand its segment over.
+const AGENT_REPLY_MS: i64 = 10_000;

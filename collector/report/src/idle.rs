@@ -110,7 +110,8 @@ pub fn first_launch_sets_cuda_up(graph: bool, duration_ns: u64) -> bool {
 pub const FIRST_LAUNCH: &str = " (a kernel's first launch)";
 
 /// A queued wait this long with the GPU idle cannot be the launch pipeline or a dependency the trace holds (that
-/// would be running): the GPU ran work the trace does not hold.
+/// would be running): the GPU ran work the trace does not hold. A launch takes microseconds to reach an idle GPU;
+/// the plan reads a trace's first op so, the critical path an op's wait after its launch.
 pub const UNSEEN_WORK_NS: u64 = 1_000_000;
 
 /// Where the GPU's idle time inside steps went (JSON `idle_causes`).

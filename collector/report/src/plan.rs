@@ -74,7 +74,7 @@ pub struct Plan {
     /// No steps were found: the one window is the whole trace.
     pub no_steps: bool,
     /// Without steps, how long the trace's first GPU op waited queued while nothing of the trace ran (ns; 0 when
-    /// under [`UNSEEN_WORK_NS`]): the GPU was busy with work the trace does not hold (started before it, or
+    /// under [`super::idle::UNSEEN_WORK_NS`]): the GPU was busy with work the trace does not hold (started before it, or
     /// another process's), so the whole-trace window starts at that op, not at its launch.
     pub queued_before_first_op_ns: u64,
     /// Leading steps left out because they ended before the process's first CUDA call or GPU op.
@@ -110,10 +110,6 @@ pub struct Plan {
 }
 
 type DeviceFacts = (Option<(u32, u32)>, Option<u64>);
-
-/// A first GPU op that waited this long after its launch, nothing of the trace running before it, waited for work
-/// the trace does not hold: a launch takes microseconds to reach an idle GPU.
-const UNSEEN_WORK_NS: u64 = 1_000_000;
 
 /// Pass one's state for one process.
 struct First {
@@ -436,7 +432,7 @@ fn whole_trace(f: &First, launcher_extent: Option<Span>) -> (Span, u64) {
     let mut first = f.busy_extent.map_or(0, |b| b.0).min(launcher_extent.map_or(u64::MAX, |c| c.0));
     let mut queued_ns = 0;
     if let Some((queued, started)) = f.first_op_queued {
-        if started.saturating_sub(queued) >= UNSEEN_WORK_NS {
+        if started.saturating_sub(queued) >= super::idle::UNSEEN_WORK_NS {
             queued_ns = started - queued;
             first = started;
         }

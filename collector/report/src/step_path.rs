@@ -131,8 +131,9 @@ pub struct Walked {
     pub strata: Vec<Stratum>,
 }
 
-/// A slow step's path is shown beside the typical one's from this many times the typical step's length.
-const SLOW: f64 = 1.5;
+/// A slow step's path is shown beside the typical one's from this many times the typical step's length: what the
+/// warm-up calls a slow step.
+const SLOW: f64 = super::warmup::SLOW;
 
 /// JSON `slow_step_path` of a process: what holds its slow steps, where they are much longer than its typical one
 /// (a server's prefills beside its decodes, a loop's evaluation or checkpoint steps) and the typical step's path

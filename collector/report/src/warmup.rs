@@ -32,8 +32,8 @@ use super::words::{counted, ms};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
-/// A step is slow when it takes more than this times the steady median.
-const SLOW: f64 = 1.5;
+/// A step is slow when it takes more than this times the steady median (the critical paths' rule too).
+pub(crate) const SLOW: f64 = 1.5;
 
 /// A later step that instantiates a CUDA graph is named at any speed where at most one in this many steps after
 /// the warm-up does.

@@ -12,7 +12,7 @@ use cuflight_format::{EventKind, RawEvent};
 use rustc_hash::FxHashMap;
 
 /// Frames kept per call, as the agent keeps.
-const MAX_FRAMES: usize = 16;
+const MAX_FRAMES: usize = cuflight_format::view::MAX_PY_FRAMES;
 /// `python_function` events kept at most (24 bytes each): a trace with more keeps no stacks and says so.
 pub const MAX_RANGES: usize = 8 << 20;
 
