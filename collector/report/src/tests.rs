@@ -551,7 +551,7 @@ fn steps_that_differ_are_each_bounded_by_their_own_paths() {
     assert!(slow.path.gpu_share() > 0.9 && path.gpu_share() < 0.1, "{slow:?}");
     let line = super::text::slow_path_line(slow, path);
     assert!(
-        line.starts_with("Critical path of a slow step (ProfilerStep#0, 0.00 ms, 3.0x the typical; the slowest"),
+        line.starts_with("Critical path of a slow step (ProfilerStep#0, 3.0 µs, 3.0x the typical; the slowest"),
         "{line}"
     );
     // Short steps alone: capped, all five paths walked, and no slow step to show.

@@ -26,12 +26,36 @@ pub fn percent(fraction: f64) -> String {
     }
 }
 
-/// A duration as the report writes it ("12.34 ms"): the one rule for text, HTML and diff.
+/// A duration as the report writes it ("12.34 ms"): the one rule for text, HTML and diff. Under 5 µs, which two
+/// decimals of a millisecond would write as nothing ("0.00 ms idle", 50% of a test trace's 40 ns), in µs or ns.
 pub fn ms(ns: u64) -> String {
-    format!("{:.2} ms", ns as f64 / 1e6)
+    match ns {
+        1..=999 => format!("{ns} ns"),
+        1_000..=4_999 => format!("{:.1} µs", ns as f64 / 1e3),
+        _ => format!("{:.2} ms", ns as f64 / 1e6),
+    }
 }
 
-/// A short duration in microseconds ("5.5 µs").
+/// A short duration in microseconds ("5.5 µs"); under 0.1 µs in ns.
 pub fn format_us(ns: u64) -> String {
-    format!("{:.1} µs", ns as f64 / 1e3)
+    match ns {
+        1..=99 => format!("{ns} ns"),
+        _ => format!("{:.1} µs", ns as f64 / 1e3),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_too_short_for_milliseconds_keep_their_figure() {
+        assert_eq!(ms(0), "0.00 ms");
+        assert_eq!(ms(40), "40 ns");
+        assert_eq!(ms(3_000), "3.0 µs");
+        assert_eq!(ms(5_000), "0.01 ms");
+        assert_eq!(ms(12_345_678), "12.35 ms");
+        assert_eq!(percent(0.002), "0.2%");
+        assert_eq!((format_us(10), format_us(5_500)), ("10 ns".to_string(), "5.5 µs".to_string()));
+    }
 }

@@ -304,7 +304,7 @@ impl Importer {
                 };
                 ev.set_launch_config(&cfg);
                 if let (Some(bps), Some(pct)) = (a.blocks_per_sm, a.occupancy_pct) {
-                    self.kernel_figures.entry(ev.device).or_default().add(&cfg, bps, pct);
+                    self.kernel_figures.entry(ev.device).or_default().add(&e.name, &cfg, bps, pct);
                 }
                 ev.name = self.gpu_names.id(&e.name);
                 self.gpu_event(ev, (pid, tid));

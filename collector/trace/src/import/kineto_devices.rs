@@ -1,7 +1,10 @@
 //! The devices of a Kineto trace: from its `deviceProperties`, or, where a trace has none (older torch.profiler
 //! versions, some exporters), recovered from the figures libkineto wrote on every kernel. "blocks per SM" is the
-//! grid over the SM count, so it gives the count back exactly; the architecture is the first one whose occupancy
-//! calculator ([`crate::model::occupancy`]) reproduces every sampled "est. achieved occupancy %".
+//! grid over the SM count, so it gives the count back exactly; the architecture is the one whose occupancy
+//! calculator ([`crate::model::occupancy`]) reproduces every sampled "est. achieved occupancy %", none older than a
+//! kernel's name says it was built for. A few samples fit several: the SM count of a known GPU decides, else none
+//! is claimed (HTA's one-kernel backward-thread trace read "compute capability 9.0, 108 SMs" beside its
+//! `cutlass_80_*` kernel: an A100's).
 
 use crate::model::occupancy::kineto_figures;
 use cuflight_format::event::LaunchConfig;
@@ -18,14 +21,35 @@ const FIGURES_SAMPLE: usize = 1024;
 pub struct Figures {
     seen: rustc_hash::FxHashSet<(u64, u64, u64)>,
     kernels: Vec<(LaunchConfig, f64, i64)>,
+    /// The newest architecture a sampled kernel's name says it was built for (`major * 10 + minor`).
+    built_for: Option<u32>,
 }
 
 impl Figures {
-    pub fn add(&mut self, cfg: &LaunchConfig, blocks_per_sm: f64, occupancy_pct: i64) {
+    /// A kernel named `name` launched so.
+    pub fn add(&mut self, name: &str, cfg: &LaunchConfig, blocks_per_sm: f64, occupancy_pct: i64) {
         if self.kernels.len() < FIGURES_SAMPLE && blocks_per_sm > 0.0 && self.seen.insert(cfg.pack()) {
             self.kernels.push((*cfg, blocks_per_sm, occupancy_pct));
+            let arch = crate::model::kernel_category::gemm_arch(name);
+            self.built_for = self.built_for.max(arch);
         }
     }
+}
+
+/// The data-centre GPUs' SM counts, from NVIDIA's architecture whitepapers and product briefs (the SMs enabled on
+/// each part), where one architecture has that count: V100 80, T4 40, A100 108, A30 56, A10 72, A40 84, L4 58,
+/// L40/L40S 142, H100 SXM and H200 132, H100 PCIe 114, B200 148 (TraceLens's B200 trace's `deviceProperties`).
+fn known_sm_count(sms: u64) -> Option<(u32, u32)> {
+    Some(match sms {
+        80 => (7, 0),
+        40 => (7, 5),
+        108 | 56 => (8, 0),
+        72 | 84 => (8, 6),
+        58 | 142 => (8, 9),
+        132 | 114 => (9, 0),
+        148 => (10, 0),
+        _ => return None,
+    })
 }
 
 pub struct DeviceFacts {
@@ -89,14 +113,14 @@ pub fn rocm_ordinals(
     }
 }
 
-/// Architectures tried, most common in traces first (the first that fits every sample wins).
+/// Architectures tried, most common in traces first.
 const CANDIDATES: [(u32, u32); 12] =
     [(9, 0), (8, 0), (10, 0), (8, 6), (8, 9), (12, 0), (7, 0), (7, 5), (8, 7), (10, 1), (6, 0), (6, 1)];
 
 /// Devices recovered from kernels' (launch, blocks per SM, occupancy %) samples.
 pub fn recovered(samples: &BTreeMap<u32, Figures>) -> Vec<DeviceFacts> {
     let mut out = Vec::new();
-    for (&id, Figures { kernels, .. }) in samples {
+    for (&id, Figures { kernels, built_for, .. }) in samples {
         let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
         for (cfg, bps, _) in kernels {
             let grid = cfg.grid.iter().map(|&g| g as f64).product::<f64>();
@@ -106,12 +130,18 @@ pub fn recovered(samples: &BTreeMap<u32, Figures>) -> Vec<DeviceFacts> {
             }
         }
         let Some((&sms, _)) = counts.iter().max_by_key(|(_, &n)| n) else { continue };
-        let fits = |cc| {
-            kernels
-                .iter()
-                .all(|(cfg, _, pct)| kineto_figures(cc, sms, cfg).and_then(|f| f.occupancy_pct) == Some(*pct as i32))
+        let fits = |cc: (u32, u32)| {
+            let new_enough = built_for.is_none_or(|a| cc.0 * 10 + cc.1 >= a);
+            new_enough
+                && kernels.iter().all(|(cfg, _, pct)| {
+                    kineto_figures(cc, sms, cfg).and_then(|f| f.occupancy_pct) == Some(*pct as i32)
+                })
         };
-        let capability = CANDIDATES.into_iter().find(|&cc| fits(cc));
+        let fitting: Vec<(u32, u32)> = CANDIDATES.into_iter().filter(|&cc| fits(cc)).collect();
+        let capability = match fitting.as_slice() {
+            [only] => Some(*only),
+            several => known_sm_count(sms).filter(|cc| several.contains(cc)),
+        };
         let name = match capability {
             Some(_) => "unnamed GPU (its SMs and compute capability recovered from its kernels)".to_string(),
             None => "unnamed GPU (its SMs recovered from its kernels)".to_string(),
@@ -123,7 +153,34 @@ pub fn recovered(samples: &BTreeMap<u32, Figures>) -> Vec<DeviceFacts> {
 
 #[cfg(test)]
 mod tests {
-    use super::from_properties;
+    use super::{from_properties, recovered, Figures};
+    use cuflight_format::event::LaunchConfig;
+
+    /// One kernel that several architectures' calculators agree on: the SM count of a known GPU decides, and a name
+    /// built for a newer one rules the older out; else no capability is claimed.
+    #[test]
+    fn a_capability_is_claimed_only_where_the_kernels_tell_it() {
+        // HTA's backward-thread trace: one CUTLASS GEMM, 64 blocks on 108 SMs, 0% (fewer blocks than SMs).
+        let cfg = LaunchConfig {
+            grid: [32, 1, 2],
+            block: [128, 1, 1],
+            registers: 240,
+            static_shared: 98304,
+            dynamic_shared: 0,
+        };
+        let of = |name: &str, sms: f64| {
+            let mut f = Figures::default();
+            f.add(name, &cfg, 64.0 / sms, 0);
+            let d = recovered(&std::collections::BTreeMap::from([(0, f)]));
+            (d[0].sms, d[0].capability)
+        };
+        let cutlass = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>";
+        assert_eq!(of(cutlass, 108.0), (108, (8, 0)), "an A100's count");
+        assert_eq!(of(cutlass, 132.0), (132, (9, 0)), "an H100's, running sm80 kernels");
+        assert_eq!(of(cutlass, 100.0), (100, (0, 0)), "no known GPU has 100 SMs: not told");
+        // Built for 9.0: not an A100's, whatever its count says; newer ones fit too, so none is claimed.
+        assert_eq!(of("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 108.0), (108, (0, 0)));
+    }
 
     /// An NVIDIA GPU's compute capability is kept; an AMD GPU's ISA version (64-wide wavefronts) is not taken for
     /// one.
