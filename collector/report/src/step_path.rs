@@ -157,7 +157,16 @@ impl StepPath {
     /// The GPU's part of the path (every group but the host's and the waits on what the trace does not hold), as
     /// a share of the step.
     pub fn gpu_share(&self) -> f64 {
-        let gpu_side = |what: &str| !HOST_GROUPS.contains(&what) && what != UNSEEN_WORK && what != UNEXPLAINED;
+        self.gpu_share_with(false)
+    }
+
+    /// [`StepPath::gpu_share`], with the waits on what the trace does not hold where `unseen` (what a finding about
+    /// those waits can shorten).
+    pub fn gpu_share_with(&self, unseen: bool) -> f64 {
+        let gpu_side = |what: &str| {
+            let waits = what == UNSEEN_WORK || what == UNEXPLAINED;
+            !HOST_GROUPS.contains(&what) && (unseen || !waits)
+        };
         let gpu: u64 = self.by_kind.iter().filter(|g| gpu_side(&g.what)).map(|g| g.ns).sum();
         gpu as f64 / self.step_ns.max(1) as f64
     }
