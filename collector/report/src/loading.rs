@@ -1,6 +1,6 @@
 //! data_loading: the GPU idle at step starts while the launching thread was inside a DataLoader annotation, or
 //! outside CUDA for [`STEP_START_INPUT_NS`] or more. What the program is decides the words and the fix: a training loop whose DataLoader's annotations say
-//! where it loads (on the training thread, or in worker processes that do not keep up), a model server preparing
+//! where it loads (on the launching thread, or in worker processes that do not keep up), a model server preparing
 //! its next iteration's batch, or a program that says neither.
 
 use super::findings::{Ctx, Finding};
@@ -10,7 +10,7 @@ use cuflight_trace::model::range_roles::LoaderWorkers;
 /// A training loop whose DataLoader's annotations do not say where it loads.
 pub const FIX_DATA: &str = "Feed the GPU faster: DataLoader(num_workers=N (one per spare core), pin_memory=True, \
      persistent_workers=True, prefetch_factor=2 or more); cache or pre-decode the dataset; move augmentation to the GPU.";
-/// The DataLoader loads on the training thread (`num_workers=0`).
+/// The DataLoader loads on the thread that launches the GPU's work (`num_workers=0`).
 pub const FIX_DATA_IN_PROCESS: &str = "Load batches in worker processes while the GPU computes: \
      DataLoader(num_workers=N (one per spare core; 0, as here, loads each batch on the thread that launches the \
      GPU's work), pin_memory=True, persistent_workers=True, prefetch_factor=2 or more); cache or pre-decode the \
@@ -52,7 +52,7 @@ pub fn data_loading(ctx: &Ctx, idle: &IdleCauses) -> Option<Finding> {
         Some(LoaderWorkers::InProcess) => (
             FIX_DATA_IN_PROCESS,
             Some(
-                "the DataLoader loads each batch on the training thread itself (its annotations name \
+                "the DataLoader loads each batch on the thread that launches the GPU's work (its annotations name \
                  _SingleProcessDataLoaderIter: num_workers=0), so the GPU waits for every batch",
             ),
         ),
