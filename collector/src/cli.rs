@@ -139,7 +139,8 @@ pub enum Cmd {
         /// cuda_gpu_sum, cuda_api_gpu_sum, nvtx_sum (nvtx_pushpop_sum, nvtx_startend_sum: its styles apart, only when
         /// named), nvtx_gpu_proj_sum, nvtx_kern_sum, python_sync_sum; and categories, memcpy, memset, memory, sync,
         /// graphs, triton (torch.compile's kernels by what they fuse; in the default view when there are any),
-        /// processes, devices. A row per event, only when named: cuda_gpu_trace (kernels, copies, memsets),
+        /// collectives (communication kernels' time by the collective each ran: all_reduce, all_to_all...; in the
+        /// default view when any ran), processes, devices. A row per event, only when named: cuda_gpu_trace (kernels, copies, memsets),
         /// cuda_api_trace, cuda_kern_exec_trace, nvtx_pushpop_trace. Reports that name kernels take nsys's `:base` (the
         /// function's name alone, template instances in one row) or `:mangled`. Default: every summary, but on the
         /// terminal nvtx_kern_sum, cuda_kern_exec_sum, cuda_gpu_kern_gb_sum and the combined sums are left out and NVTX

@@ -83,9 +83,12 @@ pub fn run(traces: Vec<PathBuf>, tables: Tables, output: Option<PathBuf>, force:
         if default_view && !stats.gpu_metrics.is_empty() {
             summaries.push(Report::GpuMetrics);
         }
-        // So is the Triton table when torch.compile made the kernels.
+        // So is the Triton table when torch.compile made the kernels, and the collectives' when any ran.
         if default_view && !stats.triton.is_empty() {
             summaries.push(Report::Triton);
+        }
+        if default_view && !stats.collectives.is_empty() {
+            summaries.push(Report::Collectives);
         }
         text = stats.render_in(&summaries, style, unit);
     }

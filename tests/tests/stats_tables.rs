@@ -6,6 +6,8 @@ use cuflight_integration::*;
 use serde_json::Value;
 use std::process::Command;
 
+#[path = "stats_tables/collectives.rs"]
+mod collectives;
 #[path = "stats_tables/ranges.rs"]
 mod ranges;
 

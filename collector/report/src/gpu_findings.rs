@@ -248,8 +248,8 @@ fn by_collective_fact(by: &CommByCollective) -> Option<String> {
         .map(|(label, i)| format!("{label} {} of {}", ms(by.exposed_ns[*i]), ms(by.total_ns[*i])))
         .collect();
     let unsaid = if by.total_ns[not_told] > 0 {
-        "; \"not told\": NCCL's SendRecv or RCCL's Generic kernels, which carry any collective, launched outside \
-         the annotations PyTorch's process groups write (nccl:all_reduce...)"
+        "; \"not told\": no annotation around the launch in the trace (PyTorch's process groups write \
+         nccl:all_reduce...), and a kernel name that carries any collective (NCCL's SendRecv, RCCL's Generic)"
     } else {
         ""
     };

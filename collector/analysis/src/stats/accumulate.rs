@@ -67,6 +67,7 @@ pub struct StatsAcc {
     projection: super::projection::Projection,
     python: super::python::PythonAcc,
     kern_exec: super::kern_exec::KernExecAcc,
+    collectives: super::collectives::CollectivesAcc,
     op_perf: super::op_perf::OpPerfAcc,
     gpu_metrics: super::gpu_metrics::GpuMetricsAcc,
     /// Each process's calls and the work they launched: the one join every table here takes.
@@ -98,13 +99,20 @@ impl StatsAcc {
                 self.op_perf.call(key, e);
             }
             Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => {
-                let Some(joined) = join.work(e) else { return };
+                let joined = join.work(e);
+                if e.kind() == Some(EventKind::Kernel) {
+                    self.collectives.kernel(key, p, e, joined.as_ref().map(|j| &j.call));
+                }
+                let Some(joined) = joined else { return };
                 if e.kind() == Some(EventKind::Kernel) {
                     self.kern_exec.kernel(key, e, &joined.call);
                 }
                 self.op_perf.work(key, e, &joined.call);
             }
-            Some(EventKind::Range) => self.op_perf.range(key, p, e),
+            Some(EventKind::Range) => {
+                self.op_perf.range(key, p, e);
+                self.collectives.range(key, p, (e.tid, e.start, e.end, e.name));
+            }
             Some(EventKind::Device) => self.op_perf.device(key, e),
             _ => {}
         }
@@ -125,6 +133,7 @@ impl StatsAcc {
         self.kern_gb.feed(key, e);
         self.gpu_metrics.feed(key, p, e);
         if let Some(r) = self.pairers.entry(key).or_default().feed(e) {
+            self.collectives.range(key, p, (r.tid, r.start, r.end, r.name));
             let style = if r.async_range { "StartEnd" } else { "PushPop" };
             self.nvtx.entry((key, Domain::Nvtx(r.domain), r.name, style)).or_default().add(r.end - r.start);
             return;
@@ -323,6 +332,7 @@ impl StatsAcc {
         let op_perf = self.op_perf.finish(processes);
         let mut stats = Stats {
             categories: Vec::new(),
+            collectives: self.collectives.finish(processes),
             kernels,
             api: by_name(self.api),
             memcpy: self

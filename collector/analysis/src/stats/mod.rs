@@ -4,6 +4,7 @@
 mod accumulate;
 pub mod api_errors;
 pub mod categories;
+pub mod collectives;
 mod columns;
 pub mod combined;
 mod dist;
@@ -356,6 +357,9 @@ pub struct Stats {
     pub kernels: Vec<DurationRow>,
     /// Device time by kind of work (gemm, attention, ..., memcpy, memset), largest first.
     pub categories: Vec<categories::CategoryRow>,
+    /// Communication kernels' time by the collective each ran (all_reduce, all_to_all, ...; [`collectives`]), their
+    /// shares of all communication time; empty where no collective ran.
+    pub collectives: Vec<DurationRow>,
     pub api: Vec<DurationRow>,
     pub memcpy: Vec<MemcpyRow>,
     pub memset: Vec<MemsetRow>,

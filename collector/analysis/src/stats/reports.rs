@@ -9,6 +9,8 @@ pub enum Report {
     Kernels,
     KernGrid,
     Categories,
+    /// Communication time by collective (cuflight's: nsys has no such report).
+    Collectives,
     Api,
     KernExec,
     MemTime,
@@ -46,10 +48,11 @@ pub enum Report {
 }
 
 impl Report {
-    pub const ALL: [Report; 25] = [
+    pub const ALL: [Report; 26] = [
         Report::Kernels,
         Report::KernGrid,
         Report::Categories,
+        Report::Collectives,
         Report::Api,
         Report::KernExec,
         Report::MemTime,
@@ -106,6 +109,7 @@ impl Report {
             Report::AttentionPerf,
             Report::GpuMetrics,
             Report::Triton,
+            Report::Collectives,
         ];
         Report::ALL.into_iter().filter(|r| !left_out.contains(r)).collect()
     }
@@ -116,6 +120,7 @@ impl Report {
             Report::Kernels => ("cuda_gpu_kern_sum", "kernels"),
             Report::KernGrid => ("cuda_gpu_kern_gb_sum", "kern_gb"),
             Report::Categories => ("categories", "categories"),
+            Report::Collectives => ("collectives", "collectives"),
             Report::Api => ("cuda_api_sum", "api"),
             Report::KernExec => ("cuda_kern_exec_sum", "kern_exec"),
             Report::MemTime => ("cuda_gpu_mem_time_sum", "gpu_mem_time"),
