@@ -108,7 +108,11 @@ fn four_ranks_in_one_session_name_the_slow_rank_and_its_lag() {
     assert!((planted_ns - lag).abs() <= 0.25 * lag, "{planted_ns} ns of the planted kernel on the path: {c}");
     // The heatmap: every rank's every step, and the time the fast ranks waited in each.
     let h = &job["heatmap"];
-    assert_eq!(h["steps"].as_array().unwrap().len(), STEPS as usize);
+    // Less a step every rank judged warm-up: on a loaded 2-core machine all four ranks' second step once ran
+    // long enough to be (the heatmap had 15).
+    let warm = |p: &Value| if p["warmup"]["included"] == true { 0 } else { p["warmup"]["steps"].as_u64().unwrap_or(0) };
+    let left_out = r["processes"].as_array().unwrap().iter().map(warm).min().unwrap_or(0) as usize;
+    assert_eq!(h["steps"].as_array().unwrap().len(), STEPS as usize - left_out, "{}", r["processes"]);
     assert_eq!(h["ranks"].as_array().unwrap().len(), RANKS as usize);
     for rk in 0..RANKS as usize {
         assert!(h["step_ns"][rk].as_array().unwrap().iter().all(|v| v.as_u64().is_some_and(|d| d > 0)), "{h}");

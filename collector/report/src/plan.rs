@@ -204,7 +204,7 @@ impl First {
             self.requests.add_ended(p.string(r.name), (r.start, r.end));
         }
         if let Some(c) = self.names.range_collective(r.name) {
-            self.collective_spans.add(r.tid, r.start, r.end, c);
+            self.collective_spans.add(r.tid, (r.start, r.end), c, None);
         }
     }
 

@@ -111,7 +111,7 @@ impl StatsAcc {
             }
             Some(EventKind::Range) => {
                 self.op_perf.range(key, p, e);
-                self.collectives.range(key, p, (e.tid, e.start, e.end, e.name));
+                self.collectives.range(key, p, (e.tid, e.start, e.end, e.name, e.as_range().operator_text));
             }
             Some(EventKind::Device) => self.op_perf.device(key, e),
             _ => {}
@@ -133,7 +133,7 @@ impl StatsAcc {
         self.kern_gb.feed(key, e);
         self.gpu_metrics.feed(key, p, e);
         if let Some(r) = self.pairers.entry(key).or_default().feed(e) {
-            self.collectives.range(key, p, (r.tid, r.start, r.end, r.name));
+            self.collectives.range(key, p, (r.tid, r.start, r.end, r.name, 0));
             let style = if r.async_range { "StartEnd" } else { "PushPop" };
             self.nvtx.entry((key, Domain::Nvtx(r.domain), r.name, style)).or_default().add(r.end - r.start);
             return;

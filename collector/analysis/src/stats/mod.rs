@@ -359,7 +359,7 @@ pub struct Stats {
     pub categories: Vec<categories::CategoryRow>,
     /// Communication kernels' time by the collective each ran (all_reduce, all_to_all, ...; [`collectives`]), their
     /// shares of all communication time; empty where no collective ran.
-    pub collectives: Vec<DurationRow>,
+    pub collectives: Vec<collectives::CollectiveRow>,
     pub api: Vec<DurationRow>,
     pub memcpy: Vec<MemcpyRow>,
     pub memset: Vec<MemsetRow>,

@@ -107,11 +107,7 @@ impl Stats {
             Report::NvtxGpuProj => self.nvtx_gpu_proj_table(grouped),
             Report::NvtxKern => self.nvtx_kern_table(),
             Report::Categories => self.categories_table(),
-            Report::Collectives => durations(
-                "Communication kernels by collective (GPU time; each told by the host's annotation around its launch, \
-                 else by its name) [collectives]",
-                &self.collectives,
-            ),
+            Report::Collectives => super::collectives::table(&self.collectives),
             Report::Sync => {
                 let mut t = Table::new("Synchronization", &["Count", "Total Time (ns)", "Kind"]);
                 for r in &self.sync {

@@ -176,18 +176,12 @@ impl Importer {
     }
 
     /// An operator's arguments, for a host range: the string id (of process `pid`; 0 none) of their JSON text
-    /// (`"Input Dims":...`, as the trace had them) and its "Sequence number" + 1 (0 none). A text that is not JSON
+    /// (`"Input Dims":...`, [`Args::operator_fields`], as the trace had them) and its "Sequence number" + 1 (0 none). A text that is not JSON
     /// is dropped, so an export never writes what it was not given.
     fn operator_args(&mut self, pid: u32, a: &Args<'_>) -> (u32, u64) {
         let seq = a.sequence.filter(|s| (0..u32::MAX as i64).contains(s)).map_or(0, |s| s as u64 + 1);
-        let fields = [
-            ("Input Dims", a.input_dims),
-            ("Input type", a.input_type),
-            ("Concrete Inputs", a.concrete_inputs),
-            ("Call stack", a.call_stack),
-        ];
         let mut text = String::new();
-        for (key, value) in fields {
+        for (key, value) in a.operator_fields() {
             if let Some(v) = value.and_then(|v| std::str::from_utf8(v).ok()) {
                 if !text.is_empty() {
                     text.push(',');

@@ -73,6 +73,31 @@ pub struct Args<'a> {
     pub call_stack: Option<&'a [u8]>,
     pub concrete_inputs: Option<&'a [u8]>,
     pub sequence: Option<i64>,
+    /// What PyTorch's `record_param_comms` says of a collective (2.x): "Collective name", "In msg nelems", "Out msg
+    /// nelems", "dtype", "Group size", as their JSON text.
+    pub comms: [Option<&'a [u8]>; 5],
+}
+
+/// The keys of [`Args::comms`], in its order.
+pub const COMMS_KEYS: [&str; 5] = ["Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size"];
+
+impl<'a> Args<'a> {
+    /// The arguments an operator's range keeps, by key, as their JSON text: its shapes, types, scalar values and
+    /// stack, and what a collective's record says of it.
+    pub fn operator_fields(&self) -> [(&'static str, Option<&'a [u8]>); 9] {
+        let c = &self.comms;
+        [
+            ("Input Dims", self.input_dims),
+            ("Input type", self.input_type),
+            ("Concrete Inputs", self.concrete_inputs),
+            ("Call stack", self.call_stack),
+            (COMMS_KEYS[0], c[0]),
+            (COMMS_KEYS[1], c[1]),
+            (COMMS_KEYS[2], c[2]),
+            (COMMS_KEYS[3], c[3]),
+            (COMMS_KEYS[4], c[4]),
+        ]
+    }
 }
 
 /// Parses the object starting at `i` (after whitespace) into `e` (filled in place: an event is large to move);
@@ -148,6 +173,11 @@ fn args<'a>(b: &'a [u8], at: usize, a: &mut Args<'a>) -> Scanned<usize> {
             b"Call stack" => raw_value(b, at, &mut a.call_stack)?,
             b"Concrete Inputs" => raw_value(b, at, &mut a.concrete_inputs)?,
             b"Sequence number" => int(b, at, &mut a.sequence)?,
+            b"Collective name" => raw_value(b, at, &mut a.comms[0])?,
+            b"In msg nelems" => raw_value(b, at, &mut a.comms[1])?,
+            b"Out msg nelems" => raw_value(b, at, &mut a.comms[2])?,
+            b"dtype" => raw_value(b, at, &mut a.comms[3])?,
+            b"Group size" => raw_value(b, at, &mut a.comms[4])?,
             _ => skip_value(b, at)?,
         })
     })

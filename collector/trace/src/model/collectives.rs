@@ -126,13 +126,66 @@ pub fn of_kernel(name: &str) -> Option<Collective> {
         .and_then(|(_, w)| of_word(w))
 }
 
-/// The most annotated collective ranges kept (24 bytes each): a long job's collectives.
+/// A collective's message as nccl-tests sizes it (its PERFORMANCE.md): the larger of the input and output buffers
+/// (an all-gather's output, a reduce-scatter's input, the one buffer of the others), and the ranks taking part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Message {
+    pub bytes: u64,
+    pub ranks: u32,
+}
+
+impl Collective {
+    /// nccl-tests' bus bandwidth factor over `ranks` (its PERFORMANCE.md): what each link carries for the algorithm
+    /// bandwidth (size over time) an optimal algorithm reaches, so that figures of any collective compare with the
+    /// hardware's peak: all-reduce 2(n-1)/n; all-gather, reduce-scatter and all-to-all (n-1)/n; the others 1.
+    pub fn bus_factor(self, ranks: u32) -> f64 {
+        let n = f64::from(ranks.max(1));
+        match self {
+            Collective::AllReduce => 2.0 * (n - 1.0) / n,
+            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => (n - 1.0) / n,
+            Collective::Broadcast | Collective::Reduce | Collective::PointToPoint => 1.0,
+        }
+    }
+}
+
+/// Bytes per element of PyTorch's dtype as `record_param_comms` names it (c10's ScalarType names).
+fn dtype_bytes(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "Byte" | "Char" | "Bool" | "QInt8" | "QUInt8" | "Float8_e4m3fn" | "Float8_e5m2" | "Float8_e4m3fnuz"
+        | "Float8_e5m2fnuz" | "Float8_e8m0fnu" => 1,
+        "Short" | "Half" | "BFloat16" | "UInt16" => 2,
+        "Int" | "Float" | "UInt32" | "QInt32" | "ComplexHalf" => 4,
+        "Long" | "Double" | "UInt64" | "ComplexFloat" => 8,
+        "ComplexDouble" => 16,
+        _ => return None,
+    })
+}
+
+/// What PyTorch's `record_param_comms` range says of its collective (its arguments' JSON text, as an import keeps
+/// it: `"Collective name":"allreduce","In msg nelems":2049000,"Out msg nelems":2049000,"dtype":"Float","Group
+/// size":8`), with its message where the sizes, dtype and group are given. None for what is no collective (`wait`,
+/// `barrier`) or a text without a name (PyTorch 1.x wrote none).
+pub fn of_params(text: &str) -> Option<(Collective, Option<Message>)> {
+    let v: serde_json::Value = serde_json::from_str(&format!("{{{text}}}")).ok()?;
+    let collective = of_word(v["Collective name"].as_str()?)?;
+    let nelems = v["In msg nelems"].as_u64()?.max(v["Out msg nelems"].as_u64().unwrap_or(0));
+    let message = dtype_bytes(v["dtype"].as_str().unwrap_or("")).and_then(|size| {
+        let ranks = u32::try_from(v["Group size"].as_u64()?).ok().filter(|&r| r > 0)?;
+        Some(Message { bytes: nelems.checked_mul(size)?, ranks })
+    });
+    Some((collective, message))
+}
+
+/// The most annotated collective ranges kept (32 bytes each): a long job's collectives.
 pub const MAX_SPANS: usize = 1 << 20;
+
+/// A range announcing a collective: (start, end, the collective, its message where the range says).
+type Span = (u64, u64, Collective, Option<Message>);
 
 /// The host's collective ranges, per thread: what each communication kernel's launch was inside.
 #[derive(Default, Debug)]
 pub struct CollectiveSpans {
-    by_thread: FxHashMap<u32, Vec<(u64, u64, Collective)>>,
+    by_thread: FxHashMap<u32, Vec<Span>>,
     kept: usize,
     /// Ranges past [`MAX_SPANS`], not kept (their kernels read by their own names).
     pub not_kept: u64,
@@ -140,15 +193,15 @@ pub struct CollectiveSpans {
 }
 
 impl CollectiveSpans {
-    /// A range of thread `tid` that announces a collective.
-    pub fn add(&mut self, tid: u32, start: u64, end: u64, collective: Collective) {
+    /// A range of thread `tid` that announces a collective (and its message, where it says).
+    pub fn add(&mut self, tid: u32, (start, end): (u64, u64), collective: Collective, message: Option<Message>) {
         if self.kept >= MAX_SPANS {
             self.not_kept += 1;
             return;
         }
         self.kept += 1;
         self.sorted = false;
-        self.by_thread.entry(tid).or_default().push((start, end.max(start), collective));
+        self.by_thread.entry(tid).or_default().push((start, end.max(start), collective, message));
     }
 
     /// Sorts each thread's ranges by start (ranges recorded as NVTX push/pop close in end order).
@@ -161,12 +214,21 @@ impl CollectiveSpans {
 
     /// The collective announced by the innermost range of thread `tid` around a launch call (start, end).
     pub fn around(&self, tid: u32, call: (u64, u64)) -> Option<Collective> {
+        self.around_with_message(tid, call).map(|c| c.0)
+    }
+
+    /// [`CollectiveSpans::around`], with the message of the innermost range around the call that gives one for
+    /// that collective (PyTorch's `record_param_comms` holds its `nccl:all_reduce` annotation, which gives none).
+    pub fn around_with_message(&self, tid: u32, call: (u64, u64)) -> Option<(Collective, Option<Message>)> {
         debug_assert!(self.sorted || self.kept == 0, "CollectiveSpans::finish first");
         let spans = self.by_thread.get(&tid)?;
         let after = spans.partition_point(|s| s.0 <= call.0);
         // Nested ranges (`c10d::alltoall_base_` around `nccl:all_to_all`) start before the call; the innermost
         // began last. A few ranges back is enough: collectives do not nest deeper.
-        spans[..after].iter().rev().take(8).find(|s| s.1 >= call.1).map(|s| s.2)
+        let mut around = spans[..after].iter().rev().take(8).filter(|s| s.1 >= call.1);
+        let innermost = around.next()?;
+        let message = innermost.3.or_else(|| around.filter(|s| s.2 == innermost.2).find_map(|s| s.3));
+        Some((innermost.2, message))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -235,16 +297,34 @@ mod tests {
         assert_eq!(of_kernel("deep_ep::internode::all_to_all_dispatch"), Some(Collective::AllToAll));
     }
 
+    /// PyTorch 2.x's `record_param_comms` arguments (TraceLens's B200 and MI300X traces, the shared V100 run).
+    #[test]
+    fn a_collectives_record_gives_its_message_as_nccl_tests_sizes_it() {
+        let gather = r#""Collective name":"_allgather_base","In msg nelems":25136,"Out msg nelems":201088,"dtype":"BFloat16","Group size":8"#;
+        assert_eq!(of_params(gather), Some((Collective::AllGather, Some(Message { bytes: 201088 * 2, ranks: 8 }))));
+        let reduce = r#""Collective name":"allreduce","In msg nelems":2049000,"Out msg nelems":2049000,"dtype":"Float","Group size":1"#;
+        assert_eq!(of_params(reduce), Some((Collective::AllReduce, Some(Message { bytes: 2049000 * 4, ranks: 1 }))));
+        assert_eq!(of_params(r#""Collective name":"wait","In msg nelems":0,"dtype":"Byte","Group size":1"#), None);
+        let no_group = r#""Collective name":"all_to_all","In msg nelems":10,"Out msg nelems":10,"dtype":"Float""#;
+        assert_eq!(of_params(no_group), Some((Collective::AllToAll, None)));
+        assert_eq!(of_params(r#""Input Dims":[[3]]"#), None);
+        assert!((Collective::AllReduce.bus_factor(8) - 1.75).abs() < 1e-12);
+        assert!((Collective::AllGather.bus_factor(8) - 0.875).abs() < 1e-12);
+        assert_eq!(Collective::PointToPoint.bus_factor(2), 1.0);
+    }
+
     #[test]
     fn a_launch_reads_the_innermost_range_around_it() {
         let mut s = CollectiveSpans::default();
         // Closed in end order, as NVTX pairs arrive: inner first.
-        s.add(7, 120, 180, Collective::AllToAll);
-        s.add(7, 100, 200, Collective::AllToAll);
-        s.add(7, 300, 400, Collective::AllReduce);
-        s.add(8, 100, 500, Collective::PointToPoint);
+        let m = Some(Message { bytes: 1 << 20, ranks: 8 });
+        s.add(7, (120, 180), Collective::AllToAll, None);
+        s.add(7, (100, 200), Collective::AllToAll, m);
+        s.add(7, (300, 400), Collective::AllReduce, None);
+        s.add(8, (100, 500), Collective::PointToPoint, None);
         s.finish();
         assert_eq!(s.around(7, (130, 140)), Some(Collective::AllToAll));
+        assert_eq!(s.around_with_message(7, (130, 140)), Some((Collective::AllToAll, m)), "the outer range's message");
         assert_eq!(s.around(7, (310, 320)), Some(Collective::AllReduce));
         assert_eq!(s.around(7, (250, 260)), None, "between ranges");
         assert_eq!(s.around(7, (390, 410)), None, "the call ends after the range");
