@@ -72,3 +72,30 @@ fn other_libraries_collectives_are_communication() {
     let b = &r.processes[0].breakdown;
     assert!(b.compute_ns >= 5 * 70, "HTA's compute holds it: {b:?}");
 }
+
+/// A collective that started late with the GPU idle is named by what it ran, not by NCCL's SendRecv kernel.
+#[test]
+fn a_late_collective_is_named_by_its_collective() {
+    let strings = [
+        (1, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"),
+        (2, "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)"),
+        (3, "nccl:all_to_all"),
+        (8, "ProfilerStep#0"),
+        (9, "cudaLaunchKernel"),
+    ];
+    let mut events = Vec::new();
+    for step in 0..5u64 {
+        let (t, corr) = (1_000_000 + step * 200_000, 1 + step as u32 * 2);
+        events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 200_000) });
+        events.push(api(9, t + 1, 1, corr));
+        events.push(kernel(1, t + 10, 40_000, corr));
+        events.push(RawEvent { name: 3, ..RawEvent::new(EventKind::Range, 1, t + 2, t + 6) });
+        events.push(api(9, t + 3, 1, corr + 1));
+        // Queued since t + 4, started 60 µs after the GEMM ended: it waited for its peers.
+        events.push(kernel(2, t + 100_000, 30_000, corr + 1));
+    }
+    let r = report_of_all_steps(&strings, events);
+    let f = r.findings.iter().find(|f| f.kind == "collective_wait").unwrap_or_else(|| panic!("{:?}", r.findings));
+    let rows: Vec<&str> = f.evidence.api_calls.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(rows, ["all_to_all on stream 7 started late"], "{f:?}");
+}

@@ -475,7 +475,8 @@ fn queued_wait(v: &WindowView, op: &Closer, gap_start: u64, waited: u64) -> (Cau
         return (CauseKind::SyncStall, v.name(call).to_string());
     }
     if op.comm {
-        let name = short_name(v.name(op.name));
+        // The collective where it is told (NCCL's SendRecv kernel carries any), else the kernel.
+        let name = op.collective.map_or_else(|| short_name(v.name(op.name)), |c| c.label().to_string());
         return (CauseKind::Collective, format!("{name} on {stream} started late"));
     }
     // An event recorded behind a host function (the launching thread queued one since its last launch): the

@@ -11,8 +11,9 @@ const FIX_CROSS_STREAM: &str = "A stream waited on an event recorded in another 
      earlier or on a higher-priority stream (cudaStreamCreateWithPriority; torch.cuda.Stream(priority=-1)), and \
      queue independent work before the wait so the GPU has something to do.";
 const FIX_COLLECTIVE: &str = "A collective started late with the GPU idle: it waited for its peers (see the job \
-     view: which rank arrived last) or for the work its communication stream waits on. Balance the ranks' work, \
-     issue collectives earlier (DDP bucket_cap_mb, FSDP forward/backward prefetch) and keep compute queued \
+     view: which rank arrived last) or for the work its communication stream waits on. Balance the ranks' work \
+     (for all-to-alls, the embedding tables or experts each rank holds), issue collectives earlier (for DDP's and \
+     FSDP's all-reduces and all-gathers, bucket_cap_mb and forward/backward prefetch) and keep compute queued \
      behind them.";
 const FIX_GRAPH: &str = "CUDA graph work waited with the GPU idle and queued: a graph that starts late waits for \
      its upload (call cudaGraphUpload once after instantiating; torch.compile's cudagraph trees re-record when \

@@ -61,6 +61,8 @@ pub struct Closer {
     pub name: u32,
     /// A communication kernel (it may wait for its peers).
     pub comm: bool,
+    /// The collective it ran, where the host's range around its launch or its name says.
+    pub collective: Option<Collective>,
     /// Queued by a graph launch (`cudaGraphLaunch`): it waits on the graph's own dependencies too.
     pub graph: bool,
     /// The first work of its launch call (for a graph: its first node to run).

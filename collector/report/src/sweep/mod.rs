@@ -445,6 +445,14 @@ impl<'a> Sweep<'a> {
         let nccl = is_kernel && names.has(e.name, NameFlags::COMM);
         let comm = is_kernel && names.has(e.name, NameFlags::COLLECTIVE);
         let compute = hta_compute && !comm;
+        // What the program asked for (the host's range around the launch) before the kernel's name.
+        let collective = if comm {
+            launch
+                .and_then(|c| self.plan.collective_spans.around(c.tid, (c.start, c.end)))
+                .or_else(|| names.kernel_collective(e.name))
+        } else {
+            None
+        };
         let stream = stream_key(e.device, e.stream);
         let (after_wait, after_host_fn) =
             launch.map_or((false, false), |c| self.stream_waits.launched(stream, c.tid, c.start));
@@ -463,6 +471,7 @@ impl<'a> Sweep<'a> {
                 stream,
                 name: e.name,
                 comm,
+                collective,
                 graph,
                 launch_first: joined.is_some_and(|w| w.first),
                 after_wait,
@@ -556,10 +565,6 @@ impl<'a> Sweep<'a> {
                 if comm {
                     self.out.comm.add(e);
                     self.comm_union.push((e.start, e.end));
-                    // What the program asked for (the host's range around the launch) before the kernel's name.
-                    let collective = launch
-                        .and_then(|c| self.plan.collective_spans.around(c.tid, (c.start, c.end)))
-                        .or_else(|| names.kernel_collective(e.name));
                     let slot = CommByCollective::slot(collective);
                     self.out.comm_by_collective.total_ns[slot] += e.duration();
                     let wait = self.waits.get(&ordinal).copied().unwrap_or(0);
