@@ -33,6 +33,10 @@ pub struct CommOp {
     pub start: u64,
     pub duration: u64,
     pub name: u32,
+    /// Its launch call's (thread, start, end), until the plan tells [`CommOp::collective`] by it.
+    launch: Option<(u32, u64, u64)>,
+    /// The collective it ran, where the host's range around its launch or its name says.
+    pub collective: Option<cuflight_trace::model::collectives::Collective>,
 }
 
 /// One process's plan.
@@ -309,7 +313,14 @@ impl First {
                     self.warm.kernel(e.name, e.start);
                 }
                 if kind == Some(EventKind::Kernel) && self.names.has(e.name, NameFlags::COLLECTIVE) {
-                    self.comm.push(CommOp { start: e.start, duration: e.duration(), name: e.name });
+                    let launch = joined.map(|j| (j.call.tid, j.call.start, j.call.end));
+                    self.comm.push(CommOp {
+                        start: e.start,
+                        duration: e.duration(),
+                        name: e.name,
+                        launch,
+                        collective: None,
+                    });
                 }
             }
             _ => {}
@@ -517,6 +528,11 @@ fn plan_of(
     let warmup = warmup_of(p, &f, &steps, no_steps);
     let requests = std::mem::take(&mut f.requests);
     let requests = requests_of(p, &f, requests);
+    f.collective_spans.finish();
+    for op in &mut f.comm {
+        let around = op.launch.and_then(|(tid, start, end)| f.collective_spans.around(tid, (start, end)));
+        op.collective = around.or_else(|| f.names.kernel_collective(op.name));
+    }
     Plan {
         names: f.names,
         steps,
@@ -533,12 +549,8 @@ fn plan_of(
         has_stream_waits: f.has_stream_waits,
         last_profiler_step: (f.profiler_steps.0.len() >= 2).then_some(f.profiler_steps.1),
         pageable_dtoh: f.pageable_dtoh,
+        collective_spans: f.collective_spans,
         comm: f.comm,
-        collective_spans: {
-            let mut spans = f.collective_spans;
-            spans.finish();
-            spans
-        },
         loader_annotated,
         loader_workers,
         no_steps,

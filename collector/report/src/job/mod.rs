@@ -80,8 +80,14 @@ pub fn plan(ctxs: &[Ctx], to_job: &[ToJob], clocks: Clocks) -> JobPlan {
                 .iter()
                 .enumerate()
                 .map(|(k, op)| {
-                    let text = c.p.string(op.name);
-                    let name = *ids.entry(text.to_string()).or_insert_with(|| {
+                    // The collective it ran where told ("all_to_all on ncclKernel_SendRecv_...": NCCL's SendRecv
+                    // kernel carries any), so that only kernels of one collective are matched across ranks.
+                    let kernel = c.p.string(op.name);
+                    let text = match op.collective {
+                        Some(coll) => format!("{} on {kernel}", coll.label()),
+                        None => kernel.to_string(),
+                    };
+                    let name = *ids.entry(text.clone()).or_insert_with(|| {
                         names.push(text.to_string());
                         names.len() as u32 - 1
                     });
