@@ -19,8 +19,8 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
-/// Communication kernels kept per process to resolve at the end (40 bytes each); past it, they are read by their
-/// names alone.
+/// Communication kernels kept to resolve at the end, all processes together (40 bytes each: a job directory of
+/// many ranks shares it); past it, they are read by their names alone.
 pub const MAX_KERNELS: usize = 1 << 20;
 
 /// The row of kernels neither a range nor their name told.
@@ -110,6 +110,7 @@ struct PerProcess {
 #[derive(Default)]
 pub struct CollectivesAcc {
     per: FxHashMap<u32, PerProcess>,
+    kept: usize,
 }
 
 /// A host range: (thread, start, end, name, its operator's argument text: a string id, 0 none).
@@ -136,7 +137,8 @@ impl CollectivesAcc {
         if !*pp.kernel_names.entry(e.name).or_insert_with(|| is_collective_kernel(p.string(e.name))) {
             return;
         }
-        if pp.kernels.len() < MAX_KERNELS {
+        if self.kept < MAX_KERNELS {
+            self.kept += 1;
             pp.kernels.push((e.name, e.duration(), call.map(|c| (c.tid, c.start, c.end))));
         } else {
             pp.by_name_only.entry(collectives::of_kernel(p.string(e.name))).or_default().add(e.duration());
