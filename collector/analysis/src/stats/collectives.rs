@@ -204,9 +204,9 @@ pub fn table(rows: &[CollectiveRow]) -> Table {
 #[cfg(test)]
 mod tests {
     use super::NOT_TOLD;
+    use crate::stats::tests::trace_of;
     use crate::stats::Stats;
     use cuflight_format::{EventKind, RawEvent};
-    use cuflight_trace::model::trace::{Process, Trace};
 
     /// NCCL's NVTX range closes after the kernel launched inside it started: the kernel is still told by it. A
     /// SendRecv kernel launched outside any is not told; a specialised kernel names its own.
@@ -227,7 +227,7 @@ mod tests {
             stream: 3,
             ..RawEvent::new(EventKind::Kernel, 0, t, t + d)
         };
-        let mut events = vec![
+        let events = vec![
             RawEvent { name: 4, ..RawEvent::new(EventKind::NvtxPush, 7, 100, 100) },
             api(1, 150),
             kernel(2, 1, 200, 60),
@@ -239,12 +239,7 @@ mod tests {
             api(4, 600),
             kernel(5, 4, 620, 500),
         ];
-        events.sort_by_key(|e| e.start);
-        let mut p = Process { events, ..Default::default() };
-        p.strings = strings.iter().map(|(id, s)| (*id, s.to_string())).collect();
-        let mut t = Trace::default();
-        t.processes.insert(1, p);
-        let rows = Stats::compute(&t).collectives;
+        let rows = Stats::compute(&trace_of(events, &strings)).collectives;
         let got: Vec<(&str, u64, u64)> =
             rows.iter().map(|r| (r.name.as_str(), r.time.count, r.time.total_ns)).collect();
         assert_eq!(got, [("all_reduce", 1, 60), ("all_gather", 1, 30), (NOT_TOLD, 1, 20)]);
@@ -264,18 +259,13 @@ mod tests {
             ),
             (5, "nccl:all_reduce"),
         ];
-        let mut events = vec![
+        let events = vec![
             RawEvent { name: 3, b: 4, ..RawEvent::new(EventKind::Range, 7, 100, 400) },
             RawEvent { name: 5, ..RawEvent::new(EventKind::Range, 7, 110, 300) },
             RawEvent { name: 1, correlation: 1, ..RawEvent::new(EventKind::Api, 7, 150, 160) },
             RawEvent { name: 2, correlation: 1, stream: 3, ..RawEvent::new(EventKind::Kernel, 0, 200, 20_200) },
         ];
-        events.sort_by_key(|e| e.start);
-        let mut p = Process { events, ..Default::default() };
-        p.strings = strings.iter().map(|(id, s)| (*id, s.to_string())).collect();
-        let mut t = Trace::default();
-        t.processes.insert(1, p);
-        let rows = Stats::compute(&t).collectives;
+        let rows = Stats::compute(&trace_of(events, &strings)).collectives;
         let r = &rows[0];
         assert_eq!((r.name.as_str(), r.sized, r.bytes, r.ranks), ("all_reduce", 1, 2_000_000, Some(8)));
         // 2 MB in 20 µs: 100 GB/s, on the bus 2(n-1)/n = 1.75 times that.

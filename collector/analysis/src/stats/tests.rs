@@ -16,7 +16,8 @@ fn ev(kind: EventKind, tid: u32, t: u64) -> RawEvent {
     RawEvent::new(kind, tid, t, t)
 }
 
-fn trace_of(events: Vec<RawEvent>, strings: &[(u32, &str)]) -> Trace {
+/// A trace of one process (pid key 1) with `events` (sorted here) and `strings`.
+pub(super) fn trace_of(events: Vec<RawEvent>, strings: &[(u32, &str)]) -> Trace {
     let mut p = Process { events, ..Default::default() };
     p.strings = strings.iter().map(|(id, s)| (*id, s.to_string())).collect();
     p.events.sort_by_key(|e| e.start);
