@@ -232,7 +232,8 @@ pub fn nccl_exposed(ctx: &Ctx, swept: &Swept, waited: bool) -> Option<Finding> {
 }
 
 /// The exposed communication by collective, largest first (at most four), and how they were told: "by collective,
-/// exposed of the time each ran: all_to_all 40.12 ms of 182.40 ms, ...". None where only one kind ran and a name said it (the kernel rows say as much).
+/// exposed of the time each ran: all_to_all 40.12 ms of 182.40 ms, ...". None where only one kind ran and a name
+/// said it (the kernel rows say as much).
 fn by_collective_fact(by: &CommByCollective) -> Option<String> {
     let not_told = CommByCollective::slot(None);
     let mut told: Vec<(String, usize)> = Collective::ALL.iter().map(|c| (c.label().to_string(), c.index())).collect();
