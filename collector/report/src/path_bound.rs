@@ -87,9 +87,9 @@ fn paths_words(walked: &Walked, typical: &StepPath, share: f64, unseen: bool) ->
     words + &left_out
 }
 
-/// Caps each GPU-side finding's loss at the GPU's share of the steps' paths (for `unseen_gpu_work`, with their waits on
-/// work not in the trace) times the analysed steps' time
-/// (`step_total_ns`), and says so in its evidence; `steps`: how many steps that time holds.
+/// Caps each GPU-side finding's loss at the GPU's share of the steps' paths (for `unseen_gpu_work`, with their
+/// waits on work not in the trace) times the analysed steps' time (`step_total_ns`), and says so in its evidence
+/// (`critical_path_gpu_share`: that share); `steps`: how many steps that time holds.
 pub fn bound_by_path(fs: &mut [Finding], walked: &Walked, step_total_ns: u64, steps: usize) {
     let Some(typical) = walked.typical.as_ref() else { return };
     if step_total_ns == 0 || typical.step_ns == 0 {
