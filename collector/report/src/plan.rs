@@ -68,8 +68,6 @@ pub struct Plan {
     /// Correlations whose (last) copy goes device to pageable host memory: an "async" call for it blocks.
     pub pageable_dtoh: FxHashSet<u32>,
     pub comm: Vec<CommOp>,
-    /// The host's ranges that announce a collective, per thread: which one each communication kernel ran.
-    pub collective_spans: CollectiveSpans,
     /// Whether any data-loading annotation (other than a step range) has a duration.
     pub loader_annotated: bool,
     /// Where the annotated DataLoader loads, where its annotations say and agree (two loaders of different kinds
@@ -141,6 +139,7 @@ struct First {
     profiler_steps: (FxHashSet<u32>, u64),
     pageable_dtoh: FxHashSet<u32>,
     comm: Vec<CommOp>,
+    /// The host's ranges that announce a collective, per thread: which one each of `comm` ran.
     collective_spans: CollectiveSpans,
     /// Names of data-loading ranges with a duration (whether they are steps is known only later).
     loader_names: FxHashSet<u32>,
@@ -549,7 +548,6 @@ fn plan_of(
         has_stream_waits: f.has_stream_waits,
         last_profiler_step: (f.profiler_steps.0.len() >= 2).then_some(f.profiler_steps.1),
         pageable_dtoh: f.pageable_dtoh,
-        collective_spans: f.collective_spans,
         comm: f.comm,
         loader_annotated,
         loader_workers,

@@ -445,14 +445,11 @@ impl<'a> Sweep<'a> {
         let nccl = is_kernel && names.has(e.name, NameFlags::COMM);
         let comm = is_kernel && names.has(e.name, NameFlags::COLLECTIVE);
         let compute = hta_compute && !comm;
-        // What the program asked for (the host's range around the launch) before the kernel's name.
-        let collective = if comm {
-            launch
-                .and_then(|c| self.plan.collective_spans.around(c.tid, (c.start, c.end)))
-                .or_else(|| names.kernel_collective(e.name))
-        } else {
-            None
-        };
+        // The k-th collective kernel here is the plan's k-th (its waits are keyed so too): the plan told which
+        // collective it ran, once.
+        let ordinal = self.comm_seen;
+        self.comm_seen += u32::from(comm);
+        let collective = self.plan.comm.get(ordinal as usize).filter(|_| comm).and_then(|op| op.collective);
         let stream = stream_key(e.device, e.stream);
         let (after_wait, after_host_fn) =
             launch.map_or((false, false), |c| self.stream_waits.launched(stream, c.tid, c.start));
@@ -504,8 +501,6 @@ impl<'a> Sweep<'a> {
         if is_kernel && self.hta.traced(e, launch.map(|c| (c.start, c.end))) {
             self.overlap.kernel(super::breakdown::interval(e.start, e.end, self.hta_rounding), nccl, hta_compute);
         }
-        let ordinal = self.comm_seen;
-        self.comm_seen += u32::from(comm);
         let Some(k) = self.window_of(e.start) else {
             return;
         };
