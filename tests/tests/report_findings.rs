@@ -212,3 +212,62 @@ fn first_launches_that_load_their_modules_are_cuda_set_up() {
     let line = text.lines().find(|l| l.contains("CUDA set itself up for ")).unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains("7 kernels' first launches, their modules loaded"), "{line}");
 }
+
+/// A trace torch.profiler recorded on ROCm is told in HIP's terms: its header names HIP's runtime, its findings
+/// HIP's calls, graphs and tools, and nothing of CUPTI's cost (measured on NVIDIA's GPUs) is said of it. The same
+/// loop recorded on CUDA keeps CUDA's, and that cost. Every line the launch-bound loop's report writes is checked.
+#[test]
+fn a_rocm_trace_is_told_in_hips_terms() {
+    let dir = scratch("report-rocm-terms");
+    let loop_trace = |api: &str, top: &str| {
+        let mut events = Vec::new();
+        for step in 0..4u64 {
+            let s = 10_000 + step * 1_000;
+            events.push(format!(
+                r#"{{"ph":"X","cat":"user_annotation","name":"ProfilerStep#{step}","pid":10,"tid":11,"ts":{s},"dur":1000}}"#
+            ));
+            for k in 0..30u64 {
+                let (t, id) = (s + 5 + k * 25, step * 100 + k + 1);
+                events.push(format!(
+                    r#"{{"ph":"X","cat":"cuda_runtime","name":"{api}LaunchKernel","pid":10,"tid":11,"ts":{t},"dur":10,"args":{{"correlation":{id}}}}}"#
+                ));
+                events.push(format!(
+                    r#"{{"ph":"X","cat":"kernel","name":"elementwise_kernel","pid":0,"tid":7,"ts":{},"dur":4,"args":{{"correlation":{id},"device":0,"stream":7}}}}"#,
+                    t + 12
+                ));
+            }
+        }
+        format!(r#"{{"traceEvents":[{}]{top}}}"#, events.join(",\n"))
+    };
+    let rocm = r#","deviceProperties":[{"id":0,"name":"AMD Instinct MI300X","totalGlobalMem":206141652992,"computeMajor":9,"computeMinor":4,"numSms":304,"warpSize":64}],"roctracer_version":4.1,"hip_runtime_version":60443483"#;
+    let cuda = r#","deviceProperties":[{"id":0,"name":"NVIDIA H100","totalGlobalMem":85520809984,"computeMajor":9,"computeMinor":0,"numSms":132,"warpSize":32}],"cupti_version":24"#;
+    let report = |name: &str, json: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, json).unwrap();
+        let text = Command::new(cuflight_bin()).arg("report").arg(&path).output().unwrap();
+        assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
+        (String::from_utf8_lossy(&text.stdout).into_owned(), report_json(&path))
+    };
+    let (text, json) = report("rocm.json", loop_trace("hip", rocm));
+    assert!(text.contains("ROCm: HIP runtime 6.4.43483") && json["processes"][0]["run"]["rocm"] == true, "{text}");
+    let launch =
+        json["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "launch_bound").expect("launch_bound");
+    let fix = launch["fix"].as_str().unwrap();
+    assert!(
+        fix.contains("in HIP code") && fix.contains("replayed as a HIP graph (stream capture; torch.cuda"),
+        "{fix}"
+    );
+    assert!(launch["evidence"]["api_calls"][0]["name"] == "hipLaunchKernel", "{launch}");
+    // Every sentence, findings to tables: CUDA's names only where PyTorch keeps them on ROCm (torch.cuda).
+    for line in text.lines() {
+        let said = line.replace("torch.cuda", "");
+        assert!(!said.contains("CUDA") && !said.contains("CUPTI") && !said.contains("cuda"), "{line}\n{text}");
+    }
+    let (text, json) = report("cuda.json", loop_trace("cuda", cuda));
+    assert!(text.contains("CUDA: driver") && json["processes"][0]["run"].get("rocm").is_none(), "{text}");
+    let launch =
+        json["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "launch_bound").expect("launch_bound");
+    assert!(launch["fix"].as_str().unwrap().contains("replayed as a CUDA graph"), "{launch}");
+    // What CUPTI's tracing may add to its launches is said on CUDA alone (the loop above had it left out).
+    assert!(launch["evidence"]["facts"].to_string().contains("CUPTI's tracing lengthens each launch"), "{launch}");
+}

@@ -7,7 +7,7 @@ use crate::job_roles::Plans;
 use crate::steps::StepRow;
 use crate::{
     busy_findings, counter_findings, gpu_findings, iterations, plan, run, sampled, sort_findings, step_choice,
-    step_path, steps, sweep, sync_findings, wait_findings, Finding, Options, ProcessReport, ReportError,
+    step_path, steps, sweep, sync_findings, wait_findings, words, Finding, Options, ProcessReport, ReportError,
 };
 use cuflight_trace::model::source::EventSource;
 use rustc_hash::FxHashMap;
@@ -205,6 +205,7 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
         cuda_runtime_version: p.cuda_runtime_version,
         cupti_version: p.info.cupti_version,
         hip_runtime_version: p.hip_runtime_version,
+        rocm: p.rocm,
         drops: p.info.drops,
         dropped_total: p.info.drops.total().saturating_add(p.refused),
         unseen_begin: p.info.unseen_begin,
@@ -212,7 +213,7 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
         finished: p.info.finished,
         agent_status: p.info.status.clone(),
     };
-    ProcessReport {
+    let mut report = ProcessReport {
         file: file.to_string(),
         pid: ctx.pid,
         rank: ctx.rank,
@@ -253,6 +254,31 @@ pub(crate) fn process_report(part: Part, swept: sweep::Swept) -> ProcessReport {
         cuda_errors,
         python_stacks,
         gpu_metrics: swept.gpu_metrics,
+    };
+    if p.rocm {
+        in_rocm_terms(&mut report);
+    }
+    report
+}
+
+/// Says the prose of a process recorded on ROCm in HIP's terms ([`words::in_rocm_terms`]): its findings, its
+/// warnings, its paths and what the iterations could not attribute. The names the trace holds stay as they are.
+fn in_rocm_terms(r: &mut ProcessReport) {
+    let say = |s: &mut String| *s = words::in_rocm_terms(s);
+    for f in &mut r.findings {
+        say(&mut f.summary);
+        say(&mut f.fix);
+        f.evidence.facts.iter_mut().for_each(say);
+        f.evidence.examples.iter_mut().for_each(|e| say(&mut e.what));
+    }
+    r.warnings.iter_mut().for_each(say);
+    let paths = r.critical_path.iter_mut().chain(r.slow_step_path.iter_mut().map(|s| &mut s.path));
+    for path in paths {
+        path.by_kind.iter_mut().for_each(|s| say(&mut s.what));
+        path.longest.iter_mut().for_each(|l| say(&mut l.what));
+    }
+    if let Some(it) = &mut r.iterations {
+        it.not_attributed.iter_mut().for_each(say);
     }
 }
 

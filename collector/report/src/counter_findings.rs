@@ -206,12 +206,20 @@ pub fn tensor_underused(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
 }
 
 /// What the verdict of a busy GPU adds when no finding judged its kernels' work (by names, or by counters where
-/// the trace has them, `counted`): empty when one did.
-pub fn clean_busy_note(findings: &[Finding], counted: bool) -> &'static str {
+/// the processes' traces have them): empty when one did.
+pub fn clean_busy_note(findings: &[Finding], processes: &[super::ProcessReport]) -> &'static str {
     let judged =
         |f: &Finding| super::busy_findings::KINDS.contains(&f.kind) || KINDS.contains(&f.kind) || f.kind == "fp32_gemm";
+    let counted = processes.iter().any(|p| !p.gpu_metrics.is_empty());
+    // cuflight records NVIDIA's GPUs alone, and fp32 GEMMs are not judged on AMD's (`fp32_gemm`).
+    let rocm = !processes.is_empty() && processes.iter().all(|p| p.run.rocm);
     match (findings.iter().any(judged), counted) {
         (true, _) => "",
+        (false, false) if rocm => {
+            " Its kernels show no GEMMs on fallback kernels, no unfused elementwise chains and no unfused attention; \
+             whether they are memory- or compute-bound needs device counters, which this trace has none of \
+             (rocprofv3's counters, or rocprof-compute on the top kernels)."
+        }
         (false, false) => {
             " Its kernels show no GEMMs on fallback or fp32 kernels, no unfused elementwise chains and no unfused \
              attention; whether they are memory- or compute-bound needs device counters, which this trace has none \

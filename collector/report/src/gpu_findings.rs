@@ -160,6 +160,12 @@ pub fn fp32_gemm(ctx: &Ctx, swept: &Swept) -> Option<Finding> {
     if ctx.plan.capability.is_some_and(|(major, _)| major < 7) {
         return None; // no Tensor Cores before Volta
     }
+    // AMD's CDNA GPUs run fp32 matrix instructions on their Matrix Cores (MFMA F32: AMD's CDNA2 and CDNA3
+    // instruction set references), so an fp32 GEMM there may keep them busy, and its "compute capability" is a
+    // gfx number: the claim and the speed-up are NVIDIA's.
+    if ctx.p.rocm {
+        return None;
+    }
     if swept.fp32.count == 0 {
         return None;
     }

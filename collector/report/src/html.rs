@@ -135,6 +135,9 @@ fn idle_section(out: &mut String, p: &ProcessReport) {
     if c.graph_tracing_ns > 0 {
         parts.insert(7, ("CUPTI tracing graph nodes (the profiler's)", c.graph_tracing_ns, "#d4a6c8"));
     }
+    let said: Vec<String> = parts.iter().map(|(label, _, _)| p.run.said(label)).collect();
+    let parts: Vec<(&str, u64, &str)> =
+        parts.iter().zip(&said).map(|(&(_, ns, colour), l)| (l.as_str(), ns, colour)).collect();
     parts_bar(out, &format!("Idle time inside steps by cause ({} in all)", ms(c.idle_in_steps_ns)), &parts);
     let i = &p.idle_breakdown;
     parts_bar(
@@ -219,16 +222,16 @@ fn path_table(out: &mut String, line: &str, c: &super::step_path::StepPath) {
 
 fn steps_table(out: &mut String, p: &ProcessReport) {
     if let Some(c) = &p.critical_path {
-        path_table(out, &super::text::critical_path_line(c), c);
+        path_table(out, &p.run.said(&super::text::critical_path_line(c)), c);
         if let Some(s) = &p.slow_step_path {
-            path_table(out, &super::text::slow_path_line(s, c), &s.path);
+            path_table(out, &p.run.said(&super::text::slow_path_line(s, c)), &s.path);
         }
     }
     if let Some(w) = super::text::warmup_line(&p.warmup) {
-        let _ = write!(out, "<p class=warmup>{}</p>", esc(&w));
+        let _ = write!(out, "<p class=warmup>{}</p>", esc(&p.run.said(&w)));
     }
     if let Some(l) = super::text::first_runs_line(&p.warmup) {
-        let _ = write!(out, "<p class=warmup>{}</p>", esc(&l));
+        let _ = write!(out, "<p class=warmup>{}</p>", esc(&p.run.said(&l)));
     }
     if let Some(f) = &p.filtered {
         let _ = write!(out, "<p class=warmup>Filtered: analysed {}</p>", esc(f));

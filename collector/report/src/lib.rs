@@ -525,9 +525,9 @@ fn performance_verdict(findings: &[Finding], processes: &[ProcessReport], every_
     // A busy GPU whose kernels show none of the waste read off names: said, so that "no bottleneck" is not read
     // as "nothing to gain".
     let graph_level = processes.iter().any(|p| p.kernels.iter().any(|k| window::is_graph_level(&k.name)));
-    let busy = util.filter(|&u| u >= BUSY_UTILIZATION && !graph_level).map_or("", |_| {
-        counter_findings::clean_busy_note(findings, processes.iter().any(|p| !p.gpu_metrics.is_empty()))
-    });
+    let busy = util
+        .filter(|&u| u >= BUSY_UTILIZATION && !graph_level)
+        .map_or("", |_| counter_findings::clean_busy_note(findings, processes));
     // Graph-level tracing hides the kernels inside graphs, and their replays count as busy from first node to last.
     let hidden = if graph_level {
         " CUDA graphs were traced at graph level (--trace graphs): the kernels inside them are not seen, and each \

@@ -58,6 +58,8 @@ pub struct Plan {
     /// Every device the trace lists (first record of each ordinal), and the CUDA driver's version.
     pub devices: Vec<super::run::RunDevice>,
     pub driver_version: u32,
+    /// Recorded on ROCm ([`Process::rocm`]): no CUPTI traced its launches.
+    pub rocm: bool,
     /// What the process tells of the job's clock: its first REALTIME offset, its collectives' ends, the span of
     /// what the timeline draws (the same facts `merge` and the Parquet export gather in a pass of their own).
     pub clock: ClockFacts,
@@ -544,6 +546,7 @@ fn plan_of(
         device_memory,
         devices: f.devices,
         driver_version: f.driver_version,
+        rocm: p.rocm,
         clock: f.clock,
         has_stream_waits: f.has_stream_waits,
         last_profiler_step: (f.profiler_steps.0.len() >= 2).then_some(f.profiler_steps.1),

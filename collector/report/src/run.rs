@@ -47,6 +47,10 @@ pub struct RunSummary {
     /// elsewhere.
     #[serde(skip_serializing_if = "is_zero")]
     pub hip_runtime_version: u32,
+    /// Recorded on ROCm (the trace says so, or its GPUs run 64-wide wavefronts): the report speaks of HIP's calls
+    /// and tools, not CUDA's; absent elsewhere.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rocm: bool,
     /// Records lost by cause (each counted once, in one cause).
     pub drops: Drops,
     /// Records lost, every cause once (drops and refused events; not the calls in flight at arming).
@@ -91,6 +95,18 @@ pub fn driver_version(v: u32) -> String {
 /// 60443483 → "6.4.43483".
 pub fn hip_version(v: u32) -> String {
     format!("{}.{}.{}", v / 10_000_000, v % 10_000_000 / 100_000, v % 100_000)
+}
+
+impl RunSummary {
+    /// A sentence of the report as this run's platform says it: HIP's terms on ROCm
+    /// ([`super::words::in_rocm_terms`]), as written elsewhere.
+    pub fn said(&self, text: &str) -> String {
+        if self.rocm {
+            super::words::in_rocm_terms(text)
+        } else {
+            text.to_string()
+        }
+    }
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -192,8 +208,12 @@ impl RunSummary {
             0 => String::new(),
             v => format!(", runtime {}", driver_version(v)),
         };
-        if self.hip_runtime_version != 0 && self.cuda_driver_version == 0 && self.cupti_version == 0 {
-            out.push(("ROCm", format!("HIP runtime {}", hip_version(self.hip_runtime_version))));
+        if self.rocm {
+            let hip = match self.hip_runtime_version {
+                0 => "-".to_string(),
+                v => hip_version(v),
+            };
+            out.push(("ROCm", format!("HIP runtime {hip}")));
         } else {
             let driver = driver_version(self.cuda_driver_version);
             out.push(("CUDA", format!("driver {driver}{runtime}, CUPTI API {cupti}")));

@@ -83,6 +83,9 @@ pub fn severity(s: super::Severity) -> &'static str {
 
 fn process(out: &mut String, p: &ProcessReport) {
     out.push_str(&format!("\n== {} from {}\n", p.title(), p.file));
+    // The section's prose up to its tables, in the terms of the platform it ran on (the names the trace holds
+    // come after it).
+    let prose = out.len();
     for (label, value) in p.run.facts() {
         out.push_str(&format!("  {label}: {value}\n"));
     }
@@ -119,6 +122,11 @@ fn process(out: &mut String, p: &ProcessReport) {
             out.push_str(&format!("  Sampled: {line}\n"));
         }
     }
+    if p.run.rocm {
+        let said = p.run.said(&out[prose..]);
+        out.truncate(prose);
+        out.push_str(&said);
+    }
     super::text_steps::step_table(out, p);
     if let Some(it) = &p.iterations {
         iterations(out, it);
@@ -127,7 +135,7 @@ fn process(out: &mut String, p: &ProcessReport) {
     let failed: Vec<_> = p.cuda_errors.iter().filter(|r| r.class != ErrorClass::Expected).collect();
     if !failed.is_empty() {
         let title = "  CUDA calls that failed (`cuflight stats --report cuda_api_errors` lists every return code)";
-        let mut t = Table::new(title, &["Count", "First at", "Class", "Error", "API"]);
+        let mut t = Table::new(p.run.said(title), &["Count", "First at", "Class", "Error", "API"]);
         for r in failed.iter().take(10) {
             let first = format!("+{:.6} s", r.first_ns as f64 / 1e9);
             t.row(vec![r.count.to_string(), first, r.class.as_str().into(), r.error.clone(), r.api.clone()]);

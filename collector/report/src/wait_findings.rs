@@ -83,9 +83,16 @@ pub fn graph_setup(ctx: &Ctx, idle: &IdleCauses) -> Option<Finding> {
 const FIX_CUDA_SETUP_ONCE: &str = "The GPU idled while CUDA set itself up inside calls that take microseconds \
      once it has: initialising, creating streams and library handles (cuBLAS, cuDNN), loading kernels. A start-up \
      cost, paid once: measure the steady state after it (torch.profiler's schedule(wait=1, warmup=1, active=3); a \
-     warm-up iteration before timing or serving) rather than tuning it. Seconds of initialising are the driver \
-     setting the GPUs up again for each program: keep them initialised between programs (nvidia-persistenced, or \
-     persistence mode: nvidia-smi -pm 1).";
+     warm-up iteration before timing or serving) rather than tuning it.";
+/// NVIDIA's driver tears the GPUs' state down when no program holds them, unless persistence keeps it.
+const FIX_CUDA_SETUP_PERSISTENCE: &str = " Seconds of initialising are the driver setting the GPUs up again for each \
+     program: keep them initialised between programs (nvidia-persistenced, or persistence mode: nvidia-smi -pm 1).";
+/// HIP loads a module's code objects at the first launch of one of its kernels unless told otherwise
+/// (HIP_ENABLE_DEFERRED_LOADING, 1 by default: ROCm's HIP environment variables); there is no PTX to compile: a
+/// fat binary without code for the GPU's architecture fails to launch.
+const FIX_HIP_SETUP_LOADING: &str = " A kernel's first launch that takes long loads its module's code object (HIP \
+     defers loading to the first launch; HIP_ENABLE_DEFERRED_LOADING=0 loads every code object at start-up \
+     instead, out of the steps).";
 const FIX_CUDA_SETUP_LOADING: &str = " Where CUDA loads every kernel of a library at its first call (no lazy \
      loading), CUDA_MODULE_LOADING=LAZY (CUDA 11.7 and later, the default on Linux from 12.2; PyTorch sets it from \
      1.13) loads each kernel at its first launch instead; a first launch that takes long compiles PTX for this GPU: \
@@ -119,9 +126,9 @@ pub fn cuda_setup(ctx: &Ctx, idle: &IdleCauses, span: (u64, u64)) -> Option<Find
     ));
     if first_launches > 0 {
         let launches = counted(first_launches, "kernel's first launch", "kernels' first launches");
-        ev.facts.push(format!(
-            "{launches} took 1 ms or more: CUDA loaded the kernel's module then (or compiled it from PTX)"
-        ));
+        // CUDA may compile PTX at a first launch; HIP has no such JIT (its words are said at the end).
+        let loaded = if ctx.p.rocm { "" } else { " (or compiled it from PTX)" };
+        ev.facts.push(format!("{launches} took 1 ms or more: CUDA loaded the kernel's module then{loaded}"));
     }
     ev.api_calls = rows;
     ev.metrics.insert("steps_with_cuda_setup", with_setup as f64);
@@ -144,7 +151,12 @@ pub fn cuda_setup(ctx: &Ctx, idle: &IdleCauses, span: (u64, u64)) -> Option<Find
                 ctx.trace
             )
         });
-        format!("{FIX_CUDA_SETUP_ONCE}{FIX_CUDA_SETUP_LOADING}{}", filter.unwrap_or_default())
+        let platform = if ctx.p.rocm {
+            FIX_HIP_SETUP_LOADING.to_string()
+        } else {
+            format!("{FIX_CUDA_SETUP_PERSISTENCE}{FIX_CUDA_SETUP_LOADING}")
+        };
+        format!("{FIX_CUDA_SETUP_ONCE}{platform}{}", filter.unwrap_or_default())
     };
     Some(ctx.finding("cuda_setup", c.total_ns, summary, ev, &fix))
 }

@@ -440,7 +440,7 @@ impl Importer {
         let mut local: rustc_hash::FxHashMap<(u32, u32), u32> = Default::default();
         // The flow ends by place, built once and only if some GPU event needs one (the last end at a place wins).
         let mut flow_ends: Option<rustc_hash::FxHashMap<(u64, u64, u64), u32>> = None;
-        let rocm = self.rocm || self.devices.iter().any(|d| d.get("warpSize").and_then(Value::as_u64) == Some(64));
+        let rocm = self.rocm;
         // The devices the trace describes, read once: their ids tell the ROCm ordinals, then they are the devices.
         let described = devices::from_properties(&self.devices);
         let listed: Vec<u32> = described.iter().map(|d| d.id).collect();
@@ -580,7 +580,7 @@ fn import_with<R: std::io::Read>(reader: R, spooling: bool) -> Result<(Trace, Op
     if let Some(Value::Array(devices)) = &top.device_properties {
         importer.devices = devices.clone();
     }
-    importer.rocm = top.rocm;
+    importer.rocm = top.recorded_on_rocm();
     importer.driver_version = top.driver_version();
     importer.rank = top.distributed_info.as_ref().and_then(|d| d.get("rank")).and_then(Value::as_u64).map(|r| r as u32);
     let first_ts = importer.first_ts;

@@ -30,8 +30,7 @@ pub struct TopLevel {
     /// The HIP runtime's version (`hip_runtime_version`, HIP_VERSION's form: 60443483 = 6.4.43483) in a trace
     /// torch.profiler recorded on ROCm.
     pub hip_runtime_version: Option<u32>,
-    /// The trace was recorded on ROCm (`hip_runtime_version` or `roctracer_version` present): its GPU ops may
-    /// number devices differently from `deviceProperties` ([`super::kineto_devices::rocm_ordinals`]).
+    /// `hip_runtime_version` or `roctracer_version` present ([`TopLevel::recorded_on_rocm`] says it whole).
     pub rocm: bool,
 }
 
@@ -78,6 +77,16 @@ impl TopLevel {
         }
     }
 
+    /// The trace was recorded on ROCm: it says so (`hip_runtime_version`, `roctracer_version`: torch.profiler
+    /// writes them there, though not every release: HTA's MI250 test trace has neither), or its devices run
+    /// 64-wide wavefronts (`warpSize` 64: AMD's CDNA GPUs; NVIDIA's warps are 32 wide). Its GPU ops may number
+    /// devices differently from `deviceProperties` ([`super::kineto_devices::rocm_ordinals`]), and its words are
+    /// HIP's, not CUDA's.
+    pub fn recorded_on_rocm(&self) -> bool {
+        let wavefront_64 = |d: &Value| d.get("warpSize").and_then(Value::as_u64) == Some(64);
+        self.rocm || matches!(&self.device_properties, Some(Value::Array(ds)) if ds.iter().any(wavefront_64))
+    }
+
     /// The CUDA driver version the devices carry (their events' `stream`, as the agent writes it); 0 unknown.
     pub fn driver_version(&self) -> u32 {
         self.cuda_driver_version.unwrap_or(0)
@@ -109,6 +118,7 @@ impl TopLevel {
             p.epoch_base_ns = self.base_time_ns.filter(|&b| b < 1 << 61).unwrap_or(0);
             p.cuda_runtime_version = self.cuda_runtime_version.unwrap_or(0);
             p.hip_runtime_version = self.hip_runtime_version.unwrap_or(0);
+            p.rocm = self.recorded_on_rocm();
         }
     }
 }

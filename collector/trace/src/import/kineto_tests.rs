@@ -122,14 +122,18 @@ fn a_rocm_traces_gpu_ops_land_on_the_device_its_properties_describe() {
     let alloc = p.events.iter().find(|e| e.kind() == Some(EventKind::Alloc)).expect("HIP memory is device memory");
     assert_eq!(alloc.device, 0);
     assert_eq!(p.hip_runtime_version, 60_443_483);
+    assert!(p.rocm, "recorded on ROCm: the report speaks HIP's terms");
     let device = p.events.iter().find(|e| e.kind() == Some(EventKind::Device)).unwrap();
     assert_eq!(p.string(device.name), "AMD GPU", "an empty name says what is known");
     // Without the allocator's events the one listed device is still the one.
     let t = import(trace(0, r#","roctracer_version":4.1"#).as_bytes()).unwrap();
     assert_eq!(t.processes[&10].events.iter().find(|e| e.kind() == Some(EventKind::Kernel)).unwrap().device, 0);
+    // Neither member (HTA's MI250 trace): the 64-wide wavefronts tell ROCm.
+    assert!(import(trace(0, "").as_bytes()).unwrap().processes[&10].rocm);
     // A CUDA trace (32-wide warps, no ROCm member) keeps its ids, however odd.
     let cuda = trace(1, "").replace(r#","warpSize":64"#, "");
     let t = import(cuda.as_bytes()).unwrap();
+    assert!(!t.processes[&10].rocm);
     assert_eq!(t.processes[&10].events.iter().find(|e| e.kind() == Some(EventKind::Kernel)).unwrap().device, 2);
 }
 

@@ -48,6 +48,9 @@ pub struct Process {
     /// The HIP runtime's version (HIP_VERSION's form: major × 10^7 + minor × 10^5 + patch, 60443483 = 6.4.43483)
     /// where an imported trace recorded on ROCm says (torch.profiler's `hip_runtime_version`); 0 unknown.
     pub hip_runtime_version: u32,
+    /// Recorded on ROCm (an imported trace that says so, or whose GPUs run 64-wide wavefronts): its calls are
+    /// HIP's, recorded by roctracer or rocprofiler, and what the report says of them must be said in HIP's terms.
+    pub rocm: bool,
     /// Read from another tool's trace (torch.profiler's Kineto JSON, an nsys export): it holds what that tool
     /// recorded, which can miss the process's work (sampled, graph kernels left out, begun mid-run). False for
     /// cuflight's captures, read back from their Kineto export too: they hold every op since they were armed.
