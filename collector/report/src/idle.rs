@@ -26,17 +26,22 @@
 //!   too, however long the gap, but a copy's (the host staging it from pageable memory) → **sync stall**;
 //! - outside CUDA, after a synchronising call (the queue was drained by it) → **sync stall**; after
 //!   `cudaFree` → **allocator churn**; after the step began and before its first CUDA call (the host is
-//!   preparing the step's input) → **data loading**; otherwise the host is busy between launches: up to
+//!   preparing the step's input) → **data loading**, but inside the framework operator that makes that call
+//!   where it launches work (the operator's own host work) → as between launches, next; otherwise the host is busy between launches: up to
 //!   100 µs at a time, per-op overhead (Python, dispatch, tiny kernels) → **launch bound**; longer, CPU work
 //!   the GPU waits for → **CPU bound**.
 
 use super::short_names::short_name;
 use super::spans::{clip, subtract, Span};
-use super::window::{stream_label, Closer, HostCall, SetupCall, WindowView};
+use super::window::{Closer, HostCall, SetupCall, WindowView};
 use super::words::ms;
 use cuflight_format::calls::{CallClass, CallEffects};
 use cuflight_format::tracing::GRAPH_NODE_TRACING_NS;
 use serde::Serialize;
+
+#[path = "idle_queued.rs"]
+mod queued;
+use queued::{queued_wait, wait_detail};
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Example {
@@ -453,72 +458,6 @@ fn setup_detail(v: &WindowView, s: &SetupCall) -> String {
 /// Query calls in one idle stretch from which the host counts as polling.
 const POLL_LOOP: usize = 3;
 
-/// One stretch of a queued wait in words: which op waited, and what ran last before the gap on another stream.
-fn wait_detail(v: &WindowView, op: &Closer, gap_start: u64, label: &str) -> String {
-    let i = v.enders.partition_point(|x| x.end < gap_start);
-    let before = v.enders.get(i).filter(|x| x.end == gap_start);
-    let name = |id: u32| match v.name(id) {
-        "" => "a copy or memset".to_string(), // copies and memsets carry no name
-        n => short_name(n),
-    };
-    let before = before
-        .map_or(String::new(), |x| format!("; the GPU's last work was {} on {}", name(x.name), stream_label(x.stream)));
-    format!("{label}: {} waited{before}", name(op.name))
-}
-
-/// What the queued op `op`, which ended a GPU gap that began at `gap_start`, waited on, and how to say it
-/// (bounded labels: streams and collective names, not every kernel's).
-fn queued_wait(v: &WindowView, op: &Closer, gap_start: u64, waited: u64) -> (CauseKind, String) {
-    let stream = stream_label(op.stream);
-    if let Some((call, _)) = op.blocking_call.filter(|c| c.1 > gap_start) {
-        // Its own call is still running: the host stages the copy (pageable memory) while the GPU waits.
-        return (CauseKind::SyncStall, v.name(call).to_string());
-    }
-    if op.comm {
-        // The collective where it is told (NCCL's SendRecv kernel carries any), else the kernel.
-        let name = op.collective.map_or_else(|| short_name(v.name(op.name)), |c| c.label().to_string());
-        return (CauseKind::Collective, format!("{name} on {stream} started late"));
-    }
-    // An event recorded behind a host function (the launching thread queued one since its last launch): the
-    // producer is host work, which the trace holds.
-    if op.after_wait && op.after_host_fn {
-        return cross_stream(v, op, gap_start);
-    }
-    if op.after_host_fn {
-        return (CauseKind::HostFunction, format!("{stream} waited for a host function (cudaLaunchHostFunc)"));
-    }
-    // A graph's nodes may wait on host nodes (CPU work inside the graph) and on nodes no trace records: its own.
-    if op.graph && op.launch_first {
-        return (CauseKind::Graph, format!("a CUDA graph launched into {stream} started late"));
-    }
-    if op.graph && waited < KERNEL_WAIT_NS {
-        // What the GPU takes between one node and the next: a cost per node, like a launch's, that graphs keep.
-        return (CauseKind::Graph, format!("the GPU's own gaps between a CUDA graph's nodes on {stream}"));
-    }
-    if op.graph {
-        return (CauseKind::Graph, format!("work inside a CUDA graph on {stream} waited between its nodes"));
-    }
-    // Whatever else it waited on (an event, the stream's earlier work) was queued before it and is not running:
-    // work the trace does not hold. An event's producer in the trace would be running. Only in traces that can
-    // miss their process's work (imports: sampled, captured mid-run): a cuflight capture holds every op since it
-    // was armed, where such a wait stays unexplained (another process on the GPU, not told apart yet; on cudasim,
-    // the simulated GPU's thread waiting for a core of a loaded machine).
-    if waited >= UNSEEN_WORK_NS && v.p.imported {
-        return (CauseKind::UnseenWork, format!("queued work on {stream} waited on GPU work not in the trace"));
-    }
-    if op.after_wait {
-        return cross_stream(v, op, gap_start);
-    }
-    (CauseKind::DeviceWait, format!("queued work on {stream} waited with nothing running"))
-}
-
-fn cross_stream(v: &WindowView, op: &Closer, gap_start: u64) -> (CauseKind, String) {
-    let i = v.enders.partition_point(|x| x.end < gap_start);
-    let from = v.enders.get(i).filter(|x| x.end == gap_start && x.stream != op.stream);
-    let from = from.map_or(String::new(), |x| format!(", after work on {}", stream_label(x.stream)));
-    (CauseKind::CrossStream, format!("{} waited on an event (cudaStreamWaitEvent){from}", stream_label(op.stream)))
-}
-
 /// Idle time while the launching threads were outside CUDA.
 fn outside(v: &WindowView, out: &mut IdleCauses, (a, b): Span, step: Option<usize>, starts: &[u64], n: usize) {
     let mut t = a;
@@ -547,25 +486,38 @@ fn by_previous_call(v: &WindowView, out: &mut IdleCauses, (a, b): Span, step: Op
         let i = v.busy.partition_point(|x| x.1 <= a);
         i.checked_sub(1).map(|i| v.busy[i].1).or(v.busy_before).is_some_and(|idle_from| idle_from > c.start)
     };
-    let (kind, call) = match prev {
+    let (kind, call, b) = match prev {
         Some(c) if c.class == CallClass::Sync && in_loop(c) && drained(c) => {
-            (CauseKind::SyncStall, Some(v.name(c.name)))
+            (CauseKind::SyncStall, Some(v.name(c.name)), b)
         }
         Some(c)
             if c.class == CallClass::Alloc && CallEffects::of(v.name(c.name)).has(CallEffects::FREES) && in_loop(c) =>
         {
-            (CauseKind::AllocatorChurn, Some(v.name(c.name)))
+            (CauseKind::AllocatorChurn, Some(v.name(c.name)), b)
         }
         _ => {
-            // A step began since the last CUDA call and this stretch lasts [`STEP_START_INPUT_NS`] or more: the
-            // host is getting the step's input ready.
+            // A step began since the last CUDA call: the host's time in the framework operator that then launches
+            // the step's first work is that operator's own (its dispatch, an allocator growing: HTA's event_sync
+            // trace spent 2.2 ms in aten::ones, inside aten::empty, before aten::fill_'s launch, and read as the
+            // GPU waiting for input data); before it, a stretch of [`STEP_START_INPUT_NS`] or more is the host
+            // getting the step's input ready.
             let k = starts.partition_point(|&s| s <= prev_end);
-            if starts.get(k).is_some_and(|&s| s < b) && b - a >= STEP_START_INPUT_NS {
-                (CauseKind::DataLoading, None)
-            } else if b - a < HOST_OVERHEAD_NS {
-                (CauseKind::LaunchBound, prev.map(|c| v.name(c.name)))
+            let step_start = starts.get(k).is_some_and(|&s| s < b);
+            let next = v.calls.get(v.calls.partition_point(|c| c.start < b)).filter(|c| c.start == b);
+            let op = next.and_then(|c| c.in_op).filter(|&(start, _)| step_start && start < b);
+            let t = op.map_or(b, |(start, _)| start.max(a));
+            let host_work =
+                |len: u64| if len < HOST_OVERHEAD_NS { CauseKind::LaunchBound } else { CauseKind::CpuBound };
+            if let Some((_, name)) = op {
+                host_add(v, out, host_work(b - t), (t, b), step, Some(v.name(name)), n);
+            }
+            if t == a {
+                return;
+            }
+            if step_start && t - a >= STEP_START_INPUT_NS {
+                (CauseKind::DataLoading, None, t)
             } else {
-                (CauseKind::CpuBound, prev.map(|c| v.name(c.name)))
+                (host_work(t - a), prev.map(|c| v.name(c.name)), t)
             }
         }
     };

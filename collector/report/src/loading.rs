@@ -147,4 +147,43 @@ mod tests {
         assert_eq!(f.fix, FIX_DATA_SERVING);
         assert!(f.summary.starts_with("GPU waits at iteration starts"), "{}", f.summary);
     }
+
+    /// Five steps of 10 ms whose first launch, 2 ms in, is issued by a framework operator (`cpu_op`, as
+    /// torch.profiler writes them) that began `op_from` into the step; an annotation around it all is no operator.
+    fn steps_with_an_operator(op_from: u64) -> Report {
+        let strings = [(1, "gemm"), (3, "aten::ones"), (4, "cpu_op"), (6, "user_annotation"), (7, "## forward ##")];
+        let mut strings = strings.to_vec();
+        strings.extend([(8, "ProfilerStep#0"), (9, "cudaLaunchKernel")]);
+        const MS: u64 = 1_000_000;
+        let mut events = Vec::new();
+        for s in 0..5u64 {
+            let (t, corr) = (MS + s * 10 * MS, 1 + s as u32);
+            events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 10 * MS) });
+            let range = |name: u32, category: u64, from: u64| RawEvent {
+                name,
+                c: category,
+                ..RawEvent::new(EventKind::Range, 1, from, t + 2 * MS + 5_000)
+            };
+            events.push(range(7, 6, t + 1_000));
+            events.push(range(3, 4, t + op_from));
+            events.push(api(9, t + 2 * MS + 1_000, 2_000, corr));
+            events.push(kernel(1, t + 2 * MS + 10_000, 5 * MS, corr));
+        }
+        report_of_all_steps(&strings, events)
+    }
+
+    /// The host's time in the operator that launches a step's first work is that operator's (HTA's event_sync
+    /// trace: 2.2 ms in aten::ones, inside aten::empty, before aten::fill_'s launch, had read as "GPU waits for
+    /// input data" at 88% of the step); only what comes before it, a millisecond or more, is the input's.
+    #[test]
+    fn the_operator_that_launches_a_steps_first_work_is_host_work_not_input() {
+        let r = steps_with_an_operator(500_000);
+        assert!(r.findings.iter().all(|f| f.kind != "data_loading"), "{:?}", r.findings);
+        let cpu = r.findings.iter().find(|f| f.kind == "cpu_bound").expect("cpu_bound");
+        let ones = cpu.evidence.api_calls.iter().find(|c| c.name == "aten::ones").expect("aten::ones");
+        assert_eq!((ones.count, ones.total_ns), (5, 5 * 1_501_000), "{cpu:?}");
+        // Begun 1.5 ms into the step: the 1.5 ms before it is the input's.
+        let r = steps_with_an_operator(1_500_000);
+        assert_eq!(found(&r).time_lost_ns, 5 * 1_500_000, "{:?}", r.findings);
+    }
 }

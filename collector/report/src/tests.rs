@@ -160,7 +160,7 @@ fn idle_inside_a_graph_launch_call_is_the_profilers_up_to_its_cost_per_traced_no
         launch_first: start == 5_000,
         ..Default::default()
     };
-    let call = HostCall { start: 1_000, end: 9_000, class: CallClass::Launch, name: 1, source: None };
+    let call = HostCall { start: 1_000, end: 9_000, class: CallClass::Launch, name: 1, source: None, in_op: None };
     let causes = |nodes: &GraphNodes| {
         let view = super::window::WindowView {
             busy: vec![(0, 1_000), (5_000, 5_500), (7_000, 7_500), (9_000, 10_000)],

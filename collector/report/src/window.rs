@@ -24,6 +24,9 @@ pub struct HostCall {
     pub name: u32,
     /// The Python line that call was made from, where its stack was recorded.
     pub source: Option<cuflight_trace::model::pystacks::PyFrame>,
+    /// The outermost framework operator around the stretch's first call, where that call launches GPU work: its
+    /// start and name.
+    pub in_op: Option<(u64, u32)>,
 }
 
 /// A launching thread inside a CUDA call while CUDA set itself up: a call that sets CUDA up (creates a stream or

@@ -5,6 +5,7 @@
 //! bounded accumulators (per-name rows, distinct durations, five examples), so memory does not grow with the
 //! trace, only with its longest step.
 
+mod operators;
 mod windows_done;
 
 use super::breakdown::{Breakdown, Hta, IdleSplit};
@@ -132,6 +133,7 @@ pub struct Sweep<'a> {
     graph_nodes: crate::window::GraphNodes,
     /// Closed host ranges (not steps): (span, data loading).
     ranges: Vec<(Span, bool)>,
+    operators: operators::OpenOperators,
     pieces: Vec<(Span, Piece)>,
     /// Windows before this one are done.
     done: usize,
@@ -196,6 +198,7 @@ impl<'a> Sweep<'a> {
             kernels_launched: FxHashSet::default(),
             graph_nodes: Default::default(),
             ranges: Vec::new(),
+            operators: Default::default(),
             pieces: Vec::new(),
             done: 0,
             stream: None,
@@ -286,6 +289,9 @@ impl<'a> Sweep<'a> {
                 // State queries and set-up neither queue nor wait: the time in them is the host's own (idle.rs).
                 if self.plan.launchers.contains(&e.tid) && !call.only_queries() && !call.only_sets_up() {
                     let class = call.class(self.plan.pageable_dtoh.contains(&e.correlation));
+                    // Computes on the GPU (a copy may be the step's input arriving: no operator's own work).
+                    let computes = call.queues_work() && !call.has(CallEffects::COPIES);
+                    let in_op = computes.then(|| self.operators.around(e.tid, span)).flatten();
                     let call = super::step_path::PathCall {
                         start: span.0,
                         end: span.1,
@@ -297,7 +303,7 @@ impl<'a> Sweep<'a> {
                     if class == CallClass::Sync {
                         self.sync_call(p, e, source);
                     }
-                    self.host_call(HostCall { start: span.0, end: span.1, class, name: e.name, source });
+                    self.host_call(HostCall { start: span.0, end: span.1, class, name: e.name, source, in_op });
                 }
                 let alloc = call.manages_memory() && !call.has(CallEffects::ASYNC);
                 if alloc && self.window_of(e.start).is_some_and(|k| k > 0) {
@@ -336,6 +342,9 @@ impl<'a> Sweep<'a> {
         if e.kind() == Some(EventKind::Range) && !e.as_range().on_device {
             // An imported range: TensorBoard's categories decide (see `range_roles::cpu_exec_category`).
             let category = p.string(e.as_range().category);
+            if self.plan.launchers.contains(&e.tid) {
+                self.operators.range(e.tid, category, (e.start, e.end), e.name);
+            }
             let loader = if range_roles::is_kineto_host_category(category) {
                 range_roles::is_tensorboard_loader(p.string(e.name))
             } else {

@@ -54,6 +54,12 @@ pub fn cpu_exec_category(category: &str) -> bool {
     )
 }
 
+/// Kineto's categories of framework operators (ATen's `aten::*`, autograd's), as against annotations and Python
+/// frames: torch.profiler writes `cpu_op`, older releases `operator`.
+pub fn is_operator_category(category: &str) -> bool {
+    matches!(category, "cpu_op" | "operator")
+}
+
 /// Kineto's host categories that TensorBoard reads as operators or annotations.
 pub fn is_kineto_host_category(category: &str) -> bool {
     matches!(category, "cpu_op" | "operator" | "user_annotation" | "python")
