@@ -213,9 +213,9 @@ fn first_launches_that_load_their_modules_are_cuda_set_up() {
     assert!(line.contains("7 kernels' first launches, their modules loaded"), "{line}");
 }
 
-/// A trace torch.profiler recorded on ROCm is told in HIP's terms: its header names HIP's runtime, its findings
-/// HIP's calls, graphs and tools, and nothing of CUPTI's cost (measured on NVIDIA's GPUs) is said of it. The same
-/// loop recorded on CUDA keeps CUDA's, and that cost. Every line the launch-bound loop's report writes is checked.
+/// A trace torch.profiler recorded on ROCm is told in HIP's terms (report and stats alike): its header names HIP's
+/// runtime, its findings HIP's calls, graphs and tools, and nothing of CUPTI's cost (measured on NVIDIA's GPUs) is
+/// said of it. The same loop recorded on CUDA keeps CUDA's, and that cost. Every line the report writes is checked.
 #[test]
 fn a_rocm_trace_is_told_in_hips_terms() {
     let dir = scratch("report-rocm-terms");
@@ -263,6 +263,10 @@ fn a_rocm_trace_is_told_in_hips_terms() {
         let said = line.replace("torch.cuda", "");
         assert!(!said.contains("CUDA") && !said.contains("CUPTI") && !said.contains("cuda"), "{line}\n{text}");
     }
+    // stats, the same rule: its titles speak of HIP, its report names stay nsys's.
+    let stats = Command::new(cuflight_bin()).arg("stats").arg(dir.join("rocm.json")).output().unwrap();
+    let stats = String::from_utf8_lossy(&stats.stdout);
+    assert!(stats.contains("HIP API calls (host time) [cuda_api_sum]") && !stats.contains("CUDA"), "{stats}");
     let (text, json) = report("cuda.json", loop_trace("cuda", cuda));
     assert!(text.contains("CUDA: driver") && json["processes"][0]["run"].get("rocm").is_none(), "{text}");
     let launch =

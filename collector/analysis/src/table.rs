@@ -117,6 +117,12 @@ impl Table {
         &self.title
     }
 
+    /// Says the table's own words (its title and note) otherwise: on another platform, say. Its cells are data.
+    pub fn retell(&mut self, say: impl Fn(&str) -> String) {
+        self.title = say(&self.title);
+        self.note = self.note.as_deref().map(&say);
+    }
+
     pub fn new(title: impl Into<String>, headers: &[&'static str]) -> Table {
         Table::with_headers(title, headers.iter().map(|h| h.to_string()).collect())
     }

@@ -406,6 +406,7 @@ impl StatsAcc {
             not_recorded,
             processes: rows,
             devices: self.devices.into_values().flatten().collect(),
+            rocm: !processes.is_empty() && processes.values().all(|p| p.rocm),
         };
         use super::combined::{combine, API, KERNEL, MEMORY};
         stats.gpu_sum = combine(&[(KERNEL, &stats.kernels), (MEMORY, &stats.gpu_mem_time)]);

@@ -402,6 +402,9 @@ pub struct Stats {
     pub not_recorded: Vec<NotRecordedRow>,
     pub processes: Vec<ProcessRow>,
     pub devices: Vec<DeviceRow>,
+    /// Every process was recorded on ROCm: the tables' titles speak of HIP (their report names stay nsys's).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rocm: bool,
 }
 
 /// The calls of one API name that returned one error code.

@@ -55,6 +55,9 @@ impl Stats {
             if let Some(n) = self.not_recorded.iter().find(|n| Some(n.kind.as_str()) == kind) {
                 t.note(format!("not recorded: {}", n.why));
             }
+            if self.rocm {
+                t.retell(cuflight_trace::model::platform_terms::in_rocm_terms);
+            }
             match style {
                 Style::Csv => {
                     if i > 0 {

@@ -23,6 +23,7 @@ pub mod kernel_symbols;
 pub mod launches;
 pub mod memory;
 pub mod occupancy;
+pub mod platform_terms;
 pub mod pystacks;
 pub mod python_modules;
 pub mod range_roles;
