@@ -61,6 +61,56 @@ fn the_hosts_annotation_tells_what_a_send_recv_kernel_carried() {
     assert_eq!(nccl_exposed(&r).evidence.metrics["all_gather_share"], 1.0);
 }
 
+/// Five steps, each a GEMM then two exposed collectives on NCCL's SendRecv kernel: an all-to-all of `a2a_ns` and an
+/// all-reduce of `ar_ns`, each told by the host's range around its launch.
+fn mixed_steps(a2a_ns: u64, ar_ns: u64) -> Report {
+    let send_recv = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)";
+    let strings = [
+        (1, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"),
+        (2, send_recv),
+        (3, "nccl:all_to_all"),
+        (4, "nccl:all_reduce"),
+        (8, "ProfilerStep#0"),
+        (9, "cudaLaunchKernel"),
+    ];
+    let mut events = Vec::new();
+    for step in 0..5u64 {
+        let (t, corr) = (1000 + step * 200, 1 + step as u32 * 3);
+        events.push(RawEvent { name: 8, ..RawEvent::new(EventKind::Range, 1, t, t + 200) });
+        events.push(api(9, t + 1, 1, corr));
+        events.push(kernel(1, t + 10, 40, corr));
+        for (k, range) in [3, 4].into_iter().enumerate() {
+            let at = t + 3 + 3 * k as u64;
+            events.push(RawEvent { name: range, ..RawEvent::new(EventKind::Range, 1, at - 1, at + 2) });
+            events.push(api(9, at, 1, corr + 1 + k as u32));
+        }
+        events.push(kernel(2, t + 50, a2a_ns, corr + 1));
+        events.push(kernel(2, t + 50 + a2a_ns, ar_ns, corr + 2));
+    }
+    report_of_all_steps(&strings, events)
+}
+
+/// The fix follows what ran exposed: all-to-all's own where it is most of it; where it is a large part but not
+/// most (the shared two-rank job's first rank: 48%), the general fix with all-to-all named beside it, its share
+/// said; under a fifth, not named.
+#[test]
+fn a_large_share_of_all_to_all_is_named_beside_the_general_fix() {
+    let f = nccl_exposed(&mixed_steps(60, 40)).fix.clone();
+    assert_eq!(f, super::gpu_findings::FIX_NCCL_ALL_TO_ALL);
+    let f = nccl_exposed(&mixed_steps(40, 60)).fix.clone();
+    assert!(f.starts_with(super::gpu_findings::FIX_NCCL_GENERAL), "{f}");
+    assert!(
+        f.ends_with(
+            " 40% of it is all-to-all, which those settings do not touch: pipeline the next batch's input \
+         distribution behind this batch's compute (TorchRec's TrainPipelineSparseDist) or overlap expert dispatch and \
+         combine with compute, and balance tables or experts across ranks."
+        ),
+        "{f}"
+    );
+    let f = nccl_exposed(&mixed_steps(10, 90)).fix.clone();
+    assert_eq!(f, super::gpu_findings::FIX_NCCL_GENERAL);
+}
+
 /// A collective that is not NCCL's (vLLM's custom all-reduce) is communication, not compute: exposed, never
 /// overlapping itself. HTA's breakdown still counts it as compute, as HTA does.
 #[test]

@@ -7,6 +7,7 @@ use super::short_names::short_name;
 use super::sweep::Swept;
 use super::tallies::KernelAgg;
 use super::window::CommByCollective;
+use super::words;
 use cuflight_format::event::LaunchConfig;
 use cuflight_format::RawEvent;
 use cuflight_trace::model::collectives::Collective;
@@ -228,13 +229,39 @@ pub fn nccl_exposed(ctx: &Ctx, swept: &Swept, waited: bool) -> Option<Finding> {
     for c in Collective::ALL.into_iter().filter(|c| by.total_ns[c.index()] > 0) {
         ev.metrics.insert(collective_metric(c), by.exposed_ns[c.index()] as f64 / lost.max(1) as f64);
     }
-    let fix = match by.most_exposed().map(|m| m.0) {
-        Some(Collective::AllToAll) => FIX_NCCL_ALL_TO_ALL,
-        Some(Collective::PointToPoint) => FIX_NCCL_P2P,
-        _ => ctx.fix(NCCL_FIXES),
-    };
     let summary = format!("communication not overlapped with compute: {}", ctx.per_step(lost));
-    Some(ctx.finding("nccl_exposed", lost, summary, ev, fix))
+    Some(ctx.finding("nccl_exposed", lost, summary, ev, &nccl_fix(ctx, by, lost)))
+}
+
+/// Of the exposed communication, from this share a kind the general fix does not touch (all-to-all, sends and
+/// receives) is named beside it; over half, its own fix ("most of the exposed communication is ...") is given.
+const NAMED_SHARE: f64 = 0.2;
+const NOTE_ALL_TO_ALL: &str = "all-to-all, which those settings do not touch: pipeline the next batch's input \
+     distribution behind this batch's compute (TorchRec's TrainPipelineSparseDist) or overlap expert dispatch and \
+     combine with compute, and balance tables or experts across ranks.";
+const NOTE_P2P: &str = "sends and receives between pipeline stages: post them early (batch_isend_irecv) and wait \
+     just before use; more micro-batches per step shrink the pipeline's bubbles.";
+
+/// The fix for exposed communication by what ran exposed: a kind's own fix where it is most of it, else the
+/// program's fix with the kinds it does not cover named beside it, each with its share (the shared two-rank job's
+/// first rank: all-to-all 48% of its exposed time, all-reduce and all-gather the rest, had been told "most of the
+/// exposed communication is all-to-all").
+fn nccl_fix(ctx: &Ctx, by: &CommByCollective, lost: u64) -> String {
+    let share = |c: Collective| by.exposed_ns[c.index()] as f64 / lost.max(1) as f64;
+    let (all_to_all, p2p) = (share(Collective::AllToAll), share(Collective::PointToPoint));
+    if all_to_all > 0.5 {
+        return FIX_NCCL_ALL_TO_ALL.into();
+    }
+    if p2p > 0.5 {
+        return FIX_NCCL_P2P.into();
+    }
+    let mut fix = ctx.fix(NCCL_FIXES).to_string();
+    for (share, what) in [(all_to_all, NOTE_ALL_TO_ALL), (p2p, NOTE_P2P)] {
+        if share >= NAMED_SHARE {
+            fix.push_str(&format!(" {} of it is {what}", words::percent(share)));
+        }
+    }
+    fix
 }
 
 /// The exposed communication by collective, largest first (at most four), and how they were told: "by collective,

@@ -181,12 +181,6 @@ impl CommByCollective {
     pub fn slot(c: Option<Collective>) -> usize {
         c.map_or(Collective::ALL.len(), Collective::index)
     }
-
-    /// The collective with the most exposed time, and that time; None when the most is of kernels not told.
-    pub fn most_exposed(&self) -> Option<(Collective, u64)> {
-        let told = Collective::ALL.iter().map(|&c| (c, self.exposed_ns[c.index()])).max_by_key(|x| x.1)?;
-        (told.1 > 0 && told.1 >= self.exposed_ns[Self::slot(None)]).then_some(told)
-    }
 }
 
 /// What the analyses need to know about each name, computed once per distinct string (not per event: a
