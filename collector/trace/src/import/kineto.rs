@@ -575,7 +575,7 @@ fn import_with<R: std::io::Read>(reader: R, spooling: bool) -> Result<(Trace, Op
     let mut window = Window::new(reader);
     let top = document::scan(&mut window, &mut |e| importer.add(e)).map_err(|e| e.to_string())?;
     if !top.trace_events {
-        return Err("JSON has no traceEvents: not a Chrome/Kineto trace".into());
+        return Err(top.not_a_trace());
     }
     if let Some(Value::Array(devices)) = &top.device_properties {
         importer.devices = devices.clone();

@@ -32,7 +32,23 @@ pub struct TopLevel {
     pub hip_runtime_version: Option<u32>,
     /// `hip_runtime_version` or `roctracer_version` present ([`TopLevel::recorded_on_rocm`] says it whole).
     pub rocm: bool,
+    /// Another tool's JSON, told by a member of its own, in words ([`TopLevel::not_a_trace`]).
+    pub other_format: Option<&'static str>,
 }
+
+/// Top-level members that name another tool's JSON document, and what it is.
+const OTHER_FORMATS: [(&[u8], &str); 2] = [
+    (
+        b"rocprofiler-sdk-tool",
+        "a rocprofiler-sdk trace (rocprofv3 --output-format json), which cuflight does not read: profile the \
+         program with torch.profiler (its Kineto JSON is read, ROCm's included)",
+    ),
+    (
+        b"nodes",
+        "a PyTorch execution trace (ExecutionTraceObserver: operators and their inputs, no GPU timing): read the \
+         Kineto trace torch.profiler writes beside it",
+    ),
+];
 
 /// Members read as values (the rest are skipped); each is small.
 const READ: [&[u8]; 11] = [
@@ -85,6 +101,14 @@ impl TopLevel {
     pub fn recorded_on_rocm(&self) -> bool {
         let wavefront_64 = |d: &Value| d.get("warpSize").and_then(Value::as_u64) == Some(64);
         self.rocm || matches!(&self.device_properties, Some(Value::Array(ds)) if ds.iter().any(wavefront_64))
+    }
+
+    /// Why a document without `traceEvents` is no trace cuflight reads, in one line.
+    pub fn not_a_trace(&self) -> String {
+        match self.other_format {
+            Some(what) => format!("JSON has no traceEvents: {what}"),
+            None => "JSON has no traceEvents: not a Chrome/Kineto trace".into(),
+        }
     }
 
     /// The CUDA driver version the devices carry (their events' `stream`, as the agent writes it); 0 unknown.
@@ -166,6 +190,8 @@ pub fn scan<R: std::io::Read>(w: &mut Window<R>, add: &mut impl FnMut(Event<'_>)
                 .map_err(|e| DocumentError::Member(String::from_utf8_lossy(&key).into_owned(), e))?;
             top.set(&key, value);
         } else {
+            let other = OTHER_FORMATS.iter().find(|(member, _)| *member == key.as_slice());
+            top.other_format = top.other_format.or(other.map(|(_, what)| *what));
             w.item(|b| json_scan::skip_value(b, 0).map(|end| ((), end)))?;
         }
         if w.item(|b| json_scan::next_or_close(b, 0, b'}').map(|(at, closed)| (closed, at)))? {

@@ -38,10 +38,16 @@ fn old_and_new_schemas_import_alike() {
     }
 }
 
+/// Refused with what it is where another tool's member says so (TraceLens's rocprofv3 sample, HTA's execution
+/// trace): a user handed the wrong file learns which to give.
 #[test]
 fn json_without_trace_events_is_refused() {
-    assert!(import(r#"{"hello": 1}"#.as_bytes()).is_err());
+    assert_eq!(import(r#"{"hello": 1}"#.as_bytes()).unwrap_err(), "JSON has no traceEvents: not a Chrome/Kineto trace");
     assert!(import(r#"[1,2"#.as_bytes()).is_err());
+    let rocprof = import(r#"{"rocprofiler-sdk-tool": [{"metadata": {}}]}"#.as_bytes()).unwrap_err();
+    assert!(rocprof.contains("rocprofv3 --output-format json") && rocprof.contains("torch.profiler"), "{rocprof}");
+    let et = import(r#"{"schema": "1.0.1", "pid": 7, "nodes": [], "finish_ts": 2}"#.as_bytes()).unwrap_err();
+    assert!(et.contains("PyTorch execution trace"), "{et}");
 }
 
 /// What torch.profiler writes of the run after its events: wall time from `baseTimeNanoseconds` + the first
