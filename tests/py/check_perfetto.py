@@ -41,6 +41,7 @@ def main(path, chrome):
         if p.HasField("track_event"):
             events.append((p.timestamp, seq, p.track_event))
     counts = defaultdict(int)
+    collectives = Counter()
     stack_tops = set()
     counts["packets"] = len(trace.packet)
     counts["tracks"] = len(tracks)
@@ -56,6 +57,8 @@ def main(path, chrome):
                 assert c in cats, f"uninterned category {c}"
             for a in e.debug_annotations:
                 assert a.name_iid in anns, f"uninterned annotation name {a.name_iid}"
+                if anns[a.name_iid] == "collective":
+                    collectives[a.string_value] += 1
                 if a.HasField("string_value_iid"):
                     assert a.string_value_iid in values, f"uninterned annotation value {a.string_value_iid}"
                     if anns[a.name_iid] == "python stack":
@@ -84,6 +87,8 @@ def main(path, chrome):
     assert set(flows_started) == set(flows_ended), "flows that start but never end, or end without start"
     counts["flows"] = len(flows_started)
     counts["slice_names"] = len(names)
+    # Communication kernels by the collective each ran.
+    counts["collectives"] = dict(collectives)
     # The innermost frame of every Python stack shown on a call's slice ("file:line in function").
     counts["python_stack_tops"] = sorted(stack_tops)
     # The timeline's extent, as the UI counts time from its first event.

@@ -88,6 +88,29 @@ fn perfetto_exports_decode_with_the_official_schema_and_match_the_trace() {
     );
 }
 
+/// Both timelines name the collective each communication kernel ran, as the report tells it: the shared two-rank
+/// job's first rank runs all of its collectives on NCCL 2.1x's `ncclKernel_SendRecv_*`, which the slice's name
+/// alone leaves unsaid; the host's `nccl:*` ranges around their launches say which.
+#[test]
+fn timelines_name_each_communication_kernels_collective() {
+    let Some(r0) = shared_trace("kineto-2rank-r0.json.gz") else { return };
+    let dir = scratch("export-collectives");
+    let (_, decoded) = perfetto_round(&r0, &dir);
+    let expected = serde_json::json!({"all_to_all": 4, "all_reduce": 4, "all_gather": 2});
+    assert_eq!(decoded["collectives"], expected, "{decoded}");
+    let json = dir.join("r0.json");
+    let (ok, err) = export_to(&r0, &json, &[]);
+    assert!(ok, "{err}");
+    let exported: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let mut by_collective = std::collections::BTreeMap::new();
+    for e in exported["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "kernel") {
+        if let Some(c) = e["args"]["collective"].as_str() {
+            *by_collective.entry(c.to_string()).or_insert(0u64) += 1;
+        }
+    }
+    assert_eq!(serde_json::to_value(&by_collective).unwrap(), expected);
+}
+
 /// The report counts times from where the Perfetto timeline starts (the UI's zero), so "at +1.2 s" in a
 /// report is 1.2 s on the timeline.
 fn timeline_matches_the_report(trace: &Path, decoded: &Value, name: &str) {

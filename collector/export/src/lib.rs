@@ -2,6 +2,7 @@
 //! tables as Parquet ([`parquet`]), and files written so that they never destroy an input ([`output`]).
 
 pub mod chrome;
+mod collectives;
 pub mod merge;
 pub mod output_dir;
 #[cfg(feature = "parquet")]

@@ -1,7 +1,9 @@
 //! The args of the Kineto JSON events that carry the most: kernels (launch configuration, libkineto's occupancy
 //! figures, graph ids), device work, and imported operators (External id, input shapes, sequence number).
 
+use super::json_text::push_js;
 use super::*;
+use cuflight_trace::model::collectives::Collective;
 
 /// An NVTX payload as a trailing `"payload"` arg (cuflight's addition), or nothing.
 pub(super) struct PayloadArg(pub(super) Option<cuflight_trace::model::ranges::Payload>);
@@ -37,8 +39,7 @@ impl fmt::Display for WorkArgs<'_> {
 
 pub(super) fn kernel<W: Write>(
     out: &mut Out<W>,
-    p: &Process,
-    e: &RawEvent,
+    (p, e, collective): (&Process, &RawEvent, Option<Collective>),
     node: Option<GraphNode>,
     external: u64,
     gpu: Option<&((u32, u32), u64)>,
@@ -83,6 +84,11 @@ pub(super) fn kernel<W: Write>(
         }
         b.extend_from_slice(graph.as_deref().unwrap_or("").as_bytes());
         b.extend_from_slice(mangled.as_deref().unwrap_or("").as_bytes());
+        // cuflight's addition: the collective a communication kernel ran (`crate::collectives`).
+        if let Some(c) = collective {
+            b.extend_from_slice(br#","collective":"#);
+            push_js(b, c.label());
+        }
     })
 }
 

@@ -44,6 +44,9 @@ struct Seen {
     realtime_offset: Option<i64>,
 }
 
+/// A GPU op held back for one event, with its External id and, for a communication kernel, its collective.
+type Held = (RawEvent, u64, Option<cuflight_trace::model::collectives::Collective>);
+
 /// What one process needs while its events stream by.
 #[derive(Default)]
 struct ProcessOut {
@@ -53,7 +56,7 @@ struct ProcessOut {
     /// A kernel, copy or memset held back for one event: the agent records a graph node's
     /// [`EventKind::GraphNode`] right after it (same start, same correlation), and its graph ids belong in its
     /// args. A kernel's External id is taken (and its flow written) when it is held; a copy's when it is written.
-    held: Option<(RawEvent, u64)>,
+    held: Option<Held>,
     /// Added to correlation ids to make flow ids: correlation ids are per process, so with several processes each
     /// gets its own range (its index + 1, shifted past 32 bits; below 2^53, so JSON readers keep it exact). A
     /// single process keeps the bare correlation id, as Kineto writes it.
@@ -75,6 +78,7 @@ impl ProcessOut {
 /// Writes the trace of `source` as Kineto-style JSON; returns the number of trace events written.
 pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceError> {
     let io = TraceError::Output;
+    let comm = crate::collectives::Collectives::of(source)?;
     let mut out = Out { w, buf: Vec::with_capacity(OUTPUT_CHUNK + 4096), first: true, events: 0 };
     out.w.write_all(b"{\"schemaVersion\": 1,\n").map_err(io)?;
     let processes = &source.processes;
@@ -121,7 +125,7 @@ pub fn export<W: Write>(source: &mut EventSource, w: W) -> Result<u64, TraceErro
             flow_base: flow_bases.get(&key).copied().unwrap_or(0),
             ..Default::default()
         });
-        if let Err(err) = event(&mut out, key, p, e, st, &mut seen) {
+        if let Err(err) = event(&mut out, (key, p), e, st, &mut seen, &comm) {
             failed = Some(err);
         }
     })?;
@@ -241,7 +245,7 @@ fn python_file(file: &str) -> &str {
 fn write_held<W: Write>(
     out: &mut Out<W>,
     p: &Process,
-    (k, external): (RawEvent, u64),
+    (k, external, collective): Held,
     node: Option<GraphNode>,
     st: &mut ProcessOut,
     seen: &Seen,
@@ -250,17 +254,17 @@ fn write_held<W: Write>(
     match k.kind() {
         Some(EventKind::Memcpy) => records::memcpy(out, &k, st, pid, node),
         Some(EventKind::Memset) => records::memset(out, &k, st, pid, node),
-        _ => kernel(out, p, &k, node, external, seen.gpus.get(&k.device), st.gpu_pid(k.device)),
+        _ => kernel(out, (p, &k, collective), node, external, seen.gpus.get(&k.device), st.gpu_pid(k.device)),
     }
 }
 
 fn event<W: Write>(
     out: &mut Out<W>,
-    key: u32,
-    p: &Process,
+    (key, p): (u32, &Process),
     e: &RawEvent,
     st: &mut ProcessOut,
     seen: &mut Seen,
+    comm: &crate::collectives::Collectives,
 ) -> std::io::Result<()> {
     let pid = key as u64;
     if let Some(held) = st.held.take() {
@@ -295,13 +299,13 @@ fn event<W: Write>(
             // Written with the next event of its process, which may be its graph node.
             gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
             let joined = st.launches.work(e);
-            st.held = Some((*e, external_id(e, joined)));
+            st.held = Some((*e, external_id(e, joined), comm.of_kernel(key, p, e, joined)));
             return flow(out, pid, st, e, joined);
         }
         Some(EventKind::Memcpy | EventKind::Memset) => {
             // Written with the next event of its process, which may be its graph node.
             gpu_pids.insert((st.gpu_pid(e.device), e.device, key));
-            st.held = Some((*e, 0));
+            st.held = Some((*e, 0, None));
         }
         Some(EventKind::Range) => {
             if e.as_range().on_device {

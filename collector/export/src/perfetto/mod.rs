@@ -38,6 +38,7 @@ const CATEGORIES: &[&str] =
     &["cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset", "range", "nvtx", "sync", "graph"];
 const ANNOTATIONS: &[&str] = &[
     "correlation",
+    "collective",
     "return",
     "grid",
     "block",
@@ -483,6 +484,7 @@ pub fn export<W: Write>(
     out: W,
 ) -> Result<ExportCounts, cuflight_trace::model::trace::TraceError> {
     let io = cuflight_trace::model::trace::TraceError::Output;
+    let comm = crate::collectives::Collectives::of(source)?;
     let mut x = Exporter::new(out);
     let mut states: HashMap<u32, ProcessState> = HashMap::default();
     for (&key, p) in &source.processes {
@@ -497,7 +499,7 @@ pub fn export<W: Write>(
         if e.kind() == Some(EventKind::ThreadName) {
             st.thread_names.insert(e.named_thread() as u32, e.name);
         }
-        if let Err(err) = st.release(&mut x, e.start).and_then(|_| st.event(&mut x, p, e)) {
+        if let Err(err) = st.release(&mut x, e.start).and_then(|_| st.event(&mut x, p, e, &comm)) {
             failed = Some(err);
         }
     })?;

@@ -2,6 +2,7 @@
 //! launches to the work they launched, NVTX ranges, the device-memory counter, as the events stream by.
 
 use super::*;
+use cuflight_trace::model::collectives::Collective;
 use cuflight_trace::model::cuda_errors::{error_name, ErrorClass};
 
 /// The device counters drawn as counter tracks, a sample's value at its start (percent of peak).
@@ -203,6 +204,7 @@ impl ProcessState {
         x: &mut Exporter<W>,
         p: &cuflight_trace::model::trace::Process,
         e: &cuflight_format::RawEvent,
+        comm: &crate::collectives::Collectives,
     ) -> std::io::Result<()> {
         let pid = self.pid;
         let mut stacked = None;
@@ -245,7 +247,11 @@ impl ProcessState {
                     self.api_slice(x, e, None)?;
                 }
             }
-            Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => self.gpu_op(x, e, k)?,
+            Some(k @ (EventKind::Kernel | EventKind::Memcpy | EventKind::Memset)) => {
+                let joined = self.launches.work(e);
+                let collective = comm.of_kernel(pid, p, e, joined);
+                self.gpu_op(x, e, (k, joined.is_some_and(|w| w.first)), collective)?
+            }
             Some(EventKind::Range) => {
                 let range = e.as_range();
                 let track = if range.on_device { self.stream(x, e.device, e.stream)? } else { self.thread(x, e.tid)? };
@@ -291,13 +297,13 @@ impl ProcessState {
         &mut self,
         x: &mut Exporter<W>,
         e: &cuflight_format::RawEvent,
-        k: EventKind,
+        (k, first): (EventKind, bool),
+        collective: Option<Collective>,
     ) -> std::io::Result<()> {
         let pid = self.pid;
         self.last_op = Some((e.start, e.correlation, e.device, e.stream, e.end));
         let track = self.stream(x, e.device, e.stream)?;
         // The first work of held launch calls: they start the flow it ends (once per launch).
-        let first = self.launches.work(e).is_some_and(|w| w.first);
         let calls = if first { self.held.remove(&e.correlation) } else { None };
         let term = calls.as_ref().map(|_| flow_id(pid, e.correlation));
         if let Some(calls) = calls {
@@ -308,7 +314,7 @@ impl ProcessState {
         }
         let at = OpTrack { track, term };
         match k {
-            EventKind::Kernel => self.kernel_slice(x, e, at),
+            EventKind::Kernel => self.kernel_slice(x, e, at, collective),
             EventKind::Memcpy => self.memcpy_slice(x, e, at),
             _ => self.memset_slice(x, e, at),
         }
@@ -320,6 +326,7 @@ impl ProcessState {
         x: &mut Exporter<W>,
         e: &cuflight_format::RawEvent,
         OpTrack { track, term }: OpTrack,
+        collective: Option<Collective>,
     ) -> std::io::Result<()> {
         let corr = Arg::U(ann!("correlation"), e.correlation as u64);
         let pid = self.pid;
@@ -335,12 +342,16 @@ impl ProcessState {
             Arg::U(ann!("static shared memory"), c.static_shared as u64),
             Arg::U(ann!("dynamic shared memory"), c.dynamic_shared as u64),
             Arg::I(ann!("mangled name"), mangled.unwrap_or(0)),
+            // A communication kernel's collective (`crate::collectives`).
+            Arg::S(ann!("collective"), collective.map_or("", |c| c.label())),
         ];
         // Shared memory sizes only when used: most kernels use none, and every byte counts here.
         let mut used = if c.static_shared == 0 && c.dynamic_shared == 0 { 4 } else { 6 };
-        if mangled.is_some() {
-            args.swap(used, 6);
-            used += 1;
+        for (slot, present) in [(6, mangled.is_some()), (7, collective.is_some())] {
+            if present {
+                args.swap(used, slot);
+                used += 1;
+            }
         }
         let name = x.id_iid(pid, e.name, &self.strings);
         x.slice(track, e.start, e.end, name, cat!("kernel"), &args[..used], None, term)
