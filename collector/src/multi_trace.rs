@@ -24,7 +24,10 @@ pub fn export_parquet(traces: &[PathBuf], output: Option<PathBuf>, force: bool) 
         let plans = cuflight_collector::report::plan::plan(source, None)?;
         Ok(plans
             .into_iter()
-            .map(|(k, plan)| (k, parquet::ProcessSteps { windows: plan.steps.windows, names: plan.steps.names }))
+            .map(|(k, plan)| {
+                let collectives = plan.comm.iter().map(|c| c.collective).collect();
+                (k, parquet::ProcessSteps { windows: plan.steps.windows, names: plan.steps.names, collectives })
+            })
             .collect())
     };
     // Written into a hidden directory renamed into place when complete: errors name the directory the user gave.

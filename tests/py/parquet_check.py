@@ -1,6 +1,6 @@
 """Queries a cuflight Parquet export with DuckDB (as a user would, hive partitioning on) and prints JSON of what
 `cuflight stats` also says: per kernel name and per API name count and total ns, copies, memsets, NVTX ranges,
-allocations, steps, and per rank the kernel count; with README, also the rows of the README's DuckDB query run on
+allocations, steps, per rank the kernel count and the communication kernels by collective; with README, also the rows of the README's DuckDB query run on
 DIR (its `job/` replaced by DIR), so the documented query is known to run. Usage: parquet_check.py DIR [README]"""
 import json
 import sys
@@ -28,6 +28,9 @@ out = {
     "frees": rows(f"select count(*) from {t('memory')} where op = 'free'")[0][0],
     "steps": rows(f"select count(*) from {t('steps')}")[0][0],
     "kernels_by_rank": {str(r): c for r, c in rows(f"select rank, count(*) from {t('kernels')} group by rank")},
+    # Communication kernels by rank and the collective each ran.
+    "collectives": {f"{r} {c}": n for r, c, n in rows(
+        f"select rank, collective, count(*) from {t('kernels')} where collective is not null group by all")},
     "first_kernel_ns": rows(f"select min(start_ns) from {t('kernels')}")[0][0],
     "kernels_launched_before_their_call": rows(
         f"select count(*) from {t('kernels')} k join {t('api')} a on k.host = a.host and k.pid = a.pid "

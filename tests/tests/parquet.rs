@@ -108,6 +108,13 @@ fn imported_traces_and_ranks_share_one_directory() {
         |t: &Path| stats(t)["kernels"].as_array().unwrap().iter().map(|k| k["count"].as_u64().unwrap()).sum::<u64>();
     assert_eq!(q["kernels_by_rank"], serde_json::json!({"0": count(&r0), "1": count(&r1)}));
     assert!(out.join("kernels/host=unknown/rank=0").is_dir() && out.join("kernels/host=unknown/rank=1").is_dir());
+    // Each communication kernel's collective, as the report tells it (both ranks run every collective on NCCL
+    // 2.1x's SendRecv kernel): the same counts as the timelines carry (interop's test) on rank 0.
+    let r0_collectives: u64 = ["0 all_to_all", "0 all_reduce", "0 all_gather"]
+        .iter()
+        .map(|k| q["collectives"][k].as_u64().unwrap_or_else(|| panic!("{k}: {}", q["collectives"])))
+        .sum();
+    assert_eq!((q["collectives"]["0 all_to_all"].as_u64(), r0_collectives), (Some(4), 10), "{}", q["collectives"]);
     // The guide's DuckDB query (docs/guide/timelines.md), as printed there: its top 20 (rank, kernel) rows are each
     // what that rank's own `stats` says of the kernel.
     let readme = repo_root().join("docs/guide/timelines.md");

@@ -17,7 +17,9 @@ mod table;
 use cuflight_format::event::MemKind;
 use cuflight_format::{EventKind, RawEvent};
 use cuflight_trace::import::{JobTraces, KEEP_OPEN};
+use cuflight_trace::model::collectives::Collective;
 use cuflight_trace::model::cupti_labels;
+use cuflight_trace::model::kernel_category::is_collective_kernel;
 use cuflight_trace::model::ranges::Pairer;
 use cuflight_trace::model::source::EventSource;
 use cuflight_trace::model::trace::{Process, TraceError};
@@ -63,6 +65,8 @@ pub fn tables() -> Vec<(&'static str, Vec<(&'static str, Kind)>)> {
         ("registers_per_thread", U32),
         ("static_shared_bytes", U32),
         ("dynamic_shared_bytes", U32),
+        // Added 2026-12-03 (an added column keeps the schema version).
+        ("collective", OptStr),
     ];
     vec![
         ("kernels", columns(&[&PLACE, &WORK, &SPAN, kernel_cfg])),
@@ -145,6 +149,10 @@ struct Place {
     pid: u32,
     clock: cuflight_trace::model::align::ToJob,
     pairer: Pairer,
+    /// The k-th communication kernel's collective, as the report's plan told it ([`ProcessSteps::collectives`]),
+    /// and how many such kernels have gone by.
+    collectives: Vec<Option<Collective>>,
+    comm_seen: usize,
 }
 
 impl Place {
@@ -187,6 +195,9 @@ pub fn part_stems(paths: &[std::path::PathBuf]) -> Vec<String> {
 pub struct ProcessSteps {
     pub windows: Vec<(u64, u64)>,
     pub names: Vec<String>,
+    /// The collective of each communication kernel ([`is_collective_kernel`]), in the order they come: what the
+    /// host's range around its launch asked for, else its name (the report's rule; None where neither says).
+    pub collectives: Vec<Option<Collective>>,
 }
 
 /// Every process's steps of the trace at the path, by process key.
@@ -211,7 +222,7 @@ pub fn export(
         Ok(())
     })?;
     written.placement = job.placement();
-    for (i, ((stem, path), steps)) in sources.iter().zip(steps).enumerate() {
+    for (i, ((stem, path), mut steps)) in sources.iter().zip(steps).enumerate() {
         let mut source = traces.second(i)?;
         let source = &mut source;
         let shown = &path.display().to_string();
@@ -224,7 +235,9 @@ pub fn export(
         for (&k, p) in &source.processes {
             let host = cuflight_trace::model::host::host_of(p).to_string();
             let clock = job.to_job(p);
-            places.insert(k, Place { host, rank: p.rank, pid: p.info.pid, clock, pairer: Pairer::default() });
+            let collectives = steps.get_mut(&k).map(|s| std::mem::take(&mut s.collectives)).unwrap_or_default();
+            let pairer = Pairer::default();
+            places.insert(k, Place { host, rank: p.rank, pid: p.info.pid, clock, pairer, collectives, comm_seen: 0 });
         }
         let mut failed = None;
         source.for_each(|k, p, e| {
@@ -306,7 +319,7 @@ pub fn export(
 #[rustfmt::skip]
 fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e: &RawEvent) -> Result<(), ParquetError> {
     // Disjoint borrows: the pairer changes, the rest is read (no per-event copy of the host name).
-    let Place { host, rank, pid, clock, pairer } = place;
+    let Place { host, rank, pid, clock, pairer, collectives, comm_seen } = place;
     let (host, rank, pid) = (host.as_str(), *rank, *pid);
     let at = |ns: u64| clock.at(ns);
     let r = V::OptI32(rank.map(|r| r as i32));
@@ -324,13 +337,18 @@ fn row(t: &mut FxHashMap<&'static str, Table>, place: &mut Place, p: &Process, e
     match e.kind() {
         Some(EventKind::Kernel) => {
             let c = e.launch_config();
+            let name = p.string(e.name);
+            let collective = is_collective_kernel(name).then(|| {
+                *comm_seen += 1;
+                collectives.get(*comm_seen - 1).copied().flatten()
+            });
             let mut v = vec![V::S(host), r, V::U32(pid)];
             v.extend(work);
             v.extend(span);
             v.extend([
                 V::S(p.string(e.name)), V::U32(c.grid[0]), V::U32(c.grid[1]), V::U32(c.grid[2]),
                 V::U32(c.block[0]), V::U32(c.block[1]), V::U32(c.block[2]), V::U32(c.registers as u32),
-                V::U32(c.static_shared), V::U32(c.dynamic_shared),
+                V::U32(c.static_shared), V::U32(c.dynamic_shared), V::OptS(collective.flatten().map(|c| c.label())),
             ]);
             push(t, "kernels", host, rank, &v)
         }

@@ -30,6 +30,8 @@ pub enum Kind {
     OptI32,
     /// Nullable (a counter a sample lacks).
     OptF64,
+    /// Nullable (a kernel that is no collective has none).
+    OptStr,
 }
 
 pub enum V<'a> {
@@ -39,6 +41,7 @@ pub enum V<'a> {
     I64(i64),
     OptI32(Option<i32>),
     OptF64(Option<f64>),
+    OptS(Option<&'a str>),
 }
 
 enum Col {
@@ -48,6 +51,7 @@ enum Col {
     I64(Vec<i64>),
     OptI32(Vec<Option<i32>>),
     OptF64(Vec<Option<f64>>),
+    OptS(Vec<Option<String>>),
 }
 
 impl Col {
@@ -59,6 +63,7 @@ impl Col {
             Kind::I64 => Col::I64(Vec::new()),
             Kind::OptI32 => Col::OptI32(Vec::new()),
             Kind::OptF64 => Col::OptF64(Vec::new()),
+            Kind::OptStr => Col::OptS(Vec::new()),
         }
     }
 
@@ -70,6 +75,7 @@ impl Col {
             (Col::I64(c), V::I64(x)) => c.push(*x),
             (Col::OptI32(c), V::OptI32(x)) => c.push(*x),
             (Col::OptF64(c), V::OptF64(x)) => c.push(*x),
+            (Col::OptS(c), V::OptS(x)) => c.push(x.map(str::to_string)),
             _ => return false,
         }
         true
@@ -83,6 +89,7 @@ impl Col {
             Col::I64(c) => Arc::new(Int64Array::from(std::mem::take(c))),
             Col::OptI32(c) => Arc::new(Int32Array::from(std::mem::take(c))),
             Col::OptF64(c) => Arc::new(Float64Array::from(std::mem::take(c))),
+            Col::OptS(c) => Arc::new(StringArray::from(std::mem::take(c))),
         }
     }
 }
@@ -129,6 +136,7 @@ impl Table {
                     Kind::I64 => (DataType::Int64, false),
                     Kind::OptI32 => (DataType::Int32, true),
                     Kind::OptF64 => (DataType::Float64, true),
+                    Kind::OptStr => (DataType::Utf8, true),
                 };
                 Field::new(n, t, null)
             })
