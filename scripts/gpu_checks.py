@@ -3,8 +3,9 @@ write its part's summary JSON, and exits 1 when a check fails.
 
 usage: gpu_checks.py faithful STATS TRACE SUMMARY | torch STATS TORCHPROF STEPS SUMMARY |
        torch-windows DIR STEPS SUMMARY | infer DIR SUMMARY | planted DIR | serve DIR "MODES" |
-       scrape SERVE_STDERR OUT SERVE_PID
+       scrape SERVE_STDERR OUT SERVE_PID | nccl DIR
 """
+import gzip
 import json
 import os
 import re
@@ -516,8 +517,38 @@ def serve(args):
     return True
 
 
+def nccl(args):
+    """A one-rank NCCL group's collectives under cuflight (tests/gpu/nccl_single.py): NCCL's own NVTX ranges
+    (domain NCCL), the kernels it launched, and the collective the report, stats and the timeline told each
+    communication kernel by. Passes where NCCL's ranges were recorded; the rest is printed for the closing note."""
+    out = args[0]
+    stats = json.load(open(os.path.join(out, "nccl-stats.json")))
+    ranges = [r for r in stats.get("nvtx", []) if r["domain"] == "NCCL"]
+    print(f"NCCL NVTX ranges: {len(ranges)} names")
+    for r in sorted(ranges, key=lambda r: -r["count"])[:10]:
+        print(f"  {r['count']:6} {r['total_ns'] / 1e6:10.3f} ms  {r['name']}")
+    kernels = [k for k in stats.get("kernels", []) if "nccl" in k["name"].lower()]
+    print(f"NCCL kernels: {len(kernels)} names")
+    for k in kernels[:10]:
+        print(f"  {k['count']:6} {k['total_ns'] / 1e6:10.3f} ms  {k['name'][:100]}")
+    for c in stats.get("collectives", []):
+        print(f"  stats collectives: {c['name']:16} {c['count']:6} {c['total_ns'] / 1e6:10.3f} ms")
+    timeline = json.load(gzip.open(os.path.join(out, "nccl.json.gz"), "rt"))["traceEvents"]
+    told = {}
+    for e in timeline:
+        if e.get("cat") == "kernel" and "collective" in e.get("args", {}):
+            told[e["args"]["collective"]] = told.get(e["args"]["collective"], 0) + 1
+    print(f"timeline kernels by collective: {told}")
+    ok = bool(ranges)
+    json.dump({"nvtx_ranges": ranges, "kernels": kernels, "collectives": stats.get("collectives", []),
+               "timeline": told, "pass": ok}, open(os.path.join(out, "nccl-summary.json"), "w"), indent=1)
+    print("PASS" if ok else "FAIL: no range in domain NCCL (NCCL built without NVTX, or NVTX_INJECTION not reached)")
+    return ok
+
+
 CHECKS = {"faithful": faithful, "torch": torch, "torch-windows": torch_windows, "infer": infer, "planted": planted,
-          "compiled": compiled, "batching": batching, "graphtrace": graphtrace, "serve": serve, "scrape": scrape}
+          "compiled": compiled, "batching": batching, "graphtrace": graphtrace, "serve": serve, "scrape": scrape,
+          "nccl": nccl}
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in CHECKS:

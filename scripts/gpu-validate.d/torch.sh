@@ -42,6 +42,16 @@ part_graphtrace() {
   return $rc
 }
 
+part_nccl() {
+  # Whether the agent records NCCL's own NVTX ranges (ncclAllReduce, domain NCCL) on a GPU, never seen yet, and
+  # which kernels a one-rank group launches: the report tells a collective by the range around its launch.
+  "$bin" record --force -o "$out/nccl.cuf" -- python3 tests/gpu/nccl_single.py 20 || return 1
+  "$bin" stats "$out/nccl.cuf" --format json > "$out/nccl-stats.json" || return 1
+  "$bin" report "$out/nccl.cuf" --format json > "$out/nccl-report.json" || return 1
+  "$bin" export -o "$out/nccl.json.gz" "$out/nccl.cuf" || return 1
+  python3 scripts/gpu_checks.py nccl "$out"
+}
+
 part_torch() {
   local steps=50 rc=0
   "$bin" record --force -o "$out/torch.cuf" -- python3 tests/gpu/train_torch.py plain $steps || return 1
