@@ -11,7 +11,7 @@ use cuflight_trace::model::launches::Joined;
 use cuflight_trace::model::ranges::Pairer;
 use cuflight_trace::model::source::EventSource;
 use cuflight_trace::model::trace::{Process, TraceError};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Each process's collective ranges, by process key: empty where no process ran a collective kernel.
 pub(crate) struct Collectives(FxHashMap<u32, CollectiveSpans>);
@@ -19,7 +19,7 @@ pub(crate) struct Collectives(FxHashMap<u32, CollectiveSpans>);
 impl Collectives {
     /// Reads the host's collective ranges of every process whose names include a collective kernel's.
     pub fn of(source: &mut EventSource) -> Result<Collectives, TraceError> {
-        let with_comm: Vec<u32> = source
+        let with_comm: FxHashSet<u32> = source
             .processes
             .iter()
             .filter(|(_, p)| p.strings.values().any(|s| is_collective_kernel(s)))
