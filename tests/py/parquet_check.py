@@ -1,7 +1,8 @@
 """Queries a cuflight Parquet export with DuckDB (as a user would, hive partitioning on) and prints JSON of what
 `cuflight stats` also says: per kernel name and per API name count and total ns, copies, memsets, NVTX ranges,
-allocations, steps, per rank the kernel count and the communication kernels by collective; with README, also the rows of the README's DuckDB query run on
-DIR (its `job/` replaced by DIR), so the documented query is known to run. Usage: parquet_check.py DIR [README]"""
+allocations, steps, per rank the kernel count and the communication kernels by collective; with README, also
+the rows of the README's DuckDB query run on DIR (its `job/` replaced by DIR), so the documented query is known
+to run. Usage: parquet_check.py DIR [README]"""
 import json
 import sys
 

@@ -27,9 +27,9 @@
 //! - outside CUDA, after a synchronising call (the queue was drained by it) → **sync stall**; after
 //!   `cudaFree` → **allocator churn**; after the step began and before its first CUDA call (the host is
 //!   preparing the step's input) → **data loading**, but inside the framework operator that makes that call
-//!   where it launches work (the operator's own host work) → as between launches, next; otherwise the host is busy between launches: up to
-//!   100 µs at a time, per-op overhead (Python, dispatch, tiny kernels) → **launch bound**; longer, CPU work
-//!   the GPU waits for → **CPU bound**.
+//!   where it launches work (the operator's own host work) → as between launches, next; otherwise the host is
+//!   busy between launches: up to 100 µs at a time, per-op overhead (Python, dispatch, tiny kernels) →
+//!   **launch bound**; longer, CPU work the GPU waits for → **CPU bound**.
 
 use super::short_names::short_name;
 use super::spans::{clip, subtract, Span};
