@@ -33,6 +33,7 @@ mod gpu_counters;
 mod interner;
 mod name_cache;
 mod nvtx;
+mod nvtx_handles;
 mod nvtx_late;
 mod open_steps;
 mod pystack;

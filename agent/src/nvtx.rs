@@ -2,7 +2,7 @@
 //! library that calls it (each library embeds its own copy of NVTX and calls us separately). Ranges, marks,
 //! domains, registered strings and thread names become events on the calling thread's ring.
 
-use crate::{clock, sampler, state, thread_rings};
+use crate::{clock, nvtx_handles, sampler, state, thread_rings};
 use cuflight_format::view::Nvtx;
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
@@ -87,12 +87,14 @@ fn wstr(p: *const WChar) -> String {
 /// Thread and category names given so far, (kind, domain, thread or category id, name): the events that gave
 /// them belong to the window or the flight-recorder span they came in, so they are given again at the start of
 /// every attach window and before every dump ([`repeat_names`]). Naming calls are rare; the table is bounded.
+/// The domain is kept as its handle ([`nvtx_handles`]), named anew in each window's segment.
 static NAMES_GIVEN: parking_lot::Mutex<Vec<NameGiven>> = parking_lot::Mutex::new(Vec::new());
-type NameGiven = (EventKind, u32, u64, Vec<u8>);
+type NameGiven = (EventKind, usize, u64, Vec<u8>);
 const MAX_NAMES_GIVEN: usize = 4096;
 
-fn name_given(kind: EventKind, domain: u32, a: u64, name: Vec<u8>) {
+fn name_given(kind: EventKind, domain: c::nvtxDomainHandle_t, a: u64, name: Vec<u8>) {
     let id = state::intern(&name);
+    let domain = domain as usize;
     {
         let mut given = NAMES_GIVEN.lock();
         match given.iter().position(|(k, d, x, _)| *k == kind && *d == domain && *x == a) {
@@ -101,14 +103,14 @@ fn name_given(kind: EventKind, domain: u32, a: u64, name: Vec<u8>) {
             None => {}
         }
     }
-    event(kind, domain, id, no_extra(), a);
+    event(kind, nvtx_handles::id(domain), id, no_extra(), a);
 }
 
 /// Records every thread and category name given so far again (a new window, a dump).
 pub fn repeat_names() {
     let given = NAMES_GIVEN.lock().clone();
     for (kind, domain, a, name) in given {
-        event(kind, domain, state::intern(&name), no_extra(), a);
+        event(kind, nvtx_handles::id(domain), state::intern(&name), no_extra(), a);
     }
 }
 
@@ -142,7 +144,7 @@ fn attr(a: *const c::nvtxEventAttributes_t) -> (u32, Extra) {
         // SAFETY: as said: a NUL-terminated string valid for the call.
         c::NVTX_MESSAGE_TYPE_ASCII => unsafe { cstr_id(a.message.ascii) },
         // SAFETY: as said.
-        c::NVTX_MESSAGE_TYPE_REGISTERED => (unsafe { a.message.registered }) as usize as u32,
+        c::NVTX_MESSAGE_TYPE_REGISTERED => nvtx_handles::id(unsafe { a.message.registered } as usize),
         // SAFETY: as said: a NUL-terminated wide string valid for the call.
         c::NVTX_MESSAGE_TYPE_UNICODE => unsafe { wstr_id(a.message.unicode) },
         _ => 0,
@@ -272,7 +274,7 @@ fn end_range(domain: u32, id: u64) {
 }
 
 fn domain_id(d: c::nvtxDomainHandle_t) -> u32 {
-    d as usize as u32
+    nvtx_handles::id(d as usize)
 }
 
 unsafe extern "C" fn mark_ex(a: *const c::nvtxEventAttributes_t) {
@@ -309,7 +311,7 @@ unsafe extern "C" fn range_pop() -> c_int {
     hot(-1, || pop_range(0))
 }
 unsafe extern "C" fn name_os_thread_a(tid: u32, name: *const c_char) {
-    guard((), || name_given(EventKind::ThreadName, 0, tid as u64, cstr_bytes(name)))
+    guard((), || name_given(EventKind::ThreadName, std::ptr::null_mut(), tid as u64, cstr_bytes(name)))
 }
 unsafe extern "C" fn domain_mark_ex(d: c::nvtxDomainHandle_t, a: *const c::nvtxEventAttributes_t) {
     hot((), || {
@@ -345,32 +347,33 @@ unsafe extern "C" fn range_push_w(m: *const WChar) -> c_int {
     hot(-1, || push_range(0, wstr_id(m), no_extra()))
 }
 unsafe extern "C" fn name_os_thread_w(tid: u32, name: *const WChar) {
-    guard((), || name_given(EventKind::ThreadName, 0, tid as u64, wstr(name).into_bytes()))
+    guard((), || name_given(EventKind::ThreadName, std::ptr::null_mut(), tid as u64, wstr(name).into_bytes()))
 }
 unsafe extern "C" fn name_category_a(category: u32, name: *const c_char) {
-    guard((), || name_given(EventKind::NvtxCategory, 0, category as u64, cstr_bytes(name)))
+    guard((), || name_given(EventKind::NvtxCategory, std::ptr::null_mut(), category as u64, cstr_bytes(name)))
 }
 unsafe extern "C" fn name_category_w(category: u32, name: *const WChar) {
-    guard((), || name_given(EventKind::NvtxCategory, 0, category as u64, wstr(name).into_bytes()))
+    guard((), || name_given(EventKind::NvtxCategory, std::ptr::null_mut(), category as u64, wstr(name).into_bytes()))
 }
 unsafe extern "C" fn domain_name_category_a(d: c::nvtxDomainHandle_t, category: u32, name: *const c_char) {
-    guard((), || name_given(EventKind::NvtxCategory, domain_id(d), category as u64, cstr_bytes(name)))
+    guard((), || name_given(EventKind::NvtxCategory, d, category as u64, cstr_bytes(name)))
 }
 unsafe extern "C" fn domain_name_category_w(d: c::nvtxDomainHandle_t, category: u32, name: *const WChar) {
-    guard((), || name_given(EventKind::NvtxCategory, domain_id(d), category as u64, wstr(name).into_bytes()))
+    guard((), || name_given(EventKind::NvtxCategory, d, category as u64, wstr(name).into_bytes()))
 }
 unsafe extern "C" fn domain_register_string_w(_d: c::nvtxDomainHandle_t, s: *const WChar) -> c::nvtxStringHandle_t {
-    guard(std::ptr::null_mut(), || wstr_id(s) as usize as c::nvtxStringHandle_t)
+    guard(std::ptr::null_mut(), || nvtx_handles::register(wstr(s).as_bytes()) as c::nvtxStringHandle_t)
 }
 unsafe extern "C" fn domain_create_w(name: *const WChar) -> c::nvtxDomainHandle_t {
-    guard(std::ptr::null_mut(), || wstr_id(name) as usize as c::nvtxDomainHandle_t)
+    guard(std::ptr::null_mut(), || nvtx_handles::register(wstr(name).as_bytes()) as c::nvtxDomainHandle_t)
 }
-/// Registered strings and domains are handed out as their string ids (0, the null handle, when not recording).
+/// Registered strings and domains are handed out as handles of [`nvtx_handles`], valid in every later window
+/// also when made while nothing recorded (a dormant agent).
 unsafe extern "C" fn domain_register_string_a(_d: c::nvtxDomainHandle_t, s: *const c_char) -> c::nvtxStringHandle_t {
-    guard(std::ptr::null_mut(), || cstr_id(s) as usize as c::nvtxStringHandle_t)
+    guard(std::ptr::null_mut(), || nvtx_handles::register(&cstr_bytes(s)) as c::nvtxStringHandle_t)
 }
 unsafe extern "C" fn domain_create_a(name: *const c_char) -> c::nvtxDomainHandle_t {
-    guard(std::ptr::null_mut(), || cstr_id(name) as usize as c::nvtxDomainHandle_t)
+    guard(std::ptr::null_mut(), || nvtx_handles::register(&cstr_bytes(name)) as c::nvtxDomainHandle_t)
 }
 unsafe extern "C" fn domain_destroy(_d: c::nvtxDomainHandle_t) {}
 unsafe extern "C" fn initialize(_reserved: *const std::ffi::c_void) {}

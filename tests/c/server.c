@@ -23,7 +23,9 @@
  * bytes and prints "oom CODE"; "Q" queries a stream busy with a 50 ms kernel and prints "query CODE", then waits;
  * "b MS" starts a second thread that runs NVTX steps "step" of about MS ms back to back (a kernel on a stream of
  * its own, then a sleep: a server's other GPU thread) and prints "done" (while it runs: its next steps take MS),
- * "B" stops it and prints "done N" (its steps); EOF ends it. */
+ * "B" stops it and prints "done N" (its steps); "d N" makes an NVTX domain "NCCL" and registers the string
+ * "ncclAllReduce" in it on its first use (as NCCL does when it initialises, often before any window), then opens
+ * N ranges in that domain named by the registered string, and prints "done"; EOF ends it. */
 #include "sim.h"
 #include <cuda.h>
 #include <dlfcn.h>
@@ -314,6 +316,27 @@ static int commands(void) {
                 cudaPeekAtLastError();
                 (void)cudaGetErrorString(cudaSuccess);
             }
+            printf("done\n");
+        } else if (line[0] == 'd') {
+            static nvtxDomainHandle_t domain;
+            static nvtxStringHandle_t registered;
+            static int made;
+            if (!made) {
+                made = 1;
+                domain = nvtxDomainCreateA("NCCL");
+                registered = nvtxDomainRegisterStringA(domain, "ncclAllReduce");
+            }
+            nvtxEventAttributes_t a = {0};
+            a.version = NVTX_VERSION;
+            a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+            a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+            a.message.registered = registered;
+            for (long i = atol(line + 1); i > 0; i--) {
+                nvtxDomainRangePushEx(domain, &a);
+                launch(tick, 1, 1, 0, args);
+                nvtxDomainRangePop(domain);
+            }
+            CHECK(cudaDeviceSynchronize());
             printf("done\n");
         } else if (line[0] == 'n') {
             char name[32] = "";

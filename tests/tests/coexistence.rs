@@ -1,7 +1,7 @@
 //! cuflight beside another CUPTI tool in the same process, on cudasim (the CPU test double for the driver,
 //! runtime and CUPTI). From CUPTI 13.5 both subscribe in multi-subscriber mode and each sees everything; below it,
 //! or when the other tool took CUPTI alone, `attach` is refused naming it. Also what a program states once (thread
-//! names) reaching every later window and dump.
+//! names, NVTX domains and registered strings) reaching every later window and dump.
 
 use cuflight_integration::*;
 use std::process::Command;
@@ -96,5 +96,28 @@ fn names_given_before_a_window_or_a_dumps_span_are_in_it() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(export_chrome(&trace, &dir.join("dump.json")).to_string().contains("main-loop"));
+    assert!(server.end().0.success());
+}
+
+#[test]
+fn domains_and_strings_registered_while_dormant_name_every_later_window() {
+    // NCCL makes its NVTX domain and registers its ranges' names when it initialises: in a server started with
+    // `cuflight launch`, before any window. The handles NVTX hands the program then must still name them in
+    // each window (they had been the null handle: ranges of the default domain with no name).
+    let dir = scratch("handles-dormant");
+    let mut server = Server::start(&dir, &[], &[]);
+    assert_eq!(server.cmd("d 1"), "done", "domain and string made while dormant");
+    for n in 1..=2 {
+        let trace = dir.join(format!("w{n}.cuf"));
+        let window = spawn_attach(server.pid(), &trace, &["--duration", "60s"], &[]);
+        wait_for_agent_state(server.pid(), "recording");
+        assert_eq!(server.cmd("d 3"), "done");
+        end_attach_window(window);
+        let s = stats(&trace);
+        let ranges = rows(&s, "nvtx", "kind", "range");
+        let named: Vec<_> = ranges.iter().map(|r| (r["domain"].as_str(), r["name"].as_str())).collect();
+        assert_eq!(named, [(Some("NCCL"), Some("ncclAllReduce"))], "window {n}: {}", s["nvtx"]);
+        assert_eq!(ranges[0]["count"], 3, "window {n}");
+    }
     assert!(server.end().0.success());
 }
