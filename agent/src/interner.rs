@@ -48,6 +48,16 @@ impl Interner {
         seg.append_string(s).unwrap_or(0)
     }
 
+    /// Forgets every string and empties `seg`'s string region: a window that starts afresh. A lookup racing it
+    /// finds a stale slot at worst, whose id no longer holds its bytes: a miss, never a wrong id.
+    pub fn reset(&self, seg: &MappedSegment) {
+        let _guard = self.lock.lock();
+        for key in self.keys.iter() {
+            key.store(0, Ordering::Relaxed);
+        }
+        seg.reset_strings();
+    }
+
     fn find(&self, seg: &MappedSegment, h: u64, s: &[u8]) -> Option<u32> {
         let mut slot = h as usize & (TABLE - 1);
         for _ in 0..64 {

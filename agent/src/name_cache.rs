@@ -32,6 +32,14 @@ pub fn call_name<'a>(runtime: bool, cbid: u32, name: impl FnOnce() -> Option<&'a
     id
 }
 
+/// Forgets every call name: their ids name nothing once the string region starts over (a new window, while no
+/// callback runs: the previous window's were removed when it ended).
+pub fn forget_call_names() {
+    for slot in CALL_NAMES.iter().flatten() {
+        slot.store(0, Ordering::Relaxed);
+    }
+}
+
 /// Address -> string id, direct-mapped, shared by every thread (written only on a miss).
 static CACHE: [(AtomicUsize, AtomicU32); SLOTS] = [const { (AtomicUsize::new(0), AtomicU32::new(0)) }; SLOTS];
 

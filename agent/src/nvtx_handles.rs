@@ -1,9 +1,10 @@
 //! NVTX's domain and registered-string handles, valid whenever they were made. A program makes them once, at its
 //! start (NCCL names its domain and registers its collectives' names when it initialises), and uses them for the
 //! life of the process: a handle must name the same string in every window, also when it was made while the
-//! agent was dormant (no segment to intern into yet) or in the parent of a fork (whose segment the child does not
-//! share). So a handle is an index into this registry of the strings themselves; each use finds the string's id
-//! in the current segment, interned on first use there and remembered with the segment's generation.
+//! agent was dormant (no segment to intern into yet), in an earlier window (each window's string region starts
+//! empty) or in the parent of a fork (whose segment the child does not share). So a handle is an index into this
+//! registry of the strings themselves; each use finds the string's id in the current segment, interned on first
+//! use there and remembered with the strings' epoch ([`state::strings_epoch`]).
 //!
 //! Registration is rare and takes a lock; using a handle is an index and an atomic load.
 
@@ -23,7 +24,7 @@ const UNREGISTERED: usize = 1 << 40;
 
 struct Slot {
     bytes: OnceLock<Box<[u8]>>,
-    /// (segment generation << 32) | string id in that segment; 0 when not interned there yet.
+    /// (strings epoch << 32) | string id in that epoch; 0 when not interned there yet.
     id: AtomicU64,
 }
 
@@ -59,15 +60,15 @@ pub fn id(handle: usize) -> u32 {
     let Some(slot) = handle.checked_sub(1).filter(|&i| i < USED.load(Ordering::Acquire)).map(|i| &REGISTRY[i]) else {
         return 0;
     };
-    let generation = state::generation() as u32;
+    let epoch = state::strings_epoch() as u32;
     let known = slot.id.load(Ordering::Relaxed);
-    if known != 0 && (known >> 32) as u32 == generation {
+    if known != 0 && (known >> 32) as u32 == epoch {
         return known as u32;
     }
     let Some(bytes) = slot.bytes.get() else { return 0 };
     let id = state::intern(bytes);
     if id != 0 {
-        slot.id.store((generation as u64) << 32 | id as u64, Ordering::Relaxed);
+        slot.id.store((epoch as u64) << 32 | id as u64, Ordering::Relaxed);
     }
     id
 }

@@ -24,6 +24,9 @@ pub struct Agent {
 
 static AGENT: AtomicPtr<Agent> = AtomicPtr::new(std::ptr::null_mut());
 static GENERATION: AtomicU64 = AtomicU64::new(1);
+/// Changes whenever string ids stop meaning what they meant: a fork child's own segment, and each attach window
+/// after the first (its string region starts empty). Caches of ids are kept per epoch.
+static STRINGS_EPOCH: AtomicU64 = AtomicU64::new(1);
 /// Set when segment creation failed or no session exists: stop retrying on every event.
 static NO_SEGMENT: AtomicBool = AtomicBool::new(false);
 static CREATE: Mutex<()> = Mutex::new(());
@@ -165,6 +168,13 @@ pub fn wake_for(session: &str) -> Result<&'static Agent, String> {
             consumer.skip_all();
         }
     }
+    // Its strings too: a program that names its steps or requests uniquely ("step 81234") would otherwise fill
+    // the region for good in a long-lived process and leave every later window's names unkept. What a program
+    // names once (threads, NVTX domains, registered strings) is named again in each window.
+    agent.interner.reset(&agent.seg);
+    STRINGS_EPOCH.fetch_add(1, Ordering::AcqRel);
+    crate::name_cache::forget_call_names();
+    intern_process_names(agent);
     let conn = channel::send(session, agent.seg.fd()).map_err(|e| format!("cannot reach the collector: {e}"))?;
     // The new connection takes the old one's descriptor number: a thread waking the collector at this moment
     // writes to one or the other, never to a number the program may have reused.
@@ -212,6 +222,11 @@ pub fn inherited_cupti() -> bool {
 
 pub fn generation() -> u64 {
     GENERATION.load(Ordering::Acquire)
+}
+
+/// The epoch of string ids ([`STRINGS_EPOCH`]).
+pub fn strings_epoch() -> u64 {
+    STRINGS_EPOCH.load(Ordering::Acquire)
 }
 
 /// Prints one line about the agent turning itself off (once per process).
@@ -370,6 +385,25 @@ fn install_hooks() {
 }
 
 fn record_process_facts(agent: &Agent) {
+    intern_process_names(agent);
+    let h = agent.seg.header();
+    // The rank, local rank and world size as launchers set them (torchrun/torch.distributed, Open MPI,
+    // MPICH/PMI, Slurm): lets the collector line up the ranks of one job and name each "rank R (local L)".
+    let env = |names: &[&str]| names.iter().find_map(|k| std::env::var(k).ok()?.trim().parse::<u32>().ok());
+    let rank = env(&["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"]);
+    h.rank_plus_one.store(rank.map_or(0, |r| r.saturating_add(1)), Ordering::Relaxed);
+    let local = env(&["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"]);
+    h.local_rank_plus_one.store(local.map_or(0, |r| r.saturating_add(1)), Ordering::Relaxed);
+    let world = env(&["WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"]);
+    h.world_size.store(world.unwrap_or(0), Ordering::Relaxed);
+    h.injected_late.store(late_word(), Ordering::Relaxed);
+    if !FORKED.load(Ordering::Relaxed) && same_program_as_parent() {
+        FORKED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The command line, executable and host, as strings of the segment's current region.
+fn intern_process_names(agent: &Agent) {
     let h = agent.seg.header();
     let intern = |s: &[u8]| agent.interner.intern(&agent.seg, s);
     let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
@@ -384,19 +418,6 @@ fn record_process_facts(agent: &Agent) {
         Vec::new()
     };
     h.host.store(intern(&host), Ordering::Relaxed);
-    // The rank, local rank and world size as launchers set them (torchrun/torch.distributed, Open MPI,
-    // MPICH/PMI, Slurm): lets the collector line up the ranks of one job and name each "rank R (local L)".
-    let env = |names: &[&str]| names.iter().find_map(|k| std::env::var(k).ok()?.trim().parse::<u32>().ok());
-    let rank = env(&["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"]);
-    h.rank_plus_one.store(rank.map_or(0, |r| r.saturating_add(1)), Ordering::Relaxed);
-    let local = env(&["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"]);
-    h.local_rank_plus_one.store(local.map_or(0, |r| r.saturating_add(1)), Ordering::Relaxed);
-    let world = env(&["WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"]);
-    h.world_size.store(world.unwrap_or(0), Ordering::Relaxed);
-    h.injected_late.store(late_word(), Ordering::Relaxed);
-    if !FORKED.load(Ordering::Relaxed) && same_program_as_parent() {
-        FORKED.store(true, Ordering::Relaxed);
-    }
 }
 
 /// Whether this process runs the same program with the same command line as its parent: a child forked
@@ -455,6 +476,7 @@ extern "C" fn after_fork_in_child() {
     NO_SEGMENT.store(quiet, Ordering::Relaxed);
     AGENT.store(std::ptr::null_mut(), Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
+    STRINGS_EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
 extern "C" fn at_exit() {

@@ -106,7 +106,7 @@ fn record_every(opts: &sampled::SampledOptions) -> Result<i32> {
             a.summary.events,
             a.summary.bytes,
             a.ended,
-            a.summary.drops_line()
+            a.summary.losses_line()
         );
     })?;
     if let Some(why) = s.short {
@@ -213,18 +213,14 @@ fn tell_recorded(s: &RecordSummary, opts: &RecordOptions, trace: &TraceArgs) {
         [] => opts.output.display().to_string(),
         many => format!("{} files ({})", many.len(), cuflight_collector::capture::outputs::list(&s.files)),
     };
-    let names_lost = match s.drops.strings_full {
-        0 => String::new(),
-        n => format!("; {n} names not kept (the string table was full: those events have no name)"),
-    };
     eprintln!(
-        "cuflight: {} ({} events from {} process(es), {} bytes, {:.1} bytes/event); {}{names_lost}",
+        "cuflight: {} ({} events from {} process(es), {} bytes, {:.1} bytes/event); {}",
         wrote(s, written),
         s.events,
         s.processes,
         s.bytes,
         s.bytes as f64 / s.events.max(1) as f64,
-        s.drops_line(),
+        s.losses_line(),
     );
 }
 
@@ -358,7 +354,7 @@ pub fn attach(args: AttachArgs) -> Result<i32> {
             s.events,
             s.bytes,
             a.ended,
-            s.drops_line(),
+            s.losses_line(),
         );
         if let Some(line) = a.arming.describe() {
             eprintln!("cuflight: {line}");

@@ -28,7 +28,7 @@ mod header;
 mod image;
 
 pub use header::*;
-use header::{STATUS_LEN, STRINGS_CHUNK};
+use header::{STATUS_LEN, STRINGS_CHUNK, STRINGS_START};
 
 use crate::ring::{ring_bytes, Consumer, RingRef};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -163,7 +163,7 @@ impl MappedSegment {
         h.start_realtime_ns = realtime_ns;
         h.strings_reserved.store(first_strings, Ordering::Relaxed);
         // The empty string at offset 0 (a zero length word, already zero) makes id 0 mean "none".
-        h.strings_len.store(4, Ordering::Relaxed);
+        h.strings_len.store(STRINGS_START, Ordering::Relaxed);
         h.magic.store(SEGMENT_MAGIC, Ordering::Release);
         Ok(seg)
     }
@@ -307,6 +307,13 @@ impl MappedSegment {
                 (end - from) as usize,
             )
         }
+    }
+
+    /// Empties the string region (its memory stays reserved), for a window that starts afresh: every id handed
+    /// out before names nothing, or another string, from here. Not thread-safe: the agent serialises it with its
+    /// appends, and calls it only while no collector reads the segment (between attach windows).
+    pub fn reset_strings(&self) {
+        self.header().strings_len.store(STRINGS_START, Ordering::Release);
     }
 
     /// Appends a string; returns its id, or None when the region is full or its memory cannot be reserved

@@ -25,7 +25,9 @@
  * its own, then a sleep: a server's other GPU thread) and prints "done" (while it runs: its next steps take MS),
  * "B" stops it and prints "done N" (its steps); "d N" makes an NVTX domain "NCCL" and registers the string
  * "ncclAllReduce" in it on its first use (as NCCL does when it initialises, often before any window), then opens
- * N ranges in that domain named by the registered string, and prints "done"; EOF ends it. */
+ * N ranges in that domain named by the registered string, and prints "done"; "N COUNT" opens COUNT NVTX ranges,
+ * each with a name of its own of about 1 KB ("request 17 000..."), as a server that names each request would, and
+ * prints "done"; EOF ends it. */
 #include "sim.h"
 #include <cuda.h>
 #include <dlfcn.h>
@@ -315,6 +317,15 @@ static int commands(void) {
                 cudaGetLastError();
                 cudaPeekAtLastError();
                 (void)cudaGetErrorString(cudaSuccess);
+            }
+            printf("done\n");
+        } else if (line[0] == 'N') {
+            static long named;
+            char name[1024];
+            for (long i = atol(line + 1); i > 0; i--) {
+                snprintf(name, sizeof name, "request %ld %01000d", named++, 0);
+                nvtxRangePushA(name);
+                nvtxRangePop();
             }
             printf("done\n");
         } else if (line[0] == 'd') {

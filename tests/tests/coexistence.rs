@@ -121,3 +121,28 @@ fn domains_and_strings_registered_while_dormant_name_every_later_window() {
     }
     assert!(server.end().0.success());
 }
+
+#[test]
+fn each_window_keeps_its_own_names_however_many_came_before() {
+    // A server that names each request uniquely: 2,500 names of 1 KB a window. Strings of earlier windows had
+    // stayed in the 4 MiB string region for the life of the process: the second window kept fewer than half of
+    // its names, and every window after it none.
+    let dir = scratch("names-per-window");
+    let mut server = Server::start(&dir, &[], &[]);
+    for n in 1..=3 {
+        let trace = dir.join(format!("w{n}.cuf"));
+        let window = spawn_attach(server.pid(), &trace, &["--duration", "60s"], &[]);
+        wait_for_agent_state(server.pid(), "recording");
+        assert_eq!(server.cmd("N 2500"), "done");
+        let err = end_attach_window(window);
+        assert!(!err.contains("names not kept"), "window {n}: {err}");
+        let s = stats(&trace);
+        let named = rows(&s, "nvtx", "kind", "range")
+            .iter()
+            .filter(|r| r["name"].as_str().is_some_and(|n| n.starts_with("request ")))
+            .count();
+        assert_eq!(named, 2500, "window {n}");
+        assert!(s["processes"].to_string().contains("server"), "window {n} names its process: {}", s["processes"]);
+    }
+    assert!(server.end().0.success());
+}

@@ -169,7 +169,7 @@ pub struct ThreadPy {
     /// Free-threaded 3.14+: (code object, its array of bytecode copies, copy, where that copy starts): this
     /// thread's own copy of each code object's bytecode, found once.
     copies: cache::Assoc<4, 3, 32>,
-    generation: Cell<u64>,
+    strings_epoch: Cell<u64>,
     /// Launches left before this thread's next sampled one (0 before its first, which is sampled).
     pub launches: Cell<u32>,
     /// This thread's borrowing of the main thread's stack (it runs no Python): (window start, stacks borrowed in
@@ -186,7 +186,7 @@ impl ThreadPy {
             codes: cache::Assoc::new(),
             lines: cache::Assoc::new(),
             copies: cache::Assoc::new(),
-            generation: Cell::new(0),
+            strings_epoch: Cell::new(0),
             borrowed: Cell::new((0, 0)),
             last_walk: Cell::new(walk::LastWalk::NONE),
             launches: Cell::new(0),
@@ -194,11 +194,11 @@ impl ThreadPy {
     }
 
     fn lookup(&self, code: u64, file: u64, name: u64) -> Option<(u32, u32)> {
-        let generation = crate::state::generation();
-        if self.generation.get() != generation {
-            // String ids belong to the segment of this process: a fork child starts over.
+        let epoch = crate::state::strings_epoch();
+        if self.strings_epoch.get() != epoch {
+            // String ids belong to the segment's current strings: a fork child, and each window, start over.
             self.codes.clear();
-            self.generation.set(generation);
+            self.strings_epoch.set(epoch);
         }
         let [_, f, n, ids] = self.codes.get(code >> 4, &[code])?;
         (f == file && n == name).then_some(((ids >> 32) as u32, ids as u32))

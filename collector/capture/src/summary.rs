@@ -92,6 +92,15 @@ impl RecordSummary {
         self.drops.lost_line(&[(self.unwritten, "a write error")])
     }
 
+    /// [`Self::drops_line`], and the names not kept beside it ([`Drops::names_not_kept`]): what a window or a
+    /// recording says it lost.
+    pub fn losses_line(&self) -> String {
+        match self.drops.names_not_kept() {
+            Some(names) => format!("{}; {names}", self.drops_line()),
+            None => self.drops_line(),
+        }
+    }
+
     /// What the Python stacks cost the programs, when any were read.
     pub fn python_stacks_line(&self) -> Option<String> {
         (self.python_stacks > 0).then(|| {

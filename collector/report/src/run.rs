@@ -220,10 +220,8 @@ impl RunSummary {
         }
         let refused = (self.refused, "impossible times, such as an end before its start, refused on reading");
         out.push(("Recording", self.drops.lost_line(&[refused])));
-        if self.drops.strings_full > 0 {
-            // Events kept, names not: said apart, since no event was lost.
-            let n = self.drops.strings_full;
-            out.push(("Names", format!("{n} not kept (the string table was full: those events have no name)")));
+        if let Some(names) = self.drops.names_not_kept() {
+            out.push(("Names", names));
         }
         if self.unseen_begin > 0 {
             // Not lost: begun before the window, so their start is unknown and they are left out.

@@ -45,6 +45,14 @@ impl Drops {
         let why: Vec<String> = all.map(|(n, why)| format!("{n}: {why}")).collect();
         format!("{total} events lost ({})", why.join(", "))
     }
+
+    /// Events kept without their names (the string region was full), in the words every output uses; None
+    /// when every name was kept. Said apart from [`Drops::lost_line`]: no event was lost.
+    pub fn names_not_kept(&self) -> Option<String> {
+        (self.strings_full > 0).then(|| {
+            format!("{} names not kept (the string table was full: those events have no name)", self.strings_full)
+        })
+    }
 }
 
 /// Facts about one profiled process.

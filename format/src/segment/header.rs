@@ -17,6 +17,8 @@ pub const MAX_STRINGS_CAPACITY: u64 = 64 << 20;
 pub const MAX_SEGMENT_BYTES: u64 = 16 << 30;
 /// The string region is reserved in chunks of this many bytes.
 pub(super) const STRINGS_CHUNK: u64 = 64 << 10;
+/// Where the first string of an empty region goes: after the empty string at offset 0 (id 0, "no string").
+pub(super) const STRINGS_START: u64 = 4;
 
 /// Agent states stored in [`SegmentHeader::state`].
 pub mod state {

@@ -430,8 +430,8 @@ impl Stats {
             if p.rings_refused > 0 {
                 command.push_str(&format!(" [{} threads got no ring: no shared memory]", p.rings_refused));
             }
-            if p.drops.strings_full > 0 {
-                command.push_str(&format!(" [{} names lost: string region full]", p.drops.strings_full));
+            if let Some(names) = p.drops.names_not_kept() {
+                command.push_str(&format!(" [{names}]"));
             }
             for u in &p.records_unused {
                 command

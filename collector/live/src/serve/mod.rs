@@ -312,7 +312,7 @@ fn window_line(
         took.as_secs_f64(),
         w.ended,
         w.summary.events,
-        w.summary.drops_line()
+        w.summary.losses_line()
     )
 }
 
