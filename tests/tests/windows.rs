@@ -210,7 +210,12 @@ fn cudasim_models_cuptis_set_up_delivery_and_callback_costs() {
     assert!((0.0..5.0).contains(&ms("first_callback_after_setup_ms")), "callbacks start with the next call: {t}");
     assert_eq!(t["records_before_flush"], 0, "records wait for a full buffer or a flush: {t}");
     assert_eq!(t["memset_records"], 200, "{t}");
-    assert!(ms("callback_cost_ns") >= 100.0, "two callback sites of 83 ns: {t}");
+    // Two callback sites of 83 ns each: wall-clock figures on a shared machine running other tests read lower
+    // (85 ns once, its baseline slowed more than the measured run), so the default shows a cost, and a cost
+    // raised far above the noise shows that both sites pay it.
+    assert!(ms("callback_cost_ns") >= 40.0, "two callback sites of 83 ns: {t}");
+    let raised = run(&[("CUDASIM_CALLBACK_NS", "3000")]);
+    assert!(raised["callback_cost_ns"].as_f64().unwrap() >= 5000.0, "two callback sites of 3 us: {raised}");
     let off = run(&[("CUDASIM_CUPTI_INIT_MS", "0"), ("CUDASIM_CUPTI_ENABLE_US", "0"), ("CUDASIM_CALLBACK_NS", "0")]);
     assert!(off["setup_ms"].as_f64().unwrap() < 10.0, "{off}");
 }
