@@ -43,6 +43,7 @@ mod setup;
 mod slow_steps;
 mod state;
 mod teardown;
+mod thread_names;
 pub mod thread_rings;
 mod trace_choice;
 

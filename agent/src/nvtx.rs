@@ -106,12 +106,27 @@ fn name_given(kind: EventKind, domain: c::nvtxDomainHandle_t, a: u64, name: Vec<
     event(kind, nvtx_handles::id(domain), id, no_extra(), a);
 }
 
-/// Records every thread and category name given so far again (a new window, a dump).
+/// Records every thread and category name given so far again (a new window, a dump), after the OS names of the
+/// threads alive ([`crate::thread_names`]).
 pub fn repeat_names() {
+    crate::thread_names::name_live_threads();
     let given = NAMES_GIVEN.lock().clone();
     for (kind, domain, a, name) in given {
         event(kind, nvtx_handles::id(domain), state::intern(&name), no_extra(), a);
     }
+}
+
+/// Whether the program named thread `tid` through NVTX (a name that comes before the OS's). Never waits: while
+/// a naming call holds the table, the answer is no, and the NVTX name, recorded after, still wins.
+pub fn named_by_program(tid: u32) -> bool {
+    NAMES_GIVEN
+        .try_lock()
+        .is_some_and(|given| given.iter().any(|(k, _, a, _)| *k == EventKind::ThreadName && *a == tid as u64))
+}
+
+/// An event naming thread `tid` with the string interned as `name`, as `nvtxNameOsThread` records one.
+pub fn thread_name_event(tid: u32, name: u32) -> RawEvent {
+    nvtx_event_with_id(EventKind::ThreadName, 0, name, no_extra(), tid as u64)
 }
 
 /// What an attributes struct says besides the message: its category, color and payload (type, bits).

@@ -21,6 +21,8 @@ struct ThreadRing {
     producer: Option<Producer<'static>>,
     /// Events until a thread without a ring looks for a free one again (threads exit and give theirs back).
     retry_in: u32,
+    /// The strings epoch ([`state::strings_epoch`]: a window, a fork) this thread last gave its OS name in.
+    named_epoch: u64,
 }
 
 /// How often a ring-less thread retries [`claim`] (a scan of every ring): rare enough to cost nothing per event.
@@ -61,7 +63,13 @@ pub struct ThreadState {
 thread_local! {
     static THREAD: ThreadState = const {
         ThreadState {
-            ring: RefCell::new(ThreadRing { generation: u64::MAX, tid: 0, producer: None, retry_in: 0 }),
+            ring: RefCell::new(ThreadRing {
+                generation: u64::MAX,
+                tid: 0,
+                producer: None,
+                retry_in: 0,
+                named_epoch: 0,
+            }),
             runtime_depth: Cell::new(0),
             depth_window: Cell::new(0),
             nvtx_depth: Cell::new(0),
@@ -278,6 +286,16 @@ impl ThreadState {
         }
         if ev.tid == 0 {
             ev.tid = r.tid;
+        }
+        let epoch = state::strings_epoch();
+        if r.named_epoch != epoch && r.producer.is_some() {
+            // This thread's first event of the window: its OS name first ([`crate::thread_names`]).
+            r.named_epoch = epoch;
+            let tid = r.tid;
+            if let (Some(mut name), Some(p)) = (crate::thread_names::first_event_name(tid), r.producer.as_mut()) {
+                name.tid = tid;
+                push_and_wake(p, &name);
+            }
         }
         match r.producer.as_mut() {
             Some(p) => {

@@ -21,13 +21,14 @@
  * two kernels "tick" (captured at the first "R") and prints "done N"; "u NAME M" opens an NVTX range NAME
  * and runs M kernels in it without closing it, "q" closes it, each printing "done"; "O" asks cudaMalloc for 2^60
  * bytes and prints "oom CODE"; "Q" queries a stream busy with a 50 ms kernel and prints "query CODE", then waits;
- * "b MS" starts a second thread that runs NVTX steps "step" of about MS ms back to back (a kernel on a stream of
+ * "b MS" starts a second thread, named "side-stepper" by pthread_setname_np, that runs NVTX steps "step" of about MS ms back to back (a kernel on a stream of
  * its own, then a sleep: a server's other GPU thread) and prints "done" (while it runs: its next steps take MS),
  * "B" stops it and prints "done N" (its steps); "d N" makes an NVTX domain "NCCL" and registers the string
  * "ncclAllReduce" in it on its first use (as NCCL does when it initialises, often before any window), then opens
  * N ranges in that domain named by the registered string, and prints "done"; "N COUNT" opens COUNT NVTX ranges,
  * each with a name of its own of about 1 KB ("request 17 000..."), as a server that names each request would, and
  * prints "done"; EOF ends it. */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "sim.h"
 #include <cuda.h>
 #include <dlfcn.h>
@@ -123,6 +124,7 @@ static volatile int side_running;
 static long side_ms, side_steps;
 static void *side_stepper(void *arg) {
     (void)arg;
+    pthread_setname_np(pthread_self(), "side-stepper");
     cudaStream_t s;
     CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     void *args[] = {NULL};

@@ -146,3 +146,33 @@ fn each_window_keeps_its_own_names_however_many_came_before() {
     }
     assert!(server.end().0.success());
 }
+
+#[test]
+fn threads_carry_their_os_names_unless_the_program_named_them_through_nvtx() {
+    // The main thread is named through NVTX ("main-loop"), the side thread only by pthread_setname_np: each
+    // window names both, the NVTX name first (the OS calls the main thread "server").
+    let dir = scratch("os-thread-names");
+    let mut server = Server::start(&dir, &[], &[]);
+    assert_eq!(server.cmd("n main-loop"), "done");
+    assert_eq!(server.cmd("b 5"), "done");
+    for n in 1..=2 {
+        let trace = dir.join(format!("w{n}.cuf"));
+        let window = spawn_attach(server.pid(), &trace, &["--duration", "60s"], &[]);
+        wait_for_agent_state(server.pid(), "recording");
+        assert_eq!(server.cmd("k 1"), "done 1");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        end_attach_window(window);
+        let json = export_chrome(&trace, &dir.join(format!("w{n}.json")));
+        let names: Vec<&str> = json["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "thread_name")
+            .filter_map(|e| e["args"]["name"].as_str())
+            .collect();
+        assert!(names.contains(&"main-loop") && names.contains(&"side-stepper"), "window {n}: {names:?}");
+        assert!(!names.contains(&"server"), "window {n}: the NVTX name stands: {names:?}");
+    }
+    assert!(server.cmd("B").starts_with("done"));
+    assert!(server.end().0.success());
+}
