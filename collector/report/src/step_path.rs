@@ -16,6 +16,11 @@ use cuflight_trace::model::kernel_category::kernel_category;
 use cuflight_trace::model::trace::Process;
 use serde::Serialize;
 
+#[path = "step_path_steps.rs"]
+mod steps;
+pub use steps::PathSteps;
+use steps::ThreadNames;
+
 /// Ops of the typical step kept for the walk (a step of more runs the walk on its first this many).
 const MAX_OPS: usize = 1 << 18;
 /// Groups of the steps by duration, the middle step of each walked too ([`PathSteps`]).
@@ -97,20 +102,6 @@ impl StepCapture {
             self.syncs.push(c);
         }
     }
-}
-
-/// The steps whose critical paths the sweep keeps: the typical one (median duration), whose path the report shows,
-/// and the middle step of each of up to [`STRATA`] groups of the steps sorted by duration. A run's steps may differ in
-/// what holds them (a server's long prefills beside its decodes, a loop's evaluation steps): what a fix on the
-/// GPU's side can win back is bounded by every group's path, each weighted by its steps' time
-/// ([`super::path_bound`]), not by the typical step's alone.
-#[derive(Default)]
-pub struct PathSteps {
-    /// (window, what is kept of it, whether ops of it were left out), by window.
-    kept: Vec<(usize, StepCapture, bool)>,
-    typical: Option<usize>,
-    /// Per group: the window walked for it, its steps' time and count.
-    groups: Vec<(usize, u64, usize)>,
 }
 
 /// One group of steps by duration: the path of its middle step, and the group's steps.
@@ -196,81 +187,6 @@ impl Walked {
     }
 }
 
-impl PathSteps {
-    /// The steps to keep of `windows` (the analysed steps, in time order) named `names`.
-    pub fn new(windows: &[Span], names: &[String]) -> PathSteps {
-        let n = windows.len();
-        let len = |i: usize| windows[i].1.saturating_sub(windows[i].0);
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by_key(|&i| (len(i), i));
-        let typical = order.get(n / 2).copied();
-        let count = STRATA.min(n);
-        let groups: Vec<(usize, u64, usize)> = (0..count)
-            .map(|g| {
-                let members = &order[g * n / count..(g + 1) * n / count];
-                (members[members.len() / 2], members.iter().map(|&i| len(i)).sum(), members.len())
-            })
-            .collect();
-        let mut ks: Vec<usize> = groups.iter().map(|g| g.0).chain(typical).collect();
-        ks.sort_unstable();
-        ks.dedup();
-        let kept = ks
-            .into_iter()
-            .map(|k| {
-                let name = names.get(k).cloned().unwrap_or_default();
-                (k, StepCapture { window: windows[k], name, ..Default::default() }, false)
-            })
-            .collect();
-        PathSteps { kept, typical, groups }
-    }
-
-    /// Whether window `k`'s ops are kept.
-    pub fn keeps(&self, k: usize) -> bool {
-        self.kept.binary_search_by_key(&k, |c| c.0).is_ok()
-    }
-
-    /// Keeps an op of window `k`.
-    pub fn op(&mut self, k: usize, op: PathOp) {
-        if let Ok(i) = self.kept.binary_search_by_key(&k, |c| c.0) {
-            let limit = if Some(k) == self.typical { MAX_OPS } else { MAX_STRATUM_OPS };
-            let (_, cap, partial) = &mut self.kept[i];
-            if cap.ops.len() < limit {
-                cap.op(op);
-            } else {
-                *partial = true;
-            }
-        }
-    }
-
-    /// Keeps a call of a launching thread (each kept step takes those in its window).
-    pub fn call(&mut self, class: CallClass, c: PathCall) {
-        for (_, cap, _) in &mut self.kept {
-            cap.call(class, c);
-        }
-    }
-
-    /// Walks every kept step.
-    pub fn walk(&self, p: &Process) -> Walked {
-        let kept = |k: usize| self.kept.binary_search_by_key(&k, |c| c.0).ok().map(|i| &self.kept[i]);
-        let typical = self.typical.and_then(kept).and_then(|(_, cap, _)| walk(p, cap));
-        let strata = self
-            .groups
-            .iter()
-            .map(|&(k, steps_ns, steps)| Stratum {
-                path: if Some(k) == self.typical {
-                    typical.clone()
-                } else {
-                    kept(k).and_then(|(_, cap, _)| walk(p, cap))
-                },
-                partial: kept(k).is_some_and(|(_, _, partial)| *partial),
-                steps_ns,
-                steps,
-            })
-            .collect();
-        Walked { typical, strata }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Link {
     /// gpu (an op running), launch_wait (an op waiting for its launch call), unseen_wait (an op launched and
@@ -319,6 +235,17 @@ pub struct StepPath {
     pub calls_sampled: bool,
 }
 
+/// "thread 24922", with its name where the trace gives one: "thread 24922 (pt_autograd_0)" (Kineto's names say
+/// the id already: "thread 24922 (python3)" stands as it is).
+fn thread_label(p: &Process, threads: &ThreadNames, tid: u32) -> String {
+    let plain = format!("thread {tid}");
+    match threads.get(&tid).map(|&n| p.string(n)).filter(|n| !n.is_empty()) {
+        Some(name) if name.starts_with(&plain) => name.to_string(),
+        Some(name) => format!("{plain} ({name})"),
+        None => plain,
+    }
+}
+
 fn op_what(p: &Process, op: &PathOp) -> String {
     let name = match (p.string(op.name), op.copy) {
         ("", Some(copy)) => format!("a {copy}"),
@@ -335,7 +262,7 @@ fn op_kind(p: &Process, op: &PathOp) -> String {
 }
 
 /// Walks the path back from the end of the captured step.
-pub fn walk(p: &Process, cap: &StepCapture) -> Option<StepPath> {
+pub fn walk(p: &Process, cap: &StepCapture, threads: &ThreadNames) -> Option<StepPath> {
     let (s, e) = cap.window;
     let mut ops = cap.ops.clone();
     ops.sort_by_key(|o| (o.start, o.end));
@@ -437,7 +364,13 @@ pub fn walk(p: &Process, cap: &StepCapture) -> Option<StepPath> {
                 // The host: back to the thread's last synchronising call before the launch.
                 let sync = cap.syncs.iter().filter(|c| c.tid == tid && c.end <= call_start).max_by_key(|c| c.end);
                 let from = sync.map_or(s, |c| c.end.max(s));
-                push("host", format!("thread {tid}: CPU work and launches"), HOST_WORK.into(), from, t);
+                push(
+                    "host",
+                    format!("{}: CPU work and launches", thread_label(p, threads, tid)),
+                    HOST_WORK.into(),
+                    from,
+                    t,
+                );
                 match sync.and_then(|c| ended_before(c.end, None).map(|i| (c, i))) {
                     Some((c, i)) if c.end > s && ops[i].end > s => {
                         let name = p.string(c.name);
@@ -517,12 +450,22 @@ mod tests {
             ],
             syncs: vec![],
         };
-        let path = walk(&process(), &cap).unwrap();
+        let path = walk(&process(), &cap, &ThreadNames::default()).unwrap();
         assert_eq!(path.path_ns, 100, "{path:?}");
         let ns = |what: &str| path.by_kind.iter().find(|g| g.what == what).map_or(0, |g| g.ns);
         assert_eq!(ns("gemm kernels"), 25 + 20 + 10);
         assert_eq!(ns("host work"), 42);
         assert_eq!(ns("launch latency"), 3);
+        // The host's link names its thread, with the name the trace gives it where it gives one.
+        let host = |path: &StepPath| path.longest.iter().find(|l| l.kind == "host").map(|l| l.what.clone());
+        assert_eq!(host(&path).as_deref(), Some("thread 9: CPU work and launches"));
+        let mut p = process();
+        p.strings.insert(3, "pt_autograd_0".into());
+        let named = walk(&p, &cap, &ThreadNames::from_iter([(9, 3)])).unwrap();
+        assert_eq!(host(&named).as_deref(), Some("thread 9 (pt_autograd_0): CPU work and launches"));
+        p.strings.insert(3, "thread 9 (python3)".into());
+        let kineto = walk(&p, &cap, &ThreadNames::from_iter([(9, 3)])).unwrap();
+        assert_eq!(host(&kineto).as_deref(), Some("thread 9 (python3): CPU work and launches"), "Kineto's names");
     }
 
     /// An op launched and waiting 2 ms with nothing before it waited on what the trace does not hold (TraceLens's
@@ -540,7 +483,7 @@ mod tests {
         for (imported, group) in [(true, "waits on work not in the trace"), (false, "unexplained waits")] {
             let mut p = process();
             p.imported = imported;
-            let path = walk(&p, &cap).unwrap();
+            let path = walk(&p, &cap, &ThreadNames::default()).unwrap();
             let ns = |what: &str| path.by_kind.iter().find(|g| g.what == what).map_or(0, |g| g.ns);
             assert_eq!((ns(group), ns("launch latency")), (3 * ms - 1_000, 0), "{path:?}");
             assert!(path.longest.iter().any(|l| l.kind == "unseen_wait"), "{path:?}");
@@ -557,7 +500,7 @@ mod tests {
             ops: vec![op(0, 50, 1, Some((0, 1, 9)), false), op(62, 100, 1, Some((60, 61, 9)), false)],
             syncs: vec![PathCall { start: 10, end: 52, tid: 9, name: 2, poll: false }],
         };
-        let path = walk(&process(), &cap).unwrap();
+        let path = walk(&process(), &cap, &ThreadNames::default()).unwrap();
         assert_eq!(path.path_ns, 100, "{path:?}");
         let kinds: Vec<&str> = path.longest.iter().map(|l| l.kind).collect();
         assert!(kinds.contains(&"sync_return") && kinds.contains(&"host"), "{kinds:?}");
@@ -575,7 +518,7 @@ mod tests {
             ops: vec![op(0, 50, 1, Some((0, 1, 9)), false), copy],
             syncs: vec![PathCall { start: 2, end: 60, tid: 9, name: 2, poll: false }],
         };
-        let path = walk(&process(), &cap).unwrap();
+        let path = walk(&process(), &cap, &ThreadNames::default()).unwrap();
         assert_eq!(path.path_ns, 60, "{path:?}");
         let ns = |what: &str| path.by_kind.iter().find(|g| g.what == what).map_or(0, |g| g.ns);
         assert_eq!((ns("gemm kernels"), ns("memcpy"), ns("GPU queue")), (50, 8, 2), "{path:?}");

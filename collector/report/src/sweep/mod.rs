@@ -318,6 +318,7 @@ impl<'a> Sweep<'a> {
                 }
             }
             Some(EventKind::Kernel | EventKind::Memcpy | EventKind::Memset) => self.op(e),
+            Some(EventKind::ThreadName) => self.paths.thread_named(e.named_thread() as u32, e.name),
             // A stack's innermost frame carries its read time (one the agent read: not a trace's own at import).
             Some(EventKind::PyFrame) if e.as_py_frame().depth == 0 && !e.as_py_frame().imported => {
                 let (in_step, read_ns) = (self.window_of(e.start).is_some(), e.as_py_frame().read_ns);
