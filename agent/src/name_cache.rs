@@ -9,7 +9,7 @@
 use crate::call_roles::MAX_CBID;
 use crate::state;
 use std::ffi::{c_char, CStr};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 const SLOTS: usize = 256;
 
@@ -19,6 +19,7 @@ static CALL_NAMES: [[AtomicU32; MAX_CBID]; 2] = [const { [const { AtomicU32::new
 
 /// The interned name of call `cbid`, `name` giving it the first time (0 where there is none).
 pub fn call_name<'a>(runtime: bool, cbid: u32, name: impl FnOnce() -> Option<&'a [u8]>) -> u32 {
+    forget_stale_call_names();
     let Some(slot) = CALL_NAMES[runtime as usize].get(cbid as usize) else {
         return 0;
     };
@@ -32,11 +33,17 @@ pub fn call_name<'a>(runtime: bool, cbid: u32, name: impl FnOnce() -> Option<&'a
     id
 }
 
-/// Forgets every call name: their ids name nothing once the string region starts over (a new window, while no
-/// callback runs: the previous window's were removed when it ended).
-pub fn forget_call_names() {
-    for slot in CALL_NAMES.iter().flatten() {
-        slot.store(0, Ordering::Relaxed);
+/// The strings epoch ([`state::strings_epoch`]) the ids in [`CALL_NAMES`] belong to: once the string region starts
+/// over (a new window, while no callback runs), they are forgotten.
+static CALL_NAMES_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+fn forget_stale_call_names() {
+    let epoch = state::strings_epoch();
+    if CALL_NAMES_EPOCH.load(Ordering::Acquire) != epoch {
+        for slot in CALL_NAMES.iter().flatten() {
+            slot.store(0, Ordering::Relaxed);
+        }
+        CALL_NAMES_EPOCH.store(epoch, Ordering::Release);
     }
 }
 

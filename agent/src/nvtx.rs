@@ -2,7 +2,7 @@
 //! library that calls it (each library embeds its own copy of NVTX and calls us separately). Ranges, marks,
 //! domains, registered strings and thread names become events on the calling thread's ring.
 
-use crate::{clock, nvtx_handles, sampler, state, thread_rings};
+use crate::{clock, nvtx_handles, sampler, state, thread_names, thread_rings};
 use cuflight_format::view::Nvtx;
 use cuflight_format::{EventKind, RawEvent};
 use cupti_sys::cuda13 as c;
@@ -84,49 +84,24 @@ fn wstr(p: *const WChar) -> String {
     s
 }
 
-/// Thread and category names given so far, (kind, domain, thread or category id, name): the events that gave
-/// them belong to the window or the flight-recorder span they came in, so they are given again at the start of
-/// every attach window and before every dump ([`repeat_names`]). Naming calls are rare; the table is bounded.
-/// The domain is kept as its handle ([`nvtx_handles`]), named anew in each window's segment.
-static NAMES_GIVEN: parking_lot::Mutex<Vec<NameGiven>> = parking_lot::Mutex::new(Vec::new());
-type NameGiven = (EventKind, usize, u64, Vec<u8>);
-const MAX_NAMES_GIVEN: usize = 4096;
-
+/// A thread or category name the program gives: recorded now, and kept to be given again in later windows and
+/// dumps ([`thread_names::remember`]).
 fn name_given(kind: EventKind, domain: c::nvtxDomainHandle_t, a: u64, name: Vec<u8>) {
     let id = state::intern(&name);
     let domain = domain as usize;
-    {
-        let mut given = NAMES_GIVEN.lock();
-        match given.iter().position(|(k, d, x, _)| *k == kind && *d == domain && *x == a) {
-            Some(i) => given[i].3 = name,
-            None if given.len() < MAX_NAMES_GIVEN => given.push((kind, domain, a, name)),
-            None => {}
-        }
-    }
+    thread_names::remember(kind, domain, a, name);
     event(kind, nvtx_handles::id(domain), id, no_extra(), a);
 }
 
 /// Records every thread and category name given so far again (a new window, a dump), after the OS names of the
-/// threads alive ([`crate::thread_names`]).
+/// threads alive ([`thread_names::live_threads`]).
 pub fn repeat_names() {
-    crate::thread_names::name_live_threads();
-    let given = NAMES_GIVEN.lock().clone();
-    for (kind, domain, a, name) in given {
+    for ev in thread_names::live_threads() {
+        thread_rings::push(ev);
+    }
+    for (kind, domain, a, name) in thread_names::given() {
         event(kind, nvtx_handles::id(domain), state::intern(&name), no_extra(), a);
     }
-}
-
-/// Whether the program named thread `tid` through NVTX (a name that comes before the OS's). Never waits: while
-/// a naming call holds the table, the answer is no, and the NVTX name, recorded after, still wins.
-pub fn named_by_program(tid: u32) -> bool {
-    NAMES_GIVEN
-        .try_lock()
-        .is_some_and(|given| given.iter().any(|(k, _, a, _)| *k == EventKind::ThreadName && *a == tid as u64))
-}
-
-/// An event naming thread `tid` with the string interned as `name`, as `nvtxNameOsThread` records one.
-pub fn thread_name_event(tid: u32, name: u32) -> RawEvent {
-    nvtx_event_with_id(EventKind::ThreadName, 0, name, no_extra(), tid as u64)
 }
 
 /// What an attributes struct says besides the message: its category, color and payload (type, bits).

@@ -173,7 +173,6 @@ pub fn wake_for(session: &str) -> Result<&'static Agent, String> {
     // names once (threads, NVTX domains, registered strings) is named again in each window.
     agent.interner.reset(&agent.seg);
     STRINGS_EPOCH.fetch_add(1, Ordering::AcqRel);
-    crate::name_cache::forget_call_names();
     intern_process_names(agent);
     let conn = channel::send(session, agent.seg.fd()).map_err(|e| format!("cannot reach the collector: {e}"))?;
     // The new connection takes the old one's descriptor number: a thread waking the collector at this moment

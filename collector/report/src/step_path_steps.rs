@@ -13,7 +13,7 @@ pub type ThreadNames = FxHashMap<u32, u32>;
 /// and the middle step of each of up to [`STRATA`] groups of the steps sorted by duration. A run's steps may differ in
 /// what holds them (a server's long prefills beside its decodes, a loop's evaluation steps): what a fix on the
 /// GPU's side can win back is bounded by every group's path, each weighted by its steps' time
-/// ([`super::path_bound`]), not by the typical step's alone.
+/// ([`crate::path_bound`]), not by the typical step's alone.
 #[derive(Default)]
 pub struct PathSteps {
     /// (window, what is kept of it, whether ops of it were left out), by window.
